@@ -1,0 +1,59 @@
+"""The ``enginefit`` console script: the pipeline's ad-hoc commands plus ``report``.
+
+``report`` runs the whole Dagster asset graph in-process on a configuration and prints where
+every output went. It lives here, not in ``pipeline/``, because it drives Dagster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pipeline.cli import build_parser, run_parsed
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "report",
+        help="run the whole asset graph (ingest → … → report) on a configuration",
+        description="Materialise every asset and check in-process with the Dagster instance in "
+        "$DAGSTER_HOME (default: ./.dagster_home, embedded SQLite), then print the outputs.",
+    )
+    parser.add_argument("--config", default="enginefit.yaml", help="configuration file")
+    parser.set_defaults(func=run_report)
+
+
+def _ensure_dagster_home() -> Path:
+    home = Path(os.environ.get("DAGSTER_HOME") or ".dagster_home").resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "dagster.yaml").touch(exist_ok=True)
+    os.environ["DAGSTER_HOME"] = str(home)
+    return home
+
+
+def run_report(args: argparse.Namespace) -> int:
+    home = _ensure_dagster_home()
+    import dagster as dg
+
+    from assets.definitions import run_full_graph
+
+    config_path = Path(args.config).resolve()
+    with dg.DagsterInstance.get() as instance:
+        outputs, success = run_full_graph(config_path, instance)
+    for asset_key, label, path in outputs:
+        print(f"{asset_key}: {label} -> {path}")
+    print(f"Dagster run history: {home} (open the UI with `make ui`)")
+    return 0 if success else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser(extra=[register])
+    return run_parsed(parser, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,28 @@
+"""Benchmark result ingestion (part A) and SLO capacity / cost (part B).
+
+Part A's public API: :func:`read_bench_files` turns result files of vLLM ``bench serve``,
+SGLang ``bench_serving``, guidellm, genai-perf, aiperf, llmperf and inference-perf into one
+normalised load-point table (:data:`LOAD_POINT_SCHEMA`, documented in
+:mod:`pipeline.bench.schema`).
+"""
+
+from __future__ import annotations
+
+from pipeline.bench.manifest import BenchManifest, BenchManifestError, load_manifest
+from pipeline.bench.readers import BenchFormatError, read_bench_files
+from pipeline.bench.schema import (
+    LOAD_POINT_SCHEMA,
+    PER_REQUEST_SCHEMA,
+    BenchReadResult,
+)
+
+__all__ = [
+    "LOAD_POINT_SCHEMA",
+    "PER_REQUEST_SCHEMA",
+    "BenchFormatError",
+    "BenchManifest",
+    "BenchManifestError",
+    "BenchReadResult",
+    "load_manifest",
+    "read_bench_files",
+]

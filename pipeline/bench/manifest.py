@@ -1,0 +1,236 @@
+"""Sidecar manifest: what the benchmark files do not say (engine, version, GPUs, price, date).
+
+Benchmark tools record the *client* side; the engine that served the requests, its version and
+the hardware are almost never in the file (BENCH_FORMATS.md §1.5). A small YAML file beside the
+results supplies them.
+
+File name convention (first match wins for a result file ``<dir>/<name>``):
+
+1. ``<dir>/<name>.manifest.yaml`` — for this one file (e.g. ``results.jsonl.manifest.yaml``);
+2. ``<dir>/enginefit-bench.yaml`` — for every result file in the folder;
+3. ``<dir>/../enginefit-bench.yaml`` — for per-run artifact folders (genai-perf, aiperf,
+   llmperf write one folder per load point).
+
+A manifest passed to :func:`pipeline.bench.read_bench_files` in code is merged *over* the sidecar
+(its keys win), so a caller can add a price to sidecars that lack one.
+
+Keys (``engine``, ``gpu_type``, ``gpu_count`` are required after merging)::
+
+    engine: vllm                  # serving engine (vllm, sglang, tensorrt-llm, tgi, llama.cpp …)
+    engine_version: 0.11.0        # optional
+    gpu_type: H100-80GB           # accelerator model
+    gpu_count: 1                  # accelerators serving this deployment (all replicas)
+    quantization: bf16            # optional (bf16, fp8, awq-int4 …)
+    price_per_gpu_hour_usd: 2.49  # optional, $ per accelerator-hour
+    run_date: 2025-11-05          # optional; else the date in the file
+    model: meta-llama/Llama-3.1-8B-Instruct  # optional; overrides the model in the file
+    workload: shared-prefix-64    # optional label of the benchmark workload
+    label: prefix-aware-routing   # optional label for the runs (else see label_from)
+    label_from: deployment        # optional: take the label from this free-form file key
+    tool_version: 0.5.0           # optional; used when the file has no version
+    files:                        # optional per-file overrides, fnmatch pattern on the file name
+      "stage_*_lifecycle_metrics.json": {engine_version: 0.11.0}
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fnmatch
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pipeline.errors import InputFormatError
+
+DIR_MANIFEST_NAME = "enginefit-bench.yaml"
+FILE_MANIFEST_SUFFIX = ".manifest.yaml"
+REQUIRED_KEYS: tuple[str, ...] = ("engine", "gpu_type", "gpu_count")
+_STR_KEYS = (
+    "engine",
+    "engine_version",
+    "gpu_type",
+    "quantization",
+    "model",
+    "workload",
+    "label",
+    "label_from",
+    "tool_version",
+)
+KNOWN_KEYS: frozenset[str] = frozenset(
+    (*_STR_KEYS, "gpu_count", "price_per_gpu_hour_usd", "run_date", "files")
+)
+
+
+class BenchManifestError(InputFormatError):
+    """A manifest is missing, malformed, or lacks a required key for a result file."""
+
+
+@dataclass(frozen=True)
+class BenchManifest:
+    """The validated manifest values that apply to one result file."""
+
+    engine: str
+    gpu_type: str
+    gpu_count: int
+    engine_version: str | None = None
+    quantization: str | None = None
+    price_per_gpu_hour_usd: float | None = None
+    run_date: dt.date | None = None
+    model: str | None = None
+    workload: str | None = None
+    label: str | None = None
+    label_from: str | None = None
+    tool_version: str | None = None
+    source: str = "<explicit>"
+
+
+def sidecar_candidates(result_file: Path) -> list[Path]:
+    """Where a sidecar manifest for ``result_file`` is looked for, in order."""
+    folder = result_file.parent
+    return [
+        folder / f"{result_file.name}{FILE_MANIFEST_SUFFIX}",
+        folder / DIR_MANIFEST_NAME,
+        folder.parent / DIR_MANIFEST_NAME,
+    ]
+
+
+def is_manifest_file(path: Path) -> bool:
+    return path.name == DIR_MANIFEST_NAME or path.name.endswith(FILE_MANIFEST_SUFFIX)
+
+
+def find_sidecar(result_file: Path) -> Path | None:
+    for candidate in sidecar_candidates(result_file):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def load_manifest(path: Path | str) -> dict[str, Any]:
+    """Read a manifest YAML into a raw mapping (keys checked, values validated later)."""
+    p = Path(path)
+    try:
+        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BenchManifestError(f"{p}: cannot read manifest: {exc}") from exc
+    except yaml.YAMLError as exc:
+        raise BenchManifestError(f"{p}: manifest is not valid YAML: {exc}") from exc
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise BenchManifestError(f"{p}: manifest must be a mapping, got {type(raw).__name__}")
+    _check_keys(raw, str(p))
+    return raw
+
+
+def _check_keys(raw: Mapping[str, Any], where: str) -> None:
+    unknown = sorted(str(k) for k in raw if k not in KNOWN_KEYS)
+    if unknown:
+        raise BenchManifestError(
+            f"{where}: unknown manifest key(s) {unknown}; known keys: {sorted(KNOWN_KEYS)}"
+        )
+    files = raw.get("files")
+    if files is not None:
+        if not isinstance(files, dict):
+            raise BenchManifestError(f"{where}: 'files' must map file-name patterns to mappings")
+        for pattern, sub in files.items():
+            if not isinstance(sub, dict):
+                raise BenchManifestError(f"{where}: files[{pattern!r}] must be a mapping")
+            if "files" in sub:
+                raise BenchManifestError(f"{where}: files[{pattern!r}] cannot nest 'files'")
+            _check_keys(sub, f"{where}: files[{pattern!r}]")
+
+
+def _flatten_for(raw: Mapping[str, Any], file_name: str) -> dict[str, Any]:
+    """Top-level keys, then every matching ``files`` pattern in sorted pattern order."""
+    out = {k: v for k, v in raw.items() if k != "files"}
+    files = raw.get("files") or {}
+    for pattern in sorted(files):
+        if fnmatch.fnmatch(file_name, pattern):
+            out.update(files[pattern])
+    return out
+
+
+def resolve_manifest(
+    result_file: Path,
+    explicit: Mapping[str, Any] | BenchManifest | Path | str | None,
+) -> BenchManifest:
+    """The manifest for one result file: sidecar (if any) merged with ``explicit``.
+
+    Raises :class:`BenchManifestError` naming the result file and the missing keys when
+    ``engine``, ``gpu_type`` or ``gpu_count`` is not supplied by either.
+    """
+    merged: dict[str, Any] = {}
+    sources: list[str] = []
+    sidecar = find_sidecar(result_file)
+    if sidecar is not None:
+        merged.update(_flatten_for(load_manifest(sidecar), result_file.name))
+        sources.append(str(sidecar))
+    if explicit is not None:
+        if isinstance(explicit, BenchManifest):
+            explicit_map: dict[str, Any] = {
+                k: v
+                for k, v in explicit.__dict__.items()
+                if k != "source" and v is not None
+            }
+            label = explicit.source
+        elif isinstance(explicit, (str, Path)):
+            explicit_map = load_manifest(explicit)
+            label = str(explicit)
+        else:
+            explicit_map = dict(explicit)
+            _check_keys(explicit_map, "explicit manifest")
+            label = "<explicit>"
+        merged.update(_flatten_for(explicit_map, result_file.name))
+        sources.append(label)
+    missing = [k for k in REQUIRED_KEYS if merged.get(k) in (None, "")]
+    if missing:
+        looked = ", ".join(str(c) for c in sidecar_candidates(result_file))
+        raise BenchManifestError(
+            f"{result_file}: benchmark result lacks {missing} — engine and GPU are not in "
+            f"benchmark files; write a sidecar manifest (looked for: {looked}) or pass "
+            f"manifest=... with keys {list(REQUIRED_KEYS)}"
+        )
+    return _validate(merged, " + ".join(sources) or "<none>")
+
+
+def _validate(values: Mapping[str, Any], source: str) -> BenchManifest:
+    def fail(key: str, why: str) -> BenchManifestError:
+        return BenchManifestError(f"{source}: manifest key '{key}' {why} (got {values[key]!r})")
+
+    out: dict[str, Any] = {}
+    for key in _STR_KEYS:
+        v = values.get(key)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+            raise fail(key, "must be a string")
+        text = str(v).strip()
+        if not text:
+            raise fail(key, "must not be empty")
+        out[key] = text
+    count = values.get("gpu_count")
+    if isinstance(count, bool) or not isinstance(count, int) or count <= 0:
+        raise fail("gpu_count", "must be a positive integer")
+    out["gpu_count"] = count
+    price = values.get("price_per_gpu_hour_usd")
+    if price is not None:
+        if isinstance(price, bool) or not isinstance(price, (int, float)) or price < 0:
+            raise fail("price_per_gpu_hour_usd", "must be a non-negative number")
+        out["price_per_gpu_hour_usd"] = float(price)
+    run_date = values.get("run_date")
+    if run_date is not None:
+        if isinstance(run_date, dt.datetime):
+            out["run_date"] = run_date.date()
+        elif isinstance(run_date, dt.date):
+            out["run_date"] = run_date
+        elif isinstance(run_date, str):
+            try:
+                out["run_date"] = dt.date.fromisoformat(run_date.strip())
+            except ValueError as exc:
+                raise fail("run_date", "must be an ISO date YYYY-MM-DD") from exc
+        else:
+            raise fail("run_date", "must be an ISO date YYYY-MM-DD")
+    return BenchManifest(source=source, **out)

@@ -1,0 +1,236 @@
+"""Shared helpers for the benchmark readers: strict field access and the raw point record."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from pipeline.errors import InputFormatError
+
+# normalised stat name -> the spellings tools use for it
+STAT_ALIASES: dict[str, tuple[str, ...]] = {
+    "mean": ("mean", "avg"),
+    "p50": ("p50", "median"),
+    "p90": ("p90",),
+    "p95": ("p95",),
+    "p99": ("p99",),
+    "max": ("max",),
+}
+_NUMERIC_STRING = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
+_INF_STRINGS = {"inf", "+inf", "infinity", "+infinity"}
+
+
+class BenchFormatError(InputFormatError):
+    """A benchmark result file matches no known format, or cannot be parsed."""
+
+
+class BenchFieldError(BenchFormatError):
+    """A field of a recognised benchmark file holds a value that cannot be used."""
+
+    def __init__(self, file: Path | str, record: str, field_name: str, problem: str) -> None:
+        super().__init__(f"{file}: {record}: field '{field_name}': {problem}")
+        self.file = str(file)
+        self.record = record
+        self.field = field_name
+
+
+@dataclass
+class Ctx:
+    """Where a reader is: for error messages."""
+
+    path: Path
+    record: str  # e.g. "line 3", "benchmarks[1]", "stage 4"
+
+    def fail(self, field_name: str, problem: str) -> BenchFieldError:
+        return BenchFieldError(self.path, self.record, field_name, problem)
+
+    def num(self, obj: Mapping[str, Any], key: str, *, label: str | None = None) -> float | None:
+        """A number (int/float/numeric string/'inf'); None when absent or null; else an error."""
+        if key not in obj:
+            return None
+        return self.as_num(obj[key], label or key)
+
+    def as_num(self, value: Any, label: str) -> float | None:
+        if value is None:
+            return None
+        if isinstance(value, bool):
+            raise self.fail(label, f"expected a number, got boolean {value!r}")
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):
+            text = value.strip().replace(",", "") if "," in value else value.strip()
+            if text.lower() in _INF_STRINGS:
+                return math.inf
+            if _NUMERIC_STRING.match(text):
+                return float(text)
+            raise self.fail(label, f"expected a number, got string {value!r}")
+        raise self.fail(label, f"expected a number, got {type(value).__name__}")
+
+    def int_(self, obj: Mapping[str, Any], key: str, *, label: str | None = None) -> int | None:
+        v = self.num(obj, key, label=label)
+        return self.to_int(v, label or key)
+
+    def to_int(self, v: float | None, label: str) -> int | None:
+        if v is None:
+            return None
+        if not math.isfinite(v) or v != int(v):
+            raise self.fail(label, f"expected a whole number, got {v!r}")
+        return int(v)
+
+    def str_(self, obj: Mapping[str, Any], key: str) -> str | None:
+        if key not in obj or obj[key] is None:
+            return None
+        v = obj[key]
+        if isinstance(v, (dict, list)):
+            raise self.fail(key, f"expected text, got {type(v).__name__}")
+        return str(v)
+
+    def dict_(self, obj: Mapping[str, Any], key: str) -> dict[str, Any]:
+        """A nested object; {} when absent or null."""
+        v = obj.get(key)
+        if v is None:
+            return {}
+        if not isinstance(v, dict):
+            raise self.fail(key, f"expected an object, got {type(v).__name__}")
+        return v
+
+    def num_list(self, obj: Mapping[str, Any], key: str) -> list[float | None] | None:
+        if key not in obj or obj[key] is None:
+            return None
+        v = obj[key]
+        if not isinstance(v, list):
+            raise self.fail(key, f"expected a list, got {type(v).__name__}")
+        return [self.as_num(x, f"{key}[{i}]") for i, x in enumerate(v)]
+
+    def nested_num_list(self, obj: Mapping[str, Any], key: str) -> list[list[float]] | None:
+        if key not in obj or obj[key] is None:
+            return None
+        v = obj[key]
+        if not isinstance(v, list):
+            raise self.fail(key, f"expected a list of lists, got {type(v).__name__}")
+        out: list[list[float]] = []
+        for i, inner in enumerate(v):
+            if not isinstance(inner, list):
+                raise self.fail(f"{key}[{i}]", f"expected a list, got {type(inner).__name__}")
+            row: list[float] = []
+            for j, x in enumerate(inner):
+                n = self.as_num(x, f"{key}[{i}][{j}]")
+                if n is None:
+                    raise self.fail(f"{key}[{i}][{j}]", "expected a number, got null")
+                row.append(n)
+            out.append(row)
+        return out
+
+    def stats_block(
+        self, block: Mapping[str, Any], label: str, scale: float, prefix: str
+    ) -> dict[str, float | None]:
+        """``{<prefix>_<stat>: value × scale}`` for mean/p50/p90/p95/p99/max found in ``block``."""
+        out: dict[str, float | None] = {}
+        for stat, aliases in STAT_ALIASES.items():
+            for alias in aliases:
+                if alias in block:
+                    v = self.as_num(block[alias], f"{label}.{alias}")
+                    out[f"{prefix}_{stat}"] = None if v is None else v * scale
+                    break
+        return out
+
+
+@dataclass
+class RawPoint:
+    """One load point as a reader sees it, before manifest, recomputation and conforming.
+
+    ``values`` holds LOAD_POINT_SCHEMA columns (any subset). ``native`` holds the tool's own
+    aggregates under normalised names (``ttft_p99_ms`` …); the latency families are filled from it
+    unless ``per_request`` has the data. ``per_request`` has PER_REQUEST_SCHEMA columns except
+    the lineage ones.
+    """
+
+    record_index: int
+    values: dict[str, Any] = field(default_factory=dict)
+    native: dict[str, float | None] = field(default_factory=dict)
+    per_request: pl.DataFrame | None = None
+    notes: list[str] = field(default_factory=list)
+    file_metadata: dict[str, Any] = field(default_factory=dict)
+    file_label: str | None = None
+
+
+def epoch_to_utc(seconds: float | None) -> dt.datetime | None:
+    if seconds is None or not math.isfinite(seconds):
+        return None
+    return dt.datetime.fromtimestamp(seconds, tz=dt.UTC)
+
+
+def parse_iso(ctx: Ctx, value: Any, label: str) -> dt.datetime | None:
+    """ISO-8601 text to an aware UTC datetime (naive taken as UTC)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ctx.fail(label, f"expected an ISO-8601 time, got {type(value).__name__}")
+    try:
+        t = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise ctx.fail(label, f"expected an ISO-8601 time, got {value!r}") from exc
+    return t.replace(tzinfo=dt.UTC) if t.tzinfo is None else t.astimezone(dt.UTC)
+
+
+def first_str(values: Sequence[Any] | Any) -> str | None:
+    """First element of a list (or the value itself) as text."""
+    if isinstance(values, list):
+        return str(values[0]) if values else None
+    return None if values is None else str(values)
+
+
+def per_request_frame(columns: Mapping[str, Sequence[Any] | None], n: int) -> pl.DataFrame:
+    """A per-request frame from equal-length columns (None columns become nulls)."""
+    data: dict[str, Any] = {"request_index": list(range(n))}
+    schema: dict[str, pl.DataType] = {"request_index": pl.Int64()}
+    dtypes: dict[str, pl.DataType] = {
+        "ok": pl.Boolean(),
+        "start_s": pl.Float64(),
+        "ttft_ms": pl.Float64(),
+        "e2e_ms": pl.Float64(),
+        "tpot_ms": pl.Float64(),
+        "itl_ms": pl.List(pl.Float64()),
+        "input_tokens": pl.Int64(),
+        "output_tokens": pl.Int64(),
+        "error": pl.String(),
+    }
+    for name, dtype in dtypes.items():
+        col = columns.get(name)
+        data[name] = list(col) if col is not None else [None] * n
+        schema[name] = dtype
+    return pl.DataFrame(data, schema=schema, strict=False)
+
+
+def with_tpot(frame: pl.DataFrame) -> pl.DataFrame:
+    """Per-request TPOT = (e2e − ttft)/(out − 1) for ok requests with > 1 output token.
+
+    When e2e is unknown, ``sum(itl)`` stands for ``e2e − ttft`` (vLLM/SGLang clients measure the
+    gaps from the first token to the last, so the two are equal)."""
+    decode = (
+        pl.when(pl.col("e2e_ms").is_not_null())
+        .then(pl.col("e2e_ms") - pl.col("ttft_ms"))
+        .otherwise(pl.col("itl_ms").list.sum())
+    )
+    return frame.with_columns(
+        pl.when(pl.col("ok") & (pl.col("output_tokens") > 1) & pl.col("ttft_ms").is_not_null())
+        .then(decode / (pl.col("output_tokens") - 1).cast(pl.Float64))
+        .otherwise(None)
+        .alias("tpot_ms")
+    )
+
+
+def truncate_error(value: Any) -> str | None:
+    if value is None:
+        return None
+    text = str(value)
+    if not text:
+        return None
+    return text[:200]

@@ -1,0 +1,166 @@
+"""SGLang ``python -m sglang.bench_serving --output-file …jsonl`` (BENCH_FORMATS §3).
+
+One JSON object appended per run (JSON Lines; ``"request_rate": Infinity`` is a bare,
+non-standard token). Eras, told apart by keys:
+
+* ``sglang-2024``: only ``median_ttft_ms``, ``median_itl_ms``, ``mean/median_e2e_latency_ms``;
+  no ``request_throughput`` (derived here as ``completed / duration``), no p99, no model;
+* ``sglang-2025``: adds ``request_throughput``, ``{mean,median,std,p99}_{ttft,tpot,e2e_latency}``,
+  ``p95/p99_itl_ms``, ``concurrency`` (mean in flight);
+* ``sglang-late-2025``: adds ``tag``, ``server_info``, ``total_throughput`` …;
+* ``sglang-refactor``: ``total_input``/``total_output``, ``max_itl_ms``, arrays under ``details``.
+
+No file era has a failure count or ``num_prompts``: ``failed`` comes from the ``errors`` array of
+``--output-details`` when present, else it is null. Random-dataset lengths: SGLang draws
+``randint(max(int(len × random_range_ratio), 1), len + 1)``, so the lengths are fixed only when
+``random_range_ratio ≥ 1``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import polars as pl
+
+from pipeline.bench.readers._common import Ctx, RawPoint
+from pipeline.bench.readers.vllm import (
+    METRIC_KEY,
+    latency_native,
+    load_shape,
+    serving_per_request,
+)
+
+TOOL = "sglang_bench_serving"
+KNOWN_KEYS = frozenset(
+    {
+        "backend",
+        "dataset_name",
+        "request_rate",
+        "max_concurrency",
+        "sharegpt_output_len",
+        "random_input_len",
+        "random_output_len",
+        "random_range_ratio",
+        "duration",
+        "completed",
+        "total_input_tokens",
+        "total_output_tokens",
+        "total_output_tokens_retokenized",
+        "total_input",
+        "total_output",
+        "total_output_retokenized",
+        "total_input_text_tokens",
+        "total_input_vision_tokens",
+        "request_throughput",
+        "input_throughput",
+        "output_throughput",
+        "output_throughput_retokenized",
+        "total_throughput",
+        "total_throughput_retokenized",
+        "max_output_tokens_per_s",
+        "max_concurrent_requests",
+        "concurrency",
+        "accept_length",
+        "tag",
+        "server_info",
+        "details",
+        "max_itl_ms",
+        "input_lens",
+        "output_lens",
+        "ttfts",
+        "itls",
+        "generated_texts",
+        "errors",
+    }
+)
+
+
+def _era(obj: Mapping[str, Any]) -> str:
+    if "total_input" in obj or "details" in obj:
+        return "sglang-refactor"
+    if "server_info" in obj or "tag" in obj or "total_throughput" in obj:
+        return "sglang-late-2025"
+    if "request_throughput" in obj:
+        return "sglang-2025"
+    return "sglang-2024"
+
+
+def read_record(ctx: Ctx, obj: Mapping[str, Any], index: int) -> RawPoint:
+    point = RawPoint(record_index=index)
+    v = point.values
+    v["source_schema"] = _era(obj)
+    v["client_protocol"] = ctx.str_(obj, "backend")
+    v["dataset"] = ctx.str_(obj, "dataset_name")
+    point.file_label = ctx.str_(obj, "tag")
+    server_info = ctx.dict_(obj, "server_info")
+    model = server_info.get("model_path") or server_info.get("served_model_name")
+    v["model"] = None if model is None else str(model)
+    raw_rate = obj.get("request_rate")
+    if isinstance(raw_rate, str) and raw_rate.strip().lower() == "trace":
+        rate: float | None = None
+        mode, arrival = "open", "trace"
+    else:
+        rate = ctx.num(obj, "request_rate")
+        max_c = ctx.int_(obj, "max_concurrency")
+        mode, arrival = load_shape(rate, max_c, None, False)
+    v["load_mode"], v["arrival_process"] = mode, arrival
+    v["offered_rate_rps"] = None if mode in ("closed",) or arrival == "trace" else rate
+    v["concurrency"] = ctx.int_(obj, "max_concurrency")
+    v["mean_concurrency"] = ctx.num(obj, "concurrency")
+    completed = ctx.int_(obj, "completed")
+    duration = ctx.num(obj, "duration")
+    v["completed"] = completed
+    v["duration_s"] = duration
+    v["duration_kind"] = "first_send_to_last_done"
+    tin = "total_input" if "total_input" in obj else "total_input_tokens"
+    tout = "total_output" if "total_output" in obj else "total_output_tokens"
+    v["total_input_tokens"] = ctx.int_(obj, tin)
+    v["total_output_tokens"] = ctx.int_(obj, tout)
+    # server usage, or the *requested* length when the backend returns none (TRT: always)
+    v["output_tokens_source"] = "unknown"
+    thr = ctx.num(obj, "request_throughput")
+    if thr is None and completed is not None and duration:
+        thr = completed / duration
+        point.notes.append("request_throughput derived as completed / duration (not in file)")
+    v["request_throughput_rps"] = thr
+    v["input_tokens_per_s"] = ctx.num(obj, "input_throughput")
+    v["output_tokens_per_s"] = ctx.num(obj, "output_throughput")
+    v["total_tokens_per_s"] = ctx.num(obj, "total_throughput")
+    native = latency_native(ctx, obj)
+    retok = ctx.num(obj, "total_output_tokens_retokenized")
+    if retok is not None:
+        native["total_output_tokens_retokenized"] = retok
+    point.native = native
+    if v["dataset"] == "random":
+        in_len = ctx.int_(obj, "random_input_len")
+        out_len = ctx.int_(obj, "random_output_len")
+        ratio = ctx.num(obj, "random_range_ratio")
+        v["input_len_target"], v["output_len_target"] = in_len, out_len
+        if ratio is not None:
+            v["input_len_fixed"] = v["output_len_fixed"] = ratio >= 1.0
+    details = ctx.dict_(obj, "details") if "details" in obj else obj
+    frame = serving_per_request(ctx, obj, details)
+    if frame is not None:
+        point.per_request = frame
+        if details.get("errors") is not None:
+            failed = int(frame.filter(~pl.col("ok")).height)
+            v["failed"] = failed
+            v["num_requests"] = frame.height
+    if v.get("failed") is None:
+        point.notes.append(
+            "SGLang files carry no failure count (no --output-details errors): failed is null"
+        )
+    point.file_metadata = {
+        str(k): val
+        for k, val in obj.items()
+        if k not in KNOWN_KEYS and not METRIC_KEY.match(str(k))
+    }
+    if server_info:
+        version = server_info.get("version")
+        if version is not None:
+            point.file_metadata["server_info.version"] = str(version)
+    if rate is not None and math.isnan(rate):
+        raise ctx.fail("request_rate", "is NaN")
+    return point

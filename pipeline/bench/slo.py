@@ -1,0 +1,772 @@
+"""Service-level objective: which load points pass, and the highest load that still passes.
+
+An SLO is a set of latency limits (``ttft_p95_ms <= 1000``, ``itl_p99_ms <= 60`` ...), a named
+inter-token-latency definition, and optional error-rate and offered-rate checks. Each load point
+(one row of the normalised load-point table, :mod:`pipeline.bench.schema`) gets a status:
+
+``pass``     every limit is known and met;
+``fail``     at least one known value breaks a limit (a missing value cannot rescue it);
+``unknown``  nothing breaks a limit, but a needed value is missing, or the client did not send at
+             the offered rate -- never a silent pass.
+
+The capacity search orders each candidate's points by load (offered rate for open-loop sweeps,
+concurrency for closed-loop sweeps, which are kept apart) and takes the highest passing load below
+the first failing one. Passes above a failure are reported as a non-monotone pattern, not used.
+Interpolating between the last pass and the first failure happens only when asked, and is marked.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from pipeline.bench.cost import Prices, prices_from_mapping
+from pipeline.errors import ConfigError
+
+ITL_DEFINITIONS: dict[str, str] = {
+    # per-gap: one sample per gap between streamed chunks, pooled (vLLM/SGLang ITL).
+    "per-gap": "itl",
+    # per-request: (e2e - ttft) / (output tokens - 1) per request (vLLM TPOT, genai-perf ITL).
+    "per-request": "tpot",
+}
+STATS = ("mean", "p50", "p90", "p95", "p99")
+METRICS = ("ttft", "itl", "e2e")
+_LIMIT_KEY = re.compile(r"^(ttft|itl|e2e)_(mean|p50|p90|p95|p99)_ms$")
+_OPTION_KEYS = ("itl_definition", "max_error_rate", "min_achieved_rate_share")
+_METRIC_LABEL = {"ttft": "TTFT", "itl": "ITL", "e2e": "E2E"}
+
+#: The columns that identify one candidate deployment (one sweep), in output order.
+CANDIDATE_KEYS = (
+    "engine",
+    "engine_version",
+    "label",
+    "model",
+    "quantization",
+    "gpu_type",
+    "gpu_count",
+    "workload",
+)
+STATUS_ORDER = {"pass": 0, "unknown": 1, "fail": 2}
+
+
+class SloSpecError(ConfigError):
+    """An SLO specification (config ``bench.slo`` or ``--slo``) is malformed."""
+
+
+@dataclass(frozen=True)
+class LatencyLimit:
+    """``<metric>_<stat>_ms <= max_ms``, e.g. p95 TTFT at most 1000 ms."""
+
+    metric: str  # ttft | itl | e2e
+    stat: str  # mean | p50 | p90 | p95 | p99
+    max_ms: float
+
+    @property
+    def key(self) -> str:
+        return f"{self.metric}_{self.stat}_ms"
+
+    def column(self, itl_definition: str) -> str:
+        """The load-point column this limit reads (ITL depends on the definition)."""
+        family = ITL_DEFINITIONS[itl_definition] if self.metric == "itl" else self.metric
+        return f"{family}_{self.stat}_ms"
+
+    def label(self, itl_definition: str) -> str:
+        name = _METRIC_LABEL[self.metric]
+        if self.metric == "itl":
+            name = f"ITL ({itl_definition})"
+        return f"{self.stat} {name}"
+
+
+@dataclass(frozen=True)
+class SloSpec:
+    """A service-level objective. ``<=`` throughout: a value equal to its limit passes."""
+
+    limits: tuple[LatencyLimit, ...] = (
+        LatencyLimit("ttft", "p95", 1000.0),
+        LatencyLimit("itl", "p99", 60.0),
+    )
+    itl_definition: str = "per-gap"
+    #: failed / (completed + failed) must be at most this; None = not checked.
+    max_error_rate: float | None = 0.01
+    #: achieved send rate / offered rate below this makes a point unknown (the client did not
+    #: offer the load it claims); None = not checked. Only where both rates are recorded.
+    min_achieved_rate_share: float | None = 0.9
+
+    def columns(self) -> list[str]:
+        return [limit.column(self.itl_definition) for limit in self.limits]
+
+    def describe(self) -> str:
+        parts = [
+            f"{limit.label(self.itl_definition)} ≤ {_num(limit.max_ms)} ms" for limit in self.limits
+        ]
+        if self.max_error_rate is not None:
+            parts.append(f"error rate ≤ {_num(self.max_error_rate * 100)}%")
+        if self.min_achieved_rate_share is not None:
+            parts.append(
+                f"achieved send rate ≥ {_num(self.min_achieved_rate_share * 100)}% of offered"
+            )
+        return ", ".join(parts) if parts else "no limits"
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {limit.key: limit.max_ms for limit in self.limits}
+        out["itl_definition"] = self.itl_definition
+        out["max_error_rate"] = self.max_error_rate
+        out["min_achieved_rate_share"] = self.min_achieved_rate_share
+        out["description"] = self.describe()
+        return out
+
+
+def _num(value: float) -> str:
+    return f"{value:g}"
+
+
+# --------------------------------------------------------------------------------------------
+# Parsing
+
+
+def _number(value: Any, key: str, where: str) -> float | None:
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "null", "")):
+        return None
+    if isinstance(value, bool):
+        raise SloSpecError(f"{where}: {key} must be a number, got {value!r}")
+    try:
+        number = float(value)
+    except (TypeError, ValueError) as exc:
+        raise SloSpecError(f"{where}: {key} must be a number, got {value!r}") from exc
+    if not math.isfinite(number) or number < 0:
+        raise SloSpecError(f"{where}: {key} must be a finite number ≥ 0, got {value!r}")
+    return number
+
+
+def slo_from_mapping(raw: Mapping[str, Any], *, where: str = "bench.slo") -> SloSpec:
+    """Build an SLO from a mapping of ``<metric>_<stat>_ms`` limits and options.
+
+    Latency keys: ``ttft|itl|e2e`` × ``mean|p50|p90|p95|p99``, e.g. ``ttft_p95_ms``; a null value
+    disables that limit. Options: ``itl_definition`` (``per-gap`` | ``per-request``),
+    ``max_error_rate`` (0..1 or null), ``min_achieved_rate_share`` (0..1 or null). A mapping with
+    no latency key at all is an error: an SLO that checks no latency passes everything.
+    """
+    if not isinstance(raw, Mapping):
+        raise SloSpecError(f"{where}: must be a mapping of limits, got {type(raw).__name__}")
+    defaults = SloSpec()
+    limits: list[LatencyLimit] = []
+    options: dict[str, Any] = {}
+    for key in sorted(raw, key=str):
+        value = raw[key]
+        name = str(key).strip()
+        match = _LIMIT_KEY.match(name)
+        if match:
+            bound = _number(value, f"{where}.{name}", where)
+            if bound is not None:
+                limits.append(LatencyLimit(match.group(1), match.group(2), bound))
+        elif name in _OPTION_KEYS:
+            options[name] = value
+        else:
+            raise SloSpecError(
+                f"{where}: unknown key {name!r}; expected <ttft|itl|e2e>_<mean|p50|p90|p95|p99>_ms "
+                f"(e.g. ttft_p95_ms) or one of {', '.join(_OPTION_KEYS)}"
+            )
+    if not limits:
+        raise SloSpecError(
+            f"{where}: no latency limit given (e.g. ttft_p95_ms=1000,itl_p99_ms=60); "
+            "an SLO without limits would pass every load point"
+        )
+    itl_definition = str(options.get("itl_definition", defaults.itl_definition)).strip()
+    if itl_definition not in ITL_DEFINITIONS:
+        raise SloSpecError(
+            f"{where}.itl_definition: {itl_definition!r} is not one of "
+            f"{', '.join(sorted(ITL_DEFINITIONS))} (per-gap = pooled chunk gaps, vLLM/SGLang ITL; "
+            "per-request = (e2e - ttft)/(tokens - 1), vLLM TPOT)"
+        )
+    shares: dict[str, float | None] = {}
+    for name in ("max_error_rate", "min_achieved_rate_share"):
+        if name in options:
+            share = _number(options[name], f"{where}.{name}", where)
+            if share is not None and share > 1:
+                raise SloSpecError(f"{where}.{name}: must be a fraction in [0, 1], got {share:g}")
+            shares[name] = share
+        else:
+            shares[name] = getattr(defaults, name)
+    order = {(m, s): i for i, (m, s) in enumerate((m, s) for m in METRICS for s in STATS)}
+    limits.sort(key=lambda limit: order[(limit.metric, limit.stat)])
+    return SloSpec(
+        limits=tuple(limits),
+        itl_definition=itl_definition,
+        max_error_rate=shares["max_error_rate"],
+        min_achieved_rate_share=shares["min_achieved_rate_share"],
+    )
+
+
+def parse_slo_spec(text: str, *, where: str = "--slo") -> SloSpec:
+    """Parse ``"ttft_p95_ms=1000,itl_p99_ms=60[,itl_definition=per-gap,max_error_rate=0.01]"``.
+
+    Options not named keep their defaults; the latency limits are exactly the ones given.
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise SloSpecError(f"{where}: empty SLO; expected e.g. ttft_p95_ms=1000,itl_p99_ms=60")
+    raw: dict[str, str] = {}
+    for i, item in enumerate(text.split(",")):
+        item = item.strip()
+        if not item:
+            raise SloSpecError(f"{where}: item {i + 1} is empty (stray comma in {text!r})")
+        key, sep, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key or not value:
+            raise SloSpecError(
+                f"{where}: item {i + 1} {item!r} is not KEY=VALUE (e.g. ttft_p95_ms=1000)"
+            )
+        if key in raw:
+            raise SloSpecError(f"{where}: key {key!r} given twice")
+        raw[key] = value
+    return slo_from_mapping(raw, where=where)
+
+
+# --------------------------------------------------------------------------------------------
+# Per-point evaluation
+
+
+def _col(frame: pl.DataFrame, name: str, dtype: pl.DataType) -> pl.Expr:
+    """A column as an expression, or typed nulls when the frame does not have it."""
+    if name in frame.columns:
+        return pl.col(name).cast(dtype)
+    return pl.lit(None, dtype=dtype)
+
+
+def _float(frame: pl.DataFrame, name: str) -> pl.Expr:
+    return _col(frame, name, pl.Float64()).fill_nan(None)
+
+
+def error_rate_expr(frame: pl.DataFrame) -> pl.Expr:
+    """The reader's ``error_rate``, else failed / (completed + failed); null when unknown."""
+    failed = _float(frame, "failed")
+    completed = _float(frame, "completed")
+    total = completed + failed
+    derived = pl.when(total > 0).then(failed / total).otherwise(None)
+    return pl.coalesce(_float(frame, "error_rate"), derived)
+
+
+def sweep_kind_expr(frame: pl.DataFrame) -> pl.Expr:
+    """``open`` (finite offered rate), ``closed`` (a fixed number of users), or ``other``.
+
+    ``other`` covers offline bursts (offered rate +inf), ramps, trace replays and points without
+    a load figure: they are listed but not searched, having no single load to order them by.
+    """
+    mode = _col(frame, "load_mode", pl.String())
+    process = _col(frame, "arrival_process", pl.String())
+    rate = _float(frame, "offered_rate_rps")
+    users = _float(frame, "concurrency")
+    return (
+        pl.when(mode.eq_missing("offline") | process.is_in(["ramp", "trace"]).fill_null(False))
+        .then(pl.lit("other"))
+        .when(mode.eq_missing("closed"))
+        .then(pl.when(users.is_not_null()).then(pl.lit("closed")).otherwise(pl.lit("other")))
+        .when(rate.is_not_null() & rate.is_finite())
+        .then(pl.lit("open"))
+        .otherwise(pl.lit("other"))
+    )
+
+
+def evaluate_slo(points: pl.DataFrame, slo: SloSpec) -> pl.DataFrame:
+    """The load points with ``sweep``, ``load``, ``error_rate``, ``slo_status``, ``slo_reason``.
+
+    ``load`` is the offered rate (req/s) for open-loop points and the concurrency for closed-loop
+    points; null for ``other``. ``slo_reason`` names every broken or missing limit with its value.
+    """
+    violated: list[pl.Expr] = []
+    missing: list[pl.Expr] = []
+    reasons: list[pl.Expr] = []
+    for limit in slo.limits:
+        value = _float(points, limit.column(slo.itl_definition))
+        label = limit.label(slo.itl_definition)
+        bad = value > limit.max_ms
+        violated.append(bad.fill_null(False))
+        missing.append(value.is_null())
+        reasons.append(
+            pl.when(bad)
+            .then(pl.format(f"{label} {{}} ms > {_num(limit.max_ms)} ms", value.round(1)))
+            .when(value.is_null())
+            .then(pl.lit(f"{label} missing"))
+        )
+    err = error_rate_expr(points)
+    if slo.max_error_rate is not None:
+        bad = err > slo.max_error_rate
+        violated.append(bad.fill_null(False))
+        missing.append(err.is_null())
+        reasons.append(
+            pl.when(bad)
+            .then(
+                pl.format(
+                    f"error rate {{}}% > {_num(slo.max_error_rate * 100)}%", (err * 100).round(2)
+                )
+            )
+            .when(err.is_null())
+            .then(pl.lit("failure count not recorded"))
+        )
+    rate = _float(points, "offered_rate_rps")
+    achieved = _float(points, "achieved_rate_rps")
+    if slo.min_achieved_rate_share is not None:
+        short = (
+            rate.is_finite() & (rate > 0) & (achieved < rate * slo.min_achieved_rate_share)
+        ).fill_null(False)
+        missing.append(short)
+        reasons.append(
+            pl.when(short).then(
+                pl.format(
+                    "achieved send rate {} req/s < "
+                    f"{_num(slo.min_achieved_rate_share * 100)}% of offered {{}} req/s",
+                    achieved.round(2),
+                    rate.round(2),
+                )
+            )
+        )
+    any_violated = pl.any_horizontal(violated) if violated else pl.lit(False)
+    any_missing = pl.any_horizontal(missing) if missing else pl.lit(False)
+    kind = sweep_kind_expr(points)
+    return points.with_columns(
+        sweep=kind,
+        load=pl.when(kind == "open")
+        .then(rate)
+        .when(kind == "closed")
+        .then(_float(points, "concurrency")),
+        error_rate=err,
+        slo_status=pl.when(any_violated)
+        .then(pl.lit("fail"))
+        .when(any_missing)
+        .then(pl.lit("unknown"))
+        .otherwise(pl.lit("pass")),
+        slo_reason=pl.concat_str(reasons, separator="; ", ignore_nulls=True)
+        if reasons
+        else pl.lit(""),
+    ).with_columns(
+        slo_reason=pl.when(pl.col("slo_status") == "pass")
+        .then(pl.lit("all limits met"))
+        .otherwise(pl.col("slo_reason"))
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Capacity search
+
+CAPACITY_SCHEMA_EXTRA: dict[str, pl.DataType] = {
+    "sweep": pl.String(),
+    "n_points": pl.UInt32(),
+    "n_pass": pl.UInt32(),
+    "n_fail": pl.UInt32(),
+    "n_unknown": pl.UInt32(),
+    "min_load": pl.Float64(),
+    "max_load": pl.Float64(),
+    "pattern": pl.String(),
+    "first_fail_load": pl.Float64(),
+    "capacity_load": pl.Float64(),
+    "capacity_status": pl.String(),
+    "non_monotone": pl.Boolean(),
+    "passes_above_fail": pl.String(),
+    "unknown_above_capacity": pl.String(),
+    "capacity_point_id": pl.String(),
+    "interpolated": pl.Boolean(),
+    "capacity_rps": pl.Float64(),
+    "output_throughput_tps": pl.Float64(),
+    "total_throughput_tps": pl.Float64(),
+    "note": pl.String(),
+}
+
+_SYMBOL = {"pass": "P", "fail": "F", "unknown": "?"}
+
+
+def candidate_keys(frame: pl.DataFrame) -> list[str]:
+    """The candidate-identifying columns present in ``frame`` (see :data:`CANDIDATE_KEYS`)."""
+    return [key for key in CANDIDATE_KEYS if key in frame.columns]
+
+
+def _fmt_load(expr: pl.Expr) -> pl.Expr:
+    return expr.round(2).cast(pl.String).str.replace(r"\.0$", "")
+
+
+def slo_capacity(
+    evaluated: pl.DataFrame,
+    slo: SloSpec,
+    *,
+    interpolate: bool = False,
+    keys: Sequence[str] | None = None,
+) -> pl.DataFrame:
+    """One row per candidate × sweep kind: the highest passing load below the first failure.
+
+    ``evaluated`` is :func:`evaluate_slo`'s output. Columns (besides the candidate keys):
+
+    - ``pattern``: every point in load order as ``load:P|F|?`` (P pass, F fail, ? unknown);
+    - ``capacity_status``: ``bracketed`` (a pass below a failure), ``not_bracketed`` (no failure
+      seen: capacity is at least the highest load tried), ``below_range`` (no pass before the first
+      failure), ``unknown`` (no pass and no failure), ``not_searched`` (bursts, ramps, traces);
+    - ``capacity_load``: the measured highest passing load below the first failure (req/s for
+      ``open``, concurrency for ``closed``); ``capacity_point_id`` the point it came from;
+    - ``non_monotone`` / ``passes_above_fail``: passes at loads above the first failure (reported,
+      never used); ``unknown_above_capacity``: unknown points between capacity and failure;
+    - ``interpolated``: True when ``interpolate`` was asked and the capacity (``capacity_rps`` and
+      the throughputs) were linearly interpolated between the last pass and the first failure;
+    - ``capacity_rps``: requests/s the deployment serves within the SLO: the offered rate for open
+      loop, the *achieved* request throughput for closed loop (flagged in ``note``);
+    - ``output_throughput_tps`` / ``total_throughput_tps``: measured at the capacity point.
+    """
+    group = list(keys) if keys is not None else candidate_keys(evaluated)
+    by = [*group, "sweep"]
+    frame = evaluated.with_columns(
+        output_throughput_tps=_float(evaluated, "output_tokens_per_s"),
+        total_throughput_tps=pl.coalesce(
+            _float(evaluated, "total_tokens_per_s"),
+            _float(evaluated, "output_tokens_per_s") + _float(evaluated, "input_tokens_per_s"),
+        ),
+        request_throughput_rps=_float(evaluated, "request_throughput_rps"),
+        point_id=_col(evaluated, "point_id", pl.String()),
+    ).sort([*by, "load", "point_id"], nulls_last=True)
+    status = pl.col("slo_status")
+    load = pl.col("load")
+    first_fail = load.filter(status == "fail").min()
+    summary = frame.group_by(by, maintain_order=True).agg(
+        n_points=pl.len().cast(pl.UInt32),
+        n_pass=(status == "pass").sum().cast(pl.UInt32),
+        n_fail=(status == "fail").sum().cast(pl.UInt32),
+        n_unknown=(status == "unknown").sum().cast(pl.UInt32),
+        min_load=load.min(),
+        max_load=load.max(),
+        pattern=pl.concat_str(
+            pl.coalesce(_fmt_load(load), pl.lit("-")),
+            pl.lit(":"),
+            status.replace_strict(_SYMBOL, return_dtype=pl.String),
+        ).str.join(" "),
+        first_fail_load=first_fail,
+        capacity_load=load.filter(
+            (status == "pass") & (first_fail.is_null() | (load < first_fail))
+        ).max(),
+        passes_above_fail=_fmt_load(load.filter((status == "pass") & (load > first_fail))).str.join(
+            ", "
+        ),
+    )
+    summary = summary.with_columns(
+        passes_above_fail=pl.when(pl.col("passes_above_fail") == "")
+        .then(None)
+        .otherwise(pl.col("passes_above_fail"))
+    )
+    # Unknown points that lie above the capacity (and below the first failure, if any).
+    unknown_above = (
+        frame.join(
+            summary.select([*by, "capacity_load", "first_fail_load"]), on=by, nulls_equal=True
+        )
+        .filter(
+            (status == "unknown")
+            & (load > pl.col("capacity_load").fill_null(-math.inf))
+            & (load < pl.col("first_fail_load").fill_null(math.inf))
+        )
+        .group_by(by, maintain_order=True)
+        .agg(unknown_above_capacity=_fmt_load(load).str.join(", "))
+    )
+    summary = summary.join(unknown_above, on=by, how="left", nulls_equal=True)
+    # The measured point at the capacity load (the lowest output throughput if repeated).
+    cap_rows = (
+        frame.filter(status == "pass")
+        .join(summary.select([*by, "capacity_load"]), on=by, nulls_equal=True)
+        .filter(load == pl.col("capacity_load"))
+        .sort([*by, "output_throughput_tps", "point_id"], nulls_last=True)
+        .group_by(by, maintain_order=True)
+        .first()
+        .select(
+            *by,
+            capacity_point_id=pl.col("point_id"),
+            cap_out=pl.col("output_throughput_tps"),
+            cap_total=pl.col("total_throughput_tps"),
+            cap_req=pl.col("request_throughput_rps"),
+            **{f"cap__{c}": pl.col(c) for c in _slo_value_columns(frame, slo)},
+        )
+    )
+    fail_rows = (
+        frame.filter(status == "fail")
+        .join(summary.select([*by, "first_fail_load"]), on=by, nulls_equal=True)
+        .filter(load == pl.col("first_fail_load"))
+        .sort([*by, "output_throughput_tps", "point_id"], nulls_last=True)
+        .group_by(by, maintain_order=True)
+        .first()
+        .select(
+            *by,
+            fail_out=pl.col("output_throughput_tps"),
+            fail_total=pl.col("total_throughput_tps"),
+            fail_req=pl.col("request_throughput_rps"),
+            **{f"fail__{c}": pl.col(c) for c in _slo_value_columns(frame, slo)},
+        )
+    )
+    out = summary.join(cap_rows, on=by, how="left", nulls_equal=True).join(
+        fail_rows, on=by, how="left", nulls_equal=True
+    )
+    out = out.with_columns(
+        capacity_status=pl.when(pl.col("sweep") == "other")
+        .then(pl.lit("not_searched"))
+        .when(pl.col("capacity_load").is_not_null() & pl.col("first_fail_load").is_not_null())
+        .then(pl.lit("bracketed"))
+        .when(pl.col("capacity_load").is_not_null())
+        .then(pl.lit("not_bracketed"))
+        .when(pl.col("first_fail_load").is_not_null())
+        .then(pl.lit("below_range"))
+        .otherwise(pl.lit("unknown")),
+        non_monotone=pl.col("passes_above_fail").is_not_null(),
+    )
+    fraction = _crossing_fraction(out, slo)
+    do_interp = (
+        pl.lit(interpolate)
+        & (pl.col("capacity_status") == "bracketed")
+        & fraction.is_not_null()
+        & (pl.col("sweep") == "open")
+    )
+    out = out.with_columns(interp_f=fraction).with_columns(
+        interpolated=do_interp,
+        capacity_rps=pl.when(pl.col("sweep") == "open")
+        .then(
+            pl.when(do_interp)
+            .then(_lerp("capacity_load", "first_fail_load"))
+            .otherwise(pl.col("capacity_load"))
+        )
+        .when(pl.col("sweep") == "closed")
+        .then(pl.col("cap_req")),
+        output_throughput_tps=pl.when(do_interp)
+        .then(_lerp("cap_out", "fail_out"))
+        .otherwise(pl.col("cap_out")),
+        total_throughput_tps=pl.when(do_interp)
+        .then(_lerp("cap_total", "fail_total"))
+        .otherwise(pl.col("cap_total")),
+    )
+    out = out.with_columns(note=_note_expr())
+    columns = [*group, *CAPACITY_SCHEMA_EXTRA]
+    return (
+        out.select(columns)
+        .with_columns(pl.col(c).cast(t) for c, t in CAPACITY_SCHEMA_EXTRA.items())
+        .sort([*group, "sweep"], nulls_last=True)
+    )
+
+
+def _slo_value_columns(frame: pl.DataFrame, slo: SloSpec) -> list[str]:
+    cols = [c for c in slo.columns() if c in frame.columns]
+    return [*cols, "error_rate"]
+
+
+def _lerp(low: str, high: str) -> pl.Expr:
+    return pl.col(low) + pl.col("interp_f") * (pl.col(high) - pl.col(low))
+
+
+def _crossing_fraction(out: pl.DataFrame, slo: SloSpec) -> pl.Expr:
+    """Where, between the last pass (0) and first failure (1), the first broken limit crosses.
+
+    Each broken limit is linearly interpolated in load; the earliest crossing wins. Null when no
+    limit can be interpolated (the failure's value or the pass's value is missing).
+    """
+    pieces: list[pl.Expr] = []
+    bounds: list[tuple[str, float]] = [
+        (limit.column(slo.itl_definition), limit.max_ms) for limit in slo.limits
+    ]
+    if slo.max_error_rate is not None:
+        bounds.append(("error_rate", slo.max_error_rate))
+    for column, bound in bounds:
+        low, high = f"cap__{column}", f"fail__{column}"
+        if low not in out.columns or high not in out.columns:
+            continue
+        v0, v1 = pl.col(low), pl.col(high)
+        pieces.append(
+            pl.when((v1 > bound) & (v0 <= bound) & (v1 > v0))
+            .then(((bound - v0) / (v1 - v0)).clip(0.0, 1.0))
+            .otherwise(None)
+        )
+    if not pieces:
+        return pl.lit(None, dtype=pl.Float64)
+    return pl.min_horizontal(pieces)
+
+
+def _note_expr() -> pl.Expr:
+    status = pl.col("capacity_status")
+    parts = [
+        pl.when(pl.col("sweep") == "closed").then(
+            pl.lit(
+                "closed loop: load is concurrency; capacity_rps is the achieved request rate, "
+                "which hides overload -- not comparable with open-loop rates"
+            )
+        ),
+        pl.when(pl.col("sweep") == "other").then(
+            pl.lit("burst / ramp / trace points: no single offered load, not searched")
+        ),
+        pl.when(status == "not_bracketed").then(
+            pl.format("no failure seen: capacity is at least {}", _fmt_load(pl.col("max_load")))
+        ),
+        pl.when(status == "below_range").then(
+            pl.format(
+                "fails at the lowest decisive load {}: capacity is below the range tried",
+                _fmt_load(pl.col("first_fail_load")),
+            )
+        ),
+        pl.when(status == "unknown").then(
+            pl.lit("no point is decisive (all unknown): capacity unknown")
+        ),
+        pl.when(pl.col("non_monotone")).then(
+            pl.format(
+                "non-monotone: passes at {} above the first failure at {} (not used)",
+                pl.col("passes_above_fail"),
+                _fmt_load(pl.col("first_fail_load")),
+            )
+        ),
+        pl.when(pl.col("unknown_above_capacity").is_not_null()).then(
+            pl.format(
+                "unknown points at {} above the capacity: the true capacity may be higher",
+                pl.col("unknown_above_capacity"),
+            )
+        ),
+        pl.when(pl.col("interpolated")).then(
+            pl.format(
+                "INTERPOLATED linearly between pass at {} and failure at {}",
+                _fmt_load(pl.col("capacity_load")),
+                _fmt_load(pl.col("first_fail_load")),
+            )
+        ),
+    ]
+    return pl.concat_str(parts, separator="; ", ignore_nulls=True)
+
+
+def check_no_silent_pass(evaluated: pl.DataFrame, slo: SloSpec) -> tuple[bool, str]:
+    """Every ``pass`` has every limited value present and within its limit (an asset check)."""
+    cols = [c for c in slo.columns() if c in evaluated.columns]
+    missing_cols = [c for c in slo.columns() if c not in evaluated.columns]
+    passes = evaluated.filter(pl.col("slo_status") == "pass")
+    if passes.height and missing_cols:
+        return False, f"{passes.height} passes although columns {missing_cols} are absent"
+    bad_exprs = [pl.col(c).is_null() | pl.col(c).is_nan() for c in cols]
+    bad_exprs += [
+        pl.col(limit.column(slo.itl_definition)) > limit.max_ms
+        for limit in slo.limits
+        if limit.column(slo.itl_definition) in evaluated.columns
+    ]
+    if slo.max_error_rate is not None:
+        bad_exprs.append(
+            pl.col("error_rate").is_null() | (pl.col("error_rate") > slo.max_error_rate)
+        )
+    if not bad_exprs:
+        return True, f"{passes.height} passing points"
+    bad = passes.filter(pl.any_horizontal(bad_exprs)).height
+    return bad == 0, f"{passes.height} passing points, {bad} with a missing or broken limit"
+
+
+# --------------------------------------------------------------------------------------------
+# The ``bench`` configuration section
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    """The validated ``bench`` section of ``enginefit.yaml`` (see :func:`bench_settings`)."""
+
+    results: tuple[Path, ...] = ()
+    manifest: Path | None = None
+    slo: SloSpec = SloSpec()
+    interpolate: bool = False
+    prices: Prices = field(default_factory=Prices)
+    as_of: dt.date | None = None
+    max_age_days: int = 183
+    peak_window: str = "60s"
+    length_factor: float = 2.0
+    tail_ratio: float = 2.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "results": [str(p) for p in self.results],
+            "manifest": str(self.manifest) if self.manifest else None,
+            "slo": self.slo.as_dict(),
+            "interpolate": self.interpolate,
+            "prices": self.prices.as_dict(),
+            "as_of": self.as_of.isoformat() if self.as_of else None,
+            "max_age_days": self.max_age_days,
+            "peak_window": self.peak_window,
+            "length_factor": self.length_factor,
+            "tail_ratio": self.tail_ratio,
+        }
+
+
+_SETTINGS_KEYS = (
+    "results",
+    "manifest",
+    "slo",
+    "interpolate",
+    "prices",
+    "as_of",
+    "max_age_days",
+    "peak_window",
+    "length_factor",
+    "tail_ratio",
+)
+
+
+def parse_as_of(value: Any, where: str) -> dt.date:
+    """An ISO date (``2026-11-29``); a datetime keeps its date."""
+    if isinstance(value, dt.datetime):
+        return value.date()
+    if isinstance(value, dt.date):
+        return value
+    try:
+        return dt.date.fromisoformat(str(value).strip())
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {value!r} is not an ISO date (YYYY-MM-DD)") from exc
+
+
+def bench_settings(raw: Mapping[str, Any], *, base: Path | None = None) -> BenchSettings:
+    """Validate the ``bench`` section; errors name the key. ``base`` resolves relative paths."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError("bench: section must be a mapping")
+    unknown = sorted(str(k) for k in raw if k not in _SETTINGS_KEYS)
+    if unknown:
+        raise ConfigError(f"bench: unknown key(s) {unknown}; known: {', '.join(_SETTINGS_KEYS)}")
+    root = base or Path.cwd()
+
+    def resolve(value: Any, key: str) -> Path:
+        if not isinstance(value, str) or not value.strip():
+            raise ConfigError(f"bench.{key}: expected a path string, got {value!r}")
+        path = Path(value)
+        return path if path.is_absolute() else root / path
+
+    results_raw = raw.get("results") or []
+    if isinstance(results_raw, str):
+        results_raw = [results_raw]
+    if not isinstance(results_raw, list):
+        raise ConfigError(f"bench.results: expected a list of paths, got {results_raw!r}")
+    results = tuple(resolve(v, f"results[{i}]") for i, v in enumerate(results_raw))
+    manifest = resolve(raw["manifest"], "manifest") if raw.get("manifest") is not None else None
+    slo = (
+        slo_from_mapping(raw["slo"], where="bench.slo") if raw.get("slo") is not None else SloSpec()
+    )
+    interpolate = raw.get("interpolate", False)
+    if not isinstance(interpolate, bool):
+        raise ConfigError(f"bench.interpolate: expected true or false, got {interpolate!r}")
+    prices = prices_from_mapping(raw.get("prices"), where="bench.prices")
+    as_of = parse_as_of(raw["as_of"], "bench.as_of") if raw.get("as_of") is not None else None
+    max_age = raw.get("max_age_days", 183)
+    if isinstance(max_age, bool) or not isinstance(max_age, int) or max_age <= 0:
+        raise ConfigError(f"bench.max_age_days: expected a positive integer, got {max_age!r}")
+    peak_window = raw.get("peak_window", "60s")
+    if not isinstance(peak_window, str) or not peak_window.strip():
+        raise ConfigError(
+            f"bench.peak_window: expected a window label like '60s', got {peak_window!r}"
+        )
+    factors: dict[str, float] = {}
+    for key in ("length_factor", "tail_ratio"):
+        value = raw.get(key, 2.0)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 1:
+            raise ConfigError(f"bench.{key}: expected a number > 1, got {value!r}")
+        factors[key] = float(value)
+    return BenchSettings(
+        results=results,
+        manifest=manifest,
+        slo=slo,
+        interpolate=interpolate,
+        prices=prices,
+        as_of=as_of,
+        max_age_days=max_age,
+        peak_window=peak_window.strip(),
+        length_factor=factors["length_factor"],
+        tail_ratio=factors["tail_ratio"],
+    )

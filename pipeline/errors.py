@@ -1,0 +1,15 @@
+"""Errors a user can act on. Each message names the file (and line or field) and what is wrong."""
+
+from __future__ import annotations
+
+
+class EnginefitError(Exception):
+    """Base for every error enginefit raises on purpose (the CLI prints these without a traceback)."""
+
+
+class ConfigError(EnginefitError):
+    """The configuration file is missing, malformed or inconsistent."""
+
+
+class InputFormatError(EnginefitError):
+    """An input file cannot be read at all: empty, unknown format, or missing required columns."""

@@ -1,0 +1,56 @@
+"""Trace readers, chosen by content (never by file extension).
+
+``READERS`` is tried in order; the first whose ``detect`` accepts the decompressed head of the
+file reads it. More specific formats come before more general ones.
+"""
+
+from __future__ import annotations
+
+from pipeline.errors import InputFormatError
+from pipeline.readers.azure import AzureReader
+from pipeline.readers.base import ReadContext, Reader, ReadResult
+from pipeline.readers.burstgpt import BurstGPTReader
+from pipeline.readers.canonical import CanonicalParquetReader
+from pipeline.readers.mooncake import MooncakeReader
+from pipeline.readers.source import SourceFile
+
+READERS: list[Reader] = [
+    CanonicalParquetReader(),
+    MooncakeReader(),
+    AzureReader(),
+    BurstGPTReader(),
+]
+
+FORMAT_NAMES = [r.name for r in READERS]
+
+
+def reader_named(name: str) -> Reader:
+    for reader in READERS:
+        if reader.name == name:
+            return reader
+    raise InputFormatError(f"unknown format {name!r}; known formats: {', '.join(FORMAT_NAMES)}")
+
+
+def detect_reader(source: SourceFile) -> Reader:
+    head = source.head()
+    if not head.strip():
+        raise InputFormatError(f"{source.label}: file is empty")
+    for reader in READERS:
+        if reader.detect(head):
+            return reader
+    raise InputFormatError(
+        f"{source.label}: unrecognised trace format; tried: {', '.join(FORMAT_NAMES)} "
+        "(see README, 'Trace formats')"
+    )
+
+
+__all__ = [
+    "FORMAT_NAMES",
+    "READERS",
+    "ReadContext",
+    "ReadResult",
+    "Reader",
+    "SourceFile",
+    "detect_reader",
+    "reader_named",
+]

@@ -1,0 +1,344 @@
+"""What every reader shares: the context it reads with, per-record validation, quarantine.
+
+A reader turns one source file into canonical rows plus quarantined records, and counts every
+record it read, so ``records_read == ingested + quarantined`` holds per file. A record that
+cannot be used raises :class:`RecordError` naming the field and the reason; the line-oriented
+machinery here turns that into a quarantine row. Nothing a record contains is echoed into a
+quarantine detail except numbers, so no prompt text can leak there.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from pipeline.config import DEFAULT_ANCHOR
+from pipeline.hashing import chain_hash_tokens
+from pipeline.readers.source import SourceFile
+from pipeline.schema import (
+    CANONICAL_SCHEMA,
+    MAX_PLAUSIBLE_TOKENS,
+    QUARANTINE_SCHEMA,
+    empty_canonical,
+    empty_quarantine,
+)
+from pipeline.tokenize import ApproximateTokenizer, Tokenizer
+
+# Epoch timestamps before this are taken as relative to the anchor (2001-09-09 in seconds).
+EPOCH_SECONDS_MIN = 1e9
+# Plausible absolute arrival years; anything outside is a unit or parsing error.
+EARLIEST_ARRIVAL = datetime(2000, 1, 1, tzinfo=UTC)
+LATEST_ARRIVAL = datetime(2100, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class ReadContext:
+    """Settings every reader needs: block size, hash salt, anchor date, tokenizer."""
+
+    block_size: int = 16
+    salt: bytes = b"enginefit"
+    anchor: datetime = DEFAULT_ANCHOR
+    tokenizer: Tokenizer = field(default_factory=ApproximateTokenizer)
+    progress: Callable[[int], None] | None = None
+
+
+class RecordError(Exception):
+    """One record is unusable: which field, a short reason code, and a content-free detail."""
+
+    def __init__(self, field_name: str, reason: str, detail: str = "") -> None:
+        super().__init__(f"{field_name}: {reason} {detail}".strip())
+        self.field = field_name
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass
+class ReadResult:
+    requests: pl.DataFrame
+    quarantine: pl.DataFrame
+    records_read: int
+
+    def __post_init__(self) -> None:
+        ingested, quarantined = self.requests.height, self.quarantine.height
+        if self.records_read != ingested + quarantined:  # a reader bug, never user input
+            raise AssertionError(
+                f"counts do not reconcile: read {self.records_read} != "
+                f"ingested {ingested} + quarantined {quarantined}"
+            )
+
+
+class Reader(ABC):
+    """One trace format. ``detect`` looks at content only (never the file name)."""
+
+    name: str
+    description: str
+
+    @abstractmethod
+    def detect(self, head: bytes) -> bool: ...
+
+    @abstractmethod
+    def read(self, source: SourceFile, ctx: ReadContext) -> ReadResult: ...
+
+
+class Quarantine:
+    """Collects quarantined records of one file."""
+
+    def __init__(self, source: SourceFile) -> None:
+        self.source = source
+        self.rows: dict[str, list[Any]] = {name: [] for name in QUARANTINE_SCHEMA.names()}
+
+    def add(self, line: int, field_name: str, reason: str, detail: str = "") -> None:
+        self.rows["source_file"].append(self.source.label)
+        self.rows["source_line"].append(line)
+        self.rows["field"].append(field_name)
+        self.rows["reason"].append(reason)
+        self.rows["detail"].append(detail)
+
+    def frame(self) -> pl.DataFrame:
+        if not self.rows["source_line"]:
+            return empty_quarantine()
+        return pl.DataFrame(self.rows, schema=QUARANTINE_SCHEMA)
+
+
+# ---------------------------------------------------------------------------------------------
+# Field validation: each returns a clean value or raises RecordError.
+
+
+def require(obj: Mapping[str, Any], key: str) -> Any:
+    if key not in obj or obj[key] is None:
+        raise RecordError(key, "missing")
+    return obj[key]
+
+
+def token_count(value: Any, key: str, *, allow_none: bool = False) -> int | None:
+    """A token count: a non-negative integer below :data:`MAX_PLAUSIBLE_TOKENS`."""
+    if value is None:
+        if allow_none:
+            return None
+        raise RecordError(key, "missing")
+    if isinstance(value, bool):
+        raise RecordError(key, "not_an_integer", "boolean")
+    if isinstance(value, float):
+        if not math.isfinite(value) or not value.is_integer():
+            raise RecordError(key, "not_an_integer", f"value {value!r}")
+        value = int(value)
+    elif isinstance(value, str):
+        try:
+            value = int(value.strip())
+        except ValueError:
+            raise RecordError(key, "not_an_integer", f"string of length {len(value)}") from None
+    elif not isinstance(value, int):
+        raise RecordError(key, "not_an_integer", type(value).__name__)
+    if value < 0:
+        raise RecordError(key, "negative", f"value {value}")
+    if value > MAX_PLAUSIBLE_TOKENS:
+        raise RecordError(key, "absurd_value", f"value {value} > {MAX_PLAUSIBLE_TOKENS}")
+    return int(value)
+
+
+def number(value: Any, key: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        if isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                raise RecordError(key, "not_a_number", f"string of length {len(value)}") from None
+        else:
+            raise RecordError(key, "not_a_number", type(value).__name__)
+    if not math.isfinite(value):
+        raise RecordError(key, "not_finite", repr(value))
+    return float(value)
+
+
+def optional_text(value: Any, key: str) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str | int) and not isinstance(value, bool):
+        return str(value)
+    raise RecordError(key, "not_a_string", type(value).__name__)
+
+
+def check_arrival(moment: datetime, key: str) -> datetime:
+    if not EARLIEST_ARRIVAL <= moment < LATEST_ARRIVAL:
+        raise RecordError(key, "implausible_timestamp", moment.isoformat())
+    return moment
+
+
+def seconds_timestamp(value: Any, key: str, anchor: datetime) -> datetime:
+    """A timestamp documented in seconds: epoch seconds, or seconds relative to ``anchor``.
+
+    Epoch values that are 10^3 or 10^6 too large are milliseconds or microseconds written
+    where seconds belong: quarantined as a unit mix-up rather than placed centuries ahead.
+    """
+    if isinstance(value, str) and not _looks_numeric(value):
+        return iso_timestamp(value, key)
+    seconds = number(value, key)
+    if seconds < 0:
+        raise RecordError(key, "negative", f"value {seconds}")
+    if seconds >= 1e17:
+        raise RecordError(key, "timestamp_unit_mismatch", "value looks like ns, expected seconds")
+    if seconds >= 1e14:
+        raise RecordError(key, "timestamp_unit_mismatch", "value looks like µs, expected seconds")
+    if seconds >= 1e11:
+        raise RecordError(key, "timestamp_unit_mismatch", "value looks like ms, expected seconds")
+    if seconds >= EPOCH_SECONDS_MIN:
+        moment = datetime.fromtimestamp(seconds, tz=UTC)
+    else:
+        moment = anchor + timedelta(seconds=seconds)
+    return check_arrival(moment, key)
+
+
+def _looks_numeric(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def iso_timestamp(value: Any, key: str) -> datetime:
+    if not isinstance(value, str):
+        raise RecordError(key, "not_a_timestamp", type(value).__name__)
+    try:
+        moment = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise RecordError(key, "not_a_timestamp", f"string of length {len(value)}") from None
+    moment = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    return check_arrival(moment, key)
+
+
+# ---------------------------------------------------------------------------------------------
+# Content to hashes.
+
+
+def content_blocks(
+    prompt_ids: list[int], output_ids: list[int] | None, ctx: ReadContext
+) -> tuple[list[int], int]:
+    """Chained hashes over prompt (+ output when its tokens are known) and the prompt block count."""
+    sequence = prompt_ids + (output_ids or [])
+    try:
+        hashes = chain_hash_tokens(sequence, ctx.block_size, ctx.salt)
+    except ValueError as exc:
+        raise RecordError("token_ids", "invalid_token_id", str(exc)) from None
+    return hashes.tolist(), len(prompt_ids) // ctx.block_size
+
+
+def token_ids(value: Any, key: str) -> list[int]:
+    if not isinstance(value, list):
+        raise RecordError(key, "not_a_list", type(value).__name__)
+    try:
+        array = np.asarray(value, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):
+        raise RecordError(key, "invalid_token_id", "non-integer entries") from None
+    if array.ndim != 1 or (array.size and (array.min() < 0 or array.max() > 0xFFFFFFFF)):
+        raise RecordError(key, "invalid_token_id", "ids must be integers in [0, 2**32)")
+    if array.size > MAX_PLAUSIBLE_TOKENS:
+        raise RecordError(key, "absurd_value", f"{array.size} tokens")
+    if array.size and any(isinstance(v, bool | float) for v in value):
+        raise RecordError(key, "invalid_token_id", "non-integer entries")
+    return array.tolist()  # type: ignore[no-any-return]
+
+
+# ---------------------------------------------------------------------------------------------
+# Line-oriented JSON readers.
+
+# Exceptions a converter may hit on shapes it did not expect (a list where a dict belongs, …).
+# They quarantine the record rather than abort the file.
+_SHAPE_ERRORS = (TypeError, ValueError, KeyError, AttributeError, IndexError, OverflowError)
+
+
+class JsonLinesReader(Reader):
+    """Base for JSON Lines formats: subclasses turn one decoded object into one canonical row."""
+
+    @abstractmethod
+    def convert(
+        self, obj: dict[str, Any], source: SourceFile, line: int, ctx: ReadContext
+    ) -> dict[str, Any]: ...
+
+    def detect(self, head: bytes) -> bool:
+        first = _first_json_object(head)
+        return first is not None and self.detect_object(first)
+
+    @abstractmethod
+    def detect_object(self, obj: dict[str, Any]) -> bool: ...
+
+    def read(self, source: SourceFile, ctx: ReadContext) -> ReadResult:
+        rows: list[dict[str, Any]] = []
+        quarantine = Quarantine(source)
+        read = 0
+        for line_no, obj in iter_json_objects(source, quarantine, ctx):
+            read += 1
+            if obj is None:
+                continue
+            try:
+                row = self.convert(obj, source, line_no, ctx)
+            except RecordError as err:
+                quarantine.add(line_no, err.field, err.reason, err.detail)
+                continue
+            except _SHAPE_ERRORS as exc:
+                quarantine.add(line_no, "<record>", "malformed_record", type(exc).__name__)
+                continue
+            row.setdefault("source_format", self.name)
+            row.setdefault("source_file", source.label)
+            row.setdefault("source_line", line_no)
+            row.setdefault("request_id", f"{source.label}:{line_no}")
+            row.setdefault("block_size", ctx.block_size)
+            rows.append(row)
+        return ReadResult(canonical_rows(rows), quarantine.frame(), read)
+
+
+def canonical_rows(rows: list[dict[str, Any]]) -> pl.DataFrame:
+    """Row dicts (any subset of the canonical columns) as a canonical frame."""
+    return pl.from_dicts(rows, schema=CANONICAL_SCHEMA) if rows else empty_canonical()
+
+
+def iter_json_objects(
+    source: SourceFile, quarantine: Quarantine, ctx: ReadContext
+) -> Iterator[tuple[int, dict[str, Any] | None]]:
+    """Every non-blank line as a decoded object, or ``None`` after quarantining it.
+
+    Blank lines are not records and are skipped. A last line that is not valid JSON and has
+    no newline is reported as truncated.
+    """
+    for line_no, (raw, terminated) in enumerate(source.iter_lines(ctx.progress), start=1):
+        if not raw.strip():
+            continue
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            quarantine.add(line_no, "<line>", "invalid_utf8", f"byte offset {exc.start}")
+            yield line_no, None
+            continue
+        try:
+            obj = json.loads(text)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            reason = "truncated_last_line" if not terminated else "invalid_json"
+            position = getattr(exc, "pos", None)
+            quarantine.add(line_no, "<line>", reason, f"at column {position}")
+            yield line_no, None
+            continue
+        if not isinstance(obj, dict):
+            quarantine.add(line_no, "<line>", "not_an_object", type(obj).__name__)
+            yield line_no, None
+            continue
+        yield line_no, obj
+
+
+def _first_json_object(head: bytes) -> dict[str, Any] | None:
+    for raw in head.split(b"\n"):
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+            return None
+        return obj if isinstance(obj, dict) else None
+    return None

@@ -1,0 +1,27 @@
+"""BurstGPT CSV: ``Timestamp`` (seconds from trace start), model, token counts, log type.
+
+Later releases add ``Session ID`` and ``Elapsed time`` (seconds); both are optional here.
+``Log Type`` ("Conversation log" / "API log") says which Azure OpenAI surface served the
+request; it is kept as the tenant, the only client grouping the trace has.
+"""
+
+from __future__ import annotations
+
+from pipeline.readers.csvtable import Column, CsvReader
+
+
+class BurstGPTReader(CsvReader):
+    name = "burstgpt"
+    description = "BurstGPT CSV (Timestamp s, Model, Request tokens, Response tokens, Log Type)"
+    columns = (
+        Column("Timestamp", "relative_seconds", "arrival"),
+        Column("Model", "text", "model"),
+        Column("Request tokens", "tokens", "prompt_tokens"),
+        Column("Response tokens", "tokens", "output_tokens"),
+        Column("Total tokens", "tokens", "_total_tokens", required=False),
+        Column("Log Type", "text", "tenant"),
+    )
+    optional_columns = (
+        Column("Session ID", "text", "session_id", required=False),
+        Column("Elapsed time", "seconds", "e2e_ms", required=False),
+    )

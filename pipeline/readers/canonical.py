@@ -1,0 +1,53 @@
+"""The canonical Parquet itself (a previous ``enginefit ingest`` output, or any conforming file)."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from pipeline.errors import InputFormatError
+from pipeline.readers.base import Quarantine, ReadContext, Reader, ReadResult
+from pipeline.readers.source import SourceFile
+from pipeline.schema import CANONICAL_SCHEMA, MAX_PLAUSIBLE_TOKENS
+
+
+class CanonicalParquetReader(Reader):
+    name = "canonical-parquet"
+    description = "enginefit canonical request table (Parquet)"
+
+    def detect(self, head: bytes) -> bool:
+        return head.startswith(b"PAR1")
+
+    def read(self, source: SourceFile, ctx: ReadContext) -> ReadResult:
+        try:
+            frame = pl.read_parquet(source.read_all())
+        except Exception as exc:  # noqa: BLE001 - polars raises several unrelated types
+            raise InputFormatError(f"{source.label}: unreadable Parquet: {exc}") from exc
+        wrong = [
+            f"{name} (expected {dtype}, found {frame.schema.get(name, 'nothing')})"
+            for name, dtype in CANONICAL_SCHEMA.items()
+            if frame.schema.get(name) != dtype
+        ]
+        if wrong:
+            raise InputFormatError(
+                f"{source.label}: Parquet is not an enginefit request table; columns: "
+                + "; ".join(wrong)
+            )
+        frame = frame.select(CANONICAL_SCHEMA.names()).with_row_index("_row", offset=1)
+        problems = [
+            ("arrival", "missing", pl.col("arrival").is_null()),
+            ("prompt_tokens", "missing", pl.col("prompt_tokens").is_null()),
+            ("prompt_tokens", "negative", pl.col("prompt_tokens") < 0),
+            ("output_tokens", "negative", pl.col("output_tokens") < 0),
+            ("prompt_tokens", "absurd_value", pl.col("prompt_tokens") > MAX_PLAUSIBLE_TOKENS),
+            ("output_tokens", "absurd_value", pl.col("output_tokens") > MAX_PLAUSIBLE_TOKENS),
+            ("block_size", "missing", pl.col("block_size").is_null() | (pl.col("block_size") <= 0)),
+        ]
+        quarantine = Quarantine(source)
+        bad = pl.lit(False)
+        for field_name, reason, failed in problems:
+            hit = failed.fill_null(False) & ~bad
+            for row in frame.filter(hit)["_row"].to_list():
+                quarantine.add(int(row), field_name, reason)
+            bad = bad | failed.fill_null(False)
+        good = frame.filter(~bad).drop("_row")
+        return ReadResult(good, quarantine.frame(), frame.height)

@@ -1,0 +1,306 @@
+"""Arrival pattern: counts, span, mean and peak rates, burstiness, timestamp quantisation.
+
+Definitions (all times from the canonical ``arrival`` column, microsecond precision):
+
+* **span** = last arrival − first arrival; **mean rate** = requests / span (undefined for span 0).
+* **Count windows** of w seconds are tumbling windows aligned to the Unix epoch (so 60 s windows
+  are clock minutes): bucket = floor(arrival_us / w_us). Every bucket from the first arrival's to
+  the last arrival's is counted, empty ones included. **Peak rate** = max count / w.
+  **Index of dispersion** = variance / mean of those counts (population variance, ddof = 0);
+  1 for a Poisson process, larger means burstier.
+* **Inter-arrival CV** = std / mean of the gaps between consecutive arrivals (sorted, ties give
+  zero gaps; population std). 1 for Poisson.
+* **Quantisation**: a trace is *quantised* when at least half of its requests share their
+  timestamp with another request *and* at least 90 % of the gaps between consecutive distinct
+  timestamps are within 1 % of a multiple of the smallest such gap q0 (a regular grid, not a
+  batch submission). The quantum is the median of the gaps that are ≈ q0. On a quantised trace
+  inter-arrival statistics are not supported (the gaps are 0 or ≈ a quantum: artefacts), and a
+  w-second window is supported only when w ≥ ``min_quanta_per_window`` × quantum, or when every
+  timestamp is an exact multiple of the quantum and w is too (windows then hold whole buckets).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import polars as pl
+
+from pipeline.shape.common import US_PER_S, ShapeError, arrival_us, collect, finite
+
+WINDOWS_S: tuple[int, ...] = (1, 10, 60)
+QUANTISED_TIE_SHARE = 0.5
+GRID_SHARE = 0.9
+GRID_TOLERANCE = 0.01
+DAY_S = 86_400
+WEEK_S = 7 * DAY_S
+
+
+def window_label(window_s: float) -> str:
+    return f"{window_s:g}s"
+
+
+@dataclass(frozen=True)
+class Quantisation:
+    """What the timestamps can resolve. ``quantum_s`` is None when the trace is not quantised."""
+
+    quantised: bool
+    distinct_timestamps: int
+    tie_share: float
+    min_distinct_gap_s: float | None
+    max_distinct_gap_s: float | None
+    grid_share: float | None
+    quantum_s: float | None
+    on_exact_grid: bool
+
+    def window_support(self, window_s: float, min_quanta: float) -> tuple[bool, str | None]:
+        """Whether counts in ``window_s``-second windows are meaningful, and why not if not."""
+        if not self.quantised or self.quantum_s is None:
+            return True, None
+        if window_s >= min_quanta * self.quantum_s:
+            return True, None
+        quantum_us = round(self.quantum_s * US_PER_S)
+        window_us = round(window_s * US_PER_S)
+        if self.on_exact_grid and quantum_us > 0 and window_us % quantum_us == 0:
+            return True, None
+        return False, (
+            f"timestamps are quantised to ~{self.quantum_s:g} s buckets; a {window_s:g} s "
+            f"window needs >= {min_quanta:g} quanta ({min_quanta * self.quantum_s:g} s)"
+        )
+
+    def gaps_support(self) -> tuple[bool, str | None]:
+        if not self.quantised:
+            return True, None
+        return False, (
+            f"timestamps are quantised to ~{self.quantum_s:g} s buckets "
+            f"({self.tie_share:.0%} of requests share a timestamp); gaps below the quantum "
+            "are artefacts"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def arrival_basics(frame: pl.LazyFrame) -> dict[str, Any]:
+    """requests, first, last, span_s, mean_rate_rps. Raises on an empty table or null arrivals."""
+    row = collect(
+        frame.select(
+            pl.len().alias("requests"),
+            pl.col("arrival").null_count().alias("nulls"),
+            pl.col("arrival").min().alias("first"),
+            pl.col("arrival").max().alias("last"),
+        )
+    ).row(0, named=True)
+    if row["requests"] == 0:
+        raise ShapeError("request table is empty: nothing to measure")
+    if row["nulls"]:
+        raise ShapeError(f"request table: {row['nulls']} rows have a null 'arrival'")
+    first: datetime = row["first"]
+    last: datetime = row["last"]
+    span_s = (last - first).total_seconds()
+    return {
+        "requests": int(row["requests"]),
+        "first": first.isoformat(),
+        "last": last.isoformat(),
+        "span_s": span_s,
+        "mean_rate_rps": row["requests"] / span_s if span_s > 0 else None,
+    }
+
+
+def detect_quantisation(frame: pl.LazyFrame) -> Quantisation:
+    """Detect bucketed timestamps (see the module docstring for the rule)."""
+    distinct = frame.select(arrival_us().alias("t")).group_by("t").agg(pl.len().alias("c"))
+    head = collect(
+        distinct.select(
+            pl.len().alias("distinct"),
+            pl.col("c").sum().alias("n"),
+            pl.col("c").filter(pl.col("c") > 1).sum().alias("tied"),
+        )
+    ).row(0, named=True)
+    n, k = int(head["n"]), int(head["distinct"])
+    tie_share = (head["tied"] or 0) / n if n else 0.0
+    if k < 2:
+        return Quantisation(False, k, tie_share, None, None, None, None, False)
+    gaps = distinct.select("t").sort("t").select(pl.col("t").diff().alias("g")).drop_nulls()
+    q0 = collect(gaps.select(pl.col("g").min())).item()
+    tol = max(1.0, GRID_TOLERANCE * q0)
+    mult = (pl.col("g") / q0).round()
+    row = collect(
+        gaps.select(
+            pl.col("g").max().alias("gmax"),
+            ((pl.col("g") - mult * q0).abs() <= tol).mean().alias("grid_share"),
+            pl.col("g").filter(mult == 1).median().alias("quantum"),
+        )
+    ).row(0, named=True)
+    on_grid = bool(collect(distinct.select(((pl.col("t") % q0) == 0).all())).item())
+    quantised = tie_share >= QUANTISED_TIE_SHARE and row["grid_share"] >= GRID_SHARE
+    return Quantisation(
+        quantised=quantised,
+        distinct_timestamps=k,
+        tie_share=tie_share,
+        min_distinct_gap_s=q0 / US_PER_S,
+        max_distinct_gap_s=row["gmax"] / US_PER_S,
+        grid_share=float(row["grid_share"]),
+        quantum_s=row["quantum"] / US_PER_S if quantised else None,
+        on_exact_grid=on_grid and quantised,
+    )
+
+
+def window_counts_stats(frame: pl.LazyFrame, window_s: float) -> dict[str, Any]:
+    """Peak count, peak rate, mean count and index of dispersion over ``window_s`` windows.
+
+    Empty windows between the first and last arrival count as zeros; only non-empty buckets are
+    materialised (the zeros enter through the bucket count).
+    """
+    w_us = round(window_s * US_PER_S)
+    counts = (
+        frame.select((arrival_us() // w_us).alias("b")).group_by("b").agg(pl.len().alias("c"))
+    )
+    row = collect(
+        counts.select(
+            (pl.col("b").max() - pl.col("b").min() + 1).alias("bins"),
+            pl.col("c").sum().alias("n"),
+            (pl.col("c").cast(pl.Float64) ** 2).sum().alias("sumsq"),
+            pl.col("c").max().alias("peak"),
+            pl.col("b").filter(pl.col("c") == pl.col("c").max()).min().alias("peak_b"),
+        )
+    ).row(0, named=True)
+    bins, n = int(row["bins"]), int(row["n"])
+    mean = n / bins
+    var = max(0.0, row["sumsq"] / bins - mean * mean)
+    peak_at = datetime.fromtimestamp(row["peak_b"] * w_us / US_PER_S, tz=UTC)
+    return {
+        "window_s": window_s,
+        "bins": bins,
+        "mean_count": mean,
+        "variance": var,
+        "index_of_dispersion": var / mean,
+        "peak_count": int(row["peak"]),
+        "peak_rate_rps": int(row["peak"]) / window_s,
+        "peak_window_start": peak_at.isoformat(),
+    }
+
+
+def inter_arrival_stats(frame: pl.LazyFrame) -> dict[str, Any]:
+    """Mean, std, CV and largest gap between consecutive arrivals (seconds)."""
+    gaps = (
+        frame.select(arrival_us().alias("t"))
+        .sort("t")
+        .select(pl.col("t"), pl.col("t").diff().alias("g"))
+        .drop_nulls()
+    )
+    row = collect(
+        gaps.select(
+            pl.len().alias("gaps"),
+            pl.col("g").mean().alias("mean"),
+            pl.col("g").std(ddof=0).alias("std"),
+            pl.col("g").max().alias("max"),
+            (pl.col("t") - pl.col("g")).filter(pl.col("g") == pl.col("g").max()).min().alias("at"),
+            (pl.col("g") == 0).mean().alias("zero_share"),
+        )
+    ).row(0, named=True)
+    if not row["gaps"]:
+        return {"gaps": 0, "mean_gap_s": None, "std_gap_s": None, "cv": None}
+    mean = row["mean"] / US_PER_S
+    std = row["std"] / US_PER_S
+    return {
+        "gaps": int(row["gaps"]),
+        "mean_gap_s": mean,
+        "std_gap_s": std,
+        "cv": finite(std / mean) if mean > 0 else None,
+        "zero_gap_share": float(row["zero_share"]),
+        "max_gap_s": row["max"] / US_PER_S,
+        "max_gap_starts": datetime.fromtimestamp(row["at"] / US_PER_S, tz=UTC).isoformat(),
+    }
+
+
+def time_profile(frame: pl.LazyFrame, span_s: float) -> dict[str, Any]:
+    """Hour-of-day (span ≥ 1 day) and day-of-week (span ≥ 7 days) shares of requests, UTC.
+
+    Shares are over the whole trace; partial first/last days weigh their hours less. For traces
+    with relative timestamps the hours are offsets from the configured anchor, not wall clock.
+    """
+    out: dict[str, Any] = {}
+    for key, unit, need_s, expr, keys in (
+        ("hour_of_day", "hour", DAY_S, pl.col("arrival").dt.hour(), range(24)),
+        ("day_of_week", "weekday", WEEK_S, pl.col("arrival").dt.weekday(), range(1, 8)),
+    ):
+        if span_s < need_s:
+            out[key] = {
+                "supported": False,
+                "reason": f"span {span_s:,.0f} s is shorter than {need_s:,} s "
+                f"({'one day' if need_s == DAY_S else 'one week'})",
+            }
+            continue
+        counts = collect(
+            frame.select(expr.cast(pl.Int32).alias(unit)).group_by(unit).agg(pl.len().alias("n"))
+        )
+        got = dict(zip(counts[unit].to_list(), counts["n"].to_list(), strict=True))
+        total = sum(got.values())
+        rows = [{unit: k, "requests": got.get(k, 0), "share": got.get(k, 0) / total} for k in keys]
+        shares = [r["share"] for r in rows]
+        out[key] = {
+            "supported": True,
+            "timezone": "UTC",
+            "profile": rows,
+            "peak_to_trough": finite(max(shares) / min(shares)) if min(shares) > 0 else None,
+        }
+    return out
+
+
+def arrival_series(frame: pl.LazyFrame, bucket_s: float) -> pl.DataFrame:
+    """Requests per ``bucket_s`` bucket (epoch-aligned), empty buckets included, for plotting."""
+    b_us = round(bucket_s * US_PER_S)
+    counts = collect(
+        frame.select((arrival_us() // b_us).alias("b")).group_by("b").agg(pl.len().alias("n"))
+    )
+    lo, hi = counts["b"].min(), counts["b"].max()
+    grid = pl.DataFrame({"b": pl.int_range(lo, hi + 1, eager=True)})  # type: ignore[arg-type]
+    return (
+        grid.join(counts, on="b", how="left")
+        .with_columns(pl.col("n").fill_null(0).cast(pl.Int64))
+        .select(
+            (pl.col("b") * b_us).cast(pl.Datetime("us", "UTC")).alias("bucket_start"),
+            pl.col("n").alias("requests"),
+        )
+        .sort("bucket_start")
+    )
+
+
+def plot_bucket_s(span_s: float, finest_s: float, max_points: int) -> float:
+    """The smallest 'nice' bucket ≥ ``finest_s`` giving at most ``max_points`` buckets."""
+    for candidate in (1, 2, 5, 10, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, DAY_S):
+        if candidate >= finest_s and span_s / candidate + 1 <= max_points:
+            return float(candidate)
+    return float(max(finest_s, span_s / (max_points - 1)))
+
+
+def arrival_metrics(frame: pl.LazyFrame, min_quanta: float) -> dict[str, Any]:
+    """Everything under ``arrivals`` in ``workload_shape.json``."""
+    basics = arrival_basics(frame)
+    quant = detect_quantisation(frame)
+    windows: dict[str, Any] = {}
+    for w in WINDOWS_S:
+        ok, reason = quant.window_support(w, min_quanta)
+        windows[window_label(w)] = (
+            {"supported": True, **window_counts_stats(frame, w)}
+            if ok
+            else {"supported": False, "reason": reason, "window_s": w}
+        )
+    ok, reason = quant.gaps_support()
+    if basics["requests"] < 2:
+        ok, reason = False, "fewer than 2 requests"
+    inter = {"supported": True, **inter_arrival_stats(frame)} if ok else {}
+    if ok and inter.get("cv") is None:
+        ok, reason = False, "all requests arrive at the same instant"
+    if not ok:
+        inter = {"supported": False, "reason": reason}
+    return {
+        **basics,
+        "quantisation": quant.as_dict(),
+        "windows": windows,
+        "inter_arrival": inter,
+        **time_profile(frame, basics["span_s"]),
+    }
+

@@ -1,0 +1,210 @@
+"""Peak concurrency: the +1/−1 sweep over request intervals.
+
+Each request occupies the half-open interval [arrival, arrival + duration). At a timestamp where
+one request ends and another starts, **the end is processed before the start**, so back-to-back
+requests do not overlap; a zero-duration request occupies nothing. Concurrency at time t is
+therefore #(starts ≤ t) − #(ends ≤ t), computed with two sorted-search passes (no event loop):
+the peak is attained at some start, so evaluating at every start gives the exact maximum.
+
+Durations are the logged ``e2e_ms`` when present. Rows without it get the
+:class:`~pipeline.facts.LatencyModel` estimate; if any row is estimated, every figure derived
+from the sweep is labelled ``estimated`` with the model's parameters. End times are rounded to
+whole microseconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import polars as pl
+
+from pipeline.facts import LatencyModel
+from pipeline.shape.common import US_PER_S, ShapeError, arrival_us, collect
+
+
+@dataclass(frozen=True)
+class ConcurrencyResult:
+    """Peak and mean concurrency, how durations were obtained, and the downsampled series."""
+
+    peak: int
+    peak_at: datetime | None
+    mean: float | None
+    estimated: bool
+    durations_logged: int
+    durations_estimated: int
+    latency_model: LatencyModel | None
+    series: pl.DataFrame
+
+    @property
+    def label(self) -> str:
+        if not self.estimated or self.latency_model is None:
+            return "exact (logged e2e_ms)"
+        lm = self.latency_model
+        return (
+            f"estimated: duration = {lm.ttft_base_ms:g} ms + {lm.ttft_per_prompt_token_ms:g} ms"
+            f"/prompt token + {lm.tpot_ms:g} ms/output token (source: {lm.source}) for "
+            f"{self.durations_estimated:,} of {self.durations_logged + self.durations_estimated:,}"
+            " requests"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "peak": self.peak,
+            "peak_at": self.peak_at.isoformat() if self.peak_at else None,
+            "mean": self.mean,
+            "estimated": self.estimated,
+            "label": self.label,
+            "durations_logged": self.durations_logged,
+            "durations_estimated": self.durations_estimated,
+            "latency_model": self.latency_model.as_dict() if self.latency_model else None,
+            "tie_order": "end before start at equal timestamps (half-open intervals)",
+        }
+
+
+def intervals(frame: pl.LazyFrame, latency_model: LatencyModel) -> pl.LazyFrame:
+    """start_us, end_us (Int64 µs since epoch) and ``estimated`` per request."""
+    return frame.select(
+        arrival_us().alias("start_us"),
+        (
+            arrival_us()
+            + (pl.coalesce(pl.col("e2e_ms"), latency_model.duration_ms_expr()) * 1000.0)
+            .round()
+            .cast(pl.Int64)
+        ).alias("end_us"),
+        pl.col("e2e_ms").is_null().alias("estimated"),
+    )
+
+
+def _validate(frame: pl.LazyFrame, latency_model: LatencyModel) -> tuple[int, int]:
+    """(logged, estimated) duration counts; raises on negative or non-finite durations."""
+    bad = collect(
+        frame.filter(
+            (pl.col("e2e_ms") < 0) | pl.col("e2e_ms").is_nan() | pl.col("e2e_ms").is_infinite()
+        )
+        .select("request_id", "source_file", "source_line", "e2e_ms")
+        .head(1)
+    )
+    if bad.height:
+        r = bad.row(0, named=True)
+        raise ShapeError(
+            f"{r['source_file']}:{r['source_line']}: request {r['request_id']!r} has "
+            f"e2e_ms={r['e2e_ms']} (durations must be finite and >= 0)"
+        )
+    neg = collect(
+        frame.filter(pl.col("e2e_ms").is_null() & (latency_model.duration_ms_expr() < 0))
+        .select("request_id", "source_file", "source_line")
+        .head(1)
+    )
+    if neg.height:
+        r = neg.row(0, named=True)
+        raise ShapeError(
+            f"{r['source_file']}:{r['source_line']}: request {r['request_id']!r} gets a negative "
+            "estimated duration (negative token counts?)"
+        )
+    row = collect(
+        frame.select(pl.col("e2e_ms").count().alias("logged"), pl.len().alias("n"))
+    ).row(0, named=True)
+    return int(row["logged"]), int(row["n"]) - int(row["logged"])
+
+
+def _sorted_bounds(frame: pl.LazyFrame, latency_model: LatencyModel) -> pl.DataFrame:
+    """Two independently sorted columns ``s`` (starts) and ``e`` (ends), same length."""
+    iv = intervals(frame, latency_model)
+    return pl.concat(
+        [
+            collect(iv.select(pl.col("start_us").sort().alias("s"))),
+            collect(iv.select(pl.col("end_us").sort().alias("e"))),
+        ],
+        how="horizontal",
+    )
+
+
+def _level_at(points: pl.Expr) -> pl.Expr:
+    """Concurrency just after all events at each time in ``points`` (ends before starts)."""
+    return pl.col("s").search_sorted(points, side="right").cast(pl.Int64) - pl.col(
+        "e"
+    ).search_sorted(points, side="right").cast(pl.Int64)
+
+
+def concurrency_steps(frame: pl.LazyFrame | pl.DataFrame, latency_model: LatencyModel) -> pl.DataFrame:
+    """The exact step function: ``time`` (every distinct start/end) and ``concurrency`` from then on."""
+    lf = frame.lazy() if isinstance(frame, pl.DataFrame) else frame
+    bounds = _sorted_bounds(lf, latency_model)
+    times = pl.concat([bounds["s"], bounds["e"]]).unique().sort()
+    return bounds.select(
+        pl.lit(times).alias("t"), _level_at(pl.lit(times)).alias("concurrency")
+    ).select(
+        pl.col("t").cast(pl.Datetime("us", "UTC")).alias("time"), pl.col("concurrency")
+    )
+
+
+def peak_concurrency(
+    frame: pl.LazyFrame | pl.DataFrame, latency_model: LatencyModel, max_points: int = 2000
+) -> ConcurrencyResult:
+    """Exact sweep over logged (or estimated) durations, plus a per-bucket max/min envelope."""
+    lf = frame.lazy() if isinstance(frame, pl.DataFrame) else frame
+    logged, estimated = _validate(lf, latency_model)
+    bounds = _sorted_bounds(lf, latency_model)
+    if bounds.height == 0:
+        raise ShapeError("request table is empty: nothing to measure")
+    at_starts = bounds.select(pl.col("s").alias("t"), _level_at(pl.col("s")).alias("level"))
+    top = at_starts.select(
+        pl.col("level").max().alias("peak"),
+        pl.col("t").filter(pl.col("level") == pl.col("level").max()).min().alias("at"),
+    ).row(0, named=True)
+    t0, t1 = int(bounds["s"][0]), int(bounds["e"].max())  # type: ignore[arg-type]
+    busy_us = float((bounds["e"].cast(pl.Float64) - bounds["s"].cast(pl.Float64)).sum())
+    peak = int(top["peak"])
+    series = _envelope(bounds, at_starts, t0, t1, max_points)
+    return ConcurrencyResult(
+        peak=peak,
+        peak_at=datetime.fromtimestamp(top["at"] / US_PER_S, tz=UTC) if peak > 0 else None,
+        mean=busy_us / (t1 - t0) if t1 > t0 else None,
+        estimated=estimated > 0,
+        durations_logged=logged,
+        durations_estimated=estimated,
+        latency_model=latency_model if estimated > 0 else None,
+        series=series.with_columns(pl.lit(estimated > 0).alias("estimated")),
+    )
+
+
+def _envelope(
+    bounds: pl.DataFrame, at_starts: pl.DataFrame, t0: int, t1: int, max_points: int
+) -> pl.DataFrame:
+    """Max and min concurrency per bucket (≤ ``max_points`` buckets over [t0, t1]).
+
+    The max over a bucket is attained at its left edge or at a start inside it; the min at its
+    left edge or just after an end inside it, so those three point sets give the exact envelope.
+    """
+    width = nice_width_us(t1 - t0 + 1, max_points)
+    t0 = t0 // width * width
+    n_buckets = (t1 - t0) // width + 1
+    edges = pl.Series("t", [t0 + i * width for i in range(n_buckets)], dtype=pl.Int64)
+    at_edges = bounds.select(pl.lit(edges).alias("t"), _level_at(pl.lit(edges)).alias("level"))
+    at_ends = bounds.select(pl.col("e").alias("t"), _level_at(pl.col("e")).alias("level"))
+    bucket = ((pl.col("t") - t0) // width).alias("bucket")
+    highs = pl.concat([at_edges, at_starts]).group_by(bucket).agg(pl.col("level").max().alias("hi"))
+    lows = pl.concat([at_edges, at_ends]).group_by(bucket).agg(pl.col("level").min().alias("lo"))
+    return (
+        highs.join(lows, on="bucket", how="full", coalesce=True)
+        .sort("bucket")
+        .select(
+            (pl.col("bucket") * width + t0).cast(pl.Datetime("us", "UTC")).alias("bucket_start"),
+            pl.lit(width / US_PER_S).alias("bucket_s"),
+            pl.col("hi").alias("concurrency_max"),
+            pl.col("lo").alias("concurrency_min"),
+        )
+    )
+
+
+def nice_width_us(span_us: int, max_points: int) -> int:
+    """The smallest 1/2/5 × 10^k µs bucket width giving at most ``max_points`` buckets."""
+    scale = 1
+    while True:
+        for step in (1, 2, 5):
+            width = step * scale
+            if span_us // width + 1 <= max_points:
+                return width
+        scale *= 10

@@ -1,0 +1,173 @@
+"""Place a workload on DOMAIN.md's axes, each finding with the numbers behind it.
+
+Rules (thresholds from the ``shape`` config section; defaults in brackets):
+
+* **concurrency** — peak concurrency ≤ ``concurrency_low_max`` [2]: ``concurrency.low`` (little
+  to batch; llama.cpp / Ollama territory); ≥ ``concurrency_high_min`` [10]: ``concurrency.high``
+  (vLLM / SGLang; Ollama is out); otherwise ``concurrency.moderate``. Estimated when the sweep
+  used the latency model.
+* **output tail** — p99/p50 of output tokens ≥ ``long_tail_ratio`` [4] ("p99 ≫ p50"):
+  ``output_tail.long`` (continuous batching is not optional: head-of-line blocking); below it:
+  ``output_tail.short``; no output logged: ``output_tail.unknown``.
+* **prompt tail** — p99/p50 of prompt tokens ≥ ``long_tail_ratio``: ``prompt_tail.long``
+  (long-context scheduling / chunked prefill is the bottleneck, not the engine); else
+  ``prompt_tail.short``.
+* **data caveats** — ``timestamps.quantised`` when arrivals are bucketed; ``arrivals.bursty``
+  when the inter-arrival CV or the 1 s (else finest supported) index of dispersion exceeds 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from pipeline.shape.config import ShapeConfig
+
+
+@dataclass(frozen=True)
+class Finding:
+    axis: str
+    id: str
+    message: str
+    numbers: dict[str, Any] = field(default_factory=dict)
+    estimated: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _concurrency(conc: dict[str, Any], cfg: ShapeConfig) -> Finding:
+    peak = conc["peak"]
+    est = bool(conc["estimated"])
+    numbers: dict[str, Any] = {
+        "peak_concurrency": peak,
+        "mean_concurrency": conc.get("mean"),
+        "low_max": cfg.concurrency_low_max,
+        "high_min": cfg.concurrency_high_min,
+    }
+    if est:
+        numbers["latency_model"] = conc.get("latency_model")
+    qual = " (estimated from the latency model)" if est else ""
+    if peak <= cfg.concurrency_low_max:
+        return Finding(
+            "concurrency",
+            "concurrency.low",
+            f"Peak concurrency {peak}{qual} ≤ {cfg.concurrency_low_max:g}: little to batch; "
+            "look hard at llama.cpp / Ollama.",
+            numbers,
+            est,
+        )
+    if peak >= cfg.concurrency_high_min:
+        return Finding(
+            "concurrency",
+            "concurrency.high",
+            f"Peak concurrency {peak}{qual} ≥ {cfg.concurrency_high_min:g}: vLLM or SGLang; "
+            "Ollama is out.",
+            numbers,
+            est,
+        )
+    return Finding(
+        "concurrency",
+        "concurrency.moderate",
+        f"Peak concurrency {peak}{qual} is between {cfg.concurrency_low_max:g} and "
+        f"{cfg.concurrency_high_min:g}: some batching; benchmark both a server engine and "
+        "llama.cpp.",
+        numbers,
+        est,
+    )
+
+
+def _tail(name: str, dist: dict[str, Any], cfg: ShapeConfig) -> Finding:
+    axis = f"{name}_tail"
+    ratio = dist.get("p99_over_p50")
+    numbers = {
+        "p50": dist.get("p50"),
+        "p99": dist.get("p99"),
+        "max": dist.get("max"),
+        "p99_over_p50": ratio,
+        "threshold": cfg.long_tail_ratio,
+    }
+    if dist.get("count", 0) == 0:
+        return Finding(axis, f"{axis}.unknown", f"{name.capitalize()} tokens are not logged.", numbers)
+    p50, p99 = dist["p50"], dist["p99"]
+    long_tail = (ratio is None and p99 > 0) or (ratio is not None and ratio >= cfg.long_tail_ratio)
+    shown = "∞" if ratio is None else f"{ratio:.1f}"
+    if not long_tail:
+        return Finding(
+            axis,
+            f"{axis}.short",
+            f"{name.capitalize()} p99/p50 = {shown} ({p99:g}/{p50:g}) < {cfg.long_tail_ratio:g}: "
+            "no long tail.",
+            numbers,
+        )
+    consequence = (
+        "continuous batching is not optional (head-of-line blocking)."
+        if name == "output"
+        else "long-context scheduling (chunked prefill) is the bottleneck, not the engine."
+    )
+    return Finding(
+        axis,
+        f"{axis}.long",
+        f"{name.capitalize()} p99/p50 = {shown} ({p99:g}/{p50:g}) ≥ {cfg.long_tail_ratio:g}: "
+        f"{consequence}",
+        numbers,
+    )
+
+
+def _arrivals(arrivals: dict[str, Any]) -> list[Finding]:
+    out: list[Finding] = []
+    quant = arrivals["quantisation"]
+    unsupported = sorted(k for k, v in arrivals["windows"].items() if not v["supported"])
+    if quant["quantised"]:
+        out.append(
+            Finding(
+                "data",
+                "timestamps.quantised",
+                f"Arrival timestamps are bucketed to ~{quant['quantum_s']:g} s "
+                f"({quant['distinct_timestamps']:,} distinct values); inter-arrival CV and "
+                f"{', '.join(unsupported) or 'no'} windows are not reported.",
+                {
+                    "quantum_s": quant["quantum_s"],
+                    "distinct_timestamps": quant["distinct_timestamps"],
+                    "tie_share": quant["tie_share"],
+                    "unsupported_windows": unsupported,
+                },
+            )
+        )
+    cv = arrivals["inter_arrival"].get("cv")
+    supported = [v for v in arrivals["windows"].values() if v["supported"]]
+    finest = min(supported, key=lambda v: v["window_s"]) if supported else None
+    iod = finest["index_of_dispersion"] if finest else None
+    if (cv is not None and cv > 1) or (iod is not None and iod > 1):
+        out.append(
+            Finding(
+                "concurrency",
+                "arrivals.bursty",
+                "Arrivals are burstier than Poisson"
+                + (f" (inter-arrival CV {cv:.2f})" if cv is not None else "")
+                + (
+                    f" (index of dispersion {iod:.1f} at {finest['window_s']:g} s)"
+                    if finest is not None
+                    else ""
+                )
+                + ": size for the peak, not the mean rate.",
+                {
+                    "inter_arrival_cv": cv,
+                    "index_of_dispersion": iod,
+                    "window_s": finest["window_s"] if finest else None,
+                    "mean_rate_rps": arrivals.get("mean_rate_rps"),
+                    "peak_rate_rps": finest["peak_rate_rps"] if finest else None,
+                },
+            )
+        )
+    return out
+
+
+def place_on_axes(shape: dict[str, Any], cfg: ShapeConfig) -> list[Finding]:
+    """Findings for a computed shape (the dict of ``workload_shape.json`` without findings)."""
+    return [
+        _concurrency(shape["concurrency"], cfg),
+        _tail("output", shape["lengths"]["output_tokens"], cfg),
+        _tail("prompt", shape["lengths"]["prompt_tokens"], cfg),
+        *_arrivals(shape["arrivals"]),
+    ]

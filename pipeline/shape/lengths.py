@@ -1,0 +1,51 @@
+"""Prompt and output token distributions (percentiles: see ``common.PERCENTILE_METHOD_DOC``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from pipeline.facts import Percentiles
+from pipeline.shape.common import collect, distribution, percentiles_from_row, quantile_exprs
+
+# Prompt sizes at which "long context" starts to matter for KV memory and chunked prefill.
+LONG_CONTEXT_TOKENS: tuple[int, ...] = (8_192, 32_768, 131_072)
+
+
+def token_percentiles(frame: pl.LazyFrame, column: str) -> Percentiles | None:
+    """p50/p90/p95/p99/max of a token column; None when the column is entirely null."""
+    row = collect(
+        frame.select(*quantile_exprs(column), pl.col(column).max().cast(pl.Float64).alias("max"))
+    ).row(0, named=True)
+    return percentiles_from_row(row)
+
+
+def long_context_shares(frame: pl.LazyFrame) -> dict[str, Any]:
+    """Share of requests whose prompt is at least each of ``LONG_CONTEXT_TOKENS`` tokens."""
+    row = collect(
+        frame.select(
+            pl.col("prompt_tokens").count().alias("n"),
+            *[
+                (pl.col("prompt_tokens") >= t).sum().alias(str(t))
+                for t in LONG_CONTEXT_TOKENS
+            ],
+        )
+    ).row(0, named=True)
+    n = int(row["n"])
+    return {
+        f">={t}": {"requests": int(row[str(t)]), "share": row[str(t)] / n if n else None}
+        for t in LONG_CONTEXT_TOKENS
+    }
+
+
+def length_metrics(frame: pl.LazyFrame) -> dict[str, Any]:
+    """Everything under ``lengths`` in ``workload_shape.json``."""
+    prompt = distribution(frame, "prompt_tokens")
+    output = distribution(frame, "output_tokens")
+    output["logged"] = output["count"] > 0
+    return {
+        "prompt_tokens": prompt,
+        "output_tokens": output,
+        "long_context": long_context_shares(frame),
+    }
