@@ -7,11 +7,15 @@ from pathlib import Path
 import dagster as dg
 
 from assets import ingest
+from assets import prefix as prefix_stage
+from assets import shape as shape_stage
 from assets.resources import EnginefitStore
 
 # One module per stage; each exposes ASSETS and CHECKS lists. Keep one line per stage.
 _STAGES = [
     ingest,
+    prefix_stage,
+    shape_stage,
 ]
 
 all_assets = [a for stage in _STAGES for a in stage.ASSETS]
@@ -27,7 +31,9 @@ defs = dg.Definitions(
 )
 
 
-def run_full_graph(config_path: Path, instance: dg.DagsterInstance) -> tuple[list[tuple[str, str, str]], bool]:
+def run_full_graph(
+    config_path: Path, instance: dg.DagsterInstance
+) -> tuple[list[tuple[str, str, str]], bool]:
     """Materialise every asset and check in-process; return (asset, label, path) of each output."""
     store = EnginefitStore(config_path=str(config_path))
     result = dg.materialize(

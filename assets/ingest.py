@@ -33,7 +33,10 @@ def workload(store: EnginefitStore) -> dg.MaterializeResult:
     paths = write_workload(result, store.workload_dir())
     summary = result.summary
     by_reason = pl.DataFrame(
-        {"reason": list(summary.quarantined_by_reason), "records": list(summary.quarantined_by_reason.values())},
+        {
+            "reason": list(summary.quarantined_by_reason),
+            "records": list(summary.quarantined_by_reason.values()),
+        },
         schema={"reason": pl.String, "records": pl.Int64},
     )
     return dg.MaterializeResult(
@@ -49,7 +52,8 @@ def workload(store: EnginefitStore) -> dg.MaterializeResult:
             "out_of_order_sorted": summary.out_of_order,
             "duplicate_timestamps": summary.duplicate_timestamps,
             "block_size": summary.block_size,
-            "tokenizer": summary.tokenizer + (" (approximate)" if summary.tokens_approximate else ""),
+            "tokenizer": summary.tokenizer
+            + (" (approximate)" if summary.tokens_approximate else ""),
             "salt_fingerprint": summary.salt_fingerprint,
             "requests_path": dg.MetadataValue.path(str(paths["requests"])),
             "quarantine_path": dg.MetadataValue.path(str(paths["quarantine"])),
@@ -90,9 +94,15 @@ def workload_quarantine_share(store: EnginefitStore) -> dg.AssetCheckResult:
     summary = json.loads((store.workload_dir() / SUMMARY_FILE).read_text())
     threshold = store.config().workload.quarantine_warn_share
     return _result(
-        checks.quarantine_share_below(summary["records_read"], summary["quarantined"], threshold), warn=True
+        checks.quarantine_share_below(summary["records_read"], summary["quarantined"], threshold),
+        warn=True,
     )
 
 
 ASSETS = [workload]
-CHECKS = [workload_non_empty, workload_no_negative_tokens, workload_arrivals_sorted, workload_quarantine_share]
+CHECKS = [
+    workload_non_empty,
+    workload_no_negative_tokens,
+    workload_arrivals_sorted,
+    workload_quarantine_share,
+]

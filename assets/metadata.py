@@ -23,8 +23,15 @@ def frame_markdown(frame: pl.DataFrame, max_rows: int = 50) -> str:
 def frame_preview(frame: pl.DataFrame, rows: int = 5) -> dg.MetadataValue:
     head = frame.head(rows)
     records = [
-        dg.TableRecord({k: v if isinstance(v, int | float | str | bool) or v is None else str(v) for k, v in row.items()})
+        dg.TableRecord(
+            {
+                k: v if isinstance(v, int | float | str | bool) or v is None else str(v)
+                for k, v in row.items()
+            }
+        )
         for row in head.to_dicts()
     ]
-    schema = dg.TableSchema(columns=[dg.TableColumn(name=c, type=str(t)) for c, t in head.schema.items()])
+    schema = dg.TableSchema(
+        columns=[dg.TableColumn(name=c, type=str(t)) for c, t in head.schema.items()]
+    )
     return dg.MetadataValue.table(records=records, schema=schema)

@@ -9,7 +9,7 @@ import dagster as dg
 from pipeline.config import Config, load_config
 
 
-class EnginefitStore(dg.ConfigurableResource):  # type: ignore[misc]
+class EnginefitStore(dg.ConfigurableResource):
     """The configuration file and the directories derived from it.
 
     Tests pass ``EnginefitStore(config_path=str(tmp_path / "enginefit.yaml"))``; the default

@@ -16,11 +16,19 @@ def no_negative_tokens(requests: pl.LazyFrame) -> list[str]:
         (pl.col("output_tokens") < 0).sum().alias("output_tokens"),
         (pl.col("cached_tokens") < 0).sum().alias("cached_tokens"),
     ).collect()
-    return [f"{count} rows with negative {name}" for name, count in counts.row(0, named=True).items() if count]
+    return [
+        f"{count} rows with negative {name}"
+        for name, count in counts.row(0, named=True).items()
+        if count
+    ]
 
 
 def arrivals_sorted(requests: pl.LazyFrame) -> list[str]:
-    backwards = requests.select((pl.col("arrival").diff() < pl.duration(microseconds=0)).sum()).collect().item()
+    backwards = (
+        requests.select((pl.col("arrival").diff() < pl.duration(microseconds=0)).sum())
+        .collect()
+        .item()
+    )
     return [f"{backwards} arrivals earlier than the row before them"] if backwards else []
 
 

@@ -23,7 +23,7 @@ _BLOCK_ID = b"\x02"
 _ROOT_PARENT = bytes(8)
 
 
-def _keyed(salt: bytes) -> hashlib._Hash:  # type: ignore[name-defined]
+def _keyed(salt: bytes) -> hashlib.blake2b:
     # BLAKE2b keys are at most 64 bytes; longer salts are folded first so any salt works.
     key = salt if len(salt) <= 64 else hashlib.blake2b(salt).digest()
     return hashlib.blake2b(key=key, digest_size=8)

@@ -28,6 +28,7 @@ from pipeline.store import (
     QUARANTINE_FILE,
     SUMMARY_FILE,
     is_canonical_parquet,
+    parquet_files,
     scan_requests,
     write_json_atomic,
     write_parquet_atomic,
@@ -123,7 +124,7 @@ def expand_paths(paths: Sequence[str | Path]) -> list[SourceFile]:
                     raise InputFormatError(f"{match}: directory holds no trace files")
                 sources.extend(SourceFile.of(p) for p in inner)
             elif path.is_dir():
-                sources.extend(SourceFile.of(p) for p in sorted(path.rglob("*.parquet")))
+                sources.extend(SourceFile.of(p) for p in parquet_files(path))
             else:
                 sources.append(SourceFile.of(path, match))
     return sources

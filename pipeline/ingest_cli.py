@@ -27,17 +27,30 @@ def register(subparsers: Any) -> None:
         "stream) into a canonical workload directory: requests/*.parquet, quarantine.parquet "
         "and ingest_summary.json. Prints rows, span and quarantined records by reason.",
     )
-    parser.add_argument("paths", nargs="+", metavar="PATH", help="trace files, globs or directories")
+    parser.add_argument(
+        "paths", nargs="+", metavar="PATH", help="trace files, globs or directories"
+    )
     parser.add_argument("--format", default="auto", choices=["auto", *FORMAT_NAMES])
-    parser.add_argument("--block-size", type=int, default=None, help="tokens per hashed block (default: config, else 16)")
-    parser.add_argument("--out", default="data/ingest", help="workload directory to write (default: data/ingest)")
+    parser.add_argument(
+        "--block-size",
+        type=int,
+        default=None,
+        help="tokens per hashed block (default: config, else 16)",
+    )
+    parser.add_argument(
+        "--out", default="data/ingest", help="workload directory to write (default: data/ingest)"
+    )
     parser.add_argument(
         "--config",
         default=None,
         help=f"configuration for salt, anchor and tokenizer (default: ./{DEFAULT_CONFIG} if present)",
     )
-    parser.add_argument("--anchor", default=None, help="anchor date for relative timestamps (ISO-8601)")
-    parser.add_argument("--tokenizer", default=None, help="local tokenizer.json (default: approximate)")
+    parser.add_argument(
+        "--anchor", default=None, help="anchor date for relative timestamps (ISO-8601)"
+    )
+    parser.add_argument(
+        "--tokenizer", default=None, help="local tokenizer.json (default: approximate)"
+    )
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.set_defaults(func=run_ingest)
 
@@ -47,14 +60,22 @@ def run_ingest(args: argparse.Namespace) -> int:
     workload = load_config(config_path).workload if config_path else None
     salt = os.environ.get(SALT_ENV_VAR) or (workload.hash_salt if workload else "")
     if not salt:
-        raise ConfigError(f"no hash salt: pass --config with workload.hash_salt or set {SALT_ENV_VAR}")
+        raise ConfigError(
+            f"no hash salt: pass --config with workload.hash_salt or set {SALT_ENV_VAR}"
+        )
     block_size = args.block_size or (workload.block_size if workload else 16)
     if block_size <= 0:
         raise ConfigError("--block-size must be positive")
-    anchor = parse_anchor(args.anchor, "--anchor") if args.anchor else (workload.anchor if workload else None)
+    anchor = (
+        parse_anchor(args.anchor, "--anchor")
+        if args.anchor
+        else (workload.anchor if workload else None)
+    )
     tokenizer = args.tokenizer or (workload.tokenizer if workload else None)
     total = sum(s.size() for s in expand_paths(args.paths))
-    with tqdm(total=total, unit="B", unit_scale=True, desc="ingest", disable=None, file=sys.stderr) as bar:
+    with tqdm(
+        total=total, unit="B", unit_scale=True, desc="ingest", disable=None, file=sys.stderr
+    ) as bar:
         result = ingest_paths(
             args.paths,
             fmt=args.format,

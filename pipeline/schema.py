@@ -61,7 +61,7 @@ from __future__ import annotations
 import polars as pl
 
 CANONICAL_SCHEMA: pl.Schema = pl.Schema(
-    {
+    {  # type: ignore[arg-type]
         "request_id": pl.String,
         "arrival": pl.Datetime("us", "UTC"),
         "session_id": pl.String,

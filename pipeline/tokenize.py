@@ -22,8 +22,11 @@ _PIECE = re.compile(r" ?[^\W\d_]{1,6}| ?\d{1,3}| ?[^\w\s]|\s+|_")
 
 
 class Tokenizer(Protocol):
-    name: str
-    approximate: bool
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def approximate(self) -> bool: ...
 
     def encode(self, text: str) -> list[int]: ...
 
@@ -59,7 +62,7 @@ class HuggingFaceTokenizer:
 
         try:
             impl = HFTokenizer.from_file(str(path))
-        except Exception as exc:  # noqa: BLE001 - the package raises plain Exception
+        except Exception as exc:
             raise ConfigError(f"{path}: cannot load tokenizer.json: {exc}") from exc
         return cls(path=str(path), name=f"tokenizer.json:{Path(path).name}", _impl=impl)
 

@@ -12,11 +12,19 @@ from pipeline.readers.base import ReadContext, Reader, ReadResult
 from pipeline.readers.burstgpt import BurstGPTReader
 from pipeline.readers.canonical import CanonicalParquetReader
 from pipeline.readers.mooncake import MooncakeReader
+from pipeline.readers.openai_chat import OpenAIChatReader
+from pipeline.readers.prompt_text import PromptTextReader
 from pipeline.readers.source import SourceFile
+from pipeline.readers.token_ids import TokenIdsReader
+from pipeline.readers.tracelab import TraceLabReader
 
 READERS: list[Reader] = [
     CanonicalParquetReader(),
     MooncakeReader(),
+    TraceLabReader(),
+    TokenIdsReader(),
+    OpenAIChatReader(),
+    PromptTextReader(),
     AzureReader(),
     BurstGPTReader(),
 ]

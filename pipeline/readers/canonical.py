@@ -20,7 +20,7 @@ class CanonicalParquetReader(Reader):
     def read(self, source: SourceFile, ctx: ReadContext) -> ReadResult:
         try:
             frame = pl.read_parquet(source.read_all())
-        except Exception as exc:  # noqa: BLE001 - polars raises several unrelated types
+        except Exception as exc:
             raise InputFormatError(f"{source.label}: unreadable Parquet: {exc}") from exc
         wrong = [
             f"{name} (expected {dtype}, found {frame.schema.get(name, 'nothing')})"

@@ -112,8 +112,9 @@ def _split_lines(body: bytes, label: str, first_line: int) -> tuple[pl.DataFrame
     raw_lines = body.split(b"\n")
     if raw_lines and raw_lines[-1] == b"":
         raw_lines.pop()
+    texts: list[str | None]
     try:
-        texts: list[str | None] = body.decode("utf-8").split("\n")[: len(raw_lines)]
+        texts = list(body.decode("utf-8").split("\n")[: len(raw_lines)])
         bad_lines: list[int] = []
     except UnicodeDecodeError:
         texts, bad_lines = [], []

@@ -28,7 +28,7 @@ class MooncakeReader(JsonLinesReader):
     )
 
     def detect_object(self, obj: dict[str, Any]) -> bool:
-        return _KEYS <= obj.keys()
+        return obj.keys() >= _KEYS
 
     def convert(
         self, obj: dict[str, Any], source: SourceFile, line: int, ctx: ReadContext
