@@ -178,11 +178,10 @@ def ingest_sources(
     out_of_order = requests.select(
         (pl.col("arrival") < pl.col("arrival").cum_max().shift(1).over("_file")).sum()
     ).item()
-    requests = (
-        requests.with_columns(pl.lit(block_size, pl.Int32).alias("block_size"))
-        .sort(["arrival", "_file", "source_line"], maintain_order=True)
-        .drop("_file")
-    )
+    requests = requests.with_columns(pl.lit(block_size, pl.Int32).alias("block_size"))
+    if not requests["arrival"].is_sorted():  # already-sorted traces (the usual case) skip the sort
+        requests = requests.sort(["arrival", "_file", "source_line"], maintain_order=True)
+    requests = requests.drop("_file")
     duplicate_timestamps = requests.height - requests["arrival"].n_unique()
     files = []
     for source, reader_name, result in file_rows:

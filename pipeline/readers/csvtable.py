@@ -72,13 +72,17 @@ class CsvReader(Reader):
             pl.lit("wrong_field_count").alias("reason"),
             pl.format("{} fields, header has {}", "n_fields", pl.lit(len(header))).alias("detail"),
         )
-        parsed = records.select(
+        strings = records.select(
             "line",
             *[
                 pl.col("fields").list.get(header.index(c.header)).str.strip_chars().alias(c.header)
                 for c in present
             ],
-        ).with_columns(_error_exprs(present, ctx))
+        )
+        # Each value is parsed once into _value_<header>; the checks read those columns.
+        parsed = strings.with_columns(
+            _parse_column(strings[c.header], c, ctx).alias(_value(c)) for c in present
+        ).with_columns(_error_exprs(present))
         bad = parsed.filter(pl.col("_error_field").is_not_null()).select(
             pl.lit(source.label).alias("source_file"),
             pl.col("line").alias("source_line"),
@@ -89,7 +93,7 @@ class CsvReader(Reader):
         good = parsed.filter(pl.col("_error_field").is_null())
         requests = conform(
             good.select(
-                *[_value_expr(c, ctx).alias(c.target) for c in present],
+                *[pl.col(_value(c)).alias(c.target) for c in present],
                 pl.format("{}:{}", pl.lit(source.label), "line").alias("request_id"),
                 pl.lit(self.name).alias("source_format"),
                 pl.lit(source.label).alias("source_file"),
@@ -160,46 +164,47 @@ def _split_fields(lines: pl.DataFrame, width: int) -> pl.DataFrame:
     )
 
 
-def _datetime_expr(name: str) -> pl.Expr:
-    parsed = pl.coalesce(
-        *[
-            pl.col(name).str.strptime(pl.Datetime("ns"), fmt, strict=False)
-            for fmt in _DATETIME_FORMATS
-        ]
-    )
-    return parsed.dt.cast_time_unit("us").dt.replace_time_zone("UTC")
+def _value(column: Column) -> str:
+    return f"_value_{column.header}"
 
 
-def _seconds_expr(name: str) -> pl.Expr:
-    return pl.col(name).cast(pl.Float64, strict=False)
+def _parse_datetimes(raw: pl.Series) -> pl.Series:
+    """Naive wall-clock strings as UTC; later formats are tried only on rows earlier ones missed."""
+    parsed = raw.str.strptime(pl.Datetime("us"), _DATETIME_FORMATS[0], strict=False)
+    for fmt in _DATETIME_FORMATS[1:]:
+        missing = parsed.is_null() & raw.is_not_null()
+        if not missing.any():
+            break
+        retry = raw.str.strptime(pl.Datetime("us"), fmt, strict=False)
+        parsed = pl.select(pl.when(missing).then(retry).otherwise(parsed)).to_series()
+    return parsed.dt.replace_time_zone("UTC")
 
 
-def _relative_arrival_expr(name: str, anchor: datetime) -> pl.Expr:
-    seconds = _seconds_expr(name)
-    micros = (seconds * 1e6).round().cast(pl.Int64)
-    epoch = pl.from_epoch(micros, time_unit="us").dt.replace_time_zone("UTC")
-    relative = pl.lit(anchor).dt.cast_time_unit("us") + pl.duration(microseconds=micros)
-    return pl.when(seconds >= EPOCH_SECONDS_MIN).then(epoch).otherwise(relative)
-
-
-def _value_expr(column: Column, ctx: ReadContext) -> pl.Expr:
-    name = column.header
-    if column.kind == "tokens":
-        return pl.col(name).cast(pl.Int64, strict=False)
+def _parse_column(raw: pl.Series, column: Column, ctx: ReadContext) -> pl.Series:
     if column.kind == "datetime":
-        return _datetime_expr(name)
-    if column.kind == "relative_seconds":
-        return _relative_arrival_expr(name, ctx.anchor)
-    if column.kind == "seconds":  # a duration in seconds, stored in ms
-        return _seconds_expr(name) * 1000.0
-    return pl.when(pl.col(name) == "").then(None).otherwise(pl.col(name))
+        return _parse_datetimes(raw)
+    frame = raw.to_frame("raw")
+    if column.kind == "tokens":
+        expr = pl.col("raw").cast(pl.Int64, strict=False)
+    elif column.kind == "seconds":  # a duration in seconds, stored in ms
+        expr = pl.col("raw").cast(pl.Float64, strict=False) * 1000.0
+    elif column.kind == "relative_seconds":
+        seconds = pl.col("raw").cast(pl.Float64, strict=False)
+        finite = pl.when(seconds.is_finite() & (seconds < 1e11)).then(seconds)
+        micros = (finite * 1e6).round().cast(pl.Int64)
+        epoch = pl.from_epoch(micros, time_unit="us").dt.replace_time_zone("UTC")
+        relative = pl.lit(ctx.anchor).dt.cast_time_unit("us") + pl.duration(microseconds=micros)
+        expr = pl.when(finite >= EPOCH_SECONDS_MIN).then(epoch).otherwise(relative)
+    else:
+        expr = pl.when(pl.col("raw") == "").then(None).otherwise(pl.col("raw"))
+    return frame.select(expr).to_series()
 
 
-def _error_exprs(columns: list[Column], ctx: ReadContext) -> list[pl.Expr]:
+def _error_exprs(columns: list[Column]) -> list[pl.Expr]:
     """``_error_field`` / ``_error_reason`` of each row's first failing column (null when clean)."""
     checks: list[tuple[str, str, pl.Expr]] = []
     for column in columns:
-        raw, value = pl.col(column.header), _value_expr(column, ctx)
+        raw, value = pl.col(column.header), pl.col(_value(column))
         empty = raw.is_null() | (raw == "")
         if column.kind == "text":
             continue
@@ -212,7 +217,7 @@ def _error_exprs(columns: list[Column], ctx: ReadContext) -> list[pl.Expr]:
                 (column.header, "absurd_value", value > MAX_PLAUSIBLE_TOKENS),
             ]
         elif column.kind in ("relative_seconds", "seconds"):
-            seconds = _seconds_expr(column.header)
+            seconds = raw.cast(pl.Float64, strict=False)
             checks += [
                 (column.header, "not_a_number", ~empty & (seconds.is_null() | seconds.is_nan())),
                 (column.header, "not_finite", seconds.is_infinite()),
