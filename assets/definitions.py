@@ -9,6 +9,8 @@ import dagster as dg
 from assets import ingest
 from assets import prefix as prefix_stage
 from assets import shape as shape_stage
+from assets import bench as bench_stage
+from assets import sim as sim_stage
 from assets.resources import EnginefitStore
 
 # One module per stage; each exposes ASSETS and CHECKS lists. Keep one line per stage.
@@ -16,6 +18,8 @@ _STAGES = [
     ingest,
     prefix_stage,
     shape_stage,
+    bench_stage,
+    sim_stage,
 ]
 
 all_assets = [a for stage in _STAGES for a in stage.ASSETS]
@@ -40,6 +44,8 @@ def run_full_graph(
         [*all_assets, *all_checks],
         instance=instance,
         resources={"store": store},
+        # Step-level DEBUG lines would bury the summary; the UI still shows every event.
+        run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
         raise_on_error=False,
     )
     outputs = []

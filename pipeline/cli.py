@@ -16,6 +16,7 @@ from pipeline import ingest_cli
 from pipeline.shape import cli as shape_cli
 from pipeline.prefix import cli as prefix_cli
 from pipeline.sim import cli as sim_cli
+from pipeline.bench import cli as bench_cli
 from pipeline.errors import EnginefitError
 
 # Each module here has ``register(subparsers)``; keep one line per area.
@@ -24,6 +25,7 @@ _AREAS = [
     shape_cli,
     prefix_cli,
     sim_cli,
+    bench_cli,
 ]
 
 

@@ -168,7 +168,9 @@ def _assign_sessions(
     return code, inferred
 
 
-def infer_parents(requests: pl.DataFrame, *, min_blocks: int = DEFAULT_MIN_SESSION_MATCH_BLOCKS) -> pl.Series:
+def infer_parents(
+    requests: pl.DataFrame, *, min_blocks: int = DEFAULT_MIN_SESSION_MATCH_BLOCKS
+) -> pl.Series:
     """Row index of the request each request continues (null when it starts a conversation).
 
     Every request with known hashes is searched (logged session ids are ignored here); see
@@ -248,7 +250,9 @@ def infer_sessions(
 def _check_sorted(requests: pl.DataFrame) -> None:
     arrival = requests["arrival"]
     if arrival.null_count():
-        raise SessionInputError("requests: 'arrival' has nulls; the canonical table needs every arrival")
+        raise SessionInputError(
+            "requests: 'arrival' has nulls; the canonical table needs every arrival"
+        )
     if not arrival.is_sorted():
         raise SessionInputError(
             "requests: not sorted by 'arrival'; session inference needs the canonical arrival order"

@@ -18,7 +18,7 @@ T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 def _frame(rows: list[dict[str, object]]) -> pl.DataFrame:
     full = []
     for i, row in enumerate(rows):
-        hashes = row.get("h", [])
+        hashes: list[int] = row.get("h", [])  # type: ignore[assignment]
         full.append(
             {
                 "request_id": row.get("id", f"r{i}"),
@@ -44,7 +44,9 @@ def _frame(rows: list[dict[str, object]]) -> pl.DataFrame:
     )
 
 
-def _expected(ids: list[str], sessions: list[str], inferred: list[bool], turns: list[int]) -> pl.DataFrame:
+def _expected(
+    ids: list[str], sessions: list[str], inferred: list[bool], turns: list[int]
+) -> pl.DataFrame:
     return pl.DataFrame(
         {"request_id": ids, "session_id": sessions, "session_inferred": inferred, "turn": turns},
         schema=SESSIONS_SCHEMA,

@@ -234,9 +234,8 @@ def fleet_cost(costed: pl.DataFrame, rates: Mapping[str, float], keys: list[str]
         {"rate_label": list(rates), "rate_rps": [float(v) for v in rates.values()]},
         schema={"rate_label": pl.String, "rate_rps": pl.Float64},
     )
-    base = costed.filter(pl.col("sweep") != "other").select(
-        *keys, "sweep", "capacity_rps", "gpu_count", "gpu_hour_usd"
-    )
+    extra = [c for c in ("capacity_rps", "gpu_count", "gpu_hour_usd") if c not in keys]
+    base = costed.filter(pl.col("sweep") != "other").select(*keys, "sweep", *extra)
     ratio = pl.col("rate_rps") / pl.col("capacity_rps")
     # A hair below an integer is that integer (92.19 / 92.19 must be 1 replica, not 2).
     replicas = pl.when(pl.col("capacity_rps") > 0).then((ratio - 1e-9).ceil().clip(lower_bound=0))
@@ -267,5 +266,5 @@ def fleet_cost(costed: pl.DataFrame, rates: Mapping[str, float], keys: list[str]
     return out.select(
         *keys,
         "sweep",
-        *(pl.col(c).cast(t) for c, t in FLEET_SCHEMA.items()),
+        *(pl.col(c).cast(t) for c, t in FLEET_SCHEMA.items() if c not in keys),
     ).sort([*keys, "sweep", "rate_label"], nulls_last=True)

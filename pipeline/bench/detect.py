@@ -1,9 +1,9 @@
 """Parse a benchmark result file and tell which tool wrote it — by content, never by extension.
 
-Parsing (:func:`load_document`): the whole text as one JSON document (bare ``Infinity``/``NaN``
-accepted, as SGLang writes them); on "extra data" — or when the first line alone is a complete
-object — as JSON Lines (vLLM ``--append-result`` writes JSONL into a ``.json`` file); text that
-does not start with ``{`` or ``[`` as YAML (guidellm ``benchmarks.yaml``, inference-perf
+Parsing (:func:`load_document`): a stream of JSON values in one pass (bare ``Infinity``/``NaN``
+accepted, as SGLang writes them) — one value is a JSON document, several are JSON Lines (vLLM
+``--append-result`` writes JSONL into a ``.json`` file); text that does not start with ``{`` or
+``[`` as YAML (guidellm ``benchmarks.yaml``, inference-perf
 ``config.yaml``).
 
 Detection (:func:`detect_kind`, BENCH_FORMATS.md §8) on the first record:
@@ -23,6 +23,8 @@ kind                       rule
 ``aiperf_requests``        ``metadata.request_start_ns`` (aiperf ``profile_export.jsonl`` line)
 ``llmperf_summary``        ``results_ttft_s_mean`` or ``version == "2023-08-31"``
 ``llmperf_requests``       list of objects with ``ttft_s``
+``vllm_sweep_summary``     list of objects with ``*_ttft_ms`` (``vllm bench sweep``
+                           ``summary.json``: copies of the ``run=<k>.json`` files)
 ``sglang_bench_serving``   ``*_ttft_ms`` + an SGLang marker, no ``burstiness``/``*_e2el_ms``
 ``vllm_bench_serve``       ``*_ttft_ms`` otherwise
 =========================  ==================================================================
@@ -54,6 +56,7 @@ KINDS: tuple[str, ...] = (
     "inference_perf_summary",
     "inference_perf_config",
     "inference_perf_requests",
+    "vllm_sweep_summary",
 )
 FORMATS_TRIED = (
     "vLLM bench serve JSON/JSONL, SGLang bench_serving JSONL, guidellm benchmarks.json/.yaml, "
@@ -83,6 +86,7 @@ _AIPERF_MARKERS = (
     "inter_chunk_latency",
     "error_request_count",
 )
+_WS = re.compile(r"\s*")
 _STAGE_NAME = re.compile(r"^stage_(\d+)_lifecycle_metrics\.json$")
 
 
@@ -115,35 +119,37 @@ def load_document(path: Path) -> Document:
         raise BenchFormatError(f"{path}: empty file; formats tried: {FORMATS_TRIED}")
     if stripped[0] not in "{[":
         return _load_yaml(path, text, raw)
-    try:
-        return Document(path, "json", [json.loads(text)], [1], raw)
-    except json.JSONDecodeError as exc:
-        whole_error = exc
-    lines = [(i + 1, line) for i, line in enumerate(text.splitlines()) if line.strip()]
-    first_ok = False
-    if len(lines) > 1:
+    return _load_json_stream(path, text, raw)
+
+
+def _load_json_stream(path: Path, text: str, raw: bytes) -> Document:
+    """One JSON document, or several concatenated/line-delimited ones, in a single pass."""
+    decoder = json.JSONDecoder()
+    records: list[Any] = []
+    numbers: list[int] = []
+    idx, line, counted_to = 0, 1, 0
+    while True:
+        idx = _WS.match(text, idx).end()  # type: ignore[union-attr]
+        if idx >= len(text):
+            break
+        line += text.count("\n", counted_to, idx)
+        counted_to = idx
         try:
-            json.loads(lines[0][1])
-            first_ok = True
-        except json.JSONDecodeError:
-            first_ok = False
-    if whole_error.msg == "Extra data" or first_ok:
-        records: list[Any] = []
-        numbers: list[int] = []
-        for line_no, line in lines:
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as exc:
+            obj, end = decoder.raw_decode(text, idx)
+        except json.JSONDecodeError as exc:
+            if not records:
                 raise BenchFormatError(
-                    f"{path}: line {line_no}: not valid JSON ({exc.msg} at column {exc.colno}); "
-                    "the file is JSON Lines (one result object per line) — truncated?"
+                    f"{path}: not valid JSON ({exc.msg} at line {exc.lineno} column "
+                    f"{exc.colno}) — truncated or corrupt?; formats tried: {FORMATS_TRIED}"
                 ) from exc
-            numbers.append(line_no)
-        return Document(path, "jsonl", records, numbers, raw)
-    raise BenchFormatError(
-        f"{path}: not valid JSON ({whole_error.msg} at line {whole_error.lineno} column "
-        f"{whole_error.colno}) — truncated or corrupt?; formats tried: {FORMATS_TRIED}"
-    )
+            raise BenchFormatError(
+                f"{path}: line {line}: not valid JSON ({exc.msg} at column {exc.colno}); "
+                "the file is JSON Lines (one result object per line) — truncated?"
+            ) from exc
+        records.append(obj)
+        numbers.append(line)
+        idx = end
+    return Document(path, "json" if len(records) == 1 else "jsonl", records, numbers, raw)
 
 
 def _load_yaml(path: Path, text: str, raw: bytes) -> Document:
@@ -172,6 +178,8 @@ def detect_record(path: Path, obj: Any) -> str | None:
         if obj and len(dicts) == len(obj):
             if "ttft_s" in dicts[0]:
                 return "llmperf_requests"
+            if any(_TTFT_MS.match(str(k)) for k in dicts[0]):
+                return "vllm_sweep_summary"
             if {"start_time", "end_time"} <= dicts[0].keys() and "info" in dicts[0]:
                 return "inference_perf_requests"
         return None

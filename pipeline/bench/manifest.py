@@ -8,8 +8,9 @@ File name convention (first match wins for a result file ``<dir>/<name>``):
 
 1. ``<dir>/<name>.manifest.yaml`` — for this one file (e.g. ``results.jsonl.manifest.yaml``);
 2. ``<dir>/enginefit-bench.yaml`` — for every result file in the folder;
-3. ``<dir>/../enginefit-bench.yaml`` — for per-run artifact folders (genai-perf, aiperf,
-   llmperf write one folder per load point).
+3. the nearest ``enginefit-bench.yaml`` in up to ``MAX_PARENT_LEVELS`` (3) parent folders — for
+   per-run artifact folders (genai-perf, aiperf, llmperf write one folder per load point;
+   ``vllm bench sweep`` writes ``<experiment>/<params>/run=<k>.json``).
 
 A manifest passed to :func:`pipeline.bench.read_bench_files` in code is merged *over* the sidecar
 (its keys win), so a caller can add a price to sidecars that lack one.
@@ -47,6 +48,7 @@ from pipeline.errors import InputFormatError
 
 DIR_MANIFEST_NAME = "enginefit-bench.yaml"
 FILE_MANIFEST_SUFFIX = ".manifest.yaml"
+MAX_PARENT_LEVELS = 3
 REQUIRED_KEYS: tuple[str, ...] = ("engine", "gpu_type", "gpu_count")
 _STR_KEYS = (
     "engine",
@@ -90,11 +92,14 @@ class BenchManifest:
 def sidecar_candidates(result_file: Path) -> list[Path]:
     """Where a sidecar manifest for ``result_file`` is looked for, in order."""
     folder = result_file.parent
-    return [
-        folder / f"{result_file.name}{FILE_MANIFEST_SUFFIX}",
-        folder / DIR_MANIFEST_NAME,
-        folder.parent / DIR_MANIFEST_NAME,
-    ]
+    out = [folder / f"{result_file.name}{FILE_MANIFEST_SUFFIX}", folder / DIR_MANIFEST_NAME]
+    parent = folder
+    for _ in range(MAX_PARENT_LEVELS):
+        if parent.parent == parent:
+            break
+        parent = parent.parent
+        out.append(parent / DIR_MANIFEST_NAME)
+    return out
 
 
 def is_manifest_file(path: Path) -> bool:
@@ -171,9 +176,7 @@ def resolve_manifest(
     if explicit is not None:
         if isinstance(explicit, BenchManifest):
             explicit_map: dict[str, Any] = {
-                k: v
-                for k, v in explicit.__dict__.items()
-                if k != "source" and v is not None
+                k: v for k, v in explicit.__dict__.items() if k != "source" and v is not None
             }
             label = explicit.source
         elif isinstance(explicit, (str, Path)):

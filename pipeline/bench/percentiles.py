@@ -84,8 +84,11 @@ def recompute_stats(per_request: pl.DataFrame) -> pl.DataFrame:
         .select(
             "point_id",
             *columns,
-            *[f"{p}_{s}" for p in ("input_tokens", "output_tokens")
-              for s in ("mean", "p50", "p99", "fixed")],
+            *[
+                f"{p}_{s}"
+                for p in ("input_tokens", "output_tokens")
+                for s in ("mean", "p50", "p99", "fixed")
+            ],
         )
         .sort("point_id")
         .collect()

@@ -53,7 +53,6 @@ CANDIDATE_KEYS = (
     "gpu_count",
     "workload",
 )
-STATUS_ORDER = {"pass": 0, "unknown": 1, "fail": 2}
 
 
 class SloSpecError(ConfigError):
@@ -600,7 +599,7 @@ def _note_expr() -> pl.Expr:
         ),
         pl.when(status == "below_range").then(
             pl.format(
-                "fails at the lowest decisive load {}: capacity is below the range tried",
+                "no passing point below the first failure at {}: capacity is below it",
                 _fmt_load(pl.col("first_fail_load")),
             )
         ),

@@ -49,6 +49,7 @@ import polars as pl
 
 from pipeline.errors import EnginefitError
 from pipeline.prefix.config import PrefixConfig
+from pipeline.prefix.replay import replay_unbounded
 from pipeline.sessions import flat_lists
 
 
@@ -166,8 +167,16 @@ def sharing_curve(requests: pl.DataFrame | pl.LazyFrame, block_size: int) -> pl.
             pl.col("eligible").sum().cast(pl.Int64).alias("eligible"),
             pl.col("sharing").sum().cast(pl.Int64).alias("sharing"),
             pl.col("prompt_tokens").sum().cast(pl.Int64).alias("prompt_tokens"),
-            pl.col("prompt_tokens").filter("eligible").sum().cast(pl.Int64).alias("prompt_tokens_eligible"),
-            pl.col("prompt_tokens").filter("sharing").sum().cast(pl.Int64).alias("prompt_tokens_sharing"),
+            pl.col("prompt_tokens")
+            .filter("eligible")
+            .sum()
+            .cast(pl.Int64)
+            .alias("prompt_tokens_eligible"),
+            pl.col("prompt_tokens")
+            .filter("sharing")
+            .sum()
+            .cast(pl.Int64)
+            .alias("prompt_tokens_sharing"),
         )
         for w, k in ((w, w // block_size) for w in grid)
     ]
@@ -181,7 +190,7 @@ def sharing_curve(requests: pl.DataFrame | pl.LazyFrame, block_size: int) -> pl.
             _ratio("prompt_tokens_sharing", "prompt_tokens_eligible").alias("token_share_eligible"),
         )
         .select(CURVE_SCHEMA.names())
-        .cast(dict(CURVE_SCHEMA))
+        .cast(CURVE_SCHEMA)
         .sort("window_tokens")
     )
 
@@ -202,7 +211,7 @@ def reuse_per_request(
     """Per request (in input order, which must be arrival order): what an unbounded prefix cache
     could serve, how long ago the hit prefix was last seen, and the same-tenant part.
 
-    Columns: ``row`` (input row), ``prompt_tokens``, ``prompt_blocks``, ``hit_blocks``,
+    Columns: ``row`` (input row), ``hashes_known``, ``prompt_tokens``, ``prompt_blocks``, ``hit_blocks``,
     ``hit_tokens``, ``hit_tokens_within_<T>s`` for each retention ``T``, ``last_seen_age_s``
     (age of the deepest hit block; null without a hit), ``hit_tokens_same_tenant`` (null when
     no tenant is logged).
@@ -217,64 +226,48 @@ def reuse_per_request(
     arrival_us = requests["arrival"].dt.epoch("us").to_numpy()
     tenants_logged = requests["tenant"].null_count() < n
 
-    # Every block of every (known) request, in arrival order: its hash, row, and whether it is a
-    # prompt block. A stable sort by hash puts each hash's occurrences in arrival order, so the
-    # previous row of the same hash is the most recent earlier request holding that block.
-    first, last = int(flat.offsets[0]), int(flat.offsets[-1])
-    starts = flat.offsets[:-1] - first
-    all_lens = np.diff(flat.offsets)
-    marks = np.zeros(last - first + 1, dtype=np.int8)
-    np.add.at(marks, starts[known], 1)
-    np.add.at(marks, (starts + pb)[known], -1)
-    rows = np.repeat(np.arange(n, dtype=np.uint32), all_lens)
-    blocks = pl.DataFrame(
-        {
-            "h": flat.values[first:last],
-            "row": rows,
-            "prompt": np.cumsum(marks[:-1], dtype=np.int8) > 0,
-        }
+    buckets_us = np.array([t * 1e6 for t in age_buckets_s], dtype=np.float64)
+    arange = np.arange(n, dtype=np.int64)
+    hit, age_us, within = replay_unbounded(
+        flat.offsets, flat.values, pb, known, arrival_us, arange, np.zeros(n, np.int64), buckets_us
     )
-    del marks
-    if not known.all():
-        blocks = blocks.filter(pl.Series(known[rows]))
-    hits = _previous_holder(blocks, ["h"])
-    age_us = arrival_us[hits["row"].to_numpy()] - arrival_us[hits["prev"].to_numpy()]
-    hits = hits.with_columns(pl.Series("age_s", age_us / 1e6))
-    per_row = hits.group_by("row").agg(
-        pl.len().cast(pl.Int64).alias("hit_blocks"),
-        pl.col("age_s").max().alias("last_seen_age_s"),
-        *[
-            (pl.col("age_s") <= t).sum().cast(pl.Int64).alias(f"_blocks_{i}")
-            for i, t in enumerate(age_buckets_s)
-        ],
-    )
+    columns: dict[str, object] = {
+        "row": arange,
+        "hashes_known": known,
+        "prompt_tokens": prompt_tokens,
+        "prompt_blocks": pb,
+        "hit_blocks": hit,
+        "last_seen_age_s": np.where(age_us >= 0, age_us / 1e6, np.nan),
+    }
+    for i in range(len(age_buckets_s)):
+        columns[f"_blocks_{i}"] = within[:, i]
     if tenants_logged:
         tenant_code = (
-            requests["tenant"].fill_null("").cast(pl.Categorical).to_physical().to_numpy()
+            requests["tenant"].fill_null("").cast(pl.Categorical).to_physical().cast(pl.Int64)
+        ).to_numpy()
+        order = np.argsort(tenant_code, kind="stable").astype(np.int64)
+        same, _, _ = replay_unbounded(
+            flat.offsets,
+            flat.values,
+            pb,
+            known,
+            arrival_us,
+            order,
+            tenant_code[order],
+            np.zeros(0, dtype=np.float64),
         )
-        blocks = blocks.with_columns(pl.Series("tenant", tenant_code[rows]))
-        same = _previous_holder(blocks, ["tenant", "h"]).group_by("row").agg(
-            pl.len().cast(pl.Int64).alias("_blocks_same")
-        )
-    del blocks, rows
-    base = pl.DataFrame(
-        {
-            "row": np.arange(n, dtype=np.uint32),
-            "prompt_tokens": prompt_tokens,
-            "prompt_blocks": pb,
-        }
-    ).join(per_row, on="row", how="left", maintain_order="left")
-    if tenants_logged:
-        base = base.join(same, on="row", how="left", maintain_order="left")
+        columns["_blocks_same"] = same
     else:
-        base = base.with_columns(pl.lit(None, dtype=pl.Int64).alias("_blocks_same"))
+        columns["_blocks_same"] = pl.Series([None] * n, dtype=pl.Int64)
+    base = pl.DataFrame(columns).with_columns(pl.col("last_seen_age_s").fill_nan(None))
     cap = (pl.col("prompt_tokens") - 1).clip(lower_bound=0)
 
     def tokens(blocks_col: str) -> pl.Expr:
         return pl.min_horizontal(pl.col(blocks_col).fill_null(0) * block_size, cap)
 
-    return base.with_columns(pl.col("hit_blocks").fill_null(0)).select(
+    return base.select(
         pl.col("row").cast(pl.Int64),
+        "hashes_known",
         "prompt_tokens",
         "prompt_blocks",
         "hit_blocks",
@@ -289,50 +282,45 @@ def reuse_per_request(
     )
 
 
-def _previous_holder(blocks: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
-    """Prompt blocks seen in an earlier request with the same ``keys``: ``row`` and ``prev``
-    (the most recent earlier row holding the block)."""
-    ordered = blocks.sort(keys, maintain_order=True)
-    same = pl.all_horizontal([pl.col(k) == pl.col(k).shift(1) for k in keys])
-    return ordered.select(
-        pl.col("row"),
-        pl.when(same).then(pl.col("row").shift(1)).alias("prev"),
-        pl.col("prompt"),
-    ).filter(pl.col("prompt") & pl.col("prev").is_not_null() & (pl.col("prev") < pl.col("row")))
-
-
 def reuse_summary(per_request: pl.DataFrame, age_buckets_s: tuple[float, ...]) -> dict[str, Any]:
-    """Totals of :func:`reuse_per_request`: hit tokens and shares, by retention and tenant."""
-    sums = per_request.select(
-        pl.len().alias("requests"),
-        pl.col("prompt_tokens").sum(),
-        pl.col("prompt_blocks").sum(),
-        pl.col("hit_blocks").sum(),
-        pl.col("hit_tokens").sum(),
-        (pl.col("hit_blocks") > 0).sum().alias("requests_with_hit"),
-        *[pl.col(_bucket_col(t)).sum() for t in age_buckets_s],
-        pl.col("hit_tokens_same_tenant").sum(),
-        pl.col("hit_tokens_same_tenant").is_not_null().any().alias("tenants_logged"),
-    ).row(0, named=True)
+    """Totals of :func:`reuse_per_request` over the requests with known hashes: hit tokens and
+    shares, by retention and tenant."""
+    sums = (
+        per_request.filter(pl.col("hashes_known"))
+        .select(
+            pl.len().alias("requests"),
+            pl.col("prompt_tokens").sum(),
+            pl.col("prompt_blocks").sum(),
+            pl.col("hit_blocks").sum(),
+            pl.col("hit_tokens").sum(),
+            (pl.col("hit_blocks") > 0).sum().alias("requests_with_hit"),
+            *[pl.col(_bucket_col(t)).sum() for t in age_buckets_s],
+            pl.col("hit_tokens_same_tenant").sum(),
+            pl.col("hit_tokens_same_tenant").is_not_null().any().alias("tenants_logged"),
+        )
+        .row(0, named=True)
+    )
     prompt_tokens = int(sums["prompt_tokens"] or 0)
     hit_tokens = int(sums["hit_tokens"] or 0)
 
     def share(x: int, of: int) -> float | None:
         return x / of if of else None
 
-    by_retention = [
+    by_retention: list[dict[str, Any]] = [
         {
             "max_age_s": t,
             "hit_tokens": int(sums[_bucket_col(t)] or 0),
             "hit_share": share(int(sums[_bucket_col(t)] or 0), prompt_tokens),
         }
         for t in age_buckets_s
-    ] + [{"max_age_s": None, "hit_tokens": hit_tokens, "hit_share": share(hit_tokens, prompt_tokens)}]
+    ] + [
+        {"max_age_s": None, "hit_tokens": hit_tokens, "hit_share": share(hit_tokens, prompt_tokens)}
+    ]
     bins = []
     lower: float = 0.0
     previous = 0
     for entry in by_retention:
-        tokens = int(entry["hit_tokens"])  # type: ignore[call-overload]
+        tokens = int(entry["hit_tokens"])
         upper = entry["max_age_s"]
         bins.append(
             {
@@ -343,7 +331,7 @@ def reuse_summary(per_request: pl.DataFrame, age_buckets_s: tuple[float, ...]) -
             }
         )
         previous = tokens
-        lower = float(upper) if upper is not None else math.inf  # type: ignore[arg-type]
+        lower = float(upper) if upper is not None else math.inf
     cross: dict[str, Any] | None = None
     if sums["tenants_logged"]:
         same = int(sums["hit_tokens_same_tenant"] or 0)

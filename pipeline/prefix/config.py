@@ -77,7 +77,9 @@ def parse_prefix_config(raw: dict[str, Any]) -> PrefixConfig:
         )
     buckets = tuple(float(b) for b in buckets_raw)
     if list(buckets) != sorted(set(buckets)):
-        raise ConfigError(f"prefix.reuse_age_buckets_s must be strictly ascending, got {buckets_raw!r}")
+        raise ConfigError(
+            f"prefix.reuse_age_buckets_s must be strictly ascending, got {buckets_raw!r}"
+        )
     block_size = raw.get("block_size")
     if block_size is not None:
         block_size = _int(raw, "block_size", 16, 1)

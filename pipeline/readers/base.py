@@ -234,6 +234,8 @@ def content_blocks(
 def token_ids(value: Any, key: str) -> list[int]:
     if not isinstance(value, list):
         raise RecordError(key, "not_a_list", type(value).__name__)
+    if not set(map(type, value)) <= {int}:  # exact type: no bool, float or numeric string
+        raise RecordError(key, "invalid_token_id", "non-integer entries")
     try:
         array = np.asarray(value, dtype=np.int64)
     except (TypeError, ValueError, OverflowError):
@@ -242,8 +244,6 @@ def token_ids(value: Any, key: str) -> list[int]:
         raise RecordError(key, "invalid_token_id", "ids must be integers in [0, 2**32)")
     if array.size > MAX_PLAUSIBLE_TOKENS:
         raise RecordError(key, "absurd_value", f"{array.size} tokens")
-    if array.size and any(isinstance(v, bool | float) for v in value):
-        raise RecordError(key, "invalid_token_id", "non-integer entries")
     return array.tolist()  # type: ignore[no-any-return]
 
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import csv
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Literal
 
 import polars as pl
 
+from pipeline.errors import InputFormatError
 from pipeline.readers.base import (
     EARLIEST_ARRIVAL,
     EPOCH_SECONDS_MIN,
@@ -43,7 +43,15 @@ class Column:
 
 def parse_header(line: bytes) -> list[str]:
     text = line.decode("utf-8", "replace").lstrip("\ufeff").rstrip("\r")
-    return [name.strip() for name in next(csv.reader([text]), [])]
+    return [name.strip() for name in _csv_fields(text)]
+
+
+def _csv_fields(text: str) -> list[str]:
+    """One line's fields; a line the csv module rejects (e.g. a bare CR inside) has none."""
+    try:
+        return next(csv.reader([text]), [])
+    except csv.Error:
+        return []
 
 
 class CsvReader(Reader):
@@ -61,6 +69,11 @@ class CsvReader(Reader):
         header_end = data.find(b"\n")
         header = parse_header(data if header_end < 0 else data[:header_end])
         body = b"" if header_end < 0 else data[header_end + 1 :]
+        missing = [c.header for c in self.columns if c.header not in header]
+        if missing:  # only when the format was forced: detection requires these columns
+            raise InputFormatError(
+                f"{source.label}: not a {self.name} file; header lacks {', '.join(missing)}"
+            )
         present = [c for c in (*self.columns, *self.optional_columns) if c.header in header]
         lines, quarantine = _split_lines(body, source.label, first_line=2)
         fields = _split_fields(lines, len(header))
@@ -152,7 +165,7 @@ def _split_fields(lines: pl.DataFrame, width: int) -> pl.DataFrame:
         "line", pl.col("raw").str.strip_chars_end("\r").str.split(",").alias("fields")
     )
     quoted_rows = lines.filter(quoted)
-    parsed = [next(csv.reader([text.rstrip("\r")]), []) for text in quoted_rows["raw"].to_list()]
+    parsed = [_csv_fields(text.rstrip("\r")) for text in quoted_rows["raw"].to_list()]
     quoted_frame = pl.DataFrame(
         {"line": quoted_rows["line"], "fields": parsed},
         schema={"line": pl.Int64, "fields": pl.List(pl.String)},

@@ -117,7 +117,10 @@ def encode_text(text: Any, key: str, ctx: ReadContext) -> list[int]:
 
 class PromptTextReader(JsonLinesReader):
     name = "prompt-text"
-    description = "Prompt-text JSONL (ts s, prompt, output_tokens, duration_s; optional session/tenant/model/output)"
+    description = (
+        "Prompt-text JSONL (ts s, prompt, output_tokens, duration_s; "
+        "optional session/tenant/model/output)"
+    )
 
     def detect_object(self, obj: dict[str, Any]) -> bool:
         return (

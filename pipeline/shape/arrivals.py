@@ -21,6 +21,7 @@ Definitions (all times from the canonical ``arrival`` column, microsecond precis
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -108,32 +109,33 @@ def arrival_basics(frame: pl.LazyFrame) -> dict[str, Any]:
     }
 
 
-def detect_quantisation(frame: pl.LazyFrame) -> Quantisation:
+def distinct_arrivals(frame: pl.LazyFrame) -> pl.DataFrame:
+    """Sorted distinct arrival instants ``t`` (µs since epoch) and how many requests ``c`` each.
+
+    One sort of the arrival column; quantisation and inter-arrival statistics both read it.
+    """
+    return collect(
+        frame.select(arrival_us().alias("t")).sort("t").select(pl.col("t").rle()).unnest("t")
+    ).select(pl.col("value").alias("t"), pl.col("len").cast(pl.Int64).alias("c"))
+
+
+def detect_quantisation(frame: pl.LazyFrame, distinct: pl.DataFrame | None = None) -> Quantisation:
     """Detect bucketed timestamps (see the module docstring for the rule)."""
-    distinct = frame.select(arrival_us().alias("t")).group_by("t").agg(pl.len().alias("c"))
-    head = collect(
-        distinct.select(
-            pl.len().alias("distinct"),
-            pl.col("c").sum().alias("n"),
-            pl.col("c").filter(pl.col("c") > 1).sum().alias("tied"),
-        )
-    ).row(0, named=True)
-    n, k = int(head["n"]), int(head["distinct"])
-    tie_share = (head["tied"] or 0) / n if n else 0.0
+    table = distinct_arrivals(frame) if distinct is None else distinct
+    n, k = int(table["c"].sum()), table.height
+    tie_share = int(table.filter(pl.col("c") > 1)["c"].sum()) / n if n else 0.0
     if k < 2:
         return Quantisation(False, k, tie_share, None, None, None, None, False)
-    gaps = distinct.select("t").sort("t").select(pl.col("t").diff().alias("g")).drop_nulls()
-    q0 = collect(gaps.select(pl.col("g").min())).item()
+    gaps = table.select(pl.col("t").diff().alias("g")).drop_nulls()
+    q0 = int(gaps["g"].min())  # type: ignore[arg-type]
     tol = max(1.0, GRID_TOLERANCE * q0)
     mult = (pl.col("g") / q0).round()
-    row = collect(
-        gaps.select(
-            pl.col("g").max().alias("gmax"),
-            ((pl.col("g") - mult * q0).abs() <= tol).mean().alias("grid_share"),
-            pl.col("g").filter(mult == 1).median().alias("quantum"),
-        )
+    row = gaps.select(
+        pl.col("g").max().alias("gmax"),
+        ((pl.col("g") - mult * q0).abs() <= tol).mean().alias("grid_share"),
+        pl.col("g").filter(mult == 1).median().alias("quantum"),
     ).row(0, named=True)
-    on_grid = bool(collect(distinct.select(((pl.col("t") % q0) == 0).all())).item())
+    on_grid = bool(table.select(((pl.col("t") % q0) == 0).all()).item())
     quantised = tie_share >= QUANTISED_TIE_SHARE and row["grid_share"] >= GRID_SHARE
     return Quantisation(
         quantised=quantised,
@@ -154,9 +156,7 @@ def window_counts_stats(frame: pl.LazyFrame, window_s: float) -> dict[str, Any]:
     materialised (the zeros enter through the bucket count).
     """
     w_us = round(window_s * US_PER_S)
-    counts = (
-        frame.select((arrival_us() // w_us).alias("b")).group_by("b").agg(pl.len().alias("c"))
-    )
+    counts = frame.select((arrival_us() // w_us).alias("b")).group_by("b").agg(pl.len().alias("c"))
     row = collect(
         counts.select(
             (pl.col("b").max() - pl.col("b").min() + 1).alias("bins"),
@@ -182,37 +182,38 @@ def window_counts_stats(frame: pl.LazyFrame, window_s: float) -> dict[str, Any]:
     }
 
 
-def inter_arrival_stats(frame: pl.LazyFrame) -> dict[str, Any]:
-    """Mean, std, CV and largest gap between consecutive arrivals (seconds)."""
-    gaps = (
-        frame.select(arrival_us().alias("t"))
-        .sort("t")
-        .select(pl.col("t"), pl.col("t").diff().alias("g"))
-        .drop_nulls()
-    )
-    row = collect(
-        gaps.select(
-            pl.len().alias("gaps"),
-            pl.col("g").mean().alias("mean"),
-            pl.col("g").std(ddof=0).alias("std"),
-            pl.col("g").max().alias("max"),
-            (pl.col("t") - pl.col("g")).filter(pl.col("g") == pl.col("g").max()).min().alias("at"),
-            (pl.col("g") == 0).mean().alias("zero_share"),
-        )
-    ).row(0, named=True)
-    if not row["gaps"]:
+def inter_arrival_stats(
+    frame: pl.LazyFrame, distinct: pl.DataFrame | None = None
+) -> dict[str, Any]:
+    """Mean, std, CV and largest gap between consecutive arrivals (seconds).
+
+    Computed from the distinct-instant table: the n − 1 gaps are the k − 1 gaps between
+    distinct instants plus n − k zero gaps (ties).
+    """
+    table = distinct_arrivals(frame) if distinct is None else distinct
+    n, k = int(table["c"].sum()), table.height
+    if n < 2:
         return {"gaps": 0, "mean_gap_s": None, "std_gap_s": None, "cv": None}
-    mean = row["mean"] / US_PER_S
-    std = row["std"] / US_PER_S
-    return {
-        "gaps": int(row["gaps"]),
-        "mean_gap_s": mean,
-        "std_gap_s": std,
+    mean = (int(table["t"][-1]) - int(table["t"][0])) / (n - 1)
+    g = table.select(pl.col("t").shift().alias("at"), pl.col("t").diff().alias("g")).drop_nulls()
+    row = g.select(
+        ((pl.col("g").cast(pl.Float64) - mean) ** 2).sum().alias("ss"),
+        pl.col("g").max().alias("max"),
+        pl.col("at").filter(pl.col("g") == pl.col("g").max()).min().alias("at"),
+    ).row(0, named=True)
+    ss = (row["ss"] or 0.0) + (n - k) * mean * mean
+    std = math.sqrt(ss / (n - 1))
+    out: dict[str, Any] = {
+        "gaps": n - 1,
+        "mean_gap_s": mean / US_PER_S,
+        "std_gap_s": std / US_PER_S,
         "cv": finite(std / mean) if mean > 0 else None,
-        "zero_gap_share": float(row["zero_share"]),
-        "max_gap_s": row["max"] / US_PER_S,
-        "max_gap_starts": datetime.fromtimestamp(row["at"] / US_PER_S, tz=UTC).isoformat(),
+        "zero_gap_share": (n - k) / (n - 1),
     }
+    if k > 1:
+        out["max_gap_s"] = row["max"] / US_PER_S
+        out["max_gap_starts"] = datetime.fromtimestamp(row["at"] / US_PER_S, tz=UTC).isoformat()
+    return out
 
 
 def time_profile(frame: pl.LazyFrame, span_s: float) -> dict[str, Any]:
@@ -256,7 +257,7 @@ def arrival_series(frame: pl.LazyFrame, bucket_s: float) -> pl.DataFrame:
         frame.select((arrival_us() // b_us).alias("b")).group_by("b").agg(pl.len().alias("n"))
     )
     lo, hi = counts["b"].min(), counts["b"].max()
-    grid = pl.DataFrame({"b": pl.int_range(lo, hi + 1, eager=True)})  # type: ignore[arg-type]
+    grid = pl.DataFrame({"b": pl.int_range(int(lo), int(hi) + 1, eager=True)})  # type: ignore[arg-type]
     return (
         grid.join(counts, on="b", how="left")
         .with_columns(pl.col("n").fill_null(0).cast(pl.Int64))
@@ -279,7 +280,8 @@ def plot_bucket_s(span_s: float, finest_s: float, max_points: int) -> float:
 def arrival_metrics(frame: pl.LazyFrame, min_quanta: float) -> dict[str, Any]:
     """Everything under ``arrivals`` in ``workload_shape.json``."""
     basics = arrival_basics(frame)
-    quant = detect_quantisation(frame)
+    distinct = distinct_arrivals(frame)
+    quant = detect_quantisation(frame, distinct)
     windows: dict[str, Any] = {}
     for w in WINDOWS_S:
         ok, reason = quant.window_support(w, min_quanta)
@@ -291,7 +293,7 @@ def arrival_metrics(frame: pl.LazyFrame, min_quanta: float) -> dict[str, Any]:
     ok, reason = quant.gaps_support()
     if basics["requests"] < 2:
         ok, reason = False, "fewer than 2 requests"
-    inter = {"supported": True, **inter_arrival_stats(frame)} if ok else {}
+    inter = {"supported": True, **inter_arrival_stats(frame, distinct)} if ok else {}
     if ok and inter.get("cv") is None:
         ok, reason = False, "all requests arrive at the same instant"
     if not ok:
@@ -303,4 +305,3 @@ def arrival_metrics(frame: pl.LazyFrame, min_quanta: float) -> dict[str, Any]:
         "inter_arrival": inter,
         **time_profile(frame, basics["span_s"]),
     }
-

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Final
 
 import polars as pl
 
@@ -13,11 +13,16 @@ from pipeline.facts import Percentiles
 # One percentile method everywhere: polars ``quantile(q, "nearest")``, i.e. the sorted value at
 # index floor((n - 1) * q + 0.5) (ties at .5 round up). It always returns an observed value and
 # reproduces the figures stated in the Azure and Mooncake SOURCE.md files.
-PERCENTILE_METHOD = "nearest"
+PERCENTILE_METHOD: Final = "nearest"
 PERCENTILE_METHOD_DOC = (
     'polars quantile(q, "nearest"): sorted value at index floor((n-1)*q + 0.5), nulls ignored'
 )
-QUANTILES: tuple[tuple[str, float], ...] = (("p50", 0.5), ("p90", 0.9), ("p95", 0.95), ("p99", 0.99))
+QUANTILES: tuple[tuple[str, float], ...] = (
+    ("p50", 0.5),
+    ("p90", 0.9),
+    ("p95", 0.95),
+    ("p99", 0.99),
+)
 
 US_PER_S = 1_000_000
 

@@ -103,9 +103,9 @@ def _validate(frame: pl.LazyFrame, latency_model: LatencyModel) -> tuple[int, in
             f"{r['source_file']}:{r['source_line']}: request {r['request_id']!r} gets a negative "
             "estimated duration (negative token counts?)"
         )
-    row = collect(
-        frame.select(pl.col("e2e_ms").count().alias("logged"), pl.len().alias("n"))
-    ).row(0, named=True)
+    row = collect(frame.select(pl.col("e2e_ms").count().alias("logged"), pl.len().alias("n"))).row(
+        0, named=True
+    )
     return int(row["logged"]), int(row["n"]) - int(row["logged"])
 
 
@@ -128,16 +128,16 @@ def _level_at(points: pl.Expr) -> pl.Expr:
     ).search_sorted(points, side="right").cast(pl.Int64)
 
 
-def concurrency_steps(frame: pl.LazyFrame | pl.DataFrame, latency_model: LatencyModel) -> pl.DataFrame:
-    """The exact step function: ``time`` (every distinct start/end) and ``concurrency`` from then on."""
+def concurrency_steps(
+    frame: pl.LazyFrame | pl.DataFrame, latency_model: LatencyModel
+) -> pl.DataFrame:
+    """The exact step function: ``time`` (each distinct start/end) and ``concurrency`` from then."""
     lf = frame.lazy() if isinstance(frame, pl.DataFrame) else frame
     bounds = _sorted_bounds(lf, latency_model)
     times = pl.concat([bounds["s"], bounds["e"]]).unique().sort()
     return bounds.select(
         pl.lit(times).alias("t"), _level_at(pl.lit(times)).alias("concurrency")
-    ).select(
-        pl.col("t").cast(pl.Datetime("us", "UTC")).alias("time"), pl.col("concurrency")
-    )
+    ).select(pl.col("t").cast(pl.Datetime("us", "UTC")).alias("time"), pl.col("concurrency"))
 
 
 def peak_concurrency(

@@ -12,8 +12,12 @@ Rules (thresholds from the ``shape`` config section; defaults in brackets):
 * **prompt tail** — p99/p50 of prompt tokens ≥ ``long_tail_ratio``: ``prompt_tail.long``
   (long-context scheduling / chunked prefill is the bottleneck, not the engine); else
   ``prompt_tail.short``.
+* **features** — ``features.seen`` lists the required features in use (structured output,
+  tools, LoRA adapters, prompts ≥ 32k tokens) with their shares; ``features.none`` otherwise.
+  Flags the trace does not log are named as not logged.
 * **data caveats** — ``timestamps.quantised`` when arrivals are bucketed; ``arrivals.bursty``
-  when the inter-arrival CV or the 1 s (else finest supported) index of dispersion exceeds 1.
+  when the inter-arrival CV or the index of dispersion at the finest supported window is ≥ 2
+  (Poisson gives 1; 2 leaves room for sampling noise and quantisation aliasing).
 """
 
 from __future__ import annotations
@@ -22,6 +26,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pipeline.shape.config import ShapeConfig
+
+# Poisson arrivals give CV = index of dispersion = 1; sampling noise and quantisation aliasing
+# move that by a few tenths, so "clearly bursty" starts at 2.
+BURSTY = 2.0
 
 
 @dataclass(frozen=True)
@@ -88,7 +96,9 @@ def _tail(name: str, dist: dict[str, Any], cfg: ShapeConfig) -> Finding:
         "threshold": cfg.long_tail_ratio,
     }
     if dist.get("count", 0) == 0:
-        return Finding(axis, f"{axis}.unknown", f"{name.capitalize()} tokens are not logged.", numbers)
+        return Finding(
+            axis, f"{axis}.unknown", f"{name.capitalize()} tokens are not logged.", numbers
+        )
     p50, p99 = dist["p50"], dist["p99"]
     long_tail = (ratio is None and p99 > 0) or (ratio is not None and ratio >= cfg.long_tail_ratio)
     shown = "∞" if ratio is None else f"{ratio:.1f}"
@@ -138,29 +148,55 @@ def _arrivals(arrivals: dict[str, Any]) -> list[Finding]:
     supported = [v for v in arrivals["windows"].values() if v["supported"]]
     finest = min(supported, key=lambda v: v["window_s"]) if supported else None
     iod = finest["index_of_dispersion"] if finest else None
-    if (cv is not None and cv > 1) or (iod is not None and iod > 1):
+    if (cv is not None and cv >= BURSTY) or (iod is not None and iod >= BURSTY):
+        evidence = []
+        if cv is not None:
+            evidence.append(f"inter-arrival CV {cv:.2f}")
+        if finest is not None:
+            evidence.append(f"index of dispersion {iod:.1f} at {finest['window_s']:g} s")
         out.append(
             Finding(
                 "concurrency",
                 "arrivals.bursty",
-                "Arrivals are burstier than Poisson"
-                + (f" (inter-arrival CV {cv:.2f})" if cv is not None else "")
-                + (
-                    f" (index of dispersion {iod:.1f} at {finest['window_s']:g} s)"
-                    if finest is not None
-                    else ""
-                )
-                + ": size for the peak, not the mean rate.",
+                f"Arrivals are clearly burstier than Poisson ({'; '.join(evidence)}; "
+                f"threshold {BURSTY:g}): size for the peak rate, not the mean.",
                 {
                     "inter_arrival_cv": cv,
                     "index_of_dispersion": iod,
                     "window_s": finest["window_s"] if finest else None,
+                    "threshold": BURSTY,
                     "mean_rate_rps": arrivals.get("mean_rate_rps"),
-                    "peak_rate_rps": finest["peak_rate_rps"] if finest else None,
+                    "peak_rate_rps": finest.get("peak_rate_rps") if finest else None,
                 },
             )
         )
     return out
+
+
+def _features(shape: dict[str, Any]) -> Finding:
+    """Which required features the traffic uses (DOMAIN.md: structured output, LoRA, long
+    context, tools), with shares; a feature the trace cannot log is reported as unknown."""
+    f = shape.get("features", {})
+    long_ctx = shape["lengths"].get("long_context", {}).get(">=32768", {})
+    numbers: dict[str, Any] = {
+        "structured_output_share": f.get("structured_output", {}).get("share_of_logged"),
+        "tools_share": f.get("tools", {}).get("share_of_logged"),
+        "lora_adapter_share": f.get("lora_adapter", {}).get("share"),
+        "lora_adapters": f.get("lora_adapter", {}).get("distinct_adapters"),
+        "long_context_32k_share": long_ctx.get("share"),
+    }
+    labels = {
+        "structured_output_share": "structured output",
+        "tools_share": "tools",
+        "lora_adapter_share": "LoRA adapters",
+        "long_context_32k_share": "prompts ≥ 32k tokens",
+    }
+    seen = [f"{labels[k]} {numbers[k]:.1%}" for k in labels if (numbers[k] or 0) > 0]
+    unknown = [labels[k] for k in ("structured_output_share", "tools_share") if numbers[k] is None]
+    message = ("Features in use: " + ", ".join(seen)) if seen else "No required feature seen"
+    if unknown:
+        message += f" (not logged: {', '.join(unknown)})"
+    return Finding("features", "features.seen" if seen else "features.none", message + ".", numbers)
 
 
 def place_on_axes(shape: dict[str, Any], cfg: ShapeConfig) -> list[Finding]:
@@ -169,5 +205,6 @@ def place_on_axes(shape: dict[str, Any], cfg: ShapeConfig) -> list[Finding]:
         _concurrency(shape["concurrency"], cfg),
         _tail("output", shape["lengths"]["output_tokens"], cfg),
         _tail("prompt", shape["lengths"]["prompt_tokens"], cfg),
+        _features(shape),
         *_arrivals(shape["arrivals"]),
     ]

@@ -26,10 +26,7 @@ def long_context_shares(frame: pl.LazyFrame) -> dict[str, Any]:
     row = collect(
         frame.select(
             pl.col("prompt_tokens").count().alias("n"),
-            *[
-                (pl.col("prompt_tokens") >= t).sum().alias(str(t))
-                for t in LONG_CONTEXT_TOKENS
-            ],
+            *[(pl.col("prompt_tokens") >= t).sum().alias(str(t)) for t in LONG_CONTEXT_TOKENS],
         )
     ).row(0, named=True)
     n = int(row["n"])

@@ -1,7 +1,7 @@
 """Traffic mix: logged sessions, tenants, models, required features, provider-reported caching.
 
 Sessions are taken only from a logged ``session_id`` (inferred sessions are another stage's
-job). Within a session, turns are ordered by (arrival, turn, request_id):
+job). Within a session, turns are ordered by (arrival, turn), remaining ties in table order:
 
 * **turns per session**: rows per session_id;
 * **inter-turn gap**: arrival of turn k+1 − arrival of turn k, in seconds. It contains the
@@ -29,18 +29,20 @@ def session_metrics(frame: pl.LazyFrame) -> dict[str, Any]:
     ).row(0, named=True)
     if head["rows"] == 0:
         return {"known": False, "reason": "no session_id logged"}
-    turns = logged.group_by("session_id").agg(pl.len().alias("turns"))
-    ordered = logged.select(
-        "session_id",
-        arrival_us().alias("t"),
-        pl.col("turn"),
-        pl.col("request_id"),
-        pl.col("prompt_tokens"),
-    ).sort(["session_id", "t", "turn", "request_id"], nulls_last=True)
-    steps = ordered.select(
-        (pl.col("t").diff().over("session_id") / US_PER_S).alias("gap_s"),
-        pl.col("prompt_tokens").diff().over("session_id").alias("growth"),
-    )
+    turns = collect(logged.group_by("session_id").agg(pl.len().alias("turns"))).lazy()
+    same = pl.col("session_id") == pl.col("session_id").shift()
+    # One stable sort (input order breaks remaining ties); consecutive rows of one session
+    # give a step. Materialised once: the distributions below read it several times.
+    steps = collect(
+        logged.select(
+            "session_id", arrival_us().alias("t"), pl.col("turn"), pl.col("prompt_tokens")
+        )
+        .sort(["session_id", "t", "turn"], nulls_last=True, maintain_order=True)
+        .select(
+            pl.when(same).then(pl.col("t").diff() / US_PER_S).alias("gap_s"),
+            pl.when(same).then(pl.col("prompt_tokens").diff()).alias("growth"),
+        )
+    ).lazy()
     growth = distribution(steps, "growth")
     negative = collect(steps.select((pl.col("growth") < 0).sum())).item()
     return {

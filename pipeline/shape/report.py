@@ -13,7 +13,7 @@ from pipeline.shape.common import PERCENTILE_METHOD_DOC, as_lazy, json_safe
 from pipeline.shape.concurrency import ConcurrencyResult, peak_concurrency
 from pipeline.shape.config import ShapeConfig
 from pipeline.shape.findings import Finding, place_on_axes
-from pipeline.shape.lengths import length_metrics, token_percentiles
+from pipeline.shape.lengths import length_metrics
 from pipeline.shape.mix import (
     category_metrics,
     feature_metrics,
@@ -22,6 +22,8 @@ from pipeline.shape.mix import (
 )
 
 SCHEMA_VERSION = 1
+# Every model is listed (WorkloadFacts.models reads the list); tenants keep the top 20.
+MAX_MODELS_LISTED = 1000
 _NAN_PERCENTILES = Percentiles(
     p50=float("nan"), p90=float("nan"), p95=float("nan"), p99=float("nan"), max=float("nan")
 )
@@ -57,7 +59,7 @@ def compute_shape(
         "concurrency": conc.as_dict(),
         "sessions": session_metrics(frame),
         "tenants": category_metrics(frame, "tenant"),
-        "models": category_metrics(frame, "model"),
+        "models": category_metrics(frame, "model", top=MAX_MODELS_LISTED),
         "features": feature_metrics(frame),
         "provider_cache": provider_cache_metrics(frame),
         "config": cfg.as_dict(),
@@ -67,25 +69,39 @@ def compute_shape(
     return ShapeResult(metrics=metrics, findings=findings, concurrency=conc)
 
 
-def facts_from_shape(result: ShapeResult, frame: pl.LazyFrame | pl.DataFrame) -> WorkloadFacts:
-    """WorkloadFacts from a computed shape (unsupported rate windows are left out)."""
+def _percentiles(dist: dict[str, Any]) -> Percentiles:
+    """Percentiles of a ``distribution`` dict; all NaN when the column was never logged."""
+    if not dist["count"]:
+        return _NAN_PERCENTILES
+    return Percentiles(*(float(dist[k]) for k in ("p50", "p90", "p95", "p99", "max")))
+
+
+def _nan_if_none(value: float | None) -> float:
+    return float("nan") if value is None else float(value)
+
+
+def facts_from_shape(result: ShapeResult) -> WorkloadFacts:
+    """WorkloadFacts from a computed shape (unsupported rate windows are left out).
+
+    ``prompt_tokens`` / ``output_tokens`` are all-NaN Percentiles when the column is not logged;
+    ``mean_rate_rps`` is NaN when the span is 0 (JSON writers turn NaN into null).
+    """
     m = result.metrics
-    lf = as_lazy(frame)
     arrivals = m["arrivals"]
     peaks = {
         window_label(w): float(arrivals["windows"][window_label(w)]["peak_rate_rps"])
         for w in WINDOWS_S
         if arrivals["windows"][window_label(w)]["supported"]
     }
-    prompt = token_percentiles(lf, "prompt_tokens") or _NAN_PERCENTILES
-    output = token_percentiles(lf, "output_tokens") or _NAN_PERCENTILES
+    prompt = _percentiles(m["lengths"]["prompt_tokens"])
+    output = _percentiles(m["lengths"]["output_tokens"])
     tenants = m["tenants"]
     models = sorted(str(r["value"]) for r in m["models"]["top"])
     conc = result.concurrency
     return WorkloadFacts(
         requests=int(m["requests"]),
         span_s=float(arrivals["span_s"]),
-        mean_rate_rps=float(arrivals["mean_rate_rps"] or 0.0),
+        mean_rate_rps=_nan_if_none(arrivals["mean_rate_rps"]),
         peak_rate_rps=peaks,
         prompt_tokens=prompt,
         output_tokens=output,
@@ -102,7 +118,7 @@ def compute_workload_facts(
 ) -> WorkloadFacts:
     """The WorkloadFacts of a canonical request table (``shared_prefix_ratio`` left empty)."""
     cfg = ShapeConfig(latency_model=latency_model)
-    return facts_from_shape(compute_shape(requests, cfg), requests)
+    return facts_from_shape(compute_shape(requests, cfg))
 
 
 # ---------------------------------------------------------------------------------- present
@@ -116,7 +132,9 @@ def _fmt(value: Any, digits: int = 2) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     if isinstance(value, float):
-        return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:,.{digits}f}"
+        if value.is_integer() or abs(value) >= 1000:
+            return f"{value:,.0f}"
+        return f"{value:,.{digits}f}"
     return str(value)
 
 
@@ -156,9 +174,7 @@ def summary_tables(shape: dict[str, Any]) -> dict[str, str]:
         [name, *[d[k] for k in ("count", "p50", "p90", "p95", "p99", "max", "p99_over_p50")]]
         for name, d in (("prompt", lengths["prompt_tokens"]), ("output", lengths["output_tokens"]))
     ]
-    lengths_md = _table(
-        ["tokens", "count", "p50", "p90", "p95", "p99", "max", "p99/p50"], len_rows
-    )
+    lengths_md = _table(["tokens", "count", "p50", "p90", "p95", "p99", "max", "p99/p50"], len_rows)
     c = shape["concurrency"]
     conc_md = _table(
         ["concurrency", "value"],
@@ -215,9 +231,13 @@ def check_estimates_labelled(shape: dict[str, Any]) -> tuple[bool, str]:
         ok = c["durations_estimated"] == 0 and c["latency_model"] is None
         return ok, "concurrency is exact (all durations logged)"
     lm = c.get("latency_model") or {}
-    missing = [k for k in ("ttft_base_ms", "ttft_per_prompt_token_ms", "tpot_ms", "source") if k not in lm]
+    missing = [
+        k for k in ("ttft_base_ms", "ttft_per_prompt_token_ms", "tpot_ms", "source") if k not in lm
+    ]
     finding_flags = [
-        f["estimated"] for f in shape["findings"] if f["axis"] == "concurrency" and f["id"].startswith("concurrency.")
+        f["estimated"]
+        for f in shape["findings"]
+        if f["axis"] == "concurrency" and f["id"].startswith("concurrency.")
     ]
     ok = not missing and c["label"].startswith("estimated") and all(finding_flags)
     return ok, (
@@ -235,8 +255,7 @@ def check_unsupported_have_reasons(shape: dict[str, Any]) -> tuple[bool, str]:
     bad = [
         i
         for i in items
-        if not i["supported"]
-        and (not i.get("reason") or "peak_rate_rps" in i or "cv" in i)
+        if not i["supported"] and (not i.get("reason") or "peak_rate_rps" in i or "cv" in i)
     ]
     n_unsupported = sum(not i["supported"] for i in items)
     return not bad, f"{n_unsupported} unsupported statistics, all with reasons" if not bad else (

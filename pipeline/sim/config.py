@@ -89,7 +89,9 @@ def _where(where: str, key: str) -> str:
     return f"{where}: simulation.{key}"
 
 
-def _int_list(raw: dict[str, Any], key: str, default: tuple[int, ...], where: str) -> tuple[int, ...]:
+def _int_list(
+    raw: dict[str, Any], key: str, default: tuple[int, ...], where: str
+) -> tuple[int, ...]:
     value = raw.get(key, list(default))
     if isinstance(value, int) and not isinstance(value, bool):
         value = [value]
@@ -164,7 +166,9 @@ def parse_simulation_config(
             raise ConfigError(
                 f"{_where(where, 'routings')}: unknown routing {name!r}; choose from {list(ROUTINGS)}"
             )
-    margin = _number(raw, "bounded_affinity_margin", defaults.bounded_affinity_margin, where, minimum=0)
+    margin = _number(
+        raw, "bounded_affinity_margin", defaults.bounded_affinity_margin, where, minimum=0
+    )
     seed = raw.get("random_seed", defaults.random_seed)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ConfigError(f"{_where(where, 'random_seed')} must be a non-negative integer")

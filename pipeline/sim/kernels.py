@@ -20,6 +20,8 @@ compacted in place when full; it is sized so compaction is amortised O(1) per ac
 
 from __future__ import annotations
 
+from typing import Any
+
 import numba as nb
 import numpy as np
 from numpy.typing import NDArray
@@ -58,7 +60,7 @@ def splitmix64(x: np.uint64) -> np.uint64:
 def _dense_map_chunk(
     keys: NDArray[np.uint64],
     start: int,
-    out: I64,
+    out: Any,
     table_keys: NDArray[np.uint64],
     table_vals: I64,
     n_distinct: int,
@@ -105,10 +107,10 @@ def _rehash(
         new_vals[slot] = v
 
 
-def dense_ids(keys: NDArray[np.uint64]) -> tuple[I64, int]:
+def dense_ids(keys: NDArray[np.uint64]) -> tuple[Any, int]:
     """Map 64-bit keys to dense ids 0..n-1 in order of first appearance (open addressing)."""
     keys = np.ascontiguousarray(keys, dtype=np.uint64)
-    out = np.empty(keys.size, np.int64)
+    out: Any = np.empty(keys.size, np.int32 if keys.size < 2**31 - 1 else np.int64)
     size = 1 << max(10, (2 * min(keys.size, 1 << 22)).bit_length())
     table_keys = np.zeros(size, np.uint64)
     table_vals = np.full(size, -1, np.int64)
@@ -249,27 +251,149 @@ def bounded_affinity(home: I64, replicas: int, margin: float) -> tuple[I64, int]
 # ---------------------------------------------------------------------------------------------
 # Fixed-capacity replay (and the cache-aware router, which reads cache state)
 # ---------------------------------------------------------------------------------------------
+# Queue entries: a block id (>= 0), or -m for a run of m unknown output blocks (always live,
+# never refreshed, evicted from the front of the run). stamp[id] = queue position of the
+# block's latest entry, -1 when not cached.
 
 
 @nb.njit(cache=True)
-def _compact(buf: I64, stamp: I64, qb: int, base: int, head: int, tail: int) -> int:
+def _compact(buf: Any, stamp: Any, head: int, tail: int) -> int:
     w = 0
     for pos in range(head, tail):
-        e = buf[qb + pos]
+        e = buf[pos]
         if e < 0:
-            buf[qb + w] = -1
+            buf[w] = e
             w += 1
-        elif stamp[base + e] == pos:
-            buf[qb + w] = e
-            stamp[base + e] = w
+        elif stamp[e] == pos:
+            buf[w] = e
+            stamp[e] = w
             w += 1
     return w
 
 
+@nb.njit(cache=True, inline="always")
+def _lookup(stamp: Any, ids: Any, lo: int, pb: int) -> int:
+    h = 0
+    while h < pb and stamp[ids[lo + h]] >= 0:
+        h += 1
+    return h
+
+
+@nb.njit(cache=True, inline="always")
+def _serve(
+    stamp: Any,
+    buf: Any,
+    ids: Any,
+    lo: int,
+    hi: int,
+    missing: int,
+    capacity: int,
+    state: Any,
+) -> None:
+    """Insert/refresh tail first, then evict LRU down to capacity. state = [head, tail, count]."""
+    head = state[0]
+    tail = state[1]
+    count = state[2]
+    if tail + 1 + (hi - lo) > buf.size:
+        tail = _compact(buf, stamp, head, tail)
+        head = 0
+    if missing > 0:
+        buf[tail] = -missing
+        tail += 1
+        count += missing
+    for j in range(hi - 1, lo - 1, -1):
+        b = ids[j]
+        if stamp[b] < 0:
+            count += 1
+        stamp[b] = tail
+        buf[tail] = b
+        tail += 1
+    while count > capacity:
+        e = buf[head]
+        if e < 0:
+            run = -e
+            excess = count - capacity
+            if run <= excess:
+                count -= run
+                head += 1
+            else:
+                buf[head] = -(run - excess)
+                count -= excess
+        else:
+            if stamp[e] == head:
+                stamp[e] = -1
+                count -= 1
+            head += 1
+    state[0] = head
+    state[1] = tail
+    state[2] = count
+
+
 @nb.njit(cache=True)
-def replay(
+def _replay_stream(
     offsets: I64,
-    ids: I64,
+    ids: Any,
+    prompt_blocks: I64,
+    missing: I64,
+    prompt_tokens: I64,
+    block_size: int,
+    n_ids: int,
+    capacity: int,
+    queue_size: int,
+    order: I64,
+    hits: I64,
+) -> None:
+    stamp = np.full(n_ids, -1, np.int32)
+    buf = np.empty(queue_size, np.int32)
+    state = np.zeros(3, np.int64)
+    for i in range(order.size):
+        r = order[i]
+        lo = offsets[r]
+        h = _lookup(stamp, ids, lo, prompt_blocks[r])
+        hits[r] = max(min(h * block_size, prompt_tokens[r] - 1), 0)
+        _serve(stamp, buf, ids, lo, offsets[r + 1], missing[r], capacity, state)
+
+
+@nb.njit(cache=True, parallel=True)
+def replay_fixed(
+    offsets: I64,
+    ids: Any,
+    prompt_blocks: I64,
+    missing: I64,
+    prompt_tokens: I64,
+    block_size: int,
+    n_ids: int,
+    capacity: int,
+    queue_size: int,
+    order: I64,
+    starts: I64,
+) -> I64:
+    """Replay with a fixed assignment: replica k serves ``order[starts[k]:starts[k+1]]``.
+
+    Replicas are independent, so they run in parallel (numba prange), each with its own cache.
+    """
+    hits = np.zeros(prompt_blocks.size, np.int64)
+    for k in nb.prange(starts.size - 1):
+        _replay_stream(
+            offsets,
+            ids,
+            prompt_blocks,
+            missing,
+            prompt_tokens,
+            block_size,
+            n_ids,
+            capacity,
+            queue_size,
+            order[starts[k] : starts[k + 1]],
+            hits,
+        )
+    return hits
+
+
+@nb.njit(cache=True)
+def replay_cache_aware(
+    offsets: I64,
+    ids: Any,
     prompt_blocks: I64,
     missing: I64,
     prompt_tokens: I64,
@@ -278,116 +402,68 @@ def replay(
     replicas: int,
     capacity: int,
     queue_size: int,
-    assign: I64,
-    cache_aware: bool,
     arrival: I64,
     duration: I64,
     cache_threshold: float,
     balance_abs: int,
     balance_rel: float,
 ) -> tuple[I64, I64, int]:
-    """Replay requests in order through ``replicas`` LRU caches of ``capacity`` blocks each.
+    """Replay under the sgl-router ``cache_aware`` policy, which reads the caches.
 
-    With ``cache_aware`` False request ``r`` goes to ``assign[r]``. With it True the sgl-router
-    ``cache_aware`` policy decides (sglang-router 0.3.2 ``src/policies/cache_aware.rs``
-    ``select_worker`` L351-461, SIM_ANCHORS.md section 2): load = requests in flight at arrival
-    (the router's in-flight count); if ``max - min > balance_abs`` and ``max > min × balance_rel``
-    the request goes to the least loaded replica; otherwise match rate = matched prompt tokens /
-    prompt tokens of the best replica, and above ``cache_threshold`` the request goes there,
-    else to the least loaded. The router's view of each replica's prefixes is that replica's own
-    cache (as with KV events), not the approximate character tree; a tie in match length goes to
-    the lower load, then the lower index (smg's event-driven mode).
+    sglang-router 0.3.2 ``src/policies/cache_aware.rs`` ``select_worker`` L351-461
+    (SIM_ANCHORS.md section 2): load = requests in flight at arrival (the router's in-flight
+    count); if ``max - min > balance_abs`` and ``max > min × balance_rel`` the request goes to
+    the least loaded replica; otherwise match rate = matched prompt tokens / prompt tokens on
+    the best replica, and above ``cache_threshold`` the request goes there, else to the least
+    loaded. The router's view of each replica's prefixes is that replica's own cache (as with
+    KV events) rather than the approximate character tree; a tie in match length goes to the
+    lower load, then the lower index (smg's event-driven mode).
 
     Returns per-request hit tokens, the replica each request met, and how many requests the
     imbalance rule routed.
     """
     n = prompt_blocks.size
-    stamp = np.full(replicas * n_ids, -1, np.int64)
-    buf = np.empty(replicas * queue_size, np.int64)
-    head = np.zeros(replicas, np.int64)
-    tail = np.zeros(replicas, np.int64)
-    count = np.zeros(replicas, np.int64)
+    stamp = np.full((replicas, n_ids), -1, np.int32)
+    buf = np.empty((replicas, queue_size), np.int32)
+    state = np.zeros((replicas, 3), np.int64)
     hits = np.zeros(n, np.int64)
     chosen = np.empty(n, np.int64)
     load = np.zeros(replicas, np.int64)
     matched = np.zeros(replicas, np.int64)
     hn = 0
-    heap_len = n if cache_aware else 1
-    ht = np.empty(heap_len, np.int64)
-    hr = np.empty(heap_len, np.int64)
+    ht = np.empty(n, np.int64)
+    hr = np.empty(n, np.int64)
     balance_routed = 0
     for r in range(n):
         lo = offsets[r]
-        hi = offsets[r + 1]
         pb = prompt_blocks[r]
-        if cache_aware:
-            t = arrival[r]
-            while hn > 0 and ht[0] <= t:
-                load[hr[0]] -= 1
-                hn = _heap_pop(ht, hr, hn)
-            mn = load[0]
-            mx = load[0]
-            for q in range(1, replicas):
-                mn = min(mn, load[q])
-                mx = max(mx, load[q])
-            if mx - mn > balance_abs and mx > mn * balance_rel:
-                k = _argmin(load)
-                balance_routed += 1
-            else:
-                best = 0
-                for q in range(replicas):
-                    qbase = q * n_ids
-                    h = 0
-                    while h < pb and stamp[qbase + ids[lo + h]] >= 0:
-                        h += 1
-                    matched[q] = h
-                    if h > matched[best] or (h == matched[best] and load[q] < load[best]):
-                        best = q
-                rate = 0.0
-                if prompt_tokens[r] > 0:
-                    rate = matched[best] * block_size / prompt_tokens[r]
-                k = best if rate > cache_threshold else _argmin(load)
-            load[k] += 1
-            hn = _heap_push(ht, hr, hn, t + duration[r], k)
+        t = arrival[r]
+        while hn > 0 and ht[0] <= t:
+            load[hr[0]] -= 1
+            hn = _heap_pop(ht, hr, hn)
+        mn = load.min()
+        mx = load.max()
+        if mx - mn > balance_abs and mx > mn * balance_rel:
+            k = _argmin(load)
+            balance_routed += 1
         else:
-            k = assign[r]
+            best = 0
+            for q in range(replicas):
+                matched[q] = _lookup(stamp[q], ids, lo, pb)
+                if matched[q] > matched[best] or (
+                    matched[q] == matched[best] and load[q] < load[best]
+                ):
+                    best = q
+            rate = 0.0
+            if prompt_tokens[r] > 0:
+                rate = matched[best] * block_size / prompt_tokens[r]
+            k = best if rate > cache_threshold else _argmin(load)
+        load[k] += 1
+        hn = _heap_push(ht, hr, hn, t + duration[r], k)
         chosen[r] = k
-        base = k * n_ids
-        qb = k * queue_size
-        h = 0
-        while h < pb and stamp[base + ids[lo + h]] >= 0:
-            h += 1
-        hit = min(h * block_size, prompt_tokens[r] - 1)
-        hits[r] = max(hit, 0)
-        need = missing[r] + (hi - lo)
-        if tail[k] + need > queue_size:
-            tail[k] = _compact(buf, stamp, qb, base, head[k], tail[k])
-            head[k] = 0
-        tk = tail[k]
-        ck = count[k]
-        for _ in range(missing[r]):
-            buf[qb + tk] = -1
-            tk += 1
-            ck += 1
-        for j in range(hi - 1, lo - 1, -1):
-            b = ids[j]
-            if stamp[base + b] < 0:
-                ck += 1
-            stamp[base + b] = tk
-            buf[qb + tk] = b
-            tk += 1
-        hd = head[k]
-        while ck > capacity:
-            e = buf[qb + hd]
-            if e < 0:
-                ck -= 1
-            elif stamp[base + e] == hd:
-                stamp[base + e] = -1
-                ck -= 1
-            hd += 1
-        head[k] = hd
-        tail[k] = tk
-        count[k] = ck
+        h = _lookup(stamp[k], ids, lo, pb)
+        hits[r] = max(min(h * block_size, prompt_tokens[r] - 1), 0)
+        _serve(stamp[k], buf[k], ids, lo, offsets[r + 1], missing[r], capacity, state[k])
     return hits, chosen, balance_routed
 
 
@@ -430,9 +506,9 @@ def _marks_upto(tree: I64, bits: NDArray[np.uint64], p: int) -> int:
 
 
 @nb.njit(cache=True)
-def stack_depth_histogram(
+def _depth_stream(
     offsets: I64,
-    ids: I64,
+    ids: Any,
     prompt_blocks: I64,
     missing: I64,
     prompt_tokens: I64,
@@ -441,32 +517,16 @@ def stack_depth_histogram(
     order: I64,
     sample_threshold: np.uint64,
     sample_salt: np.uint64,
-    hist_size: int,
-) -> NDArray[np.float64]:
-    """Token-weighted histogram of LRU stack depths at lookup, for the requests ``order``.
-
-    ``order`` lists the requests one cache sees, in arrival order. Accesses are the blocks each
-    request inserts or refreshes, tail first (so every parent is more recent than its children
-    and a capacity-C cache, which holds exactly the C most recent distinct blocks, is
-    prefix-closed). At lookup, prompt block ``j`` is cached in a C-block cache iff its depth
-    (1 + distinct blocks accessed since its last access) is ≤ C; it then adds
-    ``min((j+1)B, P-1) - min(jB, P-1)`` hit tokens. ``hist[d]`` sums those tokens, so the hit
-    tokens at capacity C are ``hist[:C+1].sum()``.
-
-    Depths come from a Fenwick tree over access positions marking each block's latest access
-    (Bennett & Kruskal 1975); its leaves are 512-position buckets of a bitmap, so the tree stays
-    small and the last level is a popcount. With ``sample_threshold`` below 2^64-1 only blocks
-    whose salted hash falls under it are tracked and depths and weights are scaled by the rate
-    (SHARDS, Waldspurger et al., FAST 2015); histogram index = round(depth / rate).
-    """
+    hist: NDArray[np.float64],
+) -> None:
     total = 0
     for i in range(order.size):
         r = order[i]
         total += missing[r] + offsets[r + 1] - offsets[r]
     bits = np.zeros((total >> 6) + 2, np.uint64)
     tree = np.zeros((total >> _BUCKET_SHIFT) + 2, np.int64)
-    last = np.full(n_ids, -1, np.int64)
-    hist = np.zeros(hist_size, np.float64)
+    last = np.full(n_ids, -1, np.int32)  # positions < 2^31 (checked by the caller)
+    hist_size = hist.size
     sampling = sample_threshold != _ALL
     rate = (float(sample_threshold) + 1.0) / 18446744073709551616.0
     scale = 1.0 / rate if sampling else 1.0
@@ -479,6 +539,8 @@ def stack_depth_histogram(
         hi = offsets[r + 1]
         pb = prompt_blocks[r]
         cap_tok = prompt_tokens[r] - 1
+        prev_p = -2
+        depth = 0
         for j in range(pb):
             b = ids[lo + j]
             if sampling and (splitmix64(np.uint64(b) ^ sample_salt) > sample_threshold):
@@ -488,7 +550,11 @@ def stack_depth_histogram(
                 if sampling:
                     continue
                 break
-            depth = marks - _marks_upto(tree, bits, p) + 1
+            if prev_p - p == 1:
+                depth += 1  # adjacent positions: no mark between, one deeper (common case)
+            else:
+                depth = marks - _marks_upto(tree, bits, p) + 1
+            prev_p = p
             w_hi = min((j + 1) * block_size, cap_tok)
             w_lo = min(j * block_size, cap_tok)
             w = max(w_hi, 0) - max(w_lo, 0)
@@ -498,14 +564,16 @@ def stack_depth_histogram(
             if idx >= hist_size:
                 idx = hist_size - 1
             hist[idx] += w * scale
+        # accesses, tail first; Fenwick updates are batched per bucket
+        t_start = t
         for _ in range(missing[r]):
             anon += _ONE
             if sampling and (splitmix64(anon ^ ~sample_salt) > sample_threshold):
                 continue
             bits[t >> 6] |= _ONE << np.uint64(t & 63)
-            _tree_add(tree, t >> _BUCKET_SHIFT, 1)
-            marks += 1
             t += 1
+        cur = -1
+        acc = 0
         for j in range(hi - 1, lo - 1, -1):
             b = ids[j]
             if sampling and (splitmix64(np.uint64(b) ^ sample_salt) > sample_threshold):
@@ -513,11 +581,75 @@ def stack_depth_histogram(
             p = last[b]
             if p >= 0:
                 bits[p >> 6] &= ~(_ONE << np.uint64(p & 63))
-                _tree_add(tree, p >> _BUCKET_SHIFT, -1)
+                bucket = p >> _BUCKET_SHIFT
+                if bucket != cur:
+                    if acc != 0:
+                        _tree_add(tree, cur, acc)
+                    cur = bucket
+                    acc = 0
+                acc -= 1
                 marks -= 1
             bits[t >> 6] |= _ONE << np.uint64(t & 63)
-            _tree_add(tree, t >> _BUCKET_SHIFT, 1)
-            marks += 1
             last[b] = t
             t += 1
+        if acc != 0:
+            _tree_add(tree, cur, acc)
+        # the new marks t_start..t-1 are contiguous: one tree update per bucket they span
+        pos = t_start
+        while pos < t:
+            bucket = pos >> _BUCKET_SHIFT
+            end = min(t, (bucket + 1) << _BUCKET_SHIFT)
+            _tree_add(tree, bucket, end - pos)
+            pos = end
+        marks += t - t_start
+
+
+@nb.njit(cache=True, parallel=True)
+def stack_depth_histograms(
+    offsets: I64,
+    ids: Any,
+    prompt_blocks: I64,
+    missing: I64,
+    prompt_tokens: I64,
+    block_size: int,
+    n_ids: int,
+    order: I64,
+    starts: I64,
+    sample_threshold: np.uint64,
+    sample_salt: np.uint64,
+    hist_size: int,
+) -> NDArray[np.float64]:
+    """Token-weighted histograms of LRU stack depths at lookup, one row per replica.
+
+    Replica k sees requests ``order[starts[k]:starts[k+1]]`` in arrival order. Accesses are
+    the blocks each request inserts or refreshes, tail first (so every parent is more recent
+    than its children and a capacity-C cache, which holds exactly the C most recent distinct
+    blocks, is prefix-closed). At lookup, prompt block ``j`` is cached in a C-block cache iff
+    its depth (1 + distinct blocks accessed since its last access) is ≤ C; it then adds
+    ``min((j+1)B, P-1) - min(jB, P-1)`` hit tokens. ``hist[k, d]`` sums those tokens, so hit
+    tokens at capacity C are ``hist[:, :C+1].sum()``.
+
+    Depths come from a Fenwick tree over access positions marking each block's latest access
+    (Bennett & Kruskal 1975); its leaves are 512-position buckets of a bitmap, so the tree stays
+    small and the last level is a popcount. A block whose previous access sits right before its
+    predecessor's is one deeper than it, without a query. With ``sample_threshold`` below
+    2^64-1 only blocks whose salted hash falls under it are tracked and depths and weights are
+    scaled by the rate (SHARDS, Waldspurger et al., FAST 2015).
+    """
+    replicas = starts.size - 1
+    hist = np.zeros((replicas, hist_size), np.float64)
+    for k in nb.prange(replicas):
+        _depth_stream(
+            offsets,
+            ids,
+            prompt_blocks,
+            missing,
+            prompt_tokens,
+            block_size,
+            n_ids,
+            order[starts[k] : starts[k + 1]],
+            sample_threshold,
+            sample_salt,
+            hist[k],
+        )
     return hist

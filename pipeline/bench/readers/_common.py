@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -115,10 +116,14 @@ class Ctx:
         v = obj[key]
         if not isinstance(v, list):
             raise self.fail(key, f"expected a list of lists, got {type(v).__name__}")
-        out: list[list[float]] = []
         for i, inner in enumerate(v):
             if not isinstance(inner, list):
                 raise self.fail(f"{key}[{i}]", f"expected a list, got {type(inner).__name__}")
+        # fast path: every element already an int/float (type check runs in C via map/set)
+        if set(map(type, itertools.chain.from_iterable(v))) <= {float, int}:
+            return v
+        out: list[list[float]] = []
+        for i, inner in enumerate(v):
             row: list[float] = []
             for j, x in enumerate(inner):
                 n = self.as_num(x, f"{key}[{i}][{j}]")

@@ -128,6 +128,13 @@ def read_record(ctx: Ctx, obj: Mapping[str, Any], index: int) -> RawPoint:
     v["input_tokens_per_s"] = ctx.num(obj, "input_throughput")
     v["output_tokens_per_s"] = ctx.num(obj, "output_throughput")
     v["total_tokens_per_s"] = ctx.num(obj, "total_throughput")
+    tin_v, tout_v = v["total_input_tokens"], v["total_output_tokens"]
+    if duration:
+        # SGLang's own definitions: <tokens> / duration (absent from older eras)
+        if v["input_tokens_per_s"] is None and tin_v is not None:
+            v["input_tokens_per_s"] = tin_v / duration
+        if v["total_tokens_per_s"] is None and tin_v is not None and tout_v is not None:
+            v["total_tokens_per_s"] = (tin_v + tout_v) / duration
     native = latency_native(ctx, obj)
     retok = ctx.num(obj, "total_output_tokens_retokenized")
     if retok is not None:
@@ -141,7 +148,7 @@ def read_record(ctx: Ctx, obj: Mapping[str, Any], index: int) -> RawPoint:
         if ratio is not None:
             v["input_len_fixed"] = v["output_len_fixed"] = ratio >= 1.0
     details = ctx.dict_(obj, "details") if "details" in obj else obj
-    frame = serving_per_request(ctx, obj, details)
+    frame = serving_per_request(ctx, details)
     if frame is not None:
         point.per_request = frame
         if details.get("errors") is not None:

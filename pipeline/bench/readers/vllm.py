@@ -112,9 +112,7 @@ def latency_native(ctx: Ctx, obj: Mapping[str, Any]) -> dict[str, float | None]:
     return out
 
 
-def serving_per_request(
-    ctx: Ctx, obj: Mapping[str, Any], container: Mapping[str, Any]
-) -> pl.DataFrame | None:
+def serving_per_request(ctx: Ctx, container: Mapping[str, Any]) -> pl.DataFrame | None:
     """Per-request frame from vLLM/SGLang-style arrays (seconds → ms), or None when absent."""
     ttfts = ctx.num_list(container, "ttfts")
     if ttfts is None:
@@ -145,13 +143,18 @@ def serving_per_request(
         {
             "ok": ok,
             "error": errors,
-            "ttft_ms": [t * 1000.0 if t is not None and k else None for t, k in zip(ttfts, ok)],
+            "ttft_ms": [
+                t * 1000.0 if t is not None and k else None for t, k in zip(ttfts, ok, strict=True)
+            ],
             "e2e_ms": (
-                [x * 1000.0 if x is not None and k else None for x, k in zip(latencies, ok)]
+                [
+                    x * 1000.0 if x is not None and k else None
+                    for x, k in zip(latencies, ok, strict=True)
+                ]
                 if latencies is not None
                 else None
             ),
-            "itl_ms": [[g * 1000.0 for g in row] for row in itls] if itls is not None else None,
+            "itl_ms": itls,  # seconds here; scaled to ms below in one polars expression
             "start_s": (
                 [s - first if s is not None and first is not None else None for s in starts]
                 if starts is not None
@@ -164,6 +167,7 @@ def serving_per_request(
         },
         n,
     )
+    frame = frame.with_columns(pl.col("itl_ms").list.eval(pl.element() * 1000.0))
     return with_tpot(frame)
 
 
@@ -237,11 +241,14 @@ def read_record(ctx: Ctx, obj: Mapping[str, Any], index: int) -> RawPoint:
     v["request_throughput_rps"] = ctx.num(obj, "request_throughput")
     v["output_tokens_per_s"] = ctx.num(obj, "output_throughput")
     v["total_tokens_per_s"] = ctx.num(obj, "total_token_throughput")
+    duration = v["duration_s"]
+    if v["total_input_tokens"] is not None and duration:
+        # vLLM's own definition: total_token_throughput = (input + output tokens) / duration
+        v["input_tokens_per_s"] = v["total_input_tokens"] / duration
     goodput_key = "request_goodput" if "request_goodput" in obj else "request_goodput:"
     v["goodput_rps"] = ctx.num(obj, goodput_key)
     point.native = latency_native(ctx, obj)
-    container: Mapping[str, Any] = obj
-    frame = serving_per_request(ctx, obj, container)
+    frame = serving_per_request(ctx, obj)
     if frame is not None:
         point.per_request = frame
         errors_known = "errors" in obj

@@ -1,0 +1,165 @@
+"""Plots of the bench analysis as deterministic SVG bytes (no pyplot global state).
+
+- :func:`latency_vs_load_svg`: TTFT and ITL percentiles (p50, p95, p99) versus offered load per
+  candidate, log latency axis, with the SLO limits as dashed lines and each point's status.
+- :func:`cost_svg`: cost per 1M output tokens at the SLO per candidate (interpolated bars hatched).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from typing import Any
+
+import matplotlib
+import polars as pl
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+from pipeline.bench.slo import ITL_DEFINITIONS, SloSpec
+
+matplotlib.use("Agg")
+
+_RC: dict[Any, Any] = {"svg.hashsalt": "enginefit", "svg.fonttype": "path", "font.size": 9}
+_STYLES: dict[str, Any] = {"p50": ":", "p95": "-", "p99": "--"}
+_MARKERS = {"pass": "o", "fail": "X", "unknown": "s"}
+_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
+
+
+def _svg(fig: Figure) -> bytes:
+    buffer = io.BytesIO()
+    with matplotlib.rc_context(_RC):
+        fig.savefig(buffer, format="svg", metadata={"Date": None}, bbox_inches="tight")
+    return buffer.getvalue()
+
+
+def _panels(slo: SloSpec) -> list[tuple[str, str]]:
+    """(family column prefix, title) for TTFT and the SLO's ITL definition."""
+    itl = ITL_DEFINITIONS[slo.itl_definition]
+    return [("ttft", "TTFT"), (itl, f"ITL ({slo.itl_definition})")]
+
+
+def latency_vs_load_svg(evaluated: pl.DataFrame, slo: SloSpec) -> bytes:
+    """TTFT / ITL percentiles versus offered load (open-loop points only), one colour per
+    candidate, SLO limits dashed in black. Status markers sit on the limited percentile."""
+    with matplotlib.rc_context(_RC):
+        fig = Figure(figsize=(10, 5.2))
+        axes = fig.subplots(1, 2)
+        points = evaluated.filter(pl.col("sweep") == "open").sort(["candidate", "load"])
+        candidates: Sequence[str] = sorted(points.get_column("candidate").unique().to_list())
+        for ax, (family, title) in zip(axes, _panels(slo), strict=True):
+            limited = {
+                lim.stat: lim.max_ms
+                for lim in slo.limits
+                if lim.column(slo.itl_definition).startswith(f"{family}_")
+            }
+            plotted = False
+            for i, cand in enumerate(candidates):
+                rows = points.filter(pl.col("candidate") == cand)
+                color = _COLORS[i % len(_COLORS)]
+                for stat, style in _STYLES.items():
+                    col = f"{family}_{stat}_ms"
+                    if col not in rows.columns:
+                        continue
+                    sub = rows.filter(pl.col(col).is_not_null() & (pl.col(col) > 0))
+                    if sub.height == 0:
+                        continue
+                    ax.plot(
+                        sub.get_column("load").to_list(),
+                        sub.get_column(col).to_list(),
+                        linestyle=style,
+                        color=color,
+                        linewidth=1.2,
+                    )
+                    plotted = True
+                    if stat in limited:
+                        for status, marker in _MARKERS.items():
+                            hit = sub.filter(pl.col("slo_status") == status)
+                            if hit.height:
+                                ax.scatter(
+                                    hit.get_column("load").to_list(),
+                                    hit.get_column(col).to_list(),
+                                    marker=marker,
+                                    color=color,
+                                    s=28,
+                                    zorder=3,
+                                )
+            for stat, bound in sorted(limited.items()):
+                ax.axhline(bound, color="black", linestyle="--", linewidth=0.9)
+                ax.annotate(
+                    f"SLO {stat} ≤ {bound:g} ms",
+                    xy=(0.01, bound),
+                    xycoords=("axes fraction", "data"),
+                    fontsize=8,
+                    va="bottom",
+                )
+            if plotted or limited:
+                ax.set_yscale("log")
+            ax.set_xlabel("offered load (req/s)")
+            ax.set_ylabel(f"{title} (ms)")
+            ax.set_title(f"{title} vs offered load")
+            ax.grid(True, which="both", alpha=0.3)
+            if not plotted:
+                ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
+        handles = [
+            Line2D([], [], color=_COLORS[i % len(_COLORS)], linewidth=2, label=cand)
+            for i, cand in enumerate(candidates)
+        ]
+        handles += [
+            Line2D([], [], color="grey", linestyle=style, label=stat)
+            for stat, style in _STYLES.items()
+        ]
+        handles += [
+            Line2D([], [], color="grey", marker=m, linestyle="none", label=status)
+            for status, m in _MARKERS.items()
+        ]
+        handles.append(Line2D([], [], color="black", linestyle="--", label="SLO limit"))
+        rows_needed = -(-len(handles) // 4)
+        fig.subplots_adjust(bottom=0.14 + 0.045 * rows_needed, top=0.86, wspace=0.25)
+        fig.legend(
+            handles=handles,
+            loc="lower center",
+            ncol=4,
+            fontsize=7,
+            frameon=False,
+            bbox_to_anchor=(0.5, 0.0),
+        )
+        fig.suptitle(f"SLO: {slo.describe()}", fontsize=9)
+        return _svg(fig)
+
+
+def cost_svg(capacity: pl.DataFrame, *, comparable: bool = True) -> bytes:
+    """Cost per 1M output tokens at the SLO capacity, one bar per open-loop candidate."""
+    with matplotlib.rc_context(_RC):
+        rows = capacity.filter(
+            (pl.col("sweep") == "open") & pl.col("cost_per_1m_output_usd").is_not_null()
+        ).sort(["cost_per_1m_output_usd", "candidate"])
+        fig = Figure(figsize=(8, 0.6 + 0.5 * max(rows.height, 1)))
+        ax = fig.subplots()
+        if rows.height == 0:
+            ax.text(0.5, 0.5, "no candidate has a cost at the SLO", ha="center", va="center")
+            ax.set_axis_off()
+            return _svg(fig)
+        labels = rows.get_column("candidate").to_list()
+        costs = rows.get_column("cost_per_1m_output_usd").to_list()
+        interp = rows.get_column("interpolated").to_list()
+        status = rows.get_column("capacity_status").to_list()
+        y = list(range(len(labels)))
+        bars = ax.barh(y, costs, color="#1f77b4")
+        for bar, is_interp in zip(bars, interp, strict=True):
+            if is_interp:
+                bar.set_hatch("//")
+                bar.set_facecolor("#aec7e8")
+        for yi, cost, is_interp, st in zip(y, costs, interp, status, strict=True):
+            tag = " (interpolated)" if is_interp else ""
+            tag += " (≥: no failure seen)" if st == "not_bracketed" else ""
+            ax.text(cost, yi, f" ${cost:.3f}{tag}", va="center", fontsize=8)
+        ax.set_yticks(y, labels)
+        ax.invert_yaxis()
+        ax.set_xlabel("$ per 1M output tokens at the SLO capacity")
+        ax.set_xlim(0, max(costs) * 1.45)
+        title = "Cost per 1M output tokens at the SLO"
+        if not comparable:
+            title += " — NOT COMPARABLE (see validity findings)"
+        ax.set_title(title)
+        return _svg(fig)

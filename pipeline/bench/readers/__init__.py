@@ -1,0 +1,321 @@
+"""Read benchmark result files into the normalised load-point table.
+
+:func:`read_bench_files` is the entry point: it expands folders, detects each file's tool from
+its content (:mod:`pipeline.bench.detect`), runs the tool's reader (one module per tool here),
+attaches the sidecar manifest (:mod:`pipeline.bench.manifest`), recomputes latency statistics
+from per-request data wherever a file (or its companion file in the same folder) has it
+(:mod:`pipeline.bench.percentiles`), and returns a :class:`~pipeline.bench.schema.BenchReadResult`.
+
+Companion files are read by their primary file's reader and are skipped (with a note) when met
+on their own: genai-perf ``profile_export.json``, aiperf ``profile_export.jsonl``, llmperf
+``*_individual_responses.json``, inference-perf ``config.yaml`` and per-request file, and
+``vllm bench sweep``'s ``summary.json`` (a copy of its ``run=<k>.json`` files). The
+inference-perf cross-stage ``summary_lifecycle_metrics.json`` is skipped with a note. When a
+folder is expanded, files that are not JSON/JSONL/YAML are skipped with a note; a file named
+explicitly is always detected and fails loudly when it matches no format.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+# detect imports _common (above) — keep this order
+from pipeline.bench.detect import Document, detect_kind, load_document, stage_number
+from pipeline.bench.manifest import BenchManifest, is_manifest_file, resolve_manifest
+from pipeline.bench.percentiles import METHOD, recompute_stats
+from pipeline.bench.readers import (
+    aiperf,
+    genai_perf,
+    guidellm,
+    inference_perf,
+    llmperf,
+    sglang,
+    vllm,
+)
+from pipeline.bench.readers._common import BenchFieldError, BenchFormatError, Ctx, RawPoint
+from pipeline.bench.schema import (
+    LATENCY_METRICS,
+    LATENCY_STATS,
+    LOAD_POINT_SCHEMA,
+    PER_REQUEST_SCHEMA,
+    BenchReadResult,
+    conform_load_points,
+    conform_per_request,
+)
+
+__all__ = ["BenchFieldError", "BenchFormatError", "expand_paths", "read_bench_files"]
+
+DIR_SUFFIXES = (".json", ".jsonl", ".yaml", ".yml")
+# files tools write beside their results that are not results; skipped only when a *folder*
+# is expanded (a file named explicitly is always detected and fails loudly if unknown)
+_DIR_SKIP = re.compile(
+    r"^(inputs\.json|llm_inputs\.json|.*_prometheus_metrics\.json|.*\.pytorch\.json)$"
+)
+_COMPANION_KINDS = {
+    "genai_perf_raw": "genai-perf raw perf_analyzer export (read beside its "
+    "profile_export_genai_perf.json for per-request recomputation)",
+    "aiperf_requests": "aiperf per-request export (read beside its profile_export_aiperf.json)",
+    "llmperf_requests": "llmperf individual responses (read beside its *_summary.json)",
+    "inference_perf_config": "inference-perf run config (read beside the stage files)",
+    "inference_perf_requests": "inference-perf per-request file (mixes all stages; not used)",
+    "vllm_sweep_summary": "vllm bench sweep summary.json (repeats the run=<k>.json files; "
+    "read those)",
+}
+ManifestArg = Mapping[str, Any] | BenchManifest | Path | str | None
+
+
+def expand_paths(paths: Sequence[Path | str] | Path | str) -> tuple[list[Path], list[str]]:
+    """Files to read (folders expanded recursively, sorted, de-duplicated) and skip notes."""
+    items = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    out: list[Path] = []
+    notes: list[str] = []
+    seen: set[Path] = set()
+    for item in items:
+        p = Path(item)
+        if p.is_dir():
+            for f in sorted(x for x in p.rglob("*") if x.is_file()):
+                if is_manifest_file(f):
+                    continue
+                if f.suffix.lower() not in DIR_SUFFIXES:
+                    notes.append(
+                        f"{f}: skipped (not JSON/JSONL/YAML; CSV/HTML exports unsupported)"
+                    )
+                    continue
+                if _DIR_SKIP.match(f.name):
+                    notes.append(f"{f}: skipped (tool side file, not a result)")
+                    continue
+                if f.resolve() not in seen:
+                    seen.add(f.resolve())
+                    out.append(f)
+        elif p.is_file():
+            if p.resolve() not in seen:
+                seen.add(p.resolve())
+                out.append(p)
+        else:
+            raise BenchFormatError(f"{p}: no such benchmark result file or folder")
+    return out, notes
+
+
+def _read_points(doc: Document, kind: str) -> tuple[str, list[RawPoint]]:
+    """(tool, raw points) for a primary document."""
+    path = doc.path
+    if kind in ("vllm_bench_serve", "sglang_bench_serving"):
+        module = vllm if kind == "vllm_bench_serve" else sglang
+        points = []
+        for i, rec in enumerate(doc.records):
+            where = f"line {doc.line_numbers[i]}" if doc.text_format == "jsonl" else "record 0"
+            points.append(module.read_record(Ctx(path, where), rec, i))
+        return kind, points
+    obj = doc.records[0]
+    if kind == "guidellm":
+        points, _gen = guidellm.read(Ctx(path, "document"), obj)
+        return "guidellm", points
+    if kind == "genai_perf":
+        return "genai_perf", [genai_perf.read(Ctx(path, "document"), obj)]
+    if kind == "aiperf":
+        return "aiperf", [aiperf.read(Ctx(path, "document"), obj)]
+    if kind == "llmperf_summary":
+        return "llmperf", [llmperf.read(Ctx(path, "document"), obj)]
+    if kind == "inference_perf_stage":
+        stage = stage_number(path)
+        return "inference_perf", [
+            inference_perf.read(Ctx(path, f"stage {stage}"), obj, 0 if stage is None else stage)
+        ]
+    raise BenchFormatError(f"{path}: no reader for detected kind {kind!r}")
+
+
+def _json_text(data: Mapping[str, Any]) -> str | None:
+    def clean(x: Any) -> Any:
+        if isinstance(x, float) and not math.isfinite(x):
+            return str(x)
+        if isinstance(x, dict):
+            return {str(k): clean(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [clean(v) for v in x]
+        return x
+
+    if not data:
+        return None
+    return json.dumps(clean(dict(data)), sort_keys=True, default=str)
+
+
+def _row(path: Path, sha: str, tool: str, raw: RawPoint, manifest: BenchManifest) -> dict[str, Any]:
+    row: dict[str, Any] = dict.fromkeys(LOAD_POINT_SCHEMA.names())
+    row.update(raw.values)
+    point_id = f"{tool}:{path}#{raw.record_index}"
+    row.update(
+        point_id=point_id,
+        tool=tool,
+        source_file=str(path),
+        source_sha256=sha,
+        record_index=raw.record_index,
+        manifest_file=manifest.source,
+        engine=manifest.engine,
+        engine_version=manifest.engine_version,
+        gpu_type=manifest.gpu_type,
+        gpu_count=manifest.gpu_count,
+        quantization=manifest.quantization,
+        price_per_gpu_hour_usd=manifest.price_per_gpu_hour_usd,
+        workload=manifest.workload,
+    )
+    if manifest.model is not None:
+        row["model"] = manifest.model
+    if manifest.run_date is not None:
+        row["run_date"] = manifest.run_date
+    if row.get("tool_version") is None:
+        row["tool_version"] = manifest.tool_version
+    label = manifest.label
+    if label is None and manifest.label_from is not None:
+        hint = raw.file_metadata.get(manifest.label_from)
+        label = None if hint is None else str(hint)
+    row["label"] = label if label is not None else raw.file_label
+    completed, failed = row.get("completed"), row.get("failed")
+    if completed is not None and failed is not None and completed + failed > 0:
+        row["error_rate"] = failed / (completed + failed)
+    for metric in LATENCY_METRICS:
+        for stat in LATENCY_STATS:
+            col = f"{metric}_{stat}_ms"
+            row[col] = raw.native.get(col)
+    if row.get("tpot_definition") is None:
+        row["tpot_definition"] = (
+            "decode_token_weighted" if tool == "guidellm" else "decode_per_request"
+        )
+    row["native_stats"] = _json_text(raw.native)
+    row["file_metadata"] = _json_text(raw.file_metadata)
+    row["row_notes"] = list(raw.notes)
+    row["has_per_request"] = raw.per_request is not None and raw.per_request.height > 0
+    return row
+
+
+def _merge_recomputed(points: pl.DataFrame, per_request: pl.DataFrame | None) -> pl.DataFrame:
+    """Replace native stats by recomputed ones family by family; set ``<m>_source`` flags."""
+    if per_request is not None and per_request.height:
+        stats = recompute_stats(per_request)
+        stats = stats.rename({c: f"{c}__re" for c in stats.columns if c != "point_id"})
+        frame = points.join(stats, on="point_id", how="left")
+    else:
+        frame = points
+    exprs: list[pl.Expr] = []
+    for metric in LATENCY_METRICS:
+        cols = [f"{metric}_{stat}_ms" for stat in LATENCY_STATS]
+        has_native = pl.any_horizontal([pl.col(c).is_not_null() for c in cols])
+        if f"{metric}_n__re" in frame.columns:
+            recomputed = pl.col(f"{metric}_n__re").fill_null(0) > 0
+            exprs += [
+                pl.when(recomputed).then(pl.col(f"{c}__re")).otherwise(pl.col(c)).alias(c)
+                for c in cols
+            ]
+        else:
+            recomputed = pl.lit(False)
+        exprs.append(
+            pl.when(recomputed)
+            .then(pl.lit("recomputed"))
+            .when(has_native)
+            .then(pl.lit("native"))
+            .otherwise(pl.lit("missing"))
+            .alias(f"{metric}_source")
+        )
+        if metric == "tpot":
+            exprs.append(
+                pl.when(recomputed)
+                .then(pl.lit("decode_per_request"))
+                .when(has_native)
+                .then(pl.col("tpot_definition"))
+                .otherwise(None)
+                .alias("tpot_definition")
+            )
+    if "input_tokens_mean__re" in frame.columns:
+        for side in ("input", "output"):
+            for stat in ("mean", "p50", "p99"):
+                c = f"{side}_tokens_{stat}"
+                exprs.append(pl.coalesce(pl.col(f"{c}__re"), pl.col(c)).alias(c))
+            exprs.append(
+                pl.coalesce(pl.col(f"{side}_tokens_fixed__re"), pl.col(f"{side}_len_fixed")).alias(
+                    f"{side}_len_fixed"
+                )
+            )
+    frame = frame.with_columns(exprs)
+    any_recomputed = pl.any_horizontal(
+        [pl.col(f"{m}_source") == "recomputed" for m in LATENCY_METRICS]
+    )
+    return frame.with_columns(
+        pl.when(pl.any_horizontal([pl.col(f"itl_{s}_ms").is_not_null() for s in LATENCY_STATS]))
+        .then(pl.lit("per_gap_pooled"))
+        .otherwise(None)
+        .alias("itl_definition"),
+        pl.when(any_recomputed)
+        .then(pl.lit(METHOD))
+        .otherwise(pl.lit("tool"))
+        .alias("percentile_method"),
+    )
+
+
+def read_bench_files(
+    paths: Sequence[Path | str] | Path | str,
+    manifest: ManifestArg = None,
+) -> BenchReadResult:
+    """Read benchmark result files (or folders of them) into one load-point table.
+
+    ``manifest`` (a mapping, a :class:`BenchManifest`, or a YAML path) is merged over each file's
+    sidecar manifest (see :mod:`pipeline.bench.manifest`); engine, GPU type and GPU count are
+    required for every result file. Raises :class:`BenchFormatError` for a file that matches no
+    known format (naming the formats tried), :class:`BenchFieldError` for an unparseable field
+    (naming file, record and field) and
+    :class:`~pipeline.bench.manifest.BenchManifestError` for a missing/invalid manifest.
+    """
+    files, notes = expand_paths(paths)
+    if not files:
+        raise BenchFormatError(f"no benchmark result files found in {paths!r}")
+    rows: list[dict[str, Any]] = []
+    frames: list[pl.DataFrame] = []
+    for path in files:
+        doc = load_document(path)
+        kind = detect_kind(doc)
+        if kind in _COMPANION_KINDS:
+            notes.append(f"{path}: {_COMPANION_KINDS[kind]}; not a load point by itself")
+            continue
+        if kind == "inference_perf_summary":
+            notes.append(
+                f"{path}: inference-perf cross-stage summary (aggregates every stage) — "
+                "skipped: never use it for an SLO search; read the stage_N files "
+                "(inference-perf issue #70)"
+            )
+            continue
+        tool, raw_points = _read_points(doc, kind)
+        sha = hashlib.sha256(doc.raw).hexdigest()
+        man = resolve_manifest(path, manifest)
+        for raw in raw_points:
+            row = _row(path, sha, tool, raw, man)
+            rows.append(row)
+            for note in raw.notes:
+                notes.append(f"{row['point_id']}: {note}")
+            if raw.per_request is not None and raw.per_request.height:
+                frames.append(
+                    raw.per_request.with_columns(
+                        pl.lit(row["point_id"]).alias("point_id"),
+                        pl.lit(str(path)).alias("source_file"),
+                        pl.lit(raw.record_index, dtype=pl.Int64).alias("record_index"),
+                    )
+                )
+    per_request = (
+        conform_per_request(pl.concat([conform_per_request(f) for f in frames])).sort(
+            "point_id", "request_index"
+        )
+        if frames
+        else None
+    )
+    points = pl.DataFrame(rows, schema=LOAD_POINT_SCHEMA, strict=False, orient="row")
+    points = conform_load_points(_merge_recomputed(points, per_request)).sort(
+        "source_file", "record_index"
+    )
+    if per_request is not None:
+        per_request = per_request.select(PER_REQUEST_SCHEMA.names())
+    return BenchReadResult(load_points=points, per_request=per_request, notes=notes)

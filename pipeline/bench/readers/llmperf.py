@@ -1,0 +1,168 @@
+"""ray-project llmperf ``<name>_summary.json`` + ``<name>_individual_responses.json`` (§6).
+
+Summary keys are flattened ``results_<metric>_<stat>`` with latencies in **seconds** (× 1000
+here); some ``_min``/``_max`` are numeric *strings* (pandas ``default=str``) and are accepted.
+Closed loop: ``num_concurrent_requests`` → concurrency. ``results_num_completed_requests`` →
+completed, ``results_number_errors`` → failed, ``results_num_requests_started`` → num_requests,
+``results_num_completed_requests_per_min / 60`` → request throughput,
+``results_mean_output_throughput_token_per_s`` → output tokens/s; duration derived as
+completed ÷ request throughput. ``results_ttft_s_*`` → ttft, ``results_end_to_end_latency_s_*`` →
+e2e. llmperf's ``inter_token_latency_s`` (Σ gaps *including* TTFT ÷ chunks) matches neither ITL
+nor TPOT: it is kept in ``native_stats`` only, so tpot/itl are missing unless the individual
+responses file (same folder, ``…_individual_responses.json``) is present; then ttft, e2e and
+tpot = ``(e2e − ttft)/(out − 1)`` are recomputed from it (``number_output_tokens`` is
+re-tokenised by llmperf with the Llama-2 tokenizer).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from pipeline.bench.readers._common import (
+    BenchFormatError,
+    Ctx,
+    RawPoint,
+    epoch_to_utc,
+    per_request_frame,
+    truncate_error,
+    with_tpot,
+)
+
+TOOL = "llmperf"
+SUMMARY_SUFFIX = "_summary.json"
+INDIVIDUAL_SUFFIX = "_individual_responses.json"
+_RESULT_KEY = re.compile(r"^results_")
+KNOWN_KEYS = frozenset(
+    {
+        "version",
+        "name",
+        "model",
+        "mean_input_tokens",
+        "stddev_input_tokens",
+        "mean_output_tokens",
+        "stddev_output_tokens",
+        "num_concurrent_requests",
+        "additional_sampling_params",
+        "timestamp",
+    }
+)
+
+
+def _quantiles(
+    ctx: Ctx, obj: Mapping[str, Any], metric: str, prefix: str, scale: float
+) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    base = f"results_{metric}"
+    for stat, key in (
+        ("mean", f"{base}_mean"),
+        ("p50", f"{base}_quantiles_p50"),
+        ("p90", f"{base}_quantiles_p90"),
+        ("p95", f"{base}_quantiles_p95"),
+        ("p99", f"{base}_quantiles_p99"),
+        ("max", f"{base}_max"),
+    ):
+        value = ctx.num(obj, key)
+        if key in obj:
+            out[f"{prefix}_{stat}"] = None if value is None else value * scale
+    return out
+
+
+def individual_path(summary: Path) -> Path | None:
+    if not summary.name.endswith(SUMMARY_SUFFIX):
+        return None
+    return summary.with_name(summary.name[: -len(SUMMARY_SUFFIX)] + INDIVIDUAL_SUFFIX)
+
+
+def read(ctx: Ctx, obj: Mapping[str, Any]) -> RawPoint:
+    point = RawPoint(record_index=0)
+    v = point.values
+    version = ctx.str_(obj, "version")
+    v["source_schema"] = f"llmperf-{version}" if version else "llmperf"
+    v["model"] = ctx.str_(obj, "model")
+    v["load_mode"], v["arrival_process"] = "closed", "concurrency"
+    v["concurrency"] = ctx.int_(obj, "num_concurrent_requests")
+    completed = ctx.int_(obj, "results_num_completed_requests")
+    v["completed"] = completed
+    v["failed"] = ctx.int_(obj, "results_number_errors")
+    v["num_requests"] = ctx.int_(obj, "results_num_requests_started")
+    per_min = ctx.num(obj, "results_num_completed_requests_per_min")
+    thr = None if per_min is None else per_min / 60.0
+    v["request_throughput_rps"] = thr
+    if completed is not None and thr:
+        v["duration_s"] = completed / thr
+        v["duration_kind"] = "derived"
+    v["output_tokens_per_s"] = ctx.num(obj, "results_mean_output_throughput_token_per_s")
+    v["output_tokens_source"] = "client_retokenized"
+    native: dict[str, float | None] = {}
+    for metric, prefix in (("ttft_s", "ttft"), ("end_to_end_latency_s", "e2e")):
+        native.update(
+            {f"{k}_ms": x for k, x in _quantiles(ctx, obj, metric, prefix, 1000.0).items()}
+        )
+    native.update(
+        {
+            f"{k}_ms": x
+            for k, x in _quantiles(
+                ctx, obj, "inter_token_latency_s", "llmperf_inter_token_latency", 1000.0
+            ).items()
+        }
+    )
+    point.native = native
+    for metric, side in (("number_input_tokens", "input"), ("number_output_tokens", "output")):
+        q = _quantiles(ctx, obj, metric, f"{side}_tokens", 1.0)
+        for stat in ("mean", "p50", "p99"):
+            v[f"{side}_tokens_{stat}"] = q.get(f"{side}_tokens_{stat}")
+        lo = ctx.num(obj, f"results_{metric}_min")
+        hi = ctx.num(obj, f"results_{metric}_max")
+        if lo is not None and hi is not None:
+            v[f"{side}_len_fixed"] = lo == hi
+        mean = v.get(f"{side}_tokens_mean")
+        if mean is not None and completed is not None:
+            v[f"total_{side}_tokens"] = round(mean * completed)
+    v["input_len_target"] = ctx.int_(obj, "mean_input_tokens")
+    v["output_len_target"] = ctx.int_(obj, "mean_output_tokens")
+    ts = ctx.num(obj, "timestamp")
+    started = epoch_to_utc(ts)
+    v["started_at"] = started
+    v["run_date"] = None if started is None else started.date()
+    point.file_metadata = {
+        str(k): val for k, val in obj.items() if k not in KNOWN_KEYS and not _RESULT_KEY.match(k)
+    }
+    ind = individual_path(ctx.path)
+    if ind is not None and ind.is_file():
+        point.per_request = read_individual(ind)
+        point.notes.append(f"ttft/e2e/tpot recomputed from {ind.name}")
+    return point
+
+
+def read_individual(path: Path) -> pl.DataFrame:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BenchFormatError(f"{path}: cannot read llmperf individual responses: {exc}") from exc
+    if not isinstance(doc, list):
+        raise BenchFormatError(f"{path}: llmperf individual responses must be a JSON list")
+    cols: dict[str, list[Any]] = {
+        k: [] for k in ("ok", "error", "ttft_ms", "e2e_ms", "input_tokens", "output_tokens")
+    }
+    for i, rec in enumerate(doc):
+        ctx = Ctx(path, f"record {i}")
+        if not isinstance(rec, dict):
+            raise ctx.fail("<record>", f"expected an object, got {type(rec).__name__}")
+        code = rec.get("error_code")
+        msg = rec.get("error_msg")
+        ok = code is None and not msg
+        cols["ok"].append(ok)
+        cols["error"].append(truncate_error(msg) if not ok else None)
+        ttft = ctx.num(rec, "ttft_s")
+        e2e = ctx.num(rec, "end_to_end_latency_s")
+        cols["ttft_ms"].append(None if ttft is None or not ok else ttft * 1000.0)
+        cols["e2e_ms"].append(None if e2e is None or not ok else e2e * 1000.0)
+        cols["input_tokens"].append(ctx.int_(rec, "number_input_tokens"))
+        cols["output_tokens"].append(ctx.int_(rec, "number_output_tokens"))
+    return with_tpot(per_request_frame(cols, len(doc)))

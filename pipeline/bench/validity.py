@@ -1,0 +1,831 @@
+"""Is this benchmark about our traffic? The validity join, and the whole bench analysis.
+
+Each candidate (one engine deployment's sweep, :data:`pipeline.bench.slo.CANDIDATE_KEYS`) is
+checked against the measured workload (:class:`pipeline.facts.WorkloadFacts`) and against the
+other candidates. Every check gives one finding row with ``status`` ``flag`` (a problem),
+``ok`` or ``unknown`` (the numbers to decide are missing -- said, never assumed), a ``message``
+naming the numbers behind it, and those numbers in ``bench_value`` / ``prod_value`` /
+``threshold``.
+
+Checks (``check`` column):
+
+``fixed_length_prompts``  benchmark prompts of one length (p99/p50 ≤ 1.05 or the tool says so)
+                          while production's prompt p99/p50 ≥ ``tail_ratio``;
+``prompt_length``         benchmark median prompt differs from production's by more than
+                          ``length_factor`` × either way; ``output_length`` the same for output;
+``prefix_structure``      unique-prompt benchmark vs production sharing > 50% of requests, or a
+                          shared-prefix benchmark vs production sharing < 20% (DOMAIN.md);
+``peak_rate``             the open-loop sweep never reaches production's peak rate;
+``stale``                 the run is older than ``max_age_days`` at ``as_of``;
+``closed_loop``           closed-loop (concurrency) results, whose "capacity" is an achieved
+                          rate, not an offered one;
+``comparability``         (across candidates) different models, GPU types, quantisation or
+                          client settings: the candidates are not ranked.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from pipeline.bench.cost import (
+    COST_FORMULA,
+    FLEET_FORMULA,
+    cost_per_million,
+    fleet_cost,
+    workload_rates,
+)
+from pipeline.bench.slo import BenchSettings, candidate_keys, evaluate_slo, slo_capacity
+from pipeline.errors import InputFormatError
+from pipeline.facts import LatencyModel, Percentiles, WorkloadFacts
+
+ALL_CANDIDATES = "(all candidates)"
+FIXED_SPREAD = 1.05  # p99/p50 at or below this counts as one fixed length
+PREFIX_HIGH = 0.5  # DOMAIN.md: shared-prefix ratio > ~50% -> benchmark SGLang against vLLM
+PREFIX_LOW = 0.2  # DOMAIN.md: < ~20% -> published prefix-sharing margins do not apply
+UNIQUE_DATASETS = ("random", "random-ids", "sharegpt", "synthetic", "sonnet")
+# Settings that must match for two candidates' costs to be ranked against each other.
+COMPARABILITY_FIELDS = (
+    "model",
+    "gpu_type",
+    "quantization",
+    "client_protocol",
+    "dataset",
+    "input_len_target",
+    "output_len_target",
+    "arrival_process",
+    "workload",
+)
+
+FINDINGS_SCHEMA: dict[str, pl.DataType] = {
+    "candidate": pl.String(),
+    "check": pl.String(),
+    "status": pl.String(),
+    "message": pl.String(),
+    "bench_value": pl.Float64(),
+    "prod_value": pl.Float64(),
+    "threshold": pl.Float64(),
+}
+
+
+# --------------------------------------------------------------------------------------------
+# WorkloadFacts from JSON
+
+
+def _float_or_nan(value: Any) -> float:
+    """JSON null (the shape stage writes NaN as null) back to NaN."""
+    return math.nan if value is None else float(value)
+
+
+def _percentiles(raw: Any, where: str) -> Percentiles:
+    if not isinstance(raw, Mapping):
+        raise InputFormatError(f"{where}: expected a mapping of p50/p90/p95/p99/max")
+    try:
+        return Percentiles(
+            **{k: _float_or_nan(raw[k]) for k in ("p50", "p90", "p95", "p99", "max")}
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputFormatError(f"{where}: needs numeric p50, p90, p95, p99, max ({exc})") from exc
+
+
+def workload_facts_from_dict(
+    raw: Mapping[str, Any], *, where: str = "workload_facts"
+) -> WorkloadFacts:
+    """Rebuild :class:`WorkloadFacts` from ``WorkloadFacts.as_dict()`` (e.g. read from JSON,
+    where the shared-prefix windows became strings)."""
+    if not isinstance(raw, Mapping):
+        raise InputFormatError(f"{where}: expected a JSON object")
+    try:
+        latency = raw.get("latency_model")
+        spr = raw.get("shared_prefix_ratio") or {}
+        models = raw.get("models") or ()
+        tenants = raw.get("tenants")
+        return WorkloadFacts(
+            requests=int(raw["requests"]),
+            span_s=_float_or_nan(raw["span_s"]),
+            mean_rate_rps=_float_or_nan(raw["mean_rate_rps"]),
+            peak_rate_rps={
+                str(k): float(v)
+                for k, v in (raw.get("peak_rate_rps") or {}).items()
+                if v is not None
+            },
+            prompt_tokens=_percentiles(raw["prompt_tokens"], f"{where}.prompt_tokens"),
+            output_tokens=_percentiles(raw["output_tokens"], f"{where}.output_tokens"),
+            peak_concurrency=_float_or_nan(raw["peak_concurrency"]),
+            peak_concurrency_estimated=bool(raw["peak_concurrency_estimated"]),
+            latency_model=LatencyModel(**latency) if isinstance(latency, Mapping) else None,
+            shared_prefix_ratio={int(k): float(v) for k, v in spr.items() if v is not None},
+            tenants=int(tenants) if tenants is not None else None,
+            models=tuple(str(m) for m in models),
+        )
+    except KeyError as exc:
+        raise InputFormatError(f"{where}: missing field {exc.args[0]!r}") from exc
+    except (TypeError, ValueError) as exc:
+        raise InputFormatError(f"{where}: malformed value ({exc})") from exc
+
+
+def load_workload_facts(path: Path) -> WorkloadFacts:
+    """Read ``shape/workload_facts.json`` (written by the ``workload_shape`` asset)."""
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputFormatError(f"{path}: cannot read workload facts: {exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise InputFormatError(f"{path}: workload facts are not valid JSON: {exc}") from exc
+    return workload_facts_from_dict(raw, where=str(path))
+
+
+def check_findings_well_formed(findings: pl.DataFrame) -> tuple[bool, str]:
+    """Every finding has the findings schema, a known status and a non-empty message."""
+    if dict(findings.schema) != FINDINGS_SCHEMA:
+        return False, f"schema {dict(findings.schema)} is not FINDINGS_SCHEMA"
+    bad = findings.filter(
+        ~pl.col("status").is_in(["flag", "ok", "unknown"])
+        | pl.col("message").is_null()
+        | (pl.col("message") == "")
+    ).height
+    return bad == 0, f"{findings.height} findings, {bad} malformed"
+
+
+# --------------------------------------------------------------------------------------------
+# Candidate labels and per-candidate aggregates
+
+
+def candidate_label_expr(frame: pl.DataFrame) -> pl.Expr:
+    """``engine version / label / model / quant / N×GPU / workload`` (null parts skipped)."""
+
+    def part(name: str) -> pl.Expr:
+        if name not in frame.columns:
+            return pl.lit(None, dtype=pl.String)
+        return pl.col(name).cast(pl.String)
+
+    gpu = (
+        pl.format("{}×{}", part("gpu_count"), part("gpu_type"))
+        if "gpu_count" in frame.columns and "gpu_type" in frame.columns
+        else pl.lit(None, dtype=pl.String)
+    )
+    engine = pl.concat_str(
+        [part("engine"), part("engine_version")], separator=" ", ignore_nulls=True
+    )
+    return pl.concat_str(
+        [engine, part("label"), part("model"), part("quantization"), gpu, part("workload")],
+        separator=" / ",
+        ignore_nulls=True,
+    )
+
+
+def _opt(frame: pl.DataFrame, name: str, dtype: pl.DataType) -> pl.Expr:
+    if name in frame.columns:
+        return pl.col(name).cast(dtype)
+    return pl.lit(None, dtype=dtype)
+
+
+def _fmt(expr: pl.Expr, digits: int = 2) -> pl.Expr:
+    return expr.round(digits).cast(pl.String).str.replace(r"\.0$", "")
+
+
+def candidate_profile(evaluated: pl.DataFrame) -> pl.DataFrame:
+    """One row per candidate: what the validity checks compare (from :func:`evaluate_slo` rows)."""
+    keys = candidate_keys(evaluated)
+    f64 = pl.Float64()
+    frame = evaluated.with_columns(
+        candidate=candidate_label_expr(evaluated),
+        _in_p50=pl.coalesce(
+            _opt(evaluated, "input_tokens_p50", f64), _opt(evaluated, "input_tokens_mean", f64)
+        ),
+        _in_p99=_opt(evaluated, "input_tokens_p99", f64),
+        _out_p50=pl.coalesce(
+            _opt(evaluated, "output_tokens_p50", f64), _opt(evaluated, "output_tokens_mean", f64)
+        ),
+        _in_fixed=_opt(evaluated, "input_len_fixed", pl.Boolean()),
+        _dataset=_opt(evaluated, "dataset", pl.String()),
+        _run_date=_opt(evaluated, "run_date", pl.Date()),
+    )
+    sweep = pl.col("sweep")
+    load = pl.col("load")
+    agg = frame.group_by(keys, maintain_order=True).agg(
+        candidate=pl.col("candidate").first(),
+        n_points=pl.len(),
+        n_open=(sweep == "open").sum(),
+        n_closed=(sweep == "closed").sum(),
+        closed_loads=_fmt(load.filter(sweep == "closed").unique().sort()).str.join(", "),
+        max_open_rate=load.filter(sweep == "open").max(),
+        input_p50=pl.col("_in_p50").median(),
+        input_p99=pl.col("_in_p99").max(),
+        input_fixed_flag=pl.col("_in_fixed").drop_nulls().any(),
+        input_fixed_known=pl.col("_in_fixed").is_not_null().any(),
+        output_p50=pl.col("_out_p50").median(),
+        datasets=pl.col("_dataset").drop_nulls().unique().sort().str.join(", "),
+        oldest_run=pl.col("_run_date").min(),
+    )
+    spread = pl.col("input_p99") / pl.col("input_p50")
+    return agg.with_columns(
+        input_spread=spread,
+        input_fixed=pl.when(pl.col("input_fixed_flag") | (spread <= FIXED_SPREAD).fill_null(False))
+        .then(True)
+        .when(pl.col("input_fixed_known") | spread.is_not_null())
+        .then(False)
+        .otherwise(None),
+        datasets=pl.when(pl.col("datasets") == "").then(None).otherwise(pl.col("datasets")),
+    ).sort("candidate")
+
+
+# --------------------------------------------------------------------------------------------
+# Checks: each returns FINDINGS_SCHEMA rows, one per candidate
+
+
+def _finding(
+    profile: pl.DataFrame,
+    check: str,
+    status: pl.Expr,
+    message: pl.Expr,
+    bench_value: pl.Expr,
+    prod_value: float | None,
+    threshold: float | None,
+) -> pl.DataFrame:
+    return profile.select(
+        candidate=pl.col("candidate"),
+        check=pl.lit(check),
+        status=status,
+        message=message,
+        bench_value=bench_value.cast(pl.Float64),
+        prod_value=pl.lit(prod_value, dtype=pl.Float64),
+        threshold=pl.lit(threshold, dtype=pl.Float64),
+    )
+
+
+def _unknown(profile: pl.DataFrame, check: str, message: str) -> pl.DataFrame:
+    return _finding(
+        profile,
+        check,
+        pl.lit("unknown"),
+        pl.lit(message),
+        pl.lit(None, dtype=pl.Float64),
+        None,
+        None,
+    )
+
+
+def _no_facts(profile: pl.DataFrame, check: str, what: str) -> pl.DataFrame:
+    return _finding(
+        profile,
+        check,
+        pl.lit("unknown"),
+        pl.lit(f"{what} unknown: no workload facts (run the workload_shape stage)"),
+        pl.lit(None, dtype=pl.Float64),
+        None,
+        None,
+    )
+
+
+def check_fixed_length(
+    profile: pl.DataFrame, facts: WorkloadFacts | None, tail_ratio: float
+) -> pl.DataFrame:
+    if facts is None:
+        return _no_facts(profile, "fixed_length_prompts", "production prompt-length tail")
+    prod = facts.prompt_tokens
+    if math.isnan(prod.p50) or math.isnan(prod.p99):
+        return _unknown(profile, "fixed_length_prompts", "production prompt lengths not measured")
+    prod_tail = prod.tail_ratio
+    fixed = pl.col("input_fixed")
+    prod_text = f"production prompt p99/p50 = {prod_tail:.2f} (p50 {prod.p50:g}, p99 {prod.p99:g})"
+    status = (
+        pl.when(fixed.is_null())
+        .then(pl.lit("unknown"))
+        .when(fixed & pl.lit(prod_tail >= tail_ratio))
+        .then(pl.lit("flag"))
+        .otherwise(pl.lit("ok"))
+    )
+    message = (
+        pl.when(fixed.is_null())
+        .then(pl.lit(f"benchmark prompt-length spread not recorded; {prod_text}"))
+        .when(fixed)
+        .then(
+            pl.format(
+                "benchmark prompts are (nearly) one fixed length (p50 {}, p99 {} tokens, "
+                f"p99/p50 ≤ {FIXED_SPREAD:g} or configured fixed) while "
+                + prod_text
+                + (
+                    f" ≥ {tail_ratio:g}: long-prompt (chunked-prefill) behaviour is not exercised"
+                    if prod_tail >= tail_ratio
+                    else f" < {tail_ratio:g}: acceptable"
+                ),
+                _fmt(pl.col("input_p50"), 1),
+                pl.coalesce(_fmt(pl.col("input_p99"), 1), pl.lit("n/a")),
+            )
+        )
+        .otherwise(
+            pl.format(
+                "benchmark prompt p99/p50 = {} (varied lengths); " + prod_text,
+                _fmt(pl.col("input_spread"), 2),
+            )
+        )
+    )
+    return _finding(
+        profile,
+        "fixed_length_prompts",
+        status,
+        message,
+        pl.col("input_spread"),
+        prod_tail if math.isfinite(prod_tail) else None,
+        tail_ratio,
+    )
+
+
+def check_length(
+    profile: pl.DataFrame,
+    facts: WorkloadFacts | None,
+    factor: float,
+    *,
+    which: str,
+) -> pl.DataFrame:
+    check = f"{which}_length"
+    if facts is None:
+        return _no_facts(profile, check, f"production {which} length")
+    prod = facts.prompt_tokens if which == "prompt" else facts.output_tokens
+    if math.isnan(prod.p50):
+        return _unknown(profile, check, f"production {which} lengths not measured")
+    bench = pl.col("input_p50" if which == "prompt" else "output_p50")
+    ratio = bench / prod.p50 if prod.p50 > 0 else pl.lit(None, dtype=pl.Float64)
+    differs = (ratio > factor) | (ratio < 1.0 / factor)
+    status = (
+        pl.when(bench.is_null() | ratio.is_null())
+        .then(pl.lit("unknown"))
+        .when(differs)
+        .then(pl.lit("flag"))
+        .otherwise(pl.lit("ok"))
+    )
+    unknown_text = (
+        pl.when(bench.is_null())
+        .then(pl.lit(f"benchmark {which} length not recorded; production p50 {prod.p50:g} tokens"))
+        .otherwise(pl.lit(f"production median {which} length is 0 tokens; cannot compare"))
+    )
+    message = (
+        pl.when(bench.is_null() | ratio.is_null())
+        .then(unknown_text)
+        .otherwise(
+            pl.format(
+                "benchmark median {} {} tokens vs production p50 {} (p99 {}): ratio {} {} "
+                "the ×{} tolerance",
+                pl.lit(which),
+                _fmt(bench, 1),
+                pl.lit(f"{prod.p50:g}"),
+                pl.lit(f"{prod.p99:g}"),
+                _fmt(ratio, 2),
+                pl.when(differs).then(pl.lit("outside")).otherwise(pl.lit("within")),
+                pl.lit(f"{factor:g}"),
+            )
+        )
+    )
+    return _finding(profile, check, status, message, bench, prod.p50, factor)
+
+
+def production_sharing(facts: WorkloadFacts | None) -> tuple[int, float] | None:
+    """(window, ratio) used for the prefix check: the smallest window ≥ 64 tokens measured
+    (the smallest one when all are shorter); None when the trace had no content."""
+    if facts is None or not facts.shared_prefix_ratio:
+        return None
+    windows = sorted(facts.shared_prefix_ratio)
+    chosen = next((w for w in windows if w >= 64), windows[0])
+    return chosen, facts.shared_prefix_ratio[chosen]
+
+
+def check_prefix(profile: pl.DataFrame, facts: WorkloadFacts | None) -> pl.DataFrame:
+    check = "prefix_structure"
+    if facts is None:
+        return _no_facts(profile, check, "production prefix sharing")
+    sharing = production_sharing(facts)
+    datasets = pl.col("datasets").str.to_lowercase()
+    bench_kind = (
+        pl.when(datasets.str.contains("prefix"))
+        .then(pl.lit("shared"))
+        .when(datasets.is_in(list(UNIQUE_DATASETS)))
+        .then(pl.lit("unique"))
+        .otherwise(None)
+    )
+    bench_text = pl.format("benchmark dataset {}", pl.coalesce(pl.col("datasets"), pl.lit("?")))
+    if sharing is None:
+        return _finding(
+            profile,
+            check,
+            pl.lit("unknown"),
+            pl.format(
+                "{}; production shared-prefix ratio unknown (the trace has no prompt content "
+                "or the prefix stage did not run), so prefix structure cannot be compared",
+                bench_text,
+            ),
+            pl.lit(None, dtype=pl.Float64),
+            None,
+            None,
+        )
+    window, ratio = sharing
+    curve = ", ".join(
+        f"W={w}: {facts.shared_prefix_ratio[w]:.0%}" for w in sorted(facts.shared_prefix_ratio)
+    )
+    prod_text = f"production shared-prefix ratio {ratio:.0%} at W={window} tokens ({curve})"
+    status = (
+        pl.when(bench_kind.is_null())
+        .then(pl.lit("unknown"))
+        .when((bench_kind == "unique") & pl.lit(ratio > PREFIX_HIGH))
+        .then(pl.lit("flag"))
+        .when((bench_kind == "shared") & pl.lit(ratio < PREFIX_LOW))
+        .then(pl.lit("flag"))
+        .otherwise(pl.lit("ok"))
+    )
+    message = (
+        pl.when(bench_kind.is_null())
+        .then(pl.format("{}: prefix structure not known; " + prod_text, bench_text))
+        .when(status == "flag")
+        .then(
+            pl.format(
+                "{} ({} prompts) vs " + prod_text + ": {}",
+                bench_text,
+                bench_kind,
+                pl.when(bench_kind == "unique")
+                .then(pl.lit("unique prompts overstate cost for a prefix-sharing workload"))
+                .otherwise(pl.lit("a shared-prefix benchmark turns into a cache benchmark")),
+            )
+        )
+        .otherwise(pl.format("{} ({} prompts); " + prod_text, bench_text, bench_kind))
+    )
+    bench_value = (
+        pl.when(bench_kind == "unique")
+        .then(pl.lit(0.0))
+        .when(bench_kind == "shared")
+        .then(pl.lit(1.0))
+        .otherwise(None)
+    )
+    return _finding(profile, check, status, message, bench_value, ratio, PREFIX_HIGH)
+
+
+def check_peak_rate(
+    profile: pl.DataFrame, rates: Mapping[str, float], peak_label: str | None
+) -> pl.DataFrame:
+    check = "peak_rate"
+    if peak_label is None:
+        return _no_facts(profile, check, "production peak rate")
+    peak = rates[peak_label]
+    top = pl.col("max_open_rate")
+    status = (
+        pl.when(top.is_null())
+        .then(pl.lit("unknown"))
+        .when(top < peak)
+        .then(pl.lit("flag"))
+        .otherwise(pl.lit("ok"))
+    )
+    window = peak_label.removeprefix("peak_")
+    message = (
+        pl.when(top.is_null())
+        .then(pl.lit(f"no open-loop sweep; production peak ({window} window) is {peak:.3g} req/s"))
+        .otherwise(
+            pl.format(
+                "open-loop sweep reaches {} req/s; production peak ({} window) is {} req/s{}",
+                _fmt(top, 2),
+                pl.lit(window),
+                pl.lit(f"{peak:.4g}"),
+                pl.when(top < peak)
+                .then(pl.lit(": the benchmark never saw production's peak rate"))
+                .otherwise(pl.lit("")),
+            )
+        )
+    )
+    return _finding(profile, check, status, message, top, peak, None)
+
+
+def check_stale(profile: pl.DataFrame, as_of: dt.date | None, max_age_days: int) -> pl.DataFrame:
+    check = "stale"
+    run = pl.col("oldest_run")
+    if as_of is None:
+        return _finding(
+            profile,
+            check,
+            pl.lit("unknown"),
+            pl.lit("no as_of date given (bench.as_of or --as-of): age not checked"),
+            pl.lit(None, dtype=pl.Float64),
+            None,
+            float(max_age_days),
+        )
+    age = (pl.lit(as_of) - run).dt.total_days()
+    status = (
+        pl.when(run.is_null())
+        .then(pl.lit("unknown"))
+        .when(age > max_age_days)
+        .then(pl.lit("flag"))
+        .otherwise(pl.lit("ok"))
+    )
+    message = (
+        pl.when(run.is_null())
+        .then(pl.lit("run date not recorded (add run_date to the manifest): age unknown"))
+        .otherwise(
+            pl.format(
+                "run on {}, {} days before {} (limit {} days){}",
+                run.cast(pl.String),
+                age,
+                pl.lit(as_of.isoformat()),
+                pl.lit(max_age_days),
+                pl.when(age > max_age_days)
+                .then(pl.lit(": older than six months, engines release every few weeks"))
+                .otherwise(pl.lit("")),
+            )
+        )
+    )
+    return _finding(profile, check, status, message, age, None, float(max_age_days))
+
+
+def check_closed_loop(profile: pl.DataFrame) -> pl.DataFrame:
+    closed = pl.col("n_closed") > 0
+    message = (
+        pl.when(closed)
+        .then(
+            pl.format(
+                "{} closed-loop point(s) at concurrency {}{}: the load waits for the server, so "
+                "overload is hidden and the achieved rate is not an offered rate; reported apart",
+                pl.col("n_closed"),
+                pl.col("closed_loads"),
+                pl.when(pl.col("n_open") == 0)
+                .then(pl.lit(" and no open-loop sweep"))
+                .otherwise(pl.lit("")),
+            )
+        )
+        .otherwise(pl.format("{} open-loop point(s), no closed-loop results", pl.col("n_open")))
+    )
+    return _finding(
+        profile,
+        "closed_loop",
+        pl.when(closed).then(pl.lit("flag")).otherwise(pl.lit("ok")),
+        message,
+        pl.col("n_closed"),
+        None,
+        None,
+    )
+
+
+def comparability(evaluated: pl.DataFrame) -> tuple[bool, list[str]]:
+    """Whether the candidates can be ranked, and what differs between them (with values)."""
+    frame = evaluated.with_columns(candidate=candidate_label_expr(evaluated))
+    n_candidates = frame.get_column("candidate").n_unique()
+    if n_candidates < 2:
+        return True, []
+    present = [c for c in COMPARABILITY_FIELDS if c in frame.columns]
+    differences: list[str] = []
+    for name in present:
+        values = (
+            frame.group_by("candidate")
+            .agg(pl.col(name).cast(pl.String).drop_nulls().unique().sort().str.join("|"))
+            .sort("candidate")
+        )
+        distinct = values.get_column(name).unique()
+        if distinct.len() > 1:
+            parts = [
+                f"{row['candidate']}: {row[name] or 'not recorded'}"
+                for row in values.iter_rows(named=True)
+            ]
+            differences.append(f"{name} differs ({'; '.join(parts)})")
+    return not differences, differences
+
+
+def check_comparability(evaluated: pl.DataFrame) -> pl.DataFrame:
+    comparable, differences = comparability(evaluated)
+    n = (
+        evaluated.select(candidate_label_expr(evaluated).n_unique()).item()
+        if evaluated.height
+        else 0
+    )
+    if n < 2:
+        status, message = "ok", f"{n} candidate(s): nothing to compare"
+    elif comparable:
+        status = "ok"
+        message = f"{n} candidates share {', '.join(COMPARABILITY_FIELDS)} (where recorded)"
+    else:
+        status = "flag"
+        message = "not comparable, so not ranked: " + "; ".join(differences)
+    return pl.DataFrame(
+        {
+            "candidate": [ALL_CANDIDATES],
+            "check": ["comparability"],
+            "status": [status],
+            "message": [message],
+            "bench_value": [float(n)],
+            "prod_value": [None],
+            "threshold": [None],
+        },
+        schema=FINDINGS_SCHEMA,
+    )
+
+
+def validity_findings(
+    evaluated: pl.DataFrame,
+    facts: WorkloadFacts | None,
+    settings: BenchSettings,
+    *,
+    as_of: dt.date | None,
+    rates: Mapping[str, float] | None = None,
+) -> pl.DataFrame:
+    """Every check for every candidate (rows sorted by candidate, check)."""
+    if evaluated.height == 0:
+        return pl.DataFrame(schema=FINDINGS_SCHEMA)
+    profile = candidate_profile(evaluated)
+    if rates is None:
+        rates = (
+            workload_rates(facts.mean_rate_rps, facts.peak_rate_rps, settings.peak_window)
+            if facts
+            else {}
+        )
+    peak_label = next((k for k in rates if k.startswith("peak_")), None)
+    parts = [
+        check_fixed_length(profile, facts, settings.tail_ratio),
+        check_length(profile, facts, settings.length_factor, which="prompt"),
+        check_length(profile, facts, settings.length_factor, which="output"),
+        check_prefix(profile, facts),
+        check_peak_rate(profile, rates, peak_label),
+        check_stale(profile, as_of, settings.max_age_days),
+        check_closed_loop(profile),
+        check_comparability(evaluated),
+    ]
+    return pl.concat(
+        [p.select(pl.col(c).cast(t) for c, t in FINDINGS_SCHEMA.items()) for p in parts]
+    ).sort(["candidate", "check"])
+
+
+# --------------------------------------------------------------------------------------------
+# The whole analysis
+
+
+@dataclass(frozen=True)
+class BenchAnalysis:
+    """Everything the bench stage computes from load points, settings and workload facts."""
+
+    settings: BenchSettings
+    as_of: dt.date | None
+    evaluated: pl.DataFrame  # load points + sweep, load, error_rate, slo_status, slo_reason
+    capacity: pl.DataFrame  # one row per candidate × sweep, with costs and rank
+    fleet: pl.DataFrame  # one row per candidate × sweep × rate
+    findings: pl.DataFrame  # FINDINGS_SCHEMA
+    rates: dict[str, float]
+    comparable: bool
+    differences: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def analyse_bench(
+    load_points: pl.DataFrame,
+    settings: BenchSettings,
+    facts: WorkloadFacts | None = None,
+    *,
+    as_of: dt.date | None = None,
+    notes: Sequence[str] = (),
+) -> BenchAnalysis:
+    """SLO status per point, capacity and cost per candidate, fleet per rate, validity findings.
+
+    ``as_of`` (for the age check) defaults to ``settings.as_of``; the caller (CLI / asset)
+    passes the run's date, never this function's clock.
+    """
+    when = as_of or settings.as_of
+    evaluated = evaluate_slo(load_points, settings.slo)
+    keys = candidate_keys(evaluated)
+    capacity = slo_capacity(evaluated, settings.slo, interpolate=settings.interpolate, keys=keys)
+    costed = cost_per_million(capacity, settings.prices)
+    comparable, differences = comparability(evaluated)
+    rank_pool = pl.col("cost_per_1m_output_usd").is_not_null() & (pl.col("sweep") == "open")
+    costed = costed.with_columns(
+        candidate=candidate_label_expr(costed),
+        cost_rank=pl.when(pl.lit(comparable) & rank_pool)
+        .then(
+            pl.when(rank_pool)
+            .then(pl.col("cost_per_1m_output_usd"))
+            .otherwise(None)
+            .rank("min")
+            .cast(pl.Int64)
+        )
+        .otherwise(None),
+    )
+    rates = (
+        workload_rates(facts.mean_rate_rps, facts.peak_rate_rps, settings.peak_window)
+        if facts
+        else {}
+    )
+    fleet = fleet_cost(costed, rates, keys)
+    fleet = fleet.with_columns(candidate=candidate_label_expr(fleet)).select(
+        "candidate", pl.exclude("candidate")
+    )
+    findings = validity_findings(evaluated, facts, settings, as_of=when, rates=rates)
+    all_notes = list(notes)
+    if not comparable:
+        all_notes.append(
+            "candidates are not comparable; no cost ranking: " + "; ".join(differences)
+        )
+    if facts is None:
+        all_notes.append("no workload facts: fleet sizing and production checks skipped")
+    return BenchAnalysis(
+        settings=settings,
+        as_of=when,
+        evaluated=evaluated.with_columns(candidate=candidate_label_expr(evaluated)),
+        capacity=costed.select("candidate", pl.exclude("candidate")),
+        fleet=fleet,
+        findings=findings,
+        rates=rates,
+        comparable=comparable,
+        differences=differences,
+        notes=all_notes,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Presentation
+
+POINT_COLUMNS = (
+    "candidate",
+    "point_id",
+    "sweep",
+    "load",
+    "offered_rate_rps",
+    "achieved_rate_rps",
+    "concurrency",
+    "slo_status",
+    "slo_reason",
+    "error_rate",
+    "output_tokens_per_s",
+)
+CAPACITY_COLUMNS = (
+    "candidate",
+    "sweep",
+    "pattern",
+    "capacity_status",
+    "capacity_load",
+    "first_fail_load",
+    "interpolated",
+    "capacity_rps",
+    "output_throughput_tps",
+    "total_throughput_tps",
+    "gpu_count",
+    "gpu_hour_usd",
+    "price_source",
+    "cost_per_1m_output_usd",
+    "cost_per_1m_total_usd",
+    "cost_rank",
+    "cost_workings",
+    "non_monotone",
+    "passes_above_fail",
+    "note",
+)
+
+
+def _records(frame: pl.DataFrame, columns: Sequence[str]) -> list[dict[str, Any]]:
+    present = [c for c in columns if c in frame.columns]
+    rows = frame.select(present).to_dicts()
+    for row in rows:
+        for key, value in row.items():
+            if isinstance(value, float) and not math.isfinite(value):
+                row[key] = str(value)
+            elif isinstance(value, (dt.date, dt.datetime)):
+                row[key] = value.isoformat()
+    return rows
+
+
+def analysis_payload(analysis: BenchAnalysis) -> dict[str, Any]:
+    """A JSON-ready dict (stable ordering; non-finite floats as strings)."""
+    evaluated = analysis.evaluated
+    point_cols = [c for c in POINT_COLUMNS if c in evaluated.columns]
+    slo_cols = [c for c in analysis.settings.slo.columns() if c in evaluated.columns]
+    points = evaluated.sort(["candidate", "sweep", "load", "point_id"], nulls_last=True)
+    return {
+        "as_of": analysis.as_of.isoformat() if analysis.as_of else None,
+        "slo": analysis.settings.slo.as_dict(),
+        "interpolate": analysis.settings.interpolate,
+        "prices": analysis.settings.prices.as_dict(),
+        "formulas": {"cost": COST_FORMULA, "fleet": FLEET_FORMULA},
+        "comparable": analysis.comparable,
+        "differences": analysis.differences,
+        "rates_rps": analysis.rates,
+        "capacity": _records(analysis.capacity, CAPACITY_COLUMNS),
+        "fleet": _records(analysis.fleet, analysis.fleet.columns),
+        "findings": _records(analysis.findings, list(FINDINGS_SCHEMA)),
+        "points": _records(points, [*point_cols, *slo_cols]),
+        "notes": analysis.notes,
+    }
+
+
+def markdown_table(frame: pl.DataFrame, columns: Sequence[str], *, digits: int = 3) -> str:
+    """A small Markdown table (for Dagster metadata and the CLI's text output)."""
+    present = [c for c in columns if c in frame.columns]
+    if not present:
+        return "_(empty)_"
+    lines = ["| " + " | ".join(present) + " |", "|" + "---|" * len(present)]
+    for row in frame.select(present).iter_rows():
+        cells = []
+        for value in row:
+            if value is None:
+                cells.append("")
+            elif isinstance(value, float):
+                cells.append(f"{value:.{digits}g}" if abs(value) < 1e6 else f"{value:,.0f}")
+            else:
+                cells.append(str(value).replace("|", "\\|"))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)

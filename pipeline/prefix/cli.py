@@ -1,0 +1,87 @@
+"""``enginefit prefix``: the shared-prefix curve, reuse potential and sessions of trace files."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from pipeline.config import load_config
+from pipeline.errors import ConfigError
+from pipeline.ingest import load_requests
+from pipeline.prefix.config import PrefixConfig, parse_prefix_config
+from pipeline.prefix.report import analyse, curve_markdown, reuse_markdown
+from pipeline.readers import FORMAT_NAMES
+
+DEFAULT_CONFIG = "enginefit.yaml"
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "prefix",
+        help="shared-prefix curve, prefix-cache reuse potential and sessions of traces",
+        description="Shared-prefix ratio by window W (count and prompt-token weighted), the "
+        "curve's shape, the prompt tokens an unbounded prefix cache could serve (by age of the "
+        "prefix and across tenants), and sessions (logged or inferred). JSON keys: docs/prefix.md.",
+    )
+    parser.add_argument(
+        "paths", nargs="+", metavar="TRACE", help="trace files or canonical Parquet"
+    )
+    parser.add_argument("--format", default="auto", choices=["auto", *FORMAT_NAMES])
+    parser.add_argument(
+        "--block-size",
+        type=int,
+        default=None,
+        help="tokens per block: hash content traces at this size and analyse at it (block-id "
+        "traces and canonical Parquet are coarsened to it; it must be a multiple of theirs)",
+    )
+    parser.add_argument(
+        "--config",
+        default=None,
+        help=f"configuration for salt, block size and the prefix section (default: ./{DEFAULT_CONFIG} if present)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.set_defaults(func=run_prefix)
+
+
+def run_prefix(args: argparse.Namespace) -> int:
+    config_path = args.config or (DEFAULT_CONFIG if Path(DEFAULT_CONFIG).exists() else None)
+    cfg = load_config(config_path) if config_path else None
+    prefix_config = parse_prefix_config(cfg.section("prefix")) if cfg else PrefixConfig()
+    if args.block_size is not None and args.block_size <= 0:
+        raise ConfigError("--block-size must be positive")
+    hash_block = args.block_size or (cfg.workload.block_size if cfg else 16)
+    load_kwargs: dict[str, Any] = {"fmt": args.format, "block_size": hash_block}
+    if cfg is not None:
+        load_kwargs.update(salt=cfg.workload.salt_bytes, anchor=cfg.workload.anchor)
+        if cfg.workload.tokenizer:
+            load_kwargs["tokenizer"] = cfg.workload.tokenizer
+    requests = load_requests(args.paths, **load_kwargs).collect()
+    if not requests["arrival"].is_sorted():
+        requests = requests.sort("arrival", maintain_order=True)
+    if args.block_size is not None:
+        prefix_config = replace(prefix_config, block_size=args.block_size)
+    result = analyse(requests, prefix_config)
+    if args.json:
+        print(json.dumps(result.summary, indent=2, sort_keys=True, default=str))
+    else:
+        print(format_text(result.summary))
+    return 0
+
+
+def format_text(summary: dict[str, Any]) -> str:
+    """The summary for a terminal: counts, the curve table, reuse and sessions."""
+    head = (
+        f"{summary['requests']:,} requests ({summary['requests_hashes_unknown']:,} without "
+        f"prefix hashes), block size {summary['block_size']} tokens"
+    )
+    reuse = summary["reuse"]
+    share = reuse["hit_share"]
+    reuse_line = (
+        f"Unbounded prefix cache could serve {reuse['hit_tokens']:,} of "
+        f"{reuse['prompt_tokens']:,} prompt tokens"
+        + (f" ({100 * share:.1f} %)" if share is not None else "")
+    )
+    return "\n\n".join([head, curve_markdown(summary), reuse_line, reuse_markdown(summary)])

@@ -1,0 +1,60 @@
+"""``enginefit shape TRACE...``: print the workload shape of one or more traces."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from pipeline.config import load_config
+from pipeline.shape.common import json_safe
+from pipeline.shape.config import ShapeConfig, parse_shape_config
+from pipeline.shape.report import compute_shape, facts_from_shape, render_text
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "shape",
+        help="workload shape of traces: rates, burstiness, lengths, concurrency, findings",
+        description=(
+            "Measure the workload shape of one or more traces (raw trace files in any supported "
+            "format, or canonical Parquet) and place it on the decision axes."
+        ),
+    )
+    parser.add_argument("traces", nargs="+", metavar="TRACE", help="trace file(s) or dir(s)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    parser.add_argument("--format", default="auto", help="trace format (default: auto-detect)")
+    parser.add_argument(
+        "--block-size", type=int, default=16, help="prefix block size in tokens (default 16)"
+    )
+    parser.add_argument(
+        "--config",
+        default=None,
+        help="enginefit.yaml whose 'shape' section to use (default: built-in defaults)",
+    )
+    parser.set_defaults(func=run_shape)
+
+
+def _shape_config(path: str | None) -> ShapeConfig:
+    if path is None:
+        return ShapeConfig()
+    config = load_config(path)
+    return parse_shape_config(config.section("shape"), str(config.source))
+
+
+def run_shape(args: argparse.Namespace) -> int:
+    from pipeline.ingest import load_requests
+
+    cfg = _shape_config(args.config)
+    requests = load_requests(
+        [Path(p) for p in args.traces], fmt=args.format, block_size=args.block_size
+    )
+    result = compute_shape(requests, cfg)
+    shape = result.to_json()
+    if args.json:
+        payload = {"shape": shape, "facts": json_safe(facts_from_shape(result).as_dict())}
+        print(json.dumps(payload, indent=2, sort_keys=True, default=str))
+    else:
+        print(render_text(shape, title=f"Workload shape: {', '.join(args.traces)}"))
+    return 0

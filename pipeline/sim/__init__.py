@@ -1,0 +1,52 @@
+"""Prefix-cache and routing replay (vLLM APC semantics) across replicas, and hit-rate curves.
+
+Public API:
+- :func:`sim_input` flattens a canonical request table once (hashes → dense ids per variant);
+- :func:`assign` routes requests for cache-independent routings; :func:`simulate` replays one
+  :class:`Scenario` (the cache-aware router runs inside the replay); :func:`summarise` gives
+  its statistics;
+- :func:`capacity_curve` gives hit tokens at every capacity from one stack-distance pass;
+- :func:`parse_simulation_config` validates the ``simulation`` config section.
+"""
+
+from pipeline.sim.blocks import BlockView, SimInput, SimulationInputError, sim_input
+from pipeline.sim.config import (
+    CACHE_INDEPENDENT,
+    ROUTINGS,
+    CacheAwareConfig,
+    Scenario,
+    SimulationConfig,
+    parse_simulation_config,
+)
+from pipeline.sim.curve import Curve, capacity_curve
+from pipeline.sim.replay import (
+    Assignment,
+    ScenarioRun,
+    affinity_home,
+    assign,
+    per_replica_frame,
+    simulate,
+    summarise,
+)
+
+__all__ = [
+    "CACHE_INDEPENDENT",
+    "ROUTINGS",
+    "Assignment",
+    "BlockView",
+    "CacheAwareConfig",
+    "Curve",
+    "Scenario",
+    "ScenarioRun",
+    "SimInput",
+    "SimulationConfig",
+    "SimulationInputError",
+    "affinity_home",
+    "assign",
+    "capacity_curve",
+    "parse_simulation_config",
+    "per_replica_frame",
+    "sim_input",
+    "simulate",
+    "summarise",
+]

@@ -1,0 +1,271 @@
+"""From the canonical request table to the flat arrays the replay kernels read (hash once).
+
+``sim_input(frame)`` sorts requests by arrival and keeps, per request, its chained block hashes
+(CSR: ``offsets`` + ``hashes``), prompt blocks, token counts, arrival, duration, tenant and a
+stable session hash. ``SimInput.blocks(block_size, tenant_isolation)`` then derives the view a
+scenario needs: the chain strided to a coarser block size, optionally re-keyed per tenant, and
+mapped once to dense ids. Nothing here depends on a cache capacity or a routing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+from numpy.typing import NDArray
+
+from pipeline.errors import EnginefitError
+from pipeline.facts import LatencyModel
+from pipeline.sim import kernels
+
+I64 = NDArray[np.int64]
+U64 = NDArray[np.uint64]
+
+_REQUIRED = ("prefix_hashes", "prompt_blocks", "prompt_tokens", "block_size")
+
+
+class SimulationInputError(EnginefitError):
+    """The request table cannot be replayed (missing column, inconsistent block counts, ...)."""
+
+
+@dataclass(frozen=True)
+class BlockView:
+    """The workload's block chains at one block size (and isolation), as dense ids."""
+
+    block_size: int
+    offsets: I64  # n + 1; request r owns ids[offsets[r]:offsets[r+1]] (prompt blocks first)
+    ids: I64
+    n_ids: int
+    prompt_blocks: I64
+    missing: I64  # output blocks with unknown tokens: occupy capacity, never match
+
+    @property
+    def accesses(self) -> int:
+        return int(self.ids.size + self.missing.sum())
+
+    @property
+    def max_request_blocks(self) -> int:
+        if self.prompt_blocks.size == 0:
+            return 0
+        return int((np.diff(self.offsets) + self.missing).max())
+
+
+@dataclass
+class SimInput:
+    """One workload, hashed once, in arrival order."""
+
+    stored_block_size: int
+    offsets: I64
+    hashes: U64
+    hashes_known: NDArray[np.bool_]
+    prompt_blocks: I64
+    prompt_tokens: I64
+    output_tokens: I64  # null counts as 0
+    arrival_us: I64
+    duration_us: I64
+    durations_estimated: int  # requests whose duration came from the latency model
+    latency_model: LatencyModel
+    session_hash: U64  # stable hash of the session (logged, else inferred, else the request)
+    sessions_inferred: int  # requests whose session came from pipeline.sessions
+    tenant_code: I64
+    _views: dict[tuple[int, bool], BlockView] = field(default_factory=dict, repr=False)
+
+    @property
+    def n(self) -> int:
+        return int(self.prompt_tokens.size)
+
+    def blocks(self, block_size: int, tenant_isolation: bool = False) -> BlockView:
+        """The chains at ``block_size`` (a multiple of the stored size), cached per variant."""
+        key = (block_size, tenant_isolation)
+        if key not in self._views:
+            self._views[key] = self._derive(block_size, tenant_isolation)
+        return self._views[key]
+
+    def _derive(self, block_size: int, tenant_isolation: bool) -> BlockView:
+        stored = self.stored_block_size
+        if block_size <= 0 or block_size % stored:
+            raise SimulationInputError(
+                f"block size {block_size} is not a positive multiple of the trace's stored block "
+                f"size {stored}; coarser blocks are derived by striding the hash chain"
+            )
+        m = block_size // stored
+        lens = np.diff(self.offsets)
+        hashes = self.hashes
+        if m > 1:
+            # Block k of size m·B ends where stored block m·k + m - 1 ends; the chained hash
+            # there identifies the whole prefix, so it is the coarser block's key.
+            pos = np.arange(hashes.size, dtype=np.int64) - np.repeat(self.offsets[:-1], lens)
+            hashes = hashes[pos % m == m - 1]
+            lens = lens // m
+        offsets = np.zeros(lens.size + 1, np.int64)
+        np.cumsum(lens, out=offsets[1:])
+        ids, n_ids = kernels.dense_ids(hashes)
+        if tenant_isolation:
+            # Key = (tenant, block): exact, no collisions (vLLM cache_salt / SGLang namespace).
+            tenant_per_block = np.repeat(self.tenant_code, lens)
+            combined = tenant_per_block.astype(np.uint64) * np.uint64(max(n_ids, 1)) + ids.astype(
+                np.uint64
+            )
+            ids, n_ids = kernels.dense_ids(combined)
+        prompt_blocks = self.prompt_blocks // m
+        full = (self.prompt_tokens + self.output_tokens) // block_size
+        missing = np.maximum(full - lens, 0)
+        return BlockView(block_size, offsets, ids, n_ids, prompt_blocks, missing)
+
+
+def _stable_string_hash(series: pl.Series) -> U64:
+    """FNV-1a 64 (+ SplitMix64) of each UTF-8 string: stable across runs and versions."""
+    arr = series.cast(pl.String).fill_null("").to_arrow(compat_level=pl.CompatLevel.oldest())
+    arr = arr.cast(pa.large_string())
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    buffers = arr.buffers()
+    offsets = np.frombuffer(buffers[1], dtype=np.int64)[arr.offset : arr.offset + len(arr) + 1]
+    data = (
+        np.frombuffer(buffers[2], dtype=np.uint8)
+        if buffers[2] is not None
+        else np.zeros(0, np.uint8)
+    )
+    return kernels.fnv1a_strings(np.ascontiguousarray(offsets), data)
+
+
+def _sessions(frame: pl.DataFrame) -> tuple[pl.Series, int]:
+    """Session per request: logged id, else ``pipeline.sessions.infer_sessions``, else the request."""
+    logged = frame["session_id"]
+    n_missing = int(logged.null_count())
+    if n_missing == 0:
+        return logged.cast(pl.String), 0
+    inferred_count = 0
+    fallback = pl.concat_str(pl.lit("request:"), pl.col("request_id").fill_null(""))
+    session = frame.select(pl.col("session_id").fill_null(fallback)).to_series()
+    try:
+        from pipeline.sessions import infer_sessions  # written in parallel; optional
+    except ImportError:
+        return session, 0
+    inferred = infer_sessions(frame)
+    joined = frame.select("request_id", "session_id").join(
+        inferred.select("request_id", pl.col("session_id").alias("_inferred")),
+        on="request_id",
+        how="left",
+        maintain_order="left",
+    )
+    inferred_count = int(
+        joined.select((pl.col("session_id").is_null() & pl.col("_inferred").is_not_null()).sum())
+        .to_series()
+        .item()
+    )
+    session = joined.select(
+        pl.coalesce(
+            pl.col("session_id"),
+            pl.concat_str(pl.lit("inferred:"), pl.col("_inferred")),
+            pl.concat_str(pl.lit("request:"), pl.col("request_id").fill_null("")),
+        )
+    ).to_series()
+    return session, inferred_count
+
+
+def _flat_chains(frame: pl.DataFrame) -> tuple[I64, U64]:
+    chains = frame["prefix_hashes"]
+    lens = chains.list.len().fill_null(0).to_numpy().astype(np.int64)
+    values = chains.explode().drop_nulls()
+    if values.len() != int(lens.sum()):
+        raise SimulationInputError("prefix_hashes: a chain contains a null hash")
+    offsets = np.zeros(lens.size + 1, np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    return offsets, values.cast(pl.UInt64).to_numpy().astype(np.uint64, copy=False)
+
+
+def _first_bad(frame: pl.DataFrame, mask: pl.Expr) -> str:
+    row = frame.with_row_index("_row").filter(mask).head(1)
+    rid = row["request_id"][0] if "request_id" in row.columns else None
+    return f"request {rid!r} (row {row['_row'][0]} in arrival order)"
+
+
+def sim_input(
+    requests: pl.DataFrame | pl.LazyFrame,
+    *,
+    latency_model: LatencyModel | None = None,
+) -> SimInput:
+    """Flatten a canonical request table (pipeline.schema) for replay, in arrival order."""
+    frame = requests.collect() if isinstance(requests, pl.LazyFrame) else requests
+    missing_cols = [c for c in _REQUIRED if c not in frame.columns]
+    if missing_cols:
+        raise SimulationInputError(f"request table lacks column(s) {missing_cols}")
+    from pipeline.schema import conform
+
+    frame = conform(frame)
+    if frame.height == 0:
+        raise SimulationInputError("request table is empty: nothing to replay")
+    frame = frame.with_row_index("_source_order").sort(
+        ["arrival", "_source_order"], nulls_last=True, maintain_order=True
+    )
+    if frame["prompt_tokens"].null_count():
+        raise SimulationInputError(
+            f"prompt_tokens is null for {_first_bad(frame, pl.col('prompt_tokens').is_null())}"
+        )
+    if (frame["prompt_tokens"] < 0).any() or (frame["output_tokens"].fill_null(0) < 0).any():
+        bad = (pl.col("prompt_tokens") < 0) | (pl.col("output_tokens") < 0)
+        raise SimulationInputError(f"negative token count for {_first_bad(frame, bad)}")
+    sizes = frame["block_size"].drop_nulls().unique()
+    if sizes.len() != 1:
+        raise SimulationInputError(
+            f"block_size must be one value for the whole table, found {sorted(sizes.to_list())}"
+        )
+    stored = int(sizes[0])
+    if stored <= 0:
+        raise SimulationInputError(f"block_size must be positive, found {stored}")
+    known = frame["hashes_known"].fill_null(False)
+    # Count-only rows share nothing: drop whatever chain they carry.
+    frame = frame.with_columns(
+        pl.when(known).then(pl.col("prefix_hashes")).otherwise(pl.lit([], pl.List(pl.UInt64))),
+        pl.when(known)
+        .then(pl.col("prompt_blocks").fill_null(0))
+        .otherwise(0)
+        .alias("prompt_blocks"),
+    )
+    over = pl.col("prompt_blocks") > pl.col("prefix_hashes").list.len()
+    if frame.select(over.any()).item():
+        raise SimulationInputError(
+            f"prompt_blocks exceeds the length of prefix_hashes for {_first_bad(frame, over)}"
+        )
+    too_many = pl.col("prompt_blocks") * stored > pl.col("prompt_tokens")
+    if frame.select(too_many.any()).item():
+        raise SimulationInputError(
+            f"prompt_blocks × block_size exceeds prompt_tokens for {_first_bad(frame, too_many)}"
+        )
+    offsets, hashes = _flat_chains(frame)
+    model = latency_model or LatencyModel()
+    estimated = frame["e2e_ms"].null_count()
+    duration_ms = frame.select(
+        pl.coalesce(pl.col("e2e_ms"), model.duration_ms_expr()).clip(lower_bound=0)
+    ).to_series()
+    arrival = frame["arrival"]
+    if arrival.null_count():
+        raise SimulationInputError(
+            f"arrival is null for {_first_bad(frame, pl.col('arrival').is_null())}"
+        )
+    arrival_us = arrival.dt.epoch("us").to_numpy().astype(np.int64)
+    session, inferred = _sessions(frame)
+    tenant_code = (
+        frame.select(pl.col("tenant").fill_null("").rank("dense").cast(pl.Int64) - 1)
+        .to_series()
+        .to_numpy()
+    )
+    return SimInput(
+        stored_block_size=stored,
+        offsets=offsets,
+        hashes=hashes,
+        hashes_known=known.to_numpy(),
+        prompt_blocks=frame["prompt_blocks"].cast(pl.Int64).to_numpy(),
+        prompt_tokens=frame["prompt_tokens"].to_numpy().astype(np.int64),
+        output_tokens=frame["output_tokens"].fill_null(0).to_numpy().astype(np.int64),
+        arrival_us=arrival_us,
+        duration_us=np.rint(duration_ms.to_numpy() * 1000.0).astype(np.int64),
+        durations_estimated=int(estimated),
+        latency_model=model,
+        session_hash=_stable_string_hash(session),
+        sessions_inferred=inferred,
+        tenant_code=np.ascontiguousarray(tenant_code, dtype=np.int64),
+    )

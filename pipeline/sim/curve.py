@@ -1,0 +1,186 @@
+"""Hit tokens at every cache capacity from one pass (LRU stack distances).
+
+For a routing that ignores cache state the assignment is fixed, so each replica sees a fixed
+request stream; with chained keys and tail-first refresh a capacity-C LRU cache holds exactly
+the C most recent distinct blocks and stays prefix-closed, so a prompt block hits iff its stack
+depth is ≤ C (Mattson et al. 1970). ``capacity_curve`` returns the exact step function
+``hit_tokens(C)`` for every C at once; replicas share one capacity, so their histograms add.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import polars as pl
+from numpy.typing import NDArray
+
+from pipeline.sim import kernels
+from pipeline.sim.blocks import SimInput, SimulationInputError
+from pipeline.sim.config import CACHE_INDEPENDENT
+from pipeline.sim.replay import Assignment, assign, replica_streams
+
+I64 = NDArray[np.int64]
+_ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+@dataclass(frozen=True)
+class Curve:
+    """``hit_tokens[i]`` tokens hit at every capacity ≥ ``capacity_blocks[i]`` blocks per replica."""
+
+    block_size: int
+    replicas: int
+    routing: str
+    tenant_isolation: bool
+    prompt_tokens: int
+    capacity_blocks: I64
+    hit_tokens: I64
+    sample_rate: float = 1.0
+
+    def hit_tokens_at(self, cache_tokens: int) -> int:
+        capacity = cache_tokens // self.block_size
+        i = int(np.searchsorted(self.capacity_blocks, capacity, side="right")) - 1
+        return int(self.hit_tokens[i]) if i >= 0 else 0
+
+    def hit_ratio_at(self, cache_tokens: int) -> float:
+        return self.hit_tokens_at(cache_tokens) / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    @property
+    def max_hit_tokens(self) -> int:
+        return int(self.hit_tokens[-1]) if self.hit_tokens.size else 0
+
+    @property
+    def saturation_cache_tokens(self) -> int:
+        """Smallest per-replica capacity (tokens) that reaches the unbounded-cache hit count."""
+        return int(self.capacity_blocks[-1]) * self.block_size if self.capacity_blocks.size else 0
+
+    def frame(self) -> pl.DataFrame:
+        """The whole step function, one row per capacity where the hit count rises."""
+        return pl.DataFrame(
+            {
+                "block_size": np.full(self.capacity_blocks.size, self.block_size, np.int64),
+                "replicas": np.full(self.capacity_blocks.size, self.replicas, np.int64),
+                "routing": [self.routing] * self.capacity_blocks.size,
+                "capacity_blocks": self.capacity_blocks,
+                "cache_tokens": self.capacity_blocks * self.block_size,
+                "hit_tokens": self.hit_tokens,
+                "hit_ratio": self.hit_tokens / max(self.prompt_tokens, 1),
+            },
+            schema={
+                "block_size": pl.Int64,
+                "replicas": pl.Int64,
+                "routing": pl.String,
+                "capacity_blocks": pl.Int64,
+                "cache_tokens": pl.Int64,
+                "hit_tokens": pl.Int64,
+                "hit_ratio": pl.Float64,
+            },
+        )
+
+    def points(self, n: int = 64) -> list[dict[str, Any]]:
+        """About ``n`` log-spaced capacities from one block to saturation, plus saturation."""
+        top = max(int(self.capacity_blocks[-1]) if self.capacity_blocks.size else 1, 1)
+        grid = np.unique(np.rint(np.logspace(0, math.log10(top), n)).astype(np.int64))
+        out = []
+        for cap in grid.tolist():
+            cache_tokens = cap * self.block_size
+            out.append(
+                {
+                    "capacity_blocks": cap,
+                    "cache_tokens": cache_tokens,
+                    "hit_tokens": self.hit_tokens_at(cache_tokens),
+                    "hit_ratio": self.hit_ratio_at(cache_tokens),
+                }
+            )
+        return out
+
+    def as_dict(self, n_points: int = 64) -> dict[str, Any]:
+        return {
+            "block_size": self.block_size,
+            "replicas": self.replicas,
+            "routing": self.routing,
+            "tenant_isolation": self.tenant_isolation,
+            "prompt_tokens": self.prompt_tokens,
+            "max_hit_tokens": self.max_hit_tokens,
+            "max_hit_ratio": self.max_hit_tokens / self.prompt_tokens
+            if self.prompt_tokens
+            else 0.0,
+            "saturation_cache_tokens": self.saturation_cache_tokens,
+            "sample_rate": self.sample_rate,
+            "exact": self.sample_rate >= 1.0,
+            "points": self.points(n_points),
+        }
+
+
+def capacity_curve(
+    inp: SimInput,
+    *,
+    block_size: int,
+    replicas: int = 1,
+    routing: str = "round-robin",
+    tenant_isolation: bool = False,
+    seed: int = 0,
+    margin: float = 0.2,
+    assignment: Assignment | None = None,
+    sample_rate: float = 1.0,
+    sample_salt: int = 0,
+) -> Curve:
+    """Hit tokens for every per-replica capacity in one pass (exact unless ``sample_rate`` < 1).
+
+    ``sample_rate`` < 1 applies SHARDS sampling (Waldspurger et al., FAST 2015): only blocks
+    whose salted hash falls under the rate are tracked, depths and weights scaled by 1/rate.
+    """
+    if replicas > 1 and assignment is None and routing not in CACHE_INDEPENDENT:
+        raise SimulationInputError(
+            f"routing {routing!r} reads cache state, so no single-pass curve exists; "
+            "simulate each capacity instead"
+        )
+    if not 0 < sample_rate <= 1:
+        raise SimulationInputError(f"sample rate must be in (0, 1], got {sample_rate}")
+    view = inp.blocks(block_size, tenant_isolation)
+    if assignment is None:
+        assignment = (
+            Assignment(np.zeros(inp.n, np.int64))
+            if replicas == 1
+            else assign(inp, routing, replicas, seed=seed, margin=margin)
+        )
+    threshold = _ALL if sample_rate >= 1 else np.uint64(int(sample_rate * 2.0**64) - 1)
+    order, starts = replica_streams(assignment.replica, replicas)
+    per_request = np.diff(view.offsets) + view.missing
+    hist_size = 2
+    for k in range(replicas):
+        mine = order[starts[k] : starts[k + 1]]
+        # a depth never exceeds the distinct blocks that replica has seen
+        bound = min(int(per_request[mine].sum()), view.n_ids + int(view.missing[mine].sum()))
+        hist_size = max(hist_size, bound + 2)
+        if int(per_request[mine].sum()) >= 2**31 - 1:
+            raise SimulationInputError("more than 2^31 block accesses on one replica")
+    hists = kernels.stack_depth_histograms(
+        view.offsets,
+        view.ids,
+        view.prompt_blocks,
+        view.missing,
+        inp.prompt_tokens,
+        block_size,
+        max(view.n_ids, 1),
+        order,
+        starts,
+        threshold,
+        np.uint64(sample_salt),
+        hist_size,
+    )
+    total = hists.sum(axis=0)
+    weights = np.rint(total).astype(np.int64)
+    nz = np.flatnonzero(weights)
+    return Curve(
+        block_size=block_size,
+        replicas=replicas,
+        routing=routing if replicas > 1 else "single",
+        tenant_isolation=tenant_isolation,
+        prompt_tokens=int(inp.prompt_tokens.sum()),
+        capacity_blocks=nz.astype(np.int64),
+        hit_tokens=np.cumsum(weights[nz]),
+        sample_rate=float(sample_rate),
+    )

@@ -1,0 +1,104 @@
+"""The bench assets materialise with and without configured results."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import dagster as dg
+import polars as pl
+import pytest
+
+from assets.bench import ASSETS, CHECKS, NO_RESULTS
+from assets.resources import EnginefitStore
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+H100 = SHARED / "bench-samples" / "inference-perf" / "kubecon-na-2025-vllm-h100"
+
+
+def write_config(tmp_path: Path, bench: str = "") -> Path:
+    config = tmp_path / "enginefit.yaml"
+    config.write_text(
+        "workload: {name: t, traces: [some/file], block_size: 16, hash_salt: test-salt}\n"
+        f"paths: {{data_dir: {tmp_path / 'data'}, reports_dir: {tmp_path / 'reports'}}}\n" + bench
+    )
+    return config
+
+
+def materialize(config: Path) -> dg.ExecuteInProcessResult:
+    return dg.materialize(
+        [*ASSETS, *CHECKS],
+        resources={"store": EnginefitStore(config_path=str(config))},
+        raise_on_error=True,
+    )
+
+
+def metadata(result: dg.ExecuteInProcessResult, key: str) -> dict[str, object]:
+    events = [
+        e for e in result.get_asset_materialization_events() if e.asset_key == dg.AssetKey(key)
+    ]
+    assert len(events) == 1
+    return {k: v.value for k, v in events[0].materialization.metadata.items()}
+
+
+def test_no_bench_results_configured(tmp_path: Path) -> None:
+    result = materialize(write_config(tmp_path))
+    assert result.success
+    assert metadata(result, "bench_load_points")["status"] == NO_RESULTS
+    assert metadata(result, "bench_slo_capacity")["status"] == NO_RESULTS
+    assert metadata(result, "bench_validity")["dagster/row_count"] == 0
+    out = tmp_path / "data" / "t" / "bench"
+    assert pl.read_parquet(out / "load_points.parquet").height == 0
+    assert pl.read_parquet(out / "slo_capacity.parquet").height == 0
+    assert (out / "latency_vs_load.svg").read_bytes().startswith(b"<?xml")
+    checks = result.get_asset_check_evaluations()
+    assert len(checks) == 2 and all(c.passed for c in checks)
+
+
+@pytest.mark.shared
+def test_h100_results_with_workload_facts(tmp_path: Path) -> None:
+    if not H100.is_dir():
+        pytest.skip("shared bench samples not available")
+    manifest = tmp_path / "manifest.yaml"
+    manifest.write_text("engine: vllm\ngpu_type: H100\ngpu_count: 1\nrun_date: 2025-11-05\n")
+    shape = tmp_path / "data" / "t" / "shape"
+    shape.mkdir(parents=True)
+    facts = {
+        "requests": 10,
+        "span_s": 10.0,
+        "mean_rate_rps": 1.0,
+        "peak_rate_rps": {"60s": 200.0},
+        "prompt_tokens": {"p50": 200, "p90": 210, "p95": 215, "p99": 220, "max": 300},
+        "output_tokens": {"p50": 64, "p90": 64, "p95": 64, "p99": 64, "max": 64},
+        "peak_concurrency": 5.0,
+        "peak_concurrency_estimated": False,
+        "latency_model": None,
+        "shared_prefix_ratio": {},
+        "tenants": None,
+        "models": [],
+    }
+    (shape / "workload_facts.json").write_text(json.dumps(facts))
+    config = write_config(
+        tmp_path,
+        f"bench:\n  results: [{H100}]\n  manifest: {manifest}\n"
+        "  prices: {gpu_hour_usd: {H100: 3.0}}\n  as_of: 2026-11-29\n",
+    )
+    result = materialize(config)
+    assert metadata(result, "bench_load_points")["dagster/row_count"] == 7
+    cap_meta = metadata(result, "bench_slo_capacity")
+    assert cap_meta["as_of"] == "2026-11-29 (bench.as_of)"
+    out = tmp_path / "data" / "t" / "bench"
+    capacity = pl.read_parquet(out / "slo_capacity.parquet")
+    assert capacity.get_column("capacity_rps").to_list() == [pytest.approx(92.19)]
+    assert capacity.item(0, "cost_per_1m_output_usd") == pytest.approx(
+        3.0 / (5693.884076 * 3600) * 1e6
+    )
+    fleet = pl.read_parquet(out / "fleet.parquet")
+    assert dict(fleet.select("rate_label", "gpus").rows()) == {"mean": 1, "peak_60s": 3}
+    findings = pl.read_parquet(out / "validity_findings.parquet")
+    status = dict(findings.select("check", "status").rows())
+    assert status["peak_rate"] == "flag"  # swept to 183.38 req/s, production peak 200 req/s
+    assert status["prefix_structure"] == "unknown"  # no shared-prefix ratio in the facts
+    assert status["stale"] == "flag"  # 389 days
+    assert status["fixed_length_prompts"] == "ok"  # production p99/p50 = 1.1 < 2
+    assert (out / "cost_per_1m_at_slo.svg").read_bytes().startswith(b"<?xml")

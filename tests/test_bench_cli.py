@@ -1,0 +1,211 @@
+"""``enginefit bench`` end to end on the real inference-perf H100 sweep, and its errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipeline.cli import main
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+H100 = SHARED / "bench-samples" / "inference-perf" / "kubecon-na-2025-vllm-h100"
+
+MANIFEST = """\
+engine: vllm
+engine_version: 0.11.0
+gpu_type: H100-80GB
+gpu_count: 1
+run_date: 2025-11-05
+"""
+
+
+@pytest.fixture
+def manifest(tmp_path: Path) -> Path:
+    if not H100.is_dir():
+        pytest.skip("shared bench samples not available")
+    path = tmp_path / "manifest.yaml"
+    path.write_text(MANIFEST)
+    return path
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
+    code = main(["bench", *argv, "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    payload: dict[str, Any] = json.loads(out)
+    return payload
+
+
+@pytest.mark.shared
+def test_bench_json_on_h100_sweep(manifest: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    payload = run_json(
+        capsys,
+        str(H100),
+        "--manifest",
+        str(manifest),
+        "--gpu-hour-usd",
+        "3.0",
+        "--as-of",
+        "2026-11-29",
+    )
+    (cap,) = payload["capacity"]
+    assert cap["capacity_status"] == "bracketed"
+    assert cap["capacity_rps"] == pytest.approx(92.19)
+    assert cap["first_fail_load"] == pytest.approx(122.59)
+    # $3/h ÷ (5,693.88 tok/s × 3600) × 1e6
+    assert cap["cost_per_1m_output_usd"] == pytest.approx(3.0 / (5693.884076 * 3600) * 1e6)
+    assert cap["price_source"] == "--gpu-hour-usd"
+    assert cap["interpolated"] is False
+    assert payload["slo"]["ttft_p95_ms"] == 1000.0
+    assert "tokens/s × 3600" in payload["formulas"]["cost"]
+    stale = [f for f in payload["findings"] if f["check"] == "stale"]
+    assert stale[0]["status"] == "flag" and stale[0]["bench_value"] == 389
+    statuses = [p["slo_status"] for p in payload["points"]]
+    assert statuses == ["pass"] * 4 + ["fail"] * 3
+    assert any("summary_lifecycle_metrics.json" in n for n in payload["notes"])
+
+
+@pytest.mark.shared
+def test_bench_slo_and_interpolate_flags(
+    manifest: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tight = run_json(capsys, str(H100), "--manifest", str(manifest), "--slo", "ttft_p95_ms=50")
+    assert tight["capacity"][0]["capacity_rps"] == pytest.approx(61.79)
+    assert tight["slo"]["description"].startswith("p95 TTFT ≤ 50 ms")
+    interp = run_json(capsys, str(H100), "--manifest", str(manifest), "--interpolate")
+    cap = interp["capacity"][0]
+    assert cap["interpolated"] is True
+    assert 100 < cap["capacity_rps"] < 102
+    assert "INTERPOLATED" in cap["note"]
+    # No price configured: cost is null and said so.
+    assert cap["cost_per_1m_output_usd"] is None
+    assert cap["price_source"] == "no price"
+
+
+@pytest.mark.shared
+def test_bench_text_output_and_files(
+    manifest: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out_dir = tmp_path / "out"
+    args = [
+        "bench",
+        str(H100),
+        "--manifest",
+        str(manifest),
+        "--gpu-hour-usd",
+        "2.5",
+        "--as-of",
+        "2026-11-29",
+        "--out",
+        str(out_dir),
+    ]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "## Capacity at the SLO and cost" in text
+    assert "per 1M output tokens" in text
+    first = {p.name: p.read_bytes() for p in sorted(out_dir.iterdir())}
+    assert {
+        "bench_analysis.json",
+        "latency_vs_load.svg",
+        "cost_per_1m_at_slo.svg",
+        "slo_capacity.parquet",
+        "validity_findings.parquet",
+    } <= set(first)
+    assert main(args) == 0
+    capsys.readouterr()
+    second = {p.name: p.read_bytes() for p in sorted(out_dir.iterdir())}
+    assert first == second  # byte-identical on re-run
+
+
+@pytest.mark.shared
+def test_bench_with_config_and_workload_facts(
+    manifest: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    facts = {
+        "requests": 100,
+        "span_s": 60.0,
+        "mean_rate_rps": 40.0,
+        "peak_rate_rps": {"1s": 300.0, "60s": 150.0},
+        "prompt_tokens": {"p50": 800, "p90": 2000, "p95": 3000, "p99": 6400, "max": 9000},
+        "output_tokens": {"p50": 60, "p90": 100, "p95": 120, "p99": 200, "max": 400},
+        "peak_concurrency": 50.0,
+        "peak_concurrency_estimated": True,
+        "latency_model": None,
+        "shared_prefix_ratio": {"64": 0.8},
+        "tenants": None,
+        "models": [],
+    }
+    data = tmp_path / "data" / "t" / "shape"
+    data.mkdir(parents=True)
+    (data / "workload_facts.json").write_text(json.dumps(facts))
+    config = tmp_path / "enginefit.yaml"
+    config.write_text(
+        "workload: {name: t, traces: [x.jsonl], hash_salt: s}\n"
+        f"paths: {{data_dir: {tmp_path / 'data'}, reports_dir: {tmp_path / 'reports'}}}\n"
+        "bench:\n"
+        f"  manifest: {manifest}\n"
+        "  slo: {ttft_p95_ms: 1000, itl_p99_ms: 60, itl_definition: per-gap}\n"
+        "  prices: {gpu_hour_usd: {H100: 3.0, default: 9.0}}\n"
+        "  as_of: 2026-03-01\n"
+    )
+    payload = run_json(capsys, str(H100), "--config", str(config))
+    cap = payload["capacity"][0]
+    assert cap["price_source"] == "config gpu_hour_usd.H100"
+    assert payload["as_of"] == "2026-03-01"
+    fleet = {f["rate_label"]: f for f in payload["fleet"]}
+    assert fleet["peak_60s"]["replicas"] == 2  # ceil(150 / 92.19)
+    assert fleet["mean"]["replicas"] == 1
+    assert fleet["peak_60s"]["monthly_usd"] == pytest.approx(2 * 3.0 * 730)
+    checks = {f["check"]: f for f in payload["findings"]}
+    assert checks["peak_rate"]["status"] == "ok"  # swept to 183 req/s > 150
+    assert checks["prompt_length"]["status"] == "flag"  # ~205 vs 800 tokens
+    fixed = checks["fixed_length_prompts"]  # 205..212 tokens vs production p99/p50 = 8
+    assert fixed["status"] == "flag"
+    assert "(p50 205, p99 212.2 tokens" in fixed["message"]  # p99: max over stages
+    assert fixed["prod_value"] == 8.0
+    assert checks["prefix_structure"]["status"] == "ok"  # shared-prefix dataset, 80% sharing
+    assert checks["stale"]["status"] == "ok"  # 2025-11-05 → 2026-03-01 = 116 days
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--slo", "ttft_p95_ms"], "--slo: item 1 'ttft_p95_ms' is not KEY=VALUE"),
+        (["--slo", "ttft_p95=1"], "unknown key 'ttft_p95'"),
+        (["--as-of", "yesterday"], "--as-of"),
+        (["--gpu-hour-usd", "-1"], "--gpu-hour-usd"),
+    ],
+)
+def test_bench_bad_arguments_exit_2(
+    argv: list[str], needle: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = tmp_path / "r.json"
+    result.write_text("{}")
+    assert main(["bench", str(result), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("enginefit: error:")
+    assert needle in err
+
+
+def test_bench_missing_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", str(tmp_path / "nope.json")]) == 2
+    assert "no such benchmark result file" in capsys.readouterr().err
+
+
+@pytest.mark.shared
+def test_as_of_from_shell_environment(
+    manifest: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("ENGINEFIT_RUN_DATE", "2026-01-01")
+    payload = run_json(capsys, str(H100), "--manifest", str(manifest))
+    assert payload["as_of"] == "2026-01-01"
+    stale = next(f for f in payload["findings"] if f["check"] == "stale")
+    assert stale["bench_value"] == 57  # 2025-11-05 -> 2026-01-01
+    monkeypatch.delenv("ENGINEFIT_RUN_DATE")
+    payload = run_json(capsys, str(H100), "--manifest", str(manifest))
+    assert payload["as_of"] is None
+    stale = next(f for f in payload["findings"] if f["check"] == "stale")
+    assert stale["status"] == "unknown"

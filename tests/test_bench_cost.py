@@ -1,0 +1,160 @@
+"""Cost per 1M tokens, prices and fleet sizing, against hand-computed figures."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import polars as pl
+import pytest
+
+from pipeline.bench.cost import (
+    HOURS_PER_MONTH,
+    Prices,
+    attach_prices,
+    cost_per_million,
+    fleet_cost,
+    match_gpu_price,
+    prices_from_mapping,
+    workload_rates,
+)
+from pipeline.errors import ConfigError
+
+
+def cap_row(**kw: Any) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "engine": "vllm",
+        "gpu_type": "H100",
+        "gpu_count": 1,
+        "sweep": "open",
+        "capacity_rps": 10.0,
+        "output_throughput_tps": 2500.0,
+        "total_throughput_tps": 10000.0,
+        "price_per_gpu_hour_usd": None,
+    }
+    row.update(kw)
+    return row
+
+
+def caps(*rows: dict[str, Any]) -> pl.DataFrame:
+    return pl.DataFrame(
+        list(rows),
+        schema_overrides={"price_per_gpu_hour_usd": pl.Float64, "capacity_rps": pl.Float64},
+    )
+
+
+def test_domain_worked_example() -> None:
+    """DOMAIN.md: $3.00/h at 2,500 tok/s -> $0.33; at 3,000 tok/s -> $0.28 (17% apart)."""
+    out = cost_per_million(
+        caps(cap_row(), cap_row(engine="sglang", output_throughput_tps=3000.0)),
+        Prices(default=3.0),
+    )
+    costs = out.get_column("cost_per_1m_output_usd").to_list()
+    assert costs[0] == pytest.approx(3.0 / (2500 * 3600) * 1e6)
+    assert round(costs[0], 2) == 0.33
+    assert round(costs[1], 2) == 0.28
+    assert 1 - costs[1] / costs[0] == pytest.approx(1 / 6)  # "a 17% difference"
+    # per 1M total tokens: 3 / (10000 * 3600) * 1e6
+    assert out.item(0, "cost_per_1m_total_usd") == pytest.approx(0.083333, rel=1e-5)
+    assert out.item(0, "cost_workings") == (
+        "1 GPU × $3.0/h ÷ (2500.0 output tok/s × 3600) × 10^6 = $0.3333 per 1M output tokens"
+    )
+
+
+def test_gpu_count_multiplies() -> None:
+    out = cost_per_million(caps(cap_row(gpu_count=4)), Prices(default=2.0))
+    assert out.item(0, "cost_per_1m_output_usd") == pytest.approx(4 * 2.0 / (2500 * 3600) * 1e6)
+    assert out.item(0, "deployment_usd_per_hour") == 8.0
+
+
+def test_no_price_or_no_throughput_gives_null_cost() -> None:
+    out = cost_per_million(
+        caps(cap_row(), cap_row(engine="x", output_throughput_tps=None)), Prices()
+    )
+    assert out.get_column("cost_per_1m_output_usd").to_list() == [None, None]
+    assert out.get_column("price_source").to_list() == ["no price", "no price"]
+    priced = cost_per_million(caps(cap_row(output_throughput_tps=0.0)), Prices(default=1.0))
+    assert priced.item(0, "cost_per_1m_output_usd") is None
+
+
+def test_price_precedence() -> None:
+    frame = caps(
+        cap_row(gpu_type="NVIDIA-H100-80GB", price_per_gpu_hour_usd=9.0),  # config type wins
+        cap_row(gpu_type="A100", price_per_gpu_hour_usd=1.5),  # manifest beats default
+        cap_row(gpu_type="MI300X"),  # default
+        cap_row(gpu_type=None),  # default
+    )
+    prices = Prices(gpu_hour_usd={"H100": 3.0, "L40S": 1.2}, default=2.0)
+    out = attach_prices(frame, prices)
+    assert out.get_column("gpu_hour_usd").to_list() == [3.0, 1.5, 2.0, 2.0]
+    assert out.get_column("price_source").to_list() == [
+        "config gpu_hour_usd.H100",
+        "manifest price_per_gpu_hour_usd",
+        "config gpu_hour_usd.default",
+        "config gpu_hour_usd.default",
+    ]
+    overridden = attach_prices(frame, Prices(gpu_hour_usd={"H100": 3.0}, override=0.5))
+    assert overridden.get_column("gpu_hour_usd").to_list() == [0.5] * 4
+    assert set(overridden.get_column("price_source").to_list()) == {"--gpu-hour-usd"}
+
+
+def test_gpu_name_matching() -> None:
+    prices = Prices(gpu_hour_usd={"H100": 3.0, "H100 NVL": 3.5, "l40s": 1.2})
+    assert match_gpu_price("h100-nvl", prices) == (3.5, "config gpu_hour_usd.H100 NVL")
+    assert match_gpu_price("4xNVIDIA_L40S", prices) == (1.2, "config gpu_hour_usd.l40s")
+    assert match_gpu_price("NVIDIA H100 80GB HBM3", prices) == (3.0, "config gpu_hour_usd.H100")
+    assert match_gpu_price("A10G", prices) is None
+    assert match_gpu_price(None, prices) is None
+
+
+def test_prices_from_mapping() -> None:
+    assert prices_from_mapping({"gpu_hour_usd": 2.5}) == Prices(default=2.5)
+    parsed = prices_from_mapping({"gpu_hour_usd": {"H100": 3, "default": 1}})
+    assert parsed.gpu_hour_usd == {"H100": 3.0}
+    assert parsed.default == 1.0
+    assert prices_from_mapping(None) == Prices()
+    for bad, needle in [
+        ({"gpu_hour_usd": {"H100": "cheap"}}, "gpu_hour_usd.H100"),
+        ({"gpu_hour_usd": {"H100": -1}}, "≥ 0"),
+        ({"gpu_hour_usd": True}, "gpu_hour_usd"),
+        ({"usd": 1}, "unknown key"),
+        ([1, 2], "mapping"),
+    ]:
+        with pytest.raises(ConfigError, match=None) as info:
+            prices_from_mapping(bad)
+        assert needle in str(info.value)
+
+
+def test_fleet_sizing_hand_computed() -> None:
+    costed = cost_per_million(
+        caps(
+            cap_row(capacity_rps=100.0, gpu_count=2),
+            cap_row(engine="exact", capacity_rps=92.19),
+            cap_row(engine="none", capacity_rps=None),
+        ),
+        Prices(default=3.0),
+    )
+    fleet = fleet_cost(costed, {"mean": 92.19, "peak_60s": 250.0}, ["engine"])
+    rows = {(r["engine"], r["rate_label"]): r for r in fleet.to_dicts()}
+    peak = rows[("vllm", "peak_60s")]
+    assert (peak["replicas"], peak["gpus"]) == (3, 6)  # ceil(250/100)=3 replicas × 2 GPUs
+    assert peak["monthly_usd"] == pytest.approx(6 * 3.0 * HOURS_PER_MONTH)  # $13,140
+    assert peak["fleet_workings"] == (
+        "ceil(250.0 ÷ 100.0) = 3 replicas × 2 GPU = 6 GPUs × $3.0/h × 730 h = $13140.0/month"
+    )
+    assert rows[("vllm", "mean")]["replicas"] == 1
+    assert rows[("exact", "mean")]["replicas"] == 1  # 92.19 / 92.19 is one replica, not two
+    assert rows[("exact", "peak_60s")]["replicas"] == math.ceil(250 / 92.19)
+    none = rows[("none", "mean")]
+    assert none["replicas"] is None and none["monthly_usd"] is None
+    assert "no capacity" in none["fleet_workings"]
+
+
+def test_workload_rates_window_choice() -> None:
+    peaks = {"1s": 40.0, "10s": 25.0, "60s": 20.0}
+    assert workload_rates(5.0, peaks, "60s") == {"mean": 5.0, "peak_60s": 20.0}
+    assert workload_rates(5.0, {"1s": 40.0, "10s": 25.0}, "60s") == {
+        "mean": 5.0,
+        "peak_10s": 25.0,
+    }
+    assert workload_rates(math.nan, {}, "60s") == {}

@@ -1,0 +1,411 @@
+"""SLO parsing, per-point status and the capacity search (hand-built frames + the H100 sweep)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline.bench.schema import conform_load_points
+from pipeline.bench.slo import (
+    BenchSettings,
+    LatencyLimit,
+    SloSpec,
+    SloSpecError,
+    bench_settings,
+    check_no_silent_pass,
+    evaluate_slo,
+    parse_slo_spec,
+    slo_capacity,
+)
+from pipeline.errors import ConfigError
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+H100 = SHARED / "bench-samples" / "inference-perf" / "kubecon-na-2025-vllm-h100"
+
+
+def point(load: float, ttft: float | None, itl: float | None, **extra: Any) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "point_id": f"p{load:g}",
+        "engine": "vllm",
+        "gpu_type": "H100",
+        "gpu_count": 1,
+        "load_mode": "open",
+        "offered_rate_rps": float(load),
+        "ttft_p95_ms": ttft,
+        "itl_p99_ms": itl,
+        "completed": 100,
+        "failed": 0,
+        "output_tokens_per_s": 100.0 * load,
+        "total_tokens_per_s": 300.0 * load,
+    }
+    row.update(extra)
+    return row
+
+
+def frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
+    return conform_load_points(pl.DataFrame(rows, infer_schema_length=None))
+
+
+def statuses(rows: list[dict[str, Any]], slo: SloSpec | None = None) -> list[str]:
+    evaluated = evaluate_slo(frame(rows), slo or SloSpec())
+    return evaluated.get_column("slo_status").to_list()
+
+
+# ------------------------------------------------------------------ parsing
+
+
+def test_parse_default_spec() -> None:
+    slo = parse_slo_spec("ttft_p95_ms=1000,itl_p99_ms=60")
+    assert slo.limits == (LatencyLimit("ttft", "p95", 1000.0), LatencyLimit("itl", "p99", 60.0))
+    assert slo.itl_definition == "per-gap"
+    assert slo.columns() == ["ttft_p95_ms", "itl_p99_ms"]
+    assert slo.max_error_rate == 0.01
+
+
+def test_parse_per_request_itl_reads_tpot_and_options() -> None:
+    slo = parse_slo_spec(
+        " itl_p99_ms = 60 , e2e_p99_ms=5000, itl_definition=per-request, max_error_rate=none "
+    )
+    assert slo.columns() == ["tpot_p99_ms", "e2e_p99_ms"]
+    assert slo.max_error_rate is None
+    assert "ITL (per-request)" in slo.describe()
+
+
+@pytest.mark.parametrize(
+    ("spec", "needle"),
+    [
+        ("", "empty SLO"),
+        ("ttft_p95_ms", "not KEY=VALUE"),
+        ("ttft_p95_ms=", "not KEY=VALUE"),
+        ("ttft_p95_ms=fast", "must be a number"),
+        ("ttft_p95_ms=-5", "≥ 0"),
+        ("ttft_p95_ms=inf", "finite"),
+        ("ttft_p97_ms=1000", "unknown key 'ttft_p97_ms'"),
+        ("latency=3", "unknown key 'latency'"),
+        ("ttft_p95_ms=1,ttft_p95_ms=2", "given twice"),
+        ("ttft_p95_ms=1,,itl_p99_ms=2", "item 2 is empty"),
+        ("itl_definition=per-gap", "no latency limit"),
+        ("ttft_p95_ms=1000,itl_definition=mean", "itl_definition"),
+        ("ttft_p95_ms=1000,max_error_rate=5", "fraction in [0, 1]"),
+    ],
+)
+def test_malformed_specs_give_clear_errors(spec: str, needle: str) -> None:
+    with pytest.raises(SloSpecError) as info:
+        parse_slo_spec(spec)
+    assert needle in str(info.value)
+    assert str(info.value).startswith("--slo")
+
+
+def test_slo_error_is_a_config_error() -> None:
+    assert issubclass(SloSpecError, ConfigError)
+
+
+def test_bench_settings_validates_keys(tmp_path: Path) -> None:
+    settings_ = bench_settings(
+        {
+            "results": ["bench/"],
+            "slo": {"ttft_p95_ms": 800, "itl_p99_ms": None, "e2e_p99_ms": 9000},
+            "interpolate": True,
+            "prices": {"gpu_hour_usd": {"H100": 3.0, "default": 2.0}},
+            "as_of": "2026-11-29",
+            "max_age_days": 90,
+        },
+        base=tmp_path,
+    )
+    assert settings_.results == (tmp_path / "bench",)
+    assert [lim.key for lim in settings_.slo.limits] == ["ttft_p95_ms", "e2e_p99_ms"]
+    assert settings_.prices.gpu_hour_usd == {"H100": 3.0}
+    assert settings_.prices.default == 2.0
+    assert settings_.as_of is not None and settings_.as_of.isoformat() == "2026-11-29"
+    assert settings_.max_age_days == 90
+    assert BenchSettings().slo == SloSpec()
+
+
+@pytest.mark.parametrize(
+    ("raw", "needle"),
+    [
+        ({"slos": {}}, "unknown key(s) ['slos']"),
+        ({"slo": {"ttft_p95": 1}}, "bench.slo: unknown key 'ttft_p95'"),
+        ({"interpolate": "yes"}, "bench.interpolate"),
+        ({"max_age_days": 0}, "bench.max_age_days"),
+        ({"as_of": "29/11/2026"}, "bench.as_of"),
+        ({"prices": {"gpu_hour_usd": {"H100": -1}}}, "bench.prices.gpu_hour_usd.H100"),
+        ({"prices": {"usd": 1}}, "bench.prices"),
+        ({"results": "x", "manifest": 3}, "bench.manifest"),
+        ({"length_factor": 0.5}, "bench.length_factor"),
+    ],
+)
+def test_bench_settings_errors_name_the_key(raw: dict[str, Any], needle: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        bench_settings(raw)
+    assert needle in str(info.value)
+
+
+# ------------------------------------------------------------------ per-point status
+
+
+def test_pass_fail_unknown_and_never_silent_pass() -> None:
+    rows = [
+        point(1, 100.0, 20.0),  # pass
+        point(2, 1000.0, 60.0),  # exactly at the limits: pass (<=)
+        point(3, 1000.1, 20.0),  # ttft breaks
+        point(4, None, 20.0),  # p95 TTFT missing -> unknown, not pass
+        point(5, None, 80.0),  # missing TTFT but ITL breaks -> fail
+        point(6, 100.0, 20.0, failed=None),  # failure count unknown -> unknown
+        point(7, 100.0, 20.0, completed=98, failed=2),  # 2% errors > 1% -> fail
+        point(8, 100.0, 20.0, achieved_rate_rps=6.0),  # 75% of offered -> unknown
+        point(9, 100.0, 20.0, achieved_rate_rps=8.5),  # 94% of offered -> pass
+    ]
+    assert statuses(rows) == [
+        "pass",
+        "pass",
+        "fail",
+        "unknown",
+        "fail",
+        "unknown",
+        "fail",
+        "unknown",
+        "pass",
+    ]
+    evaluated = evaluate_slo(frame(rows), SloSpec())
+    reasons = evaluated.get_column("slo_reason").to_list()
+    assert reasons[2] == "p95 TTFT 1000.1 ms > 1000 ms"
+    assert reasons[3] == "p95 TTFT missing"
+    assert "p99 ITL (per-gap) 80.0 ms > 60 ms" in reasons[4]
+    assert reasons[5] == "failure count not recorded"
+    assert reasons[6] == "error rate 2.0% > 1%"
+    assert "achieved send rate 6.0 req/s < 90% of offered 8.0 req/s" in reasons[7]
+    ok, detail = check_no_silent_pass(evaluated, SloSpec())
+    assert ok, detail
+
+
+def test_per_request_itl_uses_tpot_not_gap_itl() -> None:
+    slo = parse_slo_spec("itl_p99_ms=60,itl_definition=per-request")
+    rows = [point(1, 10.0, 10.0, tpot_p99_ms=None), point(2, 10.0, 500.0, tpot_p99_ms=30.0)]
+    assert statuses(rows, slo) == ["unknown", "pass"]
+
+
+def test_nan_percentile_counts_as_missing() -> None:
+    assert statuses([point(1, math.nan, 10.0)]) == ["unknown"]
+
+
+def test_silent_pass_check_catches_a_forged_pass() -> None:
+    evaluated = evaluate_slo(frame([point(1, None, 10.0)]), SloSpec())
+    forged = evaluated.with_columns(slo_status=pl.lit("pass"))
+    ok, _ = check_no_silent_pass(forged, SloSpec())
+    assert not ok
+
+
+# ------------------------------------------------------------------ capacity search
+
+
+def capacity(rows: list[dict[str, Any]], **kw: Any) -> pl.DataFrame:
+    slo = SloSpec()
+    return slo_capacity(evaluate_slo(frame(rows), slo), slo, **kw)
+
+
+def only(cap: pl.DataFrame, sweep: str = "open") -> dict[str, Any]:
+    rows = cap.filter(pl.col("sweep") == sweep).to_dicts()
+    assert len(rows) == 1
+    return rows[0]
+
+
+def test_monotone_sweep_bracketed() -> None:
+    rows = [point(1, 100, 20), point(2, 200, 30), point(4, 900, 50), point(8, 1500, 70)]
+    row = only(capacity(rows))
+    assert row["capacity_status"] == "bracketed"
+    assert row["capacity_load"] == 4.0
+    assert row["first_fail_load"] == 8.0
+    assert row["capacity_rps"] == 4.0
+    assert row["output_throughput_tps"] == 400.0
+    assert row["total_throughput_tps"] == 1200.0
+    assert row["capacity_point_id"] == "p4"
+    assert row["pattern"] == "1:P 2:P 4:P 8:F"
+    assert row["non_monotone"] is False
+    assert row["interpolated"] is False
+
+
+def test_non_monotone_reported_and_not_used() -> None:
+    rows = [point(1, 100, 20), point(2, 200, 30), point(3, 1200, 30), point(4, 300, 30)]
+    rows.append(point(5, 2000, 90))
+    row = only(capacity(rows))
+    assert row["capacity_load"] == 2.0  # not 4, which passes above the failure at 3
+    assert row["non_monotone"] is True
+    assert row["passes_above_fail"] == "4"
+    assert "non-monotone: passes at 4 above the first failure at 3" in row["note"]
+
+
+def test_all_pass_is_a_lower_bound() -> None:
+    row = only(capacity([point(1, 100, 20), point(2, 200, 30)]))
+    assert row["capacity_status"] == "not_bracketed"
+    assert row["capacity_load"] == 2.0
+    assert "at least 2" in row["note"]
+
+
+def test_first_point_fails() -> None:
+    row = only(capacity([point(1, 2000, 20), point(2, 3000, 30)]))
+    assert row["capacity_status"] == "below_range"
+    assert row["capacity_load"] is None
+    assert row["capacity_rps"] is None
+
+
+def test_all_unknown() -> None:
+    row = only(capacity([point(1, None, 20), point(2, None, 30)]))
+    assert row["capacity_status"] == "unknown"
+    assert row["capacity_load"] is None
+
+
+def test_unknown_between_pass_and_fail_is_reported() -> None:
+    rows = [point(1, 100, 20), point(2, None, 20), point(3, 100, 20, failed=None)]
+    rows.append(point(4, 2000, 20))
+    row = only(capacity(rows))
+    assert row["capacity_load"] == 1.0
+    assert row["unknown_above_capacity"] == "2, 3"
+    assert "may be higher" in row["note"]
+
+
+def test_closed_loop_reported_apart() -> None:
+    rows = [point(1, 100, 20), point(2, 2000, 20)]
+    for users, ttft, rps in [(1, 50.0, 0.9), (8, 400.0, 6.5), (32, 1800.0, 9.0)]:
+        rows.append(
+            point(
+                0,
+                ttft,
+                20.0,
+                point_id=f"c{users}",
+                load_mode="closed",
+                offered_rate_rps=None,
+                concurrency=users,
+                request_throughput_rps=rps,
+            )
+        )
+    rows.append(
+        point(0, 10.0, 10.0, point_id="burst", load_mode="offline", offered_rate_rps=math.inf)
+    )
+    cap = capacity(rows)
+    assert cap.get_column("sweep").to_list() == ["closed", "open", "other"]
+    closed = only(cap, "closed")
+    assert closed["capacity_load"] == 8.0  # concurrency
+    assert closed["capacity_rps"] == 6.5  # achieved completions at that concurrency
+    assert "closed loop" in closed["note"]
+    assert only(cap, "open")["capacity_rps"] == 1.0
+    assert only(cap, "other")["capacity_status"] == "not_searched"
+
+
+def test_candidates_are_searched_separately() -> None:
+    rows = [point(1, 100, 20), point(2, 2000, 20)]
+    rows += [
+        point(1, 100, 20, engine="sglang", point_id="s1"),
+        point(2, 100, 20, engine="sglang", point_id="s2"),
+    ]
+    cap = capacity(rows)
+    assert cap.select("engine", "capacity_load").rows() == [("sglang", 2.0), ("vllm", 1.0)]
+
+
+def test_interpolation_only_when_asked_and_marked() -> None:
+    rows = [point(2, 200, 30), point(4, 900, 50), point(8, 1500, 70)]
+    plain = only(capacity(rows))
+    assert plain["capacity_rps"] == 4.0
+    assert plain["interpolated"] is False
+    row = only(capacity(rows, interpolate=True))
+    # TTFT crosses 1000 at 4 + (1000-900)/(1500-900) * 4 = 4.667; ITL would cross at 6.
+    assert row["interpolated"] is True
+    assert row["capacity_load"] == 4.0  # the measured figure is kept
+    assert row["capacity_rps"] == pytest.approx(4 + 4 / 6)
+    assert row["output_throughput_tps"] == pytest.approx(400 + 400 / 6)
+    assert "INTERPOLATED" in row["note"]
+
+
+def test_interpolation_not_applied_without_bracket() -> None:
+    row = only(capacity([point(1, 100, 20), point(2, 200, 20)], interpolate=True))
+    assert row["interpolated"] is False
+    assert row["capacity_rps"] == 2.0
+
+
+def reference_capacity(seq: list[tuple[float, str]]) -> tuple[float | None, bool]:
+    """Straightforward loop: walk up the loads; stop at the first failure."""
+    best: float | None = None
+    failed_at: float | None = None
+    for load, status in sorted(seq):
+        if status == "fail" and failed_at is None:
+            failed_at = load
+        elif status == "pass" and failed_at is None:
+            best = load
+    non_monotone = failed_at is not None and any(
+        s == "pass" and load > failed_at for load, s in seq
+    )
+    return best, non_monotone
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(["pass", "fail", "unknown"]), min_size=1, max_size=9))
+def test_capacity_matches_reference(pattern: list[str]) -> None:
+    values = {"pass": (100.0, 20.0), "fail": (5000.0, 20.0), "unknown": (None, 20.0)}
+    rows = [point(i + 1, *values[s]) for i, s in enumerate(pattern)]
+    row = only(capacity(rows))
+    expected, non_monotone = reference_capacity([(i + 1.0, s) for i, s in enumerate(pattern)])
+    assert row["capacity_load"] == expected
+    assert row["non_monotone"] is non_monotone
+
+
+# ------------------------------------------------------------------ the real H100 sweep
+
+
+def h100_points() -> pl.DataFrame:
+    if not H100.is_dir():
+        pytest.skip("shared bench samples not available")
+    from pipeline.bench import read_bench_files
+
+    manifest = {"engine": "vllm", "engine_version": "0.11.0", "gpu_type": "H100", "gpu_count": 1}
+    files = sorted(H100.glob("stage_*_lifecycle_metrics.json"))
+    return read_bench_files(files, manifest=manifest).load_points
+
+
+def stage(n: int) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((H100 / f"stage_{n}_lifecycle_metrics.json").read_text())
+    return data
+
+
+@pytest.mark.shared
+def test_h100_sweep_capacity() -> None:
+    points = h100_points()
+    slo = SloSpec()
+    evaluated = evaluate_slo(points, slo)
+    assert evaluated.sort("load").get_column("slo_status").to_list() == ["pass"] * 4 + ["fail"] * 3
+    row = only(slo_capacity(evaluated, slo))
+    s3 = stage(3)
+    assert row["capacity_status"] == "bracketed"
+    assert row["capacity_load"] == pytest.approx(s3["load_summary"]["requested_rate"])  # 92.19
+    assert row["first_fail_load"] == pytest.approx(stage(4)["load_summary"]["requested_rate"])
+    assert row["output_throughput_tps"] == pytest.approx(
+        s3["successes"]["throughput"]["output_tokens_per_sec"]
+    )
+    assert row["non_monotone"] is False
+
+
+@pytest.mark.shared
+def test_h100_sweep_interpolated_near_saturation() -> None:
+    slo = SloSpec()
+    row = only(slo_capacity(evaluate_slo(h100_points(), slo), slo, interpolate=True))
+    s3, s4 = stage(3), stage(4)
+    t3 = s3["successes"]["latency"]["time_to_first_token"]["p95"] * 1000
+    t4 = s4["successes"]["latency"]["time_to_first_token"]["p95"] * 1000
+    r3, r4 = s3["load_summary"]["requested_rate"], s4["load_summary"]["requested_rate"]
+    expected = r3 + (1000 - t3) / (t4 - t3) * (r4 - r3)
+    assert row["interpolated"] is True
+    assert row["capacity_rps"] == pytest.approx(expected)
+    assert 100 < row["capacity_rps"] < 102  # SOURCE.md: saturates at ~101 req/s
+
+
+@pytest.mark.shared
+def test_h100_tighter_slo_moves_capacity_down() -> None:
+    slo = parse_slo_spec("ttft_p95_ms=50,itl_p99_ms=60")
+    row = only(slo_capacity(evaluate_slo(h100_points(), slo), slo))
+    assert row["capacity_load"] == pytest.approx(61.79)  # p95 TTFT 48.7 ms; 80.2 ms at 92.19

@@ -1,0 +1,236 @@
+"""The validity join: each flag fires on hand-built cases and names its numbers."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import math
+from typing import Any
+
+import polars as pl
+import pytest
+
+from pipeline.bench.cost import Prices
+from pipeline.bench.schema import conform_load_points
+from pipeline.bench.slo import BenchSettings
+from pipeline.bench.validity import (
+    ALL_CANDIDATES,
+    FINDINGS_SCHEMA,
+    analyse_bench,
+    analysis_payload,
+    check_findings_well_formed,
+    comparability,
+    workload_facts_from_dict,
+)
+from pipeline.errors import InputFormatError
+from pipeline.facts import LatencyModel, Percentiles, WorkloadFacts
+
+AS_OF = dt.date(2026, 11, 29)
+
+
+def facts(**kw: Any) -> WorkloadFacts:
+    base: dict[str, Any] = {
+        "requests": 1000,
+        "span_s": 3600.0,
+        "mean_rate_rps": 5.0,
+        "peak_rate_rps": {"1s": 40.0, "60s": 20.0},
+        "prompt_tokens": Percentiles(p50=500, p90=1500, p95=2500, p99=4000, max=9000),
+        "output_tokens": Percentiles(p50=200, p90=400, p95=500, p99=800, max=2000),
+        "peak_concurrency": 30.0,
+        "peak_concurrency_estimated": True,
+        "latency_model": LatencyModel(),
+        "shared_prefix_ratio": {64: 0.7, 256: 0.4, 1024: 0.1},
+    }
+    base.update(kw)
+    return WorkloadFacts(**base)
+
+
+def pt(load: float, **kw: Any) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "point_id": f"{kw.get('engine', 'vllm')}-{load:g}",
+        "engine": "vllm",
+        "model": "llama-8b",
+        "gpu_type": "H100",
+        "gpu_count": 1,
+        "load_mode": "open",
+        "offered_rate_rps": float(load),
+        "ttft_p95_ms": 100.0 * load,
+        "itl_p99_ms": 20.0,
+        "completed": 100,
+        "failed": 0,
+        "output_tokens_per_s": 250.0 * load,
+        "total_tokens_per_s": 1000.0 * load,
+        "input_tokens_p50": 1000.0,
+        "input_tokens_p99": 1000.0,
+        "output_tokens_p50": 200.0,
+        "dataset": "random",
+        "run_date": dt.date(2026, 1, 1),
+    }
+    row.update(kw)
+    return row
+
+
+def frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
+    return conform_load_points(pl.DataFrame(rows, infer_schema_length=None))
+
+
+def finding(findings: pl.DataFrame, check: str, candidate: str | None = None) -> dict[str, Any]:
+    rows = findings.filter(pl.col("check") == check)
+    if candidate is not None:
+        rows = rows.filter(pl.col("candidate").str.starts_with(candidate))
+    assert rows.height == 1, rows
+    return rows.row(0, named=True)
+
+
+SETTINGS = BenchSettings(prices=Prices(default=3.0))
+
+
+def analyse(rows: list[dict[str, Any]], wf: WorkloadFacts | None = None, **kw: Any) -> Any:
+    return analyse_bench(frame(rows), dataclasses.replace(SETTINGS, **kw), wf, as_of=AS_OF)
+
+
+def test_workload_facts_json_round_trip() -> None:
+    original = facts()
+    text = json.dumps(original.as_dict())  # int keys of shared_prefix_ratio become strings
+    assert workload_facts_from_dict(json.loads(text)) == original
+
+
+def test_workload_facts_nulls_and_errors() -> None:
+    raw = json.loads(json.dumps(facts(latency_model=None).as_dict()))
+    raw["mean_rate_rps"] = None
+    raw["prompt_tokens"]["p99"] = None
+    parsed = workload_facts_from_dict(raw)
+    assert math.isnan(parsed.mean_rate_rps)
+    assert math.isnan(parsed.prompt_tokens.p99)
+    assert parsed.latency_model is None
+    del raw["span_s"]
+    with pytest.raises(InputFormatError, match="missing field 'span_s'"):
+        workload_facts_from_dict(raw, where="shape/workload_facts.json")
+
+
+def test_each_flag_fires_with_its_numbers() -> None:
+    rows = [pt(1), pt(5), pt(12)]  # sweep tops out at 12 req/s; fails at 12 (ttft 1200)
+    a = analyse(rows, facts())
+    f = a.findings
+    fixed = finding(f, "fixed_length_prompts")
+    assert fixed["status"] == "flag"
+    assert fixed["bench_value"] == 1.0
+    assert fixed["prod_value"] == 8.0  # 4000 / 500
+    assert "p99/p50 = 8.00 (p50 500, p99 4000)" in fixed["message"]
+    prompt = finding(f, "prompt_length")
+    assert prompt["status"] == "ok"  # 1000 vs 500 is exactly ×2: within tolerance
+    assert "ratio 2" in prompt["message"]
+    prefix = finding(f, "prefix_structure")
+    assert prefix["status"] == "flag"
+    assert prefix["prod_value"] == 0.7
+    assert "70% at W=64" in prefix["message"] and "random" in prefix["message"]
+    peak = finding(f, "peak_rate")
+    assert peak["status"] == "flag"
+    assert (peak["bench_value"], peak["prod_value"]) == (12.0, 20.0)
+    assert "reaches 12 req/s; production peak (60s window) is 20 req/s" in peak["message"]
+    stale = finding(f, "stale")
+    assert stale["status"] == "flag"
+    assert stale["bench_value"] == (AS_OF - dt.date(2026, 1, 1)).days == 332
+    assert "332 days before 2026-11-29 (limit 183 days)" in stale["message"]
+    assert finding(f, "closed_loop")["status"] == "ok"
+    assert finding(f, "comparability")["candidate"] == ALL_CANDIDATES
+    assert check_findings_well_formed(f)[0]
+    assert dict(f.schema) == FINDINGS_SCHEMA
+
+
+def test_ok_cases_and_length_mismatch() -> None:
+    rows = [
+        pt(
+            r,
+            input_tokens_p50=120.0,
+            input_tokens_p99=900.0,
+            dataset="shared_prefix",
+            run_date=dt.date(2026, 10, 1),
+        )
+        for r in (10, 25)
+    ]
+    a = analyse(rows, facts())
+    f = a.findings
+    assert finding(f, "fixed_length_prompts")["status"] == "ok"
+    prompt = finding(f, "prompt_length")
+    assert prompt["status"] == "flag"  # 120 vs 500 = 0.24, outside ×2
+    assert "ratio 0.24 outside" in prompt["message"]
+    assert finding(f, "prefix_structure")["status"] == "ok"  # shared vs 70% sharing
+    assert finding(f, "peak_rate")["status"] == "ok"
+    assert finding(f, "stale")["status"] == "ok"
+
+
+def test_shared_prefix_benchmark_vs_unshared_production() -> None:
+    rows = [pt(1, dataset="shared_prefix")]
+    f = analyse(rows, facts(shared_prefix_ratio={64: 0.05})).findings
+    prefix = finding(f, "prefix_structure")
+    assert prefix["status"] == "flag"
+    assert "cache benchmark" in prefix["message"]
+
+
+def test_unknowns_are_said_not_assumed() -> None:
+    rows = [pt(1, input_tokens_p50=None, input_tokens_p99=None, dataset=None, run_date=None)]
+    f = analyse(rows, facts(shared_prefix_ratio={})).findings
+    assert finding(f, "fixed_length_prompts")["status"] == "unknown"
+    prefix = finding(f, "prefix_structure")
+    assert prefix["status"] == "unknown"
+    assert "production shared-prefix ratio unknown" in prefix["message"]
+    assert finding(f, "stale")["status"] == "unknown"
+    no_facts = analyse([pt(1)], None).findings
+    for check in ("fixed_length_prompts", "prompt_length", "prefix_structure", "peak_rate"):
+        row = finding(no_facts, check)
+        assert row["status"] == "unknown"
+        assert "no workload facts" in row["message"]
+    no_date = analyse_bench(frame([pt(1)]), SETTINGS, None, as_of=None).findings
+    assert "no as_of date" in finding(no_date, "stale")["message"]
+
+
+def test_closed_loop_flagged() -> None:
+    rows = [
+        pt(0, load_mode="closed", offered_rate_rps=None, concurrency=c, request_throughput_rps=c)
+        for c in (1, 4, 16)
+    ]
+    closed = finding(analyse(rows, facts()).findings, "closed_loop")
+    assert closed["status"] == "flag"
+    assert (
+        "3 closed-loop point(s) at concurrency 1, 4, 16 and no open-loop sweep"
+        in (closed["message"])
+    )
+    assert finding(analyse(rows, facts()).findings, "peak_rate")["status"] == "unknown"
+
+
+def test_not_comparable_candidates_are_not_ranked() -> None:
+    rows = [pt(1), pt(5)]
+    rows += [
+        pt(1, engine="sglang", gpu_type="L40S", model="llama-70b"),
+        pt(5, engine="sglang", gpu_type="L40S", model="llama-70b"),
+    ]
+    a = analyse(rows, facts())
+    ok, diffs = comparability(a.evaluated)
+    assert not ok and not a.comparable
+    assert any(d.startswith("model differs") and "llama-70b" in d for d in diffs)
+    assert any(d.startswith("gpu_type differs") for d in diffs)
+    comp = finding(a.findings, "comparability")
+    assert comp["status"] == "flag"
+    assert "not comparable, so not ranked" in comp["message"]
+    assert a.capacity.get_column("cost_rank").to_list() == [None, None]
+
+
+def test_comparable_candidates_ranked_by_cost() -> None:
+    rows = [pt(1), pt(5), pt(12)]  # vllm passes 5 (1250 tok/s), fails 12 (TTFT 1200 ms)
+    rows += [pt(r, engine="sglang", ttft_p95_ms=50.0 * r) for r in (1, 5, 8)]  # passes 8
+    a = analyse(rows, facts())
+    assert a.comparable
+    ranks = dict(a.capacity.select("engine", "cost_rank").rows())
+    assert ranks == {"sglang": 1, "vllm": 2}
+    costs = dict(a.capacity.select("engine", "cost_per_1m_output_usd").rows())
+    assert costs["vllm"] == pytest.approx(3.0 / (1250 * 3600) * 1e6)
+    assert costs["sglang"] == pytest.approx(3.0 / (2000 * 3600) * 1e6)
+    fleet = {(r["engine"], r["rate_label"]): r for r in a.fleet.to_dicts()}
+    assert fleet[("vllm", "peak_60s")]["gpus"] == 4  # ceil(20 / 5)
+    assert fleet[("sglang", "peak_60s")]["gpus"] == 3  # ceil(20 / 8)
+    assert fleet[("sglang", "mean")]["monthly_usd"] == pytest.approx(1 * 3.0 * 730)
+    payload = analysis_payload(a)
+    json.dumps(payload)  # JSON-ready
+    assert payload["rates_rps"] == {"mean": 5.0, "peak_60s": 20.0}

@@ -1,0 +1,152 @@
+"""Arrival metrics on small hand-computed traces: windows, dispersion, CV, quantisation, profile."""
+
+from __future__ import annotations
+
+import statistics
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline.schema import conform
+from pipeline.shape.arrivals import (
+    arrival_metrics,
+    arrival_series,
+    detect_quantisation,
+    window_counts_stats,
+)
+from pipeline.shape.common import ShapeError
+
+T0 = datetime(2024, 1, 1, tzinfo=UTC)  # an exact second, so epoch-aligned windows start here
+
+
+def frame(offsets_s: list[float]) -> pl.LazyFrame:
+    arrivals = [T0 + timedelta(microseconds=round(s * 1_000_000)) for s in offsets_s]
+    return conform(pl.DataFrame({"arrival": arrivals, "prompt_tokens": [1] * len(arrivals)})).lazy()
+
+
+def test_windows_and_gaps_hand_computed() -> None:
+    m = arrival_metrics(frame([0.0, 0.5, 1.2, 1.2, 3.9]), min_quanta=3)
+    assert m["requests"] == 5
+    assert m["span_s"] == pytest.approx(3.9)
+    assert m["mean_rate_rps"] == pytest.approx(5 / 3.9)
+    w1 = m["windows"]["1s"]
+    # 1 s buckets [0,1) [1,2) [2,3) [3,4) hold 2, 2, 0, 1 requests.
+    assert (w1["bins"], w1["peak_count"], w1["peak_rate_rps"]) == (4, 2, 2.0)
+    assert w1["mean_count"] == pytest.approx(1.25)
+    assert w1["variance"] == pytest.approx((4 + 4 + 0 + 1) / 4 - 1.25**2)
+    assert w1["index_of_dispersion"] == pytest.approx(0.6875 / 1.25)
+    assert w1["peak_window_start"] == T0.isoformat()  # earliest of the tied peaks
+    w10 = m["windows"]["10s"]
+    assert (w10["bins"], w10["peak_count"], w10["index_of_dispersion"]) == (1, 5, 0.0)
+    gaps = [0.5, 0.7, 0.0, 2.7]
+    ia = m["inter_arrival"]
+    assert ia["supported"] and ia["gaps"] == 4
+    assert ia["mean_gap_s"] == pytest.approx(statistics.fmean(gaps))
+    assert ia["cv"] == pytest.approx(statistics.pstdev(gaps) / statistics.fmean(gaps))
+    assert ia["zero_gap_share"] == pytest.approx(0.25)
+    assert ia["max_gap_s"] == pytest.approx(2.7)
+    assert ia["max_gap_starts"] == (T0 + timedelta(seconds=1.2)).isoformat()
+    assert not m["quantisation"]["quantised"]
+
+
+def test_single_request() -> None:
+    m = arrival_metrics(frame([7.25]), min_quanta=3)
+    assert m["requests"] == 1 and m["span_s"] == 0.0 and m["mean_rate_rps"] is None
+    assert m["windows"]["1s"]["peak_count"] == 1
+    assert m["windows"]["1s"]["index_of_dispersion"] == 0.0
+    assert m["inter_arrival"] == {"supported": False, "reason": "fewer than 2 requests"}
+    assert m["hour_of_day"]["supported"] is False and "shorter than" in m["hour_of_day"]["reason"]
+
+
+def test_all_at_one_instant() -> None:
+    m = arrival_metrics(frame([2.0, 2.0, 2.0]), min_quanta=3)
+    assert m["mean_rate_rps"] is None
+    assert m["windows"]["1s"]["peak_count"] == 3
+    assert not m["inter_arrival"]["supported"]
+    assert "same instant" in m["inter_arrival"]["reason"]
+
+
+def test_empty_table_and_null_arrival_raise() -> None:
+    with pytest.raises(ShapeError, match="empty"):
+        arrival_metrics(conform(pl.DataFrame({"prompt_tokens": []})).lazy(), 3)
+    bad = conform(pl.DataFrame({"arrival": [T0, None], "prompt_tokens": [1, 1]}))
+    with pytest.raises(ShapeError, match="1 rows have a null 'arrival'"):
+        arrival_metrics(bad.lazy(), 3)
+
+
+def test_mooncake_like_buckets_are_detected() -> None:
+    # 40 buckets ~3 s apart (jitter ±3 ms, like Mooncake), 5 requests each.
+    rng = np.random.default_rng(1)
+    bucket_ms = np.cumsum(np.r_[0, 3000 + rng.integers(-3, 4, 39)])
+    offsets = np.repeat(bucket_ms, 5) / 1000
+    m = arrival_metrics(frame(offsets.tolist()), min_quanta=3)
+    q = m["quantisation"]
+    assert q["quantised"] and q["distinct_timestamps"] == 40 and q["tie_share"] == 1.0
+    assert q["quantum_s"] == pytest.approx(3.0, abs=0.004)
+    assert not q["on_exact_grid"]
+    assert m["windows"]["1s"]["supported"] is False
+    assert "needs >= 3 quanta" in m["windows"]["1s"]["reason"]
+    assert "peak_rate_rps" not in m["windows"]["1s"]
+    assert m["windows"]["10s"]["supported"] and m["windows"]["60s"]["supported"]
+    assert m["inter_arrival"]["supported"] is False
+    assert "quantised" in m["inter_arrival"]["reason"]
+
+
+def test_exact_integer_second_grid_keeps_1s_windows() -> None:
+    # Integer-second timestamps with many ties: quantised at 1 s, but 1 s windows hold whole
+    # buckets, so they stay supported (the exact-grid exemption).
+    offsets = [float(s) for s in range(30) for _ in range(3)]
+    m = arrival_metrics(frame(offsets), min_quanta=3)
+    q = m["quantisation"]
+    assert q["quantised"] and q["quantum_s"] == 1.0 and q["on_exact_grid"]
+    assert m["windows"]["1s"]["supported"] and m["windows"]["1s"]["peak_count"] == 3
+    assert not m["inter_arrival"]["supported"]
+
+
+def test_batch_submissions_are_not_quantisation() -> None:
+    # Pairs submitted together at irregular instants: many ties, but no regular grid.
+    rng = np.random.default_rng(2)
+    instants = np.cumsum(rng.exponential(1.7, 200))
+    q = detect_quantisation(frame(np.repeat(instants, 2).tolist()))
+    assert q.tie_share == 1.0
+    assert q.grid_share is not None and q.grid_share < 0.9
+    assert not q.quantised and q.quantum_s is None
+
+
+def test_time_profile_needs_a_day() -> None:
+    hours = [h * 3600.0 + 10 for h in range(25)] + [5 * 3600.0 + 20]  # 2 requests in hour 5
+    m = arrival_metrics(frame(hours), min_quanta=3)
+    prof = m["hour_of_day"]
+    assert prof["supported"] and prof["timezone"] == "UTC"
+    by_hour = {r["hour"]: r["requests"] for r in prof["profile"]}
+    assert by_hour[0] == 2 and by_hour[5] == 2 and by_hour[1] == 1 and len(by_hour) == 24
+    assert sum(r["share"] for r in prof["profile"]) == pytest.approx(1.0)
+    assert prof["peak_to_trough"] == pytest.approx(2.0)
+    assert m["day_of_week"]["supported"] is False
+
+
+def test_arrival_series_includes_empty_buckets() -> None:
+    s = arrival_series(frame([0.1, 0.2, 25.0]), 10)
+    assert s["requests"].to_list() == [2, 0, 1]
+    assert s["bucket_start"][0] == T0
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.integers(0, 200_000_000), min_size=1, max_size=60),
+    st.sampled_from([1, 10, 60]),
+)
+def test_window_stats_match_numpy_reference(offsets_us: list[int], window: int) -> None:
+    lf = frame([o / 1e6 for o in offsets_us])
+    got = window_counts_stats(lf, window)
+    t = np.array(offsets_us, dtype=np.int64) + int(T0.timestamp()) * 1_000_000
+    b = t // (window * 1_000_000)
+    counts = np.bincount(b - b.min())
+    assert got["bins"] == len(counts)
+    assert got["peak_count"] == counts.max()
+    assert got["mean_count"] == pytest.approx(counts.mean())
+    assert got["index_of_dispersion"] == pytest.approx(counts.var() / counts.mean(), abs=1e-9)

@@ -1,0 +1,94 @@
+"""The simulation assets materialise on a tiny workload and their outputs agree with each other."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import dagster as dg
+import polars as pl
+
+from assets.resources import EnginefitStore
+from assets.sim import ASSETS, CHECKS
+from pipeline.schema import conform
+from pipeline.store import write_requests
+
+
+def _setup(tmp_path: Path) -> Path:
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    n = 60
+    frame = conform(
+        pl.DataFrame(
+            {
+                "request_id": [f"r{i}" for i in range(n)],
+                "arrival": [t0 + timedelta(seconds=i) for i in range(n)],
+                "session_id": [f"s{i % 6}" for i in range(n)],
+                "prompt_tokens": [16 * (i // 6 + 1) + 3 for i in range(n)],
+                "output_tokens": [20] * n,
+                "block_size": [16] * n,
+                "prefix_hashes": [
+                    [(i % 6) * 100 + k + 1 for k in range(i // 6 + 1)] for i in range(n)
+                ],
+                "prompt_blocks": [i // 6 + 1 for i in range(n)],
+                "hashes_known": [True] * n,
+            },
+            schema_overrides={"prefix_hashes": pl.List(pl.UInt64)},
+        )
+    )
+    write_requests(frame, tmp_path / "data" / "t")
+    config = tmp_path / "enginefit.yaml"
+    config.write_text(
+        f"""
+workload:
+  name: t
+  traces: [unused.jsonl]
+  block_size: 16
+  hash_salt: test-salt
+paths: {{data_dir: {tmp_path / "data"}, reports_dir: {tmp_path / "reports"}}}
+simulation:
+  block_sizes: [16, 32]
+  replicas: [1, 3]
+  cache_tokens: [64, 100000]
+  routings: [round-robin, affinity, cache-aware]
+"""
+    )
+    return config
+
+
+def test_assets_materialise_and_agree(tmp_path: Path) -> None:
+    config = _setup(tmp_path)
+    result = dg.materialize(
+        [*ASSETS, *CHECKS], resources={"store": EnginefitStore(config_path=str(config))}
+    )
+    assert result.success
+    out = tmp_path / "data" / "t" / "simulation"
+    scenarios = pl.read_parquet(out / "scenarios.parquet")
+    # 2 block sizes × 2 capacities × (1 single + 3 routings at R=3)
+    assert scenarios.height == 16
+    assert scenarios["scenario"].is_sorted()
+    per_step = sorted(p.name for p in (out / "scenarios").glob("*.json"))
+    assert len(per_step) == 16
+    checks = result.get_asset_check_evaluations()
+    assert checks and all(c.passed for c in checks)
+    big = scenarios.filter(pl.col("cache_tokens") == 100000, pl.col("block_size") == 16)
+    single = big.filter(pl.col("replicas") == 1)["hit_tokens"].item()
+    assert (
+        big.filter(pl.col("routing") == "affinity", pl.col("replicas") == 3)["hit_tokens"].item()
+        == single
+    )
+    curves = pl.read_parquet(out / "curves.parquet")
+    assert set(curves["routing"].unique()) == {"single", "round-robin", "affinity"}
+    assert (out / "hit_ratio_vs_capacity.svg").read_bytes().startswith(b"<?xml")
+    assert json.loads((out / "curves.json").read_text())[0]["exact"] is True
+
+
+def test_outputs_are_deterministic(tmp_path: Path) -> None:
+    config = _setup(tmp_path)
+    store = EnginefitStore(config_path=str(config))
+    out = tmp_path / "data" / "t" / "simulation"
+    assert dg.materialize(ASSETS, resources={"store": store}).success
+    first = {p.name: p.read_bytes() for p in out.glob("*.*")}
+    assert dg.materialize(ASSETS, resources={"store": store}).success
+    second = {p.name: p.read_bytes() for p in out.glob("*.*")}
+    assert first == second

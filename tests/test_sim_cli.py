@@ -1,0 +1,127 @@
+"""``enginefit simulate`` / ``enginefit curve`` on a small canonical Parquet workload."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from pipeline.cli import main
+from pipeline.errors import ConfigError
+from pipeline.schema import conform
+from pipeline.sim import parse_simulation_config
+from pipeline.store import write_requests
+
+
+@pytest.fixture
+def workload(tmp_path: Path) -> Path:
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    n = 40
+    frame = conform(
+        pl.DataFrame(
+            {
+                "request_id": [f"r{i}" for i in range(n)],
+                "arrival": [t0 + timedelta(seconds=i) for i in range(n)],
+                "session_id": [f"s{i % 5}" for i in range(n)],
+                "prompt_tokens": [16 * (i // 5 + 1) + 3 for i in range(n)],
+                "output_tokens": [5] * n,
+                "block_size": [16] * n,
+                # conversation s grows one block per turn: chain [s*100+1 .. s*100+turn+1]
+                "prefix_hashes": [
+                    [(i % 5) * 100 + k + 1 for k in range(i // 5 + 1)] for i in range(n)
+                ],
+                "prompt_blocks": [i // 5 + 1 for i in range(n)],
+                "hashes_known": [True] * n,
+            },
+            schema_overrides={"prefix_hashes": pl.List(pl.UInt64)},
+        )
+    )
+    write_requests(frame, tmp_path / "wl")
+    return tmp_path / "wl"
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, object]:
+    assert main(argv) == 0
+    out: dict[str, object] = json.loads(capsys.readouterr().out)
+    return out
+
+
+def test_simulate_json(workload: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["simulate", str(workload), "--block-size", "16", "--cache-tokens", "120000", "--json"]
+    single = run(base, capsys)
+    # every turn after the first hits all its previous blocks: turn t hits 16·t tokens
+    assert single["hit_tokens"] == 5 * sum(16 * t for t in range(8))
+    assert single["prompt_tokens"] == sum(16 * (i // 5 + 1) + 3 for i in range(40))
+    aff = run([*base, "--replicas", "4", "--routing", "affinity"], capsys)
+    assert aff["hit_tokens"] == single["hit_tokens"]
+    assert len(aff["per_replica"]) == 4  # type: ignore[arg-type]
+    rr = run([*base, "--replicas", "4", "--routing", "round-robin"], capsys)
+    assert rr["hit_tokens"] < single["hit_tokens"]  # type: ignore[operator]
+    for routing in ("random", "least-loaded", "least-served", "bounded-affinity", "cache-aware"):
+        out = run([*base, "--replicas", "4", "--routing", routing], capsys)
+        assert out["routing"] == routing and 0 <= out["hit_ratio"] <= 1  # type: ignore[operator]
+
+
+def test_curve_json(workload: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = run(["curve", str(workload), "--block-size", "16", "--json"], capsys)
+    assert out["max_hit_tokens"] == 5 * sum(16 * t for t in range(8))
+    points = out["points"]
+    assert isinstance(points, list)
+    ratios = [p["hit_ratio"] for p in points]
+    assert ratios == sorted(ratios)
+    out4 = run(
+        [
+            "curve",
+            str(workload),
+            "--block-size",
+            "16",
+            "--replicas",
+            "4",
+            "--routing",
+            "affinity",
+            "--json",
+        ],
+        capsys,
+    )
+    assert out4["max_hit_tokens"] == out["max_hit_tokens"]
+
+
+def test_curve_refuses_cache_aware(workload: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [
+        "curve",
+        str(workload),
+        "--block-size",
+        "16",
+        "--replicas",
+        "2",
+        "--routing",
+        "cache-aware",
+    ]
+    assert main(argv) == 2
+    assert "cache state" in capsys.readouterr().err
+
+
+def test_block_size_must_be_a_multiple(workload: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["simulate", str(workload), "--block-size", "24", "--cache-tokens", "100"]
+    assert main(argv) == 2
+    assert "multiple" in capsys.readouterr().err
+
+
+def test_config_section_validation() -> None:
+    cfg = parse_simulation_config({"replicas": [1, 2], "routings": ["random", "cache-aware"]})
+    assert [s.key for s in cfg.scenarios()][:2] == [
+        "b512_r1_c1000000_random",
+        "b512_r1_c4000000_random",
+    ]
+    assert cfg.cache_aware.balance_rel_threshold == 1.1
+    with pytest.raises(ConfigError, match=r"simulation\.routings"):
+        parse_simulation_config({"routings": ["sticky"]})
+    with pytest.raises(ConfigError, match="unknown keys"):
+        parse_simulation_config({"replica": [1]})
+    with pytest.raises(ConfigError, match="cache_threshold"):
+        parse_simulation_config({"cache_aware": {"cache_threshold": 2}})
+    shaped = parse_simulation_config({}, shape={"latency_model": {"tpot_ms": 10}})
+    assert shaped.latency_model is not None and shaped.latency_model.tpot_ms == 10
