@@ -6,10 +6,10 @@ from pathlib import Path
 
 import dagster as dg
 
+from assets import bench as bench_stage
 from assets import ingest
 from assets import prefix as prefix_stage
 from assets import shape as shape_stage
-from assets import bench as bench_stage
 from assets import sim as sim_stage
 from assets.resources import EnginefitStore
 

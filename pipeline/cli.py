@@ -13,11 +13,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from pipeline import ingest_cli
-from pipeline.shape import cli as shape_cli
-from pipeline.prefix import cli as prefix_cli
-from pipeline.sim import cli as sim_cli
 from pipeline.bench import cli as bench_cli
 from pipeline.errors import EnginefitError
+from pipeline.prefix import cli as prefix_cli
+from pipeline.shape import cli as shape_cli
+from pipeline.sim import cli as sim_cli
 
 # Each module here has ``register(subparsers)``; keep one line per area.
 _AREAS = [

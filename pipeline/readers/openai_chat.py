@@ -54,12 +54,15 @@ name the field and a type or count.
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
 from pipeline.readers.base import (
     JsonLinesReader,
     ReadContext,
+    ReadResult,
     RecordError,
     content_blocks,
     optional_text,
@@ -108,11 +111,43 @@ def split_record(obj: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[str
     return request, response
 
 
+class SegmentCache:
+    """Token ids of recently seen message texts, for the duration of one file's read.
+
+    Chat logs repeat the whole conversation in every request, so without it a conversation of
+    n turns is tokenised n times over. Bounded by total characters; least recently used texts
+    go first. It lives in memory only and is dropped when the file is read.
+    """
+
+    MIN_CHARS = 32  # shorter texts are cheaper to tokenise than to look up
+
+    def __init__(self, max_chars: int = 64 * 2**20) -> None:
+        self.max_chars = max_chars
+        self.chars = 0
+        self._ids: OrderedDict[str, list[int]] = OrderedDict()
+
+    def encode(self, text: Any, key: str, ctx: ReadContext) -> list[int]:
+        if not isinstance(text, str) or len(text) < self.MIN_CHARS:
+            return encode_text(text, key, ctx)
+        ids = self._ids.get(text)
+        if ids is not None:
+            self._ids.move_to_end(text)
+            return ids
+        ids = encode_text(text, key, ctx)
+        self._ids[text] = ids
+        self.chars += len(text)
+        while self.chars > self.max_chars and self._ids:
+            old, _ = self._ids.popitem(last=False)
+            self.chars -= len(old)
+        return ids
+
+
 class _Renderer:
     """Tokenises the rendering piece by piece (a cache keeps fixed headers cheap)."""
 
-    def __init__(self, ctx: ReadContext) -> None:
+    def __init__(self, ctx: ReadContext, cache: SegmentCache | None = None) -> None:
         self.ctx = ctx
+        self.cache = cache
         self._fixed: dict[str, list[int]] = {}
 
     def fixed(self, text: str) -> list[int]:
@@ -124,6 +159,8 @@ class _Renderer:
         return ids
 
     def text(self, text: Any, key: str) -> list[int]:
+        if self.cache is not None:
+            return self.cache.encode(text, key, self.ctx)
         return encode_text(text, key, self.ctx)
 
     def header(self, message: Mapping[str, Any], key: str) -> list[int]:
@@ -182,7 +219,10 @@ def canonical_json(value: Any, key: str) -> str:
 
 
 def render(
-    request: Mapping[str, Any], reply: Mapping[str, Any] | None, ctx: ReadContext
+    request: Mapping[str, Any],
+    reply: Mapping[str, Any] | None,
+    ctx: ReadContext,
+    cache: SegmentCache | None = None,
 ) -> tuple[list[int], list[int] | None]:
     """Prompt token ids and (when there is a reply) output token ids of one exchange."""
     messages = request.get("messages")
@@ -190,7 +230,7 @@ def render(
         raise RecordError("messages", "missing")
     if not isinstance(messages, list):
         raise RecordError("messages", "not_a_list", type(messages).__name__)
-    renderer = _Renderer(ctx)
+    renderer = _Renderer(ctx, cache)
     prompt: list[int] = []
     tools = request.get("tools") or request.get("functions")
     if tools:
@@ -273,9 +313,19 @@ class OpenAIChatReader(JsonLinesReader):
     name = "openai-chat"
     description = "OpenAI-style chat logs JSONL (messages, choices, usage, created/timestamp)"
 
+    def __init__(self) -> None:
+        self._local = threading.local()
+
     def detect_object(self, obj: dict[str, Any]) -> bool:
         request, _ = split_record(obj)
         return isinstance(request.get("messages"), list)
+
+    def read(self, source: SourceFile, ctx: ReadContext) -> ReadResult:
+        self._local.cache = SegmentCache()
+        try:
+            return super().read(source, ctx)
+        finally:
+            self._local.cache = None
 
     def convert(
         self, obj: dict[str, Any], source: SourceFile, line: int, ctx: ReadContext
@@ -290,7 +340,7 @@ class OpenAIChatReader(JsonLinesReader):
         arrival = seconds_timestamp(scope[ts_key], ts_key, ctx.anchor)
 
         reply = _first_reply(response)
-        prompt_ids, output_ids = render(request, reply, ctx)
+        prompt_ids, output_ids = render(request, reply, ctx, getattr(self._local, "cache", None))
         hashes, prompt_blocks = content_blocks(prompt_ids, output_ids, ctx)
 
         usage = response.get("usage") if response is not None else None
