@@ -36,22 +36,24 @@ def prompt_text_lines(rng: random.Random, n: int) -> list[dict[str, object]]:
 
 
 def chat_lines(rng: random.Random, n: int) -> list[dict[str, object]]:
+    """Conversations of 10 turns; every request repeats the conversation so far."""
     system = {"role": "system", "content": _text(rng, 300)}
-    out = []
-    for i in range(n):
-        turns = [
-            {"role": "user" if k % 2 == 0 else "assistant", "content": _text(rng, 60)}
-            for k in range(5)
-        ]
-        out.append(
-            {
-                "created": 1767225600 + i,
-                "messages": [system, *turns],
-                "choices": [{"message": {"role": "assistant", "content": _text(rng, 100)}}],
-                "usage": {"prompt_tokens": 900, "completion_tokens": 120},
-            }
-        )
-    return out
+    out: list[dict[str, object]] = []
+    while len(out) < n:
+        history: list[dict[str, str]] = [system]
+        for _ in range(10):
+            history.append({"role": "user", "content": _text(rng, 60)})
+            reply = {"role": "assistant", "content": _text(rng, 100)}
+            out.append(
+                {
+                    "created": 1767225600 + len(out),
+                    "messages": list(history),
+                    "choices": [{"message": reply}],
+                    "usage": {"prompt_tokens": 900, "completion_tokens": 120},
+                }
+            )
+            history.append(reply)
+    return out[:n]
 
 
 def token_id_lines(rng: random.Random, n: int) -> list[dict[str, object]]:

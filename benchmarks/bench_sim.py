@@ -143,12 +143,13 @@ def compare(n: int, cache_tokens: int) -> None:
         sc = Scenario(B, replicas, cache_tokens, routing)
         a = assign(inp, routing, replicas)
         simulate(inp, sc, assignment=a)  # compile + warm
-        ours_s, run = _timed(lambda sc=sc, a=a: simulate(inp, sc, assignment=a), repeat=3)
+        ours_s, run = _timed(lambda sc=sc, a=a: simulate(inp, sc, assignment=a), repeat=5)
         rep = a.replica.tolist()
         ref_s, ref_hits = _timed(
             lambda rep=rep, replicas=replicas: reference_replay(
                 chains, pb, missing, ptok, B, cache_tokens // B, rep, replicas
-            )
+            ),
+            repeat=2,
         )
         assert ref_hits == int(run.hit_tokens.sum()), (ref_hits, int(run.hit_tokens.sum()))
         print(
@@ -160,7 +161,7 @@ def compare(n: int, cache_tokens: int) -> None:
         sc = Scenario(B, replicas, cache_tokens, routing)
         a = assign(inp, routing, replicas)
         capacity_curve(inp, block_size=B, replicas=replicas, assignment=a)
-        fixed_s, run = _timed(lambda sc=sc, a=a: simulate(inp, sc, assignment=a), repeat=3)
+        fixed_s, run = _timed(lambda sc=sc, a=a: simulate(inp, sc, assignment=a), repeat=5)
         curve_s, curve = _timed(
             lambda replicas=replicas, a=a, routing=routing: capacity_curve(
                 inp, block_size=B, replicas=replicas, routing=routing, assignment=a

@@ -202,3 +202,29 @@ def test_canonical_parquet_round_trips(tmp_path: Path) -> None:
     again = ingest_paths([tmp_path / "w"], salt=SALT)
     assert again.summary.files[0].format == "canonical-parquet"
     assert again.requests.equals(first.requests)
+
+
+def test_csv_with_leading_blank_lines_keeps_line_numbers(tmp_path: Path) -> None:
+    path = tmp_path / "lead.csv"
+    path.write_text(
+        "\n\n" + AZURE_HEADER + "2023-11-16 18:00:01.0,1,1\n2023-11-16 18:00:02.0,x,1\n"
+    )
+    result = ingest_paths([path], salt=SALT)
+    assert result.requests["source_line"].to_list() == [4]
+    assert _reasons(result) == [(5, "ContextTokens", "not_an_integer")]
+
+
+def test_burstgpt_sessionid_spelling_is_accepted(tmp_path: Path) -> None:
+    """The README's `SessionID` spelling maps to the session column like `Session ID`."""
+    path = tmp_path / "b.csv"
+    path.write_text(
+        "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type,SessionID,Elapsed time\n"
+        "5,ChatGPT,100,20,120,Conversation log,abc,1.5\n"
+    )
+    row = ingest_paths([path], salt=SALT).requests.row(0, named=True)
+    assert (row["session_id"], row["e2e_ms"], row["tenant"], row["model"]) == (
+        "abc",
+        1500.0,
+        "Conversation log",
+        "ChatGPT",
+    )

@@ -404,7 +404,9 @@ def test_ingest_sorts_reports_and_quarantines_duplicates(tmp_path: Path) -> None
     assert summary.duplicate_timestamps == 1
     got = result.quarantine.select("source_line", "field", "reason").rows()
     assert got == [(4, "request_id", "duplicate_request_id"), (6, "<line>", "truncated_last_line")]
-    assert str(path) in summary.format_text()
+    printed = summary.format_text()
+    assert str(path) in printed
+    assert "read 6 records from 1 file(s): 4 ingested, 2 quarantined" in printed
 
 
 def test_ingest_counts_reconcile_across_formats(tmp_path: Path) -> None:
@@ -427,12 +429,6 @@ def test_ingest_counts_reconcile_across_formats(tmp_path: Path) -> None:
 # A corrupted canonical Parquet must be a clean error, not a dead process
 
 
-@pytest.mark.xfail(
-    reason="polars 2.1's Parquet reader aborts the process (Rust panic -> SIGABRT, both "
-    "engines) on this byte-flipped file; pyarrow.parquet raises OSError on it but, used in "
-    "the same process as polars, makes the interpreter abort at exit in this environment",
-    strict=False,
-)
 def test_corrupt_canonical_parquet_is_a_clean_error() -> None:
     # Run in a child process: the failure mode is an abort that would take pytest down with it.
     path = Path(__file__).resolve().parent / "data" / "traces" / "corrupt_canonical.parquet"
@@ -449,3 +445,22 @@ def test_corrupt_canonical_parquet_is_a_clean_error() -> None:
         [sys.executable, "-c", script], capture_output=True, timeout=120, check=False
     )
     assert done.returncode == 3, done.stderr.decode(errors="replace")[-500:]
+
+
+class _BrokenTokenizer:
+    name = "broken"
+    approximate = False
+
+    def encode(self, text: str) -> list[int]:
+        raise RuntimeError("tokenizer exploded on " + text)  # the text must not leak
+
+
+@pytest.mark.parametrize("fmt", ["prompt-text", "openai-chat"])
+def test_tokenizer_failure_is_quarantined_without_text(tmp_path: Path, fmt: str) -> None:
+    path = write(tmp_path, jline(GOOD[fmt]))
+    source = SourceFile.of(path)
+    context = ReadContext(block_size=4, salt=b"s", anchor=ANCHOR, tokenizer=_BrokenTokenizer())
+    result = detect_reader(source).read(source, context)
+    row = result.quarantine.row(0, named=True)
+    assert row["reason"] == "untokenizable" and row["detail"] == "RuntimeError"
+    assert "hello" not in json.dumps(result.quarantine.to_dicts())

@@ -316,7 +316,8 @@ def test_mutated_real_lines(name: str, data: st.DataObject) -> None:
     run_reader(_reader(name), data.draw(mutated_file(name)))
 
 
-@SETTINGS
+# Each plausible Parquet file costs a probe process (see readers/canonical.py): fewer examples.
+@settings(SETTINGS, max_examples=_EXAMPLES or 25)
 @given(data=st.data())
 def test_mutated_parquet(data: st.DataObject) -> None:
     blob = PARQUET

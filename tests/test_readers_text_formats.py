@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import itertools
 import json
 import statistics
 import struct
@@ -424,16 +425,16 @@ def test_burstgpt_later_release_columns() -> None:
 # TraceLab round_trace.jsonl
 
 
-def _tracelab_paths() -> list[Path]:
-    paths = [REPO / "traces/tracelab/round_trace.jsonl"]
+def _tracelab_paths() -> list[Any]:
+    paths: list[Any] = [pytest.param(REPO / "traces/tracelab/round_trace.jsonl", id="repo-copy")]
     for sub in ("sanitized", "derived"):
         candidate = TRACELAB_SHARED / sub / "round_trace.jsonl"
         if candidate.exists():
-            paths.append(candidate)
+            paths.append(pytest.param(candidate, id=f"shared-{sub}", marks=pytest.mark.shared))
     return paths
 
 
-@pytest.mark.parametrize("path", _tracelab_paths(), ids=lambda p: "/".join(p.parts[-2:]))
+@pytest.mark.parametrize("path", _tracelab_paths())
 def test_tracelab_measured_facts(path: Path) -> None:
     result = read(path)
     frame = result.requests
@@ -483,6 +484,7 @@ def test_tracelab_timing_against_raw_events() -> None:
     assert (codex0["ttft_ms"], codex0["e2e_ms"]) == (3611.0, 6214.0)
 
 
+@pytest.mark.shared
 def test_tracelab_reader_on_derived_rows_uses_user_as_tenant() -> None:
     path = TRACELAB_SHARED / "derived" / "round_trace.jsonl"
     if not path.exists():
@@ -557,3 +559,33 @@ def test_ingested_workload_holds_no_prompt_text(tmp_path: Path) -> None:
             blob += json.dumps(pl.read_parquet(path).to_dicts(), default=str).encode()
         for secret in ("zanzibarquux", "quokkavault", "describe the", "juliet"):
             assert secret.encode() not in blob, (path.name, secret)
+
+
+def test_openai_chat_segment_cache_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pipeline.readers import openai_chat
+
+    system = {"role": "system", "content": "a long shared system prompt " * 4}
+    history: list[dict[str, str]] = [system]
+    lines = []
+    for turn in range(4):
+        history.append({"role": "user", "content": f"question {turn} " * 10})
+        reply = {"role": "assistant", "content": f"answer {turn} " * 12}
+        lines.append(
+            {
+                "created": 1767225600 + turn,
+                "messages": list(history),
+                "choices": [{"message": reply}],
+            }
+        )
+        history.append(reply)
+    path = tmp_path / "conv.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    cached = read(path, ctx(block=2)).requests
+    monkeypatch.setattr(openai_chat.SegmentCache, "MIN_CHARS", 10**9)  # cache never used
+    uncached = read(path, ctx(block=2)).requests
+    assert_frame_equal(cached, uncached)
+    hashes = cached["prefix_hashes"].to_list()
+    for earlier, later in itertools.pairwise(hashes):
+        assert later[: len(earlier)] == earlier  # each turn extends the previous exchange

@@ -21,6 +21,8 @@ class BurstGPTReader(CsvReader):
         Column("Total tokens", "tokens", "_total_tokens", required=False),
         Column("Log Type", "text", "tenant"),
     )
+    # The BurstGPT README spells the later column "SessionID"; the CSV header has "Session ID".
+    header_aliases = {"SessionID": "Session ID", "Elapsed Time": "Elapsed time"}  # noqa: RUF012
     optional_columns = (
         Column("Session ID", "text", "session_id", required=False),
         Column("Elapsed time", "seconds", "e2e_ms", required=False),

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import polars as pl
 
 from pipeline.errors import InputFormatError
@@ -18,8 +21,10 @@ class CanonicalParquetReader(Reader):
         return head.startswith(b"PAR1")
 
     def read(self, source: SourceFile, ctx: ReadContext) -> ReadResult:
+        data = source.read_all()
+        _check_readable_parquet(data, source)
         try:
-            frame = pl.read_parquet(source.read_all())
+            frame = pl.read_parquet(data)
         except Exception as exc:
             raise InputFormatError(f"{source.label}: unreadable Parquet: {exc}") from exc
         wrong = [
@@ -51,3 +56,23 @@ class CanonicalParquetReader(Reader):
             bad = bad | failed.fill_null(False)
         good = frame.filter(~bad).drop("_row")
         return ReadResult(good, quarantine.frame(), frame.height)
+
+
+# polars 2.1 aborts the whole process (a Rust panic, SIGABRT) on some corrupt Parquet files, so
+# no except clause can catch it. A child process reads the file first; only if it survives is
+# the file read here. Costs one interpreter start per canonical input file.
+_PROBE = "import sys, polars as pl; pl.read_parquet(sys.stdin.buffer.read())"
+
+
+def _check_readable_parquet(data: bytes, source: SourceFile) -> None:
+    if len(data) < 12 or not data.startswith(b"PAR1") or not data.endswith(b"PAR1"):
+        raise InputFormatError(
+            f"{source.label}: not a complete Parquet file (missing PAR1 markers)"
+        )
+    probe = subprocess.run(
+        [sys.executable, "-c", _PROBE], input=data, capture_output=True, timeout=600, check=False
+    )
+    if probe.returncode != 0:
+        how = f"signal {-probe.returncode}" if probe.returncode < 0 else f"exit {probe.returncode}"
+        last = probe.stderr.decode(errors="replace").strip().splitlines()[-1:] or [""]
+        raise InputFormatError(f"{source.label}: corrupt Parquet ({how}): {last[0][:200]}")

@@ -57,25 +57,32 @@ def _csv_fields(text: str) -> list[str]:
 class CsvReader(Reader):
     columns: tuple[Column, ...]
     optional_columns: tuple[Column, ...] = ()
+    # Other spellings of a header seen in releases of the same data set -> the one used here.
+    header_aliases: dict[str, str] = {}  # noqa: RUF012 - read-only class data
+
+    def _header(self, line: bytes) -> list[str]:
+        return [self.header_aliases.get(name, name) for name in parse_header(line)]
 
     def detect(self, head: bytes) -> bool:
-        names = set(parse_header(first_nonblank_line(head)))
+        names = set(self._header(first_nonblank_line(head)))
         return {c.header for c in self.columns} <= names
 
     def read(self, source: SourceFile, ctx: ReadContext) -> ReadResult:
         data = source.read_all()
         if ctx.progress:
             ctx.progress(len(data))
-        header_end = data.find(b"\n")
-        header = parse_header(data if header_end < 0 else data[:header_end])
-        body = b"" if header_end < 0 else data[header_end + 1 :]
+        stripped = data.lstrip(b"\r\n \t")  # blank lines before the header are not records
+        header_line = 1 + data[: len(data) - len(stripped)].count(b"\n")
+        header_end = stripped.find(b"\n")
+        header = self._header(stripped if header_end < 0 else stripped[:header_end])
+        body = b"" if header_end < 0 else stripped[header_end + 1 :]
         missing = [c.header for c in self.columns if c.header not in header]
         if missing:  # only when the format was forced: detection requires these columns
             raise InputFormatError(
                 f"{source.label}: not a {self.name} file; header lacks {', '.join(missing)}"
             )
         present = [c for c in (*self.columns, *self.optional_columns) if c.header in header]
-        lines, quarantine = _split_lines(body, source.label, first_line=2)
+        lines, quarantine = _split_lines(body, source.label, first_line=header_line + 1)
         fields = _split_fields(lines, len(header))
         records = fields.filter(pl.col("n_fields") == len(header))
         wrong = fields.filter(pl.col("n_fields") != len(header)).select(

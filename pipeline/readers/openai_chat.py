@@ -47,8 +47,9 @@ latency
     Optional ``duration_s`` / ``latency_s`` (→ ``e2e_ms``), ``duration_ms`` / ``latency_ms``,
     ``ttft_s`` / ``ttft_ms`` at the top level.
 
-Only the first choice is used when ``n > 1``. Message text never leaves this module; errors
-name the field and a type or count.
+Only the first choice is used when ``n > 1``. Message texts seen earlier in the same file are
+tokenised once (:class:`SegmentCache`): chat logs repeat the conversation in every request.
+Message text never leaves this module; errors name the field and a type or count.
 """
 
 from __future__ import annotations

@@ -157,7 +157,7 @@ def capacity_curve(
         hist_size = max(hist_size, bound + 2)
         if int(per_request[mine].sum()) >= 2**31 - 1:
             raise SimulationInputError("more than 2^31 block accesses on one replica")
-    hists = kernels.stack_depth_histograms(
+    total = kernels.stack_depth_histogram(
         view.offsets,
         view.ids,
         view.prompt_blocks,
@@ -171,7 +171,6 @@ def capacity_curve(
         np.uint64(sample_salt),
         hist_size,
     )
-    total = hists.sum(axis=0)
     weights = np.rint(total).astype(np.int64)
     nz = np.flatnonzero(weights)
     return Curve(

@@ -88,11 +88,12 @@ def assign(
 
 def _queue_size(view: BlockView, capacity: int, entries: int) -> int:
     # Queue entries per request: its chain plus one run entry for its unknown output blocks.
-    # Live entries never exceed min(capacity, distinct blocks) + one request's entries; twice
-    # that keeps compaction amortised O(1), and a queue that holds every entry never compacts.
+    # Live entries never exceed min(capacity, distinct blocks) + one request's entries; a queue
+    # four times that keeps compaction amortised O(1) and rare, and a queue that holds every
+    # entry never compacts.
     distinct = view.n_ids + int(np.count_nonzero(view.missing))
     per_request = int((np.diff(view.offsets) + 1).max()) if view.offsets.size > 1 else 1
-    bounded = 2 * (min(capacity, distinct) + per_request) + 64
+    bounded = 4 * (min(capacity, distinct) + per_request) + 64
     size = int(min(bounded, entries + 64))
     if size >= 2**31 - 1:
         raise SimulationInputError(f"cache queue of {size:,} entries exceeds the 2^31 limit")
