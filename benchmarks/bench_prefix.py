@@ -28,9 +28,15 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.prefix import PrefixConfig, classify_curve, reuse_per_request, reuse_summary, sharing_curve  # noqa: E402
-from pipeline.schema import conform  # noqa: E402
-from pipeline.sessions import infer_sessions  # noqa: E402
+from pipeline.prefix import (
+    PrefixConfig,
+    classify_curve,
+    reuse_per_request,
+    reuse_summary,
+    sharing_curve,
+)
+from pipeline.schema import conform
+from pipeline.sessions import infer_sessions
 
 DAY_US = 86_400 * 1_000_000
 N_SYSTEM_PROMPTS = 40
@@ -91,7 +97,9 @@ def generate(n_requests: int, block_size: int, seed: int = 7) -> pl.DataFrame:
     for lo in range(0, n, chunk):
         hi = min(n, lo + chunk)
         lens = n_blocks[lo:hi]
-        j = np.arange(int(lens.sum()), dtype=np.int64) - np.repeat(offsets[lo:hi] - offsets[lo], lens)
+        j = np.arange(int(lens.sum()), dtype=np.int64) - np.repeat(
+            offsets[lo:hi] - offsets[lo], lens
+        )
         shared = j < np.repeat(sys_blocks[lo:hi], lens)
         owner = np.where(
             shared,
@@ -131,9 +139,10 @@ def main(argv: list[str] | None = None) -> None:
     requests = generate(args.requests, args.block_size)
     t_gen = time.perf_counter() - t0
     total_blocks = int(requests["prefix_hashes"].list.len().sum())
+    mean_prompt = float(requests["prompt_tokens"].mean() or 0)  # type: ignore[arg-type]
     print(
         f"generated {requests.height:,} requests, {total_blocks:,} blocks "
-        f"(mean prompt {requests['prompt_tokens'].mean():.0f} tokens) in {t_gen:.1f} s; "
+        f"(mean prompt {mean_prompt:.0f} tokens) in {t_gen:.1f} s; "
         f"peak RSS {_rss_gib():.2f} GiB"
     )
     t0 = time.perf_counter()

@@ -125,7 +125,7 @@ def _timed(fn: Callable[[], Any], repeat: int = 1) -> tuple[float, Any]:
     return best, result
 
 
-def compare(n: int, cache_tokens: int) -> None:
+def compare(n: int, cache_tokens: int, routings: tuple[tuple[int, str], ...] | None = None) -> None:
     frame = generate(n, seed=1)
     inp = sim_input(frame)
     view = inp.blocks(B)
@@ -139,7 +139,8 @@ def compare(n: int, cache_tokens: int) -> None:
         f"accesses (incl. unknown output blocks), {view.n_ids:,} distinct blocks, B={B}, "
         f"cache {cache_tokens:,} tokens per replica"
     )
-    for replicas, routing in ((1, "round-robin"), (4, "round-robin"), (4, "affinity")):
+    grid = routings or ((1, "round-robin"), (4, "round-robin"), (4, "affinity"))
+    for replicas, routing in grid:
         sc = Scenario(B, replicas, cache_tokens, routing)
         a = assign(inp, routing, replicas)
         simulate(inp, sc, assignment=a)  # compile + warm
@@ -157,6 +158,8 @@ def compare(n: int, cache_tokens: int) -> None:
             f"speed-up {ref_s / ours_s:7.1f}x   ({accesses / ours_s / 1e6:6.1f} M accesses/s)   "
             f"hit ratio {run.hit_tokens.sum() / inp.prompt_tokens.sum():.4f} (equal)"
         )
+    if routings is not None:
+        return
     for replicas, routing in ((1, "round-robin"), (4, "affinity")):
         sc = Scenario(B, replicas, cache_tokens, routing)
         a = assign(inp, routing, replicas)
@@ -217,8 +220,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--requests", type=int, default=100_000)
     parser.add_argument("--cache-tokens", type=int, default=2_000_000)
     parser.add_argument("--big", type=int, default=10_000_000, help="0 to skip")
+    parser.add_argument(
+        "--large-compare", type=int, default=1_000_000, help="reference vs ours, 1 replica; 0 skips"
+    )
     args = parser.parse_args(argv if argv is not None else [])
     compare(args.requests, args.cache_tokens)
+    if args.large_compare:
+        compare(args.large_compare, 16_000_000, routings=((1, "round-robin"),))
     if args.big:
         big(args.big, 16_000_000)
 

@@ -132,3 +132,14 @@ def test_cli_on_mooncake(capsys: pytest.CaptureFixture[str]) -> None:
     assert summary["reuse"]["block_hit_share"] == pytest.approx(0.382, abs=5e-4)
     assert summary["curve"][0]["share"] == 1.0
     assert summary["sessions"]["inferred"] is True
+
+
+def test_cli_keeps_logged_sessions_of_tracelab(capsys: pytest.CaptureFixture[str]) -> None:
+    trace = SHARED / "traces" / "tracelab-examples" / "sanitized" / "round_trace.jsonl"
+    if not trace.is_file():
+        pytest.skip(f"{trace} not present")
+    assert main(["prefix", str(trace), "--json"]) == 0
+    sessions = json.loads(capsys.readouterr().out)["sessions"]
+    # SOURCE.md: 19 rounds in 2 logged sessions (claude 10 rounds, codex 9).
+    assert (sessions["requests"], sessions["sessions"], sessions["inferred"]) == (19, 2, False)
+    assert sessions["turns_max"] == 10

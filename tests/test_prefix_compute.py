@@ -16,6 +16,7 @@ from pipeline.prefix import (
     analyse,
     at_block_size,
     classify_curve,
+    curve_svg,
     reuse_per_request,
     reuse_summary,
     sharing_curve,
@@ -137,6 +138,9 @@ def test_reuse_hand_computed() -> None:
     assert [b["hit_tokens"] for b in summary["by_retention"]] == [7, 11, 22, 22]
     assert [b["hit_tokens"] for b in summary["age_bins"]] == [7, 4, 11, 0]
     assert summary["cross_tenant"]["hit_tokens_cross_tenant"] == 10
+    # Hits by deepest age: r1 7 tokens at 30 s, r2 4 at 70 s, r4 11 at 1000 s (of 22):
+    # 7 + 4 = 11 is exactly half, so 70 s serves 50 %; 90 % and 99 % need 1000 s.
+    assert summary["retention_needed_s"] == {"p50": 70.0, "p90": 1000.0, "p99": 1000.0}
     assert summary["cross_tenant"]["cross_tenant_share_of_hits"] == pytest.approx(10 / 22)
 
 
@@ -332,3 +336,17 @@ def test_analyse_summary_keys() -> None:
     ]
     assert summary["sessions"]["sessions"] == 3
     assert summary["sessions"]["turns_max"] == 3
+
+
+def test_count_only_trace_has_no_curve() -> None:
+    rows = [
+        {"t": 0, "prompt": 40, "h": [], "known": False},
+        {"t": 1, "prompt": 9, "h": [], "known": False},
+    ]
+    result = analyse(_frame(rows), PrefixConfig())
+    assert result.curve.height == 0
+    assert result.summary["block_size"] is None
+    assert result.summary["classification"]["shape"] == "unknown"
+    assert result.summary["reuse"]["hit_share"] is None
+    assert result.sessions["session_id"].to_list() == ["inferred-0", "inferred-1"]
+    assert curve_svg(result.curve).startswith(b"<?xml")

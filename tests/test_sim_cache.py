@@ -415,3 +415,29 @@ def test_explicit_assignment_must_cover_every_request() -> None:
         simulate(
             inp, Scenario(4, 2, 100, "round-robin"), assignment=Assignment(np.zeros(2, np.int64))
         )
+
+
+def test_non_chained_ids_fall_back_to_membership_tests() -> None:
+    # Block ids that do not form a chain (id 5 follows different parents, id 7 repeats inside
+    # one request): the replay must still be an exact LRU, like the reference.
+    rows = [
+        {"hashes": [1, 5, 7, 7], "prompt_tokens": 17},
+        {"hashes": [2, 5], "prompt_tokens": 9},
+        {"hashes": [5, 1], "prompt_tokens": 9},
+        {"hashes": [1, 5, 7], "prompt_tokens": 13},
+        {"hashes": [7, 5, 2], "prompt_tokens": 13, "output_tokens": 9},
+        {"hashes": [2, 5, 1], "prompt_tokens": 13},
+    ]
+    inp = sim_input(canonical(rows, 4))
+    assert not inp.blocks(4).chained
+    for cap in range(0, 8):
+        got = simulate(inp, Scenario(4, 1, cap * 4, "round-robin")).hit_tokens.tolist()
+        assert got == reference(rows, 4, cap, [0] * len(rows)), cap
+    chained = sim_input(canonical([{"hashes": [1, 2], "prompt_tokens": 9}] * 2, 4))
+    assert chained.blocks(4).chained
+
+
+def test_curve_refuses_ids_that_are_not_chains() -> None:
+    rows = [{"hashes": [1, 5], "prompt_tokens": 9}, {"hashes": [2, 5], "prompt_tokens": 9}]
+    with pytest.raises(SimulationInputError, match="hash chains"):
+        capacity_curve(sim_input(canonical(rows, 4)), block_size=4)

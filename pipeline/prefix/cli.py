@@ -73,9 +73,11 @@ def run_prefix(args: argparse.Namespace) -> int:
 
 def format_text(summary: dict[str, Any]) -> str:
     """The summary for a terminal: counts, the curve table, reuse and sessions."""
+    size = summary["block_size"]
     head = (
         f"{summary['requests']:,} requests ({summary['requests_hashes_unknown']:,} without "
-        f"prefix hashes), block size {summary['block_size']} tokens"
+        "prefix hashes), "
+        + (f"block size {size} tokens" if size else "no prefix hashes: nothing can be shared")
     )
     reuse = summary["reuse"]
     share = reuse["hit_share"]

@@ -1,4 +1,7 @@
-"""Prefix-sharing curve, reuse potential and curve-shape classification (pure polars/numpy).
+"""Prefix-sharing curve, reuse potential and curve-shape classification.
+
+The curve is polars expressions; the reuse potential is one arrival-order replay of an unbounded
+cache (a numba kernel in :mod:`pipeline.prefix.replay`, assembled here with polars).
 
 Definitions (also in ``docs/prefix.md``)
 ---------------------------------------
@@ -21,8 +24,9 @@ token-weighted versions weight each request by its prompt tokens.
 
 *Reuse potential.* Requests in arrival order meet an unbounded prefix cache holding every full
 block of every earlier request's prompt and (when hashed) output. A prompt block hits when its
-hash occurs in an earlier request's chain; because a hash identifies its whole prefix, the hit
-blocks are the leading ones. Hit tokens = min(hit blocks × B, prompt tokens − 1) (the engine
+hash occurs in an earlier request's chain; the lookup walks the prompt's blocks from the start
+and stops at the first miss (a hash identifies its whole prefix, so the hits are the leading
+blocks anyway). Hit tokens = min(hit blocks × B, prompt tokens − 1) (the engine
 recomputes the last prompt token for the logits).
 
 *Age of a hit ("last seen").* For a hit block, the time since the most recent earlier request
@@ -353,7 +357,25 @@ def reuse_summary(per_request: pl.DataFrame, age_buckets_s: tuple[float, ...]) -
         "by_retention": by_retention,
         "age_bins": bins,
         "cross_tenant": cross,
+        "retention_needed_s": _retention_needed(per_request),
     }
+
+
+def _retention_needed(per_request: pl.DataFrame) -> dict[str, float | None]:
+    """Cache retention (seconds after last use) that serves 50 / 90 / 99 % of the unbounded hit
+    tokens, conservatively: a request counts only when its deepest hit block is within it
+    (shallower blocks are younger, so the true share at that retention is at least this)."""
+    hits = (
+        per_request.filter(pl.col("hashes_known") & (pl.col("hit_tokens") > 0))
+        .select("last_seen_age_s", "hit_tokens")
+        .sort("last_seen_age_s")
+        .with_columns((pl.col("hit_tokens").cum_sum() / pl.col("hit_tokens").sum()).alias("cum"))
+    )
+    result: dict[str, float | None] = {}
+    for name, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99)):
+        reached = hits.filter(pl.col("cum") >= q - 1e-12)
+        result[name] = float(reached["last_seen_age_s"][0]) if reached.height else None
+    return result
 
 
 def classify_curve(

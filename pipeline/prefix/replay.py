@@ -73,6 +73,10 @@ def replay_unbounded(
     rows = np.full(_MIN_CAPACITY, -1, dtype=np.int64)
     used = 0
     open_bucket = np.zeros(n_buckets, dtype=np.bool_)
+    longest = 0
+    for r in range(n):
+        longest = max(longest, prompt_blocks[r])
+    found = np.zeros(longest + 1, dtype=np.int64)
     for step in range(order.shape[0]):
         r = order[step]
         if step > 0 and group[step] != group[step - 1] and used > 0:
@@ -91,6 +95,7 @@ def replay_unbounded(
             i = _slot(keys, rows, values[start + k])
             if rows[i] == -1:
                 break
+            found[k] = i
             a = arrival_us[r] - arrival_us[rows[i]]
             age[r] = a
             for b in range(n_buckets):
@@ -100,7 +105,11 @@ def replay_unbounded(
                     open_bucket[b] = False
             k += 1
         hit[r] = k
-        for k in range(length):
+        # The hit blocks' slots are known (no insert happened since the lookup): refresh them
+        # without probing again; then insert or refresh the rest of the chain.
+        for j in range(k):
+            rows[found[j]] = r
+        for k in range(hit[r], length):
             h = values[start + k]
             i = _slot(keys, rows, h)
             if rows[i] == -1:

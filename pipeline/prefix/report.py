@@ -9,6 +9,7 @@ from typing import Any
 import polars as pl
 
 from pipeline.prefix.compute import (
+    CURVE_SCHEMA,
     at_block_size,
     classify_curve,
     reuse_per_request,
@@ -74,8 +75,9 @@ def analyse(requests: pl.DataFrame, config: PrefixConfig) -> PrefixAnalysis:
     """
     sessions = infer_sessions(requests, min_blocks=config.min_session_match_blocks)
     table, block_size = at_block_size(requests, config.block_size)
-    curve = sharing_curve(table, block_size)
     known = table.filter(pl.col("hashes_known").fill_null(False))
+    # Count-only traces: no block structure, so no curve (and nothing can hit).
+    curve = sharing_curve(table, block_size) if known.height else pl.DataFrame(schema=CURVE_SCHEMA)
     median_prompt = known["prompt_tokens"].median() if known.height else None
     classification = classify_curve(
         curve,
@@ -85,7 +87,7 @@ def analyse(requests: pl.DataFrame, config: PrefixConfig) -> PrefixAnalysis:
     reuse = reuse_per_request(table, block_size, config.reuse_age_buckets_s)
     summary = {
         "schema_version": SCHEMA_VERSION,
-        "block_size": block_size,
+        "block_size": block_size if known.height else None,
         "requests": requests.height,
         "requests_hashes_known": known.height,
         "requests_hashes_unknown": requests.height - known.height,
@@ -130,6 +132,13 @@ def reuse_markdown(summary: dict[str, Any]) -> str:
     for entry in reuse["by_retention"]:
         label = "forever" if entry["max_age_s"] is None else f"{entry['max_age_s']:g} s"
         lines.append(f"| {label} | {entry['hit_tokens']:,} | {_pct(entry['hit_share'])} |")
+    needed = reuse["retention_needed_s"]
+    if needed["p90"] is not None:
+        lines += [
+            "",
+            f"To serve 50 / 90 / 99 % of these hits a cache must keep a prefix "
+            f"{needed['p50']:,.0f} / {needed['p90']:,.0f} / {needed['p99']:,.0f} s after its last use.",
+        ]
     cross = reuse["cross_tenant"]
     if cross is not None:
         lines += [

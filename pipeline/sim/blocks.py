@@ -40,6 +40,7 @@ class BlockView:
     n_ids: int
     prompt_blocks: I64
     missing: I64  # output blocks with unknown tokens: occupy capacity, never match
+    chained: bool = True  # every id has one parent and position (kernels.is_chained)
 
     @property
     def accesses(self) -> int:
@@ -112,7 +113,8 @@ class SimInput:
         prompt_blocks = self.prompt_blocks // m
         full = (self.prompt_tokens + self.output_tokens) // block_size
         missing = np.maximum(full - lens, 0)
-        return BlockView(block_size, offsets, ids, n_ids, prompt_blocks, missing)
+        chained = bool(kernels.is_chained(offsets, ids, max(n_ids, 1)))
+        return BlockView(block_size, offsets, ids, n_ids, prompt_blocks, missing, chained)
 
 
 def _stable_string_hash(series: pl.Series) -> U64:

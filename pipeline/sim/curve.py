@@ -140,6 +140,12 @@ def capacity_curve(
     if not 0 < sample_rate <= 1:
         raise SimulationInputError(f"sample rate must be in (0, 1], got {sample_rate}")
     view = inp.blocks(block_size, tenant_isolation)
+    if not view.chained:
+        raise SimulationInputError(
+            "the block ids do not form hash chains (an id follows different parents or sits "
+            "at different positions), so caches need not stay prefix-closed and no exact "
+            "one-pass curve exists; simulate each capacity instead"
+        )
     if assignment is None:
         assignment = (
             Assignment(np.zeros(inp.n, np.int64))

@@ -16,6 +16,9 @@ The exact LRU uses a per-replica append-only queue with lazy deletion: ``stamp[i
 queue position of the block's latest entry (-1 when not cached), an entry is live iff the stamp
 still points at it, and eviction pops the queue head skipping dead entries. The queue is
 compacted in place when full; it is sized so compaction is amortised O(1) per access.
+Unknown output blocks enter the queue as one run entry per request. When the ids form proper
+hash chains (``is_chained``) the cache is prefix-closed, so a request's blocks past its first
+miss are known to be absent and skip the membership test.
 """
 
 from __future__ import annotations
@@ -124,6 +127,29 @@ def dense_ids(keys: NDArray[np.uint64]) -> tuple[Any, int]:
         _rehash(table_keys, table_vals, new_keys, new_vals)
         size *= 4
         table_keys, table_vals = new_keys, new_vals
+
+
+@nb.njit(cache=True)
+def is_chained(offsets: I64, ids: Any, n_ids: int) -> bool:
+    """True when every block id always follows the same parent at the same position.
+
+    That is the chained-hash structure (a block key identifies its whole prefix); it makes
+    every LRU cache prefix-closed, which the fast replay path and the one-pass curve rely on.
+    """
+    parent = np.full(n_ids, -2, np.int64)
+    position = np.full(n_ids, -1, np.int64)
+    for r in range(offsets.size - 1):
+        prev = -1
+        for j in range(offsets[r], offsets[r + 1]):
+            b = ids[j]
+            pos = j - offsets[r]
+            if parent[b] == -2:
+                parent[b] = prev
+                position[b] = pos
+            elif parent[b] != prev or position[b] != pos:
+                return False
+            prev = b
+    return True
 
 
 @nb.njit(cache=True)
@@ -329,6 +355,61 @@ def _serve(
     state[2] = count
 
 
+@nb.njit(cache=True, inline="always")
+def _serve_chained(
+    stamp: Any,
+    buf: Any,
+    ids: Any,
+    lo: int,
+    hi: int,
+    cached: int,
+    missing: int,
+    capacity: int,
+    state: Any,
+) -> None:
+    """``_serve`` for proper chains, whose first ``cached`` blocks are cached and the rest not.
+
+    In a chain every block has one parent and tail-first refresh keeps parents more recent
+    than children, so the cache is prefix-closed: past the first miss nothing is cached and
+    the new blocks need no membership test.
+    """
+    head = state[0]
+    tail = state[1]
+    count = state[2]
+    if tail + 1 + (hi - lo) > buf.size:
+        tail = _compact(buf, stamp, head, tail)
+        head = 0
+    if missing > 0:
+        buf[tail] = -missing
+        tail += 1
+        count += missing
+    count += hi - lo - cached
+    for j in range(hi - 1, lo - 1, -1):
+        b = ids[j]
+        stamp[b] = tail
+        buf[tail] = b
+        tail += 1
+    while count > capacity:
+        e = buf[head]
+        if e < 0:
+            run = -e
+            excess = count - capacity
+            if run <= excess:
+                count -= run
+                head += 1
+            else:
+                buf[head] = -(run - excess)
+                count -= excess
+        else:
+            if stamp[e] == head:
+                stamp[e] = -1
+                count -= 1
+            head += 1
+    state[0] = head
+    state[1] = tail
+    state[2] = count
+
+
 @nb.njit(cache=True)
 def _replay_stream(
     offsets: I64,
@@ -342,6 +423,7 @@ def _replay_stream(
     queue_size: int,
     order: I64,
     hits: I64,
+    chained: bool,
 ) -> None:
     stamp = np.full(n_ids, -1, np.int32)
     buf = np.empty(queue_size, np.int32)
@@ -349,9 +431,16 @@ def _replay_stream(
     for i in range(order.size):
         r = order[i]
         lo = offsets[r]
-        h = _lookup(stamp, ids, lo, prompt_blocks[r])
-        hits[r] = max(min(h * block_size, prompt_tokens[r] - 1), 0)
-        _serve(stamp, buf, ids, lo, offsets[r + 1], missing[r], capacity, state)
+        hi = offsets[r + 1]
+        if chained:
+            cached = _lookup(stamp, ids, lo, hi - lo)
+            h = min(cached, prompt_blocks[r])
+            hits[r] = max(min(h * block_size, prompt_tokens[r] - 1), 0)
+            _serve_chained(stamp, buf, ids, lo, hi, cached, missing[r], capacity, state)
+        else:
+            h = _lookup(stamp, ids, lo, prompt_blocks[r])
+            hits[r] = max(min(h * block_size, prompt_tokens[r] - 1), 0)
+            _serve(stamp, buf, ids, lo, hi, missing[r], capacity, state)
 
 
 @nb.njit(cache=True)
@@ -367,6 +456,7 @@ def replay_fixed(
     queue_size: int,
     order: I64,
     starts: I64,
+    chained: bool,
 ) -> I64:
     """Replay with a fixed assignment: replica k serves ``order[starts[k]:starts[k+1]]``.
 
@@ -387,6 +477,7 @@ def replay_fixed(
             queue_size,
             order[starts[k] : starts[k + 1]],
             hits,
+            chained,
         )
     return hits
 
@@ -478,7 +569,7 @@ def _popcount(x: np.uint64) -> int:
     x = x - ((x >> _ONE) & _M1)
     x = (x & _M2) + ((x >> np.uint64(2)) & _M2)
     x = (x + (x >> np.uint64(4))) & _M4
-    return np.int64((x * _H01) >> np.uint64(56))
+    return np.int64((x * _H01) >> np.uint64(56))  # type: ignore[return-value]  # numba int64
 
 
 @nb.njit(cache=True, inline="always")
@@ -517,6 +608,18 @@ def _marks_after(bits: NDArray[np.uint64], p: int, t: int) -> int:
     for q in range(w + 1, ((t - 1) >> 6) + 1):
         s += _popcount(bits[q])
     return s
+
+
+@nb.njit(cache=True, inline="always")
+def _set_range(bits: NDArray[np.uint64], a: int, b: int) -> int:
+    """Mark positions ``[a, b)`` word by word; returns ``b``."""
+    while a < b:
+        off = a & 63
+        n = min(64 - off, b - a)
+        mask = _ALL if n == 64 else ((_ONE << np.uint64(n)) - _ONE) << np.uint64(off)
+        bits[a >> 6] |= mask
+        a += n
+    return b
 
 
 _NEAR = 1024  # positions within this distance of the end are counted on the bitmap directly
@@ -674,9 +777,7 @@ def _depth_stream_exact(
                     hist[min(depth, top)] += w
                 break
         t_start = t
-        for _ in range(missing[r]):
-            bits[t >> 6] |= _ONE << np.uint64(t & 63)
-            t += 1
+        t = _set_range(bits, t, t + missing[r])
         cur = -1
         acc = 0
         for j in range(hi - 1, lo - 1, -1):

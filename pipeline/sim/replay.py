@@ -166,6 +166,7 @@ def simulate(
         queue,
         order,
         starts,
+        view.chained,
     )
     return ScenarioRun(scenario, capacity, hits, assignment.replica, assignment.spills, 0)
 
