@@ -162,8 +162,10 @@ def ingest_sources(
         quarantines.append(result.quarantine)
         file_rows.append((source, reader.name, result))
     requests = pl.concat(frames)
-    duplicated = requests.filter(~pl.col("request_id").is_first_distinct())
-    requests = requests.filter(pl.col("request_id").is_first_distinct())
+    first_seen = requests.select(pl.col("request_id").is_first_distinct()).to_series()
+    duplicated = requests.filter(~first_seen)
+    if duplicated.height:  # filtering a wide frame costs; most traces have unique ids
+        requests = requests.filter(first_seen)
     duplicate_quarantine = duplicated.select(
         "source_file",
         "source_line",

@@ -84,7 +84,8 @@ class CsvReader(Reader):
         present = [c for c in (*self.columns, *self.optional_columns) if c.header in header]
         lines, quarantine = _split_lines(body, source.label, first_line=header_line + 1)
         fields = _split_fields(lines, len(header))
-        records = fields.filter(pl.col("n_fields") == len(header))
+        complete = pl.col("n_fields") == len(header)
+        records = fields if fields.select(complete.all()).item() else fields.filter(complete)
         wrong = fields.filter(pl.col("n_fields") != len(header)).select(
             pl.lit(source.label).alias("source_file"),
             pl.col("line").alias("source_line"),
@@ -110,7 +111,7 @@ class CsvReader(Reader):
             pl.col("_error_reason").alias("reason"),
             pl.lit("").alias("detail"),
         )
-        good = parsed.filter(pl.col("_error_field").is_null())
+        good = parsed.filter(pl.col("_error_field").is_null()) if bad.height else parsed
         requests = conform(
             good.select(
                 *[pl.col(_value(c)).alias(c.target) for c in present],
@@ -133,21 +134,12 @@ class CsvReader(Reader):
 
 def _split_lines(body: bytes, label: str, first_line: int) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Body lines as text with their line numbers; lines that are not UTF-8 are quarantined."""
-    raw_lines = body.split(b"\n")
-    if raw_lines and raw_lines[-1] == b"":
-        raw_lines.pop()
-    texts: list[str | None]
-    try:
-        texts = list(body.decode("utf-8").split("\n")[: len(raw_lines)])
+    fast = _lines_by_polars(body)
+    if fast is not None:
+        texts: pl.Series | list[str | None] = fast
         bad_lines: list[int] = []
-    except UnicodeDecodeError:
-        texts, bad_lines = [], []
-        for number, raw in enumerate(raw_lines, start=first_line):
-            try:
-                texts.append(raw.decode("utf-8"))
-            except UnicodeDecodeError:
-                texts.append(None)
-                bad_lines.append(number)
+    else:
+        texts, bad_lines = _lines_by_python(body, first_line)
     lines = pl.DataFrame(
         {"line": pl.int_range(first_line, first_line + len(texts), eager=True), "raw": texts},
         schema={"line": pl.Int64, "raw": pl.String},
@@ -163,6 +155,47 @@ def _split_lines(body: bytes, label: str, first_line: int) -> tuple[pl.DataFrame
         schema=QUARANTINE_SCHEMA,
     )
     return lines, quarantine
+
+
+def _lines_by_polars(body: bytes) -> pl.Series | None:
+    """Every line via polars' reader (ten times faster than Python), or None when it would skip
+    or merge lines: it drops blank lines and rejects invalid UTF-8, and line numbers must hold."""
+    if not body or b"\x1f" in body:
+        return None
+    expected = body.count(b"\n") + (0 if body.endswith(b"\n") else 1)
+    try:
+        frame = pl.read_csv(
+            body,
+            has_header=False,
+            separator="\x1f",
+            quote_char=None,
+            new_columns=["raw"],
+            infer_schema=False,
+        )
+    except Exception:  # noqa: BLE001 - any refusal just means "use the exact Python path"
+        return None
+    if frame.height != expected or frame.width != 1:
+        return None
+    return frame["raw"].fill_null("")
+
+
+def _lines_by_python(body: bytes, first_line: int) -> tuple[list[str | None], list[int]]:
+    raw_lines = body.split(b"\n")
+    if raw_lines and raw_lines[-1] == b"":
+        raw_lines.pop()
+    try:
+        return list(body.decode("utf-8").split("\n")[: len(raw_lines)]), []
+    except UnicodeDecodeError:
+        pass
+    texts: list[str | None] = []
+    bad_lines: list[int] = []
+    for number, raw in enumerate(raw_lines, start=first_line):
+        try:
+            texts.append(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            texts.append(None)
+            bad_lines.append(number)
+    return texts, bad_lines
 
 
 def _split_fields(lines: pl.DataFrame, width: int) -> pl.DataFrame:
