@@ -55,13 +55,18 @@ def generate(n: int, seed: int = 0, block_size: int = B) -> pl.DataFrame:
     output_tokens = rng.integers(20, 401, n)
     offsets = np.zeros(n + 1, np.int64)
     np.cumsum(prompt_blocks, out=offsets[1:])
-    req = np.repeat(np.arange(n), prompt_blocks)
-    k = np.arange(offsets[-1], dtype=np.int64) - offsets[:-1][req]
-    inside_sys = k < sys_len[s][req]
-    owner = np.where(inside_sys, s[req], n_sys + conv[req]).astype(np.uint64)
-    keys = (owner << np.uint64(20)) | k.astype(np.uint64)
-    # make them look like hashes (a bijection, so no collisions)
-    keys = keys * np.uint64(0x9E3779B97F4A7C15) ^ (keys >> np.uint64(29))
+    keys = np.empty(int(offsets[-1]), np.uint64)
+    step = 500_000  # build the chains a chunk of requests at a time to bound memory
+    for lo in range(0, n, step):
+        hi = min(n, lo + step)
+        req = np.repeat(np.arange(lo, hi), prompt_blocks[lo:hi])
+        k = np.arange(offsets[lo], offsets[hi], dtype=np.int64) - offsets[req]
+        owner = np.where(k < sys_len[s[req]], s[req], n_sys + conv[req]).astype(np.uint64)
+        chunk = (owner << np.uint64(20)) | k.astype(np.uint64)
+        # make them look like hashes (a bijection, so no collisions)
+        keys[offsets[lo] : offsets[hi]] = chunk * np.uint64(0x9E3779B97F4A7C15) ^ (
+            chunk >> np.uint64(29)
+        )
     chains = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(keys, pa.uint64()))
     arrival_us = np.cumsum(rng.exponential(20_000, n)).astype(np.int64)
     t0 = int(datetime(2026, 1, 1, tzinfo=UTC).timestamp() * 1_000_000)

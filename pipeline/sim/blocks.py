@@ -169,14 +169,19 @@ def _sessions(frame: pl.DataFrame) -> tuple[pl.Series, int]:
 
 
 def _flat_chains(frame: pl.DataFrame) -> tuple[I64, U64]:
+    """CSR offsets and values of ``prefix_hashes`` (zero-copy from Arrow when possible)."""
     chains = frame["prefix_hashes"]
-    lens = chains.list.len().fill_null(0).to_numpy().astype(np.int64)
-    values = chains.explode().drop_nulls()
-    if values.len() != int(lens.sum()):
+    if chains.null_count():
+        chains = chains.fill_null(pl.Series([[]], dtype=pl.List(pl.UInt64)).first())
+    arr = chains.cast(pl.List(pl.UInt64)).rechunk().to_arrow()
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if arr.values.null_count:
         raise SimulationInputError("prefix_hashes: a chain contains a null hash")
-    offsets = np.zeros(lens.size + 1, np.int64)
-    np.cumsum(lens, out=offsets[1:])
-    return offsets, values.cast(pl.UInt64).to_numpy().astype(np.uint64, copy=False)
+    raw_offsets = np.asarray(arr.offsets, dtype=np.int64)
+    offsets = raw_offsets - raw_offsets[0]
+    values = np.asarray(arr.values, dtype=np.uint64)[raw_offsets[0] : raw_offsets[-1]]
+    return offsets, values
 
 
 def _first_bad(frame: pl.DataFrame, mask: pl.Expr) -> str:
@@ -200,9 +205,9 @@ def sim_input(
     frame = conform(frame)
     if frame.height == 0:
         raise SimulationInputError("request table is empty: nothing to replay")
-    frame = frame.with_row_index("_source_order").sort(
-        ["arrival", "_source_order"], nulls_last=True, maintain_order=True
-    )
+    if frame["arrival"].null_count() or not frame["arrival"].is_sorted():
+        # stable: ties keep their table order (avoid the copy when already sorted)
+        frame = frame.sort("arrival", nulls_last=True, maintain_order=True)
     if frame["prompt_tokens"].null_count():
         raise SimulationInputError(
             f"prompt_tokens is null for {_first_bad(frame, pl.col('prompt_tokens').is_null())}"
@@ -219,14 +224,17 @@ def sim_input(
     if stored <= 0:
         raise SimulationInputError(f"block_size must be positive, found {stored}")
     known = frame["hashes_known"].fill_null(False)
-    # Count-only rows share nothing: drop whatever chain they carry.
-    frame = frame.with_columns(
-        pl.when(known).then(pl.col("prefix_hashes")).otherwise(pl.lit([], pl.List(pl.UInt64))),
-        pl.when(known)
-        .then(pl.col("prompt_blocks").fill_null(0))
-        .otherwise(0)
-        .alias("prompt_blocks"),
-    )
+    if not known.all():
+        # Count-only rows share nothing: drop whatever chain they carry.
+        frame = frame.with_columns(
+            pl.when(known).then(pl.col("prefix_hashes")).otherwise(pl.lit([], pl.List(pl.UInt64))),
+            pl.when(known)
+            .then(pl.col("prompt_blocks").fill_null(0))
+            .otherwise(0)
+            .alias("prompt_blocks"),
+        )
+    else:
+        frame = frame.with_columns(pl.col("prompt_blocks").fill_null(0))
     over = pl.col("prompt_blocks") > pl.col("prefix_hashes").list.len()
     if frame.select(over.any()).item():
         raise SimulationInputError(

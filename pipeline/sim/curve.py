@@ -163,21 +163,43 @@ def capacity_curve(
         hist_size = max(hist_size, bound + 2)
         if int(per_request[mine].sum()) >= 2**31 - 1:
             raise SimulationInputError("more than 2^31 block accesses on one replica")
-    total = kernels.stack_depth_histogram(
-        view.offsets,
-        view.ids,
-        view.prompt_blocks,
-        view.missing,
-        inp.prompt_tokens,
-        block_size,
-        max(view.n_ids, 1),
-        order,
-        starts,
-        threshold,
-        np.uint64(sample_salt),
-        hist_size,
-    )
-    weights = np.rint(total).astype(np.int64)
+    if sample_rate >= 1:
+        weights = kernels.stack_depth_histogram_exact(
+            view.offsets,
+            view.ids,
+            view.prompt_blocks,
+            view.missing,
+            inp.prompt_tokens,
+            block_size,
+            max(view.n_ids, 1),
+            order,
+            starts,
+            hist_size,
+        )
+    else:
+        total = kernels.stack_depth_histogram(
+            view.offsets,
+            view.ids,
+            view.prompt_blocks,
+            view.missing,
+            inp.prompt_tokens,
+            block_size,
+            max(view.n_ids, 1),
+            order,
+            starts,
+            threshold,
+            np.uint64(sample_salt),
+            hist_size,
+        )
+        # Ratio estimator: scale sampled hits by (every prompt block's hit weight) / (the
+        # sampled blocks' weight, already scaled by 1/rate, kept in bucket 0), so the number
+        # of sampled references does not bias the curve (the role of SHARDS' adjustment).
+        sampled_weight = float(total[0])
+        caps = np.maximum(np.minimum(view.prompt_blocks * block_size, inp.prompt_tokens - 1), 0)
+        if sampled_weight > 0:
+            total = total * (float(caps.sum()) / sampled_weight)
+        total[0] = 0.0
+        weights = np.rint(total).astype(np.int64)
     nz = np.flatnonzero(weights)
     return Curve(
         block_size=block_size,

@@ -665,6 +665,12 @@ def _depth_stream(
             b = ids[lo + j]
             if sampling and (splitmix64(np.uint64(b) ^ sample_salt) > sample_threshold):
                 continue
+            w_hi = min((j + 1) * block_size, cap_tok)
+            w_lo = min(j * block_size, cap_tok)
+            w = max(w_hi, 0) - max(w_lo, 0)
+            if w <= 0:
+                continue
+            hist[0] += w * scale  # sampled lookup weight, for the ratio estimator
             p = last[b]
             if p < 0:
                 if sampling:
@@ -677,11 +683,6 @@ def _depth_stream(
             else:
                 depth = marks - _marks_upto(tree, bits, p) + 1
             prev_p = p
-            w_hi = min((j + 1) * block_size, cap_tok)
-            w_lo = min(j * block_size, cap_tok)
-            w = max(w_hi, 0) - max(w_lo, 0)
-            if w <= 0:
-                continue
             idx = int(depth * scale + 0.5) if sampling else depth
             if idx >= hist_size:
                 idx = hist_size - 1
@@ -738,73 +739,120 @@ def _depth_stream_exact(
     order: I64,
     hist: I64,
 ) -> None:
-    """``_depth_stream`` without sampling (integer weights, no sampling branches)."""
+    """``_depth_stream`` without sampling, for chained ids (integer weights).
+
+    Chains make "seen before" prefix-closed too (a child is never accessed without its
+    parent), so one walk finds the seen prefix of the request's chain and keeps its previous
+    positions; the rest are new blocks, which need no read of ``last``. A request's accesses
+    take the contiguous positions ``t .. t + missing + len - 1`` (unknown output blocks first,
+    then the chain tail first), so their marks are set as one range.
+    """
     total = 0
+    longest = 1
     for i in range(order.size):
         r = order[i]
         total += missing[r] + offsets[r + 1] - offsets[r]
+        longest = max(longest, offsets[r + 1] - offsets[r])
     bits = np.zeros((total >> 6) + 2, np.uint64)
     tree = np.zeros((total >> _BUCKET_SHIFT) + 2, np.int64)
     last = np.full(n_ids, -1, np.int32)  # positions < 2^31 (checked by the caller)
+    prev_pos = np.empty(longest, np.int64)
     top = hist.size - 1
     t = 0
     marks = 0
     for i in range(order.size):
         r = order[i]
         lo = offsets[r]
-        hi = offsets[r + 1]
+        length = offsets[r + 1] - lo
         pb = prompt_blocks[r]
         cap_tok = prompt_tokens[r] - 1
         prev_p = -2
         depth = 0
-        for j in range(pb):
-            p = last[ids[lo + j]]
+        seen = 0
+        weighing = True
+        while seen < length:
+            p = last[ids[lo + seen]]
             if p < 0:
                 break
+            prev_pos[seen] = p
             if prev_p - p == 1:
                 depth += 1  # adjacent positions: no mark between, one deeper (common case)
-            elif t - p <= _NEAR:
-                depth = _marks_after(bits, p, t) + 1
-            else:
-                depth = marks - _marks_upto(tree, bits, p) + 1
+            elif weighing and seen < pb:
+                if t - p <= _NEAR:
+                    depth = _marks_after(bits, p, t) + 1
+                else:
+                    depth = marks - _marks_upto(tree, bits, p) + 1
             prev_p = p
-            hi_tok = (j + 1) * block_size
-            if hi_tok <= cap_tok:
-                hist[min(depth, top)] += block_size
-            else:
-                w = cap_tok - j * block_size
-                if w > 0:
-                    hist[min(depth, top)] += w
-                break
-        t_start = t
-        t = _set_range(bits, t, t + missing[r])
+            if weighing and seen < pb:
+                hi_tok = (seen + 1) * block_size
+                if hi_tok <= cap_tok:
+                    hist[min(depth, top)] += block_size
+                else:
+                    w = cap_tok - seen * block_size
+                    if w > 0:
+                        hist[min(depth, top)] += w
+                    weighing = False
+            seen += 1
+        # clear the previous marks of the seen blocks (Fenwick updates batched per bucket)
         cur = -1
         acc = 0
-        for j in range(hi - 1, lo - 1, -1):
-            b = ids[j]
-            p = last[b]
-            if p >= 0:
-                bits[p >> 6] &= ~(_ONE << np.uint64(p & 63))
-                bucket = p >> _BUCKET_SHIFT
-                if bucket != cur:
-                    if acc != 0:
-                        _tree_add(tree, cur, acc)
-                    cur = bucket
-                    acc = 0
-                acc -= 1
-                marks -= 1
-            bits[t >> 6] |= _ONE << np.uint64(t & 63)
-            last[b] = t
-            t += 1
+        for j in range(seen):
+            p = prev_pos[j]
+            bits[p >> 6] &= ~(_ONE << np.uint64(p & 63))
+            bucket = p >> _BUCKET_SHIFT
+            if bucket != cur:
+                if acc != 0:
+                    _tree_add(tree, cur, acc)
+                cur = bucket
+                acc = 0
+            acc -= 1
         if acc != 0:
             _tree_add(tree, cur, acc)
+        # new positions: unknown output blocks, then the chain tail first
+        t_start = t
+        t_end = t + missing[r] + length
+        _set_range(bits, t_start, t_end)
+        pos = t_end - 1
+        for j in range(length):
+            last[ids[lo + j]] = pos - j
         pos = t_start
-        while pos < t:
+        while pos < t_end:
             bucket = pos >> _BUCKET_SHIFT
-            end = min(t, (bucket + 1) << _BUCKET_SHIFT)
+            end = min(t_end, (bucket + 1) << _BUCKET_SHIFT)
             _tree_add(tree, bucket, end - pos)
             pos = end
-        marks += t - t_start
+        marks += t_end - t_start - seen
+        t = t_end
+
+
+@nb.njit(cache=True)
+def stack_depth_histogram_exact(
+    offsets: I64,
+    ids: Any,
+    prompt_blocks: I64,
+    missing: I64,
+    prompt_tokens: I64,
+    block_size: int,
+    n_ids: int,
+    order: I64,
+    starts: I64,
+    hist_size: int,
+) -> I64:
+    """``stack_depth_histogram`` without sampling, for chained ids: integer token weights."""
+    hist = np.zeros(hist_size, np.int64)
+    for k in range(starts.size - 1):
+        _depth_stream_exact(
+            offsets,
+            ids,
+            prompt_blocks,
+            missing,
+            prompt_tokens,
+            block_size,
+            n_ids,
+            order[starts[k] : starts[k + 1]],
+            hist,
+        )
+    return hist
 
 
 @nb.njit(cache=True)
@@ -841,22 +889,6 @@ def stack_depth_histogram(
     al., FAST 2015).
     """
     hist = np.zeros(hist_size, np.float64)
-    if sample_threshold == _ALL:
-        exact = np.zeros(hist_size, np.int64)
-        for k in range(starts.size - 1):
-            _depth_stream_exact(
-                offsets,
-                ids,
-                prompt_blocks,
-                missing,
-                prompt_tokens,
-                block_size,
-                n_ids,
-                order[starts[k] : starts[k + 1]],
-                exact,
-            )
-        hist[:] = exact
-        return hist
     for k in range(starts.size - 1):
         _depth_stream(
             offsets,
