@@ -10,9 +10,32 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 
 
-def shared_path(*parts: str) -> Path:
-    """A file under ../shared, or skip the test when ../shared is absent (a fresh clone)."""
+# Licensed traces the project bundles byte-for-byte (see traces/NOTICE); tests of these files run
+# on the bundled copy when ../shared is absent, so a fresh clone still exercises them.
+BUNDLED_COPIES = {
+    ("traces", "mooncake-fast25", "conversation_trace.jsonl"): (
+        REPO / "traces" / "mooncake" / "conversation_trace.jsonl"
+    ),
+    ("traces", "azure-llm-2023", "AzureLLMInferenceTrace_code.csv"): (
+        REPO / "traces" / "azure-code" / "AzureLLMInferenceTrace_code.csv"
+    ),
+    ("traces", "tracelab-examples", "sanitized", "round_trace.jsonl"): (
+        REPO / "traces" / "tracelab" / "round_trace.jsonl"
+    ),
+}
+
+
+def trace_or_missing(*parts: str) -> Path:
+    """The ../shared file, else its bundled copy, else the (missing) ../shared path."""
     path = SHARED.joinpath(*parts)
+    if path.exists():
+        return path
+    return BUNDLED_COPIES.get(parts, path)
+
+
+def shared_path(*parts: str, bundled_ok: bool = True) -> Path:
+    """A file under ../shared (or its bundled copy), or skip when neither exists (a fresh clone)."""
+    path = trace_or_missing(*parts) if bundled_ok else SHARED.joinpath(*parts)
     if not path.exists():
         pytest.skip(
             f"{path} not available (../shared is only present in the development workspace)"

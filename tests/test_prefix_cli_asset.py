@@ -16,9 +16,9 @@ from pipeline.cli import main
 from pipeline.prefix.stage import CURVE_FILE, SESSIONS_FILE, SUMMARY_FILE, SVG_FILE
 from pipeline.schema import conform
 from pipeline.store import write_requests
+from tests.conftest import trace_or_missing
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-MOONCAKE = SHARED / "traces" / "mooncake-fast25" / "conversation_trace.jsonl"
+MOONCAKE = trace_or_missing("traces", "mooncake-fast25", "conversation_trace.jsonl")
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
 
@@ -135,7 +135,7 @@ def test_cli_on_mooncake(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_cli_keeps_logged_sessions_of_tracelab(capsys: pytest.CaptureFixture[str]) -> None:
-    trace = SHARED / "traces" / "tracelab-examples" / "sanitized" / "round_trace.jsonl"
+    trace = trace_or_missing("traces", "tracelab-examples", "sanitized", "round_trace.jsonl")
     if not trace.is_file():
         pytest.skip(f"{trace} not present")
     assert main(["prefix", str(trace), "--json"]) == 0

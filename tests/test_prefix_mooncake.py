@@ -14,7 +14,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -23,11 +22,11 @@ import pytest
 from pipeline.prefix import PrefixConfig, classify_curve, reuse_per_request, sharing_curve
 from pipeline.schema import conform
 from pipeline.sessions import infer_parents, infer_sessions
+from tests.conftest import trace_or_missing
 
 pytestmark = pytest.mark.shared
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-TRACE = SHARED / "traces" / "mooncake-fast25" / "conversation_trace.jsonl"
+TRACE = trace_or_missing("traces", "mooncake-fast25", "conversation_trace.jsonl")
 BLOCK = 512
 
 
