@@ -36,6 +36,7 @@ only counts and salted hashes leave this module, and errors name the field and t
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from pipeline.readers.base import (
@@ -115,6 +116,47 @@ def encode_text(text: Any, key: str, ctx: ReadContext) -> list[int]:
     return ids
 
 
+def line_arrival(obj: Mapping[str, Any], ctx: ReadContext) -> datetime:
+    """The record's ``ts`` (or ``timestamp``) in seconds, epoch or relative to the anchor."""
+    ts_key = first_key(obj, TIMESTAMP_KEYS)
+    if ts_key is None:
+        raise RecordError("ts", "missing")
+    return seconds_timestamp(obj[ts_key], ts_key, ctx.anchor)
+
+
+def content_row(
+    obj: Mapping[str, Any],
+    arrival: datetime,
+    prompt_ids: list[int],
+    output_ids: list[int] | None,
+    output_tokens: int | None,
+    ctx: ReadContext,
+    *,
+    approximate: bool,
+) -> dict[str, Any]:
+    """A canonical row of a line-per-request content format (prompt text or token ids)."""
+    hashes, prompt_blocks = content_blocks(prompt_ids, output_ids, ctx)
+    row: dict[str, Any] = {
+        "arrival": arrival,
+        "session_id": optional_field_text(obj, SESSION_KEYS),
+        "turn": optional_turn(obj.get("turn"), "turn"),
+        "tenant": optional_field_text(obj, TENANT_KEYS),
+        "model": optional_text(obj.get("model"), "model"),
+        "prompt_tokens": len(prompt_ids),
+        "output_tokens": output_tokens,
+        "e2e_ms": optional_seconds_as_ms(obj.get("duration_s"), "duration_s"),
+        "ttft_ms": optional_seconds_as_ms(obj.get("ttft_s"), "ttft_s"),
+        "prefix_hashes": hashes,
+        "prompt_blocks": prompt_blocks,
+        "hashes_known": True,
+        "tokens_approximate": approximate,
+    }
+    request_id = optional_field_text(obj, REQUEST_ID_KEYS)
+    if request_id is not None:
+        row["request_id"] = request_id
+    return row
+
+
 class PromptTextReader(JsonLinesReader):
     name = "prompt-text"
     description = (
@@ -132,10 +174,7 @@ class PromptTextReader(JsonLinesReader):
     def convert(
         self, obj: dict[str, Any], source: SourceFile, line: int, ctx: ReadContext
     ) -> dict[str, Any]:
-        ts_key = first_key(obj, TIMESTAMP_KEYS)
-        if ts_key is None:
-            raise RecordError("ts", "missing")
-        arrival = seconds_timestamp(obj[ts_key], ts_key, ctx.anchor)
+        arrival = line_arrival(obj, ctx)
         if obj.get("prompt") is None:
             raise RecordError("prompt", "missing")
         prompt_ids = encode_text(obj["prompt"], "prompt", ctx)
@@ -144,23 +183,12 @@ class PromptTextReader(JsonLinesReader):
         output_tokens = token_count(obj.get("output_tokens"), "output_tokens", allow_none=True)
         if output_tokens is None and output_ids is not None:
             output_tokens = len(output_ids)
-        hashes, prompt_blocks = content_blocks(prompt_ids, output_ids, ctx)
-        row: dict[str, Any] = {
-            "arrival": arrival,
-            "session_id": optional_field_text(obj, SESSION_KEYS),
-            "turn": optional_turn(obj.get("turn"), "turn"),
-            "tenant": optional_field_text(obj, TENANT_KEYS),
-            "model": optional_text(obj.get("model"), "model"),
-            "prompt_tokens": len(prompt_ids),
-            "output_tokens": output_tokens,
-            "e2e_ms": optional_seconds_as_ms(obj.get("duration_s"), "duration_s"),
-            "ttft_ms": optional_seconds_as_ms(obj.get("ttft_s"), "ttft_s"),
-            "prefix_hashes": hashes,
-            "prompt_blocks": prompt_blocks,
-            "hashes_known": True,
-            "tokens_approximate": ctx.tokenizer.approximate,
-        }
-        request_id = optional_field_text(obj, REQUEST_ID_KEYS)
-        if request_id is not None:
-            row["request_id"] = request_id
-        return row
+        return content_row(
+            obj,
+            arrival,
+            prompt_ids,
+            output_ids,
+            output_tokens,
+            ctx,
+            approximate=ctx.tokenizer.approximate,
+        )

@@ -35,23 +35,11 @@ from pipeline.readers.base import (
     JsonLinesReader,
     ReadContext,
     RecordError,
-    content_blocks,
-    optional_text,
     require,
-    seconds_timestamp,
     token_count,
     token_ids,
 )
-from pipeline.readers.prompt_text import (
-    REQUEST_ID_KEYS,
-    SESSION_KEYS,
-    TENANT_KEYS,
-    TIMESTAMP_KEYS,
-    first_key,
-    optional_field_text,
-    optional_seconds_as_ms,
-    optional_turn,
-)
+from pipeline.readers.prompt_text import content_row, line_arrival
 from pipeline.readers.source import SourceFile
 
 
@@ -67,10 +55,7 @@ class TokenIdsReader(JsonLinesReader):
     def convert(
         self, obj: dict[str, Any], source: SourceFile, line: int, ctx: ReadContext
     ) -> dict[str, Any]:
-        ts_key = first_key(obj, TIMESTAMP_KEYS)
-        if ts_key is None:
-            raise RecordError("ts", "missing")
-        arrival = seconds_timestamp(obj[ts_key], ts_key, ctx.anchor)
+        arrival = line_arrival(obj, ctx)
         prompt_ids = token_ids(require(obj, "prompt_token_ids"), "prompt_token_ids")
         output_ids = None
         if obj.get("output_token_ids") is not None:
@@ -84,23 +69,6 @@ class TokenIdsReader(JsonLinesReader):
                     f"{output_tokens} != {len(output_ids)} output_token_ids",
                 )
             output_tokens = len(output_ids)
-        hashes, prompt_blocks = content_blocks(prompt_ids, output_ids, ctx)
-        row: dict[str, Any] = {
-            "arrival": arrival,
-            "session_id": optional_field_text(obj, SESSION_KEYS),
-            "turn": optional_turn(obj.get("turn"), "turn"),
-            "tenant": optional_field_text(obj, TENANT_KEYS),
-            "model": optional_text(obj.get("model"), "model"),
-            "prompt_tokens": len(prompt_ids),
-            "output_tokens": output_tokens,
-            "e2e_ms": optional_seconds_as_ms(obj.get("duration_s"), "duration_s"),
-            "ttft_ms": optional_seconds_as_ms(obj.get("ttft_s"), "ttft_s"),
-            "prefix_hashes": hashes,
-            "prompt_blocks": prompt_blocks,
-            "hashes_known": True,
-            "tokens_approximate": False,
-        }
-        request_id = optional_field_text(obj, REQUEST_ID_KEYS)
-        if request_id is not None:
-            row["request_id"] = request_id
-        return row
+        return content_row(
+            obj, arrival, prompt_ids, output_ids, output_tokens, ctx, approximate=False
+        )
