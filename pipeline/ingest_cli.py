@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
-from pipeline.config import SALT_ENV_VAR, load_config, parse_anchor
+from pipeline.cli_common import ADHOC_SALT, add_config_argument, cli_config, read_settings
+from pipeline.config import SALT_ENV_VAR, parse_anchor
 from pipeline.errors import ConfigError
 from pipeline.ingest import expand_paths, ingest_paths, write_workload
 from pipeline.readers import FORMAT_NAMES
-
-DEFAULT_CONFIG = "enginefit.yaml"
 
 
 def register(subparsers: Any) -> None:
@@ -40,11 +38,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--out", default="data/ingest", help="workload directory to write (default: data/ingest)"
     )
-    parser.add_argument(
-        "--config",
-        default=None,
-        help=f"configuration for salt, anchor and tokenizer (default: ./{DEFAULT_CONFIG} if present)",
-    )
+    add_config_argument(parser, "salt, anchor, tokenizer and block size")
     parser.add_argument(
         "--anchor", default=None, help="anchor date for relative timestamps (ISO-8601)"
     )
@@ -56,35 +50,21 @@ def register(subparsers: Any) -> None:
 
 
 def run_ingest(args: argparse.Namespace) -> int:
-    config_path = args.config or (DEFAULT_CONFIG if Path(DEFAULT_CONFIG).exists() else None)
-    workload = load_config(config_path).workload if config_path else None
-    salt = os.environ.get(SALT_ENV_VAR) or (workload.hash_salt if workload else "")
-    if not salt:
+    config = cli_config(args.config)
+    settings = read_settings(config, args.block_size)
+    if settings["salt"] == ADHOC_SALT:  # a persisted workload needs a real, secret salt
         raise ConfigError(
             f"no hash salt: pass --config with workload.hash_salt or set {SALT_ENV_VAR}"
         )
-    block_size = args.block_size or (workload.block_size if workload else 16)
-    if block_size <= 0:
-        raise ConfigError("--block-size must be positive")
-    anchor = (
-        parse_anchor(args.anchor, "--anchor")
-        if args.anchor
-        else (workload.anchor if workload else None)
-    )
-    tokenizer = args.tokenizer or (workload.tokenizer if workload else None)
+    if args.anchor:
+        settings["anchor"] = parse_anchor(args.anchor, "--anchor")
+    if args.tokenizer:
+        settings["tokenizer"] = args.tokenizer
     total = sum(s.size() for s in expand_paths(args.paths))
     with tqdm(
         total=total, unit="B", unit_scale=True, desc="ingest", disable=None, file=sys.stderr
     ) as bar:
-        result = ingest_paths(
-            args.paths,
-            fmt=args.format,
-            block_size=block_size,
-            salt=salt.encode(),
-            tokenizer=tokenizer,
-            progress=bar.update,
-            **({"anchor": anchor} if anchor else {}),
-        )
+        result = ingest_paths(args.paths, fmt=args.format, progress=bar.update, **settings)
     out = Path(args.out)
     write_workload(result, out)
     if args.json:

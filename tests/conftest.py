@@ -63,3 +63,11 @@ def shared_if_present(*parts: str) -> list[Path]:
     """``[path]`` when the ../shared file exists, else ``[]`` (for parametrize lists)."""
     path = SHARED.joinpath(*parts)
     return [path] if path.exists() else []
+
+
+@pytest.fixture(autouse=True)
+def _run_outside_the_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Commands read ./enginefit.yaml when present: tests run in an empty folder so the bundled
+    configuration never leaks into them (a test that wants one passes --config)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ENGINEFIT_HASH_SALT", raising=False)

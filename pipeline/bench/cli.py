@@ -32,7 +32,7 @@ from pipeline.bench.validity import (
     load_workload_facts,
     markdown_table,
 )
-from pipeline.config import load_config
+from pipeline.cli_common import add_config_argument, cli_config
 from pipeline.errors import ConfigError, InputFormatError
 
 RUN_DATE_ENV = "ENGINEFIT_RUN_DATE"
@@ -60,7 +60,7 @@ def register(subparsers: Any) -> None:
         help="interpolate capacity between the last pass and first failure (marked)",
     )
     parser.add_argument("--as-of", help="date for the six-month age check (YYYY-MM-DD)")
-    parser.add_argument("--config", type=Path, help="enginefit.yaml whose 'bench' section to use")
+    add_config_argument(parser, "the bench section (SLO, prices) and the workload facts")
     parser.add_argument("--workload-facts", type=Path, help="shape/workload_facts.json to join")
     parser.add_argument("--out", type=Path, help="also write JSON, Parquet and SVG plots here")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
@@ -73,8 +73,8 @@ def resolve_settings(args: argparse.Namespace) -> tuple[BenchSettings, Path | No
     Returns the settings and the default workload-facts path (from the config), if any.
     """
     facts_path: Path | None = None
-    if args.config is not None:
-        cfg = load_config(args.config)
+    cfg = cli_config(args.config)
+    if cfg is not None:
         settings = bench_settings(
             cfg.section("bench"), base=cfg.source.parent if cfg.source else None
         )

@@ -5,17 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
-from pipeline.config import load_config
-from pipeline.errors import ConfigError
-from pipeline.ingest import load_requests
+from pipeline.cli_common import add_config_argument, cli_config, load_trace_requests
 from pipeline.prefix.config import PrefixConfig, parse_prefix_config
 from pipeline.prefix.report import analyse, curve_markdown, reuse_markdown
 from pipeline.readers import FORMAT_NAMES
-
-DEFAULT_CONFIG = "enginefit.yaml"
 
 
 def register(subparsers: Any) -> None:
@@ -37,28 +32,17 @@ def register(subparsers: Any) -> None:
         help="tokens per block: hash content traces at this size and analyse at it (block-id "
         "traces and canonical Parquet are coarsened to it; it must be a multiple of theirs)",
     )
-    parser.add_argument(
-        "--config",
-        default=None,
-        help=f"configuration for salt, block size and the prefix section (default: ./{DEFAULT_CONFIG} if present)",
-    )
+    add_config_argument(parser, "salt, anchor, block size and the prefix section")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.set_defaults(func=run_prefix)
 
 
 def run_prefix(args: argparse.Namespace) -> int:
-    config_path = args.config or (DEFAULT_CONFIG if Path(DEFAULT_CONFIG).exists() else None)
-    cfg = load_config(config_path) if config_path else None
+    cfg = cli_config(args.config)
     prefix_config = parse_prefix_config(cfg.section("prefix")) if cfg else PrefixConfig()
-    if args.block_size is not None and args.block_size <= 0:
-        raise ConfigError("--block-size must be positive")
-    hash_block = args.block_size or (cfg.workload.block_size if cfg else 16)
-    load_kwargs: dict[str, Any] = {"fmt": args.format, "block_size": hash_block}
-    if cfg is not None:
-        load_kwargs.update(salt=cfg.workload.salt_bytes, anchor=cfg.workload.anchor)
-        if cfg.workload.tokenizer:
-            load_kwargs["tokenizer"] = cfg.workload.tokenizer
-    requests = load_requests(args.paths, **load_kwargs).collect()
+    requests = load_trace_requests(
+        args.paths, fmt=args.format, block_size=args.block_size, config=cfg
+    ).collect()
     if not requests["arrival"].is_sorted():
         requests = requests.sort("arrival", maintain_order=True)
     if args.block_size is not None:

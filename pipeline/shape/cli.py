@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any
 
-from pipeline.config import load_config
+from pipeline.cli_common import add_config_argument, cli_config, load_trace_requests
+from pipeline.readers import FORMAT_NAMES
 from pipeline.shape.common import json_safe
 from pipeline.shape.config import ShapeConfig, parse_shape_config
 from pipeline.shape.report import compute_shape, facts_from_shape, render_text
@@ -24,31 +24,24 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("traces", nargs="+", metavar="TRACE", help="trace file(s) or dir(s)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    parser.add_argument("--format", default="auto", help="trace format (default: auto-detect)")
+    parser.add_argument("--format", default="auto", choices=["auto", *FORMAT_NAMES])
     parser.add_argument(
-        "--block-size", type=int, default=16, help="prefix block size in tokens (default 16)"
-    )
-    parser.add_argument(
-        "--config",
+        "--block-size",
+        type=int,
         default=None,
-        help="enginefit.yaml whose 'shape' section to use (default: built-in defaults)",
+        help="prefix block size in tokens (default: config, else 16)",
     )
+    add_config_argument(parser, "salt, anchor, block size and the shape section")
     parser.set_defaults(func=run_shape)
 
 
-def _shape_config(path: str | None) -> ShapeConfig:
-    if path is None:
-        return ShapeConfig()
-    config = load_config(path)
-    return parse_shape_config(config.section("shape"), str(config.source))
-
-
 def run_shape(args: argparse.Namespace) -> int:
-    from pipeline.ingest import load_requests
-
-    cfg = _shape_config(args.config)
-    requests = load_requests(
-        [Path(p) for p in args.traces], fmt=args.format, block_size=args.block_size
+    config = cli_config(args.config)
+    cfg = (
+        parse_shape_config(config.section("shape"), str(config.source)) if config else ShapeConfig()
+    )
+    requests = load_trace_requests(
+        args.traces, fmt=args.format, block_size=args.block_size, config=config
     )
     result = compute_shape(requests, cfg)
     shape = result.to_json()
