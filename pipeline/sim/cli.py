@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-from pathlib import Path
 from typing import Any
 
-from pipeline.config import SALT_ENV_VAR, Config, load_config
+from pipeline.cli_common import add_config_argument, cli_config, load_trace_requests
+from pipeline.config import Config
+from pipeline.readers import FORMAT_NAMES
 from pipeline.sim.blocks import SimInput, sim_input
 from pipeline.sim.config import ROUTINGS, CacheAwareConfig, Scenario, SimulationConfig
 from pipeline.sim.config import parse_simulation_config as _parse
 from pipeline.sim.curve import capacity_curve
 from pipeline.sim.replay import simulate, summarise
-
-DEFAULT_CONFIG = "enginefit.yaml"
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -30,7 +28,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--replicas", type=int, default=1, help="replicas, each with its own cache")
     parser.add_argument("--routing", default="round-robin", choices=list(ROUTINGS))
-    parser.add_argument("--format", default="auto", help="trace format (default: detect)")
+    parser.add_argument("--format", default="auto", choices=["auto", *FORMAT_NAMES])
     parser.add_argument(
         "--tenant-isolation", action="store_true", help="one cache namespace per tenant"
     )
@@ -38,11 +36,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--margin", type=float, default=None, help="bounded-affinity load margin (default 0.2)"
     )
-    parser.add_argument(
-        "--config",
-        default=None,
-        help=f"configuration for salt and the simulation section (default: ./{DEFAULT_CONFIG})",
-    )
+    add_config_argument(parser, "salt, anchor and the simulation section")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -75,11 +69,6 @@ def register(subparsers: Any) -> None:
     curve.set_defaults(func=run_curve)
 
 
-def _config(args: argparse.Namespace) -> Config | None:
-    path = args.config or (DEFAULT_CONFIG if Path(DEFAULT_CONFIG).exists() else None)
-    return load_config(path) if path else None
-
-
 def _sim_config(config: Config | None) -> SimulationConfig:
     if config is None:
         return SimulationConfig()
@@ -91,15 +80,10 @@ def _sim_config(config: Config | None) -> SimulationConfig:
 
 
 def _load(args: argparse.Namespace, config: Config | None, sim: SimulationConfig) -> SimInput:
-    from pipeline.ingest import load_requests
 
-    salt = os.environ.get(SALT_ENV_VAR) or (config.workload.hash_salt if config else "")
-    if salt:
-        frame = load_requests(
-            [args.trace], fmt=args.format, block_size=args.block_size, salt=salt.encode()
-        )
-    else:
-        frame = load_requests([args.trace], fmt=args.format, block_size=args.block_size)
+    frame = load_trace_requests(
+        [args.trace], fmt=args.format, block_size=args.block_size, config=config
+    )
     return sim_input(frame, latency_model=sim.latency_model)
 
 
@@ -108,7 +92,7 @@ def _print(payload: dict[str, Any], as_json: bool, text: str) -> None:
 
 
 def run_simulate(args: argparse.Namespace) -> int:
-    config = _config(args)
+    config = cli_config(args.config)
     sim = _sim_config(config)
     inp = _load(args, config, sim)
     scenario = Scenario(
@@ -140,7 +124,7 @@ def run_simulate(args: argparse.Namespace) -> int:
 
 
 def run_curve(args: argparse.Namespace) -> int:
-    config = _config(args)
+    config = cli_config(args.config)
     sim = _sim_config(config)
     inp = _load(args, config, sim)
     curve = capacity_curve(
