@@ -9,7 +9,9 @@ The age check's date is ``bench.as_of`` when configured, else the ``ENGINEFIT_RU
 environment variable, else the date (UTC) this Dagster run was created.
 """
 
+import dataclasses
 import datetime as dt
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,9 @@ from pipeline.bench.validity import (
     load_workload_facts,
 )
 from pipeline.facts import WorkloadFacts
+from pipeline.prefix.stage import STAGE as PREFIX_DIR
+from pipeline.prefix.stage import SUMMARY_FILE as PREFIX_SUMMARY_FILE
+from pipeline.prefix.stage import shared_prefix_ratio
 from pipeline.store import write_bytes_atomic, write_json_atomic, write_parquet_atomic
 
 STAGE = "bench"
@@ -64,10 +69,16 @@ def _settings(store: EnginefitStore) -> BenchSettings:
 
 
 def _facts(store: EnginefitStore) -> tuple[WorkloadFacts | None, str]:
+    """The workload's facts, with the shared-prefix curve from the prefix stage when present."""
     path = store.workload_dir() / FACTS_PATH
     if not path.is_file():
         return None, f"{path} not found: production checks unknown, no fleet sizing"
-    return load_workload_facts(path), str(path)
+    facts = load_workload_facts(path)
+    prefix_path = store.workload_dir() / PREFIX_DIR / PREFIX_SUMMARY_FILE
+    if not prefix_path.is_file():
+        return facts, str(path)
+    ratios = shared_prefix_ratio(json.loads(prefix_path.read_text()))
+    return dataclasses.replace(facts, shared_prefix_ratio=ratios), f"{path} + {prefix_path}"
 
 
 def _as_of(context: AssetExecutionContext, settings: BenchSettings) -> tuple[dt.date, str]:
@@ -163,7 +174,7 @@ def _analyse(
 
 @dg.asset(
     key="bench_slo_capacity",
-    deps=[bench_load_points, "workload_shape"],
+    deps=[bench_load_points, "workload_shape", "prefix_sharing"],
     group_name="bench",
     kinds={"polars", "parquet"},
     description=(
@@ -207,7 +218,7 @@ def bench_slo_capacity(
 
 @dg.asset(
     key="bench_validity",
-    deps=[bench_load_points, "workload_shape"],
+    deps=[bench_load_points, "workload_shape", "prefix_sharing"],
     group_name="bench",
     kinds={"polars", "parquet"},
     description=(

@@ -350,3 +350,12 @@ def test_count_only_trace_has_no_curve() -> None:
     assert result.summary["reuse"]["hit_share"] is None
     assert result.sessions["session_id"].to_list() == ["inferred-0", "inferred-1"]
     assert curve_svg(result.curve).startswith(b"<?xml")
+
+
+def test_shared_prefix_ratio_reads_the_share_per_window() -> None:
+    """The benchmark join takes DOMAIN.md's ratio (share of all requests) per window."""
+    from pipeline.prefix.stage import shared_prefix_ratio
+
+    summary = {"curve": [{"window_tokens": 16, "share": 0.5}, {"window_tokens": 32, "share": None}]}
+    assert shared_prefix_ratio(summary) == {16: 0.5}
+    assert shared_prefix_ratio({}) == {}

@@ -15,6 +15,7 @@ Files under ``<workload dir>/prefix/``:
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -70,3 +71,13 @@ def sessions_consistent(requests: pl.LazyFrame, sessions_path: Path) -> list[str
             f"(e.g. {bad['session_id'].sort().head(3).to_list()})"
         )
     return problems
+
+
+def shared_prefix_ratio(summary: dict[str, Any]) -> dict[int, float]:
+    """DOMAIN.md's shared-prefix ratio per window W (tokens) from a ``prefix_sharing.json``
+    summary: the share of all requests whose first W tokens another request also starts with."""
+    return {
+        int(point["window_tokens"]): float(point["share"])
+        for point in summary.get("curve", [])
+        if point.get("share") is not None
+    }
