@@ -34,22 +34,31 @@ def generate_azure_csv(path: Path, rows: int, seed: int = 0) -> None:
         handle.writelines(lines)
 
 
+REPEATS = 3  # best of three: the machine's other load only ever adds time
+
+
 def bench_csv_ingest(tmp: Path) -> dict[str, float]:
     path = tmp / "azure_1m.csv"
     generate_azure_csv(path, ROWS)
-    start = time.perf_counter()
-    result = ingest_paths([path], salt=b"bench")
-    elapsed = time.perf_counter() - start
-    assert result.summary.ingested == ROWS
+    timings = []
+    for _ in range(REPEATS):
+        start = time.perf_counter()
+        result = ingest_paths([path], salt=b"bench")
+        timings.append(time.perf_counter() - start)
+        assert result.summary.ingested == ROWS
+    elapsed = min(timings)
     return {"csv_rows": ROWS, "csv_seconds": elapsed, "csv_requests_per_s": ROWS / elapsed}
 
 
 def bench_token_hashing() -> dict[str, float]:
     rng = np.random.default_rng(1)
     tokens = rng.integers(0, 150_000, 16_000_000)
-    start = time.perf_counter()
-    hashes = chain_hash_tokens(tokens, 16, b"bench")
-    elapsed = time.perf_counter() - start
+    timings = []
+    for _ in range(REPEATS):
+        start = time.perf_counter()
+        hashes = chain_hash_tokens(tokens, 16, b"bench")
+        timings.append(time.perf_counter() - start)
+    elapsed = min(timings)
     assert hashes.size == 1_000_000
     return {
         "hashed_tokens": tokens.size,
