@@ -53,7 +53,7 @@ def hits(rows: list[dict[str, Any]], block_size: int, cache_tokens: int, **kw: A
     """Hit tokens per request; ``stored`` (default ``block_size``) is the trace's block size."""
     inp = sim_input(canonical(rows, kw.pop("stored", block_size)))
     run = simulate(inp, Scenario(block_size, kw.pop("replicas", 1), cache_tokens, **kw))
-    return run.hit_tokens.tolist()
+    return [int(h) for h in run.hit_tokens]
 
 
 # --------------------------------------------------------------------------------------------
@@ -267,7 +267,7 @@ def workloads(draw: st.DrawFn) -> tuple[list[dict[str, Any]], int]:
     n_nodes = draw(st.integers(1, 25))
     parent = [-1] + [draw(st.integers(-1, i - 1)) for i in range(1, n_nodes)]
     n = draw(st.integers(1, 30))
-    rows = []
+    rows: list[dict[str, Any]] = []
     for i in range(n):
         node = draw(st.integers(0, n_nodes - 1))
         path = []

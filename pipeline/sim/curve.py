@@ -155,16 +155,19 @@ def capacity_curve(
     threshold = _ALL if sample_rate >= 1 else np.uint64(int(sample_rate * 2.0**64) - 1)
     order, starts = replica_streams(assignment.replica, replicas)
     per_request = np.diff(view.offsets) + view.missing
-    hist_size = 2
-    for k in range(replicas):
-        mine = order[starts[k] : starts[k + 1]]
-        # a depth never exceeds the distinct blocks that replica has seen
-        bound = min(int(per_request[mine].sum()), view.n_ids + int(view.missing[mine].sum()))
-        hist_size = max(hist_size, bound + 2)
-        if int(per_request[mine].sum()) >= 2**31 - 1:
-            raise SimulationInputError("more than 2^31 block accesses on one replica")
+    if replicas == 1:
+        accesses = np.array([per_request.sum()])
+        unknown = np.array([view.missing.sum()])
+    else:
+        accesses = np.bincount(assignment.replica, weights=per_request, minlength=replicas)
+        unknown = np.bincount(assignment.replica, weights=view.missing, minlength=replicas)
+    if accesses.size and accesses.max() >= 2**31 - 1:
+        raise SimulationInputError("more than 2^31 block accesses on one replica")
+    # a depth never exceeds the distinct blocks a replica has seen
+    bound = np.minimum(accesses, view.n_ids + unknown)
+    hist_size = max(2, int(bound.max()) + 2 if bound.size else 2)
     if sample_rate >= 1:
-        weights = kernels.stack_depth_histogram_exact(
+        capacity_blocks, hit_tokens = kernels.hit_steps_chained(
             view.offsets,
             view.ids,
             view.prompt_blocks,
@@ -200,14 +203,15 @@ def capacity_curve(
             total = total * (float(caps.sum()) / sampled_weight)
         total[0] = 0.0
         weights = np.rint(total).astype(np.int64)
-    nz = np.flatnonzero(weights)
+        nz = np.flatnonzero(weights)
+        capacity_blocks, hit_tokens = nz.astype(np.int64), np.cumsum(weights[nz])
     return Curve(
         block_size=block_size,
         replicas=replicas,
         routing=routing if replicas > 1 else "single",
         tenant_isolation=tenant_isolation,
         prompt_tokens=int(inp.prompt_tokens.sum()),
-        capacity_blocks=nz.astype(np.int64),
-        hit_tokens=np.cumsum(weights[nz]),
+        capacity_blocks=capacity_blocks,
+        hit_tokens=hit_tokens,
         sample_rate=float(sample_rate),
     )

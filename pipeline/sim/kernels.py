@@ -16,9 +16,14 @@ The exact LRU uses a per-replica append-only queue with lazy deletion: ``stamp[i
 queue position of the block's latest entry (-1 when not cached), an entry is live iff the stamp
 still points at it, and eviction pops the queue head skipping dead entries. The queue is
 compacted in place when full; it is sized so compaction is amortised O(1) per access.
-Unknown output blocks enter the queue as one run entry per request. When the ids form proper
-hash chains (``is_chained``) the cache is prefix-closed, so a request's blocks past its first
-miss are known to be absent and skip the membership test.
+Unknown output blocks enter the queue as one run entry per request. That block-level queue
+serves ids that do not form proper chains and the cache-aware router.
+
+When the ids form proper hash chains (``is_chained``) the cache is prefix-closed and the LRU is
+kept at request granularity instead (``replay_fixed_chained``: one queue entry per request,
+O(1) eviction per entry, one pass over each chain), and the all-capacity curve uses the same
+entries (``hit_steps_chained``: one Fenwick query per run of blocks last touched by the same
+request, instead of per block).
 """
 
 from __future__ import annotations
@@ -904,3 +909,523 @@ def stack_depth_histogram(
             hist,
         )
     return hist
+
+
+# ---------------------------------------------------------------------------------------------
+# Chained ids: the LRU kept at request granularity
+# ---------------------------------------------------------------------------------------------
+# With proper chains (kernels.is_chained) and tail-first refresh, request i's accesses form one
+# queue entry: its unknown output blocks, then its chain from the last block to block 0. A block
+# belongs to the entry of the last request that touched it (stamp[id] = that request's index in
+# the stream). A later request that refreshes block j also refreshes every ancestor, so the
+# blocks an entry still owns are a suffix j >= k of its chain positions, and eviction, which
+# pops the entry tail first (unknown output blocks, then the highest positions), takes exactly
+# the highest owned positions. So each entry needs only its owned-block count ``live[e]``; the
+# oldest entry additionally tracks how many unknown output blocks it has left and ``top``, the
+# positions below which its owned blocks are still cached. A block is cached iff its stamp is a
+# later entry than the oldest, or the oldest entry with position < top. Lookup and refresh are
+# one pass over the chain; eviction is O(1) per entry and never reads block ids.
+
+
+@nb.njit(cache=True, boundscheck=False)
+def _replay_chained_stream(
+    offsets: I64,
+    ids: Any,
+    prompt_blocks: I64,
+    missing: I64,
+    prompt_tokens: I64,
+    block_size: int,
+    capacity: int,
+    order: I64,
+    first: int,
+    stamp: Any,
+    live: Any,
+    hits: I64,
+) -> None:
+    """Replay stream entries ``first .. first + order.size - 1`` (global stamps, no reset)."""
+    n = order.size
+    if n == 0:
+        return
+    head = first  # oldest entry that may own cached blocks
+    r0 = order[0]
+    miss_left = missing[r0]
+    top = offsets[r0 + 1] - offsets[r0]
+    count = 0
+    for k in range(n):
+        i = first + k
+        r = order[k]
+        lo = offsets[r]
+        length = offsets[r + 1] - lo
+        j = 0
+        cur = -1
+        run = 0
+        while j < length:
+            b = ids[lo + j]
+            s = stamp[b]
+            if s < head or (s == head and j >= top):
+                break
+            if s != cur:
+                if run:
+                    live[cur] -= run
+                cur = s
+                run = 0
+            run += 1
+            stamp[b] = i
+            j += 1
+        if run:
+            live[cur] -= run
+        h = j
+        while j < length:
+            stamp[ids[lo + j]] = i
+            j += 1
+        hits[r] = max(min(min(h, prompt_blocks[r]) * block_size, prompt_tokens[r] - 1), 0)
+        live[i] = length
+        count += length - h + missing[r]
+        while count > capacity:
+            excess = count - capacity
+            if miss_left > 0:
+                take = min(excess, miss_left)
+                miss_left -= take
+                count -= take
+                continue
+            owned = live[head]
+            if owned > excess:
+                live[head] = owned - excess
+                top -= excess
+                count -= excess
+                break
+            live[head] = 0
+            count -= owned
+            head += 1
+            if head - first < n:
+                rr = order[head - first]
+                miss_left = missing[rr]
+                top = offsets[rr + 1] - offsets[rr]
+
+
+@nb.njit(cache=True)
+def replay_fixed_chained(
+    offsets: I64,
+    ids: Any,
+    prompt_blocks: I64,
+    missing: I64,
+    prompt_tokens: I64,
+    block_size: int,
+    n_ids: int,
+    capacity: int,
+    order: I64,
+    starts: I64,
+) -> I64:
+    """``replay_fixed`` for chained ids (request-granular LRU, see the comment above)."""
+    hits = np.zeros(prompt_blocks.size, np.int64)
+    stamp = np.full(n_ids, -1, np.int32)
+    live = np.zeros(order.size, np.int32)
+    for k in range(starts.size - 1):
+        _replay_chained_stream(
+            offsets,
+            ids,
+            prompt_blocks,
+            missing,
+            prompt_tokens,
+            block_size,
+            capacity,
+            order[starts[k] : starts[k + 1]],
+            starts[k],
+            stamp,
+            live,
+            hits,
+        )
+    return hits
+
+
+@nb.njit(cache=True, inline="always")
+def _fenwick_add(tree: Any, i: int, delta: int) -> None:
+    i += 1
+    while i < tree.size:
+        tree[i] += delta
+        i += i & -i
+
+
+@nb.njit(cache=True, inline="always")
+def _fenwick_prefix(tree: Any, i: int) -> int:
+    """Sum of entries ``0 .. i``."""
+    s = 0
+    i += 1
+    while i > 0:
+        s += tree[i]
+        i -= i & -i
+    return s
+
+
+_LOW32 = np.int64(0xFFFFFFFF)
+_STEP_SHIFT = 15  # histogram depths are accumulated 32,768 at a time (256 KiB, cache resident)
+
+
+@nb.njit(cache=True, inline="always")
+def _close_run(
+    events: I64,
+    n_events: int,
+    depth0: int,
+    a: int,
+    e: int,
+    full: int,
+    partial: int,
+    pw: int,
+    block_size: int,
+) -> int:
+    """Record the run ``[a, e)`` (depths ``depth0 + (j - a)``) as difference events."""
+    f_end = min(e, full)
+    if f_end > a:
+        events[n_events] = (depth0 << 32) | block_size
+        events[n_events + 1] = ((depth0 + f_end - a) << 32) | (-block_size & _LOW32)
+        n_events += 2
+    if a <= partial < e:
+        d = depth0 + partial - a
+        events[n_events] = (d << 32) | pw
+        events[n_events + 1] = ((d + 1) << 32) | (-pw & _LOW32)
+        n_events += 2
+    return n_events
+
+
+@nb.njit(cache=True, boundscheck=False)
+def _depth_chained_stream(
+    offsets: I64,
+    ids: Any,
+    prompt_blocks: I64,
+    missing: I64,
+    prompt_tokens: I64,
+    block_size: int,
+    order: I64,
+    first: int,
+    stamp: Any,
+    created: Any,
+    tree: Any,
+    events: I64,
+    n_events: int,
+    k_start: int,
+    moved_total: int,
+) -> tuple[int, int, int]:
+    """Stack depths at request granularity (the entries of ``_replay_chained_stream``).
+
+    Every block accessed before is in the LRU stack (no eviction); the blocks of request i's
+    seen prefix come in runs owned by one earlier entry e (stamps never increase along a
+    chain). A run starting at position a owns e's positions a.. (the lower ones belong to
+    later entries), so position j of it has depth 1 + (j - a) + (blocks owned by entries
+    after e). Those are the blocks created by entries after e (a running prefix sum) minus
+    the blocks since moved out of them by refreshes (a Fenwick tree over entries, one update
+    and one query per run). A run weighs a range of consecutive depths, recorded as two
+    difference events (four with a partial last prompt block), so the work per request is its
+    chain walk plus O(log n) per run; the events are summed by depth afterwards.
+
+    Processes requests ``k_start ..`` and returns where it stopped (when ``events`` might
+    overflow), the event count and ``moved_total`` (blocks moved out of their entry so far).
+    """
+    n = order.size
+    for k in range(k_start, n):
+        i = first + k
+        r = order[k]
+        lo = offsets[r]
+        length = offsets[r + 1] - lo
+        if n_events + 2 * length + 4 > events.size:
+            return k, n_events, moved_total  # the caller grows the buffer and resumes
+        pb = prompt_blocks[r]
+        cap_tok = prompt_tokens[r] - 1
+        # prompt positions < full weigh a whole block; position `partial` weighs pw tokens
+        full = pb
+        partial = -1
+        pw = 0
+        if cap_tok < pb * block_size:
+            full = max(cap_tok, 0) // block_size
+            pw = cap_tok - full * block_size
+            if pw > 0 and full < pb:
+                partial = full
+        j = 0
+        cur = -2
+        a = 0
+        depth0 = 0
+        while j < length:
+            b = ids[lo + j]
+            s = stamp[b]
+            if s != cur:
+                if s < first:
+                    break
+                if cur >= 0:
+                    n_events = _close_run(
+                        events, n_events, depth0, a, j, full, partial, pw, block_size
+                    )
+                    _fenwick_add(tree, cur - first, j - a)
+                e = s - first
+                after = created[k] - created[e + 1] - moved_total + _fenwick_prefix(tree, e)
+                cur = s
+                a = j
+                depth0 = 1 + after
+            stamp[b] = i
+            j += 1
+        if cur >= 0:
+            n_events = _close_run(events, n_events, depth0, a, j, full, partial, pw, block_size)
+            _fenwick_add(tree, cur - first, j - a)
+        moved_total += j
+        while j < length:
+            stamp[ids[lo + j]] = i
+            j += 1
+        created[k + 1] = created[k] + length + missing[r]
+    return n, n_events, moved_total
+
+
+@nb.njit(cache=True)
+def _depth_events_chained(
+    offsets: I64,
+    ids: Any,
+    prompt_blocks: I64,
+    missing: I64,
+    prompt_tokens: I64,
+    block_size: int,
+    n_ids: int,
+    order: I64,
+    starts: I64,
+) -> tuple[I64, int]:
+    """Difference events ``(depth, weight)`` of the token-weighted depth histogram, packed."""
+    stamp = np.full(n_ids, -1, np.int32)
+    longest = 0
+    for k in range(starts.size - 1):
+        longest = max(longest, starts[k + 1] - starts[k])
+    tree = np.zeros(longest + 1, np.int32)
+    created = np.zeros(longest + 1, np.int32)  # < 2^31 accesses per replica (caller checks)
+    events = np.empty(max(4 * order.size, 64), np.int64)
+    n_events = 0
+    for k in range(starts.size - 1):
+        n = starts[k + 1] - starts[k]
+        tree[: n + 1] = 0
+        created[0] = 0
+        done = 0
+        moved_total = 0
+        while done < n:
+            done, n_events, moved_total = _depth_chained_stream(
+                offsets,
+                ids,
+                prompt_blocks,
+                missing,
+                prompt_tokens,
+                block_size,
+                order[starts[k] : starts[k + 1]],
+                starts[k],
+                stamp,
+                created,
+                tree[: n + 1],
+                events,
+                n_events,
+                done,
+                moved_total,
+            )
+            if done < n:
+                grown = np.empty(2 * events.size, np.int64)
+                grown[:n_events] = events[:n_events]
+                events = grown
+    return events, n_events
+
+
+@nb.njit(cache=True)
+def stack_depth_histogram_chained(
+    offsets: I64,
+    ids: Any,
+    prompt_blocks: I64,
+    missing: I64,
+    prompt_tokens: I64,
+    block_size: int,
+    n_ids: int,
+    order: I64,
+    starts: I64,
+    hist_size: int,
+) -> I64:
+    """``stack_depth_histogram_exact`` at request granularity (same result, far fewer steps)."""
+    events, n_events = _depth_events_chained(
+        offsets, ids, prompt_blocks, missing, prompt_tokens, block_size, n_ids, order, starts
+    )
+    diff = np.zeros(hist_size + 1, np.int64)
+    for q in range(n_events):
+        ev = events[q]
+        diff[min(ev >> 32, hist_size)] += np.int32(ev & _LOW32)
+    return np.cumsum(diff[:hist_size])
+
+
+@nb.njit(cache=True)
+def hit_steps_chained(
+    offsets: I64,
+    ids: Any,
+    prompt_blocks: I64,
+    missing: I64,
+    prompt_tokens: I64,
+    block_size: int,
+    n_ids: int,
+    order: I64,
+    starts: I64,
+    hist_size: int,
+) -> tuple[I64, I64]:
+    """The curve's steps: capacities (blocks) where hit tokens rise, and hit tokens there.
+
+    Equal to the nonzero depths of ``stack_depth_histogram_chained`` and the running sum of
+    their weights. The events are bucketed by depth (one counting pass and one scatter), then
+    each bucket is summed in a small cache-resident window, so no histogram over every depth
+    is ever materialised.
+    """
+    events, n_events = _depth_events_chained(
+        offsets, ids, prompt_blocks, missing, prompt_tokens, block_size, n_ids, order, starts
+    )
+    width = 1 << _STEP_SHIFT
+    n_buckets = (hist_size >> _STEP_SHIFT) + 1
+    bucket_start = np.zeros(n_buckets + 1, np.int64)
+    for q in range(n_events):
+        bucket_start[min(events[q] >> 32, hist_size) >> _STEP_SHIFT] += 1
+    total = 0
+    for x in range(n_buckets):
+        c = bucket_start[x]
+        bucket_start[x] = total
+        total += c
+    bucket_start[n_buckets] = total
+    fill = bucket_start[:n_buckets].copy()
+    grouped = np.empty(n_events, np.int64)
+    for q in range(n_events):
+        x = min(events[q] >> 32, hist_size) >> _STEP_SHIFT
+        grouped[fill[x]] = events[q]
+        fill[x] += 1
+    window = np.zeros(width, np.int64)
+    # at most one step per depth; pages past the last step are never touched
+    caps = np.empty(hist_size, np.int64)
+    hits = np.empty(hist_size, np.int64)
+    steps = 0
+    h = 0  # histogram value at the current depth
+    cumulative = 0
+    for x in range(n_buckets):
+        lo_ev = bucket_start[x]
+        hi_ev = bucket_start[x + 1]
+        if hi_ev == lo_ev and h == 0:
+            continue
+        base = x << _STEP_SHIFT
+        for q in range(lo_ev, hi_ev):
+            ev = grouped[q]
+            window[min(ev >> 32, hist_size) - base] += np.int32(ev & _LOW32)
+        end = min(width, hist_size - base)
+        for d in range(end):
+            h += window[d]
+            if h != 0:
+                cumulative += h
+                caps[steps] = base + d
+                hits[steps] = cumulative
+                steps += 1
+        window[:] = 0
+    return caps[:steps], hits[:steps]
+
+
+@nb.njit(cache=True)
+def group_by_replica(replica: I64, replicas: int) -> tuple[I64, I64]:
+    """Request indices grouped by replica, arrival order kept (a stable counting sort)."""
+    starts = np.zeros(replicas + 1, np.int64)
+    for r in range(replica.size):
+        starts[replica[r] + 1] += 1
+    for k in range(replicas):
+        starts[k + 1] += starts[k]
+    fill = starts[:replicas].copy()
+    order = np.empty(replica.size, np.int64)
+    for r in range(replica.size):
+        k = replica[r]
+        order[fill[k]] = r
+        fill[k] += 1
+    return order, starts
+
+
+@nb.njit(cache=True, boundscheck=False)
+def replay_fixed_chained_interleaved(
+    offsets: I64,
+    ids: Any,
+    prompt_blocks: I64,
+    missing: I64,
+    prompt_tokens: I64,
+    block_size: int,
+    n_ids: int,
+    capacity: int,
+    replica: I64,
+    order: I64,
+    starts: I64,
+) -> I64:
+    """``replay_fixed_chained`` walking requests in arrival order across all replicas.
+
+    Same entries and rules, but each replica has its own stamp row (stamps are request
+    indices), so the block ids are read sequentially instead of one replica at a time; costs
+    ``n_ids × replicas`` int32 of memory. ``order``/``starts`` (requests grouped by replica)
+    only tell eviction which entry of a replica comes next.
+    """
+    n = prompt_blocks.size
+    replicas = starts.size - 1
+    hits = np.zeros(n, np.int64)
+    stamp = np.full((n_ids, replicas), -1, np.int32)
+    live = np.zeros(n, np.int32)
+    head_at = starts[:replicas].copy()  # position in ``order`` of each replica's oldest entry
+    head = np.zeros(replicas, np.int64)
+    miss_left = np.zeros(replicas, np.int64)
+    top = np.zeros(replicas, np.int64)
+    count = np.zeros(replicas, np.int64)
+    for k in range(replicas):
+        if starts[k + 1] > starts[k]:
+            r0 = order[starts[k]]
+            head[k] = r0
+            miss_left[k] = missing[r0]
+            top[k] = offsets[r0 + 1] - offsets[r0]
+    for r in range(n):
+        k = replica[r]
+        hd = head[k]
+        tp = top[k]
+        lo = offsets[r]
+        length = offsets[r + 1] - lo
+        j = 0
+        cur = -1
+        run = 0
+        while j < length:
+            b = ids[lo + j]
+            s = stamp[b, k]
+            if s < hd or (s == hd and j >= tp):
+                break
+            if s != cur:
+                if run:
+                    live[cur] -= run
+                cur = s
+                run = 0
+            run += 1
+            stamp[b, k] = r
+            j += 1
+        if run:
+            live[cur] -= run
+        h = j
+        while j < length:
+            stamp[ids[lo + j], k] = r
+            j += 1
+        hits[r] = max(min(min(h, prompt_blocks[r]) * block_size, prompt_tokens[r] - 1), 0)
+        live[r] = length
+        c = count[k] + length - h + missing[r]
+        ml = miss_left[k]
+        while c > capacity:
+            excess = c - capacity
+            if ml > 0:
+                take = min(excess, ml)
+                ml -= take
+                c -= take
+                continue
+            owned = live[hd]
+            if owned > excess:
+                live[hd] = owned - excess
+                tp -= excess
+                c -= excess
+                break
+            live[hd] = 0
+            c -= owned
+            head_at[k] += 1
+            if head_at[k] < starts[k + 1]:
+                hd = order[head_at[k]]
+                ml = missing[hd]
+                tp = offsets[hd + 1] - offsets[hd]
+            else:
+                hd = n
+        count[k] = c
+        miss_left[k] = ml
+        head[k] = hd
+        top[k] = tp
+    return hits

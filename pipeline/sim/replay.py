@@ -25,6 +25,9 @@ from pipeline.sim.config import (
 
 I64 = NDArray[np.int64]
 
+# Above this many (replica, block) stamps (int32), replicas are replayed one after another.
+_INTERLEAVED_MAX_STAMPS = 1 << 27  # 512 MiB
+
 # Routings whose decisions read request durations (logged e2e_ms, else the latency model).
 USES_DURATIONS = frozenset({"least-loaded", "cache-aware"})
 
@@ -102,9 +105,12 @@ def _queue_size(view: BlockView, capacity: int, entries: int) -> int:
 
 def replica_streams(replica: I64, replicas: int) -> tuple[I64, I64]:
     """Request indices grouped by replica (arrival order kept) and each group's start."""
-    order = np.argsort(replica, kind="stable").astype(np.int64)
-    starts = np.zeros(replicas + 1, np.int64)
-    np.cumsum(np.bincount(replica, minlength=replicas)[:replicas], out=starts[1:])
+    replica = np.ascontiguousarray(replica, dtype=np.int64)
+    if replica.size and (int(replica.min()) < 0 or int(replica.max()) >= replicas):
+        raise SimulationInputError(f"a replica index lies outside 0..{replicas - 1}")
+    if replicas == 1:
+        return np.arange(replica.size, dtype=np.int64), np.array([0, replica.size], np.int64)
+    order, starts = kernels.group_by_replica(replica, replicas)
     return order, starts
 
 
@@ -122,9 +128,9 @@ def simulate(
     capacity = scenario.cache_tokens // scenario.block_size
     replicas = scenario.replicas
     n_ids = max(view.n_ids, 1)
-    entries = np.diff(view.offsets) + (view.missing > 0)
     if assignment is None and scenario.routing == "cache-aware" and replicas > 1:
         ca = cache_aware or CacheAwareConfig()
+        entries = np.diff(view.offsets) + (view.missing > 0)
         queue = _queue_size(view, capacity, int(entries.sum()))
         hits, replica, balance = kernels.replay_cache_aware(
             view.offsets,
@@ -152,6 +158,36 @@ def simulate(
     if assignment.replica.size != inp.n:
         raise SimulationInputError("assignment length differs from the number of requests")
     order, starts = replica_streams(assignment.replica, replicas)
+    if view.chained and replicas > 1 and replicas * n_ids <= _INTERLEAVED_MAX_STAMPS:
+        hits = kernels.replay_fixed_chained_interleaved(
+            view.offsets,
+            view.ids,
+            view.prompt_blocks,
+            view.missing,
+            inp.prompt_tokens,
+            scenario.block_size,
+            n_ids,
+            capacity,
+            np.ascontiguousarray(assignment.replica, dtype=np.int64),
+            order,
+            starts,
+        )
+        return ScenarioRun(scenario, capacity, hits, assignment.replica, assignment.spills, 0)
+    if view.chained:
+        hits = kernels.replay_fixed_chained(
+            view.offsets,
+            view.ids,
+            view.prompt_blocks,
+            view.missing,
+            inp.prompt_tokens,
+            scenario.block_size,
+            n_ids,
+            capacity,
+            order,
+            starts,
+        )
+        return ScenarioRun(scenario, capacity, hits, assignment.replica, assignment.spills, 0)
+    entries = np.diff(view.offsets) + (view.missing > 0)
     per_replica = np.bincount(assignment.replica, weights=entries, minlength=replicas)
     queue = _queue_size(view, capacity, int(per_replica.max()))
     hits = kernels.replay_fixed(
