@@ -10,8 +10,14 @@ import pytest
 
 from pipeline.cli import main
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-H100 = SHARED / "bench-samples" / "inference-perf" / "kubecon-na-2025-vllm-h100"
+# The Apache-2.0 sweep is committed (tests/data/bench/NOTICE), so these tests always run.
+H100 = (
+    Path(__file__).resolve().parent
+    / "data"
+    / "bench"
+    / "inference-perf"
+    / "kubecon-na-2025-vllm-h100"
+)
 
 MANIFEST = """\
 engine: vllm

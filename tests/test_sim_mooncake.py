@@ -1,10 +1,9 @@
-"""The replay on the real Mooncake FAST'25 conversation trace (skipped when ../shared is absent)."""
+"""The replay on the real Mooncake FAST'25 conversation trace (../shared, else the bundled copy)."""
 
 from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import polars as pl
 import pytest
@@ -12,9 +11,9 @@ import pytest
 from pipeline.cli import main
 from pipeline.schema import conform
 from pipeline.sim import Scenario, SimInput, assign, capacity_curve, sim_input, simulate
+from tests.conftest import trace_or_missing
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-TRACE = SHARED / "traces" / "mooncake-fast25" / "conversation_trace.jsonl"
+TRACE = trace_or_missing("traces", "mooncake-fast25", "conversation_trace.jsonl")
 B = 512
 
 pytestmark = pytest.mark.shared
