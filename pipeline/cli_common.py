@@ -23,6 +23,24 @@ DEFAULT_CONFIG = "enginefit.yaml"
 ADHOC_SALT = b"enginefit-adhoc"
 
 
+def add_trace_arguments(
+    parser: argparse.ArgumentParser,
+    *,
+    block_help: str = "tokens per hashed block (default: config, else 16)",
+) -> None:
+    """TRACE... (into ``args.paths``), ``--format`` and ``--block-size``."""
+    from pipeline.readers import FORMAT_NAMES
+
+    parser.add_argument(
+        "paths",
+        nargs="+",
+        metavar="TRACE",
+        help="trace files, globs, directories or canonical Parquet",
+    )
+    parser.add_argument("--format", default="auto", choices=["auto", *FORMAT_NAMES])
+    parser.add_argument("--block-size", type=int, default=None, help=block_help)
+
+
 def add_config_argument(parser: argparse.ArgumentParser, sections: str) -> None:
     parser.add_argument(
         "--config",

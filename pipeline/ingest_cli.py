@@ -10,11 +10,16 @@ from typing import Any
 
 from tqdm import tqdm
 
-from pipeline.cli_common import ADHOC_SALT, add_config_argument, cli_config, read_settings
+from pipeline.cli_common import (
+    ADHOC_SALT,
+    add_config_argument,
+    add_trace_arguments,
+    cli_config,
+    read_settings,
+)
 from pipeline.config import SALT_ENV_VAR, parse_anchor
 from pipeline.errors import ConfigError
 from pipeline.ingest import expand_paths, ingest_paths, write_workload
-from pipeline.readers import FORMAT_NAMES
 
 
 def register(subparsers: Any) -> None:
@@ -25,16 +30,7 @@ def register(subparsers: Any) -> None:
         "stream) into a canonical workload directory: requests/*.parquet, quarantine.parquet "
         "and ingest_summary.json. Prints rows, span and quarantined records by reason.",
     )
-    parser.add_argument(
-        "paths", nargs="+", metavar="PATH", help="trace files, globs or directories"
-    )
-    parser.add_argument("--format", default="auto", choices=["auto", *FORMAT_NAMES])
-    parser.add_argument(
-        "--block-size",
-        type=int,
-        default=None,
-        help="tokens per hashed block (default: config, else 16)",
-    )
+    add_trace_arguments(parser)
     parser.add_argument(
         "--out", default="data/ingest", help="workload directory to write (default: data/ingest)"
     )

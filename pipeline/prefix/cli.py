@@ -7,10 +7,14 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from pipeline.cli_common import add_config_argument, cli_config, load_trace_requests
+from pipeline.cli_common import (
+    add_config_argument,
+    add_trace_arguments,
+    cli_config,
+    load_trace_requests,
+)
 from pipeline.prefix.config import PrefixConfig, parse_prefix_config
 from pipeline.prefix.report import analyse, curve_markdown, reuse_markdown
-from pipeline.readers import FORMAT_NAMES
 
 
 def register(subparsers: Any) -> None:
@@ -21,16 +25,10 @@ def register(subparsers: Any) -> None:
         "curve's shape, the prompt tokens an unbounded prefix cache could serve (by age of the "
         "prefix and across tenants), and sessions (logged or inferred). JSON keys: docs/prefix.md.",
     )
-    parser.add_argument(
-        "paths", nargs="+", metavar="TRACE", help="trace files or canonical Parquet"
-    )
-    parser.add_argument("--format", default="auto", choices=["auto", *FORMAT_NAMES])
-    parser.add_argument(
-        "--block-size",
-        type=int,
-        default=None,
-        help="tokens per block: hash content traces at this size and analyse at it (block-id "
-        "traces and canonical Parquet are coarsened to it; it must be a multiple of theirs)",
+    add_trace_arguments(
+        parser,
+        block_help="tokens per block: hash content traces at this size and analyse at it "
+        "(block-id traces and canonical Parquet are coarsened to it; a multiple of theirs)",
     )
     add_config_argument(parser, "salt, anchor, block size and the prefix section")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")

@@ -6,8 +6,12 @@ import argparse
 import json
 from typing import Any
 
-from pipeline.cli_common import add_config_argument, cli_config, load_trace_requests
-from pipeline.readers import FORMAT_NAMES
+from pipeline.cli_common import (
+    add_config_argument,
+    add_trace_arguments,
+    cli_config,
+    load_trace_requests,
+)
 from pipeline.shape.common import json_safe
 from pipeline.shape.config import ShapeConfig, parse_shape_config
 from pipeline.shape.report import compute_shape, facts_from_shape, render_text
@@ -22,15 +26,8 @@ def register(subparsers: Any) -> None:
             "format, or canonical Parquet) and place it on the decision axes."
         ),
     )
-    parser.add_argument("traces", nargs="+", metavar="TRACE", help="trace file(s) or dir(s)")
+    add_trace_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    parser.add_argument("--format", default="auto", choices=["auto", *FORMAT_NAMES])
-    parser.add_argument(
-        "--block-size",
-        type=int,
-        default=None,
-        help="prefix block size in tokens (default: config, else 16)",
-    )
     add_config_argument(parser, "salt, anchor, block size and the shape section")
     parser.set_defaults(func=run_shape)
 
@@ -41,7 +38,7 @@ def run_shape(args: argparse.Namespace) -> int:
         parse_shape_config(config.section("shape"), str(config.source)) if config else ShapeConfig()
     )
     requests = load_trace_requests(
-        args.traces, fmt=args.format, block_size=args.block_size, config=config
+        args.paths, fmt=args.format, block_size=args.block_size, config=config
     )
     result = compute_shape(requests, cfg)
     shape = result.to_json()
@@ -49,5 +46,5 @@ def run_shape(args: argparse.Namespace) -> int:
         payload = {"shape": shape, "facts": json_safe(facts_from_shape(result).as_dict())}
         print(json.dumps(payload, indent=2, sort_keys=True, default=str))
     else:
-        print(render_text(shape, title=f"Workload shape: {', '.join(args.traces)}"))
+        print(render_text(shape, title=f"Workload shape: {', '.join(args.paths)}"))
     return 0
