@@ -49,9 +49,13 @@ def run_full_graph(
         raise_on_error=False,
     )
     outputs = []
+    storage = Path(instance.root_directory).resolve()
     for event in result.get_asset_materialization_events():
         materialization = event.step_materialization_data.materialization
         for label, value in materialization.metadata.items():
-            if isinstance(value, dg.PathMetadataValue):
+            # The IO manager's own pickles under DAGSTER_HOME are not outputs a reader wants.
+            if isinstance(value, dg.PathMetadataValue) and not Path(value.path).is_relative_to(
+                storage
+            ):
                 outputs.append((materialization.asset_key.to_user_string(), label, value.path))
     return outputs, result.success
