@@ -286,5 +286,81 @@ def bench_findings_well_formed(store: EnginefitStore) -> dg.AssetCheckResult:
     return dg.AssetCheckResult(passed=passed, metadata={"detail": detail})
 
 
-ASSETS = [bench_load_points, bench_slo_capacity, bench_validity]
+CONCURRENCY_BY_ENGINE = "concurrency_by_engine"
+
+
+@dg.asset(
+    key="concurrency_by_engine",
+    deps=[bench_slo_capacity, "workload"],
+    group_name="bench",
+    kinds={"polars", "parquet"},
+    description=(
+        "The trace's peak and mean concurrency re-estimated with a latency model per candidate, "
+        "fitted from its load point at the SLO capacity, beside the configured model's figure; "
+        "every figure is labelled estimated with its parameters."
+    ),
+)
+def concurrency_by_engine(store: EnginefitStore) -> dg.MaterializeResult:  # type: ignore[type-arg]
+    from pipeline.bench.latency_fit import (
+        CONCURRENCY_SCHEMA,
+        METHOD,
+        concurrency_payload,
+        estimate_concurrency,
+        fit_latency_models,
+        summary_markdown,
+    )
+    from pipeline.errors import InputFormatError
+    from pipeline.shape.config import parse_shape_config
+    from pipeline.store import scan_requests
+
+    config = store.config()
+    settings = _settings(store)
+    shape_cfg = parse_shape_config(config.section("shape"), str(config.source or "<config>"))
+    out = store.stage_dir(STAGE)
+    fits = fit_latency_models(
+        pl.read_parquet(out / "slo_points.parquet"), pl.read_parquet(out / "slo_capacity.parquet")
+    )
+    notes: list[str] = []
+    if not settings.results:
+        notes.append(f"{NO_RESULTS}: only the configured latency model's figure")
+    elif fits.is_empty():
+        notes.append("no benchmark candidates: only the configured latency model's figure")
+    elif not fits.get_column("fitted").any():
+        notes.append(
+            "no candidate has an SLO capacity with the needed percentiles: only the configured "
+            "latency model's figure (reasons per candidate below)"
+        )
+    try:
+        requests = scan_requests(store.workload_dir())
+    except InputFormatError as exc:
+        requests = None
+        notes.append(f"no canonical request table ({exc}): no concurrency computed")
+    table = (
+        estimate_concurrency(requests, fits, shape_cfg.latency_model, max_points=10)
+        if requests is not None
+        else pl.DataFrame(schema=CONCURRENCY_SCHEMA)
+    )
+    parquet_path = out / f"{CONCURRENCY_BY_ENGINE}.parquet"
+    json_path = out / f"{CONCURRENCY_BY_ENGINE}.json"
+    write_parquet_atomic(table, parquet_path)
+    write_json_atomic(json_path, concurrency_payload(fits, table, notes))
+    config_rows = table.filter(pl.col("model") == "config")
+    bench_rows = table.filter(
+        pl.col("peak_concurrency").is_not_null() & (pl.col("model") != "config")
+    )
+    metadata: dict[str, Any] = {
+        "status": "; ".join(notes) or f"{bench_rows.height} fitted model(s)",
+        "dagster/row_count": table.height,
+        "method": METHOD,
+        "fitted_models": bench_rows.height,
+        "concurrency": dg.MetadataValue.md(summary_markdown(table)),
+        "concurrency_by_engine_path": dg.MetadataValue.path(str(parquet_path)),
+        "concurrency_by_engine_json": dg.MetadataValue.path(str(json_path)),
+    }
+    if config_rows.height:
+        metadata["config_peak_concurrency"] = int(config_rows.item(0, "peak_concurrency"))
+    return dg.MaterializeResult(metadata=metadata)
+
+
+ASSETS = [bench_load_points, bench_slo_capacity, bench_validity, concurrency_by_engine]
 CHECKS = [bench_no_silent_pass, bench_findings_well_formed]
