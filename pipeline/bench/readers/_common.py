@@ -13,6 +13,7 @@ from typing import Any
 
 import polars as pl
 
+from pipeline.bench.schema import PER_REQUEST_SCHEMA
 from pipeline.errors import InputFormatError
 
 # normalised stat name -> the spellings tools use for it
@@ -196,16 +197,11 @@ def per_request_frame(columns: Mapping[str, Sequence[Any] | None], n: int) -> pl
     """A per-request frame from equal-length columns (None columns become nulls)."""
     data: dict[str, Any] = {"request_index": list(range(n))}
     schema: dict[str, pl.DataType] = {"request_index": pl.Int64()}
-    dtypes: dict[str, pl.DataType] = {
-        "ok": pl.Boolean(),
-        "start_s": pl.Float64(),
-        "ttft_ms": pl.Float64(),
-        "e2e_ms": pl.Float64(),
-        "tpot_ms": pl.Float64(),
-        "itl_ms": pl.List(pl.Float64()),
-        "input_tokens": pl.Int64(),
-        "output_tokens": pl.Int64(),
-        "error": pl.String(),
+    # The per-request measures are the schema's columns after the lineage ones.
+    dtypes = {
+        name: dtype
+        for name, dtype in PER_REQUEST_SCHEMA.items()
+        if name not in ("point_id", "source_file", "record_index", "request_index")
     }
     for name, dtype in dtypes.items():
         col = columns.get(name)
