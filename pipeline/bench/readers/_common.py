@@ -193,6 +193,14 @@ def first_str(values: Sequence[Any] | Any) -> str | None:
     return None if values is None else str(values)
 
 
+def companion_path(summary: Path, suffix: str, extension: str, default: str) -> Path:
+    """The per-request file written beside a summary: ``<stem><suffix>`` → ``<stem><extension>``,
+    else the tool's default name in the same folder."""
+    if summary.name.endswith(suffix):
+        return summary.with_name(summary.name[: -len(suffix)] + extension)
+    return summary.with_name(default)
+
+
 def per_request_frame(columns: Mapping[str, Sequence[Any] | None], n: int) -> pl.DataFrame:
     """A per-request frame from equal-length columns (None columns become nulls)."""
     data: dict[str, Any] = {"request_index": list(range(n))}

@@ -28,6 +28,7 @@ from pipeline.bench.readers._common import (
     BenchFormatError,
     Ctx,
     RawPoint,
+    companion_path,
     first_str,
     parse_iso,
     per_request_frame,
@@ -135,10 +136,7 @@ def read(ctx: Ctx, obj: Mapping[str, Any]) -> RawPoint:
 
 def jsonl_path(summary: Path) -> Path:
     """``<dir>/<stem>_aiperf.json`` → ``<dir>/<stem>.jsonl`` (default ``profile_export.jsonl``)."""
-    suffix = "_aiperf.json"
-    if summary.name.endswith(suffix):
-        return summary.with_name(summary.name[: -len(suffix)] + ".jsonl")
-    return summary.with_name(JSONL_NAME)
+    return companion_path(summary, "_aiperf.json", ".jsonl", JSONL_NAME)
 
 
 def _telemetry_hint(obj: Mapping[str, Any], point: RawPoint) -> None:

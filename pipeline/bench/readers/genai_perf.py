@@ -27,6 +27,7 @@ from pipeline.bench.readers._common import (
     BenchFormatError,
     Ctx,
     RawPoint,
+    companion_path,
     first_str,
     per_request_frame,
 )
@@ -161,10 +162,7 @@ def read(ctx: Ctx, obj: Mapping[str, Any]) -> RawPoint:
 
 def raw_path(summary: Path) -> Path:
     """``<dir>/<stem>_genai_perf.json`` → ``<dir>/<stem>.json`` (default ``profile_export.json``)."""
-    suffix = "_genai_perf.json"
-    if summary.name.endswith(suffix):
-        return summary.with_name(summary.name[: -len(suffix)] + ".json")
-    return summary.with_name(RAW_NAME)
+    return companion_path(summary, "_genai_perf.json", ".json", RAW_NAME)
 
 
 def raw_per_request(raw: Path, conc: int | None, rate: float | None) -> pl.DataFrame | None:
