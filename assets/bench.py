@@ -9,41 +9,30 @@ The age check's date is ``bench.as_of`` when configured, else the ``ENGINEFIT_RU
 environment variable, else the date (UTC) this Dagster run was created.
 """
 
-import dataclasses
 import datetime as dt
-import json
 import os
-from pathlib import Path
 from typing import Any
 
 import dagster as dg
 import polars as pl
 from dagster import AssetExecutionContext
 
-from assets.metadata import frame_markdown
+from assets.metadata import md
 from assets.resources import EnginefitStore
 from pipeline.bench.charts import cost_svg, latency_vs_load_svg
 from pipeline.bench.cost import COST_FORMULA, FLEET_FORMULA
 from pipeline.bench.schema import empty_load_points
-from pipeline.bench.slo import BenchSettings, bench_settings, check_no_silent_pass, parse_as_of
+from pipeline.bench.slo import BenchSettings, check_no_silent_pass, parse_as_of
+from pipeline.bench.stage import workload_facts
 from pipeline.bench.validity import (
     BenchAnalysis,
     analyse_bench,
     analysis_payload,
     check_findings_well_formed,
-    load_workload_facts,
 )
 from pipeline.facts import WorkloadFacts
-from pipeline.prefix.stage import STAGE as PREFIX_DIR
-from pipeline.prefix.stage import SUMMARY_FILE as PREFIX_SUMMARY_FILE
-from pipeline.prefix.stage import shared_prefix_ratio
 from pipeline.store import write_bytes_atomic, write_json_atomic, write_parquet_atomic
 
-STAGE = "bench"
-LOAD_POINTS = "load_points.parquet"
-PER_REQUEST = "per_request.parquet"
-READ_NOTES = "read_notes.json"
-FACTS_PATH = Path("shape") / "workload_facts.json"
 RUN_DATE_ENV = "ENGINEFIT_RUN_DATE"
 NO_RESULTS = "no bench results configured (set bench.results in the configuration)"
 
@@ -64,21 +53,11 @@ _CAPACITY_VIEW = [
 
 
 def _settings(store: EnginefitStore) -> BenchSettings:
-    cfg = store.config()
-    return bench_settings(cfg.section("bench"), base=cfg.source.parent if cfg.source else None)
+    return store.config().bench
 
 
 def _facts(store: EnginefitStore) -> tuple[WorkloadFacts | None, str]:
-    """The workload's facts, with the shared-prefix curve from the prefix stage when present."""
-    path = store.workload_dir() / FACTS_PATH
-    if not path.is_file():
-        return None, f"{path} not found: production checks unknown, no fleet sizing"
-    facts = load_workload_facts(path)
-    prefix_path = store.workload_dir() / PREFIX_DIR / PREFIX_SUMMARY_FILE
-    if not prefix_path.is_file():
-        return facts, str(path)
-    ratios = shared_prefix_ratio(json.loads(prefix_path.read_text()))
-    return dataclasses.replace(facts, shared_prefix_ratio=ratios), f"{path} + {prefix_path}"
+    return workload_facts(store.layout())
 
 
 def _as_of(context: AssetExecutionContext, settings: BenchSettings) -> tuple[dt.date, str]:
@@ -103,27 +82,27 @@ def bench_load_points(store: EnginefitStore) -> dg.MaterializeResult:  # type: i
     from pipeline.bench import read_bench_files
 
     settings = _settings(store)
-    out = store.stage_dir(STAGE)
+    out = store.layout().bench
     if not settings.results:
-        write_parquet_atomic(empty_load_points(), out / LOAD_POINTS)
-        (out / PER_REQUEST).unlink(missing_ok=True)
-        write_json_atomic(out / READ_NOTES, {"notes": [NO_RESULTS], "results": []})
+        write_parquet_atomic(empty_load_points(), out.load_points)
+        out.per_request.unlink(missing_ok=True)
+        write_json_atomic(out.read_notes, {"notes": [NO_RESULTS], "results": []})
         return dg.MaterializeResult(
             metadata={
                 "status": NO_RESULTS,
                 "dagster/row_count": 0,
-                "load_points_path": dg.MetadataValue.path(str(out / LOAD_POINTS)),
+                "load_points_path": dg.MetadataValue.path(str(out.load_points)),
             }
         )
     result = read_bench_files(list(settings.results), manifest=settings.manifest)
     points = result.load_points
-    write_parquet_atomic(points, out / LOAD_POINTS)
+    write_parquet_atomic(points, out.load_points)
     if result.per_request is not None:
-        write_parquet_atomic(result.per_request, out / PER_REQUEST)
+        write_parquet_atomic(result.per_request, out.per_request)
     else:
-        (out / PER_REQUEST).unlink(missing_ok=True)
+        out.per_request.unlink(missing_ok=True)
     write_json_atomic(
-        out / READ_NOTES,
+        out.read_notes,
         {"notes": result.notes, "results": [str(p) for p in settings.results]},
     )
     view = [
@@ -148,8 +127,8 @@ def bench_load_points(store: EnginefitStore) -> dg.MaterializeResult:  # type: i
             "dagster/row_count": points.height,
             "per_request_rows": 0 if result.per_request is None else result.per_request.height,
             "notes": dg.MetadataValue.md("\n".join(f"- {n}" for n in result.notes) or "none"),
-            "load_points": dg.MetadataValue.md(frame_markdown(points.select(view))),
-            "load_points_path": dg.MetadataValue.path(str(out / LOAD_POINTS)),
+            "load_points": md(points.select(view)),
+            "load_points_path": dg.MetadataValue.path(str(out.load_points)),
         }
     )
 
@@ -158,7 +137,7 @@ def _analyse(
     context: AssetExecutionContext, store: EnginefitStore
 ) -> tuple[BenchAnalysis, dict[str, Any]]:
     settings = _settings(store)
-    points = pl.read_parquet(store.stage_dir(STAGE) / LOAD_POINTS)
+    points = pl.read_parquet(store.layout().bench.load_points)
     facts, facts_source = _facts(store)
     as_of, as_of_source = _as_of(context, settings)
     analysis = analyse_bench(points, settings, facts, as_of=as_of)
@@ -187,13 +166,13 @@ def bench_slo_capacity(
     context: AssetExecutionContext, store: EnginefitStore
 ) -> dg.MaterializeResult:  # type: ignore[type-arg]
     analysis, info = _analyse(context, store)
-    out = store.stage_dir(STAGE)
-    write_parquet_atomic(analysis.evaluated, out / "slo_points.parquet")
-    write_parquet_atomic(analysis.capacity, out / "slo_capacity.parquet")
-    write_parquet_atomic(analysis.fleet, out / "fleet.parquet")
-    write_json_atomic(out / "bench_analysis.json", analysis_payload(analysis))
-    latency_svg = out / "latency_vs_load.svg"
-    cost_chart = out / "cost_per_1m_at_slo.svg"
+    out = store.layout().bench
+    write_parquet_atomic(analysis.evaluated, out.points)
+    write_parquet_atomic(analysis.capacity, out.capacity)
+    write_parquet_atomic(analysis.fleet, out.fleet)
+    write_json_atomic(out.analysis, analysis_payload(analysis))
+    latency_svg = out.latency_svg
+    cost_chart = out.cost_svg
     write_bytes_atomic(latency_svg, latency_vs_load_svg(analysis.evaluated, analysis.settings.slo))
     write_bytes_atomic(cost_chart, cost_svg(analysis.capacity, comparable=analysis.comparable))
     capacity_view = analysis.capacity.select(
@@ -206,12 +185,12 @@ def bench_slo_capacity(
             "comparable": analysis.comparable,
             "cost_formula": COST_FORMULA,
             "fleet_formula": FLEET_FORMULA,
-            "capacity": dg.MetadataValue.md(frame_markdown(capacity_view)),
-            "fleet": dg.MetadataValue.md(frame_markdown(analysis.fleet)),
+            "capacity": md(capacity_view),
+            "fleet": md(analysis.fleet),
             "notes": dg.MetadataValue.md("\n".join(f"- {n}" for n in analysis.notes) or "none"),
             "latency_vs_load_svg": dg.MetadataValue.path(str(latency_svg)),
             "cost_per_1m_svg": dg.MetadataValue.path(str(cost_chart)),
-            "analysis_json": dg.MetadataValue.path(str(out / "bench_analysis.json")),
+            "analysis_json": dg.MetadataValue.path(str(out.analysis)),
         }
     )
 
@@ -229,11 +208,11 @@ def bench_slo_capacity(
 )
 def bench_validity(context: AssetExecutionContext, store: EnginefitStore) -> dg.MaterializeResult:  # type: ignore[type-arg]
     analysis, info = _analyse(context, store)
-    out = store.stage_dir(STAGE)
+    out = store.layout().bench
     findings = analysis.findings
-    write_parquet_atomic(findings, out / "validity_findings.parquet")
+    write_parquet_atomic(findings, out.findings)
     write_json_atomic(
-        out / "validity_findings.json",
+        out.findings_json,
         {
             "as_of": analysis.as_of.isoformat() if analysis.as_of else None,
             "comparable": analysis.comparable,
@@ -253,14 +232,12 @@ def bench_validity(context: AssetExecutionContext, store: EnginefitStore) -> dg.
             "unknown": counts["unknown"],
             "ok": counts["ok"],
             "comparable": analysis.comparable,
-            "findings": dg.MetadataValue.md(
-                frame_markdown(
-                    findings.filter(pl.col("status") != "ok").select(
-                        "candidate", "check", "status", "message"
-                    )
+            "findings": md(
+                findings.filter(pl.col("status") != "ok").select(
+                    "candidate", "check", "status", "message"
                 )
             ),
-            "findings_path": dg.MetadataValue.path(str(out / "validity_findings.parquet")),
+            "findings_path": dg.MetadataValue.path(str(out.findings)),
         }
     )
 
@@ -271,7 +248,7 @@ def bench_validity(context: AssetExecutionContext, store: EnginefitStore) -> dg.
 )
 def bench_no_silent_pass(store: EnginefitStore) -> dg.AssetCheckResult:
     settings = _settings(store)
-    evaluated = pl.read_parquet(store.stage_dir(STAGE) / "slo_points.parquet")
+    evaluated = pl.read_parquet(store.layout().bench.points)
     passed, detail = check_no_silent_pass(evaluated, settings.slo)
     return dg.AssetCheckResult(passed=passed, metadata={"detail": detail})
 
@@ -281,12 +258,9 @@ def bench_no_silent_pass(store: EnginefitStore) -> dg.AssetCheckResult:
     description="Every validity finding has a status, a message and a known check name.",
 )
 def bench_findings_well_formed(store: EnginefitStore) -> dg.AssetCheckResult:
-    findings = pl.read_parquet(store.stage_dir(STAGE) / "validity_findings.parquet")
+    findings = pl.read_parquet(store.layout().bench.findings)
     passed, detail = check_findings_well_formed(findings)
     return dg.AssetCheckResult(passed=passed, metadata={"detail": detail})
-
-
-CONCURRENCY_BY_ENGINE = "concurrency_by_engine"
 
 
 @dg.asset(
@@ -310,16 +284,12 @@ def concurrency_by_engine(store: EnginefitStore) -> dg.MaterializeResult:  # typ
         summary_markdown,
     )
     from pipeline.errors import InputFormatError
-    from pipeline.shape.config import parse_shape_config
-    from pipeline.store import scan_requests
+    from pipeline.ingest.stage import read_requests
 
     config = store.config()
-    settings = _settings(store)
-    shape_cfg = parse_shape_config(config.section("shape"), str(config.source or "<config>"))
-    out = store.stage_dir(STAGE)
-    fits = fit_latency_models(
-        pl.read_parquet(out / "slo_points.parquet"), pl.read_parquet(out / "slo_capacity.parquet")
-    )
+    settings = config.bench
+    out = config.layout().bench
+    fits = fit_latency_models(pl.read_parquet(out.points), pl.read_parquet(out.capacity))
     notes: list[str] = []
     if not settings.results:
         notes.append(f"{NO_RESULTS}: only the configured latency model's figure")
@@ -331,17 +301,17 @@ def concurrency_by_engine(store: EnginefitStore) -> dg.MaterializeResult:  # typ
             "latency model's figure (reasons per candidate below)"
         )
     try:
-        requests = scan_requests(store.workload_dir())
+        requests = read_requests(config.layout())
     except InputFormatError as exc:
         requests = None
         notes.append(f"no canonical request table ({exc}): no concurrency computed")
     table = (
-        estimate_concurrency(requests, fits, shape_cfg.latency_model, max_points=10)
+        estimate_concurrency(requests, fits, config.shape.latency, max_points=10)
         if requests is not None
         else pl.DataFrame(schema=CONCURRENCY_SCHEMA)
     )
-    parquet_path = out / f"{CONCURRENCY_BY_ENGINE}.parquet"
-    json_path = out / f"{CONCURRENCY_BY_ENGINE}.json"
+    parquet_path = out.concurrency
+    json_path = out.concurrency_json
     write_parquet_atomic(table, parquet_path)
     write_json_atomic(json_path, concurrency_payload(fits, table, notes))
     config_rows = table.filter(pl.col("model") == "config")

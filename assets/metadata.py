@@ -1,23 +1,29 @@
-"""Turning polars frames into Dagster metadata (markdown tables and previews)."""
+"""Dagster metadata from pipeline results: Markdown, paths, previews and check results.
+
+Tables come from :mod:`pipeline.present.tables`, so the UI shows what the command line prints.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import polars as pl
 
+from pipeline.present.tables import bullet_list, markdown_table
 
-def frame_markdown(frame: pl.DataFrame, max_rows: int = 50) -> str:
-    if frame.is_empty():
-        return "_none_"
-    with pl.Config(
-        tbl_formatting="MARKDOWN",
-        tbl_hide_dataframe_shape=True,
-        tbl_hide_column_data_types=True,
-        tbl_rows=max_rows,
-        tbl_cols=-1,
-        fmt_str_lengths=80,
-    ):
-        return str(frame.head(max_rows))
+
+def md(frame_or_text: pl.DataFrame | str) -> dg.MetadataValue:
+    """Markdown metadata from a frame (via the shared table format) or prepared text."""
+    text = frame_or_text if isinstance(frame_or_text, str) else markdown_table(frame_or_text)
+    return dg.MetadataValue.md(text)
+
+
+def path_entries(paths: Mapping[str, Path]) -> dict[str, dg.MetadataValue]:
+    """``<name>_path`` → path metadata for every written file, in name order."""
+    return {f"{name}_path": dg.MetadataValue.path(str(p)) for name, p in sorted(paths.items())}
 
 
 def frame_preview(frame: pl.DataFrame, rows: int = 5) -> dg.MetadataValue:
@@ -35,3 +41,12 @@ def frame_preview(frame: pl.DataFrame, rows: int = 5) -> dg.MetadataValue:
         columns=[dg.TableColumn(name=c, type=str(t)) for c, t in head.schema.items()]
     )
     return dg.MetadataValue.table(records=records, schema=schema)
+
+
+def check_result(problems: list[str], *, warn: bool = False, **extra: Any) -> dg.AssetCheckResult:
+    """A pure predicate's problems (empty = pass) as a check result; ``warn`` for soft checks."""
+    return dg.AssetCheckResult(
+        passed=not problems,
+        severity=dg.AssetCheckSeverity.WARN if warn else dg.AssetCheckSeverity.ERROR,
+        metadata={"problems": dg.MetadataValue.md(bullet_list(problems)), **extra},
+    )

@@ -1,16 +1,15 @@
-"""The one resource every asset reads through: where the configuration and outputs live."""
+"""The one resource every asset reads through: the configuration, and the layout it implies."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import dagster as dg
 
 from pipeline.config import Config, load_config
+from pipeline.layout import WorkloadLayout
 
 
 class EnginefitStore(dg.ConfigurableResource):
-    """The configuration file and the directories derived from it.
+    """The configuration file and the workload folder derived from it.
 
     Tests pass ``EnginefitStore(config_path=str(tmp_path / "enginefit.yaml"))``; the default
     is the bundled ``enginefit.yaml`` at the repository root.
@@ -21,13 +20,6 @@ class EnginefitStore(dg.ConfigurableResource):
     def config(self) -> Config:
         return load_config(self.config_path)
 
-    def workload_dir(self) -> Path:
-        """``<data_dir>/<workload name>``: the canonical table and every derived data file."""
-        cfg = self.config()
-        return cfg.paths.data_dir / cfg.workload.name
-
-    def stage_dir(self, stage: str) -> Path:
-        """A per-stage output folder under the workload dir (e.g. ``shape``, ``simulation``)."""
-        path = self.workload_dir() / stage
-        path.mkdir(parents=True, exist_ok=True)
-        return path
+    def layout(self) -> WorkloadLayout:
+        """``<data_dir>/<workload name>``: every output of the workload (pipeline.layout)."""
+        return self.config().layout()

@@ -1,70 +1,48 @@
-"""Dagster layer of the workload-shape stage: one asset and its checks (logic in pipeline.shape)."""
+"""The workload-shape stage as an asset with its checks (logic: pipeline.shape.stage)."""
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 import dagster as dg
 
+from assets.metadata import check_result, md, path_entries
 from assets.resources import EnginefitStore
-from pipeline.shape.config import parse_shape_config
-from pipeline.shape.outputs import SHAPE_JSON, write_shape_outputs
-from pipeline.shape.report import (
-    check_estimates_labelled,
-    check_unsupported_have_reasons,
-    summary_tables,
-)
-from pipeline.store import scan_requests
-
-STAGE = "shape"
+from pipeline.shape import checks, stage
+from pipeline.shape.present import summary_tables
 
 
-@dg.asset(
-    key="workload_shape",
-    deps=["workload"],
-    group_name="shape",
-    description="Arrival pattern, token lengths, concurrency, traffic mix and axis findings.",
-)
+@dg.asset(key="workload_shape", deps=["workload"], group_name="shape", kinds={"polars", "svg"})
 def workload_shape(store: EnginefitStore) -> dg.MaterializeResult:  # type: ignore[type-arg]
+    """Arrival pattern, token lengths, concurrency (exact or estimated, and labelled), traffic
+    mix, and the findings that place the workload on DOMAIN.md's axes."""
     config = store.config()
-    cfg = parse_shape_config(config.section("shape"), str(config.source or "<config>"))
-    out = write_shape_outputs(scan_requests(store.workload_dir()), cfg, store.stage_dir(STAGE))
-    shape = out.result.to_json()
-    tables = summary_tables(shape)
+    layout = config.layout()
+    result = stage.run(stage.read_inputs(layout, config), config.shape)
+    paths = stage.write(result, layout)
+    shape = result.to_json()
     conc = shape["concurrency"]
-    metadata: dict[str, Any] = {
-        "requests": dg.MetadataValue.int(int(shape["requests"])),
-        "peak_concurrency": dg.MetadataValue.int(int(conc["peak"])),
-        "peak_concurrency_estimated": dg.MetadataValue.bool(bool(conc["estimated"])),
-        "concurrency_label": dg.MetadataValue.text(str(conc["label"])),
-        "timestamps_quantised": dg.MetadataValue.bool(
-            bool(shape["arrivals"]["quantisation"]["quantised"])
-        ),
-        **{f"{name}_table": dg.MetadataValue.md(md) for name, md in tables.items()},
-        **{name: dg.MetadataValue.path(str(path)) for name, path in sorted(out.paths.items())},
-    }
-    return dg.MaterializeResult(metadata=metadata)
-
-
-def _load_shape(store: EnginefitStore) -> dict[str, Any]:
-    path = store.stage_dir(STAGE) / SHAPE_JSON
-    loaded: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    return loaded
+    return dg.MaterializeResult(
+        metadata={
+            "requests": int(shape["requests"]),
+            "peak_concurrency": int(conc["peak"]),
+            "peak_concurrency_estimated": bool(conc["estimated"]),
+            "concurrency_label": str(conc["label"]),
+            "timestamps_quantised": bool(shape["arrivals"]["quantisation"]["quantised"]),
+            **{f"{name}_table": md(text) for name, text in summary_tables(shape).items()},
+            **path_entries(paths),
+        }
+    )
 
 
 @dg.asset_check(asset=workload_shape, description="Estimated concurrency carries its model.")
 def estimated_concurrency_labelled(store: EnginefitStore) -> dg.AssetCheckResult:
-    ok, message = check_estimates_labelled(_load_shape(store))
-    return dg.AssetCheckResult(passed=ok, description=message)
+    return check_result(checks.estimates_labelled(stage.read_result(store.layout()).metrics))
 
 
 @dg.asset_check(
     asset=workload_shape, description="Statistics the timestamps cannot support say why."
 )
 def unsupported_statistics_explained(store: EnginefitStore) -> dg.AssetCheckResult:
-    ok, message = check_unsupported_have_reasons(_load_shape(store))
-    return dg.AssetCheckResult(passed=ok, description=message)
+    return check_result(checks.unsupported_have_reasons(stage.read_result(store.layout()).metrics))
 
 
 ASSETS = [workload_shape]

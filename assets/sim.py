@@ -15,15 +15,15 @@ import dagster as dg
 import polars as pl
 from dagster import OpExecutionContext
 
-from assets.metadata import frame_markdown
+from assets.metadata import md
 from assets.resources import EnginefitStore
+from pipeline.ingest.stage import read_requests
 from pipeline.sim import (
     CACHE_INDEPENDENT,
     Scenario,
     SimInput,
     SimulationConfig,
     capacity_curve,
-    parse_simulation_config,
     sim_input,
     simulate,
     summarise,
@@ -36,31 +36,17 @@ from pipeline.sim.outputs import (
     replica_frame,
     scenario_frame,
 )
-from pipeline.store import (
-    scan_requests,
-    write_bytes_atomic,
-    write_json_atomic,
-    write_parquet_atomic,
-)
+from pipeline.store import write_bytes_atomic, write_json_atomic, write_parquet_atomic
 
 STAGE = "simulation"
-SCENARIOS_PARQUET = "scenarios.parquet"
-REPLICAS_PARQUET = "replicas.parquet"
-CURVES_PARQUET = "curves.parquet"
 
 
 def _config(store: EnginefitStore) -> SimulationConfig:
-    cfg = store.config()
-    shape = cfg.raw.get("shape")
-    return parse_simulation_config(
-        cfg.section("simulation"),
-        where=str(cfg.source),
-        shape=shape if isinstance(shape, dict) else None,
-    )
+    return store.config().simulation
 
 
 def _input(store: EnginefitStore, sim: SimulationConfig) -> SimInput:
-    return sim_input(scan_requests(store.workload_dir()), latency_model=sim.latency_model)
+    return sim_input(read_requests(store.layout()), latency_model=sim.latency_model)
 
 
 @dg.op(ins={"workload": dg.In(dg.Nothing)}, out=dg.DynamicOut(dict))
@@ -84,7 +70,7 @@ def sim_scenario(store: EnginefitStore, scenario: dict[str, Any]) -> dict[str, A
         cache_aware=sim.cache_aware,
     )
     summary = summarise(inp, run)
-    write_json_atomic(store.stage_dir(STAGE) / "scenarios" / f"{sc.key}.json", summary)
+    write_json_atomic(store.layout().simulation.scenario(sc.key), summary)
     return summary
 
 
@@ -93,23 +79,23 @@ def sim_collect(
     context: OpExecutionContext, store: EnginefitStore, summaries: list[dict[str, Any]]
 ) -> dict[str, Any]:
     """Gather every scenario into one table (sorted by scenario key) plus per-replica rows."""
-    out = store.stage_dir(STAGE)
+    out = store.layout().simulation
     ordered = sorted(summaries, key=lambda s: str(s["scenario"]))
     scenarios = scenario_frame(ordered)
-    write_parquet_atomic(scenarios, out / SCENARIOS_PARQUET)
-    write_parquet_atomic(replica_frame(ordered), out / REPLICAS_PARQUET)
-    write_json_atomic(out / "scenarios.json", ordered)
+    write_parquet_atomic(scenarios, out.scenarios)
+    write_parquet_atomic(replica_frame(ordered), out.replicas)
+    write_json_atomic(out.summary, ordered)
     table = scenarios.select(
         "scenario", "routing", "replicas", "cache_tokens", "hit_ratio", "token_imbalance", "spills"
     )
     context.add_output_metadata(
         {
             "dagster/row_count": scenarios.height,
-            "scenarios": dg.MetadataValue.md(frame_markdown(table)),
-            "scenarios_path": dg.MetadataValue.path(str(out / SCENARIOS_PARQUET)),
+            "scenarios": md(table),
+            "scenarios_path": dg.MetadataValue.path(str(out.scenarios)),
         }
     )
-    return {"scenarios": scenarios.height, "path": str(out / SCENARIOS_PARQUET)}
+    return {"scenarios": scenarios.height, "path": str(out.scenarios)}
 
 
 @dg.graph_asset(
@@ -147,10 +133,10 @@ def simulation_curves(store: EnginefitStore) -> dg.MaterializeResult:  # type: i
             )
             curves.append(curve)
             points.append(curve.as_dict(sim.curve_points))
-    out = store.stage_dir(STAGE)
+    out = store.layout().simulation
     frame = curves_frame(curves)
-    write_parquet_atomic(frame, out / CURVES_PARQUET)
-    write_json_atomic(out / "curves.json", points)
+    write_parquet_atomic(frame, out.curves)
+    write_json_atomic(out.curves_json, points)
     summary = pl.DataFrame(
         [
             {
@@ -166,8 +152,8 @@ def simulation_curves(store: EnginefitStore) -> dg.MaterializeResult:  # type: i
     return dg.MaterializeResult(
         metadata={
             "dagster/row_count": frame.height,
-            "curves": dg.MetadataValue.md(frame_markdown(summary)),
-            "curves_path": dg.MetadataValue.path(str(out / CURVES_PARQUET)),
+            "curves": md(summary),
+            "curves_path": dg.MetadataValue.path(str(out.curves)),
         }
     )
 
@@ -175,11 +161,11 @@ def simulation_curves(store: EnginefitStore) -> dg.MaterializeResult:  # type: i
 @dg.asset(deps=[simulation_scenarios, simulation_curves], group_name=STAGE, kinds={"svg"})
 def simulation_plots(store: EnginefitStore) -> dg.MaterializeResult:  # type: ignore[type-arg]
     """Hit ratio vs capacity per routing, and load imbalance vs hit ratio per routing (SVG)."""
-    out = store.stage_dir(STAGE)
-    scenarios = pl.read_parquet(out / SCENARIOS_PARQUET)
-    curves = pl.read_parquet(out / CURVES_PARQUET)
-    hit_path = out / "hit_ratio_vs_capacity.svg"
-    imb_path = out / "imbalance_vs_hit_ratio.svg"
+    out = store.layout().simulation
+    scenarios = pl.read_parquet(out.scenarios)
+    curves = pl.read_parquet(out.curves)
+    hit_path = out.hit_ratio_svg
+    imb_path = out.imbalance_svg
     write_bytes_atomic(hit_path, plot_hit_ratio_vs_capacity(curves, scenarios))
     write_bytes_atomic(imb_path, plot_imbalance_vs_hit_ratio(scenarios))
     return dg.MaterializeResult(
@@ -193,13 +179,11 @@ def simulation_plots(store: EnginefitStore) -> dg.MaterializeResult:  # type: ig
 @dg.asset_check(asset=simulation_plots)
 def curve_matches_replay(store: EnginefitStore) -> dg.AssetCheckResult:
     """Every cache-independent scenario's replayed hits equal the one-pass curve at its capacity."""
-    out = store.stage_dir(STAGE)
-    bad = curve_disagreements(
-        pl.read_parquet(out / CURVES_PARQUET), pl.read_parquet(out / SCENARIOS_PARQUET)
-    )
+    out = store.layout().simulation
+    bad = curve_disagreements(pl.read_parquet(out.curves), pl.read_parquet(out.scenarios))
     return dg.AssetCheckResult(
         passed=bad.height == 0,
-        metadata={"disagreements": dg.MetadataValue.md(frame_markdown(bad))},
+        metadata={"disagreements": md(bad)},
     )
 
 

@@ -12,9 +12,9 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pipeline import ingest_cli
 from pipeline.bench import cli as bench_cli
 from pipeline.errors import EnginefitError
+from pipeline.ingest import cli as ingest_cli
 from pipeline.prefix import cli as prefix_cli
 from pipeline.shape import cli as shape_cli
 from pipeline.sim import cli as sim_cli

@@ -1,81 +1,104 @@
-"""What every trace-reading subcommand shares: the configuration and how traces are loaded.
+"""What every command shares: which configuration it uses, and how it gets its requests.
 
-Each command takes ``--config`` (default: ``./enginefit.yaml`` when present), and reads raw traces
-with that file's salt, anchor date, tokenizer and block size, so ``enginefit shape`` on a trace
-sees the same table as the ``workload`` asset built from the same configuration.
+Each command takes ``--config FILE`` (default: ``./enginefit.yaml`` when present, else the
+built-in defaults) and says on standard error, before anything else, which configuration and
+workload it used. A stage command runs in one of two modes:
+
+* **configured** (no trace paths): the stage of the configured workload, exactly as the Dagster
+  asset runs it (same inputs through the layout, same outputs);
+* **ad hoc** (trace paths given): the given traces, read with the configuration's settings;
+  results are printed, and written only under ``--out DIR``.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 
-from pipeline.config import SALT_ENV_VAR, Config, load_config
-from pipeline.errors import ConfigError
+from pipeline.config import Config, default_config, load_config
+from pipeline.layout import WorkloadLayout
 
 DEFAULT_CONFIG = "enginefit.yaml"
-# Ad-hoc analyses never persist hashes, so without a configured salt any fixed one will do.
-ADHOC_SALT = b"enginefit-adhoc"
+
+
+def add_config_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        default=None,
+        help=f"configuration file (default: ./{DEFAULT_CONFIG} when present, else built-in "
+        "defaults)",
+    )
 
 
 def add_trace_arguments(
     parser: argparse.ArgumentParser,
     *,
-    block_help: str = "tokens per hashed block (default: config, else 16)",
+    block_help: str = "tokens per hashed block (default: the configuration's)",
+    required: bool = False,
 ) -> None:
     """TRACE... (into ``args.paths``), ``--format`` and ``--block-size``."""
     from pipeline.readers import FORMAT_NAMES
 
     parser.add_argument(
         "paths",
-        nargs="+",
+        nargs="+" if required else "*",
         metavar="TRACE",
-        help="trace files, globs, directories or canonical Parquet",
+        help="trace files, globs, folders or canonical Parquet (none: the configured workload)",
     )
     parser.add_argument("--format", default="auto", choices=["auto", *FORMAT_NAMES])
     parser.add_argument("--block-size", type=int, default=None, help=block_help)
 
 
-def add_config_argument(parser: argparse.ArgumentParser, sections: str) -> None:
+def add_out_argument(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument(
-        "--config",
+        "--out",
+        metavar="DIR",
+        type=Path,
         default=None,
-        help=f"configuration for {sections} (default: ./{DEFAULT_CONFIG} when present)",
+        help=f"ad hoc: also write {what} under DIR (a workload folder)",
     )
 
 
-def cli_config(path: str | Path | None) -> Config | None:
-    """The named configuration, else ``./enginefit.yaml`` when it exists, else None."""
+def cli_config(path: str | Path | None) -> Config:
+    """The named configuration, else ``./enginefit.yaml`` when it exists, else the defaults."""
     if path is not None:
         return load_config(path)
-    return load_config(DEFAULT_CONFIG) if Path(DEFAULT_CONFIG).exists() else None
+    if Path(DEFAULT_CONFIG).is_file():
+        return load_config(DEFAULT_CONFIG)
+    return default_config()
 
 
-def read_settings(config: Config | None, block_size: int | None) -> dict[str, Any]:
-    """Keyword arguments for ``ingest_paths`` / ``load_requests`` from the config and flags."""
-    if block_size is not None and block_size <= 0:
-        raise ConfigError("--block-size must be positive")
-    workload = config.workload if config else None
-    salt = os.environ.get(SALT_ENV_VAR) or (workload.hash_salt if workload else "")
-    settings: dict[str, Any] = {
-        "block_size": block_size or (workload.block_size if workload else 16),
-        "salt": salt.encode() if salt else ADHOC_SALT,
-    }
-    if workload is not None:
-        settings["anchor"] = workload.anchor
-        if workload.tokenizer:
-            settings["tokenizer"] = workload.tokenizer
-    return settings
+def command_config(args: argparse.Namespace, *, paths: Sequence[str] = ()) -> Config:
+    """The configuration for a command, announced on standard error with the workload used."""
+    config = cli_config(args.config)
+    if paths:
+        workload = f"workload: {', '.join(str(p) for p in paths)} (ad hoc)"
+    elif config.workload is not None:
+        workload = f"workload: {config.workload.name} ({config.layout().root})"
+    else:
+        workload = "workload: none configured"
+    print(f"enginefit {args.command}: {config.describe()}; {workload}", file=sys.stderr)
+    return config
 
 
-def load_trace_requests(
-    paths: Sequence[str | Path], *, fmt: str, block_size: int | None, config: Config | None
-) -> pl.LazyFrame:
-    from pipeline.ingest import load_requests  # keeps `enginefit --help` light
+def adhoc_requests(args: argparse.Namespace, config: Config) -> pl.LazyFrame:
+    """The canonical table of the traces named on the command line (canonical Parquet is
+    scanned as is; anything else is read with the configuration's settings, not persisted)."""
+    from pipeline.ingest.compute import load_requests  # keeps `enginefit --help` light
+    from pipeline.ingest.stage import adhoc_inputs
 
-    return load_requests(paths, fmt=fmt, **read_settings(config, block_size))
+    inputs = adhoc_inputs(args.paths, config, fmt=args.format, block_size=args.block_size)
+    return load_requests(args.paths, inputs.context, fmt=args.format)
+
+
+def output_layout(args: argparse.Namespace, config: Config) -> WorkloadLayout | None:
+    """Where a stage command writes: the configured workload, ``--out DIR`` ad hoc, or nowhere."""
+    if not args.paths:
+        return config.layout()
+    out: Path | None = getattr(args, "out", None)
+    return WorkloadLayout(out) if out is not None else None

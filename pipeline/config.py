@@ -1,50 +1,100 @@
-"""The one configuration file (``enginefit.yaml``): loading, defaults and validation.
+"""The whole ``enginefit.yaml``, parsed once into typed sections reached as ``config.<stage>``.
 
-Each section belongs to one part of the pipeline. This module parses the sections every part
-needs (``workload``, ``paths``); later parts parse their own section from :attr:`Config.raw`
-with :meth:`Config.section`, so adding a part never changes this file's schema for the others.
-The bundled ``enginefit.yaml`` documents every option.
+Loading merges the user's file over ``pipeline/defaults.yaml`` (the one place every default is
+written and documented), then validates every section strictly (:mod:`pipeline.settings`): an
+unknown section or key anywhere, a wrong type, or an out-of-range value is a
+:class:`~pipeline.errors.ConfigError` naming the file and the dotted key. Paths in the file are
+relative to the file's folder. Without a file (ad-hoc commands) the defaults apply and there is
+no workload.
 """
 
 from __future__ import annotations
 
+import copy
 import os
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+import re
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
+from pydantic import BaseModel, BeforeValidator, Field, ValidationError, ValidationInfo
 
+from pipeline.bench.slo import BenchSettings, bench_settings
 from pipeline.errors import ConfigError
 from pipeline.hashing import salt_fingerprint
+from pipeline.layout import WorkloadLayout
+from pipeline.prefix.config import PrefixConfig
+from pipeline.settings import (
+    ConfigInstant,
+    ConfigPath,
+    Fraction,
+    PositiveInt,
+    Section,
+)
+from pipeline.settings import validation_message as _message
+from pipeline.shape.config import ShapeConfig
+from pipeline.sim.config import SimulationConfig, parse_simulation_config
 
 SALT_ENV_VAR = "ENGINEFIT_HASH_SALT"
-DEFAULT_ANCHOR = datetime(2000, 1, 1, tzinfo=UTC)
+WORKLOAD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
-@dataclass(frozen=True)
-class TraceSource:
-    """One trace file (or glob) and the format to read it with (``auto`` detects by content)."""
+def _known_format(value: Any) -> Any:
+    from pipeline.readers import FORMAT_NAMES  # readers import this module's neighbours
+
+    if isinstance(value, str) and value not in ("auto", *FORMAT_NAMES):
+        raise ValueError(f"unknown format {value!r}; choose auto or one of {FORMAT_NAMES}")
+    return value
+
+
+class TraceSource(Section):
+    """One trace file (or glob): ``path`` resolved, ``label`` as written (recorded as lineage)."""
 
     path: str
-    format: str = "auto"
-    label: str = ""  # the path as written in the configuration: recorded as lineage
+    format: Annotated[str, BeforeValidator(_known_format)]
+    label: str
 
     @property
     def display(self) -> str:
         return self.label or self.path
 
 
-@dataclass(frozen=True)
-class WorkloadConfig:
-    name: str
-    traces: tuple[TraceSource, ...]
-    block_size: int = 16
-    hash_salt: str = ""
-    anchor: datetime = DEFAULT_ANCHOR
-    tokenizer: str | None = None
-    quarantine_warn_share: float = 0.01
+def _trace_entries(value: Any, info: ValidationInfo) -> Any:
+    """``[path, {path, format}, …]`` → trace entries with the path resolved against the file."""
+    if not isinstance(value, list):
+        return value
+    base = (info.context or {}).get("base")
+    entries = []
+    for item in value:
+        entry = {"path": item} if isinstance(item, str) else item
+        if isinstance(entry, dict) and isinstance(entry.get("path"), str):
+            written = Path(entry["path"])
+            resolved = written if written.is_absolute() or base is None else Path(base) / written
+            entry = {"format": "auto", **entry, "path": str(resolved), "label": str(written)}
+        entries.append(entry)
+    return tuple(entries)
+
+
+def _slug(value: Any) -> Any:
+    if isinstance(value, str) and not WORKLOAD_NAME.match(value):
+        raise ValueError(
+            f"{value!r} is not a workload name: use letters, digits, '.', '_' and '-' "
+            "(it names the output folder, so no '/' or '..')"
+        )
+    return value
+
+
+class WorkloadSettings(Section):
+    name: Annotated[str, BeforeValidator(_slug)]
+    traces: Annotated[tuple[TraceSource, ...], BeforeValidator(_trace_entries), Field(min_length=1)]
+    block_size: PositiveInt
+    hash_salt: Annotated[str, Field(min_length=1)]
+    anchor: ConfigInstant
+    tokenizer: ConfigPath | None
+    quarantine_warn_share: Fraction
 
     @property
     def salt_bytes(self) -> bytes:
@@ -56,104 +106,134 @@ class WorkloadConfig:
         return salt_fingerprint(self.salt_bytes)
 
 
-@dataclass(frozen=True)
-class PathsConfig:
-    data_dir: Path = Path("data")
-    reports_dir: Path = Path("reports")
+class ReadSettings(Section):
+    """How trace files are read: the workload's settings, or the defaults when there is none."""
+
+    block_size: PositiveInt
+    anchor: ConfigInstant
+    tokenizer: ConfigPath | None
+
+
+class PathsSettings(Section):
+    data_dir: ConfigPath
+    reports_dir: ConfigPath
+
+
+class _File(BaseModel):
+    """What a configuration file may contain: these sections and nothing else."""
+
+    model_config = {"extra": "forbid", "frozen": True}
+
+    workload: WorkloadSettings | None = None
+    paths: PathsSettings
+    shape: ShapeConfig
+    prefix: PrefixConfig
+    # Validated by their stages' own parsers below.
+    simulation: dict[str, Any]
+    bench: dict[str, Any]
 
 
 @dataclass(frozen=True)
 class Config:
-    workload: WorkloadConfig
-    paths: PathsConfig
+    """Every section, validated. ``workload`` is None when no configuration file was given."""
+
+    workload: WorkloadSettings | None
+    paths: PathsSettings
+    shape: ShapeConfig
+    prefix: PrefixConfig
+    simulation: SimulationConfig
+    bench: BenchSettings
+    read: ReadSettings
     source: Path | None = None
-    raw: dict[str, Any] = field(default_factory=dict)
 
-    def section(self, name: str) -> dict[str, Any]:
-        """A later part's own section (empty when absent), for it to validate itself."""
-        value = self.raw.get(name) or {}
-        if not isinstance(value, dict):
-            raise ConfigError(f"{self._where()}: section '{name}' must be a mapping")
-        return value
+    @property
+    def where(self) -> str:
+        return str(self.source) if self.source else "<defaults>"
 
-    def _where(self) -> str:
-        return str(self.source) if self.source else "<config>"
-
-
-def parse_anchor(value: Any, where: str) -> datetime:
-    """An anchor date for relative timestamps: ISO-8601 date or datetime; naive means UTC."""
-    if isinstance(value, datetime):
-        parsed = value
-    else:
-        try:
-            parsed = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-        except ValueError as exc:
+    def require_workload(self) -> WorkloadSettings:
+        if self.workload is None:
             raise ConfigError(
-                f"{where}: workload.anchor {value!r} is not an ISO-8601 date"
-            ) from exc
-    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+                "no workload configured: pass --config FILE with a workload section "
+                "(or run the command in a folder holding enginefit.yaml)"
+            )
+        return self.workload
+
+    def layout(self) -> WorkloadLayout:
+        """Where this workload's outputs live: ``<paths.data_dir>/<workload.name>/``."""
+        return WorkloadLayout(self.paths.data_dir / self.require_workload().name)
+
+    def describe(self) -> str:
+        """The line every command prints first: which configuration and workload it used."""
+        if self.source is None:
+            return "configuration: built-in defaults (no enginefit.yaml; pass --config FILE)"
+        name = self.workload.name if self.workload else "none"
+        return f"configuration: {self.source} (workload {name})"
 
 
-def _positive_int(value: Any, name: str, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"{where}: {name} must be a positive integer, got {value!r}")
-    return value
+@cache
+def _defaults_text() -> str:
+    return resources.files("pipeline").joinpath("defaults.yaml").read_text(encoding="utf-8")
+
+
+def default_mapping() -> dict[str, Any]:
+    """``pipeline/defaults.yaml`` as a fresh mapping."""
+    raw = yaml.safe_load(_defaults_text())
+    assert isinstance(raw, dict)  # a packaging bug, never user input
+    return raw
+
+
+def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """``override`` over ``base``: mappings merge key by key, anything else replaces."""
+    out = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
 
 
 def config_from_mapping(raw: dict[str, Any], *, source: Path | None = None) -> Config:
+    """Validate a configuration mapping (the parsed YAML) merged over the defaults."""
     where = str(source) if source else "<config>"
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: top level must be a mapping of sections")
+    for name, section in raw.items():
+        if section is not None and not isinstance(section, dict):
+            raise ConfigError(f"{where}: section '{name}' must be a mapping")
+    user = {k: v for k, v in raw.items() if v is not None}
+    if source is not None and "workload" not in user:
+        raise ConfigError(f"{where}: missing 'workload' section (name, traces, hash_salt)")
+    if "workload" in user and os.environ.get(SALT_ENV_VAR):
+        user["workload"] = {**user["workload"], "hash_salt": os.environ[SALT_ENV_VAR]}
+    defaults = default_mapping()
+    workload = _merge(defaults.pop("workload"), user.get("workload") or {})
+    merged = _merge(defaults, user)
+    if "workload" in user:
+        merged["workload"] = workload
     base = source.parent if source else Path.cwd()
-    workload = raw.get("workload")
-    if not isinstance(workload, dict):
-        raise ConfigError(f"{where}: missing 'workload' section")
-    traces_raw = workload.get("traces")
-    if not isinstance(traces_raw, list) or not traces_raw:
-        raise ConfigError(f"{where}: workload.traces must list at least one trace file")
-    traces = []
-    for i, item in enumerate(traces_raw):
-        entry = {"path": item} if isinstance(item, str) else item
-        if not isinstance(entry, dict) or "path" not in entry:
-            raise ConfigError(f"{where}: workload.traces[{i}] needs a 'path'")
-        path = Path(str(entry["path"]))
-        resolved = path if path.is_absolute() else base / path
-        traces.append(
-            TraceSource(
-                path=str(resolved), format=str(entry.get("format", "auto")), label=str(path)
-            )
+    try:
+        parsed = _File.model_validate(merged, context={"base": base})
+        read = ReadSettings.model_validate(
+            {key: workload.get(key) for key in ReadSettings.model_fields}, context={"base": base}
         )
-    salt = os.environ.get(SALT_ENV_VAR) or str(workload.get("hash_salt", ""))
-    if not salt:
-        raise ConfigError(
-            f"{where}: workload.hash_salt is empty; set it (or {SALT_ENV_VAR}) to a secret so "
-            "block hashes cannot be matched against known prompts"
-        )
-    share = float(workload.get("quarantine_warn_share", 0.01))
-    if not 0 <= share <= 1:
-        raise ConfigError(f"{where}: workload.quarantine_warn_share must be in [0, 1]")
-    tokenizer = workload.get("tokenizer")
-    if tokenizer is not None:
-        tok_path = Path(str(tokenizer))
-        tokenizer = str(tok_path if tok_path.is_absolute() else base / tok_path)
-    paths_raw = raw.get("paths") or {}
-    data_dir = Path(str(paths_raw.get("data_dir", "data")))
-    reports_dir = Path(str(paths_raw.get("reports_dir", "reports")))
+    except ValidationError as exc:
+        raise ConfigError(_message(exc, _File, where)) from exc
     return Config(
-        workload=WorkloadConfig(
-            name=str(workload.get("name", "workload")),
-            traces=tuple(traces),
-            block_size=_positive_int(workload.get("block_size", 16), "workload.block_size", where),
-            hash_salt=salt,
-            anchor=parse_anchor(workload.get("anchor", DEFAULT_ANCHOR.isoformat()), where),
-            tokenizer=tokenizer,
-            quarantine_warn_share=share,
-        ),
-        paths=PathsConfig(
-            data_dir=data_dir if data_dir.is_absolute() else base / data_dir,
-            reports_dir=reports_dir if reports_dir.is_absolute() else base / reports_dir,
-        ),
+        workload=parsed.workload,
+        paths=parsed.paths,
+        shape=parsed.shape,
+        prefix=parsed.prefix,
+        simulation=parse_simulation_config(parsed.simulation, where=where, shape=merged["shape"]),
+        bench=bench_settings(parsed.bench, base=base),
+        read=read,
         source=source,
-        raw=raw,
     )
+
+
+def default_config() -> Config:
+    """The built-in defaults, with no workload (what an ad-hoc command runs with)."""
+    return config_from_mapping({})
 
 
 def load_config(path: str | Path) -> Config:
@@ -162,10 +242,14 @@ def load_config(path: str | Path) -> Config:
         text = source.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
         raise ConfigError(f"{source}: configuration file not found") from exc
+    except IsADirectoryError as exc:
+        raise ConfigError(f"{source}: is a folder, not a configuration file") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{source}: not UTF-8 text ({exc.reason})") from exc
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot read: {exc.strerror}") from exc
     try:
         raw = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"{source}: not valid YAML: {exc}") from exc
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{source}: top level must be a mapping of sections")
     return config_from_mapping(raw, source=source)

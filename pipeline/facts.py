@@ -15,26 +15,29 @@ import polars as pl
 
 @dataclass(frozen=True)
 class LatencyModel:
-    """Duration ≈ TTFT(prompt) + output tokens × TPOT.
+    """Duration ≈ TTFT(prompt) + (output tokens − 1) × TPOT.
 
-    TTFT(prompt) = ``ttft_base_ms + ttft_per_prompt_token_ms × prompt_tokens``. Every figure
+    TTFT(prompt) = ``ttft_base_ms + ttft_per_prompt_token_ms × prompt_tokens``; the first token
+    arrives with the TTFT and TPOT is the time per token after it, as benchmarks measure it
+    (``(e2e − ttft) / (output tokens − 1)``), so a one-token answer takes the TTFT. Every figure
     derived from it is an estimate and must be labelled with these parameters and ``source``
     (``config`` now; ``benchmark:<engine>`` once fitted from joined benchmark results).
     """
 
-    ttft_base_ms: float = 50.0
-    ttft_per_prompt_token_ms: float = 0.05
-    tpot_ms: float = 30.0
+    ttft_base_ms: float
+    ttft_per_prompt_token_ms: float
+    tpot_ms: float
     source: str = "config"
 
     def duration_ms_expr(
         self, prompt: str = "prompt_tokens", output: str = "output_tokens"
     ) -> pl.Expr:
-        """Estimated end-to-end duration in ms; a null output count counts as zero tokens."""
+        """Estimated end-to-end duration in ms; a null output count counts as no tokens."""
+        after_first = (pl.col(output).fill_null(0).cast(pl.Float64) - 1.0).clip(lower_bound=0.0)
         return (
             self.ttft_base_ms
             + self.ttft_per_prompt_token_ms * pl.col(prompt).cast(pl.Float64)
-            + self.tpot_ms * pl.col(output).fill_null(0).cast(pl.Float64)
+            + self.tpot_ms * after_first
         )
 
     def as_dict(self) -> dict[str, Any]:

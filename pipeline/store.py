@@ -1,21 +1,15 @@
-"""On-disk layout of an ingested workload, and atomic writes.
+"""Atomic writes, and reading a canonical request table back lazily.
 
-A workload directory holds::
-
-    requests/part-00000.parquet ...   the canonical request table (pipeline.schema), sorted by arrival
-    quarantine.parquet                every record that was not ingested, with file, line, field, reason
-    ingest_summary.json               counts that reconcile: read = ingested + quarantined
-
-``scan_requests`` returns a lazy frame over the parts, so later stages never load more than
-they need. Every file is written to a temporary name in the same directory and renamed into
-place, so a reader never sees half a file and a crash never leaves a corrupt one.
+Every file is written to a temporary name in the same directory and renamed into place, so a
+reader never sees half a file and a crash never leaves a corrupt one. ``scan_requests`` returns a
+lazy frame over a workload's request parts (paths: :mod:`pipeline.layout`), so later stages never
+load more than they need.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,12 +19,8 @@ from typing import Any
 import polars as pl
 
 from pipeline.errors import InputFormatError
+from pipeline.layout import WorkloadLayout
 from pipeline.schema import CANONICAL_SCHEMA
-
-REQUESTS_DIR = "requests"
-QUARANTINE_FILE = "quarantine.parquet"
-SUMMARY_FILE = "ingest_summary.json"
-ROWS_PER_PART = 1_000_000
 
 
 @contextmanager
@@ -64,26 +54,6 @@ def write_parquet_atomic(frame: pl.DataFrame, target: Path) -> None:
         frame.write_parquet(tmp, compression="zstd", statistics=True)
 
 
-def write_requests(requests: pl.DataFrame, workload_dir: Path) -> list[Path]:
-    """Replace ``workload_dir/requests`` with ``requests`` split into parts, atomically as a whole."""
-    final = workload_dir / REQUESTS_DIR
-    workload_dir.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".requests.", dir=workload_dir))
-    try:
-        n_parts = max(1, -(-requests.height // ROWS_PER_PART))
-        for part in range(n_parts):
-            chunk = requests.slice(part * ROWS_PER_PART, ROWS_PER_PART)
-            chunk.write_parquet(staging / f"part-{part:05d}.parquet", compression="zstd")
-        old = workload_dir / f".requests.old.{os.getpid()}"
-        if final.exists():
-            final.rename(old)
-        staging.rename(final)
-        shutil.rmtree(old, ignore_errors=True)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return sorted(final.glob("part-*.parquet"))
-
-
 def is_canonical_parquet(path: Path) -> bool:
     """True for a canonical Parquet file or a directory of them (a workload dir or its requests/)."""
     files = parquet_files(path)
@@ -98,7 +68,7 @@ def is_canonical_parquet(path: Path) -> bool:
 
 def parquet_files(path: Path) -> list[Path]:
     if path.is_dir():
-        inner = path / REQUESTS_DIR
+        inner = WorkloadLayout(path).ingest.requests
         root = inner if inner.is_dir() else path
         return sorted(root.glob("*.parquet"))
     return [path] if path.suffix == ".parquet" or _has_parquet_magic(path) else []

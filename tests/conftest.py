@@ -4,10 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import polars as pl
 import pytest
+
+from pipeline.config import default_config
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
+# Every section at its documented default (pipeline/defaults.yaml); tests derive variants with
+# ``DEFAULTS.<section>.replace(key=value)``.
+DEFAULTS = default_config()
 
 
 # Licensed traces the project bundles byte-for-byte (see traces/NOTICE); tests of these files run
@@ -71,3 +77,11 @@ def _run_outside_the_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     configuration never leaks into them (a test that wants one passes --config)."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("ENGINEFIT_HASH_SALT", raising=False)
+
+
+def write_requests(frame: pl.DataFrame, workload_dir: Path) -> None:
+    """A canonical request table written as the workload folder ``workload_dir``."""
+    from pipeline.ingest.stage import write_requests as write_parts
+    from pipeline.layout import WorkloadLayout
+
+    write_parts(frame, WorkloadLayout(workload_dir))

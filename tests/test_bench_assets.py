@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import dagster as dg
@@ -11,6 +10,9 @@ import pytest
 
 from assets.bench import ASSETS, CHECKS, NO_RESULTS
 from assets.resources import EnginefitStore
+from assets.shape import workload_shape
+from tests.conftest import write_requests
+from tests.workloads import peaky_sharing_trace
 
 # The Apache-2.0 sweep is committed (tests/data/bench/NOTICE), so these tests always run.
 H100 = (
@@ -67,28 +69,16 @@ def test_h100_results_with_workload_facts(tmp_path: Path) -> None:
         pytest.skip("shared bench samples not available")
     manifest = tmp_path / "manifest.yaml"
     manifest.write_text("engine: vllm\ngpu_type: H100\ngpu_count: 1\nrun_date: 2025-11-05\n")
-    shape = tmp_path / "data" / "t" / "shape"
-    shape.mkdir(parents=True)
-    facts = {
-        "requests": 10,
-        "span_s": 10.0,
-        "mean_rate_rps": 1.0,
-        "peak_rate_rps": {"60s": 200.0},
-        "prompt_tokens": {"p50": 200, "p90": 210, "p95": 215, "p99": 220, "max": 300},
-        "output_tokens": {"p50": 64, "p90": 64, "p95": 64, "p99": 64, "max": 64},
-        "peak_concurrency": 5.0,
-        "peak_concurrency_estimated": False,
-        "latency_model": None,
-        "shared_prefix_ratio": {},
-        "tenants": None,
-        "models": [],
-    }
-    (shape / "workload_facts.json").write_text(json.dumps(facts))
+    # The real upstream stages on a trace of known shape: 60 s peak 150 req/s, prompt p99/p50
+    # 6,400/800 = 8, no prefix stage run (so prefix sharing is unknown, and said so).
+    write_requests(peaky_sharing_trace(), tmp_path / "data" / "t")
     config = write_config(
         tmp_path,
         f"bench:\n  results: [{H100}]\n  manifest: {manifest}\n"
         "  prices: {gpu_hour_usd: {H100: 3.0}}\n  as_of: 2026-11-29\n",
     )
+    store = EnginefitStore(config_path=str(config))
+    assert dg.materialize([workload_shape], resources={"store": store}).success
     result = materialize(config)
     assert metadata(result, "bench_load_points")["dagster/row_count"] == 7
     cap_meta = metadata(result, "bench_slo_capacity")
@@ -100,11 +90,13 @@ def test_h100_results_with_workload_facts(tmp_path: Path) -> None:
         3.0 / (5693.884076 * 3600) * 1e6
     )
     fleet = pl.read_parquet(out / "fleet.parquet")
-    assert dict(fleet.select("rate_label", "gpus").rows()) == {"mean": 1, "peak_60s": 3}
+    assert dict(fleet.select("rate_label", "gpus").rows()) == {"mean": 1, "peak_60s": 2}
     findings = pl.read_parquet(out / "validity_findings.parquet")
     status = dict(findings.select("check", "status").rows())
-    assert status["peak_rate"] == "flag"  # swept to 183.38 req/s, production peak 200 req/s
-    assert status["prefix_structure"] == "unknown"  # no shared-prefix ratio in the facts
+    assert status["peak_rate"] == "ok"  # swept to 183.38 req/s, production peak 150 req/s
+    assert status["prefix_structure"] == "unknown"  # the prefix stage did not run
+    message = dict(findings.select("check", "message").rows())["prefix_structure"]
+    assert "production shared-prefix ratio unknown" in message
     assert status["stale"] == "flag"  # 389 days
-    assert status["fixed_length_prompts"] == "ok"  # production p99/p50 = 1.1 < 2
+    assert status["fixed_length_prompts"] == "flag"  # production p99/p50 = 8 ≥ 2
     assert (out / "cost_per_1m_at_slo.svg").read_bytes().startswith(b"<?xml")

@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 
 from pipeline.cli import main
+from tests.conftest import write_requests
+from tests.workloads import peaky_sharing_trace
 
 # The Apache-2.0 sweep is committed (tests/data/bench/NOTICE), so these tests always run.
 H100 = (
@@ -127,26 +129,12 @@ def test_bench_text_output_and_files(
 
 
 @pytest.mark.shared
-def test_bench_with_config_and_workload_facts(
+def test_bench_reads_the_workload_through_the_stages(
     manifest: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    facts = {
-        "requests": 100,
-        "span_s": 60.0,
-        "mean_rate_rps": 40.0,
-        "peak_rate_rps": {"1s": 300.0, "60s": 150.0},
-        "prompt_tokens": {"p50": 800, "p90": 2000, "p95": 3000, "p99": 6400, "max": 9000},
-        "output_tokens": {"p50": 60, "p90": 100, "p95": 120, "p99": 200, "max": 400},
-        "peak_concurrency": 50.0,
-        "peak_concurrency_estimated": True,
-        "latency_model": None,
-        "shared_prefix_ratio": {"64": 0.8},
-        "tenants": None,
-        "models": [],
-    }
-    data = tmp_path / "data" / "t" / "shape"
-    data.mkdir(parents=True)
-    (data / "workload_facts.json").write_text(json.dumps(facts))
+    """With a configured workload, `enginefit bench` joins what the shape and prefix stages
+    wrote, exactly as the bench assets do (the prefix curve included)."""
+    write_requests(peaky_sharing_trace(), tmp_path / "data" / "t")
     config = tmp_path / "enginefit.yaml"
     config.write_text(
         "workload: {name: t, traces: [x.jsonl], hash_salt: s}\n"
@@ -157,13 +145,16 @@ def test_bench_with_config_and_workload_facts(
         "  prices: {gpu_hour_usd: {H100: 3.0, default: 9.0}}\n"
         "  as_of: 2026-03-01\n"
     )
+    for stage in ("shape", "prefix"):
+        assert main([stage, "--config", str(config)]) == 0
+    capsys.readouterr()
     payload = run_json(capsys, str(H100), "--config", str(config))
     cap = payload["capacity"][0]
     assert cap["price_source"] == "config gpu_hour_usd.H100"
     assert payload["as_of"] == "2026-03-01"
     fleet = {f["rate_label"]: f for f in payload["fleet"]}
-    assert fleet["peak_60s"]["replicas"] == 2  # ceil(150 / 92.19)
-    assert fleet["mean"]["replicas"] == 1
+    assert fleet["peak_60s"]["replicas"] == 2  # ceil(9,000 / 60 s = 150 / 92.19)
+    assert fleet["mean"]["replicas"] == 1  # 9,600 requests over 659 s = 14.6 req/s
     assert fleet["peak_60s"]["monthly_usd"] == pytest.approx(2 * 3.0 * 730)
     checks = {f["check"]: f for f in payload["findings"]}
     assert checks["peak_rate"]["status"] == "ok"  # swept to 183 req/s > 150
@@ -172,7 +163,8 @@ def test_bench_with_config_and_workload_facts(
     assert fixed["status"] == "flag"
     assert "(p50 205, p99 212.2 tokens" in fixed["message"]  # p99: max over stages
     assert fixed["prod_value"] == 8.0
-    assert checks["prefix_structure"]["status"] == "ok"  # shared-prefix dataset, 80% sharing
+    prefix = checks["prefix_structure"]  # shared-prefix dataset vs 80 % sharing at 64 tokens
+    assert prefix["status"] == "ok" and prefix["prod_value"] == pytest.approx(0.8)
     assert checks["stale"]["status"] == "ok"  # 2025-11-05 → 2026-03-01 = 116 days
 
 
@@ -191,9 +183,9 @@ def test_bench_bad_arguments_exit_2(
     result = tmp_path / "r.json"
     result.write_text("{}")
     assert main(["bench", str(result), *argv]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("enginefit: error:")
-    assert needle in err
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("enginefit bench: configuration:")
+    assert lines[1].startswith("enginefit: error:") and needle in lines[1]
 
 
 def test_bench_missing_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -24,7 +24,7 @@ from pipeline.bench.schema import conform_load_points
 from pipeline.bench.slo import SloSpec, evaluate_slo, slo_capacity
 from pipeline.facts import LatencyModel
 from pipeline.schema import conform
-from pipeline.store import write_requests
+from tests.conftest import DEFAULTS, write_requests
 
 H100 = (
     Path(__file__).resolve().parent
@@ -178,21 +178,24 @@ def test_peak_concurrency_with_fitted_and_config_models_by_hand() -> None:
     fits = fits_of(
         [point("a", 2.0, True), point("a", 4.0, False), point("z", 1.0, False)]
     )  # a: 100 ms / 400 tokens = 0.25 ms/token, TPOT 5 ms; z: no capacity
-    # Three requests 1 s apart, 4000 prompt tokens and 100 output tokens each.
-    # fitted: 0 + 0.25 x 4000 + 5 x 100 = 1500 ms -> [0, 1.5), [1, 2.5), [2, 3.5): peak 2 (at 1 s),
-    #         busy 4.5 s over 3.5 s -> mean 9/7.
-    # config: 50 + 0.05 x 4000 + 30 x 100 = 3250 ms -> [0, 3.25), [1, 4.25), [2, 5.25): peak 3
-    #         (at 2 s), busy 9.75 s over 5.25 s -> mean 13/7.
-    table = estimate_concurrency(trace([0, 1, 2], [4000] * 3, [100] * 3), fits, LatencyModel())
+    # Three requests 1 s apart, 4000 prompt tokens and 100 output tokens each; TPOT counts the
+    # 99 tokens after the first.
+    # fitted: 0 + 0.25 x 4000 + 5 x 99 = 1495 ms -> [0, 1.495), [1, 2.495), [2, 3.495): peak 2
+    #         (at 1 s), busy 4.485 s over 3.495 s.
+    # config: 50 + 0.05 x 4000 + 30 x 99 = 3220 ms -> [0, 3.22), [1, 4.22), [2, 5.22): peak 3
+    #         (at 2 s), busy 9.66 s over 5.22 s.
+    table = estimate_concurrency(
+        trace([0, 1, 2], [4000] * 3, [100] * 3), fits, DEFAULTS.shape.latency
+    )
     rows = {row["candidate"]: row for row in table.to_dicts()}
     assert table.get_column("model").to_list() == ["config", "benchmark", "benchmark"]
     config = rows[CONFIG_LABEL]
     assert config["peak_concurrency"] == 3 and config["peak_at"] == T0 + timedelta(seconds=2)
-    assert config["mean_concurrency"] == pytest.approx(13 / 7)
+    assert config["mean_concurrency"] == pytest.approx(9.66 / 5.22)
     assert config["source"] == "config" and config["estimated"] is True
     a = rows["a / 1×G"]
     assert a["peak_concurrency"] == 2 and a["peak_at"] == T0 + timedelta(seconds=1)
-    assert a["mean_concurrency"] == pytest.approx(9 / 7)
+    assert a["mean_concurrency"] == pytest.approx(4.485 / 3.495)
     assert a["peak_vs_config"] == pytest.approx(2 / 3)
     assert a["estimated"] is True and a["durations_estimated"] == 3
     assert (a["ttft_base_ms"], a["ttft_per_prompt_token_ms"], a["tpot_ms"]) == (0.0, 0.25, 5.0)
@@ -212,7 +215,7 @@ def test_logged_durations_make_the_model_irrelevant() -> None:
     frame = trace([0, 1], [400, 400], [100, 100]).with_columns(
         e2e_ms=pl.lit(1500.0, dtype=pl.Float64)
     )
-    table = estimate_concurrency(frame, fits, LatencyModel())
+    table = estimate_concurrency(frame, fits, DEFAULTS.shape.latency)
     assert table.get_column("peak_concurrency").to_list() == [2, 2]
     assert table.get_column("estimated").to_list() == [False, False]
     assert "the model is not used" in table.item(1, "note")

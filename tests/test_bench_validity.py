@@ -24,7 +24,8 @@ from pipeline.bench.validity import (
     workload_facts_from_dict,
 )
 from pipeline.errors import InputFormatError
-from pipeline.facts import LatencyModel, Percentiles, WorkloadFacts
+from pipeline.facts import Percentiles, WorkloadFacts
+from tests.conftest import DEFAULTS
 
 AS_OF = dt.date(2026, 11, 29)
 
@@ -39,7 +40,7 @@ def facts(**kw: Any) -> WorkloadFacts:
         "output_tokens": Percentiles(p50=200, p90=400, p95=500, p99=800, max=2000),
         "peak_concurrency": 30.0,
         "peak_concurrency_estimated": True,
-        "latency_model": LatencyModel(),
+        "latency_model": DEFAULTS.shape.latency,
         "shared_prefix_ratio": {64: 0.7, 256: 0.4, 1024: 0.1},
     }
     base.update(kw)

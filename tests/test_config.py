@@ -1,4 +1,5 @@
-"""Configuration loading: defaults, paths relative to the file, and errors that name the key."""
+"""The configuration tree: defaults from one file, paths relative to the file, strict typed
+sections reached as ``config.<stage>``, and errors that name the file and the dotted key."""
 
 from __future__ import annotations
 
@@ -6,55 +7,139 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+import yaml
 
-from pipeline.config import config_from_mapping, load_config
+from pipeline.config import config_from_mapping, default_config, default_mapping, load_config
 from pipeline.errors import ConfigError
+from tests.conftest import REPO
 
 
 def _raw(**workload: object) -> dict[str, object]:
-    return {"workload": {"traces": ["t.jsonl"], "hash_salt": "s", **workload}}
+    return {"workload": {"name": "w", "traces": ["t.jsonl"], "hash_salt": "s", **workload}}
 
 
 def test_defaults_and_relative_paths(tmp_path: Path) -> None:
+    """A minimal file gets every default from pipeline/defaults.yaml; paths resolve against it."""
     cfg_file = tmp_path / "c.yaml"
     cfg_file.write_text(
-        "workload:\n  traces: [sub/t.jsonl]\n  hash_salt: s\n  anchor: 2024-05-01\n"
+        "workload:\n  name: w\n  traces: [sub/t.jsonl]\n  hash_salt: s\n  anchor: 2024-05-01\n"
     )
     cfg = load_config(cfg_file)
-    assert cfg.workload.block_size == 16
+    defaults = default_mapping()
+    assert cfg.workload is not None
+    assert cfg.workload.block_size == defaults["workload"]["block_size"] == 16
     assert cfg.workload.traces[0].path == str(tmp_path / "sub" / "t.jsonl")
     assert cfg.workload.traces[0].display == "sub/t.jsonl"
+    assert cfg.workload.traces[0].format == "auto"
     assert cfg.workload.anchor == datetime(2024, 5, 1, tzinfo=UTC)
     assert cfg.paths.data_dir == tmp_path / "data"
-    assert cfg.section("simulation") == {}
+    assert cfg.layout().root == tmp_path / "data" / "w"
+    assert cfg.shape.long_tail_ratio == defaults["shape"]["long_tail_ratio"]
+    assert cfg.prefix.reuse_age_buckets_s == (60.0, 600.0, 3600.0)
+    assert cfg.simulation.routings == tuple(defaults["simulation"]["routings"])
+    assert cfg.bench.slo.itl_definition == "per-gap"
+    assert cfg.read.anchor == datetime(2024, 5, 1, tzinfo=UTC)
+
+
+def test_no_file_means_defaults_and_no_workload() -> None:
+    cfg = default_config()
+    assert cfg.workload is None and cfg.source is None
+    assert cfg.read.block_size == 16
+    assert "built-in defaults" in cfg.describe()
+    with pytest.raises(ConfigError, match="no workload configured: pass --config FILE"):
+        cfg.layout()
+
+
+def test_every_default_is_documented_once() -> None:
+    """Each option in defaults.yaml sits under a comment, and the bundled sample only sets keys
+    that exist there (so it never carries a second copy of a default)."""
+    text = (REPO / "pipeline" / "defaults.yaml").read_text()
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#") and ":" in stripped and i > 0:
+            if stripped.endswith(":"):
+                continue  # a section or sub-mapping header
+            commented = "#" in line or lines[i - 1].strip().startswith("#")
+            assert commented, f"defaults.yaml line {i + 1} has no comment: {line!r}"
+
+    def keys(mapping: dict[str, object], prefix: str = "") -> set[str]:
+        out = set()
+        for key, value in mapping.items():
+            out.add(prefix + key)
+            if isinstance(value, dict) and key not in ("gpu_hour_usd", "slo"):
+                out |= keys(value, f"{prefix}{key}.")
+        return out
+
+    sample = yaml.safe_load((REPO / "enginefit.yaml").read_text())
+    defaults = default_mapping()
+    allowed = keys(defaults) | {"workload.name", "workload.traces", "workload.hash_salt"}
+    assert keys(sample) <= allowed
+    for section, values in sample.items():
+        for key, value in values.items():
+            if key in defaults.get(section, {}) and not isinstance(value, dict):
+                assert value != defaults[section][key], f"{section}.{key} repeats its default"
 
 
 @pytest.mark.parametrize(
     ("raw", "message"),
     [
-        ({}, "missing 'workload' section"),
-        ({"workload": {"hash_salt": "s"}}, "workload.traces"),
-        (_raw(hash_salt=""), "hash_salt is empty"),
-        (_raw(block_size=0), "block_size must be a positive integer"),
-        (_raw(block_size="16"), "block_size must be a positive integer"),
-        (_raw(anchor="yesterday"), "workload.anchor 'yesterday'"),
-        (_raw(quarantine_warn_share=2), "quarantine_warn_share"),
+        ({"workload": None, "shape": {}}, "missing 'workload' section"),
+        ({"workload": {"name": "w", "hash_salt": "s"}}, "workload.traces is required"),
+        (_raw(hash_salt=""), "workload.hash_salt: String should have at least 1 character"),
+        (_raw(block_size=0), "workload.block_size: Input should be greater than 0"),
+        (_raw(block_size="16"), "workload.block_size: Input should be a valid integer"),
+        (_raw(block_szie=16), "unknown key workload.block_szie (did you mean block_size?)"),
+        (_raw(anchor="yesterday"), "workload.anchor: 'yesterday' is not an ISO-8601 date"),
+        (_raw(quarantine_warn_share=2), "workload.quarantine_warn_share"),
+        (_raw(name="../../x"), "is not a workload name"),
+        (_raw(name="team/a"), "is not a workload name"),
         ({**_raw(), "shape": [1]}, "section 'shape' must be a mapping"),
+        ({**_raw(), "benchmark": {}}, "unknown key benchmark"),
+        ({**_raw(), "shape": {"plot_points": 2.5}}, "shape.plot_points: Input should be a valid"),
+        (
+            {**_raw(), "shape": {"latency_model": {"tpot_ms": float("nan")}}},
+            "shape.latency_model.tpot_ms: Input should be a finite number",
+        ),
+        (
+            {**_raw(), "shape": {"concurrency_low_max": 20}},
+            "concurrency_high_min (10) must exceed concurrency_low_max (20)",
+        ),
+        (
+            {**_raw(), "prefix": {"reuse_age_buckets_s": [600, 60]}},
+            "reuse_age_buckets_s must be strictly ascending",
+        ),
+        ({**_raw(), "prefix": {"block_size": True}}, "prefix.block_size"),
     ],
 )
-def test_bad_settings_name_the_key(
-    raw: dict[str, object], message: str, monkeypatch: pytest.MonkeyPatch
+def test_bad_settings_name_the_file_and_key(
+    raw: dict[str, object], message: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.delenv("ENGINEFIT_HASH_SALT", raising=False)
-    with pytest.raises(ConfigError, match=message):
-        config_from_mapping(raw).section("shape")
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert str(caught.value).startswith(f"{path}: ")
+    assert message in str(caught.value)
+    assert "\n" not in str(caught.value)
 
 
 def test_salt_from_environment_wins(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ENGINEFIT_HASH_SALT", "from-env")
     cfg = config_from_mapping(_raw(hash_salt="in-file"))
+    assert cfg.workload is not None
     assert cfg.workload.hash_salt == "from-env"
     assert "from-env" not in cfg.workload.salt_fingerprint
+
+
+def test_sections_are_immutable_and_replace_validates() -> None:
+    shape = default_config().shape
+    with pytest.raises(Exception, match="frozen"):
+        shape.plot_points = 5  # type: ignore[misc]
+    assert shape.replace(plot_points=20).plot_points == 20
+    with pytest.raises(Exception, match="greater than or equal to 10"):
+        shape.replace(plot_points=5)
 
 
 def test_missing_and_malformed_files(tmp_path: Path) -> None:
@@ -64,3 +149,15 @@ def test_missing_and_malformed_files(tmp_path: Path) -> None:
     bad.write_text("workload: [unclosed\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(bad)
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes("workload:\n  name: caf\xe9\n".encode("latin-1"))
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        load_config(latin)
+    with pytest.raises(ConfigError, match="is a folder"):
+        load_config(tmp_path)
+
+
+def test_bundled_configuration_loads() -> None:
+    cfg = load_config(REPO / "enginefit.yaml")
+    assert cfg.workload is not None and cfg.workload.name == "mooncake-conversation"
+    assert cfg.simulation.block_sizes == (512,)

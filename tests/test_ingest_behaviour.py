@@ -11,7 +11,9 @@ import pytest
 import zstandard
 
 from pipeline.errors import InputFormatError
-from pipeline.ingest import ingest_paths, write_workload
+from pipeline.ingest import ingest_paths
+from pipeline.ingest.stage import write as write_workload
+from pipeline.layout import WorkloadLayout
 from pipeline.store import scan_requests
 
 SALT = b"test-salt"
@@ -183,7 +185,7 @@ def test_written_workload_is_deterministic_and_scannable(tmp_path: Path) -> None
     path = _azure(tmp_path, "2023-11-16 18:00:01.0,1,1\n2023-11-16 18:00:02.0,-1,1\n")
     outs = []
     for name in ("a", "b"):
-        write_workload(ingest_paths([path], salt=SALT), tmp_path / name)
+        write_workload(ingest_paths([path], salt=SALT), WorkloadLayout(tmp_path / name))
         outs.append(tmp_path / name)
     for rel in ("requests/part-00000.parquet", "quarantine.parquet", "ingest_summary.json"):
         assert (outs[0] / rel).read_bytes() == (outs[1] / rel).read_bytes()
@@ -198,7 +200,7 @@ def test_canonical_parquet_round_trips(tmp_path: Path) -> None:
     """An ingested workload read back as input gives the same table."""
     path = _azure(tmp_path, "2023-11-16 18:00:01.0,1,1\n2023-11-16 18:00:02.0,5,1\n")
     first = ingest_paths([path], salt=SALT)
-    write_workload(first, tmp_path / "w")
+    write_workload(first, WorkloadLayout(tmp_path / "w"))
     again = ingest_paths([tmp_path / "w"], salt=SALT)
     assert again.summary.files[0].format == "canonical-parquet"
     assert again.requests.equals(first.requests)

@@ -44,8 +44,10 @@ def test_ingest_command_errors_are_one_line(
     bad = tmp_path / "nonsense.txt"
     bad.write_text("hello\n")
     assert enginefit(["ingest", str(bad)]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("enginefit: error: ") and "nonsense.txt: unrecognised trace format" in err
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("enginefit ingest: configuration: built-in defaults")
+    assert len(lines) == 2 and lines[1].startswith("enginefit: error: ")
+    assert "nonsense.txt: unrecognised trace format" in lines[1]
 
 
 def test_workload_asset_and_checks(tmp_path: Path) -> None:

@@ -13,10 +13,9 @@ import pytest
 from assets.prefix import prefix_sessions_consistent, prefix_sharing
 from assets.resources import EnginefitStore
 from pipeline.cli import main
-from pipeline.prefix.stage import CURVE_FILE, SESSIONS_FILE, SUMMARY_FILE, SVG_FILE
+from pipeline.layout import WorkloadLayout
 from pipeline.schema import conform
-from pipeline.store import write_requests
-from tests.conftest import trace_or_missing
+from tests.conftest import trace_or_missing, write_requests
 
 MOONCAKE = trace_or_missing("traces", "mooncake-fast25", "conversation_trace.jsonl")
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -65,8 +64,8 @@ def test_asset_writes_outputs_deterministically(config_path: Path, tmp_path: Pat
         [prefix_sharing], resources={"store": store}, selection=[prefix_sharing]
     )
     assert result.success
-    out = tmp_path / "data" / "t" / "prefix"
-    summary = json.loads((out / SUMMARY_FILE).read_text())
+    out = WorkloadLayout(tmp_path / "data" / "t").prefix
+    summary = json.loads(out.summary.read_text())
     # q1 hits 1, 2 and q0's output block 3 (12 tokens); q2 hits block 1 (4); q3 hits 1, 2, 3 and
     # q1's output block 4 (16 tokens, under the 19-token last-token cap).
     assert summary["reuse"]["hit_tokens"] == 12 + 4 + 16
@@ -76,7 +75,7 @@ def test_asset_writes_outputs_deterministically(config_path: Path, tmp_path: Pat
     # shallowest block 1 was last seen 11 s before (q2), so a 6 s cache serves q3 nothing.
     assert [b["hit_tokens"] for b in summary["reuse"]["by_retention"]] == [16, 32, 32]
     assert summary["requests_hashes_unknown"] == 1
-    sessions = pl.read_parquet(out / SESSIONS_FILE)
+    sessions = pl.read_parquet(out.sessions)
     assert sessions["session_id"].to_list() == [
         "inferred-0",
         "inferred-0",
@@ -85,13 +84,12 @@ def test_asset_writes_outputs_deterministically(config_path: Path, tmp_path: Pat
         "inferred-2",
     ]
     assert sessions["turn"].to_list() == [0, 1, 0, 2, 0]
-    assert pl.read_parquet(out / CURVE_FILE)["window_tokens"].to_list() == [4, 8, 16]
-    svg = (out / SVG_FILE).read_bytes()
-    assert svg.startswith(b"<?xml")
-    first = {name: (out / name).read_bytes() for name in (SUMMARY_FILE, SVG_FILE)}
+    assert pl.read_parquet(out.curve)["window_tokens"].to_list() == [4, 8, 16]
+    assert out.curve_svg.read_bytes().startswith(b"<?xml")
+    first = {name: path.read_bytes() for name, path in out.files().items()}
     again = dg.materialize([prefix_sharing], resources={"store": store})
     assert again.success
-    assert {name: (out / name).read_bytes() for name in (SUMMARY_FILE, SVG_FILE)} == first
+    assert {name: path.read_bytes() for name, path in out.files().items()} == first
     metadata = result.asset_materializations_for_node("prefix_sharing")[0].metadata
     assert "window (tokens)" in metadata["curve"].value  # type: ignore[operator]
 

@@ -11,18 +11,19 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from pipeline.prefix import (
-    PrefixConfig,
     PrefixInputError,
     analyse,
     at_block_size,
     classify_curve,
-    curve_svg,
     reuse_per_request,
     reuse_summary,
     sharing_curve,
     window_grid,
 )
+from pipeline.prefix.present import curve_svg
+from pipeline.prefix.result import PrefixResult
 from pipeline.schema import conform
+from tests.conftest import DEFAULTS
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 B = 4
@@ -101,7 +102,7 @@ def test_curve_ignores_unknown_hashes_and_handles_short_prompts() -> None:
     assert curve.row(0, named=True)["eligible"] == 0
     assert curve.row(0, named=True)["share"] == 0.0
     assert curve.row(0, named=True)["share_eligible"] is None
-    shape = classify_curve(curve, 2.5, PrefixConfig())
+    shape = classify_curve(curve, 2.5, DEFAULTS.prefix)
     assert shape["shape"] == "unknown"
 
 
@@ -185,7 +186,7 @@ def test_mixed_block_sizes_rejected() -> None:
         .alias("block_size")
     )
     with pytest.raises(PrefixInputError, match="several block sizes"):
-        analyse(frame, PrefixConfig())
+        analyse(frame, DEFAULTS.prefix)
 
 
 def _curve(points: dict[int, float]) -> pl.DataFrame:
@@ -199,7 +200,7 @@ def _curve(points: dict[int, float]) -> pl.DataFrame:
 
 
 def test_classification_thresholds() -> None:
-    cfg = PrefixConfig()
+    cfg = DEFAULTS.prefix
     falls = _curve({16: 0.9, 256: 0.9, 1024: 0.3, 4096: 0.1, 8192: 0.05})
     got = classify_curve(falls, 10_000, cfg)
     assert (got["shape"], got["short_window_tokens"], got["long_window_tokens"]) == (
@@ -320,7 +321,7 @@ def test_matches_reference_on_random_conversations(seed: int) -> None:
 
 
 def test_analyse_summary_keys() -> None:
-    result = analyse(_frame(HAND), PrefixConfig())
+    result = analyse(_frame(HAND), DEFAULTS.prefix)
     summary = result.summary
     assert summary["block_size"] == B
     assert summary["requests"] == 5
@@ -343,7 +344,7 @@ def test_count_only_trace_has_no_curve() -> None:
         {"t": 0, "prompt": 40, "h": [], "known": False},
         {"t": 1, "prompt": 9, "h": [], "known": False},
     ]
-    result = analyse(_frame(rows), PrefixConfig())
+    result = analyse(_frame(rows), DEFAULTS.prefix)
     assert result.curve.height == 0
     assert result.summary["block_size"] is None
     assert result.summary["classification"]["shape"] == "unknown"
@@ -354,8 +355,7 @@ def test_count_only_trace_has_no_curve() -> None:
 
 def test_shared_prefix_ratio_reads_the_share_per_window() -> None:
     """The benchmark join takes DOMAIN.md's ratio (share of all requests) per window."""
-    from pipeline.prefix.stage import shared_prefix_ratio
-
     summary = {"curve": [{"window_tokens": 16, "share": 0.5}, {"window_tokens": 32, "share": None}]}
-    assert shared_prefix_ratio(summary) == {16: 0.5}
-    assert shared_prefix_ratio({}) == {}
+    empty = pl.DataFrame()
+    assert PrefixResult.from_json(summary, empty, empty).shared_prefix_ratio() == {16: 0.5}
+    assert PrefixResult.from_json({}, empty, empty).shared_prefix_ratio() == {}

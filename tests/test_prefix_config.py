@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import polars as pl
 import pytest
 
+from pipeline.config import config_from_mapping
 from pipeline.errors import ConfigError
-from pipeline.prefix import PrefixConfig, parse_prefix_config
-from pipeline.prefix.stage import sessions_consistent
+from pipeline.prefix.checks import sessions_consistent
 
 
-def test_defaults_and_values() -> None:
-    assert parse_prefix_config({}) == PrefixConfig()
-    cfg = parse_prefix_config(
-        {"min_session_match_blocks": 3, "reuse_age_buckets_s": [5, 50.5], "block_size": 64}
-    )
+def test_values_replace_defaults() -> None:
+    cfg = config_from_mapping(
+        {
+            "prefix": {
+                "min_session_match_blocks": 3,
+                "reuse_age_buckets_s": [5, 50.5],
+                "block_size": 64,
+            }
+        }
+    ).prefix
     assert cfg.min_session_match_blocks == 3
     assert cfg.reuse_age_buckets_s == (5.0, 50.5)
     assert cfg.block_size == 64
@@ -25,26 +28,24 @@ def test_defaults_and_values() -> None:
 @pytest.mark.parametrize(
     ("raw", "message"),
     [
-        ({"min_session_match_blocks": 0}, "min_session_match_blocks"),
-        ({"min_session_match_blocks": True}, "min_session_match_blocks"),
+        ({"min_session_match_blocks": 0}, "prefix.min_session_match_blocks: Input should be"),
+        ({"min_session_match_blocks": True}, "prefix.min_session_match_blocks: Input should be"),
         ({"reuse_age_buckets_s": [600, 60]}, "strictly ascending"),
-        ({"reuse_age_buckets_s": [-1]}, "positive seconds"),
-        ({"reuse_age_buckets_s": 60}, "positive seconds"),
-        ({"no_sharing_below": 1.5}, "no_sharing_below"),
+        ({"reuse_age_buckets_s": [-1]}, "prefix.reuse_age_buckets_s[0]: Input should be greater"),
+        ({"reuse_age_buckets_s": 60}, "prefix.reuse_age_buckets_s: Input should be a valid tuple"),
+        ({"no_sharing_below": 1.5}, "prefix.no_sharing_below: Input should be less than"),
         ({"classify_short_window_tokens": 4096}, "must exceed"),
-        ({"block_size": 0}, "block_size"),
-        ({"min_blocks": 2}, "unknown option"),
+        ({"block_size": 0}, "prefix.block_size: Input should be greater than 0"),
+        ({"min_blocks": 2}, "unknown key prefix.min_blocks"),
     ],
 )
 def test_bad_values_name_the_key(raw: dict[str, object], message: str) -> None:
-    with pytest.raises(ConfigError, match=message):
-        parse_prefix_config(raw)
+    with pytest.raises(ConfigError) as caught:
+        config_from_mapping({"prefix": raw})
+    assert message in str(caught.value)
 
 
-def test_sessions_consistent_flags_problems(tmp_path: Path) -> None:
-    requests = pl.LazyFrame({"request_id": ["a", "b", "c"]})
-    path = tmp_path / "sessions.parquet"
-    assert sessions_consistent(requests, path) == [f"{path}: missing"]
+def test_sessions_consistent_flags_problems() -> None:
     good = pl.DataFrame(
         {
             "request_id": ["a", "b", "c"],
@@ -53,10 +54,9 @@ def test_sessions_consistent_flags_problems(tmp_path: Path) -> None:
             "turn": [0, 1, 7],
         }
     )
-    good.write_parquet(path)
-    assert sessions_consistent(requests, path) == []
-    good.with_columns(pl.Series("turn", [0, 2, 7])).head(2).write_parquet(path)
-    problems = sessions_consistent(requests, path)
-    assert len(problems) == 2
-    assert "2 rows for 3 requests" in problems[0]
-    assert "turns are not 0..n-1" in problems[1]
+    assert sessions_consistent(good, 3) == []
+    problems = sessions_consistent(good.with_columns(pl.Series("turn", [0, 2, 7])).head(2), 3)
+    assert problems == [
+        "sessions: 2 rows for 3 requests",
+        "sessions: 1 inferred sessions whose turns are not 0..n-1 (e.g. ['inferred-0'])",
+    ]

@@ -20,6 +20,7 @@ import polars as pl
 import pytest
 
 from pipeline.errors import InputFormatError
+from pipeline.ingest.present import summary_text
 from pipeline.readers import FORMAT_NAMES, ReadContext, ReadResult, SourceFile, detect_reader
 from pipeline.schema import MAX_PLAUSIBLE_TOKENS
 
@@ -404,7 +405,7 @@ def test_ingest_sorts_reports_and_quarantines_duplicates(tmp_path: Path) -> None
     assert summary.duplicate_timestamps == 1
     got = result.quarantine.select("source_line", "field", "reason").rows()
     assert got == [(4, "request_id", "duplicate_request_id"), (6, "<line>", "truncated_last_line")]
-    printed = summary.format_text()
+    printed = summary_text(summary)
     assert str(path) in printed
     assert "read 6 records from 1 file(s): 4 ingested, 2 quarantined" in printed
 

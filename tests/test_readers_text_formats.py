@@ -24,11 +24,13 @@ import pytest
 import zstandard
 from polars.testing import assert_frame_equal
 
+from pipeline.ingest.stage import write as write_workload
+from pipeline.layout import WorkloadLayout
 from pipeline.readers import READERS, ReadContext, ReadResult, SourceFile, detect_reader
 from pipeline.readers.prompt_text import PromptTextReader
 from pipeline.schema import CANONICAL_SCHEMA
-from pipeline.store import write_requests
 from pipeline.tokenize import ApproximateTokenizer, HuggingFaceTokenizer
+from tests.conftest import write_requests
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data" / "traces"
@@ -549,7 +551,7 @@ def test_ingested_workload_holds_no_prompt_text(tmp_path: Path) -> None:
     paths = [DATA / "prompt_text.jsonl", DATA / "openai_chat.jsonl", bad]
     result = ingest.ingest_paths(paths, block_size=4, salt=SALT, anchor=ANCHOR)
     assert result.summary.quarantined == 2
-    ingest.write_workload(result, tmp_path / "workload")
+    write_workload(result, WorkloadLayout(tmp_path / "workload"))
     written = [p for p in (tmp_path / "workload").rglob("*") if p.is_file()]
     assert {p.suffix for p in written} >= {".parquet", ".json"}
     for path in written:

@@ -13,9 +13,10 @@ from pipeline.facts import LatencyModel
 from pipeline.schema import conform
 from pipeline.shape.common import ShapeError
 from pipeline.shape.concurrency import concurrency_steps, peak_concurrency
+from tests.conftest import DEFAULTS
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
-LM = LatencyModel()
+LM = DEFAULTS.shape.latency
 
 
 def frame(

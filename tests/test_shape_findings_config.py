@@ -6,10 +6,12 @@ from typing import Any
 
 import pytest
 
+from pipeline.config import config_from_mapping
 from pipeline.errors import ConfigError
 from pipeline.facts import LatencyModel
-from pipeline.shape.config import ShapeConfig, parse_shape_config
+from pipeline.shape.config import ShapeConfig
 from pipeline.shape.findings import place_on_axes
+from tests.conftest import DEFAULTS
 
 
 def shape(
@@ -24,7 +26,7 @@ def shape(
             "peak": peak,
             "mean": 1.0,
             "estimated": estimated,
-            "latency_model": LatencyModel().as_dict() if estimated else None,
+            "latency_model": DEFAULTS.shape.latency.as_dict() if estimated else None,
         },
         "lengths": {"output_tokens": dist(*out), "prompt_tokens": dist(*prompt)},
         "arrivals": {
@@ -36,7 +38,7 @@ def shape(
 
 
 def ids(s: dict[str, Any], cfg: ShapeConfig | None = None) -> list[str]:
-    return [f.id for f in place_on_axes(s, cfg or ShapeConfig())]
+    return [f.id for f in place_on_axes(s, cfg or DEFAULTS.shape)]
 
 
 @pytest.mark.parametrize(
@@ -50,7 +52,9 @@ def test_concurrency_regimes(peak: int, expected: str) -> None:
 def test_tail_threshold_is_inclusive() -> None:
     found = ids(shape(5, (100, 400), (100, 399)))
     assert "output_tail.long" in found and "prompt_tail.short" in found
-    assert "prompt_tail.long" in ids(shape(5, (1, 1), (100, 399)), ShapeConfig(long_tail_ratio=3))
+    assert "prompt_tail.long" in ids(
+        shape(5, (1, 1), (100, 399)), DEFAULTS.shape.replace(long_tail_ratio=3)
+    )
 
 
 def test_unknown_output_and_zero_median() -> None:
@@ -61,7 +65,7 @@ def test_unknown_output_and_zero_median() -> None:
 
 
 def test_findings_carry_numbers_and_estimate_flag() -> None:
-    fs = place_on_axes(shape(12, (10, 100), (10, 10), estimated=True), ShapeConfig())
+    fs = place_on_axes(shape(12, (10, 100), (10, 10), estimated=True), DEFAULTS.shape)
     conc = fs[0]
     assert conc.estimated and conc.numbers["peak_concurrency"] == 12
     assert conc.numbers["latency_model"]["tpot_ms"] == 30.0 and "estimated" in conc.message
@@ -79,20 +83,21 @@ def test_bursty_and_quantised_findings() -> None:
         "distinct_timestamps": 9,
         "tie_share": 1.0,
     }
-    found = {f.id: f for f in place_on_axes(s, ShapeConfig())}
+    found = {f.id: f for f in place_on_axes(s, DEFAULTS.shape)}
     assert found["arrivals.bursty"].numbers["inter_arrival_cv"] == 2.5
     assert found["timestamps.quantised"].numbers["quantum_s"] == 3.0
     s["arrivals"]["inter_arrival"]["cv"] = 1.9
     assert "arrivals.bursty" not in ids(s)
 
 
-def test_config_defaults_and_values() -> None:
-    assert parse_shape_config(None) == ShapeConfig()
-    cfg = parse_shape_config(
-        {"latency_model": {"tpot_ms": 12, "ttft_base_ms": 0}, "long_tail_ratio": 5}
-    )
-    assert cfg.latency_model == LatencyModel(
-        ttft_base_ms=0.0, ttft_per_prompt_token_ms=0.05, tpot_ms=12.0
+def test_config_values_replace_defaults() -> None:
+    cfg = config_from_mapping(
+        {"shape": {"latency_model": {"tpot_ms": 12, "ttft_base_ms": 0}, "long_tail_ratio": 5}}
+    ).shape
+    assert cfg.latency == LatencyModel(
+        ttft_base_ms=0.0,
+        ttft_per_prompt_token_ms=DEFAULTS.shape.latency.ttft_per_prompt_token_ms,
+        tpot_ms=12.0,
     )
     assert cfg.long_tail_ratio == 5.0
 
@@ -100,19 +105,26 @@ def test_config_defaults_and_values() -> None:
 @pytest.mark.parametrize(
     ("section", "message"),
     [
-        ({"long_tail_ratoi": 4}, "unknown key shape.long_tail_ratoi"),
+        (
+            {"long_tail_ratoi": 4},
+            "unknown key shape.long_tail_ratoi (did you mean long_tail_ratio?)",
+        ),
         ({"latency_model": {"tpot": 3}}, "unknown key shape.latency_model.tpot"),
-        ({"latency_model": {"tpot_ms": -1}}, "shape.latency_model.tpot_ms must be >= 0"),
-        ({"latency_model": {"tpot_ms": "fast"}}, "must be a finite number"),
-        ({"latency_model": [1]}, "shape.latency_model must be a mapping"),
-        ({"long_tail_ratio": 1}, "shape.long_tail_ratio must be > 1"),
+        (
+            {"latency_model": {"tpot_ms": -1}},
+            "shape.latency_model.tpot_ms: Input should be greater",
+        ),
+        ({"latency_model": {"tpot_ms": "fast"}}, "Input should be a valid number"),
+        ({"latency_model": [1]}, "shape.latency_model: Input should be a valid dictionary"),
+        ({"long_tail_ratio": 1}, "shape.long_tail_ratio: Input should be greater than 1"),
         ({"concurrency_low_max": 10, "concurrency_high_min": 5}, "must exceed"),
-        ({"plot_points": 2.5}, "shape.plot_points must be an integer"),
+        ({"plot_points": 2.5}, "shape.plot_points: Input should be a valid integer"),
     ],
 )
 def test_config_errors_name_the_key(section: dict[str, Any], message: str) -> None:
-    with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
-        parse_shape_config(section, "x.yaml")
+    with pytest.raises(ConfigError) as caught:
+        config_from_mapping({"shape": section})
+    assert message in str(caught.value)
 
 
 def test_features_finding() -> None:
@@ -124,7 +136,7 @@ def test_features_finding() -> None:
         "lora_adapter": {"share": 0.0, "distinct_adapters": 0},
     }
     s["lengths"]["long_context"] = {">=32768": {"requests": 1, "share": 0.1}}
-    found = {f.id: f for f in place_on_axes(s, ShapeConfig())}
+    found = {f.id: f for f in place_on_axes(s, DEFAULTS.shape)}
     f = found["features.seen"]
     assert f.numbers["structured_output_share"] == 0.25
     assert f.numbers["long_context_32k_share"] == 0.1

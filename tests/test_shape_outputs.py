@@ -13,12 +13,13 @@ import pytest
 from assets.resources import EnginefitStore
 from assets.shape import CHECKS, workload_shape
 from pipeline.cli import main as enginefit
+from pipeline.layout import WorkloadLayout
 from pipeline.schema import conform
-from pipeline.shape import compute_shape
-from pipeline.shape.charts import cdf_points, shape_charts
-from pipeline.shape.report import check_estimates_labelled, check_unsupported_have_reasons
-from pipeline.store import write_requests
-from tests.conftest import shared_path, write_config
+from pipeline.shape import checks, compute_shape, stage
+from pipeline.shape.lengths import cdf_points
+from pipeline.shape.present import figures
+from pipeline.shape.result import ShapeResult
+from tests.conftest import DEFAULTS, shared_path, write_config, write_requests
 
 T0 = datetime(2024, 3, 1, 12, tzinfo=UTC)
 
@@ -52,33 +53,50 @@ def test_cdf_points_exact_and_thinned() -> None:
 
 def test_charts_are_byte_identical_and_undated() -> None:
     df = small_trace()
-    result = compute_shape(df)
-    first = shape_charts(df, result.to_json(), result.concurrency.series)
-    second = shape_charts(df, compute_shape(df).to_json(), result.concurrency.series)
-    assert set(first) == {"lengths_cdf.svg", "arrivals.svg", "concurrency.svg"}
+    results = [compute_shape(df, DEFAULTS.shape) for _ in range(2)]
+    first, second = (figures(r, r.plots) for r in results if r.plots is not None)
+    assert set(first) == {"lengths_svg", "arrivals_svg", "concurrency_svg"}
     for name, svg in first.items():
         assert svg == second[name], name
         assert svg.startswith(b"<?xml") and b"<dc:date>" not in svg
-    assert b"ESTIMATED" in first["concurrency.svg"]
+    # text is drawn as glyph paths (no font dependency); Matplotlib keeps each string as a comment
+    assert b"<!-- Concurrency over time (ESTIMATED) -->" in first["concurrency_svg"]
 
 
 def test_checks_predicates() -> None:
-    shape = compute_shape(small_trace()).to_json()
-    assert check_estimates_labelled(shape)[0]
-    assert check_unsupported_have_reasons(shape)[0]
+    shape = compute_shape(small_trace(), DEFAULTS.shape).to_json()
+    assert checks.estimates_labelled(shape) == []
+    assert checks.unsupported_have_reasons(shape) == []
     shape["concurrency"]["latency_model"] = None
-    assert not check_estimates_labelled(shape)[0]
+    assert checks.estimates_labelled(shape) == [
+        "estimated concurrency lacks latency-model parameters "
+        "['ttft_base_ms', 'ttft_per_prompt_token_ms', 'tpot_ms', 'source']"
+    ]
     shape["arrivals"]["windows"]["1s"] = {"supported": False, "reason": "", "window_s": 1}
-    assert not check_unsupported_have_reasons(shape)[0]
+    assert checks.unsupported_have_reasons(shape) == [
+        "window 1s: unsupported without a reason or still carrying numbers"
+    ]
+
+
+def test_result_round_trips_through_its_files(tmp_path: Path) -> None:
+    """What the stage writes reads back as the same result (metrics, facts, findings)."""
+    result = compute_shape(small_trace(), DEFAULTS.shape)
+    layout = WorkloadLayout(tmp_path / "w")
+    stage.write(result, layout)
+    back = stage.read_result(layout)
+    assert back.to_json() == json.loads(json.dumps(result.to_json()))
+    assert back.facts == result.facts and back.findings == result.findings
+    assert back.concurrency_series.equals(result.concurrency_series)
+    assert ShapeResult.from_json(result.to_json()).facts == result.facts
 
 
 def test_workload_shape_asset(tmp_path: Path) -> None:
     config = write_config(tmp_path, ["unused.csv"])
     store = EnginefitStore(config_path=str(config))
-    write_requests(small_trace(), store.workload_dir())
+    write_requests(small_trace(), store.layout().root)
     result = dg.materialize([workload_shape, *CHECKS], resources={"store": store})
     assert result.success
-    out = store.stage_dir("shape")
+    out = store.layout().shape.dir
     names = sorted(p.name for p in out.iterdir())
     assert names == [
         "arrivals.svg",
@@ -99,7 +117,7 @@ def test_workload_shape_asset(tmp_path: Path) -> None:
     checks = result.get_asset_check_evaluations()
     assert len(checks) == 2 and all(c.passed for c in checks)
     md = result.asset_materializations_for_node("workload_shape")[0].metadata
-    assert "findings_table" in md and "shape_json" in md
+    assert "findings_table" in md and "summary_path" in md
     # Re-materialising gives byte-identical files.
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     assert dg.materialize([workload_shape], resources={"store": store}).success
@@ -110,9 +128,14 @@ def test_asset_rejects_bad_shape_config(tmp_path: Path) -> None:
     config = write_config(tmp_path, ["unused.csv"])
     config.write_text(config.read_text() + "shape:\n  long_tail_ratio: 0.5\n")
     store = EnginefitStore(config_path=str(config))
-    write_requests(small_trace(10), store.workload_dir())
+    write_requests(small_trace(10), tmp_path / "data" / "t")
     result = dg.materialize([workload_shape], resources={"store": store}, raise_on_error=False)
     assert not result.success
+    failure = result.get_step_failure_events()[0].step_failure_data.error
+    assert failure is not None and failure.cause is not None
+    assert "shape.long_tail_ratio: Input should be greater than 1 (got 0.5)" in (
+        failure.cause.message
+    )
 
 
 def test_cli_on_canonical_parquet(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -134,7 +157,7 @@ def test_cli_config_section(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert payload["shape"]["concurrency"]["latency_model"]["tpot_ms"] == 1.0
     config.write_text(config.read_text() + "  bogus: 1\n")
     assert enginefit(["shape", str(tmp_path / "w"), "--config", str(config)]) == 2
-    assert "unknown key shape.bogus" in capsys.readouterr().err
+    assert "unknown key shape.bogus" in capsys.readouterr().err.splitlines()[-1]
 
 
 @pytest.mark.shared
@@ -170,9 +193,6 @@ def test_cli_on_tracelab_sessions(capsys: pytest.CaptureFixture[str]) -> None:
 def test_degenerate_traces_still_produce_every_output(
     tmp_path: Path, e2e_ms: list[float | None]
 ) -> None:
-    from pipeline.shape.config import ShapeConfig
-    from pipeline.shape.outputs import write_shape_outputs
-
     n = len(e2e_ms)
     df = conform(
         pl.DataFrame(
@@ -184,13 +204,15 @@ def test_degenerate_traces_still_produce_every_output(
             }
         )
     )
-    out = write_shape_outputs(df.lazy(), ShapeConfig(), tmp_path)
-    assert all(p.exists() for p in out.paths.values())
-    shape = json.loads(out.paths["shape_json"].read_text())
+    layout = WorkloadLayout(tmp_path)
+    written = stage.write(compute_shape(df.lazy(), DEFAULTS.shape), layout)
+    assert sorted(written) == sorted(layout.shape.files())
+    assert all(p.exists() for p in written.values())
+    shape = json.loads(layout.shape.summary.read_text())
     assert shape["requests"] == n and shape["arrivals"]["mean_rate_rps"] is None
     assert not shape["arrivals"]["inter_arrival"]["supported"]
     assert shape["lengths"]["output_tokens"]["p99_over_p50"] == 0.0  # 0/0 tail: no tail
     expected_peak = sum(1 for d in e2e_ms if d is None or d > 0)
     assert shape["concurrency"]["peak"] == expected_peak
-    facts = json.loads(out.paths["facts_json"].read_text())
+    facts = json.loads(layout.shape.facts.read_text())
     assert facts["mean_rate_rps"] is None and facts["span_s"] == 0.0

@@ -14,10 +14,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline.facts import LatencyModel
 from pipeline.schema import conform
-from pipeline.shape import compute_shape, compute_workload_facts
-from tests.conftest import shared_path
+from pipeline.shape import compute_shape
+from tests.conftest import DEFAULTS, shared_path
 
 pytestmark = pytest.mark.shared
 
@@ -40,7 +39,7 @@ def azure() -> pl.DataFrame:
 
 @pytest.fixture(scope="module")
 def azure_shape(azure: pl.DataFrame) -> dict[str, Any]:
-    return compute_shape(azure.lazy()).to_json()
+    return compute_shape(azure.lazy(), DEFAULTS.shape).to_json()
 
 
 @pytest.fixture(scope="module")
@@ -101,12 +100,12 @@ def test_azure_matches_numpy_reference(azure: pl.DataFrame, azure_shape: dict[st
 def test_azure_estimated_concurrency_matches_numpy_sweep(
     azure: pl.DataFrame, azure_shape: dict[str, Any]
 ) -> None:
-    lm = LatencyModel()
+    lm = DEFAULTS.shape.latency
     start = azure["arrival"].dt.epoch("us").to_numpy()
     dur_ms = (
         lm.ttft_base_ms
         + lm.ttft_per_prompt_token_ms * azure["prompt_tokens"].to_numpy()
-        + lm.tpot_ms * azure["output_tokens"].to_numpy()
+        + lm.tpot_ms * np.maximum(azure["output_tokens"].to_numpy() - 1, 0)
     )
     end = start + np.round(dur_ms * 1000).astype(np.int64)
     times = np.concatenate([start, end])
@@ -119,13 +118,19 @@ def test_azure_estimated_concurrency_matches_numpy_sweep(
 
 
 def test_mooncake_quantisation_and_lengths(mooncake: pl.DataFrame) -> None:
-    shape = compute_shape(mooncake.lazy()).to_json()
+    shape = compute_shape(mooncake.lazy(), DEFAULTS.shape).to_json()
     q = shape["arrivals"]["quantisation"]
     assert q["quantised"] and q["distinct_timestamps"] == 1_180
     assert q["quantum_s"] == 3.0
     assert (q["min_distinct_gap_s"], q["max_distinct_gap_s"]) == (2.997, 3.003)
     w = shape["arrivals"]["windows"]
-    assert not w["1s"]["supported"] and w["10s"]["supported"] and w["60s"]["supported"]
+    # Only windows holding a whole number of 3 s buckets: 10 s windows hold 3 or 4 and alias.
+    assert not w["1s"]["supported"] and not w["10s"]["supported"] and w["60s"]["supported"]
+    assert "a 10 s window is not a whole number of buckets" in w["10s"]["reason"]
+    # The estimated concurrency is labelled as affected by the bucketing.
+    effect = shape["concurrency"]["quantisation"]
+    assert effect["affected"] and effect["quantum_s"] == 3.0
+    assert "may be overstated by up to one bucket's arrivals" in effect["note"]
     assert not shape["arrivals"]["inter_arrival"]["supported"]
     assert shape["requests"] == 12_031 and round(shape["arrivals"]["mean_rate_rps"], 2) == 3.40
     p, o = shape["lengths"]["prompt_tokens"], shape["lengths"]["output_tokens"]
@@ -140,9 +145,12 @@ def test_mooncake_quantisation_and_lengths(mooncake: pl.DataFrame) -> None:
 
 
 def test_workload_facts_on_mooncake(mooncake: pl.DataFrame) -> None:
-    facts = compute_workload_facts(mooncake.lazy(), LatencyModel(tpot_ms=20))
+    settings = DEFAULTS.shape.replace(
+        latency_model=DEFAULTS.shape.latency_model.replace(tpot_ms=20)
+    )
+    facts = compute_shape(mooncake.lazy(), settings).facts
     assert facts.requests == 12_031
-    assert set(facts.peak_rate_rps) == {"10s", "60s"}  # 1 s is below the 3 s quantum
+    assert set(facts.peak_rate_rps) == {"60s"}  # 1 s and 10 s are not whole 3 s buckets
     assert facts.prompt_tokens.p99 == 85_401 and facts.output_tokens.p50 == 350
     assert facts.peak_concurrency_estimated and facts.latency_model is not None
     assert facts.latency_model.tpot_ms == 20

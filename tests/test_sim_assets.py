@@ -12,7 +12,7 @@ import polars as pl
 from assets.resources import EnginefitStore
 from assets.sim import ASSETS, CHECKS
 from pipeline.schema import conform
-from pipeline.store import write_requests
+from tests.conftest import write_requests
 
 
 def _setup(tmp_path: Path) -> Path:

@@ -13,7 +13,7 @@ from pipeline.cli import main
 from pipeline.errors import ConfigError
 from pipeline.schema import conform
 from pipeline.sim import parse_simulation_config
-from pipeline.store import write_requests
+from tests.conftest import DEFAULTS, write_requests
 
 
 @pytest.fixture
@@ -123,5 +123,6 @@ def test_config_section_validation() -> None:
         parse_simulation_config({"replica": [1]})
     with pytest.raises(ConfigError, match="cache_threshold"):
         parse_simulation_config({"cache_aware": {"cache_threshold": 2}})
-    shaped = parse_simulation_config({}, shape={"latency_model": {"tpot_ms": 10}})
+    latency = DEFAULTS.shape.latency_model.replace(tpot_ms=10).model_dump()
+    shaped = parse_simulation_config({}, shape={"latency_model": latency})
     assert shaped.latency_model is not None and shaped.latency_model.tpot_ms == 10

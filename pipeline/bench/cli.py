@@ -9,8 +9,8 @@ Settings come from ``--config``'s ``bench`` section (defaults without it); flags
 date is ``--as-of``, else ``bench.as_of``, else the ``ENGINEFIT_RUN_DATE`` environment variable
 set by the calling shell; without any, the age check reports ``unknown`` (this module never reads
 the clock). Workload facts (for fleet sizing and the production checks) come from
-``--workload-facts`` or, with ``--config``, from ``<data_dir>/<workload>/shape/workload_facts.json``
-when it exists.
+``--workload-facts`` or, when a workload is configured, from its shape and prefix stage outputs
+(read exactly as the ``bench_*`` assets read them).
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.bench.cost import COST_FORMULA, FLEET_FORMULA
-from pipeline.bench.slo import BenchSettings, bench_settings, parse_as_of, parse_slo_spec
+from pipeline.bench.slo import BenchSettings, parse_as_of, parse_slo_spec
+from pipeline.bench.stage import workload_facts
 from pipeline.bench.validity import (
     CAPACITY_COLUMNS,
     BenchAnalysis,
@@ -32,11 +33,12 @@ from pipeline.bench.validity import (
     load_workload_facts,
     markdown_table,
 )
-from pipeline.cli_common import add_config_argument, cli_config
+from pipeline.cli_common import add_config_argument, command_config
+from pipeline.config import Config
 from pipeline.errors import ConfigError, InputFormatError
+from pipeline.facts import WorkloadFacts
 
 RUN_DATE_ENV = "ENGINEFIT_RUN_DATE"
-FACTS_RELPATH = Path("shape") / "workload_facts.json"
 
 
 def register(subparsers: Any) -> None:
@@ -60,27 +62,16 @@ def register(subparsers: Any) -> None:
         help="interpolate capacity between the last pass and first failure (marked)",
     )
     parser.add_argument("--as-of", help="date for the six-month age check (YYYY-MM-DD)")
-    add_config_argument(parser, "the bench section (SLO, prices) and the workload facts")
+    add_config_argument(parser)
     parser.add_argument("--workload-facts", type=Path, help="shape/workload_facts.json to join")
     parser.add_argument("--out", type=Path, help="also write JSON, Parquet and SVG plots here")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     parser.set_defaults(func=run_bench)
 
 
-def resolve_settings(args: argparse.Namespace) -> tuple[BenchSettings, Path | None]:
-    """Settings from the config's ``bench`` section, then command-line overrides.
-
-    Returns the settings and the default workload-facts path (from the config), if any.
-    """
-    facts_path: Path | None = None
-    cfg = cli_config(args.config)
-    if cfg is not None:
-        settings = bench_settings(
-            cfg.section("bench"), base=cfg.source.parent if cfg.source else None
-        )
-        facts_path = cfg.paths.data_dir / cfg.workload.name / FACTS_RELPATH
-    else:
-        settings = BenchSettings()
+def resolve_settings(args: argparse.Namespace, config: Config) -> BenchSettings:
+    """The configuration's ``bench`` section, then command-line overrides."""
+    settings = config.bench
     changes: dict[str, Any] = {}
     if args.slo is not None:
         changes["slo"] = parse_slo_spec(args.slo)
@@ -96,7 +87,7 @@ def resolve_settings(args: argparse.Namespace) -> tuple[BenchSettings, Path | No
         changes["as_of"] = parse_as_of(args.as_of, "--as-of")
     elif settings.as_of is None and os.environ.get(RUN_DATE_ENV):
         changes["as_of"] = parse_as_of(os.environ[RUN_DATE_ENV], RUN_DATE_ENV)
-    return dataclasses.replace(settings, **changes), facts_path
+    return dataclasses.replace(settings, **changes)
 
 
 def write_outputs(analysis: BenchAnalysis, out: Path) -> list[Path]:
@@ -153,16 +144,20 @@ def render_text(analysis: BenchAnalysis) -> str:
 def run_bench(args: argparse.Namespace) -> int:
     from pipeline.bench import read_bench_files
 
-    settings, config_facts = resolve_settings(args)
+    config = command_config(args)
+    settings = resolve_settings(args, config)
     paths = [Path(p) for p in args.paths]
     for path in paths:
         if not path.exists():
             raise InputFormatError(f"{path}: no such benchmark result file or folder")
     result = read_bench_files(paths, manifest=settings.manifest)
-    facts_path = args.workload_facts or (
-        config_facts if config_facts is not None and config_facts.is_file() else None
-    )
-    facts = load_workload_facts(facts_path) if facts_path is not None else None
+    facts: WorkloadFacts | None
+    if args.workload_facts is not None:
+        facts = load_workload_facts(args.workload_facts)
+    elif config.workload is not None:
+        facts, _ = workload_facts(config.layout())
+    else:
+        facts = None
     analysis = analyse_bench(result.load_points, settings, facts, notes=result.notes)
     if args.out is not None:
         write_outputs(analysis, args.out)

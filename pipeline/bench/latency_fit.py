@@ -52,7 +52,7 @@ METHOD = (
     "measured load, queueing included): tpot_ms = TPOT p50 (else the mean per-gap ITL, see "
     "tpot_from); ttft_base_ms = 0 and ttft_per_prompt_token_ms = TTFT p50 / mean input tokens "
     "(one point cannot fit a base and a slope); duration = ttft_base_ms + "
-    "ttft_per_prompt_token_ms x prompt tokens + tpot_ms x output tokens; concurrency by the "
+    "ttft_per_prompt_token_ms x prompt tokens + tpot_ms x (output tokens - 1); concurrency by the "
     "shape stage's sweep (pipeline.shape.concurrency.peak_concurrency)"
 )
 

@@ -1,8 +1,10 @@
 """Prefix sharing: the shared-prefix curve, reuse potential, its age and tenant split, and the
-curve's shape. Session inference lives in :mod:`pipeline.sessions`."""
+curve's shape. Session inference lives in :mod:`pipeline.sessions`; ``stage`` holds the contract
+the asset and the command share."""
 
 from __future__ import annotations
 
+from pipeline.prefix.analysis import analyse, session_stats
 from pipeline.prefix.compute import (
     PrefixInputError,
     at_block_size,
@@ -14,20 +16,17 @@ from pipeline.prefix.compute import (
     table_block_size,
     window_grid,
 )
-from pipeline.prefix.config import PrefixConfig, parse_prefix_config
-from pipeline.prefix.report import PrefixAnalysis, analyse, curve_markdown, curve_svg, session_stats
+from pipeline.prefix.config import PrefixConfig
+from pipeline.prefix.result import PrefixResult
 
 __all__ = [
-    "PrefixAnalysis",
     "PrefixConfig",
     "PrefixInputError",
+    "PrefixResult",
     "analyse",
     "at_block_size",
     "classify_curve",
     "coarsen",
-    "curve_markdown",
-    "curve_svg",
-    "parse_prefix_config",
     "reuse_per_request",
     "reuse_summary",
     "session_stats",

@@ -1,83 +1,69 @@
-"""The prefix stage's files: names, the writer, and a consistency predicate for the asset check.
+"""The prefix stage: read_inputs → run → write, shared by the ``prefix_sharing`` asset and
+``enginefit prefix``; ``read_result`` is how later stages read it back.
 
-Files under ``<workload dir>/prefix/``:
-
-``prefix_sharing.json``
-    The summary (keys documented in ``docs/prefix.md``).
-``curve.parquet``
-    One row per window: :data:`pipeline.prefix.compute.CURVE_SCHEMA`.
-``sessions.parquet``
-    ``request_id, session_id, session_inferred, turn`` in arrival order.
-``curve.svg``
-    The sharing curve (deterministic SVG).
+Outputs (paths: :class:`pipeline.layout.PrefixPaths`): the summary (keys in
+``docs/prefix.md``), the curve and the sessions as Parquet, and the curve as SVG.
 """
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 
-from pipeline.prefix.report import PrefixAnalysis
+from pipeline.config import Config
+from pipeline.errors import InputFormatError
+from pipeline.ingest.stage import read_requests
+from pipeline.layout import WorkloadLayout
+from pipeline.prefix.analysis import analyse
+from pipeline.prefix.config import PrefixConfig
+from pipeline.prefix.present import curve_svg
+from pipeline.prefix.result import PrefixResult
 from pipeline.store import write_bytes_atomic, write_json_atomic, write_parquet_atomic
 
-STAGE = "prefix"
-SUMMARY_FILE = "prefix_sharing.json"
-CURVE_FILE = "curve.parquet"
-SESSIONS_FILE = "sessions.parquet"
-SVG_FILE = "curve.svg"
+
+@dataclass(frozen=True)
+class PrefixInputs:
+    requests: pl.DataFrame  # canonical table, sorted by arrival
 
 
-def write_prefix_outputs(result: PrefixAnalysis, out_dir: Path, svg: bytes) -> dict[str, Path]:
-    """Write the four files atomically; returns their paths by kind."""
-    paths = {
-        "summary": out_dir / SUMMARY_FILE,
-        "curve": out_dir / CURVE_FILE,
-        "sessions": out_dir / SESSIONS_FILE,
-        "plot": out_dir / SVG_FILE,
-    }
-    write_json_atomic(paths["summary"], result.summary)
-    write_parquet_atomic(result.curve, paths["curve"])
-    write_parquet_atomic(result.sessions, paths["sessions"])
-    write_bytes_atomic(paths["plot"], svg)
-    return paths
+def inputs_from(requests: pl.LazyFrame | pl.DataFrame) -> PrefixInputs:
+    frame = requests.collect() if isinstance(requests, pl.LazyFrame) else requests
+    if not frame["arrival"].is_sorted():
+        frame = frame.sort("arrival", maintain_order=True)
+    return PrefixInputs(frame)
 
 
-def sessions_consistent(requests: pl.LazyFrame, sessions_path: Path) -> list[str]:
-    """Problems with ``sessions.parquet``: one row per request, ids never null, and in every
-    session whose ids were all inferred the turns are exactly 0 .. n-1."""
-    if not sessions_path.is_file():
-        return [f"{sessions_path}: missing"]
-    sessions = pl.read_parquet(sessions_path)
-    problems = []
-    n_requests = requests.select(pl.len()).collect().item()
-    if sessions.height != n_requests:
-        problems.append(f"{sessions_path}: {sessions.height} rows for {n_requests} requests")
-    nulls = sessions["session_id"].null_count()
-    if nulls:
-        problems.append(f"{sessions_path}: {nulls} rows without a session_id")
-    bad = (
-        sessions.group_by("session_id")
-        .agg(
-            pl.col("session_inferred").all().alias("inferred"),
-            (pl.col("turn").sort() == pl.int_range(pl.len())).all().alias("dense"),
+def read_inputs(layout: WorkloadLayout, config: Config) -> PrefixInputs:
+    del config  # the canonical table is the stage's only input
+    return inputs_from(read_requests(layout))
+
+
+def run(inputs: PrefixInputs, settings: PrefixConfig) -> PrefixResult:
+    return analyse(inputs.requests, settings)
+
+
+def write(result: PrefixResult, layout: WorkloadLayout) -> dict[str, Path]:
+    """The four files, each written atomically; returns them by layout name."""
+    paths = layout.prefix
+    write_json_atomic(paths.summary, result.to_json())
+    write_parquet_atomic(result.curve, paths.curve)
+    write_parquet_atomic(result.sessions, paths.sessions)
+    write_bytes_atomic(paths.curve_svg, curve_svg(result.curve))
+    return paths.files()
+
+
+def read_result(layout: WorkloadLayout) -> PrefixResult:
+    paths = layout.prefix
+    if not paths.summary.is_file():
+        raise InputFormatError(
+            f"{paths.summary}: no prefix analysis; run the prefix stage first "
+            "(enginefit prefix --config FILE, or materialise `prefix_sharing`)"
         )
-        .filter(pl.col("inferred") & ~pl.col("dense"))
+    return PrefixResult.from_json(
+        json.loads(paths.summary.read_text(encoding="utf-8")),
+        pl.read_parquet(paths.curve),
+        pl.read_parquet(paths.sessions),
     )
-    if bad.height:
-        problems.append(
-            f"{sessions_path}: {bad.height} inferred sessions whose turns are not 0..n-1 "
-            f"(e.g. {bad['session_id'].sort().head(3).to_list()})"
-        )
-    return problems
-
-
-def shared_prefix_ratio(summary: dict[str, Any]) -> dict[int, float]:
-    """DOMAIN.md's shared-prefix ratio per window W (tokens) from a ``prefix_sharing.json``
-    summary: the share of all requests whose first W tokens another request also starts with."""
-    return {
-        int(point["window_tokens"]): float(point["share"])
-        for point in summary.get("curve", [])
-        if point.get("share") is not None
-    }

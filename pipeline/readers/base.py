@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from pipeline.config import DEFAULT_ANCHOR
 from pipeline.hashing import chain_hash_tokens
 from pipeline.readers.source import SourceFile
 from pipeline.schema import (
@@ -37,6 +36,8 @@ EPOCH_SECONDS_MIN = 1e9
 # Plausible absolute arrival years; anything outside is a unit or parsing error.
 EARLIEST_ARRIVAL = datetime(2000, 1, 1, tzinfo=UTC)
 LATEST_ARRIVAL = datetime(2100, 1, 1, tzinfo=UTC)
+# Library default only; the pipeline always passes the configured workload.anchor.
+DEFAULT_ANCHOR = EARLIEST_ARRIVAL
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,11 @@ Definitions (all times from the canonical ``arrival`` column, microsecond precis
   timestamps are within 1 % of a multiple of the smallest such gap q0 (a regular grid, not a
   batch submission). The quantum is the median of the gaps that are ≈ q0. On a quantised trace
   inter-arrival statistics are not supported (the gaps are 0 or ≈ a quantum: artefacts), and a
-  w-second window is supported only when w ≥ ``min_quanta_per_window`` × quantum, or when every
-  timestamp is an exact multiple of the quantum and w is too (windows then hold whole buckets).
+  w-second window is supported only when it holds a whole number k of quanta (|w − k·quantum|
+  ≤ 1 % of the quantum), and, unless every timestamp sits exactly on the grid, k ≥
+  ``min_quanta_per_window``. Otherwise its windows hold a varying number of buckets (a 10 s
+  window over 3 s buckets holds 3 or 4; a 3 s window over jittery 3 s buckets 0 to 2), and the
+  counts alias.
 """
 
 from __future__ import annotations
@@ -59,16 +62,24 @@ class Quantisation:
         """Whether counts in ``window_s``-second windows are meaningful, and why not if not."""
         if not self.quantised or self.quantum_s is None:
             return True, None
-        if window_s >= min_quanta * self.quantum_s:
-            return True, None
-        quantum_us = round(self.quantum_s * US_PER_S)
-        window_us = round(window_s * US_PER_S)
-        if self.on_exact_grid and quantum_us > 0 and window_us % quantum_us == 0:
-            return True, None
-        return False, (
-            f"timestamps are quantised to ~{self.quantum_s:g} s buckets; a {window_s:g} s "
-            f"window needs >= {min_quanta:g} quanta ({min_quanta * self.quantum_s:g} s)"
+        quanta = round(window_s / self.quantum_s)
+        whole = quanta >= 1 and abs(window_s - quanta * self.quantum_s) <= (
+            GRID_TOLERANCE * self.quantum_s
         )
+        if not whole:
+            return False, (
+                f"timestamps are quantised to ~{self.quantum_s:g} s buckets; a {window_s:g} s "
+                "window is not a whole number of buckets, so its counts alias"
+            )
+        # On an exact grid every window holds exactly `quanta` buckets; on a jittery one a
+        # window of a few quanta still catches one bucket more or less now and then.
+        if quanta < min_quanta and not self.on_exact_grid:
+            return False, (
+                f"timestamps are quantised to ~{self.quantum_s:g} s buckets; a {window_s:g} s "
+                f"window holds {quanta} and needs >= {min_quanta:g} "
+                f"({min_quanta * self.quantum_s:g} s)"
+            )
+        return True, None
 
     def gaps_support(self) -> tuple[bool, str | None]:
         if not self.quantised:

@@ -1,4 +1,4 @@
-"""``enginefit shape TRACE...``: print the workload shape of one or more traces."""
+"""``enginefit shape [TRACE...]``: the workload shape of the configured workload or of traces."""
 
 from __future__ import annotations
 
@@ -8,43 +8,50 @@ from typing import Any
 
 from pipeline.cli_common import (
     add_config_argument,
+    add_out_argument,
     add_trace_arguments,
-    cli_config,
-    load_trace_requests,
+    adhoc_requests,
+    command_config,
+    output_layout,
 )
+from pipeline.shape import stage
 from pipeline.shape.common import json_safe
-from pipeline.shape.config import ShapeConfig, parse_shape_config
-from pipeline.shape.report import compute_shape, facts_from_shape, render_text
+from pipeline.shape.present import render_text
 
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "shape",
-        help="workload shape of traces: rates, burstiness, lengths, concurrency, findings",
+        help="workload shape: rates, burstiness, lengths, concurrency, findings",
         description=(
-            "Measure the workload shape of one or more traces (raw trace files in any supported "
-            "format, or canonical Parquet) and place it on the decision axes."
+            "Measure the workload shape and place it on the decision axes. Without TRACE: the "
+            "configured workload, written to its folder (what the `workload_shape` asset does). "
+            "With TRACE (raw traces in any supported format, or canonical Parquet): printed, and "
+            "written under --out DIR when given."
         ),
     )
     add_trace_arguments(parser)
+    add_out_argument(parser, "shape/ (metrics, facts, figures)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    add_config_argument(parser, "salt, anchor, block size and the shape section")
+    add_config_argument(parser)
     parser.set_defaults(func=run_shape)
 
 
 def run_shape(args: argparse.Namespace) -> int:
-    config = cli_config(args.config)
-    cfg = (
-        parse_shape_config(config.section("shape"), str(config.source)) if config else ShapeConfig()
-    )
-    requests = load_trace_requests(
-        args.paths, fmt=args.format, block_size=args.block_size, config=config
-    )
-    result = compute_shape(requests, cfg)
+    config = command_config(args, paths=args.paths)
+    layout = output_layout(args, config)
+    if args.paths:
+        inputs = stage.ShapeInputs(adhoc_requests(args, config))
+    else:
+        inputs = stage.read_inputs(config.layout(), config)
+    result = stage.run(inputs, config.shape)
+    if layout is not None:
+        stage.write(result, layout)
     shape = result.to_json()
     if args.json:
-        payload = {"shape": shape, "facts": json_safe(facts_from_shape(result).as_dict())}
+        payload = {"shape": shape, "facts": json_safe(result.facts.as_dict())}
         print(json.dumps(payload, indent=2, sort_keys=True, default=str))
     else:
-        print(render_text(shape, title=f"Workload shape: {', '.join(args.paths)}"))
+        title = ", ".join(args.paths) if args.paths else config.require_workload().name
+        print(render_text(shape, title=f"Workload shape: {title}"))
     return 0

@@ -44,7 +44,8 @@ class ConcurrencyResult:
         lm = self.latency_model
         return (
             f"estimated: duration = {lm.ttft_base_ms:g} ms + {lm.ttft_per_prompt_token_ms:g} ms"
-            f"/prompt token + {lm.tpot_ms:g} ms/output token (source: {lm.source}) for "
+            f"/prompt token + {lm.tpot_ms:g} ms/output token after the first (source: "
+            f"{lm.source}) for "
             f"{self.durations_estimated:,} of {self.durations_logged + self.durations_estimated:,}"
             " requests"
         )

@@ -7,7 +7,13 @@ from typing import Any
 import polars as pl
 
 from pipeline.facts import Percentiles
-from pipeline.shape.common import collect, distribution, percentiles_from_row, quantile_exprs
+from pipeline.shape.common import (
+    as_lazy,
+    collect,
+    distribution,
+    percentiles_from_row,
+    quantile_exprs,
+)
 
 # Prompt sizes at which "long context" starts to matter for KV memory and chunked prefill.
 LONG_CONTEXT_TOKENS: tuple[int, ...] = (8_192, 32_768, 131_072)
@@ -46,3 +52,30 @@ def length_metrics(frame: pl.LazyFrame) -> dict[str, Any]:
         "output_tokens": output,
         "long_context": long_context_shares(frame),
     }
+
+
+def cdf_points(
+    frame: pl.LazyFrame | pl.DataFrame, column: str, max_points: int = 2000
+) -> pl.DataFrame:
+    """Empirical CDF of a column: ``value`` and ``share`` (fraction of non-null rows ≤ value).
+
+    Exact at every returned point; thinned to about ``max_points`` points by keeping the last
+    distinct value in each 1/max_points band of cumulative share (the maximum is always kept).
+    """
+    counts = collect(
+        as_lazy(frame)
+        .select(pl.col(column).drop_nulls().alias("value"))
+        .group_by("value")
+        .agg(pl.len().alias("n"))
+        .sort("value")
+        .select("value", (pl.col("n").cum_sum() / pl.col("n").sum()).alias("share"))
+    )
+    if counts.height <= max_points:
+        return counts
+    return (
+        counts.with_columns((pl.col("share") * max_points).floor().alias("band"))
+        .group_by("band", maintain_order=True)
+        .agg(pl.col("value").last(), pl.col("share").last())
+        .select("value", "share")
+        .sort("value")
+    )

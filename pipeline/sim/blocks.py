@@ -246,7 +246,11 @@ def sim_input(
             f"prompt_blocks × block_size exceeds prompt_tokens for {_first_bad(frame, too_many)}"
         )
     offsets, hashes = _flat_chains(frame)
-    model = latency_model or LatencyModel()
+    if latency_model is None:
+        from pipeline.config import default_config  # the documented default (config imports us)
+
+        latency_model = default_config().shape.latency
+    model = latency_model
     estimated = frame["e2e_ms"].null_count()
     duration_ms = frame.select(
         pl.coalesce(pl.col("e2e_ms"), model.duration_ms_expr()).clip(lower_bound=0)

@@ -6,12 +6,11 @@ import argparse
 import json
 from typing import Any
 
-from pipeline.cli_common import add_config_argument, cli_config, load_trace_requests
+from pipeline.cli_common import add_config_argument, adhoc_requests, command_config
 from pipeline.config import Config
 from pipeline.readers import FORMAT_NAMES
 from pipeline.sim.blocks import SimInput, sim_input
 from pipeline.sim.config import ROUTINGS, CacheAwareConfig, Scenario, SimulationConfig
-from pipeline.sim.config import parse_simulation_config as _parse
 from pipeline.sim.curve import capacity_curve
 from pipeline.sim.replay import simulate, summarise
 
@@ -36,7 +35,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--margin", type=float, default=None, help="bounded-affinity load margin (default 0.2)"
     )
-    add_config_argument(parser, "salt, anchor and the simulation section")
+    add_config_argument(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -69,22 +68,9 @@ def register(subparsers: Any) -> None:
     curve.set_defaults(func=run_curve)
 
 
-def _sim_config(config: Config | None) -> SimulationConfig:
-    if config is None:
-        return SimulationConfig()
-    return _parse(
-        config.section("simulation"),
-        where=str(config.source),
-        shape=config.raw.get("shape") if isinstance(config.raw.get("shape"), dict) else None,
-    )
-
-
-def _load(args: argparse.Namespace, config: Config | None, sim: SimulationConfig) -> SimInput:
-
-    frame = load_trace_requests(
-        [args.trace], fmt=args.format, block_size=args.block_size, config=config
-    )
-    return sim_input(frame, latency_model=sim.latency_model)
+def _load(args: argparse.Namespace, config: Config, sim: SimulationConfig) -> SimInput:
+    args.paths = [args.trace]
+    return sim_input(adhoc_requests(args, config), latency_model=sim.latency_model)
 
 
 def _print(payload: dict[str, Any], as_json: bool, text: str) -> None:
@@ -92,8 +78,8 @@ def _print(payload: dict[str, Any], as_json: bool, text: str) -> None:
 
 
 def run_simulate(args: argparse.Namespace) -> int:
-    config = cli_config(args.config)
-    sim = _sim_config(config)
+    config = command_config(args, paths=[args.trace])
+    sim = config.simulation
     inp = _load(args, config, sim)
     scenario = Scenario(
         args.block_size, args.replicas, args.cache_tokens, args.routing, args.tenant_isolation
@@ -124,8 +110,8 @@ def run_simulate(args: argparse.Namespace) -> int:
 
 
 def run_curve(args: argparse.Namespace) -> int:
-    config = cli_config(args.config)
-    sim = _sim_config(config)
+    config = command_config(args, paths=[args.trace])
+    sim = config.simulation
     inp = _load(args, config, sim)
     curve = capacity_curve(
         inp,

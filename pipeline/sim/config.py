@@ -110,9 +110,12 @@ def _number(raw: dict[str, Any], key: str, default: float, where: str, *, minimu
     return float(value)
 
 
-def _latency_model(value: Any, where: str, key: str) -> LatencyModel:
+def _latency_model(
+    value: Any, where: str, key: str, base: dict[str, Any] | None = None
+) -> LatencyModel:
     if not isinstance(value, dict):
         raise ConfigError(f"{where}: {key} must be a mapping")
+    value = {**(base or {}), **value}
     allowed = {"ttft_base_ms", "ttft_per_prompt_token_ms", "tpot_ms", "source"}
     unknown = sorted(set(value) - allowed)
     if unknown:
@@ -197,7 +200,12 @@ def parse_simulation_config(
     )
     latency: LatencyModel | None = None
     if raw.get("latency_model") is not None:
-        latency = _latency_model(raw["latency_model"], where, "simulation.latency_model")
+        latency = _latency_model(
+            raw["latency_model"],
+            where,
+            "simulation.latency_model",
+            base=(shape or {}).get("latency_model"),
+        )
     elif shape and shape.get("latency_model") is not None:
         latency = _latency_model(shape["latency_model"], where, "shape.latency_model")
     points = raw.get("curve_points", defaults.curve_points)

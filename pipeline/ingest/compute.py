@@ -12,98 +12,19 @@ from __future__ import annotations
 import glob
 import hashlib
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 
-from pipeline.config import DEFAULT_ANCHOR
 from pipeline.errors import InputFormatError
 from pipeline.hashing import salt_fingerprint
+from pipeline.ingest.result import FileSummary, IngestResult, IngestSummary
 from pipeline.readers import ReadContext, SourceFile, detect_reader, reader_named
+from pipeline.readers.base import DEFAULT_ANCHOR
 from pipeline.schema import QUARANTINE_SCHEMA, empty_quarantine
-from pipeline.store import (
-    QUARANTINE_FILE,
-    SUMMARY_FILE,
-    is_canonical_parquet,
-    parquet_files,
-    scan_requests,
-    write_json_atomic,
-    write_parquet_atomic,
-    write_requests,
-)
+from pipeline.store import is_canonical_parquet, parquet_files, scan_requests
 from pipeline.tokenize import Tokenizer, make_tokenizer
-
-
-@dataclass(frozen=True)
-class FileSummary:
-    file: str
-    format: str
-    sha256: str
-    records_read: int
-    ingested: int
-    quarantined: int
-    quarantined_by_reason: dict[str, int]
-
-
-@dataclass(frozen=True)
-class IngestSummary:
-    files: list[FileSummary]
-    records_read: int
-    ingested: int
-    quarantined: int
-    quarantined_by_reason: dict[str, int]
-    out_of_order: int
-    duplicate_timestamps: int
-    duplicate_request_ids: int
-    first_arrival: str | None
-    last_arrival: str | None
-    span_s: float
-    block_size: int
-    tokenizer: str
-    tokens_approximate: bool
-    salt_fingerprint: str = ""
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def quarantine_share(self) -> float:
-        return self.quarantined / self.records_read if self.records_read else 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def format_text(self) -> str:
-        lines = [
-            f"read {self.records_read:,} records from {len(self.files)} file(s): "
-            f"{self.ingested:,} ingested, {self.quarantined:,} quarantined "
-            f"({self.quarantine_share:.2%})",
-        ]
-        for f in self.files:
-            lines.append(
-                f"  {f.file} [{f.format}]: read {f.records_read:,}, ingested {f.ingested:,}, "
-                f"quarantined {f.quarantined:,}"
-            )
-        for reason, count in sorted(self.quarantined_by_reason.items()):
-            lines.append(f"  quarantined {reason}: {count:,}")
-        if self.first_arrival:
-            lines.append(f"span {self.first_arrival} .. {self.last_arrival} ({self.span_s:,.1f} s)")
-        lines.append(
-            f"out of order: {self.out_of_order:,} (sorted); duplicate timestamps: "
-            f"{self.duplicate_timestamps:,}; duplicate request ids: {self.duplicate_request_ids:,}"
-        )
-        approx = " (approximate)" if self.tokens_approximate else ""
-        lines.append(f"block size {self.block_size}; tokenizer {self.tokenizer}{approx}")
-        lines.extend(f"note: {note}" for note in self.notes)
-        return "\n".join(lines)
-
-
-@dataclass
-class IngestResult:
-    requests: pl.DataFrame
-    quarantine: pl.DataFrame
-    summary: IngestSummary
 
 
 def expand_paths(paths: Sequence[str | Path]) -> list[SourceFile]:
@@ -282,17 +203,12 @@ def ingest_paths(
 
 
 def load_requests(
-    paths: Sequence[str | Path],
-    *,
-    fmt: str = "auto",
-    block_size: int = 16,
-    salt: bytes = b"enginefit-adhoc",
-    anchor: datetime | None = None,
-    tokenizer: Tokenizer | str | None = None,
+    paths: Sequence[str | Path], ctx: ReadContext, *, fmt: str = "auto"
 ) -> pl.LazyFrame:
-    """The canonical table of ``paths``: scanned when they are canonical Parquet, else ingested.
+    """The canonical table of ``paths``: scanned when they are canonical Parquet, else read.
 
-    For ad-hoc analysis (the CLI): quarantined records are dropped here; ``ingest_paths`` keeps them.
+    For ad-hoc analysis (the CLI): quarantined records are dropped here; ``ingest_sources``
+    keeps them.
     """
     if (
         len(paths) == 1
@@ -300,25 +216,4 @@ def load_requests(
         and fmt in ("auto", "canonical-parquet")
     ):
         return scan_requests(Path(paths[0]))
-    result = ingest_paths(
-        paths,
-        fmt=fmt,
-        block_size=block_size,
-        salt=salt,
-        anchor=anchor or DEFAULT_ANCHOR,
-        tokenizer=tokenizer,
-    )
-    return result.requests.lazy()
-
-
-def write_workload(result: IngestResult, workload_dir: Path) -> dict[str, Path]:
-    """Write the request parts, the quarantine and the summary; each write is atomic."""
-    parts = write_requests(result.requests, workload_dir)
-    write_parquet_atomic(result.quarantine, workload_dir / QUARANTINE_FILE)
-    write_json_atomic(workload_dir / SUMMARY_FILE, result.summary.to_dict())
-    return {
-        "requests": workload_dir / "requests",
-        "quarantine": workload_dir / QUARANTINE_FILE,
-        "summary": workload_dir / SUMMARY_FILE,
-        **{f"part_{i}": p for i, p in enumerate(parts)},
-    }
+    return ingest_sources(expand_paths(paths), ctx, fmt=fmt).requests.lazy()

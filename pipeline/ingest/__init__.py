@@ -1,0 +1,19 @@
+"""Ingestion: trace files in, one canonical request table (plus its quarantine) out.
+
+:mod:`~pipeline.ingest.compute` reads and reconciles, :mod:`~pipeline.ingest.result` holds what
+it produces, :mod:`~pipeline.ingest.present` shows it, :mod:`~pipeline.ingest.stage` is the
+inputs → run → write contract the asset and the command share.
+"""
+
+from pipeline.ingest.compute import expand_paths, ingest_paths, ingest_sources, load_requests
+from pipeline.ingest.result import FileSummary, IngestResult, IngestSummary
+
+__all__ = [
+    "FileSummary",
+    "IngestResult",
+    "IngestSummary",
+    "expand_paths",
+    "ingest_paths",
+    "ingest_sources",
+    "load_requests",
+]

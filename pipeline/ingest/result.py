@@ -1,0 +1,60 @@
+"""What ingestion produces: the canonical table, the quarantine, and counts that reconcile."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import polars as pl
+
+
+@dataclass(frozen=True)
+class FileSummary:
+    file: str
+    format: str
+    sha256: str
+    records_read: int
+    ingested: int
+    quarantined: int
+    quarantined_by_reason: dict[str, int]
+
+
+@dataclass(frozen=True)
+class IngestSummary:
+    """Per file and in total: ``records_read == ingested + quarantined``."""
+
+    files: list[FileSummary]
+    records_read: int
+    ingested: int
+    quarantined: int
+    quarantined_by_reason: dict[str, int]
+    out_of_order: int
+    duplicate_timestamps: int
+    duplicate_request_ids: int
+    first_arrival: str | None
+    last_arrival: str | None
+    span_s: float
+    block_size: int
+    tokenizer: str
+    tokens_approximate: bool
+    salt_fingerprint: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def quarantine_share(self) -> float:
+        return self.quarantined / self.records_read if self.records_read else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> IngestSummary:
+        files = [FileSummary(**f) for f in data["files"]]
+        return cls(**{**data, "files": files})
+
+
+@dataclass
+class IngestResult:
+    requests: pl.DataFrame
+    quarantine: pl.DataFrame
+    summary: IngestSummary

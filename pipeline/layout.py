@@ -1,0 +1,173 @@
+"""Where every output of a workload lives. No other module writes a file name.
+
+A workload folder (``<paths.data_dir>/<workload.name>/``)::
+
+    requests/part-00000.parquet ...   canonical request table (ingest)
+    quarantine.parquet                records not ingested, with file, line, field, reason
+    ingest_summary.json               counts that reconcile: read = ingested + quarantined
+    shape/                            workload shape (shape stage)
+    prefix/                           prefix sharing, reuse and sessions (prefix stage)
+    simulation/                       cache and routing replay (simulation stage)
+    bench/                            benchmark join, SLO capacity and cost (bench stage)
+
+Each stage's paths are one small frozen object (``layout.shape.summary`` …); stages read each
+other's outputs only through these.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class _StagePaths:
+    """Common behaviour: the stage folder and the files in it, by attribute."""
+
+    dir: Path
+
+    def files(self) -> dict[str, Path]:
+        """Every output file of the stage, by name (folders excluded)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "dir"}
+
+    def ensure(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+
+
+@dataclass(frozen=True)
+class IngestPaths(_StagePaths):
+    requests: Path
+    quarantine: Path
+    summary: Path
+
+    def part(self, index: int) -> Path:
+        return self.requests / f"part-{index:05d}.parquet"
+
+    def parts(self) -> list[Path]:
+        return sorted(self.requests.glob("part-*.parquet"))
+
+
+@dataclass(frozen=True)
+class ShapePaths(_StagePaths):
+    summary: Path
+    facts: Path
+    concurrency: Path
+    lengths_svg: Path
+    arrivals_svg: Path
+    concurrency_svg: Path
+
+
+@dataclass(frozen=True)
+class PrefixPaths(_StagePaths):
+    summary: Path
+    curve: Path
+    sessions: Path
+    curve_svg: Path
+
+
+@dataclass(frozen=True)
+class SimulationPaths(_StagePaths):
+    scenario_dir: Path
+    scenarios: Path
+    replicas: Path
+    summary: Path
+    curves: Path
+    curves_json: Path
+    hit_ratio_svg: Path
+    imbalance_svg: Path
+
+    def scenario(self, key: str) -> Path:
+        """One scenario's summary (written by its own step, collected into ``summary``)."""
+        return self.scenario_dir / f"{key}.json"
+
+
+@dataclass(frozen=True)
+class BenchPaths(_StagePaths):
+    load_points: Path
+    per_request: Path
+    read_notes: Path
+    points: Path
+    capacity: Path
+    fleet: Path
+    findings: Path
+    findings_json: Path
+    analysis: Path
+    latency_svg: Path
+    cost_svg: Path
+    concurrency: Path
+    concurrency_json: Path
+
+
+@dataclass(frozen=True)
+class WorkloadLayout:
+    """Every path of one workload's outputs, under ``root``."""
+
+    root: Path
+
+    @property
+    def ingest(self) -> IngestPaths:
+        return IngestPaths(
+            dir=self.root,
+            requests=self.root / "requests",
+            quarantine=self.root / "quarantine.parquet",
+            summary=self.root / "ingest_summary.json",
+        )
+
+    @property
+    def shape(self) -> ShapePaths:
+        d = self.root / "shape"
+        return ShapePaths(
+            dir=d,
+            summary=d / "workload_shape.json",
+            facts=d / "workload_facts.json",
+            concurrency=d / "concurrency.parquet",
+            lengths_svg=d / "lengths_cdf.svg",
+            arrivals_svg=d / "arrivals.svg",
+            concurrency_svg=d / "concurrency.svg",
+        )
+
+    @property
+    def prefix(self) -> PrefixPaths:
+        d = self.root / "prefix"
+        return PrefixPaths(
+            dir=d,
+            summary=d / "prefix_sharing.json",
+            curve=d / "curve.parquet",
+            sessions=d / "sessions.parquet",
+            curve_svg=d / "curve.svg",
+        )
+
+    @property
+    def simulation(self) -> SimulationPaths:
+        d = self.root / "simulation"
+        return SimulationPaths(
+            dir=d,
+            scenario_dir=d / "scenarios",
+            scenarios=d / "scenarios.parquet",
+            replicas=d / "replicas.parquet",
+            summary=d / "scenarios.json",
+            curves=d / "curves.parquet",
+            curves_json=d / "curves.json",
+            hit_ratio_svg=d / "hit_ratio_vs_capacity.svg",
+            imbalance_svg=d / "imbalance_vs_hit_ratio.svg",
+        )
+
+    @property
+    def bench(self) -> BenchPaths:
+        d = self.root / "bench"
+        return BenchPaths(
+            dir=d,
+            load_points=d / "load_points.parquet",
+            per_request=d / "per_request.parquet",
+            read_notes=d / "read_notes.json",
+            points=d / "slo_points.parquet",
+            capacity=d / "slo_capacity.parquet",
+            fleet=d / "fleet.parquet",
+            findings=d / "validity_findings.parquet",
+            findings_json=d / "validity_findings.json",
+            analysis=d / "bench_analysis.json",
+            latency_svg=d / "latency_vs_load.svg",
+            cost_svg=d / "cost_per_1m_at_slo.svg",
+            concurrency=d / "concurrency_by_engine.parquet",
+            concurrency_json=d / "concurrency_by_engine.json",
+        )

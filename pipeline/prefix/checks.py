@@ -1,0 +1,30 @@
+"""Pure predicates over a prefix result; each returns the list of problems (empty = pass)."""
+
+from __future__ import annotations
+
+import polars as pl
+
+
+def sessions_consistent(sessions: pl.DataFrame, n_requests: int) -> list[str]:
+    """One row per request, ids never null, and in every session whose ids were all inferred
+    the turns are exactly 0 .. n-1."""
+    problems = []
+    if sessions.height != n_requests:
+        problems.append(f"sessions: {sessions.height} rows for {n_requests} requests")
+    nulls = sessions["session_id"].null_count()
+    if nulls:
+        problems.append(f"sessions: {nulls} rows without a session_id")
+    bad = (
+        sessions.group_by("session_id")
+        .agg(
+            pl.col("session_inferred").all().alias("inferred"),
+            (pl.col("turn").sort() == pl.int_range(pl.len())).all().alias("dense"),
+        )
+        .filter(pl.col("inferred") & ~pl.col("dense"))
+    )
+    if bad.height:
+        problems.append(
+            f"sessions: {bad.height} inferred sessions whose turns are not 0..n-1 "
+            f"(e.g. {bad['session_id'].sort().head(3).to_list()})"
+        )
+    return problems

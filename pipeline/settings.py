@@ -1,0 +1,153 @@
+"""The one validation style for configuration: strict, frozen pydantic sections.
+
+Every section of ``enginefit.yaml`` is a :class:`Section`: unknown keys are errors, values are
+never coerced from another type (``"16"`` is not a block size, ``true`` is not a count),
+non-finite numbers are refused, and the object is immutable. Defaults are not written here or in
+the section classes: they live in one place, the documented ``pipeline/defaults.yaml``, which
+:mod:`pipeline.config` merges under the user's file before validating.
+
+:func:`validation_message` turns a pydantic error into the one-line message a person can act on,
+naming the file and the dotted key.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import difflib
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Annotated, Any, Self
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    ValidationError,
+    ValidationInfo,
+)
+
+
+class Section(BaseModel):
+    """A configuration section: strict types, no unknown keys, no NaN or infinity, immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+    def replace(self, **changes: Any) -> Self:
+        """A copy with ``changes`` applied, validated like the file is."""
+        return type(self).model_validate({**self.model_dump(), **changes}, context=_KEEP_PATHS)
+
+
+_KEEP_PATHS = {"base": None}
+
+
+def _resolve_path(value: Any, info: ValidationInfo) -> Any:
+    """A path string relative to the configuration file's folder (absolute paths kept)."""
+    if isinstance(value, Path):
+        return value
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"expected a path string, got {value!r}")
+    path = Path(value)
+    base = (info.context or {}).get("base")
+    return path if path.is_absolute() or base is None else Path(base) / path
+
+
+def _parse_date(value: Any) -> Any:
+    if isinstance(value, dt.datetime):
+        return value.date()
+    if isinstance(value, str):
+        try:
+            return dt.date.fromisoformat(value.strip())
+        except ValueError as exc:
+            raise ValueError(f"{value!r} is not an ISO date (YYYY-MM-DD)") from exc
+    return value
+
+
+def parse_instant(value: Any) -> Any:
+    """An ISO-8601 date or datetime as an aware UTC datetime; naive means UTC."""
+    if isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+        value = dt.datetime(value.year, value.month, value.day)
+    if isinstance(value, str):
+        try:
+            value = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError as exc:
+            raise ValueError(f"{value!r} is not an ISO-8601 date") from exc
+    if isinstance(value, dt.datetime):
+        return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
+    return value
+
+
+ConfigPath = Annotated[Path, BeforeValidator(_resolve_path)]
+ConfigDate = Annotated[dt.date, BeforeValidator(_parse_date)]
+ConfigInstant = Annotated[dt.datetime, BeforeValidator(parse_instant)]
+PositiveInt = Annotated[int, Field(gt=0)]
+NonNegativeInt = Annotated[int, Field(ge=0)]
+NonNegative = Annotated[float, Field(ge=0)]
+Fraction = Annotated[float, Field(ge=0, le=1)]
+# YAML lists become tuples (immutable); their items stay strictly typed.
+IntList = Annotated[tuple[int, ...], Strict(False)]
+PositiveIntList = Annotated[tuple[PositiveInt, ...], Strict(False), Field(min_length=1)]
+NonNegativeIntList = Annotated[tuple[NonNegativeInt, ...], Strict(False), Field(min_length=1)]
+PositiveSecondsList = Annotated[tuple[Annotated[float, Field(gt=0)], ...], Strict(False)]
+
+
+def tuple_of(item: Any) -> Any:
+    """A YAML list of ``item`` as a tuple (the list itself may be a list; items stay strict)."""
+    return Annotated[tuple[item, ...], Strict(False)]
+
+
+def _dotted(loc: Iterable[int | str]) -> str:
+    """``("bench", "slo", 0)`` → ``bench.slo[0]``."""
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def _known_keys(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
+    """The keys the section at ``loc`` (the parent of an unknown key) accepts."""
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        fields = getattr(current, "model_fields", None)
+        if not fields or part not in fields:
+            return []
+        annotation = fields[part].annotation
+        current = next(
+            (
+                arg
+                for arg in (annotation, *getattr(annotation, "__args__", ()))
+                if isinstance(arg, type) and issubclass(arg, BaseModel)
+            ),
+            None,
+        )
+        if current is None:
+            return []
+    fields = getattr(current, "model_fields", None)
+    return sorted(fields) if fields else []
+
+
+def validation_message(
+    exc: ValidationError, model: type[BaseModel], where: str, prefix: str = ""
+) -> str:
+    """One line: ``<file>: <dotted key>: <what is wrong> (got <value>)``, plus how many more."""
+    errors = exc.errors(include_url=False)
+    first = errors[0]
+    loc = tuple(first["loc"])
+    key = _dotted((*([prefix] if prefix else []), *loc))
+    if first["type"] == "extra_forbidden":
+        known = _known_keys(model, loc[:-1])
+        hint = difflib.get_close_matches(str(loc[-1]), known, n=1)
+        message = f"{where}: unknown key {key}" + (f" (did you mean {hint[0]}?)" if hint else "")
+        if known:
+            message += f"; known keys here: {', '.join(known)}"
+    elif first["type"] == "missing":
+        message = f"{where}: {key} is required"
+    else:
+        text = str(first["msg"]).removeprefix("Value error, ")
+        message = f"{where}: {key}: {text} (got {first.get('input')!r})"
+    if len(errors) > 1:
+        message += f" [and {len(errors) - 1} more problem(s)]"
+    return message

@@ -1,0 +1,100 @@
+"""Every workload-shape metric of a canonical request table, assembled into one result.
+
+The metrics themselves live in their own modules (arrivals, lengths, concurrency, mix,
+findings); this one runs them over the frame it is given, adds the data the figures draw, and
+notes where timestamp quantisation affects the concurrency estimate.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from pipeline.shape.arrivals import arrival_metrics, arrival_series, plot_bucket_s
+from pipeline.shape.common import PERCENTILE_METHOD_DOC, as_lazy, json_safe
+from pipeline.shape.concurrency import peak_concurrency
+from pipeline.shape.config import ShapeConfig
+from pipeline.shape.findings import place_on_axes
+from pipeline.shape.lengths import cdf_points, length_metrics
+from pipeline.shape.mix import (
+    category_metrics,
+    feature_metrics,
+    provider_cache_metrics,
+    session_metrics,
+)
+from pipeline.shape.result import ShapePlotData, ShapeResult
+
+SCHEMA_VERSION = 2
+# Every model is listed (WorkloadFacts.models reads the list); tenants keep the top 20.
+MAX_MODELS_LISTED = 1000
+
+
+def quantisation_effect(arrivals: dict[str, Any], estimated: bool) -> dict[str, Any]:
+    """Whether bucketed timestamps affect the concurrency figure, and how.
+
+    Requests that share a timestamp bucket start together in the sweep, so the peak can be
+    overstated by up to the requests of one bucket (and the mean is unaffected). An exact sweep
+    over logged durations is affected the same way, since its starts are the bucketed arrivals.
+    """
+    quant = arrivals["quantisation"]
+    if not quant["quantised"]:
+        return {"affected": False, "quantum_s": None, "note": None}
+    return {
+        "affected": True,
+        "quantum_s": quant["quantum_s"],
+        "note": (
+            f"arrivals are bucketed to ~{quant['quantum_s']:g} s, so requests of one bucket start "
+            "together in the sweep: the peak"
+            + (" (already estimated)" if estimated else "")
+            + " may be overstated by up to one bucket's arrivals"
+        ),
+    }
+
+
+def compute_shape(requests: pl.LazyFrame | pl.DataFrame, cfg: ShapeConfig) -> ShapeResult:
+    """Every workload-shape metric of a canonical request table (keys: docs/shape.md)."""
+    frame = as_lazy(requests)
+    arrivals = arrival_metrics(frame, cfg.min_quanta_per_window)
+    conc = peak_concurrency(frame, cfg.latency, cfg.plot_points)
+    concurrency = {
+        **conc.as_dict(),
+        "quantisation": quantisation_effect(arrivals, conc.estimated),
+    }
+    metrics: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "percentile_method": PERCENTILE_METHOD_DOC,
+        "requests": arrivals["requests"],
+        "arrivals": arrivals,
+        "lengths": length_metrics(frame),
+        "concurrency": concurrency,
+        "sessions": session_metrics(frame),
+        "tenants": category_metrics(frame, "tenant"),
+        "models": category_metrics(frame, "model", top=MAX_MODELS_LISTED),
+        "features": feature_metrics(frame),
+        "provider_cache": provider_cache_metrics(frame),
+        "config": cfg.model_dump(mode="json"),
+    }
+    metrics["findings"] = [f.as_dict() for f in place_on_axes(metrics, cfg)]
+    return ShapeResult(
+        metrics=json_safe(metrics),
+        concurrency_series=conc.series,
+        plots=plot_data(frame, metrics, cfg.plot_points),
+    )
+
+
+def plot_data(frame: pl.LazyFrame, metrics: dict[str, Any], plot_points: int) -> ShapePlotData:
+    """The length CDFs and the arrival series at a bucket the timestamps support."""
+    arrivals = metrics["arrivals"]
+    supported = [w["window_s"] for w in arrivals["windows"].values() if w["supported"]]
+    quantum = arrivals["quantisation"]["quantum_s"]
+    finest = min(supported) if supported else max(float(quantum or 1.0) * 3, 60.0)
+    bucket = plot_bucket_s(arrivals["span_s"], finest, plot_points)
+    return ShapePlotData(
+        length_cdfs={
+            name: cdf_points(frame, column, plot_points)
+            for name, column in (("prompt", "prompt_tokens"), ("output", "output_tokens"))
+        },
+        arrival_series=arrival_series(frame, bucket),
+        arrival_bucket_s=bucket,
+    )
