@@ -6,6 +6,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+import yaml
 
 from pipeline.config import default_config
 
@@ -62,6 +63,24 @@ def write_config(tmp_path: Path, traces: list[str], **workload: object) -> Path:
     ]
     path = tmp_path / "enginefit.yaml"
     path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def bundled_config(tmp_path: Path, name: str) -> Path:
+    """The bundled enginefit.yaml with absolute input paths, a fixed benchmark date and a data
+    folder of its own under ``tmp_path / name``."""
+    raw = yaml.safe_load((REPO / "enginefit.yaml").read_text())
+    raw["workload"]["traces"] = [
+        {**t, "path": str(REPO / t["path"])} for t in raw["workload"]["traces"]
+    ]
+    raw["bench"]["results"] = [str(REPO / p) for p in raw["bench"]["results"]]
+    raw["bench"]["as_of"] = "2026-11-29"
+    raw["paths"] = {
+        "data_dir": str(tmp_path / name / "data"),
+        "reports_dir": str(tmp_path / name / "reports"),
+    }
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(raw))
     return path
 
 

@@ -6,24 +6,9 @@ import hashlib
 from pathlib import Path
 
 import dagster as dg
-import yaml
 
 from assets.definitions import run_full_graph
-from tests.conftest import REPO
-
-
-def _bundled_config(tmp_path: Path, name: str) -> Path:
-    raw = yaml.safe_load((REPO / "enginefit.yaml").read_text())
-    raw["workload"]["traces"] = [{"path": str(REPO / t["path"])} for t in raw["workload"]["traces"]]
-    raw["bench"]["results"] = [str(REPO / p) for p in raw["bench"]["results"]]
-    raw["bench"]["as_of"] = "2026-11-29"
-    raw["paths"] = {
-        "data_dir": str(tmp_path / name / "data"),
-        "reports_dir": str(tmp_path / name / "reports"),
-    }
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    return path
+from tests.conftest import bundled_config
 
 
 def _digests(root: Path) -> dict[str, str]:
@@ -39,7 +24,7 @@ def test_full_graph_on_the_bundled_sample_is_complete_and_deterministic(tmp_path
     runs = []
     for name in ("a", "b"):
         with dg.DagsterInstance.ephemeral() as instance:
-            outputs, success = run_full_graph(_bundled_config(tmp_path, name), instance)
+            outputs, success = run_full_graph(bundled_config(tmp_path, name), instance)
         assert success
         runs.append(_digests(tmp_path / name / "data"))
         produced = {asset for asset, _, _ in outputs}

@@ -8,31 +8,13 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-import yaml
 
 from assets.definitions import run_full_graph
 from pipeline.cli import main as enginefit
 from pipeline.layout import WorkloadLayout
-from tests.conftest import REPO
+from tests.conftest import bundled_config
 
 STAGES = ("ingest", "shape", "prefix")
-
-
-def bundled_config(tmp_path: Path, name: str) -> Path:
-    """The bundled enginefit.yaml with its paths made absolute and a data folder of its own."""
-    raw = yaml.safe_load((REPO / "enginefit.yaml").read_text())
-    raw["workload"]["traces"] = [
-        {**t, "path": str(REPO / t["path"])} for t in raw["workload"]["traces"]
-    ]
-    raw["bench"]["results"] = [str(REPO / p) for p in raw["bench"]["results"]]
-    raw["bench"]["as_of"] = "2026-11-29"
-    raw["paths"] = {
-        "data_dir": str(tmp_path / name / "data"),
-        "reports_dir": str(tmp_path / name / "reports"),
-    }
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    return path
 
 
 def digests(paths: dict[str, Path]) -> dict[str, str]:

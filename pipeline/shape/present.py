@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -119,6 +120,21 @@ def lengths_cdf_svg(curves: dict[str, pl.DataFrame], title: str = "Token length 
         return svg_bytes(fig)
 
 
+def _mark_peak(ax: Any, t: Any, values: Any, label: Callable[[int], str]) -> None:
+    """A marker and a label at the highest value (the label sits left of it near the end)."""
+    if not len(values):
+        return
+    i = int(np.argmax(values))
+    ax.plot([t[i]], [values[i]], "v", color=COLORS[1])
+    ax.annotate(
+        label(int(values[i])),
+        (t[i], values[i]),
+        textcoords="offset points",
+        xytext=(6, -2) if i < 0.75 * len(values) else (-90, -2),
+        color=COLORS[1],
+    )
+
+
 def arrivals_svg(
     series: pl.DataFrame, bucket_s: float, peaks: dict[str, Any], note: str = ""
 ) -> bytes:
@@ -132,16 +148,7 @@ def arrivals_svg(
         t = series["bucket_start"].dt.replace_time_zone(None).to_numpy()
         n = series["requests"].to_numpy()
         ax.step(t, n, where="post", linewidth=0.8, color=COLORS[0])
-        if len(n):
-            i = int(np.argmax(n))
-            ax.plot([t[i]], [n[i]], "v", color=COLORS[1])
-            ax.annotate(
-                f"peak {int(n[i]):,} / {bucket_s:g} s",
-                (t[i], n[i]),
-                textcoords="offset points",
-                xytext=(6, -2) if i < 0.75 * len(n) else (-90, -2),
-                color=COLORS[1],
-            )
+        _mark_peak(ax, t, n, lambda top: f"peak {top:,} / {bucket_s:g} s")
         ax.set_xlabel("time (UTC)")
         ax.set_ylabel(f"requests per {bucket_s:g} s")
         ax.set_title("Arrivals over time" + (f" — {note}" if note else ""))
@@ -176,16 +183,7 @@ def concurrency_svg(series: pl.DataFrame, peak: int, label: str) -> bytes:
             label="min..max per bucket",
         )
         ax.step(t, hi, where="post", linewidth=0.8, color=COLORS[0], label="max per bucket")
-        if len(hi):
-            i = int(np.argmax(hi))
-            ax.plot([t[i]], [hi[i]], "v", color=COLORS[1])
-            ax.annotate(
-                f"peak {peak:,}",
-                (t[i], hi[i]),
-                textcoords="offset points",
-                xytext=(6, -2) if i < 0.75 * len(hi) else (-50, -2),
-                color=COLORS[1],
-            )
+        _mark_peak(ax, t, hi, lambda _: f"peak {peak:,}")
         ax.set_xlabel("time (UTC)")
         ax.set_ylabel("requests in flight")
         ax.set_title(
