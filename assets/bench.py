@@ -58,7 +58,9 @@ _CAPACITY_VIEW = [
     "gpu_hour_usd",
     "cost_per_1m_output_usd",
     "cost_per_1m_total_usd",
+    "rank_pool",
     "cost_rank",
+    "noise_note",
     "note",
 ]
 
@@ -159,9 +161,11 @@ def _analyse(
 ) -> tuple[BenchAnalysis, dict[str, Any]]:
     settings = _settings(store)
     points = pl.read_parquet(store.stage_dir(STAGE) / LOAD_POINTS)
+    per_request_path = store.stage_dir(STAGE) / PER_REQUEST
+    per_request = pl.read_parquet(per_request_path) if per_request_path.is_file() else None
     facts, facts_source = _facts(store)
     as_of, as_of_source = _as_of(context, settings)
-    analysis = analyse_bench(points, settings, facts, as_of=as_of)
+    analysis = analyse_bench(points, settings, facts, as_of=as_of, per_request=per_request)
     info: dict[str, Any] = {
         "as_of": f"{as_of.isoformat()} ({as_of_source})",
         "workload_facts": facts_source,
@@ -272,7 +276,7 @@ def bench_validity(context: AssetExecutionContext, store: EnginefitStore) -> dg.
 def bench_no_silent_pass(store: EnginefitStore) -> dg.AssetCheckResult:
     settings = _settings(store)
     evaluated = pl.read_parquet(store.stage_dir(STAGE) / "slo_points.parquet")
-    passed, detail = check_no_silent_pass(evaluated, settings.slo)
+    passed, detail = check_no_silent_pass(evaluated, settings.slo, settings.min_tail_requests)
     return dg.AssetCheckResult(passed=passed, metadata={"detail": detail})
 
 

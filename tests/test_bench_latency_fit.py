@@ -25,6 +25,7 @@ from pipeline.bench.slo import SloSpec, evaluate_slo, slo_capacity
 from pipeline.facts import LatencyModel
 from pipeline.schema import conform
 from pipeline.store import write_requests
+from tests.bench_points import kept_up_run
 
 H100 = (
     Path(__file__).resolve().parent
@@ -62,6 +63,7 @@ def point(engine: str, rate: float, ok: bool, **values: Any) -> dict[str, Any]:
         "itl_mean_ms": 4.0,
         "input_tokens_mean": 400.0,
         "output_tokens_mean": 100.0,
+        **(kept_up_run(rate) if rate > 0 else {}),
     }
     row.update(values)
     return row

@@ -25,6 +25,7 @@ from pipeline.bench.slo import (
     slo_capacity,
 )
 from pipeline.errors import ConfigError
+from tests.bench_points import kept_up_run
 
 # The Apache-2.0 sweep is committed (tests/data/bench/NOTICE), so these tests always run.
 H100 = (
@@ -50,7 +51,11 @@ def point(load: float, ttft: float | None, itl: float | None, **extra: Any) -> d
         "failed": 0,
         "output_tokens_per_s": 100.0 * load,
         "total_tokens_per_s": 300.0 * load,
+        "output_tokens_mean": 100.0,
+        "input_tokens_mean": 200.0,
     }
+    if load > 0:
+        row.update(kept_up_run(load))
     row.update(extra)
     return row
 
@@ -165,7 +170,7 @@ def test_pass_fail_unknown_and_never_silent_pass() -> None:
         point(4, None, 20.0),  # p95 TTFT missing -> unknown, not pass
         point(5, None, 80.0),  # missing TTFT but ITL breaks -> fail
         point(6, 100.0, 20.0, failed=None),  # failure count unknown -> unknown
-        point(7, 100.0, 20.0, completed=98, failed=2),  # 2% errors > 1% -> fail
+        point(7, 100.0, 20.0, **{**kept_up_run(7, 200), "completed": 196, "failed": 4}),  # 2%
         point(8, 100.0, 20.0, achieved_rate_rps=6.0),  # 75% of offered -> unknown
         point(9, 100.0, 20.0, achieved_rate_rps=8.5),  # 94% of offered -> pass
     ]
@@ -383,17 +388,48 @@ def stage(n: int) -> dict[str, Any]:
 def test_h100_sweep_capacity() -> None:
     points = h100_points()
     slo = SloSpec()
-    evaluated = evaluate_slo(points, slo)
-    assert evaluated.sort("load").get_column("slo_status").to_list() == ["pass"] * 4 + ["fail"] * 3
+    evaluated = evaluate_slo(points, slo).sort("load")
+    # Stage 0 has 60 requests: too few for a p99 (needs ⌈1 ÷ 0.01⌉ = 100); stages 1-3 pass.
+    assert evaluated.get_column("slo_status").to_list() == ["unknown"] + ["pass"] * 3 + ["fail"] * 3
+    assert evaluated.item(0, "slo_reason") == (
+        "only 60 completed requests; p99 ITL (per-gap) needs ≥ 100"
+    )
+    assert evaluated.get_column("keep_up_status").to_list() == ["kept_up"] * 7
+    assert set(evaluated.get_column("keep_up_method").to_list()) == {"drain_corrected"}
     row = only(slo_capacity(evaluated, slo))
     s3 = stage(3)
     assert row["capacity_status"] == "bracketed"
     assert row["capacity_load"] == pytest.approx(s3["load_summary"]["requested_rate"])  # 92.19
+    # min(offered 92.19, achieved send rate 92.224): capacity is never above what was sent
+    assert row["capacity_rps"] == 92.19
     assert row["first_fail_load"] == pytest.approx(stage(4)["load_summary"]["requested_rate"])
-    assert row["output_throughput_tps"] == pytest.approx(
-        s3["successes"]["throughput"]["output_tokens_per_sec"]
-    )
+    # Sustained output rate: achieved send rate × mean output tokens per completed request
+    # = 92.22409851829183 × 62.3254384378955 = 5747.907 tok/s; the whole-run figure 5693.884
+    # (5531 requests ÷ 60.54 s including the drain) is 0.94 % lower.
+    assert s3["load_summary"]["achieved_rate"] == 92.22409851829183
+    assert s3["successes"]["output_len"]["mean"] == 62.3254384378955
+    assert row["sustained_rate_rps"] == 92.22409851829183
+    assert row["output_throughput_tps"] == pytest.approx(5747.907374692207)
+    assert row["whole_run_output_tps"] == pytest.approx(5693.884076290361)
+    assert row["output_rate_basis"] == "sustained: send rate × mean output tokens"
+    assert row["n_loads"] == 7
+    assert row["repeats"] == 1 and row["output_rate_spread"] is None
     assert row["non_monotone"] is False
+
+
+@pytest.mark.shared
+def test_h100_keep_up_shares_by_hand() -> None:
+    """Drain-corrected completion rate ÷ send rate, from each stage file's own numbers."""
+    evaluated = evaluate_slo(h100_points(), SloSpec()).sort("record_index")
+    for n, share in enumerate(evaluated.get_column("keep_up_share").to_list()):
+        s = stage(n)
+        completed = s["successes"]["count"]
+        # inference-perf's throughput divides by the stage's first send to last completion
+        duration = completed / s["successes"]["throughput"]["requests_per_sec"]
+        latency = s["successes"]["latency"]["request_latency"]["mean"]
+        expected = completed / (duration - latency) / s["load_summary"]["achieved_rate"]
+        assert share == pytest.approx(expected), n
+        assert 1.0 <= share < 1.01  # e.g. stage 3: 5531 ÷ (60.543 − 1.021) s = 92.92 vs 92.22
 
 
 @pytest.mark.shared

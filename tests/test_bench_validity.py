@@ -25,6 +25,7 @@ from pipeline.bench.validity import (
 )
 from pipeline.errors import InputFormatError
 from pipeline.facts import LatencyModel, Percentiles, WorkloadFacts
+from tests.bench_points import kept_up_run
 
 AS_OF = dt.date(2026, 11, 29)
 
@@ -66,7 +67,11 @@ def pt(load: float, **kw: Any) -> dict[str, Any]:
         "output_tokens_p50": 200.0,
         "dataset": "random",
         "run_date": dt.date(2026, 1, 1),
+        "output_tokens_mean": 250.0,
+        "input_tokens_mean": 750.0,
     }
+    if load > 0:
+        row.update(kept_up_run(load))
     row.update(kw)
     return row
 
@@ -127,8 +132,13 @@ def test_each_flag_fires_with_its_numbers() -> None:
     assert "70% at W=64" in prefix["message"] and "random" in prefix["message"]
     peak = finding(f, "peak_rate")
     assert peak["status"] == "flag"
-    assert (peak["bench_value"], peak["prod_value"]) == (12.0, 20.0)
-    assert "reaches 12 req/s; production peak (60s window) is 20 req/s" in peak["message"]
+    # The sweep offered 12 req/s but sustained only 5 within the SLO (12 fails on TTFT).
+    assert (peak["bench_value"], peak["prod_value"]) == (5.0, 20.0)
+    assert peak["message"] == (
+        "highest load sustained within the SLO 5 req/s (highest offered 12 req/s); production "
+        "peak (60s window) is 20 req/s: the benchmark never showed production's peak rate "
+        "sustained"
+    )
     stale = finding(f, "stale")
     assert stale["status"] == "flag"
     assert stale["bench_value"] == (AS_OF - dt.date(2026, 1, 1)).days == 332
@@ -147,6 +157,7 @@ def test_ok_cases_and_length_mismatch() -> None:
             input_tokens_p99=900.0,
             dataset="shared_prefix",
             run_date=dt.date(2026, 10, 1),
+            ttft_p95_ms=300.0,  # both pass: 25 req/s sustained covers the 20 req/s peak
         )
         for r in (10, 25)
     ]
@@ -219,7 +230,10 @@ def test_not_comparable_candidates_are_not_ranked() -> None:
 
 def test_comparable_candidates_ranked_by_cost() -> None:
     rows = [pt(1), pt(5), pt(12)]  # vllm passes 5 (1250 tok/s), fails 12 (TTFT 1200 ms)
-    rows += [pt(r, engine="sglang", ttft_p95_ms=50.0 * r) for r in (1, 5, 8)]  # passes 8
+    # sglang passes 8 (2000 tok/s), fails 16 (TTFT 1600 ms)
+    rows += [
+        pt(r, engine="sglang", ttft_p95_ms=100.0 * r if r > 8 else 50.0 * r) for r in (1, 5, 8, 16)
+    ]
     a = analyse(rows, facts())
     assert a.comparable
     ranks = dict(a.capacity.select("engine", "cost_rank").rows())

@@ -163,7 +163,9 @@ def run_bench(args: argparse.Namespace) -> int:
         config_facts if config_facts is not None and config_facts.is_file() else None
     )
     facts = load_workload_facts(facts_path) if facts_path is not None else None
-    analysis = analyse_bench(result.load_points, settings, facts, notes=result.notes)
+    analysis = analyse_bench(
+        result.load_points, settings, facts, notes=result.notes, per_request=result.per_request
+    )
     if args.out is not None:
         write_outputs(analysis, args.out)
     if args.json:
