@@ -22,10 +22,13 @@ from pipeline.bench.slo import (
     check_no_silent_pass,
     evaluate_slo,
     parse_slo_spec,
+    required_requests,
     slo_capacity,
 )
+from pipeline.bench.validity import analyse_bench
 from pipeline.errors import ConfigError
 from tests.bench_points import kept_up_run
+from tests.conftest import REPO
 
 # The Apache-2.0 sweep is committed (tests/data/bench/NOTICE), so these tests always run.
 H100 = (
@@ -451,3 +454,124 @@ def test_h100_tighter_slo_moves_capacity_down() -> None:
     slo = parse_slo_spec("ttft_p95_ms=50,itl_p99_ms=60")
     row = only(slo_capacity(evaluate_slo(h100_points(), slo), slo))
     assert row["capacity_load"] == pytest.approx(61.79)  # p95 TTFT 48.7 ms; 80.2 ms at 92.19
+
+
+# ------------------------------------------------------------------ enough requests per percentile
+
+
+def test_required_requests_table() -> None:
+    # ⌈k ÷ (1 − q)⌉: k = 1 -> p50 2, p90 10, p95 20, p99 100; a mean needs one request.
+    assert [required_requests(s, 1) for s in ("p50", "p90", "p95", "p99", "mean")] == [
+        2,
+        10,
+        20,
+        100,
+        1,
+    ]
+    assert [required_requests(s, 3) for s in ("p50", "p95", "p99")] == [6, 60, 300]
+    assert [required_requests(s, 0) for s in ("p99", "mean")] == [0, 0]  # 0 disables
+
+
+def test_too_few_requests_make_a_percentile_unknown() -> None:
+    rows = [
+        point(1, 100.0, 20.0, **kept_up_run(1, 20)),  # p99 ITL from 20 requests is their max
+        point(2, 100.0, 90.0, **kept_up_run(2, 20)),  # a broken p99 from 20 cannot fail either
+        point(3, 100.0, 20.0, **kept_up_run(3, 2, latency_s=0.1)),  # 2 requests: neither p95 nor p99
+        point(4, 100.0, 20.0, **kept_up_run(4, 100)),  # exactly enough
+        point(5, 5000.0, 20.0, **kept_up_run(5, 20)),  # p95 TTFT from 20 is judged: fails
+    ]
+    evaluated = evaluate_slo(frame(rows), SloSpec())
+    assert evaluated.get_column("slo_status").to_list() == [
+        "unknown",
+        "unknown",
+        "unknown",
+        "pass",
+        "fail",
+    ]
+    reasons = evaluated.get_column("slo_reason").to_list()
+    assert reasons[0] == "only 20 completed requests; p99 ITL (per-gap) needs ≥ 100"
+    assert reasons[1] == "only 20 completed requests; p99 ITL (per-gap) needs ≥ 100"
+    assert reasons[2] == (
+        "only 2 completed requests; p95 TTFT needs ≥ 20; "
+        "only 2 completed requests; p99 ITL (per-gap) needs ≥ 100"
+    )
+    assert reasons[4].startswith("p95 TTFT 5000.0 ms > 1000 ms")
+    ok, detail = check_no_silent_pass(evaluated, SloSpec())
+    assert ok, detail
+    # k = 0 switches the rule off: the 20-request points are judged on their values.
+    relaxed = evaluate_slo(frame(rows), SloSpec(), min_tail_requests=0)
+    assert relaxed.get_column("slo_status").to_list()[:3] == ["pass", "fail", "pass"]
+    # A silent pass with too few requests is caught by the asset check.
+    forged = evaluated.with_columns(slo_status=pl.lit("pass"))
+    assert not check_no_silent_pass(forged.slice(0, 1), SloSpec())[0]
+
+
+def test_two_request_guidellm_points_cannot_support_a_p95() -> None:
+    """The guidellm v0.8 fixture (mock server, two requests at each of 2 and 4 req/s)."""
+    from pipeline.bench import read_bench_files
+
+    path = REPO / "tests" / "data" / "bench" / "guidellm"
+    result = read_bench_files(
+        [path / "llmd-fixture_mockserver_guidellm0.8dev_schema2.json"],
+        manifest={"engine": "mock", "gpu_type": "none", "gpu_count": 1},
+    )
+    evaluated = evaluate_slo(result.load_points, SloSpec())
+    assert evaluated.get_column("completed").to_list() == [2, 2]
+    assert evaluated.get_column("slo_status").to_list() == ["unknown", "unknown"]
+    reason = evaluated.item(0, "slo_reason")
+    assert "only 2 completed requests; p95 TTFT needs ≥ 20" in reason
+    # its duration is guidellm's measurement window, which leaves out the drain: not judged
+    assert evaluated.item(0, "keep_up_status") == "unknown"
+    assert "measure_window span" in evaluated.item(0, "keep_up_reason")
+
+
+def test_min_tail_requests_reaches_the_analysis() -> None:
+    rows = [point(1, 100.0, 20.0), point(2, 100.0, 20.0)]  # 100 requests each
+    strict = analyse_bench(frame(rows), BenchSettings(min_tail_requests=2))
+    reasons = strict.evaluated.get_column("slo_reason").to_list()
+    assert reasons == ["only 100 completed requests; p99 ITL (per-gap) needs ≥ 200"] * 2
+    assert analyse_bench(frame(rows), BenchSettings()).capacity.item(0, "capacity_rps") == 2.0
+
+
+# ------------------------------------------------------------------ sustained rates at capacity
+
+
+def test_capacity_and_token_rate_come_from_what_was_sent() -> None:
+    rows = [
+        # offered 4, sent 3.8 (within the 90 % send-rate check): capacity 3.8, not 4
+        point(4, 100.0, 20.0, achieved_rate_rps=3.8, output_tokens_per_s=300.0),
+        point(8, 2000.0, 20.0),
+    ]
+    row = only(capacity(rows))
+    assert row["capacity_load"] == 4.0
+    assert row["capacity_rps"] == 3.8  # min(offered 4, sent 3.8)
+    assert row["sustained_rate_rps"] == 3.8
+    assert row["output_throughput_tps"] == pytest.approx(3.8 * 100.0)  # × mean output tokens
+    assert row["total_throughput_tps"] == pytest.approx(3.8 * (200.0 + 100.0))
+    assert row["whole_run_output_tps"] == 300.0  # the tool's figure, kept beside
+    # a client that sent faster than offered does not raise the capacity above the offered load
+    fast = only(capacity([point(4, 100.0, 20.0, achieved_rate_rps=4.2), point(8, 2000.0, 20.0)]))
+    assert (fast["capacity_rps"], fast["output_throughput_tps"]) == (4.0, pytest.approx(420.0))
+
+
+def test_whole_run_rate_only_without_a_mean_output_length() -> None:
+    rows = [point(2, 100.0, 20.0, output_tokens_mean=None), point(4, 2000.0, 20.0)]
+    row = only(capacity(rows))
+    assert row["output_throughput_tps"] == 200.0  # the tool's whole-run output_tokens_per_s
+    assert row["output_rate_basis"] == "whole-run: mean output tokens unknown"
+    # the mean is derived from the totals when the reader left it empty: 1000 / 100 = 10
+    derived = [point(2, 100.0, 20.0, output_tokens_mean=None, total_output_tokens=1000)]
+    derived.append(point(4, 2000.0, 20.0))
+    assert only(capacity(derived))["output_throughput_tps"] == pytest.approx(2 * 10.0)
+
+
+def test_no_interpolation_toward_an_overloaded_failure() -> None:
+    # The failure at 8 req/s is overloaded: 100 ÷ (40 − 1) ÷ 8 = 32 % of sends.
+    rows = [point(4, 900.0, 20.0), point(8, 1500.0, 20.0, duration_s=40.0)]
+    row = only(capacity(rows, interpolate=True))
+    assert row["interpolated"] is False
+    assert row["capacity_rps"] == 4.0
+    assert (
+        "not interpolated: the first failure at 8 did not keep up (keep-up overloaded)"
+        in (row["note"])
+    )
