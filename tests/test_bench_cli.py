@@ -233,3 +233,76 @@ def test_as_of_from_shell_environment(
     assert payload["as_of"] is None
     stale = next(f for f in payload["findings"] if f["check"] == "stale")
     assert stale["status"] == "unknown"
+
+
+# The four price levels, highest first: --gpu-hour-usd > configured GPU type > manifest > default.
+PRICED_MANIFEST = MANIFEST + "price_per_gpu_hour_usd: 3.50\n"
+# Stage 3's sustained output rate: 92.22409851829183 req/s × 62.3254384378955 tokens
+SUSTAINED_TPS = 92.22409851829183 * 62.3254384378955  # 5747.907 tok/s
+
+
+def priced_run(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    manifest_text: str,
+    prices: str | None,
+    *flags: str,
+) -> dict[str, Any]:
+    if not H100.is_dir():
+        pytest.skip("bench samples not available")
+    manifest_path = tmp_path / "priced.yaml"
+    manifest_path.write_text(manifest_text)
+    argv = [str(H100), "--manifest", str(manifest_path), *flags]
+    if prices is not None:
+        config = tmp_path / "enginefit.yaml"
+        config.write_text(
+            "workload: {name: t, traces: [x.jsonl], hash_salt: s}\n"
+            f"paths: {{data_dir: {tmp_path / 'data'}, reports_dir: {tmp_path / 'reports'}}}\n"
+            f"bench:\n  prices: {{gpu_hour_usd: {prices}}}\n"
+        )
+        argv += ["--config", str(config)]
+    (cap,) = run_json(capsys, *argv)["capacity"]
+    return cap
+
+
+@pytest.mark.shared
+@pytest.mark.parametrize(
+    ("manifest_text", "prices", "flags", "price", "source"),
+    [
+        # the manifest price used to be dropped: no configured price gave no cost at all …
+        (PRICED_MANIFEST, None, (), 3.50, "manifest price_per_gpu_hour_usd"),
+        # … and a configured default beat it
+        (PRICED_MANIFEST, "{default: 3.0}", (), 3.50, "manifest price_per_gpu_hour_usd"),
+        (PRICED_MANIFEST, "{H100: 4.0, default: 3.0}", (), 4.0, "config gpu_hour_usd.H100"),
+        (
+            PRICED_MANIFEST,
+            "{H100: 4.0, default: 3.0}",
+            ("--gpu-hour-usd", "2.0"),
+            2.0,
+            "--gpu-hour-usd",
+        ),
+        (MANIFEST, "{default: 3.0}", (), 3.0, "config gpu_hour_usd.default"),
+    ],
+)
+def test_price_precedence_end_to_end(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    manifest_text: str,
+    prices: str | None,
+    flags: tuple[str, ...],
+    price: float,
+    source: str,
+) -> None:
+    cap = priced_run(tmp_path, capsys, manifest_text, prices, *flags)
+    assert (cap["gpu_hour_usd"], cap["price_source"]) == (price, source)
+    # e.g. $3.50 ÷ (5747.907 tok/s × 3600) × 10^6 = $0.16914 per 1M output tokens
+    assert cap["cost_per_1m_output_usd"] == pytest.approx(price / (SUSTAINED_TPS * 3600) * 1e6)
+
+
+@pytest.mark.shared
+def test_manifest_price_in_the_cost_workings(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cap = priced_run(tmp_path, capsys, PRICED_MANIFEST, "{default: 3.0}")
+    assert round(cap["cost_per_1m_output_usd"], 5) == 0.16914  # 3.5 / (5747.907 × 3600) × 1e6
+    assert "$3.5/h" in cap["cost_workings"]

@@ -476,7 +476,9 @@ def test_too_few_requests_make_a_percentile_unknown() -> None:
     rows = [
         point(1, 100.0, 20.0, **kept_up_run(1, 20)),  # p99 ITL from 20 requests is their max
         point(2, 100.0, 90.0, **kept_up_run(2, 20)),  # a broken p99 from 20 cannot fail either
-        point(3, 100.0, 20.0, **kept_up_run(3, 2, latency_s=0.1)),  # 2 requests: neither p95 nor p99
+        point(
+            3, 100.0, 20.0, **kept_up_run(3, 2, latency_s=0.1)
+        ),  # 2 requests: neither p95 nor p99
         point(4, 100.0, 20.0, **kept_up_run(4, 100)),  # exactly enough
         point(5, 5000.0, 20.0, **kept_up_run(5, 20)),  # p95 TTFT from 20 is judged: fails
     ]

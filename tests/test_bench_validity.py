@@ -11,6 +11,7 @@ from typing import Any
 import polars as pl
 import pytest
 
+from pipeline.bench.charts import cost_svg
 from pipeline.bench.cost import Prices
 from pipeline.bench.schema import conform_load_points
 from pipeline.bench.slo import BenchSettings
@@ -248,3 +249,59 @@ def test_comparable_candidates_ranked_by_cost() -> None:
     payload = analysis_payload(a)
     json.dumps(payload)  # JSON-ready
     assert payload["rates_rps"] == {"mean": 5.0, "peak_60s": 20.0}
+
+
+def test_lower_bounds_and_single_points_are_ranked_apart() -> None:
+    rows = [pt(1), pt(5), pt(12)]  # vllm: bracketed at 5 (1250 tok/s)
+    # sglang: passes 1 and 8, never fails: capacity ≥ 8 (2000 tok/s), cheaper but only a bound
+    rows += [pt(r, engine="sglang", ttft_p95_ms=50.0 * r) for r in (1, 8)]
+    rows += [pt(3, engine="trtllm", ttft_p95_ms=100.0)]  # one load tried: 750 tok/s
+    a = analyse(rows, facts())
+    table = {r["engine"]: r for r in a.capacity.to_dicts()}
+    assert {e: (r["rank_pool"], r["cost_rank"]) for e, r in table.items()} == {
+        "vllm": ("bracketed", 1),
+        "sglang": ("lower_bound", 1),
+        "trtllm": ("single_point", 1),
+    }
+    # sglang is the cheapest figure, but it is not in the main ranking
+    assert table["sglang"]["cost_per_1m_output_usd"] < table["vllm"]["cost_per_1m_output_usd"]
+    assert table["trtllm"]["n_loads"] == 1
+    svg = cost_svg(a.capacity).decode()
+    for colour in ("#1f77b4", "#ff7f0e", "#7f7f7f"):  # one bar colour per pool
+        assert colour in svg
+    payload = analysis_payload(a)
+    assert {row["rank_pool"] for row in payload["capacity"]} == {
+        "bracketed",
+        "lower_bound",
+        "single_point",
+    }
+
+
+@pytest.mark.shared
+def test_l40s_sweeps_without_a_failure_are_lower_bounds() -> None:
+    """The real L40S sample: three deployments at 10 and 30 req/s (plus bursts). Under a p99 SLO
+    every open point passes, so each capacity is only 'at least 30 req/s'."""
+    from pipeline.bench import read_bench_files
+    from pipeline.bench.slo import parse_slo_spec
+    from tests.conftest import shared_path
+
+    path = shared_path("bench-samples", "vllm-bench-serve", "nerdalert_l40s_llmd_results.jsonl")
+    manifest = {"engine": "vllm", "gpu_type": "L40S", "gpu_count": 4, "label_from": "deployment"}
+    points = read_bench_files([path], manifest=manifest).load_points
+    settings = dataclasses.replace(
+        SETTINGS,
+        slo=parse_slo_spec("ttft_p99_ms=1000,itl_p99_ms=100"),
+        prices=Prices(gpu_hour_usd={"L40S": 1.2}),
+    )
+    a = analyse_bench(points, settings, None, as_of=AS_OF)
+    open_rows = a.capacity.filter(pl.col("sweep") == "open").sort("label")
+    assert open_rows.get_column("rank_pool").to_list() == ["lower_bound"] * 3
+    assert open_rows.get_column("capacity_rps").to_list() == [30.0] * 3
+    assert "no failure seen: capacity is at least 30" in open_rows.item(0, "note")
+    base = open_rows.row(0, named=True)  # deployment "base": 240128 tokens over 900 requests
+    assert base["label"] == "base"
+    # sustained: 30 req/s × 240128/900 = 8004.3 tok/s; the tool's whole-run 5889.4 is 26 % low
+    assert base["output_throughput_tps"] == pytest.approx(30 * 240128 / 900)
+    assert base["whole_run_vs_sustained"] == pytest.approx(5889.408298166733 / 8004.266667 - 1)
+    # 4 GPUs × $1.2/h ÷ (8004.27 × 3600) × 10^6 = $0.1666
+    assert base["cost_per_1m_output_usd"] == pytest.approx(4.8 / (8004.266667 * 3600) * 1e6)
