@@ -154,6 +154,13 @@ def test_bench_settings_validates_keys(tmp_path: Path) -> None:
         ({"prices": {"usd": 1}}, "bench.prices"),
         ({"results": "x", "manifest": 3}, "bench.manifest"),
         ({"length_factor": 0.5}, "bench.length_factor"),
+        ({"overload": {"tolerance": 1.5}}, "bench.overload.tolerance: expected a fraction"),
+        ({"overload": {"tolerance": "low"}}, "bench.overload.tolerance: expected a number"),
+        ({"overload": {"min_window_latencies": 0}}, "bench.overload.min_window_latencies"),
+        ({"overload": {"window": 3}}, "bench.overload: unknown key(s) ['window']"),
+        ({"overload": 0.15}, "bench.overload: must be a mapping"),
+        ({"min_tail_requests": -1}, "bench.min_tail_requests: expected a whole number"),
+        ({"min_tail_requests": 1.5}, "bench.min_tail_requests: expected a whole number"),
     ],
 )
 def test_bench_settings_errors_name_the_key(raw: dict[str, Any], needle: str) -> None:

@@ -266,6 +266,14 @@ def test_lower_bounds_and_single_points_are_ranked_apart() -> None:
     # sglang is the cheapest figure, but it is not in the main ranking
     assert table["sglang"]["cost_per_1m_output_usd"] < table["vllm"]["cost_per_1m_output_usd"]
     assert table["trtllm"]["n_loads"] == 1
+    assert any(
+        n.startswith("ranked apart as lower_bound (no failing load, so capacity and cost are only")
+        and "sglang" in n
+        for n in a.notes
+    )
+    assert any(
+        n.startswith("ranked apart as single_point (one load tried): trtllm") for n in a.notes
+    )
     svg = cost_svg(a.capacity).decode()
     for colour in ("#1f77b4", "#ff7f0e", "#7f7f7f"):  # one bar colour per pool
         assert colour in svg

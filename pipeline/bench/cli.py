@@ -25,7 +25,7 @@ from typing import Any
 from pipeline.bench.cost import COST_FORMULA, FLEET_FORMULA
 from pipeline.bench.slo import BenchSettings, bench_settings, parse_as_of, parse_slo_spec
 from pipeline.bench.validity import (
-    CAPACITY_COLUMNS,
+    CAPACITY_TEXT_COLUMNS,
     BenchAnalysis,
     analyse_bench,
     analysis_payload,
@@ -134,7 +134,7 @@ def render_text(analysis: BenchAnalysis) -> str:
         f"{COST_FORMULA}",
         "",
         "## Capacity at the SLO and cost",
-        markdown_table(analysis.capacity, CAPACITY_COLUMNS),
+        markdown_table(analysis.capacity, CAPACITY_TEXT_COLUMNS),
     ]
     if analysis.fleet.height:
         lines += [

@@ -33,6 +33,13 @@ latencies ``e2e_ms``: vLLM current format, aiperf, guidellm v0.1):
     latency among them, not the mean, so with varied output lengths the estimate reads a few
     percent low on a healthy run (L40S at 30 req/s: 88 %); it is the conservative direction.
 
+What aggregates cannot see: when the queue grows steadily the mean latency already holds half of
+the growth, so the drain-corrected share of a server completing μ req/s while λ are sent reads
+about 2μ ÷ (λ + μ), not μ ÷ λ: a 25 % overload (μ/λ = 0.8) reads 0.89 and passes a 0.15
+tolerance; only overloads beyond about 35 % fail from aggregates, and beyond about 67 % the
+window condition makes them ``unknown``. The per-request window reads μ ÷ λ; prefer result files
+with per-request send times (vLLM ``--save-detailed``, aiperf ``profile_export.jsonl``).
+
 A point whose share is below ``1 − tolerance`` is ``overloaded`` (it fails the SLO, see
 :func:`pipeline.bench.slo.evaluate_slo`); at or above, ``kept_up``; ``unknown`` (with the reason)
 when the data cannot judge it, which makes the point ``unknown``, never ``pass``. Closed-loop,
@@ -326,4 +333,4 @@ def judge_keep_up(
         },
         schema=KEEP_UP_SCHEMA,
     )
-    return pl.concat([points.drop(KEEP_UP_SCHEMA, strict=False), table], how="horizontal")
+    return pl.concat([points.drop(list(KEEP_UP_SCHEMA), strict=False), table], how="horizontal")

@@ -763,7 +763,7 @@ def analyse_bench(
         "candidate", pl.exclude("candidate")
     )
     findings = validity_findings(evaluated, facts, settings, as_of=when, rates=rates)
-    all_notes = list(notes)
+    all_notes = [*notes, *_keep_up_notes(evaluated), *_rank_pool_notes(costed)]
     if not comparable:
         all_notes.append(
             "candidates are not comparable; no cost ranking: " + "; ".join(differences)
@@ -782,6 +782,38 @@ def analyse_bench(
         differences=differences,
         notes=all_notes,
     )
+
+
+def _keep_up_notes(evaluated: pl.DataFrame) -> list[str]:
+    """How many open-loop points kept up, were overloaded or could not be judged."""
+    counts = dict(
+        evaluated.filter(pl.col("sweep") == "open").group_by("keep_up_status").len().iter_rows()
+    )
+    if not counts:
+        return []
+    parts = [
+        f"{counts.get(status, 0)} {label}"
+        for status, label in (
+            ("kept_up", "kept up"),
+            ("overloaded", "overloaded (fail whatever their percentiles)"),
+            ("unknown", "not judgeable (unknown)"),
+        )
+    ]
+    return ["open-loop points: " + ", ".join(parts) + "; reasons in points[].keep_up_reason"]
+
+
+def _rank_pool_notes(costed: pl.DataFrame) -> list[str]:
+    """Which candidates are ranked apart from the main (bracketed) cost ranking, and why."""
+    why = {
+        "lower_bound": "no failing load, so capacity and cost are only bounds",
+        "single_point": "one load tried",
+    }
+    notes = []
+    for pool, reason in why.items():
+        names = costed.filter(pl.col("rank_pool") == pool).get_column("candidate").to_list()
+        if names:
+            notes.append(f"ranked apart as {pool} ({reason}): " + "; ".join(sorted(names)))
+    return notes
 
 
 # --------------------------------------------------------------------------------------------
@@ -839,6 +871,26 @@ CAPACITY_COLUMNS = (
     "cost_workings",
     "non_monotone",
     "passes_above_fail",
+    "note",
+)
+
+
+#: The capacity columns a person reads first (the text output); the payload has them all.
+CAPACITY_TEXT_COLUMNS = (
+    "candidate",
+    "sweep",
+    "pattern",
+    "capacity_status",
+    "capacity_rps",
+    "output_throughput_tps",
+    "whole_run_output_tps",
+    "gpu_hour_usd",
+    "price_source",
+    "cost_per_1m_output_usd",
+    "rank_pool",
+    "cost_rank",
+    "noise_note",
+    "cost_workings",
     "note",
 )
 
