@@ -330,6 +330,13 @@ def test_without_send_times_the_same_run_is_judged_from_aggregates() -> None:
     assert "run too short to show it kept up" in fast.item(0, "slo_reason")
 
 
+def test_send_times_without_latencies_leave_it_to_the_aggregates() -> None:
+    points, requests = three_engine_sweep()
+    no_latency = requests.with_columns(e2e_ms=pl.lit(None, dtype=pl.Float64))
+    evaluated = evaluate_slo(points, SloSpec(), per_request=no_latency)
+    assert set(evaluated.get_column("keep_up_method").to_list()) == {AGGREGATE_METHOD}
+
+
 def test_closed_loop_and_bursts_are_not_judged() -> None:
     rows = [
         {"point_id": "c", "load_mode": "closed", "concurrency": 4, "completed": 100, "failed": 0},

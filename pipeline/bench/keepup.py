@@ -282,11 +282,14 @@ def typical_latency_expr(frame: pl.DataFrame) -> pl.Expr:
 
 
 def _per_request_verdicts(per_request: pl.DataFrame, rule: OverloadRule) -> dict[str, KeepUp]:
-    """Verdicts for the points whose per-request rows have send times."""
+    """Verdicts for the points whose per-request rows have send times and latencies (a point
+    with send times but no latencies, e.g. an older vLLM file, is left to the aggregates)."""
     timed = per_request.filter(pl.col("start_s").is_not_null())
     verdicts: dict[str, KeepUp] = {}
     for group in timed.partition_by("point_id", maintain_order=True):
         done = group.filter(pl.col("ok") & pl.col("e2e_ms").is_not_null())
+        if done.is_empty():
+            continue
         verdicts[str(group.item(0, "point_id"))] = keep_up_from_requests(
             group.get_column("start_s").to_numpy(),
             done.get_column("start_s").to_numpy(),

@@ -793,7 +793,7 @@ def check_no_silent_pass(
         )
     sweep = column_or_null(evaluated, "sweep", pl.String())
     keep_up = column_or_null(evaluated, "keep_up_status", pl.String())
-    bad_exprs.append((sweep == "open") & ~keep_up.eq_missing(KEPT_UP))
+    bad_exprs.append(sweep.eq_missing("open") & ~keep_up.eq_missing(KEPT_UP))
     bad = passes.filter(pl.any_horizontal(bad_exprs).fill_null(True)).height
     return bad == 0, (
         f"{passes.height} passing points, {bad} with a missing or broken limit, too few "
