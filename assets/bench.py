@@ -47,7 +47,9 @@ _CAPACITY_VIEW = [
     "gpu_hour_usd",
     "cost_per_1m_output_usd",
     "cost_per_1m_total_usd",
+    "rank_pool",
     "cost_rank",
+    "noise_note",
     "note",
 ]
 
@@ -137,10 +139,12 @@ def _analyse(
     context: AssetExecutionContext, store: EnginefitStore
 ) -> tuple[BenchAnalysis, dict[str, Any]]:
     settings = _settings(store)
-    points = pl.read_parquet(store.layout().bench.load_points)
+    paths = store.layout().bench
+    points = pl.read_parquet(paths.load_points)
+    per_request = pl.read_parquet(paths.per_request) if paths.per_request.is_file() else None
     facts, facts_source = _facts(store)
     as_of, as_of_source = _as_of(context, settings)
-    analysis = analyse_bench(points, settings, facts, as_of=as_of)
+    analysis = analyse_bench(points, settings, facts, as_of=as_of, per_request=per_request)
     info: dict[str, Any] = {
         "as_of": f"{as_of.isoformat()} ({as_of_source})",
         "workload_facts": facts_source,
@@ -249,7 +253,7 @@ def bench_validity(context: AssetExecutionContext, store: EnginefitStore) -> dg.
 def bench_no_silent_pass(store: EnginefitStore) -> dg.AssetCheckResult:
     settings = _settings(store)
     evaluated = pl.read_parquet(store.layout().bench.points)
-    passed, detail = check_no_silent_pass(evaluated, settings.slo)
+    passed, detail = check_no_silent_pass(evaluated, settings.slo, settings.min_tail_requests)
     return dg.AssetCheckResult(passed=passed, metadata={"detail": detail})
 
 

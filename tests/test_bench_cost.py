@@ -12,13 +12,17 @@ from pipeline.bench.cost import (
     HOURS_PER_MONTH,
     Prices,
     attach_prices,
+    cost_gap_vs_noise,
     cost_per_million,
     fleet_cost,
     match_gpu_price,
     prices_from_mapping,
     workload_rates,
 )
+from pipeline.bench.schema import conform_load_points
+from pipeline.bench.slo import SloSpec, evaluate_slo, slo_capacity
 from pipeline.errors import ConfigError
+from tests.bench_points import kept_up_run
 
 
 def cap_row(**kw: Any) -> dict[str, Any]:
@@ -39,7 +43,12 @@ def cap_row(**kw: Any) -> dict[str, Any]:
 def caps(*rows: dict[str, Any]) -> pl.DataFrame:
     return pl.DataFrame(
         list(rows),
-        schema_overrides={"price_per_gpu_hour_usd": pl.Float64, "capacity_rps": pl.Float64},
+        schema_overrides={
+            "price_per_gpu_hour_usd": pl.Float64,
+            "capacity_rps": pl.Float64,
+            "repeats": pl.UInt32,
+            "repeat_output_tps": pl.List(pl.Float64),
+        },
     )
 
 
@@ -158,3 +167,118 @@ def test_workload_rates_window_choice() -> None:
         "peak_10s": 25.0,
     }
     assert workload_rates(math.nan, {}, "60s") == {}
+
+
+def test_manifest_price_survives_the_capacity_search() -> None:
+    """slo_capacity groups by candidate keys without the price: it must carry it through."""
+    slo = SloSpec()
+    rows = [
+        {
+            "point_id": f"p{rate}",
+            "engine": "vllm",
+            "gpu_type": "H100",
+            "gpu_count": 2,
+            "price_per_gpu_hour_usd": 3.5,
+            "load_mode": "open",
+            "offered_rate_rps": rate,
+            "ttft_p95_ms": ttft,
+            "itl_p99_ms": 20.0,
+            "output_tokens_mean": 250.0,
+            **kept_up_run(rate),
+        }
+        for rate, ttft in ((4.0, 300.0), (8.0, 3000.0))
+    ]
+    points = conform_load_points(pl.DataFrame(rows))
+    capacity = slo_capacity(evaluate_slo(points, slo), slo)
+    assert capacity.item(0, "price_per_gpu_hour_usd") == 3.5
+    costed = cost_per_million(capacity, Prices(default=3.0))
+    assert costed.item(0, "gpu_hour_usd") == 3.5
+    assert costed.item(0, "price_source") == "manifest price_per_gpu_hour_usd"
+    # 2 GPUs × $3.5/h ÷ (4 req/s × 250 tokens × 3600) × 10^6 = $1.9444
+    assert costed.item(0, "cost_per_1m_output_usd") == pytest.approx(7.0 / (1000 * 3600) * 1e6)
+    fleet = fleet_cost(costed, {"peak_60s": 10.0}, ["engine"])
+    # ceil(10 / 4) = 3 replicas × 2 GPUs = 6 GPUs × $3.5 × 730 h
+    assert fleet.item(0, "monthly_usd") == pytest.approx(6 * 3.5 * 730)
+    assert Prices().default is None
+    unpriced = cost_per_million(capacity, Prices())
+    assert unpriced.item(0, "price_source") == "manifest price_per_gpu_hour_usd"
+
+
+def test_cost_workings_show_the_whole_run_rate_and_difference() -> None:
+    row = cap_row(
+        output_throughput_tps=2500.0,
+        sustained_rate_rps=10.0,
+        output_tokens_mean=250.0,
+        whole_run_output_tps=2000.0,
+        output_rate_basis="sustained: send rate × mean output tokens",
+    )
+    out = cost_per_million(caps(row), Prices(default=3.0))
+    # 2000 / 2500 − 1 = −20 %; $3 ÷ (2000 × 3600) × 10^6 = $0.4167
+    assert out.item(0, "whole_run_vs_sustained") == pytest.approx(-0.2)
+    assert out.item(0, "whole_run_cost_per_1m_output_usd") == pytest.approx(3 / 7.2e6 * 1e6)
+    assert out.item(0, "cost_workings") == (
+        "1 GPU × $3.0/h ÷ (2500.0 output tok/s × 3600) × 10^6 = $0.3333 per 1M output tokens; "
+        "output rate sustained = 10.0 req/s sent × 250.0 mean output tokens; the tool's "
+        "whole-run rate 2000.0 tok/s differs by -20.0% (drain tail) and would give $0.4167"
+    )
+    whole = cap_row(output_rate_basis="whole-run: mean output tokens unknown")
+    assert (
+        cost_per_million(caps(whole), Prices(default=3.0))
+        .item(0, "cost_workings")
+        .endswith("; output rate whole-run: mean output tokens unknown")
+    )
+
+
+# ------------------------------------------------------------------ noise from repeats
+
+
+def test_cost_spread_over_repeats_by_hand() -> None:
+    out = cost_per_million(
+        caps(cap_row(repeats=3, repeat_output_tps=[2000.0, 2500.0, 2400.0])), Prices(default=3.0)
+    )
+    # cost ∝ 1/rate: 1/2000, 1/2500, 1/2400 = 5.0e-4, 4.0e-4, 4.1667e-4 (× a constant)
+    inv = [1 / 2000, 1 / 2500, 1 / 2400]
+    mean = sum(inv) / 3
+    assert out.item(0, "cost_spread") == pytest.approx((max(inv) - min(inv)) / mean)  # 0.2264
+    sd = math.sqrt(sum((x - mean) ** 2 for x in inv) / 2)
+    assert out.item(0, "cost_cv") == pytest.approx(sd / mean)
+    single = cost_per_million(caps(cap_row(repeats=1, repeat_output_tps=[2500.0])), Prices())
+    assert single.item(0, "cost_spread") is None
+
+
+def ranked(*rows: dict[str, Any]) -> pl.DataFrame:
+    costed = cost_per_million(caps(*rows), Prices(default=3.0)).with_columns(
+        rank_pool=pl.lit("bracketed"),
+        cost_rank=pl.col("cost_per_1m_output_usd").rank("min").cast(pl.Int64),
+    )
+    return cost_gap_vs_noise(costed)
+
+
+def test_gap_to_the_cheapest_against_the_noise() -> None:
+    out = ranked(
+        cap_row(
+            engine="a", output_throughput_tps=3000.0, repeats=2, repeat_output_tps=[3000.0, 3100.0]
+        ),
+        cap_row(engine="b", output_throughput_tps=2500.0),  # 20 % dearer than a
+        cap_row(engine="c", output_throughput_tps=2990.0),  # 0.33 % dearer than a
+    )
+    rows = {r["engine"]: r for r in out.to_dicts()}
+    # a's noise: costs ∝ 1/3000, 1/3100 -> range / mean = (1/3000 − 1/3100) / mean = 3.28 %
+    noise = (1 / 3000 - 1 / 3100) / ((1 / 3000 + 1 / 3100) / 2)
+    assert rows["a"]["noise_share"] == pytest.approx(noise)
+    assert rows["a"]["noise_note"] == "cheapest of its pool; noise 3.3% (2 repeats)"
+    assert rows["b"]["cost_gap_share"] == pytest.approx(3000 / 2500 - 1)  # 0.2
+    assert rows["b"]["gap_exceeds_noise"] is True
+    assert rows["b"]["noise_note"].startswith("20.0% above the cheapest > the noise 3.3%")
+    assert rows["c"]["gap_exceeds_noise"] is False
+    assert rows["c"]["noise_note"].startswith("0.3% above the cheapest ≤ the noise 3.3%")
+    bare = ranked(
+        cap_row(engine="a", output_throughput_tps=3000.0),
+        cap_row(engine="b", output_throughput_tps=2500.0),
+    )
+    notes = dict(bare.select("engine", "noise_note").rows())
+    assert notes == {
+        "a": "cheapest of its pool; no repeats: noise unknown",
+        "b": "20.0% above the cheapest; no repeats: noise unknown",
+    }
+    assert bare.get_column("gap_exceeds_noise").to_list() == [None, None]

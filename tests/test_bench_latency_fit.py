@@ -24,6 +24,7 @@ from pipeline.bench.schema import conform_load_points
 from pipeline.bench.slo import SloSpec, evaluate_slo, slo_capacity
 from pipeline.facts import LatencyModel
 from pipeline.schema import conform
+from tests.bench_points import kept_up_run
 from tests.conftest import DEFAULTS, write_requests
 
 H100 = (
@@ -62,6 +63,7 @@ def point(engine: str, rate: float, ok: bool, **values: Any) -> dict[str, Any]:
         "itl_mean_ms": 4.0,
         "input_tokens_mean": 400.0,
         "output_tokens_mean": 100.0,
+        **(kept_up_run(rate) if rate > 0 else {}),
     }
     row.update(values)
     return row

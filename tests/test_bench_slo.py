@@ -22,9 +22,13 @@ from pipeline.bench.slo import (
     check_no_silent_pass,
     evaluate_slo,
     parse_slo_spec,
+    required_requests,
     slo_capacity,
 )
+from pipeline.bench.validity import analyse_bench
 from pipeline.errors import ConfigError
+from tests.bench_points import kept_up_run
+from tests.conftest import REPO
 
 # The Apache-2.0 sweep is committed (tests/data/bench/NOTICE), so these tests always run.
 H100 = (
@@ -50,7 +54,11 @@ def point(load: float, ttft: float | None, itl: float | None, **extra: Any) -> d
         "failed": 0,
         "output_tokens_per_s": 100.0 * load,
         "total_tokens_per_s": 300.0 * load,
+        "output_tokens_mean": 100.0,
+        "input_tokens_mean": 200.0,
     }
+    if load > 0:
+        row.update(kept_up_run(load))
     row.update(extra)
     return row
 
@@ -146,6 +154,13 @@ def test_bench_settings_validates_keys(tmp_path: Path) -> None:
         ({"prices": {"usd": 1}}, "bench.prices"),
         ({"results": "x", "manifest": 3}, "bench.manifest"),
         ({"length_factor": 0.5}, "bench.length_factor"),
+        ({"overload": {"tolerance": 1.5}}, "bench.overload.tolerance: expected a fraction"),
+        ({"overload": {"tolerance": "low"}}, "bench.overload.tolerance: expected a number"),
+        ({"overload": {"min_window_latencies": 0}}, "bench.overload.min_window_latencies"),
+        ({"overload": {"window": 3}}, "bench.overload: unknown key(s) ['window']"),
+        ({"overload": 0.15}, "bench.overload: must be a mapping"),
+        ({"min_tail_requests": -1}, "bench.min_tail_requests: expected a whole number"),
+        ({"min_tail_requests": 1.5}, "bench.min_tail_requests: expected a whole number"),
     ],
 )
 def test_bench_settings_errors_name_the_key(raw: dict[str, Any], needle: str) -> None:
@@ -165,7 +180,7 @@ def test_pass_fail_unknown_and_never_silent_pass() -> None:
         point(4, None, 20.0),  # p95 TTFT missing -> unknown, not pass
         point(5, None, 80.0),  # missing TTFT but ITL breaks -> fail
         point(6, 100.0, 20.0, failed=None),  # failure count unknown -> unknown
-        point(7, 100.0, 20.0, completed=98, failed=2),  # 2% errors > 1% -> fail
+        point(7, 100.0, 20.0, **{**kept_up_run(7, 200), "completed": 196, "failed": 4}),  # 2%
         point(8, 100.0, 20.0, achieved_rate_rps=6.0),  # 75% of offered -> unknown
         point(9, 100.0, 20.0, achieved_rate_rps=8.5),  # 94% of offered -> pass
     ]
@@ -383,17 +398,48 @@ def stage(n: int) -> dict[str, Any]:
 def test_h100_sweep_capacity() -> None:
     points = h100_points()
     slo = SloSpec()
-    evaluated = evaluate_slo(points, slo)
-    assert evaluated.sort("load").get_column("slo_status").to_list() == ["pass"] * 4 + ["fail"] * 3
+    evaluated = evaluate_slo(points, slo).sort("load")
+    # Stage 0 has 60 requests: too few for a p99 (needs ⌈1 ÷ 0.01⌉ = 100); stages 1-3 pass.
+    assert evaluated.get_column("slo_status").to_list() == ["unknown"] + ["pass"] * 3 + ["fail"] * 3
+    assert evaluated.item(0, "slo_reason") == (
+        "only 60 completed requests; p99 ITL (per-gap) needs ≥ 100"
+    )
+    assert evaluated.get_column("keep_up_status").to_list() == ["kept_up"] * 7
+    assert set(evaluated.get_column("keep_up_method").to_list()) == {"drain_corrected"}
     row = only(slo_capacity(evaluated, slo))
     s3 = stage(3)
     assert row["capacity_status"] == "bracketed"
     assert row["capacity_load"] == pytest.approx(s3["load_summary"]["requested_rate"])  # 92.19
+    # min(offered 92.19, achieved send rate 92.224): capacity is never above what was sent
+    assert row["capacity_rps"] == 92.19
     assert row["first_fail_load"] == pytest.approx(stage(4)["load_summary"]["requested_rate"])
-    assert row["output_throughput_tps"] == pytest.approx(
-        s3["successes"]["throughput"]["output_tokens_per_sec"]
-    )
+    # Sustained output rate: achieved send rate × mean output tokens per completed request
+    # = 92.22409851829183 × 62.3254384378955 = 5747.907 tok/s; the whole-run figure 5693.884
+    # (5531 requests ÷ 60.54 s including the drain) is 0.94 % lower.
+    assert s3["load_summary"]["achieved_rate"] == 92.22409851829183
+    assert s3["successes"]["output_len"]["mean"] == 62.3254384378955
+    assert row["sustained_rate_rps"] == 92.22409851829183
+    assert row["output_throughput_tps"] == pytest.approx(5747.907374692207)
+    assert row["whole_run_output_tps"] == pytest.approx(5693.884076290361)
+    assert row["output_rate_basis"] == "sustained: send rate × mean output tokens"
+    assert row["n_loads"] == 7
+    assert row["repeats"] == 1 and row["output_rate_spread"] is None
     assert row["non_monotone"] is False
+
+
+@pytest.mark.shared
+def test_h100_keep_up_shares_by_hand() -> None:
+    """Drain-corrected completion rate ÷ send rate, from each stage file's own numbers."""
+    evaluated = evaluate_slo(h100_points(), SloSpec()).sort("record_index")
+    for n, share in enumerate(evaluated.get_column("keep_up_share").to_list()):
+        s = stage(n)
+        completed = s["successes"]["count"]
+        # inference-perf's throughput divides by the stage's first send to last completion
+        duration = completed / s["successes"]["throughput"]["requests_per_sec"]
+        latency = s["successes"]["latency"]["request_latency"]["mean"]
+        expected = completed / (duration - latency) / s["load_summary"]["achieved_rate"]
+        assert share == pytest.approx(expected), n
+        assert 1.0 <= share < 1.01  # e.g. stage 3: 5531 ÷ (60.543 − 1.021) s = 92.92 vs 92.22
 
 
 @pytest.mark.shared
@@ -415,3 +461,126 @@ def test_h100_tighter_slo_moves_capacity_down() -> None:
     slo = parse_slo_spec("ttft_p95_ms=50,itl_p99_ms=60")
     row = only(slo_capacity(evaluate_slo(h100_points(), slo), slo))
     assert row["capacity_load"] == pytest.approx(61.79)  # p95 TTFT 48.7 ms; 80.2 ms at 92.19
+
+
+# ------------------------------------------------------------------ enough requests per percentile
+
+
+def test_required_requests_table() -> None:
+    # ⌈k ÷ (1 − q)⌉: k = 1 -> p50 2, p90 10, p95 20, p99 100; a mean needs one request.
+    assert [required_requests(s, 1) for s in ("p50", "p90", "p95", "p99", "mean")] == [
+        2,
+        10,
+        20,
+        100,
+        1,
+    ]
+    assert [required_requests(s, 3) for s in ("p50", "p95", "p99")] == [6, 60, 300]
+    assert [required_requests(s, 0) for s in ("p99", "mean")] == [0, 0]  # 0 disables
+
+
+def test_too_few_requests_make_a_percentile_unknown() -> None:
+    rows = [
+        point(1, 100.0, 20.0, **kept_up_run(1, 20)),  # p99 ITL from 20 requests is their max
+        point(2, 100.0, 90.0, **kept_up_run(2, 20)),  # a broken p99 from 20 cannot fail either
+        point(
+            3, 100.0, 20.0, **kept_up_run(3, 2, latency_s=0.1)
+        ),  # 2 requests: neither p95 nor p99
+        point(4, 100.0, 20.0, **kept_up_run(4, 100)),  # exactly enough
+        point(5, 5000.0, 20.0, **kept_up_run(5, 20)),  # p95 TTFT from 20 is judged: fails
+    ]
+    evaluated = evaluate_slo(frame(rows), SloSpec())
+    assert evaluated.get_column("slo_status").to_list() == [
+        "unknown",
+        "unknown",
+        "unknown",
+        "pass",
+        "fail",
+    ]
+    reasons = evaluated.get_column("slo_reason").to_list()
+    assert reasons[0] == "only 20 completed requests; p99 ITL (per-gap) needs ≥ 100"
+    assert reasons[1] == "only 20 completed requests; p99 ITL (per-gap) needs ≥ 100"
+    assert reasons[2] == (
+        "only 2 completed requests; p95 TTFT needs ≥ 20; "
+        "only 2 completed requests; p99 ITL (per-gap) needs ≥ 100"
+    )
+    assert reasons[4].startswith("p95 TTFT 5000.0 ms > 1000 ms")
+    ok, detail = check_no_silent_pass(evaluated, SloSpec())
+    assert ok, detail
+    # k = 0 switches the rule off: the 20-request points are judged on their values.
+    relaxed = evaluate_slo(frame(rows), SloSpec(), min_tail_requests=0)
+    assert relaxed.get_column("slo_status").to_list()[:3] == ["pass", "fail", "pass"]
+    # A silent pass with too few requests is caught by the asset check.
+    forged = evaluated.with_columns(slo_status=pl.lit("pass"))
+    assert not check_no_silent_pass(forged.slice(0, 1), SloSpec())[0]
+
+
+def test_two_request_guidellm_points_cannot_support_a_p95() -> None:
+    """The guidellm v0.8 fixture (mock server, two requests at each of 2 and 4 req/s)."""
+    from pipeline.bench import read_bench_files
+
+    path = REPO / "tests" / "data" / "bench" / "guidellm"
+    result = read_bench_files(
+        [path / "llmd-fixture_mockserver_guidellm0.8dev_schema2.json"],
+        manifest={"engine": "mock", "gpu_type": "none", "gpu_count": 1},
+    )
+    evaluated = evaluate_slo(result.load_points, SloSpec())
+    assert evaluated.get_column("completed").to_list() == [2, 2]
+    assert evaluated.get_column("slo_status").to_list() == ["unknown", "unknown"]
+    reason = evaluated.item(0, "slo_reason")
+    assert "only 2 completed requests; p95 TTFT needs ≥ 20" in reason
+    # its duration is guidellm's measurement window, which leaves out the drain: not judged
+    assert evaluated.item(0, "keep_up_status") == "unknown"
+    assert "measure_window span" in evaluated.item(0, "keep_up_reason")
+
+
+def test_min_tail_requests_reaches_the_analysis() -> None:
+    rows = [point(1, 100.0, 20.0), point(2, 100.0, 20.0)]  # 100 requests each
+    strict = analyse_bench(frame(rows), BenchSettings(min_tail_requests=2))
+    reasons = strict.evaluated.get_column("slo_reason").to_list()
+    assert reasons == ["only 100 completed requests; p99 ITL (per-gap) needs ≥ 200"] * 2
+    assert analyse_bench(frame(rows), BenchSettings()).capacity.item(0, "capacity_rps") == 2.0
+
+
+# ------------------------------------------------------------------ sustained rates at capacity
+
+
+def test_capacity_and_token_rate_come_from_what_was_sent() -> None:
+    rows = [
+        # offered 4, sent 3.8 (within the 90 % send-rate check): capacity 3.8, not 4
+        point(4, 100.0, 20.0, achieved_rate_rps=3.8, output_tokens_per_s=300.0),
+        point(8, 2000.0, 20.0),
+    ]
+    row = only(capacity(rows))
+    assert row["capacity_load"] == 4.0
+    assert row["capacity_rps"] == 3.8  # min(offered 4, sent 3.8)
+    assert row["sustained_rate_rps"] == 3.8
+    assert row["output_throughput_tps"] == pytest.approx(3.8 * 100.0)  # × mean output tokens
+    assert row["total_throughput_tps"] == pytest.approx(3.8 * (200.0 + 100.0))
+    assert row["whole_run_output_tps"] == 300.0  # the tool's figure, kept beside
+    # a client that sent faster than offered does not raise the capacity above the offered load
+    fast = only(capacity([point(4, 100.0, 20.0, achieved_rate_rps=4.2), point(8, 2000.0, 20.0)]))
+    assert (fast["capacity_rps"], fast["output_throughput_tps"]) == (4.0, pytest.approx(420.0))
+
+
+def test_whole_run_rate_only_without_a_mean_output_length() -> None:
+    rows = [point(2, 100.0, 20.0, output_tokens_mean=None), point(4, 2000.0, 20.0)]
+    row = only(capacity(rows))
+    assert row["output_throughput_tps"] == 200.0  # the tool's whole-run output_tokens_per_s
+    assert row["output_rate_basis"] == "whole-run: mean output tokens unknown"
+    # the mean is derived from the totals when the reader left it empty: 1000 / 100 = 10
+    derived = [point(2, 100.0, 20.0, output_tokens_mean=None, total_output_tokens=1000)]
+    derived.append(point(4, 2000.0, 20.0))
+    assert only(capacity(derived))["output_throughput_tps"] == pytest.approx(2 * 10.0)
+
+
+def test_no_interpolation_toward_an_overloaded_failure() -> None:
+    # The failure at 8 req/s is overloaded: 100 ÷ (40 − 1) ÷ 8 = 32 % of sends.
+    rows = [point(4, 900.0, 20.0), point(8, 1500.0, 20.0, duration_s=40.0)]
+    row = only(capacity(rows, interpolate=True))
+    assert row["interpolated"] is False
+    assert row["capacity_rps"] == 4.0
+    assert (
+        "not interpolated: the first failure at 8 did not keep up (keep-up overloaded)"
+        in (row["note"])
+    )

@@ -11,6 +11,7 @@ from typing import Any
 import polars as pl
 import pytest
 
+from pipeline.bench.charts import cost_svg
 from pipeline.bench.cost import Prices
 from pipeline.bench.schema import conform_load_points
 from pipeline.bench.slo import BenchSettings
@@ -25,6 +26,7 @@ from pipeline.bench.validity import (
 )
 from pipeline.errors import InputFormatError
 from pipeline.facts import Percentiles, WorkloadFacts
+from tests.bench_points import kept_up_run
 from tests.conftest import DEFAULTS
 
 AS_OF = dt.date(2026, 11, 29)
@@ -67,7 +69,11 @@ def pt(load: float, **kw: Any) -> dict[str, Any]:
         "output_tokens_p50": 200.0,
         "dataset": "random",
         "run_date": dt.date(2026, 1, 1),
+        "output_tokens_mean": 250.0,
+        "input_tokens_mean": 750.0,
     }
+    if load > 0:
+        row.update(kept_up_run(load))
     row.update(kw)
     return row
 
@@ -128,8 +134,13 @@ def test_each_flag_fires_with_its_numbers() -> None:
     assert "70% at W=64" in prefix["message"] and "random" in prefix["message"]
     peak = finding(f, "peak_rate")
     assert peak["status"] == "flag"
-    assert (peak["bench_value"], peak["prod_value"]) == (12.0, 20.0)
-    assert "reaches 12 req/s; production peak (60s window) is 20 req/s" in peak["message"]
+    # The sweep offered 12 req/s but sustained only 5 within the SLO (12 fails on TTFT).
+    assert (peak["bench_value"], peak["prod_value"]) == (5.0, 20.0)
+    assert peak["message"] == (
+        "highest load sustained within the SLO 5 req/s (highest offered 12 req/s); production "
+        "peak (60s window) is 20 req/s: the benchmark never showed production's peak rate "
+        "sustained"
+    )
     stale = finding(f, "stale")
     assert stale["status"] == "flag"
     assert stale["bench_value"] == (AS_OF - dt.date(2026, 1, 1)).days == 332
@@ -148,6 +159,7 @@ def test_ok_cases_and_length_mismatch() -> None:
             input_tokens_p99=900.0,
             dataset="shared_prefix",
             run_date=dt.date(2026, 10, 1),
+            ttft_p95_ms=300.0,  # both pass: 25 req/s sustained covers the 20 req/s peak
         )
         for r in (10, 25)
     ]
@@ -220,7 +232,10 @@ def test_not_comparable_candidates_are_not_ranked() -> None:
 
 def test_comparable_candidates_ranked_by_cost() -> None:
     rows = [pt(1), pt(5), pt(12)]  # vllm passes 5 (1250 tok/s), fails 12 (TTFT 1200 ms)
-    rows += [pt(r, engine="sglang", ttft_p95_ms=50.0 * r) for r in (1, 5, 8)]  # passes 8
+    # sglang passes 8 (2000 tok/s), fails 16 (TTFT 1600 ms)
+    rows += [
+        pt(r, engine="sglang", ttft_p95_ms=100.0 * r if r > 8 else 50.0 * r) for r in (1, 5, 8, 16)
+    ]
     a = analyse(rows, facts())
     assert a.comparable
     ranks = dict(a.capacity.select("engine", "cost_rank").rows())
@@ -235,3 +250,67 @@ def test_comparable_candidates_ranked_by_cost() -> None:
     payload = analysis_payload(a)
     json.dumps(payload)  # JSON-ready
     assert payload["rates_rps"] == {"mean": 5.0, "peak_60s": 20.0}
+
+
+def test_lower_bounds_and_single_points_are_ranked_apart() -> None:
+    rows = [pt(1), pt(5), pt(12)]  # vllm: bracketed at 5 (1250 tok/s)
+    # sglang: passes 1 and 8, never fails: capacity ≥ 8 (2000 tok/s), cheaper but only a bound
+    rows += [pt(r, engine="sglang", ttft_p95_ms=50.0 * r) for r in (1, 8)]
+    rows += [pt(3, engine="trtllm", ttft_p95_ms=100.0)]  # one load tried: 750 tok/s
+    a = analyse(rows, facts())
+    table = {r["engine"]: r for r in a.capacity.to_dicts()}
+    assert {e: (r["rank_pool"], r["cost_rank"]) for e, r in table.items()} == {
+        "vllm": ("bracketed", 1),
+        "sglang": ("lower_bound", 1),
+        "trtllm": ("single_point", 1),
+    }
+    # sglang is the cheapest figure, but it is not in the main ranking
+    assert table["sglang"]["cost_per_1m_output_usd"] < table["vllm"]["cost_per_1m_output_usd"]
+    assert table["trtllm"]["n_loads"] == 1
+    assert any(
+        n.startswith("ranked apart as lower_bound (no failing load, so capacity and cost are only")
+        and "sglang" in n
+        for n in a.notes
+    )
+    assert any(
+        n.startswith("ranked apart as single_point (one load tried): trtllm") for n in a.notes
+    )
+    svg = cost_svg(a.capacity).decode()
+    for colour in ("#1f77b4", "#ff7f0e", "#7f7f7f"):  # one bar colour per pool
+        assert colour in svg
+    payload = analysis_payload(a)
+    assert {row["rank_pool"] for row in payload["capacity"]} == {
+        "bracketed",
+        "lower_bound",
+        "single_point",
+    }
+
+
+@pytest.mark.shared
+def test_l40s_sweeps_without_a_failure_are_lower_bounds() -> None:
+    """The real L40S sample: three deployments at 10 and 30 req/s (plus bursts). Under a p99 SLO
+    every open point passes, so each capacity is only 'at least 30 req/s'."""
+    from pipeline.bench import read_bench_files
+    from pipeline.bench.slo import parse_slo_spec
+    from tests.conftest import shared_path
+
+    path = shared_path("bench-samples", "vllm-bench-serve", "nerdalert_l40s_llmd_results.jsonl")
+    manifest = {"engine": "vllm", "gpu_type": "L40S", "gpu_count": 4, "label_from": "deployment"}
+    points = read_bench_files([path], manifest=manifest).load_points
+    settings = dataclasses.replace(
+        SETTINGS,
+        slo=parse_slo_spec("ttft_p99_ms=1000,itl_p99_ms=100"),
+        prices=Prices(gpu_hour_usd={"L40S": 1.2}),
+    )
+    a = analyse_bench(points, settings, None, as_of=AS_OF)
+    open_rows = a.capacity.filter(pl.col("sweep") == "open").sort("label")
+    assert open_rows.get_column("rank_pool").to_list() == ["lower_bound"] * 3
+    assert open_rows.get_column("capacity_rps").to_list() == [30.0] * 3
+    assert "no failure seen: capacity is at least 30" in open_rows.item(0, "note")
+    base = open_rows.row(0, named=True)  # deployment "base": 240128 tokens over 900 requests
+    assert base["label"] == "base"
+    # sustained: 30 req/s × 240128/900 = 8004.3 tok/s; the tool's whole-run 5889.4 is 26 % low
+    assert base["output_throughput_tps"] == pytest.approx(30 * 240128 / 900)
+    assert base["whole_run_vs_sustained"] == pytest.approx(5889.408298166733 / 8004.266667 - 1)
+    # 4 GPUs × $1.2/h ÷ (8004.27 × 3600) × 10^6 = $0.1666
+    assert base["cost_per_1m_output_usd"] == pytest.approx(4.8 / (8004.266667 * 3600) * 1e6)

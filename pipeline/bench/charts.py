@@ -2,7 +2,9 @@
 
 - :func:`latency_vs_load_svg`: TTFT and ITL percentiles (p50, p95, p99) versus offered load per
   candidate, log latency axis, with the SLO limits as dashed lines and each point's status.
-- :func:`cost_svg`: cost per 1M output tokens at the SLO per candidate (interpolated bars hatched).
+- :func:`cost_svg`: cost per 1M output tokens at the SLO per candidate (interpolated bars hatched),
+  grouped by rank pool: lower-bound and single-point capacities are coloured, labelled and set
+  apart from the main (bracketed) ranking.
 """
 
 from __future__ import annotations
@@ -128,12 +130,27 @@ def latency_vs_load_svg(evaluated: pl.DataFrame, slo: SloSpec) -> bytes:
         return _svg(fig)
 
 
+#: Rank pools in chart order, with the bar colour and the tag written beside the bar.
+_POOLS: dict[str, tuple[str, str]] = {
+    "bracketed": ("#1f77b4", ""),
+    "lower_bound": ("#ff7f0e", " [lower bound: no failure seen; ranked apart]"),
+    "single_point": ("#7f7f7f", " [single load point; ranked apart]"),
+}
+
+
 def cost_svg(capacity: pl.DataFrame, *, comparable: bool = True) -> bytes:
-    """Cost per 1M output tokens at the SLO capacity, one bar per open-loop candidate."""
+    """Cost per 1M output tokens at the SLO capacity, one bar per open-loop candidate, grouped
+    by rank pool (bracketed first; lower bounds and single-point capacities apart, labelled)."""
     with matplotlib.rc_context(_RC):
         rows = capacity.filter(
             (pl.col("sweep") == "open") & pl.col("cost_per_1m_output_usd").is_not_null()
-        ).sort(["cost_per_1m_output_usd", "candidate"])
+        )
+        if "rank_pool" not in rows.columns:
+            rows = rows.with_columns(rank_pool=pl.lit("bracketed"))
+        order = {pool: i for i, pool in enumerate(_POOLS)}
+        rows = rows.with_columns(
+            _order=pl.col("rank_pool").replace_strict(order, default=len(order))
+        ).sort(["_order", "cost_per_1m_output_usd", "candidate"])
         fig = Figure(figsize=(8, 0.6 + 0.5 * max(rows.height, 1)))
         ax = fig.subplots()
         if rows.height == 0:
@@ -143,21 +160,25 @@ def cost_svg(capacity: pl.DataFrame, *, comparable: bool = True) -> bytes:
         labels = rows.get_column("candidate").to_list()
         costs = rows.get_column("cost_per_1m_output_usd").to_list()
         interp = rows.get_column("interpolated").to_list()
-        status = rows.get_column("capacity_status").to_list()
+        pools = rows.get_column("rank_pool").to_list()
         y = list(range(len(labels)))
-        bars = ax.barh(y, costs, color="#1f77b4")
+        colors = [_POOLS.get(pool, ("#7f7f7f", ""))[0] for pool in pools]
+        bars = ax.barh(y, costs, color=colors)
         for bar, is_interp in zip(bars, interp, strict=True):
             if is_interp:
                 bar.set_hatch("//")
-                bar.set_facecolor("#aec7e8")
-        for yi, cost, is_interp, st in zip(y, costs, interp, status, strict=True):
+                bar.set_alpha(0.6)
+        for yi, cost, is_interp, pool in zip(y, costs, interp, pools, strict=True):
             tag = " (interpolated)" if is_interp else ""
-            tag += " (≥: no failure seen)" if st == "not_bracketed" else ""
+            tag += _POOLS.get(pool, ("", f" [{pool}]"))[1]
             ax.text(cost, yi, f" ${cost:.3f}{tag}", va="center", fontsize=8)
+        for yi in range(1, len(pools)):
+            if pools[yi] != pools[yi - 1]:  # a rule between pools: they are not one ranking
+                ax.axhline(yi - 0.5, color="black", linewidth=0.8, linestyle=":")
         ax.set_yticks(y, labels)
         ax.invert_yaxis()
         ax.set_xlabel("$ per 1M output tokens at the SLO capacity")
-        ax.set_xlim(0, max(costs) * 1.45)
+        ax.set_xlim(0, max(costs) * 1.9)
         title = "Cost per 1M output tokens at the SLO"
         if not comparable:
             title += " — NOT COMPARABLE (see validity findings)"

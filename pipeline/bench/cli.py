@@ -26,7 +26,7 @@ from pipeline.bench.cost import COST_FORMULA, FLEET_FORMULA
 from pipeline.bench.slo import BenchSettings, parse_as_of, parse_slo_spec
 from pipeline.bench.stage import workload_facts
 from pipeline.bench.validity import (
-    CAPACITY_COLUMNS,
+    CAPACITY_TEXT_COLUMNS,
     BenchAnalysis,
     analyse_bench,
     analysis_payload,
@@ -125,7 +125,7 @@ def render_text(analysis: BenchAnalysis) -> str:
         f"{COST_FORMULA}",
         "",
         "## Capacity at the SLO and cost",
-        markdown_table(analysis.capacity, CAPACITY_COLUMNS),
+        markdown_table(analysis.capacity, CAPACITY_TEXT_COLUMNS),
     ]
     if analysis.fleet.height:
         lines += [
@@ -158,7 +158,9 @@ def run_bench(args: argparse.Namespace) -> int:
         facts, _ = workload_facts(config.layout())
     else:
         facts = None
-    analysis = analyse_bench(result.load_points, settings, facts, notes=result.notes)
+    analysis = analyse_bench(
+        result.load_points, settings, facts, notes=result.notes, per_request=result.per_request
+    )
     if args.out is not None:
         write_outputs(analysis, args.out)
     if args.json:

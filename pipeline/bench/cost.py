@@ -8,10 +8,21 @@ Formulas (DOMAIN.md, "An evaluation that means something")::
     gpus        = replicas × gpu_count
     monthly_usd = gpus × $/GPU-hour × 730
 
-Throughputs are the *measured* ones at the capacity point (or interpolated, when the capacity
-table says so). Prices come from configuration; where a GPU type has no configured price, the
-manifest's ``price_per_gpu_hour_usd``, then the configured default, is used; ``price_source``
-names which.
+The output token rate is the one the capacity point *sustained*: its send rate (achieved, else
+offered) × the mean output tokens of its completed requests, valid because the point kept up
+(:mod:`pipeline.bench.keepup`). The tool's whole-run rate divides by a duration that includes the
+drain tail and understates it; ``cost_workings`` reports it beside, with the difference.
+Interpolated capacities carry the same tokens per request to the interpolated rate.
+
+Prices, highest precedence first: ``--gpu-hour-usd`` > the configured price for the GPU type >
+the manifest's ``price_per_gpu_hour_usd`` > the configured default; ``price_source`` names which;
+with none, the cost is null (``no price``).
+
+Noise: where the capacity load was run more than once (``repeats`` ≥ 2), ``cost_spread`` is the
+relative range (max − min) ÷ mean of the cost of each repeat and ``cost_cv`` its coefficient of
+variation. :func:`cost_gap_vs_noise` compares each ranked candidate's cost gap to the cheapest of
+its pool with the larger ``cost_spread`` of the two (the noise of a re-run); with no repeats on
+either side the noise is unknown and said so.
 """
 
 from __future__ import annotations
@@ -167,21 +178,139 @@ def cost_per_million(capacity: pl.DataFrame, prices: Prices) -> pl.DataFrame:
         rate = pl.col(tps)
         return pl.when(rate > 0).then(hourly / (rate * 3600.0) * 1e6).otherwise(None)
 
+    priced = priced.with_columns(
+        (pl.lit(None, dtype=dtype).alias(name))
+        for name, dtype in _RATE_DETAIL.items()
+        if name not in priced.columns
+    )
+    repeat_costs = pl.col("repeat_output_tps").list.eval(
+        pl.when(pl.element() > 0).then(1.0 / pl.element())
+    )
+    spread = pl.col("repeats").fill_null(0) >= 2
+    whole = pl.col("whole_run_output_tps")
     return priced.with_columns(
         deployment_usd_per_hour=hourly,
         cost_per_1m_output_usd=per_million("output_throughput_tps"),
         cost_per_1m_total_usd=per_million("total_throughput_tps"),
-    ).with_columns(
-        cost_workings=pl.when(pl.col("cost_per_1m_output_usd").is_not_null()).then(
+        whole_run_cost_per_1m_output_usd=per_million("whole_run_output_tps"),
+        whole_run_vs_sustained=pl.when(pl.col("output_throughput_tps") > 0).then(
+            whole / pl.col("output_throughput_tps") - 1.0
+        ),
+        # cost ∝ 1 / output rate for one candidate, so the price cancels out of the ratios
+        cost_spread=pl.when(spread).then(
+            (repeat_costs.list.max() - repeat_costs.list.min()) / repeat_costs.list.mean()
+        ),
+        cost_cv=pl.when(spread).then(repeat_costs.list.std(ddof=1) / repeat_costs.list.mean()),
+    ).with_columns(cost_workings=_cost_workings())
+
+
+_RATE_DETAIL: dict[str, pl.DataType] = {
+    "sustained_rate_rps": pl.Float64(),
+    "output_tokens_mean": pl.Float64(),
+    "whole_run_output_tps": pl.Float64(),
+    "output_rate_basis": pl.String(),
+    "interpolated": pl.Boolean(),
+    "capacity_rps": pl.Float64(),
+    "repeats": pl.UInt32(),
+    "repeat_output_tps": pl.List(pl.Float64()),
+}
+
+
+def _cost_workings() -> pl.Expr:
+    """The output-token formula with its numbers, where the rate came from, and the whole-run
+    rate beside it with the difference."""
+    rate = pl.col("output_throughput_tps")
+    formula = pl.format(
+        "{} GPU × ${}/h ÷ ({} output tok/s × 3600) × 10^6 = ${} per 1M output tokens",
+        pl.col("gpu_count"),
+        _money(pl.col("gpu_hour_usd"), 4),
+        rate.round(1),
+        _money(pl.col("cost_per_1m_output_usd"), 4),
+    )
+    interpolated = pl.col("interpolated").fill_null(False)
+    source = (
+        pl.when(pl.col("output_rate_basis").str.starts_with("sustained") & ~interpolated)
+        .then(
             pl.format(
-                "{} GPU × ${}/h ÷ ({} output tok/s × 3600) × 10^6 = ${} per 1M output tokens",
-                pl.col("gpu_count"),
-                _money(pl.col("gpu_hour_usd"), 4),
-                pl.col("output_throughput_tps").round(1),
-                _money(pl.col("cost_per_1m_output_usd"), 4),
+                "output rate sustained = {} req/s sent × {} mean output tokens",
+                pl.col("sustained_rate_rps").round(3),
+                pl.col("output_tokens_mean").round(2),
             )
         )
+        .when(pl.col("output_rate_basis").str.starts_with("sustained"))
+        .then(
+            pl.format(
+                "output rate = interpolated {} req/s × {} mean output tokens",
+                pl.col("capacity_rps").round(3),
+                pl.col("output_tokens_mean").round(2),
+            )
+        )
+        .when(pl.col("output_rate_basis").is_not_null())
+        .then(pl.format("output rate {}", pl.col("output_rate_basis")))
     )
+    whole = pl.when(
+        pl.col("output_rate_basis").str.starts_with("sustained")
+        & pl.col("whole_run_output_tps").is_not_null()
+    ).then(
+        pl.format(
+            "the tool's whole-run rate {} tok/s differs by {}% (drain tail) and would give ${}",
+            pl.col("whole_run_output_tps").round(1),
+            _pct(pl.col("whole_run_vs_sustained")),
+            _money(pl.col("whole_run_cost_per_1m_output_usd"), 4),
+        )
+    )
+    return pl.when(pl.col("cost_per_1m_output_usd").is_not_null()).then(
+        pl.concat_str([formula, source, whole], separator="; ", ignore_nulls=True)
+    )
+
+
+def cost_gap_vs_noise(costed: pl.DataFrame, pool: str = "rank_pool") -> pl.DataFrame:
+    """Add ``cost_gap_share``, ``noise_share``, ``gap_exceeds_noise`` and ``noise_note`` to the
+    ranked rows (``cost_rank`` not null) of :func:`cost_per_million`'s output.
+
+    The gap is cost ÷ the cheapest of the same ``pool`` − 1; the noise is the larger
+    ``cost_spread`` of the candidate and that cheapest one (null when neither was repeated).
+    """
+    ranked = pl.col("cost_rank").is_not_null()
+    cheapest = pl.col("cost_per_1m_output_usd").filter(ranked).min().over(pool)
+    cheapest_spread = (
+        pl.col("cost_spread")
+        .filter(ranked & (pl.col("cost_per_1m_output_usd") == cheapest))
+        .max()
+        .over(pool)
+    )
+    frame = costed.with_columns(
+        cost_gap_share=pl.when(ranked).then(pl.col("cost_per_1m_output_usd") / cheapest - 1.0),
+        noise_share=pl.when(ranked).then(pl.max_horizontal("cost_spread", cheapest_spread)),
+    )
+    gap, noise = pl.col("cost_gap_share"), pl.col("noise_share")
+    repeats = pl.format("{} repeats", pl.col("repeats").fill_null(1))
+    return frame.with_columns(
+        gap_exceeds_noise=pl.when(ranked & noise.is_not_null() & (gap > 0)).then(gap > noise),
+        noise_note=pl.when(~ranked)
+        .then(None)
+        .when(gap == 0)
+        .then(
+            pl.when(noise.is_null())
+            .then(pl.lit("cheapest of its pool; no repeats: noise unknown"))
+            .otherwise(pl.format("cheapest of its pool; noise {}% ({})", _pct(noise), repeats))
+        )
+        .when(noise.is_null())
+        .then(pl.format("{}% above the cheapest; no repeats: noise unknown", _pct(gap)))
+        .otherwise(
+            pl.format(
+                "{}% above the cheapest {} the noise {}% (larger relative cost range over "
+                "repeated runs at the capacity load of the two candidates)",
+                _pct(gap),
+                pl.when(gap > noise).then(pl.lit(">")).otherwise(pl.lit("≤")),
+                _pct(noise),
+            )
+        ),
+    )
+
+
+def _pct(expr: pl.Expr) -> pl.Expr:
+    return (expr * 100).round(1).cast(pl.String)
 
 
 def workload_rates(

@@ -4,15 +4,29 @@ An SLO is a set of latency limits (``ttft_p95_ms <= 1000``, ``itl_p99_ms <= 60``
 inter-token-latency definition, and optional error-rate and offered-rate checks. Each load point
 (one row of the normalised load-point table, :mod:`pipeline.bench.schema`) gets a status:
 
-``pass``     every limit is known and met;
-``fail``     at least one known value breaks a limit (a missing value cannot rescue it);
-``unknown``  nothing breaks a limit, but a needed value is missing, or the client did not send at
-             the offered rate -- never a silent pass.
+``pass``     every limit is known and met, and an open-loop server kept up;
+``fail``     at least one known value breaks a limit (a missing value cannot rescue it), or the
+             open-loop server was **overloaded**: it fell behind the rate requests were sent at
+             by more than ``bench.overload.tolerance`` (:mod:`pipeline.bench.keepup`: the
+             estimators, the drain tail, and what the real samples measure), whatever its
+             percentiles -- a short run of a growing queue shows percentiles a longer run would not;
+``unknown``  nothing breaks a limit, but a needed value is missing, the client did not send at
+             the offered rate, the data cannot show whether the server kept up, or a percentile
+             has too few completed requests behind it -- never a silent pass.
+
+Enough requests for a percentile: percentile q needs ``n ≥ ⌈k ÷ (1 − q)⌉`` completed requests
+(k = ``bench.min_tail_requests``, default 1: p50 needs 2, p90 10, p95 20, p99 100), so that about
+k requests lie above it; a p99 of 20 requests is their maximum. The rule counts requests for
+every metric, per-gap ITL included: its gaps are pooled from those requests and share their
+batches, so they are not independent samples. k = 0 disables the rule.
 
 The capacity search orders each candidate's points by load (offered rate for open-loop sweeps,
 concurrency for closed-loop sweeps, which are kept apart) and takes the highest passing load below
 the first failing one. Passes above a failure are reported as a non-monotone pattern, not used.
-Interpolating between the last pass and the first failure happens only when asked, and is marked.
+Capacity is never above the rate the capacity point actually sustained (its send rate), and the
+token rates to cost are the sustained ones (send rate × mean tokens per request), not the tool's
+whole-run figures, which the drain tail lowers. Interpolating between the last pass and the first
+failure happens only when asked, only toward a failure that kept up, and is marked.
 """
 
 from __future__ import annotations
@@ -28,6 +42,18 @@ from typing import Any
 import polars as pl
 
 from pipeline.bench.cost import Prices, prices_from_mapping
+from pipeline.bench.frames import column_or_null, float_column
+from pipeline.bench.keepup import (
+    DEFAULT_OVERLOAD_RULE,
+    KEPT_UP,
+    OVERLOADED,
+    UNKNOWN,
+    OverloadRule,
+    judge_keep_up,
+    mean_output_tokens_expr,
+    overload_rule_from_mapping,
+    send_rate_expr,
+)
 from pipeline.errors import ConfigError
 
 ITL_DEFINITIONS: dict[str, str] = {
@@ -41,6 +67,10 @@ METRICS = ("ttft", "itl", "e2e")
 _LIMIT_KEY = re.compile(r"^(ttft|itl|e2e)_(mean|p50|p90|p95|p99)_ms$")
 _OPTION_KEYS = ("itl_definition", "max_error_rate", "min_achieved_rate_share")
 _METRIC_LABEL = {"ttft": "TTFT", "itl": "ITL", "e2e": "E2E"}
+#: percentile name -> percent of requests at or below it
+PERCENTILE_SHARES = {"p50": 50, "p90": 90, "p95": 95, "p99": 99}
+#: k in "percentile q needs ⌈k ÷ (1 − q)⌉ completed requests" (``bench.min_tail_requests``).
+DEFAULT_MIN_TAIL_REQUESTS = 1
 
 #: The columns that identify one candidate deployment (one sweep), in output order.
 CANDIDATE_KEYS = (
@@ -231,24 +261,13 @@ def parse_slo_spec(text: str, *, where: str = "--slo") -> SloSpec:
 # Per-point evaluation
 
 
-def _col(frame: pl.DataFrame, name: str, dtype: pl.DataType) -> pl.Expr:
-    """A column as an expression, or typed nulls when the frame does not have it."""
-    if name in frame.columns:
-        return pl.col(name).cast(dtype)
-    return pl.lit(None, dtype=dtype)
-
-
-def _float(frame: pl.DataFrame, name: str) -> pl.Expr:
-    return _col(frame, name, pl.Float64()).fill_nan(None)
-
-
 def error_rate_expr(frame: pl.DataFrame) -> pl.Expr:
     """The reader's ``error_rate``, else failed / (completed + failed); null when unknown."""
-    failed = _float(frame, "failed")
-    completed = _float(frame, "completed")
+    failed = float_column(frame, "failed")
+    completed = float_column(frame, "completed")
     total = completed + failed
     derived = pl.when(total > 0).then(failed / total).otherwise(None)
-    return pl.coalesce(_float(frame, "error_rate"), derived)
+    return pl.coalesce(float_column(frame, "error_rate"), derived)
 
 
 def sweep_kind_expr(frame: pl.DataFrame) -> pl.Expr:
@@ -257,10 +276,10 @@ def sweep_kind_expr(frame: pl.DataFrame) -> pl.Expr:
     ``other`` covers offline bursts (offered rate +inf), ramps, trace replays and points without
     a load figure: they are listed but not searched, having no single load to order them by.
     """
-    mode = _col(frame, "load_mode", pl.String())
-    process = _col(frame, "arrival_process", pl.String())
-    rate = _float(frame, "offered_rate_rps")
-    users = _float(frame, "concurrency")
+    mode = column_or_null(frame, "load_mode", pl.String())
+    process = column_or_null(frame, "arrival_process", pl.String())
+    rate = float_column(frame, "offered_rate_rps")
+    users = float_column(frame, "concurrency")
     return (
         pl.when(mode.eq_missing("offline") | process.is_in(["ramp", "trace"]).fill_null(False))
         .then(pl.lit("other"))
@@ -272,28 +291,65 @@ def sweep_kind_expr(frame: pl.DataFrame) -> pl.Expr:
     )
 
 
-def evaluate_slo(points: pl.DataFrame, slo: SloSpec) -> pl.DataFrame:
-    """The load points with ``sweep``, ``load``, ``error_rate``, ``slo_status``, ``slo_reason``.
+def required_requests(stat: str, min_tail_requests: int) -> int:
+    """Completed requests a statistic needs: ``⌈k ÷ (1 − q)⌉`` for percentile q (k requests
+    expected above it), so at k = 1 p50 needs 2, p90 10, p95 20, p99 100; a mean needs 1."""
+    if stat not in PERCENTILE_SHARES:
+        return min(min_tail_requests, 1)
+    above = 100 - PERCENTILE_SHARES[stat]  # percent of requests above the percentile
+    return -(-100 * min_tail_requests // above)  # exact integer ceiling
+
+
+def evaluate_slo(
+    points: pl.DataFrame,
+    slo: SloSpec,
+    *,
+    per_request: pl.DataFrame | None = None,
+    overload: OverloadRule = DEFAULT_OVERLOAD_RULE,
+    min_tail_requests: int = DEFAULT_MIN_TAIL_REQUESTS,
+) -> pl.DataFrame:
+    """The load points with ``sweep``, ``load``, ``error_rate``, the keep-up verdict
+    (:data:`pipeline.bench.keepup.KEEP_UP_SCHEMA`), ``slo_status`` and ``slo_reason``.
 
     ``load`` is the offered rate (req/s) for open-loop points and the concurrency for closed-loop
     points; null for ``other``. ``slo_reason`` names every broken or missing limit with its value.
+    ``per_request`` (the reader's per-request table) lets the keep-up check use send times.
     """
+    kind = sweep_kind_expr(points)
+    frame = judge_keep_up(points.with_columns(sweep=kind), per_request, overload)
     violated: list[pl.Expr] = []
     missing: list[pl.Expr] = []
-    reasons: list[pl.Expr] = []
+    keep_up = pl.col("keep_up_status")
+    violated.append(keep_up == OVERLOADED)
+    missing.append(keep_up == UNKNOWN)
+    reasons: list[pl.Expr] = [
+        pl.when(keep_up.is_in([OVERLOADED, UNKNOWN])).then(pl.col("keep_up_reason"))
+    ]
+    completed = float_column(frame, "completed")
     for limit in slo.limits:
-        value = _float(points, limit.column(slo.itl_definition))
+        value = float_column(frame, limit.column(slo.itl_definition))
         label = limit.label(slo.itl_definition)
-        bad = value > limit.max_ms
+        needed = required_requests(limit.stat, min_tail_requests)
+        too_few = (completed < needed) | completed.is_null()
+        bad = (value > limit.max_ms) & ~too_few
         violated.append(bad.fill_null(False))
-        missing.append(value.is_null())
+        missing.append(value.is_null() | too_few)
         reasons.append(
             pl.when(bad)
             .then(pl.format(f"{label} {{}} ms > {_num(limit.max_ms)} ms", value.round(1)))
             .when(value.is_null())
             .then(pl.lit(f"{label} missing"))
+            .when(completed.is_null())
+            .then(pl.lit(f"completed requests not recorded; {label} needs ≥ {needed}"))
+            .when(too_few)
+            .then(
+                pl.format(
+                    f"only {{}} completed requests; {label} needs ≥ {needed}",
+                    completed.cast(pl.Int64),
+                )
+            )
         )
-    err = error_rate_expr(points)
+    err = error_rate_expr(frame)
     if slo.max_error_rate is not None:
         bad = err > slo.max_error_rate
         violated.append(bad.fill_null(False))
@@ -308,8 +364,8 @@ def evaluate_slo(points: pl.DataFrame, slo: SloSpec) -> pl.DataFrame:
             .when(err.is_null())
             .then(pl.lit("failure count not recorded"))
         )
-    rate = _float(points, "offered_rate_rps")
-    achieved = _float(points, "achieved_rate_rps")
+    rate = float_column(frame, "offered_rate_rps")
+    achieved = float_column(frame, "achieved_rate_rps")
     if slo.min_achieved_rate_share is not None:
         short = (
             rate.is_finite() & (rate > 0) & (achieved < rate * slo.min_achieved_rate_share)
@@ -325,24 +381,18 @@ def evaluate_slo(points: pl.DataFrame, slo: SloSpec) -> pl.DataFrame:
                 )
             )
         )
-    any_violated = pl.any_horizontal(violated) if violated else pl.lit(False)
-    any_missing = pl.any_horizontal(missing) if missing else pl.lit(False)
-    kind = sweep_kind_expr(points)
-    return points.with_columns(
-        sweep=kind,
-        load=pl.when(kind == "open")
+    return frame.with_columns(
+        load=pl.when(pl.col("sweep") == "open")
         .then(rate)
-        .when(kind == "closed")
-        .then(_float(points, "concurrency")),
+        .when(pl.col("sweep") == "closed")
+        .then(float_column(frame, "concurrency")),
         error_rate=err,
-        slo_status=pl.when(any_violated)
+        slo_status=pl.when(pl.any_horizontal(violated))
         .then(pl.lit("fail"))
-        .when(any_missing)
+        .when(pl.any_horizontal(missing))
         .then(pl.lit("unknown"))
         .otherwise(pl.lit("pass")),
-        slo_reason=pl.concat_str(reasons, separator="; ", ignore_nulls=True)
-        if reasons
-        else pl.lit(""),
+        slo_reason=pl.concat_str(reasons, separator="; ", ignore_nulls=True),
     ).with_columns(
         slo_reason=pl.when(pl.col("slo_status") == "pass")
         .then(pl.lit("all limits met"))
@@ -370,11 +420,22 @@ CAPACITY_SCHEMA_EXTRA: dict[str, pl.DataType] = {
     "unknown_above_capacity": pl.String(),
     "capacity_point_id": pl.String(),
     "interpolated": pl.Boolean(),
+    "n_loads": pl.UInt32(),
     "capacity_rps": pl.Float64(),
+    "sustained_rate_rps": pl.Float64(),
+    "output_tokens_mean": pl.Float64(),
     "output_throughput_tps": pl.Float64(),
+    "whole_run_output_tps": pl.Float64(),
+    "output_rate_basis": pl.String(),
     "total_throughput_tps": pl.Float64(),
+    "price_per_gpu_hour_usd": pl.Float64(),
+    "repeats": pl.UInt32(),
+    "repeat_output_tps": pl.List(pl.Float64()),
+    "output_rate_spread": pl.Float64(),
+    "output_rate_cv": pl.Float64(),
     "note": pl.String(),
 }
+SUSTAINED_BASIS = "sustained: send rate × mean output tokens"
 
 _SYMBOL = {"pass": "P", "fail": "F", "unknown": "?"}
 
@@ -409,20 +470,31 @@ def slo_capacity(
       never used); ``unknown_above_capacity``: unknown points between capacity and failure;
     - ``interpolated``: True when ``interpolate`` was asked and the capacity (``capacity_rps`` and
       the throughputs) were linearly interpolated between the last pass and the first failure;
-    - ``capacity_rps``: requests/s the deployment serves within the SLO: the offered rate for open
-      loop, the *achieved* request throughput for closed loop (flagged in ``note``);
-    - ``output_throughput_tps`` / ``total_throughput_tps``: measured at the capacity point.
+    - ``n_loads``: distinct loads tried (1: the capacity rests on a single load point);
+    - ``capacity_rps``: requests/s the deployment serves within the SLO: for open loop the
+      offered rate, but never above ``sustained_rate_rps`` (the rate requests were actually sent
+      at the capacity point, which kept up: achieved send rate, else offered); for closed loop
+      the *achieved* request throughput (flagged in ``note``);
+    - ``output_throughput_tps`` / ``total_throughput_tps``: the token rates the capacity point
+      sustained (open loop): ``sustained_rate_rps`` × ``output_tokens_mean`` (mean output tokens
+      per completed request; × mean input + output for the total). The tool's whole-run rate
+      (``whole_run_output_tps``) divides by a duration that includes the drain tail, so it
+      understates the sustained rate; it is kept beside. ``output_rate_basis`` says which was
+      used (the whole-run rate only when the mean output length is unknown, and for closed loop);
+    - ``price_per_gpu_hour_usd``: the manifest price carried by the capacity point;
+    - ``repeats``: passing points at the capacity load (repeated runs); ``repeat_output_tps`` their
+      output token rates; ``output_rate_spread`` (max − min) ÷ mean and ``output_rate_cv`` (sample
+      standard deviation ÷ mean) of those rates, null with fewer than two repeats. The capacity
+      point is the repeat with the lowest output rate (the conservative one).
     """
     group = list(keys) if keys is not None else candidate_keys(evaluated)
     by = [*group, "sweep"]
     frame = evaluated.with_columns(
-        output_throughput_tps=_float(evaluated, "output_tokens_per_s"),
-        total_throughput_tps=pl.coalesce(
-            _float(evaluated, "total_tokens_per_s"),
-            _float(evaluated, "output_tokens_per_s") + _float(evaluated, "input_tokens_per_s"),
-        ),
-        request_throughput_rps=_float(evaluated, "request_throughput_rps"),
-        point_id=_col(evaluated, "point_id", pl.String()),
+        **_token_rates(evaluated),
+        request_throughput_rps=float_column(evaluated, "request_throughput_rps"),
+        point_id=column_or_null(evaluated, "point_id", pl.String()),
+        price_per_gpu_hour_usd=float_column(evaluated, "price_per_gpu_hour_usd"),
+        keep_up_status=column_or_null(evaluated, "keep_up_status", pl.String()),
     ).sort([*by, "load", "point_id"], nulls_last=True)
     status = pl.col("slo_status")
     load = pl.col("load")
@@ -434,6 +506,7 @@ def slo_capacity(
         n_unknown=(status == "unknown").sum().cast(pl.UInt32),
         min_load=load.min(),
         max_load=load.max(),
+        n_loads=load.drop_nulls().n_unique().cast(pl.UInt32),
         pattern=pl.concat_str(
             pl.coalesce(_fmt_load(load), pl.lit("-")),
             pl.lit(":"),
@@ -466,21 +539,26 @@ def slo_capacity(
         .agg(unknown_above_capacity=_fmt_load(load).str.join(", "))
     )
     summary = summary.join(unknown_above, on=by, how="left", nulls_equal=True)
-    # The measured point at the capacity load (the lowest output throughput if repeated).
+    # The measured points at the capacity load; the one with the lowest output rate is costed.
     cap_rows = (
         frame.filter(status == "pass")
         .join(summary.select([*by, "capacity_load"]), on=by, nulls_equal=True)
         .filter(load == pl.col("capacity_load"))
         .sort([*by, "output_throughput_tps", "point_id"], nulls_last=True)
         .group_by(by, maintain_order=True)
-        .first()
-        .select(
-            *by,
-            capacity_point_id=pl.col("point_id"),
-            cap_out=pl.col("output_throughput_tps"),
-            cap_total=pl.col("total_throughput_tps"),
-            cap_req=pl.col("request_throughput_rps"),
-            **{f"cap__{c}": pl.col(c) for c in _slo_value_columns(frame, slo)},
+        .agg(
+            capacity_point_id=pl.col("point_id").first(),
+            cap_out=pl.col("output_throughput_tps").first(),
+            cap_total=pl.col("total_throughput_tps").first(),
+            cap_req=pl.col("request_throughput_rps").first(),
+            sustained_rate_rps=pl.col("sustained_rate_rps").first(),
+            output_tokens_mean=pl.col("output_tokens_mean").first(),
+            whole_run_output_tps=pl.col("whole_run_output_tps").first(),
+            output_rate_basis=pl.col("output_rate_basis").first(),
+            price_per_gpu_hour_usd=pl.col("price_per_gpu_hour_usd").first(),
+            repeats=pl.len(),
+            repeat_output_tps=pl.col("output_throughput_tps"),
+            **{f"cap__{c}": pl.col(c).first() for c in _slo_value_columns(frame, slo)},
         )
     )
     fail_rows = (
@@ -492,9 +570,7 @@ def slo_capacity(
         .first()
         .select(
             *by,
-            fail_out=pl.col("output_throughput_tps"),
-            fail_total=pl.col("total_throughput_tps"),
-            fail_req=pl.col("request_throughput_rps"),
+            fail_keep_up=pl.col("keep_up_status"),
             **{f"fail__{c}": pl.col(c) for c in _slo_value_columns(frame, slo)},
         )
     )
@@ -514,36 +590,87 @@ def slo_capacity(
         non_monotone=pl.col("passes_above_fail").is_not_null(),
     )
     fraction = _crossing_fraction(out, slo)
+    # Interpolating toward a failure that did not keep up would read a growing queue's
+    # percentiles as if they were a steady state's.
     do_interp = (
         pl.lit(interpolate)
         & (pl.col("capacity_status") == "bracketed")
         & fraction.is_not_null()
         & (pl.col("sweep") == "open")
+        & (pl.col("fail_keep_up") == KEPT_UP)
     )
+    measured_rps = pl.min_horizontal(pl.col("capacity_load"), pl.col("sustained_rate_rps"))
     out = out.with_columns(interp_f=fraction).with_columns(
-        interpolated=do_interp,
+        interpolated=do_interp.fill_null(False),
         capacity_rps=pl.when(pl.col("sweep") == "open")
         .then(
             pl.when(do_interp)
             .then(_lerp("capacity_load", "first_fail_load"))
-            .otherwise(pl.col("capacity_load"))
+            .otherwise(measured_rps)
         )
         .when(pl.col("sweep") == "closed")
         .then(pl.col("cap_req")),
-        output_throughput_tps=pl.when(do_interp)
-        .then(_lerp("cap_out", "fail_out"))
-        .otherwise(pl.col("cap_out")),
-        total_throughput_tps=pl.when(do_interp)
-        .then(_lerp("cap_total", "fail_total"))
-        .otherwise(pl.col("cap_total")),
     )
-    out = out.with_columns(note=_note_expr())
+    # An interpolated capacity carries the capacity point's tokens per request to its rate.
+    scale = pl.col("capacity_rps") / pl.col("sustained_rate_rps")
+    out = out.with_columns(
+        output_throughput_tps=pl.when(pl.col("interpolated"))
+        .then(pl.col("cap_out") * scale)
+        .otherwise(pl.col("cap_out")),
+        total_throughput_tps=pl.when(pl.col("interpolated"))
+        .then(pl.col("cap_total") * scale)
+        .otherwise(pl.col("cap_total")),
+        output_rate_spread=pl.when(pl.col("repeats") >= 2).then(
+            (pl.col("repeat_output_tps").list.max() - pl.col("repeat_output_tps").list.min())
+            / pl.col("repeat_output_tps").list.mean()
+        ),
+        output_rate_cv=pl.when(pl.col("repeats") >= 2).then(
+            pl.col("repeat_output_tps").list.std(ddof=1) / pl.col("repeat_output_tps").list.mean()
+        ),
+    )
+    out = out.with_columns(note=_note_expr(interpolate))
     columns = [*group, *CAPACITY_SCHEMA_EXTRA]
     return (
         out.select(columns)
         .with_columns(pl.col(c).cast(t) for c, t in CAPACITY_SCHEMA_EXTRA.items())
         .sort([*group, "sweep"], nulls_last=True)
     )
+
+
+def _token_rates(evaluated: pl.DataFrame) -> dict[str, pl.Expr]:
+    """Per point: the sustained request and token rates (open loop) and the tool's whole-run ones.
+
+    The output rate to cost is the sustained one where the mean output length is known, else the
+    whole-run figure (named in ``output_rate_basis``).
+    """
+    whole_out = float_column(evaluated, "output_tokens_per_s")
+    whole_total = pl.coalesce(
+        float_column(evaluated, "total_tokens_per_s"),
+        whole_out + float_column(evaluated, "input_tokens_per_s"),
+    )
+    completed = float_column(evaluated, "completed")
+    mean_in = pl.coalesce(
+        float_column(evaluated, "input_tokens_mean"),
+        pl.when(completed > 0).then(float_column(evaluated, "total_input_tokens") / completed),
+    )
+    mean_out = mean_output_tokens_expr(evaluated)
+    is_open = pl.col("sweep") == "open"
+    rate = pl.when(is_open).then(send_rate_expr(evaluated))
+    sustained = is_open & mean_out.is_not_null()
+    return {
+        "sustained_rate_rps": rate,
+        "output_tokens_mean": mean_out,
+        "whole_run_output_tps": whole_out,
+        "output_throughput_tps": pl.when(sustained).then(rate * mean_out).otherwise(whole_out),
+        "total_throughput_tps": pl.when(sustained & mean_in.is_not_null())
+        .then(rate * (mean_in + mean_out))
+        .otherwise(whole_total),
+        "output_rate_basis": pl.when(sustained)
+        .then(pl.lit(SUSTAINED_BASIS))
+        .when(is_open)
+        .then(pl.lit("whole-run: mean output tokens unknown"))
+        .otherwise(pl.lit("whole-run: not an open-loop rate")),
+    }
 
 
 def _slo_value_columns(frame: pl.DataFrame, slo: SloSpec) -> list[str]:
@@ -582,9 +709,22 @@ def _crossing_fraction(out: pl.DataFrame, slo: SloSpec) -> pl.Expr:
     return pl.min_horizontal(pieces)
 
 
-def _note_expr() -> pl.Expr:
+def _note_expr(interpolate: bool) -> pl.Expr:
     status = pl.col("capacity_status")
     parts = [
+        pl.when(
+            pl.lit(interpolate)
+            & (status == "bracketed")
+            & (pl.col("sweep") == "open")
+            & (pl.col("fail_keep_up") != KEPT_UP)
+        ).then(
+            pl.format(
+                "not interpolated: the first failure at {} did not keep up (keep-up {}), so its "
+                "percentiles are not a steady state's",
+                _fmt_load(pl.col("first_fail_load")),
+                pl.col("fail_keep_up"),
+            )
+        ),
         pl.when(pl.col("sweep") == "closed").then(
             pl.lit(
                 "closed loop: load is concurrency; capacity_rps is the achieved request rate, "
@@ -630,27 +770,35 @@ def _note_expr() -> pl.Expr:
     return pl.concat_str(parts, separator="; ", ignore_nulls=True)
 
 
-def check_no_silent_pass(evaluated: pl.DataFrame, slo: SloSpec) -> tuple[bool, str]:
-    """Every ``pass`` has every limited value present and within its limit (an asset check)."""
+def check_no_silent_pass(
+    evaluated: pl.DataFrame, slo: SloSpec, min_tail_requests: int = DEFAULT_MIN_TAIL_REQUESTS
+) -> tuple[bool, str]:
+    """Every ``pass`` has every limited value present and within its limit, enough completed
+    requests for each limited percentile, and (open loop) a server that kept up (an asset check)."""
     cols = [c for c in slo.columns() if c in evaluated.columns]
     missing_cols = [c for c in slo.columns() if c not in evaluated.columns]
     passes = evaluated.filter(pl.col("slo_status") == "pass")
     if passes.height and missing_cols:
         return False, f"{passes.height} passes although columns {missing_cols} are absent"
     bad_exprs = [pl.col(c).is_null() | pl.col(c).is_nan() for c in cols]
-    bad_exprs += [
-        pl.col(limit.column(slo.itl_definition)) > limit.max_ms
-        for limit in slo.limits
-        if limit.column(slo.itl_definition) in evaluated.columns
-    ]
+    completed = float_column(evaluated, "completed")
+    for limit in slo.limits:
+        if limit.column(slo.itl_definition) in evaluated.columns:
+            bad_exprs.append(pl.col(limit.column(slo.itl_definition)) > limit.max_ms)
+        needed = required_requests(limit.stat, min_tail_requests)
+        bad_exprs.append(completed.is_null() | (completed < needed))
     if slo.max_error_rate is not None:
         bad_exprs.append(
             pl.col("error_rate").is_null() | (pl.col("error_rate") > slo.max_error_rate)
         )
-    if not bad_exprs:
-        return True, f"{passes.height} passing points"
-    bad = passes.filter(pl.any_horizontal(bad_exprs)).height
-    return bad == 0, f"{passes.height} passing points, {bad} with a missing or broken limit"
+    sweep = column_or_null(evaluated, "sweep", pl.String())
+    keep_up = column_or_null(evaluated, "keep_up_status", pl.String())
+    bad_exprs.append(sweep.eq_missing("open") & ~keep_up.eq_missing(KEPT_UP))
+    bad = passes.filter(pl.any_horizontal(bad_exprs).fill_null(True)).height
+    return bad == 0, (
+        f"{passes.height} passing points, {bad} with a missing or broken limit, too few "
+        "requests for a percentile, or an open-loop server not shown to keep up"
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -671,6 +819,8 @@ class BenchSettings:
     peak_window: str = "60s"
     length_factor: float = 2.0
     tail_ratio: float = 2.0
+    overload: OverloadRule = DEFAULT_OVERLOAD_RULE
+    min_tail_requests: int = DEFAULT_MIN_TAIL_REQUESTS
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -684,6 +834,8 @@ class BenchSettings:
             "peak_window": self.peak_window,
             "length_factor": self.length_factor,
             "tail_ratio": self.tail_ratio,
+            "overload": self.overload.as_dict(),
+            "min_tail_requests": self.min_tail_requests,
         }
 
 
@@ -698,6 +850,8 @@ _SETTINGS_KEYS = (
     "peak_window",
     "length_factor",
     "tail_ratio",
+    "overload",
+    "min_tail_requests",
 )
 
 
@@ -757,6 +911,11 @@ def bench_settings(raw: Mapping[str, Any], *, base: Path | None = None) -> Bench
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 1:
             raise ConfigError(f"bench.{key}: expected a number > 1, got {value!r}")
         factors[key] = float(value)
+    min_tail = raw.get("min_tail_requests", DEFAULT_MIN_TAIL_REQUESTS)
+    if isinstance(min_tail, bool) or not isinstance(min_tail, int) or min_tail < 0:
+        raise ConfigError(
+            f"bench.min_tail_requests: expected a whole number ≥ 0 (0 disables), got {min_tail!r}"
+        )
     return BenchSettings(
         results=results,
         manifest=manifest,
@@ -768,4 +927,6 @@ def bench_settings(raw: Mapping[str, Any], *, base: Path | None = None) -> Bench
         peak_window=peak_window.strip(),
         length_factor=factors["length_factor"],
         tail_ratio=factors["tail_ratio"],
+        overload=overload_rule_from_mapping(raw.get("overload"), where="bench.overload"),
+        min_tail_requests=min_tail,
     )

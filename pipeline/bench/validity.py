@@ -15,7 +15,9 @@ Checks (``check`` column):
                           ``length_factor`` × either way; ``output_length`` the same for output;
 ``prefix_structure``      unique-prompt benchmark vs production sharing > 50% of requests, or a
                           shared-prefix benchmark vs production sharing < 20% (DOMAIN.md);
-``peak_rate``             the open-loop sweep never reaches production's peak rate;
+``peak_rate``             the highest load the open-loop sweep *sustained* (a point that passed
+                          the SLO, which includes keeping up; its send rate, never above its
+                          offered rate) is below production's peak rate;
 ``stale``                 the run is older than ``max_age_days`` at ``as_of``;
 ``closed_loop``           closed-loop (concurrency) results, whose "capacity" is an achieved
                           rate, not an offered one;
@@ -38,10 +40,12 @@ import polars as pl
 from pipeline.bench.cost import (
     COST_FORMULA,
     FLEET_FORMULA,
+    cost_gap_vs_noise,
     cost_per_million,
     fleet_cost,
     workload_rates,
 )
+from pipeline.bench.keepup import send_rate_expr
 from pipeline.bench.slo import BenchSettings, candidate_keys, evaluate_slo, slo_capacity
 from pipeline.errors import InputFormatError
 from pipeline.facts import LatencyModel, Percentiles, WorkloadFacts
@@ -207,6 +211,7 @@ def candidate_profile(evaluated: pl.DataFrame) -> pl.DataFrame:
         _in_fixed=_opt(evaluated, "input_len_fixed", pl.Boolean()),
         _dataset=_opt(evaluated, "dataset", pl.String()),
         _run_date=_opt(evaluated, "run_date", pl.Date()),
+        _sustained=pl.min_horizontal(pl.col("load"), send_rate_expr(evaluated)),
     )
     sweep = pl.col("sweep")
     load = pl.col("load")
@@ -217,6 +222,9 @@ def candidate_profile(evaluated: pl.DataFrame) -> pl.DataFrame:
         n_closed=(sweep == "closed").sum(),
         closed_loads=_fmt(load.filter(sweep == "closed").unique().sort()).str.join(", "),
         max_open_rate=load.filter(sweep == "open").max(),
+        max_sustained_rate=pl.col("_sustained")
+        .filter((sweep == "open") & (pl.col("slo_status") == "pass"))
+        .max(),
         input_p50=pl.col("_in_p50").median(),
         input_p99=pl.col("_in_p99").max(),
         input_fixed_flag=pl.col("_in_fixed").drop_nulls().any(),
@@ -468,30 +476,43 @@ def check_prefix(profile: pl.DataFrame, facts: WorkloadFacts | None) -> pl.DataF
 def check_peak_rate(
     profile: pl.DataFrame, rates: Mapping[str, float], peak_label: str | None
 ) -> pl.DataFrame:
+    """Production's peak against the highest load the sweep *sustained* within the SLO."""
     check = "peak_rate"
     if peak_label is None:
         return _no_facts(profile, check, "production peak rate")
     peak = rates[peak_label]
-    top = pl.col("max_open_rate")
+    top = pl.col("max_sustained_rate")
+    tried = pl.col("max_open_rate")
+    window = peak_label.removeprefix("peak_")
+    prod = f"production peak ({window} window) is {peak:.4g} req/s"
     status = (
-        pl.when(top.is_null())
+        pl.when(tried.is_null())
         .then(pl.lit("unknown"))
-        .when(top < peak)
+        .when(top.is_null() | (top < peak))
         .then(pl.lit("flag"))
         .otherwise(pl.lit("ok"))
     )
-    window = peak_label.removeprefix("peak_")
     message = (
-        pl.when(top.is_null())
-        .then(pl.lit(f"no open-loop sweep; production peak ({window} window) is {peak:.3g} req/s"))
+        pl.when(tried.is_null())
+        .then(pl.lit(f"no open-loop sweep; {prod}"))
+        .when(top.is_null())
+        .then(
+            pl.format(
+                "no open-loop point passed the SLO while keeping up (highest offered {} req/s); "
+                + prod
+                + ": the benchmark never showed any load sustained",
+                _fmt(tried, 2),
+            )
+        )
         .otherwise(
             pl.format(
-                "open-loop sweep reaches {} req/s; production peak ({} window) is {} req/s{}",
+                "highest load sustained within the SLO {} req/s (highest offered {} req/s); "
+                + prod
+                + "{}",
                 _fmt(top, 2),
-                pl.lit(window),
-                pl.lit(f"{peak:.4g}"),
+                _fmt(tried, 2),
                 pl.when(top < peak)
-                .then(pl.lit(": the benchmark never saw production's peak rate"))
+                .then(pl.lit(": the benchmark never showed production's peak rate sustained"))
                 .otherwise(pl.lit("")),
             )
         )
@@ -657,6 +678,18 @@ def validity_findings(
 # --------------------------------------------------------------------------------------------
 # The whole analysis
 
+#: Which ranking a candidate's cost belongs to (null: no cost at the SLO, or not open loop).
+RANK_POOL = (
+    pl.when((pl.col("sweep") != "open") | pl.col("cost_per_1m_output_usd").is_null())
+    .then(None)
+    .when(pl.col("n_loads") == 1)
+    .then(pl.lit("single_point"))
+    .when(pl.col("capacity_status") == "bracketed")
+    .then(pl.lit("bracketed"))
+    .when(pl.col("capacity_status") == "not_bracketed")
+    .then(pl.lit("lower_bound"))
+)
+
 
 @dataclass(frozen=True)
 class BenchAnalysis:
@@ -665,7 +698,7 @@ class BenchAnalysis:
     settings: BenchSettings
     as_of: dt.date | None
     evaluated: pl.DataFrame  # load points + sweep, load, error_rate, slo_status, slo_reason
-    capacity: pl.DataFrame  # one row per candidate × sweep, with costs and rank
+    capacity: pl.DataFrame  # one row per candidate × sweep, with costs, rank pool and rank
     fleet: pl.DataFrame  # one row per candidate × sweep × rate
     findings: pl.DataFrame  # FINDINGS_SCHEMA
     rates: dict[str, float]
@@ -681,30 +714,44 @@ def analyse_bench(
     *,
     as_of: dt.date | None = None,
     notes: Sequence[str] = (),
+    per_request: pl.DataFrame | None = None,
 ) -> BenchAnalysis:
     """SLO status per point, capacity and cost per candidate, fleet per rate, validity findings.
 
     ``as_of`` (for the age check) defaults to ``settings.as_of``; the caller (CLI / asset)
-    passes the run's date, never this function's clock.
+    passes the run's date, never this function's clock. ``per_request`` (the reader's
+    per-request table) lets the keep-up check use request send times.
+
+    Candidates are ranked by cost per 1M output tokens within their ``rank_pool`` only:
+    ``bracketed`` (a pass below a failure: the main ranking), ``lower_bound`` (no failure seen,
+    so the capacity and cost are only bounds) and ``single_point`` (one load tried); never mixed.
     """
     when = as_of or settings.as_of
-    evaluated = evaluate_slo(load_points, settings.slo)
+    evaluated = evaluate_slo(
+        load_points,
+        settings.slo,
+        per_request=per_request,
+        overload=settings.overload,
+        min_tail_requests=settings.min_tail_requests,
+    )
     keys = candidate_keys(evaluated)
     capacity = slo_capacity(evaluated, settings.slo, interpolate=settings.interpolate, keys=keys)
     costed = cost_per_million(capacity, settings.prices)
     comparable, differences = comparability(evaluated)
-    rank_pool = pl.col("cost_per_1m_output_usd").is_not_null() & (pl.col("sweep") == "open")
-    costed = costed.with_columns(
-        candidate=candidate_label_expr(costed),
-        cost_rank=pl.when(pl.lit(comparable) & rank_pool)
-        .then(
-            pl.when(rank_pool)
-            .then(pl.col("cost_per_1m_output_usd"))
-            .otherwise(None)
-            .rank("min")
-            .cast(pl.Int64)
+    costed = costed.with_columns(candidate=candidate_label_expr(costed), rank_pool=RANK_POOL)
+    pooled = pl.col("rank_pool").is_not_null()
+    costed = cost_gap_vs_noise(
+        costed.with_columns(
+            cost_rank=pl.when(pl.lit(comparable) & pooled)
+            .then(
+                pl.when(pooled)
+                .then(pl.col("cost_per_1m_output_usd"))
+                .rank("min")
+                .over("rank_pool")
+                .cast(pl.Int64)
+            )
+            .otherwise(None),
         )
-        .otherwise(None),
     )
     rates = (
         workload_rates(facts.mean_rate_rps, facts.peak_rate_rps, settings.peak_window)
@@ -716,7 +763,7 @@ def analyse_bench(
         "candidate", pl.exclude("candidate")
     )
     findings = validity_findings(evaluated, facts, settings, as_of=when, rates=rates)
-    all_notes = list(notes)
+    all_notes = [*notes, *_keep_up_notes(evaluated), *_rank_pool_notes(costed)]
     if not comparable:
         all_notes.append(
             "candidates are not comparable; no cost ranking: " + "; ".join(differences)
@@ -737,6 +784,38 @@ def analyse_bench(
     )
 
 
+def _keep_up_notes(evaluated: pl.DataFrame) -> list[str]:
+    """How many open-loop points kept up, were overloaded or could not be judged."""
+    counts = dict(
+        evaluated.filter(pl.col("sweep") == "open").group_by("keep_up_status").len().iter_rows()
+    )
+    if not counts:
+        return []
+    parts = [
+        f"{counts.get(status, 0)} {label}"
+        for status, label in (
+            ("kept_up", "kept up"),
+            ("overloaded", "overloaded (fail whatever their percentiles)"),
+            ("unknown", "not judgeable (unknown)"),
+        )
+    ]
+    return ["open-loop points: " + ", ".join(parts) + "; reasons in points[].keep_up_reason"]
+
+
+def _rank_pool_notes(costed: pl.DataFrame) -> list[str]:
+    """Which candidates are ranked apart from the main (bracketed) cost ranking, and why."""
+    why = {
+        "lower_bound": "no failing load, so capacity and cost are only bounds",
+        "single_point": "one load tried",
+    }
+    notes = []
+    for pool, reason in why.items():
+        names = costed.filter(pl.col("rank_pool") == pool).get_column("candidate").to_list()
+        if names:
+            notes.append(f"ranked apart as {pool} ({reason}): " + "; ".join(sorted(names)))
+    return notes
+
+
 # --------------------------------------------------------------------------------------------
 # Presentation
 
@@ -750,6 +829,11 @@ POINT_COLUMNS = (
     "concurrency",
     "slo_status",
     "slo_reason",
+    "keep_up_status",
+    "keep_up_method",
+    "keep_up_share",
+    "keep_up_reason",
+    "completed",
     "error_rate",
     "output_tokens_per_s",
 )
@@ -762,17 +846,51 @@ CAPACITY_COLUMNS = (
     "first_fail_load",
     "interpolated",
     "capacity_rps",
+    "sustained_rate_rps",
+    "output_tokens_mean",
     "output_throughput_tps",
+    "whole_run_output_tps",
+    "output_rate_basis",
     "total_throughput_tps",
     "gpu_count",
     "gpu_hour_usd",
     "price_source",
     "cost_per_1m_output_usd",
     "cost_per_1m_total_usd",
+    "rank_pool",
     "cost_rank",
+    "repeats",
+    "output_rate_spread",
+    "output_rate_cv",
+    "cost_spread",
+    "cost_cv",
+    "cost_gap_share",
+    "noise_share",
+    "gap_exceeds_noise",
+    "noise_note",
     "cost_workings",
     "non_monotone",
     "passes_above_fail",
+    "note",
+)
+
+
+#: The capacity columns a person reads first (the text output); the payload has them all.
+CAPACITY_TEXT_COLUMNS = (
+    "candidate",
+    "sweep",
+    "pattern",
+    "capacity_status",
+    "capacity_rps",
+    "output_throughput_tps",
+    "whole_run_output_tps",
+    "gpu_hour_usd",
+    "price_source",
+    "cost_per_1m_output_usd",
+    "rank_pool",
+    "cost_rank",
+    "noise_note",
+    "cost_workings",
     "note",
 )
 
@@ -798,6 +916,8 @@ def analysis_payload(analysis: BenchAnalysis) -> dict[str, Any]:
     return {
         "as_of": analysis.as_of.isoformat() if analysis.as_of else None,
         "slo": analysis.settings.slo.as_dict(),
+        "overload": analysis.settings.overload.as_dict(),
+        "min_tail_requests": analysis.settings.min_tail_requests,
         "interpolate": analysis.settings.interpolate,
         "prices": analysis.settings.prices.as_dict(),
         "formulas": {"cost": COST_FORMULA, "fleet": FLEET_FORMULA},
