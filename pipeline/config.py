@@ -22,7 +22,8 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, BeforeValidator, Field, ValidationError, ValidationInfo
 
-from pipeline.bench.slo import BenchSettings, bench_settings
+from pipeline.bench.config import BenchSettings
+from pipeline.bench.slo import is_limit_key
 from pipeline.errors import ConfigError
 from pipeline.hashing import salt_fingerprint
 from pipeline.layout import WorkloadLayout
@@ -122,15 +123,15 @@ class PathsSettings(Section):
 class _File(BaseModel):
     """What a configuration file may contain: these sections and nothing else."""
 
-    model_config = {"extra": "forbid", "frozen": True}
+    model_config = {"extra": "forbid", "frozen": True, "arbitrary_types_allowed": True}
 
     workload: WorkloadSettings | None = None
     paths: PathsSettings
     shape: ShapeConfig
     prefix: PrefixConfig
-    # Validated by their stages' own parsers below.
+    bench: BenchSettings
+    # Validated by its stage's own parser below.
     simulation: dict[str, Any]
-    bench: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -182,12 +183,20 @@ def default_mapping() -> dict[str, Any]:
     return raw
 
 
-def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    """``override`` over ``base``: mappings merge key by key, anything else replaces."""
+def _merge(
+    base: dict[str, Any], override: dict[str, Any], path: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """``override`` over ``base``: mappings merge key by key, anything else replaces.
+
+    One exception: an SLO that names any latency limit replaces the default limits (its options
+    still default), so ``slo: {ttft_p99_ms: 500}`` is that limit alone, not added to the default.
+    """
     out = copy.deepcopy(base)
+    if path == ("bench", "slo") and any(is_limit_key(str(k)) for k in override):
+        out = {k: v for k, v in out.items() if not is_limit_key(str(k))}
     for key, value in override.items():
         if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
+            out[key] = _merge(out[key], value, (*path, str(key)))
         else:
             out[key] = value
     return out
@@ -219,13 +228,15 @@ def config_from_mapping(raw: dict[str, Any], *, source: Path | None = None) -> C
         )
     except ValidationError as exc:
         raise ConfigError(_message(exc, _File, where)) from exc
+    except ConfigError as exc:  # raised by a section's own parser (the SLO, prices)
+        raise ConfigError(f"{where}: {exc}") from exc
     return Config(
         workload=parsed.workload,
         paths=parsed.paths,
         shape=parsed.shape,
         prefix=parsed.prefix,
         simulation=parse_simulation_config(parsed.simulation, where=where, shape=merged["shape"]),
-        bench=bench_settings(parsed.bench, base=base),
+        bench=parsed.bench,
         read=read,
         source=source,
     )

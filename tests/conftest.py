@@ -8,6 +8,7 @@ import polars as pl
 import pytest
 import yaml
 
+from pipeline.bench.config import BenchSettings
 from pipeline.config import default_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -104,3 +105,8 @@ def write_requests(frame: pl.DataFrame, workload_dir: Path) -> None:
     from pipeline.layout import WorkloadLayout
 
     write_parts(frame, WorkloadLayout(workload_dir))
+
+
+def bench_settings(**changes: object) -> BenchSettings:
+    """The documented ``bench`` defaults with ``changes`` (already-built values) applied."""
+    return DEFAULTS.bench.with_changes(**changes)

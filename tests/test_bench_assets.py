@@ -8,9 +8,10 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from assets.bench import ASSETS, CHECKS, NO_RESULTS
+from assets.bench import ASSETS, CHECKS
 from assets.resources import EnginefitStore
 from assets.shape import workload_shape
+from pipeline.bench.stage import NO_RESULTS
 from tests.conftest import write_requests
 from tests.workloads import peaky_sharing_trace
 
@@ -53,8 +54,9 @@ def test_no_bench_results_configured(tmp_path: Path) -> None:
     result = materialize(write_config(tmp_path))
     assert result.success
     assert metadata(result, "bench_load_points")["status"] == NO_RESULTS
-    assert metadata(result, "bench_slo_capacity")["status"] == NO_RESULTS
-    assert metadata(result, "bench_validity")["dagster/row_count"] == 0
+    analysis = metadata(result, "bench_analysis")
+    assert analysis["dagster/row_count"] == 0
+    assert NO_RESULTS in str(analysis["notes"])
     out = tmp_path / "data" / "t" / "bench"
     assert pl.read_parquet(out / "load_points.parquet").height == 0
     assert pl.read_parquet(out / "slo_capacity.parquet").height == 0
@@ -81,7 +83,7 @@ def test_h100_results_with_workload_facts(tmp_path: Path) -> None:
     assert dg.materialize([workload_shape], resources={"store": store}).success
     result = materialize(config)
     assert metadata(result, "bench_load_points")["dagster/row_count"] == 7
-    cap_meta = metadata(result, "bench_slo_capacity")
+    cap_meta = metadata(result, "bench_analysis")
     assert cap_meta["as_of"] == "2026-11-29 (bench.as_of)"
     out = tmp_path / "data" / "t" / "bench"
     capacity = pl.read_parquet(out / "slo_capacity.parquet")

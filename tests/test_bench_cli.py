@@ -130,7 +130,8 @@ def test_bench_text_output_and_files(
     text = capsys.readouterr().out
     assert "## Capacity at the SLO and cost" in text
     assert "per 1M output tokens" in text
-    first = {p.name: p.read_bytes() for p in sorted(out_dir.iterdir())}
+    bench_dir = out_dir / "bench"  # --out names a workload folder, as for every stage
+    first = {p.name: p.read_bytes() for p in sorted(bench_dir.iterdir())}
     assert {
         "bench_analysis.json",
         "latency_vs_load.svg",
@@ -140,7 +141,7 @@ def test_bench_text_output_and_files(
     } <= set(first)
     assert main(args) == 0
     capsys.readouterr()
-    second = {p.name: p.read_bytes() for p in sorted(out_dir.iterdir())}
+    second = {p.name: p.read_bytes() for p in sorted(bench_dir.iterdir())}
     assert first == second  # byte-identical on re-run
 
 

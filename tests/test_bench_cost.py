@@ -20,9 +20,10 @@ from pipeline.bench.cost import (
     workload_rates,
 )
 from pipeline.bench.schema import conform_load_points
-from pipeline.bench.slo import SloSpec, evaluate_slo, slo_capacity
+from pipeline.bench.slo import evaluate_slo, slo_capacity
 from pipeline.errors import ConfigError
 from tests.bench_points import kept_up_run
+from tests.conftest import DEFAULTS, bench_settings
 
 
 def cap_row(**kw: Any) -> dict[str, Any]:
@@ -171,7 +172,7 @@ def test_workload_rates_window_choice() -> None:
 
 def test_manifest_price_survives_the_capacity_search() -> None:
     """slo_capacity groups by candidate keys without the price: it must carry it through."""
-    slo = SloSpec()
+    slo = DEFAULTS.bench.slo
     rows = [
         {
             "point_id": f"p{rate}",
@@ -189,7 +190,7 @@ def test_manifest_price_survives_the_capacity_search() -> None:
         for rate, ttft in ((4.0, 300.0), (8.0, 3000.0))
     ]
     points = conform_load_points(pl.DataFrame(rows))
-    capacity = slo_capacity(evaluate_slo(points, slo), slo)
+    capacity = slo_capacity(evaluate_slo(points, bench_settings(slo=slo)), slo)
     assert capacity.item(0, "price_per_gpu_hour_usd") == 3.5
     costed = cost_per_million(capacity, Prices(default=3.0))
     assert costed.item(0, "gpu_hour_usd") == 3.5

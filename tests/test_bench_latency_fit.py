@@ -21,11 +21,11 @@ from pipeline.bench.latency_fit import (
     fitted_model,
 )
 from pipeline.bench.schema import conform_load_points
-from pipeline.bench.slo import SloSpec, evaluate_slo, slo_capacity
+from pipeline.bench.slo import evaluate_slo, slo_capacity
 from pipeline.facts import LatencyModel
 from pipeline.schema import conform
 from tests.bench_points import kept_up_run
-from tests.conftest import DEFAULTS, write_requests
+from tests.conftest import DEFAULTS, bench_settings, write_requests
 
 H100 = (
     Path(__file__).resolve().parent
@@ -42,7 +42,7 @@ MANIFEST = {
     "run_date": "2025-11-05",
 }
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
-SLO = SloSpec()  # ttft p95 <= 1000 ms, per-gap itl p99 <= 60 ms, error rate <= 1%
+SLO = DEFAULTS.bench.slo  # ttft p95 <= 1000 ms, per-gap itl p99 <= 60 ms, error rate <= 1%
 
 
 def point(engine: str, rate: float, ok: bool, **values: Any) -> dict[str, Any]:
@@ -70,7 +70,7 @@ def point(engine: str, rate: float, ok: bool, **values: Any) -> dict[str, Any]:
 
 
 def fits_of(rows: list[dict[str, Any]]) -> pl.DataFrame:
-    evaluated = evaluate_slo(conform_load_points(pl.DataFrame(rows)), SLO)
+    evaluated = evaluate_slo(conform_load_points(pl.DataFrame(rows)), bench_settings(slo=SLO))
     return fit_latency_models(evaluated, slo_capacity(evaluated, SLO))
 
 
@@ -152,7 +152,9 @@ def test_closed_loop_capacity_is_labelled_in_users() -> None:
 
 
 def test_no_capacity_rows_give_an_empty_fit_table() -> None:
-    evaluated = evaluate_slo(conform_load_points(pl.DataFrame({"point_id": ["x"]})).clear(), SLO)
+    evaluated = evaluate_slo(
+        conform_load_points(pl.DataFrame({"point_id": ["x"]})).clear(), bench_settings(slo=SLO)
+    )
     assert fit_latency_models(evaluated, slo_capacity(evaluated, SLO)).height == 0
 
 
@@ -230,7 +232,9 @@ def test_logged_durations_make_the_model_irrelevant() -> None:
 def h100_fits() -> pl.DataFrame:
     if not H100.is_dir():
         pytest.skip("committed H100 sweep not available")
-    evaluated = evaluate_slo(read_bench_files([H100], manifest=MANIFEST).load_points, SLO)
+    evaluated = evaluate_slo(
+        read_bench_files([H100], manifest=MANIFEST).load_points, bench_settings(slo=SLO)
+    )
     return fit_latency_models(evaluated, slo_capacity(evaluated, SLO))
 
 

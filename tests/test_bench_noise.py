@@ -10,10 +10,9 @@ from pathlib import Path
 import pytest
 
 from pipeline.bench import read_bench_files
+from pipeline.bench.compute import analyse_bench
 from pipeline.bench.cost import Prices
-from pipeline.bench.slo import BenchSettings
-from pipeline.bench.validity import analyse_bench
-from tests.conftest import REPO
+from tests.conftest import REPO, bench_settings
 
 H100 = REPO / "tests" / "data" / "bench" / "inference-perf" / "kubecon-na-2025-vllm-h100"
 ACHIEVED_3 = 92.22409851829183  # stage 3 load_summary.achieved_rate
@@ -46,7 +45,7 @@ def analyse(tmp_path: Path, other_output_scale: float) -> dict[str, dict[str, ob
         copy_run(tmp_path / "sglang", "sglang", output_scale=other_output_scale),
     ]
     points = read_bench_files(runs).load_points
-    analysis = analyse_bench(points, BenchSettings(prices=Prices(default=3.0)))
+    analysis = analyse_bench(points, bench_settings(prices=Prices(default=3.0)))
     assert analysis.comparable
     return {row["engine"]: row for row in analysis.capacity.to_dicts()}
 

@@ -12,23 +12,22 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pipeline.bench.compute import analyse_bench
 from pipeline.bench.schema import conform_load_points
 from pipeline.bench.slo import (
-    BenchSettings,
     LatencyLimit,
     SloSpec,
     SloSpecError,
-    bench_settings,
-    check_no_silent_pass,
     evaluate_slo,
+    no_silent_pass,
     parse_slo_spec,
     required_requests,
     slo_capacity,
 )
-from pipeline.bench.validity import analyse_bench
+from pipeline.config import config_from_mapping
 from pipeline.errors import ConfigError
 from tests.bench_points import kept_up_run
-from tests.conftest import REPO
+from tests.conftest import DEFAULTS, REPO, bench_settings
 
 # The Apache-2.0 sweep is committed (tests/data/bench/NOTICE), so these tests always run.
 H100 = (
@@ -68,7 +67,7 @@ def frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
 
 
 def statuses(rows: list[dict[str, Any]], slo: SloSpec | None = None) -> list[str]:
-    evaluated = evaluate_slo(frame(rows), slo or SloSpec())
+    evaluated = evaluate_slo(frame(rows), bench_settings(slo=slo or DEFAULTS.bench.slo))
     return evaluated.get_column("slo_status").to_list()
 
 
@@ -76,7 +75,7 @@ def statuses(rows: list[dict[str, Any]], slo: SloSpec | None = None) -> list[str
 
 
 def test_parse_default_spec() -> None:
-    slo = parse_slo_spec("ttft_p95_ms=1000,itl_p99_ms=60")
+    slo = parse_slo_spec("ttft_p95_ms=1000,itl_p99_ms=60", DEFAULTS.bench.slo)
     assert slo.limits == (LatencyLimit("ttft", "p95", 1000.0), LatencyLimit("itl", "p99", 60.0))
     assert slo.itl_definition == "per-gap"
     assert slo.columns() == ["ttft_p95_ms", "itl_p99_ms"]
@@ -85,7 +84,8 @@ def test_parse_default_spec() -> None:
 
 def test_parse_per_request_itl_reads_tpot_and_options() -> None:
     slo = parse_slo_spec(
-        " itl_p99_ms = 60 , e2e_p99_ms=5000, itl_definition=per-request, max_error_rate=none "
+        " itl_p99_ms = 60 , e2e_p99_ms=5000, itl_definition=per-request, max_error_rate=none ",
+        DEFAULTS.bench.slo,
     )
     assert slo.columns() == ["tpot_p99_ms", "e2e_p99_ms"]
     assert slo.max_error_rate is None
@@ -112,7 +112,7 @@ def test_parse_per_request_itl_reads_tpot_and_options() -> None:
 )
 def test_malformed_specs_give_clear_errors(spec: str, needle: str) -> None:
     with pytest.raises(SloSpecError) as info:
-        parse_slo_spec(spec)
+        parse_slo_spec(spec, DEFAULTS.bench.slo)
     assert needle in str(info.value)
     assert str(info.value).startswith("--slo")
 
@@ -121,8 +121,19 @@ def test_slo_error_is_a_config_error() -> None:
     assert issubclass(SloSpecError, ConfigError)
 
 
+def bench_section(raw: dict[str, Any], tmp_path: Path | None = None) -> Any:
+    """The ``bench`` section of a configuration file holding ``raw``."""
+    if tmp_path is None:
+        return config_from_mapping({"bench": raw}).bench
+    path = tmp_path / "c.yaml"
+    path.write_text(json.dumps({"workload": {"name": "w", "traces": ["t"], "hash_salt": "s"}}))
+    return config_from_mapping(
+        {"workload": {"name": "w", "traces": ["t"], "hash_salt": "s"}, "bench": raw}, source=path
+    ).bench
+
+
 def test_bench_settings_validates_keys(tmp_path: Path) -> None:
-    settings_ = bench_settings(
+    settings_ = bench_section(
         {
             "results": ["bench/"],
             "slo": {"ttft_p95_ms": 800, "itl_p99_ms": None, "e2e_p99_ms": 9000},
@@ -131,7 +142,7 @@ def test_bench_settings_validates_keys(tmp_path: Path) -> None:
             "as_of": "2026-11-29",
             "max_age_days": 90,
         },
-        base=tmp_path,
+        tmp_path,
     )
     assert settings_.results == (tmp_path / "bench",)
     assert [lim.key for lim in settings_.slo.limits] == ["ttft_p95_ms", "e2e_p99_ms"]
@@ -139,33 +150,35 @@ def test_bench_settings_validates_keys(tmp_path: Path) -> None:
     assert settings_.prices.default == 2.0
     assert settings_.as_of is not None and settings_.as_of.isoformat() == "2026-11-29"
     assert settings_.max_age_days == 90
-    assert BenchSettings().slo == SloSpec()
+    # An SLO naming a limit replaces the default limits but keeps the default options.
+    assert settings_.slo.itl_definition == DEFAULTS.bench.slo.itl_definition
 
 
 @pytest.mark.parametrize(
     ("raw", "needle"),
     [
-        ({"slos": {}}, "unknown key(s) ['slos']"),
+        ({"slos": {}}, "unknown key bench.slos (did you mean slo?)"),
         ({"slo": {"ttft_p95": 1}}, "bench.slo: unknown key 'ttft_p95'"),
-        ({"interpolate": "yes"}, "bench.interpolate"),
-        ({"max_age_days": 0}, "bench.max_age_days"),
-        ({"as_of": "29/11/2026"}, "bench.as_of"),
+        ({"interpolate": "yes"}, "bench.interpolate: Input should be a valid boolean"),
+        ({"max_age_days": 0}, "bench.max_age_days: Input should be greater than 0"),
+        ({"as_of": "29/11/2026"}, "bench.as_of: '29/11/2026' is not an ISO date"),
         ({"prices": {"gpu_hour_usd": {"H100": -1}}}, "bench.prices.gpu_hour_usd.H100"),
         ({"prices": {"usd": 1}}, "bench.prices"),
-        ({"results": "x", "manifest": 3}, "bench.manifest"),
-        ({"length_factor": 0.5}, "bench.length_factor"),
-        ({"overload": {"tolerance": 1.5}}, "bench.overload.tolerance: expected a fraction"),
-        ({"overload": {"tolerance": "low"}}, "bench.overload.tolerance: expected a number"),
+        ({"results": "x"}, "bench.results: Input should be a valid tuple"),
+        ({"manifest": 3}, "bench.manifest: expected a path string"),
+        ({"length_factor": 0.5}, "bench.length_factor: Input should be greater than 1"),
+        ({"overload": {"tolerance": 1.5}}, "bench.overload.tolerance: Input should be less than 1"),
+        ({"overload": {"tolerance": "low"}}, "bench.overload.tolerance: Input should be a valid"),
         ({"overload": {"min_window_latencies": 0}}, "bench.overload.min_window_latencies"),
-        ({"overload": {"window": 3}}, "bench.overload: unknown key(s) ['window']"),
-        ({"overload": 0.15}, "bench.overload: must be a mapping"),
-        ({"min_tail_requests": -1}, "bench.min_tail_requests: expected a whole number"),
-        ({"min_tail_requests": 1.5}, "bench.min_tail_requests: expected a whole number"),
+        ({"overload": {"window": 3}}, "unknown key bench.overload.window"),
+        ({"overload": 0.15}, "bench.overload: Input should be a valid dictionary"),
+        ({"min_tail_requests": -1}, "bench.min_tail_requests: Input should be greater than"),
+        ({"min_tail_requests": 1.5}, "bench.min_tail_requests: Input should be a valid integer"),
     ],
 )
 def test_bench_settings_errors_name_the_key(raw: dict[str, Any], needle: str) -> None:
     with pytest.raises(ConfigError) as info:
-        bench_settings(raw)
+        bench_section(raw)
     assert needle in str(info.value)
 
 
@@ -195,7 +208,7 @@ def test_pass_fail_unknown_and_never_silent_pass() -> None:
         "unknown",
         "pass",
     ]
-    evaluated = evaluate_slo(frame(rows), SloSpec())
+    evaluated = evaluate_slo(frame(rows), DEFAULTS.bench)
     reasons = evaluated.get_column("slo_reason").to_list()
     assert reasons[2] == "p95 TTFT 1000.1 ms > 1000 ms"
     assert reasons[3] == "p95 TTFT missing"
@@ -203,12 +216,11 @@ def test_pass_fail_unknown_and_never_silent_pass() -> None:
     assert reasons[5] == "failure count not recorded"
     assert reasons[6] == "error rate 2.0% > 1%"
     assert "achieved send rate 6.0 req/s < 90% of offered 8.0 req/s" in reasons[7]
-    ok, detail = check_no_silent_pass(evaluated, SloSpec())
-    assert ok, detail
+    assert no_silent_pass(evaluated, DEFAULTS.bench) == []
 
 
 def test_per_request_itl_uses_tpot_not_gap_itl() -> None:
-    slo = parse_slo_spec("itl_p99_ms=60,itl_definition=per-request")
+    slo = parse_slo_spec("itl_p99_ms=60,itl_definition=per-request", DEFAULTS.bench.slo)
     rows = [point(1, 10.0, 10.0, tpot_p99_ms=None), point(2, 10.0, 500.0, tpot_p99_ms=30.0)]
     assert statuses(rows, slo) == ["unknown", "pass"]
 
@@ -218,18 +230,20 @@ def test_nan_percentile_counts_as_missing() -> None:
 
 
 def test_silent_pass_check_catches_a_forged_pass() -> None:
-    evaluated = evaluate_slo(frame([point(1, None, 10.0)]), SloSpec())
+    evaluated = evaluate_slo(frame([point(1, None, 10.0)]), DEFAULTS.bench)
     forged = evaluated.with_columns(slo_status=pl.lit("pass"))
-    ok, _ = check_no_silent_pass(forged, SloSpec())
-    assert not ok
+    assert no_silent_pass(forged, DEFAULTS.bench) == [
+        "1 of 1 passing points have a missing or broken limit, too few requests for a "
+        "percentile, or an open-loop server not shown to keep up"
+    ]
 
 
 # ------------------------------------------------------------------ capacity search
 
 
 def capacity(rows: list[dict[str, Any]], **kw: Any) -> pl.DataFrame:
-    slo = SloSpec()
-    return slo_capacity(evaluate_slo(frame(rows), slo), slo, **kw)
+    slo = DEFAULTS.bench.slo
+    return slo_capacity(evaluate_slo(frame(rows), bench_settings(slo=slo)), slo, **kw)
 
 
 def only(cap: pl.DataFrame, sweep: str = "open") -> dict[str, Any]:
@@ -397,8 +411,8 @@ def stage(n: int) -> dict[str, Any]:
 @pytest.mark.shared
 def test_h100_sweep_capacity() -> None:
     points = h100_points()
-    slo = SloSpec()
-    evaluated = evaluate_slo(points, slo).sort("load")
+    slo = DEFAULTS.bench.slo
+    evaluated = evaluate_slo(points, bench_settings(slo=slo)).sort("load")
     # Stage 0 has 60 requests: too few for a p99 (needs ⌈1 ÷ 0.01⌉ = 100); stages 1-3 pass.
     assert evaluated.get_column("slo_status").to_list() == ["unknown"] + ["pass"] * 3 + ["fail"] * 3
     assert evaluated.item(0, "slo_reason") == (
@@ -430,7 +444,7 @@ def test_h100_sweep_capacity() -> None:
 @pytest.mark.shared
 def test_h100_keep_up_shares_by_hand() -> None:
     """Drain-corrected completion rate ÷ send rate, from each stage file's own numbers."""
-    evaluated = evaluate_slo(h100_points(), SloSpec()).sort("record_index")
+    evaluated = evaluate_slo(h100_points(), DEFAULTS.bench).sort("record_index")
     for n, share in enumerate(evaluated.get_column("keep_up_share").to_list()):
         s = stage(n)
         completed = s["successes"]["count"]
@@ -444,8 +458,10 @@ def test_h100_keep_up_shares_by_hand() -> None:
 
 @pytest.mark.shared
 def test_h100_sweep_interpolated_near_saturation() -> None:
-    slo = SloSpec()
-    row = only(slo_capacity(evaluate_slo(h100_points(), slo), slo, interpolate=True))
+    slo = DEFAULTS.bench.slo
+    row = only(
+        slo_capacity(evaluate_slo(h100_points(), bench_settings(slo=slo)), slo, interpolate=True)
+    )
     s3, s4 = stage(3), stage(4)
     t3 = s3["successes"]["latency"]["time_to_first_token"]["p95"] * 1000
     t4 = s4["successes"]["latency"]["time_to_first_token"]["p95"] * 1000
@@ -458,8 +474,8 @@ def test_h100_sweep_interpolated_near_saturation() -> None:
 
 @pytest.mark.shared
 def test_h100_tighter_slo_moves_capacity_down() -> None:
-    slo = parse_slo_spec("ttft_p95_ms=50,itl_p99_ms=60")
-    row = only(slo_capacity(evaluate_slo(h100_points(), slo), slo))
+    slo = parse_slo_spec("ttft_p95_ms=50,itl_p99_ms=60", DEFAULTS.bench.slo)
+    row = only(slo_capacity(evaluate_slo(h100_points(), bench_settings(slo=slo)), slo))
     assert row["capacity_load"] == pytest.approx(61.79)  # p95 TTFT 48.7 ms; 80.2 ms at 92.19
 
 
@@ -489,7 +505,7 @@ def test_too_few_requests_make_a_percentile_unknown() -> None:
         point(4, 100.0, 20.0, **kept_up_run(4, 100)),  # exactly enough
         point(5, 5000.0, 20.0, **kept_up_run(5, 20)),  # p95 TTFT from 20 is judged: fails
     ]
-    evaluated = evaluate_slo(frame(rows), SloSpec())
+    evaluated = evaluate_slo(frame(rows), DEFAULTS.bench)
     assert evaluated.get_column("slo_status").to_list() == [
         "unknown",
         "unknown",
@@ -505,14 +521,13 @@ def test_too_few_requests_make_a_percentile_unknown() -> None:
         "only 2 completed requests; p99 ITL (per-gap) needs ≥ 100"
     )
     assert reasons[4].startswith("p95 TTFT 5000.0 ms > 1000 ms")
-    ok, detail = check_no_silent_pass(evaluated, SloSpec())
-    assert ok, detail
+    assert no_silent_pass(evaluated, DEFAULTS.bench) == []
     # k = 0 switches the rule off: the 20-request points are judged on their values.
-    relaxed = evaluate_slo(frame(rows), SloSpec(), min_tail_requests=0)
+    relaxed = evaluate_slo(frame(rows), bench_settings(slo=DEFAULTS.bench.slo, min_tail_requests=0))
     assert relaxed.get_column("slo_status").to_list()[:3] == ["pass", "fail", "pass"]
     # A silent pass with too few requests is caught by the asset check.
     forged = evaluated.with_columns(slo_status=pl.lit("pass"))
-    assert not check_no_silent_pass(forged.slice(0, 1), SloSpec())[0]
+    assert no_silent_pass(forged.slice(0, 1), DEFAULTS.bench) != []
 
 
 def test_two_request_guidellm_points_cannot_support_a_p95() -> None:
@@ -524,7 +539,7 @@ def test_two_request_guidellm_points_cannot_support_a_p95() -> None:
         [path / "llmd-fixture_mockserver_guidellm0.8dev_schema2.json"],
         manifest={"engine": "mock", "gpu_type": "none", "gpu_count": 1},
     )
-    evaluated = evaluate_slo(result.load_points, SloSpec())
+    evaluated = evaluate_slo(result.load_points, DEFAULTS.bench)
     assert evaluated.get_column("completed").to_list() == [2, 2]
     assert evaluated.get_column("slo_status").to_list() == ["unknown", "unknown"]
     reason = evaluated.item(0, "slo_reason")
@@ -536,10 +551,10 @@ def test_two_request_guidellm_points_cannot_support_a_p95() -> None:
 
 def test_min_tail_requests_reaches_the_analysis() -> None:
     rows = [point(1, 100.0, 20.0), point(2, 100.0, 20.0)]  # 100 requests each
-    strict = analyse_bench(frame(rows), BenchSettings(min_tail_requests=2))
+    strict = analyse_bench(frame(rows), bench_settings(min_tail_requests=2))
     reasons = strict.evaluated.get_column("slo_reason").to_list()
     assert reasons == ["only 100 completed requests; p99 ITL (per-gap) needs ≥ 200"] * 2
-    assert analyse_bench(frame(rows), BenchSettings()).capacity.item(0, "capacity_rps") == 2.0
+    assert analyse_bench(frame(rows), DEFAULTS.bench).capacity.item(0, "capacity_rps") == 2.0
 
 
 # ------------------------------------------------------------------ sustained rates at capacity

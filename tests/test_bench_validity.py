@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import json
 import math
@@ -11,23 +10,22 @@ from typing import Any
 import polars as pl
 import pytest
 
-from pipeline.bench.charts import cost_svg
+from pipeline.bench.compute import analyse_bench
 from pipeline.bench.cost import Prices
+from pipeline.bench.present import cost_svg
+from pipeline.bench.result import analysis_payload
 from pipeline.bench.schema import conform_load_points
-from pipeline.bench.slo import BenchSettings
 from pipeline.bench.validity import (
     ALL_CANDIDATES,
     FINDINGS_SCHEMA,
-    analyse_bench,
-    analysis_payload,
-    check_findings_well_formed,
     comparability,
+    findings_well_formed,
     workload_facts_from_dict,
 )
 from pipeline.errors import InputFormatError
 from pipeline.facts import Percentiles, WorkloadFacts
 from tests.bench_points import kept_up_run
-from tests.conftest import DEFAULTS
+from tests.conftest import DEFAULTS, bench_settings
 
 AS_OF = dt.date(2026, 11, 29)
 
@@ -90,11 +88,11 @@ def finding(findings: pl.DataFrame, check: str, candidate: str | None = None) ->
     return rows.row(0, named=True)
 
 
-SETTINGS = BenchSettings(prices=Prices(default=3.0))
+SETTINGS = bench_settings(prices=Prices(default=3.0))
 
 
 def analyse(rows: list[dict[str, Any]], wf: WorkloadFacts | None = None, **kw: Any) -> Any:
-    return analyse_bench(frame(rows), dataclasses.replace(SETTINGS, **kw), wf, as_of=AS_OF)
+    return analyse_bench(frame(rows), SETTINGS.with_changes(**kw), wf, as_of=AS_OF)
 
 
 def test_workload_facts_json_round_trip() -> None:
@@ -147,7 +145,7 @@ def test_each_flag_fires_with_its_numbers() -> None:
     assert "332 days before 2026-11-29 (limit 183 days)" in stale["message"]
     assert finding(f, "closed_loop")["status"] == "ok"
     assert finding(f, "comparability")["candidate"] == ALL_CANDIDATES
-    assert check_findings_well_formed(f)[0]
+    assert findings_well_formed(f) == []
     assert dict(f.schema) == FINDINGS_SCHEMA
 
 
@@ -276,7 +274,7 @@ def test_lower_bounds_and_single_points_are_ranked_apart() -> None:
         n.startswith("ranked apart as single_point (one load tried): trtllm") for n in a.notes
     )
     svg = cost_svg(a.capacity).decode()
-    for colour in ("#1f77b4", "#ff7f0e", "#7f7f7f"):  # one bar colour per pool
+    for colour in ("#0072b2", "#e69f00", "#7f7f7f"):  # one bar colour per pool
         assert colour in svg
     payload = analysis_payload(a)
     assert {row["rank_pool"] for row in payload["capacity"]} == {
@@ -297,9 +295,8 @@ def test_l40s_sweeps_without_a_failure_are_lower_bounds() -> None:
     path = shared_path("bench-samples", "vllm-bench-serve", "nerdalert_l40s_llmd_results.jsonl")
     manifest = {"engine": "vllm", "gpu_type": "L40S", "gpu_count": 4, "label_from": "deployment"}
     points = read_bench_files([path], manifest=manifest).load_points
-    settings = dataclasses.replace(
-        SETTINGS,
-        slo=parse_slo_spec("ttft_p99_ms=1000,itl_p99_ms=100"),
+    settings = SETTINGS.with_changes(
+        slo=parse_slo_spec("ttft_p99_ms=1000,itl_p99_ms=100", DEFAULTS.bench.slo),
         prices=Prices(gpu_hour_usd={"L40S": 1.2}),
     )
     a = analyse_bench(points, settings, None, as_of=AS_OF)

@@ -34,8 +34,8 @@ def test_full_graph_on_the_bundled_sample_is_complete_and_deterministic(tmp_path
         "prefix_sharing",
         "simulation_curves",
         "simulation_plots",
-        "bench_slo_capacity",
-        "bench_validity",
+        "bench_analysis",
+        "concurrency_by_engine",
     } <= produced
     assert runs[0] == runs[1]
     assert "mooncake-conversation/bench/slo_capacity.parquet" in runs[0]

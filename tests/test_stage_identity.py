@@ -14,7 +14,7 @@ from pipeline.cli import main as enginefit
 from pipeline.layout import WorkloadLayout
 from tests.conftest import bundled_config
 
-STAGES = ("ingest", "shape", "prefix")
+STAGES = ("ingest", "shape", "prefix", "bench")
 
 
 def digests(paths: dict[str, Path]) -> dict[str, str]:
@@ -25,7 +25,8 @@ def stage_files(layout: WorkloadLayout) -> dict[str, Path]:
     files = {f"ingest.{k}": v for k, v in layout.ingest.files().items() if v.is_file()}
     files |= {f"ingest.{p.name}": p for p in layout.ingest.parts()}
     for stage in STAGES[1:]:
-        files |= {f"{stage}.{k}": v for k, v in getattr(layout, stage).files().items()}
+        paths = getattr(layout, stage).files().items()
+        files |= {f"{stage}.{k}": v for k, v in paths if v.is_file()}
     return files
 
 
@@ -43,5 +44,7 @@ def test_commands_write_what_the_assets_write(
         WorkloadLayout(tmp_path / "command" / "data" / "mooncake-conversation")
     )
     assert sorted(by_asset) == sorted(by_command)
-    assert len(by_asset) == 13  # 1 part, quarantine, summary; 6 shape files; 4 prefix files
+    # 1 part, quarantine, summary; 6 shape files; 4 prefix files; 12 bench files (no
+    # per-request rows in the bundled sweep)
+    assert len(by_asset) == 25
     assert digests(by_command) == digests(by_asset)

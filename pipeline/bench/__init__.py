@@ -1,9 +1,10 @@
-"""Benchmark result ingestion (part A) and SLO capacity / cost (part B).
+"""Benchmark results: reading them, SLO capacity, cost, fleet and validity.
 
-Part A's public API: :func:`read_bench_files` turns result files of vLLM ``bench serve``,
-SGLang ``bench_serving``, guidellm, genai-perf, aiperf, llmperf and inference-perf into one
-normalised load-point table (:data:`LOAD_POINT_SCHEMA`, documented in
-:mod:`pipeline.bench.schema`).
+:func:`read_bench_files` turns result files of vLLM ``bench serve``, SGLang ``bench_serving``,
+guidellm, genai-perf, aiperf, llmperf and inference-perf into one normalised load-point table
+(:data:`LOAD_POINT_SCHEMA`, documented in :mod:`pipeline.bench.schema`);
+:func:`pipeline.bench.compute.analyse_bench` judges and costs them; ``stage`` is the contract the
+assets and the command share.
 """
 
 from __future__ import annotations

@@ -58,15 +58,16 @@ achieved-rate check).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
 
 from pipeline.bench.frames import column_or_null, float_column
-from pipeline.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pipeline.bench.config import OverloadRule
 
 #: How many of the first requests sent give the unloaded latency L0 (per-request method).
 EARLY_REQUESTS = 10
@@ -85,51 +86,6 @@ KEEP_UP_SCHEMA: dict[str, pl.DataType] = {
     "keep_up_share": pl.Float64(),
     "keep_up_reason": pl.String(),
 }
-
-
-@dataclass(frozen=True)
-class OverloadRule:
-    """The ``bench.overload`` settings: when a point counts as having fallen behind."""
-
-    #: A point is overloaded when completions kept pace with less than 1 − tolerance of sends.
-    tolerance: float = 0.15
-    #: The sending window must span at least this many typical latencies to be judged.
-    min_window_latencies: float = 3.0
-
-    def as_dict(self) -> dict[str, float]:
-        return {"tolerance": self.tolerance, "min_window_latencies": self.min_window_latencies}
-
-
-#: The defaults, in one place (``bench.overload`` keys not given keep these).
-DEFAULT_OVERLOAD_RULE = OverloadRule()
-
-
-def overload_rule_from_mapping(raw: Any, *, where: str = "bench.overload") -> OverloadRule:
-    """``{tolerance: 0.15, min_window_latencies: 3}``; a missing key keeps its default."""
-    if raw is None:
-        return DEFAULT_OVERLOAD_RULE
-    if not isinstance(raw, Mapping):
-        raise ConfigError(f"{where}: must be a mapping with keys tolerance, min_window_latencies")
-    known = DEFAULT_OVERLOAD_RULE.as_dict()
-    unknown = sorted(str(k) for k in raw if k not in known)
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {unknown}; known: {', '.join(known)}")
-    values: dict[str, float] = {}
-    for key, default in known.items():
-        value = raw.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{where}.{key}: expected a number, got {value!r}")
-        values[key] = float(value)
-    if not 0 <= values["tolerance"] < 1:
-        raise ConfigError(
-            f"{where}.tolerance: expected a fraction in [0, 1), got {values['tolerance']:g}"
-        )
-    if not (math.isfinite(values["min_window_latencies"]) and values["min_window_latencies"] > 0):
-        raise ConfigError(
-            f"{where}.min_window_latencies: expected a number > 0, "
-            f"got {values['min_window_latencies']:g}"
-        )
-    return OverloadRule(**values)
 
 
 @dataclass(frozen=True)

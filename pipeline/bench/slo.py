@@ -31,30 +31,27 @@ failure happens only when asked, only toward a failure that kept up, and is mark
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from pipeline.bench.cost import Prices, prices_from_mapping
 from pipeline.bench.frames import column_or_null, float_column
 from pipeline.bench.keepup import (
-    DEFAULT_OVERLOAD_RULE,
     KEPT_UP,
     OVERLOADED,
     UNKNOWN,
-    OverloadRule,
     judge_keep_up,
     mean_output_tokens_expr,
-    overload_rule_from_mapping,
     send_rate_expr,
 )
 from pipeline.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pipeline.bench.config import BenchSettings
 
 ITL_DEFINITIONS: dict[str, str] = {
     # per-gap: one sample per gap between streamed chunks, pooled (vLLM/SGLang ITL).
@@ -69,8 +66,6 @@ _OPTION_KEYS = ("itl_definition", "max_error_rate", "min_achieved_rate_share")
 _METRIC_LABEL = {"ttft": "TTFT", "itl": "ITL", "e2e": "E2E"}
 #: percentile name -> percent of requests at or below it
 PERCENTILE_SHARES = {"p50": 50, "p90": 90, "p95": 95, "p99": 99}
-#: k in "percentile q needs ⌈k ÷ (1 − q)⌉ completed requests" (``bench.min_tail_requests``).
-DEFAULT_MIN_TAIL_REQUESTS = 1
 
 #: The columns that identify one candidate deployment (one sweep), in output order.
 CANDIDATE_KEYS = (
@@ -117,16 +112,13 @@ class LatencyLimit:
 class SloSpec:
     """A service-level objective. ``<=`` throughout: a value equal to its limit passes."""
 
-    limits: tuple[LatencyLimit, ...] = (
-        LatencyLimit("ttft", "p95", 1000.0),
-        LatencyLimit("itl", "p99", 60.0),
-    )
-    itl_definition: str = "per-gap"
+    limits: tuple[LatencyLimit, ...]
+    itl_definition: str
     #: failed / (completed + failed) must be at most this; None = not checked.
-    max_error_rate: float | None = 0.01
+    max_error_rate: float | None
     #: achieved send rate / offered rate below this makes a point unknown (the client did not
     #: offer the load it claims); None = not checked. Only where both rates are recorded.
-    min_achieved_rate_share: float | None = 0.9
+    min_achieved_rate_share: float | None
 
     def columns(self) -> list[str]:
         return [limit.column(self.itl_definition) for limit in self.limits]
@@ -152,6 +144,11 @@ class SloSpec:
         return out
 
 
+def is_limit_key(name: str) -> bool:
+    """``ttft_p95_ms`` and the like: a latency limit, as opposed to an SLO option."""
+    return _LIMIT_KEY.match(name.strip()) is not None
+
+
 def _num(value: float) -> str:
     return f"{value:g}"
 
@@ -174,17 +171,20 @@ def _number(value: Any, key: str, where: str) -> float | None:
     return number
 
 
-def slo_from_mapping(raw: Mapping[str, Any], *, where: str = "bench.slo") -> SloSpec:
+def slo_from_mapping(
+    raw: Mapping[str, Any], *, where: str = "bench.slo", base: SloSpec | None = None
+) -> SloSpec:
     """Build an SLO from a mapping of ``<metric>_<stat>_ms`` limits and options.
 
     Latency keys: ``ttft|itl|e2e`` × ``mean|p50|p90|p95|p99``, e.g. ``ttft_p95_ms``; a null value
     disables that limit. Options: ``itl_definition`` (``per-gap`` | ``per-request``),
-    ``max_error_rate`` (0..1 or null), ``min_achieved_rate_share`` (0..1 or null). A mapping with
-    no latency key at all is an error: an SLO that checks no latency passes everything.
+    ``max_error_rate`` (0..1 or null), ``min_achieved_rate_share`` (0..1 or null); an option not
+    given is taken from ``base`` (the configured SLO, for ``--slo``) and must otherwise be given
+    (the configuration file supplies them from its defaults). A mapping with no latency key at
+    all is an error: an SLO that checks no latency passes everything.
     """
     if not isinstance(raw, Mapping):
         raise SloSpecError(f"{where}: must be a mapping of limits, got {type(raw).__name__}")
-    defaults = SloSpec()
     limits: list[LatencyLimit] = []
     options: dict[str, Any] = {}
     for key in sorted(raw, key=str):
@@ -207,7 +207,12 @@ def slo_from_mapping(raw: Mapping[str, Any], *, where: str = "bench.slo") -> Slo
             f"{where}: no latency limit given (e.g. ttft_p95_ms=1000,itl_p99_ms=60); "
             "an SLO without limits would pass every load point"
         )
-    itl_definition = str(options.get("itl_definition", defaults.itl_definition)).strip()
+    for name in _OPTION_KEYS:
+        if name not in options:
+            if base is None:
+                raise SloSpecError(f"{where}.{name} is required")
+            options[name] = getattr(base, name)
+    itl_definition = str(options["itl_definition"]).strip()
     if itl_definition not in ITL_DEFINITIONS:
         raise SloSpecError(
             f"{where}.itl_definition: {itl_definition!r} is not one of "
@@ -216,13 +221,10 @@ def slo_from_mapping(raw: Mapping[str, Any], *, where: str = "bench.slo") -> Slo
         )
     shares: dict[str, float | None] = {}
     for name in ("max_error_rate", "min_achieved_rate_share"):
-        if name in options:
-            share = _number(options[name], f"{where}.{name}", where)
-            if share is not None and share > 1:
-                raise SloSpecError(f"{where}.{name}: must be a fraction in [0, 1], got {share:g}")
-            shares[name] = share
-        else:
-            shares[name] = getattr(defaults, name)
+        share = _number(options[name], f"{where}.{name}", where)
+        if share is not None and share > 1:
+            raise SloSpecError(f"{where}.{name}: must be a fraction in [0, 1], got {share:g}")
+        shares[name] = share
     order = {(m, s): i for i, (m, s) in enumerate((m, s) for m in METRICS for s in STATS)}
     limits.sort(key=lambda limit: order[(limit.metric, limit.stat)])
     return SloSpec(
@@ -233,10 +235,11 @@ def slo_from_mapping(raw: Mapping[str, Any], *, where: str = "bench.slo") -> Slo
     )
 
 
-def parse_slo_spec(text: str, *, where: str = "--slo") -> SloSpec:
+def parse_slo_spec(text: str, base: SloSpec, *, where: str = "--slo") -> SloSpec:
     """Parse ``"ttft_p95_ms=1000,itl_p99_ms=60[,itl_definition=per-gap,max_error_rate=0.01]"``.
 
-    Options not named keep their defaults; the latency limits are exactly the ones given.
+    Options not named keep their values in ``base`` (the configured SLO); the latency limits are
+    exactly the ones given.
     """
     if not isinstance(text, str) or not text.strip():
         raise SloSpecError(f"{where}: empty SLO; expected e.g. ttft_p95_ms=1000,itl_p99_ms=60")
@@ -254,7 +257,7 @@ def parse_slo_spec(text: str, *, where: str = "--slo") -> SloSpec:
         if key in raw:
             raise SloSpecError(f"{where}: key {key!r} given twice")
         raw[key] = value
-    return slo_from_mapping(raw, where=where)
+    return slo_from_mapping(raw, where=where, base=base)
 
 
 # --------------------------------------------------------------------------------------------
@@ -302,11 +305,9 @@ def required_requests(stat: str, min_tail_requests: int) -> int:
 
 def evaluate_slo(
     points: pl.DataFrame,
-    slo: SloSpec,
+    settings: BenchSettings,
     *,
     per_request: pl.DataFrame | None = None,
-    overload: OverloadRule = DEFAULT_OVERLOAD_RULE,
-    min_tail_requests: int = DEFAULT_MIN_TAIL_REQUESTS,
 ) -> pl.DataFrame:
     """The load points with ``sweep``, ``load``, ``error_rate``, the keep-up verdict
     (:data:`pipeline.bench.keepup.KEEP_UP_SCHEMA`), ``slo_status`` and ``slo_reason``.
@@ -315,8 +316,9 @@ def evaluate_slo(
     points; null for ``other``. ``slo_reason`` names every broken or missing limit with its value.
     ``per_request`` (the reader's per-request table) lets the keep-up check use send times.
     """
+    slo, min_tail_requests = settings.slo, settings.min_tail_requests
     kind = sweep_kind_expr(points)
-    frame = judge_keep_up(points.with_columns(sweep=kind), per_request, overload)
+    frame = judge_keep_up(points.with_columns(sweep=kind), per_request, settings.overload)
     violated: list[pl.Expr] = []
     missing: list[pl.Expr] = []
     keep_up = pl.col("keep_up_status")
@@ -770,16 +772,16 @@ def _note_expr(interpolate: bool) -> pl.Expr:
     return pl.concat_str(parts, separator="; ", ignore_nulls=True)
 
 
-def check_no_silent_pass(
-    evaluated: pl.DataFrame, slo: SloSpec, min_tail_requests: int = DEFAULT_MIN_TAIL_REQUESTS
-) -> tuple[bool, str]:
-    """Every ``pass`` has every limited value present and within its limit, enough completed
-    requests for each limited percentile, and (open loop) a server that kept up (an asset check)."""
+def no_silent_pass(evaluated: pl.DataFrame, settings: BenchSettings) -> list[str]:
+    """Problems (empty = none): a ``pass`` without every limited value present and within its
+    limit, enough completed requests for each limited percentile, and (open loop) a server that
+    kept up. The predicate behind an asset check."""
+    slo, min_tail_requests = settings.slo, settings.min_tail_requests
     cols = [c for c in slo.columns() if c in evaluated.columns]
     missing_cols = [c for c in slo.columns() if c not in evaluated.columns]
     passes = evaluated.filter(pl.col("slo_status") == "pass")
     if passes.height and missing_cols:
-        return False, f"{passes.height} passes although columns {missing_cols} are absent"
+        return [f"{passes.height} passes although columns {missing_cols} are absent"]
     bad_exprs = [pl.col(c).is_null() | pl.col(c).is_nan() for c in cols]
     completed = float_column(evaluated, "completed")
     for limit in slo.limits:
@@ -795,138 +797,9 @@ def check_no_silent_pass(
     keep_up = column_or_null(evaluated, "keep_up_status", pl.String())
     bad_exprs.append(sweep.eq_missing("open") & ~keep_up.eq_missing(KEPT_UP))
     bad = passes.filter(pl.any_horizontal(bad_exprs).fill_null(True)).height
-    return bad == 0, (
-        f"{passes.height} passing points, {bad} with a missing or broken limit, too few "
+    if not bad:
+        return []
+    return [
+        f"{bad} of {passes.height} passing points have a missing or broken limit, too few "
         "requests for a percentile, or an open-loop server not shown to keep up"
-    )
-
-
-# --------------------------------------------------------------------------------------------
-# The ``bench`` configuration section
-
-
-@dataclass(frozen=True)
-class BenchSettings:
-    """The validated ``bench`` section of ``enginefit.yaml`` (see :func:`bench_settings`)."""
-
-    results: tuple[Path, ...] = ()
-    manifest: Path | None = None
-    slo: SloSpec = SloSpec()
-    interpolate: bool = False
-    prices: Prices = field(default_factory=Prices)
-    as_of: dt.date | None = None
-    max_age_days: int = 183
-    peak_window: str = "60s"
-    length_factor: float = 2.0
-    tail_ratio: float = 2.0
-    overload: OverloadRule = DEFAULT_OVERLOAD_RULE
-    min_tail_requests: int = DEFAULT_MIN_TAIL_REQUESTS
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "results": [str(p) for p in self.results],
-            "manifest": str(self.manifest) if self.manifest else None,
-            "slo": self.slo.as_dict(),
-            "interpolate": self.interpolate,
-            "prices": self.prices.as_dict(),
-            "as_of": self.as_of.isoformat() if self.as_of else None,
-            "max_age_days": self.max_age_days,
-            "peak_window": self.peak_window,
-            "length_factor": self.length_factor,
-            "tail_ratio": self.tail_ratio,
-            "overload": self.overload.as_dict(),
-            "min_tail_requests": self.min_tail_requests,
-        }
-
-
-_SETTINGS_KEYS = (
-    "results",
-    "manifest",
-    "slo",
-    "interpolate",
-    "prices",
-    "as_of",
-    "max_age_days",
-    "peak_window",
-    "length_factor",
-    "tail_ratio",
-    "overload",
-    "min_tail_requests",
-)
-
-
-def parse_as_of(value: Any, where: str) -> dt.date:
-    """An ISO date (``2026-11-29``); a datetime keeps its date."""
-    if isinstance(value, dt.datetime):
-        return value.date()
-    if isinstance(value, dt.date):
-        return value
-    try:
-        return dt.date.fromisoformat(str(value).strip())
-    except ValueError as exc:
-        raise ConfigError(f"{where}: {value!r} is not an ISO date (YYYY-MM-DD)") from exc
-
-
-def bench_settings(raw: Mapping[str, Any], *, base: Path | None = None) -> BenchSettings:
-    """Validate the ``bench`` section; errors name the key. ``base`` resolves relative paths."""
-    if not isinstance(raw, Mapping):
-        raise ConfigError("bench: section must be a mapping")
-    unknown = sorted(str(k) for k in raw if k not in _SETTINGS_KEYS)
-    if unknown:
-        raise ConfigError(f"bench: unknown key(s) {unknown}; known: {', '.join(_SETTINGS_KEYS)}")
-    root = base or Path.cwd()
-
-    def resolve(value: Any, key: str) -> Path:
-        if not isinstance(value, str) or not value.strip():
-            raise ConfigError(f"bench.{key}: expected a path string, got {value!r}")
-        path = Path(value)
-        return path if path.is_absolute() else root / path
-
-    results_raw = raw.get("results") or []
-    if isinstance(results_raw, str):
-        results_raw = [results_raw]
-    if not isinstance(results_raw, list):
-        raise ConfigError(f"bench.results: expected a list of paths, got {results_raw!r}")
-    results = tuple(resolve(v, f"results[{i}]") for i, v in enumerate(results_raw))
-    manifest = resolve(raw["manifest"], "manifest") if raw.get("manifest") is not None else None
-    slo = (
-        slo_from_mapping(raw["slo"], where="bench.slo") if raw.get("slo") is not None else SloSpec()
-    )
-    interpolate = raw.get("interpolate", False)
-    if not isinstance(interpolate, bool):
-        raise ConfigError(f"bench.interpolate: expected true or false, got {interpolate!r}")
-    prices = prices_from_mapping(raw.get("prices"), where="bench.prices")
-    as_of = parse_as_of(raw["as_of"], "bench.as_of") if raw.get("as_of") is not None else None
-    max_age = raw.get("max_age_days", 183)
-    if isinstance(max_age, bool) or not isinstance(max_age, int) or max_age <= 0:
-        raise ConfigError(f"bench.max_age_days: expected a positive integer, got {max_age!r}")
-    peak_window = raw.get("peak_window", "60s")
-    if not isinstance(peak_window, str) or not peak_window.strip():
-        raise ConfigError(
-            f"bench.peak_window: expected a window label like '60s', got {peak_window!r}"
-        )
-    factors: dict[str, float] = {}
-    for key in ("length_factor", "tail_ratio"):
-        value = raw.get(key, 2.0)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 1:
-            raise ConfigError(f"bench.{key}: expected a number > 1, got {value!r}")
-        factors[key] = float(value)
-    min_tail = raw.get("min_tail_requests", DEFAULT_MIN_TAIL_REQUESTS)
-    if isinstance(min_tail, bool) or not isinstance(min_tail, int) or min_tail < 0:
-        raise ConfigError(
-            f"bench.min_tail_requests: expected a whole number ≥ 0 (0 disables), got {min_tail!r}"
-        )
-    return BenchSettings(
-        results=results,
-        manifest=manifest,
-        slo=slo,
-        interpolate=interpolate,
-        prices=prices,
-        as_of=as_of,
-        max_age_days=max_age,
-        peak_window=peak_window.strip(),
-        length_factor=factors["length_factor"],
-        tail_ratio=factors["tail_ratio"],
-        overload=overload_rule_from_mapping(raw.get("overload"), where="bench.overload"),
-        min_tail_requests=min_tail,
-    )
+    ]

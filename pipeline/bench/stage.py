@@ -1,19 +1,95 @@
-"""The bench stage's inputs, read through the layout alike by the assets and ``enginefit bench``.
+"""The bench stage, shared by the ``bench_*`` assets and ``enginefit bench``.
 
-The workload facts come from the shape stage's result, with the shared-prefix curve of the
-prefix stage joined in when it ran; either missing is said (the checks that need it are then
-``unknown``), never assumed.
+Two steps, each read → run → write:
+
+1. **results**: the configured result files (or the paths given) normalised to load points
+   (:func:`read_results` → :func:`write_results`);
+2. **analysis**: those load points joined with the workload's facts
+   (:func:`read_inputs` → :func:`run` → :func:`write`): SLO status, capacity, cost, fleet,
+   validity findings, figures; and the trace's concurrency re-estimated with latency models
+   fitted at each candidate's capacity (:func:`run_concurrency` → :func:`write_concurrency`).
+
+The workload facts come from the shape stage's result, with the prefix stage's shared-prefix
+curve joined in when it ran; either missing is said (the checks that need it are then
+``unknown``), never assumed. Paths: :class:`pipeline.layout.BenchPaths`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
+import polars as pl
+
+from pipeline.bench.compute import analyse_bench
+from pipeline.bench.config import BenchSettings
+from pipeline.bench.present import figures
+from pipeline.bench.readers import read_bench_files
+from pipeline.bench.result import BenchAnalysis, analysis_payload
+from pipeline.bench.schema import BenchReadResult, empty_load_points
 from pipeline.errors import InputFormatError
-from pipeline.facts import WorkloadFacts
+from pipeline.facts import LatencyModel, WorkloadFacts
+from pipeline.ingest.stage import read_requests
 from pipeline.layout import WorkloadLayout
 from pipeline.prefix import stage as prefix_stage
 from pipeline.shape import stage as shape_stage
+from pipeline.store import write_bytes_atomic, write_json_atomic, write_parquet_atomic
+
+NO_RESULTS = "no bench results configured (set bench.results in the configuration)"
+
+
+# ------------------------------------------------------------------------------ 1. results
+
+
+def read_results(settings: BenchSettings, paths: Sequence[Path] | None = None) -> BenchReadResult:
+    """``paths`` (else the configured ``bench.results``) read into load points; none configured
+    gives an empty table with a note saying so."""
+    chosen = list(paths) if paths is not None else list(settings.results)
+    if not chosen:
+        return BenchReadResult(empty_load_points(), None, [NO_RESULTS])
+    for path in chosen:
+        if not path.exists():
+            raise InputFormatError(f"{path}: no such benchmark result file or folder")
+    return read_bench_files(chosen, manifest=settings.manifest)
+
+
+def write_results(result: BenchReadResult, layout: WorkloadLayout) -> dict[str, Path]:
+    paths = layout.bench
+    write_parquet_atomic(result.load_points, paths.load_points)
+    if result.per_request is not None:
+        write_parquet_atomic(result.per_request, paths.per_request)
+    else:
+        paths.per_request.unlink(missing_ok=True)
+    write_json_atomic(paths.read_notes, {"notes": result.notes})
+    return {"load_points": paths.load_points, "read_notes": paths.read_notes}
+
+
+def read_written_results(layout: WorkloadLayout) -> BenchReadResult:
+    paths = layout.bench
+    if not paths.load_points.is_file():
+        raise InputFormatError(
+            f"{paths.load_points}: no load points; read the benchmark results first "
+            "(enginefit bench --config FILE, or materialise `bench_load_points`)"
+        )
+    per_request = pl.read_parquet(paths.per_request) if paths.per_request.is_file() else None
+    notes = json.loads(paths.read_notes.read_text(encoding="utf-8"))["notes"]
+    return BenchReadResult(pl.read_parquet(paths.load_points), per_request, notes)
+
+
+# ----------------------------------------------------------------------------- 2. analysis
+
+
+@dataclass(frozen=True)
+class BenchInputs:
+    results: BenchReadResult
+    facts: WorkloadFacts | None
+    facts_source: str
+    as_of: dt.date | None
 
 
 def workload_facts(layout: WorkloadLayout) -> tuple[WorkloadFacts | None, str]:
@@ -31,3 +107,126 @@ def workload_facts(layout: WorkloadLayout) -> tuple[WorkloadFacts | None, str]:
         dataclasses.replace(facts, shared_prefix_ratio=ratios),
         f"{source} + {layout.prefix.summary}",
     )
+
+
+def read_inputs(layout: WorkloadLayout, as_of: dt.date | None) -> BenchInputs:
+    """The load points written by step 1 and the workload's facts, for the given age date."""
+    facts, source = workload_facts(layout)
+    return BenchInputs(read_written_results(layout), facts, source, as_of)
+
+
+def run(inputs: BenchInputs, settings: BenchSettings) -> BenchAnalysis:
+    results = inputs.results
+    return analyse_bench(
+        results.load_points,
+        settings,
+        inputs.facts,
+        as_of=inputs.as_of,
+        notes=results.notes,
+        per_request=results.per_request,
+    )
+
+
+def write(analysis: BenchAnalysis, layout: WorkloadLayout) -> dict[str, Path]:
+    """The analysis tables, its JSON document, the findings and the figures, atomically."""
+    paths = layout.bench
+    write_parquet_atomic(analysis.evaluated, paths.points)
+    write_parquet_atomic(analysis.capacity, paths.capacity)
+    write_parquet_atomic(analysis.fleet, paths.fleet)
+    write_parquet_atomic(analysis.findings, paths.findings)
+    write_json_atomic(paths.analysis, analysis_payload(analysis))
+    write_json_atomic(
+        paths.findings_json,
+        {
+            "as_of": analysis.as_of.isoformat() if analysis.as_of else None,
+            "comparable": analysis.comparable,
+            "differences": analysis.differences,
+            "findings": analysis.findings.to_dicts(),
+        },
+    )
+    written = {
+        name: getattr(paths, name)
+        for name in ("points", "capacity", "fleet", "findings", "analysis", "findings_json")
+    }
+    for name, svg in figures(analysis).items():
+        write_bytes_atomic(getattr(paths, name), svg)
+        written[name] = getattr(paths, name)
+    return written
+
+
+def read_analysis(layout: WorkloadLayout, settings: BenchSettings) -> BenchAnalysis:
+    """The analysis written by :func:`write`, read back (what later stages read)."""
+    paths = layout.bench
+    if not paths.analysis.is_file():
+        raise InputFormatError(
+            f"{paths.analysis}: no bench analysis; run the bench stage first "
+            "(enginefit bench --config FILE, or materialise `bench_analysis`)"
+        )
+    payload = json.loads(paths.analysis.read_text(encoding="utf-8"))
+    return BenchAnalysis(
+        settings=settings,
+        as_of=dt.date.fromisoformat(payload["as_of"]) if payload["as_of"] else None,
+        evaluated=pl.read_parquet(paths.points),
+        capacity=pl.read_parquet(paths.capacity),
+        fleet=pl.read_parquet(paths.fleet),
+        findings=pl.read_parquet(paths.findings),
+        rates=payload["rates_rps"],
+        comparable=payload["comparable"],
+        differences=payload["differences"],
+        notes=payload["notes"],
+    )
+
+
+# ------------------------------------------------------------------- concurrency per engine
+
+
+@dataclass(frozen=True)
+class ConcurrencyByEngine:
+    fits: pl.DataFrame
+    table: pl.DataFrame
+    notes: list[str]
+
+
+def run_concurrency(
+    layout: WorkloadLayout, analysis: BenchAnalysis, config_model: LatencyModel
+) -> ConcurrencyByEngine:
+    """The trace's concurrency under the configured latency model and under one fitted from
+    each candidate's load point at its SLO capacity (:mod:`pipeline.bench.latency_fit`)."""
+    from pipeline.bench.latency_fit import (
+        CONCURRENCY_SCHEMA,
+        estimate_concurrency,
+        fit_latency_models,
+    )
+
+    fits = fit_latency_models(analysis.evaluated, analysis.capacity)
+    notes: list[str] = []
+    if NO_RESULTS in analysis.notes:
+        notes.append(f"{NO_RESULTS}: only the configured latency model's figure")
+    elif fits.is_empty():
+        notes.append("no benchmark candidates: only the configured latency model's figure")
+    elif not fits.get_column("fitted").any():
+        notes.append(
+            "no candidate has an SLO capacity with the needed percentiles: only the configured "
+            "latency model's figure (reasons per candidate below)"
+        )
+    try:
+        requests: pl.LazyFrame | None = read_requests(layout)
+    except InputFormatError as exc:
+        requests = None
+        notes.append(f"no canonical request table ({exc}): no concurrency computed")
+    table = (
+        estimate_concurrency(requests, fits, config_model, max_points=10)
+        if requests is not None
+        else pl.DataFrame(schema=CONCURRENCY_SCHEMA)
+    )
+    return ConcurrencyByEngine(fits, table, notes)
+
+
+def write_concurrency(result: ConcurrencyByEngine, layout: WorkloadLayout) -> dict[str, Path]:
+    from pipeline.bench.latency_fit import concurrency_payload
+
+    paths = layout.bench
+    write_parquet_atomic(result.table, paths.concurrency)
+    payload: dict[str, Any] = concurrency_payload(result.fits, result.table, result.notes)
+    write_json_atomic(paths.concurrency_json, payload)
+    return {"concurrency": paths.concurrency, "concurrency_json": paths.concurrency_json}

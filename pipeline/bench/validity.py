@@ -1,4 +1,4 @@
-"""Is this benchmark about our traffic? The validity join, and the whole bench analysis.
+"""Is this benchmark about our traffic? The validity checks.
 
 Each candidate (one engine deployment's sweep, :data:`pipeline.bench.slo.CANDIDATE_KEYS`) is
 checked against the measured workload (:class:`pipeline.facts.WorkloadFacts`) and against the
@@ -30,25 +30,20 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from pipeline.bench.cost import (
-    COST_FORMULA,
-    FLEET_FORMULA,
-    cost_gap_vs_noise,
-    cost_per_million,
-    fleet_cost,
-    workload_rates,
-)
+from pipeline.bench.cost import workload_rates
 from pipeline.bench.keepup import send_rate_expr
-from pipeline.bench.slo import BenchSettings, candidate_keys, evaluate_slo, slo_capacity
+from pipeline.bench.slo import candidate_keys
 from pipeline.errors import InputFormatError
 from pipeline.facts import LatencyModel, Percentiles, WorkloadFacts
+
+if TYPE_CHECKING:
+    from pipeline.bench.config import BenchSettings
 
 ALL_CANDIDATES = "(all candidates)"
 FIXED_SPREAD = 1.05  # p99/p50 at or below this counts as one fixed length
@@ -146,16 +141,17 @@ def load_workload_facts(path: Path) -> WorkloadFacts:
     return workload_facts_from_dict(raw, where=str(path))
 
 
-def check_findings_well_formed(findings: pl.DataFrame) -> tuple[bool, str]:
-    """Every finding has the findings schema, a known status and a non-empty message."""
+def findings_well_formed(findings: pl.DataFrame) -> list[str]:
+    """Problems (empty = none): a finding outside the findings schema, with an unknown status
+    or without a message. The predicate behind an asset check."""
     if dict(findings.schema) != FINDINGS_SCHEMA:
-        return False, f"schema {dict(findings.schema)} is not FINDINGS_SCHEMA"
+        return [f"schema {dict(findings.schema)} is not FINDINGS_SCHEMA"]
     bad = findings.filter(
         ~pl.col("status").is_in(["flag", "ok", "unknown"])
         | pl.col("message").is_null()
         | (pl.col("message") == "")
     ).height
-    return bad == 0, f"{findings.height} findings, {bad} malformed"
+    return [f"{bad} of {findings.height} findings are malformed"] if bad else []
 
 
 # --------------------------------------------------------------------------------------------
@@ -673,279 +669,3 @@ def validity_findings(
     return pl.concat(
         [p.select(pl.col(c).cast(t) for c, t in FINDINGS_SCHEMA.items()) for p in parts]
     ).sort(["candidate", "check"])
-
-
-# --------------------------------------------------------------------------------------------
-# The whole analysis
-
-#: Which ranking a candidate's cost belongs to (null: no cost at the SLO, or not open loop).
-RANK_POOL = (
-    pl.when((pl.col("sweep") != "open") | pl.col("cost_per_1m_output_usd").is_null())
-    .then(None)
-    .when(pl.col("n_loads") == 1)
-    .then(pl.lit("single_point"))
-    .when(pl.col("capacity_status") == "bracketed")
-    .then(pl.lit("bracketed"))
-    .when(pl.col("capacity_status") == "not_bracketed")
-    .then(pl.lit("lower_bound"))
-)
-
-
-@dataclass(frozen=True)
-class BenchAnalysis:
-    """Everything the bench stage computes from load points, settings and workload facts."""
-
-    settings: BenchSettings
-    as_of: dt.date | None
-    evaluated: pl.DataFrame  # load points + sweep, load, error_rate, slo_status, slo_reason
-    capacity: pl.DataFrame  # one row per candidate × sweep, with costs, rank pool and rank
-    fleet: pl.DataFrame  # one row per candidate × sweep × rate
-    findings: pl.DataFrame  # FINDINGS_SCHEMA
-    rates: dict[str, float]
-    comparable: bool
-    differences: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-
-def analyse_bench(
-    load_points: pl.DataFrame,
-    settings: BenchSettings,
-    facts: WorkloadFacts | None = None,
-    *,
-    as_of: dt.date | None = None,
-    notes: Sequence[str] = (),
-    per_request: pl.DataFrame | None = None,
-) -> BenchAnalysis:
-    """SLO status per point, capacity and cost per candidate, fleet per rate, validity findings.
-
-    ``as_of`` (for the age check) defaults to ``settings.as_of``; the caller (CLI / asset)
-    passes the run's date, never this function's clock. ``per_request`` (the reader's
-    per-request table) lets the keep-up check use request send times.
-
-    Candidates are ranked by cost per 1M output tokens within their ``rank_pool`` only:
-    ``bracketed`` (a pass below a failure: the main ranking), ``lower_bound`` (no failure seen,
-    so the capacity and cost are only bounds) and ``single_point`` (one load tried); never mixed.
-    """
-    when = as_of or settings.as_of
-    evaluated = evaluate_slo(
-        load_points,
-        settings.slo,
-        per_request=per_request,
-        overload=settings.overload,
-        min_tail_requests=settings.min_tail_requests,
-    )
-    keys = candidate_keys(evaluated)
-    capacity = slo_capacity(evaluated, settings.slo, interpolate=settings.interpolate, keys=keys)
-    costed = cost_per_million(capacity, settings.prices)
-    comparable, differences = comparability(evaluated)
-    costed = costed.with_columns(candidate=candidate_label_expr(costed), rank_pool=RANK_POOL)
-    pooled = pl.col("rank_pool").is_not_null()
-    costed = cost_gap_vs_noise(
-        costed.with_columns(
-            cost_rank=pl.when(pl.lit(comparable) & pooled)
-            .then(
-                pl.when(pooled)
-                .then(pl.col("cost_per_1m_output_usd"))
-                .rank("min")
-                .over("rank_pool")
-                .cast(pl.Int64)
-            )
-            .otherwise(None),
-        )
-    )
-    rates = (
-        workload_rates(facts.mean_rate_rps, facts.peak_rate_rps, settings.peak_window)
-        if facts
-        else {}
-    )
-    fleet = fleet_cost(costed, rates, keys)
-    fleet = fleet.with_columns(candidate=candidate_label_expr(fleet)).select(
-        "candidate", pl.exclude("candidate")
-    )
-    findings = validity_findings(evaluated, facts, settings, as_of=when, rates=rates)
-    all_notes = [*notes, *_keep_up_notes(evaluated), *_rank_pool_notes(costed)]
-    if not comparable:
-        all_notes.append(
-            "candidates are not comparable; no cost ranking: " + "; ".join(differences)
-        )
-    if facts is None:
-        all_notes.append("no workload facts: fleet sizing and production checks skipped")
-    return BenchAnalysis(
-        settings=settings,
-        as_of=when,
-        evaluated=evaluated.with_columns(candidate=candidate_label_expr(evaluated)),
-        capacity=costed.select("candidate", pl.exclude("candidate")),
-        fleet=fleet,
-        findings=findings,
-        rates=rates,
-        comparable=comparable,
-        differences=differences,
-        notes=all_notes,
-    )
-
-
-def _keep_up_notes(evaluated: pl.DataFrame) -> list[str]:
-    """How many open-loop points kept up, were overloaded or could not be judged."""
-    counts = dict(
-        evaluated.filter(pl.col("sweep") == "open").group_by("keep_up_status").len().iter_rows()
-    )
-    if not counts:
-        return []
-    parts = [
-        f"{counts.get(status, 0)} {label}"
-        for status, label in (
-            ("kept_up", "kept up"),
-            ("overloaded", "overloaded (fail whatever their percentiles)"),
-            ("unknown", "not judgeable (unknown)"),
-        )
-    ]
-    return ["open-loop points: " + ", ".join(parts) + "; reasons in points[].keep_up_reason"]
-
-
-def _rank_pool_notes(costed: pl.DataFrame) -> list[str]:
-    """Which candidates are ranked apart from the main (bracketed) cost ranking, and why."""
-    why = {
-        "lower_bound": "no failing load, so capacity and cost are only bounds",
-        "single_point": "one load tried",
-    }
-    notes = []
-    for pool, reason in why.items():
-        names = costed.filter(pl.col("rank_pool") == pool).get_column("candidate").to_list()
-        if names:
-            notes.append(f"ranked apart as {pool} ({reason}): " + "; ".join(sorted(names)))
-    return notes
-
-
-# --------------------------------------------------------------------------------------------
-# Presentation
-
-POINT_COLUMNS = (
-    "candidate",
-    "point_id",
-    "sweep",
-    "load",
-    "offered_rate_rps",
-    "achieved_rate_rps",
-    "concurrency",
-    "slo_status",
-    "slo_reason",
-    "keep_up_status",
-    "keep_up_method",
-    "keep_up_share",
-    "keep_up_reason",
-    "completed",
-    "error_rate",
-    "output_tokens_per_s",
-)
-CAPACITY_COLUMNS = (
-    "candidate",
-    "sweep",
-    "pattern",
-    "capacity_status",
-    "capacity_load",
-    "first_fail_load",
-    "interpolated",
-    "capacity_rps",
-    "sustained_rate_rps",
-    "output_tokens_mean",
-    "output_throughput_tps",
-    "whole_run_output_tps",
-    "output_rate_basis",
-    "total_throughput_tps",
-    "gpu_count",
-    "gpu_hour_usd",
-    "price_source",
-    "cost_per_1m_output_usd",
-    "cost_per_1m_total_usd",
-    "rank_pool",
-    "cost_rank",
-    "repeats",
-    "output_rate_spread",
-    "output_rate_cv",
-    "cost_spread",
-    "cost_cv",
-    "cost_gap_share",
-    "noise_share",
-    "gap_exceeds_noise",
-    "noise_note",
-    "cost_workings",
-    "non_monotone",
-    "passes_above_fail",
-    "note",
-)
-
-
-#: The capacity columns a person reads first (the text output); the payload has them all.
-CAPACITY_TEXT_COLUMNS = (
-    "candidate",
-    "sweep",
-    "pattern",
-    "capacity_status",
-    "capacity_rps",
-    "output_throughput_tps",
-    "whole_run_output_tps",
-    "gpu_hour_usd",
-    "price_source",
-    "cost_per_1m_output_usd",
-    "rank_pool",
-    "cost_rank",
-    "noise_note",
-    "cost_workings",
-    "note",
-)
-
-
-def _records(frame: pl.DataFrame, columns: Sequence[str]) -> list[dict[str, Any]]:
-    present = [c for c in columns if c in frame.columns]
-    rows = frame.select(present).to_dicts()
-    for row in rows:
-        for key, value in row.items():
-            if isinstance(value, float) and not math.isfinite(value):
-                row[key] = str(value)
-            elif isinstance(value, (dt.date, dt.datetime)):
-                row[key] = value.isoformat()
-    return rows
-
-
-def analysis_payload(analysis: BenchAnalysis) -> dict[str, Any]:
-    """A JSON-ready dict (stable ordering; non-finite floats as strings)."""
-    evaluated = analysis.evaluated
-    point_cols = [c for c in POINT_COLUMNS if c in evaluated.columns]
-    slo_cols = [c for c in analysis.settings.slo.columns() if c in evaluated.columns]
-    points = evaluated.sort(["candidate", "sweep", "load", "point_id"], nulls_last=True)
-    return {
-        "as_of": analysis.as_of.isoformat() if analysis.as_of else None,
-        "slo": analysis.settings.slo.as_dict(),
-        "overload": analysis.settings.overload.as_dict(),
-        "min_tail_requests": analysis.settings.min_tail_requests,
-        "interpolate": analysis.settings.interpolate,
-        "prices": analysis.settings.prices.as_dict(),
-        "formulas": {"cost": COST_FORMULA, "fleet": FLEET_FORMULA},
-        "comparable": analysis.comparable,
-        "differences": analysis.differences,
-        "rates_rps": analysis.rates,
-        "capacity": _records(analysis.capacity, CAPACITY_COLUMNS),
-        "fleet": _records(analysis.fleet, analysis.fleet.columns),
-        "findings": _records(analysis.findings, list(FINDINGS_SCHEMA)),
-        "points": _records(points, [*point_cols, *slo_cols]),
-        "notes": analysis.notes,
-    }
-
-
-def markdown_table(frame: pl.DataFrame, columns: Sequence[str], *, digits: int = 3) -> str:
-    """A small Markdown table (for Dagster metadata and the CLI's text output)."""
-    present = [c for c in columns if c in frame.columns]
-    if not present:
-        return "_(empty)_"
-    lines = ["| " + " | ".join(present) + " |", "|" + "---|" * len(present)]
-    for row in frame.select(present).iter_rows():
-        cells = []
-        for value in row:
-            if value is None:
-                cells.append("")
-            elif isinstance(value, float):
-                cells.append(f"{value:.{digits}g}" if abs(value) < 1e6 else f"{value:,.0f}")
-            else:
-                cells.append(str(value).replace("|", "\\|"))
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)

@@ -1,4 +1,6 @@
-"""Plots of the bench analysis as deterministic SVG bytes (no pyplot global state).
+"""The bench analysis for a person: the text summary, Markdown tables and SVG figures.
+
+Figures (deterministic, :mod:`pipeline.present.figures`):
 
 - :func:`latency_vs_load_svg`: TTFT and ITL percentiles (p50, p95, p99) versus offered load per
   candidate, log latency axis, with the SLO limits as dashed lines and each point's status.
@@ -9,30 +11,21 @@
 
 from __future__ import annotations
 
-import io
 from collections.abc import Sequence
 from typing import Any
 
-import matplotlib
 import polars as pl
-from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from pipeline.bench.cost import COST_FORMULA, FLEET_FORMULA
+from pipeline.bench.result import CAPACITY_TEXT_COLUMNS, BenchAnalysis
 from pipeline.bench.slo import ITL_DEFINITIONS, SloSpec
+from pipeline.present.figures import COLORS, drawing, svg_bytes
+from pipeline.present.tables import bullet_list, markdown_table
 
-matplotlib.use("Agg")
-
-_RC: dict[Any, Any] = {"svg.hashsalt": "enginefit", "svg.fonttype": "path", "font.size": 9}
 _STYLES: dict[str, Any] = {"p50": ":", "p95": "-", "p99": "--"}
 _MARKERS = {"pass": "o", "fail": "X", "unknown": "s"}
-_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
-
-
-def _svg(fig: Figure) -> bytes:
-    buffer = io.BytesIO()
-    with matplotlib.rc_context(_RC):
-        fig.savefig(buffer, format="svg", metadata={"Date": None}, bbox_inches="tight")
-    return buffer.getvalue()
+_COLORS = COLORS
 
 
 def _panels(slo: SloSpec) -> list[tuple[str, str]]:
@@ -44,8 +37,7 @@ def _panels(slo: SloSpec) -> list[tuple[str, str]]:
 def latency_vs_load_svg(evaluated: pl.DataFrame, slo: SloSpec) -> bytes:
     """TTFT / ITL percentiles versus offered load (open-loop points only), one colour per
     candidate, SLO limits dashed in black. Status markers sit on the limited percentile."""
-    with matplotlib.rc_context(_RC):
-        fig = Figure(figsize=(10, 5.2))
+    with drawing(10, 5.2) as fig:
         axes = fig.subplots(1, 2)
         points = evaluated.filter(pl.col("sweep") == "open").sort(["candidate", "load"])
         candidates: Sequence[str] = sorted(points.get_column("candidate").unique().to_list())
@@ -127,13 +119,13 @@ def latency_vs_load_svg(evaluated: pl.DataFrame, slo: SloSpec) -> bytes:
             bbox_to_anchor=(0.5, 0.0),
         )
         fig.suptitle(f"SLO: {slo.describe()}", fontsize=9)
-        return _svg(fig)
+        return svg_bytes(fig)
 
 
 #: Rank pools in chart order, with the bar colour and the tag written beside the bar.
 _POOLS: dict[str, tuple[str, str]] = {
-    "bracketed": ("#1f77b4", ""),
-    "lower_bound": ("#ff7f0e", " [lower bound: no failure seen; ranked apart]"),
+    "bracketed": (COLORS[0], ""),
+    "lower_bound": (COLORS[4], " [lower bound: no failure seen; ranked apart]"),
     "single_point": ("#7f7f7f", " [single load point; ranked apart]"),
 }
 
@@ -141,7 +133,7 @@ _POOLS: dict[str, tuple[str, str]] = {
 def cost_svg(capacity: pl.DataFrame, *, comparable: bool = True) -> bytes:
     """Cost per 1M output tokens at the SLO capacity, one bar per open-loop candidate, grouped
     by rank pool (bracketed first; lower bounds and single-point capacities apart, labelled)."""
-    with matplotlib.rc_context(_RC):
+    with drawing(8, 3) as fig:
         rows = capacity.filter(
             (pl.col("sweep") == "open") & pl.col("cost_per_1m_output_usd").is_not_null()
         )
@@ -151,12 +143,12 @@ def cost_svg(capacity: pl.DataFrame, *, comparable: bool = True) -> bytes:
         rows = rows.with_columns(
             _order=pl.col("rank_pool").replace_strict(order, default=len(order))
         ).sort(["_order", "cost_per_1m_output_usd", "candidate"])
-        fig = Figure(figsize=(8, 0.6 + 0.5 * max(rows.height, 1)))
+        fig.set_size_inches(8, 0.6 + 0.5 * max(rows.height, 1))
         ax = fig.subplots()
         if rows.height == 0:
             ax.text(0.5, 0.5, "no candidate has a cost at the SLO", ha="center", va="center")
             ax.set_axis_off()
-            return _svg(fig)
+            return svg_bytes(fig)
         labels = rows.get_column("candidate").to_list()
         costs = rows.get_column("cost_per_1m_output_usd").to_list()
         interp = rows.get_column("interpolated").to_list()
@@ -183,4 +175,61 @@ def cost_svg(capacity: pl.DataFrame, *, comparable: bool = True) -> bytes:
         if not comparable:
             title += " — NOT COMPARABLE (see validity findings)"
         ax.set_title(title)
-        return _svg(fig)
+        return svg_bytes(fig)
+
+
+# ------------------------------------------------------------------------------------ tables
+
+#: The load-point columns shown in Dagster's metadata.
+POINT_VIEW = (
+    "point_id",
+    "engine",
+    "gpu_type",
+    "gpu_count",
+    "load_mode",
+    "offered_rate_rps",
+    "achieved_rate_rps",
+    "ttft_p95_ms",
+    "itl_p99_ms",
+    "output_tokens_per_s",
+)
+
+
+def capacity_table(analysis: BenchAnalysis) -> str:
+    return markdown_table(analysis.capacity, CAPACITY_TEXT_COLUMNS)
+
+
+def fleet_table(analysis: BenchAnalysis) -> str:
+    return markdown_table(analysis.fleet)
+
+
+def findings_table(analysis: BenchAnalysis) -> str:
+    """The findings that are not ok (flags and unknowns), with their messages."""
+    flagged = analysis.findings.filter(pl.col("status") != "ok")
+    return markdown_table(flagged, ["candidate", "check", "status", "message"])
+
+
+def render_text(analysis: BenchAnalysis) -> str:
+    """Human-readable summary: SLO, capacity/cost table, fleet, findings that are not ok."""
+    lines = [
+        f"SLO: {analysis.settings.slo.describe()}",
+        f"as of: {analysis.as_of.isoformat() if analysis.as_of else 'not given (age unknown)'}",
+        f"{COST_FORMULA}",
+        "",
+        "## Capacity at the SLO and cost",
+        capacity_table(analysis),
+    ]
+    if analysis.fleet.height:
+        lines += ["", f"## Fleet ({FLEET_FORMULA})", fleet_table(analysis)]
+    lines += ["", "## Validity findings (flag / unknown)", findings_table(analysis)]
+    if analysis.notes:
+        lines += ["", "## Notes", bullet_list(analysis.notes)]
+    return "\n".join(lines)
+
+
+def figures(analysis: BenchAnalysis) -> dict[str, bytes]:
+    """Every bench figure by layout name."""
+    return {
+        "latency_svg": latency_vs_load_svg(analysis.evaluated, analysis.settings.slo),
+        "cost_svg": cost_svg(analysis.capacity, comparable=analysis.comparable),
+    }

@@ -1,0 +1,149 @@
+"""What the bench stage produces: the analysis, and its JSON document (``bench_analysis.json``).
+
+The frames (points, capacity, fleet, findings) are written as Parquet beside the document; the
+document names every formula and setting it used, so an auditor reads the numbers with their
+method.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from pipeline.bench.config import BenchSettings
+from pipeline.bench.cost import COST_FORMULA, FLEET_FORMULA
+from pipeline.bench.validity import FINDINGS_SCHEMA
+
+
+@dataclass(frozen=True)
+class BenchAnalysis:
+    """Everything the bench stage computes from load points, settings and workload facts."""
+
+    settings: BenchSettings
+    as_of: dt.date | None
+    evaluated: pl.DataFrame  # load points + sweep, load, error_rate, slo_status, slo_reason
+    capacity: pl.DataFrame  # one row per candidate × sweep, with costs, rank pool and rank
+    fleet: pl.DataFrame  # one row per candidate × sweep × rate
+    findings: pl.DataFrame  # FINDINGS_SCHEMA
+    rates: dict[str, float]
+    comparable: bool
+    differences: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+POINT_COLUMNS = (
+    "candidate",
+    "point_id",
+    "sweep",
+    "load",
+    "offered_rate_rps",
+    "achieved_rate_rps",
+    "concurrency",
+    "slo_status",
+    "slo_reason",
+    "keep_up_status",
+    "keep_up_method",
+    "keep_up_share",
+    "keep_up_reason",
+    "completed",
+    "error_rate",
+    "output_tokens_per_s",
+)
+CAPACITY_COLUMNS = (
+    "candidate",
+    "sweep",
+    "pattern",
+    "capacity_status",
+    "capacity_load",
+    "first_fail_load",
+    "interpolated",
+    "capacity_rps",
+    "sustained_rate_rps",
+    "output_tokens_mean",
+    "output_throughput_tps",
+    "whole_run_output_tps",
+    "output_rate_basis",
+    "total_throughput_tps",
+    "gpu_count",
+    "gpu_hour_usd",
+    "price_source",
+    "cost_per_1m_output_usd",
+    "cost_per_1m_total_usd",
+    "rank_pool",
+    "cost_rank",
+    "repeats",
+    "output_rate_spread",
+    "output_rate_cv",
+    "cost_spread",
+    "cost_cv",
+    "cost_gap_share",
+    "noise_share",
+    "gap_exceeds_noise",
+    "noise_note",
+    "cost_workings",
+    "non_monotone",
+    "passes_above_fail",
+    "note",
+)
+
+
+#: The capacity columns a person reads first (the text output); the payload has them all.
+CAPACITY_TEXT_COLUMNS = (
+    "candidate",
+    "sweep",
+    "pattern",
+    "capacity_status",
+    "capacity_rps",
+    "output_throughput_tps",
+    "whole_run_output_tps",
+    "gpu_hour_usd",
+    "price_source",
+    "cost_per_1m_output_usd",
+    "rank_pool",
+    "cost_rank",
+    "noise_note",
+    "cost_workings",
+    "note",
+)
+
+
+def _records(frame: pl.DataFrame, columns: Sequence[str]) -> list[dict[str, Any]]:
+    present = [c for c in columns if c in frame.columns]
+    rows = frame.select(present).to_dicts()
+    for row in rows:
+        for key, value in row.items():
+            if isinstance(value, float) and not math.isfinite(value):
+                row[key] = str(value)
+            elif isinstance(value, (dt.date, dt.datetime)):
+                row[key] = value.isoformat()
+    return rows
+
+
+def analysis_payload(analysis: BenchAnalysis) -> dict[str, Any]:
+    """A JSON-ready dict (stable ordering; non-finite floats as strings)."""
+    evaluated = analysis.evaluated
+    point_cols = [c for c in POINT_COLUMNS if c in evaluated.columns]
+    slo_cols = [c for c in analysis.settings.slo.columns() if c in evaluated.columns]
+    points = evaluated.sort(["candidate", "sweep", "load", "point_id"], nulls_last=True)
+    return {
+        "as_of": analysis.as_of.isoformat() if analysis.as_of else None,
+        "slo": analysis.settings.slo.as_dict(),
+        "overload": analysis.settings.overload.as_dict(),
+        "min_tail_requests": analysis.settings.min_tail_requests,
+        "interpolate": analysis.settings.interpolate,
+        "prices": analysis.settings.prices.as_dict(),
+        "formulas": {"cost": COST_FORMULA, "fleet": FLEET_FORMULA},
+        "comparable": analysis.comparable,
+        "differences": analysis.differences,
+        "rates_rps": analysis.rates,
+        "capacity": _records(analysis.capacity, CAPACITY_COLUMNS),
+        "fleet": _records(analysis.fleet, analysis.fleet.columns),
+        "findings": _records(analysis.findings, list(FINDINGS_SCHEMA)),
+        "points": _records(points, [*point_cols, *slo_cols]),
+        "notes": analysis.notes,
+    }
