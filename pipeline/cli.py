@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from pipeline import config_cli
 from pipeline.bench import cli as bench_cli
 from pipeline.errors import EnginefitError
 from pipeline.ingest import cli as ingest_cli
@@ -21,6 +22,7 @@ from pipeline.sim import cli as sim_cli
 
 # Each module here has ``register(subparsers)``; keep one line per area.
 _AREAS = [
+    config_cli,
     ingest_cli,
     shape_cli,
     prefix_cli,

@@ -11,6 +11,8 @@ no workload.
 from __future__ import annotations
 
 import copy
+import dataclasses
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -163,12 +165,35 @@ class Config:
         """Where this workload's outputs live: ``<paths.data_dir>/<workload.name>/``."""
         return WorkloadLayout(self.paths.data_dir / self.require_workload().name)
 
+    def as_dict(self) -> dict[str, Any]:
+        """Every setting as plain data (the salt only as its fingerprint: it is a secret)."""
+        workload = None
+        if self.workload is not None:
+            workload = self.workload.model_dump(mode="json", exclude={"hash_salt"})
+            workload["hash_salt_fingerprint"] = self.workload.salt_fingerprint
+        return {
+            "source": str(self.source) if self.source else None,
+            "workload": workload,
+            "paths": self.paths.model_dump(mode="json"),
+            "shape": self.shape.model_dump(mode="json"),
+            "prefix": self.prefix.model_dump(mode="json"),
+            "simulation": _plain(self.simulation),
+            "bench": self.bench.as_dict(),
+        }
+
     def describe(self) -> str:
         """The line every command prints first: which configuration and workload it used."""
         if self.source is None:
             return "configuration: built-in defaults (no enginefit.yaml; pass --config FILE)"
         name = self.workload.name if self.workload else "none"
         return f"configuration: {self.source} (workload {name})"
+
+
+def _plain(section: Any) -> Any:
+    """A settings object as JSON-ready data."""
+    if isinstance(section, BaseModel):
+        return section.model_dump(mode="json")
+    return json.loads(json.dumps(dataclasses.asdict(section), default=str))
 
 
 @cache

@@ -3,6 +3,7 @@ sections reached as ``config.<stage>``, and errors that name the file and the do
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -161,3 +162,25 @@ def test_bundled_configuration_loads() -> None:
     cfg = load_config(REPO / "enginefit.yaml")
     assert cfg.workload is not None and cfg.workload.name == "mooncake-conversation"
     assert cfg.simulation.block_sizes == (512,)
+
+
+def test_config_command_prints_every_setting_but_never_the_salt(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pipeline.cli import main
+
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        yaml.safe_dump({**_raw(hash_salt="a-secret-salt"), "shape": {"plot_points": 50}})
+    )
+    assert main(["config", "--config", str(path), "--json"]) == 0
+    out, err = capsys.readouterr()
+    printed = json.loads(out)
+    assert set(printed) == {"source", "workload", "paths", "shape", "prefix", "simulation", "bench"}
+    assert printed["shape"]["plot_points"] == 50
+    assert printed["bench"]["slo"]["ttft_p95_ms"] == 1000.0
+    assert "a-secret-salt" not in out + err
+    assert (
+        printed["workload"]["hash_salt_fingerprint"] == load_config(path).workload.salt_fingerprint
+    )  # type: ignore[union-attr]
+    assert err.startswith(f"enginefit config: configuration: {path} (workload w)")

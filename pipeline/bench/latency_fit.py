@@ -41,6 +41,7 @@ import polars as pl
 from pipeline.bench.slo import candidate_keys
 from pipeline.bench.validity import candidate_label_expr
 from pipeline.facts import LatencyModel
+from pipeline.present.tables import markdown_table
 from pipeline.shape.concurrency import ConcurrencyResult, peak_concurrency
 
 #: Trace mean prompt/output length beyond this factor of the benchmark's is called extrapolation.
@@ -360,31 +361,28 @@ def summary_markdown(table: pl.DataFrame) -> str:
     """A markdown table: one line per model with its parameters, source and figures."""
     if table.is_empty():
         return "_no concurrency computed_"
-    header = (
-        "| candidate | TTFT base ms | TTFT ms/prompt token | TPOT ms | source | peak | mean "
-        "| estimated | peak / config | reason or note |"
+    return markdown_table(
+        table.with_columns(reason_or_note=pl.coalesce("reason", "note")),
+        [
+            "candidate",
+            "ttft_base_ms",
+            "ttft_per_prompt_token_ms",
+            "tpot_ms",
+            "source",
+            "peak_concurrency",
+            "mean_concurrency",
+            "estimated",
+            "peak_vs_config",
+            "reason_or_note",
+        ],
+        headers={
+            "ttft_base_ms": "TTFT base ms",
+            "ttft_per_prompt_token_ms": "TTFT ms/prompt token",
+            "tpot_ms": "TPOT ms",
+            "peak_concurrency": "peak",
+            "mean_concurrency": "mean",
+            "peak_vs_config": "peak / config",
+            "reason_or_note": "reason or note",
+        },
+        digits=4,
     )
-    lines = [header, "|" + " --- |" * 10]
-
-    def cell(value: Any, digits: int = 4) -> str:
-        if value is None:
-            return "–"
-        if isinstance(value, float):
-            return f"{value:.{digits}g}"
-        return str(value).replace("|", "/")
-
-    for row in table.to_dicts():
-        cells = [
-            row["candidate"],
-            row["ttft_base_ms"],
-            row["ttft_per_prompt_token_ms"],
-            row["tpot_ms"],
-            row["source"],
-            row["peak_concurrency"],
-            row["mean_concurrency"],
-            row["estimated"],
-            row["peak_vs_config"],
-            row["reason"] or row["note"],
-        ]
-        lines.append("| " + " | ".join(cell(c) for c in cells) + " |")
-    return "\n".join(lines)
