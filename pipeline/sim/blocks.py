@@ -18,6 +18,7 @@ from numpy.typing import NDArray
 
 from pipeline.errors import EnginefitError
 from pipeline.facts import LatencyModel
+from pipeline.hashmap import dense_ids
 from pipeline.sim import kernels
 
 I64 = NDArray[np.int64]
@@ -102,14 +103,14 @@ class SimInput:
             lens = lens // m
         offsets = np.zeros(lens.size + 1, np.int64)
         np.cumsum(lens, out=offsets[1:])
-        ids, n_ids = kernels.dense_ids(hashes)
+        ids, n_ids = dense_ids(hashes)
         if tenant_isolation:
             # Key = (tenant, block): exact, no collisions (vLLM cache_salt / SGLang namespace).
             tenant_per_block = np.repeat(self.tenant_code, lens)
             combined = tenant_per_block.astype(np.uint64) * np.uint64(max(n_ids, 1)) + ids.astype(
                 np.uint64
             )
-            ids, n_ids = kernels.dense_ids(combined)
+            ids, n_ids = dense_ids(combined)
         prompt_blocks = self.prompt_blocks // m
         full = (self.prompt_tokens + self.output_tokens) // block_size
         missing = np.maximum(full - lens, 0)

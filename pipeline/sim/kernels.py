@@ -34,11 +34,10 @@ import numba as nb
 import numpy as np
 from numpy.typing import NDArray
 
+from pipeline.hashmap import splitmix64
+
 I64 = NDArray[np.int64]
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2 = np.uint64(0x94D049BB133111EB)
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 _FNV_PRIME = np.uint64(0x100000001B3)
 _M1 = np.uint64(0x5555555555555555)
@@ -50,88 +49,9 @@ _ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
 _BUCKET_SHIFT = 9  # Fenwick leaves are buckets of 512 positions = 8 bit-words (one cache line)
 
 
-@nb.njit(cache=True, inline="always")
-def splitmix64(x: np.uint64) -> np.uint64:
-    """SplitMix64 finaliser (Steele, Lea, Flood 2014): a bijective 64-bit mixer."""
-    x = x + _GOLDEN
-    x = (x ^ (x >> np.uint64(30))) * _MIX1
-    x = (x ^ (x >> np.uint64(27))) * _MIX2
-    return x ^ (x >> np.uint64(31))
-
-
 # ---------------------------------------------------------------------------------------------
-# Ingest helpers: dense ids and stable string hashes
+# Ingest helpers: chain structure and stable string hashes
 # ---------------------------------------------------------------------------------------------
-
-
-@nb.njit(cache=True)
-def _dense_map_chunk(
-    keys: NDArray[np.uint64],
-    start: int,
-    out: Any,
-    table_keys: NDArray[np.uint64],
-    table_vals: I64,
-    n_distinct: int,
-) -> tuple[int, int]:
-    mask = np.uint64(table_keys.size - 1)
-    limit = table_keys.size // 2
-    for i in range(start, keys.size):
-        k = keys[i]
-        slot = splitmix64(k) & mask
-        while True:
-            v = table_vals[slot]
-            if v < 0:
-                if n_distinct >= limit:
-                    return i, n_distinct
-                table_keys[slot] = k
-                table_vals[slot] = n_distinct
-                out[i] = n_distinct
-                n_distinct += 1
-                break
-            if table_keys[slot] == k:
-                out[i] = v
-                break
-            slot = (slot + _ONE) & mask
-    return keys.size, n_distinct
-
-
-@nb.njit(cache=True)
-def _rehash(
-    old_keys: NDArray[np.uint64],
-    old_vals: I64,
-    new_keys: NDArray[np.uint64],
-    new_vals: I64,
-) -> None:
-    mask = np.uint64(new_keys.size - 1)
-    for s in range(old_keys.size):
-        v = old_vals[s]
-        if v < 0:
-            continue
-        k = old_keys[s]
-        slot = splitmix64(k) & mask
-        while new_vals[slot] >= 0:
-            slot = (slot + _ONE) & mask
-        new_keys[slot] = k
-        new_vals[slot] = v
-
-
-def dense_ids(keys: NDArray[np.uint64]) -> tuple[Any, int]:
-    """Map 64-bit keys to dense ids 0..n-1 in order of first appearance (open addressing)."""
-    keys = np.ascontiguousarray(keys, dtype=np.uint64)
-    out: Any = np.empty(keys.size, np.int32 if keys.size < 2**31 - 1 else np.int64)
-    size = 1 << max(10, (2 * min(keys.size, 1 << 22)).bit_length())
-    table_keys = np.zeros(size, np.uint64)
-    table_vals = np.full(size, -1, np.int64)
-    pos, n_distinct = 0, 0
-    while True:
-        pos, n_distinct = _dense_map_chunk(keys, pos, out, table_keys, table_vals, n_distinct)
-        if pos >= keys.size:
-            return out, n_distinct
-        new_keys = np.zeros(size * 4, np.uint64)
-        new_vals = np.full(size * 4, -1, np.int64)
-        _rehash(table_keys, table_vals, new_keys, new_vals)
-        size *= 4
-        table_keys, table_vals = new_keys, new_vals
 
 
 @nb.njit(cache=True)
