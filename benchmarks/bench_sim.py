@@ -107,7 +107,7 @@ def reference_replay(
             if chain[j] not in cache:
                 break
             hit += 1
-        total += max(0, min(hit * block_size, prompt_tokens[i] - 1))
+        total += min(hit, max(prompt_tokens[i] - 1, 0) // block_size) * block_size
         for _ in range(missing[i]):  # unknown output blocks: unique, the tail, inserted first
             fresh -= 1
             cache[fresh] = None

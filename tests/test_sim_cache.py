@@ -78,7 +78,9 @@ def reference(
             if (*key, h) not in cache:
                 break
             hit_blocks += 1
-        out.append(max(0, min(hit_blocks * block_size, row["prompt_tokens"] - 1)))
+        # whole blocks, at most ⌊(P - 1) / B⌋ of them: the last prompt token is recomputed
+        limit = max(row["prompt_tokens"] - 1, 0) // block_size
+        out.append(min(hit_blocks, limit) * block_size)
         total = (row["prompt_tokens"] + row.get("output_tokens", 0)) // block_size
         unknown = []
         for _ in range(max(0, total - len(chain))):
@@ -108,9 +110,13 @@ def test_partial_block_never_hits() -> None:
 
 
 def test_last_token_is_always_recomputed() -> None:
-    # 8 tokens = 2 full blocks, fully cached on the repeat: hit = min(8, 8 - 1) = 7.
+    # 8 tokens = 2 full blocks, fully cached on the repeat. vLLM caps the hit at 8 - 1 = 7
+    # tokens and keeps whole blocks: ⌊7 / 4⌋ = 1 block = 4 tokens (block 2 is recomputed).
     rows = [{"hashes": [1, 2], "prompt_tokens": 8}] * 2
-    assert hits(rows, 4, 1000, routing="round-robin") == [0, 7]
+    assert hits(rows, 4, 1000, routing="round-robin") == [0, 4]
+    # 9 tokens: ⌊8 / 4⌋ = 2 blocks may hit, both do.
+    rows = [{"hashes": [1, 2], "prompt_tokens": 9}] * 2
+    assert hits(rows, 4, 1000, routing="round-robin") == [0, 8]
     # One token: nothing can hit (min(0, 0)).
     rows = [{"hashes": [], "prompt_tokens": 1}] * 2
     assert hits(rows, 4, 1000, routing="round-robin") == [0, 0]

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
+from pipeline.cache_rules import hit_limit_blocks
 from pipeline.sim import kernels
 
 I64 = NDArray[np.int64]
@@ -71,7 +72,7 @@ def lru_reference(
             if b not in cache:
                 break
             h += 1
-        out.append(max(0, min(h * B, int(prompt_tokens[r]) - 1)))
+        out.append(min(h, max(int(prompt_tokens[r]) - 1, 0) // B) * B)
         for _ in range(int(missing[r])):
             fresh += 1
             cache[("fresh", fresh)] = None
@@ -94,17 +95,18 @@ def streams(replica: I64, replicas: int) -> tuple[I64, I64]:
 @pytest.mark.parametrize("replicas", [1, 3])
 def test_chained_replay_matches_an_ordered_dict_lru(seed: int, replicas: int) -> None:
     offsets, ids, pb, missing, ptok, n_ids = random_trie_workload(seed, 150)
+    lim = np.minimum(hit_limit_blocks(ptok, B), pb)
     assert kernels.is_chained(offsets, ids, n_ids)
     replica = np.random.default_rng(seed + 100).integers(0, replicas, pb.size).astype(np.int64)
     order, starts = streams(replica, replicas)
     for capacity in [0, 1, 2, 3, 5, 8, 13, 21, 40, 80, 200, 10_000]:
         got = kernels.replay_fixed_chained(
-            offsets, ids, pb, missing, ptok, B, n_ids, capacity, order, starts
+            offsets, ids, pb, missing, lim, B, n_ids, capacity, order, starts
         )
         want = lru_reference(offsets, ids, pb, missing, ptok, capacity, replica)
         assert got.tolist() == want, capacity
         interleaved = kernels.replay_fixed_chained_interleaved(
-            offsets, ids, pb, missing, ptok, B, n_ids, capacity, replica, order, starts
+            offsets, ids, pb, missing, lim, B, n_ids, capacity, replica, order, starts
         )
         assert interleaved.tolist() == want, capacity
         # the block-level kernel with full membership tests agrees too
@@ -113,7 +115,7 @@ def test_chained_replay_matches_an_ordered_dict_lru(seed: int, replicas: int) ->
             ids,
             pb,
             missing,
-            ptok,
+            lim,
             B,
             n_ids,
             capacity,
@@ -129,21 +131,22 @@ def test_chained_replay_matches_an_ordered_dict_lru(seed: int, replicas: int) ->
 @pytest.mark.parametrize("replicas", [1, 2, 5])
 def test_chained_depth_histogram_equals_block_level_histogram(seed: int, replicas: int) -> None:
     offsets, ids, pb, missing, ptok, n_ids = random_trie_workload(seed, 400, max_missing=2)
+    lim = np.minimum(hit_limit_blocks(ptok, B), pb)
     replica = np.random.default_rng(seed).integers(0, replicas, pb.size).astype(np.int64)
     order, starts = streams(replica, replicas)
     size = int(ids.size + missing.sum()) + 2
     fast = kernels.stack_depth_histogram_chained(
-        offsets, ids, pb, missing, ptok, B, n_ids, order, starts, size
+        offsets, ids, pb, missing, lim, B, n_ids, order, starts, size
     )
     slow = kernels.stack_depth_histogram_exact(
-        offsets, ids, pb, missing, ptok, B, n_ids, order, starts, size
+        offsets, ids, pb, missing, lim, B, n_ids, order, starts, size
     )
     assert fast.tolist() == slow.tolist()
     # and the histogram is the hit count of the direct replay at every capacity
     cumulative = np.cumsum(fast)
     for capacity in range(0, int(np.flatnonzero(fast).max(initial=0)) + 3):
         direct = kernels.replay_fixed_chained(
-            offsets, ids, pb, missing, ptok, B, n_ids, capacity, order, starts
+            offsets, ids, pb, missing, lim, B, n_ids, capacity, order, starts
         )
         assert int(direct.sum()) == int(cumulative[min(capacity, cumulative.size - 1)])
 
@@ -151,14 +154,15 @@ def test_chained_depth_histogram_equals_block_level_histogram(seed: int, replica
 def test_long_gaps_use_the_fenwick_tree() -> None:
     # Many requests between two visits of a prefix: deep runs, many Fenwick levels.
     offsets, ids, pb, missing, ptok, n_ids = random_trie_workload(7, 3000, max_new=2)
+    lim = np.minimum(hit_limit_blocks(ptok, B), pb)
     order = np.arange(pb.size, dtype=np.int64)
     starts = np.array([0, pb.size], np.int64)
     size = int(ids.size + missing.sum()) + 2
     fast = kernels.stack_depth_histogram_chained(
-        offsets, ids, pb, missing, ptok, B, n_ids, order, starts, size
+        offsets, ids, pb, missing, lim, B, n_ids, order, starts, size
     )
     slow = kernels.stack_depth_histogram_exact(
-        offsets, ids, pb, missing, ptok, B, n_ids, order, starts, size
+        offsets, ids, pb, missing, lim, B, n_ids, order, starts, size
     )
     assert fast.tolist() == slow.tolist()
     assert int(np.flatnonzero(fast).max()) > 1000

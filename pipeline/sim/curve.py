@@ -172,7 +172,7 @@ def capacity_curve(
             view.ids,
             view.prompt_blocks,
             view.missing,
-            inp.prompt_tokens,
+            view.hit_limit,
             block_size,
             max(view.n_ids, 1),
             order,
@@ -185,7 +185,7 @@ def capacity_curve(
             view.ids,
             view.prompt_blocks,
             view.missing,
-            inp.prompt_tokens,
+            view.hit_limit,
             block_size,
             max(view.n_ids, 1),
             order,
@@ -198,9 +198,8 @@ def capacity_curve(
         # sampled blocks' weight, already scaled by 1/rate, kept in bucket 0), so the number
         # of sampled references does not bias the curve (the role of SHARDS' adjustment).
         sampled_weight = float(total[0])
-        caps = np.maximum(np.minimum(view.prompt_blocks * block_size, inp.prompt_tokens - 1), 0)
         if sampled_weight > 0:
-            total = total * (float(caps.sum()) / sampled_weight)
+            total = total * (float(view.hit_limit.sum()) * block_size / sampled_weight)
         total[0] = 0.0
         weights = np.rint(total).astype(np.int64)
         nz = np.flatnonzero(weights)

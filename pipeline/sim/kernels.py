@@ -7,7 +7,8 @@ tokens are unknown: they occupy capacity as blocks that never match (DOMAIN.md).
 
 Cache rules implemented (vLLM APC, SIM_ANCHORS.md section 1):
 - lookup walks the prompt's chain from block 0 and stops at the first miss;
-  hit tokens = min(hit blocks × B, prompt tokens − 1), never negative;
+  hit tokens = min(hit blocks, hit limit) × B with the limit ⌊(P − 1) / B⌋ precomputed by
+  ``pipeline.cache_rules.hit_limit_blocks``;
 - after serving, every block of prompt + output is inserted or refreshed tail first (the
   unknown output blocks, being the tail, first of all), so block 0 ends most recent;
 - then least-recently-used blocks are evicted until at most ``capacity`` blocks remain.
@@ -341,7 +342,7 @@ def _replay_stream(
     ids: Any,
     prompt_blocks: I64,
     missing: I64,
-    prompt_tokens: I64,
+    hit_limit: I64,
     block_size: int,
     n_ids: int,
     capacity: int,
@@ -360,11 +361,11 @@ def _replay_stream(
         if chained:
             cached = _lookup(stamp, ids, lo, hi - lo)
             h = min(cached, prompt_blocks[r])
-            hits[r] = max(min(h * block_size, prompt_tokens[r] - 1), 0)
+            hits[r] = min(h, hit_limit[r]) * block_size
             _serve_chained(stamp, buf, ids, lo, hi, cached, missing[r], capacity, state)
         else:
             h = _lookup(stamp, ids, lo, prompt_blocks[r])
-            hits[r] = max(min(h * block_size, prompt_tokens[r] - 1), 0)
+            hits[r] = min(h, hit_limit[r]) * block_size
             _serve(stamp, buf, ids, lo, hi, missing[r], capacity, state)
 
 
@@ -374,7 +375,7 @@ def replay_fixed(
     ids: Any,
     prompt_blocks: I64,
     missing: I64,
-    prompt_tokens: I64,
+    hit_limit: I64,
     block_size: int,
     n_ids: int,
     capacity: int,
@@ -395,7 +396,7 @@ def replay_fixed(
             ids,
             prompt_blocks,
             missing,
-            prompt_tokens,
+            hit_limit,
             block_size,
             n_ids,
             capacity,
@@ -414,6 +415,7 @@ def replay_cache_aware(
     prompt_blocks: I64,
     missing: I64,
     prompt_tokens: I64,
+    hit_limit: I64,
     block_size: int,
     n_ids: int,
     replicas: int,
@@ -479,7 +481,7 @@ def replay_cache_aware(
         hn = _heap_push(ht, hr, hn, t + duration[r], k)
         chosen[r] = k
         h = _lookup(stamp[k], ids, lo, pb)
-        hits[r] = max(min(h * block_size, prompt_tokens[r] - 1), 0)
+        hits[r] = min(h, hit_limit[r]) * block_size
         _serve(stamp[k], buf[k], ids, lo, offsets[r + 1], missing[r], capacity, state[k])
     return hits, chosen, balance_routed
 
@@ -556,7 +558,7 @@ def _depth_stream(
     ids: Any,
     prompt_blocks: I64,
     missing: I64,
-    prompt_tokens: I64,
+    hit_limit: I64,
     block_size: int,
     n_ids: int,
     order: I64,
@@ -582,18 +584,12 @@ def _depth_stream(
         r = order[i]
         lo = offsets[r]
         hi = offsets[r + 1]
-        pb = prompt_blocks[r]
-        cap_tok = prompt_tokens[r] - 1
         prev_p = -2
         depth = 0
-        for j in range(pb):
+        w = block_size  # every block below the hit limit weighs a whole block
+        for j in range(hit_limit[r]):
             b = ids[lo + j]
             if sampling and (splitmix64(np.uint64(b) ^ sample_salt) > sample_threshold):
-                continue
-            w_hi = min((j + 1) * block_size, cap_tok)
-            w_lo = min(j * block_size, cap_tok)
-            w = max(w_hi, 0) - max(w_lo, 0)
-            if w <= 0:
                 continue
             hist[0] += w * scale  # sampled lookup weight, for the ratio estimator
             p = last[b]
@@ -658,7 +654,7 @@ def _depth_stream_exact(
     ids: Any,
     prompt_blocks: I64,
     missing: I64,
-    prompt_tokens: I64,
+    hit_limit: I64,
     block_size: int,
     n_ids: int,
     order: I64,
@@ -689,12 +685,10 @@ def _depth_stream_exact(
         r = order[i]
         lo = offsets[r]
         length = offsets[r + 1] - lo
-        pb = prompt_blocks[r]
-        cap_tok = prompt_tokens[r] - 1
+        limit = hit_limit[r]
         prev_p = -2
         depth = 0
         seen = 0
-        weighing = True
         while seen < length:
             p = last[ids[lo + seen]]
             if p < 0:
@@ -702,21 +696,14 @@ def _depth_stream_exact(
             prev_pos[seen] = p
             if prev_p - p == 1:
                 depth += 1  # adjacent positions: no mark between, one deeper (common case)
-            elif weighing and seen < pb:
+            elif seen < limit:
                 if t - p <= _NEAR:
                     depth = _marks_after(bits, p, t) + 1
                 else:
                     depth = marks - _marks_upto(tree, bits, p) + 1
             prev_p = p
-            if weighing and seen < pb:
-                hi_tok = (seen + 1) * block_size
-                if hi_tok <= cap_tok:
-                    hist[min(depth, top)] += block_size
-                else:
-                    w = cap_tok - seen * block_size
-                    if w > 0:
-                        hist[min(depth, top)] += w
-                    weighing = False
+            if seen < limit:
+                hist[min(depth, top)] += block_size
             seen += 1
         # clear the previous marks of the seen blocks (Fenwick updates batched per bucket)
         cur = -1
@@ -756,7 +743,7 @@ def stack_depth_histogram_exact(
     ids: Any,
     prompt_blocks: I64,
     missing: I64,
-    prompt_tokens: I64,
+    hit_limit: I64,
     block_size: int,
     n_ids: int,
     order: I64,
@@ -771,7 +758,7 @@ def stack_depth_histogram_exact(
             ids,
             prompt_blocks,
             missing,
-            prompt_tokens,
+            hit_limit,
             block_size,
             n_ids,
             order[starts[k] : starts[k + 1]],
@@ -786,7 +773,7 @@ def stack_depth_histogram(
     ids: Any,
     prompt_blocks: I64,
     missing: I64,
-    prompt_tokens: I64,
+    hit_limit: I64,
     block_size: int,
     n_ids: int,
     order: I64,
@@ -801,8 +788,8 @@ def stack_depth_histogram(
     the blocks each request inserts or refreshes, tail first (so every parent is more recent
     than its children and a capacity-C cache, which holds exactly the C most recent distinct
     blocks, is prefix-closed). At lookup, prompt block ``j`` is cached in a C-block cache iff
-    its depth (1 + distinct blocks accessed since its last access) is ≤ C; it then adds
-    ``min((j+1)B, P-1) - min(jB, P-1)`` hit tokens. ``hist[d]`` sums those tokens, so hit
+    its depth (1 + distinct blocks accessed since its last access) is ≤ C; it then adds B hit
+    tokens when ``j < hit_limit[r]``, else none. ``hist[d]`` sums those tokens, so hit
     tokens at capacity C (the same on every replica) are ``hist[:C+1].sum()``.
 
     Depths come from a Fenwick tree over access positions marking each block's latest access
@@ -820,7 +807,7 @@ def stack_depth_histogram(
             ids,
             prompt_blocks,
             missing,
-            prompt_tokens,
+            hit_limit,
             block_size,
             n_ids,
             order[starts[k] : starts[k + 1]],
@@ -853,7 +840,7 @@ def _replay_chained_stream(
     ids: Any,
     prompt_blocks: I64,
     missing: I64,
-    prompt_tokens: I64,
+    hit_limit: I64,
     block_size: int,
     capacity: int,
     order: I64,
@@ -898,7 +885,7 @@ def _replay_chained_stream(
         while j < length:
             stamp[ids[lo + j]] = i
             j += 1
-        hits[r] = max(min(min(h, prompt_blocks[r]) * block_size, prompt_tokens[r] - 1), 0)
+        hits[r] = min(h, hit_limit[r]) * block_size
         live[i] = length
         count += length - h + missing[r]
         while count > capacity:
@@ -929,7 +916,7 @@ def replay_fixed_chained(
     ids: Any,
     prompt_blocks: I64,
     missing: I64,
-    prompt_tokens: I64,
+    hit_limit: I64,
     block_size: int,
     n_ids: int,
     capacity: int,
@@ -946,7 +933,7 @@ def replay_fixed_chained(
             ids,
             prompt_blocks,
             missing,
-            prompt_tokens,
+            hit_limit,
             block_size,
             capacity,
             order[starts[k] : starts[k + 1]],
@@ -989,8 +976,6 @@ def _close_run(
     a: int,
     e: int,
     full: int,
-    partial: int,
-    pw: int,
     block_size: int,
 ) -> int:
     """Record the run ``[a, e)`` (depths ``depth0 + (j - a)``) as difference events."""
@@ -998,11 +983,6 @@ def _close_run(
     if f_end > a:
         events[n_events] = (depth0 << 32) | block_size
         events[n_events + 1] = ((depth0 + f_end - a) << 32) | (-block_size & _LOW32)
-        n_events += 2
-    if a <= partial < e:
-        d = depth0 + partial - a
-        events[n_events] = (d << 32) | pw
-        events[n_events + 1] = ((d + 1) << 32) | (-pw & _LOW32)
         n_events += 2
     return n_events
 
@@ -1013,7 +993,7 @@ def _depth_chained_stream(
     ids: Any,
     prompt_blocks: I64,
     missing: I64,
-    prompt_tokens: I64,
+    hit_limit: I64,
     block_size: int,
     order: I64,
     first: int,
@@ -1034,7 +1014,7 @@ def _depth_chained_stream(
     after e). Those are the blocks created by entries after e (a running prefix sum) minus
     the blocks since moved out of them by refreshes (a Fenwick tree over entries, one update
     and one query per run). A run weighs a range of consecutive depths, recorded as two
-    difference events (four with a partial last prompt block), so the work per request is its
+    difference events, so the work per request is its
     chain walk plus O(log n) per run; the events are summed by depth afterwards.
 
     Processes requests ``k_start ..`` and returns where it stopped (when ``events`` might
@@ -1048,17 +1028,7 @@ def _depth_chained_stream(
         length = offsets[r + 1] - lo
         if n_events + 2 * length + 4 > events.size:
             return k, n_events, moved_total  # the caller grows the buffer and resumes
-        pb = prompt_blocks[r]
-        cap_tok = prompt_tokens[r] - 1
-        # prompt positions < full weigh a whole block; position `partial` weighs pw tokens
-        full = pb
-        partial = -1
-        pw = 0
-        if cap_tok < pb * block_size:
-            full = max(cap_tok, 0) // block_size
-            pw = cap_tok - full * block_size
-            if pw > 0 and full < pb:
-                partial = full
+        full = hit_limit[r]  # chain positions < full weigh a whole block, the rest nothing
         j = 0
         cur = -2
         a = 0
@@ -1070,9 +1040,7 @@ def _depth_chained_stream(
                 if s < first:
                     break
                 if cur >= 0:
-                    n_events = _close_run(
-                        events, n_events, depth0, a, j, full, partial, pw, block_size
-                    )
+                    n_events = _close_run(events, n_events, depth0, a, j, full, block_size)
                     _fenwick_add(tree, cur - first, j - a)
                 e = s - first
                 after = created[k] - created[e + 1] - moved_total + _fenwick_prefix(tree, e)
@@ -1082,7 +1050,7 @@ def _depth_chained_stream(
             stamp[b] = i
             j += 1
         if cur >= 0:
-            n_events = _close_run(events, n_events, depth0, a, j, full, partial, pw, block_size)
+            n_events = _close_run(events, n_events, depth0, a, j, full, block_size)
             _fenwick_add(tree, cur - first, j - a)
         moved_total += j
         while j < length:
@@ -1098,7 +1066,7 @@ def _depth_events_chained(
     ids: Any,
     prompt_blocks: I64,
     missing: I64,
-    prompt_tokens: I64,
+    hit_limit: I64,
     block_size: int,
     n_ids: int,
     order: I64,
@@ -1125,7 +1093,7 @@ def _depth_events_chained(
                 ids,
                 prompt_blocks,
                 missing,
-                prompt_tokens,
+                hit_limit,
                 block_size,
                 order[starts[k] : starts[k + 1]],
                 starts[k],
@@ -1150,7 +1118,7 @@ def stack_depth_histogram_chained(
     ids: Any,
     prompt_blocks: I64,
     missing: I64,
-    prompt_tokens: I64,
+    hit_limit: I64,
     block_size: int,
     n_ids: int,
     order: I64,
@@ -1159,7 +1127,7 @@ def stack_depth_histogram_chained(
 ) -> I64:
     """``stack_depth_histogram_exact`` at request granularity (same result, far fewer steps)."""
     events, n_events = _depth_events_chained(
-        offsets, ids, prompt_blocks, missing, prompt_tokens, block_size, n_ids, order, starts
+        offsets, ids, prompt_blocks, missing, hit_limit, block_size, n_ids, order, starts
     )
     diff = np.zeros(hist_size + 1, np.int64)
     for q in range(n_events):
@@ -1174,7 +1142,7 @@ def hit_steps_chained(
     ids: Any,
     prompt_blocks: I64,
     missing: I64,
-    prompt_tokens: I64,
+    hit_limit: I64,
     block_size: int,
     n_ids: int,
     order: I64,
@@ -1189,7 +1157,7 @@ def hit_steps_chained(
     is ever materialised.
     """
     events, n_events = _depth_events_chained(
-        offsets, ids, prompt_blocks, missing, prompt_tokens, block_size, n_ids, order, starts
+        offsets, ids, prompt_blocks, missing, hit_limit, block_size, n_ids, order, starts
     )
     width = 1 << _STEP_SHIFT
     n_buckets = (hist_size >> _STEP_SHIFT) + 1
@@ -1259,7 +1227,7 @@ def replay_fixed_chained_interleaved(
     ids: Any,
     prompt_blocks: I64,
     missing: I64,
-    prompt_tokens: I64,
+    hit_limit: I64,
     block_size: int,
     n_ids: int,
     capacity: int,
@@ -1318,7 +1286,7 @@ def replay_fixed_chained_interleaved(
         while j < length:
             stamp[ids[lo + j], k] = r
             j += 1
-        hits[r] = max(min(min(h, prompt_blocks[r]) * block_size, prompt_tokens[r] - 1), 0)
+        hits[r] = min(h, hit_limit[r]) * block_size
         live[r] = length
         c = count[k] + length - h + missing[r]
         ml = miss_left[k]
