@@ -82,8 +82,10 @@ def sim_scenario(store: EnginefitStore, scenario: dict[str, Any]) -> dict[str, A
         seed=sim.random_seed,
         margin=sim.bounded_affinity_margin,
         cache_aware=sim.cache_aware,
+        request_lifetime=sim.request_lifetime,
+        replica_slots=sim.replica_slots,
     )
-    summary = summarise(inp, run)
+    summary = summarise(inp, run, pinned_warn_share=sim.pinned_warn_share)
     write_json_atomic(store.stage_dir(STAGE) / "scenarios" / f"{sc.key}.json", summary)
     return summary
 
@@ -100,7 +102,14 @@ def sim_collect(
     write_parquet_atomic(replica_frame(ordered), out / REPLICAS_PARQUET)
     write_json_atomic(out / "scenarios.json", ordered)
     table = scenarios.select(
-        "scenario", "routing", "replicas", "cache_tokens", "hit_ratio", "token_imbalance", "spills"
+        "scenario",
+        "routing",
+        "replicas",
+        "cache_tokens",
+        "hit_ratio",
+        "hit_ratio_instant",
+        "token_imbalance",
+        "spills",
     )
     context.add_output_metadata(
         {
@@ -144,6 +153,7 @@ def simulation_curves(store: EnginefitStore) -> dg.MaterializeResult:  # type: i
                 tenant_isolation=sim.tenant_isolation,
                 seed=sim.random_seed,
                 margin=sim.bounded_affinity_margin,
+                replica_slots=sim.replica_slots,
             )
             curves.append(curve)
             points.append(curve.as_dict(sim.curve_points))
@@ -192,7 +202,8 @@ def simulation_plots(store: EnginefitStore) -> dg.MaterializeResult:  # type: ig
 
 @dg.asset_check(asset=simulation_plots)
 def curve_matches_replay(store: EnginefitStore) -> dg.AssetCheckResult:
-    """Every cache-independent scenario's replayed hits equal the one-pass curve at its capacity."""
+    """Every cache-independent scenario's instant-lifetime hits equal the one-pass curve at its
+    capacity."""
     out = store.stage_dir(STAGE)
     bad = curve_disagreements(
         pl.read_parquet(out / CURVES_PARQUET), pl.read_parquet(out / SCENARIOS_PARQUET)

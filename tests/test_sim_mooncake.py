@@ -91,9 +91,8 @@ def test_curve_equals_direct_on_mooncake(inp: SimInput, replicas: int, routing: 
         curve.saturation_cache_tokens,
     ):
         sc = Scenario(B, replicas, cache_tokens, routing)
-        assert curve.hit_tokens_at(cache_tokens) == int(
-            simulate(inp, sc, assignment=a).hit_tokens.sum()
-        )
+        run = simulate(inp, sc, assignment=a, request_lifetime="instant")
+        assert curve.hit_tokens_at(cache_tokens) == int(run.hit_tokens.sum())
 
 
 def test_affinity_on_inferred_sessions_beats_round_robin(inp: SimInput) -> None:
