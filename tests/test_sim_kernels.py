@@ -77,6 +77,28 @@ class Workload:
         return (self.chains, self.prompt_blocks.tolist(), self.missing.tolist())
 
 
+def fixed(
+    w: Workload, order: I64, starts: I64, capacity: int, instant: bool, slots: int = 0
+) -> tuple[I64, I64]:
+    """The kernel on a fixed assignment: per-request hit tokens, per-replica peak pinned."""
+    hits, _, balance, peak = kernels.replay(
+        *w.common(),
+        order,
+        starts,
+        kernels.FIXED,
+        starts.size - 1,
+        capacity,
+        w.queue(capacity),
+        instant,
+        slots,
+        0.0,
+        0,
+        1.0,
+    )
+    assert balance == 0
+    return hits, peak
+
+
 def streams(replica: I64, replicas: int) -> tuple[I64, I64]:
     order = np.argsort(replica, kind="stable").astype(np.int64)
     starts = np.zeros(replicas + 1, np.int64)
@@ -91,9 +113,7 @@ def test_instant_replay_matches_an_ordered_dict_lru(seed: int, replicas: int) ->
     replica = np.random.default_rng(seed + 100).integers(0, replicas, w.n).astype(np.int64)
     order, starts = streams(replica, replicas)
     for capacity in [0, 1, 2, 3, 5, 8, 13, 21, 40, 80, 200, 10_000]:
-        got, peak = kernels.replay_streams(
-            *w.common(), order, starts, capacity, w.queue(capacity), True, 0
-        )
+        got, peak = fixed(w, order, starts, capacity, True)
         want = lru_reference(
             *w.reference_args(), w.prompt_tokens.tolist(), B, capacity, replica.tolist(), replicas
         )
@@ -112,9 +132,7 @@ def test_fixed_assignment_replay_matches_the_event_reference(
     replica = np.random.default_rng(seed + 7).integers(0, replicas, w.n).astype(np.int64)
     order, starts = streams(replica, replicas)
     for capacity in [0, 2, 5, 13, 40, 10_000]:
-        got, peak = kernels.replay_streams(
-            *w.common(), order, starts, capacity, w.queue(capacity), lifetime == "instant", slots
-        )
+        got, peak = fixed(w, order, starts, capacity, lifetime == "instant", slots)
         want = event_reference(
             *w.reference_args(),
             w.prompt_tokens.tolist(),
@@ -139,8 +157,10 @@ def test_routed_replay_matches_the_event_reference(seed: int, lifetime: str, rou
     w = Workload(seed, 200)
     replicas = 3
     for capacity, knobs in [(4, (0.5, 2, 1.1)), (30, (0.3, 1, 1.5)), (10_000, (0.5, 32, 1.1))]:
-        hits, chosen, balance, peak = kernels.replay_routed(
+        hits, chosen, balance, peak = kernels.replay(
             *w.common(),
+            np.arange(w.n, dtype=np.int64),
+            np.array([0, w.n], np.int64),
             routing,
             replicas,
             capacity,
@@ -190,9 +210,29 @@ def test_the_references_agree_with_each_other_in_the_instant_lifetime() -> None:
         assert plain == events.hit_tokens
 
 
-def _steps_from_histogram(hist: I64) -> tuple[list[int], list[int]]:
+def curve_against_oracle(w: Workload, order: I64, starts: I64) -> I64:
+    """The one-pass curve's steps must be the oracle histogram's nonzero depths and running
+    sums; returns the histogram."""
+    size = int(w.ids.size + w.missing.sum()) + 2
+    caps, hit_tokens = curve_kernels.hit_steps_chained(
+        w.offsets, w.ids, w.missing, w.limit, B, w.n_ids, order, starts, size
+    )
+    hist = stack_depth_histogram_exact(
+        w.offsets,
+        w.ids,
+        w.missing,
+        w.prompt_blocks,
+        w.prompt_tokens,
+        B,
+        w.n_ids,
+        order,
+        starts,
+        size,
+    )
     depths = np.flatnonzero(hist)
-    return depths.tolist(), np.cumsum(hist[depths]).tolist()
+    assert caps.tolist() == depths.tolist()
+    assert hit_tokens.tolist() == np.cumsum(hist[depths]).tolist()
+    return hist
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -201,27 +241,11 @@ def test_curve_steps_equal_the_block_level_histogram(seed: int, replicas: int) -
     w = Workload(seed, 400, max_missing=2)
     replica = np.random.default_rng(seed).integers(0, replicas, w.n).astype(np.int64)
     order, starts = streams(replica, replicas)
-    size = int(w.ids.size + w.missing.sum()) + 2
-    caps, hit_tokens = curve_kernels.hit_steps_chained(
-        w.offsets, w.ids, w.missing, w.limit, B, w.n_ids, order, starts, size
-    )
-    hist = stack_depth_histogram_exact(
-        w.offsets,
-        w.ids,
-        w.missing,
-        w.prompt_blocks,
-        w.prompt_tokens,
-        B,
-        w.n_ids,
-        order,
-        starts,
-        size,
-    )
-    assert (caps.tolist(), hit_tokens.tolist()) == _steps_from_histogram(hist)
+    hist = curve_against_oracle(w, order, starts)
     # and the histogram is the hit count of the instant replay at every capacity
     cumulative = np.cumsum(hist)
     for capacity in range(0, int(np.flatnonzero(hist).max(initial=0)) + 3):
-        direct, _ = kernels.replay_streams(*w.common(), order, starts, capacity, 4 * size, True, 0)
+        direct, _ = fixed(w, order, starts, capacity, True)
         assert int(direct.sum()) == int(cumulative[min(capacity, cumulative.size - 1)])
 
 
@@ -230,24 +254,8 @@ def test_long_gaps_use_the_fenwick_tree() -> None:
     w = Workload(7, 3000, max_new=2)
     order = np.arange(w.n, dtype=np.int64)
     starts = np.array([0, w.n], np.int64)
-    size = int(w.ids.size + w.missing.sum()) + 2
-    caps, hit_tokens = curve_kernels.hit_steps_chained(
-        w.offsets, w.ids, w.missing, w.limit, B, w.n_ids, order, starts, size
-    )
-    hist = stack_depth_histogram_exact(
-        w.offsets,
-        w.ids,
-        w.missing,
-        w.prompt_blocks,
-        w.prompt_tokens,
-        B,
-        w.n_ids,
-        order,
-        starts,
-        size,
-    )
-    assert (caps.tolist(), hit_tokens.tolist()) == _steps_from_histogram(hist)
-    assert int(caps.max()) > 1000
+    hist = curve_against_oracle(w, order, starts)
+    assert int(np.flatnonzero(hist).max()) > 1000
 
 
 def test_group_by_replica_is_a_stable_sort() -> None:

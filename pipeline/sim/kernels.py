@@ -466,7 +466,7 @@ def _event_loop(
 
 
 @nb.njit(cache=True)
-def replay_streams(
+def replay(
     offsets: I64,
     ids: Any,
     prompt_blocks: I64,
@@ -479,68 +479,6 @@ def replay_streams(
     base_duration: I64,
     order: I64,
     starts: I64,
-    capacity: int,
-    queue_size: int,
-    instant: bool,
-    replica_slots: int,
-) -> tuple[I64, I64]:
-    """A fixed assignment: replica k serves ``order[starts[k]:starts[k+1]]``.
-
-    Replicas are independent caches, replayed one after another on one reused state array
-    (n_ids int32), so memory does not grow with the replica count. Returns per-request hit
-    tokens and per-replica peak pinned blocks.
-    """
-    n = prompt_blocks.size
-    hits = np.zeros(n, np.int64)
-    row = np.zeros(n, np.int64)
-    replicas = starts.size - 1
-    peak = np.zeros(replicas, np.int64)
-    state = np.empty((1, n_ids), np.int32)
-    buf = np.empty((1, queue_size), np.int32)
-    queue = np.zeros((1, _QUEUE_FIELDS), np.int64)
-    for k in range(replicas):
-        state[:] = NOT_CACHED
-        queue[:] = 0
-        _event_loop(
-            offsets,
-            ids,
-            prompt_blocks,
-            missing,
-            hit_limit,
-            prompt_tokens,
-            block_size,
-            arrival,
-            base_duration,
-            order[starts[k] : starts[k + 1]],
-            FIXED,
-            capacity,
-            instant,
-            replica_slots,
-            0.0,
-            0,
-            1.0,
-            state,
-            buf,
-            queue,
-            hits,
-            row,
-        )
-        peak[k] = queue[0, _PEAK]
-    return hits, peak
-
-
-@nb.njit(cache=True)
-def replay_routed(
-    offsets: I64,
-    ids: Any,
-    prompt_blocks: I64,
-    missing: I64,
-    hit_limit: I64,
-    prompt_tokens: I64,
-    block_size: int,
-    n_ids: int,
-    arrival: I64,
-    base_duration: I64,
     routing: int,
     replicas: int,
     capacity: int,
@@ -551,40 +489,55 @@ def replay_routed(
     balance_abs: int,
     balance_rel: float,
 ) -> tuple[I64, I64, int, I64]:
-    """The router decides inside the replay (``LEAST_LOADED`` or ``CACHE_AWARE``).
+    """Replay the streams ``order[starts[s]:starts[s+1]]``, each on fresh caches.
 
-    Every replica's state is live at once: ``replicas × (n_ids + queue_size)`` int32 (the
-    caller checks the size). Returns per-request hit tokens and replica, how many requests the
-    imbalance rule routed, and per-replica peak pinned blocks.
+    ``FIXED``: stream k is replica k's (the caller assigned it); the replicas are independent
+    caches, replayed one after another on one reused state row (``n_ids + queue_size`` int32),
+    so memory does not grow with the replica count. ``LEAST_LOADED`` / ``CACHE_AWARE``: one
+    stream of every request, and the router decides inside the loop with every replica's
+    state live at once: ``replicas × (n_ids + queue_size)`` int32 (the caller checks the size).
+
+    Returns per-request hit tokens and replica row chosen by the router (0 for ``FIXED``), how
+    many requests the imbalance rule routed, and per-replica peak pinned blocks.
     """
     n = prompt_blocks.size
     hits = np.zeros(n, np.int64)
     chosen = np.zeros(n, np.int64)
-    state = np.full((replicas, n_ids), NOT_CACHED, np.int32)
-    buf = np.empty((replicas, queue_size), np.int32)
-    queue = np.zeros((replicas, _QUEUE_FIELDS), np.int64)
-    balance_routed = _event_loop(
-        offsets,
-        ids,
-        prompt_blocks,
-        missing,
-        hit_limit,
-        prompt_tokens,
-        block_size,
-        arrival,
-        base_duration,
-        np.arange(n),
-        routing,
-        capacity,
-        instant,
-        replica_slots,
-        cache_threshold,
-        balance_abs,
-        balance_rel,
-        state,
-        buf,
-        queue,
-        hits,
-        chosen,
-    )
-    return hits, chosen, balance_routed, queue[:, _PEAK].copy()
+    rows = 1 if routing == FIXED else replicas
+    state = np.empty((rows, n_ids), np.int32)
+    buf = np.empty((rows, queue_size), np.int32)
+    queue = np.zeros((rows, _QUEUE_FIELDS), np.int64)
+    peak = np.zeros(replicas, np.int64)
+    balance_routed = 0
+    for stream in range(starts.size - 1):
+        state[:] = NOT_CACHED
+        queue[:] = 0
+        balance_routed += _event_loop(
+            offsets,
+            ids,
+            prompt_blocks,
+            missing,
+            hit_limit,
+            prompt_tokens,
+            block_size,
+            arrival,
+            base_duration,
+            order[starts[stream] : starts[stream + 1]],
+            routing,
+            capacity,
+            instant,
+            replica_slots,
+            cache_threshold,
+            balance_abs,
+            balance_rel,
+            state,
+            buf,
+            queue,
+            hits,
+            chosen,
+        )
+        if routing == FIXED:
+            peak[stream] = queue[0, _PEAK]
+        else:
+            peak[:] = queue[:, _PEAK]
+    return hits, chosen, balance_routed, peak

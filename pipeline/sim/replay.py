@@ -107,7 +107,7 @@ def assign(
         return Assignment(rng.integers(0, replicas, size=n, dtype=np.int64))
     if routing == "least-loaded":
         no_blocks = np.zeros(n, np.int64)
-        _, replica, _, _ = kernels.replay_routed(
+        _, replica, _, _ = kernels.replay(
             np.zeros(n + 1, np.int64),
             np.zeros(0, np.int32),
             no_blocks,
@@ -118,6 +118,8 @@ def assign(
             1,
             inp.arrival_us,
             inp.duration_us,
+            np.arange(n, dtype=np.int64),
+            np.array([0, n], np.int64),
             kernels.LEAST_LOADED,
             replicas,
             0,
@@ -197,8 +199,21 @@ def simulate(
     capacity = scenario.cache_tokens // scenario.block_size
     replicas = scenario.replicas
     slots = replica_slots or 0
-    routed = assignment is None and scenario.routing == "cache-aware" and replicas > 1
-    if not routed:
+    ca: CacheAwareConfig | None = None
+    if assignment is None and scenario.routing == "cache-aware" and replicas > 1:
+        ca = cache_aware or CacheAwareConfig()
+        need = routed_state_bytes(view, replicas, capacity)
+        if need > MAX_ROUTED_STATE_BYTES:
+            raise SimulationInputError(
+                f"cache-aware routing keeps every replica's block state at once: {replicas} "
+                f"replicas × ({max(view.n_ids, 1):,} blocks + {_queue_size(view, capacity):,} "
+                f"queue entries) × 4 bytes = {need / 2**30:.1f} GiB, above the "
+                f"{MAX_ROUTED_STATE_BYTES / 2**30:.0f} GiB limit (MAX_ROUTED_STATE_BYTES); use "
+                "fewer replicas, a larger block size or a shorter trace"
+            )
+        routing = kernels.CACHE_AWARE
+        order, starts = np.arange(inp.n, dtype=np.int64), np.array([0, inp.n], np.int64)
+    else:
         if assignment is None:
             if replicas == 1:
                 assignment = Assignment(np.zeros(inp.n, np.int64))
@@ -213,21 +228,12 @@ def simulate(
                 )
         if assignment.replica.size != inp.n:
             raise SimulationInputError("assignment length differs from the number of requests")
+        routing = kernels.FIXED
         order, starts = replica_streams(assignment.replica, replicas)
-    ca = (cache_aware or CacheAwareConfig()) if routed else None
-    if routed and routed_state_bytes(view, replicas, capacity) > MAX_ROUTED_STATE_BYTES:
-        need = routed_state_bytes(view, replicas, capacity)
-        raise SimulationInputError(
-            f"cache-aware routing keeps every replica's block state at once: {replicas} replicas "
-            f"× ({max(view.n_ids, 1):,} blocks + {_queue_size(view, capacity):,} queue entries) "
-            f"× 4 bytes = {need / 2**30:.1f} GiB, above the {MAX_ROUTED_STATE_BYTES / 2**30:.0f} "
-            "GiB limit (MAX_ROUTED_STATE_BYTES); use fewer replicas, a larger block size or a "
-            "shorter trace"
-        )
+    knobs = ca or CacheAwareConfig()
 
     def run(lifetime: str) -> tuple[I64, I64, int, I64]:
-        instant = lifetime == "instant"
-        common = (
+        hits, chosen, balance, peak = kernels.replay(
             view.offsets,
             view.ids,
             view.prompt_blocks,
@@ -238,25 +244,19 @@ def simulate(
             max(view.n_ids, 1),
             inp.arrival_us,
             inp.duration_us,
+            order,
+            starts,
+            routing,
+            replicas,
+            capacity,
+            _queue_size(view, capacity),
+            lifetime == "instant",
+            slots,
+            knobs.cache_threshold,
+            knobs.balance_abs_threshold,
+            knobs.balance_rel_threshold,
         )
-        if ca is not None:
-            return kernels.replay_routed(  # type: ignore[no-any-return]
-                *common,
-                kernels.CACHE_AWARE,
-                replicas,
-                capacity,
-                _queue_size(view, capacity),
-                instant,
-                slots,
-                ca.cache_threshold,
-                ca.balance_abs_threshold,
-                ca.balance_rel_threshold,
-            )
-        assert assignment is not None
-        hits, peak = kernels.replay_streams(
-            *common, order, starts, capacity, _queue_size(view, capacity), instant, slots
-        )
-        return hits, assignment.replica, 0, peak
+        return hits, (assignment.replica if assignment is not None else chosen), balance, peak
 
     hits, replica, balance, peak = run(request_lifetime)
     instant_hits: I64 | None = hits
