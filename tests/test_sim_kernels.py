@@ -3,13 +3,20 @@ kernel against the block-level stack-depth oracle (tests/sim_oracles.py)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from numpy.typing import NDArray
 
 from pipeline.cache_rules import hit_limit_blocks
 from pipeline.sim import curve_kernels, kernels
-from tests.sim_oracles import event_reference, lru_reference, stack_depth_histogram_exact
+from tests.sim_oracles import (
+    ReferenceRun,
+    event_reference,
+    lru_reference,
+    stack_depth_histogram_exact,
+)
 
 I64 = NDArray[np.int64]
 B = 4
@@ -76,6 +83,17 @@ class Workload:
     def reference_args(self) -> tuple[object, ...]:
         return (self.chains, self.prompt_blocks.tolist(), self.missing.tolist())
 
+    def event_reference(self, capacity: int, **kw: Any) -> ReferenceRun:
+        return event_reference(
+            *self.reference_args(),
+            self.prompt_tokens.tolist(),
+            B,
+            capacity,
+            arrival=self.arrival.tolist(),
+            duration=self.duration.tolist(),
+            **kw,
+        )
+
 
 def fixed(
     w: Workload, order: I64, starts: I64, capacity: int, instant: bool, slots: int = 0
@@ -133,13 +151,8 @@ def test_fixed_assignment_replay_matches_the_event_reference(
     order, starts = streams(replica, replicas)
     for capacity in [0, 2, 5, 13, 40, 10_000]:
         got, peak = fixed(w, order, starts, capacity, lifetime == "instant", slots)
-        want = event_reference(
-            *w.reference_args(),
-            w.prompt_tokens.tolist(),
-            B,
+        want = w.event_reference(
             capacity,
-            arrival=w.arrival.tolist(),
-            duration=w.duration.tolist(),
             replicas=replicas,
             replica=replica.tolist(),
             lifetime=lifetime,
@@ -169,13 +182,8 @@ def test_routed_replay_matches_the_event_reference(seed: int, lifetime: str, rou
             2,
             *knobs,
         )
-        want = event_reference(
-            *w.reference_args(),
-            w.prompt_tokens.tolist(),
-            B,
+        want = w.event_reference(
             capacity,
-            arrival=w.arrival.tolist(),
-            duration=w.duration.tolist(),
             replicas=replicas,
             routing="least-loaded" if routing == kernels.LEAST_LOADED else "cache-aware",
             lifetime=lifetime,
@@ -196,13 +204,8 @@ def test_the_references_agree_with_each_other_in_the_instant_lifetime() -> None:
         plain = lru_reference(
             *w.reference_args(), w.prompt_tokens.tolist(), B, capacity, replica, 2
         )
-        events = event_reference(
-            *w.reference_args(),
-            w.prompt_tokens.tolist(),
-            B,
+        events = w.event_reference(
             capacity,
-            arrival=w.arrival.tolist(),
-            duration=w.duration.tolist(),
             replicas=2,
             replica=replica,
             lifetime="instant",

@@ -312,3 +312,26 @@ def test_the_shipped_config_parses_with_the_documented_defaults() -> None:
     assert cfg.pinned_warn_share == 0.8
     assert cfg.cache_aware == CacheAwareConfig.from_preset("library")
     assert np.isclose(cfg.cache_aware.cache_threshold, 0.5)
+
+
+def test_curve_check_compares_the_instant_figures() -> None:
+    from pipeline.sim import capacity_curve
+    from pipeline.sim.outputs import curve_disagreements, curves_frame, scenario_frame
+
+    # PINNING's first three requests: in a 2-block cache r2 misses while r0 pins 1, 2
+    # (durations: 0 hit tokens) but hits 3, 4 when nothing is pinned (instant: 8)
+    inp = sim_input(canonical(PINNING[:3]))
+    summaries = [
+        summarise(inp, simulate(inp, Scenario(B, 1, cache, "round-robin"))) for cache in (8, 1000)
+    ]
+    scenarios = scenario_frame(summaries)
+    assert scenarios["request_lifetime"].to_list() == ["durations"] * 2
+    # rows sorted by scenario key: c1000 before c8
+    assert scenarios["hit_tokens"].to_list() == [8, 0]
+    assert scenarios["hit_tokens_instant"].to_list() == [8, 8]
+    curves = curves_frame([capacity_curve(inp, block_size=B)])
+    assert curve_disagreements(curves, scenarios).height == 0
+    tampered = scenarios.with_columns(pl.col("hit_tokens_instant") + 1)
+    bad = curve_disagreements(curves, tampered)
+    assert bad["scenario"].to_list() == scenarios["scenario"].to_list()
+    assert bad.columns[-2:] == ["hit_tokens_instant", "curve_hit_tokens"]

@@ -228,8 +228,9 @@ def hit_steps_chained(
     """The curve's steps: capacities (blocks) where hit tokens rise, and hit tokens there.
 
     Equal to the nonzero depths of the block-level token-weighted depth histogram and the
-    running sum of their weights (``tests/sim_oracles.py``). The events are bucketed by depth (one counting pass and one scatter), then
-    each bucket is summed in a small cache-resident window, so no histogram over every depth
+    running sum of their weights (``tests/sim_oracles.py``). The events are bucketed by depth
+    (one counting pass and one scatter), then each bucket is summed in a small cache-resident
+    window, so no histogram over every depth
     is ever materialised.
     """
     events, n_events = _depth_events_chained(
