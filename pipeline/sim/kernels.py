@@ -28,10 +28,13 @@ Rules implemented (vLLM 0.33.0 automatic prefix caching, SIM_ANCHORS.md section 
   (duration 0: the request's blocks are refreshed tail first and evicted LRU down to capacity,
   the model of the one-pass curve); ``durations`` releases at arrival + duration, where a request
   admitted while its replica has n requests in flight (itself included) takes
-  ``base × max(1, n / replica_slots)`` (processor sharing past ``replica_slots``; 0 disables).
-  Requests in flight (for routing) always follow the durations, whatever the lifetime.
+  ``base × max(1, n / replica_slots)`` µs, rounded down (processor sharing past
+  ``replica_slots``; 0 disables). Requests in flight (for routing) always follow the durations,
+  whatever the lifetime.
 - Routing: ``FIXED`` replays one replica's stream (the caller assigned it); ``LEAST_LOADED`` sends
-  a request to the replica with the fewest requests in flight (ties: lowest index);
+  a request to the replica with the fewest requests in flight (ties: lowest index; it reads no
+  cache state, so ``replay.assign`` runs this loop without blocks and the replicas' streams are
+  then replayed one at a time);
   ``CACHE_AWARE`` applies sgl-router's ``select_worker`` (sglang-router 0.3.2
   ``src/policies/cache_aware.rs`` L351-461, SIM_ANCHORS.md section 2) on the replicas' exact
   caches, as KV-event-driven routers see them, not on sgl-router's approximate character tree.
