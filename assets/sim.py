@@ -68,8 +68,10 @@ def sim_scenario(store: EnginefitStore, scenario: dict[str, Any]) -> dict[str, A
         seed=sim.random_seed,
         margin=sim.bounded_affinity_margin,
         cache_aware=sim.cache_aware,
+        request_lifetime=sim.request_lifetime,
+        replica_slots=sim.replica_slots,
     )
-    summary = summarise(inp, run)
+    summary = summarise(inp, run, pinned_warn_share=sim.pinned_warn_share)
     write_json_atomic(store.layout().simulation.scenario(sc.key), summary)
     return summary
 
@@ -86,7 +88,14 @@ def sim_collect(
     write_parquet_atomic(replica_frame(ordered), out.replicas)
     write_json_atomic(out.summary, ordered)
     table = scenarios.select(
-        "scenario", "routing", "replicas", "cache_tokens", "hit_ratio", "token_imbalance", "spills"
+        "scenario",
+        "routing",
+        "replicas",
+        "cache_tokens",
+        "hit_ratio",
+        "hit_ratio_instant",
+        "token_imbalance",
+        "spills",
     )
     context.add_output_metadata(
         {
@@ -130,6 +139,7 @@ def simulation_curves(store: EnginefitStore) -> dg.MaterializeResult:  # type: i
                 tenant_isolation=sim.tenant_isolation,
                 seed=sim.random_seed,
                 margin=sim.bounded_affinity_margin,
+                replica_slots=sim.replica_slots,
             )
             curves.append(curve)
             points.append(curve.as_dict(sim.curve_points))
@@ -178,7 +188,8 @@ def simulation_plots(store: EnginefitStore) -> dg.MaterializeResult:  # type: ig
 
 @dg.asset_check(asset=simulation_plots)
 def curve_matches_replay(store: EnginefitStore) -> dg.AssetCheckResult:
-    """Every cache-independent scenario's replayed hits equal the one-pass curve at its capacity."""
+    """Every cache-independent scenario's instant-lifetime hits equal the one-pass curve at its
+    capacity."""
     out = store.layout().simulation
     bad = curve_disagreements(pl.read_parquet(out.curves), pl.read_parquet(out.scenarios))
     return dg.AssetCheckResult(

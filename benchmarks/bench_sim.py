@@ -1,18 +1,20 @@
-"""Prefix-cache replay speed: a pure-Python OrderedDict reference against the numba kernels.
+"""Prefix-cache replay speed: the pure-Python references against the numba event kernel.
 
-Run: ``.venv/bin/python -m benchmarks.bench_sim [--requests N] [--big N]``. Prints, side by
-side on the same generated workload (block size 16): seconds per scenario for the reference
-and for ours (1 replica and 4 replicas round-robin), the all-capacity curve against one
-fixed-capacity scenario, and a large generated trace (default 10M requests) end to end.
-The reference below is the straightforward implementation of the same semantics; the results
-must agree to the token before any time is reported.
+Run: ``.venv/bin/python -m benchmarks.bench_sim [--requests N] [--large-compare N] [--big N]``.
+Prints, side by side on the same generated workload (block size 16), for both request
+lifetimes (``instant``: blocks released at arrival; ``durations``: pinned until each request
+finishes, ``replica_slots`` 64): seconds per scenario for the reference (tests/sim_oracles.py:
+an OrderedDict LRU, and the event-driven rules with ref counts) and for ours (1 replica, 4
+replicas round-robin and affinity), the all-capacity curve against one instant scenario, the
+cache-aware router, SHARDS, and optionally a large generated trace end to end. The results
+must agree per request, to the token, before any time is reported. Run it from the repository
+root (the references live under tests/).
 """
 
 from __future__ import annotations
 
 import argparse
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import partial
@@ -23,9 +25,20 @@ import polars as pl
 import pyarrow as pa
 
 from pipeline.schema import conform
-from pipeline.sim import Scenario, assign, capacity_curve, sim_input, simulate
+from pipeline.sim import (
+    BlockView,
+    Scenario,
+    SimInput,
+    assign,
+    capacity_curve,
+    sim_input,
+    simulate,
+)
+from tests.sim_oracles import event_reference, lru_reference
 
 B = 16
+SLOTS = 64
+LIFETIMES = ("instant", "durations")
 
 
 def generate(n: int, seed: int = 0, block_size: int = B) -> pl.DataFrame:
@@ -86,41 +99,6 @@ def generate(n: int, seed: int = 0, block_size: int = B) -> pl.DataFrame:
     return conform(frame)
 
 
-def reference_replay(
-    chains: list[list[int]],
-    prompt_blocks: list[int],
-    missing: list[int],
-    prompt_tokens: list[int],
-    block_size: int,
-    capacity: int,
-    replica: list[int],
-    replicas: int,
-) -> int:
-    """The same semantics, read literally: one OrderedDict LRU per replica."""
-    caches: list[OrderedDict[int, None]] = [OrderedDict() for _ in range(replicas)]
-    total = 0
-    fresh = 0
-    for i, chain in enumerate(chains):
-        cache = caches[replica[i]]
-        hit = 0
-        for j in range(prompt_blocks[i]):
-            if chain[j] not in cache:
-                break
-            hit += 1
-        total += max(0, min(hit * block_size, prompt_tokens[i] - 1))
-        for _ in range(missing[i]):  # unknown output blocks: unique, the tail, inserted first
-            fresh -= 1
-            cache[fresh] = None
-        for b in reversed(chain):
-            if b in cache:
-                cache.move_to_end(b)
-            else:
-                cache[b] = None
-        while len(cache) > capacity:
-            cache.popitem(last=False)
-    return total
-
-
 def _timed(fn: Callable[[], Any], repeat: int = 1) -> tuple[float, Any]:
     best = float("inf")
     result: Any = None
@@ -134,8 +112,40 @@ def _timed(fn: Callable[[], Any], repeat: int = 1) -> tuple[float, Any]:
 FAIRNESS = (
     "  (both sides replay the same block stream: dense block ids per request, built once by "
     "SimInput.blocks and excluded from both timings;\n   ours = the whole simulate() call "
-    "incl. grouping requests by replica; reference = its replay loop over prebuilt Python lists)"
+    "for one lifetime incl. grouping requests by replica; reference = tests/sim_oracles.py "
+    "over prebuilt Python lists:\n   instant = OrderedDict LRU, durations = ref counts + "
+    "free OrderedDict + finish heap)"
 )
+
+
+def reference_hits(
+    inp: SimInput,
+    view: BlockView,
+    chains: list[list[int]],
+    lifetime: str,
+    capacity: int,
+    replica: list[int],
+    replicas: int,
+) -> list[int]:
+    """Per-request hit tokens of the pure-Python reference for one lifetime."""
+    pb = view.prompt_blocks.tolist()
+    missing = view.missing.tolist()
+    ptok = inp.prompt_tokens.tolist()
+    if lifetime == "instant":
+        return lru_reference(chains, pb, missing, ptok, B, capacity, replica, replicas)
+    return event_reference(
+        chains,
+        pb,
+        missing,
+        ptok,
+        B,
+        capacity,
+        arrival=inp.arrival_us.tolist(),
+        duration=inp.duration_us.tolist(),
+        replicas=replicas,
+        replica=replica,
+        replica_slots=SLOTS,
+    ).hit_tokens
 
 
 def compare(
@@ -149,9 +159,6 @@ def compare(
     inp = sim_input(frame)
     view = inp.blocks(B)
     chains = [view.ids[view.offsets[i] : view.offsets[i + 1]].tolist() for i in range(inp.n)]
-    pb = view.prompt_blocks.tolist()
-    missing = view.missing.tolist()
-    ptok = inp.prompt_tokens.tolist()
     accesses = view.accesses
     print(
         f"workload: {n:,} requests, {int(view.ids.size):,} chain blocks, {accesses:,} block "
@@ -160,55 +167,72 @@ def compare(
     )
     print(FAIRNESS)
     grid = routings or ((1, "round-robin"), (4, "round-robin"), (4, "affinity"))
-    fixed: dict[tuple[int, str], float] = {}
+    instant_s: dict[tuple[int, str], float] = {}
+    for lifetime in LIFETIMES:
+        for replicas, routing in grid:
+            sc = Scenario(B, replicas, cache_tokens, routing)
+            a = assign(inp, routing, replicas)
+            ours = partial(
+                simulate,
+                inp,
+                sc,
+                assignment=a,
+                request_lifetime=lifetime,
+                replica_slots=SLOTS,
+                with_instant=False,
+            )
+            ours()  # compile + warm
+            ours_s, run = _timed(ours, repeat=3)
+            if lifetime == "instant":
+                instant_s[(replicas, routing)] = ours_s
+            ref = partial(
+                reference_hits,
+                inp,
+                view,
+                chains,
+                lifetime,
+                cache_tokens // B,
+                a.replica.tolist(),
+                replicas,
+            )
+            ref_s, ref_hits = _timed(ref)
+            assert ref_hits == run.hit_tokens.tolist(), lifetime
+            print(
+                f"  {lifetime:<9} R={replicas} {routing:<12} reference {ref_s:8.2f} s   ours "
+                f"{ours_s:8.4f} s   speed-up {ref_s / ours_s:7.1f}x   "
+                f"({accesses / ours_s / 1e6:6.1f} M accesses/s)   hit ratio "
+                f"{run.hit_tokens.sum() / inp.prompt_tokens.sum():.4f} (equal per request)"
+            )
     for replicas, routing in grid:
         sc = Scenario(B, replicas, cache_tokens, routing)
         a = assign(inp, routing, replicas)
-        ours = partial(simulate, inp, sc, assignment=a)
-        ours()  # compile + warm
-        ours_s, run = _timed(ours, repeat=5)
-        fixed[(replicas, routing)] = ours_s
-        ref = partial(
-            reference_replay,
-            chains,
-            pb,
-            missing,
-            ptok,
-            B,
-            cache_tokens // B,
-            a.replica.tolist(),
-            replicas,
-        )
-        ref_s, ref_hits = _timed(ref, repeat=2)
-        assert ref_hits == int(run.hit_tokens.sum()), (ref_hits, int(run.hit_tokens.sum()))
-        print(
-            f"  R={replicas} {routing:<12} reference {ref_s:8.2f} s   ours {ours_s:8.4f} s   "
-            f"speed-up {ref_s / ours_s:7.1f}x   ({accesses / ours_s / 1e6:6.1f} M accesses/s)   "
-            f"hit ratio {run.hit_tokens.sum() / inp.prompt_tokens.sum():.4f} (equal)"
-        )
-    for replicas, routing in (
-        grid if routings is not None else ((1, "round-robin"), (4, "affinity"))
-    ):
-        sc = Scenario(B, replicas, cache_tokens, routing)
-        a = assign(inp, routing, replicas)
-        one = partial(simulate, inp, sc, assignment=a)
-        if (replicas, routing) in fixed:
-            fixed_s = fixed[(replicas, routing)]
-            run = one()
-        else:
-            fixed_s, run = _timed(one, repeat=5)
+        run = simulate(inp, sc, assignment=a, request_lifetime="instant")
         every = partial(
             capacity_curve, inp, block_size=B, replicas=replicas, routing=routing, assignment=a
         )
         every()
         curve_s, curve = _timed(every, repeat=3)
         assert curve.hit_tokens_at(cache_tokens) == int(run.hit_tokens.sum())
+        one_s = instant_s[(replicas, routing)]
         print(
-            f"  curve R={replicas} {routing:<12} all capacities {curve_s:7.3f} s vs one capacity "
-            f"{fixed_s:7.3f} s = {curve_s / fixed_s:4.2f}x ({curve.capacity_blocks.size:,} steps)"
+            f"  curve R={replicas} {routing:<12} all capacities {curve_s:7.3f} s vs one instant "
+            f"scenario {one_s:7.3f} s = {curve_s / one_s:4.2f}x ({curve.capacity_blocks.size:,} "
+            "steps; equal at this capacity)"
         )
     if not extras:
         return
+    sc = Scenario(B, 4, cache_tokens, "cache-aware")
+    for lifetime in LIFETIMES:
+        routed = partial(
+            simulate, inp, sc, request_lifetime=lifetime, replica_slots=SLOTS, with_instant=False
+        )
+        routed()
+        t, run = _timed(routed)
+        print(
+            f"  {lifetime:<9} R=4 cache-aware (router inside the replay): {t:.3f} s, hit ratio "
+            f"{run.hit_tokens.sum() / inp.prompt_tokens.sum():.4f}, balance-routed "
+            f"{run.balance_routed:,}"
+        )
     exact = capacity_curve(inp, block_size=B)
     for rate in (0.1, 0.01):
         sampled_curve = partial(capacity_curve, inp, block_size=B, sample_rate=rate)
@@ -237,17 +261,29 @@ def big(n: int, cache_tokens: int) -> None:
     )
     single = 0.0
     for replicas, routing in ((1, "round-robin"), (4, "affinity"), (4, "cache-aware")):
-        sc = Scenario(B, replicas, cache_tokens, routing)
-        t, run = _timed(partial(simulate, inp, sc))
-        single = single or t
-        print(
-            f"  scenario R={replicas} {routing:<12} {cache_tokens:,} tokens/replica: {t:6.1f} s, "
-            f"hit ratio {run.hit_tokens.sum() / inp.prompt_tokens.sum():.4f}"
-        )
+        for lifetime in LIFETIMES:
+            sc = Scenario(B, replicas, cache_tokens, routing)
+            t, run = _timed(
+                partial(
+                    simulate,
+                    inp,
+                    sc,
+                    request_lifetime=lifetime,
+                    replica_slots=SLOTS,
+                    with_instant=False,
+                )
+            )
+            if lifetime == "instant" and replicas == 1:
+                single = t
+            print(
+                f"  scenario {lifetime:<9} R={replicas} {routing:<12} {cache_tokens:,} "
+                f"tokens/replica: {t:6.1f} s, hit ratio "
+                f"{run.hit_tokens.sum() / inp.prompt_tokens.sum():.4f}"
+            )
     t, curve = _timed(partial(capacity_curve, inp, block_size=B))
     print(
-        f"  curve (1 replica, every capacity): {t:6.1f} s = {t / single:.2f}x the R=1 scenario; "
-        f"hit ratio at {cache_tokens:,} tokens {curve.hit_ratio_at(cache_tokens):.4f}, "
+        f"  curve (1 replica, every capacity): {t:6.1f} s = {t / single:.2f}x the R=1 instant "
+        f"scenario; hit ratio at {cache_tokens:,} tokens {curve.hit_ratio_at(cache_tokens):.4f}, "
         f"max {curve.max_hit_tokens / curve.prompt_tokens:.4f}, "
         f"{curve.capacity_blocks.size:,} steps"
     )
@@ -257,7 +293,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--requests", type=int, default=100_000)
     parser.add_argument("--cache-tokens", type=int, default=2_000_000)
-    parser.add_argument("--big", type=int, default=10_000_000, help="0 to skip")
+    parser.add_argument("--big", type=int, default=0, help="large trace end to end; 0 skips")
     parser.add_argument(
         "--large-compare", type=int, default=1_000_000, help="reference vs ours, 1 replica; 0 skips"
     )

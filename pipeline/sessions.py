@@ -31,10 +31,10 @@ keep it (and still serve as candidate parents for later unlogged requests).
 otherwise it is the 0-based arrival rank of the request within its session. Forks (two
 requests continuing the same parent) therefore get consecutive turn numbers, not equal ones.
 
-Cost: one pass in arrival order with an open-addressing hash table (numba) keyed by each
-request's last full prompt block hash; per request at most ``prompt_blocks - min_blocks + 1``
-probes (from the longest possible match down), so the work is linear in the number of prompt
-blocks.
+Cost: one pass in arrival order with an open-addressing hash map (numba, ``pipeline.hashmap``)
+keyed by each request's last full prompt block hash; per request at most
+``prompt_blocks - min_blocks + 1`` probes (from the longest possible match down), so the work is
+linear in the number of prompt blocks.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ import polars as pl
 import pyarrow as pa
 
 from pipeline.errors import EnginefitError
+from pipeline.hashmap import EMPTY, get, new_map, put
 
 DEFAULT_MIN_SESSION_MATCH_BLOCKS = 2
 
@@ -99,14 +100,10 @@ def _infer_parents(
 ) -> npt.NDArray[np.int64]:
     """Parent row of each row (-1 = none) under the rule in the module docstring."""
     n = offsets.shape[0] - 1
-    capacity = 16
-    while capacity < 2 * n + 16:
-        capacity *= 2
-    mask = capacity - 1
-    keys = np.zeros(capacity, dtype=np.uint64)
-    slots = np.full(capacity, -1, dtype=np.int64)  # row index of the latest request ending here
+    # latest row ending at each last-full-prompt-block hash
+    keys, rows = new_map(n)
+    used = 0
     parent = np.full(n, -1, dtype=np.int64)
-    golden = np.uint64(0x9E3779B97F4A7C15)
     for r in range(n):
         start = offsets[r]
         avail = offsets[r + 1] - start
@@ -116,16 +113,8 @@ def _infer_parents(
         if searchable[r]:
             k = pb
             while k >= min_blocks:
-                h = values[start + k - 1]
-                pos = ((h * golden) >> np.uint64(20)) & np.uint64(mask)
-                i = np.int64(pos)
-                found = -1
-                while slots[i] != -1:
-                    if keys[i] == h:
-                        found = slots[i]
-                        break
-                    i = (i + 1) & mask
-                if found != -1:
+                found = get(keys, rows, values[start + k - 1])
+                if found != EMPTY:
                     p_pb = prompt_blocks[found]
                     p_avail = offsets[found + 1] - offsets[found]
                     if p_pb > p_avail:
@@ -135,13 +124,8 @@ def _infer_parents(
                         break
                 k -= 1
         if registrable[r] and pb >= min_blocks:
-            h = values[start + pb - 1]
-            pos = ((h * golden) >> np.uint64(20)) & np.uint64(mask)
-            i = np.int64(pos)
-            while slots[i] != -1 and keys[i] != h:
-                i = (i + 1) & mask
-            keys[i] = h
-            slots[i] = r  # latest wins: ties between equal-length matches go to the latest
+            # latest wins: ties between equal-length matches go to the latest
+            keys, rows, used = put(keys, rows, used, values[start + pb - 1], r)
     return parent
 
 

@@ -114,15 +114,17 @@ def test_reuse_hand_computed() -> None:
             "hashes_known": [True] * 5,
             "prompt_tokens": [10, 8, 17, 3, 12],
             "prompt_blocks": [2, 2, 4, 0, 3],
-            # r1: A, AB hit but 2 × 4 = 8 tokens is the whole prompt: last-token rule -> 7.
-            # r2: A only. r4: A, AB and r0's OUTPUT block ABC -> 12, capped to 11.
+            # Hit limit ⌊(P - 1) / 4⌋ blocks: r1 (8 tokens) 1, r2 (17) 4, r4 (12) 2.
+            # r1: A, AB hit but the prompt is exactly 2 blocks: the last token is recomputed and
+            # hits are whole blocks -> 1 block = 4. r2: A only -> 4. r4: A, AB and r0's OUTPUT
+            # block ABC -> 3 blocks, limited to 2 = 8.
             "hit_blocks": [0, 2, 1, 0, 3],
-            "hit_tokens": [0, 7, 4, 0, 11],
+            "hit_tokens": [0, 4, 4, 0, 8],
             # r1's blocks last seen 30 s ago (r0); r2's A last seen 70 s ago (r1); r4's A 900 s
             # (r2), AB 970 s (r1), ABC 1000 s (r0).
-            "hit_tokens_within_60s": [0, 7, 0, 0, 0],
-            "hit_tokens_within_600s": [0, 7, 4, 0, 0],
-            "hit_tokens_within_3600s": [0, 7, 4, 0, 11],
+            "hit_tokens_within_60s": [0, 4, 0, 0, 0],
+            "hit_tokens_within_600s": [0, 4, 4, 0, 0],
+            "hit_tokens_within_3600s": [0, 4, 4, 0, 8],
             "last_seen_age_s": [None, 30.0, 70.0, None, 1000.0],
             # same tenant: r1 (y) saw A/AB only from x -> 0; r2 (x) A from r0 -> 4; r4 (y) A, AB
             # from r1 (y) but ABC only from x -> 2 blocks = 8.
@@ -132,17 +134,18 @@ def test_reuse_hand_computed() -> None:
     )
     assert_frame_equal(per, want, check_dtypes=False)
     summary = reuse_summary(per, (60.0, 600.0, 3600.0))
-    assert summary["hit_tokens"] == 22
-    assert summary["hit_share"] == pytest.approx(22 / 50)
+    assert summary["hit_tokens"] == 16
+    assert summary["hit_share"] == pytest.approx(16 / 50)
     assert summary["block_hit_share"] == pytest.approx(6 / 11)
     assert summary["requests_with_hit"] == 3
-    assert [b["hit_tokens"] for b in summary["by_retention"]] == [7, 11, 22, 22]
-    assert [b["hit_tokens"] for b in summary["age_bins"]] == [7, 4, 11, 0]
-    assert summary["cross_tenant"]["hit_tokens_cross_tenant"] == 10
-    # Hits by deepest age: r1 7 tokens at 30 s, r2 4 at 70 s, r4 11 at 1000 s (of 22):
-    # 7 + 4 = 11 is exactly half, so 70 s serves 50 %; 90 % and 99 % need 1000 s.
+    assert [b["hit_tokens"] for b in summary["by_retention"]] == [4, 8, 16, 16]
+    assert [b["hit_tokens"] for b in summary["age_bins"]] == [4, 4, 8, 0]
+    # same tenant 4 + 8 = 12 of 16
+    assert summary["cross_tenant"]["hit_tokens_cross_tenant"] == 4
+    # Hits by deepest age: r1 4 tokens at 30 s, r2 4 at 70 s, r4 8 at 1000 s (of 16):
+    # 4 + 4 = 8 is exactly half, so 70 s serves 50 %; 90 % and 99 % need 1000 s.
     assert summary["retention_needed_s"] == {"p50": 70.0, "p90": 1000.0, "p99": 1000.0}
-    assert summary["cross_tenant"]["cross_tenant_share_of_hits"] == pytest.approx(10 / 22)
+    assert summary["cross_tenant"]["cross_tenant_share_of_hits"] == pytest.approx(4 / 16)
 
 
 def test_reuse_without_tenants_and_with_unknown_hashes() -> None:
@@ -150,7 +153,7 @@ def test_reuse_without_tenants_and_with_unknown_hashes() -> None:
     rows.insert(2, {"t": 50, "prompt": 40, "h": [A, AB, 99], "known": False, "pb": 0})
     per = reuse_per_request(_frame(rows), B)
     # The unknown-hash request neither hits nor feeds the cache.
-    assert per["hit_tokens"].to_list() == [0, 7, 0, 4, 0, 11]
+    assert per["hit_tokens"].to_list() == [0, 4, 0, 4, 0, 8]
     assert per["hit_tokens_same_tenant"].null_count() == per.height
     summary = reuse_summary(per, (60.0, 600.0, 3600.0))
     assert summary["cross_tenant"] is None
@@ -290,10 +293,10 @@ def _reference(rows: list[dict[str, object]], block_size: int) -> dict[str, list
             if (str(row["tenant"]), chain[j]) not in seen_by:
                 break
             ks += 1
-        cap = max(prompt - 1, 0)
-        hit_tokens.append(min(k * block_size, cap))
-        within_60.append(min(k60 * block_size, cap))
-        same.append(min(ks * block_size, cap))
+        limit = max(prompt - 1, 0) // block_size  # whole blocks, last token recomputed
+        hit_tokens.append(min(k, limit) * block_size)
+        within_60.append(min(k60, limit) * block_size)
+        same.append(min(ks, limit) * block_size)
         for h in chain:
             last_seen[h] = float(row["t"])  # type: ignore[arg-type]
             seen_by[(str(row["tenant"]), h)] = True
@@ -325,7 +328,7 @@ def test_analyse_summary_keys() -> None:
     summary = result.summary
     assert summary["block_size"] == B
     assert summary["requests"] == 5
-    assert summary["reuse"]["hit_tokens"] == 22
+    assert summary["reuse"]["hit_tokens"] == 16
     assert summary["sessions"]["inferred"] is True
     # r1 continues r0 and r4 continues r1 (latest of the equal matches r0, r1); r2, r3 start anew.
     assert result.sessions["session_id"].to_list() == [

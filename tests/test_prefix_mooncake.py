@@ -106,8 +106,10 @@ def test_reuse_full_blocks_matches_reference(rows: list[dict[str, Any]]) -> None
     per = reuse_per_request(_canonical(rows, partial=False), BLOCK, (60.0, 600.0))
     leading = _reference_leading(rows, partial=False)
     assert per["hit_blocks"].to_list() == leading
+    # whole blocks, at most ⌊(prompt - 1) / 512⌋ of them (the last token is recomputed)
     want_tokens = [
-        min(k * BLOCK, max(r["input_length"] - 1, 0)) for k, r in zip(leading, rows, strict=True)
+        min(k, max(r["input_length"] - 1, 0) // BLOCK) * BLOCK
+        for k, r in zip(leading, rows, strict=True)
     ]
     assert per["hit_tokens"].to_list() == want_tokens
     # Full blocks only: the ratio over full prompt blocks is higher than SOURCE's 36.6 %.

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -23,6 +22,7 @@ from pipeline.sim import (
     sim_input,
     simulate,
 )
+from tests.sim_oracles import event_reference, lru_reference
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -50,47 +50,71 @@ def canonical(rows: list[dict[str, Any]], block_size: int) -> pl.DataFrame:
 
 
 def hits(rows: list[dict[str, Any]], block_size: int, cache_tokens: int, **kw: Any) -> list[int]:
-    """Hit tokens per request; ``stored`` (default ``block_size``) is the trace's block size."""
+    """Hit tokens per request; ``stored`` (default ``block_size``) is the trace's block size;
+    ``lifetime`` defaults to instant (the cache rules alone, nothing pinned)."""
     inp = sim_input(canonical(rows, kw.pop("stored", block_size)))
-    run = simulate(inp, Scenario(block_size, kw.pop("replicas", 1), cache_tokens, **kw))
+    lifetime = kw.pop("lifetime", "instant")
+    slots = kw.pop("replica_slots", None)
+    sc = Scenario(block_size, kw.pop("replicas", 1), cache_tokens, **kw)
+    run = simulate(inp, sc, request_lifetime=lifetime, replica_slots=slots)
     return [int(h) for h in run.hit_tokens]
 
 
 # --------------------------------------------------------------------------------------------
-# A straightforward reference: one OrderedDict per replica, the rules read literally.
+# The references (tests/sim_oracles.py) fed straight from the rows: block keys are the hashes
+# (with the tenant when isolated), unknown output blocks are what the tokens add beyond them.
 # --------------------------------------------------------------------------------------------
+
+
+def reference_blocks(
+    rows: list[dict[str, Any]], block_size: int
+) -> tuple[list[list[object]], list[int], list[int], list[int]]:
+    chains: list[list[object]] = []
+    prompt_blocks, anonymous, prompt_tokens = [], [], []
+    for row in rows:
+        known = row.get("known", True)
+        key = (row.get("tenant"),) if row.get("isolate") else ()
+        chain = [(*key, h) for h in row["hashes"]] if known else []
+        chains.append(chain)
+        prompt_blocks.append(row.get("prompt_blocks", len(row["hashes"])) if known else 0)
+        total = (row["prompt_tokens"] + row.get("output_tokens", 0)) // block_size
+        anonymous.append(max(0, total - len(chain)))
+        prompt_tokens.append(row["prompt_tokens"])
+    return chains, prompt_blocks, anonymous, prompt_tokens
 
 
 def reference(
     rows: list[dict[str, Any]], block_size: int, capacity_blocks: int, replica: list[int]
 ) -> list[int]:
-    caches: dict[int, OrderedDict[object, None]] = {}
-    out = []
-    fresh = 0
-    for row, k in zip(rows, replica, strict=True):
-        cache = caches.setdefault(k, OrderedDict())
-        prompt_blocks = row.get("prompt_blocks", len(row["hashes"]))
-        chain = list(row["hashes"]) if row.get("known", True) else []
-        prompt_blocks = prompt_blocks if row.get("known", True) else 0
-        key = (row.get("tenant"),) if row.get("isolate") else ()
-        hit_blocks = 0
-        for h in chain[:prompt_blocks]:
-            if (*key, h) not in cache:
-                break
-            hit_blocks += 1
-        out.append(max(0, min(hit_blocks * block_size, row["prompt_tokens"] - 1)))
-        total = (row["prompt_tokens"] + row.get("output_tokens", 0)) // block_size
-        unknown = []
-        for _ in range(max(0, total - len(chain))):
-            fresh += 1
-            unknown.append(("fresh", fresh))
-        blocks = [(*key, h) for h in chain] + unknown
-        for b in reversed(blocks):  # tail first
-            cache[b] = None
-            cache.move_to_end(b)
-        while len(cache) > capacity_blocks:
-            cache.popitem(last=False)
-    return out
+    """Instant lifetime: one OrderedDict LRU per replica."""
+    chains, pb, anonymous, ptok = reference_blocks(rows, block_size)
+    return lru_reference(
+        chains, pb, anonymous, ptok, block_size, capacity_blocks, replica, max(replica) + 1
+    )
+
+
+def durations_reference(
+    rows: list[dict[str, Any]],
+    block_size: int,
+    capacity_blocks: int,
+    replica: list[int],
+    replica_slots: int | None,
+) -> list[int]:
+    """Durations lifetime with logged e2e_ms: ref counts, releases in finish order."""
+    chains, pb, anonymous, ptok = reference_blocks(rows, block_size)
+    return event_reference(
+        chains,
+        pb,
+        anonymous,
+        ptok,
+        block_size,
+        capacity_blocks,
+        arrival=[r.get("t", i) * 1_000_000 for i, r in enumerate(rows)],
+        duration=[round(r["e2e_ms"] * 1000) for r in rows],
+        replicas=max(replica) + 1,
+        replica=replica,
+        replica_slots=replica_slots,
+    ).hit_tokens
 
 
 # --------------------------------------------------------------------------------------------
@@ -108,9 +132,13 @@ def test_partial_block_never_hits() -> None:
 
 
 def test_last_token_is_always_recomputed() -> None:
-    # 8 tokens = 2 full blocks, fully cached on the repeat: hit = min(8, 8 - 1) = 7.
+    # 8 tokens = 2 full blocks, fully cached on the repeat. vLLM caps the hit at 8 - 1 = 7
+    # tokens and keeps whole blocks: ⌊7 / 4⌋ = 1 block = 4 tokens (block 2 is recomputed).
     rows = [{"hashes": [1, 2], "prompt_tokens": 8}] * 2
-    assert hits(rows, 4, 1000, routing="round-robin") == [0, 7]
+    assert hits(rows, 4, 1000, routing="round-robin") == [0, 4]
+    # 9 tokens: ⌊8 / 4⌋ = 2 blocks may hit, both do.
+    rows = [{"hashes": [1, 2], "prompt_tokens": 9}] * 2
+    assert hits(rows, 4, 1000, routing="round-robin") == [0, 8]
     # One token: nothing can hit (min(0, 0)).
     rows = [{"hashes": [], "prompt_tokens": 1}] * 2
     assert hits(rows, 4, 1000, routing="round-robin") == [0, 0]
@@ -304,19 +332,39 @@ ROUTED = ["round-robin", "random", "least-loaded", "least-served", "affinity", "
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(workloads(), st.integers(0, 12), st.integers(1, 3), st.sampled_from(ROUTED))
+@given(
+    workloads(),
+    st.integers(0, 12),
+    st.integers(1, 3),
+    st.sampled_from(ROUTED),
+    st.sampled_from([None, 1, 2]),
+)
 def test_replay_matches_reference(
-    case: tuple[list[dict[str, Any]], int], cap: int, replicas: int, routing: str
+    case: tuple[list[dict[str, Any]], int],
+    cap: int,
+    replicas: int,
+    routing: str,
+    slots: int | None,
 ) -> None:
     rows, bs = case
     inp = sim_input(canonical(rows, bs))
-    a = assign(inp, routing, replicas, seed=3)
-    run = simulate(inp, Scenario(bs, replicas, cap * bs, routing), assignment=a)
-    assert run.hit_tokens.tolist() == reference(rows, bs, cap, a.replica.tolist())
+    a = assign(inp, routing, replicas, seed=3, replica_slots=slots)
+    sc = Scenario(bs, replicas, cap * bs, routing)
+    run = simulate(inp, sc, assignment=a, replica_slots=slots)
+    assert run.request_lifetime == "durations"
+    assert run.hit_tokens.tolist() == durations_reference(rows, bs, cap, a.replica.tolist(), slots)
+    assert run.hit_tokens_instant is not None
+    assert run.hit_tokens_instant.tolist() == reference(rows, bs, cap, a.replica.tolist())
     # isolation: the reference keys blocks by (tenant, hash)
-    iso = simulate(inp, Scenario(bs, replicas, cap * bs, routing, True), assignment=a)
+    iso = simulate(
+        inp, Scenario(bs, replicas, cap * bs, routing, True), assignment=a, replica_slots=slots
+    )
     isolated_rows = [{**r, "isolate": True} for r in rows]
-    assert iso.hit_tokens.tolist() == reference(isolated_rows, bs, cap, a.replica.tolist())
+    assert iso.hit_tokens.tolist() == durations_reference(
+        isolated_rows, bs, cap, a.replica.tolist(), slots
+    )
+    assert iso.hit_tokens_instant is not None
+    assert iso.hit_tokens_instant.tolist() == reference(isolated_rows, bs, cap, a.replica.tolist())
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -327,11 +375,20 @@ def test_hits_never_decrease_with_capacity(
     rows, bs = case
     inp = sim_input(canonical(rows, bs))
     a = assign(inp, routing, replicas, seed=1)
-    totals = [
-        int(simulate(inp, Scenario(bs, replicas, c * bs, routing), assignment=a).hit_tokens.sum())
-        for c in range(0, 25)
-    ]
-    assert totals == sorted(totals)
+    for lifetime in ("instant", "durations"):
+        totals = [
+            int(
+                simulate(
+                    inp,
+                    Scenario(bs, replicas, c * bs, routing),
+                    assignment=a,
+                    request_lifetime=lifetime,
+                    with_instant=False,
+                ).hit_tokens.sum()
+            )
+            for c in range(0, 25)
+        ]
+        assert totals == sorted(totals)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -341,10 +398,14 @@ def test_one_replica_with_any_routing_is_the_single_cache(
 ) -> None:
     rows, bs = case
     inp = sim_input(canonical(rows, bs))
-    single = simulate(inp, Scenario(bs, 1, cap * bs, "round-robin")).hit_tokens
-    routed = simulate(inp, Scenario(bs, 1, cap * bs, routing)).hit_tokens
-    assert routed.tolist() == single.tolist()
-    assert single.tolist() == reference(rows, bs, cap, [0] * len(rows))
+    for lifetime in ("instant", "durations"):
+        single = simulate(
+            inp, Scenario(bs, 1, cap * bs, "round-robin"), request_lifetime=lifetime
+        ).hit_tokens
+        routed = simulate(inp, Scenario(bs, 1, cap * bs, routing), request_lifetime=lifetime)
+        assert routed.hit_tokens.tolist() == single.tolist()
+    instant = simulate(inp, Scenario(bs, 1, cap * bs, routing), request_lifetime="instant")
+    assert instant.hit_tokens.tolist() == reference(rows, bs, cap, [0] * len(rows))
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -361,8 +422,8 @@ def test_curve_equals_direct_simulation_at_every_capacity(
     top = int(curve.capacity_blocks[-1]) + 3 if curve.capacity_blocks.size else 3
     for cap in range(0, top):
         sc = Scenario(bs, replicas, cap * bs, routing, isolation)
-        direct = int(simulate(inp, sc, assignment=a).hit_tokens.sum())
-        assert curve.hit_tokens_at(cap * bs) == direct, cap
+        run = simulate(inp, sc, assignment=a, request_lifetime="instant")
+        assert curve.hit_tokens_at(cap * bs) == int(run.hit_tokens.sum()), cap
 
 
 def test_curve_on_a_larger_random_workload_at_many_capacities() -> None:
@@ -385,7 +446,7 @@ def test_curve_on_a_larger_random_workload_at_many_capacities() -> None:
         for cap in [*caps[::7].tolist(), int(caps[-1])]:
             sc = Scenario(4, replicas, int(cap) * 4, routing)
             assert curve.hit_tokens_at(int(cap) * 4) == int(
-                simulate(inp, sc, assignment=a).hit_tokens.sum()
+                simulate(inp, sc, assignment=a, request_lifetime="instant").hit_tokens.sum()
             )
 
 
@@ -420,6 +481,7 @@ def test_explicit_assignment_must_cover_every_request() -> None:
 def test_non_chained_ids_fall_back_to_membership_tests() -> None:
     # Block ids that do not form a chain (id 5 follows different parents, id 7 repeats inside
     # one request): the replay must still be an exact LRU, like the reference.
+    # Durations overlap (1 s apart, 2.5 s each), so the durations lifetime pins an id twice.
     rows = [
         {"hashes": [1, 5, 7, 7], "prompt_tokens": 17},
         {"hashes": [2, 5], "prompt_tokens": 9},
@@ -428,11 +490,14 @@ def test_non_chained_ids_fall_back_to_membership_tests() -> None:
         {"hashes": [7, 5, 2], "prompt_tokens": 13, "output_tokens": 9},
         {"hashes": [2, 5, 1], "prompt_tokens": 13},
     ]
+    rows = [{**r, "e2e_ms": 2500.0} for r in rows]
     inp = sim_input(canonical(rows, 4))
     assert not inp.blocks(4).chained
     for cap in range(0, 8):
-        got = simulate(inp, Scenario(4, 1, cap * 4, "round-robin")).hit_tokens.tolist()
-        assert got == reference(rows, 4, cap, [0] * len(rows)), cap
+        run = simulate(inp, Scenario(4, 1, cap * 4, "round-robin"), replica_slots=None)
+        assert run.hit_tokens.tolist() == durations_reference(rows, 4, cap, [0] * 6, None), cap
+        assert run.hit_tokens_instant is not None
+        assert run.hit_tokens_instant.tolist() == reference(rows, 4, cap, [0] * len(rows)), cap
     chained = sim_input(canonical([{"hashes": [1, 2], "prompt_tokens": 9}] * 2, 4))
     assert chained.blocks(4).chained
 

@@ -55,6 +55,11 @@ def test_simulate_json(workload: Path, capsys: pytest.CaptureFixture[str]) -> No
     # every turn after the first hits all its previous blocks: turn t hits 16·t tokens
     assert single["hit_tokens"] == 5 * sum(16 * t for t in range(8))
     assert single["prompt_tokens"] == sum(16 * (i // 5 + 1) + 3 for i in range(40))
+    # the config default lifetime is durations; --request-lifetime instant releases at arrival
+    assert single["request_lifetime"]["mode"] == "durations"  # type: ignore[index]
+    instant = run([*base, "--request-lifetime", "instant"], capsys)
+    assert instant["request_lifetime"]["mode"] == "instant"  # type: ignore[index]
+    assert instant["hit_tokens"] == single["hit_tokens_instant"]
     aff = run([*base, "--replicas", "4", "--routing", "affinity"], capsys)
     assert aff["hit_tokens"] == single["hit_tokens"]
     assert len(aff["per_replica"]) == 4  # type: ignore[arg-type]

@@ -26,8 +26,12 @@ token-weighted versions weight each request by its prompt tokens.
 block of every earlier request's prompt and (when hashed) output. A prompt block hits when its
 hash occurs in an earlier request's chain; the lookup walks the prompt's blocks from the start
 and stops at the first miss (a hash identifies its whole prefix, so the hits are the leading
-blocks anyway). Hit tokens = min(hit blocks × B, prompt tokens − 1) (the engine
-recomputes the last prompt token for the logits).
+blocks anyway). Hit tokens = min(hit blocks, ⌊(prompt tokens − 1) / B⌋) × B: the engine
+recomputes the last prompt token for the logits and hits are whole blocks, so a fully cached
+prompt of exactly k·B tokens hits (k − 1)·B (``pipeline.cache_rules.hit_limit_blocks``, vLLM's
+rule). ``hit_blocks`` itself is not capped. Requests of different ``model`` or ``lora_adapter``
+never share a block (vLLM keys every block by its LoRA adapter; models run in separate engines);
+the shared-prefix ratio above stays a purely textual measure and ignores them.
 
 *Age of a hit ("last seen").* For a hit block, the time since the most recent earlier request
 whose chain (prompt or output) contains that block: the last time any request used or wrote
@@ -51,7 +55,9 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from pipeline.cache_rules import hit_limit_blocks, namespace_codes, namespaced_ids
 from pipeline.errors import EnginefitError
+from pipeline.hashmap import dense_ids
 from pipeline.prefix.config import PrefixConfig
 from pipeline.prefix.replay import replay_unbounded
 from pipeline.sessions import flat_lists
@@ -232,8 +238,9 @@ def reuse_per_request(
 
     buckets_us = np.array([t * 1e6 for t in age_buckets_s], dtype=np.float64)
     arange = np.arange(n, dtype=np.int64)
+    keys = _namespaced_keys(requests, flat.offsets, flat.values)
     hit, age_us, within = replay_unbounded(
-        flat.offsets, flat.values, pb, known, arrival_us, arange, np.zeros(n, np.int64), buckets_us
+        flat.offsets, keys, pb, known, arrival_us, arange, np.zeros(n, np.int64), buckets_us
     )
     columns: dict[str, object] = {
         "row": arange,
@@ -252,7 +259,7 @@ def reuse_per_request(
         order = np.argsort(tenant_code, kind="stable").astype(np.int64)
         same, _, _ = replay_unbounded(
             flat.offsets,
-            flat.values,
+            keys,
             pb,
             known,
             arrival_us,
@@ -263,11 +270,11 @@ def reuse_per_request(
         columns["_blocks_same"] = same
     else:
         columns["_blocks_same"] = pl.Series([None] * n, dtype=pl.Int64)
+    columns["_limit"] = hit_limit_blocks(prompt_tokens, block_size)
     base = pl.DataFrame(columns).with_columns(pl.col("last_seen_age_s").fill_nan(None))
-    cap = (pl.col("prompt_tokens") - 1).clip(lower_bound=0)
 
     def tokens(blocks_col: str) -> pl.Expr:
-        return pl.min_horizontal(pl.col(blocks_col).fill_null(0) * block_size, cap)
+        return pl.min_horizontal(pl.col(blocks_col).fill_null(0), pl.col("_limit")) * block_size
 
     return base.select(
         pl.col("row").cast(pl.Int64),
@@ -284,6 +291,18 @@ def reuse_per_request(
         .cast(pl.Int64)
         .alias("hit_tokens_same_tenant"),
     )
+
+
+def _namespaced_keys(
+    requests: pl.DataFrame, offsets: np.ndarray[Any, Any], values: np.ndarray[Any, Any]
+) -> np.ndarray[Any, Any]:
+    """The chain hashes, re-keyed per (model, LoRA adapter) when the table has several."""
+    namespace = namespace_codes(requests)
+    if namespace.size == 0 or int(namespace.max()) == 0:
+        return values
+    ids, n_ids = dense_ids(values)
+    keyed, _ = namespaced_ids(ids, offsets, namespace, n_ids)
+    return np.asarray(keyed, dtype=np.uint64)
 
 
 def reuse_summary(per_request: pl.DataFrame, age_buckets_s: tuple[float, ...]) -> dict[str, Any]:

@@ -8,7 +8,8 @@ tenants, so memory stays one table of distinct blocks.
 A vectorised version (explode every block, stable sort by hash, previous holder = previous
 row) gives the same answer, but on a generated trace of 200k requests / 28M blocks its polars
 sort of the highly repetitive hashes alone took 84 s and it needs ~40 bytes per block; this
-pass is linear in the blocks and needs ~16 bytes per distinct block (table load ≤ 0.7).
+pass is linear in the blocks and needs 32-64 bytes per distinct block (``pipeline.hashmap``,
+load ≤ 1/2).
 """
 
 from __future__ import annotations
@@ -17,35 +18,9 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+from pipeline.hashmap import EMPTY, find_slot, new_map, put
+
 _MIN_CAPACITY = 1 << 12
-
-
-@numba.njit(cache=True, inline="always")  # type: ignore[misc]
-def _slot(keys: npt.NDArray[np.uint64], rows: npt.NDArray[np.int64], h: np.uint64) -> np.int64:
-    """The slot holding ``h``, or the empty slot where it would go (linear probing)."""
-    mask = np.uint64(keys.shape[0] - 1)
-    i = np.int64(((h * _GOLDEN) >> np.uint64(20)) & mask)
-    while rows[i] != -1:
-        if keys[i] == h:
-            return i
-        i = np.int64((np.uint64(i) + np.uint64(1)) & mask)
-    return i
-
-
-@numba.njit(cache=True)  # type: ignore[misc]
-def _grow(
-    keys: npt.NDArray[np.uint64], rows: npt.NDArray[np.int64]
-) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]:
-    capacity = keys.shape[0] * 2
-    new_keys = np.zeros(capacity, dtype=np.uint64)
-    new_rows = np.full(capacity, -1, dtype=np.int64)
-    for i in range(keys.shape[0]):
-        if rows[i] != -1:
-            j = _slot(new_keys, new_rows, keys[i])
-            new_keys[j] = keys[i]
-            new_rows[j] = rows[i]
-    return new_keys, new_rows
 
 
 @numba.njit(cache=True)  # type: ignore[misc]
@@ -69,8 +44,7 @@ def replay_unbounded(
     hit = np.zeros(n, dtype=np.int64)
     age = np.full(n, -1, dtype=np.int64)
     within = np.zeros((n, n_buckets), dtype=np.int64)
-    keys = np.zeros(_MIN_CAPACITY, dtype=np.uint64)
-    rows = np.full(_MIN_CAPACITY, -1, dtype=np.int64)
+    keys, rows = new_map(_MIN_CAPACITY)
     used = 0
     open_bucket = np.zeros(n_buckets, dtype=np.bool_)
     longest = 0
@@ -80,8 +54,7 @@ def replay_unbounded(
     for step in range(order.shape[0]):
         r = order[step]
         if step > 0 and group[step] != group[step - 1] and used > 0:
-            keys = np.zeros(_MIN_CAPACITY, dtype=np.uint64)
-            rows = np.full(_MIN_CAPACITY, -1, dtype=np.int64)
+            keys, rows = new_map(_MIN_CAPACITY)
             used = 0
         if not known[r]:
             continue
@@ -92,8 +65,8 @@ def replay_unbounded(
             open_bucket[b] = True
         k = 0
         while k < pb:
-            i = _slot(keys, rows, values[start + k])
-            if rows[i] == -1:
+            i = find_slot(keys, rows, values[start + k])
+            if rows[i] == EMPTY:
                 break
             found[k] = i
             a = arrival_us[r] - arrival_us[rows[i]]
@@ -110,12 +83,5 @@ def replay_unbounded(
         for j in range(k):
             rows[found[j]] = r
         for k in range(hit[r], length):
-            h = values[start + k]
-            i = _slot(keys, rows, h)
-            if rows[i] == -1:
-                used += 1
-                keys[i] = h
-            rows[i] = r
-            if 10 * used > 7 * keys.shape[0]:
-                keys, rows = _grow(keys, rows)
+            keys, rows, used = put(keys, rows, used, values[start + k], r)
     return hit, age, within

@@ -3,15 +3,17 @@
 Public API:
 - :func:`sim_input` flattens a canonical request table once (hashes → dense ids per variant);
 - :func:`assign` routes requests for cache-independent routings; :func:`simulate` replays one
-  :class:`Scenario` (the cache-aware router runs inside the replay); :func:`summarise` gives
-  its statistics;
+  :class:`Scenario` in the ``durations`` or ``instant`` request lifetime (one event-driven
+  kernel; the cache-aware router runs inside it); :func:`summarise` gives its statistics;
 - :func:`capacity_curve` gives hit tokens at every capacity from one stack-distance pass;
 - :func:`parse_simulation_config` validates the ``simulation`` config section.
 """
 
 from pipeline.sim.blocks import BlockView, SimInput, SimulationInputError, sim_input
 from pipeline.sim.config import (
+    CACHE_AWARE_PRESETS,
     CACHE_INDEPENDENT,
+    REQUEST_LIFETIMES,
     ROUTINGS,
     CacheAwareConfig,
     Scenario,
@@ -30,7 +32,9 @@ from pipeline.sim.replay import (
 )
 
 __all__ = [
+    "CACHE_AWARE_PRESETS",
     "CACHE_INDEPENDENT",
+    "REQUEST_LIFETIMES",
     "ROUTINGS",
     "Assignment",
     "BlockView",

@@ -1,10 +1,12 @@
 """From the canonical request table to the flat arrays the replay kernels read (hash once).
 
 ``sim_input(frame)`` sorts requests by arrival and keeps, per request, its chained block hashes
-(CSR: ``offsets`` + ``hashes``), prompt blocks, token counts, arrival, duration, tenant and a
-stable session hash. ``SimInput.blocks(block_size, tenant_isolation)`` then derives the view a
-scenario needs: the chain strided to a coarser block size, optionally re-keyed per tenant, and
-mapped once to dense ids. Nothing here depends on a cache capacity or a routing.
+(CSR: ``offsets`` + ``hashes``), prompt blocks, token counts, arrival, duration, cache namespace
+(model and LoRA adapter, plus tenant for isolation: ``pipeline.cache_rules``) and a stable
+session hash. ``SimInput.blocks(block_size, tenant_isolation)`` then derives the view a scenario
+needs: the chain strided to a coarser block size, mapped once to dense ids and re-keyed per
+namespace, so requests of different models or adapters (or tenants, when isolated) never share a
+block. Nothing here depends on a cache capacity or a routing.
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ import polars as pl
 import pyarrow as pa
 from numpy.typing import NDArray
 
+from pipeline.cache_rules import hit_limit_blocks, namespace_codes, namespaced_ids
 from pipeline.errors import EnginefitError
 from pipeline.facts import LatencyModel
+from pipeline.hashmap import dense_ids
 from pipeline.sim import kernels
 
 I64 = NDArray[np.int64]
@@ -40,6 +44,7 @@ class BlockView:
     n_ids: int
     prompt_blocks: I64
     missing: I64  # output blocks with unknown tokens: occupy capacity, never match
+    hit_limit: I64  # leading prompt blocks that may hit (pipeline.cache_rules.hit_limit_blocks)
     chained: bool = True  # every id has one parent and position (kernels.is_chained)
 
     @property
@@ -70,7 +75,8 @@ class SimInput:
     latency_model: LatencyModel
     session_hash: U64  # stable hash of the session (logged, else inferred, else the request)
     sessions_inferred: int  # requests whose session came from pipeline.sessions
-    tenant_code: I64
+    namespace: I64  # cache namespace: (model, lora_adapter) code (pipeline.cache_rules)
+    namespace_isolated: I64  # the same with the tenant (tenant_isolation)
     _views: dict[tuple[int, bool], BlockView] = field(default_factory=dict, repr=False)
 
     @property
@@ -102,19 +108,17 @@ class SimInput:
             lens = lens // m
         offsets = np.zeros(lens.size + 1, np.int64)
         np.cumsum(lens, out=offsets[1:])
-        ids, n_ids = kernels.dense_ids(hashes)
-        if tenant_isolation:
-            # Key = (tenant, block): exact, no collisions (vLLM cache_salt / SGLang namespace).
-            tenant_per_block = np.repeat(self.tenant_code, lens)
-            combined = tenant_per_block.astype(np.uint64) * np.uint64(max(n_ids, 1)) + ids.astype(
-                np.uint64
-            )
-            ids, n_ids = kernels.dense_ids(combined)
+        ids, n_ids = dense_ids(hashes)
+        namespace = self.namespace_isolated if tenant_isolation else self.namespace
+        ids, n_ids = namespaced_ids(ids, offsets, namespace, n_ids)
         prompt_blocks = self.prompt_blocks // m
         full = (self.prompt_tokens + self.output_tokens) // block_size
         missing = np.maximum(full - lens, 0)
+        hit_limit = np.minimum(hit_limit_blocks(self.prompt_tokens, block_size), prompt_blocks)
         chained = bool(kernels.is_chained(offsets, ids, max(n_ids, 1)))
-        return BlockView(block_size, offsets, ids, n_ids, prompt_blocks, missing, chained)
+        return BlockView(
+            block_size, offsets, ids, n_ids, prompt_blocks, missing, hit_limit, chained
+        )
 
 
 def _stable_string_hash(series: pl.Series) -> U64:
@@ -262,11 +266,6 @@ def sim_input(
         )
     arrival_us = arrival.dt.epoch("us").to_numpy().astype(np.int64)
     session, inferred = _sessions(frame)
-    tenant_code = (
-        frame.select(pl.col("tenant").fill_null("").rank("dense").cast(pl.Int64) - 1)
-        .to_series()
-        .to_numpy()
-    )
     return SimInput(
         stored_block_size=stored,
         offsets=offsets,
@@ -281,5 +280,6 @@ def sim_input(
         latency_model=model,
         session_hash=_stable_string_hash(session),
         sessions_inferred=inferred,
-        tenant_code=np.ascontiguousarray(tenant_code, dtype=np.int64),
+        namespace=namespace_codes(frame),
+        namespace_isolated=namespace_codes(frame, tenant_isolation=True),
     )

@@ -10,7 +10,13 @@ from pipeline.cli_common import add_config_argument, adhoc_requests, command_con
 from pipeline.config import Config
 from pipeline.readers import FORMAT_NAMES
 from pipeline.sim.blocks import SimInput, sim_input
-from pipeline.sim.config import ROUTINGS, CacheAwareConfig, Scenario, SimulationConfig
+from pipeline.sim.config import (
+    REQUEST_LIFETIMES,
+    ROUTINGS,
+    CacheAwareConfig,
+    Scenario,
+    SimulationConfig,
+)
 from pipeline.sim.curve import capacity_curve
 from pipeline.sim.replay import simulate, summarise
 
@@ -49,6 +55,13 @@ def register(subparsers: Any) -> None:
     _common(sim)
     sim.add_argument(
         "--cache-tokens", type=int, required=True, help="prefix-cache capacity per replica (tokens)"
+    )
+    sim.add_argument(
+        "--request-lifetime",
+        choices=list(REQUEST_LIFETIMES),
+        default=None,
+        help="durations: blocks pinned until each request finishes; instant: released at "
+        "arrival (default: the config's simulation.request_lifetime)",
     )
     sim.set_defaults(func=run_simulate)
     curve = subparsers.add_parser(
@@ -90,13 +103,17 @@ def run_simulate(args: argparse.Namespace) -> int:
         seed=sim.random_seed if args.seed is None else args.seed,
         margin=sim.bounded_affinity_margin if args.margin is None else args.margin,
         cache_aware=sim.cache_aware or CacheAwareConfig(),
+        request_lifetime=args.request_lifetime or sim.request_lifetime,
+        replica_slots=sim.replica_slots,
     )
-    out = summarise(inp, run)
+    out = summarise(inp, run, pinned_warn_share=sim.pinned_warn_share)
     lines = [
         f"{out['requests']:,} requests, {scenario.replicas} replica(s), {scenario.routing}, "
-        f"{scenario.cache_tokens:,} cache tokens per replica, block size {scenario.block_size}",
+        f"{scenario.cache_tokens:,} cache tokens per replica, block size {scenario.block_size}, "
+        f"request lifetime {run.request_lifetime}",
         f"prompt tokens {out['prompt_tokens']:,}; hit {out['hit_tokens']:,} "
         f"({out['hit_ratio']:.2%}); prefill computed {out['prefill_tokens']:,}",
+        f"hit ratio with blocks released at arrival (instant): {out['hit_ratio_instant']:.2%}",
         f"imbalance (max/mean): requests {out['request_imbalance']:.3f}, tokens "
         f"{out['token_imbalance']:.3f}; spills {out['spills']:,}",
     ]
@@ -105,6 +122,7 @@ def run_simulate(args: argparse.Namespace) -> int:
         f"prompt tokens, hit ratio {row['hit_ratio']:.2%}"
         for row in out["per_replica"]
     ]
+    lines += [f"warning: {w}" for w in out["warnings"]]
     _print(out, args.json, "\n".join(lines))
     return 0
 
@@ -122,6 +140,7 @@ def run_curve(args: argparse.Namespace) -> int:
         seed=sim.random_seed if args.seed is None else args.seed,
         margin=sim.bounded_affinity_margin if args.margin is None else args.margin,
         sample_rate=args.sample_rate,
+        replica_slots=sim.replica_slots,
     )
     out = curve.as_dict(args.points or sim.curve_points)
     lines = [

@@ -27,19 +27,59 @@ ROUTINGS: tuple[str, ...] = (
 CACHE_INDEPENDENT: frozenset[str] = frozenset(ROUTINGS) - {"cache-aware"}
 
 
+# sgl-router ``cache_aware`` defaults come in inconsistent layers (SIM_ANCHORS.md section 2):
+# ``library`` is the Rust ``CacheAwareConfig::default`` of sglang-router 0.3.2
+# (``src/policies/mod.rs`` L93-110, also smg ``f8daa88`` ``model_gateway/src/policies/mod.rs``
+# L180-185); ``launcher`` is what the router's CLI (``src/main.rs`` L149-171) and Python launcher
+# (``router_args.py`` L28-37) start with. Values: cache_threshold, balance_abs_threshold,
+# balance_rel_threshold.
+CACHE_AWARE_PRESETS: dict[str, tuple[float, int, float]] = {
+    "library": (0.5, 32, 1.1),
+    "launcher": (0.3, 64, 1.5),
+}
+
+REQUEST_LIFETIMES: tuple[str, ...] = ("durations", "instant")
+
+
 @dataclass(frozen=True)
 class CacheAwareConfig:
-    """sgl-router ``cache_aware`` parameters.
+    """sgl-router ``cache_aware`` parameters; the defaults are the ``library`` preset.
 
-    Defaults are the Rust ``CacheAwareConfig::default`` of sglang-router 0.3.2
-    (``src/policies/mod.rs`` L93-110) and of smg ``f8daa88`` (``model_gateway/src/policies/mod.rs``
-    L180-185): cache_threshold 0.5, balance_abs_threshold 32, balance_rel_threshold 1.1. The
-    router's CLI and Python launcher use 0.3 / 64 / 1.5 instead (SIM_ANCHORS.md section 2).
+    ``preset`` names the preset the values started from; ``overridden`` lists the keys set
+    explicitly on top of it (see :meth:`from_preset`).
     """
 
-    cache_threshold: float = 0.5
-    balance_abs_threshold: int = 32
-    balance_rel_threshold: float = 1.1
+    cache_threshold: float = CACHE_AWARE_PRESETS["library"][0]
+    balance_abs_threshold: int = CACHE_AWARE_PRESETS["library"][1]
+    balance_rel_threshold: float = CACHE_AWARE_PRESETS["library"][2]
+    preset: str = "library"
+    overridden: tuple[str, ...] = ()
+
+    @classmethod
+    def from_preset(cls, preset: str = "library", **overrides: Any) -> CacheAwareConfig:
+        """The preset's values, with any of the three parameters overridden."""
+        if preset not in CACHE_AWARE_PRESETS:
+            raise ValueError(f"unknown cache_aware preset {preset!r}")
+        threshold, abs_thr, rel_thr = CACHE_AWARE_PRESETS[preset]
+        values: dict[str, Any] = {
+            "cache_threshold": threshold,
+            "balance_abs_threshold": abs_thr,
+            "balance_rel_threshold": rel_thr,
+        }
+        unknown = sorted(set(overrides) - set(values))
+        if unknown:
+            raise ValueError(f"unknown cache_aware keys {unknown}")
+        values.update(overrides)
+        return cls(**values, preset=preset, overridden=tuple(sorted(overrides)))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "preset": self.preset,
+            "overridden": list(self.overridden),
+            "cache_threshold": self.cache_threshold,
+            "balance_abs_threshold": self.balance_abs_threshold,
+            "balance_rel_threshold": self.balance_rel_threshold,
+        }
 
 
 @dataclass(frozen=True)
@@ -72,6 +112,9 @@ class SimulationConfig:
     cache_aware: CacheAwareConfig = field(default_factory=CacheAwareConfig)
     latency_model: LatencyModel | None = None
     curve_points: int = 64
+    request_lifetime: str = "durations"
+    replica_slots: int | None = 64
+    pinned_warn_share: float = 0.8
 
     def scenarios(self) -> list[Scenario]:
         """The grid, in a fixed order; replicas=1 runs only one routing (they are all equal)."""
@@ -147,6 +190,9 @@ def parse_simulation_config(
         "cache_aware",
         "latency_model",
         "curve_points",
+        "request_lifetime",
+        "replica_slots",
+        "pinned_warn_share",
     }
     unknown = sorted(set(raw) - known)
     if unknown:
@@ -178,26 +224,17 @@ def parse_simulation_config(
     isolation = raw.get("tenant_isolation", False)
     if not isinstance(isolation, bool):
         raise ConfigError(f"{_where(where, 'tenant_isolation')} must be true or false")
-    ca_raw = raw.get("cache_aware") or {}
-    if not isinstance(ca_raw, dict):
-        raise ConfigError(f"{_where(where, 'cache_aware')} must be a mapping")
-    ca_unknown = sorted(
-        set(ca_raw) - {"cache_threshold", "balance_abs_threshold", "balance_rel_threshold"}
-    )
-    if ca_unknown:
-        raise ConfigError(f"{_where(where, 'cache_aware')} has unknown keys {ca_unknown}")
-    ca_default = CacheAwareConfig()
-    threshold = _number(ca_raw, "cache_threshold", ca_default.cache_threshold, where, minimum=0)
-    if threshold > 1:
-        raise ConfigError(f"{_where(where, 'cache_aware.cache_threshold')} must be in [0, 1]")
-    abs_thr = ca_raw.get("balance_abs_threshold", ca_default.balance_abs_threshold)
-    if isinstance(abs_thr, bool) or not isinstance(abs_thr, int) or abs_thr < 0:
+    cache_aware = _cache_aware(raw.get("cache_aware") or {}, where)
+    lifetime = raw.get("request_lifetime", defaults.request_lifetime)
+    if lifetime not in REQUEST_LIFETIMES:
         raise ConfigError(
-            f"{_where(where, 'cache_aware.balance_abs_threshold')} must be a non-negative integer"
+            f"{_where(where, 'request_lifetime')} must be one of {list(REQUEST_LIFETIMES)}, "
+            f"got {lifetime!r}"
         )
-    rel_thr = _number(
-        ca_raw, "balance_rel_threshold", ca_default.balance_rel_threshold, where, minimum=1.0
-    )
+    slots = raw.get("replica_slots", defaults.replica_slots)
+    if slots is not None and (isinstance(slots, bool) or not isinstance(slots, int) or slots < 1):
+        raise ConfigError(f"{_where(where, 'replica_slots')} must be a positive integer or null")
+    warn_share = _number(raw, "pinned_warn_share", defaults.pinned_warn_share, where, minimum=0.0)
     latency: LatencyModel | None = None
     if raw.get("latency_model") is not None:
         latency = _latency_model(
@@ -219,7 +256,45 @@ def parse_simulation_config(
         bounded_affinity_margin=margin,
         random_seed=seed,
         tenant_isolation=isolation,
-        cache_aware=CacheAwareConfig(threshold, abs_thr, rel_thr),
+        cache_aware=cache_aware,
         latency_model=latency,
         curve_points=points,
+        request_lifetime=lifetime,
+        replica_slots=slots,
+        pinned_warn_share=warn_share,
     )
+
+
+def _cache_aware(ca_raw: Any, where: str) -> CacheAwareConfig:
+    """``cache_aware: {preset, cache_threshold?, balance_abs_threshold?, balance_rel_threshold?}``."""
+    if not isinstance(ca_raw, dict):
+        raise ConfigError(f"{_where(where, 'cache_aware')} must be a mapping")
+    keys = ("cache_threshold", "balance_abs_threshold", "balance_rel_threshold")
+    ca_unknown = sorted(set(ca_raw) - {"preset", *keys})
+    if ca_unknown:
+        raise ConfigError(f"{_where(where, 'cache_aware')} has unknown keys {ca_unknown}")
+    preset = ca_raw.get("preset", "library")
+    if preset not in CACHE_AWARE_PRESETS:
+        raise ConfigError(
+            f"{_where(where, 'cache_aware.preset')} must be one of {list(CACHE_AWARE_PRESETS)}, "
+            f"got {preset!r}"
+        )
+    overrides: dict[str, Any] = {}
+    if "cache_threshold" in ca_raw:
+        threshold = _number(ca_raw, "cache_threshold", 0.0, where, minimum=0)
+        if threshold > 1:
+            raise ConfigError(f"{_where(where, 'cache_aware.cache_threshold')} must be in [0, 1]")
+        overrides["cache_threshold"] = threshold
+    if "balance_abs_threshold" in ca_raw:
+        abs_thr = ca_raw["balance_abs_threshold"]
+        if isinstance(abs_thr, bool) or not isinstance(abs_thr, int) or abs_thr < 0:
+            raise ConfigError(
+                f"{_where(where, 'cache_aware.balance_abs_threshold')} must be a non-negative "
+                "integer"
+            )
+        overrides["balance_abs_threshold"] = abs_thr
+    if "balance_rel_threshold" in ca_raw:
+        overrides["balance_rel_threshold"] = _number(
+            ca_raw, "balance_rel_threshold", 1.0, where, minimum=1.0
+        )
+    return CacheAwareConfig.from_preset(preset, **overrides)

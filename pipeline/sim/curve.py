@@ -5,6 +5,11 @@ request stream; with chained keys and tail-first refresh a capacity-C LRU cache 
 the C most recent distinct blocks and stays prefix-closed, so a prompt block hits iff its stack
 depth is ≤ C (Mattson et al. 1970). ``capacity_curve`` returns the exact step function
 ``hit_tokens(C)`` for every C at once; replicas share one capacity, so their histograms add.
+
+The curve is the ``instant`` request lifetime of :func:`pipeline.sim.replay.simulate` (blocks
+released at arrival, nothing pinned): it equals that replay token for token at every capacity.
+Pinning by running requests (the ``durations`` lifetime) makes the effective capacity vary
+with load, which no single stack-distance pass models (SIM_ANCHORS.md section 5, point 3).
 """
 
 from __future__ import annotations
@@ -17,13 +22,12 @@ import numpy as np
 import polars as pl
 from numpy.typing import NDArray
 
-from pipeline.sim import kernels
+from pipeline.sim import curve_kernels
 from pipeline.sim.blocks import SimInput, SimulationInputError
 from pipeline.sim.config import CACHE_INDEPENDENT
 from pipeline.sim.replay import Assignment, assign, replica_streams
 
 I64 = NDArray[np.int64]
-_ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
 @dataclass(frozen=True)
@@ -126,10 +130,12 @@ def capacity_curve(
     assignment: Assignment | None = None,
     sample_rate: float = 1.0,
     sample_salt: int = 0,
+    replica_slots: int | None = 64,
 ) -> Curve:
     """Hit tokens for every per-replica capacity in one pass (exact unless ``sample_rate`` < 1).
 
-    ``sample_rate`` < 1 applies SHARDS sampling (Waldspurger et al., FAST 2015): only blocks
+    The curve is the ``instant`` request lifetime (see the module docstring); ``replica_slots``
+    only shapes the least-loaded assignment. ``sample_rate`` < 1 applies SHARDS sampling (Waldspurger et al., FAST 2015): only blocks
     whose salted hash falls under the rate are tracked, depths and weights scaled by 1/rate.
     """
     if replicas > 1 and assignment is None and routing not in CACHE_INDEPENDENT:
@@ -150,9 +156,10 @@ def capacity_curve(
         assignment = (
             Assignment(np.zeros(inp.n, np.int64))
             if replicas == 1
-            else assign(inp, routing, replicas, seed=seed, margin=margin)
+            else assign(
+                inp, routing, replicas, seed=seed, margin=margin, replica_slots=replica_slots
+            )
         )
-    threshold = _ALL if sample_rate >= 1 else np.uint64(int(sample_rate * 2.0**64) - 1)
     order, starts = replica_streams(assignment.replica, replicas)
     per_request = np.diff(view.offsets) + view.missing
     if replicas == 1:
@@ -167,12 +174,11 @@ def capacity_curve(
     bound = np.minimum(accesses, view.n_ids + unknown)
     hist_size = max(2, int(bound.max()) + 2 if bound.size else 2)
     if sample_rate >= 1:
-        capacity_blocks, hit_tokens = kernels.hit_steps_chained(
+        capacity_blocks, hit_tokens = curve_kernels.hit_steps_chained(
             view.offsets,
             view.ids,
-            view.prompt_blocks,
             view.missing,
-            inp.prompt_tokens,
+            view.hit_limit,
             block_size,
             max(view.n_ids, 1),
             order,
@@ -180,17 +186,16 @@ def capacity_curve(
             hist_size,
         )
     else:
-        total = kernels.stack_depth_histogram(
+        total = curve_kernels.stack_depth_histogram(
             view.offsets,
             view.ids,
-            view.prompt_blocks,
             view.missing,
-            inp.prompt_tokens,
+            view.hit_limit,
             block_size,
             max(view.n_ids, 1),
             order,
             starts,
-            threshold,
+            np.uint64(int(sample_rate * 2.0**64) - 1),
             np.uint64(sample_salt),
             hist_size,
         )
@@ -198,9 +203,8 @@ def capacity_curve(
         # sampled blocks' weight, already scaled by 1/rate, kept in bucket 0), so the number
         # of sampled references does not bias the curve (the role of SHARDS' adjustment).
         sampled_weight = float(total[0])
-        caps = np.maximum(np.minimum(view.prompt_blocks * block_size, inp.prompt_tokens - 1), 0)
         if sampled_weight > 0:
-            total = total * (float(caps.sum()) / sampled_weight)
+            total = total * (float(view.hit_limit.sum()) * block_size / sampled_weight)
         total[0] = 0.0
         weights = np.rint(total).astype(np.int64)
         nz = np.flatnonzero(weights)

@@ -30,6 +30,11 @@ SCENARIO_COLUMNS = [
     "hit_tokens",
     "hit_ratio",
     "prefill_tokens",
+    "request_lifetime",
+    "hit_tokens_instant",
+    "hit_ratio_instant",
+    "peak_pinned_tokens",
+    "warnings",
     "spills",
     "balance_routed",
     "request_imbalance",
@@ -45,32 +50,40 @@ def scenario_frame(summaries: list[dict[str, Any]]) -> pl.DataFrame:
     rows = [
         {
             **{k: s[k] for k in SCENARIO_COLUMNS if k in s},
+            "request_lifetime": s["request_lifetime"]["mode"],
             "durations_estimated": bool(s.get("durations") and s["durations"]["estimated"]),
         }
         for s in summaries
     ]
-    schema = {
-        "scenario": pl.String,
-        "block_size": pl.Int64,
-        "replicas": pl.Int64,
-        "cache_tokens": pl.Int64,
-        "capacity_blocks": pl.Int64,
-        "routing": pl.String,
-        "tenant_isolation": pl.Boolean,
-        "requests": pl.Int64,
-        "prompt_tokens": pl.Int64,
-        "output_tokens": pl.Int64,
-        "hit_tokens": pl.Int64,
-        "hit_ratio": pl.Float64,
-        "prefill_tokens": pl.Int64,
-        "spills": pl.Int64,
-        "balance_routed": pl.Int64,
-        "request_imbalance": pl.Float64,
-        "token_imbalance": pl.Float64,
-        "prefill_imbalance": pl.Float64,
-        "sessions_inferred": pl.Int64,
-        "durations_estimated": pl.Boolean,
-    }
+    schema = pl.Schema(
+        {  # type: ignore[arg-type]  # classes and one List instance, as pipeline.schema
+            "scenario": pl.String,
+            "block_size": pl.Int64,
+            "replicas": pl.Int64,
+            "cache_tokens": pl.Int64,
+            "capacity_blocks": pl.Int64,
+            "routing": pl.String,
+            "tenant_isolation": pl.Boolean,
+            "requests": pl.Int64,
+            "prompt_tokens": pl.Int64,
+            "output_tokens": pl.Int64,
+            "hit_tokens": pl.Int64,
+            "hit_ratio": pl.Float64,
+            "prefill_tokens": pl.Int64,
+            "request_lifetime": pl.String,
+            "hit_tokens_instant": pl.Int64,
+            "hit_ratio_instant": pl.Float64,
+            "peak_pinned_tokens": pl.Int64,
+            "warnings": pl.List(pl.String),
+            "spills": pl.Int64,
+            "balance_routed": pl.Int64,
+            "request_imbalance": pl.Float64,
+            "token_imbalance": pl.Float64,
+            "prefill_imbalance": pl.Float64,
+            "sessions_inferred": pl.Int64,
+            "durations_estimated": pl.Boolean,
+        }
+    )
     return pl.DataFrame(rows, schema=schema).select(SCENARIO_COLUMNS).sort("scenario")
 
 
@@ -90,10 +103,12 @@ def curves_frame(curves: list[Curve]) -> pl.DataFrame:
 
 
 def curve_disagreements(curves: pl.DataFrame, scenarios: pl.DataFrame) -> pl.DataFrame:
-    """Cache-independent scenarios whose replayed hits differ from the curve at that capacity.
+    """Cache-independent scenarios whose instant-lifetime hits differ from the curve there.
 
-    The curve's step function is read at the scenario's capacity: the last row at or below it.
-    Empty when every scenario agrees (the one-pass curve is exact).
+    The curve models the instant lifetime (nothing pinned), so it is compared with each
+    scenario's ``hit_tokens_instant``. The curve's step function is read at the scenario's
+    capacity: the last row at or below it. Empty when every scenario agrees (the one-pass curve
+    is exact).
     """
     key = ["block_size", "replicas", "routing"]
     curve_rows = curves.with_columns(
@@ -128,8 +143,8 @@ def curve_disagreements(curves: pl.DataFrame, scenarios: pl.DataFrame) -> pl.Dat
     has_curve = curve_rows.select(["block_size", "replicas", "_r"]).unique()
     return (
         joined.join(has_curve, on=["block_size", "replicas", "_r"], how="semi")
-        .filter(pl.col("curve_hit_tokens") != pl.col("hit_tokens"))
-        .select("scenario", *key, "capacity_blocks", "hit_tokens", "curve_hit_tokens")
+        .filter(pl.col("curve_hit_tokens") != pl.col("hit_tokens_instant"))
+        .select("scenario", *key, "capacity_blocks", "hit_tokens_instant", "curve_hit_tokens")
         .sort("scenario")
     )
 

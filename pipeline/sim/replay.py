@@ -1,13 +1,16 @@
 """Scenarios: route the workload across replicas, replay it through their caches, summarise.
 
 ``assign(inp, routing, replicas)`` gives the replica of every request for routings that ignore
-cache state; ``simulate(inp, scenario)`` replays one scenario (the cache-aware router decides
-inside the replay) and ``summarise`` turns per-request hits into the scenario's statistics.
+cache state; ``simulate(inp, scenario)`` replays one scenario through
+``pipeline.sim.kernels`` (one event-driven kernel; the cache-aware router decides inside it) in
+one of two request lifetimes (``durations``: blocks stay pinned until the request finishes;
+``instant``: released at arrival, the model of the one-pass curve) and ``summarise`` turns
+per-request hits into the scenario's statistics.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -18,6 +21,7 @@ from pipeline.sim import kernels
 from pipeline.sim.blocks import BlockView, SimInput, SimulationInputError
 from pipeline.sim.config import (
     CACHE_INDEPENDENT,
+    REQUEST_LIFETIMES,
     ROUTINGS,
     CacheAwareConfig,
     Scenario,
@@ -25,11 +29,18 @@ from pipeline.sim.config import (
 
 I64 = NDArray[np.int64]
 
-# Above this many (replica, block) stamps (int32), replicas are replayed one after another.
-_INTERLEAVED_MAX_STAMPS = 1 << 27  # 512 MiB
+# Routings decided inside the event loop, which then holds every replica's block state at once:
+# replicas × (distinct blocks + queue entries) int32. Above this many bytes simulate refuses.
+MAX_ROUTED_STATE_BYTES = 4 << 30  # 4 GiB
 
 # Routings whose decisions read request durations (logged e2e_ms, else the latency model).
 USES_DURATIONS = frozenset({"least-loaded", "cache-aware"})
+
+INSTANT_NOTE = "no durations: blocks released at arrival, nothing pinned"
+ROUTER_VIEW_NOTE = (
+    "the router scores replicas by their exact caches (as KV-event-driven routers do), not by "
+    "sgl-router's approximate character tree"
+)
 
 
 @dataclass(frozen=True)
@@ -40,7 +51,12 @@ class Assignment:
 
 @dataclass(frozen=True)
 class ScenarioRun:
-    """Per-request outcome of one scenario plus its router counters."""
+    """Per-request outcome of one scenario plus its router counters.
+
+    ``hit_tokens_instant`` holds the instant-lifetime hits of the same scenario when the
+    durations lifetime ran (what pinning by running requests costs); with the instant lifetime
+    it is ``hit_tokens`` itself.
+    """
 
     scenario: Scenario
     capacity_blocks: int
@@ -48,6 +64,11 @@ class ScenarioRun:
     replica: I64
     spills: int
     balance_routed: int
+    request_lifetime: str = "instant"
+    replica_slots: int | None = None
+    peak_pinned_blocks: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
+    hit_tokens_instant: I64 | None = None
+    cache_aware: CacheAwareConfig | None = None
 
 
 def affinity_home(inp: SimInput, replicas: int) -> I64:
@@ -62,8 +83,14 @@ def assign(
     *,
     seed: int = 0,
     margin: float = 0.2,
+    replica_slots: int | None = 64,
 ) -> Assignment:
-    """Replica per request for a routing that does not read cache state."""
+    """Replica per request for a routing that does not read cache state.
+
+    ``least-loaded`` runs the replay's event loop without blocks (requests in flight per
+    replica, durations stretched past ``replica_slots``), so its assignment is exactly what the
+    replay would decide; the replay then serves each replica's stream on its own.
+    """
     if routing not in ROUTINGS:
         raise SimulationInputError(f"unknown routing {routing!r}; choose from {list(ROUTINGS)}")
     if routing not in CACHE_INDEPENDENT:
@@ -79,7 +106,31 @@ def assign(
         rng = np.random.default_rng(seed)
         return Assignment(rng.integers(0, replicas, size=n, dtype=np.int64))
     if routing == "least-loaded":
-        return Assignment(kernels.least_loaded(inp.arrival_us, inp.duration_us, replicas))
+        no_blocks = np.zeros(n, np.int64)
+        _, replica, _, _ = kernels.replay(
+            np.zeros(n + 1, np.int64),
+            np.zeros(0, np.int32),
+            no_blocks,
+            no_blocks,
+            no_blocks,
+            inp.prompt_tokens,
+            1,
+            1,
+            inp.arrival_us,
+            inp.duration_us,
+            np.arange(n, dtype=np.int64),
+            np.array([0, n], np.int64),
+            kernels.LEAST_LOADED,
+            replicas,
+            0,
+            1,
+            True,
+            replica_slots or 0,
+            0.0,
+            0,
+            1.0,
+        )
+        return Assignment(replica)
     if routing == "least-served":
         return Assignment(kernels.least_served(inp.prompt_tokens + inp.output_tokens, replicas))
     home = affinity_home(inp, replicas)
@@ -89,15 +140,14 @@ def assign(
     return Assignment(replica, int(spills))
 
 
-def _queue_size(view: BlockView, capacity: int, entries: int) -> int:
-    # Queue entries per request: its chain plus one run entry for its unknown output blocks.
-    # Live entries never exceed min(capacity, distinct blocks) + one request's entries; a queue
-    # four times that keeps compaction amortised O(1) and rare, and a queue that holds every
-    # entry never compacts.
+def _queue_size(view: BlockView, capacity: int) -> int:
+    # Live free-queue entries never exceed min(capacity, distinct blocks) + one request's
+    # entries (its chain plus one run entry for its anonymous blocks); a queue four times that
+    # keeps compaction amortised O(1) and rare, and one that holds every entry never compacts.
     distinct = view.n_ids + int(np.count_nonzero(view.missing))
     per_request = int((np.diff(view.offsets) + 1).max()) if view.offsets.size > 1 else 1
-    bounded = 4 * (min(capacity, distinct) + per_request) + 64
-    size = int(min(bounded, entries + 64))
+    entries = int(view.ids.size) + int(np.count_nonzero(view.missing))
+    size = int(min(4 * (min(capacity, distinct) + per_request), entries) + 64)
     if size >= 2**31 - 1:
         raise SimulationInputError(f"cache queue of {size:,} entries exceeds the 2^31 limit")
     return size
@@ -114,6 +164,11 @@ def replica_streams(replica: I64, replicas: int) -> tuple[I64, I64]:
     return order, starts
 
 
+def routed_state_bytes(view: BlockView, replicas: int, capacity: int) -> int:
+    """Bytes of block state a router-in-the-loop replay holds: replicas × (blocks + queue) int32."""
+    return replicas * (max(view.n_ids, 1) + _queue_size(view, capacity)) * 4
+
+
 def simulate(
     inp: SimInput,
     scenario: Scenario,
@@ -122,89 +177,104 @@ def simulate(
     margin: float = 0.2,
     cache_aware: CacheAwareConfig | None = None,
     assignment: Assignment | None = None,
+    request_lifetime: str = "durations",
+    replica_slots: int | None = 64,
+    with_instant: bool = True,
 ) -> ScenarioRun:
-    """Replay one scenario. ``assignment`` overrides the routing (must match ``replicas``)."""
+    """Replay one scenario. ``assignment`` overrides the routing (must match ``replicas``).
+
+    ``request_lifetime``: ``durations`` pins a request's blocks from arrival until arrival +
+    duration (logged ``e2e_ms``, else the latency model), stretched by ``max(1, n /
+    replica_slots)`` for a request admitted with n requests in flight on its replica
+    (``replica_slots`` None: never stretched); ``instant`` releases them at arrival. With
+    ``durations`` and ``with_instant`` the instant replay runs too (``hit_tokens_instant``).
+    """
+    if request_lifetime not in REQUEST_LIFETIMES:
+        raise SimulationInputError(
+            f"unknown request lifetime {request_lifetime!r}; choose from {list(REQUEST_LIFETIMES)}"
+        )
+    if replica_slots is not None and replica_slots < 1:
+        raise SimulationInputError(f"replica_slots must be positive or None, got {replica_slots}")
     view = inp.blocks(scenario.block_size, scenario.tenant_isolation)
     capacity = scenario.cache_tokens // scenario.block_size
     replicas = scenario.replicas
-    n_ids = max(view.n_ids, 1)
+    slots = replica_slots or 0
+    ca: CacheAwareConfig | None = None
     if assignment is None and scenario.routing == "cache-aware" and replicas > 1:
         ca = cache_aware or CacheAwareConfig()
-        entries = np.diff(view.offsets) + (view.missing > 0)
-        queue = _queue_size(view, capacity, int(entries.sum()))
-        hits, replica, balance = kernels.replay_cache_aware(
+        need = routed_state_bytes(view, replicas, capacity)
+        if need > MAX_ROUTED_STATE_BYTES:
+            raise SimulationInputError(
+                f"cache-aware routing keeps every replica's block state at once: {replicas} "
+                f"replicas × ({max(view.n_ids, 1):,} blocks + {_queue_size(view, capacity):,} "
+                f"queue entries) × 4 bytes = {need / 2**30:.1f} GiB, above the "
+                f"{MAX_ROUTED_STATE_BYTES / 2**30:.0f} GiB limit (MAX_ROUTED_STATE_BYTES); use "
+                "fewer replicas, a larger block size or a shorter trace"
+            )
+        routing = kernels.CACHE_AWARE
+        order, starts = np.arange(inp.n, dtype=np.int64), np.array([0, inp.n], np.int64)
+    else:
+        if assignment is None:
+            if replicas == 1:
+                assignment = Assignment(np.zeros(inp.n, np.int64))
+            else:
+                assignment = assign(
+                    inp,
+                    scenario.routing,
+                    replicas,
+                    seed=seed,
+                    margin=margin,
+                    replica_slots=replica_slots,
+                )
+        if assignment.replica.size != inp.n:
+            raise SimulationInputError("assignment length differs from the number of requests")
+        routing = kernels.FIXED
+        order, starts = replica_streams(assignment.replica, replicas)
+    knobs = ca or CacheAwareConfig()
+
+    def run(lifetime: str) -> tuple[I64, I64, int, I64]:
+        hits, chosen, balance, peak = kernels.replay(
             view.offsets,
             view.ids,
             view.prompt_blocks,
             view.missing,
+            view.hit_limit,
             inp.prompt_tokens,
             scenario.block_size,
-            n_ids,
-            replicas,
-            capacity,
-            queue,
+            max(view.n_ids, 1),
             inp.arrival_us,
             inp.duration_us,
-            ca.cache_threshold,
-            ca.balance_abs_threshold,
-            ca.balance_rel_threshold,
-        )
-        return ScenarioRun(scenario, capacity, hits, replica, 0, int(balance))
-    if assignment is None:
-        if replicas == 1:
-            assignment = Assignment(np.zeros(inp.n, np.int64))
-        else:
-            assignment = assign(inp, scenario.routing, replicas, seed=seed, margin=margin)
-    if assignment.replica.size != inp.n:
-        raise SimulationInputError("assignment length differs from the number of requests")
-    order, starts = replica_streams(assignment.replica, replicas)
-    if view.chained and replicas > 1 and replicas * n_ids <= _INTERLEAVED_MAX_STAMPS:
-        hits = kernels.replay_fixed_chained_interleaved(
-            view.offsets,
-            view.ids,
-            view.prompt_blocks,
-            view.missing,
-            inp.prompt_tokens,
-            scenario.block_size,
-            n_ids,
-            capacity,
-            np.ascontiguousarray(assignment.replica, dtype=np.int64),
             order,
             starts,
-        )
-        return ScenarioRun(scenario, capacity, hits, assignment.replica, assignment.spills, 0)
-    if view.chained:
-        hits = kernels.replay_fixed_chained(
-            view.offsets,
-            view.ids,
-            view.prompt_blocks,
-            view.missing,
-            inp.prompt_tokens,
-            scenario.block_size,
-            n_ids,
+            routing,
+            replicas,
             capacity,
-            order,
-            starts,
+            _queue_size(view, capacity),
+            lifetime == "instant",
+            slots,
+            knobs.cache_threshold,
+            knobs.balance_abs_threshold,
+            knobs.balance_rel_threshold,
         )
-        return ScenarioRun(scenario, capacity, hits, assignment.replica, assignment.spills, 0)
-    entries = np.diff(view.offsets) + (view.missing > 0)
-    per_replica = np.bincount(assignment.replica, weights=entries, minlength=replicas)
-    queue = _queue_size(view, capacity, int(per_replica.max()))
-    hits = kernels.replay_fixed(
-        view.offsets,
-        view.ids,
-        view.prompt_blocks,
-        view.missing,
-        inp.prompt_tokens,
-        scenario.block_size,
-        n_ids,
-        capacity,
-        queue,
-        order,
-        starts,
-        view.chained,
+        return hits, (assignment.replica if assignment is not None else chosen), balance, peak
+
+    hits, replica, balance, peak = run(request_lifetime)
+    instant_hits: I64 | None = hits
+    if request_lifetime == "durations":
+        instant_hits = run("instant")[0] if with_instant else None
+    return ScenarioRun(
+        scenario=scenario,
+        capacity_blocks=capacity,
+        hit_tokens=hits,
+        replica=replica,
+        spills=assignment.spills if assignment is not None else 0,
+        balance_routed=int(balance),
+        request_lifetime=request_lifetime,
+        replica_slots=replica_slots,
+        peak_pinned_blocks=peak,
+        hit_tokens_instant=instant_hits,
+        cache_aware=ca,
     )
-    return ScenarioRun(scenario, capacity, hits, assignment.replica, assignment.spills, 0)
 
 
 def per_replica_frame(inp: SimInput, run: ScenarioRun) -> pl.DataFrame:
@@ -252,13 +322,48 @@ def _imbalance(values: pl.Series) -> float:
     return float(values.max()) / mean if mean > 0 else 1.0  # type: ignore[arg-type]
 
 
-def summarise(inp: SimInput, run: ScenarioRun) -> dict[str, Any]:
-    """The scenario's statistics as a JSON-ready dict (per-replica rows sorted by replica)."""
+def summarise(inp: SimInput, run: ScenarioRun, *, pinned_warn_share: float = 0.8) -> dict[str, Any]:
+    """The scenario's statistics as a JSON-ready dict (per-replica rows sorted by replica).
+
+    ``warnings`` says when tokens pinned by running requests at their peak reach
+    ``pinned_warn_share`` of a replica's cache capacity.
+    """
     sc = run.scenario
     replicas = per_replica_frame(inp, run)
+    peak = np.zeros(sc.replicas, np.int64)
+    peak[: run.peak_pinned_blocks.size] = run.peak_pinned_blocks
+    replicas = replicas.with_columns(
+        pl.Series("peak_pinned_blocks", peak, pl.Int64),
+        pl.Series("peak_pinned_tokens", peak * sc.block_size, pl.Int64),
+    )
     prompt = int(inp.prompt_tokens.sum())
     hit = int(run.hit_tokens.sum())
-    durations_used = sc.routing in USES_DURATIONS and sc.replicas > 1
+    durations = run.request_lifetime == "durations"
+    durations_used = durations or (sc.routing in USES_DURATIONS and sc.replicas > 1)
+    estimated = {
+        "estimated_requests": inp.durations_estimated,
+        "estimated": inp.durations_estimated > 0,
+        "latency_model": inp.latency_model.as_dict() if inp.durations_estimated else None,
+    }
+    lifetime: dict[str, Any]
+    if durations:
+        lifetime = {
+            "mode": "durations",
+            "durations_logged": inp.n - inp.durations_estimated,
+            "durations_estimated": inp.durations_estimated,
+            "latency_model": estimated["latency_model"],
+            "replica_slots": run.replica_slots,
+        }
+    else:
+        lifetime = {"mode": "instant", "note": INSTANT_NOTE}
+    warnings: list[str] = []
+    peak_tokens = int(peak.max(initial=0)) * sc.block_size
+    if sc.cache_tokens > 0 and durations and peak_tokens >= pinned_warn_share * sc.cache_tokens:
+        warnings.append(
+            f"tokens pinned by running requests at peak reach "
+            f"{100 * peak_tokens / sc.cache_tokens:.0f} % of the cache capacity"
+        )
+    instant_hit = int(run.hit_tokens_instant.sum()) if run.hit_tokens_instant is not None else None
     out: dict[str, Any] = {
         "scenario": sc.key,
         "block_size": sc.block_size,
@@ -273,19 +378,25 @@ def summarise(inp: SimInput, run: ScenarioRun) -> dict[str, Any]:
         "hit_tokens": hit,
         "hit_ratio": hit / prompt if prompt else 0.0,
         "prefill_tokens": prompt - hit,
+        "hit_tokens_instant": instant_hit,
+        "hit_ratio_instant": (instant_hit / prompt if prompt else 0.0)
+        if instant_hit is not None
+        else None,
+        "request_lifetime": lifetime,
+        "peak_pinned_tokens": peak_tokens,
+        "warnings": warnings,
         "spills": run.spills,
         "balance_routed": run.balance_routed,
+        "cache_aware": (
+            {**run.cache_aware.as_dict(), "router_view": ROUTER_VIEW_NOTE}
+            if run.cache_aware is not None
+            else None
+        ),
         "request_imbalance": _imbalance(replicas["requests"]),
         "token_imbalance": _imbalance(replicas["tokens"]),
         "prefill_imbalance": _imbalance(replicas["prefill_tokens"]),
         "per_replica": replicas.to_dicts(),
         "sessions_inferred": inp.sessions_inferred if sc.routing.endswith("affinity") else 0,
-        "durations": None,
+        "durations": estimated if durations_used else None,
     }
-    if durations_used:
-        out["durations"] = {
-            "estimated_requests": inp.durations_estimated,
-            "estimated": inp.durations_estimated > 0,
-            "latency_model": inp.latency_model.as_dict() if inp.durations_estimated else None,
-        }
     return out

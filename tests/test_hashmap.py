@@ -1,0 +1,44 @@
+"""The shared open-addressing map (pipeline.hashmap) against a Python dict."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pipeline.hashmap import EMPTY, dense_ids, get, new_map, put
+
+
+def test_put_and_get_agree_with_a_dict_across_growth() -> None:
+    rng = np.random.default_rng(4)
+    # many repeats and keys that differ only in high bits (the probe must mix them)
+    keys = np.concatenate(
+        [rng.integers(0, 2**63, 3000, dtype=np.uint64), np.arange(2000, dtype=np.uint64) << 40]
+    )
+    keys = np.concatenate([keys, keys[rng.integers(0, keys.size, 4000)]])
+    table_keys, table_values = new_map(4)
+    size = table_keys.size
+    used = 0
+    want: dict[int, int] = {}
+    for i, k in enumerate(keys.tolist()):
+        table_keys, table_values, used = put(table_keys, table_values, used, np.uint64(k), i)
+        want[k] = i
+    assert table_keys.size > size  # it grew, several times
+    assert used == len(want)
+    assert 2 * used <= table_keys.size
+    for k, v in want.items():
+        assert get(table_keys, table_values, np.uint64(k)) == v
+    assert get(table_keys, table_values, np.uint64(2**63 + 12345)) == EMPTY
+
+
+def test_dense_ids_number_keys_in_order_of_first_appearance() -> None:
+    keys = np.array([7, 2**64 - 1, 7, 0, 2**64 - 1, 42, 0], dtype=np.uint64)
+    ids, n = dense_ids(keys)
+    assert ids.tolist() == [0, 1, 0, 2, 1, 3, 2]
+    assert n == 4
+    big = np.random.default_rng(1).integers(0, 5000, 100_000).astype(np.uint64)
+    ids, n = dense_ids(big)
+    first: dict[int, int] = {}
+    want = [first.setdefault(k, len(first)) for k in big.tolist()]
+    assert ids.tolist() == want
+    assert n == len(first)
+    empty, n_empty = dense_ids(np.zeros(0, np.uint64))
+    assert empty.size == 0 and n_empty == 0
