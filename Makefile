@@ -22,16 +22,16 @@ report: $(STAMP) $(DAGSTER_HOME)/dagster.yaml
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
-	$(BIN)/ruff check pipeline assets tests benchmarks
+	$(BIN)/ruff check pipeline assets tests perf
 	$(BIN)/mypy
 
 lint: $(STAMP)
-	$(BIN)/ruff check pipeline assets tests benchmarks
-	$(BIN)/ruff format --check pipeline assets tests benchmarks
+	$(BIN)/ruff check pipeline assets tests perf
+	$(BIN)/ruff format --check pipeline assets tests perf
 	$(BIN)/mypy
 
 bench: $(STAMP)
-	$(BIN)/python -m benchmarks.run
+	$(BIN)/python -m perf.run
 
 ui: $(STAMP) $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/dg dev -w workspace.yaml

@@ -39,7 +39,7 @@ from pipeline.settings import (
 )
 from pipeline.settings import validation_message as _message
 from pipeline.shape.config import ShapeConfig
-from pipeline.sim.config import SimulationConfig, parse_simulation_config
+from pipeline.sim.config import SimulationConfig
 
 SALT_ENV_VAR = "ENGINEFIT_HASH_SALT"
 WORKLOAD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -132,8 +132,7 @@ class _File(BaseModel):
     shape: ShapeConfig
     prefix: PrefixConfig
     bench: BenchSettings
-    # Validated by its stage's own parser below.
-    simulation: dict[str, Any]
+    simulation: SimulationConfig
 
 
 @dataclass(frozen=True)
@@ -260,7 +259,7 @@ def config_from_mapping(raw: dict[str, Any], *, source: Path | None = None) -> C
         paths=parsed.paths,
         shape=parsed.shape,
         prefix=parsed.prefix,
-        simulation=parse_simulation_config(parsed.simulation, where=where, shape=merged["shape"]),
+        simulation=parsed.simulation,
         bench=parsed.bench,
         read=read,
         source=source,

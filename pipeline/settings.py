@@ -16,7 +16,7 @@ import datetime as dt
 import difflib
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, Self, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -35,11 +35,14 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
     def replace(self, **changes: Any) -> Self:
-        """A copy with ``changes`` applied, validated like the file is."""
-        return type(self).model_validate({**self.model_dump(), **changes}, context=_KEEP_PATHS)
+        """A copy with ``changes`` applied, each validated as the file's values are (so a
+        command-line override meets the same rules as the configuration)."""
+        current = {name: getattr(self, name) for name in type(self).model_fields}
+        return type(self).model_validate({**current, **changes}, context=_KEEP_PATHS)
 
 
 _KEEP_PATHS = {"base": None}
+SectionT = TypeVar("SectionT", bound=Section)
 
 
 def _resolve_path(value: Any, info: ValidationInfo) -> Any:
@@ -151,3 +154,18 @@ def validation_message(
     if len(errors) > 1:
         message += f" [and {len(errors) - 1} more problem(s)]"
     return message
+
+
+def with_flags(section: SectionT, flags: dict[str, tuple[str, Any]]) -> SectionT:
+    """``section`` with command-line values applied (``field → (flag, value)``), validated as
+    the configuration is; a bad value is a one-line error naming the flag."""
+    from pipeline.errors import ConfigError  # errors stays free of pydantic
+
+    try:
+        return section.replace(**{name: value for name, (_, value) in flags.items()})
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        name = str(first["loc"][0]) if first["loc"] else ""
+        flag, value = flags.get(name, (name, first.get("input")))
+        reason = str(first["msg"]).removeprefix("Value error, ")
+        raise ConfigError(f"{flag}: {reason} (got {value!r})") from exc

@@ -10,6 +10,7 @@ import yaml
 
 from pipeline.bench.config import BenchSettings
 from pipeline.config import default_config
+from pipeline.sim.config import SimulationConfig
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -109,4 +110,9 @@ def write_requests(frame: pl.DataFrame, workload_dir: Path) -> None:
 
 def bench_settings(**changes: object) -> BenchSettings:
     """The documented ``bench`` defaults with ``changes`` (already-built values) applied."""
-    return DEFAULTS.bench.with_changes(**changes)
+    return DEFAULTS.bench.replace(**changes)
+
+
+def sim_settings(**changes: object) -> SimulationConfig:
+    """The documented ``simulation`` defaults with ``changes`` applied (validated)."""
+    return DEFAULTS.simulation.replace(**changes)

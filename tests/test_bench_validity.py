@@ -92,7 +92,7 @@ SETTINGS = bench_settings(prices=Prices(default=3.0))
 
 
 def analyse(rows: list[dict[str, Any]], wf: WorkloadFacts | None = None, **kw: Any) -> Any:
-    return analyse_bench(frame(rows), SETTINGS.with_changes(**kw), wf, as_of=AS_OF)
+    return analyse_bench(frame(rows), SETTINGS.replace(**kw), wf, as_of=AS_OF)
 
 
 def test_workload_facts_json_round_trip() -> None:
@@ -295,7 +295,7 @@ def test_l40s_sweeps_without_a_failure_are_lower_bounds() -> None:
     path = shared_path("bench-samples", "vllm-bench-serve", "nerdalert_l40s_llmd_results.jsonl")
     manifest = {"engine": "vllm", "gpu_type": "L40S", "gpu_count": 4, "label_from": "deployment"}
     points = read_bench_files([path], manifest=manifest).load_points
-    settings = SETTINGS.with_changes(
+    settings = SETTINGS.replace(
         slo=parse_slo_spec("ttft_p99_ms=1000,itl_p99_ms=100", DEFAULTS.bench.slo),
         prices=Prices(gpu_hour_usd={"L40S": 1.2}),
     )

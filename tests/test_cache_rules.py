@@ -13,6 +13,7 @@ from pipeline.cache_rules import hit_limit_blocks, namespace_codes, namespaced_i
 from pipeline.prefix import reuse_per_request
 from pipeline.schema import conform
 from pipeline.sim import Scenario, sim_input, simulate
+from tests.conftest import DEFAULTS
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 B = 4
@@ -85,15 +86,19 @@ MIXED = [
 
 
 def test_simulation_never_shares_blocks_across_models_or_adapters() -> None:
-    inp = sim_input(_rows(MIXED))
-    run = simulate(inp, Scenario(B, 1, 1000, "round-robin"))
+    inp = sim_input(_rows(MIXED), latency_model=DEFAULTS.shape.latency)
+    run = simulate(inp, Scenario(B, 1, 1000, "round-robin"), DEFAULTS.simulation)
     assert run.hit_tokens.tolist() == [0, 0, 0, 8, 0]
     # with tenant isolation r3 (tenant t) no longer meets r1 (no tenant)
-    iso = simulate(inp, Scenario(B, 1, 1000, "round-robin", tenant_isolation=True))
+    iso = simulate(
+        inp, Scenario(B, 1, 1000, "round-robin", tenant_isolation=True), DEFAULTS.simulation
+    )
     assert iso.hit_tokens.tolist() == [0, 0, 0, 0, 0]
     # one model, no adapter: every repeat hits
-    plain = sim_input(_rows([{"model": "m1"}] * 3))
-    assert simulate(plain, Scenario(B, 1, 1000, "round-robin")).hit_tokens.tolist() == [0, 8, 8]
+    plain = sim_input(_rows([{"model": "m1"}] * 3), latency_model=DEFAULTS.shape.latency)
+    assert simulate(
+        plain, Scenario(B, 1, 1000, "round-robin"), DEFAULTS.simulation
+    ).hit_tokens.tolist() == [0, 8, 8]
 
 
 def test_reuse_replay_never_shares_blocks_across_models_or_adapters() -> None:

@@ -22,6 +22,7 @@ from pipeline.sim import (
     sim_input,
     simulate,
 )
+from tests.conftest import DEFAULTS, sim_settings
 from tests.sim_oracles import event_reference, lru_reference
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -52,11 +53,13 @@ def canonical(rows: list[dict[str, Any]], block_size: int) -> pl.DataFrame:
 def hits(rows: list[dict[str, Any]], block_size: int, cache_tokens: int, **kw: Any) -> list[int]:
     """Hit tokens per request; ``stored`` (default ``block_size``) is the trace's block size;
     ``lifetime`` defaults to instant (the cache rules alone, nothing pinned)."""
-    inp = sim_input(canonical(rows, kw.pop("stored", block_size)))
+    inp = sim_input(
+        canonical(rows, kw.pop("stored", block_size)), latency_model=DEFAULTS.shape.latency
+    )
     lifetime = kw.pop("lifetime", "instant")
     slots = kw.pop("replica_slots", None)
     sc = Scenario(block_size, kw.pop("replicas", 1), cache_tokens, **kw)
-    run = simulate(inp, sc, request_lifetime=lifetime, replica_slots=slots)
+    run = simulate(inp, sc, sim_settings(request_lifetime=lifetime, replica_slots=slots))
     return [int(h) for h in run.hit_tokens]
 
 
@@ -220,7 +223,7 @@ def test_coarser_block_size_strides_the_chain() -> None:
 def test_bad_input_names_the_request() -> None:
     rows = [{"hashes": [1], "prompt_blocks": 2, "prompt_tokens": 9}]
     with pytest.raises(SimulationInputError, match="'r0'"):
-        sim_input(canonical(rows, 4))
+        sim_input(canonical(rows, 4), latency_model=DEFAULTS.shape.latency)
 
 
 # --------------------------------------------------------------------------------------------
@@ -347,17 +350,20 @@ def test_replay_matches_reference(
     slots: int | None,
 ) -> None:
     rows, bs = case
-    inp = sim_input(canonical(rows, bs))
-    a = assign(inp, routing, replicas, seed=3, replica_slots=slots)
+    inp = sim_input(canonical(rows, bs), latency_model=DEFAULTS.shape.latency)
+    a = assign(inp, routing, replicas, sim_settings(random_seed=3, replica_slots=slots))
     sc = Scenario(bs, replicas, cap * bs, routing)
-    run = simulate(inp, sc, assignment=a, replica_slots=slots)
+    run = simulate(inp, sc, sim_settings(replica_slots=slots), assignment=a)
     assert run.request_lifetime == "durations"
     assert run.hit_tokens.tolist() == durations_reference(rows, bs, cap, a.replica.tolist(), slots)
     assert run.hit_tokens_instant is not None
     assert run.hit_tokens_instant.tolist() == reference(rows, bs, cap, a.replica.tolist())
     # isolation: the reference keys blocks by (tenant, hash)
     iso = simulate(
-        inp, Scenario(bs, replicas, cap * bs, routing, True), assignment=a, replica_slots=slots
+        inp,
+        Scenario(bs, replicas, cap * bs, routing, True),
+        sim_settings(replica_slots=slots),
+        assignment=a,
     )
     isolated_rows = [{**r, "isolate": True} for r in rows]
     assert iso.hit_tokens.tolist() == durations_reference(
@@ -373,16 +379,16 @@ def test_hits_never_decrease_with_capacity(
     case: tuple[list[dict[str, Any]], int], replicas: int, routing: str
 ) -> None:
     rows, bs = case
-    inp = sim_input(canonical(rows, bs))
-    a = assign(inp, routing, replicas, seed=1)
+    inp = sim_input(canonical(rows, bs), latency_model=DEFAULTS.shape.latency)
+    a = assign(inp, routing, replicas, sim_settings(random_seed=1))
     for lifetime in ("instant", "durations"):
         totals = [
             int(
                 simulate(
                     inp,
                     Scenario(bs, replicas, c * bs, routing),
+                    sim_settings(request_lifetime=lifetime),
                     assignment=a,
-                    request_lifetime=lifetime,
                     with_instant=False,
                 ).hit_tokens.sum()
             )
@@ -397,14 +403,18 @@ def test_one_replica_with_any_routing_is_the_single_cache(
     case: tuple[list[dict[str, Any]], int], cap: int, routing: str
 ) -> None:
     rows, bs = case
-    inp = sim_input(canonical(rows, bs))
+    inp = sim_input(canonical(rows, bs), latency_model=DEFAULTS.shape.latency)
     for lifetime in ("instant", "durations"):
         single = simulate(
-            inp, Scenario(bs, 1, cap * bs, "round-robin"), request_lifetime=lifetime
+            inp, Scenario(bs, 1, cap * bs, "round-robin"), sim_settings(request_lifetime=lifetime)
         ).hit_tokens
-        routed = simulate(inp, Scenario(bs, 1, cap * bs, routing), request_lifetime=lifetime)
+        routed = simulate(
+            inp, Scenario(bs, 1, cap * bs, routing), sim_settings(request_lifetime=lifetime)
+        )
         assert routed.hit_tokens.tolist() == single.tolist()
-    instant = simulate(inp, Scenario(bs, 1, cap * bs, routing), request_lifetime="instant")
+    instant = simulate(
+        inp, Scenario(bs, 1, cap * bs, routing), sim_settings(request_lifetime="instant")
+    )
     assert instant.hit_tokens.tolist() == reference(rows, bs, cap, [0] * len(rows))
 
 
@@ -414,15 +424,19 @@ def test_curve_equals_direct_simulation_at_every_capacity(
     case: tuple[list[dict[str, Any]], int], replicas: int, routing: str, isolation: bool
 ) -> None:
     rows, bs = case
-    inp = sim_input(canonical(rows, bs))
+    inp = sim_input(canonical(rows, bs), latency_model=DEFAULTS.shape.latency)
     curve = capacity_curve(
-        inp, block_size=bs, replicas=replicas, routing=routing, tenant_isolation=isolation, seed=2
+        inp,
+        sim_settings(tenant_isolation=isolation, random_seed=2),
+        block_size=bs,
+        replicas=replicas,
+        routing=routing,
     )
-    a = assign(inp, routing, replicas, seed=2)
+    a = assign(inp, routing, replicas, sim_settings(random_seed=2))
     top = int(curve.capacity_blocks[-1]) + 3 if curve.capacity_blocks.size else 3
     for cap in range(0, top):
         sc = Scenario(bs, replicas, cap * bs, routing, isolation)
-        run = simulate(inp, sc, assignment=a, request_lifetime="instant")
+        run = simulate(inp, sc, sim_settings(request_lifetime="instant"), assignment=a)
         assert curve.hit_tokens_at(cap * bs) == int(run.hit_tokens.sum()), cap
 
 
@@ -438,15 +452,19 @@ def test_curve_on_a_larger_random_workload_at_many_capacities() -> None:
         }
         for i, p in enumerate(prompts)
     ]
-    inp = sim_input(canonical(rows, 4))
+    inp = sim_input(canonical(rows, 4), latency_model=DEFAULTS.shape.latency)
     for replicas, routing in ((1, "round-robin"), (3, "affinity"), (4, "round-robin")):
-        curve = capacity_curve(inp, block_size=4, replicas=replicas, routing=routing)
-        a = assign(inp, routing, replicas)
+        curve = capacity_curve(
+            inp, DEFAULTS.simulation, block_size=4, replicas=replicas, routing=routing
+        )
+        a = assign(inp, routing, replicas, DEFAULTS.simulation)
         caps = np.unique(np.concatenate([curve.capacity_blocks, curve.capacity_blocks - 1]))
         for cap in [*caps[::7].tolist(), int(caps[-1])]:
             sc = Scenario(4, replicas, int(cap) * 4, routing)
             assert curve.hit_tokens_at(int(cap) * 4) == int(
-                simulate(inp, sc, assignment=a, request_lifetime="instant").hit_tokens.sum()
+                simulate(
+                    inp, sc, sim_settings(request_lifetime="instant"), assignment=a
+                ).hit_tokens.sum()
             )
 
 
@@ -460,9 +478,19 @@ def test_shards_sampling_tracks_the_exact_curve() -> None:
         c = int(rng.integers(len(convs)))
         convs[c] = convs[c] + rng.integers(0, 1000, size=int(rng.integers(1, 24))).tolist()
         rows.append({"hashes": chain_hashes([c, *convs[c]], 4), "prompt_tokens": len(convs[c]) + 1})
-    inp = sim_input(canonical(rows, 4))
-    exact = capacity_curve(inp, block_size=4)
-    sampled = capacity_curve(inp, block_size=4, sample_rate=0.25, sample_salt=1)
+    inp = sim_input(canonical(rows, 4), latency_model=DEFAULTS.shape.latency)
+    exact = capacity_curve(
+        inp, DEFAULTS.simulation, block_size=4, replicas=1, routing="round-robin"
+    )
+    sampled = capacity_curve(
+        inp,
+        DEFAULTS.simulation,
+        block_size=4,
+        sample_rate=0.25,
+        sample_salt=1,
+        replicas=1,
+        routing="round-robin",
+    )
     assert sampled.sample_rate == 0.25 and not sampled.as_dict()["exact"]
     caps = np.geomspace(256, exact.saturation_cache_tokens, 12).astype(int)
     errors = [abs(exact.hit_ratio_at(int(c)) - sampled.hit_ratio_at(int(c))) for c in caps]
@@ -471,10 +499,13 @@ def test_shards_sampling_tracks_the_exact_curve() -> None:
 
 def test_explicit_assignment_must_cover_every_request() -> None:
     rows = [{"hashes": [1], "prompt_tokens": 5}] * 3
-    inp = sim_input(canonical(rows, 4))
+    inp = sim_input(canonical(rows, 4), latency_model=DEFAULTS.shape.latency)
     with pytest.raises(SimulationInputError, match="length"):
         simulate(
-            inp, Scenario(4, 2, 100, "round-robin"), assignment=Assignment(np.zeros(2, np.int64))
+            inp,
+            Scenario(4, 2, 100, "round-robin"),
+            DEFAULTS.simulation,
+            assignment=Assignment(np.zeros(2, np.int64)),
         )
 
 
@@ -491,18 +522,29 @@ def test_non_chained_ids_fall_back_to_membership_tests() -> None:
         {"hashes": [2, 5, 1], "prompt_tokens": 13},
     ]
     rows = [{**r, "e2e_ms": 2500.0} for r in rows]
-    inp = sim_input(canonical(rows, 4))
+    inp = sim_input(canonical(rows, 4), latency_model=DEFAULTS.shape.latency)
     assert not inp.blocks(4).chained
     for cap in range(0, 8):
-        run = simulate(inp, Scenario(4, 1, cap * 4, "round-robin"), replica_slots=None)
+        run = simulate(
+            inp, Scenario(4, 1, cap * 4, "round-robin"), sim_settings(replica_slots=None)
+        )
         assert run.hit_tokens.tolist() == durations_reference(rows, 4, cap, [0] * 6, None), cap
         assert run.hit_tokens_instant is not None
         assert run.hit_tokens_instant.tolist() == reference(rows, 4, cap, [0] * len(rows)), cap
-    chained = sim_input(canonical([{"hashes": [1, 2], "prompt_tokens": 9}] * 2, 4))
+    chained = sim_input(
+        canonical([{"hashes": [1, 2], "prompt_tokens": 9}] * 2, 4),
+        latency_model=DEFAULTS.shape.latency,
+    )
     assert chained.blocks(4).chained
 
 
 def test_curve_refuses_ids_that_are_not_chains() -> None:
     rows = [{"hashes": [1, 5], "prompt_tokens": 9}, {"hashes": [2, 5], "prompt_tokens": 9}]
     with pytest.raises(SimulationInputError, match="hash chains"):
-        capacity_curve(sim_input(canonical(rows, 4)), block_size=4)
+        capacity_curve(
+            sim_input(canonical(rows, 4), latency_model=DEFAULTS.shape.latency),
+            DEFAULTS.simulation,
+            block_size=4,
+            replicas=1,
+            routing="round-robin",
+        )

@@ -10,9 +10,9 @@ import polars as pl
 import pytest
 
 from pipeline.cli import main
+from pipeline.config import config_from_mapping
 from pipeline.errors import ConfigError
 from pipeline.schema import conform
-from pipeline.sim import parse_simulation_config
 from tests.conftest import DEFAULTS, write_requests
 
 
@@ -115,19 +115,44 @@ def test_block_size_must_be_a_multiple(workload: Path, capsys: pytest.CaptureFix
     assert "multiple" in capsys.readouterr().err
 
 
+def simulation_section(raw: dict[str, object]) -> object:
+    return config_from_mapping({"simulation": raw}).simulation
+
+
 def test_config_section_validation() -> None:
-    cfg = parse_simulation_config({"replicas": [1, 2], "routings": ["random", "cache-aware"]})
+    cfg = config_from_mapping(
+        {"simulation": {"replicas": [1, 2], "routings": ["random", "cache-aware"]}}
+    ).simulation
     assert [s.key for s in cfg.scenarios()][:2] == [
-        "b512_r1_c1000000_random",
-        "b512_r1_c4000000_random",
+        "b16_r1_c1000000_random",
+        "b16_r1_c4000000_random",
     ]
     assert cfg.cache_aware.balance_rel_threshold == 1.1
-    with pytest.raises(ConfigError, match=r"simulation\.routings"):
-        parse_simulation_config({"routings": ["sticky"]})
-    with pytest.raises(ConfigError, match="unknown keys"):
-        parse_simulation_config({"replica": [1]})
-    with pytest.raises(ConfigError, match="cache_threshold"):
-        parse_simulation_config({"cache_aware": {"cache_threshold": 2}})
+    for raw, message in (
+        ({"routings": ["sticky"]}, "simulation.routings[0]: Input should be"),
+        ({"replica": [1]}, "unknown key simulation.replica (did you mean replicas?)"),
+        (
+            {"cache_aware": {"preset": "library", "cache_threshold": 2}},
+            "simulation.cache_aware: cache_threshold: Input should be less than or equal to 1",
+        ),
+    ):
+        with pytest.raises(ConfigError) as caught:
+            simulation_section(raw)
+        assert message in str(caught.value)
     latency = DEFAULTS.shape.latency_model.replace(tpot_ms=10).model_dump()
-    shaped = parse_simulation_config({}, shape={"latency_model": latency})
-    assert shaped.latency_model is not None and shaped.latency_model.tpot_ms == 10
+    shaped = config_from_mapping({"simulation": {"latency_model": latency}})
+    assert shaped.simulation.latency(shaped.shape.latency).tpot_ms == 10
+    # null: the shape section's model
+    assert DEFAULTS.simulation.latency(DEFAULTS.shape.latency) == DEFAULTS.shape.latency
+
+
+def test_adhoc_flags_are_validated_like_the_configuration(
+    workload: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["simulate", str(workload), "--block-size", "16", "--cache-tokens", "100"]
+    assert main([*argv, "--seed", "-5"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "enginefit: error: --seed: Input should be greater than or equal to 0 (got -5)"
+    )
+    assert main([*argv[:4]]) == 2
+    assert "--cache-tokens is required with TRACE" in capsys.readouterr().err

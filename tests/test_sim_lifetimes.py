@@ -7,24 +7,24 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import numpy as np
 import polars as pl
 import pytest
+from pydantic import ValidationError
 
+from pipeline.config import config_from_mapping
 from pipeline.errors import ConfigError
 from pipeline.schema import conform
 from pipeline.sim import (
     CacheAwareConfig,
     Scenario,
-    SimulationConfig,
     SimulationInputError,
     assign,
-    parse_simulation_config,
     sim_input,
     simulate,
     summarise,
 )
 from pipeline.sim import replay as replay_module
+from tests.conftest import DEFAULTS, sim_settings
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 B = 4
@@ -64,9 +64,9 @@ PINNING = [
 
 
 def test_pinned_blocks_are_never_evicted_and_count_as_cached() -> None:
-    inp = sim_input(canonical(PINNING))
+    inp = sim_input(canonical(PINNING), latency_model=DEFAULTS.shape.latency)
     sc = Scenario(B, 1, 8, "round-robin")
-    run = simulate(inp, sc, request_lifetime="durations")
+    run = simulate(inp, sc, sim_settings(request_lifetime="durations"))
     # durations: r1 pins 3, 4 beside r0's pinned 1, 2 (4 blocks in a 2-block cache: nothing
     # is free to evict). At 3 s r1 is released (4 then 3 join the free queue) and evicted
     # again at once, since r0 still pins 1, 2: r2 misses. r2 pins 3, 4 until 4 s; at 4 s it is
@@ -76,7 +76,7 @@ def test_pinned_blocks_are_never_evicted_and_count_as_cached() -> None:
     # instant: r0's 1, 2 are evicted by r1's 3, 4; r2 hits them; r3 misses.
     assert run.hit_tokens_instant is not None
     assert run.hit_tokens_instant.tolist() == [0, 0, 8, 0]
-    instant = simulate(inp, sc, request_lifetime="instant")
+    instant = simulate(inp, sc, sim_settings(request_lifetime="instant"))
     assert instant.hit_tokens.tolist() == [0, 0, 8, 0]
     assert instant.peak_pinned_blocks.tolist() == [0]
 
@@ -88,7 +88,11 @@ def test_release_frees_the_tail_first_so_the_head_survives() -> None:
         {"t_ms": 0, "hashes": [1, 2, 3], "e2e_ms": 1000.0},
         {"t_ms": 5000, "hashes": [1, 2, 3], "e2e_ms": 1000.0},
     ]
-    run = simulate(sim_input(canonical(rows)), Scenario(B, 1, 8, "round-robin"))
+    run = simulate(
+        sim_input(canonical(rows), latency_model=DEFAULTS.shape.latency),
+        Scenario(B, 1, 8, "round-robin"),
+        DEFAULTS.simulation,
+    )
     assert run.hit_tokens.tolist() == [0, 8]
 
 
@@ -101,15 +105,19 @@ def test_shared_blocks_stay_pinned_while_any_holder_runs() -> None:
         {"t_ms": 100, "hashes": [1, 2, 5], "e2e_ms": 1000.0},
         {"t_ms": 2000, "hashes": [1, 2, 5], "e2e_ms": 1000.0},
     ]
-    run = simulate(sim_input(canonical(rows)), Scenario(B, 1, 8, "round-robin"))
+    run = simulate(
+        sim_input(canonical(rows), latency_model=DEFAULTS.shape.latency),
+        Scenario(B, 1, 8, "round-robin"),
+        DEFAULTS.simulation,
+    )
     assert run.hit_tokens.tolist() == [0, 8, 8]
     assert run.peak_pinned_blocks.tolist() == [3]
 
 
 def test_summary_reports_the_lifetime_pinning_and_a_warning() -> None:
-    inp = sim_input(canonical(PINNING))
+    inp = sim_input(canonical(PINNING), latency_model=DEFAULTS.shape.latency)
     sc = Scenario(B, 1, 8, "round-robin")
-    out = summarise(inp, simulate(inp, sc))
+    out = summarise(inp, simulate(inp, sc, DEFAULTS.simulation), DEFAULTS.simulation)
     assert out["request_lifetime"] == {
         "mode": "durations",
         "durations_logged": 4,
@@ -128,10 +136,13 @@ def test_summary_reports_the_lifetime_pinning_and_a_warning() -> None:
     ]
     # 16 tokens pinned against a 32-token cache is 50 %: below 0.8, above 0.4
     roomy = Scenario(B, 1, 32, "round-robin")
-    assert summarise(inp, simulate(inp, roomy))["warnings"] == []
-    warned = summarise(inp, simulate(inp, roomy), pinned_warn_share=0.4)["warnings"]
+    run = simulate(inp, roomy, DEFAULTS.simulation)
+    assert summarise(inp, run, DEFAULTS.simulation)["warnings"] == []
+    warned = summarise(inp, run, sim_settings(pinned_warn_share=0.4))["warnings"]
     assert warned == ["tokens pinned by running requests at peak reach 50 % of the cache capacity"]
-    instant = summarise(inp, simulate(inp, sc, request_lifetime="instant"))
+    instant = summarise(
+        inp, simulate(inp, sc, sim_settings(request_lifetime="instant")), DEFAULTS.simulation
+    )
     assert instant["request_lifetime"] == {
         "mode": "instant",
         "note": "no durations: blocks released at arrival, nothing pinned",
@@ -143,8 +154,9 @@ def test_summary_reports_the_lifetime_pinning_and_a_warning() -> None:
 def test_estimated_durations_are_counted_and_labelled() -> None:
     rows = [{"t_ms": i, "hashes": [1]} for i in range(3)]
     rows[0]["e2e_ms"] = 5.0
-    inp = sim_input(canonical(rows))
-    out = summarise(inp, simulate(inp, Scenario(B, 1, 100, "round-robin")))
+    inp = sim_input(canonical(rows), latency_model=DEFAULTS.shape.latency)
+    run = simulate(inp, Scenario(B, 1, 100, "round-robin"), DEFAULTS.simulation)
+    out = summarise(inp, run, DEFAULTS.simulation)
     lifetime = out["request_lifetime"]
     assert (lifetime["durations_logged"], lifetime["durations_estimated"]) == (1, 2)
     assert lifetime["latency_model"]["source"] == "config"
@@ -152,11 +164,10 @@ def test_estimated_durations_are_counted_and_labelled() -> None:
 
 
 def test_unknown_lifetime_and_bad_slots_are_refused() -> None:
-    inp = sim_input(canonical(PINNING))
-    with pytest.raises(SimulationInputError, match="request lifetime"):
-        simulate(inp, Scenario(B, 1, 8, "round-robin"), request_lifetime="forever")
-    with pytest.raises(SimulationInputError, match="replica_slots"):
-        simulate(inp, Scenario(B, 1, 8, "round-robin"), replica_slots=0)
+    with pytest.raises(ValidationError, match="request_lifetime"):
+        sim_settings(request_lifetime="forever")
+    with pytest.raises(ValidationError, match="replica_slots"):
+        sim_settings(replica_slots=0)
 
 
 # --------------------------------------------------------------------------------------------
@@ -172,12 +183,24 @@ def test_least_loaded_sees_durations_stretched_past_the_slots() -> None:
         {"t_ms": 150, "hashes": [4], "e2e_ms": 10.0},
         {"t_ms": 210, "hashes": [5], "e2e_ms": 10.0},
     ]
-    inp = sim_input(canonical(rows))
+    inp = sim_input(canonical(rows), latency_model=DEFAULTS.shape.latency)
     # one slot: r0 → 0 (ends 100), r1 → 1 (ends 110), r2 → 0 with 2 in flight there: 100 ms ×
     # 2 / 1, ends 220. r3 at 150: loads (1, 0) → 1 (ends 160). r4 at 210: r2 still runs → 1.
-    assert assign(inp, "least-loaded", 2, replica_slots=1).replica.tolist() == [0, 1, 0, 1, 1]
+    assert assign(inp, "least-loaded", 2, sim_settings(replica_slots=1)).replica.tolist() == [
+        0,
+        1,
+        0,
+        1,
+        1,
+    ]
     # no slot limit: r2 ends at 120, so r3 and r4 meet two idle replicas → 0.
-    assert assign(inp, "least-loaded", 2, replica_slots=None).replica.tolist() == [0, 1, 0, 0, 0]
+    assert assign(inp, "least-loaded", 2, sim_settings(replica_slots=None)).replica.tolist() == [
+        0,
+        1,
+        0,
+        0,
+        0,
+    ]
 
 
 # Twenty requests for one prompt, 100 ms apart, 250 ms each. With fixed durations at most two
@@ -191,15 +214,15 @@ KNOBS = CacheAwareConfig.from_preset("library", balance_abs_threshold=2, balance
 
 
 def test_growing_durations_let_the_imbalance_rule_fire() -> None:
-    inp = sim_input(canonical(AFFINE))
+    inp = sim_input(canonical(AFFINE), latency_model=DEFAULTS.shape.latency)
     sc = Scenario(B, 2, 10_000, "cache-aware")
-    fixed = simulate(inp, sc, cache_aware=KNOBS, replica_slots=None)
+    fixed = simulate(inp, sc, sim_settings(cache_aware=KNOBS, replica_slots=None))
     assert fixed.balance_routed == 0
     assert fixed.replica.tolist() == [0] * 20
-    loaded = simulate(inp, sc, cache_aware=KNOBS, replica_slots=1)
+    loaded = simulate(inp, sc, sim_settings(cache_aware=KNOBS, replica_slots=1))
     assert loaded.replica.tolist()[:5] == [0, 0, 0, 0, 1]
     assert loaded.balance_routed > 0
-    assert summarise(inp, loaded)["balance_routed"] == loaded.balance_routed
+    assert summarise(inp, loaded, DEFAULTS.simulation)["balance_routed"] == loaded.balance_routed
 
 
 # --------------------------------------------------------------------------------------------
@@ -208,8 +231,8 @@ def test_growing_durations_let_the_imbalance_rule_fire() -> None:
 
 
 def test_presets_and_overrides() -> None:
-    assert CacheAwareConfig() == CacheAwareConfig.from_preset("library")
-    library = CacheAwareConfig()
+    assert DEFAULTS.simulation.cache_aware == CacheAwareConfig.from_preset("library")
+    library = CacheAwareConfig.from_preset("library")
     assert (
         library.cache_threshold,
         library.balance_abs_threshold,
@@ -234,22 +257,22 @@ def test_presets_and_overrides() -> None:
 
 
 def test_summary_states_the_preset_and_the_router_view() -> None:
-    inp = sim_input(canonical(AFFINE[:4]))
+    inp = sim_input(canonical(AFFINE[:4]), latency_model=DEFAULTS.shape.latency)
     run = simulate(
         inp,
         Scenario(B, 2, 10_000, "cache-aware"),
-        cache_aware=CacheAwareConfig.from_preset("launcher"),
+        sim_settings(cache_aware=CacheAwareConfig.from_preset("launcher")),
     )
-    ca = summarise(inp, run)["cache_aware"]
+    ca = summarise(inp, run, DEFAULTS.simulation)["cache_aware"]
     assert ca["preset"] == "launcher"
     assert (ca["cache_threshold"], ca["balance_abs_threshold"]) == (0.3, 64)
     assert "exact caches" in ca["router_view"] and "approximate" in ca["router_view"]
-    plain = simulate(inp, Scenario(B, 2, 10_000, "round-robin"))
-    assert summarise(inp, plain)["cache_aware"] is None
+    plain = simulate(inp, Scenario(B, 2, 10_000, "round-robin"), DEFAULTS.simulation)
+    assert summarise(inp, plain, DEFAULTS.simulation)["cache_aware"] is None
 
 
 def test_router_state_above_the_memory_limit_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    inp = sim_input(canonical(AFFINE))
+    inp = sim_input(canonical(AFFINE), latency_model=DEFAULTS.shape.latency)
     sc = Scenario(B, 2, 10_000, "cache-aware")
     view = inp.blocks(B)
     # 3 distinct blocks; queue min(4 × (min(2500, 3) + 4), 60) + 64 = 92 entries (the chain of
@@ -257,9 +280,12 @@ def test_router_state_above_the_memory_limit_is_refused(monkeypatch: pytest.Monk
     assert replay_module.routed_state_bytes(view, 2, 2500) == 760
     monkeypatch.setattr(replay_module, "MAX_ROUTED_STATE_BYTES", 759)
     with pytest.raises(SimulationInputError, match=r"2 replicas × \(3 blocks \+ 92 queue"):
-        simulate(inp, sc)
+        simulate(inp, sc, DEFAULTS.simulation)
     # fixed routings replay one replica at a time and are not limited
-    assert simulate(inp, Scenario(B, 2, 10_000, "round-robin")).hit_tokens.sum() > 0
+    assert (
+        simulate(inp, Scenario(B, 2, 10_000, "round-robin"), DEFAULTS.simulation).hit_tokens.sum()
+        > 0
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -268,70 +294,69 @@ def test_router_state_above_the_memory_limit_is_refused(monkeypatch: pytest.Monk
 
 
 def test_new_config_keys_defaults_and_validation() -> None:
-    default = parse_simulation_config({})
-    assert default == SimulationConfig()
+    default = DEFAULTS.simulation
     assert default.request_lifetime == "durations"
     assert default.replica_slots == 64
     assert default.pinned_warn_share == 0.8
-    assert default.cache_aware.preset == "library"
-    cfg = parse_simulation_config(
+    assert default.cache_aware == CacheAwareConfig.from_preset("library")
+    cfg = config_from_mapping(
         {
-            "request_lifetime": "instant",
-            "replica_slots": None,
-            "pinned_warn_share": 0.5,
-            "cache_aware": {"preset": "launcher", "balance_abs_threshold": 8},
+            "simulation": {
+                "request_lifetime": "instant",
+                "replica_slots": None,
+                "pinned_warn_share": 0.5,
+                "cache_aware": {"preset": "launcher", "balance_abs_threshold": 8},
+            }
         }
-    )
+    ).simulation
     assert (cfg.request_lifetime, cfg.replica_slots, cfg.pinned_warn_share) == (
         "instant",
         None,
         0.5,
     )
     assert cfg.cache_aware == CacheAwareConfig.from_preset("launcher", balance_abs_threshold=8)
-    with pytest.raises(ConfigError, match="request_lifetime"):
-        parse_simulation_config({"request_lifetime": "forever"})
-    with pytest.raises(ConfigError, match="replica_slots"):
-        parse_simulation_config({"replica_slots": 0})
-    with pytest.raises(ConfigError, match="pinned_warn_share"):
-        parse_simulation_config({"pinned_warn_share": -0.1})
-    with pytest.raises(ConfigError, match=r"cache_aware\.preset"):
-        parse_simulation_config({"cache_aware": {"preset": "cli"}})
-    with pytest.raises(ConfigError, match="unknown keys"):
-        parse_simulation_config({"cache_aware": {"eviction_interval_secs": 30}})
-
-
-def test_the_shipped_config_parses_with_the_documented_defaults() -> None:
-    import yaml
-
-    from tests.conftest import REPO
-
-    raw = yaml.safe_load((REPO / "enginefit.yaml").read_text())["simulation"]
-    cfg = parse_simulation_config(raw)
-    assert cfg.request_lifetime == "durations"
-    assert cfg.replica_slots == 64
-    assert cfg.pinned_warn_share == 0.8
-    assert cfg.cache_aware == CacheAwareConfig.from_preset("library")
-    assert np.isclose(cfg.cache_aware.cache_threshold, 0.5)
+    for raw, message in (
+        ({"request_lifetime": "forever"}, "simulation.request_lifetime"),
+        ({"replica_slots": 0}, "simulation.replica_slots"),
+        ({"pinned_warn_share": -0.1}, "simulation.pinned_warn_share"),
+        ({"cache_aware": {"preset": "cli"}}, "simulation.cache_aware.preset"),
+        (
+            {"cache_aware": {"preset": "library", "eviction_interval_secs": 30}},
+            "unknown key eviction_interval_secs",
+        ),
+    ):
+        with pytest.raises(ConfigError) as caught:
+            config_from_mapping({"simulation": raw})
+        assert message in str(caught.value)
 
 
 def test_curve_check_compares_the_instant_figures() -> None:
     from pipeline.sim import capacity_curve
-    from pipeline.sim.outputs import curve_disagreements, curves_frame, scenario_frame
+    from pipeline.sim.checks import curve_disagreements, curve_matches_replay
+    from pipeline.sim.result import curves_frame, scenario_frame
 
     # PINNING's first three requests: in a 2-block cache r2 misses while r0 pins 1, 2
     # (durations: 0 hit tokens) but hits 3, 4 when nothing is pinned (instant: 8)
-    inp = sim_input(canonical(PINNING[:3]))
+    inp = sim_input(canonical(PINNING[:3]), latency_model=DEFAULTS.shape.latency)
+    settings = DEFAULTS.simulation
     summaries = [
-        summarise(inp, simulate(inp, Scenario(B, 1, cache, "round-robin"))) for cache in (8, 1000)
+        summarise(inp, simulate(inp, Scenario(B, 1, cache, "round-robin"), settings), settings)
+        for cache in (8, 1000)
     ]
     scenarios = scenario_frame(summaries)
     assert scenarios["request_lifetime"].to_list() == ["durations"] * 2
     # rows sorted by scenario key: c1000 before c8
     assert scenarios["hit_tokens"].to_list() == [8, 0]
     assert scenarios["hit_tokens_instant"].to_list() == [8, 8]
-    curves = curves_frame([capacity_curve(inp, block_size=B)])
+    curves = curves_frame(
+        [capacity_curve(inp, DEFAULTS.simulation, block_size=B, replicas=1, routing="round-robin")]
+    )
     assert curve_disagreements(curves, scenarios).height == 0
     tampered = scenarios.with_columns(pl.col("hit_tokens_instant") + 1)
     bad = curve_disagreements(curves, tampered)
     assert bad["scenario"].to_list() == scenarios["scenario"].to_list()
     assert bad.columns[-2:] == ["hit_tokens_instant", "curve_hit_tokens"]
+    assert curve_matches_replay(curves, scenarios) == []
+    assert curve_matches_replay(curves, tampered)[1] == (
+        f"{scenarios['scenario'][1]}: replay 9 hit tokens, curve 8 at 2 blocks"
+    )

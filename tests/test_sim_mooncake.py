@@ -11,7 +11,7 @@ import pytest
 from pipeline.cli import main
 from pipeline.schema import conform
 from pipeline.sim import Scenario, SimInput, assign, capacity_curve, sim_input, simulate
-from tests.conftest import trace_or_missing
+from tests.conftest import DEFAULTS, sim_settings, trace_or_missing
 
 TRACE = trace_or_missing("traces", "mooncake-fast25", "conversation_trace.jsonl")
 B = 512
@@ -49,7 +49,7 @@ def inp(rows: list[dict[str, object]]) -> SimInput:
             schema_overrides={"prefix_hashes": pl.List(pl.UInt64)},
         )
     )
-    return sim_input(frame)
+    return sim_input(frame, latency_model=DEFAULTS.shape.latency)
 
 
 def test_unbounded_single_cache_equals_a_set_walk(
@@ -69,10 +69,12 @@ def test_unbounded_single_cache_equals_a_set_walk(
         expected += min(run, max(n_in - 1, 0) // B) * B  # whole blocks, last token recomputed
         prompt += n_in
         seen.update(full)
-    got = simulate(inp, Scenario(B, 1, 10**12, "round-robin")).hit_tokens
+    got = simulate(inp, Scenario(B, 1, 10**12, "round-robin"), DEFAULTS.simulation).hit_tokens
     assert int(got.sum()) == expected
     assert int(inp.prompt_tokens.sum()) == prompt
-    curve = capacity_curve(inp, block_size=B)
+    curve = capacity_curve(
+        inp, DEFAULTS.simulation, block_size=B, replicas=1, routing="round-robin"
+    )
     assert curve.max_hit_tokens == expected
 
 
@@ -80,8 +82,10 @@ def test_unbounded_single_cache_equals_a_set_walk(
     ("replicas", "routing"), [(1, "round-robin"), (4, "round-robin"), (4, "affinity")]
 )
 def test_curve_equals_direct_on_mooncake(inp: SimInput, replicas: int, routing: str) -> None:
-    curve = capacity_curve(inp, block_size=B, replicas=replicas, routing=routing)
-    a = assign(inp, routing, replicas)
+    curve = capacity_curve(
+        inp, DEFAULTS.simulation, block_size=B, replicas=replicas, routing=routing
+    )
+    a = assign(inp, routing, replicas, DEFAULTS.simulation)
     for cache_tokens in (
         B,
         64 * B,
@@ -91,15 +95,17 @@ def test_curve_equals_direct_on_mooncake(inp: SimInput, replicas: int, routing: 
         curve.saturation_cache_tokens,
     ):
         sc = Scenario(B, replicas, cache_tokens, routing)
-        run = simulate(inp, sc, assignment=a, request_lifetime="instant")
+        run = simulate(inp, sc, sim_settings(request_lifetime="instant"), assignment=a)
         assert curve.hit_tokens_at(cache_tokens) == int(run.hit_tokens.sum())
 
 
 def test_affinity_on_inferred_sessions_beats_round_robin(inp: SimInput) -> None:
     pytest.importorskip("pipeline.sessions")
     assert inp.sessions_inferred > 0
-    rr = simulate(inp, Scenario(B, 4, 4_000_000, "round-robin")).hit_tokens.sum()
-    aff = simulate(inp, Scenario(B, 4, 4_000_000, "affinity")).hit_tokens.sum()
+    rr = simulate(
+        inp, Scenario(B, 4, 4_000_000, "round-robin"), DEFAULTS.simulation
+    ).hit_tokens.sum()
+    aff = simulate(inp, Scenario(B, 4, 4_000_000, "affinity"), DEFAULTS.simulation).hit_tokens.sum()
     assert aff > rr
 
 
@@ -123,7 +129,7 @@ def test_cli_on_the_raw_trace_agrees_with_the_direct_frame(
     )
     assert code == 0
     out = json.loads(capsys.readouterr().out)
-    direct = simulate(inp, Scenario(B, 4, 1_000_000, "round-robin"))
+    direct = simulate(inp, Scenario(B, 4, 1_000_000, "round-robin"), DEFAULTS.simulation)
     assert out["prompt_tokens"] == int(inp.prompt_tokens.sum())
     assert out["hit_tokens"] == int(direct.hit_tokens.sum())
     assert len(out["per_replica"]) == 4

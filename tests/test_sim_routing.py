@@ -21,6 +21,7 @@ from pipeline.sim import (
     simulate,
     summarise,
 )
+from tests.conftest import DEFAULTS, sim_settings
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -46,15 +47,27 @@ def canonical(rows: list[dict[str, Any]], block_size: int = 4) -> pl.DataFrame:
 
 
 def test_round_robin_is_i_mod_r() -> None:
-    inp = sim_input(canonical([{"t_ms": i} for i in range(7)]))
-    assert assign(inp, "round-robin", 3).replica.tolist() == [0, 1, 2, 0, 1, 2, 0]
+    inp = sim_input(
+        canonical([{"t_ms": i} for i in range(7)]), latency_model=DEFAULTS.shape.latency
+    )
+    assert assign(inp, "round-robin", 3, DEFAULTS.simulation).replica.tolist() == [
+        0,
+        1,
+        2,
+        0,
+        1,
+        2,
+        0,
+    ]
 
 
 def test_random_is_seeded() -> None:
-    inp = sim_input(canonical([{"t_ms": i} for i in range(50)]))
-    a = assign(inp, "random", 4, seed=9).replica
-    assert a.tolist() == assign(inp, "random", 4, seed=9).replica.tolist()
-    assert a.tolist() != assign(inp, "random", 4, seed=10).replica.tolist()
+    inp = sim_input(
+        canonical([{"t_ms": i} for i in range(50)]), latency_model=DEFAULTS.shape.latency
+    )
+    a = assign(inp, "random", 4, sim_settings(random_seed=9)).replica
+    assert a.tolist() == assign(inp, "random", 4, sim_settings(random_seed=9)).replica.tolist()
+    assert a.tolist() != assign(inp, "random", 4, sim_settings(random_seed=10)).replica.tolist()
     assert set(a.tolist()) <= {0, 1, 2, 3}
 
 
@@ -67,14 +80,20 @@ def test_least_loaded_counts_requests_in_flight_at_arrival() -> None:
         {"t_ms": 200, "e2e_ms": 10.0},  # loads (1, 1) → 0
         {"t_ms": 1000, "e2e_ms": 10.0},  # r0 ended at 1000 (not in flight), r3 ended: (0, 1) → 0
     ]
-    inp = sim_input(canonical(rows))
+    inp = sim_input(canonical(rows), latency_model=DEFAULTS.shape.latency)
     assert inp.durations_estimated == 0
-    assert assign(inp, "least-loaded", 2).replica.tolist() == [0, 1, 1, 0, 0]
+    assert assign(inp, "least-loaded", 2, DEFAULTS.simulation).replica.tolist() == [0, 1, 1, 0, 0]
 
 
 def test_least_loaded_labels_estimated_durations() -> None:
-    inp = sim_input(canonical([{"t_ms": i} for i in range(4)]))
-    out = summarise(inp, simulate(inp, Scenario(4, 2, 100, "least-loaded")))
+    inp = sim_input(
+        canonical([{"t_ms": i} for i in range(4)]), latency_model=DEFAULTS.shape.latency
+    )
+    out = summarise(
+        inp,
+        simulate(inp, Scenario(4, 2, 100, "least-loaded"), DEFAULTS.simulation),
+        DEFAULTS.simulation,
+    )
     assert out["durations"]["estimated"] is True
     assert out["durations"]["estimated_requests"] == 4
     assert out["durations"]["latency_model"]["source"] == "config"
@@ -82,18 +101,20 @@ def test_least_loaded_labels_estimated_durations() -> None:
 
 def test_least_served_balances_tokens() -> None:
     rows = [{"prompt_tokens": p} for p in (100, 10, 10, 10, 200)]
-    inp = sim_input(canonical(rows))
+    inp = sim_input(canonical(rows), latency_model=DEFAULTS.shape.latency)
     # served (0,0)→0; (100,0)→1; (100,10)→1; (100,20)→1; (100,30)→1
-    assert assign(inp, "least-served", 2).replica.tolist() == [0, 1, 1, 1, 1]
+    assert assign(inp, "least-served", 2, DEFAULTS.simulation).replica.tolist() == [0, 1, 1, 1, 1]
 
 
 def test_affinity_is_a_stable_function_of_the_session() -> None:
     rows = [{"session": s} for s in ("a", "b", "a", "c", "b", "a")]
-    inp = sim_input(canonical(rows))
+    inp = sim_input(canonical(rows), latency_model=DEFAULTS.shape.latency)
     homes = affinity_home(inp, 8).tolist()
     assert homes[0] == homes[2] == homes[5] and homes[1] == homes[4]
     # Same session, same home, whatever else is in the table.
-    other = sim_input(canonical([{"session": "zz"}, {"session": "a"}]))
+    other = sim_input(
+        canonical([{"session": "zz"}, {"session": "a"}]), latency_model=DEFAULTS.shape.latency
+    )
     assert affinity_home(other, 8).tolist()[1] == homes[0]
 
 
@@ -101,24 +122,29 @@ def test_bounded_affinity_spills_when_home_exceeds_the_bound() -> None:
     # One session for everything: home h. With R=2, margin 0.5 the bound after i+1 requests is
     # ceil(1.5 (i+1) / 2) = 1, 2, 3, 3, 4, 5 ...
     rows = [{"session": "only"} for _ in range(6)]
-    inp = sim_input(canonical(rows))
+    inp = sim_input(canonical(rows), latency_model=DEFAULTS.shape.latency)
     h = int(affinity_home(inp, 2)[0])
-    out = assign(inp, "bounded-affinity", 2, margin=0.5)
+    out = assign(inp, "bounded-affinity", 2, sim_settings(bounded_affinity_margin=0.5))
     o = 1 - h
     # i=0: 0+1<=1 home; i=1: 1+1<=2 home; i=2: 2+1<=3 home; i=3: 3+1>3 spill (other has 0);
     # i=4: 3+1<=4 home; i=5: 4+1<=5 home
     assert out.replica.tolist() == [h, h, h, o, h, h]
     assert out.spills == 1
     # margin so large nothing spills: plain affinity
-    assert assign(inp, "bounded-affinity", 2, margin=10.0).replica.tolist() == [h] * 6
+    assert (
+        assign(
+            inp, "bounded-affinity", 2, sim_settings(bounded_affinity_margin=10.0)
+        ).replica.tolist()
+        == [h] * 6
+    )
 
 
 def _cache_aware(rows: list[dict[str, Any]], **cfg: Any) -> tuple[list[int], int]:
-    inp = sim_input(canonical(rows))
+    inp = sim_input(canonical(rows), latency_model=DEFAULTS.shape.latency)
     run = simulate(
         inp,
         Scenario(4, 2, 10_000, "cache-aware"),
-        cache_aware=CacheAwareConfig(**cfg),
+        sim_settings(cache_aware=CacheAwareConfig.from_preset("library", **cfg)),
     )
     return run.replica.tolist(), run.balance_routed
 
@@ -151,11 +177,11 @@ def test_cache_aware_imbalance_rule_overrides_the_cache() -> None:
 
 
 def test_cache_aware_has_no_single_pass_curve() -> None:
-    inp = sim_input(canonical([{}, {}]))
+    inp = sim_input(canonical([{}, {}]), latency_model=DEFAULTS.shape.latency)
     with pytest.raises(SimulationInputError, match="cache state"):
-        capacity_curve(inp, block_size=4, replicas=2, routing="cache-aware")
+        capacity_curve(inp, DEFAULTS.simulation, block_size=4, replicas=2, routing="cache-aware")
     with pytest.raises(SimulationInputError, match="unknown routing"):
-        assign(inp, "sticky", 2)
+        assign(inp, "sticky", 2, DEFAULTS.simulation)
 
 
 def test_summary_statistics_add_up() -> None:
@@ -169,8 +195,12 @@ def test_summary_statistics_add_up() -> None:
         }
         for i in range(12)
     ]
-    inp = sim_input(canonical(rows))
-    out = summarise(inp, simulate(inp, Scenario(4, 4, 1000, "round-robin")))
+    inp = sim_input(canonical(rows), latency_model=DEFAULTS.shape.latency)
+    out = summarise(
+        inp,
+        simulate(inp, Scenario(4, 4, 1000, "round-robin"), DEFAULTS.simulation),
+        DEFAULTS.simulation,
+    )
     assert out["prompt_tokens"] == 12 * 9
     # each replica gets 3 requests: first misses, next two hit 8 tokens each
     assert out["hit_tokens"] == 4 * 2 * 8
@@ -180,7 +210,11 @@ def test_summary_statistics_add_up() -> None:
     assert out["request_imbalance"] == 1.0
     assert sum(r["tokens"] for r in out["per_replica"]) == 12 * 12
     # affinity over 3 sessions on 4 replicas: at least one replica idle, imbalance ≥ 4/3
-    aff = summarise(inp, simulate(inp, Scenario(4, 4, 1000, "affinity")))
+    aff = summarise(
+        inp,
+        simulate(inp, Scenario(4, 4, 1000, "affinity"), DEFAULTS.simulation),
+        DEFAULTS.simulation,
+    )
     assert aff["request_imbalance"] >= 4 / 3
     assert len(aff["per_replica"]) == 4
     assert aff["hit_tokens"] == (12 - 3) * 8
@@ -196,10 +230,22 @@ def test_inferred_sessions_bring_a_conversation_home() -> None:
         c = int(rng.integers(6))
         convs[c] = [*convs[c], 100 * c + len(convs[c]) + 1]
         rows.append({"t_ms": i, "hashes": list(convs[c]), "prompt_tokens": 4 * len(convs[c]) + 1})
-    inp = sim_input(canonical(rows))
+    inp = sim_input(canonical(rows), latency_model=DEFAULTS.shape.latency)
     assert inp.sessions_inferred > 0
-    aff = summarise(inp, simulate(inp, Scenario(4, 3, 10_000, "affinity")))
-    rr = summarise(inp, simulate(inp, Scenario(4, 3, 10_000, "round-robin")))
-    single = summarise(inp, simulate(inp, Scenario(4, 1, 10_000, "round-robin")))
+    aff = summarise(
+        inp,
+        simulate(inp, Scenario(4, 3, 10_000, "affinity"), DEFAULTS.simulation),
+        DEFAULTS.simulation,
+    )
+    rr = summarise(
+        inp,
+        simulate(inp, Scenario(4, 3, 10_000, "round-robin"), DEFAULTS.simulation),
+        DEFAULTS.simulation,
+    )
+    single = summarise(
+        inp,
+        simulate(inp, Scenario(4, 1, 10_000, "round-robin"), DEFAULTS.simulation),
+        DEFAULTS.simulation,
+    )
     assert aff["hit_tokens"] == single["hit_tokens"] > rr["hit_tokens"]
     assert aff["sessions_inferred"] == inp.sessions_inferred

@@ -14,7 +14,7 @@ from pipeline.cli import main as enginefit
 from pipeline.layout import WorkloadLayout
 from tests.conftest import bundled_config
 
-STAGES = ("ingest", "shape", "prefix", "bench")
+STAGES = ("ingest", "shape", "prefix", "simulation", "bench")
 
 
 def digests(paths: dict[str, Path]) -> dict[str, str]:
@@ -27,6 +27,7 @@ def stage_files(layout: WorkloadLayout) -> dict[str, Path]:
     for stage in STAGES[1:]:
         paths = getattr(layout, stage).files().items()
         files |= {f"{stage}.{k}": v for k, v in paths if v.is_file()}
+    files |= {f"simulation.{p.name}": p for p in layout.simulation.scenario_dir.glob("*.json")}
     return files
 
 
@@ -38,13 +39,15 @@ def test_commands_write_what_the_assets_write(
     assert success
     config = bundled_config(tmp_path, "command")
     for stage in STAGES:
-        assert enginefit([stage, "--config", str(config)]) == 0, capsys.readouterr().err
+        command = "simulate" if stage == "simulation" else stage
+        assert enginefit([command, "--config", str(config)]) == 0, capsys.readouterr().err
     by_asset = stage_files(WorkloadLayout(tmp_path / "asset" / "data" / "mooncake-conversation"))
     by_command = stage_files(
         WorkloadLayout(tmp_path / "command" / "data" / "mooncake-conversation")
     )
     assert sorted(by_asset) == sorted(by_command)
-    # 1 part, quarantine, summary; 6 shape files; 4 prefix files; 12 bench files (no
-    # per-request rows in the bundled sweep)
-    assert len(by_asset) == 25
+    # 1 part, quarantine, summary; 6 shape files; 4 prefix files; simulation: 7 tables and
+    # figures + 8 scenarios ((1 replica + 3 routings × 4 replicas) × 2 capacities); 12 bench
+    # files (no per-request rows in the bundled sweep)
+    assert len(by_asset) == 40
     assert digests(by_command) == digests(by_asset)

@@ -91,7 +91,7 @@ def resolve_settings(args: argparse.Namespace, config: Config) -> BenchSettings:
         changes["as_of"] = parse_as_of(args.as_of, "--as-of")
     elif settings.as_of is None and os.environ.get(RUN_DATE_ENV):
         changes["as_of"] = parse_as_of(os.environ[RUN_DATE_ENV], RUN_DATE_ENV)
-    return settings.with_changes(**changes)
+    return settings.replace(**changes)
 
 
 def run_bench(args: argparse.Namespace) -> int:

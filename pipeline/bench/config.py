@@ -67,10 +67,6 @@ class BenchSettings(Section):
     length_factor: Annotated[float, Field(gt=1)]
     tail_ratio: Annotated[float, Field(gt=1)]
 
-    def with_changes(self, **changes: Any) -> BenchSettings:
-        """A copy with already-validated values replaced (command-line overrides)."""
-        return self.model_copy(update=changes)
-
     def as_dict(self) -> dict[str, Any]:
         return {
             "results": [str(p) for p in self.results],

@@ -123,4 +123,4 @@ def curve_svg(curve: pl.DataFrame, title: str = "Shared-prefix ratio by window")
         ax.set_title(title)
         if x:
             ax.legend(fontsize=8)
-        return svg_bytes(fig, tight=False)
+        return svg_bytes(fig)

@@ -47,7 +47,7 @@ def drawing(width: float = 7.0, height: float = 4.0) -> Iterator[Figure]:
         yield Figure(figsize=(width, height))
 
 
-def svg_bytes(fig: Figure, *, tight: bool = True) -> bytes:
+def svg_bytes(fig: Figure) -> bytes:
     """The figure as SVG bytes: fixed element ids, no timestamp (byte-identical reruns)."""
     buffer = io.BytesIO()
     with matplotlib.rc_context(STYLE):
@@ -55,6 +55,6 @@ def svg_bytes(fig: Figure, *, tight: bool = True) -> bytes:
             buffer,
             format="svg",
             metadata={"Date": None},
-            bbox_inches="tight" if tight else None,
+            bbox_inches="tight",
         )
     return buffer.getvalue()

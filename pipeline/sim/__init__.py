@@ -6,7 +6,7 @@ Public API:
   :class:`Scenario` in the ``durations`` or ``instant`` request lifetime (one event-driven
   kernel; the cache-aware router runs inside it); :func:`summarise` gives its statistics;
 - :func:`capacity_curve` gives hit tokens at every capacity from one stack-distance pass;
-- :func:`parse_simulation_config` validates the ``simulation`` config section.
+- ``stage`` holds the contract the assets and the command share.
 """
 
 from pipeline.sim.blocks import BlockView, SimInput, SimulationInputError, sim_input
@@ -18,7 +18,6 @@ from pipeline.sim.config import (
     CacheAwareConfig,
     Scenario,
     SimulationConfig,
-    parse_simulation_config,
 )
 from pipeline.sim.curve import Curve, capacity_curve
 from pipeline.sim.replay import (
@@ -48,7 +47,6 @@ __all__ = [
     "affinity_home",
     "assign",
     "capacity_curve",
-    "parse_simulation_config",
     "per_replica_frame",
     "sim_input",
     "simulate",

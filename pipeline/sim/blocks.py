@@ -197,7 +197,7 @@ def _first_bad(frame: pl.DataFrame, mask: pl.Expr) -> str:
 def sim_input(
     requests: pl.DataFrame | pl.LazyFrame,
     *,
-    latency_model: LatencyModel | None = None,
+    latency_model: LatencyModel,
 ) -> SimInput:
     """Flatten a canonical request table (pipeline.schema) for replay, in arrival order."""
     frame = requests.collect() if isinstance(requests, pl.LazyFrame) else requests
@@ -250,10 +250,6 @@ def sim_input(
             f"prompt_blocks × block_size exceeds prompt_tokens for {_first_bad(frame, too_many)}"
         )
     offsets, hashes = _flat_chains(frame)
-    if latency_model is None:
-        from pipeline.config import default_config  # the documented default (config imports us)
-
-        latency_model = default_config().shape.latency
     model = latency_model
     estimated = frame["e2e_ms"].null_count()
     duration_ms = frame.select(

@@ -6,40 +6,58 @@ import argparse
 import json
 from typing import Any
 
+import polars as pl
+
 from pipeline.cli_common import add_config_argument, adhoc_requests, command_config
 from pipeline.config import Config
+from pipeline.errors import ConfigError
 from pipeline.readers import FORMAT_NAMES
+from pipeline.settings import with_flags
+from pipeline.sim import stage
 from pipeline.sim.blocks import SimInput, sim_input
-from pipeline.sim.config import (
-    REQUEST_LIFETIMES,
-    ROUTINGS,
-    CacheAwareConfig,
-    Scenario,
-    SimulationConfig,
-)
+from pipeline.sim.config import REQUEST_LIFETIMES, ROUTINGS, Scenario, SimulationConfig
 from pipeline.sim.curve import capacity_curve
+from pipeline.sim.present import curves_table, scenarios_table
 from pipeline.sim.replay import simulate, summarise
 
+# What one ad-hoc scenario is when a flag is not given (the configured grid never reads these).
+ADHOC_REPLICAS = 1
+ADHOC_ROUTING = "round-robin"
 
-def _common(parser: argparse.ArgumentParser) -> None:
+
+def _common(parser: argparse.ArgumentParser, *, trace_required: bool) -> None:
     parser.add_argument(
-        "trace", metavar="TRACE", help="raw trace (any format) or canonical Parquet"
+        "trace",
+        metavar="TRACE",
+        nargs=None if trace_required else "?",
+        help="raw trace (any format) or canonical Parquet"
+        + ("" if trace_required else " (none: the configured workload and grid)"),
     )
     parser.add_argument(
         "--block-size",
         type=int,
-        required=True,
+        default=None,
         help="cache block size in tokens: the trace's stored block size or a multiple of it",
     )
-    parser.add_argument("--replicas", type=int, default=1, help="replicas, each with its own cache")
-    parser.add_argument("--routing", default="round-robin", choices=list(ROUTINGS))
+    parser.add_argument(
+        "--replicas",
+        type=int,
+        default=None,
+        help=f"replicas, each with its own cache (default {ADHOC_REPLICAS})",
+    )
+    parser.add_argument(
+        "--routing", default=None, choices=list(ROUTINGS), help=f"default {ADHOC_ROUTING}"
+    )
     parser.add_argument("--format", default="auto", choices=["auto", *FORMAT_NAMES])
     parser.add_argument(
         "--tenant-isolation", action="store_true", help="one cache namespace per tenant"
     )
     parser.add_argument("--seed", type=int, default=None, help="seed of the random routing")
     parser.add_argument(
-        "--margin", type=float, default=None, help="bounded-affinity load margin (default 0.2)"
+        "--margin",
+        type=float,
+        default=None,
+        help="bounded-affinity load margin (default: the config's)",
     )
     add_config_argument(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -48,13 +66,16 @@ def _common(parser: argparse.ArgumentParser) -> None:
 def register(subparsers: Any) -> None:
     sim = subparsers.add_parser(
         "simulate",
-        help="replay a trace through per-replica prefix caches",
+        help="replay traffic through per-replica prefix caches",
         description="Replay a workload through R replicas' vLLM-style prefix caches under a "
-        "routing policy; print prompt tokens, hit tokens, hit ratio and per-replica load.",
+        "routing policy. Without TRACE: every scenario and curve of the configured grid, written "
+        "to the workload folder (what the simulation assets do). With TRACE: one scenario "
+        "(--block-size and --cache-tokens required), printed: prompt tokens, hit tokens, hit "
+        "ratio and per-replica load.",
     )
-    _common(sim)
+    _common(sim, trace_required=False)
     sim.add_argument(
-        "--cache-tokens", type=int, required=True, help="prefix-cache capacity per replica (tokens)"
+        "--cache-tokens", type=int, default=None, help="prefix-cache capacity per replica (tokens)"
     )
     sim.add_argument(
         "--request-lifetime",
@@ -70,7 +91,7 @@ def register(subparsers: Any) -> None:
         description="Hit ratio versus per-replica cache capacity from one LRU stack-distance "
         "pass (exact); routings that read cache state (cache-aware) are refused.",
     )
-    _common(curve)
+    _common(curve, trace_required=True)
     curve.add_argument("--points", type=int, default=None, help="log-spaced points to print")
     curve.add_argument(
         "--sample-rate",
@@ -81,32 +102,45 @@ def register(subparsers: Any) -> None:
     curve.set_defaults(func=run_curve)
 
 
-def _load(args: argparse.Namespace, config: Config, sim: SimulationConfig) -> SimInput:
+def _adhoc(args: argparse.Namespace, config: Config) -> tuple[SimInput, SimulationConfig]:
+    """The trace named on the command line, and the simulation settings with the flags' overrides."""
+    if args.block_size is None:
+        raise ConfigError("--block-size is required with TRACE (the cache block size in tokens)")
+    flags: dict[str, tuple[str, Any]] = {}
+    if args.seed is not None:
+        flags["random_seed"] = ("--seed", args.seed)
+    if args.margin is not None:
+        flags["bounded_affinity_margin"] = ("--margin", args.margin)
+    if args.tenant_isolation:
+        flags["tenant_isolation"] = ("--tenant-isolation", True)
+    if getattr(args, "request_lifetime", None) is not None:
+        flags["request_lifetime"] = ("--request-lifetime", args.request_lifetime)
+    settings = with_flags(config.simulation, flags)
     args.paths = [args.trace]
-    return sim_input(adhoc_requests(args, config), latency_model=sim.latency_model)
+    requests = adhoc_requests(args, config)
+    return sim_input(requests, latency_model=settings.latency(config.shape.latency)), settings
 
 
-def _print(payload: dict[str, Any], as_json: bool, text: str) -> None:
+def _print(payload: Any, as_json: bool, text: str) -> None:
     print(json.dumps(payload, indent=2, sort_keys=True) if as_json else text)
 
 
 def run_simulate(args: argparse.Namespace) -> int:
-    config = command_config(args, paths=[args.trace])
-    sim = config.simulation
-    inp = _load(args, config, sim)
+    config = command_config(args, paths=[args.trace] if args.trace else [])
+    if args.trace is None:
+        return _run_configured(args, config)
+    if args.cache_tokens is None:
+        raise ConfigError("--cache-tokens is required with TRACE (cache capacity per replica)")
+    inp, settings = _adhoc(args, config)
     scenario = Scenario(
-        args.block_size, args.replicas, args.cache_tokens, args.routing, args.tenant_isolation
+        args.block_size,
+        args.replicas or ADHOC_REPLICAS,
+        args.cache_tokens,
+        args.routing or ADHOC_ROUTING,
+        settings.tenant_isolation,
     )
-    run = simulate(
-        inp,
-        scenario,
-        seed=sim.random_seed if args.seed is None else args.seed,
-        margin=sim.bounded_affinity_margin if args.margin is None else args.margin,
-        cache_aware=sim.cache_aware or CacheAwareConfig(),
-        request_lifetime=args.request_lifetime or sim.request_lifetime,
-        replica_slots=sim.replica_slots,
-    )
-    out = summarise(inp, run, pinned_warn_share=sim.pinned_warn_share)
+    run = simulate(inp, scenario, settings)
+    out = summarise(inp, run, settings)
     lines = [
         f"{out['requests']:,} requests, {scenario.replicas} replica(s), {scenario.routing}, "
         f"{scenario.cache_tokens:,} cache tokens per replica, block size {scenario.block_size}, "
@@ -127,22 +161,63 @@ def run_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_configured(args: argparse.Namespace, config: Config) -> int:
+    """The configured grid and curves, written as the simulation assets write them."""
+    given = [
+        flag
+        for flag, value in (
+            ("--block-size", args.block_size),
+            ("--replicas", args.replicas),
+            ("--routing", args.routing),
+            ("--cache-tokens", args.cache_tokens),
+            ("--seed", args.seed),
+            ("--margin", args.margin),
+            ("--request-lifetime", args.request_lifetime),
+        )
+        if value is not None
+    ] + (["--tenant-isolation"] if args.tenant_isolation else [])
+    if given:
+        raise ConfigError(
+            f"{', '.join(given)} apply to one TRACE scenario; the configured grid is set in "
+            "the simulation section of the configuration"
+        )
+    layout = config.layout()
+    settings = config.simulation
+    result = stage.run(stage.read_inputs(layout, config), settings)
+    stage.write(result, settings, layout)
+    points = stage.curve_points(result.curves, settings)
+    if args.json:
+        _print({"scenarios": result.summaries, "curves": points}, True, "")
+    else:
+        scenarios = pl.read_parquet(layout.simulation.scenarios)
+        _print(
+            None,
+            False,
+            "\n\n".join(
+                [
+                    f"## Scenarios ({scenarios.height})",
+                    scenarios_table(scenarios),
+                    "## Capacity curves (instant lifetime)",
+                    curves_table(points),
+                    f"wrote {layout.simulation.dir}",
+                ]
+            ),
+        )
+    return 0
+
+
 def run_curve(args: argparse.Namespace) -> int:
     config = command_config(args, paths=[args.trace])
-    sim = config.simulation
-    inp = _load(args, config, sim)
+    inp, settings = _adhoc(args, config)
     curve = capacity_curve(
         inp,
+        settings,
         block_size=args.block_size,
-        replicas=args.replicas,
-        routing=args.routing,
-        tenant_isolation=args.tenant_isolation,
-        seed=sim.random_seed if args.seed is None else args.seed,
-        margin=sim.bounded_affinity_margin if args.margin is None else args.margin,
+        replicas=args.replicas or ADHOC_REPLICAS,
+        routing=args.routing or ADHOC_ROUTING,
         sample_rate=args.sample_rate,
-        replica_slots=sim.replica_slots,
     )
-    out = curve.as_dict(args.points or sim.curve_points)
+    out = curve.as_dict(args.points or settings.curve_points)
     lines = [
         f"{inp.n:,} requests, {curve.replicas} replica(s), {curve.routing}, block size "
         f"{curve.block_size}: max hit ratio {out['max_hit_ratio']:.2%} from "

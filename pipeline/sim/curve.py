@@ -24,7 +24,7 @@ from numpy.typing import NDArray
 
 from pipeline.sim import curve_kernels
 from pipeline.sim.blocks import SimInput, SimulationInputError
-from pipeline.sim.config import CACHE_INDEPENDENT
+from pipeline.sim.config import CACHE_INDEPENDENT, SimulationConfig
 from pipeline.sim.replay import Assignment, assign, replica_streams
 
 I64 = NDArray[np.int64]
@@ -120,24 +120,24 @@ class Curve:
 
 def capacity_curve(
     inp: SimInput,
+    settings: SimulationConfig,
     *,
     block_size: int,
-    replicas: int = 1,
-    routing: str = "round-robin",
-    tenant_isolation: bool = False,
-    seed: int = 0,
-    margin: float = 0.2,
+    replicas: int,
+    routing: str,
     assignment: Assignment | None = None,
     sample_rate: float = 1.0,
     sample_salt: int = 0,
-    replica_slots: int | None = 64,
 ) -> Curve:
     """Hit tokens for every per-replica capacity in one pass (exact unless ``sample_rate`` < 1).
 
-    The curve is the ``instant`` request lifetime (see the module docstring); ``replica_slots``
-    only shapes the least-loaded assignment. ``sample_rate`` < 1 applies SHARDS sampling (Waldspurger et al., FAST 2015): only blocks
-    whose salted hash falls under the rate are tracked, depths and weights scaled by 1/rate.
+    The curve is the ``instant`` request lifetime (see the module docstring); the settings give
+    the tenant isolation and the routing's knobs (``replica_slots`` only shapes the least-loaded
+    assignment). ``sample_rate`` < 1 applies SHARDS sampling (Waldspurger et al., FAST 2015):
+    only blocks whose salted hash falls under the rate are tracked, depths and weights scaled
+    by 1/rate.
     """
+    tenant_isolation = settings.tenant_isolation
     if replicas > 1 and assignment is None and routing not in CACHE_INDEPENDENT:
         raise SimulationInputError(
             f"routing {routing!r} reads cache state, so no single-pass curve exists; "
@@ -156,9 +156,7 @@ def capacity_curve(
         assignment = (
             Assignment(np.zeros(inp.n, np.int64))
             if replicas == 1
-            else assign(
-                inp, routing, replicas, seed=seed, margin=margin, replica_slots=replica_slots
-            )
+            else assign(inp, routing, replicas, settings)
         )
     order, starts = replica_streams(assignment.replica, replicas)
     per_request = np.diff(view.offsets) + view.missing

@@ -1,7 +1,7 @@
 """Scenarios: route the workload across replicas, replay it through their caches, summarise.
 
-``assign(inp, routing, replicas)`` gives the replica of every request for routings that ignore
-cache state; ``simulate(inp, scenario)`` replays one scenario through
+``assign(inp, routing, replicas, settings)`` gives the replica of every request for routings that
+ignore cache state; ``simulate(inp, scenario, settings)`` replays one scenario through
 ``pipeline.sim.kernels`` (one event-driven kernel; the cache-aware router decides inside it) in
 one of two request lifetimes (``durations``: blocks stay pinned until the request finishes;
 ``instant``: released at arrival, the model of the one-pass curve) and ``summarise`` turns
@@ -25,6 +25,7 @@ from pipeline.sim.config import (
     ROUTINGS,
     CacheAwareConfig,
     Scenario,
+    SimulationConfig,
 )
 
 I64 = NDArray[np.int64]
@@ -77,20 +78,18 @@ def affinity_home(inp: SimInput, replicas: int) -> I64:
 
 
 def assign(
-    inp: SimInput,
-    routing: str,
-    replicas: int,
-    *,
-    seed: int = 0,
-    margin: float = 0.2,
-    replica_slots: int | None = 64,
+    inp: SimInput, routing: str, replicas: int, settings: SimulationConfig
 ) -> Assignment:
     """Replica per request for a routing that does not read cache state.
 
-    ``least-loaded`` runs the replay's event loop without blocks (requests in flight per
-    replica, durations stretched past ``replica_slots``), so its assignment is exactly what the
-    replay would decide; the replay then serves each replica's stream on its own.
+    ``random`` draws with ``settings.random_seed``; ``bounded-affinity`` spills past
+    ``settings.bounded_affinity_margin``. ``least-loaded`` runs the replay's event loop without
+    blocks (requests in flight per replica, durations stretched past ``replica_slots``), so its
+    assignment is exactly what the replay would decide; the replay then serves each replica's
+    stream on its own.
     """
+    seed, margin = settings.random_seed, settings.bounded_affinity_margin
+    replica_slots = settings.replica_slots
     if routing not in ROUTINGS:
         raise SimulationInputError(f"unknown routing {routing!r}; choose from {list(ROUTINGS)}")
     if routing not in CACHE_INDEPENDENT:
@@ -172,23 +171,21 @@ def routed_state_bytes(view: BlockView, replicas: int, capacity: int) -> int:
 def simulate(
     inp: SimInput,
     scenario: Scenario,
+    settings: SimulationConfig,
     *,
-    seed: int = 0,
-    margin: float = 0.2,
-    cache_aware: CacheAwareConfig | None = None,
     assignment: Assignment | None = None,
-    request_lifetime: str = "durations",
-    replica_slots: int | None = 64,
     with_instant: bool = True,
 ) -> ScenarioRun:
     """Replay one scenario. ``assignment`` overrides the routing (must match ``replicas``).
 
-    ``request_lifetime``: ``durations`` pins a request's blocks from arrival until arrival +
-    duration (logged ``e2e_ms``, else the latency model), stretched by ``max(1, n /
+    ``settings.request_lifetime``: ``durations`` pins a request's blocks from arrival until
+    arrival + duration (logged ``e2e_ms``, else the latency model), stretched by ``max(1, n /
     replica_slots)`` for a request admitted with n requests in flight on its replica
     (``replica_slots`` None: never stretched); ``instant`` releases them at arrival. With
     ``durations`` and ``with_instant`` the instant replay runs too (``hit_tokens_instant``).
+    The cache-aware router runs with ``settings.cache_aware``.
     """
+    request_lifetime, replica_slots = settings.request_lifetime, settings.replica_slots
     if request_lifetime not in REQUEST_LIFETIMES:
         raise SimulationInputError(
             f"unknown request lifetime {request_lifetime!r}; choose from {list(REQUEST_LIFETIMES)}"
@@ -201,7 +198,7 @@ def simulate(
     slots = replica_slots or 0
     ca: CacheAwareConfig | None = None
     if assignment is None and scenario.routing == "cache-aware" and replicas > 1:
-        ca = cache_aware or CacheAwareConfig()
+        ca = settings.cache_aware
         need = routed_state_bytes(view, replicas, capacity)
         if need > MAX_ROUTED_STATE_BYTES:
             raise SimulationInputError(
@@ -218,19 +215,12 @@ def simulate(
             if replicas == 1:
                 assignment = Assignment(np.zeros(inp.n, np.int64))
             else:
-                assignment = assign(
-                    inp,
-                    scenario.routing,
-                    replicas,
-                    seed=seed,
-                    margin=margin,
-                    replica_slots=replica_slots,
-                )
+                assignment = assign(inp, scenario.routing, replicas, settings)
         if assignment.replica.size != inp.n:
             raise SimulationInputError("assignment length differs from the number of requests")
         routing = kernels.FIXED
         order, starts = replica_streams(assignment.replica, replicas)
-    knobs = ca or CacheAwareConfig()
+    knobs = settings.cache_aware
 
     def run(lifetime: str) -> tuple[I64, I64, int, I64]:
         hits, chosen, balance, peak = kernels.replay(
@@ -322,12 +312,13 @@ def _imbalance(values: pl.Series) -> float:
     return float(values.max()) / mean if mean > 0 else 1.0  # type: ignore[arg-type]
 
 
-def summarise(inp: SimInput, run: ScenarioRun, *, pinned_warn_share: float = 0.8) -> dict[str, Any]:
+def summarise(inp: SimInput, run: ScenarioRun, settings: SimulationConfig) -> dict[str, Any]:
     """The scenario's statistics as a JSON-ready dict (per-replica rows sorted by replica).
 
     ``warnings`` says when tokens pinned by running requests at their peak reach
-    ``pinned_warn_share`` of a replica's cache capacity.
+    ``settings.pinned_warn_share`` of a replica's cache capacity.
     """
+    pinned_warn_share = settings.pinned_warn_share
     sc = run.scenario
     replicas = per_replica_frame(inp, run)
     peak = np.zeros(sc.replicas, np.int64)

@@ -5,7 +5,7 @@ requests (default 5,000) of ~``--tokens`` output tokens (default 500), so per-ga
 hold points × requests × tokens floats (10M by default), then times
 ``read_bench_files`` (parse + validation + recomputation of every percentile).
 
-Run: ``.venv/bin/python benchmarks/bench_bench_readers.py [--points P] [--requests N] [--tokens T]``.
+Run: ``.venv/bin/python -m perf.result_readers [--points P] [--requests N] [--tokens T]``.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ tenants, three models, no logged durations (so concurrency uses the latency mode
 The measurement runs in a fresh subprocess so its peak RSS (``resource.getrusage``) covers
 only the shape computation on a lazy scan of the Parquet files, not the generation.
 
-Run: ``.venv/bin/python benchmarks/bench_shape.py [--requests N] [--keep DIR]``.
+Run: ``.venv/bin/python -m perf.shape [--requests N] [--keep DIR]``.
 """
 
 from __future__ import annotations
@@ -82,9 +82,11 @@ def generate(out_dir: Path, requests: int, seed: int = 7) -> list[Path]:
 
 def measure(workload: Path) -> dict[str, object]:
     """Time each shape step on a lazy scan; report peak RSS of this process."""
+    from pipeline.config import default_config
+    from pipeline.layout import WorkloadLayout
     from pipeline.shape.arrivals import arrival_metrics
+    from pipeline.shape.compute import compute_shape
     from pipeline.shape.concurrency import peak_concurrency
-    from pipeline.shape.config import ShapeConfig
     from pipeline.shape.lengths import length_metrics
     from pipeline.shape.mix import (
         category_metrics,
@@ -92,10 +94,10 @@ def measure(workload: Path) -> dict[str, object]:
         provider_cache_metrics,
         session_metrics,
     )
-    from pipeline.shape.outputs import write_shape_outputs
+    from pipeline.shape.stage import write
     from pipeline.store import scan_requests
 
-    cfg = ShapeConfig()
+    cfg = default_config().shape
     lf = scan_requests(workload)
     timings: dict[str, float] = {}
     rss: dict[str, float] = {}
@@ -109,7 +111,7 @@ def measure(workload: Path) -> dict[str, object]:
 
     step("arrivals", lambda: arrival_metrics(lf, cfg.min_quanta_per_window))
     step("lengths", lambda: length_metrics(lf))
-    conc = step("concurrency", lambda: peak_concurrency(lf, cfg.latency_model, cfg.plot_points))
+    conc = step("concurrency", lambda: peak_concurrency(lf, cfg.latency, cfg.plot_points))
     step(
         "mix",
         lambda: (
@@ -120,9 +122,10 @@ def measure(workload: Path) -> dict[str, object]:
             provider_cache_metrics(lf),
         ),
     )
+    result = step("full stage (compute)", lambda: compute_shape(lf, cfg))
     with tempfile.TemporaryDirectory() as tmp:
-        out = step("full asset outputs", lambda: write_shape_outputs(lf, cfg, Path(tmp)))
-    shape = out.result.metrics  # type: ignore[attr-defined]
+        step("full stage (write)", lambda: write(result, WorkloadLayout(Path(tmp))))  # type: ignore[arg-type]
+    shape = result.metrics  # type: ignore[attr-defined]
     return {
         "requests": shape["requests"],
         "peak_concurrency": conc.peak,  # type: ignore[attr-defined]

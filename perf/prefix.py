@@ -9,7 +9,7 @@ conversation; each conversation belongs to one of 8 tenants. Conversations start
 over a day; turns follow after exponential think
 times. Prints wall time per step and peak RSS.
 
-Run: ``.venv/bin/python benchmarks/bench_prefix.py [--requests N] [--block-size B]``.
+Run: ``.venv/bin/python -m perf.prefix [--requests N] [--block-size B]``.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from pipeline.config import default_config
 from pipeline.prefix import (
-    PrefixConfig,
     classify_curve,
     reuse_per_request,
     reuse_summary,
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--requests", type=int, default=10_000_000)
     parser.add_argument("--block-size", type=int, default=16)
     args = parser.parse_args(argv)
-    config = PrefixConfig()
+    config = default_config().prefix
     t0 = time.perf_counter()
     requests = generate(args.requests, args.block_size)
     t_gen = time.perf_counter() - t0

@@ -1,7 +1,7 @@
 """Throughput of the content-bearing readers (prompt text, OpenAI chat, token ids) and TraceLab.
 
 Synthetic files are written to a temporary directory (nothing is kept); each reader reads its
-file once and the records per second are printed. Run: ``python -m benchmarks.bench_readers``.
+file once and the records per second are printed. Run: ``python -m perf.trace_readers``.
 """
 
 from __future__ import annotations

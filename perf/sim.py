@@ -1,6 +1,6 @@
 """Prefix-cache replay speed: the pure-Python references against the numba event kernel.
 
-Run: ``.venv/bin/python -m benchmarks.bench_sim [--requests N] [--large-compare N] [--big N]``.
+Run: ``.venv/bin/python -m perf.sim [--requests N] [--large-compare N] [--big N]``.
 Prints, side by side on the same generated workload (block size 16), for both request
 lifetimes (``instant``: blocks released at arrival; ``durations``: pinned until each request
 finishes, ``replica_slots`` 64): seconds per scenario for the reference (tests/sim_oracles.py:
@@ -24,6 +24,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from pipeline.config import default_config
 from pipeline.schema import conform
 from pipeline.sim import (
     BlockView,
@@ -34,11 +35,19 @@ from pipeline.sim import (
     sim_input,
     simulate,
 )
+from pipeline.sim.curve import Curve
 from tests.sim_oracles import event_reference, lru_reference
 
 B = 16
 SLOTS = 64
 LIFETIMES = ("instant", "durations")
+DEFAULTS = default_config()
+BASE = DEFAULTS.simulation.replace(replica_slots=SLOTS)
+SETTINGS = {lifetime: BASE.replace(request_lifetime=lifetime) for lifetime in LIFETIMES}
+
+
+def _input(frame: pl.DataFrame) -> SimInput:
+    return sim_input(frame, latency_model=DEFAULTS.simulation.latency(DEFAULTS.shape.latency))
 
 
 def generate(n: int, seed: int = 0, block_size: int = B) -> pl.DataFrame:
@@ -99,6 +108,17 @@ def generate(n: int, seed: int = 0, block_size: int = B) -> pl.DataFrame:
     return conform(frame)
 
 
+def one_replica_curve(inp: SimInput, sample_rate: float = 1.0) -> Curve:
+    return capacity_curve(
+        inp,
+        SETTINGS["instant"],
+        block_size=B,
+        replicas=1,
+        routing="round-robin",
+        sample_rate=sample_rate,
+    )
+
+
 def _timed(fn: Callable[[], Any], repeat: int = 1) -> tuple[float, Any]:
     best = float("inf")
     result: Any = None
@@ -156,7 +176,7 @@ def compare(
     extras: bool = True,
 ) -> None:
     frame = generate(n, seed=1)
-    inp = sim_input(frame)
+    inp = _input(frame)
     view = inp.blocks(B)
     chains = [view.ids[view.offsets[i] : view.offsets[i + 1]].tolist() for i in range(inp.n)]
     accesses = view.accesses
@@ -171,16 +191,8 @@ def compare(
     for lifetime in LIFETIMES:
         for replicas, routing in grid:
             sc = Scenario(B, replicas, cache_tokens, routing)
-            a = assign(inp, routing, replicas)
-            ours = partial(
-                simulate,
-                inp,
-                sc,
-                assignment=a,
-                request_lifetime=lifetime,
-                replica_slots=SLOTS,
-                with_instant=False,
-            )
+            a = assign(inp, routing, replicas, SETTINGS[lifetime])
+            ours = partial(simulate, inp, sc, SETTINGS[lifetime], assignment=a, with_instant=False)
             ours()  # compile + warm
             ours_s, run = _timed(ours, repeat=3)
             if lifetime == "instant":
@@ -205,10 +217,17 @@ def compare(
             )
     for replicas, routing in grid:
         sc = Scenario(B, replicas, cache_tokens, routing)
-        a = assign(inp, routing, replicas)
-        run = simulate(inp, sc, assignment=a, request_lifetime="instant")
+        instant = SETTINGS["instant"]
+        a = assign(inp, routing, replicas, instant)
+        run = simulate(inp, sc, instant, assignment=a)
         every = partial(
-            capacity_curve, inp, block_size=B, replicas=replicas, routing=routing, assignment=a
+            capacity_curve,
+            inp,
+            instant,
+            block_size=B,
+            replicas=replicas,
+            routing=routing,
+            assignment=a,
         )
         every()
         curve_s, curve = _timed(every, repeat=3)
@@ -223,9 +242,7 @@ def compare(
         return
     sc = Scenario(B, 4, cache_tokens, "cache-aware")
     for lifetime in LIFETIMES:
-        routed = partial(
-            simulate, inp, sc, request_lifetime=lifetime, replica_slots=SLOTS, with_instant=False
-        )
+        routed = partial(simulate, inp, sc, SETTINGS[lifetime], with_instant=False)
         routed()
         t, run = _timed(routed)
         print(
@@ -233,9 +250,9 @@ def compare(
             f"{run.hit_tokens.sum() / inp.prompt_tokens.sum():.4f}, balance-routed "
             f"{run.balance_routed:,}"
         )
-    exact = capacity_curve(inp, block_size=B)
+    exact = one_replica_curve(inp)
     for rate in (0.1, 0.01):
-        sampled_curve = partial(capacity_curve, inp, block_size=B, sample_rate=rate)
+        sampled_curve = partial(one_replica_curve, inp, sample_rate=rate)
         sampled_curve()  # compile + warm
         s_t, sampled = _timed(sampled_curve)
         caps = np.geomspace(1024, max(exact.saturation_cache_tokens, 2048), 40).astype(np.int64)
@@ -250,7 +267,7 @@ def big(n: int, cache_tokens: int) -> None:
     t, frame = _timed(partial(generate, n, seed=2))
     print(f"large trace: {n:,} requests generated in {t:.1f} s")
     start = time.perf_counter()
-    inp = sim_input(frame)
+    inp = _input(frame)
     t = time.perf_counter() - start
     del frame
     print(f"  flatten to arrays: {t:.1f} s")
@@ -263,16 +280,7 @@ def big(n: int, cache_tokens: int) -> None:
     for replicas, routing in ((1, "round-robin"), (4, "affinity"), (4, "cache-aware")):
         for lifetime in LIFETIMES:
             sc = Scenario(B, replicas, cache_tokens, routing)
-            t, run = _timed(
-                partial(
-                    simulate,
-                    inp,
-                    sc,
-                    request_lifetime=lifetime,
-                    replica_slots=SLOTS,
-                    with_instant=False,
-                )
-            )
+            t, run = _timed(partial(simulate, inp, sc, SETTINGS[lifetime], with_instant=False))
             if lifetime == "instant" and replicas == 1:
                 single = t
             print(
@@ -280,7 +288,7 @@ def big(n: int, cache_tokens: int) -> None:
                 f"tokens/replica: {t:6.1f} s, hit ratio "
                 f"{run.hit_tokens.sum() / inp.prompt_tokens.sum():.4f}"
             )
-    t, curve = _timed(partial(capacity_curve, inp, block_size=B))
+    t, curve = _timed(partial(one_replica_curve, inp))
     print(
         f"  curve (1 replica, every capacity): {t:6.1f} s = {t / single:.2f}x the R=1 instant "
         f"scenario; hit ratio at {cache_tokens:,} tokens {curve.hit_ratio_at(cache_tokens):.4f}, "

@@ -1,6 +1,6 @@
 """Ingest throughput: a generated 1M-request token-count CSV, and token-id hashing.
 
-Run with ``make bench`` (all benchmarks) or ``python -m benchmarks.bench_ingest``. Prints wall
+Run with ``make bench`` (all benchmarks) or ``python -m perf.run ingest``. Prints wall
 time and rates; numbers in the README were measured on the project machine (2 cores, 24 GiB).
 """
 

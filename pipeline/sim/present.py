@@ -1,0 +1,105 @@
+"""The simulation for a person: tables and deterministic SVG figures."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from pipeline.present.figures import COLORS, LINESTYLES, MARKERS, drawing, svg_bytes
+from pipeline.present.tables import markdown_table
+
+#: The scenario columns a person reads first (scenarios.parquet has them all).
+SCENARIO_VIEW = (
+    "scenario",
+    "routing",
+    "replicas",
+    "cache_tokens",
+    "request_lifetime",
+    "hit_ratio",
+    "hit_ratio_instant",
+    "token_imbalance",
+    "spills",
+    "balance_routed",
+)
+
+
+def scenarios_table(scenarios: pl.DataFrame) -> str:
+    return markdown_table(scenarios, [c for c in SCENARIO_VIEW if c in scenarios.columns])
+
+
+def curves_table(points: list[dict[str, Any]]) -> str:
+    """One row per curve: where it saturates and at what hit ratio."""
+    return markdown_table(
+        points,
+        ["block_size", "replicas", "routing", "max_hit_ratio", "saturation_cache_tokens"],
+    )
+
+
+def hit_ratio_vs_capacity_svg(curves: pl.DataFrame, scenarios: pl.DataFrame) -> bytes:
+    """Hit ratio against cache tokens per replica: a line per curve (instant lifetime), a
+    marker per multi-replica scenario (its own lifetime)."""
+    with drawing(7.5, 4.5) as fig:
+        ax = fig.subplots()
+        groups = curves.sort("capacity_blocks").group_by(
+            ["block_size", "replicas", "routing"], maintain_order=True
+        )
+        for i, ((bs, reps, routing), part) in enumerate(groups):
+            label = f"{routing}, R={reps}, B={bs}" if reps > 1 else f"one replica, B={bs}"
+            ax.step(
+                part["cache_tokens"],
+                part["hit_ratio"],
+                where="post",
+                label=label,
+                lw=1.2,
+                color=COLORS[i % len(COLORS)],
+                linestyle=LINESTYLES[i % len(LINESTYLES)],
+            )
+        by_routing = scenarios.sort("routing", "cache_tokens").group_by(
+            ["routing"], maintain_order=True
+        )
+        for i, ((routing,), part) in enumerate(by_routing):
+            multi = part.filter(pl.col("replicas") > 1)
+            if multi.height:
+                ax.plot(
+                    multi["cache_tokens"],
+                    multi["hit_ratio"],
+                    MARKERS[i % len(MARKERS)],
+                    ms=7 - i % 3,
+                    mfc="none",
+                    color="black",
+                    label=f"{routing} scenarios (R>1)",
+                )
+        if curves.height:
+            ax.set_xscale("log")
+        ax.set_xlabel("prefix-cache capacity per replica (tokens)")
+        ax.set_ylabel("prompt tokens served from cache")
+        ax.set_ylim(0, 1)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7, loc="upper left")
+        ax.set_title("Hit ratio vs cache capacity, by routing")
+        return svg_bytes(fig)
+
+
+def imbalance_vs_hit_ratio_svg(scenarios: pl.DataFrame) -> bytes:
+    """Token load imbalance (max/mean over replicas) against hit ratio, one marker per routing."""
+    with drawing(6.5, 4.5) as fig:
+        ax = fig.subplots()
+        multi = scenarios.filter(pl.col("replicas") > 1).sort("routing", "scenario")
+        for i, ((routing,), part) in enumerate(multi.group_by(["routing"], maintain_order=True)):
+            ax.plot(
+                part["hit_ratio"],
+                part["token_imbalance"],
+                MARKERS[i % len(MARKERS)],
+                ms=7,
+                color=COLORS[i % len(COLORS)],
+                label=str(routing),
+            )
+        ax.set_xlabel("hit ratio (prompt tokens served from cache)")
+        ax.set_ylabel("token load imbalance (max / mean)")
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.grid(True, alpha=0.3)
+        if multi.height:
+            ax.legend(fontsize=8)
+        ax.set_title("Cache affinity vs load balance")
+        return svg_bytes(fig)
