@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.cli import build_parser, run_parsed
+from pipeline.cli_common import DEFAULT_CONFIG, add_config_argument, command_config
 
 
 def register(subparsers: Any) -> None:
@@ -23,7 +24,7 @@ def register(subparsers: Any) -> None:
         description="Materialise every asset and check in-process with the Dagster instance in "
         "$DAGSTER_HOME (default: ./.dagster_home, embedded SQLite), then print the outputs.",
     )
-    parser.add_argument("--config", default="enginefit.yaml", help="configuration file")
+    add_config_argument(parser)
     parser.set_defaults(func=run_report)
 
 
@@ -36,18 +37,26 @@ def _ensure_dagster_home() -> Path:
 
 
 def run_report(args: argparse.Namespace) -> int:
+    # Validate before starting Dagster, so a bad file is one line, not a failed run per asset.
+    args.config = str(Path(args.config or DEFAULT_CONFIG).resolve())
+    command_config(args)
+    config_path = Path(args.config)
     home = _ensure_dagster_home()
     import dagster as dg
 
     from assets.definitions import run_full_graph
 
-    config_path = Path(args.config).resolve()
     with dg.DagsterInstance.get() as instance:
-        outputs, success = run_full_graph(config_path, instance)
-    for asset_key, label, path in outputs:
+        run = run_full_graph(config_path, instance)
+    for asset_key, label, path in run.outputs:
         print(f"{asset_key}: {label} -> {path}")
+    print(f"checks: {run.checks_passed} passed, {len(run.checks_failed)} did not")
+    for check, severity, problems in run.checks_failed:
+        print(f"  {severity} {check}: {problems}")
+    for step, message in run.failures:
+        print(f"enginefit: error: step {step} failed: {message}", file=sys.stderr)
     print(f"Dagster run history: {home} (open the UI with `make ui`)")
-    return 0 if success else 1
+    return 0 if run.success else 2
 
 
 def main(argv: Sequence[str] | None = None) -> int:

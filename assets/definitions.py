@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
@@ -35,17 +36,28 @@ defs = dg.Definitions(
 )
 
 
-def run_full_graph(
-    config_path: Path, instance: dg.DagsterInstance
-) -> tuple[list[tuple[str, str, str]], bool]:
-    """Materialise every asset and check in-process; return (asset, label, path) of each output."""
+@dataclass(frozen=True)
+class GraphRun:
+    """What a full run produced: (asset, label, path) per output file, and (step, message) per
+    step that raised."""
+
+    outputs: list[tuple[str, str, str]]
+    failures: list[tuple[str, str]]
+    checks_passed: int
+    checks_failed: list[tuple[str, str, str]]  # (asset/check, severity, problems)
+    success: bool
+
+
+def run_full_graph(config_path: Path, instance: dg.DagsterInstance) -> GraphRun:
+    """Materialise every asset and check in-process."""
     store = EnginefitStore(config_path=str(config_path))
     result = dg.materialize(
         [*all_assets, *all_checks],
         instance=instance,
         resources={"store": store},
-        # Step-level DEBUG lines would bury the summary; the UI still shows every event.
-        run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
+        # Dagster's step logs (tracebacks included) would bury the summary; failures come back
+        # as one line each below, and the run history (UI) keeps every event.
+        run_config={"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}},
         raise_on_error=False,
     )
     outputs = []
@@ -58,4 +70,29 @@ def run_full_graph(
                 storage
             ):
                 outputs.append((materialization.asset_key.to_user_string(), label, value.path))
-    return outputs, result.success
+    failures = []
+    for event in result.get_step_failure_events():
+        error = event.step_failure_data.error
+        # The user's error is the cause Dagster wrapped (e.g. a ConfigError naming the file).
+        cause = error.cause if error is not None and error.cause is not None else error
+        message = "unknown error"
+        if cause is not None:
+            text = cause.message.strip().splitlines()[-1]
+            qualified_name, _, rest = text.partition(": ")
+            message = rest if qualified_name.endswith(str(cause.cls_name)) else text
+        failures.append((event.step_key or "?", message))
+    passed = 0
+    failed = []
+    for evaluation in result.get_asset_check_evaluations():
+        if evaluation.passed:
+            passed += 1
+            continue
+        problems = evaluation.metadata.get("problems")
+        failed.append(
+            (
+                f"{evaluation.asset_key.to_user_string()}/{evaluation.check_name}",
+                evaluation.severity.value,
+                str(problems.value).replace("\n", " ") if problems is not None else "",
+            )
+        )
+    return GraphRun(outputs, failures, passed, failed, result.success)

@@ -85,9 +85,7 @@ def simulation_curves(store: EnginefitStore) -> dg.MaterializeResult:  # type: i
     )
 
 
-@dg.asset(
-    deps=[simulation_scenarios, simulation_curves], group_name="simulation", kinds={"svg"}
-)
+@dg.asset(deps=[simulation_scenarios, simulation_curves], group_name="simulation", kinds={"svg"})
 def simulation_plots(store: EnginefitStore) -> dg.MaterializeResult:  # type: ignore[type-arg]
     """Hit ratio vs capacity per routing, and load imbalance vs hit ratio per routing (SVG)."""
     return dg.MaterializeResult(metadata=path_entries(stage.write_figures(store.layout())))

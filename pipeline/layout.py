@@ -19,6 +19,18 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from pipeline.errors import InputFormatError
+
+
+def require_output(path: Path, what: str, command: str, asset: str) -> Path:
+    """``path`` when an earlier stage wrote it, else an error saying how to produce it."""
+    if not path.exists():
+        raise InputFormatError(
+            f"{path}: no {what}; run `enginefit {command} --config FILE` or materialise "
+            f"`{asset}` first"
+        )
+    return path
+
 
 @dataclass(frozen=True)
 class _StagePaths:

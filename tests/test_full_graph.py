@@ -6,7 +6,10 @@ import hashlib
 from pathlib import Path
 
 import dagster as dg
+import pytest
+import yaml
 
+from assets.cli import main
 from assets.definitions import run_full_graph
 from tests.conftest import bundled_config
 
@@ -24,10 +27,10 @@ def test_full_graph_on_the_bundled_sample_is_complete_and_deterministic(tmp_path
     runs = []
     for name in ("a", "b"):
         with dg.DagsterInstance.ephemeral() as instance:
-            outputs, success = run_full_graph(bundled_config(tmp_path, name), instance)
-        assert success
+            run = run_full_graph(bundled_config(tmp_path, name), instance)
+        assert run.success, run.failures
         runs.append(_digests(tmp_path / name / "data"))
-        produced = {asset for asset, _, _ in outputs}
+        produced = {asset for asset, _, _ in run.outputs}
     assert {
         "workload",
         "workload_shape",
@@ -39,3 +42,33 @@ def test_full_graph_on_the_bundled_sample_is_complete_and_deterministic(tmp_path
     } <= produced
     assert runs[0] == runs[1]
     assert "mooncake-conversation/bench/slo_capacity.parquet" in runs[0]
+
+
+def test_report_command_refuses_a_bad_configuration_before_starting_dagster(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("workload:\n  name: x\n  hash_salt: s\n  traces: [t.jsonl]\n  colour: red\n")
+    assert main(["report", "--config", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "workload.colour" in err and str(bad) in err
+    assert not (tmp_path / "home").exists()
+
+
+def test_report_command_names_the_failed_step_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stage that raises is one line naming the step and the input, exit 2, no traceback."""
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    config = bundled_config(tmp_path, "missing")
+    raw = yaml.safe_load(config.read_text())
+    raw["workload"]["traces"] = [{"path": str(tmp_path / "gone.jsonl"), "format": "auto"}]
+    config.write_text(yaml.safe_dump(raw))
+    assert main(["report", "--config", str(config)]) == 2
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    failures = [line for line in err.splitlines() if line.startswith("enginefit: error:")]
+    assert failures == [
+        f"enginefit: error: step workload failed: {tmp_path / 'gone.jsonl'}: file not found"
+    ]

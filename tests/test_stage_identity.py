@@ -35,8 +35,8 @@ def test_commands_write_what_the_assets_write(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with dg.DagsterInstance.ephemeral() as instance:
-        _, success = run_full_graph(bundled_config(tmp_path, "asset"), instance)
-    assert success
+        run = run_full_graph(bundled_config(tmp_path, "asset"), instance)
+    assert run.success, run.failures
     config = bundled_config(tmp_path, "command")
     for stage in STAGES:
         command = "simulate" if stage == "simulation" else stage
@@ -51,3 +51,19 @@ def test_commands_write_what_the_assets_write(
     # files (no per-request rows in the bundled sweep)
     assert len(by_asset) == 40
     assert digests(by_command) == digests(by_asset)
+
+
+@pytest.mark.parametrize("command", ["shape", "prefix", "simulate"])
+def test_a_stage_before_its_inputs_exist_says_which_command_makes_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    """Configured mode on a workload never ingested: one line naming the missing folder and the
+    command (or asset) that writes it, exit 2."""
+    config = bundled_config(tmp_path, "fresh")
+    assert enginefit([command, "--config", str(config)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    expected = tmp_path / "fresh" / "data" / "mooncake-conversation" / "requests"
+    assert err == (
+        f"enginefit: error: {expected}: no canonical request table; run `enginefit ingest "
+        "--config FILE` or materialise `workload` first"
+    )

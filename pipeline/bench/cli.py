@@ -31,7 +31,7 @@ from pipeline.bench.present import render_text
 from pipeline.bench.result import analysis_payload
 from pipeline.bench.slo import parse_slo_spec
 from pipeline.bench.validity import load_workload_facts
-from pipeline.cli_common import add_config_argument, command_config
+from pipeline.cli_common import add_config_argument, add_out_argument, command_config
 from pipeline.config import Config
 from pipeline.errors import ConfigError
 from pipeline.facts import WorkloadFacts
@@ -68,7 +68,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--as-of", help="date for the six-month age check (YYYY-MM-DD)")
     add_config_argument(parser)
     parser.add_argument("--workload-facts", type=Path, help="shape/workload_facts.json to join")
-    parser.add_argument("--out", type=Path, help="ad hoc: also write the analysis under DIR/bench/")
+    add_out_argument(parser, "bench/ (points, capacity, findings, figures)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     parser.set_defaults(func=run_bench)
 

@@ -35,7 +35,7 @@ from pipeline.bench.schema import BenchReadResult, empty_load_points
 from pipeline.errors import InputFormatError
 from pipeline.facts import LatencyModel, WorkloadFacts
 from pipeline.ingest.stage import read_requests
-from pipeline.layout import WorkloadLayout
+from pipeline.layout import WorkloadLayout, require_output
 from pipeline.prefix import stage as prefix_stage
 from pipeline.shape import stage as shape_stage
 from pipeline.store import write_bytes_atomic, write_json_atomic, write_parquet_atomic
@@ -71,11 +71,7 @@ def write_results(result: BenchReadResult, layout: WorkloadLayout) -> dict[str, 
 
 def read_written_results(layout: WorkloadLayout) -> BenchReadResult:
     paths = layout.bench
-    if not paths.load_points.is_file():
-        raise InputFormatError(
-            f"{paths.load_points}: no load points; read the benchmark results first "
-            "(enginefit bench --config FILE, or materialise `bench_load_points`)"
-        )
+    require_output(paths.load_points, "load points", "bench", "bench_load_points")
     per_request = pl.read_parquet(paths.per_request) if paths.per_request.is_file() else None
     notes = json.loads(paths.read_notes.read_text(encoding="utf-8"))["notes"]
     return BenchReadResult(pl.read_parquet(paths.load_points), per_request, notes)
@@ -157,12 +153,8 @@ def write(analysis: BenchAnalysis, layout: WorkloadLayout) -> dict[str, Path]:
 def read_analysis(layout: WorkloadLayout, settings: BenchSettings) -> BenchAnalysis:
     """The analysis written by :func:`write`, read back (what later stages read)."""
     paths = layout.bench
-    if not paths.analysis.is_file():
-        raise InputFormatError(
-            f"{paths.analysis}: no bench analysis; run the bench stage first "
-            "(enginefit bench --config FILE, or materialise `bench_analysis`)"
-        )
-    payload = json.loads(paths.analysis.read_text(encoding="utf-8"))
+    analysis = require_output(paths.analysis, "bench analysis", "bench", "bench_analysis")
+    payload = json.loads(analysis.read_text(encoding="utf-8"))
     return BenchAnalysis(
         settings=settings,
         as_of=dt.date.fromisoformat(payload["as_of"]) if payload["as_of"] else None,

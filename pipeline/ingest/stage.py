@@ -20,10 +20,10 @@ from pathlib import Path
 import polars as pl
 
 from pipeline.config import SALT_ENV_VAR, Config
-from pipeline.errors import ConfigError, InputFormatError
+from pipeline.errors import ConfigError
 from pipeline.ingest.compute import expand_paths, ingest_sources
 from pipeline.ingest.result import IngestResult, IngestSummary
-from pipeline.layout import WorkloadLayout
+from pipeline.layout import WorkloadLayout, require_output
 from pipeline.readers import ReadContext, SourceFile
 from pipeline.store import scan_requests, write_json_atomic, write_parquet_atomic
 from pipeline.tokenize import make_tokenizer
@@ -157,16 +157,11 @@ def write(result: IngestResult, layout: WorkloadLayout) -> dict[str, Path]:
 
 def read_requests(layout: WorkloadLayout) -> pl.LazyFrame:
     """The canonical request table of a workload, scanned lazily."""
-    if not layout.ingest.requests.is_dir():
-        raise InputFormatError(
-            f"{layout.ingest.requests}: no canonical request table; run the ingest stage "
-            "first (enginefit ingest --config FILE, or materialise `workload`)"
-        )
-    return scan_requests(layout.ingest.requests)
+    return scan_requests(
+        require_output(layout.ingest.requests, "canonical request table", "ingest", "workload")
+    )
 
 
 def read_summary(layout: WorkloadLayout) -> IngestSummary:
-    path = layout.ingest.summary
-    if not path.is_file():
-        raise InputFormatError(f"{path}: no ingest summary; run the ingest stage first")
+    path = require_output(layout.ingest.summary, "ingest summary", "ingest", "workload")
     return IngestSummary.from_json(json.loads(path.read_text(encoding="utf-8")))

@@ -14,9 +14,8 @@ from pathlib import Path
 import polars as pl
 
 from pipeline.config import Config
-from pipeline.errors import InputFormatError
 from pipeline.ingest.stage import read_requests
-from pipeline.layout import WorkloadLayout
+from pipeline.layout import WorkloadLayout, require_output
 from pipeline.prefix.analysis import analyse
 from pipeline.prefix.config import PrefixConfig
 from pipeline.prefix.present import curve_svg
@@ -57,13 +56,9 @@ def write(result: PrefixResult, layout: WorkloadLayout) -> dict[str, Path]:
 
 def read_result(layout: WorkloadLayout) -> PrefixResult:
     paths = layout.prefix
-    if not paths.summary.is_file():
-        raise InputFormatError(
-            f"{paths.summary}: no prefix analysis; run the prefix stage first "
-            "(enginefit prefix --config FILE, or materialise `prefix_sharing`)"
-        )
+    summary = require_output(paths.summary, "prefix analysis", "prefix", "prefix_sharing")
     return PrefixResult.from_json(
-        json.loads(paths.summary.read_text(encoding="utf-8")),
+        json.loads(summary.read_text(encoding="utf-8")),
         pl.read_parquet(paths.curve),
         pl.read_parquet(paths.sessions),
     )

@@ -14,9 +14,8 @@ from pathlib import Path
 import polars as pl
 
 from pipeline.config import Config
-from pipeline.errors import InputFormatError
 from pipeline.ingest.stage import read_requests
-from pipeline.layout import WorkloadLayout
+from pipeline.layout import WorkloadLayout, require_output
 from pipeline.shape.common import json_safe
 from pipeline.shape.compute import compute_shape
 from pipeline.shape.config import ShapeConfig
@@ -57,11 +56,7 @@ def write(result: ShapeResult, layout: WorkloadLayout) -> dict[str, Path]:
 def read_result(layout: WorkloadLayout) -> ShapeResult:
     """The shape result written for this workload (without the figures' data)."""
     paths = layout.shape
-    if not paths.summary.is_file():
-        raise InputFormatError(
-            f"{paths.summary}: no workload shape; run the shape stage first "
-            "(enginefit shape --config FILE, or materialise `workload_shape`)"
-        )
-    metrics = json.loads(paths.summary.read_text(encoding="utf-8"))
+    summary = require_output(paths.summary, "workload shape", "shape", "workload_shape")
+    metrics = json.loads(summary.read_text(encoding="utf-8"))
     series = pl.read_parquet(paths.concurrency) if paths.concurrency.is_file() else None
     return ShapeResult.from_json(metrics, series)

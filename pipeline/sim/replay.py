@@ -77,9 +77,7 @@ def affinity_home(inp: SimInput, replicas: int) -> I64:
     return (inp.session_hash % np.uint64(replicas)).astype(np.int64)
 
 
-def assign(
-    inp: SimInput, routing: str, replicas: int, settings: SimulationConfig
-) -> Assignment:
+def assign(inp: SimInput, routing: str, replicas: int, settings: SimulationConfig) -> Assignment:
     """Replica per request for a routing that does not read cache state.
 
     ``random`` draws with ``settings.random_seed``; ``bounded-affinity`` spills past

@@ -18,9 +18,8 @@ from typing import Any
 import polars as pl
 
 from pipeline.config import Config
-from pipeline.errors import InputFormatError
 from pipeline.ingest.stage import read_requests
-from pipeline.layout import WorkloadLayout
+from pipeline.layout import WorkloadLayout, require_output
 from pipeline.sim.blocks import SimInput, sim_input
 from pipeline.sim.config import CACHE_INDEPENDENT, Scenario, SimulationConfig
 from pipeline.sim.curve import Curve, capacity_curve
@@ -41,7 +40,9 @@ def plan(settings: SimulationConfig) -> list[Scenario]:
     return settings.scenarios()
 
 
-def run_scenario(inputs: SimInput, scenario: Scenario, settings: SimulationConfig) -> dict[str, Any]:
+def run_scenario(
+    inputs: SimInput, scenario: Scenario, settings: SimulationConfig
+) -> dict[str, Any]:
     """One scenario's summary (JSON-ready)."""
     return summarise(inputs, simulate(inputs, scenario, settings), settings)
 
@@ -137,11 +138,8 @@ def write(
 
 def read_summaries(layout: WorkloadLayout) -> list[dict[str, Any]]:
     """The collected scenario summaries (what later stages read)."""
-    path = layout.simulation.summary
-    if not path.is_file():
-        raise InputFormatError(
-            f"{path}: no simulation results; run the simulation stage first "
-            "(enginefit simulate --config FILE, or materialise `simulation_scenarios`)"
-        )
+    path = require_output(
+        layout.simulation.summary, "simulation results", "simulate", "simulation_scenarios"
+    )
     summaries: list[dict[str, Any]] = json.loads(path.read_text(encoding="utf-8"))
     return summaries
