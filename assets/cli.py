@@ -15,6 +15,7 @@ from typing import Any
 
 from pipeline.cli import build_parser, run_parsed
 from pipeline.cli_common import DEFAULT_CONFIG, add_config_argument, command_config
+from pipeline.headline import headline_table, headlines
 
 
 def register(subparsers: Any) -> None:
@@ -28,8 +29,10 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run_report)
 
 
-def _ensure_dagster_home() -> Path:
-    home = Path(os.environ.get("DAGSTER_HOME") or ".dagster_home").resolve()
+def _ensure_dagster_home(project: Path) -> Path:
+    """``$DAGSTER_HOME``, else ``.dagster_home`` beside the configuration file (the project),
+    never the current folder."""
+    home = Path(os.environ.get("DAGSTER_HOME") or project / ".dagster_home").resolve()
     home.mkdir(parents=True, exist_ok=True)
     (home / "dagster.yaml").touch(exist_ok=True)
     os.environ["DAGSTER_HOME"] = str(home)
@@ -39,23 +42,32 @@ def _ensure_dagster_home() -> Path:
 def run_report(args: argparse.Namespace) -> int:
     # Validate before starting Dagster, so a bad file is one line, not a failed run per asset.
     args.config = str(Path(args.config or DEFAULT_CONFIG).resolve())
-    command_config(args)
+    config = command_config(args)
     config_path = Path(args.config)
-    home = _ensure_dagster_home()
+    home = _ensure_dagster_home(config_path.parent)
     import dagster as dg
 
     from assets.definitions import run_full_graph
 
     with dg.DagsterInstance.get() as instance:
         run = run_full_graph(config_path, instance)
-    for asset_key, label, path in run.outputs:
-        print(f"{asset_key}: {label} -> {path}")
+    workload_dir = config.layout().root
+    print(f"outputs under {workload_dir}:")
+    for asset_key, _, path in sorted(run.outputs, key=lambda output: output[2]):
+        shown = (
+            Path(path).relative_to(workload_dir)
+            if Path(path).is_relative_to(workload_dir)
+            else path
+        )
+        print(f"  {shown}  ({asset_key})")
+    print("summary:")
+    print(headline_table(headlines(config)))
     print(f"checks: {run.checks_passed} passed, {len(run.checks_failed)} did not")
     for check, severity, problems in run.checks_failed:
         print(f"  {severity} {check}: {problems}")
+    print(f"Dagster run history: {home} (open the UI with `make ui`)")
     for step, message in run.failures:
         print(f"enginefit: error: step {step} failed: {message}", file=sys.stderr)
-    print(f"Dagster run history: {home} (open the UI with `make ui`)")
     return 0 if run.success else 2
 
 

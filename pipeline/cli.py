@@ -8,6 +8,7 @@ its area's ``cli`` module; this file only builds the parser, dispatches, and tur
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -48,6 +49,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_parsed(build_parser(), argv)
 
 
+# What to do about the operating-system errors a person can fix; the rest say only what failed.
+_OS_ADVICE = {
+    errno.ENOSPC: "free some space or write elsewhere (--out DIR, paths.data_dir)",
+    errno.EFBIG: "the file system refuses a file this large; write elsewhere",
+    errno.EDQUOT: "disk quota exceeded; free some space or write elsewhere",
+    errno.EACCES: "check the permissions, or write elsewhere",
+    errno.EPERM: "check the permissions, or write elsewhere",
+    errno.EROFS: "the file system is read-only; write elsewhere",
+    errno.ENOTDIR: "a path component is a file, not a folder",
+    errno.ELOOP: "a symbolic link points back to itself",
+}
+
+
+def os_error_line(exc: OSError) -> str:
+    """An operating-system error as one line naming the path, what failed and what to do."""
+    where = exc.filename if exc.filename is not None else "enginefit"
+    what = exc.strerror or exc.__class__.__name__
+    advice = _OS_ADVICE.get(exc.errno or 0)
+    return f"{where}: {what}" + (f"; {advice}" if advice else "")
+
+
 def run_parsed(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
     args = parser.parse_args(argv)
     try:
@@ -55,6 +77,14 @@ def run_parsed(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> i
     except EnginefitError as exc:
         print(f"enginefit: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        # Faults of the machine rather than the input (disk full, permissions): still one
+        # line, never a traceback.
+        print(f"enginefit: error: {os_error_line(exc)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("enginefit: interrupted", file=sys.stderr)
+        return 130
     return code
 
 

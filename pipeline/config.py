@@ -271,8 +271,19 @@ def default_config() -> Config:
     return config_from_mapping({})
 
 
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """PyYAML's multi-line message as one line with the 1-based line and column."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        return f"line {mark.line + 1}, column {mark.column + 1}: {exc.problem}"
+    return " ".join(str(exc).split())
+
+
 def load_config(path: str | Path) -> Config:
-    source = Path(path).resolve()
+    try:
+        source = Path(path).resolve()
+    except (OSError, RuntimeError) as exc:  # a symlink loop raises RuntimeError on 3.11
+        raise ConfigError(f"{path}: cannot resolve the path ({exc})") from exc
     try:
         text = source.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
@@ -286,5 +297,5 @@ def load_config(path: str | Path) -> Config:
     try:
         raw = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{source}: not valid YAML: {exc}") from exc
+        raise ConfigError(f"{source}: not valid YAML: {_yaml_problem(exc)}") from exc
     return config_from_mapping(raw, source=source)

@@ -22,15 +22,14 @@ def _digests(root: Path) -> dict[str, str]:
     }
 
 
-def test_full_graph_on_the_bundled_sample_is_complete_and_deterministic(tmp_path: Path) -> None:
-    """Every asset materialises, every check runs, and a second run writes identical bytes."""
-    runs = []
-    for name in ("a", "b"):
-        with dg.DagsterInstance.ephemeral() as instance:
-            run = run_full_graph(bundled_config(tmp_path, name), instance)
-        assert run.success, run.failures
-        runs.append(_digests(tmp_path / name / "data"))
-        produced = {asset for asset, _, _ in run.outputs}
+def test_full_graph_on_the_bundled_sample_is_complete_and_deterministic(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every asset materialises and every check runs, through the graph (a) and through
+    `enginefit report` (b); both write identical bytes, and the command ends with the summary."""
+    with dg.DagsterInstance.ephemeral() as instance:
+        run = run_full_graph(bundled_config(tmp_path, "a"), instance)
+    assert run.success, run.failures
     assert {
         "workload",
         "workload_shape",
@@ -39,9 +38,35 @@ def test_full_graph_on_the_bundled_sample_is_complete_and_deterministic(tmp_path
         "simulation_plots",
         "bench_analysis",
         "concurrency_by_engine",
-    } <= produced
-    assert runs[0] == runs[1]
-    assert "mooncake-conversation/bench/slo_capacity.parquet" in runs[0]
+    } <= {asset for asset, _, _ in run.outputs}
+    assert (run.checks_passed, run.checks_failed) == (10, [])
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    assert main(["report", "--config", str(bundled_config(tmp_path, "b"))]) == 0
+    a, b = _digests(tmp_path / "a" / "data"), _digests(tmp_path / "b" / "data")
+    assert a == b
+    assert "mooncake-conversation/bench/slo_capacity.parquet" in a
+
+    out, err = capsys.readouterr()
+    assert "enginefit report: workload done (" in err
+    assert "enginefit report: simulation_plots done (" in err
+    assert "Traceback" not in out + err
+    summary = out[out.index("summary:") :].splitlines()
+    # Published figures: 12,031 requests in the Mooncake conversation trace (SOURCE.md); the H100
+    # sweep's capacity and cost at the default SLO (tests/test_bench_cost.py works them by hand).
+    assert summary[1].startswith(
+        "  ingest      12,031 requests ingested of 12,031 read, 0 quarantined"
+    )
+    assert summary[5] == (
+        "  bench       vllm 0.11.0 / meta-llama/Llama-3.1-8B-Instruct / bf16 / 1×H100-80GB / "
+        "shared-prefix-synthetic: capacity 92.19 req/s, $0.1450 per 1M output tokens (bracketed)"
+    )
+    assert summary[6] == "checks: 10 passed, 0 did not"
+    # Dagster's history lives beside the configuration, not in the folder the command ran from.
+    assert (tmp_path / ".dagster_home").is_dir() and list(elsewhere.iterdir()) == []
 
 
 def test_report_command_refuses_a_bad_configuration_before_starting_dagster(

@@ -1,0 +1,78 @@
+"""Errors a person can act on: one line naming the path and what to do, exit 2, no traceback."""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import os
+from pathlib import Path
+
+import pytest
+
+from pipeline.cli import main, run_parsed
+
+
+def _parser_raising(exc: BaseException) -> argparse.ArgumentParser:
+    def fail(args: argparse.Namespace) -> int:
+        raise exc
+
+    parser = argparse.ArgumentParser(prog="enginefit")
+    parser.set_defaults(func=fail)
+    return parser
+
+
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        (
+            OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "/data/w/requests/part-00000.parquet"),
+            "/data/w/requests/part-00000.parquet: No space left on device; free some space or "
+            "write elsewhere (--out DIR, paths.data_dir)",
+        ),
+        (
+            PermissionError(errno.EACCES, os.strerror(errno.EACCES), "/ro/out"),
+            "/ro/out: Permission denied; check the permissions, or write elsewhere",
+        ),
+        (
+            OSError(errno.EIO, os.strerror(errno.EIO)),
+            "enginefit: Input/output error",
+        ),
+    ],
+)
+def test_operating_system_errors_are_one_line_with_exit_2(
+    error: OSError, expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_parsed(_parser_raising(error), []) == 2
+    assert capsys.readouterr().err == f"enginefit: error: {expected}\n"
+
+
+def test_an_interrupt_is_one_line_with_the_conventional_exit_code(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert run_parsed(_parser_raising(KeyboardInterrupt()), []) == 130
+    assert capsys.readouterr().err == "enginefit: interrupted\n"
+
+
+def test_a_configuration_symlink_loop_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+
+    (tmp_path / "a.yaml").symlink_to(tmp_path / "b.yaml")
+    (tmp_path / "b.yaml").symlink_to(tmp_path / "a.yaml")
+    assert main(["config", "--config", str(tmp_path / "a.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"enginefit: error: {tmp_path / 'a.yaml'}: cannot resolve the path")
+    assert err.count("\n") == 1
+
+
+def test_invalid_yaml_is_one_line_with_its_line_and_column(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("workload:\n  name: x\n\tsalt: 1\n")
+    assert main(["config", "--config", str(bad)]) == 2
+    assert capsys.readouterr().err == (
+        f"enginefit: error: {bad}: not valid YAML: line 3, column 1: found character '\\t' that "
+        "cannot start any token\n"
+    )
