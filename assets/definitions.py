@@ -8,6 +8,7 @@ from pathlib import Path
 import dagster as dg
 
 from assets import bench as bench_stage
+from assets import decision as decision_stage
 from assets import ingest
 from assets import prefix as prefix_stage
 from assets import shape as shape_stage
@@ -22,6 +23,7 @@ _STAGES = [
     shape_stage,
     bench_stage,
     sim_stage,
+    decision_stage,
 ]
 
 all_assets = [a for stage in _STAGES for a in stage.ASSETS]

@@ -15,6 +15,7 @@ from typing import Any
 
 from pipeline import config_cli
 from pipeline.bench import cli as bench_cli
+from pipeline.decision import cli as decision_cli
 from pipeline.errors import EnginefitError
 from pipeline.ingest import cli as ingest_cli
 from pipeline.prefix import cli as prefix_cli
@@ -29,6 +30,7 @@ _AREAS = [
     prefix_cli,
     sim_cli,
     bench_cli,
+    decision_cli,
 ]
 
 

@@ -26,6 +26,8 @@ from pydantic import BaseModel, BeforeValidator, Field, ValidationError, Validat
 
 from pipeline.bench.config import BenchSettings
 from pipeline.bench.slo import is_limit_key
+from pipeline.decision.catalog import Catalog, load_catalog
+from pipeline.decision.config import DecisionSettings, Requirements
 from pipeline.errors import ConfigError
 from pipeline.hashing import salt_fingerprint
 from pipeline.layout import WorkloadLayout
@@ -133,6 +135,8 @@ class _File(BaseModel):
     prefix: PrefixConfig
     bench: BenchSettings
     simulation: SimulationConfig
+    requirements: Requirements
+    decision: DecisionSettings
 
 
 @dataclass(frozen=True)
@@ -145,8 +149,14 @@ class Config:
     prefix: PrefixConfig
     simulation: SimulationConfig
     bench: BenchSettings
+    requirements: Requirements
+    decision: DecisionSettings
     read: ReadSettings
     source: Path | None = None
+
+    def catalog(self) -> Catalog:
+        """The engine catalog ``decision.catalog`` names (else the bundled one)."""
+        return load_catalog(self.decision.catalog)
 
     @property
     def where(self) -> str:
@@ -178,6 +188,8 @@ class Config:
             "prefix": self.prefix.model_dump(mode="json"),
             "simulation": _plain(self.simulation),
             "bench": self.bench.as_dict(),
+            "requirements": self.requirements.model_dump(mode="json"),
+            "decision": self.decision.model_dump(mode="json"),
         }
 
     def describe(self) -> str:
@@ -254,16 +266,36 @@ def config_from_mapping(raw: dict[str, Any], *, source: Path | None = None) -> C
         raise ConfigError(_message(exc, _File, where)) from exc
     except ConfigError as exc:  # raised by a section's own parser (the SLO, prices)
         raise ConfigError(f"{where}: {exc}") from exc
-    return Config(
+    config = Config(
         workload=parsed.workload,
         paths=parsed.paths,
         shape=parsed.shape,
         prefix=parsed.prefix,
         simulation=parsed.simulation,
         bench=parsed.bench,
+        requirements=parsed.requirements,
+        decision=parsed.decision,
         read=read,
         source=source,
     )
+    _check_engine_names(config, where)
+    return config
+
+
+def _check_engine_names(config: Config, where: str) -> None:
+    """Engines the requirements name must be in the catalog (loaded only when one is named)."""
+    named = [("requirements.current_engine", config.requirements.current_engine)]
+    named += [
+        (f"requirements.migration_engineer_weeks.{name}", name)
+        for name in config.requirements.migration_engineer_weeks
+    ]
+    named = [(key, name) for key, name in named if name is not None]
+    if not named and config.decision.catalog is None:
+        return
+    catalog = config.catalog()
+    for key, name in named:
+        assert name is not None
+        catalog.require_engine(name, f"{where}: {key}")
 
 
 def default_config() -> Config:

@@ -96,12 +96,19 @@ def _candidate(row: dict[str, Any]) -> str:
     )
 
 
+def _decision(layout: WorkloadLayout, config: Config) -> str:
+    from pipeline.decision.stage import read_record
+
+    return read_record(layout).recommendation.headline
+
+
 HEADLINES: tuple[tuple[str, Callable[[WorkloadLayout, Config], str]], ...] = (
     ("ingest", _ingest),
     ("shape", _shape),
     ("prefix", _prefix),
     ("simulation", _simulation),
     ("bench", _bench),
+    ("decision", _decision),
 )
 
 

@@ -9,6 +9,7 @@ A workload folder (``<paths.data_dir>/<workload.name>/``)::
     prefix/                           prefix sharing, reuse and sessions (prefix stage)
     simulation/                       cache and routing replay (simulation stage)
     bench/                            benchmark join, SLO capacity and cost (bench stage)
+    decision/                         the decision record, its schema and rationale
 
 Each stage's paths are one small frozen object (``layout.shape.summary`` …); stages read each
 other's outputs only through these.
@@ -91,6 +92,14 @@ class SimulationPaths(_StagePaths):
     def scenario(self, key: str) -> Path:
         """One scenario's summary (written by its own step, collected into ``summary``)."""
         return self.scenario_dir / f"{key}.json"
+
+
+@dataclass(frozen=True)
+class DecisionPaths(_StagePaths):
+    record: Path
+    schema: Path
+    triggers: Path
+    rationale: Path
 
 
 @dataclass(frozen=True)
@@ -182,4 +191,15 @@ class WorkloadLayout:
             cost_svg=d / "cost_per_1m_at_slo.svg",
             concurrency=d / "concurrency_by_engine.parquet",
             concurrency_json=d / "concurrency_by_engine.json",
+        )
+
+    @property
+    def decision(self) -> DecisionPaths:
+        d = self.root / "decision"
+        return DecisionPaths(
+            dir=d,
+            record=d / "decision.json",
+            schema=d / "decision.schema.json",
+            triggers=d / "triggers.parquet",
+            rationale=d / "rationale.txt",
         )

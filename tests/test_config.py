@@ -176,7 +176,17 @@ def test_config_command_prints_every_setting_but_never_the_salt(
     assert main(["config", "--config", str(path), "--json"]) == 0
     out, err = capsys.readouterr()
     printed = json.loads(out)
-    assert set(printed) == {"source", "workload", "paths", "shape", "prefix", "simulation", "bench"}
+    assert set(printed) == {
+        "source",
+        "workload",
+        "paths",
+        "shape",
+        "prefix",
+        "simulation",
+        "bench",
+        "requirements",
+        "decision",
+    }
     assert printed["shape"]["plot_points"] == 50
     assert printed["bench"]["slo"]["ttft_p95_ms"] == 1000.0
     assert "a-secret-salt" not in out + err

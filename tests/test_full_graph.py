@@ -38,8 +38,10 @@ def test_full_graph_on_the_bundled_sample_is_complete_and_deterministic(
         "simulation_plots",
         "bench_analysis",
         "concurrency_by_engine",
+        "engine_decision",
+        "revisit_triggers",
     } <= {asset for asset, _, _ in run.outputs}
-    assert (run.checks_passed, run.checks_failed) == (10, [])
+    assert (run.checks_passed, run.checks_failed) == (13, [])
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -64,7 +66,8 @@ def test_full_graph_on_the_bundled_sample_is_complete_and_deterministic(
         "  bench       vllm 0.11.0 / meta-llama/Llama-3.1-8B-Instruct / bf16 / 1×H100-80GB / "
         "shared-prefix-synthetic: capacity 92.19 req/s, $0.1450 per 1M output tokens (bracketed)"
     )
-    assert summary[6] == "checks: 10 passed, 0 did not"
+    assert summary[6].startswith("  decision    vLLM")
+    assert summary[7] == "checks: 13 passed, 0 did not"
     # Dagster's history lives beside the configuration, not in the folder the command ran from.
     assert (tmp_path / ".dagster_home").is_dir() and list(elsewhere.iterdir()) == []
 

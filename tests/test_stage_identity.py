@@ -14,7 +14,8 @@ from pipeline.cli import main as enginefit
 from pipeline.layout import WorkloadLayout
 from tests.conftest import bundled_config
 
-STAGES = ("ingest", "shape", "prefix", "simulation", "bench")
+STAGES = ("ingest", "shape", "prefix", "simulation", "bench", "decision")
+COMMANDS = {"simulation": "simulate", "decision": "decide"}
 
 
 def digests(paths: dict[str, Path]) -> dict[str, str]:
@@ -39,7 +40,7 @@ def test_commands_write_what_the_assets_write(
     assert run.success, run.failures
     config = bundled_config(tmp_path, "command")
     for stage in STAGES:
-        command = "simulate" if stage == "simulation" else stage
+        command = COMMANDS.get(stage, stage)
         assert enginefit([command, "--config", str(config)]) == 0, capsys.readouterr().err
     by_asset = stage_files(WorkloadLayout(tmp_path / "asset" / "data" / "mooncake-conversation"))
     by_command = stage_files(
@@ -48,8 +49,8 @@ def test_commands_write_what_the_assets_write(
     assert sorted(by_asset) == sorted(by_command)
     # 1 part, quarantine, summary; 6 shape files; 4 prefix files; simulation: 7 tables and
     # figures + 8 scenarios ((1 replica + 3 routings × 4 replicas) × 2 capacities); 12 bench
-    # files (no per-request rows in the bundled sweep)
-    assert len(by_asset) == 40
+    # files (no per-request rows in the bundled sweep); 4 decision files
+    assert len(by_asset) == 44
     assert digests(by_command) == digests(by_asset)
 
 

@@ -116,13 +116,7 @@ def run_bench(args: argparse.Namespace) -> int:
                 "--workload-facts applies to PATH results; the configured workload's facts "
                 "come from its shape and prefix stages"
             )
-        layout = config.layout()
-        stage.write_results(stage.read_results(settings), layout)
-        analysis = stage.run(stage.read_inputs(layout, settings.as_of), settings)
-        stage.write(analysis, layout)
-        stage.write_concurrency(
-            stage.run_concurrency(layout, analysis, config.shape.latency), layout
-        )
+        analysis = stage.run_configured(config.layout(), settings, config.shape.latency)
     if args.json:
         print(json.dumps(analysis_payload(analysis), indent=2, sort_keys=True, default=str))
     else:

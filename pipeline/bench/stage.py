@@ -222,3 +222,23 @@ def write_concurrency(result: ConcurrencyByEngine, layout: WorkloadLayout) -> di
     payload: dict[str, Any] = concurrency_payload(result.fits, result.table, result.notes)
     write_json_atomic(paths.concurrency_json, payload)
     return {"concurrency": paths.concurrency, "concurrency_json": paths.concurrency_json}
+
+
+def read_latency_fits(layout: WorkloadLayout) -> pl.DataFrame:
+    """The latency models fitted per candidate (written by :func:`write_concurrency`)."""
+    path = require_output(
+        layout.bench.concurrency_json, "latency fits", "bench", "concurrency_by_engine"
+    )
+    fits = json.loads(path.read_text(encoding="utf-8"))["fits"]
+    return pl.DataFrame(fits, infer_schema_length=None) if fits else pl.DataFrame()
+
+
+def run_configured(
+    layout: WorkloadLayout, settings: BenchSettings, config_model: LatencyModel
+) -> BenchAnalysis:
+    """The configured workload's whole bench stage, written: results, analysis, concurrency."""
+    write_results(read_results(settings), layout)
+    analysis = run(read_inputs(layout, settings.as_of), settings)
+    write(analysis, layout)
+    write_concurrency(run_concurrency(layout, analysis, config_model), layout)
+    return analysis

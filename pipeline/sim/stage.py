@@ -143,3 +143,11 @@ def read_summaries(layout: WorkloadLayout) -> list[dict[str, Any]]:
     )
     summaries: list[dict[str, Any]] = json.loads(path.read_text(encoding="utf-8"))
     return summaries
+
+
+def read_curves(layout: WorkloadLayout) -> pl.DataFrame:
+    """Every step of every written capacity curve (what later stages read)."""
+    path = require_output(
+        layout.simulation.curves, "capacity curves", "simulate", "simulation_curves"
+    )
+    return pl.read_parquet(path)

@@ -1,0 +1,135 @@
+"""``enginefit decide`` and ``enginefit explain``.
+
+    enginefit decide [--config FILE] [--previous RECORD] [--as-of YYYY-MM-DD] [--json]
+    enginefit explain RECORD
+
+``decide`` runs, for the configured workload, every upstream stage whose outputs are missing
+(ingest, shape, prefix, simulation, bench), then the decision, and writes the record under
+``decision/`` exactly as the ``engine_decision`` asset does. ``--previous`` evaluates an earlier
+quarter's revisit triggers against this run's measurements. ``explain`` prints a record's
+rationale as plain text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from pipeline.cli_common import add_config_argument, command_config
+from pipeline.config import Config
+from pipeline.decision import stage
+from pipeline.decision.present import candidates_table, rationale_text
+from pipeline.layout import WorkloadLayout
+
+RUN_DATE_ENV = "ENGINEFIT_RUN_DATE"
+
+
+def register(subparsers: Any) -> None:
+    decide = subparsers.add_parser(
+        "decide",
+        help="recommend an engine with its rationale, costs and revisit triggers",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_config_argument(decide)
+    decide.add_argument(
+        "--previous",
+        type=Path,
+        metavar="RECORD",
+        help="a previous decision.json whose triggers to check",
+    )
+    decide.add_argument(
+        "--as-of",
+        metavar="YYYY-MM-DD",
+        help="the decision's date (default: bench.as_of, else ENGINEFIT_RUN_DATE)",
+    )
+    decide.add_argument("--json", action="store_true", help="print the record as JSON")
+    decide.set_defaults(func=run_decide)
+    explain = subparsers.add_parser(
+        "explain",
+        help="print a decision record's rationale as plain text",
+        description="Print a decision record (decision/decision.json) as prose a reviewer reads "
+        "top to bottom: the answer, the candidates, the rules with their evidence, the triggers.",
+    )
+    explain.add_argument("record", type=Path, metavar="RECORD")
+    explain.set_defaults(func=run_explain)
+
+
+def ensure_upstream(config: Config, layout: WorkloadLayout) -> list[str]:
+    """Run every upstream stage whose outputs are missing, in order; returns their names."""
+    from pipeline.bench import stage as bench_stage
+    from pipeline.ingest import stage as ingest_stage
+    from pipeline.prefix import stage as prefix_stage
+    from pipeline.shape import stage as shape_stage
+    from pipeline.sim import stage as sim_stage
+
+    ran = []
+    if not layout.ingest.summary.is_file():
+        ingest_stage.write(ingest_stage.run(ingest_stage.configured_inputs(config)), layout)
+        ran.append("ingest")
+    if not layout.shape.summary.is_file():
+        shape_stage.write(
+            shape_stage.run(shape_stage.read_inputs(layout, config), config.shape), layout
+        )
+        ran.append("shape")
+    if not layout.prefix.summary.is_file():
+        prefix_stage.write(
+            prefix_stage.run(prefix_stage.read_inputs(layout, config), config.prefix), layout
+        )
+        ran.append("prefix")
+    if not (layout.simulation.summary.is_file() and layout.simulation.curves.is_file()):
+        result = sim_stage.run(sim_stage.read_inputs(layout, config), config.simulation)
+        sim_stage.write(result, config.simulation, layout)
+        ran.append("simulation")
+    if not (layout.bench.analysis.is_file() and layout.bench.concurrency_json.is_file()):
+        bench_stage.run_configured(layout, config.bench, config.shape.latency)
+        ran.append("bench")
+    return ran
+
+
+def _as_of(args: argparse.Namespace, config: Config) -> Any:
+    from pipeline.bench.config import parse_as_of
+
+    if args.as_of:
+        return parse_as_of(args.as_of, "--as-of")
+    if config.bench.as_of is not None:
+        return config.bench.as_of
+    if os.environ.get(RUN_DATE_ENV):
+        return parse_as_of(os.environ[RUN_DATE_ENV], RUN_DATE_ENV)
+    return None
+
+
+def run_decide(args: argparse.Namespace) -> int:
+    config = command_config(args)
+    layout = config.layout()
+    as_of = _as_of(args, config)
+    if as_of is not None and config.bench.as_of is None:
+        config = dataclasses.replace(config, bench=config.bench.replace(as_of=as_of))
+    previous = args.previous or config.decision.previous_record
+    ran = ensure_upstream(config, layout)
+    if ran:
+        print(
+            f"enginefit decide: ran the missing upstream stages: {', '.join(ran)}", file=sys.stderr
+        )
+    record = stage.run(stage.read_inputs(layout, config, as_of=as_of, previous=previous), config)
+    paths = stage.write(record, layout)
+    if args.json:
+        print(json.dumps(record.to_json(), indent=2, sort_keys=True, ensure_ascii=False))
+        return 0
+    print(record.recommendation.headline)
+    print()
+    print(candidates_table(record))
+    print()
+    print(f"rationale: enginefit explain {paths['record']}  (also {paths['rationale']})")
+    return 0
+
+
+def run_explain(args: argparse.Namespace) -> int:
+    record = stage.read_previous(args.record)
+    sys.stdout.write(rationale_text(record))
+    return 0

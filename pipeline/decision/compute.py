@@ -1,0 +1,445 @@
+"""The decision: a deterministic pure function from the stages' typed results, the engine
+catalog and the team's requirements to a :class:`~pipeline.decision.result.DecisionRecord`.
+
+The rules run in DOMAIN.md's order and each leaves one rationale entry (fired, did not fire,
+or unknown with what to supply):
+
+1. ``hardware`` — an engine that runs on none of the team's hardware is excluded.
+2. ``local`` — laptop, CPU, Apple or edge: llama.cpp first.
+3. ``maintenance`` — an engine in maintenance mode is excluded for a new deployment; one
+   running today is kept running while a migration is planned.
+4. ``features`` — a required feature (configured, or seen in the traffic) the engine lacks
+   excludes it; a limited one is noted.
+5. ``concurrency`` — peak ≤ ``shape.concurrency_low_max``: look hard at llama.cpp / Ollama;
+   ≥ ``shape.concurrency_high_min``: vLLM or SGLang, Ollama is out.
+6. ``slo`` — an engine whose benchmark never met the SLO is excluded.
+7. ``model_churn`` — one or two stable models on one fixed NVIDIA SKU at huge volume:
+   TensorRT-LLM first, weighed against its rebuild cost.
+8. ``prefix`` — shared-prefix ratio above ``prefix_heavy_share``: SGLang or vLLM plus
+   cache-aware routing, benchmark both; below ``prefix_light_share``: published SGLang margins
+   do not apply.
+9. ``cost`` — among benchmarked viable engines, the lowest monthly total (GPU fleet at the peak
+   rate plus the recurring cost of model changes), else the lowest cost per 1M output tokens.
+10. ``margin`` — a gap under ``requirements.cost_margin`` is a tie, decided on maintenance
+    trajectory and migration cost.
+11. ``payback`` — a switch from the engine running today whose migration does not pay back
+    within ``payback_max_months`` is not recommended.
+12. ``transferability`` — benchmarks flagged as not transferable lower the confidence.
+13. ``routing`` and 14. ``isolation`` — what prefix-aware routing saves, and whether tenants
+    must be isolated.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipeline.decision.config import DecisionSettings, Requirements
+from pipeline.decision.context import (
+    DecisionInputs,
+    EngineState,
+    RuleContext,
+    current_engine,
+    plain,
+    usd,
+)
+from pipeline.decision.costing import Outcome, choose, price_of, switch_cost
+from pipeline.decision.evidence import (
+    engine_benches,
+    missing_features,
+    required_features,
+    workload_from,
+)
+from pipeline.decision.result import (
+    Candidate,
+    DecisionRecord,
+    Recommendation,
+    Routing,
+)
+from pipeline.decision.routing import isolation_advice, routing_value
+from pipeline.decision.rules import RULES
+from pipeline.decision.triggers import crossed, evaluate_previous, trigger
+from pipeline.shape.config import ShapeConfig
+
+
+def measurements(ctx: RuleContext, top: str | None, runner: str | None) -> dict[str, Any]:
+    """The flat metrics triggers compare; keys name the stage output each comes from."""
+    w = ctx.workload
+    as_of = ctx.inputs.as_of
+    m: dict[str, Any] = {
+        "shape.concurrency.peak": w.peak_concurrency,
+        "shape.concurrency.estimated": w.concurrency_estimated,
+        "shape.arrivals.mean_rate_rps": w.mean_rate_rps,
+        "shape.arrivals.peak_rate_rps": w.peak_rate_rps,
+        "shape.lengths.output_tokens.mean": w.output_mean,
+        "shape.features.required": list(ctx.required),
+        "prefix.shared_prefix_ratio": w.prefix_share,
+        "catalog.as_of": ctx.catalog.as_of.isoformat(),
+        "catalog.age_days": (as_of - ctx.catalog.as_of).days if as_of else None,
+        "requirements.fixed_sku": ctx.requirements.fixed_sku,
+        "requirements.model_changes_per_quarter": ctx.requirements.model_changes_per_quarter,
+    }
+    for engine in ctx.catalog.engines:
+        m[f"catalog.status[{engine}]"] = ctx.catalog.engines[engine].status.state
+        m[f"catalog.missing_features[{engine}]"] = len(
+            missing_features(engine, ctx.catalog, ctx.required)
+        )
+    for engine, bench in sorted(ctx.benches.items()):
+        m[f"bench.cost_per_1m_output_usd[{engine}]"] = bench.cost_per_1m_output_usd
+        m[f"bench.capacity_rps[{engine}]"] = bench.capacity_rps
+        m[f"bench.age_days[{engine}]"] = bench.age_days(as_of)
+        if bench.capacity_rps is not None and bench.replicas_at_peak is not None:
+            m[f"bench.fleet_capacity_rps[{engine}]"] = bench.capacity_rps * bench.replicas_at_peak
+    if top and runner and top in ctx.benches and runner in ctx.benches:
+        a, b = ctx.benches[top].cost_per_1m_output_usd, ctx.benches[runner].cost_per_1m_output_usd
+        m["bench.cost_gap_runner_up"] = (b - a) / a if a and b is not None else None
+    flat: dict[str, Any] = plain(m)
+    return flat
+
+
+def _crossing(
+    id: str,
+    metric: str,
+    value: float | None,
+    threshold: float,
+    m: dict[str, Any],
+    why: str,
+    *,
+    at_or_below: bool = False,
+    strict: bool = False,
+) -> Any:
+    """A trigger that fires when ``value`` moves to the other side of ``threshold`` from where
+    it is today. The band's own side is ``≤ threshold`` when ``at_or_below`` (else ``≥``, or
+    ``>`` / ``<`` with ``strict``); unknown today: armed toward the band."""
+    inside_op = ("<" if strict else "<=") if at_or_below else (">" if strict else ">=")
+    outside_op = {"<=": ">", "<": ">=", ">=": "<", ">": "<="}[inside_op]
+    inside = crossed(value, inside_op, threshold)
+    comparator = outside_op if inside else inside_op
+    direction = "leaves" if inside else "enters"
+    return trigger(f"{id}.{direction}", metric, comparator, threshold, m, why)
+
+
+def _triggers(ctx: RuleContext, m: dict[str, Any], top: str | None, outcome: Outcome) -> list[Any]:
+    low = ctx.shape_settings.concurrency_low_max
+    high = ctx.shape_settings.concurrency_high_min
+    s = ctx.settings
+    w = ctx.workload
+    out = [
+        _crossing(
+            "concurrency.low",
+            "shape.concurrency.peak",
+            w.peak_concurrency,
+            low,
+            m,
+            f"DOMAIN.md: peak concurrency ≤ {low:g} leaves little to batch (llama.cpp / Ollama territory)",
+            at_or_below=True,
+        ),
+        _crossing(
+            "concurrency.high",
+            "shape.concurrency.peak",
+            w.peak_concurrency,
+            high,
+            m,
+            f"DOMAIN.md: peak concurrency ≥ {high:g} needs vLLM or SGLang; Ollama is out",
+        ),
+        _crossing(
+            "prefix.heavy",
+            "prefix.shared_prefix_ratio",
+            w.prefix_share,
+            s.prefix_heavy_share,
+            m,
+            "DOMAIN.md: shared-prefix ratio above ~50%: benchmark SGLang against vLLM on your traffic",
+            strict=True,
+        ),
+        _crossing(
+            "prefix.light",
+            "prefix.shared_prefix_ratio",
+            w.prefix_share,
+            s.prefix_light_share,
+            m,
+            "DOMAIN.md: below ~20% the published SGLang-vs-vLLM margins do not apply",
+            at_or_below=True,
+            strict=True,
+        ),
+        trigger(
+            "catalog.stale",
+            "catalog.age_days",
+            ">",
+            s.catalog_max_age_days,
+            m,
+            "DOMAIN.md: engines release every few weeks; the catalog's facts age",
+        ),
+    ]
+    if ctx.requirements.fixed_sku is not True:
+        out.append(
+            trigger(
+                "fleet.fixed_sku",
+                "requirements.fixed_sku",
+                "==",
+                True,
+                m,
+                "DOMAIN.md: the fleet becoming one fixed NVIDIA SKU favours TensorRT-LLM",
+            )
+        )
+    if top is not None:
+        out.append(
+            trigger(
+                f"engine.status[{top}]",
+                f"catalog.status[{top}]",
+                "!=",
+                "active",
+                m,
+                "DOMAIN.md: the chosen engine's status changes (e.g. maintenance mode)",
+            )
+        )
+        out.append(
+            trigger(
+                f"engine.missing_features[{top}]",
+                f"catalog.missing_features[{top}]",
+                ">",
+                0,
+                m,
+                "DOMAIN.md: a model or feature you need is not supported by the chosen engine",
+            )
+        )
+        if top in ctx.benches:
+            out.append(
+                trigger(
+                    f"bench.stale[{top}]",
+                    f"bench.age_days[{top}]",
+                    ">",
+                    183,
+                    m,
+                    "DOMAIN.md: a benchmark older than about six months (engines release every few weeks)",
+                )
+            )
+            if f"bench.fleet_capacity_rps[{top}]" in m:
+                out.append(
+                    trigger(
+                        "traffic.beyond_fleet",
+                        "shape.arrivals.peak_rate_rps",
+                        ">",
+                        m[f"bench.fleet_capacity_rps[{top}]"],
+                        m,
+                        "DOMAIN.md: traffic grows beyond what the benchmarked capacity and fleet cover",
+                    )
+                )
+    if "bench.cost_gap_runner_up" in m:
+        out.append(
+            trigger(
+                "cost.margin_top_two",
+                "bench.cost_gap_runner_up",
+                "<",
+                ctx.requirements.cost_margin,
+                m,
+                "DOMAIN.md: a re-benchmark that changes the cost ranking by more than the noise",
+            )
+        )
+    runner = outcome.runner_up
+    if runner is not None and runner in ctx.benches and top in ctx.benches and outcome.basis:
+        threshold = outcome.values.get(top)
+        if (
+            threshold is not None
+            and ctx.benches[runner].cost_per_1m_output_usd is not None
+            and outcome.basis == "cost_per_1m_output_usd"
+        ):
+            out.append(
+                trigger(
+                    f"runner_up.flip[{runner}]",
+                    f"bench.cost_per_1m_output_usd[{runner}]",
+                    "<",
+                    plain(threshold * (1 - ctx.requirements.cost_margin)),
+                    m,
+                    outcome.flips.get(runner, ""),
+                )
+            )
+    if runner == "tensorrt-llm" and ctx.requirements.model_changes_per_quarter is not None:
+        text = outcome.flips.get(runner, "")
+        if "≤ " in text:
+            n = int(text.split("≤ ")[1].split(" ")[0])
+            out.append(
+                trigger(
+                    "runner_up.flip[tensorrt-llm]",
+                    "requirements.model_changes_per_quarter",
+                    "<=",
+                    n,
+                    m,
+                    text,
+                )
+            )
+    return out
+
+
+def decide(
+    inputs: DecisionInputs,
+    requirements: Requirements,
+    settings: DecisionSettings,
+    shape_settings: ShapeConfig,
+) -> DecisionRecord:
+    workload = workload_from(
+        inputs.shape, inputs.prefix, settings, inputs.peak_window, inputs.missing
+    )
+    benches = engine_benches(inputs.bench, inputs.fits, inputs.catalog) if inputs.bench else {}
+    ctx = RuleContext(
+        inputs=inputs,
+        requirements=requirements,
+        settings=settings,
+        shape_settings=shape_settings,
+        workload=workload,
+        benches=benches,
+        required=required_features(requirements, workload),
+        states={engine: EngineState() for engine in inputs.catalog.engines},
+    )
+    for rule in RULES:
+        rule(ctx)
+    outcome = choose(ctx)
+    top, runner = outcome.engine, outcome.runner_up
+    _transferability(ctx, top, runner, outcome)
+    routing = routing_value(ctx, top)
+    isolation = isolation_advice(ctx)
+    m = measurements(ctx, top, runner)
+    triggers = _triggers(ctx, m, top, outcome)
+    previous = evaluate_previous(inputs.previous, m) if inputs.previous else None
+    state = "revisit" if previous and previous.fired else "decided"
+    candidates = _candidates(ctx, top, runner, outcome)
+    recommendation = Recommendation(
+        engine=top,
+        engine_name=ctx.name(top) if top else None,
+        routing_layer=routing.layer if routing.recommended else None,
+        runner_up=runner,
+        confidence=outcome.confidence,  # type: ignore[arg-type]
+        confidence_reasons=outcome.reasons,
+        state=state,  # type: ignore[arg-type]
+        headline=_headline(ctx, top, runner, outcome, routing, previous),
+    )
+    return DecisionRecord(
+        schema_version=1,
+        workload=inputs.workload_name,
+        as_of=inputs.as_of.isoformat() if inputs.as_of else None,
+        recommendation=recommendation,
+        candidates=candidates,
+        rationale=ctx.rules,
+        routing=routing,
+        isolation=isolation,
+        triggers=triggers,
+        measurements=m,
+        previous=previous,
+        requirements=requirements.model_dump(mode="json"),
+        catalog={
+            "source": inputs.catalog_source,
+            "sha256": inputs.catalog_sha256,
+            "as_of": inputs.catalog.as_of.isoformat(),
+        },
+        inputs=dict(sorted(inputs.digests.items())),
+    )
+
+
+def _transferability(
+    ctx: RuleContext, top: str | None, runner: str | None, outcome: Outcome
+) -> None:
+    reasons = []
+    if ctx.workload.concurrency_estimated:
+        reasons.append(
+            "peak concurrency is estimated from a latency model (the trace logs no durations)"
+        )
+    for engine in (top, runner):
+        bench = ctx.benches.get(engine) if engine else None
+        if bench and bench.flags:
+            reasons.append(
+                f"{ctx.name(bench.engine)}'s benchmark is flagged as not transferable: {', '.join(bench.flags)}"
+            )
+    if ctx.inputs.bench is not None and not ctx.inputs.bench.comparable and len(ctx.benches) > 1:
+        reasons.append(
+            "the benchmarks are not like for like: " + "; ".join(ctx.inputs.bench.differences)
+        )
+    unbenchmarked = [
+        ctx.name(e)
+        for e in (top, runner)
+        if e and e not in ctx.benches and not any(ctx.name(e) in r for r in outcome.reasons)
+    ]
+    if unbenchmarked and outcome.basis:
+        reasons.append(f"no benchmark of {', '.join(unbenchmarked)} on this traffic")
+    ctx.rule(
+        "transferability",
+        "Benchmarks that transfer to production",
+        "DOMAIN.md: an evaluation that means something",
+        bool(reasons),
+        "; ".join(reasons) if reasons else "the deciding benchmarks are transferable",
+        flags={e: list(b.flags) for e, b in ctx.benches.items()},
+    )
+    if reasons and outcome.confidence == "firm":
+        outcome.confidence = "provisional"
+    outcome.reasons.extend(r for r in reasons if r not in outcome.reasons)
+
+
+def _candidates(
+    ctx: RuleContext, top: str | None, runner: str | None, outcome: Outcome
+) -> list[Candidate]:
+    out = []
+    for engine, state in ctx.states.items():
+        bench = ctx.benches.get(engine)
+        price = price_of(ctx, engine)
+        switch = switch_cost(ctx, engine)
+        payback = None
+        current = current_engine(ctx)
+        if current and current != engine and switch is not None:
+            here, there = price_of(ctx, current), price
+            a = here.monthly_total if here.monthly_total is not None else here.monthly_gpu
+            b = there.monthly_total if there.monthly_total is not None else there.monthly_gpu
+            if a is not None and b is not None and a > b:
+                payback = switch / (a - b)
+        status = (
+            "excluded"
+            if state.excluded
+            else "recommended"
+            if engine == top
+            else "runner-up"
+            if engine == runner
+            else "viable"
+        )
+        reasons = state.excluded + state.notes
+        if not bench and not state.excluded:
+            reasons.append("not benchmarked on this traffic")
+        out.append(
+            Candidate(
+                engine=engine,
+                name=ctx.name(engine),
+                status=status,  # type: ignore[arg-type]
+                reasons=reasons,
+                benchmarked=bench is not None,
+                benchmark=bench.candidate if bench else None,
+                cost_per_1m_output_usd=plain(price.cost_per_1m),
+                monthly_cost_usd=plain(price.monthly_gpu),
+                monthly_change_cost_usd=plain(price.monthly_change),
+                monthly_total_usd=plain(price.monthly_total),
+                switch_cost_usd=plain(switch),
+                payback_months=plain(payback),
+                flip_condition=outcome.flips.get(engine),
+            )
+        )
+    order = {"recommended": 0, "runner-up": 1, "viable": 2, "excluded": 3}
+    return sorted(out, key=lambda c: (order[c.status], c.engine))
+
+
+def _headline(
+    ctx: RuleContext,
+    top: str | None,
+    runner: str | None,
+    outcome: Outcome,
+    routing: Routing,
+    previous: Any,
+) -> str:
+    if top is None:
+        return "No engine meets the requirements: " + "; ".join(outcome.reasons)
+    text = ctx.name(top)
+    if routing.recommended and routing.layer:
+        text += f" with prefix-aware routing ({ctx.catalog.layers[routing.layer].name})"
+    bench = ctx.benches.get(top)
+    if bench and bench.cost_per_1m_output_usd is not None:
+        text += f": {usd(bench.cost_per_1m_output_usd)} per 1M output tokens at the SLO"
+    text += f" ({outcome.confidence}"
+    if runner:
+        text += f"; runner-up {ctx.name(runner)}"
+    text += ")"
+    if previous is not None and previous.fired:
+        text += f". Revisit: {len(previous.fired)} trigger(s) fired since {previous.as_of or 'the previous decision'}"
+    return text

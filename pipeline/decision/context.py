@@ -1,0 +1,125 @@
+"""What every decision rule shares: the inputs, each engine's standing while the rules run,
+the context they read and write (rationale entries, exclusions, the decision tree's branch),
+and small formatting helpers."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from pipeline.bench.result import BenchAnalysis
+from pipeline.decision.catalog import Catalog
+from pipeline.decision.config import DecisionSettings, Requirements
+from pipeline.decision.evidence import EngineBench, Workload
+from pipeline.decision.result import DecisionRecord, Rule
+from pipeline.shape.config import ShapeConfig
+
+HOURS_PER_WEEK = 40.0
+
+
+@dataclass(frozen=True)
+class DecisionInputs:
+    """Everything the decision reads; an absent stage output is None with its reason in
+    ``missing`` (stage name → why)."""
+
+    workload_name: str
+    shape: dict[str, Any] | None
+    prefix: dict[str, Any] | None
+    scenarios: list[dict[str, Any]] | None
+    curves: pl.DataFrame | None
+    bench: BenchAnalysis | None
+    fits: pl.DataFrame | None
+    catalog: Catalog
+    catalog_source: str
+    catalog_sha256: str
+    as_of: dt.date | None
+    peak_window: str
+    digests: dict[str, str] = field(default_factory=dict)
+    missing: dict[str, str] = field(default_factory=dict)
+    previous: DecisionRecord | None = None
+
+
+@dataclass
+class EngineState:
+    """One engine's standing while the rules run."""
+
+    excluded: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class RuleContext:
+    inputs: DecisionInputs
+    requirements: Requirements
+    settings: DecisionSettings
+    shape_settings: ShapeConfig
+    workload: Workload
+    benches: dict[str, EngineBench]
+    required: tuple[str, ...]
+    states: dict[str, EngineState]
+    branch: list[str] = field(default_factory=list)  # engines the decision tree points to
+    rules: list[Rule] = field(default_factory=list)
+
+    @property
+    def catalog(self) -> Catalog:
+        return self.inputs.catalog
+
+    def name(self, engine: str) -> str:
+        return self.catalog.engines[engine].name
+
+    def exclude(self, engine: str, reason: str) -> None:
+        self.states[engine].excluded.append(reason)
+
+    def viable(self) -> list[str]:
+        return [e for e, s in self.states.items() if not s.excluded]
+
+    def rule(
+        self,
+        rule: str,
+        title: str,
+        source: str,
+        fired: bool | None,
+        effect: str,
+        **evidence: Any,
+    ) -> None:
+        self.rules.append(
+            Rule(
+                rule=rule,
+                title=title,
+                source=source,
+                fired=fired,
+                evidence=plain(evidence),
+                effect=effect,
+            )
+        )
+
+
+def plain(value: Any) -> Any:
+    """JSON-ready, with floats rounded to 6 significant digits so records stay readable and
+    byte-stable."""
+    if isinstance(value, float):
+        return float(f"{value:.6g}") if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    return value
+
+
+def money(value: float | None) -> str:
+    return "unknown" if value is None else f"${value:,.0f}"
+
+
+def usd(value: float | None) -> str:
+    return "unknown" if value is None else f"${value:,.4f}"
+
+
+def current_engine(ctx: RuleContext) -> str | None:
+    name = ctx.requirements.current_engine
+    return None if name is None else ctx.catalog.require_engine(name, "requirements.current_engine")

@@ -1,0 +1,394 @@
+"""Cost at the SLO, the margin, and the payback of switching: which benchmarked engine is
+cheapest in total (GPU fleet at the peak rate plus the recurring cost of model changes), when
+a gap is a tie, when a switch does not pay back, and what would flip the answer."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from pipeline.decision.context import HOURS_PER_WEEK, RuleContext, current_engine, money, usd
+
+
+def _migration_weeks(ctx: RuleContext, engine: str) -> float:
+    override = {
+        ctx.catalog.require_engine(k, f"requirements.migration_engineer_weeks.{k}"): v
+        for k, v in ctx.requirements.migration_engineer_weeks.items()
+    }
+    return override.get(engine, ctx.catalog.engines[engine].migration_engineer_weeks.value)
+
+
+def switch_cost(ctx: RuleContext, engine: str) -> float | None:
+    if engine == current_engine(ctx):
+        return 0.0
+    week = ctx.requirements.engineer_week_usd
+    return None if week is None else _migration_weeks(ctx, engine) * week
+
+
+def _change_cost_per_change(ctx: RuleContext, engine: str) -> float | None:
+    """People's time plus GPU build time for one model or configuration change."""
+    week = ctx.requirements.engineer_week_usd
+    change = ctx.catalog.engines[engine].change
+    bench = ctx.benches.get(engine)
+    gpu_usd = 0.0
+    if change.build_minutes:
+        if bench is None or bench.gpu_hour_usd is None or bench.gpu_count is None:
+            return None
+        gpu_usd = change.build_minutes / 60 * bench.gpu_count * bench.gpu_hour_usd
+    if week is None:
+        return None if change.engineer_hours else gpu_usd
+    return change.engineer_hours / HOURS_PER_WEEK * week + gpu_usd
+
+
+def _monthly_change_cost(ctx: RuleContext, engine: str) -> float | None:
+    per_quarter = ctx.requirements.model_changes_per_quarter
+    per_change = _change_cost_per_change(ctx, engine)
+    if per_quarter is None or per_change is None:
+        return None
+    return per_quarter / 3 * per_change
+
+
+@dataclass(frozen=True)
+class Priced:
+    engine: str
+    cost_per_1m: float | None
+    monthly_gpu: float | None
+    monthly_change: float | None
+
+    def value(self, basis: str) -> float | None:
+        return {
+            "monthly_total_usd": self.monthly_total,
+            "monthly_gpu_usd": self.monthly_gpu,
+            "cost_per_1m_output_usd": self.cost_per_1m,
+        }[basis]
+
+    @property
+    def monthly_total(self) -> float | None:
+        if self.monthly_gpu is None or self.monthly_change is None:
+            return None
+        return self.monthly_gpu + self.monthly_change
+
+
+def price_of(ctx: RuleContext, engine: str) -> Priced:
+    bench = ctx.benches.get(engine)
+    return Priced(
+        engine,
+        bench.cost_per_1m_output_usd if bench else None,
+        bench.monthly_gpu_usd if bench else None,
+        _monthly_change_cost(ctx, engine),
+    )
+
+
+def _basis(priced: list[Priced]) -> tuple[str, dict[str, float]]:
+    """What the ranking compares: monthly totals when every priced engine has one, else
+    monthly GPU cost, else cost per 1M output tokens."""
+    for basis in ("monthly_total_usd", "monthly_gpu_usd"):
+        values = {p.engine: p.value(basis) for p in priced}
+        known = {e: v for e, v in values.items() if v is not None}
+        if known and len(known) == len(values):
+            return basis, known
+    return "cost_per_1m_output_usd", {
+        p.engine: p.cost_per_1m for p in priced if p.cost_per_1m is not None
+    }
+
+
+@dataclass
+class Outcome:
+    engine: str | None
+    runner_up: str | None
+    confidence: str
+    reasons: list[str]
+    basis: str | None
+    values: dict[str, float]
+    flips: dict[str, str]
+
+
+def _tie_key(ctx: RuleContext, engine: str) -> tuple[Any, ...]:
+    """Maintenance trajectory, then migration cost: active before maintenance, more releases,
+    the engine running today, fewer migration weeks, then the decision tree's order."""
+    spec = ctx.catalog.engines[engine]
+    order = ctx.branch.index(engine) if engine in ctx.branch else len(ctx.branch)
+    return (
+        spec.status.state != "active",
+        -spec.releases_last_6_months.count,
+        engine != current_engine(ctx),
+        _migration_weeks(ctx, engine),
+        order,
+        engine,
+    )
+
+
+def _preference(ctx: RuleContext) -> list[str]:
+    viable = ctx.viable()
+    ordered = [e for e in ctx.branch if e in viable]
+    return ordered + [e for e in viable if e not in ordered]
+
+
+def choose(ctx: RuleContext) -> Outcome:
+    preference = _preference(ctx)
+    reasons: list[str] = []
+    flips: dict[str, str] = {}
+    margin = ctx.requirements.cost_margin
+    priced = [
+        price_of(ctx, e)
+        for e in preference
+        if ctx.benches.get(e) and ctx.benches[e].cost_per_1m_output_usd is not None
+    ]
+    if not preference:
+        ctx.rule(
+            "cost",
+            "Cost at the SLO",
+            "DOMAIN.md: cost per 1M tokens at your SLO",
+            None,
+            "no viable engine",
+        )
+        return Outcome(
+            None, None, "provisional", ["no engine meets the requirements"], None, {}, flips
+        )
+    if not priced:
+        top = preference[0]
+        runner = preference[1] if len(preference) > 1 else None
+        reason = (
+            ctx.inputs.missing.get("bench")
+            or "no benchmark with a cost at the SLO for a viable engine"
+        )
+        reasons.append(
+            f"no benchmark on this traffic ({reason}): run an open-loop benchmark of {ctx.name(top)}"
+            + (f" and {ctx.name(runner)}" if runner else "")
+        )
+        ctx.rule(
+            "cost",
+            "Cost at the SLO",
+            "DOMAIN.md: every branch ends in your own open-loop benchmark",
+            None,
+            f"unknown: {reason}; the decision tree's choice stands",
+            decision_tree=preference,
+        )
+        if runner:
+            flips[runner] = (
+                f"{ctx.name(runner)} wins if its measured cost per 1M output tokens at the SLO is "
+                f"more than {margin:.0%} below {ctx.name(top)}'s on your traffic"
+            )
+        return Outcome(top, runner, "provisional", reasons, None, {}, flips)
+
+    basis, values = _basis(priced)
+    ranked = sorted(values, key=lambda e: (values[e], _tie_key(ctx, e)))
+    top = ranked[0]
+    runner = ranked[1] if len(ranked) > 1 else None
+    confidence = "firm"
+    tied = False
+    if runner is not None:
+        gap = (values[runner] - values[top]) / values[top] if values[top] else math.inf
+        if gap < margin:
+            tied = True
+            confidence = "tie"
+            first, second = sorted((top, runner), key=lambda e: _tie_key(ctx, e))
+            reasons.append(
+                f"{ctx.name(top)} and {ctx.name(runner)} are within {gap:.1%} on "
+                f"{BASIS_WORDS[basis]} (under the {margin:.0%} margin): decided on maintenance "
+                "trajectory and "
+                f"migration cost, which favour {ctx.name(first)}"
+            )
+            top, runner = first, second
+    ctx.rule(
+        "cost",
+        "Cost at the SLO",
+        "DOMAIN.md: compare cost per 1M tokens at your SLO, not peak throughput",
+        True,
+        f"{ctx.name(top)} has the lowest {BASIS_WORDS[basis]}" + (" (tie)" if tied else ""),
+        basis=basis,
+        values=values,
+        cost_per_1m_output_usd={p.engine: p.cost_per_1m for p in priced},
+        monthly_gpu_usd={p.engine: p.monthly_gpu for p in priced},
+        monthly_change_usd={p.engine: p.monthly_change for p in priced},
+    )
+    ctx.rule(
+        "margin",
+        "A difference larger than the margin",
+        "DOMAIN.md: a re-benchmark changes the ranking by more than the noise",
+        tied if runner else None,
+        "tie: " + reasons[-1]
+        if tied
+        else ("no runner-up benchmarked" if runner is None else "the gap exceeds the margin"),
+        margin=margin,
+    )
+    # The decision tree's first choice without a benchmark leaves the cost question open.
+    favourite = preference[0]
+    if favourite not in values and favourite != top:
+        confidence = "provisional" if confidence == "firm" else confidence
+        reasons.append(
+            f"the decision tree points to {ctx.name(favourite)}, which has no benchmark on this "
+            f"traffic: benchmark {ctx.name(favourite)} on your traffic before committing"
+        )
+        flips[favourite] = (
+            f"{ctx.name(favourite)} wins if its measured {BASIS_WORDS[basis]} is more than "
+            f"{margin:.0%} below {ctx.name(top)}'s ({_fmt_basis(basis, values[top])})"
+        )
+        runner = favourite if runner is None or runner not in preference[:2] else runner
+    top, runner = _payback(ctx, top, runner, values, basis, reasons, flips)
+    if runner is not None and runner in values and runner not in flips:
+        flips[runner] = _flip(ctx, top, runner, values, basis)
+    return Outcome(top, runner, confidence, reasons, basis, values, flips)
+
+
+BASIS_WORDS = {
+    "monthly_total_usd": "monthly total cost (GPU fleet at the peak rate plus model changes)",
+    "monthly_gpu_usd": "monthly GPU cost (fleet at the peak rate)",
+    "cost_per_1m_output_usd": "cost per 1M output tokens at the SLO",
+}
+
+
+def _fmt_basis(basis: str, value: float) -> str:
+    return (
+        usd(value) + " per 1M output tokens"
+        if basis == "cost_per_1m_output_usd"
+        else money(value) + " a month"
+    )
+
+
+def _flip(ctx: RuleContext, top: str, runner: str, values: dict[str, float], basis: str) -> str:
+    """The condition under which the runner-up would win, computed from the numbers."""
+    margin = ctx.requirements.cost_margin
+    top_price = price_of(ctx, top)
+    run_price = price_of(ctx, runner)
+    per_quarter = ctx.requirements.model_changes_per_quarter
+    # A runner-up that is cheaper on GPUs but loses on change cost: how few changes flip it.
+    if (
+        top_price.monthly_gpu is not None
+        and run_price.monthly_gpu is not None
+        and run_price.monthly_gpu < top_price.monthly_gpu
+        and per_quarter is not None
+    ):
+        top_change = _change_cost_per_change(ctx, top)
+        run_change = _change_cost_per_change(ctx, runner)
+        if top_change is not None and run_change is not None and run_change > top_change:
+            n = 3 * (top_price.monthly_gpu - run_price.monthly_gpu) / (run_change - top_change)
+            volume = ctx.workload.output_tokens_per_month
+            text = (
+                f"{ctx.name(runner)} wins when model changes fall to ≤ {math.floor(n)} per quarter "
+                f"(today {per_quarter:g})"
+            )
+            if (
+                volume is not None
+                and top_price.cost_per_1m is not None
+                and run_price.cost_per_1m is not None
+                and run_price.cost_per_1m < top_price.cost_per_1m
+                and run_price.monthly_change is not None
+                and top_price.monthly_change is not None
+            ):
+                extra = run_price.monthly_change - top_price.monthly_change
+                per_token = (top_price.cost_per_1m - run_price.cost_per_1m) / 1e6
+                text += f", or when monthly volume exceeds {extra / per_token:,.0f} output tokens (today {volume:,.0f})"
+            return text
+    threshold = values[top] * (1 - margin)
+    return (
+        f"{ctx.name(runner)} wins if its {BASIS_WORDS[basis]} falls below "
+        f"{_fmt_basis(basis, threshold)} (more than {margin:.0%} below {ctx.name(top)}'s "
+        f"{_fmt_basis(basis, values[top])}; today {_fmt_basis(basis, values[runner])})"
+    )
+
+
+def _payback(
+    ctx: RuleContext,
+    top: str,
+    runner: str | None,
+    values: dict[str, float],
+    basis: str,
+    reasons: list[str],
+    flips: dict[str, str],
+) -> tuple[str, str | None]:
+    current = current_engine(ctx)
+    title = "Payback of switching from the engine running today"
+    source = "DOMAIN.md: keeping the choice reversible; migration cost"
+    if current is None:
+        ctx.rule(
+            "payback",
+            title,
+            source,
+            None,
+            "no engine runs today (requirements.current_engine): nothing to switch from",
+        )
+        return top, runner
+    if current == top:
+        ctx.rule(
+            "payback", title, source, False, f"{ctx.name(current)} runs today and stays: no switch"
+        )
+        return top, runner
+    if ctx.states[current].excluded:
+        switch = switch_cost(ctx, top)
+        ctx.rule(
+            "payback",
+            title,
+            source,
+            False,
+            f"{ctx.name(current)} cannot stay ({'; '.join(ctx.states[current].excluded)}): migrate "
+            f"to {ctx.name(top)} ({money(switch)} of migration work) and keep "
+            f"{ctx.name(current)} running until then",
+            switch_cost_usd=switch,
+        )
+        return top, runner
+    top_price, current_price = price_of(ctx, top), price_of(ctx, current)
+    switch = switch_cost(ctx, top)
+    top_month = (
+        top_price.monthly_total if top_price.monthly_total is not None else top_price.monthly_gpu
+    )
+    current_month = (
+        current_price.monthly_total
+        if current_price.monthly_total is not None
+        else current_price.monthly_gpu
+    )
+    if switch is None or top_month is None or current_month is None:
+        missing = (
+            "requirements.engineer_week_usd"
+            if switch is None
+            else f"a benchmark of {ctx.name(current)} with a monthly cost"
+        )
+        reasons.append(f"payback of switching from {ctx.name(current)} unknown: supply {missing}")
+        ctx.rule(
+            "payback", title, source, None, f"unknown: supply {missing}", switch_cost_usd=switch
+        )
+        return top, runner
+    saving = current_month - top_month
+    months = switch / saving if saving > 0 else math.inf
+    limit = ctx.settings.payback_max_months
+    evidence = {
+        "switch_cost_usd": switch,
+        "monthly_saving_usd": saving,
+        "payback_months": months,
+        "limit_months": limit,
+    }
+    if months > limit:
+        ctx.rule(
+            "payback",
+            title,
+            source,
+            True,
+            f"switching to {ctx.name(top)} saves {money(saving)} a month and costs {money(switch)}: "
+            f"pays back in {months_text(months)} (> {limit:g}): keep {ctx.name(current)}",
+            **evidence,
+        )
+        reasons.append(
+            f"{ctx.name(top)} is cheaper to run but its migration pays back in {months_text(months)} "
+            f"(> {limit:g}): {ctx.name(current)} stays"
+        )
+        needed = switch / limit
+        flips[top] = (
+            f"{ctx.name(top)} wins when switching saves at least {money(needed)} a month "
+            f"(payback within {limit:g} months; today it saves {money(saving)})"
+        )
+        return current, top
+    ctx.rule(
+        "payback",
+        title,
+        source,
+        False,
+        f"switching to {ctx.name(top)} saves {money(saving)} a month for {money(switch)}: pays back "
+        f"in {months_text(months)} (≤ {limit:g})",
+        **evidence,
+    )
+    return top, runner
+
+
+def months_text(months: float) -> str:
+    return "never" if math.isinf(months) else f"{months:.1f} months"

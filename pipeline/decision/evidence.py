@@ -1,0 +1,291 @@
+"""What the decision reads, reduced to the few numbers its rules use, each traceable to a stage
+output: the workload's position on DOMAIN.md's axes, each engine's benchmark evidence, and
+the flat ``measurements`` that revisit triggers compare quarter to quarter.
+
+A number a stage did not produce (no trace content, no benchmark) is None here and ``unknown``
+in the record, never 0.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from pipeline.bench.cost import HOURS_PER_MONTH
+from pipeline.bench.result import BenchAnalysis
+from pipeline.decision.catalog import FEATURES, Catalog
+from pipeline.decision.config import DecisionSettings, Requirements
+
+SECONDS_PER_MONTH = HOURS_PER_MONTH * 3600
+# Capacity rows ranked apart by how much of the curve they saw (pipeline/bench/cost.py).
+RANK_POOLS = ("bracketed", "lower_bound", "single_point")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The workload on DOMAIN.md's axes (shape and prefix stage outputs)."""
+
+    requests: int | None = None
+    mean_rate_rps: float | None = None
+    peak_rate_rps: float | None = None
+    peak_window: str | None = None
+    peak_concurrency: float | None = None
+    concurrency_estimated: bool = False
+    prompt_p50: float | None = None
+    prompt_p99: float | None = None
+    output_p50: float | None = None
+    output_p99: float | None = None
+    output_mean: float | None = None
+    prompt_mean: float | None = None
+    features_seen: tuple[str, ...] = ()
+    models: tuple[str, ...] = ()
+    prefix_share: float | None = None
+    prefix_window_tokens: int | None = None
+    prefix_shape: str | None = None
+    cross_tenant_share: float | None = None
+    tenants: int | None = None
+    unknown: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def output_tokens_per_month(self) -> float | None:
+        if self.mean_rate_rps is None or self.output_mean is None:
+            return None
+        return self.mean_rate_rps * self.output_mean * SECONDS_PER_MONTH
+
+
+def workload_from(
+    shape: dict[str, Any] | None,
+    prefix: dict[str, Any] | None,
+    settings: DecisionSettings,
+    peak_window: str,
+    missing: dict[str, str],
+) -> Workload:
+    """The workload view from the shape metrics and prefix summary (either may be absent)."""
+    values: dict[str, Any] = {"unknown": dict(missing)}
+    if shape is not None:
+        lengths = shape["lengths"]
+        windows = shape["arrivals"]["windows"]
+        peaks = {k: w["peak_rate_rps"] for k, w in windows.items() if w.get("supported")}
+        window = (
+            peak_window
+            if peak_window in peaks
+            else (max(peaks, key=lambda k: peaks[k]) if peaks else None)
+        )
+        values |= {
+            "requests": shape["requests"],
+            "mean_rate_rps": shape["arrivals"].get("mean_rate_rps"),
+            "peak_rate_rps": peaks.get(window) if window else None,
+            "peak_window": window,
+            "peak_concurrency": shape["concurrency"]["peak"],
+            "concurrency_estimated": bool(shape["concurrency"]["estimated"]),
+            "prompt_p50": lengths["prompt_tokens"].get("p50"),
+            "prompt_p99": lengths["prompt_tokens"].get("p99"),
+            "prompt_mean": lengths["prompt_tokens"].get("mean"),
+            "output_p50": lengths["output_tokens"].get("p50"),
+            "output_p99": lengths["output_tokens"].get("p99"),
+            "output_mean": lengths["output_tokens"].get("mean"),
+            "features_seen": features_seen(shape, settings),
+            "models": tuple(m["value"] for m in shape["models"].get("top", []) if m.get("value")),
+            "tenants": shape["tenants"].get("distinct") if shape["tenants"].get("logged") else None,
+        }
+    if prefix is not None:
+        share, window_tokens = share_at(prefix["curve"], settings.prefix_window_tokens)
+        cross = (prefix["reuse"].get("cross_tenant") or {}).get("cross_tenant_share_of_hits")
+        values |= {
+            "prefix_share": share,
+            "prefix_window_tokens": window_tokens,
+            "prefix_shape": prefix["classification"].get("shape"),
+            "cross_tenant_share": cross,
+        }
+        if share is None:
+            values["unknown"]["prefix_share"] = "the trace carries no prompt content"
+    return Workload(**values)
+
+
+def features_seen(shape: dict[str, Any], settings: DecisionSettings) -> tuple[str, ...]:
+    """Required features the traffic itself uses (DOMAIN.md: "required features seen in the
+    traffic"): LoRA adapters, structured output, tools, and prompts at long-context length."""
+    features = shape.get("features", {})
+    seen = {
+        "lora": (features.get("lora_adapter") or {}).get("requests", 0) > 0,
+        "structured_output": (features.get("structured_output") or {}).get("requests", 0) > 0,
+        "tool_calls": (features.get("tools") or {}).get("requests", 0) > 0,
+        "long_context": (shape["lengths"]["prompt_tokens"].get("p99") or 0)
+        >= settings.long_context_tokens,
+    }
+    return tuple(f for f in FEATURES if seen[f])
+
+
+def share_at(curve: list[dict[str, Any]], window_tokens: int) -> tuple[float | None, int | None]:
+    """The shared-prefix share at the largest curve window not above ``window_tokens`` (the
+    smallest window when all are above it); None for a curve without content."""
+    points = sorted(
+        (p for p in curve if p.get("share") is not None), key=lambda p: p["window_tokens"]
+    )
+    if not points:
+        return None, None
+    below = [p for p in points if p["window_tokens"] <= window_tokens]
+    point = below[-1] if below else points[0]
+    return float(point["share"]), int(point["window_tokens"])
+
+
+@dataclass(frozen=True)
+class EngineBench:
+    """One engine's best benchmark evidence on this workload (its cheapest capacity row in the
+    most trustworthy rank pool), with the monthly fleet cost at the workload's rates."""
+
+    engine: str
+    candidate: str
+    capacity_status: str
+    rank_pool: str | None
+    capacity_rps: float | None
+    cost_per_1m_output_usd: float | None
+    gpu_type: str | None
+    gpu_count: int | None
+    gpu_hour_usd: float | None
+    monthly_gpu_usd: float | None  # fleet at the peak rate
+    monthly_gpu_usd_mean_rate: float | None
+    replicas_at_peak: int | None
+    flags: tuple[str, ...]
+    run_date: dt.date | None
+    ttft_per_prompt_token_ms: float | None
+    input_tokens_per_s: float | None  # sustained prompt tokens/s at the SLO capacity
+    manifest_file: str | None
+
+    @property
+    def slo_never_met(self) -> bool:
+        return self.capacity_status == "below_range"
+
+    def age_days(self, as_of: dt.date | None) -> int | None:
+        if as_of is None or self.run_date is None:
+            return None
+        return (as_of - self.run_date).days
+
+
+def _pool_order(pool: str | None) -> int:
+    return RANK_POOLS.index(pool) if pool in RANK_POOLS else len(RANK_POOLS)
+
+
+def engine_benches(
+    bench: BenchAnalysis, fits: pl.DataFrame | None, catalog: Catalog
+) -> dict[str, EngineBench]:
+    """Per catalog engine, its best benchmark evidence. An engine name the catalog does not
+    know is an error naming the manifest it came from."""
+    capacity = bench.capacity
+    if capacity.is_empty():
+        return {}
+    points = bench.evaluated
+    out: dict[str, EngineBench] = {}
+    rows = sorted(
+        capacity.iter_rows(named=True),
+        key=lambda r: (
+            _pool_order(r.get("rank_pool")),
+            r.get("cost_per_1m_output_usd") is None,
+            r.get("cost_per_1m_output_usd") or 0.0,
+            r["candidate"],
+            r.get("sweep") or "",
+        ),
+    )
+    for row in rows:
+        manifest = _first(points, row["candidate"], "manifest_file")
+        where = f"{manifest or row['candidate']}: engine"
+        engine = catalog.require_engine(str(row.get("engine") or ""), where)
+        if engine in out:
+            continue
+        out[engine] = EngineBench(
+            engine=engine,
+            candidate=row["candidate"],
+            capacity_status=row.get("capacity_status") or "unknown",
+            rank_pool=row.get("rank_pool"),
+            capacity_rps=row.get("capacity_rps"),
+            cost_per_1m_output_usd=row.get("cost_per_1m_output_usd"),
+            gpu_type=row.get("gpu_type"),
+            gpu_count=row.get("gpu_count"),
+            gpu_hour_usd=row.get("gpu_hour_usd"),
+            monthly_gpu_usd=_fleet(bench.fleet, row, peak=True),
+            monthly_gpu_usd_mean_rate=_fleet(bench.fleet, row, peak=False),
+            replicas_at_peak=_fleet_replicas(bench.fleet, row),
+            flags=_flags(bench.findings, row["candidate"]),
+            run_date=_run_date(points, row["candidate"]),
+            ttft_per_prompt_token_ms=_fit(fits, row["candidate"]),
+            input_tokens_per_s=_input_rate(row),
+            manifest_file=manifest,
+        )
+    return out
+
+
+def _input_rate(row: dict[str, Any]) -> float | None:
+    total, output = row.get("total_throughput_tps"), row.get("output_throughput_tps")
+    if total is None or output is None or total <= output:
+        return None
+    return float(total - output)
+
+
+def _first(points: pl.DataFrame, candidate: str, column: str) -> Any:
+    if column not in points.columns:
+        return None
+    values = points.filter(pl.col("candidate") == candidate).get_column(column).drop_nulls()
+    return values.sort().first() if values.len() else None
+
+
+def _fleet_rows(fleet: pl.DataFrame, row: dict[str, Any], peak: bool) -> pl.DataFrame:
+    if fleet.is_empty():
+        return fleet
+    label = pl.col("rate_label")
+    chosen = label.str.starts_with("peak") if peak else label == "mean"
+    keys = pl.col("candidate") == row["candidate"]
+    if row.get("sweep") is not None and "sweep" in fleet.columns:
+        keys &= pl.col("sweep") == row["sweep"]
+    return fleet.filter(keys & chosen)
+
+
+def _fleet(fleet: pl.DataFrame, row: dict[str, Any], peak: bool) -> float | None:
+    rows = _fleet_rows(fleet, row, peak).get_column("monthly_usd").drop_nulls()
+    return float(rows.max()) if rows.len() else None  # type: ignore[arg-type]
+
+
+def _fleet_replicas(fleet: pl.DataFrame, row: dict[str, Any]) -> int | None:
+    rows = _fleet_rows(fleet, row, peak=True).get_column("replicas").drop_nulls()
+    return int(rows.max()) if rows.len() else None  # type: ignore[arg-type]
+
+
+def _flags(findings: pl.DataFrame, candidate: str) -> tuple[str, ...]:
+    if findings.is_empty():
+        return ()
+    flagged = findings.filter(
+        pl.col("candidate").is_in([candidate, "(all candidates)"]) & (pl.col("status") == "flag")
+    )
+    return tuple(sorted(set(flagged.get_column("check").to_list())))
+
+
+def _run_date(points: pl.DataFrame, candidate: str) -> dt.date | None:
+    value = _first(points, candidate, "run_date")
+    if value is None:
+        return None
+    if isinstance(value, dt.datetime):
+        return value.date()
+    if isinstance(value, dt.date):
+        return value
+    return dt.date.fromisoformat(str(value)[:10])
+
+
+def _fit(fits: pl.DataFrame | None, candidate: str) -> float | None:
+    if fits is None or fits.is_empty() or "ttft_per_prompt_token_ms" not in fits.columns:
+        return None
+    rows = fits.filter((pl.col("candidate") == candidate) & pl.col("fitted").fill_null(False))
+    values = rows.get_column("ttft_per_prompt_token_ms").drop_nulls()
+    return float(values.first()) if values.len() else None  # type: ignore[arg-type]
+
+
+def missing_features(engine: str, catalog: Catalog, required: tuple[str, ...]) -> list[str]:
+    """Required features the engine does not support at all (``limited`` is not missing)."""
+    spec = catalog.engines[engine]
+    return [f for f in required if spec.support(f).support == "unsupported"]
+
+
+def required_features(requirements: Requirements, workload: Workload) -> tuple[str, ...]:
+    wanted = set(requirements.features) | set(workload.features_seen)
+    return tuple(f for f in FEATURES if f in wanted)

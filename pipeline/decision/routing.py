@@ -1,0 +1,248 @@
+"""What prefix-aware routing buys (prompt tokens no longer prefilled, in money) and whether
+untrusted tenants need an isolated cache, from the simulation's scenarios and curves."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from pipeline.decision.context import RuleContext, plain
+from pipeline.decision.evidence import SECONDS_PER_MONTH
+from pipeline.decision.result import Isolation, Routing
+
+PREFIX_ROUTINGS = ("cache-aware", "affinity", "bounded-affinity")
+
+
+def routing_value(ctx: RuleContext, engine: str | None) -> Routing:
+    scenarios = ctx.inputs.scenarios or []
+    method = ""
+    kv = ctx.requirements.kv_cache
+    configured = sorted({int(s["cache_tokens"]) for s in scenarios})
+    if kv is not None:
+        capacity: int | None = kv.tokens_per_replica()
+        source = f"requirements.kv_cache: {capacity:,} tokens per replica (ENGINE_FACTS.md section 3 formula)"
+    elif configured:
+        capacity = configured[-1]
+        source = f"simulation.cache_tokens (the largest configured, {capacity:,}); set requirements.kv_cache to size it from the hardware"
+    else:
+        capacity = None
+        source = "unknown: no simulation"
+    multi = [s for s in scenarios if s["replicas"] > 1]
+    empty = Routing(
+        recommended=None,
+        layer=None,
+        alternatives=[],
+        routing=None,
+        replicas=None,
+        cache_tokens_per_replica=capacity,
+        cache_tokens_source=source,
+        prompt_tokens_saved_share=None,
+        monthly_prompt_tokens_saved=None,
+        monthly_usd_saved=None,
+        method="",
+        reason="",
+    )
+    title = "Prefix-aware routing"
+    rule_source = "DOMAIN.md: prefix-heavy → cache-aware routing; routers sit above engines"
+    if not multi or capacity is None:
+        reason = (
+            ctx.inputs.missing.get("simulation")
+            or "no multi-replica scenario simulated (simulation.replicas)"
+        )
+        ctx.rule("routing", title, rule_source, None, f"unknown: {reason}")
+        return empty.model_copy(update={"reason": f"unknown: {reason}"})
+    replicas = max(s["replicas"] for s in multi)
+    at = [s for s in multi if s["replicas"] == replicas]
+    hits: dict[str, float | None] = {}
+    if capacity in configured:
+        method = "simulated replay at that capacity (request lifetimes as configured)"
+        for s in at:
+            if int(s["cache_tokens"]) == capacity and not s.get("tenant_isolation"):
+                hits[s["routing"]] = s.get("hit_tokens")
+        prompt = next((s["prompt_tokens"] for s in at), None)
+    else:
+        method = (
+            "one-pass capacity curves at that capacity (instant lifetime; cache-aware not curved)"
+        )
+        prompt = next((s["prompt_tokens"] for s in at), None)
+        hits = _curve_hits(ctx.inputs.curves, replicas, capacity)
+    if not hits or hits.get("round-robin") is None or not prompt:
+        reason = "no round-robin baseline at that replica count and capacity, or no prompt content"
+        ctx.rule("routing", title, rule_source, None, f"unknown: {reason}")
+        return empty.model_copy(
+            update={"replicas": replicas, "reason": f"unknown: {reason}", "method": method}
+        )
+    known = {r: h for r, h in hits.items() if h is not None and r in PREFIX_ROUTINGS}
+    if not known:
+        reason = (
+            "no prefix-aware routing simulated (add affinity or cache-aware to simulation.routings)"
+        )
+        ctx.rule("routing", title, rule_source, None, f"unknown: {reason}")
+        return empty.model_copy(
+            update={"replicas": replicas, "reason": f"unknown: {reason}", "method": method}
+        )
+    best = max(sorted(known), key=lambda r: known[r])
+    share = (known[best] - hits["round-robin"]) / prompt  # type: ignore[operator]
+    recommended = share >= ctx.settings.routing_gain_min
+    layer, alternatives = _layer(ctx, engine) if recommended and engine else (None, [])
+    monthly_tokens, monthly_usd, money_method = _routing_money(ctx, engine, share)
+    reason = (
+        f"{best} saves {share:.1%} of prompt tokens from prefill vs round-robin at {replicas} "
+        f"replicas × {capacity:,} tokens (threshold {ctx.settings.routing_gain_min:.0%})"
+    )
+    ctx.rule(
+        "routing",
+        title,
+        rule_source,
+        recommended,
+        (
+            f"recommend {layer}: "
+            if layer
+            else (
+                "recommended, but no routing layer in the catalog serves this engine: "
+                if recommended
+                else "not worth a routing layer: "
+            )
+        )
+        + reason,
+        replicas=replicas,
+        cache_tokens=capacity,
+        hit_tokens=hits,
+        prompt_tokens=prompt,
+        saved_share=share,
+    )
+    return Routing(
+        recommended=recommended,
+        layer=layer,
+        alternatives=alternatives,
+        routing=best,
+        replicas=replicas,
+        cache_tokens_per_replica=capacity,
+        cache_tokens_source=source,
+        prompt_tokens_saved_share=plain(share),
+        monthly_prompt_tokens_saved=plain(monthly_tokens),
+        monthly_usd_saved=plain(monthly_usd),
+        method=f"{method}; {money_method}",
+        reason=reason,
+    )
+
+
+def _curve_hits(
+    curves: pl.DataFrame | None, replicas: int, capacity: int
+) -> dict[str, float | None]:
+    if curves is None or curves.is_empty():
+        return {}
+    rows = curves.filter((pl.col("replicas") == replicas) & (pl.col("cache_tokens") <= capacity))
+    block = rows.get_column("block_size").min() if rows.height else None
+    rows = rows.filter(pl.col("block_size") == block)
+    best = rows.group_by("routing").agg(pl.col("hit_tokens").max()).sort("routing")
+    return {r: float(h) for r, h in best.iter_rows()}
+
+
+def _routing_money(
+    ctx: RuleContext, engine: str | None, share: float
+) -> tuple[float | None, float | None, str]:
+    w = ctx.workload
+    if w.mean_rate_rps is None or w.prompt_mean is None:
+        return None, None, "money unknown: no workload rate or prompt lengths"
+    tokens = share * w.mean_rate_rps * w.prompt_mean * SECONDS_PER_MONTH
+    bench = ctx.benches.get(engine) if engine else None
+    if bench is None or bench.gpu_hour_usd is None or bench.gpu_count is None:
+        return (
+            tokens,
+            None,
+            "money unknown: the recommended engine has no benchmark with a GPU price",
+        )
+    gpus, price = bench.gpu_count, bench.gpu_hour_usd
+    if bench.input_tokens_per_s is not None:
+        seconds_per_token = gpus / bench.input_tokens_per_s
+        method = (
+            f"saved prompt tokens a month ÷ the benchmark's sustained prompt-token rate at its SLO "
+            f"capacity ({bench.input_tokens_per_s:,.0f} tokens/s on {gpus} GPU) × ${price:g}/GPU-hour "
+            "(an upper bound: every GPU-second at that point is counted as prefill)"
+        )
+    elif bench.ttft_per_prompt_token_ms is not None:
+        seconds_per_token = bench.ttft_per_prompt_token_ms / 1000 * gpus
+        method = (
+            f"saved prompt tokens a month × fitted TTFT per prompt token "
+            f"{bench.ttft_per_prompt_token_ms:.4g} ms × {gpus} GPU × ${price:g}/GPU-hour (an upper "
+            "bound: prefill is batched, so a token costs at most its share of the TTFT)"
+        )
+    else:
+        return tokens, None, "money unknown: no prompt-token rate or TTFT fit in the benchmark"
+    return tokens, tokens * seconds_per_token / 3600 * price, method
+
+
+def _layer(ctx: RuleContext, engine: str) -> tuple[str | None, list[str]]:
+    """The first active catalog layer that adds prefix-aware routing for ``engine``, exact
+    (KV-event-driven, as simulated) before approximate; the rest as alternatives."""
+    fits = [
+        (key, layer)
+        for key, layer in ctx.catalog.layers.items()
+        if engine in layer.engines
+        and "prefix_aware_routing" in layer.adds
+        and layer.status.state == "active"
+    ]
+    fits.sort(key=lambda kv: kv[1].prefix_routing != "exact")
+    names = [key for key, _ in fits]
+    return (names[0] if names else None), names[1:]
+
+
+def isolation_advice(ctx: RuleContext) -> Isolation:
+    untrusted = ctx.requirements.untrusted_tenants
+    cross = ctx.workload.cross_tenant_share
+    title = "Untrusted tenants and a shared prefix cache"
+    source = "DOMAIN.md: a shared cache across tenants is a timing side channel; per-request cache salt or per-tenant isolation"
+    shared, isolated = _isolation_hit_ratios(ctx.inputs.scenarios or [])
+    common = {
+        "cross_tenant_share_of_hits": cross,
+        "hit_ratio_shared": shared,
+        "hit_ratio_isolated": isolated,
+    }
+    if untrusted is None:
+        reason = "unknown: set requirements.untrusted_tenants"
+        ctx.rule("isolation", title, source, None, reason)
+        return Isolation(recommended=None, reason=reason, **plain(common))
+    if not untrusted:
+        ctx.rule(
+            "isolation", title, source, False, "tenants are trusted: one shared cache", **common
+        )
+        return Isolation(recommended=False, reason="tenants are trusted", **plain(common))
+    if cross is None:
+        reason = "tenants are untrusted but the trace does not log tenants (or has no content): isolate to be safe; the cost is unknown"
+        ctx.rule("isolation", title, source, None, reason, **common)
+        return Isolation(recommended=True, reason=reason, **plain(common))
+    if cross <= 0:
+        ctx.rule(
+            "isolation",
+            title,
+            source,
+            False,
+            "no prefix is reused across tenants: isolation costs nothing and changes nothing",
+            **common,
+        )
+        return Isolation(recommended=False, reason="no cross-tenant reuse", **plain(common))
+    cost = (
+        f"hit ratio {shared:.1%} shared vs {isolated:.1%} isolated"
+        if shared is not None and isolated is not None
+        else "hit-rate cost unknown: add a scenario with simulation.tenant_isolation: true"
+    )
+    reason = f"{cross:.1%} of cache hits cross tenants: use a per-tenant cache salt or isolation ({cost})"
+    ctx.rule("isolation", title, source, True, reason, **common)
+    return Isolation(recommended=True, reason=reason, **plain(common))
+
+
+def _isolation_hit_ratios(scenarios: list[dict[str, Any]]) -> tuple[float | None, float | None]:
+    """Hit ratios of the same scenario with and without tenant isolation, when simulated."""
+
+    def key(s: dict[str, Any]) -> tuple[Any, ...]:
+        return (s["block_size"], s["replicas"], s["cache_tokens"], s["routing"])
+
+    shared = {key(s): s.get("hit_ratio") for s in scenarios if not s.get("tenant_isolation")}
+    isolated = {key(s): s.get("hit_ratio") for s in scenarios if s.get("tenant_isolation")}
+    common = sorted(set(shared) & set(isolated))
+    if not common:
+        return None, None
+    k = common[-1]
+    return shared[k], isolated[k]

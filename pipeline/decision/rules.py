@@ -1,0 +1,330 @@
+"""The decision tree's rules in DOMAIN.md's order (hardware, local, maintenance, features,
+concurrency, SLO, model churn, prefix sharing). Each excludes engines with a reason, points the
+tree at engines (``ctx.branch``), and leaves one rationale entry: applied, did not apply, or
+unknown with what to supply."""
+
+from __future__ import annotations
+
+from pipeline.decision.context import RuleContext, current_engine
+from pipeline.decision.evidence import missing_features
+
+LOCAL_HARDWARE = {"cpu", "apple"}
+
+
+def hardware(ctx: RuleContext) -> None:
+    wanted = ctx.requirements.hardware
+    if not wanted:
+        ctx.rule(
+            "hardware",
+            "Hardware the engine must run on",
+            "DOMAIN.md decision tree: hardware first",
+            None,
+            "unknown: set requirements.hardware (no engine excluded on hardware)",
+        )
+        return
+    excluded = []
+    for engine in ctx.states:
+        spec = ctx.catalog.engines[engine]
+        covered = [t for t in wanted if spec.runs_on(t)]
+        if not covered:
+            ctx.exclude(
+                engine,
+                f"hardware: runs on {', '.join(sorted(spec.hardware))}; none of your "
+                f"hardware ({', '.join(wanted)})",
+            )
+            excluded.append(engine)
+            continue
+        lacking = [t for t in wanted if t not in covered]
+        weak = [f"{t} ({spec.hardware[t]})" for t in covered if spec.hardware[t] != "full"]
+        if lacking:
+            ctx.states[engine].notes.append(f"does not run on {', '.join(lacking)}")
+        if weak:
+            ctx.states[engine].notes.append(f"support not first-class on {', '.join(weak)}")
+    ctx.rule(
+        "hardware",
+        "Hardware the engine must run on",
+        "DOMAIN.md decision tree: hardware first; ENGINE_FACTS.md section 1",
+        bool(excluded),
+        f"excluded {', '.join(excluded)}" if excluded else "every engine runs on some of it",
+        hardware=list(wanted),
+        excluded=excluded,
+    )
+
+
+def local(ctx: RuleContext) -> None:
+    req = ctx.requirements
+    local = req.deployment == "local" or (
+        bool(req.hardware) and set(req.hardware) <= LOCAL_HARDWARE
+    )
+    if req.deployment is None and not req.hardware:
+        ctx.rule(
+            "local",
+            "Laptop, CPU, Apple or edge",
+            "DOMAIN.md decision tree: laptop/CPU/Apple/edge → llama.cpp",
+            None,
+            "unknown: set requirements.deployment (datacenter or local) or requirements.hardware",
+        )
+        return
+    if local:
+        ctx.branch += ["llama.cpp", "ollama"]
+    ctx.rule(
+        "local",
+        "Laptop, CPU, Apple or edge",
+        "DOMAIN.md decision tree: laptop/CPU/Apple/edge → llama.cpp",
+        local,
+        "llama.cpp first" if local else "datacenter serving: not the llama.cpp branch",
+        deployment=req.deployment,
+        hardware=list(req.hardware),
+    )
+
+
+def maintenance(ctx: RuleContext) -> None:
+    current = current_engine(ctx)
+    stopped = [e for e in ctx.states if ctx.catalog.engines[e].status.state == "maintenance"]
+    for engine in stopped:
+        status = ctx.catalog.engines[engine].status
+        since = f" since {status.since.isoformat()}" if status.since else ""
+        if engine == current:
+            ctx.states[engine].notes.append(
+                f"running today, in maintenance mode{since}: keep it running and plan the migration"
+            )
+        ctx.exclude(engine, f"maintenance mode{since}: not for a new deployment ({status.note})")
+    effect = f"excluded {', '.join(stopped)} for a new deployment" if stopped else "none"
+    if current in stopped:
+        effect += f"; {ctx.name(current)} runs today: keep it running while migrating"
+    ctx.rule(
+        "maintenance",
+        "Engines in maintenance mode",
+        "DOMAIN.md: TGI is in maintenance mode, plan a migration to vLLM/SGLang",
+        bool(stopped),
+        effect,
+        maintenance=stopped,
+        current_engine=current,
+    )
+
+
+def features(ctx: RuleContext) -> None:
+    required = ctx.required
+    if not required:
+        ctx.rule(
+            "features",
+            "Required features",
+            "DOMAIN.md: required features seen in the traffic",
+            False,
+            "no feature required (none configured, none seen in the traffic)",
+            configured=list(ctx.requirements.features),
+            seen=list(ctx.workload.features_seen),
+        )
+        return
+    excluded = []
+    for engine in ctx.states:
+        spec = ctx.catalog.engines[engine]
+        lacking = missing_features(engine, ctx.catalog, required)
+        if lacking:
+            ctx.exclude(engine, f"features: lacks {', '.join(lacking)}")
+            excluded.append(engine)
+        for feature in required:
+            support = spec.support(feature)
+            if support.support == "limited":
+                ctx.states[engine].notes.append(f"{feature} limited: {support.note}")
+    ctx.rule(
+        "features",
+        "Required features",
+        "DOMAIN.md: required features seen in the traffic",
+        True,
+        f"required {', '.join(required)}"
+        + (f"; excluded {', '.join(excluded)}" if excluded else "; every engine supports them"),
+        configured=list(ctx.requirements.features),
+        seen=list(ctx.workload.features_seen),
+        excluded=excluded,
+    )
+
+
+def concurrency(ctx: RuleContext) -> None:
+    peak = ctx.workload.peak_concurrency
+    low = ctx.shape_settings.concurrency_low_max
+    high = ctx.shape_settings.concurrency_high_min
+    title = "Peak concurrency"
+    source = "DOMAIN.md: peak concurrency ≤ 2 → llama.cpp / Ollama; ≥ 10 → vLLM or SGLang"
+    if peak is None:
+        reason = ctx.workload.unknown.get("shape", "no workload shape")
+        ctx.rule("concurrency", title, source, None, f"unknown: {reason}")
+        return
+    label = " (estimated from a latency model)" if ctx.workload.concurrency_estimated else ""
+    evidence = {"peak_concurrency": peak, "estimated": ctx.workload.concurrency_estimated}
+    if peak <= low:
+        ctx.branch += [e for e in ("llama.cpp", "ollama") if e not in ctx.branch]
+        ctx.rule(
+            "concurrency",
+            title,
+            source,
+            True,
+            f"peak {peak:g}{label} ≤ {low:g}: little to batch, look hard at llama.cpp / Ollama",
+            **evidence,
+        )
+        return
+    out = []
+    if peak >= high:
+        for engine in ctx.states:
+            limit = ctx.catalog.engines[engine].out_at_peak_concurrency
+            if limit is not None and peak >= limit:
+                ctx.exclude(
+                    engine, f"concurrency: out at peak concurrency ≥ {limit} ({peak:g}{label})"
+                )
+                out.append(engine)
+    ctx.rule(
+        "concurrency",
+        title,
+        source,
+        peak >= high,
+        f"peak {peak:g}{label} ≥ {high:g}: vLLM or SGLang"
+        + (f"; excluded {', '.join(out)}" if out else "")
+        if peak >= high
+        else f"peak {peak:g}{label} between {low:g} and {high:g}: no engine favoured",
+        **evidence,
+    )
+
+
+def slo(ctx: RuleContext) -> None:
+    source = "DOMAIN.md: compare cost per 1M tokens at your SLO"
+    if not ctx.benches:
+        reason = ctx.inputs.missing.get("bench") or "no benchmark results"
+        ctx.rule("slo", "SLO met in the benchmark", source, None, f"unknown: {reason}")
+        return
+    never = [e for e, b in ctx.benches.items() if b.slo_never_met]
+    for engine in never:
+        ctx.exclude(
+            engine, f"slo: never met the SLO in its benchmark ({ctx.benches[engine].candidate})"
+        )
+    ctx.rule(
+        "slo",
+        "SLO met in the benchmark",
+        source,
+        bool(never),
+        f"excluded {', '.join(never)}" if never else "every benchmarked engine met it at some load",
+        capacity={e: b.capacity_rps for e, b in ctx.benches.items()},
+        capacity_status={e: b.capacity_status for e, b in ctx.benches.items()},
+    )
+
+
+def model_churn(ctx: RuleContext) -> None:
+    req = ctx.requirements
+    settings = ctx.settings
+    title = "One or two stable models on a fixed NVIDIA fleet at huge volume"
+    source = (
+        "DOMAIN.md decision tree: model churn → TensorRT-LLM, weigh kernel gain against "
+        "rebuild cost"
+    )
+    models = sorted(set(req.models) | set(ctx.workload.models))
+    volume = ctx.workload.output_tokens_per_month
+    unknown = []
+    if not req.hardware:
+        unknown.append("requirements.hardware")
+    if req.fixed_sku is None:
+        unknown.append("requirements.fixed_sku")
+    if req.model_changes_per_quarter is None:
+        unknown.append("requirements.model_changes_per_quarter")
+    if volume is None:
+        unknown.append("the workload's rate and output lengths (shape stage)")
+    evidence = {
+        "hardware": list(req.hardware),
+        "fixed_sku": req.fixed_sku,
+        "models": models,
+        "model_changes_per_quarter": req.model_changes_per_quarter,
+        "output_tokens_per_month": volume,
+        "high_volume_output_tokens_per_month": settings.high_volume_output_tokens_per_month,
+    }
+    nvidia_only = set(req.hardware) == {"nvidia"}
+    fails = []
+    if req.hardware and not nvidia_only:
+        fails.append("hardware is not NVIDIA only")
+    if req.fixed_sku is False:
+        fails.append("the fleet is not one fixed SKU")
+    if models and len(models) > settings.trt_max_models:
+        fails.append(f"{len(models)} models served (> {settings.trt_max_models})")
+    if volume is not None and volume < settings.high_volume_output_tokens_per_month:
+        fails.append(f"{volume:,.0f} output tokens a month is not huge volume")
+    if fails:
+        ctx.rule(
+            "model_churn",
+            title,
+            source,
+            False,
+            "not the TensorRT-LLM branch: " + "; ".join(fails),
+            **evidence,
+        )
+        return
+    if unknown:
+        ctx.rule(
+            "model_churn", title, source, None, "unknown: set " + ", ".join(unknown), **evidence
+        )
+        return
+    ctx.branch += [e for e in ("tensorrt-llm",) if e not in ctx.branch]
+    ctx.rule(
+        "model_churn",
+        title,
+        source,
+        True,
+        "TensorRT-LLM first, weighed against its rebuild cost per model change (cost rule)",
+        **evidence,
+    )
+
+
+def prefix(ctx: RuleContext) -> None:
+    share = ctx.workload.prefix_share
+    settings = ctx.settings
+    title = "Shared-prefix ratio"
+    source = (
+        "DOMAIN.md: shared-prefix ratio > ~50% → benchmark SGLang against vLLM on your traffic; "
+        "< ~20% → published SGLang-vs-vLLM margins do not apply"
+    )
+    if share is None:
+        reason = ctx.workload.unknown.get("prefix_share") or ctx.workload.unknown.get(
+            "prefix", "no prefix analysis"
+        )
+        ctx.rule("prefix", title, source, None, f"unknown: {reason}")
+        return
+    evidence = {
+        "shared_prefix_ratio": share,
+        "window_tokens": ctx.workload.prefix_window_tokens,
+        "curve_shape": ctx.workload.prefix_shape,
+    }
+    window = ctx.workload.prefix_window_tokens
+    if share > settings.prefix_heavy_share:
+        ctx.branch += [e for e in ("sglang", "vllm") if e not in ctx.branch]
+        ctx.rule(
+            "prefix",
+            title,
+            source,
+            True,
+            f"{share:.0%} of requests share their first {window} tokens (> "
+            f"{settings.prefix_heavy_share:.0%}): SGLang or vLLM plus cache-aware routing; "
+            "benchmark both on your traffic",
+            **evidence,
+        )
+        return
+    if share < settings.prefix_light_share:
+        ctx.states["sglang"].notes.append(
+            f"published margins over vLLM do not apply: only {share:.0%} of requests share their "
+            f"first {window} tokens"
+        ) if "sglang" in ctx.states else None
+    ctx.rule(
+        "prefix",
+        title,
+        source,
+        False,
+        f"{share:.0%} share their first {window} tokens: "
+        + (
+            "little sharing, nothing to gain from a radix cache"
+            if share < settings.prefix_light_share
+            else "moderate sharing"
+        ),
+        **evidence,
+    )
+
+
+def default(ctx: RuleContext) -> None:
+    ctx.branch += [e for e in ("vllm", "sglang") if e not in ctx.branch]
+
+
+RULES = (hardware, local, maintenance, features, concurrency, slo, model_churn, prefix, default)

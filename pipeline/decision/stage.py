@@ -1,0 +1,155 @@
+"""The decision stage: read_inputs → run → write, shared by the ``engine_decision`` asset and
+``enginefit decide``.
+
+It reads only typed stage results through the layout (shape, prefix, simulation, bench and the
+latency fits), the engine catalog and the configuration; a stage that has not run is recorded
+as missing with its reason, and the rules that needed it say ``unknown``. Every file read is
+listed with its sha256 in the record's ``inputs``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from pipeline.config import Config
+from pipeline.decision.compute import decide
+from pipeline.decision.context import DecisionInputs
+from pipeline.decision.present import rationale_text, triggers_frame
+from pipeline.decision.result import DecisionRecord, record_schema
+from pipeline.errors import InputFormatError
+from pipeline.layout import WorkloadLayout, require_output
+from pipeline.store import write_bytes_atomic, write_json_atomic, write_parquet_atomic
+
+T = TypeVar("T")
+
+
+def _digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    for file in files:
+        digest.update(file.read_bytes())
+    return digest.hexdigest()
+
+
+def _optional(read: Callable[[], T], stage: str, missing: dict[str, str]) -> T | None:
+    try:
+        return read()
+    except InputFormatError as exc:
+        missing[stage] = str(exc)
+        return None
+
+
+def read_previous(path: Path) -> DecisionRecord:
+    """A previous quarter's decision record (``--previous`` or ``decision.previous_record``)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise InputFormatError(f"{path}: previous decision record not found") from exc
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputFormatError(f"{path}: not a JSON decision record ({exc})") from exc
+    return DecisionRecord.from_json(data, str(path))
+
+
+def read_inputs(
+    layout: WorkloadLayout,
+    config: Config,
+    *,
+    as_of: dt.date | None = None,
+    previous: Path | None = None,
+) -> DecisionInputs:
+    from pipeline.bench import stage as bench_stage
+    from pipeline.prefix import stage as prefix_stage
+    from pipeline.shape import stage as shape_stage
+    from pipeline.sim import stage as sim_stage
+
+    missing: dict[str, str] = {}
+    shape = _optional(lambda: shape_stage.read_result(layout).metrics, "shape", missing)
+    prefix = _optional(lambda: prefix_stage.read_result(layout).summary, "prefix", missing)
+    scenarios = _optional(lambda: sim_stage.read_summaries(layout), "simulation", missing)
+    curves = _optional(lambda: sim_stage.read_curves(layout), "curves", missing)
+    bench = _optional(lambda: bench_stage.read_analysis(layout, config.bench), "bench", missing)
+    fits = _optional(lambda: bench_stage.read_latency_fits(layout), "latency_fits", missing)
+    if bench is not None and bench.capacity.is_empty() and bench.notes:
+        missing["bench"] = bench.notes[0]
+    read = [
+        layout.shape.summary,
+        layout.prefix.summary,
+        layout.prefix.curve,
+        layout.simulation.summary,
+        layout.simulation.curves,
+        layout.bench.analysis,
+        layout.bench.capacity,
+        layout.bench.fleet,
+        layout.bench.findings,
+        layout.bench.points,
+        layout.bench.concurrency_json,
+    ]
+    digests = {str(p.relative_to(layout.root)): _digest(p) for p in read if p.exists()}
+    catalog_path = config.decision.catalog
+    catalog = config.catalog()
+    catalog_text = (
+        catalog_path.read_bytes() if catalog_path is not None else _bundled_catalog_bytes()
+    )
+    previous_record = read_previous(previous) if previous is not None else None
+    if previous is not None:
+        digests["previous:" + str(previous)] = _digest(previous)
+    return DecisionInputs(
+        workload_name=config.require_workload().name,
+        shape=shape,
+        prefix=prefix,
+        scenarios=scenarios,
+        curves=curves,
+        bench=bench,
+        fits=fits,
+        catalog=catalog,
+        catalog_source=str(catalog_path)
+        if catalog_path
+        else "bundled: pipeline/decision/engines.yaml",
+        catalog_sha256=hashlib.sha256(catalog_text).hexdigest(),
+        as_of=bench.as_of if bench is not None and bench.as_of is not None else as_of,
+        peak_window=config.bench.peak_window,
+        digests=digests,
+        missing=missing,
+        previous=previous_record,
+    )
+
+
+def _bundled_catalog_bytes() -> bytes:
+    from pipeline.decision.catalog import _bundled_text
+
+    return _bundled_text().encode("utf-8")
+
+
+def run(inputs: DecisionInputs, config: Config) -> DecisionRecord:
+    return decide(inputs, config.requirements, config.decision, config.shape)
+
+
+def write_record(record: DecisionRecord, layout: WorkloadLayout) -> dict[str, Path]:
+    """The record, its JSON Schema and the plain-text rationale (the ``engine_decision`` asset)."""
+    paths = layout.decision
+    write_json_atomic(paths.record, record.to_json())
+    write_json_atomic(paths.schema, record_schema())
+    write_bytes_atomic(paths.rationale, rationale_text(record).encode("utf-8"))
+    return {"record": paths.record, "schema": paths.schema, "rationale": paths.rationale}
+
+
+def write_triggers(record: DecisionRecord, layout: WorkloadLayout) -> dict[str, Path]:
+    """The triggers table, this record's and the previous record's evaluated now (the
+    ``revisit_triggers`` asset)."""
+    write_parquet_atomic(triggers_frame(record), layout.decision.triggers)
+    return {"triggers": layout.decision.triggers}
+
+
+def write(record: DecisionRecord, layout: WorkloadLayout) -> dict[str, Path]:
+    """Every decision output (the command's path)."""
+    return write_record(record, layout) | write_triggers(record, layout)
+
+
+def read_record(layout: WorkloadLayout) -> DecisionRecord:
+    path = require_output(layout.decision.record, "decision record", "decide", "engine_decision")
+    return DecisionRecord.from_json(json.loads(path.read_text(encoding="utf-8")), str(path))

@@ -1,0 +1,89 @@
+"""Revisit triggers: measurable conditions that reopen the decision (DOMAIN.md "Keeping the
+choice reversible, and when to revisit"), and their evaluation a quarter later.
+
+Each trigger compares one entry of the record's ``measurements`` (a flat mapping whose keys name
+the stage output they come from, e.g. ``shape.concurrency.peak`` is ``concurrency.peak`` of
+``shape/workload_shape.json``) with a threshold. A later run recomputes the measurements from
+its own stage outputs and evaluates the previous record's triggers: ``fired``, ``not_fired``, or
+``unknown`` when the metric is missing now (or was never known).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import operator
+from collections.abc import Callable
+from typing import Any
+
+from pipeline.decision.result import DecisionRecord, Previous, Trigger, TriggerCheck
+
+_COMPARE: dict[str, Callable[[Any, Any], bool]] = {
+    ">": operator.gt,
+    ">=": operator.ge,
+    "<": operator.lt,
+    "<=": operator.le,
+    "==": operator.eq,
+    "!=": operator.ne,
+}
+
+
+def crossed(value: Any, comparator: str, threshold: Any) -> bool | None:
+    """Whether ``value comparator threshold`` holds; None when it cannot be told."""
+    if value is None or threshold is None:
+        return None
+    try:
+        return bool(_COMPARE[comparator](value, threshold))
+    except TypeError:
+        return None
+
+
+def status_of(value: Any, comparator: str, threshold: Any) -> str:
+    result = crossed(value, comparator, threshold)
+    return "unknown" if result is None else ("fired" if result else "not_fired")
+
+
+def trigger(
+    id: str, metric: str, comparator: str, threshold: Any, measurements: dict[str, Any], why: str
+) -> Trigger:
+    value = measurements.get(metric)
+    return Trigger(
+        id=id,
+        metric=metric,
+        comparator=comparator,  # type: ignore[arg-type]
+        threshold=threshold,
+        value=value,
+        why=why,
+        status=status_of(value, comparator, threshold),  # type: ignore[arg-type]
+    )
+
+
+def evaluate_previous(previous: DecisionRecord, measurements: dict[str, Any]) -> Previous:
+    """The previous record's triggers against this run's measurements."""
+    checks = [
+        TriggerCheck(
+            id=t.id,
+            metric=t.metric,
+            comparator=t.comparator,
+            threshold=t.threshold,
+            previous_value=t.value,
+            value=measurements.get(t.metric),
+            why=t.why,
+            status=status_of(measurements.get(t.metric), t.comparator, t.threshold),  # type: ignore[arg-type]
+        )
+        for t in previous.triggers
+    ]
+    return Previous(
+        workload=previous.workload,
+        as_of=previous.as_of,
+        engine=previous.recommendation.engine,
+        record_sha256=record_digest(previous),
+        triggers=checks,
+        fired=[c.id for c in checks if c.status == "fired"],
+    )
+
+
+def record_digest(record: DecisionRecord) -> str:
+    """sha256 of the record's canonical JSON (what the record file holds)."""
+    text = json.dumps(record.to_json(), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
