@@ -38,11 +38,10 @@ from pipeline.decision.context import (
     DecisionInputs,
     EngineState,
     RuleContext,
-    current_engine,
     plain,
     usd,
 )
-from pipeline.decision.costing import Outcome, choose, price_of, switch_cost
+from pipeline.decision.costing import Outcome, choose, payback_months, price_of, switch_cost
 from pipeline.decision.evidence import (
     engine_benches,
     missing_features,
@@ -71,6 +70,7 @@ def measurements(ctx: RuleContext, top: str | None, runner: str | None) -> dict[
         "shape.arrivals.mean_rate_rps": w.mean_rate_rps,
         "shape.arrivals.peak_rate_rps": w.peak_rate_rps,
         "shape.lengths.output_tokens.mean": w.output_mean,
+        "shape.output_tokens_per_month": w.output_tokens_per_month,
         "shape.features.required": list(ctx.required),
         "prefix.shared_prefix_ratio": w.prefix_share,
         "catalog.as_of": ctx.catalog.as_of.isoformat(),
@@ -83,12 +83,24 @@ def measurements(ctx: RuleContext, top: str | None, runner: str | None) -> dict[
         m[f"catalog.missing_features[{engine}]"] = len(
             missing_features(engine, ctx.catalog, ctx.required)
         )
-    for engine, bench in sorted(ctx.benches.items()):
-        m[f"bench.cost_per_1m_output_usd[{engine}]"] = bench.cost_per_1m_output_usd
-        m[f"bench.capacity_rps[{engine}]"] = bench.capacity_rps
-        m[f"bench.age_days[{engine}]"] = bench.age_days(as_of)
-        if bench.capacity_rps is not None and bench.replicas_at_peak is not None:
-            m[f"bench.fleet_capacity_rps[{engine}]"] = bench.capacity_rps * bench.replicas_at_peak
+    for engine in sorted(ctx.catalog.engines):
+        # Every engine has its keys, unknown (None) until benchmarked, so a trigger watching a
+        # runner-up that has no benchmark yet can be evaluated once it has one.
+        bench = ctx.benches.get(engine)
+        m[f"bench.cost_per_1m_output_usd[{engine}]"] = (
+            bench.cost_per_1m_output_usd if bench else None
+        )
+        m[f"bench.capacity_rps[{engine}]"] = bench.capacity_rps if bench else None
+        m[f"bench.age_days[{engine}]"] = bench.age_days(as_of) if bench else None
+        m[f"bench.monthly_gpu_usd[{engine}]"] = bench.monthly_gpu_usd if bench else None
+        m[f"decision.monthly_total_usd[{engine}]"] = price_of(ctx, engine).monthly_total
+        m[f"decision.payback_months[{engine}]"] = payback_months(ctx, engine)
+        fleet = (
+            bench.capacity_rps * bench.replicas_at_peak
+            if bench and bench.capacity_rps is not None and bench.replicas_at_peak is not None
+            else None
+        )
+        m[f"bench.fleet_capacity_rps[{engine}]"] = fleet
     if top and runner and top in ctx.benches and runner in ctx.benches:
         a, b = ctx.benches[top].cost_per_1m_output_usd, ctx.benches[runner].cost_per_1m_output_usd
         m["bench.cost_gap_runner_up"] = (b - a) / a if a and b is not None else None
@@ -212,7 +224,7 @@ def _triggers(ctx: RuleContext, m: dict[str, Any], top: str | None, outcome: Out
                     "DOMAIN.md: a benchmark older than about six months (engines release every few weeks)",
                 )
             )
-            if f"bench.fleet_capacity_rps[{top}]" in m:
+            if m.get(f"bench.fleet_capacity_rps[{top}]") is not None:
                 out.append(
                     trigger(
                         "traffic.beyond_fleet",
@@ -234,36 +246,16 @@ def _triggers(ctx: RuleContext, m: dict[str, Any], top: str | None, outcome: Out
                 "DOMAIN.md: a re-benchmark that changes the cost ranking by more than the noise",
             )
         )
-    runner = outcome.runner_up
-    if runner is not None and runner in ctx.benches and top in ctx.benches and outcome.basis:
-        threshold = outcome.values.get(top)
-        if (
-            threshold is not None
-            and ctx.benches[runner].cost_per_1m_output_usd is not None
-            and outcome.basis == "cost_per_1m_output_usd"
-        ):
+    for engine, flip in sorted(outcome.flips.items()):
+        if flip.threshold is not None:
             out.append(
                 trigger(
-                    f"runner_up.flip[{runner}]",
-                    f"bench.cost_per_1m_output_usd[{runner}]",
-                    "<",
-                    plain(threshold * (1 - ctx.requirements.cost_margin)),
+                    f"flip[{engine}]",
+                    flip.metric,
+                    flip.comparator,
+                    plain(flip.threshold),
                     m,
-                    outcome.flips.get(runner, ""),
-                )
-            )
-    if runner == "tensorrt-llm" and ctx.requirements.model_changes_per_quarter is not None:
-        text = outcome.flips.get(runner, "")
-        if "≤ " in text:
-            n = int(text.split("≤ ")[1].split(" ")[0])
-            out.append(
-                trigger(
-                    "runner_up.flip[tensorrt-llm]",
-                    "requirements.model_changes_per_quarter",
-                    "<=",
-                    n,
-                    m,
-                    text,
+                    flip.text,
                 )
             )
     return out
@@ -379,14 +371,7 @@ def _candidates(
         bench = ctx.benches.get(engine)
         price = price_of(ctx, engine)
         switch = switch_cost(ctx, engine)
-        payback = None
-        current = current_engine(ctx)
-        if current and current != engine and switch is not None:
-            here, there = price_of(ctx, current), price
-            a = here.monthly_total if here.monthly_total is not None else here.monthly_gpu
-            b = there.monthly_total if there.monthly_total is not None else there.monthly_gpu
-            if a is not None and b is not None and a > b:
-                payback = switch / (a - b)
+        payback = payback_months(ctx, engine)
         status = (
             "excluded"
             if state.excluded
@@ -413,7 +398,7 @@ def _candidates(
                 monthly_total_usd=plain(price.monthly_total),
                 switch_cost_usd=plain(switch),
                 payback_months=plain(payback),
-                flip_condition=outcome.flips.get(engine),
+                flip_condition=outcome.flips[engine].text if engine in outcome.flips else None,
             )
         )
     order = {"recommended": 0, "runner-up": 1, "viable": 2, "excluded": 3}

@@ -80,6 +80,24 @@ def price_of(ctx: RuleContext, engine: str) -> Priced:
     )
 
 
+def payback_months(ctx: RuleContext, engine: str) -> float | None:
+    """Months for switching from the engine running today to ``engine`` to pay for itself
+    (None when nothing runs today, it is that engine, or a cost is unknown; inf when it never
+    saves)."""
+    current = current_engine(ctx)
+    switch = switch_cost(ctx, engine)
+    if current is None or current == engine or switch is None:
+        return None
+    here, there = _monthly(price_of(ctx, current)), _monthly(price_of(ctx, engine))
+    if here is None or there is None:
+        return None
+    return switch / (here - there) if here > there else math.inf
+
+
+def _monthly(price: Priced) -> float | None:
+    return price.monthly_total if price.monthly_total is not None else price.monthly_gpu
+
+
 def _basis(priced: list[Priced]) -> tuple[str, dict[str, float]]:
     """What the ranking compares: monthly totals when every priced engine has one, else
     monthly GPU cost, else cost per 1M output tokens."""
@@ -101,20 +119,32 @@ class Outcome:
     reasons: list[str]
     basis: str | None
     values: dict[str, float]
-    flips: dict[str, str]
+    flips: dict[str, Flip]
+
+
+@dataclass(frozen=True)
+class Flip:
+    """What would make ``engine`` the answer: prose, and when measurable, the metric and the
+    threshold a revisit trigger watches (``threshold`` None: not measurable yet)."""
+
+    text: str
+    metric: str
+    comparator: str
+    threshold: float | None
 
 
 def _tie_key(ctx: RuleContext, engine: str) -> tuple[Any, ...]:
-    """Maintenance trajectory, then migration cost: active before maintenance, more releases,
-    the engine running today, fewer migration weeks, then the decision tree's order."""
+    """Maintenance trajectory, then migration cost: active before maintenance, the engine
+    running today, fewer migration weeks, the decision tree's order, then more releases (a
+    noisy proxy of cadence, so last)."""
     spec = ctx.catalog.engines[engine]
     order = ctx.branch.index(engine) if engine in ctx.branch else len(ctx.branch)
     return (
         spec.status.state != "active",
-        -spec.releases_last_6_months.count,
         engine != current_engine(ctx),
         _migration_weeks(ctx, engine),
         order,
+        -spec.releases_last_6_months.count,
         engine,
     )
 
@@ -128,7 +158,7 @@ def _preference(ctx: RuleContext) -> list[str]:
 def choose(ctx: RuleContext) -> Outcome:
     preference = _preference(ctx)
     reasons: list[str] = []
-    flips: dict[str, str] = {}
+    flips: dict[str, Flip] = {}
     margin = ctx.requirements.cost_margin
     priced = [
         price_of(ctx, e)
@@ -166,9 +196,12 @@ def choose(ctx: RuleContext) -> Outcome:
             decision_tree=preference,
         )
         if runner:
-            flips[runner] = (
+            flips[runner] = Flip(
                 f"{ctx.name(runner)} wins if its measured cost per 1M output tokens at the SLO is "
-                f"more than {margin:.0%} below {ctx.name(top)}'s on your traffic"
+                f"more than {margin:.0%} below {ctx.name(top)}'s on your traffic",
+                f"bench.cost_per_1m_output_usd[{runner}]",
+                "<",
+                None,
             )
         return Outcome(top, runner, "provisional", reasons, None, {}, flips)
 
@@ -221,9 +254,15 @@ def choose(ctx: RuleContext) -> Outcome:
             f"the decision tree points to {ctx.name(favourite)}, which has no benchmark on this "
             f"traffic: benchmark {ctx.name(favourite)} on your traffic before committing"
         )
-        flips[favourite] = (
-            f"{ctx.name(favourite)} wins if its measured {BASIS_WORDS[basis]} is more than "
-            f"{margin:.0%} below {ctx.name(top)}'s ({_fmt_basis(basis, values[top])})"
+        top_cost = ctx.benches[top].cost_per_1m_output_usd
+        threshold = None if top_cost is None else top_cost * (1 - margin)
+        flips[favourite] = Flip(
+            f"{ctx.name(favourite)} wins if its measured cost per 1M output tokens at the SLO is "
+            f"more than {margin:.0%} below {ctx.name(top)}'s {usd(top_cost)}"
+            + (f" (below {usd(threshold)})" if threshold is not None else ""),
+            f"bench.cost_per_1m_output_usd[{favourite}]",
+            "<",
+            threshold,
         )
         runner = favourite if runner is None or runner not in preference[:2] else runner
     top, runner = _payback(ctx, top, runner, values, basis, reasons, flips)
@@ -232,6 +271,11 @@ def choose(ctx: RuleContext) -> Outcome:
     return Outcome(top, runner, confidence, reasons, basis, values, flips)
 
 
+BASIS_METRICS = {
+    "monthly_total_usd": "decision.monthly_total_usd",
+    "monthly_gpu_usd": "bench.monthly_gpu_usd",
+    "cost_per_1m_output_usd": "bench.cost_per_1m_output_usd",
+}
 BASIS_WORDS = {
     "monthly_total_usd": "monthly total cost (GPU fleet at the peak rate plus model changes)",
     "monthly_gpu_usd": "monthly GPU cost (fleet at the peak rate)",
@@ -247,46 +291,63 @@ def _fmt_basis(basis: str, value: float) -> str:
     )
 
 
-def _flip(ctx: RuleContext, top: str, runner: str, values: dict[str, float], basis: str) -> str:
-    """The condition under which the runner-up would win, computed from the numbers."""
-    margin = ctx.requirements.cost_margin
-    top_price = price_of(ctx, top)
-    run_price = price_of(ctx, runner)
+def _flip(ctx: RuleContext, top: str, runner: str, values: dict[str, float], basis: str) -> Flip:
+    """The condition under which the runner-up would win by more than the margin, computed
+    from the numbers: fewer model changes when it loses only on change cost, else a lower
+    measured cost."""
+    keep = 1 - ctx.requirements.cost_margin
+    top_price, run_price = price_of(ctx, top), price_of(ctx, runner)
     per_quarter = ctx.requirements.model_changes_per_quarter
-    # A runner-up that is cheaper on GPUs but loses on change cost: how few changes flip it.
+    top_change, run_change = _change_cost_per_change(ctx, top), _change_cost_per_change(ctx, runner)
     if (
         top_price.monthly_gpu is not None
         and run_price.monthly_gpu is not None
-        and run_price.monthly_gpu < top_price.monthly_gpu
+        and top_change is not None
+        and run_change is not None
         and per_quarter is not None
     ):
-        top_change = _change_cost_per_change(ctx, top)
-        run_change = _change_cost_per_change(ctx, runner)
-        if top_change is not None and run_change is not None and run_change > top_change:
-            n = 3 * (top_price.monthly_gpu - run_price.monthly_gpu) / (run_change - top_change)
-            volume = ctx.workload.output_tokens_per_month
-            text = (
-                f"{ctx.name(runner)} wins when model changes fall to ≤ {math.floor(n)} per quarter "
-                f"(today {per_quarter:g})"
+        # run_gpu + n/3 × run_change ≤ keep × (top_gpu + n/3 × top_change), solved for n.
+        slack = keep * top_price.monthly_gpu - run_price.monthly_gpu
+        extra = run_change - keep * top_change
+        if slack > 0 and extra > 0:
+            n = math.floor(3 * slack / extra * 10) / 10
+            return Flip(
+                f"{ctx.name(runner)} wins when model changes fall to ≤ {n:g} per quarter (today "
+                f"{per_quarter:g}){_volume_flip(ctx, top_price, run_price, keep)}",
+                "requirements.model_changes_per_quarter",
+                "<=",
+                n,
             )
-            if (
-                volume is not None
-                and top_price.cost_per_1m is not None
-                and run_price.cost_per_1m is not None
-                and run_price.cost_per_1m < top_price.cost_per_1m
-                and run_price.monthly_change is not None
-                and top_price.monthly_change is not None
-            ):
-                extra = run_price.monthly_change - top_price.monthly_change
-                per_token = (top_price.cost_per_1m - run_price.cost_per_1m) / 1e6
-                text += f", or when monthly volume exceeds {extra / per_token:,.0f} output tokens (today {volume:,.0f})"
-            return text
-    threshold = values[top] * (1 - margin)
-    return (
+    threshold = values[top] * keep
+    return Flip(
         f"{ctx.name(runner)} wins if its {BASIS_WORDS[basis]} falls below "
-        f"{_fmt_basis(basis, threshold)} (more than {margin:.0%} below {ctx.name(top)}'s "
-        f"{_fmt_basis(basis, values[top])}; today {_fmt_basis(basis, values[runner])})"
+        f"{_fmt_basis(basis, threshold)} (more than {1 - keep:.0%} below {ctx.name(top)}'s "
+        f"{_fmt_basis(basis, values[top])}; today {_fmt_basis(basis, values[runner])})",
+        f"{BASIS_METRICS[basis]}[{runner}]",
+        "<",
+        threshold,
     )
+
+
+def _volume_flip(ctx: RuleContext, top: Priced, runner: Priced, keep: float) -> str:
+    """ ", or when monthly volume exceeds V output tokens": the volume at which a cheaper
+    per-token runner-up's GPU saving outweighs its higher change cost (fleet granularity aside)."""
+    volume = ctx.workload.output_tokens_per_month
+    if None in (
+        volume,
+        top.cost_per_1m,
+        runner.cost_per_1m,
+        top.monthly_change,
+        runner.monthly_change,
+    ):
+        return ""
+    assert top.cost_per_1m is not None and runner.cost_per_1m is not None
+    assert top.monthly_change is not None and runner.monthly_change is not None
+    per_token_gain = (keep * top.cost_per_1m - runner.cost_per_1m) / 1e6
+    extra = runner.monthly_change - keep * top.monthly_change
+    if per_token_gain <= 0 or extra <= 0:
+        return ""
+    return f", or when monthly volume exceeds {extra / per_token_gain:,.0f} output tokens (today {volume:,.0f})"
 
 
 def _payback(
@@ -296,7 +357,7 @@ def _payback(
     values: dict[str, float],
     basis: str,
     reasons: list[str],
-    flips: dict[str, str],
+    flips: dict[str, Flip],
 ) -> tuple[str, str | None]:
     current = current_engine(ctx)
     title = "Payback of switching from the engine running today"
@@ -328,16 +389,9 @@ def _payback(
             switch_cost_usd=switch,
         )
         return top, runner
-    top_price, current_price = price_of(ctx, top), price_of(ctx, current)
     switch = switch_cost(ctx, top)
-    top_month = (
-        top_price.monthly_total if top_price.monthly_total is not None else top_price.monthly_gpu
-    )
-    current_month = (
-        current_price.monthly_total
-        if current_price.monthly_total is not None
-        else current_price.monthly_gpu
-    )
+    top_month = _monthly(price_of(ctx, top))
+    current_month = _monthly(price_of(ctx, current))
     if switch is None or top_month is None or current_month is None:
         missing = (
             "requirements.engineer_week_usd"
@@ -373,9 +427,12 @@ def _payback(
             f"(> {limit:g}): {ctx.name(current)} stays"
         )
         needed = switch / limit
-        flips[top] = (
+        flips[top] = Flip(
             f"{ctx.name(top)} wins when switching saves at least {money(needed)} a month "
-            f"(payback within {limit:g} months; today it saves {money(saving)})"
+            f"(payback within {limit:g} months; today it saves {money(saving)})",
+            f"decision.payback_months[{top}]",
+            "<=",
+            limit,
         )
         return current, top
     ctx.rule(

@@ -22,6 +22,20 @@ from pipeline.decision.config import DecisionSettings, Requirements
 SECONDS_PER_MONTH = HOURS_PER_MONTH * 3600
 # Capacity rows ranked apart by how much of the curve they saw (pipeline/bench/cost.py).
 RANK_POOLS = ("bracketed", "lower_bound", "single_point")
+# Validity findings that say a benchmark is not about this traffic (DOMAIN.md: what a benchmark
+# needs to transfer). ``peak_rate`` is not one: one replica below production's peak is what a
+# fleet of several replicas is sized for.
+TRANSFER_CHECKS = frozenset(
+    {
+        "closed_loop",
+        "comparability",
+        "fixed_length_prompts",
+        "output_length",
+        "prefix_structure",
+        "prompt_length",
+        "stale",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -256,7 +270,9 @@ def _flags(findings: pl.DataFrame, candidate: str) -> tuple[str, ...]:
     if findings.is_empty():
         return ()
     flagged = findings.filter(
-        pl.col("candidate").is_in([candidate, "(all candidates)"]) & (pl.col("status") == "flag")
+        pl.col("candidate").is_in([candidate, "(all candidates)"])
+        & (pl.col("status") == "flag")
+        & pl.col("check").is_in(sorted(TRANSFER_CHECKS))
     )
     return tuple(sorted(set(flagged.get_column("check").to_list())))
 

@@ -1,0 +1,195 @@
+"""Whole decision scenarios built in code: a generated trace, generated benchmark load points,
+the team's requirements; the real shape, prefix, simulation and bench stages run on them,
+then the decision stage reads their written outputs (nothing hand-written between stages)."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from pipeline.bench import stage as bench_stage
+from pipeline.bench.schema import BenchReadResult, conform_load_points
+from pipeline.config import Config, config_from_mapping
+from pipeline.decision import stage as decision_stage
+from pipeline.decision.result import DecisionRecord
+from pipeline.prefix import stage as prefix_stage
+from pipeline.schema import conform
+from pipeline.shape import stage as shape_stage
+from pipeline.sim import stage as sim_stage
+from tests.bench_points import kept_up_run
+from tests.conftest import write_requests
+
+BLOCK = 16
+START = datetime(2026, 9, 1, tzinfo=UTC)
+RUN_DATE = date(2026, 11, 1)  # benchmarks four weeks before the decision: not stale
+AS_OF = "2026-11-29"
+GPU_HOUR_USD = 3.0
+
+
+def traffic(
+    requests: int,
+    *,
+    rate_rps: float,
+    e2e_s: float,
+    output_tokens: int = 200,
+    conversations: int | None = None,
+    system_blocks: int = 0,
+    turn_blocks: int = 8,
+    tenants: int = 1,
+) -> pl.DataFrame:
+    """``requests`` evenly spaced at ``rate_rps``, each lasting ``e2e_s`` (logged, so peak
+    concurrency is exact: ⌈rate × e2e⌉ or ⌊…⌋ + 1).
+
+    Without ``conversations`` every prompt is ``turn_blocks`` unique blocks (no sharing). With
+    it, request i belongs to conversation i mod ``conversations`` (tenant = conversation mod
+    ``tenants``): its prompt is a ``system_blocks`` system prompt shared by every request, then
+    its conversation's history — every earlier turn's ``turn_blocks`` blocks — then its own.
+    """
+    rows = []
+    history: dict[int, list[int]] = {}
+    for i in range(requests):
+        conv = i % conversations if conversations else i
+        own = [10_000_000 + i * 1_000 + k for k in range(turn_blocks)]
+        past = history.get(conv, []) if conversations else []
+        chain = [*range(1, system_blocks + 1), *past, *own]
+        if conversations:
+            history[conv] = [*past, *own]
+        rows.append(
+            {
+                "request_id": f"r{i}",
+                "arrival": START + timedelta(seconds=i / rate_rps),
+                "session_id": f"c{conv}" if conversations else None,
+                "tenant": f"t{conv % tenants}",
+                "prompt_tokens": len(chain) * BLOCK,
+                "output_tokens": output_tokens,
+                "e2e_ms": e2e_s * 1000.0,
+                "block_size": BLOCK,
+                "prefix_hashes": chain,
+                "prompt_blocks": len(chain),
+                "hashes_known": True,
+            }
+        )
+    return conform(pl.DataFrame(rows, schema_overrides={"prefix_hashes": pl.List(pl.UInt64)}))
+
+
+def sweep(
+    engine: str,
+    capacity_rps: float,
+    *,
+    gpu_type: str = "H100",
+    gpu_count: int = 1,
+    output_tokens_mean: float = 200.0,
+    input_tokens_mean: float = 128.0,
+    run_date: date = RUN_DATE,
+    never_met: bool = False,
+) -> list[dict[str, Any]]:
+    """An open-loop sweep at ½, 1 and 4 × ``capacity_rps`` whose last point fails the TTFT
+    limit (all fail with ``never_met``): capacity is bracketed at ``capacity_rps``. Every point
+    keeps up (tests/bench_points.py), so the sustained rate is the offered rate."""
+    rows = []
+    for load, ttft in (
+        (capacity_rps / 2, 300.0),
+        (capacity_rps, 800.0),
+        (capacity_rps * 4, 4000.0),
+    ):
+        row: dict[str, Any] = {
+            "point_id": f"{engine}-{load:g}",
+            "source_file": f"{engine}.json",
+            "engine": engine,
+            "engine_version": "1.0",
+            "model": "m",
+            "gpu_type": gpu_type,
+            "gpu_count": gpu_count,
+            "run_date": run_date,
+            "load_mode": "open",
+            "offered_rate_rps": load,
+            "ttft_p95_ms": 4000.0 if never_met else ttft,
+            "itl_p99_ms": 30.0,
+            "output_tokens_mean": output_tokens_mean,
+            "input_tokens_mean": input_tokens_mean,
+            "output_tokens_per_s": load * output_tokens_mean,
+            "total_tokens_per_s": load * (output_tokens_mean + input_tokens_mean),
+        }
+        row.update(kept_up_run(load))
+        rows.append(row)
+    return rows
+
+
+def configuration(
+    root: Path,
+    requirements: dict[str, Any] | None = None,
+    *,
+    replicas: tuple[int, ...] = (1, 4),
+    cache_tokens: int = 1_000_000,
+    routings: tuple[str, ...] = ("round-robin", "affinity"),
+    decision: dict[str, Any] | None = None,
+) -> Config:
+    return config_from_mapping(
+        {
+            "workload": {"name": "w", "traces": ["unused.jsonl"], "hash_salt": "s"},
+            "paths": {"data_dir": str(root / "data"), "reports_dir": str(root / "reports")},
+            "simulation": {
+                "block_sizes": [BLOCK],
+                "replicas": list(replicas),
+                "cache_tokens": [cache_tokens],
+                "routings": list(routings),
+                "request_lifetime": "instant",
+            },
+            "bench": {"as_of": AS_OF, "prices": {"gpu_hour_usd": {"default": GPU_HOUR_USD}}},
+            "requirements": requirements or {},
+            "decision": decision or {},
+        },
+        source=root / "enginefit.yaml",
+    )
+
+
+def decide_on(
+    root: Path,
+    frame: pl.DataFrame,
+    benches: list[list[dict[str, Any]]],
+    requirements: dict[str, Any] | None = None,
+    *,
+    previous: Path | None = None,
+    **config: Any,
+) -> DecisionRecord:
+    """Run every stage on ``frame`` and ``benches`` under ``root``, then decide."""
+    cfg = configuration(root, requirements, **config)
+    layout = cfg.layout()
+    write_requests(frame, layout.root)
+    shape_stage.write(shape_stage.run(shape_stage.read_inputs(layout, cfg), cfg.shape), layout)
+    prefix_stage.write(prefix_stage.run(prefix_stage.read_inputs(layout, cfg), cfg.prefix), layout)
+    sim_stage.write(
+        sim_stage.run(sim_stage.read_inputs(layout, cfg), cfg.simulation), cfg.simulation, layout
+    )
+    rows = [row for sweep_rows in benches for row in sweep_rows]
+    points = (
+        conform_load_points(pl.DataFrame(rows, infer_schema_length=None))
+        if rows
+        else bench_stage.read_results(cfg.bench).load_points
+    )
+    bench_stage.write_results(
+        BenchReadResult(points, None, [] if rows else [bench_stage.NO_RESULTS]), layout
+    )
+    analysis = bench_stage.run(bench_stage.read_inputs(layout, cfg.bench.as_of), cfg.bench)
+    bench_stage.write(analysis, layout)
+    bench_stage.write_concurrency(
+        bench_stage.run_concurrency(layout, analysis, cfg.shape.latency), layout
+    )
+    record = decision_stage.run(decision_stage.read_inputs(layout, cfg, previous=previous), cfg)
+    decision_stage.write(record, layout)
+    return record
+
+
+def statuses(record: DecisionRecord) -> dict[str, str]:
+    return {c.engine: c.status for c in record.candidates}
+
+
+def rule(record: DecisionRecord, name: str) -> Any:
+    return next(r for r in record.rationale if r.rule == name)
+
+
+def candidate(record: DecisionRecord, engine: str) -> Any:
+    return next(c for c in record.candidates if c.engine == engine)

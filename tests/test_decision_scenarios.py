@@ -1,0 +1,251 @@
+"""Whole decisions, one per branch of DOMAIN.md's decision tree: generated traffic and
+benchmark sweeps go through the real stages, the decision reads what they wrote.
+
+Costs are worked by hand from the fixtures (tests/decision_fixtures.py): a sweep bracketed at
+capacity c req/s with 200 output tokens on one $3/h GPU costs 3 ÷ (c × 200 × 3600) × 10⁶ per 1M
+output tokens; the fleet at the peak rate r is ⌈r ÷ c⌉ replicas × $3 × 730 h a month.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from pipeline.decision.stage import read_previous
+from tests.decision_fixtures import candidate, decide_on, rule, statuses, sweep, traffic
+
+NVIDIA_DATACENTER = {"deployment": "datacenter", "hardware": ["nvidia"]}
+
+
+def steady(requests: int = 1_200) -> object:
+    """20 req/s for a minute, 1 s each (peak concurrency 20), 200 output tokens, no sharing:
+    20 × 200 × 730 × 3600 = 10.5 billion output tokens a month ("huge volume" ≥ 10 billion)."""
+    return traffic(requests, rate_rps=20, e2e_s=1.0)
+
+
+def conversations() -> object:
+    """Multi-turn chat: 41 conversations of 10 turns over a 64-block (1,024-token) system prompt,
+    10 req/s × 2 s: every prompt starts with the same 1,024 tokens. (41, not 40: round-robin
+    over 4 replicas then sends a conversation's turns to different replicas.)"""
+    return traffic(410, rate_rps=10, e2e_s=2.0, conversations=41, system_blocks=64)
+
+
+def test_laptop_single_user_on_apple_gets_llama_cpp(tmp_path: Path) -> None:
+    frame = traffic(60, rate_rps=0.2, e2e_s=2.0)  # one request at a time
+    record = decide_on(tmp_path, frame, [], {"deployment": "local", "hardware": ["apple"]})
+    rec = record.recommendation
+    assert (rec.engine, rec.runner_up, rec.confidence) == ("llama.cpp", "ollama", "provisional")
+    assert statuses(record)["tensorrt-llm"] == "excluded"  # NVIDIA only
+    assert candidate(record, "tensorrt-llm").reasons[0].startswith("hardware: runs on nvidia")
+    assert rule(record, "local").fired is True
+    assert rule(record, "concurrency").fired is True  # peak 1 ≤ 2
+    assert any("no benchmark on this traffic" in r for r in rec.confidence_reasons)
+
+
+def test_stable_model_on_a_fixed_nvidia_fleet_at_huge_volume_gets_tensorrt_llm(
+    tmp_path: Path,
+) -> None:
+    """vLLM at 5 req/s needs 4 replicas for the 20 req/s peak ($8,760/month), TensorRT-LLM at
+    7 req/s needs 3 ($6,570). Half a model change a quarter at $30,000 an engineer-week:
+    TensorRT-LLM 0.5/3 × (8 h/40 × 30,000 + 0.5 h × $3) = $1,000.25/month, vLLM 0.5/3 × (2 h/40
+    × 30,000) = $250: totals $7,570.25 vs $9,010, 16 % apart."""
+    record = decide_on(
+        tmp_path,
+        steady(),
+        [sweep("vllm", 5), sweep("tensorrt-llm", 7)],
+        {
+            **NVIDIA_DATACENTER,
+            "fixed_sku": True,
+            "models": ["m"],
+            "model_changes_per_quarter": 0.5,
+            "engineer_week_usd": 30_000,
+        },
+    )
+    rec = record.recommendation
+    assert (rec.engine, rec.runner_up, rec.confidence) == ("tensorrt-llm", "vllm", "firm")
+    assert rule(record, "model_churn").fired is True
+    trt, vllm = candidate(record, "tensorrt-llm"), candidate(record, "vllm")
+    assert trt.monthly_total_usd == pytest.approx(6_570 + 1_000.25)
+    assert vllm.monthly_total_usd == pytest.approx(8_760 + 250)
+    assert trt.cost_per_1m_output_usd == pytest.approx(3 / (7 * 200 * 3600) * 1e6, rel=1e-5)
+
+
+def test_tensorrt_llm_is_not_chosen_when_models_change_monthly(tmp_path: Path) -> None:
+    """Three changes a quarter: TensorRT-LLM $6,570 + $6,001.50, vLLM $8,760 + $1,500. The flip:
+    TensorRT-LLM wins by the 10 % margin when 6,570 + n/3 × 6,001.5 ≤ 0.9 × (8,760 + n/3 ×
+    1,500), n ≤ 3 × 1,314 ÷ 4,651.5 = 0.847 → "≤ 0.8 per quarter"."""
+    record = decide_on(
+        tmp_path,
+        steady(),
+        [sweep("vllm", 5), sweep("tensorrt-llm", 7)],
+        {
+            **NVIDIA_DATACENTER,
+            "fixed_sku": True,
+            "models": ["m"],
+            "model_changes_per_quarter": 3,
+            "engineer_week_usd": 30_000,
+        },
+    )
+    rec = record.recommendation
+    assert (rec.engine, rec.runner_up) == ("vllm", "tensorrt-llm")
+    flip = candidate(record, "tensorrt-llm").flip_condition
+    assert flip is not None and flip.startswith(
+        "TensorRT-LLM wins when model changes fall to ≤ 0.8 per quarter (today 3)"
+    )
+    trigger = next(t for t in record.triggers if t.id == "flip[tensorrt-llm]")
+    assert (trigger.metric, trigger.comparator, trigger.threshold, trigger.value) == (
+        "requirements.model_changes_per_quarter",
+        "<=",
+        0.8,
+        3,
+    )
+
+
+def test_prefix_heavy_traffic_with_one_engine_benchmarked(tmp_path: Path) -> None:
+    """Every prompt shares its first 1,024 tokens: SGLang or vLLM plus cache-aware routing; only
+    vLLM was benchmarked, so "benchmark SGLang on your traffic" and the answer is provisional.
+    Four round-robin replicas meet each conversation on a cold replica three times out of four;
+    affinity keeps it warm, far past the 10 % routing threshold."""
+    frame = conversations()
+    record = decide_on(
+        tmp_path, frame, [sweep("vllm", 8, input_tokens_mean=1_728)], NVIDIA_DATACENTER
+    )
+    rec = record.recommendation
+    assert (rec.engine, rec.runner_up, rec.confidence) == ("vllm", "sglang", "provisional")
+    assert any("benchmark SGLang on your traffic" in r for r in rec.confidence_reasons)
+    assert rule(record, "prefix").fired is True
+    routing = record.routing
+    assert routing.recommended is True and routing.routing == "affinity"
+    assert rec.routing_layer == routing.layer == "dynamo"  # first exact KV-aware layer for vLLM
+    assert routing.prompt_tokens_saved_share is not None
+    assert routing.prompt_tokens_saved_share > 0.1
+
+
+def test_little_sharing_on_mixed_hardware_gets_vllm(tmp_path: Path) -> None:
+    record = decide_on(
+        tmp_path, steady(), [], {"deployment": "datacenter", "hardware": ["nvidia", "amd"]}
+    )
+    rec = record.recommendation
+    assert (rec.engine, rec.runner_up, rec.confidence) == ("vllm", "sglang", "provisional")
+    assert "does not run on amd" in candidate(record, "tensorrt-llm").reasons
+    assert rule(record, "prefix").fired is False
+
+
+def test_tgi_today_is_kept_running_while_migrating(tmp_path: Path) -> None:
+    record = decide_on(
+        tmp_path,
+        steady(),
+        [sweep("vllm", 5)],
+        {**NVIDIA_DATACENTER, "current_engine": "tgi", "engineer_week_usd": 6_000},
+    )
+    assert record.recommendation.engine == "vllm"
+    tgi = candidate(record, "tgi")
+    assert tgi.status == "excluded"
+    assert any("keep it running and plan the migration" in r for r in tgi.reasons)
+    payback = rule(record, "payback")
+    assert "migrate to vLLM ($12,000 of migration work)" in payback.effect  # 2 weeks × $6,000
+    assert candidate(record, "vllm").switch_cost_usd == 12_000
+
+
+def test_no_benchmark_at_all_is_provisional(tmp_path: Path) -> None:
+    record = decide_on(tmp_path, steady(), [], NVIDIA_DATACENTER)
+    assert record.recommendation.confidence == "provisional"
+    assert rule(record, "cost").fired is None
+    assert rule(record, "cost").effect.startswith("unknown: no bench results configured")
+
+
+def test_two_engines_within_the_margin_are_a_tie_decided_on_migration_cost(
+    tmp_path: Path,
+) -> None:
+    """SGLang at 5.2 req/s is 4 % cheaper per token than vLLM at 5 — inside the 10 % margin;
+    both need 4 replicas (same monthly GPU cost): a tie, decided on migration weeks (2 each)
+    then the decision tree's order (little sharing: vLLM first)."""
+    record = decide_on(
+        tmp_path, steady(), [sweep("vllm", 5), sweep("sglang", 5.2)], NVIDIA_DATACENTER
+    )
+    rec = record.recommendation
+    assert (rec.engine, rec.runner_up, rec.confidence) == ("vllm", "sglang", "tie")
+    assert rule(record, "margin").fired is True
+
+
+def test_an_incumbent_whose_replacement_does_not_pay_back_within_a_year_stays(
+    tmp_path: Path,
+) -> None:
+    """SGLang runs today at 5 req/s (4 replicas, $8,760/month); vLLM at 7 needs 3 ($6,570):
+    saves $2,190 a month. Migrating costs 8 weeks × $6,000 = $48,000: 21.9 months > 12."""
+    record = decide_on(
+        tmp_path,
+        steady(),
+        [sweep("sglang", 5), sweep("vllm", 7)],
+        {
+            **NVIDIA_DATACENTER,
+            "current_engine": "sglang",
+            "engineer_week_usd": 6_000,
+            "migration_engineer_weeks": {"vllm": 8},
+        },
+    )
+    rec = record.recommendation
+    assert (rec.engine, rec.runner_up) == ("sglang", "vllm")
+    assert candidate(record, "vllm").payback_months == pytest.approx(48_000 / 2_190, rel=1e-5)
+    assert rule(record, "payback").fired is True
+
+
+def test_untrusted_tenants_sharing_prefixes_are_isolated(tmp_path: Path) -> None:
+    """Four tenants share one system prompt, so cache hits cross tenants."""
+    frame = traffic(410, rate_rps=10, e2e_s=2.0, conversations=41, system_blocks=64, tenants=4)
+    record = decide_on(tmp_path, frame, [], {**NVIDIA_DATACENTER, "untrusted_tenants": True})
+    isolation = record.isolation
+    assert isolation.recommended is True
+    assert isolation.cross_tenant_share_of_hits is not None
+    assert isolation.cross_tenant_share_of_hits > 0
+    assert rule(record, "isolation").fired is True
+
+
+def test_a_required_feature_the_engine_lacks_excludes_it(tmp_path: Path) -> None:
+    catalog = tmp_path / "catalog.yaml"
+    from pipeline.decision.catalog import _bundled_text
+
+    text = _bundled_text().replace(
+        'lora: {support: full, note: "multi-LoRA; /load_lora_adapter"}',
+        'lora: {support: unsupported, note: "not in this fork"}',
+    )
+    catalog.write_text(text)
+    record = decide_on(
+        tmp_path,
+        steady(),
+        [],
+        {**NVIDIA_DATACENTER, "features": ["lora"]},
+        decision={"catalog": str(catalog)},
+    )
+    sglang = candidate(record, "sglang")
+    assert sglang.status == "excluded"
+    assert "features: lacks lora" in sglang.reasons
+    assert record.catalog["source"] == str(catalog)
+
+
+def test_triggers_across_two_quarters_fire_when_concurrency_collapses(tmp_path: Path) -> None:
+    """Quarter 1: peak concurrency 20 (vLLM/SGLang territory). Quarter 2: one request at a time:
+    the "concurrency.low.enters" trigger (peak ≤ 2) fires and the decision is revisited."""
+    first = decide_on(tmp_path / "q1", steady(), [sweep("vllm", 5)], NVIDIA_DATACENTER)
+    low = next(t for t in first.triggers if t.id == "concurrency.low.enters")
+    assert (low.comparator, low.threshold, low.value, low.status) == ("<=", 2, 20, "not_fired")
+    record_path = tmp_path / "q1" / "data" / "w" / "decision" / "decision.json"
+    assert read_previous(record_path) == first
+    second = decide_on(
+        tmp_path / "q2",
+        traffic(60, rate_rps=0.2, e2e_s=2.0),
+        [sweep("vllm", 5)],
+        NVIDIA_DATACENTER,
+        previous=record_path,
+    )
+    previous = second.previous
+    assert previous is not None and previous.engine == "vllm"
+    check = next(c for c in previous.triggers if c.id == "concurrency.low.enters")
+    assert (check.previous_value, check.value, check.status) == (20, 1, "fired")
+    assert "concurrency.low.enters" in previous.fired
+    assert second.recommendation.state == "revisit"
+    unchanged = next(c for c in previous.triggers if c.id == "catalog.stale")
+    assert unchanged.status == "not_fired"
+    assert math.isfinite(second.measurements["shape.concurrency.peak"])
