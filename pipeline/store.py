@@ -221,20 +221,16 @@ def check_output_folder(layout: WorkloadLayout) -> None:
 
 
 @contextmanager
-def claim_workload(layout: WorkloadLayout, *, create: bool = True) -> Iterator[None]:
+def claim_workload(layout: WorkloadLayout) -> Iterator[None]:
     """Hold ``layout``'s folder for writing: checked, locked (refused if another command holds
-    it), marked as an enginefit workload, cleared of staging leftovers. Claims nest.
-
-    ``create=False`` (a command about to read its inputs): a folder that does not exist yet is
-    only checked, so a command that fails creates nothing; publishing claims it."""
+    it), marked as an enginefit workload, cleared of staging leftovers. Claims nest. If the body
+    fails before writing anything, the folders this claim created are removed again."""
     key = layout.root.absolute()
     if key in _HELD:
         yield
         return
     check_output_folder(layout)
-    if not create and not layout.root.exists():
-        yield
-        return
+    created = [p for p in (key, *key.parents) if not p.exists()]
     with output_errors(layout.root):
         layout.root.mkdir(parents=True, exist_ok=True)
         fd = os.open(layout.lock, os.O_RDWR | os.O_CREAT, 0o666)
@@ -255,10 +251,26 @@ def claim_workload(layout: WorkloadLayout, *, create: bool = True) -> Iterator[N
         _HELD.add(key)
         try:
             yield
+        except BaseException:
+            if created:
+                _remove_if_unused(layout, created)
+            raise
         finally:
             _HELD.discard(key)
     finally:
         os.close(fd)
+
+
+def _remove_if_unused(layout: WorkloadLayout, created: list[Path]) -> None:
+    """Undo a claim that wrote nothing: its marker, lock and the folders it made, if nothing
+    else is in them."""
+    if {p.name for p in layout.root.iterdir()} - {layout.marker.name, layout.lock.name}:
+        return
+    layout.marker.unlink(missing_ok=True)
+    layout.lock.unlink(missing_ok=True)
+    for folder in created:  # deepest first
+        with suppress(OSError):
+            folder.rmdir()
 
 
 def _remove_parts(folder: Path) -> None:

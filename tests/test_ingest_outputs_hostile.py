@@ -667,3 +667,17 @@ def test_the_workload_asset_runs_without_a_salt_and_shows_anchor_and_warnings(
     assert metadata["salt_fingerprint"].value == "none (nothing hashed)"
     assert metadata["anchor"].value == "2000-01-01T00:00:00+00:00 (built-in default)"
     assert metadata["warnings"].value == "none"
+
+
+def test_a_failed_ingest_leaves_no_folder_behind(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], salted: None
+) -> None:
+    """The output folder is claimed (and locked) before reading; a run that fails undoes it."""
+    assert ingest(tmp_path / "missing.csv", "--out", tmp_path / "new" / "deeper" / "w") == 2
+    assert error_line(capsys) == f"enginefit: error: {tmp_path / 'missing.csv'}: file not found"
+    assert not (tmp_path / "new").exists()
+    existing = tmp_path / "w"
+    assert ingest(azure(tmp_path / "a.csv"), "--out", existing) == 0
+    before = tree(existing)
+    assert ingest(tmp_path / "missing.csv", "--out", existing) == 2
+    assert tree(existing) == before  # a workload that had outputs keeps them all

@@ -54,7 +54,7 @@ def run_ingest(args: argparse.Namespace) -> int:
     # Claimed from the start: a folder that may not be written, or that another command is
     # writing, is refused before any trace is read.
     with (
-        claim_workload(layout, create=False),
+        claim_workload(layout),
         tqdm(unit="B", unit_scale=True, desc="ingest", disable=None, file=sys.stderr) as bar,
     ):
         if args.paths:

@@ -41,7 +41,16 @@ class IngestInputs:
     anchor_is_default: bool = False
 
     def total_bytes(self) -> int:
-        return sum(source.size() for source in self.sources)
+        """Bytes to read, for progress only: a file that cannot be sized counts 0 and is left
+        to its reader, which says what is wrong with it."""
+        return sum(_size_or_zero(source) for source in self.sources)
+
+
+def _size_or_zero(source: SourceFile) -> int:
+    try:
+        return source.size()
+    except OSError:
+        return 0
 
 
 def configured_inputs(
