@@ -36,7 +36,10 @@ def workload(store: EnginefitStore) -> dg.MaterializeResult:  # type: ignore[typ
             "block_size": summary.block_size,
             "tokenizer": summary.tokenizer
             + (" (approximate)" if summary.tokens_approximate else ""),
-            "salt_fingerprint": summary.salt_fingerprint,
+            "salt_fingerprint": summary.salt_fingerprint or "none (nothing hashed)",
+            "anchor": (summary.anchor or "")
+            + (" (built-in default)" if summary.anchor_is_default else ""),
+            "warnings": md("\n".join(f"- {w}" for w in summary.warnings) or "none"),
             **path_entries({k: paths[k] for k in ("requests", "quarantine", "summary")}),
             "preview": frame_preview(result.requests.drop("prefix_hashes")),
         }

@@ -14,7 +14,6 @@ import copy
 import dataclasses
 import json
 import os
-import re
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -22,7 +21,14 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, Field, ValidationError, ValidationInfo
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    Field,
+    ValidationError,
+    ValidationInfo,
+)
 
 from pipeline.bench.config import BenchSettings
 from pipeline.bench.slo import is_limit_key
@@ -30,7 +36,7 @@ from pipeline.decision.catalog import Catalog, load_catalog
 from pipeline.decision.config import DecisionSettings, Requirements
 from pipeline.errors import ConfigError
 from pipeline.hashing import salt_fingerprint
-from pipeline.layout import WorkloadLayout
+from pipeline.layout import SAFE_NAME, WorkloadLayout, child_folder
 from pipeline.prefix.config import PrefixConfig
 from pipeline.settings import (
     ConfigInstant,
@@ -44,7 +50,6 @@ from pipeline.shape.config import ShapeConfig
 from pipeline.sim.config import SimulationConfig
 
 SALT_ENV_VAR = "ENGINEFIT_HASH_SALT"
-WORKLOAD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
 def _known_format(value: Any) -> Any:
@@ -84,7 +89,7 @@ def _trace_entries(value: Any, info: ValidationInfo) -> Any:
 
 
 def _slug(value: Any) -> Any:
-    if isinstance(value, str) and not WORKLOAD_NAME.match(value):
+    if isinstance(value, str) and not SAFE_NAME.match(value):
         raise ValueError(
             f"{value!r} is not a workload name: use letters, digits, '.', '_' and '-' "
             "(it names the output folder, so no '/' or '..')"
@@ -96,19 +101,22 @@ class WorkloadSettings(Section):
     name: Annotated[str, BeforeValidator(_slug)]
     traces: Annotated[tuple[TraceSource, ...], BeforeValidator(_trace_entries), Field(min_length=1)]
     block_size: PositiveInt
-    hash_salt: Annotated[str, Field(min_length=1)]
+    # Optional: only traces whose content (or block ids) is stored as hashes need one, and
+    # ingest says so naming this key when such a trace meets no salt.
+    hash_salt: Annotated[str, Field(min_length=1)] | None
     anchor: ConfigInstant
     tokenizer: ConfigPath | None
     quarantine_warn_share: Fraction
 
     @property
     def salt_bytes(self) -> bytes:
-        return self.hash_salt.encode()
+        """The salt, or ``b""`` when none is configured."""
+        return self.hash_salt.encode() if self.hash_salt else b""
 
     @property
-    def salt_fingerprint(self) -> str:
-        """A short, non-reversible tag of the salt, safe to print in reports and manifests."""
-        return salt_fingerprint(self.salt_bytes)
+    def salt_fingerprint(self) -> str | None:
+        """A short tag of the salt that is slow to confirm a guess against (None: no salt)."""
+        return salt_fingerprint(self.salt_bytes) if self.hash_salt else None
 
 
 class ReadSettings(Section):
@@ -119,9 +127,20 @@ class ReadSettings(Section):
     tokenizer: ConfigPath | None
 
 
+def _folder_or_new(value: Any) -> Any:
+    """Outputs go under these folders: an existing file there is refused before anything runs."""
+    if isinstance(value, Path) and value.exists() and not value.is_dir():
+        raise ValueError(f"{value} is a file, not a folder")
+    return value
+
+
 class PathsSettings(Section):
-    data_dir: ConfigPath
-    reports_dir: ConfigPath
+    data_dir: Annotated[ConfigPath, AfterValidator(_folder_or_new)]
+    reports_dir: Annotated[ConfigPath, AfterValidator(_folder_or_new)]
+
+    def report_folder(self, name: str) -> Path:
+        """``<reports_dir>/<name>`` for a safe one-folder ``name`` (never outside reports_dir)."""
+        return child_folder(self.reports_dir, name, "report name")
 
 
 class _File(BaseModel):
@@ -172,7 +191,8 @@ class Config:
 
     def layout(self) -> WorkloadLayout:
         """Where this workload's outputs live: ``<paths.data_dir>/<workload.name>/``."""
-        return WorkloadLayout(self.paths.data_dir / self.require_workload().name)
+        name = self.require_workload().name
+        return WorkloadLayout(child_folder(self.paths.data_dir, name, "workload.name"))
 
     def as_dict(self) -> dict[str, Any]:
         """Every setting as plain data (the salt only as its fingerprint: it is a secret)."""
@@ -248,7 +268,7 @@ def config_from_mapping(raw: dict[str, Any], *, source: Path | None = None) -> C
             raise ConfigError(f"{where}: section '{name}' must be a mapping")
     user = {k: v for k, v in raw.items() if v is not None}
     if source is not None and "workload" not in user:
-        raise ConfigError(f"{where}: missing 'workload' section (name, traces, hash_salt)")
+        raise ConfigError(f"{where}: missing 'workload' section (name, traces)")
     if "workload" in user and os.environ.get(SALT_ENV_VAR):
         user["workload"] = {**user["workload"], "hash_salt": os.environ[SALT_ENV_VAR]}
     defaults = default_mapping()

@@ -14,10 +14,14 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from functools import lru_cache
 
 import numpy as np
 import numpy.typing as npt
 
+# The salt of the bundled sample configuration (enginefit.yaml): public, so it protects nothing;
+# ingest warns when it salts the hashes of any trace but the bundled samples.
+SAMPLE_SALT = b"enginefit-bundled-sample-salt"
 _TOKENS = b"\x01"
 _BLOCK_ID = b"\x02"
 _ROOT_PARENT = bytes(8)
@@ -66,6 +70,26 @@ def chain_hash_block_ids(block_ids: Sequence[int], salt: bytes) -> npt.NDArray[n
     return out
 
 
+# The fingerprint's key derivation, fixed so a fingerprint stays comparable across versions:
+# scrypt (RFC 7914) with N=2^15, r=8, p=1 (32 MiB and about 0.1-0.3 s per salt), a fixed
+# domain salt, 6 bytes out. Slow on purpose: confirming a guessed salt against a printed
+# fingerprint costs that much per guess, where the former unkeyed hash cost nanoseconds.
+FINGERPRINT_SCRYPT_N, FINGERPRINT_SCRYPT_R, FINGERPRINT_SCRYPT_P = 2**15, 8, 1
+FINGERPRINT_BYTES = 6
+FINGERPRINT_DOMAIN = b"enginefit-salt-fingerprint-v2"
+_SCRYPT_MAXMEM = 64 * 1024 * 1024
+
+
+@lru_cache(maxsize=8)
 def salt_fingerprint(salt: bytes) -> str:
-    """A short, non-reversible tag of the salt, safe to print in reports and manifests."""
-    return hashlib.blake2b(salt, digest_size=6, person=b"enginefit-salt").hexdigest()
+    """A short tag of the salt, safe to print: scrypt with the fixed parameters above."""
+    derived = hashlib.scrypt(
+        salt,
+        salt=FINGERPRINT_DOMAIN,
+        n=FINGERPRINT_SCRYPT_N,
+        r=FINGERPRINT_SCRYPT_R,
+        p=FINGERPRINT_SCRYPT_P,
+        maxmem=_SCRYPT_MAXMEM,
+        dklen=FINGERPRINT_BYTES,
+    )
+    return derived.hex()

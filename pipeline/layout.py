@@ -2,9 +2,12 @@
 
 A workload folder (``<paths.data_dir>/<workload.name>/``)::
 
+    .enginefit-workload               marker: enginefit made this folder and may replace its files
+    .enginefit.lock                   advisory lock held while a command writes the workload
     requests/part-00000.parquet ...   canonical request table (ingest)
     quarantine.parquet                records not ingested, with file, line, field, reason
     ingest_summary.json               counts that reconcile: read = ingested + quarantined
+    ingest_manifest.json              written last: the part files, sizes and digests of one set
     shape/                            workload shape (shape stage)
     prefix/                           prefix sharing, reuse and sessions (prefix stage)
     simulation/                       cache and routing replay (simulation stage)
@@ -17,10 +20,27 @@ other's outputs only through these.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from pipeline.errors import InputFormatError
+from pipeline.errors import ConfigError, InputFormatError
+
+# A name that becomes one folder under a configured root: no '/', no '..', no leading '.'.
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+PART_NAME = re.compile(r"^part-\d{5}\.parquet$")
+WORKLOAD_MARKER = ".enginefit-workload"
+WORKLOAD_LOCK = ".enginefit.lock"
+
+
+def child_folder(root: Path, name: str, what: str) -> Path:
+    """``root / name`` for a safe one-folder ``name``, so an output never lands outside ``root``."""
+    if not SAFE_NAME.match(name):
+        raise ConfigError(
+            f"{what}: {name!r} is not a safe folder name: use letters, digits, '.', '_' and '-' "
+            "(it names a folder, so no '/' or '..')"
+        )
+    return root / name
 
 
 def require_output(path: Path, what: str, command: str, asset: str) -> Path:
@@ -52,12 +72,13 @@ class IngestPaths(_StagePaths):
     requests: Path
     quarantine: Path
     summary: Path
+    manifest: Path
 
     def part(self, index: int) -> Path:
         return self.requests / f"part-{index:05d}.parquet"
 
     def parts(self) -> list[Path]:
-        return sorted(self.requests.glob("part-*.parquet"))
+        return sorted(p for p in self.requests.glob("part-*.parquet") if PART_NAME.match(p.name))
 
 
 @dataclass(frozen=True)
@@ -132,7 +153,17 @@ class WorkloadLayout:
             requests=self.root / "requests",
             quarantine=self.root / "quarantine.parquet",
             summary=self.root / "ingest_summary.json",
+            manifest=self.root / "ingest_manifest.json",
         )
+
+    @property
+    def marker(self) -> Path:
+        """Present in every folder enginefit made a workload of (what may be replaced in it)."""
+        return self.root / WORKLOAD_MARKER
+
+    @property
+    def lock(self) -> Path:
+        return self.root / WORKLOAD_LOCK
 
     @property
     def shape(self) -> ShapePaths:

@@ -1,40 +1,124 @@
-"""Atomic writes, and reading a canonical request table back lazily.
+"""Writing outputs safely, publishing the ingest outputs as one set, and reading them back.
 
 Every file is written to a temporary name in the same directory and renamed into place, so a
-reader never sees half a file and a crash never leaves a corrupt one. ``scan_requests`` returns a
-lazy frame over a workload's request parts (paths: :mod:`pipeline.layout`), so later stages never
-load more than they need.
+reader never sees half a file and a crash never leaves a corrupt one; files follow the user's
+umask. A write that fails (not a folder, not writable, disk full) is an :class:`OutputError`
+naming the path, with nothing half-written left published.
+
+A workload folder carries a marker (:attr:`WorkloadLayout.marker`): enginefit writes only into a
+new or empty folder or one with its marker, and removes only files it wrote. While a command
+writes a workload it holds an advisory lock, so two writers never interleave.
+
+The ingest outputs (request parts, quarantine, summary) are one set: they are staged, the old
+manifest is removed, they are renamed into place, and the manifest naming every file with its
+size (and the quarantine and summary digests) is written last. A reader checks the set against
+its manifest, so a set cut short by a kill or mixed from two runs is refused, never read.
+``scan_requests`` returns a lazy frame over a workload's request parts (paths:
+:mod:`pipeline.layout`), so later stages never load more than they need.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
+import hashlib
 import json
 import os
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
+import re
+import secrets
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from pipeline.errors import InputFormatError
-from pipeline.layout import WorkloadLayout
+from pipeline.errors import EnginefitError, InputFormatError
+from pipeline.layout import PART_NAME, WorkloadLayout, require_output
 from pipeline.schema import CANONICAL_SCHEMA
+
+
+class OutputError(EnginefitError):
+    """An output cannot be written: not a folder, not writable, disk full, not an enginefit
+    workload, or another command is writing it."""
+
+
+_WHERE_TO = "choose another output folder (--out DIR, or paths.data_dir in the configuration)"
+_WRITE_PROBLEMS = {
+    errno.ENOSPC: "no space left on the device; free space or " + _WHERE_TO,
+    errno.EDQUOT: "disk quota exceeded; free space or " + _WHERE_TO,
+    errno.EFBIG: "file too large for the file system; " + _WHERE_TO,
+    errno.EACCES: "permission denied; fix the folder's permissions or " + _WHERE_TO,
+    errno.EPERM: "permission denied; fix the folder's permissions or " + _WHERE_TO,
+    errno.EROFS: "read-only file system; " + _WHERE_TO,
+    errno.ENOTDIR: "a file is in the way where a folder is needed; " + _WHERE_TO,
+    errno.EEXIST: "a file is in the way where a folder is needed; " + _WHERE_TO,
+}
+# Polars reports an IO failure as a ComputeError whose text carries the OS error number.
+_POLARS_OS_ERROR = re.compile(r"os error (\d+)")
+
+
+def _write_problem(code: int | None, fallback: str) -> str:
+    if code in _WRITE_PROBLEMS:
+        return _WRITE_PROBLEMS[code]
+    return f"{fallback}; " + _WHERE_TO
+
+
+@contextmanager
+def output_errors(path: Path) -> Iterator[None]:
+    """Turn a failed write of ``path`` into one :class:`OutputError` line naming it (the output
+    a person knows, not the temporary name it was staged under)."""
+    try:
+        yield
+    except OSError as exc:
+        problem = _write_problem(exc.errno, exc.strerror or str(exc))
+        raise OutputError(f"{path}: cannot write: {problem}") from exc
+    except pl.exceptions.PolarsError as exc:
+        found = _POLARS_OS_ERROR.search(str(exc))
+        if found is None:
+            raise
+        code = int(found.group(1))
+        problem = _write_problem(code, os.strerror(code))
+        raise OutputError(f"{path}: cannot write: {problem}") from exc
+
+
+def _reserve(folder: Path, prefix: str, *, directory: bool = False) -> Path:
+    """A new, empty file (or folder) with a random name; the mode the umask allows, unlike
+    ``tempfile``'s private 0600/0700."""
+    while True:
+        path = folder / f"{prefix}{secrets.token_hex(6)}"
+        try:
+            if directory:
+                path.mkdir(0o777)
+            else:
+                os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+        except FileExistsError:
+            continue
+        return path
+
+
+@contextmanager
+def staged_path(target: Path) -> Iterator[Path]:
+    """A temporary path beside ``target``; removed on exit unless the caller renamed it."""
+    with output_errors(target):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = _reserve(target.parent, f".{target.name}.")
+    try:
+        yield tmp
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 @contextmanager
 def atomic_path(target: Path) -> Iterator[Path]:
     """Yield a temporary path beside ``target``; on success it is renamed onto ``target``."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
+    with staged_path(target) as tmp, output_errors(target):
         yield tmp
         tmp.replace(target)
-    finally:
-        tmp.unlink(missing_ok=True)
+
+
+def json_bytes(payload: Any) -> bytes:
+    return (json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n").encode()
 
 
 def write_bytes_atomic(target: Path, data: bytes) -> None:
@@ -43,15 +127,268 @@ def write_bytes_atomic(target: Path, data: bytes) -> None:
 
 
 def write_json_atomic(target: Path, payload: Any) -> None:
-    text = json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n"
-    write_bytes_atomic(target, text.encode())
+    write_bytes_atomic(target, json_bytes(payload))
+
+
+def _write_parquet(frame: pl.DataFrame, path: Path, target: Path) -> None:
+    # No statistics timestamps or writer-specific metadata vary between runs, so equal frames
+    # give equal bytes.
+    with output_errors(target):
+        frame.write_parquet(path, compression="zstd", statistics=True)
 
 
 def write_parquet_atomic(frame: pl.DataFrame, target: Path) -> None:
-    # No statistics timestamps or writer-specific metadata vary between runs, so equal frames
-    # give equal bytes.
     with atomic_path(target) as tmp:
-        frame.write_parquet(tmp, compression="zstd", statistics=True)
+        _write_parquet(frame, tmp, target)
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------
+# The workload folder: marker, lock, leftovers.
+
+_HELD: set[Path] = set()  # workload folders this process holds the lock of (claims nest)
+_LEFTOVER_FILE = re.compile(
+    r"^\.(quarantine\.parquet|ingest_summary\.json|ingest_manifest\.json|enginefit-workload)\.[0-9a-f]+$"
+)
+_STAGING_DIR = re.compile(r"^\.requests\.(old\.)?[0-9a-f]+$")
+
+
+def _foreign_entries(layout: WorkloadLayout) -> list[str]:
+    """What stands in the way of writing ``layout``: a file where the folder goes, a non-empty
+    folder without the marker, or files in requests/ that are not request parts."""
+    root = layout.root
+    if not root.exists():
+        return []
+    if not root.is_dir():
+        raise OutputError(f"{root}: is a file, not a folder; {_WHERE_TO}")
+    if not layout.marker.exists():
+        return sorted(
+            p.name
+            for p in root.iterdir()
+            if p != layout.lock and not _written_by_a_later_stage(layout, p)
+        )
+    requests = layout.ingest.requests
+    if requests.is_dir() and not requests.is_symlink():
+        return sorted(
+            f"requests/{p.name}"
+            for p in requests.iterdir()
+            if not (PART_NAME.match(p.name) and p.is_file() and not p.is_symlink())
+        )
+    return [requests.name] if requests.exists() else []
+
+
+def _written_by_a_later_stage(layout: WorkloadLayout, entry: Path) -> bool:
+    """``entry`` is a stage folder (shape/, bench/, ...) holding only that stage's outputs (and
+    their temporary files): what a stage run before ingest (bench results) leaves, and nothing
+    ingest replaces."""
+    stages = (layout.shape, layout.prefix, layout.simulation, layout.bench, layout.decision)
+    known = next((set(s.files().values()) for s in stages if s.dir == entry), None)
+    if known is None or entry.is_symlink() or not entry.is_dir():
+        return False
+    temporaries = {f".{k.name}." for k in known}
+    for path in entry.rglob("*"):
+        is_scenario = path.parent in known and path.suffix == ".json"
+        is_temporary = any(path.name.startswith(prefix) for prefix in temporaries)
+        if not (path in known or is_scenario or is_temporary):
+            return False
+    return True
+
+
+def check_output_folder(layout: WorkloadLayout) -> None:
+    """Refuse, before any work, a folder enginefit may not write a workload into."""
+    foreign = _foreign_entries(layout)
+    if not foreign:
+        return
+    shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+    if not layout.marker.exists():
+        older = " (if an older enginefit wrote it, delete it and ingest again)"
+        raise OutputError(
+            f"{layout.root}: folder is not empty and not an enginefit workload (no "
+            f"{layout.marker.name} marker; holds {shown}); enginefit never replaces files it did "
+            f"not write: {_WHERE_TO}{older if layout.ingest.summary.exists() else ''}"
+        )
+    raise OutputError(
+        f"{layout.root}: holds {shown}, which enginefit did not write; move them out of the "
+        f"workload folder or {_WHERE_TO}"
+    )
+
+
+@contextmanager
+def claim_workload(layout: WorkloadLayout) -> Iterator[None]:
+    """Hold ``layout``'s folder for writing: checked, locked (refused if another command holds
+    it), marked as an enginefit workload, cleared of staging leftovers. Claims nest. If the body
+    fails before writing anything, the folders this claim created are removed again."""
+    key = layout.root.absolute()
+    if key in _HELD:
+        yield
+        return
+    check_output_folder(layout)
+    created = [p for p in (key, *key.parents) if not p.exists()]
+    with output_errors(layout.root):
+        layout.root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(layout.lock, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise OutputError(
+                f"{layout.root}: another enginefit command is writing this workload (it holds "
+                f"{layout.lock.name}); wait for it to finish, or write elsewhere with --out DIR"
+            ) from None
+        check_output_folder(layout)  # again, now that no other writer can change it
+        if not layout.marker.exists():
+            write_bytes_atomic(
+                layout.marker, b"enginefit workload: enginefit wrote this folder's outputs\n"
+            )
+        _remove_leftovers(layout)
+        _HELD.add(key)
+        try:
+            yield
+        except BaseException:
+            if created:
+                _remove_if_unused(layout, created)
+            raise
+        finally:
+            _HELD.discard(key)
+    finally:
+        os.close(fd)
+
+
+def _remove_if_unused(layout: WorkloadLayout, created: list[Path]) -> None:
+    """Undo a claim that wrote nothing: its marker, lock and the folders it made, if nothing
+    else is in them."""
+    if {p.name for p in layout.root.iterdir()} - {layout.marker.name, layout.lock.name}:
+        return
+    layout.marker.unlink(missing_ok=True)
+    layout.lock.unlink(missing_ok=True)
+    for folder in created:  # deepest first
+        with suppress(OSError):
+            folder.rmdir()
+
+
+def _remove_parts(folder: Path) -> None:
+    """Remove the request parts in ``folder`` (only those: anything else stays), then the folder
+    if that emptied it."""
+    if not folder.is_dir() or folder.is_symlink():
+        return
+    for path in folder.iterdir():
+        if PART_NAME.match(path.name) and path.is_file():
+            path.unlink()
+    with suppress(OSError):  # something enginefit did not write is inside: leave it
+        folder.rmdir()
+
+
+def _remove_leftovers(layout: WorkloadLayout) -> None:
+    """Staging folders and temporary files a killed ingest left (only names enginefit makes)."""
+    with output_errors(layout.root):
+        for path in layout.root.iterdir():
+            if path.is_dir() and not path.is_symlink() and _STAGING_DIR.match(path.name):
+                _remove_parts(path)
+            elif path.is_file() and _LEFTOVER_FILE.match(path.name):
+                path.unlink()
+
+
+# ---------------------------------------------------------------------------------------------
+# The ingest set: published together, checked on read.
+
+
+def _file_entry(path: Path) -> dict[str, Any]:
+    return {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
+
+
+def publish_ingest(
+    layout: WorkloadLayout,
+    parts: Sequence[pl.DataFrame],
+    quarantine: pl.DataFrame | None = None,
+    summary: dict[str, Any] | None = None,
+) -> list[Path]:
+    """Replace the workload's ingest outputs with ``parts`` (and the quarantine and summary, or
+    none) as one set. Everything is staged first, so a failure leaves the previous set intact;
+    from the old manifest's removal to the new one's rename the set reads as incomplete."""
+    paths = layout.ingest
+    with claim_workload(layout), ExitStack() as staged:
+        with output_errors(paths.dir):
+            staging = _reserve(paths.dir, ".requests.", directory=True)
+        staged.callback(_remove_parts, staging)  # a no-op once it became requests/
+        for index, frame in enumerate(parts):
+            _write_parquet(frame, staging / paths.part(index).name, paths.part(index))
+        manifest: dict[str, Any] = {
+            "parts": {p.name: p.stat().st_size for p in sorted(staging.iterdir())},
+            "quarantine": None,
+            "summary": None,
+        }
+        renames = []
+        if quarantine is not None:
+            tmp = staged.enter_context(staged_path(paths.quarantine))
+            _write_parquet(quarantine, tmp, paths.quarantine)
+            manifest["quarantine"] = _file_entry(tmp)
+            renames.append((tmp, paths.quarantine))
+        if summary is not None:
+            tmp = staged.enter_context(staged_path(paths.summary))
+            with output_errors(paths.summary):
+                tmp.write_bytes(json_bytes(summary))
+            manifest["summary"] = _file_entry(tmp)
+            renames.append((tmp, paths.summary))
+        manifest_tmp = staged.enter_context(staged_path(paths.manifest))
+        with output_errors(paths.manifest):
+            manifest_tmp.write_bytes(json_bytes(manifest))
+        with output_errors(paths.dir):
+            paths.manifest.unlink(missing_ok=True)
+            old = _reserve(paths.dir, ".requests.old.", directory=True)
+            if paths.requests.exists():
+                paths.requests.replace(old)
+            staging.rename(paths.requests)
+            for name in ("quarantine", "summary"):
+                if manifest[name] is None:  # an older set's file, enginefit's own
+                    getattr(paths, name).unlink(missing_ok=True)
+            for tmp, target in renames:
+                tmp.replace(target)
+            manifest_tmp.replace(paths.manifest)
+            _remove_parts(old)
+    return paths.parts()
+
+
+def _inconsistent(layout: WorkloadLayout, problem: str) -> InputFormatError:
+    return InputFormatError(
+        f"{layout.root}: ingest outputs are incomplete or from different runs ({problem}); "
+        "re-run `enginefit ingest` for this workload (or materialise `workload`)"
+    )
+
+
+def verify_ingest(layout: WorkloadLayout) -> None:
+    """Check the workload's ingest outputs against their manifest (one error naming what is off)."""
+    paths = layout.ingest
+    if not paths.manifest.exists():
+        if not (paths.requests.exists() or paths.summary.exists()):
+            require_output(paths.requests, "canonical request table", "ingest", "workload")
+        raise _inconsistent(layout, f"no {paths.manifest.name}: interrupted, or an older version")
+    try:
+        manifest = json.loads(paths.manifest.read_text(encoding="utf-8"))
+        expected_parts = dict(manifest["parts"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise _inconsistent(layout, f"{paths.manifest.name} unreadable") from exc
+    found_parts = {p.name: p.stat().st_size for p in paths.parts()}
+    if found_parts != expected_parts:
+        raise _inconsistent(layout, "request parts differ from the manifest")
+    for name in ("quarantine", "summary"):
+        path: Path = getattr(paths, name)
+        entry = manifest.get(name)
+        if entry is None:
+            if path.exists():
+                raise _inconsistent(layout, f"{path.name} is not part of the last ingest")
+        elif not path.exists() or _file_entry(path) != entry:
+            raise _inconsistent(layout, f"{path.name} differs from the manifest")
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading canonical Parquet.
 
 
 def is_canonical_parquet(path: Path) -> bool:
@@ -70,7 +407,7 @@ def parquet_files(path: Path) -> list[Path]:
     if path.is_dir():
         inner = WorkloadLayout(path).ingest.requests
         root = inner if inner.is_dir() else path
-        return sorted(root.glob("*.parquet"))
+        return sorted(p for p in root.glob("*.parquet") if not p.name.startswith("."))
     return [path] if path.suffix == ".parquet" or _has_parquet_magic(path) else []
 
 
@@ -82,9 +419,18 @@ def _has_parquet_magic(path: Path) -> bool:
         return False
 
 
+def canonical_files(path: Path) -> list[Path]:
+    """:func:`parquet_files`, after checking a workload folder enginefit wrote (it has the
+    marker) against its manifest."""
+    layout = WorkloadLayout(path)
+    if path.is_dir() and layout.marker.exists():
+        verify_ingest(layout)
+    return parquet_files(path)
+
+
 def scan_requests(path: Path) -> pl.LazyFrame:
     """Lazily scan a canonical request table: a workload dir, its requests/ dir, or one file."""
-    files = parquet_files(path)
+    files = canonical_files(path)
     if not files:
         raise InputFormatError(f"{path}: no canonical Parquet request files found")
     return pl.scan_parquet(files, schema=CANONICAL_SCHEMA)

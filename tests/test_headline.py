@@ -19,7 +19,7 @@ def test_stages_not_run_say_which_command_writes_them(tmp_path: Path) -> None:
     lines = dict(headlines(config))
     root = tmp_path / "fresh" / "data" / "mooncake-conversation"
     assert lines["ingest"] == (
-        f"not available ({root / 'ingest_summary.json'}: no ingest summary; run `enginefit "
+        f"not available ({root / 'requests'}: no canonical request table; run `enginefit "
         "ingest --config FILE` or materialise `workload` first)"
     )
     assert lines["bench"].startswith(f"not available ({root / 'bench' / 'bench_analysis.json'}")

@@ -118,17 +118,24 @@ def test_unsorted_arrivals_are_sorted_and_reported(tmp_path: Path) -> None:
 
 
 def test_duplicate_request_ids_keep_the_first(tmp_path: Path) -> None:
-    """The same file given twice: every record of the second copy is a duplicate id."""
-    path = _azure(tmp_path, "2023-11-16 18:00:01.0,1,1\n2023-11-16 18:00:02.0,2,1\n")
-    result = ingest_paths([path, path], salt=SALT)
+    """Two files whose records share request ids: the second file's copies are quarantined as
+    duplicates and counted against that file."""
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    first.write_text(
+        '{"ts": 1, "request_id": "x", "prompt_token_ids": [1], "output_tokens": 1}\n'
+        '{"ts": 2, "request_id": "y", "prompt_token_ids": [2], "output_tokens": 1}\n'
+    )
+    second.write_text(
+        '{"ts": 3, "request_id": "y", "prompt_token_ids": [3], "output_tokens": 1}\n'
+        '{"ts": 4, "request_id": "z", "prompt_token_ids": [4], "output_tokens": 1}\n'
+    )
+    result = ingest_paths([first, second], salt=SALT)
     assert result.summary.records_read == 4
-    assert result.summary.ingested == 2
-    assert result.summary.duplicate_request_ids == 2
-    assert result.summary.quarantined_by_reason == {"duplicate_request_id": 2}
-    assert [f.quarantined for f in result.summary.files] == [
-        2,
-        2,
-    ]  # same label, both copies counted
+    assert result.summary.ingested == 3
+    assert result.summary.duplicate_request_ids == 1
+    assert result.summary.quarantined_by_reason == {"duplicate_request_id": 1}
+    assert [(f.ingested, f.quarantined) for f in result.summary.files] == [(2, 0), (1, 1)]
+    assert result.requests["request_id"].to_list() == ["x", "y", "z"]
 
 
 def test_unknown_format_and_empty_file_fail_loudly(tmp_path: Path) -> None:

@@ -47,10 +47,10 @@ def test_commands_write_what_the_assets_write(
         WorkloadLayout(tmp_path / "command" / "data" / "mooncake-conversation")
     )
     assert sorted(by_asset) == sorted(by_command)
-    # 1 part, quarantine, summary; 6 shape files; 4 prefix files; simulation: 7 tables and
+    # 1 part, quarantine, summary, manifest; 6 shape files; 4 prefix files; simulation: 7 tables and
     # figures + 8 scenarios ((1 replica + 3 routings × 4 replicas) × 2 capacities); 12 bench
     # files (no per-request rows in the bundled sweep); 4 decision files
-    assert len(by_asset) == 44
+    assert len(by_asset) == 45
     assert digests(by_command) == digests(by_asset)
 
 

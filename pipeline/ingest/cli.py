@@ -11,11 +11,13 @@ from typing import Any
 from tqdm import tqdm
 
 from pipeline.cli_common import add_config_argument, add_trace_arguments, command_config
+from pipeline.config import Config
 from pipeline.errors import ConfigError
 from pipeline.ingest import stage
 from pipeline.ingest.present import summary_text
 from pipeline.layout import WorkloadLayout
 from pipeline.settings import parse_instant
+from pipeline.store import claim_workload
 
 
 def register(subparsers: Any) -> None:
@@ -48,7 +50,13 @@ def register(subparsers: Any) -> None:
 
 def run_ingest(args: argparse.Namespace) -> int:
     config = command_config(args, paths=args.paths)
-    with tqdm(unit="B", unit_scale=True, desc="ingest", disable=None, file=sys.stderr) as bar:
+    layout = _output_layout(args, config)
+    # Claimed from the start: a folder that may not be written, or that another command is
+    # writing, is refused before any trace is read.
+    with (
+        claim_workload(layout),
+        tqdm(unit="B", unit_scale=True, desc="ingest", disable=None, file=sys.stderr) as bar,
+    ):
         if args.paths:
             try:
                 anchor = parse_instant(args.anchor) if args.anchor else None
@@ -64,18 +72,11 @@ def run_ingest(args: argparse.Namespace) -> int:
                 persist=True,
                 progress=bar.update,
             )
-            layout = WorkloadLayout(args.out or Path("data/ingest"))
         else:
-            if args.block_size or args.anchor or args.tokenizer or args.out:
-                raise ConfigError(
-                    "--block-size, --anchor, --tokenizer and --out apply to TRACE paths; the "
-                    "configured workload uses its configuration"
-                )
             inputs = stage.configured_inputs(config, progress=bar.update)
-            layout = config.layout()
         bar.total = inputs.total_bytes()
         result = stage.run(inputs)
-    paths = stage.write(result, layout)
+        paths = stage.write(result, layout)
     if args.json:
         payload = {**result.summary.to_json(), "out": str(layout.root)}
         print(json.dumps(payload, indent=2, sort_keys=True))
@@ -83,3 +84,14 @@ def run_ingest(args: argparse.Namespace) -> int:
         print(summary_text(result.summary))
         print("wrote " + ", ".join(str(paths[k]) for k in ("requests", "quarantine", "summary")))
     return 0
+
+
+def _output_layout(args: argparse.Namespace, config: Config) -> WorkloadLayout:
+    if args.paths:
+        return WorkloadLayout(args.out or Path("data/ingest"))
+    if args.block_size or args.anchor or args.tokenizer or args.out:
+        raise ConfigError(
+            "--block-size, --anchor, --tokenizer and --out apply to TRACE paths; the "
+            "configured workload uses its configuration"
+        )
+    return config.layout()

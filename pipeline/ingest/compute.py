@@ -10,21 +10,36 @@ reconcile: ``records_read == ingested + quarantined``, per file and in total.
 from __future__ import annotations
 
 import glob
-import hashlib
+import stat
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 import polars as pl
 
-from pipeline.errors import InputFormatError
-from pipeline.hashing import salt_fingerprint
-from pipeline.ingest.result import FileSummary, IngestResult, IngestSummary
+from pipeline.config import SALT_ENV_VAR
+from pipeline.errors import ConfigError, InputFormatError
+from pipeline.hashing import SAMPLE_SALT, salt_fingerprint
+from pipeline.ingest.result import FileSummary, IngestResult, IngestSummary, SkippedFile
 from pipeline.readers import ReadContext, SourceFile, detect_reader, reader_named
-from pipeline.readers.base import DEFAULT_ANCHOR
+from pipeline.readers.base import DEFAULT_ANCHOR, EPOCH_SECONDS_MIN
 from pipeline.schema import QUARANTINE_SCHEMA, empty_quarantine
-from pipeline.store import is_canonical_parquet, parquet_files, scan_requests
+from pipeline.store import canonical_files, is_canonical_parquet, scan_requests, sha256_file
 from pipeline.tokenize import Tokenizer, make_tokenizer
+
+# The traces bundled as samples (traces/, see traces/NOTICE), by content: the only ones the
+# bundled sample salt may protect without a warning.
+BUNDLED_SAMPLE_SHA256 = frozenset(
+    {
+        "b8cbb061a85206d729d91cdc2981f43c9e0d99209dce588d3af5f7934408b9df",  # mooncake
+        "54e9a6d2a4bd06ba1e060304b900abbc74cbea53de96506e60fe5bb4f2277fb6",  # azure-code
+        "314c49483148fe68e230a683f739e3e6e68d478948ecf342739596f30af36b57",  # tracelab
+    }
+)
+# Relative timestamps from the default anchor land before the first epoch-seconds instant the
+# readers accept as absolute; arrivals there are dated from the anchor, not by the trace.
+_FIRST_ABSOLUTE = datetime.fromtimestamp(EPOCH_SECONDS_MIN, tz=UTC)
+CANONICAL_FORMAT = "canonical-parquet"
 
 
 def expand_paths(paths: Sequence[str | Path]) -> list[SourceFile]:
@@ -38,25 +53,57 @@ def expand_paths(paths: Sequence[str | Path]) -> list[SourceFile]:
         for match in matches:
             path = Path(match)
             if path.is_dir() and not is_canonical_parquet(path):
+                # Hidden entries (and anything inside hidden folders: staging leftovers, locks,
+                # markers) are never traces.
                 inner = sorted(
-                    p for p in path.rglob("*") if p.is_file() and not p.name.startswith(".")
+                    p
+                    for p in path.rglob("*")
+                    if p.is_file()
+                    and not any(part.startswith(".") for part in p.relative_to(path).parts)
                 )
                 if not inner:
                     raise InputFormatError(f"{match}: directory holds no trace files")
                 sources.extend(SourceFile.of(p) for p in inner)
             elif path.is_dir():
-                sources.extend(SourceFile.of(p) for p in parquet_files(path))
+                sources.extend(SourceFile.of(p) for p in canonical_files(path))
             else:
                 sources.append(SourceFile.of(path, match))
     return sources
 
 
-def _sha256(source: SourceFile) -> str:
-    digest = hashlib.sha256()
-    with source.path.open("rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
+def _identity(source: SourceFile) -> tuple[Path, str]:
+    """The resolved path and SHA-256 of a regular file; what cannot be hashed (missing,
+    unreadable, not a regular file) gets "" and is left for its reader to refuse."""
+    try:
+        resolved = source.path.resolve()
+        if not stat.S_ISREG(resolved.stat().st_mode):
+            return resolved, ""
+        return resolved, sha256_file(resolved)
+    except (OSError, RuntimeError):  # RuntimeError: a symlink loop on older Pythons
+        return source.path.absolute(), ""
+
+
+def distinct_sources(
+    sources: Sequence[SourceFile],
+) -> tuple[list[tuple[int, str]], list[SkippedFile]]:
+    """``(index, sha256)`` of each source read, and the ones skipped: a file given again by the
+    same resolved path (``./x`` and ``x``, a symlink) or with the same bytes as an earlier one."""
+    kept: list[tuple[int, str]] = []
+    skipped: list[SkippedFile] = []
+    by_path: dict[Path, str] = {}
+    by_digest: dict[str, str] = {}
+    for index, source in enumerate(sources):
+        resolved, digest = _identity(source)
+        if resolved in by_path:
+            skipped.append(SkippedFile(source.label, by_path[resolved], "same path"))
+        elif digest and digest in by_digest:
+            skipped.append(SkippedFile(source.label, by_digest[digest], "same content"))
+        else:
+            by_path[resolved] = source.label
+            if digest:
+                by_digest[digest] = source.label
+            kept.append((index, digest))
+    return kept, skipped
 
 
 def _by_reason(quarantine: pl.DataFrame) -> dict[str, int]:
@@ -70,30 +117,47 @@ def ingest_sources(
     *,
     fmt: str = "auto",
     formats: Sequence[str] | None = None,
+    anchor_is_default: bool = False,
 ) -> IngestResult:
-    """Read every source (format per source from ``formats``, else ``fmt``) into one table."""
+    """Read every source (format per source from ``formats``, else ``fmt``) into one table; a
+    file given twice is read once. ``anchor_is_default``: ``ctx.anchor`` is the built-in one."""
     if not sources:
         raise InputFormatError("no trace files given")
-    frames, quarantines, file_rows = [], [], []
-    for index, source in enumerate(sources):
+    kept, skipped = distinct_sources(sources)
+    frames, quarantines, file_rows, sample_salted = [], [], [], []
+    for position, (index, digest) in enumerate(kept):
+        source = sources[index]
         name = formats[index] if formats else fmt
         reader = detect_reader(source) if name == "auto" else reader_named(name)
         result = reader.read(source, ctx)
-        frames.append(result.requests.with_columns(pl.lit(index, pl.Int32).alias("_file")))
+        # Canonical Parquet carries hashes made at its own ingest; every other reader hashed
+        # this file's content (or block ids) with ctx.salt just now.
+        hashed = reader.name != CANONICAL_FORMAT and bool(result.requests["hashes_known"].any())
+        if hashed and not ctx.salt:
+            raise ConfigError(
+                f"{source.label}: no hash salt, and this trace's prompt content (or block ids) "
+                f"is stored as salted hashes: set workload.hash_salt in the configuration "
+                f"(--config FILE) or the {SALT_ENV_VAR} environment variable"
+            )
+        if hashed and ctx.salt == SAMPLE_SALT and digest not in BUNDLED_SAMPLE_SHA256:
+            sample_salted.append(source.label)
+        frames.append(result.requests.with_columns(pl.lit(position, pl.Int32).alias("_file")))
         quarantines.append(result.quarantine)
-        file_rows.append((source, reader.name, result))
+        file_rows.append((source, reader.name, result, digest))
     requests = pl.concat(frames)
     first_seen = requests.select(pl.col("request_id").is_first_distinct()).to_series()
     duplicated = requests.filter(~first_seen)
     if duplicated.height:  # filtering a wide frame costs; most traces have unique ids
         requests = requests.filter(first_seen)
-    duplicate_quarantine = duplicated.select(
+    duplicate_rows = duplicated.select(
+        "_file",
         "source_file",
         "source_line",
         pl.lit("request_id").alias("field"),
         pl.lit("duplicate_request_id").alias("reason"),
         pl.lit("an earlier record has the same id").alias("detail"),
-    ).cast(QUARANTINE_SCHEMA)
+    )
+    duplicate_quarantine = duplicate_rows.drop("_file").cast(QUARANTINE_SCHEMA)
     quarantine = (
         pl.concat([*quarantines, duplicate_quarantine]) if quarantines else empty_quarantine()
     )
@@ -107,27 +171,39 @@ def ingest_sources(
     requests = requests.drop("_file")
     duplicate_timestamps = requests.height - requests["arrival"].n_unique()
     files = []
-    for source, reader_name, result in file_rows:
-        dup = duplicate_quarantine.filter(pl.col("source_file") == source.label).height
-        q = pl.concat(
-            [result.quarantine, duplicate_quarantine.filter(pl.col("source_file") == source.label)]
-        )
+    for position, (source, reader_name, result, digest) in enumerate(file_rows):
+        dups = duplicate_rows.filter(pl.col("_file") == position).drop("_file")
         files.append(
             FileSummary(
                 file=source.label,
                 format=reader_name,
-                sha256=_sha256(source),
+                sha256=digest,
                 records_read=result.records_read,
-                ingested=result.requests.height - dup,
-                quarantined=result.quarantine.height + dup,
-                quarantined_by_reason=_by_reason(q),
+                ingested=result.requests.height - dups.height,
+                quarantined=result.quarantine.height + dups.height,
+                quarantined_by_reason=_by_reason(
+                    pl.concat([result.quarantine, dups.cast(QUARANTINE_SCHEMA)])
+                ),
             )
         )
     first = requests["arrival"].min() if requests.height else None
     last = requests["arrival"].max() if requests.height else None
-    notes = []
+    notes = [f"skipped {s.file}: {s.reason} as {s.same_as} (read once)" for s in skipped]
     if not requests.height:
         notes.append("no record could be ingested; see the quarantine for why")
+    warnings = []
+    if anchor_is_default and isinstance(first, datetime) and first < _FIRST_ABSOLUTE:
+        warnings.append(
+            f"arrivals start at {first.isoformat()}: relative timestamps dated from the default "
+            f"anchor {ctx.anchor.isoformat()}, so the dates are placeholders; set "
+            "workload.anchor (or --anchor) to the trace's real start"
+        )
+    if sample_salted:
+        warnings.append(
+            f"the bundled sample salt protects the hashes of {', '.join(sample_salted)}, which "
+            "is not a bundled sample trace: anyone can recompute them; set your own secret "
+            f"workload.hash_salt (or {SALT_ENV_VAR}) and ingest again"
+        )
     summary = IngestSummary(
         files=files,
         records_read=sum(f.records_read for f in files),
@@ -145,8 +221,12 @@ def ingest_sources(
         block_size=block_size,
         tokenizer=ctx.tokenizer.name,
         tokens_approximate=bool(requests["tokens_approximate"].any()) if requests.height else False,
-        salt_fingerprint=salt_fingerprint(ctx.salt),
+        salt_fingerprint=salt_fingerprint(ctx.salt) if ctx.salt else None,
         notes=notes,
+        anchor=ctx.anchor.isoformat(),
+        anchor_is_default=anchor_is_default,
+        skipped_files=skipped,
+        warnings=warnings,
     )
     if summary.records_read != summary.ingested + summary.quarantined:
         raise AssertionError("ingest counts do not reconcile")  # a bug, never user input
@@ -187,10 +267,7 @@ def ingest_paths(
     tokenizer: Tokenizer | str | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> IngestResult:
-    if not salt:
-        raise InputFormatError(
-            "a hash salt is required (configuration hash_salt or ENGINEFIT_HASH_SALT)"
-        )
+    """Ingest ``paths`` (library use); ``salt`` may be empty when no trace carries content."""
     tok = (
         tokenizer
         if tokenizer is not None and not isinstance(tokenizer, str)
@@ -199,7 +276,9 @@ def ingest_paths(
     ctx = ReadContext(
         block_size=block_size, salt=salt, anchor=anchor, tokenizer=tok, progress=progress
     )
-    return ingest_sources(expand_paths(paths), ctx, fmt=fmt)
+    return ingest_sources(
+        expand_paths(paths), ctx, fmt=fmt, anchor_is_default=anchor == DEFAULT_ANCHOR
+    )
 
 
 def load_requests(

@@ -57,5 +57,14 @@ def summary_text(summary: IngestSummary) -> str:
     )
     approx = " (approximate)" if summary.tokens_approximate else ""
     lines.append(f"block size {summary.block_size}; tokenizer {summary.tokenizer}{approx}")
+    if summary.anchor:
+        lines.append(f"anchor of relative timestamps: {summary.anchor}{_anchor_origin(summary)}")
     lines.extend(f"note: {note}" for note in summary.notes)
+    lines.extend(f"warning: {warning}" for warning in summary.warnings)
     return "\n".join(lines)
+
+
+def _anchor_origin(summary: IngestSummary) -> str:
+    if summary.anchor_is_default:
+        return " (the built-in default, not set by you: workload.anchor or --anchor)"
+    return " (set by you)"

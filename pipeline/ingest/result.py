@@ -20,6 +20,15 @@ class FileSummary:
 
 
 @dataclass(frozen=True)
+class SkippedFile:
+    """A file given more than once (same path, or same bytes as an earlier one): read once."""
+
+    file: str
+    same_as: str
+    reason: str  # "same path" or "same content"
+
+
+@dataclass(frozen=True)
 class IngestSummary:
     """Per file and in total: ``records_read == ingested + quarantined``."""
 
@@ -37,8 +46,14 @@ class IngestSummary:
     block_size: int
     tokenizer: str
     tokens_approximate: bool
-    salt_fingerprint: str = ""
+    salt_fingerprint: str | None = None  # None: no salt (nothing needed one)
     notes: list[str] = field(default_factory=list)
+    # The date relative timestamps count from, and whether it is the built-in default rather
+    # than one the user set (the dates of a relative trace are then placeholders).
+    anchor: str | None = None
+    anchor_is_default: bool = False
+    skipped_files: list[SkippedFile] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def quarantine_share(self) -> float:
@@ -50,7 +65,8 @@ class IngestSummary:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> IngestSummary:
         files = [FileSummary(**f) for f in data["files"]]
-        return cls(**{**data, "files": files})
+        skipped = [SkippedFile(**f) for f in data.get("skipped_files", [])]
+        return cls(**{**data, "files": files, "skipped_files": skipped})
 
 
 @dataclass

@@ -3,15 +3,15 @@
 
 Inputs are the configured trace files (or, for the ad-hoc command, the paths given) with the
 workload's read settings (block size, salt, anchor, tokenizer). Outputs (paths:
-:class:`pipeline.layout.IngestPaths`): the request parts, the quarantine and the summary.
+:class:`pipeline.layout.IngestPaths`): the request parts, the quarantine and the summary,
+published as one set with a manifest (:func:`pipeline.store.publish_ingest`) and checked
+against it whenever they are read back.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -19,13 +19,13 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline.config import SALT_ENV_VAR, Config
+from pipeline.config import SALT_ENV_VAR, Config, default_config
 from pipeline.errors import ConfigError
 from pipeline.ingest.compute import expand_paths, ingest_sources
 from pipeline.ingest.result import IngestResult, IngestSummary
 from pipeline.layout import WorkloadLayout, require_output
 from pipeline.readers import ReadContext, SourceFile
-from pipeline.store import scan_requests, write_json_atomic, write_parquet_atomic
+from pipeline.store import publish_ingest, scan_requests, verify_ingest
 from pipeline.tokenize import make_tokenizer
 
 ROWS_PER_PART = 1_000_000
@@ -38,9 +38,19 @@ class IngestInputs:
     sources: tuple[SourceFile, ...]
     formats: tuple[str, ...]
     context: ReadContext
+    anchor_is_default: bool = False
 
     def total_bytes(self) -> int:
-        return sum(source.size() for source in self.sources)
+        """Bytes to read, for progress only: a file that cannot be sized counts 0 and is left
+        to its reader, which says what is wrong with it."""
+        return sum(_size_or_zero(source) for source in self.sources)
+
+
+def _size_or_zero(source: SourceFile) -> int:
+    try:
+        return source.size()
+    except OSError:
+        return 0
 
 
 def configured_inputs(
@@ -67,7 +77,13 @@ def configured_inputs(
             tokenizer=make_tokenizer(str(workload.tokenizer) if workload.tokenizer else None),
             progress=progress,
         ),
+        anchor_is_default=_is_default_anchor(workload.anchor),
     )
+
+
+def _is_default_anchor(anchor: datetime) -> bool:
+    """The anchor is the documented default (pipeline/defaults.yaml), not one the user chose."""
+    return anchor == default_config().read.anchor
 
 
 def _relative(source: SourceFile, base: Path) -> str:
@@ -89,79 +105,71 @@ def adhoc_inputs(
     progress: Callable[[int], None] | None = None,
 ) -> IngestInputs:
     """Trace files named on the command line, read with the configuration's settings and the
-    flags that override them. ``persist`` (ingest) needs a real salt; an analysis that only
-    prints results may use a fixed ad-hoc one."""
+    flags that override them. ``persist`` (ingest) hashes with the real salt, or with none (an
+    error once a trace needs one); an analysis that only prints results may use a fixed
+    ad-hoc one."""
     if block_size is not None and block_size <= 0:
         raise ConfigError(f"--block-size must be a positive integer, got {block_size}")
     workload = config.workload
-    salt = os.environ.get(SALT_ENV_VAR) or (workload.hash_salt if workload else "")
-    if persist and not salt:
-        raise ConfigError(
-            f"no hash salt: pass --config FILE with workload.hash_salt or set {SALT_ENV_VAR}"
-        )
+    salt = os.environ.get(SALT_ENV_VAR) or (workload.hash_salt if workload else "") or ""
     configured_tokenizer = str(config.read.tokenizer) if config.read.tokenizer else None
     sources = expand_paths(paths)
+    read_anchor = anchor or config.read.anchor
     return IngestInputs(
         tuple(sources),
         tuple(fmt for _ in sources),
         ReadContext(
             block_size=block_size or config.read.block_size,
-            salt=salt.encode() if salt else ADHOC_SALT,
-            anchor=anchor or config.read.anchor,
+            salt=salt.encode() if salt or persist else ADHOC_SALT,
+            anchor=read_anchor,
             tokenizer=make_tokenizer(tokenizer or configured_tokenizer),
             progress=progress,
         ),
+        anchor_is_default=anchor is None and _is_default_anchor(read_anchor),
     )
 
 
 def run(inputs: IngestInputs) -> IngestResult:
-    return ingest_sources(list(inputs.sources), inputs.context, formats=list(inputs.formats))
+    return ingest_sources(
+        list(inputs.sources),
+        inputs.context,
+        formats=list(inputs.formats),
+        anchor_is_default=inputs.anchor_is_default,
+    )
+
+
+def _parts(requests: pl.DataFrame) -> list[pl.DataFrame]:
+    n_parts = max(1, -(-requests.height // ROWS_PER_PART))
+    return [requests.slice(i * ROWS_PER_PART, ROWS_PER_PART) for i in range(n_parts)]
 
 
 def write_requests(requests: pl.DataFrame, layout: WorkloadLayout) -> list[Path]:
-    """Replace the workload's request parts with ``requests``, atomically as a whole."""
-    paths = layout.ingest
-    final = paths.requests
-    paths.ensure()
-    staging = Path(tempfile.mkdtemp(prefix=".requests.", dir=paths.dir))
-    try:
-        n_parts = max(1, -(-requests.height // ROWS_PER_PART))
-        staged = WorkloadLayout(staging.parent).ingest
-        for part in range(n_parts):
-            chunk = requests.slice(part * ROWS_PER_PART, ROWS_PER_PART)
-            name = staged.part(part).name
-            chunk.write_parquet(staging / name, compression="zstd")
-        old = paths.dir / f".requests.old.{os.getpid()}"
-        if final.exists():
-            final.rename(old)
-        staging.rename(final)
-        shutil.rmtree(old, ignore_errors=True)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return paths.parts()
+    """Publish ``requests`` alone as the workload's ingest set (no quarantine or summary)."""
+    return publish_ingest(layout, _parts(requests))
 
 
 def write(result: IngestResult, layout: WorkloadLayout) -> dict[str, Path]:
-    """Write the request parts, the quarantine and the summary; each write is atomic."""
+    """Publish the request parts, the quarantine and the summary as one set."""
     paths = layout.ingest
-    parts = write_requests(result.requests, layout)
-    write_parquet_atomic(result.quarantine, paths.quarantine)
-    write_json_atomic(paths.summary, result.summary.to_json())
+    parts = publish_ingest(
+        layout, _parts(result.requests), result.quarantine, result.summary.to_json()
+    )
     return {
         "requests": paths.requests,
         "quarantine": paths.quarantine,
         "summary": paths.summary,
+        "manifest": paths.manifest,
         **{f"part_{i}": p for i, p in enumerate(parts)},
     }
 
 
 def read_requests(layout: WorkloadLayout) -> pl.LazyFrame:
-    """The canonical request table of a workload, scanned lazily."""
-    return scan_requests(
-        require_output(layout.ingest.requests, "canonical request table", "ingest", "workload")
-    )
+    """The canonical request table of a workload, scanned lazily (checked against its manifest)."""
+    verify_ingest(layout)
+    return scan_requests(layout.ingest.requests)
 
 
 def read_summary(layout: WorkloadLayout) -> IngestSummary:
+    verify_ingest(layout)
     path = require_output(layout.ingest.summary, "ingest summary", "ingest", "workload")
     return IngestSummary.from_json(json.loads(path.read_text(encoding="utf-8")))
