@@ -118,6 +118,16 @@ class Curve:
         }
 
 
+def require_single_pass(routing: str, replicas: int) -> None:
+    """Refuse a routing that reads cache state (with more than one replica): its assignment
+    depends on the capacity, so no single pass gives every capacity."""
+    if replicas > 1 and routing not in CACHE_INDEPENDENT:
+        raise SimulationInputError(
+            f"routing {routing!r} reads cache state, so no single-pass curve exists; "
+            "simulate each capacity instead"
+        )
+
+
 def capacity_curve(
     inp: SimInput,
     settings: SimulationConfig,
@@ -138,11 +148,8 @@ def capacity_curve(
     by 1/rate.
     """
     tenant_isolation = settings.tenant_isolation
-    if replicas > 1 and assignment is None and routing not in CACHE_INDEPENDENT:
-        raise SimulationInputError(
-            f"routing {routing!r} reads cache state, so no single-pass curve exists; "
-            "simulate each capacity instead"
-        )
+    if assignment is None:
+        require_single_pass(routing, replicas)
     if not 0 < sample_rate <= 1:
         raise SimulationInputError(f"sample rate must be in (0, 1], got {sample_rate}")
     view = inp.blocks(block_size, tenant_isolation)

@@ -16,7 +16,8 @@ Two production paths:
   touched by the same request; see ``_depth_chained_stream``);
 - ``stack_depth_histogram``: SHARDS sampling (Waldspurger et al., FAST 2015) for very long traces,
   on a bitmap-bucketed Fenwick tree over access positions (Bennett & Kruskal 1975).
-Exact block-level oracles for both live in ``tests/sim_oracles.py``.
+Exact block-level oracles for both live in ``tests/sim_oracles.py``. Both are called through
+Python functions of the same name that check sizes and indices first (as ``kernels`` does).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from pipeline.hashmap import splitmix64
+from pipeline.sim.kernels import INT32_LIMIT, check_blocks, check_chains, check_streams, require
 
 I64 = NDArray[np.int64]
 
@@ -214,7 +216,7 @@ def _depth_events_chained(
 
 
 @nb.njit(cache=True)
-def hit_steps_chained(
+def _hit_steps_chained(
     offsets: I64,
     ids: Any,
     missing: I64,
@@ -425,7 +427,7 @@ def _depth_stream(
 
 
 @nb.njit(cache=True)
-def stack_depth_histogram(
+def _stack_depth_histogram(
     offsets: I64,
     ids: Any,
     missing: I64,
@@ -471,4 +473,107 @@ def stack_depth_histogram(
             sample_salt,
             hist,
         )
+    return hist
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry points: the guards, then the kernels
+# ---------------------------------------------------------------------------------------------
+
+
+def _check_curve_inputs(
+    kernel: str,
+    offsets: I64,
+    ids: Any,
+    missing: I64,
+    hit_limit: I64,
+    block_size: int,
+    n_ids: int,
+    order: I64,
+    starts: I64,
+    hist_size: int,
+) -> None:
+    """Sizes both curve kernels rely on: chains and streams in range, depths, positions and
+    the block size within the int32 fields they are packed into."""
+    lengths = check_chains(kernel, offsets, ids, n_ids, missing=missing, hit_limit=hit_limit)
+    check_blocks(kernel, lengths, missing, hit_limit)
+    check_streams(kernel, order, starts, lengths.size, 2**62)
+    require(1 <= block_size <= INT32_LIMIT, kernel, "block_size must lie in 1..2^31-1")
+    accesses = np.concatenate([[0], np.cumsum((lengths + missing)[order])])
+    most = int((accesses[starts[1:]] - accesses[starts[:-1]]).max(initial=0))
+    require(most < INT32_LIMIT, kernel, "more than 2^31 block accesses in one stream")
+    # a depth never exceeds the accesses, so a larger histogram is only wasted memory
+    top = int(accesses[-1]) + 2
+    require(1 <= hist_size <= top, kernel, f"hist_size must lie in 1..{top}, got {hist_size}")
+
+
+def hit_steps_chained(
+    offsets: I64,
+    ids: Any,
+    missing: I64,
+    hit_limit: I64,
+    block_size: int,
+    n_ids: int,
+    order: I64,
+    starts: I64,
+    hist_size: int,
+) -> tuple[I64, I64]:
+    """The exact curve's steps (:func:`_hit_steps_chained`), after checking every size."""
+    _check_curve_inputs(
+        "hit_steps_chained",
+        offsets,
+        ids,
+        missing,
+        hit_limit,
+        block_size,
+        n_ids,
+        order,
+        starts,
+        hist_size,
+    )
+    caps, hits = _hit_steps_chained(
+        offsets, ids, missing, hit_limit, block_size, n_ids, order, starts, hist_size
+    )
+    return caps, hits
+
+
+def stack_depth_histogram(
+    offsets: I64,
+    ids: Any,
+    missing: I64,
+    hit_limit: I64,
+    block_size: int,
+    n_ids: int,
+    order: I64,
+    starts: I64,
+    sample_threshold: np.uint64,
+    sample_salt: np.uint64,
+    hist_size: int,
+) -> NDArray[np.float64]:
+    """The sampled depth histogram (:func:`_stack_depth_histogram`), after checking sizes."""
+    _check_curve_inputs(
+        "stack_depth_histogram",
+        offsets,
+        ids,
+        missing,
+        hit_limit,
+        block_size,
+        n_ids,
+        order,
+        starts,
+        hist_size,
+    )
+    hist: NDArray[np.float64] = _stack_depth_histogram(
+        offsets,
+        ids,
+        missing,
+        hit_limit,
+        block_size,
+        n_ids,
+        order,
+        starts,
+        sample_threshold,
+        sample_salt,
+        hist_size,
+    )
     return hist

@@ -39,6 +39,10 @@ Rules implemented (vLLM 0.33.0 automatic prefix caching, SIM_ANCHORS.md section 
   ``src/policies/cache_aware.rs`` L351-461, SIM_ANCHORS.md section 2) on the replicas' exact
   caches, as KV-event-driven routers see them, not on sgl-router's approximate character tree.
 
+Every kernel is called through a Python function of the same name that checks its sizes and
+indices first (:func:`check_chains`, :func:`check_streams`): numba does not bounds-check, so a
+negative capacity or an id past ``n_ids`` would otherwise read or write outside its arrays.
+
 Per-block state, one int32 per block id and replica: ``NOT_CACHED`` (-1); pinned, ≤ -2, with ref
 count ``-state - 1``; free, ≥ 0, the position of its entry in the replica's free queue. The free
 queue is append-only with lazy deletion (an entry is live iff the block's state still points at
@@ -54,6 +58,7 @@ import numba as nb
 import numpy as np
 from numpy.typing import NDArray
 
+from pipeline.errors import EnginefitError
 from pipeline.hashmap import splitmix64
 
 I64 = NDArray[np.int64]
@@ -75,6 +80,96 @@ _COUNT = 2  # cached blocks (pinned + free, anonymous included)
 _PINNED = 3  # pinned blocks (anonymous included)
 _PEAK = 4  # most pinned blocks after any admission (durations lifetime)
 _QUEUE_FIELDS = 5
+# Positions and ids held in int32 (block state, queue entries, curve positions) stay below this.
+INT32_LIMIT = 2**31 - 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Guards: what every entry point checks before its kernel runs
+# ---------------------------------------------------------------------------------------------
+
+
+class KernelArgumentError(EnginefitError, ValueError):
+    """A kernel was called with sizes or indices that would take it outside its arrays."""
+
+
+def require(ok: bool, kernel: str, what: str) -> None:
+    if not ok:
+        raise KernelArgumentError(f"{kernel} kernel: {what}")
+
+
+def check_chains(
+    kernel: str, offsets: I64, ids: Any, n_ids: int, **per_request: NDArray[Any]
+) -> I64:
+    """Check the CSR chains (``offsets`` from 0 to ``ids.size``, ids in ``0..n_ids-1``) and that
+    each array of ``per_request`` holds one value per request; returns each request's length."""
+    require(offsets.ndim == 1 and offsets.size >= 1, kernel, "offsets needs n + 1 entries")
+    lengths = np.diff(offsets)
+    require(
+        int(offsets[0]) == 0 and int(offsets[-1]) == ids.size and bool((lengths >= 0).all()),
+        kernel,
+        f"offsets must rise from 0 to the {ids.size} block ids",
+    )
+    require(1 <= n_ids <= INT32_LIMIT, kernel, f"n_ids must lie in 1..2^31-1, got {n_ids}")
+    if ids.size:
+        require(
+            int(ids.min()) >= 0 and int(ids.max()) < n_ids,
+            kernel,
+            f"block ids must lie in 0..{n_ids - 1}",
+        )
+    for name, values in per_request.items():
+        require(
+            values.shape == lengths.shape,
+            kernel,
+            f"{name} needs one value per request ({lengths.size}), has {values.size}",
+        )
+    return lengths
+
+
+def check_blocks(kernel: str, lengths: I64, missing: I64, hit_limit: I64) -> None:
+    """Unknown output blocks are counts; lookups stay inside each request's chain."""
+    require(bool((missing >= 0).all()), kernel, "missing block counts must be ≥ 0")
+    require(
+        bool(((hit_limit >= 0) & (hit_limit <= lengths)).all()),
+        kernel,
+        "hit_limit must lie between 0 and each request's chain length",
+    )
+
+
+def check_streams(kernel: str, order: I64, starts: I64, n: int, max_streams: int) -> None:
+    """``order[starts[s]:starts[s+1]]`` are request indices, at most ``max_streams`` streams."""
+    require(
+        starts.ndim == 1 and 1 <= starts.size <= max_streams + 1,
+        kernel,
+        f"starts needs 2..{max_streams + 1} entries, has {starts.size}",
+    )
+    require(
+        int(starts[0]) >= 0
+        and int(starts[-1]) <= order.size
+        and bool((np.diff(starts) >= 0).all()),
+        kernel,
+        f"starts must rise within the {order.size} entries of order",
+    )
+    if order.size:
+        require(
+            int(order.min()) >= 0 and int(order.max()) < n,
+            kernel,
+            f"order must hold request indices 0..{n - 1}",
+        )
+
+
+def check_replicas(kernel: str, replicas: int) -> None:
+    require(replicas >= 1, kernel, f"replicas must be ≥ 1, got {replicas}")
+
+
+def check_replica_indices(kernel: str, replica: I64, replicas: int) -> None:
+    check_replicas(kernel, replicas)
+    if replica.size:
+        require(
+            int(replica.min()) >= 0 and int(replica.max()) < replicas,
+            kernel,
+            f"replica indices must lie in 0..{replicas - 1}",
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -83,7 +178,7 @@ _QUEUE_FIELDS = 5
 
 
 @nb.njit(cache=True)
-def is_chained(offsets: I64, ids: Any, n_ids: int) -> bool:
+def _is_chained(offsets: I64, ids: Any, n_ids: int) -> bool:
     """True when every block id always follows the same parent at the same position.
 
     That is the chained-hash structure (a block key identifies its whole prefix); it makes
@@ -106,7 +201,7 @@ def is_chained(offsets: I64, ids: Any, n_ids: int) -> bool:
 
 
 @nb.njit(cache=True)
-def fnv1a_strings(offsets: I64, data: NDArray[np.uint8]) -> NDArray[np.uint64]:
+def _fnv1a_strings(offsets: I64, data: NDArray[np.uint8]) -> NDArray[np.uint64]:
     """FNV-1a 64 of each string (bytes ``data[offsets[i]:offsets[i+1]]``), then SplitMix64."""
     n = offsets.size - 1
     out = np.empty(n, np.uint64)
@@ -133,7 +228,7 @@ def _argmin(values: I64) -> int:
 
 
 @nb.njit(cache=True)
-def least_served(tokens: I64, replicas: int) -> I64:
+def _least_served(tokens: I64, replicas: int) -> I64:
     """Each request goes to the replica that has served the fewest tokens so far (ties: lowest)."""
     n = tokens.size
     out = np.empty(n, np.int64)
@@ -146,7 +241,7 @@ def least_served(tokens: I64, replicas: int) -> I64:
 
 
 @nb.njit(cache=True)
-def bounded_affinity(home: I64, replicas: int, margin: float) -> tuple[I64, int]:
+def _bounded_affinity(home: I64, replicas: int, margin: float) -> tuple[I64, int]:
     """Consistent hashing with bounded loads (Mirrokni, Thorup, Zadimoghaddam, SODA 2018).
 
     Request ``i`` (0-based) stays on its home replica unless that would take the home's count
@@ -169,7 +264,7 @@ def bounded_affinity(home: I64, replicas: int, margin: float) -> tuple[I64, int]
 
 
 @nb.njit(cache=True)
-def group_by_replica(replica: I64, replicas: int) -> tuple[I64, I64]:
+def _group_by_replica(replica: I64, replicas: int) -> tuple[I64, I64]:
     """Request indices grouped by replica, arrival order kept (a stable counting sort)."""
     starts = np.zeros(replicas + 1, np.int64)
     for r in range(replica.size):
@@ -469,7 +564,7 @@ def _event_loop(
 
 
 @nb.njit(cache=True)
-def replay(
+def _replay(
     offsets: I64,
     ids: Any,
     prompt_blocks: I64,
@@ -544,3 +639,131 @@ def replay(
         else:
             peak[:] = queue[:, _PEAK]
     return hits, chosen, balance_routed, peak
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry points: the guards, then the kernels
+# ---------------------------------------------------------------------------------------------
+
+
+def is_chained(offsets: I64, ids: Any, n_ids: int) -> bool:
+    """True when every block id always follows the same parent at the same position."""
+    check_chains("is_chained", offsets, ids, n_ids)
+    return bool(_is_chained(offsets, ids, n_ids))
+
+
+def fnv1a_strings(offsets: I64, data: NDArray[np.uint8]) -> NDArray[np.uint64]:
+    """FNV-1a 64 of each string (bytes ``data[offsets[i]:offsets[i+1]]``), then SplitMix64."""
+    require(
+        offsets.ndim == 1
+        and offsets.size >= 1
+        and int(offsets[0]) >= 0
+        and int(offsets[-1]) <= data.size
+        and bool((np.diff(offsets) >= 0).all()),
+        "fnv1a_strings",
+        f"offsets must rise within the {data.size} bytes",
+    )
+    result: NDArray[np.uint64] = _fnv1a_strings(offsets, data)
+    return result
+
+
+def least_served(tokens: I64, replicas: int) -> I64:
+    """Each request goes to the replica that has served the fewest tokens so far (ties: lowest)."""
+    check_replicas("least_served", replicas)
+    result: I64 = _least_served(tokens, replicas)
+    return result
+
+
+def bounded_affinity(home: I64, replicas: int, margin: float) -> tuple[I64, int]:
+    """Consistent hashing with bounded loads (see :func:`_bounded_affinity`)."""
+    check_replica_indices("bounded_affinity", home, replicas)
+    require(np.isfinite(margin) and margin >= 0, "bounded_affinity", f"margin {margin} < 0")
+    replica, spills = _bounded_affinity(home, replicas, margin)
+    return replica, int(spills)
+
+
+def group_by_replica(replica: I64, replicas: int) -> tuple[I64, I64]:
+    """Request indices grouped by replica, arrival order kept (a stable counting sort)."""
+    check_replica_indices("group_by_replica", replica, replicas)
+    order, starts = _group_by_replica(replica, replicas)
+    return order, starts
+
+
+def replay(
+    offsets: I64,
+    ids: Any,
+    prompt_blocks: I64,
+    missing: I64,
+    hit_limit: I64,
+    prompt_tokens: I64,
+    block_size: int,
+    n_ids: int,
+    arrival: I64,
+    base_duration: I64,
+    order: I64,
+    starts: I64,
+    routing: int,
+    replicas: int,
+    capacity: int,
+    queue_size: int,
+    instant: bool,
+    replica_slots: int,
+    cache_threshold: float,
+    balance_abs: int,
+    balance_rel: float,
+) -> tuple[I64, I64, int, I64]:
+    """The event-driven replay (:func:`_replay` documents it), after checking every size."""
+    kernel = "replay"
+    lengths = check_chains(
+        kernel,
+        offsets,
+        ids,
+        n_ids,
+        prompt_blocks=prompt_blocks,
+        missing=missing,
+        hit_limit=hit_limit,
+        prompt_tokens=prompt_tokens,
+        arrival=arrival,
+        base_duration=base_duration,
+    )
+    check_blocks(kernel, lengths, missing, hit_limit)
+    require(
+        bool(((prompt_blocks >= 0) & (prompt_blocks <= lengths)).all()),
+        kernel,
+        "prompt_blocks must lie between 0 and each request's chain length",
+    )
+    require(routing in (FIXED, LEAST_LOADED, CACHE_AWARE), kernel, f"unknown routing {routing}")
+    check_replicas(kernel, replicas)
+    check_streams(kernel, order, starts, lengths.size, replicas if routing == FIXED else 2**62)
+    require(block_size >= 1, kernel, f"block_size must be ≥ 1, got {block_size}")
+    require(capacity >= 0, kernel, f"capacity must be ≥ 0 blocks, got {capacity}")
+    require(
+        1 <= queue_size <= INT32_LIMIT,
+        kernel,
+        f"queue_size must lie in 1..2^31-1, got {queue_size}",
+    )
+    require(replica_slots >= 0, kernel, f"replica_slots must be ≥ 0, got {replica_slots}")
+    hits, chosen, balance, peak = _replay(
+        offsets,
+        ids,
+        prompt_blocks,
+        missing,
+        hit_limit,
+        prompt_tokens,
+        block_size,
+        n_ids,
+        arrival,
+        base_duration,
+        order,
+        starts,
+        routing,
+        replicas,
+        capacity,
+        queue_size,
+        instant,
+        replica_slots,
+        cache_threshold,
+        balance_abs,
+        balance_rel,
+    )
+    return hits, chosen, int(balance), peak

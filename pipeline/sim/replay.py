@@ -21,6 +21,7 @@ from pipeline.sim import kernels
 from pipeline.sim.blocks import BlockView, SimInput, SimulationInputError
 from pipeline.sim.config import (
     CACHE_INDEPENDENT,
+    MAX_REPLICAS,
     REQUEST_LIFETIMES,
     ROUTINGS,
     CacheAwareConfig,
@@ -190,6 +191,11 @@ def simulate(
         )
     if replica_slots is not None and replica_slots < 1:
         raise SimulationInputError(f"replica_slots must be positive or None, got {replica_slots}")
+    if not 1 <= scenario.replicas <= MAX_REPLICAS or scenario.cache_tokens < 0:
+        raise SimulationInputError(
+            f"scenario {scenario.key}: replicas must lie in 1..{MAX_REPLICAS} and cache tokens "
+            "be ≥ 0"
+        )
     view = inp.blocks(scenario.block_size, scenario.tenant_isolation)
     capacity = scenario.cache_tokens // scenario.block_size
     replicas = scenario.replicas
