@@ -166,6 +166,10 @@ def _adhoc(
     return inp, settings
 
 
+def _percent(ratio: float | None) -> str:
+    return "unknown" if ratio is None else f"{ratio:.2%}"
+
+
 def _print(payload: Any, as_json: bool, text: str) -> None:
     print(json.dumps(payload, indent=2, sort_keys=True) if as_json else text)
 
@@ -191,15 +195,31 @@ def run_simulate(args: argparse.Namespace) -> int:
         f"{out['requests']:,} requests, {scenario.replicas} replica(s), {scenario.routing}, "
         f"{scenario.cache_tokens:,} cache tokens per replica, block size {scenario.block_size}, "
         f"request lifetime {run.request_lifetime}",
-        f"prompt tokens {out['prompt_tokens']:,}; hit {out['hit_tokens']:,} "
-        f"({out['hit_ratio']:.2%}); prefill computed {out['prefill_tokens']:,}",
-        f"hit ratio with blocks released at arrival (instant): {out['hit_ratio_instant']:.2%}",
-        f"imbalance (max/mean): requests {out['request_imbalance']:.3f}, tokens "
-        f"{out['token_imbalance']:.3f}; spills {out['spills']:,}",
     ]
+    if out["hit_unknown_reason"] is not None:
+        lines.append(
+            f"prompt tokens {out['prompt_tokens']:,}; hit ratio unknown: "
+            f"{out['hit_unknown_reason']}"
+        )
+    else:
+        covered = (
+            f" of the {out['content_prompt_tokens']:,} prompt tokens with content"
+            if out["content_share"] < 1
+            else ""
+        )
+        lines += [
+            f"prompt tokens {out['prompt_tokens']:,}; hit {out['hit_tokens']:,} "
+            f"({out['hit_ratio']:.2%}{covered}); prefill computed {out['prefill_tokens']:,}",
+            "hit ratio with blocks released at arrival (instant): "
+            f"{_percent(out['hit_ratio_instant'])}",
+        ]
+    lines.append(
+        f"imbalance (max/mean): requests {out['request_imbalance']:.3f}, tokens "
+        f"{out['token_imbalance']:.3f}; spills {out['spills']:,}"
+    )
     lines += [
         f"  replica {row['replica']}: {row['requests']:,} requests, {row['prompt_tokens']:,} "
-        f"prompt tokens, hit ratio {row['hit_ratio']:.2%}"
+        f"prompt tokens, hit ratio {_percent(row['hit_ratio'])}"
         for row in out["per_replica"]
     ]
     lines += [f"warning: {w}" for w in out["warnings"]]
@@ -266,13 +286,22 @@ def run_curve(args: argparse.Namespace) -> int:
         sample_rate=numbers.sample_rate or EXACT_SAMPLE_RATE,
     )
     out = curve.as_dict(numbers.points or settings.curve_points)
-    lines = [
+    heading = (
         f"{inp.n:,} requests, {curve.replicas} replica(s), {curve.routing}, block size "
-        f"{curve.block_size}: max hit ratio {out['max_hit_ratio']:.2%} from "
-        f"{curve.saturation_cache_tokens:,} cache tokens per replica",
-    ]
-    lines += [
-        f"  {p['cache_tokens']:>14,} tokens: hit ratio {p['hit_ratio']:.2%}" for p in out["points"]
-    ]
+        f"{curve.block_size}: "
+    )
+    if curve.unknown_reason is not None:
+        lines = [heading + f"hit ratio unknown: {curve.unknown_reason}"]
+    else:
+        lines = [
+            heading + f"max hit ratio {out['max_hit_ratio']:.2%} from "
+            f"{curve.saturation_cache_tokens:,} cache tokens per replica",
+        ]
+        lines += [
+            f"  {p['cache_tokens']:>14,} tokens: hit ratio {p['hit_ratio']:.2%}"
+            for p in out["points"]
+        ]
+    partial = curve.coverage.partial_warning(inp.n)
+    lines += [f"warning: {partial}"] if partial else []
     _print(out, args.json, "\n".join(lines))
     return 0
