@@ -328,3 +328,55 @@ def test_the_curve_kernels_refuse_what_would_leave_their_arrays() -> None:
             np.uint64(0),
             8,
         )
+
+
+# --- durations: the other numbers that reach the replay kernel -------------------------------
+
+
+def test_durations_that_would_overflow_the_kernel_are_refused() -> None:
+    frame = _frame().with_columns(
+        pl.when(pl.col("request_id") == "r4")
+        .then(pl.lit(float("nan")))
+        .otherwise(100.0)
+        .alias("e2e_ms")
+    )
+    with pytest.raises(SimulationInputError) as caught:
+        sim_input(frame, latency_model=DEFAULTS.shape.latency)
+    assert str(caught.value) == (
+        "duration of request 'r4' (row 4 in arrival order) is nan ms (logged e2e_ms, else the "
+        "latency model): not a finite duration below 2^61 µs"
+    )
+    # a latency model whose estimate overflows int64 microseconds (the config allows any
+    # finite value) is refused the same way, naming the first request
+    huge = DEFAULTS.shape.latency_model.replace(tpot_ms=1e300).as_model()
+    with pytest.raises(SimulationInputError, match=r"duration of request 'r0' \(row 0"):
+        sim_input(_frame(), latency_model=huge)
+
+
+def test_a_stretched_duration_saturates_instead_of_overflowing() -> None:
+    # five requests on one replica with one slot, each on chain [0] plus one anonymous block and
+    # a 2^61 µs base duration: the fourth is admitted with 4 in flight, 4 × 2^61 overflows int64
+    # (it would finish before it started and be released at the next arrival); it saturates
+    # instead, so all five stay pinned: block 0 and five anonymous blocks
+    n = 5
+    one = np.ones(n, np.int64)
+    args = _replay_args(
+        offsets=np.arange(n + 1, dtype=np.int64),
+        ids=np.zeros(n, np.int64),
+        prompt_blocks=one,
+        missing=one,
+        hit_limit=one,
+        prompt_tokens=one * 17,
+        n_ids=1,
+        arrival=np.arange(n, dtype=np.int64),
+        base_duration=one * 2**61,
+        order=np.arange(n, dtype=np.int64),
+        starts=np.array([0, n], np.int64),
+        instant=False,
+        replica_slots=1,
+    )
+    hits, _, _, peak = kernels.replay(**args)  # type: ignore[arg-type]
+    assert hits.tolist() == [0, 16, 16, 16, 16]
+    assert peak.tolist() == [1 + n]
+    with pytest.raises(KernelArgumentError, match=r"durations must lie in 0\.\.2\^61 µs"):
+        kernels.replay(**_replay_args(base_duration=np.array([-1, 1], np.int64)))  # type: ignore[arg-type]

@@ -321,6 +321,15 @@ def sim_input(
             f"arrival is null for {_first_bad(frame, pl.col('arrival').is_null())}"
         )
     arrival_us = arrival.dt.epoch("us").to_numpy().astype(np.int64)
+    duration_us = duration_ms.to_numpy() * 1000.0
+    bad_duration = ~np.isfinite(duration_us) | (duration_us > kernels.MAX_DURATION_US)
+    if bad_duration.any():
+        where = _first_bad(frame, pl.lit(pl.Series(bad_duration)))
+        value = duration_ms[int(np.flatnonzero(bad_duration)[0])]
+        raise SimulationInputError(
+            f"duration of {where} is {value} ms (logged e2e_ms, else the latency model): "
+            "not a finite duration below 2^61 µs"
+        )
     session, inferred = _sessions(frame)
     return SimInput(
         stored_block_size=stored,
@@ -331,7 +340,7 @@ def sim_input(
         prompt_tokens=frame["prompt_tokens"].to_numpy().astype(np.int64),
         output_tokens=frame["output_tokens"].fill_null(0).to_numpy().astype(np.int64),
         arrival_us=arrival_us,
-        duration_us=np.rint(duration_ms.to_numpy() * 1000.0).astype(np.int64),
+        duration_us=np.rint(duration_us).astype(np.int64),
         durations_estimated=int(estimated),
         latency_model=model,
         session_hash=_stable_string_hash(session),

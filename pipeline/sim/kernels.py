@@ -82,6 +82,9 @@ _PEAK = 4  # most pinned blocks after any admission (durations lifetime)
 _QUEUE_FIELDS = 5
 # Positions and ids held in int32 (block state, queue entries, curve positions) stay below this.
 INT32_LIMIT = 2**31 - 1
+# Arrivals lie within ±2^61 µs and durations (stretched ones saturate) within 2^61 µs (73,000
+# years), so arrival + duration never overflows int64.
+MAX_DURATION_US = 2**61
 
 
 # ---------------------------------------------------------------------------------------------
@@ -558,7 +561,10 @@ def _event_loop(
             queue[k, _PEAK] = queue[k, _PINNED]
         duration = base_duration[r]
         if replica_slots > 0 and in_flight[k] > replica_slots:
-            duration = duration * in_flight[k] // replica_slots
+            if duration > MAX_DURATION_US // in_flight[k]:
+                duration = MAX_DURATION_US  # never finishes within any trace; no overflow
+            else:
+                duration = duration * in_flight[k] // replica_slots
         n_running = _heap_push(finish, finishing, n_running, t + duration, r)
     return balance_routed
 
@@ -743,6 +749,17 @@ def replay(
         f"queue_size must lie in 1..2^31-1, got {queue_size}",
     )
     require(replica_slots >= 0, kernel, f"replica_slots must be ≥ 0, got {replica_slots}")
+    if lengths.size:
+        require(
+            int(base_duration.min()) >= 0 and int(base_duration.max()) <= MAX_DURATION_US,
+            kernel,
+            "durations must lie in 0..2^61 µs",
+        )
+        require(
+            int(np.abs(arrival).max()) <= MAX_DURATION_US,
+            kernel,
+            "arrivals must lie within ±2^61 µs",
+        )
     hits, chosen, balance, peak = _replay(
         offsets,
         ids,
