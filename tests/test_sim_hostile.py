@@ -64,7 +64,9 @@ def _error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     return err[1]
 
 
-SIMULATE = ["simulate", NO_TRACE, "--block-size", "16", "--cache-tokens", "100"]
+WITH_CACHE_TOKENS = ["simulate", NO_TRACE, "--block-size", "16", "--cache-tokens"]
+WITH_BLOCK_SIZE = ["simulate", NO_TRACE, "--cache-tokens", "1", "--block-size"]
+SIMULATE = [*WITH_CACHE_TOKENS, "100"]
 CURVE = ["curve", NO_TRACE, "--block-size", "16"]
 
 
@@ -73,22 +75,22 @@ CURVE = ["curve", NO_TRACE, "--block-size", "16"]
     [
         # the crash of issue 9: negative capacities reached the kernel
         (
-            ["simulate", NO_TRACE, "--block-size", "16", "--cache-tokens", "-5"],
+            [*WITH_CACHE_TOKENS, "-5"],
             "--cache-tokens",
             "greater than or equal to 0 (got '-5')",
         ),
         (
-            ["simulate", NO_TRACE, "--block-size", "16", "--cache-tokens", "-1"],
+            [*WITH_CACHE_TOKENS, "-1"],
             "--cache-tokens",
             "greater than or equal to 0 (got '-1')",
         ),
         (
-            ["simulate", NO_TRACE, "--block-size", "16", "--cache-tokens", "1e400"],
+            [*WITH_CACHE_TOKENS, "1e400"],
             "--cache-tokens",
             "valid integer",
         ),
         (
-            ["simulate", NO_TRACE, "--block-size", "16", "--cache-tokens", str(10**16)],
+            [*WITH_CACHE_TOKENS, str(10**16)],
             "--cache-tokens",
             "at most 1,000,000,000,000,000 cache tokens per replica",
         ),
@@ -101,17 +103,17 @@ CURVE = ["curve", NO_TRACE, "--block-size", "16"]
         ),
         ([*SIMULATE, "--replicas", "2.5"], "--replicas", "valid integer"),
         (
-            ["simulate", NO_TRACE, "--block-size", "0", "--cache-tokens", "1"],
+            [*WITH_BLOCK_SIZE, "0"],
             "--block-size",
             "greater than 0 (got '0')",
         ),
         (
-            ["simulate", NO_TRACE, "--block-size", "-16", "--cache-tokens", "1"],
+            [*WITH_BLOCK_SIZE, "-16"],
             "--block-size",
             "greater than 0 (got '-16')",
         ),
         (
-            ["simulate", NO_TRACE, "--block-size", str(2**40), "--cache-tokens", "1"],
+            [*WITH_BLOCK_SIZE, str(2**40)],
             "--block-size",
             "less than or equal to 1048576",
         ),
@@ -255,12 +257,12 @@ def test_the_replay_kernel_runs_on_valid_input() -> None:
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"capacity": -1}, "capacity must be ≥ 0 blocks, got -1"),
-        ({"block_size": 0}, "block_size must be ≥ 1, got 0"),
-        ({"queue_size": 0}, "queue_size must lie in 1..2^31-1, got 0"),
-        ({"queue_size": 2**40}, "queue_size must lie in 1..2^31-1"),
+        ({"capacity": -1}, "capacity must lie in 0..4,611,686,018,427,387,904 blocks, got -1"),
+        ({"block_size": 0}, "block_size must lie in 1..2,147,483,647, got 0"),
+        ({"queue_size": 0}, "queue_size must lie in 1..2,147,483,647, got 0"),
+        ({"queue_size": 2**40}, "queue_size must lie in 1..2,147,483,647, got 1099511627776"),
         ({"replicas": 0}, "replicas must be ≥ 1, got 0"),
-        ({"replica_slots": -1}, "replica_slots must be ≥ 0, got -1"),
+        ({"replica_slots": -1}, "replica_slots must lie in 0..2,147,483,647, got -1"),
         ({"routing": 7}, "unknown routing 7"),
         ({"n_ids": 2}, "block ids must lie in 0..1"),
         ({"n_ids": 0}, "n_ids must lie in 1..2^31-1, got 0"),

@@ -194,7 +194,8 @@ def _stable_string_hash(series: pl.Series) -> U64:
         if buffers[2] is not None
         else np.zeros(0, np.uint8)
     )
-    return kernels.fnv1a_strings(np.ascontiguousarray(offsets), data)
+    hashes: U64 = kernels.fnv1a_strings(np.ascontiguousarray(offsets), data)
+    return hashes
 
 
 def _sessions(frame: pl.DataFrame) -> tuple[pl.Series, int]:

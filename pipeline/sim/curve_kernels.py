@@ -29,7 +29,14 @@ import numpy as np
 from numpy.typing import NDArray
 
 from pipeline.hashmap import splitmix64
-from pipeline.sim.kernels import INT32_LIMIT, check_blocks, check_chains, check_streams, require
+from pipeline.sim.kernels import (
+    INT32_LIMIT,
+    check_blocks,
+    check_chains,
+    check_streams,
+    guarded,
+    require,
+)
 
 I64 = NDArray[np.int64]
 
@@ -477,103 +484,27 @@ def _stack_depth_histogram(
 
 
 # ---------------------------------------------------------------------------------------------
-# Entry points: the guards, then the kernels
+# Entry points: each kernel behind its check
 # ---------------------------------------------------------------------------------------------
 
 
-def _check_curve_inputs(
-    kernel: str,
-    offsets: I64,
-    ids: Any,
-    missing: I64,
-    hit_limit: I64,
-    block_size: int,
-    n_ids: int,
-    order: I64,
-    starts: I64,
-    hist_size: int,
-) -> None:
+def _check_curve_inputs(kernel: str, a: dict[str, Any]) -> None:
     """Sizes both curve kernels rely on: chains and streams in range, depths, positions and
     the block size within the int32 fields they are packed into."""
-    lengths = check_chains(kernel, offsets, ids, n_ids, missing=missing, hit_limit=hit_limit)
-    check_blocks(kernel, lengths, missing, hit_limit)
+    missing, order, starts = a["missing"], a["order"], a["starts"]
+    lengths = check_chains(
+        kernel, a["offsets"], a["ids"], a["n_ids"], missing=missing, hit_limit=a["hit_limit"]
+    )
+    check_blocks(kernel, lengths, missing, a["hit_limit"])
     check_streams(kernel, order, starts, lengths.size, 2**62)
-    require(1 <= block_size <= INT32_LIMIT, kernel, "block_size must lie in 1..2^31-1")
+    require(1 <= a["block_size"] <= INT32_LIMIT, kernel, "block_size must lie in 1..2^31-1")
     accesses = np.concatenate([[0], np.cumsum((lengths + missing)[order])])
     most = int((accesses[starts[1:]] - accesses[starts[:-1]]).max(initial=0))
     require(most < INT32_LIMIT, kernel, "more than 2^31 block accesses in one stream")
     # a depth never exceeds the accesses, so a larger histogram is only wasted memory
-    top = int(accesses[-1]) + 2
+    top, hist_size = int(accesses[-1]) + 2, a["hist_size"]
     require(1 <= hist_size <= top, kernel, f"hist_size must lie in 1..{top}, got {hist_size}")
 
 
-def hit_steps_chained(
-    offsets: I64,
-    ids: Any,
-    missing: I64,
-    hit_limit: I64,
-    block_size: int,
-    n_ids: int,
-    order: I64,
-    starts: I64,
-    hist_size: int,
-) -> tuple[I64, I64]:
-    """The exact curve's steps (:func:`_hit_steps_chained`), after checking every size."""
-    _check_curve_inputs(
-        "hit_steps_chained",
-        offsets,
-        ids,
-        missing,
-        hit_limit,
-        block_size,
-        n_ids,
-        order,
-        starts,
-        hist_size,
-    )
-    caps, hits = _hit_steps_chained(
-        offsets, ids, missing, hit_limit, block_size, n_ids, order, starts, hist_size
-    )
-    return caps, hits
-
-
-def stack_depth_histogram(
-    offsets: I64,
-    ids: Any,
-    missing: I64,
-    hit_limit: I64,
-    block_size: int,
-    n_ids: int,
-    order: I64,
-    starts: I64,
-    sample_threshold: np.uint64,
-    sample_salt: np.uint64,
-    hist_size: int,
-) -> NDArray[np.float64]:
-    """The sampled depth histogram (:func:`_stack_depth_histogram`), after checking sizes."""
-    _check_curve_inputs(
-        "stack_depth_histogram",
-        offsets,
-        ids,
-        missing,
-        hit_limit,
-        block_size,
-        n_ids,
-        order,
-        starts,
-        hist_size,
-    )
-    hist: NDArray[np.float64] = _stack_depth_histogram(
-        offsets,
-        ids,
-        missing,
-        hit_limit,
-        block_size,
-        n_ids,
-        order,
-        starts,
-        sample_threshold,
-        sample_salt,
-        hist_size,
-    )
-    return hist
+hit_steps_chained = guarded(_hit_steps_chained, _check_curve_inputs)
+stack_depth_histogram = guarded(_stack_depth_histogram, _check_curve_inputs)

@@ -52,6 +52,9 @@ run) and is compacted in place when full; it is sized so compaction is amortised
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
 from typing import Any
 
 import numba as nb
@@ -648,110 +651,94 @@ def _replay(
 
 
 # ---------------------------------------------------------------------------------------------
-# Entry points: the guards, then the kernels
+# Entry points: each kernel behind its check
 # ---------------------------------------------------------------------------------------------
 
 
-def is_chained(offsets: I64, ids: Any, n_ids: int) -> bool:
-    """True when every block id always follows the same parent at the same position."""
-    check_chains("is_chained", offsets, ids, n_ids)
-    return bool(_is_chained(offsets, ids, n_ids))
+def guarded(kernel: Any, check: Callable[[str, dict[str, Any]], None]) -> Callable[..., Any]:
+    """``kernel`` (a numba dispatcher named ``_<name>``) as ``<name>``: its arguments, bound to
+    their names, go through ``check`` before numba runs; signature and docstring are the
+    kernel's."""
+    signature = inspect.signature(kernel.py_func)
+    name = kernel.py_func.__name__.lstrip("_")
+
+    @functools.wraps(kernel.py_func)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        check(name, signature.bind(*args, **kwargs).arguments)
+        return kernel(*args, **kwargs)
+
+    run.__name__ = run.__qualname__ = name
+    return run
 
 
-def fnv1a_strings(offsets: I64, data: NDArray[np.uint8]) -> NDArray[np.uint64]:
-    """FNV-1a 64 of each string (bytes ``data[offsets[i]:offsets[i+1]]``), then SplitMix64."""
+def _check_is_chained(kernel: str, a: dict[str, Any]) -> None:
+    check_chains(kernel, a["offsets"], a["ids"], a["n_ids"])
+
+
+def _check_fnv1a_strings(kernel: str, a: dict[str, Any]) -> None:
+    offsets, data = a["offsets"], a["data"]
     require(
         offsets.ndim == 1
         and offsets.size >= 1
         and int(offsets[0]) >= 0
         and int(offsets[-1]) <= data.size
         and bool((np.diff(offsets) >= 0).all()),
-        "fnv1a_strings",
+        kernel,
         f"offsets must rise within the {data.size} bytes",
     )
-    result: NDArray[np.uint64] = _fnv1a_strings(offsets, data)
-    return result
 
 
-def least_served(tokens: I64, replicas: int) -> I64:
-    """Each request goes to the replica that has served the fewest tokens so far (ties: lowest)."""
-    check_replicas("least_served", replicas)
-    result: I64 = _least_served(tokens, replicas)
-    return result
+def _check_least_served(kernel: str, a: dict[str, Any]) -> None:
+    check_replicas(kernel, a["replicas"])
 
 
-def bounded_affinity(home: I64, replicas: int, margin: float) -> tuple[I64, int]:
-    """Consistent hashing with bounded loads (see :func:`_bounded_affinity`)."""
-    check_replica_indices("bounded_affinity", home, replicas)
-    require(np.isfinite(margin) and margin >= 0, "bounded_affinity", f"margin {margin} < 0")
-    replica, spills = _bounded_affinity(home, replicas, margin)
-    return replica, int(spills)
+def _check_bounded_affinity(kernel: str, a: dict[str, Any]) -> None:
+    check_replica_indices(kernel, a["home"], a["replicas"])
+    margin = a["margin"]
+    require(np.isfinite(margin) and margin >= 0, kernel, f"margin {margin} is not ≥ 0")
 
 
-def group_by_replica(replica: I64, replicas: int) -> tuple[I64, I64]:
-    """Request indices grouped by replica, arrival order kept (a stable counting sort)."""
-    check_replica_indices("group_by_replica", replica, replicas)
-    order, starts = _group_by_replica(replica, replicas)
-    return order, starts
+def _check_group_by_replica(kernel: str, a: dict[str, Any]) -> None:
+    check_replica_indices(kernel, a["replica"], a["replicas"])
 
 
-def replay(
-    offsets: I64,
-    ids: Any,
-    prompt_blocks: I64,
-    missing: I64,
-    hit_limit: I64,
-    prompt_tokens: I64,
-    block_size: int,
-    n_ids: int,
-    arrival: I64,
-    base_duration: I64,
-    order: I64,
-    starts: I64,
-    routing: int,
-    replicas: int,
-    capacity: int,
-    queue_size: int,
-    instant: bool,
-    replica_slots: int,
-    cache_threshold: float,
-    balance_abs: int,
-    balance_rel: float,
-) -> tuple[I64, I64, int, I64]:
-    """The event-driven replay (:func:`_replay` documents it), after checking every size."""
-    kernel = "replay"
+def _check_replay(kernel: str, a: dict[str, Any]) -> None:
+    per_request = ("prompt_blocks", "missing", "hit_limit", "prompt_tokens", "arrival")
     lengths = check_chains(
         kernel,
-        offsets,
-        ids,
-        n_ids,
-        prompt_blocks=prompt_blocks,
-        missing=missing,
-        hit_limit=hit_limit,
-        prompt_tokens=prompt_tokens,
-        arrival=arrival,
-        base_duration=base_duration,
+        a["offsets"],
+        a["ids"],
+        a["n_ids"],
+        **{name: a[name] for name in per_request},
+        base_duration=a["base_duration"],
     )
-    check_blocks(kernel, lengths, missing, hit_limit)
+    check_blocks(kernel, lengths, a["missing"], a["hit_limit"])
+    prompt_blocks = a["prompt_blocks"]
     require(
         bool(((prompt_blocks >= 0) & (prompt_blocks <= lengths)).all()),
         kernel,
         "prompt_blocks must lie between 0 and each request's chain length",
     )
+    routing, replicas = a["routing"], a["replicas"]
     require(routing in (FIXED, LEAST_LOADED, CACHE_AWARE), kernel, f"unknown routing {routing}")
     check_replicas(kernel, replicas)
-    check_streams(kernel, order, starts, lengths.size, replicas if routing == FIXED else 2**62)
-    require(block_size >= 1, kernel, f"block_size must be ≥ 1, got {block_size}")
-    require(capacity >= 0, kernel, f"capacity must be ≥ 0 blocks, got {capacity}")
-    require(
-        1 <= queue_size <= INT32_LIMIT,
-        kernel,
-        f"queue_size must lie in 1..2^31-1, got {queue_size}",
-    )
-    require(replica_slots >= 0, kernel, f"replica_slots must be ≥ 0, got {replica_slots}")
-    if lengths.size:
+    # FIXED replays one stream per replica on one reused row; the others one stream of all
+    streams = replicas if routing == FIXED else 2**62
+    check_streams(kernel, a["order"], a["starts"], lengths.size, streams)
+    for name, low, high, unit in (
+        ("block_size", 1, INT32_LIMIT, ""),
+        ("capacity", 0, 2**62, " blocks"),
+        ("queue_size", 1, INT32_LIMIT, ""),
+        ("replica_slots", 0, INT32_LIMIT, ""),
+    ):
+        value = a[name]
         require(
-            int(base_duration.min()) >= 0 and int(base_duration.max()) <= MAX_DURATION_US,
+            low <= value <= high, kernel, f"{name} must lie in {low:,}..{high:,}{unit}, got {value}"
+        )
+    if lengths.size:
+        durations, arrival = a["base_duration"], a["arrival"]
+        require(
+            int(durations.min()) >= 0 and int(durations.max()) <= MAX_DURATION_US,
             kernel,
             "durations must lie in 0..2^61 µs",
         )
@@ -760,27 +747,11 @@ def replay(
             kernel,
             "arrivals must lie within ±2^61 µs",
         )
-    hits, chosen, balance, peak = _replay(
-        offsets,
-        ids,
-        prompt_blocks,
-        missing,
-        hit_limit,
-        prompt_tokens,
-        block_size,
-        n_ids,
-        arrival,
-        base_duration,
-        order,
-        starts,
-        routing,
-        replicas,
-        capacity,
-        queue_size,
-        instant,
-        replica_slots,
-        cache_threshold,
-        balance_abs,
-        balance_rel,
-    )
-    return hits, chosen, int(balance), peak
+
+
+is_chained = guarded(_is_chained, _check_is_chained)
+fnv1a_strings = guarded(_fnv1a_strings, _check_fnv1a_strings)
+least_served = guarded(_least_served, _check_least_served)
+bounded_affinity = guarded(_bounded_affinity, _check_bounded_affinity)
+group_by_replica = guarded(_group_by_replica, _check_group_by_replica)
+replay = guarded(_replay, _check_replay)
