@@ -264,6 +264,11 @@ def test_the_replay_kernel_runs_on_valid_input() -> None:
         ({"replicas": 0}, "replicas must be ≥ 1, got 0"),
         ({"replica_slots": -1}, "replica_slots must lie in 0..2,147,483,647, got -1"),
         ({"routing": 7}, "unknown routing 7"),
+        # a router in the loop holds every replica's state: 2^20 rows × 2^11 int32 = 8 GiB
+        (
+            {"routing": kernels.CACHE_AWARE, "replicas": 2**20, "queue_size": 2**11 - 3},
+            "8.0 GiB of block state is above MAX_STATE_BYTES",
+        ),
         ({"n_ids": 2}, "block ids must lie in 0..1"),
         ({"n_ids": 0}, "n_ids must lie in 1..2^31-1, got 0"),
         ({"ids": np.array([0, 1, 0, -2], np.int64)}, "block ids must lie in 0..2"),

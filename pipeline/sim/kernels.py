@@ -88,6 +88,8 @@ INT32_LIMIT = 2**31 - 1
 # Arrivals lie within ±2^61 µs and durations (stretched ones saturate) within 2^61 µs (73,000
 # years), so arrival + duration never overflows int64.
 MAX_DURATION_US = 2**61
+# Block state and free queues the replay allocates (rows × (n_ids + queue_size) int32), at most.
+MAX_STATE_BYTES = 4 << 30  # 4 GiB
 
 
 # ---------------------------------------------------------------------------------------------
@@ -735,6 +737,13 @@ def _check_replay(kernel: str, a: dict[str, Any]) -> None:
         require(
             low <= value <= high, kernel, f"{name} must lie in {low:,}..{high:,}{unit}, got {value}"
         )
+    rows = 1 if routing == FIXED else replicas
+    state_bytes = rows * (a["n_ids"] + a["queue_size"]) * 4
+    require(
+        state_bytes <= MAX_STATE_BYTES,
+        kernel,
+        f"{state_bytes / 2**30:.1f} GiB of block state is above MAX_STATE_BYTES",
+    )
     if lengths.size:
         durations, arrival = a["base_duration"], a["arrival"]
         require(

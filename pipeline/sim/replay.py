@@ -33,7 +33,7 @@ I64 = NDArray[np.int64]
 
 # Routings decided inside the event loop, which then holds every replica's block state at once:
 # replicas × (distinct blocks + queue entries) int32. Above this many bytes simulate refuses.
-MAX_ROUTED_STATE_BYTES = 4 << 30  # 4 GiB
+MAX_ROUTED_STATE_BYTES = kernels.MAX_STATE_BYTES  # 4 GiB, the kernel's own bound
 
 # Routings whose decisions read request durations (logged e2e_ms, else the latency model).
 USES_DURATIONS = frozenset({"least-loaded", "cache-aware"})
