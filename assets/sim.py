@@ -94,7 +94,8 @@ def simulation_plots(store: EnginefitStore) -> dg.MaterializeResult:  # type: ig
 @dg.asset_check(
     asset=simulation_plots,
     description="Every cache-independent scenario's instant-lifetime hits equal the one-pass "
-    "curve at its capacity.",
+    "curve at its capacity (unknown hits, for a trace without prompt content, agree only with "
+    "unknown).",
 )
 def curve_matches_replay(store: EnginefitStore) -> dg.AssetCheckResult:
     paths = store.layout().simulation

@@ -159,13 +159,26 @@ def validation_message(
 def with_flags(section: SectionT, flags: dict[str, tuple[str, Any]]) -> SectionT:
     """``section`` with command-line values applied (``field → (flag, value)``), validated as
     the configuration is; a bad value is a one-line error naming the flag."""
-    from pipeline.errors import ConfigError  # errors stays free of pydantic
-
     try:
         return section.replace(**{name: value for name, (_, value) in flags.items()})
     except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
-        name = str(first["loc"][0]) if first["loc"] else ""
-        flag, value = flags.get(name, (name, first.get("input")))
-        reason = str(first["msg"]).removeprefix("Value error, ")
-        raise ConfigError(f"{flag}: {reason} (got {value!r})") from exc
+        raise _flag_error(exc, flags) from exc
+
+
+def from_flags(model: type[SectionT], flags: dict[str, tuple[str, Any]]) -> SectionT:
+    """A section built from command-line values alone (``field → (flag, value)``) by its own
+    rules; a bad value is a one-line error naming the flag, as in :func:`with_flags`."""
+    try:
+        return model.model_validate({name: value for name, (_, value) in flags.items()})
+    except ValidationError as exc:
+        raise _flag_error(exc, flags) from exc
+
+
+def _flag_error(exc: ValidationError, flags: dict[str, tuple[str, Any]]) -> Exception:
+    from pipeline.errors import ConfigError  # errors stays free of pydantic
+
+    first = exc.errors(include_url=False)[0]
+    name = str(first["loc"][0]) if first["loc"] else ""
+    flag, value = flags.get(name, (name, first.get("input")))
+    reason = str(first["msg"]).removeprefix("Value error, ")
+    return ConfigError(f"{flag}: {reason} (got {value!r})")

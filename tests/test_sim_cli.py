@@ -152,7 +152,7 @@ def test_adhoc_flags_are_validated_like_the_configuration(
     argv = ["simulate", str(workload), "--block-size", "16", "--cache-tokens", "100"]
     assert main([*argv, "--seed", "-5"]) == 2
     assert capsys.readouterr().err.splitlines()[-1] == (
-        "enginefit: error: --seed: Input should be greater than or equal to 0 (got -5)"
+        "enginefit: error: --seed: Input should be greater than or equal to 0 (got '-5')"
     )
     assert main([*argv[:4]]) == 2
     assert "--cache-tokens is required with TRACE" in capsys.readouterr().err

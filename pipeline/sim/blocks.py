@@ -12,6 +12,7 @@ block. Nothing here depends on a cache capacity or a routing.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -28,6 +29,9 @@ I64 = NDArray[np.int64]
 U64 = NDArray[np.uint64]
 
 _REQUIRED = ("prefix_hashes", "prompt_blocks", "prompt_tokens", "block_size")
+
+NO_CONTENT = "the trace carries no prompt content, so prefix-cache hits cannot be simulated"
+NO_CONTENT_TOKENS = "the requests with prompt content have no prompt tokens"
 
 
 class SimulationInputError(EnginefitError):
@@ -58,6 +62,54 @@ class BlockView:
         return int((np.diff(self.offsets) + self.missing).max())
 
 
+@dataclass(frozen=True)
+class ContentCoverage:
+    """Which requests carry prompt content (block hashes), so their hits can be simulated.
+
+    A request without content (``hashes_known`` false: Azure, BurstGPT) still occupies cache
+    capacity, with blocks that never match, but whether it would have hit is unknown. Every
+    hit figure is therefore taken over the requests with content: hit ratio = their hit tokens
+    / their prompt tokens, ``share`` says how much of the prompt tokens that covers, and with
+    no content at all (or no prompt tokens in it) the hit figures are unknown (``reason``).
+    """
+
+    requests: int  # requests with prompt content
+    prompt_tokens: int  # their prompt tokens
+    share: float | None  # their share of all prompt tokens (None: the trace has none)
+
+    @property
+    def reason(self) -> str | None:
+        """Why the hit figures are unknown, or None when they are known."""
+        if self.requests == 0:
+            return NO_CONTENT
+        return NO_CONTENT_TOKENS if self.prompt_tokens == 0 else None
+
+    @property
+    def partial(self) -> bool:
+        return self.reason is None and self.share is not None and self.share < 1
+
+    def hit_ratio(self, hit_tokens: int) -> float | None:
+        return None if self.reason else hit_tokens / self.prompt_tokens
+
+    def partial_warning(self, total_requests: int) -> str | None:
+        """What the hit figures cover when only some requests carry content, else None."""
+        if not self.partial:
+            return None
+        return (
+            f"hit figures cover the {self.requests:,} of {total_requests:,} requests that carry "
+            f"prompt content ({self.share:.1%} of prompt tokens); the others occupy cache "
+            "capacity but whether they would hit is unknown"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "content_requests": self.requests,
+            "content_prompt_tokens": self.prompt_tokens,
+            "content_share": self.share,
+            "hit_unknown_reason": self.reason,
+        }
+
+
 @dataclass
 class SimInput:
     """One workload, hashed once, in arrival order."""
@@ -82,6 +134,14 @@ class SimInput:
     @property
     def n(self) -> int:
         return int(self.prompt_tokens.size)
+
+    def coverage(self, requests: NDArray[np.bool_] | None = None) -> ContentCoverage:
+        """Prompt content of the requests ``requests`` selects (default: all)."""
+        known = self.hashes_known if requests is None else self.hashes_known & requests
+        tokens = self.prompt_tokens if requests is None else self.prompt_tokens[requests]
+        total = int(tokens.sum())
+        covered = int(self.prompt_tokens[known].sum())
+        return ContentCoverage(int(known.sum()), covered, covered / total if total else None)
 
     def blocks(self, block_size: int, tenant_isolation: bool = False) -> BlockView:
         """The chains at ``block_size`` (a multiple of the stored size), cached per variant."""
@@ -134,7 +194,8 @@ def _stable_string_hash(series: pl.Series) -> U64:
         if buffers[2] is not None
         else np.zeros(0, np.uint8)
     )
-    return kernels.fnv1a_strings(np.ascontiguousarray(offsets), data)
+    hashes: U64 = kernels.fnv1a_strings(np.ascontiguousarray(offsets), data)
+    return hashes
 
 
 def _sessions(frame: pl.DataFrame) -> tuple[pl.Series, int]:
@@ -261,6 +322,15 @@ def sim_input(
             f"arrival is null for {_first_bad(frame, pl.col('arrival').is_null())}"
         )
     arrival_us = arrival.dt.epoch("us").to_numpy().astype(np.int64)
+    duration_us = duration_ms.to_numpy() * 1000.0
+    bad_duration = ~np.isfinite(duration_us) | (duration_us > kernels.MAX_DURATION_US)
+    if bad_duration.any():
+        where = _first_bad(frame, pl.lit(pl.Series(bad_duration)))
+        value = duration_ms[int(np.flatnonzero(bad_duration)[0])]
+        raise SimulationInputError(
+            f"duration of {where} is {value} ms (logged e2e_ms, else the latency model): "
+            "not a finite duration below 2^61 µs"
+        )
     session, inferred = _sessions(frame)
     return SimInput(
         stored_block_size=stored,
@@ -271,7 +341,7 @@ def sim_input(
         prompt_tokens=frame["prompt_tokens"].to_numpy().astype(np.int64),
         output_tokens=frame["output_tokens"].fill_null(0).to_numpy().astype(np.int64),
         arrival_us=arrival_us,
-        duration_us=np.rint(duration_ms.to_numpy() * 1000.0).astype(np.int64),
+        duration_us=np.rint(duration_us).astype(np.int64),
         durations_estimated=int(estimated),
         latency_model=model,
         session_hash=_stable_string_hash(session),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from pipeline.present.tables import cell
 from pipeline.sim.config import CACHE_INDEPENDENT
 
 
@@ -12,8 +13,9 @@ def curve_disagreements(curves: pl.DataFrame, scenarios: pl.DataFrame) -> pl.Dat
 
     The curve models the instant lifetime (nothing pinned), so it is compared with each
     scenario's ``hit_tokens_instant``. The curve's step function is read at the scenario's
-    capacity: the last row at or below it. Empty when every scenario agrees (the one-pass curve
-    is exact).
+    capacity: the last row at or below it (none: 0 hits). Unknown hits (a trace without prompt
+    content: a null curve row and null scenario hits) agree only with unknown. Empty when every
+    scenario agrees (the one-pass curve is exact).
     """
     key = ["block_size", "replicas", "routing"]
     curve_rows = curves.with_columns(
@@ -38,17 +40,23 @@ def curve_disagreements(curves: pl.DataFrame, scenarios: pl.DataFrame) -> pl.Dat
             "replicas",
             "_r",
             "capacity_blocks",
+            pl.col("capacity_blocks").alias("_step"),
             pl.col("hit_tokens").alias("curve_hit_tokens"),
         ).sort("capacity_blocks"),
         on="capacity_blocks",
         by=["block_size", "replicas", "_r"],
         strategy="backward",
         check_sortedness=False,
-    ).with_columns(pl.col("curve_hit_tokens").fill_null(0))
+    ).with_columns(
+        pl.when(pl.col("_step").is_null())
+        .then(0)
+        .otherwise(pl.col("curve_hit_tokens"))
+        .alias("curve_hit_tokens")
+    )
     has_curve = curve_rows.select(["block_size", "replicas", "_r"]).unique()
     return (
         joined.join(has_curve, on=["block_size", "replicas", "_r"], how="semi")
-        .filter(pl.col("curve_hit_tokens") != pl.col("hit_tokens_instant"))
+        .filter(pl.col("curve_hit_tokens").ne_missing(pl.col("hit_tokens_instant")))
         .select("scenario", *key, "capacity_blocks", "hit_tokens_instant", "curve_hit_tokens")
         .sort("scenario")
     )
@@ -57,7 +65,7 @@ def curve_disagreements(curves: pl.DataFrame, scenarios: pl.DataFrame) -> pl.Dat
 def curve_matches_replay(curves: pl.DataFrame, scenarios: pl.DataFrame) -> list[str]:
     """Every cache-independent scenario's instant hits equal the one-pass curve at its capacity."""
     return [
-        f"{row['scenario']}: replay {row['hit_tokens_instant']:,} hit tokens, curve "
-        f"{row['curve_hit_tokens']:,} at {row['capacity_blocks']:,} blocks"
+        f"{row['scenario']}: replay {cell(row['hit_tokens_instant'])} hit tokens, curve "
+        f"{cell(row['curve_hit_tokens'])} at {row['capacity_blocks']:,} blocks"
         for row in curve_disagreements(curves, scenarios).iter_rows(named=True)
     ]

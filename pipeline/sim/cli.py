@@ -12,17 +12,28 @@ from pipeline.cli_common import add_config_argument, adhoc_requests, command_con
 from pipeline.config import Config
 from pipeline.errors import ConfigError
 from pipeline.readers import FORMAT_NAMES
-from pipeline.settings import with_flags
+from pipeline.settings import from_flags, with_flags
 from pipeline.sim import stage
 from pipeline.sim.blocks import SimInput, sim_input
-from pipeline.sim.config import REQUEST_LIFETIMES, ROUTINGS, Scenario, SimulationConfig
-from pipeline.sim.curve import capacity_curve
+from pipeline.sim.config import (
+    MAX_REPLICAS,
+    ROUTINGS,
+    Scenario,
+    ScenarioFlags,
+    SimulationConfig,
+)
+from pipeline.sim.curve import capacity_curve, require_single_pass
 from pipeline.sim.present import curves_table, scenarios_table
 from pipeline.sim.replay import simulate, summarise
 
 # What one ad-hoc scenario is when a flag is not given (the configured grid never reads these).
 ADHOC_REPLICAS = 1
 ADHOC_ROUTING = "round-robin"
+EXACT_SAMPLE_RATE = 1.0
+
+# Numbers and names are taken as text and checked by pipeline.sim.config.ScenarioFlags (or the
+# simulation section), so a bad one is a one-line error naming the flag (argparse's own would
+# print the usage too).
 
 
 def _common(parser: argparse.ArgumentParser, *, trace_required: bool) -> None:
@@ -35,27 +46,31 @@ def _common(parser: argparse.ArgumentParser, *, trace_required: bool) -> None:
     )
     parser.add_argument(
         "--block-size",
-        type=int,
+        metavar="N",
         default=None,
         help="cache block size in tokens: the trace's stored block size or a multiple of it",
     )
     parser.add_argument(
         "--replicas",
-        type=int,
+        metavar="N",
         default=None,
-        help=f"replicas, each with its own cache (default {ADHOC_REPLICAS})",
+        help=f"replicas, each with its own cache (default {ADHOC_REPLICAS}, at most "
+        f"{MAX_REPLICAS})",
     )
     parser.add_argument(
-        "--routing", default=None, choices=list(ROUTINGS), help=f"default {ADHOC_ROUTING}"
+        "--routing",
+        metavar="NAME",
+        default=None,
+        help=f"{', '.join(ROUTINGS)} (default {ADHOC_ROUTING})",
     )
     parser.add_argument("--format", default="auto", choices=["auto", *FORMAT_NAMES])
     parser.add_argument(
         "--tenant-isolation", action="store_true", help="one cache namespace per tenant"
     )
-    parser.add_argument("--seed", type=int, default=None, help="seed of the random routing")
+    parser.add_argument("--seed", metavar="N", default=None, help="seed of the random routing")
     parser.add_argument(
         "--margin",
-        type=float,
+        metavar="X",
         default=None,
         help="bounded-affinity load margin (default: the config's)",
     )
@@ -75,11 +90,14 @@ def register(subparsers: Any) -> None:
     )
     _common(sim, trace_required=False)
     sim.add_argument(
-        "--cache-tokens", type=int, default=None, help="prefix-cache capacity per replica (tokens)"
+        "--cache-tokens",
+        metavar="N",
+        default=None,
+        help="prefix-cache capacity per replica (tokens)",
     )
     sim.add_argument(
         "--request-lifetime",
-        choices=list(REQUEST_LIFETIMES),
+        metavar="NAME",
         default=None,
         help="durations: blocks pinned until each request finishes; instant: released at "
         "arrival (default: the config's simulation.request_lifetime)",
@@ -92,33 +110,64 @@ def register(subparsers: Any) -> None:
         "pass (exact); routings that read cache state (cache-aware) are refused.",
     )
     _common(curve, trace_required=True)
-    curve.add_argument("--points", type=int, default=None, help="log-spaced points to print")
+    curve.add_argument("--points", metavar="N", default=None, help="log-spaced points to print")
     curve.add_argument(
         "--sample-rate",
-        type=float,
-        default=1.0,
+        metavar="X",
+        default=None,
         help="SHARDS sampling rate in (0, 1]; 1 = exact (default)",
     )
     curve.set_defaults(func=run_curve)
 
 
-def _adhoc(args: argparse.Namespace, config: Config) -> tuple[SimInput, SimulationConfig]:
-    """The trace named on the command line, and the simulation settings with the flags' overrides."""
+def _scenario_flags(args: argparse.Namespace) -> ScenarioFlags:
+    """The scenario's numbers as typed, parsed and bounded (before any trace is read)."""
     if args.block_size is None:
         raise ConfigError("--block-size is required with TRACE (the cache block size in tokens)")
+    given = {
+        "block_size": ("--block-size", args.block_size),
+        "replicas": ("--replicas", args.replicas),
+        "routing": ("--routing", args.routing),
+        "cache_tokens": ("--cache-tokens", getattr(args, "cache_tokens", None)),
+        "points": ("--points", getattr(args, "points", None)),
+        "sample_rate": ("--sample-rate", getattr(args, "sample_rate", None)),
+        "random_seed": ("--seed", args.seed),
+        "bounded_affinity_margin": ("--margin", args.margin),
+    }
+    defaults = {
+        "replicas": ("--replicas", ADHOC_REPLICAS),
+        "routing": ("--routing", ADHOC_ROUTING),
+        "sample_rate": ("--sample-rate", EXACT_SAMPLE_RATE),
+    }
+    flags = {**defaults, **{k: v for k, v in given.items() if v[1] is not None}}
+    return from_flags(ScenarioFlags, flags)
+
+
+def _adhoc(
+    args: argparse.Namespace, config: Config, numbers: ScenarioFlags
+) -> tuple[SimInput, SimulationConfig]:
+    """The trace named on the command line and the simulation settings with the flags'
+    overrides (``numbers``: the flags already validated, before the trace is read)."""
     flags: dict[str, tuple[str, Any]] = {}
-    if args.seed is not None:
-        flags["random_seed"] = ("--seed", args.seed)
-    if args.margin is not None:
-        flags["bounded_affinity_margin"] = ("--margin", args.margin)
+    if numbers.random_seed is not None:
+        flags["random_seed"] = ("--seed", numbers.random_seed)
+    if numbers.bounded_affinity_margin is not None:
+        flags["bounded_affinity_margin"] = ("--margin", numbers.bounded_affinity_margin)
     if args.tenant_isolation:
         flags["tenant_isolation"] = ("--tenant-isolation", True)
     if getattr(args, "request_lifetime", None) is not None:
         flags["request_lifetime"] = ("--request-lifetime", args.request_lifetime)
     settings = with_flags(config.simulation, flags)
-    args.paths = [args.trace]
-    requests = adhoc_requests(args, config)
-    return sim_input(requests, latency_model=settings.latency(config.shape.latency)), settings
+    read_args = argparse.Namespace(
+        **{**vars(args), "paths": [args.trace], "block_size": numbers.block_size}
+    )
+    requests = adhoc_requests(read_args, config)
+    inp = sim_input(requests, latency_model=settings.latency(config.shape.latency))
+    return inp, settings
+
+
+def _percent(ratio: float | None) -> str:
+    return "unknown" if ratio is None else f"{ratio:.2%}"
 
 
 def _print(payload: Any, as_json: bool, text: str) -> None:
@@ -129,14 +178,15 @@ def run_simulate(args: argparse.Namespace) -> int:
     config = command_config(args, paths=[args.trace] if args.trace else [])
     if args.trace is None:
         return _run_configured(args, config)
-    if args.cache_tokens is None:
+    numbers = _scenario_flags(args)
+    if numbers.cache_tokens is None:
         raise ConfigError("--cache-tokens is required with TRACE (cache capacity per replica)")
-    inp, settings = _adhoc(args, config)
+    inp, settings = _adhoc(args, config, numbers)
     scenario = Scenario(
-        args.block_size,
-        args.replicas or ADHOC_REPLICAS,
-        args.cache_tokens,
-        args.routing or ADHOC_ROUTING,
+        numbers.block_size,
+        numbers.replicas,
+        numbers.cache_tokens,
+        numbers.routing,
         settings.tenant_isolation,
     )
     run = simulate(inp, scenario, settings)
@@ -145,15 +195,31 @@ def run_simulate(args: argparse.Namespace) -> int:
         f"{out['requests']:,} requests, {scenario.replicas} replica(s), {scenario.routing}, "
         f"{scenario.cache_tokens:,} cache tokens per replica, block size {scenario.block_size}, "
         f"request lifetime {run.request_lifetime}",
-        f"prompt tokens {out['prompt_tokens']:,}; hit {out['hit_tokens']:,} "
-        f"({out['hit_ratio']:.2%}); prefill computed {out['prefill_tokens']:,}",
-        f"hit ratio with blocks released at arrival (instant): {out['hit_ratio_instant']:.2%}",
-        f"imbalance (max/mean): requests {out['request_imbalance']:.3f}, tokens "
-        f"{out['token_imbalance']:.3f}; spills {out['spills']:,}",
     ]
+    if out["hit_unknown_reason"] is not None:
+        lines.append(
+            f"prompt tokens {out['prompt_tokens']:,}; hit ratio unknown: "
+            f"{out['hit_unknown_reason']}"
+        )
+    else:
+        covered = (
+            f" of the {out['content_prompt_tokens']:,} prompt tokens with content"
+            if out["content_share"] < 1
+            else ""
+        )
+        lines += [
+            f"prompt tokens {out['prompt_tokens']:,}; hit {out['hit_tokens']:,} "
+            f"({out['hit_ratio']:.2%}{covered}); prefill computed {out['prefill_tokens']:,}",
+            "hit ratio with blocks released at arrival (instant): "
+            f"{_percent(out['hit_ratio_instant'])}",
+        ]
+    lines.append(
+        f"imbalance (max/mean): requests {out['request_imbalance']:.3f}, tokens "
+        f"{out['token_imbalance']:.3f}; spills {out['spills']:,}"
+    )
     lines += [
         f"  replica {row['replica']}: {row['requests']:,} requests, {row['prompt_tokens']:,} "
-        f"prompt tokens, hit ratio {row['hit_ratio']:.2%}"
+        f"prompt tokens, hit ratio {_percent(row['hit_ratio'])}"
         for row in out["per_replica"]
     ]
     lines += [f"warning: {w}" for w in out["warnings"]]
@@ -208,23 +274,34 @@ def _run_configured(args: argparse.Namespace, config: Config) -> int:
 
 def run_curve(args: argparse.Namespace) -> int:
     config = command_config(args, paths=[args.trace])
-    inp, settings = _adhoc(args, config)
+    numbers = _scenario_flags(args)
+    require_single_pass(numbers.routing, numbers.replicas)
+    inp, settings = _adhoc(args, config, numbers)
     curve = capacity_curve(
         inp,
         settings,
-        block_size=args.block_size,
-        replicas=args.replicas or ADHOC_REPLICAS,
-        routing=args.routing or ADHOC_ROUTING,
-        sample_rate=args.sample_rate,
+        block_size=numbers.block_size,
+        replicas=numbers.replicas,
+        routing=numbers.routing,
+        sample_rate=numbers.sample_rate or EXACT_SAMPLE_RATE,
     )
-    out = curve.as_dict(args.points or settings.curve_points)
-    lines = [
+    out = curve.as_dict(numbers.points or settings.curve_points)
+    heading = (
         f"{inp.n:,} requests, {curve.replicas} replica(s), {curve.routing}, block size "
-        f"{curve.block_size}: max hit ratio {out['max_hit_ratio']:.2%} from "
-        f"{curve.saturation_cache_tokens:,} cache tokens per replica",
-    ]
-    lines += [
-        f"  {p['cache_tokens']:>14,} tokens: hit ratio {p['hit_ratio']:.2%}" for p in out["points"]
-    ]
+        f"{curve.block_size}: "
+    )
+    if curve.unknown_reason is not None:
+        lines = [heading + f"hit ratio unknown: {curve.unknown_reason}"]
+    else:
+        lines = [
+            heading + f"max hit ratio {out['max_hit_ratio']:.2%} from "
+            f"{curve.saturation_cache_tokens:,} cache tokens per replica",
+        ]
+        lines += [
+            f"  {p['cache_tokens']:>14,} tokens: hit ratio {p['hit_ratio']:.2%}"
+            for p in out["points"]
+        ]
+    partial = curve.coverage.partial_warning(inp.n)
+    lines += [f"warning: {partial}"] if partial else []
     _print(out, args.json, "\n".join(lines))
     return 0

@@ -7,7 +7,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BeforeValidator, ConfigDict, Field, Strict, ValidationError
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, Strict, ValidationError
 
 from pipeline.errors import ConfigError
 from pipeline.facts import LatencyModel
@@ -15,9 +15,6 @@ from pipeline.settings import (
     Fraction,
     NonNegative,
     NonNegativeInt,
-    NonNegativeIntList,
-    PositiveInt,
-    PositiveIntList,
     Section,
     validation_message,
 )
@@ -51,6 +48,58 @@ CACHE_AWARE_PRESETS: dict[str, tuple[float, int, float]] = {
 
 RequestLifetime = Literal["durations", "instant"]
 REQUEST_LIFETIMES: tuple[str, ...] = get_args(RequestLifetime)
+
+# What one scenario may ask for, checked alike for the configured grid and the command line's
+# flags before any kernel allocates (the kernels' own guards are the last line of defence).
+# Replicas: every replica gets its rows in the outputs, the load-reading routings scan every
+# replica per request (O(requests × replicas)) and cache-aware routing holds every replica's
+# block state at once (also bounded by bytes: replay.MAX_ROUTED_STATE_BYTES); 4096 is far past
+# one router pool serving one model.
+MAX_REPLICAS = 4096
+# Tokens per block: larger than any context window, so every block count stays well inside the
+# kernels' int64 arithmetic.
+MAX_BLOCK_SIZE = 1 << 20
+# Cache tokens per replica: a petatoken is about a billion H100s' KV caches, and capacity ×
+# block size stays inside int64.
+MAX_CACHE_TOKENS = 10**15
+# Requests in flight (replica_slots, balance_abs_threshold): the kernels count them in int64,
+# and no replica runs 2^31 requests at once.
+MAX_IN_FLIGHT = 2**31 - 1
+# Log-spaced curve points printed and written to curves.json (curves.parquet has every step).
+MAX_CURVE_POINTS = 10_000
+# SHARDS sampling rate: below one block in a million the sample of any trace is too thin to
+# estimate a curve (and below 2^-64 the sampling threshold underflows).
+MIN_SAMPLE_RATE = 1e-6
+
+
+def _at_most(limit: int, what: str, why: str) -> AfterValidator:
+    def check(value: int) -> int:
+        if value > limit:
+            raise ValueError(f"at most {limit:,} {what} ({why})")
+        return value
+
+    return AfterValidator(check)
+
+
+BlockSize = Annotated[int, Field(gt=0, le=MAX_BLOCK_SIZE)]
+ReplicaCount = Annotated[
+    int,
+    Field(gt=0),
+    _at_most(
+        MAX_REPLICAS,
+        "replicas",
+        "per-replica outputs and routing work grow with the count; MAX_REPLICAS in "
+        "pipeline/sim/config.py",
+    ),
+]
+CacheTokens = Annotated[
+    int,
+    Field(ge=0),
+    _at_most(MAX_CACHE_TOKENS, "cache tokens per replica", "MAX_CACHE_TOKENS"),
+]
+InFlight = Annotated[int, Field(ge=0, le=MAX_IN_FLIGHT)]
+CurvePoints = Annotated[int, Field(ge=2, le=MAX_CURVE_POINTS)]
+SampleRate = Annotated[float, Field(ge=MIN_SAMPLE_RATE, le=1)]
 
 
 @dataclass(frozen=True)
@@ -136,7 +185,7 @@ def _cache_aware(value: Any) -> Any:
 
 class _CacheAwareOverrides(Section):
     cache_threshold: Fraction | None = None
-    balance_abs_threshold: NonNegativeInt | None = None
+    balance_abs_threshold: InFlight | None = None
     balance_rel_threshold: Annotated[float, Field(ge=1)] | None = None
 
 
@@ -147,19 +196,19 @@ class SimulationConfig(Section):
         extra="forbid", frozen=True, strict=True, allow_inf_nan=False, arbitrary_types_allowed=True
     )
 
-    block_sizes: PositiveIntList
-    replicas: PositiveIntList
-    cache_tokens: NonNegativeIntList
+    block_sizes: Annotated[tuple[BlockSize, ...], Strict(False), Field(min_length=1)]
+    replicas: Annotated[tuple[ReplicaCount, ...], Strict(False), Field(min_length=1)]
+    cache_tokens: Annotated[tuple[CacheTokens, ...], Strict(False), Field(min_length=1)]
     routings: Annotated[tuple[Routing, ...], Strict(False), Field(min_length=1)]
     bounded_affinity_margin: NonNegative
     random_seed: NonNegativeInt
     tenant_isolation: bool
     cache_aware: Annotated[CacheAwareConfig, BeforeValidator(_cache_aware)]
     request_lifetime: RequestLifetime
-    replica_slots: PositiveInt | None
+    replica_slots: Annotated[InFlight, Field(gt=0)] | None
     pinned_warn_share: NonNegative
     latency_model: LatencyModelSettings | None
-    curve_points: Annotated[int, Field(ge=2)]
+    curve_points: CurvePoints
 
     def latency(self, fallback: LatencyModel) -> LatencyModel:
         """The latency model durations come from: this section's, else ``fallback`` (the
@@ -176,3 +225,20 @@ class SimulationConfig(Section):
                 continue
             out.append(Scenario(bs, reps, cap, routing, self.tenant_isolation))
         return out
+
+
+class ScenarioFlags(Section):
+    """One ad-hoc scenario or curve as typed on the command line: each value is text parsed
+    here (so ``nan`` or ``1.5`` for a count is refused like ``-5``), then held to the same
+    bounds as the configured grid."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False, allow_inf_nan=False)
+
+    block_size: BlockSize
+    replicas: ReplicaCount
+    routing: Routing
+    cache_tokens: CacheTokens | None = None
+    points: CurvePoints | None = None
+    sample_rate: SampleRate | None = None
+    random_seed: NonNegativeInt | None = None
+    bounded_affinity_margin: NonNegative | None = None

@@ -23,7 +23,7 @@ import polars as pl
 from numpy.typing import NDArray
 
 from pipeline.sim import curve_kernels
-from pipeline.sim.blocks import SimInput, SimulationInputError
+from pipeline.sim.blocks import ContentCoverage, SimInput, SimulationInputError
 from pipeline.sim.config import CACHE_INDEPENDENT, SimulationConfig
 from pipeline.sim.replay import Assignment, assign, replica_streams
 
@@ -32,7 +32,11 @@ I64 = NDArray[np.int64]
 
 @dataclass(frozen=True)
 class Curve:
-    """``hit_tokens[i]`` tokens hit at every capacity ≥ ``capacity_blocks[i]`` blocks per replica."""
+    """``hit_tokens[i]`` tokens hit at every capacity ≥ ``capacity_blocks[i]`` blocks per replica.
+
+    Hit figures cover the requests with prompt content (``coverage``, as the scenarios'): the
+    hit ratio is over their prompt tokens, and with no content every hit figure is unknown.
+    """
 
     block_size: int
     replicas: int
@@ -41,15 +45,20 @@ class Curve:
     prompt_tokens: int
     capacity_blocks: I64
     hit_tokens: I64
+    coverage: ContentCoverage
     sample_rate: float = 1.0
+
+    @property
+    def unknown_reason(self) -> str | None:
+        return self.coverage.reason
 
     def hit_tokens_at(self, cache_tokens: int) -> int:
         capacity = cache_tokens // self.block_size
         i = int(np.searchsorted(self.capacity_blocks, capacity, side="right")) - 1
         return int(self.hit_tokens[i]) if i >= 0 else 0
 
-    def hit_ratio_at(self, cache_tokens: int) -> float:
-        return self.hit_tokens_at(cache_tokens) / self.prompt_tokens if self.prompt_tokens else 0.0
+    def hit_ratio_at(self, cache_tokens: int) -> float | None:
+        return self.coverage.hit_ratio(self.hit_tokens_at(cache_tokens))
 
     @property
     def max_hit_tokens(self) -> int:
@@ -61,30 +70,31 @@ class Curve:
         return int(self.capacity_blocks[-1]) * self.block_size if self.capacity_blocks.size else 0
 
     def frame(self) -> pl.DataFrame:
-        """The whole step function, one row per capacity where the hit count rises."""
+        """The whole step function, one row per capacity where the hit count rises; a curve
+        whose hits are unknown is one row at capacity 0 with null hits and the reason."""
+        known = self.unknown_reason is None
+        capacity = self.capacity_blocks if known else np.zeros(1, np.int64)
+        rows = capacity.size
         return pl.DataFrame(
             {
-                "block_size": np.full(self.capacity_blocks.size, self.block_size, np.int64),
-                "replicas": np.full(self.capacity_blocks.size, self.replicas, np.int64),
-                "routing": [self.routing] * self.capacity_blocks.size,
-                "capacity_blocks": self.capacity_blocks,
-                "cache_tokens": self.capacity_blocks * self.block_size,
-                "hit_tokens": self.hit_tokens,
-                "hit_ratio": self.hit_tokens / max(self.prompt_tokens, 1),
+                "block_size": np.full(rows, self.block_size, np.int64),
+                "replicas": np.full(rows, self.replicas, np.int64),
+                "routing": [self.routing] * rows,
+                "capacity_blocks": capacity,
+                "cache_tokens": capacity * self.block_size,
+                "hit_tokens": self.hit_tokens if known else [None],
+                "hit_ratio": self.hit_tokens / self.coverage.prompt_tokens if known else [None],
+                "content_share": [self.coverage.share] * rows,
+                "hit_unknown_reason": [self.unknown_reason] * rows,
             },
-            schema={
-                "block_size": pl.Int64,
-                "replicas": pl.Int64,
-                "routing": pl.String,
-                "capacity_blocks": pl.Int64,
-                "cache_tokens": pl.Int64,
-                "hit_tokens": pl.Int64,
-                "hit_ratio": pl.Float64,
-            },
+            schema=CURVE_SCHEMA,
         )
 
     def points(self, n: int = 64) -> list[dict[str, Any]]:
-        """About ``n`` log-spaced capacities from one block to saturation, plus saturation."""
+        """About ``n`` log-spaced capacities from one block to saturation, plus saturation
+        (none when the hits are unknown)."""
+        if self.unknown_reason is not None:
+            return []
         top = max(int(self.capacity_blocks[-1]) if self.capacity_blocks.size else 1, 1)
         grid = np.unique(np.rint(np.logspace(0, math.log10(top), n)).astype(np.int64))
         out = []
@@ -101,21 +111,46 @@ class Curve:
         return out
 
     def as_dict(self, n_points: int = 64) -> dict[str, Any]:
+        known = self.unknown_reason is None
         return {
             "block_size": self.block_size,
             "replicas": self.replicas,
             "routing": self.routing,
             "tenant_isolation": self.tenant_isolation,
             "prompt_tokens": self.prompt_tokens,
-            "max_hit_tokens": self.max_hit_tokens,
-            "max_hit_ratio": self.max_hit_tokens / self.prompt_tokens
-            if self.prompt_tokens
-            else 0.0,
-            "saturation_cache_tokens": self.saturation_cache_tokens,
+            **self.coverage.as_dict(),
+            "max_hit_tokens": self.max_hit_tokens if known else None,
+            "max_hit_ratio": self.coverage.hit_ratio(self.max_hit_tokens),
+            "saturation_cache_tokens": self.saturation_cache_tokens if known else None,
             "sample_rate": self.sample_rate,
             "exact": self.sample_rate >= 1.0,
             "points": self.points(n_points),
         }
+
+
+CURVE_SCHEMA = pl.Schema(
+    {
+        "block_size": pl.Int64,
+        "replicas": pl.Int64,
+        "routing": pl.String,
+        "capacity_blocks": pl.Int64,
+        "cache_tokens": pl.Int64,
+        "hit_tokens": pl.Int64,
+        "hit_ratio": pl.Float64,
+        "content_share": pl.Float64,
+        "hit_unknown_reason": pl.String,
+    }
+)
+
+
+def require_single_pass(routing: str, replicas: int) -> None:
+    """Refuse a routing that reads cache state (with more than one replica): its assignment
+    depends on the capacity, so no single pass gives every capacity."""
+    if replicas > 1 and routing not in CACHE_INDEPENDENT:
+        raise SimulationInputError(
+            f"routing {routing!r} reads cache state, so no single-pass curve exists; "
+            "simulate each capacity instead"
+        )
 
 
 def capacity_curve(
@@ -138,11 +173,8 @@ def capacity_curve(
     by 1/rate.
     """
     tenant_isolation = settings.tenant_isolation
-    if replicas > 1 and assignment is None and routing not in CACHE_INDEPENDENT:
-        raise SimulationInputError(
-            f"routing {routing!r} reads cache state, so no single-pass curve exists; "
-            "simulate each capacity instead"
-        )
+    if assignment is None:
+        require_single_pass(routing, replicas)
     if not 0 < sample_rate <= 1:
         raise SimulationInputError(f"sample rate must be in (0, 1], got {sample_rate}")
     view = inp.blocks(block_size, tenant_isolation)
@@ -215,5 +247,6 @@ def capacity_curve(
         prompt_tokens=int(inp.prompt_tokens.sum()),
         capacity_blocks=capacity_blocks,
         hit_tokens=hit_tokens,
+        coverage=inp.coverage(),
         sample_rate=float(sample_rate),
     )

@@ -16,7 +16,8 @@ Two production paths:
   touched by the same request; see ``_depth_chained_stream``);
 - ``stack_depth_histogram``: SHARDS sampling (Waldspurger et al., FAST 2015) for very long traces,
   on a bitmap-bucketed Fenwick tree over access positions (Bennett & Kruskal 1975).
-Exact block-level oracles for both live in ``tests/sim_oracles.py``.
+Exact block-level oracles for both live in ``tests/sim_oracles.py``. Both are called through
+Python functions of the same name that check sizes and indices first (as ``kernels`` does).
 """
 
 from __future__ import annotations
@@ -28,6 +29,14 @@ import numpy as np
 from numpy.typing import NDArray
 
 from pipeline.hashmap import splitmix64
+from pipeline.sim.kernels import (
+    INT32_LIMIT,
+    check_blocks,
+    check_chains,
+    check_streams,
+    guarded,
+    require,
+)
 
 I64 = NDArray[np.int64]
 
@@ -214,7 +223,7 @@ def _depth_events_chained(
 
 
 @nb.njit(cache=True)
-def hit_steps_chained(
+def _hit_steps_chained(
     offsets: I64,
     ids: Any,
     missing: I64,
@@ -425,7 +434,7 @@ def _depth_stream(
 
 
 @nb.njit(cache=True)
-def stack_depth_histogram(
+def _stack_depth_histogram(
     offsets: I64,
     ids: Any,
     missing: I64,
@@ -472,3 +481,30 @@ def stack_depth_histogram(
             hist,
         )
     return hist
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry points: each kernel behind its check
+# ---------------------------------------------------------------------------------------------
+
+
+def _check_curve_inputs(kernel: str, a: dict[str, Any]) -> None:
+    """Sizes both curve kernels rely on: chains and streams in range, depths, positions and
+    the block size within the int32 fields they are packed into."""
+    missing, order, starts = a["missing"], a["order"], a["starts"]
+    lengths = check_chains(
+        kernel, a["offsets"], a["ids"], a["n_ids"], missing=missing, hit_limit=a["hit_limit"]
+    )
+    check_blocks(kernel, lengths, missing, a["hit_limit"])
+    check_streams(kernel, order, starts, lengths.size, 2**62)
+    require(1 <= a["block_size"] <= INT32_LIMIT, kernel, "block_size must lie in 1..2^31-1")
+    accesses = np.concatenate([[0], np.cumsum((lengths + missing)[order])])
+    most = int((accesses[starts[1:]] - accesses[starts[:-1]]).max(initial=0))
+    require(most < INT32_LIMIT, kernel, "more than 2^31 block accesses in one stream")
+    # a depth never exceeds the accesses, so a larger histogram is only wasted memory
+    top, hist_size = int(accesses[-1]) + 2, a["hist_size"]
+    require(1 <= hist_size <= top, kernel, f"hist_size must lie in 1..{top}, got {hist_size}")
+
+
+hit_steps_chained = guarded(_hit_steps_chained, _check_curve_inputs)
+stack_depth_histogram = guarded(_stack_depth_histogram, _check_curve_inputs)

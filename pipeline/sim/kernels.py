@@ -39,6 +39,10 @@ Rules implemented (vLLM 0.33.0 automatic prefix caching, SIM_ANCHORS.md section 
   ``src/policies/cache_aware.rs`` L351-461, SIM_ANCHORS.md section 2) on the replicas' exact
   caches, as KV-event-driven routers see them, not on sgl-router's approximate character tree.
 
+Every kernel is called through a Python function of the same name that checks its sizes and
+indices first (:func:`check_chains`, :func:`check_streams`): numba does not bounds-check, so a
+negative capacity or an id past ``n_ids`` would otherwise read or write outside its arrays.
+
 Per-block state, one int32 per block id and replica: ``NOT_CACHED`` (-1); pinned, ≤ -2, with ref
 count ``-state - 1``; free, ≥ 0, the position of its entry in the replica's free queue. The free
 queue is append-only with lazy deletion (an entry is live iff the block's state still points at
@@ -48,12 +52,16 @@ run) and is compacted in place when full; it is sized so compaction is amortised
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
 from typing import Any
 
 import numba as nb
 import numpy as np
 from numpy.typing import NDArray
 
+from pipeline.errors import EnginefitError
 from pipeline.hashmap import splitmix64
 
 I64 = NDArray[np.int64]
@@ -75,6 +83,101 @@ _COUNT = 2  # cached blocks (pinned + free, anonymous included)
 _PINNED = 3  # pinned blocks (anonymous included)
 _PEAK = 4  # most pinned blocks after any admission (durations lifetime)
 _QUEUE_FIELDS = 5
+# Positions and ids held in int32 (block state, queue entries, curve positions) stay below this.
+INT32_LIMIT = 2**31 - 1
+# Arrivals lie within ±2^61 µs and durations (stretched ones saturate) within 2^61 µs (73,000
+# years), so arrival + duration never overflows int64.
+MAX_DURATION_US = 2**61
+# Block state and free queues the replay allocates (rows × (n_ids + queue_size) int32), at most.
+MAX_STATE_BYTES = 4 << 30  # 4 GiB
+
+
+# ---------------------------------------------------------------------------------------------
+# Guards: what every entry point checks before its kernel runs
+# ---------------------------------------------------------------------------------------------
+
+
+class KernelArgumentError(EnginefitError, ValueError):
+    """A kernel was called with sizes or indices that would take it outside its arrays."""
+
+
+def require(ok: bool, kernel: str, what: str) -> None:
+    if not ok:
+        raise KernelArgumentError(f"{kernel} kernel: {what}")
+
+
+def check_chains(
+    kernel: str, offsets: I64, ids: Any, n_ids: int, **per_request: NDArray[Any]
+) -> I64:
+    """Check the CSR chains (``offsets`` from 0 to ``ids.size``, ids in ``0..n_ids-1``) and that
+    each array of ``per_request`` holds one value per request; returns each request's length."""
+    require(offsets.ndim == 1 and offsets.size >= 1, kernel, "offsets needs n + 1 entries")
+    lengths = np.diff(offsets)
+    require(
+        int(offsets[0]) == 0 and int(offsets[-1]) == ids.size and bool((lengths >= 0).all()),
+        kernel,
+        f"offsets must rise from 0 to the {ids.size} block ids",
+    )
+    require(1 <= n_ids <= INT32_LIMIT, kernel, f"n_ids must lie in 1..2^31-1, got {n_ids}")
+    if ids.size:
+        require(
+            int(ids.min()) >= 0 and int(ids.max()) < n_ids,
+            kernel,
+            f"block ids must lie in 0..{n_ids - 1}",
+        )
+    for name, values in per_request.items():
+        require(
+            values.shape == lengths.shape,
+            kernel,
+            f"{name} needs one value per request ({lengths.size}), has {values.size}",
+        )
+    return lengths
+
+
+def check_blocks(kernel: str, lengths: I64, missing: I64, hit_limit: I64) -> None:
+    """Unknown output blocks are counts; lookups stay inside each request's chain."""
+    require(bool((missing >= 0).all()), kernel, "missing block counts must be ≥ 0")
+    require(
+        bool(((hit_limit >= 0) & (hit_limit <= lengths)).all()),
+        kernel,
+        "hit_limit must lie between 0 and each request's chain length",
+    )
+
+
+def check_streams(kernel: str, order: I64, starts: I64, n: int, max_streams: int) -> None:
+    """``order[starts[s]:starts[s+1]]`` are request indices, at most ``max_streams`` streams."""
+    require(
+        starts.ndim == 1 and 1 <= starts.size <= max_streams + 1,
+        kernel,
+        f"starts needs 2..{max_streams + 1} entries, has {starts.size}",
+    )
+    require(
+        int(starts[0]) >= 0
+        and int(starts[-1]) <= order.size
+        and bool((np.diff(starts) >= 0).all()),
+        kernel,
+        f"starts must rise within the {order.size} entries of order",
+    )
+    if order.size:
+        require(
+            int(order.min()) >= 0 and int(order.max()) < n,
+            kernel,
+            f"order must hold request indices 0..{n - 1}",
+        )
+
+
+def check_replicas(kernel: str, replicas: int) -> None:
+    require(replicas >= 1, kernel, f"replicas must be ≥ 1, got {replicas}")
+
+
+def check_replica_indices(kernel: str, replica: I64, replicas: int) -> None:
+    check_replicas(kernel, replicas)
+    if replica.size:
+        require(
+            int(replica.min()) >= 0 and int(replica.max()) < replicas,
+            kernel,
+            f"replica indices must lie in 0..{replicas - 1}",
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -83,7 +186,7 @@ _QUEUE_FIELDS = 5
 
 
 @nb.njit(cache=True)
-def is_chained(offsets: I64, ids: Any, n_ids: int) -> bool:
+def _is_chained(offsets: I64, ids: Any, n_ids: int) -> bool:
     """True when every block id always follows the same parent at the same position.
 
     That is the chained-hash structure (a block key identifies its whole prefix); it makes
@@ -106,7 +209,7 @@ def is_chained(offsets: I64, ids: Any, n_ids: int) -> bool:
 
 
 @nb.njit(cache=True)
-def fnv1a_strings(offsets: I64, data: NDArray[np.uint8]) -> NDArray[np.uint64]:
+def _fnv1a_strings(offsets: I64, data: NDArray[np.uint8]) -> NDArray[np.uint64]:
     """FNV-1a 64 of each string (bytes ``data[offsets[i]:offsets[i+1]]``), then SplitMix64."""
     n = offsets.size - 1
     out = np.empty(n, np.uint64)
@@ -133,7 +236,7 @@ def _argmin(values: I64) -> int:
 
 
 @nb.njit(cache=True)
-def least_served(tokens: I64, replicas: int) -> I64:
+def _least_served(tokens: I64, replicas: int) -> I64:
     """Each request goes to the replica that has served the fewest tokens so far (ties: lowest)."""
     n = tokens.size
     out = np.empty(n, np.int64)
@@ -146,7 +249,7 @@ def least_served(tokens: I64, replicas: int) -> I64:
 
 
 @nb.njit(cache=True)
-def bounded_affinity(home: I64, replicas: int, margin: float) -> tuple[I64, int]:
+def _bounded_affinity(home: I64, replicas: int, margin: float) -> tuple[I64, int]:
     """Consistent hashing with bounded loads (Mirrokni, Thorup, Zadimoghaddam, SODA 2018).
 
     Request ``i`` (0-based) stays on its home replica unless that would take the home's count
@@ -169,7 +272,7 @@ def bounded_affinity(home: I64, replicas: int, margin: float) -> tuple[I64, int]
 
 
 @nb.njit(cache=True)
-def group_by_replica(replica: I64, replicas: int) -> tuple[I64, I64]:
+def _group_by_replica(replica: I64, replicas: int) -> tuple[I64, I64]:
     """Request indices grouped by replica, arrival order kept (a stable counting sort)."""
     starts = np.zeros(replicas + 1, np.int64)
     for r in range(replica.size):
@@ -463,13 +566,16 @@ def _event_loop(
             queue[k, _PEAK] = queue[k, _PINNED]
         duration = base_duration[r]
         if replica_slots > 0 and in_flight[k] > replica_slots:
-            duration = duration * in_flight[k] // replica_slots
+            if duration > MAX_DURATION_US // in_flight[k]:
+                duration = MAX_DURATION_US  # never finishes within any trace; no overflow
+            else:
+                duration = duration * in_flight[k] // replica_slots
         n_running = _heap_push(finish, finishing, n_running, t + duration, r)
     return balance_routed
 
 
 @nb.njit(cache=True)
-def replay(
+def _replay(
     offsets: I64,
     ids: Any,
     prompt_blocks: I64,
@@ -544,3 +650,117 @@ def replay(
         else:
             peak[:] = queue[:, _PEAK]
     return hits, chosen, balance_routed, peak
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry points: each kernel behind its check
+# ---------------------------------------------------------------------------------------------
+
+
+def guarded(kernel: Any, check: Callable[[str, dict[str, Any]], None]) -> Callable[..., Any]:
+    """``kernel`` (a numba dispatcher named ``_<name>``) as ``<name>``: its arguments, bound to
+    their names, go through ``check`` before numba runs; signature and docstring are the
+    kernel's."""
+    signature = inspect.signature(kernel.py_func)
+    name = kernel.py_func.__name__.lstrip("_")
+
+    @functools.wraps(kernel.py_func)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        check(name, signature.bind(*args, **kwargs).arguments)
+        return kernel(*args, **kwargs)
+
+    run.__name__ = run.__qualname__ = name
+    return run
+
+
+def _check_is_chained(kernel: str, a: dict[str, Any]) -> None:
+    check_chains(kernel, a["offsets"], a["ids"], a["n_ids"])
+
+
+def _check_fnv1a_strings(kernel: str, a: dict[str, Any]) -> None:
+    offsets, data = a["offsets"], a["data"]
+    require(
+        offsets.ndim == 1
+        and offsets.size >= 1
+        and int(offsets[0]) >= 0
+        and int(offsets[-1]) <= data.size
+        and bool((np.diff(offsets) >= 0).all()),
+        kernel,
+        f"offsets must rise within the {data.size} bytes",
+    )
+
+
+def _check_least_served(kernel: str, a: dict[str, Any]) -> None:
+    check_replicas(kernel, a["replicas"])
+
+
+def _check_bounded_affinity(kernel: str, a: dict[str, Any]) -> None:
+    check_replica_indices(kernel, a["home"], a["replicas"])
+    margin = a["margin"]
+    require(np.isfinite(margin) and margin >= 0, kernel, f"margin {margin} is not ≥ 0")
+
+
+def _check_group_by_replica(kernel: str, a: dict[str, Any]) -> None:
+    check_replica_indices(kernel, a["replica"], a["replicas"])
+
+
+def _check_replay(kernel: str, a: dict[str, Any]) -> None:
+    per_request = ("prompt_blocks", "missing", "hit_limit", "prompt_tokens", "arrival")
+    lengths = check_chains(
+        kernel,
+        a["offsets"],
+        a["ids"],
+        a["n_ids"],
+        **{name: a[name] for name in per_request},
+        base_duration=a["base_duration"],
+    )
+    check_blocks(kernel, lengths, a["missing"], a["hit_limit"])
+    prompt_blocks = a["prompt_blocks"]
+    require(
+        bool(((prompt_blocks >= 0) & (prompt_blocks <= lengths)).all()),
+        kernel,
+        "prompt_blocks must lie between 0 and each request's chain length",
+    )
+    routing, replicas = a["routing"], a["replicas"]
+    require(routing in (FIXED, LEAST_LOADED, CACHE_AWARE), kernel, f"unknown routing {routing}")
+    check_replicas(kernel, replicas)
+    # FIXED replays one stream per replica on one reused row; the others one stream of all
+    streams = replicas if routing == FIXED else 2**62
+    check_streams(kernel, a["order"], a["starts"], lengths.size, streams)
+    for name, low, high, unit in (
+        ("block_size", 1, INT32_LIMIT, ""),
+        ("capacity", 0, 2**62, " blocks"),
+        ("queue_size", 1, INT32_LIMIT, ""),
+        ("replica_slots", 0, INT32_LIMIT, ""),
+    ):
+        value = a[name]
+        require(
+            low <= value <= high, kernel, f"{name} must lie in {low:,}..{high:,}{unit}, got {value}"
+        )
+    rows = 1 if routing == FIXED else replicas
+    state_bytes = rows * (a["n_ids"] + a["queue_size"]) * 4
+    require(
+        state_bytes <= MAX_STATE_BYTES,
+        kernel,
+        f"{state_bytes / 2**30:.1f} GiB of block state is above MAX_STATE_BYTES",
+    )
+    if lengths.size:
+        durations, arrival = a["base_duration"], a["arrival"]
+        require(
+            int(durations.min()) >= 0 and int(durations.max()) <= MAX_DURATION_US,
+            kernel,
+            "durations must lie in 0..2^61 µs",
+        )
+        require(
+            int(np.abs(arrival).max()) <= MAX_DURATION_US,
+            kernel,
+            "arrivals must lie within ±2^61 µs",
+        )
+
+
+is_chained = guarded(_is_chained, _check_is_chained)
+fnv1a_strings = guarded(_fnv1a_strings, _check_fnv1a_strings)
+least_served = guarded(_least_served, _check_least_served)
+bounded_affinity = guarded(_bounded_affinity, _check_bounded_affinity)
+group_by_replica = guarded(_group_by_replica, _check_group_by_replica)
+replay = guarded(_replay, _check_replay)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 import polars as pl
+from matplotlib.axes import Axes
 
 from pipeline.present.figures import COLORS, LINESTYLES, MARKERS, drawing, svg_bytes
 from pipeline.present.tables import markdown_table
@@ -18,6 +20,7 @@ SCENARIO_VIEW = (
     "request_lifetime",
     "hit_ratio",
     "hit_ratio_instant",
+    "content_share",
     "token_imbalance",
     "spills",
     "balance_routed",
@@ -32,15 +35,73 @@ def curves_table(points: list[dict[str, Any]]) -> str:
     """One row per curve: where it saturates and at what hit ratio."""
     return markdown_table(
         points,
-        ["block_size", "replicas", "routing", "max_hit_ratio", "saturation_cache_tokens"],
+        [
+            "block_size",
+            "replicas",
+            "routing",
+            "max_hit_ratio",
+            "saturation_cache_tokens",
+            "content_share",
+        ],
     )
+
+
+def coverage_note(*tables: pl.DataFrame) -> tuple[str, bool] | None:
+    """What the tables' hit ratios are, and whether they are unknown: unknown (and why) when
+    the trace has no prompt content, over the requests with content when only some carry it;
+    None when every request does (one trace feeds every table, so they agree)."""
+    reasons = sorted(
+        {r for t in tables if "hit_unknown_reason" in t.columns for r in t["hit_unknown_reason"]}
+        - {None}
+    )
+    if reasons:
+        return f"hit ratio unknown: {reasons[0]}", True
+    shares = [
+        share
+        for t in tables
+        if "content_share" in t.columns
+        for share in t["content_share"].drop_nulls()
+    ]
+    if shares and min(shares) < 1:
+        note = (
+            "hit ratio over the requests with prompt content "
+            f"({min(shares):.1%} of prompt tokens); the others' hits are unknown"
+        )
+        return note, False
+    return None
+
+
+def _annotate(ax: Axes, *tables: pl.DataFrame) -> None:
+    """The coverage note: across the (empty) plot when the hits are unknown, else below it."""
+    coverage = coverage_note(*tables)
+    if coverage is None:
+        return
+    note, unknown = coverage
+    if unknown:
+        ax.set_xticks([])
+        ax.set_yticks([])
+        ax.text(
+            0.5,
+            0.5,
+            textwrap.fill(note, 48),
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+            bbox={"facecolor": "white", "edgecolor": "grey"},
+        )
+    else:
+        ax.text(0.0, -0.2, textwrap.fill(note, 90), fontsize=7, va="top", transform=ax.transAxes)
 
 
 def hit_ratio_vs_capacity_svg(curves: pl.DataFrame, scenarios: pl.DataFrame) -> bytes:
     """Hit ratio against cache tokens per replica: a line per curve (instant lifetime), a
-    marker per multi-replica scenario (its own lifetime)."""
+    marker per multi-replica scenario (its own lifetime); unknown hit ratios are not drawn, and
+    the plot says why (an annotated empty plot when nothing is known)."""
     with drawing(7.5, 4.5) as fig:
         ax = fig.subplots()
+        _annotate(ax, curves, scenarios)
+        curves = curves.filter(pl.col("hit_ratio").is_not_null())
+        scenarios = scenarios.filter(pl.col("hit_ratio").is_not_null())
         groups = curves.sort("capacity_blocks").group_by(
             ["block_size", "replicas", "routing"], maintain_order=True
         )
@@ -76,16 +137,21 @@ def hit_ratio_vs_capacity_svg(curves: pl.DataFrame, scenarios: pl.DataFrame) -> 
         ax.set_ylabel("prompt tokens served from cache")
         ax.set_ylim(0, 1)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7, loc="upper left")
+        if curves.height or scenarios.height:
+            ax.legend(fontsize=7, loc="upper left")
         ax.set_title("Hit ratio vs cache capacity, by routing")
         return svg_bytes(fig)
 
 
 def imbalance_vs_hit_ratio_svg(scenarios: pl.DataFrame) -> bytes:
-    """Token load imbalance (max/mean over replicas) against hit ratio, one marker per routing."""
+    """Token load imbalance (max/mean over replicas) against hit ratio, one marker per routing
+    (scenarios whose hit ratio is unknown are not drawn; the plot says why)."""
     with drawing(6.5, 4.5) as fig:
         ax = fig.subplots()
-        multi = scenarios.filter(pl.col("replicas") > 1).sort("routing", "scenario")
+        _annotate(ax, scenarios)
+        multi = scenarios.filter(pl.col("replicas") > 1, pl.col("hit_ratio").is_not_null()).sort(
+            "routing", "scenario"
+        )
         for i, ((routing,), part) in enumerate(multi.group_by(["routing"], maintain_order=True)):
             ax.plot(
                 part["hit_ratio"],

@@ -21,6 +21,7 @@ from pipeline.sim import kernels
 from pipeline.sim.blocks import BlockView, SimInput, SimulationInputError
 from pipeline.sim.config import (
     CACHE_INDEPENDENT,
+    MAX_REPLICAS,
     REQUEST_LIFETIMES,
     ROUTINGS,
     CacheAwareConfig,
@@ -32,7 +33,7 @@ I64 = NDArray[np.int64]
 
 # Routings decided inside the event loop, which then holds every replica's block state at once:
 # replicas × (distinct blocks + queue entries) int32. Above this many bytes simulate refuses.
-MAX_ROUTED_STATE_BYTES = 4 << 30  # 4 GiB
+MAX_ROUTED_STATE_BYTES = kernels.MAX_STATE_BYTES  # 4 GiB, the kernel's own bound
 
 # Routings whose decisions read request durations (logged e2e_ms, else the latency model).
 USES_DURATIONS = frozenset({"least-loaded", "cache-aware"})
@@ -190,6 +191,11 @@ def simulate(
         )
     if replica_slots is not None and replica_slots < 1:
         raise SimulationInputError(f"replica_slots must be positive or None, got {replica_slots}")
+    if not 1 <= scenario.replicas <= MAX_REPLICAS or scenario.cache_tokens < 0:
+        raise SimulationInputError(
+            f"scenario {scenario.key}: replicas must lie in 1..{MAX_REPLICAS} and cache tokens "
+            "be ≥ 0"
+        )
     view = inp.blocks(scenario.block_size, scenario.tenant_isolation)
     capacity = scenario.cache_tokens // scenario.block_size
     replicas = scenario.replicas
@@ -266,46 +272,68 @@ def simulate(
 
 
 def per_replica_frame(inp: SimInput, run: ScenarioRun) -> pl.DataFrame:
-    """One row per replica: requests, tokens, hits (zero rows for replicas that got nothing)."""
+    """One row per replica: requests, tokens, hits (zero rows for replicas that got nothing).
+
+    Hit figures cover the requests with prompt content (:class:`ContentCoverage`): a replica's
+    hit ratio is over their prompt tokens (null when it got none), and every hit figure is
+    null when the trace has no content at all.
+    """
     frame = pl.DataFrame(
         {
             "replica": run.replica,
             "prompt_tokens": inp.prompt_tokens,
+            "content_prompt_tokens": np.where(inp.hashes_known, inp.prompt_tokens, 0),
             "output_tokens": inp.output_tokens,
             "hit_tokens": run.hit_tokens,
         }
     )
-    return replica_load(frame, run.scenario.replicas)
+    return replica_load(frame, run.scenario.replicas, known=inp.coverage().reason is None)
 
 
-def replica_load(frame: pl.DataFrame, replicas: int) -> pl.DataFrame:
-    """Aggregate per-request ``replica, prompt_tokens, output_tokens, hit_tokens`` by replica."""
+def replica_load(frame: pl.DataFrame, replicas: int, *, known: bool = True) -> pl.DataFrame:
+    """Aggregate per-request ``replica, prompt_tokens, content_prompt_tokens, output_tokens,
+    hit_tokens`` by replica; ``known`` false makes every hit figure null."""
     all_replicas = pl.DataFrame({"replica": np.arange(replicas, dtype=np.int64)})
+    content = pl.col("content_prompt_tokens")
+    hits = pl.col("hit_tokens")
     return (
         all_replicas.join(
             frame.group_by("replica").agg(
                 pl.len().cast(pl.Int64).alias("requests"),
                 pl.col("prompt_tokens").sum(),
+                content.sum(),
                 pl.col("output_tokens").sum(),
-                pl.col("hit_tokens").sum(),
+                hits.sum(),
             ),
             on="replica",
             how="left",
         )
         .fill_null(0)
         .with_columns(
-            (pl.col("prompt_tokens") - pl.col("hit_tokens")).alias("prefill_tokens"),
+            (content - hits).alias("prefill_tokens"),
             (pl.col("prompt_tokens") + pl.col("output_tokens")).alias("tokens"),
-            pl.when(pl.col("prompt_tokens") > 0)
-            .then(pl.col("hit_tokens") / pl.col("prompt_tokens"))
-            .otherwise(0.0)
-            .alias("hit_ratio"),
+            pl.when(content > 0).then(hits / content).otherwise(None).alias("hit_ratio"),
+        )
+        .with_columns(
+            [
+                pl.lit(None, dtype).alias(name)
+                for name, dtype in (
+                    ("hit_tokens", pl.Int64),
+                    ("prefill_tokens", pl.Int64),
+                    ("hit_ratio", pl.Float64),
+                )
+            ]
+            if not known
+            else []
         )
         .sort("replica")
     )
 
 
-def _imbalance(values: pl.Series) -> float:
+def _imbalance(values: pl.Series) -> float | None:
+    """max / mean over replicas (1 when nothing was served; None when the values are unknown)."""
+    if values.null_count() == values.len():
+        return None
     mean = float(values.mean() or 0.0)  # type: ignore[arg-type]
     return float(values.max()) / mean if mean > 0 else 1.0  # type: ignore[arg-type]
 
@@ -314,7 +342,10 @@ def summarise(inp: SimInput, run: ScenarioRun, settings: SimulationConfig) -> di
     """The scenario's statistics as a JSON-ready dict (per-replica rows sorted by replica).
 
     ``warnings`` says when tokens pinned by running requests at their peak reach
-    ``settings.pinned_warn_share`` of a replica's cache capacity.
+    ``settings.pinned_warn_share`` of a replica's cache capacity, and what the hit figures
+    cover when only some requests carry prompt content. Hit figures cover the requests with
+    content (:class:`~pipeline.sim.blocks.ContentCoverage`); with none they are null and
+    ``hit_unknown_reason`` says why.
     """
     pinned_warn_share = settings.pinned_warn_share
     sc = run.scenario
@@ -326,6 +357,8 @@ def summarise(inp: SimInput, run: ScenarioRun, settings: SimulationConfig) -> di
         pl.Series("peak_pinned_tokens", peak * sc.block_size, pl.Int64),
     )
     prompt = int(inp.prompt_tokens.sum())
+    coverage = inp.coverage()
+    known = coverage.reason is None
     hit = int(run.hit_tokens.sum())
     durations = run.request_lifetime == "durations"
     durations_used = durations or (sc.routing in USES_DURATIONS and sc.replicas > 1)
@@ -352,7 +385,12 @@ def summarise(inp: SimInput, run: ScenarioRun, settings: SimulationConfig) -> di
             f"tokens pinned by running requests at peak reach "
             f"{100 * peak_tokens / sc.cache_tokens:.0f} % of the cache capacity"
         )
+    partial = coverage.partial_warning(inp.n)
+    if partial is not None:
+        warnings.append(partial)
     instant_hit = int(run.hit_tokens_instant.sum()) if run.hit_tokens_instant is not None else None
+    if not known:
+        instant_hit = None
     out: dict[str, Any] = {
         "scenario": sc.key,
         "block_size": sc.block_size,
@@ -364,13 +402,12 @@ def summarise(inp: SimInput, run: ScenarioRun, settings: SimulationConfig) -> di
         "requests": inp.n,
         "prompt_tokens": prompt,
         "output_tokens": int(inp.output_tokens.sum()),
-        "hit_tokens": hit,
-        "hit_ratio": hit / prompt if prompt else 0.0,
-        "prefill_tokens": prompt - hit,
+        **coverage.as_dict(),
+        "hit_tokens": hit if known else None,
+        "hit_ratio": coverage.hit_ratio(hit),
+        "prefill_tokens": coverage.prompt_tokens - hit if known else None,
         "hit_tokens_instant": instant_hit,
-        "hit_ratio_instant": (instant_hit / prompt if prompt else 0.0)
-        if instant_hit is not None
-        else None,
+        "hit_ratio_instant": coverage.hit_ratio(instant_hit) if instant_hit is not None else None,
         "request_lifetime": lifetime,
         "peak_pinned_tokens": peak_tokens,
         "warnings": warnings,

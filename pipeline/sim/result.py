@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import polars as pl
 
-from pipeline.sim.curve import Curve
+from pipeline.sim.curve import CURVE_SCHEMA, Curve
 
 SCENARIO_COLUMNS = [
     "scenario",
@@ -28,6 +27,9 @@ SCENARIO_COLUMNS = [
     "hit_tokens",
     "hit_ratio",
     "prefill_tokens",
+    "content_requests",
+    "content_share",
+    "hit_unknown_reason",
     "request_lifetime",
     "hit_tokens_instant",
     "hit_ratio_instant",
@@ -68,6 +70,9 @@ def scenario_frame(summaries: list[dict[str, Any]]) -> pl.DataFrame:
             "hit_tokens": pl.Int64,
             "hit_ratio": pl.Float64,
             "prefill_tokens": pl.Int64,
+            "content_requests": pl.Int64,
+            "content_share": pl.Float64,
+            "hit_unknown_reason": pl.String,
             "request_lifetime": pl.String,
             "hit_tokens_instant": pl.Int64,
             "hit_ratio_instant": pl.Float64,
@@ -90,11 +95,13 @@ def replica_frame(summaries: list[dict[str, Any]]) -> pl.DataFrame:
     rows = [{"scenario": s["scenario"], **r} for s in summaries for r in s["per_replica"]]
     if not rows:
         return pl.DataFrame(schema={"scenario": pl.String, "replica": pl.Int64})
-    return pl.DataFrame(rows).sort("scenario", "replica")
+    # hit figures may be null in every row (a trace without prompt content): keep their types
+    typed = {"hit_tokens": pl.Int64, "prefill_tokens": pl.Int64, "hit_ratio": pl.Float64}
+    return pl.DataFrame(rows, schema_overrides=typed).sort("scenario", "replica")
 
 
 def curves_frame(curves: list[Curve]) -> pl.DataFrame:
     frames = [c.frame() for c in curves]
     if not frames:
-        return Curve(1, 1, "single", False, 0, np.zeros(0, np.int64), np.zeros(0, np.int64)).frame()
+        return pl.DataFrame(schema=CURVE_SCHEMA)
     return pl.concat(frames).sort("block_size", "replicas", "routing", "capacity_blocks")
