@@ -64,7 +64,7 @@ def _simulation(layout: WorkloadLayout, config: Config) -> str:
     if not summaries:
         return "no scenarios configured"
     if not known:
-        reason = summaries[0].get("hit_ratio_reason") or "the trace cannot support it"
+        reason = summaries[0].get("hit_unknown_reason") or "the trace cannot support it"
         return f"{len(summaries)} scenarios; hit ratio unknown: {reason}"
     low = min(known, key=lambda s: (s["hit_ratio"], s["scenario"]))
     high = max(known, key=lambda s: (s["hit_ratio"], s["scenario"]))

@@ -137,7 +137,7 @@ def _curve_hits(
     block = rows.get_column("block_size").min() if rows.height else None
     rows = rows.filter(pl.col("block_size") == block)
     best = rows.group_by("routing").agg(pl.col("hit_tokens").max()).sort("routing")
-    return {r: float(h) for r, h in best.iter_rows()}
+    return {r: (float(h) if h is not None else None) for r, h in best.iter_rows()}
 
 
 def _routing_money(
