@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.bench import stage
-from pipeline.bench.config import BenchSettings, parse_as_of
+from pipeline.bench.config import BenchSettings
+from pipeline.bench.cost import parse_price
 from pipeline.bench.present import render_text
 from pipeline.bench.result import analysis_payload
 from pipeline.bench.slo import parse_slo_spec
@@ -36,6 +37,7 @@ from pipeline.config import Config
 from pipeline.errors import ConfigError
 from pipeline.facts import WorkloadFacts
 from pipeline.layout import WorkloadLayout
+from pipeline.settings import with_flags
 
 RUN_DATE_ENV = "ENGINEFIT_RUN_DATE"
 
@@ -74,24 +76,26 @@ def register(subparsers: Any) -> None:
 
 
 def resolve_settings(args: argparse.Namespace, config: Config) -> BenchSettings:
-    """The configuration's ``bench`` section, then command-line overrides."""
+    """The configuration's ``bench`` section, then command-line overrides, each validated as the
+    configuration is (a bad value is one line naming the flag)."""
     settings = config.bench
-    changes: dict[str, Any] = {}
+    flags: dict[str, tuple[str, Any]] = {}
     if args.slo is not None:
-        changes["slo"] = parse_slo_spec(args.slo, settings.slo)
+        flags["slo"] = ("--slo", parse_slo_spec(args.slo, settings.slo))
     if args.gpu_hour_usd is not None:
-        if not args.gpu_hour_usd >= 0:
-            raise ConfigError(f"--gpu-hour-usd: must be ≥ 0, got {args.gpu_hour_usd}")
-        changes["prices"] = dataclasses.replace(settings.prices, override=args.gpu_hour_usd)
+        price = parse_price(args.gpu_hour_usd, "--gpu-hour-usd")
+        flags["prices"] = ("--gpu-hour-usd", dataclasses.replace(settings.prices, override=price))
     if args.interpolate:
-        changes["interpolate"] = True
+        flags["interpolate"] = ("--interpolate", True)
     if args.manifest is not None:
-        changes["manifest"] = args.manifest
+        if not args.manifest.is_file():
+            raise ConfigError(f"--manifest: {args.manifest}: no such manifest file")
+        flags["manifest"] = ("--manifest", args.manifest)
     if args.as_of is not None:
-        changes["as_of"] = parse_as_of(args.as_of, "--as-of")
+        flags["as_of"] = ("--as-of", args.as_of)
     elif settings.as_of is None and os.environ.get(RUN_DATE_ENV):
-        changes["as_of"] = parse_as_of(os.environ[RUN_DATE_ENV], RUN_DATE_ENV)
-    return settings.replace(**changes)
+        flags["as_of"] = (RUN_DATE_ENV, os.environ[RUN_DATE_ENV])
+    return with_flags(settings, flags)
 
 
 def run_bench(args: argparse.Namespace) -> int:

@@ -61,13 +61,14 @@ class Prices:
         }
 
 
-def _price(value: Any, where: str) -> float:
+def parse_price(value: Any, where: str) -> float:
+    """A $ per GPU-hour price: a finite number ≥ 0 (``where`` names the key or flag)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"{where}: must be a price in $ per GPU-hour, got {value!r}")
     price = float(value)
     if not math.isfinite(price) or price < 0:
         raise ConfigError(f"{where}: must be a finite price ≥ 0, got {value!r}")
-    return price
+    return price + 0.0  # -0.0 → 0.0
 
 
 def prices_from_mapping(raw: Any, *, where: str = "bench.prices") -> Prices:
@@ -83,14 +84,14 @@ def prices_from_mapping(raw: Any, *, where: str = "bench.prices") -> Prices:
     if table is None:
         return Prices()
     if not isinstance(table, Mapping):
-        return Prices(default=_price(table, f"{where}.gpu_hour_usd"))
+        return Prices(default=parse_price(table, f"{where}.gpu_hour_usd"))
     by_type: dict[str, float] = {}
     default: float | None = None
     for key, value in table.items():
         name = str(key).strip()
         if not name:
             raise ConfigError(f"{where}.gpu_hour_usd: empty GPU type name")
-        price = _price(value, f"{where}.gpu_hour_usd.{name}")
+        price = parse_price(value, f"{where}.gpu_hour_usd.{name}")
         if name.lower() == "default":
             default = price
         else:

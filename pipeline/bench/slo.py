@@ -48,6 +48,7 @@ from pipeline.bench.keepup import (
     mean_output_tokens_expr,
     send_rate_expr,
 )
+from pipeline.bench.schema import screen_measurements
 from pipeline.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -317,6 +318,7 @@ def evaluate_slo(
     ``per_request`` (the reader's per-request table) lets the keep-up check use send times.
     """
     slo, min_tail_requests = settings.slo, settings.min_tail_requests
+    points = screen_measurements(points)  # the readers screen too; frames built by hand may not
     kind = sweep_kind_expr(points)
     frame = judge_keep_up(points.with_columns(sweep=kind), per_request, settings.overload)
     violated: list[pl.Expr] = []
@@ -328,26 +330,43 @@ def evaluate_slo(
         pl.when(keep_up.is_in([OVERLOADED, UNKNOWN])).then(pl.col("keep_up_reason"))
     ]
     completed = float_column(frame, "completed")
+    source = column_or_null(frame, "source_file", pl.String()).fill_null("the result file")
     for limit in slo.limits:
-        value = float_column(frame, limit.column(slo.itl_definition))
+        column = limit.column(slo.itl_definition)
+        value = float_column(frame, column)
         label = limit.label(slo.itl_definition)
+        rejected = (
+            pl.col("rejected_values")
+            .list.eval(pl.element().filter(pl.element().str.starts_with(f"{column} = ")))
+            .list.first()
+        )
         needed = required_requests(limit.stat, min_tail_requests)
         too_few = (completed < needed) | completed.is_null()
         bad = (value > limit.max_ms) & ~too_few
         violated.append(bad.fill_null(False))
         missing.append(value.is_null() | too_few)
+        limit_text = f"≤ {_num(limit.max_ms)} ms"
+        # the measured value beside its limit, for a value that cannot be judged
+        measured = pl.format(f" (measured {{}} ms, limit {limit_text})", value.round(1))
         reasons.append(
             pl.when(bad)
             .then(pl.format(f"{label} {{}} ms > {_num(limit.max_ms)} ms", value.round(1)))
+            .when(rejected.is_not_null())
+            .then(pl.format(f"{label} unknown: {{}} in {{}}", rejected, source))
             .when(value.is_null())
-            .then(pl.lit(f"{label} missing"))
+            .then(pl.lit(f"{label} missing (limit {limit_text})"))
             .when(completed.is_null())
-            .then(pl.lit(f"completed requests not recorded; {label} needs ≥ {needed}"))
+            .then(
+                pl.format(
+                    f"completed requests not recorded; {label} needs ≥ {needed}{{}}", measured
+                )
+            )
             .when(too_few)
             .then(
                 pl.format(
-                    f"only {{}} completed requests; {label} needs ≥ {needed}",
+                    f"only {{}} completed requests; {label} needs ≥ {needed}{{}}",
                     completed.cast(pl.Int64),
+                    measured,
                 )
             )
         )

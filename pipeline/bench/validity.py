@@ -20,7 +20,9 @@ Checks (``check`` column):
                           offered rate) is below production's peak rate;
 ``stale``                 the run is older than ``max_age_days`` at ``as_of``;
 ``closed_loop``           closed-loop (concurrency) results, whose "capacity" is an achieved
-                          rate, not an offered one;
+                          rate, not an offered one, and which hide queueing (a user waits for
+                          its answer before sending again; at concurrency 1 the latency is the
+                          unloaded one); reported apart from the open-loop ranking;
 ``comparability``         (across candidates) different models, GPU types, quantisation or
                           client settings: the candidates are not ranked.
 """
@@ -216,7 +218,9 @@ def candidate_profile(evaluated: pl.DataFrame) -> pl.DataFrame:
         n_points=pl.len(),
         n_open=(sweep == "open").sum(),
         n_closed=(sweep == "closed").sum(),
+        n_other=(sweep == "other").sum(),
         closed_loads=_fmt(load.filter(sweep == "closed").unique().sort()).str.join(", "),
+        min_closed_load=load.filter(sweep == "closed").min(),
         max_open_rate=load.filter(sweep == "open").max(),
         max_sustained_rate=pl.col("_sustained")
         .filter((sweep == "open") & (pl.col("slo_status") == "pass"))
@@ -557,21 +561,40 @@ def check_stale(profile: pl.DataFrame, as_of: dt.date | None, max_age_days: int)
 
 
 def check_closed_loop(profile: pl.DataFrame) -> pl.DataFrame:
+    """Closed-loop points are flagged and reported apart; the message says what they hide."""
     closed = pl.col("n_closed") > 0
     message = (
         pl.when(closed)
         .then(
             pl.format(
-                "{} closed-loop point(s) at concurrency {}{}: the load waits for the server, so "
-                "overload is hidden and the achieved rate is not an offered rate; reported apart",
+                "{} closed-loop point(s) at concurrency {}{}: each user sends its next request "
+                "only when the last one is answered, so requests never queue beyond that "
+                "concurrency -- queueing and overload are hidden -- and the achieved rate is not "
+                "an offered rate; reported apart, not ranked{}",
                 pl.col("n_closed"),
                 pl.col("closed_loads"),
                 pl.when(pl.col("n_open") == 0)
                 .then(pl.lit(" and no open-loop sweep"))
                 .otherwise(pl.lit("")),
+                pl.when(pl.col("min_closed_load") == 1)
+                .then(
+                    pl.lit(
+                        "; at concurrency 1 one request is in flight at a time: its latency is "
+                        "the unloaded latency and says nothing about latency under load"
+                    )
+                )
+                .otherwise(pl.lit("")),
             )
         )
-        .otherwise(pl.format("{} open-loop point(s), no closed-loop results", pl.col("n_open")))
+        .when(pl.col("n_open") > 0)
+        .then(pl.format("{} open-loop point(s), no closed-loop points", pl.col("n_open")))
+        .otherwise(
+            pl.format(
+                "no closed-loop points; no open-loop sweep either: {} burst / ramp / trace "
+                "point(s), which have no single load to search",
+                pl.col("n_other"),
+            )
+        )
     )
     return _finding(
         profile,
