@@ -80,7 +80,7 @@ def bench_analysis(context: AssetExecutionContext, store: EnginefitStore) -> dg.
     settings = config.bench
     layout = config.layout()
     as_of, as_of_source = _as_of(context, settings)
-    inputs = stage.read_inputs(layout, as_of)
+    inputs = stage.read_inputs(layout, as_of, config.where)
     analysis = stage.run(inputs, settings)
     paths = stage.write(analysis, layout)
     findings = analysis.findings
@@ -88,6 +88,7 @@ def bench_analysis(context: AssetExecutionContext, store: EnginefitStore) -> dg.
         metadata={
             "as_of": f"{as_of.isoformat()} ({as_of_source})",
             "workload_facts": inputs.facts_source,
+            "prices": analysis.prices_source,
             "slo": settings.slo.describe(),
             "dagster/row_count": analysis.capacity.height,
             "comparable": analysis.comparable,

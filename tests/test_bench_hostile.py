@@ -384,3 +384,229 @@ def test_allowlisted_key_with_a_long_value_is_dropped(tmp_path: Path) -> None:
         "1 free-form key(s) not kept (not on the reader's allowlist, or not a short value; a "
         "result file may carry prompts): gpu"
     ]
+
+
+# --------------------------------------------------------------------- 3. the terminal table
+
+H100 = Path(__file__).resolve().parent / "data" / "bench" / "inference-perf"
+
+
+def test_text_fits_a_terminal_and_shows_values_against_limits(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The real H100 sweep plus a closed-loop aiperf run of a long-named model: every line fits
+    100 columns, the key columns are there, and each point that did not pass shows its value
+    against the limit."""
+    sweep = tmp_path / "h100"
+    shutil.copytree(H100 / "kubecon-na-2025-vllm-h100", sweep)
+    (sweep / "enginefit-bench.yaml").write_text(MANIFEST_YAML)
+    aiperf = aiperf_concurrency_one(request_rate_mode="concurrency_burst")
+    aiperf["input_config"]["endpoint"]["model_names"] = ["org/" + "very-long-model-name-" * 6]
+    closed = write_result(tmp_path / "aiperf", aiperf, "profile_export_aiperf.json")
+    argv = ["bench", str(sweep), str(closed), "--gpu-hour-usd", "3", "--as-of", "2026-01-01"]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 100
+    flat = " ".join(" ".join(lines).split())  # wrapped lines joined again
+    header = lines.index("Open loop (ranked within pools)") + 1
+    assert lines[header].split() == [
+        *["#", "sweep", "capacity", "at", "load", "req/s", "out", "tok/s", "$/GPU-h"],
+        *["$/1M", "out", "rank"],
+    ]
+    # [1] the H100 sweep, [2] the aiperf run (labels in order). 92.19 req/s × 62.33 tokens =
+    # 5,748 tok/s; $3 ÷ (5,748 × 3600) × 10^6 = $0.145. Not ranked: the two are not comparable.
+    assert lines[header + 1].split() == [
+        *["[1]", "open", "bracketed", "92.19", "req/s", "92.2", "5,748", "3", "0.145", "—"]
+    ]
+    closed_header = next(i for i, line in enumerate(lines) if line.startswith("Closed loop")) + 2
+    # 1.5 req/s × 20 tokens = 30 tok/s; $3 ÷ (30 × 3600) × 10^6 = $27.8, shown apart
+    assert lines[closed_header + 1].split() == [
+        *["[2]", "closed", "not_bracketed", "1", "user", "1.5", "30", "3", "27.8", "—"]
+    ]
+    assert "[1] 122.59 req/s: fail: p95 TTFT 3187.2 ms > 1000 ms;" in flat
+    assert (
+        "[1] 1 req/s: unknown: only 60 completed requests; p99 ITL (per-gap) needs ≥ 100 "
+        "(measured 7.4 ms, limit ≤ 60 ms)" in flat
+    )
+    assert "[2] closed_loop flag: 1 closed-loop point(s) at concurrency 1" in flat
+    # wide columns stay in --json / Parquet only
+    assert "cost_workings" not in text.split("Every column")[0]
+    assert "5,748 output tok/s" not in text
+    # alone, the sweep is ranked: first of the bracketed pool
+    assert main(["bench", str(sweep), "--gpu-hour-usd", "3"]) == 0
+    alone = capsys.readouterr().out.splitlines()
+    row = alone[alone.index("Open loop (ranked within pools)") + 2]
+    assert row.split()[-2:] == ["1", "bracketed"]
+
+
+# -------------------------------------------------------- 4 and 7. workload facts and prices
+
+
+def shaped_workload(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[Path, Path]:
+    """The peaky trace (60 s peak 150 req/s) as canonical Parquet: what `enginefit shape --json`
+    prints (saved to a file), and the facts file `enginefit shape --out DIR` writes."""
+    from tests.conftest import write_requests
+    from tests.workloads import peaky_sharing_trace
+
+    write_requests(peaky_sharing_trace(), tmp_path / "trace")
+    requests = str(tmp_path / "trace" / "requests")
+    assert main(["shape", requests, "--json"]) == 0
+    printed = tmp_path / "shape.json"
+    printed.write_text(capsys.readouterr().out)
+    assert main(["shape", requests, "--out", str(tmp_path / "shaped")]) == 0
+    capsys.readouterr()
+    return printed, tmp_path / "shaped" / "shape" / "workload_facts.json"
+
+
+def test_workload_facts_from_shape_json_or_the_facts_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    printed, facts_file = shaped_workload(tmp_path, capsys)
+    result = str(write_result(tmp_path / "r", vllm_point()))
+    by_source = {}
+    for source in (printed, facts_file, facts_file.parent.parent):
+        payload = bench_json(capsys, result, "--gpu-hour-usd", "2", "--workload-facts", str(source))
+        by_source[source] = payload
+        fleet = {row["rate_label"]: row for row in payload["fleet"]}
+        # 9,000 requests in the peak minute = 150 req/s over a 2 req/s capacity: 75 replicas
+        assert fleet["peak_60s"]["replicas"] == 75
+        peak = next(f for f in payload["findings"] if f["check"] == "peak_rate")
+        assert peak["prod_value"] == pytest.approx(150.0) and peak["status"] == "flag"
+    assert by_source[printed]["workload_facts"] == str(printed)
+    assert by_source[facts_file]["workload_facts"] == str(facts_file)
+    folder = facts_file.parent.parent  # a workload folder: its shape (and prefix) outputs
+    assert by_source[folder]["workload_facts"] == (
+        f"{folder / 'shape' / 'workload_shape.json'} (no prefix stage output: prefix sharing "
+        "unknown)"
+    )
+    assert by_source[printed]["fleet"] == by_source[facts_file]["fleet"]
+
+
+EXPECTED = (
+    "expected shape/workload_facts.json (written by `enginefit shape TRACE... --out DIR`) or "
+    "what `enginefit shape TRACE... --json` prints"
+)
+
+
+@pytest.mark.parametrize(
+    ("content", "found"),
+    [
+        ("[1, 2]", "not workload facts (found a JSON array)"),
+        ('{"ttft_p95_ms": 1}', "not workload facts (found keys ttft_p95_ms)"),
+        ("{}", "not workload facts (found {})"),
+        ("not json", "not JSON (Expecting value at line 1)"),
+    ],
+)
+def test_other_workload_facts_files_are_one_line(
+    content: str, found: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = write_result(tmp_path / "r", vllm_point())
+    facts = tmp_path / "facts.json"
+    facts.write_text(content)
+    line = bench_error(capsys, str(result), "--workload-facts", str(facts))
+    assert line == f"enginefit: error: {facts}: {found}; {EXPECTED}"
+
+
+def test_shape_json_without_facts_fields_names_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = write_result(tmp_path / "r", vllm_point())
+    facts = tmp_path / "facts.json"
+    facts.write_text(json.dumps({"shape": {}, "facts": {"requests": 3}}))
+    line = bench_error(capsys, str(result), "--workload-facts", str(facts))
+    assert (
+        line
+        == f"enginefit: error: {facts}: facts: not workload facts (found keys requests); {EXPECTED}"
+    )
+    missing = tmp_path / "nope"
+    line = bench_error(capsys, str(result), "--workload-facts", str(missing))
+    assert line == f"enginefit: error: --workload-facts: {missing}: no such file or folder"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    line = bench_error(capsys, str(result), "--workload-facts", str(empty))
+    assert line == (
+        f"enginefit: error: --workload-facts: {empty} is a folder without shape results "
+        f"({empty / 'shape' / 'workload_shape.json'} is missing); write them with `enginefit "
+        f"shape TRACE... --out {empty}`, or name a facts file"
+    )
+
+
+def project_folder(tmp_path: Path) -> Path:
+    """A project with ./enginefit.yaml: a workload with shape outputs and an H100 price."""
+    from tests.conftest import write_requests
+    from tests.workloads import peaky_sharing_trace
+
+    write_requests(peaky_sharing_trace(), tmp_path / "data" / "t")
+    config = tmp_path / "enginefit.yaml"
+    config.write_text(
+        "workload: {name: t, traces: [x.jsonl], hash_salt: s}\n"
+        f"paths: {{data_dir: {tmp_path / 'data'}, reports_dir: {tmp_path / 'reports'}}}\n"
+        "bench: {prices: {gpu_hour_usd: {H100: 4.0}}}\n"
+    )
+    assert main(["shape", "--config", str(config)]) == 0
+    return config
+
+
+def test_adhoc_results_ignore_the_configured_workload_unless_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Someone else's result files, run in a project folder (./enginefit.yaml picked up): the
+    configured prices apply and are named; the configured workload's facts are not used until
+    --workload-facts names its folder."""
+    config = project_folder(tmp_path)  # tests run in tmp_path: ./enginefit.yaml is this one
+    capsys.readouterr()
+    result = str(write_result(tmp_path / "theirs", vllm_point()))
+    root = tmp_path / "data" / "t"
+    payload = bench_json(capsys, result)
+    assert payload["workload_facts"] == (
+        "none (ad hoc: give --workload-facts FILE|DIR to check against one; the configured "
+        f"workload t is used only when named: --workload-facts {root})"
+    )
+    assert payload["fleet"] == []
+    assert payload["prices_source"] == (
+        f"bench.prices of {config} by GPU type (H100 4), then the manifests' price_per_gpu_hour_usd"
+    )
+    (cap,) = payload["capacity"]
+    assert (cap["gpu_hour_usd"], cap["price_source"]) == (4.0, "config gpu_hour_usd.H100")
+    # the text says both in its first lines
+    assert main(["bench", result]) == 0
+    out, err = capsys.readouterr()
+    assert err.startswith(f"enginefit bench: configuration: {config} (workload t); workload: ")
+    assert "\nworkload facts: none (ad hoc: give --workload-facts FILE|DIR" in out
+    flat = " ".join(out.split())
+    assert (
+        f"prices ($/GPU-hour): bench.prices of {config} by GPU type (H100 4), then the "
+        "manifests' price_per_gpu_hour_usd"
+    ) in flat
+    # named: the configured workload's facts are used, and said
+    named = bench_json(capsys, result, "--workload-facts", str(root))
+    assert named["workload_facts"] == (
+        f"{root / 'shape' / 'workload_shape.json'} (no prefix stage output: prefix sharing unknown)"
+    )
+    assert {row["rate_label"] for row in named["fleet"]} >= {"mean", "peak_60s"}
+
+
+def test_price_source_without_any_price(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    payload = bench_json(capsys, str(write_result(tmp_path / "r", vllm_point())))
+    assert payload["prices_source"] == (
+        "the manifests' price_per_gpu_hour_usd only (no bench.prices in <defaults>); without "
+        "one the cost is unknown"
+    )
+    assert payload["capacity"][0]["cost_per_1m_output_usd"] is None
+
+
+# ------------------------------------------------------------ 5. the command line's language
+
+
+def test_missing_manifest_speaks_the_command_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(vllm_point()))
+    line = bench_error(capsys, str(path))
+    assert "manifest=" not in line
+    assert line.endswith(
+        "or give one with --manifest FILE (configuration key bench.manifest) with keys engine, "
+        "gpu_type, gpu_count"
+    )

@@ -3,17 +3,22 @@
     enginefit bench [--config FILE] [--json]                  # the configured bench.results
     enginefit bench PATH... [--manifest FILE] [--slo ttft_p95_ms=1000,itl_p99_ms=60]
                             [--gpu-hour-usd 3.0] [--interpolate] [--as-of 2026-11-29]
-                            [--config FILE] [--workload-facts FILE] [--out DIR] [--json]
+                            [--config FILE] [--workload-facts FILE|DIR] [--out DIR] [--json]
 
 Without PATH: the configured results and workload, written to its folder exactly as the
 ``bench_*`` assets write them. With PATH: those result files, printed, and written under
-``--out DIR`` (a workload folder: ``DIR/bench/``) when given. Settings come from the
-configuration's ``bench`` section; flags override them (``--slo`` replaces the latency limits;
-its options not named keep the configured ones). The age check's date is ``--as-of``, else
-``bench.as_of``, else the ``ENGINEFIT_RUN_DATE`` environment variable; without any it reports
-``unknown`` (this module never reads the clock). Workload facts (fleet sizing, production checks)
-come from ``--workload-facts`` or, when a workload is configured, from its shape and prefix stage
-outputs.
+``--out DIR`` (a workload folder: ``DIR/bench/``) when given. Settings (SLO, prices, checks)
+come from the configuration's ``bench`` section; flags override them (``--slo`` replaces the
+latency limits; its options not named keep the configured ones). The age check's date is
+``--as-of``, else ``bench.as_of``, else the ``ENGINEFIT_RUN_DATE`` environment variable; without
+any it reports ``unknown`` (this module never reads the clock).
+
+Workload facts (fleet sizing, the production checks): without PATH, the configured workload's
+shape and prefix outputs. With PATH, only what ``--workload-facts`` names -- a facts file
+(``shape/workload_facts.json``, or what ``enginefit shape --json`` prints) or a workload folder
+(its shape and prefix outputs, e.g. the configured workload's ``data/<name>``): someone else's
+result files are never checked against a workload that happens to be configured in the current
+folder. The output's first lines say which facts and which prices were used.
 """
 
 from __future__ import annotations
@@ -69,7 +74,13 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--as-of", help="date for the six-month age check (YYYY-MM-DD)")
     add_config_argument(parser)
-    parser.add_argument("--workload-facts", type=Path, help="shape/workload_facts.json to join")
+    parser.add_argument(
+        "--workload-facts",
+        type=Path,
+        metavar="FILE|DIR",
+        help="with PATH: check against these workload facts (shape/workload_facts.json, "
+        "`enginefit shape --json` output, or a workload folder); none: no fleet, checks unknown",
+    )
     add_out_argument(parser, "bench/ (points, capacity, findings, figures)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     parser.set_defaults(func=run_bench)
@@ -98,19 +109,40 @@ def resolve_settings(args: argparse.Namespace, config: Config) -> BenchSettings:
     return with_flags(settings, flags)
 
 
+def adhoc_facts(path: Path | None, config: Config) -> tuple[WorkloadFacts | None, str]:
+    """The workload facts ad hoc results are checked against, and where they came from: only
+    what ``--workload-facts`` names (a facts file, or a workload folder's shape and prefix
+    outputs), never the configured workload unasked."""
+    if path is None:
+        named = (
+            f"; the configured workload {config.workload.name} is used only when named: "
+            f"--workload-facts {config.layout().root}"
+            if config.workload is not None
+            else ""
+        )
+        return None, f"none (ad hoc: give --workload-facts FILE|DIR to check against one{named})"
+    if path.is_dir():
+        layout = WorkloadLayout(path)
+        facts, source = stage.workload_facts(layout)
+        if facts is None:
+            raise ConfigError(
+                f"--workload-facts: {path} is a folder without shape results "
+                f"({layout.shape.summary} is missing); write them with `enginefit shape "
+                f"TRACE... --out {path}`, or name a facts file"
+            )
+        return facts, source
+    if not path.is_file():
+        raise ConfigError(f"--workload-facts: {path}: no such file or folder")
+    return load_workload_facts(path), str(path)
+
+
 def run_bench(args: argparse.Namespace) -> int:
     config = command_config(args, paths=args.paths)
     settings = resolve_settings(args, config)
     if args.paths:
         results = stage.read_results(settings, [Path(p) for p in args.paths])
-        facts: WorkloadFacts | None
-        if args.workload_facts is not None:
-            facts, source = load_workload_facts(args.workload_facts), str(args.workload_facts)
-        elif config.workload is not None:
-            facts, source = stage.workload_facts(config.layout())
-        else:
-            facts, source = None, "no workload configured"
-        inputs = stage.BenchInputs(results, facts, source, settings.as_of)
+        facts, source = adhoc_facts(args.workload_facts, config)
+        inputs = stage.BenchInputs(results, facts, source, settings.as_of, config.where)
         analysis = stage.run(inputs, settings)
         if args.out is not None:
             stage.write(analysis, WorkloadLayout(args.out))
@@ -118,11 +150,11 @@ def run_bench(args: argparse.Namespace) -> int:
         if args.workload_facts is not None:
             raise ConfigError(
                 "--workload-facts applies to PATH results; the configured workload's facts "
-                "come from its shape and prefix stages"
+                "come from its shape and prefix outputs"
             )
         layout = config.layout()
         stage.write_results(stage.read_results(settings), layout)
-        analysis = stage.run(stage.read_inputs(layout, settings.as_of), settings)
+        analysis = stage.run(stage.read_inputs(layout, settings.as_of, config.where), settings)
         stage.write(analysis, layout)
         stage.write_concurrency(
             stage.run_concurrency(layout, analysis, config.shape.latency), layout

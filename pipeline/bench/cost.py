@@ -99,6 +99,29 @@ def prices_from_mapping(raw: Any, *, where: str = "bench.prices") -> Prices:
     return Prices(gpu_hour_usd=by_type, default=default)
 
 
+def describe_prices(prices: Prices, where: str) -> str:
+    """Where this run's $ per GPU-hour come from, highest precedence first (``where`` names the
+    configuration file), for the first lines of the output."""
+    if prices.override is not None:
+        return (
+            f"--gpu-hour-usd {prices.override:g} for every GPU type (over the configuration and "
+            "the manifests)"
+        )
+    parts = []
+    if prices.gpu_hour_usd:
+        table = ", ".join(
+            f"{name} {price:g}" for name, price in sorted(prices.gpu_hour_usd.items())
+        )
+        parts.append(f"bench.prices of {where} by GPU type ({table})")
+    parts.append("the manifests' price_per_gpu_hour_usd")
+    if prices.default is not None:
+        parts.append(f"the default {prices.default:g} of {where}")
+    text = ", then ".join(parts)
+    if len(parts) == 1:
+        text += f" only (no bench.prices in {where}); without one the cost is unknown"
+    return text
+
+
 def _norm(text: str) -> str:
     return re.sub(r"[^0-9A-Z]", "", text.upper())
 

@@ -28,6 +28,7 @@ import polars as pl
 
 from pipeline.bench.compute import analyse_bench
 from pipeline.bench.config import BenchSettings
+from pipeline.bench.cost import describe_prices
 from pipeline.bench.present import figures
 from pipeline.bench.readers import read_bench_files
 from pipeline.bench.result import BenchAnalysis, analysis_payload
@@ -40,7 +41,10 @@ from pipeline.prefix import stage as prefix_stage
 from pipeline.shape import stage as shape_stage
 from pipeline.store import write_bytes_atomic, write_json_atomic, write_parquet_atomic
 
-NO_RESULTS = "no bench results configured (set bench.results in the configuration)"
+NO_RESULTS = (
+    "no bench results configured (set bench.results in the configuration, or give result "
+    "PATHs to `enginefit bench`)"
+)
 
 
 # ------------------------------------------------------------------------------ 1. results
@@ -86,6 +90,7 @@ class BenchInputs:
     facts: WorkloadFacts | None
     facts_source: str
     as_of: dt.date | None
+    settings_source: str = "the configuration"  # the file the bench settings came from
 
 
 def workload_facts(layout: WorkloadLayout) -> tuple[WorkloadFacts | None, str]:
@@ -105,21 +110,28 @@ def workload_facts(layout: WorkloadLayout) -> tuple[WorkloadFacts | None, str]:
     )
 
 
-def read_inputs(layout: WorkloadLayout, as_of: dt.date | None) -> BenchInputs:
+def read_inputs(
+    layout: WorkloadLayout, as_of: dt.date | None, settings_source: str = "the configuration"
+) -> BenchInputs:
     """The load points written by step 1 and the workload's facts, for the given age date."""
     facts, source = workload_facts(layout)
-    return BenchInputs(read_written_results(layout), facts, source, as_of)
+    return BenchInputs(read_written_results(layout), facts, source, as_of, settings_source)
 
 
 def run(inputs: BenchInputs, settings: BenchSettings) -> BenchAnalysis:
     results = inputs.results
-    return analyse_bench(
+    analysis = analyse_bench(
         results.load_points,
         settings,
         inputs.facts,
         as_of=inputs.as_of,
         notes=results.notes,
         per_request=results.per_request,
+    )
+    return dataclasses.replace(
+        analysis,
+        facts_source=inputs.facts_source,
+        prices_source=describe_prices(settings.prices, inputs.settings_source),
     )
 
 
@@ -166,6 +178,8 @@ def read_analysis(layout: WorkloadLayout, settings: BenchSettings) -> BenchAnaly
         comparable=payload["comparable"],
         differences=payload["differences"],
         notes=payload["notes"],
+        facts_source=payload.get("workload_facts", "not recorded"),
+        prices_source=payload.get("prices_source", "not recorded"),
     )
 
 

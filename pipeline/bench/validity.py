@@ -132,15 +132,45 @@ def workload_facts_from_dict(
         raise InputFormatError(f"{where}: malformed value ({exc})") from exc
 
 
+#: What ``--workload-facts FILE`` accepts, said when a file is neither.
+FACTS_EXPECTED = (
+    "expected shape/workload_facts.json (written by `enginefit shape TRACE... --out DIR`) or "
+    "what `enginefit shape TRACE... --json` prints"
+)
+_FACTS_KEYS = ("requests", "span_s", "mean_rate_rps", "prompt_tokens", "output_tokens")
+_JSON_KINDS: dict[type, str] = {
+    list: "array",
+    str: "string",
+    int: "number",
+    float: "number",
+    bool: "boolean",
+    type(None): "null",
+}
+
+
 def load_workload_facts(path: Path) -> WorkloadFacts:
-    """Read ``shape/workload_facts.json`` (written by the ``workload_shape`` asset)."""
+    """Workload facts from ``shape/workload_facts.json`` (the ``workload_shape`` asset,
+    ``enginefit shape --out DIR``) or from what ``enginefit shape --json`` prints
+    (``{"shape": …, "facts": …}``); anything else is an error naming the file and both."""
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InputFormatError(f"{path}: cannot read workload facts: {exc}") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputFormatError(f"{path}: cannot read workload facts ({exc})") from exc
     except json.JSONDecodeError as exc:
-        raise InputFormatError(f"{path}: workload facts are not valid JSON: {exc}") from exc
-    return workload_facts_from_dict(raw, where=str(path))
+        raise InputFormatError(
+            f"{path}: not JSON ({exc.msg} at line {exc.lineno}); {FACTS_EXPECTED}"
+        ) from exc
+    where = str(path)
+    if isinstance(raw, Mapping) and "shape" in raw and "facts" in raw:
+        raw, where = raw["facts"], f"{path}: facts"  # `enginefit shape --json`
+    if not isinstance(raw, Mapping) or not all(key in raw for key in _FACTS_KEYS):
+        if isinstance(raw, Mapping):
+            keys = sorted(str(k) for k in raw)
+            found = f"keys {', '.join(keys[:8])}{' …' if len(keys) > 8 else ''}" if keys else "{}"
+        else:
+            found = f"a JSON {_JSON_KINDS.get(type(raw), type(raw).__name__)}"
+        raise InputFormatError(f"{where}: not workload facts (found {found}); {FACTS_EXPECTED}")
+    return workload_facts_from_dict(raw, where=where)
 
 
 def findings_well_formed(findings: pl.DataFrame) -> list[str]:
@@ -286,7 +316,10 @@ def _no_facts(profile: pl.DataFrame, check: str, what: str) -> pl.DataFrame:
         profile,
         check,
         pl.lit("unknown"),
-        pl.lit(f"{what} unknown: no workload facts (run the workload_shape stage)"),
+        pl.lit(
+            f"{what} unknown: no workload facts (give --workload-facts FILE|DIR, or run "
+            "`enginefit shape` for the configured workload)"
+        ),
         pl.lit(None, dtype=pl.Float64),
         None,
         None,
