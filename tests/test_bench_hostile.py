@@ -477,7 +477,7 @@ def test_workload_facts_from_shape_json_or_the_facts_file(
     assert by_source[facts_file]["workload_facts"] == str(facts_file)
     folder = facts_file.parent.parent  # a workload folder: its shape (and prefix) outputs
     assert by_source[folder]["workload_facts"] == (
-        f"{folder / 'shape' / 'workload_shape.json'} (no prefix stage output: prefix sharing "
+        f"{folder / 'shape' / 'workload_shape.json'} (no `enginefit prefix` output: prefix sharing "
         "unknown)"
     )
     assert by_source[printed]["fleet"] == by_source[facts_file]["fleet"]
@@ -582,7 +582,7 @@ def test_adhoc_results_ignore_the_configured_workload_unless_named(
     # named: the configured workload's facts are used, and said
     named = bench_json(capsys, result, "--workload-facts", str(root))
     assert named["workload_facts"] == (
-        f"{root / 'shape' / 'workload_shape.json'} (no prefix stage output: prefix sharing unknown)"
+        f"{root / 'shape' / 'workload_shape.json'} (no `enginefit prefix` output: prefix sharing unknown)"
     )
     assert {row["rate_label"] for row in named["fleet"]} >= {"mean", "peak_60s"}
 

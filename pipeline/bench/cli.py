@@ -60,7 +60,13 @@ def register(subparsers: Any) -> None:
         metavar="PATH",
         help="result files or folders (none: the configured bench.results)",
     )
-    parser.add_argument("--manifest", type=Path, help="manifest YAML merged over sidecars")
+    parser.add_argument(
+        "--manifest",
+        type=Path,
+        metavar="FILE",
+        help="manifest YAML merged over the sidecars: engine, GPU, price, date (config key "
+        "bench.manifest)",
+    )
     parser.add_argument(
         "--slo", help="limits, e.g. ttft_p95_ms=1000,itl_p99_ms=60[,itl_definition=per-gap]"
     )

@@ -103,7 +103,7 @@ def workload_facts(layout: WorkloadLayout) -> tuple[WorkloadFacts | None, str]:
     try:
         ratios = prefix_stage.read_result(layout).shared_prefix_ratio()
     except InputFormatError:
-        return facts, f"{source} (no prefix stage output: prefix sharing unknown)"
+        return facts, f"{source} (no `enginefit prefix` output: prefix sharing unknown)"
     return (
         dataclasses.replace(facts, shared_prefix_ratio=ratios),
         f"{source} + {layout.prefix.summary}",

@@ -459,7 +459,7 @@ def check_prefix(profile: pl.DataFrame, facts: WorkloadFacts | None) -> pl.DataF
             pl.lit("unknown"),
             pl.format(
                 "{}; production shared-prefix ratio unknown (the trace has no prompt content "
-                "or the prefix stage did not run), so prefix structure cannot be compared",
+                "or `enginefit prefix` has not run), so prefix structure cannot be compared",
                 bench_text,
             ),
             pl.lit(None, dtype=pl.Float64),
