@@ -80,7 +80,7 @@ def bench_analysis(context: AssetExecutionContext, store: EnginefitStore) -> dg.
     settings = config.bench
     layout = config.layout()
     as_of, as_of_source = _as_of(context, settings)
-    inputs = stage.read_inputs(layout, as_of, config.where)
+    inputs = stage.read_inputs(layout, as_of)
     analysis = stage.run(inputs, settings)
     paths = stage.write(analysis, layout)
     findings = analysis.findings

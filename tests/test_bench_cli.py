@@ -171,8 +171,7 @@ def test_bench_reads_the_workload_through_the_stages(
         capsys, str(H100), "--config", str(config), "--workload-facts", str(workload)
     )
     assert payload["workload_facts"] == (
-        f"{workload / 'shape' / 'workload_shape.json'} + "
-        f"{workload / 'prefix' / 'prefix_sharing.json'}"
+        f"workload folder {workload}: shape/workload_shape.json + prefix/prefix_sharing.json"
     )
     cap = payload["capacity"][0]
     assert cap["price_source"] == "config gpu_hour_usd.H100"

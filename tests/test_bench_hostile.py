@@ -15,7 +15,9 @@ import pytest
 
 from pipeline.bench import read_bench_files
 from pipeline.cli import main
-from tests.conftest import SHARED
+from tests.conftest import SHARED, write_config, write_requests
+from tests.test_bench_cli import run_json as bench_json
+from tests.workloads import peaky_sharing_trace
 
 SYSTEM_YAML = "engine: vllm\nengine_version: 0.11.0\ngpu_type: H100-80GB\n"
 MANIFEST_YAML = SYSTEM_YAML + "gpu_count: 1\n"
@@ -67,12 +69,11 @@ def write_result(folder: Path, record: dict[str, Any], name: str = "run.json") -
     return path
 
 
-def bench_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
-    code = main(["bench", *argv, "--json"])
-    out, err = capsys.readouterr()
-    assert code == 0, err
-    payload: dict[str, Any] = json.loads(out)
-    return payload
+def with_bench_section(tmp_path: Path, bench: str) -> Path:
+    """./enginefit.yaml naming workload ``t`` (data under tmp_path) with a ``bench`` section."""
+    config = write_config(tmp_path, ["x.jsonl"])
+    config.write_text(config.read_text() + f"bench: {bench}\n")
+    return config
 
 
 def bench_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
@@ -158,6 +159,7 @@ def test_impossible_latency_is_unknown_with_file_and_field(
     assert point["slo_status"] == "unknown"  # never a pass
     assert f"{label} unknown: {column} = {shown} in {path}" in point["slo_reason"]
     assert point[column] is None
+    assert point["rejected_values"] == [f"{column} = {shown}"]
     (cap,) = payload["capacity"]
     assert cap["capacity_rps"] is None and cap["cost_per_1m_output_usd"] is None
     assert f"vllm_bench_serve:{path}#0: {column} = {shown}: not a possible measurement" in (
@@ -347,12 +349,7 @@ def test_prompt_like_keys_are_never_written(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     results = prompt_carrying_results(tmp_path / "results")
-    config = tmp_path / "enginefit.yaml"
-    config.write_text(
-        "workload: {name: t, traces: [x.jsonl], hash_salt: s}\n"
-        f"paths: {{data_dir: {tmp_path / 'data'}, reports_dir: {tmp_path / 'reports'}}}\n"
-        f"bench: {{results: [{results}]}}\n"
-    )
+    config = with_bench_section(tmp_path, f"{{results: [{results}]}}")
     # configured mode writes the load points, per-request rows and notes; ad hoc --out the rest
     assert main(["bench", "--config", str(config), "--json"]) == 0
     configured_out = capsys.readouterr().out
@@ -446,9 +443,6 @@ def test_text_fits_a_terminal_and_shows_values_against_limits(
 def shaped_workload(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[Path, Path]:
     """The peaky trace (60 s peak 150 req/s) as canonical Parquet: what `enginefit shape --json`
     prints (saved to a file), and the facts file `enginefit shape --out DIR` writes."""
-    from tests.conftest import write_requests
-    from tests.workloads import peaky_sharing_trace
-
     write_requests(peaky_sharing_trace(), tmp_path / "trace")
     requests = str(tmp_path / "trace" / "requests")
     assert main(["shape", requests, "--json"]) == 0
@@ -477,8 +471,8 @@ def test_workload_facts_from_shape_json_or_the_facts_file(
     assert by_source[facts_file]["workload_facts"] == str(facts_file)
     folder = facts_file.parent.parent  # a workload folder: its shape (and prefix) outputs
     assert by_source[folder]["workload_facts"] == (
-        f"{folder / 'shape' / 'workload_shape.json'} (no `enginefit prefix` output: prefix sharing "
-        "unknown)"
+        f"workload folder {folder}: shape/workload_shape.json (no `enginefit prefix` output: "
+        "prefix sharing unknown)"
     )
     assert by_source[printed]["fleet"] == by_source[facts_file]["fleet"]
 
@@ -534,16 +528,8 @@ def test_shape_json_without_facts_fields_names_them(
 
 def project_folder(tmp_path: Path) -> Path:
     """A project with ./enginefit.yaml: a workload with shape outputs and an H100 price."""
-    from tests.conftest import write_requests
-    from tests.workloads import peaky_sharing_trace
-
     write_requests(peaky_sharing_trace(), tmp_path / "data" / "t")
-    config = tmp_path / "enginefit.yaml"
-    config.write_text(
-        "workload: {name: t, traces: [x.jsonl], hash_salt: s}\n"
-        f"paths: {{data_dir: {tmp_path / 'data'}, reports_dir: {tmp_path / 'reports'}}}\n"
-        "bench: {prices: {gpu_hour_usd: {H100: 4.0}}}\n"
-    )
+    config = with_bench_section(tmp_path, "{prices: {gpu_hour_usd: {H100: 4.0}}}")
     assert main(["shape", "--config", str(config)]) == 0
     return config
 
@@ -565,7 +551,8 @@ def test_adhoc_results_ignore_the_configured_workload_unless_named(
     )
     assert payload["fleet"] == []
     assert payload["prices_source"] == (
-        f"bench.prices of {config} by GPU type (H100 4), then the manifests' price_per_gpu_hour_usd"
+        "the configuration's bench.prices by GPU type (H100 4), then the manifests' "
+        "price_per_gpu_hour_usd"
     )
     (cap,) = payload["capacity"]
     assert (cap["gpu_hour_usd"], cap["price_source"]) == (4.0, "config gpu_hour_usd.H100")
@@ -576,13 +563,14 @@ def test_adhoc_results_ignore_the_configured_workload_unless_named(
     assert "\nworkload facts: none (ad hoc: give --workload-facts FILE|DIR" in out
     flat = " ".join(out.split())
     assert (
-        f"prices ($/GPU-hour): bench.prices of {config} by GPU type (H100 4), then the "
+        "prices ($/GPU-hour): the configuration's bench.prices by GPU type (H100 4), then the "
         "manifests' price_per_gpu_hour_usd"
     ) in flat
     # named: the configured workload's facts are used, and said
     named = bench_json(capsys, result, "--workload-facts", str(root))
     assert named["workload_facts"] == (
-        f"{root / 'shape' / 'workload_shape.json'} (no `enginefit prefix` output: prefix sharing unknown)"
+        f"workload folder {root}: shape/workload_shape.json (no `enginefit prefix` output: "
+        "prefix sharing unknown)"
     )
     assert {row["rate_label"] for row in named["fleet"]} >= {"mean", "peak_60s"}
 
@@ -590,8 +578,8 @@ def test_adhoc_results_ignore_the_configured_workload_unless_named(
 def test_price_source_without_any_price(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     payload = bench_json(capsys, str(write_result(tmp_path / "r", vllm_point())))
     assert payload["prices_source"] == (
-        "the manifests' price_per_gpu_hour_usd only (no bench.prices in <defaults>); without "
-        "one the cost is unknown"
+        "the manifests' price_per_gpu_hour_usd only (no bench.prices configured); without one "
+        "the cost is unknown"
     )
     assert payload["capacity"][0]["cost_per_1m_output_usd"] is None
 

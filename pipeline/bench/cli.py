@@ -129,7 +129,7 @@ def adhoc_facts(path: Path | None, config: Config) -> tuple[WorkloadFacts | None
         return None, f"none (ad hoc: give --workload-facts FILE|DIR to check against one{named})"
     if path.is_dir():
         layout = WorkloadLayout(path)
-        facts, source = stage.workload_facts(layout)
+        facts, source = stage.workload_facts(layout, f"workload folder {path}")
         if facts is None:
             raise ConfigError(
                 f"--workload-facts: {path} is a folder without shape results "
@@ -148,7 +148,7 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.paths:
         results = stage.read_results(settings, [Path(p) for p in args.paths])
         facts, source = adhoc_facts(args.workload_facts, config)
-        inputs = stage.BenchInputs(results, facts, source, settings.as_of, config.where)
+        inputs = stage.BenchInputs(results, facts, source, settings.as_of)
         analysis = stage.run(inputs, settings)
         if args.out is not None:
             stage.write(analysis, WorkloadLayout(args.out))
@@ -160,7 +160,7 @@ def run_bench(args: argparse.Namespace) -> int:
             )
         layout = config.layout()
         stage.write_results(stage.read_results(settings), layout)
-        analysis = stage.run(stage.read_inputs(layout, settings.as_of, config.where), settings)
+        analysis = stage.run(stage.read_inputs(layout, settings.as_of), settings)
         stage.write(analysis, layout)
         stage.write_concurrency(
             stage.run_concurrency(layout, analysis, config.shape.latency), layout

@@ -99,9 +99,9 @@ def prices_from_mapping(raw: Any, *, where: str = "bench.prices") -> Prices:
     return Prices(gpu_hour_usd=by_type, default=default)
 
 
-def describe_prices(prices: Prices, where: str) -> str:
-    """Where this run's $ per GPU-hour come from, highest precedence first (``where`` names the
-    configuration file), for the first lines of the output."""
+def describe_prices(prices: Prices) -> str:
+    """Where this run's $ per GPU-hour come from, highest precedence first, for the first lines
+    of the output (the configuration file is named on the command's first line)."""
     if prices.override is not None:
         return (
             f"--gpu-hour-usd {prices.override:g} for every GPU type (over the configuration and "
@@ -112,13 +112,13 @@ def describe_prices(prices: Prices, where: str) -> str:
         table = ", ".join(
             f"{name} {price:g}" for name, price in sorted(prices.gpu_hour_usd.items())
         )
-        parts.append(f"bench.prices of {where} by GPU type ({table})")
+        parts.append(f"the configuration's bench.prices by GPU type ({table})")
     parts.append("the manifests' price_per_gpu_hour_usd")
     if prices.default is not None:
-        parts.append(f"the default {prices.default:g} of {where}")
+        parts.append(f"the configuration's default {prices.default:g}")
     text = ", then ".join(parts)
     if len(parts) == 1:
-        text += f" only (no bench.prices in {where}); without one the cost is unknown"
+        text += " only (no bench.prices configured); without one the cost is unknown"
     return text
 
 

@@ -55,6 +55,7 @@ POINT_COLUMNS = (
     "completed",
     "error_rate",
     "output_tokens_per_s",
+    "rejected_values",
 )
 CAPACITY_COLUMNS = (
     "candidate",

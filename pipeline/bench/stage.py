@@ -90,32 +90,38 @@ class BenchInputs:
     facts: WorkloadFacts | None
     facts_source: str
     as_of: dt.date | None
-    settings_source: str = "the configuration"  # the file the bench settings came from
 
 
-def workload_facts(layout: WorkloadLayout) -> tuple[WorkloadFacts | None, str]:
-    """The workload's facts and where they came from (or why there are none)."""
+def workload_facts(
+    layout: WorkloadLayout, label: str | None = None
+) -> tuple[WorkloadFacts | None, str]:
+    """The workload's facts and where they came from (or why there are none). ``label`` names
+    the workload folder (default: ``workload <folder name>``); the files are named relative to
+    it, so the written analysis does not depend on where the data folder lives."""
+    where = label or f"workload {layout.root.name}"
+
+    def relative(path: Path) -> str:
+        return str(path.relative_to(layout.root))
+
     try:
         facts = shape_stage.read_result(layout).facts
     except InputFormatError as exc:
         return None, f"{exc}: production checks unknown, no fleet sizing"
-    source = str(layout.shape.summary)
+    source = f"{where}: {relative(layout.shape.summary)}"
     try:
         ratios = prefix_stage.read_result(layout).shared_prefix_ratio()
     except InputFormatError:
         return facts, f"{source} (no `enginefit prefix` output: prefix sharing unknown)"
     return (
         dataclasses.replace(facts, shared_prefix_ratio=ratios),
-        f"{source} + {layout.prefix.summary}",
+        f"{source} + {relative(layout.prefix.summary)}",
     )
 
 
-def read_inputs(
-    layout: WorkloadLayout, as_of: dt.date | None, settings_source: str = "the configuration"
-) -> BenchInputs:
+def read_inputs(layout: WorkloadLayout, as_of: dt.date | None) -> BenchInputs:
     """The load points written by step 1 and the workload's facts, for the given age date."""
     facts, source = workload_facts(layout)
-    return BenchInputs(read_written_results(layout), facts, source, as_of, settings_source)
+    return BenchInputs(read_written_results(layout), facts, source, as_of)
 
 
 def run(inputs: BenchInputs, settings: BenchSettings) -> BenchAnalysis:
@@ -131,7 +137,7 @@ def run(inputs: BenchInputs, settings: BenchSettings) -> BenchAnalysis:
     return dataclasses.replace(
         analysis,
         facts_source=inputs.facts_source,
-        prices_source=describe_prices(settings.prices, inputs.settings_source),
+        prices_source=describe_prices(settings.prices),
     )
 
 
