@@ -139,7 +139,7 @@ def test_baseline_point_passes_and_is_costed(
     ("field", "value", "column", "shown", "label"),
     [
         ("p99_itl_ms", -5.0, "itl_p99_ms", "-5.0 is negative", "p99 ITL (per-gap)"),
-        ("p99_itl_ms", math.nan, "itl_p99_ms", "NaN is NaN", "p99 ITL (per-gap)"),
+        ("p99_itl_ms", math.nan, "itl_p99_ms", "NaN is not a number", "p99 ITL (per-gap)"),
         ("p99_itl_ms", math.inf, "itl_p99_ms", "inf is infinite", "p99 ITL (per-gap)"),
         ("p95_ttft_ms", -80.0, "ttft_p95_ms", "-80.0 is negative", "p95 TTFT"),
     ],
@@ -167,25 +167,52 @@ def test_impossible_latency_is_unknown_with_file_and_field(
     )
 
 
-def test_impossible_throughput_never_feeds_the_cost(
+def test_nan_outside_the_slo_is_missing_not_impossible(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # A negative whole-run rate is dropped; the cost uses the sustained rate (2 × 100 tok/s).
-    path = write_result(tmp_path / "a", vllm_point(output_throughput=-199.0))
-    (cap,) = bench_json(capsys, str(path), "--gpu-hour-usd", "2")["capacity"]
-    assert cap["whole_run_output_tps"] is None
-    assert cap["cost_per_1m_output_usd"] == pytest.approx(2 / (200 * 3600) * 1e6)
-    # With the token total negative too, no output rate is known: no cost, never a negative one.
+    """A NaN is a value the tool did not measure: dropped and listed, but the point is judged."""
+    path = write_result(tmp_path / "r", vllm_point(mean_ttft_ms=math.nan))
+    (point,) = bench_json(capsys, str(path))["points"]
+    assert point["slo_status"] == "pass"
+    assert point["rejected_values"] == ["ttft_mean_ms = NaN is not a number"]
+
+
+def test_impossible_throughput_never_passes_nor_feeds_the_cost(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = write_result(
         tmp_path / "b", vllm_point(output_throughput=-199.0, total_output_tokens=-20000)
     )
     payload = bench_json(capsys, str(path), "--gpu-hour-usd", "2")
+    (point,) = payload["points"]
+    assert point["slo_status"] == "unknown"  # its latencies pass, but the record is not trusted
+    assert point["slo_reason"] == (
+        f"not judged: impossible value(s) in {path}: total_output_tokens = -20000 is negative; "
+        "output_tokens_per_s = -199.0 is negative"
+    )
     (cap,) = payload["capacity"]
-    assert cap["cost_per_1m_output_usd"] is None
+    assert cap["cost_per_1m_output_usd"] is None and cap["whole_run_output_tps"] is None
     assert any(
         "total_output_tokens = -20000 is negative; output_tokens_per_s = -199.0 is negative" in note
         for note in payload["notes"]
     )
+
+
+def test_no_silent_pass_catches_a_forged_pass_with_an_impossible_value(tmp_path: Path) -> None:
+    from pipeline.bench.slo import evaluate_slo, no_silent_pass
+    from tests.conftest import DEFAULTS
+
+    path = write_result(tmp_path / "r", vllm_point(output_throughput=-199.0))
+    evaluated = evaluate_slo(read_bench_files([path]).load_points, DEFAULTS.bench)
+    assert evaluated.item(0, "slo_status") == "unknown"
+    forged = evaluated.with_columns(slo_status=pl.lit("pass"))
+    assert no_silent_pass(forged, DEFAULTS.bench) == [
+        "1 of 1 passing points have a missing or broken limit, too few requests for a "
+        "percentile, an open-loop server not shown to keep up, or an impossible value"
+    ]
+    clean = write_result(tmp_path / "c", vllm_point())
+    ok = evaluate_slo(read_bench_files([clean]).load_points, DEFAULTS.bench)
+    assert ok.item(0, "slo_status") == "pass" and no_silent_pass(ok, DEFAULTS.bench) == []
 
 
 def test_count_beyond_int64_is_one_line_naming_the_field(

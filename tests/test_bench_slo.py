@@ -234,7 +234,7 @@ def test_silent_pass_check_catches_a_forged_pass() -> None:
     forged = evaluated.with_columns(slo_status=pl.lit("pass"))
     assert no_silent_pass(forged, DEFAULTS.bench) == [
         "1 of 1 passing points have a missing or broken limit, too few requests for a "
-        "percentile, or an open-loop server not shown to keep up"
+        "percentile, an open-loop server not shown to keep up, or an impossible value"
     ]
 
 

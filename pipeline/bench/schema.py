@@ -135,11 +135,12 @@ Misc
                        note counting them; the manifest's ``label_from`` still reads them.
   ``row_notes``        warnings about this point (e.g. achieved rate below offered, request list
                        longer than the measured window).
-  ``rejected_values``  measured values no run can produce (a negative, NaN or infinite latency,
-                       throughput, rate, duration, count or length; an error rate outside
-                       [0, 1]), as ``"<column> = <value> is <why>"``: each was set to null
-                       (unknown), so it can neither pass an SLO nor feed a cost
-                       (:func:`screen_measurements`).
+  ``rejected_values``  measured values that are NaN (not measured) or that no run can produce (a
+                       negative or infinite latency, throughput, rate, duration, count or
+                       length; an error rate above 1), as ``"<column> = <value> is <why>"``: each
+                       was set to null (unknown), so it can neither pass an SLO nor feed a cost
+                       (:func:`screen_measurements`); a point with an impossible one is not
+                       judged at all.
 
 ``PER_REQUEST_SCHEMA`` (one row per request, when the file has per-request data)
   ``point_id``, ``source_file``, ``record_index``, ``request_index`` (0-based within the point),
@@ -343,10 +344,14 @@ NON_NEGATIVE_COLUMNS: tuple[str, ...] = (
 )
 
 
+#: Why a NaN is listed: a value the tool did not measure, not an impossible one.
+NOT_A_NUMBER = "not a number"
+
+
 def _problem(column: str) -> pl.Expr:
     """Why ``column``'s value is impossible (null when it is fine or unknown)."""
     x = pl.col(column).cast(pl.Float64)
-    why = pl.when(x.is_nan()).then(pl.lit("NaN")).when(x < 0).then(pl.lit("negative"))
+    why = pl.when(x.is_nan()).then(pl.lit(NOT_A_NUMBER)).when(x < 0).then(pl.lit("negative"))
     if column != "offered_rate_rps":
         why = why.when(x.is_infinite()).then(pl.lit("infinite"))
     if column == "error_rate":
@@ -371,6 +376,17 @@ def screen_measurements(points: pl.DataFrame) -> pl.DataFrame:
     return points.with_columns(
         rejected_values=pl.concat_list([earlier, *entries]).list.drop_nulls(),
         **{c: pl.when(why.is_null()).then(pl.col(c)) for c, why in problems.items()},
+    )
+
+
+def impossible_values(frame: pl.DataFrame) -> pl.Expr:
+    """``rejected_values`` without the NaNs: a NaN is a value the tool did not measure (treated
+    as missing), the others are values no run can produce, which leave the record untrusted."""
+    if "rejected_values" not in frame.columns:
+        return pl.lit([], dtype=pl.List(pl.String()))
+    entries = pl.col("rejected_values").fill_null([])
+    return entries.list.eval(
+        pl.element().filter(~pl.element().str.ends_with(f" is {NOT_A_NUMBER}"))
     )
 
 
