@@ -88,6 +88,7 @@ def bench_analysis(context: AssetExecutionContext, store: EnginefitStore) -> dg.
         metadata={
             "as_of": f"{as_of.isoformat()} ({as_of_source})",
             "workload_facts": inputs.facts_source,
+            "prices": analysis.prices_source,
             "slo": settings.slo.describe(),
             "dagster/row_count": analysis.capacity.height,
             "comparable": analysis.comparable,

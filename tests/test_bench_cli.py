@@ -128,7 +128,7 @@ def test_bench_text_output_and_files(
     ]
     assert main(args) == 0
     text = capsys.readouterr().out
-    assert "## Capacity at the SLO and cost" in text
+    assert "Capacity at the SLO and cost per 1M output tokens" in text
     assert "per 1M output tokens" in text
     bench_dir = out_dir / "bench"  # --out names a workload folder, as for every stage
     first = {p.name: p.read_bytes() for p in sorted(bench_dir.iterdir())}
@@ -149,8 +149,9 @@ def test_bench_text_output_and_files(
 def test_bench_reads_the_workload_through_the_stages(
     manifest: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """With a configured workload, `enginefit bench` joins what the shape and prefix stages
-    wrote, exactly as the bench assets do (the prefix curve included)."""
+    """Ad hoc results named with a workload folder (here the configured workload's) join what
+    its shape and prefix stages wrote, exactly as the bench assets do (the prefix curve
+    included)."""
     write_requests(peaky_sharing_trace(), tmp_path / "data" / "t")
     config = tmp_path / "enginefit.yaml"
     config.write_text(
@@ -165,7 +166,13 @@ def test_bench_reads_the_workload_through_the_stages(
     for stage in ("shape", "prefix"):
         assert main([stage, "--config", str(config)]) == 0
     capsys.readouterr()
-    payload = run_json(capsys, str(H100), "--config", str(config))
+    workload = tmp_path / "data" / "t"
+    payload = run_json(
+        capsys, str(H100), "--config", str(config), "--workload-facts", str(workload)
+    )
+    assert payload["workload_facts"] == (
+        f"workload folder {workload}: shape/workload_shape.json + prefix/prefix_sharing.json"
+    )
     cap = payload["capacity"][0]
     assert cap["price_source"] == "config gpu_hour_usd.H100"
     assert payload["as_of"] == "2026-03-01"

@@ -313,7 +313,7 @@ def test_three_engine_report_regression() -> None:
     assert "highest offered 100 req/s" in peak.item(0, "message")
     assert (
         "open-loop points: 3 kept up, 3 overloaded (fail whatever their percentiles), "
-        "0 not judgeable (unknown); reasons in points[].keep_up_reason"
+        "0 not judgeable (unknown); reasons: --json, points[].keep_up_reason"
     ) in analysis.notes
 
 

@@ -211,7 +211,7 @@ def test_pass_fail_unknown_and_never_silent_pass() -> None:
     evaluated = evaluate_slo(frame(rows), DEFAULTS.bench)
     reasons = evaluated.get_column("slo_reason").to_list()
     assert reasons[2] == "p95 TTFT 1000.1 ms > 1000 ms"
-    assert reasons[3] == "p95 TTFT missing"
+    assert reasons[3] == "p95 TTFT missing (limit ≤ 1000 ms)"
     assert "p99 ITL (per-gap) 80.0 ms > 60 ms" in reasons[4]
     assert reasons[5] == "failure count not recorded"
     assert reasons[6] == "error rate 2.0% > 1%"
@@ -234,7 +234,7 @@ def test_silent_pass_check_catches_a_forged_pass() -> None:
     forged = evaluated.with_columns(slo_status=pl.lit("pass"))
     assert no_silent_pass(forged, DEFAULTS.bench) == [
         "1 of 1 passing points have a missing or broken limit, too few requests for a "
-        "percentile, or an open-loop server not shown to keep up"
+        "percentile, an open-loop server not shown to keep up, or an impossible value"
     ]
 
 
@@ -416,7 +416,7 @@ def test_h100_sweep_capacity() -> None:
     # Stage 0 has 60 requests: too few for a p99 (needs ⌈1 ÷ 0.01⌉ = 100); stages 1-3 pass.
     assert evaluated.get_column("slo_status").to_list() == ["unknown"] + ["pass"] * 3 + ["fail"] * 3
     assert evaluated.item(0, "slo_reason") == (
-        "only 60 completed requests; p99 ITL (per-gap) needs ≥ 100"
+        "only 60 completed requests; p99 ITL (per-gap) needs ≥ 100 (measured 7.4 ms, limit ≤ 60 ms)"
     )
     assert evaluated.get_column("keep_up_status").to_list() == ["kept_up"] * 7
     assert set(evaluated.get_column("keep_up_method").to_list()) == {"drain_corrected"}
@@ -514,11 +514,12 @@ def test_too_few_requests_make_a_percentile_unknown() -> None:
         "fail",
     ]
     reasons = evaluated.get_column("slo_reason").to_list()
-    assert reasons[0] == "only 20 completed requests; p99 ITL (per-gap) needs ≥ 100"
-    assert reasons[1] == "only 20 completed requests; p99 ITL (per-gap) needs ≥ 100"
+    too_few = "only 20 completed requests; p99 ITL (per-gap) needs ≥ 100"
+    assert reasons[0] == f"{too_few} (measured 20.0 ms, limit ≤ 60 ms)"
+    assert reasons[1] == f"{too_few} (measured 90.0 ms, limit ≤ 60 ms)"  # shown, not judged
     assert reasons[2] == (
-        "only 2 completed requests; p95 TTFT needs ≥ 20; "
-        "only 2 completed requests; p99 ITL (per-gap) needs ≥ 100"
+        "only 2 completed requests; p95 TTFT needs ≥ 20 (measured 100.0 ms, limit ≤ 1000 ms); "
+        "only 2 completed requests; p99 ITL (per-gap) needs ≥ 100 (measured 20.0 ms, limit ≤ 60 ms)"
     )
     assert reasons[4].startswith("p95 TTFT 5000.0 ms > 1000 ms")
     assert no_silent_pass(evaluated, DEFAULTS.bench) == []
@@ -553,7 +554,14 @@ def test_min_tail_requests_reaches_the_analysis() -> None:
     rows = [point(1, 100.0, 20.0), point(2, 100.0, 20.0)]  # 100 requests each
     strict = analyse_bench(frame(rows), bench_settings(min_tail_requests=2))
     reasons = strict.evaluated.get_column("slo_reason").to_list()
-    assert reasons == ["only 100 completed requests; p99 ITL (per-gap) needs ≥ 200"] * 2
+    assert (
+        reasons
+        == [
+            "only 100 completed requests; p99 ITL (per-gap) needs ≥ 200 "
+            "(measured 20.0 ms, limit ≤ 60 ms)"
+        ]
+        * 2
+    )
     assert analyse_bench(frame(rows), DEFAULTS.bench).capacity.item(0, "capacity_rps") == 2.0
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pipeline.bench.stage import NO_RESULTS
 from pipeline.cli import main as enginefit
 from pipeline.config import load_config
 from pipeline.headline import headline_table, headlines
@@ -36,9 +37,7 @@ def test_a_bench_stage_without_results_is_reported_as_skipped_with_the_reason(
     assert enginefit(["bench", "--config", str(path)]) == 0
     capsys.readouterr()
     lines = dict(headlines(load_config(path)))
-    assert lines["bench"] == (
-        "skipped: no bench results configured (set bench.results in the configuration)"
-    )
+    assert lines["bench"] == f"skipped: {NO_RESULTS}"
 
 
 def test_headline_table_aligns_the_stage_names() -> None:

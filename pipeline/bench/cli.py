@@ -3,17 +3,22 @@
     enginefit bench [--config FILE] [--json]                  # the configured bench.results
     enginefit bench PATH... [--manifest FILE] [--slo ttft_p95_ms=1000,itl_p99_ms=60]
                             [--gpu-hour-usd 3.0] [--interpolate] [--as-of 2026-11-29]
-                            [--config FILE] [--workload-facts FILE] [--out DIR] [--json]
+                            [--config FILE] [--workload-facts FILE|DIR] [--out DIR] [--json]
 
 Without PATH: the configured results and workload, written to its folder exactly as the
 ``bench_*`` assets write them. With PATH: those result files, printed, and written under
-``--out DIR`` (a workload folder: ``DIR/bench/``) when given. Settings come from the
-configuration's ``bench`` section; flags override them (``--slo`` replaces the latency limits;
-its options not named keep the configured ones). The age check's date is ``--as-of``, else
-``bench.as_of``, else the ``ENGINEFIT_RUN_DATE`` environment variable; without any it reports
-``unknown`` (this module never reads the clock). Workload facts (fleet sizing, production checks)
-come from ``--workload-facts`` or, when a workload is configured, from its shape and prefix stage
-outputs.
+``--out DIR`` (a workload folder: ``DIR/bench/``) when given. Settings (SLO, prices, checks)
+come from the configuration's ``bench`` section; flags override them (``--slo`` replaces the
+latency limits; its options not named keep the configured ones). The age check's date is
+``--as-of``, else ``bench.as_of``, else the ``ENGINEFIT_RUN_DATE`` environment variable; without
+any it reports ``unknown`` (this module never reads the clock).
+
+Workload facts (fleet sizing, the production checks): without PATH, the configured workload's
+shape and prefix outputs. With PATH, only what ``--workload-facts`` names -- a facts file
+(``shape/workload_facts.json``, or what ``enginefit shape --json`` prints) or a workload folder
+(its shape and prefix outputs, e.g. the configured workload's ``data/<name>``): someone else's
+result files are never checked against a workload that happens to be configured in the current
+folder. The output's first lines say which facts and which prices were used.
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.bench import stage
-from pipeline.bench.config import BenchSettings, parse_as_of
+from pipeline.bench.config import BenchSettings
+from pipeline.bench.cost import parse_price
 from pipeline.bench.present import render_text
 from pipeline.bench.result import analysis_payload
 from pipeline.bench.slo import parse_slo_spec
@@ -36,6 +42,7 @@ from pipeline.config import Config
 from pipeline.errors import ConfigError
 from pipeline.facts import WorkloadFacts
 from pipeline.layout import WorkloadLayout
+from pipeline.settings import with_flags
 
 RUN_DATE_ENV = "ENGINEFIT_RUN_DATE"
 
@@ -53,7 +60,13 @@ def register(subparsers: Any) -> None:
         metavar="PATH",
         help="result files or folders (none: the configured bench.results)",
     )
-    parser.add_argument("--manifest", type=Path, help="manifest YAML merged over sidecars")
+    parser.add_argument(
+        "--manifest",
+        type=Path,
+        metavar="FILE",
+        help="manifest YAML merged over the sidecars: engine, GPU, price, date (config key "
+        "bench.manifest)",
+    )
     parser.add_argument(
         "--slo", help="limits, e.g. ttft_p95_ms=1000,itl_p99_ms=60[,itl_definition=per-gap]"
     )
@@ -67,31 +80,66 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--as-of", help="date for the six-month age check (YYYY-MM-DD)")
     add_config_argument(parser)
-    parser.add_argument("--workload-facts", type=Path, help="shape/workload_facts.json to join")
+    parser.add_argument(
+        "--workload-facts",
+        type=Path,
+        metavar="FILE|DIR",
+        help="with PATH: check against these workload facts (shape/workload_facts.json, "
+        "`enginefit shape --json` output, or a workload folder); none: no fleet, checks unknown",
+    )
     add_out_argument(parser, "bench/ (points, capacity, findings, figures)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     parser.set_defaults(func=run_bench)
 
 
 def resolve_settings(args: argparse.Namespace, config: Config) -> BenchSettings:
-    """The configuration's ``bench`` section, then command-line overrides."""
+    """The configuration's ``bench`` section, then command-line overrides, each validated as the
+    configuration is (a bad value is one line naming the flag)."""
     settings = config.bench
-    changes: dict[str, Any] = {}
+    flags: dict[str, tuple[str, Any]] = {}
     if args.slo is not None:
-        changes["slo"] = parse_slo_spec(args.slo, settings.slo)
+        flags["slo"] = ("--slo", parse_slo_spec(args.slo, settings.slo))
     if args.gpu_hour_usd is not None:
-        if not args.gpu_hour_usd >= 0:
-            raise ConfigError(f"--gpu-hour-usd: must be ≥ 0, got {args.gpu_hour_usd}")
-        changes["prices"] = dataclasses.replace(settings.prices, override=args.gpu_hour_usd)
+        price = parse_price(args.gpu_hour_usd, "--gpu-hour-usd")
+        flags["prices"] = ("--gpu-hour-usd", dataclasses.replace(settings.prices, override=price))
     if args.interpolate:
-        changes["interpolate"] = True
+        flags["interpolate"] = ("--interpolate", True)
     if args.manifest is not None:
-        changes["manifest"] = args.manifest
+        if not args.manifest.is_file():
+            raise ConfigError(f"--manifest: {args.manifest}: no such manifest file")
+        flags["manifest"] = ("--manifest", args.manifest)
     if args.as_of is not None:
-        changes["as_of"] = parse_as_of(args.as_of, "--as-of")
+        flags["as_of"] = ("--as-of", args.as_of)
     elif settings.as_of is None and os.environ.get(RUN_DATE_ENV):
-        changes["as_of"] = parse_as_of(os.environ[RUN_DATE_ENV], RUN_DATE_ENV)
-    return settings.replace(**changes)
+        flags["as_of"] = (RUN_DATE_ENV, os.environ[RUN_DATE_ENV])
+    return with_flags(settings, flags)
+
+
+def adhoc_facts(path: Path | None, config: Config) -> tuple[WorkloadFacts | None, str]:
+    """The workload facts ad hoc results are checked against, and where they came from: only
+    what ``--workload-facts`` names (a facts file, or a workload folder's shape and prefix
+    outputs), never the configured workload unasked."""
+    if path is None:
+        named = (
+            f"; the configured workload {config.workload.name} is used only when named: "
+            f"--workload-facts {config.layout().root}"
+            if config.workload is not None
+            else ""
+        )
+        return None, f"none (ad hoc: give --workload-facts FILE|DIR to check against one{named})"
+    if path.is_dir():
+        layout = WorkloadLayout(path)
+        facts, source = stage.workload_facts(layout, f"workload folder {path}")
+        if facts is None:
+            raise ConfigError(
+                f"--workload-facts: {path} is a folder without shape results "
+                f"({layout.shape.summary} is missing); write them with `enginefit shape "
+                f"TRACE... --out {path}`, or name a facts file"
+            )
+        return facts, source
+    if not path.is_file():
+        raise ConfigError(f"--workload-facts: {path}: no such file or folder")
+    return load_workload_facts(path), str(path)
 
 
 def run_bench(args: argparse.Namespace) -> int:
@@ -99,13 +147,7 @@ def run_bench(args: argparse.Namespace) -> int:
     settings = resolve_settings(args, config)
     if args.paths:
         results = stage.read_results(settings, [Path(p) for p in args.paths])
-        facts: WorkloadFacts | None
-        if args.workload_facts is not None:
-            facts, source = load_workload_facts(args.workload_facts), str(args.workload_facts)
-        elif config.workload is not None:
-            facts, source = stage.workload_facts(config.layout())
-        else:
-            facts, source = None, "no workload configured"
+        facts, source = adhoc_facts(args.workload_facts, config)
         inputs = stage.BenchInputs(results, facts, source, settings.as_of)
         analysis = stage.run(inputs, settings)
         if args.out is not None:
@@ -114,7 +156,7 @@ def run_bench(args: argparse.Namespace) -> int:
         if args.workload_facts is not None:
             raise ConfigError(
                 "--workload-facts applies to PATH results; the configured workload's facts "
-                "come from its shape and prefix stages"
+                "come from its shape and prefix outputs"
             )
         analysis = stage.run_configured(config.layout(), settings, config.shape.latency)
     if args.json:

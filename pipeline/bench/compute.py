@@ -114,7 +114,7 @@ def _keep_up_notes(evaluated: pl.DataFrame) -> list[str]:
             ("unknown", "not judgeable (unknown)"),
         )
     ]
-    return ["open-loop points: " + ", ".join(parts) + "; reasons in points[].keep_up_reason"]
+    return ["open-loop points: " + ", ".join(parts) + "; reasons: --json, points[].keep_up_reason"]
 
 
 def _rank_pool_notes(costed: pl.DataFrame) -> list[str]:

@@ -61,13 +61,14 @@ class Prices:
         }
 
 
-def _price(value: Any, where: str) -> float:
+def parse_price(value: Any, where: str) -> float:
+    """A $ per GPU-hour price: a finite number ≥ 0 (``where`` names the key or flag)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"{where}: must be a price in $ per GPU-hour, got {value!r}")
     price = float(value)
     if not math.isfinite(price) or price < 0:
         raise ConfigError(f"{where}: must be a finite price ≥ 0, got {value!r}")
-    return price
+    return price + 0.0  # -0.0 → 0.0
 
 
 def prices_from_mapping(raw: Any, *, where: str = "bench.prices") -> Prices:
@@ -83,19 +84,42 @@ def prices_from_mapping(raw: Any, *, where: str = "bench.prices") -> Prices:
     if table is None:
         return Prices()
     if not isinstance(table, Mapping):
-        return Prices(default=_price(table, f"{where}.gpu_hour_usd"))
+        return Prices(default=parse_price(table, f"{where}.gpu_hour_usd"))
     by_type: dict[str, float] = {}
     default: float | None = None
     for key, value in table.items():
         name = str(key).strip()
         if not name:
             raise ConfigError(f"{where}.gpu_hour_usd: empty GPU type name")
-        price = _price(value, f"{where}.gpu_hour_usd.{name}")
+        price = parse_price(value, f"{where}.gpu_hour_usd.{name}")
         if name.lower() == "default":
             default = price
         else:
             by_type[name] = price
     return Prices(gpu_hour_usd=by_type, default=default)
+
+
+def describe_prices(prices: Prices) -> str:
+    """Where this run's $ per GPU-hour come from, highest precedence first, for the first lines
+    of the output (the configuration file is named on the command's first line)."""
+    if prices.override is not None:
+        return (
+            f"--gpu-hour-usd {prices.override:g} for every GPU type (over the configuration and "
+            "the manifests)"
+        )
+    parts = []
+    if prices.gpu_hour_usd:
+        table = ", ".join(
+            f"{name} {price:g}" for name, price in sorted(prices.gpu_hour_usd.items())
+        )
+        parts.append(f"the configuration's bench.prices by GPU type ({table})")
+    parts.append("the manifests' price_per_gpu_hour_usd")
+    if prices.default is not None:
+        parts.append(f"the configuration's default {prices.default:g}")
+    text = ", then ".join(parts)
+    if len(parts) == 1:
+        text += " only (no bench.prices configured); without one the cost is unknown"
+    return text
 
 
 def _norm(text: str) -> str:

@@ -20,9 +20,9 @@ Keys (``engine``, ``gpu_type``, ``gpu_count`` are required after merging)::
     engine: vllm                  # serving engine (vllm, sglang, tensorrt-llm, tgi, llama.cpp …)
     engine_version: 0.11.0        # optional
     gpu_type: H100-80GB           # accelerator model
-    gpu_count: 1                  # accelerators serving this deployment (all replicas)
+    gpu_count: 1                  # accelerators serving this deployment (all replicas), ≤ 100,000
     quantization: bf16            # optional (bf16, fp8, awq-int4 …)
-    price_per_gpu_hour_usd: 2.49  # optional, $ per accelerator-hour
+    price_per_gpu_hour_usd: 2.49  # optional, $ per accelerator-hour (finite, ≥ 0)
     run_date: 2025-11-05          # optional; else the date in the file
     model: meta-llama/Llama-3.1-8B-Instruct  # optional; overrides the model in the file
     workload: shared-prefix-64    # optional label of the benchmark workload
@@ -44,11 +44,14 @@ from typing import Any
 
 import yaml
 
-from pipeline.errors import InputFormatError
+from pipeline.bench.cost import parse_price
+from pipeline.errors import ConfigError, InputFormatError
 
 DIR_MANIFEST_NAME = "enginefit-bench.yaml"
 FILE_MANIFEST_SUFFIX = ".manifest.yaml"
 MAX_PARENT_LEVELS = 3
+#: No benchmarked deployment is larger: a count above this is a typo (or 10^21), not a fleet.
+MAX_GPU_COUNT = 100_000
 REQUIRED_KEYS: tuple[str, ...] = ("engine", "gpu_type", "gpu_count")
 _STR_KEYS = (
     "engine",
@@ -193,8 +196,9 @@ def resolve_manifest(
         looked = ", ".join(str(c) for c in sidecar_candidates(result_file))
         raise BenchManifestError(
             f"{result_file}: benchmark result lacks {missing} — engine and GPU are not in "
-            f"benchmark files; write a sidecar manifest (looked for: {looked}) or pass "
-            f"manifest=... with keys {list(REQUIRED_KEYS)}"
+            f"benchmark files; write a sidecar manifest (looked for: {looked}) or give one "
+            f"with --manifest FILE (configuration key bench.manifest) with keys "
+            f"{', '.join(REQUIRED_KEYS)}"
         )
     return _validate(merged, " + ".join(sources) or "<none>")
 
@@ -215,14 +219,15 @@ def _validate(values: Mapping[str, Any], source: str) -> BenchManifest:
             raise fail(key, "must not be empty")
         out[key] = text
     count = values.get("gpu_count")
-    if isinstance(count, bool) or not isinstance(count, int) or count <= 0:
-        raise fail("gpu_count", "must be a positive integer")
+    if isinstance(count, bool) or not isinstance(count, int) or not 0 < count <= MAX_GPU_COUNT:
+        raise fail("gpu_count", f"must be a whole number from 1 to {MAX_GPU_COUNT:,}")
     out["gpu_count"] = count
     price = values.get("price_per_gpu_hour_usd")
     if price is not None:
-        if isinstance(price, bool) or not isinstance(price, (int, float)) or price < 0:
-            raise fail("price_per_gpu_hour_usd", "must be a non-negative number")
-        out["price_per_gpu_hour_usd"] = float(price)
+        try:
+            out["price_per_gpu_hour_usd"] = parse_price(price, "price_per_gpu_hour_usd")
+        except ConfigError as exc:
+            raise fail("price_per_gpu_hour_usd", "must be a finite price ≥ 0 ($/GPU-hour)") from exc
     run_date = values.get("run_date")
     if run_date is not None:
         if isinstance(run_date, dt.datetime):

@@ -21,7 +21,7 @@ from pipeline.bench.cost import COST_FORMULA, FLEET_FORMULA
 from pipeline.bench.result import CAPACITY_TEXT_COLUMNS, BenchAnalysis
 from pipeline.bench.slo import ITL_DEFINITIONS, SloSpec
 from pipeline.present.figures import COLORS, drawing, svg_bytes
-from pipeline.present.tables import bullet_list, markdown_table
+from pipeline.present.tables import cell, markdown_table, text_table, wrapped
 
 _STYLES: dict[str, Any] = {"p50": ":", "p95": "-", "p99": "--"}
 _MARKERS = {"pass": "o", "fail": "X", "unknown": "s"}
@@ -209,21 +209,162 @@ def findings_table(analysis: BenchAnalysis) -> str:
     return markdown_table(flagged, ["candidate", "check", "status", "message"])
 
 
-def render_text(analysis: BenchAnalysis) -> str:
-    """Human-readable summary: SLO, capacity/cost table, fleet, findings that are not ok."""
-    lines = [
-        f"SLO: {analysis.settings.slo.describe()}",
-        f"as of: {analysis.as_of.isoformat() if analysis.as_of else 'not given (age unknown)'}",
-        f"{COST_FORMULA}",
-        "",
-        "## Capacity at the SLO and cost",
-        capacity_table(analysis),
+#: The terminal text's width: the key columns fit; every column is in ``--json`` / Parquet.
+TEXT_WIDTH = 100
+_SWEEP_ORDER = {"open": 0, "closed": 1, "other": 2}
+
+
+def _candidate_numbers(analysis: BenchAnalysis) -> dict[str, int]:
+    """``[n]`` for each candidate label, in label order (the labels are long: one legend)."""
+    labels = sorted(set(analysis.capacity.get_column("candidate").drop_nulls().to_list()))
+    return {label: i for i, label in enumerate(labels, start=1)}
+
+
+def _load_text(sweep: str | None, load: float | None, arrival: str | None) -> str:
+    """A point's load as the capacity pattern writes it (two decimals at most), with its unit."""
+    if load is None or sweep not in ("open", "closed"):
+        return arrival or "—"
+    if sweep == "open":
+        return f"{round(load, 2):g} req/s"
+    return f"{round(load, 2):g} user{'' if load == 1 else 's'}"
+
+
+def _capacity_table(rows: list[dict[str, Any]], numbers: dict[str, int]) -> list[str]:
+    table = [
+        [
+            f"[{numbers.get(r['candidate'], '?')}]",
+            r["sweep"],
+            r["capacity_status"],
+            _load_text(r["sweep"], r["capacity_load"], None),
+            cell(r["capacity_rps"]),
+            cell(r["output_throughput_tps"]),
+            cell(r["gpu_hour_usd"]),
+            cell(r["cost_per_1m_output_usd"]),
+            f"{r['cost_rank']} {r['rank_pool']}" if r.get("cost_rank") is not None else "—",
+        ]
+        for r in rows
     ]
+    headers = ["#", "sweep", "capacity", "at load", "req/s", "out tok/s", "$/GPU-h", "$/1M out"]
+    return text_table(table, [*headers, "rank"])
+
+
+def _capacity_lines(analysis: BenchAnalysis, numbers: dict[str, int], width: int) -> list[str]:
+    """Open-loop candidates (the ranking), then closed-loop and burst results apart; under each
+    table, per candidate: its points, price source and notes."""
+    rows = sorted(
+        analysis.capacity.iter_rows(named=True),
+        key=lambda r: (_SWEEP_ORDER.get(r["sweep"], 3), numbers.get(r["candidate"], 0)),
+    )
+    lines: list[str] = []
+    for title, group in (
+        ("Open loop (ranked within pools)", [r for r in rows if r["sweep"] == "open"]),
+        (
+            "Closed loop and bursts, reported apart (not ranked: a closed loop waits for the "
+            "server, which hides queueing; a burst has no single rate)",
+            [r for r in rows if r["sweep"] != "open"],
+        ),
+    ):
+        if not group:
+            continue
+        lines += ["", *wrapped(title, width), *_capacity_table(group, numbers)]
+        for r in group:
+            detail = f"points (load:P pass, F fail, ? unknown) {r['pattern']}"
+            detail += f"; price: {r['price_source']}"
+            if r.get("note"):
+                detail += f"; {r['note']}"
+            lines += wrapped(
+                f"[{numbers.get(r['candidate'], '?')}] {r['sweep']}: {detail}",
+                width,
+                "  ",
+                "      ",
+            )
+    return lines
+
+
+def _point_lines(analysis: BenchAnalysis, numbers: dict[str, int], width: int) -> list[str]:
+    """Every point that did not pass, with the measured value against its limit."""
+    points = analysis.evaluated.filter(pl.col("slo_status") != "pass").sort(
+        ["candidate", "sweep", "load", "point_id"], nulls_last=True
+    )
+    if points.height == 0:
+        return ["  none: every load point passed"]
+    lines: list[str] = []
+    for r in points.iter_rows(named=True):
+        load = _load_text(r["sweep"], r["load"], r.get("arrival_process"))
+        text = f"[{numbers.get(r['candidate'], '?')}] {load}: {r['slo_status']}: {r['slo_reason']}"
+        lines += wrapped(text, width, "  ", "      ")
+    return lines
+
+
+def _fleet_lines(analysis: BenchAnalysis, numbers: dict[str, int]) -> list[str]:
+    rows = [
+        [
+            f"[{numbers.get(r['candidate'], '?')}]",
+            r["sweep"],
+            r["rate_label"],
+            cell(r["rate_rps"]),
+            cell(r["replicas"]),
+            cell(r["gpus"]),
+            cell(r["monthly_usd"]),
+        ]
+        for r in analysis.fleet.iter_rows(named=True)
+    ]
+    return text_table(rows, ["#", "sweep", "rate", "req/s", "replicas", "GPUs", "$/month"])
+
+
+def _finding_lines(analysis: BenchAnalysis, numbers: dict[str, int], width: int) -> list[str]:
+    flagged = analysis.findings.filter(pl.col("status") != "ok")
+    if flagged.height == 0:
+        return ["  none"]
+    lines: list[str] = []
+    for r in flagged.iter_rows(named=True):
+        who = f"[{numbers[r['candidate']]}]" if r["candidate"] in numbers else "[all]"
+        lines += wrapped(f"{who} {r['check']} {r['status']}: {r['message']}", width, "  ", "      ")
+    return lines
+
+
+def render_text(analysis: BenchAnalysis, width: int = TEXT_WIDTH) -> str:
+    """The terminal summary, at most ``width`` columns: what was used (SLO, date, workload
+    facts, prices), capacity and cost per candidate, the points that did not pass with the
+    measured value against the limit, fleet, findings that are not ok, notes."""
+    numbers = _candidate_numbers(analysis)
+    as_of = analysis.as_of.isoformat() if analysis.as_of else "not given (age unknown)"
+    lines: list[str] = []
+    for text in (
+        f"SLO: {analysis.settings.slo.describe()}",
+        f"as of: {as_of}",
+        f"workload facts: {analysis.facts_source}",
+        f"prices ($/GPU-hour): {analysis.prices_source}",
+        COST_FORMULA,
+    ):
+        lines += wrapped(text, width)
+    lines += ["", "Candidates"]
+    for label, n in numbers.items():
+        lines += wrapped(f"[{n}] {label}", width, "  ", "      ")
+    if not numbers:
+        lines.append("  none")
+    else:
+        lines += ["", "Capacity at the SLO and cost per 1M output tokens"]
+        lines += _capacity_lines(analysis, numbers, width)[1:]
+        lines += ["", "Load points that did not pass (measured value against the limit)"]
+        lines += _point_lines(analysis, numbers, width)
     if analysis.fleet.height:
-        lines += ["", f"## Fleet ({FLEET_FORMULA})", fleet_table(analysis)]
-    lines += ["", "## Validity findings (flag / unknown)", findings_table(analysis)]
+        lines += ["", "Fleet at the workload's rates", *wrapped(FLEET_FORMULA, width, "  ", "  ")]
+        lines += _fleet_lines(analysis, numbers)
+    lines += ["", "Validity findings (flag / unknown)"]
+    lines += _finding_lines(analysis, numbers, width)
     if analysis.notes:
-        lines += ["", "## Notes", bullet_list(analysis.notes)]
+        lines += ["", "Notes"]
+        for note in analysis.notes:
+            lines += wrapped(f"- {note}", width, "  ", "    ")
+    lines += [
+        "",
+        *wrapped(
+            "Every column (cost workings, noise, keep-up, repeats): --json, or --out DIR "
+            "(bench/*.parquet, bench_analysis.json).",
+            width,
+        ),
+    ]
     return "\n".join(lines)
 
 

@@ -34,6 +34,8 @@ class BenchAnalysis:
     comparable: bool
     differences: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    facts_source: str = "not recorded"  # which workload facts the checks and fleet used
+    prices_source: str = "not recorded"  # where the $ per GPU-hour came from
 
 
 POINT_COLUMNS = (
@@ -53,6 +55,7 @@ POINT_COLUMNS = (
     "completed",
     "error_rate",
     "output_tokens_per_s",
+    "rejected_values",
 )
 CAPACITY_COLUMNS = (
     "candidate",
@@ -92,7 +95,7 @@ CAPACITY_COLUMNS = (
 )
 
 
-#: The capacity columns a person reads first (the text output); the payload has them all.
+#: The capacity columns of the Markdown table in Dagster's metadata; the payload has them all.
 CAPACITY_TEXT_COLUMNS = (
     "candidate",
     "sweep",
@@ -132,6 +135,8 @@ def analysis_payload(analysis: BenchAnalysis) -> dict[str, Any]:
     points = evaluated.sort(["candidate", "sweep", "load", "point_id"], nulls_last=True)
     return {
         "as_of": analysis.as_of.isoformat() if analysis.as_of else None,
+        "workload_facts": analysis.facts_source,
+        "prices_source": analysis.prices_source,
         "slo": analysis.settings.slo.as_dict(),
         "overload": analysis.settings.overload.as_dict(),
         "min_tail_requests": analysis.settings.min_tail_requests,

@@ -52,9 +52,10 @@ System under test (from the sidecar manifest; see :mod:`pipeline.bench.manifest`
 
 Load
   ``load_mode``        ``"open"`` (requests sent on a schedule, a rate), ``"closed"`` (a fixed
-                       number of users each sending the next request when the last finishes), or
-                       ``"offline"`` (everything sent at once: vLLM ``"inf"``, SGLang ``Infinity``,
-                       guidellm ``throughput``, aiperf ``concurrency_burst``).
+                       number of users each sending the next request when the last finishes: guidellm
+                       ``synchronous``/``concurrent``, aiperf ``--concurrency N`` alone, recorded as
+                       ``concurrency_burst``), or ``"offline"`` (everything sent at once: vLLM
+                       ``"inf"``, SGLang ``Infinity``, guidellm ``throughput``).
   ``arrival_process``  finer detail: ``poisson``, ``gamma``, ``constant``, ``burst``,
                        ``concurrency``, ``synchronous``, ``ramp``, ``trace``, ``unknown``.
   ``offered_rate_rps`` target request rate. Null for closed loop; ``+inf`` for offline.
@@ -120,10 +121,26 @@ Latency metric families — each has ``<m>_mean_ms``, ``<m>_p50_ms``, ``<m>_p90_
 
 Misc
   ``has_per_request``  True when per-request rows for this point are in ``per_request``.
-  ``file_metadata``    JSON object (sorted keys) of free-form keys the file carried (vLLM
-                       ``--metadata``, llmperf user metadata, guidellm labels); hints only.
+  ``file_metadata``    JSON object (sorted keys) of hints the file carried, from an allowlist
+                       per tool (a result file may carry prompts, so nothing else is kept):
+                       vLLM ``--metadata`` keys ``vllm.METADATA_KEYS`` (``gpu``, ``deployment``,
+                       ``gateway``, ``decode_replicas``, ``prefill_replicas``, ``input_len``,
+                       ``output_len``, ``model``), llmperf ``llmperf.METADATA_KEYS``
+                       (``framework``, ``model_size``), each only as a short scalar (≤ 200
+                       characters); guidellm ``strategy``, ``labels`` and G2 ``data`` (the
+                       dataset id or synthetic config); SGLang ``server_info.version``; aiperf
+                       ``telemetry_gpu_names``; genai-perf ``input_config.endpoint.backend`` and
+                       ``telemetry_stats`` (names); inference-perf ``config.server.type`` and
+                       ``config.server.ignore_eos``. Other free-form keys are dropped with a
+                       note counting them; the manifest's ``label_from`` still reads them.
   ``row_notes``        warnings about this point (e.g. achieved rate below offered, request list
                        longer than the measured window).
+  ``rejected_values``  measured values that are NaN (not measured) or that no run can produce (a
+                       negative or infinite latency, throughput, rate, duration, count or
+                       length; an error rate above 1), as ``"<column> = <value> is <why>"``: each
+                       was set to null (unknown), so it can neither pass an SLO nor feed a cost
+                       (:func:`screen_measurements`); a point with an impossible one is not
+                       judged at all.
 
 ``PER_REQUEST_SCHEMA`` (one row per request, when the file has per-request data)
   ``point_id``, ``source_file``, ``record_index``, ``request_index`` (0-based within the point),
@@ -236,6 +253,7 @@ LOAD_POINT_SCHEMA: pl.Schema = pl.Schema(
         "has_per_request": pl.Boolean(),
         "file_metadata": pl.String(),
         "row_notes": pl.List(pl.String()),
+        "rejected_values": pl.List(pl.String()),
     }
 )
 
@@ -296,6 +314,89 @@ def conform_per_request(frame: pl.DataFrame) -> pl.DataFrame:
     return frame.with_columns(missing).select(
         pl.col(name).cast(dtype) for name, dtype in PER_REQUEST_SCHEMA.items()
     )
+
+
+#: Measured columns that no run can make negative, NaN or infinite (``offered_rate_rps`` may
+#: be +inf: everything sent at once); ``error_rate`` must also be at most 1.
+NON_NEGATIVE_COLUMNS: tuple[str, ...] = (
+    *(f"{m}_{s}_ms" for m in LATENCY_METRICS for s in LATENCY_STATS),
+    "offered_rate_rps",
+    "achieved_rate_rps",
+    "burstiness",
+    "concurrency",
+    "mean_concurrency",
+    "num_requests",
+    "completed",
+    "failed",
+    "incomplete",
+    "error_rate",
+    "duration_s",
+    "total_input_tokens",
+    "total_output_tokens",
+    "request_throughput_rps",
+    "input_tokens_per_s",
+    "output_tokens_per_s",
+    "total_tokens_per_s",
+    "goodput_rps",
+    *(f"{side}_tokens_{s}" for side in ("input", "output") for s in ("mean", "p50", "p99")),
+    "input_len_target",
+    "output_len_target",
+)
+
+
+#: Why a NaN is listed: a value the tool did not measure, not an impossible one.
+NOT_A_NUMBER = "not a number"
+
+
+def _problem(column: str) -> pl.Expr:
+    """Why ``column``'s value is impossible (null when it is fine or unknown)."""
+    x = pl.col(column).cast(pl.Float64)
+    why = pl.when(x.is_nan()).then(pl.lit(NOT_A_NUMBER)).when(x < 0).then(pl.lit("negative"))
+    if column != "offered_rate_rps":
+        why = why.when(x.is_infinite()).then(pl.lit("infinite"))
+    if column == "error_rate":
+        why = why.when(x > 1).then(pl.lit("above 1"))
+    return why.otherwise(None)
+
+
+def screen_measurements(points: pl.DataFrame) -> pl.DataFrame:
+    """Impossible measured values (:data:`NON_NEGATIVE_COLUMNS`) set to null and each listed in
+    ``rejected_values`` (added to what an earlier screen listed; screening twice changes
+    nothing)."""
+    problems = {c: _problem(c) for c in NON_NEGATIVE_COLUMNS if c in points.columns}
+    entries = [
+        pl.when(why.is_not_null()).then(pl.format(f"{c} = {{}} is {{}}", pl.col(c), why))
+        for c, why in problems.items()
+    ]
+    earlier = (
+        pl.col("rejected_values").fill_null([])
+        if "rejected_values" in points.columns
+        else pl.lit([], dtype=pl.List(pl.String()))
+    )
+    return points.with_columns(
+        rejected_values=pl.concat_list([earlier, *entries]).list.drop_nulls(),
+        **{c: pl.when(why.is_null()).then(pl.col(c)) for c, why in problems.items()},
+    )
+
+
+def impossible_values(frame: pl.DataFrame) -> pl.Expr:
+    """``rejected_values`` without the NaNs: a NaN is a value the tool did not measure (treated
+    as missing), the others are values no run can produce, which leave the record untrusted."""
+    if "rejected_values" not in frame.columns:
+        return pl.lit([], dtype=pl.List(pl.String()))
+    entries = pl.col("rejected_values").fill_null([])
+    return entries.list.eval(
+        pl.element().filter(~pl.element().str.ends_with(f" is {NOT_A_NUMBER}"))
+    )
+
+
+def rejected_notes(points: pl.DataFrame) -> list[str]:
+    """One note per screened point, naming its file (in the point id) and the values."""
+    return [
+        f"{point_id}: {'; '.join(values)}: not a possible measurement, treated as unknown"
+        for point_id, values in points.select("point_id", "rejected_values").iter_rows()
+        if values
+    ]
 
 
 def empty_load_points() -> pl.DataFrame:

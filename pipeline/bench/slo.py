@@ -11,8 +11,10 @@ inter-token-latency definition, and optional error-rate and offered-rate checks.
              estimators, the drain tail, and what the real samples measure), whatever its
              percentiles -- a short run of a growing queue shows percentiles a longer run would not;
 ``unknown``  nothing breaks a limit, but a needed value is missing, the client did not send at
-             the offered rate, the data cannot show whether the server kept up, or a percentile
-             has too few completed requests behind it -- never a silent pass.
+             the offered rate, the data cannot show whether the server kept up, a percentile
+             has too few completed requests behind it, or the record holds a value no run can
+             produce (``rejected_values``: a negative or infinite latency, rate or count)
+             -- never a silent pass.
 
 Enough requests for a percentile: percentile q needs ``n ≥ ⌈k ÷ (1 − q)⌉`` completed requests
 (k = ``bench.min_tail_requests``, default 1: p50 needs 2, p90 10, p95 20, p99 100), so that about
@@ -48,6 +50,7 @@ from pipeline.bench.keepup import (
     mean_output_tokens_expr,
     send_rate_expr,
 )
+from pipeline.bench.schema import impossible_values, screen_measurements
 from pipeline.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -317,6 +320,7 @@ def evaluate_slo(
     ``per_request`` (the reader's per-request table) lets the keep-up check use send times.
     """
     slo, min_tail_requests = settings.slo, settings.min_tail_requests
+    points = screen_measurements(points)  # the readers screen too; frames built by hand may not
     kind = sweep_kind_expr(points)
     frame = judge_keep_up(points.with_columns(sweep=kind), per_request, settings.overload)
     violated: list[pl.Expr] = []
@@ -328,29 +332,59 @@ def evaluate_slo(
         pl.when(keep_up.is_in([OVERLOADED, UNKNOWN])).then(pl.col("keep_up_reason"))
     ]
     completed = float_column(frame, "completed")
+    source = column_or_null(frame, "source_file", pl.String()).fill_null("the result file")
     for limit in slo.limits:
-        value = float_column(frame, limit.column(slo.itl_definition))
+        column = limit.column(slo.itl_definition)
+        value = float_column(frame, column)
         label = limit.label(slo.itl_definition)
+        rejected = (
+            pl.col("rejected_values")
+            .list.eval(pl.element().filter(pl.element().str.starts_with(f"{column} = ")))
+            .list.first()
+        )
         needed = required_requests(limit.stat, min_tail_requests)
         too_few = (completed < needed) | completed.is_null()
         bad = (value > limit.max_ms) & ~too_few
         violated.append(bad.fill_null(False))
         missing.append(value.is_null() | too_few)
+        limit_text = f"≤ {_num(limit.max_ms)} ms"
+        # the measured value beside its limit, for a value that cannot be judged
+        measured = pl.format(f" (measured {{}} ms, limit {limit_text})", value.round(1))
         reasons.append(
             pl.when(bad)
             .then(pl.format(f"{label} {{}} ms > {_num(limit.max_ms)} ms", value.round(1)))
+            .when(rejected.is_not_null())
+            .then(pl.format(f"{label} unknown: {{}} in {{}}", rejected, source))
             .when(value.is_null())
-            .then(pl.lit(f"{label} missing"))
+            .then(pl.lit(f"{label} missing (limit {limit_text})"))
             .when(completed.is_null())
-            .then(pl.lit(f"completed requests not recorded; {label} needs ≥ {needed}"))
+            .then(
+                pl.format(
+                    f"completed requests not recorded; {label} needs ≥ {needed}{{}}", measured
+                )
+            )
             .when(too_few)
             .then(
                 pl.format(
-                    f"only {{}} completed requests; {label} needs ≥ {needed}",
+                    f"only {{}} completed requests; {label} needs ≥ {needed}{{}}",
                     completed.cast(pl.Int64),
+                    measured,
                 )
             )
         )
+    # Any other impossible value (a negative throughput, rate or count) leaves the whole record
+    # untrusted: it cannot pass either.
+    limited = "|".join(re.escape(limit.column(slo.itl_definition)) for limit in slo.limits)
+    impossible = impossible_values(frame)
+    others = impossible.list.eval(
+        pl.element().filter(~pl.element().str.contains(f"^({limited}) = "))
+    )
+    missing.append(impossible.list.len() > 0)
+    reasons.append(
+        pl.when(others.list.len() > 0).then(
+            pl.format("not judged: impossible value(s) in {}: {}", source, others.list.join("; "))
+        )
+    )
     err = error_rate_expr(frame)
     if slo.max_error_rate is not None:
         bad = err > slo.max_error_rate
@@ -774,8 +808,8 @@ def _note_expr(interpolate: bool) -> pl.Expr:
 
 def no_silent_pass(evaluated: pl.DataFrame, settings: BenchSettings) -> list[str]:
     """Problems (empty = none): a ``pass`` without every limited value present and within its
-    limit, enough completed requests for each limited percentile, and (open loop) a server that
-    kept up. The predicate behind an asset check."""
+    limit, enough completed requests for each limited percentile, (open loop) a server that kept
+    up, and no impossible value in the record. The predicate behind an asset check."""
     slo, min_tail_requests = settings.slo, settings.min_tail_requests
     cols = [c for c in slo.columns() if c in evaluated.columns]
     missing_cols = [c for c in slo.columns() if c not in evaluated.columns]
@@ -796,10 +830,12 @@ def no_silent_pass(evaluated: pl.DataFrame, settings: BenchSettings) -> list[str
     sweep = column_or_null(evaluated, "sweep", pl.String())
     keep_up = column_or_null(evaluated, "keep_up_status", pl.String())
     bad_exprs.append(sweep.eq_missing("open") & ~keep_up.eq_missing(KEPT_UP))
+    bad_exprs.append(impossible_values(evaluated).list.len() > 0)
     bad = passes.filter(pl.any_horizontal(bad_exprs).fill_null(True)).height
     if not bad:
         return []
     return [
         f"{bad} of {passes.height} passing points have a missing or broken limit, too few "
-        "requests for a percentile, or an open-loop server not shown to keep up"
+        "requests for a percentile, an open-loop server not shown to keep up, or an impossible "
+        "value"
     ]

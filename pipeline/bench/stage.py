@@ -28,6 +28,7 @@ import polars as pl
 
 from pipeline.bench.compute import analyse_bench
 from pipeline.bench.config import BenchSettings
+from pipeline.bench.cost import describe_prices
 from pipeline.bench.present import figures
 from pipeline.bench.readers import read_bench_files
 from pipeline.bench.result import BenchAnalysis, analysis_payload
@@ -40,7 +41,10 @@ from pipeline.prefix import stage as prefix_stage
 from pipeline.shape import stage as shape_stage
 from pipeline.store import write_bytes_atomic, write_json_atomic, write_parquet_atomic
 
-NO_RESULTS = "no bench results configured (set bench.results in the configuration)"
+NO_RESULTS = (
+    "no bench results configured (set bench.results in the configuration, or give result "
+    "PATHs to `enginefit bench`)"
+)
 
 
 # ------------------------------------------------------------------------------ 1. results
@@ -88,20 +92,29 @@ class BenchInputs:
     as_of: dt.date | None
 
 
-def workload_facts(layout: WorkloadLayout) -> tuple[WorkloadFacts | None, str]:
-    """The workload's facts and where they came from (or why there are none)."""
+def workload_facts(
+    layout: WorkloadLayout, label: str | None = None
+) -> tuple[WorkloadFacts | None, str]:
+    """The workload's facts and where they came from (or why there are none). ``label`` names
+    the workload folder (default: ``workload <folder name>``); the files are named relative to
+    it, so the written analysis does not depend on where the data folder lives."""
+    where = label or f"workload {layout.root.name}"
+
+    def relative(path: Path) -> str:
+        return str(path.relative_to(layout.root))
+
     try:
         facts = shape_stage.read_result(layout).facts
     except InputFormatError as exc:
         return None, f"{exc}: production checks unknown, no fleet sizing"
-    source = str(layout.shape.summary)
+    source = f"{where}: {relative(layout.shape.summary)}"
     try:
         ratios = prefix_stage.read_result(layout).shared_prefix_ratio()
     except InputFormatError:
-        return facts, f"{source} (no prefix stage output: prefix sharing unknown)"
+        return facts, f"{source} (no `enginefit prefix` output: prefix sharing unknown)"
     return (
         dataclasses.replace(facts, shared_prefix_ratio=ratios),
-        f"{source} + {layout.prefix.summary}",
+        f"{source} + {relative(layout.prefix.summary)}",
     )
 
 
@@ -113,13 +126,18 @@ def read_inputs(layout: WorkloadLayout, as_of: dt.date | None) -> BenchInputs:
 
 def run(inputs: BenchInputs, settings: BenchSettings) -> BenchAnalysis:
     results = inputs.results
-    return analyse_bench(
+    analysis = analyse_bench(
         results.load_points,
         settings,
         inputs.facts,
         as_of=inputs.as_of,
         notes=results.notes,
         per_request=results.per_request,
+    )
+    return dataclasses.replace(
+        analysis,
+        facts_source=inputs.facts_source,
+        prices_source=describe_prices(settings.prices),
     )
 
 
@@ -166,6 +184,8 @@ def read_analysis(layout: WorkloadLayout, settings: BenchSettings) -> BenchAnaly
         comparable=payload["comparable"],
         differences=payload["differences"],
         notes=payload["notes"],
+        facts_source=payload.get("workload_facts", "not recorded"),
+        prices_source=payload.get("prices_source", "not recorded"),
     )
 
 

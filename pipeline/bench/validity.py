@@ -20,7 +20,9 @@ Checks (``check`` column):
                           offered rate) is below production's peak rate;
 ``stale``                 the run is older than ``max_age_days`` at ``as_of``;
 ``closed_loop``           closed-loop (concurrency) results, whose "capacity" is an achieved
-                          rate, not an offered one;
+                          rate, not an offered one, and which hide queueing (a user waits for
+                          its answer before sending again; at concurrency 1 the latency is the
+                          unloaded one); reported apart from the open-loop ranking;
 ``comparability``         (across candidates) different models, GPU types, quantisation or
                           client settings: the candidates are not ranked.
 """
@@ -130,15 +132,45 @@ def workload_facts_from_dict(
         raise InputFormatError(f"{where}: malformed value ({exc})") from exc
 
 
+#: What ``--workload-facts FILE`` accepts, said when a file is neither.
+FACTS_EXPECTED = (
+    "expected shape/workload_facts.json (written by `enginefit shape TRACE... --out DIR`) or "
+    "what `enginefit shape TRACE... --json` prints"
+)
+_FACTS_KEYS = ("requests", "span_s", "mean_rate_rps", "prompt_tokens", "output_tokens")
+_JSON_KINDS: dict[type, str] = {
+    list: "array",
+    str: "string",
+    int: "number",
+    float: "number",
+    bool: "boolean",
+    type(None): "null",
+}
+
+
 def load_workload_facts(path: Path) -> WorkloadFacts:
-    """Read ``shape/workload_facts.json`` (written by the ``workload_shape`` asset)."""
+    """Workload facts from ``shape/workload_facts.json`` (the ``workload_shape`` asset,
+    ``enginefit shape --out DIR``) or from what ``enginefit shape --json`` prints
+    (``{"shape": …, "facts": …}``); anything else is an error naming the file and both."""
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InputFormatError(f"{path}: cannot read workload facts: {exc}") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputFormatError(f"{path}: cannot read workload facts ({exc})") from exc
     except json.JSONDecodeError as exc:
-        raise InputFormatError(f"{path}: workload facts are not valid JSON: {exc}") from exc
-    return workload_facts_from_dict(raw, where=str(path))
+        raise InputFormatError(
+            f"{path}: not JSON ({exc.msg} at line {exc.lineno}); {FACTS_EXPECTED}"
+        ) from exc
+    where = str(path)
+    if isinstance(raw, Mapping) and "shape" in raw and "facts" in raw:
+        raw, where = raw["facts"], f"{path}: facts"  # `enginefit shape --json`
+    if not isinstance(raw, Mapping) or not all(key in raw for key in _FACTS_KEYS):
+        if isinstance(raw, Mapping):
+            keys = sorted(str(k) for k in raw)
+            found = f"keys {', '.join(keys[:8])}{' …' if len(keys) > 8 else ''}" if keys else "{}"
+        else:
+            found = f"a JSON {_JSON_KINDS.get(type(raw), type(raw).__name__)}"
+        raise InputFormatError(f"{where}: not workload facts (found {found}); {FACTS_EXPECTED}")
+    return workload_facts_from_dict(raw, where=where)
 
 
 def findings_well_formed(findings: pl.DataFrame) -> list[str]:
@@ -216,7 +248,9 @@ def candidate_profile(evaluated: pl.DataFrame) -> pl.DataFrame:
         n_points=pl.len(),
         n_open=(sweep == "open").sum(),
         n_closed=(sweep == "closed").sum(),
+        n_other=(sweep == "other").sum(),
         closed_loads=_fmt(load.filter(sweep == "closed").unique().sort()).str.join(", "),
+        min_closed_load=load.filter(sweep == "closed").min(),
         max_open_rate=load.filter(sweep == "open").max(),
         max_sustained_rate=pl.col("_sustained")
         .filter((sweep == "open") & (pl.col("slo_status") == "pass"))
@@ -282,7 +316,10 @@ def _no_facts(profile: pl.DataFrame, check: str, what: str) -> pl.DataFrame:
         profile,
         check,
         pl.lit("unknown"),
-        pl.lit(f"{what} unknown: no workload facts (run the workload_shape stage)"),
+        pl.lit(
+            f"{what} unknown: no workload facts (give --workload-facts FILE|DIR, or run "
+            "`enginefit shape` for the configured workload)"
+        ),
         pl.lit(None, dtype=pl.Float64),
         None,
         None,
@@ -422,7 +459,7 @@ def check_prefix(profile: pl.DataFrame, facts: WorkloadFacts | None) -> pl.DataF
             pl.lit("unknown"),
             pl.format(
                 "{}; production shared-prefix ratio unknown (the trace has no prompt content "
-                "or the prefix stage did not run), so prefix structure cannot be compared",
+                "or `enginefit prefix` has not run), so prefix structure cannot be compared",
                 bench_text,
             ),
             pl.lit(None, dtype=pl.Float64),
@@ -557,21 +594,40 @@ def check_stale(profile: pl.DataFrame, as_of: dt.date | None, max_age_days: int)
 
 
 def check_closed_loop(profile: pl.DataFrame) -> pl.DataFrame:
+    """Closed-loop points are flagged and reported apart; the message says what they hide."""
     closed = pl.col("n_closed") > 0
     message = (
         pl.when(closed)
         .then(
             pl.format(
-                "{} closed-loop point(s) at concurrency {}{}: the load waits for the server, so "
-                "overload is hidden and the achieved rate is not an offered rate; reported apart",
+                "{} closed-loop point(s) at concurrency {}{}: each user sends its next request "
+                "only when the last one is answered, so requests never queue beyond that "
+                "concurrency -- queueing and overload are hidden -- and the achieved rate is not "
+                "an offered rate; reported apart, not ranked{}",
                 pl.col("n_closed"),
                 pl.col("closed_loads"),
                 pl.when(pl.col("n_open") == 0)
                 .then(pl.lit(" and no open-loop sweep"))
                 .otherwise(pl.lit("")),
+                pl.when(pl.col("min_closed_load") == 1)
+                .then(
+                    pl.lit(
+                        "; at concurrency 1 one request is in flight at a time: its latency is "
+                        "the unloaded latency and says nothing about latency under load"
+                    )
+                )
+                .otherwise(pl.lit("")),
             )
         )
-        .otherwise(pl.format("{} open-loop point(s), no closed-loop results", pl.col("n_open")))
+        .when(pl.col("n_open") > 0)
+        .then(pl.format("{} open-loop point(s), no closed-loop points", pl.col("n_open")))
+        .otherwise(
+            pl.format(
+                "no closed-loop points; no open-loop sweep either: {} burst / ramp / trace "
+                "point(s), which have no single load to search",
+                pl.col("n_other"),
+            )
+        )
     )
     return _finding(
         profile,

@@ -9,6 +9,7 @@ in the report. :func:`cell` is the format: ``None`` → ``—`` (unknown, never 
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -80,3 +81,27 @@ def key_value_table(rows: Sequence[tuple[str, Any]], headers: tuple[str, str]) -
 def bullet_list(items: Sequence[str], empty: str = "none") -> str:
     """Markdown bullets, or ``empty`` when there are none."""
     return "\n".join(f"- {item}" for item in items) if items else empty
+
+
+def text_table(
+    rows: Sequence[Sequence[str]], headers: Sequence[str], *, indent: str = "  "
+) -> list[str]:
+    """Plain-text columns for a terminal (no Markdown pipes): each column as wide as its widest
+    cell, left-aligned, two spaces apart; trailing blanks trimmed."""
+    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
+    return [
+        (indent + "  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True))).rstrip()
+        for r in [headers, *rows]
+    ]
+
+
+def wrapped(text: str, width: int, indent: str = "", hanging: str = "  ") -> list[str]:
+    """``text`` wrapped to ``width`` columns, continuation lines indented by ``hanging`` (long
+    words such as paths are broken rather than overflow)."""
+    return textwrap.wrap(
+        text,
+        width=width,
+        initial_indent=indent,
+        subsequent_indent=hanging,
+        break_on_hyphens=False,
+    ) or [indent.rstrip()]

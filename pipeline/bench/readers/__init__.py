@@ -49,6 +49,8 @@ from pipeline.bench.schema import (
     BenchReadResult,
     conform_load_points,
     conform_per_request,
+    rejected_notes,
+    screen_measurements,
 )
 
 __all__ = ["BenchFieldError", "BenchFormatError", "expand_paths", "read_bench_files"]
@@ -174,7 +176,7 @@ def _row(path: Path, sha: str, tool: str, raw: RawPoint, manifest: BenchManifest
         row["tool_version"] = manifest.tool_version
     label = manifest.label
     if label is None and manifest.label_from is not None:
-        hint = raw.file_metadata.get(manifest.label_from)
+        hint = raw.free_form.get(manifest.label_from, raw.file_metadata.get(manifest.label_from))
         label = None if hint is None else str(hint)
     row["label"] = label if label is not None else raw.file_label
     completed, failed = row.get("completed"), row.get("failed")
@@ -313,9 +315,12 @@ def read_bench_files(
         else None
     )
     points = pl.DataFrame(rows, schema=LOAD_POINT_SCHEMA, strict=False, orient="row")
-    points = conform_load_points(_merge_recomputed(points, per_request)).sort(
-        "source_file", "record_index"
+    points = screen_measurements(
+        conform_load_points(_merge_recomputed(points, per_request)).sort(
+            "source_file", "record_index"
+        )
     )
+    notes += rejected_notes(points)
     if per_request is not None:
         per_request = per_request.select(PER_REQUEST_SCHEMA.names())
     return BenchReadResult(load_points=points, per_request=per_request, notes=notes)

@@ -27,6 +27,7 @@ STAT_ALIASES: dict[str, tuple[str, ...]] = {
 }
 _NUMERIC_STRING = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
 _INF_STRINGS = {"inf", "+inf", "infinity", "+infinity"}
+MAX_INT = 2**63  # counts are stored as Int64
 
 
 class BenchFormatError(InputFormatError):
@@ -84,7 +85,18 @@ class Ctx:
             return None
         if not math.isfinite(v) or v != int(v):
             raise self.fail(label, f"expected a whole number, got {v!r}")
+        if not -MAX_INT < v < MAX_INT:
+            raise self.fail(label, f"{v:.6g} is out of range for a count")
         return int(v)
+
+    def rounded(self, v: float | None, label: str) -> int | None:
+        """A count the tool wrote as a float (token totals, mean × count), to the nearest whole
+        number; a non-finite or out-of-range value is an error naming the field."""
+        if v is None:
+            return None
+        if not math.isfinite(v):
+            raise self.fail(label, f"expected a finite count, got {v!r}")
+        return self.to_int(float(round(v)), label)
 
     def str_(self, obj: Mapping[str, Any], key: str) -> str | None:
         if key not in obj or obj[key] is None:
@@ -165,12 +177,52 @@ class RawPoint:
     notes: list[str] = field(default_factory=list)
     file_metadata: dict[str, Any] = field(default_factory=dict)
     file_label: str | None = None
+    #: every key a user may add to the file (vLLM ``--metadata`` …), in memory only: the
+    #: manifest's ``label_from`` reads it; only allowlisted keys reach ``file_metadata``
+    free_form: dict[str, Any] = field(default_factory=dict)
 
 
-def epoch_to_utc(seconds: float | None) -> dt.datetime | None:
+#: The longest text value kept from a free-form key (a hint such as ``4xNVIDIA_L40S``).
+MAX_HINT_CHARS = 200
+_KEY_NAME = re.compile(r"^[\w.:-]{1,64}$")
+
+
+def is_short_hint(value: Any) -> bool:
+    """A number, or one line of at most :data:`MAX_HINT_CHARS` characters (not a prompt)."""
+    if isinstance(value, (int, float, bool)):
+        return True
+    return isinstance(value, str) and len(value) <= MAX_HINT_CHARS and "\n" not in value
+
+
+def keep_free_form(point: RawPoint, free_form: Mapping[str, Any], allowed: frozenset[str]) -> None:
+    """Keys a tool lets its user add (vLLM ``--metadata``, llmperf metadata, anything new):
+    kept in memory for the manifest's ``label_from``, persisted in ``file_metadata`` only when
+    the tool's allowlist names them and the value is a short scalar, because a result file may
+    carry prompts. The others are counted in a note (named when they look like key names)."""
+    point.free_form = {str(k): v for k, v in free_form.items()}
+    dropped: list[str] = []
+    for key, value in point.free_form.items():
+        if key in allowed and is_short_hint(value):
+            point.file_metadata[key] = value
+        else:
+            dropped.append(key)
+    if dropped:
+        names = sorted(k for k in dropped if _KEY_NAME.match(k))
+        listed = f": {', '.join(names[:10])}{' …' if len(names) > 10 else ''}" if names else ""
+        point.notes.append(
+            f"{len(dropped)} free-form key(s) not kept (not on the reader's allowlist, or not a "
+            f"short value; a result file may carry prompts){listed}"
+        )
+
+
+def epoch_to_utc(ctx: Ctx, seconds: float | None, label: str) -> dt.datetime | None:
+    """Epoch seconds as an aware UTC time; a time no calendar holds is an error naming it."""
     if seconds is None or not math.isfinite(seconds):
         return None
-    return dt.datetime.fromtimestamp(seconds, tz=dt.UTC)
+    try:
+        return dt.datetime.fromtimestamp(seconds, tz=dt.UTC)
+    except (OverflowError, OSError, ValueError) as exc:
+        raise ctx.fail(label, f"epoch time {seconds!r} is out of range") from exc
 
 
 def parse_iso(ctx: Ctx, value: Any, label: str) -> dt.datetime | None:

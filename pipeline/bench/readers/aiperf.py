@@ -6,8 +6,11 @@ Same ``{unit, avg, pNN…}`` blocks as genai-perf (converted by unit). Mapping:
 ``request_count`` → completed; ``error_request_count`` → failed (0 when the file lists an empty
 ``error_summary``); ``benchmark_duration`` → duration (first request → last response);
 ``total_isl``/``total_osl`` → token totals (``total_osl`` includes reasoning tokens).
-Load (v0.1.x ``input_config.loadgen``): ``request_rate`` → open (``request_rate_mode``, capped
-by ``concurrency`` when both), only ``concurrency`` → closed, ``concurrency_burst`` → offline;
+Load (v0.1.x–0.8 ``input_config.loadgen``): ``request_rate`` → open (``request_rate_mode`` or
+``arrival_pattern``, capped by ``concurrency`` when both), only ``concurrency`` → closed at that
+concurrency, including ``concurrency_burst`` (what aiperf records for ``--concurrency N`` alone:
+requests sent as fast as N in-flight slots free up, i.e. N closed-loop users; without a
+concurrency it would be everything at once → offline);
 v0.10 ``input_config.phases``: the profiling phase's ``type``/``rate``/``concurrency``.
 
 When ``profile_export.jsonl`` (one line per request: ``metadata.request_start_ns``,
@@ -18,6 +21,7 @@ from its ``profiling``-phase lines.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -56,7 +60,8 @@ def _load(ctx: Ctx, ic: Mapping[str, Any], point: RawPoint) -> None:
     if loadgen:
         conc = ctx.int_(loadgen, "concurrency")
         rate = ctx.num(loadgen, "request_rate")
-        mode_name = ctx.str_(loadgen, "request_rate_mode")
+        # v0.1.0 spells the schedule request_rate_mode, later 0.x releases arrival_pattern
+        mode_name = ctx.str_(loadgen, "request_rate_mode") or ctx.str_(loadgen, "arrival_pattern")
     elif isinstance(phases, list):
         for phase in phases:
             if not isinstance(phase, dict) or phase.get("exclude_from_results"):
@@ -66,9 +71,12 @@ def _load(ctx: Ctx, ic: Mapping[str, Any], point: RawPoint) -> None:
             mode_name = ctx.str_(phase, "type")
             break
     mode_l = (mode_name or "").lower()
-    if "burst" in mode_l:
-        v["load_mode"], v["arrival_process"], v["offered_rate_rps"] = "offline", "burst", None
-        v["offered_rate_rps"] = float("inf")
+    if "burst" in mode_l and rate is None and conc is not None:
+        # concurrency_burst with --concurrency N: N users, each sending its next request when
+        # the last one finishes (aiperf's default with --concurrency alone): closed loop at N
+        v["load_mode"], v["arrival_process"] = "closed", "concurrency"
+    elif "burst" in mode_l and rate is None:
+        v["load_mode"], v["arrival_process"], v["offered_rate_rps"] = "offline", "burst", math.inf
     elif rate is not None:
         arrival = mode_l if mode_l in ("poisson", "constant", "gamma") else "unknown"
         v["load_mode"], v["arrival_process"], v["offered_rate_rps"] = "open", arrival, rate
@@ -119,7 +127,7 @@ def read(ctx: Ctx, obj: Mapping[str, Any]) -> RawPoint:
     v["goodput_rps"] = block_value(ctx, obj, "goodput")
     for name, col in (("total_isl", "total_input_tokens"), ("total_osl", "total_output_tokens")):
         val = block_value(ctx, obj, name)
-        v[col] = None if val is None else round(val)
+        v[col] = ctx.rounded(val, f"{name}.avg")
     v["output_tokens_source"] = "unknown"
     add_latency_blocks(ctx, obj, point)
     add_length_blocks(ctx, obj, point)
@@ -228,8 +236,8 @@ def read_jsonl(path: Path) -> pl.DataFrame:
         cols["itl_ms"].append(_metric(ctx, metrics, "inter_chunk_latency") or [])
         isl = _metric(ctx, metrics, "input_sequence_length", time=False)
         osl = _metric(ctx, metrics, "output_sequence_length", time=False)
-        cols["input_tokens"].append(None if isl is None else round(isl))
-        cols["output_tokens"].append(None if osl is None else round(osl))
+        cols["input_tokens"].append(ctx.rounded(isl, "metrics.input_sequence_length"))
+        cols["output_tokens"].append(ctx.rounded(osl, "metrics.output_sequence_length"))
     first = min((s for s in starts_ns if s is not None), default=None)
     cols["start_s"] = [
         (s - first) / 1e9 if s is not None and first is not None else None for s in starts_ns

@@ -17,6 +17,7 @@ experiment matching the stimulus; tpot stays native (the raw file has no token c
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -136,8 +137,9 @@ def read(ctx: Ctx, obj: Mapping[str, Any]) -> RawPoint:
     if completed is not None:
         for side in ("input", "output"):
             mean = v.get(f"{side}_tokens_mean")
-            if mean is not None:
-                v[f"total_{side}_tokens"] = round(mean * completed)
+            if mean is not None and math.isfinite(mean):  # else unknown (the mean is screened)
+                total = ctx.rounded(mean * completed, f"{side}_sequence_length.avg × count")
+                v[f"total_{side}_tokens"] = total
     v["output_tokens_source"] = "client_retokenized"
     inp = ctx.dict_(ic, "input")
     synth = ctx.dict_(inp, "synthetic_tokens")

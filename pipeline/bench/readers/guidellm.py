@@ -31,6 +31,7 @@ from pipeline.bench.readers._common import (
     Ctx,
     RawPoint,
     epoch_to_utc,
+    is_short_hint,
     per_request_frame,
     with_tpot,
 )
@@ -101,7 +102,7 @@ def read(path_ctx: Ctx, doc: Mapping[str, Any]) -> tuple[list[RawPoint], str]:
     if isinstance(top_config, dict):
         cm = top_config.get("metadata")
         if isinstance(cm, dict) and isinstance(cm.get("labels"), dict):
-            labels = dict(cm["labels"])
+            labels = {str(k): v for k, v in cm["labels"].items() if is_short_hint(v)}
     points: list[RawPoint] = []
     for i, bench in enumerate(benchmarks):
         ctx = Ctx(path_ctx.path, f"benchmarks[{i}]")
@@ -139,7 +140,7 @@ def _benchmark(
         profile_conc = ctx.dict_(args, "profile").get("max_concurrency")
         loader = ctx.dict_(bench, "request_loader")
         data = loader.get("data")
-        if isinstance(data, str):
+        if is_short_hint(data):  # a dataset id, path or synthetic config, not inline prompts
             point.file_metadata["data"] = data
     else:
         config = ctx.dict_(bench, "config")
@@ -193,7 +194,7 @@ def _benchmark(
     v["duration_s"] = ctx.num(bench, "duration")
     v["duration_kind"] = "measure_window"
     start = ctx.num(bench, "start_time")
-    started = epoch_to_utc(start)
+    started = epoch_to_utc(ctx, start, "start_time")
     v["started_at"] = started
     v["run_date"] = None if started is None else started.date()
 
@@ -206,7 +207,7 @@ def _benchmark(
         if not succ:
             return None
         value = ctx.num(succ, "total_sum", label=f"metrics.{name}.successful.total_sum")
-        return None if value is None else round(value)
+        return ctx.rounded(value, f"metrics.{name}.successful.total_sum")
 
     v["request_throughput_rps"] = mean("requests_per_second")
     v["input_tokens_per_s"] = mean("prompt_tokens_per_second")
@@ -334,7 +335,7 @@ def _g1_benchmark(
             out_total = sum(x for x in cols["output_tokens"] if x is not None)
             v["output_tokens_per_s"] = out_total / v["duration_s"]
             v["total_output_tokens"] = out_total
-        started = epoch_to_utc(t0)
+        started = epoch_to_utc(ctx, t0, "results[].start_time")
         v["started_at"] = started
         v["run_date"] = None if started is None else started.date()
     v["output_tokens_source"] = "unknown"

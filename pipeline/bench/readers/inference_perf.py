@@ -144,7 +144,7 @@ def read(ctx: Ctx, obj: Mapping[str, Any], stage: int) -> RawPoint:
         mean = stats.get(f"{side}_tokens_mean")
         if total is None and mean is not None and completed is not None:
             total = mean * completed
-        v[f"total_{side}_tokens"] = None if total is None else round(total)
+        v[f"total_{side}_tokens"] = ctx.rounded(total, f"successes.{key}.total")
         lo = ctx.num(block, "min", label=f"successes.{key}.min")
         hi = ctx.num(block, "max", label=f"successes.{key}.max")
         if lo is not None and hi is not None:

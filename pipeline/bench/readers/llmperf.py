@@ -17,6 +17,7 @@ re-tokenised by llmperf with the Llama-2 tokenizer).
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -29,6 +30,7 @@ from pipeline.bench.readers._common import (
     Ctx,
     RawPoint,
     epoch_to_utc,
+    keep_free_form,
     per_request_frame,
     truncate_error,
     with_tpot,
@@ -52,6 +54,10 @@ KNOWN_KEYS = frozenset(
         "timestamp",
     }
 )
+
+#: ``--metadata`` keys kept in ``file_metadata`` (as the llmperf leaderboard writes them); any
+#: other unknown key is dropped with a note (it may be content).
+METADATA_KEYS = frozenset({"framework", "model_size"})
 
 
 def _quantiles(
@@ -122,17 +128,19 @@ def read(ctx: Ctx, obj: Mapping[str, Any]) -> RawPoint:
         if lo is not None and hi is not None:
             v[f"{side}_len_fixed"] = lo == hi
         mean = v.get(f"{side}_tokens_mean")
-        if mean is not None and completed is not None:
-            v[f"total_{side}_tokens"] = round(mean * completed)
+        if mean is not None and completed is not None and math.isfinite(mean):
+            total = ctx.rounded(mean * completed, f"results_{metric}_mean × completed")
+            v[f"total_{side}_tokens"] = total
     v["input_len_target"] = ctx.int_(obj, "mean_input_tokens")
     v["output_len_target"] = ctx.int_(obj, "mean_output_tokens")
     ts = ctx.num(obj, "timestamp")
-    started = epoch_to_utc(ts)
+    started = epoch_to_utc(ctx, ts, "timestamp")
     v["started_at"] = started
     v["run_date"] = None if started is None else started.date()
-    point.file_metadata = {
-        str(k): val for k, val in obj.items() if k not in KNOWN_KEYS and not _RESULT_KEY.match(k)
+    free_form = {
+        k: val for k, val in obj.items() if k not in KNOWN_KEYS and not _RESULT_KEY.match(k)
     }
+    keep_free_form(point, free_form, METADATA_KEYS)
     ind = individual_path(ctx.path)
     if ind is not None and ind.is_file():
         point.per_request = read_individual(ind)

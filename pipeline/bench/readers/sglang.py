@@ -24,7 +24,7 @@ from typing import Any
 
 import polars as pl
 
-from pipeline.bench.readers._common import Ctx, RawPoint
+from pipeline.bench.readers._common import Ctx, RawPoint, keep_free_form
 from pipeline.bench.readers.vllm import (
     METRIC_KEY,
     latency_native,
@@ -159,11 +159,10 @@ def read_record(ctx: Ctx, obj: Mapping[str, Any], index: int) -> RawPoint:
         point.notes.append(
             "SGLang files carry no failure count (no --output-details errors): failed is null"
         )
-    point.file_metadata = {
-        str(k): val
-        for k, val in obj.items()
-        if k not in KNOWN_KEYS and not METRIC_KEY.match(str(k))
+    free_form = {
+        k: val for k, val in obj.items() if k not in KNOWN_KEYS and not METRIC_KEY.match(str(k))
     }
+    keep_free_form(point, free_form, frozenset())  # SGLang writes no user metadata
     if server_info:
         version = server_info.get("version")
         if version is not None:

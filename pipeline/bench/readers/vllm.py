@@ -11,7 +11,8 @@ Mapping: ``request_rate`` → ``offered_rate_rps`` (``"inf"`` → +inf); ``max_c
 ``{mean,median,std,pP}_{ttft,tpot,itl,e2el}_ms`` map to ``<m>_{mean,p50,pP}_ms`` (``e2el`` →
 ``e2e``); when per-request arrays (``ttfts``, ``itls``, ``latencies``, ``output_lens``…) are
 present every family is recomputed from them. Keys outside the known vLLM set are
-``--metadata`` and go to ``file_metadata``.
+``--metadata``: only those of :data:`METADATA_KEYS` (deployment hints) with short values go to
+``file_metadata``; the rest are dropped with a note, since a result file may carry prompts.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import polars as pl
 from pipeline.bench.readers._common import (
     Ctx,
     RawPoint,
+    keep_free_form,
     per_request_frame,
     truncate_error,
     with_tpot,
@@ -81,6 +83,22 @@ KNOWN_KEYS = frozenset(
         "rtfx",
         "run_number",
         *PER_REQUEST_KEYS,
+    }
+)
+
+
+#: ``--metadata KEY=VALUE`` keys kept in ``file_metadata`` (hints about the deployment, as the
+#: llm-d benchmark harness writes them); any other unknown key is dropped (it may be content).
+METADATA_KEYS = frozenset(
+    {
+        "gpu",
+        "deployment",
+        "gateway",
+        "decode_replicas",
+        "prefill_replicas",
+        "input_len",
+        "output_len",
+        "model",
     }
 )
 
@@ -261,9 +279,10 @@ def read_record(ctx: Ctx, obj: Mapping[str, Any], index: int) -> RawPoint:
     v["failed"] = failed
     if num_prompts is None and completed is not None and failed is not None:
         v["num_requests"] = completed + failed
-    point.file_metadata = {
-        str(k): val
+    free_form = {
+        k: val
         for k, val in obj.items()
         if k not in KNOWN_KEYS and not METRIC_KEY.match(str(k)) and k != "max_itl_ms"
     }
+    keep_free_form(point, free_form, METADATA_KEYS)
     return point
