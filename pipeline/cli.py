@@ -11,7 +11,7 @@ import argparse
 import errno
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from pipeline import config_cli
 from pipeline.bench import cli as bench_cli
@@ -34,8 +34,16 @@ _AREAS = [
 ]
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line naming what is wrong and where help is, exit 2
+    (argparse prints its whole usage block first)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"enginefit: error: {message}; see `{self.prog} --help`\n")
+
+
 def build_parser(extra: Sequence[Callable[[Any], None]] = ()) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog="enginefit",
         description="Which LLM inference engine fits your traffic, and what it costs at your SLO.",
     )

@@ -76,3 +76,27 @@ def test_invalid_yaml_is_one_line_with_its_line_and_column(
         f"enginefit: error: {bad}: not valid YAML: line 3, column 1: found character '\\t' that "
         "cannot start any token\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (
+            ["frob"],
+            "enginefit: error: argument COMMAND: invalid choice: 'frob'",
+        ),
+        (
+            ["bench", "--gpu-hour-usd"],
+            "enginefit: error: argument --gpu-hour-usd: expected one argument; see `enginefit "
+            "bench --help`",
+        ),
+    ],
+)
+def test_usage_errors_are_one_line_with_where_help_is(
+    argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(expected) and err.count("\n") == 1 and "usage:" not in err
