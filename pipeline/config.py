@@ -31,10 +31,10 @@ from pipeline.hashing import salt_fingerprint
 from pipeline.layout import WorkloadLayout
 from pipeline.prefix.config import PrefixConfig
 from pipeline.settings import (
+    BlockSize,
     ConfigInstant,
     ConfigPath,
     Fraction,
-    PositiveInt,
     Section,
 )
 from pipeline.settings import validation_message as _message
@@ -93,7 +93,7 @@ def _slug(value: Any) -> Any:
 class WorkloadSettings(Section):
     name: Annotated[str, BeforeValidator(_slug)]
     traces: Annotated[tuple[TraceSource, ...], BeforeValidator(_trace_entries), Field(min_length=1)]
-    block_size: PositiveInt
+    block_size: BlockSize
     hash_salt: Annotated[str, Field(min_length=1)]
     anchor: ConfigInstant
     tokenizer: ConfigPath | None
@@ -112,7 +112,7 @@ class WorkloadSettings(Section):
 class ReadSettings(Section):
     """How trace files are read: the workload's settings, or the defaults when there is none."""
 
-    block_size: PositiveInt
+    block_size: BlockSize
     anchor: ConfigInstant
     tokenizer: ConfigPath | None
 

@@ -38,6 +38,9 @@ class IngestSummary:
     tokenizer: str
     tokens_approximate: bool
     salt_fingerprint: str = ""
+    # Rows whose hashed prompt outran the logged prompt_tokens (pipeline.readers.base
+    # .capped_prompt_blocks); 0 in summaries written before the count existed.
+    prompt_blocks_capped: int = 0
     notes: list[str] = field(default_factory=list)
 
     @property

@@ -25,6 +25,7 @@ from pipeline.ingest.compute import expand_paths, ingest_sources
 from pipeline.ingest.result import IngestResult, IngestSummary
 from pipeline.layout import WorkloadLayout, require_output
 from pipeline.readers import ReadContext, SourceFile
+from pipeline.settings import with_flags
 from pipeline.store import scan_requests, write_json_atomic, write_parquet_atomic
 from pipeline.tokenize import make_tokenizer
 
@@ -91,8 +92,10 @@ def adhoc_inputs(
     """Trace files named on the command line, read with the configuration's settings and the
     flags that override them. ``persist`` (ingest) needs a real salt; an analysis that only
     prints results may use a fixed ad-hoc one."""
-    if block_size is not None and block_size <= 0:
-        raise ConfigError(f"--block-size must be a positive integer, got {block_size}")
+    if block_size is not None:
+        block_size = with_flags(
+            config.read, {"block_size": ("--block-size", block_size)}
+        ).block_size
     workload = config.workload
     salt = os.environ.get(SALT_ENV_VAR) or (workload.hash_salt if workload else "")
     if persist and not salt:
