@@ -39,10 +39,10 @@ from pipeline.hashing import salt_fingerprint
 from pipeline.layout import SAFE_NAME, WorkloadLayout, child_folder
 from pipeline.prefix.config import PrefixConfig
 from pipeline.settings import (
+    BlockSize,
     ConfigInstant,
     ConfigPath,
     Fraction,
-    PositiveInt,
     Section,
 )
 from pipeline.settings import validation_message as _message
@@ -100,7 +100,7 @@ def _slug(value: Any) -> Any:
 class WorkloadSettings(Section):
     name: Annotated[str, BeforeValidator(_slug)]
     traces: Annotated[tuple[TraceSource, ...], BeforeValidator(_trace_entries), Field(min_length=1)]
-    block_size: PositiveInt
+    block_size: BlockSize
     # Optional: only traces whose content (or block ids) is stored as hashes need one, and
     # ingest says so naming this key when such a trace meets no salt.
     hash_salt: Annotated[str, Field(min_length=1)] | None
@@ -122,7 +122,7 @@ class WorkloadSettings(Section):
 class ReadSettings(Section):
     """How trace files are read: the workload's settings, or the defaults when there is none."""
 
-    block_size: PositiveInt
+    block_size: BlockSize
     anchor: ConfigInstant
     tokenizer: ConfigPath | None
 

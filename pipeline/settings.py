@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Annotated, Any, Self, TypeVar
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -85,6 +86,23 @@ ConfigPath = Annotated[Path, BeforeValidator(_resolve_path)]
 ConfigDate = Annotated[dt.date, BeforeValidator(_parse_date)]
 ConfigInstant = Annotated[dt.datetime, BeforeValidator(parse_instant)]
 PositiveInt = Annotated[int, Field(gt=0)]
+# Tokens per KV-cache block: engines use 1-128 (vLLM's CUDA sizes 1, 8, 16, 32, 64, 128;
+# SGLang pages of 1; TensorRT-LLM 32-128), hybrid models realign to a few hundred (a 784-token
+# block is reported, vllm#54607), Mooncake traces hash 512-token blocks, and analyses coarsen
+# those by a few times. Past 4096 almost no prompt fills one block, so every request would be
+# "known, nothing cacheable": a typo, not a setting.
+MAX_BLOCK_SIZE = 4096
+
+
+def _block_size(value: int) -> int:
+    if not 1 <= value <= MAX_BLOCK_SIZE:
+        raise ValueError(
+            f"a block size is 1 to {MAX_BLOCK_SIZE} tokens (engines use 1-128, Mooncake traces 512)"
+        )
+    return value
+
+
+BlockSize = Annotated[int, AfterValidator(_block_size)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
 NonNegative = Annotated[float, Field(ge=0)]
 Fraction = Annotated[float, Field(ge=0, le=1)]

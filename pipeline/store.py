@@ -412,6 +412,8 @@ def parquet_files(path: Path) -> list[Path]:
 
 
 def _has_parquet_magic(path: Path) -> bool:
+    if not path.is_file():  # opening a FIFO would block; the readers refuse it with a reason
+        return False
     try:
         with path.open("rb") as handle:
             return handle.read(4) == b"PAR1"

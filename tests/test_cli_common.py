@@ -32,7 +32,7 @@ def test_read_settings_follow_config_then_flags(
     assert adhoc_inputs([trace], config, block_size=64).context.block_size == 64
     monkeypatch.setenv("ENGINEFIT_HASH_SALT", "env")
     assert adhoc_inputs([trace], config).context.salt == b"env"
-    with pytest.raises(ConfigError, match="--block-size must be a positive integer"):
+    with pytest.raises(ConfigError, match=r"^--block-size: a block size is 1 to 4096 tokens"):
         adhoc_inputs([trace], config, block_size=0)
 
 

@@ -88,7 +88,7 @@ def test_every_default_is_documented_once() -> None:
         ({"workload": None, "shape": {}}, "missing 'workload' section"),
         ({"workload": {"name": "w", "hash_salt": "s"}}, "workload.traces is required"),
         (_raw(hash_salt=""), "workload.hash_salt: String should have at least 1 character"),
-        (_raw(block_size=0), "workload.block_size: Input should be greater than 0"),
+        (_raw(block_size=0), "workload.block_size: a block size is 1 to 4096 tokens"),
         (_raw(block_size="16"), "workload.block_size: Input should be a valid integer"),
         (_raw(block_szie=16), "unknown key workload.block_szie (did you mean block_size?)"),
         (_raw(anchor="yesterday"), "workload.anchor: 'yesterday' is not an ISO-8601 date"),

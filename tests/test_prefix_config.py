@@ -35,7 +35,7 @@ def test_values_replace_defaults() -> None:
         ({"reuse_age_buckets_s": 60}, "prefix.reuse_age_buckets_s: Input should be a valid tuple"),
         ({"no_sharing_below": 1.5}, "prefix.no_sharing_below: Input should be less than"),
         ({"classify_short_window_tokens": 4096}, "must exceed"),
-        ({"block_size": 0}, "prefix.block_size: Input should be greater than 0"),
+        ({"block_size": 0}, "prefix.block_size: a block size is 1 to 4096 tokens"),
         ({"min_blocks": 2}, "unknown key prefix.min_blocks"),
     ],
 )

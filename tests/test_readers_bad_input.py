@@ -20,6 +20,7 @@ import polars as pl
 import pytest
 
 from pipeline.errors import InputFormatError
+from pipeline.ingest import ingest_paths
 from pipeline.ingest.present import summary_text
 from pipeline.readers import FORMAT_NAMES, ReadContext, ReadResult, SourceFile, detect_reader
 from pipeline.schema import MAX_PLAUSIBLE_TOKENS
@@ -386,7 +387,6 @@ def test_reader_keeps_duplicate_request_ids(tmp_path: Path) -> None:
 
 
 def test_ingest_sorts_reports_and_quarantines_duplicates(tmp_path: Path) -> None:
-    ingest = pytest.importorskip("pipeline.ingest")
     stamps = [30, 10, 10, 20, 40]
     ids = ["a", "b", "c", "a", "d"]
     lines = [
@@ -394,7 +394,7 @@ def test_ingest_sorts_reports_and_quarantines_duplicates(tmp_path: Path) -> None
         for t, i in zip(stamps, ids, strict=True)
     ]
     path = write(tmp_path, b"".join(jline(x) for x in lines) + b'{"ts": 1')
-    result = ingest.ingest_paths([path], block_size=4, salt=b"s", anchor=ANCHOR)
+    result = ingest_paths([path], block_size=4, salt=b"s", anchor=ANCHOR)
     summary = result.summary
     assert (summary.records_read, summary.ingested, summary.quarantined) == (6, 4, 2)
     assert summary.duplicate_request_ids == 1
@@ -411,12 +411,11 @@ def test_ingest_sorts_reports_and_quarantines_duplicates(tmp_path: Path) -> None
 
 
 def test_ingest_counts_reconcile_across_formats(tmp_path: Path) -> None:
-    ingest = pytest.importorskip("pipeline.ingest")
     paths = []
     for fmt in ("token-ids", "prompt-text", "openai-chat", "tracelab"):
         bad = jline(with_path(GOOD[fmt], COUNT_FIELDS[fmt][0], -1))
         paths.append(write(tmp_path, jline(GOOD[fmt]) + bad + b"not json\n", f"{fmt}.jsonl"))
-    result = ingest.ingest_paths(paths, block_size=4, salt=b"s", anchor=ANCHOR)
+    result = ingest_paths(paths, block_size=4, salt=b"s", anchor=ANCHOR)
     s = result.summary
     assert (s.records_read, s.ingested, s.quarantined) == (12, 4, 8)
     assert s.quarantined_by_reason == {"invalid_json": 4, "negative": 4}

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import gzip
 import io
 import json
 import math
 import os
+import re
 import tempfile
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -30,10 +32,11 @@ from typing import Any
 
 import polars as pl
 import pytest
+import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.errors import EnginefitError
+from pipeline.errors import EnginefitError, InputFormatError
 from pipeline.readers import READERS, ReadContext, Reader, ReadResult, SourceFile, detect_reader
 from pipeline.schema import CANONICAL_SCHEMA, conform
 
@@ -161,6 +164,10 @@ def check_result(result: ReadResult, label: str) -> None:
     assert requests["arrival"].null_count() == 0
     assert (requests["prompt_tokens"] >= 0).all()
     assert (requests["output_tokens"].drop_nulls() >= 0).all()
+    # What replay needs (pipeline.sim.blocks): a workload that ingests must simulate.
+    blocks = requests["prompt_blocks"].fill_null(0).cast(pl.Int64)
+    assert (blocks * requests["block_size"].cast(pl.Int64) <= requests["prompt_tokens"]).all()
+    assert (blocks <= requests["prefix_hashes"].list.len()).all()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -333,3 +340,27 @@ def test_unmutated_samples_read_cleanly(name: str) -> None:
     result = run_reader(_reader(name), body)
     assert result is not None
     assert result.quarantine.height == 0 and result.requests.height == len(lines)
+
+
+COMPRESS: dict[str, Callable[[bytes], bytes]] = {
+    "gzip": gzip.compress,
+    "zstd": zstandard.ZstdCompressor().compress,
+}
+
+
+@pytest.mark.parametrize("codec", sorted(COMPRESS))
+@SETTINGS
+@given(data=st.data())
+def test_truncated_compressed_file_is_never_read_short(codec: str, data: st.DataObject) -> None:
+    _, lines = SAMPLES["token-ids"]
+    blob = COMPRESS[codec](b"\n".join(lines) + b"\n")
+    # Cut anywhere after the 4 magic bytes (shorter, the file is no longer recognisably packed).
+    cut = data.draw(st.integers(4, len(blob) - 1))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "cut"
+        path.write_bytes(blob[:cut])
+        with pytest.raises(InputFormatError) as info:
+            _reader("token-ids").read(SourceFile.of(path), CTX)
+    assert re.match(
+        f"{re.escape(str(path))}: (truncated compressed file|cannot decompress)", str(info.value)
+    )

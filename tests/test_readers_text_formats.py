@@ -24,6 +24,7 @@ import pytest
 import zstandard
 from polars.testing import assert_frame_equal
 
+from pipeline.ingest import ingest_paths
 from pipeline.ingest.stage import write as write_workload
 from pipeline.layout import WorkloadLayout
 from pipeline.readers import READERS, ReadContext, ReadResult, SourceFile, detect_reader
@@ -542,14 +543,13 @@ def test_no_prompt_text_or_token_ids_persisted(tmp_path: Path) -> None:
 
 
 def test_ingested_workload_holds_no_prompt_text(tmp_path: Path) -> None:
-    ingest = pytest.importorskip("pipeline.ingest")
     bad = tmp_path / "bad.jsonl"
     bad.write_text(
         json.dumps({"ts": 1, "prompt": "zanzibarquux", "duration_s": "quokkavault"}) + "\n"
         '{"ts": 2, "prompt": "quokkavault zanzibarquux'
     )
     paths = [DATA / "prompt_text.jsonl", DATA / "openai_chat.jsonl", bad]
-    result = ingest.ingest_paths(paths, block_size=4, salt=SALT, anchor=ANCHOR)
+    result = ingest_paths(paths, block_size=4, salt=SALT, anchor=ANCHOR)
     assert result.summary.quarantined == 2
     write_workload(result, WorkloadLayout(tmp_path / "workload"))
     written = [p for p in (tmp_path / "workload").rglob("*") if p.is_file()]

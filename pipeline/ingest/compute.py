@@ -189,8 +189,21 @@ def ingest_sources(
     first = requests["arrival"].min() if requests.height else None
     last = requests["arrival"].max() if requests.height else None
     notes = [f"skipped {s.file}: {s.reason} as {s.same_as} (read once)" for s in skipped]
+    notes += [note for _, _, result, _ in file_rows for note in result.notes]
     if not requests.height:
-        notes.append("no record could be ingested; see the quarantine for why")
+        notes.append(
+            "no record could be ingested; see the quarantine for why"
+            if quarantine.height
+            else "no record to ingest: the input holds no records"
+        )
+    capped = sum(result.prompt_blocks_capped for _, _, result, _ in file_rows)
+    if capped:
+        notes.append(
+            f"{capped:,} request(s) hashed to more full prompt blocks than their logged prompt "
+            "token count fills (an approximate tokenizer counting more than the provider); "
+            "their prompt blocks were capped at the logged count"
+        )
+    notes.extend(_short_prompt_notes(requests, block_size))
     warnings = []
     if anchor_is_default and isinstance(first, datetime) and first < _FIRST_ABSOLUTE:
         warnings.append(
@@ -222,6 +235,7 @@ def ingest_sources(
         tokenizer=ctx.tokenizer.name,
         tokens_approximate=bool(requests["tokens_approximate"].any()) if requests.height else False,
         salt_fingerprint=salt_fingerprint(ctx.salt) if ctx.salt else None,
+        prompt_blocks_capped=capped,
         notes=notes,
         anchor=ctx.anchor.isoformat(),
         anchor_is_default=anchor_is_default,
@@ -231,6 +245,18 @@ def ingest_sources(
     if summary.records_read != summary.ingested + summary.quarantined:
         raise AssertionError("ingest counts do not reconcile")  # a bug, never user input
     return IngestResult(requests, quarantine.sort(["source_file", "source_line"]), summary)
+
+
+def _short_prompt_notes(requests: pl.DataFrame, block_size: int) -> list[str]:
+    """Say how many requests with known content fill no block: none of them can be cached."""
+    hashed = requests.filter(pl.col("hashes_known"))
+    short = hashed.filter(pl.col("prompt_tokens") < block_size).height
+    if not short:
+        return []
+    return [
+        f"{short:,} of {hashed.height:,} request(s) with content have prompts shorter than one "
+        f"block ({block_size} tokens): no full block, so a prefix cache can never serve them"
+    ]
 
 
 def _iso(moment: object) -> str | None:

@@ -20,11 +20,11 @@ from pathlib import Path
 import polars as pl
 
 from pipeline.config import SALT_ENV_VAR, Config, default_config
-from pipeline.errors import ConfigError
 from pipeline.ingest.compute import expand_paths, ingest_sources
 from pipeline.ingest.result import IngestResult, IngestSummary
 from pipeline.layout import WorkloadLayout, require_output
 from pipeline.readers import ReadContext, SourceFile
+from pipeline.settings import with_flags
 from pipeline.store import publish_ingest, scan_requests, verify_ingest
 from pipeline.tokenize import make_tokenizer
 
@@ -108,8 +108,10 @@ def adhoc_inputs(
     flags that override them. ``persist`` (ingest) hashes with the real salt, or with none (an
     error once a trace needs one); an analysis that only prints results may use a fixed
     ad-hoc one."""
-    if block_size is not None and block_size <= 0:
-        raise ConfigError(f"--block-size must be a positive integer, got {block_size}")
+    if block_size is not None:
+        block_size = with_flags(
+            config.read, {"block_size": ("--block-size", block_size)}
+        ).block_size
     workload = config.workload
     salt = os.environ.get(SALT_ENV_VAR) or (workload.hash_salt if workload else "") or ""
     configured_tokenizer = str(config.read.tokenizer) if config.read.tokenizer else None

@@ -16,6 +16,7 @@ from pipeline.cli_common import (
 )
 from pipeline.prefix import stage
 from pipeline.prefix.present import summary_text
+from pipeline.settings import with_flags
 
 
 def register(subparsers: Any) -> None:
@@ -45,7 +46,7 @@ def run_prefix(args: argparse.Namespace) -> int:
     if args.paths:
         inputs = stage.inputs_from(adhoc_requests(args, config))
         if args.block_size is not None:
-            settings = settings.replace(block_size=args.block_size)
+            settings = with_flags(settings, {"block_size": ("--block-size", args.block_size)})
     else:
         inputs = stage.read_inputs(config.layout(), config)
     result = stage.run(inputs, settings)

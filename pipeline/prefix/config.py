@@ -7,7 +7,7 @@ from typing import Self
 
 from pydantic import model_validator
 
-from pipeline.settings import Fraction, PositiveInt, PositiveSecondsList, Section
+from pipeline.settings import BlockSize, Fraction, PositiveInt, PositiveSecondsList, Section
 
 
 class PrefixConfig(Section):
@@ -37,7 +37,7 @@ class PrefixConfig(Section):
     classify_long_window_tokens: PositiveInt
     no_sharing_below: Fraction
     long_context_retention: Fraction
-    block_size: PositiveInt | None
+    block_size: BlockSize | None
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:

@@ -1,7 +1,8 @@
 """Trace readers, chosen by content (never by file extension).
 
 ``READERS`` is tried in order; the first whose ``detect`` accepts the decompressed head of the
-file reads it. More specific formats come before more general ones.
+file (:meth:`SourceFile.head`: at least its first whole record) reads it. More specific formats
+come before more general ones.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ READERS: list[Reader] = [
 ]
 
 FORMAT_NAMES = [r.name for r in READERS]
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 
 
 def reader_named(name: str) -> Reader:
@@ -43,6 +45,11 @@ def detect_reader(source: SourceFile) -> Reader:
     head = source.head()
     if not head.strip():
         raise InputFormatError(f"{source.label}: file is empty")
+    if head.startswith(UTF16_BOMS):
+        raise InputFormatError(
+            f"{source.label}: file is UTF-16 text; traces are read as UTF-8: convert it first "
+            "(e.g. `iconv -f UTF-16 -t UTF-8`)"
+        )
     for reader in READERS:
         if reader.detect(head):
             return reader

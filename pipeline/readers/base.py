@@ -63,9 +63,19 @@ class RecordError(Exception):
 
 @dataclass
 class ReadResult:
+    """One file read: its rows, its quarantine, and how many records it held.
+
+    ``prompt_blocks_capped`` counts rows whose hashed prompt had more full blocks than the
+    authoritative prompt token count allows (their ``prompt_blocks`` was capped, see
+    :func:`capped_prompt_blocks`); ``notes`` say what a person should know about the file
+    (e.g. that it holds a header and no records).
+    """
+
     requests: pl.DataFrame
     quarantine: pl.DataFrame
     records_read: int
+    prompt_blocks_capped: int = 0
+    notes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         ingested, quarantined = self.requests.height, self.quarantine.height
@@ -181,15 +191,30 @@ def seconds_timestamp(value: Any, key: str, anchor: datetime) -> datetime:
     """
     if isinstance(value, str) and not _looks_numeric(value):
         return iso_timestamp(value, key)
-    seconds = number(value, key)
+    return epoch_or_relative(number(value, key), key, anchor, "s")
+
+
+# Units a numeric timestamp may be written in, each 1000 times finer than the one before.
+TIME_UNITS = ("s", "ms", "µs", "ns")
+
+
+def epoch_or_relative(value: float, key: str, anchor: datetime, unit: str) -> datetime:
+    """A number of ``unit`` (one of :data:`TIME_UNITS`): an absolute epoch time when it is at
+    least :data:`EPOCH_SECONDS_MIN` seconds (2001-09-09), else an offset from ``anchor``.
+
+    A value 10^3, 10^6 or 10^9 times too large for an epoch time in ``unit`` is one written in
+    a finer unit: quarantined as ``timestamp_unit_mismatch`` naming the unit it looks like.
+    """
+    step = TIME_UNITS.index(unit)
+    seconds = value / 1000.0**step
     if seconds < 0:
-        raise RecordError(key, "negative", f"value {seconds}")
-    if seconds >= 1e17:
-        raise RecordError(key, "timestamp_unit_mismatch", "value looks like ns, expected seconds")
-    if seconds >= 1e14:
-        raise RecordError(key, "timestamp_unit_mismatch", "value looks like µs, expected seconds")
-    if seconds >= 1e11:
-        raise RecordError(key, "timestamp_unit_mismatch", "value looks like ms, expected seconds")
+        raise RecordError(key, "negative", f"value {value}")
+    for finer in (3, 2, 1):  # 1e11 s is year 5138: no epoch time in `unit` is that large
+        if seconds >= EPOCH_SECONDS_MIN * 100 * 1000.0 ** (finer - 1):
+            looks = TIME_UNITS[step + finer] if step + finer < len(TIME_UNITS) else "finer than ns"
+            raise RecordError(
+                key, "timestamp_unit_mismatch", f"value looks like {looks}, expected {unit}"
+            )
     if seconds >= EPOCH_SECONDS_MIN:
         moment = datetime.fromtimestamp(seconds, tz=UTC)
     else:
@@ -223,13 +248,32 @@ def iso_timestamp(value: Any, key: str) -> datetime:
 def content_blocks(
     prompt_ids: list[int], output_ids: list[int] | None, ctx: ReadContext
 ) -> tuple[list[int], int]:
-    """Chained hashes over prompt (+ output when its tokens are known) and the prompt block count."""
+    """Chained hashes over prompt (+ output when its tokens are known) and the prompt block count.
+
+    A prompt shorter than one block has no full block: no hash of its own and 0 prompt blocks,
+    with its hashes still known (vLLM caches full blocks only, so such a prompt can never hit).
+    """
     sequence = prompt_ids + (output_ids or [])
     try:
         hashes = chain_hash_tokens(sequence, ctx.block_size, ctx.salt)
     except ValueError as exc:
         raise RecordError("token_ids", "invalid_token_id", str(exc)) from None
     return hashes.tolist(), len(prompt_ids) // ctx.block_size
+
+
+# Row key a converter sets when it capped the prompt blocks; JsonLinesReader counts and drops it.
+PROMPT_BLOCKS_CAPPED = "_prompt_blocks_capped"
+
+
+def capped_prompt_blocks(hashed_blocks: int, prompt_tokens: int, block_size: int) -> int:
+    """The prompt blocks a row may claim: those hashed, but no more than the authoritative
+    ``prompt_tokens`` fill (``prompt_blocks × block_size ≤ prompt_tokens``, which replay needs).
+
+    An approximate tokenizer can render a prompt longer than the provider counted. The blocks
+    past the count stay in the chain, where they are what the request leaves in the cache for
+    the next turn (whose prompt repeats them), but they are not prompt blocks of this request.
+    """
+    return min(hashed_blocks, prompt_tokens // block_size)
 
 
 def token_ids(value: Any, key: str) -> list[int]:
@@ -274,7 +318,7 @@ class JsonLinesReader(Reader):
     def read(self, source: SourceFile, ctx: ReadContext) -> ReadResult:
         rows: list[dict[str, Any]] = []
         quarantine = Quarantine(source)
-        read = 0
+        read = capped = 0
         for line_no, obj in iter_json_objects(source, quarantine, ctx):
             read += 1
             if obj is None:
@@ -292,8 +336,9 @@ class JsonLinesReader(Reader):
             row.setdefault("source_line", line_no)
             row.setdefault("request_id", f"{source.label}:{line_no}")
             row.setdefault("block_size", ctx.block_size)
+            capped += bool(row.pop(PROMPT_BLOCKS_CAPPED, False))
             rows.append(row)
-        return ReadResult(canonical_rows(rows), quarantine.frame(), read)
+        return ReadResult(canonical_rows(rows), quarantine.frame(), read, capped)
 
 
 def canonical_rows(rows: list[dict[str, Any]]) -> pl.DataFrame:
@@ -333,13 +378,19 @@ def iter_json_objects(
         yield line_no, obj
 
 
+# Detection looks at this many non-blank lines for the first one that is JSON, so one damaged
+# leading line is quarantined like any other instead of making the whole file unrecognised.
+DETECT_LINES = 8
+
+
 def _first_json_object(head: bytes) -> dict[str, Any] | None:
-    for raw in head.split(b"\n"):
-        if not raw.strip():
-            continue
+    """The first JSON value among the head's first :data:`DETECT_LINES` non-blank lines, when
+    it is an object (a line cut off by the end of the head never parses, so it is skipped)."""
+    lines = (raw for raw in head.split(b"\n") if raw.strip())
+    for _, raw in zip(range(DETECT_LINES), lines, strict=False):
         try:
             obj = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
-            return None
+            continue
         return obj if isinstance(obj, dict) else None
     return None

@@ -11,6 +11,7 @@ from pipeline.errors import InputFormatError
 from pipeline.readers.base import Quarantine, ReadContext, Reader, ReadResult
 from pipeline.readers.source import SourceFile
 from pipeline.schema import CANONICAL_SCHEMA, MAX_PLAUSIBLE_TOKENS
+from pipeline.settings import MAX_BLOCK_SIZE
 
 
 class CanonicalParquetReader(Reader):
@@ -38,6 +39,10 @@ class CanonicalParquetReader(Reader):
                 + "; ".join(wrong)
             )
         frame = frame.select(CANONICAL_SCHEMA.names()).with_row_index("_row", offset=1)
+        blocks = pl.col("prompt_blocks").fill_null(0).cast(pl.Int64)
+        block_size = pl.col("block_size").cast(pl.Int64)
+        prompt_tokens = pl.col("prompt_tokens").cast(pl.Int64)
+        chain = pl.col("prefix_hashes").list.len().fill_null(0)
         problems = [
             ("arrival", "missing", pl.col("arrival").is_null()),
             ("prompt_tokens", "missing", pl.col("prompt_tokens").is_null()),
@@ -46,6 +51,10 @@ class CanonicalParquetReader(Reader):
             ("prompt_tokens", "absurd_value", pl.col("prompt_tokens") > MAX_PLAUSIBLE_TOKENS),
             ("output_tokens", "absurd_value", pl.col("output_tokens") > MAX_PLAUSIBLE_TOKENS),
             ("block_size", "missing", pl.col("block_size").is_null() | (pl.col("block_size") <= 0)),
+            ("block_size", "absurd_value", pl.col("block_size") > MAX_BLOCK_SIZE),
+            # Replay needs prompt_blocks full blocks inside the prompt and in the chain.
+            ("prompt_blocks", "exceeds_prompt_tokens", blocks * block_size > prompt_tokens),
+            ("prompt_blocks", "exceeds_prefix_hashes", blocks > chain),
         ]
         quarantine = Quarantine(source)
         bad = pl.lit(False)
@@ -55,7 +64,8 @@ class CanonicalParquetReader(Reader):
                 quarantine.add(int(row), field_name, reason)
             bad = bad | failed.fill_null(False)
         good = frame.filter(~bad).drop("_row")
-        return ReadResult(good, quarantine.frame(), frame.height)
+        notes = () if frame.height else (f"{source.label}: the table has no rows",)
+        return ReadResult(good, quarantine.frame(), frame.height, notes=notes)
 
 
 # polars 2.1 aborts the whole process (a Rust panic, SIGABRT) on some corrupt Parquet files, so

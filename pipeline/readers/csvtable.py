@@ -129,7 +129,9 @@ class CsvReader(Reader):
         quarantined = pl.concat(
             [quarantine, wrong.cast(QUARANTINE_SCHEMA), bad.cast(QUARANTINE_SCHEMA)]
         ).sort("source_line")
-        return ReadResult(requests, quarantined, requests.height + quarantined.height)
+        read = requests.height + quarantined.height
+        notes = () if read else (f"{source.label}: the file has a header and no records",)
+        return ReadResult(requests, quarantined, read, notes=notes)
 
 
 def _split_lines(body: bytes, label: str, first_line: int) -> tuple[pl.DataFrame, pl.DataFrame]:

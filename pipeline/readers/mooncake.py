@@ -1,8 +1,23 @@
-"""Mooncake FAST'25 JSONL: ``timestamp`` (ms since trace start), lengths, 512-token ``hash_ids``."""
+"""Mooncake FAST'25 JSONL: ``timestamp`` (ms since trace start), lengths, 512-token ``hash_ids``.
+
+``timestamp``
+    Milliseconds since the trace started, placed after the configured anchor date, as the
+    published traces write it. A value of at least 10^12 ms cannot be an offset (it would be
+    31 years into the trace) but is an epoch time in ms, as traces converted from a service's
+    own logs write it: it is taken as that absolute time (1767225600000 is
+    2026-01-01T00:00:00Z), not as the anchor plus 56 years. Values 10^3 times larger still (µs
+    or ns epochs) are quarantined as ``timestamp_unit_mismatch``
+    (:func:`~pipeline.readers.base.epoch_or_relative`).
+``input_length`` / ``output_length``
+    Prompt and output tokens (exact).
+``hash_ids``
+    One id per 512-token prompt block, the last one possibly partial (so exactly
+    ⌈input_length / 512⌉ ids, else ``length_mismatch``). Only full blocks are cacheable: the
+    partial last block's id is dropped, and ``prompt_blocks`` is ⌊input_length / 512⌋.
+"""
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 from pipeline.hashing import chain_hash_block_ids
@@ -10,7 +25,7 @@ from pipeline.readers.base import (
     JsonLinesReader,
     ReadContext,
     RecordError,
-    check_arrival,
+    epoch_or_relative,
     number,
     require,
     token_count,
@@ -33,9 +48,9 @@ class MooncakeReader(JsonLinesReader):
     def convert(
         self, obj: dict[str, Any], source: SourceFile, line: int, ctx: ReadContext
     ) -> dict[str, Any]:
-        millis = number(require(obj, "timestamp"), "timestamp")
-        if millis < 0:
-            raise RecordError("timestamp", "negative", f"value {millis}")
+        arrival = epoch_or_relative(
+            number(require(obj, "timestamp"), "timestamp"), "timestamp", ctx.anchor, "ms"
+        )
         prompt = token_count(require(obj, "input_length"), "input_length")
         output = token_count(require(obj, "output_length"), "output_length")
         ids = require(obj, "hash_ids")
@@ -51,10 +66,9 @@ class MooncakeReader(JsonLinesReader):
                 "length_mismatch",
                 f"{len(ids)} ids for {prompt} tokens, expected {expected}",
             )
-        # Only full blocks are cacheable: a partial last block's id never yields a hit.
         full = prompt // MOONCAKE_BLOCK_TOKENS
         return {
-            "arrival": check_arrival(ctx.anchor + timedelta(milliseconds=millis), "timestamp"),
+            "arrival": arrival,
             "prompt_tokens": prompt,
             "output_tokens": output,
             "block_size": MOONCAKE_BLOCK_TOKENS,

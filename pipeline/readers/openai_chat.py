@@ -21,7 +21,12 @@ counts
     null without a response). ``cached_tokens`` above ``prompt_tokens`` is quarantined.
 hashes
     Always from the rendering below with ``ctx.tokenizer`` (``tokens_approximate`` is the
-    tokenizer's flag, since the blocks are only as exact as the tokenizer).
+    tokenizer's flag, since the blocks are only as exact as the tokenizer). When the rendering
+    has more full prompt blocks than ``usage.prompt_tokens`` fills (an approximate tokenizer
+    counting more tokens than the provider did), ``prompt_blocks`` is capped at
+    ⌊prompt_tokens / block_size⌋ so that every ingested row replays; the chain keeps its
+    blocks (the next turn still hits them) and the ingest summary counts the capped rows
+    (``prompt_blocks_capped``).
 rendering
     Deterministic and segment-wise: the ``tools`` definitions (canonical JSON) as one leading
     segment, then per message a role header (``<|im_start|>role``, plus ``name``), the body
@@ -61,17 +66,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from pipeline.readers.base import (
+    PROMPT_BLOCKS_CAPPED,
     JsonLinesReader,
     ReadContext,
     ReadResult,
     RecordError,
+    capped_prompt_blocks,
     content_blocks,
     optional_text,
     seconds_timestamp,
     token_count,
 )
 from pipeline.readers.prompt_text import (
-    INT32_MAX,
     encode_text,
     first_key,
     optional_field_text,
@@ -381,9 +387,10 @@ class OpenAIChatReader(JsonLinesReader):
             "tools": bool(request.get("tools") or request.get("functions")),
             "lora_adapter": _text_from(LORA_KEYS, obj, request),
             "prefix_hashes": hashes,
-            "prompt_blocks": min(prompt_blocks, INT32_MAX),
+            "prompt_blocks": capped_prompt_blocks(prompt_blocks, prompt_tokens, ctx.block_size),
             "hashes_known": True,
             "tokens_approximate": ctx.tokenizer.approximate,
+            PROMPT_BLOCKS_CAPPED: prompt_blocks * ctx.block_size > prompt_tokens,
         }
         request_id = _text_from(("id",), response) or optional_field_text(obj, ("request_id", "id"))
         if request_id is not None:
