@@ -220,6 +220,24 @@ def check_output_folder(layout: WorkloadLayout) -> None:
     )
 
 
+def _mark(layout: WorkloadLayout) -> None:
+    if not layout.marker.exists():
+        write_bytes_atomic(
+            layout.marker, b"enginefit workload: enginefit wrote this folder's outputs\n"
+        )
+
+
+def open_stage_output(layout: WorkloadLayout) -> None:
+    """Before a stage after ingest writes into ``layout`` (the configured workload, or an ad-hoc
+    ``--out DIR``): the folder must be new, empty or enginefit's, and is marked as enginefit's.
+    No lock: the stages of one workload may run side by side (Dagster's multiprocess executor),
+    each writing only its own subfolder, atomically."""
+    check_output_folder(layout)
+    with output_errors(layout.root):
+        layout.root.mkdir(parents=True, exist_ok=True)
+    _mark(layout)
+
+
 @contextmanager
 def claim_workload(layout: WorkloadLayout) -> Iterator[None]:
     """Hold ``layout``'s folder for writing: checked, locked (refused if another command holds
@@ -243,10 +261,7 @@ def claim_workload(layout: WorkloadLayout) -> Iterator[None]:
                 f"{layout.lock.name}); wait for it to finish, or write elsewhere with --out DIR"
             ) from None
         check_output_folder(layout)  # again, now that no other writer can change it
-        if not layout.marker.exists():
-            write_bytes_atomic(
-                layout.marker, b"enginefit workload: enginefit wrote this folder's outputs\n"
-            )
+        _mark(layout)
         _remove_leftovers(layout)
         _HELD.add(key)
         try:

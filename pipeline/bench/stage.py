@@ -39,7 +39,12 @@ from pipeline.ingest.stage import read_requests
 from pipeline.layout import WorkloadLayout, require_output
 from pipeline.prefix import stage as prefix_stage
 from pipeline.shape import stage as shape_stage
-from pipeline.store import write_bytes_atomic, write_json_atomic, write_parquet_atomic
+from pipeline.store import (
+    open_stage_output,
+    write_bytes_atomic,
+    write_json_atomic,
+    write_parquet_atomic,
+)
 
 NO_RESULTS = (
     "no bench results configured (set bench.results in the configuration, or give result "
@@ -63,6 +68,7 @@ def read_results(settings: BenchSettings, paths: Sequence[Path] | None = None) -
 
 
 def write_results(result: BenchReadResult, layout: WorkloadLayout) -> dict[str, Path]:
+    open_stage_output(layout)
     paths = layout.bench
     write_parquet_atomic(result.load_points, paths.load_points)
     if result.per_request is not None:
@@ -143,6 +149,7 @@ def run(inputs: BenchInputs, settings: BenchSettings) -> BenchAnalysis:
 
 def write(analysis: BenchAnalysis, layout: WorkloadLayout) -> dict[str, Path]:
     """The analysis tables, its JSON document, the findings and the figures, atomically."""
+    open_stage_output(layout)
     paths = layout.bench
     write_parquet_atomic(analysis.evaluated, paths.points)
     write_parquet_atomic(analysis.capacity, paths.capacity)
@@ -235,6 +242,7 @@ def run_concurrency(
 
 
 def write_concurrency(result: ConcurrencyByEngine, layout: WorkloadLayout) -> dict[str, Path]:
+    open_stage_output(layout)
     from pipeline.bench.latency_fit import concurrency_payload
 
     paths = layout.bench

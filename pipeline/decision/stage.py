@@ -23,7 +23,12 @@ from pipeline.decision.present import rationale_text, triggers_frame
 from pipeline.decision.result import DecisionRecord, record_schema
 from pipeline.errors import InputFormatError
 from pipeline.layout import WorkloadLayout, require_output
-from pipeline.store import write_bytes_atomic, write_json_atomic, write_parquet_atomic
+from pipeline.store import (
+    open_stage_output,
+    write_bytes_atomic,
+    write_json_atomic,
+    write_parquet_atomic,
+)
 
 T = TypeVar("T")
 
@@ -131,6 +136,7 @@ def run(inputs: DecisionInputs, config: Config) -> DecisionRecord:
 
 def write_record(record: DecisionRecord, layout: WorkloadLayout) -> dict[str, Path]:
     """The record, its JSON Schema and the plain-text rationale (the ``engine_decision`` asset)."""
+    open_stage_output(layout)
     paths = layout.decision
     write_json_atomic(paths.record, record.to_json())
     write_json_atomic(paths.schema, record_schema())
@@ -141,6 +147,7 @@ def write_record(record: DecisionRecord, layout: WorkloadLayout) -> dict[str, Pa
 def write_triggers(record: DecisionRecord, layout: WorkloadLayout) -> dict[str, Path]:
     """The triggers table, this record's and the previous record's evaluated now (the
     ``revisit_triggers`` asset)."""
+    open_stage_output(layout)
     write_parquet_atomic(triggers_frame(record), layout.decision.triggers)
     return {"triggers": layout.decision.triggers}
 

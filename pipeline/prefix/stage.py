@@ -20,7 +20,12 @@ from pipeline.prefix.analysis import analyse
 from pipeline.prefix.config import PrefixConfig
 from pipeline.prefix.present import curve_svg
 from pipeline.prefix.result import PrefixResult
-from pipeline.store import write_bytes_atomic, write_json_atomic, write_parquet_atomic
+from pipeline.store import (
+    open_stage_output,
+    write_bytes_atomic,
+    write_json_atomic,
+    write_parquet_atomic,
+)
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,7 @@ def run(inputs: PrefixInputs, settings: PrefixConfig) -> PrefixResult:
 
 def write(result: PrefixResult, layout: WorkloadLayout) -> dict[str, Path]:
     """The four files, each written atomically; returns them by layout name."""
+    open_stage_output(layout)
     paths = layout.prefix
     write_json_atomic(paths.summary, result.to_json())
     write_parquet_atomic(result.curve, paths.curve)

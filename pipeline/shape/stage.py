@@ -21,7 +21,12 @@ from pipeline.shape.compute import compute_shape
 from pipeline.shape.config import ShapeConfig
 from pipeline.shape.present import figures
 from pipeline.shape.result import ShapeResult
-from pipeline.store import write_bytes_atomic, write_json_atomic, write_parquet_atomic
+from pipeline.store import (
+    open_stage_output,
+    write_bytes_atomic,
+    write_json_atomic,
+    write_parquet_atomic,
+)
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,7 @@ def run(inputs: ShapeInputs, settings: ShapeConfig) -> ShapeResult:
 
 def write(result: ShapeResult, layout: WorkloadLayout) -> dict[str, Path]:
     """Every output file, each written atomically; returns them by layout name."""
+    open_stage_output(layout)
     paths = layout.shape
     written = {"summary": paths.summary, "facts": paths.facts, "concurrency": paths.concurrency}
     write_json_atomic(paths.summary, result.to_json())

@@ -12,6 +12,7 @@ from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, Strict,
 from pipeline.errors import ConfigError
 from pipeline.facts import LatencyModel
 from pipeline.settings import (
+    BlockSize,
     Fraction,
     NonNegative,
     NonNegativeInt,
@@ -56,9 +57,6 @@ REQUEST_LIFETIMES: tuple[str, ...] = get_args(RequestLifetime)
 # block state at once (also bounded by bytes: replay.MAX_ROUTED_STATE_BYTES); 4096 is far past
 # one router pool serving one model.
 MAX_REPLICAS = 4096
-# Tokens per block: larger than any context window, so every block count stays well inside the
-# kernels' int64 arithmetic.
-MAX_BLOCK_SIZE = 1 << 20
 # Cache tokens per replica: a petatoken is about a billion H100s' KV caches, and capacity ×
 # block size stays inside int64.
 MAX_CACHE_TOKENS = 10**15
@@ -81,7 +79,6 @@ def _at_most(limit: int, what: str, why: str) -> AfterValidator:
     return AfterValidator(check)
 
 
-BlockSize = Annotated[int, Field(gt=0, le=MAX_BLOCK_SIZE)]
 ReplicaCount = Annotated[
     int,
     Field(gt=0),

@@ -26,7 +26,12 @@ from pipeline.sim.curve import Curve, capacity_curve
 from pipeline.sim.present import hit_ratio_vs_capacity_svg, imbalance_vs_hit_ratio_svg
 from pipeline.sim.replay import simulate, summarise
 from pipeline.sim.result import curves_frame, replica_frame, scenario_frame
-from pipeline.store import write_bytes_atomic, write_json_atomic, write_parquet_atomic
+from pipeline.store import (
+    open_stage_output,
+    write_bytes_atomic,
+    write_json_atomic,
+    write_parquet_atomic,
+)
 
 
 def read_inputs(layout: WorkloadLayout, config: Config) -> SimInput:
@@ -48,6 +53,7 @@ def run_scenario(
 
 
 def write_scenario(summary: dict[str, Any], layout: WorkloadLayout) -> Path:
+    open_stage_output(layout)
     path = layout.simulation.scenario(str(summary["scenario"]))
     write_json_atomic(path, summary)
     return path
@@ -55,6 +61,7 @@ def write_scenario(summary: dict[str, Any], layout: WorkloadLayout) -> Path:
 
 def write_scenarios(summaries: list[dict[str, Any]], layout: WorkloadLayout) -> dict[str, Path]:
     """Every scenario in one table (sorted by key), per-replica rows, and the summaries."""
+    open_stage_output(layout)
     paths = layout.simulation
     ordered = sorted(summaries, key=lambda s: str(s["scenario"]))
     write_parquet_atomic(scenario_frame(ordered), paths.scenarios)
@@ -96,6 +103,7 @@ def curve_points(curves: list[Curve], settings: SimulationConfig) -> list[dict[s
 def write_curves(
     curves: list[Curve], settings: SimulationConfig, layout: WorkloadLayout
 ) -> dict[str, Path]:
+    open_stage_output(layout)
     paths = layout.simulation
     write_parquet_atomic(curves_frame(curves), paths.curves)
     write_json_atomic(paths.curves_json, curve_points(curves, settings))
@@ -104,6 +112,7 @@ def write_curves(
 
 def write_figures(layout: WorkloadLayout) -> dict[str, Path]:
     """The figures, drawn from the written scenario and curve tables."""
+    open_stage_output(layout)
     paths = layout.simulation
     scenarios = pl.read_parquet(paths.scenarios)
     curves = pl.read_parquet(paths.curves)
