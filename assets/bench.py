@@ -20,14 +20,12 @@ from dagster import AssetExecutionContext
 from assets.metadata import check_result, md, path_entries
 from assets.resources import EnginefitStore
 from pipeline.bench import stage
-from pipeline.bench.config import BenchSettings, parse_as_of
+from pipeline.bench.config import RUN_DATE_ENV, BenchSettings, parse_as_of
 from pipeline.bench.cost import COST_FORMULA, FLEET_FORMULA
 from pipeline.bench.present import POINT_VIEW, capacity_table, findings_table, fleet_table
 from pipeline.bench.slo import no_silent_pass
 from pipeline.bench.validity import findings_well_formed
 from pipeline.present.tables import bullet_list
-
-RUN_DATE_ENV = "ENGINEFIT_RUN_DATE"
 
 
 def _as_of(context: AssetExecutionContext, settings: BenchSettings) -> tuple[dt.date, str]:

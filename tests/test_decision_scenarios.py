@@ -19,6 +19,17 @@ from tests.decision_fixtures import candidate, decide_on, rule, statuses, sweep,
 NVIDIA_DATACENTER = {"deployment": "datacenter", "hardware": ["nvidia"]}
 
 
+def one_stable_model(changes_per_quarter: float) -> dict[str, object]:
+    """A fixed NVIDIA fleet serving one model, engineers at $30,000 a week."""
+    return {
+        **NVIDIA_DATACENTER,
+        "fixed_sku": True,
+        "models": ["m"],
+        "model_changes_per_quarter": changes_per_quarter,
+        "engineer_week_usd": 30_000,
+    }
+
+
 def steady(requests: int = 1_200) -> object:
     """20 req/s for a minute, 1 s each (peak concurrency 20), 200 output tokens, no sharing:
     20 × 200 × 730 × 3600 = 10.5 billion output tokens a month ("huge volume" ≥ 10 billion)."""
@@ -55,13 +66,7 @@ def test_stable_model_on_a_fixed_nvidia_fleet_at_huge_volume_gets_tensorrt_llm(
         tmp_path,
         steady(),
         [sweep("vllm", 5), sweep("tensorrt-llm", 7)],
-        {
-            **NVIDIA_DATACENTER,
-            "fixed_sku": True,
-            "models": ["m"],
-            "model_changes_per_quarter": 0.5,
-            "engineer_week_usd": 30_000,
-        },
+        one_stable_model(changes_per_quarter=0.5),
     )
     rec = record.recommendation
     assert (rec.engine, rec.runner_up, rec.confidence) == ("tensorrt-llm", "vllm", "firm")
@@ -80,13 +85,7 @@ def test_tensorrt_llm_is_not_chosen_when_models_change_monthly(tmp_path: Path) -
         tmp_path,
         steady(),
         [sweep("vllm", 5), sweep("tensorrt-llm", 7)],
-        {
-            **NVIDIA_DATACENTER,
-            "fixed_sku": True,
-            "models": ["m"],
-            "model_changes_per_quarter": 3,
-            "engineer_week_usd": 30_000,
-        },
+        one_stable_model(changes_per_quarter=3),
     )
     rec = record.recommendation
     assert (rec.engine, rec.runner_up) == ("vllm", "tensorrt-llm")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import dagster as dg
@@ -11,31 +10,12 @@ import polars as pl
 
 from assets.resources import EnginefitStore
 from assets.sim import ASSETS, CHECKS
-from pipeline.schema import conform
 from tests.conftest import write_requests
+from tests.workloads import growing_conversations
 
 
 def _setup(tmp_path: Path) -> Path:
-    t0 = datetime(2026, 1, 1, tzinfo=UTC)
-    n = 60
-    frame = conform(
-        pl.DataFrame(
-            {
-                "request_id": [f"r{i}" for i in range(n)],
-                "arrival": [t0 + timedelta(seconds=i) for i in range(n)],
-                "session_id": [f"s{i % 6}" for i in range(n)],
-                "prompt_tokens": [16 * (i // 6 + 1) + 3 for i in range(n)],
-                "output_tokens": [20] * n,
-                "block_size": [16] * n,
-                "prefix_hashes": [
-                    [(i % 6) * 100 + k + 1 for k in range(i // 6 + 1)] for i in range(n)
-                ],
-                "prompt_blocks": [i // 6 + 1 for i in range(n)],
-                "hashes_known": [True] * n,
-            },
-            schema_overrides={"prefix_hashes": pl.List(pl.UInt64)},
-        )
-    )
+    frame = growing_conversations(60, 6, extra_tokens=3, output_tokens=20)
     write_requests(frame, tmp_path / "data" / "t")
     config = tmp_path / "enginefit.yaml"
     config.write_text(

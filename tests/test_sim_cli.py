@@ -3,42 +3,20 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import polars as pl
 import pytest
 
 from pipeline.cli import main
 from pipeline.config import config_from_mapping
 from pipeline.errors import ConfigError
-from pipeline.schema import conform
 from tests.conftest import DEFAULTS, write_requests
+from tests.workloads import growing_conversations
 
 
 @pytest.fixture
 def workload(tmp_path: Path) -> Path:
-    t0 = datetime(2026, 1, 1, tzinfo=UTC)
-    n = 40
-    frame = conform(
-        pl.DataFrame(
-            {
-                "request_id": [f"r{i}" for i in range(n)],
-                "arrival": [t0 + timedelta(seconds=i) for i in range(n)],
-                "session_id": [f"s{i % 5}" for i in range(n)],
-                "prompt_tokens": [16 * (i // 5 + 1) + 3 for i in range(n)],
-                "output_tokens": [5] * n,
-                "block_size": [16] * n,
-                # conversation s grows one block per turn: chain [s*100+1 .. s*100+turn+1]
-                "prefix_hashes": [
-                    [(i % 5) * 100 + k + 1 for k in range(i // 5 + 1)] for i in range(n)
-                ],
-                "prompt_blocks": [i // 5 + 1 for i in range(n)],
-                "hashes_known": [True] * n,
-            },
-            schema_overrides={"prefix_hashes": pl.List(pl.UInt64)},
-        )
-    )
+    frame = growing_conversations(40, 5, extra_tokens=3, output_tokens=5)
     write_requests(frame, tmp_path / "wl")
     return tmp_path / "wl"
 

@@ -5,7 +5,6 @@ outside their arrays."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -15,12 +14,12 @@ import pytest
 from pipeline.cli import main
 from pipeline.config import config_from_mapping
 from pipeline.errors import ConfigError
-from pipeline.schema import conform
 from pipeline.sim import Scenario, SimulationInputError, curve_kernels, kernels, sim_input
 from pipeline.sim.config import MAX_REPLICAS
 from pipeline.sim.kernels import KernelArgumentError
 from pipeline.sim.replay import simulate
 from tests.conftest import DEFAULTS, write_requests
+from tests.workloads import growing_conversations
 
 # Validation must come first: a trace that does not exist is never reached.
 NO_TRACE = "no-such-trace.parquet"
@@ -28,25 +27,7 @@ NO_TRACE = "no-such-trace.parquet"
 
 def _frame(n: int = 12) -> pl.DataFrame:
     """Three conversations growing one 16-token block per turn."""
-    t0 = datetime(2026, 1, 1, tzinfo=UTC)
-    return conform(
-        pl.DataFrame(
-            {
-                "request_id": [f"r{i}" for i in range(n)],
-                "arrival": [t0 + timedelta(seconds=i) for i in range(n)],
-                "session_id": [f"s{i % 3}" for i in range(n)],
-                "prompt_tokens": [16 * (i // 3 + 1) + 1 for i in range(n)],
-                "output_tokens": [4] * n,
-                "block_size": [16] * n,
-                "prefix_hashes": [
-                    [(i % 3) * 100 + k + 1 for k in range(i // 3 + 1)] for i in range(n)
-                ],
-                "prompt_blocks": [i // 3 + 1 for i in range(n)],
-                "hashes_known": [True] * n,
-            },
-            schema_overrides={"prefix_hashes": pl.List(pl.UInt64)},
-        )
-    )
+    return growing_conversations(n, 3, extra_tokens=1, output_tokens=4)
 
 
 @pytest.fixture

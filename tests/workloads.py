@@ -46,3 +46,31 @@ def peaky_sharing_trace(peak: int = 9_000, tail: int = 600) -> pl.DataFrame:
             schema_overrides={"prefix_hashes": pl.List(pl.UInt64)},
         )
     )
+
+
+def growing_conversations(
+    requests: int, conversations: int, *, extra_tokens: int, output_tokens: int
+) -> pl.DataFrame:
+    """``requests`` one second apart; request i is turn i // c of conversation s = i mod c,
+    whose chain grows one 16-token block per turn ([s·100 + 1 … s·100 + turn + 1]), with
+    ``extra_tokens`` past the last full block."""
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    n, c = requests, conversations
+    return conform(
+        pl.DataFrame(
+            {
+                "request_id": [f"r{i}" for i in range(n)],
+                "arrival": [t0 + timedelta(seconds=i) for i in range(n)],
+                "session_id": [f"s{i % c}" for i in range(n)],
+                "prompt_tokens": [BLOCK * (i // c + 1) + extra_tokens for i in range(n)],
+                "output_tokens": [output_tokens] * n,
+                "block_size": [BLOCK] * n,
+                "prefix_hashes": [
+                    [(i % c) * 100 + k + 1 for k in range(i // c + 1)] for i in range(n)
+                ],
+                "prompt_blocks": [i // c + 1 for i in range(n)],
+                "hashes_known": [True] * n,
+            },
+            schema_overrides={"prefix_hashes": pl.List(pl.UInt64)},
+        )
+    )

@@ -26,12 +26,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from pipeline.bench import stage
-from pipeline.bench.config import BenchSettings
+from pipeline.bench.config import BenchSettings, as_of_flag
 from pipeline.bench.cost import parse_price
 from pipeline.bench.present import render_text
 from pipeline.bench.result import analysis_payload
@@ -43,8 +42,6 @@ from pipeline.errors import ConfigError
 from pipeline.facts import WorkloadFacts
 from pipeline.layout import WorkloadLayout
 from pipeline.settings import with_flags
-
-RUN_DATE_ENV = "ENGINEFIT_RUN_DATE"
 
 
 def register(subparsers: Any) -> None:
@@ -108,10 +105,9 @@ def resolve_settings(args: argparse.Namespace, config: Config) -> BenchSettings:
         if not args.manifest.is_file():
             raise ConfigError(f"--manifest: {args.manifest}: no such manifest file")
         flags["manifest"] = ("--manifest", args.manifest)
-    if args.as_of is not None:
-        flags["as_of"] = ("--as-of", args.as_of)
-    elif settings.as_of is None and os.environ.get(RUN_DATE_ENV):
-        flags["as_of"] = (RUN_DATE_ENV, os.environ[RUN_DATE_ENV])
+    as_of = as_of_flag(args.as_of, settings)
+    if as_of is not None:
+        flags["as_of"] = as_of
     return with_flags(settings, flags)
 
 

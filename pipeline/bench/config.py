@@ -8,6 +8,7 @@ The SLO and the price table keep their own domain types (:class:`~pipeline.bench
 from __future__ import annotations
 
 import datetime as dt
+import os
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, ConfigDict, Field
@@ -82,6 +83,21 @@ class BenchSettings(Section):
             "overload": self.overload.as_dict(),
             "min_tail_requests": self.min_tail_requests,
         }
+
+
+RUN_DATE_ENV = "ENGINEFIT_RUN_DATE"
+
+
+def as_of_flag(flag_value: str | None, settings: BenchSettings) -> tuple[str, str] | None:
+    """The date age checks count from, as a settings override ``(where, value)`` for
+    :func:`pipeline.settings.with_flags`: ``--as-of``, else ``ENGINEFIT_RUN_DATE`` when
+    ``bench.as_of`` is not configured; None keeps the configuration's (commands never read the
+    clock)."""
+    if flag_value is not None:
+        return ("--as-of", flag_value)
+    if settings.as_of is None and os.environ.get(RUN_DATE_ENV):
+        return (RUN_DATE_ENV, os.environ[RUN_DATE_ENV])
+    return None
 
 
 def parse_as_of(value: Any, where: str) -> dt.date:

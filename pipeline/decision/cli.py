@@ -15,18 +15,17 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
+from pipeline.bench.config import as_of_flag
 from pipeline.cli_common import add_config_argument, command_config
 from pipeline.config import Config
 from pipeline.decision import stage
 from pipeline.decision.present import candidates_table, rationale_text
 from pipeline.layout import WorkloadLayout
-
-RUN_DATE_ENV = "ENGINEFIT_RUN_DATE"
+from pipeline.settings import with_flags
 
 
 def register(subparsers: Any) -> None:
@@ -92,31 +91,21 @@ def ensure_upstream(config: Config, layout: WorkloadLayout) -> list[str]:
     return ran
 
 
-def _as_of(args: argparse.Namespace, config: Config) -> Any:
-    from pipeline.bench.config import parse_as_of
-
-    if args.as_of:
-        return parse_as_of(args.as_of, "--as-of")
-    if config.bench.as_of is not None:
-        return config.bench.as_of
-    if os.environ.get(RUN_DATE_ENV):
-        return parse_as_of(os.environ[RUN_DATE_ENV], RUN_DATE_ENV)
-    return None
-
-
 def run_decide(args: argparse.Namespace) -> int:
     config = command_config(args)
     layout = config.layout()
-    as_of = _as_of(args, config)
-    if as_of is not None and config.bench.as_of is None:
-        config = dataclasses.replace(config, bench=config.bench.replace(as_of=as_of))
+    as_of = as_of_flag(args.as_of, config.bench)
+    if as_of is not None:
+        config = dataclasses.replace(config, bench=with_flags(config.bench, {"as_of": as_of}))
     previous = args.previous or config.decision.previous_record
     ran = ensure_upstream(config, layout)
     if ran:
         print(
             f"enginefit decide: ran the missing upstream stages: {', '.join(ran)}", file=sys.stderr
         )
-    record = stage.run(stage.read_inputs(layout, config, as_of=as_of, previous=previous), config)
+    record = stage.run(
+        stage.read_inputs(layout, config, as_of=config.bench.as_of, previous=previous), config
+    )
     paths = stage.write(record, layout)
     if args.json:
         print(json.dumps(record.to_json(), indent=2, sort_keys=True, ensure_ascii=False))
