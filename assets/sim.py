@@ -98,9 +98,14 @@ def simulation_plots(store: EnginefitStore) -> dg.MaterializeResult:  # type: ig
     "unknown).",
 )
 def curve_matches_replay(store: EnginefitStore) -> dg.AssetCheckResult:
-    paths = store.layout().simulation
+    config = store.config()
+    paths = config.layout().simulation
     return check_result(
-        checks.curve_matches_replay(pl.read_parquet(paths.curves), pl.read_parquet(paths.scenarios))
+        checks.curve_matches_replay(
+            pl.read_parquet(paths.curves),
+            pl.read_parquet(paths.scenarios),
+            config.simulation.tenant_isolation,
+        )
     )
 
 

@@ -125,6 +125,7 @@ def configuration(
     replicas: tuple[int, ...] = (1, 4),
     cache_tokens: int = 1_000_000,
     routings: tuple[str, ...] = ("round-robin", "affinity"),
+    compare_isolation: bool = False,
     decision: dict[str, Any] | None = None,
 ) -> Config:
     return config_from_mapping(
@@ -137,6 +138,7 @@ def configuration(
                 "cache_tokens": [cache_tokens],
                 "routings": list(routings),
                 "request_lifetime": "instant",
+                "compare_isolation": compare_isolation,
             },
             "bench": {"as_of": AS_OF, "prices": {"gpu_hour_usd": {"default": GPU_HOUR_USD}}},
             "requirements": requirements or {},

@@ -191,15 +191,35 @@ def test_an_incumbent_whose_replacement_does_not_pay_back_within_a_year_stays(
     assert rule(record, "payback").fired is True
 
 
-def test_untrusted_tenants_sharing_prefixes_are_isolated(tmp_path: Path) -> None:
-    """Four tenants share one system prompt, so cache hits cross tenants."""
+def test_untrusted_tenants_sharing_prefixes_are_isolated_at_a_measured_cost(
+    tmp_path: Path,
+) -> None:
+    """Four tenants share one system prompt, so cache hits cross tenants; replayed with and
+    without per-tenant isolation, isolation loses the hits on the other tenants' copies."""
     frame = traffic(410, rate_rps=10, e2e_s=2.0, conversations=41, system_blocks=64, tenants=4)
-    record = decide_on(tmp_path, frame, [], {**NVIDIA_DATACENTER, "untrusted_tenants": True})
+    record = decide_on(
+        tmp_path,
+        frame,
+        [],
+        {**NVIDIA_DATACENTER, "untrusted_tenants": True},
+        compare_isolation=True,
+    )
     isolation = record.isolation
     assert isolation.recommended is True
     assert isolation.cross_tenant_share_of_hits is not None
     assert isolation.cross_tenant_share_of_hits > 0
+    assert isolation.hit_ratio_shared is not None and isolation.hit_ratio_isolated is not None
+    assert isolation.hit_ratio_isolated < isolation.hit_ratio_shared
     assert rule(record, "isolation").fired is True
+    assert "shared vs" in isolation.reason
+
+
+def test_isolation_cost_is_unknown_until_both_replays_exist(tmp_path: Path) -> None:
+    frame = traffic(410, rate_rps=10, e2e_s=2.0, conversations=41, system_blocks=64, tenants=4)
+    record = decide_on(tmp_path, frame, [], {**NVIDIA_DATACENTER, "untrusted_tenants": True})
+    assert record.isolation.recommended is True
+    assert record.isolation.hit_ratio_isolated is None
+    assert "set simulation.compare_isolation: true" in record.isolation.reason
 
 
 def test_a_required_feature_the_engine_lacks_excludes_it(tmp_path: Path) -> None:

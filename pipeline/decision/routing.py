@@ -226,7 +226,7 @@ def isolation_advice(ctx: RuleContext) -> Isolation:
     cost = (
         f"hit ratio {shared:.1%} shared vs {isolated:.1%} isolated"
         if shared is not None and isolated is not None
-        else "hit-rate cost unknown: add a scenario with simulation.tenant_isolation: true"
+        else "hit-rate cost unknown: set simulation.compare_isolation: true to replay with and without isolation"
     )
     reason = f"{cross:.1%} of cache hits cross tenants: use a per-tenant cache salt or isolation ({cost})"
     ctx.rule("isolation", title, source, True, reason, **common)

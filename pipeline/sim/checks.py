@@ -8,14 +8,17 @@ from pipeline.present.tables import cell
 from pipeline.sim.config import CACHE_INDEPENDENT
 
 
-def curve_disagreements(curves: pl.DataFrame, scenarios: pl.DataFrame) -> pl.DataFrame:
+def curve_disagreements(
+    curves: pl.DataFrame, scenarios: pl.DataFrame, isolated: bool = False
+) -> pl.DataFrame:
     """Cache-independent scenarios whose instant-lifetime hits differ from the curve there.
 
     The curve models the instant lifetime (nothing pinned), so it is compared with each
     scenario's ``hit_tokens_instant``. The curve's step function is read at the scenario's
     capacity: the last row at or below it (none: 0 hits). Unknown hits (a trace without prompt
-    content: a null curve row and null scenario hits) agree only with unknown. Empty when every
-    scenario agrees (the one-pass curve is exact).
+    content: a null curve row and null scenario hits) agree only with unknown. ``isolated`` is
+    the curves' tenant isolation (``simulation.tenant_isolation``): only scenarios replayed the
+    same way are compared. Empty when every scenario agrees (the one-pass curve is exact).
     """
     key = ["block_size", "replicas", "routing"]
     curve_rows = curves.with_columns(
@@ -24,7 +27,7 @@ def curve_disagreements(curves: pl.DataFrame, scenarios: pl.DataFrame) -> pl.Dat
     wanted = (
         scenarios.filter(
             pl.col("routing").is_in(sorted(CACHE_INDEPENDENT)) | (pl.col("replicas") == 1),
-            ~pl.col("tenant_isolation"),
+            pl.col("tenant_isolation") == isolated,
         )
         .with_columns(
             pl.when(pl.col("replicas") == 1)
@@ -62,10 +65,12 @@ def curve_disagreements(curves: pl.DataFrame, scenarios: pl.DataFrame) -> pl.Dat
     )
 
 
-def curve_matches_replay(curves: pl.DataFrame, scenarios: pl.DataFrame) -> list[str]:
+def curve_matches_replay(
+    curves: pl.DataFrame, scenarios: pl.DataFrame, isolated: bool = False
+) -> list[str]:
     """Every cache-independent scenario's instant hits equal the one-pass curve at its capacity."""
     return [
         f"{row['scenario']}: replay {cell(row['hit_tokens_instant'])} hit tokens, curve "
         f"{cell(row['curve_hit_tokens'])} at {row['capacity_blocks']:,} blocks"
-        for row in curve_disagreements(curves, scenarios).iter_rows(named=True)
+        for row in curve_disagreements(curves, scenarios, isolated).iter_rows(named=True)
     ]

@@ -200,6 +200,7 @@ class SimulationConfig(Section):
     bounded_affinity_margin: NonNegative
     random_seed: NonNegativeInt
     tenant_isolation: bool
+    compare_isolation: bool
     cache_aware: Annotated[CacheAwareConfig, BeforeValidator(_cache_aware)]
     request_lifetime: RequestLifetime
     replica_slots: Annotated[InFlight, Field(gt=0)] | None
@@ -213,14 +214,17 @@ class SimulationConfig(Section):
         return self.latency_model.as_model() if self.latency_model is not None else fallback
 
     def scenarios(self) -> list[Scenario]:
-        """The grid, in a fixed order; replicas=1 runs only one routing (they are all equal)."""
+        """The grid, in a fixed order; replicas=1 runs only one routing (they are all equal).
+        With ``compare_isolation`` every scenario runs with a shared cache and again with one
+        namespace per tenant."""
+        isolation = (False, True) if self.compare_isolation else (self.tenant_isolation,)
         out: list[Scenario] = []
-        for bs, reps, cap, routing in itertools.product(
-            self.block_sizes, self.replicas, self.cache_tokens, self.routings
+        for bs, reps, cap, routing, isolated in itertools.product(
+            self.block_sizes, self.replicas, self.cache_tokens, self.routings, isolation
         ):
             if reps == 1 and routing != self.routings[0]:
                 continue
-            out.append(Scenario(bs, reps, cap, routing, self.tenant_isolation))
+            out.append(Scenario(bs, reps, cap, routing, isolated))
         return out
 
 
