@@ -20,7 +20,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any
 
-import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -44,6 +43,7 @@ from pipeline.settings import (
     ConfigPath,
     Fraction,
     Section,
+    load_yaml,
 )
 from pipeline.settings import validation_message as _message
 from pipeline.shape.config import ShapeConfig
@@ -234,7 +234,7 @@ def _defaults_text() -> str:
 
 def default_mapping() -> dict[str, Any]:
     """``pipeline/defaults.yaml`` as a fresh mapping."""
-    raw = yaml.safe_load(_defaults_text())
+    raw = load_yaml(_defaults_text(), "pipeline/defaults.yaml")
     assert isinstance(raw, dict)  # a packaging bug, never user input
     return raw
 
@@ -323,14 +323,6 @@ def default_config() -> Config:
     return config_from_mapping({})
 
 
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    """PyYAML's multi-line message as one line with the 1-based line and column."""
-    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
-        mark = exc.problem_mark
-        return f"line {mark.line + 1}, column {mark.column + 1}: {exc.problem}"
-    return " ".join(str(exc).split())
-
-
 def load_config(path: str | Path) -> Config:
     try:
         source = Path(path).resolve()
@@ -346,8 +338,5 @@ def load_config(path: str | Path) -> Config:
         raise ConfigError(f"{source}: not UTF-8 text ({exc.reason})") from exc
     except OSError as exc:
         raise ConfigError(f"{source}: cannot read: {exc.strerror}") from exc
-    try:
-        raw = yaml.safe_load(text) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{source}: not valid YAML: {_yaml_problem(exc)}") from exc
+    raw = load_yaml(text, str(source)) or {}
     return config_from_mapping(raw, source=source)

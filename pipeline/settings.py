@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, Self, TypeVar
 
+import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -129,13 +130,16 @@ def _dotted(loc: Iterable[int | str]) -> str:
 def _known_keys(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
     """The keys the section at ``loc`` (the parent of an unknown key) accepts."""
     current: Any = model
+    keyed = False  # the last field was a mapping: the next part is one of its keys
     for part in loc:
-        if isinstance(part, int):
+        if isinstance(part, int) or keyed:
+            keyed = False
             continue
         fields = getattr(current, "model_fields", None)
         if not fields or part not in fields:
             return []
         annotation = fields[part].annotation
+        keyed = getattr(annotation, "__origin__", None) is dict
         current = next(
             (
                 arg
@@ -155,7 +159,8 @@ def validation_message(
 ) -> str:
     """One line: ``<file>: <dotted key>: <what is wrong> (got <value>)``, plus how many more."""
     errors = exc.errors(include_url=False)
-    first = errors[0]
+    # A misspelt key also leaves the real one missing: name the misspelling first.
+    first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     loc = tuple(first["loc"])
     key = _dotted((*([prefix] if prefix else []), *loc))
     if first["type"] == "extra_forbidden":
@@ -172,6 +177,36 @@ def validation_message(
     if len(errors) > 1:
         message += f" [and {len(errors) - 1} more problem(s)]"
     return message
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader without implicit timestamps: ``2026-13-45`` stays text, so the
+    field's own validator names the key and the problem (PyYAML would raise a bare
+    ValueError while parsing)."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [r for r in resolvers if r[0] != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """PyYAML's multi-line message as one line with the 1-based line and column."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        return f"line {mark.line + 1}, column {mark.column + 1}: {exc.problem}"
+    return " ".join(str(exc).split())
+
+
+def load_yaml(text: str, where: str) -> Any:
+    """A YAML document (dates as text); invalid YAML is a one-line error naming ``where``."""
+    from pipeline.errors import ConfigError
+
+    try:
+        return yaml.load(text, Loader=_Loader)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{where}: not valid YAML: {yaml_problem(exc)}") from exc
 
 
 def with_flags(section: SectionT, flags: dict[str, tuple[str, Any]]) -> SectionT:

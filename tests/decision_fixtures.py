@@ -75,6 +75,12 @@ def traffic(
     return conform(pl.DataFrame(rows, schema_overrides={"prefix_hashes": pl.List(pl.UInt64)}))
 
 
+def steady_traffic(requests: int = 1_200) -> pl.DataFrame:
+    """20 req/s, 1 s each (peak concurrency 20), 200 output tokens, no sharing:
+    20 × 200 × 730 × 3600 = 10.5 billion output tokens a month ("huge volume" ≥ 10 billion)."""
+    return traffic(requests, rate_rps=20, e2e_s=1.0)
+
+
 def sweep(
     engine: str,
     capacity_rps: float,

@@ -100,3 +100,15 @@ def test_usage_errors_are_one_line_with_where_help_is(
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith(expected) and err.count("\n") == 1 and "usage:" not in err
+
+
+def test_an_impossible_date_in_the_configuration_names_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """PyYAML turns 2026-13-45 into a crash while parsing; it must reach the key's validator."""
+    bad = tmp_path / "enginefit.yaml"
+    bad.write_text("workload:\n  name: x\n  traces: [t.jsonl]\nbench:\n  as_of: 2026-13-45\n")
+    assert main(["config", "--config", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"enginefit: error: {bad}: bench.as_of: ") and "2026-13-45" in err
+    assert err.count("\n") == 1

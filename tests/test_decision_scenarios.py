@@ -14,7 +14,15 @@ from pathlib import Path
 import pytest
 
 from pipeline.decision.stage import read_previous
-from tests.decision_fixtures import candidate, decide_on, rule, statuses, sweep, traffic
+from tests.decision_fixtures import (
+    candidate,
+    decide_on,
+    rule,
+    statuses,
+    steady_traffic,
+    sweep,
+    traffic,
+)
 
 NVIDIA_DATACENTER = {"deployment": "datacenter", "hardware": ["nvidia"]}
 
@@ -28,12 +36,6 @@ def one_stable_model(changes_per_quarter: float) -> dict[str, object]:
         "model_changes_per_quarter": changes_per_quarter,
         "engineer_week_usd": 30_000,
     }
-
-
-def steady(requests: int = 1_200) -> object:
-    """20 req/s for a minute, 1 s each (peak concurrency 20), 200 output tokens, no sharing:
-    20 × 200 × 730 × 3600 = 10.5 billion output tokens a month ("huge volume" ≥ 10 billion)."""
-    return traffic(requests, rate_rps=20, e2e_s=1.0)
 
 
 def conversations() -> object:
@@ -64,7 +66,7 @@ def test_stable_model_on_a_fixed_nvidia_fleet_at_huge_volume_gets_tensorrt_llm(
     × 30,000) = $250: totals $7,570.25 vs $9,010, 16 % apart."""
     record = decide_on(
         tmp_path,
-        steady(),
+        steady_traffic(),
         [sweep("vllm", 5), sweep("tensorrt-llm", 7)],
         one_stable_model(changes_per_quarter=0.5),
     )
@@ -83,7 +85,7 @@ def test_tensorrt_llm_is_not_chosen_when_models_change_monthly(tmp_path: Path) -
     1,500), n ≤ 3 × 1,314 ÷ 4,651.5 = 0.847 → "≤ 0.8 per quarter"."""
     record = decide_on(
         tmp_path,
-        steady(),
+        steady_traffic(),
         [sweep("vllm", 5), sweep("tensorrt-llm", 7)],
         one_stable_model(changes_per_quarter=3),
     )
@@ -124,7 +126,7 @@ def test_prefix_heavy_traffic_with_one_engine_benchmarked(tmp_path: Path) -> Non
 
 def test_little_sharing_on_mixed_hardware_gets_vllm(tmp_path: Path) -> None:
     record = decide_on(
-        tmp_path, steady(), [], {"deployment": "datacenter", "hardware": ["nvidia", "amd"]}
+        tmp_path, steady_traffic(), [], {"deployment": "datacenter", "hardware": ["nvidia", "amd"]}
     )
     rec = record.recommendation
     assert (rec.engine, rec.runner_up, rec.confidence) == ("vllm", "sglang", "provisional")
@@ -135,7 +137,7 @@ def test_little_sharing_on_mixed_hardware_gets_vllm(tmp_path: Path) -> None:
 def test_tgi_today_is_kept_running_while_migrating(tmp_path: Path) -> None:
     record = decide_on(
         tmp_path,
-        steady(),
+        steady_traffic(),
         [sweep("vllm", 5)],
         {**NVIDIA_DATACENTER, "current_engine": "tgi", "engineer_week_usd": 6_000},
     )
@@ -149,7 +151,7 @@ def test_tgi_today_is_kept_running_while_migrating(tmp_path: Path) -> None:
 
 
 def test_no_benchmark_at_all_is_provisional(tmp_path: Path) -> None:
-    record = decide_on(tmp_path, steady(), [], NVIDIA_DATACENTER)
+    record = decide_on(tmp_path, steady_traffic(), [], NVIDIA_DATACENTER)
     assert record.recommendation.confidence == "provisional"
     assert rule(record, "cost").fired is None
     assert rule(record, "cost").effect.startswith("unknown: no bench results configured")
@@ -162,7 +164,7 @@ def test_two_engines_within_the_margin_are_a_tie_decided_on_migration_cost(
     both need 4 replicas (same monthly GPU cost): a tie, decided on migration weeks (2 each)
     then the decision tree's order (little sharing: vLLM first)."""
     record = decide_on(
-        tmp_path, steady(), [sweep("vllm", 5), sweep("sglang", 5.2)], NVIDIA_DATACENTER
+        tmp_path, steady_traffic(), [sweep("vllm", 5), sweep("sglang", 5.2)], NVIDIA_DATACENTER
     )
     rec = record.recommendation
     assert (rec.engine, rec.runner_up, rec.confidence) == ("vllm", "sglang", "tie")
@@ -176,7 +178,7 @@ def test_an_incumbent_whose_replacement_does_not_pay_back_within_a_year_stays(
     saves $2,190 a month. Migrating costs 8 weeks × $6,000 = $48,000: 21.9 months > 12."""
     record = decide_on(
         tmp_path,
-        steady(),
+        steady_traffic(),
         [sweep("sglang", 5), sweep("vllm", 7)],
         {
             **NVIDIA_DATACENTER,
@@ -233,7 +235,7 @@ def test_a_required_feature_the_engine_lacks_excludes_it(tmp_path: Path) -> None
     catalog.write_text(text)
     record = decide_on(
         tmp_path,
-        steady(),
+        steady_traffic(),
         [],
         {**NVIDIA_DATACENTER, "features": ["lora"]},
         decision={"catalog": str(catalog)},
@@ -247,7 +249,7 @@ def test_a_required_feature_the_engine_lacks_excludes_it(tmp_path: Path) -> None
 def test_triggers_across_two_quarters_fire_when_concurrency_collapses(tmp_path: Path) -> None:
     """Quarter 1: peak concurrency 20 (vLLM/SGLang territory). Quarter 2: one request at a time:
     the "concurrency.low.enters" trigger (peak ≤ 2) fires and the decision is revisited."""
-    first = decide_on(tmp_path / "q1", steady(), [sweep("vllm", 5)], NVIDIA_DATACENTER)
+    first = decide_on(tmp_path / "q1", steady_traffic(), [sweep("vllm", 5)], NVIDIA_DATACENTER)
     low = next(t for t in first.triggers if t.id == "concurrency.low.enters")
     assert (low.comparator, low.threshold, low.value, low.status) == ("<=", 2, 20, "not_fired")
     record_path = tmp_path / "q1" / "data" / "w" / "decision" / "decision.json"

@@ -17,7 +17,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Literal, Self, cast, get_args
 
-import yaml
 from pydantic import Field, Strict, ValidationError, model_validator
 
 from pipeline.errors import ConfigError
@@ -27,6 +26,7 @@ from pipeline.settings import (
     NonNegativeInt,
     PositiveInt,
     Section,
+    load_yaml,
     validation_message,
 )
 
@@ -224,10 +224,7 @@ def load_catalog(path: Path | None = None) -> Catalog:
         raise ConfigError(f"{where}: engine catalog not found") from exc
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{where}: cannot read the engine catalog ({exc})") from exc
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{where}: not valid YAML: {' '.join(str(exc).split())}") from exc
+    raw = load_yaml(text, where)
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: the catalog must be a mapping (schema_version, engines, …)")
     try:
