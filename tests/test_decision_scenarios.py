@@ -270,3 +270,31 @@ def test_triggers_across_two_quarters_fire_when_concurrency_collapses(tmp_path: 
     unchanged = next(c for c in previous.triggers if c.id == "catalog.stale")
     assert unchanged.status == "not_fired"
     assert math.isfinite(second.measurements["shape.concurrency.peak"])
+
+
+def test_cache_size_from_the_hardware_reads_the_curves_at_that_capacity(tmp_path: Path) -> None:
+    """requirements.kv_cache sizes the cache (Llama-3.1-8B on an H100: 449,x tokens), which the
+    simulation grid did not replay: the routing value is read from the one-pass curves there.
+    Both capacities hold this small working set whole, so the saving equals the replay's."""
+    kv = {
+        "gpu_memory_gib": 79.2,
+        "gpus_per_replica": 1,
+        "memory_utilization": 0.92,
+        "overhead_gib": 3.0,
+        "model_params_billion": 8.03,
+        "weight_bytes": 2.0,
+        "layers": 32,
+        "kv_heads": 8,
+        "head_dim": 128,
+        "kv_bytes": 2.0,
+    }
+    frame = conversations()
+    sized = decide_on(tmp_path / "sized", frame, [], {**NVIDIA_DATACENTER, "kv_cache": kv})
+    replayed = decide_on(tmp_path / "replayed", frame, [], NVIDIA_DATACENTER)
+    routing = sized.routing
+    assert routing.cache_tokens_per_replica is not None
+    assert 449_000 <= routing.cache_tokens_per_replica < 450_000
+    assert routing.cache_tokens_source.startswith("requirements.kv_cache: 449,")
+    assert routing.method.startswith("one-pass capacity curves")
+    assert replayed.routing.method.startswith("simulated replay")
+    assert routing.prompt_tokens_saved_share == replayed.routing.prompt_tokens_saved_share
