@@ -4,14 +4,16 @@ then the decision stage reads their written outputs (nothing hand-written betwee
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import polars as pl
+import yaml
 
 from pipeline.bench import stage as bench_stage
-from pipeline.bench.schema import BenchReadResult, conform_load_points
 from pipeline.config import Config, config_from_mapping
 from pipeline.decision import stage as decision_stage
 from pipeline.decision.result import DecisionRecord
@@ -81,47 +83,82 @@ def steady_traffic(requests: int = 1_200) -> pl.DataFrame:
     return traffic(requests, rate_rps=20, e2e_s=1.0)
 
 
+@dataclass(frozen=True)
+class Sweep:
+    """One engine's benchmark: vLLM ``bench serve`` result files (one per load) and the sidecar
+    manifest that names the engine and GPUs, as a team would have them on disk."""
+
+    engine: str
+    records: list[dict[str, Any]]
+    manifest: dict[str, Any]
+
+    def write(self, folder: Path) -> Path:
+        folder.mkdir(parents=True, exist_ok=True)
+        for record in self.records:
+            (folder / f"{self.engine}-{record['request_rate']:g}qps.json").write_text(
+                json.dumps(record)
+            )
+        (folder / "enginefit-bench.yaml").write_text(yaml.safe_dump(self.manifest))
+        return folder
+
+
 def sweep(
     engine: str,
     capacity_rps: float,
     *,
     gpu_type: str = "H100",
     gpu_count: int = 1,
-    output_tokens_mean: float = 200.0,
-    input_tokens_mean: float = 128.0,
+    output_tokens_mean: int = 200,
+    input_tokens_mean: int = 128,
     run_date: date = RUN_DATE,
     never_met: bool = False,
-) -> list[dict[str, Any]]:
-    """An open-loop sweep at ½, 1 and 4 × ``capacity_rps`` whose last point fails the TTFT
-    limit (all fail with ``never_met``): capacity is bracketed at ``capacity_rps``. Every point
-    keeps up (tests/bench_points.py), so the sustained rate is the offered rate."""
-    rows = []
+) -> Sweep:
+    """An open-loop sweep at ½, 1 and 4 × ``capacity_rps`` whose last point fails the p95 TTFT
+    limit (every point with ``never_met``): capacity is bracketed at ``capacity_rps``. Each run
+    sends 100 requests lasting 1 s each, so it takes 100 ÷ rate + 1 s and kept up with its
+    rate once the drain is taken off (tests/bench_points.py)."""
+    records = []
     for load, ttft in (
         (capacity_rps / 2, 300.0),
         (capacity_rps, 800.0),
         (capacity_rps * 4, 4000.0),
     ):
-        row: dict[str, Any] = {
-            "point_id": f"{engine}-{load:g}",
-            "source_file": f"{engine}.json",
-            "engine": engine,
-            "engine_version": "1.0",
-            "model": "m",
-            "gpu_type": gpu_type,
-            "gpu_count": gpu_count,
-            "run_date": run_date,
-            "load_mode": "open",
-            "offered_rate_rps": load,
-            "ttft_p95_ms": 4000.0 if never_met else ttft,
-            "itl_p99_ms": 30.0,
-            "output_tokens_mean": output_tokens_mean,
-            "input_tokens_mean": input_tokens_mean,
-            "output_tokens_per_s": load * output_tokens_mean,
-            "total_tokens_per_s": load * (output_tokens_mean + input_tokens_mean),
-        }
-        row.update(kept_up_run(load))
-        rows.append(row)
-    return rows
+        run = kept_up_run(load)
+        n, duration = run["num_requests"], run["duration_s"]
+        records.append(
+            {
+                "date": "20261101-120000",
+                "backend": "vllm",
+                "model_id": "m",
+                "request_rate": load,
+                "burstiness": 1.0,
+                "max_concurrency": None,
+                "num_prompts": n,
+                "duration": duration,
+                "completed": n,
+                "failed": 0,
+                "total_input_tokens": n * input_tokens_mean,
+                "total_output_tokens": n * output_tokens_mean,
+                "request_throughput": n / duration,
+                "output_throughput": n * output_tokens_mean / duration,
+                "total_token_throughput": n * (input_tokens_mean + output_tokens_mean) / duration,
+                "p95_ttft_ms": 4000.0 if never_met else ttft,
+                "mean_ttft_ms": ttft / 2,
+                "p99_itl_ms": 30.0,
+                "mean_itl_ms": 20.0,
+                "mean_tpot_ms": 20.0,
+                "mean_e2el_ms": run["e2e_mean_ms"],
+            }
+        )
+    manifest = {
+        "engine": engine,
+        "engine_version": "1.0",
+        "gpu_type": gpu_type,
+        "gpu_count": gpu_count,
+        "run_date": run_date.isoformat(),
+        "model": "m",
+    }
+    return Sweep(engine, records, manifest)
 
 
 def configuration(
@@ -132,6 +169,7 @@ def configuration(
     cache_tokens: int = 1_000_000,
     routings: tuple[str, ...] = ("round-robin", "affinity"),
     compare_isolation: bool = False,
+    results: list[Path] | None = None,
     decision: dict[str, Any] | None = None,
 ) -> Config:
     return config_from_mapping(
@@ -146,7 +184,11 @@ def configuration(
                 "request_lifetime": "instant",
                 "compare_isolation": compare_isolation,
             },
-            "bench": {"as_of": AS_OF, "prices": {"gpu_hour_usd": {"default": GPU_HOUR_USD}}},
+            "bench": {
+                "as_of": AS_OF,
+                "prices": {"gpu_hour_usd": {"default": GPU_HOUR_USD}},
+                "results": [str(r) for r in results or []],
+            },
             "requirements": requirements or {},
             "decision": decision or {},
         },
@@ -157,14 +199,16 @@ def configuration(
 def decide_on(
     root: Path,
     frame: pl.DataFrame,
-    benches: list[list[dict[str, Any]]],
+    benches: list[Sweep],
     requirements: dict[str, Any] | None = None,
     *,
     previous: Path | None = None,
     **config: Any,
 ) -> DecisionRecord:
-    """Run every stage on ``frame`` and ``benches`` under ``root``, then decide."""
-    cfg = configuration(root, requirements, **config)
+    """Write ``frame`` as the workload and each sweep as result files under ``root``, run every
+    stage as the configured commands do, then decide."""
+    results = [b.write(root / "bench-results" / f"{n}-{b.engine}") for n, b in enumerate(benches)]
+    cfg = configuration(root, requirements, results=results, **config)
     layout = cfg.layout()
     write_requests(frame, layout.root)
     shape_stage.write(shape_stage.run(shape_stage.read_inputs(layout, cfg), cfg.shape), layout)
@@ -172,20 +216,7 @@ def decide_on(
     sim_stage.write(
         sim_stage.run(sim_stage.read_inputs(layout, cfg), cfg.simulation), cfg.simulation, layout
     )
-    rows = [row for sweep_rows in benches for row in sweep_rows]
-    points = (
-        conform_load_points(pl.DataFrame(rows, infer_schema_length=None))
-        if rows
-        else bench_stage.read_results(cfg.bench).load_points
-    )
-    bench_stage.write_results(
-        BenchReadResult(points, None, [] if rows else [bench_stage.NO_RESULTS]), layout
-    )
-    analysis = bench_stage.run(bench_stage.read_inputs(layout, cfg.bench.as_of), cfg.bench)
-    bench_stage.write(analysis, layout)
-    bench_stage.write_concurrency(
-        bench_stage.run_concurrency(layout, analysis, cfg.shape.latency), layout
-    )
+    bench_stage.run_configured(layout, cfg.bench, cfg.shape.latency)
     record = decision_stage.run(decision_stage.read_inputs(layout, cfg, previous=previous), cfg)
     decision_stage.write(record, layout)
     return record

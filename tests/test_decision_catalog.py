@@ -124,8 +124,8 @@ def test_an_unknown_engine_in_the_configuration_names_the_key(tmp_path: Path) ->
 def test_an_unknown_engine_in_a_benchmark_names_its_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         decide_on(tmp_path, steady_traffic(), [sweep("lmdeploy", 5)], {})
-    assert "lmdeploy.json" in str(caught.value) or "lmdeploy" in str(caught.value)
-    assert "unknown engine 'lmdeploy'" in str(caught.value)
+    manifest = tmp_path / "bench-results" / "0-lmdeploy" / "enginefit-bench.yaml"
+    assert str(caught.value).startswith(f"{manifest}: engine: unknown engine 'lmdeploy'; ")
 
 
 def test_a_team_catalog_can_add_an_engine(tmp_path: Path) -> None:

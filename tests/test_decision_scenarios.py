@@ -1,5 +1,6 @@
 """Whole decisions, one per branch of DOMAIN.md's decision tree: generated traffic and
-benchmark sweeps go through the real stages, the decision reads what they wrote.
+benchmark result files (vLLM ``bench serve`` JSON with sidecar manifests) go through the real
+stages as the configured commands run them; the decision reads what they wrote.
 
 Costs are worked by hand from the fixtures (tests/decision_fixtures.py): a sweep bracketed at
 capacity c req/s with 200 output tokens on one $3/h GPU costs 3 ÷ (c × 200 × 3600) × 10⁶ per 1M
