@@ -68,7 +68,12 @@ def routing_value(ctx: RuleContext, engine: str | None) -> Routing:
         prompt = next((s["prompt_tokens"] for s in at), None)
         hits = _curve_hits(ctx.inputs.curves, replicas, capacity)
     if not hits or hits.get("round-robin") is None or not prompt:
-        reason = "no round-robin baseline at that replica count and capacity, or no prompt content"
+        unknown = next(
+            (s.get("hit_unknown_reason") for s in at if s.get("hit_unknown_reason")), None
+        )
+        reason = unknown or (
+            f"no round-robin scenario at {replicas} replicas to compare with (simulation.routings)"
+        )
         ctx.rule("routing", title, rule_source, None, f"unknown: {reason}")
         return empty.model_copy(
             update={"replicas": replicas, "reason": f"unknown: {reason}", "method": method}
