@@ -15,7 +15,6 @@ import os
 
 import dagster as dg
 import polars as pl
-from dagster import AssetExecutionContext
 
 from assets.metadata import check_result, md, path_entries
 from assets.resources import EnginefitStore
@@ -28,16 +27,14 @@ from pipeline.bench.validity import findings_well_formed
 from pipeline.present.tables import bullet_list
 
 
-def _as_of(context: AssetExecutionContext, settings: BenchSettings) -> tuple[dt.date, str]:
+def _as_of(settings: BenchSettings) -> tuple[dt.date | None, str]:
+    """The age checks' date: ``bench.as_of``, else ``ENGINEFIT_RUN_DATE``, else (None here) the
+    workload's last arrival, which :func:`pipeline.bench.stage.read_inputs` reads."""
     if settings.as_of is not None:
         return settings.as_of, "bench.as_of"
     if os.environ.get(RUN_DATE_ENV):
         return parse_as_of(os.environ[RUN_DATE_ENV], RUN_DATE_ENV), RUN_DATE_ENV
-    record = context.instance.get_run_record_by_id(context.run.run_id)
-    created = record.create_timestamp if record is not None else None
-    if created is None:  # pragma: no cover - Dagster always records a run
-        raise RuntimeError("Dagster run has no creation time and bench.as_of is not set")
-    return created.astimezone(dt.UTC).date(), "run date"
+    return None, "the workload's last arrival"
 
 
 @dg.asset(key="bench_load_points", group_name="bench", kinds={"polars", "parquet"})
@@ -69,7 +66,7 @@ def bench_load_points(store: EnginefitStore) -> dg.MaterializeResult:  # type: i
     group_name="bench",
     kinds={"polars", "svg"},
 )
-def bench_analysis(context: AssetExecutionContext, store: EnginefitStore) -> dg.MaterializeResult:  # type: ignore[type-arg]
+def bench_analysis(store: EnginefitStore) -> dg.MaterializeResult:  # type: ignore[type-arg]
     """Per load point: SLO status (overloaded points fail; percentiles need enough requests).
     Per candidate: the highest passing load below the first failure, cost per 1M tokens there,
     the fleet for the workload's mean and peak rate, and whether each benchmark is about this
@@ -77,14 +74,14 @@ def bench_analysis(context: AssetExecutionContext, store: EnginefitStore) -> dg.
     config = store.config()
     settings = config.bench
     layout = config.layout()
-    as_of, as_of_source = _as_of(context, settings)
+    as_of, as_of_source = _as_of(settings)
     inputs = stage.read_inputs(layout, as_of)
     analysis = stage.run(inputs, settings)
     paths = stage.write(analysis, layout)
     findings = analysis.findings
     return dg.MaterializeResult(
         metadata={
-            "as_of": f"{as_of.isoformat()} ({as_of_source})",
+            "as_of": f"{inputs.as_of.isoformat() if inputs.as_of else 'unknown'} ({as_of_source})",
             "workload_facts": inputs.facts_source,
             "prices": analysis.prices_source,
             "slo": settings.slo.describe(),

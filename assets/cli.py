@@ -68,6 +68,14 @@ def run_report(args: argparse.Namespace) -> int:
     print(f"Dagster run history: {home} (open the UI with `make ui`)")
     for step, message in run.failures:
         print(f"enginefit: error: step {step} failed: {message}", file=sys.stderr)
+    pdf = next((path for _, label, path in run.outputs if label == "pdf_path"), None)
+    if pdf is not None:
+        if run.unchanged_report:
+            print(
+                "report: nothing changed since this version (inputs, configuration, catalog and "
+                "code match it): no new version published"
+            )
+        print(f"PDF: {pdf}")
     return 0 if run.success else 2
 
 

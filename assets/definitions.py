@@ -11,6 +11,7 @@ from assets import bench as bench_stage
 from assets import decision as decision_stage
 from assets import ingest
 from assets import prefix as prefix_stage
+from assets import report as report_stage
 from assets import shape as shape_stage
 from assets import sim as sim_stage
 from assets.progress import PROGRESS_LOGGER, progress_logger
@@ -24,6 +25,7 @@ _STAGES = [
     bench_stage,
     sim_stage,
     decision_stage,
+    report_stage,
 ]
 
 all_assets = [a for stage in _STAGES for a in stage.ASSETS]
@@ -36,6 +38,8 @@ defs = dg.Definitions(
     asset_checks=all_checks,
     resources={"store": EnginefitStore()},
     jobs=[full_report_job],
+    schedules=report_stage.schedules(full_report_job),
+    sensors=report_stage.sensors(full_report_job),
     # Dagster's console logger stays the default; `enginefit report` asks for the progress one.
     loggers={"console": dg.colored_console_logger, PROGRESS_LOGGER: progress_logger},
 )
@@ -51,6 +55,7 @@ class GraphRun:
     checks_passed: int
     checks_failed: list[tuple[str, str, str]]  # (asset/check, severity, problems)
     success: bool
+    unchanged_report: bool = False  # the report matched its latest version: nothing published
 
 
 def run_full_graph(config_path: Path, instance: dg.DagsterInstance) -> GraphRun:
@@ -65,9 +70,13 @@ def run_full_graph(config_path: Path, instance: dg.DagsterInstance) -> GraphRun:
         raise_on_error=False,
     )
     outputs = []
+    unchanged_report = False
     storage = Path(instance.root_directory).resolve()
     for event in result.get_asset_materialization_events():
         materialization = event.step_materialization_data.materialization
+        new_version = materialization.metadata.get("new_version")
+        if isinstance(new_version, dg.BoolMetadataValue) and new_version.value is False:
+            unchanged_report = True
         for label, value in materialization.metadata.items():
             # The IO manager's own pickles under DAGSTER_HOME are not outputs a reader wants.
             if isinstance(value, dg.PathMetadataValue) and not Path(value.path).is_relative_to(
@@ -99,4 +108,4 @@ def run_full_graph(config_path: Path, instance: dg.DagsterInstance) -> GraphRun:
                 str(problems.value).replace("\n", " ") if problems is not None else "",
             )
         )
-    return GraphRun(outputs, failures, passed, failed, result.success)
+    return GraphRun(outputs, failures, passed, failed, result.success, unchanged_report)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import dagster as dg
 
 from pipeline.config import Config, load_config
@@ -16,9 +18,15 @@ class EnginefitStore(dg.ConfigurableResource):
     """
 
     config_path: str = "enginefit.yaml"
+    # The quarter to report on (YYYY-Qn); the quarterly schedule sets it for the quarter that
+    # ended. None: the configuration's report.quarter, else the data's.
+    quarter: str | None = None
 
     def config(self) -> Config:
-        return load_config(self.config_path)
+        config = load_config(self.config_path)
+        if self.quarter is None:
+            return config
+        return dataclasses.replace(config, report=config.report.replace(quarter=self.quarter))
 
     def layout(self) -> WorkloadLayout:
         """``<data_dir>/<workload name>``: every output of the workload (pipeline.layout)."""

@@ -19,6 +19,7 @@ from pipeline.decision import cli as decision_cli
 from pipeline.errors import EnginefitError
 from pipeline.ingest import cli as ingest_cli
 from pipeline.prefix import cli as prefix_cli
+from pipeline.report import cli as report_cli
 from pipeline.shape import cli as shape_cli
 from pipeline.sim import cli as sim_cli
 
@@ -31,6 +32,7 @@ _AREAS = [
     sim_cli,
     bench_cli,
     decision_cli,
+    report_cli,
 ]
 
 

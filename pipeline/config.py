@@ -37,6 +37,7 @@ from pipeline.errors import ConfigError
 from pipeline.hashing import salt_fingerprint
 from pipeline.layout import SAFE_NAME, WorkloadLayout, child_folder
 from pipeline.prefix.config import PrefixConfig
+from pipeline.report.config import ReportSettings
 from pipeline.settings import (
     BlockSize,
     ConfigInstant,
@@ -156,6 +157,7 @@ class _File(BaseModel):
     simulation: SimulationConfig
     requirements: Requirements
     decision: DecisionSettings
+    report: ReportSettings
 
 
 @dataclass(frozen=True)
@@ -170,6 +172,7 @@ class Config:
     bench: BenchSettings
     requirements: Requirements
     decision: DecisionSettings
+    report: ReportSettings
     read: ReadSettings
     source: Path | None = None
 
@@ -210,6 +213,7 @@ class Config:
             "bench": self.bench.as_dict(),
             "requirements": self.requirements.model_dump(mode="json"),
             "decision": self.decision.model_dump(mode="json"),
+            "report": self.report.model_dump(mode="json"),
         }
 
     def describe(self) -> str:
@@ -295,6 +299,7 @@ def config_from_mapping(raw: dict[str, Any], *, source: Path | None = None) -> C
         bench=parsed.bench,
         requirements=parsed.requirements,
         decision=parsed.decision,
+        report=parsed.report,
         read=read,
         source=source,
     )

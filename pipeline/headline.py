@@ -102,6 +102,18 @@ def _decision(layout: WorkloadLayout, config: Config) -> str:
     return read_record(layout).recommendation.headline
 
 
+def _report(layout: WorkloadLayout, config: Config) -> str:
+    from pipeline.ingest.stage import read_summary
+    from pipeline.report.stage import PDF, report_quarter, report_tree
+
+    tree = report_tree(config)
+    quarter = report_quarter(config, read_summary(layout).last_arrival)
+    latest = tree.latest(quarter)
+    if latest is None:
+        return f"no version of {quarter} published yet"
+    return f"{quarter} v{latest.version}: {tree.root / latest.path / PDF}"
+
+
 HEADLINES: tuple[tuple[str, Callable[[WorkloadLayout, Config], str]], ...] = (
     ("ingest", _ingest),
     ("shape", _shape),
@@ -109,6 +121,7 @@ HEADLINES: tuple[tuple[str, Callable[[WorkloadLayout, Config], str]], ...] = (
     ("simulation", _simulation),
     ("bench", _bench),
     ("decision", _decision),
+    ("report", _report),
 )
 
 

@@ -186,6 +186,7 @@ def test_config_command_prints_every_setting_but_never_the_salt(
         "bench",
         "requirements",
         "decision",
+        "report",
     }
     assert printed["shape"]["plot_points"] == 50
     assert printed["bench"]["slo"]["ttft_p95_ms"] == 1000.0

@@ -40,6 +40,7 @@ def test_full_graph_on_the_bundled_sample_is_complete_and_deterministic(
         "concurrency_by_engine",
         "engine_decision",
         "revisit_triggers",
+        "engine_selection_report",
     } <= {asset for asset, _, _ in run.outputs}
     assert (run.checks_passed, run.checks_failed) == (13, [])
 
@@ -67,7 +68,19 @@ def test_full_graph_on_the_bundled_sample_is_complete_and_deterministic(
         "shared-prefix-synthetic: capacity 92.19 req/s, $0.1450 per 1M output tokens (bracketed)"
     )
     assert summary[6].startswith("  decision    vLLM")
-    assert summary[7] == "checks: 13 passed, 0 did not"
+    pdf = (
+        tmp_path
+        / "b"
+        / "reports"
+        / "mooncake-conversation"
+        / "2025-Q1"
+        / "v1"
+        / "engine-selection.pdf"
+    )
+    assert summary[7] == f"  report      2025-Q1 v1: {pdf}"
+    assert summary[8] == "checks: 13 passed, 0 did not"
+    # `make report` ends with the document's path.
+    assert out.splitlines()[-1] == f"PDF: {pdf}" and pdf.read_bytes().startswith(b"%PDF")
     # Dagster's history lives beside the configuration, not in the folder the command ran from.
     assert (tmp_path / ".dagster_home").is_dir() and list(elsewhere.iterdir()) == []
 

@@ -125,9 +125,24 @@ def workload_facts(
 
 
 def read_inputs(layout: WorkloadLayout, as_of: dt.date | None) -> BenchInputs:
-    """The load points written by step 1 and the workload's facts, for the given age date."""
+    """The load points written by step 1 and the workload's facts, for the given age date
+    (None: the date of the workload's last arrival, so a configured run's dates come from its
+    data, never from the clock)."""
     facts, source = workload_facts(layout)
+    if as_of is None:
+        as_of = last_arrival_date(layout)
     return BenchInputs(read_written_results(layout), facts, source, as_of)
+
+
+def last_arrival_date(layout: WorkloadLayout) -> dt.date | None:
+    """The UTC date of the workload's last request (None before ingest)."""
+    from pipeline.ingest.stage import read_summary
+
+    try:
+        last = read_summary(layout).last_arrival
+    except InputFormatError:
+        return None
+    return dt.datetime.fromisoformat(last).date() if last else None
 
 
 def run(inputs: BenchInputs, settings: BenchSettings) -> BenchAnalysis:

@@ -127,7 +127,9 @@ def _crossing(
     inside = crossed(value, inside_op, threshold)
     comparator = outside_op if inside else inside_op
     direction = "leaves" if inside else "enters"
-    return trigger(f"{id}.{direction}", metric, comparator, threshold, m, why)
+    source, _, band = why.partition(": ")
+    words = f"{source}: the workload {direction} the band where {band}" if band else why
+    return trigger(f"{id}.{direction}", metric, comparator, threshold, m, words)
 
 
 def _triggers(ctx: RuleContext, m: dict[str, Any], top: str | None, outcome: Outcome) -> list[Any]:
@@ -392,6 +394,12 @@ def _candidates(
                 reasons=reasons,
                 benchmarked=bench is not None,
                 benchmark=bench.candidate if bench else None,
+                capacity_rps=plain(bench.capacity_rps) if bench else None,
+                gpus_at_peak=(
+                    bench.replicas_at_peak * bench.gpu_count
+                    if bench and bench.replicas_at_peak is not None and bench.gpu_count
+                    else None
+                ),
                 cost_per_1m_output_usd=plain(price.cost_per_1m),
                 monthly_cost_usd=plain(price.monthly_gpu),
                 monthly_change_cost_usd=plain(price.monthly_change),

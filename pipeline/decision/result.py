@@ -44,6 +44,8 @@ class Candidate(_Model):
     reasons: list[str]
     benchmarked: bool
     benchmark: str | None
+    capacity_rps: float | None = None  # per replica, at the SLO
+    gpus_at_peak: int | None = None  # fleet for the workload's peak rate
     cost_per_1m_output_usd: float | None
     monthly_cost_usd: float | None
     monthly_change_cost_usd: float | None

@@ -88,7 +88,7 @@ def maintenance(ctx: RuleContext) -> None:
             ctx.states[engine].notes.append(
                 f"running today, in maintenance mode{since}: keep it running and plan the migration"
             )
-        ctx.exclude(engine, f"maintenance mode{since}: not for a new deployment ({status.note})")
+        ctx.exclude(engine, f"maintenance mode{since}: not for a new deployment")
     effect = f"excluded {', '.join(stopped)} for a new deployment" if stopped else "none"
     if current in stopped:
         effect += f"; {ctx.name(current)} runs today: keep it running while migrating"
@@ -98,7 +98,7 @@ def maintenance(ctx: RuleContext) -> None:
         "DOMAIN.md: TGI is in maintenance mode, plan a migration to vLLM/SGLang",
         bool(stopped),
         effect,
-        maintenance=stopped,
+        maintenance={e: ctx.catalog.engines[e].status.note for e in stopped},
         current_engine=current,
     )
 
@@ -169,7 +169,9 @@ def concurrency(ctx: RuleContext) -> None:
             limit = ctx.catalog.engines[engine].out_at_peak_concurrency
             if limit is not None and peak >= limit:
                 ctx.exclude(
-                    engine, f"concurrency: out at peak concurrency ≥ {limit} ({peak:g}{label})"
+                    engine,
+                    f"concurrency: out at a peak of {limit} or more; this workload peaks at "
+                    f"{peak:g}{' (estimated)' if ctx.workload.concurrency_estimated else ''}",
                 )
                 out.append(engine)
     ctx.rule(

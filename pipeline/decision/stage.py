@@ -60,6 +60,21 @@ def read_previous(path: Path) -> DecisionRecord:
     return DecisionRecord.from_json(data, str(path))
 
 
+def published_previous(layout: WorkloadLayout, config: Config) -> Path | None:
+    """The decision record of the version a new report would compare with (the quarter's latest
+    published version, else the previous quarter's), so each run checks the last one's
+    triggers without being told; None before the first report."""
+    from pipeline.ingest.stage import read_summary
+    from pipeline.report.stage import RECORD, report_quarter, report_tree
+
+    try:
+        quarter = report_quarter(config, read_summary(layout).last_arrival)
+    except InputFormatError:
+        return None
+    entry = report_tree(config).compared_with(quarter)
+    return None if entry is None else report_tree(config).root / entry.path / RECORD
+
+
 def read_inputs(
     layout: WorkloadLayout,
     config: Config,
@@ -100,6 +115,8 @@ def read_inputs(
     catalog_text = (
         catalog_path.read_bytes() if catalog_path is not None else _bundled_catalog_bytes()
     )
+    if previous is None:
+        previous = published_previous(layout, config)
     previous_record = read_previous(previous) if previous is not None else None
     if previous is not None:
         digests["previous:" + str(previous)] = _digest(previous)

@@ -1,0 +1,551 @@
+"""The selection document's content: every number the template shows, with its unit and
+sensible rounding, built from the typed stage results and the decision record (nothing is
+recomputed here; figures are the stages' own SVGs).
+
+The template (``templates/engine-selection.html.j2``) only lays this out, so a test can check
+the executive summary against the decision record without reading the PDF's layout.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from pipeline.decision.catalog import Catalog
+from pipeline.decision.result import DecisionRecord, TriggerCheck
+from pipeline.ingest.result import IngestSummary
+
+UNKNOWN = "unknown"
+STATUS_WORDS = {True: "applied", False: "did not apply", None: "unknown"}
+# DOMAIN.md "Sources to cite in reports".
+SOURCES = (
+    "Kwon et al., Efficient Memory Management for LLM Serving with PagedAttention, SOSP 2023",
+    "Zheng et al., SGLang: Efficient Execution of Structured Language Model Programs, NeurIPS 2024",
+    "vLLM documentation, automatic prefix caching",
+    "NVIDIA TensorRT-LLM documentation",
+    "Hugging Face text-generation-inference repository",
+    "ggml-org llama.cpp server documentation",
+    "Schroeder, Wierman, Harchol-Balter, Open Versus Closed: A Cautionary Tale, NSDI 2006",
+)
+
+
+@dataclass(frozen=True)
+class PreviousVersion:
+    """The version this one is compared with (same quarter, else the previous quarter)."""
+
+    quarter: str
+    version: int
+    manifest: dict[str, Any]
+    record: DecisionRecord
+
+
+@dataclass(frozen=True)
+class ReportInputs:
+    workload: str
+    quarter: str
+    version: int
+    title: str
+    organisation: str | None
+    record: DecisionRecord
+    ingest: IngestSummary
+    shape: dict[str, Any]
+    prefix: dict[str, Any] | None
+    scenarios: list[dict[str, Any]]
+    capacity: list[dict[str, Any]]
+    findings: list[dict[str, Any]]
+    slo: str
+    prices: dict[str, Any]
+    catalog: Catalog
+    configuration: dict[str, Any]
+    code: dict[str, Any]
+    inputs: dict[str, str]
+    figures: dict[str, bytes] = field(default_factory=dict)
+    previous: PreviousVersion | None = None
+
+
+# --------------------------------------------------------------------------- formatting
+
+
+def usd(value: float | None, digits: int = 0) -> str:
+    return UNKNOWN if value is None else f"${value:,.{digits}f}"
+
+
+def usd_per_1m(value: float | None) -> str:
+    return UNKNOWN if value is None else f"${value:,.4f}"
+
+
+def number(value: float | int | None, digits: int = 0, unit: str = "") -> str:
+    if value is None:
+        return UNKNOWN
+    text = f"{value:,.{digits}f}" if isinstance(value, float) else f"{value:,}"
+    return f"{text} {unit}".strip()
+
+
+def share(value: float | None, digits: int = 1) -> str:
+    return UNKNOWN if value is None else f"{value:.{digits}%}"
+
+
+def months(value: float | None) -> str:
+    if value is None:
+        return "—"
+    return "never" if value == float("inf") else f"{value:,.1f} months"
+
+
+def svg_uri(svg: bytes) -> str:
+    """An SVG as a data: URI, so the HTML stands alone and the PDF fetches nothing."""
+    return "data:image/svg+xml;base64," + base64.b64encode(svg).decode("ascii")
+
+
+def plain_value(value: Any) -> str:
+    if value is None:
+        return UNKNOWN
+    if isinstance(value, float):
+        return f"{value:,.4g}"
+    if isinstance(value, list | dict):
+        return json.dumps(value, sort_keys=True, ensure_ascii=False)
+    return str(value)
+
+
+# ------------------------------------------------------------------------------ sections
+
+
+def build(inputs: ReportInputs) -> dict[str, Any]:
+    """Everything the template shows, section by section."""
+    record = inputs.record
+    return {
+        "title": inputs.title,
+        "organisation": inputs.organisation,
+        "workload": inputs.workload,
+        "quarter": inputs.quarter,
+        "version": inputs.version,
+        "as_of": record.as_of or UNKNOWN,
+        "data_range": _data_range(inputs.ingest),
+        "summary": executive_summary(inputs),
+        "requirements": _requirements(inputs),
+        "shape": _shape(inputs),
+        "prefix": _prefix(inputs),
+        "bench": _bench(inputs),
+        "catalog": _catalog(inputs.catalog),
+        "rationale": _rationale(record),
+        "triggers": _triggers(inputs),
+        "changes": _changes(inputs),
+        "appendix": _appendix(inputs),
+    }
+
+
+def _data_range(summary: IngestSummary) -> str:
+    first, last = summary.first_arrival, summary.last_arrival
+    if not first or not last:
+        return UNKNOWN
+    return f"{first[:16].replace('T', ' ')} to {last[:16].replace('T', ' ')} UTC"
+
+
+def executive_summary(inputs: ReportInputs) -> dict[str, Any]:
+    record = inputs.record
+    rec = record.recommendation
+    names = {c.engine: c.name for c in record.candidates}
+    rows = [
+        {
+            "engine": c.name,
+            "status": c.status,
+            "cost": usd_per_1m(c.cost_per_1m_output_usd),
+            "capacity": number(c.capacity_rps, 1, "req/s"),
+            "gpus": number(c.gpus_at_peak),
+            "monthly": usd(
+                c.monthly_total_usd if c.monthly_total_usd is not None else c.monthly_cost_usd
+            ),
+            "payback": months(c.payback_months),
+        }
+        for c in record.candidates
+        if c.status != "excluded"
+    ]
+    watch = sorted(record.triggers, key=_trigger_priority)
+    previous = record.previous
+    return {
+        "engine": rec.engine_name or "no engine",
+        "routing_layer": record.routing.layer and inputs.catalog.layers[record.routing.layer].name,
+        "routing_reason": record.routing.reason,
+        "runner_up": names.get(rec.runner_up or "", "none"),
+        "confidence": rec.confidence,
+        "confidence_reasons": rec.confidence_reasons,
+        "state": rec.state,
+        "headline": rec.headline,
+        "candidates": rows,
+        "excluded": [
+            {"engine": c.name, "why": c.reasons[0] if c.reasons else ""}
+            for c in record.candidates
+            if c.status == "excluded"
+        ],
+        "triggers": [
+            {
+                "id": t.id,
+                "why": _trigger_words(t.why),
+                "rule": f"{t.metric} {t.comparator} {plain_value(t.threshold)}",
+                "now": plain_value(t.value),
+                "status": t.status,
+            }
+            for t in watch[:5]
+        ],
+        "previous": None
+        if previous is None
+        else {
+            "as_of": previous.as_of or "the previous version",
+            "engine": names.get(previous.engine or "", previous.engine or "none"),
+            "fired": previous.fired,
+        },
+    }
+
+
+# The executive summary shows the five triggers a leader most needs: what fired, what would
+# flip the answer, then the axes of DOMAIN.md's decision tree.
+_TRIGGER_ORDER = (
+    "flip[",
+    "cost.margin",
+    "bench.stale",
+    "traffic.",
+    "prefix.",
+    "concurrency.",
+    "engine.",
+    "fleet.",
+    "catalog.",
+)
+
+
+def _trigger_priority(trigger: Any) -> tuple[int, int, str]:
+    rank = next((i for i, p in enumerate(_TRIGGER_ORDER) if trigger.id.startswith(p)), 99)
+    return (trigger.status != "fired", rank, trigger.id)
+
+
+def _trigger_words(why: str) -> str:
+    """A trigger's reason without its citation prefix, for the summary table."""
+    return why.removeprefix("DOMAIN.md: ")
+
+
+def _requirements(inputs: ReportInputs) -> dict[str, Any]:
+    req = inputs.record.requirements
+    rows = [
+        {
+            "key": key,
+            "value": "unknown (not stated)" if value in (None, [], {}) else plain_value(value),
+        }
+        for key, value in req.items()
+    ]
+    prices = inputs.prices.get("gpu_hour_usd") or {}
+    price_rows = [
+        {"gpu": gpu, "price": usd(float(price), 2) + "/GPU-hour"}
+        for gpu, price in sorted(prices.items())
+    ]
+    return {"rows": rows, "slo": inputs.slo, "prices": price_rows}
+
+
+def _shape(inputs: ReportInputs) -> dict[str, Any]:
+    metrics = inputs.shape
+    arrivals = metrics["arrivals"]
+    conc = metrics["concurrency"]
+    lengths = metrics["lengths"]
+    windows = [
+        {
+            "window": name,
+            "peak": number(w.get("peak_rate_rps"), 2, "req/s")
+            if w.get("supported")
+            else "not supported",
+            "dispersion": number(w.get("index_of_dispersion"), 2)
+            if w.get("supported")
+            else (w.get("reason") or ""),
+        }
+        for name, w in arrivals["windows"].items()
+    ]
+    estimated = bool(conc.get("estimated"))
+    return {
+        "facts": [
+            {"label": "Requests", "value": number(metrics["requests"])},
+            {"label": "Span", "value": number(arrivals.get("span_s", 0) / 3600, 1, "h")},
+            {
+                "label": "Mean arrival rate",
+                "value": number(arrivals.get("mean_rate_rps"), 2, "req/s"),
+            },
+            {
+                "label": "Peak concurrency",
+                "value": number(conc["peak"])
+                + (" (estimated)" if estimated else " (exact, logged durations)"),
+            },
+            {
+                "label": "Prompt tokens p50 / p99",
+                "value": f"{number(lengths['prompt_tokens'].get('p50'))} / {number(lengths['prompt_tokens'].get('p99'))}",
+            },
+            {
+                "label": "Output tokens p50 / p99",
+                "value": f"{number(lengths['output_tokens'].get('p50'))} / {number(lengths['output_tokens'].get('p99'))}",
+            },
+        ],
+        "windows": windows,
+        "estimate_note": conc.get("label") if estimated else None,
+        "findings": [f["message"] for f in metrics.get("findings", [])],
+        "figures": _figures(inputs, ("arrivals", "lengths", "concurrency")),
+    }
+
+
+def _prefix(inputs: ReportInputs) -> dict[str, Any]:
+    record = inputs.record
+    prefix = inputs.prefix
+    ordered = sorted(
+        inputs.scenarios,
+        key=lambda s: (
+            s["replicas"],
+            s["cache_tokens"],
+            s["routing"],
+            bool(s.get("tenant_isolation")),
+        ),
+    )
+    scenarios = [
+        {
+            "replicas": s["replicas"],
+            "routing": s["routing"] + (" (isolated)" if s.get("tenant_isolation") else ""),
+            "cache": number(s["cache_tokens"], unit="tokens"),
+            "hit": share(s.get("hit_ratio")),
+            "imbalance": number(s.get("prefill_imbalance"), 2),
+        }
+        for s in ordered
+    ]
+    routing = record.routing
+    return {
+        "classification": (prefix or {}).get("classification", {}).get("reason", UNKNOWN),
+        "shape": (prefix or {}).get("classification", {}).get("shape", UNKNOWN),
+        "reuse": share(((prefix or {}).get("reuse") or {}).get("hit_share")),
+        "scenarios": scenarios,
+        "routing": {
+            "reason": routing.reason or UNKNOWN,
+            "layer": routing.layer and inputs.catalog.layers[routing.layer].name,
+            "capacity": routing.cache_tokens_source,
+            "money": (
+                f"about {number(routing.monthly_prompt_tokens_saved)} prompt tokens a month no "
+                f"longer prefilled, worth up to {usd(routing.monthly_usd_saved)} a month"
+                if routing.monthly_usd_saved is not None
+                else None
+            ),
+            "method": routing.method,
+        },
+        "isolation": record.isolation.reason,
+        "figures": _figures(inputs, ("prefix_curve", "hit_ratio", "imbalance")),
+    }
+
+
+def _bench(inputs: ReportInputs) -> dict[str, Any]:
+    return {
+        "capacity": [
+            {
+                "candidate": c["candidate"],
+                "pattern": c.get("pattern") or "",
+                "capacity": number(c.get("capacity_rps"), 2, "req/s"),
+                "status": c.get("capacity_status") or "",
+                "cost": usd_per_1m(c.get("cost_per_1m_output_usd")),
+                "pool": c.get("rank_pool") or "",
+            }
+            for c in inputs.capacity
+        ],
+        "findings": [
+            {
+                "candidate": f["candidate"],
+                "check": f["check"],
+                "status": f["status"],
+                "message": f["message"],
+            }
+            for f in inputs.findings
+        ],
+        "figures": _figures(inputs, ("latency", "cost")),
+    }
+
+
+def _catalog(catalog: Catalog) -> dict[str, Any]:
+    return {
+        "as_of": catalog.as_of.isoformat(),
+        "engines": [
+            {
+                "name": e.name,
+                "bet": e.design_bet,
+                "cache": e.prefix_cache.note,
+                "hardware": ", ".join(
+                    f"{t}" + ("" if lvl == "full" else f" ({lvl})") for t, lvl in e.hardware.items()
+                ),
+                "change": e.change.note,
+                "status": e.status.state
+                + (f" since {e.status.since.isoformat()}" if e.status.since else ""),
+                "choose_for": e.choose_for,
+                "secondary": [f.claim for f in e.secondary_figures],
+            }
+            for e in catalog.engines.values()
+        ],
+        "layers": [
+            {
+                "name": layer.name,
+                "adds": ", ".join(a.replace("_", " ") for a in layer.adds),
+                "engines": ", ".join(layer.engines),
+            }
+            for layer in catalog.layers.values()
+        ],
+    }
+
+
+def _rationale(record: DecisionRecord) -> dict[str, Any]:
+    return {
+        "rules": [
+            {
+                "title": r.title,
+                "status": STATUS_WORDS[r.fired],
+                "effect": r.effect,
+                "source": r.source,
+                "evidence": [f"{k} = {plain_value(v)}" for k, v in r.evidence.items()],
+            }
+            for r in record.rationale
+        ],
+        "excluded": [
+            {"engine": c.name, "reasons": c.reasons}
+            for c in record.candidates
+            if c.status == "excluded"
+        ],
+        "flips": [
+            {"engine": c.name, "condition": c.flip_condition}
+            for c in record.candidates
+            if c.flip_condition
+        ],
+    }
+
+
+def _triggers(inputs: ReportInputs) -> dict[str, Any]:
+    record = inputs.record
+    last: dict[str, TriggerCheck] = (
+        {c.id: c for c in record.previous.triggers} if record.previous else {}
+    )
+    return {
+        "rows": [
+            {
+                "id": t.id,
+                "rule": f"{t.metric} {t.comparator} {plain_value(t.threshold)}",
+                "now": plain_value(t.value),
+                "last": plain_value(last[t.id].previous_value) if t.id in last else "—",
+                "status": t.status,
+                "why": t.why,
+            }
+            for t in record.triggers
+        ],
+        "previous": None
+        if record.previous is None
+        else [
+            {
+                "id": c.id,
+                "rule": f"{c.metric} {c.comparator} {plain_value(c.threshold)}",
+                "then": plain_value(c.previous_value),
+                "now": plain_value(c.value),
+                "status": c.status,
+            }
+            for c in record.previous.triggers
+        ],
+    }
+
+
+def _changes(inputs: ReportInputs) -> dict[str, Any] | None:
+    previous = inputs.previous
+    if previous is None:
+        return None
+    before: dict[str, str] = previous.manifest.get("inputs", {})
+    now = inputs.inputs
+    inputs_changed = [
+        {
+            "path": path,
+            "change": "added"
+            if path not in before
+            else "removed"
+            if path not in now
+            else "changed",
+        }
+        for path in sorted(set(before) | set(now))
+        if before.get(path) != now.get(path)
+    ]
+    old, new = previous.record, inputs.record
+    old_costs = {c.engine: c.cost_per_1m_output_usd for c in old.candidates}
+    numbers = [
+        {
+            "what": f"cost per 1M output tokens, {c.name}",
+            "before": usd_per_1m(old_costs.get(c.engine)),
+            "now": usd_per_1m(c.cost_per_1m_output_usd),
+        }
+        for c in new.candidates
+        if old_costs.get(c.engine) != c.cost_per_1m_output_usd
+    ]
+    for metric in (
+        "shape.concurrency.peak",
+        "prefix.shared_prefix_ratio",
+        "shape.arrivals.peak_rate_rps",
+    ):
+        a, b = old.measurements.get(metric), new.measurements.get(metric)
+        if a != b:
+            numbers.append({"what": metric, "before": plain_value(a), "now": plain_value(b)})
+    config_changed = previous.manifest.get("configuration_sha256") != _config_digest(inputs)
+    return {
+        "against": f"{previous.quarter} v{previous.version}",
+        "inputs": inputs_changed,
+        "configuration_changed": config_changed,
+        "code_changed": previous.manifest.get("code") != inputs.code,
+        "numbers": numbers,
+        "decision_before": old.recommendation.headline,
+        "decision_now": new.recommendation.headline,
+        "decision_changed": (old.recommendation.engine, old.recommendation.routing_layer)
+        != (new.recommendation.engine, new.recommendation.routing_layer),
+    }
+
+
+def _config_digest(inputs: ReportInputs) -> str:
+    from pipeline.report.versions import sha256_bytes
+
+    return sha256_bytes(json.dumps(inputs.configuration, sort_keys=True).encode())
+
+
+def _appendix(inputs: ReportInputs) -> dict[str, Any]:
+    summary = inputs.ingest
+    return {
+        "files": [
+            {
+                "file": f.file,
+                "format": f.format,
+                "sha256": f.sha256,
+                "read": number(f.records_read),
+                "ingested": number(f.ingested),
+                "quarantined": number(f.quarantined),
+                "reasons": ", ".join(
+                    f"{k}: {v:,}" for k, v in sorted(f.quarantined_by_reason.items())
+                )
+                or "—",
+            }
+            for f in summary.files
+        ],
+        "inputs": [{"path": p, "sha256": d} for p, d in sorted(inputs.inputs.items())],
+        "configuration": yaml.safe_dump(inputs.configuration, sort_keys=False, allow_unicode=True),
+        "code": inputs.code,
+        "catalog": inputs.record.catalog,
+        "decision_inputs": [{"path": p, "sha256": d} for p, d in inputs.record.inputs.items()],
+        "sources": list(SOURCES),
+    }
+
+
+FIGURE_TITLES = {
+    "arrivals": "Arrivals over time",
+    "lengths": "Prompt and output length distributions (tokens)",
+    "concurrency": "Requests in flight over time",
+    "prefix_curve": "Shared-prefix ratio by window W (tokens)",
+    "hit_ratio": "Prefix-cache hit ratio by cache size per replica",
+    "imbalance": "Load imbalance against hit ratio, per routing",
+    "latency": "Latency against offered load, with the SLO limits",
+    "cost": "Cost per 1M output tokens at the SLO",
+}
+
+
+def _figures(inputs: ReportInputs, names: tuple[str, ...]) -> list[dict[str, str]]:
+    return [
+        {"title": FIGURE_TITLES[n], "src": svg_uri(inputs.figures[n])}
+        for n in names
+        if n in inputs.figures
+    ]

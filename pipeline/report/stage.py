@@ -1,0 +1,312 @@
+"""The report stage: read_inputs → run → write, shared by the ``engine_selection_report``
+asset and ``enginefit report``'s last step.
+
+It renders the decision and the stages' results into ``engine-selection.pdf`` and ``.html``
+and publishes them as a new version under ``<reports_dir>/<workload>/<quarter>/v<N>/`` with
+the decision record and a manifest — unless nothing it was made from changed since the
+quarter's latest version (same inputs, upstream outputs, configuration, catalog and code), in
+which case it publishes nothing and says so.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from pipeline.config import Config
+from pipeline.decision.result import DecisionRecord
+from pipeline.errors import InputFormatError
+from pipeline.layout import WorkloadLayout
+from pipeline.report.document import PreviousVersion, ReportInputs, build
+from pipeline.report.render import render_html, render_pdf
+from pipeline.report.versions import (
+    MANIFEST,
+    Entry,
+    ReportTree,
+    quarter_of,
+    sha256_bytes,
+    sha256_of,
+)
+
+PDF = "engine-selection.pdf"
+HTML = "engine-selection.html"
+RECORD = "decision.json"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def code_version() -> dict[str, Any]:
+    """The package version and, in a git checkout, the commit and whether the code that
+    renders and decides (pipeline/, assets/, templates/) has uncommitted changes."""
+    try:
+        version = importlib.metadata.version("enginefit")
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown"
+    commit, dirty = None, False
+    if (REPO / ".git").exists():
+        try:
+            commit = _git("rev-parse", "HEAD") or None
+            dirty = bool(_git("status", "--porcelain", "--", "pipeline", "assets", "templates"))
+        except (OSError, subprocess.SubprocessError):
+            commit = None
+    return {"package_version": version, "git_commit": commit, "git_dirty": dirty}
+
+
+def _git(*args: str) -> str:
+    done = subprocess.run(
+        ["git", "-C", str(REPO), *args], capture_output=True, text=True, timeout=30, check=True
+    )
+    return done.stdout.strip()
+
+
+def report_tree(config: Config) -> ReportTree:
+    return ReportTree(config.paths.report_folder(config.require_workload().name))
+
+
+def _relative(path: Path, base: Path) -> str:
+    return str(path.relative_to(base)) if path.is_relative_to(base) else str(path)
+
+
+def raw_inputs(layout: WorkloadLayout, config: Config, points: pl.DataFrame) -> dict[str, str]:
+    """sha256 of every input file: the traces (as ingest hashed them), the benchmark result
+    files and their manifests, the catalog (paths relative to the configuration's folder)."""
+    from pipeline.ingest.stage import read_summary
+
+    base = config.source.parent if config.source else Path.cwd()
+    out = {f"trace:{f.file}": f.sha256 for f in read_summary(layout).files}
+    for column in ("source_file", "manifest_file"):
+        if column in points.columns:
+            for name in points.get_column(column).drop_nulls().unique().sort().to_list():
+                path = Path(str(name).split("#")[0].split(":", 1)[-1])
+                digest = sha256_of(path)
+                if digest is not None:
+                    out[f"bench:{_relative(path.resolve(), base)}"] = digest
+    if config.decision.catalog is not None:
+        out[f"catalog:{_relative(config.decision.catalog, base)}"] = (
+            sha256_of(config.decision.catalog) or ""
+        )
+    return dict(sorted(out.items()))
+
+
+def derived_outputs(layout: WorkloadLayout) -> dict[str, str]:
+    """sha256 of every upstream stage output the document reads (relative to the workload)."""
+    paths = [
+        layout.ingest.summary,
+        *layout.shape.files().values(),
+        *layout.prefix.files().values(),
+        layout.simulation.summary,
+        layout.simulation.scenarios,
+        layout.simulation.curves,
+        *(p for p in layout.bench.files().values() if p != layout.bench.per_request),
+    ]
+    return {
+        str(p.relative_to(layout.root)): d
+        for p in sorted(set(paths))
+        if (d := sha256_of(p)) is not None
+    }
+
+
+@dataclass(frozen=True)
+class ReportSources:
+    """What a version is made from, and the document's inputs."""
+
+    document: ReportInputs
+    identity: str
+    manifest: dict[str, Any]
+    compared_with: Entry | None
+
+
+def read_inputs(
+    layout: WorkloadLayout, config: Config, *, quarter: str | None = None
+) -> ReportSources:
+    from pipeline.bench import stage as bench_stage
+    from pipeline.decision.stage import read_record
+    from pipeline.ingest.stage import read_summary
+    from pipeline.prefix import stage as prefix_stage
+    from pipeline.shape import stage as shape_stage
+    from pipeline.sim import stage as sim_stage
+
+    workload = config.require_workload().name
+    summary = read_summary(layout)
+    quarter = quarter or report_quarter(config, summary.last_arrival)
+    record = read_record(layout)
+    analysis = bench_stage.read_analysis(layout, config.bench)
+    try:
+        prefix: dict[str, Any] | None = prefix_stage.read_result(layout).summary
+    except InputFormatError:
+        prefix = None
+    tree = report_tree(config)
+    tree.reconcile()
+    against = tree.compared_with(quarter)
+    previous = _previous(tree, against)
+    configuration = config.as_dict()
+    code = code_version()
+    inputs = raw_inputs(layout, config, bench_stage.read_written_results(layout).load_points)
+    derived = derived_outputs(layout)
+    identity_parts = {
+        "inputs": inputs,
+        "derived": derived,
+        "configuration": configuration,
+        "catalog_sha256": record.catalog.get("sha256"),
+        "code": code,
+        "quarter": quarter,
+    }
+    identity = sha256_bytes(json.dumps(identity_parts, sort_keys=True).encode())
+    version = _next_number(tree, quarter, identity)
+    document = ReportInputs(
+        workload=workload,
+        quarter=quarter,
+        version=version,
+        title=config.report.title,
+        organisation=config.report.organisation,
+        record=record,
+        ingest=summary,
+        shape=shape_stage.read_result(layout).metrics,
+        prefix=prefix,
+        scenarios=sim_stage.read_summaries(layout),
+        capacity=analysis.capacity.to_dicts(),
+        findings=analysis.findings.to_dicts(),
+        slo=config.bench.slo.describe(),
+        prices={"gpu_hour_usd": dict(config.bench.prices.gpu_hour_usd)},
+        catalog=config.catalog(),
+        configuration=configuration,
+        code=code,
+        inputs={**inputs, **{f"derived:{k}": v for k, v in derived.items()}},
+        figures=_figures(layout),
+        previous=previous,
+    )
+    manifest = {
+        "schema_version": 1,
+        "workload": workload,
+        "quarter": quarter,
+        "version": version,
+        "headline": record.recommendation.headline,
+        "identity": identity,
+        "base": str(config.source.parent if config.source else Path.cwd()),
+        "workload_folder": str(layout.root),
+        "inputs": inputs,
+        "derived": derived,
+        "configuration": configuration,
+        "configuration_sha256": sha256_bytes(json.dumps(configuration, sort_keys=True).encode()),
+        "code": code,
+        "catalog": record.catalog,
+        "compared_with": None if against is None else f"{against.quarter}/v{against.version}",
+    }
+    return ReportSources(document, identity, manifest, against)
+
+
+def report_quarter(config: Config, last_arrival: str | None) -> str:
+    """``report.quarter``, else the quarter of the workload's last arrival."""
+    if config.report.quarter is not None:
+        return config.report.quarter
+    if not last_arrival:
+        raise InputFormatError(
+            "the workload has no arrivals to date the report: set report.quarter (YYYY-Qn)"
+        )
+    return quarter_of(last_arrival)
+
+
+def _next_number(tree: ReportTree, quarter: str, identity: str) -> int:
+    """The number this run's document carries: the latest version's when nothing changed
+    (nothing will be published), else the next one."""
+    latest = tree.latest(quarter)
+    if latest is not None and latest.identity == identity:
+        return latest.version
+    return tree.next_version(quarter)
+
+
+def _previous(tree: ReportTree, entry: Entry | None) -> PreviousVersion | None:
+    if entry is None:
+        return None
+    folder = tree.root / entry.path
+    manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    record = DecisionRecord.from_json(
+        json.loads((folder / RECORD).read_text(encoding="utf-8")), str(folder / RECORD)
+    )
+    return PreviousVersion(entry.quarter, entry.version, manifest, record)
+
+
+def _figures(layout: WorkloadLayout) -> dict[str, bytes]:
+    wanted = {
+        "arrivals": layout.shape.arrivals_svg,
+        "lengths": layout.shape.lengths_svg,
+        "concurrency": layout.shape.concurrency_svg,
+        "prefix_curve": layout.prefix.curve_svg,
+        "hit_ratio": layout.simulation.hit_ratio_svg,
+        "imbalance": layout.simulation.imbalance_svg,
+        "latency": layout.bench.latency_svg,
+        "cost": layout.bench.cost_svg,
+    }
+    return {name: path.read_bytes() for name, path in wanted.items() if path.is_file()}
+
+
+@dataclass(frozen=True)
+class ReportResult:
+    sources: ReportSources
+    html: str
+    pdf: bytes
+    record: bytes
+
+
+def run(sources: ReportSources) -> ReportResult:
+    document = build(sources.document)
+    record = sources.document.record
+    record_bytes = (
+        json.dumps(record.to_json(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    ).encode()
+    return ReportResult(
+        sources,
+        render_html(document, standalone=True),
+        render_pdf(render_html(document, standalone=False)),
+        record_bytes,
+    )
+
+
+@dataclass(frozen=True)
+class Published:
+    """What ``write`` did: ``created`` False when an identical version already existed."""
+
+    created: bool
+    quarter: str
+    version: int
+    folder: Path
+    pdf: Path
+
+
+def unchanged(sources: ReportSources, config: Config) -> Published | None:
+    """The quarter's latest version when it was made from exactly these sources, else None."""
+    quarter = sources.document.quarter
+    latest = report_tree(config).latest(quarter)
+    if latest is None or latest.identity != sources.identity:
+        return None
+    folder = report_tree(config).root / latest.path
+    return Published(False, quarter, latest.version, folder, folder / PDF)
+
+
+def publish(sources: ReportSources, config: Config) -> Published:
+    """Render and publish a new version, or say which identical version exists (without
+    rendering)."""
+    return unchanged(sources, config) or write(run(sources), config)
+
+
+def write(result: ReportResult, config: Config) -> Published:
+    sources = result.sources
+    existing = unchanged(sources, config)
+    if existing is not None:
+        return existing
+    tree = report_tree(config)
+    quarter = sources.document.quarter
+    manifest = {**sources.manifest, "decision_sha256": sha256_bytes(result.record)}
+    entry, folder = tree.publish(
+        quarter,
+        sources.document.version,
+        {PDF: result.pdf, HTML: result.html.encode("utf-8"), RECORD: result.record},
+        manifest,
+        sources.document.record.recommendation.headline,
+    )
+    return Published(True, quarter, entry.version, folder, folder / PDF)
