@@ -173,16 +173,31 @@ def validation_message(
         message = f"{where}: {key} is required"
     else:
         text = str(first["msg"]).removeprefix("Value error, ")
-        message = f"{where}: {key}: {text} (got {first.get('input')!r})"
+        got = first.get("input")
+        # A whole-section check (a model validator) has the section as its input: saying what
+        # is wrong is enough, echoing the section is noise.
+        shown = "" if isinstance(got, dict) else f" (got {got!r})"
+        message = f"{where}: {key}: {text}{shown}" if key else f"{where}: {text}{shown}"
     if len(errors) > 1:
         message += f" [and {len(errors) - 1} more problem(s)]"
     return message
 
 
 class _Loader(yaml.SafeLoader):
-    """PyYAML's safe loader without implicit timestamps: ``2026-13-45`` stays text, so the
-    field's own validator names the key and the problem (PyYAML would raise a bare
-    ValueError while parsing)."""
+    """PyYAML's safe loader without implicit timestamps (``2026-13-45`` stays text, so the
+    field's own validator names the key and the problem; PyYAML would raise a bare ValueError)
+    and refusing a key given twice in one mapping (PyYAML silently keeps the last)."""
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep)
 
 
 _Loader.yaml_implicit_resolvers = {

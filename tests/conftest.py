@@ -54,9 +54,9 @@ def shared_path(*parts: str, bundled_ok: bool = True) -> Path:
 
 def write_config(tmp_path: Path, traces: list[str], **workload: object) -> Path:
     """A minimal enginefit.yaml in ``tmp_path`` naming ``traces``; data goes under tmp_path."""
-    lines = ["workload:", "  name: t", "  traces:"]
+    settings = {"name": "t", "block_size": 16, "hash_salt": "test-salt", **workload}
+    lines = ["workload:", "  traces:"]
     lines += [f"    - path: {t}" for t in traces]
-    settings = {"block_size": 16, "hash_salt": "test-salt", **workload}
     lines += [f"  {key}: {value}" for key, value in settings.items()]
     lines += [
         "paths:",

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from pipeline.cli import main as enginefit
 from tests.conftest import bundled_config
@@ -17,7 +18,10 @@ def test_decide_runs_the_missing_stages_then_prints_the_record(
     config = bundled_config(tmp_path, "q1")
     assert enginefit(["decide", "--config", str(config), "--json"]) == 0
     out, err = capsys.readouterr()
-    assert "ran the missing upstream stages: ingest, shape, prefix, simulation, bench" in err
+    assert (
+        "ran the upstream stages that were missing or out of date: ingest, shape, prefix, "
+        "simulation, bench" in err
+    )
     record = json.loads(out)
     assert set(record) >= {
         "schema_version",
@@ -45,6 +49,9 @@ def test_decide_runs_the_missing_stages_then_prints_the_record(
     assert {"id", "metric", "comparator", "threshold", "value", "why", "status"} == set(
         record["triggers"][0]
     )
+    # One H100 serves the peak (4.1 req/s against 92 req/s of capacity): nothing to route.
+    assert record["routing"]["reason"].startswith("one replica serves the workload's peak")
+    assert candidate["monthly_cost_mean_rate_usd"] == 2190.0  # 1 GPU × $3 × 730 h
     workload = tmp_path / "q1" / "data" / "mooncake-conversation"
     assert "shape/workload_shape.json" in record["inputs"]
     # The bundled H100 sweep costs $3 ÷ (92.2241 req/s × 62.3254 tokens × 3600) × 10⁶ per 1M
@@ -64,7 +71,11 @@ def test_decide_runs_the_missing_stages_then_prints_the_record(
     text = capsys.readouterr().out
     assert text.startswith("Engine decision for workload mooncake-conversation (as of 2026-11-29)")
     assert "Previous decision (2026-11-29: vllm), its triggers now" in text
-    assert "bench.stale[vllm]: bench.age_days[vllm] > 183: was 389, now 389 → fired" in text
+    # The sweep was already stale (389 days > 183): the trigger watches for a fresh one.
+    assert (
+        "bench.stale[vllm].leaves: bench.age_days[vllm] <= 183: was 389, now 389 → not_fired"
+        in text
+    )
 
 
 def test_a_previous_record_that_is_not_one_is_a_one_line_error(
@@ -78,3 +89,25 @@ def test_a_previous_record_that_is_not_one_is_a_one_line_error(
     bogus.write_text(json.dumps({"schema_version": 7}))
     assert enginefit(["explain", str(bogus)]) == 2
     assert "schema_version 7 is not 1" in capsys.readouterr().err
+
+
+def test_decide_reruns_what_a_changed_configuration_invalidates(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Unchanged: nothing reruns. A doubled H100 price: only the bench stage reruns, and the
+    cost doubles ($3 → $6 an hour)."""
+    config = bundled_config(tmp_path, "w")
+    assert enginefit(["decide", "--config", str(config), "--json"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert enginefit(["decide", "--config", str(config), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert "ran the upstream stages" not in err
+    raw = yaml.safe_load(config.read_text())
+    raw["bench"]["prices"]["gpu_hour_usd"]["H100"] = 6.0
+    config.write_text(yaml.safe_dump(raw))
+    assert enginefit(["decide", "--config", str(config), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert "out of date: bench" in err and "shape" not in err.split("out of date:")[1]
+    cost = {c["engine"]: c["cost_per_1m_output_usd"] for c in json.loads(out)["candidates"]}
+    before = {c["engine"]: c["cost_per_1m_output_usd"] for c in first["candidates"]}
+    assert cost["vllm"] == pytest.approx(2 * before["vllm"], rel=1e-5)

@@ -112,7 +112,7 @@ def test_prefix_heavy_traffic_with_one_engine_benchmarked(tmp_path: Path) -> Non
     affinity keeps it warm, far past the 10 % routing threshold."""
     frame = conversations()
     record = decide_on(
-        tmp_path, frame, [sweep("vllm", 8, input_tokens_mean=1_728)], NVIDIA_DATACENTER
+        tmp_path, frame, [sweep("vllm", 4, input_tokens_mean=1_728)], NVIDIA_DATACENTER
     )
     rec = record.recommendation
     assert (rec.engine, rec.runner_up, rec.confidence) == ("vllm", "sglang", "provisional")
@@ -268,7 +268,7 @@ def test_triggers_across_two_quarters_fire_when_concurrency_collapses(tmp_path: 
     assert (check.previous_value, check.value, check.status) == (20, 1, "fired")
     assert "concurrency.low.enters" in previous.fired
     assert second.recommendation.state == "revisit"
-    unchanged = next(c for c in previous.triggers if c.id == "catalog.stale")
+    unchanged = next(c for c in previous.triggers if c.id.startswith("catalog.stale"))
     assert unchanged.status == "not_fired"
     assert math.isfinite(second.measurements["shape.concurrency.peak"])
 

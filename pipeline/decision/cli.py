@@ -60,35 +60,36 @@ def register(subparsers: Any) -> None:
 
 
 def ensure_upstream(config: Config, layout: WorkloadLayout) -> list[str]:
-    """Run every upstream stage whose outputs are missing, in order; returns their names."""
+    """Run every upstream stage whose outputs are missing or were made under another
+    configuration or from other input files (:mod:`pipeline.decision.upstream`); returns their
+    names, in order."""
     from pipeline.bench import stage as bench_stage
+    from pipeline.decision.upstream import ensure
     from pipeline.ingest import stage as ingest_stage
     from pipeline.prefix import stage as prefix_stage
     from pipeline.shape import stage as shape_stage
     from pipeline.sim import stage as sim_stage
 
-    ran = []
-    if not layout.ingest.summary.is_file():
+    def ingest() -> None:
         ingest_stage.write(ingest_stage.run(ingest_stage.configured_inputs(config)), layout)
-        ran.append("ingest")
-    if not layout.shape.summary.is_file():
-        shape_stage.write(
-            shape_stage.run(shape_stage.read_inputs(layout, config), config.shape), layout
-        )
-        ran.append("shape")
-    if not layout.prefix.summary.is_file():
-        prefix_stage.write(
-            prefix_stage.run(prefix_stage.read_inputs(layout, config), config.prefix), layout
-        )
-        ran.append("prefix")
-    if not (layout.simulation.summary.is_file() and layout.simulation.curves.is_file()):
+
+    def shape() -> None:
+        inputs = shape_stage.read_inputs(layout, config)
+        shape_stage.write(shape_stage.run(inputs, config.shape), layout)
+
+    def prefix() -> None:
+        inputs = prefix_stage.read_inputs(layout, config)
+        prefix_stage.write(prefix_stage.run(inputs, config.prefix), layout)
+
+    def simulation() -> None:
         result = sim_stage.run(sim_stage.read_inputs(layout, config), config.simulation)
         sim_stage.write(result, config.simulation, layout)
-        ran.append("simulation")
-    if not (layout.bench.analysis.is_file() and layout.bench.concurrency_json.is_file()):
+
+    def bench() -> None:
         bench_stage.run_configured(layout, config.bench, config.shape.latency)
-        ran.append("bench")
-    return ran
+
+    steps = {"ingest": ingest, "shape": shape, "prefix": prefix, "simulation": simulation}
+    return ensure(config, layout, {**steps, "bench": bench})
 
 
 def run_decide(args: argparse.Namespace) -> int:
@@ -101,7 +102,9 @@ def run_decide(args: argparse.Namespace) -> int:
     ran = ensure_upstream(config, layout)
     if ran:
         print(
-            f"enginefit decide: ran the missing upstream stages: {', '.join(ran)}", file=sys.stderr
+            f"enginefit decide: ran the upstream stages that were missing or out of date: "
+            f"{', '.join(ran)}",
+            file=sys.stderr,
         )
     record = stage.run(
         stage.read_inputs(layout, config, as_of=config.bench.as_of, previous=previous), config

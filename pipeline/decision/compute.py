@@ -38,6 +38,8 @@ from pipeline.decision.context import (
     DecisionInputs,
     EngineState,
     RuleContext,
+    current_engine,
+    money,
     plain,
     usd,
 )
@@ -60,7 +62,9 @@ from pipeline.decision.triggers import crossed, evaluate_previous, trigger
 from pipeline.shape.config import ShapeConfig
 
 
-def measurements(ctx: RuleContext, top: str | None, runner: str | None) -> dict[str, Any]:
+def measurements(
+    ctx: RuleContext, top: str | None, runner: str | None, outcome: Outcome
+) -> dict[str, Any]:
     """The flat metrics triggers compare; keys name the stage output each comes from."""
     w = ctx.workload
     as_of = ctx.inputs.as_of
@@ -101,9 +105,12 @@ def measurements(ctx: RuleContext, top: str | None, runner: str | None) -> dict[
             else None
         )
         m[f"bench.fleet_capacity_rps[{engine}]"] = fleet
-    if top and runner and top in ctx.benches and runner in ctx.benches:
-        a, b = ctx.benches[top].cost_per_1m_output_usd, ctx.benches[runner].cost_per_1m_output_usd
-        m["bench.cost_gap_runner_up"] = (b - a) / a if a and b is not None else None
+    values = outcome.values
+    if top is not None and runner is not None and top in values and runner in values:
+        # The ranking's own basis, as a share of the cheaper one (order-free: a dearer
+        # incumbent kept for its payback gives the same gap as a cheaper one).
+        a, b = values[top], values[runner]
+        m["decision.cost_gap_top_two"] = abs(b - a) / min(a, b) if min(a, b) > 0 else None
     flat: dict[str, Any] = plain(m)
     return flat
 
@@ -174,13 +181,15 @@ def _triggers(ctx: RuleContext, m: dict[str, Any], top: str | None, outcome: Out
             at_or_below=True,
             strict=True,
         ),
-        trigger(
+        _crossing(
             "catalog.stale",
             "catalog.age_days",
-            ">",
+            m.get("catalog.age_days"),
             s.catalog_max_age_days,
             m,
-            "DOMAIN.md: engines release every few weeks; the catalog's facts age",
+            f"DOMAIN.md: the engine catalog is older than {s.catalog_max_age_days} days (engines "
+            "release every few weeks)",
+            strict=True,
         ),
     ]
     if ctx.requirements.fixed_sku is not True:
@@ -215,15 +224,18 @@ def _triggers(ctx: RuleContext, m: dict[str, Any], top: str | None, outcome: Out
                 "DOMAIN.md: a model or feature you need is not supported by the chosen engine",
             )
         )
-        if top in ctx.benches:
+        if top in ctx.benches and ctx.inputs.bench is not None:
+            max_age = ctx.inputs.bench.settings.max_age_days
             out.append(
-                trigger(
+                _crossing(
                     f"bench.stale[{top}]",
                     f"bench.age_days[{top}]",
-                    ">",
-                    183,
+                    m.get(f"bench.age_days[{top}]"),
+                    max_age,
                     m,
-                    "DOMAIN.md: a benchmark older than about six months (engines release every few weeks)",
+                    f"DOMAIN.md: the chosen engine's benchmark is older than {max_age} days "
+                    "(about six months; engines release every few weeks)",
+                    strict=True,
                 )
             )
             if m.get(f"bench.fleet_capacity_rps[{top}]") is not None:
@@ -237,15 +249,18 @@ def _triggers(ctx: RuleContext, m: dict[str, Any], top: str | None, outcome: Out
                         "DOMAIN.md: traffic grows beyond what the benchmarked capacity and fleet cover",
                     )
                 )
-    if "bench.cost_gap_runner_up" in m:
+    if "decision.cost_gap_top_two" in m:
         out.append(
-            trigger(
+            _crossing(
                 "cost.margin_top_two",
-                "bench.cost_gap_runner_up",
-                "<",
+                "decision.cost_gap_top_two",
+                m["decision.cost_gap_top_two"],
                 ctx.requirements.cost_margin,
                 m,
-                "DOMAIN.md: a re-benchmark that changes the cost ranking by more than the noise",
+                "DOMAIN.md: the top two are within the cost margin (a tie, decided on other "
+                "grounds)",
+                at_or_below=True,
+                strict=True,
             )
         )
     for engine, flip in sorted(outcome.flips.items()):
@@ -272,7 +287,12 @@ def decide(
     workload = workload_from(
         inputs.shape, inputs.prefix, settings, inputs.peak_window, inputs.missing
     )
-    benches = engine_benches(inputs.bench, inputs.fits, inputs.catalog) if inputs.bench else {}
+    models = tuple(sorted(set(requirements.models) | set(workload.models)))
+    benches = (
+        engine_benches(inputs.bench, inputs.fits, inputs.catalog, requirements.hardware, models)
+        if inputs.bench
+        else {}
+    )
     ctx = RuleContext(
         inputs=inputs,
         requirements=requirements,
@@ -290,7 +310,7 @@ def decide(
     _transferability(ctx, top, runner, outcome)
     routing = routing_value(ctx, top)
     isolation = isolation_advice(ctx)
-    m = measurements(ctx, top, runner)
+    m = measurements(ctx, top, runner, outcome)
     triggers = _triggers(ctx, m, top, outcome)
     previous = evaluate_previous(inputs.previous, m) if inputs.previous else None
     state = "revisit" if previous and previous.fired else "decided"
@@ -402,6 +422,9 @@ def _candidates(
                 ),
                 cost_per_1m_output_usd=plain(price.cost_per_1m),
                 monthly_cost_usd=plain(price.monthly_gpu),
+                monthly_cost_mean_rate_usd=plain(bench.monthly_gpu_usd_mean_rate)
+                if bench
+                else None,
                 monthly_change_cost_usd=plain(price.monthly_change),
                 monthly_total_usd=plain(price.monthly_total),
                 switch_cost_usd=plain(switch),
@@ -422,7 +445,7 @@ def _headline(
     previous: Any,
 ) -> str:
     if top is None:
-        return "No engine meets the requirements: " + "; ".join(outcome.reasons)
+        return "No engine recommended: " + "; ".join(outcome.reasons)
     text = ctx.name(top)
     if routing.recommended and routing.layer:
         text += f" with prefix-aware routing ({ctx.catalog.layers[routing.layer].name})"
@@ -433,6 +456,12 @@ def _headline(
     if runner:
         text += f"; runner-up {ctx.name(runner)}"
     text += ")"
+    current = current_engine(ctx)
+    if current is not None and current != top and ctx.states[current].excluded:
+        switch = switch_cost(ctx, top)
+        text += f". Migrate from {ctx.name(current)}, keeping it running meanwhile" + (
+            f" ({money(switch)} of migration work)" if switch is not None else ""
+        )
     if previous is not None and previous.fired:
         text += f". Revisit: {len(previous.fired)} trigger(s) fired since {previous.as_of or 'the previous decision'}"
     return text

@@ -108,6 +108,7 @@ class DecisionSettings(Section):
     payback_max_months: Positive
     high_volume_output_tokens_per_month: Positive
     trt_max_models: PositiveInt
+    trt_max_changes_per_quarter: NonNegative
     long_context_tokens: PositiveInt
     catalog_max_age_days: PositiveInt
 

@@ -150,9 +150,43 @@ def _tie_key(ctx: RuleContext, engine: str) -> tuple[Any, ...]:
 
 
 def _preference(ctx: RuleContext) -> list[str]:
+    """The viable engines the decision tree points to, in its order. Engines it does not
+    point to are never recommended on the tree's say-so alone (only a cheaper measured cost
+    can bring them in)."""
     viable = ctx.viable()
-    ordered = [e for e in ctx.branch if e in viable]
-    return ordered + [e for e in viable if e not in ordered]
+    return [e for e in ctx.branch if e in viable]
+
+
+def _no_candidate(ctx: RuleContext, reason: str) -> Outcome:
+    excluded = {e: s.excluded[0] for e, s in ctx.states.items() if s.excluded}
+    ctx.rule(
+        "cost",
+        "Cost at the SLO",
+        "DOMAIN.md: cost per 1M tokens at your SLO",
+        None,
+        reason,
+        excluded=excluded,
+    )
+    why = "; ".join(f"{ctx.name(e)}: {r}" for e, r in excluded.items())
+    return Outcome(
+        None, None, "provisional", [f"{reason} ({why})" if why else reason], None, {}, {}
+    )
+
+
+def _tie_reason(ctx: RuleContext, first: str, second: str) -> str:
+    """Which of the tie-break criteria separated the two engines."""
+    a, b = _tie_key(ctx, first), _tie_key(ctx, second)
+    words = (
+        "it is actively maintained",
+        "it runs today",
+        f"its migration is shorter ({_migration_weeks(ctx, first):g} vs "
+        f"{_migration_weeks(ctx, second):g} engineer-weeks)",
+        "the decision tree points to it first",
+        "it releases more often",
+        "alphabetical order (nothing else separates them)",
+    )
+    index = next((k for k, (x, y) in enumerate(zip(a, b, strict=True)) if x != y), len(words) - 1)
+    return words[min(index, len(words) - 1)]
 
 
 def choose(ctx: RuleContext) -> Outcome:
@@ -160,28 +194,26 @@ def choose(ctx: RuleContext) -> Outcome:
     reasons: list[str] = []
     flips: dict[str, Flip] = {}
     margin = ctx.requirements.cost_margin
+    relevant = {e: b for e, b in ctx.benches.items() if not b.mismatches and e in ctx.viable()}
     priced = [
         price_of(ctx, e)
-        for e in preference
-        if ctx.benches.get(e) and ctx.benches[e].cost_per_1m_output_usd is not None
+        for e in [*preference, *sorted(set(relevant) - set(preference))]
+        if e in relevant and relevant[e].cost_per_1m_output_usd is not None
     ]
-    if not preference:
-        ctx.rule(
-            "cost",
-            "Cost at the SLO",
-            "DOMAIN.md: cost per 1M tokens at your SLO",
-            None,
-            "no viable engine",
-        )
-        return Outcome(
-            None, None, "provisional", ["no engine meets the requirements"], None, {}, flips
-        )
+    for engine, bench in sorted(ctx.benches.items()):
+        if bench.mismatches:
+            reasons.append(
+                f"{ctx.name(engine)}'s benchmark is not about your deployment "
+                f"({'; '.join(bench.mismatches)}): its cost is not used"
+            )
+    if not preference and not priced:
+        return _no_candidate(ctx, "no engine the decision tree points to meets the requirements")
     if not priced:
         top = preference[0]
         runner = preference[1] if len(preference) > 1 else None
         reason = (
             ctx.inputs.missing.get("bench")
-            or "no benchmark with a cost at the SLO for a viable engine"
+            or "no benchmark with a cost at the SLO for a viable engine on your deployment"
         )
         reasons.append(
             f"no benchmark on this traffic ({reason}): run an open-loop benchmark of {ctx.name(top)}"
@@ -203,6 +235,7 @@ def choose(ctx: RuleContext) -> Outcome:
                 "<",
                 None,
             )
+        top, runner = _payback(ctx, top, runner, {}, "cost_per_1m_output_usd", reasons, flips)
         return Outcome(top, runner, "provisional", reasons, None, {}, flips)
 
     basis, values = _basis(priced)
@@ -219,17 +252,21 @@ def choose(ctx: RuleContext) -> Outcome:
             first, second = sorted((top, runner), key=lambda e: _tie_key(ctx, e))
             reasons.append(
                 f"{ctx.name(top)} and {ctx.name(runner)} are within {gap:.1%} on "
-                f"{BASIS_WORDS[basis]} (under the {margin:.0%} margin): decided on maintenance "
-                "trajectory and "
-                f"migration cost, which favour {ctx.name(first)}"
+                f"{BASIS_WORDS[basis]} (under the {margin:.0%} margin): {ctx.name(first)} is "
+                f"chosen because {_tie_reason(ctx, first, second)}"
             )
             top, runner = first, second
+    lowest = (
+        f"{ctx.name(top)} has the lowest {BASIS_WORDS[basis]}"
+        if len(values) > 1
+        else f"{ctx.name(top)} is the only engine with a cost at the SLO on your deployment"
+    )
     ctx.rule(
         "cost",
         "Cost at the SLO",
         "DOMAIN.md: compare cost per 1M tokens at your SLO, not peak throughput",
         True,
-        f"{ctx.name(top)} has the lowest {BASIS_WORDS[basis]}" + (" (tie)" if tied else ""),
+        lowest + (" (tie)" if tied else ""),
         basis=basis,
         values=values,
         cost_per_1m_output_usd={p.engine: p.cost_per_1m for p in priced},
@@ -243,32 +280,70 @@ def choose(ctx: RuleContext) -> Outcome:
         tied if runner else None,
         "tie: " + reasons[-1]
         if tied
-        else ("no runner-up benchmarked" if runner is None else "the gap exceeds the margin"),
+        else ("no runner-up with a cost" if runner is None else "the gap exceeds the margin"),
         margin=margin,
     )
-    # The decision tree's first choice without a benchmark leaves the cost question open.
-    favourite = preference[0]
+    # The decision tree's first choice without a cost leaves the question open.
+    favourite = preference[0] if preference else top
     if favourite not in values and favourite != top:
         confidence = "provisional" if confidence == "firm" else confidence
+        measured = favourite in ctx.benches and not ctx.benches[favourite].mismatches
         reasons.append(
-            f"the decision tree points to {ctx.name(favourite)}, which has no benchmark on this "
-            f"traffic: benchmark {ctx.name(favourite)} on your traffic before committing"
+            f"the decision tree points to {ctx.name(favourite)}, which "
+            + (
+                "was benchmarked but has no cost at the SLO on this traffic"
+                if measured
+                else "has no benchmark on this traffic"
+            )
+            + f": benchmark {ctx.name(favourite)} on your traffic before committing"
         )
-        top_cost = ctx.benches[top].cost_per_1m_output_usd
-        threshold = None if top_cost is None else top_cost * (1 - margin)
-        flips[favourite] = Flip(
-            f"{ctx.name(favourite)} wins if its measured cost per 1M output tokens at the SLO is "
-            f"more than {margin:.0%} below {ctx.name(top)}'s {usd(top_cost)}"
-            + (f" (below {usd(threshold)})" if threshold is not None else ""),
-            f"bench.cost_per_1m_output_usd[{favourite}]",
-            "<",
-            threshold,
-        )
+        flips[favourite] = _favourite_flip(ctx, favourite, top, values, basis)
         runner = favourite if runner is None or runner not in preference[:2] else runner
     top, runner = _payback(ctx, top, runner, values, basis, reasons, flips)
     if runner is not None and runner in values and runner not in flips:
         flips[runner] = _flip(ctx, top, runner, values, basis)
     return Outcome(top, runner, confidence, reasons, basis, values, flips)
+
+
+def _favourite_flip(
+    ctx: RuleContext, favourite: str, top: str, values: dict[str, float], basis: str
+) -> Flip:
+    """The cost per 1M output tokens at which the unbenchmarked favourite would win by the
+    margin — on monthly totals when they are known, so its change cost counts too."""
+    keep = 1 - ctx.requirements.cost_margin
+    top_cost = ctx.benches[top].cost_per_1m_output_usd
+    volume = ctx.workload.output_tokens_per_month
+    change = _monthly_change_cost(ctx, favourite)
+    metric = f"bench.cost_per_1m_output_usd[{favourite}]"
+    if basis == "monthly_total_usd" and volume and change is not None:
+        # favourite: cost × volume / 10⁶ + change ≤ keep × top's monthly total.
+        threshold = (keep * values[top] - change) * 1e6 / volume
+        if threshold <= 0:
+            return Flip(
+                f"{ctx.name(favourite)} cannot win while its model changes cost "
+                f"{money(change)} a month (more than {1 - keep:.0%} below {ctx.name(top)}'s "
+                f"{money(values[top])} monthly total)",
+                "requirements.model_changes_per_quarter",
+                "<",
+                ctx.requirements.model_changes_per_quarter,
+            )
+        return Flip(
+            f"{ctx.name(favourite)} wins if its measured cost per 1M output tokens at the SLO is "
+            f"below {usd(threshold)} (its model changes, {money(change)} a month, included; "
+            f"{ctx.name(top)}: {usd(top_cost)})",
+            metric,
+            "<",
+            threshold,
+        )
+    below = None if top_cost is None else top_cost * keep
+    return Flip(
+        f"{ctx.name(favourite)} wins if its measured cost per 1M output tokens at the SLO is "
+        f"more than {1 - keep:.0%} below {ctx.name(top)}'s {usd(top_cost)}"
+        + (f" (below {usd(below)})" if below is not None else ""),
+        metric,
+        "<",
+        below,
+    )
 
 
 BASIS_METRICS = {
@@ -398,11 +473,26 @@ def _payback(
             if switch is None
             else f"a benchmark of {ctx.name(current)} with a monthly cost"
         )
-        reasons.append(f"payback of switching from {ctx.name(current)} unknown: supply {missing}")
-        ctx.rule(
-            "payback", title, source, None, f"unknown: supply {missing}", switch_cost_usd=switch
+        reasons.append(
+            f"{ctx.name(current)} runs today and stays: whether switching to {ctx.name(top)} pays "
+            f"back is unknown (supply {missing})"
         )
-        return top, runner
+        ctx.rule(
+            "payback",
+            title,
+            source,
+            None,
+            f"unknown: supply {missing}; {ctx.name(current)} stays until a switch is shown to pay back",
+            switch_cost_usd=switch,
+        )
+        flips[top] = Flip(
+            f"{ctx.name(top)} wins once switching is shown to pay back within "
+            f"{ctx.settings.payback_max_months:g} months (supply {missing})",
+            f"decision.payback_months[{top}]",
+            "<=",
+            ctx.settings.payback_max_months,
+        )
+        return current, top
     saving = current_month - top_month
     months = switch / saving if saving > 0 else math.inf
     limit = ctx.settings.payback_max_months

@@ -9,6 +9,7 @@ in the record, never 0.
 from __future__ import annotations
 
 import datetime as dt
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +62,7 @@ class Workload:
     prefix_shape: str | None = None
     cross_tenant_share: float | None = None
     tenants: int | None = None
+    tail_findings: tuple[str, ...] = ()  # the shape stage's long-tail findings, as worded there
     unknown: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -104,6 +106,11 @@ def workload_from(
             "features_seen": features_seen(shape, settings),
             "models": tuple(m["value"] for m in shape["models"].get("top", []) if m.get("value")),
             "tenants": shape["tenants"].get("distinct") if shape["tenants"].get("logged") else None,
+            "tail_findings": tuple(
+                f["message"]
+                for f in shape.get("findings", [])
+                if f.get("id") in ("output_tail.long", "prompt_tail.long")
+            ),
         }
     if prefix is not None:
         share, window_tokens = share_at(prefix["curve"], settings.prefix_window_tokens)
@@ -168,6 +175,10 @@ class EngineBench:
     ttft_per_prompt_token_ms: float | None
     input_tokens_per_s: float | None  # sustained prompt tokens/s at the SLO capacity
     manifest_file: str | None
+    model: str | None = None
+    # Why this benchmark is not about the team's deployment (other hardware, other model):
+    # its cost is shown but never ranked.
+    mismatches: tuple[str, ...] = ()
 
     @property
     def slo_never_met(self) -> bool:
@@ -183,11 +194,57 @@ def _pool_order(pool: str | None) -> int:
     return RANK_POOLS.index(pool) if pool in RANK_POOLS else len(RANK_POOLS)
 
 
+def gpu_vendor(gpu_type: str | None) -> str | None:
+    """The hardware target of a benchmark's GPU type (``H100-80GB`` → nvidia); None when the
+    name says nothing recognisable."""
+    if not gpu_type:
+        return None
+    name = gpu_type.strip().lower()
+    for vendor, pattern in _VENDORS:
+        if re.search(pattern, name):
+            return vendor
+    return None
+
+
+_VENDORS = (
+    ("amd", r"\bamd\b|\bmi\d{3}|radeon|instinct"),
+    ("gaudi", r"gaudi|\bhpu\b"),
+    ("intel-gpu", r"intel|\barc\b|data center gpu max|\bmax ?1\d{3}"),
+    ("tpu", r"\btpu|\bv\d+e?\b|trillium"),
+    ("neuron", r"inferentia|trainium|neuron"),
+    ("apple", r"apple|\bm\d( (pro|max|ultra))?\b"),
+    ("cpu", r"\bcpu\b|xeon|epyc|graviton"),
+    (
+        "nvidia",
+        r"nvidia|geforce|rtx|tesla|\bdgx|\b(gh|gb)\d{3}|\b[habvlt]\d{1,3}[a-z]?\b|\bl\d{1,2}s?\b",
+    ),
+)
+
+
+def mismatches(
+    gpu_type: str | None, model: str | None, hardware: tuple[str, ...], models: tuple[str, ...]
+) -> tuple[str, ...]:
+    """Why a benchmark does not describe the team's deployment (empty: it does, or it cannot
+    be told)."""
+    out = []
+    vendor = gpu_vendor(gpu_type)
+    if hardware and vendor is not None and vendor not in hardware:
+        out.append(f"run on {gpu_type} ({vendor}); your hardware is {', '.join(hardware)}")
+    if models and model and model not in models:
+        out.append(f"run with {model}; you serve {', '.join(models)}")
+    return tuple(out)
+
+
 def engine_benches(
-    bench: BenchAnalysis, fits: pl.DataFrame | None, catalog: Catalog
+    bench: BenchAnalysis,
+    fits: pl.DataFrame | None,
+    catalog: Catalog,
+    hardware: tuple[str, ...] = (),
+    models: tuple[str, ...] = (),
 ) -> dict[str, EngineBench]:
-    """Per catalog engine, its best benchmark evidence. An engine name the catalog does not
-    know is an error naming the manifest it came from."""
+    """Per catalog engine, its best benchmark evidence — one about the team's hardware and
+    models when there is one. An engine name the catalog does not know is an error naming the
+    manifest it came from."""
     capacity = bench.capacity
     if capacity.is_empty():
         return {}
@@ -196,6 +253,7 @@ def engine_benches(
     rows = sorted(
         capacity.iter_rows(named=True),
         key=lambda r: (
+            bool(mismatches(r.get("gpu_type"), r.get("model"), hardware, models)),
             _pool_order(r.get("rank_pool")),
             r.get("cost_per_1m_output_usd") is None,
             r.get("cost_per_1m_output_usd") or 0.0,
@@ -227,6 +285,8 @@ def engine_benches(
             ttft_per_prompt_token_ms=_fit(fits, row["candidate"]),
             input_tokens_per_s=_input_rate(row),
             manifest_file=manifest,
+            model=row.get("model"),
+            mismatches=mismatches(row.get("gpu_type"), row.get("model"), hardware, models),
         )
     return out
 

@@ -26,7 +26,7 @@ def _value(value: Any) -> str:
     if value is None:
         return "unknown"
     if isinstance(value, float):
-        return f"{value:.4g}"
+        return f"{value:,.0f}" if abs(value) >= 1e5 else f"{value:.4g}"
     if isinstance(value, list | dict):
         return json.dumps(value, sort_keys=True, ensure_ascii=False)
     return str(value)

@@ -46,8 +46,9 @@ class Candidate(_Model):
     benchmark: str | None
     capacity_rps: float | None = None  # per replica, at the SLO
     gpus_at_peak: int | None = None  # fleet for the workload's peak rate
+    monthly_cost_mean_rate_usd: float | None = None  # GPU fleet at the workload's mean rate
     cost_per_1m_output_usd: float | None
-    monthly_cost_usd: float | None
+    monthly_cost_usd: float | None  # GPU fleet at the workload's peak rate
     monthly_change_cost_usd: float | None
     monthly_total_usd: float | None
     switch_cost_usd: float | None

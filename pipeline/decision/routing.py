@@ -52,7 +52,19 @@ def routing_value(ctx: RuleContext, engine: str | None) -> Routing:
         )
         ctx.rule("routing", title, rule_source, None, f"unknown: {reason}")
         return empty.model_copy(update={"reason": f"unknown: {reason}"})
-    replicas = max(s["replicas"] for s in multi)
+    bench = ctx.benches.get(engine) if engine else None
+    fleet = bench.replicas_at_peak if bench else None
+    if fleet == 1:
+        reason = (
+            "one replica serves the workload's peak in the benchmarked fleet: there is nothing to "
+            "route between (worth revisiting when the fleet grows)"
+        )
+        ctx.rule("routing", title, rule_source, False, reason, fleet_replicas_at_peak=fleet)
+        return empty.model_copy(update={"recommended": False, "replicas": 1, "reason": reason})
+    simulated = sorted({s["replicas"] for s in multi})
+    # The simulated replica count nearest the fleet the recommendation would run (the largest
+    # simulated when the fleet is unknown).
+    replicas = min(simulated, key=lambda r: (abs(r - fleet), -r)) if fleet else simulated[-1]
     at = [s for s in multi if s["replicas"] == replicas]
     hits: dict[str, float | None] = {}
     if capacity in configured:

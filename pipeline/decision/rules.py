@@ -5,6 +5,8 @@ unknown with what to supply."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from pipeline.decision.context import RuleContext, current_engine
 from pipeline.decision.evidence import missing_features
 
@@ -131,7 +133,7 @@ def features(ctx: RuleContext) -> None:
         "features",
         "Required features",
         "DOMAIN.md: required features seen in the traffic",
-        True,
+        bool(excluded),
         f"required {', '.join(required)}"
         + (f"; excluded {', '.join(excluded)}" if excluded else "; every engine supports them"),
         configured=list(ctx.requirements.features),
@@ -194,16 +196,23 @@ def slo(ctx: RuleContext) -> None:
         ctx.rule("slo", "SLO met in the benchmark", source, None, f"unknown: {reason}")
         return
     never = [e for e, b in ctx.benches.items() if b.slo_never_met]
+    unjudged = [e for e, b in ctx.benches.items() if b.capacity_rps is None and not b.slo_never_met]
     for engine in never:
         ctx.exclude(
             engine, f"slo: never met the SLO in its benchmark ({ctx.benches[engine].candidate})"
         )
+    met = [e for e in ctx.benches if e not in never and e not in unjudged]
+    parts = [f"excluded {', '.join(never)} (never met it)"] if never else []
+    if unjudged:
+        parts.append(f"{', '.join(unjudged)}: capacity at the SLO unknown (see the bench findings)")
+    if met:
+        parts.append(f"{', '.join(met)} met it up to a measured load")
     ctx.rule(
         "slo",
         "SLO met in the benchmark",
         source,
         bool(never),
-        f"excluded {', '.join(never)}" if never else "every benchmarked engine met it at some load",
+        "; ".join(parts),
         capacity={e: b.capacity_rps for e, b in ctx.benches.items()},
         capacity_status={e: b.capacity_status for e, b in ctx.benches.items()},
     )
@@ -244,6 +253,12 @@ def model_churn(ctx: RuleContext) -> None:
         fails.append("the fleet is not one fixed SKU")
     if models and len(models) > settings.trt_max_models:
         fails.append(f"{len(models)} models served (> {settings.trt_max_models})")
+    changes = req.model_changes_per_quarter
+    if changes is not None and changes > settings.trt_max_changes_per_quarter:
+        fails.append(
+            f"models change {changes:g} times a quarter (stable: ≤ "
+            f"{settings.trt_max_changes_per_quarter:g})"
+        )
     if volume is not None and volume < settings.high_volume_output_tokens_per_month:
         fails.append(f"{volume:,.0f} output tokens a month is not huge volume")
     if fails:
@@ -286,12 +301,15 @@ def prefix(ctx: RuleContext) -> None:
         )
         ctx.rule("prefix", title, source, None, f"unknown: {reason}")
         return
-    evidence = {
+    evidence: dict[str, Any] = {
         "shared_prefix_ratio": share,
         "window_tokens": ctx.workload.prefix_window_tokens,
         "curve_shape": ctx.workload.prefix_shape,
     }
     window = ctx.workload.prefix_window_tokens
+    reported = _secondary_margins(ctx)
+    if reported:
+        evidence["reported_margins_secondary"] = reported
     if share > settings.prefix_heavy_share:
         ctx.branch += [e for e in ("sglang", "vllm") if e not in ctx.branch]
         ctx.rule(
@@ -301,15 +319,16 @@ def prefix(ctx: RuleContext) -> None:
             True,
             f"{share:.0%} of requests share their first {window} tokens (> "
             f"{settings.prefix_heavy_share:.0%}): SGLang or vLLM plus cache-aware routing; "
-            "benchmark both on your traffic",
+            "benchmark both on your traffic (published SGLang margins are secondary and no "
+            "substitute)",
             **evidence,
         )
         return
-    if share < settings.prefix_light_share:
+    if share < settings.prefix_light_share and "sglang" in ctx.states:
         ctx.states["sglang"].notes.append(
             f"published margins over vLLM do not apply: only {share:.0%} of requests share their "
             f"first {window} tokens"
-        ) if "sglang" in ctx.states else None
+        )
     ctx.rule(
         "prefix",
         title,
@@ -325,8 +344,45 @@ def prefix(ctx: RuleContext) -> None:
     )
 
 
+def _secondary_margins(ctx: RuleContext) -> dict[str, str]:
+    """Published SGLang-vs-vLLM figures from the catalog, marked secondary (DOMAIN.md)."""
+    spec = ctx.catalog.engines.get("sglang")
+    if spec is None:
+        return {}
+    return {f.condition: f.claim for f in spec.secondary_figures if f.versus == "vllm"}
+
+
+def tails(ctx: RuleContext) -> None:
+    """DOMAIN.md's length rows: informative, they favour no engine here (every datacenter
+    engine batches continuously and chunks prefill)."""
+    found = ctx.workload.tail_findings
+    ctx.rule(
+        "tails",
+        "Length tails",
+        "DOMAIN.md: p99 output ≫ p50 → continuous batching is not optional; p99 prompt ≫ p50 → "
+        "long-context scheduling (chunked prefill) is the bottleneck, not the engine",
+        bool(found) if ctx.workload.prompt_p50 is not None else None,
+        "; ".join(found) if found else "no long tail in prompt or output lengths",
+        prompt_p50=ctx.workload.prompt_p50,
+        prompt_p99=ctx.workload.prompt_p99,
+        output_p50=ctx.workload.output_p50,
+        output_p99=ctx.workload.output_p99,
+    )
+
+
 def default(ctx: RuleContext) -> None:
     ctx.branch += [e for e in ("vllm", "sglang") if e not in ctx.branch]
 
 
-RULES = (hardware, local, maintenance, features, concurrency, slo, model_churn, prefix, default)
+RULES = (
+    hardware,
+    local,
+    maintenance,
+    features,
+    concurrency,
+    slo,
+    model_churn,
+    prefix,
+    tails,
+    default,
+)

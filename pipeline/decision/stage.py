@@ -50,11 +50,15 @@ def _optional(read: Callable[[], T], stage: str, missing: dict[str, str]) -> T |
 
 
 def read_previous(path: Path) -> DecisionRecord:
-    """A previous quarter's decision record (``--previous`` or ``decision.previous_record``)."""
+    """A decision record read back (a previous quarter's, or any published version's)."""
+    if path.is_dir():
+        raise InputFormatError(
+            f"{path}: is a folder; give its decision.json (a published version holds one)"
+        )
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
-        raise InputFormatError(f"{path}: previous decision record not found") from exc
+        raise InputFormatError(f"{path}: decision record not found") from exc
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InputFormatError(f"{path}: not a JSON decision record ({exc})") from exc
     return DecisionRecord.from_json(data, str(path))
@@ -118,6 +122,12 @@ def read_inputs(
     if previous is None:
         previous = published_previous(layout, config)
     previous_record = read_previous(previous) if previous is not None else None
+    workload = config.require_workload().name
+    if previous_record is not None and previous_record.workload != workload:
+        raise InputFormatError(
+            f"{previous}: a decision record of workload {previous_record.workload!r}, not "
+            f"{workload!r}: its triggers measure other traffic; give this workload's record"
+        )
     if previous is not None:
         digests["previous:" + str(previous)] = _digest(previous)
     return DecisionInputs(

@@ -24,7 +24,6 @@ from pipeline.decision.result import DecisionRecord
 from pipeline.errors import InputFormatError
 from pipeline.layout import WorkloadLayout
 from pipeline.report.document import PreviousVersion, ReportInputs, build
-from pipeline.report.render import render_html, render_pdf
 from pipeline.report.versions import (
     MANIFEST,
     Entry,
@@ -254,6 +253,8 @@ class ReportResult:
 
 
 def run(sources: ReportSources) -> ReportResult:
+    from pipeline.report.render import render_html, render_pdf  # WeasyPrint loads slowly
+
     document = build(sources.document)
     record = sources.document.record
     record_bytes = (
