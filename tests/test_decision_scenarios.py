@@ -299,3 +299,74 @@ def test_cache_size_from_the_hardware_reads_the_curves_at_that_capacity(tmp_path
     assert routing.method.startswith("one-pass capacity curves")
     assert replayed.routing.method.startswith("simulated replay")
     assert routing.prompt_tokens_saved_share == replayed.routing.prompt_tokens_saved_share
+
+
+def test_a_benchmark_on_other_hardware_does_not_override_the_tree(tmp_path: Path) -> None:
+    """A laptop team with only an H100 benchmark of vLLM: that cost is not theirs, so it is
+    named and not ranked, and the tree's llama.cpp stands."""
+    frame = traffic(60, rate_rps=0.2, e2e_s=2.0)
+    record = decide_on(
+        tmp_path, frame, [sweep("vllm", 5)], {"deployment": "local", "hardware": ["apple"]}
+    )
+    assert record.recommendation.engine == "llama.cpp"
+    assert any(
+        "vLLM's benchmark is not about your deployment (run on H100 (nvidia); your hardware is "
+        "apple)" in r
+        for r in record.recommendation.confidence_reasons
+    )
+
+
+def test_the_engine_running_today_stays_while_a_switch_cannot_be_costed(tmp_path: Path) -> None:
+    """SGLang runs today and has no benchmark; vLLM's benchmark alone cannot show a switch
+    paying back, so SGLang stays and vLLM's flip says what would change that."""
+    record = decide_on(
+        tmp_path,
+        steady_traffic(),
+        [sweep("vllm", 5)],
+        {**NVIDIA_DATACENTER, "current_engine": "sglang", "engineer_week_usd": 6_000},
+    )
+    rec = record.recommendation
+    assert (rec.engine, rec.runner_up) == ("sglang", "vllm")
+    assert rule(record, "payback").fired is None
+    assert candidate(record, "vllm").flip_condition == (
+        "vLLM wins once switching is shown to pay back within 12 months (supply a benchmark of "
+        "SGLang with a monthly cost)"
+    )
+
+
+def test_when_no_engine_the_tree_points_to_meets_the_slo_none_is_recommended(
+    tmp_path: Path,
+) -> None:
+    record = decide_on(
+        tmp_path,
+        steady_traffic(),
+        [sweep("vllm", 5, never_met=True), sweep("sglang", 5, never_met=True)],
+        NVIDIA_DATACENTER,
+    )
+    rec = record.recommendation
+    assert rec.engine is None and rec.confidence == "provisional"
+    assert rec.headline.startswith(
+        "No engine recommended: no engine the decision tree points to meets the requirements ("
+    )
+    assert "vLLM: slo: never met the SLO in its benchmark" in rec.headline
+
+
+def test_a_tie_names_what_decided_it(tmp_path: Path) -> None:
+    record = decide_on(
+        tmp_path,
+        steady_traffic(),
+        [sweep("vllm", 5), sweep("sglang", 5.2)],
+        {**NVIDIA_DATACENTER, "migration_engineer_weeks": {"vllm": 3}},
+    )
+    rec = record.recommendation
+    assert (rec.engine, rec.confidence) == ("sglang", "tie")
+    assert rec.confidence_reasons[0].endswith(
+        "SGLang is chosen because its migration is shorter (2 vs 3 engineer-weeks)"
+    )
+    margin = next(t for t in record.triggers if t.id.startswith("cost.margin_top_two"))
+    # A tie today: the trigger waits for the gap to open past the margin.
+    assert (margin.id, margin.comparator, margin.status) == (
+        "cost.margin_top_two.leaves",
+        ">=",
+        "not_fired",
+    )

@@ -22,7 +22,8 @@ def _wrap(text: str, indent: str = "") -> list[str]:
     ]
 
 
-def _value(value: Any) -> str:
+def value_text(value: Any) -> str:
+    """A measurement or threshold as a reader sees it (unknown, never blank)."""
     if value is None:
         return "unknown"
     if isinstance(value, float):
@@ -66,7 +67,7 @@ def rationale_text(record: DecisionRecord) -> str:
         lines += _wrap(f"{i}. {rule.title} ({rule.rule}): {_FIRED[rule.fired]}. {rule.effect}")
         lines += _wrap(f"source: {rule.source}", "    ")
         for key, value in rule.evidence.items():
-            lines += _wrap(f"{key} = {_value(value)}", "    ")
+            lines += _wrap(f"{key} = {value_text(value)}", "    ")
     routing = record.routing
     lines += ["", "Prefix-aware routing"]
     lines += _wrap(routing.reason or "not evaluated")
@@ -83,7 +84,7 @@ def rationale_text(record: DecisionRecord) -> str:
     lines += ["", "Revisit triggers (reopen the decision when one fires)"]
     for t in record.triggers:
         lines += _wrap(
-            f"- {t.id}: {t.metric} {t.comparator} {_value(t.threshold)} (today {_value(t.value)}; "
+            f"- {t.id}: {t.metric} {t.comparator} {value_text(t.threshold)} (today {value_text(t.value)}; "
             f"{t.status}). {t.why}"
         )
     if record.previous is not None:
@@ -94,8 +95,8 @@ def rationale_text(record: DecisionRecord) -> str:
         ]
         for check in prev.triggers:
             lines += _wrap(
-                f"- {check.id}: {check.metric} {check.comparator} {_value(check.threshold)}: was "
-                f"{_value(check.previous_value)}, now {_value(check.value)} → {check.status}"
+                f"- {check.id}: {check.metric} {check.comparator} {value_text(check.threshold)}: was "
+                f"{value_text(check.previous_value)}, now {value_text(check.value)} → {check.status}"
             )
     lines += ["", "Inputs (sha256)"]
     lines += [f"- {name}: {digest}" for name, digest in record.inputs.items()]
@@ -111,9 +112,9 @@ def triggers_frame(record: DecisionRecord) -> pl.DataFrame:
             "id": t.id,
             "metric": t.metric,
             "comparator": t.comparator,
-            "threshold": _value(t.threshold),
+            "threshold": value_text(t.threshold),
             "previous_value": None,
-            "value": _value(t.value),
+            "value": value_text(t.value),
             "status": t.status,
             "why": t.why,
         }
@@ -126,9 +127,9 @@ def triggers_frame(record: DecisionRecord) -> pl.DataFrame:
                 "id": c.id,
                 "metric": c.metric,
                 "comparator": c.comparator,
-                "threshold": _value(c.threshold),
-                "previous_value": _value(c.previous_value),
-                "value": _value(c.value),
+                "threshold": value_text(c.threshold),
+                "previous_value": value_text(c.previous_value),
+                "value": value_text(c.value),
                 "status": c.status,
                 "why": c.why,
             }
@@ -158,7 +159,7 @@ def candidates_table(record: DecisionRecord) -> str:
                 "engine": c.name,
                 "status": c.status,
                 "$/1M out": c.cost_per_1m_output_usd,
-                "$/month": c.monthly_total_usd
+                "$/month (GPUs + changes)": c.monthly_total_usd
                 if c.monthly_total_usd is not None
                 else c.monthly_cost_usd,
                 "payback (months)": c.payback_months,
@@ -170,7 +171,7 @@ def candidates_table(record: DecisionRecord) -> str:
             "engine": pl.String,
             "status": pl.String,
             "$/1M out": pl.Float64,
-            "$/month": pl.Float64,
+            "$/month (GPUs + changes)": pl.Float64,
             "payback (months)": pl.Float64,
             "why": pl.String,
         },

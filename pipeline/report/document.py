@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from pipeline.decision.catalog import Catalog
+from pipeline.decision.present import value_text as plain_value
 from pipeline.decision.result import DecisionRecord, TriggerCheck
 from pipeline.ingest.result import IngestSummary
 
@@ -98,16 +99,6 @@ def months(value: float | None) -> str:
 def svg_uri(svg: bytes) -> str:
     """An SVG as a data: URI, so the HTML stands alone and the PDF fetches nothing."""
     return "data:image/svg+xml;base64," + base64.b64encode(svg).decode("ascii")
-
-
-def plain_value(value: Any) -> str:
-    if value is None:
-        return UNKNOWN
-    if isinstance(value, float):
-        return f"{value:,.4g}"
-    if isinstance(value, list | dict):
-        return json.dumps(value, sort_keys=True, ensure_ascii=False)
-    return str(value)
 
 
 # ------------------------------------------------------------------------------ sections
