@@ -141,8 +141,6 @@ def read_inputs(
         prefix = None
     tree = report_tree(config)
     tree.reconcile()
-    against = tree.compared_with(quarter)
-    previous = _previous(tree, against)
     configuration = config.as_dict()
     code = code_version()
     inputs = raw_inputs(layout, config, bench_stage.read_written_results(layout).load_points)
@@ -157,6 +155,8 @@ def read_inputs(
     }
     identity = sha256_bytes(json.dumps(identity_parts, sort_keys=True).encode())
     version = _next_number(tree, quarter, identity)
+    against = _compared_with(tree, quarter, identity)
+    previous = _previous(tree, against)
     document = ReportInputs(
         workload=workload,
         quarter=quarter,
@@ -217,6 +217,21 @@ def _next_number(tree: ReportTree, quarter: str, identity: str) -> int:
     if latest is not None and latest.identity == identity:
         return latest.version
     return tree.next_version(quarter)
+
+
+def _compared_with(tree: ReportTree, quarter: str, identity: str) -> Entry | None:
+    """What this document compares with: for a new version, the latest one before it; for
+    sources identical to the quarter's latest version, what that version compared with (so a
+    re-render reproduces it)."""
+    latest = tree.latest(quarter)
+    if latest is None or latest.identity != identity:
+        return tree.compared_with(quarter)
+    manifest = json.loads((tree.root / latest.path / MANIFEST).read_text(encoding="utf-8"))
+    label = manifest.get("compared_with")
+    if not label:
+        return None
+    q, _, v = str(label).partition("/v")
+    return next((e for e in tree.read_ledger() if (e.quarter, str(e.version)) == (q, v)), None)
 
 
 def _previous(tree: ReportTree, entry: Entry | None) -> PreviousVersion | None:

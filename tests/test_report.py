@@ -1,0 +1,171 @@
+"""The selection document: rendered from the bundled sample, versioned, audited, safe."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pypdf
+import pytest
+import yaml
+
+from pipeline.config import load_config
+from pipeline.decision import stage as decision_stage
+from pipeline.decision.cli import ensure_upstream
+from pipeline.errors import InputFormatError
+from pipeline.report import stage
+from pipeline.report.audit import audit
+from pipeline.report.document import build, usd_per_1m
+from pipeline.report.render import LocalOnlyFetcher, render_pdf
+from pipeline.report.versions import ReportTree
+from tests.conftest import REPO, bundled_config
+
+SECTIONS = (
+    "1. Executive summary",
+    "2. Requirements and SLO",
+    "3. Workload shape",
+    "4. Prefix sharing, cache and routing",
+    "5. Benchmarks",
+    "6. Candidates and their mechanisms",
+    "7. Decision rationale",
+    "8. Revisit triggers",
+    "9. Changes since the previous version",
+    "10. Appendix: lineage, configuration, versions, sources",
+)
+
+
+def workload(tmp_path: Path, name: str = "w", *, drop_last: int = 0, **report: object) -> Path:
+    """The bundled configuration on a private copy of the Mooncake trace (optionally without
+    its last ``drop_last`` requests)."""
+    trace = tmp_path / "trace.jsonl"
+    lines = (REPO / "traces" / "mooncake" / "conversation_trace.jsonl").read_text().splitlines()
+    trace.write_text("\n".join(lines[: len(lines) - drop_last]) + "\n")
+    config = bundled_config(tmp_path, name)
+    raw = yaml.safe_load(config.read_text())
+    raw["workload"]["traces"] = [{"path": str(trace), "format": "auto"}]
+    raw["report"] = report
+    config.write_text(yaml.safe_dump(raw))
+    return config
+
+
+def publish(config_path: Path) -> stage.Published:
+    """What the graph does: every stage that is missing or stale, the decision, the report."""
+    config = load_config(config_path)
+    layout = config.layout()
+    ensure_upstream(config, layout)
+    record = decision_stage.run(decision_stage.read_inputs(layout, config), config)
+    decision_stage.write(record, layout)
+    return stage.publish(stage.read_inputs(layout, config), config)
+
+
+def pdf_text(path: Path) -> str:
+    return "\n".join(page.extract_text() for page in pypdf.PdfReader(path).pages)
+
+
+def test_the_bundled_document_reads_as_a_document(tmp_path: Path) -> None:
+    config_path = workload(tmp_path)
+    published = publish(config_path)
+    assert published.created and (published.quarter, published.version) == ("2025-Q1", 1)
+    reader = pypdf.PdfReader(published.pdf)
+    assert 15 <= len(reader.pages) <= 40
+    text = pdf_text(published.pdf)
+    for heading in SECTIONS:
+        assert heading in text, heading
+    assert f"Page 3 of {len(reader.pages)}" in text
+    # The executive summary shows the decision record's numbers.
+    record = json.loads((published.folder / "decision.json").read_text())
+    vllm = next(c for c in record["candidates"] if c["engine"] == "vllm")
+    assert usd_per_1m(vllm["cost_per_1m_output_usd"]) == "$0.1450" and "$0.1450" in text
+    assert record["recommendation"]["headline"] in text.replace("\n", " ")
+    config = load_config(config_path)
+    summary = build(stage.read_inputs(config.layout(), config).document)["summary"]
+    assert summary["engine"] == "vLLM" and summary["confidence"] == "provisional"
+    assert [c["engine"] for c in summary["candidates"]][:2] == ["vLLM", "SGLang"]
+    # Same inputs, same bytes; and the standalone HTML is the same document.
+    again = stage.run(stage.read_inputs(config.layout(), config))
+    assert again.pdf == published.pdf.read_bytes()
+    assert again.html.encode() == (published.folder / stage.HTML).read_bytes()
+    assert "<style>" in again.html and "1. Executive summary" in again.html
+
+
+def test_versions_audit_and_an_unchanged_run(tmp_path: Path) -> None:
+    first = publish(workload(tmp_path))
+    assert first.created
+    # Nothing changed: no new version, and it says which one matches.
+    same = publish(workload(tmp_path))
+    assert (same.created, same.version) == (False, 1)
+    assert audit(first.folder).ok
+    # A changed trace (last 1,000 requests dropped): v2, compared with v1.
+    second = publish(workload(tmp_path, drop_last=1_000))
+    assert (second.created, second.version) == (True, 2)
+    text = pdf_text(second.pdf)
+    assert "Compared with 2025-Q1 v1." in text
+    assert "The previous version's triggers, checked now" in text
+    record = json.loads((second.folder / "decision.json").read_text())
+    assert record["previous"]["as_of"] is not None and record["previous"]["triggers"]
+    ledger = json.loads(
+        (tmp_path / "w" / "reports" / "mooncake-conversation" / "index.json").read_text()
+    )
+    assert [(v["quarter"], v["version"]) for v in ledger["versions"]] == [
+        ("2025-Q1", 1),
+        ("2025-Q1", 2),
+    ]
+    # v1 recorded the full trace, which has since been cut: the audit names it.
+    result = audit(first.folder)
+    assert not result.ok
+    assert [d.path for d in result.differences] == [str(tmp_path / "trace.jsonl")]
+    # A modified published PDF is caught too, with both hashes.
+    pdf = second.pdf
+    pdf.write_bytes(pdf.read_bytes() + b"%")
+    difference = next(d for d in audit(second.folder).differences if d.path == str(pdf))
+    assert difference.actual_sha256 != difference.expected_sha256
+
+
+def test_a_crash_before_the_ledger_leaves_it_consistent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killed after the version folder is in place but before its ledger entry: the next run
+    finds the complete folder, lists it, and nothing half-written is ever read."""
+    config_path = workload(tmp_path)
+
+    def crash(self: ReportTree, entries: object) -> None:
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched:
+        patched.setattr(ReportTree, "write_ledger", crash)
+        with pytest.raises(KeyboardInterrupt):
+            publish(config_path)
+    root = tmp_path / "w" / "reports" / "mooncake-conversation"
+    assert (root / "2025-Q1" / "v1" / "manifest.json").is_file()
+    assert not (root / "index.json").exists()
+    assert not [p for p in (root / "2025-Q1").iterdir() if p.name.startswith(".staging-")]
+    again = publish(config_path)  # the recovered v1 is identical: nothing new
+    assert (again.created, again.version) == (False, 1)
+    ledger = json.loads((root / "index.json").read_text())
+    assert [v["version"] for v in ledger["versions"]] == [1]
+
+
+def test_a_hostile_name_is_text_and_nothing_is_fetched(tmp_path: Path) -> None:
+    hostile = '<img src="http://127.0.0.1:9/x">'
+    published = publish(workload(tmp_path, organisation=hostile))
+    html = (published.folder / stage.HTML).read_text()
+    assert hostile not in html and "&lt;img src=&#34;http://127.0.0.1:9/x&#34;&gt;" in html
+    assert hostile in pdf_text(published.pdf)
+    # The fetcher itself refuses the network and files outside templates/.
+    fetcher = LocalOnlyFetcher()
+    render_pdf('<img src="http://127.0.0.1:9/x"><img src="file:///etc/passwd"><p>x</p>', fetcher)
+    assert fetcher.refused == ["http://127.0.0.1:9/x", "file:///etc/passwd"]
+
+
+def test_audit_refuses_what_is_not_a_version(tmp_path: Path) -> None:
+    with pytest.raises(InputFormatError, match="not a published report version"):
+        audit(tmp_path)
+
+
+def test_a_new_quarter_compares_with_the_previous_quarter(tmp_path: Path) -> None:
+    publish(workload(tmp_path))  # 2025-Q1 v1
+    shutil.rmtree(tmp_path / "w" / "data" / "mooncake-conversation" / "decision")
+    q2 = publish(workload(tmp_path, quarter="2025-Q2"))
+    assert (q2.quarter, q2.version, q2.created) == ("2025-Q2", 1, True)
+    assert "Compared with 2025-Q1 v1." in pdf_text(q2.pdf)
