@@ -195,3 +195,26 @@ def test_config_command_prints_every_setting_but_never_the_salt(
         printed["workload"]["hash_salt_fingerprint"] == load_config(path).workload.salt_fingerprint
     )  # type: ignore[union-attr]
     assert err.startswith(f"enginefit config: configuration: {path} (workload w)")
+
+
+def test_the_example_configuration_loads_and_names_every_option() -> None:
+    """docs/enginefit.example.yaml is the README's "every option" configuration: it must stay
+    valid and complete as options are added."""
+    example = REPO / "docs" / "enginefit.example.yaml"
+    load_config(example)
+
+    def keys(mapping: dict[str, object], prefix: str = "") -> set[str]:
+        out = set()
+        for key, value in mapping.items():
+            out.add(prefix + key)
+            if isinstance(value, dict) and key not in (
+                "gpu_hour_usd",
+                "slo",
+                "kv_cache",
+                "cache_aware",
+            ):
+                out |= keys(value, f"{prefix}{key}.")
+        return out
+
+    defaults = yaml.safe_load((REPO / "pipeline" / "defaults.yaml").read_text())
+    assert keys(defaults) <= keys(yaml.safe_load(example.read_text()))

@@ -150,6 +150,11 @@ def test_a_hostile_name_is_text_and_nothing_is_fetched(tmp_path: Path) -> None:
     hostile = '<img src="http://127.0.0.1:9/x">'
     published = publish(workload(tmp_path, organisation=hostile))
     html = (published.folder / stage.HTML).read_text()
+    # No secret travels into the document or its metadata: the salt only as its fingerprint.
+    salt = yaml.safe_load((REPO / "enginefit.yaml").read_text())["workload"]["hash_salt"]
+    for name in (stage.HTML, stage.MANIFEST, "decision.json"):
+        assert salt not in (published.folder / name).read_text()
+    assert salt not in pdf_text(published.pdf)
     assert hostile not in html and "&lt;img src=&#34;http://127.0.0.1:9/x&#34;&gt;" in html
     assert hostile in pdf_text(published.pdf)
     # The fetcher itself refuses the network and files outside templates/.

@@ -309,37 +309,46 @@ def _favourite_flip(
     ctx: RuleContext, favourite: str, top: str, values: dict[str, float], basis: str
 ) -> Flip:
     """The cost per 1M output tokens at which the unbenchmarked favourite would win by the
-    margin — on monthly totals when they are known, so its change cost counts too."""
+    margin. Both sides per token (its fleet cannot be sized without its capacity): cost per 1M
+    plus model-change cost spread over the monthly volume, when both are known."""
+    del values, basis  # the favourite has no fleet: compare per token, not per month
     keep = 1 - ctx.requirements.cost_margin
     top_cost = ctx.benches[top].cost_per_1m_output_usd
     volume = ctx.workload.output_tokens_per_month
-    change = _monthly_change_cost(ctx, favourite)
+    change, top_change = _monthly_change_cost(ctx, favourite), _monthly_change_cost(ctx, top)
     metric = f"bench.cost_per_1m_output_usd[{favourite}]"
-    if basis == "monthly_total_usd" and volume and change is not None:
-        # favourite: cost × volume / 10⁶ + change ≤ keep × top's monthly total.
-        threshold = (keep * values[top] - change) * 1e6 / volume
+    if top_cost is None:
+        return Flip(
+            f"{ctx.name(favourite)} wins if its measured cost at the SLO is more than "
+            f"{1 - keep:.0%} below {ctx.name(top)}'s",
+            metric,
+            "<",
+            None,
+        )
+    if volume and change is not None and top_change is not None and change != top_change:
+        # c_f + change_f/V ≤ keep × (c_t + change_t/V), per 1M output tokens.
+        threshold = keep * top_cost + (keep * top_change - change) * 1e6 / volume
         if threshold <= 0:
             return Flip(
                 f"{ctx.name(favourite)} cannot win while its model changes cost "
-                f"{money(change)} a month (more than {1 - keep:.0%} below {ctx.name(top)}'s "
-                f"{money(values[top])} monthly total)",
+                f"{money(change)} a month against {ctx.name(top)}'s {money(top_change)}",
                 "requirements.model_changes_per_quarter",
                 "<",
                 ctx.requirements.model_changes_per_quarter,
             )
         return Flip(
             f"{ctx.name(favourite)} wins if its measured cost per 1M output tokens at the SLO is "
-            f"below {usd(threshold)} (its model changes, {money(change)} a month, included; "
-            f"{ctx.name(top)}: {usd(top_cost)})",
+            f"below {usd(threshold)} (more than {1 - keep:.0%} below {ctx.name(top)}'s "
+            f"{usd(top_cost)}, its model changes, {money(change)} a month against "
+            f"{money(top_change)}, counted per token)",
             metric,
             "<",
             threshold,
         )
-    below = None if top_cost is None else top_cost * keep
+    below = top_cost * keep
     return Flip(
         f"{ctx.name(favourite)} wins if its measured cost per 1M output tokens at the SLO is "
-        f"more than {1 - keep:.0%} below {ctx.name(top)}'s {usd(top_cost)}"
-        + (f" (below {usd(below)})" if below is not None else ""),
+        f"more than {1 - keep:.0%} below {ctx.name(top)}'s {usd(top_cost)} (below {usd(below)})",
         metric,
         "<",
         below,
