@@ -10,6 +10,7 @@ import pypdf
 import pytest
 import yaml
 
+from pipeline.cli import main as enginefit
 from pipeline.config import load_config
 from pipeline.decision import stage as decision_stage
 from pipeline.decision.cli import ensure_upstream
@@ -89,7 +90,9 @@ def test_the_bundled_document_reads_as_a_document(tmp_path: Path) -> None:
     assert "<style>" in again.html and "1. Executive summary" in again.html
 
 
-def test_versions_audit_and_an_unchanged_run(tmp_path: Path) -> None:
+def test_versions_audit_and_an_unchanged_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     first = publish(workload(tmp_path))
     assert first.created
     # Nothing changed: no new version, and it says which one matches.
@@ -115,6 +118,19 @@ def test_versions_audit_and_an_unchanged_run(tmp_path: Path) -> None:
     result = audit(first.folder)
     assert not result.ok
     assert [d.path for d in result.differences] == [str(tmp_path / "trace.jsonl")]
+    # The command: exit 1, the JSON the issue names.
+    assert enginefit(["audit", str(first.folder), "--json"]) == 1
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["ok"] is False and printed["checked"] == result.checked
+    assert printed["differences"] == [
+        {
+            "path": str(tmp_path / "trace.jsonl"),
+            "expected_sha256": result.differences[0].expected_sha256,
+            "actual_sha256": result.differences[0].actual_sha256,
+        }
+    ]
+    assert enginefit(["audit", str(second.folder / "manifest.json")]) == 0
+    assert capsys.readouterr().out.splitlines()[1].startswith("ok: every recorded input")
     # A modified published PDF is caught too, with both hashes.
     pdf = second.pdf
     pdf.write_bytes(pdf.read_bytes() + b"%")
