@@ -11,6 +11,7 @@ Engines named elsewhere (requirements, benchmark manifests) are resolved through
 
 from __future__ import annotations
 
+import hashlib
 import re
 from functools import cache
 from importlib import resources
@@ -213,6 +214,12 @@ BUNDLED = "engines.yaml"
 @cache
 def _bundled_text() -> str:
     return resources.files("pipeline.decision").joinpath(BUNDLED).read_text(encoding="utf-8")
+
+
+def catalog_sha256(path: Path | None = None) -> str:
+    """sha256 of the catalog file ``load_catalog(path)`` reads (the record cites it)."""
+    data = path.read_bytes() if path is not None else _bundled_text().encode("utf-8")
+    return hashlib.sha256(data).hexdigest()
 
 
 def load_catalog(path: Path | None = None) -> Catalog:

@@ -10,13 +10,13 @@ listed with its sha256 in the record's ``inputs``.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
 from pipeline.config import Config
+from pipeline.decision.catalog import catalog_sha256
 from pipeline.decision.compute import decide
 from pipeline.decision.context import DecisionInputs
 from pipeline.decision.present import rationale_text, triggers_frame
@@ -25,20 +25,13 @@ from pipeline.errors import InputFormatError
 from pipeline.layout import WorkloadLayout, require_output
 from pipeline.store import (
     open_stage_output,
+    sha256_file,
     write_bytes_atomic,
     write_json_atomic,
     write_parquet_atomic,
 )
 
 T = TypeVar("T")
-
-
-def _digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    for file in files:
-        digest.update(file.read_bytes())
-    return digest.hexdigest()
 
 
 def _optional(read: Callable[[], T], stage: str, missing: dict[str, str]) -> T | None:
@@ -113,12 +106,9 @@ def read_inputs(
         layout.bench.points,
         layout.bench.concurrency_json,
     ]
-    digests = {str(p.relative_to(layout.root)): _digest(p) for p in read if p.exists()}
+    digests = {str(p.relative_to(layout.root)): sha256_file(p) for p in read if p.exists()}
     catalog_path = config.decision.catalog
     catalog = config.catalog()
-    catalog_text = (
-        catalog_path.read_bytes() if catalog_path is not None else _bundled_catalog_bytes()
-    )
     if previous is None:
         previous = published_previous(layout, config)
     previous_record = read_previous(previous) if previous is not None else None
@@ -129,7 +119,7 @@ def read_inputs(
             f"{workload!r}: its triggers measure other traffic; give this workload's record"
         )
     if previous is not None:
-        digests["previous:" + str(previous)] = _digest(previous)
+        digests["previous:" + str(previous)] = sha256_file(previous)
     return DecisionInputs(
         workload_name=config.require_workload().name,
         shape=shape,
@@ -142,19 +132,13 @@ def read_inputs(
         catalog_source=str(catalog_path)
         if catalog_path
         else "bundled: pipeline/decision/engines.yaml",
-        catalog_sha256=hashlib.sha256(catalog_text).hexdigest(),
+        catalog_sha256=catalog_sha256(catalog_path),
         as_of=bench.as_of if bench is not None and bench.as_of is not None else as_of,
         peak_window=config.bench.peak_window,
         digests=digests,
         missing=missing,
         previous=previous_record,
     )
-
-
-def _bundled_catalog_bytes() -> bytes:
-    from pipeline.decision.catalog import _bundled_text
-
-    return _bundled_text().encode("utf-8")
 
 
 def run(inputs: DecisionInputs, config: Config) -> DecisionRecord:

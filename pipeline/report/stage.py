@@ -78,13 +78,16 @@ def raw_inputs(layout: WorkloadLayout, config: Config, points: pl.DataFrame) -> 
 
     base = config.source.parent if config.source else Path.cwd()
     out = {f"trace:{f.file}": f.sha256 for f in read_summary(layout).files}
-    for column in ("source_file", "manifest_file"):
-        if column in points.columns:
-            for name in points.get_column(column).drop_nulls().unique().sort().to_list():
-                path = Path(str(name).split("#")[0].split(":", 1)[-1])
-                digest = sha256_of(path)
-                if digest is not None:
-                    out[f"bench:{_relative(path.resolve(), base)}"] = digest
+    # The readers hashed each result file as they read it; manifests are hashed here.
+    if {"source_file", "source_sha256"} <= set(points.columns):
+        files = points.select("source_file", "source_sha256").drop_nulls().unique()
+        for name, digest in files.iter_rows():
+            out[f"bench:{_relative(Path(name).resolve(), base)}"] = digest
+    if "manifest_file" in points.columns:
+        for name in points.get_column("manifest_file").drop_nulls().unique().to_list():
+            digest = sha256_of(Path(name))
+            if digest is not None:
+                out[f"bench:{_relative(Path(name).resolve(), base)}"] = digest
     if config.decision.catalog is not None:
         out[f"catalog:{_relative(config.decision.catalog, base)}"] = (
             sha256_of(config.decision.catalog) or ""

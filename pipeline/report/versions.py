@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import InputFormatError
-from pipeline.store import write_bytes_atomic, write_json_atomic
+from pipeline.store import sha256_file, write_bytes_atomic, write_json_atomic
 
 QUARTER = re.compile(r"^(\d{4})-Q([1-4])$")
 VERSION = re.compile(r"^v([1-9]\d*)$")
@@ -53,13 +53,9 @@ def sha256_bytes(data: bytes) -> str:
 
 
 def sha256_of(path: Path) -> str | None:
-    """A file's sha256, or None when it is missing or unreadable."""
+    """A file's sha256, or None when it is missing or unreadable (what an audit reports)."""
     try:
-        digest = hashlib.sha256()
-        with path.open("rb") as handle:
-            for chunk in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(chunk)
-        return digest.hexdigest()
+        return sha256_file(path)
     except OSError:
         return None
 
