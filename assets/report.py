@@ -12,14 +12,12 @@ changes (off by default: turn it on in the UI).
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
-from pathlib import Path
 
 import dagster as dg
 
 from assets.decision import engine_decision, revisit_triggers
 from assets.resources import EnginefitStore
-from pipeline.ingest.compute import expand_paths
+from pipeline.decision.upstream import digest, trace_stats
 from pipeline.report import stage
 from pipeline.report.versions import MANIFEST, quarter_of
 
@@ -89,13 +87,7 @@ def schedules(job: dg.UnresolvedAssetJobDefinition) -> list[dg.ScheduleDefinitio
 
 def trace_fingerprint(store: EnginefitStore) -> str:
     """Path, size and modification time of every configured trace file, hashed."""
-    workload = store.config().require_workload()
-    digest = hashlib.sha256()
-    for trace in workload.traces:
-        for source in expand_paths([trace.path]):
-            stat = Path(source.path).stat()
-            digest.update(f"{source.path}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
-    return digest.hexdigest()
+    return digest(trace_stats(store.config()))
 
 
 def sensors(job: dg.UnresolvedAssetJobDefinition) -> list[dg.SensorDefinition]:

@@ -24,7 +24,7 @@ from pipeline.store import write_json_atomic
 STAGES = ("ingest", "shape", "prefix", "simulation", "bench")
 
 
-def _digest(*parts: Any) -> str:
+def digest(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -40,23 +40,28 @@ def _stat(paths: list[Path]) -> list[tuple[str, int, int]]:
     return out
 
 
-def fingerprints(config: Config) -> dict[str, str]:
-    from pipeline.bench.readers import expand_paths as bench_files
+def trace_stats(config: Config) -> list[tuple[str, int, int]]:
+    """Path, size and modification time of every configured trace file (-1: unreadable)."""
     from pipeline.ingest.compute import expand_paths as trace_files
 
     workload = config.require_workload()
-    traces = [Path(s.path) for t in workload.traces for s in trace_files([t.path])]
-    ingest = _digest(config.as_dict()["workload"], _stat(traces))
+    return _stat([Path(s.path) for t in workload.traces for s in trace_files([t.path])])
+
+
+def fingerprints(config: Config) -> dict[str, str]:
+    from pipeline.bench.readers import expand_paths as bench_files
+
+    ingest = digest(config.as_dict()["workload"], trace_stats(config))
     results, _ = bench_files(list(config.bench.results))
-    shape = _digest(ingest, config.shape.model_dump(mode="json"))
-    prefix = _digest(ingest, config.prefix.model_dump(mode="json"))
+    shape = digest(ingest, config.shape.model_dump(mode="json"))
+    prefix = digest(ingest, config.prefix.model_dump(mode="json"))
     config_dict = config.as_dict()
     return {
         "ingest": ingest,
         "shape": shape,
         "prefix": prefix,
-        "simulation": _digest(ingest, config_dict["simulation"], config_dict["shape"]),
-        "bench": _digest(shape, prefix, config_dict["bench"], _stat(results)),
+        "simulation": digest(ingest, config_dict["simulation"], config_dict["shape"]),
+        "bench": digest(shape, prefix, config_dict["bench"], _stat(results)),
     }
 
 
