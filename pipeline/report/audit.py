@@ -17,7 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import InputFormatError
-from pipeline.report.versions import LEDGER, MANIFEST, sha256_bytes, sha256_of
+from pipeline.report.versions import (
+    LEDGER,
+    MANIFEST,
+    output_differences,
+    sha256_bytes,
+    sha256_of,
+)
 
 
 @dataclass(frozen=True)
@@ -91,8 +97,11 @@ def audit(path: Path) -> AuditResult:
         if actual != expected:
             into.append(Difference(label, expected, actual))
 
-    for name, digest in sorted(outputs.items()):
-        check(str(folder / name), folder / name, digest, result.differences)
+    result.checked += len(outputs)
+    result.differences += [
+        Difference(str(folder / name), expected, actual)
+        for name, expected, actual in output_differences(folder, outputs)
+    ]
     for key, digest in sorted(inputs.items()):
         file = _input_path(key, base)
         check(str(file), file, digest, result.differences)

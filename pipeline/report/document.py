@@ -9,7 +9,6 @@ the executive summary against the decision record without reading the PDF's layo
 from __future__ import annotations
 
 import base64
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,6 +61,7 @@ class ReportInputs:
     prices: dict[str, Any]
     catalog: Catalog
     configuration: dict[str, Any]
+    configuration_sha256: str
     code: dict[str, Any]
     inputs: dict[str, str]
     figures: dict[str, bytes] = field(default_factory=dict)
@@ -475,7 +475,7 @@ def _changes(inputs: ReportInputs) -> dict[str, Any] | None:
         a, b = old.measurements.get(metric), new.measurements.get(metric)
         if a != b:
             numbers.append({"what": metric, "before": plain_value(a), "now": plain_value(b)})
-    config_changed = previous.manifest.get("configuration_sha256") != _config_digest(inputs)
+    config_changed = previous.manifest.get("configuration_sha256") != inputs.configuration_sha256
     return {
         "against": f"{previous.quarter} v{previous.version}",
         "inputs": inputs_changed,
@@ -487,12 +487,6 @@ def _changes(inputs: ReportInputs) -> dict[str, Any] | None:
         "decision_changed": (old.recommendation.engine, old.recommendation.routing_layer)
         != (new.recommendation.engine, new.recommendation.routing_layer),
     }
-
-
-def _config_digest(inputs: ReportInputs) -> str:
-    from pipeline.report.versions import sha256_bytes
-
-    return sha256_bytes(json.dumps(inputs.configuration, sort_keys=True).encode())
 
 
 def _appendix(inputs: ReportInputs) -> dict[str, Any]:

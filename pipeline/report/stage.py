@@ -145,6 +145,7 @@ def read_inputs(
     tree = report_tree(config)
     tree.reconcile()
     configuration = config.as_dict()
+    configuration_sha256 = sha256_bytes(json.dumps(configuration, sort_keys=True).encode())
     code = code_version()
     inputs = raw_inputs(layout, config, bench_stage.read_written_results(layout).load_points)
     derived = derived_outputs(layout)
@@ -177,6 +178,7 @@ def read_inputs(
         prices={"gpu_hour_usd": dict(config.bench.prices.gpu_hour_usd)},
         catalog=config.catalog(),
         configuration=configuration,
+        configuration_sha256=configuration_sha256,
         code=code,
         inputs={**inputs, **{f"derived:{k}": v for k, v in derived.items()}},
         figures=_figures(layout),
@@ -194,7 +196,7 @@ def read_inputs(
         "inputs": inputs,
         "derived": derived,
         "configuration": configuration,
-        "configuration_sha256": sha256_bytes(json.dumps(configuration, sort_keys=True).encode()),
+        "configuration_sha256": configuration_sha256,
         "code": code,
         "catalog": record.catalog,
         "compared_with": None if against is None else f"{against.quarter}/v{against.version}",

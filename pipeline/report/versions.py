@@ -110,7 +110,7 @@ class ReportTree:
     def latest(self, quarter: str | None = None) -> Entry | None:
         """The newest version (of ``quarter`` when given)."""
         entries = [e for e in self.read_ledger() if quarter is None or e.quarter == quarter]
-        return max(entries, key=lambda e: (quarter_key(e.quarter), e.version), default=None)
+        return max(entries, key=_order, default=None)
 
     def compared_with(self, quarter: str) -> Entry | None:
         """What a new version of ``quarter`` compares with: the latest version of that quarter,
@@ -119,7 +119,7 @@ class ReportTree:
         if same is not None:
             return same
         earlier = [e for e in self.read_ledger() if quarter_key(e.quarter) < quarter_key(quarter)]
-        return max(earlier, key=lambda e: (quarter_key(e.quarter), e.version), default=None)
+        return max(earlier, key=_order, default=None)
 
     def reconcile(self) -> list[Entry]:
         """List complete version folders the ledger misses (a crash between the rename and the
@@ -209,6 +209,15 @@ def _json_bytes(payload: Any) -> bytes:
     return (json.dumps(payload, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
 
 
+def output_differences(folder: Path, outputs: dict[str, str]) -> list[tuple[str, str, str | None]]:
+    """``(name, recorded sha256, sha256 now)`` of each output of a version folder that does not
+    match its manifest (now None: missing); empty for a complete, untouched version."""
+    now = {name: sha256_of(folder / name) for name in sorted(outputs)}
+    return [
+        (name, outputs[name], now[name]) for name in sorted(outputs) if now[name] != outputs[name]
+    ]
+
+
 def _entry_of(tree: ReportTree, folder: Path, quarter: str, version: int) -> Entry | None:
     """The ledger entry of a complete version folder (its outputs match its manifest)."""
     manifest_path = folder / MANIFEST
@@ -218,7 +227,7 @@ def _entry_of(tree: ReportTree, folder: Path, quarter: str, version: int) -> Ent
         outputs = manifest["outputs"]
     except (OSError, json.JSONDecodeError, KeyError, TypeError):
         return None
-    if any(sha256_of(folder / name) != digest for name, digest in outputs.items()):
+    if output_differences(folder, outputs):
         return None
     return Entry(
         quarter=quarter,
