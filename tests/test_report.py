@@ -14,10 +14,11 @@ from pipeline.cli import main as enginefit
 from pipeline.config import load_config
 from pipeline.decision import stage as decision_stage
 from pipeline.decision.cli import ensure_upstream
+from pipeline.decision.context import usd
 from pipeline.errors import InputFormatError
 from pipeline.report import stage
 from pipeline.report.audit import audit
-from pipeline.report.document import build, usd_per_1m
+from pipeline.report.document import build
 from pipeline.report.render import LocalOnlyFetcher, render_pdf
 from pipeline.report.versions import ReportTree
 from tests.conftest import REPO, bundled_config
@@ -77,7 +78,7 @@ def test_the_bundled_document_reads_as_a_document(tmp_path: Path) -> None:
     # The executive summary shows the decision record's numbers.
     record = json.loads((published.folder / "decision.json").read_text())
     vllm = next(c for c in record["candidates"] if c["engine"] == "vllm")
-    assert usd_per_1m(vllm["cost_per_1m_output_usd"]) == "$0.1450" and "$0.1450" in text
+    assert usd(vllm["cost_per_1m_output_usd"]) == "$0.1450" and "$0.1450" in text
     assert record["recommendation"]["headline"] in text.replace("\n", " ")
     config = load_config(config_path)
     summary = build(stage.read_inputs(config.layout(), config).document)["summary"]

@@ -112,8 +112,8 @@ def plain(value: Any) -> Any:
     return value
 
 
-def money(value: float | None) -> str:
-    return "unknown" if value is None else f"${value:,.0f}"
+def money(value: float | None, digits: int = 0) -> str:
+    return "unknown" if value is None else f"${value:,.{digits}f}"
 
 
 def usd(value: float | None) -> str:

@@ -68,8 +68,9 @@ def published_previous(layout: WorkloadLayout, config: Config) -> Path | None:
         quarter = report_quarter(config, read_summary(layout).last_arrival)
     except InputFormatError:
         return None
-    entry = report_tree(config).compared_with(quarter)
-    return None if entry is None else report_tree(config).root / entry.path / RECORD
+    tree = report_tree(config)
+    entry = tree.compared_with(quarter)
+    return None if entry is None else tree.root / entry.path / RECORD
 
 
 def read_inputs(

@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from pipeline.decision.catalog import Catalog
+from pipeline.decision.context import money, usd
 from pipeline.decision.present import value_text as plain_value
 from pipeline.decision.result import DecisionRecord, TriggerCheck
 from pipeline.ingest.result import IngestSummary
@@ -69,14 +70,6 @@ class ReportInputs:
 
 
 # --------------------------------------------------------------------------- formatting
-
-
-def usd(value: float | None, digits: int = 0) -> str:
-    return UNKNOWN if value is None else f"${value:,.{digits}f}"
-
-
-def usd_per_1m(value: float | None) -> str:
-    return UNKNOWN if value is None else f"${value:,.4f}"
 
 
 def number(value: float | int | None, digits: int = 0, unit: str = "") -> str:
@@ -143,10 +136,10 @@ def executive_summary(inputs: ReportInputs) -> dict[str, Any]:
         {
             "engine": c.name,
             "status": c.status,
-            "cost": usd_per_1m(c.cost_per_1m_output_usd),
+            "cost": usd(c.cost_per_1m_output_usd),
             "capacity": number(c.capacity_rps, 1, "req/s"),
             "gpus": number(c.gpus_at_peak),
-            "monthly": usd(
+            "monthly": money(
                 c.monthly_total_usd if c.monthly_total_usd is not None else c.monthly_cost_usd
             ),
             "payback": months(c.payback_months),
@@ -227,7 +220,7 @@ def _requirements(inputs: ReportInputs) -> dict[str, Any]:
     ]
     prices = inputs.prices.get("gpu_hour_usd") or {}
     price_rows = [
-        {"gpu": gpu, "price": usd(float(price), 2) + "/GPU-hour"}
+        {"gpu": gpu, "price": money(float(price), 2) + "/GPU-hour"}
         for gpu, price in sorted(prices.items())
     ]
     return {"rows": rows, "slo": inputs.slo, "prices": price_rows}
@@ -314,7 +307,7 @@ def _prefix(inputs: ReportInputs) -> dict[str, Any]:
             "capacity": routing.cache_tokens_source,
             "money": (
                 f"about {number(routing.monthly_prompt_tokens_saved)} prompt tokens a month no "
-                f"longer prefilled, worth up to {usd(routing.monthly_usd_saved)} a month"
+                f"longer prefilled, worth up to {money(routing.monthly_usd_saved)} a month"
                 if routing.monthly_usd_saved is not None
                 else None
             ),
@@ -333,7 +326,7 @@ def _bench(inputs: ReportInputs) -> dict[str, Any]:
                 "pattern": c.get("pattern") or "",
                 "capacity": number(c.get("capacity_rps"), 2, "req/s"),
                 "status": c.get("capacity_status") or "",
-                "cost": usd_per_1m(c.get("cost_per_1m_output_usd")),
+                "cost": usd(c.get("cost_per_1m_output_usd")),
                 "pool": c.get("rank_pool") or "",
             }
             for c in inputs.capacity
@@ -461,8 +454,8 @@ def _changes(inputs: ReportInputs) -> dict[str, Any] | None:
     numbers = [
         {
             "what": f"cost per 1M output tokens, {c.name}",
-            "before": usd_per_1m(old_costs.get(c.engine)),
-            "now": usd_per_1m(c.cost_per_1m_output_usd),
+            "before": usd(old_costs.get(c.engine)),
+            "now": usd(c.cost_per_1m_output_usd),
         }
         for c in new.candidates
         if old_costs.get(c.engine) != c.cost_per_1m_output_usd

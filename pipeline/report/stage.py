@@ -302,10 +302,11 @@ class Published:
 def unchanged(sources: ReportSources, config: Config) -> Published | None:
     """The quarter's latest version when it was made from exactly these sources, else None."""
     quarter = sources.document.quarter
-    latest = report_tree(config).latest(quarter)
+    tree = report_tree(config)
+    latest = tree.latest(quarter)
     if latest is None or latest.identity != sources.identity:
         return None
-    folder = report_tree(config).root / latest.path
+    folder = tree.root / latest.path
     return Published(False, quarter, latest.version, folder, folder / PDF)
 
 
