@@ -297,7 +297,7 @@ def choose(ctx: RuleContext) -> Outcome:
             )
             + f": benchmark {ctx.name(favourite)} on your traffic before committing"
         )
-        flips[favourite] = _favourite_flip(ctx, favourite, top, values, basis)
+        flips[favourite] = _favourite_flip(ctx, favourite, top)
         runner = favourite if runner is None or runner not in preference[:2] else runner
     top, runner = _payback(ctx, top, runner, values, basis, reasons, flips)
     if runner is not None and runner in values and runner not in flips:
@@ -305,13 +305,10 @@ def choose(ctx: RuleContext) -> Outcome:
     return Outcome(top, runner, confidence, reasons, basis, values, flips)
 
 
-def _favourite_flip(
-    ctx: RuleContext, favourite: str, top: str, values: dict[str, float], basis: str
-) -> Flip:
+def _favourite_flip(ctx: RuleContext, favourite: str, top: str) -> Flip:
     """The cost per 1M output tokens at which the unbenchmarked favourite would win by the
     margin. Both sides per token (its fleet cannot be sized without its capacity): cost per 1M
     plus model-change cost spread over the monthly volume, when both are known."""
-    del values, basis  # the favourite has no fleet: compare per token, not per month
     keep = 1 - ctx.requirements.cost_margin
     top_cost = ctx.benches[top].cost_per_1m_output_usd
     volume = ctx.workload.output_tokens_per_month
