@@ -11,7 +11,7 @@ import importlib
 import sys
 from pathlib import Path
 
-MODULES = ("ingest", "trace_readers", "result_readers", "shape", "prefix", "sim")
+MODULES = ("ingest", "trace_readers", "result_readers", "shape", "prefix", "sim", "loadtest")
 
 
 def main() -> int:

@@ -18,6 +18,7 @@ from pipeline.bench import cli as bench_cli
 from pipeline.decision import cli as decision_cli
 from pipeline.errors import EnginefitError
 from pipeline.ingest import cli as ingest_cli
+from pipeline.loadtest import cli as loadtest_cli
 from pipeline.prefix import cli as prefix_cli
 from pipeline.report import cli as report_cli
 from pipeline.shape import cli as shape_cli
@@ -31,6 +32,7 @@ _AREAS = [
     prefix_cli,
     sim_cli,
     bench_cli,
+    loadtest_cli,
     decision_cli,
     report_cli,
 ]

@@ -36,6 +36,7 @@ from pipeline.decision.config import DecisionSettings, Requirements
 from pipeline.errors import ConfigError
 from pipeline.hashing import salt_fingerprint
 from pipeline.layout import SAFE_NAME, WorkloadLayout, child_folder
+from pipeline.loadtest.config import LoadtestSettings
 from pipeline.prefix.config import PrefixConfig
 from pipeline.report.config import ReportSettings
 from pipeline.settings import (
@@ -158,6 +159,7 @@ class _File(BaseModel):
     requirements: Requirements
     decision: DecisionSettings
     report: ReportSettings
+    loadtest: LoadtestSettings
 
 
 @dataclass(frozen=True)
@@ -173,6 +175,7 @@ class Config:
     requirements: Requirements
     decision: DecisionSettings
     report: ReportSettings
+    loadtest: LoadtestSettings
     read: ReadSettings
     source: Path | None = None
 
@@ -214,6 +217,7 @@ class Config:
             "requirements": self.requirements.model_dump(mode="json"),
             "decision": self.decision.model_dump(mode="json"),
             "report": self.report.model_dump(mode="json"),
+            "loadtest": self.loadtest.as_dict(),
         }
 
     def describe(self) -> str:
@@ -300,6 +304,7 @@ def config_from_mapping(raw: dict[str, Any], *, source: Path | None = None) -> C
         requirements=parsed.requirements,
         decision=parsed.decision,
         report=parsed.report,
+        loadtest=parsed.loadtest,
         read=read,
         source=source,
     )

@@ -33,6 +33,49 @@ WORKLOAD_MARKER = ".enginefit-workload"
 WORKLOAD_LOCK = ".enginefit.lock"
 
 
+@dataclass(frozen=True)
+class LoadtestRunPaths:
+    """One ``enginefit loadtest`` run's folder (beside other benchmark results): its
+    ``vllm-<rate>qps.json`` results with a sidecar manifest, and its own side files."""
+
+    root: Path
+
+    @property
+    def marker(self) -> Path:
+        return self.root / ".enginefit-loadtest"
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / "enginefit-bench.yaml"
+
+    @property
+    def requests(self) -> Path:
+        return self.root / "loadtest-requests.parquet"
+
+    @property
+    def points(self) -> Path:
+        return self.root / "loadtest-points.parquet"
+
+    @property
+    def record(self) -> Path:
+        return self.root / "loadtest-run.json"
+
+    def rate_result(self, rate_rps: float) -> Path:
+        return self.root / f"vllm-{rate_rps:g}qps.json"
+
+
+#: A run's own files, which the bench readers pass over when they walk a results folder.
+LOADTEST_SIDE_FILES = frozenset(
+    p.name
+    for p in (
+        LoadtestRunPaths(Path()).marker,
+        LoadtestRunPaths(Path()).requests,
+        LoadtestRunPaths(Path()).points,
+        LoadtestRunPaths(Path()).record,
+    )
+)
+
+
 def child_folder(root: Path, name: str, what: str) -> Path:
     """``root / name`` for a safe one-folder ``name``, so an output never lands outside ``root``."""
     if not SAFE_NAME.match(name):

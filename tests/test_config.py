@@ -187,6 +187,7 @@ def test_config_command_prints_every_setting_but_never_the_salt(
         "requirements",
         "decision",
         "report",
+        "loadtest",
     }
     assert printed["shape"]["plot_points"] == 50
     assert printed["bench"]["slo"]["ttft_p95_ms"] == 1000.0

@@ -26,6 +26,9 @@ Keys (``engine``, ``gpu_type``, ``gpu_count`` are required after merging)::
     run_date: 2025-11-05          # optional; else the date in the file
     model: meta-llama/Llama-3.1-8B-Instruct  # optional; overrides the model in the file
     workload: shared-prefix-64    # optional label of the benchmark workload
+    dataset: enginefit-trace      # optional: the prompts' dataset when the file does not say
+                                  # (enginefit loadtest writes enginefit-trace: the workload's
+                                  # own lengths and prefix structure)
     label: prefix-aware-routing   # optional label for the runs (else see label_from)
     label_from: deployment        # optional: take the label from this free-form file key
     tool_version: 0.5.0           # optional; used when the file has no version
@@ -60,6 +63,7 @@ _STR_KEYS = (
     "quantization",
     "model",
     "workload",
+    "dataset",
     "label",
     "label_from",
     "tool_version",
@@ -86,6 +90,7 @@ class BenchManifest:
     run_date: dt.date | None = None
     model: str | None = None
     workload: str | None = None
+    dataset: str | None = None
     label: str | None = None
     label_from: str | None = None
     tool_version: str | None = None

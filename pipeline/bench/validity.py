@@ -52,6 +52,8 @@ FIXED_SPREAD = 1.05  # p99/p50 at or below this counts as one fixed length
 PREFIX_HIGH = 0.5  # DOMAIN.md: shared-prefix ratio > ~50% -> benchmark SGLang against vLLM
 PREFIX_LOW = 0.2  # DOMAIN.md: < ~20% -> published prefix-sharing margins do not apply
 UNIQUE_DATASETS = ("random", "random-ids", "sharegpt", "synthetic", "sonnet")
+# What `enginefit loadtest` writes into its sidecar manifest: the workload's own prompts.
+TRACE_DATASET = "enginefit-trace"
 # Settings that must match for two candidates' costs to be ranked against each other.
 COMPARABILITY_FIELDS = (
     "model",
@@ -238,6 +240,7 @@ def candidate_profile(evaluated: pl.DataFrame) -> pl.DataFrame:
         ),
         _in_fixed=_opt(evaluated, "input_len_fixed", pl.Boolean()),
         _dataset=_opt(evaluated, "dataset", pl.String()),
+        _workload=_opt(evaluated, "workload", pl.String()),
         _run_date=_opt(evaluated, "run_date", pl.Date()),
         _sustained=pl.min_horizontal(pl.col("load"), send_rate_expr(evaluated)),
     )
@@ -261,6 +264,7 @@ def candidate_profile(evaluated: pl.DataFrame) -> pl.DataFrame:
         input_fixed_known=pl.col("_in_fixed").is_not_null().any(),
         output_p50=pl.col("_out_p50").median(),
         datasets=pl.col("_dataset").drop_nulls().unique().sort().str.join(", "),
+        workloads=pl.col("_workload").drop_nulls().unique().sort().str.join(", "),
         oldest_run=pl.col("_run_date").min(),
     )
     spread = pl.col("input_p99") / pl.col("input_p50")
@@ -272,6 +276,7 @@ def candidate_profile(evaluated: pl.DataFrame) -> pl.DataFrame:
         .then(False)
         .otherwise(None),
         datasets=pl.when(pl.col("datasets") == "").then(None).otherwise(pl.col("datasets")),
+        workloads=pl.when(pl.col("workloads") == "").then(None).otherwise(pl.col("workloads")),
     ).sort("candidate")
 
 
@@ -445,7 +450,9 @@ def check_prefix(profile: pl.DataFrame, facts: WorkloadFacts | None) -> pl.DataF
     sharing = production_sharing(facts)
     datasets = pl.col("datasets").str.to_lowercase()
     bench_kind = (
-        pl.when(datasets.str.contains("prefix"))
+        pl.when(datasets == TRACE_DATASET)
+        .then(pl.lit("trace"))
+        .when(datasets.str.contains("prefix"))
         .then(pl.lit("shared"))
         .when(datasets.is_in(list(UNIQUE_DATASETS)))
         .then(pl.lit("unique"))
@@ -474,6 +481,8 @@ def check_prefix(profile: pl.DataFrame, facts: WorkloadFacts | None) -> pl.DataF
     status = (
         pl.when(bench_kind.is_null())
         .then(pl.lit("unknown"))
+        .when(bench_kind == "trace")
+        .then(pl.lit("ok"))
         .when((bench_kind == "unique") & pl.lit(ratio > PREFIX_HIGH))
         .then(pl.lit("flag"))
         .when((bench_kind == "shared") & pl.lit(ratio < PREFIX_LOW))
@@ -483,6 +492,15 @@ def check_prefix(profile: pl.DataFrame, facts: WorkloadFacts | None) -> pl.DataF
     message = (
         pl.when(bench_kind.is_null())
         .then(pl.format("{}: prefix structure not known; " + prod_text, bench_text))
+        .when(bench_kind == "trace")
+        .then(
+            pl.format(
+                "{}: prompts replayed from workload {} with its lengths and shared prefixes "
+                "(enginefit loadtest); " + prod_text,
+                bench_text,
+                pl.coalesce(pl.col("workloads"), pl.lit("?")),
+            )
+        )
         .when(status == "flag")
         .then(
             pl.format(
@@ -497,7 +515,9 @@ def check_prefix(profile: pl.DataFrame, facts: WorkloadFacts | None) -> pl.DataF
         .otherwise(pl.format("{} ({} prompts); " + prod_text, bench_text, bench_kind))
     )
     bench_value = (
-        pl.when(bench_kind == "unique")
+        pl.when(bench_kind == "trace")
+        .then(pl.lit(ratio))
+        .when(bench_kind == "unique")
         .then(pl.lit(0.0))
         .when(bench_kind == "shared")
         .then(pl.lit(1.0))

@@ -52,6 +52,7 @@ from pipeline.bench.schema import (
     rejected_notes,
     screen_measurements,
 )
+from pipeline.layout import LOADTEST_SIDE_FILES
 
 __all__ = ["BenchFieldError", "BenchFormatError", "expand_paths", "read_bench_files"]
 
@@ -84,15 +85,15 @@ def expand_paths(paths: Sequence[Path | str] | Path | str) -> tuple[list[Path], 
         p = Path(item)
         if p.is_dir():
             for f in sorted(x for x in p.rglob("*") if x.is_file()):
-                if is_manifest_file(f):
+                if is_manifest_file(f) or f.name in LOADTEST_SIDE_FILES:
+                    continue  # read with the results they describe
+                if _DIR_SKIP.match(f.name):
+                    notes.append(f"{f}: skipped (tool side file, not a result)")
                     continue
                 if f.suffix.lower() not in DIR_SUFFIXES:
                     notes.append(
                         f"{f}: skipped (not JSON/JSONL/YAML; CSV/HTML exports unsupported)"
                     )
-                    continue
-                if _DIR_SKIP.match(f.name):
-                    notes.append(f"{f}: skipped (tool side file, not a result)")
                     continue
                 if f.resolve() not in seen:
                     seen.add(f.resolve())
@@ -170,6 +171,8 @@ def _row(path: Path, sha: str, tool: str, raw: RawPoint, manifest: BenchManifest
     )
     if manifest.model is not None:
         row["model"] = manifest.model
+    if row.get("dataset") is None:
+        row["dataset"] = manifest.dataset
     if manifest.run_date is not None:
         row["run_date"] = manifest.run_date
     if row.get("tool_version") is None:

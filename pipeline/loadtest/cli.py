@@ -1,0 +1,229 @@
+"""``enginefit loadtest``: replay the workload open loop against an OpenAI-compatible endpoint.
+
+Without TRACE the configured workload's ingested requests are replayed; with TRACE the traces
+named (read with the configuration's settings, never persisted). Every ``loadtest`` key of the
+configuration is also a flag here; the deployment under test (``--engine``, ``--gpu-type``,
+``--gpu-count``, ``--price``) becomes the run's sidecar manifest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from pipeline.cli_common import add_config_argument, add_trace_arguments, command_config
+from pipeline.errors import ConfigError
+from pipeline.layout import LoadtestRunPaths
+from pipeline.loadtest import stage
+from pipeline.loadtest.config import LoadtestSettings
+from pipeline.loadtest.present import plan_lines, rate_line, summary_lines
+
+#: Flags that override a ``loadtest`` key of the configuration (flag dest → key).
+SETTING_FLAGS = {
+    "endpoint": "endpoint",
+    "model": "model",
+    "api": "api",
+    "rates": "rates",
+    "duration": "duration",
+    "warmup": "warmup",
+    "arrivals": "arrivals",
+    "burstiness": "burstiness",
+    "max_in_flight": "max_in_flight",
+    "on_cap": "on_cap",
+    "length_control": "length_control",
+    "connect_timeout": "connect_timeout",
+    "read_timeout": "read_timeout",
+    "request_timeout": "request_timeout",
+    "seed": "seed",
+}
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "loadtest",
+        help="replay the workload open loop against an OpenAI-compatible endpoint",
+        description=(
+            "Send the workload's requests (its prompt and output lengths and its shared "
+            "prefixes, with synthetic text) to an OpenAI-compatible server at each offered "
+            "rate, open loop, and write vllm-bench-serve-compatible results with a sidecar "
+            "manifest that `enginefit bench` reads. Without TRACE: the configured workload."
+        ),
+    )
+    add_trace_arguments(parser)
+    add_config_argument(parser)
+    server = parser.add_argument_group("server")
+    server.add_argument("--endpoint", metavar="URL", help="e.g. http://127.0.0.1:8000/v1")
+    server.add_argument("--model", metavar="NAME", help="the model name the server serves")
+    server.add_argument("--api", choices=["completions", "chat"])
+    server.add_argument(
+        "--api-key-env",
+        metavar="VAR",
+        default="OPENAI_API_KEY",
+        help="environment variable holding a bearer token, if set (default OPENAI_API_KEY); "
+        "never written anywhere",
+    )
+    load = parser.add_argument_group("load")
+    load.add_argument("--rates", metavar="R,R,...", help="offered rates in req/s, e.g. 1,2,4,8")
+    load.add_argument("--duration", metavar="TIME", help="per rate, e.g. 120s or 2m")
+    load.add_argument("--warmup", metavar="TIME", help="discarded start of each rate")
+    load.add_argument("--arrivals", choices=["trace", "poisson", "gamma"])
+    load.add_argument("--burstiness", type=float, metavar="CV", help="gamma gaps' CV (1 = Poisson)")
+    load.add_argument("--max-in-flight", type=int, metavar="N", help="cap (default: none)")
+    load.add_argument("--on-cap", choices=["drop", "delay"])
+    load.add_argument(
+        "--length-control",
+        metavar="LIST",
+        help="ignore_eos,min_tokens (default both) or '' for neither",
+    )
+    load.add_argument(
+        "--no-usage", action="store_true", help="do not ask for stream usage (include_usage)"
+    )
+    load.add_argument("--connect-timeout", metavar="TIME")
+    load.add_argument("--read-timeout", metavar="TIME")
+    load.add_argument("--request-timeout", metavar="TIME")
+    load.add_argument("--seed", type=int)
+    deployment = parser.add_argument_group("deployment under test (the sidecar manifest)")
+    deployment.add_argument("--engine", help="vllm, sglang, tensorrt-llm, tgi, llama.cpp …")
+    deployment.add_argument("--engine-version")
+    deployment.add_argument("--gpu-type", help="e.g. H100-80GB")
+    deployment.add_argument("--gpu-count", type=int, help="accelerators serving (all replicas)")
+    deployment.add_argument("--quantization")
+    deployment.add_argument("--price", type=float, metavar="USD", help="$ per GPU-hour")
+    parser.add_argument(
+        "--out",
+        metavar="DIR",
+        type=Path,
+        default=None,
+        help="the run's folder (new or empty; default <loadtest.out_dir>/loadtest-<engine>-<time>)",
+    )
+    parser.add_argument("--dry-run", action="store_true", help="print the plan and send nothing")
+    parser.set_defaults(func=run_loadtest)
+
+
+def _flag(key: str) -> str:
+    return "--" + key.replace("_", "-")
+
+
+def resolve_settings(args: argparse.Namespace, configured: LoadtestSettings) -> LoadtestSettings:
+    """The configuration's ``loadtest`` section with the flags given applied, each validated as
+    the file's values are; a bad value is one line naming its flag."""
+    changes = {key: getattr(args, dest) for dest, key in SETTING_FLAGS.items()}
+    changes = {key: value for key, value in changes.items() if value is not None}
+    if args.no_usage:
+        changes["include_usage"] = False
+    try:
+        return configured.replace(**changes)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        key = str(error["loc"][0]) if error["loc"] else "?"
+        what = str(error["msg"]).removeprefix("Value error, ")
+        source = _flag(key) if key in changes else f"loadtest.{key}"
+        raise ConfigError(f"{source}: {what} (got {error.get('input')!r})") from exc
+
+
+def deployment_from(args: argparse.Namespace) -> stage.Deployment:
+    missing = [
+        _flag(name) for name in ("engine", "gpu_type", "gpu_count") if getattr(args, name) is None
+    ]
+    if missing:
+        raise ConfigError(
+            f"{', '.join(missing)} required: they name the deployment under test in the "
+            "sidecar manifest `enginefit bench` needs (e.g. --engine vllm --gpu-type H100-80GB "
+            "--gpu-count 1)"
+        )
+    if args.gpu_count <= 0:
+        raise ConfigError(f"--gpu-count: a whole number ≥ 1, got {args.gpu_count}")
+    if args.price is not None and not 0 <= args.price < 1e6:
+        raise ConfigError(f"--price: $ per GPU-hour, ≥ 0, got {args.price}")
+    return stage.Deployment(
+        engine=args.engine,
+        gpu_type=args.gpu_type,
+        gpu_count=args.gpu_count,
+        engine_version=args.engine_version,
+        quantization=args.quantization,
+        price_per_gpu_hour_usd=args.price,
+    )
+
+
+def _progress_factory(bars: list[Any]) -> stage.ProgressFactory | None:
+    if not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    def factory(plan: Any) -> Any:
+        bar = tqdm(total=plan.sends, desc=f"{plan.rate_rps:g} req/s", unit="req", leave=True)
+        bars.append(bar)
+
+        def update(event: str) -> None:
+            if event == "done":
+                bar.update(1)
+
+        return update
+
+    return factory
+
+
+def run_loadtest(args: argparse.Namespace) -> int:
+    config = command_config(args, paths=args.paths)
+    settings = resolve_settings(args, config.loadtest)
+    if args.paths:
+        from pipeline.cli_common import adhoc_requests
+
+        requests, label, name = adhoc_requests(args, config), ", ".join(args.paths), None
+    else:
+        from pipeline.ingest.stage import read_requests
+
+        layout = config.layout()
+        requests, label = read_requests(layout), config.require_workload().name
+        name = label
+    workload = stage.read_workload(requests, settings, label=label, name=name)
+    plans = stage.plan_rates(workload.trace, settings)
+    for line in plan_lines(workload.trace, plans, settings):
+        print(line, file=sys.stderr)
+    if args.dry_run:
+        return 0
+    deployment = deployment_from(args)
+    if args.out is not None:
+        stage.check_new_folder(args.out)  # before anything is sent
+    token = os.environ.get(args.api_key_env) if args.api_key_env else None
+    bars: list[Any] = []
+    print(
+        f"replaying {workload.label} against {stage.public_url(settings.endpoint or '')} "
+        f"({settings.model}, {deployment.engine} on {deployment.gpu_count}× "
+        f"{deployment.gpu_type}); Ctrl-C stops and keeps what was measured",
+        file=sys.stderr,
+    )
+    result = stage.run(
+        workload,
+        settings,
+        deployment,
+        headers={"Authorization": f"Bearer {token}"} if token else None,
+        progress=_progress_factory(bars),
+        warn=lambda text: print(f"warning: {text}", file=sys.stderr),
+    )
+    for bar in bars:
+        bar.close()
+    paths = (
+        LoadtestRunPaths(args.out)
+        if args.out is not None
+        else stage.run_folder(settings.out_dir, deployment, result.started)
+    )
+    record = stage.write(result, paths)
+    for summary in record["rates"]:
+        print(rate_line(summary), file=sys.stderr)
+    print("\n".join(summary_lines(record)))
+    files = record["rate_files"]
+    print(f"wrote {paths.root} ({len(files)} rate file(s), per-request table, run record)")
+    if files:
+        print(f"read it with: enginefit bench {paths.root}")
+    if result.interrupted:
+        print(
+            "interrupted: the cut-short rate is kept in the per-request table only", file=sys.stderr
+        )
+        return 130
+    return 0

@@ -1,0 +1,272 @@
+"""Pure functions over a load test's outcomes: the per-request table, each rate's summary, and
+the vLLM ``bench serve``-compatible result that ``enginefit bench`` (and other tools) read.
+
+Definitions (the same as ``vllm bench serve``, so the numbers compare): time to first token =
+first content chunk − send; inter-token latency = every gap between content chunks, pooled;
+TPOT = (end-to-end − TTFT) ÷ (output tokens − 1) for requests with more than one token;
+output tokens = the server's ``usage.completion_tokens`` when it sent usage, else the number of
+content chunks (``output_tokens_source`` says which: a server that sends several tokens per
+chunk is then undercounted, and the summary says usage was missing). Percentiles are numpy's
+linear ones over completed requests. Warm-up sends are measured but excluded from every figure.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from pipeline.loadtest.client import Outcome
+from pipeline.loadtest.plan import RatePlan, TraceSample
+
+REQUEST_SCHEMA = pl.Schema(
+    {
+        "rate_rps": pl.Float64(),
+        "index": pl.Int64(),
+        "trace_row": pl.Int64(),
+        "warmup": pl.Boolean(),
+        "scheduled_s": pl.Float64(),
+        "sent_s": pl.Float64(),
+        "late_ms": pl.Float64(),
+        "ttft_ms": pl.Float64(),
+        "e2e_ms": pl.Float64(),
+        "itl_ms": pl.List(pl.Float64()),
+        "tpot_ms": pl.Float64(),
+        "prompt_tokens": pl.Int64(),
+        "max_tokens": pl.Int64(),
+        "usage_prompt_tokens": pl.Int64(),
+        "usage_completion_tokens": pl.Int64(),
+        "output_chunks": pl.Int64(),
+        "output_tokens": pl.Int64(),
+        "output_tokens_source": pl.String(),
+        "finish_reason": pl.String(),
+        "http_status": pl.Int64(),
+        "ok": pl.Boolean(),
+        "error_kind": pl.String(),
+        "error_detail": pl.String(),
+    }
+)
+
+
+def request_frame(plan: RatePlan, trace: TraceSample, outcomes: Sequence[Outcome]) -> pl.DataFrame:
+    """One row per planned send of one rate (dropped and interrupted ones included)."""
+    rows: list[dict[str, Any]] = []
+    for o in outcomes:
+        row = int(plan.trace_rows[o.index])
+        ok = o.error_kind is None
+        chunks = len(o.chunk_times)
+        first = o.chunk_times[0] if chunks else None
+        sent = o.sent_s
+        usage_out = o.usage_completion_tokens
+        tokens = usage_out if usage_out is not None else chunks
+        ttft = (first - sent) * 1000.0 if ok and first is not None and sent is not None else None
+        e2e = (o.end_s - sent) * 1000.0 if ok and o.end_s is not None and sent is not None else None
+        gaps: list[float] = (
+            (np.diff(np.asarray(o.chunk_times)) * 1000.0).tolist() if ok and chunks > 1 else []
+        )
+        tpot = (
+            (e2e - ttft) / (tokens - 1)
+            if ttft is not None and e2e is not None and tokens > 1
+            else None
+        )
+        rows.append(
+            {
+                "rate_rps": plan.rate_rps,
+                "index": o.index,
+                "trace_row": row,
+                "warmup": o.index < plan.warmup_count,
+                "scheduled_s": o.scheduled_s,
+                "sent_s": sent,
+                "late_ms": (sent - o.scheduled_s) * 1000.0 if sent is not None else None,
+                "ttft_ms": ttft,
+                "e2e_ms": e2e,
+                "itl_ms": gaps,
+                "tpot_ms": tpot,
+                "prompt_tokens": int(trace.prompt_tokens[row]),
+                "max_tokens": int(trace.output_tokens[row]),
+                "usage_prompt_tokens": o.usage_prompt_tokens,
+                "usage_completion_tokens": usage_out,
+                "output_chunks": chunks,
+                "output_tokens": tokens if ok else None,
+                "output_tokens_source": ("usage" if usage_out is not None else "chunks")
+                if ok
+                else None,
+                "finish_reason": o.finish_reason,
+                "http_status": o.http_status,
+                "ok": ok,
+                "error_kind": o.error_kind,
+                "error_detail": o.error_detail,
+            }
+        )
+    return pl.DataFrame(rows, schema=REQUEST_SCHEMA, orient="row")
+
+
+def _pct(values: np.ndarray, q: float) -> float | None:
+    return float(np.percentile(values, q)) if values.size else None
+
+
+def _stats(values: np.ndarray) -> dict[str, float | None]:
+    return {
+        "mean": float(values.mean()) if values.size else None,
+        "median": _pct(values, 50),
+        "std": float(values.std()) if values.size else None,
+        **{f"p{q}": _pct(values, q) for q in (90, 95, 99)},
+    }
+
+
+def peak_in_flight(sent_s: np.ndarray, end_s: np.ndarray) -> int:
+    """Most requests in flight at once (an end frees its slot before a send at the same time)."""
+    if sent_s.size == 0:
+        return 0
+    events = np.concatenate(
+        [np.stack([sent_s, np.ones_like(sent_s)], 1), np.stack([end_s, -np.ones_like(end_s)], 1)]
+    )
+    order = np.lexsort((events[:, 1], events[:, 0]))
+    return int(np.cumsum(events[order, 1]).max())
+
+
+def rate_summary(requests: pl.DataFrame, plan: RatePlan, *, interrupted: bool) -> dict[str, Any]:
+    """The figures of one rate that a person reads first (warm-up excluded)."""
+    measured = requests.filter(~pl.col("warmup"))
+    sent = measured.filter(pl.col("sent_s").is_not_null())
+    done = measured.filter(pl.col("ok"))
+    errors = Counter(measured.get_column("error_kind").drop_nulls().to_list())
+    late = sent.get_column("late_ms").to_numpy()
+    sends = sent.get_column("sent_s").to_numpy()
+    achieved = (
+        (sends.size - 1) / float(sends.max() - sends.min())
+        if sends.size > 1 and sends.max() > sends.min()
+        else None
+    )
+    gaps = np.concatenate(
+        [np.asarray(g, dtype=np.float64) for g in done.get_column("itl_ms").to_list()]
+        or [np.zeros(0)]
+    )
+    with_usage = done.filter(pl.col("usage_completion_tokens").is_not_null())
+    asked = done.get_column("max_tokens").to_numpy()
+    got = done.get_column("output_tokens").to_numpy()
+    prompt_usage = done.filter(pl.col("usage_prompt_tokens").is_not_null())
+    planned_prompt = int(prompt_usage.get_column("prompt_tokens").sum())
+    return {
+        "rate_rps": plan.rate_rps,
+        "planned": plan.sends,
+        "warmup": plan.warmup_count,
+        "measured": measured.height,
+        "sent": sent.height,
+        "completed": done.height,
+        "failed": measured.height - done.height,
+        "errors": dict(sorted(errors.items())),
+        "interrupted": interrupted,
+        "arrival_cv": None if math.isnan(plan.arrival_cv) else plan.arrival_cv,
+        "achieved_send_rate_rps": achieved,
+        "late_ms": {
+            "p50": _pct(late, 50),
+            "p99": _pct(late, 99),
+            "max": float(late.max()) if late.size else None,
+        },
+        "ttft_ms": {
+            q: _pct(done.get_column("ttft_ms").to_numpy(), float(q[1:]))
+            for q in ("p50", "p95", "p99")
+        },
+        "itl_ms": {q: _pct(gaps, float(q[1:])) for q in ("p50", "p95", "p99")},
+        "e2e_ms": {
+            q: _pct(done.get_column("e2e_ms").to_numpy(), float(q[1:])) for q in ("p50", "p99")
+        },
+        "usage_reported": with_usage.height,
+        "output_short": int(np.count_nonzero(got < asked)),
+        "output_long": int(np.count_nonzero(got > asked)),
+        "prompt_tokens_server_ratio": (
+            float(prompt_usage.get_column("usage_prompt_tokens").sum()) / planned_prompt
+            if planned_prompt
+            else None
+        ),
+    }
+
+
+def vllm_burstiness(arrivals: str, burstiness: float, arrival_cv: float) -> float:
+    """vLLM's ``burstiness`` is the gamma shape k = 1 / CV² (1 = Poisson): the configured CV for
+    gamma arrivals, the measured CV of the planned gaps for trace arrivals."""
+    if arrivals == "poisson":
+        return 1.0
+    cv = burstiness if arrivals == "gamma" else arrival_cv
+    return 1.0 / cv**2 if cv and math.isfinite(cv) and cv > 0 else 1.0
+
+
+def vllm_result(
+    requests: pl.DataFrame,
+    *,
+    model: str,
+    api: str,
+    rate_rps: float,
+    burstiness: float,
+    max_in_flight: int | None,
+    started: dt.datetime,
+) -> dict[str, Any]:
+    """One rate's measured sends as a ``vllm bench serve --save-result`` JSON object (with its
+    per-request arrays, as ``--save-detailed`` writes them; no generated text is kept)."""
+    measured = requests.filter(~pl.col("warmup")).sort("index")
+    done = measured.filter(pl.col("ok"))
+    ttft_s = done.get_column("ttft_ms").to_numpy() / 1000.0
+    e2e_s = done.get_column("e2e_ms").to_numpy() / 1000.0
+    tpot_s = done.get_column("tpot_ms").drop_nulls().to_numpy() / 1000.0
+    gaps = [np.asarray(g, dtype=np.float64) / 1000.0 for g in done.get_column("itl_ms").to_list()]
+    itl_s = np.concatenate(gaps) if gaps else np.zeros(0)
+    sent = measured.get_column("sent_s").drop_nulls()
+    ends = (done.get_column("sent_s") + done.get_column("e2e_ms") / 1000.0).to_numpy()
+    first = float(sent.min()) if sent.len() else 0.0  # type: ignore[arg-type]
+    last = float(ends.max()) if ends.size else first
+    duration = max(last - first, 1e-9)
+    input_tokens = done.select(pl.coalesce("usage_prompt_tokens", "prompt_tokens")).to_series()
+    output_tokens = done.get_column("output_tokens")
+    total_in, total_out = int(input_tokens.sum()), int(output_tokens.sum())
+    endpoint = "openai-chat" if api == "chat" else "openai"
+    out: dict[str, Any] = {
+        "date": started.strftime("%Y%m%d-%H%M%S"),
+        "endpoint_type": endpoint,
+        "backend": endpoint,
+        "label": "enginefit-loadtest",
+        "model_id": model,
+        "tokenizer_id": model,
+        "num_prompts": measured.height,
+        "request_rate": rate_rps,
+        "burstiness": burstiness,
+        "max_concurrency": max_in_flight,
+        "duration": duration,
+        "completed": done.height,
+        "failed": measured.height - done.height,
+        "total_input_tokens": total_in,
+        "total_output_tokens": total_out,
+        "request_throughput": done.height / duration,
+        "request_goodput": None,
+        "output_throughput": total_out / duration,
+        "total_token_throughput": (total_in + total_out) / duration,
+        "max_concurrent_requests": peak_in_flight(done.get_column("sent_s").to_numpy(), ends),
+    }
+    for name, values in (("ttft", ttft_s), ("tpot", tpot_s), ("itl", itl_s), ("e2el", e2e_s)):
+        for stat, value in _stats(values * 1000.0).items():
+            out[f"{stat}_{name}_ms"] = value
+    # Per-request arrays in vLLM's layout: failed requests hold 0 / [] and a non-empty error.
+    ok = measured.get_column("ok").to_list()
+    out["input_lens"] = (
+        measured.select(pl.coalesce("usage_prompt_tokens", "prompt_tokens")).to_series().to_list()
+    )
+    out["output_lens"] = measured.get_column("output_tokens").fill_null(0).to_list()
+    out["ttfts"] = (measured.get_column("ttft_ms").fill_null(0.0) / 1000.0).to_list()
+    out["itls"] = [[g / 1000.0 for g in gap] for gap in measured.get_column("itl_ms").to_list()]
+    out["latencies"] = (measured.get_column("e2e_ms").fill_null(0.0) / 1000.0).to_list()
+    out["start_times"] = measured.get_column("sent_s").to_list()
+    out["errors"] = [
+        "" if good else f"{kind}: {detail}" if detail else str(kind)
+        for good, kind, detail in zip(
+            ok,
+            measured.get_column("error_kind").to_list(),
+            measured.get_column("error_detail").to_list(),
+            strict=True,
+        )
+    ]
+    return out

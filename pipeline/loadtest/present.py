@@ -1,0 +1,118 @@
+"""A load test for a person: the plan before it runs, each rate's line, the closing summary."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from pipeline.loadtest.plan import RatePlan, TraceSample
+from pipeline.present.tables import cell, text_table
+
+
+def plan_lines(trace: TraceSample, plans: Sequence[RatePlan], settings: Any) -> list[str]:
+    """What will be sent: per rate, how many requests, over how long, with which arrivals."""
+    prompts, outputs = trace.prompt_tokens, trace.output_tokens
+    shared = "none (the trace has no content)"
+    if trace.hashes_known:
+        blocks = np.diff(trace.hash_offsets)
+        shared = f"{int(blocks.sum()):,} hashed prompt blocks of {trace.block_size} tokens"
+    lines = [
+        f"trace: {trace.requests:,} requests loaded; prompt tokens p50 {np.median(prompts):g}, "
+        f"max {prompts.max():,}; output tokens p50 {np.median(outputs):g}, max {outputs.max():,}; "
+        f"prefix structure: {shared}",
+    ]
+    if trace.output_filled:
+        lines.append(
+            f"  {trace.output_filled:,} requests log no output length: they ask for the median, "
+            f"{int(np.median(outputs))} tokens"
+        )
+    rows = [
+        [
+            f"{p.rate_rps:g}",
+            f"{p.sends:,}",
+            f"{p.warmup_count:,}",
+            f"{p.offsets_s[-1]:.1f}" if p.sends else "0",
+            cell(p.arrival_cv, 2),
+        ]
+        for p in plans
+    ]
+    lines.append(f"plan ({settings.arrivals} arrivals, {settings.api} API):")
+    lines += text_table(rows, ["req/s", "sends", "warm-up", "last send s", "gap CV"])
+    return lines
+
+
+def _ms(values: Mapping[str, Any], key: str) -> str:
+    return cell(values.get(key), 3)
+
+
+def rate_line(summary: Mapping[str, Any]) -> str:
+    """One rate, one line: sent on time, completed, failures, latency."""
+    errors = ", ".join(f"{k} {v}" for k, v in summary["errors"].items()) or "none"
+    return (
+        f"{summary['rate_rps']:g} req/s: {summary['sent']:,}/{summary['measured']:,} sent "
+        f"(p99 {_ms(summary['late_ms'], 'p99')} ms late), {summary['completed']:,} completed, "
+        f"failed: {errors}; TTFT p95 {_ms(summary['ttft_ms'], 'p95')} ms, "
+        f"ITL p99 {_ms(summary['itl_ms'], 'p99')} ms"
+        + (" (interrupted)" if summary["interrupted"] else "")
+    )
+
+
+def summary_lines(record: Mapping[str, Any]) -> list[str]:
+    """The closing table and what deserves a second look."""
+    rates = record["rates"]
+    rows = [
+        [
+            f"{s['rate_rps']:g}",
+            cell(s["achieved_send_rate_rps"], 3),
+            _ms(s["late_ms"], "p99"),
+            f"{s['completed']:,}/{s['measured']:,}",
+            ", ".join(f"{k} {v}" for k, v in s["errors"].items()) or "none",
+            _ms(s["ttft_ms"], "p95"),
+            _ms(s["itl_ms"], "p99"),
+            _ms(s["e2e_ms"], "p99"),
+        ]
+        for s in rates
+    ]
+    lines = ["summary (warm-up excluded; times in ms):"]
+    lines += text_table(
+        rows,
+        ["req/s", "sent/s", "late p99", "completed", "failed", "TTFT p95", "ITL p99", "e2e p99"],
+    )
+    for s in rates:
+        lines += [f"  {s['rate_rps']:g} req/s: {note}" for note in rate_notes(s)]
+    return lines
+
+
+def rate_notes(summary: Mapping[str, Any]) -> list[str]:
+    """What a rate's numbers warn about: missing usage, answers of the wrong length, a send
+    schedule the client could not keep, a prompt the server counts differently."""
+    notes: list[str] = []
+    done = summary["completed"]
+    if done and summary["usage_reported"] < done:
+        notes.append(
+            f"{done - summary['usage_reported']:,} of {done:,} answers carried no usage: their "
+            "output tokens are counted as content chunks (exact only at one token per chunk)"
+        )
+    if summary["output_short"]:
+        notes.append(
+            f"{summary['output_short']:,} answers were shorter than the trace asked (max_tokens): "
+            "the server stopped early (it ignores ignore_eos/min_tokens, or hit a limit); output "
+            "lengths then differ from the trace"
+        )
+    if summary["output_long"]:
+        notes.append(f"{summary['output_long']:,} answers were longer than max_tokens")
+    late = summary["late_ms"].get("p99")
+    if late is not None and late > 5.0:
+        notes.append(
+            f"sends were up to {late:.3g} ms late at p99: the client (or its cap) could not keep "
+            "the schedule; the achieved send rate is what the bench stage judges"
+        )
+    ratio = summary.get("prompt_tokens_server_ratio")
+    if ratio is not None and abs(ratio - 1.0) > 0.05:
+        notes.append(
+            f"the server counted {ratio:.3g}× the planned prompt tokens (its tokenizer or chat "
+            "template differs from one token per word)"
+        )
+    return notes

@@ -1,0 +1,156 @@
+"""``enginefit loadtest`` as a person runs it: on the real Mooncake trace against the stub
+server, read back by ``enginefit bench``; Ctrl-C; wrong input."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from pipeline.cli import main
+from pipeline.config import load_config
+from pipeline.ingest.stage import read_requests
+from pipeline.sim import capacity_curve, sim_input
+from tests.conftest import DEFAULTS, REPO, bundled_config
+from tests.stub_openai_server import run_stub_server
+from tests.workloads import growing_conversations
+
+DEPLOYMENT = ["--engine", "vllm", "--gpu-type", "H100", "--gpu-count", "1", "--price", "2.5"]
+
+
+def test_mooncake_replay_feeds_the_bench_stage(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = bundled_config(tmp_path, "lt")
+    for command in ("ingest", "shape", "prefix"):
+        assert main([command, "--config", str(config)]) == 0
+    out = tmp_path / "run"
+    with run_stub_server(block_size=512, model="tiny") as server:
+        code = main(
+            [
+                "loadtest", "--config", str(config), "--endpoint", server.url, "--model", "tiny",
+                "--rates", "4", "--duration", "3s", "--warmup", "0.5s",
+                "--max-in-flight", "1", "--on-cap", "delay", *DEPLOYMENT, "--out", str(out),
+            ]
+        )  # fmt: skip
+        totals = server.stats()["totals"]
+    assert code == 0
+    printed = capsys.readouterr()
+    assert "enginefit loadtest: configuration:" in printed.err  # says what it used
+    assert f"wrote {out}" in printed.out and "enginefit bench" in printed.out
+    requests = pl.read_parquet(out / "loadtest-requests.parquet")
+    sent = requests.height
+    assert requests.get_column("ok").all() and sent == totals["requests"]
+    # the stub's cache (exact vLLM rule, unbounded) hit what the replay predicts for these rows
+    layout = load_config(config).layout()
+    replayed = read_requests(layout).sort("arrival", maintain_order=True).head(sent).collect()
+    assert sorted(requests.get_column("trace_row")) == list(range(sent))
+    curve = capacity_curve(
+        sim_input(replayed, latency_model=DEFAULTS.shape.latency),
+        DEFAULTS.simulation,
+        block_size=512,
+        replicas=1,
+        routing="round-robin",
+    )
+    assert totals["prompt_tokens"] == int(replayed.get_column("prompt_tokens").sum())
+    assert totals["hit_tokens"] == curve.max_hit_tokens > 0
+    # the rate file carries only measured sends; the manifest names the workload
+    result = json.loads((out / "vllm-4qps.json").read_text())
+    warm = int(requests.get_column("warmup").sum())
+    assert result["num_prompts"] == sent - warm and result["completed"] == sent - warm
+    assert result["model_id"] == "tiny" and len(result["ttfts"]) == sent - warm
+    record = json.loads((out / "loadtest-run.json").read_text())
+    assert record["rates"][0]["warmup"] == warm and not record["interrupted"]
+    # `enginefit bench` reads the folder with no extra step and knows it is the team's traffic
+    assert main(["bench", str(out), "--workload-facts", str(layout.root), "--json"]) == 0
+    analysis = json.loads(capsys.readouterr().out)
+    points = pl.read_parquet(out / "loadtest-points.parquet")
+    assert points.height == 1 and points.item(0, "dataset") == "enginefit-trace"
+    assert points.item(0, "workload") == "mooncake-conversation"
+    prefix = [f for f in analysis["findings"] if f["check"] == "prefix_structure"]
+    assert prefix[0]["status"] == "ok" and "enginefit loadtest" in prefix[0]["message"]
+
+
+def _canonical(tmp_path: Path) -> Path:
+    path = tmp_path / "conversations.parquet"
+    growing_conversations(40, 4, extra_tokens=3, output_tokens=8).write_parquet(path)
+    return path
+
+
+def test_ctrl_c_keeps_what_was_measured(tmp_path: Path) -> None:
+    trace, out = _canonical(tmp_path), tmp_path / "run"
+    with run_stub_server(ttft_ms=300) as server:
+        proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "pipeline.cli", "loadtest", str(trace),
+                "--endpoint", server.url, "--model", "stub-model", "--rates", "5,10",
+                "--duration", "60s", "--warmup", "0", *DEPLOYMENT, "--out", str(out),
+            ],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )  # fmt: skip
+        time.sleep(4.0)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr.decode()
+    assert b"Traceback" not in stderr and b"stopping" in stderr
+    record = json.loads((out / "loadtest-run.json").read_text())
+    assert record["interrupted"] and record["rate_files"] == []  # a cut rate is no load point
+    requests = pl.read_parquet(out / "loadtest-requests.parquet")
+    kinds = requests.get_column("error_kind")
+    assert (kinds == "interrupted").sum() > 0 and requests.get_column("ok").sum() > 0
+    assert requests.height == record["rates"][0]["planned"]  # every planned send accounted for
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--rates", "0,1"], "--rates: "),
+        (["--duration", "soon"], "--duration: "),
+        (["--api", "grpc"], "--api"),
+        (["--engine", "vllm"], "--gpu-type, --gpu-count required"),
+        (["--endpoint", "localhost:8000"], "--endpoint 'localhost:8000': expected an http(s) URL"),
+        (["--endpoint", "http://127.0.0.1:9/v1"], "cannot reach the server"),
+    ],
+)
+def test_wrong_input_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], message: str
+) -> None:
+    base = ["--endpoint", "http://127.0.0.1:9", "--model", "m", *DEPLOYMENT]
+    if flags[0] == "--engine":
+        base = ["--endpoint", "http://127.0.0.1:9", "--model", "m"]
+    with pytest.raises(SystemExit) as exc:
+        raise SystemExit(main(["loadtest", str(_canonical(tmp_path)), *base, *flags]))
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert message in err[-1] and "Traceback" not in "\n".join(err)
+
+
+def test_an_existing_folder_is_never_written_into(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "taken"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    argv = ["loadtest", str(_canonical(tmp_path)), "--endpoint", "http://127.0.0.1:9"]
+    code = main([*argv, "--model", "m", *DEPLOYMENT, "--out", str(out)])
+    assert code == 2 and "already exists and is not empty" in capsys.readouterr().err
+    assert [p.name for p in out.iterdir()] == ["notes.txt"]
+
+
+def test_dry_run_prints_the_plan_and_sends_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = _canonical(tmp_path)
+    argv = ["loadtest", str(trace), "--rates", "2,4", "--duration", "5s", "--dry-run"]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "40 requests loaded" in err and "hashed prompt blocks of 16 tokens" in err
+    assert list(tmp_path.glob("bench-results*")) == []

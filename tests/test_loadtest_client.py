@@ -1,0 +1,203 @@
+"""The open-loop client against the local stub server: timing, the open-loop property,
+failures counted, caps counted, the prefix structure the server's cache meets."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pipeline.loadtest.client import ClientOptions, Outcome, run_schedule
+from pipeline.loadtest.compute import rate_summary, request_frame
+from pipeline.loadtest.config import LoadtestSettings
+from pipeline.loadtest.plan import plan_rate, trace_sample
+from pipeline.loadtest.present import rate_notes
+from pipeline.loadtest.stage import Deployment, Workload, _new_loop, bodies_for, run
+from pipeline.sim import capacity_curve, sim_input
+from tests.conftest import DEFAULTS
+from tests.stub_openai_server import StubServer, run_stub_server
+from tests.workloads import growing_conversations
+
+BODY = b'{"model":"stub-model","prompt":"a b c d","max_tokens":6,"stream":true,"stream_options":{"include_usage":true}}'
+
+
+def options(server: StubServer, **changes: Any) -> ClientOptions:
+    values: dict[str, Any] = {
+        "url": server.url + "/completions",
+        "api": "completions",
+        "connect_timeout_s": 5.0,
+        "read_timeout_s": 10.0,
+        "request_timeout_s": 30.0,
+        "max_in_flight": None,
+        "on_cap": "drop",
+        "headers": {"Content-Type": "application/json"},
+    }
+    values.update(changes)
+    return ClientOptions(**values)
+
+
+def send(offsets: Sequence[float], opts: ClientOptions, body: bytes = BODY) -> list[Outcome]:
+    with asyncio.Runner(loop_factory=_new_loop) as runner:
+        return runner.run(run_schedule(list(offsets), lambda _: body, opts))
+
+
+def settings(**changes: Any) -> LoadtestSettings:
+    return DEFAULTS.loadtest.replace(**changes)
+
+
+def test_ttft_and_inter_token_gaps_match_the_server_delays() -> None:
+    with run_stub_server(ttft_ms=80, itl_ms=15) as server:
+        outcomes = send([0.0, 0.1, 0.2, 0.3], options(server))
+    for o in outcomes:
+        assert o.error_kind is None and o.sent_s is not None and len(o.chunk_times) == 6
+        ttft_ms = (o.chunk_times[0] - o.sent_s) * 1000
+        assert 80 <= ttft_ms < 80 + 60
+        gaps = np.diff(o.chunk_times) * 1000
+        assert 10 < float(np.median(gaps)) < 35
+        assert o.usage_completion_tokens == 6 and o.usage_prompt_tokens == 4
+
+
+def test_sending_never_waits_for_a_slow_server() -> None:
+    offsets = np.arange(30) * 0.05  # 20 req/s for 1.5 s, each answer takes 2 s
+    with run_stub_server(ttft_ms=2000) as server:
+        outcomes = send(offsets, options(server))
+        arrivals = np.array([r["arrival_s"] for r in server.stats()["requests"]])
+    late = np.array([(o.sent_s or 0) - o.scheduled_s for o in outcomes])
+    assert late.max() < 0.05  # every send on schedule, though 30 answers were outstanding
+    assert all(o.error_kind is None for o in outcomes)
+    # the server received them at the planned spacing, not one per answer
+    np.testing.assert_allclose(np.diff(arrivals), np.diff(offsets), atol=0.03)
+
+
+def test_failures_are_counted_by_kind_and_never_stop_the_run() -> None:
+    n = 30
+    expected: Counter[str] = Counter()
+    for i in range(1, n + 1):  # the stub's precedence: error, cut, silent cut, malformed
+        if i % 5 == 0:
+            expected["http_503"] += 1
+        elif i % 7 == 0:
+            expected["cut_stream"] += 1
+        elif i % 11 == 0:
+            expected["cut_stream_silent"] += 1
+        elif i % 13 == 0:
+            expected["malformed_stream"] += 1
+    with run_stub_server(
+        error_every=5, cut_every=7, silent_cut_every=11, malformed_every=13, itl_ms=1
+    ) as server:
+        # one at a time, so the server's arrival order is the send order
+        outcomes = send(np.arange(n) * 0.01, options(server, max_in_flight=1, on_cap="delay"))
+    got = Counter(o.error_kind for o in outcomes if o.error_kind)
+    assert got == expected
+    assert sum(1 for o in outcomes if o.error_kind is None) == n - sum(expected.values())
+
+
+def test_a_hung_request_times_out() -> None:
+    with run_stub_server(hang_every=2) as server:
+        outcomes = send([0.0, 0.05, 0.1], options(server, read_timeout_s=0.5))
+    assert [o.error_kind for o in outcomes] == [None, "timeout", None]
+
+
+def test_an_unreachable_server_is_a_connect_error() -> None:
+    opts = ClientOptions("http://127.0.0.1:9/v1/completions", "completions", 2, 2, 5, None, "drop")
+    outcomes = send([0.0], opts)
+    assert outcomes[0].error_kind == "connect_error"
+
+
+def test_cap_drop_counts_what_it_held_back() -> None:
+    offsets = np.arange(10) * 0.05
+    with run_stub_server(ttft_ms=400) as server:
+        dropped = send(offsets, options(server, max_in_flight=2, on_cap="drop"))
+        delayed = send(offsets, options(server, max_in_flight=2, on_cap="delay"))
+    kinds = Counter(o.error_kind for o in dropped)
+    assert kinds["dropped_cap"] >= 5 and kinds[None] == 10 - kinds["dropped_cap"]
+    assert all(o.sent_s is None for o in dropped if o.error_kind == "dropped_cap")
+    assert all(o.error_kind is None for o in delayed)
+    assert max((o.sent_s or 0) - o.scheduled_s for o in delayed) > 0.3  # late, and said so
+
+
+def _replay(server: StubServer, frame: Any, **changes: Any) -> Any:
+    trace = trace_sample(frame.lazy())
+    workload = Workload(trace, "growing conversations", "t")
+    values: dict[str, Any] = {
+        "endpoint": server.url,
+        "model": "stub-model",
+        "rates": [10.0],
+        "duration": 3.0,
+        "warmup": 0.0,
+        "max_in_flight": 1,  # one at a time: the server meets them in trace order
+        "on_cap": "delay",
+    }
+    config = settings(**{**values, **changes})
+    return run(workload, config, Deployment("vllm", "H100", 1))
+
+
+def test_the_server_cache_meets_the_replays_prefix_structure() -> None:
+    frame = growing_conversations(30, 4, extra_tokens=5, output_tokens=4)
+    with run_stub_server(block_size=16) as server:
+        result = _replay(server, frame)
+        totals = server.stats()["totals"]
+    sent = result.rates[0].requests
+    rows = sorted(sent.get_column("trace_row").to_list())
+    assert rows == list(range(30))  # 10 req/s × 3 s: each trace request once
+    predicted = capacity_curve(
+        sim_input(frame, latency_model=DEFAULTS.shape.latency),
+        DEFAULTS.simulation,
+        block_size=16,
+        replicas=1,
+        routing="round-robin",
+    )
+    assert totals["prompt_tokens"] == int(frame.get_column("prompt_tokens").sum())
+    assert totals["hit_tokens"] == predicted.max_hit_tokens > 0
+
+
+def test_missing_usage_and_short_answers_are_reported() -> None:
+    frame = growing_conversations(10, 2, extra_tokens=1, output_tokens=6)
+    with run_stub_server(usage="never", natural_length=3) as server:
+        plain = _replay(server, frame, length_control=[], duration=0.95)
+        asked = _replay(server, frame, length_control=["min_tokens"], duration=0.95)
+    for result, short in ((plain, 10), (asked, 0)):
+        rate = result.rates[0]
+        summary = rate_summary(rate.requests, rate.plan, interrupted=False)
+        assert summary["completed"] == 10 and summary["usage_reported"] == 0
+        assert summary["output_short"] == short
+        assert set(rate.requests.get_column("output_tokens_source")) == {"chunks"}
+        notes = " ".join(rate_notes(summary))
+        assert "carried no usage" in notes
+        assert ("shorter than the trace asked" in notes) == bool(short)
+
+
+def test_bodies_ask_for_the_trace_lengths() -> None:
+    import json
+
+    frame = growing_conversations(4, 2, extra_tokens=5, output_tokens=7)
+    trace = trace_sample(frame.lazy())
+    plan = plan_rate(
+        trace, kind="poisson", rate_rps=2, duration_s=2, warmup_s=0, burstiness=1, seed=3
+    )
+    chat = settings(api="chat", length_control=["ignore_eos"], include_usage=False)
+    body = json.loads(bodies_for(trace, plan, chat, "m")(0))
+    assert body["max_tokens"] == 7 and body["ignore_eos"] is True and body["model"] == "m"
+    assert "min_tokens" not in body and "stream_options" not in body
+    assert len(body["messages"][0]["content"].split()) == int(
+        trace.prompt_tokens[plan.trace_rows[0]]
+    )
+
+
+def test_request_frame_definitions() -> None:
+    trace = trace_sample(growing_conversations(2, 1, extra_tokens=0, output_tokens=3).lazy())
+    plan = plan_rate(
+        trace, kind="poisson", rate_rps=1, duration_s=2, warmup_s=0, burstiness=1, seed=0
+    )
+    outcome = Outcome(index=0, scheduled_s=1.0, sent_s=1.002, chunk_times=[1.1, 1.13, 1.17])
+    outcome.end_s, outcome.finish_reason = 1.2, "length"
+    row = request_frame(plan, trace, [outcome]).row(0, named=True)
+    assert row["late_ms"] == pytest.approx(2.0)
+    assert row["ttft_ms"] == pytest.approx(98.0)
+    assert row["e2e_ms"] == pytest.approx(198.0)
+    assert row["itl_ms"] == pytest.approx([30.0, 40.0])
+    assert row["output_tokens"] == 3 and row["output_tokens_source"] == "chunks"
+    assert row["tpot_ms"] == pytest.approx((198.0 - 98.0) / 2)
