@@ -11,9 +11,14 @@ import sys
 import time
 from pathlib import Path
 
+import dagster as dg
 import polars as pl
 import pytest
+import yaml
 
+from assets.bench import ASSETS as BENCH_ASSETS
+from assets.bench import CHECKS as BENCH_CHECKS
+from assets.resources import EnginefitStore
 from pipeline.cli import main
 from pipeline.config import load_config
 from pipeline.ingest.stage import read_requests
@@ -29,21 +34,27 @@ def test_mooncake_replay_feeds_the_bench_stage(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     config = bundled_config(tmp_path, "lt")
+    # the results folder the bench assets read, where loadtest.out_dir (default bench-results,
+    # beside the configuration) puts each run
+    raw = yaml.safe_load(config.read_text())
+    raw["bench"]["results"] = [str(tmp_path / "bench-results")]
+    config.write_text(yaml.safe_dump(raw))
+    (tmp_path / "bench-results").mkdir()
     for command in ("ingest", "shape", "prefix"):
         assert main([command, "--config", str(config)]) == 0
-    out = tmp_path / "run"
     with run_stub_server(block_size=512, model="tiny") as server:
         code = main(
             [
                 "loadtest", "--config", str(config), "--endpoint", server.url, "--model", "tiny",
                 "--rates", "4", "--duration", "3s", "--warmup", "0.5s",
-                "--max-in-flight", "1", "--on-cap", "delay", *DEPLOYMENT, "--out", str(out),
+                "--max-in-flight", "1", "--on-cap", "delay", *DEPLOYMENT,
             ]
         )  # fmt: skip
         totals = server.stats()["totals"]
     assert code == 0
     printed = capsys.readouterr()
     assert "enginefit loadtest: configuration:" in printed.err  # says what it used
+    (out,) = (tmp_path / "bench-results").glob("loadtest-vllm-*")
     assert f"wrote {out}" in printed.out and "enginefit bench" in printed.out
     requests = pl.read_parquet(out / "loadtest-requests.parquet")
     sent = requests.height
@@ -68,14 +79,21 @@ def test_mooncake_replay_feeds_the_bench_stage(
     assert result["model_id"] == "tiny" and len(result["ttfts"]) == sent - warm
     record = json.loads((out / "loadtest-run.json").read_text())
     assert record["rates"][0]["warmup"] == warm and not record["interrupted"]
-    # `enginefit bench` reads the folder with no extra step and knows it is the team's traffic
-    assert main(["bench", str(out), "--workload-facts", str(layout.root), "--json"]) == 0
-    analysis = json.loads(capsys.readouterr().out)
     points = pl.read_parquet(out / "loadtest-points.parquet")
     assert points.height == 1 and points.item(0, "dataset") == "enginefit-trace"
     assert points.item(0, "workload") == "mooncake-conversation"
-    prefix = [f for f in analysis["findings"] if f["check"] == "prefix_structure"]
-    assert prefix[0]["status"] == "ok" and "enginefit loadtest" in prefix[0]["message"]
+    # the bench assets read the configured results folder with no extra step, and the
+    # validity checks know it is the team's own traffic
+    assert dg.materialize(
+        [*BENCH_ASSETS, *BENCH_CHECKS],
+        resources={"store": EnginefitStore(config_path=str(config))},
+        raise_on_error=True,
+    ).success
+    loaded = pl.read_parquet(layout.bench.load_points)
+    assert loaded.get_column("dataset").to_list() == ["enginefit-trace"]
+    findings = pl.read_parquet(layout.bench.findings).filter(pl.col("check") == "prefix_structure")
+    assert findings.item(0, "status") == "ok"
+    assert "enginefit loadtest" in findings.item(0, "message")
 
 
 def _canonical(tmp_path: Path) -> Path:

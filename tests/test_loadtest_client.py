@@ -201,3 +201,40 @@ def test_request_frame_definitions() -> None:
     assert row["itl_ms"] == pytest.approx([30.0, 40.0])
     assert row["output_tokens"] == 3 and row["output_tokens_source"] == "chunks"
     assert row["tpot_ms"] == pytest.approx((198.0 - 98.0) / 2)
+
+
+def test_the_result_file_offers_the_rate_of_its_measured_window(tmp_path: Any) -> None:
+    import datetime as dt
+    import json
+
+    from pipeline.bench.readers import read_bench_files
+    from pipeline.loadtest.compute import vllm_result
+
+    trace = trace_sample(growing_conversations(8, 2, extra_tokens=0, output_tokens=3).lazy())
+    plan = plan_rate(
+        trace, kind="poisson", rate_rps=2, duration_s=3, warmup_s=0, burstiness=1, seed=0
+    )
+    schedule = [0.0, 0.1, 0.2, 2.0]  # a burst: 3 gaps over 2 s offer 1.5 req/s, whatever "2"
+    outcomes = []
+    for i, t in enumerate(schedule):
+        o = Outcome(index=i, scheduled_s=t, sent_s=t, chunk_times=[t + 0.1, t + 0.2, t + 0.3])
+        o.end_s, o.finish_reason, o.usage_completion_tokens = t + 0.3, "length", 3
+        outcomes.append(o)
+    frame = request_frame(plan, trace, outcomes)
+    started = dt.datetime(2026, 11, 30, tzinfo=dt.UTC)
+    result = vllm_result(
+        frame, model="m", api="completions", rate_rps=2.0, burstiness=1.0, max_in_flight=None,
+        started=started,
+    )  # fmt: skip
+    assert result["request_rate"] == 1.5 and result["num_prompts"] == 4
+    assert result["duration"] == pytest.approx(2.3) and result["total_output_tokens"] == 12
+    assert result["mean_ttft_ms"] == pytest.approx(100.0)
+    assert result["p99_itl_ms"] == pytest.approx(100.0)
+    path = tmp_path / "vllm-2qps.json"
+    path.write_text(json.dumps(result))
+    point = read_bench_files(
+        [path], manifest={"engine": "vllm", "gpu_type": "H100", "gpu_count": 1}
+    ).load_points.row(0, named=True)
+    assert point["offered_rate_rps"] == 1.5
+    assert point["achieved_rate_rps"] == pytest.approx(1.5)  # on schedule: the two agree
+    assert point["load_mode"] == "open" and point["completed"] == 4

@@ -36,9 +36,7 @@ def test_trace_arrivals_keep_the_pattern_at_the_target_rate() -> None:
 
 def test_trace_arrivals_need_two_distinct_times() -> None:
     with pytest.raises(InputFormatError, match="--arrivals poisson"):
-        plan_offsets(
-            "trace", rate_rps=1, horizon_s=10, burstiness=1, seed=0, arrival_s=np.zeros(5)
-        )
+        plan_offsets("trace", rate_rps=1, horizon_s=10, burstiness=1, seed=0, arrival_s=np.zeros(5))
 
 
 @pytest.mark.parametrize(("kind", "cv"), [("poisson", 1.0), ("gamma", 3.0), ("gamma", 0.5)])
@@ -139,3 +137,18 @@ def test_loadtest_section_is_strict() -> None:
         config_from_mapping({"loadtest": {"duration": "two minutes"}})
     with pytest.raises(ConfigError, match=r"loadtest\.length_control"):
         config_from_mapping({"loadtest": {"length_control": ["ignore_eos", "stop"]}})
+
+
+def test_the_plan_says_when_several_models_become_one(capsys: pytest.CaptureFixture[str]) -> None:
+    from pipeline.config import default_config
+    from pipeline.loadtest.present import plan_lines
+    from pipeline.loadtest.stage import plan_rates
+
+    frame = growing_conversations(6, 2, extra_tokens=1, output_tokens=3).with_columns(
+        model=pl.Series(["m1", "m2"] * 3), lora_adapter=pl.Series([None, None, "sql"] * 2)
+    )
+    trace = trace_sample(frame.lazy())
+    assert trace.served_as == ("m1", "m1+sql", "m2", "m2+sql")
+    settings = default_config().loadtest.replace(rates=[1.0], duration=5.0)
+    text = "\n".join(plan_lines(trace, plan_rates(trace, settings), settings))
+    assert "served as 4 models/adapters (m1, m1+sql, m2, m2+sql)" in text

@@ -130,6 +130,14 @@ def peak_in_flight(sent_s: np.ndarray, end_s: np.ndarray) -> int:
     return int(np.cumsum(events[order, 1]).max())
 
 
+def window_rate(times_s: np.ndarray) -> float | None:
+    """(n − 1) ÷ (last − first): the rate of a run of sends, the estimator the bench stage
+    applies to send times (:func:`pipeline.bench.readers.vllm.send_rate`)."""
+    if times_s.size < 2 or times_s.max() <= times_s.min():
+        return None
+    return float((times_s.size - 1) / (times_s.max() - times_s.min()))
+
+
 def rate_summary(requests: pl.DataFrame, plan: RatePlan, *, interrupted: bool) -> dict[str, Any]:
     """The figures of one rate that a person reads first (warm-up excluded)."""
     measured = requests.filter(~pl.col("warmup"))
@@ -137,12 +145,6 @@ def rate_summary(requests: pl.DataFrame, plan: RatePlan, *, interrupted: bool) -
     done = measured.filter(pl.col("ok"))
     errors = Counter(measured.get_column("error_kind").drop_nulls().to_list())
     late = sent.get_column("late_ms").to_numpy()
-    sends = sent.get_column("sent_s").to_numpy()
-    achieved = (
-        (sends.size - 1) / float(sends.max() - sends.min())
-        if sends.size > 1 and sends.max() > sends.min()
-        else None
-    )
     gaps = np.concatenate(
         [np.asarray(g, dtype=np.float64) for g in done.get_column("itl_ms").to_list()]
         or [np.zeros(0)]
@@ -163,7 +165,8 @@ def rate_summary(requests: pl.DataFrame, plan: RatePlan, *, interrupted: bool) -
         "errors": dict(sorted(errors.items())),
         "interrupted": interrupted,
         "arrival_cv": None if math.isnan(plan.arrival_cv) else plan.arrival_cv,
-        "achieved_send_rate_rps": achieved,
+        "offered_rate_rps": window_rate(measured.get_column("scheduled_s").to_numpy()),
+        "achieved_send_rate_rps": window_rate(sent.get_column("sent_s").to_numpy()),
         "late_ms": {
             "p50": _pct(late, 50),
             "p99": _pct(late, 99),
@@ -225,6 +228,7 @@ def vllm_result(
     output_tokens = done.get_column("output_tokens")
     total_in, total_out = int(input_tokens.sum()), int(output_tokens.sum())
     endpoint = "openai-chat" if api == "chat" else "openai"
+    offered = window_rate(measured.get_column("scheduled_s").to_numpy())
     out: dict[str, Any] = {
         "date": started.strftime("%Y%m%d-%H%M%S"),
         "endpoint_type": endpoint,
@@ -233,7 +237,12 @@ def vllm_result(
         "model_id": model,
         "tokenizer_id": model,
         "num_prompts": measured.height,
-        "request_rate": rate_rps,
+        # The rate the schedule offered during the measured sends, by the estimator the bench
+        # stage applies to the actual send times: on schedule, the two agree exactly. A bursty
+        # trace offers its target rate only over its whole pattern, not over every window.
+        # Six significant digits: float noise in the offsets must not make two runs of one
+        # schedule two different loads.
+        "request_rate": float(f"{offered:.6g}") if offered is not None else rate_rps,
         "burstiness": burstiness,
         "max_concurrency": max_in_flight,
         "duration": duration,

@@ -139,6 +139,7 @@ class TraceSample:
     block_size: int
     hashes_known: bool  # any request carries block identities
     output_filled: int  # requests whose output length was not logged (given the median)
+    served_as: tuple[str, ...] = ()  # the distinct model / LoRA adapter names logged
 
     @property
     def requests(self) -> int:
@@ -172,6 +173,10 @@ def trace_sample(requests: pl.LazyFrame, *, limit: int | None = None) -> TraceSa
         .otherwise(pl.lit([], dtype=pl.List(pl.UInt64)))
         .alias("hashes"),
         "hashes_known",
+        pl.when(pl.col("lora_adapter").is_null())
+        .then(pl.col("model").fill_null(""))
+        .otherwise(pl.concat_str(pl.col("model").fill_null("?"), pl.lit("+"), "lora_adapter"))
+        .alias("served_as"),
     ).collect()
     if frame.height == 0:
         raise InputFormatError("the workload has no requests to replay")
@@ -201,6 +206,7 @@ def trace_sample(requests: pl.LazyFrame, *, limit: int | None = None) -> TraceSa
         block_size=int(sizes[0]) if sizes.len() else 16,
         hashes_known=bool(frame.get_column("hashes_known").any()),
         output_filled=outputs.null_count(),
+        served_as=tuple(sorted(n for n in frame.get_column("served_as").unique().to_list() if n)),
     )
 
 

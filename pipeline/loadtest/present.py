@@ -28,6 +28,12 @@ def plan_lines(trace: TraceSample, plans: Sequence[RatePlan], settings: Any) -> 
             f"  {trace.output_filled:,} requests log no output length: they ask for the median, "
             f"{int(np.median(outputs))} tokens"
         )
+    if len(trace.served_as) > 1:
+        lines.append(
+            f"  the trace was served as {len(trace.served_as)} models/adapters "
+            f"({', '.join(trace.served_as[:4])}{' …' if len(trace.served_as) > 4 else ''}): "
+            "every request goes to --model, so their separate caches become one"
+        )
     rows = [
         [
             f"{p.rate_rps:g}",
@@ -65,6 +71,7 @@ def summary_lines(record: Mapping[str, Any]) -> list[str]:
     rows = [
         [
             f"{s['rate_rps']:g}",
+            cell(s["offered_rate_rps"], 3),
             cell(s["achieved_send_rate_rps"], 3),
             _ms(s["late_ms"], "p99"),
             f"{s['completed']:,}/{s['measured']:,}",
@@ -75,10 +82,23 @@ def summary_lines(record: Mapping[str, Any]) -> list[str]:
         ]
         for s in rates
     ]
-    lines = ["summary (warm-up excluded; times in ms):"]
+    lines = [
+        "summary (warm-up excluded; times in ms; offered/s and sent/s: (n − 1) ÷ (last − first) "
+        "of the measured sends, planned and actual):"
+    ]
     lines += text_table(
         rows,
-        ["req/s", "sent/s", "late p99", "completed", "failed", "TTFT p95", "ITL p99", "e2e p99"],
+        [
+            "req/s",
+            "offered/s",
+            "sent/s",
+            "late p99",
+            "completed",
+            "failed",
+            "TTFT p95",
+            "ITL p99",
+            "e2e p99",
+        ],
     )
     for s in rates:
         lines += [f"  {s['rate_rps']:g} req/s: {note}" for note in rate_notes(s)]
@@ -103,6 +123,13 @@ def rate_notes(summary: Mapping[str, Any]) -> list[str]:
         )
     if summary["output_long"]:
         notes.append(f"{summary['output_long']:,} answers were longer than max_tokens")
+    offered = summary.get("offered_rate_rps")
+    if offered is not None and abs(offered / summary["rate_rps"] - 1.0) > 0.1:
+        notes.append(
+            f"the schedule offered {offered:.3g} req/s during the measured sends, not "
+            f"{summary['rate_rps']:g} (arrival bursts; a longer --duration evens them out): "
+            "the result file and the bench stage use the rate offered"
+        )
     late = summary["late_ms"].get("p99")
     if late is not None and late > 5.0:
         notes.append(
