@@ -47,6 +47,8 @@ def test_mooncake_replay_feeds_the_bench_stage(
             [
                 "loadtest", "--config", str(config), "--endpoint", server.url, "--model", "tiny",
                 "--rates", "4", "--duration", "3s", "--warmup", "0.5s",
+                # the sample's timestamps are bucketed to ~3 s: its own gaps are no schedule
+                "--arrivals", "poisson",
                 "--max-in-flight", "1", "--on-cap", "delay", *DEPLOYMENT,
             ]
         )  # fmt: skip
@@ -102,7 +104,8 @@ def _canonical(tmp_path: Path) -> Path:
     return path
 
 
-def test_ctrl_c_keeps_what_was_measured(tmp_path: Path) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_keeps_what_was_measured(tmp_path: Path, signum: int) -> None:
     trace, out = _canonical(tmp_path), tmp_path / "run"
     with run_stub_server(ttft_ms=300) as server:
         proc = subprocess.Popen(
@@ -115,10 +118,10 @@ def test_ctrl_c_keeps_what_was_measured(tmp_path: Path) -> None:
             env={**os.environ, "PYTHONPATH": str(REPO)},
         )  # fmt: skip
         time.sleep(4.0)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signum)
         _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr.decode()
-    assert b"Traceback" not in stderr and b"stopping" in stderr
+    assert b"Traceback" not in stderr and b"stopping, writing what was measured" in stderr
     record = json.loads((out / "loadtest-run.json").read_text())
     assert record["interrupted"] and record["rate_files"] == []  # a cut rate is no load point
     requests = pl.read_parquet(out / "loadtest-requests.parquet")
@@ -127,28 +130,87 @@ def test_ctrl_c_keeps_what_was_measured(tmp_path: Path) -> None:
     assert requests.height == record["rates"][0]["planned"]  # every planned send accounted for
 
 
-@pytest.mark.parametrize(
-    ("flags", "message"),
-    [
-        (["--rates", "0,1"], "--rates: "),
-        (["--duration", "soon"], "--duration: "),
-        (["--api", "grpc"], "--api"),
-        (["--engine", "vllm"], "--gpu-type, --gpu-count required"),
-        (["--endpoint", "localhost:8000"], "--endpoint 'localhost:8000': expected an http(s) URL"),
-        (["--endpoint", "http://127.0.0.1:9/v1"], "cannot reach the server"),
-    ],
-)
-def test_wrong_input_is_one_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], message: str
+WRONG_INPUT = [
+    (["--rates", "0,1"], "--rates: "),
+    (["--rates", "0.3333333,0.33333334"], "listed twice"),
+    (["--duration", "soon"], "--duration: "),
+    (["--api", "grpc"], "--api"),
+    (["--engine", "vllm"], "--gpu-type, --gpu-count required"),
+    (["--engine", ""], "--engine must not be empty"),
+    (["--gpu-count", "0"], "--gpu-count must be a whole number from 1"),
+    (["--price", "-3"], "--price must be a finite price"),
+    (["--endpoint", "localhost:8000"], "--endpoint 'localhost:8000': expected an http(s) URL"),
+    (["--endpoint", "http://127.0.0.1:99999/v1"], "a port is 1 to 65535"),
+    (["--endpoint", "http://alice:pw@127.0.0.1:9/v1"], "credentials in the URL"),
+    (["--api-key-env", "ENGINEFIT_TEST_UNSET_VAR"], "that environment variable is not set"),
+    (["--rates", "0.01", "--duration", "1s", "--warmup", "60s"], "nothing would be measured"),
+]
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+@pytest.mark.parametrize(("flags", "message"), WRONG_INPUT)
+def test_wrong_input_is_one_line_before_anything_runs(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    flags: list[str],
+    message: str,
+    dry_run: bool,
 ) -> None:
-    base = ["--endpoint", "http://127.0.0.1:9", "--model", "m", *DEPLOYMENT]
-    if flags[0] == "--engine":
-        base = ["--endpoint", "http://127.0.0.1:9", "--model", "m"]
+    given = dict(zip(DEPLOYMENT[::2], DEPLOYMENT[1::2], strict=True))
+    if flags[0] == "--engine" and len(flags) == 2 and flags[1] == "vllm":
+        given = {}
+    for flag, value in zip(flags[::2], flags[1::2], strict=True):
+        given[flag] = value
+    argv = ["--endpoint", "http://127.0.0.1:9", "--model", "m"]
+    argv += [x for item in given.items() for x in item if item[0] not in flags[::2]]
+    argv += flags + (["--dry-run"] if dry_run else [])
     with pytest.raises(SystemExit) as exc:
-        raise SystemExit(main(["loadtest", str(_canonical(tmp_path)), *base, *flags]))
+        raise SystemExit(main(["loadtest", str(_canonical(tmp_path)), *argv]))
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert message in err[-1] and "Traceback" not in "\n".join(err)
+    assert "replaying" not in "\n".join(err)  # refused before anything was sent
+
+
+def test_a_server_that_is_down_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["loadtest", str(_canonical(tmp_path)), "--endpoint", "http://127.0.0.1:9/v1"]
+    assert main([*argv, "--model", "m", *DEPLOYMENT]) == 2
+    assert "cannot reach the server" in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_a_run_where_nothing_completes_says_why_and_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "run"
+    with run_stub_server(error_every=1, error_status=422) as server:
+        code = main(
+            [
+                "loadtest", str(_canonical(tmp_path)), "--endpoint", server.url,
+                "--model", "stub-model", "--rates", "10", "--duration", "1s", "--warmup", "0",
+                *DEPLOYMENT, "--out", str(out),
+            ]
+        )  # fmt: skip
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "requests failed as http_422" in err and "--length-control ''" in err
+    record = json.loads((out / "loadtest-run.json").read_text())
+    assert record["rates"][0]["completed"] == 0 and record["rates"][0]["errors"]["http_422"] > 0
+    assert "NaN" not in (out / "vllm-10qps.json").read_text()  # strict JSON, even with no answer
+
+
+def test_runs_started_in_the_same_second_get_their_own_folders(tmp_path: Path) -> None:
+    import datetime as dt
+
+    from pipeline.loadtest.stage import Deployment, claim_folder, run_folder
+
+    started = dt.datetime(2026, 11, 30, 8, 0, 0, tzinfo=dt.UTC)
+    first = run_folder(tmp_path, Deployment("vllm", "H100", 1), started)
+    claim_folder(first)
+    second = run_folder(tmp_path, Deployment("vllm", "H100", 1), started)
+    assert first.root.name == "loadtest-vllm-20261130-080000"
+    assert second.root.name == "loadtest-vllm-20261130-080000-2"
 
 
 def test_an_existing_folder_is_never_written_into(
@@ -168,6 +230,7 @@ def test_dry_run_prints_the_plan_and_sends_nothing(
 ) -> None:
     trace = _canonical(tmp_path)
     argv = ["loadtest", str(trace), "--rates", "2,4", "--duration", "5s", "--dry-run"]
+    argv += ["--endpoint", "http://127.0.0.1:9/v1", "--model", "m", *DEPLOYMENT]
     assert main(argv) == 0
     err = capsys.readouterr().err
     assert "40 requests loaded" in err and "hashed prompt blocks of 16 tokens" in err

@@ -238,3 +238,35 @@ def test_the_result_file_offers_the_rate_of_its_measured_window(tmp_path: Any) -
     assert point["offered_rate_rps"] == 1.5
     assert point["achieved_rate_rps"] == pytest.approx(1.5)  # on schedule: the two agree
     assert point["load_mode"] == "open" and point["completed"] == 4
+
+
+def test_error_bodies_keep_what_went_wrong_not_what_they_echo() -> None:
+    from pipeline.loadtest.client import error_message
+
+    fastapi_422 = (
+        '{"detail": [{"type": "extra_forbidden", "loc": ["body", "ignore_eos"], '
+        '"msg": "Extra inputs are not permitted", "input": "secret prompt words"}]}'
+    )
+    assert error_message(fastapi_422) == "body.ignore_eos: Extra inputs are not permitted"
+    openai = '{"error": {"message": "model not found", "type": "NotFoundError", "code": 404}}'
+    assert error_message(openai) == "NotFoundError; 404; model not found"
+    assert error_message("<html>secret prompt words</html>") == "a non-JSON body of 32 characters"
+
+
+def test_anything_the_client_raises_fails_that_request_only() -> None:
+    with run_stub_server() as server:
+        # aiohttp refuses an Authorization header beside credentials in the URL (ValueError)
+        url = server.url.replace("http://", "http://u:p@") + "/completions"
+        opts = options(server, url=url, headers={"Authorization": "Bearer x"})
+        outcomes = send([0.0, 0.05], opts)
+    assert [o.error_kind for o in outcomes] == ["client_error", "client_error"]
+    assert all("ValueError" in (o.error_detail or "") for o in outcomes)
+
+
+def test_a_malformed_line_is_measured_never_kept() -> None:
+    with run_stub_server(malformed_every=1) as server:
+        (outcome,) = send([0.0], options(server))
+    assert outcome.error_kind == "malformed_stream"
+    assert "tok" not in (outcome.error_detail or "") and "bytes is not JSON" in (
+        outcome.error_detail or ""
+    )

@@ -152,3 +152,38 @@ def test_the_plan_says_when_several_models_become_one(capsys: pytest.CaptureFixt
     settings = default_config().loadtest.replace(rates=[1.0], duration=5.0)
     text = "\n".join(plan_lines(trace, plan_rates(trace, settings), settings))
     assert "served as 4 models/adapters (m1, m1+sql, m2, m2+sql)" in text
+
+
+def test_a_rates_schedule_does_not_depend_on_the_other_rates() -> None:
+    from pipeline.config import default_config
+    from pipeline.loadtest.stage import plan_rates, read_workload
+
+    frame = growing_conversations(400, 7, extra_tokens=1, output_tokens=3)
+    # irregular gaps, so a different window would scale differently
+    frame = frame.with_columns(
+        arrival=pl.col("arrival") + pl.duration(milliseconds=(pl.int_range(400) ** 2) % 977)
+    )
+    alone = default_config().loadtest.replace(rates=[2.0], duration=10.0, warmup=2.0)
+    with_fast = alone.replace(rates=[2.0, 50.0])
+    a = plan_rates(read_workload(frame.lazy(), alone, label="t", name=None).trace, alone)[0]
+    b = plan_rates(read_workload(frame.lazy(), with_fast, label="t", name=None).trace, with_fast)[0]
+    np.testing.assert_array_equal(a.offsets_s, b.offsets_s)
+    assert a.offsets_s.size == pytest.approx(24, abs=2)  # 2 req/s over 12 s
+
+
+def test_bucketed_timestamps_are_warned_about() -> None:
+    from pipeline.config import default_config
+    from pipeline.loadtest.present import plan_lines, plan_problems
+    from pipeline.loadtest.stage import plan_rates
+
+    frame = growing_conversations(60, 3, extra_tokens=1, output_tokens=3).with_columns(
+        arrival=pl.col("arrival").dt.truncate("10s")  # 6 buckets of 10 requests
+    )
+    trace = trace_sample(frame.lazy())
+    settings = default_config().loadtest.replace(rates=[1.0], duration=50.0, warmup=0.0)
+    plans = plan_rates(trace, settings)
+    assert plans[0].trace_instants == 5  # 50 sends replay rows 0-49: five buckets
+    text = "\n".join(plan_lines(trace, plans, settings))
+    assert "only 5 distinct instant(s)" in text and "--arrivals poisson" in text
+    short = settings.replace(duration=1.0, warmup=60.0)
+    assert "nothing would be measured" in plan_problems(plan_rates(trace, short))[0]

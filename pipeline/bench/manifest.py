@@ -205,10 +205,10 @@ def resolve_manifest(
             f"with --manifest FILE (configuration key bench.manifest) with keys "
             f"{', '.join(REQUIRED_KEYS)}"
         )
-    return _validate(merged, " + ".join(sources) or "<none>")
+    return validate_manifest(merged, " + ".join(sources) or "<none>")
 
 
-def _validate(values: Mapping[str, Any], source: str) -> BenchManifest:
+def validate_manifest(values: Mapping[str, Any], source: str) -> BenchManifest:
     def fail(key: str, why: str) -> BenchManifestError:
         return BenchManifestError(f"{source}: manifest key '{key}' {why} (got {values[key]!r})")
 

@@ -555,6 +555,8 @@ def slo_capacity(
         passes_above_fail=_fmt_load(load.filter((status == "pass") & (load > first_fail))).str.join(
             ", "
         ),
+        # the price shown when no point passed: the candidate's manifest price, not the default
+        candidate_price=pl.col("price_per_gpu_hour_usd").drop_nulls().first(),
     )
     summary = summary.with_columns(
         passes_above_fail=pl.when(pl.col("passes_above_fail") == "")
@@ -610,8 +612,13 @@ def slo_capacity(
             **{f"fail__{c}": pl.col(c) for c in _slo_value_columns(frame, slo)},
         )
     )
-    out = summary.join(cap_rows, on=by, how="left", nulls_equal=True).join(
-        fail_rows, on=by, how="left", nulls_equal=True
+    out = (
+        summary.join(cap_rows, on=by, how="left", nulls_equal=True)
+        .join(fail_rows, on=by, how="left", nulls_equal=True)
+        .with_columns(
+            price_per_gpu_hour_usd=pl.coalesce("price_per_gpu_hour_usd", "candidate_price")
+        )
+        .drop("candidate_price")
     )
     out = out.with_columns(
         capacity_status=pl.when(pl.col("sweep") == "other")

@@ -16,13 +16,21 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from pipeline.bench.manifest import BenchManifestError, validate_manifest
 from pipeline.cli_common import add_config_argument, add_trace_arguments, command_config
 from pipeline.errors import ConfigError
 from pipeline.layout import LoadtestRunPaths
 from pipeline.loadtest import stage
 from pipeline.loadtest.config import LoadtestSettings
-from pipeline.loadtest.present import plan_lines, rate_line, summary_lines
+from pipeline.loadtest.present import (
+    nothing_completed,
+    plan_lines,
+    plan_problems,
+    rate_line,
+    summary_lines,
+)
 
+DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 #: Flags that override a ``loadtest`` key of the configuration (flag dest → key).
 SETTING_FLAGS = {
     "endpoint": "endpoint",
@@ -63,7 +71,7 @@ def register(subparsers: Any) -> None:
     server.add_argument(
         "--api-key-env",
         metavar="VAR",
-        default="OPENAI_API_KEY",
+        default=DEFAULT_KEY_ENV,
         help="environment variable holding a bearer token, if set (default OPENAI_API_KEY); "
         "never written anywhere",
     )
@@ -123,10 +131,24 @@ def resolve_settings(args: argparse.Namespace, configured: LoadtestSettings) -> 
         key = str(error["loc"][0]) if error["loc"] else "?"
         what = str(error["msg"]).removeprefix("Value error, ")
         source = _flag(key) if key in changes else f"loadtest.{key}"
-        raise ConfigError(f"{source}: {what} (got {error.get('input')!r})") from exc
+        got = f" (got {error.get('input')!r})" if "got" not in what else ""
+        raise ConfigError(f"{source}: {what}{got}") from exc
+
+
+#: Manifest key → the flag that sets it (for messages).
+_DEPLOYMENT_FLAGS = {
+    "engine": "--engine",
+    "gpu_type": "--gpu-type",
+    "gpu_count": "--gpu-count",
+    "engine_version": "--engine-version",
+    "quantization": "--quantization",
+    "price_per_gpu_hour_usd": "--price",
+}
 
 
 def deployment_from(args: argparse.Namespace) -> stage.Deployment:
+    """The deployment under test, validated by the bench manifest's own rules before anything
+    is sent (a value the bench stage would refuse must not cost a whole sweep)."""
     missing = [
         _flag(name) for name in ("engine", "gpu_type", "gpu_count") if getattr(args, name) is None
     ]
@@ -136,18 +158,47 @@ def deployment_from(args: argparse.Namespace) -> stage.Deployment:
             "sidecar manifest `enginefit bench` needs (e.g. --engine vllm --gpu-type H100-80GB "
             "--gpu-count 1)"
         )
-    if args.gpu_count <= 0:
-        raise ConfigError(f"--gpu-count: a whole number ≥ 1, got {args.gpu_count}")
-    if args.price is not None and not 0 <= args.price < 1e6:
-        raise ConfigError(f"--price: $ per GPU-hour, ≥ 0, got {args.price}")
+    values = {
+        "engine": args.engine,
+        "gpu_type": args.gpu_type,
+        "gpu_count": args.gpu_count,
+        "engine_version": args.engine_version,
+        "quantization": args.quantization,
+        "price_per_gpu_hour_usd": args.price,
+    }
+    try:
+        checked = validate_manifest({k: v for k, v in values.items() if v is not None}, "flags")
+    except BenchManifestError as exc:
+        text = str(exc).removeprefix("flags: ")
+        for key, flag in _DEPLOYMENT_FLAGS.items():
+            text = text.replace(f"manifest key '{key}'", flag)
+        raise ConfigError(text) from exc
     return stage.Deployment(
-        engine=args.engine,
-        gpu_type=args.gpu_type,
-        gpu_count=args.gpu_count,
-        engine_version=args.engine_version,
-        quantization=args.quantization,
-        price_per_gpu_hour_usd=args.price,
+        engine=checked.engine,
+        gpu_type=checked.gpu_type,
+        gpu_count=checked.gpu_count,
+        engine_version=checked.engine_version,
+        quantization=checked.quantization,
+        price_per_gpu_hour_usd=checked.price_per_gpu_hour_usd,
     )
+
+
+def api_headers(args: argparse.Namespace) -> dict[str, str] | None:
+    """A bearer token from the named environment variable; a variable named on purpose but
+    unset is an error (the default, OPENAI_API_KEY, may be unset)."""
+    token = os.environ.get(args.api_key_env) if args.api_key_env else None
+    if token is None and args.api_key_env != DEFAULT_KEY_ENV:
+        raise ConfigError(f"--api-key-env {args.api_key_env}: that environment variable is not set")
+    return {"Authorization": f"Bearer {token}"} if token else None
+
+
+def check_target(settings: LoadtestSettings) -> None:
+    """Endpoint and model: present and well formed (the server is asked only when running)."""
+    if settings.endpoint is None:
+        raise ConfigError("--endpoint URL required (or loadtest.endpoint): the server to load")
+    if settings.model is None:
+        raise ConfigError("--model NAME required (or loadtest.model): the model the server serves")
+    stage.endpoint_url(settings.endpoint, settings.api)
 
 
 def _progress_factory(bars: list[Any]) -> stage.ProgressFactory | None:
@@ -170,7 +221,14 @@ def _progress_factory(bars: list[Any]) -> stage.ProgressFactory | None:
 
 def run_loadtest(args: argparse.Namespace) -> int:
     config = command_config(args, paths=args.paths)
+    # Everything a person can get wrong is checked before the trace is read or a byte is sent,
+    # in a dry run too.
     settings = resolve_settings(args, config.loadtest)
+    check_target(settings)
+    deployment = deployment_from(args)
+    headers = api_headers(args)
+    if args.out is not None:
+        stage.check_new_folder(args.out)
     if args.paths:
         from pipeline.cli_common import adhoc_requests
 
@@ -178,19 +236,17 @@ def run_loadtest(args: argparse.Namespace) -> int:
     else:
         from pipeline.ingest.stage import read_requests
 
-        layout = config.layout()
-        requests, label = read_requests(layout), config.require_workload().name
+        requests, label = read_requests(config.layout()), config.require_workload().name
         name = label
     workload = stage.read_workload(requests, settings, label=label, name=name)
     plans = stage.plan_rates(workload.trace, settings)
     for line in plan_lines(workload.trace, plans, settings):
         print(line, file=sys.stderr)
+    problems = plan_problems(plans)
+    if problems:
+        raise ConfigError(problems[0])
     if args.dry_run:
         return 0
-    deployment = deployment_from(args)
-    if args.out is not None:
-        stage.check_new_folder(args.out)  # before anything is sent
-    token = os.environ.get(args.api_key_env) if args.api_key_env else None
     bars: list[Any] = []
     print(
         f"replaying {workload.label} against {stage.public_url(settings.endpoint or '')} "
@@ -202,7 +258,7 @@ def run_loadtest(args: argparse.Namespace) -> int:
         workload,
         settings,
         deployment,
-        headers={"Authorization": f"Bearer {token}"} if token else None,
+        headers=headers,
         progress=_progress_factory(bars),
         warn=lambda text: print(f"warning: {text}", file=sys.stderr),
     )
@@ -223,7 +279,11 @@ def run_loadtest(args: argparse.Namespace) -> int:
         print(f"read it with: enginefit bench {paths.root}")
     if result.interrupted:
         print(
-            "interrupted: the cut-short rate is kept in the per-request table only", file=sys.stderr
+            "interrupted: the cut-short rate is kept in the per-request table only",
+            file=sys.stderr,
         )
         return 130
+    if not any(s["completed"] for s in record["rates"]):
+        print(f"enginefit: no request completed: {nothing_completed(record)}", file=sys.stderr)
+        return 1
     return 0

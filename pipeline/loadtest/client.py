@@ -9,9 +9,11 @@ server's ``usage`` when it sends one, the finish reason, and how it failed.
 Failures never stop a run; each is one ``error_kind``:
 
 ``connect_error`` / ``connect_timeout``  no connection;
+``client_error``         anything else the HTTP client raised (a bad URL, a refused header…);
 ``timeout``              no byte for ``read_timeout`` seconds, or the whole request over
                          ``request_timeout``;
-``http_<status>``        a non-200 answer (its body, cut to 200 characters, in ``error_detail``);
+``http_<status>``        a non-200 answer (what its body says went wrong, in ``error_detail``:
+                         :func:`error_message`, never the request it may echo);
 ``not_streamed``         a 200 answer that is not an event stream;
 ``stream_error``         an ``error`` object inside the stream;
 ``malformed_stream``     a ``data:`` line that is not JSON;
@@ -75,6 +77,37 @@ def _detail(text: str) -> str:
     return one_line[:ERROR_DETAIL_CHARS]
 
 
+def error_message(body: str) -> str:
+    """What an error answer says went wrong, without what it echoes of the request.
+
+    Servers often quote the request back (pydantic/FastAPI 422s list each field's ``input``;
+    some messages quote the prompt), so only these parts are kept: an OpenAI-style
+    ``error.message`` / ``error.type`` / ``error.code``, or each FastAPI ``detail`` item's
+    ``loc`` and ``msg``; a body that is not JSON is only measured, never kept.
+    """
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        return f"a non-JSON body of {len(body)} characters"
+    parts: list[str] = []
+    error = payload.get("error") if isinstance(payload, dict) else None
+    if isinstance(error, dict):
+        parts += [str(error[k]) for k in ("type", "code", "message") if error.get(k) is not None]
+    elif isinstance(error, str):
+        parts.append(error)
+    detail = payload.get("detail") if isinstance(payload, dict) else None
+    if isinstance(detail, list):
+        for item in detail:
+            if isinstance(item, dict):
+                where = ".".join(str(x) for x in item.get("loc", []))
+                parts.append(f"{where}: {item.get('msg', '')}".strip(": "))
+    elif isinstance(detail, str):
+        parts.append(detail)
+    if isinstance(payload, dict) and isinstance(payload.get("message"), str):
+        parts.append(payload["message"])
+    return _detail("; ".join(parts)) if parts else "an error body without a message"
+
+
 def _int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -97,13 +130,14 @@ class _Stream:
         try:
             chunk = json.loads(payload)
         except ValueError:
-            self._fail("malformed_stream", f"not JSON: {payload[:60]!r}")
+            # the line may hold generated text: say what is wrong, never what it says
+            self._fail("malformed_stream", f"a data: line of {len(payload)} bytes is not JSON")
             return
         if not isinstance(chunk, dict):
             self._fail("malformed_stream", f"a chunk is a {type(chunk).__name__}, not an object")
             return
         if chunk.get("error"):
-            self._fail("stream_error", json.dumps(chunk["error"])[:ERROR_DETAIL_CHARS])
+            self._fail("stream_error", error_message(json.dumps({"error": chunk["error"]})))
             return
         choices = chunk.get("choices")
         if choices and isinstance(choices, list) and isinstance(choices[0], dict):
@@ -151,7 +185,8 @@ async def _send(
             outcome.http_status = resp.status
             if resp.status != 200:
                 text = (await resp.content.read(4096)).decode("utf-8", "replace")
-                outcome.error_kind, outcome.error_detail = f"http_{resp.status}", _detail(text)
+                outcome.error_kind = f"http_{resp.status}"
+                outcome.error_detail = error_message(text)
                 outcome.end_s = clock() - t0
                 return
             if not resp.content_type.startswith("text/event-stream"):
@@ -175,6 +210,8 @@ async def _send(
         stream._fail("client_error", _detail(f"{type(exc).__name__}: {exc}"))
     except asyncio.CancelledError:
         stream._fail("interrupted", "in flight when the run was stopped")
+    except Exception as exc:  # noqa: BLE001 - anything else fails this request, never the run
+        stream._fail("client_error", _detail(f"{type(exc).__name__}: {exc}"))
     stream.finish()
 
 

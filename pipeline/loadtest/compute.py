@@ -220,7 +220,7 @@ def vllm_result(
     gaps = [np.asarray(g, dtype=np.float64) / 1000.0 for g in done.get_column("itl_ms").to_list()]
     itl_s = np.concatenate(gaps) if gaps else np.zeros(0)
     sent = measured.get_column("sent_s").drop_nulls()
-    ends = (done.get_column("sent_s") + done.get_column("e2e_ms") / 1000.0).to_numpy()
+    ends = (done.get_column("sent_s") + done.get_column("e2e_ms") / 1000.0).drop_nulls().to_numpy()
     first = float(sent.min()) if sent.len() else 0.0  # type: ignore[arg-type]
     last = float(ends.max()) if ends.size else first
     duration = max(last - first, 1e-9)

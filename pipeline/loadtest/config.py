@@ -52,8 +52,9 @@ def parse_rates(value: Any) -> tuple[float, ...]:
         if not math.isfinite(rate) or not 0 < rate <= MAX_RATE_RPS:
             raise ValueError(f"a request rate is > 0 and ≤ {MAX_RATE_RPS:g} req/s, got {item!r}")
         rates.append(rate)
-    if len(set(rates)) != len(rates):
-        raise ValueError(f"a rate is listed twice in {value!r}")
+    # Rates name their result files to six significant digits (vllm-<rate>qps.json).
+    if len({f"{rate:g}" for rate in rates}) != len(rates):
+        raise ValueError(f"a rate is listed twice (to 6 significant digits) in {value!r}")
     return tuple(rates)
 
 

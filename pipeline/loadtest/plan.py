@@ -1,7 +1,8 @@
 """What a load test sends, and when: pure functions from the workload's canonical table.
 
-**Arrivals.** ``trace``: the trace's own inter-arrival gaps, in trace order, scaled so their
-mean rate is the target rate (the burst pattern is kept, its tempo changed); when the run is
+**Arrivals.** ``trace``: the inter-arrival gaps of the trace's first ⌈rate × horizon⌉ + 1
+requests, in trace order, scaled so their mean rate is the target rate (the burst pattern is
+kept, its tempo changed; one rate's schedule does not depend on the other rates); when the run is
 longer than the scaled trace, the pattern repeats after one mean gap. ``poisson``: exponential
 gaps; ``gamma``: gamma gaps whose coefficient of variation is ``burstiness`` (1 = Poisson).
 Send offsets never depend on the server: the client sends at these times (open loop).
@@ -223,6 +224,9 @@ class RatePlan:
     warmup_count: int  # the first sends, discarded from the results
     namespace: int
     arrival_cv: float  # coefficient of variation of the planned gaps (1 = Poisson)
+    #: trace arrivals: how many distinct timestamps the replayed requests have (a bucketed
+    #: trace replays its buckets as bursts); None for synthetic arrivals
+    trace_instants: int | None = None
 
     @property
     def sends(self) -> int:
@@ -232,6 +236,24 @@ class RatePlan:
 def trace_gaps(arrival_s: np.ndarray) -> np.ndarray:
     """The trace's inter-arrival gaps (seconds), in trace order."""
     return np.diff(arrival_s)
+
+
+def trace_window(arrival_s: np.ndarray | None, rate_rps: float, horizon_s: float) -> np.ndarray:
+    """The trace arrivals one rate replays: its first ⌈rate × horizon⌉ + 1 requests (all when
+    the trace is shorter), whose gaps are then scaled to average exactly the rate, so a rate's
+    schedule depends on nothing but the rate, the horizon and the trace."""
+    if arrival_s is None or arrival_s.size < 2:
+        raise InputFormatError(
+            "the trace's arrivals cannot be scaled to a rate: it has fewer than two requests; "
+            "use --arrivals poisson or gamma"
+        )
+    window = arrival_s[: math.ceil(rate_rps * horizon_s) + 1]
+    if window[-1] <= window[0]:
+        raise InputFormatError(
+            f"the trace's first {window.size} requests all arrive at one instant, so their gaps "
+            "cannot be scaled to a rate; use --arrivals poisson or gamma"
+        )
+    return window
 
 
 def plan_offsets(
@@ -246,12 +268,8 @@ def plan_offsets(
     """Send offsets in [0, horizon) at a mean of ``rate_rps`` (see the module docstring)."""
     expected = max(1, math.ceil(rate_rps * horizon_s))
     if kind == "trace":
-        if arrival_s is None or arrival_s.size < 2 or arrival_s[-1] <= arrival_s[0]:
-            raise InputFormatError(
-                "the trace's arrivals cannot be scaled to a rate: it has fewer than two distinct "
-                "arrival times; use --arrivals poisson or gamma"
-            )
-        gaps = trace_gaps(arrival_s)
+        window = trace_window(arrival_s, rate_rps, horizon_s)
+        gaps = trace_gaps(window)
         scaled = gaps * (gaps.size / float(gaps.sum())) / rate_rps  # mean gap = 1 / rate
         cycle = np.concatenate([scaled, [1.0 / rate_rps]])  # the pattern repeats after one gap
         repeats = math.ceil(expected / cycle.size) + 1
@@ -297,13 +315,17 @@ def plan_rate(
         seed=seed,
         arrival_s=trace.arrival_s,
     )
+    rows = np.arange(offsets.size, dtype=np.int64) % trace.requests
     return RatePlan(
         rate_rps=rate_rps,
         offsets_s=offsets,
-        trace_rows=np.arange(offsets.size, dtype=np.int64) % trace.requests,
+        trace_rows=rows,
         warmup_count=int(np.count_nonzero(offsets < warmup_s)),
         namespace=namespace(seed, rate_rps),
         arrival_cv=coefficient_of_variation(offsets),
+        trace_instants=(
+            int(np.unique(trace.arrival_s[np.unique(rows)]).size) if kind == "trace" else None
+        ),
     )
 
 

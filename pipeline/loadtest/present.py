@@ -10,6 +10,11 @@ import numpy as np
 from pipeline.loadtest.plan import RatePlan, TraceSample
 from pipeline.present.tables import cell, text_table
 
+#: Fewer distinct arrival instants than this share of the replayed requests: bucketed timestamps.
+BUCKETED_SHARE = 0.5
+#: Send lateness (p99, ms) the client is measured to keep at 500 req/s (README, make bench).
+LATE_MS = 5.0
+
 
 def plan_lines(trace: TraceSample, plans: Sequence[RatePlan], settings: Any) -> list[str]:
     """What will be sent: per rate, how many requests, over how long, with which arrivals."""
@@ -34,6 +39,15 @@ def plan_lines(trace: TraceSample, plans: Sequence[RatePlan], settings: Any) -> 
             f"({', '.join(trace.served_as[:4])}{' …' if len(trace.served_as) > 4 else ''}): "
             "every request goes to --model, so their separate caches become one"
         )
+    for p in plans:
+        rows_replayed = int(np.unique(p.trace_rows).size)
+        if p.trace_instants is not None and p.trace_instants < BUCKETED_SHARE * rows_replayed:
+            lines.append(
+                f"  warning: at {p.rate_rps:g} req/s the {rows_replayed:,} replayed requests "
+                f"arrive at only {p.trace_instants:,} distinct instant(s) (the trace's timestamps "
+                "are bucketed): trace arrivals send each bucket as one burst; consider "
+                "--arrivals poisson, or --arrivals gamma --burstiness CV"
+            )
     rows = [
         [
             f"{p.rate_rps:g}",
@@ -47,6 +61,16 @@ def plan_lines(trace: TraceSample, plans: Sequence[RatePlan], settings: Any) -> 
     lines.append(f"plan ({settings.arrivals} arrivals, {settings.api} API):")
     lines += text_table(rows, ["req/s", "sends", "warm-up", "last send s", "gap CV"])
     return lines
+
+
+def plan_problems(plans: Sequence[RatePlan]) -> list[str]:
+    """What makes a plan unable to measure anything: a rate whose sends all fall in warm-up."""
+    return [
+        f"--rates {p.rate_rps:g}: all {p.sends:,} planned sends fall in the warm-up, so nothing "
+        "would be measured; lengthen --duration (or shorten --warmup)"
+        for p in plans
+        if p.sends - p.warmup_count <= 0
+    ]
 
 
 def _ms(values: Mapping[str, Any], key: str) -> str:
@@ -121,6 +145,13 @@ def rate_notes(summary: Mapping[str, Any]) -> list[str]:
             "the server stopped early (it ignores ignore_eos/min_tokens, or hit a limit); output "
             "lengths then differ from the trace"
         )
+    cut = summary["errors"].get("cut_stream", 0) + summary["errors"].get("cut_stream_silent", 0)
+    if cut:
+        notes.append(
+            f"{cut:,} answers ended early (cut streams): a prompt longer than the server's "
+            "context window, a crash, a proxy timeout or (llama-cpp-python) interrupt_requests; "
+            "the server's log says which"
+        )
     if summary["output_long"]:
         notes.append(f"{summary['output_long']:,} answers were longer than max_tokens")
     offered = summary.get("offered_rate_rps")
@@ -131,7 +162,10 @@ def rate_notes(summary: Mapping[str, Any]) -> list[str]:
             "the result file and the bench stage use the rate offered"
         )
     late = summary["late_ms"].get("p99")
-    if late is not None and late > 5.0:
+    ttft = summary["ttft_ms"].get("p50") or 0.0
+    # Late sends matter against the latencies measured: 5 ms (the client's own target) or a
+    # twentieth of the median time to first token, whichever is larger.
+    if late is not None and late > max(LATE_MS, 0.05 * ttft):
         notes.append(
             f"sends were up to {late:.3g} ms late at p99: the client (or its cap) could not keep "
             "the schedule; the achieved send rate is what the bench stage judges"
@@ -143,3 +177,25 @@ def rate_notes(summary: Mapping[str, Any]) -> list[str]:
             "template differs from one token per word)"
         )
     return notes
+
+
+def nothing_completed(record: Mapping[str, Any]) -> str:
+    """Why a run measured nothing: the commonest failure, and what to try for it."""
+    kinds: dict[str, int] = {}
+    for summary in record["rates"]:
+        for kind, count in summary["errors"].items():
+            kinds[kind] = kinds.get(kind, 0) + count
+    if not kinds:
+        return "nothing was sent"
+    kind, count = max(kinds.items(), key=lambda item: (item[1], item[0]))
+    advice = {
+        "http_400": "the server refused the request: if it rejects ignore_eos/min_tokens, "
+        "pass --length-control ''",
+        "http_422": "the server refused the request: if it rejects ignore_eos/min_tokens, "
+        "pass --length-control ''",
+        "http_404": "check --model (the name GET /v1/models lists) and --api",
+        "http_401": "check the token in $OPENAI_API_KEY (or --api-key-env)",
+        "connect_error": "check --endpoint and that the server is up",
+        "timeout": "the server never answered in time: check it, or raise --read-timeout",
+    }.get(kind, "see error_kind and error_detail in loadtest-requests.parquet")
+    return f"{count:,} requests failed as {kind}: {advice}"

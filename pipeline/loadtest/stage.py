@@ -57,6 +57,7 @@ from pipeline.loadtest.plan import (
 from pipeline.store import json_bytes, write_bytes_atomic, write_parquet_atomic
 
 DATASET = "enginefit-trace"
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 @dataclass(frozen=True)
@@ -114,6 +115,15 @@ def endpoint_url(endpoint: str, api: str) -> str:
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ConfigError(
             f"--endpoint {endpoint!r}: expected an http(s) URL such as http://127.0.0.1:8000/v1"
+        )
+    try:
+        parts.port  # noqa: B018 - parsing the port is the check
+    except ValueError as exc:
+        raise ConfigError(f"--endpoint {endpoint!r}: {exc} (a port is 1 to 65535)") from exc
+    if parts.username is not None or parts.password is not None:
+        raise ConfigError(
+            "--endpoint: credentials in the URL would show in process lists and logs; put the "
+            "token in $OPENAI_API_KEY (or name another variable with --api-key-env)"
         )
     path = parts.path.rstrip("/")
     suffix = "/chat/completions" if api == "chat" else "/completions"
@@ -226,6 +236,11 @@ async def _check_endpoint(
             aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session,
             session.get(base + "/models", headers=headers) as resp,
         ):
+            if resp.status in (401, 403):
+                raise ConfigError(
+                    f"--endpoint {public_url(url)}: the server refused the token (HTTP "
+                    f"{resp.status}); set $OPENAI_API_KEY or name the variable with --api-key-env"
+                )
             if resp.status != 200:
                 return None  # some servers have no /models; the run itself will tell
             payload = await resp.json(content_type=None)
@@ -280,13 +295,18 @@ def run(
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
 
-        def interrupt() -> None:
+        def interrupt(name: str) -> None:
             if stop.is_set():
-                raise KeyboardInterrupt  # a second Ctrl-C: give up at once
+                raise KeyboardInterrupt  # a second signal: give up at once
             stop.set()
-            print("\nstopping: writing what was measured (Ctrl-C again to abort)", file=sys.stderr)
+            print(
+                f"\n{name}: stopping, writing what was measured (Ctrl-C again to abort)",
+                file=sys.stderr,
+            )
 
-        loop.add_signal_handler(signal.SIGINT, interrupt)
+        # Ctrl-C, and the SIGTERM of `timeout`, a CI runner or a pod's shutdown, alike.
+        for signum in STOP_SIGNALS:
+            loop.add_signal_handler(signum, interrupt, signal.Signals(signum).name)
         try:
             problem = await _check_endpoint(
                 url, model, settings.connect_timeout + 5, options.headers
@@ -308,7 +328,8 @@ def run(
                     return True
             return False
         finally:
-            loop.remove_signal_handler(signal.SIGINT)
+            for signum in STOP_SIGNALS:
+                loop.remove_signal_handler(signum)
 
     with asyncio.Runner(loop_factory=_new_loop) as runner:
         interrupted = runner.run(main())
@@ -323,7 +344,12 @@ def run(
 def run_folder(out_dir: Path, deployment: Deployment, started: dt.datetime) -> LoadtestRunPaths:
     """``<out_dir>/loadtest-<engine>-<UTC start>``: one new folder per run."""
     safe = "".join(c if c.isalnum() or c in "-._" else "-" for c in deployment.engine)
-    return LoadtestRunPaths(out_dir / f"loadtest-{safe}-{started.strftime('%Y%m%d-%H%M%S')}")
+    base = out_dir / f"loadtest-{safe}-{started.strftime('%Y%m%d-%H%M%S')}"
+    candidate, n = base, 1
+    while candidate.exists():  # two runs in one second: never the same folder
+        n += 1
+        candidate = base.with_name(f"{base.name}-{n}")
+    return LoadtestRunPaths(candidate)
 
 
 def check_new_folder(folder: Path) -> None:

@@ -278,7 +278,10 @@ def read_bench_files(
     """
     files, notes = expand_paths(paths)
     if not files:
-        raise BenchFormatError(f"no benchmark result files found in {paths!r}")
+        where = [paths] if isinstance(paths, (str, Path)) else list(paths)
+        raise BenchFormatError(
+            f"no benchmark result files found in {', '.join(str(p) for p in where)}"
+        )
     rows: list[dict[str, Any]] = []
     frames: list[pl.DataFrame] = []
     for path in files:
