@@ -152,6 +152,13 @@ def test_the_server_cache_meets_the_replays_prefix_structure() -> None:
     )
     assert totals["prompt_tokens"] == int(frame.get_column("prompt_tokens").sum())
     assert totals["hit_tokens"] == predicted.max_hit_tokens > 0
+    # and the run reports the server's own figure (usage.prompt_tokens_details.cached_tokens)
+    summary = rate_summary(sent, result.rates[0].plan, interrupted=False)
+    assert summary["cache_reported"] == 30
+    assert summary["cache_hit_share"] == pytest.approx(
+        predicted.max_hit_tokens / totals["prompt_tokens"]
+    )
+    assert "served from its prefix cache" in " ".join(rate_notes(summary))
 
 
 def test_missing_usage_and_short_answers_are_reported() -> None:

@@ -55,6 +55,7 @@ class Outcome:
     http_status: int | None = None
     finish_reason: str | None = None
     usage_prompt_tokens: int | None = None
+    usage_cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens
     usage_completion_tokens: int | None = None
     error_kind: str | None = None
     error_detail: str | None = None
@@ -154,6 +155,9 @@ class _Stream:
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             self.outcome.usage_prompt_tokens = _int_or_none(usage.get("prompt_tokens"))
+            details = usage.get("prompt_tokens_details")
+            if isinstance(details, dict):  # vLLM (--enable-prompt-tokens-details), SGLang, OpenAI
+                self.outcome.usage_cached_tokens = _int_or_none(details.get("cached_tokens"))
             self.outcome.usage_completion_tokens = _int_or_none(usage.get("completion_tokens"))
 
     def _fail(self, kind: str, detail: str) -> None:

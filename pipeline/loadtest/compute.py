@@ -40,6 +40,7 @@ REQUEST_SCHEMA = pl.Schema(
         "prompt_tokens": pl.Int64(),
         "max_tokens": pl.Int64(),
         "usage_prompt_tokens": pl.Int64(),
+        "usage_cached_tokens": pl.Int64(),
         "usage_completion_tokens": pl.Int64(),
         "output_chunks": pl.Int64(),
         "output_tokens": pl.Int64(),
@@ -90,6 +91,7 @@ def request_frame(plan: RatePlan, trace: TraceSample, outcomes: Sequence[Outcome
                 "prompt_tokens": int(trace.prompt_tokens[row]),
                 "max_tokens": int(trace.output_tokens[row]),
                 "usage_prompt_tokens": o.usage_prompt_tokens,
+                "usage_cached_tokens": o.usage_cached_tokens,
                 "usage_completion_tokens": usage_out,
                 "output_chunks": chunks,
                 "output_tokens": tokens if ok else None,
@@ -187,6 +189,23 @@ def rate_summary(requests: pl.DataFrame, plan: RatePlan, *, interrupted: bool) -
             float(prompt_usage.get_column("usage_prompt_tokens").sum()) / planned_prompt
             if planned_prompt
             else None
+        ),
+        **server_cache_hits(done),
+    }
+
+
+def server_cache_hits(done: pl.DataFrame) -> dict[str, Any]:
+    """The server's own prefix-cache figure, where it reports one (``usage.prompt_tokens_details
+    .cached_tokens``): cached ÷ prompt tokens over the answers that carry it, to set beside the
+    replay's prediction. Unknown (None) when no answer carried it."""
+    reported = done.filter(
+        pl.col("usage_cached_tokens").is_not_null() & pl.col("usage_prompt_tokens").is_not_null()
+    )
+    prompt = int(reported.get_column("usage_prompt_tokens").sum())
+    return {
+        "cache_reported": reported.height,
+        "cache_hit_share": (
+            int(reported.get_column("usage_cached_tokens").sum()) / prompt if prompt else None
         ),
     }
 

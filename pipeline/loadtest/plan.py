@@ -17,7 +17,10 @@ becomes ``block_size`` words drawn from the block's hash, so two requests that s
 block hashes share exactly that text; the rest of the prompt (the partial last block, or the
 whole prompt of a trace without content) is words drawn from the send itself, shared with
 nobody. Every rate draws its words in its own namespace, so one rate never warms the server's
-cache for the next (each rate starts as cold as the trace did).
+cache for the next (each rate starts as cold as the trace did). What a replay cannot reproduce:
+reuse of *generated* blocks (a conversation's next prompt holds the previous answer, which the
+server generated as text of its own), and separate caches per model or adapter (every request
+goes to one ``--model``).
 """
 
 from __future__ import annotations

@@ -145,6 +145,12 @@ def rate_notes(summary: Mapping[str, Any]) -> list[str]:
             "the server stopped early (it ignores ignore_eos/min_tokens, or hit a limit); output "
             "lengths then differ from the trace"
         )
+    if summary.get("cache_hit_share") is not None:
+        notes.append(
+            f"the server reported {summary['cache_hit_share']:.1%} of prompt tokens served from "
+            f"its prefix cache ({summary['cache_reported']:,} answers; `enginefit simulate` "
+            "predicts the same figure for a cache of its size)"
+        )
     cut = summary["errors"].get("cut_stream", 0) + summary["errors"].get("cut_stream_silent", 0)
     if cut:
         notes.append(
