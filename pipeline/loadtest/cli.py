@@ -159,28 +159,16 @@ def deployment_from(args: argparse.Namespace) -> stage.Deployment:
             "--gpu-count 1)"
         )
     values = {
-        "engine": args.engine,
-        "gpu_type": args.gpu_type,
-        "gpu_count": args.gpu_count,
-        "engine_version": args.engine_version,
-        "quantization": args.quantization,
-        "price_per_gpu_hour_usd": args.price,
+        key: getattr(args, "price" if flag == "--price" else key)
+        for key, flag in _DEPLOYMENT_FLAGS.items()
     }
     try:
-        checked = validate_manifest({k: v for k, v in values.items() if v is not None}, "flags")
+        return validate_manifest({k: v for k, v in values.items() if v is not None}, "flags")
     except BenchManifestError as exc:
         text = str(exc).removeprefix("flags: ")
         for key, flag in _DEPLOYMENT_FLAGS.items():
             text = text.replace(f"manifest key '{key}'", flag)
         raise ConfigError(text) from exc
-    return stage.Deployment(
-        engine=checked.engine,
-        gpu_type=checked.gpu_type,
-        gpu_count=checked.gpu_count,
-        engine_version=checked.engine_version,
-        quantization=checked.quantization,
-        price_per_gpu_hour_usd=checked.price_per_gpu_hour_usd,
-    )
 
 
 def api_headers(args: argparse.Namespace) -> dict[str, str] | None:

@@ -33,6 +33,7 @@ from urllib.parse import urlsplit, urlunsplit
 import polars as pl
 import yaml
 
+from pipeline.bench.manifest import BenchManifest
 from pipeline.bench.readers import read_bench_files
 from pipeline.errors import ConfigError, InputFormatError
 from pipeline.layout import LoadtestRunPaths
@@ -60,16 +61,19 @@ DATASET = "enginefit-trace"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-@dataclass(frozen=True)
-class Deployment:
-    """What served the requests: the sidecar manifest's keys (BENCH_FORMATS §1.5)."""
+#: What served the requests: exactly what a sidecar manifest says (engine, GPUs, price…),
+#: validated by its rules (BENCH_FORMATS §1.5).
+Deployment = BenchManifest
 
-    engine: str
-    gpu_type: str
-    gpu_count: int
-    engine_version: str | None = None
-    quantization: str | None = None
-    price_per_gpu_hour_usd: float | None = None
+#: The manifest keys a run's flags set (the rest come from the run itself).
+DEPLOYMENT_KEYS = (
+    "engine",
+    "engine_version",
+    "gpu_type",
+    "gpu_count",
+    "quantization",
+    "price_per_gpu_hour_usd",
+)
 
 
 @dataclass(frozen=True)
@@ -369,20 +373,18 @@ def claim_folder(paths: LoadtestRunPaths) -> None:
     paths.marker.write_text("written by enginefit loadtest\n", encoding="utf-8")
 
 
+def deployment_values(deployment: Deployment) -> dict[str, Any]:
+    return {key: getattr(deployment, key) for key in DEPLOYMENT_KEYS}
+
+
 def manifest(run: LoadtestRun) -> dict[str, Any]:
-    d = run.deployment
     values: dict[str, Any] = {
-        "engine": d.engine,
-        "engine_version": d.engine_version,
-        "gpu_type": d.gpu_type,
-        "gpu_count": d.gpu_count,
-        "quantization": d.quantization,
-        "price_per_gpu_hour_usd": d.price_per_gpu_hour_usd,
+        **deployment_values(run.deployment),
         "run_date": run.started.date().isoformat(),
         "model": run.settings.model,
         "workload": run.workload.name or run.workload.label,
         "dataset": DATASET,
-        "label": f"loadtest-{d.engine}",
+        "label": f"loadtest-{run.deployment.engine}",
         "tool_version": _version(),
     }
     return {k: v for k, v in values.items() if v is not None}
@@ -407,7 +409,7 @@ def run_record(
         "finished_at": run.finished.isoformat(),
         "interrupted": run.interrupted,
         "settings": settings,
-        "deployment": {k: v for k, v in run.deployment.__dict__.items() if v is not None},
+        "deployment": {k: v for k, v in deployment_values(run.deployment).items() if v is not None},
         "workload": {
             "label": run.workload.label,
             "trace_requests_loaded": trace.requests,
