@@ -147,7 +147,9 @@ def _round(
     return (v0, v1, v2, v3, v4, v5, v6, v7, v8, v9, v10, v11, v12, v13, v14, v15)
 
 
-@nb.njit(cache=True)
+# Inlined where it is called, so the loop in _digests is a plain loop the compiler vectorises
+# (several lanes of hashes per instruction: about four times the speed of one at a time).
+@nb.njit(cache=True, inline="always")
 def _final_digest(h: Any, counter: Any, m0: Any, m1: Any, m2: Any) -> np.uint64:
     """The first state word after the final compression of a message whose words 3-15 are 0."""
     z = np.uint64(0)
@@ -171,6 +173,34 @@ def _final_digest(h: Any, counter: Any, m0: Any, m1: Any, m2: Any) -> np.uint64:
     return h[0] ^ v[0] ^ v[8]  # type: ignore[no-any-return]
 
 
+@nb.njit(cache=True)
+def _digests(
+    state: Any,
+    counter: np.uint64,
+    parents: npt.NDArray[np.uint64],
+    block_ids: npt.NDArray[np.uint64],
+    out: npt.NDArray[np.uint64],
+    n: int,
+) -> None:
+    """``out[i]`` = the hash of block ``block_ids[i]`` after ``parents[i]``, for ``i < n``."""
+    domain = np.uint64(BLOCK_ID_DOMAIN)
+    for i in range(n):
+        parent, block_id = parents[i], block_ids[i]
+        # The message 0x02 || parent || id, both 8 bytes little-endian, as 64-bit words.
+        out[i] = _final_digest(
+            state,
+            counter,
+            domain | (parent << np.uint64(8)),
+            (parent >> np.uint64(56)) | (block_id << np.uint64(8)),
+            block_id >> np.uint64(56),
+        )
+
+
+# Requests per parallel task: each task hashes its requests' chains block position by block
+# position, all chains of the task side by side.
+_TASK_REQUESTS = 2048
+
+
 @nb.njit(cache=True, parallel=True)
 def _chain_kernel(
     ids: npt.NDArray[np.int64],
@@ -181,23 +211,26 @@ def _chain_kernel(
     counter: np.uint64,
     out: npt.NDArray[np.uint64],
 ) -> None:
+    """Every run's chain; the runs come longest first, so at block position ``k`` the runs
+    still going are a prefix of each task's."""
     state = (h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7])
-    domain = np.uint64(BLOCK_ID_DOMAIN)
-    for r in nb.prange(starts.size):
-        parent = np.uint64(0)
-        base = starts[r]
-        target = out_offsets[r]
-        for k in range(counts[r]):
-            block_id = np.uint64(ids[base + k])
-            # The message 0x02 || parent || id, both 8 bytes little-endian, as 64-bit words.
-            parent = _final_digest(
-                state,
-                counter,
-                domain | (parent << np.uint64(8)),
-                (parent >> np.uint64(56)) | (block_id << np.uint64(8)),
-                block_id >> np.uint64(56),
-            )
-            out[target + k] = parent
+    n = counts.size
+    for task in nb.prange((n + _TASK_REQUESTS - 1) // _TASK_REQUESTS):
+        lo = task * _TASK_REQUESTS
+        width = min(n, lo + _TASK_REQUESTS) - lo
+        parents = np.zeros(width, np.uint64)
+        block_ids = np.empty(width, np.uint64)
+        digests = np.empty(width, np.uint64)
+        active = width
+        for k in range(counts[lo]):
+            while counts[lo + active - 1] <= k:
+                active -= 1
+            for i in range(active):
+                block_ids[i] = np.uint64(ids[starts[lo + i] + k])
+            _digests(state, counter, parents, block_ids, digests, active)
+            for i in range(active):
+                parents[i] = digests[i]
+                out[out_offsets[lo + i] + k] = digests[i]
 
 
 def chain_hash_id_runs(
@@ -221,5 +254,14 @@ def chain_hash_id_runs(
     np.cumsum(counts[:-1], out=out_offsets[1:])
     out = np.empty(int(counts.sum()), dtype=np.uint64)
     state, counter = keyed_state(salt)
-    _chain_kernel(ids, starts, counts, out_offsets, state, np.uint64(counter), out)
+    longest_first = np.argsort(-counts, kind="stable")
+    _chain_kernel(
+        ids,
+        starts[longest_first],
+        counts[longest_first],
+        out_offsets[longest_first],
+        state,
+        np.uint64(counter),
+        out,
+    )
     return out
