@@ -170,6 +170,50 @@ def _unsigned(buf: npt.NDArray[np.uint8], i: int, stop: int) -> int:
 
 
 @nb.njit(cache=True)
+def _id_list(
+    buf: npt.NDArray[np.uint8], i: int, end: int, ids: npt.NDArray[np.int64], id_start: int
+) -> tuple[int, int]:
+    """Past a list of integers at ``i``, each stored from ``ids[id_start]``, and how many; -1
+    (and 0) when it is not a list of integers of at most :data:`_ID_DIGITS` digits. One pass
+    over each id's bytes: this is where a Mooncake line's bytes are."""
+    if buf[i] != _LBRACKET:
+        return -1, 0
+    i = _skip_ws(buf, i + 1, end)
+    if i < end and buf[i] == _RBRACKET:
+        return i + 1, 0
+    n = 0
+    while True:
+        negative = i < end and buf[i] == _MINUS
+        if negative:
+            i += 1
+        if i >= end or not _is_digit(buf[i]) or id_start + n >= ids.size:
+            return -1, 0
+        first = i
+        value = buf[i] - _ZERO
+        i += 1
+        if value:  # JSON forbids leading zeros: a 0 is the whole integer part
+            while i < end and _is_digit(buf[i]):
+                value = value * 10 + (buf[i] - _ZERO)
+                i += 1
+        if i - first > _ID_DIGITS:
+            return -1, 0
+        ids[id_start + n] = -value if negative else value
+        n += 1
+        if i < end and buf[i] == _COMMA:  # the usual case: ", " and the next id
+            i += 1
+            if i < end and buf[i] == 32:
+                i += 1
+            i = _skip_ws(buf, i, end)
+            continue
+        i = _skip_ws(buf, i, end)  # anything but a separator (".", "e", a digit) ends here
+        if i < end and buf[i] == _RBRACKET:
+            return i + 1, n
+        if i >= end or buf[i] != _COMMA:
+            return -1, 0
+        i = _skip_ws(buf, i + 1, end)
+
+
+@nb.njit(cache=True)
 def _scan_line(
     buf: npt.NDArray[np.uint8],
     start: int,
@@ -232,34 +276,9 @@ def _scan_line(
             lengths[row, key - _INPUT] = value
             i = stop
         elif key == _HASH_IDS:
-            if buf[i] != _LBRACKET:
+            i, n_ids = _id_list(buf, i, end, ids, id_start)
+            if i < 0:
                 return -1
-            i = _skip_ws(buf, i + 1, end)
-            if i < end and buf[i] == _RBRACKET:
-                i += 1
-            else:
-                while True:
-                    negative = i < end and buf[i] == _MINUS
-                    first = i + 1 if negative else i
-                    stop = _digits(buf, i, end)
-                    if stop < 0 or stop - first > _ID_DIGITS:
-                        return -1
-                    if stop < end and (buf[stop] == _DOT or buf[stop] == 101 or buf[stop] == 69):
-                        return -1
-                    if id_start + n_ids >= ids.size:
-                        return -1
-                    value = _unsigned(buf, first, stop)
-                    ids[id_start + n_ids] = -value if negative else value
-                    n_ids += 1
-                    i = _skip_ws(buf, stop, end)
-                    if i >= end:
-                        return -1
-                    if buf[i] == _RBRACKET:
-                        i += 1
-                        break
-                    if buf[i] != _COMMA:
-                        return -1
-                    i = _skip_ws(buf, i + 1, end)
         else:  # another key: a plain scalar is skipped, anything else goes to json
             c = buf[i]
             if c == _QUOTE:
