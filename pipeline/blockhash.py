@@ -3,8 +3,11 @@
 :func:`pipeline.hashing.chain_hash_block_ids` hashes one request's source block ids with
 ``hashlib``, one Python call per block (about a microsecond each). A trace such as Mooncake's
 carries tens of millions of block ids, so readers hash them here instead: the ids of a whole
-batch of requests as one flat array with per-request offsets, each request's chain in a
-compiled loop (requests in parallel), producing exactly the hashes ``hashlib`` produces.
+batch of requests as one flat array with per-request offsets, the chains of up to
+:data:`_GROUP` requests side by side in one compiled loop the compiler vectorises (several
+lanes of hashes per instruction), producing exactly the hashes ``hashlib`` produces. It runs on
+one thread: no threading layer (whose OpenMP flavour does not survive a fork), and a
+machine's other core is left to whatever else runs.
 
 The construction is the one :mod:`pipeline.hashing` documents: block ``k``'s hash is
 ``BLAKE2b(key=salt, digest_size=8; b"\\x02" || hash(block k-1) || id as 8 signed
@@ -196,12 +199,12 @@ def _digests(
         )
 
 
-# Requests per parallel task: each task hashes its requests' chains block position by block
-# position, all chains of the task side by side.
-_TASK_REQUESTS = 2048
+# Requests hashed side by side: a group's chains advance block position by block position (its
+# parents, ids and digests stay in the first-level cache).
+_GROUP = 2048
 
 
-@nb.njit(cache=True, parallel=True)
+@nb.njit(cache=True)
 def _chain_kernel(
     ids: npt.NDArray[np.int64],
     starts: npt.NDArray[np.int64],
@@ -212,15 +215,15 @@ def _chain_kernel(
     out: npt.NDArray[np.uint64],
 ) -> None:
     """Every run's chain; the runs come longest first, so at block position ``k`` the runs
-    still going are a prefix of each task's."""
+    still going are a prefix of each group's."""
     state = (h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7])
     n = counts.size
-    for task in nb.prange((n + _TASK_REQUESTS - 1) // _TASK_REQUESTS):
-        lo = task * _TASK_REQUESTS
-        width = min(n, lo + _TASK_REQUESTS) - lo
-        parents = np.zeros(width, np.uint64)
-        block_ids = np.empty(width, np.uint64)
-        digests = np.empty(width, np.uint64)
+    parents = np.empty(_GROUP, np.uint64)
+    block_ids = np.empty(_GROUP, np.uint64)
+    digests = np.empty(_GROUP, np.uint64)
+    for lo in range(0, n, _GROUP):
+        width = min(n, lo + _GROUP) - lo
+        parents[:width] = 0
         active = width
         for k in range(counts[lo]):
             while counts[lo + active - 1] <= k:
