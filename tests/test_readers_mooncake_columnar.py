@@ -234,8 +234,9 @@ def test_the_last_line_with_and_without_its_newline(
         datetime(1995, 1, 1, tzinfo=UTC),  # early relative times are implausible
         datetime(2099, 12, 31, tzinfo=UTC),  # late ones too
         datetime(9999, 12, 1, tzinfo=UTC),  # anchor + offset overflows datetime
+        datetime(2025, 3, 1),  # naive (library use): relative arrivals cannot be compared
     ],
-    ids=["utc", "fixed-offset", "zoneinfo-dst", "1995", "2099", "9999"],
+    ids=["utc", "fixed-offset", "zoneinfo-dst", "1995", "2099", "9999", "naive"],
 )
 def test_relative_timestamps_after_any_anchor(tmp_path: Path, anchor: datetime) -> None:
     stamps = [0, 1, 500, 86_400_000 * 2, 999_999_999_999, 12.5, 0.0005, 10**12]
