@@ -249,12 +249,15 @@ def ingest_sources(
 
 def _short_prompt_notes(requests: pl.DataFrame, block_size: int) -> list[str]:
     """Say how many requests with known content fill no block: none of them can be cached."""
-    hashed = requests.filter(pl.col("hashes_known"))
-    short = hashed.filter(pl.col("prompt_tokens") < block_size).height
+    # Counted, not filtered: a filter would copy every column of the table, hashes included.
+    hashed, short = requests.select(
+        pl.col("hashes_known").sum().alias("hashed"),
+        (pl.col("hashes_known") & (pl.col("prompt_tokens") < block_size)).sum().alias("short"),
+    ).row(0)
     if not short:
         return []
     return [
-        f"{short:,} of {hashed.height:,} request(s) with content have prompts shorter than one "
+        f"{short:,} of {hashed:,} request(s) with content have prompts shorter than one "
         f"block ({block_size} tokens): no full block, so a prefix cache can never serve them"
     ]
 
@@ -265,11 +268,13 @@ def _iso(moment: object) -> str | None:
 
 def _workload_block_size(requests: pl.DataFrame, configured: int) -> int:
     """The one block size of the hashed rows (count-only rows follow it); mixed sizes are an error."""
-    hashed = requests.filter(pl.col("hashes_known"))
     sizes = (
-        hashed.group_by("block_size")
+        requests.lazy()  # lazy, so only the three columns used are read, never the hashes
+        .filter(pl.col("hashes_known"))
+        .group_by("block_size")
         .agg(pl.col("source_file").unique().sort().head(3))
         .sort("block_size")
+        .collect()
     )
     if sizes.height > 1:
         detail = "; ".join(

@@ -323,22 +323,36 @@ class JsonLinesReader(Reader):
             read += 1
             if obj is None:
                 continue
-            try:
-                row = self.convert(obj, source, line_no, ctx)
-            except RecordError as err:
-                quarantine.add(line_no, err.field, err.reason, err.detail)
-                continue
-            except _SHAPE_ERRORS as exc:
-                quarantine.add(line_no, "<record>", "malformed_record", type(exc).__name__)
-                continue
-            row.setdefault("source_format", self.name)
-            row.setdefault("source_file", source.label)
-            row.setdefault("source_line", line_no)
-            row.setdefault("request_id", f"{source.label}:{line_no}")
-            row.setdefault("block_size", ctx.block_size)
-            capped += bool(row.pop(PROMPT_BLOCKS_CAPPED, False))
-            rows.append(row)
+            row = self.record_row(obj, source, line_no, ctx, quarantine)
+            if row is not None:
+                capped += bool(row.pop(PROMPT_BLOCKS_CAPPED, False))
+                rows.append(row)
         return ReadResult(canonical_rows(rows), quarantine.frame(), read, capped)
+
+    def record_row(
+        self,
+        obj: dict[str, Any],
+        source: SourceFile,
+        line_no: int,
+        ctx: ReadContext,
+        quarantine: Quarantine,
+    ) -> dict[str, Any] | None:
+        """One decoded record as a canonical row (lineage filled in), or ``None`` after
+        quarantining it with the field and reason its conversion failed on."""
+        try:
+            row = self.convert(obj, source, line_no, ctx)
+        except RecordError as err:
+            quarantine.add(line_no, err.field, err.reason, err.detail)
+            return None
+        except _SHAPE_ERRORS as exc:
+            quarantine.add(line_no, "<record>", "malformed_record", type(exc).__name__)
+            return None
+        row.setdefault("source_format", self.name)
+        row.setdefault("source_file", source.label)
+        row.setdefault("source_line", line_no)
+        row.setdefault("request_id", f"{source.label}:{line_no}")
+        row.setdefault("block_size", ctx.block_size)
+        return row
 
 
 def canonical_rows(rows: list[dict[str, Any]]) -> pl.DataFrame:
@@ -357,25 +371,30 @@ def iter_json_objects(
     for line_no, (raw, terminated) in enumerate(source.iter_lines(ctx.progress), start=1):
         if not raw.strip():
             continue
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            quarantine.add(line_no, "<line>", "invalid_utf8", f"byte offset {exc.start}")
-            yield line_no, None
-            continue
-        try:
-            obj = json.loads(text)
-        except (json.JSONDecodeError, RecursionError) as exc:
-            reason = "truncated_last_line" if not terminated else "invalid_json"
-            position = getattr(exc, "pos", None)
-            quarantine.add(line_no, "<line>", reason, f"at column {position}")
-            yield line_no, None
-            continue
-        if not isinstance(obj, dict):
-            quarantine.add(line_no, "<line>", "not_an_object", type(obj).__name__)
-            yield line_no, None
-            continue
-        yield line_no, obj
+        yield line_no, json_line_object(raw, terminated, line_no, quarantine)
+
+
+def json_line_object(
+    raw: bytes, terminated: bool, line_no: int, quarantine: Quarantine
+) -> dict[str, Any] | None:
+    """The object one non-blank line holds, or ``None`` after quarantining the line (not UTF-8,
+    not JSON, truncated when it is the unterminated last line, or not an object)."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        quarantine.add(line_no, "<line>", "invalid_utf8", f"byte offset {exc.start}")
+        return None
+    try:
+        obj = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        reason = "truncated_last_line" if not terminated else "invalid_json"
+        position = getattr(exc, "pos", None)
+        quarantine.add(line_no, "<line>", reason, f"at column {position}")
+        return None
+    if not isinstance(obj, dict):
+        quarantine.add(line_no, "<line>", "not_an_object", type(obj).__name__)
+        return None
+    return obj
 
 
 # Detection looks at this many non-blank lines for the first one that is JSON, so one damaged

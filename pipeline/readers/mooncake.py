@@ -14,26 +14,57 @@
     One id per 512-token prompt block, the last one possibly partial (so exactly
     ⌈input_length / 512⌉ ids, else ``length_mismatch``). Only full blocks are cacheable: the
     partial last block's id is dropped, and ``prompt_blocks`` is ⌊input_length / 512⌋.
+
+Reading is columnar and streamed: blocks of about 16 MiB of whole lines go through a compiled
+scanner (:mod:`pipeline.readers.mooncake_scan`) into arrays, each request's ids are chain-hashed
+in a compiled kernel (:func:`pipeline.blockhash.chain_hash_id_runs`), and the rows become
+columns without a Python object per request or per block id, so memory holds one block of the
+file plus the table being built. A line the scanner is not certain of (invalid JSON, a missing,
+mistyped or out-of-range field, a count mismatch, an id past 64 bits, escapes, nesting, …) and a
+timestamp outside the plausible range go through the line-by-line path every JSON Lines reader
+uses (:meth:`convert`), so quarantine reasons and details are the same as ever.
 """
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+import pyarrow as pa
+
+from pipeline.blockhash import chain_hash_id_runs
 from pipeline.hashing import chain_hash_block_ids
 from pipeline.readers.base import (
+    EARLIEST_ARRIVAL,
+    EPOCH_SECONDS_MIN,
+    LATEST_ARRIVAL,
     JsonLinesReader,
+    Quarantine,
     ReadContext,
+    ReadResult,
     RecordError,
+    canonical_rows,
     epoch_or_relative,
+    json_line_object,
     number,
     require,
     token_count,
 )
+from pipeline.readers.mooncake_scan import BLANK, BLOCK_TOKENS, FAST, KEYS, PYTHON, scan_lines
 from pipeline.readers.source import SourceFile
+from pipeline.schema import conform
 
-MOONCAKE_BLOCK_TOKENS = 512
-_KEYS = {"timestamp", "input_length", "output_length", "hash_ids"}
+MOONCAKE_BLOCK_TOKENS = BLOCK_TOKENS
+_KEYS = set(KEYS)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_US = timedelta(microseconds=1)
+_EARLIEST_US = (EARLIEST_ARRIVAL - _EPOCH) // _US
+_LATEST_US = (LATEST_ARRIVAL - _EPOCH) // _US
+# epoch_or_relative's bound for ms: from here on a value is a finer unit (quarantined there).
+_UNIT_MISMATCH_SECONDS = EPOCH_SECONDS_MIN * 100
 
 
 class MooncakeReader(JsonLinesReader):
@@ -44,6 +75,92 @@ class MooncakeReader(JsonLinesReader):
 
     def detect_object(self, obj: dict[str, Any]) -> bool:
         return obj.keys() >= _KEYS
+
+    def read(self, source: SourceFile, ctx: ReadContext) -> ReadResult:
+        """Every line, block by block: the scanner's clean records as columns, the rest
+        through :meth:`record_row` (same rows, same quarantine as the line-by-line reader)."""
+        quarantine = Quarantine(source)
+        frames: list[pl.DataFrame] = []
+        slow_rows: list[dict[str, Any]] = []
+        read = 0
+        first_line = 1
+        for block, terminated in source.iter_line_blocks(ctx.progress):
+            kinds, bounds, ts_int, ts_span, lengths, ids, id_runs = scan_lines(
+                np.frombuffer(block, dtype=np.uint8)
+            )
+            read += int(np.count_nonzero(kinds != BLANK))
+            fast = kinds == FAST
+            arrival, in_range = _arrivals(ts_int, ts_span, block, fast, ctx.anchor)
+            slow = np.flatnonzero((kinds == PYTHON) | (fast & ~in_range))
+            fast &= in_range
+            for row in slow.tolist():
+                line_no = first_line + row
+                raw = block[bounds[row, 0] : bounds[row, 1]]
+                obj = json_line_object(raw, terminated, line_no, quarantine)
+                if obj is not None:
+                    converted = self.record_row(obj, source, line_no, ctx, quarantine)
+                    if converted is not None:
+                        slow_rows.append(converted)
+            if fast.any():
+                frames.append(
+                    self._columns(
+                        source,
+                        ctx,
+                        lines=np.flatnonzero(fast) + first_line,
+                        arrival=arrival[fast],
+                        lengths=lengths[fast],
+                        ids=ids,
+                        id_starts=id_runs[fast, 0],
+                    )
+                )
+            first_line += kinds.size
+        if slow_rows:
+            frames.append(canonical_rows(slow_rows))
+        if not frames:
+            return ReadResult(canonical_rows([]), quarantine.frame(), read)
+        requests = pl.concat(frames, rechunk=False)
+        if slow_rows and len(frames) > 1:
+            requests = requests.sort("source_line", maintain_order=True)
+        return ReadResult(requests.rechunk(), quarantine.frame(), read)
+
+    def _columns(
+        self,
+        source: SourceFile,
+        ctx: ReadContext,
+        *,
+        lines: npt.NDArray[np.int64],
+        arrival: npt.NDArray[np.int64],
+        lengths: npt.NDArray[np.int64],
+        ids: npt.NDArray[np.int64],
+        id_starts: npt.NDArray[np.int64],
+    ) -> pl.DataFrame:
+        """Canonical rows of one block's clean records, as :meth:`convert` would make them."""
+        prompt = lengths[:, 0]
+        full = prompt // MOONCAKE_BLOCK_TOKENS
+        hashes = chain_hash_id_runs(ids, id_starts, full, ctx.salt)
+        offsets = np.zeros(full.size + 1, dtype=np.int64)
+        np.cumsum(full, out=offsets[1:])
+        chains = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(hashes))
+        frame = pl.DataFrame(
+            {
+                "arrival": pl.Series(arrival).cast(pl.Datetime("us")).dt.replace_time_zone("UTC"),
+                "prompt_tokens": prompt,
+                "output_tokens": lengths[:, 1],
+                "prefix_hashes": pl.Series(chains),
+                "prompt_blocks": full,
+                "source_line": lines,
+            }
+        )
+        return conform(
+            frame.with_columns(
+                pl.format("{}:{}", pl.lit(source.label), "source_line").alias("request_id"),
+                pl.lit(MOONCAKE_BLOCK_TOKENS).alias("block_size"),
+                pl.lit(True).alias("hashes_known"),
+                pl.lit(False).alias("tokens_approximate"),
+                pl.lit(self.name).alias("source_format"),
+                pl.lit(source.label).alias("source_file"),
+            )
+        )
 
     def convert(
         self, obj: dict[str, Any], source: SourceFile, line: int, ctx: ReadContext
@@ -77,3 +194,37 @@ class MooncakeReader(JsonLinesReader):
             "hashes_known": True,
             "tokens_approximate": False,
         }
+
+
+def _arrivals(
+    ts_int: npt.NDArray[np.int64],
+    ts_span: npt.NDArray[np.int64],
+    block: bytes,
+    rows: npt.NDArray[np.bool_],
+    anchor: datetime,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+    """Arrival (µs since the epoch, UTC) of each scanned timestamp in ms, and whether it is
+    certainly what :func:`~pipeline.readers.base.epoch_or_relative` gives and accepts.
+
+    The arithmetic is Python's own: ``float(ms) / 1000`` seconds, split into whole seconds and
+    a fraction whose microseconds are rounded half to even (what ``datetime.fromtimestamp`` and
+    ``timedelta(seconds=…)`` both do), as an epoch time from 10^9 s on, else after ``anchor``.
+    Rows outside the plausible years or the unit bound are left to that function (which
+    quarantines them with its detail), as are relative times after an anchor whose UTC offset
+    can change (Python adds those as wall-clock time).
+    """
+    value = ts_int.astype(np.float64)
+    spans = np.flatnonzero(rows & (ts_span[:, 0] >= 0))
+    if spans.size:  # a fraction or an exponent: converted as json does, with float()
+        value[spans] = [float(block[a:b]) for a, b in ts_span[spans].tolist()]
+    seconds = value / 1000.0
+    valid = rows & np.isfinite(seconds) & (seconds >= 0) & (seconds < _UNIT_MISMATCH_SECONDS)
+    seconds = np.where(valid, seconds, 0.0)
+    fraction, whole = np.modf(seconds)
+    micros = whole.astype(np.int64) * 1_000_000 + np.rint(fraction * 1e6).astype(np.int64)
+    epoch = seconds >= EPOCH_SECONDS_MIN
+    if isinstance(anchor.tzinfo, timezone):  # a fixed offset: anchor + t is the instant + t
+        arrival = np.where(epoch, micros, (anchor - _EPOCH) // _US + micros)
+    else:
+        arrival, valid = micros, valid & epoch
+    return arrival, valid & (arrival >= _EARLIEST_US) & (arrival < _LATEST_US)

@@ -119,15 +119,34 @@ class SourceFile:
         Only the last line can be unterminated, which is how a truncated file shows.
         ``progress`` is called with the number of decompressed bytes consumed per chunk.
         """
+        for block, terminated in self.iter_line_blocks(progress):
+            if not terminated:
+                yield block, False
+                continue
+            lines = block.split(b"\n")
+            lines.pop()  # the empty remainder after the block's last newline
+            for line in lines:
+                yield line, True
+
+    def iter_line_blocks(
+        self, progress: Callable[[int], None] | None = None
+    ) -> Iterator[tuple[bytes, bool]]:
+        """The content as blocks of whole lines, streamed: each block is about
+        :data:`CHUNK_BYTES` of lines that each end with a newline (``True``), except the file's
+        last line when no newline ends it, which comes alone as the last block (``False``).
+        A line longer than a chunk makes its block that much longer. ``progress`` as for
+        :meth:`iter_lines`.
+        """
         with self._reading(), self.open() as stream:
             tail = b""
             while chunk := stream.read(CHUNK_BYTES):
                 if progress:
                     progress(len(chunk))
-                lines = (tail + chunk).split(b"\n")
-                tail = lines.pop()
-                for line in lines:
-                    yield line, True
+                data = tail + chunk
+                cut = data.rfind(b"\n") + 1
+                if cut:
+                    yield data[:cut], True
+                tail = data[cut:]
             if tail:
                 yield tail, False
 
