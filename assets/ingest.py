@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from assets.metadata import check_result, frame_preview, md, path_entries
+from assets.metadata import CHECK_PRIORITY, check_result, frame_preview, md, path_entries
 from assets.resources import EnginefitStore
 from pipeline.ingest import checks, stage
 from pipeline.ingest.present import files_table, quarantine_rows
@@ -46,22 +46,27 @@ def workload(store: EnginefitStore) -> dg.MaterializeResult:  # type: ignore[typ
     )
 
 
-@dg.asset_check(asset=workload, description="The workload has at least one request.")
+@dg.asset_check(
+    op_tags=CHECK_PRIORITY, asset=workload, description="The workload has at least one request."
+)
 def workload_non_empty(store: EnginefitStore) -> dg.AssetCheckResult:
     return check_result(checks.non_empty(stage.read_requests(store.layout())))
 
 
-@dg.asset_check(asset=workload, description="No token count is negative.")
+@dg.asset_check(op_tags=CHECK_PRIORITY, asset=workload, description="No token count is negative.")
 def workload_no_negative_tokens(store: EnginefitStore) -> dg.AssetCheckResult:
     return check_result(checks.no_negative_tokens(stage.read_requests(store.layout())))
 
 
-@dg.asset_check(asset=workload, description="Requests are stored in arrival order.")
+@dg.asset_check(
+    op_tags=CHECK_PRIORITY, asset=workload, description="Requests are stored in arrival order."
+)
 def workload_arrivals_sorted(store: EnginefitStore) -> dg.AssetCheckResult:
     return check_result(checks.arrivals_sorted(stage.read_requests(store.layout())))
 
 
 @dg.asset_check(
+    op_tags=CHECK_PRIORITY,
     asset=workload,
     description="The quarantined share of records stays under workload.quarantine_warn_share (warns).",
 )
