@@ -17,8 +17,10 @@ from assets import prefix as prefix_stage
 from assets import report as report_stage
 from assets import shape as shape_stage
 from assets import sim as sim_stage
+from assets.executors import EXECUTOR_ENV, configured_executor
 from assets.progress import QUIET_LOGGERS, watch_steps
 from assets.resources import EnginefitStore
+from pipeline.errors import ConfigError
 
 # One module per stage; each exposes ASSETS and CHECKS lists. Keep one line per stage.
 _STAGES = [
@@ -36,14 +38,23 @@ all_checks = [c for stage in _STAGES for c in stage.CHECKS]
 
 full_report_job = dg.define_asset_job("full_report", selection=dg.AssetSelection.all())
 
-defs = dg.Definitions(
-    assets=all_assets,
-    asset_checks=all_checks,
-    resources={"store": EnginefitStore()},
-    jobs=[full_report_job],
-    schedules=report_stage.schedules(full_report_job),
-    sensors=report_stage.sensors(full_report_job),
-)
+
+def build_definitions(executor: dg.ExecutorDefinition | None = None) -> dg.Definitions:
+    """Every asset, check, resource, job, schedule and sensor; ``executor`` None keeps Dagster's
+    default (multiprocess or in-process, chosen in the run config)."""
+    return dg.Definitions(
+        assets=all_assets,
+        asset_checks=all_checks,
+        resources={"store": EnginefitStore()},
+        jobs=[full_report_job],
+        schedules=report_stage.schedules(full_report_job),
+        sensors=report_stage.sensors(full_report_job),
+        executor=executor,
+    )
+
+
+# The executor is configuration: ENGINEFIT_EXECUTOR names a cluster executor (assets/executors.py).
+defs = build_definitions(configured_executor())
 
 
 def full_report_job_def() -> dg.JobDefinition:
@@ -114,6 +125,11 @@ def run_full_graph(
     step logs (tracebacks included) would bury the summary: failures come back as one line each
     in :attr:`GraphRun.failures`, and the run history keeps every event.
     """
+    if defs.executor is not None:
+        raise ConfigError(
+            f"{EXECUTOR_ENV} names a cluster executor: `enginefit report` runs on this machine; "
+            "launch the full_report job on the cluster instead (README, Scale)"
+        )
     if executor is None:
         executor = "in_process" if instance.is_ephemeral else "multiprocess"
     tags = {"enginefit/invocation": uuid.uuid4().hex}
