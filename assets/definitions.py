@@ -17,6 +17,7 @@ from assets import prefix as prefix_stage
 from assets import report as report_stage
 from assets import shape as shape_stage
 from assets import sim as sim_stage
+from assets.days import configured_quarter, day_assets, quarter_partitions
 from assets.executors import EXECUTOR_ENV, configured_executor
 from assets.progress import QUIET_LOGGERS, watch_steps
 from assets.resources import EnginefitStore
@@ -36,31 +37,53 @@ _STAGES = [
 all_assets = [a for stage in _STAGES for a in stage.ASSETS]
 all_checks = [c for stage in _STAGES for c in stage.CHECKS]
 
-full_report_job = dg.define_asset_job("full_report", selection=dg.AssetSelection.all())
+FULL_REPORT = "full_report"
 
 
-def build_definitions(executor: dg.ExecutorDefinition | None = None) -> dg.Definitions:
-    """Every asset, check, resource, job, schedule and sensor; ``executor`` None keeps Dagster's
-    default (multiprocess or in-process, chosen in the run config)."""
+def build_definitions(
+    executor: dg.ExecutorDefinition | None = None, quarter: str | None = None
+) -> dg.Definitions:
+    """Every asset, check, resource, job, schedule and sensor. ``executor`` None keeps Dagster's
+    default (multiprocess or in-process, chosen in the run config); ``quarter`` (YYYY-Qn) ingests
+    by day: ``workload_day`` partitioned over its days, ``workload`` their union, and the
+    ``ingest_days`` job and schedule (:mod:`assets.days`)."""
+    assets = list(all_assets)
+    selection: dg.AssetSelection = dg.AssetSelection.all()
+    jobs = []
+    schedules = []
+    if quarter is not None:
+        partitions = quarter_partitions(quarter)
+        workload_day, union = day_assets(partitions)
+        assets = [workload_day, union, *(a for a in all_assets if a is not ingest.workload)]
+        selection = selection - dg.AssetSelection.assets(workload_day)
+        ingest_days = dg.define_asset_job("ingest_days", selection=[workload_day])
+        jobs.append(ingest_days)
+        schedules.append(
+            dg.build_schedule_from_partitioned_job(
+                ingest_days, name="ingest_days_schedule", hour_of_day=5
+            )
+        )
+    full_report = dg.define_asset_job(FULL_REPORT, selection=selection)
     return dg.Definitions(
-        assets=all_assets,
+        assets=assets,
         asset_checks=all_checks,
         resources={"store": EnginefitStore()},
-        jobs=[full_report_job],
-        schedules=report_stage.schedules(full_report_job),
-        sensors=report_stage.sensors(full_report_job),
+        jobs=[full_report, *jobs],
+        schedules=[*report_stage.schedules(full_report), *schedules],
+        sensors=report_stage.sensors(full_report),
         executor=executor,
     )
 
 
-# The executor is configuration: ENGINEFIT_EXECUTOR names a cluster executor (assets/executors.py).
-defs = build_definitions(configured_executor())
+# Configuration, not code: ENGINEFIT_EXECUTOR names a cluster executor (assets/executors.py),
+# ENGINEFIT_DAILY_QUARTER ingests that quarter day by day (assets/days.py).
+defs = build_definitions(configured_executor(), configured_quarter())
 
 
 def full_report_job_def() -> dg.JobDefinition:
     """The full-report job, resolved: what ``dg.reconstructable`` rebuilds in each step's
     process (the multiprocess executor's workers import this module and call this)."""
-    return defs.resolve_job_def(full_report_job.name)
+    return defs.resolve_job_def(FULL_REPORT)
 
 
 Executor = Literal["multiprocess", "in_process"]
