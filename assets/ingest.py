@@ -1,19 +1,27 @@
 """The canonical workload: configured traces ingested into Parquet, with its quarantine."""
 
-from __future__ import annotations
-
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
 import polars as pl
+from dagster import OpExecutionContext
 
-from assets.metadata import CHECK_PRIORITY, check_result, frame_preview, md, path_entries
+from assets.metadata import (
+    CHECK_PRIORITY,
+    INGEST_PRIORITY,
+    check_result,
+    frame_preview,
+    md,
+    path_entries,
+)
 from assets.resources import EnginefitStore
 from pipeline.ingest import checks, stage
+from pipeline.ingest.compute import SourceRead
 from pipeline.ingest.present import files_table, quarantine_rows
-from pipeline.ingest.result import IngestSummary
+from pipeline.ingest.result import IngestSummary, SkippedFile
 from pipeline.present.tables import markdown_table
 
 
@@ -44,15 +52,55 @@ def ingest_metadata(
     }
 
 
-@dg.asset(kinds={"polars", "parquet"}, group_name="workload")
-def workload(store: EnginefitStore) -> dg.MaterializeResult:  # type: ignore[type-arg]
-    """Every configured trace file read into the canonical request table (Parquet, sorted by
-    arrival); records that could not be used go to quarantine.parquet with file, line, field and
-    reason, and ingest_summary.json reconciles the counts."""
+def _step_key(planned: stage.PlannedSource) -> str:
+    """A mapping key the UI shows: position and file name (letters, digits, _ only)."""
+    name = re.sub(r"[^A-Za-z0-9_]", "_", Path(planned.label).name)[:48]
+    return f"{planned.position:03d}_{name}"
+
+
+@dg.op(
+    out={"files": dg.DynamicOut(stage.PlannedSource), "skipped": dg.Out(list)},
+    tags=INGEST_PRIORITY,
+)
+def ingest_plan(store: EnginefitStore) -> Any:
+    """The configured trace files, once each (a file named twice, or the same bytes twice, is
+    read once): one dynamic output per file."""
+    planned, skipped = stage.plan(stage.configured_inputs(store.config()))
+    for source in planned:
+        yield dg.DynamicOutput(source, output_name="files", mapping_key=_step_key(source))
+    yield dg.Output(skipped, output_name="skipped")
+
+
+@dg.op(tags=INGEST_PRIORITY)
+def ingest_file(store: EnginefitStore, planned: stage.PlannedSource) -> SourceRead:
+    """One trace file read (format detected by content, or as configured) into canonical rows
+    and its quarantine; the files of a workload are read side by side."""
+    return stage.read_one(stage.configured_inputs(store.config()), planned)
+
+
+@dg.op
+def ingest_merge(
+    context: OpExecutionContext,
+    store: EnginefitStore,
+    reads: list[SourceRead],
+    skipped: list[SkippedFile],
+) -> dict[str, Any]:
+    """Every file's rows in one table: repeated request ids quarantined (the first wins), one
+    block size, sorted by arrival; published with its quarantine and summary as one set."""
     config = store.config()
-    result = stage.run(stage.configured_inputs(config))
+    result = stage.merge(stage.configured_inputs(config), reads, skipped)
     paths = stage.write(result, config.layout())
-    return dg.MaterializeResult(metadata=ingest_metadata(result.summary, paths, result.requests))
+    context.add_output_metadata(ingest_metadata(result.summary, paths, result.requests))
+    return {"ingested": result.summary.ingested, "requests": str(paths["requests"])}
+
+
+@dg.graph_asset(group_name="workload", kinds={"polars", "parquet"})
+def workload() -> Any:
+    """Every configured trace file read into the canonical request table (Parquet, sorted by
+    arrival), one step per file; records that could not be used go to quarantine.parquet with
+    file, line, field and reason, and ingest_summary.json reconciles the counts."""
+    files, skipped = ingest_plan()
+    return ingest_merge(files.map(ingest_file).collect(), skipped)
 
 
 @dg.asset_check(

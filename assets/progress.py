@@ -20,7 +20,11 @@ import dagster as dg
 # replace its event-by-event log.
 QUIET_LOGGERS = {"console": {"config": {"log_level": "CRITICAL"}}}
 
-_STEP_END = {dg.DagsterEventType.STEP_SUCCESS, dg.DagsterEventType.STEP_FAILURE}
+_WATCHED = {
+    dg.DagsterEventType.STEP_SUCCESS,
+    dg.DagsterEventType.STEP_FAILURE,
+    dg.DagsterEventType.ASSET_MATERIALIZATION,
+}
 _POLL_SECONDS = 0.25
 
 
@@ -38,6 +42,37 @@ def to_stderr(line: str) -> None:
     sys.stderr.flush()
 
 
+class _StepLines:
+    """Turns a run's events into lines: one per finished step, and for an asset made of
+    several steps (ingest's files, the simulation's scenarios) one more when its last step
+    finishes, with the time its steps took together."""
+
+    def __init__(self) -> None:
+        self._graph_seconds: dict[str, float] = {}
+        self._graph_steps: dict[str, int] = {}
+        self._materializes: dict[str, str] = {}  # step key → the graph asset it completes
+
+    def lines(self, event: dg.DagsterEvent) -> list[str]:
+        key = event.step_key or ""
+        graph = key.split(".", 1)[0] if "." in key else None
+        if event.event_type == dg.DagsterEventType.ASSET_MATERIALIZATION:
+            asset = event.asset_key.to_user_string() if event.asset_key else None
+            if graph is not None and asset == graph:
+                self._materializes[key] = asset
+            return []
+        lines = [step_line(event)]
+        if graph is not None and event.event_type == dg.DagsterEventType.STEP_SUCCESS:
+            seconds = event.event_specific_data.duration_ms / 1000  # type: ignore[union-attr]
+            self._graph_seconds[graph] = self._graph_seconds.get(graph, 0.0) + seconds
+            self._graph_steps[graph] = self._graph_steps.get(graph, 0) + 1
+            if key in self._materializes:
+                lines.append(
+                    f"enginefit report: {graph} done ({self._graph_seconds[graph]:.1f} s over "
+                    f"{self._graph_steps[graph]} steps)"
+                )
+        return lines
+
+
 class _RunWatcher:
     """Prints each step's end as the event log records it, for the one run tagged ``tags``."""
 
@@ -49,6 +84,7 @@ class _RunWatcher:
         self._emit = emit
         self._run_id: str | None = None
         self._cursor: str | None = None
+        self._lines = _StepLines()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="enginefit-progress", daemon=True)
 
@@ -60,13 +96,13 @@ class _RunWatcher:
             self._run_id = ids[0]
         while True:
             page = self._instance.get_records_for_run(
-                self._run_id, cursor=self._cursor, of_type=_STEP_END, limit=100
+                self._run_id, cursor=self._cursor, of_type=_WATCHED, limit=100
             )
             self._cursor = page.cursor
             for record in page.records:
                 event = record.event_log_entry.dagster_event
-                if event is not None:
-                    self._emit(step_line(event))
+                for line in self._lines.lines(event) if event is not None else []:
+                    self._emit(line)
             if not page.has_more:
                 return
 
