@@ -115,7 +115,8 @@ def run_report(args: argparse.Namespace) -> int:
         print(f"  {severity} {check}: {problems}")
     print(f"Dagster run history: {home} (open the UI with `make ui`)")
     for step, message in run.failures:
-        print(f"enginefit: error: step {step} failed: {message}", file=sys.stderr)
+        what = "the run" if step == "run" else f"step {step}"
+        print(f"enginefit: error: {what} failed: {message}", file=sys.stderr)
     pdf = next((path for _, label, path in run.outputs if label == "pdf_path"), None)
     if pdf is not None:
         if run.unchanged_report:

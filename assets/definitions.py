@@ -131,6 +131,37 @@ class GraphRun:
     unchanged_report: bool = False  # the report matched its latest version: nothing published
 
 
+def _stop_fork_server() -> None:
+    """Python keeps one fork server per process, with the environment and working folder it
+    started with, for as long as the process lives. Stopped after each run, the next run in
+    the same process (tests, perf/graph.py) forks its steps from a server that sees the then
+    environment (e.g. the DAGSTER_PG_* its instance reads), and the preloaded modules' memory
+    goes back meanwhile."""
+    from multiprocessing import forkserver
+
+    stop = getattr(forkserver._forkserver, "_stop", None)  # CPython's, used by its own tests
+    if stop is not None:
+        stop()
+
+
+def _error_line(error: Any) -> str:
+    """The user's error a Dagster error wraps, as its one-line message."""
+    cause = error.cause if error.cause is not None else error
+    text = cause.message.strip().splitlines()[-1]
+    qualified_name, _, rest = text.partition(": ")
+    return str(rest if qualified_name.endswith(str(cause.cls_name)) else text)
+
+
+def _run_failure(result: dg.ExecutionResult) -> str:
+    """Why a run failed when no step did (a step's process that could not start or died)."""
+    for event in result.all_events:
+        error = getattr(event.event_specific_data, "error", None)
+        if error is not None:
+            return _error_line(error)
+    failure = [e for e in result.all_events if e.event_type == dg.DagsterEventType.RUN_FAILURE]
+    return failure[0].message or "unknown error" if failure else "unknown error"
+
+
 def run_full_graph(
     config_path: Path,
     instance: dg.DagsterInstance,
@@ -156,14 +187,18 @@ def run_full_graph(
     if executor is None:
         executor = "in_process" if instance.is_ephemeral else "multiprocess"
     tags = {"enginefit/invocation": uuid.uuid4().hex}
-    with watch_steps(instance, tags, progress):
-        result = dg.execute_job(
-            dg.reconstructable(full_report_job_def),
-            instance=instance,
-            run_config=report_run_config(config_path, executor, max_concurrent),
-            tags=tags,
-            raise_on_error=False,
-        )
+    try:
+        with watch_steps(instance, tags, progress):
+            result = dg.execute_job(
+                dg.reconstructable(full_report_job_def),
+                instance=instance,
+                run_config=report_run_config(config_path, executor, max_concurrent),
+                tags=tags,
+                raise_on_error=False,
+            )
+    finally:
+        if executor == "multiprocess":
+            _stop_fork_server()
     outputs = []
     unchanged_report = False
     storage = Path(instance.root_directory).resolve()
@@ -182,13 +217,9 @@ def run_full_graph(
     for event in result.get_step_failure_events():
         error = event.step_failure_data.error
         # The user's error is the cause Dagster wrapped (e.g. a ConfigError naming the file).
-        cause = error.cause if error is not None and error.cause is not None else error
-        message = "unknown error"
-        if cause is not None:
-            text = cause.message.strip().splitlines()[-1]
-            qualified_name, _, rest = text.partition(": ")
-            message = rest if qualified_name.endswith(str(cause.cls_name)) else text
-        failures.append((event.step_key or "?", message))
+        failures.append((event.step_key or "?", _error_line(error) if error else "unknown error"))
+    if not result.success and not failures:
+        failures.append(("run", _run_failure(result)))
     passed = 0
     failed = []
     for evaluation in result.get_asset_check_evaluations():

@@ -16,6 +16,7 @@ import argparse
 import hashlib
 import json
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -118,7 +119,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--files", type=int, default=4, help="trace files to spread them over")
     parser.add_argument("--repeats", type=int, default=1, help="runs per executor (best kept)")
     parser.add_argument("--no-sample", action="store_true", help="only the generated workload")
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv if argv is not None else [])
     home = os.environ.get("DAGSTER_HOME")
     try:
         with tempfile.TemporaryDirectory(prefix="enginefit-perf-graph-") as tmp_name:
@@ -144,4 +145,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])
