@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 ENGINE_STAMP := $(VENV)/.engine-installed
 export DAGSTER_HOME := $(CURDIR)/.dagster_home
 
-.PHONY: report test lint bench ui clean
+.PHONY: report test test-postgres lint bench ui clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,6 +20,7 @@ $(ENGINE_STAMP): $(STAMP)
 	CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(BIN)/python -m pip install --quiet -e '.[dev,engine]'
 	touch $(ENGINE_STAMP)
 
+# An empty one is given enginefit's defaults (embedded SQLite) by the first `enginefit report`.
 $(DAGSTER_HOME)/dagster.yaml:
 	mkdir -p $(DAGSTER_HOME)
 	touch $@
@@ -31,6 +32,11 @@ test: $(STAMP) $(ENGINE_STAMP)
 	ENGINEFIT_REQUIRE_ENGINE=1 $(BIN)/python -m pytest -q
 	$(BIN)/ruff check pipeline assets tests perf
 	$(BIN)/mypy
+
+# Run and event storage on a real PostgreSQL: a throwaway server on loopback (initdb, pg_ctl;
+# Debian: apt-get install postgresql) and docs/dagster.postgres.yaml; fails if it cannot run.
+test-postgres: $(STAMP)
+	ENGINEFIT_REQUIRE_POSTGRES=1 $(BIN)/python -m pytest -q tests/test_postgres_storage.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check pipeline assets tests perf

@@ -16,7 +16,7 @@ import os
 import dagster as dg
 import polars as pl
 
-from assets.metadata import check_result, md, path_entries
+from assets.metadata import CHECK_PRIORITY, check_result, md, path_entries
 from assets.resources import EnginefitStore
 from pipeline.bench import stage
 from pipeline.bench.config import RUN_DATE_ENV, BenchSettings, parse_as_of
@@ -103,6 +103,7 @@ def bench_analysis(store: EnginefitStore) -> dg.MaterializeResult:  # type: igno
 
 
 @dg.asset_check(
+    op_tags=CHECK_PRIORITY,
     asset=bench_analysis,
     description="No load point passes the SLO with a limited percentile missing or broken, "
     "too few requests behind a percentile, or an open-loop server not shown to keep up.",
@@ -114,6 +115,7 @@ def bench_no_silent_pass(store: EnginefitStore) -> dg.AssetCheckResult:
 
 
 @dg.asset_check(
+    op_tags=CHECK_PRIORITY,
     asset=bench_analysis,
     description="Every validity finding has a status, a message and a known check name.",
 )

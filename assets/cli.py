@@ -1,7 +1,8 @@
 """The ``enginefit`` console script: the pipeline's ad-hoc commands plus ``report``.
 
-``report`` runs the whole Dagster asset graph in-process on a configuration and prints where
-every output went. It lives here, not in ``pipeline/``, because it drives Dagster.
+``report`` runs the whole Dagster asset graph on a configuration (Dagster's multiprocess
+executor: independent steps side by side) and prints where every output went. It lives here, not
+in ``pipeline/``, because it drives Dagster.
 """
 
 from __future__ import annotations
@@ -18,15 +19,53 @@ from pipeline.cli_common import DEFAULT_CONFIG, add_config_argument, command_con
 from pipeline.headline import headline_table, headlines
 
 
+def _at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of steps, 1 or more")
+    return value
+
+
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "report",
         help="run the whole asset graph (ingest → … → report) on a configuration",
-        description="Materialise every asset and check in-process with the Dagster instance in "
-        "$DAGSTER_HOME (default: ./.dagster_home, embedded SQLite), then print the outputs.",
+        description="Materialise every asset and check as one Dagster run on the instance in "
+        "$DAGSTER_HOME (default: .dagster_home beside the configuration, embedded SQLite; "
+        "docs/dagster.postgres.yaml for PostgreSQL), then print the outputs.",
     )
     add_config_argument(parser)
+    parser.add_argument(
+        "--executor",
+        choices=["multiprocess", "in_process"],
+        default="multiprocess",
+        help="multiprocess (default): independent steps (scenarios, stages, checks) run side by "
+        "side, one process per step; in_process: one step at a time in this process",
+    )
+    parser.add_argument(
+        "--max-concurrent",
+        type=_at_least_one,
+        default=None,
+        metavar="N",
+        help="multiprocess: at most N steps at once (default: one per CPU)",
+    )
     parser.set_defaults(func=run_report)
+
+
+# Written into a new (or empty) dagster.yaml. The run history stays Dagster's embedded SQLite in
+# that folder; PostgreSQL is a dagster.yaml like docs/dagster.postgres.yaml.
+DEFAULT_DAGSTER_YAML = """\
+# Dagster instance settings for enginefit (written by `enginefit report` into an empty file;
+# edit freely). Run and event storage: embedded SQLite in this folder, Dagster's default. For
+# PostgreSQL, see docs/dagster.postgres.yaml.
+python_logs:
+  # Each step's process announces itself at DEBUG on the console; `enginefit report` prints
+  # one line per finished step instead (the run history keeps every event).
+  python_log_level: INFO
+"""
 
 
 def _ensure_dagster_home(project: Path) -> Path:
@@ -34,7 +73,9 @@ def _ensure_dagster_home(project: Path) -> Path:
     never the current folder."""
     home = Path(os.environ.get("DAGSTER_HOME") or project / ".dagster_home").resolve()
     home.mkdir(parents=True, exist_ok=True)
-    (home / "dagster.yaml").touch(exist_ok=True)
+    settings = home / "dagster.yaml"
+    if not settings.exists() or settings.stat().st_size == 0:
+        settings.write_text(DEFAULT_DAGSTER_YAML, encoding="utf-8")
     os.environ["DAGSTER_HOME"] = str(home)
     return home
 
@@ -48,9 +89,16 @@ def run_report(args: argparse.Namespace) -> int:
     import dagster as dg
 
     from assets.definitions import run_full_graph
+    from assets.progress import to_stderr
 
     with dg.DagsterInstance.get() as instance:
-        run = run_full_graph(config_path, instance)
+        run = run_full_graph(
+            config_path,
+            instance,
+            executor=args.executor,
+            max_concurrent=args.max_concurrent,
+            progress=to_stderr,
+        )
     workload_dir = config.layout().root
     print(f"outputs under {workload_dir}:")
     for asset_key, _, path in sorted(run.outputs, key=lambda output: output[2]):
@@ -67,7 +115,8 @@ def run_report(args: argparse.Namespace) -> int:
         print(f"  {severity} {check}: {problems}")
     print(f"Dagster run history: {home} (open the UI with `make ui`)")
     for step, message in run.failures:
-        print(f"enginefit: error: step {step} failed: {message}", file=sys.stderr)
+        what = "the run" if step == "run" else f"step {step}"
+        print(f"enginefit: error: {what} failed: {message}", file=sys.stderr)
     pdf = next((path for _, label, path in run.outputs if label == "pdf_path"), None)
     if pdf is not None:
         if run.unchanged_report:

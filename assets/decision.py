@@ -13,7 +13,7 @@ import json
 
 import dagster as dg
 
-from assets.metadata import check_result, md, path_entries
+from assets.metadata import CHECK_PRIORITY, check_result, md, path_entries
 from assets.resources import EnginefitStore
 from pipeline.decision import checks, stage
 from pipeline.decision.present import candidates_table
@@ -77,7 +77,11 @@ def revisit_triggers(store: EnginefitStore) -> dg.MaterializeResult:  # type: ig
     )
 
 
-@dg.asset_check(asset=engine_decision, description="The record validates against its schema.")
+@dg.asset_check(
+    op_tags=CHECK_PRIORITY,
+    asset=engine_decision,
+    description="The record validates against its schema.",
+)
 def decision_record_valid(store: EnginefitStore) -> dg.AssetCheckResult:
     path = store.layout().decision.record
     return check_result(
@@ -85,13 +89,19 @@ def decision_record_valid(store: EnginefitStore) -> dg.AssetCheckResult:
     )
 
 
-@dg.asset_check(asset=engine_decision, description="Every excluded candidate has a reason.")
+@dg.asset_check(
+    op_tags=CHECK_PRIORITY,
+    asset=engine_decision,
+    description="Every excluded candidate has a reason.",
+)
 def excluded_candidates_have_reasons(store: EnginefitStore) -> dg.AssetCheckResult:
     return check_result(checks.excluded_have_reasons(stage.read_record(store.layout())))
 
 
 @dg.asset_check(
-    asset=revisit_triggers, description="Every trigger reads a metric the record measures."
+    op_tags=CHECK_PRIORITY,
+    asset=revisit_triggers,
+    description="Every trigger reads a metric the record measures.",
 )
 def triggers_measurable(store: EnginefitStore) -> dg.AssetCheckResult:
     return check_result(checks.triggers_measurable(stage.read_record(store.layout())))

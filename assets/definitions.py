@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Literal
 
 import dagster as dg
 
@@ -14,8 +17,11 @@ from assets import prefix as prefix_stage
 from assets import report as report_stage
 from assets import shape as shape_stage
 from assets import sim as sim_stage
-from assets.progress import PROGRESS_LOGGER, progress_logger
+from assets.days import configured_quarter, day_assets, quarter_partitions
+from assets.executors import EXECUTOR_ENV, configured_executor
+from assets.progress import QUIET_LOGGERS, watch_steps
 from assets.resources import EnginefitStore
+from pipeline.errors import ConfigError
 
 # One module per stage; each exposes ASSETS and CHECKS lists. Keep one line per stage.
 _STAGES = [
@@ -31,18 +37,85 @@ _STAGES = [
 all_assets = [a for stage in _STAGES for a in stage.ASSETS]
 all_checks = [c for stage in _STAGES for c in stage.CHECKS]
 
-full_report_job = dg.define_asset_job("full_report", selection=dg.AssetSelection.all())
+FULL_REPORT = "full_report"
 
-defs = dg.Definitions(
-    assets=all_assets,
-    asset_checks=all_checks,
-    resources={"store": EnginefitStore()},
-    jobs=[full_report_job],
-    schedules=report_stage.schedules(full_report_job),
-    sensors=report_stage.sensors(full_report_job),
-    # Dagster's console logger stays the default; `enginefit report` asks for the progress one.
-    loggers={"console": dg.colored_console_logger, PROGRESS_LOGGER: progress_logger},
-)
+
+def build_definitions(
+    executor: dg.ExecutorDefinition | None = None, quarter: str | None = None
+) -> dg.Definitions:
+    """Every asset, check, resource, job, schedule and sensor. ``executor`` None keeps Dagster's
+    default (multiprocess or in-process, chosen in the run config); ``quarter`` (YYYY-Qn) ingests
+    by day: ``workload_day`` partitioned over its days, ``workload`` their union, and the
+    ``ingest_days`` job and schedule (:mod:`assets.days`)."""
+    assets = list(all_assets)
+    selection: dg.AssetSelection = dg.AssetSelection.all()
+    jobs = []
+    schedules = []
+    if quarter is not None:
+        partitions = quarter_partitions(quarter)
+        workload_day, union = day_assets(partitions)
+        assets = [workload_day, union, *(a for a in all_assets if a is not ingest.workload)]
+        selection = selection - dg.AssetSelection.assets(workload_day)
+        ingest_days = dg.define_asset_job("ingest_days", selection=[workload_day])
+        jobs.append(ingest_days)
+        schedules.append(
+            dg.build_schedule_from_partitioned_job(
+                ingest_days, name="ingest_days_schedule", hour_of_day=5
+            )
+        )
+    full_report = dg.define_asset_job(FULL_REPORT, selection=selection)
+    return dg.Definitions(
+        assets=assets,
+        asset_checks=all_checks,
+        resources={"store": EnginefitStore()},
+        jobs=[full_report, *jobs],
+        schedules=[*report_stage.schedules(full_report), *schedules],
+        sensors=report_stage.sensors(full_report),
+        executor=executor,
+    )
+
+
+# Configuration, not code: ENGINEFIT_EXECUTOR names a cluster executor (assets/executors.py),
+# ENGINEFIT_DAILY_QUARTER ingests that quarter day by day (assets/days.py).
+defs = build_definitions(configured_executor(), configured_quarter())
+
+
+def full_report_job_def() -> dg.JobDefinition:
+    """The full-report job, resolved: what ``dg.reconstructable`` rebuilds in each step's
+    process (the multiprocess executor's workers import this module and call this)."""
+    return defs.resolve_job_def(FULL_REPORT)
+
+
+Executor = Literal["multiprocess", "in_process"]
+EXECUTORS: tuple[Executor, ...] = ("multiprocess", "in_process")
+# The fork server imports these once; each step's process is forked from it (assets/worker.py).
+WORKER_PRELOAD = ["assets.worker"]
+
+
+def executor_config(executor: Executor, max_concurrent: int | None = None) -> dict[str, Any]:
+    """Run config for the job's executor (Dagster's default ``multi_or_in_process_executor``):
+    ``multiprocess`` forks each step from a server that has imported the definitions (so a step
+    starts in about 0.2 s, not 3 s) and runs up to ``max_concurrent`` at once (default: one per
+    CPU); ``in_process`` runs every step in this process, one at a time."""
+    if executor == "in_process":
+        return {"in_process": {}}
+    forkserver = {"forkserver": {"preload_modules": WORKER_PRELOAD}}
+    config: dict[str, Any] = {"start_method": forkserver}
+    if max_concurrent is not None:
+        config["max_concurrent"] = max_concurrent
+    return {"multiprocess": config}
+
+
+def report_run_config(
+    config_path: Path, executor: Executor, max_concurrent: int | None = None
+) -> dict[str, Any]:
+    """The run config of ``enginefit report``: the configuration file, the executor, and quiet
+    console logging (progress lines come from the event log, :mod:`assets.progress`)."""
+    return {
+        "resources": {"store": {"config": {"config_path": str(config_path)}}},
+        "execution": {"config": executor_config(executor, max_concurrent)},
+        "loggers": QUIET_LOGGERS,
+    }
 
 
 @dataclass(frozen=True)
@@ -58,17 +131,74 @@ class GraphRun:
     unchanged_report: bool = False  # the report matched its latest version: nothing published
 
 
-def run_full_graph(config_path: Path, instance: dg.DagsterInstance) -> GraphRun:
-    """Materialise every asset and check in-process."""
-    store = EnginefitStore(config_path=str(config_path))
-    result = defs.resolve_job_def(full_report_job.name).execute_in_process(
-        instance=instance,
-        resources={"store": store},
-        # Dagster's step logs (tracebacks included) would bury the summary: one progress line
-        # per step instead, failures as one line each below; the run history keeps every event.
-        run_config={"loggers": {PROGRESS_LOGGER: {}}},
-        raise_on_error=False,
-    )
+def _stop_fork_server() -> None:
+    """Python keeps one fork server per process, with the environment and working folder it
+    started with, for as long as the process lives. Stopped after each run, the next run in
+    the same process (tests, perf/graph.py) forks its steps from a server that sees the then
+    environment (e.g. the DAGSTER_PG_* its instance reads), and the preloaded modules' memory
+    goes back meanwhile."""
+    from multiprocessing import forkserver
+
+    stop = getattr(forkserver._forkserver, "_stop", None)  # CPython's, used by its own tests
+    if stop is not None:
+        stop()
+
+
+def _error_line(error: Any) -> str:
+    """The user's error a Dagster error wraps, as its one-line message."""
+    cause = error.cause if error.cause is not None else error
+    text = cause.message.strip().splitlines()[-1]
+    qualified_name, _, rest = text.partition(": ")
+    return str(rest if qualified_name.endswith(str(cause.cls_name)) else text)
+
+
+def _run_failure(result: dg.ExecutionResult) -> str:
+    """Why a run failed when no step did (a step's process that could not start or died)."""
+    for event in result.all_events:
+        error = getattr(event.event_specific_data, "error", None)
+        if error is not None:
+            return _error_line(error)
+    failure = [e for e in result.all_events if e.event_type == dg.DagsterEventType.RUN_FAILURE]
+    return failure[0].message or "unknown error" if failure else "unknown error"
+
+
+def run_full_graph(
+    config_path: Path,
+    instance: dg.DagsterInstance,
+    *,
+    executor: Executor | None = None,
+    max_concurrent: int | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> GraphRun:
+    """Materialise every asset and check as one run of ``full_report`` on ``instance``.
+
+    ``executor``: ``multiprocess`` (the default on a persistent instance: independent steps,
+    e.g. the simulation scenarios, run side by side in processes of their own) or
+    ``in_process``, the only one an ephemeral instance (tests) can run. ``progress`` receives a
+    line per finished step while the run goes on (persistent instances only). Dagster's own
+    step logs (tracebacks included) would bury the summary: failures come back as one line each
+    in :attr:`GraphRun.failures`, and the run history keeps every event.
+    """
+    if defs.executor is not None:
+        raise ConfigError(
+            f"{EXECUTOR_ENV} names a cluster executor: `enginefit report` runs on this machine; "
+            "launch the full_report job on the cluster instead (README, Scale)"
+        )
+    if executor is None:
+        executor = "in_process" if instance.is_ephemeral else "multiprocess"
+    tags = {"enginefit/invocation": uuid.uuid4().hex}
+    try:
+        with watch_steps(instance, tags, progress):
+            result = dg.execute_job(
+                dg.reconstructable(full_report_job_def),
+                instance=instance,
+                run_config=report_run_config(config_path, executor, max_concurrent),
+                tags=tags,
+                raise_on_error=False,
+            )
+    finally:
+        if executor == "multiprocess":
+            _stop_fork_server()
     outputs = []
     unchanged_report = False
     storage = Path(instance.root_directory).resolve()
@@ -87,13 +217,9 @@ def run_full_graph(config_path: Path, instance: dg.DagsterInstance) -> GraphRun:
     for event in result.get_step_failure_events():
         error = event.step_failure_data.error
         # The user's error is the cause Dagster wrapped (e.g. a ConfigError naming the file).
-        cause = error.cause if error is not None and error.cause is not None else error
-        message = "unknown error"
-        if cause is not None:
-            text = cause.message.strip().splitlines()[-1]
-            qualified_name, _, rest = text.partition(": ")
-            message = rest if qualified_name.endswith(str(cause.cls_name)) else text
-        failures.append((event.step_key or "?", message))
+        failures.append((event.step_key or "?", _error_line(error) if error else "unknown error"))
+    if not result.success and not failures:
+        failures.append(("run", _run_failure(result)))
     passed = 0
     failed = []
     for evaluation in result.get_asset_check_evaluations():

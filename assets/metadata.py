@@ -14,6 +14,15 @@ import polars as pl
 
 from pipeline.present.tables import bullet_list, markdown_table
 
+# The multiprocess executor starts ready steps highest ``dagster/priority`` first (default 0):
+# the scenario replays (the longest steps, and the longest path to the report) before the
+# stages beside them, and checks (no step waits for them) last, in the gaps. The files of the
+# ingest come before all (everything waits for them).
+INGEST_PRIORITY = {"dagster/priority": "3"}
+SCENARIO_PRIORITY = {"dagster/priority": "2"}
+STAGE_PRIORITY = {"dagster/priority": "1"}
+CHECK_PRIORITY = {"dagster/priority": "-1"}
+
 
 def md(frame_or_text: pl.DataFrame | str) -> dg.MetadataValue:
     """Markdown metadata from a frame (via the shared table format) or prepared text."""

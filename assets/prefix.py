@@ -5,7 +5,7 @@ from __future__ import annotations
 import dagster as dg
 import polars as pl
 
-from assets.metadata import check_result, md, path_entries
+from assets.metadata import CHECK_PRIORITY, check_result, md, path_entries
 from assets.resources import EnginefitStore
 from pipeline.ingest.stage import read_requests
 from pipeline.prefix import checks, stage
@@ -42,6 +42,7 @@ def prefix_sharing(store: EnginefitStore) -> dg.MaterializeResult:  # type: igno
 
 
 @dg.asset_check(
+    op_tags=CHECK_PRIORITY,
     asset=prefix_sharing,
     description="sessions.parquet has one row per request, turns start at 0 and are unique.",
 )

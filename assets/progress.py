@@ -1,44 +1,134 @@
-"""A Dagster logger for ``enginefit report``: one line on standard error per finished step
-(asset, check or scenario), with its duration, instead of Dagster's event log.
+"""``enginefit report``'s progress: one line on standard error per finished step (asset, check
+or scenario), with its duration, read from the run's event log while the run goes on.
 
-It is defined on the one ``Definitions`` but used only when a run's config names it, so a run
-launched from the UI keeps Dagster's own console logger.
+The lines come from the instance's event log, not from a logger in the step's process: with the
+multiprocess executor (or a cluster executor) steps run in other processes, whose output is
+theirs; the event log is where every executor records every step. The steps' own console
+logging is turned down (:data:`QUIET_LOGGERS`), and the run history keeps every event.
 """
 
 from __future__ import annotations
 
-import logging
 import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import dagster as dg
-from dagster._core.log_manager import LOG_RECORD_METADATA_ATTR
 
-PROGRESS_LOGGER = "enginefit_progress"
+# Run config: Dagster's console logger only for errors a person must see; the step lines below
+# replace its event-by-event log.
+QUIET_LOGGERS = {"console": {"config": {"log_level": "CRITICAL"}}}
 
-
-class _StepLines(logging.Handler):
-    """Writes a line for each step that succeeded or failed; ignores every other record."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        meta = getattr(record, LOG_RECORD_METADATA_ATTR, None) or {}
-        event = meta.get("dagster_event")
-        if event is None or event.step_key is None:
-            return
-        if event.event_type == dg.DagsterEventType.STEP_SUCCESS:
-            seconds = event.event_specific_data.duration_ms / 1000
-            print(f"enginefit report: {event.step_key} done ({seconds:.1f} s)", file=sys.stderr)
-        elif event.event_type == dg.DagsterEventType.STEP_FAILURE:
-            print(f"enginefit report: {event.step_key} FAILED", file=sys.stderr)
+_WATCHED = {
+    dg.DagsterEventType.STEP_SUCCESS,
+    dg.DagsterEventType.STEP_FAILURE,
+    dg.DagsterEventType.ASSET_MATERIALIZATION,
+}
+_POLL_SECONDS = 0.25
 
 
-@dg.logger(
-    config_schema=None, description="One line per finished step on stderr (enginefit report)."
-)
-def progress_logger(init_context: dg.InitLoggerContext) -> logging.Logger:
-    del init_context
-    log = logging.getLogger(PROGRESS_LOGGER)
-    log.setLevel(logging.DEBUG)
-    log.propagate = False
-    if not log.handlers:
-        log.addHandler(_StepLines())
-    return log
+def step_line(event: dg.DagsterEvent) -> str:
+    """``enginefit report: <step> done (1.3 s)`` or ``… <step> FAILED``."""
+    if event.event_type == dg.DagsterEventType.STEP_SUCCESS:
+        seconds = event.event_specific_data.duration_ms / 1000  # type: ignore[union-attr]
+        return f"enginefit report: {event.step_key} done ({seconds:.1f} s)"
+    return f"enginefit report: {event.step_key} FAILED"
+
+
+def to_stderr(line: str) -> None:
+    # One write per line: steps finishing together never interleave mid-line.
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+class _StepLines:
+    """Turns a run's events into lines: one per finished step, and for an asset made of
+    several steps (ingest's files, the simulation's scenarios) one more when its last step
+    finishes, with the time its steps took together."""
+
+    def __init__(self) -> None:
+        self._graph_seconds: dict[str, float] = {}
+        self._graph_steps: dict[str, int] = {}
+        self._materializes: dict[str, str] = {}  # step key → the graph asset it completes
+
+    def lines(self, event: dg.DagsterEvent) -> list[str]:
+        key = event.step_key or ""
+        graph = key.split(".", 1)[0] if "." in key else None
+        if event.event_type == dg.DagsterEventType.ASSET_MATERIALIZATION:
+            asset = event.asset_key.to_user_string() if event.asset_key else None
+            if graph is not None and asset == graph:
+                self._materializes[key] = asset
+            return []
+        lines = [step_line(event)]
+        if graph is not None and event.event_type == dg.DagsterEventType.STEP_SUCCESS:
+            seconds = event.event_specific_data.duration_ms / 1000  # type: ignore[union-attr]
+            self._graph_seconds[graph] = self._graph_seconds.get(graph, 0.0) + seconds
+            self._graph_steps[graph] = self._graph_steps.get(graph, 0) + 1
+            if key in self._materializes:
+                lines.append(
+                    f"enginefit report: {graph} done ({self._graph_seconds[graph]:.1f} s over "
+                    f"{self._graph_steps[graph]} steps)"
+                )
+        return lines
+
+
+class _RunWatcher:
+    """Prints each step's end as the event log records it, for the one run tagged ``tags``."""
+
+    def __init__(
+        self, instance: dg.DagsterInstance, tags: dict[str, str], emit: Callable[[str], None]
+    ) -> None:
+        self._instance = instance
+        self._tags = tags
+        self._emit = emit
+        self._run_id: str | None = None
+        self._cursor: str | None = None
+        self._lines = _StepLines()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="enginefit-progress", daemon=True)
+
+    def _drain(self) -> None:
+        if self._run_id is None:
+            ids = self._instance.get_run_ids(filters=dg.RunsFilter(tags=self._tags), limit=1)
+            if not ids:
+                return
+            self._run_id = ids[0]
+        while True:
+            page = self._instance.get_records_for_run(
+                self._run_id, cursor=self._cursor, of_type=_WATCHED, limit=100
+            )
+            self._cursor = page.cursor
+            for record in page.records:
+                event = record.event_log_entry.dagster_event
+                for line in self._lines.lines(event) if event is not None else []:
+                    self._emit(line)
+            if not page.has_more:
+                return
+
+    def _loop(self) -> None:
+        while not self._stop.wait(_POLL_SECONDS):
+            self._drain()
+
+    def __enter__(self) -> _RunWatcher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._drain()  # whatever ended after the last poll, before the caller's summary
+
+
+@contextmanager
+def watch_steps(
+    instance: dg.DagsterInstance, tags: dict[str, str], emit: Callable[[str], None] | None
+) -> Iterator[None]:
+    """While the body runs the job tagged ``tags``, ``emit`` a line per finished step. An
+    ephemeral instance (tests) keeps its events in memory, in one thread: nothing is emitted."""
+    if emit is None or instance.is_ephemeral:
+        yield
+        return
+    # Its own instance on the same storage: the run writes through the caller's meanwhile.
+    with dg.DagsterInstance.from_ref(instance.get_ref()) as reader, _RunWatcher(reader, tags, emit):
+        yield

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from assets.metadata import check_result, md, path_entries
+from assets.metadata import CHECK_PRIORITY, check_result, md, path_entries
 from assets.resources import EnginefitStore
 from pipeline.shape import checks, stage
 from pipeline.shape.present import summary_tables
@@ -33,13 +33,19 @@ def workload_shape(store: EnginefitStore) -> dg.MaterializeResult:  # type: igno
     )
 
 
-@dg.asset_check(asset=workload_shape, description="Estimated concurrency carries its model.")
+@dg.asset_check(
+    op_tags=CHECK_PRIORITY,
+    asset=workload_shape,
+    description="Estimated concurrency carries its model.",
+)
 def estimated_concurrency_labelled(store: EnginefitStore) -> dg.AssetCheckResult:
     return check_result(checks.estimates_labelled(stage.read_result(store.layout()).metrics))
 
 
 @dg.asset_check(
-    asset=workload_shape, description="Statistics the timestamps cannot support say why."
+    op_tags=CHECK_PRIORITY,
+    asset=workload_shape,
+    description="Statistics the timestamps cannot support say why.",
 )
 def unsupported_statistics_explained(store: EnginefitStore) -> dg.AssetCheckResult:
     return check_result(checks.unsupported_have_reasons(stage.read_result(store.layout()).metrics))

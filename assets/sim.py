@@ -15,20 +15,27 @@ import dagster as dg
 import polars as pl
 from dagster import OpExecutionContext
 
-from assets.metadata import check_result, md, path_entries
+from assets.metadata import (
+    CHECK_PRIORITY,
+    SCENARIO_PRIORITY,
+    STAGE_PRIORITY,
+    check_result,
+    md,
+    path_entries,
+)
 from assets.resources import EnginefitStore
 from pipeline.sim import Scenario, checks, stage
 from pipeline.sim.present import curves_table, scenarios_table
 
 
-@dg.op(ins={"workload": dg.In(dg.Nothing)}, out=dg.DynamicOut(dict))
+@dg.op(ins={"workload": dg.In(dg.Nothing)}, out=dg.DynamicOut(dict), tags=SCENARIO_PRIORITY)
 def sim_plan(store: EnginefitStore) -> Any:
     """One dynamic output per configured scenario, keyed by the scenario key."""
     for scenario in stage.plan(store.config().simulation):
         yield dg.DynamicOutput(asdict(scenario), mapping_key=scenario.key)
 
 
-@dg.op
+@dg.op(tags=SCENARIO_PRIORITY)
 def sim_scenario(store: EnginefitStore, scenario: dict[str, Any]) -> dict[str, Any]:
     """Replay one scenario and write its summary JSON under simulation/scenarios/."""
     config = store.config()
@@ -67,7 +74,9 @@ def simulation_scenarios(workload: Any) -> Any:
     return sim_collect(sim_plan(workload).map(sim_scenario).collect())
 
 
-@dg.asset(deps=["workload"], group_name="simulation", kinds={"numba", "parquet"})
+@dg.asset(
+    deps=["workload"], group_name="simulation", kinds={"numba", "parquet"}, op_tags=STAGE_PRIORITY
+)
 def simulation_curves(store: EnginefitStore) -> dg.MaterializeResult:  # type: ignore[type-arg]
     """Hit ratio at every per-replica cache capacity (instant lifetime), from one exact LRU
     stack-distance pass per block size × replica count × cache-independent routing."""
@@ -92,6 +101,7 @@ def simulation_plots(store: EnginefitStore) -> dg.MaterializeResult:  # type: ig
 
 
 @dg.asset_check(
+    op_tags=CHECK_PRIORITY,
     asset=simulation_plots,
     description="Every cache-independent scenario's instant-lifetime hits equal the one-pass "
     "curve at its capacity (unknown hits, for a trace without prompt content, agree only with "

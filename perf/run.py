@@ -11,7 +11,16 @@ import importlib
 import sys
 from pathlib import Path
 
-MODULES = ("ingest", "trace_readers", "result_readers", "shape", "prefix", "sim", "loadtest")
+MODULES = (
+    "ingest",
+    "trace_readers",
+    "result_readers",
+    "shape",
+    "prefix",
+    "sim",
+    "loadtest",
+    "graph",
+)
 
 
 def main() -> int:

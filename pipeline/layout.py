@@ -13,6 +13,8 @@ A workload folder (``<paths.data_dir>/<workload.name>/``)::
     simulation/                       cache and routing replay (simulation stage)
     bench/                            benchmark join, SLO capacity and cost (bench stage)
     decision/                         the decision record, its schema and rationale
+    days/<YYYY-MM-DD>/                with daily partitions: each day's own ingest set (same
+                                      names), which requests/ above links (pipeline.ingest.days)
 
 Each stage's paths are one small frozen object (``layout.shape.summary`` …); stages read each
 other's outputs only through these.
@@ -198,6 +200,15 @@ class WorkloadLayout:
             summary=self.root / "ingest_summary.json",
             manifest=self.root / "ingest_manifest.json",
         )
+
+    @property
+    def days_dir(self) -> Path:
+        """Daily partitions: one ingest set per UTC day below (:mod:`pipeline.ingest.days`)."""
+        return self.root / "days"
+
+    def day(self, day: str) -> WorkloadLayout:
+        """The ingest set of one day (``YYYY-MM-DD``), laid out as a workload of its own."""
+        return WorkloadLayout(child_folder(self.days_dir, day, "partition"))
 
     @property
     def marker(self) -> Path:

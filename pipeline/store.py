@@ -26,6 +26,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
@@ -318,15 +319,33 @@ def _file_entry(path: Path) -> dict[str, Any]:
     return {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
 
 
+def _link_or_copy(source: Path, target: Path, shown: Path) -> None:
+    """``target`` as a hard link to ``source`` (no copy), else a copy where links are refused."""
+    with output_errors(shown):
+        try:
+            os.link(source, target)
+        except OSError as exc:
+            if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
+                raise
+            shutil.copyfile(source, target)
+
+
 def publish_ingest(
     layout: WorkloadLayout,
     parts: Sequence[pl.DataFrame],
     quarantine: pl.DataFrame | None = None,
     summary: dict[str, Any] | None = None,
+    *,
+    linked_parts: Sequence[Path] = (),
+    extra: dict[str, Any] | None = None,
 ) -> list[Path]:
     """Replace the workload's ingest outputs with ``parts`` (and the quarantine and summary, or
     none) as one set. Everything is staged first, so a failure leaves the previous set intact;
-    from the old manifest's removal to the new one's rename the set reads as incomplete."""
+    from the old manifest's removal to the new one's rename the set reads as incomplete.
+
+    ``linked_parts``: request parts written already (a day's, :mod:`pipeline.ingest.days`),
+    published after ``parts`` as hard links, not copies. ``extra``: more manifest keys (lineage
+    a reader does not check)."""
     paths = layout.ingest
     with claim_workload(layout), ExitStack() as staged:
         with output_errors(paths.dir):
@@ -334,10 +353,13 @@ def publish_ingest(
         staged.callback(_remove_parts, staging)  # a no-op once it became requests/
         for index, frame in enumerate(parts):
             _write_parquet(frame, staging / paths.part(index).name, paths.part(index))
+        for index, source in enumerate(linked_parts, start=len(parts)):
+            _link_or_copy(source, staging / paths.part(index).name, paths.part(index))
         manifest: dict[str, Any] = {
             "parts": {p.name: p.stat().st_size for p in sorted(staging.iterdir())},
             "quarantine": None,
             "summary": None,
+            **(extra or {}),
         }
         renames = []
         if quarantine is not None:

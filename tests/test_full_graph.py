@@ -110,6 +110,8 @@ def test_report_command_names_the_failed_step_in_one_line(
     out, err = capsys.readouterr()
     assert "Traceback" not in out + err
     failures = [line for line in err.splitlines() if line.startswith("enginefit: error:")]
+    # The workload reads each trace file in a step of its own (assets/ingest.py).
     assert failures == [
-        f"enginefit: error: step workload failed: {tmp_path / 'gone.jsonl'}: file not found"
+        "enginefit: error: step workload.ingest_file[000_gone_jsonl] failed: "
+        f"{tmp_path / 'gone.jsonl'}: file not found"
     ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import glob
 import stat
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from pipeline.errors import ConfigError, InputFormatError
 from pipeline.hashing import SAMPLE_SALT, salt_fingerprint
 from pipeline.ingest.result import FileSummary, IngestResult, IngestSummary, SkippedFile
 from pipeline.readers import ReadContext, SourceFile, detect_reader, reader_named
-from pipeline.readers.base import DEFAULT_ANCHOR, EPOCH_SECONDS_MIN
+from pipeline.readers.base import DEFAULT_ANCHOR, EPOCH_SECONDS_MIN, ReadResult
 from pipeline.schema import QUARANTINE_SCHEMA, empty_quarantine
 from pipeline.store import canonical_files, is_canonical_parquet, scan_requests, sha256_file
 from pipeline.tokenize import Tokenizer, make_tokenizer
@@ -111,6 +112,39 @@ def _by_reason(quarantine: pl.DataFrame) -> dict[str, int]:
     return dict(zip(counts["reason"].to_list(), counts["len"].to_list(), strict=True))
 
 
+@dataclass(frozen=True)
+class SourceRead:
+    """One distinct source read (what each per-file step of the ``workload`` asset hands on):
+    ``position`` among the sources read, the reader's name and result, the file's digest, and
+    whether the bundled sample salt hashed a file that is not a bundled sample."""
+
+    position: int
+    source: SourceFile
+    reader: str
+    digest: str
+    result: ReadResult
+    sample_salted: bool
+
+
+def read_source(
+    source: SourceFile, fmt: str, ctx: ReadContext, *, digest: str, position: int
+) -> SourceRead:
+    """Read one source with the reader ``fmt`` names (``auto``: detected by content)."""
+    reader = detect_reader(source) if fmt == "auto" else reader_named(fmt)
+    result = reader.read(source, ctx)
+    # Canonical Parquet carries hashes made at its own ingest; every other reader hashed
+    # this file's content (or block ids) with ctx.salt just now.
+    hashed = reader.name != CANONICAL_FORMAT and bool(result.requests["hashes_known"].any())
+    if hashed and not ctx.salt:
+        raise ConfigError(
+            f"{source.label}: no hash salt, and this trace's prompt content (or block ids) "
+            f"is stored as salted hashes: set workload.hash_salt in the configuration "
+            f"(--config FILE) or the {SALT_ENV_VAR} environment variable"
+        )
+    sample_salted = hashed and ctx.salt == SAMPLE_SALT and digest not in BUNDLED_SAMPLE_SHA256
+    return SourceRead(position, source, reader.name, digest, result, sample_salted)
+
+
 def ingest_sources(
     sources: Sequence[SourceFile],
     ctx: ReadContext,
@@ -124,26 +158,36 @@ def ingest_sources(
     if not sources:
         raise InputFormatError("no trace files given")
     kept, skipped = distinct_sources(sources)
-    frames, quarantines, file_rows, sample_salted = [], [], [], []
-    for position, (index, digest) in enumerate(kept):
-        source = sources[index]
-        name = formats[index] if formats else fmt
-        reader = detect_reader(source) if name == "auto" else reader_named(name)
-        result = reader.read(source, ctx)
-        # Canonical Parquet carries hashes made at its own ingest; every other reader hashed
-        # this file's content (or block ids) with ctx.salt just now.
-        hashed = reader.name != CANONICAL_FORMAT and bool(result.requests["hashes_known"].any())
-        if hashed and not ctx.salt:
-            raise ConfigError(
-                f"{source.label}: no hash salt, and this trace's prompt content (or block ids) "
-                f"is stored as salted hashes: set workload.hash_salt in the configuration "
-                f"(--config FILE) or the {SALT_ENV_VAR} environment variable"
-            )
-        if hashed and ctx.salt == SAMPLE_SALT and digest not in BUNDLED_SAMPLE_SHA256:
-            sample_salted.append(source.label)
-        frames.append(result.requests.with_columns(pl.lit(position, pl.Int32).alias("_file")))
-        quarantines.append(result.quarantine)
-        file_rows.append((source, reader.name, result, digest))
+    reads = [
+        read_source(
+            sources[index],
+            formats[index] if formats else fmt,
+            ctx,
+            digest=digest,
+            position=position,
+        )
+        for position, (index, digest) in enumerate(kept)
+    ]
+    return merge_reads(reads, ctx, skipped=skipped, anchor_is_default=anchor_is_default)
+
+
+def merge_reads(
+    reads: Sequence[SourceRead],
+    ctx: ReadContext,
+    *,
+    skipped: Sequence[SkippedFile] = (),
+    anchor_is_default: bool = False,
+) -> IngestResult:
+    """The sources read (in any order; merged in ``position`` order) as one table: repeated
+    request ids quarantined (the first wins), one block size, sorted by arrival."""
+    ordered = sorted(reads, key=lambda read: read.position)
+    frames = [
+        read.result.requests.with_columns(pl.lit(position, pl.Int32).alias("_file"))
+        for position, read in enumerate(ordered)
+    ]
+    quarantines = [read.result.quarantine for read in ordered]
+    file_rows = [(read.source, read.reader, read.result, read.digest) for read in ordered]
+    sample_salted = [read.source.label for read in ordered if read.sample_salted]
     requests = pl.concat(frames)
     first_seen = requests.select(pl.col("request_id").is_first_distinct()).to_series()
     duplicated = requests.filter(~first_seen)
@@ -239,7 +283,7 @@ def ingest_sources(
         notes=notes,
         anchor=ctx.anchor.isoformat(),
         anchor_is_default=anchor_is_default,
-        skipped_files=skipped,
+        skipped_files=list(skipped),
         warnings=warnings,
     )
     if summary.records_read != summary.ingested + summary.quarantined:

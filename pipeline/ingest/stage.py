@@ -20,8 +20,16 @@ from pathlib import Path
 import polars as pl
 
 from pipeline.config import SALT_ENV_VAR, Config, default_config
-from pipeline.ingest.compute import expand_paths, ingest_sources
-from pipeline.ingest.result import IngestResult, IngestSummary
+from pipeline.errors import InputFormatError
+from pipeline.ingest.compute import (
+    SourceRead,
+    distinct_sources,
+    expand_paths,
+    ingest_sources,
+    merge_reads,
+    read_source,
+)
+from pipeline.ingest.result import IngestResult, IngestSummary, SkippedFile
 from pipeline.layout import WorkloadLayout, require_output
 from pipeline.readers import ReadContext, SourceFile
 from pipeline.settings import with_flags
@@ -137,6 +145,48 @@ def run(inputs: IngestInputs) -> IngestResult:
         inputs.context,
         formats=list(inputs.formats),
         anchor_is_default=inputs.anchor_is_default,
+    )
+
+
+@dataclass(frozen=True)
+class PlannedSource:
+    """One distinct source to read: its index in ``IngestInputs.sources``, digest and position
+    among those read (what the ``workload`` asset fans out, one step each)."""
+
+    index: int
+    digest: str
+    position: int
+    label: str
+
+
+def plan(inputs: IngestInputs) -> tuple[list[PlannedSource], list[SkippedFile]]:
+    """The distinct sources to read, one step each; a file given twice is read once."""
+    if not inputs.sources:
+        raise InputFormatError("no trace files given")
+    kept, skipped = distinct_sources(inputs.sources)
+    planned = [
+        PlannedSource(index, digest, position, inputs.sources[index].label)
+        for position, (index, digest) in enumerate(kept)
+    ]
+    return planned, skipped
+
+
+def read_one(inputs: IngestInputs, planned: PlannedSource) -> SourceRead:
+    return read_source(
+        inputs.sources[planned.index],
+        inputs.formats[planned.index],
+        inputs.context,
+        digest=planned.digest,
+        position=planned.position,
+    )
+
+
+def merge(
+    inputs: IngestInputs, reads: Sequence[SourceRead], skipped: Sequence[SkippedFile]
+) -> IngestResult:
+    """What :func:`run` returns, from the sources read one by one (in any order)."""
+    return merge_reads(
+        reads, inputs.context, skipped=skipped, anchor_is_default=inputs.anchor_is_default
     )
 
 
