@@ -1,7 +1,8 @@
 """The ``enginefit`` console script: the pipeline's ad-hoc commands plus ``report``.
 
-``report`` runs the whole Dagster asset graph on a configuration (Dagster's multiprocess
-executor: independent steps side by side) and prints where every output went. It lives here, not
+``report`` runs the whole Dagster asset graph on a configuration as one run on the instance
+(in process by default; ``--executor multiprocess`` puts independent steps side by side) and
+prints where every output went. It lives here, not
 in ``pipeline/``, because it drives Dagster.
 """
 
@@ -40,10 +41,11 @@ def register(subparsers: Any) -> None:
     add_config_argument(parser)
     parser.add_argument(
         "--executor",
-        choices=["multiprocess", "in_process"],
-        default="multiprocess",
-        help="multiprocess (default): independent steps (scenarios, stages, checks) run side by "
-        "side, one process per step; in_process: one step at a time in this process",
+        choices=["in_process", "multiprocess"],
+        default="in_process",
+        help="in_process (default; the faster on a few cores): one step at a time in this "
+        "process; multiprocess: independent steps (file reads, scenarios, checks) side by side, "
+        "one process per step (the path a cluster executor takes)",
     )
     parser.add_argument(
         "--max-concurrent",
@@ -65,6 +67,10 @@ python_logs:
   # Each step's process announces itself at DEBUG on the console; `enginefit report` prints
   # one line per finished step instead (the run history keeps every event).
   python_log_level: INFO
+# enginefit is an offline tool over production traces: nothing leaves the machine unless you
+# turn this on.
+telemetry:
+  enabled: false
 """
 
 
