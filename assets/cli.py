@@ -135,7 +135,7 @@ def run_report(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser(extra=[register])
+    parser = build_parser(extra=[register], argv=argv)
     return run_parsed(parser, argv)
 
 

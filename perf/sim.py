@@ -1,7 +1,22 @@
-"""Prefix-cache replay speed: the pure-Python references against the numba event kernel.
+"""Prefix-cache replay speed: the pure-Python references against the numba event kernel, and
+the commands as a new user runs them.
 
-Run: ``.venv/bin/python -m perf.sim [--requests N] [--large-compare N] [--big N]``.
-Prints, side by side on the same generated workload (block size 16), for both request
+Run: ``.venv/bin/python -m perf.sim [--requests N] [--large-compare N] [--big N]
+[--process-sizes N,N] [--baseline DIR]``.
+
+Whole process (``process``): a generated trace with no session ids logged, block size 16 —
+``conversations`` (``perf.prefix.generate``: multi-turn conversations on shared system prompts,
+each answer in the chain the next turn extends) and ``synthetic`` (the kernel comparison's
+workload below, answers unknown) — is written as canonical Parquet, then ``enginefit simulate
+TRACE`` (the default durations lifetime, which reports the instant figures too; and
+``--request-lifetime instant``) and ``enginefit curve TRACE`` run as child processes from an
+empty folder (built-in defaults), imports included, best of three. Beside them: the phases in
+process, and the pure-Python OrderedDict LRU of tests/sim_oracles.py alone on the same blocks
+(its instant hit tokens must equal the commands' exactly). ``--baseline DIR`` (or
+``PERF_BASELINE``) times the same commands on another checkout's code (say the main branch's
+worktree) in the same run, interleaved.
+
+Kernels (``compare``): side by side on the same generated workload (block size 16), for both request
 lifetimes (``instant``: blocks released at arrival; ``durations``: pinned until each request
 finishes, ``replica_slots`` 64): seconds per scenario for the reference (tests/sim_oracles.py:
 an OrderedDict LRU, and the event-driven rules with ref counts) and for ours (1 replica, 4
@@ -14,16 +29,23 @@ root (the references live under tests/).
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from perf.prefix import generate as conversation_trace
 from pipeline.config import default_config
 from pipeline.schema import conform
 from pipeline.sim import (
@@ -36,7 +58,10 @@ from pipeline.sim import (
     simulate,
 )
 from pipeline.sim.curve import Curve
+from pipeline.sim.replay import summarise
 from tests.sim_oracles import event_reference, lru_reference
+
+ROOT = Path(__file__).resolve().parents[1]
 
 B = 16
 SLOTS = 64
@@ -297,6 +322,177 @@ def big(n: int, cache_tokens: int) -> None:
     )
 
 
+def _command(code: Path, args: list[str], cwd: Path) -> tuple[float, Any]:
+    """Wall seconds of one ``enginefit`` process on ``code``'s pipeline (imports included) and
+    its JSON output."""
+    script = Path(sys.executable).with_name("enginefit")
+    launcher = (
+        [str(script)]
+        if script.exists()
+        else [sys.executable, "-c", "import sys; from assets.cli import main; sys.exit(main())"]
+    )
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    start = time.perf_counter()
+    done = subprocess.run(
+        [*launcher, *args, "--json"], cwd=cwd, env=env, capture_output=True, text=True, check=False
+    )
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        raise RuntimeError(f"enginefit {' '.join(args)} failed on {code}: {done.stderr}")
+    return seconds, json.loads(done.stdout)
+
+
+def _phases(path: Path, cache_tokens: int) -> list[tuple[str, float]]:
+    """What ``enginefit simulate`` and ``enginefit curve`` spend their time on, in process."""
+    settings = DEFAULTS.simulation
+    out: list[tuple[str, float]] = []
+
+    def timed(name: str, fn: Callable[[], Any]) -> Any:
+        start = time.perf_counter()
+        result = fn()
+        out.append((name, time.perf_counter() - start))
+        return result
+
+    frame = timed("read Parquet", lambda: pl.read_parquet(path))
+    inp = timed("flatten (sim_input)", partial(_input, frame))
+    del frame
+    view = timed("dense block ids", lambda: inp.blocks(B))
+    sc = Scenario(B, 1, cache_tokens, "round-robin")
+    durations = settings.replace(request_lifetime="durations")
+    run = timed("replay, durations", lambda: simulate(inp, sc, durations, with_instant=False))
+    instant = settings.replace(request_lifetime="instant")
+    timed("replay, instant", lambda: simulate(inp, sc, instant))
+    timed("summary", lambda: summarise(inp, run, durations))
+    timed("curve: chain check", lambda: view.chained)
+    timed(
+        "curve: one pass",
+        lambda: capacity_curve(inp, settings, block_size=B, replicas=1, routing="round-robin"),
+    )
+    return out
+
+
+def _reference(path: Path, cache_tokens: int) -> tuple[float, int, int]:
+    """Seconds of the pure-Python OrderedDict LRU alone (chains prebuilt as Python lists from
+    the same dense block ids), its hit tokens and the prompt tokens."""
+    inp = _input(pl.read_parquet(path))
+    view = inp.blocks(B)
+    ids = view.ids.tolist()
+    bounds = view.offsets.tolist()
+    chains = [ids[bounds[i] : bounds[i + 1]] for i in range(inp.n)]
+    del ids
+    args = (
+        chains,
+        view.prompt_blocks.tolist(),
+        view.missing.tolist(),
+        inp.prompt_tokens.tolist(),
+        B,
+        cache_tokens // B,
+        [0] * inp.n,
+        1,
+    )
+    start = time.perf_counter()
+    hits = lru_reference(*args)
+    return time.perf_counter() - start, sum(hits), int(inp.prompt_tokens.sum())
+
+
+COMMANDS = {
+    "simulate": ("simulate", "--cache-tokens"),
+    "simulate instant": ("simulate", "--cache-tokens", "--request-lifetime", "instant"),
+    "curve": ("curve",),
+}
+
+
+WORKLOADS: dict[str, tuple[str, Callable[[int], pl.DataFrame]]] = {
+    "conversations": (
+        "multi-turn conversations on shared system prompts, answers in the chain "
+        "(perf.prefix.generate)",
+        lambda n: conversation_trace(n, B),
+    ),
+    "synthetic": (
+        "the kernel comparison's workload, answers unknown (anonymous blocks; generate above)",
+        lambda n: generate(n, seed=1).with_columns(pl.lit(None, pl.String).alias("session_id")),
+    ),
+}
+
+
+def process(
+    n: int,
+    cache_tokens: int,
+    baseline: Path | None,
+    *,
+    workload: str = "conversations",
+    repeat: int = 3,
+    reference: bool = True,
+) -> None:
+    """``enginefit simulate`` and ``enginefit curve`` as whole processes on an ``n``-request
+    trace of ``workload`` (no session ids logged), against the pure-Python LRU and (with
+    ``baseline``) another checkout's code."""
+    what, make = WORKLOADS[workload]
+    with tempfile.TemporaryDirectory(prefix="perf-sim-") as tmp:
+        folder = Path(tmp)
+        path = folder / "trace.parquet"
+        frame = make(n)
+        blocks = int(frame["prefix_hashes"].list.len().sum())
+        frame.write_parquet(path)
+        del frame
+        print(
+            f"whole process, {workload}: {n:,} requests, {what}; no session ids logged; "
+            f"{blocks:,} chain blocks of {B} tokens; canonical Parquet "
+            f"{path.stat().st_size / 2**20:,.0f} MiB; 1 replica, round-robin, "
+            f"{cache_tokens:,} cache tokens; built-in defaults; best of {repeat}"
+        )
+        codes = {"ours": ROOT, **({"baseline": baseline} if baseline is not None else {})}
+        best: dict[tuple[str, str], float] = {}
+        outputs: dict[tuple[str, str], Any] = {}
+        for name, (command, *flags) in COMMANDS.items():
+            args = [command, str(path), "--block-size", str(B)]
+            if "--cache-tokens" in flags:
+                args += ["--cache-tokens", str(cache_tokens)]
+            args += [f for f in flags if f != "--cache-tokens"]
+            for code in codes.values():
+                _command(code, args, folder)  # numba caches compiled, file in the page cache
+            for _ in range(repeat):
+                for label, code in codes.items():
+                    seconds, output = _command(code, args, folder)
+                    key = (name, label)
+                    best[key] = min(best.get(key, float("inf")), seconds)
+                    outputs[key] = output
+        for label in codes:
+            assert (
+                outputs[("simulate", label)]["hit_tokens_instant"]
+                == outputs[("simulate instant", label)]["hit_tokens"]
+            ), label
+        phases = _phases(path, cache_tokens)
+        print(
+            "  phases in process (ours): "
+            + ", ".join(f"{name} {seconds:.2f} s" for name, seconds in phases)
+        )
+        ref_s = None
+        if reference:
+            ref_s, ref_hits, prompt = _reference(path, cache_tokens)
+            for label in codes:
+                got = outputs[("simulate", label)]["hit_tokens_instant"]
+                assert got == ref_hits, (label, got, ref_hits)
+            print(
+                f"  reference (tests/sim_oracles.py lru_reference, instant lifetime, same "
+                f"blocks, the loop alone): {ref_s:.1f} s, hit ratio {ref_hits / prompt:.4f} "
+                "(the commands' instant hit tokens equal it)"
+            )
+        for name in COMMANDS:
+            line = f"  enginefit {name:<17}"
+            for label in codes:
+                line += f" {label} {best[(name, label)]:6.2f} s"
+            if ref_s is not None and name.startswith("simulate"):
+                line += "   reference / ours " + f"{ref_s / best[(name, 'ours')]:.1f}x"
+            print(line)
+        for label in codes:
+            curve, one = best[("curve", label)], best[("simulate", label)]
+            print(
+                f"  {label}: curve / one scenario as whole commands {curve / one:.2f}x "
+                f"(vs the instant-only scenario {curve / best[('simulate instant', label)]:.2f}x)"
+            )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--requests", type=int, default=100_000)
@@ -305,7 +501,38 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--large-compare", type=int, default=1_000_000, help="reference vs ours, 1 replica; 0 skips"
     )
+    parser.add_argument(
+        "--process-sizes",
+        default="100000,1000000",
+        help="requests of each whole-process run (comma-separated; empty skips)",
+    )
+    parser.add_argument(
+        "--process-workloads",
+        default="conversations,synthetic",
+        help=f"workloads of the whole-process runs (comma-separated, of {list(WORKLOADS)})",
+    )
+    parser.add_argument(
+        "--process-reference-max",
+        type=int,
+        default=1_000_000,
+        help="largest whole-process run that also times the pure-Python LRU",
+    )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        default=Path(os.environ["PERF_BASELINE"]) if os.environ.get("PERF_BASELINE") else None,
+        help="another checkout whose commands are timed beside ours (default: $PERF_BASELINE)",
+    )
     args = parser.parse_args(argv if argv is not None else [])
+    for workload in [w.strip() for w in args.process_workloads.split(",") if w.strip()]:
+        for size in [int(v) for v in args.process_sizes.split(",") if v.strip()]:
+            process(
+                size,
+                16_000_000,
+                args.baseline,
+                workload=workload,
+                reference=size <= args.process_reference_max,
+            )
     compare(args.requests, args.cache_tokens)
     if args.large_compare:
         compare(args.large_compare, 16_000_000, routings=((1, "round-robin"),), extras=False)
@@ -314,6 +541,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    import sys
-
     main(sys.argv[1:])

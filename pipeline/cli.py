@@ -9,33 +9,28 @@ from __future__ import annotations
 
 import argparse
 import errno
+import importlib
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from pipeline import config_cli
-from pipeline.bench import cli as bench_cli
-from pipeline.decision import cli as decision_cli
 from pipeline.errors import EnginefitError
-from pipeline.ingest import cli as ingest_cli
-from pipeline.loadtest import cli as loadtest_cli
-from pipeline.prefix import cli as prefix_cli
-from pipeline.report import cli as report_cli
-from pipeline.shape import cli as shape_cli
-from pipeline.sim import cli as sim_cli
 
-# Each module here has ``register(subparsers)``; keep one line per area.
-_AREAS = [
-    config_cli,
-    ingest_cli,
-    shape_cli,
-    prefix_cli,
-    sim_cli,
-    bench_cli,
-    loadtest_cli,
-    decision_cli,
-    report_cli,
-]
+# Each module here has ``register(subparsers)``; keep one line per area, with the commands it
+# registers. A command line imports only the area of its command (``enginefit --help``, no
+# command or an unknown one import every area), so ``enginefit simulate`` does not load the
+# load-test client or the benchmark figures.
+_AREAS: dict[str, tuple[str, ...]] = {
+    "pipeline.config_cli": ("config",),
+    "pipeline.ingest.cli": ("ingest",),
+    "pipeline.shape.cli": ("shape",),
+    "pipeline.prefix.cli": ("prefix",),
+    "pipeline.sim.cli": ("simulate", "curve"),
+    "pipeline.bench.cli": ("bench",),
+    "pipeline.loadtest.cli": ("loadtest",),
+    "pipeline.decision.cli": ("decide", "explain"),
+    "pipeline.report.cli": ("audit",),
+}
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -46,21 +41,32 @@ class _OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"enginefit: error: {message}; see `{self.prog} --help`\n")
 
 
-def build_parser(extra: Sequence[Callable[[Any], None]] = ()) -> argparse.ArgumentParser:
+def areas_for(argv: Sequence[str]) -> list[str]:
+    """The area modules a command line needs: its command's, else (help, no command, a command
+    no area registers) all of them."""
+    command = next((arg for arg in argv if not arg.startswith("-")), None)
+    owner = [module for module, commands in _AREAS.items() if command in commands]
+    return owner or list(_AREAS)
+
+
+def build_parser(
+    extra: Sequence[Callable[[Any], None]] = (), argv: Sequence[str] | None = None
+) -> argparse.ArgumentParser:
+    """The parser for the command line ``argv`` (default: this process's)."""
     parser = _OneLineParser(
         prog="enginefit",
         description="Which LLM inference engine fits your traffic, and what it costs at your SLO.",
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for area in _AREAS:
-        area.register(subparsers)
+    for module in areas_for(sys.argv[1:] if argv is None else argv):
+        importlib.import_module(module).register(subparsers)
     for register in extra:
         register(subparsers)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_parsed(build_parser(), argv)
+    return run_parsed(build_parser(argv=argv), argv)
 
 
 # What to do about the operating-system errors a person can fix; the rest say only what failed.

@@ -13,7 +13,8 @@ Functions (all numba-compiled, callable from other kernels and from Python):
 - ``get(keys, values, key)``: the value, or ``EMPTY``;
 - ``put(keys, values, used, key, value)``: insert or overwrite; returns the (possibly grown) arrays
   and the new count of used slots;
-- ``dense_ids(keys)``: keys → ids 0..n-1 in order of first appearance.
+- ``dense_ids(keys)``: keys → ids 0..n-1 in order of first appearance (its own table, keys and
+  ids interleaved, sized from a sample of the distinct keys).
 
 Used by the session inference (``pipeline.sessions``), the unbounded reuse replay
 (``pipeline.prefix.replay``) and the dense block ids of the simulation (``pipeline.sim.blocks``).
@@ -25,6 +26,11 @@ from typing import Any
 
 import numba as nb
 import numpy as np
+from llvmlite import binding as llvm
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
 from numpy.typing import NDArray
 
 U64 = NDArray[np.uint64]
@@ -38,6 +44,41 @@ _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 _ONE = np.uint64(1)
+
+
+# LLVM names the prefetch intrinsic by its pointer type: opaque pointers from LLVM 15.
+_PREFETCH = "llvm.prefetch.p0" if llvm.llvm_version_info[0] >= 15 else "llvm.prefetch.p0i8"
+
+
+@intrinsic
+def prefetch(typingctx: Any, array: Any, index: Any) -> Any:
+    """Hint the CPU to load ``array[index]`` into its caches (no effect on the result).
+
+    A loop whose memory accesses are random but known a few iterations ahead (hash table
+    slots, block state) issues them early, so their cache misses overlap.
+    """
+    if not isinstance(array, types.Array) or not isinstance(index, types.Integer):
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        array_type = signature.args[0]
+        view = context.make_array(array_type)(context, builder, args[0])
+        pointer = cgutils.get_item_pointer(  # type: ignore[no-untyped-call]
+            context, builder, array_type, view, [args[1]], wraparound=False
+        )
+        byte_pointer = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        function = cgutils.get_or_insert_function(  # type: ignore[no-untyped-call]
+            builder.module,
+            ir.FunctionType(ir.VoidType(), [byte_pointer, i32, i32, i32]),
+            _PREFETCH,
+        )
+        # read, highest locality, data cache
+        arguments = [builder.bitcast(pointer, byte_pointer), i32(0), i32(3), i32(1)]
+        builder.call(function, arguments)
+        return context.get_dummy_value()
+
+    return types.void(array, index), codegen
 
 
 @nb.njit(cache=True, inline="always")
@@ -102,25 +143,114 @@ def put(keys: U64, values: I64, used: int, key: np.uint64, value: int) -> tuple[
 
 
 @nb.njit(cache=True)
-def _dense_ids(keys: U64, out: Any) -> int:
-    table_keys, table_values = new_map(min(keys.size, 1 << 22))
-    n_distinct = 0
+def _distinct_estimate(keys: U64, shift: int) -> int:
+    """About how many distinct keys there are: the distinct keys among those whose mixed hash
+    has its top ``shift`` bits zero (a 2^-shift sample of the distinct keys, whatever their
+    repetitions), times 2^shift; -1 when the sample is unexpectedly large."""
+    size = 64
+    while size < 4 * (keys.size >> shift) + 64:
+        size *= 2
+    sample = np.zeros(size, np.uint64)
+    mask = size - 1
+    top = np.uint64(64 - shift)
+    n = 0
     for i in range(keys.size):
-        slot = find_slot(table_keys, table_values, keys[i])
-        value = table_values[slot]
-        if value == EMPTY:
-            out[i] = n_distinct
-            table_keys, table_values, _ = put(
-                table_keys, table_values, n_distinct, keys[i], n_distinct
-            )
-            n_distinct += 1
-        else:
-            out[i] = value
+        h = splitmix64(keys[i])
+        if (h >> top) != 0:
+            continue
+        slot = np.int64((h * _GOLDEN) >> np.uint64(40)) & mask
+        while sample[slot] != 0 and sample[slot] != h:
+            slot = (slot + 1) & mask
+        if sample[slot] == 0:
+            sample[slot] = h
+            n += 1
+            if 2 * n > size:
+                return -1
+    return n << shift
+
+
+@nb.njit(cache=True, inline="always")
+def _pair_home(table: U64, key: np.uint64) -> int:
+    """Where the probe for ``key`` starts: the hash's high 32 bits scaled to the table's size
+    (Lemire's multiply-shift), so the table need not be a power of two (below 2^32 slots)."""
+    size = table.size >> 1
+    home = ((splitmix64(key) >> np.uint64(32)) * np.uint64(size)) >> np.uint64(32)
+    return np.int64(home)  # type: ignore[return-value]  # numba int64
+
+
+@nb.njit(cache=True, inline="always")
+def _pair_slot(table: U64, key: np.uint64) -> int:
+    """Slot of ``key`` in an interleaved table (``table[2s]`` key, ``table[2s + 1]`` id + 1,
+    0 = free), or the free slot where it would go."""
+    size = table.size >> 1
+    slot = _pair_home(table, key)
+    while table[2 * slot + 1] != 0 and table[2 * slot] != key:
+        slot += 1
+        if slot == size:
+            slot = 0
+    return slot
+
+
+@nb.njit(cache=True)
+def _pair_grown(table: U64) -> U64:
+    grown = np.zeros(3 * table.size, np.uint64)
+    for s in range(table.size >> 1):
+        if table[2 * s + 1] != 0:
+            slot = _pair_slot(grown, table[2 * s])
+            grown[2 * slot] = table[2 * s]
+            grown[2 * slot + 1] = table[2 * s + 1]
+    return grown
+
+
+_PREFETCH_DISTANCE = 16  # lookups issued ahead of the one being made
+
+
+@nb.njit(cache=True)
+def _dense_run(keys: U64, out: Any, table: U64, start: int, n_distinct: int) -> tuple[int, int]:
+    """Number ``keys[start:]`` until the table is half full; returns where it stopped and the
+    ids handed out so far."""
+    limit = (table.size >> 1) * 2 // 3  # keys the table holds at most two thirds full
+    ahead = keys.size - _PREFETCH_DISTANCE
+    for i in range(start, keys.size):
+        if i < ahead:
+            prefetch(table, 2 * _pair_home(table, keys[i + _PREFETCH_DISTANCE]))  # type: ignore[call-arg]
+        key = keys[i]
+        slot = _pair_slot(table, key)
+        stored = table[2 * slot + 1]
+        if stored != 0:
+            out[i] = np.int64(stored) - 1
+            continue
+        if n_distinct >= limit:
+            return i, n_distinct
+        out[i] = n_distinct
+        n_distinct += 1
+        table[2 * slot] = key
+        table[2 * slot + 1] = np.uint64(n_distinct)
+    return keys.size, n_distinct
+
+
+@nb.njit(cache=True)
+def _dense_ids(keys: U64, out: Any, expected: int) -> int:
+    """Ids in order of first appearance, on a table sized for ``expected`` distinct keys
+    (grown past it). Key and id share one interleaved table, so a lookup costs one cache miss,
+    and the slot of the key 16 places ahead is prefetched, so the misses overlap."""
+    size = max(_MIN_SIZE, 3 * expected // 2 + 16)  # at most two thirds full
+    table = np.zeros(2 * size, np.uint64)
+    done, n_distinct = _dense_run(keys, out, table, 0, 0)
+    while done < keys.size:
+        table = _pair_grown(table)
+        done, n_distinct = _dense_run(keys, out, table, done, n_distinct)
     return n_distinct
+
+
+# A 1/64 sample of the distinct keys sizes the table (about 1.6 % of the keys are hashed into it).
+_ESTIMATE_SHIFT = 6
 
 
 def dense_ids(keys: U64) -> tuple[Any, int]:
     """Map 64-bit keys to dense ids 0..n-1 in order of first appearance (int32 when it fits)."""
     keys = np.ascontiguousarray(keys, dtype=np.uint64)
     out: Any = np.empty(keys.size, np.int32 if keys.size < 2**31 - 1 else np.int64)
-    return out, int(_dense_ids(keys, out))
+    estimate = int(_distinct_estimate(keys, _ESTIMATE_SHIFT)) if keys.size > 1 << 16 else -1
+    expected = min(keys.size, estimate + estimate // 8 + 1024 if estimate >= 0 else 1 << 22)
+    return out, int(_dense_ids(keys, out, expected))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.hashmap import EMPTY, dense_ids, get, new_map, put
+from pipeline.hashmap import EMPTY, _dense_ids, dense_ids, get, new_map, put
 
 
 def test_put_and_get_agree_with_a_dict_across_growth() -> None:
@@ -42,3 +42,21 @@ def test_dense_ids_number_keys_in_order_of_first_appearance() -> None:
     assert n == len(first)
     empty, n_empty = dense_ids(np.zeros(0, np.uint64))
     assert empty.size == 0 and n_empty == 0
+
+
+def test_dense_ids_agree_with_a_dict_whatever_the_table_size_guess() -> None:
+    """The table is sized from a sample of the distinct keys and grown past the guess; a guess
+    far too small or too large gives the same ids."""
+    rng = np.random.default_rng(7)
+    keys = np.concatenate(
+        [rng.integers(0, 2**64, 150_000, dtype=np.uint64), np.arange(90_000, dtype=np.uint64)]
+    )
+    keys = keys[rng.integers(0, keys.size, 400_000)]
+    first: dict[int, int] = {}
+    want = [first.setdefault(k, len(first)) for k in keys.tolist()]
+    ids, n = dense_ids(keys)
+    assert ids.tolist() == want and n == len(first)
+    for expected in (0, 1, 1000, 10 * len(first)):
+        out = np.empty(keys.size, np.int64)
+        assert _dense_ids(keys, out, expected) == len(first)
+        assert out.tolist() == want

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import polars as pl
+import pytest
 
 from assets.resources import EnginefitStore
 from assets.sim import ASSETS, CHECKS
+from pipeline.sim import blocks, stage
 from tests.conftest import write_requests
 from tests.workloads import growing_conversations
 
@@ -72,3 +77,41 @@ def test_outputs_are_deterministic(tmp_path: Path) -> None:
     assert dg.materialize(ASSETS, resources={"store": store}).success
     second = {p.name: p.read_bytes() for p in out.glob("*.*")}
     assert first == second
+
+
+def test_a_run_flattens_numbers_and_infers_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every scenario step and the curves share one flattened table, its dense block ids per
+    block size and its sessions (worked out only because affinity scenarios need them)."""
+    config = _setup(tmp_path)
+    calls: Counter[str] = Counter()
+
+    def counted(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            calls[name] += 1
+            return fn(*args, **kwargs)
+
+        return run
+
+    monkeypatch.setattr(stage, "sim_input", counted("sim_input", stage.sim_input))
+    monkeypatch.setattr(blocks, "dense_ids", counted("dense_ids", blocks.dense_ids))
+    monkeypatch.setattr(blocks, "_sessions", counted("sessions", blocks._sessions))
+    store = EnginefitStore(config_path=str(config))
+    assert dg.materialize(ASSETS, resources={"store": store}).success
+    # 2 block sizes; 16 scenario steps and 6 curves
+    assert calls == {"sim_input": 1, "dense_ids": 2, "sessions": 1}
+
+
+def test_round_robin_never_infers_sessions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = _setup(tmp_path)
+    text = config.read_text().replace("[round-robin, affinity, cache-aware]", "[round-robin]")
+    config.write_text(text)
+    monkeypatch.setattr(blocks, "_sessions", _never)
+    assert dg.materialize(
+        ASSETS, resources={"store": EnginefitStore(config_path=str(config))}
+    ).success
+
+
+def _never(*args: Any) -> Any:
+    raise AssertionError("sessions were inferred")

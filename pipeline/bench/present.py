@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import polars as pl
-from matplotlib.lines import Line2D
 
 from pipeline.bench.cost import COST_FORMULA, FLEET_FORMULA
 from pipeline.bench.result import CAPACITY_TEXT_COLUMNS, BenchAnalysis
@@ -95,6 +94,8 @@ def latency_vs_load_svg(evaluated: pl.DataFrame, slo: SloSpec) -> bytes:
             ax.grid(True, which="both", alpha=0.3)
             if not plotted:
                 ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
+        from matplotlib.lines import Line2D  # with the figure (pipeline.present.figures)
+
         handles = [
             Line2D([], [], color=_COLORS[i % len(_COLORS)], linewidth=2, label=cand)
             for i, cand in enumerate(candidates)

@@ -4,7 +4,8 @@
 fixed id salt and no date, so the same data always gives the same bytes. Text is drawn as paths:
 the SVG renders the same wherever it is shown (browser, Dagster UI, the PDF) without depending on
 installed fonts, and the markers and line styles (not only colours) tell series apart so the
-figures stay readable in greyscale.
+figures stay readable in greyscale. Matplotlib is imported when the first figure is drawn, so a
+command that draws none (``enginefit simulate TRACE``) does not pay for it.
 """
 
 from __future__ import annotations
@@ -12,13 +13,10 @@ from __future__ import annotations
 import io
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-
-from matplotlib.figure import Figure
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 STYLE: Any = {
     "svg.hashsalt": "enginefit",
@@ -43,12 +41,19 @@ def drawing(width: float = 7.0, height: float = 4.0) -> Iterator[Figure]:
         ...
         return svg_bytes(fig)
     """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
     with matplotlib.rc_context(STYLE):
         yield Figure(figsize=(width, height))
 
 
 def svg_bytes(fig: Figure) -> bytes:
     """The figure as SVG bytes: fixed element ids, no timestamp (byte-identical reruns)."""
+    import matplotlib
+
     buffer = io.BytesIO()
     with matplotlib.rc_context(STYLE):
         fig.savefig(

@@ -12,6 +12,7 @@ block. Nothing here depends on a cache capacity or a routing.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -19,7 +20,12 @@ import polars as pl
 import pyarrow as pa
 from numpy.typing import NDArray
 
-from pipeline.cache_rules import hit_limit_blocks, namespace_codes, namespaced_ids
+from pipeline.cache_rules import (
+    NAMESPACE_COLUMNS,
+    hit_limit_blocks,
+    namespace_codes,
+    namespaced_ids,
+)
 from pipeline.errors import EnginefitError
 from pipeline.facts import LatencyModel
 from pipeline.hashmap import dense_ids
@@ -29,6 +35,16 @@ I64 = NDArray[np.int64]
 U64 = NDArray[np.uint64]
 
 _REQUIRED = ("prefix_hashes", "prompt_blocks", "prompt_tokens", "block_size")
+# What the session inference (pipeline.sessions.infer_sessions) reads, kept until it runs.
+SESSION_COLUMNS = (
+    "request_id",
+    "arrival",
+    "session_id",
+    "turn",
+    "prefix_hashes",
+    "prompt_blocks",
+    "hashes_known",
+)
 
 NO_CONTENT = "the trace carries no prompt content, so prefix-cache hits cannot be simulated"
 NO_CONTENT_TOKENS = "the requests with prompt content have no prompt tokens"
@@ -49,7 +65,12 @@ class BlockView:
     prompt_blocks: I64
     missing: I64  # output blocks with unknown tokens: occupy capacity, never match
     hit_limit: I64  # leading prompt blocks that may hit (pipeline.cache_rules.hit_limit_blocks)
-    chained: bool = True  # every id has one parent and position (kernels.is_chained)
+
+    @cached_property
+    def chained(self) -> bool:
+        """Every id has one parent and position (kernels.is_chained); checked on first use
+        (only the one-pass curve needs it)."""
+        return bool(kernels.is_chained(self.offsets, self.ids, max(self.n_ids, 1)))
 
     @property
     def accesses(self) -> int:
@@ -112,7 +133,14 @@ class ContentCoverage:
 
 @dataclass
 class SimInput:
-    """One workload, hashed once, in arrival order."""
+    """One workload, hashed once, in arrival order.
+
+    Sessions (``session_hash``, ``sessions_inferred``) are worked out on first use, once: only
+    the affinity routings read them, and inferring them (a trace that logs no session id) costs
+    more than replaying a scenario. ``session_source`` holds the columns that takes. The
+    namespaces with the tenant (``namespace_isolated``) likewise wait for a scenario or curve
+    with tenant isolation (``tenant_source``).
+    """
 
     stored_block_size: int
     offsets: I64
@@ -125,11 +153,41 @@ class SimInput:
     duration_us: I64
     durations_estimated: int  # requests whose duration came from the latency model
     latency_model: LatencyModel
-    session_hash: U64  # stable hash of the session (logged, else inferred, else the request)
-    sessions_inferred: int  # requests whose session came from pipeline.sessions
     namespace: I64  # cache namespace: (model, lora_adapter) code (pipeline.cache_rules)
-    namespace_isolated: I64  # the same with the tenant (tenant_isolation)
+    session_source: pl.DataFrame | None = field(default=None, repr=False)  # SESSION_COLUMNS
+    tenant_source: pl.DataFrame | None = field(default=None, repr=False)  # namespace + tenant
     _views: dict[tuple[int, bool], BlockView] = field(default_factory=dict, repr=False)
+    _session_cache: tuple[U64, int] | None = field(default=None, repr=False)
+    _namespace_isolated: I64 | None = field(default=None, repr=False)
+
+    @property
+    def namespace_isolated(self) -> I64:
+        """Cache namespace with the tenant (``tenant_isolation``): (model, lora_adapter, tenant)."""
+        if self._namespace_isolated is None:
+            if self.tenant_source is None:
+                raise SimulationInputError("the tenants of this input are not available")
+            self._namespace_isolated = namespace_codes(self.tenant_source, tenant_isolation=True)
+            self.tenant_source = None
+        return self._namespace_isolated
+
+    @property
+    def session_hash(self) -> U64:
+        """Stable hash of each request's session (logged, else inferred, else the request)."""
+        return self._session_info()[0]
+
+    @property
+    def sessions_inferred(self) -> int:
+        """Requests whose session came from ``pipeline.sessions``."""
+        return self._session_info()[1]
+
+    def _session_info(self) -> tuple[U64, int]:
+        if self._session_cache is None:
+            if self.session_source is None:
+                raise SimulationInputError("the sessions of this input are not available")
+            session, inferred = _sessions(self.session_source)
+            self._session_cache = (_stable_string_hash(session), inferred)
+            self.session_source = None  # its columns are no longer needed
+        return self._session_cache
 
     @property
     def n(self) -> int:
@@ -175,10 +233,7 @@ class SimInput:
         full = (self.prompt_tokens + self.output_tokens) // block_size
         missing = np.maximum(full - lens, 0)
         hit_limit = np.minimum(hit_limit_blocks(self.prompt_tokens, block_size), prompt_blocks)
-        chained = bool(kernels.is_chained(offsets, ids, max(n_ids, 1)))
-        return BlockView(
-            block_size, offsets, ids, n_ids, prompt_blocks, missing, hit_limit, chained
-        )
+        return BlockView(block_size, offsets, ids, n_ids, prompt_blocks, missing, hit_limit)
 
 
 def _stable_string_hash(series: pl.Series) -> U64:
@@ -310,6 +365,9 @@ def sim_input(
         raise SimulationInputError(
             f"prompt_blocks × block_size exceeds prompt_tokens for {_first_bad(frame, too_many)}"
         )
+    # One contiguous copy of the chains, shared by the flat arrays and the session columns
+    # (rechunking inside _flat_chains would leave the table's own chunks alive beside it).
+    frame = frame.with_columns(frame["prefix_hashes"].rechunk())
     offsets, hashes = _flat_chains(frame)
     model = latency_model
     estimated = frame["e2e_ms"].null_count()
@@ -331,7 +389,6 @@ def sim_input(
             f"duration of {where} is {value} ms (logged e2e_ms, else the latency model): "
             "not a finite duration below 2^61 µs"
         )
-    session, inferred = _sessions(frame)
     return SimInput(
         stored_block_size=stored,
         offsets=offsets,
@@ -344,8 +401,7 @@ def sim_input(
         duration_us=np.rint(duration_us).astype(np.int64),
         durations_estimated=int(estimated),
         latency_model=model,
-        session_hash=_stable_string_hash(session),
-        sessions_inferred=inferred,
         namespace=namespace_codes(frame),
-        namespace_isolated=namespace_codes(frame, tenant_isolation=True),
+        session_source=frame.select(SESSION_COLUMNS),
+        tenant_source=frame.select(*NAMESPACE_COLUMNS, "tenant"),
     )

@@ -444,6 +444,66 @@ def _release(
 
 
 @nb.njit(cache=True, inline="always")
+def _refresh(
+    state: Any, buf: Any, queue: Any, ids: Any, lo: int, hi: int, anonymous: int, capacity: int
+) -> None:
+    """``_admit`` then ``_release`` of one request in one pass (the instant lifetime): its
+    anonymous run and then its chain, tail first, go to the back of the free queue (a block
+    met again, in a chain that repeats one, moves back again: it ends where its first
+    occurrence puts it, as when its last reference is released), new blocks count toward the
+    cache, then free blocks are evicted from the front down to ``capacity``. Admission's own
+    eviction would have taken the same entries in the same order: the request's blocks,
+    pinned then, were behind every other free block, as they are now at the back."""
+    head = queue[_HEAD]
+    tail = queue[_TAIL]
+    need = hi - lo + 1
+    if tail + need > buf.size:
+        tail = _compact(buf, state, head, tail)
+        head = 0
+        if tail + need > buf.size:
+            raise ValueError("free queue too small for the live entries")
+    count = queue[_COUNT] + anonymous
+    if anonymous > 0:
+        buf[tail] = -anonymous
+        tail += 1
+    for j in range(hi - 1, lo - 1, -1):
+        b = ids[j]
+        if state[b] == NOT_CACHED:
+            count += 1
+        state[b] = tail
+        buf[tail] = b
+        tail += 1
+    queue[_HEAD] = head
+    queue[_TAIL] = tail
+    queue[_COUNT] = count
+    _evict(state, buf, queue, capacity)
+
+
+@nb.njit(cache=True)
+def _instant_stream(
+    offsets: I64,
+    ids: Any,
+    missing: I64,
+    hit_limit: I64,
+    block_size: int,
+    order: I64,
+    capacity: int,
+    state: Any,
+    buf: Any,
+    queue: I64,
+    hits: I64,
+) -> None:
+    """The event loop of one fixed stream in the instant lifetime: nothing is ever pinned past
+    its own arrival and no routing reads the requests in flight, so each request is a lookup
+    and a :func:`_refresh`, in arrival order (no finish heap)."""
+    for i in range(order.size):
+        r = order[i]
+        lo = offsets[r]
+        hits[r] = _lookup(state, ids, lo, hit_limit[r]) * block_size
+        _refresh(state, buf, queue, ids, lo, offsets[r + 1], missing[r], capacity)
+
+
+@nb.njit(cache=True, inline="always")
 def _cache_aware_choice(
     state: Any,
     ids: Any,
@@ -574,7 +634,7 @@ def _event_loop(
     return balance_routed
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)  # releases the GIL: replays can run in threads side by side
 def _replay(
     offsets: I64,
     ids: Any,
@@ -621,6 +681,21 @@ def _replay(
     for stream in range(starts.size - 1):
         state[:] = NOT_CACHED
         queue[:] = 0
+        if routing == FIXED and instant:
+            _instant_stream(
+                offsets,
+                ids,
+                missing,
+                hit_limit,
+                block_size,
+                order[starts[stream] : starts[stream + 1]],
+                capacity,
+                state[0],
+                buf[0],
+                queue[0],
+                hits,
+            )
+            continue
         balance_routed += _event_loop(
             offsets,
             ids,

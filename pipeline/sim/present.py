@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import textwrap
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
-from matplotlib.axes import Axes
 
 from pipeline.present.figures import COLORS, LINESTYLES, MARKERS, drawing, svg_bytes
 from pipeline.present.tables import markdown_table
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 #: The scenario columns a person reads first (scenarios.parquet has them all).
 SCENARIO_VIEW = (

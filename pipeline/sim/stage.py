@@ -6,6 +6,13 @@ read → run → write, split where Dagster fans out: one step per scenario
 the figures (:func:`write_figures`, from the written tables). :func:`run` and :func:`write` do
 all of it in one process (the command); the files are the same either way. Paths:
 :class:`pipeline.layout.SimulationPaths`.
+
+What every scenario and curve of a workload needs is worked out once per process and shared:
+:func:`read_inputs` keeps the last workload it flattened (keyed by the canonical table's files
+and the latency model), and that :class:`SimInput` keeps its dense block ids per block size and
+its sessions once a scenario has asked for them. So the command, and a Dagster run whose steps
+share a process (``enginefit report``'s default in-process executor), flatten the table, number
+its blocks and infer its sessions once, not once per scenario step.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from typing import Any
 import polars as pl
 
 from pipeline.config import Config
+from pipeline.facts import LatencyModel
 from pipeline.ingest.stage import read_requests
 from pipeline.layout import WorkloadLayout, require_output
 from pipeline.sim.blocks import SimInput, sim_input
@@ -33,12 +41,32 @@ from pipeline.store import (
     write_parquet_atomic,
 )
 
+# The last workload read_inputs flattened in this process: its key and the input.
+_LAST_INPUT: dict[tuple[Any, ...], SimInput] = {}
+
+
+def _table_key(layout: WorkloadLayout, latency: LatencyModel) -> tuple[Any, ...]:
+    """What a flattened table depends on: its part files (path, inode, size, modification
+    time, so a rewritten part is a new key) and the latency model of its durations."""
+    files = []
+    for part in layout.ingest.parts():
+        stat = part.stat()
+        files.append((str(part.resolve()), stat.st_ino, stat.st_size, stat.st_mtime_ns))
+    return (tuple(files), latency)
+
 
 def read_inputs(layout: WorkloadLayout, config: Config) -> SimInput:
     """The canonical table flattened for replay, with the latency model durations come from
-    (``simulation.latency_model``, else ``shape.latency_model``)."""
+    (``simulation.latency_model``, else ``shape.latency_model``); the same object as the last
+    call's when the table's files and the latency model are unchanged (the module docstring)."""
     latency = config.simulation.latency(config.shape.latency)
-    return sim_input(read_requests(layout), latency_model=latency)
+    requests = read_requests(layout)  # checks the table against its ingest manifest
+    key = _table_key(layout, latency)
+    cached = _LAST_INPUT.get(key)
+    if cached is None:
+        _LAST_INPUT.clear()  # one workload at a time: its arrays are the large part
+        cached = _LAST_INPUT[key] = sim_input(requests, latency_model=latency)
+    return cached
 
 
 def plan(settings: SimulationConfig) -> list[Scenario]:
