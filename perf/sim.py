@@ -512,6 +512,9 @@ def main(argv: list[str] | None = None) -> None:
         help=f"workloads of the whole-process runs (comma-separated, of {list(WORKLOADS)})",
     )
     parser.add_argument(
+        "--process-repeat", type=int, default=3, help="runs of each command (the best counts)"
+    )
+    parser.add_argument(
         "--process-reference-max",
         type=int,
         default=1_000_000,
@@ -531,6 +534,7 @@ def main(argv: list[str] | None = None) -> None:
                 16_000_000,
                 args.baseline,
                 workload=workload,
+                repeat=args.process_repeat,
                 reference=size <= args.process_reference_max,
             )
     compare(args.requests, args.cache_tokens)

@@ -240,11 +240,16 @@ def _defaults_text() -> str:
     return resources.files("pipeline").joinpath("defaults.yaml").read_text(encoding="utf-8")
 
 
-def default_mapping() -> dict[str, Any]:
-    """``pipeline/defaults.yaml`` as a fresh mapping."""
+@cache
+def _defaults_parsed() -> dict[str, Any]:
     raw = load_yaml(_defaults_text(), "pipeline/defaults.yaml")
     assert isinstance(raw, dict)  # a packaging bug, never user input
     return raw
+
+
+def default_mapping() -> dict[str, Any]:
+    """``pipeline/defaults.yaml`` as a fresh mapping (parsed once a process)."""
+    return copy.deepcopy(_defaults_parsed())
 
 
 def _merge(

@@ -14,7 +14,9 @@ Functions (all numba-compiled, callable from other kernels and from Python):
 - ``put(keys, values, used, key, value)``: insert or overwrite; returns the (possibly grown) arrays
   and the new count of used slots;
 - ``dense_ids(keys)``: keys → ids 0..n-1 in order of first appearance (its own table, keys and
-  ids interleaved, sized from a sample of the distinct keys).
+  ids interleaved, sized from a sample of the distinct keys; a long array on a machine with
+  more than one core is numbered in two halves side by side, then the second half's keys are
+  looked up in the first half's table).
 
 Used by the session inference (``pipeline.sessions``), the unbounded reuse replay
 (``pipeline.prefix.replay``) and the dense block ids of the simulation (``pipeline.sim.blocks``).
@@ -22,6 +24,8 @@ Used by the session inference (``pipeline.sessions``), the unbounded reuse repla
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numba as nb
@@ -142,7 +146,7 @@ def put(keys: U64, values: I64, used: int, key: np.uint64, value: int) -> tuple[
     return keys, values, used
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _distinct_estimate(keys: U64, shift: int) -> int:
     """About how many distinct keys there are: the distinct keys among those whose mixed hash
     has its top ``shift`` bits zero (a 2^-shift sample of the distinct keys, whatever their
@@ -205,11 +209,16 @@ def _pair_grown(table: U64) -> U64:
 _PREFETCH_DISTANCE = 16  # lookups issued ahead of the one being made
 
 
-@nb.njit(cache=True)
-def _dense_run(keys: U64, out: Any, table: U64, start: int, n_distinct: int) -> tuple[int, int]:
-    """Number ``keys[start:]`` until the table is half full; returns where it stopped and the
-    ids handed out so far."""
+@nb.njit(cache=True, nogil=True)
+def _dense_run(
+    keys: U64, out: Any, table: U64, first: Any, start: int, n_distinct: int
+) -> tuple[int, int]:
+    """Number ``keys[start:]`` until the table is two thirds full (or ``first``, where each id
+    first appears, is full, when it is not empty); returns where it stopped and the ids handed
+    out so far."""
     limit = (table.size >> 1) * 2 // 3  # keys the table holds at most two thirds full
+    if first.size:
+        limit = min(limit, first.size)
     ahead = keys.size - _PREFETCH_DISTANCE
     for i in range(start, keys.size):
         if i < ahead:
@@ -223,34 +232,105 @@ def _dense_run(keys: U64, out: Any, table: U64, start: int, n_distinct: int) -> 
         if n_distinct >= limit:
             return i, n_distinct
         out[i] = n_distinct
+        if first.size:
+            first[n_distinct] = i
         n_distinct += 1
         table[2 * slot] = key
         table[2 * slot + 1] = np.uint64(n_distinct)
     return keys.size, n_distinct
 
 
-@nb.njit(cache=True)
-def _dense_ids(keys: U64, out: Any, expected: int) -> int:
-    """Ids in order of first appearance, on a table sized for ``expected`` distinct keys
-    (grown past it). Key and id share one interleaved table, so a lookup costs one cache miss,
-    and the slot of the key 16 places ahead is prefetched, so the misses overlap."""
+@nb.njit(cache=True, nogil=True)
+def _numbered(keys: U64, out: Any, expected: int, firsts: bool) -> tuple[int, U64, Any]:
+    """Ids in order of first appearance into ``out``, on a table sized for ``expected``
+    distinct keys (grown past it); returns how many, the table and (with ``firsts``) where
+    each id first appears. Key and id share one interleaved table, so a lookup costs one cache
+    miss, and the slot of the key 16 places ahead is prefetched, so the misses overlap."""
     size = max(_MIN_SIZE, 3 * expected // 2 + 16)  # at most two thirds full
     table = np.zeros(2 * size, np.uint64)
-    done, n_distinct = _dense_run(keys, out, table, 0, 0)
+    first = np.empty(expected + 16 if firsts else 0, out.dtype)
+    done, n_distinct = _dense_run(keys, out, table, first, 0, 0)
     while done < keys.size:
-        table = _pair_grown(table)
-        done, n_distinct = _dense_run(keys, out, table, done, n_distinct)
-    return n_distinct
+        if n_distinct >= (table.size >> 1) * 2 // 3:  # _dense_run's limit
+            table = _pair_grown(table)
+        if firsts and n_distinct >= first.size:
+            grown = np.empty(2 * first.size, first.dtype)
+            grown[:n_distinct] = first[:n_distinct]
+            first = grown
+        done, n_distinct = _dense_run(keys, out, table, first, done, n_distinct)
+    return n_distinct, table, first[:n_distinct]
+
+
+@nb.njit(cache=True)
+def _dense_ids(keys: U64, out: Any, expected: int) -> int:
+    """:func:`_numbered`'s count alone."""
+    return _numbered(keys, out, expected, False)[0]
+
+
+@nb.njit(cache=True)
+def _join_halves(keys: U64, first: Any, table: U64, n_first: int) -> int:
+    """Global ids of the second half's local ids, from the first half's ``table``: a key the
+    first half holds keeps its id, the others number on from ``n_first`` in their local order
+    (their order of first appearance). Written over ``first``; returns the total count."""
+    n = n_first
+    ahead = first.size - _PREFETCH_DISTANCE
+    for local in range(first.size):
+        if local < ahead:
+            prefetch(table, 2 * _pair_home(table, keys[first[local + _PREFETCH_DISTANCE]]))  # type: ignore[call-arg]
+        stored = table[2 * _pair_slot(table, keys[first[local]]) + 1]
+        if stored != 0:
+            first[local] = np.int64(stored) - 1
+        else:
+            first[local] = n
+            n += 1
+    return n
+
+
+@nb.njit(cache=True, nogil=True)
+def _relabel(out: Any, to_global: Any) -> None:
+    for i in range(out.size):
+        out[i] = to_global[out[i]]
 
 
 # A 1/64 sample of the distinct keys sizes the table (about 1.6 % of the keys are hashed into it).
 _ESTIMATE_SHIFT = 6
 
 
+# Arrays at least this long are numbered in two halves side by side (when there are two cores).
+_HALVES_FROM = 1 << 22
+
+
+def _expected(keys: U64) -> int:
+    """Distinct keys to size a table for: the sampled estimate with some room."""
+    estimate = int(_distinct_estimate(keys, _ESTIMATE_SHIFT)) if keys.size > 1 << 16 else -1
+    return min(keys.size, estimate + estimate // 8 + 1024 if estimate >= 0 else 1 << 22)
+
+
 def dense_ids(keys: U64) -> tuple[Any, int]:
     """Map 64-bit keys to dense ids 0..n-1 in order of first appearance (int32 when it fits)."""
     keys = np.ascontiguousarray(keys, dtype=np.uint64)
     out: Any = np.empty(keys.size, np.int32 if keys.size < 2**31 - 1 else np.int64)
-    estimate = int(_distinct_estimate(keys, _ESTIMATE_SHIFT)) if keys.size > 1 << 16 else -1
-    expected = min(keys.size, estimate + estimate // 8 + 1024 if estimate >= 0 else 1 << 22)
-    return out, int(_dense_ids(keys, out, expected))
+    if keys.size >= _HALVES_FROM and (os.cpu_count() or 1) > 1:
+        return out, _dense_halves(keys, out)
+    return out, int(_dense_ids(keys, out, _expected(keys)))
+
+
+def _dense_halves(keys: U64, out: Any) -> int:
+    """:func:`dense_ids` in two threads: each half numbered on its own table, then the second
+    half's distinct keys looked up in the first half's table (:func:`_join_halves`) and its ids
+    relabelled. The ids are the same as one pass's."""
+    mid = keys.size // 2
+
+    def number(lo: int, hi: int, firsts: bool) -> tuple[int, U64, Any]:
+        part = keys[lo:hi]
+        result: tuple[int, U64, Any] = _numbered(part, out[lo:hi], _expected(part), firsts)
+        return result
+
+    with ThreadPoolExecutor(1) as pool:
+        second = pool.submit(number, mid, keys.size, True)
+        n_first, table, _ = number(0, mid, False)
+        _, _, local_first = second.result()
+    n = int(_join_halves(keys[mid:], local_first, table, n_first))
+    del table
+    _relabel(out[mid:], local_first)
+    return n

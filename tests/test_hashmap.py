@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.hashmap import EMPTY, _dense_ids, dense_ids, get, new_map, put
+from pipeline.hashmap import EMPTY, _dense_halves, _dense_ids, dense_ids, get, new_map, put
 
 
 def test_put_and_get_agree_with_a_dict_across_growth() -> None:
@@ -59,4 +59,17 @@ def test_dense_ids_agree_with_a_dict_whatever_the_table_size_guess() -> None:
     for expected in (0, 1, 1000, 10 * len(first)):
         out = np.empty(keys.size, np.int64)
         assert _dense_ids(keys, out, expected) == len(first)
+        assert out.tolist() == want
+
+
+def test_two_halves_number_keys_as_one_pass() -> None:
+    """Long arrays are numbered in two halves side by side, then joined: keys of both halves,
+    of the second alone, repeated within a half, and an odd length give one pass's ids."""
+    rng = np.random.default_rng(11)
+    for size in (1, 2, 3, 1001, 300_001):
+        keys = rng.integers(0, max(2, size // 3), size).astype(np.uint64) * np.uint64(2654435761)
+        first: dict[int, int] = {}
+        want = [first.setdefault(k, len(first)) for k in keys.tolist()]
+        out = np.empty(keys.size, np.int32)
+        assert _dense_halves(keys, out) == len(first)
         assert out.tolist() == want
