@@ -192,17 +192,17 @@ def _is_chained(offsets: I64, ids: Any, n_ids: int) -> bool:
     That is the chained-hash structure (a block key identifies its whole prefix); it makes
     every LRU cache prefix-closed, which the one-pass curve (``curve_kernels``) relies on.
     """
-    parent = np.full(n_ids, -2, np.int64)
-    position = np.full(n_ids, -1, np.int64)
+    # (parent + 1, position) of each id packed in one int64 (one memory access a block);
+    # -1 = not seen yet (a packed pair is never negative: parent ≥ -1, ids and positions < 2^31)
+    seen = np.full(n_ids, -1, np.int64)
     for r in range(offsets.size - 1):
         prev = -1
         for j in range(offsets[r], offsets[r + 1]):
             b = ids[j]
-            pos = j - offsets[r]
-            if parent[b] == -2:
-                parent[b] = prev
-                position[b] = pos
-            elif parent[b] != prev or position[b] != pos:
+            pair = ((prev + 1) << 32) | (j - offsets[r])
+            if seen[b] == -1:
+                seen[b] = pair
+            elif seen[b] != pair:
                 return False
             prev = b
     return True
