@@ -37,6 +37,7 @@ The forms (each from the same :class:`Conversations`)
 * :func:`iter_frames` / :func:`canonical_frame` — the canonical table
   (:func:`pipeline.schema.conform`) at a block size, prefix hashes included (the answer's blocks
   in the chain or not) or left out, for benchmarks that skip ingestion.
+* :func:`write_azure_csv` — the Azure LLM inference CSV form (times and lengths only).
 * :func:`write_csv` — a plain CSV (arrival µs, session, tenant, model, lengths) for quick
   scripts such as ``perf/shape_baseline.py``.
 
@@ -403,6 +404,7 @@ class Written:
     mean_output: float
     bytes: int
     note: str = ""
+    tokens: int = 0  # token ids written (token-id form)
 
 
 def write_mooncake(c: Conversations, path: Path) -> Written:
@@ -498,6 +500,7 @@ def write_token_ids(c: Conversations, path: Path, *, sessions: bool = False) -> 
         float(c.output.mean()),
         path.stat().st_size,
         f"{tokens:,} token ids",
+        tokens,
     )
 
 
@@ -592,6 +595,22 @@ def write_csv(c: Conversations, path: Path) -> None:
             ).write_csv(handle, include_header=index == 0)
 
 
+def write_azure_csv(c: Conversations, path: Path) -> None:
+    """The requests as an Azure LLM inference CSV (``TIMESTAMP`` naive wall clock with µs,
+    ``ContextTokens``, ``GeneratedTokens``), in arrival order from :data:`START`: the form
+    carries lengths and times only."""
+    with path.open("wb") as handle:
+        for index, frame in enumerate(iter_frames(c, None)):
+            frame.select(
+                pl.col("arrival")
+                .dt.replace_time_zone(None)
+                .dt.to_string("%Y-%m-%d %H:%M:%S%.6f")
+                .alias("TIMESTAMP"),
+                pl.col("prompt_tokens").alias("ContextTokens"),
+                pl.col("output_tokens").alias("GeneratedTokens"),
+            ).write_csv(handle, include_header=index == 0)
+
+
 # -- the command ------------------------------------------------------------------------------
 
 
@@ -604,7 +623,7 @@ def count(text: str) -> int:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="perf.workload", description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=count, required=True, help="e.g. 100K, 1M, 10M")
-    parser.add_argument("--form", choices=("hash", "token-ids", "csv"), default="hash")
+    parser.add_argument("--form", choices=("hash", "token-ids", "azure", "csv"), default="hash")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--profile", choices=sorted(PROFILES), default="long")
@@ -614,8 +633,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rate", type=float, default=Spec.rate_rps, help="mean requests/s")
     parser.add_argument("--diurnal", type=float, default=0.0, help="daily cycle amplitude")
     args = parser.parse_args(argv)
-    if args.form == "hash" and (args.tenants or args.models or args.sessions):
-        parser.error("the hash form (Mooncake JSONL) cannot carry tenants, models or sessions")
+    if args.form in ("hash", "azure") and (args.tenants or args.models or args.sessions):
+        parser.error(f"the {args.form} form cannot carry tenants, models or sessions")
     start = time.perf_counter()
     drawn = conversations(
         spec(
@@ -629,8 +648,8 @@ def main(argv: list[str] | None = None) -> None:
         )
     )
     drawn_s = time.perf_counter() - start
-    if args.form == "csv":
-        write_csv(drawn, args.out)
+    if args.form in ("csv", "azure"):
+        (write_csv if args.form == "csv" else write_azure_csv)(drawn, args.out)
         written = Written(
             args.out,
             drawn.n,
