@@ -165,6 +165,8 @@ def _lognormal(
 def conversations(s: Spec) -> Conversations:
     """Draw ``s.requests`` requests of whole conversations (the last one cut at the count)."""
     rng = np.random.default_rng(s.seed)
+    # Tenants and models from a stream of their own: asking for them changes nothing else.
+    labels = np.random.default_rng([s.seed, 1])
     quarter = s.max_context // 4  # system, one message, one answer: each at most a quarter
     system_tokens = _lognormal(rng, s.system_tokens, s.system_prompts, quarter)
     weight = 1.0 / np.arange(1, s.system_prompts + 1) ** s.zipf
@@ -175,13 +177,13 @@ def conversations(s: Spec) -> Conversations:
     while have < s.requests:
         c = _CONVERSATION_CHUNK
         system = rng.choice(s.system_prompts, size=c, p=popularity).astype(np.int64)
-        tenant = rng.integers(0, max(s.tenants, 1), c)
-        model = rng.integers(0, max(s.models, 1), c)
+        tenant = labels.integers(0, max(s.tenants, 1), c)
+        model = labels.integers(0, max(s.models, 1), c)
         planned = rng.geometric(1.0 / s.mean_turns, c).astype(np.int64)
         m = int(planned.sum())
         message = _lognormal(rng, s.message_tokens, m, quarter)
         answer = _lognormal(rng, s.answer_tokens, m, quarter)
-        think = rng.exponential(s.think_s * 1e6, m)
+        think_us = rng.exponential(s.think_s * 1e6, m)
         # Turns past the context limit are dropped: prompt + answer grows with every turn, so
         # the turns kept are a prefix of each conversation's.
         conv = np.repeat(np.arange(c), planned)
@@ -194,7 +196,7 @@ def conversations(s: Spec) -> Conversations:
         parts["turns"].append(turns)
         turn_parts["message"].append(message[keep])
         turn_parts["answer"].append(answer[keep])
-        turn_parts["think"].append(think[keep].astype(np.int64))
+        turn_parts["think"].append(think_us[keep].astype(np.int64))
         have += int(turns.sum())
     system, tenant, model, turns = (np.concatenate(parts[k]) for k in parts)
     message, answer, think = (np.concatenate(turn_parts[k])[: s.requests] for k in turn_parts)
@@ -364,16 +366,15 @@ def _chunks(
     ``size`` requests, and with ``tokens`` at most that many prompt + output tokens (at least
     one request)."""
     if tokens is None:
-        cuts = np.arange(0, c.n, size)
+        bounds = [*range(0, c.n, size), c.n]
     else:
         load = np.cumsum(c.prompt[c.order] + c.output[c.order])
-        cuts, lo = [], 0
+        bounds, lo = [], 0
         while lo < c.n:
-            cuts.append(lo)
+            bounds.append(lo)
             room = int(np.searchsorted(load, (load[lo - 1] if lo else 0) + tokens, "right"))
             lo = min(max(room, lo + 1), lo + size)
-        cuts = np.asarray(cuts, dtype=np.int64)
-    bounds = [*cuts.tolist(), c.n]
+        bounds.append(c.n)
     for lo, hi in itertools.pairwise(bounds):
         yield lo, c.order[lo:hi]
 
