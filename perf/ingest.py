@@ -1,6 +1,9 @@
 """Ingest throughput: a generated 1M-request token-count CSV, token-id and block-id hashing,
 and ``enginefit ingest`` end to end on a 1M-request Azure CSV and a 1M-request Mooncake JSONL.
 
+Every trace is ``perf.workload``'s conversation model (the CSV and the JSONL hold the same
+requests, as Azure's and Mooncake's formats carry them); token hashing alone runs on random ids.
+
 Run with ``make bench`` (all benchmarks) or ``python -m perf.run ingest``; ``python -m
 perf.ingest --cli-only [--requests N]`` runs only the end-to-end commands. Prints wall time and
 rates; numbers in the README were measured on the project machine (2 cores, 24 GiB).
@@ -13,8 +16,6 @@ write), each timed on its own, with the command's peak RSS as
 from __future__ import annotations
 
 import argparse
-import itertools
-import json
 import os
 import subprocess
 import sys
@@ -24,6 +25,14 @@ from pathlib import Path
 
 import numpy as np
 
+from perf.workload import (
+    MooncakeIds,
+    conversations,
+    spec,
+    write_azure_csv,
+    write_mooncake,
+    write_token_ids,
+)
 from pipeline.blockhash import chain_hash_id_runs
 from pipeline.hashing import chain_hash_tokens
 from pipeline.ingest import ingest_paths
@@ -31,72 +40,21 @@ from pipeline.ingest import ingest_paths
 ROWS = 1_000_000
 
 
-def generate_azure_csv(path: Path, rows: int, seed: int = 0) -> None:
-    """An Azure-format CSV (TIMESTAMP, ContextTokens, GeneratedTokens) with rows requests."""
-    rng = np.random.default_rng(seed)
-    start = np.datetime64("2023-11-16T18:00:00", "us")
-    gaps = rng.exponential(1000.0, rows).astype("int64")  # ~1000 req/s
-    stamps = (start + np.cumsum(gaps).astype("timedelta64[us]")).astype(str)
-    context = rng.integers(1, 8000, rows)
-    generated = rng.integers(1, 500, rows)
-    with path.open("w") as handle:
-        handle.write("TIMESTAMP,ContextTokens,GeneratedTokens\n")
-        stamps_fmt = np.char.replace(stamps, "T", " ")
-        lines = [f"{t},{c},{g}\n" for t, c, g in zip(stamps_fmt, context, generated, strict=True)]
-        handle.writelines(lines)
+SEED = 0
 
 
-MOONCAKE_BLOCK_TOKENS = 512
-MAX_IDS = 40  # a conversation ends before its prompt passes this many 512-token blocks
+def generate_azure_csv(path: Path, rows: int, seed: int = SEED) -> None:
+    """``perf.workload``'s conversations (long profile) as an Azure-format CSV (TIMESTAMP,
+    ContextTokens, GeneratedTokens) of ``rows`` requests."""
+    write_azure_csv(conversations(spec(rows, seed=seed)), path)
 
 
-def generate_mooncake_jsonl(path: Path, rows: int, seed: int = 0) -> int:
-    """A Mooncake-form JSONL of ``rows`` requests (returns the hash ids written).
-
-    Multi-turn conversations: each starts from one of 32 shared system prompts (2-6 blocks,
-    Zipf-popular) plus 6-12 blocks of its own, and every later turn repeats the whole history
-    and adds 1-5 blocks, until the prompt would pass 40 blocks (so 8-40 ids a request, each
-    turn sharing its predecessor's prefix). Sessions start about every 200 ms, turns follow
-    about 30 s apart; lines are in arrival order with ms timestamps, written as Mooncake does
-    (``json.dumps`` spacing).
-    """
-    rng = np.random.default_rng(seed)
-    system_sizes = rng.integers(2, 7, 32)
-    starts = np.concatenate([[0], np.cumsum(system_sizes)])
-    systems = [list(range(int(a), int(b))) for a, b in itertools.pairwise(starts)]
-    next_id = int(starts[-1])
-    popularity = 1.0 / np.arange(1, 33)
-    popularity /= popularity.sum()
-    stamps: list[int] = []
-    lines: list[str] = []
-    session_start = 0.0
-    total_ids = 0
-    while len(lines) < rows:
-        session_start += rng.exponential(200.0)
-        own = int(rng.integers(6, 13))
-        history = systems[int(rng.choice(32, p=popularity))] + list(range(next_id, next_id + own))
-        next_id += own
-        moment = session_start
-        for _ in range(min(int(rng.geometric(0.25)), rows - len(lines))):
-            if len(history) > MAX_IDS:
-                break
-            tokens = (len(history) - 1) * MOONCAKE_BLOCK_TOKENS + int(
-                rng.integers(1, MOONCAKE_BLOCK_TOKENS + 1)
-            )
-            stamps.append(int(moment))
-            total_ids += len(history)
-            lines.append(
-                f'{{"timestamp": {int(moment)}, "input_length": {tokens}, '
-                f'"output_length": {int(rng.integers(1, 1000))}, '
-                f'"hash_ids": [{", ".join(map(str, history))}]}}\n'
-            )
-            grow = int(rng.integers(1, 6))
-            history = history + list(range(next_id, next_id + grow))
-            next_id += grow
-            moment += rng.exponential(30_000.0)
-    with path.open("w") as handle:
-        handle.writelines(lines[i] for i in np.argsort(np.asarray(stamps), kind="stable"))
-    return total_ids
+def generate_mooncake_jsonl(path: Path, rows: int, seed: int = SEED) -> int:
+    """The same requests in ``perf.workload``'s hash form, Mooncake JSONL (returns the hash ids
+    written): multi-turn conversations on 16 Zipf-popular system prompts, each turn repeating
+    the history, mean prompt about 4,100 tokens (at most 32k), lines in arrival order as
+    ``json.dumps`` writes them."""
+    return write_mooncake(conversations(spec(rows, seed=seed)), path).blocks
 
 
 REPEATS = 3  # best of three: the machine's other load only ever adds time
@@ -133,12 +91,13 @@ def bench_token_hashing() -> dict[str, float]:
 
 
 def bench_block_id_hashing(batch: int = 65_536) -> dict[str, float]:
-    """Mooncake-style block ids: 1M requests of 8-40 ids each, chain-hashed ``batch`` requests
-    a call, as the reader does per block of lines (16 MiB hold about 70k requests)."""
-    rng = np.random.default_rng(3)
-    counts = rng.integers(8, 41, 1_000_000)
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    ids = rng.integers(0, 50_000_000, int(counts.sum()))
+    """Mooncake-style block ids: the hash ids of ``perf.workload``'s 1M-request hash form
+    (about 8.5 a request), chain-hashed ``batch`` requests a call, as the reader does per block
+    of lines (16 MiB hold about 70k requests)."""
+    drawn = conversations(spec(ROWS, seed=3))
+    offsets, ids = MooncakeIds.of(drawn).ids(drawn, drawn.order)
+    counts = np.diff(offsets)
+    starts = offsets[:-1]
     timings = []
     for _ in range(REPEATS):
         start = time.perf_counter()
@@ -157,25 +116,12 @@ def bench_block_id_hashing(batch: int = 65_536) -> dict[str, float]:
 
 
 def bench_token_id_reader(tmp: Path, requests: int = 20_000) -> dict[str, float]:
-    """End to end through the token-id JSONL reader (parse + validate + hash)."""
-    rng = np.random.default_rng(2)
+    """End to end through the token-id JSONL reader (parse + validate + hash) on
+    ``perf.workload``'s token-id form: short-profile conversations (prompt + answer about 930
+    tokens a request), session ids logged."""
     path = tmp / "token_ids.jsonl"
-    total = 0
-    with path.open("w") as handle:
-        for i in range(requests):
-            prompt = rng.integers(0, 150_000, int(rng.integers(64, 2048))).tolist()
-            total += len(prompt)
-            handle.write(
-                json.dumps(
-                    {
-                        "ts": i * 0.01,
-                        "session_id": f"s{i % 500}",
-                        "prompt_token_ids": prompt,
-                        "output_tokens": 10,
-                    }
-                )
-                + "\n"
-            )
+    drawn = conversations(spec(requests, "short", seed=2))
+    tokens = write_token_ids(drawn, path, sessions=True).tokens
     start = time.perf_counter()
     result = ingest_paths([path], salt=b"bench")
     elapsed = time.perf_counter() - start
@@ -183,7 +129,7 @@ def bench_token_id_reader(tmp: Path, requests: int = 20_000) -> dict[str, float]
     return {
         "token_id_requests": requests,
         "token_id_seconds": elapsed,
-        "token_id_tokens_per_s": total / elapsed,
+        "token_id_tokens_per_s": tokens / elapsed,
         "token_id_requests_per_s": requests / elapsed,
     }
 

@@ -1,14 +1,19 @@
-"""Benchmark: workload-shape metrics on a generated canonical trace (default 10M requests).
+"""Benchmark: workload-shape metrics on a generated canonical trace (default 10M requests),
+beside a plain-Python script computing the same figures.
 
-The trace is generated in numpy chunks of 1M rows (never 10M Python objects) and written as
-canonical Parquet parts: bursty arrivals over about one day (exponential gaps scaled by a
-log-normal burst factor), log-normal prompt/output lengths, 30 % of rows in sessions, ten
-tenants, three models, no logged durations (so concurrency uses the latency model).
+The trace is ``perf.workload``'s model (long profile, seed 7) written as canonical Parquet
+parts of 1M rows: multi-turn conversations (session ids and turns logged) at 100 requests/s on
+a daily cycle (amplitude 0.5; 10M requests span about 28 hours), ten tenants, three models, no
+logged durations (so concurrency uses the latency model), no prefix chains.
 
 The measurement runs in a fresh subprocess so its peak RSS (``resource.getrusage``) covers
-only the shape computation on a lazy scan of the Parquet files, not the generation.
+only the shape computation on a lazy scan of the Parquet files, not the generation. Up to
+``--baseline-max`` requests (default 1M) the same requests are also exported as CSV and
+``perf/shape_baseline.py`` (``csv``, loops, dicts, ``statistics``) reads it and computes its
+figures in another subprocess; every figure must agree with the stage's (relative 1e-9) before
+the two times are printed side by side.
 
-Run: ``.venv/bin/python -m perf.shape [--requests N] [--keep DIR]``.
+Run: ``.venv/bin/python -m perf.shape [--requests N] [--keep DIR] [--baseline-max N]``.
 """
 
 from __future__ import annotations
@@ -21,62 +26,29 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
-import numpy as np
-import polars as pl
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.schema import conform
+from perf.shape_baseline import disagreements, stage_figures
+from perf.workload import conversations, iter_frames, spec, write_csv
 
-CHUNK = 1_000_000
-START_US = 1_700_000_000 * 1_000_000
+BASELINE_MAX = 1_000_000  # the plain-Python baseline holds every row as a dict
 
 
-def generate(out_dir: Path, requests: int, seed: int = 7) -> list[Path]:
-    """Write ``requests`` canonical rows as ``out_dir/requests/part-*.parquet``."""
-    rng = np.random.default_rng(seed)
+def generate(out_dir: Path, requests: int, seed: int = 7, *, csv: bool = False) -> list[Path]:
+    """Write ``requests`` canonical rows as ``out_dir/requests/part-*.parquet`` (and with
+    ``csv`` the same requests as ``out_dir/requests.csv`` for the baseline)."""
+    drawn = conversations(spec(requests, "long", seed=seed, tenants=10, models=3, diurnal=0.5))
     parts = out_dir / "requests"
     parts.mkdir(parents=True, exist_ok=True)
-    mean_gap_us = 86_400 * 1_000_000 / requests
-    clock = START_US
     written = []
-    for part, lo in enumerate(range(0, requests, CHUNK)):
-        n = min(CHUNK, requests - lo)
-        burst = rng.lognormal(0.0, 1.2, n)
-        gaps = rng.exponential(mean_gap_us, n) * burst / np.exp(1.2**2 / 2)
-        arrival = clock + np.cumsum(gaps).astype(np.int64)
-        clock = int(arrival[-1])
-        idx = np.arange(lo, lo + n, dtype=np.int64)
-        in_session = rng.random(n) < 0.3
-        frame = pl.DataFrame(
-            {
-                "idx": idx,
-                "arrival": arrival,
-                "prompt_tokens": rng.lognormal(7.0, 1.3, n).astype(np.int64) + 1,
-                "output_tokens": rng.lognormal(5.0, 1.0, n).astype(np.int64),
-                "session": np.where(in_session, rng.integers(0, requests // 20 + 1, n), -1),
-                "tenant": rng.integers(0, 10, n),
-                "model": rng.integers(0, 3, n),
-            }
-        ).select(
-            pl.format("r{}", "idx").alias("request_id"),
-            pl.col("arrival").cast(pl.Datetime("us", "UTC")),
-            pl.when(pl.col("session") >= 0)
-            .then(pl.format("s{}", "session"))
-            .otherwise(None)
-            .alias("session_id"),
-            pl.format("tenant-{}", "tenant").alias("tenant"),
-            pl.format("model-{}", "model").alias("model"),
-            "prompt_tokens",
-            "output_tokens",
-            pl.lit("bench").alias("source_format"),
-            pl.lit("generated").alias("source_file"),
-            (pl.col("idx") + 1).alias("source_line"),
-        )
+    for part, frame in enumerate(iter_frames(drawn, None, sessions=True)):
         path = parts / f"part-{part:05d}.parquet"
-        conform(frame).write_parquet(path, compression="zstd")
+        frame.write_parquet(path, compression="zstd")
         written.append(path)
+    if csv:
+        write_csv(drawn, out_dir / "requests.csv")
     return written
 
 
@@ -127,6 +99,12 @@ def measure(workload: Path) -> dict[str, object]:
         step("full stage (write)", lambda: write(result, WorkloadLayout(Path(tmp))))  # type: ignore[arg-type]
     shape = result.metrics  # type: ignore[attr-defined]
     return {
+        "figures": stage_figures(shape),
+        "latency": [
+            cfg.latency.ttft_base_ms,
+            cfg.latency.ttft_per_prompt_token_ms,
+            cfg.latency.tpot_ms,
+        ],
         "requests": shape["requests"],
         "peak_concurrency": conc.peak,  # type: ignore[attr-defined]
         "peak_rate_1s": shape["arrivals"]["windows"]["1s"].get("peak_rate_rps"),
@@ -139,6 +117,12 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=10_000_000)
     parser.add_argument("--keep", type=Path, default=None, help="reuse/keep the trace here")
+    parser.add_argument(
+        "--baseline-max",
+        type=int,
+        default=BASELINE_MAX,
+        help="largest trace the plain-Python baseline also runs on",
+    )
     parser.add_argument("--measure", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv if argv is not None else [])
     if args.measure is not None:
@@ -146,20 +130,45 @@ def main(argv: list[str] | None = None) -> None:
         return
     with tempfile.TemporaryDirectory() as tmp:
         workload = args.keep or Path(tmp)
-        if not (workload / "requests").is_dir():
+        baseline = args.requests <= args.baseline_max
+        if not (workload / "requests").is_dir() or (
+            baseline and not (workload / "requests.csv").is_file()
+        ):
             start = time.perf_counter()
-            generate(workload, args.requests)
+            generate(workload, args.requests, csv=baseline)
             print(f"generated {args.requests:,} requests in {time.perf_counter() - start:.1f} s")
         size = sum(p.stat().st_size for p in (workload / "requests").glob("*.parquet"))
         print(f"trace: {size / 2**20:,.0f} MiB of Parquet")
-        child = subprocess.run(
-            [sys.executable, __file__, "--measure", str(workload)],
-            check=True,
-            capture_output=True,
-            text=True,
-        )
-        result = json.loads(child.stdout.strip().splitlines()[-1])
+        result = _child([sys.executable, __file__, "--measure", str(workload)])
+        figures = result.pop("figures")
+        latency = result.pop("latency")
         print(json.dumps(result, indent=2, sort_keys=True))
+        if not baseline:
+            print(f"plain-Python baseline skipped (more than {args.baseline_max:,} requests)")
+            return
+        script = Path(__file__).with_name("shape_baseline.py")
+        latency_arg = ",".join(repr(v) for v in latency)
+        plain = _child(
+            [sys.executable, str(script), str(workload / "requests.csv"), "--latency", latency_arg]
+        )
+        bad = disagreements(plain["figures"], figures)
+        assert not bad, "baseline and stage disagree:\n" + "\n".join(bad)
+        stage_s = result["seconds"]["full stage (compute)"]
+        plain_s = plain["read_s"] + plain["compute_s"]
+        print(
+            f"plain-Python baseline ({len(figures)} figures, all equal to the stage's): read CSV "
+            f"{plain['read_s']:.2f} s + compute {plain['compute_s']:.2f} s = {plain_s:.2f} s; "
+            f"the stage {stage_s:.2f} s (every metric, a lazy scan of the Parquet parts): "
+            f"baseline / stage {plain_s / stage_s:.1f}x (compute alone "
+            f"{plain['compute_s'] / stage_s:.1f}x)"
+        )
+
+
+def _child(command: list[str]) -> dict[str, Any]:
+    """Run a measuring child process and return the JSON of its last line."""
+    child = subprocess.run(command, check=True, capture_output=True, text=True)
+    result: dict[str, Any] = json.loads(child.stdout.strip().splitlines()[-1])
+    return result
 
 
 if __name__ == "__main__":

@@ -4,10 +4,14 @@ the commands as a new user runs them.
 Run: ``.venv/bin/python -m perf.sim [--requests N] [--large-compare N] [--big N]
 [--process-sizes N,N] [--baseline DIR]``.
 
+Every trace is ``perf.workload``'s model (short profile): multi-turn conversations on shared
+system prompts, each turn's prompt the history plus a new message.
+
 Whole process (``process``): a generated trace with no session ids logged, block size 16 —
-``conversations`` (``perf.prefix.generate``: multi-turn conversations on shared system prompts,
-each answer in the chain the next turn extends) and ``synthetic`` (the kernel comparison's
-workload below, answers unknown) — is written as canonical Parquet, then ``enginefit simulate
+``conversations`` (``perf.prefix.generate``: each answer in the chain the next turn extends)
+and ``prompts-only`` (formerly ``synthetic``; the kernel comparison's workload below: only the
+prompts' blocks in the chain, answers unknown, as Mooncake logs them) — is written as canonical
+Parquet, then ``enginefit simulate
 TRACE`` (the default durations lifetime, which reports the instant figures too; and
 ``--request-lifetime instant``) and ``enginefit curve TRACE`` run as child processes from an
 empty folder (built-in defaults), imports included, best of three. Beside them: the phases in
@@ -36,18 +40,16 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
-import pyarrow as pa
 
 from perf.prefix import generate as conversation_trace
+from perf.workload import canonical_frame, conversations, spec
 from pipeline.config import default_config
-from pipeline.schema import conform
 from pipeline.sim import (
     BlockView,
     Scenario,
@@ -76,61 +78,11 @@ def _input(frame: pl.DataFrame) -> SimInput:
 
 
 def generate(n: int, seed: int = 0, block_size: int = B) -> pl.DataFrame:
-    """A conversational workload built in numpy (no Python object per request).
-
-    32 shared system prompts (2-40 blocks); n/6 conversations, each on one system prompt,
-    growing 1-4 blocks per turn (capped at 400 blocks); arrivals ~ Poisson at 50 req/s;
-    output 20-400 tokens whose blocks are unknown (they occupy capacity, never match).
-    Block keys follow the chained-hash structure: a prefix is identified by (system, k) inside
-    the system prompt and by (conversation, k) after it.
-    """
-    rng = np.random.default_rng(seed)
-    n_sys = 32
-    n_conv = max(1, n // 6)
-    sys_len = rng.integers(2, 41, n_sys)
-    conv_sys = rng.integers(0, n_sys, n_conv)
-    conv_growth = rng.integers(1, 5, n_conv)
-    conv = rng.integers(0, n_conv, n)
-    order = np.argsort(conv, kind="stable")
-    sorted_conv = conv[order]
-    starts = np.flatnonzero(np.r_[True, sorted_conv[1:] != sorted_conv[:-1]])
-    group_start = np.repeat(starts, np.diff(np.r_[starts, n]))
-    turn = np.empty(n, np.int64)
-    turn[order] = np.arange(n) - group_start
-    s = conv_sys[conv]
-    prompt_blocks = np.minimum(sys_len[s] + (turn + 1) * conv_growth[conv], 400)
-    prompt_tokens = prompt_blocks * block_size + rng.integers(0, block_size, n)
-    output_tokens = rng.integers(20, 401, n)
-    offsets = np.zeros(n + 1, np.int64)
-    np.cumsum(prompt_blocks, out=offsets[1:])
-    keys = np.empty(int(offsets[-1]), np.uint64)
-    step = 500_000  # build the chains a chunk of requests at a time to bound memory
-    for lo in range(0, n, step):
-        hi = min(n, lo + step)
-        req = np.repeat(np.arange(lo, hi), prompt_blocks[lo:hi])
-        k = np.arange(offsets[lo], offsets[hi], dtype=np.int64) - offsets[req]
-        owner = np.where(k < sys_len[s[req]], s[req], n_sys + conv[req]).astype(np.uint64)
-        chunk = (owner << np.uint64(20)) | k.astype(np.uint64)
-        # make them look like hashes (a bijection, so no collisions)
-        keys[offsets[lo] : offsets[hi]] = chunk * np.uint64(0x9E3779B97F4A7C15) ^ (
-            chunk >> np.uint64(29)
-        )
-    chains = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(keys, pa.uint64()))
-    arrival_us = np.cumsum(rng.exponential(20_000, n)).astype(np.int64)
-    t0 = int(datetime(2026, 1, 1, tzinfo=UTC).timestamp() * 1_000_000)
-    frame = pl.DataFrame(
-        {
-            "arrival": pl.Series(arrival_us + t0).cast(pl.Datetime("us", "UTC")),
-            "session_id": pl.Series(conv).cast(pl.String),
-            "prompt_tokens": prompt_tokens,
-            "output_tokens": output_tokens,
-            "block_size": np.full(n, block_size, np.int32),
-            "prefix_hashes": pl.Series(chains),
-            "prompt_blocks": prompt_blocks.astype(np.int32),
-            "hashes_known": np.ones(n, bool),
-        }
-    ).with_columns(pl.format("g{}", pl.int_range(pl.len())).alias("request_id"))
-    return conform(frame)
+    """``perf.workload``'s short-context conversations as the canonical table, with their
+    session ids logged and only the prompts' blocks in the chains: the answers' blocks are
+    unknown (they occupy capacity, never match), as in a Mooncake-style trace."""
+    drawn = conversations(spec(n, "short", seed=seed))
+    return canonical_frame(drawn, block_size, answers_in_chain=False, sessions=True)
 
 
 def one_replica_curve(inp: SimInput, sample_rate: float = 1.0) -> Curve:
@@ -408,11 +360,13 @@ WORKLOADS: dict[str, tuple[str, Callable[[int], pl.DataFrame]]] = {
         "(perf.prefix.generate)",
         lambda n: conversation_trace(n, B),
     ),
-    "synthetic": (
-        "the kernel comparison's workload, answers unknown (anonymous blocks; generate above)",
+    "prompts-only": (
+        "the same model's conversations with only the prompts' blocks in the chain, answers "
+        "unknown (generate above, the kernel comparison's workload)",
         lambda n: generate(n, seed=1).with_columns(pl.lit(None, pl.String).alias("session_id")),
     ),
 }
+ALIASES = {"synthetic": "prompts-only"}  # its name before both came from perf.workload
 
 
 def process(
@@ -427,6 +381,7 @@ def process(
     """``enginefit simulate`` and ``enginefit curve`` as whole processes on an ``n``-request
     trace of ``workload`` (no session ids logged), against the pure-Python LRU and (with
     ``baseline``) another checkout's code."""
+    workload = ALIASES.get(workload, workload)
     what, make = WORKLOADS[workload]
     with tempfile.TemporaryDirectory(prefix="perf-sim-") as tmp:
         folder = Path(tmp)
@@ -508,7 +463,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--process-workloads",
-        default="conversations,synthetic",
+        default="conversations,prompts-only",
         help=f"workloads of the whole-process runs (comma-separated, of {list(WORKLOADS)})",
     )
     parser.add_argument(
