@@ -19,7 +19,6 @@ from assets.metadata import (
 )
 from assets.resources import EnginefitStore
 from pipeline.ingest import checks, stage
-from pipeline.ingest.compute import SourceRead
 from pipeline.ingest.present import files_table, quarantine_rows
 from pipeline.ingest.result import IngestSummary, SkippedFile
 from pipeline.present.tables import markdown_table
@@ -72,17 +71,20 @@ def ingest_plan(store: EnginefitStore) -> Any:
 
 
 @dg.op(tags=INGEST_PRIORITY)
-def ingest_file(store: EnginefitStore, planned: stage.PlannedSource) -> SourceRead:
+def ingest_file(store: EnginefitStore, planned: stage.PlannedSource) -> stage.StagedRead:
     """One trace file read (format detected by content, or as configured) into canonical rows
-    and its quarantine; the files of a workload are read side by side."""
-    return stage.read_one(stage.configured_inputs(store.config()), planned)
+    and its quarantine; the files of a workload are read side by side. The rows go to a
+    staging file of the workload folder, which the merge reads."""
+    config = store.config()
+    read = stage.read_one(stage.configured_inputs(config), planned)
+    return stage.stage_read(read, config.layout())
 
 
 @dg.op
 def ingest_merge(
     context: OpExecutionContext,
     store: EnginefitStore,
-    reads: list[SourceRead],
+    reads: list[stage.StagedRead],
     skipped: list[SkippedFile],
 ) -> dict[str, Any]:
     """Every file's rows in one table: repeated request ids quarantined (the first wins), one
@@ -90,6 +92,7 @@ def ingest_merge(
     config = store.config()
     result = stage.merge(stage.configured_inputs(config), reads, skipped)
     paths = stage.write(result, config.layout())
+    stage.remove_staged(reads)
     context.add_output_metadata(ingest_metadata(result.summary, paths, result.requests))
     return {"ingested": result.summary.ingested, "requests": str(paths["requests"])}
 

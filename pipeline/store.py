@@ -158,7 +158,9 @@ _HELD: set[Path] = set()  # workload folders this process holds the lock of (cla
 _LEFTOVER_FILE = re.compile(
     r"^\.(quarantine\.parquet|ingest_summary\.json|ingest_manifest\.json|enginefit-workload)\.[0-9a-f]+$"
 )
-_STAGING_DIR = re.compile(r"^\.requests\.(old\.)?[0-9a-f]+$")
+_STAGING_DIR = re.compile(r"^\.requests\.(old\.|reads\.)?[0-9a-f]+$")
+# One source's rows between the step that reads the file and the merge (pipeline.ingest.stage).
+STAGED_READS_PREFIX = ".requests.reads."
 
 
 def _foreign_entries(layout: WorkloadLayout) -> list[str]:
@@ -299,6 +301,13 @@ def _remove_parts(folder: Path) -> None:
             path.unlink()
     with suppress(OSError):  # something enginefit did not write is inside: leave it
         folder.rmdir()
+
+
+def remove_staged_read(rows: Path) -> None:
+    """Remove one staged source's rows (a request part in a staging folder) and that folder if
+    it is then empty."""
+    if PART_NAME.match(rows.name) and rows.parent.name.startswith(STAGED_READS_PREFIX):
+        _remove_parts(rows.parent)
 
 
 def _remove_leftovers(layout: WorkloadLayout) -> None:

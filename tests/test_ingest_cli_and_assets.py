@@ -7,12 +7,17 @@ import json
 from pathlib import Path
 
 import dagster as dg
+import polars as pl
 import pytest
+from polars.testing import assert_frame_equal
 
 from assets.cli import main as enginefit
 from assets.definitions import defs
 from assets.ingest import workload
 from assets.resources import EnginefitStore
+from pipeline.config import load_config
+from pipeline.ingest import stage as ingest_stage
+from pipeline.layout import WorkloadLayout
 from tests.conftest import REPO, write_config
 
 AZURE = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
@@ -74,6 +79,41 @@ def test_workload_asset_and_checks(tmp_path: Path) -> None:
     share = evaluations["workload_quarantine_share"]
     assert not share.passed and share.severity == dg.AssetCheckSeverity.WARN  # 1/21 > 1%
     assert (tmp_path / "data" / "t" / "ingest_summary.json").exists()
+    assert not list((tmp_path / "data" / "t").glob(".requests*"))  # the staged rows are removed
+
+
+def test_the_asset_stages_each_file_and_publishes_what_the_command_does(tmp_path: Path) -> None:
+    """Each file's step hands on its rows as a staged Parquet file (nothing of the rows
+    through the IO manager), and the merged set equals `enginefit ingest` of the same files."""
+    traces = []
+    for name, second in (("a.csv", 0), ("b.csv", 30)):
+        trace = tmp_path / name
+        rows = "".join(f"2023-11-16 18:00:{second + i:02d}.0,{10 + i},1\n" for i in range(25))
+        trace.write_text(AZURE + rows + "2023-11-16 18:01:00.0,-5,1\n")
+        traces.append(trace)
+    config = write_config(tmp_path, [str(t) for t in traces])
+    inputs = ingest_stage.configured_inputs(load_config(config))
+    planned, _ = ingest_stage.plan(inputs)
+    read = ingest_stage.read_one(inputs, planned[1])
+    staged = ingest_stage.stage_read(read, WorkloadLayout(tmp_path / "staging-check"))
+    assert staged.read.result.requests.height == 0 and staged.rows.is_file()
+    back = ingest_stage.unstage(staged)
+    assert back.result.records_read == read.result.records_read == 26
+    assert_frame_equal(back.result.requests, read.result.requests)
+    ingest_stage.remove_staged([staged])
+    assert not staged.rows.parent.exists()
+
+    assert dg.materialize(
+        [workload], resources={"store": EnginefitStore(config_path=str(config))}
+    ).success
+    assert enginefit(["ingest", *map(str, traces), "--out", str(tmp_path / "cmd")]) == 0
+    asset_dir, command_dir = tmp_path / "data" / "t", tmp_path / "cmd"
+    for name in ("requests/part-00000.parquet", "quarantine.parquet"):
+        assert_frame_equal(
+            pl.read_parquet(asset_dir / name).drop("source_file"),
+            pl.read_parquet(command_dir / name).drop("source_file"),
+        )
+    assert not list(asset_dir.glob(".requests*"))
 
 
 def test_definitions_load_with_the_workload_asset() -> None:

@@ -295,7 +295,7 @@ def test_staging_leftovers_are_never_read_and_are_cleaned_by_the_next_write(
     out = tmp_path / "w"
     assert ingest(azure(tmp_path / "a.csv"), "--out", out) == 0
     part = out / "requests" / "part-00000.parquet"
-    for leftover in (".requests.0a1b2c", ".requests.old.123"):
+    for leftover in (".requests.0a1b2c", ".requests.old.123", ".requests.reads.0a1b2c3d4e5f6a7b"):
         (out / leftover).mkdir()
         shutil.copyfile(part, out / leftover / "part-00000.parquet")
     (out / ".quarantine.parquet.9f8e7d").write_bytes(b"half a file")

@@ -9,8 +9,9 @@ all of it in one process (the command); the files are the same either way. Paths
 
 What every scenario and curve of a workload needs is worked out once per process and shared:
 :func:`read_inputs` keeps the last workload it flattened (keyed by the canonical table's files
-and the latency model), and that :class:`SimInput` keeps its dense block ids per block size and
-its sessions once a scenario has asked for them. So the command, and a Dagster run whose steps
+and the latency model, in :mod:`pipeline.memo`, let go of by a later stage's large read), and
+that :class:`SimInput` keeps its dense block ids per block size and its sessions once a
+scenario has asked for them. So the command, and a Dagster run whose steps
 share a process (``enginefit report``'s default in-process executor), flatten the table, number
 its blocks and infer its sessions once, not once per scenario step.
 """
@@ -24,6 +25,7 @@ from typing import Any
 
 import polars as pl
 
+from pipeline import memo
 from pipeline.config import Config
 from pipeline.facts import LatencyModel
 from pipeline.ingest.stage import read_requests
@@ -40,9 +42,6 @@ from pipeline.store import (
     write_json_atomic,
     write_parquet_atomic,
 )
-
-# The last workload read_inputs flattened in this process: its key and the input.
-_LAST_INPUT: dict[tuple[Any, ...], SimInput] = {}
 
 
 def _table_key(layout: WorkloadLayout, latency: LatencyModel) -> tuple[Any, ...]:
@@ -61,12 +60,8 @@ def read_inputs(layout: WorkloadLayout, config: Config) -> SimInput:
     call's when the table's files and the latency model are unchanged (the module docstring)."""
     latency = config.simulation.latency(config.shape.latency)
     requests = read_requests(layout)  # checks the table against its ingest manifest
-    key = _table_key(layout, latency)
-    cached = _LAST_INPUT.get(key)
-    if cached is None:
-        _LAST_INPUT.clear()  # one workload at a time: its arrays are the large part
-        cached = _LAST_INPUT[key] = sim_input(requests, latency_model=latency)
-    return cached
+    key = ("simulation", *_table_key(layout, latency))
+    return memo.reuse(key, lambda: sim_input(requests, latency_model=latency))
 
 
 def plan(settings: SimulationConfig) -> list[Scenario]:

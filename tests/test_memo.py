@@ -1,0 +1,38 @@
+"""pipeline.memo: one large input kept per process, replaced by another key, let go of."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+from pipeline import memo
+
+
+class _Big:
+    """Stands for a flattened workload (weak-referenceable, unlike a list)."""
+
+
+def test_one_input_is_kept_and_a_new_key_or_release_lets_it_go() -> None:
+    built: list[str] = []
+
+    def build(name: str) -> _Big:
+        built.append(name)
+        return _Big()
+
+    first = memo.reuse(("sim", "a"), lambda: build("a"))
+    assert memo.reuse(("sim", "a"), lambda: build("a")) is first
+    assert built == ["a"]
+    gone = weakref.ref(first)
+    del first
+    second = memo.reuse(("sim", "b"), lambda: build("b"))
+    gc.collect()
+    assert gone() is None  # replaced, not kept beside the new one
+    assert memo.reuse(("sim", "b"), lambda: build("b")) is second and built == ["a", "b"]
+    kept = weakref.ref(second)
+    del second
+    memo.release()
+    gc.collect()
+    assert kept() is None
+    memo.reuse(("sim", "b"), lambda: build("b"))
+    assert built == ["a", "b", "b"]
+    memo.release()
