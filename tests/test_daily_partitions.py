@@ -18,7 +18,7 @@ from polars.testing import assert_frame_equal
 
 from assets import ingest as ingest_assets
 from assets.days import configured_quarter, day_assets, quarter_partitions
-from assets.definitions import build_definitions, definitions_for, report_job_def
+from assets.definitions import build_definitions, definitions_for, report_job_def, run_full_graph
 from assets.resources import EnginefitStore
 from assets.shape import workload_shape as shape
 from pipeline.config import load_config
@@ -435,3 +435,23 @@ def test_dagster_ingests_day_by_day_and_reprocesses_one_day(
     assert layout.day(DAYS[0]).ingest.parts()[0].stat().st_ino == first_day
     counts = pl.read_parquet(layout.shape.concurrency).height
     assert counts > 0
+
+
+def test_the_report_of_a_daily_configuration_runs_on_the_union(
+    three_days: Path, tmp_path: Path
+) -> None:
+    """``enginefit report --config FILE`` runs the job of FILE's definitions: with
+    workload.daily_quarter, every asset but workload_day, the workload being the union of the
+    days ingested (not an ingest of the {day} paths)."""
+    config = _config(tmp_path, "report", [str(three_days / "mooncake-{day}.jsonl")])
+    loaded = load_config(config)
+    layout = loaded.layout()
+    for day in DAYS:
+        days.write_day(days.run_day(loaded, day), layout, day)
+    with dg.DagsterInstance.ephemeral() as instance:
+        run = run_full_graph(config, instance)
+    assert run.success, run.failures
+    assets = {asset for asset, _, _ in run.outputs}
+    assert "workload" in assets and "workload_day" not in assets
+    assert json.loads(layout.ingest.manifest.read_text())["days"].keys() == set(DAYS)
+    assert stage.read_summary(layout).ingested == 3 * LINES
