@@ -92,14 +92,15 @@ def day_traces(config: Config, day: str) -> tuple[list[TraceSource], list[TraceS
     start, end = quarter_bounds(quarter)
     if not start <= parse_day(day) < end:
         raise ConfigError(f"{config.where}: {day} is not a day of workload.daily_quarter {quarter}")
-    dated = [
-        t.replace(path=t.path.replace(DAY_FIELD, day), label=t.label.replace(DAY_FIELD, day))
-        for t in workload.traces
-    ]
-    return [t for t in dated if _exists(t.path)], [t for t in dated if not _exists(t.path)]
+    found: list[TraceSource] = []
+    missing: list[TraceSource] = []
+    for trace in workload.traces:
+        path, label = trace.path.replace(DAY_FIELD, day), trace.label.replace(DAY_FIELD, day)
+        (found if _exists(path) else missing).append(trace.replace(path=path, label=label))
+    return found, missing
 
 
-def quarantine_rows(
+def move_to_quarantine(
     result: IngestResult, moved: pl.Series, *, field: str, reason: str, detail: pl.Expr, note: str
 ) -> IngestResult:
     """``result`` with the requests ``moved`` selects quarantined as ``reason``: every count
@@ -154,7 +155,7 @@ def restrict_to_day(result: IngestResult, day: str) -> IngestResult:
     arrival = result.requests["arrival"]
     outside = (arrival < start) | (arrival >= end)
     n = int(outside.sum())
-    return quarantine_rows(
+    return move_to_quarantine(
         result,
         outside,
         field="arrival",
@@ -292,7 +293,7 @@ def write_union(layout: WorkloadLayout, days: Sequence[str]) -> Union:
             # Only a day with repeated ids is read whole, and its parts written anew.
             requests = stage.read_requests(day_layout).collect()
             ids = repeated[index]
-            result = quarantine_rows(
+            result = move_to_quarantine(
                 IngestResult(requests, quarantine, summary),
                 requests["request_id"].is_in(ids.implode()),
                 field="request_id",
