@@ -1,30 +1,31 @@
 """Daily partitions of the ingest (logic: :mod:`pipeline.ingest.days`).
 
-Configuration, not code: the environment variable ``ENGINEFIT_DAILY_QUARTER`` (e.g. ``2025-Q1``)
-gives the definitions a ``DailyPartitionsDefinition`` over that quarter's UTC days, and then
+Configuration, not code: ``workload.daily_quarter`` (e.g. ``2025-Q1``) in the configuration
+file the definitions load (:func:`configured_quarter`) gives them a ``DailyPartitionsDefinition``
+over that quarter's UTC days, and then
 
 - ``workload_day`` (partitioned): one day's trace files (``{day}`` in each configured path)
-  into ``<workload>/days/<day>/``; a backfill runs the days in parallel, a re-run replaces one
-  day only, and the ``ingest_days_schedule`` ingests yesterday each morning (off by default);
+  into ``<workload>/days/<day>/`` (a day without a file is an empty day); a backfill runs the
+  days in parallel, a re-run replaces one day only, and the ``ingest_days_schedule`` ingests
+  yesterday each morning (off by default);
 - ``workload`` (the same key the later stages and the checks read): the union of the days
-  ingested so far, published by linking their parts (no copy), so everything after it is as
-  before and reads the quarter lazily.
+  ingested so far, published by linking their parts (no copy) and with request ids repeated
+  across days quarantined, so everything after it is as before and reads the quarter lazily.
 
 Unset, the graph is the single ``workload`` asset of :mod:`assets.ingest`.
 """
 
-import os
+from pathlib import Path
 
 import dagster as dg
-import polars as pl
 from dagster import AssetExecutionContext
 
 from assets.ingest import ingest_metadata
 from assets.metadata import md
 from assets.resources import EnginefitStore
+from pipeline.cli_common import DEFAULT_CONFIG
+from pipeline.config import load_config
 from pipeline.ingest import days, stage
-
-DAILY_ENV = "ENGINEFIT_DAILY_QUARTER"
 
 
 def quarter_partitions(quarter: str) -> dg.DailyPartitionsDefinition:
@@ -35,8 +36,15 @@ def quarter_partitions(quarter: str) -> dg.DailyPartitionsDefinition:
     )
 
 
-def configured_quarter() -> str | None:
-    return os.environ.get(DAILY_ENV) or None
+def configured_quarter(config_path: str | Path = DEFAULT_CONFIG) -> str | None:
+    """``workload.daily_quarter`` of ``config_path`` (default: the store's, ``enginefit.yaml``
+    in the code location's working folder); None when there is no such file. Dagster needs
+    the partitions when it loads the definitions, before any run reads the configuration, so
+    this reads the file then; an invalid file is its one-line ConfigError there."""
+    if not Path(config_path).is_file():
+        return None
+    workload = load_config(config_path).workload
+    return workload.daily_quarter if workload else None
 
 
 def day_assets(partitions: dg.DailyPartitionsDefinition) -> list[dg.AssetsDefinition]:
@@ -56,26 +64,27 @@ def day_assets(partitions: dg.DailyPartitionsDefinition) -> list[dg.AssetsDefini
         config = store.config()
         result = days.run_day(config, day)
         paths = days.write_day(result, config.layout(), day)
-        return dg.MaterializeResult(
-            metadata=ingest_metadata(result.summary, paths, result.requests)
-        )
+        metadata = ingest_metadata(result.summary, paths, result.requests)
+        metadata["notes"] = md("\n".join(f"- {n}" for n in result.summary.notes) or "none")
+        return dg.MaterializeResult(metadata=metadata)
 
     @dg.asset(name="workload", deps=[workload_day], group_name="workload", kinds={"parquet"})
     def workload(store: EnginefitStore) -> dg.MaterializeResult:  # type: ignore[type-arg]
         """The canonical request table as the union of the days ingested so far (their parts
-        linked in day order, not copied), with their quarantines and summaries joined."""
+        linked in day order, not copied), with their quarantines and summaries joined; a
+        request whose id an earlier day has is quarantined (duplicate_request_id)."""
         layout = store.layout()
         wanted = partitions.get_partition_keys()
         present = days.ingested_days(layout, wanted)
-        paths = days.write_union(layout, present)
+        union = days.write_union(layout, present)
         missing = [d for d in wanted if d not in set(present)]
-        requests = stage.read_requests(layout)
-        duplicated = requests.select(pl.len() - pl.col("request_id").n_unique()).collect().item()
-        metadata = ingest_metadata(stage.read_summary(layout), paths, requests.head(5).collect())
+        preview = stage.read_requests(layout).head(5).collect()
+        metadata = ingest_metadata(stage.read_summary(layout), union.paths, preview)
         metadata |= {
             "days_ingested": len(present),
             "days_missing": md(", ".join(missing) or "none"),
-            "request_ids_repeated_across_days": int(duplicated),
+            "days_empty": md(", ".join(union.empty_days) or "none"),
+            "request_ids_repeated_across_days": union.repeated_across_days,
         }
         return dg.MaterializeResult(metadata=metadata)
 

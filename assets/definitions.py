@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -75,15 +76,28 @@ def build_definitions(
     )
 
 
+@cache
+def definitions_for(quarter: str | None) -> dg.Definitions:
+    """The definitions with daily partitions over ``quarter`` (None: none), built once."""
+    return build_definitions(configured_executor(), quarter)
+
+
 # Configuration, not code: ENGINEFIT_EXECUTOR names a cluster executor (assets/executors.py),
-# ENGINEFIT_DAILY_QUARTER ingests that quarter day by day (assets/days.py).
-defs = build_definitions(configured_executor(), configured_quarter())
+# workload.daily_quarter in the code location's enginefit.yaml ingests that quarter day by day
+# (assets/days.py).
+defs = definitions_for(configured_quarter())
 
 
 def full_report_job_def() -> dg.JobDefinition:
-    """The full-report job, resolved: what ``dg.reconstructable`` rebuilds in each step's
-    process (the multiprocess executor's workers import this module and call this)."""
+    """The code location's full-report job, resolved."""
     return defs.resolve_job_def(FULL_REPORT)
+
+
+def report_job_def(config_path: str) -> dg.JobDefinition:
+    """The full-report job of the definitions ``config_path`` implies (with its daily
+    partitions or without): what ``enginefit report --config FILE`` runs, and what each step's
+    process rebuilds (the multiprocess executor's workers import this module and call this)."""
+    return definitions_for(configured_quarter(config_path)).resolve_job_def(FULL_REPORT)
 
 
 Executor = Literal["multiprocess", "in_process"]
@@ -190,7 +204,9 @@ def run_full_graph(
     try:
         with watch_steps(instance, tags, progress):
             result = dg.execute_job(
-                dg.reconstructable(full_report_job_def),
+                dg.build_reconstructable_job(
+                    __name__, report_job_def.__name__, reconstructable_args=(str(config_path),)
+                ),
                 instance=instance,
                 run_config=report_run_config(config_path, executor, max_concurrent),
                 tags=tags,

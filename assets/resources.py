@@ -6,6 +6,7 @@ import dataclasses
 
 import dagster as dg
 
+from pipeline.cli_common import DEFAULT_CONFIG
 from pipeline.config import Config, load_config
 from pipeline.layout import WorkloadLayout
 
@@ -17,7 +18,7 @@ class EnginefitStore(dg.ConfigurableResource):
     is the bundled ``enginefit.yaml`` at the repository root.
     """
 
-    config_path: str = "enginefit.yaml"
+    config_path: str = DEFAULT_CONFIG
     # The quarter to report on (YYYY-Qn); the quarterly schedule sets it for the quarter that
     # ended. None: the configuration's report.quarter, else the data's.
     quarter: str | None = None

@@ -27,6 +27,7 @@ from pydantic import (
     Field,
     ValidationError,
     ValidationInfo,
+    model_validator,
 )
 
 from pipeline.bench.config import BenchSettings
@@ -43,6 +44,7 @@ from pipeline.settings import (
     BlockSize,
     ConfigInstant,
     ConfigPath,
+    ConfigQuarter,
     Fraction,
     Section,
     load_yaml,
@@ -52,6 +54,8 @@ from pipeline.shape.config import ShapeConfig
 from pipeline.sim.config import SimulationConfig
 
 SALT_ENV_VAR = "ENGINEFIT_HASH_SALT"
+# With workload.daily_quarter, each trace path names its day with this field (pipeline.ingest.days).
+DAY_FIELD = "{day}"
 
 
 def _known_format(value: Any) -> Any:
@@ -109,6 +113,27 @@ class WorkloadSettings(Section):
     anchor: ConfigInstant
     tokenizer: ConfigPath | None
     quarantine_warn_share: Fraction
+    # Ingest this quarter day by day (Dagster daily partitions, pipeline.ingest.days); None:
+    # every trace file at once.
+    daily_quarter: ConfigQuarter | None
+
+    @model_validator(mode="after")
+    def _days_named(self) -> WorkloadSettings:
+        """Daily ingest reads each day's files, so every path names its day, and only then:
+        a path without it would be read again by every day, one with it matches no file."""
+        daily = self.daily_quarter is not None
+        wrong = [t for t in self.traces if (DAY_FIELD in t.path) != daily]
+        if wrong and daily:
+            raise ValueError(
+                f"traces: {wrong[0].display} has no {DAY_FIELD}: with workload.daily_quarter "
+                f"every trace path names its day, e.g. traces/requests-{DAY_FIELD}.jsonl"
+            )
+        if wrong:
+            raise ValueError(
+                f"traces: {wrong[0].display} names {DAY_FIELD}, which only daily ingest fills: "
+                "set workload.daily_quarter (YYYY-Qn) or name the files without it"
+            )
+        return self
 
     @property
     def salt_bytes(self) -> bytes:

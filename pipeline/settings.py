@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import difflib
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, Self, TypeVar
@@ -104,6 +105,17 @@ def _block_size(value: int) -> int:
 
 
 BlockSize = Annotated[int, AfterValidator(_block_size)]
+QUARTER = re.compile(r"^(\d{4})-Q([1-4])$")
+
+
+def _quarter(value: Any) -> Any:
+    if isinstance(value, str) and not QUARTER.match(value):
+        raise ValueError(f"{value!r} is not a quarter: write YYYY-Qn, e.g. 2026-Q3")
+    return value
+
+
+# A calendar quarter, YYYY-Qn (report.quarter, workload.daily_quarter).
+ConfigQuarter = Annotated[str, BeforeValidator(_quarter)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
 NonNegative = Annotated[float, Field(ge=0)]
 Fraction = Annotated[float, Field(ge=0, le=1)]

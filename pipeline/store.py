@@ -341,29 +341,30 @@ def _link_or_copy(source: Path, target: Path, shown: Path) -> None:
 
 def publish_ingest(
     layout: WorkloadLayout,
-    parts: Sequence[pl.DataFrame],
+    parts: Sequence[pl.DataFrame | Path],
     quarantine: pl.DataFrame | None = None,
     summary: dict[str, Any] | None = None,
     *,
-    linked_parts: Sequence[Path] = (),
     extra: dict[str, Any] | None = None,
 ) -> list[Path]:
     """Replace the workload's ingest outputs with ``parts`` (and the quarantine and summary, or
     none) as one set. Everything is staged first, so a failure leaves the previous set intact;
     from the old manifest's removal to the new one's rename the set reads as incomplete.
 
-    ``linked_parts``: request parts written already (a day's, :mod:`pipeline.ingest.days`),
-    published after ``parts`` as hard links, not copies. ``extra``: more manifest keys (lineage
-    a reader does not check)."""
+    A part given as a path is a request part written already (a day's,
+    :mod:`pipeline.ingest.days`), published in its place as a hard link, not a copy. ``extra``:
+    more manifest keys (lineage a reader does not check)."""
     paths = layout.ingest
     with claim_workload(layout), ExitStack() as staged:
         with output_errors(paths.dir):
             staging = _reserve(paths.dir, ".requests.", directory=True)
         staged.callback(_remove_parts, staging)  # a no-op once it became requests/
-        for index, frame in enumerate(parts):
-            _write_parquet(frame, staging / paths.part(index).name, paths.part(index))
-        for index, source in enumerate(linked_parts, start=len(parts)):
-            _link_or_copy(source, staging / paths.part(index).name, paths.part(index))
+        for index, part in enumerate(parts):
+            staged_part, shown = staging / paths.part(index).name, paths.part(index)
+            if isinstance(part, Path):
+                _link_or_copy(part, staged_part, shown)
+            else:
+                _write_parquet(part, staged_part, shown)
         manifest: dict[str, Any] = {
             "parts": {p.name: p.stat().st_size for p in sorted(staging.iterdir())},
             "quarantine": None,

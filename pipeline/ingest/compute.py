@@ -24,7 +24,7 @@ from pipeline.hashing import SAMPLE_SALT, salt_fingerprint
 from pipeline.ingest.result import FileSummary, IngestResult, IngestSummary, SkippedFile
 from pipeline.readers import ReadContext, SourceFile, detect_reader, reader_named
 from pipeline.readers.base import DEFAULT_ANCHOR, EPOCH_SECONDS_MIN, ReadResult
-from pipeline.schema import QUARANTINE_SCHEMA, empty_quarantine
+from pipeline.schema import QUARANTINE_SCHEMA, empty_canonical, empty_quarantine
 from pipeline.store import canonical_files, is_canonical_parquet, scan_requests, sha256_file
 from pipeline.tokenize import Tokenizer, make_tokenizer
 
@@ -41,6 +41,10 @@ BUNDLED_SAMPLE_SHA256 = frozenset(
 # readers accept as absolute; arrivals there are dated from the anchor, not by the trace.
 _FIRST_ABSOLUTE = datetime.fromtimestamp(EPOCH_SECONDS_MIN, tz=UTC)
 CANONICAL_FORMAT = "canonical-parquet"
+# A repeated request id: the first record wins, the later ones are quarantined with this reason
+# (here across the files of one ingest, in pipeline.ingest.days across the days of a quarter).
+DUPLICATE_ID = "duplicate_request_id"
+DUPLICATE_DETAIL = "an earlier record has the same id"
 
 
 def expand_paths(paths: Sequence[str | Path]) -> list[SourceFile]:
@@ -107,9 +111,43 @@ def distinct_sources(
     return kept, skipped
 
 
-def _by_reason(quarantine: pl.DataFrame) -> dict[str, int]:
+def by_reason(quarantine: pl.DataFrame) -> dict[str, int]:
+    """Quarantined records per reason, by reason name."""
     counts = quarantine.group_by("reason").len().sort("reason")
     return dict(zip(counts["reason"].to_list(), counts["len"].to_list(), strict=True))
+
+
+def as_quarantine(
+    rows: pl.DataFrame, field: str, reason: str, detail: str | pl.Expr, keep: Sequence[str] = ()
+) -> pl.DataFrame:
+    """Canonical ``rows`` as quarantine rows naming ``field``, ``reason`` and ``detail`` (with
+    the columns ``keep`` carried in front)."""
+    detail_expr = pl.lit(detail) if isinstance(detail, str) else detail
+    return rows.select(
+        *keep,
+        "source_file",
+        "source_line",
+        pl.lit(field).alias("field"),
+        pl.lit(reason).alias("reason"),
+        detail_expr.alias("detail"),
+    ).cast(QUARANTINE_SCHEMA)
+
+
+def out_of_order(requests: pl.DataFrame, file: str) -> int:
+    """Records arriving before an earlier record of the same ``file`` column, in row order."""
+    count = requests.select(
+        (pl.col("arrival") < pl.col("arrival").cum_max().shift(1).over(file)).sum()
+    ).item()
+    return int(count or 0)
+
+
+def arrival_span(requests: pl.DataFrame) -> tuple[str | None, str | None, float]:
+    """First and last arrival (ISO) and the seconds between them; None, None, 0 when empty."""
+    first = requests["arrival"].min() if requests.height else None
+    last = requests["arrival"].max() if requests.height else None
+    if isinstance(first, datetime) and isinstance(last, datetime):
+        return first.isoformat(), last.isoformat(), (last - first).total_seconds()
+    return None, None, 0.0
 
 
 @dataclass(frozen=True)
@@ -188,27 +226,22 @@ def merge_reads(
     quarantines = [read.result.quarantine for read in ordered]
     file_rows = [(read.source, read.reader, read.result, read.digest) for read in ordered]
     sample_salted = [read.source.label for read in ordered if read.sample_salted]
-    requests = pl.concat(frames)
+    # No sources at all: an empty table (a day no trace file covers, pipeline.ingest.days).
+    empty = empty_canonical().with_columns(pl.lit(0, pl.Int32).alias("_file"))
+    requests = pl.concat(frames) if frames else empty
     first_seen = requests.select(pl.col("request_id").is_first_distinct()).to_series()
     duplicated = requests.filter(~first_seen)
     if duplicated.height:  # filtering a wide frame costs; most traces have unique ids
         requests = requests.filter(first_seen)
-    duplicate_rows = duplicated.select(
-        "_file",
-        "source_file",
-        "source_line",
-        pl.lit("request_id").alias("field"),
-        pl.lit("duplicate_request_id").alias("reason"),
-        pl.lit("an earlier record has the same id").alias("detail"),
+    duplicate_rows = as_quarantine(
+        duplicated, "request_id", DUPLICATE_ID, DUPLICATE_DETAIL, keep=["_file"]
     )
-    duplicate_quarantine = duplicate_rows.drop("_file").cast(QUARANTINE_SCHEMA)
+    duplicate_quarantine = duplicate_rows.drop("_file")
     quarantine = (
         pl.concat([*quarantines, duplicate_quarantine]) if quarantines else empty_quarantine()
     )
     block_size = _workload_block_size(requests, ctx.block_size)
-    out_of_order = requests.select(
-        (pl.col("arrival") < pl.col("arrival").cum_max().shift(1).over("_file")).sum()
-    ).item()
+    late = out_of_order(requests, "_file")
     requests = requests.with_columns(pl.lit(block_size, pl.Int32).alias("block_size"))
     if not requests["arrival"].is_sorted():  # already-sorted traces (the usual case) skip the sort
         requests = requests.sort(["arrival", "_file", "source_line"], maintain_order=True)
@@ -225,13 +258,10 @@ def merge_reads(
                 records_read=result.records_read,
                 ingested=result.requests.height - dups.height,
                 quarantined=result.quarantine.height + dups.height,
-                quarantined_by_reason=_by_reason(
-                    pl.concat([result.quarantine, dups.cast(QUARANTINE_SCHEMA)])
-                ),
+                quarantined_by_reason=by_reason(pl.concat([result.quarantine, dups])),
             )
         )
-    first = requests["arrival"].min() if requests.height else None
-    last = requests["arrival"].max() if requests.height else None
+    first, last, span_s = arrival_span(requests)
     notes = [f"skipped {s.file}: {s.reason} as {s.same_as} (read once)" for s in skipped]
     notes += [note for _, _, result, _ in file_rows for note in result.notes]
     if not requests.height:
@@ -249,9 +279,10 @@ def merge_reads(
         )
     notes.extend(_short_prompt_notes(requests, block_size))
     warnings = []
-    if anchor_is_default and isinstance(first, datetime) and first < _FIRST_ABSOLUTE:
+    earliest = requests["arrival"].min() if requests.height else None
+    if anchor_is_default and isinstance(earliest, datetime) and earliest < _FIRST_ABSOLUTE:
         warnings.append(
-            f"arrivals start at {first.isoformat()}: relative timestamps dated from the default "
+            f"arrivals start at {first}: relative timestamps dated from the default "
             f"anchor {ctx.anchor.isoformat()}, so the dates are placeholders; set "
             "workload.anchor (or --anchor) to the trace's real start"
         )
@@ -266,15 +297,13 @@ def merge_reads(
         records_read=sum(f.records_read for f in files),
         ingested=requests.height,
         quarantined=quarantine.height,
-        quarantined_by_reason=_by_reason(quarantine),
-        out_of_order=int(out_of_order or 0),
+        quarantined_by_reason=by_reason(quarantine),
+        out_of_order=late,
         duplicate_timestamps=duplicate_timestamps,
         duplicate_request_ids=duplicate_quarantine.height,
-        first_arrival=_iso(first),
-        last_arrival=_iso(last),
-        span_s=(last - first).total_seconds()
-        if isinstance(first, datetime) and isinstance(last, datetime)
-        else 0.0,
+        first_arrival=first,
+        last_arrival=last,
+        span_s=span_s,
         block_size=block_size,
         tokenizer=ctx.tokenizer.name,
         tokens_approximate=bool(requests["tokens_approximate"].any()) if requests.height else False,
@@ -304,10 +333,6 @@ def _short_prompt_notes(requests: pl.DataFrame, block_size: int) -> list[str]:
         f"{short:,} of {hashed:,} request(s) with content have prompts shorter than one "
         f"block ({block_size} tokens): no full block, so a prefix cache can never serve them"
     ]
-
-
-def _iso(moment: object) -> str | None:
-    return moment.isoformat() if isinstance(moment, datetime) else None
 
 
 def _workload_block_size(requests: pl.DataFrame, configured: int) -> int:

@@ -1,37 +1,52 @@
 """Ingest one UTC day at a time, and the workload as the union of its days.
 
-A quarter of traces is usually exported a file (or a few) per day. With daily partitions
-(``assets/days.py``) each day is ingested on its own, from the configured trace paths with
-``{day}`` replaced by the day (``traces/requests-{day}.jsonl`` → ``traces/requests-2025-01-05.jsonl``),
-into ``<workload>/days/<day>/``: a complete ingest set (parts, quarantine, summary, manifest;
+A quarter of traces is usually exported a file (or a few) per day. With
+``workload.daily_quarter`` set (Dagster daily partitions, ``assets/days.py``) each day is
+ingested on its own, from the configured trace paths with ``{day}`` replaced by the day
+(``traces/requests-{day}.jsonl`` → ``traces/requests-2025-01-05.jsonl``), into
+``<workload>/days/<day>/``: a complete ingest set (parts, quarantine, summary, manifest;
 :mod:`pipeline.store`). A record that does not arrive on its partition's day is quarantined
 (``outside_partition``), so the days never overlap and, taken in order, stay sorted by arrival.
+A day no file covers is an empty day (no request, a note saying why), not a failure.
 
 The workload itself is then the union: its ``requests/`` holds hard links to every day's parts
 (no copy; each later stage scans them lazily as before), its quarantine and summary are the
-days' together, and its manifest is written last, as for a single ingest. Re-ingesting a day
-replaces that day's set only; the union is published again from the days as they are.
+days' together, and its manifest is written last, as for a single ingest. A request id that an
+earlier day has already is quarantined there (``duplicate_request_id``; the earliest day's
+record wins, as the first file wins in one ingest of every file), and only such a day's parts
+are written anew instead of linked. A day depends on its own files only, so re-ingesting a day
+replaces that day's set alone; the union is published again from the days as they are.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import glob
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 
-from pipeline.config import Config
+from pipeline.config import DAY_FIELD, Config, TraceSource
 from pipeline.errors import ConfigError
 from pipeline.ingest import stage
+from pipeline.ingest.compute import (
+    DUPLICATE_DETAIL,
+    DUPLICATE_ID,
+    arrival_span,
+    as_quarantine,
+    by_reason,
+    out_of_order,
+)
 from pipeline.ingest.result import FileSummary, IngestResult, IngestSummary
 from pipeline.layout import WorkloadLayout
-from pipeline.schema import QUARANTINE_SCHEMA, empty_quarantine
-from pipeline.store import open_stage_output, publish_ingest, sha256_file, verify_ingest
+from pipeline.schema import empty_quarantine
+from pipeline.settings import QUARTER
+from pipeline.store import open_stage_output, sha256_file, verify_ingest
 
-DAY_FIELD = "{day}"
 OUTSIDE = "outside_partition"
 _DAY_NAME = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
@@ -51,94 +66,135 @@ def day_window(day: str) -> tuple[dt.datetime, dt.datetime]:
 
 def quarter_bounds(quarter: str) -> tuple[dt.date, dt.date]:
     """[first day, first day of the next quarter) of ``YYYY-Qn``."""
-    year, _, number = quarter.partition("-Q")
-    if not (year.isdigit() and number in ("1", "2", "3", "4")):
+    match = QUARTER.match(quarter)
+    if match is None:
         raise ConfigError(f"{quarter!r}: not a quarter (YYYY-Qn, e.g. 2025-Q1)")
-    first_month = 3 * (int(number) - 1) + 1
-    start = dt.date(int(year), first_month, 1)
-    end = dt.date(int(year) + first_month // 10, (first_month + 2) % 12 + 1, 1)
+    year, first_month = int(match.group(1)), 3 * (int(match.group(2)) - 1) + 1
+    start = dt.date(year, first_month, 1)
+    end = dt.date(year + first_month // 10, (first_month + 2) % 12 + 1, 1)
     return start, end
 
 
-def day_config(config: Config, day: str) -> Config:
-    """``config`` with ``{day}`` in each trace path replaced by ``day``; every path must have
-    it (a path without it would be read again by every day)."""
-    parse_day(day)
+def _exists(path: str) -> bool:
+    return bool(glob.glob(path)) if glob.has_magic(path) else Path(path).exists()
+
+
+def day_traces(config: Config, day: str) -> tuple[list[TraceSource], list[TraceSource]]:
+    """The configured trace paths with ``{day}`` set to ``day``: those that name a file (or
+    match one), and those that do not (that source has nothing for the day)."""
     workload = config.require_workload()
-    plain = [t for t in workload.traces if DAY_FIELD not in t.path]
-    if plain:
+    quarter = workload.daily_quarter
+    if quarter is None:
         raise ConfigError(
-            f"{config.where}: workload.traces: {plain[0].display} has no {DAY_FIELD}: with daily "
-            f"partitions every trace path names its day, e.g. traces/requests-{DAY_FIELD}.jsonl"
+            f"{config.where}: workload.daily_quarter is not set: set it to the quarter to ingest "
+            "day by day (YYYY-Qn), with {day} in every trace path"
         )
-    traces = tuple(
-        t.replace(path=t.path.replace(DAY_FIELD, day), label=t.label.replace(DAY_FIELD, day))
-        for t in workload.traces
+    start, end = quarter_bounds(quarter)
+    if not start <= parse_day(day) < end:
+        raise ConfigError(f"{config.where}: {day} is not a day of workload.daily_quarter {quarter}")
+    found: list[TraceSource] = []
+    missing: list[TraceSource] = []
+    for trace in workload.traces:
+        path, label = trace.path.replace(DAY_FIELD, day), trace.label.replace(DAY_FIELD, day)
+        (found if _exists(path) else missing).append(trace.replace(path=path, label=label))
+    return found, missing
+
+
+def move_to_quarantine(
+    result: IngestResult, moved: pl.Series, *, field: str, reason: str, detail: pl.Expr, note: str
+) -> IngestResult:
+    """``result`` with the requests ``moved`` selects quarantined as ``reason``: every count
+    (per file and in total) reconciled again, the arrival figures those of the requests left."""
+    rows = result.requests.filter(moved)
+    if not rows.height:
+        return result
+    kept = result.requests.filter(~moved)
+    quarantine = pl.concat([result.quarantine, as_quarantine(rows, field, reason, detail)]).sort(
+        ["source_file", "source_line"]
     )
-    return dataclasses.replace(config, workload=workload.replace(traces=traces))
-
-
-def _counts(quarantine: pl.DataFrame) -> dict[str, int]:
-    counts = quarantine.group_by("reason").len().sort("reason")
-    return dict(zip(counts["reason"].to_list(), counts["len"].to_list(), strict=True))
+    per_file = dict(rows.group_by("source_file").len().iter_rows())
+    files = []
+    for f in result.summary.files:
+        n = per_file.get(f.file, 0)
+        reasons = dict(f.quarantined_by_reason)
+        if n:
+            reasons[reason] = reasons.get(reason, 0) + n
+        files.append(
+            dataclasses.replace(
+                f,
+                ingested=f.ingested - n,
+                quarantined=f.quarantined + n,
+                quarantined_by_reason=dict(sorted(reasons.items())),
+            )
+        )
+    first, last, span_s = arrival_span(kept)
+    # Out of order counts each file's records in the order the file holds them.
+    lines = kept.select("source_file", "source_line", "arrival").sort("source_file", "source_line")
+    summary = dataclasses.replace(
+        result.summary,
+        files=files,
+        ingested=kept.height,
+        quarantined=quarantine.height,
+        quarantined_by_reason=by_reason(quarantine),
+        out_of_order=out_of_order(lines, "source_file"),
+        duplicate_timestamps=kept.height - kept["arrival"].n_unique(),
+        duplicate_request_ids=result.summary.duplicate_request_ids
+        + (rows.height if reason == DUPLICATE_ID else 0),
+        first_arrival=first,
+        last_arrival=last,
+        span_s=span_s,
+        notes=[*result.summary.notes, note],
+    )
+    return IngestResult(kept, quarantine, summary)
 
 
 def restrict_to_day(result: IngestResult, day: str) -> IngestResult:
     """Keep the requests arriving on ``day`` (UTC); quarantine the others as
     ``outside_partition``, with every count reconciled again."""
     start, end = day_window(day)
-    requests = result.requests
-    inside = (pl.col("arrival") >= start) & (pl.col("arrival") < end)
-    outside = requests.filter(~inside)
-    if not outside.height:
-        return result
-    kept = requests.filter(inside)
-    moved = outside.select(
-        "source_file",
-        "source_line",
-        pl.lit("arrival").alias("field"),
-        pl.lit(OUTSIDE).alias("reason"),
-        pl.format("arrives {}, outside the partition's day " + day, pl.col("arrival")).alias(
-            "detail"
-        ),
-    ).cast(QUARANTINE_SCHEMA)
-    quarantine = pl.concat([result.quarantine, moved]).sort(["source_file", "source_line"])
-    summary = result.summary
-    files = []
-    for f in summary.files:
-        n = moved.filter(pl.col("source_file") == f.file).height
-        by_reason = dict(f.quarantined_by_reason)
-        if n:
-            by_reason[OUTSIDE] = n
-        files.append(
-            dataclasses.replace(
-                f,
-                ingested=f.ingested - n,
-                quarantined=f.quarantined + n,
-                quarantined_by_reason=dict(sorted(by_reason.items())),
-            )
-        )
-    first = kept["arrival"].min() if kept.height else None
-    last = kept["arrival"].max() if kept.height else None
-    restricted = dataclasses.replace(
-        summary,
-        files=files,
-        ingested=kept.height,
-        quarantined=quarantine.height,
-        quarantined_by_reason=_counts(quarantine),
-        duplicate_timestamps=kept.height - kept["arrival"].n_unique(),
-        first_arrival=first.isoformat() if isinstance(first, dt.datetime) else None,
-        last_arrival=last.isoformat() if isinstance(last, dt.datetime) else None,
-        span_s=(last - first).total_seconds()
-        if isinstance(first, dt.datetime) and isinstance(last, dt.datetime)
-        else 0.0,
-        notes=[
-            *summary.notes,
-            f"{outside.height:,} record(s) arrive outside {day} (UTC) and were quarantined as "
-            f"{OUTSIDE}: each belongs to the partition of its own day",
-        ],
+    arrival = result.requests["arrival"]
+    outside = (arrival < start) | (arrival >= end)
+    n = int(outside.sum())
+    return move_to_quarantine(
+        result,
+        outside,
+        field="arrival",
+        reason=OUTSIDE,
+        detail=pl.format("arrives {}, outside the partition's day " + day, pl.col("arrival")),
+        note=f"{n:,} record(s) arrive outside {day} (UTC) and were quarantined as {OUTSIDE}: "
+        "each belongs to the partition of its own day",
     )
-    return IngestResult(kept, quarantine, restricted)
+
+
+def run_day(config: Config, day: str) -> IngestResult:
+    """The records of ``day``'s trace files that arrive on ``day``; the rest quarantined. A
+    source with no file for the day adds nothing; with none at all the day is empty."""
+    found, missing = day_traces(config, day)
+    inputs = stage.configured_inputs(config, traces=found)
+    result = stage.run(inputs) if found else stage.merge(inputs, [], [])
+    if missing:
+        labels = ", ".join(t.display for t in missing)
+        empty = "" if found else ": an empty day (no request)"
+        notes = [*result.summary.notes, f"no trace file for {day} at {labels}{empty}"]
+        result.summary = dataclasses.replace(result.summary, notes=notes)
+    return restrict_to_day(result, day)
+
+
+def write_day(result: IngestResult, layout: WorkloadLayout, day: str) -> dict[str, Path]:
+    """Publish one day's set under ``days/<day>/`` (the workload folder marked as enginefit's
+    first, so the days may be written side by side). Only that day's folder changes."""
+    open_stage_output(layout)
+    return stage.write(result, layout.day(day))
+
+
+def ingested_days(layout: WorkloadLayout, days: Sequence[str] | None = None) -> list[str]:
+    """The days with an ingest set on disk (of ``days`` when given), in order."""
+    if not layout.days_dir.is_dir():
+        return []
+    present = sorted(
+        p.name for p in layout.days_dir.iterdir() if _DAY_NAME.match(p.name) and p.is_dir()
+    )
+    return present if days is None else [d for d in present if d in set(days)]
 
 
 def union_summary(days: Sequence[tuple[str, IngestSummary]]) -> IngestSummary:
@@ -153,10 +209,10 @@ def union_summary(days: Sequence[tuple[str, IngestSummary]]) -> IngestSummary:
             f"the days were ingested with different block sizes ({sorted(sizes)}); "
             "re-ingest them with one configuration"
         )
-    by_reason: dict[str, int] = {}
+    reasons: dict[str, int] = {}
     for s in summaries:
         for reason, n in s.quarantined_by_reason.items():
-            by_reason[reason] = by_reason.get(reason, 0) + n
+            reasons[reason] = reasons.get(reason, 0) + n
     firsts = [dt.datetime.fromisoformat(s.first_arrival) for s in summaries if s.first_arrival]
     lasts = [dt.datetime.fromisoformat(s.last_arrival) for s in summaries if s.last_arrival]
     first, last = (min(firsts), max(lasts)) if firsts else (None, None)
@@ -168,7 +224,7 @@ def union_summary(days: Sequence[tuple[str, IngestSummary]]) -> IngestSummary:
         records_read=sum(s.records_read for s in summaries),
         ingested=sum(s.ingested for s in summaries),
         quarantined=sum(s.quarantined for s in summaries),
-        quarantined_by_reason=dict(sorted(by_reason.items())),
+        quarantined_by_reason=dict(sorted(reasons.items())),
         out_of_order=sum(s.out_of_order for s in summaries),
         duplicate_timestamps=sum(s.duplicate_timestamps for s in summaries),
         duplicate_request_ids=sum(s.duplicate_request_ids for s in summaries),
@@ -184,61 +240,79 @@ def union_summary(days: Sequence[tuple[str, IngestSummary]]) -> IngestSummary:
     )
 
 
-def run_day(config: Config, day: str) -> IngestResult:
-    """The records of ``day``'s trace files that arrive on ``day``; the rest quarantined."""
-    return restrict_to_day(stage.run(stage.configured_inputs(day_config(config, day))), day)
-
-
-def write_day(result: IngestResult, layout: WorkloadLayout, day: str) -> dict[str, Path]:
-    """Publish one day's set under ``days/<day>/`` (the workload folder marked as enginefit's
-    first, so the days may be written side by side)."""
-    open_stage_output(layout)
-    return stage.write(result, layout.day(day))
-
-
-def ingested_days(layout: WorkloadLayout, days: Sequence[str] | None = None) -> list[str]:
-    """The days with an ingest set on disk (of ``days`` when given), in order."""
-    if not layout.days_dir.is_dir():
-        return []
-    present = sorted(
-        p.name for p in layout.days_dir.iterdir() if _DAY_NAME.match(p.name) and p.is_dir()
+def repeated_ids(layouts: Sequence[WorkloadLayout]) -> dict[int, pl.Series]:
+    """Per day (its index in ``layouts``, in day order): the request ids an earlier day has
+    already. Only the id column is scanned; a day's own ids are unique (its ingest saw to it)."""
+    days = pl.concat(
+        stage.read_requests(layout).select("request_id", pl.lit(i, pl.Int32).alias("day"))
+        for i, layout in enumerate(layouts)
     )
-    return present if days is None else [d for d in present if d in set(days)]
+    first = (
+        days.group_by("request_id")
+        .agg(pl.col("day").min().alias("first"), pl.len().alias("n"))
+        .filter(pl.col("n") > 1)
+    )
+    later = (
+        days.join(first, on="request_id")
+        .filter(pl.col("day") > pl.col("first"))
+        .select("day", "request_id")
+        .collect()
+    )
+    return {int(day[0]): ids["request_id"] for day, ids in later.group_by("day")}
 
 
-def write_union(layout: WorkloadLayout, days: Sequence[str]) -> dict[str, Path]:
+@dataclass(frozen=True)
+class Union:
+    """What publishing the union wrote, and what it found across the days."""
+
+    paths: dict[str, Path]
+    repeated_across_days: int  # requests quarantined: an earlier day has their id
+    empty_days: list[str]  # days ingested with no request
+
+
+def write_union(layout: WorkloadLayout, days: Sequence[str]) -> Union:
     """Publish the workload's ingest set as the union of ``days`` (each checked against its
-    manifest first): their parts linked in day order, their quarantines and summaries joined,
-    and the days' manifest digests recorded in the workload's manifest."""
+    manifest first): their parts linked in day order, a request whose id an earlier day has
+    quarantined (``duplicate_request_id``), their quarantines and summaries joined, and the
+    days' manifest digests recorded in the workload's manifest."""
     if not days:
         raise ConfigError(
             f"{layout.days_dir}: no day ingested yet; materialise partitions of workload_day first"
         )
-    summaries, quarantines, parts, lineage = [], [], [], {}
-    for day in days:
-        day_layout = layout.day(day)
+    layouts = [layout.day(day) for day in days]
+    for day_layout in layouts:
         verify_ingest(day_layout)
-        summaries.append((day, stage.read_summary(day_layout)))
-        quarantine = day_layout.ingest.quarantine
-        if quarantine.exists():
-            quarantines.append(pl.read_parquet(quarantine))
-        parts += day_layout.ingest.parts()
+    repeated = repeated_ids(layouts)
+    summaries, quarantines, lineage = [], [], {}
+    parts: list[pl.DataFrame | Path] = []
+    for index, (day, day_layout) in enumerate(zip(days, layouts, strict=True)):
+        summary = stage.read_summary(day_layout)
+        path = day_layout.ingest.quarantine
+        quarantine = pl.read_parquet(path) if path.exists() else empty_quarantine()
+        if index in repeated:
+            # Only a day with repeated ids is read whole, and its parts written anew.
+            requests = stage.read_requests(day_layout).collect()
+            ids = repeated[index]
+            result = move_to_quarantine(
+                IngestResult(requests, quarantine, summary),
+                requests["request_id"].is_in(ids.implode()),
+                field="request_id",
+                reason=DUPLICATE_ID,
+                detail=pl.lit(DUPLICATE_DETAIL),
+                note=f"{ids.len():,} record(s) repeat the request id of an earlier day and were "
+                f"quarantined as {DUPLICATE_ID} (the earliest day's record is kept)",
+            )
+            summary, quarantine = result.summary, result.quarantine
+            parts += stage.split_parts(result.requests)
+        else:
+            parts += day_layout.ingest.parts()
+        summaries.append((day, summary))
+        quarantines.append(quarantine)
         lineage[day] = sha256_file(day_layout.ingest.manifest)
-    summary = union_summary(summaries)
-    joined = pl.concat(quarantines) if quarantines else empty_quarantine()
-    paths = layout.ingest
-    linked = publish_ingest(
-        layout,
-        [],
-        joined.sort(["source_file", "source_line"]),
-        summary.to_json(),
-        linked_parts=parts,
-        extra={"days": lineage},
+    joined = pl.concat(quarantines).sort(["source_file", "source_line"])
+    paths = stage.publish(layout, parts, joined, union_summary(summaries), extra={"days": lineage})
+    return Union(
+        paths,
+        sum(ids.len() for ids in repeated.values()),
+        [day for day, summary in summaries if not summary.ingested],
     )
-    return {
-        "requests": paths.requests,
-        "quarantine": paths.quarantine,
-        "summary": paths.summary,
-        "manifest": paths.manifest,
-        **{f"part_{i}": p for i, p in enumerate(linked)},
-    }

@@ -16,10 +16,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
-from pipeline.config import SALT_ENV_VAR, Config, default_config
+from pipeline.config import SALT_ENV_VAR, Config, TraceSource, default_config
 from pipeline.errors import InputFormatError
 from pipeline.ingest.compute import (
     SourceRead,
@@ -72,13 +73,17 @@ def _size_or_zero(source: SourceFile) -> int:
 
 
 def configured_inputs(
-    config: Config, progress: Callable[[int], None] | None = None
+    config: Config,
+    progress: Callable[[int], None] | None = None,
+    *,
+    traces: Sequence[TraceSource] | None = None,
 ) -> IngestInputs:
-    """The configured workload's trace files, read with its settings."""
+    """The configured workload's trace files (or ``traces`` instead: one day's, possibly none,
+    :mod:`pipeline.ingest.days`), read with its settings."""
     workload = config.require_workload()
     base = config.source.parent if config.source else Path.cwd()
     sources, formats = [], []
-    for trace in workload.traces:
+    for trace in workload.traces if traces is None else traces:
         for source in expand_paths([trace.path]):
             # Lineage names files as the configuration does (relative to it), so outputs do
             # not depend on where the project is checked out.
@@ -261,28 +266,38 @@ def remove_staged(reads: Sequence[SourceRead | StagedRead]) -> None:
             remove_staged_read(read.rows)
 
 
-def _parts(requests: pl.DataFrame) -> list[pl.DataFrame]:
+def split_parts(requests: pl.DataFrame) -> list[pl.DataFrame]:
+    """``requests`` in parts of at most ROWS_PER_PART rows (one part, maybe empty, at least)."""
     n_parts = max(1, -(-requests.height // ROWS_PER_PART))
     return [requests.slice(i * ROWS_PER_PART, ROWS_PER_PART) for i in range(n_parts)]
 
 
 def write_requests(requests: pl.DataFrame, layout: WorkloadLayout) -> list[Path]:
     """Publish ``requests`` alone as the workload's ingest set (no quarantine or summary)."""
-    return publish_ingest(layout, _parts(requests))
+    return publish_ingest(layout, split_parts(requests))
 
 
 def write(result: IngestResult, layout: WorkloadLayout) -> dict[str, Path]:
     """Publish the request parts, the quarantine and the summary as one set."""
+    return publish(layout, split_parts(result.requests), result.quarantine, result.summary)
+
+
+def publish(
+    layout: WorkloadLayout,
+    parts: Sequence[pl.DataFrame | Path],
+    quarantine: pl.DataFrame,
+    summary: IngestSummary,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Path]:
+    """Publish an ingest set (parts written, or linked when given as paths) and name its files."""
     paths = layout.ingest
-    parts = publish_ingest(
-        layout, _parts(result.requests), result.quarantine, result.summary.to_json()
-    )
+    published = publish_ingest(layout, parts, quarantine, summary.to_json(), extra=extra)
     return {
         "requests": paths.requests,
         "quarantine": paths.quarantine,
         "summary": paths.summary,
         "manifest": paths.manifest,
-        **{f"part_{i}": p for i, p in enumerate(parts)},
+        **{f"part_{i}": p for i, p in enumerate(published)},
     }
 
 

@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import InputFormatError
+from pipeline.settings import QUARTER
 from pipeline.store import sha256_file, write_bytes_atomic, write_json_atomic
 
-QUARTER = re.compile(r"^(\d{4})-Q([1-4])$")
 VERSION = re.compile(r"^v([1-9]\d*)$")
 STAGING_PREFIX = ".staging-"
 LEDGER = "index.json"

@@ -1,0 +1,194 @@
+"""End to end: a generated hash-form trace → ``enginefit report`` → the PDF, as a user runs it.
+
+For each size (default 1M and 10M requests) the one generated workload (``perf/workload.py``,
+Mooncake JSONL, 512-token block ids) is written, then ``enginefit report`` runs as a child
+process on a configuration that is the bundled ``enginefit.yaml`` with that trace as its
+workload (outputs, reports and the Dagster home in a temporary folder; the default executor).
+While it runs, the child's resident memory is sampled every 20 ms from ``/proc``; afterwards each
+Dagster step's start and end come from the run's event log, so every stage gets its wall time
+(the sum of its steps) and its peak RSS (the highest sample while one of its steps ran). The
+whole command's peak RSS is the kernel's figure (``getrusage(RUSAGE_CHILDREN)``), which no
+sample can miss. Generation is not counted.
+
+Run: ``python -m perf.e2e [--requests 1M,10M] [--keep DIR]``. Numbers in the README were
+measured on the project machine (2 cores, 24 GiB).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import yaml
+
+from perf import workload
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE_EVERY_S = 0.02
+GIB = 2**30
+
+# A stage is the asset its steps materialise (the checks of all stages are one line).
+_STAGE_OF_STEP = (
+    ("workload.", "ingest (workload)"),
+    ("simulation_scenarios.", "simulation scenarios"),
+    ("simulation_curves", "simulation curves"),
+    ("simulation_plots", "simulation figures"),
+    ("prefix_sharing", "prefix sharing"),
+    ("workload_shape", "workload shape"),
+    ("concurrency_by_engine", "concurrency by engine"),
+    ("bench_", "bench"),
+    ("engine_decision", "decision"),
+    ("revisit_triggers", "revisit triggers"),
+    ("engine_selection_report", "report (HTML + PDF)"),
+)
+CHECKS = "asset checks (13)"
+
+
+def stage_of(step_key: str, check_steps: set[str]) -> str:
+    if step_key in check_steps:
+        return CHECKS
+    return next(
+        (stage for prefix, stage in _STAGE_OF_STEP if step_key.startswith(prefix)), step_key
+    )
+
+
+def configuration(root: Path, trace: Path) -> Path:
+    """The bundled enginefit.yaml with ``trace`` as its workload and outputs under ``root``."""
+    raw = yaml.safe_load((REPO / "enginefit.yaml").read_text())
+    raw["workload"]["traces"] = [{"path": str(trace), "format": "mooncake"}]
+    raw["workload"]["name"] = "generated"
+    raw["bench"]["results"] = [str(REPO / p) for p in raw["bench"]["results"]]
+    raw["paths"] = {"data_dir": str(root / "data"), "reports_dir": str(root / "reports")}
+    path = root / "enginefit.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def _rss_bytes(pid: int) -> int:
+    try:
+        with Path(f"/proc/{pid}/status").open() as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+@contextmanager
+def sampled(pid: int) -> Iterator[list[tuple[float, int]]]:
+    """(wall time, RSS bytes) of process ``pid`` every SAMPLE_EVERY_S while the body runs."""
+    samples: list[tuple[float, int]] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            samples.append((time.time(), _rss_bytes(pid)))
+            done.wait(SAMPLE_EVERY_S)
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        yield samples
+    finally:
+        done.set()
+        thread.join()
+
+
+def step_windows(home: Path) -> tuple[list[tuple[str, float, float]], set[str]]:
+    """(step key, start, end) of every step of the one run in the Dagster home ``home``, and
+    the keys of the check steps."""
+    import dagster as dg
+
+    os.environ["DAGSTER_HOME"] = str(home)
+    with dg.DagsterInstance.get() as instance:
+        (run,) = instance.get_runs()
+        starts: dict[str, float] = {}
+        windows = []
+        checks = set()
+        for entry in instance.all_logs(run.run_id):
+            event = entry.dagster_event
+            if event is None or entry.step_key is None:
+                continue
+            if event.event_type == dg.DagsterEventType.STEP_START:
+                starts[entry.step_key] = entry.timestamp
+            elif event.event_type == dg.DagsterEventType.STEP_SUCCESS:
+                windows.append((entry.step_key, starts[entry.step_key], entry.timestamp))
+            elif event.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION:
+                checks.add(entry.step_key)
+    return windows, checks
+
+
+def measure(requests: int, root: Path) -> None:
+    root.mkdir(parents=True)
+    trace = root / "trace.jsonl"
+    start = time.perf_counter()
+    written = workload.write_mooncake(workload.conversations(workload.spec(requests)), trace)
+    print(
+        f"{requests:,} requests: generated {written.blocks:,} block ids "
+        f"({written.bytes / 2**20:,.0f} MiB of JSONL, mean prompt {written.mean_prompt:,.0f} "
+        f"tokens) in {time.perf_counter() - start:.1f} s",
+        flush=True,
+    )
+    config = configuration(root, trace)
+    home = root / "dagster_home"
+    env = {**os.environ, "DAGSTER_HOME": str(home)}
+    command = [str(Path(sys.executable).parent / "enginefit"), "report", "--config", str(config)]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    start = time.perf_counter()
+    with (root / "report.log").open("w") as log:
+        child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=root)
+        with sampled(child.pid) as samples:
+            code = child.wait()
+    elapsed = time.perf_counter() - start
+    if code != 0:
+        raise SystemExit(f"enginefit report failed ({code}): see {root / 'report.log'}")
+    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    pdfs = sorted((root / "reports").rglob("*.pdf"))
+    if len(pdfs) != 1:
+        raise SystemExit(f"expected one PDF under {root / 'reports'}, found {pdfs}")
+    windows, checks = step_windows(home)
+    seconds: dict[str, float] = defaultdict(float)
+    peak: dict[str, int] = defaultdict(int)
+    for key, begin, end in windows:
+        stage = stage_of(key, checks)
+        seconds[stage] += end - begin
+        during = [rss for moment, rss in samples if begin <= moment <= end]
+        peak[stage] = max(peak[stage], *during, 0)
+    print(f"{'stage':<26} {'time s':>8} {'peak RSS GiB':>13}")
+    for stage in dict.fromkeys(stage_of(key, checks) for key, _, _ in windows):
+        print(f"{stage:<26} {seconds[stage]:8.1f} {peak[stage] / GIB:13.2f}")
+    outside = elapsed - sum(seconds.values())
+    print(f"{'start-up, Dagster, PDF out':<26} {outside:8.1f}")
+    note = "" if peak_kib > before else " (an earlier child peaked higher; see the stages)"
+    print(
+        f"{requests:,} requests end to end: {elapsed:.1f} s ({elapsed / 60:.1f} min), peak RSS "
+        f"{peak_kib * 1024 / GIB:.2f} GiB{note}; PDF {pdfs[0].stat().st_size / 1024:,.0f} KiB",
+        flush=True,
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", default="1M,10M", help="sizes, comma-separated (1M, 100K)")
+    parser.add_argument("--keep", type=Path, help="write here and keep (default: a temp folder)")
+    args = parser.parse_args(argv if argv is not None else [])
+    sizes = [workload.count(text) for text in args.requests.split(",")]
+    with tempfile.TemporaryDirectory(prefix="enginefit-e2e-") as scratch:
+        base = args.keep or Path(scratch)
+        for size in sizes:
+            measure(size, base / f"e2e-{size}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
