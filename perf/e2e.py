@@ -158,6 +158,9 @@ def measure(requests: int, root: Path) -> None:
     if len(pdfs) != 1:
         raise SystemExit(f"expected one PDF under {root / 'reports'}, found {pdfs}")
     windows, checks = step_windows(home)
+    # Kept beside the outputs, for a closer look at where the memory went.
+    (root / "rss.tsv").write_text("".join(f"{t:.3f}\t{rss}\n" for t, rss in samples))
+    (root / "steps.tsv").write_text("".join(f"{k}\t{b:.3f}\t{e:.3f}\n" for k, b, e in windows))
     seconds: dict[str, float] = defaultdict(float)
     peak: dict[str, int] = defaultdict(int)
     for key, begin, end in windows:

@@ -58,6 +58,8 @@ source_format, source_file, source_line
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import polars as pl
 
 CANONICAL_SCHEMA: pl.Schema = pl.Schema(
@@ -104,15 +106,21 @@ QUARANTINE_SCHEMA: pl.Schema = pl.Schema(
 MAX_PLAUSIBLE_TOKENS = 10_000_000
 
 
-def conform(frame: pl.DataFrame) -> pl.DataFrame:
-    """Add any missing canonical column as nulls and cast to the canonical schema and order."""
+def conform(frame: pl.DataFrame, columns: Sequence[str] | None = None) -> pl.DataFrame:
+    """Add any missing canonical column as nulls and cast to the canonical schema and order
+    (``columns``: only those canonical columns, in canonical order)."""
+    wanted = {
+        name: dtype
+        for name, dtype in CANONICAL_SCHEMA.items()
+        if columns is None or name in columns
+    }
     missing = [
         pl.lit(None, dtype=dtype).alias(name)
-        for name, dtype in CANONICAL_SCHEMA.items()
+        for name, dtype in wanted.items()
         if name not in frame.columns
     ]
     return frame.with_columns(missing).select(
-        pl.col(name).cast(dtype) for name, dtype in CANONICAL_SCHEMA.items()
+        pl.col(name).cast(dtype) for name, dtype in wanted.items()
     )
 
 

@@ -35,15 +35,29 @@ I64 = NDArray[np.int64]
 U64 = NDArray[np.uint64]
 
 _REQUIRED = ("prefix_hashes", "prompt_blocks", "prompt_tokens", "block_size")
-# What the session inference (pipeline.sessions.infer_sessions) reads, kept until it runs.
+# What the session inference (pipeline.sessions.infer_sessions) reads, kept until it runs
+# (the chains not among them: rebuilt then from the flat arrays, not held twice).
 SESSION_COLUMNS = (
     "request_id",
     "arrival",
     "session_id",
     "turn",
-    "prefix_hashes",
     "prompt_blocks",
     "hashes_known",
+)
+# The canonical columns a replay reads: only these are loaded (a 10M-request table's other
+# columns, ids of its source lines and such, are gigabytes).
+FLATTENED_COLUMNS = tuple(
+    dict.fromkeys(
+        (
+            *_REQUIRED,
+            *SESSION_COLUMNS,
+            *NAMESPACE_COLUMNS,
+            "tenant",
+            "output_tokens",
+            "e2e_ms",
+        )
+    )
 )
 
 NO_CONTENT = "the trace carries no prompt content, so prefix-cache hits cannot be simulated"
@@ -184,7 +198,11 @@ class SimInput:
         if self._session_cache is None:
             if self.session_source is None:
                 raise SimulationInputError("the sessions of this input are not available")
-            session, inferred = _sessions(self.session_source)
+            chains = pl.Series(
+                "prefix_hashes",
+                pa.LargeListArray.from_arrays(pa.array(self.offsets), pa.array(self.hashes)),
+            )
+            session, inferred = _sessions(self.session_source.with_columns(chains))
             self._session_cache = (_stable_string_hash(session), inferred)
             self.session_source = None  # its columns are no longer needed
         return self._session_cache
@@ -262,10 +280,8 @@ def _sessions(frame: pl.DataFrame) -> tuple[pl.Series, int]:
     inferred_count = 0
     fallback = pl.concat_str(pl.lit("request:"), pl.col("request_id").fill_null(""))
     session = frame.select(pl.col("session_id").fill_null(fallback)).to_series()
-    try:
-        from pipeline.sessions import infer_sessions  # written in parallel; optional
-    except ImportError:
-        return session, 0
+    from pipeline.sessions import infer_sessions  # only when sessions must be inferred
+
     inferred = infer_sessions(frame)
     joined = frame.select("request_id", "session_id").join(
         inferred.select("request_id", pl.col("session_id").alias("_inferred")),
@@ -316,13 +332,17 @@ def sim_input(
     latency_model: LatencyModel,
 ) -> SimInput:
     """Flatten a canonical request table (pipeline.schema) for replay, in arrival order."""
-    frame = requests.collect() if isinstance(requests, pl.LazyFrame) else requests
+    if isinstance(requests, pl.LazyFrame):
+        present = requests.collect_schema().names()
+        frame = requests.select(c for c in FLATTENED_COLUMNS if c in present).collect()
+    else:
+        frame = requests
     missing_cols = [c for c in _REQUIRED if c not in frame.columns]
     if missing_cols:
         raise SimulationInputError(f"request table lacks column(s) {missing_cols}")
     from pipeline.schema import conform
 
-    frame = conform(frame)
+    frame = conform(frame, FLATTENED_COLUMNS)
     if frame.height == 0:
         raise SimulationInputError("request table is empty: nothing to replay")
     if frame["arrival"].null_count() or not frame["arrival"].is_sorted():
