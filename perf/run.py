@@ -20,6 +20,7 @@ MODULES = (
     "sim",
     "loadtest",
     "graph",
+    "e2e",
 )
 
 

@@ -548,3 +548,32 @@ def test_curve_refuses_ids_that_are_not_chains() -> None:
             replicas=1,
             routing="round-robin",
         )
+
+
+def test_a_lazy_table_is_flattened_from_the_replay_columns_alone(tmp_path: Any) -> None:
+    """Scanned from Parquet, only the columns a replay reads are loaded, and the flattened
+    input (chains, counts, durations, inferred sessions) equals the eager table's."""
+    rows = [
+        {"hashes": [1, 2], "prompt_tokens": 9},
+        {"hashes": [1, 2, 3], "prompt_tokens": 13, "t": 5},
+        {"hashes": [7], "prompt_tokens": 5, "known": False, "t": 6},
+        {"hashes": [1, 2, 3, 4], "prompt_tokens": 17, "t": 9},
+    ]
+    table = canonical(rows, 4).with_columns(pl.lit("x" * 200).alias("source_file"))
+    path = tmp_path / "requests.parquet"
+    table.write_parquet(path)
+    lazy = pl.scan_parquet(path)
+    latency = DEFAULTS.shape.latency
+    eager, scanned = sim_input(table, latency_model=latency), sim_input(lazy, latency_model=latency)
+    for name in (
+        "offsets",
+        "hashes",
+        "prompt_blocks",
+        "prompt_tokens",
+        "arrival_us",
+        "duration_us",
+    ):
+        assert np.array_equal(getattr(eager, name), getattr(scanned, name)), name
+    assert np.array_equal(eager.session_hash, scanned.session_hash)
+    assert eager.sessions_inferred == scanned.sessions_inferred
+    assert len(set(eager.session_hash[[0, 1, 3]].tolist())) == 1  # one conversation inferred
