@@ -3,14 +3,18 @@
 For each size (default 1M and 10M requests) the one generated workload (``perf/workload.py``,
 Mooncake JSONL, 512-token block ids) is written, then ``enginefit report`` runs as a child
 process on a configuration that is the bundled ``enginefit.yaml`` with that trace as its
-workload (outputs, reports and the Dagster home in a temporary folder; the default executor).
-While it runs, the child's resident memory is sampled every 20 ms from ``/proc``; afterwards each
-Dagster step's start and end come from the run's event log, so every stage gets its wall time
-(the sum of its steps) and its peak RSS (the highest sample while one of its steps ran). The
-whole command's peak RSS is the kernel's figure (``getrusage(RUSAGE_CHILDREN)``), which no
-sample can miss. Generation is not counted.
+workload (outputs, reports and the Dagster home in a temporary folder), with each executor
+asked for (default: in process, ``make report``'s). While it runs, the resident memory of the
+command and every process it started (the multiprocess executor's step processes, the PDF
+renderer) is sampled every 20 ms from ``/proc`` and summed: what the machine holds at that
+moment. Afterwards each Dagster step's start and end come from the run's event log, so every
+stage gets its time (the sum of its steps' wall times; with steps side by side that is more than
+the wall time they took) and its peak RSS (the highest sample while one of its steps ran). The
+largest single process's peak is also printed from the kernel (``getrusage``), which no sample
+can miss. Generation is not counted.
 
-Run: ``python -m perf.e2e [--requests 1M,10M] [--keep DIR]``. Numbers in the README were
+Run: ``python -m perf.e2e [--requests 1M,10M] [--executors in_process,multiprocess] [--keep
+DIR]``. Numbers in the README were
 measured on the project machine (2 cores, 24 GiB).
 """
 
@@ -85,6 +89,25 @@ def _rss_bytes(pid: int) -> int:
     return 0
 
 
+def _children(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(child) for child in text.split()]
+
+
+def tree_rss_bytes(pid: int) -> int:
+    """RSS of ``pid`` and all its descendants (the step processes of the multiprocess
+    executor), summed: what the machine must hold at that moment."""
+    total, stack = 0, [pid]
+    while stack:
+        current = stack.pop()
+        total += _rss_bytes(current)
+        stack.extend(_children(current))
+    return total
+
+
 @contextmanager
 def sampled(pid: int) -> Iterator[list[tuple[float, int]]]:
     """(wall time, RSS bytes) of process ``pid`` every SAMPLE_EVERY_S while the body runs."""
@@ -93,7 +116,7 @@ def sampled(pid: int) -> Iterator[list[tuple[float, int]]]:
 
     def sample() -> None:
         while not done.is_set():
-            samples.append((time.time(), _rss_bytes(pid)))
+            samples.append((time.time(), tree_rss_bytes(pid)))
             done.wait(SAMPLE_EVERY_S)
 
     thread = threading.Thread(target=sample, daemon=True)
@@ -129,9 +152,7 @@ def step_windows(home: Path) -> tuple[list[tuple[str, float, float]], set[str]]:
     return windows, checks
 
 
-def measure(requests: int, root: Path) -> None:
-    root.mkdir(parents=True)
-    trace = root / "trace.jsonl"
+def generate(requests: int, trace: Path) -> None:
     start = time.perf_counter()
     written = workload.write_mooncake(workload.conversations(workload.spec(requests)), trace)
     print(
@@ -140,10 +161,17 @@ def measure(requests: int, root: Path) -> None:
         f"tokens) in {time.perf_counter() - start:.1f} s",
         flush=True,
     )
+
+
+def measure(requests: int, trace: Path, root: Path, executor: str) -> None:
+    root.mkdir(parents=True)
     config = configuration(root, trace)
     home = root / "dagster_home"
     env = {**os.environ, "DAGSTER_HOME": str(home)}
-    command = [str(Path(sys.executable).parent / "enginefit"), "report", "--config", str(config)]
+    command = [
+        str(Path(sys.executable).parent / "enginefit"),
+        *("report", "--config", str(config), "--executor", executor),
+    ]
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     start = time.perf_counter()
     with (root / "report.log").open("w") as log:
@@ -154,6 +182,7 @@ def measure(requests: int, root: Path) -> None:
     if code != 0:
         raise SystemExit(f"enginefit report failed ({code}): see {root / 'report.log'}")
     peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    tree_peak = max(rss for _, rss in samples)
     pdfs = sorted((root / "reports").rglob("*.pdf"))
     if len(pdfs) != 1:
         raise SystemExit(f"expected one PDF under {root / 'reports'}, found {pdfs}")
@@ -173,10 +202,16 @@ def measure(requests: int, root: Path) -> None:
         print(f"{stage:<26} {seconds[stage]:8.1f} {peak[stage] / GIB:13.2f}")
     outside = elapsed - sum(seconds.values())
     print(f"{'start-up, Dagster, PDF out':<26} {outside:8.1f}")
-    note = "" if peak_kib > before else " (an earlier child peaked higher; see the stages)"
+    largest = (
+        f"{peak_kib * 1024 / GIB:.2f} GiB"
+        if peak_kib > before
+        else "no more than an earlier run's (see the stages)"
+    )
     print(
-        f"{requests:,} requests end to end: {elapsed:.1f} s ({elapsed / 60:.1f} min), peak RSS "
-        f"{peak_kib * 1024 / GIB:.2f} GiB{note}; PDF {pdfs[0].stat().st_size / 1024:,.0f} KiB",
+        f"{requests:,} requests end to end ({executor}): {elapsed:.1f} s "
+        f"({elapsed / 60:.1f} min), peak RSS {tree_peak / GIB:.2f} GiB (the command and its "
+        f"child processes together; the largest single process {largest}); "
+        f"PDF {pdfs[0].stat().st_size / 1024:,.0f} KiB",
         flush=True,
     )
 
@@ -185,12 +220,21 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", default="1M,10M", help="sizes, comma-separated (1M, 100K)")
     parser.add_argument("--keep", type=Path, help="write here and keep (default: a temp folder)")
+    parser.add_argument(
+        "--executors",
+        default="in_process",
+        help="executors to run each size with, comma-separated (in_process, multiprocess)",
+    )
     args = parser.parse_args(argv if argv is not None else [])
     sizes = [workload.count(text) for text in args.requests.split(",")]
     with tempfile.TemporaryDirectory(prefix="enginefit-e2e-") as scratch:
         base = args.keep or Path(scratch)
+        base.mkdir(parents=True, exist_ok=True)
         for size in sizes:
-            measure(size, base / f"e2e-{size}")
+            trace = base / f"trace-{size}.jsonl"
+            generate(size, trace)
+            for executor in args.executors.split(","):
+                measure(size, trace, base / f"e2e-{size}-{executor}", executor)
 
 
 if __name__ == "__main__":
