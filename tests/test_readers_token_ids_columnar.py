@@ -322,7 +322,7 @@ def test_the_scanner_takes_clean_records_and_leaves_the_rest_to_json() -> None:
         b'{"ts": 1, "ts": 2, "prompt_token_ids": [1]}',
         with_good(b'"nested": {"a": [1]}'),
     ]
-    kinds = scan_lines(np.frombuffer(b"\n".join(clean + doubtful) + b"\n", dtype=np.uint8))[0]
+    kinds = scan_lines(b"\n".join(clean + doubtful) + b"\n")[1]
     assert kinds.tolist() == [FAST] * len(clean) + [PYTHON] * len(doubtful)
 
 
@@ -389,7 +389,7 @@ def test_the_generated_token_id_form_reads_the_same(
     ctx = ReadContext(block_size=16, salt=b"g", anchor=ANCHOR)
     result = assert_same_read(path, ctx)
     assert result.quarantine.height == 0 and result.requests.height == 400
-    kinds = scan_lines(np.frombuffer(path.read_bytes(), dtype=np.uint8))[0]
+    kinds = scan_lines(path.read_bytes())[1]
     assert (kinds == FAST).all()
     monkeypatch.setattr(source_module, "CHUNK_BYTES", 1000)
     assert_same_read(path, ctx)

@@ -86,8 +86,7 @@ class TokenIdsReader(JsonLinesReader):
         read = 0
         first_line = 1
         for block, terminated in source.iter_line_blocks(ctx.progress):
-            buf = np.frombuffer(block, dtype=np.uint8)
-            kinds, bounds, ts_int, spans, counts, texts, ids = scan_lines(buf)
+            buf, kinds, bounds, ts_int, spans, counts, texts, ids = scan_lines(block)
             read += int(np.count_nonzero(kinds != BLANK))
             fast = kinds == FAST
             arrival, in_range = scanned_arrivals(

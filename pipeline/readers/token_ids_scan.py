@@ -64,7 +64,7 @@ _ID_DIGITS = 10  # 2**32 - 1 has 10 digits
 _TEXT_DIGITS = 18
 _TOKEN_ID_MAX = 0xFFFFFFFF
 
-_QUOTE, _COMMA, _COLON = 34, 44, 58
+_QUOTE, _COMMA, _COLON, _ZERO = 34, 44, 58, 48
 _LBRACE, _RBRACE, _LBRACKET, _RBRACKET = 123, 125, 91, 93
 _MINUS, _DOT = 45, 46
 
@@ -109,7 +109,8 @@ def _id_list(
     """Past a list of token ids at ``i``, each stored from ``ids[id_start]``, and how many; -1
     (and 0) when it is not a list of unsigned integers below 2**32 (or holds more than
     :data:`MAX_PLAUSIBLE_TOKENS`). One pass over each id's bytes: this is where a line's bytes
-    are."""
+    are, so the digits are read up to the first non-digit without looking at ``end``: the byte
+    at ``end`` is a newline or the sentinel after the block (:func:`scan_lines`)."""
     if buf[i] != _LBRACKET:
         return -1, 0
     i = _skip_ws(buf, i + 1, end)
@@ -117,29 +118,27 @@ def _id_list(
         return i + 1, 0
     n = 0
     room = min(ids.size - id_start, MAX_PLAUSIBLE_TOKENS)
+    zero, nine, ten = np.uint64(_ZERO), np.uint64(9), np.uint64(10)
     while True:
-        if i >= end:
-            return -1, 0
         first = i
-        value = np.int64(buf[i]) - 48
-        if value < 0 or value > 9 or n >= room:
+        value = np.uint64(buf[i]) - zero  # a non-digit wraps past 9
+        if value > nine or n >= room:
             return -1, 0
         i += 1
         if value:  # JSON forbids leading zeros: a 0 is the whole integer part
-            while i < end:
-                digit = np.int64(buf[i]) - 48
-                if digit < 0 or digit > 9:
-                    break
-                value = value * 10 + digit
+            digit = np.uint64(buf[i]) - zero
+            while digit <= nine:
+                value = value * ten + digit
                 i += 1
+                digit = np.uint64(buf[i]) - zero
             # more digits than 2**32 - 1 has: out of range (whatever the wrapped value says)
             if i - first > _ID_DIGITS or value > _TOKEN_ID_MAX:
                 return -1, 0
         ids[id_start + n] = value
         n += 1
-        if i < end and buf[i] == _COMMA:  # the usual case: ", " and the next id
+        if buf[i] == _COMMA:  # the usual case: ", " and the next id (never at ``end``)
             i += 1
-            if i < end and buf[i] == 32:
+            if buf[i] == 32:
                 i += 1
             i = _skip_ws(buf, i, end)
             continue
@@ -324,9 +323,37 @@ def _scan_line(
     return n_ids
 
 
-@nb.njit(cache=True)
 def scan_lines(
+    block: bytes,
+) -> tuple[
+    npt.NDArray[np.uint8],
+    npt.NDArray[np.int8],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.uint32],
+]:
+    """Scan every line of ``block`` (lines end with LF; the last one may lack it).
+
+    Returns the block's bytes as an array (one zero byte longer: the sentinel after its last
+    line) and per line: its kind (:data:`BLANK`, :data:`FAST`, :data:`PYTHON`), its byte span
+    (``bounds[:, 0:2]``, without the LF), and for :data:`FAST` lines the integer timestamp,
+    ``spans`` (``ts`` text when not a plain integer, ``duration_s``, ``ttft_s``: start and stop
+    columns 0-5, -1 when absent), ``counts`` (prompt ids start and count, output ids start and
+    count in ``ids``, output tokens, turn; -1 for null output tokens or turn) and ``texts``
+    (per group of :data:`TEXT_GROUPS`, the span of its text, start -1 when none); then the
+    token ids of every :data:`FAST` line.
+    """
+    buf = np.frombuffer(block + b"\0", dtype=np.uint8)
+    return buf, *_scan_lines(buf, len(block))
+
+
+@nb.njit(cache=True)
+def _scan_lines(
     buf: npt.NDArray[np.uint8],
+    size: int,
 ) -> tuple[
     npt.NDArray[np.int8],
     npt.NDArray[np.int64],
@@ -336,17 +363,7 @@ def scan_lines(
     npt.NDArray[np.int64],
     npt.NDArray[np.uint32],
 ]:
-    """Scan every line of ``buf`` (lines end with LF; the last one may lack it).
-
-    Returns per line: its kind (:data:`BLANK`, :data:`FAST`, :data:`PYTHON`), its byte span
-    (``bounds[:, 0:2]``, without the LF), and for :data:`FAST` lines the integer timestamp,
-    ``spans`` (``ts`` text when not a plain integer, ``duration_s``, ``ttft_s``: start and stop
-    columns 0-5, -1 when absent), ``counts`` (prompt ids start and count, output ids start and
-    count in ``ids``, output tokens, turn; -1 for null output tokens or turn) and ``texts``
-    (per group of :data:`TEXT_GROUPS`, the span of its text, start -1 when none); then the
-    token ids of every :data:`FAST` line.
-    """
-    size = buf.size
+    """:func:`scan_lines` on ``buf[:size]``, ``buf[size]`` being a sentinel byte."""
     n_lines = 0
     for i in range(size):
         n_lines += buf[i] == 10
