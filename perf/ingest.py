@@ -1,4 +1,5 @@
-"""Ingest throughput: a generated 1M-request token-count CSV, token-id and block-id hashing,
+"""Ingest throughput: a generated 1M-request token-count CSV, token-id hashing (``hashlib`` per
+block and the reader's compiled kernel), block-id hashing, the token-id JSONL reader,
 and ``enginefit ingest`` end to end on a 1M-request Azure CSV, a 1M-request Mooncake JSONL and
 a 100k-request token-id JSONL (short profile).
 
@@ -35,7 +36,7 @@ from perf.workload import (
     write_mooncake,
     write_token_ids,
 )
-from pipeline.blockhash import chain_hash_id_runs
+from pipeline.blockhash import chain_hash_id_runs, chain_hash_token_runs
 from pipeline.hashing import chain_hash_tokens
 from pipeline.ingest import ingest_paths
 
@@ -90,6 +91,35 @@ def bench_token_hashing() -> dict[str, float]:
         "hash_seconds": elapsed,
         "tokens_hashed_per_s": tokens.size / elapsed,
     }
+
+
+def bench_token_run_hashing(request_tokens: int = 1_024) -> dict[str, float]:
+    """The same 16M random token ids as :func:`bench_token_hashing`, as requests of
+    ``request_tokens`` (a prompt run and an output run each) chain-hashed by the compiled kernel
+    the token-id reader uses, 15,625 requests in one call (a 16 MiB block of token-id lines
+    holds about 2,500 such requests: the call size changes little)."""
+    rng = np.random.default_rng(1)
+    tokens = rng.integers(0, 150_000, 16_000_000).astype(np.uint32)
+    starts = np.arange(0, tokens.size, request_tokens, dtype=np.int64)
+    prompt = request_tokens * 9 // 10
+    runs = np.stack(
+        [
+            starts,
+            np.full_like(starts, prompt),
+            starts + prompt,
+            np.full_like(starts, request_tokens - prompt),
+        ],
+        axis=1,
+    )
+    chain_hash_token_runs(tokens[:request_tokens], runs[:1], 16, b"bench")  # compiled
+    timings = []
+    for _ in range(REPEATS):
+        start = time.perf_counter()
+        hashes = chain_hash_token_runs(tokens, runs, 16, b"bench")
+        timings.append(time.perf_counter() - start)
+    elapsed = min(timings)
+    assert hashes.size == runs.shape[0] * (request_tokens // 16)
+    return {"compiled_hash_seconds": elapsed, "tokens_hashed_compiled_per_s": tokens.size / elapsed}
 
 
 def bench_block_id_hashing(batch: int = 65_536) -> dict[str, float]:
@@ -257,6 +287,7 @@ def main(argv: list[str] | None = None) -> None:
         if not args.cli_only:
             results |= bench_csv_ingest(tmp)
             results |= bench_token_hashing()
+            results |= bench_token_run_hashing()
             results |= bench_block_id_hashing()
             results |= bench_token_id_reader(tmp)
         formats = tuple(name.strip() for name in args.formats.split(",") if name.strip())
