@@ -1,11 +1,14 @@
-"""Ingest throughput: a generated 1M-request token-count CSV, token-id and block-id hashing,
-and ``enginefit ingest`` end to end on a 1M-request Azure CSV and a 1M-request Mooncake JSONL.
+"""Ingest throughput: a generated 1M-request token-count CSV, token-id hashing (``hashlib`` per
+block and the reader's compiled kernel), block-id hashing, the token-id JSONL reader,
+and ``enginefit ingest`` end to end on a 1M-request Azure CSV, a 1M-request Mooncake JSONL and
+a 100k-request token-id JSONL (short profile).
 
 Every trace is ``perf.workload``'s conversation model (the CSV and the JSONL hold the same
 requests, as Azure's and Mooncake's formats carry them); token hashing alone runs on random ids.
 
 Run with ``make bench`` (all benchmarks) or ``python -m perf.run ingest``; ``python -m
-perf.ingest --cli-only [--requests N]`` runs only the end-to-end commands. Prints wall time and
+perf.ingest --cli-only [--requests N] [--token-id-requests N] [--formats csv,jsonl,token-ids]``
+runs only the end-to-end commands. Prints wall time and
 rates; numbers in the README were measured on the project machine (2 cores, 24 GiB).
 
 The end-to-end runs are whole commands in a child process (interpreter start, imports, read,
@@ -33,7 +36,7 @@ from perf.workload import (
     write_mooncake,
     write_token_ids,
 )
-from pipeline.blockhash import chain_hash_id_runs
+from pipeline.blockhash import chain_hash_id_runs, chain_hash_token_runs
 from pipeline.hashing import chain_hash_tokens
 from pipeline.ingest import ingest_paths
 
@@ -88,6 +91,35 @@ def bench_token_hashing() -> dict[str, float]:
         "hash_seconds": elapsed,
         "tokens_hashed_per_s": tokens.size / elapsed,
     }
+
+
+def bench_token_run_hashing(request_tokens: int = 1_024) -> dict[str, float]:
+    """The same 16M random token ids as :func:`bench_token_hashing`, as requests of
+    ``request_tokens`` (a prompt run and an output run each) chain-hashed by the compiled kernel
+    the token-id reader uses, 15,625 requests in one call (a 16 MiB block of token-id lines
+    holds about 2,500 such requests: the call size changes little)."""
+    rng = np.random.default_rng(1)
+    tokens = rng.integers(0, 150_000, 16_000_000).astype(np.uint32)
+    starts = np.arange(0, tokens.size, request_tokens, dtype=np.int64)
+    prompt = request_tokens * 9 // 10
+    runs = np.stack(
+        [
+            starts,
+            np.full_like(starts, prompt),
+            starts + prompt,
+            np.full_like(starts, request_tokens - prompt),
+        ],
+        axis=1,
+    )
+    chain_hash_token_runs(tokens[:request_tokens], runs[:1], 16, b"bench")  # compiled
+    timings = []
+    for _ in range(REPEATS):
+        start = time.perf_counter()
+        hashes = chain_hash_token_runs(tokens, runs, 16, b"bench")
+        timings.append(time.perf_counter() - start)
+    elapsed = min(timings)
+    assert hashes.size == runs.shape[0] * (request_tokens // 16)
+    return {"compiled_hash_seconds": elapsed, "tokens_hashed_compiled_per_s": tokens.size / elapsed}
 
 
 def bench_block_id_hashing(batch: int = 65_536) -> dict[str, float]:
@@ -172,16 +204,44 @@ def run_command(trace: Path, out: Path) -> tuple[float, float]:
     return float(elapsed), int(max_rss_kib) / 1024
 
 
-def bench_cli_ingest(tmp: Path, rows: int = ROWS, repeats: int = REPEATS) -> dict[str, float]:
-    """Both formats as whole ``enginefit ingest`` commands, alternating: the best time of
-    ``repeats`` runs each, and the largest peak RSS."""
-    csv_path, jsonl_path = tmp / "azure_cli.csv", tmp / "mooncake_cli.jsonl"
-    generate_azure_csv(csv_path, rows)
-    ids = generate_mooncake_jsonl(jsonl_path, rows)
-    seconds: dict[str, list[float]] = {"csv": [], "jsonl": []}
-    peak: dict[str, list[float]] = {"csv": [], "jsonl": []}
+TOKEN_ID_ROWS = 100_000
+FORMATS = ("csv", "jsonl", "token-ids")
+
+
+def bench_cli_ingest(
+    tmp: Path,
+    rows: int = ROWS,
+    repeats: int = REPEATS,
+    *,
+    token_id_rows: int = TOKEN_ID_ROWS,
+    formats: tuple[str, ...] = FORMATS,
+) -> dict[str, float]:
+    """The formats as whole ``enginefit ingest`` commands, alternating: the best time of
+    ``repeats`` runs each, and the largest peak RSS. The token-id JSONL is ``token_id_rows``
+    short-profile requests with session ids (its own size: the token-id form is about 40 times
+    the bytes of the hash form per request)."""
+    traces: dict[str, Path] = {}
+    results: dict[str, float] = {"cli_rows": rows}
+    if "csv" in formats:
+        traces["csv"] = tmp / "azure_cli.csv"
+        generate_azure_csv(traces["csv"], rows)
+    if "jsonl" in formats:
+        traces["jsonl"] = tmp / "mooncake_cli.jsonl"
+        results["cli_jsonl_hash_ids"] = generate_mooncake_jsonl(traces["jsonl"], rows)
+        results["cli_jsonl_mib"] = traces["jsonl"].stat().st_size / 2**20
+    counts = {"csv": rows, "jsonl": rows}
+    if "token-ids" in formats:
+        traces["token-ids"] = tmp / "token_ids_cli.jsonl"
+        drawn = conversations(spec(token_id_rows, "short", seed=2))
+        written = write_token_ids(drawn, traces["token-ids"], sessions=True)
+        counts["token-ids"] = token_id_rows
+        results["cli_token_ids_rows"] = token_id_rows
+        results["cli_token_ids_tokens"] = written.tokens
+        results["cli_token_ids_mib"] = traces["token-ids"].stat().st_size / 2**20
+    seconds: dict[str, list[float]] = {name: [] for name in traces}
+    peak: dict[str, list[float]] = {name: [] for name in traces}
     for _ in range(repeats):
-        for name, trace in (("csv", csv_path), ("jsonl", jsonl_path)):
+        for name, trace in traces.items():
             elapsed, rss = run_command(trace, tmp / f"out-{name}")
             print(
                 f"  enginefit ingest {name}: {elapsed:.2f} s, peak RSS {rss:,.0f} MiB", flush=True
@@ -189,26 +249,36 @@ def bench_cli_ingest(tmp: Path, rows: int = ROWS, repeats: int = REPEATS) -> dic
             seconds[name].append(elapsed)
             peak[name].append(rss)
     # The fastest run (other load only adds time) and the largest peak (memory is not noise).
-    csv_s, jsonl_s = min(seconds["csv"]), min(seconds["jsonl"])
-    csv_rss, jsonl_rss = max(peak["csv"]), max(peak["jsonl"])
-    return {
-        "cli_rows": rows,
-        "cli_jsonl_hash_ids": ids,
-        "cli_jsonl_mib": jsonl_path.stat().st_size / 2**20,
-        "cli_csv_seconds": csv_s,
-        "cli_csv_requests_per_s": rows / csv_s,
-        "cli_csv_peak_rss_mib": csv_rss,
-        "cli_jsonl_seconds": jsonl_s,
-        "cli_jsonl_requests_per_s": rows / jsonl_s,
-        "cli_jsonl_peak_rss_mib": jsonl_rss,
-        "cli_jsonl_over_csv": jsonl_s / csv_s,
-    }
+    for name in traces:
+        key = name.replace("-", "_")
+        best = min(seconds[name])
+        results[f"cli_{key}_seconds"] = best
+        results[f"cli_{key}_requests_per_s"] = counts[name] / best
+        results[f"cli_{key}_peak_rss_mib"] = max(peak[name])
+    if "token-ids" in traces:
+        results["cli_token_ids_tokens_per_s"] = (
+            results["cli_token_ids_tokens"] / results["cli_token_ids_seconds"]
+        )
+    if {"csv", "jsonl"} <= traces.keys():
+        results["cli_jsonl_over_csv"] = results["cli_jsonl_seconds"] / results["cli_csv_seconds"]
+    return results
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="perf.ingest", description=__doc__)
     parser.add_argument("--cli-only", action="store_true", help="only the end-to-end commands")
     parser.add_argument("--requests", type=int, default=ROWS, help="requests per generated trace")
+    parser.add_argument(
+        "--token-id-requests",
+        type=int,
+        default=TOKEN_ID_ROWS,
+        help="requests in the generated token-id JSONL",
+    )
+    parser.add_argument(
+        "--formats",
+        default=",".join(FORMATS),
+        help="end-to-end commands to run, comma-separated (csv, jsonl, token-ids)",
+    )
     parser.add_argument("--repeats", type=int, default=REPEATS)
     args = parser.parse_args(argv if argv is not None else [])
     with tempfile.TemporaryDirectory() as tmp_name:
@@ -217,9 +287,19 @@ def main(argv: list[str] | None = None) -> None:
         if not args.cli_only:
             results |= bench_csv_ingest(tmp)
             results |= bench_token_hashing()
+            results |= bench_token_run_hashing()
             results |= bench_block_id_hashing()
             results |= bench_token_id_reader(tmp)
-        results |= bench_cli_ingest(tmp, args.requests, args.repeats)
+        formats = tuple(name.strip() for name in args.formats.split(",") if name.strip())
+        if unknown := set(formats) - set(FORMATS):
+            parser.error(f"unknown formats: {', '.join(sorted(unknown))}")
+        results |= bench_cli_ingest(
+            tmp,
+            args.requests,
+            args.repeats,
+            token_id_rows=args.token_id_requests,
+            formats=formats,
+        )
     for key, value in results.items():
         print(f"{key:>28}: {value:,.2f}")
 

@@ -94,13 +94,15 @@ def _key(salt: bytes) -> bytes:
     return salt if len(salt) <= 64 else hashlib.blake2b(salt).digest()
 
 
-def keyed_state(salt: bytes) -> tuple[npt.NDArray[np.uint64], int]:
+def keyed_state(
+    salt: bytes, message_bytes: int = MESSAGE_BYTES
+) -> tuple[npt.NDArray[np.uint64], int]:
     """BLAKE2b-64's state for ``salt`` once the key block is compressed, and the byte counter
-    at the end of a one-block message after it (without a key there is no key block)."""
+    at the end of a ``message_bytes`` message after it (without a key there is no key block)."""
     key = _key(salt)
     h = list(IV)
     h[0] ^= 0x01010000 | (len(key) << 8) | DIGEST_BYTES
-    counter = MESSAGE_BYTES
+    counter = message_bytes
     if key:
         block = key.ljust(BLOCK_BYTES, b"\0")
         words = [int.from_bytes(block[i : i + 8], "little") for i in range(0, BLOCK_BYTES, 8)]
@@ -263,6 +265,225 @@ def chain_hash_id_runs(
         starts[longest_first],
         counts[longest_first],
         out_offsets[longest_first],
+        state,
+        np.uint64(counter),
+        out,
+    )
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Token-id chains: the message of block k is b"\x01" || hash(block k-1) || its block_size ids
+# as 4-byte little-endian words (pipeline.hashing.chain_hash_tokens), so 9 + 4 × block_size
+# bytes: one BLAKE2b block up to 29 tokens, more above (a general compression, all 16 words).
+
+TOKENS_DOMAIN = 0x01  # pipeline.hashing's domain byte for token ids
+_SIGMA = np.array(SIGMA, dtype=np.int64)
+
+
+@nb.njit(cache=True)
+def _compress(
+    h: npt.NDArray[np.uint64],
+    m: npt.NDArray[np.uint64],
+    counter: np.uint64,
+    last: bool,
+) -> None:
+    """BLAKE2b's compression F of the 16 words ``m`` into the state ``h``, in place."""
+    v = (
+        h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7],
+        np.uint64(IV[0]), np.uint64(IV[1]), np.uint64(IV[2]), np.uint64(IV[3]),
+        np.uint64(IV[4]) ^ counter, np.uint64(IV[5]),
+        ~np.uint64(IV[6]) if last else np.uint64(IV[6]), np.uint64(IV[7]),
+    )  # fmt: skip
+    for r in range(ROUNDS):
+        s = _SIGMA[r % 10]
+        v = _round(
+            v, m[s[0]], m[s[1]], m[s[2]], m[s[3]], m[s[4]], m[s[5]], m[s[6]], m[s[7]],
+            m[s[8]], m[s[9]], m[s[10]], m[s[11]], m[s[12]], m[s[13]], m[s[14]], m[s[15]],
+        )  # fmt: skip
+    for i in range(8):
+        h[i] ^= v[i] ^ v[i + 8]
+
+
+@nb.njit(cache=True)
+def _token_chain_kernel(
+    ids: npt.NDArray[np.uint32],
+    runs: npt.NDArray[np.int64],
+    counts: npt.NDArray[np.int64],
+    block_size: int,
+    state: npt.NDArray[np.uint64],
+    key_bytes: int,
+    out: npt.NDArray[np.uint64],
+) -> None:
+    """Request ``r``'s sequence is ``ids[runs[r, 0] : +runs[r, 1]]`` then
+    ``ids[runs[r, 2] : +runs[r, 3]]``; its ``counts[r]`` full blocks are hashed into ``out``
+    one after another."""
+    message = 9 + 4 * block_size
+    chunks = (message + BLOCK_BYTES - 1) // BLOCK_BYTES
+    buf = np.zeros(chunks * BLOCK_BYTES, dtype=np.uint8)  # the padding stays zero
+    words = buf.view(np.uint64)
+    h = np.empty(8, dtype=np.uint64)
+    buf[0] = TOKENS_DOMAIN
+    o = 0
+    for r in range(counts.size):
+        first_start, first_count, second_start = runs[r, 0], runs[r, 1], runs[r, 2]
+        parent = np.uint64(0)
+        for k in range(counts[r]):
+            for b in range(8):
+                buf[1 + b] = (parent >> np.uint64(8 * b)) & np.uint64(0xFF)
+            base = k * block_size
+            for j in range(block_size):
+                t = base + j
+                token = (
+                    ids[first_start + t] if t < first_count else ids[second_start + t - first_count]
+                )
+                at = 9 + 4 * j
+                buf[at] = token & 0xFF
+                buf[at + 1] = (token >> 8) & 0xFF
+                buf[at + 2] = (token >> 16) & 0xFF
+                buf[at + 3] = token >> 24
+            h[:] = state
+            for c in range(chunks):
+                last = c == chunks - 1
+                done = message if last else (c + 1) * BLOCK_BYTES
+                _compress(h, words[16 * c : 16 * c + 16], np.uint64(key_bytes + done), last)
+            parent = h[0]
+            out[o] = parent
+            o += 1
+
+
+# One-block token messages (up to 29 tokens: 9 + 4 × 29 = 125 bytes) are hashed
+# for a group of requests side by side, as block ids are: the loop over the group's lanes is a
+# plain loop the compiler vectorises.
+ONE_BLOCK_TOKENS = (BLOCK_BYTES - 9) // 4
+
+
+@nb.njit(cache=True, inline="always")
+def _one_block_digest(
+    h: Any, counter: Any, m0: Any, m1: Any, m2: Any, m3: Any, m4: Any, m5: Any, m6: Any, m7: Any, m8: Any, m9: Any, m10: Any, m11: Any, m12: Any, m13: Any, m14: Any, m15: Any,
+) -> np.uint64:  # fmt: skip
+    """The first state word after the final compression of a one-block message ``m``."""
+    v = (
+        h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7],
+        np.uint64(IV[0]), np.uint64(IV[1]), np.uint64(IV[2]), np.uint64(IV[3]),
+        np.uint64(IV[4]) ^ counter, np.uint64(IV[5]), ~np.uint64(IV[6]), np.uint64(IV[7]),
+    )  # fmt: skip
+    v = _round(v, m0, m1, m2, m3, m4, m5, m6, m7, m8, m9, m10, m11, m12, m13, m14, m15)  # fmt: skip
+    v = _round(v, m14, m10, m4, m8, m9, m15, m13, m6, m1, m12, m0, m2, m11, m7, m5, m3)  # fmt: skip
+    v = _round(v, m11, m8, m12, m0, m5, m2, m15, m13, m10, m14, m3, m6, m7, m1, m9, m4)  # fmt: skip
+    v = _round(v, m7, m9, m3, m1, m13, m12, m11, m14, m2, m6, m5, m10, m4, m0, m15, m8)  # fmt: skip
+    v = _round(v, m9, m0, m5, m7, m2, m4, m10, m15, m14, m1, m11, m12, m6, m8, m3, m13)  # fmt: skip
+    v = _round(v, m2, m12, m6, m10, m0, m11, m8, m3, m4, m13, m7, m5, m15, m14, m1, m9)  # fmt: skip
+    v = _round(v, m12, m5, m1, m15, m14, m13, m4, m10, m0, m7, m6, m3, m9, m2, m8, m11)  # fmt: skip
+    v = _round(v, m13, m11, m7, m14, m12, m1, m3, m9, m5, m0, m15, m4, m8, m6, m2, m10)  # fmt: skip
+    v = _round(v, m6, m15, m14, m9, m11, m3, m0, m8, m12, m2, m13, m7, m1, m4, m10, m5)  # fmt: skip
+    v = _round(v, m10, m2, m8, m4, m7, m6, m1, m5, m15, m11, m9, m14, m3, m12, m13, m0)  # fmt: skip
+    v = _round(v, m0, m1, m2, m3, m4, m5, m6, m7, m8, m9, m10, m11, m12, m13, m14, m15)  # fmt: skip
+    v = _round(v, m14, m10, m4, m8, m9, m15, m13, m6, m1, m12, m0, m2, m11, m7, m5, m3)  # fmt: skip
+    return h[0] ^ v[0] ^ v[8]  # type: ignore[no-any-return]
+
+
+@nb.njit(cache=True)
+def _one_block_digests(
+    state: Any, counter: np.uint64, m: npt.NDArray[np.uint64], out: npt.NDArray[np.uint64], n: int
+) -> None:
+    """``out[i]`` = the digest of the one-block message ``m[:, i]``, for ``i < n``."""
+    for i in range(n):
+        out[i] = _one_block_digest(
+            state, counter, m[0, i], m[1, i], m[2, i], m[3, i], m[4, i], m[5, i], m[6, i],
+            m[7, i], m[8, i], m[9, i], m[10, i], m[11, i], m[12, i], m[13, i], m[14, i], m[15, i],
+        )  # fmt: skip
+
+
+@nb.njit(cache=True)
+def _token_lanes_kernel(
+    ids: npt.NDArray[np.uint32],
+    runs: npt.NDArray[np.int64],
+    counts: npt.NDArray[np.int64],
+    out_offsets: npt.NDArray[np.int64],
+    block_size: int,
+    h: npt.NDArray[np.uint64],
+    counter: np.uint64,
+    out: npt.NDArray[np.uint64],
+) -> None:
+    """:func:`_token_chain_kernel` for one-block messages, :data:`_GROUP` requests side by
+    side (the runs come longest first, as in :func:`_chain_kernel`)."""
+    state = (h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7])
+    n = counts.size
+    m = np.zeros((16, _GROUP), np.uint64)
+    message = np.zeros(BLOCK_BYTES, np.uint8)
+    words = message.view(np.uint64)
+    message[0] = TOKENS_DOMAIN
+    parents = np.empty(_GROUP, np.uint64)
+    digests = np.empty(_GROUP, np.uint64)
+    for lo in range(0, n, _GROUP):
+        width = min(n, lo + _GROUP) - lo
+        parents[:width] = 0
+        active = width
+        for k in range(counts[lo] if width else 0):
+            while counts[lo + active - 1] <= k:
+                active -= 1
+            for i in range(active):
+                r = lo + i
+                first_start, first_count, second_start = runs[r, 0], runs[r, 1], runs[r, 2]
+                parent = parents[i]
+                for b in range(8):
+                    message[1 + b] = (parent >> np.uint64(8 * b)) & np.uint64(0xFF)
+                base = k * block_size
+                for j in range(block_size):
+                    t = base + j
+                    token = (
+                        ids[first_start + t]
+                        if t < first_count
+                        else ids[second_start + t - first_count]
+                    )
+                    at = 9 + 4 * j
+                    message[at] = token & 0xFF
+                    message[at + 1] = (token >> 8) & 0xFF
+                    message[at + 2] = (token >> 16) & 0xFF
+                    message[at + 3] = token >> 24
+                for w in range(16):
+                    m[w, i] = words[w]
+            _one_block_digests(state, counter, m, digests, active)
+            for i in range(active):
+                parents[i] = digests[i]
+                out[out_offsets[lo + i] + k] = digests[i]
+
+
+def chain_hash_token_runs(
+    ids: npt.NDArray[np.uint32],
+    runs: npt.NDArray[np.int64],
+    block_size: int,
+    salt: bytes,
+) -> npt.NDArray[np.uint64]:
+    """Chained token-id hashes of many requests at once: request ``r``'s tokens are
+    ``ids[runs[r, 0] : runs[r, 0] + runs[r, 1]]`` followed by ``ids[runs[r, 2] : runs[r, 2] +
+    runs[r, 3]]`` (its prompt and its output, say). Returns every request's chain over its full
+    ``block_size``-token blocks, concatenated in request order, each equal to
+    :func:`pipeline.hashing.chain_hash_tokens` of that request's tokens."""
+    ids = np.ascontiguousarray(ids, dtype=np.uint32)
+    runs = np.ascontiguousarray(runs, dtype=np.int64).reshape(-1, 4)
+    if block_size < 1:
+        raise ValueError("block_size must be positive")
+    starts, lengths = runs[:, 0::2], runs[:, 1::2]
+    if runs.size and (starts.min() < 0 or lengths.min() < 0 or (starts + lengths).max() > ids.size):
+        raise ValueError("a run lies outside the ids")
+    counts = lengths.sum(axis=1) // block_size
+    out = np.empty(int(counts.sum()), dtype=np.uint64)
+    message = 9 + 4 * block_size
+    state, counter = keyed_state(salt, message)
+    if block_size > ONE_BLOCK_TOKENS:
+        _token_chain_kernel(ids, runs, counts, block_size, state, counter - message, out)
+        return out
+    out_offsets = np.zeros(counts.size, dtype=np.int64)
+    np.cumsum(counts[:-1], out=out_offsets[1:])
+    longest_first = np.argsort(-counts, kind="stable")
+    _token_lanes_kernel(
+        ids,
+        runs[longest_first],
+        counts[longest_first],
+        out_offsets[longest_first],
+        block_size,
         state,
         np.uint64(counter),
         out,

@@ -1,4 +1,5 @@
-"""The compiled block-id chain hash gives exactly what ``hashlib`` gives, for every salt."""
+"""The compiled block-id and token-id chain hashes give exactly what ``hashlib`` gives, for
+every salt and block size."""
 
 from __future__ import annotations
 
@@ -9,8 +10,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.blockhash import BLOCK_BYTES, DIGEST_BYTES, IV, chain_hash_id_runs, compress_words
-from pipeline.hashing import chain_hash_block_ids
+from pipeline.blockhash import (
+    BLOCK_BYTES,
+    DIGEST_BYTES,
+    IV,
+    chain_hash_id_runs,
+    chain_hash_token_runs,
+    compress_words,
+)
+from pipeline.hashing import chain_hash_block_ids, chain_hash_tokens
 
 INT64 = st.integers(-(2**63), 2**63 - 1)
 SALTS = [b"", b"s", b"enginefit-bundled-sample-salt", b"k" * 64, b"long" * 40, bytes(range(256))]
@@ -73,3 +81,73 @@ def test_the_compression_function_is_blake2b() -> None:
     digest = compress_words(h, words, len(message), True)[0]
     expected = hashlib.blake2b(message, digest_size=DIGEST_BYTES).digest()
     assert digest == int.from_bytes(expected, "little")
+
+
+def token_reference(
+    ids: np.ndarray, runs: list[list[int]], block_size: int, salt: bytes
+) -> list[int]:
+    return [
+        int(h)
+        for a, b, c, d in runs
+        for h in chain_hash_tokens(
+            np.concatenate([ids[a : a + b], ids[c : c + d]]).astype(np.int64), block_size, salt
+        )
+    ]
+
+
+@pytest.mark.parametrize("salt", SALTS, ids=lambda s: f"{len(s)}-byte salt")
+@pytest.mark.parametrize("block_size", [1, 2, 16, 29, 30, 31, 61, 64, 200])
+def test_token_runs_hash_like_hashlib(salt: bytes, block_size: int) -> None:
+    """Messages of one BLAKE2b block (up to 29 tokens: 9 + 4 × 29 = 125 bytes) and of several;
+    ids across [0, 2**32); requests of two runs (prompt then output) that are empty, shorter
+    than a block, overlapping or out of order in the ids."""
+    rng = np.random.default_rng(block_size)
+    ids = np.concatenate(
+        [
+            np.array([0, 1, 255, 256, 2**31, 2**32 - 1], dtype=np.uint32),
+            rng.integers(0, 2**32, 2000, dtype=np.uint64).astype(np.uint32),
+        ]
+    )
+    runs = [
+        [0, 500, 600, 123],
+        [0, 0, 0, 0],
+        [7, block_size - 1, 0, 0],
+        [1000, 0, 3, 2 * block_size + 1],
+        [1500, 400, 100, 400],
+        [10, block_size, 10 + block_size, block_size],
+    ]
+    got = chain_hash_token_runs(ids, np.array(runs), block_size, salt)
+    assert got.dtype == np.uint64
+    assert got.tolist() == token_reference(ids, runs, block_size, salt)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(
+    st.lists(st.lists(st.integers(0, 2**32 - 1), max_size=70), min_size=1, max_size=8),
+    st.integers(1, 40),
+    st.binary(max_size=80),
+)
+def test_any_token_runs_any_salt(runs: list[list[int]], block_size: int, salt: bytes) -> None:
+    """Each drawn list split in two runs at its middle, the second run stored first."""
+    ids, spans = [], []
+    for run in runs:
+        half = len(run) // 2
+        second = len(ids)
+        ids += run[half:]
+        first = len(ids)
+        ids += run[:half]
+        spans.append([first, half, second, len(run) - half])
+    array = np.array(ids, dtype=np.uint32)
+    got = chain_hash_token_runs(array, np.array(spans, dtype=np.int64), block_size, salt)
+    assert got.tolist() == token_reference(array, spans, block_size, salt)
+
+
+def test_token_runs_outside_the_ids_are_refused() -> None:
+    ids = np.arange(10, dtype=np.uint32)
+    with pytest.raises(ValueError, match="outside"):
+        chain_hash_token_runs(ids, np.array([[5, 6, 0, 0]]), 4, b"s")
+    with pytest.raises(ValueError, match="outside"):
+        chain_hash_token_runs(ids, np.array([[0, 1, -1, 1]]), 4, b"s")
+    with pytest.raises(ValueError, match="positive"):
+        chain_hash_token_runs(ids, np.array([[0, 1, 0, 0]]), 0, b"s")
+    assert chain_hash_token_runs(ids, np.zeros((0, 4), dtype=np.int64), 4, b"s").size == 0

@@ -63,7 +63,8 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)
 _EARLIEST_US = (EARLIEST_ARRIVAL - _EPOCH) // _US
 _LATEST_US = (LATEST_ARRIVAL - _EPOCH) // _US
-# epoch_or_relative's bound for ms: from here on a value is a finer unit (quarantined there).
+# epoch_or_relative's bound in seconds (the same for values in s and in ms): from here on a
+# value is in a finer unit (quarantined there).
 _UNIT_MISMATCH_SECONDS = EPOCH_SECONDS_MIN * 100
 
 
@@ -90,7 +91,7 @@ class MooncakeReader(JsonLinesReader):
             )
             read += int(np.count_nonzero(kinds != BLANK))
             fast = kinds == FAST
-            arrival, in_range = _arrivals(ts_int, ts_span, block, fast, ctx.anchor)
+            arrival, in_range = scanned_arrivals(ts_int, ts_span, block, fast, ctx.anchor, 1000.0)
             slow = np.flatnonzero((kinds == PYTHON) | (fast & ~in_range))
             fast &= in_range
             for row in slow.tolist():
@@ -196,17 +197,19 @@ class MooncakeReader(JsonLinesReader):
         }
 
 
-def _arrivals(
+def scanned_arrivals(
     ts_int: npt.NDArray[np.int64],
     ts_span: npt.NDArray[np.int64],
     block: bytes,
     rows: npt.NDArray[np.bool_],
     anchor: datetime,
+    per_second: float,
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
-    """Arrival (µs since the epoch, UTC) of each scanned timestamp in ms, and whether it is
-    certainly what :func:`~pipeline.readers.base.epoch_or_relative` gives and accepts.
+    """Arrival (µs since the epoch, UTC) of each scanned timestamp, written in units of which
+    ``per_second`` make a second (1000.0 for ms, 1.0 for s), and whether it is certainly what
+    :func:`~pipeline.readers.base.epoch_or_relative` gives and accepts.
 
-    The arithmetic is Python's own: ``float(ms) / 1000`` seconds, split into whole seconds and
+    The arithmetic is Python's own: ``float(value) / per_second`` seconds, split into whole seconds and
     a fraction whose microseconds are rounded half to even (what ``datetime.fromtimestamp`` and
     ``timedelta(seconds=…)`` both do), as an epoch time from 10^9 s on, else after ``anchor``.
     Rows outside the plausible years or the unit bound are left to that function (which
@@ -217,7 +220,7 @@ def _arrivals(
     spans = np.flatnonzero(rows & (ts_span[:, 0] >= 0))
     if spans.size:  # a fraction or an exponent: converted as json does, with float()
         value[spans] = [float(block[a:b]) for a, b in ts_span[spans].tolist()]
-    seconds = value / 1000.0
+    seconds = value / per_second
     valid = rows & np.isfinite(seconds) & (seconds >= 0) & (seconds < _UNIT_MISMATCH_SECONDS)
     seconds = np.where(valid, seconds, 0.0)
     fraction, whole = np.modf(seconds)

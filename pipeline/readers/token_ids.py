@@ -25,22 +25,47 @@ optional
 
 Counts are exact (``tokens_approximate`` is False). Detection: the first object has
 ``prompt_token_ids``. Token ids are never written anywhere, only their salted chain hashes.
+
+Reading is columnar and streamed, as Mooncake's is: blocks of about 16 MiB of whole lines go
+through a compiled scanner (:mod:`pipeline.readers.token_ids_scan`) into flat arrays (the ids of
+a block as one ``uint32`` array, per request its runs in it), the chains of a block's requests
+are hashed in one compiled call (:func:`pipeline.blockhash.chain_hash_token_runs`, the hashes
+:func:`pipeline.hashing.chain_hash_tokens` gives), and the rows become columns without a Python
+object per token. A line the scanner is not certain of (invalid JSON, a missing, mistyped or
+out-of-range field, a count mismatch, escapes, non-ASCII text, nesting, a repeated key, …), a
+timestamp outside the plausible range and a non-finite duration go through the line-by-line
+path every JSON Lines reader uses (:meth:`convert`), so rows, quarantine reasons and details
+are the same as ever.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+import pyarrow as pa
+
+from pipeline.blockhash import chain_hash_token_runs
 from pipeline.readers.base import (
     JsonLinesReader,
+    Quarantine,
     ReadContext,
+    ReadResult,
     RecordError,
+    canonical_rows,
+    json_line_object,
     require,
     token_count,
     token_ids,
 )
+from pipeline.readers.mooncake import scanned_arrivals
 from pipeline.readers.prompt_text import content_row, line_arrival
 from pipeline.readers.source import SourceFile
+from pipeline.readers.token_ids_scan import BLANK, FAST, PYTHON, TEXT_GROUPS, scan_lines
+from pipeline.schema import conform
 
 
 class TokenIdsReader(JsonLinesReader):
@@ -51,6 +76,107 @@ class TokenIdsReader(JsonLinesReader):
 
     def detect_object(self, obj: dict[str, Any]) -> bool:
         return "prompt_token_ids" in obj
+
+    def read(self, source: SourceFile, ctx: ReadContext) -> ReadResult:
+        """Every line, block by block: the scanner's clean records as columns, the rest
+        through :meth:`record_row` (same rows, same quarantine as the line-by-line reader)."""
+        quarantine = Quarantine(source)
+        frames: list[pl.DataFrame] = []
+        slow_rows: list[dict[str, Any]] = []
+        read = 0
+        first_line = 1
+        for block, terminated in source.iter_line_blocks(ctx.progress):
+            buf, kinds, bounds, ts_int, spans, counts, texts, ids = scan_lines(block)
+            read += int(np.count_nonzero(kinds != BLANK))
+            fast = kinds == FAST
+            arrival, in_range = scanned_arrivals(
+                ts_int, spans[:, 0:2], block, fast, ctx.anchor, 1.0
+            )
+            e2e_ms, e2e_ok = _milliseconds(spans[:, 2:4], block, fast)
+            ttft_ms, ttft_ok = _milliseconds(spans[:, 4:6], block, fast)
+            certain = in_range & e2e_ok & ttft_ok
+            slow = np.flatnonzero((kinds == PYTHON) | (fast & ~certain))
+            fast &= certain
+            for row in slow.tolist():
+                line_no = first_line + row
+                raw = block[bounds[row, 0] : bounds[row, 1]]
+                obj = json_line_object(raw, terminated, line_no, quarantine)
+                if obj is not None:
+                    converted = self.record_row(obj, source, line_no, ctx, quarantine)
+                    if converted is not None:
+                        slow_rows.append(converted)
+            if fast.any():
+                frames.append(
+                    self._columns(
+                        source,
+                        ctx,
+                        buf,
+                        lines=np.flatnonzero(fast) + first_line,
+                        arrival=arrival[fast],
+                        e2e_ms=e2e_ms[fast],
+                        ttft_ms=ttft_ms[fast],
+                        counts=counts[fast],
+                        texts=texts[fast],
+                        ids=ids,
+                    )
+                )
+            first_line += kinds.size
+        if slow_rows:
+            frames.append(canonical_rows(slow_rows))
+        if not frames:
+            return ReadResult(canonical_rows([]), quarantine.frame(), read)
+        requests = pl.concat(frames, rechunk=False)
+        if slow_rows and len(frames) > 1:
+            requests = requests.sort("source_line", maintain_order=True)
+        return ReadResult(requests.rechunk(), quarantine.frame(), read)
+
+    def _columns(
+        self,
+        source: SourceFile,
+        ctx: ReadContext,
+        buf: npt.NDArray[np.uint8],
+        *,
+        lines: npt.NDArray[np.int64],
+        arrival: npt.NDArray[np.int64],
+        e2e_ms: npt.NDArray[np.float64],
+        ttft_ms: npt.NDArray[np.float64],
+        counts: npt.NDArray[np.int64],
+        texts: npt.NDArray[np.int64],
+        ids: npt.NDArray[np.uint32],
+    ) -> pl.DataFrame:
+        """Canonical rows of one block's clean records, as :meth:`convert` would make them."""
+        runs = counts[:, 0:4]
+        prompt = runs[:, 1]
+        blocks = (prompt + runs[:, 3]) // ctx.block_size
+        hashes = chain_hash_token_runs(ids, runs, ctx.block_size, ctx.salt)
+        offsets = np.zeros(blocks.size + 1, dtype=np.int64)
+        np.cumsum(blocks, out=offsets[1:])
+        chains = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(hashes))
+        output, turn = counts[:, 4], counts[:, 5]
+        columns: dict[str, Any] = {
+            "arrival": pl.Series(arrival).cast(pl.Datetime("us")).dt.replace_time_zone("UTC"),
+            "turn": pl.Series(turn).set(pl.Series(turn < 0), None),
+            "prompt_tokens": prompt,
+            "output_tokens": pl.Series(output).set(pl.Series(output < 0), None),
+            "e2e_ms": pl.Series(e2e_ms).fill_nan(None),
+            "ttft_ms": pl.Series(ttft_ms).fill_nan(None),
+            "prefix_hashes": pl.Series(chains),
+            "prompt_blocks": prompt // ctx.block_size,
+            "source_line": lines,
+        }
+        for group, name in enumerate(TEXT_GROUPS):
+            columns[name] = _texts(buf, texts[:, group, 0], texts[:, group, 1])
+        frame = pl.DataFrame(columns)
+        return conform(
+            frame.with_columns(
+                pl.coalesce("request_id", pl.format("{}:{}", pl.lit(source.label), "source_line")),
+                pl.lit(ctx.block_size).alias("block_size"),
+                pl.lit(True).alias("hashes_known"),
+                pl.lit(False).alias("tokens_approximate"),
+                pl.lit(self.name).alias("source_format"),
+                pl.lit(source.label).alias("source_file"),
+            )
+        )
 
     def convert(
         self, obj: dict[str, Any], source: SourceFile, line: int, ctx: ReadContext
@@ -72,3 +198,41 @@ class TokenIdsReader(JsonLinesReader):
         return content_row(
             obj, arrival, prompt_ids, output_ids, output_tokens, ctx, approximate=False
         )
+
+
+def _milliseconds(
+    spans: npt.NDArray[np.int64], block: bytes, rows: npt.NDArray[np.bool_]
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]:
+    """Scanned durations in seconds (text spans, start -1 when absent or null) as
+    milliseconds (NaN when absent), converted as ``json`` and
+    :func:`~pipeline.prompt_text.optional_seconds_as_ms` do (``float`` of the text, times
+    1000.0), and whether each row's is certain (a non-finite value is left to the reader)."""
+    values = np.full(spans.shape[0], np.nan)
+    given = np.flatnonzero(rows & (spans[:, 0] >= 0))
+    certain = np.ones(spans.shape[0], dtype=np.bool_)
+    if given.size:
+        seconds = [float(block[a:b]) for a, b in spans[given].tolist()]
+        values[given] = [value * 1000.0 for value in seconds]
+        certain[given] = [math.isfinite(value) for value in seconds]
+    return values, certain
+
+
+def _texts(
+    buf: npt.NDArray[np.uint8], starts: npt.NDArray[np.int64], stops: npt.NDArray[np.int64]
+) -> pl.Series:
+    """The ASCII text at each span of ``buf`` as a string column (null where ``starts`` is
+    -1), gathered without a Python string per row."""
+    present = starts >= 0
+    lengths = np.where(present, stops - starts, 0)
+    offsets = np.zeros(lengths.size + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    gather = np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1])
+    validity = pa.py_buffer(np.packbits(present, bitorder="little"))
+    array = pa.LargeStringArray.from_buffers(
+        lengths.size,
+        pa.py_buffer(offsets),
+        pa.py_buffer(buf[gather]),
+        validity,
+        null_count=int(lengths.size - np.count_nonzero(present)),
+    )
+    return pl.Series(array)
