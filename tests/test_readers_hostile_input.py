@@ -581,3 +581,39 @@ def test_canonical_rows_that_cannot_replay_are_quarantined(tmp_path: Path) -> No
         (2, "prompt_blocks", "exceeds_prompt_tokens"),
         (3, "prompt_blocks", "exceeds_prefix_hashes"),
     ]
+
+
+# A \u escape naming half a UTF-16 pair is valid JSON but no text: quarantined, whichever reader.
+
+LONE_SURROGATE_LINES = {
+    "token-ids": {
+        "ts": 1.0,
+        "session_id": "\ud800",
+        "prompt_token_ids": [1, 2],
+        "output_tokens": 1,
+    },
+    "prompt-text": {"ts": 1.0, "prompt": "hello \udc00 world", "output_tokens": 2, "duration_s": 1},
+    "mooncake": {
+        "timestamp": 5,
+        "input_length": 20,
+        "output_length": 2,
+        "hash_ids": [1],
+        "x": "\ud800",
+    },
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(LONE_SURROGATE_LINES))
+def test_a_lone_surrogate_escape_is_quarantined_not_a_crash(tmp_path: Path, fmt: str) -> None:
+    bad = json.dumps(LONE_SURROGATE_LINES[fmt])  # ensure_ascii: written as a \u escape
+    assert "\\ud" in bad
+    good = {k: v for k, v in LONE_SURROGATE_LINES[fmt].items() if k != "x"}
+    good = {k: ("text" if isinstance(v, str) else v) for k, v in good.items()}
+    path = tmp_path / "trace.jsonl"
+    path.write_text(json.dumps(good) + "\n" + bad + "\n")
+    reader = reader_named(fmt)
+    result = reader.read(SourceFile.of(path), CTX)
+    assert result.requests.height == 1 and result.records_read == 2
+    row = result.quarantine.row(0, named=True)
+    assert (row["source_line"], row["reason"]) == (2, "invalid_utf8")
+    assert "lone surrogate" in row["detail"]

@@ -394,7 +394,21 @@ def json_line_object(
     if not isinstance(obj, dict):
         quarantine.add(line_no, "<line>", "not_an_object", type(obj).__name__)
         return None
+    if "\\u" in text and not _encodable(obj):
+        # JSON's grammar lets a \u escape name half a UTF-16 pair; such a string is no text
+        # (it cannot be stored), so the line is not used.
+        quarantine.add(line_no, "<line>", "invalid_utf8", "a \\u escape names a lone surrogate")
+        return None
     return obj
+
+
+def _encodable(obj: Any) -> bool:
+    """Every string in ``obj`` (keys too) is valid Unicode text."""
+    try:
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 # Detection looks at this many non-blank lines for the first one that is JSON, so one damaged
