@@ -87,8 +87,14 @@ class FlatLists:
 def flat_lists(series: pl.Series) -> FlatLists:
     """Offsets and values of a list-of-UInt64 column without copying row by row (null lists are
     empty, null values 0 and marked in ``nulls``)."""
-    filled = series.fill_null(pl.Series([[]], dtype=pl.List(pl.UInt64)).first())
-    arrow = filled.cast(pl.List(pl.UInt64)).rechunk().to_arrow()
+    # copies only when needed: a chunk of a streamed column is usually all of these already
+    if series.null_count():
+        series = series.fill_null(pl.Series([[]], dtype=pl.List(pl.UInt64)).first())
+    if series.dtype != pl.List(pl.UInt64):
+        series = series.cast(pl.List(pl.UInt64))
+    if series.n_chunks() > 1:
+        series = series.rechunk()
+    arrow = series.to_arrow()
     if isinstance(arrow, pa.ChunkedArray):
         arrow = arrow.combine_chunks()
     offsets = np.asarray(arrow.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)

@@ -48,8 +48,11 @@ from pipeline.sessions import (
 
 SCHEMA_VERSION = 1
 
-# Requests per streamed chunk of hash chains (a few tens of MB of hashes at most).
-CHUNK_ROWS = 1 << 17
+# Hashes per streamed chunk of chains (16 MB; the rows per chunk follow from the mean prompt
+# blocks, between MIN_ and MAX_CHUNK_ROWS).
+CHUNK_HASHES = 1 << 21
+MIN_CHUNK_ROWS = 1 << 10
+MAX_CHUNK_ROWS = 1 << 18
 
 
 def session_stats(sessions: pl.DataFrame, min_blocks: int) -> dict[str, Any]:
@@ -134,19 +137,29 @@ def _stream(
         if same is not None:
             same.feed(row0, flat.offsets, flat.values)
 
-    row0 = 0
-    # The kernels release the GIL: with two cores the side work runs beside the shared replay.
+    def read(start: int) -> FlatLists:
+        # A slice of the scan reads only the row groups it overlaps (a streaming collect would
+        # read ahead of the kernels without bound).
+        chunk = requests.slice(start, chunk_rows).select("prefix_hashes").collect()
+        return flat_lists(chunk["prefix_hashes"])
+
+    mean_blocks = float(chain_blocks.mean()) * factor if n else 0.0
+    chunk_rows = min(MAX_CHUNK_ROWS, max(MIN_CHUNK_ROWS, int(CHUNK_HASHES / max(mean_blocks, 1))))
+    # The kernels and polars release the GIL: with two cores the next chunk is read, and the
+    # side work done, beside the shared replay (one chunk ahead at most).
     parallel = (os.cpu_count() or 1) > 1
-    with ThreadPoolExecutor(1) as pool:
-        for chunk in requests.select("prefix_hashes").collect_batches(chunk_size=CHUNK_ROWS):
-            native = flat_lists(chunk["prefix_hashes"])
-            rows = slice(row0, row0 + chunk.height)
-            del chunk
+    row0 = 0
+    with ThreadPoolExecutor(1) as reader, ThreadPoolExecutor(1) as worker:
+        ahead = reader.submit(read, 0) if n else None
+        while ahead is not None:
+            native = ahead.result()
+            rows = slice(row0, row0 + native.offsets.shape[0] - 1)
+            ahead = reader.submit(read, rows.stop) if row0 < rows.stop < n else None
             flat = stride_chains(native, factor)
             part = chain_blocks[rows]
             np.minimum(part, np.diff(flat.offsets).astype(np.int32), out=part)
             part[~known[rows]] = 0
-            pending = pool.submit(side, row0, native, flat) if parallel else None
+            pending = worker.submit(side, row0, native, flat) if parallel else None
             if pending is None:
                 side(row0, native, flat)
             shared.feed(row0, flat.offsets, flat.values)
