@@ -5,13 +5,15 @@ Out of core: the request table is never held whole. One scan reads the per-reque
 sessions); then the hash chains stream by in arrival-order chunks through the session search,
 the curve's per-window hashes and the reuse replays, which keep only their tables (one entry
 per distinct block, per registered request) and a few numbers per request; a last scan reads
-the ids the sessions table needs. Peak memory grows with the requests and the distinct blocks,
-not with the blocks.
+the ids the sessions table needs. When tenants are logged the same-tenant replay reads the
+chains once more, after the shared replay's table is gone. Peak memory grows with the requests
+and the distinct blocks, not with the blocks.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -114,6 +116,36 @@ def _per_request(requests: pl.LazyFrame) -> pl.DataFrame:
     ).collect()
 
 
+def _chunks(requests: pl.LazyFrame, n: int, rows: int) -> Iterator[tuple[int, FlatLists]]:
+    """The hash chains in arrival order, ``rows`` requests at a time (with the first row of
+    each chunk), the next chunk read while the caller works on this one."""
+
+    def read(start: int) -> FlatLists:
+        # A slice of the scan reads only the row groups it overlaps (a streaming collect would
+        # read ahead of the kernels without bound).
+        chunk = requests.slice(start, rows).select("prefix_hashes").collect()
+        return flat_lists(chunk["prefix_hashes"])
+
+    row0 = 0
+    with ThreadPoolExecutor(1) as reader:
+        ahead = reader.submit(read, 0) if n else None
+        while ahead is not None:
+            native = ahead.result()
+            stop = row0 + native.offsets.shape[0] - 1
+            ahead = reader.submit(read, stop) if row0 < stop < n else None
+            yield row0, native
+            row0 = stop
+    if row0 != n:
+        raise RuntimeError(f"read {row0} hash chains for {n} requests")
+
+
+def _chunk_rows(blocks: npt.NDArray[np.int32], factor: int) -> int:
+    """Requests per chunk: about ``CHUNK_HASHES`` hashes when a request has ``blocks`` at the
+    analysis block size (``factor`` times the table's) on average."""
+    mean = float(blocks.mean()) * factor if blocks.shape[0] else 0.0
+    return min(MAX_CHUNK_ROWS, max(MIN_CHUNK_ROWS, int(CHUNK_HASHES / max(mean, 1.0))))
+
+
 def _stream(
     requests: pl.LazyFrame,
     n: int,
@@ -123,42 +155,26 @@ def _stream(
     search: ParentSearch,
     counter: CurveCounter | None,
     shared: Replay,
-    same: Replay | None,
 ) -> None:
     """Feed the hash chains, in arrival-order chunks, to the session search (at the table's
     block size), and at the analysis block size (``factor`` times it) to the curve and the
-    replays; ``chain_blocks`` becomes exact chunk by chunk."""
+    shared replay; ``chain_blocks`` becomes exact chunk by chunk."""
 
     def side(row0: int, native: FlatLists, flat: FlatLists) -> None:
         """The chunk's work beside the shared replay (its own tables and arrays only)."""
         search.feed(row0, native.offsets, native.values)
         if counter is not None:
             counter.feed(row0, flat.offsets, flat.values, flat.nulls, chain_blocks)
-        if same is not None:
-            same.feed(row0, flat.offsets, flat.values)
 
-    def read(start: int) -> FlatLists:
-        # A slice of the scan reads only the row groups it overlaps (a streaming collect would
-        # read ahead of the kernels without bound).
-        chunk = requests.slice(start, chunk_rows).select("prefix_hashes").collect()
-        return flat_lists(chunk["prefix_hashes"])
-
-    mean_blocks = float(chain_blocks.mean()) * factor if n else 0.0
-    chunk_rows = min(MAX_CHUNK_ROWS, max(MIN_CHUNK_ROWS, int(CHUNK_HASHES / max(mean_blocks, 1))))
     # The kernels and polars release the GIL: with two cores the next chunk is read, and the
     # side work done, beside the shared replay (one chunk ahead at most).
     parallel = (os.cpu_count() or 1) > 1
-    row0 = 0
-    with ThreadPoolExecutor(1) as reader, ThreadPoolExecutor(1) as worker:
-        ahead = reader.submit(read, 0) if n else None
-        while ahead is not None:
-            native = ahead.result()
-            rows = slice(row0, row0 + native.offsets.shape[0] - 1)
-            ahead = reader.submit(read, rows.stop) if row0 < rows.stop < n else None
+    with ThreadPoolExecutor(1) as worker:
+        for row0, native in _chunks(requests, n, _chunk_rows(chain_blocks, factor)):
             flat = stride_chains(native, factor)
-            part = chain_blocks[rows]
+            part = chain_blocks[row0 : row0 + flat.offsets.shape[0] - 1]
             np.minimum(part, np.diff(flat.offsets).astype(np.int32), out=part)
-            part[~known[rows]] = 0
+            part[~known[row0 : row0 + part.shape[0]]] = 0
             pending = worker.submit(side, row0, native, flat) if parallel else None
             if pending is None:
                 side(row0, native, flat)
@@ -166,9 +182,15 @@ def _stream(
             if pending is not None:
                 pending.result()
             del native, flat, pending
-            row0 = rows.stop
-    if row0 != n:
-        raise RuntimeError(f"read {row0} hash chains for {n} requests")
+
+
+def _replay_again(
+    requests: pl.LazyFrame, n: int, factor: int, blocks: npt.NDArray[np.int32], replay: Replay
+) -> None:
+    """A second pass over the chains for one more replay (its table alone in memory)."""
+    for row0, native in _chunks(requests, n, _chunk_rows(blocks, factor)):
+        flat = stride_chains(native, factor)
+        replay.feed(row0, flat.offsets, flat.values)
 
 
 def analyse(requests: pl.DataFrame | pl.LazyFrame, config: PrefixConfig) -> PrefixResult:
@@ -208,11 +230,15 @@ def analyse(requests: pl.DataFrame | pl.LazyFrame, config: PrefixConfig) -> Pref
     )
     del groups
 
-    _stream(lazy, n, factor, known, chain_blocks, search, counter, shared, same)
+    _stream(lazy, n, factor, known, chain_blocks, search, counter, shared)
     parent = search.close()
     del search
     shared.close()
     if same is not None:
+        # The same-tenant replay's table (one entry per distinct (block, tenant)) is about as
+        # large as the shared one: a second pass, after the shared table is gone, keeps the
+        # peak at one of them.
+        _replay_again(lazy, n, factor, chain_blocks, same)
         same.close()
 
     # Count-only traces: no block structure, so no curve (and nothing can hit).

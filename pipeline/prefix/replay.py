@@ -6,7 +6,8 @@ One pass in arrival order with a packed open-addressing table (numba, ``pipeline
 from (block hash, group) to the most recent row that held it. The group keeps caches apart
 exactly: the shared replay's group is the request's (model, LoRA adapter) namespace; the
 same-tenant replay's is its (namespace, tenant), which gives what replaying each tenant's
-requests alone would, in the same pass and the same kind of table. The table is in 64 parts
+requests alone would, in one pass and the same kind of table (the stage runs it in a second pass
+over the chains, after the shared table is gone). The table is in 64 parts
 that grow one at a time, so growing never holds two copies of it. Memory is the tables (23-34
 bytes per distinct (block, group), ``pipeline.hashmap``) plus a few numbers per request,
 whatever the number of blocks.
