@@ -18,6 +18,22 @@ Functions (all numba-compiled, callable from other kernels and from Python):
   more than one core is numbered in two halves side by side, then the second half's keys are
   looked up in the first half's table).
 
+A second, leaner kind, the *packed table*, is for long streaming passes whose memory is the
+table itself (the prefix stage's out-of-core replay): one uint64 array of ``2 · size`` slots
+(``table[2s]`` the key, ``table[2s + 1]`` the value + 1, 0 = free), so a probe costs one cache
+miss; the value packs a small ``group`` above a ``row`` (``group << shift | row``), and a slot
+matches only the same key *and* group, so requests of different groups (tenants, model / LoRA
+namespaces) never see each other's keys, exactly, in one table. Filled up to 7/10 and grown by
+half (``table_grow_if_full``), it needs 23-34 bytes per key instead of the map's 32-64:
+- ``new_table(expected)``, ``row_bits(n)`` (the ``shift`` for rows 0..n-1);
+- ``table_find(table, key, group, shift)``: the slot holding (key, group), or the free slot where
+  it would go (``table[2 * slot + 1] == 0``);
+- ``table_row(table, slot, shift)``, ``table_set(table, slot, key, group, row, shift)``;
+- ``table_grow_if_full(table, used, shift)``;
+- :class:`TableParts`, ``part_of``, ``table_part``, ``parts_grow_if_full``, ``table_hash``,
+  ``table_probe(..., h)``: a table in parts that grow one at a time (growth then never holds
+  two copies of the whole table).
+
 Used by the session inference (``pipeline.sessions``), the unbounded reuse replay
 (``pipeline.prefix.replay``) and the dense block ids of the simulation (``pipeline.sim.blocks``).
 """
@@ -35,6 +51,7 @@ from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
+from numba.typed import List
 from numpy.typing import NDArray
 
 U64 = NDArray[np.uint64]
@@ -144,6 +161,167 @@ def put(keys: U64, values: I64, used: int, key: np.uint64, value: int) -> tuple[
     if 2 * used > keys.size:
         keys, values = _grown(keys, values)
     return keys, values, used
+
+
+# Packed table: at most 7/10 full, grown by half (see the module docstring).
+_TABLE_LOAD_NUM = 7
+_TABLE_LOAD_DEN = 10
+
+
+def row_bits(n: int) -> int:
+    """Bits that hold a row 0..n-1 (at least 1), the ``shift`` of a packed table over n rows;
+    the groups then have ``63 - shift`` bits."""
+    return max(1, int(n - 1).bit_length() if n > 1 else 1)
+
+
+@nb.njit(cache=True)
+def new_table(expected: int) -> U64:
+    """An empty packed table that holds ``expected`` keys without growing."""
+    size = max(_MIN_SIZE, expected * _TABLE_LOAD_DEN // _TABLE_LOAD_NUM + 16)
+    return np.zeros(2 * size, np.uint64)
+
+
+@nb.njit(cache=True, inline="always")
+def table_hash(key: np.uint64, group: int) -> np.uint64:
+    """The mixed hash of (key, group): its high 32 bits place it in a table, its low bits pick
+    the part of a :func:`new_parts` table."""
+    return splitmix64(key ^ splitmix64(np.uint64(group)))
+
+
+@nb.njit(cache=True, inline="always")
+def _table_home(table: U64, h: np.uint64) -> int:
+    """First slot probed for the mixed hash ``h``: its high 32 bits scaled to the table's size
+    (multiply-shift, so the size need not be a power of two)."""
+    size = table.size >> 1
+    return np.int64(((h >> np.uint64(32)) * np.uint64(size)) >> np.uint64(32))  # type: ignore[return-value]
+
+
+@nb.njit(cache=True, inline="always")
+def table_prefetch(table: U64, h: np.uint64) -> None:
+    """Hint the CPU to load the first slot a lookup of mixed hash ``h`` probes."""
+    prefetch(table, 2 * _table_home(table, h))  # type: ignore[call-arg]
+
+
+@nb.njit(cache=True, inline="always")
+def table_probe(table: U64, key: np.uint64, group: int, shift: int, h: np.uint64) -> int:
+    """:func:`table_find` with (key, group)'s :func:`table_hash` ``h`` given."""
+    size = table.size >> 1
+    slot = _table_home(table, h)
+    g = np.uint64(group)
+    s = np.uint64(shift)
+    while True:
+        stored = table[2 * slot + 1]
+        if stored == 0 or (table[2 * slot] == key and ((stored - _ONE) >> s) == g):
+            return slot  # type: ignore[no-any-return]
+        slot += 1
+        if slot == size:
+            slot = 0
+
+
+@nb.njit(cache=True, inline="always")
+def table_find(table: U64, key: np.uint64, group: int, shift: int) -> int:
+    """The slot holding (key, group), or the free slot where it would be inserted."""
+    return table_probe(table, key, group, shift, table_hash(key, group))  # type: ignore[no-any-return]
+
+
+@nb.njit(cache=True, inline="always")
+def table_row(table: U64, slot: int, shift: int) -> int:
+    """The row stored in an occupied slot."""
+    mask = (_ONE << np.uint64(shift)) - _ONE
+    return np.int64((table[2 * slot + 1] - _ONE) & mask)  # type: ignore[return-value]
+
+
+@nb.njit(cache=True, inline="always")
+def table_set(table: U64, slot: int, key: np.uint64, group: int, row: int, shift: int) -> bool:
+    """Store ``row`` under (key, group) at ``slot`` (from :func:`table_find`, nothing inserted
+    since); True when the slot was free (one more key)."""
+    new = table[2 * slot + 1] == 0
+    table[2 * slot] = key
+    table[2 * slot + 1] = ((np.uint64(group) << np.uint64(shift)) | np.uint64(row)) + _ONE
+    return bool(new)
+
+
+@nb.njit(cache=True)
+def _table_grown(table: U64, shift: int) -> U64:
+    size = table.size >> 1
+    grown = np.zeros(2 * (size + size // 2 + 16), np.uint64)
+    s = np.uint64(shift)
+    for i in range(size):
+        stored = table[2 * i + 1]
+        if stored != 0:
+            slot = table_find(grown, table[2 * i], int((stored - _ONE) >> s), shift)
+            grown[2 * slot] = table[2 * i]
+            grown[2 * slot + 1] = stored
+    return grown
+
+
+@nb.njit(cache=True, inline="always")
+def table_grow_if_full(table: U64, used: int, shift: int) -> U64:
+    """The table, grown by half when ``used`` keys fill more than 7/10 of it (slots found
+    before are then stale)."""
+    if used * _TABLE_LOAD_DEN > (table.size >> 1) * _TABLE_LOAD_NUM:
+        return _table_grown(table, shift)
+    return table
+
+
+@intrinsic
+def _address_pointer(typingctx: Any, address: Any) -> Any:
+    """The uint64 pointer at an integer address."""
+    if not isinstance(address, types.Integer):
+        return None
+    pointer = types.CPointer(types.uint64)  # type: ignore[no-untyped-call]
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return builder.inttoptr(args[0], context.get_value_type(pointer))
+
+    return pointer(address), codegen
+
+
+class TableParts:
+    """A packed table in ``parts`` parts (a power of two): (key, group) lives in part
+    ``table_hash & (parts - 1)`` and each part grows on its own, so growing never holds two
+    copies of the whole table (the prefix replay's tables are the stage's largest memory).
+
+    Kernels reach a part through ``addresses`` / ``lengths`` (:func:`table_part`, a view with no
+    reference counting, so a lookup costs what one table's does); ``owners`` (a numba typed
+    list) holds the parts' arrays and is touched only when a part grows
+    (:func:`parts_grow_if_full`)."""
+
+    def __init__(self, parts: int) -> None:
+        self.owners = List()
+        for _ in range(parts):
+            self.owners.append(new_table(0))
+        self.addresses = np.array([t.ctypes.data for t in self.owners], dtype=np.int64)
+        self.lengths = np.array([t.size for t in self.owners], dtype=np.int64)
+        self.used = np.zeros(parts, dtype=np.int64)
+
+    def nbytes(self) -> int:
+        return int(self.lengths.sum()) * 8
+
+
+@nb.njit(cache=True, inline="always")
+def table_part(addresses: I64, lengths: I64, part: int) -> U64:
+    """Part ``part`` of a :class:`TableParts` as an array view."""
+    return nb.carray(_address_pointer(addresses[part]), lengths[part])  # type: ignore[attr-defined,call-arg,no-any-return]
+
+
+@nb.njit(cache=True, inline="always")
+def part_of(h: np.uint64, mask: np.uint64) -> int:
+    """The part of a :class:`TableParts` (``mask`` = parts - 1) holding mixed hash ``h``."""
+    return np.int64(h & mask)  # type: ignore[return-value]
+
+
+@nb.njit(cache=True)
+def parts_grow_if_full(
+    owners: Any, addresses: I64, lengths: I64, used: I64, part: int, shift: int
+) -> None:
+    """Grow part ``part`` when full (views of it taken before are then stale)."""
+    table = owners[part]
+    grown = table_grow_if_full(table, used[part], shift)
+    if grown.size != table.size:
+        owners[part] = grown
+        addresses[part] = grown.ctypes.data
+        lengths[part] = grown.size
 
 
 @nb.njit(cache=True, nogil=True)

@@ -39,7 +39,7 @@ linear in the number of prompt blocks.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numba
 import numpy as np
@@ -48,7 +48,14 @@ import polars as pl
 import pyarrow as pa
 
 from pipeline.errors import EnginefitError
-from pipeline.hashmap import EMPTY, get, new_map, put
+from pipeline.hashmap import (
+    new_table,
+    row_bits,
+    table_find,
+    table_grow_if_full,
+    table_row,
+    table_set,
+)
 
 DEFAULT_MIN_SESSION_MATCH_BLOCKS = 2
 
@@ -73,83 +80,246 @@ class FlatLists:
 
     offsets: npt.NDArray[np.int64]
     values: npt.NDArray[np.uint64]
+    # per value: null (read as 0 in ``values``); empty when no value is null, the usual case
+    nulls: npt.NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, dtype=np.bool_))
 
 
 def flat_lists(series: pl.Series) -> FlatLists:
-    """Offsets and values of a list-of-UInt64 column without copying row by row (nulls are empty)."""
-    filled = series.fill_null(pl.Series([[]], dtype=pl.List(pl.UInt64)).first())
-    arrow = filled.cast(pl.List(pl.UInt64)).rechunk().to_arrow()
+    """Offsets and values of a list-of-UInt64 column without copying row by row (null lists are
+    empty, null values 0 and marked in ``nulls``)."""
+    # copies only when needed: a chunk of a streamed column is usually all of these already
+    if series.null_count():
+        series = series.fill_null(pl.Series([[]], dtype=pl.List(pl.UInt64)).first())
+    if series.dtype != pl.List(pl.UInt64):
+        series = series.cast(pl.List(pl.UInt64))
+    if series.n_chunks() > 1:
+        series = series.rechunk()
+    arrow = series.to_arrow()
     if isinstance(arrow, pa.ChunkedArray):
         arrow = arrow.combine_chunks()
     offsets = np.asarray(arrow.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
     values_arr = arrow.values
+    # the values of the rows only (a sliced array's buffer may hold more)
+    values_arr = values_arr.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+    offsets = offsets - offsets[0]
+    nulls = np.zeros(0, dtype=np.bool_)
     if values_arr.null_count:
+        nulls = np.asarray(values_arr.is_null().to_numpy(zero_copy_only=False), dtype=np.bool_)
         values_arr = values_arr.fill_null(0)
     values = np.asarray(values_arr.to_numpy(zero_copy_only=False), dtype=np.uint64)
-    return FlatLists(offsets=offsets, values=values)
+    return FlatLists(offsets=offsets, values=values, nulls=nulls)
 
 
-@numba.njit(cache=True)  # type: ignore[misc]
-def _infer_parents(
+@numba.njit(cache=True, nogil=True)  # type: ignore[misc]
+def _parents_chunk(
+    table: npt.NDArray[np.uint64],
+    used: int,
+    shift: int,
     offsets: npt.NDArray[np.int64],
     values: npt.NDArray[np.uint64],
-    prompt_blocks: npt.NDArray[np.int64],
+    row0: int,
+    prompt_blocks: npt.NDArray[np.int32],
+    chain_blocks: npt.NDArray[np.int32],
     searchable: npt.NDArray[np.bool_],
     registrable: npt.NDArray[np.bool_],
     min_blocks: int,
-) -> npt.NDArray[np.int64]:
-    """Parent row of each row (-1 = none) under the rule in the module docstring."""
-    n = offsets.shape[0] - 1
-    # latest row ending at each last-full-prompt-block hash
-    keys, rows = new_map(n)
-    used = 0
-    parent = np.full(n, -1, dtype=np.int64)
-    for r in range(n):
-        start = offsets[r]
-        avail = offsets[r + 1] - start
-        pb = prompt_blocks[r]
-        if pb > avail:
-            pb = avail
+    parent: npt.NDArray[np.int64],
+) -> tuple[npt.NDArray[np.uint64], int]:
+    """Parents of the chunk's rows ``row0 + i`` (chain ``values[offsets[i]:offsets[i + 1]]``)
+    under the rule in the module docstring, written into ``parent`` (-1 = none). ``table`` maps
+    each registered row's last full prompt block hash to the latest such row; per-row arrays
+    are indexed by the global row, and ``chain_blocks[r]`` (full prompt blocks the chain holds)
+    is written here for every row of the chunk."""
+    for i in range(offsets.shape[0] - 1):
+        r = row0 + i
+        start = offsets[i]
+        pb = min(prompt_blocks[r], offsets[i + 1] - start)
+        chain_blocks[r] = pb
         if searchable[r]:
             k = pb
             while k >= min_blocks:
-                found = get(keys, rows, values[start + k - 1])
-                if found != EMPTY:
-                    p_pb = prompt_blocks[found]
-                    p_avail = offsets[found + 1] - offsets[found]
-                    if p_pb > p_avail:
-                        p_pb = p_avail
-                    if p_pb == k:  # same position: p's last full prompt block is r's block k-1
+                slot = table_find(table, values[start + k - 1], 0, shift)
+                if table[2 * slot + 1] != 0:
+                    found = table_row(table, slot, shift)
+                    # same position: p's last full prompt block is r's block k-1
+                    if chain_blocks[found] == k:
                         parent[r] = found
                         break
                 k -= 1
         if registrable[r] and pb >= min_blocks:
             # latest wins: ties between equal-length matches go to the latest
-            keys, rows, used = put(keys, rows, used, values[start + pb - 1], r)
-    return parent
+            key = values[start + pb - 1]
+            slot = table_find(table, key, 0, shift)
+            if table_set(table, slot, key, 0, r, shift):
+                used += 1
+                table = table_grow_if_full(table, used, shift)
+    return table, used
+
+
+class ParentSearch:
+    """Session parents found chunk by chunk, the chunks in arrival order (the out-of-core
+    path: memory is one table entry per registered request plus a few numbers per request)."""
+
+    def __init__(
+        self,
+        prompt_blocks: npt.NDArray[np.int32],
+        searchable: npt.NDArray[np.bool_],
+        registrable: npt.NDArray[np.bool_],
+        min_blocks: int,
+    ) -> None:
+        n = prompt_blocks.shape[0]
+        self.shift = row_bits(n)
+        self.prompt_blocks = prompt_blocks
+        self.searchable = searchable
+        self.registrable = registrable
+        self.min_blocks = min_blocks
+        self.parent = np.full(n, -1, dtype=np.int64)
+        self.chain_blocks = np.zeros(n, dtype=np.int32)
+        # at most one key per registrable row that reaches min_blocks: no growth
+        self.table = new_table(int(np.count_nonzero(registrable & (prompt_blocks >= min_blocks))))
+        self.used = 0
+
+    def feed(
+        self, row0: int, offsets: npt.NDArray[np.int64], values: npt.NDArray[np.uint64]
+    ) -> None:
+        self.table, self.used = _parents_chunk(
+            self.table,
+            self.used,
+            self.shift,
+            offsets,
+            values,
+            row0,
+            self.prompt_blocks,
+            self.chain_blocks,
+            self.searchable,
+            self.registrable,
+            self.min_blocks,
+            self.parent,
+        )
+
+    def close(self) -> npt.NDArray[np.int64]:
+        """The parents (the table is dropped)."""
+        self.table = new_table(0)
+        return self.parent
 
 
 @numba.njit(cache=True)  # type: ignore[misc]
 def _assign_sessions(
     parent: npt.NDArray[np.int64], logged_code: npt.NDArray[np.int64]
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_], int]:
     """Per row: session code (logged code >= 0, or -(1 + n) for inferred conversation n) and
-    whether the row's session is inferred (1) or logged (0)."""
+    whether the row's session is inferred; and the count of inferred conversations."""
     n = parent.shape[0]
     code = np.empty(n, dtype=np.int64)
-    inferred = np.zeros(n, dtype=np.int64)
+    inferred = np.zeros(n, dtype=np.bool_)
     counter = 0
     for r in range(n):
         if logged_code[r] >= 0:
             code[r] = logged_code[r]
         elif parent[r] >= 0:
             code[r] = code[parent[r]]
-            inferred[r] = 1
+            inferred[r] = True
         else:
             code[r] = -(1 + counter)
             counter += 1
-            inferred[r] = 1
-    return code, inferred
+            inferred[r] = True
+    return code, inferred, counter
+
+
+@numba.njit(cache=True)  # type: ignore[misc]
+def _ranks(
+    code: npt.NDArray[np.int64], logged_key: npt.NDArray[np.int64], n_inferred: int
+) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """0-based arrival rank of each row within its session, and the rows per session (logged
+    codes, inferred conversations). ``logged_key[c]`` is the logged code ``c``'s session: ``c``
+    itself, or -(1 + m) when its id is literally ``inferred-<m>`` (one session by name)."""
+    n_logged = logged_key.shape[0]
+    logged_count = np.zeros(n_logged, dtype=np.int64)
+    inferred_count = np.zeros(n_inferred, dtype=np.int64)
+    rank = np.empty(code.shape[0], dtype=np.int32)
+    for r in range(code.shape[0]):
+        key = logged_key[code[r]] if code[r] >= 0 else code[r]
+        if key >= 0:
+            rank[r] = logged_count[key]
+            logged_count[key] += 1
+        else:
+            rank[r] = inferred_count[-key - 1]
+            inferred_count[-key - 1] += 1
+    return rank, logged_count, inferred_count
+
+
+def logged_codes(logged: pl.Series) -> npt.NDArray[np.int64]:
+    """Dense codes of the logged session ids (-1 where none is logged)."""
+    if logged.null_count() == logged.len():
+        return np.full(logged.len(), -1, dtype=np.int64)
+    return logged.rank("dense").cast(pl.Int64).fill_null(0).to_numpy() - 1
+
+
+@dataclass(frozen=True)
+class Sessions:
+    """Session ids, inferred flags and turns of every request, and the requests per session."""
+
+    frame: pl.DataFrame  # SESSIONS_SCHEMA, one row per request in arrival order
+    turns: pl.Series  # requests per session, one entry per session (in no particular order)
+
+
+def assign_sessions(
+    parent: npt.NDArray[np.int64],
+    codes: npt.NDArray[np.int64],
+    request_id: pl.Series,
+    logged: pl.Series,
+    logged_turn: pl.Series,
+) -> Sessions:
+    """The sessions of requests whose parents are known (``codes``: :func:`logged_codes`)."""
+    code, inferred, n_inferred = _assign_sessions(parent, codes)
+    n_codes = int(codes.max()) + 1 if codes.size else 0
+    # A logged code's id: the id of the first row logging it.
+    first_row = np.full(n_codes, -1, dtype=np.int64)
+    logged_rows = np.flatnonzero(codes >= 0)
+    first_row[codes[logged_rows][::-1]] = logged_rows[::-1]
+    names = logged.gather(first_row) if n_codes else pl.Series(dtype=pl.String)
+    # A logged id that reads "inferred-<m>" names the same session as inferred conversation m.
+    literal = (
+        names.str.extract(r"^inferred-(0|[1-9][0-9]{0,17})$", 1).cast(pl.Int64).to_numpy()
+        if n_codes
+        else np.zeros(0, np.float64)
+    )
+    logged_key = np.arange(n_codes, dtype=np.int64)
+    clash = np.isfinite(literal) & (np.nan_to_num(literal, nan=-1) < n_inferred)
+    if clash.any():
+        logged_key[clash] = -(1 + literal[clash].astype(np.int64))
+    rank, logged_count, inferred_count = _ranks(code, logged_key, n_inferred)
+    del first_row, logged_rows
+    frame = pl.DataFrame(
+        {
+            "request_id": request_id,
+            "_code": code,
+            "session_inferred": inferred,
+            "_rank": rank,
+            "_logged_session": logged,
+            "_logged_turn": logged_turn,
+        }
+    )
+    del code, inferred, rank
+    session_id = (
+        pl.when(pl.col("_code") >= 0)
+        .then(pl.lit(names, dtype=pl.String).gather(pl.col("_code").clip(0)))
+        .otherwise(pl.lit("inferred-") + (-pl.col("_code") - 1).cast(pl.String))
+        if n_codes
+        else pl.lit("inferred-") + (-pl.col("_code") - 1).cast(pl.String)
+    )
+    frame = frame.select(
+        "request_id",
+        session_id.alias("session_id"),
+        "session_inferred",
+        pl.when(pl.col("_logged_session").is_not_null() & pl.col("_logged_turn").is_not_null())
+        .then(pl.col("_logged_turn"))
+        .otherwise(pl.col("_rank"))
+        .cast(pl.Int32)
+        .alias("turn"),
+    )
+    turns = np.concatenate([logged_count[logged_key == np.arange(n_codes)], inferred_count])
+    return Sessions(frame=frame, turns=pl.Series("turns", turns[turns > 0], dtype=pl.UInt32))
 
 
 def infer_parents(
@@ -161,11 +331,12 @@ def infer_parents(
     :func:`infer_sessions` for how logged ids take precedence.
     """
     _check_sorted(requests)
-    flat = flat_lists(requests["prefix_hashes"])
     known = requests["hashes_known"].fill_null(False).to_numpy().astype(np.bool_)
-    pb = requests["prompt_blocks"].fill_null(0).cast(pl.Int64).to_numpy()
-    parent = _infer_parents(flat.offsets, flat.values, pb, known, known, max(1, min_blocks))
-    return pl.Series("parent", parent, dtype=pl.Int64).replace(-1, None)
+    pb = requests["prompt_blocks"].fill_null(0).cast(pl.Int32).to_numpy()
+    search = ParentSearch(pb, known, known, max(1, min_blocks))
+    flat = flat_lists(requests["prefix_hashes"])
+    search.feed(0, flat.offsets, flat.values)
+    return pl.Series("parent", search.close(), dtype=pl.Int64).replace(-1, None)
 
 
 def infer_sessions(
@@ -179,60 +350,33 @@ def infer_sessions(
     ``request_id`` (String), ``session_id`` (String), ``session_inferred`` (Boolean) and
     ``turn`` (Int32). The rule is in this module's docstring.
     """
-    if min_blocks < 1:
-        raise SessionInputError(f"min_session_match_blocks must be >= 1, got {min_blocks}")
+    check_min_blocks(min_blocks)
     if requests.height == 0:
         return pl.DataFrame(schema=SESSIONS_SCHEMA)
     _check_sorted(requests)
     logged = requests["session_id"]
-    logged_codes = (
-        logged.cast(pl.Categorical).to_physical().cast(pl.Int64).fill_null(-1).to_numpy()
-        if logged.null_count() < requests.height
-        else np.full(requests.height, -1, dtype=np.int64)
-    )
-    flat = flat_lists(requests["prefix_hashes"])
+    codes = logged_codes(logged)
     known = requests["hashes_known"].fill_null(False).to_numpy().astype(np.bool_)
-    pb = requests["prompt_blocks"].fill_null(0).cast(pl.Int64).to_numpy()
-    searchable = known & (logged_codes < 0)
-    parent = _infer_parents(flat.offsets, flat.values, pb, searchable, known, min_blocks)
-    code, inferred = _assign_sessions(parent, logged_codes)
-    frame = pl.DataFrame(
-        {
-            "request_id": requests["request_id"],
-            "_code": code,
-            "session_inferred": inferred.astype(np.bool_),
-            "_logged_session": logged,
-            "_logged_turn": requests["turn"],
-        }
-    )
-    # A session's id: the logged id when its code is a logged one, else "inferred-<n>". An
-    # inferred request that continues a logged request carries that request's logged id.
-    logged_by_code = (
-        frame.filter(pl.col("_code") >= 0)
-        .group_by("_code")
-        .agg(pl.col("_logged_session").drop_nulls().first().alias("_logged_id"))
-    )
-    return (
-        frame.join(logged_by_code, on="_code", how="left", maintain_order="left")
-        .with_columns(
-            pl.when(pl.col("_code") >= 0)
-            .then(pl.col("_logged_id"))
-            .otherwise(pl.lit("inferred-") + (-pl.col("_code") - 1).cast(pl.String))
-            .alias("session_id")
-        )
-        .with_columns(
-            pl.when(pl.col("_logged_session").is_not_null() & pl.col("_logged_turn").is_not_null())
-            .then(pl.col("_logged_turn"))
-            .otherwise(pl.int_range(pl.len()).over("session_id"))
-            .cast(pl.Int32)
-            .alias("turn")
-        )
-        .select(SESSIONS_SCHEMA.names())
-    )
+    pb = requests["prompt_blocks"].fill_null(0).cast(pl.Int32).to_numpy()
+    search = ParentSearch(pb, known & (codes < 0), known, min_blocks)
+    flat = flat_lists(requests["prefix_hashes"])
+    search.feed(0, flat.offsets, flat.values)
+    return assign_sessions(
+        search.close(), codes, requests["request_id"], logged, requests["turn"]
+    ).frame
+
+
+def check_min_blocks(min_blocks: int) -> None:
+    if min_blocks < 1:
+        raise SessionInputError(f"min_session_match_blocks must be >= 1, got {min_blocks}")
 
 
 def _check_sorted(requests: pl.DataFrame) -> None:
-    arrival = requests["arrival"]
+    check_arrivals(requests["arrival"])
+
+
+def check_arrivals(arrival: pl.Series) -> None:
+    """Raise unless the arrivals are complete and ascending (the canonical row order)."""
     if arrival.null_count():
         raise SessionInputError(
             "requests: 'arrival' has nulls; the canonical table needs every arrival"

@@ -4,7 +4,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.hashmap import EMPTY, _dense_halves, _dense_ids, dense_ids, get, new_map, put
+from pipeline.hashmap import (
+    EMPTY,
+    _dense_halves,
+    _dense_ids,
+    dense_ids,
+    get,
+    new_map,
+    new_table,
+    put,
+    row_bits,
+    table_find,
+    table_grow_if_full,
+    table_row,
+    table_set,
+)
 
 
 def test_put_and_get_agree_with_a_dict_across_growth() -> None:
@@ -73,3 +87,31 @@ def test_two_halves_number_keys_as_one_pass() -> None:
         out = np.empty(keys.size, np.int32)
         assert _dense_halves(keys, out) == len(first)
         assert out.tolist() == want
+
+
+def test_packed_table_keeps_groups_apart_across_growth() -> None:
+    rng = np.random.default_rng(5)
+    keys = rng.integers(0, 2**64, 3000, dtype=np.uint64)
+    groups = rng.integers(0, 4, 3000)
+    # the same key in several groups, and keys that repeat
+    keys = np.concatenate([keys, keys[:500], keys[rng.integers(0, 3000, 2000)]])
+    groups = np.concatenate([groups, (groups[:500] + 1) % 4, groups[rng.integers(0, 3000, 2000)]])
+    shift = row_bits(keys.size)
+    table = new_table(0)
+    size = table.size
+    used = 0
+    want: dict[tuple[int, int], int] = {}
+    for row, (key, group) in enumerate(zip(keys.tolist(), groups.tolist(), strict=True)):
+        slot = table_find(table, np.uint64(key), group, shift)
+        if table_set(table, slot, np.uint64(key), group, row, shift):
+            used += 1
+            table = table_grow_if_full(table, used, shift)
+        want[(key, group)] = row
+    assert table.size > size  # it grew, several times
+    assert used == len(want)
+    for (key, group), row in want.items():
+        slot = table_find(table, np.uint64(key), group, shift)
+        assert table[2 * slot + 1] != 0
+        assert table_row(table, slot, shift) == row
+    missing = table_find(table, np.uint64(keys[0]), 9, shift)
+    assert table[2 * missing + 1] == 0

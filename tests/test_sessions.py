@@ -228,3 +228,25 @@ def test_matches_brute_force_reference(seed: int, min_blocks: int) -> None:
             assert ids[r] == ids[p]
         else:
             assert ids[r] not in ids[:r]
+
+
+def test_logged_ids_that_read_like_inferred_ones_share_their_turns() -> None:
+    """A logged id spelled like an inferred one ("inferred-0") is the same session by name: its
+    requests and the inferred conversation's are ranked together."""
+    frame = _frame(
+        [
+            {"id": "a", "h": [1, 2]},  # starts inferred-0
+            {"id": "b", "h": [9, 8], "session": "inferred-0"},  # logged, same name
+            {"id": "c", "h": [1, 2, 3]},  # continues a
+            {"id": "d", "h": [9, 8, 7]},  # continues b (logged id inferred-0)
+            {"id": "e", "h": [5, 6], "session": "inferred-1", "turn": 7},  # no inferred-1 exists
+            {"id": "g", "h": [5, 6, 1]},  # continues e
+        ]
+    )
+    want = _expected(
+        list("abcdeg"),
+        ["inferred-0"] * 4 + ["inferred-1"] * 2,
+        [True, False, True, True, False, True],
+        [0, 1, 2, 3, 7, 1],
+    )
+    assert_frame_equal(infer_sessions(frame), want)

@@ -1,29 +1,74 @@
-"""The prefix-sharing analysis end to end: curve, classification, reuse and sessions."""
+"""The prefix-sharing analysis end to end: curve, classification, reuse and sessions.
+
+Out of core: the request table is never held whole. One scan reads the per-request numbers
+(arrival, prompt tokens and blocks, whether hashes are known, the ids that group caches and
+sessions); then the hash chains stream by in arrival-order chunks through the session search,
+the curve's per-window hashes and the reuse replays, which keep only their tables (one entry
+per distinct block, per registered request) and a few numbers per request; a last scan reads
+the ids the sessions table needs. When tenants are logged the same-tenant replay reads the
+chains once more, after the shared replay's table is gone. Peak memory grows with the requests
+and the distinct blocks, not with the blocks.
+"""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import polars as pl
 
+from pipeline.hashmap import row_bits
 from pipeline.prefix.compute import (
     CURVE_SCHEMA,
-    at_block_size,
+    CurveCounter,
+    analysis_block_size,
     classify_curve,
-    reuse_per_request,
+    new_replays,
+    reuse_frame,
+    reuse_groups,
     reuse_summary,
-    sharing_curve,
+    stride_chains,
+    table_block_size,
 )
 from pipeline.prefix.config import PrefixConfig
+from pipeline.prefix.replay import Replay
 from pipeline.prefix.result import PrefixResult
-from pipeline.sessions import infer_sessions
+from pipeline.sessions import (
+    SESSIONS_SCHEMA,
+    FlatLists,
+    ParentSearch,
+    assign_sessions,
+    check_arrivals,
+    check_min_blocks,
+    flat_lists,
+    logged_codes,
+)
 
 SCHEMA_VERSION = 1
+
+# Hashes per streamed chunk of chains (16 MB; the rows per chunk follow from the mean prompt
+# blocks, between MIN_ and MAX_CHUNK_ROWS).
+CHUNK_HASHES = 1 << 21
+MIN_CHUNK_ROWS = 1 << 10
+MAX_CHUNK_ROWS = 1 << 18
 
 
 def session_stats(sessions: pl.DataFrame, min_blocks: int) -> dict[str, Any]:
     """Sessions, turns per session (p50 / p99 / max) and whether the ids were inferred."""
-    if sessions.height == 0:
+    turns = sessions.group_by("session_id").agg(pl.len().alias("turns"))["turns"]
+    inferred = int(sessions["session_inferred"].sum()) if sessions.height else 0
+    return session_stats_of(turns, sessions.height, inferred, min_blocks)
+
+
+def session_stats_of(
+    turns: pl.Series, requests: int, inferred_requests: int, min_blocks: int
+) -> dict[str, Any]:
+    """:func:`session_stats` from the requests per session (``turns``, one entry a session)."""
+    if requests == 0:
         return {
             "requests": 0,
             "sessions": 0,
@@ -37,57 +82,217 @@ def session_stats(sessions: pl.DataFrame, min_blocks: int) -> dict[str, Any]:
             "requests_in_multi_turn_sessions_share": None,
             "min_match_blocks": min_blocks,
         }
-    per_session = sessions.group_by("session_id").agg(pl.len().alias("turns"))
-    turns = per_session["turns"]
-    inferred_requests = int(sessions["session_inferred"].sum())
-    multi = per_session.filter(pl.col("turns") > 1)
+    multi = turns.filter(turns > 1)
     return {
-        "requests": sessions.height,
-        "sessions": per_session.height,
+        "requests": requests,
+        "sessions": turns.len(),
         "inferred": inferred_requests > 0,
-        "logged_requests": sessions.height - inferred_requests,
+        "logged_requests": requests - inferred_requests,
         "inferred_requests": inferred_requests,
         "turns_p50": float(turns.quantile(0.5, interpolation="nearest") or 0),
         "turns_p99": float(turns.quantile(0.99, interpolation="nearest") or 0),
         "turns_max": int(turns.max() or 0),  # type: ignore[arg-type]
-        "multi_turn_sessions": multi.height,
-        "requests_in_multi_turn_sessions_share": int(multi["turns"].sum()) / sessions.height,
+        "multi_turn_sessions": multi.len(),
+        "requests_in_multi_turn_sessions_share": int(multi.sum()) / requests,
         "min_match_blocks": min_blocks,
     }
 
 
-def analyse(requests: pl.DataFrame, config: PrefixConfig) -> PrefixResult:
-    """Curve, classification, reuse potential and sessions of a canonical table sorted by arrival.
+def _per_request(requests: pl.LazyFrame) -> pl.DataFrame:
+    """Every column the analysis needs but the hash chains and the ids of the sessions table.
+
+    Id columns that are null throughout (the usual case for tenant, model and adapter, and for
+    session ids of traces that do not log them) are not read: a null string still takes 16
+    bytes a row in memory, and they group nothing."""
+    ids = ["session_id", "tenant", "model", "lora_adapter"]
+    logged = requests.select(pl.col(ids).is_not_null().any()).collect().row(0, named=True)
+    return requests.select(
+        "arrival",
+        pl.col("hashes_known").fill_null(False),
+        "prompt_tokens",
+        pl.col("prompt_blocks").fill_null(0).cast(pl.Int32),
+        pl.col("session_id").is_not_null().alias("_session_logged"),
+        *[c for c in ids[1:] if logged[c]],
+    ).collect()
+
+
+def _chunks(requests: pl.LazyFrame, n: int, rows: int) -> Iterator[tuple[int, FlatLists]]:
+    """The hash chains in arrival order, ``rows`` requests at a time (with the first row of
+    each chunk), the next chunk read while the caller works on this one."""
+
+    def read(start: int) -> FlatLists:
+        # A slice of the scan reads only the row groups it overlaps (a streaming collect would
+        # read ahead of the kernels without bound).
+        chunk = requests.slice(start, rows).select("prefix_hashes").collect()
+        return flat_lists(chunk["prefix_hashes"])
+
+    row0 = 0
+    with ThreadPoolExecutor(1) as reader:
+        ahead = reader.submit(read, 0) if n else None
+        while ahead is not None:
+            native = ahead.result()
+            stop = row0 + native.offsets.shape[0] - 1
+            ahead = reader.submit(read, stop) if row0 < stop < n else None
+            yield row0, native
+            row0 = stop
+    if row0 != n:
+        raise RuntimeError(f"read {row0} hash chains for {n} requests")
+
+
+def _chunk_rows(blocks: npt.NDArray[np.int32], factor: int) -> int:
+    """Requests per chunk: about ``CHUNK_HASHES`` hashes when a request has ``blocks`` at the
+    analysis block size (``factor`` times the table's) on average."""
+    mean = float(blocks.mean()) * factor if blocks.shape[0] else 0.0
+    return min(MAX_CHUNK_ROWS, max(MIN_CHUNK_ROWS, int(CHUNK_HASHES / max(mean, 1.0))))
+
+
+def _stream(
+    requests: pl.LazyFrame,
+    n: int,
+    factor: int,
+    known: npt.NDArray[np.bool_],
+    chain_blocks: npt.NDArray[np.int32],
+    search: ParentSearch,
+    counter: CurveCounter | None,
+    shared: Replay,
+) -> None:
+    """Feed the hash chains, in arrival-order chunks, to the session search (at the table's
+    block size), and at the analysis block size (``factor`` times it) to the curve and the
+    shared replay; ``chain_blocks`` becomes exact chunk by chunk."""
+
+    def side(row0: int, native: FlatLists, flat: FlatLists) -> None:
+        """The chunk's work beside the shared replay (its own tables and arrays only)."""
+        search.feed(row0, native.offsets, native.values)
+        if counter is not None:
+            counter.feed(row0, flat.offsets, flat.values, flat.nulls, chain_blocks)
+
+    # The kernels and polars release the GIL: with two cores the next chunk is read, and the
+    # side work done, beside the shared replay (one chunk ahead at most).
+    parallel = (os.cpu_count() or 1) > 1
+    with ThreadPoolExecutor(1) as worker:
+        for row0, native in _chunks(requests, n, _chunk_rows(chain_blocks, factor)):
+            flat = stride_chains(native, factor)
+            part = chain_blocks[row0 : row0 + flat.offsets.shape[0] - 1]
+            np.minimum(part, np.diff(flat.offsets).astype(np.int32), out=part)
+            part[~known[row0 : row0 + part.shape[0]]] = 0
+            pending = worker.submit(side, row0, native, flat) if parallel else None
+            if pending is None:
+                side(row0, native, flat)
+            shared.feed(row0, flat.offsets, flat.values)
+            if pending is not None:
+                pending.result()
+            del native, flat, pending
+
+
+def _replay_again(
+    requests: pl.LazyFrame, n: int, factor: int, blocks: npt.NDArray[np.int32], replay: Replay
+) -> None:
+    """A second pass over the chains for one more replay (its table alone in memory)."""
+    for row0, native in _chunks(requests, n, _chunk_rows(blocks, factor)):
+        flat = stride_chains(native, factor)
+        replay.feed(row0, flat.offsets, flat.values)
+
+
+def analyse(requests: pl.DataFrame | pl.LazyFrame, config: PrefixConfig) -> PrefixResult:
+    """Curve, classification, reuse potential and sessions of a canonical table sorted by arrival
+    (in memory or scanned: it is read in chunks either way).
 
     Sessions are inferred at the table's own block size; the curve and reuse at
     ``config.block_size`` when set (a multiple of the table's).
     """
-    sessions = infer_sessions(requests, min_blocks=config.min_session_match_blocks)
-    table, block_size = at_block_size(requests, config.block_size)
-    known = table.filter(pl.col("hashes_known").fill_null(False))
+    min_blocks = config.min_session_match_blocks
+    check_min_blocks(min_blocks)
+    lazy = requests.lazy()
+    table = _per_request(lazy)
+    check_arrivals(table["arrival"])
+    block_size, factor = analysis_block_size(table_block_size(lazy), config.block_size)
+    n = table.height
+    shift = row_bits(n)
+    known = table["hashes_known"].to_numpy().astype(np.bool_)
+    n_known = int(np.count_nonzero(known))
+    median_prompt = table.filter(pl.col("hashes_known"))["prompt_tokens"].median()
+    prompt_tokens = table["prompt_tokens"].fill_null(0).cast(pl.Int64).to_numpy()
+    arrival_us = table["arrival"].dt.epoch("us").to_numpy()
+    native_blocks = table["prompt_blocks"].to_numpy()
+    # full prompt blocks at the analysis block size: an upper bound until a chunk's chains
+    # are read, then min(that, the chain's length), 0 for rows without known hashes
+    chain_blocks = native_blocks // factor
+    searchable = known & ~table["_session_logged"].to_numpy()
+    groups = reuse_groups(table, n, shift)
+    del table
+
+    search = ParentSearch(native_blocks, searchable, known, min_blocks)
+    del searchable
+    max_prompt = int(prompt_tokens[known].max()) if n_known else 0
+    counter = CurveCounter(block_size, max_prompt, known, chain_blocks) if n_known else None
+    shared, same = new_replays(
+        arrival_us, known, chain_blocks, groups, shift, config.reuse_age_buckets_s
+    )
+    del groups
+
+    _stream(lazy, n, factor, known, chain_blocks, search, counter, shared)
+    parent = search.close()
+    del search
+    shared.close()
+    if same is not None:
+        # The same-tenant replay's table (one entry per distinct (block, tenant)) is about as
+        # large as the shared one: a second pass, after the shared table is gone, keeps the
+        # peak at one of them.
+        _replay_again(lazy, n, factor, chain_blocks, same)
+        same.close()
+
     # Count-only traces: no block structure, so no curve (and nothing can hit).
-    curve = sharing_curve(table, block_size) if known.height else pl.DataFrame(schema=CURVE_SCHEMA)
-    median_prompt = known["prompt_tokens"].median() if known.height else None
+    curve = (
+        counter.finish(prompt_tokens, chain_blocks)
+        if counter is not None
+        else pl.DataFrame(schema=CURVE_SCHEMA)
+    )
+    del counter
     classification = classify_curve(
         curve,
         float(median_prompt) if median_prompt is not None else None,  # type: ignore[arg-type]
         config,
     )
-    reuse = reuse_per_request(table, block_size, config.reuse_age_buckets_s)
+    reuse = reuse_summary(
+        reuse_frame(
+            known,
+            prompt_tokens,
+            chain_blocks,
+            shared,
+            same,
+            block_size,
+            config.reuse_age_buckets_s,
+        ),
+        config.reuse_age_buckets_s,
+    )
+    del shared, same, prompt_tokens, chain_blocks, arrival_us, native_blocks, known
+
+    if n:
+        ids = lazy.select("request_id", "session_id", "turn").collect()
+        codes = logged_codes(ids["session_id"])
+        found = assign_sessions(parent, codes, ids["request_id"], ids["session_id"], ids["turn"])
+        del ids, parent, codes
+        sessions = found.frame
+        stats = session_stats_of(
+            found.turns, n, int(sessions["session_inferred"].sum()), min_blocks
+        )
+    else:
+        sessions = pl.DataFrame(schema=SESSIONS_SCHEMA)
+        stats = session_stats(sessions, min_blocks)
     summary = {
         "schema_version": SCHEMA_VERSION,
-        "block_size": block_size if known.height else None,
-        "requests": requests.height,
-        "requests_hashes_known": known.height,
-        "requests_hashes_unknown": requests.height - known.height,
+        "block_size": block_size if n_known else None,
+        "requests": n,
+        "requests_hashes_known": n_known,
+        "requests_hashes_unknown": n - n_known,
         "median_prompt_tokens": float(median_prompt) if median_prompt is not None else None,  # type: ignore[arg-type]
         "curve": curve.to_dicts(),
         "classification": classification,
-        "reuse": reuse_summary(reuse, config.reuse_age_buckets_s),
-        "sessions": session_stats(sessions, config.min_session_match_blocks),
+        "reuse": reuse,
+        "sessions": stats,
         "config": {
-            "min_session_match_blocks": config.min_session_match_blocks,
+            "min_session_match_blocks": min_blocks,
             "reuse_age_buckets_s": list(config.reuse_age_buckets_s),
         },
     }
-    return PrefixResult(summary=summary, curve=curve, sessions=sessions, reuse=reuse)
+    return PrefixResult(summary=summary, curve=curve, sessions=sessions)

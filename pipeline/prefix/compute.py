@@ -1,7 +1,11 @@
 """Prefix-sharing curve, reuse potential and curve-shape classification.
 
-The curve is polars expressions; the reuse potential is one arrival-order replay of an unbounded
-cache (a numba kernel in :mod:`pipeline.prefix.replay`, assembled here with polars).
+Both are computed chunk by chunk over the requests in arrival order (the out-of-core path of
+:func:`pipeline.prefix.analysis.analyse`): the curve keeps, per window, the one hash each
+request that reaches it has there (8 bytes per request and window) and counts the repeats at
+the end; the reuse potential is one arrival-order replay of an unbounded cache (a numba kernel
+in :mod:`pipeline.prefix.replay`). The functions below taking a whole table are the same code
+fed one chunk.
 
 Definitions (also in ``docs/prefix.md``)
 ---------------------------------------
@@ -50,17 +54,21 @@ tenant of their own.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
+import numba
 import numpy as np
+import numpy.typing as npt
 import polars as pl
 
-from pipeline.cache_rules import hit_limit_blocks, namespace_codes, namespaced_ids
+from pipeline.cache_rules import hit_limit_blocks, namespace_codes
 from pipeline.errors import EnginefitError
-from pipeline.hashmap import dense_ids
+from pipeline.hashmap import new_table, row_bits, table_find, table_row, table_set
 from pipeline.prefix.config import PrefixConfig
-from pipeline.prefix.replay import replay_unbounded
-from pipeline.sessions import flat_lists
+from pipeline.prefix.replay import Replay
+from pipeline.sessions import FlatLists, flat_lists
 
 
 class PrefixInputError(EnginefitError):
@@ -85,7 +93,7 @@ CURVE_SCHEMA: pl.Schema = pl.Schema(
 )
 
 
-def table_block_size(requests: pl.DataFrame) -> int | None:
+def table_block_size(requests: pl.DataFrame | pl.LazyFrame) -> int | None:
     """The one block size of the requests with known hashes (None when there are none)."""
     sizes = (
         requests.lazy()
@@ -118,19 +126,38 @@ def coarsen(requests: pl.DataFrame, factor: int) -> pl.DataFrame:
     )
 
 
-def at_block_size(requests: pl.DataFrame, block_size: int | None) -> tuple[pl.DataFrame, int]:
-    """The table coarsened to ``block_size`` (or as is), and the block size used."""
-    native = table_block_size(requests)
+def stride_chains(flat: FlatLists, factor: int) -> FlatLists:
+    """The chains at ``factor`` times the block size: every ``factor``-th hash (as
+    :func:`coarsen` does to a table)."""
+    if factor == 1:
+        return flat
+    coarse = np.diff(flat.offsets) // factor
+    offsets = np.zeros(coarse.shape[0] + 1, dtype=np.int64)
+    np.cumsum(coarse, out=offsets[1:])
+    index = np.repeat(flat.offsets[:-1] + factor - 1 - offsets[:-1] * factor, coarse)
+    index += factor * np.arange(int(offsets[-1]), dtype=np.int64)
+    nulls = flat.nulls[index] if flat.nulls.shape[0] else flat.nulls
+    return FlatLists(offsets=offsets, values=flat.values[index], nulls=nulls)
+
+
+def analysis_block_size(native: int | None, block_size: int | None) -> tuple[int, int]:
+    """The block size to analyse at and its factor over the table's ``native`` one."""
     if native is None:
-        return requests, block_size or 1
+        return block_size or 1, 1
     if block_size is None or block_size == native:
-        return requests, native
+        return native, 1
     if block_size % native:
         raise PrefixInputError(
             f"block size {block_size} is not a multiple of the table's block size {native}; "
             "coarser analysis strides the hash chain, so it needs a multiple"
         )
-    return coarsen(requests, block_size // native), block_size
+    return block_size, block_size // native
+
+
+def at_block_size(requests: pl.DataFrame, block_size: int | None) -> tuple[pl.DataFrame, int]:
+    """The table coarsened to ``block_size`` (or as is), and the block size used."""
+    size, factor = analysis_block_size(table_block_size(requests), block_size)
+    return coarsen(requests, factor), size
 
 
 def window_grid(block_size: int, max_prompt_tokens: int) -> list[int]:
@@ -141,58 +168,152 @@ def window_grid(block_size: int, max_prompt_tokens: int) -> list[int]:
     return grid
 
 
-def _known(requests: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
-    return (
-        requests.lazy()
-        .filter(pl.col("hashes_known").fill_null(False))
-        .select(
-            pl.col("prompt_tokens").fill_null(0).cast(pl.Int64),
-            pl.min_horizontal(
-                pl.col("prompt_blocks").fill_null(0).cast(pl.Int64),
-                pl.col("prefix_hashes").list.len().fill_null(0).cast(pl.Int64),
-            ).alias("pb"),
-            pl.col("prefix_hashes"),
-        )
-    )
+@numba.njit(cache=True, nogil=True)  # type: ignore[misc]
+def _curve_chunk(
+    offsets: npt.NDArray[np.int64],
+    values: npt.NDArray[np.uint64],
+    nulls: npt.NDArray[np.bool_],
+    row0: int,
+    chain_blocks: npt.NDArray[np.int32],
+    known: npt.NDArray[np.bool_],
+    windows: npt.NDArray[np.int64],
+    starts: npt.NDArray[np.int64],
+    fill: npt.NDArray[np.int64],
+    buf: npt.NDArray[np.uint64],
+    null_buf: npt.NDArray[np.bool_],
+) -> None:
+    """Append, per window ``k`` (ascending), the hash at block ``k - 1`` of every known row of
+    the chunk with at least ``k`` full prompt blocks to window ``w``'s part of ``buf``
+    (``starts[w] + fill[w]``). ``nulls`` (empty = none) marks null hashes, copied to
+    ``null_buf``."""
+    for i in range(offsets.shape[0] - 1):
+        r = row0 + i
+        if not known[r]:
+            continue
+        p = chain_blocks[r]
+        for w in range(windows.shape[0]):
+            k = windows[w]
+            if p < k:
+                break
+            pos = starts[w] + fill[w]
+            buf[pos] = values[offsets[i] + k - 1]
+            if nulls.shape[0]:
+                null_buf[pos] = nulls[offsets[i] + k - 1]
+            fill[w] += 1
 
 
-def sharing_curve(requests: pl.DataFrame | pl.LazyFrame, block_size: int) -> pl.DataFrame:
-    """The shared-prefix ratio at every window of :func:`window_grid` (one row per window)."""
-    known = _known(requests)
-    max_prompt = known.select(pl.col("prompt_tokens").max()).collect().item()
-    grid = window_grid(block_size, int(max_prompt or 0))
-    per_window = [
-        known.select(
-            pl.col("prompt_tokens"),
-            (pl.col("pb") >= k).alias("eligible"),
-            pl.when(pl.col("pb") >= k)
-            .then(pl.col("prefix_hashes").list.get(k - 1, null_on_oob=True))
-            .alias("h"),
+@numba.njit(cache=True)  # type: ignore[misc]
+def _repeated(
+    hashes: npt.NDArray[np.uint64], nulls: npt.NDArray[np.bool_], shift: int
+) -> npt.NDArray[np.bool_]:
+    """Per entry: another entry holds the same hash (nulls, when ``nulls`` is not empty, never
+    match)."""
+    repeated = np.zeros(hashes.shape[0], dtype=np.bool_)
+    table = new_table(hashes.shape[0])
+    for i in range(hashes.shape[0]):
+        if nulls.shape[0] and nulls[i]:
+            continue
+        slot = table_find(table, hashes[i], 0, shift)
+        if table[2 * slot + 1] == 0:
+            table_set(table, slot, hashes[i], 0, i, shift)
+        else:
+            repeated[table_row(table, slot, shift)] = True
+            repeated[i] = True
+    return repeated
+
+
+class CurveCounter:
+    """The shared-prefix curve fed chunk by chunk (rows in order, each once).
+
+    ``chain_blocks`` (per request: full prompt blocks its chain holds) must be final for a
+    chunk's rows when the chunk is fed; ``upper_blocks`` bounds it from above before the pass
+    (it sizes the buffers)."""
+
+    def __init__(
+        self,
+        block_size: int,
+        max_prompt_tokens: int,
+        known: npt.NDArray[np.bool_],
+        upper_blocks: npt.NDArray[np.int32],
+    ) -> None:
+        self.block_size = block_size
+        self.grid = window_grid(block_size, max_prompt_tokens)
+        self.windows = np.array([w // block_size for w in self.grid], dtype=np.int64)
+        self.known = known
+        bounds = [int(np.count_nonzero(known & (upper_blocks >= k))) for k in self.windows]
+        self.starts = np.concatenate([[0], np.cumsum(bounds)]).astype(np.int64)
+        self.fill = np.zeros(self.windows.shape[0], dtype=np.int64)
+        self.buf = np.empty(int(self.starts[-1]), dtype=np.uint64)
+        self.null_buf = np.zeros(0, dtype=np.bool_)
+
+    def feed(
+        self,
+        row0: int,
+        offsets: npt.NDArray[np.int64],
+        values: npt.NDArray[np.uint64],
+        nulls: npt.NDArray[np.bool_],
+        chain_blocks: npt.NDArray[np.int32],
+    ) -> None:
+        if nulls.shape[0] and self.null_buf.shape[0] == 0:
+            self.null_buf = np.zeros(self.buf.shape[0], dtype=np.bool_)
+        _curve_chunk(
+            offsets,
+            values,
+            nulls,
+            row0,
+            chain_blocks,
+            self.known,
+            self.windows,
+            self.starts,
+            self.fill,
+            self.buf,
+            self.null_buf,
         )
-        .with_columns((pl.col("h").is_not_null() & pl.col("h").is_duplicated()).alias("sharing"))
-        .select(
-            pl.lit(w, dtype=pl.Int64).alias("window_tokens"),
-            pl.lit(k, dtype=pl.Int64).alias("window_blocks"),
-            pl.len().cast(pl.Int64).alias("requests"),
-            pl.col("eligible").sum().cast(pl.Int64).alias("eligible"),
-            pl.col("sharing").sum().cast(pl.Int64).alias("sharing"),
-            pl.col("prompt_tokens").sum().cast(pl.Int64).alias("prompt_tokens"),
-            pl.col("prompt_tokens")
-            .filter("eligible")
-            .sum()
-            .cast(pl.Int64)
-            .alias("prompt_tokens_eligible"),
-            pl.col("prompt_tokens")
-            .filter("sharing")
-            .sum()
-            .cast(pl.Int64)
-            .alias("prompt_tokens_sharing"),
-        )
-        for w, k in ((w, w // block_size) for w in grid)
+
+    def finish(
+        self, prompt_tokens: npt.NDArray[np.int64], chain_blocks: npt.NDArray[np.int32]
+    ) -> pl.DataFrame:
+        """The curve (one row per window); the buffers are released window by window."""
+        known_tokens = prompt_tokens[self.known]
+        rows = []
+        for w, (window, k) in enumerate(zip(self.grid, self.windows.tolist(), strict=True)):
+            lo, hi = int(self.starts[w]), int(self.starts[w]) + int(self.fill[w])
+            nulls = self.null_buf[lo:hi] if self.null_buf.shape[0] else self.null_buf
+            repeated = _repeated(self.buf[lo:hi], nulls, row_bits(hi - lo))
+            eligible_tokens = prompt_tokens[self.known & (chain_blocks >= k)]
+            rows.append(
+                (
+                    window,
+                    k,
+                    known_tokens.shape[0],
+                    hi - lo,
+                    int(np.count_nonzero(repeated)),
+                    int(known_tokens.sum()),
+                    int(eligible_tokens.sum()),
+                    int(eligible_tokens[repeated].sum()),
+                )
+            )
+            del repeated, eligible_tokens
+        self.buf = np.empty(0, dtype=np.uint64)
+        self.null_buf = np.zeros(0, dtype=np.bool_)
+        return curve_frame(rows)
+
+
+def curve_frame(rows: Sequence[tuple[Any, ...]]) -> pl.DataFrame:
+    """The curve from per-window counts (window_tokens, window_blocks, requests, eligible,
+    sharing, prompt_tokens, prompt_tokens_eligible, prompt_tokens_sharing)."""
+    names = [
+        "window_tokens",
+        "window_blocks",
+        "requests",
+        "eligible",
+        "sharing",
+        "prompt_tokens",
+        "prompt_tokens_eligible",
+        "prompt_tokens_sharing",
     ]
-    frames = pl.collect_all(per_window)
     return (
-        pl.concat(frames)
+        pl.DataFrame(rows, schema=dict.fromkeys(names, pl.Int64), orient="row")
         .with_columns(
             _ratio("sharing", "requests").alias("share"),
             _ratio("sharing", "eligible").alias("share_eligible"),
@@ -205,12 +326,143 @@ def sharing_curve(requests: pl.DataFrame | pl.LazyFrame, block_size: int) -> pl.
     )
 
 
+@dataclass(frozen=True)
+class _Chains:
+    """A whole table's columns as the chunked consumers read them."""
+
+    known: npt.NDArray[np.bool_]
+    prompt_tokens: npt.NDArray[np.int64]
+    chain_blocks: npt.NDArray[np.int32]  # min(prompt_blocks, chain length); 0 when not known
+    offsets: npt.NDArray[np.int64]
+    values: npt.NDArray[np.uint64]
+    nulls: npt.NDArray[np.bool_]
+
+
+def _chains(requests: pl.DataFrame) -> _Chains:
+    known = requests["hashes_known"].fill_null(False).to_numpy().astype(np.bool_)
+    flat = flat_lists(requests["prefix_hashes"])
+    pb = np.minimum(
+        requests["prompt_blocks"].fill_null(0).cast(pl.Int32).to_numpy(),
+        np.diff(flat.offsets).astype(np.int32),
+    )
+    pb[~known] = 0
+    return _Chains(
+        known=known,
+        prompt_tokens=requests["prompt_tokens"].fill_null(0).cast(pl.Int64).to_numpy(),
+        chain_blocks=pb,
+        offsets=flat.offsets,
+        values=flat.values,
+        nulls=flat.nulls,
+    )
+
+
+def sharing_curve(requests: pl.DataFrame, block_size: int) -> pl.DataFrame:
+    """The shared-prefix ratio at every window of :func:`window_grid` (one row per window)."""
+    chains = _chains(requests)
+    max_prompt = int(chains.prompt_tokens[chains.known].max()) if chains.known.any() else 0
+    counter = CurveCounter(block_size, max_prompt, chains.known, chains.chain_blocks)
+    counter.feed(0, chains.offsets, chains.values, chains.nulls, chains.chain_blocks)
+    return counter.finish(chains.prompt_tokens, chains.chain_blocks)
+
+
 def _ratio(num: str, den: str) -> pl.Expr:
     return pl.when(pl.col(den) > 0).then(pl.col(num) / pl.col(den)).otherwise(None)
 
 
 def _bucket_col(seconds: float) -> str:
     return f"hit_tokens_within_{seconds:g}s"
+
+
+def reuse_groups(
+    requests: pl.DataFrame, n: int, shift: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64] | None]:
+    """The replays' groups of ``requests`` (``model``, ``lora_adapter``, ``tenant``; other
+    columns ignored): the shared replay's (model, LoRA adapter) namespace (empty when there is
+    one), and the same-tenant replay's (namespace, tenant) (None when no tenant is logged;
+    a null tenant is the tenant "")."""
+    namespace = namespace_codes(requests) if n else np.zeros(0, np.int64)
+    several = namespace.size > 0 and int(namespace.max()) > 0
+    tenant: npt.NDArray[np.int64] | None = None
+    if "tenant" in requests.columns and requests["tenant"].null_count() < n:
+        code = requests["tenant"].fill_null("").rank("dense").cast(pl.Int64).to_numpy()
+        if several:
+            code = namespace * (int(code.max()) + 1) + code
+            code = pl.Series(code).rank("dense").cast(pl.Int64).to_numpy()
+        tenant = code - 1
+    groups = [g for g in (namespace if several else None, tenant) if g is not None]
+    if groups and max(int(g.max()) for g in groups) >= 1 << (63 - shift):
+        raise PrefixInputError(f"{n} requests: too many for the prefix replay's packed table")
+    return (namespace if several else np.zeros(0, np.int64)), tenant
+
+
+def reuse_frame(
+    known: npt.NDArray[np.bool_],
+    prompt_tokens: npt.NDArray[np.int64],
+    chain_blocks: npt.NDArray[np.int32],
+    shared: Replay,
+    same_tenant: Replay | None,
+    block_size: int,
+    age_buckets_s: tuple[float, ...],
+) -> pl.DataFrame:
+    """The per-request table of :func:`reuse_per_request` from finished replays."""
+    n = known.shape[0]
+    columns: dict[str, object] = {
+        "row": np.arange(n, dtype=np.int64),
+        "hashes_known": known,
+        "prompt_tokens": prompt_tokens,
+        "prompt_blocks": chain_blocks.astype(np.int64),
+        "hit_blocks": shared.hit.astype(np.int64),
+        "last_seen_age_s": np.where(shared.age >= 0, shared.age / 1e6, np.nan),
+    }
+    for i in range(len(age_buckets_s)):
+        columns[f"_blocks_{i}"] = shared.within[:, i]
+    if same_tenant is not None:
+        columns["_blocks_same"] = same_tenant.hit
+    else:
+        columns["_blocks_same"] = pl.Series([None] * n, dtype=pl.Int64)
+    columns["_limit"] = hit_limit_blocks(prompt_tokens, block_size)
+    base = pl.DataFrame(columns).with_columns(pl.col("last_seen_age_s").fill_nan(None))
+    del columns
+
+    def tokens(blocks_col: str) -> pl.Expr:
+        return pl.min_horizontal(pl.col(blocks_col).fill_null(0), pl.col("_limit")) * block_size
+
+    return base.select(
+        pl.col("row").cast(pl.Int64),
+        "hashes_known",
+        "prompt_tokens",
+        "prompt_blocks",
+        "hit_blocks",
+        tokens("hit_blocks").alias("hit_tokens"),
+        *[tokens(f"_blocks_{i}").alias(_bucket_col(t)) for i, t in enumerate(age_buckets_s)],
+        "last_seen_age_s",
+        pl.when(pl.lit(same_tenant is not None))
+        .then(tokens("_blocks_same"))
+        .otherwise(None)
+        .cast(pl.Int64)
+        .alias("hit_tokens_same_tenant"),
+    )
+
+
+def new_replays(
+    arrival_us: npt.NDArray[np.int64],
+    known: npt.NDArray[np.bool_],
+    chain_blocks: npt.NDArray[np.int32],
+    groups: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64] | None],
+    shift: int,
+    age_buckets_s: tuple[float, ...],
+) -> tuple[Replay, Replay | None]:
+    """The shared replay (with ages) and, when tenants are logged, the same-tenant one."""
+    n = known.shape[0]
+    buckets_us = np.array([t * 1e6 for t in age_buckets_s], dtype=np.float64)
+    namespace, tenant = groups
+    shared = Replay(n, shift, chain_blocks, known, arrival_us, namespace, buckets_us, with_age=True)
+    same = (
+        Replay(n, shift, chain_blocks, known, arrival_us, tenant, buckets_us, with_age=False)
+        if tenant is not None
+        else None
+    )
+    return shared, same
 
 
 def reuse_per_request(
@@ -227,82 +479,30 @@ def reuse_per_request(
     no tenant is logged).
     """
     n = requests.height
-    known = requests["hashes_known"].fill_null(False).to_numpy().astype(np.bool_)
-    flat = flat_lists(requests["prefix_hashes"])
-    lens = np.diff(flat.offsets)
-    prompt_tokens = requests["prompt_tokens"].fill_null(0).cast(pl.Int64).to_numpy()
-    pb = np.minimum(requests["prompt_blocks"].fill_null(0).cast(pl.Int64).to_numpy(), lens)
-    pb[~known] = 0
+    shift = row_bits(n)
+    chains = _chains(requests)
     arrival_us = requests["arrival"].dt.epoch("us").to_numpy()
-    tenants_logged = requests["tenant"].null_count() < n
-
-    buckets_us = np.array([t * 1e6 for t in age_buckets_s], dtype=np.float64)
-    arange = np.arange(n, dtype=np.int64)
-    keys = _namespaced_keys(requests, flat.offsets, flat.values)
-    hit, age_us, within = replay_unbounded(
-        flat.offsets, keys, pb, known, arrival_us, arange, np.zeros(n, np.int64), buckets_us
+    shared, same = new_replays(
+        arrival_us,
+        chains.known,
+        chains.chain_blocks,
+        reuse_groups(requests, n, shift),
+        shift,
+        age_buckets_s,
     )
-    columns: dict[str, object] = {
-        "row": arange,
-        "hashes_known": known,
-        "prompt_tokens": prompt_tokens,
-        "prompt_blocks": pb,
-        "hit_blocks": hit,
-        "last_seen_age_s": np.where(age_us >= 0, age_us / 1e6, np.nan),
-    }
-    for i in range(len(age_buckets_s)):
-        columns[f"_blocks_{i}"] = within[:, i]
-    if tenants_logged:
-        tenant_code = (
-            requests["tenant"].fill_null("").cast(pl.Categorical).to_physical().cast(pl.Int64)
-        ).to_numpy()
-        order = np.argsort(tenant_code, kind="stable").astype(np.int64)
-        same, _, _ = replay_unbounded(
-            flat.offsets,
-            keys,
-            pb,
-            known,
-            arrival_us,
-            order,
-            tenant_code[order],
-            np.zeros(0, dtype=np.float64),
-        )
-        columns["_blocks_same"] = same
-    else:
-        columns["_blocks_same"] = pl.Series([None] * n, dtype=pl.Int64)
-    columns["_limit"] = hit_limit_blocks(prompt_tokens, block_size)
-    base = pl.DataFrame(columns).with_columns(pl.col("last_seen_age_s").fill_nan(None))
-
-    def tokens(blocks_col: str) -> pl.Expr:
-        return pl.min_horizontal(pl.col(blocks_col).fill_null(0), pl.col("_limit")) * block_size
-
-    return base.select(
-        pl.col("row").cast(pl.Int64),
-        "hashes_known",
-        "prompt_tokens",
-        "prompt_blocks",
-        "hit_blocks",
-        tokens("hit_blocks").alias("hit_tokens"),
-        *[tokens(f"_blocks_{i}").alias(_bucket_col(t)) for i, t in enumerate(age_buckets_s)],
-        "last_seen_age_s",
-        pl.when(pl.lit(tenants_logged))
-        .then(tokens("_blocks_same"))
-        .otherwise(None)
-        .cast(pl.Int64)
-        .alias("hit_tokens_same_tenant"),
+    for replay in (shared, same):
+        if replay is not None:
+            replay.feed(0, chains.offsets, chains.values)
+            replay.close()
+    return reuse_frame(
+        chains.known,
+        chains.prompt_tokens,
+        chains.chain_blocks,
+        shared,
+        same,
+        block_size,
+        age_buckets_s,
     )
-
-
-def _namespaced_keys(
-    requests: pl.DataFrame, offsets: np.ndarray[Any, Any], values: np.ndarray[Any, Any]
-) -> np.ndarray[Any, Any]:
-    """The chain hashes, re-keyed per (model, LoRA adapter) when the table has several."""
-    namespace = namespace_codes(requests)
-    if namespace.size == 0 or int(namespace.max()) == 0:
-        return values
-    ids, n_ids = dense_ids(values)
-    keyed, _ = namespaced_ids(ids, offsets, namespace, n_ids)
-    return np.asarray(keyed, dtype=np.uint64)
 
 
 def reuse_summary(per_request: pl.DataFrame, age_buckets_s: tuple[float, ...]) -> dict[str, Any]:

@@ -1,87 +1,193 @@
-"""The unbounded prefix-cache replay behind :func:`pipeline.prefix.compute.reuse_per_request`.
+"""The unbounded prefix-cache replay behind :func:`pipeline.prefix.compute.reuse_per_request`,
+streamed: requests arrive in chunks (in arrival order) and only the table of distinct blocks
+stays in memory.
 
-One pass over the requests in arrival order with an open-addressing hash table (numba) from
-block hash to the most recent row that held it. The same-tenant part replays each tenant's
-requests alone (rows grouped by tenant, arrival order within), clearing the table between
-tenants, so memory stays one table of distinct blocks.
+One pass in arrival order with a packed open-addressing table (numba, ``pipeline.hashmap``)
+from (block hash, group) to the most recent row that held it. The group keeps caches apart
+exactly: the shared replay's group is the request's (model, LoRA adapter) namespace; the
+same-tenant replay's is its (namespace, tenant), which gives what replaying each tenant's
+requests alone would, in one pass and the same kind of table (the stage runs it in a second pass
+over the chains, after the shared table is gone). The table is in 64 parts
+that grow one at a time, so growing never holds two copies of it. Memory is the tables (23-34
+bytes per distinct (block, group), ``pipeline.hashmap``) plus a few numbers per request,
+whatever the number of blocks.
 
 A vectorised version (explode every block, stable sort by hash, previous holder = previous
 row) gives the same answer, but on a generated trace of 200k requests / 28M blocks its polars
-sort of the highly repetitive hashes alone took 84 s and it needs ~40 bytes per block; this
-pass is linear in the blocks and needs 32-64 bytes per distinct block (``pipeline.hashmap``,
-load ≤ 1/2).
+sort of the highly repetitive hashes alone took 84 s and it needs ~40 bytes per block (and the
+whole table in memory); this pass is linear in the blocks.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numba
 import numpy as np
 import numpy.typing as npt
 
-from pipeline.hashmap import EMPTY, find_slot, new_map, put
+from pipeline.hashmap import (
+    TableParts,
+    part_of,
+    parts_grow_if_full,
+    table_hash,
+    table_part,
+    table_prefetch,
+    table_probe,
+    table_row,
+    table_set,
+)
 
-_MIN_CAPACITY = 1 << 12
+# Parts of the table (each grows on its own: growth costs 1/64 of the table, not a copy).
+_PARTS = 64
+# Lookups whose first slot is prefetched ahead of the one being made (the flat chains say which
+# blocks come next, so their cache misses overlap; a later row's group is taken as this row's).
+_AHEAD = 16
+
+I32 = npt.NDArray[np.int32]
+I64 = npt.NDArray[np.int64]
+U64 = npt.NDArray[np.uint64]
 
 
-@numba.njit(cache=True)  # type: ignore[misc]
-def replay_unbounded(
-    offsets: npt.NDArray[np.int64],
-    values: npt.NDArray[np.uint64],
-    prompt_blocks: npt.NDArray[np.int64],
+@numba.njit(cache=True, nogil=True)  # type: ignore[misc]
+def replay_chunk(
+    owners: Any,
+    addresses: I64,
+    lengths: I64,
+    used: I64,
+    shift: int,
+    offsets: I64,
+    values: U64,
+    row0: int,
+    prompt_blocks: I32,
     known: npt.NDArray[np.bool_],
-    arrival_us: npt.NDArray[np.int64],
-    order: npt.NDArray[np.int64],
-    group: npt.NDArray[np.int64],
+    arrival_us: I64,
+    group: I64,
     buckets_us: npt.NDArray[np.float64],
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """Replay rows in ``order``; the cache is emptied whenever ``group`` (aligned with
-    ``order``) changes. Per row: leading prompt blocks an earlier row of the group held
-    (``hit``), the age in µs of the deepest one's last holder (-1 without a hit), and the
-    leading blocks whose last holder is at most ``buckets_us[b]`` old (``within[:, b]``).
-    After its lookup every block of the row (prompt and output) records the row as latest."""
-    n = offsets.shape[0] - 1
+    hit: I32,
+    age: I64,
+    within: I32,
+) -> None:
+    """Replay the chunk's rows ``row0 + i`` (chain ``values[offsets[i]:offsets[i + 1]]``) in
+    order against a packed table in parts (``pipeline.hashmap.TableParts``: ``owners``,
+    ``addresses``, ``lengths``, ``used``), growing its parts as needed.
+
+    Per-request arrays are indexed by the global row: ``prompt_blocks`` (already at most the
+    chain's length), ``known``, ``arrival_us``, ``group`` (empty = all 0). Per row it writes the
+    leading prompt blocks an earlier row of its group held (``hit``); when ``age`` is not empty
+    the age in µs of the deepest one's last holder (-1 without a hit), and the leading blocks
+    whose last holder is at most ``buckets_us[b]`` old (``within[:, b]``). After its lookup
+    every block of the row (prompt and output) records the row as latest."""
     n_buckets = buckets_us.shape[0]
-    hit = np.zeros(n, dtype=np.int64)
-    age = np.full(n, -1, dtype=np.int64)
-    within = np.zeros((n, n_buckets), dtype=np.int64)
-    keys, rows = new_map(_MIN_CAPACITY)
-    used = 0
+    track_age = age.shape[0] > 0
+    mask = np.uint64(addresses.shape[0] - 1)
+    n_values = offsets[offsets.shape[0] - 1]
     open_bucket = np.zeros(n_buckets, dtype=np.bool_)
     longest = 0
-    for r in range(n):
-        longest = max(longest, prompt_blocks[r])
+    for i in range(offsets.shape[0] - 1):
+        longest = max(longest, offsets[i + 1] - offsets[i])
     found = np.zeros(longest + 1, dtype=np.int64)
-    for step in range(order.shape[0]):
-        r = order[step]
-        if step > 0 and group[step] != group[step - 1] and used > 0:
-            keys, rows = new_map(_MIN_CAPACITY)
-            used = 0
+    found_part = np.zeros(longest + 1, dtype=np.int64)
+    for i in range(offsets.shape[0] - 1):
+        r = row0 + i
         if not known[r]:
             continue
-        start = offsets[r]
-        length = offsets[r + 1] - start
+        g = group[r] if group.shape[0] else 0
+        start = offsets[i]
+        length = offsets[i + 1] - start
         pb = min(prompt_blocks[r], length)
         for b in range(n_buckets):
             open_bucket[b] = True
         k = 0
         while k < pb:
-            i = find_slot(keys, rows, values[start + k])
-            if rows[i] == EMPTY:
+            if start + k + _AHEAD < n_values:
+                ahead = table_hash(values[start + k + _AHEAD], g)
+                table_prefetch(table_part(addresses, lengths, part_of(ahead, mask)), ahead)
+            key = values[start + k]
+            h = table_hash(key, g)
+            part = part_of(h, mask)
+            table = table_part(addresses, lengths, part)
+            slot = table_probe(table, key, g, shift, h)
+            if table[2 * slot + 1] == 0:
                 break
-            found[k] = i
-            a = arrival_us[r] - arrival_us[rows[i]]
-            age[r] = a
-            for b in range(n_buckets):
-                if open_bucket[b] and a <= buckets_us[b]:
-                    within[r, b] += 1
-                else:
-                    open_bucket[b] = False
+            found[k] = slot
+            found_part[k] = part
+            if track_age:
+                a = arrival_us[r] - arrival_us[table_row(table, slot, shift)]
+                age[r] = a
+                for b in range(n_buckets):
+                    if open_bucket[b] and a <= buckets_us[b]:
+                        within[r, b] += 1
+                    else:
+                        open_bucket[b] = False
             k += 1
         hit[r] = k
         # The hit blocks' slots are known (no insert happened since the lookup): refresh them
         # without probing again; then insert or refresh the rest of the chain.
         for j in range(k):
-            rows[found[j]] = r
-        for k in range(hit[r], length):
-            keys, rows, used = put(keys, rows, used, values[start + k], r)
-    return hit, age, within
+            table = table_part(addresses, lengths, found_part[j])
+            table_set(table, found[j], values[start + j], g, r, shift)
+        for j in range(k, length):
+            if start + j + _AHEAD < n_values:
+                ahead = table_hash(values[start + j + _AHEAD], g)
+                table_prefetch(table_part(addresses, lengths, part_of(ahead, mask)), ahead)
+            key = values[start + j]
+            h = table_hash(key, g)
+            part = part_of(h, mask)
+            table = table_part(addresses, lengths, part)
+            slot = table_probe(table, key, g, shift, h)
+            if table_set(table, slot, key, g, r, shift):
+                used[part] += 1
+                parts_grow_if_full(owners, addresses, lengths, used, part, shift)
+
+
+class Replay:
+    """One replay fed chunk by chunk (see :func:`replay_chunk`); ``hit`` (and ``age``,
+    ``within`` when ``with_age``) fill in as the chunks arrive."""
+
+    def __init__(
+        self,
+        n: int,
+        shift: int,
+        prompt_blocks: I32,
+        known: npt.NDArray[np.bool_],
+        arrival_us: I64,
+        group: I64,
+        buckets_us: npt.NDArray[np.float64],
+        *,
+        with_age: bool,
+    ) -> None:
+        self.shift = shift
+        self.prompt_blocks = prompt_blocks
+        self.known = known
+        self.arrival_us = arrival_us
+        self.group = group
+        self.buckets_us = buckets_us if with_age else np.zeros(0, np.float64)
+        self.hit = np.zeros(n, dtype=np.int32)
+        self.age = np.full(n if with_age else 0, -1, dtype=np.int64)
+        self.within = np.zeros((n if with_age else 0, self.buckets_us.shape[0]), dtype=np.int32)
+        self.table = TableParts(_PARTS)
+
+    def feed(self, row0: int, offsets: I64, values: U64) -> None:
+        replay_chunk(
+            self.table.owners,
+            self.table.addresses,
+            self.table.lengths,
+            self.table.used,
+            self.shift,
+            offsets,
+            values,
+            row0,
+            self.prompt_blocks,
+            self.known,
+            self.arrival_us,
+            self.group,
+            self.buckets_us,
+            self.hit,
+            self.age,
+            self.within,
+        )
+
+    def close(self) -> None:
+        """Drop the table (the per-request results stay)."""
+        self.table = TableParts(1)

@@ -1,7 +1,8 @@
 """What the prefix stage produces: the JSON summary (keys: ``docs/prefix.md``) and its frames.
 
-The summary round-trips through JSON; the frames are written as Parquet. ``reuse`` (the
-per-request replay) is kept in memory only: the summary holds its totals.
+The summary round-trips through JSON; the frames are written as Parquet. The per-request
+replay is not kept (the summary holds its totals; ``pipeline.prefix.reuse_per_request`` gives
+it for a table in memory); ``reuse`` stays empty.
 """
 
 from __future__ import annotations

@@ -30,14 +30,23 @@ from pipeline.store import (
 
 @dataclass(frozen=True)
 class PrefixInputs:
-    requests: pl.DataFrame  # canonical table, sorted by arrival
+    """The canonical table, sorted by arrival, as a query: ``run`` reads it in chunks (the
+    columns each step needs), so the table is never in memory whole."""
+
+    requests: pl.LazyFrame
 
 
 def inputs_from(requests: pl.LazyFrame | pl.DataFrame) -> PrefixInputs:
-    frame = requests.collect() if isinstance(requests, pl.LazyFrame) else requests
-    if not frame["arrival"].is_sorted():
-        frame = frame.sort("arrival", maintain_order=True)
-    return PrefixInputs(frame)
+    """The inputs of a table (scanned or in memory), sorted by arrival when it is not (the
+    check reads the arrivals alone; canonical tables are sorted at ingest)."""
+    if isinstance(requests, pl.DataFrame):
+        if not requests["arrival"].is_sorted():
+            requests = requests.sort("arrival", maintain_order=True)
+        return PrefixInputs(requests.lazy())
+    backwards = requests.select((pl.col("arrival").diff() < pl.duration(microseconds=0)).any())
+    if backwards.collect().item():
+        requests = requests.sort("arrival", maintain_order=True)
+    return PrefixInputs(requests)
 
 
 def read_inputs(layout: WorkloadLayout, config: Config) -> PrefixInputs:
