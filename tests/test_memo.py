@@ -36,3 +36,19 @@ def test_one_input_is_kept_and_a_new_key_or_release_lets_it_go() -> None:
     memo.reuse(("sim", "b"), lambda: build("b"))
     assert built == ["a", "b", "b"]
     memo.release()
+
+
+def test_the_prefix_stage_lets_go_of_what_the_simulation_kept() -> None:
+    """In one process (an in-process Dagster run) the prefix stage does not hold its tables
+    beside the simulation's flattened workload."""
+    from pipeline.config import default_config
+    from pipeline.prefix import stage as prefix_stage
+    from tests.test_sim_cache import canonical
+
+    kept = weakref.ref(memo.reuse(("simulation", "w"), _Big))
+    table = canonical(
+        [{"hashes": [1, 2], "prompt_tokens": 9}, {"hashes": [1, 3], "prompt_tokens": 9}], 4
+    )
+    prefix_stage.run(prefix_stage.inputs_from(table), default_config().prefix)
+    gc.collect()
+    assert kept() is None

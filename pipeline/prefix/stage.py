@@ -13,6 +13,7 @@ from pathlib import Path
 
 import polars as pl
 
+from pipeline import memo
 from pipeline.config import Config
 from pipeline.ingest.stage import read_requests
 from pipeline.layout import WorkloadLayout, require_output
@@ -55,6 +56,9 @@ def read_inputs(layout: WorkloadLayout, config: Config) -> PrefixInputs:
 
 
 def run(inputs: PrefixInputs, settings: PrefixConfig) -> PrefixResult:
+    # What an earlier stage of this process kept (the simulation's flattened workload, in an
+    # in-process Dagster run) is let go of, not held beside this stage's tables.
+    memo.release()
     return analyse(inputs.requests, settings)
 
 
