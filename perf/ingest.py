@@ -179,18 +179,18 @@ sys.exit(code)
 """
 
 
-def run_command(trace: Path, out: Path) -> tuple[float, float]:
-    """``enginefit ingest TRACE --out OUT`` in a child process: wall seconds and peak RSS (MiB).
+def run_enginefit(args: list[str], cwd: Path) -> tuple[float, float]:
+    """``enginefit ARGS`` in a child process: wall seconds and peak RSS (MiB).
 
-    The child runs this checkout's code (``PYTHONPATH``), in ``out``'s folder so no project
-    configuration is picked up, with a fixed salt.
+    The child runs this checkout's code (``PYTHONPATH``), in ``cwd`` (a folder without a
+    project configuration), with a fixed salt.
     """
     repo = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": str(repo), "ENGINEFIT_HASH_SALT": "bench"}
-    command = [sys.executable, "-m", "assets.cli", "ingest", str(trace), "--out", str(out)]
+    command = [sys.executable, "-m", "assets.cli", *args]
     child = subprocess.run(
         [sys.executable, "-c", _LAUNCHER, *command],
-        cwd=out.parent,
+        cwd=cwd,
         env=env,
         capture_output=True,
         text=True,
@@ -202,6 +202,11 @@ def run_command(trace: Path, out: Path) -> tuple[float, float]:
         )
     elapsed, max_rss_kib = child.stdout.split()
     return float(elapsed), int(max_rss_kib) / 1024
+
+
+def run_command(trace: Path, out: Path) -> tuple[float, float]:
+    """``enginefit ingest TRACE --out OUT``, as :func:`run_enginefit` runs it."""
+    return run_enginefit(["ingest", str(trace), "--out", str(out)], out.parent)
 
 
 TOKEN_ID_ROWS = 100_000

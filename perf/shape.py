@@ -1,4 +1,4 @@
-"""Benchmark: workload-shape metrics on a generated canonical trace (default 10M requests),
+"""Benchmark: workload-shape metrics on a generated canonical trace (default 1M and 10M requests),
 beside a plain-Python script computing the same figures.
 
 The trace is ``perf.workload``'s model (long profile, seed 7) written as canonical Parquet
@@ -13,7 +13,7 @@ only the shape computation on a lazy scan of the Parquet files, not the generati
 figures in another subprocess; every figure must agree with the stage's (relative 1e-9) before
 the two times are printed side by side.
 
-Run: ``.venv/bin/python -m perf.shape [--requests N] [--keep DIR] [--baseline-max N]``.
+Run: ``.venv/bin/python -m perf.shape [--requests 1M,10M] [--keep DIR] [--baseline-max N]``.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from perf.shape_baseline import disagreements, stage_figures
-from perf.workload import conversations, iter_frames, spec, write_csv
+from perf.workload import conversations, count, iter_frames, spec, write_csv
 
 BASELINE_MAX = 1_000_000  # the plain-Python baseline holds every row as a dict
 
@@ -115,8 +115,12 @@ def measure(workload: Path) -> dict[str, object]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=10_000_000)
-    parser.add_argument("--keep", type=Path, default=None, help="reuse/keep the trace here")
+    parser.add_argument(
+        "--requests",
+        default="1M,10M",
+        help="trace sizes, comma-separated (1M, 100K or a number)",
+    )
+    parser.add_argument("--keep", type=Path, default=None, help="reuse/keep the traces here")
     parser.add_argument(
         "--baseline-max",
         type=int,
@@ -128,40 +132,46 @@ def main(argv: list[str] | None = None) -> None:
     if args.measure is not None:
         print(json.dumps(measure(args.measure)))
         return
-    with tempfile.TemporaryDirectory() as tmp:
-        workload = args.keep or Path(tmp)
-        baseline = args.requests <= args.baseline_max
-        if not (workload / "requests").is_dir() or (
-            baseline and not (workload / "requests.csv").is_file()
-        ):
-            start = time.perf_counter()
-            generate(workload, args.requests, csv=baseline)
-            print(f"generated {args.requests:,} requests in {time.perf_counter() - start:.1f} s")
-        size = sum(p.stat().st_size for p in (workload / "requests").glob("*.parquet"))
-        print(f"trace: {size / 2**20:,.0f} MiB of Parquet")
-        result = _child([sys.executable, __file__, "--measure", str(workload)])
-        figures = result.pop("figures")
-        latency = result.pop("latency")
-        print(json.dumps(result, indent=2, sort_keys=True))
-        if not baseline:
-            print(f"plain-Python baseline skipped (more than {args.baseline_max:,} requests)")
-            return
-        script = Path(__file__).with_name("shape_baseline.py")
-        latency_arg = ",".join(repr(v) for v in latency)
-        plain = _child(
-            [sys.executable, str(script), str(workload / "requests.csv"), "--latency", latency_arg]
-        )
-        bad = disagreements(plain["figures"], figures)
-        assert not bad, "baseline and stage disagree:\n" + "\n".join(bad)
-        stage_s = result["seconds"]["full stage (compute)"]
-        plain_s = plain["read_s"] + plain["compute_s"]
-        print(
-            f"plain-Python baseline ({len(figures)} figures, all equal to the stage's): read CSV "
-            f"{plain['read_s']:.2f} s + compute {plain['compute_s']:.2f} s = {plain_s:.2f} s; "
-            f"the stage {stage_s:.2f} s (every metric, a lazy scan of the Parquet parts): "
-            f"baseline / stage {plain_s / stage_s:.1f}x (compute alone "
-            f"{plain['compute_s'] / stage_s:.1f}x)"
-        )
+    for requests in (count(text) for text in args.requests.split(",")):
+        with tempfile.TemporaryDirectory() as tmp:
+            workload = (args.keep / f"shape-{requests}") if args.keep else Path(tmp)
+            compare(requests, workload, requests <= args.baseline_max)
+
+
+def compare(requests: int, workload: Path, baseline: bool) -> None:
+    """The stage on a generated trace of ``requests``; with ``baseline``, the plain-Python
+    script beside it on the same requests (its figures must equal the stage's)."""
+    if not (workload / "requests").is_dir() or (
+        baseline and not (workload / "requests.csv").is_file()
+    ):
+        start = time.perf_counter()
+        generate(workload, requests, csv=baseline)
+        print(f"generated {requests:,} requests in {time.perf_counter() - start:.1f} s")
+    size = sum(p.stat().st_size for p in (workload / "requests").glob("*.parquet"))
+    print(f"trace: {requests:,} requests, {size / 2**20:,.0f} MiB of Parquet")
+    result = _child([sys.executable, __file__, "--measure", str(workload)])
+    figures = result.pop("figures")
+    latency = result.pop("latency")
+    print(json.dumps(result, indent=2, sort_keys=True))
+    if not baseline:
+        print(f"plain-Python baseline skipped (more than {BASELINE_MAX:,} requests)")
+        return
+    script = Path(__file__).with_name("shape_baseline.py")
+    latency_arg = ",".join(repr(v) for v in latency)
+    plain = _child(
+        [sys.executable, str(script), str(workload / "requests.csv"), "--latency", latency_arg]
+    )
+    bad = disagreements(plain["figures"], figures)
+    assert not bad, "baseline and stage disagree:\n" + "\n".join(bad)
+    stage_s = result["seconds"]["full stage (compute)"]
+    plain_s = plain["read_s"] + plain["compute_s"]
+    print(
+        f"plain-Python baseline ({len(figures)} figures, all equal to the stage's): read CSV "
+        f"{plain['read_s']:.2f} s + compute {plain['compute_s']:.2f} s = {plain_s:.2f} s; "
+        f"the stage {stage_s:.2f} s (every metric, a lazy scan of the Parquet parts): "
+        f"baseline / stage {plain_s / stage_s:.1f}x (compute alone "
+        f"{plain['compute_s'] / stage_s:.1f}x)"
+    )
 
 
 def _child(command: list[str]) -> dict[str, Any]:
