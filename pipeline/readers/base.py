@@ -18,7 +18,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import polars as pl
+import pyarrow as pa
 
 from pipeline.hashing import chain_hash_tokens
 from pipeline.readers.source import SourceFile
@@ -329,6 +331,31 @@ class JsonLinesReader(Reader):
                 rows.append(row)
         return ReadResult(canonical_rows(rows), quarantine.frame(), read, capped)
 
+    def decode_lines(
+        self,
+        rows: npt.NDArray[np.int64],
+        block: bytes,
+        bounds: npt.NDArray[np.int64],
+        terminated: bool,
+        first_line: int,
+        source: SourceFile,
+        ctx: ReadContext,
+        quarantine: Quarantine,
+    ) -> list[dict[str, Any]]:
+        """The rows of the lines ``rows`` of a block of lines (those a compiled scanner left to
+        ``json``; ``bounds``: each line's start and stop in ``block``), read as :meth:`read`
+        reads every line."""
+        converted_rows = []
+        for row in rows.tolist():
+            line_no = first_line + row
+            raw = block[bounds[row, 0] : bounds[row, 1]]
+            obj = json_line_object(raw, terminated, line_no, quarantine)
+            if obj is not None:
+                converted = self.record_row(obj, source, line_no, ctx, quarantine)
+                if converted is not None:
+                    converted_rows.append(converted)
+        return converted_rows
+
     def record_row(
         self,
         obj: dict[str, Any],
@@ -353,6 +380,31 @@ class JsonLinesReader(Reader):
         row.setdefault("request_id", f"{source.label}:{line_no}")
         row.setdefault("block_size", ctx.block_size)
         return row
+
+
+def scanned_read_result(
+    frames: list[pl.DataFrame],
+    decoded_rows: list[dict[str, Any]],
+    quarantine: Quarantine,
+    records_read: int,
+) -> ReadResult:
+    """A file read block by block: the scanned blocks' rows (``frames``, in line order) and
+    the lines decoded one by one (``decoded_rows``), merged in line order."""
+    if decoded_rows:
+        frames = [*frames, canonical_rows(decoded_rows)]
+    if not frames:
+        return ReadResult(canonical_rows([]), quarantine.frame(), records_read)
+    requests = pl.concat(frames, rechunk=False)
+    if decoded_rows and len(frames) > 1:
+        requests = requests.sort("source_line", maintain_order=True)
+    return ReadResult(requests.rechunk(), quarantine.frame(), records_read)
+
+
+def chain_column(blocks: npt.NDArray[np.int64], hashes: npt.NDArray[np.uint64]) -> pl.Series:
+    """``prefix_hashes`` of rows with ``blocks`` hashes each, ``hashes`` laid end to end."""
+    offsets = np.zeros(blocks.size + 1, dtype=np.int64)
+    np.cumsum(blocks, out=offsets[1:])
+    return pl.Series(pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(hashes)))
 
 
 def canonical_rows(rows: list[dict[str, Any]]) -> pl.DataFrame:

@@ -33,7 +33,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import polars as pl
-import pyarrow as pa
 
 from pipeline.blockhash import chain_hash_id_runs
 from pipeline.hashing import chain_hash_block_ids
@@ -46,11 +45,11 @@ from pipeline.readers.base import (
     ReadContext,
     ReadResult,
     RecordError,
-    canonical_rows,
+    chain_column,
     epoch_or_relative,
-    json_line_object,
     number,
     require,
+    scanned_read_result,
     token_count,
 )
 from pipeline.readers.mooncake_scan import BLANK, BLOCK_TOKENS, FAST, KEYS, PYTHON, scan_lines
@@ -94,14 +93,9 @@ class MooncakeReader(JsonLinesReader):
             arrival, in_range = scanned_arrivals(ts_int, ts_span, block, fast, ctx.anchor, 1000.0)
             slow = np.flatnonzero((kinds == PYTHON) | (fast & ~in_range))
             fast &= in_range
-            for row in slow.tolist():
-                line_no = first_line + row
-                raw = block[bounds[row, 0] : bounds[row, 1]]
-                obj = json_line_object(raw, terminated, line_no, quarantine)
-                if obj is not None:
-                    converted = self.record_row(obj, source, line_no, ctx, quarantine)
-                    if converted is not None:
-                        slow_rows.append(converted)
+            slow_rows += self.decode_lines(
+                slow, block, bounds, terminated, first_line, source, ctx, quarantine
+            )
             if fast.any():
                 frames.append(
                     self._columns(
@@ -115,14 +109,7 @@ class MooncakeReader(JsonLinesReader):
                     )
                 )
             first_line += kinds.size
-        if slow_rows:
-            frames.append(canonical_rows(slow_rows))
-        if not frames:
-            return ReadResult(canonical_rows([]), quarantine.frame(), read)
-        requests = pl.concat(frames, rechunk=False)
-        if slow_rows and len(frames) > 1:
-            requests = requests.sort("source_line", maintain_order=True)
-        return ReadResult(requests.rechunk(), quarantine.frame(), read)
+        return scanned_read_result(frames, slow_rows, quarantine, read)
 
     def _columns(
         self,
@@ -139,15 +126,12 @@ class MooncakeReader(JsonLinesReader):
         prompt = lengths[:, 0]
         full = prompt // MOONCAKE_BLOCK_TOKENS
         hashes = chain_hash_id_runs(ids, id_starts, full, ctx.salt)
-        offsets = np.zeros(full.size + 1, dtype=np.int64)
-        np.cumsum(full, out=offsets[1:])
-        chains = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(hashes))
         frame = pl.DataFrame(
             {
                 "arrival": pl.Series(arrival).cast(pl.Datetime("us")).dt.replace_time_zone("UTC"),
                 "prompt_tokens": prompt,
                 "output_tokens": lengths[:, 1],
-                "prefix_hashes": pl.Series(chains),
+                "prefix_hashes": chain_column(full, hashes),
                 "prompt_blocks": full,
                 "source_line": lines,
             }

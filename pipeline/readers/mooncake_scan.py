@@ -161,6 +161,35 @@ def _literal_end(buf: npt.NDArray[np.uint8], i: int, end: int) -> int:
 
 
 @nb.njit(cache=True)
+def _scalar_end(buf: npt.NDArray[np.uint8], i: int, end: int) -> int:
+    """Just after the plain scalar at ``i`` (a string without escapes, a number, ``true``,
+    ``false`` or ``null``); -1 for anything else (json decides)."""
+    c = buf[i]
+    if c == _QUOTE:
+        return _plain_string_end(buf, i, end)
+    if c == _MINUS or _is_digit(c):
+        return _number_end(buf, i, end)
+    return _literal_end(buf, i, end)
+
+
+OBJECT_END = -2  # _next_member: the object closed, and only whitespace follows it
+
+
+@nb.njit(cache=True)
+def _next_member(buf: npt.NDArray[np.uint8], i: int, end: int) -> int:
+    """After a member's value ending at ``i``: where the next key starts (past the comma),
+    :data:`OBJECT_END` at the closing brace when nothing but whitespace follows it, else -1."""
+    i = _skip_ws(buf, i, end)
+    if i >= end:
+        return -1
+    if buf[i] == _RBRACE:
+        return OBJECT_END if _skip_ws(buf, i + 1, end) == end else -1
+    if buf[i] != _COMMA:
+        return -1
+    return _skip_ws(buf, i + 1, end)
+
+
+@nb.njit(cache=True)
 def _unsigned(buf: npt.NDArray[np.uint8], i: int, stop: int) -> int:
     value = 0
     while i < stop:
@@ -280,25 +309,14 @@ def _scan_line(
             if i < 0:
                 return -1
         else:  # another key: a plain scalar is skipped, anything else goes to json
-            c = buf[i]
-            if c == _QUOTE:
-                i = _plain_string_end(buf, i, end)
-            elif c == _MINUS or _is_digit(c):
-                i = _number_end(buf, i, end)
-            else:
-                i = _literal_end(buf, i, end)
+            i = _scalar_end(buf, i, end)
             if i < 0:
                 return -1
-        i = _skip_ws(buf, i, end)
-        if i >= end:
-            return -1
-        if buf[i] == _RBRACE:
+        i = _next_member(buf, i, end)
+        if i == OBJECT_END:
             break
-        if buf[i] != _COMMA:
+        if i < 0:
             return -1
-        i = _skip_ws(buf, i + 1, end)
-    if _skip_ws(buf, i + 1, end) != end:
-        return -1
     if seen & 0b11110 != 0b11110:
         return -1
     if n_ids != (lengths[row, 0] + BLOCK_TOKENS - 1) // BLOCK_TOKENS:

@@ -55,9 +55,9 @@ from pipeline.readers.base import (
     ReadContext,
     ReadResult,
     RecordError,
-    canonical_rows,
-    json_line_object,
+    chain_column,
     require,
+    scanned_read_result,
     token_count,
     token_ids,
 )
@@ -97,14 +97,9 @@ class TokenIdsReader(JsonLinesReader):
             certain = in_range & e2e_ok & ttft_ok
             slow = np.flatnonzero((kinds == PYTHON) | (fast & ~certain))
             fast &= certain
-            for row in slow.tolist():
-                line_no = first_line + row
-                raw = block[bounds[row, 0] : bounds[row, 1]]
-                obj = json_line_object(raw, terminated, line_no, quarantine)
-                if obj is not None:
-                    converted = self.record_row(obj, source, line_no, ctx, quarantine)
-                    if converted is not None:
-                        slow_rows.append(converted)
+            slow_rows += self.decode_lines(
+                slow, block, bounds, terminated, first_line, source, ctx, quarantine
+            )
             if fast.any():
                 frames.append(
                     self._columns(
@@ -121,14 +116,7 @@ class TokenIdsReader(JsonLinesReader):
                     )
                 )
             first_line += kinds.size
-        if slow_rows:
-            frames.append(canonical_rows(slow_rows))
-        if not frames:
-            return ReadResult(canonical_rows([]), quarantine.frame(), read)
-        requests = pl.concat(frames, rechunk=False)
-        if slow_rows and len(frames) > 1:
-            requests = requests.sort("source_line", maintain_order=True)
-        return ReadResult(requests.rechunk(), quarantine.frame(), read)
+        return scanned_read_result(frames, slow_rows, quarantine, read)
 
     def _columns(
         self,
@@ -149,9 +137,6 @@ class TokenIdsReader(JsonLinesReader):
         prompt = runs[:, 1]
         blocks = (prompt + runs[:, 3]) // ctx.block_size
         hashes = chain_hash_token_runs(ids, runs, ctx.block_size, ctx.salt)
-        offsets = np.zeros(blocks.size + 1, dtype=np.int64)
-        np.cumsum(blocks, out=offsets[1:])
-        chains = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(hashes))
         output, turn = counts[:, 4], counts[:, 5]
         columns: dict[str, Any] = {
             "arrival": pl.Series(arrival).cast(pl.Datetime("us")).dt.replace_time_zone("UTC"),
@@ -160,7 +145,7 @@ class TokenIdsReader(JsonLinesReader):
             "output_tokens": pl.Series(output).set(pl.Series(output < 0), None),
             "e2e_ms": pl.Series(e2e_ms).fill_nan(None),
             "ttft_ms": pl.Series(ttft_ms).fill_nan(None),
-            "prefix_hashes": pl.Series(chains),
+            "prefix_hashes": chain_column(blocks, hashes),
             "prompt_blocks": prompt // ctx.block_size,
             "source_line": lines,
         }

@@ -42,13 +42,15 @@ import numpy.typing as npt
 from pipeline.readers.mooncake_scan import (
     BLANK,
     FAST,
+    OBJECT_END,
     PYTHON,
     _digits,
     _is_blank,
-    _is_digit,
     _literal_end,
+    _next_member,
     _number_end,
     _plain_string_end,
+    _scalar_end,
     _skip_ws,
     _unsigned,
     _word_at,
@@ -295,24 +297,14 @@ def _scan_line(
                     texts[row, group, 2] = rank
                 i = after
         else:  # another key (``timestamp`` among them): a plain scalar is skipped
-            if c == _QUOTE:
-                i = _plain_string_end(buf, i, end)
-            elif c == _MINUS or _is_digit(c):
-                i = _number_end(buf, i, end)
-            else:
-                i = _literal_end(buf, i, end)
+            i = _scalar_end(buf, i, end)
             if i < 0:
                 return -1
-        i = _skip_ws(buf, i, end)
-        if i >= end:
-            return -1
-        if buf[i] == _RBRACE:
+        i = _next_member(buf, i, end)
+        if i == OBJECT_END:
             break
-        if buf[i] != _COMMA:
+        if i < 0:
             return -1
-        i = _skip_ws(buf, i + 1, end)
-    if _skip_ws(buf, i + 1, end) != end:
-        return -1
     if not (seen & (1 << _TS)) or not (seen & (1 << _PROMPT)):
         return -1
     if has_output_ids:
