@@ -161,6 +161,35 @@ def _literal_end(buf: npt.NDArray[np.uint8], i: int, end: int) -> int:
 
 
 @nb.njit(cache=True)
+def _member_key(
+    buf: npt.NDArray[np.uint8],
+    i: int,
+    end: int,
+    seen: int,
+    table: npt.NDArray[np.uint8],
+    lengths: npt.NDArray[np.int64],
+) -> tuple[int, int, int]:
+    """The member whose key starts at ``i``: where its value starts, the key's number in
+    ``table`` (0: a key not read) and ``seen`` with it; -1 as the position when the member is
+    not certainly clean (a repeated key: json keeps the last one; leave that to json)."""
+    key_start = i + 1
+    i = _plain_string_end(buf, i, end)
+    if i < 0:
+        return -1, 0, seen
+    key = _word_at(buf, key_start, i - 1, table, lengths)
+    if key and seen & (1 << key):
+        return -1, 0, seen
+    seen |= 1 << key
+    i = _skip_ws(buf, i, end)
+    if i >= end or buf[i] != _COLON:
+        return -1, 0, seen
+    i = _skip_ws(buf, i + 1, end)
+    if i >= end:
+        return -1, 0, seen
+    return i, key, seen
+
+
+@nb.njit(cache=True)
 def _scalar_end(buf: npt.NDArray[np.uint8], i: int, end: int) -> int:
     """Just after the plain scalar at ``i`` (a string without escapes, a number, ``true``,
     ``false`` or ``null``); -1 for anything else (json decides)."""
@@ -263,19 +292,8 @@ def _scan_line(
     seen = 0
     n_ids = 0
     while True:
-        key_start = i + 1
-        i = _plain_string_end(buf, i, end)
+        i, key, seen = _member_key(buf, i, end, seen, _KEY_TABLE, _KEY_LENGTHS)
         if i < 0:
-            return -1
-        key = _word_at(buf, key_start, i - 1, _KEY_TABLE, _KEY_LENGTHS)
-        if key and seen & (1 << key):
-            return -1  # a repeated key: json keeps the last one; leave that to json
-        seen |= 1 << key
-        i = _skip_ws(buf, i, end)
-        if i >= end or buf[i] != _COLON:
-            return -1
-        i = _skip_ws(buf, i + 1, end)
-        if i >= end:
             return -1
         if key == _TIMESTAMP:
             if buf[i] == _MINUS:

@@ -47,13 +47,13 @@ from pipeline.readers.mooncake_scan import (
     _digits,
     _is_blank,
     _literal_end,
+    _member_key,
     _next_member,
     _number_end,
     _plain_string_end,
     _scalar_end,
     _skip_ws,
     _unsigned,
-    _word_at,
     _words,
 )
 from pipeline.schema import MAX_PLAUSIBLE_TOKENS
@@ -203,19 +203,8 @@ def _scan_line(
     output_tokens = -1
     has_output_ids = False
     while True:
-        key_start = i + 1
-        i = _plain_string_end(buf, i, end)
+        i, key, seen = _member_key(buf, i, end, seen, _KEY_TABLE, _KEY_LENGTHS)
         if i < 0:
-            return -1
-        key = _word_at(buf, key_start, i - 1, _KEY_TABLE, _KEY_LENGTHS)
-        if key and seen & (1 << key):
-            return -1  # a repeated key: json keeps the last one; leave that to json
-        seen |= 1 << key
-        i = _skip_ws(buf, i, end)
-        if i >= end or buf[i] != _COLON:
-            return -1
-        i = _skip_ws(buf, i + 1, end)
-        if i >= end:
             return -1
         c = buf[i]
         if key == _TS:
