@@ -13,7 +13,6 @@ boundary lands somewhere new.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
@@ -26,38 +25,22 @@ import pytest
 import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from polars.testing import assert_frame_equal
 
 import pipeline.readers.source as source_module
 from perf.workload import conversations, spec, write_token_ids
-from pipeline.cli import main as enginefit
-from pipeline.readers import ReadContext, ReadResult, SourceFile
-from pipeline.readers.base import JsonLinesReader
+from pipeline.readers import ReadContext, ReadResult
 from pipeline.readers.token_ids import TokenIdsReader
 from pipeline.readers.token_ids_scan import FAST, PYTHON, scan_lines
 from pipeline.schema import MAX_PLAUSIBLE_TOKENS
+from tests import columnar_readers
+from tests.columnar_readers import write_lines
 
 ANCHOR = datetime(2025, 3, 1, tzinfo=UTC)
 READER = TokenIdsReader()
 
 
-def line_by_line(source: SourceFile, ctx: ReadContext) -> ReadResult:
-    """The reference: how every JSON Lines reader reads, one ``json.loads`` per line."""
-    return JsonLinesReader.read(READER, source, ctx)
-
-
 def assert_same_read(path: Path, ctx: ReadContext) -> ReadResult:
-    source = SourceFile.of(path)
-    fast, slow = READER.read(source, ctx), line_by_line(source, ctx)
-    assert_frame_equal(fast.requests, slow.requests, check_exact=True)
-    assert_frame_equal(fast.quarantine, slow.quarantine)
-    assert (fast.records_read, fast.prompt_blocks_capped, fast.notes) == (
-        slow.records_read,
-        slow.prompt_blocks_capped,
-        slow.notes,
-    )
-    assert fast.requests.n_chunks() == 1
-    return fast
+    return columnar_readers.assert_same_read(READER, path, ctx)
 
 
 def record(ts: Any = 0, prompt: Any = None, output: Any = None, **fields: Any) -> dict[str, Any]:
@@ -282,11 +265,6 @@ def hostile_lines() -> Iterator[bytes]:
     yield dumps(record(ts=8)) + b"\r"  # CRLF line ending
 
 
-def write_lines(path: Path, lines: list[bytes], *, last_newline: bool = True) -> Path:
-    path.write_bytes(b"\n".join(lines) + (b"\n" if last_newline else b""))
-    return path
-
-
 def hostile_file(tmp_path: Path, name: str = "hostile.jsonl", **kwargs: Any) -> Path:
     # The first line is a clean record so the format is detected by content.
     return write_lines(tmp_path / name, list(hostile_lines()), **kwargs)
@@ -508,17 +486,9 @@ def test_any_mix_of_records_reads_the_same(
 def ingest_outputs(
     trace: Path, out: Path, monkeypatch: pytest.MonkeyPatch, *, reference: bool
 ) -> dict[str, str]:
-    """``enginefit ingest TRACE --out OUT``: the SHA-256 of every file it writes."""
-    with monkeypatch.context() as patch:
-        patch.setenv("ENGINEFIT_HASH_SALT", "test-salt")
-        if reference:
-            patch.setattr(TokenIdsReader, "read", JsonLinesReader.read)
-        assert enginefit(["ingest", str(trace), "--out", str(out), "--anchor", "2025-03-01"]) == 0
-    return {
-        str(path.relative_to(out)): hashlib.sha256(path.read_bytes()).hexdigest()
-        for path in sorted(out.rglob("*"))
-        if path.is_file()
-    }
+    return columnar_readers.ingest_outputs(
+        TokenIdsReader, trace, out, monkeypatch, reference=reference
+    )
 
 
 @pytest.mark.parametrize(
