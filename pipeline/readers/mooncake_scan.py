@@ -352,6 +352,33 @@ def _is_blank(buf: npt.NDArray[np.uint8], start: int, end: int) -> bool:
 
 
 @nb.njit(cache=True)
+def line_bounds(
+    buf: npt.NDArray[np.uint8], size: int
+) -> tuple[npt.NDArray[np.int8], npt.NDArray[np.int64]]:
+    """The lines of ``buf[:size]`` (they end with LF; the last one may lack it): each one's
+    kind, :data:`BLANK` for whitespace only, else :data:`PYTHON` (a scanner marks what it is
+    certain of :data:`FAST`), and its byte span without the LF (``bounds[:, 0:2]``)."""
+    n_lines = 0
+    for i in range(size):
+        n_lines += buf[i] == 10
+    if size and buf[size - 1] != 10:
+        n_lines += 1
+    kinds = np.full(n_lines, PYTHON, dtype=np.int8)
+    bounds = np.empty((n_lines, 2), dtype=np.int64)
+    pos = 0
+    for row in range(n_lines):
+        end = pos
+        while end < size and buf[end] != 10:
+            end += 1
+        bounds[row, 0] = pos
+        bounds[row, 1] = end
+        if _is_blank(buf, pos, end):
+            kinds[row] = BLANK
+        pos = end + 1
+    return kinds, bounds
+
+
+@nb.njit(cache=True)
 def scan_lines(
     buf: npt.NDArray[np.uint8],
 ) -> tuple[
@@ -365,41 +392,29 @@ def scan_lines(
 ]:
     """Scan every line of ``buf`` (lines end with LF; the last one may lack it).
 
-    Returns per line: its kind (:data:`BLANK`, :data:`FAST`, :data:`PYTHON`), its byte span
-    (``bounds[:, 0:2]``, without the LF), and for :data:`FAST` lines the integer timestamp (or
-    the span of its text in ``ts_span`` when it has a fraction or an exponent; ``ts_span[:, 0]``
-    is -1 otherwise), the two lengths, and the run of its ids in ``ids``
-    (``id_runs[:, 0]`` start, ``id_runs[:, 1]`` count).
+    Returns per line: its kind and byte span (:func:`line_bounds`), and for :data:`FAST` lines
+    the integer timestamp (or the span of its text in ``ts_span`` when it has a fraction or an
+    exponent; ``ts_span[:, 0]`` is -1 otherwise), the two lengths, and the run of its ids in
+    ``ids`` (``id_runs[:, 0]`` start, ``id_runs[:, 1]`` count).
     """
     size = buf.size
-    n_lines = 0
-    for i in range(size):
-        n_lines += buf[i] == 10
-    if size and buf[size - 1] != 10:
-        n_lines += 1
-    kinds = np.full(n_lines, PYTHON, dtype=np.int8)
-    bounds = np.empty((n_lines, 2), dtype=np.int64)
+    kinds, bounds = line_bounds(buf, size)
+    n_lines = kinds.size
     ts_int = np.zeros(n_lines, dtype=np.int64)
     ts_span = np.full((n_lines, 2), -1, dtype=np.int64)
     lengths = np.zeros((n_lines, 2), dtype=np.int64)
     ids = np.empty(size // 2 + 1, dtype=np.int64)  # an id takes a digit and a separator
     id_runs = np.zeros((n_lines, 2), dtype=np.int64)
-    pos = 0
     used = 0
     for row in range(n_lines):
-        end = pos
-        while end < size and buf[end] != 10:
-            end += 1
-        bounds[row, 0] = pos
-        bounds[row, 1] = end
-        if _is_blank(buf, pos, end):
-            kinds[row] = BLANK
-        else:
-            n = _scan_line(buf, pos, end, row, ts_int, ts_span, lengths, ids, used)
-            if n >= 0:
-                kinds[row] = FAST
-                id_runs[row, 0] = used
-                id_runs[row, 1] = n
-                used += n
-        pos = end + 1
+        if kinds[row] == BLANK:
+            continue
+        n = _scan_line(
+            buf, bounds[row, 0], bounds[row, 1], row, ts_int, ts_span, lengths, ids, used
+        )
+        if n >= 0:
+            kinds[row] = FAST
+            id_runs[row, 0] = used
+            id_runs[row, 1] = n
+            used += n
     return kinds, bounds, ts_int, ts_span, lengths, ids[:used], id_runs

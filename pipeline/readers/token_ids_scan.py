@@ -45,7 +45,6 @@ from pipeline.readers.mooncake_scan import (
     OBJECT_END,
     PYTHON,
     _digits,
-    _is_blank,
     _literal_end,
     _member_key,
     _next_member,
@@ -55,6 +54,7 @@ from pipeline.readers.mooncake_scan import (
     _skip_ws,
     _unsigned,
     _words,
+    line_bounds,
 )
 from pipeline.schema import MAX_PLAUSIBLE_TOKENS
 
@@ -345,39 +345,27 @@ def _scan_lines(
     npt.NDArray[np.uint32],
 ]:
     """:func:`scan_lines` on ``buf[:size]``, ``buf[size]`` being a sentinel byte."""
-    n_lines = 0
-    for i in range(size):
-        n_lines += buf[i] == 10
-    if size and buf[size - 1] != 10:
-        n_lines += 1
-    kinds = np.full(n_lines, PYTHON, dtype=np.int8)
-    bounds = np.empty((n_lines, 2), dtype=np.int64)
+    kinds, bounds = line_bounds(buf, size)
+    n_lines = kinds.size
     ts_int = np.zeros(n_lines, dtype=np.int64)
     spans = np.full((n_lines, 6), -1, dtype=np.int64)
     counts = np.zeros((n_lines, 6), dtype=np.int64)
     texts = np.full((n_lines, len(TEXT_GROUPS), 3), -1, dtype=np.int64)
     ids = np.empty(size // 2 + 1, dtype=np.uint32)  # an id takes a digit and a separator
-    pos = 0
     used = 0
     for row in range(n_lines):
-        end = pos
-        while end < size and buf[end] != 10:
-            end += 1
-        bounds[row, 0] = pos
-        bounds[row, 1] = end
-        if _is_blank(buf, pos, end):
-            kinds[row] = BLANK
-        else:
-            counts[row, 5] = -1
-            texts[row, :, 2] = 1 << 30
-            n = _scan_line(buf, pos, end, row, ts_int, spans, counts, texts, ids, used)
-            if n >= 0:
-                kinds[row] = FAST
-                used += n
-            else:  # nothing half-scanned is left behind
-                ts_int[row] = 0
-                spans[row] = -1
-                counts[row] = 0
-                texts[row, :, 0:2] = -1
-        pos = end + 1
+        if kinds[row] == BLANK:
+            continue
+        counts[row, 5] = -1
+        texts[row, :, 2] = 1 << 30
+        start, end = bounds[row, 0], bounds[row, 1]
+        n = _scan_line(buf, start, end, row, ts_int, spans, counts, texts, ids, used)
+        if n >= 0:
+            kinds[row] = FAST
+            used += n
+        else:  # nothing half-scanned is left behind
+            ts_int[row] = 0
+            spans[row] = -1
+            counts[row] = 0
+            texts[row, :, 0:2] = -1
     return kinds, bounds, ts_int, spans, counts, texts, ids[:used]
