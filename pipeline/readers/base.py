@@ -331,30 +331,40 @@ class JsonLinesReader(Reader):
                 rows.append(row)
         return ReadResult(canonical_rows(rows), quarantine.frame(), read, capped)
 
-    def decode_lines(
-        self,
-        rows: npt.NDArray[np.int64],
-        block: bytes,
-        bounds: npt.NDArray[np.int64],
-        terminated: bool,
-        first_line: int,
-        source: SourceFile,
-        ctx: ReadContext,
-        quarantine: Quarantine,
-    ) -> list[dict[str, Any]]:
-        """The rows of the lines ``rows`` of a block of lines (those a compiled scanner left to
-        ``json``; ``bounds``: each line's start and stop in ``block``), read as :meth:`read`
-        reads every line."""
-        converted_rows = []
-        for row in rows.tolist():
-            line_no = first_line + row
-            raw = block[bounds[row, 0] : bounds[row, 1]]
-            obj = json_line_object(raw, terminated, line_no, quarantine)
-            if obj is not None:
-                converted = self.record_row(obj, source, line_no, ctx, quarantine)
-                if converted is not None:
-                    converted_rows.append(converted)
-        return converted_rows
+    def read_scanned(
+        self, source: SourceFile, ctx: ReadContext, scan: Callable[[bytes], ScannedBlock]
+    ) -> ReadResult:
+        """What :meth:`read` returns (the same rows, the same quarantine), block of lines by
+        block: the lines ``scan`` read with certainty become columns at once, the others are
+        decoded with ``json`` and go through :meth:`record_row` as in :meth:`read`."""
+        quarantine = Quarantine(source)
+        frames: list[pl.DataFrame] = []
+        decoded: list[dict[str, Any]] = []
+        read = 0
+        first_line = 1
+        for block, terminated in source.iter_line_blocks(ctx.progress):
+            scanned = scan(block)
+            read += int(np.count_nonzero(~scanned.blank))
+            for row in np.flatnonzero(~scanned.blank & ~scanned.clean).tolist():
+                line_no = first_line + row
+                raw = block[scanned.bounds[row, 0] : scanned.bounds[row, 1]]
+                obj = json_line_object(raw, terminated, line_no, quarantine)
+                if obj is not None:
+                    converted = self.record_row(obj, source, line_no, ctx, quarantine)
+                    if converted is not None:
+                        decoded.append(converted)
+            if scanned.clean.any():
+                lines = np.flatnonzero(scanned.clean) + first_line
+                frames.append(scanned.columns(scanned.clean, lines))
+            first_line += scanned.blank.size
+        if decoded:
+            frames.append(canonical_rows(decoded))
+        if not frames:
+            return ReadResult(canonical_rows([]), quarantine.frame(), read)
+        requests = pl.concat(frames, rechunk=False)
+        if decoded and len(frames) > 1:
+            requests = requests.sort("source_line", maintain_order=True)
+        return ReadResult(requests.rechunk(), quarantine.frame(), read)
 
     def record_row(
         self,
@@ -382,22 +392,17 @@ class JsonLinesReader(Reader):
         return row
 
 
-def scanned_read_result(
-    frames: list[pl.DataFrame],
-    decoded_rows: list[dict[str, Any]],
-    quarantine: Quarantine,
-    records_read: int,
-) -> ReadResult:
-    """A file read block by block: the scanned blocks' rows (``frames``, in line order) and
-    the lines decoded one by one (``decoded_rows``), merged in line order."""
-    if decoded_rows:
-        frames = [*frames, canonical_rows(decoded_rows)]
-    if not frames:
-        return ReadResult(canonical_rows([]), quarantine.frame(), records_read)
-    requests = pl.concat(frames, rechunk=False)
-    if decoded_rows and len(frames) > 1:
-        requests = requests.sort("source_line", maintain_order=True)
-    return ReadResult(requests.rechunk(), quarantine.frame(), records_read)
+@dataclass(frozen=True)
+class ScannedBlock:
+    """A block of lines as a compiled scanner read it (:meth:`JsonLinesReader.read_scanned`):
+    per line, whether it is blank, whether its record was read with certainty (``clean``) and
+    its byte span in the block; ``columns(clean_rows, line_numbers)`` makes the canonical rows
+    of the clean lines ``clean_rows`` selects."""
+
+    blank: npt.NDArray[np.bool_]
+    clean: npt.NDArray[np.bool_]
+    bounds: npt.NDArray[np.int64]
+    columns: Callable[[npt.NDArray[np.bool_], npt.NDArray[np.int64]], pl.DataFrame]
 
 
 def chain_column(blocks: npt.NDArray[np.int64], hashes: npt.NDArray[np.uint64]) -> pl.Series:

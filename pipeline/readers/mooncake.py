@@ -41,18 +41,17 @@ from pipeline.readers.base import (
     EPOCH_SECONDS_MIN,
     LATEST_ARRIVAL,
     JsonLinesReader,
-    Quarantine,
     ReadContext,
     ReadResult,
     RecordError,
+    ScannedBlock,
     chain_column,
     epoch_or_relative,
     number,
     require,
-    scanned_read_result,
     token_count,
 )
-from pipeline.readers.mooncake_scan import BLANK, BLOCK_TOKENS, FAST, KEYS, PYTHON, scan_lines
+from pipeline.readers.mooncake_scan import BLANK, BLOCK_TOKENS, FAST, KEYS, scan_lines
 from pipeline.readers.source import SourceFile
 from pipeline.schema import conform
 
@@ -79,37 +78,27 @@ class MooncakeReader(JsonLinesReader):
     def read(self, source: SourceFile, ctx: ReadContext) -> ReadResult:
         """Every line, block by block: the scanner's clean records as columns, the rest
         through :meth:`record_row` (same rows, same quarantine as the line-by-line reader)."""
-        quarantine = Quarantine(source)
-        frames: list[pl.DataFrame] = []
-        slow_rows: list[dict[str, Any]] = []
-        read = 0
-        first_line = 1
-        for block, terminated in source.iter_line_blocks(ctx.progress):
-            kinds, bounds, ts_int, ts_span, lengths, ids, id_runs = scan_lines(
-                np.frombuffer(block, dtype=np.uint8)
+        return self.read_scanned(source, ctx, lambda block: self._scan(block, source, ctx))
+
+    def _scan(self, block: bytes, source: SourceFile, ctx: ReadContext) -> ScannedBlock:
+        kinds, bounds, ts_int, ts_span, lengths, ids, id_runs = scan_lines(
+            np.frombuffer(block, dtype=np.uint8)
+        )
+        fast = kinds == FAST
+        arrival, in_range = scanned_arrivals(ts_int, ts_span, block, fast, ctx.anchor, 1000.0)
+
+        def columns(clean: npt.NDArray[np.bool_], lines: npt.NDArray[np.int64]) -> pl.DataFrame:
+            return self._columns(
+                source,
+                ctx,
+                lines=lines,
+                arrival=arrival[clean],
+                lengths=lengths[clean],
+                ids=ids,
+                id_starts=id_runs[clean, 0],
             )
-            read += int(np.count_nonzero(kinds != BLANK))
-            fast = kinds == FAST
-            arrival, in_range = scanned_arrivals(ts_int, ts_span, block, fast, ctx.anchor, 1000.0)
-            slow = np.flatnonzero((kinds == PYTHON) | (fast & ~in_range))
-            fast &= in_range
-            slow_rows += self.decode_lines(
-                slow, block, bounds, terminated, first_line, source, ctx, quarantine
-            )
-            if fast.any():
-                frames.append(
-                    self._columns(
-                        source,
-                        ctx,
-                        lines=np.flatnonzero(fast) + first_line,
-                        arrival=arrival[fast],
-                        lengths=lengths[fast],
-                        ids=ids,
-                        id_starts=id_runs[fast, 0],
-                    )
-                )
-            first_line += kinds.size
-        return scanned_read_result(frames, slow_rows, quarantine, read)
+
+        return ScannedBlock(kinds == BLANK, fast & in_range, bounds, columns)
 
     def _columns(
         self,

@@ -51,20 +51,19 @@ import pyarrow as pa
 from pipeline.blockhash import chain_hash_token_runs
 from pipeline.readers.base import (
     JsonLinesReader,
-    Quarantine,
     ReadContext,
     ReadResult,
     RecordError,
+    ScannedBlock,
     chain_column,
     require,
-    scanned_read_result,
     token_count,
     token_ids,
 )
 from pipeline.readers.mooncake import scanned_arrivals
 from pipeline.readers.prompt_text import content_row, line_arrival
 from pipeline.readers.source import SourceFile
-from pipeline.readers.token_ids_scan import BLANK, FAST, PYTHON, TEXT_GROUPS, scan_lines
+from pipeline.readers.token_ids_scan import BLANK, FAST, TEXT_GROUPS, scan_lines
 from pipeline.schema import conform
 
 
@@ -80,43 +79,30 @@ class TokenIdsReader(JsonLinesReader):
     def read(self, source: SourceFile, ctx: ReadContext) -> ReadResult:
         """Every line, block by block: the scanner's clean records as columns, the rest
         through :meth:`record_row` (same rows, same quarantine as the line-by-line reader)."""
-        quarantine = Quarantine(source)
-        frames: list[pl.DataFrame] = []
-        slow_rows: list[dict[str, Any]] = []
-        read = 0
-        first_line = 1
-        for block, terminated in source.iter_line_blocks(ctx.progress):
-            buf, kinds, bounds, ts_int, spans, counts, texts, ids = scan_lines(block)
-            read += int(np.count_nonzero(kinds != BLANK))
-            fast = kinds == FAST
-            arrival, in_range = scanned_arrivals(
-                ts_int, spans[:, 0:2], block, fast, ctx.anchor, 1.0
+        return self.read_scanned(source, ctx, lambda block: self._scan(block, source, ctx))
+
+    def _scan(self, block: bytes, source: SourceFile, ctx: ReadContext) -> ScannedBlock:
+        buf, kinds, bounds, ts_int, spans, counts, texts, ids = scan_lines(block)
+        fast = kinds == FAST
+        arrival, in_range = scanned_arrivals(ts_int, spans[:, 0:2], block, fast, ctx.anchor, 1.0)
+        e2e_ms, e2e_ok = _milliseconds(spans[:, 2:4], block, fast)
+        ttft_ms, ttft_ok = _milliseconds(spans[:, 4:6], block, fast)
+
+        def columns(clean: npt.NDArray[np.bool_], lines: npt.NDArray[np.int64]) -> pl.DataFrame:
+            return self._columns(
+                source,
+                ctx,
+                buf,
+                lines=lines,
+                arrival=arrival[clean],
+                e2e_ms=e2e_ms[clean],
+                ttft_ms=ttft_ms[clean],
+                counts=counts[clean],
+                texts=texts[clean],
+                ids=ids,
             )
-            e2e_ms, e2e_ok = _milliseconds(spans[:, 2:4], block, fast)
-            ttft_ms, ttft_ok = _milliseconds(spans[:, 4:6], block, fast)
-            certain = in_range & e2e_ok & ttft_ok
-            slow = np.flatnonzero((kinds == PYTHON) | (fast & ~certain))
-            fast &= certain
-            slow_rows += self.decode_lines(
-                slow, block, bounds, terminated, first_line, source, ctx, quarantine
-            )
-            if fast.any():
-                frames.append(
-                    self._columns(
-                        source,
-                        ctx,
-                        buf,
-                        lines=np.flatnonzero(fast) + first_line,
-                        arrival=arrival[fast],
-                        e2e_ms=e2e_ms[fast],
-                        ttft_ms=ttft_ms[fast],
-                        counts=counts[fast],
-                        texts=texts[fast],
-                        ids=ids,
-                    )
-                )
-            first_line += kinds.size
-        return scanned_read_result(frames, slow_rows, quarantine, read)
+
+        return ScannedBlock(kinds == BLANK, fast & in_range & e2e_ok & ttft_ok, bounds, columns)
 
     def _columns(
         self,
