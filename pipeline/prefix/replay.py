@@ -49,6 +49,28 @@ I64 = npt.NDArray[np.int64]
 U64 = npt.NDArray[np.uint64]
 
 
+@numba.njit(cache=True, nogil=True, inline="always")  # type: ignore[misc]
+def _probe(
+    addresses: Any,
+    lengths: Any,
+    mask: np.uint64,
+    shift: int,
+    values: npt.NDArray[np.uint64],
+    n_values: int,
+    at: int,
+    g: int,
+) -> tuple[int, npt.NDArray[np.uint64], int]:
+    """The part, its table and the slot of ``(values[at], g)`` (found, or where it would go),
+    with the key ``_AHEAD`` places on (below ``n_values``) prefetched so that lookups overlap."""
+    if at + _AHEAD < n_values:
+        ahead = table_hash(values[at + _AHEAD], g)
+        table_prefetch(table_part(addresses, lengths, part_of(ahead, mask)), ahead)
+    h = table_hash(values[at], g)
+    part = part_of(h, mask)
+    table = table_part(addresses, lengths, part)
+    return part, table, table_probe(table, values[at], g, shift, h)
+
+
 @numba.njit(cache=True, nogil=True)  # type: ignore[misc]
 def replay_chunk(
     owners: Any,
@@ -100,14 +122,10 @@ def replay_chunk(
             open_bucket[b] = True
         k = 0
         while k < pb:
-            if start + k + _AHEAD < n_values:
-                ahead = table_hash(values[start + k + _AHEAD], g)
-                table_prefetch(table_part(addresses, lengths, part_of(ahead, mask)), ahead)
             key = values[start + k]
-            h = table_hash(key, g)
-            part = part_of(h, mask)
-            table = table_part(addresses, lengths, part)
-            slot = table_probe(table, key, g, shift, h)
+            part, table, slot = _probe(
+                addresses, lengths, mask, shift, values, n_values, start + k, g
+            )
             if table[2 * slot + 1] == 0:
                 break
             found[k] = slot
@@ -128,14 +146,10 @@ def replay_chunk(
             table = table_part(addresses, lengths, found_part[j])
             table_set(table, found[j], values[start + j], g, r, shift)
         for j in range(k, length):
-            if start + j + _AHEAD < n_values:
-                ahead = table_hash(values[start + j + _AHEAD], g)
-                table_prefetch(table_part(addresses, lengths, part_of(ahead, mask)), ahead)
             key = values[start + j]
-            h = table_hash(key, g)
-            part = part_of(h, mask)
-            table = table_part(addresses, lengths, part)
-            slot = table_probe(table, key, g, shift, h)
+            part, table, slot = _probe(
+                addresses, lengths, mask, shift, values, n_values, start + j, g
+            )
             if table_set(table, slot, key, g, r, shift):
                 used[part] += 1
                 parts_grow_if_full(owners, addresses, lengths, used, part, shift)
