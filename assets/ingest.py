@@ -92,7 +92,6 @@ def ingest_merge(
     config = store.config()
     result = stage.merge(stage.configured_inputs(config), reads, skipped)
     paths = stage.write(result, config.layout())
-    stage.remove_staged(reads)
     context.add_output_metadata(ingest_metadata(result.summary, paths, result.requests))
     return {"ingested": result.summary.ingested, "requests": str(paths["requests"])}
 

@@ -303,13 +303,6 @@ def _remove_parts(folder: Path) -> None:
         folder.rmdir()
 
 
-def remove_staged_read(rows: Path) -> None:
-    """Remove one staged source's rows (a request part in a staging folder) and that folder if
-    it is then empty."""
-    if PART_NAME.match(rows.name) and rows.parent.name.startswith(STAGED_READS_PREFIX):
-        _remove_parts(rows.parent)
-
-
 def _remove_leftovers(layout: WorkloadLayout) -> None:
     """Staging folders and temporary files a killed ingest left (only names enginefit makes)."""
     with output_errors(layout.root):

@@ -40,7 +40,6 @@ from pipeline.store import (
     OutputError,
     open_stage_output,
     publish_ingest,
-    remove_staged_read,
     scan_requests,
     verify_ingest,
     write_parquet_atomic,
@@ -208,8 +207,10 @@ class StagedRead:
 
 
 def stage_read(read: SourceRead, layout: WorkloadLayout) -> StagedRead:
-    """Write ``read``'s rows to ``layout``'s staging folder for this file (removed once merged;
-    a killed run's is removed by the next ingest of the workload)."""
+    """Write ``read``'s rows to ``layout``'s staging folder for this file. The merge reads it
+    back before it publishes the set, and publishing clears the workload's staging folders
+    (:func:`pipeline.store.claim_workload`), so this one goes then, or with a killed run's
+    leftovers at the next ingest."""
     open_stage_output(layout)
     target = layout.root / f"{STAGED_READS_PREFIX}{read.digest[:16] or f'{read.position:016x}'}"
     rows = target / f"part-{read.position:05d}.parquet"
@@ -257,13 +258,6 @@ def merge(
     return merge_reads(
         whole, inputs.context, skipped=skipped, anchor_is_default=inputs.anchor_is_default
     )
-
-
-def remove_staged(reads: Sequence[SourceRead | StagedRead]) -> None:
-    """Remove the staged rows of ``reads`` (after the merged set is published)."""
-    for read in reads:
-        if isinstance(read, StagedRead):
-            remove_staged_read(read.rows)
 
 
 def split_parts(requests: pl.DataFrame) -> list[pl.DataFrame]:
