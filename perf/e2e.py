@@ -76,25 +76,26 @@ def configuration(root: Path, trace: Path) -> Path:
     return path
 
 
+def _proc_kib(path: str, field: str) -> int | None:
+    """The ``field:`` line's kB figure of a /proc file, None when it cannot be read."""
+    try:
+        with Path(path).open() as lines:
+            for line in lines:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
 def _pss_bytes(pid: int) -> int:
     """Proportional set size of ``pid``: its resident pages, each shared page divided among
     the processes sharing it (a forked step process shares its parent's until either writes
     them), so the sum over processes is what the machine holds; RSS where it is not known."""
-    try:
-        with Path(f"/proc/{pid}/smaps_rollup").open() as rollup:
-            for line in rollup:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        with Path(f"/proc/{pid}/status").open() as status:
-            for line in status:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+    kib = _proc_kib(f"/proc/{pid}/smaps_rollup", "Pss")
+    if kib is None:
+        kib = _proc_kib(f"/proc/{pid}/status", "VmRSS")
+    return (kib or 0) * 1024
 
 
 def _children(pid: int) -> list[int]:
