@@ -33,6 +33,7 @@ from pathlib import Path
 
 import yaml
 
+from assets.definitions import EXECUTORS
 from perf import workload
 
 REPO = Path(__file__).resolve().parents[1]
@@ -220,24 +221,37 @@ def measure(requests: int, trace: Path, root: Path, executor: str) -> None:
     )
 
 
+def _executors(text: str) -> list[str]:
+    names = text.split(",")
+    unknown = [name for name in names if name not in EXECUTORS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"{unknown[0]!r}: choose from {', '.join(EXECUTORS)}")
+    return names
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", default="1M,10M", help="sizes, comma-separated (1M, 100K)")
+    parser.add_argument(
+        "--requests",
+        type=workload.counts,
+        default=[1_000_000, 10_000_000],
+        help="sizes, comma-separated (default 1M,10M)",
+    )
     parser.add_argument("--keep", type=Path, help="write here and keep (default: a temp folder)")
     parser.add_argument(
         "--executors",
-        default="in_process",
+        type=_executors,
+        default=["in_process"],
         help="executors to run each size with, comma-separated (in_process, multiprocess)",
     )
     args = parser.parse_args(argv if argv is not None else [])
-    sizes = [workload.count(text) for text in args.requests.split(",")]
     with tempfile.TemporaryDirectory(prefix="enginefit-e2e-") as scratch:
         base = args.keep or Path(scratch)
         base.mkdir(parents=True, exist_ok=True)
-        for size in sizes:
+        for size in args.requests:
             trace = base / f"trace-{size}.jsonl"
             generate(size, trace)
-            for executor in args.executors.split(","):
+            for executor in args.executors:
                 measure(size, trace, base / f"e2e-{size}-{executor}", executor)
 
 

@@ -31,7 +31,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from perf.shape_baseline import disagreements, stage_figures
-from perf.workload import conversations, count, iter_frames, spec, write_csv
+from perf.workload import conversations, counts, iter_frames, spec, write_csv
 
 BASELINE_MAX = 1_000_000  # the plain-Python baseline holds every row as a dict
 
@@ -117,8 +117,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--requests",
-        default="1M,10M",
-        help="trace sizes, comma-separated (1M, 100K or a number)",
+        type=counts,
+        default=[1_000_000, 10_000_000],
+        help="trace sizes, comma-separated (default 1M,10M)",
     )
     parser.add_argument("--keep", type=Path, default=None, help="reuse/keep the traces here")
     parser.add_argument(
@@ -132,7 +133,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.measure is not None:
         print(json.dumps(measure(args.measure)))
         return
-    for requests in (count(text) for text in args.requests.split(",")):
+    for requests in args.requests:
         with tempfile.TemporaryDirectory() as tmp:
             workload = (args.keep / f"shape-{requests}") if args.keep else Path(tmp)
             compare(requests, workload, requests <= args.baseline_max)

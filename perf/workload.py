@@ -616,9 +616,20 @@ def write_azure_csv(c: Conversations, path: Path) -> None:
 
 
 def count(text: str) -> int:
-    """``100K``, ``1M``, ``10M``, ``2.5M`` or a plain integer."""
+    """``100K``, ``1M``, ``10M``, ``2.5M`` or a plain integer (at least 1); an argparse type."""
     scale = {"K": 1_000, "M": 1_000_000}.get(text[-1:].upper())
-    return round(float(text[:-1]) * scale) if scale else int(text)
+    try:
+        value = round(float(text[:-1]) * scale) if scale else int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a request count: write 100K, 1M or 10M")
+    return value
+
+
+def counts(text: str) -> list[int]:
+    """Comma-separated :func:`count` values (``1M,10M``); an argparse type."""
+    return [count(part) for part in text.split(",")]
 
 
 def main(argv: list[str] | None = None) -> None:

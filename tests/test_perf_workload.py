@@ -4,6 +4,7 @@ with the stages they stand beside."""
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import json
 from pathlib import Path
@@ -171,6 +172,9 @@ def test_size_shorthands() -> None:
         10_000_000,
         2_500,
     ]
+    for wrong in ("abc", "0", "-1K", ""):
+        with pytest.raises(argparse.ArgumentTypeError, match="is not a request count"):
+            count(wrong)
 
 
 def test_shape_baseline_agrees_with_the_stage(tmp_path: Path) -> None:
