@@ -17,7 +17,7 @@ from typing import Any
 
 from pipeline.cli import build_parser, run_parsed
 from pipeline.cli_common import DEFAULT_CONFIG, add_config_argument, command_config
-from pipeline.headline import headline_table, headlines
+from pipeline.report.headline import headline_table, headlines
 
 
 def _at_least_one(text: str) -> int:

@@ -36,9 +36,9 @@ from perf.workload import (
     write_mooncake,
     write_token_ids,
 )
-from pipeline.blockhash import chain_hash_id_runs, chain_hash_token_runs
 from pipeline.hashing import chain_hash_tokens
 from pipeline.ingest import ingest_paths
+from pipeline.ingest.blockhash import chain_hash_id_runs, chain_hash_token_runs
 
 ROWS = 1_000_000
 

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from pipeline.readers import ReadContext, SourceFile, reader_named
+from pipeline.ingest.readers import ReadContext, SourceFile, reader_named
 
 WORDS = [f"w{i}" for i in range(5000)]
 

@@ -31,7 +31,7 @@ The forms (each from the same :class:`Conversations`)
   model field (the project's reader reads the four fields only), so this form carries none.
 * :func:`write_token_ids` — token-id JSONL (``ts`` s, ``prompt_token_ids``,
   ``output_token_ids``, optional ``session_id``/``turn``/``tenant``/``model``), read by
-  ``pipeline.readers.token_ids``: token ids are a function of (owner, position), so every turn
+  ``pipeline.ingest.readers.token_ids``: token ids are a function of (owner, position), so every turn
   repeats its conversation's earlier tokens exactly and a system prompt's tokens are the same in
   every conversation that opens with it. Large: about 6 bytes a token.
 * :func:`iter_frames` / :func:`canonical_frame` — the canonical table

@@ -42,7 +42,7 @@ def add_trace_arguments(
     required: bool = False,
 ) -> None:
     """TRACE... (into ``args.paths``), ``--format`` and ``--block-size``."""
-    from pipeline.readers import FORMAT_NAMES
+    from pipeline.ingest.readers import FORMAT_NAMES
 
     parser.add_argument(
         "paths",

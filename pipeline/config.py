@@ -59,7 +59,7 @@ DAY_FIELD = "{day}"
 
 
 def _known_format(value: Any) -> Any:
-    from pipeline.readers import FORMAT_NAMES  # readers import this module's neighbours
+    from pipeline.ingest.readers import FORMAT_NAMES  # readers import this module's neighbours
 
     if isinstance(value, str) and value not in ("auto", *FORMAT_NAMES):
         raise ValueError(f"unknown format {value!r}; choose auto or one of {FORMAT_NAMES}")

@@ -1,6 +1,6 @@
 """The canonical request table: one row per request, whatever the source format.
 
-Every reader in :mod:`pipeline.readers` produces exactly these columns, in this order, with
+Every reader in :mod:`pipeline.ingest.readers` produces exactly these columns, in this order, with
 these dtypes. Units are fixed here once so no metric ever has to guess them.
 
 Columns

@@ -11,8 +11,8 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from pipeline.cli import main as enginefit
-from pipeline.readers import ReadContext, ReadResult, SourceFile
-from pipeline.readers.base import JsonLinesReader
+from pipeline.ingest.readers import ReadContext, ReadResult, SourceFile
+from pipeline.ingest.readers.base import JsonLinesReader
 
 
 def assert_same_read(reader: JsonLinesReader, path: Path, ctx: ReadContext) -> ReadResult:

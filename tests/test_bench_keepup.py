@@ -34,7 +34,7 @@ from pipeline.bench.slo import (
 )
 from pipeline.cli import main
 from pipeline.config import config_from_mapping
-from pipeline.facts import Percentiles, WorkloadFacts
+from pipeline.shape.facts import Percentiles, WorkloadFacts
 from tests.conftest import DEFAULTS, REPO, bench_settings, shared_path
 
 RULE = DEFAULTS.bench.overload  # tolerance 0.15, min_window_latencies 3

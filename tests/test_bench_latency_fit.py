@@ -22,8 +22,8 @@ from pipeline.bench.latency_fit import (
 )
 from pipeline.bench.schema import conform_load_points
 from pipeline.bench.slo import evaluate_slo, slo_capacity
-from pipeline.facts import LatencyModel
 from pipeline.schema import conform
+from pipeline.shape.facts import LatencyModel
 from tests.bench_points import kept_up_run
 from tests.conftest import DEFAULTS, bench_settings, write_requests
 

@@ -23,7 +23,7 @@ from pipeline.bench.validity import (
     workload_facts_from_dict,
 )
 from pipeline.errors import InputFormatError
-from pipeline.facts import Percentiles, WorkloadFacts
+from pipeline.shape.facts import Percentiles, WorkloadFacts
 from tests.bench_points import kept_up_run
 from tests.conftest import DEFAULTS, bench_settings
 

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.blockhash import (
+from pipeline.hashing import chain_hash_block_ids, chain_hash_tokens
+from pipeline.ingest.blockhash import (
     BLOCK_BYTES,
     DIGEST_BYTES,
     IV,
@@ -18,7 +19,6 @@ from pipeline.blockhash import (
     chain_hash_token_runs,
     compress_words,
 )
-from pipeline.hashing import chain_hash_block_ids, chain_hash_tokens
 
 INT64 = st.integers(-(2**63), 2**63 - 1)
 SALTS = [b"", b"s", b"enginefit-bundled-sample-salt", b"k" * 64, b"long" * 40, bytes(range(256))]

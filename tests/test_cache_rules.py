@@ -1,4 +1,4 @@
-"""vLLM's hit limit and the cache namespaces (pipeline.cache_rules), and that the simulation and
+"""vLLM's hit limit and the cache namespaces (pipeline.prefix.cache_rules), and that the simulation and
 the prefix stage's reuse replay both apply them."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from pipeline.cache_rules import hit_limit_blocks, namespace_codes, namespaced_ids
 from pipeline.prefix import reuse_per_request
+from pipeline.prefix.cache_rules import hit_limit_blocks, namespace_codes, namespaced_ids
 from pipeline.schema import conform
 from pipeline.sim import Scenario, sim_input, simulate
 from tests.conftest import DEFAULTS

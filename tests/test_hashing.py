@@ -7,7 +7,7 @@ import polars as pl
 import pytest
 
 from pipeline.hashing import chain_hash_block_ids, chain_hash_tokens, salt_fingerprint
-from pipeline.tokenize import ApproximateTokenizer
+from pipeline.ingest.tokenize import ApproximateTokenizer
 
 SALT = b"s"
 

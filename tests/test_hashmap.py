@@ -1,10 +1,10 @@
-"""The shared open-addressing map (pipeline.hashmap) against a Python dict."""
+"""The shared open-addressing map (pipeline.prefix.hashmap) against a Python dict."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from pipeline.hashmap import (
+from pipeline.prefix.hashmap import (
     EMPTY,
     _dense_halves,
     _dense_ids,

@@ -11,7 +11,7 @@ import yaml
 from pipeline.bench.stage import NO_RESULTS
 from pipeline.cli import main as enginefit
 from pipeline.config import load_config
-from pipeline.headline import headline_table, headlines
+from pipeline.report.headline import headline_table, headlines
 from tests.conftest import bundled_config
 
 

@@ -1,11 +1,11 @@
-"""pipeline.memo: one large input kept per process, replaced by another key, let go of."""
+"""pipeline.sim.memo: one large input kept per process, replaced by another key, let go of."""
 
 from __future__ import annotations
 
 import gc
 import weakref
 
-from pipeline import memo
+from pipeline.sim import memo
 
 
 class _Big:

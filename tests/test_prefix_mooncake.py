@@ -20,8 +20,8 @@ import polars as pl
 import pytest
 
 from pipeline.prefix import classify_curve, reuse_per_request, sharing_curve
+from pipeline.prefix.sessions import infer_parents, infer_sessions
 from pipeline.schema import conform
-from pipeline.sessions import infer_parents, infer_sessions
 from tests.conftest import DEFAULTS, trace_or_missing
 
 pytestmark = pytest.mark.shared

@@ -22,7 +22,7 @@ import pytest
 from pipeline.errors import InputFormatError
 from pipeline.ingest import ingest_paths
 from pipeline.ingest.present import summary_text
-from pipeline.readers import FORMAT_NAMES, ReadContext, ReadResult, SourceFile, detect_reader
+from pipeline.ingest.readers import FORMAT_NAMES, ReadContext, ReadResult, SourceFile, detect_reader
 from pipeline.schema import MAX_PLAUSIBLE_TOKENS
 
 ANCHOR = datetime(2025, 3, 1, tzinfo=UTC)
@@ -435,7 +435,7 @@ def test_corrupt_canonical_parquet_is_a_clean_error() -> None:
     script = (
         "import sys\n"
         "from pipeline.errors import InputFormatError\n"
-        "from pipeline.readers import ReadContext, SourceFile, reader_named\n"
+        "from pipeline.ingest.readers import ReadContext, SourceFile, reader_named\n"
         "try:\n"
         f"    reader_named('canonical-parquet').read(SourceFile.of({str(path)!r}), ReadContext())\n"
         "except InputFormatError:\n"

@@ -26,8 +26,8 @@ from pipeline.errors import ConfigError, InputFormatError
 from pipeline.ingest import ingest_paths
 from pipeline.ingest.compute import ingest_sources
 from pipeline.ingest.present import summary_text
-from pipeline.readers import ReadContext, ReadResult, SourceFile, detect_reader, reader_named
-from pipeline.readers import source as source_module
+from pipeline.ingest.readers import ReadContext, ReadResult, SourceFile, detect_reader, reader_named
+from pipeline.ingest.readers import source as source_module
 from pipeline.schema import conform
 from pipeline.sim.blocks import sim_input
 from tests.conftest import DEFAULTS, write_config

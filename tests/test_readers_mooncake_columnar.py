@@ -25,10 +25,10 @@ import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import pipeline.readers.source as source_module
+import pipeline.ingest.readers.source as source_module
 from pipeline.errors import InputFormatError
-from pipeline.readers import ReadContext, ReadResult, SourceFile
-from pipeline.readers.mooncake import MooncakeReader
+from pipeline.ingest.readers import ReadContext, ReadResult, SourceFile
+from pipeline.ingest.readers.mooncake import MooncakeReader
 from pipeline.schema import MAX_PLAUSIBLE_TOKENS
 from tests import columnar_readers
 from tests.columnar_readers import write_lines

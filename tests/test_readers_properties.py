@@ -37,7 +37,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipeline.errors import EnginefitError, InputFormatError
-from pipeline.readers import READERS, ReadContext, Reader, ReadResult, SourceFile, detect_reader
+from pipeline.ingest.readers import (
+    READERS,
+    ReadContext,
+    Reader,
+    ReadResult,
+    SourceFile,
+    detect_reader,
+)
 from pipeline.schema import CANONICAL_SCHEMA, conform
 
 REPO = Path(__file__).resolve().parents[1]

@@ -25,12 +25,12 @@ import zstandard
 from polars.testing import assert_frame_equal
 
 from pipeline.ingest import ingest_paths
+from pipeline.ingest.readers import READERS, ReadContext, ReadResult, SourceFile, detect_reader
+from pipeline.ingest.readers.prompt_text import PromptTextReader
 from pipeline.ingest.stage import write as write_workload
+from pipeline.ingest.tokenize import ApproximateTokenizer, HuggingFaceTokenizer
 from pipeline.layout import WorkloadLayout
-from pipeline.readers import READERS, ReadContext, ReadResult, SourceFile, detect_reader
-from pipeline.readers.prompt_text import PromptTextReader
 from pipeline.schema import CANONICAL_SCHEMA
-from pipeline.tokenize import ApproximateTokenizer, HuggingFaceTokenizer
 from tests.conftest import write_requests
 
 REPO = Path(__file__).resolve().parents[1]
@@ -566,7 +566,7 @@ def test_ingested_workload_holds_no_prompt_text(tmp_path: Path) -> None:
 def test_openai_chat_segment_cache_changes_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pipeline.readers import openai_chat
+    from pipeline.ingest.readers import openai_chat
 
     system = {"role": "system", "content": "a long shared system prompt " * 4}
     history: list[dict[str, str]] = [system]

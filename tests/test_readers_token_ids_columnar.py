@@ -26,11 +26,11 @@ import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import pipeline.readers.source as source_module
+import pipeline.ingest.readers.source as source_module
 from perf.workload import conversations, spec, write_token_ids
-from pipeline.readers import ReadContext, ReadResult
-from pipeline.readers.token_ids import TokenIdsReader
-from pipeline.readers.token_ids_scan import FAST, PYTHON, scan_lines
+from pipeline.ingest.readers import ReadContext, ReadResult
+from pipeline.ingest.readers.token_ids import TokenIdsReader
+from pipeline.ingest.readers.token_ids_scan import FAST, PYTHON, scan_lines
 from pipeline.schema import MAX_PLAUSIBLE_TOKENS
 from tests import columnar_readers
 from tests.columnar_readers import write_lines

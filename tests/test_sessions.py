@@ -9,8 +9,13 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
+from pipeline.prefix.sessions import (
+    SESSIONS_SCHEMA,
+    SessionInputError,
+    infer_parents,
+    infer_sessions,
+)
 from pipeline.schema import conform
-from pipeline.sessions import SESSIONS_SCHEMA, SessionInputError, infer_parents, infer_sessions
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.facts import LatencyModel
 from pipeline.schema import conform
 from pipeline.shape.common import ShapeError
 from pipeline.shape.concurrency import concurrency_steps, peak_concurrency
+from pipeline.shape.facts import LatencyModel
 from tests.conftest import DEFAULTS
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)

@@ -8,8 +8,8 @@ import pytest
 
 from pipeline.config import config_from_mapping
 from pipeline.errors import ConfigError
-from pipeline.facts import LatencyModel
 from pipeline.shape.config import ShapeConfig
+from pipeline.shape.facts import LatencyModel
 from pipeline.shape.findings import place_on_axes
 from tests.conftest import DEFAULTS
 

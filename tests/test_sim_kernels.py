@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
-from pipeline.cache_rules import hit_limit_blocks
+from pipeline.prefix.cache_rules import hit_limit_blocks
 from pipeline.sim import curve_kernels, kernels
 from tests.sim_oracles import (
     ReferenceRun,

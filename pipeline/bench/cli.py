@@ -39,9 +39,9 @@ from pipeline.bench.validity import load_workload_facts
 from pipeline.cli_common import add_config_argument, add_out_argument, command_config
 from pipeline.config import Config
 from pipeline.errors import ConfigError
-from pipeline.facts import WorkloadFacts
 from pipeline.layout import WorkloadLayout
 from pipeline.settings import with_flags
+from pipeline.shape.facts import WorkloadFacts
 
 
 def register(subparsers: Any) -> None:

@@ -13,7 +13,7 @@ from pipeline.bench.cost import cost_gap_vs_noise, cost_per_million, fleet_cost,
 from pipeline.bench.result import BenchAnalysis
 from pipeline.bench.slo import candidate_keys, evaluate_slo, slo_capacity
 from pipeline.bench.validity import candidate_label_expr, comparability, validity_findings
-from pipeline.facts import WorkloadFacts
+from pipeline.shape.facts import WorkloadFacts
 
 #: Which ranking a candidate's cost belongs to (null: no cost at the SLO, or not open loop).
 RANK_POOL = (

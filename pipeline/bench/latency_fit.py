@@ -1,7 +1,7 @@
 """Latency models fitted from benchmark results, and the trace's concurrency re-estimated with them.
 
 No public trace logs request durations, so the workload-shape stage estimates peak concurrency
-from a :class:`~pipeline.facts.LatencyModel` whose parameters come from configuration. Once
+from a :class:`~pipeline.shape.facts.LatencyModel` whose parameters come from configuration. Once
 benchmark results are joined, each candidate deployment gives its own parameters:
 
 Which load point
@@ -40,9 +40,9 @@ import polars as pl
 
 from pipeline.bench.slo import candidate_keys
 from pipeline.bench.validity import candidate_label_expr
-from pipeline.facts import LatencyModel
 from pipeline.present.tables import markdown_table
 from pipeline.shape.concurrency import ConcurrencyResult, peak_concurrency
+from pipeline.shape.facts import LatencyModel
 
 #: Trace mean prompt/output length beyond this factor of the benchmark's is called extrapolation.
 EXTRAPOLATION_FACTOR = 2.0

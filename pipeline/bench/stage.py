@@ -34,11 +34,11 @@ from pipeline.bench.readers import read_bench_files
 from pipeline.bench.result import BenchAnalysis, analysis_payload
 from pipeline.bench.schema import BenchReadResult, empty_load_points
 from pipeline.errors import InputFormatError
-from pipeline.facts import LatencyModel, WorkloadFacts
 from pipeline.ingest.stage import read_requests
 from pipeline.layout import WorkloadLayout, require_output
 from pipeline.prefix import stage as prefix_stage
 from pipeline.shape import stage as shape_stage
+from pipeline.shape.facts import LatencyModel, WorkloadFacts
 from pipeline.store import (
     open_stage_output,
     write_bytes_atomic,

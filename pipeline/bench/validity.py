@@ -1,7 +1,7 @@
 """Is this benchmark about our traffic? The validity checks.
 
 Each candidate (one engine deployment's sweep, :data:`pipeline.bench.slo.CANDIDATE_KEYS`) is
-checked against the measured workload (:class:`pipeline.facts.WorkloadFacts`) and against the
+checked against the measured workload (:class:`pipeline.shape.facts.WorkloadFacts`) and against the
 other candidates. Every check gives one finding row with ``status`` ``flag`` (a problem),
 ``ok`` or ``unknown`` (the numbers to decide are missing -- said, never assumed), a ``message``
 naming the numbers behind it, and those numbers in ``bench_value`` / ``prod_value`` /
@@ -42,7 +42,7 @@ from pipeline.bench.cost import workload_rates
 from pipeline.bench.keepup import send_rate_expr
 from pipeline.bench.slo import candidate_keys
 from pipeline.errors import InputFormatError
-from pipeline.facts import LatencyModel, Percentiles, WorkloadFacts
+from pipeline.shape.facts import LatencyModel, Percentiles, WorkloadFacts
 
 if TYPE_CHECKING:
     from pipeline.bench.config import BenchSettings

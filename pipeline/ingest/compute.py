@@ -21,12 +21,12 @@ import polars as pl
 from pipeline.config import SALT_ENV_VAR
 from pipeline.errors import ConfigError, InputFormatError
 from pipeline.hashing import SAMPLE_SALT, salt_fingerprint
+from pipeline.ingest.readers import ReadContext, SourceFile, detect_reader, reader_named
+from pipeline.ingest.readers.base import DEFAULT_ANCHOR, EPOCH_SECONDS_MIN, ReadResult
 from pipeline.ingest.result import FileSummary, IngestResult, IngestSummary, SkippedFile
-from pipeline.readers import ReadContext, SourceFile, detect_reader, reader_named
-from pipeline.readers.base import DEFAULT_ANCHOR, EPOCH_SECONDS_MIN, ReadResult
+from pipeline.ingest.tokenize import Tokenizer, make_tokenizer
 from pipeline.schema import QUARANTINE_SCHEMA, empty_canonical, empty_quarantine
 from pipeline.store import canonical_files, is_canonical_parquet, scan_requests, sha256_file
-from pipeline.tokenize import Tokenizer, make_tokenizer
 
 # The traces bundled as samples (traces/, see traces/NOTICE), by content: the only ones the
 # bundled sample salt may protect without a warning.

@@ -47,7 +47,7 @@ class IngestSummary:
     tokenizer: str
     tokens_approximate: bool
     salt_fingerprint: str | None = None  # None: no salt (nothing needed one)
-    # Rows whose hashed prompt outran the logged prompt_tokens (pipeline.readers.base
+    # Rows whose hashed prompt outran the logged prompt_tokens (pipeline.ingest.readers.base
     # .capped_prompt_blocks); 0 in summaries written before the count existed.
     prompt_blocks_capped: int = 0
     notes: list[str] = field(default_factory=list)

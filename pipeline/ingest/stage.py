@@ -30,10 +30,11 @@ from pipeline.ingest.compute import (
     merge_reads,
     read_source,
 )
+from pipeline.ingest.readers import ReadContext, SourceFile
+from pipeline.ingest.readers.base import ReadResult
 from pipeline.ingest.result import IngestResult, IngestSummary, SkippedFile
+from pipeline.ingest.tokenize import make_tokenizer
 from pipeline.layout import WorkloadLayout, require_output
-from pipeline.readers import ReadContext, SourceFile
-from pipeline.readers.base import ReadResult
 from pipeline.settings import with_flags
 from pipeline.store import (
     STAGED_READS_PREFIX,
@@ -44,7 +45,6 @@ from pipeline.store import (
     verify_ingest,
     write_parquet_atomic,
 )
-from pipeline.tokenize import make_tokenizer
 
 ROWS_PER_PART = 1_000_000
 # Ad-hoc analyses never persist hashes, so without a configured salt any fixed one will do.

@@ -21,7 +21,6 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from pipeline.hashmap import row_bits
 from pipeline.prefix.compute import (
     CURVE_SCHEMA,
     CurveCounter,
@@ -35,9 +34,10 @@ from pipeline.prefix.compute import (
     table_block_size,
 )
 from pipeline.prefix.config import PrefixConfig
+from pipeline.prefix.hashmap import row_bits
 from pipeline.prefix.replay import Replay
 from pipeline.prefix.result import PrefixResult
-from pipeline.sessions import (
+from pipeline.prefix.sessions import (
     SESSIONS_SCHEMA,
     FlatLists,
     ParentSearch,

@@ -32,7 +32,7 @@ hash occurs in an earlier request's chain; the lookup walks the prompt's blocks 
 and stops at the first miss (a hash identifies its whole prefix, so the hits are the leading
 blocks anyway). Hit tokens = min(hit blocks, ⌊(prompt tokens − 1) / B⌋) × B: the engine
 recomputes the last prompt token for the logits and hits are whole blocks, so a fully cached
-prompt of exactly k·B tokens hits (k − 1)·B (``pipeline.cache_rules.hit_limit_blocks``, vLLM's
+prompt of exactly k·B tokens hits (k − 1)·B (``pipeline.prefix.cache_rules.hit_limit_blocks``, vLLM's
 rule). ``hit_blocks`` itself is not capped. Requests of different ``model`` or ``lora_adapter``
 never share a block (vLLM keys every block by its LoRA adapter; models run in separate engines);
 the shared-prefix ratio above stays a purely textual measure and ignores them.
@@ -63,12 +63,12 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from pipeline.cache_rules import hit_limit_blocks, namespace_codes
 from pipeline.errors import EnginefitError
-from pipeline.hashmap import new_table, row_bits, table_find, table_row, table_set
+from pipeline.prefix.cache_rules import hit_limit_blocks, namespace_codes
 from pipeline.prefix.config import PrefixConfig
+from pipeline.prefix.hashmap import new_table, row_bits, table_find, table_row, table_set
 from pipeline.prefix.replay import Replay
-from pipeline.sessions import FlatLists, flat_lists
+from pipeline.prefix.sessions import FlatLists, flat_lists
 
 
 class PrefixInputError(EnginefitError):

@@ -2,14 +2,14 @@
 streamed: requests arrive in chunks (in arrival order) and only the table of distinct blocks
 stays in memory.
 
-One pass in arrival order with a packed open-addressing table (numba, ``pipeline.hashmap``)
+One pass in arrival order with a packed open-addressing table (numba, ``pipeline.prefix.hashmap``)
 from (block hash, group) to the most recent row that held it. The group keeps caches apart
 exactly: the shared replay's group is the request's (model, LoRA adapter) namespace; the
 same-tenant replay's is its (namespace, tenant), which gives what replaying each tenant's
 requests alone would, in one pass and the same kind of table (the stage runs it in a second pass
 over the chains, after the shared table is gone). The table is in 64 parts
 that grow one at a time, so growing never holds two copies of it. Memory is the tables (23-34
-bytes per distinct (block, group), ``pipeline.hashmap``) plus a few numbers per request,
+bytes per distinct (block, group), ``pipeline.prefix.hashmap``) plus a few numbers per request,
 whatever the number of blocks.
 
 A vectorised version (explode every block, stable sort by hash, previous holder = previous
@@ -26,7 +26,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from pipeline.hashmap import (
+from pipeline.prefix.hashmap import (
     TableParts,
     part_of,
     parts_grow_if_full,
@@ -91,7 +91,7 @@ def replay_chunk(
     within: I32,
 ) -> None:
     """Replay the chunk's rows ``row0 + i`` (chain ``values[offsets[i]:offsets[i + 1]]``) in
-    order against a packed table in parts (``pipeline.hashmap.TableParts``: ``owners``,
+    order against a packed table in parts (``pipeline.prefix.hashmap.TableParts``: ``owners``,
     ``addresses``, ``lengths``, ``used``), growing its parts as needed.
 
     Per-request arrays are indexed by the global row: ``prompt_blocks`` (already at most the

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline import memo
 from pipeline.config import Config
 from pipeline.ingest.stage import read_requests
 from pipeline.layout import WorkloadLayout, require_output
@@ -21,6 +20,7 @@ from pipeline.prefix.analysis import analyse
 from pipeline.prefix.config import PrefixConfig
 from pipeline.prefix.present import curve_svg
 from pipeline.prefix.result import PrefixResult
+from pipeline.sim import memo
 from pipeline.store import (
     open_stage_output,
     write_bytes_atomic,

@@ -8,7 +8,7 @@ from typing import Any, Final
 import polars as pl
 
 from pipeline.errors import EnginefitError
-from pipeline.facts import Percentiles
+from pipeline.shape.facts import Percentiles
 
 # One percentile method everywhere: polars ``quantile(q, "nearest")``, i.e. the sorted value at
 # index floor((n - 1) * q + 0.5) (ties at .5 round up). It always returns an observed value and

@@ -7,7 +7,7 @@ therefore #(starts ≤ t) − #(ends ≤ t), computed with two sorted-search pas
 the peak is attained at some start, so evaluating at every start gives the exact maximum.
 
 Durations are the logged ``e2e_ms`` when present. Rows without it get the
-:class:`~pipeline.facts.LatencyModel` estimate; if any row is estimated, every figure derived
+:class:`~pipeline.shape.facts.LatencyModel` estimate; if any row is estimated, every figure derived
 from the sweep is labelled ``estimated`` with the model's parameters. End times are rounded to
 whole microseconds.
 """
@@ -20,8 +20,8 @@ from typing import Any
 
 import polars as pl
 
-from pipeline.facts import LatencyModel
 from pipeline.shape.common import US_PER_S, ShapeError, arrival_us, collect
+from pipeline.shape.facts import LatencyModel
 
 
 @dataclass(frozen=True)

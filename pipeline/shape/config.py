@@ -7,8 +7,8 @@ from typing import Annotated, Self
 
 from pydantic import Field, model_validator
 
-from pipeline.facts import LatencyModel
 from pipeline.settings import NonNegative, Section
+from pipeline.shape.facts import LatencyModel
 
 
 class LatencyModelSettings(Section):

@@ -6,7 +6,6 @@ from typing import Any
 
 import polars as pl
 
-from pipeline.facts import Percentiles
 from pipeline.shape.common import (
     as_lazy,
     collect,
@@ -14,6 +13,7 @@ from pipeline.shape.common import (
     percentiles_from_row,
     quantile_exprs,
 )
+from pipeline.shape.facts import Percentiles
 
 # Prompt sizes at which "long context" starts to matter for KV memory and chunked prefill.
 LONG_CONTEXT_TOKENS: tuple[int, ...] = (8_192, 32_768, 131_072)

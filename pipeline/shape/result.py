@@ -15,8 +15,8 @@ from typing import Any
 
 import polars as pl
 
-from pipeline.facts import LatencyModel, Percentiles, WorkloadFacts
 from pipeline.shape.arrivals import WINDOWS_S, window_label
+from pipeline.shape.facts import LatencyModel, Percentiles, WorkloadFacts
 from pipeline.shape.findings import Finding
 
 _NAN_PERCENTILES = Percentiles(p50=math.nan, p90=math.nan, p95=math.nan, p99=math.nan, max=math.nan)

@@ -2,7 +2,7 @@
 
 ``sim_input(frame)`` sorts requests by arrival and keeps, per request, its chained block hashes
 (CSR: ``offsets`` + ``hashes``), prompt blocks, token counts, arrival, duration, cache namespace
-(model and LoRA adapter, plus tenant for isolation: ``pipeline.cache_rules``) and a stable
+(model and LoRA adapter, plus tenant for isolation: ``pipeline.prefix.cache_rules``) and a stable
 session hash. ``SimInput.blocks(block_size, tenant_isolation)`` then derives the view a scenario
 needs: the chain strided to a coarser block size, mapped once to dense ids and re-keyed per
 namespace, so requests of different models or adapters (or tenants, when isolated) never share a
@@ -20,22 +20,22 @@ import polars as pl
 import pyarrow as pa
 from numpy.typing import NDArray
 
-from pipeline.cache_rules import (
+from pipeline.errors import EnginefitError
+from pipeline.prefix.cache_rules import (
     NAMESPACE_COLUMNS,
     hit_limit_blocks,
     namespace_codes,
     namespaced_ids,
 )
-from pipeline.errors import EnginefitError
-from pipeline.facts import LatencyModel
-from pipeline.hashmap import dense_ids
+from pipeline.prefix.hashmap import dense_ids
+from pipeline.shape.facts import LatencyModel
 from pipeline.sim import kernels
 
 I64 = NDArray[np.int64]
 U64 = NDArray[np.uint64]
 
 _REQUIRED = ("prefix_hashes", "prompt_blocks", "prompt_tokens", "block_size")
-# What the session inference (pipeline.sessions.infer_sessions) reads, kept until it runs
+# What the session inference (pipeline.prefix.sessions.infer_sessions) reads, kept until it runs
 # (the chains not among them: rebuilt then from the flat arrays, not held twice).
 SESSION_COLUMNS = (
     "request_id",
@@ -78,7 +78,9 @@ class BlockView:
     n_ids: int
     prompt_blocks: I64
     missing: I64  # output blocks with unknown tokens: occupy capacity, never match
-    hit_limit: I64  # leading prompt blocks that may hit (pipeline.cache_rules.hit_limit_blocks)
+    hit_limit: (
+        I64  # leading prompt blocks that may hit (pipeline.prefix.cache_rules.hit_limit_blocks)
+    )
 
     @cached_property
     def chained(self) -> bool:
@@ -167,7 +169,7 @@ class SimInput:
     duration_us: I64
     durations_estimated: int  # requests whose duration came from the latency model
     latency_model: LatencyModel
-    namespace: I64  # cache namespace: (model, lora_adapter) code (pipeline.cache_rules)
+    namespace: I64  # cache namespace: (model, lora_adapter) code (pipeline.prefix.cache_rules)
     session_source: pl.DataFrame | None = field(default=None, repr=False)  # SESSION_COLUMNS
     tenant_source: pl.DataFrame | None = field(default=None, repr=False)  # namespace + tenant
     _views: dict[tuple[int, bool], BlockView] = field(default_factory=dict, repr=False)
@@ -191,7 +193,7 @@ class SimInput:
 
     @property
     def sessions_inferred(self) -> int:
-        """Requests whose session came from ``pipeline.sessions``."""
+        """Requests whose session came from ``pipeline.prefix.sessions``."""
         return self._session_info()[1]
 
     def _session_info(self) -> tuple[U64, int]:
@@ -272,7 +274,7 @@ def _stable_string_hash(series: pl.Series) -> U64:
 
 
 def _sessions(frame: pl.DataFrame) -> tuple[pl.Series, int]:
-    """Session per request: logged id, else ``pipeline.sessions.infer_sessions``, else the request."""
+    """Session per request: logged id, else ``pipeline.prefix.sessions.infer_sessions``, else the request."""
     logged = frame["session_id"]
     n_missing = int(logged.null_count())
     if n_missing == 0:
@@ -280,7 +282,7 @@ def _sessions(frame: pl.DataFrame) -> tuple[pl.Series, int]:
     inferred_count = 0
     fallback = pl.concat_str(pl.lit("request:"), pl.col("request_id").fill_null(""))
     session = frame.select(pl.col("session_id").fill_null(fallback)).to_series()
-    from pipeline.sessions import infer_sessions  # only when sessions must be inferred
+    from pipeline.prefix.sessions import infer_sessions  # only when sessions must be inferred
 
     inferred = infer_sessions(frame)
     joined = frame.select("request_id", "session_id").join(

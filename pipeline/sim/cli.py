@@ -11,7 +11,7 @@ import polars as pl
 from pipeline.cli_common import add_config_argument, adhoc_requests, command_config
 from pipeline.config import Config
 from pipeline.errors import ConfigError
-from pipeline.readers import FORMAT_NAMES
+from pipeline.ingest.readers import FORMAT_NAMES
 from pipeline.settings import from_flags, with_flags
 from pipeline.sim import stage
 from pipeline.sim.blocks import SimInput, sim_input

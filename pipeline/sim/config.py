@@ -10,7 +10,6 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, Strict, ValidationError
 
 from pipeline.errors import ConfigError
-from pipeline.facts import LatencyModel
 from pipeline.settings import (
     BlockSize,
     Fraction,
@@ -20,6 +19,7 @@ from pipeline.settings import (
     validation_message,
 )
 from pipeline.shape.config import LatencyModelSettings
+from pipeline.shape.facts import LatencyModel
 
 Routing = Literal[
     "round-robin",

@@ -9,7 +9,7 @@ tail first (its unknown output blocks, then its chain from the last block to blo
 shared head is the most recent, ``single_type_kv_cache_manager.py`` L591-599): every parent is
 then more recent than its children, so with chained ids (``kernels.is_chained``) each cache is
 prefix-closed and a prompt block hits iff its depth is ≤ C. Block j of request r weighs B tokens
-when ``j < hit_limit[r]`` (``pipeline.cache_rules.hit_limit_blocks``, vLLM's rule), else none.
+when ``j < hit_limit[r]`` (``pipeline.prefix.cache_rules.hit_limit_blocks``, vLLM's rule), else none.
 
 Two production paths:
 - ``hit_steps_chained``: exact, at request granularity (one Fenwick query per run of blocks last
@@ -28,7 +28,7 @@ import numba as nb
 import numpy as np
 from numpy.typing import NDArray
 
-from pipeline.hashmap import splitmix64
+from pipeline.prefix.hashmap import splitmix64
 from pipeline.sim.kernels import (
     INT32_LIMIT,
     check_blocks,

@@ -5,7 +5,7 @@ A workload arrives as CSR-style arrays: request ``r`` owns block ids ``ids[offse
 adapter, tenant when isolated), the first ``prompt_blocks[r]`` of which are prompt blocks, plus
 ``missing[r]`` output blocks whose tokens are unknown: they occupy capacity, never match, and are
 anonymous (DOMAIN.md). ``hit_limit[r]`` = ⌊(P − 1) / B⌋ capped at the prompt blocks comes
-precomputed from ``pipeline.cache_rules.hit_limit_blocks``.
+precomputed from ``pipeline.prefix.cache_rules.hit_limit_blocks``.
 
 Rules implemented (vLLM 0.33.0 automatic prefix caching, SIM_ANCHORS.md section 1):
 - Lookup walks the prompt's chain from block 0 and stops at the first uncached block
@@ -62,7 +62,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from pipeline.errors import EnginefitError
-from pipeline.hashmap import splitmix64
+from pipeline.prefix.hashmap import splitmix64
 
 I64 = NDArray[np.int64]
 

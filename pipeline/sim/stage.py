@@ -9,7 +9,7 @@ all of it in one process (the command); the files are the same either way. Paths
 
 What every scenario and curve of a workload needs is worked out once per process and shared:
 :func:`read_inputs` keeps the last workload it flattened (keyed by the canonical table's files
-and the latency model, in :mod:`pipeline.memo`, let go of by a later stage's large read), and
+and the latency model, in :mod:`pipeline.sim.memo`, let go of by a later stage's large read), and
 that :class:`SimInput` keeps its dense block ids per block size and its sessions once a
 scenario has asked for them. So the command, and a Dagster run whose steps
 share a process (``enginefit report``'s default in-process executor), flatten the table, number
@@ -25,11 +25,11 @@ from typing import Any
 
 import polars as pl
 
-from pipeline import memo
 from pipeline.config import Config
-from pipeline.facts import LatencyModel
 from pipeline.ingest.stage import read_requests
 from pipeline.layout import WorkloadLayout, require_output
+from pipeline.shape.facts import LatencyModel
+from pipeline.sim import memo
 from pipeline.sim.blocks import SimInput, sim_input
 from pipeline.sim.config import CACHE_INDEPENDENT, Scenario, SimulationConfig
 from pipeline.sim.curve import Curve, capacity_curve

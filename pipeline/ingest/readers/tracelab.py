@@ -42,7 +42,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from pipeline.readers.base import (
+from pipeline.ingest.readers.base import (
     JsonLinesReader,
     ReadContext,
     RecordError,
@@ -51,8 +51,8 @@ from pipeline.readers.base import (
     require,
     token_count,
 )
-from pipeline.readers.prompt_text import optional_field_text, optional_turn
-from pipeline.readers.source import SourceFile
+from pipeline.ingest.readers.prompt_text import optional_field_text, optional_turn
+from pipeline.ingest.readers.source import SourceFile
 
 _KEYS = {"provider", "round_index", "input_tokens_total"}
 INPUT_EVENTS = frozenset({"user_message", "tool_result"})

@@ -8,8 +8,8 @@ import sys
 import polars as pl
 
 from pipeline.errors import InputFormatError
-from pipeline.readers.base import Quarantine, ReadContext, Reader, ReadResult
-from pipeline.readers.source import SourceFile
+from pipeline.ingest.readers.base import Quarantine, ReadContext, Reader, ReadResult
+from pipeline.ingest.readers.source import SourceFile
 from pipeline.schema import CANONICAL_SCHEMA, MAX_PLAUSIBLE_TOKENS
 from pipeline.settings import MAX_BLOCK_SIZE
 

@@ -5,7 +5,7 @@ It reads the one record shape Mooncake traces write, ``{"timestamp": …, "input
 extra keys whose values are plain strings, numbers, ``true``, ``false`` or ``null``), straight
 from the bytes into columns, and claims nothing else: a line it is not certain of is marked
 :data:`PYTHON`, and the reader decodes that line with ``json`` and converts it exactly as any
-JSON Lines reader does (:meth:`~pipeline.readers.base.JsonLinesReader.record_row`), which is
+JSON Lines reader does (:meth:`~pipeline.ingest.readers.base.JsonLinesReader.record_row`), which is
 where every quarantine reason and detail comes from.
 
 So a line is :data:`FAST` only when ``json.loads`` would return an object whose four fields

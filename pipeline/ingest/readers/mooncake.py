@@ -7,7 +7,7 @@
     own logs write it: it is taken as that absolute time (1767225600000 is
     2026-01-01T00:00:00Z), not as the anchor plus 56 years. Values 10^3 times larger still (µs
     or ns epochs) are quarantined as ``timestamp_unit_mismatch``
-    (:func:`~pipeline.readers.base.epoch_or_relative`).
+    (:func:`~pipeline.ingest.readers.base.epoch_or_relative`).
 ``input_length`` / ``output_length``
     Prompt and output tokens (exact).
 ``hash_ids``
@@ -16,8 +16,8 @@
     partial last block's id is dropped, and ``prompt_blocks`` is ⌊input_length / 512⌋.
 
 Reading is columnar and streamed: blocks of about 16 MiB of whole lines go through a compiled
-scanner (:mod:`pipeline.readers.mooncake_scan`) into arrays, each request's ids are chain-hashed
-in a compiled kernel (:func:`pipeline.blockhash.chain_hash_id_runs`), and the rows become
+scanner (:mod:`pipeline.ingest.readers.mooncake_scan`) into arrays, each request's ids are chain-hashed
+in a compiled kernel (:func:`pipeline.ingest.blockhash.chain_hash_id_runs`), and the rows become
 columns without a Python object per request or per block id, so memory holds one block of the
 file plus the table being built. A line the scanner is not certain of (invalid JSON, a missing,
 mistyped or out-of-range field, a count mismatch, an id past 64 bits, escapes, nesting, …) and a
@@ -34,9 +34,9 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from pipeline.blockhash import chain_hash_id_runs
 from pipeline.hashing import chain_hash_block_ids
-from pipeline.readers.base import (
+from pipeline.ingest.blockhash import chain_hash_id_runs
+from pipeline.ingest.readers.base import (
     EARLIEST_ARRIVAL,
     EPOCH_SECONDS_MIN,
     LATEST_ARRIVAL,
@@ -51,8 +51,8 @@ from pipeline.readers.base import (
     require,
     token_count,
 )
-from pipeline.readers.mooncake_scan import BLANK, BLOCK_TOKENS, FAST, KEYS, scan_lines
-from pipeline.readers.source import SourceFile
+from pipeline.ingest.readers.mooncake_scan import BLANK, BLOCK_TOKENS, FAST, KEYS, scan_lines
+from pipeline.ingest.readers.source import SourceFile
 from pipeline.schema import conform
 
 MOONCAKE_BLOCK_TOKENS = BLOCK_TOKENS
@@ -180,7 +180,7 @@ def scanned_arrivals(
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
     """Arrival (µs since the epoch, UTC) of each scanned timestamp, written in units of which
     ``per_second`` make a second (1000.0 for ms, 1.0 for s), and whether it is certainly what
-    :func:`~pipeline.readers.base.epoch_or_relative` gives and accepts.
+    :func:`~pipeline.ingest.readers.base.epoch_or_relative` gives and accepts.
 
     The arithmetic is Python's own: ``float(value) / per_second`` seconds, split into whole seconds and
     a fraction whose microseconds are rounded half to even (what ``datetime.fromtimestamp`` and

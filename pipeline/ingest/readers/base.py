@@ -23,7 +23,8 @@ import polars as pl
 import pyarrow as pa
 
 from pipeline.hashing import chain_hash_tokens
-from pipeline.readers.source import SourceFile
+from pipeline.ingest.readers.source import SourceFile
+from pipeline.ingest.tokenize import ApproximateTokenizer, Tokenizer
 from pipeline.schema import (
     CANONICAL_SCHEMA,
     MAX_PLAUSIBLE_TOKENS,
@@ -31,7 +32,6 @@ from pipeline.schema import (
     empty_canonical,
     empty_quarantine,
 )
-from pipeline.tokenize import ApproximateTokenizer, Tokenizer
 
 # Epoch timestamps before this are taken as relative to the anchor (2001-09-09 in seconds).
 EPOCH_SECONDS_MIN = 1e9

@@ -12,7 +12,7 @@ arrival
     The log's own ``timestamp`` / ``ts`` (top level, then request) when present — ISO-8601 or
     epoch / relative seconds — else the response's ``created`` (epoch seconds, when the
     provider started the completion). Seconds rules as in
-    :func:`~pipeline.readers.base.seconds_timestamp`.
+    :func:`~pipeline.ingest.readers.base.seconds_timestamp`.
 counts
     ``usage.prompt_tokens``, ``usage.completion_tokens`` and
     ``usage.prompt_tokens_details.cached_tokens`` (Responses-API spellings ``input_tokens``,
@@ -65,7 +65,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline.readers.base import (
+from pipeline.ingest.readers.base import (
     PROMPT_BLOCKS_CAPPED,
     JsonLinesReader,
     ReadContext,
@@ -77,7 +77,7 @@ from pipeline.readers.base import (
     seconds_timestamp,
     token_count,
 )
-from pipeline.readers.prompt_text import (
+from pipeline.ingest.readers.prompt_text import (
     encode_text,
     first_key,
     optional_field_text,
@@ -85,7 +85,7 @@ from pipeline.readers.prompt_text import (
     optional_seconds_as_ms,
     optional_turn,
 )
-from pipeline.readers.source import SourceFile
+from pipeline.ingest.readers.source import SourceFile
 
 CHAT_SESSION_KEYS = ("session_id", "conversation_id", "thread_id", "session", "conversation")
 CHAT_TENANT_KEYS = ("tenant", "tenant_id", "user", "user_id")

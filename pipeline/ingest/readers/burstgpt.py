@@ -7,7 +7,7 @@ request; it is kept as the tenant, the only client grouping the trace has.
 
 from __future__ import annotations
 
-from pipeline.readers.csvtable import Column, CsvReader
+from pipeline.ingest.readers.csvtable import Column, CsvReader
 
 
 class BurstGPTReader(CsvReader):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipeline.readers.csvtable import Column, CsvReader
+from pipeline.ingest.readers.csvtable import Column, CsvReader
 
 
 class AzureReader(CsvReader):

@@ -31,7 +31,7 @@ keep it (and still serve as candidate parents for later unlogged requests).
 otherwise it is the 0-based arrival rank of the request within its session. Forks (two
 requests continuing the same parent) therefore get consecutive turn numbers, not equal ones.
 
-Cost: one pass in arrival order with an open-addressing hash map (numba, ``pipeline.hashmap``)
+Cost: one pass in arrival order with an open-addressing hash map (numba, ``pipeline.prefix.hashmap``)
 keyed by each request's last full prompt block hash; per request at most
 ``prompt_blocks - min_blocks + 1`` probes (from the longest possible match down), so the work is
 linear in the number of prompt blocks.
@@ -48,7 +48,7 @@ import polars as pl
 import pyarrow as pa
 
 from pipeline.errors import EnginefitError
-from pipeline.hashmap import (
+from pipeline.prefix.hashmap import (
     new_table,
     row_bits,
     table_find,

@@ -26,7 +26,7 @@ import numpy as np
 import polars as pl
 from numpy.typing import ArrayLike, NDArray
 
-from pipeline.hashmap import dense_ids
+from pipeline.prefix.hashmap import dense_ids
 
 I64 = NDArray[np.int64]
 

@@ -34,7 +34,7 @@ half (``table_grow_if_full``), it needs 23-34 bytes per key instead of the map's
   ``table_probe(..., h)``: a table in parts that grow one at a time (growth then never holds
   two copies of the whole table).
 
-Used by the session inference (``pipeline.sessions``), the unbounded reuse replay
+Used by the session inference (``pipeline.prefix.sessions``), the unbounded reuse replay
 (``pipeline.prefix.replay``) and the dense block ids of the simulation (``pipeline.sim.blocks``).
 """
 

@@ -15,7 +15,7 @@ from typing import Literal
 import polars as pl
 
 from pipeline.errors import InputFormatError
-from pipeline.readers.base import (
+from pipeline.ingest.readers.base import (
     EARLIEST_ARRIVAL,
     EPOCH_SECONDS_MIN,
     LATEST_ARRIVAL,
@@ -23,7 +23,7 @@ from pipeline.readers.base import (
     Reader,
     ReadResult,
 )
-from pipeline.readers.source import SourceFile, first_nonblank_line
+from pipeline.ingest.readers.source import SourceFile, first_nonblank_line
 from pipeline.schema import MAX_PLAUSIBLE_TOKENS, QUARANTINE_SCHEMA, conform
 
 Kind = Literal["tokens", "text", "relative_seconds", "datetime", "seconds"]

@@ -9,7 +9,7 @@ Field choices
 -------------
 ``ts`` (or ``timestamp``)
     Seconds: epoch seconds, or seconds relative to the configured anchor date when below 10^9
-    (:func:`~pipeline.readers.base.seconds_timestamp`; epoch values in ms / µs are quarantined as
+    (:func:`~pipeline.ingest.readers.base.seconds_timestamp`; epoch values in ms / µs are quarantined as
     a unit mix-up); an ISO-8601 string is accepted too.
 ``prompt``
     Required string, tokenised with ``ctx.tokenizer``. ``prompt_tokens`` is the tokenizer's
@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from pipeline.readers.base import (
+from pipeline.ingest.readers.base import (
     JsonLinesReader,
     ReadContext,
     RecordError,
@@ -49,7 +49,7 @@ from pipeline.readers.base import (
     seconds_timestamp,
     token_count,
 )
-from pipeline.readers.source import SourceFile
+from pipeline.ingest.readers.source import SourceFile
 
 SESSION_KEYS = ("session_id", "session", "conversation_id", "conversation", "thread_id")
 TENANT_KEYS = ("tenant", "tenant_id", "user", "user_id")

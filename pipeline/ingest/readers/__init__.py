@@ -8,16 +8,16 @@ come before more general ones.
 from __future__ import annotations
 
 from pipeline.errors import InputFormatError
-from pipeline.readers.azure import AzureReader
-from pipeline.readers.base import ReadContext, Reader, ReadResult
-from pipeline.readers.burstgpt import BurstGPTReader
-from pipeline.readers.canonical import CanonicalParquetReader
-from pipeline.readers.mooncake import MooncakeReader
-from pipeline.readers.openai_chat import OpenAIChatReader
-from pipeline.readers.prompt_text import PromptTextReader
-from pipeline.readers.source import SourceFile
-from pipeline.readers.token_ids import TokenIdsReader
-from pipeline.readers.tracelab import TraceLabReader
+from pipeline.ingest.readers.azure import AzureReader
+from pipeline.ingest.readers.base import ReadContext, Reader, ReadResult
+from pipeline.ingest.readers.burstgpt import BurstGPTReader
+from pipeline.ingest.readers.canonical import CanonicalParquetReader
+from pipeline.ingest.readers.mooncake import MooncakeReader
+from pipeline.ingest.readers.openai_chat import OpenAIChatReader
+from pipeline.ingest.readers.prompt_text import PromptTextReader
+from pipeline.ingest.readers.source import SourceFile
+from pipeline.ingest.readers.token_ids import TokenIdsReader
+from pipeline.ingest.readers.tracelab import TraceLabReader
 
 READERS: list[Reader] = [
     CanonicalParquetReader(),

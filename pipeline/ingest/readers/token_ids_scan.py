@@ -5,11 +5,11 @@ It reads the record shape token-id traces write, ``{"ts": …, "session_id": …
 order, with any JSON spacing), straight from the bytes into columns, and claims nothing else:
 a line it is not certain of is marked :data:`PYTHON`, and the reader decodes that line with
 ``json`` and converts it exactly as any JSON Lines reader does
-(:meth:`~pipeline.readers.base.JsonLinesReader.record_row`), which is where every quarantine
-reason and detail comes from. The building blocks are :mod:`pipeline.readers.mooncake_scan`'s.
+(:meth:`~pipeline.ingest.readers.base.JsonLinesReader.record_row`), which is where every quarantine
+reason and detail comes from. The building blocks are :mod:`pipeline.ingest.readers.mooncake_scan`'s.
 
 So a line is :data:`FAST` only when ``json.loads`` would return an object that
-:meth:`~pipeline.readers.token_ids.TokenIdsReader.convert` accepts with the values scanned here:
+:meth:`~pipeline.ingest.readers.token_ids.TokenIdsReader.convert` accepts with the values scanned here:
 
 - the line is ASCII, a JSON object, with JSON whitespace (space, tab, CR) between tokens, and no
   key the reader reads appears twice or is spelled with escapes;
@@ -39,7 +39,7 @@ import numba as nb
 import numpy as np
 import numpy.typing as npt
 
-from pipeline.readers.mooncake_scan import (
+from pipeline.ingest.readers.mooncake_scan import (
     BLANK,
     FAST,
     OBJECT_END,
@@ -71,7 +71,7 @@ _LBRACE, _RBRACE, _LBRACKET, _RBRACKET = 123, 125, 91, 93
 _MINUS, _DOT = 45, 46
 
 # Keys in _word_at's 1-based numbering; the text groups keep the reader's order of preference
-# (pipeline.readers.prompt_text: the first key present with a non-null value wins).
+# (pipeline.ingest.readers.prompt_text: the first key present with a non-null value wins).
 KEYS = (
     "ts",
     "timestamp",

@@ -9,7 +9,7 @@ Field choices
 -------------
 ``ts`` (or ``timestamp``)
     Seconds, epoch or relative to the anchor date
-    (:func:`~pipeline.readers.base.seconds_timestamp`: ms / µs epoch values are quarantined as
+    (:func:`~pipeline.ingest.readers.base.seconds_timestamp`: ms / µs epoch values are quarantined as
     a unit mix-up).
 ``prompt_token_ids``
     Required list of integer ids in ``[0, 2**32)``; ``prompt_tokens`` is its length.
@@ -27,9 +27,9 @@ Counts are exact (``tokens_approximate`` is False). Detection: the first object 
 ``prompt_token_ids``. Token ids are never written anywhere, only their salted chain hashes.
 
 Reading is columnar and streamed, as Mooncake's is: blocks of about 16 MiB of whole lines go
-through a compiled scanner (:mod:`pipeline.readers.token_ids_scan`) into flat arrays (the ids of
+through a compiled scanner (:mod:`pipeline.ingest.readers.token_ids_scan`) into flat arrays (the ids of
 a block as one ``uint32`` array, per request its runs in it), the chains of a block's requests
-are hashed in one compiled call (:func:`pipeline.blockhash.chain_hash_token_runs`, the hashes
+are hashed in one compiled call (:func:`pipeline.ingest.blockhash.chain_hash_token_runs`, the hashes
 :func:`pipeline.hashing.chain_hash_tokens` gives), and the rows become columns without a Python
 object per token. A line the scanner is not certain of (invalid JSON, a missing, mistyped or
 out-of-range field, a count mismatch, escapes, non-ASCII text, nesting, a repeated key, …), a
@@ -48,8 +48,8 @@ import numpy.typing as npt
 import polars as pl
 import pyarrow as pa
 
-from pipeline.blockhash import chain_hash_token_runs
-from pipeline.readers.base import (
+from pipeline.ingest.blockhash import chain_hash_token_runs
+from pipeline.ingest.readers.base import (
     JsonLinesReader,
     ReadContext,
     ReadResult,
@@ -60,10 +60,10 @@ from pipeline.readers.base import (
     token_count,
     token_ids,
 )
-from pipeline.readers.mooncake import scanned_arrivals
-from pipeline.readers.prompt_text import content_row, line_arrival
-from pipeline.readers.source import SourceFile
-from pipeline.readers.token_ids_scan import BLANK, FAST, TEXT_GROUPS, scan_lines
+from pipeline.ingest.readers.mooncake import scanned_arrivals
+from pipeline.ingest.readers.prompt_text import content_row, line_arrival
+from pipeline.ingest.readers.source import SourceFile
+from pipeline.ingest.readers.token_ids_scan import BLANK, FAST, TEXT_GROUPS, scan_lines
 from pipeline.schema import conform
 
 
