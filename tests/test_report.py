@@ -14,8 +14,8 @@ from pipeline.cli import main as enginefit
 from pipeline.config import load_config
 from pipeline.decision import stage as decision_stage
 from pipeline.decision.cli import ensure_upstream
-from pipeline.decision.context import usd
 from pipeline.errors import InputFormatError
+from pipeline.present.text import usd
 from pipeline.report import stage
 from pipeline.report.audit import audit
 from pipeline.report.document import build

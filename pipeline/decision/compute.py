@@ -39,9 +39,7 @@ from pipeline.decision.context import (
     EngineState,
     RuleContext,
     current_engine,
-    money,
     plain,
-    usd,
 )
 from pipeline.decision.costing import Outcome, choose, payback_months, price_of, switch_cost
 from pipeline.decision.evidence import (
@@ -50,6 +48,7 @@ from pipeline.decision.evidence import (
     required_features,
     workload_from,
 )
+from pipeline.decision.present import finding_text
 from pipeline.decision.result import (
     Candidate,
     DecisionRecord,
@@ -59,6 +58,7 @@ from pipeline.decision.result import (
 from pipeline.decision.routing import isolation_advice, routing_value
 from pipeline.decision.rules import RULES
 from pipeline.decision.triggers import crossed, evaluate_previous, trigger
+from pipeline.present.text import money, usd
 from pipeline.shape.config import ShapeConfig
 
 
@@ -272,7 +272,7 @@ def _triggers(ctx: RuleContext, m: dict[str, Any], top: str | None, outcome: Out
                     flip.comparator,
                     plain(flip.threshold),
                     m,
-                    flip.text,
+                    finding_text(flip.condition, ctx.name),
                 )
             )
     return out
@@ -429,7 +429,9 @@ def _candidates(
                 monthly_total_usd=plain(price.monthly_total),
                 switch_cost_usd=plain(switch),
                 payback_months=plain(payback),
-                flip_condition=outcome.flips[engine].text if engine in outcome.flips else None,
+                flip_condition=finding_text(outcome.flips[engine].condition, ctx.name)
+                if engine in outcome.flips
+                else None,
             )
         )
     order = {"recommended": 0, "runner-up": 1, "viable": 2, "excluded": 3}

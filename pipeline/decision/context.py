@@ -1,6 +1,6 @@
 """What every decision rule shares: the inputs, each engine's standing while the rules run,
 the context they read and write (rationale entries, exclusions, the decision tree's branch),
-and small formatting helpers."""
+and the evidence's JSON form."""
 
 from __future__ import annotations
 
@@ -110,14 +110,6 @@ def plain(value: Any) -> Any:
     if isinstance(value, dt.date):
         return value.isoformat()
     return value
-
-
-def money(value: float | None, digits: int = 0) -> str:
-    return "unknown" if value is None else f"${value:,.{digits}f}"
-
-
-def usd(value: float | None) -> str:
-    return "unknown" if value is None else f"${value:,.4f}"
 
 
 def current_engine(ctx: RuleContext) -> str | None:

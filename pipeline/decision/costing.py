@@ -1,14 +1,19 @@
 """Cost at the SLO, the margin, and the payback of switching: which benchmarked engine is
 cheapest in total (GPU fleet at the peak rate plus the recurring cost of model changes), when
-a gap is a tie, when a switch does not pay back, and what would flip the answer."""
+a gap is a tie, when a switch does not pay back, and what would flip the answer.
+
+The ranking works in codes and numbers (:class:`Finding`); :mod:`pipeline.decision.present`
+phrases them, so the wording can change without touching a comparison."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.decision.context import HOURS_PER_WEEK, RuleContext, current_engine, money, usd
+from pipeline.decision.context import HOURS_PER_WEEK, RuleContext, current_engine
+from pipeline.decision.present import finding_text
 
 
 def _migration_weeks(ctx: RuleContext, engine: str) -> float:
@@ -111,6 +116,29 @@ def _basis(priced: list[Priced]) -> tuple[str, dict[str, float]]:
     }
 
 
+@dataclass(frozen=True)
+class Finding:
+    """One thing the ranking found, as a code with the engines it is about, its numbers and
+    any upstream text it carries (``details``); ``finding_text`` in
+    :mod:`pipeline.decision.present` says what each code's fields hold and phrases it."""
+
+    code: str
+    engines: tuple[str, ...] = ()
+    figures: Mapping[str, float] = field(default_factory=dict)
+    details: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Flip:
+    """What would make an engine the answer (``condition``), and when measurable, the metric
+    and the threshold a revisit trigger watches (``threshold`` None: not measurable yet)."""
+
+    condition: Finding
+    metric: str
+    comparator: str
+    threshold: float | None
+
+
 @dataclass
 class Outcome:
     engine: str | None
@@ -120,17 +148,6 @@ class Outcome:
     basis: str | None
     values: dict[str, float]
     flips: dict[str, Flip]
-
-
-@dataclass(frozen=True)
-class Flip:
-    """What would make ``engine`` the answer: prose, and when measurable, the metric and the
-    threshold a revisit trigger watches (``threshold`` None: not measurable yet)."""
-
-    text: str
-    metric: str
-    comparator: str
-    threshold: float | None
 
 
 def _tie_key(ctx: RuleContext, engine: str) -> tuple[Any, ...]:
@@ -157,41 +174,39 @@ def _preference(ctx: RuleContext) -> list[str]:
     return [e for e in ctx.branch if e in viable]
 
 
-def _no_candidate(ctx: RuleContext, reason: str) -> Outcome:
-    excluded = {e: s.excluded[0] for e, s in ctx.states.items() if s.excluded}
-    ctx.rule(
-        "cost",
-        "Cost at the SLO",
-        "DOMAIN.md: cost per 1M tokens at your SLO",
-        None,
-        reason,
-        excluded=excluded,
-    )
-    why = "; ".join(f"{ctx.name(e)}: {r}" for e, r in excluded.items())
-    return Outcome(
-        None, None, "provisional", [f"{reason} ({why})" if why else reason], None, {}, {}
-    )
+TIE_BREAKS = (
+    "maintained",
+    "runs_today",
+    "shorter_migration",
+    "tree_order",
+    "releases",
+    "alphabetical",
+)  # the criteria of _tie_key, in its order
 
 
-def _tie_reason(ctx: RuleContext, first: str, second: str) -> str:
+def _tie_break(ctx: RuleContext, first: str, second: str) -> str:
     """Which of the tie-break criteria separated the two engines."""
     a, b = _tie_key(ctx, first), _tie_key(ctx, second)
-    words = (
-        "it is actively maintained",
-        "it runs today",
-        f"its migration is shorter ({_migration_weeks(ctx, first):g} vs "
-        f"{_migration_weeks(ctx, second):g} engineer-weeks)",
-        "the decision tree points to it first",
-        "it releases more often",
-        "alphabetical order (nothing else separates them)",
-    )
-    index = next((k for k, (x, y) in enumerate(zip(a, b, strict=True)) if x != y), len(words) - 1)
-    return words[min(index, len(words) - 1)]
+    index = next((k for k, (x, y) in enumerate(zip(a, b, strict=True)) if x != y), 99)
+    return TIE_BREAKS[min(index, len(TIE_BREAKS) - 1)]
+
+
+def _cost_rule(
+    ctx: RuleContext, source: str, fired: bool | None, effect: Finding, **evidence: Any
+) -> None:
+    ctx.rule("cost", "Cost at the SLO", source, fired, finding_text(effect, ctx.name), **evidence)
 
 
 def choose(ctx: RuleContext) -> Outcome:
+    """The cost ranking and payback, with its reasons and flips phrased for the record."""
+    outcome, reasons = _rank(ctx)
+    outcome.reasons = [finding_text(r, ctx.name) for r in reasons]
+    return outcome
+
+
+def _rank(ctx: RuleContext) -> tuple[Outcome, list[Finding]]:
     preference = _preference(ctx)
-    reasons: list[str] = []
+    reasons: list[Finding] = []
     flips: dict[str, Flip] = {}
     margin = ctx.requirements.cost_margin
     relevant = {e: b for e, b in ctx.benches.items() if not b.mismatches and e in ctx.viable()}
@@ -202,71 +217,71 @@ def choose(ctx: RuleContext) -> Outcome:
     ]
     for engine, bench in sorted(ctx.benches.items()):
         if bench.mismatches:
-            reasons.append(
-                f"{ctx.name(engine)}'s benchmark is not about your deployment "
-                f"({'; '.join(bench.mismatches)}): its cost is not used"
-            )
+            reasons.append(Finding("bench_mismatch", (engine,), details=tuple(bench.mismatches)))
     if not preference and not priced:
-        return _no_candidate(ctx, "no engine the decision tree points to meets the requirements")
+        excluded = {e: s.excluded[0] for e, s in ctx.states.items() if s.excluded}
+        _cost_rule(
+            ctx,
+            "DOMAIN.md: cost per 1M tokens at your SLO",
+            None,
+            Finding("no_candidate"),
+            excluded=excluded,
+        )
+        found = Finding("no_candidate", tuple(excluded), details=tuple(excluded.values()))
+        return Outcome(None, None, "provisional", [], None, {}, {}), [found]
     if not priced:
         top = preference[0]
         runner = preference[1] if len(preference) > 1 else None
-        reason = (
-            ctx.inputs.missing.get("bench")
-            or "no benchmark with a cost at the SLO for a viable engine on your deployment"
-        )
-        reasons.append(
-            f"no benchmark on this traffic ({reason}): run an open-loop benchmark of {ctx.name(top)}"
-            + (f" and {ctx.name(runner)}" if runner else "")
-        )
-        ctx.rule(
-            "cost",
-            "Cost at the SLO",
+        missing = ctx.inputs.missing.get("bench") or ""
+        engines = (top,) if runner is None else (top, runner)
+        reasons.append(Finding("no_benchmark", engines, details=(missing,)))
+        _cost_rule(
+            ctx,
             "DOMAIN.md: every branch ends in your own open-loop benchmark",
             None,
-            f"unknown: {reason}; the decision tree's choice stands",
+            Finding("cost_unmeasured", details=(missing,)),
             decision_tree=preference,
         )
         if runner:
             flips[runner] = Flip(
-                f"{ctx.name(runner)} wins if its measured cost per 1M output tokens at the SLO is "
-                f"more than {margin:.0%} below {ctx.name(top)}'s on your traffic",
+                Finding("measured_cheaper", (runner, top), {"margin": margin}),
                 f"bench.cost_per_1m_output_usd[{runner}]",
                 "<",
                 None,
             )
-        top, runner = _payback(ctx, top, runner, {}, "cost_per_1m_output_usd", reasons, flips)
-        return Outcome(top, runner, "provisional", reasons, None, {}, flips)
+        top, runner = _payback(ctx, top, runner, reasons, flips)
+        return Outcome(top, runner, "provisional", [], None, {}, flips), reasons
 
     basis, values = _basis(priced)
     ranked = sorted(values, key=lambda e: (values[e], _tie_key(ctx, e)))
     top = ranked[0]
     runner = ranked[1] if len(ranked) > 1 else None
     confidence = "firm"
-    tied = False
+    tie: Finding | None = None
     if runner is not None:
         gap = (values[runner] - values[top]) / values[top] if values[top] else math.inf
         if gap < margin:
-            tied = True
             confidence = "tie"
             first, second = sorted((top, runner), key=lambda e: _tie_key(ctx, e))
-            reasons.append(
-                f"{ctx.name(top)} and {ctx.name(runner)} are within {gap:.1%} on "
-                f"{BASIS_WORDS[basis]} (under the {margin:.0%} margin): {ctx.name(first)} is "
-                f"chosen because {_tie_reason(ctx, first, second)}"
+            weeks = {"first_weeks": _migration_weeks(ctx, first)}
+            weeks["second_weeks"] = _migration_weeks(ctx, second)
+            tie = Finding(
+                "tie",
+                (top, runner, first),
+                {"gap": gap, "margin": margin, **weeks},
+                (basis, _tie_break(ctx, first, second)),
             )
+            reasons.append(tie)
             top, runner = first, second
-    lowest = (
-        f"{ctx.name(top)} has the lowest {BASIS_WORDS[basis]}"
-        if len(values) > 1
-        else f"{ctx.name(top)} is the only engine with a cost at the SLO on your deployment"
-    )
-    ctx.rule(
-        "cost",
-        "Cost at the SLO",
+    _cost_rule(
+        ctx,
         "DOMAIN.md: compare cost per 1M tokens at your SLO, not peak throughput",
         True,
-        lowest + (" (tie)" if tied else ""),
+        Finding(
+            "only_cost" if len(values) == 1 else "lowest_tie" if tie else "lowest",
+            (top,),
+            details=(basis,),
+        ),
         basis=basis,
         values=values,
         cost_per_1m_output_usd={p.engine: p.cost_per_1m for p in priced},
@@ -277,10 +292,13 @@ def choose(ctx: RuleContext) -> Outcome:
         "margin",
         "A difference larger than the margin",
         "DOMAIN.md: a re-benchmark changes the ranking by more than the noise",
-        tied if runner else None,
-        "tie: " + reasons[-1]
-        if tied
-        else ("no runner-up with a cost" if runner is None else "the gap exceeds the margin"),
+        tie is not None if runner else None,
+        finding_text(
+            Finding("margin_tie", tie.engines, tie.figures, tie.details)
+            if tie
+            else Finding("no_runner_up" if runner is None else "margin_exceeded"),
+            ctx.name,
+        ),
         margin=margin,
     )
     # The decision tree's first choice without a cost leaves the question open.
@@ -289,67 +307,45 @@ def choose(ctx: RuleContext) -> Outcome:
         confidence = "provisional" if confidence == "firm" else confidence
         measured = favourite in ctx.benches and not ctx.benches[favourite].mismatches
         reasons.append(
-            f"the decision tree points to {ctx.name(favourite)}, which "
-            + (
-                "was benchmarked but has no cost at the SLO on this traffic"
-                if measured
-                else "has no benchmark on this traffic"
-            )
-            + f": benchmark {ctx.name(favourite)} on your traffic before committing"
+            Finding("favourite_unpriced" if measured else "favourite_unbenchmarked", (favourite,))
         )
         flips[favourite] = _favourite_flip(ctx, favourite, top)
         runner = favourite if runner is None or runner not in preference[:2] else runner
-    top, runner = _payback(ctx, top, runner, values, basis, reasons, flips)
+    top, runner = _payback(ctx, top, runner, reasons, flips)
     if runner is not None and runner in values and runner not in flips:
         flips[runner] = _flip(ctx, top, runner, values, basis)
-    return Outcome(top, runner, confidence, reasons, basis, values, flips)
+    return Outcome(top, runner, confidence, [], basis, values, flips), reasons
 
 
 def _favourite_flip(ctx: RuleContext, favourite: str, top: str) -> Flip:
     """The cost per 1M output tokens at which the unbenchmarked favourite would win by the
     margin. Both sides per token (its fleet cannot be sized without its capacity): cost per 1M
     plus model-change cost spread over the monthly volume, when both are known."""
-    keep = 1 - ctx.requirements.cost_margin
+    margin = ctx.requirements.cost_margin
+    keep = 1 - margin
     top_cost = ctx.benches[top].cost_per_1m_output_usd
     volume = ctx.workload.output_tokens_per_month
     change, top_change = _monthly_change_cost(ctx, favourite), _monthly_change_cost(ctx, top)
     metric = f"bench.cost_per_1m_output_usd[{favourite}]"
+    engines = (favourite, top)
     if top_cost is None:
-        return Flip(
-            f"{ctx.name(favourite)} wins if its measured cost at the SLO is more than "
-            f"{1 - keep:.0%} below {ctx.name(top)}'s",
-            metric,
-            "<",
-            None,
-        )
+        return Flip(Finding("cost_below_rival", engines, {"margin": margin}), metric, "<", None)
     if volume and change is not None and top_change is not None and change != top_change:
         # c_f + change_f/V ≤ keep × (c_t + change_t/V), per 1M output tokens.
         threshold = keep * top_cost + (keep * top_change - change) * 1e6 / volume
+        changes = {"change": change, "rival_change": top_change}
         if threshold <= 0:
             return Flip(
-                f"{ctx.name(favourite)} cannot win while its model changes cost "
-                f"{money(change)} a month against {ctx.name(top)}'s {money(top_change)}",
+                Finding("changes_too_dear", engines, changes),
                 "requirements.model_changes_per_quarter",
                 "<",
                 ctx.requirements.model_changes_per_quarter,
             )
-        return Flip(
-            f"{ctx.name(favourite)} wins if its measured cost per 1M output tokens at the SLO is "
-            f"below {usd(threshold)} (more than {1 - keep:.0%} below {ctx.name(top)}'s "
-            f"{usd(top_cost)}, its model changes, {money(change)} a month against "
-            f"{money(top_change)}, counted per token)",
-            metric,
-            "<",
-            threshold,
-        )
+        figures = {"threshold": threshold, "margin": margin, "rival_cost": top_cost, **changes}
+        return Flip(Finding("cost_below_per_token", engines, figures), metric, "<", threshold)
     below = top_cost * keep
-    return Flip(
-        f"{ctx.name(favourite)} wins if its measured cost per 1M output tokens at the SLO is "
-        f"more than {1 - keep:.0%} below {ctx.name(top)}'s {usd(top_cost)} (below {usd(below)})",
-        metric,
-        "<",
-        below,
-    )
+    figures = {"margin": margin, "rival_cost": top_cost, "threshold": below}
+    return Flip(Finding("cost_below_margin", engines, figures), metric, "<", below)
 
 
 BASIS_METRICS = {
@@ -357,26 +353,14 @@ BASIS_METRICS = {
     "monthly_gpu_usd": "bench.monthly_gpu_usd",
     "cost_per_1m_output_usd": "bench.cost_per_1m_output_usd",
 }
-BASIS_WORDS = {
-    "monthly_total_usd": "monthly total cost (GPU fleet at the peak rate plus model changes)",
-    "monthly_gpu_usd": "monthly GPU cost (fleet at the peak rate)",
-    "cost_per_1m_output_usd": "cost per 1M output tokens at the SLO",
-}
-
-
-def _fmt_basis(basis: str, value: float) -> str:
-    return (
-        usd(value) + " per 1M output tokens"
-        if basis == "cost_per_1m_output_usd"
-        else money(value) + " a month"
-    )
 
 
 def _flip(ctx: RuleContext, top: str, runner: str, values: dict[str, float], basis: str) -> Flip:
     """The condition under which the runner-up would win by more than the margin, computed
     from the numbers: fewer model changes when it loses only on change cost, else a lower
     measured cost."""
-    keep = 1 - ctx.requirements.cost_margin
+    margin = ctx.requirements.cost_margin
+    keep = 1 - margin
     top_price, run_price = price_of(ctx, top), price_of(ctx, runner)
     per_quarter = ctx.requirements.model_changes_per_quarter
     top_change, run_change = _change_cost_per_change(ctx, top), _change_cost_per_change(ctx, runner)
@@ -392,116 +376,107 @@ def _flip(ctx: RuleContext, top: str, runner: str, values: dict[str, float], bas
         extra = run_change - keep * top_change
         if slack > 0 and extra > 0:
             n = math.floor(3 * slack / extra * 10) / 10
+            figures = {"changes": n, "changes_today": per_quarter}
+            figures |= _volume_flip(ctx, top_price, run_price, keep)
             return Flip(
-                f"{ctx.name(runner)} wins when model changes fall to ≤ {n:g} per quarter (today "
-                f"{per_quarter:g}){_volume_flip(ctx, top_price, run_price, keep)}",
+                Finding("fewer_changes", (runner, top), figures),
                 "requirements.model_changes_per_quarter",
                 "<=",
                 n,
             )
     threshold = values[top] * keep
+    figures = {
+        "threshold": threshold,
+        "margin": margin,
+        "rival_value": values[top],
+        "value": values[runner],
+    }
     return Flip(
-        f"{ctx.name(runner)} wins if its {BASIS_WORDS[basis]} falls below "
-        f"{_fmt_basis(basis, threshold)} (more than {1 - keep:.0%} below {ctx.name(top)}'s "
-        f"{_fmt_basis(basis, values[top])}; today {_fmt_basis(basis, values[runner])})",
+        Finding("basis_below", (runner, top), figures, (basis,)),
         f"{BASIS_METRICS[basis]}[{runner}]",
         "<",
         threshold,
     )
 
 
-def _volume_flip(ctx: RuleContext, top: Priced, runner: Priced, keep: float) -> str:
-    """ ", or when monthly volume exceeds V output tokens": the volume at which a cheaper
-    per-token runner-up's GPU saving outweighs its higher change cost (fleet granularity aside)."""
+def _volume_flip(ctx: RuleContext, top: Priced, runner: Priced, keep: float) -> dict[str, float]:
+    """The monthly output-token volume above which a cheaper per-token runner-up's GPU saving
+    outweighs its higher change cost (fleet granularity aside), and today's; empty when none."""
     volume = ctx.workload.output_tokens_per_month
-    if None in (
-        volume,
-        top.cost_per_1m,
-        runner.cost_per_1m,
-        top.monthly_change,
-        runner.monthly_change,
+    if (
+        volume is None
+        or top.cost_per_1m is None
+        or runner.cost_per_1m is None
+        or top.monthly_change is None
+        or runner.monthly_change is None
     ):
-        return ""
-    assert top.cost_per_1m is not None and runner.cost_per_1m is not None
-    assert top.monthly_change is not None and runner.monthly_change is not None
+        return {}
     per_token_gain = (keep * top.cost_per_1m - runner.cost_per_1m) / 1e6
     extra = runner.monthly_change - keep * top.monthly_change
     if per_token_gain <= 0 or extra <= 0:
-        return ""
-    return f", or when monthly volume exceeds {extra / per_token_gain:,.0f} output tokens (today {volume:,.0f})"
+        return {}
+    return {"volume": extra / per_token_gain, "volume_today": volume}
 
 
 def _payback(
     ctx: RuleContext,
     top: str,
     runner: str | None,
-    values: dict[str, float],
-    basis: str,
-    reasons: list[str],
+    reasons: list[Finding],
     flips: dict[str, Flip],
 ) -> tuple[str, str | None]:
+    """Whether switching from the engine running today to ``top`` pays back; the engine that
+    stays (and the runner-up) when it does not."""
     current = current_engine(ctx)
-    title = "Payback of switching from the engine running today"
-    source = "DOMAIN.md: keeping the choice reversible; migration cost"
-    if current is None:
+    limit = ctx.settings.payback_max_months
+
+    def rule(fired: bool | None, effect: Finding, **evidence: Any) -> None:
         ctx.rule(
             "payback",
-            title,
-            source,
-            None,
-            "no engine runs today (requirements.current_engine): nothing to switch from",
+            "Payback of switching from the engine running today",
+            "DOMAIN.md: keeping the choice reversible; migration cost",
+            fired,
+            finding_text(effect, ctx.name),
+            **evidence,
         )
+
+    if current is None:
+        rule(None, Finding("nothing_runs"))
         return top, runner
     if current == top:
-        ctx.rule(
-            "payback", title, source, False, f"{ctx.name(current)} runs today and stays: no switch"
-        )
+        rule(False, Finding("current_stays", (current,)))
         return top, runner
+    switch = switch_cost(ctx, top)
     if ctx.states[current].excluded:
-        switch = switch_cost(ctx, top)
-        ctx.rule(
-            "payback",
-            title,
-            source,
+        figures = {} if switch is None else {"switch": switch}
+        excluded = tuple(ctx.states[current].excluded)
+        rule(
             False,
-            f"{ctx.name(current)} cannot stay ({'; '.join(ctx.states[current].excluded)}): migrate "
-            f"to {ctx.name(top)} ({money(switch)} of migration work) and keep "
-            f"{ctx.name(current)} running until then",
+            Finding("current_excluded", (current, top), figures, excluded),
             switch_cost_usd=switch,
         )
         return top, runner
-    switch = switch_cost(ctx, top)
     top_month = _monthly(price_of(ctx, top))
     current_month = _monthly(price_of(ctx, current))
     if switch is None or top_month is None or current_month is None:
-        missing = (
-            "requirements.engineer_week_usd"
-            if switch is None
-            else f"a benchmark of {ctx.name(current)} with a monthly cost"
-        )
-        reasons.append(
-            f"{ctx.name(current)} runs today and stays: whether switching to {ctx.name(top)} pays "
-            f"back is unknown (supply {missing})"
-        )
-        ctx.rule(
-            "payback",
-            title,
-            source,
+        # What to supply: the price of a week, else a monthly cost of the engine running today.
+        missing = "engineer_week_usd" if switch is None else "current_monthly_cost"
+        reasons.append(Finding("payback_unknown", (current, top), details=(missing,)))
+        rule(
             None,
-            f"unknown: supply {missing}; {ctx.name(current)} stays until a switch is shown to pay back",
+            Finding("payback_unknown_rule", (current, top), details=(missing,)),
             switch_cost_usd=switch,
         )
         flips[top] = Flip(
-            f"{ctx.name(top)} wins once switching is shown to pay back within "
-            f"{ctx.settings.payback_max_months:g} months (supply {missing})",
+            Finding("payback_shown", (top, current), {"limit": limit}, (missing,)),
             f"decision.payback_months[{top}]",
             "<=",
-            ctx.settings.payback_max_months,
+            limit,
         )
         return current, top
     saving = current_month - top_month
     months = switch / saving if saving > 0 else math.inf
-    limit = ctx.settings.payback_max_months
+    figures = {"saving": saving, "switch": switch, "months": months, "limit": limit}
     evidence = {
         "switch_cost_usd": switch,
         "monthly_saving_usd": saving,
@@ -509,39 +484,14 @@ def _payback(
         "limit_months": limit,
     }
     if months > limit:
-        ctx.rule(
-            "payback",
-            title,
-            source,
-            True,
-            f"switching to {ctx.name(top)} saves {money(saving)} a month and costs {money(switch)}: "
-            f"pays back in {months_text(months)} (> {limit:g}): keep {ctx.name(current)}",
-            **evidence,
-        )
-        reasons.append(
-            f"{ctx.name(top)} is cheaper to run but its migration pays back in {months_text(months)} "
-            f"(> {limit:g}): {ctx.name(current)} stays"
-        )
-        needed = switch / limit
+        rule(True, Finding("payback_too_long_rule", (top, current), figures), **evidence)
+        reasons.append(Finding("payback_too_long", (top, current), figures))
         flips[top] = Flip(
-            f"{ctx.name(top)} wins when switching saves at least {money(needed)} a month "
-            f"(payback within {limit:g} months; today it saves {money(saving)})",
+            Finding("saving_needed", (top,), {"needed": switch / limit, **figures}),
             f"decision.payback_months[{top}]",
             "<=",
             limit,
         )
         return current, top
-    ctx.rule(
-        "payback",
-        title,
-        source,
-        False,
-        f"switching to {ctx.name(top)} saves {money(saving)} a month for {money(switch)}: pays back "
-        f"in {months_text(months)} (≤ {limit:g})",
-        **evidence,
-    )
+    rule(False, Finding("pays_back", (top,), figures), **evidence)
     return top, runner
-
-
-def months_text(months: float) -> str:
-    return "never" if math.isinf(months) else f"{months:.1f} months"

@@ -1,19 +1,25 @@
 """The decision record for people: the rationale as plain text a reviewer reads top to bottom
-(``enginefit explain``), the candidates as a table, and the triggers as a frame."""
+(``enginefit explain``), the candidates as a table, the triggers as a frame, and the sentences
+the cost ranking's findings become (:func:`finding_text`)."""
 
 from __future__ import annotations
 
-import json
 import textwrap
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 import polars as pl
 
 from pipeline.decision.result import DecisionRecord
 from pipeline.present.tables import markdown_table
+from pipeline.present.text import UNKNOWN, measurement, money, months, number, usd
+
+if TYPE_CHECKING:
+    from pipeline.decision.costing import Finding
 
 WIDTH = 96
-_FIRED = {True: "applied", False: "did not apply", None: "unknown"}
+# A rule's ``fired``: it applied, it did not, or an input it needs is unknown.
+RULE_OUTCOME_WORDS = {True: "applied", False: "did not apply", None: UNKNOWN}
 
 
 def _wrap(text: str, indent: str = "") -> list[str]:
@@ -22,23 +28,12 @@ def _wrap(text: str, indent: str = "") -> list[str]:
     ]
 
 
-def value_text(value: Any) -> str:
-    """A measurement or threshold as a reader sees it (unknown, never blank)."""
-    if value is None:
-        return "unknown"
-    if isinstance(value, float):
-        return f"{value:,.0f}" if abs(value) >= 1e5 else f"{value:.4g}"
-    if isinstance(value, list | dict):
-        return json.dumps(value, sort_keys=True, ensure_ascii=False)
-    return str(value)
-
-
 def rationale_text(record: DecisionRecord) -> str:
     """The whole record as prose: the answer, why, every candidate, the rules in order with
     their evidence, what routing buys, and the triggers that would reopen it."""
     rec = record.recommendation
     lines = [
-        f"Engine decision for workload {record.workload} (as of {record.as_of or 'unknown'})",
+        f"Engine decision for workload {record.workload} (as of {record.as_of or UNKNOWN})",
         "",
     ]
     lines += _wrap(rec.headline)
@@ -48,15 +43,12 @@ def rationale_text(record: DecisionRecord) -> str:
     lines += ["", "Candidates"]
     for c in record.candidates:
         cost = (
-            f", ${c.cost_per_1m_output_usd:.4f} per 1M output tokens"
+            f", {usd(c.cost_per_1m_output_usd)} per 1M output tokens"
             if c.cost_per_1m_output_usd is not None
             else ""
         )
-        monthly = (
-            f", ${c.monthly_total_usd or c.monthly_cost_usd:,.0f}/month"
-            if (c.monthly_total_usd or c.monthly_cost_usd) is not None
-            else ""
-        )
+        monthly_usd = c.monthly_total_usd or c.monthly_cost_usd
+        monthly = f", {money(monthly_usd)}/month" if monthly_usd is not None else ""
         lines += _wrap(f"- {c.name} [{c.status}]{cost}{monthly}")
         for reason in c.reasons:
             lines += _wrap(reason, "    ")
@@ -64,18 +56,20 @@ def rationale_text(record: DecisionRecord) -> str:
             lines += _wrap(f"flips the answer: {c.flip_condition}", "    ")
     lines += ["", "Rules, in the order they were applied"]
     for i, rule in enumerate(record.rationale, 1):
-        lines += _wrap(f"{i}. {rule.title} ({rule.rule}): {_FIRED[rule.fired]}. {rule.effect}")
+        lines += _wrap(
+            f"{i}. {rule.title} ({rule.rule}): {RULE_OUTCOME_WORDS[rule.fired]}. {rule.effect}"
+        )
         lines += _wrap(f"source: {rule.source}", "    ")
         for key, value in rule.evidence.items():
-            lines += _wrap(f"{key} = {value_text(value)}", "    ")
+            lines += _wrap(f"{key} = {measurement(value)}", "    ")
     routing = record.routing
     lines += ["", "Prefix-aware routing"]
     lines += _wrap(routing.reason or "not evaluated")
     lines += _wrap(f"cache per replica: {routing.cache_tokens_source}")
     if routing.monthly_usd_saved is not None:
         lines += _wrap(
-            f"saves about {routing.monthly_prompt_tokens_saved:,.0f} prompt tokens of prefill and "
-            f"${routing.monthly_usd_saved:,.0f} a month ({routing.method})"
+            f"saves about {number(routing.monthly_prompt_tokens_saved)} prompt tokens of prefill "
+            f"and {money(routing.monthly_usd_saved)} a month ({routing.method})"
         )
     elif routing.method:
         lines += _wrap(f"method: {routing.method}")
@@ -84,7 +78,7 @@ def rationale_text(record: DecisionRecord) -> str:
     lines += ["", "Revisit triggers (reopen the decision when one fires)"]
     for t in record.triggers:
         lines += _wrap(
-            f"- {t.id}: {t.metric} {t.comparator} {value_text(t.threshold)} (today {value_text(t.value)}; "
+            f"- {t.id}: {t.metric} {t.comparator} {measurement(t.threshold)} (today {measurement(t.value)}; "
             f"{t.status}). {t.why}"
         )
     if record.previous is not None:
@@ -95,8 +89,8 @@ def rationale_text(record: DecisionRecord) -> str:
         ]
         for check in prev.triggers:
             lines += _wrap(
-                f"- {check.id}: {check.metric} {check.comparator} {value_text(check.threshold)}: was "
-                f"{value_text(check.previous_value)}, now {value_text(check.value)} → {check.status}"
+                f"- {check.id}: {check.metric} {check.comparator} {measurement(check.threshold)}: was "
+                f"{measurement(check.previous_value)}, now {measurement(check.value)} → {check.status}"
             )
     lines += ["", "Inputs (sha256)"]
     lines += [f"- {name}: {digest}" for name, digest in record.inputs.items()]
@@ -112,9 +106,9 @@ def triggers_frame(record: DecisionRecord) -> pl.DataFrame:
             "id": t.id,
             "metric": t.metric,
             "comparator": t.comparator,
-            "threshold": value_text(t.threshold),
+            "threshold": measurement(t.threshold),
             "previous_value": None,
-            "value": value_text(t.value),
+            "value": measurement(t.value),
             "status": t.status,
             "why": t.why,
         }
@@ -127,9 +121,9 @@ def triggers_frame(record: DecisionRecord) -> pl.DataFrame:
                 "id": c.id,
                 "metric": c.metric,
                 "comparator": c.comparator,
-                "threshold": value_text(c.threshold),
-                "previous_value": value_text(c.previous_value),
-                "value": value_text(c.value),
+                "threshold": measurement(c.threshold),
+                "previous_value": measurement(c.previous_value),
+                "value": measurement(c.value),
                 "status": c.status,
                 "why": c.why,
             }
@@ -177,3 +171,174 @@ def candidates_table(record: DecisionRecord) -> str:
         },
     )
     return markdown_table(frame)
+
+
+BASIS_WORDS = {
+    "monthly_total_usd": "monthly total cost (GPU fleet at the peak rate plus model changes)",
+    "monthly_gpu_usd": "monthly GPU cost (fleet at the peak rate)",
+    "cost_per_1m_output_usd": "cost per 1M output tokens at the SLO",
+}
+TIE_BREAK_WORDS = {
+    "maintained": "it is actively maintained",
+    "runs_today": "it runs today",
+    "tree_order": "the decision tree points to it first",
+    "releases": "it releases more often",
+    "alphabetical": "alphabetical order (nothing else separates them)",
+}
+NO_CANDIDATE = "no engine the decision tree points to meets the requirements"
+NO_PRICED_BENCHMARK = "no benchmark with a cost at the SLO for a viable engine on your deployment"
+
+
+def _on_basis(basis: str, value: float) -> str:
+    return (
+        usd(value) + " per 1M output tokens"
+        if basis == "cost_per_1m_output_usd"
+        else money(value) + " a month"
+    )
+
+
+def finding_text(finding: Finding, name: Callable[[str], str]) -> str:
+    """A cost-ranking finding as the sentence the record keeps (``name``: engine → its name).
+
+    ``engines`` are named in the order each code's sentence uses them (the engine the finding
+    is about first, then its rival); ``details`` carry a basis, a tie-break criterion, a missing
+    input or upstream text as is."""
+    code, f, details = finding.code, finding.figures, finding.details
+    n = [name(e) for e in finding.engines]
+    if code == "bench_mismatch":
+        return f"{n[0]}'s benchmark is not about your deployment ({'; '.join(details)}): its cost is not used"
+    if code == "no_candidate":
+        why = "; ".join(f"{engine}: {reason}" for engine, reason in zip(n, details, strict=True))
+        return f"{NO_CANDIDATE} ({why})" if why else NO_CANDIDATE
+    if code == "no_benchmark":
+        return (
+            f"no benchmark on this traffic ({details[0] or NO_PRICED_BENCHMARK}): run an open-loop "
+            f"benchmark of {' and '.join(n)}"
+        )
+    if code == "cost_unmeasured":
+        return f"{UNKNOWN}: {details[0] or NO_PRICED_BENCHMARK}; the decision tree's choice stands"
+    if code in ("tie", "margin_tie"):
+        basis, criterion = details
+        because = TIE_BREAK_WORDS.get(criterion) or (
+            f"its migration is shorter ({f['first_weeks']:g} vs {f['second_weeks']:g} "
+            "engineer-weeks)"
+        )
+        return ("tie: " if code == "margin_tie" else "") + (
+            f"{n[0]} and {n[1]} are within {f['gap']:.1%} on {BASIS_WORDS[basis]} (under the "
+            f"{f['margin']:.0%} margin): {n[2]} is chosen because {because}"
+        )
+    if code == "no_runner_up":
+        return "no runner-up with a cost"
+    if code == "margin_exceeded":
+        return "the gap exceeds the margin"
+    if code == "only_cost":
+        return f"{n[0]} is the only engine with a cost at the SLO on your deployment"
+    if code in ("lowest", "lowest_tie"):
+        return f"{n[0]} has the lowest {BASIS_WORDS[details[0]]}" + (
+            " (tie)" if code == "lowest_tie" else ""
+        )
+    if code == "favourite_unpriced" or code == "favourite_unbenchmarked":
+        return (
+            f"the decision tree points to {n[0]}, which "
+            + (
+                "was benchmarked but has no cost at the SLO on this traffic"
+                if code == "favourite_unpriced"
+                else "has no benchmark on this traffic"
+            )
+            + f": benchmark {n[0]} on your traffic before committing"
+        )
+    if code == "measured_cheaper":
+        return (
+            f"{n[0]} wins if its measured cost per 1M output tokens at the SLO is more than "
+            f"{f['margin']:.0%} below {n[1]}'s on your traffic"
+        )
+    if code == "cost_below_rival":
+        return f"{n[0]} wins if its measured cost at the SLO is more than {f['margin']:.0%} below {n[1]}'s"
+    if code == "changes_too_dear":
+        return (
+            f"{n[0]} cannot win while its model changes cost {money(f['change'])} a month against "
+            f"{n[1]}'s {money(f['rival_change'])}"
+        )
+    if code == "cost_below_per_token":
+        return (
+            f"{n[0]} wins if its measured cost per 1M output tokens at the SLO is below "
+            f"{usd(f['threshold'])} (more than {f['margin']:.0%} below {n[1]}'s "
+            f"{usd(f['rival_cost'])}, its model changes, {money(f['change'])} a month against "
+            f"{money(f['rival_change'])}, counted per token)"
+        )
+    if code == "cost_below_margin":
+        return (
+            f"{n[0]} wins if its measured cost per 1M output tokens at the SLO is more than "
+            f"{f['margin']:.0%} below {n[1]}'s {usd(f['rival_cost'])} (below {usd(f['threshold'])})"
+        )
+    if code == "fewer_changes":
+        volume = (
+            f", or when monthly volume exceeds {f['volume']:,.0f} output tokens (today "
+            f"{f['volume_today']:,.0f})"
+            if "volume" in f
+            else ""
+        )
+        return (
+            f"{n[0]} wins when model changes fall to ≤ {f['changes']:g} per quarter (today "
+            f"{f['changes_today']:g}){volume}"
+        )
+    if code == "basis_below":
+        basis = details[0]
+        return (
+            f"{n[0]} wins if its {BASIS_WORDS[basis]} falls below {_on_basis(basis, f['threshold'])} "
+            f"(more than {f['margin']:.0%} below {n[1]}'s {_on_basis(basis, f['rival_value'])}; "
+            f"today {_on_basis(basis, f['value'])})"
+        )
+    return _payback_text(code, n, f, details)
+
+
+def _payback_text(code: str, n: list[str], f: Mapping[str, float], details: tuple[str, ...]) -> str:
+    if code == "nothing_runs":
+        return "no engine runs today (requirements.current_engine): nothing to switch from"
+    if code == "current_stays":
+        return f"{n[0]} runs today and stays: no switch"
+    if code == "current_excluded":
+        return (
+            f"{n[0]} cannot stay ({'; '.join(details)}): migrate to {n[1]} "
+            f"({money(f.get('switch'))} of migration work) and keep {n[0]} running until then"
+        )
+    if code in ("payback_unknown", "payback_unknown_rule", "payback_shown"):
+        current = n[1] if code == "payback_shown" else n[0]
+        supply = (
+            "requirements.engineer_week_usd"
+            if details[0] == "engineer_week_usd"
+            else f"a benchmark of {current} with a monthly cost"
+        )
+        if code == "payback_shown":
+            return (
+                f"{n[0]} wins once switching is shown to pay back within {f['limit']:g} months "
+                f"(supply {supply})"
+            )
+        if code == "payback_unknown_rule":
+            return f"{UNKNOWN}: supply {supply}; {n[0]} stays until a switch is shown to pay back"
+        return (
+            f"{n[0]} runs today and stays: whether switching to {n[1]} pays back is {UNKNOWN} "
+            f"(supply {supply})"
+        )
+    if code == "saving_needed":
+        return (
+            f"{n[0]} wins when switching saves at least {money(f['needed'])} a month (payback "
+            f"within {f['limit']:g} months; today it saves {money(f['saving'])})"
+        )
+    saves = f"switching to {n[0]} saves {money(f['saving'])} a month"
+    if code == "payback_too_long_rule":
+        return (
+            f"{saves} and costs {money(f['switch'])}: pays back in {months(f['months'])} "
+            f"(> {f['limit']:g}): keep {n[1]}"
+        )
+    if code == "payback_too_long":
+        return (
+            f"{n[0]} is cheaper to run but its migration pays back in {months(f['months'])} "
+            f"(> {f['limit']:g}): {n[1]} stays"
+        )
+    if code == "pays_back":
+        return (
+            f"{saves} for {money(f['switch'])}: pays back in {months(f['months'])} "
+            f"(≤ {f['limit']:g})"
+        )
+    raise ValueError(f"no wording for the cost finding {code!r}")

@@ -8,10 +8,12 @@ import polars as pl
 
 from pipeline.present.figures import COLORS, LINESTYLES, MARKERS, drawing, svg_bytes
 from pipeline.present.tables import markdown_table
+from pipeline.present.text import UNKNOWN, number
 
 
-def _pct(value: Any) -> str:
-    return "–" if value is None else f"{100 * float(value):.1f} %"
+def _pct(value: float | None) -> str:
+    """A share as a percentage with a space before the sign (``12.3 %``)."""
+    return number(None if value is None else 100 * float(value), 1, "%")
 
 
 def curve_markdown(summary: dict[str, Any]) -> str:
@@ -86,7 +88,7 @@ def summary_text(summary: dict[str, Any]) -> str:
     reuse_line = (
         f"Unbounded prefix cache could serve {reuse['hit_tokens']:,} of "
         f"{reuse['prompt_tokens']:,} prompt tokens"
-        + (f" ({100 * share:.1f} %)" if share is not None else " (unknown: no prompt content)")
+        + (f" ({_pct(share)})" if share is not None else f" ({UNKNOWN}: no prompt content)")
     )
     return "\n\n".join([head, curve_markdown(summary), reuse_line, reuse_markdown(summary)])
 

@@ -2,8 +2,9 @@
 
 Every table in enginefit goes through :func:`markdown_table`, whether the rows come from a polars
 frame or a list of dicts, so a number looks the same in the terminal, in Dagster's metadata and
-in the report. :func:`cell` is the format: ``None`` → ``—`` (unknown, never 0), booleans
-→ yes/no, integers with thousands separators, floats to a few significant digits.
+in the report. :func:`cell` is the format: unknown (``None``, NaN, an ``Unknown``) → ``unknown``
+(:mod:`pipeline.present.text`), booleans → yes/no, integers with thousands separators, floats
+to a few significant digits.
 """
 
 from __future__ import annotations
@@ -15,12 +16,13 @@ from typing import Any
 
 import polars as pl
 
-UNKNOWN = "—"
+from pipeline.present.text import UNKNOWN
+from pipeline.unknown import Unknown
 
 
 def cell(value: Any, digits: int = 3) -> str:
     """One value as table text (``digits`` significant digits below 1,000)."""
-    if value is None:
+    if value is None or isinstance(value, Unknown):
         return UNKNOWN
     if isinstance(value, bool):
         return "yes" if value else "no"

@@ -15,13 +15,20 @@ from typing import Any
 import yaml
 
 from pipeline.decision.catalog import Catalog
-from pipeline.decision.context import money, usd
-from pipeline.decision.present import value_text as plain_value
+from pipeline.decision.present import RULE_OUTCOME_WORDS
 from pipeline.decision.result import DecisionRecord, TriggerCheck
 from pipeline.ingest.result import IngestSummary
+from pipeline.present.text import (
+    NOTHING,
+    UNKNOWN,
+    measurement,
+    money,
+    months,
+    number,
+    share,
+    usd,
+)
 
-UNKNOWN = "unknown"
-STATUS_WORDS = {True: "applied", False: "did not apply", None: "unknown"}
 # DOMAIN.md "Sources to cite in reports".
 SOURCES = (
     "Kwon et al., Efficient Memory Management for LLM Serving with PagedAttention, SOSP 2023",
@@ -67,26 +74,6 @@ class ReportInputs:
     inputs: dict[str, str]
     figures: dict[str, bytes] = field(default_factory=dict)
     previous: PreviousVersion | None = None
-
-
-# --------------------------------------------------------------------------- formatting
-
-
-def number(value: float | int | None, digits: int = 0, unit: str = "") -> str:
-    if value is None:
-        return UNKNOWN
-    text = f"{value:,.{digits}f}" if isinstance(value, float) else f"{value:,}"
-    return f"{text} {unit}".strip()
-
-
-def share(value: float | None, digits: int = 1) -> str:
-    return UNKNOWN if value is None else f"{value:.{digits}%}"
-
-
-def months(value: float | None) -> str:
-    if value is None:
-        return "—"
-    return "never" if value == float("inf") else f"{value:,.1f} months"
 
 
 def svg_uri(svg: bytes) -> str:
@@ -142,7 +129,9 @@ def executive_summary(inputs: ReportInputs) -> dict[str, Any]:
             "monthly": money(
                 c.monthly_total_usd if c.monthly_total_usd is not None else c.monthly_cost_usd
             ),
-            "payback": months(c.payback_months),
+            # None: no switch to pay back (nothing runs today, or this engine does), or a cost
+            # is unknown; the record does not tell them apart yet.
+            "payback": NOTHING if c.payback_months is None else months(c.payback_months),
         }
         for c in record.candidates
         if c.status != "excluded"
@@ -168,8 +157,8 @@ def executive_summary(inputs: ReportInputs) -> dict[str, Any]:
             {
                 "id": t.id,
                 "why": _trigger_words(t.why),
-                "rule": f"{t.metric} {t.comparator} {plain_value(t.threshold)}",
-                "now": plain_value(t.value),
+                "rule": f"{t.metric} {t.comparator} {measurement(t.threshold)}",
+                "now": measurement(t.value),
                 "status": t.status,
             }
             for t in watch[:5]
@@ -214,7 +203,7 @@ def _requirements(inputs: ReportInputs) -> dict[str, Any]:
     rows = [
         {
             "key": key,
-            "value": "unknown (not stated)" if value in (None, [], {}) else plain_value(value),
+            "value": f"{UNKNOWN} (not stated)" if value in (None, [], {}) else measurement(value),
         }
         for key, value in req.items()
     ]
@@ -379,10 +368,10 @@ def _rationale(record: DecisionRecord) -> dict[str, Any]:
         "rules": [
             {
                 "title": r.title,
-                "status": STATUS_WORDS[r.fired],
+                "status": RULE_OUTCOME_WORDS[r.fired],
                 "effect": r.effect,
                 "source": r.source,
-                "evidence": [f"{k} = {plain_value(v)}" for k, v in r.evidence.items()],
+                "evidence": [f"{k} = {measurement(v)}" for k, v in r.evidence.items()],
             }
             for r in record.rationale
         ],
@@ -408,9 +397,9 @@ def _triggers(inputs: ReportInputs) -> dict[str, Any]:
         "rows": [
             {
                 "id": t.id,
-                "rule": f"{t.metric} {t.comparator} {plain_value(t.threshold)}",
-                "now": plain_value(t.value),
-                "last": plain_value(last[t.id].previous_value) if t.id in last else "—",
+                "rule": f"{t.metric} {t.comparator} {measurement(t.threshold)}",
+                "now": measurement(t.value),
+                "last": measurement(last[t.id].previous_value) if t.id in last else NOTHING,
                 "status": t.status,
                 "why": t.why,
             }
@@ -421,9 +410,9 @@ def _triggers(inputs: ReportInputs) -> dict[str, Any]:
         else [
             {
                 "id": c.id,
-                "rule": f"{c.metric} {c.comparator} {plain_value(c.threshold)}",
-                "then": plain_value(c.previous_value),
-                "now": plain_value(c.value),
+                "rule": f"{c.metric} {c.comparator} {measurement(c.threshold)}",
+                "then": measurement(c.previous_value),
+                "now": measurement(c.value),
                 "status": c.status,
             }
             for c in record.previous.triggers
@@ -467,7 +456,7 @@ def _changes(inputs: ReportInputs) -> dict[str, Any] | None:
     ):
         a, b = old.measurements.get(metric), new.measurements.get(metric)
         if a != b:
-            numbers.append({"what": metric, "before": plain_value(a), "now": plain_value(b)})
+            numbers.append({"what": metric, "before": measurement(a), "now": measurement(b)})
     config_changed = previous.manifest.get("configuration_sha256") != inputs.configuration_sha256
     return {
         "against": f"{previous.quarter} v{previous.version}",
@@ -496,7 +485,7 @@ def _appendix(inputs: ReportInputs) -> dict[str, Any]:
                 "reasons": ", ".join(
                     f"{k}: {v:,}" for k, v in sorted(f.quarantined_by_reason.items())
                 )
-                or "—",
+                or NOTHING,
             }
             for f in summary.files
         ],

@@ -13,6 +13,7 @@ from typing import Any
 from pipeline.config import Config
 from pipeline.errors import EnginefitError
 from pipeline.layout import WorkloadLayout
+from pipeline.present.text import UNKNOWN, number, share, usd
 
 
 def _ingest(layout: WorkloadLayout, config: Config) -> str:
@@ -32,14 +33,14 @@ def _shape(layout: WorkloadLayout, config: Config) -> str:
     metrics = read_result(layout).metrics
     windows = metrics["arrivals"]["windows"]
     peaks = [
-        f"{w['peak_rate_rps']:,.2f} req/s ({name} window)"
+        f"{number(w['peak_rate_rps'], 2, 'req/s')} ({name} window)"
         for name, w in windows.items()
         if w.get("supported") and w.get("peak_rate_rps") is not None
     ]
     concurrency = metrics["concurrency"]
     label = " (estimated)" if concurrency.get("estimated") else ""
     return (
-        f"peak rate {peaks[0] if peaks else 'unknown'}; peak concurrency "
+        f"peak rate {peaks[0] if peaks else UNKNOWN}; peak concurrency "
         f"{concurrency['peak']:,}{label}"
     )
 
@@ -48,11 +49,9 @@ def _prefix(layout: WorkloadLayout, config: Config) -> str:
     from pipeline.prefix.stage import read_result
 
     summary = read_result(layout).summary
-    share = summary["reuse"].get("hit_share")
-    served = f"{share:.1%}" if share is not None else "unknown"
     return (
         f"curve shape: {summary['classification']['shape']}; an unbounded prefix cache could "
-        f"serve {served} of prompt tokens"
+        f"serve {share(summary['reuse'].get('hit_share'))} of prompt tokens"
     )
 
 
@@ -65,12 +64,12 @@ def _simulation(layout: WorkloadLayout, config: Config) -> str:
         return "no scenarios configured"
     if not known:
         reason = summaries[0].get("hit_unknown_reason") or "the trace cannot support it"
-        return f"{len(summaries)} scenarios; hit ratio unknown: {reason}"
+        return f"{len(summaries)} scenarios; hit ratio {UNKNOWN}: {reason}"
     low = min(known, key=lambda s: (s["hit_ratio"], s["scenario"]))
     high = max(known, key=lambda s: (s["hit_ratio"], s["scenario"]))
     return (
-        f"{len(summaries)} scenarios; hit ratio {low['hit_ratio']:.1%} ({low['scenario']}) to "
-        f"{high['hit_ratio']:.1%} ({high['scenario']})"
+        f"{len(summaries)} scenarios; hit ratio {share(low['hit_ratio'])} ({low['scenario']}) to "
+        f"{share(high['hit_ratio'])} ({high['scenario']})"
     )
 
 
@@ -85,13 +84,10 @@ def _bench(layout: WorkloadLayout, config: Config) -> str:
 
 
 def _candidate(row: dict[str, Any]) -> str:
-    capacity = row.get("capacity_rps")
     cost = row.get("cost_per_1m_output_usd")
     return (
-        f"{row['candidate']}: capacity "
-        + (f"{capacity:,.2f} req/s" if capacity is not None else "unknown")
-        + ", "
-        + (f"${cost:,.4f} per 1M output tokens" if cost is not None else "cost unknown")
+        f"{row['candidate']}: capacity {number(row.get('capacity_rps'), 2, 'req/s')}, "
+        + (f"{usd(cost)} per 1M output tokens" if cost is not None else f"cost {UNKNOWN}")
         + f" ({row.get('rank_pool') or 'unranked'})"
     )
 

@@ -12,6 +12,7 @@ from pipeline.cli_common import add_config_argument, adhoc_requests, command_con
 from pipeline.config import Config
 from pipeline.errors import ConfigError
 from pipeline.ingest.readers import FORMAT_NAMES
+from pipeline.present.text import share
 from pipeline.settings import from_flags, with_flags
 from pipeline.sim import stage
 from pipeline.sim.blocks import SimInput, sim_input
@@ -166,10 +167,6 @@ def _adhoc(
     return inp, settings
 
 
-def _percent(ratio: float | None) -> str:
-    return "unknown" if ratio is None else f"{ratio:.2%}"
-
-
 def _print(payload: Any, as_json: bool, text: str) -> None:
     print(json.dumps(payload, indent=2, sort_keys=True) if as_json else text)
 
@@ -211,7 +208,7 @@ def run_simulate(args: argparse.Namespace) -> int:
             f"prompt tokens {out['prompt_tokens']:,}; hit {out['hit_tokens']:,} "
             f"({out['hit_ratio']:.2%}{covered}); prefill computed {out['prefill_tokens']:,}",
             "hit ratio with blocks released at arrival (instant): "
-            f"{_percent(out['hit_ratio_instant'])}",
+            f"{share(out['hit_ratio_instant'], 2)}",
         ]
     lines.append(
         f"imbalance (max/mean): requests {out['request_imbalance']:.3f}, tokens "
@@ -219,7 +216,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     )
     lines += [
         f"  replica {row['replica']}: {row['requests']:,} requests, {row['prompt_tokens']:,} "
-        f"prompt tokens, hit ratio {_percent(row['hit_ratio'])}"
+        f"prompt tokens, hit ratio {share(row['hit_ratio'], 2)}"
         for row in out["per_replica"]
     ]
     lines += [f"warning: {w}" for w in out["warnings"]]

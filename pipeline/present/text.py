@@ -1,0 +1,74 @@
+"""Numbers, shares, months, money and the unknown as a reader sees them: every formatter
+enginefit shows text with, written once for the terminal, Dagster's metadata and the report.
+
+An unknown value is ``None`` or a typed :class:`~pipeline.unknown.Unknown`, and it is the word
+``unknown`` everywhere, never 0 and never blank. Where there is room for the reason (prose: the
+rationale, headlines, notes) :func:`unknown_text` of an ``Unknown`` reads "unknown — <reason>";
+a table cell is short, so every formatter here renders it as the bare word and the reason is
+told beside the table. ``—`` (:data:`NOTHING`) is not unknown: it marks a cell with nothing to
+show (no previous value, no switch to pay back, no quarantine reasons).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import polars as pl
+
+from pipeline.unknown import Unknown
+
+UNKNOWN = "unknown"
+NOTHING = "—"
+
+
+def unknown_text(value: Unknown | None) -> str:
+    """An unknown value in prose: the word, and the reason when there is one."""
+    return f"{UNKNOWN} — {value.reason}" if isinstance(value, Unknown) else UNKNOWN
+
+
+def number(value: float | Unknown | None, digits: int = 0, unit: str = "") -> str:
+    """Thousands separators, ``digits`` decimals for a float, then the unit."""
+    if value is None or isinstance(value, Unknown):
+        return UNKNOWN
+    text = f"{value:,.{digits}f}" if isinstance(value, float) else f"{value:,}"
+    return f"{text} {unit}".strip()
+
+
+def share(value: float | Unknown | None, digits: int = 1) -> str:
+    """A fraction as a percentage (0.123 → ``12.3%``)."""
+    return UNKNOWN if value is None or isinstance(value, Unknown) else f"{value:.{digits}%}"
+
+
+def months(value: float | Unknown | None) -> str:
+    """A payback time: ``never`` when it never pays back."""
+    if value is None or isinstance(value, Unknown):
+        return UNKNOWN
+    return "never" if math.isinf(value) else f"{value:,.1f} months"
+
+
+def money(value: float | Unknown | None, digits: int = 0) -> str:
+    """Dollars, whole by default (``$2,390``)."""
+    return UNKNOWN if value is None or isinstance(value, Unknown) else f"${value:,.{digits}f}"
+
+
+def usd(value: float | Unknown | None) -> str:
+    """A per-token price, to the hundredth of a cent (``$0.1450``)."""
+    return money(value, 4)
+
+
+def measurement(value: Any) -> str:
+    """A measurement or threshold of any type (a trigger's, a rule's evidence)."""
+    if value is None or isinstance(value, Unknown):
+        return UNKNOWN
+    if isinstance(value, float):
+        return f"{value:,.0f}" if abs(value) >= 1e5 else f"{value:.4g}"
+    if isinstance(value, list | dict):
+        return json.dumps(value, sort_keys=True, ensure_ascii=False)
+    return str(value)
+
+
+def decimal_expr(expr: pl.Expr, digits: int = 2) -> pl.Expr:
+    """A polars number as text in a message: rounded, without a trailing ``.0`` (``92.19``, ``1``)."""
+    return expr.round(digits).cast(pl.String).str.replace(r"\.0$", "")
