@@ -224,13 +224,13 @@ def test_the_check_treats_unknown_as_unknown() -> None:
     known_curve = curves.with_columns(pl.lit(16, pl.Int64).alias("hit_tokens"))
     problems = curve_matches_replay(known_curve, scenarios)
     assert problems == [
-        "b16_r1_c64_round_robin: replay — hit tokens, curve 16 at 4 blocks",
-        "b16_r2_c64_round_robin: replay — hit tokens, curve 16 at 4 blocks",
+        "b16_r1_c64_round_robin: replay unknown hit tokens, curve 16 at 4 blocks",
+        "b16_r2_c64_round_robin: replay unknown hit tokens, curve 16 at 4 blocks",
     ]
     known_replay = scenarios.with_columns(pl.lit(0, pl.Int64).alias("hit_tokens_instant"))
     assert curve_matches_replay(curves, known_replay) == [
-        "b16_r1_c64_round_robin: replay 0 hit tokens, curve — at 4 blocks",
-        "b16_r2_c64_round_robin: replay 0 hit tokens, curve — at 4 blocks",
+        "b16_r1_c64_round_robin: replay 0 hit tokens, curve unknown at 4 blocks",
+        "b16_r2_c64_round_robin: replay 0 hit tokens, curve unknown at 4 blocks",
     ]
     # below a known curve's first step the curve has 0 hits (unchanged)
     stepped = pl.DataFrame(
