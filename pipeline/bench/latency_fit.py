@@ -41,6 +41,7 @@ import polars as pl
 from pipeline.bench.slo import candidate_keys
 from pipeline.bench.validity import candidate_label_expr
 from pipeline.present.tables import markdown_table
+from pipeline.present.text import decimal_expr
 from pipeline.shape.concurrency import ConcurrencyResult, peak_concurrency
 from pipeline.shape.facts import LatencyModel
 
@@ -112,10 +113,6 @@ def _str(frame: pl.DataFrame, name: str) -> pl.Expr:
     return pl.col(name).cast(pl.String)
 
 
-def _fmt(expr: pl.Expr) -> pl.Expr:
-    return expr.round(2).cast(pl.String).str.replace(r"\.0$", "")
-
-
 def empty_fits() -> pl.DataFrame:
     return pl.DataFrame(schema=FIT_SCHEMA)
 
@@ -184,8 +181,8 @@ def fit_latency_models(evaluated: pl.DataFrame, capacity: pl.DataFrame) -> pl.Da
     )
     load_text = (
         pl.when(pl.col("sweep") == "closed")
-        .then(pl.format("{} concurrent users (closed loop)", _fmt(pl.col("capacity_load"))))
-        .otherwise(pl.format("{} req/s", _fmt(pl.col("capacity_load"))))
+        .then(pl.format("{} concurrent users (closed loop)", decimal_expr(pl.col("capacity_load"))))
+        .otherwise(pl.format("{} req/s", decimal_expr(pl.col("capacity_load"))))
     )
     return (
         frame.with_columns(reason=reason)

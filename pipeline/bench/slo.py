@@ -52,6 +52,7 @@ from pipeline.bench.keepup import (
 )
 from pipeline.bench.schema import impossible_values, screen_measurements
 from pipeline.errors import ConfigError
+from pipeline.present.text import decimal_expr
 
 if TYPE_CHECKING:
     from pipeline.bench.config import BenchSettings
@@ -481,10 +482,6 @@ def candidate_keys(frame: pl.DataFrame) -> list[str]:
     return [key for key in CANDIDATE_KEYS if key in frame.columns]
 
 
-def _fmt_load(expr: pl.Expr) -> pl.Expr:
-    return expr.round(2).cast(pl.String).str.replace(r"\.0$", "")
-
-
 def slo_capacity(
     evaluated: pl.DataFrame,
     slo: SloSpec,
@@ -544,7 +541,7 @@ def slo_capacity(
         max_load=load.max(),
         n_loads=load.drop_nulls().n_unique().cast(pl.UInt32),
         pattern=pl.concat_str(
-            pl.coalesce(_fmt_load(load), pl.lit("-")),
+            pl.coalesce(decimal_expr(load), pl.lit("-")),
             pl.lit(":"),
             status.replace_strict(_SYMBOL, return_dtype=pl.String),
         ).str.join(" "),
@@ -552,9 +549,9 @@ def slo_capacity(
         capacity_load=load.filter(
             (status == "pass") & (first_fail.is_null() | (load < first_fail))
         ).max(),
-        passes_above_fail=_fmt_load(load.filter((status == "pass") & (load > first_fail))).str.join(
-            ", "
-        ),
+        passes_above_fail=decimal_expr(
+            load.filter((status == "pass") & (load > first_fail))
+        ).str.join(", "),
         # the price shown when no point passed: the candidate's manifest price, not the default
         candidate_price=pl.col("price_per_gpu_hour_usd").drop_nulls().first(),
     )
@@ -574,7 +571,7 @@ def slo_capacity(
             & (load < pl.col("first_fail_load").fill_null(math.inf))
         )
         .group_by(by, maintain_order=True)
-        .agg(unknown_above_capacity=_fmt_load(load).str.join(", "))
+        .agg(unknown_above_capacity=decimal_expr(load).str.join(", "))
     )
     summary = summary.join(unknown_above, on=by, how="left", nulls_equal=True)
     # The measured points at the capacity load; the one with the lowest output rate is costed.
@@ -764,7 +761,7 @@ def _note_expr(interpolate: bool) -> pl.Expr:
             pl.format(
                 "not interpolated: the first failure at {} did not keep up (keep-up {}), so its "
                 "percentiles are not a steady state's",
-                _fmt_load(pl.col("first_fail_load")),
+                decimal_expr(pl.col("first_fail_load")),
                 pl.col("fail_keep_up"),
             )
         ),
@@ -778,12 +775,12 @@ def _note_expr(interpolate: bool) -> pl.Expr:
             pl.lit("burst / ramp / trace points: no single offered load, not searched")
         ),
         pl.when(status == "not_bracketed").then(
-            pl.format("no failure seen: capacity is at least {}", _fmt_load(pl.col("max_load")))
+            pl.format("no failure seen: capacity is at least {}", decimal_expr(pl.col("max_load")))
         ),
         pl.when(status == "below_range").then(
             pl.format(
                 "no passing point below the first failure at {}: capacity is below it",
-                _fmt_load(pl.col("first_fail_load")),
+                decimal_expr(pl.col("first_fail_load")),
             )
         ),
         pl.when(status == "unknown").then(
@@ -793,7 +790,7 @@ def _note_expr(interpolate: bool) -> pl.Expr:
             pl.format(
                 "non-monotone: passes at {} above the first failure at {} (not used)",
                 pl.col("passes_above_fail"),
-                _fmt_load(pl.col("first_fail_load")),
+                decimal_expr(pl.col("first_fail_load")),
             )
         ),
         pl.when(pl.col("unknown_above_capacity").is_not_null()).then(
@@ -805,8 +802,8 @@ def _note_expr(interpolate: bool) -> pl.Expr:
         pl.when(pl.col("interpolated")).then(
             pl.format(
                 "INTERPOLATED linearly between pass at {} and failure at {}",
-                _fmt_load(pl.col("capacity_load")),
-                _fmt_load(pl.col("first_fail_load")),
+                decimal_expr(pl.col("capacity_load")),
+                decimal_expr(pl.col("first_fail_load")),
             )
         ),
     ]

@@ -42,6 +42,7 @@ from pipeline.bench.cost import workload_rates
 from pipeline.bench.keepup import send_rate_expr
 from pipeline.bench.slo import candidate_keys
 from pipeline.errors import InputFormatError
+from pipeline.present.text import decimal_expr
 from pipeline.shape.facts import LatencyModel, Percentiles, WorkloadFacts
 
 if TYPE_CHECKING:
@@ -221,10 +222,6 @@ def _opt(frame: pl.DataFrame, name: str, dtype: pl.DataType) -> pl.Expr:
     return pl.lit(None, dtype=dtype)
 
 
-def _fmt(expr: pl.Expr, digits: int = 2) -> pl.Expr:
-    return expr.round(digits).cast(pl.String).str.replace(r"\.0$", "")
-
-
 def candidate_profile(evaluated: pl.DataFrame) -> pl.DataFrame:
     """One row per candidate: what the validity checks compare (from :func:`evaluate_slo` rows)."""
     keys = candidate_keys(evaluated)
@@ -252,7 +249,7 @@ def candidate_profile(evaluated: pl.DataFrame) -> pl.DataFrame:
         n_open=(sweep == "open").sum(),
         n_closed=(sweep == "closed").sum(),
         n_other=(sweep == "other").sum(),
-        closed_loads=_fmt(load.filter(sweep == "closed").unique().sort()).str.join(", "),
+        closed_loads=decimal_expr(load.filter(sweep == "closed").unique().sort()).str.join(", "),
         min_closed_load=load.filter(sweep == "closed").min(),
         max_open_rate=load.filter(sweep == "open").max(),
         max_sustained_rate=pl.col("_sustained")
@@ -363,14 +360,14 @@ def check_fixed_length(
                     if prod_tail >= tail_ratio
                     else f" < {tail_ratio:g}: acceptable"
                 ),
-                _fmt(pl.col("input_p50"), 1),
-                pl.coalesce(_fmt(pl.col("input_p99"), 1), pl.lit("n/a")),
+                decimal_expr(pl.col("input_p50"), 1),
+                pl.coalesce(decimal_expr(pl.col("input_p99"), 1), pl.lit("n/a")),
             )
         )
         .otherwise(
             pl.format(
                 "benchmark prompt p99/p50 = {} (varied lengths); " + prod_text,
-                _fmt(pl.col("input_spread"), 2),
+                decimal_expr(pl.col("input_spread"), 2),
             )
         )
     )
@@ -421,10 +418,10 @@ def check_length(
                 "benchmark median {} {} tokens vs production p50 {} (p99 {}): ratio {} {} "
                 "the ×{} tolerance",
                 pl.lit(which),
-                _fmt(bench, 1),
+                decimal_expr(bench, 1),
                 pl.lit(f"{prod.p50:g}"),
                 pl.lit(f"{prod.p99:g}"),
-                _fmt(ratio, 2),
+                decimal_expr(ratio, 2),
                 pl.when(differs).then(pl.lit("outside")).otherwise(pl.lit("within")),
                 pl.lit(f"{factor:g}"),
             )
@@ -554,7 +551,7 @@ def check_peak_rate(
                 "no open-loop point passed the SLO while keeping up (highest offered {} req/s); "
                 + prod
                 + ": the benchmark never showed any load sustained",
-                _fmt(tried, 2),
+                decimal_expr(tried, 2),
             )
         )
         .otherwise(
@@ -562,8 +559,8 @@ def check_peak_rate(
                 "highest load sustained within the SLO {} req/s (highest offered {} req/s); "
                 + prod
                 + "{}",
-                _fmt(top, 2),
-                _fmt(tried, 2),
+                decimal_expr(top, 2),
+                decimal_expr(tried, 2),
                 pl.when(top < peak)
                 .then(pl.lit(": the benchmark never showed production's peak rate sustained"))
                 .otherwise(pl.lit("")),
