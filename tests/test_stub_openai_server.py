@@ -425,7 +425,7 @@ def test_malformed_every_sends_one_line_that_is_not_json() -> None:
 
 
 def test_hang_every_trips_the_client_read_timeout() -> None:
-    timeout = httpx.Timeout(5.0, read=0.3)
+    timeout = httpx.Timeout(5.0, read=2.0)  # the hung request, never a busy machine
     with run_stub_server(hang_every=2) as server:
         with httpx.Client(base_url=server.url, timeout=timeout) as c:
             assert stream(c, "/completions", completion("a", max_tokens=2)).status_code == 200
