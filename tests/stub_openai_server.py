@@ -555,12 +555,13 @@ async def serve(opts: argparse.Namespace) -> None:
     site = web.TCPSite(runner, opts.host, opts.port, backlog=4096, reuse_address=True)
     await site.start()
     port = runner.addresses[0][1]
-    sys.stdout.write(f"{LISTENING}http://{opts.host}:{port}\n")
-    sys.stdout.flush()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    # Announced only now: whoever reads the line may stop the server at once, cleanly.
+    sys.stdout.write(f"{LISTENING}http://{opts.host}:{port}\n")
+    sys.stdout.flush()
     await stop.wait()
     await runner.cleanup()
 
