@@ -34,9 +34,12 @@ The toy model:
   ``stream_options.include_usage``; ``never`` never streams it (llama.cpp), ``always`` always does.
   Non-streamed answers always carry usage.
 
-``GET /stats`` returns one record per generation request (arrival order; ``arrival_s`` is the
-server's ``time.monotonic()``, the same clock as the client's on Linux) plus totals; ``outcome`` is
-ok, bad_request, error, hang, cut, silent_cut, malformed, client_closed or running. ``POST /reset``
+``GET /stats`` returns one record per generation request (arrival order) plus totals. Times are
+the server's ``time.monotonic()``, one system-wide clock on Linux: ``arrival_s`` when the request
+reached its handler, ``first_token_due_s`` when its delays put the first token, ``write_s`` just
+before each streamed body write (the tokens of a write can reach the client no earlier), so tests compare a client's timings with the server's own instead of
+bounding wall-clock time. ``outcome`` is ok, bad_request, error, hang, cut, silent_cut, malformed,
+client_closed or running. ``POST /reset``
 clears the records, the arrival counter and the prefix cache.
 """
 
@@ -145,6 +148,8 @@ class Record:
     stream: bool = False
     emitted_tokens: int = 0
     outcome: str = "running"
+    first_token_due_s: float | None = None
+    write_s: list[float] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, object]:
         return {name: getattr(self, name) for name in self.__slots__}
@@ -391,6 +396,7 @@ class ServerState:
         n = self.planned_tokens(req)
         finish_reason = "length" if n >= req.max_tokens else "stop"
         first_at = arrival + self.ttft_s + self.prefill_s * (rec.prompt_tokens - rec.hit_tokens)
+        rec.first_token_due_s = first_at
         mode = self.opts.usage
         send_usage = mode == "always" or (mode == "requested" and req.include_usage)
         prompt_n = rec.prompt_tokens
@@ -437,11 +443,13 @@ class ServerState:
                 # No pacing: one write per request is what keeps 500+ req/s on one core.
                 await sleep_until(first_at)
                 if pieces:
+                    rec.write_s.append(time.monotonic())
                     await resp.write(b"".join(pieces))
                 rec.emitted_tokens = sent
             else:
                 for k, piece in enumerate(pieces):
                     await sleep_until(first_at + k * self.itl_s)
+                    rec.write_s.append(time.monotonic())
                     await resp.write(piece)
                     rec.emitted_tokens = min(k + 1, sent)
         except ConnectionError:
@@ -547,12 +555,13 @@ async def serve(opts: argparse.Namespace) -> None:
     site = web.TCPSite(runner, opts.host, opts.port, backlog=4096, reuse_address=True)
     await site.start()
     port = runner.addresses[0][1]
-    sys.stdout.write(f"{LISTENING}http://{opts.host}:{port}\n")
-    sys.stdout.flush()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    # Announced only now: whoever reads the line may stop the server at once, cleanly.
+    sys.stdout.write(f"{LISTENING}http://{opts.host}:{port}\n")
+    sys.stdout.flush()
     await stop.wait()
     await runner.cleanup()
 

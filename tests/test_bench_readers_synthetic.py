@@ -27,7 +27,6 @@ from pipeline.bench import (
 from pipeline.bench.detect import detect_record
 from pipeline.bench.percentiles import recompute_stats
 from pipeline.bench.readers._common import BenchFieldError
-from pipeline.errors import EnginefitError
 
 MANIFEST = {"engine": "vllm", "gpu_type": "H100", "gpu_count": 2}
 
@@ -596,7 +595,7 @@ def test_empty_and_binary_files(tmp_path: Path) -> None:
         read_bench_files([e], manifest=MANIFEST)
     b = tmp_path / "blob.json"
     b.write_bytes(b"\xff\xfe\x00\x01")
-    with pytest.raises(EnginefitError, match=r"blob\.json"):
+    with pytest.raises(BenchFormatError, match=r"blob\.json: not a text file"):
         read_bench_files([b], manifest=MANIFEST)
     with pytest.raises(BenchFormatError, match="no such"):
         read_bench_files([tmp_path / "nope.json"], manifest=MANIFEST)

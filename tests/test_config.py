@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
 from pipeline.config import config_from_mapping, default_config, default_mapping, load_config
 from pipeline.errors import ConfigError
@@ -136,10 +137,10 @@ def test_salt_from_environment_wins(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_sections_are_immutable_and_replace_validates() -> None:
     shape = default_config().shape
-    with pytest.raises(Exception, match="frozen"):
+    with pytest.raises(ValidationError, match="frozen"):
         shape.plot_points = 5  # type: ignore[misc]
     assert shape.replace(plot_points=20).plot_points == 20
-    with pytest.raises(Exception, match="greater than or equal to 10"):
+    with pytest.raises(ValidationError, match="greater than or equal to 10"):
         shape.replace(plot_points=5)
 
 

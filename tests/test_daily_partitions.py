@@ -22,7 +22,7 @@ from assets.definitions import build_definitions, definitions_for, report_job_de
 from assets.resources import EnginefitStore
 from assets.shape import workload_shape as shape
 from pipeline.config import load_config
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, InputFormatError
 from pipeline.ingest import days, stage
 from pipeline.ingest.result import IngestSummary
 from pipeline.layout import WorkloadLayout
@@ -359,7 +359,7 @@ def test_re_ingesting_a_day_replaces_that_day_only(three_days: Path, tmp_path: P
 
     (three_days / f"mooncake-{DAYS[1]}.jsonl").unlink()
     (three_days / f"mooncake-{DAYS[1]}.jsonl").mkdir()  # no trace in it: the read fails
-    with pytest.raises(Exception, match="holds no trace files"):
+    with pytest.raises(InputFormatError, match="holds no trace files"):
         days.write_day(days.run_day(config, DAYS[1]), layout, DAYS[1])
     assert stage.read_summary(layout.day(DAYS[1])).ingested == LINES - 500
 

@@ -24,7 +24,7 @@ from pipeline.config import load_config
 from pipeline.ingest.stage import read_requests
 from pipeline.sim import capacity_curve, sim_input
 from tests.conftest import DEFAULTS, REPO, bundled_config
-from tests.stub_openai_server import run_stub_server
+from tests.stub_openai_server import StubServer, run_stub_server
 from tests.workloads import growing_conversations
 
 DEPLOYMENT = ["--engine", "vllm", "--gpu-type", "H100", "--gpu-count", "1", "--price", "2.5"]
@@ -104,6 +104,15 @@ def _canonical(tmp_path: Path) -> Path:
     return path
 
 
+def _wait_for_arrivals(server: StubServer, proc: subprocess.Popen[bytes], count: int) -> None:
+    """Until the server has received ``count`` requests; the deadline only catches a hang."""
+    deadline = time.monotonic() + 120
+    while len(server.stats()["requests"]) < count:
+        assert proc.poll() is None, "the load test ended before sending"
+        assert time.monotonic() < deadline, f"fewer than {count} requests in 120 s"
+        time.sleep(0.05)
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_ctrl_c_keeps_what_was_measured(tmp_path: Path, signum: int) -> None:
     trace, out = _canonical(tmp_path), tmp_path / "run"
@@ -113,13 +122,18 @@ def test_ctrl_c_keeps_what_was_measured(tmp_path: Path, signum: int) -> None:
                 sys.executable, "-m", "pipeline.cli", "loadtest", str(trace),
                 "--endpoint", server.url, "--model", "stub-model", "--rates", "5,10",
                 "--duration", "60s", "--warmup", "0", *DEPLOYMENT, "--out", str(out),
+                # one request at a time: the second reaching the server means the first was
+                # answered and measured
+                "--max-in-flight", "1", "--on-cap", "delay",
             ],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO,
             env={**os.environ, "PYTHONPATH": str(REPO)},
         )  # fmt: skip
-        time.sleep(4.0)
+        # The signal handlers are in place before the first request is sent, so once requests
+        # arrive the signal is the run's to handle, however slowly the process started.
+        _wait_for_arrivals(server, proc, 2)
         proc.send_signal(signum)
-        _, stderr = proc.communicate(timeout=60)
+        _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr.decode()
     assert b"Traceback" not in stderr and b"stopping, writing what was measured" in stderr
     record = json.loads((out / "loadtest-run.json").read_text())

@@ -132,8 +132,9 @@ def test_corrupt_gzip_body_is_a_clean_error(tmp_path: Path) -> None:
 NOT_REGULAR = "is a FIFO or pipe, not a regular file"
 
 
-def finishes(action: Any, seconds: float = 20.0) -> BaseException | None:
-    """Run ``action`` in a thread; fail (rather than hang the suite) when it blocks."""
+def finishes(action: Any, seconds: float = 120.0) -> BaseException | None:
+    """Run ``action`` in a thread; fail (rather than hang the suite) when it blocks. The wait
+    is long enough that only a real block, never a busy machine, reaches it."""
     outcome: list[BaseException | None] = []
 
     def target() -> None:

@@ -100,7 +100,6 @@ def test_curve_equals_direct_on_mooncake(inp: SimInput, replicas: int, routing: 
 
 
 def test_affinity_on_inferred_sessions_beats_round_robin(inp: SimInput) -> None:
-    pytest.importorskip("pipeline.prefix.sessions")
     assert inp.sessions_inferred > 0
     rr = simulate(
         inp, Scenario(B, 4, 4_000_000, "round-robin"), DEFAULTS.simulation

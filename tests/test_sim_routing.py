@@ -222,7 +222,6 @@ def test_summary_statistics_add_up() -> None:
 
 def test_inferred_sessions_bring_a_conversation_home() -> None:
     # No session ids: conversations are inferred from the prefix chains (pipeline.prefix.sessions).
-    pytest.importorskip("pipeline.prefix.sessions")
     rng = np.random.default_rng(0)
     rows = []
     convs = {c: [100 * c + 1, 100 * c + 2] for c in range(6)}

@@ -5,8 +5,7 @@ fall behind sends, the queue grows for as long as the run lasts; a short run the
 percentiles a longer run would not, so such a point is **overloaded** whatever its percentiles
 (DOMAIN.md, "An evaluation that means something"). A tool's whole-run request throughput cannot
 tell: it divides completions by a duration that includes the *drain tail* (the time the last
-requests take after sending stops), so a short healthy run sits well below its offered rate
-(vLLM L40S sample, 10 and 30 req/s: 84 % and 74 %).
+requests take after sending stops), so a short healthy run sits well below its offered rate.
 
 Each open-loop point (``sweep == "open"``) gets a verdict, judged against the rate requests were
 actually **sent** (``achieved_rate_rps``, else ``offered_rate_rps``; whether the client produced
@@ -31,7 +30,7 @@ latencies ``e2e_ms``: vLLM current format, aiperf, guidellm v0.1):
     to last completion (``duration_kind`` ``first_send_to_last_done``, ``first_req_to_last_resp``,
     or ``derived`` from such a throughput). The drain of the last requests is the *longest*
     latency among them, not the mean, so with varied output lengths the estimate reads a few
-    percent low on a healthy run (L40S at 30 req/s: 88 %); it is the conservative direction.
+    percent low on a healthy run; it is the conservative direction.
 
 What aggregates cannot see: when the queue grows steadily the mean latency already holds half of
 the growth, so the drain-corrected share of a server completing μ req/s while λ are sent reads
@@ -44,15 +43,8 @@ A point whose share is below ``1 − tolerance`` is ``overloaded`` (it fails the
 :func:`pipeline.bench.slo.evaluate_slo`); at or above, ``kept_up``; ``unknown`` (with the reason)
 when the data cannot judge it, which makes the point ``unknown``, never ``pass``. Closed-loop,
 burst, ramp and trace points are ``not_applicable``: their load is not a schedule. Per-request
-data with send times decides when present; otherwise the aggregates do.
-
-Measured on the real samples (tolerance 0.15, min_window_latencies 3; all by aggregates, the
-samples have no per-request send times): vLLM L40S 10 req/s 93 % and 30 req/s 87–88 % (three
-deployments each), kept up; SGLang H200 random 1/2/4/8 req/s 103 %, 99 %, 106 %, 102 % and
-ShareGPT 4/8 req/s 100 %, 97 %, kept up; SGLang random 16 req/s unknown (the sending window,
-≈200 s, is 1.3 mean latencies of 149 s); inference-perf H100 stages 0–6 100–101 % of the rate
-actually sent, kept up (stages 4–6 sent only ≈106 req/s of 123–183 offered: the separate
-achieved-rate check).
+data with send times decides when present; otherwise the aggregates do. What the verdicts are
+on the bundled samples: docs/bench.md ("Did the server keep up?").
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ TPOT
     ``tpot_ms`` = the point's TPOT p50 (per-request decode time per token). When the tool gave
     no TPOT, the per-gap ITL *mean* is used instead and ``tpot_from`` says so. Not the ITL
     median: per-gap ITL pools the gaps between streamed chunks, and with multi-token chunks most
-    gaps are near zero (the inference-perf H100 sweep: ITL p50 0.05 ms against TPOT p50 7.4 ms),
-    while the mean gap is decode time over gaps (7.5 ms there), close to the per-token time.
+    gaps are near zero, while the mean gap is decode time over gaps, close to the per-token time
+    (docs/bench.md has a sweep's figures).
 
 TTFT as a function of prompt tokens
     One load point has one mean prompt length, so base and slope cannot both be fitted: the

@@ -13,9 +13,8 @@ bytes per distinct (block, group), ``pipeline.prefix.hashmap``) plus a few numbe
 whatever the number of blocks.
 
 A vectorised version (explode every block, stable sort by hash, previous holder = previous
-row) gives the same answer, but on a generated trace of 200k requests / 28M blocks its polars
-sort of the highly repetitive hashes alone took 84 s and it needs ~40 bytes per block (and the
-whole table in memory); this pass is linear in the blocks.
+row) gives the same answer but sorts every block and holds the whole table; this pass is linear
+in the blocks (docs/prefix.md, "Memory: out of core", has the measurement).
 """
 
 from __future__ import annotations
