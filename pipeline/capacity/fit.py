@@ -420,7 +420,9 @@ def fit_serving_model(
     notes: list[str] = []
     by_point: dict[str, pl.DataFrame] = {}
     if per_request is not None and per_request.height:
-        wanted = per_request.filter(pl.col("point_id").is_in(points.get_column("point_id")))
+        wanted = per_request.filter(
+            pl.col("point_id").is_in(points.get_column("point_id").to_list())
+        )
         by_point = {
             str(key[0]): frame for key, frame in wanted.group_by("point_id", maintain_order=True)
         }
