@@ -117,6 +117,12 @@ def _measured(row: dict[str, object]) -> dict[str, float | Unknown]:
     return out
 
 
+def _per_request_mean(row: dict[str, object], total_key: str) -> float | None:
+    """A token total over the completed requests (aggregate-only files carry totals)."""
+    total, completed = _num(row, total_key), _num(row, "completed")
+    return total / completed if total is not None and completed else None
+
+
 def _synthetic(n: int, prompt: float, output: float, rate: float, seed: int) -> RequestSample:
     rng = np.random.default_rng(seed)
     p = np.full(n, max(round(prompt), 1), dtype=np.int64)
@@ -143,8 +149,8 @@ def _point(row: dict[str, object], requests: pl.DataFrame | None, seed: int) -> 
         )
         if ok.height >= 10:
             return _point_from_requests(point_id, rate, measured, ok, seed)
-    prompt = _num(row, "input_tokens_mean")
-    output = _num(row, "output_tokens_mean")
+    prompt = _num(row, "input_tokens_mean") or _per_request_mean(row, "total_input_tokens")
+    output = _num(row, "output_tokens_mean") or _per_request_mean(row, "total_output_tokens")
     gap_ms = _num(row, "itl_mean_ms") or _num(row, "tpot_mean_ms")
     if prompt is None or output is None or gap_ms is None:
         return f"{point_id}: mean prompt, mean output or mean ITL/TPOT missing"
@@ -566,14 +572,17 @@ def _capacity_check(
     slo: Slo,
     config: CapacityConfig,
 ) -> CapacityCheck:
-    """The model's capacity at the benchmark's own mix (its largest point's requests)."""
+    """The model's capacity at the benchmark's own mix: the largest point's requests, drawn
+    with replacement up to the configured sample size (a short run hides a slowly growing
+    queue, so the check runs as long as the workload's search does)."""
     largest = max(points, key=lambda p: p.replay.size)
     rng = np.random.default_rng(config.seed)
+    index = rng.integers(0, largest.replay.size, config.sample_requests)
     sample = RequestSample(
-        prompt=largest.replay.prompt,
-        uncached=largest.replay.uncached,
-        output=largest.replay.output,
-        unit_arrivals=np.cumsum(rng.exponential(1.0, largest.replay.size)),
+        prompt=largest.replay.prompt[index],
+        uncached=largest.replay.uncached[index],
+        output=largest.replay.output[index],
+        unit_arrivals=np.cumsum(rng.exponential(1.0, config.sample_requests)),
     )
     found = search_capacity(model.coefficients, sample, slo, kv_tokens=UNBOUNDED_KV, config=config)
     low, high = measured
