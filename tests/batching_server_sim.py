@@ -78,20 +78,20 @@ class ServedRun:
 
 @nb.njit(cache=True)
 def _serve(
-    send_s,
-    prompt,
-    skip,
-    answer,
-    fixed,
-    linear,
-    attention,
-    per_seq,
-    kv_read,
-    noise,
-    budget,
-    max_seqs,
-    kv_pool,
-):  # pragma: no cover - compiled
+    send_s: np.ndarray,
+    prompt: np.ndarray,
+    skip: np.ndarray,
+    answer: np.ndarray,
+    fixed: float,
+    linear: float,
+    attention: float,
+    per_seq: float,
+    kv_read: float,
+    noise: np.ndarray,
+    budget: int,
+    max_seqs: int,
+    kv_pool: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float, float, float, float]:
     n = send_s.shape[0]
     computed = skip.copy()  # prompt tokens already in the KV (cache hits count as computed)
     produced = np.zeros(n, dtype=np.int64)
