@@ -48,6 +48,7 @@ class GpuServer:
     token_budget: int = 1024
     max_seqs: int = 256
     kv_pool_tokens: int = 450_000
+    api_latency_ms: float = 0.0  # HTTP + tokenising before the request reaches the scheduler
 
     def scaled(self, **changes: float) -> GpuServer:
         values = {**self.__dict__, **changes}
@@ -200,12 +201,13 @@ def simulate(
     n = prompt.shape[0]
     send = np.cumsum(rng.exponential(1.0 / rate, n))
     send -= send[0]
+    api = server.api_latency_ms / 1000.0
     skip = np.zeros(n, dtype=np.int64) if cached is None else np.minimum(cached, prompt - 1)
     noise = (
         np.exp(rng.normal(0.0, server.jitter_sigma, 4096)) if server.jitter_sigma else np.ones(1)
     )
     first, done, itl, offsets, pre, cac, total, end = _serve(
-        send,
+        send + api,
         prompt.astype(np.int64),
         skip.astype(np.int64),
         output.astype(np.int64),
@@ -224,8 +226,8 @@ def simulate(
         start=send,
         prompt=prompt,
         output=output,
-        ttft=first,
-        latency=done,
+        ttft=first + api,
+        latency=done + api,
         itl_flat=itl,
         itl_offsets=offsets,
         busy_prefill_ms=float(pre),

@@ -180,3 +180,26 @@ def test_no_usable_point_is_unknown() -> None:
     )
     assert isinstance(model, Unknown)
     assert "no finite send rate" in model.reason
+
+
+def test_latency_outside_the_gpu_is_fitted_as_request_latency() -> None:
+    from tests.capacity_scenarios import _ROOT
+
+    server = sim.GpuServer(api_latency_ms=40.0)
+    prompt, output = sim.mix(400, (100, 300), (100, 300), seed=8)
+    sim.write_sweep(server, _ROOT / "api-latency", [5.0, 25.0, 45.0], prompt, output)
+    read = read_bench_files(_ROOT / "api-latency")
+    points = read.load_points
+    model = fit_serving_model(
+        points,
+        read.per_request,
+        deployment_of(points.row(0, named=True)),
+        config=CONFIG,
+        model_shape=LLAMA_8B,
+    )
+    assert isinstance(model, ServingModel), model
+    assert model.coefficients.request_latency_s * 1e3 == pytest.approx(40.0, rel=0.2)
+    for point in model.point_errors:
+        error = point.error["ttft_p50"]
+        assert isinstance(error, float) and abs(error) < 0.1
+    assert fitted("short").coefficients.request_latency_s < 0.002  # type: ignore[union-attr]

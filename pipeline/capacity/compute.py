@@ -418,7 +418,14 @@ def routing_value(
         run = simulate_at(
             model.coefficients, drawn, rate_rps / replicas, kv_tokens=kv_tokens, config=config
         )
-        stats = run_stats(run, drawn.output, rate_rps / replicas, config, slo.ttft_p95_ms)
+        stats = run_stats(
+            run,
+            drawn.output,
+            rate_rps / replicas,
+            config,
+            slo.ttft_p95_ms,
+            model.coefficients.request_latency_s,
+        )
         ttft.append(stats.ttft_p95_ms)
     worse, better = ttft
     saved: float | Unknown = (

@@ -30,6 +30,9 @@ Then, in order:
    Everything is kept non-negative; one point takes the overhead from the prior.
 3. **attention** — the prior's (it needs the model's query heads), else 0
    (``attention_basis``). The benchmark cannot show it: its prompts rarely vary enough.
+5. **request latency** — what the measured mean TTFT at the lighter half of the points exceeds
+   the model's by (the smallest excess, never negative): HTTP, tokenising and scheduling outside the GPU's
+   steps, added to every TTFT and E2E but costing no GPU time.
 4. **refinement** — the closed form approximates a queue; three Gauss-Newton passes adjust
    the overhead and the decode terms' common scale so that the model, replaying each point's
    own requests (their send times and lengths; Poisson arrivals at the point's rate when the
@@ -94,6 +97,7 @@ class _Point:
     batch: float  # mean decoding requests (Little's law)
     in_flight: float  # mean requests in flight
     gap_s: float  # measured mean inter-token gap
+    ttft_mean_s: float | None  # measured mean TTFT
     measured: dict[str, float | Unknown]
     replay: RequestSample  # the point's requests (unit arrivals scaled by rate 1 = seconds)
     replayed: bool
@@ -171,6 +175,7 @@ def _point(row: dict[str, object], requests: pl.DataFrame | None, seed: int) -> 
         batch=rate * decode_s,
         in_flight=in_flight,
         gap_s=gap_ms / 1000.0,
+        ttft_mean_s=None if ttft is None else ttft / 1000.0,
         measured=measured,
         replay=_synthetic(n, prompt, output, rate, seed),
         replayed=False,
@@ -217,6 +222,7 @@ def _point_from_requests(
         batch=rate * float(decode_time.mean()),
         in_flight=rate * float(e2e_s.mean()),
         gap_s=gap_s,
+        ttft_mean_s=float(ttft_s.mean()),
         measured=measured,
         replay=RequestSample(
             prompt=p, uncached=p.copy(), output=np.maximum(output, 1), unit_arrivals=arrivals
@@ -343,7 +349,14 @@ def _simulate_point(
         kv_tokens=UNBOUNDED_KV,
     )
     # Benchmark statistics include every request, so the replay drops none (no warm-up).
-    stats = run_stats(run, point.replay.output, point.rate, config.replace(warmup_share=0.0), 1e9)
+    stats = run_stats(
+        run,
+        point.replay.output,
+        point.rate,
+        config.replace(warmup_share=0.0),
+        1e9,
+        coefficients.request_latency_s,
+    )
     predicted = {
         "ttft_p50": stats.ttft_p50_ms,
         "ttft_p95": stats.ttft_p95_ms,
@@ -397,6 +410,23 @@ def _refine(
             (d_overhead, d_scale), *_ = np.linalg.lstsq(jacobian, -residual, rcond=None)
             current = moved(current, float(d_overhead), float(d_scale))
     return current
+
+
+def _request_latency(
+    coefficients: StepCoefficients, points: list[_Point], config: CapacityConfig
+) -> float:
+    """The latency a request carries outside the GPU steps: measured minus modelled mean TTFT
+    at the lighter half of the points (where queueing, which the model does reproduce, is
+    smallest); the smallest of them, so a prefill misfit at one mix's long prompts is not
+    charged to every request; never negative."""
+    lighter = sorted((p for p in points if p.ttft_mean_s is not None), key=lambda p: p.rate)
+    lighter = lighter[: max(1, math.ceil(len(lighter) / 2))]
+    gaps = [
+        p.ttft_mean_s - _simulate_point(coefficients, p, config)[1]
+        for p in lighter
+        if p.ttft_mean_s is not None
+    ]
+    return max(min(gaps), 0.0) if gaps else 0.0
 
 
 def _relative(predicted: float, measured: float | Unknown) -> float | Unknown:
@@ -507,6 +537,9 @@ def fit_serving_model(
         ),
         usable,
         config,
+    )
+    coefficients = coefficients.model_copy(
+        update={"request_latency_s": _request_latency(coefficients, usable, config)}
     )
     errors: list[PointError] = []
     squared: list[float] = []

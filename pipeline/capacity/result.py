@@ -54,6 +54,9 @@ class StepCoefficients(_Model):
     attention_s_per_pair: float
     decode_s_per_request: float
     context_s_per_token: float
+    #: Latency every request's first token carries outside the GPU's steps (HTTP, tokenising,
+    #: scheduling; BLIS's per-request overhead α0): added to TTFT and E2E, costs no GPU time.
+    request_latency_s: float = 0.0
 
     def scaled(self, factor: float) -> StepCoefficients:
         return StepCoefficients(
@@ -62,6 +65,7 @@ class StepCoefficients(_Model):
             attention_s_per_pair=self.attention_s_per_pair * factor,
             decode_s_per_request=self.decode_s_per_request * factor,
             context_s_per_token=self.context_s_per_token * factor,
+            request_latency_s=self.request_latency_s * factor,
         )
 
 

@@ -106,14 +106,21 @@ def _percentile_ms(values: F64, q: float) -> float:
 
 
 def run_stats(
-    run: SimulatedRun, sample_output: I64, rate: float, config: CapacityConfig, ttft_limit_ms: float
+    run: SimulatedRun,
+    sample_output: I64,
+    rate: float,
+    config: CapacityConfig,
+    ttft_limit_ms: float,
+    request_latency_s: float = 0.0,
 ) -> RunStats:
     n = run.ttft_s.shape[0]
     warm = int(n * config.warmup_share)
-    ttft = run.ttft_s[warm:]
+    ttft = run.ttft_s[warm:] + request_latency_s
     gaps = run.gaps_s[run.gap_owner >= warm]
     multi = sample_output[warm:] > 1
-    tpot = ((run.e2e_s[warm:] - ttft) / np.maximum(sample_output[warm:] - 1, 1))[multi]
+    tpot = (
+        (run.e2e_s[warm:] + request_latency_s - ttft) / np.maximum(sample_output[warm:] - 1, 1)
+    )[multi]
     quarter = max(n // 4, 1)
     second = float(np.mean(run.wait_s[quarter : 2 * quarter]))
     last = float(np.mean(run.wait_s[n - quarter :]))
@@ -171,7 +178,8 @@ def lone_request_s(coefficients: StepCoefficients, sample: RequestSample, budget
     decode_steps = sample.output - 1
     context = sample.prompt + sample.output / 2.0
     seconds = (
-        (chunks + decode_steps) * coefficients.overhead_s
+        coefficients.request_latency_s
+        + (chunks + decode_steps) * coefficients.overhead_s
         + coefficients.prefill_s_per_token * sample.uncached
         + coefficients.attention_s_per_pair * attention_pairs(sample.prompt, sample.uncached)
         + decode_steps
@@ -204,7 +212,9 @@ def search_capacity(
         nonlocal count
         count += 1
         run = simulate_at(coefficients, sample, rate, kv_tokens=kv_tokens, config=config)
-        return run_stats(run, sample.output, rate, config, slo.ttft_p95_ms)
+        return run_stats(
+            run, sample.output, rate, config, slo.ttft_p95_ms, coefficients.request_latency_s
+        )
 
     low = 0.1 / lone
     low_stats = evaluate(low)
