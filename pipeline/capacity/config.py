@@ -1,0 +1,76 @@
+"""Settings of the capacity core (the lead adds a ``capacity`` section to ``defaults.yaml`` when
+wiring the stage; until then :data:`DEFAULT_CAPACITY_CONFIG` holds the defaults, each explained
+below and in docs/capacity.md).
+
+``headroom``
+    Utilisation of a replica's SLO capacity the fleet is sized to at the workload's peak (0.8:
+    a replica runs at most at 80 % of the rate where its p95 TTFT would reach the limit).
+``n_plus_one``
+    One more replica than the peak needs, so the fleet survives losing one.
+``sample_requests`` / ``seed``
+    The capacity search simulates this many requests drawn from the workload (with this seed):
+    a few thousand keep the tail percentiles stable and the search well under a second.
+``warmup_share``
+    The first share of simulated requests is left out of the percentiles (they meet an empty
+    server; DOMAIN.md: warm-up requests discarded).
+``token_budget`` / ``max_batch``
+    The engine's per-step token budget (vLLM ``max_num_batched_tokens``) and running-request
+    limit (``max_num_seqs``) the served deployment uses; the benchmark files do not say them.
+``far_ratio``
+    A workload whose mean prompt or output is more than this factor away from the benchmark's
+    (or outside the lengths it measured) makes the transfer provisional.
+``min_band_spread``
+    The capacity band is never narrower than ± this share (a fit with tiny residuals on one mix
+    still extrapolates).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Self
+
+from pydantic import Field, ValidationError, model_validator
+
+from pipeline.errors import ConfigError
+from pipeline.settings import PositiveInt, Section, validation_message
+
+
+class CapacityConfig(Section):
+    """Validated capacity settings; :func:`capacity_config` builds one with a one-line error."""
+
+    headroom: Annotated[float, Field(gt=0, le=1)] = 0.8
+    n_plus_one: bool = False
+    sample_requests: Annotated[int, Field(ge=200, le=1_000_000)] = 4000
+    seed: Annotated[int, Field(ge=0)] = 0
+    warmup_share: Annotated[float, Field(ge=0, lt=0.5)] = 0.1
+    token_budget: PositiveInt = 8192
+    max_batch: PositiveInt = 256
+    far_ratio: Annotated[float, Field(gt=1)] = 4.0
+    min_band_spread: Annotated[float, Field(ge=0, lt=0.5)] = 0.05
+
+    @model_validator(mode="after")
+    def _batch_within_budget(self) -> Self:
+        if self.max_batch > self.token_budget:
+            raise ValueError(
+                f"max_batch ({self.max_batch}) must not exceed token_budget "
+                f"({self.token_budget}): every running request decodes one token a step"
+            )
+        return self
+
+    def as_dict(self) -> dict[str, Any]:
+        return self.model_dump()
+
+
+def capacity_config(
+    values: dict[str, Any] | None = None, where: str = "capacity"
+) -> CapacityConfig:
+    """A :class:`CapacityConfig` from a mapping (e.g. the YAML section); a problem is one
+    :class:`~pipeline.errors.ConfigError` line naming the key."""
+    try:
+        return CapacityConfig.model_validate(values or {})
+    except ValidationError as exc:
+        raise ConfigError(
+            validation_message(exc, CapacityConfig, where, prefix="capacity")
+        ) from exc
+
+
+DEFAULT_CAPACITY_CONFIG = CapacityConfig()

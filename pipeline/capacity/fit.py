@@ -1,0 +1,645 @@
+"""Fitting the step-time model of one deployment from its load points (docs/capacity.md).
+
+Inputs: the deployment's rows of the bench stage's load-point table (``LOAD_POINT_SCHEMA``) that
+kept up (an overloaded point's latencies are its queue, not the server), and their per-request
+rows (``PER_REQUEST_SCHEMA``) when the tool wrote them.
+
+Per point the fit reads: the send rate λ (achieved, else offered), the mean inter-token gap g
+(per request: Σ(e2e − TTFT) ÷ Σ(output − 1); else the tool's mean per-gap ITL, else mean TPOT),
+the decoding batch B = λ × mean decode time (Little's law), the mean context a decode reads K
+(Σ(out − 1)(prompt + out/2) ÷ Σ(out − 1)), and the prefill tokens in the step a decode waits on,
+X = λ × mean prompt × g ÷ (1 − e^(−L)) (prompt tokens arrive at λ × prompt per second, a step
+lasts g, and the server steps only while a request is in flight: busy share 1 − e^(−L) for L
+requests in flight on average, as for Poisson occupancy).
+
+Then, in order:
+
+1. **prefill per token** — from per-request data: TTFT against prompt length within each of the
+   lighter half of the points (point means removed; the number of prefill chunks as a second
+   regressor when it varies), so queueing differences between points drop out. Accepted when
+   the slope is positive and at least 4 standard errors; otherwise the roofline prior
+   (``prefill_split_basis = "prior"``), and with no prior the model is ``Unknown``.
+2. **overhead, decode per request and context per token** — least squares of
+   g − prefill·X − attention·X₂ (X₂: the attention token pairs of those prompts) over the points
+   against the decoding batch B + 1 (the decode a gap belongs to sees itself and, on average,
+   the B others in flight): on [1, B + 1, (B + 1)·K] when the points' contexts differ by at least
+   1.5× (several request mixes: ``context_basis = "fitted"``); with one mix the data fix the
+   overhead and the *total* decode cost and the roofline prior its split between requests and
+   context (``"prior"``: both prior coefficients scaled by one fitted factor); with no prior the
+   context term is 0 (``"assumed_zero"``, and a transfer to longer prompts is provisional).
+   Everything is kept non-negative; one point takes the overhead from the prior.
+3. **attention** — the prior's (it needs the model's query heads), else 0
+   (``attention_basis``). The benchmark cannot show it: its prompts rarely vary enough.
+5. **request latency** — what the measured mean TTFT at the lighter half of the points exceeds
+   the model's by (the smallest excess, never negative): HTTP, tokenising and scheduling outside the GPU's
+   steps, added to every TTFT and E2E but costing no GPU time.
+4. **refinement** — the closed form approximates a queue; three Gauss-Newton passes adjust
+   the overhead and the decode terms' common scale so that the model, replaying each point's
+   own requests (their send times and lengths; Poisson arrivals at the point's rate when the
+   file has none), reproduces each point's mean gap.
+
+Errors reported per point: the model replaying the point against its measured TTFT p50/p95,
+ITL p50/p99 and TPOT p50/p99, and (when the caller passes the sweep's measured capacity
+bracket) the model's capacity at the benchmark's own mix against it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import polars as pl
+
+from pipeline.capacity.config import CapacityConfig
+from pipeline.capacity.kernels import F64, simulate_replica
+from pipeline.capacity.prior import ModelShape, PriorStep, roofline_prior
+from pipeline.capacity.result import (
+    CapacityCheck,
+    ContextBasis,
+    Deployment,
+    PointError,
+    ServingModel,
+    Slo,
+    StepCoefficients,
+)
+from pipeline.capacity.search import RequestSample, attention_pairs, run_stats, search_capacity
+from pipeline.unknown import Unknown
+
+#: KV tokens assumed while replaying benchmark points (the benchmarked replica's cache is not
+#: in the files; a sweep that kept up was not KV-bound).
+UNBOUNDED_KV = 10**12
+#: Largest number of a point's requests replayed when the file has no per-request data.
+SYNTHETIC_REQUESTS = 2000
+MIN_SLOPE_T = 4.0
+CONTEXT_SPREAD = 1.5
+REFINE_PASSES = 3
+MEASURED_STATS = ("ttft_p50", "ttft_p95", "itl_p50", "itl_p99", "tpot_p50", "tpot_p99")
+
+METHOD = (
+    "continuous-batching step model step_s = overhead + prefill x uncached prefill tokens + "
+    "decode x decoding requests + context x context tokens read, chunked prefill within the "
+    "token budget, batch bounded by max_batch and the replica's KV tokens; prefill per token "
+    "from TTFT against prompt length (per-request data) else a roofline prior; overhead and "
+    "decode from the mean inter-token gap against the decoding batch (Little's law) across "
+    "points, refined by replaying each point through the simulated server"
+)
+
+
+@dataclass(frozen=True)
+class _Point:
+    point_id: str
+    rate: float
+    prompt_mean: float
+    output_mean: float
+    context: float  # mean context tokens a decode reads
+    batch: float  # mean decoding requests (Little's law)
+    in_flight: float  # mean requests in flight
+    gap_s: float  # measured mean inter-token gap
+    ttft_mean_s: float | None  # measured mean TTFT
+    measured: dict[str, float | Unknown]
+    replay: RequestSample  # the point's requests (unit arrivals scaled by rate 1 = seconds)
+    replayed: bool
+    ttft_s: F64 | None  # per-request TTFT in replay order (None without per-request data)
+    prompt_range: tuple[float, float]
+    output_range: tuple[float, float]
+
+
+def _num(row: dict[str, object], key: str) -> float | None:
+    value = row.get(key)
+    if value is None or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _measured(row: dict[str, object]) -> dict[str, float | Unknown]:
+    out: dict[str, float | Unknown] = {}
+    for stat in MEASURED_STATS:
+        value = _num(row, f"{stat}_ms")
+        out[stat] = value if value is not None else Unknown(reason=f"{stat} not in the file")
+    return out
+
+
+def _per_request_mean(row: dict[str, object], total_key: str) -> float | None:
+    """A token total over the completed requests (aggregate-only files carry totals)."""
+    total, completed = _num(row, total_key), _num(row, "completed")
+    return total / completed if total is not None and completed else None
+
+
+def _synthetic(n: int, prompt: float, output: float, rate: float, seed: int) -> RequestSample:
+    rng = np.random.default_rng(seed)
+    p = np.full(n, max(round(prompt), 1), dtype=np.int64)
+    o = np.full(n, max(round(output), 1), dtype=np.int64)
+    return RequestSample(
+        prompt=p, uncached=p.copy(), output=o, unit_arrivals=np.cumsum(rng.exponential(1 / rate, n))
+    )
+
+
+def _point(row: dict[str, object], requests: pl.DataFrame | None, seed: int) -> _Point | str:
+    """One point's observables, or why it cannot be used."""
+    point_id = str(row["point_id"])
+    rate = _num(row, "achieved_rate_rps") or _num(row, "offered_rate_rps")
+    if rate is None or rate <= 0 or math.isinf(rate):
+        return f"{point_id}: no finite send rate (closed-loop or burst points are not fitted)"
+    measured = _measured(row)
+    if requests is not None and requests.height >= 10:
+        ok = requests.filter(
+            pl.col("ok").fill_null(False)
+            & pl.col("ttft_ms").is_not_null()
+            & pl.col("e2e_ms").is_not_null()
+            & pl.col("input_tokens").is_not_null()
+            & pl.col("output_tokens").is_not_null()
+        )
+        if ok.height >= 10:
+            return _point_from_requests(point_id, rate, measured, ok, seed)
+    prompt = _num(row, "input_tokens_mean") or _per_request_mean(row, "total_input_tokens")
+    output = _num(row, "output_tokens_mean") or _per_request_mean(row, "total_output_tokens")
+    gap_ms = _num(row, "itl_mean_ms") or _num(row, "tpot_mean_ms")
+    if prompt is None or output is None or gap_ms is None:
+        return f"{point_id}: mean prompt, mean output or mean ITL/TPOT missing"
+    ttft = _num(row, "ttft_mean_ms")
+    e2e = _num(row, "e2e_mean_ms")
+    decode_s = (e2e - ttft) / 1000.0 if e2e is not None and ttft is not None else None
+    if decode_s is None:
+        decode_s = max(output - 1.0, 0.0) * gap_ms / 1000.0
+    in_flight = rate * (e2e / 1000.0 if e2e is not None else decode_s + (ttft or 0.0) / 1000.0)
+    completed = int(_num(row, "completed") or SYNTHETIC_REQUESTS)
+    n = max(min(completed, SYNTHETIC_REQUESTS), 50)
+    return _Point(
+        point_id=point_id,
+        rate=rate,
+        prompt_mean=prompt,
+        output_mean=output,
+        context=prompt + output / 2.0,
+        batch=rate * decode_s,
+        in_flight=in_flight,
+        gap_s=gap_ms / 1000.0,
+        ttft_mean_s=None if ttft is None else ttft / 1000.0,
+        measured=measured,
+        replay=_synthetic(n, prompt, output, rate, seed),
+        replayed=False,
+        ttft_s=None,
+        prompt_range=(prompt, prompt),
+        output_range=(output, output),
+    )
+
+
+def _point_from_requests(
+    point_id: str,
+    rate: float,
+    measured: dict[str, float | Unknown],
+    ok: pl.DataFrame,
+    seed: int,
+) -> _Point:
+    has_starts = ok.get_column("start_s").null_count() == 0
+    if has_starts:
+        ok = ok.sort("start_s")
+    prompt = ok.get_column("input_tokens").to_numpy().astype(np.int64)
+    output = ok.get_column("output_tokens").to_numpy().astype(np.int64)
+    ttft_s = ok.get_column("ttft_ms").to_numpy().astype(np.float64) / 1000.0
+    e2e_s = ok.get_column("e2e_ms").to_numpy().astype(np.float64) / 1000.0
+    decode_tokens = np.maximum(output - 1, 0)
+    decode_time = np.maximum(e2e_s - ttft_s, 0.0)
+    weight = float(decode_tokens.sum())
+    gap_s = float(decode_time.sum() / weight) if weight > 0 else math.nan
+    context = float(np.sum(decode_tokens * (prompt + output / 2.0)) / weight) if weight > 0 else 0.0
+    if has_starts:
+        starts = ok.get_column("start_s").to_numpy().astype(np.float64)
+        arrivals = starts - starts[0]
+        replayed = True
+    else:
+        rng = np.random.default_rng(seed)
+        arrivals = np.cumsum(rng.exponential(1.0 / rate, prompt.shape[0]))
+        replayed = False
+    p = np.maximum(prompt, 1)
+    return _Point(
+        point_id=point_id,
+        rate=rate,
+        prompt_mean=float(prompt.mean()),
+        output_mean=float(output.mean()),
+        context=context,
+        batch=rate * float(decode_time.mean()),
+        in_flight=rate * float(e2e_s.mean()),
+        gap_s=gap_s,
+        ttft_mean_s=float(ttft_s.mean()),
+        measured=measured,
+        replay=RequestSample(
+            prompt=p, uncached=p.copy(), output=np.maximum(output, 1), unit_arrivals=arrivals
+        ),
+        replayed=replayed,
+        ttft_s=ttft_s,
+        prompt_range=(float(prompt.min()), float(prompt.max())),
+        output_range=(float(output.min()), float(output.max())),
+    )
+
+
+def _prefill_tokens_per_step(point: _Point) -> float:
+    busy = 1.0 - math.exp(-max(point.in_flight, 1e-9))
+    return point.rate * point.prompt_mean * point.gap_s / busy
+
+
+def _prefill_slope(
+    points: list[_Point], budget: int, attention: float
+) -> tuple[float, float] | str:
+    """(slope s/token, standard error) of TTFT on prompt length, each point on its own (so
+    queueing differences between points drop out), combined by inverse variance. The prior's
+    attention time of each prompt is taken off TTFT first, so the slope is the linear term."""
+    slopes: list[float] = []
+    variances: list[float] = []
+    for p in points:
+        if p.ttft_s is None or p.replay.size < 10:
+            continue
+        prompt = p.replay.uncached.astype(np.float64)
+        if float(np.ptp(prompt)) == 0.0:
+            continue
+        chunks = np.ceil(prompt / budget)
+        y = p.ttft_s - attention * attention_pairs(p.replay.prompt, p.replay.uncached)
+        columns = [np.ones_like(prompt), prompt]
+        if float(np.ptp(chunks)) > 0:  # each extra chunk is one more step to wait through
+            columns.append(chunks)
+        design = np.column_stack(columns)
+        coef, *_ = np.linalg.lstsq(design, y, rcond=None)
+        residual = y - design @ coef
+        dof = max(y.shape[0] - design.shape[1], 1)
+        cov = float(residual @ residual) / dof * np.linalg.pinv(design.T @ design)
+        if cov[1, 1] > 0:
+            slopes.append(float(coef[1]))
+            variances.append(float(cov[1, 1]))
+    if not slopes:
+        return "no per-request TTFT over prompts of different lengths"
+    weights = 1.0 / np.array(variances)
+    slope = float(np.sum(weights * np.array(slopes)) / np.sum(weights))
+    return slope, float(math.sqrt(1.0 / np.sum(weights)))
+
+
+def _attention_per_step(point: _Point) -> float:
+    """Attention token pairs in the step a decode waits on (as X, for the prompts' pairs)."""
+    busy = 1.0 - math.exp(-max(point.in_flight, 1e-9))
+    pairs = float(np.mean(attention_pairs(point.replay.prompt, point.replay.uncached)))
+    return point.rate * pairs * point.gap_s / busy
+
+
+def _decode_terms(
+    points: list[_Point],
+    prefill: float,
+    attention: float,
+    basis: ContextBasis,
+    prior: PriorStep | Unknown,
+) -> tuple[float, float, float] | str:
+    """(overhead, decode per request, context per token) from the per-point mean gaps.
+
+    ``fitted``: overhead, decode and context by least squares (several mixes). ``prior``: the
+    data fix overhead and the total decode cost, the prior its split — decode and context are
+    the prior's, both scaled by one factor (the data say how much slower than the roofline
+    decoding runs, the roofline says how that divides between requests and context).
+    ``assumed_zero``: overhead and decode, no context term."""
+    seen = np.array([p.batch + 1.0 for p in points])
+    ctx = np.array([p.context for p in points])
+    y = np.array(
+        [
+            p.gap_s - prefill * _prefill_tokens_per_step(p) - attention * _attention_per_step(p)
+            for p in points
+        ]
+    )
+    if basis == "fitted":
+        design = np.column_stack([np.ones_like(seen), seen, seen * ctx])
+        coef, *_ = np.linalg.lstsq(design, y, rcond=None)
+        overhead, decode, context = (max(float(c), 0.0) for c in coef)
+        return overhead, decode, context
+    if basis == "prior":
+        assert isinstance(prior, PriorStep)
+        unit_decode, unit_context = prior.decode_s_per_request, prior.context_s_per_token
+    else:
+        unit_decode, unit_context = 1.0, 0.0
+    load = seen * (unit_decode + unit_context * ctx)  # decode work at the unit coefficients
+    if len(points) >= 2 and float(load.max() / load.min()) > 1.2:
+        scale, overhead = (float(c) for c in np.polyfit(load, y, 1))
+        if scale < 0:
+            overhead, scale = max(float(np.mean(y)), 0.0), 0.0
+        elif overhead < 0:
+            overhead, scale = 0.0, float(np.sum(load * y) / np.sum(load * load))
+    elif isinstance(prior, PriorStep):
+        overhead = min(prior.overhead_s, float(np.mean(y)))
+        scale = max(float(np.mean((y - overhead) / load)), 0.0)
+    else:
+        return (
+            "the points span too little load to separate step overhead from per-request "
+            f"decode cost, and there is no prior ({prior.reason})"
+        )
+    return overhead, scale * unit_decode, scale * unit_context
+
+
+def _simulate_point(
+    coefficients: StepCoefficients, point: _Point, config: CapacityConfig
+) -> tuple[float, float, dict[str, float]]:
+    """(mean gap s, mean TTFT s, predicted stats in ms) of the model replaying ``point``."""
+    run = simulate_replica(
+        point.replay.unit_arrivals,
+        point.replay.prompt,
+        point.replay.uncached,
+        point.replay.output,
+        overhead_s=coefficients.overhead_s,
+        prefill_s_per_token=coefficients.prefill_s_per_token,
+        attention_s_per_pair=coefficients.attention_s_per_pair,
+        decode_s_per_request=coefficients.decode_s_per_request,
+        context_s_per_token=coefficients.context_s_per_token,
+        token_budget=config.token_budget,
+        max_batch=config.max_batch,
+        kv_tokens=UNBOUNDED_KV,
+    )
+    # Benchmark statistics include every request, so the replay drops none (no warm-up).
+    stats = run_stats(
+        run,
+        point.replay.output,
+        point.rate,
+        config.replace(warmup_share=0.0),
+        1e9,
+        coefficients.request_latency_s,
+    )
+    predicted = {
+        "ttft_p50": stats.ttft_p50_ms,
+        "ttft_p95": stats.ttft_p95_ms,
+        "itl_p50": stats.itl_p50_ms,
+        "itl_p99": stats.itl_p99_ms,
+        "tpot_p50": stats.tpot_p50_ms,
+        "tpot_p99": stats.tpot_p99_ms,
+    }
+    return stats.gap_mean_ms / 1000.0, stats.ttft_mean_ms / 1000.0, predicted
+
+
+def _refine(
+    coefficients: StepCoefficients, points: list[_Point], config: CapacityConfig
+) -> StepCoefficients:
+    """Gauss-Newton on (overhead, decode scale) so the replayed mean gaps match the measured
+    ones; the decode scale multiplies the per-request and the context coefficients together,
+    keeping the split the fit chose."""
+    current = coefficients
+    measured = np.array([p.gap_s for p in points])
+
+    def moved(c: StepCoefficients, d_overhead: float, d_scale: float) -> StepCoefficients:
+        factor = max(1.0 + d_scale, 0.05)
+        return c.model_copy(
+            update={
+                "overhead_s": max(c.overhead_s + d_overhead, 0.0),
+                "decode_s_per_request": c.decode_s_per_request * factor,
+                "context_s_per_token": c.context_s_per_token * factor,
+            }
+        )
+
+    def gaps(c: StepCoefficients) -> F64:
+        return np.array([_simulate_point(c, p, config)[0] for p in points])
+
+    for _ in range(REFINE_PASSES):
+        base = gaps(current)
+        residual = base / measured - 1.0
+        if float(np.max(np.abs(residual))) < 0.002:
+            break
+        step_overhead = max(current.overhead_s * 0.05, 1e-5)
+        jacobian = np.column_stack(
+            [
+                (gaps(moved(current, step_overhead, 0.0)) - base) / measured / step_overhead,
+                (gaps(moved(current, 0.0, 0.05)) - base) / measured / 0.05,
+            ]
+        )
+        if len(points) == 1:  # one equation: scale the decode terms only
+            jacobian = jacobian[:, [1]]
+            (d_scale,), *_ = np.linalg.lstsq(jacobian, -residual, rcond=None)
+            current = moved(current, 0.0, float(d_scale))
+        else:
+            (d_overhead, d_scale), *_ = np.linalg.lstsq(jacobian, -residual, rcond=None)
+            current = moved(current, float(d_overhead), float(d_scale))
+    return current
+
+
+def _request_latency(
+    coefficients: StepCoefficients, points: list[_Point], config: CapacityConfig
+) -> float:
+    """The latency a request carries outside the GPU steps: measured minus modelled mean TTFT
+    at the lighter half of the points (where queueing, which the model does reproduce, is
+    smallest); the smallest of them, so a prefill misfit at one mix's long prompts is not
+    charged to every request; never negative."""
+    lighter = sorted((p for p in points if p.ttft_mean_s is not None), key=lambda p: p.rate)
+    lighter = lighter[: max(1, math.ceil(len(lighter) / 2))]
+    gaps = [
+        p.ttft_mean_s - _simulate_point(coefficients, p, config)[1]
+        for p in lighter
+        if p.ttft_mean_s is not None
+    ]
+    return max(min(gaps), 0.0) if gaps else 0.0
+
+
+def _relative(predicted: float, measured: float | Unknown) -> float | Unknown:
+    if isinstance(measured, Unknown):
+        return measured
+    if measured <= 0 or not math.isfinite(predicted):
+        return Unknown(reason="measured value is zero or prediction undefined")
+    return predicted / measured - 1.0
+
+
+def fit_serving_model(
+    points: pl.DataFrame,
+    per_request: pl.DataFrame | None,
+    deployment: Deployment,
+    *,
+    config: CapacityConfig,
+    model_shape: ModelShape | None = None,
+    measured_capacity: tuple[float, float | None] | None = None,
+    slo: Slo | None = None,
+) -> ServingModel | Unknown:
+    """The serving model of ``deployment`` fitted on ``points`` (its kept-up load points).
+
+    ``per_request`` may hold other points' rows too (only this deployment's point ids are read).
+    ``model_shape`` enables the roofline prior. ``measured_capacity`` = (highest passing rate,
+    first failing rate or None) of the sweep, with ``slo``, adds the capacity check.
+    """
+    notes: list[str] = []
+    by_point: dict[str, pl.DataFrame] = {}
+    if per_request is not None and per_request.height:
+        wanted = per_request.filter(
+            pl.col("point_id").is_in(points.get_column("point_id").to_list())
+        )
+        by_point = {
+            str(key[0]): frame for key, frame in wanted.group_by("point_id", maintain_order=True)
+        }
+    usable: list[_Point] = []
+    for row in points.to_dicts():
+        point = _point(row, by_point.get(str(row["point_id"])), config.seed)
+        if isinstance(point, str):
+            notes.append(point)
+        elif not math.isfinite(point.gap_s) or point.gap_s <= 0:
+            notes.append(f"{point.point_id}: no inter-token gaps (one-token answers)")
+        else:
+            usable.append(point)
+    if not usable:
+        return Unknown(
+            reason="no usable load point for "
+            + deployment.describe()
+            + (f" ({'; '.join(notes)})" if notes else "")
+        )
+    prior = roofline_prior(deployment.gpu_type, deployment.gpu_count, model_shape)
+    attention_basis: Literal["prior", "assumed_zero"]
+    if isinstance(prior, PriorStep) and prior.attention_s_per_pair is not None:
+        attention, attention_basis = prior.attention_s_per_pair, "prior"
+    else:
+        attention, attention_basis = 0.0, "assumed_zero"
+        notes.append(
+            "prefill attention (growing with the square of the prompt) assumed 0: "
+            + (
+                "the model's attention heads are not given"
+                if isinstance(prior, PriorStep)
+                else f"no roofline prior ({prior.reason})"
+            )
+        )
+    slope = _prefill_slope(usable, config.token_budget, attention)
+    split_basis: str
+    if isinstance(slope, tuple) and slope[0] > 0 and slope[0] >= MIN_SLOPE_T * slope[1]:
+        prefill, split_basis = slope[0], "fitted"
+    elif isinstance(prior, PriorStep):
+        why = (
+            slope
+            if isinstance(slope, str)
+            else (
+                f"TTFT slope {slope[0] * 1e3:.4g} ± {slope[1] * 1e3:.2g} ms/token is not significant"
+            )
+        )
+        notes.append(f"prefill per token from the roofline prior: {why}")
+        prefill, split_basis = prior.prefill_s_per_token, "prior"
+    else:
+        why = slope if isinstance(slope, str) else "the TTFT slope is not significant"
+        return Unknown(
+            reason=f"prefill cost cannot be separated from decode for {deployment.describe()}: "
+            f"{why}, and there is no roofline prior ({prior.reason})"
+        )
+    contexts = [p.context for p in usable]
+    context_basis: ContextBasis
+    if len(usable) >= 3 and max(contexts) / max(min(contexts), 1.0) >= CONTEXT_SPREAD:
+        context_basis = "fitted"
+    elif isinstance(prior, PriorStep):
+        context_basis = "prior"
+    else:
+        context_basis = "assumed_zero"
+        notes.append(
+            "context cost per token assumed 0: one request mix cannot separate it from the "
+            f"per-request decode cost and there is no prior ({prior.reason})"
+        )
+    terms = _decode_terms(usable, prefill, attention, context_basis, prior)
+    if isinstance(terms, str):
+        return Unknown(reason=f"{deployment.describe()}: {terms}")
+    overhead, decode, context_value = terms
+    coefficients = _refine(
+        StepCoefficients(
+            overhead_s=overhead,
+            prefill_s_per_token=prefill,
+            attention_s_per_pair=attention,
+            decode_s_per_request=decode,
+            context_s_per_token=context_value,
+        ),
+        usable,
+        config,
+    )
+    coefficients = coefficients.model_copy(
+        update={"request_latency_s": _request_latency(coefficients, usable, config)}
+    )
+    errors: list[PointError] = []
+    squared: list[float] = []
+    for p in usable:
+        gap, ttft_mean, predicted = _simulate_point(coefficients, p, config)
+        squared.append((gap / p.gap_s - 1.0) ** 2)
+        if p.ttft_s is not None:
+            squared.append((ttft_mean / float(np.mean(p.ttft_s)) - 1.0) ** 2)
+        errors.append(
+            PointError(
+                point_id=p.point_id,
+                rate_rps=p.rate,
+                requests=p.replay.size,
+                replayed=p.replayed,
+                measured=p.measured,
+                predicted=predicted,
+                error={k: _relative(predicted[k], p.measured[k]) for k in MEASURED_STATS},
+            )
+        )
+    spread = math.sqrt(sum(squared) / len(squared))
+    prompt_lo = min(p.prompt_range[0] for p in usable)
+    prompt_hi = max(p.prompt_range[1] for p in usable)
+    output_lo = min(p.output_range[0] for p in usable)
+    output_hi = max(p.output_range[1] for p in usable)
+    weights = np.array([p.replay.size for p in usable], dtype=np.float64)
+    model = ServingModel(
+        deployment=deployment,
+        coefficients=coefficients,
+        token_budget=config.token_budget,
+        max_batch=config.max_batch,
+        prefill_split_basis="fitted" if split_basis == "fitted" else "prior",
+        context_basis=context_basis,
+        attention_basis=attention_basis,
+        points_used=len(usable),
+        bench_prompt_tokens_mean=float(
+            np.average([p.prompt_mean for p in usable], weights=weights)
+        ),
+        bench_output_tokens_mean=float(
+            np.average([p.output_mean for p in usable], weights=weights)
+        ),
+        bench_prompt_tokens_range=(prompt_lo, prompt_hi),
+        bench_output_tokens_range=(output_lo, output_hi),
+        residual_spread=spread,
+        point_errors=errors,
+        capacity_check=None,
+        prior=prior.description if isinstance(prior, PriorStep) else prior,
+        notes=notes,
+        method=METHOD,
+    )
+    if measured_capacity is not None and slo is not None:
+        model = model.model_copy(
+            update={
+                "capacity_check": _capacity_check(model, usable, measured_capacity, slo, config)
+            }
+        )
+    return model
+
+
+def _capacity_check(
+    model: ServingModel,
+    points: list[_Point],
+    measured: tuple[float, float | None],
+    slo: Slo,
+    config: CapacityConfig,
+) -> CapacityCheck:
+    """The model's capacity at the benchmark's own mix: the largest point's requests, drawn
+    with replacement up to the configured sample size (a short run hides a slowly growing
+    queue, so the check runs as long as the workload's search does)."""
+    largest = max(points, key=lambda p: p.replay.size)
+    rng = np.random.default_rng(config.seed)
+    index = rng.integers(0, largest.replay.size, config.sample_requests)
+    sample = RequestSample(
+        prompt=largest.replay.prompt[index],
+        uncached=largest.replay.uncached[index],
+        output=largest.replay.output[index],
+        unit_arrivals=np.cumsum(rng.exponential(1.0, config.sample_requests)),
+    )
+    found = search_capacity(model.coefficients, sample, slo, kv_tokens=UNBOUNDED_KV, config=config)
+    low, high = measured
+    if isinstance(found, Unknown):
+        return CapacityCheck(
+            measured_low_rps=low, measured_high_rps=high, predicted_rps=found, within_bracket=None
+        )
+    predicted = found.rate_rps
+    within = predicted >= low * 0.999 and (high is None or predicted <= high * 1.001)
+    return CapacityCheck(
+        measured_low_rps=low,
+        measured_high_rps=high,
+        predicted_rps=predicted,
+        within_bracket=within,
+    )
+
+
+def deployment_of(row: dict[str, object]) -> Deployment:
+    """The deployment a load-point row belongs to."""
+    return Deployment(
+        engine=str(row["engine"]),
+        engine_version=None if row.get("engine_version") is None else str(row["engine_version"]),
+        gpu_type=str(row["gpu_type"]),
+        gpu_count=int(row["gpu_count"]),  # type: ignore[call-overload]
+        model=None if row.get("model") is None else str(row["model"]),
+        label=None if row.get("label") is None else str(row["label"]),
+    )

@@ -1,0 +1,232 @@
+"""The server simulation (numba): one continuous-batching replica, step by step.
+
+The model (docs/capacity.md): a replica runs in *steps*. Each step
+
+1. admits waiting requests first come, first served while the running set is below
+   ``max_batch`` and the KV cache can reserve the request's prompt + output tokens
+   (``kv_tokens``; reserving the whole answer up front is conservative: vLLM allocates blocks as
+   tokens arrive and preempts when it runs out, which this model does not reproduce);
+2. gives every decoding request one token of the step's token budget (``token_budget``, vLLM's
+   ``max_num_batched_tokens``; decodes are scheduled before prefills, as in vLLM's V1
+   scheduler), then hands the rest of the budget to unfinished prompts in admission order
+   (chunked prefill: a prompt longer than what is left is split across steps);
+3. lasts ``step_s = overhead + prefill·(uncached prompt tokens in the step)
+   + attention·Σ chunk·(tokens before it in its prompt + chunk/2)
+   + decode·(decoding requests) + context·(context tokens the decodes read)``:
+   the attention term is causal attention of each prefill chunk over its prompt so far, which
+   grows with the square of the prompt (a whole prompt of P tokens: P²/2 token pairs).
+
+A prompt's last chunk ends in its first token (TTFT = its arrival to that step's end); every
+later step emits one token per decoding request (one inter-token gap = that step's length).
+Prefix-cache hits are removed from the prompt's prefill work before the simulation
+(``uncached``) but still count as context the decodes read.
+
+Nothing here allocates per step: the running set is one index array compacted in place, and
+the per-gap latencies go into one array sized Σ(output − 1) by the caller's wrapper.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numba as nb
+import numpy as np
+from numpy.typing import NDArray
+
+F64 = NDArray[np.float64]
+I64 = NDArray[np.int64]
+
+
+class SimulatedRun(NamedTuple):
+    """What one simulated run gives back, per request (seconds) and in total."""
+
+    ttft_s: F64  # arrival → first token
+    e2e_s: F64  # arrival → last token
+    wait_s: F64  # arrival → admission (queueing for a batch slot or KV memory)
+    gaps_s: F64  # every inter-token gap, pooled (request order, then token order)
+    gap_owner: I64  # the request each gap belongs to (to drop warm-up requests)
+    busy_s: float  # sum of step lengths
+    prefill_s: float  # prefill work + the overhead share of prefill tokens
+    cached_context_s: float  # context reads of prefix-cached prompt tokens
+    end_s: float  # when the last request finished
+
+
+@nb.njit(cache=True)
+def _simulate(
+    arrivals: F64,
+    prompt: I64,
+    uncached: I64,
+    output: I64,
+    overhead_s: float,
+    prefill_s: float,
+    attention_s: float,
+    decode_s: float,
+    context_s: float,
+    token_budget: int,
+    max_batch: int,
+    kv_tokens: int,
+    gap_start: I64,
+) -> tuple[F64, F64, F64, F64, I64, float, float, float, float]:
+    n = arrivals.shape[0]
+    ttft = np.full(n, np.nan)
+    e2e = np.full(n, np.nan)
+    wait = np.full(n, np.nan)
+    total_gaps = gap_start[n]
+    gaps = np.empty(total_gaps)
+    owner = np.empty(total_gaps, dtype=np.int64)
+    remaining_prefill = uncached.copy()
+    emitted = np.zeros(n, dtype=np.int64)
+    last_token = np.zeros(n)
+    running = np.empty(n, dtype=np.int64)
+    chunk = np.zeros(n, dtype=np.int64)
+    n_running = 0
+    next_admit = 0
+    kv_used = 0
+    finished = 0
+    t = 0.0
+    busy = 0.0
+    prefill_time = 0.0
+    cached_time = 0.0
+    while finished < n:
+        if n_running == 0 and next_admit < n and arrivals[next_admit] > t:
+            t = arrivals[next_admit]  # idle until the next request arrives
+        while (
+            next_admit < n
+            and arrivals[next_admit] <= t
+            and n_running < max_batch
+            and kv_used + prompt[next_admit] + output[next_admit] <= kv_tokens
+        ):
+            r = next_admit
+            running[n_running] = r
+            n_running += 1
+            kv_used += prompt[r] + output[r]
+            wait[r] = t - arrivals[r]
+            next_admit += 1
+        if n_running == 0:
+            # nothing fits even in an empty replica: the caller checks sizes first
+            break
+        budget = token_budget
+        n_decode = 0
+        context = 0
+        cached_context = 0
+        for i in range(n_running):
+            r = running[i]
+            if remaining_prefill[r] == 0:
+                n_decode += 1
+                context += prompt[r] + emitted[r]
+                cached_context += prompt[r] - uncached[r]
+        budget -= n_decode
+        prefill_tokens = 0
+        pairs = 0.0
+        for i in range(n_running):
+            r = running[i]
+            chunk[r] = 0
+            if remaining_prefill[r] > 0 and budget > 0:
+                take = min(remaining_prefill[r], budget)
+                chunk[r] = take
+                budget -= take
+                prefill_tokens += take
+                before = prompt[r] - remaining_prefill[r]  # cached prefix + chunks done
+                pairs += take * (before + take / 2.0)
+        prefill_work = prefill_s * prefill_tokens + attention_s * pairs
+        step = overhead_s + prefill_work + decode_s * n_decode + context_s * context
+        t += step
+        busy += step
+        tokens = prefill_tokens + n_decode
+        prefill_time += prefill_work + overhead_s * prefill_tokens / tokens
+        cached_time += context_s * cached_context
+        kept = 0
+        for i in range(n_running):
+            r = running[i]
+            done = False
+            if remaining_prefill[r] == 0:
+                k = gap_start[r] + emitted[r] - 1
+                gaps[k] = t - last_token[r]
+                owner[k] = r
+                emitted[r] += 1
+                last_token[r] = t
+                done = emitted[r] >= output[r]
+            elif chunk[r] > 0:
+                remaining_prefill[r] -= chunk[r]
+                if remaining_prefill[r] == 0:
+                    ttft[r] = t - arrivals[r]
+                    emitted[r] = 1
+                    last_token[r] = t
+                    done = output[r] <= 1
+            if done:
+                e2e[r] = t - arrivals[r]
+                kv_used -= prompt[r] + output[r]
+                finished += 1
+            else:
+                running[kept] = r
+                kept += 1
+        n_running = kept
+    return ttft, e2e, wait, gaps, owner, busy, prefill_time, cached_time, t
+
+
+def simulate_replica(
+    arrivals_s: F64,
+    prompt_tokens: I64,
+    uncached_tokens: I64,
+    output_tokens: I64,
+    *,
+    overhead_s: float,
+    prefill_s_per_token: float,
+    attention_s_per_pair: float,
+    decode_s_per_request: float,
+    context_s_per_token: float,
+    token_budget: int,
+    max_batch: int,
+    kv_tokens: int,
+) -> SimulatedRun:
+    """Simulate one replica serving requests arriving at ``arrivals_s`` (sorted ascending).
+
+    Raises ``ValueError`` for inputs the kernel cannot index safely (numba does not bounds-
+    check): mismatched lengths, unsorted arrivals, uncached tokens outside [1, prompt], outputs
+    below 1, or a request that can never fit the KV cache.
+    """
+    n = arrivals_s.shape[0]
+    for name, arr in (("prompt", prompt_tokens), ("uncached", uncached_tokens)):
+        if arr.shape[0] != n:
+            raise ValueError(f"{name} has {arr.shape[0]} entries, arrivals {n}")
+    if output_tokens.shape[0] != n:
+        raise ValueError(f"output has {output_tokens.shape[0]} entries, arrivals {n}")
+    if n and np.any(np.diff(arrivals_s) < 0):
+        raise ValueError("arrivals must be sorted ascending")
+    if np.any(output_tokens < 1) or np.any(uncached_tokens < 1):
+        raise ValueError("every request needs at least one output and one uncached token")
+    if np.any(uncached_tokens > prompt_tokens):
+        raise ValueError("uncached prompt tokens cannot exceed the prompt")
+    if n and int(np.max(prompt_tokens + output_tokens)) > kv_tokens:
+        raise ValueError("a request is larger than the replica's KV cache")
+    if token_budget < 1 or max_batch < 1:
+        raise ValueError("token_budget and max_batch must be positive")
+    gap_start = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(output_tokens - 1, out=gap_start[1:])
+    result = _simulate(
+        np.ascontiguousarray(arrivals_s, dtype=np.float64),
+        np.ascontiguousarray(prompt_tokens, dtype=np.int64),
+        np.ascontiguousarray(uncached_tokens, dtype=np.int64),
+        np.ascontiguousarray(output_tokens, dtype=np.int64),
+        float(overhead_s),
+        float(prefill_s_per_token),
+        float(attention_s_per_pair),
+        float(decode_s_per_request),
+        float(context_s_per_token),
+        int(token_budget),
+        int(max_batch),
+        int(kv_tokens),
+        gap_start,
+    )
+    ttft, e2e, wait, gaps, owner, busy, prefill_time, cached_time, end = result
+    return SimulatedRun(
+        ttft_s=ttft,
+        e2e_s=e2e,
+        wait_s=wait,
+        gaps_s=gaps,
+        gap_owner=owner,
+        busy_s=float(busy),
+        prefill_s=float(prefill_time),
+        cached_context_s=float(cached_time),
+        end_s=float(end),
+    )

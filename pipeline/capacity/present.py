@@ -1,0 +1,107 @@
+"""The capacity result for people: one sentence a VP can read per candidate, and small tables.
+
+The sentence names what the benchmark measured, how far the team's traffic is from it and the
+capacity with its band, e.g. "Measured at 205-token prompts; your prompts are 34× longer:
+capacity 2.7 req/s per replica (2.2–3.1)". An unknown figure reads "unknown — <reason>",
+never 0.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipeline.capacity.result import CandidateCapacity, CapacityResult, ServingModel
+from pipeline.present.tables import markdown_table
+from pipeline.unknown import Unknown
+
+
+def unknown_text(value: Unknown) -> str:
+    return f"unknown — {value.reason}"
+
+
+def _rate(value: float) -> str:
+    return f"{value:.3g}" if value < 100 else f"{value:,.0f}"
+
+
+def _length_phrase(ratio: float, what: str) -> str:
+    if 0.95 <= ratio <= 1.05:
+        return f"your {what} are about as long"
+    if ratio > 1:
+        return f"your {what} are {ratio:.2g}× longer"
+    return f"your {what} are {1 / ratio:.2g}× shorter"
+
+
+def transfer_sentence(candidate: CandidateCapacity) -> str:
+    """One sentence: where the model was measured, how far the workload is, the capacity."""
+    model, capacity = candidate.serving_model, candidate.workload_capacity_rps
+    if isinstance(model, Unknown):
+        return f"{candidate.candidate}: capacity {unknown_text(model)}"
+    measured = f"Measured at {model.bench_prompt_tokens_mean:,.0f}-token prompts"
+    transfer = candidate.transfer
+    if isinstance(transfer, Unknown):
+        distance = unknown_text(transfer)
+    else:
+        distance = _length_phrase(transfer.prompt_ratio, "prompts")
+        if not 0.8 <= transfer.output_ratio <= 1.25:
+            distance += " and " + _length_phrase(transfer.output_ratio, "answers")
+    if isinstance(capacity, Unknown):
+        return f"{measured}; {distance}: capacity {unknown_text(capacity)}"
+    band = candidate.workload_capacity_band_rps
+    band_text = "" if isinstance(band, Unknown) else f" ({_rate(band[0])}–{_rate(band[1])})"
+    sentence = f"{measured}; {distance}: capacity {_rate(capacity)} req/s per replica{band_text}"
+    if candidate.provisional_reason:
+        sentence += f" — provisional: {candidate.provisional_reason}"
+    return sentence
+
+
+def _figure(value: Any) -> Any:
+    return unknown_text(value) if isinstance(value, Unknown) else value
+
+
+def candidates_table(result: CapacityResult) -> str:
+    """One row per candidate: capacity, band, basis, fleet and the workload's prices."""
+    rows = []
+    for c in result.candidates:
+        cost = c.cost
+        band = c.workload_capacity_band_rps
+        rows.append(
+            {
+                "candidate": c.candidate,
+                "capacity_rps": _figure(c.workload_capacity_rps),
+                "band_rps": _figure(band) if isinstance(band, Unknown) else list(band),
+                "basis": c.capacity_basis,
+                "replicas": None if isinstance(cost, Unknown) else cost.replicas,
+                "monthly_usd": None if isinstance(cost, Unknown) else cost.monthly_cost_usd,
+                "out_per_1m": None if isinstance(cost, Unknown) else cost.cost_per_1m_output_usd,
+                "in_per_1m": None
+                if isinstance(cost, Unknown)
+                else _figure(cost.cost_per_1m_input_usd),
+                "all_in_out_per_1m": None
+                if isinstance(cost, Unknown)
+                else cost.all_in_cost_per_1m_output_usd,
+                "benchmark_out_per_1m": _figure(c.benchmark_cost_per_1m_output_usd),
+            }
+        )
+    return markdown_table(
+        rows,
+        headers={
+            "capacity_rps": "capacity req/s",
+            "band_rps": "band req/s",
+            "monthly_usd": "$/month",
+            "out_per_1m": "$/1M output",
+            "in_per_1m": "$/1M input",
+            "all_in_out_per_1m": "$/1M output (all-in)",
+            "benchmark_out_per_1m": "benchmark $/1M output",
+        },
+    )
+
+
+def model_errors_table(model: ServingModel) -> str:
+    """The fitted model against every point it was fitted on (predicted ÷ measured − 1)."""
+    rows = []
+    for e in model.point_errors:
+        row: dict[str, Any] = {"point": e.point_id.rsplit("/", 1)[-1], "rate_rps": e.rate_rps}
+        for key, value in e.error.items():
+            row[key] = None if isinstance(value, Unknown) else f"{value:+.1%}"
+        rows.append(row)
+    return markdown_table(rows)

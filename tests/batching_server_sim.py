@@ -1,0 +1,418 @@
+"""An independent continuous-batching server for the capacity tests (shares no code and no
+formula with ``pipeline.capacity``).
+
+The "GPU" here costs, per iteration:
+
+    fixed_ms                                   kernel launches + reading the weights once
+  + linear_ms × (prompt tokens computed)       the matrix multiplies of prefill chunks
+  + attention_ms × Σ chunk × (offset + chunk/2) causal attention of each chunk over what came
+                                               before it in its own prompt: quadratic in length
+  + per_sequence_ms × (sequences decoding)     sampling, the decode token's matmul rows
+  + kv_read_ms × (KV tokens the decodes attend to)
+  × a log-normal jitter per iteration (noise of a real server).
+
+Scheduling imitates vLLM's V1 scheduler: running sequences first (each decode takes one token
+of the budget, an unfinished prompt the next chunk), then waiting requests FCFS while the batch
+has room (``max_seqs``) and the KV pool can hold their prompt + answer. A prefix-cache hit
+skips those prompt tokens (they still sit in the KV and are attended to).
+
+Clients: an open-loop Poisson client at a fixed rate (``simulate``), recording what vLLM
+``bench serve`` records; :func:`write_vllm_result` turns a run into a real result JSON with the
+per-request arrays, and :func:`find_capacity` is the simulator's own search for the largest rate
+meeting an SLO with a queue that keeps up (a grid of rates, then bisection).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numba as nb
+import numpy as np
+
+RUNNING_NONE = -1
+
+
+@dataclass(frozen=True)
+class GpuServer:
+    """A Llama-3.1-8B-like model on one H100 (illustrative constants, roofline-shaped)."""
+
+    fixed_ms: float = 6.0
+    linear_ms: float = 0.028
+    attention_ms: float = 1.3e-6
+    per_sequence_ms: float = 0.03
+    kv_read_ms: float = 5.4e-5
+    jitter_sigma: float = 0.03
+    token_budget: int = 1024
+    max_seqs: int = 256
+    kv_pool_tokens: int = 450_000
+    api_latency_ms: float = 0.0  # HTTP + tokenising before the request reaches the scheduler
+
+    def scaled(self, **changes: float) -> GpuServer:
+        values = {**self.__dict__, **changes}
+        return GpuServer(**values)
+
+
+@dataclass
+class ServedRun:
+    """What a client recorded, in send order (seconds)."""
+
+    rate: float
+    start: np.ndarray
+    prompt: np.ndarray
+    output: np.ndarray
+    ttft: np.ndarray
+    latency: np.ndarray
+    itl_flat: np.ndarray
+    itl_offsets: np.ndarray
+    busy_prefill_ms: float
+    busy_cached_kv_ms: float
+    busy_total_ms: float
+    end: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def itl_of(self, i: int) -> np.ndarray:
+        return self.itl_flat[self.itl_offsets[i] : self.itl_offsets[i + 1]]
+
+
+@nb.njit(cache=True)
+def _serve(
+    send_s: np.ndarray,
+    prompt: np.ndarray,
+    skip: np.ndarray,
+    answer: np.ndarray,
+    fixed: float,
+    linear: float,
+    attention: float,
+    per_seq: float,
+    kv_read: float,
+    noise: np.ndarray,
+    budget: int,
+    max_seqs: int,
+    kv_pool: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float, float, float, float]:
+    n = send_s.shape[0]
+    computed = skip.copy()  # prompt tokens already in the KV (cache hits count as computed)
+    produced = np.zeros(n, dtype=np.int64)
+    first = np.full(n, -1.0)
+    done_at = np.full(n, -1.0)
+    last_at = np.zeros(n)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    for i in range(n):
+        offsets[i + 1] = offsets[i] + answer[i] - 1
+    itl = np.zeros(offsets[n])
+    batch = np.full(max_seqs, RUNNING_NONE, dtype=np.int64)
+    in_batch = 0
+    queue_head = 0
+    kv_in_use = 0
+    clock = 0.0
+    remaining = n
+    iteration = 0
+    busy_prefill = 0.0
+    busy_cached = 0.0
+    busy_total = 0.0
+    while remaining > 0:
+        if in_batch == 0 and queue_head < n and send_s[queue_head] > clock:
+            clock = send_s[queue_head]
+        # running sequences keep their slots; then FCFS admission into free slots
+        slot = 0
+        while queue_head < n and send_s[queue_head] <= clock and in_batch < max_seqs:
+            need = prompt[queue_head] + answer[queue_head]
+            if kv_in_use + need > kv_pool:
+                break
+            while batch[slot] != RUNNING_NONE:
+                slot += 1
+            batch[slot] = queue_head
+            in_batch += 1
+            kv_in_use += need
+            queue_head += 1
+        tokens_left = budget
+        cost = fixed
+        prefill_cost = 0.0
+        cached_cost = 0.0
+        decoders = 0
+        # decodes first: one token each
+        for s in range(max_seqs):
+            r = batch[s]
+            if r != RUNNING_NONE and computed[r] == prompt[r]:
+                decoders += 1
+                tokens_left -= 1
+                cost += per_seq + kv_read * (prompt[r] + produced[r])
+                cached_cost += kv_read * skip[r]
+        chunk_of = np.zeros(max_seqs, dtype=np.int64)
+        prompt_tokens = 0
+        for s in range(max_seqs):
+            r = batch[s]
+            if r != RUNNING_NONE and computed[r] < prompt[r] and tokens_left > 0:
+                c = min(prompt[r] - computed[r], tokens_left)
+                tokens_left -= c
+                chunk_of[s] = c
+                prompt_tokens += c
+                offset = computed[r]
+                work = linear * c + attention * c * (offset + c / 2.0)
+                cost += work
+                prefill_cost += work
+        if prompt_tokens > 0:
+            prefill_cost += fixed * prompt_tokens / (prompt_tokens + decoders)
+        cost *= noise[iteration % noise.shape[0]]
+        iteration += 1
+        clock += cost / 1000.0
+        busy_total += cost
+        busy_prefill += prefill_cost
+        busy_cached += cached_cost
+        for s in range(max_seqs):
+            r = batch[s]
+            if r == RUNNING_NONE:
+                continue
+            finished = False
+            if computed[r] == prompt[r]:
+                itl[offsets[r] + produced[r] - 1] = clock - last_at[r]
+                produced[r] += 1
+                last_at[r] = clock
+                finished = produced[r] == answer[r]
+            elif chunk_of[s] > 0:
+                computed[r] += chunk_of[s]
+                if computed[r] == prompt[r]:
+                    first[r] = clock - send_s[r]
+                    produced[r] = 1
+                    last_at[r] = clock
+                    finished = answer[r] == 1
+            if finished:
+                done_at[r] = clock - send_s[r]
+                kv_in_use -= prompt[r] + answer[r]
+                batch[s] = RUNNING_NONE
+                in_batch -= 1
+                remaining -= 1
+    return first, done_at, itl, offsets, busy_prefill, busy_cached, busy_total, clock
+
+
+def simulate(
+    server: GpuServer,
+    rate: float,
+    prompt: np.ndarray,
+    output: np.ndarray,
+    cached: np.ndarray | None = None,
+    seed: int = 0,
+) -> ServedRun:
+    """An open-loop Poisson client at ``rate`` req/s sending these requests in this order."""
+    rng = np.random.default_rng(seed)
+    n = prompt.shape[0]
+    send = np.cumsum(rng.exponential(1.0 / rate, n))
+    send -= send[0]
+    api = server.api_latency_ms / 1000.0
+    skip = np.zeros(n, dtype=np.int64) if cached is None else np.minimum(cached, prompt - 1)
+    noise = (
+        np.exp(rng.normal(0.0, server.jitter_sigma, 4096)) if server.jitter_sigma else np.ones(1)
+    )
+    first, done, itl, offsets, pre, cac, total, end = _serve(
+        send + api,
+        prompt.astype(np.int64),
+        skip.astype(np.int64),
+        output.astype(np.int64),
+        server.fixed_ms,
+        server.linear_ms,
+        server.attention_ms,
+        server.per_sequence_ms,
+        server.kv_read_ms,
+        noise,
+        server.token_budget,
+        server.max_seqs,
+        server.kv_pool_tokens,
+    )
+    return ServedRun(
+        rate=rate,
+        start=send,
+        prompt=prompt,
+        output=output,
+        ttft=first + api,
+        latency=done + api,
+        itl_flat=itl,
+        itl_offsets=offsets,
+        busy_prefill_ms=float(pre),
+        busy_cached_kv_ms=float(cac),
+        busy_total_ms=float(total),
+        end=float(end),
+    )
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    ttft_p95_ms: float
+    itl_p99_ms: float
+    backlog_grew: bool
+
+
+def judge(run: ServedRun, ttft_p95_ms: float, itl_p99_ms: float, warmup: float = 0.1) -> Verdict:
+    """The SLO on the requests after the warm-up, and whether the server kept up: the requests
+    still unanswered at the last send must not outnumber those at mid-run by much."""
+    n = run.start.shape[0]
+    skip = int(n * warmup)
+    ttft = np.percentile(run.ttft[skip:], 95) * 1000.0
+    keep = run.itl_offsets[skip]
+    gaps = run.itl_flat[keep:]
+    itl = np.percentile(gaps, 99) * 1000.0 if gaps.size else 0.0
+    finish = run.start + run.latency
+
+    def open_at(t: float) -> int:
+        return int(np.sum((run.start <= t) & (finish > t)))
+
+    middle, last = run.start[n // 2], run.start[-1]
+    grew = open_at(last) > 2 * open_at(middle) + 10
+    return Verdict(
+        ok=bool(ttft <= ttft_p95_ms and itl <= itl_p99_ms and not grew),
+        ttft_p95_ms=float(ttft),
+        itl_p99_ms=float(itl),
+        backlog_grew=grew,
+    )
+
+
+def find_capacity(
+    server: GpuServer,
+    prompt: np.ndarray,
+    output: np.ndarray,
+    cached: np.ndarray | None,
+    ttft_p95_ms: float,
+    itl_p99_ms: float,
+    seed: int = 7,
+    start: float = 0.05,
+) -> tuple[float, ServedRun]:
+    """The largest Poisson rate meeting the SLO and keeping up: a ×1.5 grid up from ``start``
+    (which must pass), then halving the last bracket eight times."""
+
+    def ok(rate: float) -> tuple[bool, ServedRun]:
+        run = simulate(server, rate, prompt, output, cached, seed=seed)
+        return judge(run, ttft_p95_ms, itl_p99_ms).ok, run
+
+    rate = start
+    passed, run = ok(rate)
+    assert passed, f"the SLO fails even at {start} req/s"
+    best_run = run
+    while True:
+        nxt = rate * 1.5
+        passed, run = ok(nxt)
+        if not passed:
+            break
+        rate, best_run = nxt, run
+    lo, hi = rate, rate * 1.5
+    for _ in range(8):
+        mid = (lo + hi) / 2.0
+        passed, run = ok(mid)
+        if passed:
+            lo, best_run = mid, run
+        else:
+            hi = mid
+    return lo, best_run
+
+
+def write_vllm_result(
+    run: ServedRun, path: Path, model_id: str, num_prompts: int | None = None
+) -> None:
+    """A ``vllm bench serve --save-result`` JSON for ``run`` (ms aggregates, s arrays)."""
+    n = run.start.shape[0]
+    ttft_ms = run.ttft * 1000.0
+    tpot = np.array(
+        [
+            (run.latency[i] - run.ttft[i]) / (run.output[i] - 1) * 1000.0
+            for i in range(n)
+            if run.output[i] > 1
+        ]
+    )
+    itl_ms = run.itl_flat * 1000.0
+    duration = float(np.max(run.start + run.latency))
+    doc: dict[str, Any] = {
+        "date": "20261130-120000",
+        "endpoint_type": "openai",
+        "backend": "vllm",
+        "label": None,
+        "model_id": model_id,
+        "tokenizer_id": model_id,
+        "num_prompts": num_prompts or n,
+        "request_rate": run.rate,
+        "burstiness": 1.0,
+        "max_concurrency": None,
+        "duration": duration,
+        "completed": n,
+        "failed": 0,
+        "total_input_tokens": int(run.prompt.sum()),
+        "total_output_tokens": int(run.output.sum()),
+        "request_throughput": n / duration,
+        "request_goodput": None,
+        "output_throughput": float(run.output.sum()) / duration,
+        "total_token_throughput": float(run.prompt.sum() + run.output.sum()) / duration,
+        "max_output_tokens_per_s": None,
+        "max_concurrent_requests": None,
+    }
+    for name, values in (("ttft", ttft_ms), ("tpot", tpot), ("itl", itl_ms)):
+        doc[f"mean_{name}_ms"] = float(np.mean(values))
+        doc[f"median_{name}_ms"] = float(np.median(values))
+        doc[f"std_{name}_ms"] = float(np.std(values))
+        doc[f"p99_{name}_ms"] = float(np.percentile(values, 99))
+    doc["input_lens"] = [int(x) for x in run.prompt]
+    doc["output_lens"] = [int(x) for x in run.output]
+    doc["ttfts"] = [float(x) for x in run.ttft]
+    doc["itls"] = [[float(g) for g in run.itl_of(i)] for i in range(n)]
+    doc["latencies"] = [float(x) for x in run.latency]
+    doc["start_times"] = [float(1000.0 + x) for x in run.start]  # perf_counter, not from 0
+    doc["errors"] = [""] * n
+    doc["generated_texts"] = [""] * n
+    path.write_text(json.dumps(doc))
+
+
+def write_sweep(
+    server: GpuServer,
+    folder: Path,
+    rates: list[float],
+    prompt: np.ndarray,
+    output: np.ndarray,
+    *,
+    gpu_type: str = "H100-80GB",
+    price: float = 2.5,
+    model_id: str = "meta-llama/Llama-3.1-8B-Instruct",
+    seed: int = 11,
+) -> list[ServedRun]:
+    """One vLLM result file per rate for one request mix, with the sidecar manifest."""
+    folder.mkdir(parents=True, exist_ok=True)
+    runs = []
+    for k, rate in enumerate(rates):
+        run = simulate(server, rate, prompt, output, seed=seed + k)
+        write_vllm_result(run, folder / f"vllm-{rate:g}qps-Llama-3.1-8B.json", model_id)
+        runs.append(run)
+    (folder / "enginefit-bench.yaml").write_text(
+        "engine: vllm\nengine_version: 0.11.0\n"
+        f"gpu_type: {gpu_type}\ngpu_count: 1\nquantization: bf16\n"
+        f"price_per_gpu_hour_usd: {price}\nmodel: {model_id}\nworkload: synthetic\n"
+    )
+    return runs
+
+
+def mix(
+    n: int, prompt_range: tuple[int, int], output_range: tuple[int, int], seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Uniform prompt and output lengths (integers, inclusive ranges)."""
+    rng = np.random.default_rng(seed)
+    prompt = rng.integers(prompt_range[0], prompt_range[1] + 1, n).astype(np.int64)
+    output = rng.integers(output_range[0], output_range[1] + 1, n).astype(np.int64)
+    return prompt, output
+
+
+PER_REQUEST_KEYS = (
+    "input_lens",
+    "output_lens",
+    "ttfts",
+    "itls",
+    "latencies",
+    "start_times",
+    "errors",
+    "generated_texts",
+)
+
+
+def strip_per_request(path: Path) -> None:
+    """The same result as written by a vLLM version that kept aggregates only."""
+    doc = json.loads(path.read_text())
+    for key in PER_REQUEST_KEYS:
+        doc.pop(key, None)
+    path.write_text(json.dumps(doc))

@@ -1,0 +1,205 @@
+"""The serving-model fit: known parameters recovered, errors on its own points, the prior when
+the data cannot split prefill from decode, and Unknown (never 0) when nothing can."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import pytest
+
+from pipeline.bench import read_bench_files
+from pipeline.capacity.compute import carry_to_workload
+from pipeline.capacity.config import CapacityConfig
+from pipeline.capacity.fit import deployment_of, fit_serving_model
+from pipeline.capacity.prior import gpu_peaks, roofline_prior
+from pipeline.capacity.result import ServingModel
+from pipeline.unknown import Unknown
+from tests import batching_server_sim as sim
+from tests.capacity_scenarios import (
+    CONFIG,
+    KV_TOKENS,
+    LLAMA_8B,
+    PRICE,
+    RATES,
+    SLO,
+    fitted,
+    sweep,
+    workload,
+)
+
+NOISE_FREE = sim.GpuServer(jitter_sigma=0.0, attention_ms=0.0)
+# Three request mixes, so the context cost has data of its own (prompts 200, 1,300, 4,000).
+THREE_MIXES = {
+    "short": ((100, 300), (100, 300), (10.0, 25.0, 40.0)),
+    "mid": ((1000, 1600), (100, 300), (3.0, 8.0, 14.0)),
+    "long": ((3000, 5000), (100, 300), (0.5, 1.5, 3.0)),
+}
+
+
+@lru_cache(maxsize=1)
+def noise_free_model() -> ServingModel | Unknown:
+    from tests.capacity_scenarios import _ROOT
+
+    root = _ROOT / "noise-free"
+    for i, (name, (prompts, outputs, rates)) in enumerate(THREE_MIXES.items()):
+        p, o = sim.mix(400, prompts, outputs, seed=20 + i)
+        sim.write_sweep(NOISE_FREE, root / name, list(rates), p, o, seed=30 + 5 * i)
+    read = read_bench_files(root)
+    points = read.load_points
+    # No model shape: no prior, so every coefficient comes from the data.
+    return fit_serving_model(
+        points, read.per_request, deployment_of(points.row(0, named=True)), config=CONFIG
+    )
+
+
+def test_fit_recovers_known_parameters_on_noise_free_data() -> None:
+    model = noise_free_model()
+    assert isinstance(model, ServingModel), model
+    assert model.prefill_split_basis == "fitted"
+    assert model.context_basis == "fitted"
+    assert model.attention_basis == "assumed_zero"  # and the simulator has none here
+    c = model.coefficients
+    assert c.overhead_s * 1e3 == pytest.approx(NOISE_FREE.fixed_ms, rel=0.05)
+    assert c.prefill_s_per_token * 1e3 == pytest.approx(NOISE_FREE.linear_ms, rel=0.10)
+    assert c.decode_s_per_request * 1e3 == pytest.approx(NOISE_FREE.per_sequence_ms, rel=0.15)
+    assert c.context_s_per_token * 1e3 == pytest.approx(NOISE_FREE.kv_read_ms, rel=0.15)
+    assert model.residual_spread < 0.05
+
+
+def test_errors_on_fitted_points_are_reported_and_small() -> None:
+    model = fitted("short")
+    assert isinstance(model, ServingModel), model
+    assert model.points_used == len(RATES["short"]) == len(model.point_errors)
+    for point in model.point_errors:
+        assert point.replayed  # vLLM start times: the point's own requests were replayed
+        assert set(point.error) == {
+            "ttft_p50",
+            "ttft_p95",
+            "itl_p50",
+            "itl_p99",
+            "tpot_p50",
+            "tpot_p99",
+        }
+        for stat in ("ttft_p50", "ttft_p95", "itl_p50", "tpot_p50", "tpot_p99"):
+            error = point.error[stat]
+            assert isinstance(error, float), (stat, error)
+            assert abs(error) < 0.15, (point.point_id, stat, error)
+    assert model.prefill_split_basis == "fitted"
+    assert model.context_basis == "prior"  # one mix: the prior splits requests from context
+
+
+def test_capacity_check_against_the_measured_bracket() -> None:
+    read = sweep("long")
+    points = read.load_points
+    # Pretend the sweep went one step further and failed there.
+    model = fit_serving_model(
+        points,
+        read.per_request,
+        deployment_of(points.row(0, named=True)),
+        config=CONFIG,
+        model_shape=LLAMA_8B,
+        measured_capacity=(3.5, 4.4),
+        slo=SLO,
+    )
+    assert isinstance(model, ServingModel)
+    check = model.capacity_check
+    assert check is not None and isinstance(check.predicted_rps, float)
+    assert check.within_bracket  # the simulator's own capacity at this mix is about 3.9
+
+
+def test_sweep_without_per_request_data_uses_the_prior_and_says_so() -> None:
+    model = fitted("short", per_request=False)
+    assert isinstance(model, ServingModel), model
+    assert model.prefill_split_basis == "prior"
+    assert any("roofline prior" in note for note in model.notes)
+    assert not any(p.replayed for p in model.point_errors)
+    assert isinstance(model.point_errors[0].measured["ttft_p95"], Unknown)  # vLLM wrote p99 only
+    candidate = carry_to_workload(
+        "vllm",
+        model,
+        workload("long"),
+        SLO,
+        kv_tokens=KV_TOKENS,
+        gpu_hour_usd=PRICE,
+        peak_rate_rps=5.0,
+        mean_rate_rps=2.0,
+        config=CONFIG,
+    )
+    assert candidate.provisional_reason and "roofline prior" in candidate.provisional_reason
+
+
+def test_unknown_gpu_gives_unknown_not_zero() -> None:
+    assert isinstance(gpu_peaks("TPU v5e"), Unknown)
+    assert isinstance(roofline_prior("Gaudi3", 1, LLAMA_8B), Unknown)
+    model = fitted("short", per_request=False, gpu_type="Gaudi3")
+    assert isinstance(model, Unknown)
+    assert "Gaudi3" in model.reason
+    candidate = carry_to_workload(
+        "vllm",
+        model,
+        workload("long"),
+        SLO,
+        kv_tokens=KV_TOKENS,
+        gpu_hour_usd=PRICE,
+        peak_rate_rps=5.0,
+        mean_rate_rps=2.0,
+        config=CONFIG,
+    )
+    assert isinstance(candidate.workload_capacity_rps, Unknown)
+    assert isinstance(candidate.cost, Unknown)
+    assert isinstance(candidate.workload_capacity_band_rps, Unknown)
+
+
+def test_unknown_gpu_with_per_request_data_still_fits_but_context_is_assumed() -> None:
+    model = fitted("short", per_request=True, gpu_type="Gaudi3")
+    assert isinstance(model, ServingModel), model
+    assert model.prefill_split_basis == "fitted"
+    assert model.context_basis == "assumed_zero"
+    assert isinstance(model.prior, Unknown)
+
+
+def test_table_of_gpus_known() -> None:
+    for name in ("H100-80GB", "NVIDIA H200", "A100-80GB", "L40S", "L4", "MI300X", "B200"):
+        peaks = gpu_peaks(name)
+        assert not isinstance(peaks, Unknown), name
+        assert peaks.source_url.startswith("https://")
+    h100_pcie, l4 = gpu_peaks("H100 PCIe"), gpu_peaks("NVIDIA L4")
+    assert not isinstance(h100_pcie, Unknown) and h100_pcie.name == "H100 PCIe"
+    assert not isinstance(l4, Unknown) and l4.name == "L4"
+
+
+def test_no_usable_point_is_unknown() -> None:
+    read = sweep("short")
+    closed = read.load_points.head(1).with_columns(offered_rate_rps=None, achieved_rate_rps=None)
+    model = fit_serving_model(
+        closed,
+        None,
+        deployment_of(closed.row(0, named=True)),
+        config=CapacityConfig(),
+        model_shape=LLAMA_8B,
+    )
+    assert isinstance(model, Unknown)
+    assert "no finite send rate" in model.reason
+
+
+def test_latency_outside_the_gpu_is_fitted_as_request_latency() -> None:
+    from tests.capacity_scenarios import _ROOT
+
+    server = sim.GpuServer(api_latency_ms=40.0)
+    prompt, output = sim.mix(400, (100, 300), (100, 300), seed=8)
+    sim.write_sweep(server, _ROOT / "api-latency", [5.0, 25.0, 45.0], prompt, output)
+    read = read_bench_files(_ROOT / "api-latency")
+    points = read.load_points
+    model = fit_serving_model(
+        points,
+        read.per_request,
+        deployment_of(points.row(0, named=True)),
+        config=CONFIG,
+        model_shape=LLAMA_8B,
+    )
+    assert isinstance(model, ServingModel), model
+    assert model.coefficients.request_latency_s * 1e3 == pytest.approx(40.0, rel=0.2)
+    for point in model.point_errors:
+        error = point.error["ttft_p50"]
+        assert isinstance(error, float) and abs(error) < 0.1
+    assert fitted("short").coefficients.request_latency_s < 0.002  # type: ignore[union-attr]
