@@ -16,7 +16,9 @@ from pipeline.decision.catalog import Catalog
 from pipeline.decision.config import DecisionSettings, Requirements
 from pipeline.decision.evidence import EngineBench, Workload
 from pipeline.decision.result import DecisionRecord, Rule
+from pipeline.prefix.result import PrefixSummary
 from pipeline.shape.config import ShapeConfig
+from pipeline.sim.result import ScenarioSummary
 
 HOURS_PER_WEEK = 40.0
 
@@ -28,8 +30,8 @@ class DecisionInputs:
 
     workload_name: str
     shape: dict[str, Any] | None
-    prefix: dict[str, Any] | None
-    scenarios: list[dict[str, Any]] | None
+    prefix: PrefixSummary | None
+    scenarios: list[ScenarioSummary] | None
     curves: pl.DataFrame | None
     bench: BenchAnalysis | None
     fits: pl.DataFrame | None

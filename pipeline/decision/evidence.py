@@ -19,6 +19,7 @@ from pipeline.bench.cost import HOURS_PER_MONTH
 from pipeline.bench.result import BenchAnalysis
 from pipeline.decision.catalog import FEATURES, Catalog
 from pipeline.decision.config import DecisionSettings, Requirements
+from pipeline.prefix.result import CurvePoint, PrefixSummary
 
 SECONDS_PER_MONTH = HOURS_PER_MONTH * 3600
 # Capacity rows ranked apart by how much of the curve they saw (pipeline/bench/cost.py).
@@ -74,7 +75,7 @@ class Workload:
 
 def workload_from(
     shape: dict[str, Any] | None,
-    prefix: dict[str, Any] | None,
+    prefix: PrefixSummary | None,
     settings: DecisionSettings,
     peak_window: str,
     missing: dict[str, str],
@@ -113,13 +114,13 @@ def workload_from(
             ),
         }
     if prefix is not None:
-        share, window_tokens = share_at(prefix["curve"], settings.prefix_window_tokens)
-        cross = (prefix["reuse"].get("cross_tenant") or {}).get("cross_tenant_share_of_hits")
+        share, window_tokens = share_at(prefix.curve, settings.prefix_window_tokens)
+        cross = prefix.reuse.cross_tenant
         values |= {
             "prefix_share": share,
             "prefix_window_tokens": window_tokens,
-            "prefix_shape": prefix["classification"].get("shape"),
-            "cross_tenant_share": cross,
+            "prefix_shape": prefix.classification.shape,
+            "cross_tenant_share": cross.cross_tenant_share_of_hits if cross else None,
         }
         if share is None:
             values["unknown"]["prefix_share"] = "the trace carries no prompt content"
@@ -140,17 +141,17 @@ def features_seen(shape: dict[str, Any], settings: DecisionSettings) -> tuple[st
     return tuple(f for f in FEATURES if seen[f])
 
 
-def share_at(curve: list[dict[str, Any]], window_tokens: int) -> tuple[float | None, int | None]:
+def share_at(curve: list[CurvePoint], window_tokens: int) -> tuple[float | None, int | None]:
     """The shared-prefix share at the largest curve window not above ``window_tokens`` (the
     smallest window when all are above it); None for a curve without content."""
     points = sorted(
-        (p for p in curve if p.get("share") is not None), key=lambda p: p["window_tokens"]
+        ((p.window_tokens, p.share) for p in curve if p.share is not None), key=lambda p: p[0]
     )
     if not points:
         return None, None
-    below = [p for p in points if p["window_tokens"] <= window_tokens]
-    point = below[-1] if below else points[0]
-    return float(point["share"]), int(point["window_tokens"])
+    below = [p for p in points if p[0] <= window_tokens]
+    window, share = below[-1] if below else points[0]
+    return share, window
 
 
 @dataclass(frozen=True)

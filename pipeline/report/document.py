@@ -19,6 +19,9 @@ from pipeline.decision.context import money, usd
 from pipeline.decision.present import value_text as plain_value
 from pipeline.decision.result import DecisionRecord, TriggerCheck
 from pipeline.ingest.result import IngestSummary
+from pipeline.prefix.result import PrefixSummary
+from pipeline.sim.result import ScenarioSummary
+from pipeline.unknown import is_known
 
 UNKNOWN = "unknown"
 STATUS_WORDS = {True: "applied", False: "did not apply", None: "unknown"}
@@ -54,8 +57,8 @@ class ReportInputs:
     record: DecisionRecord
     ingest: IngestSummary
     shape: dict[str, Any]
-    prefix: dict[str, Any] | None
-    scenarios: list[dict[str, Any]]
+    prefix: PrefixSummary | None
+    scenarios: list[ScenarioSummary]
     capacity: list[dict[str, Any]]
     findings: list[dict[str, Any]]
     slo: str
@@ -277,29 +280,23 @@ def _prefix(inputs: ReportInputs) -> dict[str, Any]:
     record = inputs.record
     prefix = inputs.prefix
     ordered = sorted(
-        inputs.scenarios,
-        key=lambda s: (
-            s["replicas"],
-            s["cache_tokens"],
-            s["routing"],
-            bool(s.get("tenant_isolation")),
-        ),
+        inputs.scenarios, key=lambda s: (s.replicas, s.cache_tokens, s.routing, s.tenant_isolation)
     )
     scenarios = [
         {
-            "replicas": s["replicas"],
-            "routing": s["routing"] + (" (isolated)" if s.get("tenant_isolation") else ""),
-            "cache": number(s["cache_tokens"], unit="tokens"),
-            "hit": share(s.get("hit_ratio")),
-            "imbalance": number(s.get("prefill_imbalance"), 2),
+            "replicas": s.replicas,
+            "routing": s.routing + (" (isolated)" if s.tenant_isolation else ""),
+            "cache": number(s.cache_tokens, unit="tokens"),
+            "hit": share(s.hit_ratio if is_known(s.hit_ratio) else None),
+            "imbalance": number(s.prefill_imbalance, 2),
         }
         for s in ordered
     ]
     routing = record.routing
     return {
-        "classification": (prefix or {}).get("classification", {}).get("reason", UNKNOWN),
-        "shape": (prefix or {}).get("classification", {}).get("shape", UNKNOWN),
-        "reuse": share(((prefix or {}).get("reuse") or {}).get("hit_share")),
+        "classification": prefix.classification.reason if prefix else UNKNOWN,
+        "shape": prefix.classification.shape if prefix else UNKNOWN,
+        "reuse": share(prefix.reuse.hit_share if prefix else None),
         "scenarios": scenarios,
         "routing": {
             "reason": routing.reason or UNKNOWN,

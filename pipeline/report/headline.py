@@ -13,6 +13,7 @@ from typing import Any
 from pipeline.config import Config
 from pipeline.errors import EnginefitError
 from pipeline.layout import WorkloadLayout
+from pipeline.unknown import Unknown, is_known
 
 
 def _ingest(layout: WorkloadLayout, config: Config) -> str:
@@ -48,10 +49,10 @@ def _prefix(layout: WorkloadLayout, config: Config) -> str:
     from pipeline.prefix.stage import read_result
 
     summary = read_result(layout).summary
-    share = summary["reuse"].get("hit_share")
+    share = summary.reuse.hit_share
     served = f"{share:.1%}" if share is not None else "unknown"
     return (
-        f"curve shape: {summary['classification']['shape']}; an unbounded prefix cache could "
+        f"curve shape: {summary.classification.shape}; an unbounded prefix cache could "
         f"serve {served} of prompt tokens"
     )
 
@@ -60,18 +61,15 @@ def _simulation(layout: WorkloadLayout, config: Config) -> str:
     from pipeline.sim.stage import read_summaries
 
     summaries = read_summaries(layout)
-    known = [s for s in summaries if s.get("hit_ratio") is not None]
+    known = [(s.hit_ratio, s.scenario) for s in summaries if is_known(s.hit_ratio)]
     if not summaries:
         return "no scenarios configured"
+    first = summaries[0].hit_ratio
     if not known:
-        reason = summaries[0].get("hit_unknown_reason") or "the trace cannot support it"
+        reason = first.reason if isinstance(first, Unknown) else "the trace cannot support it"
         return f"{len(summaries)} scenarios; hit ratio unknown: {reason}"
-    low = min(known, key=lambda s: (s["hit_ratio"], s["scenario"]))
-    high = max(known, key=lambda s: (s["hit_ratio"], s["scenario"]))
-    return (
-        f"{len(summaries)} scenarios; hit ratio {low['hit_ratio']:.1%} ({low['scenario']}) to "
-        f"{high['hit_ratio']:.1%} ({high['scenario']})"
-    )
+    (low, low_key), (high, high_key) = min(known), max(known)
+    return f"{len(summaries)} scenarios; hit ratio {low:.1%} ({low_key}) to {high:.1%} ({high_key})"
 
 
 def _bench(layout: WorkloadLayout, config: Config) -> str:
