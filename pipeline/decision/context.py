@@ -18,6 +18,7 @@ from pipeline.decision.evidence import EngineBench, Workload
 from pipeline.decision.result import DecisionRecord, Rule
 from pipeline.prefix.result import PrefixSummary
 from pipeline.shape.config import ShapeConfig
+from pipeline.shape.result import ShapeMetrics
 from pipeline.sim.result import ScenarioSummary
 
 HOURS_PER_WEEK = 40.0
@@ -29,7 +30,7 @@ class DecisionInputs:
     ``missing`` (stage name → why)."""
 
     workload_name: str
-    shape: dict[str, Any] | None
+    shape: ShapeMetrics | None
     prefix: PrefixSummary | None
     scenarios: list[ScenarioSummary] | None
     curves: pl.DataFrame | None

@@ -20,8 +20,9 @@ from pipeline.decision.present import value_text as plain_value
 from pipeline.decision.result import DecisionRecord, TriggerCheck
 from pipeline.ingest.result import IngestSummary
 from pipeline.prefix.result import PrefixSummary
+from pipeline.shape.result import ShapeMetrics
 from pipeline.sim.result import ScenarioSummary
-from pipeline.unknown import is_known
+from pipeline.unknown import Unknown, is_known
 
 UNKNOWN = "unknown"
 STATUS_WORDS = {True: "applied", False: "did not apply", None: "unknown"}
@@ -56,7 +57,7 @@ class ReportInputs:
     organisation: str | None
     record: DecisionRecord
     ingest: IngestSummary
-    shape: dict[str, Any]
+    shape: ShapeMetrics
     prefix: PrefixSummary | None
     scenarios: list[ScenarioSummary]
     capacity: list[dict[str, Any]]
@@ -231,47 +232,41 @@ def _requirements(inputs: ReportInputs) -> dict[str, Any]:
 
 def _shape(inputs: ReportInputs) -> dict[str, Any]:
     metrics = inputs.shape
-    arrivals = metrics["arrivals"]
-    conc = metrics["concurrency"]
-    lengths = metrics["lengths"]
+    arrivals = metrics.arrivals
+    conc = metrics.concurrency
+    lengths = metrics.lengths
     windows = [
         {
             "window": name,
-            "peak": number(w.get("peak_rate_rps"), 2, "req/s")
-            if w.get("supported")
-            else "not supported",
-            "dispersion": number(w.get("index_of_dispersion"), 2)
-            if w.get("supported")
-            else (w.get("reason") or ""),
+            "peak": "not supported"
+            if isinstance(w, Unknown)
+            else number(w.peak_rate_rps, 2, "req/s"),
+            "dispersion": w.reason if isinstance(w, Unknown) else number(w.index_of_dispersion, 2),
         }
-        for name, w in arrivals["windows"].items()
+        for name, w in arrivals.windows.items()
     ]
-    estimated = bool(conc.get("estimated"))
     return {
         "facts": [
-            {"label": "Requests", "value": number(metrics["requests"])},
-            {"label": "Span", "value": number(arrivals.get("span_s", 0) / 3600, 1, "h")},
-            {
-                "label": "Mean arrival rate",
-                "value": number(arrivals.get("mean_rate_rps"), 2, "req/s"),
-            },
+            {"label": "Requests", "value": number(metrics.requests)},
+            {"label": "Span", "value": number(arrivals.span_s / 3600, 1, "h")},
+            {"label": "Mean arrival rate", "value": number(arrivals.mean_rate_rps, 2, "req/s")},
             {
                 "label": "Peak concurrency",
-                "value": number(conc["peak"])
-                + (" (estimated)" if estimated else " (exact, logged durations)"),
+                "value": number(conc.peak)
+                + (" (estimated)" if conc.estimated else " (exact, logged durations)"),
             },
             {
                 "label": "Prompt tokens p50 / p99",
-                "value": f"{number(lengths['prompt_tokens'].get('p50'))} / {number(lengths['prompt_tokens'].get('p99'))}",
+                "value": f"{number(lengths.prompt_tokens.p50)} / {number(lengths.prompt_tokens.p99)}",
             },
             {
                 "label": "Output tokens p50 / p99",
-                "value": f"{number(lengths['output_tokens'].get('p50'))} / {number(lengths['output_tokens'].get('p99'))}",
+                "value": f"{number(lengths.output_tokens.p50)} / {number(lengths.output_tokens.p99)}",
             },
         ],
         "windows": windows,
-        "estimate_note": conc.get("label") if estimated else None,
-        "findings": [f["message"] for f in metrics.get("findings", [])],
+        "estimate_note": conc.label if conc.estimated else None,
+        "findings": [f.message for f in metrics.findings],
         "figures": _figures(inputs, ("arrivals", "lengths", "concurrency")),
     }
 

@@ -31,17 +31,14 @@ def _shape(layout: WorkloadLayout, config: Config) -> str:
     from pipeline.shape.stage import read_result
 
     metrics = read_result(layout).metrics
-    windows = metrics["arrivals"]["windows"]
     peaks = [
-        f"{w['peak_rate_rps']:,.2f} req/s ({name} window)"
-        for name, w in windows.items()
-        if w.get("supported") and w.get("peak_rate_rps") is not None
+        f"{rate:,.2f} req/s ({name} window)" for name, rate in metrics.arrivals.peak_rates().items()
     ]
-    concurrency = metrics["concurrency"]
-    label = " (estimated)" if concurrency.get("estimated") else ""
+    concurrency = metrics.concurrency
+    label = " (estimated)" if concurrency.estimated else ""
     return (
         f"peak rate {peaks[0] if peaks else 'unknown'}; peak concurrency "
-        f"{concurrency['peak']:,}{label}"
+        f"{concurrency.peak:,}{label}"
     )
 
 
