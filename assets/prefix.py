@@ -22,18 +22,16 @@ def prefix_sharing(store: EnginefitStore) -> dg.MaterializeResult:  # type: igno
     result = stage.run(stage.read_inputs(layout, config), config.prefix)
     paths = stage.write(result, layout)
     summary = result.summary
-    cls = summary["classification"]
-    sessions = summary["sessions"]
-    hit_share = summary["reuse"]["hit_share"]
+    hit_share = summary.reuse.hit_share
     return dg.MaterializeResult(
         metadata={
-            "dagster/row_count": summary["requests"],
-            "block_size": summary["block_size"],
-            "shape": cls["shape"],
-            "shape_reason": cls["reason"],
+            "dagster/row_count": summary.requests,
+            "block_size": summary.block_size,
+            "shape": summary.classification.shape,
+            "shape_reason": summary.classification.reason,
             "reuse_hit_share": hit_share if hit_share is not None else "unknown: no content",
-            "sessions": sessions["sessions"],
-            "sessions_inferred": sessions["inferred"],
+            "sessions": summary.sessions.sessions,
+            "sessions_inferred": summary.sessions.inferred,
             "curve": md(curve_markdown(summary)),
             "reuse": md(reuse_markdown(summary)),
             **path_entries(paths),

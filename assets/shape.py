@@ -18,16 +18,17 @@ def workload_shape(store: EnginefitStore) -> dg.MaterializeResult:  # type: igno
     layout = config.layout()
     result = stage.run(stage.read_inputs(layout, config), config.shape)
     paths = stage.write(result, layout)
-    shape = result.to_json()
-    conc = shape["concurrency"]
+    metrics = result.metrics
     return dg.MaterializeResult(
         metadata={
-            "requests": int(shape["requests"]),
-            "peak_concurrency": int(conc["peak"]),
-            "peak_concurrency_estimated": bool(conc["estimated"]),
-            "concurrency_label": str(conc["label"]),
-            "timestamps_quantised": bool(shape["arrivals"]["quantisation"]["quantised"]),
-            **{f"{name}_table": md(text) for name, text in summary_tables(shape).items()},
+            "requests": metrics.requests,
+            "peak_concurrency": metrics.concurrency.peak,
+            "peak_concurrency_estimated": metrics.concurrency.estimated,
+            "concurrency_label": metrics.concurrency.label,
+            "timestamps_quantised": metrics.arrivals.quantisation.quantised,
+            **{
+                f"{name}_table": md(text) for name, text in summary_tables(result.to_json()).items()
+            },
             **path_entries(paths),
         }
     )
@@ -39,7 +40,7 @@ def workload_shape(store: EnginefitStore) -> dg.MaterializeResult:  # type: igno
     description="Estimated concurrency carries its model.",
 )
 def estimated_concurrency_labelled(store: EnginefitStore) -> dg.AssetCheckResult:
-    return check_result(checks.estimates_labelled(stage.read_result(store.layout()).metrics))
+    return check_result(checks.estimates_labelled(stage.read_result(store.layout()).to_json()))
 
 
 @dg.asset_check(
@@ -48,7 +49,9 @@ def estimated_concurrency_labelled(store: EnginefitStore) -> dg.AssetCheckResult
     description="Statistics the timestamps cannot support say why.",
 )
 def unsupported_statistics_explained(store: EnginefitStore) -> dg.AssetCheckResult:
-    return check_result(checks.unsupported_have_reasons(stage.read_result(store.layout()).metrics))
+    return check_result(
+        checks.unsupported_have_reasons(stage.read_result(store.layout()).to_json())
+    )
 
 
 ASSETS = [workload_shape]

@@ -26,6 +26,7 @@ from assets.metadata import (
 from assets.resources import EnginefitStore
 from pipeline.sim import Scenario, checks, stage
 from pipeline.sim.present import curves_table, scenarios_table
+from pipeline.sim.result import ScenarioSummary
 
 
 @dg.op(ins={"workload": dg.In(dg.Nothing)}, out=dg.DynamicOut(dict), tags=SCENARIO_PRIORITY)
@@ -36,7 +37,7 @@ def sim_plan(store: EnginefitStore) -> Any:
 
 
 @dg.op(tags=SCENARIO_PRIORITY)
-def sim_scenario(store: EnginefitStore, scenario: dict[str, Any]) -> dict[str, Any]:
+def sim_scenario(store: EnginefitStore, scenario: dict[str, Any]) -> ScenarioSummary:
     """Replay one scenario and write its summary JSON under simulation/scenarios/."""
     config = store.config()
     layout = config.layout()
@@ -48,7 +49,7 @@ def sim_scenario(store: EnginefitStore, scenario: dict[str, Any]) -> dict[str, A
 
 @dg.op
 def sim_collect(
-    context: OpExecutionContext, store: EnginefitStore, summaries: list[dict[str, Any]]
+    context: OpExecutionContext, store: EnginefitStore, summaries: list[ScenarioSummary]
 ) -> dict[str, Any]:
     """Gather every scenario into one table (sorted by scenario key) plus per-replica rows."""
     paths = stage.write_scenarios(summaries, store.layout())

@@ -97,7 +97,7 @@ def measure(workload: Path) -> dict[str, object]:
     result = step("full stage (compute)", lambda: compute_shape(lf, cfg))
     with tempfile.TemporaryDirectory() as tmp:
         step("full stage (write)", lambda: write(result, WorkloadLayout(Path(tmp))))  # type: ignore[arg-type]
-    shape = result.metrics  # type: ignore[attr-defined]
+    shape = result.to_json()  # type: ignore[attr-defined]
     return {
         "figures": stage_figures(shape),
         "latency": [

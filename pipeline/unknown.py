@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TypeGuard, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, PlainSerializer
 
 T = TypeVar("T")
 
@@ -21,3 +21,19 @@ class Unknown(BaseModel):
 
 def is_known(value: T | Unknown) -> TypeGuard[T]:
     return not isinstance(value, Unknown)
+
+
+class ResultModel(BaseModel):
+    """Base of every typed stage result: immutable, and a key the model does not name is an
+    error (a file written by another version fails on reading, not later in a consumer)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _null_if_unknown(value: object) -> object:
+    return None if isinstance(value, Unknown) else value
+
+
+# On disk an unknown figure stays ``null`` (its reason is written once beside it, in the key
+# each file has always used); in memory it is the ``Unknown`` carrying that reason.
+NullIfUnknown = PlainSerializer(_null_if_unknown)

@@ -184,7 +184,7 @@ def test_shape_baseline_agrees_with_the_stage(tmp_path: Path) -> None:
     path = tmp_path / "requests.csv"
     write_csv(drawn, path)
     cfg = default_config().shape
-    stage = stage_figures(compute_shape(canonical_frame(drawn, None, sessions=True), cfg).metrics)
+    stage = stage_figures(compute_shape(canonical_frame(drawn, None, sessions=True), cfg).to_json())
     lm = cfg.latency
     ours = shape_metrics(
         read_requests(path), (lm.ttft_base_ms, lm.ttft_per_prompt_token_ms, lm.tpot_ms)

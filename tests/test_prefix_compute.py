@@ -21,7 +21,6 @@ from pipeline.prefix import (
     window_grid,
 )
 from pipeline.prefix.present import curve_svg
-from pipeline.prefix.result import PrefixResult
 from pipeline.schema import conform
 from tests.conftest import DEFAULTS
 
@@ -326,10 +325,10 @@ def test_matches_reference_on_random_conversations(seed: int) -> None:
 def test_analyse_summary_keys() -> None:
     result = analyse(_frame(HAND), DEFAULTS.prefix)
     summary = result.summary
-    assert summary["block_size"] == B
-    assert summary["requests"] == 5
-    assert summary["reuse"]["hit_tokens"] == 16
-    assert summary["sessions"]["inferred"] is True
+    assert summary.block_size == B
+    assert summary.requests == 5
+    assert summary.reuse.hit_tokens == 16
+    assert summary.sessions.inferred is True
     # r1 continues r0 and r4 continues r1 (latest of the equal matches r0, r1); r2, r3 start anew.
     assert result.sessions["session_id"].to_list() == [
         "inferred-0",
@@ -338,8 +337,8 @@ def test_analyse_summary_keys() -> None:
         "inferred-2",
         "inferred-0",
     ]
-    assert summary["sessions"]["sessions"] == 3
-    assert summary["sessions"]["turns_max"] == 3
+    assert summary.sessions.sessions == 3
+    assert summary.sessions.turns_max == 3
 
 
 def test_count_only_trace_has_no_curve() -> None:
@@ -349,16 +348,20 @@ def test_count_only_trace_has_no_curve() -> None:
     ]
     result = analyse(_frame(rows), DEFAULTS.prefix)
     assert result.curve.height == 0
-    assert result.summary["block_size"] is None
-    assert result.summary["classification"]["shape"] == "unknown"
-    assert result.summary["reuse"]["hit_share"] is None
+    assert result.summary.block_size is None
+    assert result.summary.classification.shape == "unknown"
+    assert result.summary.reuse.hit_share is None
     assert result.sessions["session_id"].to_list() == ["inferred-0", "inferred-1"]
     assert curve_svg(result.curve).startswith(b"<?xml")
 
 
 def test_shared_prefix_ratio_reads_the_share_per_window() -> None:
     """The benchmark join takes DOMAIN.md's ratio (share of all requests) per window."""
-    summary = {"curve": [{"window_tokens": 16, "share": 0.5}, {"window_tokens": 32, "share": None}]}
-    empty = pl.DataFrame()
-    assert PrefixResult.from_json(summary, empty, empty).shared_prefix_ratio() == {16: 0.5}
-    assert PrefixResult.from_json({}, empty, empty).shared_prefix_ratio() == {}
+    result = analyse(_frame(HAND), DEFAULTS.prefix)
+    curve = result.curve.filter(pl.col("share").is_not_null())
+    assert curve.height > 0
+    assert result.shared_prefix_ratio() == dict(
+        zip(curve["window_tokens"].to_list(), curve["share"].to_list(), strict=True)
+    )
+    count_only = analyse(_frame([{"t": 0, "prompt": 40, "h": [], "known": False}]), DEFAULTS.prefix)
+    assert count_only.shared_prefix_ratio() == {}

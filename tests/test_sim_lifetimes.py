@@ -333,14 +333,16 @@ def test_new_config_keys_defaults_and_validation() -> None:
 def test_curve_check_compares_the_instant_figures() -> None:
     from pipeline.sim import capacity_curve
     from pipeline.sim.checks import curve_disagreements, curve_matches_replay
-    from pipeline.sim.result import curves_frame, scenario_frame
+    from pipeline.sim.result import ScenarioSummary, curves_frame, scenario_frame
 
     # PINNING's first three requests: in a 2-block cache r2 misses while r0 pins 1, 2
     # (durations: 0 hit tokens) but hits 3, 4 when nothing is pinned (instant: 8)
     inp = sim_input(canonical(PINNING[:3]), latency_model=DEFAULTS.shape.latency)
     settings = DEFAULTS.simulation
     summaries = [
-        summarise(inp, simulate(inp, Scenario(B, 1, cache, "round-robin"), settings), settings)
+        ScenarioSummary.from_json(
+            summarise(inp, simulate(inp, Scenario(B, 1, cache, "round-robin"), settings), settings)
+        )
         for cache in (8, 1000)
     ]
     scenarios = scenario_frame(summaries)

@@ -22,7 +22,7 @@ from pipeline.sim import Scenario, capacity_curve, sim_input, simulate, summaris
 from pipeline.sim.blocks import NO_CONTENT
 from pipeline.sim.checks import curve_matches_replay
 from pipeline.sim.present import hit_ratio_vs_capacity_svg, imbalance_vs_hit_ratio_svg
-from pipeline.sim.result import curves_frame, scenario_frame
+from pipeline.sim.result import ScenarioSummary, curves_frame, scenario_frame
 from tests.conftest import DEFAULTS, REPO, write_config, write_requests
 
 AZURE = REPO / "traces" / "azure-code" / "AzureLLMInferenceTrace_code.csv"
@@ -199,7 +199,9 @@ def _unknown_outputs() -> tuple[pl.DataFrame, pl.DataFrame]:
     inp = sim_input(frame, latency_model=DEFAULTS.shape.latency)
     settings = DEFAULTS.simulation
     summaries = [
-        summarise(inp, simulate(inp, Scenario(16, r, 64, "round-robin"), settings), settings)
+        ScenarioSummary.from_json(
+            summarise(inp, simulate(inp, Scenario(16, r, 64, "round-robin"), settings), settings)
+        )
         for r in (1, 2)
     ]
     curves = [

@@ -16,7 +16,10 @@ from pipeline.decision.catalog import Catalog
 from pipeline.decision.config import DecisionSettings, Requirements
 from pipeline.decision.evidence import EngineBench, Workload
 from pipeline.decision.result import DecisionRecord, Rule
+from pipeline.prefix.result import PrefixSummary
 from pipeline.shape.config import ShapeConfig
+from pipeline.shape.result import ShapeMetrics
+from pipeline.sim.result import ScenarioSummary
 
 HOURS_PER_WEEK = 40.0
 
@@ -27,9 +30,9 @@ class DecisionInputs:
     ``missing`` (stage name → why)."""
 
     workload_name: str
-    shape: dict[str, Any] | None
-    prefix: dict[str, Any] | None
-    scenarios: list[dict[str, Any]] | None
+    shape: ShapeMetrics | None
+    prefix: PrefixSummary | None
+    scenarios: list[ScenarioSummary] | None
     curves: pl.DataFrame | None
     bench: BenchAnalysis | None
     fits: pl.DataFrame | None

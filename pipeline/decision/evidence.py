@@ -19,6 +19,8 @@ from pipeline.bench.cost import HOURS_PER_MONTH
 from pipeline.bench.result import BenchAnalysis
 from pipeline.decision.catalog import FEATURES, Catalog
 from pipeline.decision.config import DecisionSettings, Requirements
+from pipeline.prefix.result import CurvePoint, PrefixSummary
+from pipeline.shape.result import ShapeMetrics
 
 SECONDS_PER_MONTH = HOURS_PER_MONTH * 3600
 # Capacity rows ranked apart by how much of the curve they saw (pipeline/bench/cost.py).
@@ -73,8 +75,8 @@ class Workload:
 
 
 def workload_from(
-    shape: dict[str, Any] | None,
-    prefix: dict[str, Any] | None,
+    shape: ShapeMetrics | None,
+    prefix: PrefixSummary | None,
     settings: DecisionSettings,
     peak_window: str,
     missing: dict[str, str],
@@ -82,75 +84,74 @@ def workload_from(
     """The workload view from the shape metrics and prefix summary (either may be absent)."""
     values: dict[str, Any] = {"unknown": dict(missing)}
     if shape is not None:
-        lengths = shape["lengths"]
-        windows = shape["arrivals"]["windows"]
-        peaks = {k: w["peak_rate_rps"] for k, w in windows.items() if w.get("supported")}
+        prompt, output = shape.lengths.prompt_tokens, shape.lengths.output_tokens
+        peaks = shape.arrivals.peak_rates()
         window = (
             peak_window
             if peak_window in peaks
             else (max(peaks, key=lambda k: peaks[k]) if peaks else None)
         )
+        tenants = shape.tenants
         values |= {
-            "requests": shape["requests"],
-            "mean_rate_rps": shape["arrivals"].get("mean_rate_rps"),
+            "requests": shape.requests,
+            "mean_rate_rps": shape.arrivals.mean_rate_rps,
             "peak_rate_rps": peaks.get(window) if window else None,
             "peak_window": window,
-            "peak_concurrency": shape["concurrency"]["peak"],
-            "concurrency_estimated": bool(shape["concurrency"]["estimated"]),
-            "prompt_p50": lengths["prompt_tokens"].get("p50"),
-            "prompt_p99": lengths["prompt_tokens"].get("p99"),
-            "prompt_mean": lengths["prompt_tokens"].get("mean"),
-            "output_p50": lengths["output_tokens"].get("p50"),
-            "output_p99": lengths["output_tokens"].get("p99"),
-            "output_mean": lengths["output_tokens"].get("mean"),
+            "peak_concurrency": shape.concurrency.peak,
+            "concurrency_estimated": shape.concurrency.estimated,
+            "prompt_p50": prompt.p50,
+            "prompt_p99": prompt.p99,
+            "prompt_mean": prompt.mean,
+            "output_p50": output.p50,
+            "output_p99": output.p99,
+            "output_mean": output.mean,
             "features_seen": features_seen(shape, settings),
-            "models": tuple(m["value"] for m in shape["models"].get("top", []) if m.get("value")),
-            "tenants": shape["tenants"].get("distinct") if shape["tenants"].get("logged") else None,
+            "models": tuple(m.value for m in shape.models.top if m.value),
+            "tenants": tenants.distinct if tenants.logged else None,
             "tail_findings": tuple(
-                f["message"]
-                for f in shape.get("findings", [])
-                if f.get("id") in ("output_tail.long", "prompt_tail.long")
+                f.message
+                for f in shape.findings
+                if f.id in ("output_tail.long", "prompt_tail.long")
             ),
         }
     if prefix is not None:
-        share, window_tokens = share_at(prefix["curve"], settings.prefix_window_tokens)
-        cross = (prefix["reuse"].get("cross_tenant") or {}).get("cross_tenant_share_of_hits")
+        share, window_tokens = share_at(prefix.curve, settings.prefix_window_tokens)
+        cross = prefix.reuse.cross_tenant
         values |= {
             "prefix_share": share,
             "prefix_window_tokens": window_tokens,
-            "prefix_shape": prefix["classification"].get("shape"),
-            "cross_tenant_share": cross,
+            "prefix_shape": prefix.classification.shape,
+            "cross_tenant_share": cross.cross_tenant_share_of_hits if cross else None,
         }
         if share is None:
             values["unknown"]["prefix_share"] = "the trace carries no prompt content"
     return Workload(**values)
 
 
-def features_seen(shape: dict[str, Any], settings: DecisionSettings) -> tuple[str, ...]:
+def features_seen(shape: ShapeMetrics, settings: DecisionSettings) -> tuple[str, ...]:
     """Required features the traffic itself uses (DOMAIN.md: "required features seen in the
     traffic"): LoRA adapters, structured output, tools, and prompts at long-context length."""
-    features = shape.get("features", {})
+    features = shape.features
     seen = {
-        "lora": (features.get("lora_adapter") or {}).get("requests", 0) > 0,
-        "structured_output": (features.get("structured_output") or {}).get("requests", 0) > 0,
-        "tool_calls": (features.get("tools") or {}).get("requests", 0) > 0,
-        "long_context": (shape["lengths"]["prompt_tokens"].get("p99") or 0)
-        >= settings.long_context_tokens,
+        "lora": features.lora_adapter.requests > 0,
+        "structured_output": features.structured_output.requests > 0,
+        "tool_calls": features.tools.requests > 0,
+        "long_context": (shape.lengths.prompt_tokens.p99 or 0) >= settings.long_context_tokens,
     }
     return tuple(f for f in FEATURES if seen[f])
 
 
-def share_at(curve: list[dict[str, Any]], window_tokens: int) -> tuple[float | None, int | None]:
+def share_at(curve: list[CurvePoint], window_tokens: int) -> tuple[float | None, int | None]:
     """The shared-prefix share at the largest curve window not above ``window_tokens`` (the
     smallest window when all are above it); None for a curve without content."""
     points = sorted(
-        (p for p in curve if p.get("share") is not None), key=lambda p: p["window_tokens"]
+        ((p.window_tokens, p.share) for p in curve if p.share is not None), key=lambda p: p[0]
     )
     if not points:
         return None, None
-    below = [p for p in points if p["window_tokens"] <= window_tokens]
-    point = below[-1] if below else points[0]
-    return float(point["share"]), int(point["window_tokens"])
+    below = [p for p in points if p[0] <= window_tokens]
+    window, share = below[-1] if below else points[0]
+    return share, window
 
 
 @dataclass(frozen=True)

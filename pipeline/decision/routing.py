@@ -3,13 +3,13 @@ untrusted tenants need an isolated cache, from the simulation's scenarios and cu
 
 from __future__ import annotations
 
-from typing import Any
-
 import polars as pl
 
 from pipeline.decision.context import RuleContext, plain
 from pipeline.decision.evidence import SECONDS_PER_MONTH
 from pipeline.decision.result import Isolation, Routing
+from pipeline.sim.result import ScenarioSummary
+from pipeline.unknown import Unknown, is_known
 
 PREFIX_ROUTINGS = ("cache-aware", "affinity", "bounded-affinity")
 
@@ -18,7 +18,7 @@ def routing_value(ctx: RuleContext, engine: str | None) -> Routing:
     scenarios = ctx.inputs.scenarios or []
     method = ""
     kv = ctx.requirements.kv_cache
-    configured = sorted({int(s["cache_tokens"]) for s in scenarios})
+    configured = sorted({s.cache_tokens for s in scenarios})
     if kv is not None:
         capacity: int | None = kv.tokens_per_replica()
         source = f"requirements.kv_cache: {capacity:,} tokens per replica (ENGINE_FACTS.md section 3 formula)"
@@ -28,7 +28,7 @@ def routing_value(ctx: RuleContext, engine: str | None) -> Routing:
     else:
         capacity = None
         source = "unknown: no simulation"
-    multi = [s for s in scenarios if s["replicas"] > 1]
+    multi = [s for s in scenarios if s.replicas > 1]
     empty = Routing(
         recommended=None,
         layer=None,
@@ -61,28 +61,26 @@ def routing_value(ctx: RuleContext, engine: str | None) -> Routing:
         )
         ctx.rule("routing", title, rule_source, False, reason, fleet_replicas_at_peak=fleet)
         return empty.model_copy(update={"recommended": False, "replicas": 1, "reason": reason})
-    simulated = sorted({s["replicas"] for s in multi})
+    simulated = sorted({s.replicas for s in multi})
     # The simulated replica count nearest the fleet the recommendation would run (the largest
     # simulated when the fleet is unknown).
     replicas = min(simulated, key=lambda r: (abs(r - fleet), -r)) if fleet else simulated[-1]
-    at = [s for s in multi if s["replicas"] == replicas]
+    at = [s for s in multi if s.replicas == replicas]
     hits: dict[str, float | None] = {}
     if capacity in configured:
         method = "simulated replay at that capacity (request lifetimes as configured)"
         for s in at:
-            if int(s["cache_tokens"]) == capacity and not s.get("tenant_isolation"):
-                hits[s["routing"]] = s.get("hit_tokens")
-        prompt = next((s["prompt_tokens"] for s in at), None)
+            if s.cache_tokens == capacity and not s.tenant_isolation:
+                hits[s.routing] = s.hit_tokens if is_known(s.hit_tokens) else None
+        prompt = next((s.prompt_tokens for s in at), None)
     else:
         method = (
             "one-pass capacity curves at that capacity (instant lifetime; cache-aware not curved)"
         )
-        prompt = next((s["prompt_tokens"] for s in at), None)
+        prompt = next((s.prompt_tokens for s in at), None)
         hits = _curve_hits(ctx.inputs.curves, replicas, capacity)
     if not hits or hits.get("round-robin") is None or not prompt:
-        unknown = next(
-            (s.get("hit_unknown_reason") for s in at if s.get("hit_unknown_reason")), None
-        )
+        unknown = next((s.hit_ratio.reason for s in at if isinstance(s.hit_ratio, Unknown)), None)
         reason = unknown or (
             f"no round-robin scenario at {replicas} replicas to compare with (simulation.routings)"
         )
@@ -250,14 +248,19 @@ def isolation_advice(ctx: RuleContext) -> Isolation:
     return Isolation(recommended=True, reason=reason, **plain(common))
 
 
-def _isolation_hit_ratios(scenarios: list[dict[str, Any]]) -> tuple[float | None, float | None]:
+def _isolation_hit_ratios(
+    scenarios: list[ScenarioSummary],
+) -> tuple[float | None, float | None]:
     """Hit ratios of the same scenario with and without tenant isolation, when simulated."""
 
-    def key(s: dict[str, Any]) -> tuple[Any, ...]:
-        return (s["block_size"], s["replicas"], s["cache_tokens"], s["routing"])
+    def key(s: ScenarioSummary) -> tuple[int, int, int, str]:
+        return (s.block_size, s.replicas, s.cache_tokens, s.routing)
 
-    shared = {key(s): s.get("hit_ratio") for s in scenarios if not s.get("tenant_isolation")}
-    isolated = {key(s): s.get("hit_ratio") for s in scenarios if s.get("tenant_isolation")}
+    def ratio(s: ScenarioSummary) -> float | None:
+        return s.hit_ratio if is_known(s.hit_ratio) else None
+
+    shared = {key(s): ratio(s) for s in scenarios if not s.tenant_isolation}
+    isolated = {key(s): ratio(s) for s in scenarios if s.tenant_isolation}
     common = sorted(set(shared) & set(isolated))
     if not common:
         return None, None

@@ -295,4 +295,4 @@ def analyse(requests: pl.DataFrame | pl.LazyFrame, config: PrefixConfig) -> Pref
             "reuse_age_buckets_s": list(config.reuse_age_buckets_s),
         },
     }
-    return PrefixResult(summary=summary, curve=curve, sessions=sessions)
+    return PrefixResult.from_json(summary, curve, sessions)

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import polars as pl
 
+from pipeline.prefix.result import PrefixSummary
 from pipeline.present.figures import COLORS, LINESTYLES, MARKERS, drawing, svg_bytes
 from pipeline.present.tables import markdown_table
 from pipeline.present.text import UNKNOWN, number
@@ -16,78 +15,78 @@ def _pct(value: float | None) -> str:
     return number(None if value is None else 100 * float(value), 1, "%")
 
 
-def curve_markdown(summary: dict[str, Any]) -> str:
+def curve_markdown(summary: PrefixSummary) -> str:
     """The sharing curve as a Markdown table (shares as percentages)."""
     return markdown_table(
         [
             {
-                "window (tokens)": row["window_tokens"],
-                "share": _pct(row["share"]),
-                "share (prompt ≥ W)": _pct(row["share_eligible"]),
-                "token-weighted": _pct(row["token_share"]),
-                "token-weighted (prompt ≥ W)": _pct(row["token_share_eligible"]),
+                "window (tokens)": row.window_tokens,
+                "share": _pct(row.share),
+                "share (prompt ≥ W)": _pct(row.share_eligible),
+                "token-weighted": _pct(row.token_share),
+                "token-weighted (prompt ≥ W)": _pct(row.token_share_eligible),
             }
-            for row in summary["curve"]
+            for row in summary.curve
         ],
         max_rows=1000,
     )
 
 
-def reuse_markdown(summary: dict[str, Any]) -> str:
+def reuse_markdown(summary: PrefixSummary) -> str:
     """Reuse potential by cache retention, cross-tenant part, curve shape and sessions."""
-    reuse = summary["reuse"]
+    reuse = summary.reuse
     parts = [
         markdown_table(
             [
                 {
                     "cache keeps a block after its last use": "forever"
-                    if entry["max_age_s"] is None
-                    else f"{entry['max_age_s']:g} s",
-                    "hit tokens": entry["hit_tokens"],
-                    "share of prompt tokens": _pct(entry["hit_share"]),
+                    if entry.max_age_s is None
+                    else f"{entry.max_age_s:g} s",
+                    "hit tokens": entry.hit_tokens,
+                    "share of prompt tokens": _pct(entry.hit_share),
                 }
-                for entry in reuse["by_retention"]
+                for entry in reuse.by_retention
             ]
         )
     ]
-    needed = reuse["retention_needed_s"]
-    if needed["p90"] is not None:
+    needed = reuse.retention_needed_s
+    if needed.p90 is not None:
         parts.append(
             f"To serve 50 / 90 / 99 % of these hits a cache must keep a prefix "
-            f"{needed['p50']:,.0f} / {needed['p90']:,.0f} / {needed['p99']:,.0f} s after its "
+            f"{needed.p50:,.0f} / {needed.p90:,.0f} / {needed.p99:,.0f} s after its "
             "last use."
         )
-    cross = reuse["cross_tenant"]
+    cross = reuse.cross_tenant
     if cross is not None:
         parts.append(
-            f"Cross-tenant hits: {_pct(cross['cross_tenant_share_of_hits'])} of hit tokens were "
+            f"Cross-tenant hits: {_pct(cross.cross_tenant_share_of_hits)} of hit tokens were "
             "served only because another tenant sent the prefix; per-tenant isolation would "
-            f"serve {_pct(cross['isolated_hit_share'])} of prompt tokens."
+            f"serve {_pct(cross.isolated_hit_share)} of prompt tokens."
         )
-    cls = summary["classification"]
-    sess = summary["sessions"]
-    kind = "inferred from prefix chains" if sess["inferred"] else "logged"
+    cls = summary.classification
+    sess = summary.sessions
+    kind = "inferred from prefix chains" if sess.inferred else "logged"
     parts += [
-        f"Curve shape: **{cls['shape']}** ({cls['reason']}).",
-        f"Sessions ({kind}): {sess['sessions']:,}; turns per session p50 {sess['turns_p50']}, "
-        f"p99 {sess['turns_p99']}, max {sess['turns_max']}.",
+        f"Curve shape: **{cls.shape}** ({cls.reason}).",
+        f"Sessions ({kind}): {sess.sessions:,}; turns per session p50 {sess.turns_p50}, "
+        f"p99 {sess.turns_p99}, max {sess.turns_max}.",
     ]
     return "\n\n".join(parts)
 
 
-def summary_text(summary: dict[str, Any]) -> str:
+def summary_text(summary: PrefixSummary) -> str:
     """The summary for a terminal: counts, the curve table, reuse and sessions."""
-    size = summary["block_size"]
+    size = summary.block_size
     head = (
-        f"{summary['requests']:,} requests ({summary['requests_hashes_unknown']:,} without "
+        f"{summary.requests:,} requests ({summary.requests_hashes_unknown:,} without "
         "prefix hashes), "
         + (f"block size {size} tokens" if size else "no prefix hashes: nothing can be shared")
     )
-    reuse = summary["reuse"]
-    share = reuse["hit_share"]
+    reuse = summary.reuse
+    share = reuse.hit_share
     reuse_line = (
-        f"Unbounded prefix cache could serve {reuse['hit_tokens']:,} of "
-        f"{reuse['prompt_tokens']:,} prompt tokens"
+        f"Unbounded prefix cache could serve {reuse.hit_tokens:,} of "
+        f"{reuse.prompt_tokens:,} prompt tokens"
         + (f" ({_pct(share)})" if share is not None else f" ({UNKNOWN}: no prompt content)")
     )
     return "\n\n".join([head, curve_markdown(summary), reuse_line, reuse_markdown(summary)])

@@ -18,6 +18,7 @@ from pipeline.decision.catalog import Catalog
 from pipeline.decision.present import RULE_OUTCOME_WORDS
 from pipeline.decision.result import DecisionRecord, TriggerCheck
 from pipeline.ingest.result import IngestSummary
+from pipeline.prefix.result import PrefixSummary
 from pipeline.present.text import (
     NOTHING,
     UNKNOWN,
@@ -28,6 +29,9 @@ from pipeline.present.text import (
     share,
     usd,
 )
+from pipeline.shape.result import ShapeMetrics
+from pipeline.sim.result import ScenarioSummary
+from pipeline.unknown import Unknown, is_known
 
 # DOMAIN.md "Sources to cite in reports".
 SOURCES = (
@@ -60,9 +64,9 @@ class ReportInputs:
     organisation: str | None
     record: DecisionRecord
     ingest: IngestSummary
-    shape: dict[str, Any]
-    prefix: dict[str, Any] | None
-    scenarios: list[dict[str, Any]]
+    shape: ShapeMetrics
+    prefix: PrefixSummary | None
+    scenarios: list[ScenarioSummary]
     capacity: list[dict[str, Any]]
     findings: list[dict[str, Any]]
     slo: str
@@ -217,47 +221,41 @@ def _requirements(inputs: ReportInputs) -> dict[str, Any]:
 
 def _shape(inputs: ReportInputs) -> dict[str, Any]:
     metrics = inputs.shape
-    arrivals = metrics["arrivals"]
-    conc = metrics["concurrency"]
-    lengths = metrics["lengths"]
+    arrivals = metrics.arrivals
+    conc = metrics.concurrency
+    lengths = metrics.lengths
     windows = [
         {
             "window": name,
-            "peak": number(w.get("peak_rate_rps"), 2, "req/s")
-            if w.get("supported")
-            else "not supported",
-            "dispersion": number(w.get("index_of_dispersion"), 2)
-            if w.get("supported")
-            else (w.get("reason") or ""),
+            "peak": "not supported"
+            if isinstance(w, Unknown)
+            else number(w.peak_rate_rps, 2, "req/s"),
+            "dispersion": w.reason if isinstance(w, Unknown) else number(w.index_of_dispersion, 2),
         }
-        for name, w in arrivals["windows"].items()
+        for name, w in arrivals.windows.items()
     ]
-    estimated = bool(conc.get("estimated"))
     return {
         "facts": [
-            {"label": "Requests", "value": number(metrics["requests"])},
-            {"label": "Span", "value": number(arrivals.get("span_s", 0) / 3600, 1, "h")},
-            {
-                "label": "Mean arrival rate",
-                "value": number(arrivals.get("mean_rate_rps"), 2, "req/s"),
-            },
+            {"label": "Requests", "value": number(metrics.requests)},
+            {"label": "Span", "value": number(arrivals.span_s / 3600, 1, "h")},
+            {"label": "Mean arrival rate", "value": number(arrivals.mean_rate_rps, 2, "req/s")},
             {
                 "label": "Peak concurrency",
-                "value": number(conc["peak"])
-                + (" (estimated)" if estimated else " (exact, logged durations)"),
+                "value": number(conc.peak)
+                + (" (estimated)" if conc.estimated else " (exact, logged durations)"),
             },
             {
                 "label": "Prompt tokens p50 / p99",
-                "value": f"{number(lengths['prompt_tokens'].get('p50'))} / {number(lengths['prompt_tokens'].get('p99'))}",
+                "value": f"{number(lengths.prompt_tokens.p50)} / {number(lengths.prompt_tokens.p99)}",
             },
             {
                 "label": "Output tokens p50 / p99",
-                "value": f"{number(lengths['output_tokens'].get('p50'))} / {number(lengths['output_tokens'].get('p99'))}",
+                "value": f"{number(lengths.output_tokens.p50)} / {number(lengths.output_tokens.p99)}",
             },
         ],
         "windows": windows,
-        "estimate_note": conc.get("label") if estimated else None,
-        "findings": [f["message"] for f in metrics.get("findings", [])],
+        "estimate_note": conc.label if conc.estimated else None,
+        "findings": [f.message for f in metrics.findings],
         "figures": _figures(inputs, ("arrivals", "lengths", "concurrency")),
     }
 
@@ -266,29 +264,23 @@ def _prefix(inputs: ReportInputs) -> dict[str, Any]:
     record = inputs.record
     prefix = inputs.prefix
     ordered = sorted(
-        inputs.scenarios,
-        key=lambda s: (
-            s["replicas"],
-            s["cache_tokens"],
-            s["routing"],
-            bool(s.get("tenant_isolation")),
-        ),
+        inputs.scenarios, key=lambda s: (s.replicas, s.cache_tokens, s.routing, s.tenant_isolation)
     )
     scenarios = [
         {
-            "replicas": s["replicas"],
-            "routing": s["routing"] + (" (isolated)" if s.get("tenant_isolation") else ""),
-            "cache": number(s["cache_tokens"], unit="tokens"),
-            "hit": share(s.get("hit_ratio")),
-            "imbalance": number(s.get("prefill_imbalance"), 2),
+            "replicas": s.replicas,
+            "routing": s.routing + (" (isolated)" if s.tenant_isolation else ""),
+            "cache": number(s.cache_tokens, unit="tokens"),
+            "hit": share(s.hit_ratio if is_known(s.hit_ratio) else None),
+            "imbalance": number(s.prefill_imbalance, 2),
         }
         for s in ordered
     ]
     routing = record.routing
     return {
-        "classification": (prefix or {}).get("classification", {}).get("reason", UNKNOWN),
-        "shape": (prefix or {}).get("classification", {}).get("shape", UNKNOWN),
-        "reuse": share(((prefix or {}).get("reuse") or {}).get("hit_share")),
+        "classification": prefix.classification.reason if prefix else UNKNOWN,
+        "shape": prefix.classification.shape if prefix else UNKNOWN,
+        "reuse": share(prefix.reuse.hit_share if prefix else None),
         "scenarios": scenarios,
         "routing": {
             "reason": routing.reason or UNKNOWN,

@@ -14,6 +14,7 @@ from pipeline.config import Config
 from pipeline.errors import EnginefitError
 from pipeline.layout import WorkloadLayout
 from pipeline.present.text import UNKNOWN, number, share, usd
+from pipeline.unknown import Unknown, is_known
 
 
 def _ingest(layout: WorkloadLayout, config: Config) -> str:
@@ -31,17 +32,14 @@ def _shape(layout: WorkloadLayout, config: Config) -> str:
     from pipeline.shape.stage import read_result
 
     metrics = read_result(layout).metrics
-    windows = metrics["arrivals"]["windows"]
     peaks = [
-        f"{number(w['peak_rate_rps'], 2, 'req/s')} ({name} window)"
-        for name, w in windows.items()
-        if w.get("supported") and w.get("peak_rate_rps") is not None
+        f"{number(rate, 2, 'req/s')} ({name} window)"
+        for name, rate in metrics.arrivals.peak_rates().items()
     ]
-    concurrency = metrics["concurrency"]
-    label = " (estimated)" if concurrency.get("estimated") else ""
+    concurrency = metrics.concurrency
+    label = " (estimated)" if concurrency.estimated else ""
     return (
-        f"peak rate {peaks[0] if peaks else UNKNOWN}; peak concurrency "
-        f"{concurrency['peak']:,}{label}"
+        f"peak rate {peaks[0] if peaks else UNKNOWN}; peak concurrency {concurrency.peak:,}{label}"
     )
 
 
@@ -50,8 +48,8 @@ def _prefix(layout: WorkloadLayout, config: Config) -> str:
 
     summary = read_result(layout).summary
     return (
-        f"curve shape: {summary['classification']['shape']}; an unbounded prefix cache could "
-        f"serve {share(summary['reuse'].get('hit_share'))} of prompt tokens"
+        f"curve shape: {summary.classification.shape}; an unbounded prefix cache could "
+        f"serve {share(summary.reuse.hit_share)} of prompt tokens"
     )
 
 
@@ -59,17 +57,17 @@ def _simulation(layout: WorkloadLayout, config: Config) -> str:
     from pipeline.sim.stage import read_summaries
 
     summaries = read_summaries(layout)
-    known = [s for s in summaries if s.get("hit_ratio") is not None]
+    known = [(s.hit_ratio, s.scenario) for s in summaries if is_known(s.hit_ratio)]
     if not summaries:
         return "no scenarios configured"
+    first = summaries[0].hit_ratio
     if not known:
-        reason = summaries[0].get("hit_unknown_reason") or "the trace cannot support it"
+        reason = first.reason if isinstance(first, Unknown) else "the trace cannot support it"
         return f"{len(summaries)} scenarios; hit ratio {UNKNOWN}: {reason}"
-    low = min(known, key=lambda s: (s["hit_ratio"], s["scenario"]))
-    high = max(known, key=lambda s: (s["hit_ratio"], s["scenario"]))
+    (low, low_key), (high, high_key) = min(known), max(known)
     return (
-        f"{len(summaries)} scenarios; hit ratio {share(low['hit_ratio'])} ({low['scenario']}) to "
-        f"{share(high['hit_ratio'])} ({high['scenario']})"
+        f"{len(summaries)} scenarios; hit ratio {share(low)} ({low_key}) to "
+        f"{share(high)} ({high_key})"
     )
 
 

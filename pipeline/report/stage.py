@@ -23,6 +23,7 @@ from pipeline.config import Config
 from pipeline.decision.result import DecisionRecord
 from pipeline.errors import InputFormatError
 from pipeline.layout import WorkloadLayout
+from pipeline.prefix.result import PrefixSummary
 from pipeline.report.document import PreviousVersion, ReportInputs, build
 from pipeline.report.versions import (
     MANIFEST,
@@ -139,7 +140,7 @@ def read_inputs(
     record = read_record(layout)
     analysis = bench_stage.read_analysis(layout, config.bench)
     try:
-        prefix: dict[str, Any] | None = prefix_stage.read_result(layout).summary
+        prefix: PrefixSummary | None = prefix_stage.read_result(layout).summary
     except InputFormatError:
         prefix = None
     tree = report_tree(config)

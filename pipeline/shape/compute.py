@@ -23,7 +23,7 @@ from pipeline.shape.mix import (
     provider_cache_metrics,
     session_metrics,
 )
-from pipeline.shape.result import ShapePlotData, ShapeResult
+from pipeline.shape.result import ShapeMetrics, ShapePlotData, ShapeResult
 
 SCHEMA_VERSION = 2
 # Every model is listed (WorkloadFacts.models reads the list); tenants keep the top 20.
@@ -77,7 +77,7 @@ def compute_shape(requests: pl.LazyFrame | pl.DataFrame, cfg: ShapeConfig) -> Sh
     }
     metrics["findings"] = [f.as_dict() for f in place_on_axes(metrics, cfg)]
     return ShapeResult(
-        metrics=json_safe(metrics),
+        metrics=ShapeMetrics.model_validate(json_safe(metrics)),
         concurrency_series=conc.series,
         plots=plot_data(frame, metrics, cfg.plot_points),
     )

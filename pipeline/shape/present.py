@@ -11,6 +11,7 @@ import polars as pl
 from pipeline.present.figures import COLORS, LINESTYLES, drawing, svg_bytes
 from pipeline.present.tables import key_value_table, markdown_table
 from pipeline.shape.result import ShapePlotData, ShapeResult
+from pipeline.unknown import is_known
 
 # ------------------------------------------------------------------------------------ tables
 
@@ -198,17 +199,16 @@ def concurrency_svg(series: pl.DataFrame, peak: int, label: str) -> bytes:
 
 def figures(result: ShapeResult, plots: ShapePlotData) -> dict[str, bytes]:
     """Every shape figure by layout name: ``lengths_svg``, ``arrivals_svg``, ``concurrency_svg``."""
-    m = result.metrics
-    a = m["arrivals"]
-    quantum = a["quantisation"]["quantum_s"]
+    arrivals = result.metrics.arrivals
+    quantum = arrivals.quantisation.quantum_s
     peaks = {
-        k: (f"{w['peak_rate_rps']:,.2f} req/s" if w["supported"] else "unsupported")
-        for k, w in a["windows"].items()
+        k: (f"{w.peak_rate_rps:,.2f} req/s" if is_known(w) else "unsupported")
+        for k, w in arrivals.windows.items()
     }
-    c = m["concurrency"]
-    label = str(c["label"])
-    if c["quantisation"]["affected"]:
-        label += f"; {c['quantisation']['note']}"
+    c = result.metrics.concurrency
+    label = c.label
+    if c.quantisation.affected:
+        label += f"; {c.quantisation.note}"
     return {
         "lengths_svg": lengths_cdf_svg(plots.length_cdfs),
         "arrivals_svg": arrivals_svg(
@@ -217,5 +217,5 @@ def figures(result: ShapeResult, plots: ShapePlotData) -> dict[str, bytes]:
             peaks,
             f"timestamps quantised to ~{quantum:g} s" if quantum else "",
         ),
-        "concurrency_svg": concurrency_svg(result.concurrency_series, int(c["peak"]), label),
+        "concurrency_svg": concurrency_svg(result.concurrency_series, c.peak, label),
     }

@@ -250,7 +250,7 @@ def _run_configured(args: argparse.Namespace, config: Config) -> int:
     stage.write(result, settings, layout)
     points = stage.curve_points(result.curves, settings)
     if args.json:
-        _print({"scenarios": result.summaries, "curves": points}, True, "")
+        _print({"scenarios": [s.to_json() for s in result.summaries], "curves": points}, True, "")
     else:
         scenarios = pl.read_parquet(layout.simulation.scenarios)
         _print(

@@ -1,17 +1,134 @@
 """What the simulation stage produces: one summary per scenario, and the capacity curves.
 
-The summaries (JSON documents, keys in the README) become ``scenarios.parquet`` (one row per
-scenario) and ``replicas.parquet`` (one row per scenario and replica); the curves become
-``curves.parquet`` (every step) and ``curves.json`` (log-spaced points).
+A :class:`ScenarioSummary` is one scenario's JSON document (keys in the README); the summaries
+become ``scenarios.parquet`` (one row per scenario) and ``replicas.parquet`` (one row per
+scenario and replica); the curves become ``curves.parquet`` (every step) and ``curves.json``
+(log-spaced points). Hit figures of a trace without prompt content are :class:`Unknown` in
+memory and ``null`` beside ``hit_unknown_reason`` on disk.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import polars as pl
+from pydantic import SerializerFunctionWrapHandler, model_serializer, model_validator
 
+from pipeline.shape.facts import LatencyModel
 from pipeline.sim.curve import CURVE_SCHEMA, Curve
+from pipeline.unknown import NullIfUnknown, ResultModel, Unknown
+
+# The figures a trace without prompt content cannot support (``hit_unknown_reason`` says why).
+_HIT_FIGURES = ("hit_tokens", "hit_ratio", "prefill_tokens")
+
+
+class ReplicaSummary(ResultModel):
+    """One replica's load; fields in the order of ``replicas.parquet``'s columns. Hit figures
+    are null when the trace has no content (the scenario's reason says why)."""
+
+    replica: int
+    requests: int
+    prompt_tokens: int
+    content_prompt_tokens: int
+    output_tokens: int
+    hit_tokens: int | None
+    prefill_tokens: int | None
+    tokens: int
+    hit_ratio: float | None
+    peak_pinned_blocks: int
+    peak_pinned_tokens: int
+
+
+class DurationsLifetime(ResultModel):
+    mode: Literal["durations"]
+    durations_logged: int
+    durations_estimated: int
+    latency_model: LatencyModel | None
+    replica_slots: int
+
+
+class InstantLifetime(ResultModel):
+    mode: Literal["instant"]
+    note: str
+
+
+class Durations(ResultModel):
+    """How many request durations came from the latency model, when the scenario used them."""
+
+    estimated_requests: int
+    estimated: bool
+    latency_model: LatencyModel | None
+
+
+class CacheAwareRouter(ResultModel):
+    preset: str
+    overridden: list[str]
+    cache_threshold: float
+    balance_abs_threshold: int
+    balance_rel_threshold: float
+    router_view: str
+
+
+class ScenarioSummary(ResultModel):
+    """One scenario's replay: its key, load, cache hits and balance across replicas."""
+
+    scenario: str
+    block_size: int
+    replicas: int
+    cache_tokens: int
+    capacity_blocks: int
+    routing: str
+    tenant_isolation: bool
+    requests: int
+    prompt_tokens: int
+    output_tokens: int
+    content_requests: int
+    content_prompt_tokens: int
+    content_share: float | None
+    hit_tokens: Annotated[int | Unknown, NullIfUnknown]
+    hit_ratio: Annotated[float | Unknown, NullIfUnknown]
+    prefill_tokens: Annotated[int | Unknown, NullIfUnknown]
+    hit_tokens_instant: int | None
+    hit_ratio_instant: float | None
+    request_lifetime: DurationsLifetime | InstantLifetime
+    peak_pinned_tokens: int
+    warnings: list[str]
+    spills: int
+    balance_routed: int
+    cache_aware: CacheAwareRouter | None
+    request_imbalance: float | None
+    token_imbalance: float | None
+    prefill_imbalance: float | None
+    per_replica: list[ReplicaSummary]
+    sessions_inferred: int
+    durations: Durations | None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _hits_unknown_with_reason(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or "hit_unknown_reason" not in data:
+            return data
+        values = {k: v for k, v in data.items() if k != "hit_unknown_reason"}
+        reason = data["hit_unknown_reason"]
+        if reason is not None:
+            values |= dict.fromkeys(_HIT_FIGURES, Unknown(reason=str(reason)))
+        return values
+
+    @model_serializer(mode="wrap")
+    def _reason_beside_hits(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        out["hit_unknown_reason"] = (
+            self.hit_ratio.reason if isinstance(self.hit_ratio, Unknown) else None
+        )
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump()
+
+    @classmethod
+    def from_json(cls, data: Any) -> ScenarioSummary:
+        return cls.model_validate(data)
+
 
 SCENARIO_COLUMNS = [
     "scenario",
@@ -45,13 +162,13 @@ SCENARIO_COLUMNS = [
 ]
 
 
-def scenario_frame(summaries: list[dict[str, Any]]) -> pl.DataFrame:
+def scenario_frame(summaries: list[ScenarioSummary]) -> pl.DataFrame:
     """One row per scenario (per-replica detail dropped), sorted by scenario key."""
     rows = [
         {
-            **{k: s[k] for k in SCENARIO_COLUMNS if k in s},
-            "request_lifetime": s["request_lifetime"]["mode"],
-            "durations_estimated": bool(s.get("durations") and s["durations"]["estimated"]),
+            **{k: v for k, v in s.to_json().items() if k in SCENARIO_COLUMNS},
+            "request_lifetime": s.request_lifetime.mode,
+            "durations_estimated": s.durations is not None and s.durations.estimated,
         }
         for s in summaries
     ]
@@ -90,9 +207,9 @@ def scenario_frame(summaries: list[dict[str, Any]]) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=schema).select(SCENARIO_COLUMNS).sort("scenario")
 
 
-def replica_frame(summaries: list[dict[str, Any]]) -> pl.DataFrame:
+def replica_frame(summaries: list[ScenarioSummary]) -> pl.DataFrame:
     """One row per scenario and replica."""
-    rows = [{"scenario": s["scenario"], **r} for s in summaries for r in s["per_replica"]]
+    rows = [{"scenario": s.scenario, **r.model_dump()} for s in summaries for r in s.per_replica]
     if not rows:
         return pl.DataFrame(schema={"scenario": pl.String, "replica": pl.Int64})
     # hit figures may be null in every row (a trace without prompt content): keep their types

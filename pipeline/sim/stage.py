@@ -35,7 +35,7 @@ from pipeline.sim.config import CACHE_INDEPENDENT, Scenario, SimulationConfig
 from pipeline.sim.curve import Curve, capacity_curve
 from pipeline.sim.present import hit_ratio_vs_capacity_svg, imbalance_vs_hit_ratio_svg
 from pipeline.sim.replay import simulate, summarise
-from pipeline.sim.result import curves_frame, replica_frame, scenario_frame
+from pipeline.sim.result import ScenarioSummary, curves_frame, replica_frame, scenario_frame
 from pipeline.store import (
     open_stage_output,
     write_bytes_atomic,
@@ -70,26 +70,27 @@ def plan(settings: SimulationConfig) -> list[Scenario]:
 
 def run_scenario(
     inputs: SimInput, scenario: Scenario, settings: SimulationConfig
-) -> dict[str, Any]:
-    """One scenario's summary (JSON-ready)."""
-    return summarise(inputs, simulate(inputs, scenario, settings), settings)
+) -> ScenarioSummary:
+    return ScenarioSummary.from_json(
+        summarise(inputs, simulate(inputs, scenario, settings), settings)
+    )
 
 
-def write_scenario(summary: dict[str, Any], layout: WorkloadLayout) -> Path:
+def write_scenario(summary: ScenarioSummary, layout: WorkloadLayout) -> Path:
     open_stage_output(layout)
-    path = layout.simulation.scenario(str(summary["scenario"]))
-    write_json_atomic(path, summary)
+    path = layout.simulation.scenario(summary.scenario)
+    write_json_atomic(path, summary.to_json())
     return path
 
 
-def write_scenarios(summaries: list[dict[str, Any]], layout: WorkloadLayout) -> dict[str, Path]:
+def write_scenarios(summaries: list[ScenarioSummary], layout: WorkloadLayout) -> dict[str, Path]:
     """Every scenario in one table (sorted by key), per-replica rows, and the summaries."""
     open_stage_output(layout)
     paths = layout.simulation
-    ordered = sorted(summaries, key=lambda s: str(s["scenario"]))
+    ordered = sorted(summaries, key=lambda s: s.scenario)
     write_parquet_atomic(scenario_frame(ordered), paths.scenarios)
     write_parquet_atomic(replica_frame(ordered), paths.replicas)
-    write_json_atomic(paths.summary, ordered)
+    write_json_atomic(paths.summary, [s.to_json() for s in ordered])
     return {"scenarios": paths.scenarios, "replicas": paths.replicas, "summary": paths.summary}
 
 
@@ -146,7 +147,7 @@ def write_figures(layout: WorkloadLayout) -> dict[str, Path]:
 
 @dataclass(frozen=True)
 class SimulationResult:
-    summaries: list[dict[str, Any]]
+    summaries: list[ScenarioSummary]
     curves: list[Curve]
 
 
@@ -161,20 +162,19 @@ def run(inputs: SimInput, settings: SimulationConfig) -> SimulationResult:
 def write(
     result: SimulationResult, settings: SimulationConfig, layout: WorkloadLayout
 ) -> dict[str, Path]:
-    written = {f"scenario_{s['scenario']}": write_scenario(s, layout) for s in result.summaries}
+    written = {f"scenario_{s.scenario}": write_scenario(s, layout) for s in result.summaries}
     written |= write_scenarios(result.summaries, layout)
     written |= write_curves(result.curves, settings, layout)
     written |= write_figures(layout)
     return written
 
 
-def read_summaries(layout: WorkloadLayout) -> list[dict[str, Any]]:
+def read_summaries(layout: WorkloadLayout) -> list[ScenarioSummary]:
     """The collected scenario summaries (what later stages read)."""
     path = require_output(
         layout.simulation.summary, "simulation results", "simulate", "simulation_scenarios"
     )
-    summaries: list[dict[str, Any]] = json.loads(path.read_text(encoding="utf-8"))
-    return summaries
+    return [ScenarioSummary.from_json(s) for s in json.loads(path.read_text(encoding="utf-8"))]
 
 
 def read_curves(layout: WorkloadLayout) -> pl.DataFrame:
