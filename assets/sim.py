@@ -24,7 +24,8 @@ from assets.metadata import (
     path_entries,
 )
 from assets.resources import EnginefitStore
-from pipeline.sim import Scenario, checks, stage
+from pipeline.sim import checks, stage
+from pipeline.sim.config import Scenario
 from pipeline.sim.present import curves_table, scenarios_table
 
 

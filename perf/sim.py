@@ -50,17 +50,10 @@ import polars as pl
 from perf.prefix import generate as conversation_trace
 from perf.workload import canonical_frame, conversations, spec
 from pipeline.config import default_config
-from pipeline.sim import (
-    BlockView,
-    Scenario,
-    SimInput,
-    assign,
-    capacity_curve,
-    sim_input,
-    simulate,
-)
-from pipeline.sim.curve import Curve
-from pipeline.sim.replay import summarise
+from pipeline.sim.blocks import BlockView, SimInput, sim_input
+from pipeline.sim.config import Scenario
+from pipeline.sim.curve import Curve, capacity_curve
+from pipeline.sim.replay import assign, simulate, summarise
 from tests.sim_oracles import event_reference, lru_reference
 
 ROOT = Path(__file__).resolve().parents[1]

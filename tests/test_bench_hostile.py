@@ -13,7 +13,7 @@ from typing import Any
 import polars as pl
 import pytest
 
-from pipeline.bench import read_bench_files
+from pipeline.bench.readers import read_bench_files
 from pipeline.cli import main
 from tests.conftest import SHARED, write_config, write_requests
 from tests.test_bench_cli import run_json as bench_json

@@ -396,7 +396,7 @@ def test_capacity_matches_reference(pattern: list[str]) -> None:
 def h100_points() -> pl.DataFrame:
     if not H100.is_dir():
         pytest.skip("shared bench samples not available")
-    from pipeline.bench import read_bench_files
+    from pipeline.bench.readers import read_bench_files
 
     manifest = {"engine": "vllm", "engine_version": "0.11.0", "gpu_type": "H100", "gpu_count": 1}
     files = sorted(H100.glob("stage_*_lifecycle_metrics.json"))
@@ -533,7 +533,7 @@ def test_too_few_requests_make_a_percentile_unknown() -> None:
 
 def test_two_request_guidellm_points_cannot_support_a_p95() -> None:
     """The guidellm v0.8 fixture (mock server, two requests at each of 2 and 4 req/s)."""
-    from pipeline.bench import read_bench_files
+    from pipeline.bench.readers import read_bench_files
 
     path = REPO / "tests" / "data" / "bench" / "guidellm"
     result = read_bench_files(

@@ -23,8 +23,8 @@ from pipeline.cli import main as enginefit
 from pipeline.config import load_config
 from pipeline.errors import ConfigError, InputFormatError
 from pipeline.hashing import salt_fingerprint
-from pipeline.ingest import expand_paths, ingest_paths, stage
-from pipeline.ingest.compute import BUNDLED_SAMPLE_SHA256
+from pipeline.ingest import stage
+from pipeline.ingest.compute import BUNDLED_SAMPLE_SHA256, expand_paths, ingest_paths
 from pipeline.layout import WorkloadLayout
 from pipeline.store import OutputError, verify_ingest
 from tests.conftest import REPO, write_config

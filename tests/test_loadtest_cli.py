@@ -22,7 +22,8 @@ from assets.resources import EnginefitStore
 from pipeline.cli import main
 from pipeline.config import load_config
 from pipeline.ingest.stage import read_requests
-from pipeline.sim import capacity_curve, sim_input
+from pipeline.sim.blocks import sim_input
+from pipeline.sim.curve import capacity_curve
 from tests.conftest import DEFAULTS, REPO, bundled_config
 from tests.stub_openai_server import run_stub_server
 from tests.workloads import growing_conversations

@@ -17,7 +17,8 @@ from pipeline.loadtest.config import LoadtestSettings
 from pipeline.loadtest.plan import plan_rate, trace_sample
 from pipeline.loadtest.present import rate_notes
 from pipeline.loadtest.stage import Deployment, Workload, _new_loop, bodies_for, run
-from pipeline.sim import capacity_curve, sim_input
+from pipeline.sim.blocks import sim_input
+from pipeline.sim.curve import capacity_curve
 from tests.conftest import DEFAULTS
 from tests.stub_openai_server import StubServer, run_stub_server
 from tests.workloads import growing_conversations

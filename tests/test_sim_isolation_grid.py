@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from pipeline.sim import checks, sim_input
+from pipeline.sim import checks
+from pipeline.sim.blocks import sim_input
 from pipeline.sim.config import SimulationConfig
 from pipeline.sim.result import curves_frame, scenario_frame
 from pipeline.sim.stage import run

@@ -10,7 +10,10 @@ import pytest
 
 from pipeline.cli import main
 from pipeline.schema import conform
-from pipeline.sim import Scenario, SimInput, assign, capacity_curve, sim_input, simulate
+from pipeline.sim.blocks import SimInput, sim_input
+from pipeline.sim.config import Scenario
+from pipeline.sim.curve import capacity_curve
+from pipeline.sim.replay import assign, simulate
 from tests.conftest import DEFAULTS, sim_settings, trace_or_missing
 
 TRACE = trace_or_missing("traces", "mooncake-fast25", "conversation_trace.jsonl")

@@ -6,24 +6,3 @@ guidellm, genai-perf, aiperf, llmperf and inference-perf into one normalised loa
 :func:`pipeline.bench.compute.analyse_bench` judges and costs them; ``stage`` is the contract the
 assets and the command share.
 """
-
-from __future__ import annotations
-
-from pipeline.bench.manifest import BenchManifest, BenchManifestError, load_manifest
-from pipeline.bench.readers import BenchFormatError, read_bench_files
-from pipeline.bench.schema import (
-    LOAD_POINT_SCHEMA,
-    PER_REQUEST_SCHEMA,
-    BenchReadResult,
-)
-
-__all__ = [
-    "LOAD_POINT_SCHEMA",
-    "PER_REQUEST_SCHEMA",
-    "BenchFormatError",
-    "BenchManifest",
-    "BenchManifestError",
-    "BenchReadResult",
-    "load_manifest",
-    "read_bench_files",
-]

@@ -4,16 +4,3 @@
 it produces, :mod:`~pipeline.ingest.present` shows it, :mod:`~pipeline.ingest.stage` is the
 inputs → run → write contract the asset and the command share.
 """
-
-from pipeline.ingest.compute import expand_paths, ingest_paths, ingest_sources, load_requests
-from pipeline.ingest.result import FileSummary, IngestResult, IngestSummary
-
-__all__ = [
-    "FileSummary",
-    "IngestResult",
-    "IngestSummary",
-    "expand_paths",
-    "ingest_paths",
-    "ingest_sources",
-    "load_requests",
-]

@@ -4,30 +4,3 @@ Pure functions over the canonical request table (:mod:`pipeline.schema`); no Dag
 The JSON keys are documented in ``docs/shape.md``. ``stage`` holds the contract the asset and
 the command share.
 """
-
-from __future__ import annotations
-
-from pipeline.shape.arrivals import Quantisation, arrival_metrics, detect_quantisation
-from pipeline.shape.common import PERCENTILE_METHOD, PERCENTILE_METHOD_DOC, ShapeError
-from pipeline.shape.compute import compute_shape
-from pipeline.shape.concurrency import ConcurrencyResult, concurrency_steps, peak_concurrency
-from pipeline.shape.config import ShapeConfig
-from pipeline.shape.findings import Finding, place_on_axes
-from pipeline.shape.result import ShapeResult
-
-__all__ = [
-    "PERCENTILE_METHOD",
-    "PERCENTILE_METHOD_DOC",
-    "ConcurrencyResult",
-    "Finding",
-    "Quantisation",
-    "ShapeConfig",
-    "ShapeError",
-    "ShapeResult",
-    "arrival_metrics",
-    "compute_shape",
-    "concurrency_steps",
-    "detect_quantisation",
-    "peak_concurrency",
-    "place_on_axes",
-]
