@@ -13,7 +13,7 @@ import pytest
 
 from pipeline.loadtest.client import ClientOptions, Outcome, run_schedule
 from pipeline.loadtest.compute import rate_summary, request_frame
-from pipeline.loadtest.config import LoadtestSettings
+from pipeline.loadtest.config import LoadtestConfig
 from pipeline.loadtest.plan import plan_rate, trace_sample
 from pipeline.loadtest.present import rate_notes
 from pipeline.loadtest.stage import Deployment, Workload, _new_loop, bodies_for, run
@@ -46,7 +46,7 @@ def send(offsets: Sequence[float], opts: ClientOptions, body: bytes = BODY) -> l
         return runner.run(run_schedule(list(offsets), lambda _: body, opts))
 
 
-def settings(**changes: Any) -> LoadtestSettings:
+def settings(**changes: Any) -> LoadtestConfig:
     return DEFAULTS.loadtest.replace(**changes)
 
 

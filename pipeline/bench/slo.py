@@ -54,7 +54,7 @@ from pipeline.bench.schema import impossible_values, screen_measurements
 from pipeline.errors import ConfigError
 
 if TYPE_CHECKING:
-    from pipeline.bench.config import BenchSettings
+    from pipeline.bench.config import BenchConfig
 
 ITL_DEFINITIONS: dict[str, str] = {
     # per-gap: one sample per gap between streamed chunks, pooled (vLLM/SGLang ITL).
@@ -308,7 +308,7 @@ def required_requests(stat: str, min_tail_requests: int) -> int:
 
 def evaluate_slo(
     points: pl.DataFrame,
-    settings: BenchSettings,
+    settings: BenchConfig,
     *,
     per_request: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
@@ -813,7 +813,7 @@ def _note_expr(interpolate: bool) -> pl.Expr:
     return pl.concat_str(parts, separator="; ", ignore_nulls=True)
 
 
-def no_silent_pass(evaluated: pl.DataFrame, settings: BenchSettings) -> list[str]:
+def no_silent_pass(evaluated: pl.DataFrame, settings: BenchConfig) -> list[str]:
     """Problems (empty = none): a ``pass`` without every limited value present and within its
     limit, enough completed requests for each limited percentile, (open loop) a server that kept
     up, and no impossible value in the record. The predicate behind an asset check."""

@@ -45,7 +45,7 @@ from pipeline.errors import InputFormatError
 from pipeline.shape.facts import LatencyModel, Percentiles, WorkloadFacts
 
 if TYPE_CHECKING:
-    from pipeline.bench.config import BenchSettings
+    from pipeline.bench.config import BenchConfig
 
 ALL_CANDIDATES = "(all candidates)"
 FIXED_SPREAD = 1.05  # p99/p50 at or below this counts as one fixed length
@@ -716,7 +716,7 @@ def check_comparability(evaluated: pl.DataFrame) -> pl.DataFrame:
 def validity_findings(
     evaluated: pl.DataFrame,
     facts: WorkloadFacts | None,
-    settings: BenchSettings,
+    settings: BenchConfig,
     *,
     as_of: dt.date | None,
     rates: Mapping[str, float] | None = None,

@@ -1,5 +1,5 @@
 """The decision: a deterministic pure function from the stages' typed results, the engine
-catalog and the team's requirements to a :class:`~pipeline.decision.result.DecisionRecord`.
+catalog and the team's requirements to a :class:`~pipeline.decision.result.DecisionResult`.
 
 The rules run in DOMAIN.md's order and each leaves one rationale entry (fired, did not fire,
 or unknown with what to supply):
@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.decision.config import DecisionSettings, Requirements
+from pipeline.decision.config import DecisionConfig, Requirements
 from pipeline.decision.context import (
     DecisionInputs,
     EngineState,
@@ -52,7 +52,7 @@ from pipeline.decision.evidence import (
 )
 from pipeline.decision.result import (
     Candidate,
-    DecisionRecord,
+    DecisionResult,
     Recommendation,
     Routing,
 )
@@ -281,9 +281,9 @@ def _triggers(ctx: RuleContext, m: dict[str, Any], top: str | None, outcome: Out
 def decide(
     inputs: DecisionInputs,
     requirements: Requirements,
-    settings: DecisionSettings,
+    settings: DecisionConfig,
     shape_settings: ShapeConfig,
-) -> DecisionRecord:
+) -> DecisionResult:
     workload = workload_from(
         inputs.shape, inputs.prefix, settings, inputs.peak_window, inputs.missing
     )
@@ -325,7 +325,7 @@ def decide(
         state=state,  # type: ignore[arg-type]
         headline=_headline(ctx, top, runner, outcome, routing, previous),
     )
-    return DecisionRecord(
+    return DecisionResult(
         schema_version=1,
         workload=inputs.workload_name,
         as_of=inputs.as_of.isoformat() if inputs.as_of else None,

@@ -11,11 +11,11 @@ from typing import Any
 
 import polars as pl
 
-from pipeline.bench.result import BenchAnalysis
+from pipeline.bench.result import BenchResult
 from pipeline.decision.catalog import Catalog
-from pipeline.decision.config import DecisionSettings, Requirements
+from pipeline.decision.config import DecisionConfig, Requirements
 from pipeline.decision.evidence import EngineBench, Workload
-from pipeline.decision.result import DecisionRecord, Rule
+from pipeline.decision.result import DecisionResult, Rule
 from pipeline.shape.config import ShapeConfig
 
 HOURS_PER_WEEK = 40.0
@@ -31,7 +31,7 @@ class DecisionInputs:
     prefix: dict[str, Any] | None
     scenarios: list[dict[str, Any]] | None
     curves: pl.DataFrame | None
-    bench: BenchAnalysis | None
+    bench: BenchResult | None
     fits: pl.DataFrame | None
     catalog: Catalog
     catalog_source: str
@@ -40,7 +40,7 @@ class DecisionInputs:
     peak_window: str
     digests: dict[str, str] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)
-    previous: DecisionRecord | None = None
+    previous: DecisionResult | None = None
 
 
 @dataclass
@@ -55,7 +55,7 @@ class EngineState:
 class RuleContext:
     inputs: DecisionInputs
     requirements: Requirements
-    settings: DecisionSettings
+    settings: DecisionConfig
     shape_settings: ShapeConfig
     workload: Workload
     benches: dict[str, EngineBench]

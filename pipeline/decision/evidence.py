@@ -16,9 +16,9 @@ from typing import Any
 import polars as pl
 
 from pipeline.bench.cost import HOURS_PER_MONTH
-from pipeline.bench.result import BenchAnalysis
+from pipeline.bench.result import BenchResult
 from pipeline.decision.catalog import FEATURES, Catalog
-from pipeline.decision.config import DecisionSettings, Requirements
+from pipeline.decision.config import DecisionConfig, Requirements
 
 SECONDS_PER_MONTH = HOURS_PER_MONTH * 3600
 # Capacity rows ranked apart by how much of the curve they saw (pipeline/bench/cost.py).
@@ -75,7 +75,7 @@ class Workload:
 def workload_from(
     shape: dict[str, Any] | None,
     prefix: dict[str, Any] | None,
-    settings: DecisionSettings,
+    settings: DecisionConfig,
     peak_window: str,
     missing: dict[str, str],
 ) -> Workload:
@@ -126,7 +126,7 @@ def workload_from(
     return Workload(**values)
 
 
-def features_seen(shape: dict[str, Any], settings: DecisionSettings) -> tuple[str, ...]:
+def features_seen(shape: dict[str, Any], settings: DecisionConfig) -> tuple[str, ...]:
     """Required features the traffic itself uses (DOMAIN.md: "required features seen in the
     traffic"): LoRA adapters, structured output, tools, and prompts at long-context length."""
     features = shape.get("features", {})
@@ -236,7 +236,7 @@ def mismatches(
 
 
 def engine_benches(
-    bench: BenchAnalysis,
+    bench: BenchResult,
     fits: pl.DataFrame | None,
     catalog: Catalog,
     hardware: tuple[str, ...] = (),

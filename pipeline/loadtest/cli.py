@@ -21,7 +21,7 @@ from pipeline.cli_common import add_config_argument, add_trace_arguments, comman
 from pipeline.errors import ConfigError
 from pipeline.layout import LoadtestRunPaths
 from pipeline.loadtest import stage
-from pipeline.loadtest.config import LoadtestSettings
+from pipeline.loadtest.config import LoadtestConfig
 from pipeline.loadtest.present import (
     nothing_completed,
     plan_lines,
@@ -117,7 +117,7 @@ def _flag(key: str) -> str:
     return "--" + key.replace("_", "-")
 
 
-def resolve_settings(args: argparse.Namespace, configured: LoadtestSettings) -> LoadtestSettings:
+def resolve_settings(args: argparse.Namespace, configured: LoadtestConfig) -> LoadtestConfig:
     """The configuration's ``loadtest`` section with the flags given applied, each validated as
     the file's values are; a bad value is one line naming its flag."""
     changes = {key: getattr(args, dest) for dest, key in SETTING_FLAGS.items()}
@@ -180,7 +180,7 @@ def api_headers(args: argparse.Namespace) -> dict[str, str] | None:
     return {"Authorization": f"Bearer {token}"} if token else None
 
 
-def check_target(settings: LoadtestSettings) -> None:
+def check_target(settings: LoadtestConfig) -> None:
     """Endpoint and model: present and well formed (the server is asked only when running)."""
     if settings.endpoint is None:
         raise ConfigError("--endpoint URL required (or loadtest.endpoint): the server to load")

@@ -45,7 +45,7 @@ from pipeline.loadtest.compute import (
     vllm_burstiness,
     vllm_result,
 )
-from pipeline.loadtest.config import LoadtestSettings
+from pipeline.loadtest.config import LoadtestConfig
 from pipeline.loadtest.plan import (
     RatePlan,
     TraceSample,
@@ -93,7 +93,7 @@ class RateRun:
 
 @dataclass
 class LoadtestRun:
-    settings: LoadtestSettings
+    settings: LoadtestConfig
     deployment: Deployment
     workload: Workload
     rates: list[RateRun]
@@ -106,7 +106,7 @@ class LoadtestRun:
 
 
 def read_workload(
-    requests: pl.LazyFrame, settings: LoadtestSettings, *, label: str, name: str | None
+    requests: pl.LazyFrame, settings: LoadtestConfig, *, label: str, name: str | None
 ) -> Workload:
     """The first trace requests a run can replay (never the whole of a large trace)."""
     limit = rows_needed(max(settings.rates), settings.warmup + settings.duration)
@@ -151,7 +151,7 @@ def public_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
-def plan_rates(trace: TraceSample, settings: LoadtestSettings) -> list[RatePlan]:
+def plan_rates(trace: TraceSample, settings: LoadtestConfig) -> list[RatePlan]:
     return [
         plan_rate(
             trace,
@@ -167,7 +167,7 @@ def plan_rates(trace: TraceSample, settings: LoadtestSettings) -> list[RatePlan]
 
 
 def request_body(
-    trace: TraceSample, plan: RatePlan, index: int, settings: LoadtestSettings, model: str
+    trace: TraceSample, plan: RatePlan, index: int, settings: LoadtestConfig, model: str
 ) -> bytes:
     """The JSON body of send ``index`` of ``plan``: the trace request's prompt, synthesised,
     and its output length, asked for as exactly as the server allows."""
@@ -202,7 +202,7 @@ PREBUILD_BYTES = 512 * 1024 * 1024
 
 
 def bodies_for(
-    trace: TraceSample, plan: RatePlan, settings: LoadtestSettings, model: str
+    trace: TraceSample, plan: RatePlan, settings: LoadtestConfig, model: str
 ) -> Callable[[int], bytes]:
     """Send ``i``'s body, encoded ahead of the run when the rate's bodies fit in memory."""
     words = int(trace.prompt_tokens[plan.trace_rows].sum())
@@ -267,7 +267,7 @@ async def _check_endpoint(
 
 def run(
     workload: Workload,
-    settings: LoadtestSettings,
+    settings: LoadtestConfig,
     deployment: Deployment,
     *,
     headers: dict[str, str] | None = None,

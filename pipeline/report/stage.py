@@ -20,10 +20,10 @@ from typing import Any
 import polars as pl
 
 from pipeline.config import Config
-from pipeline.decision.result import DecisionRecord
+from pipeline.decision.result import DecisionResult
 from pipeline.errors import InputFormatError
 from pipeline.layout import WorkloadLayout
-from pipeline.report.document import PreviousVersion, ReportInputs, build
+from pipeline.report.document import PreviousVersion, ReportContent, build
 from pipeline.report.versions import (
     MANIFEST,
     Entry,
@@ -114,10 +114,10 @@ def derived_outputs(layout: WorkloadLayout) -> dict[str, str]:
 
 
 @dataclass(frozen=True)
-class ReportSources:
+class ReportInputs:
     """What a version is made from, and the document's inputs."""
 
-    document: ReportInputs
+    document: ReportContent
     identity: str
     manifest: dict[str, Any]
     compared_with: Entry | None
@@ -125,7 +125,7 @@ class ReportSources:
 
 def read_inputs(
     layout: WorkloadLayout, config: Config, *, quarter: str | None = None
-) -> ReportSources:
+) -> ReportInputs:
     from pipeline.bench import stage as bench_stage
     from pipeline.decision.stage import read_record
     from pipeline.ingest.stage import read_summary
@@ -161,7 +161,7 @@ def read_inputs(
     version = _next_number(tree, quarter, identity)
     against = _compared_with(tree, quarter, identity)
     previous = _previous(tree, against)
-    document = ReportInputs(
+    document = ReportContent(
         workload=workload,
         quarter=quarter,
         version=version,
@@ -201,7 +201,7 @@ def read_inputs(
         "catalog": record.catalog,
         "compared_with": None if against is None else f"{against.quarter}/v{against.version}",
     }
-    return ReportSources(document, identity, manifest, against)
+    return ReportInputs(document, identity, manifest, against)
 
 
 def report_quarter(config: Config, last_arrival: str | None) -> str:
@@ -244,7 +244,7 @@ def _previous(tree: ReportTree, entry: Entry | None) -> PreviousVersion | None:
         return None
     folder = tree.root / entry.path
     manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
-    record = DecisionRecord.from_json(
+    record = DecisionResult.from_json(
         json.loads((folder / RECORD).read_text(encoding="utf-8")), str(folder / RECORD)
     )
     return PreviousVersion(entry.quarter, entry.version, manifest, record)
@@ -266,13 +266,13 @@ def _figures(layout: WorkloadLayout) -> dict[str, bytes]:
 
 @dataclass(frozen=True)
 class ReportResult:
-    sources: ReportSources
+    sources: ReportInputs
     html: str
     pdf: bytes
     record: bytes
 
 
-def run(sources: ReportSources) -> ReportResult:
+def run(sources: ReportInputs) -> ReportResult:
     from pipeline.report.render import render_html, render_pdf  # WeasyPrint loads slowly
 
     document = build(sources.document)
@@ -299,7 +299,7 @@ class Published:
     pdf: Path
 
 
-def unchanged(sources: ReportSources, config: Config) -> Published | None:
+def unchanged(sources: ReportInputs, config: Config) -> Published | None:
     """The quarter's latest version when it was made from exactly these sources, else None."""
     quarter = sources.document.quarter
     tree = report_tree(config)
@@ -310,7 +310,7 @@ def unchanged(sources: ReportSources, config: Config) -> Published | None:
     return Published(False, quarter, latest.version, folder, folder / PDF)
 
 
-def publish(sources: ReportSources, config: Config) -> Published:
+def publish(sources: ReportInputs, config: Config) -> Published:
     """Render and publish a new version, or say which identical version exists (without
     rendering)."""
     return unchanged(sources, config) or write(run(sources), config)

@@ -10,7 +10,7 @@ all of it in one process (the command); the files are the same either way. Paths
 What every scenario and curve of a workload needs is worked out once per process and shared:
 :func:`read_inputs` keeps the last workload it flattened (keyed by the canonical table's files
 and the latency model, in :mod:`pipeline.sim.memo`, let go of by a later stage's large read), and
-that :class:`SimInput` keeps its dense block ids per block size and its sessions once a
+that :class:`SimInputs` keeps its dense block ids per block size and its sessions once a
 scenario has asked for them. So the command, and a Dagster run whose steps
 share a process (``enginefit report``'s default in-process executor), flatten the table, number
 its blocks and infer its sessions once, not once per scenario step.
@@ -30,8 +30,8 @@ from pipeline.ingest.stage import read_requests
 from pipeline.layout import WorkloadLayout, require_output
 from pipeline.shape.facts import LatencyModel
 from pipeline.sim import memo
-from pipeline.sim.blocks import SimInput, sim_input
-from pipeline.sim.config import CACHE_INDEPENDENT, Scenario, SimulationConfig
+from pipeline.sim.blocks import SimInputs, sim_input
+from pipeline.sim.config import CACHE_INDEPENDENT, Scenario, SimConfig
 from pipeline.sim.curve import Curve, capacity_curve
 from pipeline.sim.present import hit_ratio_vs_capacity_svg, imbalance_vs_hit_ratio_svg
 from pipeline.sim.replay import simulate, summarise
@@ -54,7 +54,7 @@ def _table_key(layout: WorkloadLayout, latency: LatencyModel) -> tuple[Any, ...]
     return (tuple(files), latency)
 
 
-def read_inputs(layout: WorkloadLayout, config: Config) -> SimInput:
+def read_inputs(layout: WorkloadLayout, config: Config) -> SimInputs:
     """The canonical table flattened for replay, with the latency model durations come from
     (``simulation.latency_model``, else ``shape.latency_model``); the same object as the last
     call's when the table's files and the latency model are unchanged (the module docstring)."""
@@ -64,13 +64,11 @@ def read_inputs(layout: WorkloadLayout, config: Config) -> SimInput:
     return memo.reuse(key, lambda: sim_input(requests, latency_model=latency))
 
 
-def plan(settings: SimulationConfig) -> list[Scenario]:
+def plan(settings: SimConfig) -> list[Scenario]:
     return settings.scenarios()
 
 
-def run_scenario(
-    inputs: SimInput, scenario: Scenario, settings: SimulationConfig
-) -> dict[str, Any]:
+def run_scenario(inputs: SimInputs, scenario: Scenario, settings: SimConfig) -> dict[str, Any]:
     """One scenario's summary (JSON-ready)."""
     return summarise(inputs, simulate(inputs, scenario, settings), settings)
 
@@ -93,7 +91,7 @@ def write_scenarios(summaries: list[dict[str, Any]], layout: WorkloadLayout) -> 
     return {"scenarios": paths.scenarios, "replicas": paths.replicas, "summary": paths.summary}
 
 
-def curve_combinations(settings: SimulationConfig) -> list[tuple[int, int, str]]:
+def curve_combinations(settings: SimConfig) -> list[tuple[int, int, str]]:
     """(block size, replicas, routing) of every curve: one replica per block size, and each
     multi-replica count with each routing that does not read cache state."""
     return [
@@ -112,19 +110,19 @@ def curve_combinations(settings: SimulationConfig) -> list[tuple[int, int, str]]
     ]
 
 
-def run_curves(inputs: SimInput, settings: SimulationConfig) -> list[Curve]:
+def run_curves(inputs: SimInputs, settings: SimConfig) -> list[Curve]:
     return [
         capacity_curve(inputs, settings, block_size=bs, replicas=replicas, routing=routing)
         for bs, replicas, routing in curve_combinations(settings)
     ]
 
 
-def curve_points(curves: list[Curve], settings: SimulationConfig) -> list[dict[str, Any]]:
+def curve_points(curves: list[Curve], settings: SimConfig) -> list[dict[str, Any]]:
     return [curve.as_dict(settings.curve_points) for curve in curves]
 
 
 def write_curves(
-    curves: list[Curve], settings: SimulationConfig, layout: WorkloadLayout
+    curves: list[Curve], settings: SimConfig, layout: WorkloadLayout
 ) -> dict[str, Path]:
     open_stage_output(layout)
     paths = layout.simulation
@@ -145,22 +143,20 @@ def write_figures(layout: WorkloadLayout) -> dict[str, Path]:
 
 
 @dataclass(frozen=True)
-class SimulationResult:
+class SimResult:
     summaries: list[dict[str, Any]]
     curves: list[Curve]
 
 
-def run(inputs: SimInput, settings: SimulationConfig) -> SimulationResult:
+def run(inputs: SimInputs, settings: SimConfig) -> SimResult:
     """Every configured scenario and curve, one after another (the command's path)."""
-    return SimulationResult(
+    return SimResult(
         [run_scenario(inputs, scenario, settings) for scenario in plan(settings)],
         run_curves(inputs, settings),
     )
 
 
-def write(
-    result: SimulationResult, settings: SimulationConfig, layout: WorkloadLayout
-) -> dict[str, Path]:
+def write(result: SimResult, settings: SimConfig, layout: WorkloadLayout) -> dict[str, Path]:
     written = {f"scenario_{s['scenario']}": write_scenario(s, layout) for s in result.summaries}
     written |= write_scenarios(result.summaries, layout)
     written |= write_curves(result.curves, settings, layout)
