@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pipeline.bench.checks import no_silent_pass
 from pipeline.bench.compute import analyse_bench
 from pipeline.bench.schema import conform_load_points
 from pipeline.bench.slo import (
@@ -19,7 +20,6 @@ from pipeline.bench.slo import (
     SloSpec,
     SloSpecError,
     evaluate_slo,
-    no_silent_pass,
     parse_slo_spec,
     required_requests,
     slo_capacity,

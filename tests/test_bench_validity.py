@@ -10,6 +10,7 @@ from typing import Any
 import polars as pl
 import pytest
 
+from pipeline.bench.checks import findings_well_formed
 from pipeline.bench.compute import analyse_bench
 from pipeline.bench.cost import Prices
 from pipeline.bench.present import cost_svg
@@ -19,7 +20,6 @@ from pipeline.bench.validity import (
     ALL_CANDIDATES,
     FINDINGS_SCHEMA,
     comparability,
-    findings_well_formed,
     workload_facts_from_dict,
 )
 from pipeline.errors import InputFormatError

@@ -175,19 +175,6 @@ def load_workload_facts(path: Path) -> WorkloadFacts:
     return workload_facts_from_dict(raw, where=where)
 
 
-def findings_well_formed(findings: pl.DataFrame) -> list[str]:
-    """Problems (empty = none): a finding outside the findings schema, with an unknown status
-    or without a message. The predicate behind an asset check."""
-    if dict(findings.schema) != FINDINGS_SCHEMA:
-        return [f"schema {dict(findings.schema)} is not FINDINGS_SCHEMA"]
-    bad = findings.filter(
-        ~pl.col("status").is_in(["flag", "ok", "unknown"])
-        | pl.col("message").is_null()
-        | (pl.col("message") == "")
-    ).height
-    return [f"{bad} of {findings.height} findings are malformed"] if bad else []
-
-
 # --------------------------------------------------------------------------------------------
 # Candidate labels and per-candidate aggregates
 
