@@ -250,8 +250,8 @@ def _run_configured(args: argparse.Namespace, config: Config) -> int:
     layout = config.layout()
     settings = config.simulation
     result = stage.run(stage.read_inputs(layout, config), settings)
-    stage.write(result, settings, layout)
-    points = stage.curve_points(result.curves, settings)
+    stage.write(result, layout)
+    points = result.curve_points
     if args.json:
         _print({"scenarios": result.summaries, "curves": points}, True, "")
     else:

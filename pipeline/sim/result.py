@@ -7,11 +7,20 @@ scenario) and ``replicas.parquet`` (one row per scenario and replica); the curve
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
 
 from pipeline.sim.curve import CURVE_SCHEMA, Curve
+
+
+@dataclass(frozen=True)
+class SimResult:
+    summaries: list[dict[str, Any]]
+    curves: list[Curve]
+    curve_points: list[dict[str, Any]]  # the curves at log-spaced capacities (curves.json)
+
 
 SCENARIO_COLUMNS = [
     "scenario",
