@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 
 from pipeline.loadtest.client import ClientOptions, Outcome, run_schedule
-from pipeline.loadtest.compute import rate_summary, request_frame
+from pipeline.loadtest.compute import LoadtestInputs, bodies_for, rate_summary, request_frame
 from pipeline.loadtest.config import LoadtestConfig
 from pipeline.loadtest.plan import plan_rate, trace_sample
 from pipeline.loadtest.present import rate_notes
-from pipeline.loadtest.stage import Deployment, Workload, _new_loop, bodies_for, run
+from pipeline.loadtest.result import Deployment
+from pipeline.loadtest.stage import _new_loop, run
 from pipeline.sim.blocks import sim_input
 from pipeline.sim.curve import capacity_curve
 from tests.conftest import DEFAULTS
@@ -122,7 +123,7 @@ def test_cap_drop_counts_what_it_held_back() -> None:
 
 def _replay(server: StubServer, frame: Any, **changes: Any) -> Any:
     trace = trace_sample(frame.lazy())
-    workload = Workload(trace, "growing conversations", "t")
+    workload = LoadtestInputs(trace, "growing conversations", "t")
     values: dict[str, Any] = {
         "endpoint": server.url,
         "model": "stub-model",
