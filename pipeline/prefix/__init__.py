@@ -1,3 +1,8 @@
 """Prefix sharing: the shared-prefix curve, reuse potential, its age and tenant split, and the
-curve's shape. Session inference lives in :mod:`pipeline.prefix.sessions`; ``stage`` holds the contract
-the asset and the command share."""
+curve's shape.
+
+The stage shape (config, compute, result, present, checks, stage, cli). Beside it:
+``analysis`` (the out-of-core pass the stage runs), ``sessions`` (session inference),
+``hashmap`` and ``replay`` (its kernels), ``cache_rules`` (vLLM's hit limit, shared by every
+replay).
+"""

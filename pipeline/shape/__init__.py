@@ -1,6 +1,7 @@
 """Workload shape: arrivals, lengths, concurrency, traffic mix, and where that puts the workload.
 
-Pure functions over the canonical request table (:mod:`pipeline.schema`); no Dagster here.
-The JSON keys are documented in ``docs/shape.md``. ``stage`` holds the contract the asset and
-the command share.
+The stage shape (config, compute, result, present, checks, stage, cli); no Dagster here. The
+JSON keys are documented in ``docs/shape.md``. Beside it: the parts ``compute`` composes
+(``arrivals``, ``lengths``, ``concurrency``, ``mix``, ``findings``, ``common``) and ``facts``
+(the workload facts the bench stage reads).
 """
