@@ -16,7 +16,7 @@ import yaml
 from pipeline.bench import stage as bench_stage
 from pipeline.config import Config, config_from_mapping
 from pipeline.decision import stage as decision_stage
-from pipeline.decision.result import DecisionResult
+from pipeline.decision.result import DecisionRecord
 from pipeline.prefix import stage as prefix_stage
 from pipeline.schema import conform
 from pipeline.shape import stage as shape_stage
@@ -204,7 +204,7 @@ def decide_on(
     *,
     previous: Path | None = None,
     **config: Any,
-) -> DecisionResult:
+) -> DecisionRecord:
     """Write ``frame`` as the workload and each sweep as result files under ``root``, run every
     stage as the configured commands do, then decide."""
     results = [b.write(root / "bench-results" / f"{n}-{b.engine}") for n, b in enumerate(benches)]
@@ -220,13 +220,13 @@ def decide_on(
     return record
 
 
-def statuses(record: DecisionResult) -> dict[str, str]:
+def statuses(record: DecisionRecord) -> dict[str, str]:
     return {c.engine: c.status for c in record.candidates}
 
 
-def rule(record: DecisionResult, name: str) -> Any:
+def rule(record: DecisionRecord, name: str) -> Any:
     return next(r for r in record.rationale if r.rule == name)
 
 
-def candidate(record: DecisionResult, engine: str) -> Any:
+def candidate(record: DecisionRecord, engine: str) -> Any:
     return next(c for c in record.candidates if c.engine == engine)

@@ -1,5 +1,5 @@
 """The decision: a deterministic pure function from the stages' typed results, the engine
-catalog and the team's requirements to a :class:`~pipeline.decision.result.DecisionResult`.
+catalog and the team's requirements to a :class:`~pipeline.decision.result.DecisionRecord`.
 
 The rules run in DOMAIN.md's order and each leaves one rationale entry (fired, did not fire,
 or unknown with what to supply):
@@ -52,7 +52,7 @@ from pipeline.decision.evidence import (
 )
 from pipeline.decision.result import (
     Candidate,
-    DecisionResult,
+    DecisionRecord,
     Recommendation,
     Routing,
 )
@@ -283,7 +283,7 @@ def decide(
     requirements: Requirements,
     settings: DecisionConfig,
     shape_settings: ShapeConfig,
-) -> DecisionResult:
+) -> DecisionRecord:
     workload = workload_from(
         inputs.shape, inputs.prefix, settings, inputs.peak_window, inputs.missing
     )
@@ -325,7 +325,7 @@ def decide(
         state=state,  # type: ignore[arg-type]
         headline=_headline(ctx, top, runner, outcome, routing, previous),
     )
-    return DecisionResult(
+    return DecisionRecord(
         schema_version=1,
         workload=inputs.workload_name,
         as_of=inputs.as_of.isoformat() if inputs.as_of else None,

@@ -15,7 +15,7 @@ from pipeline.bench.result import BenchResult
 from pipeline.decision.catalog import Catalog
 from pipeline.decision.config import DecisionConfig, Requirements
 from pipeline.decision.evidence import EngineBench, Workload
-from pipeline.decision.result import DecisionResult, Rule
+from pipeline.decision.result import DecisionRecord, Rule
 from pipeline.shape.config import ShapeConfig
 
 HOURS_PER_WEEK = 40.0
@@ -40,7 +40,7 @@ class DecisionInputs:
     peak_window: str
     digests: dict[str, str] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)
-    previous: DecisionResult | None = None
+    previous: DecisionRecord | None = None
 
 
 @dataclass

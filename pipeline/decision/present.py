@@ -9,7 +9,7 @@ from typing import Any
 
 import polars as pl
 
-from pipeline.decision.result import DecisionResult
+from pipeline.decision.result import DecisionRecord
 from pipeline.present.tables import markdown_table
 
 WIDTH = 96
@@ -33,7 +33,7 @@ def value_text(value: Any) -> str:
     return str(value)
 
 
-def rationale_text(record: DecisionResult) -> str:
+def rationale_text(record: DecisionRecord) -> str:
     """The whole record as prose: the answer, why, every candidate, the rules in order with
     their evidence, what routing buys, and the triggers that would reopen it."""
     rec = record.recommendation
@@ -104,7 +104,7 @@ def rationale_text(record: DecisionResult) -> str:
     return "\n".join(lines) + "\n"
 
 
-def triggers_frame(record: DecisionResult) -> pl.DataFrame:
+def triggers_frame(record: DecisionRecord) -> pl.DataFrame:
     """One row per trigger (this record's, then the previous record's evaluated now)."""
     rows = [
         {
@@ -152,7 +152,7 @@ def triggers_frame(record: DecisionResult) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=schema)
 
 
-def candidates_table(record: DecisionResult) -> str:
+def candidates_table(record: DecisionRecord) -> str:
     frame = pl.DataFrame(
         [
             {

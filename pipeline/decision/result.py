@@ -1,7 +1,7 @@
 """The decision record: what the decision stage writes (``decision/decision.json``), what the
 report renders and what a later quarter reads back to check its revisit triggers.
 
-The pydantic models are the record's schema: :meth:`DecisionResult.from_json` validates a
+The pydantic models are the record's schema: :meth:`DecisionRecord.from_json` validates a
 record (unknown keys, wrong types and a different ``schema_version`` are errors), and
 :func:`record_schema` is the JSON Schema written beside it for auditors' tools.
 """
@@ -120,7 +120,7 @@ class Isolation(_Model):
     reason: str
 
 
-class DecisionResult(_Model):
+class DecisionRecord(_Model):
     schema_version: Literal[1]
     workload: str
     as_of: str | None
@@ -140,7 +140,7 @@ class DecisionResult(_Model):
         return self.model_dump(mode="json")
 
     @classmethod
-    def from_json(cls, data: Any, where: str) -> DecisionResult:
+    def from_json(cls, data: Any, where: str) -> DecisionRecord:
         """A record read back (a previous quarter's, or this run's for the report)."""
         if isinstance(data, dict) and data.get("schema_version") != SCHEMA_VERSION:
             raise InputFormatError(
@@ -155,4 +155,4 @@ class DecisionResult(_Model):
 
 def record_schema() -> dict[str, Any]:
     """The JSON Schema of the decision record."""
-    return DecisionResult.model_json_schema()
+    return DecisionRecord.model_json_schema()

@@ -20,7 +20,7 @@ from pipeline.decision.catalog import catalog_sha256
 from pipeline.decision.compute import decide
 from pipeline.decision.context import DecisionInputs
 from pipeline.decision.present import rationale_text, triggers_frame
-from pipeline.decision.result import DecisionResult, record_schema
+from pipeline.decision.result import DecisionRecord, record_schema
 from pipeline.errors import InputFormatError
 from pipeline.layout import WorkloadLayout, require_output
 from pipeline.store import (
@@ -42,7 +42,7 @@ def _optional(read: Callable[[], T], stage: str, missing: dict[str, str]) -> T |
         return None
 
 
-def read_previous(path: Path) -> DecisionResult:
+def read_previous(path: Path) -> DecisionRecord:
     """A decision record read back (a previous quarter's, or any published version's)."""
     if path.is_dir():
         raise InputFormatError(
@@ -54,7 +54,7 @@ def read_previous(path: Path) -> DecisionResult:
         raise InputFormatError(f"{path}: decision record not found") from exc
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InputFormatError(f"{path}: not a JSON decision record ({exc})") from exc
-    return DecisionResult.from_json(data, str(path))
+    return DecisionRecord.from_json(data, str(path))
 
 
 def published_previous(layout: WorkloadLayout, config: Config) -> Path | None:
@@ -142,11 +142,11 @@ def read_inputs(
     )
 
 
-def run(inputs: DecisionInputs, config: Config) -> DecisionResult:
+def run(inputs: DecisionInputs, config: Config) -> DecisionRecord:
     return decide(inputs, config.requirements, config.decision, config.shape)
 
 
-def write_record(record: DecisionResult, layout: WorkloadLayout) -> dict[str, Path]:
+def write_record(record: DecisionRecord, layout: WorkloadLayout) -> dict[str, Path]:
     """The record, its JSON Schema and the plain-text rationale (the ``engine_decision`` asset)."""
     open_stage_output(layout)
     paths = layout.decision
@@ -156,7 +156,7 @@ def write_record(record: DecisionResult, layout: WorkloadLayout) -> dict[str, Pa
     return {"record": paths.record, "schema": paths.schema, "rationale": paths.rationale}
 
 
-def write_triggers(record: DecisionResult, layout: WorkloadLayout) -> dict[str, Path]:
+def write_triggers(record: DecisionRecord, layout: WorkloadLayout) -> dict[str, Path]:
     """The triggers table, this record's and the previous record's evaluated now (the
     ``revisit_triggers`` asset)."""
     open_stage_output(layout)
@@ -164,11 +164,11 @@ def write_triggers(record: DecisionResult, layout: WorkloadLayout) -> dict[str, 
     return {"triggers": layout.decision.triggers}
 
 
-def write(record: DecisionResult, layout: WorkloadLayout) -> dict[str, Path]:
+def write(record: DecisionRecord, layout: WorkloadLayout) -> dict[str, Path]:
     """Every decision output (the command's path)."""
     return write_record(record, layout) | write_triggers(record, layout)
 
 
-def read_record(layout: WorkloadLayout) -> DecisionResult:
+def read_record(layout: WorkloadLayout) -> DecisionRecord:
     path = require_output(layout.decision.record, "decision record", "decide", "engine_decision")
-    return DecisionResult.from_json(json.loads(path.read_text(encoding="utf-8")), str(path))
+    return DecisionRecord.from_json(json.loads(path.read_text(encoding="utf-8")), str(path))

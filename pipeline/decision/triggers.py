@@ -16,7 +16,7 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
-from pipeline.decision.result import DecisionResult, Previous, Trigger, TriggerCheck
+from pipeline.decision.result import DecisionRecord, Previous, Trigger, TriggerCheck
 
 _COMPARE: dict[str, Callable[[Any, Any], bool]] = {
     ">": operator.gt,
@@ -58,7 +58,7 @@ def trigger(
     )
 
 
-def evaluate_previous(previous: DecisionResult, measurements: dict[str, Any]) -> Previous:
+def evaluate_previous(previous: DecisionRecord, measurements: dict[str, Any]) -> Previous:
     """The previous record's triggers against this run's measurements."""
     checks = [
         TriggerCheck(
@@ -83,7 +83,7 @@ def evaluate_previous(previous: DecisionResult, measurements: dict[str, Any]) ->
     )
 
 
-def record_digest(record: DecisionResult) -> str:
+def record_digest(record: DecisionRecord) -> str:
     """sha256 of the record's canonical JSON (what the record file holds)."""
     text = json.dumps(record.to_json(), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()

@@ -17,7 +17,7 @@ import yaml
 from pipeline.decision.catalog import Catalog
 from pipeline.decision.context import money, usd
 from pipeline.decision.present import value_text as plain_value
-from pipeline.decision.result import DecisionResult, TriggerCheck
+from pipeline.decision.result import DecisionRecord, TriggerCheck
 from pipeline.ingest.result import IngestSummary
 
 UNKNOWN = "unknown"
@@ -41,7 +41,7 @@ class PreviousVersion:
     quarter: str
     version: int
     manifest: dict[str, Any]
-    record: DecisionResult
+    record: DecisionRecord
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ class ReportContent:
     version: int
     title: str
     organisation: str | None
-    record: DecisionResult
+    record: DecisionRecord
     ingest: IngestSummary
     shape: dict[str, Any]
     prefix: dict[str, Any] | None
@@ -374,7 +374,7 @@ def _catalog(catalog: Catalog) -> dict[str, Any]:
     }
 
 
-def _rationale(record: DecisionResult) -> dict[str, Any]:
+def _rationale(record: DecisionRecord) -> dict[str, Any]:
     return {
         "rules": [
             {

@@ -20,7 +20,7 @@ from typing import Any
 import polars as pl
 
 from pipeline.config import Config
-from pipeline.decision.result import DecisionResult
+from pipeline.decision.result import DecisionRecord
 from pipeline.errors import InputFormatError
 from pipeline.layout import WorkloadLayout
 from pipeline.report.compute import PreviousVersion, ReportContent, build
@@ -245,7 +245,7 @@ def _previous(tree: ReportTree, entry: Entry | None) -> PreviousVersion | None:
         return None
     folder = tree.root / entry.path
     manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
-    record = DecisionResult.from_json(
+    record = DecisionRecord.from_json(
         json.loads((folder / RECORD).read_text(encoding="utf-8")), str(folder / RECORD)
     )
     return PreviousVersion(entry.quarter, entry.version, manifest, record)
