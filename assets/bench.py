@@ -19,15 +19,14 @@ import polars as pl
 from assets.metadata import CHECK_PRIORITY, check_result, md, path_entries
 from assets.resources import EnginefitStore
 from pipeline.bench import stage
-from pipeline.bench.config import RUN_DATE_ENV, BenchSettings, parse_as_of
+from pipeline.bench.checks import findings_well_formed, no_silent_pass
+from pipeline.bench.config import RUN_DATE_ENV, BenchConfig, parse_as_of
 from pipeline.bench.cost import COST_FORMULA, FLEET_FORMULA
 from pipeline.bench.present import POINT_VIEW, capacity_table, findings_table, fleet_table
-from pipeline.bench.slo import no_silent_pass
-from pipeline.bench.validity import findings_well_formed
 from pipeline.present.tables import bullet_list
 
 
-def _as_of(settings: BenchSettings) -> tuple[dt.date | None, str]:
+def _as_of(settings: BenchConfig) -> tuple[dt.date | None, str]:
     """The age checks' date: ``bench.as_of``, else ``ENGINEFIT_RUN_DATE``, else (None here) the
     workload's last arrival, which :func:`pipeline.bench.stage.read_inputs` reads."""
     if settings.as_of is not None:

@@ -64,7 +64,7 @@ def _step_key(planned: stage.PlannedSource) -> str:
 def ingest_plan(store: EnginefitStore) -> Any:
     """The configured trace files, once each (a file named twice, or the same bytes twice, is
     read once): one dynamic output per file."""
-    planned, skipped = stage.plan(stage.configured_inputs(store.config()))
+    planned, skipped = stage.plan(stage.read_inputs(store.config()))
     for source in planned:
         yield dg.DynamicOutput(source, output_name="files", mapping_key=_step_key(source))
     yield dg.Output(skipped, output_name="skipped")
@@ -76,7 +76,7 @@ def ingest_file(store: EnginefitStore, planned: stage.PlannedSource) -> stage.St
     and its quarantine; the files of a workload are read side by side. The rows go to a
     staging file of the workload folder, which the merge reads."""
     config = store.config()
-    read = stage.read_one(stage.configured_inputs(config), planned)
+    read = stage.read_one(stage.read_inputs(config), planned)
     return stage.stage_read(read, config.layout())
 
 
@@ -90,7 +90,7 @@ def ingest_merge(
     """Every file's rows in one table: repeated request ids quarantined (the first wins), one
     block size, sorted by arrival; published with its quarantine and summary as one set."""
     config = store.config()
-    result = stage.merge(stage.configured_inputs(config), reads, skipped)
+    result = stage.merge(stage.read_inputs(config), reads, skipped)
     paths = stage.write(result, config.layout())
     context.add_output_metadata(ingest_metadata(result.summary, paths, result.requests))
     return {"ingested": result.summary.ingested, "requests": str(paths["requests"])}

@@ -24,7 +24,8 @@ from assets.metadata import (
     path_entries,
 )
 from assets.resources import EnginefitStore
-from pipeline.sim import Scenario, checks, stage
+from pipeline.sim import checks, compute, stage
+from pipeline.sim.config import Scenario
 from pipeline.sim.present import curves_table, scenarios_table
 from pipeline.sim.result import ScenarioSummary
 
@@ -32,7 +33,7 @@ from pipeline.sim.result import ScenarioSummary
 @dg.op(ins={"workload": dg.In(dg.Nothing)}, out=dg.DynamicOut(dict), tags=SCENARIO_PRIORITY)
 def sim_plan(store: EnginefitStore) -> Any:
     """One dynamic output per configured scenario, keyed by the scenario key."""
-    for scenario in stage.plan(store.config().simulation):
+    for scenario in store.config().simulation.scenarios():
         yield dg.DynamicOutput(asdict(scenario), mapping_key=scenario.key)
 
 
@@ -42,7 +43,7 @@ def sim_scenario(store: EnginefitStore, scenario: dict[str, Any]) -> ScenarioSum
     config = store.config()
     layout = config.layout()
     inputs = stage.read_inputs(layout, config)
-    summary = stage.run_scenario(inputs, Scenario(**scenario), config.simulation)
+    summary = compute.scenario_summary(inputs, Scenario(**scenario), config.simulation)
     stage.write_scenario(summary, layout)
     return summary
 
@@ -84,12 +85,13 @@ def simulation_curves(store: EnginefitStore) -> dg.MaterializeResult:  # type: i
     config = store.config()
     layout = config.layout()
     settings = config.simulation
-    curves = stage.run_curves(stage.read_inputs(layout, config), settings)
-    paths = stage.write_curves(curves, settings, layout)
+    curves = compute.capacity_curves(stage.read_inputs(layout, config), settings)
+    points = compute.curve_points(curves, settings)
+    paths = stage.write_curves(curves, points, layout)
     return dg.MaterializeResult(
         metadata={
             "dagster/row_count": pl.read_parquet(paths["curves"]).height,
-            "curves": md(curves_table(stage.curve_points(curves, settings))),
+            "curves": md(curves_table(points)),
             **path_entries(paths),
         }
     )

@@ -5,7 +5,7 @@ Run from the repository root: ``.venv/bin/python -m perf.capacity [--requests N]
 
 The benchmark is the tests' independent simulator (``tests/batching_server_sim.py``) at five
 rates of one short mix (600 requests each), written as vLLM ``bench serve`` files and read by
-``pipeline.bench.read_bench_files``. The workload is ``--requests`` requests (default 1,000,000)
+``pipeline.bench.readers.read_bench_files``. The workload is ``--requests`` requests (default 1,000,000)
 with 3,000-5,000-token prompts and 30 % of prompt tokens cached, as the ingest stage's columns.
 Timed (best of ``--repeats``, after one warm-up that compiles or loads the numba kernels):
 reading the files, the fit, the workload arrays from the frame, and the transfer (sampling,
@@ -26,7 +26,7 @@ from typing import TypeVar
 import numpy as np
 import polars as pl
 
-from pipeline.bench import read_bench_files
+from pipeline.bench.readers import read_bench_files
 from pipeline.capacity.compute import carry_to_workload, workload_requests
 from pipeline.capacity.config import CapacityConfig
 from pipeline.capacity.fit import deployment_of, fit_serving_model

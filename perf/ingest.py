@@ -37,8 +37,8 @@ from perf.workload import (
     write_token_ids,
 )
 from pipeline.hashing import chain_hash_tokens
-from pipeline.ingest import ingest_paths
 from pipeline.ingest.blockhash import chain_hash_id_runs, chain_hash_token_runs
+from pipeline.ingest.compute import ingest_paths
 
 ROWS = 1_000_000
 

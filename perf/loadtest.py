@@ -38,8 +38,9 @@ import numpy as np
 
 from pipeline.config import default_config
 from pipeline.loadtest.client import ClientOptions, Outcome, run_schedule
+from pipeline.loadtest.compute import endpoint_url
 from pipeline.loadtest.plan import plan_offsets
-from pipeline.loadtest.stage import _new_loop, endpoint_url
+from pipeline.loadtest.stage import _new_loop
 from tests.stub_openai_server import run_stub_server
 
 TARGET_RPS = 500.0

@@ -22,7 +22,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.bench import read_bench_files
+from pipeline.bench.readers import read_bench_files
 
 
 def _record(rng: np.random.Generator, n: int, tokens: int, rate: float) -> dict[str, object]:

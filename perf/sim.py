@@ -50,17 +50,10 @@ import polars as pl
 from perf.prefix import generate as conversation_trace
 from perf.workload import canonical_frame, conversations, spec
 from pipeline.config import default_config
-from pipeline.sim import (
-    BlockView,
-    Scenario,
-    SimInput,
-    assign,
-    capacity_curve,
-    sim_input,
-    simulate,
-)
-from pipeline.sim.curve import Curve
-from pipeline.sim.replay import summarise
+from pipeline.sim.blocks import BlockView, SimInputs, sim_input
+from pipeline.sim.config import Scenario
+from pipeline.sim.curve import Curve, capacity_curve
+from pipeline.sim.replay import assign, simulate, summarise
 from tests.sim_oracles import event_reference, lru_reference
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,7 +66,7 @@ BASE = DEFAULTS.simulation.replace(replica_slots=SLOTS)
 SETTINGS = {lifetime: BASE.replace(request_lifetime=lifetime) for lifetime in LIFETIMES}
 
 
-def _input(frame: pl.DataFrame) -> SimInput:
+def _input(frame: pl.DataFrame) -> SimInputs:
     return sim_input(frame, latency_model=DEFAULTS.simulation.latency(DEFAULTS.shape.latency))
 
 
@@ -85,7 +78,7 @@ def generate(n: int, seed: int = 0, block_size: int = B) -> pl.DataFrame:
     return canonical_frame(drawn, block_size, answers_in_chain=False, sessions=True)
 
 
-def one_replica_curve(inp: SimInput, sample_rate: float = 1.0) -> Curve:
+def one_replica_curve(inp: SimInputs, sample_rate: float = 1.0) -> Curve:
     return capacity_curve(
         inp,
         SETTINGS["instant"],
@@ -108,7 +101,7 @@ def _timed(fn: Callable[[], Any], repeat: int = 1) -> tuple[float, Any]:
 
 FAIRNESS = (
     "  (both sides replay the same block stream: dense block ids per request, built once by "
-    "SimInput.blocks and excluded from both timings;\n   ours = the whole simulate() call "
+    "SimInputs.blocks and excluded from both timings;\n   ours = the whole simulate() call "
     "for one lifetime incl. grouping requests by replica; reference = tests/sim_oracles.py "
     "over prebuilt Python lists:\n   instant = OrderedDict LRU, durations = ref counts + "
     "free OrderedDict + finish heap)"
@@ -116,7 +109,7 @@ FAIRNESS = (
 
 
 def reference_hits(
-    inp: SimInput,
+    inp: SimInputs,
     view: BlockView,
     chains: list[list[int]],
     lifetime: str,

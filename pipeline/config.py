@@ -30,16 +30,16 @@ from pydantic import (
     model_validator,
 )
 
-from pipeline.bench.config import BenchSettings
+from pipeline.bench.config import BenchConfig
 from pipeline.bench.slo import is_limit_key
 from pipeline.decision.catalog import Catalog, load_catalog
-from pipeline.decision.config import DecisionSettings, Requirements
+from pipeline.decision.config import DecisionConfig, Requirements
 from pipeline.errors import ConfigError
 from pipeline.hashing import salt_fingerprint
 from pipeline.layout import SAFE_NAME, WorkloadLayout, child_folder
-from pipeline.loadtest.config import LoadtestSettings
+from pipeline.loadtest.config import LoadtestConfig
 from pipeline.prefix.config import PrefixConfig
-from pipeline.report.config import ReportSettings
+from pipeline.report.config import ReportConfig
 from pipeline.settings import (
     BlockSize,
     ConfigInstant,
@@ -51,7 +51,7 @@ from pipeline.settings import (
 )
 from pipeline.settings import validation_message as _message
 from pipeline.shape.config import ShapeConfig
-from pipeline.sim.config import SimulationConfig
+from pipeline.sim.config import SimConfig
 
 SALT_ENV_VAR = "ENGINEFIT_HASH_SALT"
 # With workload.daily_quarter, each trace path names its day with this field (pipeline.ingest.days).
@@ -179,12 +179,12 @@ class _File(BaseModel):
     paths: PathsSettings
     shape: ShapeConfig
     prefix: PrefixConfig
-    bench: BenchSettings
-    simulation: SimulationConfig
+    bench: BenchConfig
+    simulation: SimConfig
     requirements: Requirements
-    decision: DecisionSettings
-    report: ReportSettings
-    loadtest: LoadtestSettings
+    decision: DecisionConfig
+    report: ReportConfig
+    loadtest: LoadtestConfig
 
 
 @dataclass(frozen=True)
@@ -195,12 +195,12 @@ class Config:
     paths: PathsSettings
     shape: ShapeConfig
     prefix: PrefixConfig
-    simulation: SimulationConfig
-    bench: BenchSettings
+    simulation: SimConfig
+    bench: BenchConfig
     requirements: Requirements
-    decision: DecisionSettings
-    report: ReportSettings
-    loadtest: LoadtestSettings
+    decision: DecisionConfig
+    report: ReportConfig
+    loadtest: LoadtestConfig
     read: ReadSettings
     source: Path | None = None
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.bench import read_bench_files
+from pipeline.bench.readers import read_bench_files
 from pipeline.bench.schema import BenchReadResult
 from pipeline.capacity.compute import WorkloadRequests
 from pipeline.capacity.config import CapacityConfig

@@ -8,9 +8,9 @@ import polars as pl
 import pytest
 import yaml
 
-from pipeline.bench.config import BenchSettings
+from pipeline.bench.config import BenchConfig
 from pipeline.config import default_config
-from pipeline.sim.config import SimulationConfig
+from pipeline.sim.config import SimConfig
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -108,11 +108,11 @@ def write_requests(frame: pl.DataFrame, workload_dir: Path) -> None:
     write_parts(frame, WorkloadLayout(workload_dir))
 
 
-def bench_settings(**changes: object) -> BenchSettings:
+def bench_settings(**changes: object) -> BenchConfig:
     """The documented ``bench`` defaults with ``changes`` (already-built values) applied."""
     return DEFAULTS.bench.replace(**changes)
 
 
-def sim_settings(**changes: object) -> SimulationConfig:
+def sim_settings(**changes: object) -> SimConfig:
     """The documented ``simulation`` defaults with ``changes`` applied (validated)."""
     return DEFAULTS.simulation.replace(**changes)

@@ -213,9 +213,7 @@ def decide_on(
     write_requests(frame, layout.root)
     shape_stage.write(shape_stage.run(shape_stage.read_inputs(layout, cfg), cfg.shape), layout)
     prefix_stage.write(prefix_stage.run(prefix_stage.read_inputs(layout, cfg), cfg.prefix), layout)
-    sim_stage.write(
-        sim_stage.run(sim_stage.read_inputs(layout, cfg), cfg.simulation), cfg.simulation, layout
-    )
+    sim_stage.write(sim_stage.run(sim_stage.read_inputs(layout, cfg), cfg.simulation), layout)
     bench_stage.run_configured(layout, cfg.bench, cfg.shape.latency)
     record = decision_stage.run(decision_stage.read_inputs(layout, cfg, previous=previous), cfg)
     decision_stage.write(record, layout)

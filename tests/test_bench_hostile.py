@@ -13,7 +13,7 @@ from typing import Any
 import polars as pl
 import pytest
 
-from pipeline.bench import read_bench_files
+from pipeline.bench.readers import read_bench_files
 from pipeline.cli import main
 from tests.conftest import SHARED, write_config, write_requests
 from tests.test_bench_cli import run_json as bench_json
@@ -199,7 +199,8 @@ def test_impossible_throughput_never_passes_nor_feeds_the_cost(
 
 
 def test_no_silent_pass_catches_a_forged_pass_with_an_impossible_value(tmp_path: Path) -> None:
-    from pipeline.bench.slo import evaluate_slo, no_silent_pass
+    from pipeline.bench.checks import no_silent_pass
+    from pipeline.bench.slo import evaluate_slo
     from tests.conftest import DEFAULTS
 
     path = write_result(tmp_path / "r", vllm_point(output_throughput=-199.0))

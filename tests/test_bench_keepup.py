@@ -15,7 +15,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline.bench import read_bench_files
+from pipeline.bench.checks import no_silent_pass
 from pipeline.bench.compute import analyse_bench
 from pipeline.bench.config import OverloadRule
 from pipeline.bench.cost import Prices
@@ -25,10 +25,10 @@ from pipeline.bench.keepup import (
     keep_up_from_aggregates,
     keep_up_from_requests,
 )
+from pipeline.bench.readers import read_bench_files
 from pipeline.bench.schema import conform_load_points, conform_per_request
 from pipeline.bench.slo import (
     evaluate_slo,
-    no_silent_pass,
     parse_slo_spec,
     slo_capacity,
 )

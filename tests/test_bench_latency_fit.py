@@ -13,13 +13,13 @@ import pytest
 
 from assets.bench import ASSETS, CHECKS
 from assets.resources import EnginefitStore
-from pipeline.bench import read_bench_files
 from pipeline.bench.latency_fit import (
     CONFIG_LABEL,
     estimate_concurrency,
     fit_latency_models,
     fitted_model,
 )
+from pipeline.bench.readers import read_bench_files
 from pipeline.bench.schema import conform_load_points
 from pipeline.bench.slo import evaluate_slo, slo_capacity
 from pipeline.schema import conform

@@ -22,7 +22,8 @@ import polars as pl
 import pytest
 import yaml
 
-from pipeline.bench import LOAD_POINT_SCHEMA, PER_REQUEST_SCHEMA, read_bench_files
+from pipeline.bench.readers import read_bench_files
+from pipeline.bench.schema import LOAD_POINT_SCHEMA, PER_REQUEST_SCHEMA
 
 DATA = Path(__file__).resolve().parent / "data" / "bench"
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "bench-samples"

@@ -18,15 +18,12 @@ import polars as pl
 import pytest
 import yaml
 
-from pipeline.bench import (
-    LOAD_POINT_SCHEMA,
-    BenchFormatError,
-    BenchManifestError,
-    read_bench_files,
-)
 from pipeline.bench.detect import detect_record
+from pipeline.bench.manifest import BenchManifestError
 from pipeline.bench.percentiles import recompute_stats
+from pipeline.bench.readers import BenchFormatError, read_bench_files
 from pipeline.bench.readers._common import BenchFieldError
+from pipeline.bench.schema import LOAD_POINT_SCHEMA
 
 MANIFEST = {"engine": "vllm", "gpu_type": "H100", "gpu_count": 2}
 

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pipeline.bench.checks import no_silent_pass
 from pipeline.bench.compute import analyse_bench
 from pipeline.bench.schema import conform_load_points
 from pipeline.bench.slo import (
@@ -19,7 +20,6 @@ from pipeline.bench.slo import (
     SloSpec,
     SloSpecError,
     evaluate_slo,
-    no_silent_pass,
     parse_slo_spec,
     required_requests,
     slo_capacity,
@@ -396,7 +396,7 @@ def test_capacity_matches_reference(pattern: list[str]) -> None:
 def h100_points() -> pl.DataFrame:
     if not H100.is_dir():
         pytest.skip("shared bench samples not available")
-    from pipeline.bench import read_bench_files
+    from pipeline.bench.readers import read_bench_files
 
     manifest = {"engine": "vllm", "engine_version": "0.11.0", "gpu_type": "H100", "gpu_count": 1}
     files = sorted(H100.glob("stage_*_lifecycle_metrics.json"))
@@ -533,7 +533,7 @@ def test_too_few_requests_make_a_percentile_unknown() -> None:
 
 def test_two_request_guidellm_points_cannot_support_a_p95() -> None:
     """The guidellm v0.8 fixture (mock server, two requests at each of 2 and 4 req/s)."""
-    from pipeline.bench import read_bench_files
+    from pipeline.bench.readers import read_bench_files
 
     path = REPO / "tests" / "data" / "bench" / "guidellm"
     result = read_bench_files(

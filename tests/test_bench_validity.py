@@ -10,6 +10,7 @@ from typing import Any
 import polars as pl
 import pytest
 
+from pipeline.bench.checks import findings_well_formed
 from pipeline.bench.compute import analyse_bench
 from pipeline.bench.cost import Prices
 from pipeline.bench.present import cost_svg
@@ -19,7 +20,6 @@ from pipeline.bench.validity import (
     ALL_CANDIDATES,
     FINDINGS_SCHEMA,
     comparability,
-    findings_well_formed,
     workload_facts_from_dict,
 )
 from pipeline.errors import InputFormatError
@@ -288,7 +288,7 @@ def test_lower_bounds_and_single_points_are_ranked_apart() -> None:
 def test_l40s_sweeps_without_a_failure_are_lower_bounds() -> None:
     """The real L40S sample: three deployments at 10 and 30 req/s (plus bursts). Under a p99 SLO
     every open point passes, so each capacity is only 'at least 30 req/s'."""
-    from pipeline.bench import read_bench_files
+    from pipeline.bench.readers import read_bench_files
     from pipeline.bench.slo import parse_slo_spec
     from tests.conftest import shared_path
 

@@ -7,7 +7,7 @@ from functools import lru_cache
 
 import pytest
 
-from pipeline.bench import read_bench_files
+from pipeline.bench.readers import read_bench_files
 from pipeline.capacity.compute import carry_to_workload
 from pipeline.capacity.config import CapacityConfig
 from pipeline.capacity.fit import deployment_of, fit_serving_model

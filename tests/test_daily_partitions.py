@@ -77,7 +77,7 @@ def _whole(
     files = [str(folder / name.replace("{day}", day)) for day in DAYS]
     present = [f for f in files if Path(f).exists()]
     whole = load_config(_config(tmp_path, "whole", present, fmt))
-    stage.write(stage.run(stage.configured_inputs(whole)), whole.layout())
+    stage.write(stage.run(stage.read_inputs(whole)), whole.layout())
     return whole.layout()
 
 

@@ -11,7 +11,7 @@ import pytest
 import zstandard
 
 from pipeline.errors import InputFormatError
-from pipeline.ingest import ingest_paths
+from pipeline.ingest.compute import ingest_paths
 from pipeline.ingest.stage import write as write_workload
 from pipeline.layout import WorkloadLayout
 from pipeline.store import scan_requests

@@ -23,8 +23,8 @@ from pipeline.cli import main as enginefit
 from pipeline.config import load_config
 from pipeline.errors import ConfigError, InputFormatError
 from pipeline.hashing import salt_fingerprint
-from pipeline.ingest import expand_paths, ingest_paths, stage
-from pipeline.ingest.compute import BUNDLED_SAMPLE_SHA256
+from pipeline.ingest import stage
+from pipeline.ingest.compute import BUNDLED_SAMPLE_SHA256, expand_paths, ingest_paths
 from pipeline.layout import WorkloadLayout
 from pipeline.store import OutputError, verify_ingest
 from tests.conftest import REPO, write_config
@@ -355,7 +355,7 @@ def test_configured_traces_naming_one_file_twice_keep_their_formats_aligned(
         {"path": str(tmp_path / "b.csv"), "format": "azure"},
     ]
     config.write_text(yaml.safe_dump(raw))
-    summary = stage.run(stage.configured_inputs(load_config(config))).summary
+    summary = stage.run(stage.read_inputs(load_config(config))).summary
     assert [(f.format, f.records_read) for f in summary.files] == [("mooncake", 2), ("azure", 3)]
     assert [s.reason for s in summary.skipped_files] == ["same path"]
 

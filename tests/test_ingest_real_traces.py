@@ -9,7 +9,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline.ingest import ingest_paths
+from pipeline.ingest.compute import ingest_paths
 from tests.conftest import REPO, shared_if_present, shared_path
 
 SALT = b"test-salt"

@@ -22,7 +22,8 @@ from assets.resources import EnginefitStore
 from pipeline.cli import main
 from pipeline.config import load_config
 from pipeline.ingest.stage import read_requests
-from pipeline.sim import capacity_curve, sim_input
+from pipeline.sim.blocks import sim_input
+from pipeline.sim.curve import capacity_curve
 from tests.conftest import DEFAULTS, REPO, bundled_config
 from tests.stub_openai_server import StubServer, run_stub_server
 from tests.workloads import growing_conversations
@@ -217,7 +218,8 @@ def test_a_run_where_nothing_completes_says_why_and_fails(
 def test_runs_started_in_the_same_second_get_their_own_folders(tmp_path: Path) -> None:
     import datetime as dt
 
-    from pipeline.loadtest.stage import Deployment, claim_folder, run_folder
+    from pipeline.loadtest.result import Deployment
+    from pipeline.loadtest.stage import claim_folder, run_folder
 
     started = dt.datetime(2026, 11, 30, 8, 0, 0, tzinfo=dt.UTC)
     first = run_folder(tmp_path, Deployment("vllm", "H100", 1), started)

@@ -13,12 +13,14 @@ import numpy as np
 import pytest
 
 from pipeline.loadtest.client import ClientOptions, Outcome, run_schedule
-from pipeline.loadtest.compute import rate_summary, request_frame
-from pipeline.loadtest.config import LoadtestSettings
+from pipeline.loadtest.compute import LoadtestInputs, bodies_for, rate_summary, request_frame
+from pipeline.loadtest.config import LoadtestConfig
 from pipeline.loadtest.plan import plan_rate, trace_sample
 from pipeline.loadtest.present import rate_notes
-from pipeline.loadtest.stage import Deployment, Workload, _new_loop, bodies_for, run
-from pipeline.sim import capacity_curve, sim_input
+from pipeline.loadtest.result import Deployment
+from pipeline.loadtest.stage import _new_loop, run
+from pipeline.sim.blocks import sim_input
+from pipeline.sim.curve import capacity_curve
 from tests.conftest import DEFAULTS
 from tests.stub_openai_server import StubServer, run_stub_server
 from tests.workloads import growing_conversations
@@ -48,7 +50,7 @@ def send(
         return runner.run(run_schedule(list(offsets), body_for, opts))
 
 
-def settings(**changes: Any) -> LoadtestSettings:
+def settings(**changes: Any) -> LoadtestConfig:
     return DEFAULTS.loadtest.replace(**changes)
 
 
@@ -146,7 +148,7 @@ def test_cap_drop_counts_what_it_held_back() -> None:
 
 def _replay(server: StubServer, frame: Any, **changes: Any) -> Any:
     trace = trace_sample(frame.lazy())
-    workload = Workload(trace, "growing conversations", "t")
+    workload = LoadtestInputs(trace, "growing conversations", "t")
     values: dict[str, Any] = {
         "endpoint": server.url,
         "model": "stub-model",

@@ -10,6 +10,7 @@ import pytest
 
 from pipeline.config import config_from_mapping
 from pipeline.errors import ConfigError, InputFormatError
+from pipeline.loadtest.compute import endpoint_url, public_url
 from pipeline.loadtest.plan import (
     WORDS,
     namespace,
@@ -19,7 +20,6 @@ from pipeline.loadtest.plan import (
     prompt_words,
     trace_sample,
 )
-from pipeline.loadtest.stage import endpoint_url, public_url
 from pipeline.schema import conform
 from tests.workloads import growing_conversations
 
@@ -141,8 +141,8 @@ def test_loadtest_section_is_strict() -> None:
 
 def test_the_plan_says_when_several_models_become_one(capsys: pytest.CaptureFixture[str]) -> None:
     from pipeline.config import default_config
+    from pipeline.loadtest.compute import plan_rates
     from pipeline.loadtest.present import plan_lines
-    from pipeline.loadtest.stage import plan_rates
 
     frame = growing_conversations(6, 2, extra_tokens=1, output_tokens=3).with_columns(
         model=pl.Series(["m1", "m2"] * 3), lora_adapter=pl.Series([None, None, "sql"] * 2)
@@ -156,7 +156,8 @@ def test_the_plan_says_when_several_models_become_one(capsys: pytest.CaptureFixt
 
 def test_a_rates_schedule_does_not_depend_on_the_other_rates() -> None:
     from pipeline.config import default_config
-    from pipeline.loadtest.stage import plan_rates, read_workload
+    from pipeline.loadtest.compute import plan_rates
+    from pipeline.loadtest.stage import read_inputs
 
     frame = growing_conversations(400, 7, extra_tokens=1, output_tokens=3)
     # irregular gaps, so a different window would scale differently
@@ -165,16 +166,16 @@ def test_a_rates_schedule_does_not_depend_on_the_other_rates() -> None:
     )
     alone = default_config().loadtest.replace(rates=[2.0], duration=10.0, warmup=2.0)
     with_fast = alone.replace(rates=[2.0, 50.0])
-    a = plan_rates(read_workload(frame.lazy(), alone, label="t", name=None).trace, alone)[0]
-    b = plan_rates(read_workload(frame.lazy(), with_fast, label="t", name=None).trace, with_fast)[0]
+    a = plan_rates(read_inputs(frame.lazy(), alone, label="t", name=None).trace, alone)[0]
+    b = plan_rates(read_inputs(frame.lazy(), with_fast, label="t", name=None).trace, with_fast)[0]
     np.testing.assert_array_equal(a.offsets_s, b.offsets_s)
     assert a.offsets_s.size == pytest.approx(24, abs=2)  # 2 req/s over 12 s
 
 
 def test_bucketed_timestamps_are_warned_about() -> None:
     from pipeline.config import default_config
+    from pipeline.loadtest.compute import plan_rates
     from pipeline.loadtest.present import plan_lines, plan_problems
-    from pipeline.loadtest.stage import plan_rates
 
     frame = growing_conversations(60, 3, extra_tokens=1, output_tokens=3).with_columns(
         arrival=pl.col("arrival").dt.truncate("10s")  # 6 buckets of 10 requests

@@ -28,7 +28,7 @@ from perf.workload import (
     write_token_ids,
 )
 from pipeline.config import default_config
-from pipeline.ingest import ingest_paths
+from pipeline.ingest.compute import ingest_paths
 from pipeline.shape.compute import compute_shape
 
 REQUESTS = 3_000

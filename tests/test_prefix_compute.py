@@ -10,9 +10,9 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from pipeline.prefix import (
+from pipeline.prefix.analysis import analyse
+from pipeline.prefix.compute import (
     PrefixInputError,
-    analyse,
     at_block_size,
     classify_curve,
     reuse_per_request,

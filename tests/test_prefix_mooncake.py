@@ -19,7 +19,7 @@ from typing import Any
 import polars as pl
 import pytest
 
-from pipeline.prefix import classify_curve, reuse_per_request, sharing_curve
+from pipeline.prefix.compute import classify_curve, reuse_per_request, sharing_curve
 from pipeline.prefix.sessions import infer_parents, infer_sessions
 from pipeline.schema import conform
 from tests.conftest import DEFAULTS, trace_or_missing

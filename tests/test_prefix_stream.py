@@ -14,7 +14,8 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from pipeline.prefix import analysis, reuse_per_request
+from pipeline.prefix import analysis
+from pipeline.prefix.compute import reuse_per_request
 from pipeline.prefix.stage import inputs_from, run
 from pipeline.schema import conform
 from tests.conftest import DEFAULTS

@@ -20,7 +20,7 @@ import polars as pl
 import pytest
 
 from pipeline.errors import InputFormatError
-from pipeline.ingest import ingest_paths
+from pipeline.ingest.compute import ingest_paths
 from pipeline.ingest.present import summary_text
 from pipeline.ingest.readers import FORMAT_NAMES, ReadContext, ReadResult, SourceFile, detect_reader
 from pipeline.schema import MAX_PLAUSIBLE_TOKENS

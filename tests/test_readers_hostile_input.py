@@ -23,8 +23,7 @@ import zstandard
 from pipeline.cli import main
 from pipeline.config import load_config
 from pipeline.errors import ConfigError, InputFormatError
-from pipeline.ingest import ingest_paths
-from pipeline.ingest.compute import ingest_sources
+from pipeline.ingest.compute import ingest_paths, ingest_sources
 from pipeline.ingest.present import summary_text
 from pipeline.ingest.readers import ReadContext, ReadResult, SourceFile, detect_reader, reader_named
 from pipeline.ingest.readers import source as source_module

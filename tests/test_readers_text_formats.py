@@ -24,7 +24,7 @@ import pytest
 import zstandard
 from polars.testing import assert_frame_equal
 
-from pipeline.ingest import ingest_paths
+from pipeline.ingest.compute import ingest_paths
 from pipeline.ingest.readers import READERS, ReadContext, ReadResult, SourceFile, detect_reader
 from pipeline.ingest.readers.prompt_text import PromptTextReader
 from pipeline.ingest.stage import write as write_workload

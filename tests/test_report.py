@@ -18,8 +18,9 @@ from pipeline.errors import InputFormatError
 from pipeline.present.text import usd
 from pipeline.report import stage
 from pipeline.report.audit import audit
-from pipeline.report.document import build
-from pipeline.report.render import LocalOnlyFetcher, render_pdf
+from pipeline.report.compute import build
+from pipeline.report.present import LocalOnlyFetcher, render_pdf
+from pipeline.report.result import Published
 from pipeline.report.versions import ReportTree
 from tests.conftest import REPO, bundled_config
 
@@ -51,7 +52,7 @@ def workload(tmp_path: Path, name: str = "w", *, drop_last: int = 0, **report: o
     return config
 
 
-def publish(config_path: Path) -> stage.Published:
+def publish(config_path: Path) -> Published:
     """What the graph does: every stage that is missing or stale, the decision, the report."""
     config = load_config(config_path)
     layout = config.layout()

@@ -15,7 +15,8 @@ from assets.shape import CHECKS, workload_shape
 from pipeline.cli import main as enginefit
 from pipeline.layout import WorkloadLayout
 from pipeline.schema import conform
-from pipeline.shape import checks, compute_shape, stage
+from pipeline.shape import checks, stage
+from pipeline.shape.compute import compute_shape
 from pipeline.shape.lengths import cdf_points
 from pipeline.shape.present import figures
 from pipeline.shape.result import ShapeResult

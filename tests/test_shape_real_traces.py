@@ -15,7 +15,7 @@ import polars as pl
 import pytest
 
 from pipeline.schema import conform
-from pipeline.shape import compute_shape
+from pipeline.shape.compute import compute_shape
 from tests.conftest import DEFAULTS, shared_path
 
 pytestmark = pytest.mark.shared

@@ -13,15 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipeline.schema import conform
-from pipeline.sim import (
-    Assignment,
-    Scenario,
-    SimulationInputError,
-    assign,
-    capacity_curve,
-    sim_input,
-    simulate,
-)
+from pipeline.sim.blocks import SimulationInputError, sim_input
+from pipeline.sim.config import Scenario
+from pipeline.sim.curve import capacity_curve
+from pipeline.sim.replay import Assignment, assign, simulate
 from tests.conftest import DEFAULTS, sim_settings
 from tests.sim_oracles import event_reference, lru_reference
 

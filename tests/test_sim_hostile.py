@@ -14,8 +14,9 @@ import pytest
 from pipeline.cli import main
 from pipeline.config import config_from_mapping
 from pipeline.errors import ConfigError
-from pipeline.sim import Scenario, SimulationInputError, curve_kernels, kernels, sim_input
-from pipeline.sim.config import MAX_REPLICAS
+from pipeline.sim import curve_kernels, kernels
+from pipeline.sim.blocks import SimulationInputError, sim_input
+from pipeline.sim.config import MAX_REPLICAS, Scenario
 from pipeline.sim.kernels import KernelArgumentError
 from pipeline.sim.replay import simulate
 from tests.conftest import DEFAULTS, write_requests

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from pipeline.sim import checks, sim_input
-from pipeline.sim.config import SimulationConfig
+from pipeline.sim import checks
+from pipeline.sim.blocks import sim_input
+from pipeline.sim.config import SimConfig
 from pipeline.sim.result import curves_frame, scenario_frame
 from pipeline.sim.stage import run
 from tests.conftest import DEFAULTS, sim_settings
@@ -15,7 +16,7 @@ from tests.workloads import growing_conversations
 GRID = {"block_sizes": (16,), "replicas": (1, 2), "cache_tokens": (64,)}
 
 
-def _outputs(settings: SimulationConfig) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _outputs(settings: SimConfig) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Two tenants taking turns in three conversations."""
     frame = growing_conversations(24, 3, extra_tokens=1, output_tokens=4).with_columns(
         tenant=pl.format("t{}", pl.int_range(pl.len()) % 2)

@@ -269,7 +269,7 @@ def test_group_by_replica_is_a_stable_sort() -> None:
 
 
 def test_replica_outside_the_range_is_refused() -> None:
-    from pipeline.sim import SimulationInputError
+    from pipeline.sim.blocks import SimulationInputError
     from pipeline.sim.replay import replica_streams
 
     with pytest.raises(SimulationInputError, match="replica index"):

@@ -14,16 +14,10 @@ from pydantic import ValidationError
 from pipeline.config import config_from_mapping
 from pipeline.errors import ConfigError
 from pipeline.schema import conform
-from pipeline.sim import (
-    CacheAwareConfig,
-    Scenario,
-    SimulationInputError,
-    assign,
-    sim_input,
-    simulate,
-    summarise,
-)
 from pipeline.sim import replay as replay_module
+from pipeline.sim.blocks import SimulationInputError, sim_input
+from pipeline.sim.config import CacheAwareConfig, Scenario
+from pipeline.sim.replay import assign, simulate, summarise
 from tests.conftest import DEFAULTS, sim_settings
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -331,8 +325,8 @@ def test_new_config_keys_defaults_and_validation() -> None:
 
 
 def test_curve_check_compares_the_instant_figures() -> None:
-    from pipeline.sim import capacity_curve
     from pipeline.sim.checks import curve_disagreements, curve_matches_replay
+    from pipeline.sim.curve import capacity_curve
     from pipeline.sim.result import ScenarioSummary, curves_frame, scenario_frame
 
     # PINNING's first three requests: in a 2-block cache r2 misses while r0 pins 1, 2

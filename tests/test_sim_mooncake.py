@@ -10,7 +10,10 @@ import pytest
 
 from pipeline.cli import main
 from pipeline.schema import conform
-from pipeline.sim import Scenario, SimInput, assign, capacity_curve, sim_input, simulate
+from pipeline.sim.blocks import SimInputs, sim_input
+from pipeline.sim.config import Scenario
+from pipeline.sim.curve import capacity_curve
+from pipeline.sim.replay import assign, simulate
 from tests.conftest import DEFAULTS, sim_settings, trace_or_missing
 
 TRACE = trace_or_missing("traces", "mooncake-fast25", "conversation_trace.jsonl")
@@ -28,7 +31,7 @@ def rows() -> list[dict[str, object]]:
 
 
 @pytest.fixture(scope="module")
-def inp(rows: list[dict[str, object]]) -> SimInput:
+def inp(rows: list[dict[str, object]]) -> SimInputs:
     t0 = datetime(2000, 1, 1, tzinfo=UTC)
     frame = conform(
         pl.DataFrame(
@@ -53,7 +56,7 @@ def inp(rows: list[dict[str, object]]) -> SimInput:
 
 
 def test_unbounded_single_cache_equals_a_set_walk(
-    rows: list[dict[str, object]], inp: SimInput
+    rows: list[dict[str, object]], inp: SimInputs
 ) -> None:
     seen: set[int] = set()
     expected = 0
@@ -81,7 +84,7 @@ def test_unbounded_single_cache_equals_a_set_walk(
 @pytest.mark.parametrize(
     ("replicas", "routing"), [(1, "round-robin"), (4, "round-robin"), (4, "affinity")]
 )
-def test_curve_equals_direct_on_mooncake(inp: SimInput, replicas: int, routing: str) -> None:
+def test_curve_equals_direct_on_mooncake(inp: SimInputs, replicas: int, routing: str) -> None:
     curve = capacity_curve(
         inp, DEFAULTS.simulation, block_size=B, replicas=replicas, routing=routing
     )
@@ -99,7 +102,7 @@ def test_curve_equals_direct_on_mooncake(inp: SimInput, replicas: int, routing: 
         assert curve.hit_tokens_at(cache_tokens) == int(run.hit_tokens.sum())
 
 
-def test_affinity_on_inferred_sessions_beats_round_robin(inp: SimInput) -> None:
+def test_affinity_on_inferred_sessions_beats_round_robin(inp: SimInputs) -> None:
     assert inp.sessions_inferred > 0
     rr = simulate(
         inp, Scenario(B, 4, 4_000_000, "round-robin"), DEFAULTS.simulation
@@ -109,7 +112,7 @@ def test_affinity_on_inferred_sessions_beats_round_robin(inp: SimInput) -> None:
 
 
 def test_cli_on_the_raw_trace_agrees_with_the_direct_frame(
-    inp: SimInput, capsys: pytest.CaptureFixture[str]
+    inp: SimInputs, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code = main(
         [

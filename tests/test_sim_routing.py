@@ -10,17 +10,10 @@ import polars as pl
 import pytest
 
 from pipeline.schema import conform
-from pipeline.sim import (
-    CacheAwareConfig,
-    Scenario,
-    SimulationInputError,
-    affinity_home,
-    assign,
-    capacity_curve,
-    sim_input,
-    simulate,
-    summarise,
-)
+from pipeline.sim.blocks import SimulationInputError, sim_input
+from pipeline.sim.config import CacheAwareConfig, Scenario
+from pipeline.sim.curve import capacity_curve
+from pipeline.sim.replay import affinity_home, assign, simulate, summarise
 from tests.conftest import DEFAULTS, sim_settings
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

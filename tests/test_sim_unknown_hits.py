@@ -18,10 +18,12 @@ from assets.resources import EnginefitStore
 from assets.sim import ASSETS, CHECKS
 from pipeline.cli import main
 from pipeline.schema import conform
-from pipeline.sim import Scenario, capacity_curve, sim_input, simulate, summarise
-from pipeline.sim.blocks import NO_CONTENT
+from pipeline.sim.blocks import NO_CONTENT, sim_input
 from pipeline.sim.checks import curve_matches_replay
+from pipeline.sim.config import Scenario
+from pipeline.sim.curve import capacity_curve
 from pipeline.sim.present import hit_ratio_vs_capacity_svg, imbalance_vs_hit_ratio_svg
+from pipeline.sim.replay import simulate, summarise
 from pipeline.sim.result import ScenarioSummary, curves_frame, scenario_frame
 from tests.conftest import DEFAULTS, REPO, write_config, write_requests
 

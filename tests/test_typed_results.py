@@ -15,8 +15,9 @@ from pipeline.prefix.result import PrefixResult
 from pipeline.schema import conform
 from pipeline.shape.compute import compute_shape
 from pipeline.shape.result import ShapeResult
-from pipeline.sim import Scenario, sim_input, simulate, summarise
-from pipeline.sim.blocks import NO_CONTENT
+from pipeline.sim.blocks import NO_CONTENT, sim_input
+from pipeline.sim.config import Scenario
+from pipeline.sim.replay import simulate, summarise
 from pipeline.sim.result import ScenarioSummary
 from pipeline.store import json_bytes
 from pipeline.unknown import Unknown, is_known

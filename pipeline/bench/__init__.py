@@ -1,29 +1,7 @@
 """Benchmark results: reading them, SLO capacity, cost, fleet and validity.
 
-:func:`read_bench_files` turns result files of vLLM ``bench serve``, SGLang ``bench_serving``,
-guidellm, genai-perf, aiperf, llmperf and inference-perf into one normalised load-point table
-(:data:`LOAD_POINT_SCHEMA`, documented in :mod:`pipeline.bench.schema`);
-:func:`pipeline.bench.compute.analyse_bench` judges and costs them; ``stage`` is the contract the
-assets and the command share.
+The stage shape (config, compute, result, present, checks, stage, cli). Beside it:
+``readers/`` (one reader per benchmark tool, into the load-point table of ``schema``),
+``manifest`` (the sidecar manifest), and the computation ``compute`` composes: ``slo``,
+``keepup``, ``latency_fit``, ``cost``, ``validity``, ``detect``, ``percentiles``, ``frames``.
 """
-
-from __future__ import annotations
-
-from pipeline.bench.manifest import BenchManifest, BenchManifestError, load_manifest
-from pipeline.bench.readers import BenchFormatError, read_bench_files
-from pipeline.bench.schema import (
-    LOAD_POINT_SCHEMA,
-    PER_REQUEST_SCHEMA,
-    BenchReadResult,
-)
-
-__all__ = [
-    "LOAD_POINT_SCHEMA",
-    "PER_REQUEST_SCHEMA",
-    "BenchFormatError",
-    "BenchManifest",
-    "BenchManifestError",
-    "BenchReadResult",
-    "load_manifest",
-    "read_bench_files",
-]

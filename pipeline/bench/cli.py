@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.bench import stage
-from pipeline.bench.config import BenchSettings, as_of_flag
+from pipeline.bench.config import BenchConfig, as_of_flag
 from pipeline.bench.cost import parse_price
 from pipeline.bench.present import render_text
 from pipeline.bench.result import analysis_payload
@@ -89,7 +89,7 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run_bench)
 
 
-def resolve_settings(args: argparse.Namespace, config: Config) -> BenchSettings:
+def resolve_settings(args: argparse.Namespace, config: Config) -> BenchConfig:
     """The configuration's ``bench`` section, then command-line overrides, each validated as the
     configuration is (a bad value is one line naming the flag)."""
     settings = config.bench

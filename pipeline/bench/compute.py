@@ -8,9 +8,9 @@ from collections.abc import Sequence
 
 import polars as pl
 
-from pipeline.bench.config import BenchSettings
+from pipeline.bench.config import BenchConfig
 from pipeline.bench.cost import cost_gap_vs_noise, cost_per_million, fleet_cost, workload_rates
-from pipeline.bench.result import BenchAnalysis
+from pipeline.bench.result import BenchResult
 from pipeline.bench.slo import candidate_keys, evaluate_slo, slo_capacity
 from pipeline.bench.validity import candidate_label_expr, comparability, validity_findings
 from pipeline.shape.facts import WorkloadFacts
@@ -30,13 +30,13 @@ RANK_POOL = (
 
 def analyse_bench(
     load_points: pl.DataFrame,
-    settings: BenchSettings,
+    settings: BenchConfig,
     facts: WorkloadFacts | None = None,
     *,
     as_of: dt.date | None = None,
     notes: Sequence[str] = (),
     per_request: pl.DataFrame | None = None,
-) -> BenchAnalysis:
+) -> BenchResult:
     """SLO status per point, capacity and cost per candidate, fleet per rate, validity findings.
 
     ``as_of`` (for the age check) defaults to ``settings.as_of``; the caller (CLI / asset)
@@ -85,7 +85,7 @@ def analyse_bench(
         )
     if facts is None:
         all_notes.append("no workload facts: fleet sizing and production checks skipped")
-    return BenchAnalysis(
+    return BenchResult(
         settings=settings,
         as_of=when,
         evaluated=evaluated.with_columns(candidate=candidate_label_expr(evaluated)),

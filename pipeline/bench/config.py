@@ -48,7 +48,7 @@ def _prices(value: Any) -> Any:
     return value if isinstance(value, Prices) else prices_from_mapping(value, where="bench.prices")
 
 
-class BenchSettings(Section):
+class BenchConfig(Section):
     """Settings of the benchmark stage: which results, the SLO, prices and the checks."""
 
     model_config = ConfigDict(
@@ -88,7 +88,7 @@ class BenchSettings(Section):
 RUN_DATE_ENV = "ENGINEFIT_RUN_DATE"
 
 
-def as_of_flag(flag_value: str | None, settings: BenchSettings) -> tuple[str, str] | None:
+def as_of_flag(flag_value: str | None, settings: BenchConfig) -> tuple[str, str] | None:
     """The date age checks count from, as a settings override ``(where, value)`` for
     :func:`pipeline.settings.with_flags`: ``--as-of``, else ``ENGINEFIT_RUN_DATE`` when
     ``bench.as_of`` is not configured; None keeps the configuration's (commands never read the

@@ -17,7 +17,7 @@ from typing import Any
 import polars as pl
 
 from pipeline.bench.cost import COST_FORMULA, FLEET_FORMULA
-from pipeline.bench.result import CAPACITY_TEXT_COLUMNS, BenchAnalysis
+from pipeline.bench.result import CAPACITY_TEXT_COLUMNS, BenchResult
 from pipeline.bench.slo import ITL_DEFINITIONS, SloSpec
 from pipeline.present.figures import COLORS, drawing, svg_bytes
 from pipeline.present.tables import cell, markdown_table, text_table, wrapped
@@ -196,15 +196,15 @@ POINT_VIEW = (
 )
 
 
-def capacity_table(analysis: BenchAnalysis) -> str:
+def capacity_table(analysis: BenchResult) -> str:
     return markdown_table(analysis.capacity, CAPACITY_TEXT_COLUMNS)
 
 
-def fleet_table(analysis: BenchAnalysis) -> str:
+def fleet_table(analysis: BenchResult) -> str:
     return markdown_table(analysis.fleet)
 
 
-def findings_table(analysis: BenchAnalysis) -> str:
+def findings_table(analysis: BenchResult) -> str:
     """The findings that are not ok (flags and unknowns), with their messages."""
     flagged = analysis.findings.filter(pl.col("status") != "ok")
     return markdown_table(flagged, ["candidate", "check", "status", "message"])
@@ -215,7 +215,7 @@ TEXT_WIDTH = 100
 _SWEEP_ORDER = {"open": 0, "closed": 1, "other": 2}
 
 
-def _candidate_numbers(analysis: BenchAnalysis) -> dict[str, int]:
+def _candidate_numbers(analysis: BenchResult) -> dict[str, int]:
     """``[n]`` for each candidate label, in label order (the labels are long: one legend)."""
     labels = sorted(set(analysis.capacity.get_column("candidate").drop_nulls().to_list()))
     return {label: i for i, label in enumerate(labels, start=1)}
@@ -249,7 +249,7 @@ def _capacity_table(rows: list[dict[str, Any]], numbers: dict[str, int]) -> list
     return text_table(table, [*headers, "rank"])
 
 
-def _capacity_lines(analysis: BenchAnalysis, numbers: dict[str, int], width: int) -> list[str]:
+def _capacity_lines(analysis: BenchResult, numbers: dict[str, int], width: int) -> list[str]:
     """Open-loop candidates (the ranking), then closed-loop and burst results apart; under each
     table, per candidate: its points, price source and notes."""
     rows = sorted(
@@ -282,7 +282,7 @@ def _capacity_lines(analysis: BenchAnalysis, numbers: dict[str, int], width: int
     return lines
 
 
-def _point_lines(analysis: BenchAnalysis, numbers: dict[str, int], width: int) -> list[str]:
+def _point_lines(analysis: BenchResult, numbers: dict[str, int], width: int) -> list[str]:
     """Every point that did not pass, with the measured value against its limit."""
     points = analysis.evaluated.filter(pl.col("slo_status") != "pass").sort(
         ["candidate", "sweep", "load", "point_id"], nulls_last=True
@@ -297,7 +297,7 @@ def _point_lines(analysis: BenchAnalysis, numbers: dict[str, int], width: int) -
     return lines
 
 
-def _fleet_lines(analysis: BenchAnalysis, numbers: dict[str, int]) -> list[str]:
+def _fleet_lines(analysis: BenchResult, numbers: dict[str, int]) -> list[str]:
     rows = [
         [
             f"[{numbers.get(r['candidate'], '?')}]",
@@ -313,7 +313,7 @@ def _fleet_lines(analysis: BenchAnalysis, numbers: dict[str, int]) -> list[str]:
     return text_table(rows, ["#", "sweep", "rate", "req/s", "replicas", "GPUs", "$/month"])
 
 
-def _finding_lines(analysis: BenchAnalysis, numbers: dict[str, int], width: int) -> list[str]:
+def _finding_lines(analysis: BenchResult, numbers: dict[str, int], width: int) -> list[str]:
     flagged = analysis.findings.filter(pl.col("status") != "ok")
     if flagged.height == 0:
         return ["  none"]
@@ -324,7 +324,7 @@ def _finding_lines(analysis: BenchAnalysis, numbers: dict[str, int], width: int)
     return lines
 
 
-def render_text(analysis: BenchAnalysis, width: int = TEXT_WIDTH) -> str:
+def render_text(analysis: BenchResult, width: int = TEXT_WIDTH) -> str:
     """The terminal summary, at most ``width`` columns: what was used (SLO, date, workload
     facts, prices), capacity and cost per candidate, the points that did not pass with the
     measured value against the limit, fleet, findings that are not ok, notes."""
@@ -369,7 +369,7 @@ def render_text(analysis: BenchAnalysis, width: int = TEXT_WIDTH) -> str:
     return "\n".join(lines)
 
 
-def figures(analysis: BenchAnalysis) -> dict[str, bytes]:
+def figures(analysis: BenchResult) -> dict[str, bytes]:
     """Every bench figure by layout name."""
     return {
         "latency_svg": latency_vs_load_svg(analysis.evaluated, analysis.settings.slo),

@@ -15,16 +15,16 @@ from typing import Any
 
 import polars as pl
 
-from pipeline.bench.config import BenchSettings
+from pipeline.bench.config import BenchConfig
 from pipeline.bench.cost import COST_FORMULA, FLEET_FORMULA
 from pipeline.bench.validity import FINDINGS_SCHEMA
 
 
 @dataclass(frozen=True)
-class BenchAnalysis:
+class BenchResult:
     """Everything the bench stage computes from load points, settings and workload facts."""
 
-    settings: BenchSettings
+    settings: BenchConfig
     as_of: dt.date | None
     evaluated: pl.DataFrame  # load points + sweep, load, error_rate, slo_status, slo_reason
     capacity: pl.DataFrame  # one row per candidate × sweep, with costs, rank pool and rank
@@ -127,7 +127,7 @@ def _records(frame: pl.DataFrame, columns: Sequence[str]) -> list[dict[str, Any]
     return rows
 
 
-def analysis_payload(analysis: BenchAnalysis) -> dict[str, Any]:
+def analysis_payload(analysis: BenchResult) -> dict[str, Any]:
     """A JSON-ready dict (stable ordering; non-finite floats as strings)."""
     evaluated = analysis.evaluated
     point_cols = [c for c in POINT_COLUMNS if c in evaluated.columns]

@@ -55,7 +55,7 @@ from pipeline.errors import ConfigError
 from pipeline.present.text import decimal_expr
 
 if TYPE_CHECKING:
-    from pipeline.bench.config import BenchSettings
+    from pipeline.bench.config import BenchConfig
 
 ITL_DEFINITIONS: dict[str, str] = {
     # per-gap: one sample per gap between streamed chunks, pooled (vLLM/SGLang ITL).
@@ -309,7 +309,7 @@ def required_requests(stat: str, min_tail_requests: int) -> int:
 
 def evaluate_slo(
     points: pl.DataFrame,
-    settings: BenchSettings,
+    settings: BenchConfig,
     *,
     per_request: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
@@ -808,38 +808,3 @@ def _note_expr(interpolate: bool) -> pl.Expr:
         ),
     ]
     return pl.concat_str(parts, separator="; ", ignore_nulls=True)
-
-
-def no_silent_pass(evaluated: pl.DataFrame, settings: BenchSettings) -> list[str]:
-    """Problems (empty = none): a ``pass`` without every limited value present and within its
-    limit, enough completed requests for each limited percentile, (open loop) a server that kept
-    up, and no impossible value in the record. The predicate behind an asset check."""
-    slo, min_tail_requests = settings.slo, settings.min_tail_requests
-    cols = [c for c in slo.columns() if c in evaluated.columns]
-    missing_cols = [c for c in slo.columns() if c not in evaluated.columns]
-    passes = evaluated.filter(pl.col("slo_status") == "pass")
-    if passes.height and missing_cols:
-        return [f"{passes.height} passes although columns {missing_cols} are absent"]
-    bad_exprs = [pl.col(c).is_null() | pl.col(c).is_nan() for c in cols]
-    completed = float_column(evaluated, "completed")
-    for limit in slo.limits:
-        if limit.column(slo.itl_definition) in evaluated.columns:
-            bad_exprs.append(pl.col(limit.column(slo.itl_definition)) > limit.max_ms)
-        needed = required_requests(limit.stat, min_tail_requests)
-        bad_exprs.append(completed.is_null() | (completed < needed))
-    if slo.max_error_rate is not None:
-        bad_exprs.append(
-            pl.col("error_rate").is_null() | (pl.col("error_rate") > slo.max_error_rate)
-        )
-    sweep = column_or_null(evaluated, "sweep", pl.String())
-    keep_up = column_or_null(evaluated, "keep_up_status", pl.String())
-    bad_exprs.append(sweep.eq_missing("open") & ~keep_up.eq_missing(KEPT_UP))
-    bad_exprs.append(impossible_values(evaluated).list.len() > 0)
-    bad = passes.filter(pl.any_horizontal(bad_exprs).fill_null(True)).height
-    if not bad:
-        return []
-    return [
-        f"{bad} of {passes.height} passing points have a missing or broken limit, too few "
-        "requests for a percentile, an open-loop server not shown to keep up, or an impossible "
-        "value"
-    ]

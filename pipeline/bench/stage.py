@@ -27,11 +27,11 @@ from typing import Any
 import polars as pl
 
 from pipeline.bench.compute import analyse_bench
-from pipeline.bench.config import BenchSettings
+from pipeline.bench.config import BenchConfig
 from pipeline.bench.cost import describe_prices
 from pipeline.bench.present import figures
 from pipeline.bench.readers import read_bench_files
-from pipeline.bench.result import BenchAnalysis, analysis_payload
+from pipeline.bench.result import BenchResult, analysis_payload
 from pipeline.bench.schema import BenchReadResult, empty_load_points
 from pipeline.errors import InputFormatError
 from pipeline.ingest.stage import read_requests
@@ -55,7 +55,7 @@ NO_RESULTS = (
 # ------------------------------------------------------------------------------ 1. results
 
 
-def read_results(settings: BenchSettings, paths: Sequence[Path] | None = None) -> BenchReadResult:
+def read_results(settings: BenchConfig, paths: Sequence[Path] | None = None) -> BenchReadResult:
     """``paths`` (else the configured ``bench.results``) read into load points; none configured
     gives an empty table with a note saying so."""
     chosen = list(paths) if paths is not None else list(settings.results)
@@ -145,7 +145,7 @@ def last_arrival_date(layout: WorkloadLayout) -> dt.date | None:
     return dt.datetime.fromisoformat(last).date() if last else None
 
 
-def run(inputs: BenchInputs, settings: BenchSettings) -> BenchAnalysis:
+def run(inputs: BenchInputs, settings: BenchConfig) -> BenchResult:
     results = inputs.results
     analysis = analyse_bench(
         results.load_points,
@@ -162,7 +162,7 @@ def run(inputs: BenchInputs, settings: BenchSettings) -> BenchAnalysis:
     )
 
 
-def write(analysis: BenchAnalysis, layout: WorkloadLayout) -> dict[str, Path]:
+def write(analysis: BenchResult, layout: WorkloadLayout) -> dict[str, Path]:
     """The analysis tables, its JSON document, the findings and the figures, atomically."""
     open_stage_output(layout)
     paths = layout.bench
@@ -190,12 +190,12 @@ def write(analysis: BenchAnalysis, layout: WorkloadLayout) -> dict[str, Path]:
     return written
 
 
-def read_analysis(layout: WorkloadLayout, settings: BenchSettings) -> BenchAnalysis:
+def read_analysis(layout: WorkloadLayout, settings: BenchConfig) -> BenchResult:
     """The analysis written by :func:`write`, read back (what later stages read)."""
     paths = layout.bench
     analysis = require_output(paths.analysis, "bench analysis", "bench", "bench_analysis")
     payload = json.loads(analysis.read_text(encoding="utf-8"))
-    return BenchAnalysis(
+    return BenchResult(
         settings=settings,
         as_of=dt.date.fromisoformat(payload["as_of"]) if payload["as_of"] else None,
         evaluated=pl.read_parquet(paths.points),
@@ -222,7 +222,7 @@ class ConcurrencyByEngine:
 
 
 def run_concurrency(
-    layout: WorkloadLayout, analysis: BenchAnalysis, config_model: LatencyModel
+    layout: WorkloadLayout, analysis: BenchResult, config_model: LatencyModel
 ) -> ConcurrencyByEngine:
     """The trace's concurrency under the configured latency model and under one fitted from
     each candidate's load point at its SLO capacity (:mod:`pipeline.bench.latency_fit`)."""
@@ -277,8 +277,8 @@ def read_latency_fits(layout: WorkloadLayout) -> pl.DataFrame:
 
 
 def run_configured(
-    layout: WorkloadLayout, settings: BenchSettings, config_model: LatencyModel
-) -> BenchAnalysis:
+    layout: WorkloadLayout, settings: BenchConfig, config_model: LatencyModel
+) -> BenchResult:
     """The configured workload's whole bench stage, written: results, analysis, concurrency."""
     write_results(read_results(settings), layout)
     analysis = run(read_inputs(layout, settings.as_of), settings)

@@ -46,7 +46,7 @@ from pipeline.present.text import decimal_expr
 from pipeline.shape.facts import LatencyModel, Percentiles, WorkloadFacts
 
 if TYPE_CHECKING:
-    from pipeline.bench.config import BenchSettings
+    from pipeline.bench.config import BenchConfig
 
 ALL_CANDIDATES = "(all candidates)"
 FIXED_SPREAD = 1.05  # p99/p50 at or below this counts as one fixed length
@@ -174,19 +174,6 @@ def load_workload_facts(path: Path) -> WorkloadFacts:
             found = f"a JSON {_JSON_KINDS.get(type(raw), type(raw).__name__)}"
         raise InputFormatError(f"{where}: not workload facts (found {found}); {FACTS_EXPECTED}")
     return workload_facts_from_dict(raw, where=where)
-
-
-def findings_well_formed(findings: pl.DataFrame) -> list[str]:
-    """Problems (empty = none): a finding outside the findings schema, with an unknown status
-    or without a message. The predicate behind an asset check."""
-    if dict(findings.schema) != FINDINGS_SCHEMA:
-        return [f"schema {dict(findings.schema)} is not FINDINGS_SCHEMA"]
-    bad = findings.filter(
-        ~pl.col("status").is_in(["flag", "ok", "unknown"])
-        | pl.col("message").is_null()
-        | (pl.col("message") == "")
-    ).height
-    return [f"{bad} of {findings.height} findings are malformed"] if bad else []
 
 
 # --------------------------------------------------------------------------------------------
@@ -713,7 +700,7 @@ def check_comparability(evaluated: pl.DataFrame) -> pl.DataFrame:
 def validity_findings(
     evaluated: pl.DataFrame,
     facts: WorkloadFacts | None,
-    settings: BenchSettings,
+    settings: BenchConfig,
     *,
     as_of: dt.date | None,
     rates: Mapping[str, float] | None = None,

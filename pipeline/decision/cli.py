@@ -71,7 +71,7 @@ def ensure_upstream(config: Config, layout: WorkloadLayout) -> list[str]:
     from pipeline.sim import stage as sim_stage
 
     def ingest() -> None:
-        ingest_stage.write(ingest_stage.run(ingest_stage.configured_inputs(config)), layout)
+        ingest_stage.write(ingest_stage.run(ingest_stage.read_inputs(config)), layout)
 
     def shape() -> None:
         inputs = shape_stage.read_inputs(layout, config)
@@ -83,7 +83,7 @@ def ensure_upstream(config: Config, layout: WorkloadLayout) -> list[str]:
 
     def simulation() -> None:
         result = sim_stage.run(sim_stage.read_inputs(layout, config), config.simulation)
-        sim_stage.write(result, config.simulation, layout)
+        sim_stage.write(result, layout)
 
     def bench() -> None:
         bench_stage.run_configured(layout, config.bench, config.shape.latency)

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.decision.config import DecisionSettings, Requirements
+from pipeline.decision.config import DecisionConfig, Requirements
 from pipeline.decision.context import (
     DecisionInputs,
     EngineState,
@@ -281,7 +281,7 @@ def _triggers(ctx: RuleContext, m: dict[str, Any], top: str | None, outcome: Out
 def decide(
     inputs: DecisionInputs,
     requirements: Requirements,
-    settings: DecisionSettings,
+    settings: DecisionConfig,
     shape_settings: ShapeConfig,
 ) -> DecisionRecord:
     workload = workload_from(

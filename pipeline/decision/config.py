@@ -96,7 +96,7 @@ class Requirements(Section):
     kv_cache: KvCacheSizing | None
 
 
-class DecisionSettings(Section):
+class DecisionConfig(Section):
     """Thresholds of the decision rules (each documented in defaults.yaml with its source)."""
 
     catalog: ConfigPath | None

@@ -11,9 +11,9 @@ from typing import Any
 
 import polars as pl
 
-from pipeline.bench.result import BenchAnalysis
+from pipeline.bench.result import BenchResult
 from pipeline.decision.catalog import Catalog
-from pipeline.decision.config import DecisionSettings, Requirements
+from pipeline.decision.config import DecisionConfig, Requirements
 from pipeline.decision.evidence import EngineBench, Workload
 from pipeline.decision.result import DecisionRecord, Rule
 from pipeline.prefix.result import PrefixSummary
@@ -34,7 +34,7 @@ class DecisionInputs:
     prefix: PrefixSummary | None
     scenarios: list[ScenarioSummary] | None
     curves: pl.DataFrame | None
-    bench: BenchAnalysis | None
+    bench: BenchResult | None
     fits: pl.DataFrame | None
     catalog: Catalog
     catalog_source: str
@@ -58,7 +58,7 @@ class EngineState:
 class RuleContext:
     inputs: DecisionInputs
     requirements: Requirements
-    settings: DecisionSettings
+    settings: DecisionConfig
     shape_settings: ShapeConfig
     workload: Workload
     benches: dict[str, EngineBench]

@@ -16,9 +16,9 @@ from typing import Any
 import polars as pl
 
 from pipeline.bench.cost import HOURS_PER_MONTH
-from pipeline.bench.result import BenchAnalysis
+from pipeline.bench.result import BenchResult
 from pipeline.decision.catalog import FEATURES, Catalog
-from pipeline.decision.config import DecisionSettings, Requirements
+from pipeline.decision.config import DecisionConfig, Requirements
 from pipeline.prefix.result import CurvePoint, PrefixSummary
 from pipeline.shape.result import ShapeMetrics
 
@@ -77,7 +77,7 @@ class Workload:
 def workload_from(
     shape: ShapeMetrics | None,
     prefix: PrefixSummary | None,
-    settings: DecisionSettings,
+    settings: DecisionConfig,
     peak_window: str,
     missing: dict[str, str],
 ) -> Workload:
@@ -128,7 +128,7 @@ def workload_from(
     return Workload(**values)
 
 
-def features_seen(shape: ShapeMetrics, settings: DecisionSettings) -> tuple[str, ...]:
+def features_seen(shape: ShapeMetrics, settings: DecisionConfig) -> tuple[str, ...]:
     """Required features the traffic itself uses (DOMAIN.md: "required features seen in the
     traffic"): LoRA adapters, structured output, tools, and prompts at long-context length."""
     features = shape.features
@@ -237,7 +237,7 @@ def mismatches(
 
 
 def engine_benches(
-    bench: BenchAnalysis,
+    bench: BenchResult,
     fits: pl.DataFrame | None,
     catalog: Catalog,
     hardware: tuple[str, ...] = (),

@@ -1,19 +1,8 @@
 """Ingestion: trace files in, one canonical request table (plus its quarantine) out.
 
-:mod:`~pipeline.ingest.compute` reads and reconciles, :mod:`~pipeline.ingest.result` holds what
-it produces, :mod:`~pipeline.ingest.present` shows it, :mod:`~pipeline.ingest.stage` is the
-inputs → run → write contract the asset and the command share.
+The stage shape (compute, result, present, checks, stage, cli) with one file less: no
+``config.py``, because ingest's settings are the ``workload`` and ``read`` sections of
+:mod:`pipeline.config`, which every stage shares (the workload names every stage's folder).
+Beside the shape: ``readers/`` (one reader per trace format), ``blockhash`` and ``tokenize``
+(the prompt's block hashes), ``days`` (one UTC day at a time, for daily partitions).
 """
-
-from pipeline.ingest.compute import expand_paths, ingest_paths, ingest_sources, load_requests
-from pipeline.ingest.result import FileSummary, IngestResult, IngestSummary
-
-__all__ = [
-    "FileSummary",
-    "IngestResult",
-    "IngestSummary",
-    "expand_paths",
-    "ingest_paths",
-    "ingest_sources",
-    "load_requests",
-]

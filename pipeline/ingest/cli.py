@@ -73,7 +73,7 @@ def run_ingest(args: argparse.Namespace) -> int:
                 progress=bar.update,
             )
         else:
-            inputs = stage.configured_inputs(config, progress=bar.update)
+            inputs = stage.read_inputs(config, progress=bar.update)
         bar.total = inputs.total_bytes()
         result = stage.run(inputs)
         paths = stage.write(result, layout)

@@ -170,7 +170,7 @@ def run_day(config: Config, day: str) -> IngestResult:
     """The records of ``day``'s trace files that arrive on ``day``; the rest quarantined. A
     source with no file for the day adds nothing; with none at all the day is empty."""
     found, missing = day_traces(config, day)
-    inputs = stage.configured_inputs(config, traces=found)
+    inputs = stage.read_inputs(config, traces=found)
     result = stage.run(inputs) if found else stage.merge(inputs, [], [])
     if missing:
         labels = ", ".join(t.display for t in missing)

@@ -6,6 +6,12 @@ workload's read settings (block size, salt, anchor, tokenizer). Outputs (paths:
 :class:`pipeline.layout.IngestPaths`): the request parts, the quarantine and the summary,
 published as one set with a manifest (:func:`pipeline.store.publish_ingest`) and checked
 against it whenever they are read back.
+
+:func:`read_inputs` → :func:`run` → :func:`write`; the ``workload`` asset splits ``run`` where
+Dagster fans out, one step per file (:func:`plan` → :func:`read_one` → :func:`stage_read`, then
+:func:`merge`). :func:`read_inputs` takes no layout: ingest's inputs are the trace files the
+configuration names, not an earlier stage's outputs; :func:`adhoc_inputs` is the command's
+alternative for files named on the command line.
 """
 
 from __future__ import annotations
@@ -71,7 +77,7 @@ def _size_or_zero(source: SourceFile) -> int:
         return 0
 
 
-def configured_inputs(
+def read_inputs(
     config: Config,
     progress: Callable[[int], None] | None = None,
     *,

@@ -21,7 +21,8 @@ from pipeline.cli_common import add_config_argument, add_trace_arguments, comman
 from pipeline.errors import ConfigError
 from pipeline.layout import LoadtestRunPaths
 from pipeline.loadtest import stage
-from pipeline.loadtest.config import LoadtestSettings
+from pipeline.loadtest.compute import endpoint_url, plan_rates, public_url
+from pipeline.loadtest.config import LoadtestConfig
 from pipeline.loadtest.present import (
     nothing_completed,
     plan_lines,
@@ -29,6 +30,7 @@ from pipeline.loadtest.present import (
     rate_line,
     summary_lines,
 )
+from pipeline.loadtest.result import Deployment
 
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 #: Flags that override a ``loadtest`` key of the configuration (flag dest → key).
@@ -117,7 +119,7 @@ def _flag(key: str) -> str:
     return "--" + key.replace("_", "-")
 
 
-def resolve_settings(args: argparse.Namespace, configured: LoadtestSettings) -> LoadtestSettings:
+def resolve_settings(args: argparse.Namespace, configured: LoadtestConfig) -> LoadtestConfig:
     """The configuration's ``loadtest`` section with the flags given applied, each validated as
     the file's values are; a bad value is one line naming its flag."""
     changes = {key: getattr(args, dest) for dest, key in SETTING_FLAGS.items()}
@@ -146,7 +148,7 @@ _DEPLOYMENT_FLAGS = {
 }
 
 
-def deployment_from(args: argparse.Namespace) -> stage.Deployment:
+def deployment_from(args: argparse.Namespace) -> Deployment:
     """The deployment under test, validated by the bench manifest's own rules before anything
     is sent (a value the bench stage would refuse must not cost a whole sweep)."""
     missing = [
@@ -180,13 +182,13 @@ def api_headers(args: argparse.Namespace) -> dict[str, str] | None:
     return {"Authorization": f"Bearer {token}"} if token else None
 
 
-def check_target(settings: LoadtestSettings) -> None:
+def check_target(settings: LoadtestConfig) -> None:
     """Endpoint and model: present and well formed (the server is asked only when running)."""
     if settings.endpoint is None:
         raise ConfigError("--endpoint URL required (or loadtest.endpoint): the server to load")
     if settings.model is None:
         raise ConfigError("--model NAME required (or loadtest.model): the model the server serves")
-    stage.endpoint_url(settings.endpoint, settings.api)
+    endpoint_url(settings.endpoint, settings.api)
 
 
 def _progress_factory(bars: list[Any]) -> stage.ProgressFactory | None:
@@ -226,8 +228,8 @@ def run_loadtest(args: argparse.Namespace) -> int:
 
         requests, label = read_requests(config.layout()), config.require_workload().name
         name = label
-    workload = stage.read_workload(requests, settings, label=label, name=name)
-    plans = stage.plan_rates(workload.trace, settings)
+    workload = stage.read_inputs(requests, settings, label=label, name=name)
+    plans = plan_rates(workload.trace, settings)
     for line in plan_lines(workload.trace, plans, settings):
         print(line, file=sys.stderr)
     problems = plan_problems(plans)
@@ -237,7 +239,7 @@ def run_loadtest(args: argparse.Namespace) -> int:
         return 0
     bars: list[Any] = []
     print(
-        f"replaying {workload.label} against {stage.public_url(settings.endpoint or '')} "
+        f"replaying {workload.label} against {public_url(settings.endpoint or '')} "
         f"({settings.model}, {deployment.engine} on {deployment.gpu_count}× "
         f"{deployment.gpu_type}); Ctrl-C stops and keeps what was measured",
         file=sys.stderr,

@@ -13,16 +13,21 @@ linear ones over completed requests. Warm-up sends are measured but excluded fro
 from __future__ import annotations
 
 import datetime as dt
+import json
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 import polars as pl
 
+from pipeline.errors import ConfigError
 from pipeline.loadtest.client import Outcome
-from pipeline.loadtest.plan import RatePlan, TraceSample
+from pipeline.loadtest.config import LoadtestConfig
+from pipeline.loadtest.plan import RatePlan, TraceSample, plan_rate, prompt_text, prompt_words
 
 REQUEST_SCHEMA = pl.Schema(
     {
@@ -298,3 +303,111 @@ def vllm_result(
         )
     ]
     return out
+
+
+@dataclass(frozen=True)
+class LoadtestInputs:
+    """What a run replays: the first trace requests it can send, and what they are called."""
+
+    trace: TraceSample
+    label: str  # the configured workload's name, or the traces named ad hoc
+    name: str | None  # the configured workload's name (the manifest's ``workload``)
+
+
+def endpoint_url(endpoint: str, api: str) -> str:
+    """The request URL for ``endpoint`` (a server root, its ``/v1``, or the full path)."""
+    parts = urlsplit(endpoint.strip())
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ConfigError(
+            f"--endpoint {endpoint!r}: expected an http(s) URL such as http://127.0.0.1:8000/v1"
+        )
+    try:
+        parts.port  # noqa: B018 - parsing the port is the check
+    except ValueError as exc:
+        raise ConfigError(f"--endpoint {endpoint!r}: {exc} (a port is 1 to 65535)") from exc
+    if parts.username is not None or parts.password is not None:
+        raise ConfigError(
+            "--endpoint: credentials in the URL would show in process lists and logs; put the "
+            "token in $OPENAI_API_KEY (or name another variable with --api-key-env)"
+        )
+    path = parts.path.rstrip("/")
+    suffix = "/chat/completions" if api == "chat" else "/completions"
+    if path.endswith(("/chat/completions", "/completions")):
+        if not path.endswith(suffix) or (
+            api == "completions" and path.endswith("/chat/completions")
+        ):
+            raise ConfigError(f"--endpoint {endpoint!r} is not the {api} API; pass the server root")
+    elif path.endswith("/v1"):
+        path += suffix
+    else:
+        path += "/v1" + suffix
+    return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
+
+
+def public_url(url: str) -> str:
+    """The URL without credentials or query (what the written files may name)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def plan_rates(trace: TraceSample, settings: LoadtestConfig) -> list[RatePlan]:
+    return [
+        plan_rate(
+            trace,
+            kind=settings.arrivals,
+            rate_rps=rate,
+            duration_s=settings.duration,
+            warmup_s=settings.warmup,
+            burstiness=settings.burstiness,
+            seed=settings.seed,
+        )
+        for rate in settings.rates
+    ]
+
+
+def request_body(
+    trace: TraceSample, plan: RatePlan, index: int, settings: LoadtestConfig, model: str
+) -> bytes:
+    """The JSON body of send ``index`` of ``plan``: the trace request's prompt, synthesised,
+    and its output length, asked for as exactly as the server allows."""
+    row = int(plan.trace_rows[index])
+    words = prompt_words(
+        trace.block_hashes(row),
+        int(trace.prompt_tokens[row]),
+        trace.block_size,
+        plan.namespace,
+        send_key=index,
+    )
+    text = prompt_text(words)
+    output = int(trace.output_tokens[row])
+    body: dict[str, Any] = {"model": model, "max_tokens": output, "stream": True}
+    if settings.api == "chat":
+        body["messages"] = [{"role": "user", "content": text}]
+    else:
+        body["prompt"] = text
+    if settings.include_usage:
+        body["stream_options"] = {"include_usage": True}
+    if "ignore_eos" in settings.length_control:
+        body["ignore_eos"] = True
+    if "min_tokens" in settings.length_control:
+        body["min_tokens"] = output
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+#: Bodies of one rate are encoded before it starts when they fit in this many bytes (about 8
+#: bytes a prompt word), so no send waits for its own encoding; past it they are encoded one
+#: send ahead, while the sender waits for the next send time.
+PREBUILD_BYTES = 512 * 1024 * 1024
+
+
+def bodies_for(
+    trace: TraceSample, plan: RatePlan, settings: LoadtestConfig, model: str
+) -> Callable[[int], bytes]:
+    """Send ``i``'s body, encoded ahead of the run when the rate's bodies fit in memory."""
+    words = int(trace.prompt_tokens[plan.trace_rows].sum())
+    if words * 8 <= PREBUILD_BYTES:
+        bodies = [request_body(trace, plan, i, settings, model) for i in range(plan.sends)]
+        return bodies.__getitem__
+    return lambda i: request_body(trace, plan, i, settings, model)

@@ -71,7 +71,7 @@ def _controls(value: Any) -> Any:
     return tuple(value) if isinstance(value, list) else value
 
 
-class LoadtestSettings(Section):
+class LoadtestConfig(Section):
     """How ``enginefit loadtest`` replays the workload against an endpoint."""
 
     endpoint: Annotated[str, Field(min_length=1)] | None

@@ -14,202 +14,62 @@ holding:
 ``loadtest-points.parquet``  the rate files read back through the bench readers: the
                              project's normalised load points;
 ``loadtest-run.json``        settings, deployment, workload and each rate's summary.
+
+This module is the shell: :func:`run` holds the network I/O and the signal handling, :func:`write`
+the files; what they call is pure (:mod:`pipeline.loadtest.compute`: URLs, plans, request
+bodies, outcome tables; :mod:`pipeline.loadtest.result`: the result and its records).
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import json
 import signal
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import polars as pl
 import yaml
 
-from pipeline.bench.manifest import BenchManifest
 from pipeline.bench.readers import read_bench_files
 from pipeline.errors import ConfigError, InputFormatError
 from pipeline.layout import LoadtestRunPaths
 from pipeline.loadtest.client import ClientOptions, Outcome, run_schedule
 from pipeline.loadtest.compute import (
     REQUEST_SCHEMA,
+    LoadtestInputs,
+    bodies_for,
+    endpoint_url,
+    plan_rates,
+    public_url,
     rate_summary,
     request_frame,
     vllm_burstiness,
     vllm_result,
 )
-from pipeline.loadtest.config import LoadtestSettings
+from pipeline.loadtest.config import LoadtestConfig
 from pipeline.loadtest.plan import (
     RatePlan,
-    TraceSample,
-    plan_rate,
-    prompt_text,
-    prompt_words,
     rows_needed,
     trace_sample,
 )
+from pipeline.loadtest.result import Deployment, LoadtestResult, RateRun, manifest, run_record
 from pipeline.store import json_bytes, write_bytes_atomic, write_parquet_atomic
 
-DATASET = "enginefit-trace"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
-#: What served the requests: exactly what a sidecar manifest says (engine, GPUs, price…),
-#: validated by its rules (BENCH_FORMATS §1.5).
-Deployment = BenchManifest
-
-#: The manifest keys a run's flags set (the rest come from the run itself).
-DEPLOYMENT_KEYS = (
-    "engine",
-    "engine_version",
-    "gpu_type",
-    "gpu_count",
-    "quantization",
-    "price_per_gpu_hour_usd",
-)
-
-
-@dataclass(frozen=True)
-class Workload:
-    trace: TraceSample
-    label: str  # the configured workload's name, or the traces named ad hoc
-    name: str | None  # the configured workload's name (the manifest's ``workload``)
-
-
-@dataclass
-class RateRun:
-    plan: RatePlan
-    requests: pl.DataFrame
-    started: dt.datetime
-    interrupted: bool
-
-
-@dataclass
-class LoadtestRun:
-    settings: LoadtestSettings
-    deployment: Deployment
-    workload: Workload
-    rates: list[RateRun]
-    started: dt.datetime
-    finished: dt.datetime
-    interrupted: bool
 
 
 # ------------------------------------------------------------------------------- inputs
 
 
-def read_workload(
-    requests: pl.LazyFrame, settings: LoadtestSettings, *, label: str, name: str | None
-) -> Workload:
+def read_inputs(
+    requests: pl.LazyFrame, settings: LoadtestConfig, *, label: str, name: str | None
+) -> LoadtestInputs:
     """The first trace requests a run can replay (never the whole of a large trace)."""
     limit = rows_needed(max(settings.rates), settings.warmup + settings.duration)
-    return Workload(trace_sample(requests, limit=limit), label, name)
-
-
-def endpoint_url(endpoint: str, api: str) -> str:
-    """The request URL for ``endpoint`` (a server root, its ``/v1``, or the full path)."""
-    parts = urlsplit(endpoint.strip())
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ConfigError(
-            f"--endpoint {endpoint!r}: expected an http(s) URL such as http://127.0.0.1:8000/v1"
-        )
-    try:
-        parts.port  # noqa: B018 - parsing the port is the check
-    except ValueError as exc:
-        raise ConfigError(f"--endpoint {endpoint!r}: {exc} (a port is 1 to 65535)") from exc
-    if parts.username is not None or parts.password is not None:
-        raise ConfigError(
-            "--endpoint: credentials in the URL would show in process lists and logs; put the "
-            "token in $OPENAI_API_KEY (or name another variable with --api-key-env)"
-        )
-    path = parts.path.rstrip("/")
-    suffix = "/chat/completions" if api == "chat" else "/completions"
-    if path.endswith(("/chat/completions", "/completions")):
-        if not path.endswith(suffix) or (
-            api == "completions" and path.endswith("/chat/completions")
-        ):
-            raise ConfigError(f"--endpoint {endpoint!r} is not the {api} API; pass the server root")
-    elif path.endswith("/v1"):
-        path += suffix
-    else:
-        path += "/v1" + suffix
-    return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
-
-
-def public_url(url: str) -> str:
-    """The URL without credentials or query (what the written files may name)."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
-
-
-def plan_rates(trace: TraceSample, settings: LoadtestSettings) -> list[RatePlan]:
-    return [
-        plan_rate(
-            trace,
-            kind=settings.arrivals,
-            rate_rps=rate,
-            duration_s=settings.duration,
-            warmup_s=settings.warmup,
-            burstiness=settings.burstiness,
-            seed=settings.seed,
-        )
-        for rate in settings.rates
-    ]
-
-
-def request_body(
-    trace: TraceSample, plan: RatePlan, index: int, settings: LoadtestSettings, model: str
-) -> bytes:
-    """The JSON body of send ``index`` of ``plan``: the trace request's prompt, synthesised,
-    and its output length, asked for as exactly as the server allows."""
-    row = int(plan.trace_rows[index])
-    words = prompt_words(
-        trace.block_hashes(row),
-        int(trace.prompt_tokens[row]),
-        trace.block_size,
-        plan.namespace,
-        send_key=index,
-    )
-    text = prompt_text(words)
-    output = int(trace.output_tokens[row])
-    body: dict[str, Any] = {"model": model, "max_tokens": output, "stream": True}
-    if settings.api == "chat":
-        body["messages"] = [{"role": "user", "content": text}]
-    else:
-        body["prompt"] = text
-    if settings.include_usage:
-        body["stream_options"] = {"include_usage": True}
-    if "ignore_eos" in settings.length_control:
-        body["ignore_eos"] = True
-    if "min_tokens" in settings.length_control:
-        body["min_tokens"] = output
-    return json.dumps(body, separators=(",", ":")).encode()
-
-
-#: Bodies of one rate are encoded before it starts when they fit in this many bytes (about 8
-#: bytes a prompt word), so no send waits for its own encoding; past it they are encoded one
-#: send ahead, while the sender waits for the next send time.
-PREBUILD_BYTES = 512 * 1024 * 1024
-
-
-def bodies_for(
-    trace: TraceSample, plan: RatePlan, settings: LoadtestSettings, model: str
-) -> Callable[[int], bytes]:
-    """Send ``i``'s body, encoded ahead of the run when the rate's bodies fit in memory."""
-    words = int(trace.prompt_tokens[plan.trace_rows].sum())
-    if words * 8 <= PREBUILD_BYTES:
-        bodies = [request_body(trace, plan, i, settings, model) for i in range(plan.sends)]
-        return bodies.__getitem__
-    return lambda i: request_body(trace, plan, i, settings, model)
+    return LoadtestInputs(trace_sample(requests, limit=limit), label, name)
 
 
 # ---------------------------------------------------------------------------------- run
@@ -266,14 +126,14 @@ async def _check_endpoint(
 
 
 def run(
-    workload: Workload,
-    settings: LoadtestSettings,
+    workload: LoadtestInputs,
+    settings: LoadtestConfig,
     deployment: Deployment,
     *,
     headers: dict[str, str] | None = None,
     progress: ProgressFactory | None = None,
     warn: Callable[[str], None] = lambda _: None,
-) -> LoadtestRun:
+) -> LoadtestResult:
     """Every rate in turn against ``settings.endpoint`` (Ctrl-C: stop, keep what was measured)."""
     if settings.endpoint is None:
         raise ConfigError("no endpoint: pass --endpoint URL (or set loadtest.endpoint)")
@@ -337,7 +197,7 @@ def run(
 
     with asyncio.Runner(loop_factory=_new_loop) as runner:
         interrupted = runner.run(main())
-    return LoadtestRun(
+    return LoadtestResult(
         settings, deployment, workload, runs, started, dt.datetime.now(dt.UTC), interrupted
     )
 
@@ -373,56 +233,7 @@ def claim_folder(paths: LoadtestRunPaths) -> None:
     paths.marker.write_text("written by enginefit loadtest\n", encoding="utf-8")
 
 
-def deployment_values(deployment: Deployment) -> dict[str, Any]:
-    return {key: getattr(deployment, key) for key in DEPLOYMENT_KEYS}
-
-
-def manifest(run: LoadtestRun) -> dict[str, Any]:
-    values: dict[str, Any] = {
-        **deployment_values(run.deployment),
-        "run_date": run.started.date().isoformat(),
-        "model": run.settings.model,
-        "workload": run.workload.name or run.workload.label,
-        "dataset": DATASET,
-        "label": f"loadtest-{run.deployment.engine}",
-        "tool_version": _version(),
-    }
-    return {k: v for k, v in values.items() if v is not None}
-
-
-def _version() -> str:
-    try:
-        return f"enginefit {metadata.version('enginefit')}"
-    except metadata.PackageNotFoundError:
-        return "enginefit"
-
-
-def run_record(
-    run: LoadtestRun, summaries: list[dict[str, Any]], files: list[str]
-) -> dict[str, Any]:
-    trace = run.workload.trace
-    settings = run.settings.as_dict()
-    settings["endpoint"] = public_url(run.settings.endpoint or "")
-    return {
-        "tool": _version(),
-        "started_at": run.started.isoformat(),
-        "finished_at": run.finished.isoformat(),
-        "interrupted": run.interrupted,
-        "settings": settings,
-        "deployment": {k: v for k, v in deployment_values(run.deployment).items() if v is not None},
-        "workload": {
-            "label": run.workload.label,
-            "trace_requests_loaded": trace.requests,
-            "block_size": trace.block_size,
-            "hashes_known": trace.hashes_known,
-            "output_tokens_filled_with_median": trace.output_filled,
-        },
-        "rates": summaries,
-        "rate_files": files,
-    }
-
-
-def write(run: LoadtestRun, paths: LoadtestRunPaths) -> dict[str, Any]:
+def write(run: LoadtestResult, paths: LoadtestRunPaths) -> dict[str, Any]:
     """Write a run into its new folder; returns the run record (also written)."""
     claim_folder(paths)
     header = "# Written by enginefit loadtest from its flags.\n"

@@ -1,36 +1,8 @@
 """Prefix sharing: the shared-prefix curve, reuse potential, its age and tenant split, and the
-curve's shape. Session inference lives in :mod:`pipeline.prefix.sessions`; ``stage`` holds the contract
-the asset and the command share."""
+curve's shape.
 
-from __future__ import annotations
-
-from pipeline.prefix.analysis import analyse, session_stats
-from pipeline.prefix.compute import (
-    PrefixInputError,
-    at_block_size,
-    classify_curve,
-    coarsen,
-    reuse_per_request,
-    reuse_summary,
-    sharing_curve,
-    table_block_size,
-    window_grid,
-)
-from pipeline.prefix.config import PrefixConfig
-from pipeline.prefix.result import PrefixResult
-
-__all__ = [
-    "PrefixConfig",
-    "PrefixInputError",
-    "PrefixResult",
-    "analyse",
-    "at_block_size",
-    "classify_curve",
-    "coarsen",
-    "reuse_per_request",
-    "reuse_summary",
-    "session_stats",
-    "sharing_curve",
-    "table_block_size",
-    "window_grid",
-]
+The stage shape (config, compute, result, present, checks, stage, cli). Beside it:
+``analysis`` (the out-of-core pass the stage runs), ``sessions`` (session inference),
+``hashmap`` and ``replay`` (its kernels), ``cache_rules`` (vLLM's hit limit, shared by every
+replay).
+"""

@@ -9,7 +9,7 @@ from pydantic import Field
 from pipeline.settings import ConfigQuarter, Section
 
 
-class ReportSettings(Section):
+class ReportConfig(Section):
     """``quarter``: the quarter the report is for (null: the quarter of the workload's last
     arrival); ``title`` and ``organisation`` appear on the title page."""
 

@@ -24,7 +24,8 @@ from pipeline.decision.result import DecisionRecord
 from pipeline.errors import InputFormatError
 from pipeline.layout import WorkloadLayout
 from pipeline.prefix.result import PrefixSummary
-from pipeline.report.document import PreviousVersion, ReportInputs, build
+from pipeline.report.compute import PreviousVersion, ReportContent, build
+from pipeline.report.result import Published, ReportResult
 from pipeline.report.versions import (
     MANIFEST,
     Entry,
@@ -115,10 +116,10 @@ def derived_outputs(layout: WorkloadLayout) -> dict[str, str]:
 
 
 @dataclass(frozen=True)
-class ReportSources:
+class ReportInputs:
     """What a version is made from, and the document's inputs."""
 
-    document: ReportInputs
+    document: ReportContent
     identity: str
     manifest: dict[str, Any]
     compared_with: Entry | None
@@ -126,7 +127,7 @@ class ReportSources:
 
 def read_inputs(
     layout: WorkloadLayout, config: Config, *, quarter: str | None = None
-) -> ReportSources:
+) -> ReportInputs:
     from pipeline.bench import stage as bench_stage
     from pipeline.decision.stage import read_record
     from pipeline.ingest.stage import read_summary
@@ -162,7 +163,7 @@ def read_inputs(
     version = _next_number(tree, quarter, identity)
     against = _compared_with(tree, quarter, identity)
     previous = _previous(tree, against)
-    document = ReportInputs(
+    document = ReportContent(
         workload=workload,
         quarter=quarter,
         version=version,
@@ -202,7 +203,7 @@ def read_inputs(
         "catalog": record.catalog,
         "compared_with": None if against is None else f"{against.quarter}/v{against.version}",
     }
-    return ReportSources(document, identity, manifest, against)
+    return ReportInputs(document, identity, manifest, against)
 
 
 def report_quarter(config: Config, last_arrival: str | None) -> str:
@@ -265,16 +266,8 @@ def _figures(layout: WorkloadLayout) -> dict[str, bytes]:
     return {name: path.read_bytes() for name, path in wanted.items() if path.is_file()}
 
 
-@dataclass(frozen=True)
-class ReportResult:
-    sources: ReportSources
-    html: str
-    pdf: bytes
-    record: bytes
-
-
-def run(sources: ReportSources) -> ReportResult:
-    from pipeline.report.render import render_html, render_pdf  # WeasyPrint loads slowly
+def run(sources: ReportInputs) -> ReportResult:
+    from pipeline.report.present import render_html, render_pdf  # WeasyPrint loads slowly
 
     document = build(sources.document)
     record = sources.document.record
@@ -282,54 +275,46 @@ def run(sources: ReportSources) -> ReportResult:
         json.dumps(record.to_json(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     ).encode()
     return ReportResult(
-        sources,
+        sources.document.quarter,
+        sources.document.version,
+        sources.identity,
+        sources.manifest,
+        record.recommendation.headline,
         render_html(document, standalone=True),
         render_pdf(render_html(document, standalone=False)),
         record_bytes,
     )
 
 
-@dataclass(frozen=True)
-class Published:
-    """What ``write`` did: ``created`` False when an identical version already existed."""
-
-    created: bool
-    quarter: str
-    version: int
-    folder: Path
-    pdf: Path
-
-
-def unchanged(sources: ReportSources, config: Config) -> Published | None:
+def unchanged(quarter: str, identity: str, config: Config) -> Published | None:
     """The quarter's latest version when it was made from exactly these sources, else None."""
-    quarter = sources.document.quarter
     tree = report_tree(config)
     latest = tree.latest(quarter)
-    if latest is None or latest.identity != sources.identity:
+    if latest is None or latest.identity != identity:
         return None
     folder = tree.root / latest.path
     return Published(False, quarter, latest.version, folder, folder / PDF)
 
 
-def publish(sources: ReportSources, config: Config) -> Published:
+def publish(sources: ReportInputs, config: Config) -> Published:
     """Render and publish a new version, or say which identical version exists (without
     rendering)."""
-    return unchanged(sources, config) or write(run(sources), config)
+    return unchanged(sources.document.quarter, sources.identity, config) or write(
+        run(sources), config
+    )
 
 
 def write(result: ReportResult, config: Config) -> Published:
-    sources = result.sources
-    existing = unchanged(sources, config)
+    existing = unchanged(result.quarter, result.identity, config)
     if existing is not None:
         return existing
     tree = report_tree(config)
-    quarter = sources.document.quarter
-    manifest = {**sources.manifest, "decision_sha256": sha256_bytes(result.record)}
+    manifest = {**result.manifest, "decision_sha256": sha256_bytes(result.record)}
     entry, folder = tree.publish(
-        quarter,
-        sources.document.version,
+        result.quarter,
+        result.version,
         {PDF: result.pdf, HTML: result.html.encode("utf-8"), RECORD: result.record},
         manifest,
-        sources.document.record.recommendation.headline,
+        result.headline,
     )
-    return Published(True, quarter, entry.version, folder, folder / PDF)
+    return Published(True, result.quarter, entry.version, folder, folder / PDF)

@@ -11,7 +11,7 @@ from pipeline.settings import NonNegative, Section
 from pipeline.shape.facts import LatencyModel
 
 
-class LatencyModelSettings(Section):
+class LatencyModelConfig(Section):
     """The configured latency model; ``as_model`` gives the :class:`LatencyModel` it defines."""
 
     ttft_base_ms: NonNegative
@@ -43,7 +43,7 @@ class ShapeConfig(Section):
         Maximum number of buckets in the downsampled time series (plots, concurrency.parquet).
     """
 
-    latency_model: LatencyModelSettings
+    latency_model: LatencyModelConfig
     long_tail_ratio: Annotated[float, Field(gt=1)]
     concurrency_low_max: NonNegative
     concurrency_high_min: Annotated[float, Field(gt=0)]

@@ -3,7 +3,7 @@
 ``sim_input(frame)`` sorts requests by arrival and keeps, per request, its chained block hashes
 (CSR: ``offsets`` + ``hashes``), prompt blocks, token counts, arrival, duration, cache namespace
 (model and LoRA adapter, plus tenant for isolation: ``pipeline.prefix.cache_rules``) and a stable
-session hash. ``SimInput.blocks(block_size, tenant_isolation)`` then derives the view a scenario
+session hash. ``SimInputs.blocks(block_size, tenant_isolation)`` then derives the view a scenario
 needs: the chain strided to a coarser block size, mapped once to dense ids and re-keyed per
 namespace, so requests of different models or adapters (or tenants, when isolated) never share a
 block. Nothing here depends on a cache capacity or a routing.
@@ -148,7 +148,7 @@ class ContentCoverage:
 
 
 @dataclass
-class SimInput:
+class SimInputs:
     """One workload, hashed once, in arrival order.
 
     Sessions (``session_hash``, ``sessions_inferred``) are worked out on first use, once: only
@@ -332,7 +332,7 @@ def sim_input(
     requests: pl.DataFrame | pl.LazyFrame,
     *,
     latency_model: LatencyModel,
-) -> SimInput:
+) -> SimInputs:
     """Flatten a canonical request table (pipeline.schema) for replay, in arrival order."""
     if isinstance(requests, pl.LazyFrame):
         present = requests.collect_schema().names()
@@ -411,7 +411,7 @@ def sim_input(
             f"duration of {where} is {value} ms (logged e2e_ms, else the latency model): "
             "not a finite duration below 2^61 µs"
         )
-    return SimInput(
+    return SimInputs(
         stored_block_size=stored,
         offsets=offsets,
         hashes=hashes,

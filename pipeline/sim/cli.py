@@ -15,13 +15,13 @@ from pipeline.ingest.readers import FORMAT_NAMES
 from pipeline.present.text import share
 from pipeline.settings import from_flags, with_flags
 from pipeline.sim import stage
-from pipeline.sim.blocks import SimInput, sim_input
+from pipeline.sim.blocks import SimInputs, sim_input
 from pipeline.sim.config import (
     MAX_REPLICAS,
     ROUTINGS,
     Scenario,
     ScenarioFlags,
-    SimulationConfig,
+    SimConfig,
 )
 from pipeline.sim.curve import capacity_curve, require_single_pass
 from pipeline.sim.present import curves_table, scenarios_table
@@ -146,7 +146,7 @@ def _scenario_flags(args: argparse.Namespace) -> ScenarioFlags:
 
 def _adhoc(
     args: argparse.Namespace, config: Config, numbers: ScenarioFlags
-) -> tuple[SimInput, SimulationConfig]:
+) -> tuple[SimInputs, SimConfig]:
     """The trace named on the command line and the simulation settings with the flags'
     overrides (``numbers``: the flags already validated, before the trace is read)."""
     flags: dict[str, tuple[str, Any]] = {}
@@ -247,8 +247,8 @@ def _run_configured(args: argparse.Namespace, config: Config) -> int:
     layout = config.layout()
     settings = config.simulation
     result = stage.run(stage.read_inputs(layout, config), settings)
-    stage.write(result, settings, layout)
-    points = stage.curve_points(result.curves, settings)
+    stage.write(result, layout)
+    points = result.curve_points
     if args.json:
         _print({"scenarios": [s.to_json() for s in result.summaries], "curves": points}, True, "")
     else:

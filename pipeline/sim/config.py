@@ -18,7 +18,7 @@ from pipeline.settings import (
     Section,
     validation_message,
 )
-from pipeline.shape.config import LatencyModelSettings
+from pipeline.shape.config import LatencyModelConfig
 from pipeline.shape.facts import LatencyModel
 
 Routing = Literal[
@@ -186,7 +186,7 @@ class _CacheAwareOverrides(Section):
     balance_rel_threshold: Annotated[float, Field(ge=1)] | None = None
 
 
-class SimulationConfig(Section):
+class SimConfig(Section):
     """The scenario grid and the replay's knobs (every key documented in defaults.yaml)."""
 
     model_config = ConfigDict(
@@ -205,7 +205,7 @@ class SimulationConfig(Section):
     request_lifetime: RequestLifetime
     replica_slots: Annotated[InFlight, Field(gt=0)] | None
     pinned_warn_share: NonNegative
-    latency_model: LatencyModelSettings | None
+    latency_model: LatencyModelConfig | None
     curve_points: CurvePoints
 
     def latency(self, fallback: LatencyModel) -> LatencyModel:

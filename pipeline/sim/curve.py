@@ -23,8 +23,8 @@ import polars as pl
 from numpy.typing import NDArray
 
 from pipeline.sim import curve_kernels
-from pipeline.sim.blocks import ContentCoverage, SimInput, SimulationInputError
-from pipeline.sim.config import CACHE_INDEPENDENT, SimulationConfig
+from pipeline.sim.blocks import ContentCoverage, SimInputs, SimulationInputError
+from pipeline.sim.config import CACHE_INDEPENDENT, SimConfig
 from pipeline.sim.replay import Assignment, assign, replica_streams
 
 I64 = NDArray[np.int64]
@@ -154,8 +154,8 @@ def require_single_pass(routing: str, replicas: int) -> None:
 
 
 def capacity_curve(
-    inp: SimInput,
-    settings: SimulationConfig,
+    inp: SimInputs,
+    settings: SimConfig,
     *,
     block_size: int,
     replicas: int,

@@ -20,7 +20,7 @@ import polars as pl
 from numpy.typing import NDArray
 
 from pipeline.sim import kernels
-from pipeline.sim.blocks import BlockView, SimInput, SimulationInputError
+from pipeline.sim.blocks import BlockView, SimInputs, SimulationInputError
 from pipeline.sim.config import (
     CACHE_INDEPENDENT,
     MAX_REPLICAS,
@@ -28,7 +28,7 @@ from pipeline.sim.config import (
     ROUTINGS,
     CacheAwareConfig,
     Scenario,
-    SimulationConfig,
+    SimConfig,
 )
 
 I64 = NDArray[np.int64]
@@ -75,12 +75,12 @@ class ScenarioRun:
     cache_aware: CacheAwareConfig | None = None
 
 
-def affinity_home(inp: SimInput, replicas: int) -> I64:
+def affinity_home(inp: SimInputs, replicas: int) -> I64:
     """Home replica of each request: stable hash of its session modulo R."""
     return (inp.session_hash % np.uint64(replicas)).astype(np.int64)
 
 
-def assign(inp: SimInput, routing: str, replicas: int, settings: SimulationConfig) -> Assignment:
+def assign(inp: SimInputs, routing: str, replicas: int, settings: SimConfig) -> Assignment:
     """Replica per request for a routing that does not read cache state.
 
     ``random`` draws with ``settings.random_seed``; ``bounded-affinity`` spills past
@@ -170,9 +170,9 @@ def routed_state_bytes(view: BlockView, replicas: int, capacity: int) -> int:
 
 
 def simulate(
-    inp: SimInput,
+    inp: SimInputs,
     scenario: Scenario,
-    settings: SimulationConfig,
+    settings: SimConfig,
     *,
     assignment: Assignment | None = None,
     with_instant: bool = True,
@@ -281,7 +281,7 @@ def simulate(
     )
 
 
-def per_replica_frame(inp: SimInput, run: ScenarioRun) -> pl.DataFrame:
+def per_replica_frame(inp: SimInputs, run: ScenarioRun) -> pl.DataFrame:
     """One row per replica: requests, tokens, hits (zero rows for replicas that got nothing).
 
     Hit figures cover the requests with prompt content (:class:`ContentCoverage`): a replica's
@@ -348,7 +348,7 @@ def _imbalance(values: pl.Series) -> float | None:
     return float(values.max()) / mean if mean > 0 else 1.0  # type: ignore[arg-type]
 
 
-def summarise(inp: SimInput, run: ScenarioRun, settings: SimulationConfig) -> dict[str, Any]:
+def summarise(inp: SimInputs, run: ScenarioRun, settings: SimConfig) -> dict[str, Any]:
     """The scenario's statistics as a JSON-ready dict (per-replica rows sorted by replica).
 
     ``warnings`` says when tokens pinned by running requests at their peak reach

@@ -9,6 +9,7 @@ memory and ``null`` beside ``hit_unknown_reason`` on disk.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import polars as pl
@@ -128,6 +129,13 @@ class ScenarioSummary(ResultModel):
     @classmethod
     def from_json(cls, data: Any) -> ScenarioSummary:
         return cls.model_validate(data)
+
+
+@dataclass(frozen=True)
+class SimResult:
+    summaries: list[ScenarioSummary]
+    curves: list[Curve]
+    curve_points: list[dict[str, Any]]  # the curves at log-spaced capacities (curves.json)
 
 
 SCENARIO_COLUMNS = [

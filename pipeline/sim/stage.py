@@ -1,16 +1,16 @@
 """The simulation stage, shared by the ``simulation_*`` assets and ``enginefit simulate``.
 
 read → run → write, split where Dagster fans out: one step per scenario
-(:func:`run_scenario` → :func:`write_scenario`), then the collected tables
-(:func:`write_scenarios`), the capacity curves (:func:`run_curves` → :func:`write_curves`) and
-the figures (:func:`write_figures`, from the written tables). :func:`run` and :func:`write` do
+(:func:`pipeline.sim.compute.scenario_summary` → :func:`write_scenario`), then the collected
+tables (:func:`write_scenarios`), the capacity curves (:func:`pipeline.sim.compute.capacity_curves`
+→ :func:`write_curves`) and the figures (:func:`write_figures`, from the written tables). :func:`run` and :func:`write` do
 all of it in one process (the command); the files are the same either way. Paths:
 :class:`pipeline.layout.SimulationPaths`.
 
 What every scenario and curve of a workload needs is worked out once per process and shared:
 :func:`read_inputs` keeps the last workload it flattened (keyed by the canonical table's files
 and the latency model, in :mod:`pipeline.sim.memo`, let go of by a later stage's large read), and
-that :class:`SimInput` keeps its dense block ids per block size and its sessions once a
+that :class:`SimInputs` keeps its dense block ids per block size and its sessions once a
 scenario has asked for them. So the command, and a Dagster run whose steps
 share a process (``enginefit report``'s default in-process executor), flatten the table, number
 its blocks and infer its sessions once, not once per scenario step.
@@ -19,7 +19,6 @@ its blocks and infer its sessions once, not once per scenario step.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,12 +29,18 @@ from pipeline.ingest.stage import read_requests
 from pipeline.layout import WorkloadLayout, require_output
 from pipeline.shape.facts import LatencyModel
 from pipeline.sim import memo
-from pipeline.sim.blocks import SimInput, sim_input
-from pipeline.sim.config import CACHE_INDEPENDENT, Scenario, SimulationConfig
-from pipeline.sim.curve import Curve, capacity_curve
+from pipeline.sim.blocks import SimInputs, sim_input
+from pipeline.sim.compute import capacity_curves, curve_points, scenario_summary
+from pipeline.sim.config import SimConfig
+from pipeline.sim.curve import Curve
 from pipeline.sim.present import hit_ratio_vs_capacity_svg, imbalance_vs_hit_ratio_svg
-from pipeline.sim.replay import simulate, summarise
-from pipeline.sim.result import ScenarioSummary, curves_frame, replica_frame, scenario_frame
+from pipeline.sim.result import (
+    ScenarioSummary,
+    SimResult,
+    curves_frame,
+    replica_frame,
+    scenario_frame,
+)
 from pipeline.store import (
     open_stage_output,
     write_bytes_atomic,
@@ -54,7 +59,7 @@ def _table_key(layout: WorkloadLayout, latency: LatencyModel) -> tuple[Any, ...]
     return (tuple(files), latency)
 
 
-def read_inputs(layout: WorkloadLayout, config: Config) -> SimInput:
+def read_inputs(layout: WorkloadLayout, config: Config) -> SimInputs:
     """The canonical table flattened for replay, with the latency model durations come from
     (``simulation.latency_model``, else ``shape.latency_model``); the same object as the last
     call's when the table's files and the latency model are unchanged (the module docstring)."""
@@ -62,18 +67,6 @@ def read_inputs(layout: WorkloadLayout, config: Config) -> SimInput:
     requests = read_requests(layout)  # checks the table against its ingest manifest
     key = ("simulation", *_table_key(layout, latency))
     return memo.reuse(key, lambda: sim_input(requests, latency_model=latency))
-
-
-def plan(settings: SimulationConfig) -> list[Scenario]:
-    return settings.scenarios()
-
-
-def run_scenario(
-    inputs: SimInput, scenario: Scenario, settings: SimulationConfig
-) -> ScenarioSummary:
-    return ScenarioSummary.from_json(
-        summarise(inputs, simulate(inputs, scenario, settings), settings)
-    )
 
 
 def write_scenario(summary: ScenarioSummary, layout: WorkloadLayout) -> Path:
@@ -94,43 +87,13 @@ def write_scenarios(summaries: list[ScenarioSummary], layout: WorkloadLayout) ->
     return {"scenarios": paths.scenarios, "replicas": paths.replicas, "summary": paths.summary}
 
 
-def curve_combinations(settings: SimulationConfig) -> list[tuple[int, int, str]]:
-    """(block size, replicas, routing) of every curve: one replica per block size, and each
-    multi-replica count with each routing that does not read cache state."""
-    return [
-        (bs, replicas, routing)
-        for bs in settings.block_sizes
-        for replicas, routing in [
-            (1, "round-robin"),
-            *(
-                (r, p)
-                for r in settings.replicas
-                if r > 1
-                for p in settings.routings
-                if p in CACHE_INDEPENDENT
-            ),
-        ]
-    ]
-
-
-def run_curves(inputs: SimInput, settings: SimulationConfig) -> list[Curve]:
-    return [
-        capacity_curve(inputs, settings, block_size=bs, replicas=replicas, routing=routing)
-        for bs, replicas, routing in curve_combinations(settings)
-    ]
-
-
-def curve_points(curves: list[Curve], settings: SimulationConfig) -> list[dict[str, Any]]:
-    return [curve.as_dict(settings.curve_points) for curve in curves]
-
-
 def write_curves(
-    curves: list[Curve], settings: SimulationConfig, layout: WorkloadLayout
+    curves: list[Curve], points: list[dict[str, Any]], layout: WorkloadLayout
 ) -> dict[str, Path]:
     open_stage_output(layout)
     paths = layout.simulation
     write_parquet_atomic(curves_frame(curves), paths.curves)
-    write_json_atomic(paths.curves_json, curve_points(curves, settings))
+    write_json_atomic(paths.curves_json, points)
     return {"curves": paths.curves, "curves_json": paths.curves_json}
 
 
@@ -145,26 +108,17 @@ def write_figures(layout: WorkloadLayout) -> dict[str, Path]:
     return {"hit_ratio_svg": paths.hit_ratio_svg, "imbalance_svg": paths.imbalance_svg}
 
 
-@dataclass(frozen=True)
-class SimulationResult:
-    summaries: list[ScenarioSummary]
-    curves: list[Curve]
-
-
-def run(inputs: SimInput, settings: SimulationConfig) -> SimulationResult:
+def run(inputs: SimInputs, settings: SimConfig) -> SimResult:
     """Every configured scenario and curve, one after another (the command's path)."""
-    return SimulationResult(
-        [run_scenario(inputs, scenario, settings) for scenario in plan(settings)],
-        run_curves(inputs, settings),
-    )
+    summaries = [scenario_summary(inputs, s, settings) for s in settings.scenarios()]
+    curves = capacity_curves(inputs, settings)
+    return SimResult(summaries, curves, curve_points(curves, settings))
 
 
-def write(
-    result: SimulationResult, settings: SimulationConfig, layout: WorkloadLayout
-) -> dict[str, Path]:
+def write(result: SimResult, layout: WorkloadLayout) -> dict[str, Path]:
     written = {f"scenario_{s.scenario}": write_scenario(s, layout) for s in result.summaries}
     written |= write_scenarios(result.summaries, layout)
-    written |= write_curves(result.curves, settings, layout)
+    written |= write_curves(result.curves, result.curve_points, layout)
     written |= write_figures(layout)
     return written
 

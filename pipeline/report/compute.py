@@ -56,7 +56,7 @@ class PreviousVersion:
 
 
 @dataclass(frozen=True)
-class ReportInputs:
+class ReportContent:
     workload: str
     quarter: str
     version: int
@@ -88,7 +88,7 @@ def svg_uri(svg: bytes) -> str:
 # ------------------------------------------------------------------------------ sections
 
 
-def build(inputs: ReportInputs) -> dict[str, Any]:
+def build(inputs: ReportContent) -> dict[str, Any]:
     """Everything the template shows, section by section."""
     record = inputs.record
     return {
@@ -119,7 +119,7 @@ def _data_range(summary: IngestSummary) -> str:
     return f"{first[:16].replace('T', ' ')} to {last[:16].replace('T', ' ')} UTC"
 
 
-def executive_summary(inputs: ReportInputs) -> dict[str, Any]:
+def executive_summary(inputs: ReportContent) -> dict[str, Any]:
     record = inputs.record
     rec = record.recommendation
     names = {c.engine: c.name for c in record.candidates}
@@ -202,7 +202,7 @@ def _trigger_words(why: str) -> str:
     return why.removeprefix("DOMAIN.md: ")
 
 
-def _requirements(inputs: ReportInputs) -> dict[str, Any]:
+def _requirements(inputs: ReportContent) -> dict[str, Any]:
     req = inputs.record.requirements
     rows = [
         {
@@ -219,7 +219,7 @@ def _requirements(inputs: ReportInputs) -> dict[str, Any]:
     return {"rows": rows, "slo": inputs.slo, "prices": price_rows}
 
 
-def _shape(inputs: ReportInputs) -> dict[str, Any]:
+def _shape(inputs: ReportContent) -> dict[str, Any]:
     metrics = inputs.shape
     arrivals = metrics.arrivals
     conc = metrics.concurrency
@@ -260,7 +260,7 @@ def _shape(inputs: ReportInputs) -> dict[str, Any]:
     }
 
 
-def _prefix(inputs: ReportInputs) -> dict[str, Any]:
+def _prefix(inputs: ReportContent) -> dict[str, Any]:
     record = inputs.record
     prefix = inputs.prefix
     ordered = sorted(
@@ -299,7 +299,7 @@ def _prefix(inputs: ReportInputs) -> dict[str, Any]:
     }
 
 
-def _bench(inputs: ReportInputs) -> dict[str, Any]:
+def _bench(inputs: ReportContent) -> dict[str, Any]:
     return {
         "capacity": [
             {
@@ -380,7 +380,7 @@ def _rationale(record: DecisionRecord) -> dict[str, Any]:
     }
 
 
-def _triggers(inputs: ReportInputs) -> dict[str, Any]:
+def _triggers(inputs: ReportContent) -> dict[str, Any]:
     record = inputs.record
     last: dict[str, TriggerCheck] = (
         {c.id: c for c in record.previous.triggers} if record.previous else {}
@@ -412,7 +412,7 @@ def _triggers(inputs: ReportInputs) -> dict[str, Any]:
     }
 
 
-def _changes(inputs: ReportInputs) -> dict[str, Any] | None:
+def _changes(inputs: ReportContent) -> dict[str, Any] | None:
     previous = inputs.previous
     if previous is None:
         return None
@@ -463,7 +463,7 @@ def _changes(inputs: ReportInputs) -> dict[str, Any] | None:
     }
 
 
-def _appendix(inputs: ReportInputs) -> dict[str, Any]:
+def _appendix(inputs: ReportContent) -> dict[str, Any]:
     summary = inputs.ingest
     return {
         "files": [
@@ -502,7 +502,7 @@ FIGURE_TITLES = {
 }
 
 
-def _figures(inputs: ReportInputs, names: tuple[str, ...]) -> list[dict[str, str]]:
+def _figures(inputs: ReportContent, names: tuple[str, ...]) -> list[dict[str, str]]:
     return [
         {"title": FIGURE_TITLES[n], "src": svg_uri(inputs.figures[n])}
         for n in names

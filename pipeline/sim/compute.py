@@ -1,0 +1,49 @@
+"""The simulation's pure computation: a scenario's summary and the capacity curves, from the
+flattened workload (:class:`pipeline.sim.blocks.SimInputs`) and the stage's settings; no I/O."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipeline.sim.blocks import SimInputs
+from pipeline.sim.config import CACHE_INDEPENDENT, Scenario, SimConfig
+from pipeline.sim.curve import Curve, capacity_curve
+from pipeline.sim.replay import simulate, summarise
+from pipeline.sim.result import ScenarioSummary
+
+
+def scenario_summary(inputs: SimInputs, scenario: Scenario, settings: SimConfig) -> ScenarioSummary:
+    """One scenario's replay, summarised."""
+    return ScenarioSummary.from_json(
+        summarise(inputs, simulate(inputs, scenario, settings), settings)
+    )
+
+
+def curve_combinations(settings: SimConfig) -> list[tuple[int, int, str]]:
+    """(block size, replicas, routing) of every curve: one replica per block size, and each
+    multi-replica count with each routing that does not read cache state."""
+    return [
+        (bs, replicas, routing)
+        for bs in settings.block_sizes
+        for replicas, routing in [
+            (1, "round-robin"),
+            *(
+                (r, p)
+                for r in settings.replicas
+                if r > 1
+                for p in settings.routings
+                if p in CACHE_INDEPENDENT
+            ),
+        ]
+    ]
+
+
+def capacity_curves(inputs: SimInputs, settings: SimConfig) -> list[Curve]:
+    return [
+        capacity_curve(inputs, settings, block_size=bs, replicas=replicas, routing=routing)
+        for bs, replicas, routing in curve_combinations(settings)
+    ]
+
+
+def curve_points(curves: list[Curve], settings: SimConfig) -> list[dict[str, Any]]:
+    return [curve.as_dict(settings.curve_points) for curve in curves]
