@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
+from pydantic import BaseModel, ConfigDict
 
 from pipeline.bench.config import BenchConfig
 from pipeline.bench.cost import COST_FORMULA, FLEET_FORMULA
@@ -36,6 +37,49 @@ class BenchResult:
     notes: list[str] = field(default_factory=list)
     facts_source: str = "not recorded"  # which workload facts the checks and fleet used
     prices_source: str = "not recorded"  # where the $ per GPU-hour came from
+
+    def capacity_rows(self, *, ranked: bool = False) -> list[CapacityRow]:
+        """The capacity table in its order, or ranked: pool first, then cost, then name."""
+        table = self.capacity
+        if ranked:
+            table = table.sort("rank_pool", "cost_rank", "candidate", nulls_last=True)
+        return [CapacityRow.model_validate(row) for row in table.iter_rows(named=True)]
+
+    def finding_rows(self) -> list[FindingRow]:
+        return [FindingRow.model_validate(row) for row in self.findings.iter_rows(named=True)]
+
+
+class _Row(BaseModel):
+    # A view of one table row: the columns later stages read (the table has more).
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class CapacityRow(_Row):
+    """One candidate × sweep of the capacity table, as the decision and the report read it."""
+
+    candidate: str
+    sweep: str | None = None
+    engine: str | None = None
+    model: str | None = None
+    gpu_type: str | None = None
+    gpu_count: int | None = None
+    gpu_hour_usd: float | None = None
+    pattern: str | None = None
+    capacity_status: str | None = None
+    capacity_rps: float | None = None
+    output_throughput_tps: float | None = None
+    total_throughput_tps: float | None = None
+    cost_per_1m_output_usd: float | None = None
+    rank_pool: str | None = None
+
+
+class FindingRow(_Row):
+    """One validity finding (FINDINGS_SCHEMA), as the report reads it."""
+
+    candidate: str
+    check: str
+    status: str
+    message: str
 
 
 POINT_COLUMNS = (

@@ -16,7 +16,7 @@ from typing import Any
 import polars as pl
 
 from pipeline.bench.cost import HOURS_PER_MONTH
-from pipeline.bench.result import BenchResult
+from pipeline.bench.result import BenchResult, CapacityRow
 from pipeline.decision.catalog import FEATURES, Catalog
 from pipeline.decision.config import DecisionConfig, Requirements
 from pipeline.prefix.result import CurvePoint, PrefixSummary
@@ -246,54 +246,53 @@ def engine_benches(
     """Per catalog engine, its best benchmark evidence — one about the team's hardware and
     models when there is one. An engine name the catalog does not know is an error naming the
     manifest it came from."""
-    capacity = bench.capacity
-    if capacity.is_empty():
+    if bench.capacity.is_empty():
         return {}
     points = bench.evaluated
     out: dict[str, EngineBench] = {}
     rows = sorted(
-        capacity.iter_rows(named=True),
+        bench.capacity_rows(),
         key=lambda r: (
-            bool(mismatches(r.get("gpu_type"), r.get("model"), hardware, models)),
-            _pool_order(r.get("rank_pool")),
-            r.get("cost_per_1m_output_usd") is None,
-            r.get("cost_per_1m_output_usd") or 0.0,
-            r["candidate"],
-            r.get("sweep") or "",
+            bool(mismatches(r.gpu_type, r.model, hardware, models)),
+            _pool_order(r.rank_pool),
+            r.cost_per_1m_output_usd is None,
+            r.cost_per_1m_output_usd or 0.0,
+            r.candidate,
+            r.sweep or "",
         ),
     )
     for row in rows:
-        manifest = _first(points, row["candidate"], "manifest_file")
-        where = f"{manifest or row['candidate']}: engine"
-        engine = catalog.require_engine(str(row.get("engine") or ""), where)
+        manifest = _first(points, row.candidate, "manifest_file")
+        where = f"{manifest or row.candidate}: engine"
+        engine = catalog.require_engine(row.engine or "", where)
         if engine in out:
             continue
         out[engine] = EngineBench(
             engine=engine,
-            candidate=row["candidate"],
-            capacity_status=row.get("capacity_status") or "unknown",
-            rank_pool=row.get("rank_pool"),
-            capacity_rps=row.get("capacity_rps"),
-            cost_per_1m_output_usd=row.get("cost_per_1m_output_usd"),
-            gpu_type=row.get("gpu_type"),
-            gpu_count=row.get("gpu_count"),
-            gpu_hour_usd=row.get("gpu_hour_usd"),
+            candidate=row.candidate,
+            capacity_status=row.capacity_status or "unknown",
+            rank_pool=row.rank_pool,
+            capacity_rps=row.capacity_rps,
+            cost_per_1m_output_usd=row.cost_per_1m_output_usd,
+            gpu_type=row.gpu_type,
+            gpu_count=row.gpu_count,
+            gpu_hour_usd=row.gpu_hour_usd,
             monthly_gpu_usd=_fleet(bench.fleet, row, peak=True),
             monthly_gpu_usd_mean_rate=_fleet(bench.fleet, row, peak=False),
             replicas_at_peak=_fleet_replicas(bench.fleet, row),
-            flags=_flags(bench.findings, row["candidate"]),
-            run_date=_run_date(points, row["candidate"]),
-            ttft_per_prompt_token_ms=_fit(fits, row["candidate"]),
+            flags=_flags(bench.findings, row.candidate),
+            run_date=_run_date(points, row.candidate),
+            ttft_per_prompt_token_ms=_fit(fits, row.candidate),
             input_tokens_per_s=_input_rate(row),
             manifest_file=manifest,
-            model=row.get("model"),
-            mismatches=mismatches(row.get("gpu_type"), row.get("model"), hardware, models),
+            model=row.model,
+            mismatches=mismatches(row.gpu_type, row.model, hardware, models),
         )
     return out
 
 
-def _input_rate(row: dict[str, Any]) -> float | None:
-    total, output = row.get("total_throughput_tps"), row.get("output_throughput_tps")
+def _input_rate(row: CapacityRow) -> float | None:
+    total, output = row.total_throughput_tps, row.output_throughput_tps
     if total is None or output is None or total <= output:
         return None
     return float(total - output)
@@ -306,23 +305,23 @@ def _first(points: pl.DataFrame, candidate: str, column: str) -> Any:
     return values.sort().first() if values.len() else None
 
 
-def _fleet_rows(fleet: pl.DataFrame, row: dict[str, Any], peak: bool) -> pl.DataFrame:
+def _fleet_rows(fleet: pl.DataFrame, row: CapacityRow, peak: bool) -> pl.DataFrame:
     if fleet.is_empty():
         return fleet
     label = pl.col("rate_label")
     chosen = label.str.starts_with("peak") if peak else label == "mean"
-    keys = pl.col("candidate") == row["candidate"]
-    if row.get("sweep") is not None and "sweep" in fleet.columns:
-        keys &= pl.col("sweep") == row["sweep"]
+    keys = pl.col("candidate") == row.candidate
+    if row.sweep is not None and "sweep" in fleet.columns:
+        keys &= pl.col("sweep") == row.sweep
     return fleet.filter(keys & chosen)
 
 
-def _fleet(fleet: pl.DataFrame, row: dict[str, Any], peak: bool) -> float | None:
+def _fleet(fleet: pl.DataFrame, row: CapacityRow, peak: bool) -> float | None:
     rows = _fleet_rows(fleet, row, peak).get_column("monthly_usd").drop_nulls()
     return float(rows.max()) if rows.len() else None  # type: ignore[arg-type]
 
 
-def _fleet_replicas(fleet: pl.DataFrame, row: dict[str, Any]) -> int | None:
+def _fleet_replicas(fleet: pl.DataFrame, row: CapacityRow) -> int | None:
     rows = _fleet_rows(fleet, row, peak=True).get_column("replicas").drop_nulls()
     return int(rows.max()) if rows.len() else None  # type: ignore[arg-type]
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from pipeline.bench.result import CapacityRow, FindingRow
 from pipeline.decision.catalog import Catalog
 from pipeline.decision.present import RULE_OUTCOME_WORDS
 from pipeline.decision.result import DecisionRecord, TriggerCheck
@@ -67,8 +68,8 @@ class ReportContent:
     shape: ShapeMetrics
     prefix: PrefixSummary | None
     scenarios: list[ScenarioSummary]
-    capacity: list[dict[str, Any]]
-    findings: list[dict[str, Any]]
+    capacity: list[CapacityRow]
+    findings: list[FindingRow]
     slo: str
     prices: dict[str, Any]
     catalog: Catalog
@@ -303,21 +304,21 @@ def _bench(inputs: ReportContent) -> dict[str, Any]:
     return {
         "capacity": [
             {
-                "candidate": c["candidate"],
-                "pattern": c.get("pattern") or "",
-                "capacity": number(c.get("capacity_rps"), 2, "req/s"),
-                "status": c.get("capacity_status") or "",
-                "cost": usd(c.get("cost_per_1m_output_usd")),
-                "pool": c.get("rank_pool") or "",
+                "candidate": c.candidate,
+                "pattern": c.pattern or "",
+                "capacity": number(c.capacity_rps, 2, "req/s"),
+                "status": c.capacity_status or "",
+                "cost": usd(c.cost_per_1m_output_usd),
+                "pool": c.rank_pool or "",
             }
             for c in inputs.capacity
         ],
         "findings": [
             {
-                "candidate": f["candidate"],
-                "check": f["check"],
-                "status": f["status"],
-                "message": f["message"],
+                "candidate": f.candidate,
+                "check": f.check,
+                "status": f.status,
+                "message": f.message,
             }
             for f in inputs.findings
         ],

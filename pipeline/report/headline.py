@@ -8,8 +8,8 @@ figure the input cannot support is ``unknown``, never 0.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
+from pipeline.bench.result import CapacityRow
 from pipeline.config import Config
 from pipeline.errors import EnginefitError
 from pipeline.layout import WorkloadLayout
@@ -77,16 +77,15 @@ def _bench(layout: WorkloadLayout, config: Config) -> str:
     analysis = read_analysis(layout, config.bench)
     if analysis.capacity.is_empty():
         return f"skipped: {analysis.notes[0]}" if analysis.notes else "no benchmark candidates"
-    rows = analysis.capacity.sort("rank_pool", "cost_rank", "candidate", nulls_last=True)
-    return "; ".join(_candidate(row) for row in rows.iter_rows(named=True))
+    return "; ".join(_candidate(row) for row in analysis.capacity_rows(ranked=True))
 
 
-def _candidate(row: dict[str, Any]) -> str:
-    cost = row.get("cost_per_1m_output_usd")
+def _candidate(row: CapacityRow) -> str:
+    cost = row.cost_per_1m_output_usd
     return (
-        f"{row['candidate']}: capacity {number(row.get('capacity_rps'), 2, 'req/s')}, "
+        f"{row.candidate}: capacity {number(row.capacity_rps, 2, 'req/s')}, "
         + (f"{usd(cost)} per 1M output tokens" if cost is not None else f"cost {UNKNOWN}")
-        + f" ({row.get('rank_pool') or 'unranked'})"
+        + f" ({row.rank_pool or 'unranked'})"
     )
 
 
