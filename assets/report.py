@@ -19,7 +19,7 @@ from assets.decision import engine_decision, revisit_triggers
 from assets.resources import EnginefitStore
 from pipeline.decision.upstream import digest, trace_stats
 from pipeline.report import stage
-from pipeline.report.versions import MANIFEST, quarter_of
+from pipeline.report.versions import HTML, MANIFEST, quarter_of
 
 QUARTER_TAG = "enginefit/quarter"
 
@@ -51,7 +51,7 @@ def engine_selection_report(store: EnginefitStore) -> dg.MaterializeResult:  # t
             "new_version": published.created,
             "headline": sources.document.record.recommendation.headline,
             "pdf_path": dg.MetadataValue.path(str(published.pdf)),
-            "html_path": dg.MetadataValue.path(str(published.folder / stage.HTML)),
+            "html_path": dg.MetadataValue.path(str(published.folder / HTML)),
             "manifest_path": dg.MetadataValue.path(str(published.folder / MANIFEST)),
         }
     )

@@ -30,8 +30,7 @@ from pydantic import (
     model_validator,
 )
 
-from pipeline.bench.config import BenchSettings
-from pipeline.bench.slo import is_limit_key
+from pipeline.bench.config import BenchSettings, is_limit_key
 from pipeline.decision.catalog import Catalog, load_catalog
 from pipeline.decision.config import DecisionSettings, Requirements
 from pipeline.errors import ConfigError

@@ -13,17 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.bench.compute import analyse_bench
+from pipeline.bench.config import LatencyLimit, SloSpec, SloSpecError, parse_slo_spec
 from pipeline.bench.schema import conform_load_points
-from pipeline.bench.slo import (
-    LatencyLimit,
-    SloSpec,
-    SloSpecError,
-    evaluate_slo,
-    no_silent_pass,
-    parse_slo_spec,
-    required_requests,
-    slo_capacity,
-)
+from pipeline.bench.slo import evaluate_slo, no_silent_pass, required_requests, slo_capacity
 from pipeline.config import config_from_mapping
 from pipeline.errors import ConfigError
 from tests.bench_points import kept_up_run

@@ -20,7 +20,7 @@ from pipeline.report import stage
 from pipeline.report.audit import audit
 from pipeline.report.document import build
 from pipeline.report.render import LocalOnlyFetcher, render_pdf
-from pipeline.report.versions import ReportTree
+from pipeline.report.versions import HTML, MANIFEST, ReportTree
 from tests.conftest import REPO, bundled_config
 
 SECTIONS = (
@@ -87,7 +87,7 @@ def test_the_bundled_document_reads_as_a_document(tmp_path: Path) -> None:
     # Same inputs, same bytes; and the standalone HTML is the same document.
     again = stage.run(stage.read_inputs(config.layout(), config))
     assert again.pdf == published.pdf.read_bytes()
-    assert again.html.encode() == (published.folder / stage.HTML).read_bytes()
+    assert again.html.encode() == (published.folder / HTML).read_bytes()
     assert "<style>" in again.html and "1. Executive summary" in again.html
 
 
@@ -166,10 +166,10 @@ def test_a_crash_before_the_ledger_leaves_it_consistent(
 def test_a_hostile_name_is_text_and_nothing_is_fetched(tmp_path: Path) -> None:
     hostile = '<img src="http://127.0.0.1:9/x">'
     published = publish(workload(tmp_path, organisation=hostile))
-    html = (published.folder / stage.HTML).read_text()
+    html = (published.folder / HTML).read_text()
     # No secret travels into the document or its metadata: the salt only as its fingerprint.
     salt = yaml.safe_load((REPO / "enginefit.yaml").read_text())["workload"]["hash_salt"]
-    for name in (stage.HTML, stage.MANIFEST, "decision.json"):
+    for name in (HTML, MANIFEST, "decision.json"):
         assert salt not in (published.folder / name).read_text()
     assert salt not in pdf_text(published.pdf)
     assert hostile not in html and "&lt;img src=&#34;http://127.0.0.1:9/x&#34;&gt;" in html

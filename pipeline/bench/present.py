@@ -16,9 +16,9 @@ from typing import Any
 
 import polars as pl
 
+from pipeline.bench.config import ITL_DEFINITIONS, SloSpec
 from pipeline.bench.cost import COST_FORMULA, FLEET_FORMULA
 from pipeline.bench.result import CAPACITY_TEXT_COLUMNS, BenchAnalysis
-from pipeline.bench.slo import ITL_DEFINITIONS, SloSpec
 from pipeline.present.figures import COLORS, drawing, svg_bytes
 from pipeline.present.tables import cell, markdown_table, text_table, wrapped
 

@@ -62,7 +62,7 @@ def published_previous(layout: WorkloadLayout, config: Config) -> Path | None:
     published version, else the previous quarter's), so each run checks the last one's
     triggers without being told; None before the first report."""
     from pipeline.ingest.stage import read_summary
-    from pipeline.report.stage import RECORD, report_quarter, report_tree
+    from pipeline.report.versions import RECORD, report_quarter, report_tree
 
     try:
         quarter = report_quarter(config, read_summary(layout).last_arrival)

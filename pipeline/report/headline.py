@@ -104,7 +104,7 @@ def _decision(layout: WorkloadLayout, config: Config) -> str:
 
 def _report(layout: WorkloadLayout, config: Config) -> str:
     from pipeline.ingest.stage import read_summary
-    from pipeline.report.stage import PDF, report_quarter, report_tree
+    from pipeline.report.versions import PDF, report_quarter, report_tree
 
     tree = report_tree(config)
     quarter = report_quarter(config, read_summary(layout).last_arrival)

@@ -25,17 +25,18 @@ from pipeline.errors import InputFormatError
 from pipeline.layout import WorkloadLayout
 from pipeline.report.document import PreviousVersion, ReportInputs, build
 from pipeline.report.versions import (
+    HTML,
     MANIFEST,
+    PDF,
+    RECORD,
     Entry,
     ReportTree,
-    quarter_of,
+    report_quarter,
+    report_tree,
     sha256_bytes,
     sha256_of,
 )
 
-PDF = "engine-selection.pdf"
-HTML = "engine-selection.html"
-RECORD = "decision.json"
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -61,10 +62,6 @@ def _git(*args: str) -> str:
         ["git", "-C", str(REPO), *args], capture_output=True, text=True, timeout=30, check=True
     )
     return done.stdout.strip()
-
-
-def report_tree(config: Config) -> ReportTree:
-    return ReportTree(config.paths.report_folder(config.require_workload().name))
 
 
 def _relative(path: Path, base: Path) -> str:
@@ -202,17 +199,6 @@ def read_inputs(
         "compared_with": None if against is None else f"{against.quarter}/v{against.version}",
     }
     return ReportSources(document, identity, manifest, against)
-
-
-def report_quarter(config: Config, last_arrival: str | None) -> str:
-    """``report.quarter``, else the quarter of the workload's last arrival."""
-    if config.report.quarter is not None:
-        return config.report.quarter
-    if not last_arrival:
-        raise InputFormatError(
-            "the workload has no arrivals to date the report: set report.quarter (YYYY-Qn)"
-        )
-    return quarter_of(last_arrival)
 
 
 def _next_number(tree: ReportTree, quarter: str, identity: str) -> int:
