@@ -21,6 +21,7 @@ from assets.resources import EnginefitStore
 from pipeline.bench import stage
 from pipeline.bench.config import RUN_DATE_ENV, BenchSettings, parse_as_of
 from pipeline.bench.cost import COST_FORMULA, FLEET_FORMULA
+from pipeline.bench.latency_fit import METHOD, summary_markdown
 from pipeline.bench.present import POINT_VIEW, capacity_table, findings_table, fleet_table
 from pipeline.bench.slo import no_silent_pass
 from pipeline.bench.validity import findings_well_formed
@@ -133,7 +134,6 @@ def concurrency_by_engine(store: EnginefitStore) -> dg.MaterializeResult:  # typ
     """The trace's peak and mean concurrency re-estimated with a latency model per candidate,
     fitted from its load point at the SLO capacity, beside the configured model's figure; every
     figure is labelled estimated with its parameters."""
-    from pipeline.bench.latency_fit import METHOD, summary_markdown
 
     config = store.config()
     layout = config.layout()

@@ -6,6 +6,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
+from multiprocessing import forkserver
 from pathlib import Path
 from typing import Any, Literal
 
@@ -151,7 +152,6 @@ def _stop_fork_server() -> None:
     the same process (tests, perf/graph.py) forks its steps from a server that sees the then
     environment (e.g. the DAGSTER_PG_* its instance reads), and the preloaded modules' memory
     goes back meanwhile."""
-    from multiprocessing import forkserver
 
     stop = getattr(forkserver._forkserver, "_stop", None)  # CPython's, used by its own tests
     if stop is not None:

@@ -58,7 +58,8 @@ DAY_FIELD = "{day}"
 
 
 def _known_format(value: Any) -> Any:
-    from pipeline.ingest.readers import FORMAT_NAMES  # readers import this module's neighbours
+    # import here: a cycle at load time (the ingest package imports this module)
+    from pipeline.ingest.readers import FORMAT_NAMES
 
     if isinstance(value, str) and value not in ("auto", *FORMAT_NAMES):
         raise ValueError(f"unknown format {value!r}; choose auto or one of {FORMAT_NAMES}")

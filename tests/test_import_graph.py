@@ -25,7 +25,9 @@ def _modules() -> dict[str, Path]:
     return modules
 
 
-def _imported(node: ast.Import | ast.ImportFrom, package: str, modules: dict[str, Path]) -> set[str]:
+def _imported(
+    node: ast.Import | ast.ImportFrom, package: str, modules: dict[str, Path]
+) -> set[str]:
     """The project modules an import statement loads (a ``from x import name`` loads x.name
     when that is a module, else x)."""
     if isinstance(node, ast.Import):
@@ -53,9 +55,15 @@ def _function_imports(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]
                     yield inner
 
 
+def _ancestors(name: str) -> set[str]:
+    parts = name.split(".")
+    return {".".join(parts[:i]) for i in range(1, len(parts))}
+
+
 def _graph() -> tuple[dict[str, set[str]], list[str]]:
-    """Module → the project modules it imports (anywhere in it), and the function-level
-    imports that state no reason."""
+    """Module → the project modules loading it loads (with the packages around them, whose
+    ``__init__`` runs first), and the imports inside functions that state no reason. An import
+    with a stated reason is left out of the graph: the reason owns it."""
     modules = _modules()
     edges: dict[str, set[str]] = {}
     unexplained = []
@@ -64,14 +72,19 @@ def _graph() -> tuple[dict[str, set[str]], list[str]]:
         lines = source.splitlines()
         tree = ast.parse(source)
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        explained = set()
+        for node in _function_imports(tree):
+            # The reason sits on the statement or on the line above it.
+            around = lines[max(node.lineno - 2, 0) : node.end_lineno]
+            if any(MARKER in line for line in around):
+                explained.add(id(node))
+            else:
+                unexplained.append(f"{path.relative_to(REPO)}:{node.lineno}: {ast.unparse(node)}")
         edges[name] = set()
         for node in ast.walk(tree):
-            if isinstance(node, ast.Import | ast.ImportFrom):
-                edges[name] |= _imported(node, package, modules) - {name}
-        for node in _function_imports(tree):
-            statement = lines[node.lineno - 1 : node.end_lineno]
-            if not any(MARKER in line for line in statement):
-                unexplained.append(f"{path.relative_to(REPO)}:{node.lineno}: {ast.unparse(node)}")
+            if isinstance(node, ast.Import | ast.ImportFrom) and id(node) not in explained:
+                for target in _imported(node, package, modules):
+                    edges[name] |= {target, *_ancestors(target)} - _ancestors(name) - {name}
     return edges, unexplained
 
 

@@ -9,8 +9,9 @@ assets and the command share.
 
 from __future__ import annotations
 
+from pipeline.bench.detect import BenchFormatError
 from pipeline.bench.manifest import BenchManifest, BenchManifestError, load_manifest
-from pipeline.bench.readers import BenchFormatError, read_bench_files
+from pipeline.bench.readers import read_bench_files
 from pipeline.bench.schema import (
     LOAD_POINT_SCHEMA,
     PER_REQUEST_SCHEMA,

@@ -19,10 +19,14 @@ from typing import Any
 
 import polars as pl
 
+from pipeline.bench import stage as bench_stage
 from pipeline.config import Config
 from pipeline.decision.result import DecisionRecord
+from pipeline.decision.stage import read_record
 from pipeline.errors import InputFormatError
+from pipeline.ingest.stage import read_summary
 from pipeline.layout import WorkloadLayout
+from pipeline.prefix import stage as prefix_stage
 from pipeline.report.document import PreviousVersion, ReportInputs, build
 from pipeline.report.versions import (
     HTML,
@@ -36,6 +40,8 @@ from pipeline.report.versions import (
     sha256_bytes,
     sha256_of,
 )
+from pipeline.shape import stage as shape_stage
+from pipeline.sim import stage as sim_stage
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -71,7 +77,6 @@ def _relative(path: Path, base: Path) -> str:
 def raw_inputs(layout: WorkloadLayout, config: Config, points: pl.DataFrame) -> dict[str, str]:
     """sha256 of every input file: the traces (as ingest hashed them), the benchmark result
     files and their manifests, the catalog (paths relative to the configuration's folder)."""
-    from pipeline.ingest.stage import read_summary
 
     base = config.source.parent if config.source else Path.cwd()
     out = {f"trace:{f.file}": f.sha256 for f in read_summary(layout).files}
@@ -123,12 +128,6 @@ class ReportSources:
 def read_inputs(
     layout: WorkloadLayout, config: Config, *, quarter: str | None = None
 ) -> ReportSources:
-    from pipeline.bench import stage as bench_stage
-    from pipeline.decision.stage import read_record
-    from pipeline.ingest.stage import read_summary
-    from pipeline.prefix import stage as prefix_stage
-    from pipeline.shape import stage as shape_stage
-    from pipeline.sim import stage as sim_stage
 
     workload = config.require_workload().name
     summary = read_summary(layout)
@@ -259,7 +258,10 @@ class ReportResult:
 
 
 def run(sources: ReportSources) -> ReportResult:
-    from pipeline.report.render import render_html, render_pdf  # WeasyPrint loads slowly
+    from pipeline.report.render import (  # import here: WeasyPrint is slow to load
+        render_html,
+        render_pdf,
+    )
 
     document = build(sources.document)
     record = sources.document.record
