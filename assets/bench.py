@@ -38,7 +38,12 @@ def _as_of(settings: BenchSettings) -> tuple[dt.date | None, str]:
     return None, "the workload's last arrival"
 
 
-@dg.asset(key="bench_load_points", group_name="bench", kinds={"polars", "parquet"})
+@dg.asset(
+    key="bench_load_points",
+    deps=["bench_result_files", "config_bench"],
+    group_name="bench",
+    kinds={"polars", "parquet"},
+)
 def bench_load_points(store: EnginefitStore) -> dg.MaterializeResult:  # type: ignore[type-arg]
     """Configured benchmark result files normalised to one row per load point (engine, GPU and
     date from the sidecar manifests), with the per-request rows where a file has them."""
@@ -63,7 +68,7 @@ def bench_load_points(store: EnginefitStore) -> dg.MaterializeResult:  # type: i
 
 @dg.asset(
     key="bench_analysis",
-    deps=[bench_load_points, "workload_shape", "prefix_sharing"],
+    deps=[bench_load_points, "workload_shape", "prefix_sharing", "config_bench", "config_shape"],
     group_name="bench",
     kinds={"polars", "svg"},
 )
@@ -126,7 +131,7 @@ def bench_findings_well_formed(store: EnginefitStore) -> dg.AssetCheckResult:
 
 @dg.asset(
     key="concurrency_by_engine",
-    deps=[bench_analysis, "workload"],
+    deps=[bench_analysis, "workload", "config_bench"],
     group_name="bench",
     kinds={"polars", "parquet"},
 )

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.cli import main as enginefit
+from assets.cli import main as enginefit
 from tests.conftest import bundled_config
 
 
@@ -18,10 +18,7 @@ def test_decide_runs_the_missing_stages_then_prints_the_record(
     config = bundled_config(tmp_path, "q1")
     assert enginefit(["decide", "--config", str(config), "--json"]) == 0
     out, err = capsys.readouterr()
-    assert (
-        "ran the upstream stages that were missing or out of date: ingest, shape, prefix, "
-        "simulation, bench" in err
-    )
+    assert "materialised what was missing or stale: workload, prefix_sharing, workload_shape" in err
     record = json.loads(out)
     assert set(record) >= {
         "schema_version",
@@ -94,20 +91,28 @@ def test_a_previous_record_that_is_not_one_is_a_one_line_error(
 def test_decide_reruns_what_a_changed_configuration_invalidates(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Unchanged: nothing reruns. A doubled H100 price: only the bench stage reruns, and the
-    cost doubles ($3 → $6 an hour)."""
+    """Unchanged: nothing reruns. A doubled H100 price: only the bench assets rerun, and the
+    cost doubles ($3 → $6 an hour). A new shape setting: the shape and what reads it rerun,
+    never the ingest or the prefix analysis."""
     config = bundled_config(tmp_path, "w")
     assert enginefit(["decide", "--config", str(config), "--json"]) == 0
     first = json.loads(capsys.readouterr().out)
     assert enginefit(["decide", "--config", str(config), "--json"]) == 0
     out, err = capsys.readouterr()
-    assert "ran the upstream stages" not in err
+    assert "materialised" not in err
     raw = yaml.safe_load(config.read_text())
     raw["bench"]["prices"]["gpu_hour_usd"]["H100"] = 6.0
     config.write_text(yaml.safe_dump(raw))
     assert enginefit(["decide", "--config", str(config), "--json"]) == 0
     out, err = capsys.readouterr()
-    assert "out of date: bench" in err and "shape" not in err.split("out of date:")[1]
+    assert err.split("missing or stale: ")[1].split()[0] == "bench_load_points,"
+    assert "workload" not in err.split("missing or stale: ")[1]
     cost = {c["engine"]: c["cost_per_1m_output_usd"] for c in json.loads(out)["candidates"]}
     before = {c["engine"]: c["cost_per_1m_output_usd"] for c in first["candidates"]}
     assert cost["vllm"] == pytest.approx(2 * before["vllm"], rel=1e-5)
+    raw["shape"] = {**raw.get("shape", {}), "long_tail_ratio": 5.0}
+    config.write_text(yaml.safe_dump(raw))
+    assert enginefit(["decide", "--config", str(config), "--json"]) == 0
+    ran = capsys.readouterr().err.split("missing or stale: ")[1].split("\n")[0].split(", ")
+    assert ran[0] == "workload_shape" and "simulation_curves" in ran
+    assert not {"workload", "prefix_sharing", "bench_load_points"} & set(ran)

@@ -6,14 +6,15 @@ import json
 import shutil
 from pathlib import Path
 
+import dagster as dg
 import pypdf
 import pytest
 import yaml
 
+from assets.definitions import materialise_stale
 from pipeline.cli import main as enginefit
 from pipeline.config import load_config
 from pipeline.decision import stage as decision_stage
-from pipeline.decision.cli import ensure_upstream
 from pipeline.decision.context import usd
 from pipeline.errors import InputFormatError
 from pipeline.report import stage
@@ -55,7 +56,8 @@ def publish(config_path: Path) -> stage.Published:
     """What the graph does: every stage that is missing or stale, the decision, the report."""
     config = load_config(config_path)
     layout = config.layout()
-    ensure_upstream(config, layout)
+    with dg.DagsterInstance.local_temp(str(config_path.parent / ".dagster_home")) as instance:
+        materialise_stale(config_path, instance, "engine_decision")
     record = decision_stage.run(decision_stage.read_inputs(layout, config), config)
     decision_stage.write(record, layout)
     return stage.publish(stage.read_inputs(layout, config), config)
