@@ -18,7 +18,17 @@ def test_decide_runs_the_missing_stages_then_prints_the_record(
     config = bundled_config(tmp_path, "q1")
     assert enginefit(["decide", "--config", str(config), "--json"]) == 0
     out, err = capsys.readouterr()
-    assert "materialised what was missing or stale: workload, prefix_sharing, workload_shape" in err
+    ran = err.split("materialised what was missing or stale: ")[1].split("\n")[0].split(", ")
+    assert set(ran) == {
+        "bench_load_points",
+        "workload",
+        "prefix_sharing",
+        "simulation_curves",
+        "simulation_scenarios",
+        "workload_shape",
+        "bench_analysis",
+        "concurrency_by_engine",
+    }
     record = json.loads(out)
     assert set(record) >= {
         "schema_version",
