@@ -56,7 +56,9 @@ def build_definitions(
     ``ingest_days`` job and schedule (:mod:`assets.days`)."""
     assets = list(all_assets)
     # The outside inputs are observed in the same run, so it records what each stage read.
-    selection = dg.AssetSelection.all() | dg.AssetSelection.assets(*inputs.INPUT_KEYS)
+    selection: dg.AssetSelection = dg.AssetSelection.all() | dg.AssetSelection.assets(
+        *inputs.INPUT_KEYS
+    )
     jobs = []
     schedules = []
     if quarter is not None:

@@ -30,7 +30,7 @@ from pipeline.settings import with_flags
 
 def add_decide_parser(subparsers: Any) -> argparse.ArgumentParser:
     """``decide``'s arguments; the command itself is ``assets.cli``'s, since it drives Dagster."""
-    decide = subparsers.add_parser(
+    decide: argparse.ArgumentParser = subparsers.add_parser(
         "decide",
         help="recommend an engine with its rationale, costs and revisit triggers",
         description=__doc__,
