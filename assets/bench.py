@@ -40,7 +40,7 @@ def _as_of(settings: BenchSettings) -> tuple[dt.date | None, str]:
 
 @dg.asset(
     key="bench_load_points",
-    deps=["bench_result_files", "config_bench"],
+    deps=["bench_result_files", "config_bench", "workload_folder"],
     group_name="bench",
     kinds={"polars", "parquet"},
 )

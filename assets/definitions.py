@@ -268,13 +268,28 @@ def _raise_failure(run: GraphRun) -> None:
         raise EnginefitError(run.failures[0][1])
 
 
+def _outputs_gone(instance: dg.DagsterInstance, key: dg.AssetKey) -> bool:
+    """Whether a file the latest materialisation of ``key`` recorded as written is gone (a
+    workload folder deleted by hand): Dagster's history says fresh, the folder says missing."""
+    event = instance.get_latest_materialization_event(key)
+    if event is None or event.asset_materialization is None:
+        return False
+    return any(
+        isinstance(value, dg.PathMetadataValue) and not Path(value.path).exists()
+        for value in event.asset_materialization.metadata.values()
+    )
+
+
 def materialise_stale(config_path: Path, instance: dg.DagsterInstance, target: str) -> list[str]:
     """Observe the outside inputs, then materialise, in one in-process run of ``full_report`` on
-    ``instance``, every asset
-    ``target`` depends on that Dagster finds missing or stale (an outside input observed with a
-    new data version, or an upstream asset materialised since); returns their keys in the order
-    the graph lists them. A step that fails is an :class:`~pipeline.errors.EnginefitError` with
-    its one-line message.
+    ``instance``, every asset ``target`` depends on that is missing or stale, and every asset
+    between those and ``target``; returns their keys in the order the graph lists them. A step
+    that fails is an :class:`~pipeline.errors.EnginefitError` with its one-line message.
+
+    Stale is Dagster's notion: an input it reads was observed with a new data version, or an
+    asset it reads was materialised since. Dagster only sees the second once the upstream asset
+    has run, so the assets after a stale one join the same run rather than wait for the next
+    call. Missing is never materialised, or a recorded output file gone.
 
     Dagster's stale-status resolver (what the UI's "Materialize stale and missing" uses) is not
     public API; it is the one place enginefit reaches into Dagster's internals.
@@ -283,20 +298,28 @@ def materialise_stale(config_path: Path, instance: dg.DagsterInstance, target: s
     observed = [dg.AssetKey(key) for key in inputs.INPUT_KEYS]
     _raise_failure(run_full_graph(config_path, instance, executor="in_process", assets=observed))
     graph = definitions.resolve_asset_graph()
-    upstream = dg.AssetSelection.assets(target).upstream() - dg.AssetSelection.assets(target)
+    upstream = (
+        dg.AssetSelection.assets(target).upstream() - dg.AssetSelection.assets(target)
+    ).resolve(graph)
     view = AssetGraphView(
         temporal_context=TemporalContext(effective_dt=get_current_datetime(), last_event_id=None),
         instance=instance,
         asset_graph=graph,
     )
     resolver = CachingStaleStatusResolver(instance, graph, view)
-    stale = [
+    outdated = [
         key
-        for key in graph.toposorted_asset_keys
-        if key in upstream.resolve(graph)
-        and graph.get(key).is_materializable
-        and resolver.get_status(key) in (StaleStatus.STALE, StaleStatus.MISSING)
+        for key in upstream
+        # A day of a daily-partitioned workload is ingest_days' to run, not decide's.
+        if graph.get(key).is_materializable
+        and not graph.get(key).is_partitioned
+        and (
+            resolver.get_status(key) in (StaleStatus.STALE, StaleStatus.MISSING)
+            or _outputs_gone(instance, key)
+        )
     ]
+    rerun = dg.AssetSelection.assets(*outdated).downstream().resolve(graph) & upstream
+    stale = [key for key in graph.toposorted_asset_keys if key in rerun]
     if stale:
         _raise_failure(run_full_graph(config_path, instance, executor="in_process", assets=stale))
     return [key.to_user_string() for key in stale]

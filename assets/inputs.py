@@ -1,5 +1,6 @@
 """What the pipeline reads from outside the asset graph, as observable source assets: the trace
-files, the benchmark result files and each stage's section of the configuration.
+files, the benchmark result files, each stage's section of the configuration, and the workload
+folder the stages write to.
 
 Each observation's data version hashes what it watches (a file's path, size and modification
 time; a section's settings), so Dagster knows a stage is stale when one of its inputs changed
@@ -26,8 +27,10 @@ from pipeline.ingest.compute import expand_paths as trace_files
 
 TRACE_FILES = "trace_files"
 BENCH_RESULT_FILES = "bench_result_files"
-# A stage's configuration section as an input of its own; the workload's section carries the
-# workload folder too, so outputs written elsewhere count as missing.
+# Where the stages write (``<paths.data_dir>/<workload.name>``): the first stages read it, so
+# outputs another configuration wrote to another folder do not count as this one's.
+WORKLOAD_FOLDER = "workload_folder"
+# A stage's configuration section as an input of its own.
 CONFIG_SECTIONS = ("workload", "shape", "prefix", "simulation", "bench")
 
 
@@ -63,7 +66,7 @@ def input_versions(config: Config) -> dict[str, str]:
     settings = config.as_dict()
     results, _ = bench_files(list(config.bench.results))
     versions = {config_key(name): digest(settings[name]) for name in CONFIG_SECTIONS}
-    versions[config_key("workload")] = digest(settings["workload"], str(config.layout().root))
+    versions[WORKLOAD_FOLDER] = digest(str(config.layout().root))
     versions[TRACE_FILES] = trace_fingerprint(config)
     versions[BENCH_RESULT_FILES] = digest(_stat(results))
     return versions
@@ -75,10 +78,16 @@ def observe_inputs(store: EnginefitStore) -> Iterator[dg.ObserveResult]:
         yield dg.ObserveResult(asset_key=key, data_version=dg.DataVersion(version))
 
 
-INPUT_KEYS = [TRACE_FILES, BENCH_RESULT_FILES, *(config_key(name) for name in CONFIG_SECTIONS)]
+INPUT_KEYS = [
+    TRACE_FILES,
+    BENCH_RESULT_FILES,
+    WORKLOAD_FOLDER,
+    *(config_key(name) for name in CONFIG_SECTIONS),
+]
 _DESCRIPTIONS = {
     TRACE_FILES: "The configured trace files.",
     BENCH_RESULT_FILES: "The configured benchmark result files.",
+    WORKLOAD_FOLDER: "The folder the stages write this workload's outputs to.",
     **{config_key(name): f"The {name} section of the configuration." for name in CONFIG_SECTIONS},
 }
 
