@@ -56,7 +56,9 @@ def publish(config_path: Path) -> stage.Published:
     """What the graph does: every stage that is missing or stale, the decision, the report."""
     config = load_config(config_path)
     layout = config.layout()
-    with dg.DagsterInstance.local_temp(str(config_path.parent / ".dagster_home")) as instance:
+    home = config_path.parent / ".dagster_home"
+    home.mkdir(exist_ok=True)
+    with dg.DagsterInstance.local_temp(str(home)) as instance:
         materialise_stale(config_path, instance, "engine_decision")
     record = decision_stage.run(decision_stage.read_inputs(layout, config), config)
     decision_stage.write(record, layout)
