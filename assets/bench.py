@@ -22,6 +22,7 @@ from pipeline.bench import stage
 from pipeline.bench.checks import findings_well_formed, no_silent_pass
 from pipeline.bench.config import RUN_DATE_ENV, BenchConfig, parse_as_of
 from pipeline.bench.cost import COST_FORMULA, FLEET_FORMULA
+from pipeline.bench.latency_fit import METHOD, summary_markdown
 from pipeline.bench.present import POINT_VIEW, capacity_table, findings_table, fleet_table
 from pipeline.present.tables import bullet_list
 
@@ -36,7 +37,12 @@ def _as_of(settings: BenchConfig) -> tuple[dt.date | None, str]:
     return None, "the workload's last arrival"
 
 
-@dg.asset(key="bench_load_points", group_name="bench", kinds={"polars", "parquet"})
+@dg.asset(
+    key="bench_load_points",
+    deps=["bench_result_files", "config_bench", "workload_folder"],
+    group_name="bench",
+    kinds={"polars", "parquet"},
+)
 def bench_load_points(store: EnginefitStore) -> dg.MaterializeResult:  # type: ignore[type-arg]
     """Configured benchmark result files normalised to one row per load point (engine, GPU and
     date from the sidecar manifests), with the per-request rows where a file has them."""
@@ -61,7 +67,7 @@ def bench_load_points(store: EnginefitStore) -> dg.MaterializeResult:  # type: i
 
 @dg.asset(
     key="bench_analysis",
-    deps=[bench_load_points, "workload_shape", "prefix_sharing"],
+    deps=[bench_load_points, "workload_shape", "prefix_sharing", "config_bench", "config_shape"],
     group_name="bench",
     kinds={"polars", "svg"},
 )
@@ -124,7 +130,7 @@ def bench_findings_well_formed(store: EnginefitStore) -> dg.AssetCheckResult:
 
 @dg.asset(
     key="concurrency_by_engine",
-    deps=[bench_analysis, "workload"],
+    deps=[bench_analysis, "workload", "config_bench"],
     group_name="bench",
     kinds={"polars", "parquet"},
 )
@@ -132,7 +138,6 @@ def concurrency_by_engine(store: EnginefitStore) -> dg.MaterializeResult:  # typ
     """The trace's peak and mean concurrency re-estimated with a latency model per candidate,
     fitted from its load point at the SLO capacity, beside the configured model's figure; every
     figure is labelled estimated with its parameters."""
-    from pipeline.bench.latency_fit import METHOD, summary_markdown
 
     config = store.config()
     layout = config.layout()

@@ -1,9 +1,10 @@
-"""The ``enginefit`` console script: the pipeline's ad-hoc commands plus ``report``.
+"""The ``enginefit`` console script: the pipeline's ad-hoc commands plus ``report`` and ``decide``.
 
 ``report`` runs the whole Dagster asset graph on a configuration as one run on the instance
 (in process by default; ``--executor multiprocess`` puts independent steps side by side) and
-prints where every output went. It lives here, not
-in ``pipeline/``, because it drives Dagster.
+prints where every output went. ``decide`` has Dagster materialise what the decision needs that
+is missing or stale (:func:`assets.definitions.materialise_stale`), then decides. They live here,
+not in ``pipeline/``, because they drive Dagster.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 from pipeline.cli import build_parser, run_parsed
 from pipeline.cli_common import DEFAULT_CONFIG, add_config_argument, command_config
+from pipeline.decision.cli import add_decide_parser, decide
 from pipeline.report.headline import headline_table, headlines
 
 
@@ -55,6 +57,7 @@ def register(subparsers: Any) -> None:
         help="multiprocess: at most N steps at once (default: one per CPU)",
     )
     parser.set_defaults(func=run_report)
+    add_decide_parser(subparsers).set_defaults(func=run_decide)
 
 
 # Written into a new (or empty) dagster.yaml. The run history stays Dagster's embedded SQLite in
@@ -92,10 +95,10 @@ def run_report(args: argparse.Namespace) -> int:
     config = command_config(args)
     config_path = Path(args.config)
     home = _ensure_dagster_home(config_path.parent)
-    import dagster as dg
+    import dagster as dg  # import here: Dagster takes seconds to load; only report and decide use it
 
-    from assets.definitions import run_full_graph
-    from assets.progress import to_stderr
+    from assets.definitions import run_full_graph  # import here: it loads Dagster
+    from assets.progress import to_stderr  # import here: it loads Dagster
 
     with dg.DagsterInstance.get() as instance:
         run = run_full_graph(
@@ -132,6 +135,25 @@ def run_report(args: argparse.Namespace) -> int:
             )
         print(f"PDF: {pdf}")
     return 0 if run.success else 2
+
+
+def run_decide(args: argparse.Namespace) -> int:
+    args.config = str(Path(args.config or DEFAULT_CONFIG).resolve())
+    config = command_config(args)
+    config_path = Path(args.config)
+    _ensure_dagster_home(config_path.parent)
+    import dagster as dg  # import here: Dagster takes seconds to load; only report and decide use it
+
+    from assets.definitions import materialise_stale  # import here: it loads Dagster
+
+    with dg.DagsterInstance.get() as instance:
+        ran = materialise_stale(config_path, instance, "engine_decision")
+    if ran:
+        print(
+            f"enginefit decide: materialised what was missing or stale: {', '.join(ran)}",
+            file=sys.stderr,
+        )
+    return decide(args, config)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
+from multiprocessing import forkserver
 from pathlib import Path
 from typing import Any, Literal
 
 import dagster as dg
+from dagster._core.asset_graph_view.asset_graph_view import AssetGraphView
+from dagster._core.definitions.data_version import CachingStaleStatusResolver, StaleStatus
+from dagster._core.definitions.temporal_context import TemporalContext
+from dagster._time import get_current_datetime
 
 from assets import bench as bench_stage
 from assets import decision as decision_stage
-from assets import ingest
+from assets import ingest, inputs
 from assets import prefix as prefix_stage
 from assets import report as report_stage
 from assets import shape as shape_stage
@@ -22,10 +27,11 @@ from assets.days import configured_quarter, day_assets, quarter_partitions
 from assets.executors import EXECUTOR_ENV, configured_executor
 from assets.progress import QUIET_LOGGERS, watch_steps
 from assets.resources import EnginefitStore
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, EnginefitError
 
 # One module per stage; each exposes ASSETS and CHECKS lists. Keep one line per stage.
 _STAGES = [
+    inputs,
     ingest,
     prefix_stage,
     shape_stage,
@@ -49,7 +55,10 @@ def build_definitions(
     by day: ``workload_day`` partitioned over its days, ``workload`` their union, and the
     ``ingest_days`` job and schedule (:mod:`assets.days`)."""
     assets = list(all_assets)
-    selection: dg.AssetSelection = dg.AssetSelection.all()
+    # The outside inputs are observed in the same run, so it records what each stage read.
+    selection: dg.AssetSelection = dg.AssetSelection.all() | dg.AssetSelection.assets(
+        *inputs.INPUT_KEYS
+    )
     jobs = []
     schedules = []
     if quarter is not None:
@@ -151,8 +160,6 @@ def _stop_fork_server() -> None:
     the same process (tests, perf/graph.py) forks its steps from a server that sees the then
     environment (e.g. the DAGSTER_PG_* its instance reads), and the preloaded modules' memory
     goes back meanwhile."""
-    from multiprocessing import forkserver
-
     stop = getattr(forkserver._forkserver, "_stop", None)  # CPython's, used by its own tests
     if stop is not None:
         stop()
@@ -183,6 +190,7 @@ def run_full_graph(
     executor: Executor | None = None,
     max_concurrent: int | None = None,
     progress: Callable[[str], None] | None = None,
+    assets: Sequence[dg.AssetKey] | None = None,
 ) -> GraphRun:
     """Materialise every asset and check as one run of ``full_report`` on ``instance``.
 
@@ -191,7 +199,8 @@ def run_full_graph(
     ``in_process``, the only one an ephemeral instance (tests) can run. ``progress`` receives a
     line per finished step while the run goes on (persistent instances only). Dagster's own
     step logs (tracebacks included) would bury the summary: failures come back as one line each
-    in :attr:`GraphRun.failures`, and the run history keeps every event.
+    in :attr:`GraphRun.failures`, and the run history keeps every event. ``assets``: only
+    these (with their checks), as ``enginefit decide`` asks (:func:`materialise_stale`).
     """
     if defs.executor is not None:
         raise ConfigError(
@@ -211,6 +220,7 @@ def run_full_graph(
                 run_config=report_run_config(config_path, executor, max_concurrent),
                 tags=tags,
                 raise_on_error=False,
+                asset_selection=assets,
             )
     finally:
         if executor == "multiprocess":
@@ -251,3 +261,65 @@ def run_full_graph(
             )
         )
     return GraphRun(outputs, failures, passed, failed, result.success, unchanged_report)
+
+
+def _raise_failure(run: GraphRun) -> None:
+    if run.failures:
+        raise EnginefitError(run.failures[0][1])
+
+
+def _outputs_gone(instance: dg.DagsterInstance, key: dg.AssetKey) -> bool:
+    """Whether a file the latest materialisation of ``key`` recorded as written is gone (a
+    workload folder deleted by hand): Dagster's history says fresh, the folder says missing."""
+    event = instance.get_latest_materialization_event(key)
+    if event is None or event.asset_materialization is None:
+        return False
+    return any(
+        isinstance(value, dg.PathMetadataValue) and not Path(value.path).exists()
+        for value in event.asset_materialization.metadata.values()
+    )
+
+
+def materialise_stale(config_path: Path, instance: dg.DagsterInstance, target: str) -> list[str]:
+    """Observe the outside inputs, then materialise, in one in-process run of ``full_report`` on
+    ``instance``, every asset ``target`` depends on that is missing or stale, and every asset
+    between those and ``target``; returns their keys in the order the graph lists them. A step
+    that fails is an :class:`~pipeline.errors.EnginefitError` with its one-line message.
+
+    Stale is Dagster's notion: an input it reads was observed with a new data version, or an
+    asset it reads was materialised since. Dagster only sees the second once the upstream asset
+    has run, so the assets after a stale one join the same run rather than wait for the next
+    call. Missing is never materialised, or a recorded output file gone.
+
+    Dagster's stale-status resolver (what the UI's "Materialize stale and missing" uses) is not
+    public API; it is the one place enginefit reaches into Dagster's internals.
+    """
+    definitions = definitions_for(configured_quarter(str(config_path)))
+    observed = [dg.AssetKey(key) for key in inputs.INPUT_KEYS]
+    _raise_failure(run_full_graph(config_path, instance, executor="in_process", assets=observed))
+    graph = definitions.resolve_asset_graph()
+    upstream = (
+        dg.AssetSelection.assets(target).upstream() - dg.AssetSelection.assets(target)
+    ).resolve(graph)
+    view = AssetGraphView(
+        temporal_context=TemporalContext(effective_dt=get_current_datetime(), last_event_id=None),
+        instance=instance,
+        asset_graph=graph,
+    )
+    resolver = CachingStaleStatusResolver(instance, graph, view)
+    outdated = [
+        key
+        for key in upstream
+        # A day of a daily-partitioned workload is ingest_days' to run, not decide's.
+        if graph.get(key).is_materializable
+        and not graph.get(key).is_partitioned
+        and (
+            resolver.get_status(key) in (StaleStatus.STALE, StaleStatus.MISSING)
+            or _outputs_gone(instance, key)
+        )
+    ]
+    rerun = dg.AssetSelection.assets(*outdated).downstream().resolve(graph) & upstream
+    stale = [key for key in graph.toposorted_asset_keys if key in rerun]
+    if stale:
+        _raise_failure(run_full_graph(config_path, instance, executor="in_process", assets=stale))
+    return [key.to_user_string() for key in stale]

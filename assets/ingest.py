@@ -9,6 +9,7 @@ import dagster as dg
 import polars as pl
 from dagster import OpExecutionContext
 
+from assets.inputs import TRACE_FILES, WORKLOAD_FOLDER, config_key
 from assets.metadata import (
     CHECK_PRIORITY,
     INGEST_PRIORITY,
@@ -58,6 +59,7 @@ def _step_key(planned: stage.PlannedSource) -> str:
 
 
 @dg.op(
+    ins={"traces": dg.In(dg.Nothing), "settings": dg.In(dg.Nothing), "folder": dg.In(dg.Nothing)},
     out={"files": dg.DynamicOut(stage.PlannedSource), "skipped": dg.Out(list)},
     tags=INGEST_PRIORITY,
 )
@@ -96,12 +98,20 @@ def ingest_merge(
     return {"ingested": result.summary.ingested, "requests": str(paths["requests"])}
 
 
-@dg.graph_asset(group_name="workload", kinds={"polars", "parquet"})
-def workload() -> Any:
+@dg.graph_asset(
+    ins={
+        "traces": dg.AssetIn(TRACE_FILES, dagster_type=dg.Nothing),
+        "settings": dg.AssetIn(config_key("workload"), dagster_type=dg.Nothing),
+        "folder": dg.AssetIn(WORKLOAD_FOLDER, dagster_type=dg.Nothing),
+    },
+    group_name="workload",
+    kinds={"polars", "parquet"},
+)
+def workload(traces: Any, settings: Any, folder: Any) -> Any:
     """Every configured trace file read into the canonical request table (Parquet, sorted by
     arrival), one step per file; records that could not be used go to quarantine.parquet with
     file, line, field and reason, and ingest_summary.json reconciles the counts."""
-    files, skipped = ingest_plan()
+    files, skipped = ingest_plan(traces=traces, settings=settings, folder=folder)
     return ingest_merge(files.map(ingest_file).collect(), skipped)
 
 

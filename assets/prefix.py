@@ -12,7 +12,7 @@ from pipeline.prefix import checks, stage
 from pipeline.prefix.present import curve_markdown, reuse_markdown
 
 
-@dg.asset(deps=["workload"], kinds={"polars", "parquet"}, group_name="workload")
+@dg.asset(deps=["workload", "config_prefix"], kinds={"polars", "parquet"}, group_name="workload")
 def prefix_sharing(store: EnginefitStore) -> dg.MaterializeResult:  # type: ignore[type-arg]
     """Shared-prefix ratio by window W (count and prompt-token weighted), the curve's shape,
     the prompt tokens an unbounded prefix cache could serve (by how long ago the prefix was last

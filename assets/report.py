@@ -16,10 +16,10 @@ import datetime as dt
 import dagster as dg
 
 from assets.decision import engine_decision, revisit_triggers
+from assets.inputs import trace_fingerprint
 from assets.resources import EnginefitStore
-from pipeline.decision.upstream import digest, trace_stats
 from pipeline.report import stage
-from pipeline.report.versions import MANIFEST, quarter_of
+from pipeline.report.versions import HTML, MANIFEST, quarter_of
 
 QUARTER_TAG = "enginefit/quarter"
 
@@ -51,7 +51,7 @@ def engine_selection_report(store: EnginefitStore) -> dg.MaterializeResult:  # t
             "new_version": published.created,
             "headline": sources.document.record.recommendation.headline,
             "pdf_path": dg.MetadataValue.path(str(published.pdf)),
-            "html_path": dg.MetadataValue.path(str(published.folder / stage.HTML)),
+            "html_path": dg.MetadataValue.path(str(published.folder / HTML)),
             "manifest_path": dg.MetadataValue.path(str(published.folder / MANIFEST)),
         }
     )
@@ -85,11 +85,6 @@ def schedules(job: dg.UnresolvedAssetJobDefinition) -> list[dg.ScheduleDefinitio
     ]
 
 
-def trace_fingerprint(store: EnginefitStore) -> str:
-    """Path, size and modification time of every configured trace file, hashed."""
-    return digest(trace_stats(store.config()))
-
-
 def sensors(job: dg.UnresolvedAssetJobDefinition) -> list[dg.SensorDefinition]:
     @dg.sensor(
         name="new_traces",
@@ -99,7 +94,7 @@ def sensors(job: dg.UnresolvedAssetJobDefinition) -> list[dg.SensorDefinition]:
         description="Runs the whole graph when a configured trace file changes.",
     )
     def new_traces(context: dg.SensorEvaluationContext, store: EnginefitStore) -> dg.SensorResult:
-        fingerprint = trace_fingerprint(store)
+        fingerprint = trace_fingerprint(store.config())
         if fingerprint == context.cursor:
             return dg.SensorResult(skip_reason="no trace file changed")
         return dg.SensorResult(

@@ -10,7 +10,12 @@ from pipeline.shape import checks, stage
 from pipeline.shape.present import summary_tables
 
 
-@dg.asset(key="workload_shape", deps=["workload"], group_name="shape", kinds={"polars", "svg"})
+@dg.asset(
+    key="workload_shape",
+    deps=["workload", "config_shape"],
+    group_name="shape",
+    kinds={"polars", "svg"},
+)
 def workload_shape(store: EnginefitStore) -> dg.MaterializeResult:  # type: ignore[type-arg]
     """Arrival pattern, token lengths, concurrency (exact or estimated, and labelled), traffic
     mix, and the findings that place the workload on DOMAIN.md's axes."""

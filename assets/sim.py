@@ -30,7 +30,11 @@ from pipeline.sim.present import curves_table, scenarios_table
 from pipeline.sim.result import ScenarioSummary
 
 
-@dg.op(ins={"workload": dg.In(dg.Nothing)}, out=dg.DynamicOut(dict), tags=SCENARIO_PRIORITY)
+@dg.op(
+    ins={"workload": dg.In(dg.Nothing), "settings": dg.In(dg.Nothing), "shape": dg.In(dg.Nothing)},
+    out=dg.DynamicOut(dict),
+    tags=SCENARIO_PRIORITY,
+)
 def sim_plan(store: EnginefitStore) -> Any:
     """One dynamic output per configured scenario, keyed by the scenario key."""
     for scenario in store.config().simulation.scenarios():
@@ -66,18 +70,27 @@ def sim_collect(
 
 
 @dg.graph_asset(
-    ins={"workload": dg.AssetIn("workload", dagster_type=dg.Nothing)},
+    ins={
+        "workload": dg.AssetIn("workload", dagster_type=dg.Nothing),
+        "settings": dg.AssetIn("config_simulation", dagster_type=dg.Nothing),
+        "shape": dg.AssetIn("config_shape", dagster_type=dg.Nothing),
+    },
     group_name="simulation",
 )
-def simulation_scenarios(workload: Any) -> Any:
+def simulation_scenarios(workload: Any, settings: Any, shape: Any) -> Any:
     """The configured grid (block sizes × replicas × capacities × routings), one step per
     scenario: prompt tokens, hit tokens and ratio (durations lifetime, with the instant figures
     beside), prefill computed, per-replica load and max/mean imbalance, spills, warnings."""
-    return sim_collect(sim_plan(workload).map(sim_scenario).collect())
+    return sim_collect(
+        sim_plan(workload=workload, settings=settings, shape=shape).map(sim_scenario).collect()
+    )
 
 
 @dg.asset(
-    deps=["workload"], group_name="simulation", kinds={"numba", "parquet"}, op_tags=STAGE_PRIORITY
+    deps=["workload", "config_simulation", "config_shape"],
+    group_name="simulation",
+    kinds={"numba", "parquet"},
+    op_tags=STAGE_PRIORITY,
 )
 def simulation_curves(store: EnginefitStore) -> dg.MaterializeResult:  # type: ignore[type-arg]
     """Hit ratio at every per-replica cache capacity (instant lifetime), from one exact LRU

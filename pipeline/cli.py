@@ -28,7 +28,7 @@ _AREAS: dict[str, tuple[str, ...]] = {
     "pipeline.sim.cli": ("simulate", "curve"),
     "pipeline.bench.cli": ("bench",),
     "pipeline.loadtest.cli": ("loadtest",),
-    "pipeline.decision.cli": ("decide", "explain"),
+    "pipeline.decision.cli": ("explain",),
     "pipeline.report.cli": ("audit",),
 }
 

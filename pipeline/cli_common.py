@@ -20,6 +20,9 @@ from pathlib import Path
 import polars as pl
 
 from pipeline.config import Config, default_config, load_config
+from pipeline.ingest.compute import load_requests
+from pipeline.ingest.readers import FORMAT_NAMES
+from pipeline.ingest.stage import adhoc_inputs
 from pipeline.layout import WorkloadLayout
 
 DEFAULT_CONFIG = "enginefit.yaml"
@@ -42,7 +45,6 @@ def add_trace_arguments(
     required: bool = False,
 ) -> None:
     """TRACE... (into ``args.paths``), ``--format`` and ``--block-size``."""
-    from pipeline.ingest.readers import FORMAT_NAMES
 
     parser.add_argument(
         "paths",
@@ -89,8 +91,6 @@ def command_config(args: argparse.Namespace, *, paths: Sequence[str] = ()) -> Co
 def adhoc_requests(args: argparse.Namespace, config: Config) -> pl.LazyFrame:
     """The canonical table of the traces named on the command line (canonical Parquet is
     scanned as is; anything else is read with the configuration's settings, not persisted)."""
-    from pipeline.ingest.compute import load_requests  # keeps `enginefit --help` light
-    from pipeline.ingest.stage import adhoc_inputs
 
     inputs = adhoc_inputs(args.paths, config, fmt=args.format, block_size=args.block_size)
     return load_requests(args.paths, inputs.context, fmt=args.format)

@@ -30,8 +30,7 @@ from pydantic import (
     model_validator,
 )
 
-from pipeline.bench.config import BenchConfig
-from pipeline.bench.slo import is_limit_key
+from pipeline.bench.config import BenchConfig, is_limit_key
 from pipeline.decision.catalog import Catalog, load_catalog
 from pipeline.decision.config import DecisionConfig, Requirements
 from pipeline.errors import ConfigError
@@ -59,7 +58,8 @@ DAY_FIELD = "{day}"
 
 
 def _known_format(value: Any) -> Any:
-    from pipeline.ingest.readers import FORMAT_NAMES  # readers import this module's neighbours
+    # import here: a cycle at load time (the ingest package imports this module)
+    from pipeline.ingest.readers import FORMAT_NAMES
 
     if isinstance(value, str) and value not in ("auto", *FORMAT_NAMES):
         raise ValueError(f"unknown format {value!r}; choose auto or one of {FORMAT_NAMES}")

@@ -31,6 +31,8 @@ from pydantic import (
     ValidationInfo,
 )
 
+from pipeline.errors import ConfigError
+
 
 class Section(BaseModel):
     """A configuration section: strict types, no unknown keys, no NaN or infinity, immutable."""
@@ -228,7 +230,6 @@ def yaml_problem(exc: yaml.YAMLError) -> str:
 
 def load_yaml(text: str, where: str) -> Any:
     """A YAML document (dates as text); invalid YAML is a one-line error naming ``where``."""
-    from pipeline.errors import ConfigError
 
     try:
         return yaml.load(text, Loader=_Loader)
@@ -255,7 +256,6 @@ def from_flags(model: type[SectionT], flags: dict[str, tuple[str, Any]]) -> Sect
 
 
 def _flag_error(exc: ValidationError, flags: dict[str, tuple[str, Any]]) -> Exception:
-    from pipeline.errors import ConfigError  # errors stays free of pydantic
 
     first = exc.errors(include_url=False)[0]
     name = str(first["loc"][0]) if first["loc"] else ""

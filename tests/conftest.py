@@ -98,6 +98,10 @@ def _run_outside_the_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     configuration never leaks into them (a test that wants one passes --config)."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("ENGINEFIT_HASH_SALT", raising=False)
+    # `report` and `decide` set DAGSTER_HOME for the rest of the process (assets/cli.py); set
+    # here first, it is restored after the test, so one test's instance never serves the next.
+    monkeypatch.setenv("DAGSTER_HOME", "")
+    monkeypatch.delenv("DAGSTER_HOME")
 
 
 def write_requests(frame: pl.DataFrame, workload_dir: Path) -> None:

@@ -17,7 +17,7 @@ import pytest
 
 from pipeline.bench.checks import no_silent_pass
 from pipeline.bench.compute import analyse_bench
-from pipeline.bench.config import OverloadRule
+from pipeline.bench.config import OverloadRule, parse_slo_spec
 from pipeline.bench.cost import Prices
 from pipeline.bench.keepup import (
     AGGREGATE_METHOD,
@@ -27,11 +27,7 @@ from pipeline.bench.keepup import (
 )
 from pipeline.bench.readers import read_bench_files
 from pipeline.bench.schema import conform_load_points, conform_per_request
-from pipeline.bench.slo import (
-    evaluate_slo,
-    parse_slo_spec,
-    slo_capacity,
-)
+from pipeline.bench.slo import evaluate_slo, slo_capacity
 from pipeline.cli import main
 from pipeline.config import config_from_mapping
 from pipeline.shape.facts import Percentiles, WorkloadFacts

@@ -14,16 +14,9 @@ from hypothesis import strategies as st
 
 from pipeline.bench.checks import no_silent_pass
 from pipeline.bench.compute import analyse_bench
+from pipeline.bench.config import LatencyLimit, SloSpec, SloSpecError, parse_slo_spec
 from pipeline.bench.schema import conform_load_points
-from pipeline.bench.slo import (
-    LatencyLimit,
-    SloSpec,
-    SloSpecError,
-    evaluate_slo,
-    parse_slo_spec,
-    required_requests,
-    slo_capacity,
-)
+from pipeline.bench.slo import evaluate_slo, required_requests, slo_capacity
 from pipeline.config import config_from_mapping
 from pipeline.errors import ConfigError
 from tests.bench_points import kept_up_run

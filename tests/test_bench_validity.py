@@ -288,8 +288,8 @@ def test_lower_bounds_and_single_points_are_ranked_apart() -> None:
 def test_l40s_sweeps_without_a_failure_are_lower_bounds() -> None:
     """The real L40S sample: three deployments at 10 and 30 req/s (plus bursts). Under a p99 SLO
     every open point passes, so each capacity is only 'at least 30 req/s'."""
+    from pipeline.bench.config import parse_slo_spec
     from pipeline.bench.readers import read_bench_files
-    from pipeline.bench.slo import parse_slo_spec
     from tests.conftest import shared_path
 
     path = shared_path("bench-samples", "vllm-bench-serve", "nerdalert_l40s_llmd_results.jsonl")

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
-from pipeline.cli import main as enginefit
-from tests.conftest import bundled_config
+from assets.cli import main as enginefit
+from tests.conftest import REPO, bundled_config
 
 
 def test_decide_runs_the_missing_stages_then_prints_the_record(
@@ -18,10 +20,17 @@ def test_decide_runs_the_missing_stages_then_prints_the_record(
     config = bundled_config(tmp_path, "q1")
     assert enginefit(["decide", "--config", str(config), "--json"]) == 0
     out, err = capsys.readouterr()
-    assert (
-        "ran the upstream stages that were missing or out of date: ingest, shape, prefix, "
-        "simulation, bench" in err
-    )
+    ran = err.split("materialised what was missing or stale: ")[1].split("\n")[0].split(", ")
+    assert set(ran) == {
+        "bench_load_points",
+        "workload",
+        "prefix_sharing",
+        "simulation_curves",
+        "simulation_scenarios",
+        "workload_shape",
+        "bench_analysis",
+        "concurrency_by_engine",
+    }
     record = json.loads(out)
     assert set(record) >= {
         "schema_version",
@@ -91,23 +100,69 @@ def test_a_previous_record_that_is_not_one_is_a_one_line_error(
     assert "schema_version 7 is not 1" in capsys.readouterr().err
 
 
-def test_decide_reruns_what_a_changed_configuration_invalidates(
+UPSTREAM = {
+    "workload",
+    "workload_shape",
+    "prefix_sharing",
+    "simulation_scenarios",
+    "simulation_curves",
+    "bench_load_points",
+    "bench_analysis",
+    "concurrency_by_engine",
+}
+BENCH = {"bench_load_points", "bench_analysis", "concurrency_by_engine"}
+
+
+def _decide(config: Path, capsys: pytest.CaptureFixture[str]) -> tuple[dict[str, Any], set[str]]:
+    """The record ``decide --json`` prints and the assets it had Dagster materialise first."""
+    assert enginefit(["decide", "--config", str(config), "--json"]) == 0
+    out, err = capsys.readouterr()
+    _, said, ran = err.partition("materialised what was missing or stale: ")
+    return json.loads(out), set(ran.split("\n")[0].split(", ")) if said else set()
+
+
+def test_decide_reruns_what_a_changed_input_invalidates(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Unchanged: nothing reruns. A doubled H100 price: only the bench stage reruns, and the
-    cost doubles ($3 → $6 an hour)."""
+    """A fresh folder: the whole upstream runs once. Unchanged: nothing reruns. A doubled H100
+    price or a rewritten benchmark file: only the bench assets rerun. A new shape setting: the
+    shape and what reads it, never the ingest or the prefix analysis. A deleted output: its
+    asset and what follows. A rewritten trace: everything but the benchmark files' reading."""
+    trace = tmp_path / "trace.jsonl"
+    shutil.copyfile(REPO / "traces" / "mooncake" / "conversation_trace.jsonl", trace)
+    results = tmp_path / "bench-results"
+    shutil.copytree(REPO / "bench-results", results)
     config = bundled_config(tmp_path, "w")
-    assert enginefit(["decide", "--config", str(config), "--json"]) == 0
-    first = json.loads(capsys.readouterr().out)
-    assert enginefit(["decide", "--config", str(config), "--json"]) == 0
-    out, err = capsys.readouterr()
-    assert "ran the upstream stages" not in err
     raw = yaml.safe_load(config.read_text())
+    raw["workload"]["traces"] = [{"path": str(trace), "format": "auto"}]
+    raw["bench"]["results"] = [str(results)]
+    config.write_text(yaml.safe_dump(raw))
+
+    first, ran = _decide(config, capsys)
+    assert ran == UPSTREAM
+    again, ran = _decide(config, capsys)
+    assert ran == set() and again == first
+
     raw["bench"]["prices"]["gpu_hour_usd"]["H100"] = 6.0
     config.write_text(yaml.safe_dump(raw))
-    assert enginefit(["decide", "--config", str(config), "--json"]) == 0
-    out, err = capsys.readouterr()
-    assert "out of date: bench" in err and "shape" not in err.split("out of date:")[1]
-    cost = {c["engine"]: c["cost_per_1m_output_usd"] for c in json.loads(out)["candidates"]}
+    record, ran = _decide(config, capsys)
+    assert ran == BENCH
+    cost = {c["engine"]: c["cost_per_1m_output_usd"] for c in record["candidates"]}
     before = {c["engine"]: c["cost_per_1m_output_usd"] for c in first["candidates"]}
     assert cost["vllm"] == pytest.approx(2 * before["vllm"], rel=1e-5)
+
+    summary = results / "vllm-h100-inference-perf" / "summary_lifecycle_metrics.json"
+    summary.write_bytes(summary.read_bytes() + b"\n")
+    assert _decide(config, capsys)[1] == BENCH
+
+    raw["shape"] = {**raw.get("shape", {}), "long_tail_ratio": 5.0}
+    config.write_text(yaml.safe_dump(raw))
+    ran = _decide(config, capsys)[1]
+    assert {"workload_shape", "simulation_curves", "bench_analysis", "concurrency_by_engine"} <= ran
+    assert not {"workload", "prefix_sharing", "bench_load_points"} & ran
+
+    (tmp_path / "w" / "data" / "mooncake-conversation" / "bench" / "bench_analysis.json").unlink()
+    assert _decide(config, capsys)[1] == {"bench_analysis", "concurrency_by_engine"}
+
+    trace.write_bytes(trace.read_bytes() + b"\n")
+    assert _decide(config, capsys)[1] == UPSTREAM - {"bench_load_points"}

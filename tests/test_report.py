@@ -6,14 +6,15 @@ import json
 import shutil
 from pathlib import Path
 
+import dagster as dg
 import pypdf
 import pytest
 import yaml
 
+from assets.definitions import materialise_stale
 from pipeline.cli import main as enginefit
 from pipeline.config import load_config
 from pipeline.decision import stage as decision_stage
-from pipeline.decision.cli import ensure_upstream
 from pipeline.errors import InputFormatError
 from pipeline.present.text import usd
 from pipeline.report import stage
@@ -21,7 +22,7 @@ from pipeline.report.audit import audit
 from pipeline.report.compute import build
 from pipeline.report.present import LocalOnlyFetcher, render_pdf
 from pipeline.report.result import Published
-from pipeline.report.versions import ReportTree
+from pipeline.report.versions import HTML, MANIFEST, ReportTree
 from tests.conftest import REPO, bundled_config
 
 SECTIONS = (
@@ -56,7 +57,10 @@ def publish(config_path: Path) -> Published:
     """What the graph does: every stage that is missing or stale, the decision, the report."""
     config = load_config(config_path)
     layout = config.layout()
-    ensure_upstream(config, layout)
+    home = config_path.parent / ".dagster_home"
+    home.mkdir(exist_ok=True)
+    with dg.DagsterInstance.local_temp(str(home)) as instance:
+        materialise_stale(config_path, instance, "engine_decision")
     record = decision_stage.run(decision_stage.read_inputs(layout, config), config)
     decision_stage.write(record, layout)
     return stage.publish(stage.read_inputs(layout, config), config)
@@ -88,7 +92,7 @@ def test_the_bundled_document_reads_as_a_document(tmp_path: Path) -> None:
     # Same inputs, same bytes; and the standalone HTML is the same document.
     again = stage.run(stage.read_inputs(config.layout(), config))
     assert again.pdf == published.pdf.read_bytes()
-    assert again.html.encode() == (published.folder / stage.HTML).read_bytes()
+    assert again.html.encode() == (published.folder / HTML).read_bytes()
     assert "<style>" in again.html and "1. Executive summary" in again.html
 
 
@@ -167,10 +171,10 @@ def test_a_crash_before_the_ledger_leaves_it_consistent(
 def test_a_hostile_name_is_text_and_nothing_is_fetched(tmp_path: Path) -> None:
     hostile = '<img src="http://127.0.0.1:9/x">'
     published = publish(workload(tmp_path, organisation=hostile))
-    html = (published.folder / stage.HTML).read_text()
+    html = (published.folder / HTML).read_text()
     # No secret travels into the document or its metadata: the salt only as its fingerprint.
     salt = yaml.safe_load((REPO / "enginefit.yaml").read_text())["workload"]["hash_salt"]
-    for name in (stage.HTML, stage.MANIFEST, "decision.json"):
+    for name in (HTML, MANIFEST, "decision.json"):
         assert salt not in (published.folder / name).read_text()
     assert salt not in pdf_text(published.pdf)
     assert hostile not in html and "&lt;img src=&#34;http://127.0.0.1:9/x&#34;&gt;" in html

@@ -1,20 +1,24 @@
 """The ``bench`` section of ``enginefit.yaml`` (defaults and their documentation:
 ``pipeline/defaults.yaml``).
 
-The SLO and the price table keep their own domain types (:class:`~pipeline.bench.slo.SloSpec`,
-:class:`~pipeline.bench.cost.Prices`), parsed by their modules; their errors name the key.
+The SLO specification and its parsers (``bench.slo`` and ``--slo``) live here, with the section
+they configure; :mod:`pipeline.bench.slo` evaluates load points against it. The price table keeps
+its own domain type (:class:`~pipeline.bench.cost.Prices`). Errors name the key.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import math
 import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, ConfigDict, Field
 
 from pipeline.bench.cost import Prices, prices_from_mapping
-from pipeline.bench.slo import SloSpec, slo_from_mapping
 from pipeline.errors import ConfigError
 from pipeline.settings import (
     ConfigDate,
@@ -24,6 +28,200 @@ from pipeline.settings import (
     Section,
     tuple_of,
 )
+
+ITL_DEFINITIONS: dict[str, str] = {
+    # per-gap: one sample per gap between streamed chunks, pooled (vLLM/SGLang ITL).
+    "per-gap": "itl",
+    # per-request: (e2e - ttft) / (output tokens - 1) per request (vLLM TPOT, genai-perf ITL).
+    "per-request": "tpot",
+}
+STATS = ("mean", "p50", "p90", "p95", "p99")
+METRICS = ("ttft", "itl", "e2e")
+_LIMIT_KEY = re.compile(r"^(ttft|itl|e2e)_(mean|p50|p90|p95|p99)_ms$")
+_OPTION_KEYS = ("itl_definition", "max_error_rate", "min_achieved_rate_share")
+_METRIC_LABEL = {"ttft": "TTFT", "itl": "ITL", "e2e": "E2E"}
+
+
+class SloSpecError(ConfigError):
+    """An SLO specification (config ``bench.slo`` or ``--slo``) is malformed."""
+
+
+@dataclass(frozen=True)
+class LatencyLimit:
+    """``<metric>_<stat>_ms <= max_ms``, e.g. p95 TTFT at most 1000 ms."""
+
+    metric: str  # ttft | itl | e2e
+    stat: str  # mean | p50 | p90 | p95 | p99
+    max_ms: float
+
+    @property
+    def key(self) -> str:
+        return f"{self.metric}_{self.stat}_ms"
+
+    def column(self, itl_definition: str) -> str:
+        """The load-point column this limit reads (ITL depends on the definition)."""
+        family = ITL_DEFINITIONS[itl_definition] if self.metric == "itl" else self.metric
+        return f"{family}_{self.stat}_ms"
+
+    def label(self, itl_definition: str) -> str:
+        name = _METRIC_LABEL[self.metric]
+        if self.metric == "itl":
+            name = f"ITL ({itl_definition})"
+        return f"{self.stat} {name}"
+
+
+@dataclass(frozen=True)
+class SloSpec:
+    """A service-level objective. ``<=`` throughout: a value equal to its limit passes."""
+
+    limits: tuple[LatencyLimit, ...]
+    itl_definition: str
+    #: failed / (completed + failed) must be at most this; None = not checked.
+    max_error_rate: float | None
+    #: achieved send rate / offered rate below this makes a point unknown (the client did not
+    #: offer the load it claims); None = not checked. Only where both rates are recorded.
+    min_achieved_rate_share: float | None
+
+    def columns(self) -> list[str]:
+        return [limit.column(self.itl_definition) for limit in self.limits]
+
+    def describe(self) -> str:
+        parts = [
+            f"{limit.label(self.itl_definition)} ≤ {format_bound(limit.max_ms)} ms"
+            for limit in self.limits
+        ]
+        if self.max_error_rate is not None:
+            parts.append(f"error rate ≤ {format_bound(self.max_error_rate * 100)}%")
+        if self.min_achieved_rate_share is not None:
+            parts.append(
+                f"achieved send rate ≥ {format_bound(self.min_achieved_rate_share * 100)}% of offered"
+            )
+        return ", ".join(parts) if parts else "no limits"
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {limit.key: limit.max_ms for limit in self.limits}
+        out["itl_definition"] = self.itl_definition
+        out["max_error_rate"] = self.max_error_rate
+        out["min_achieved_rate_share"] = self.min_achieved_rate_share
+        out["description"] = self.describe()
+        return out
+
+
+def is_limit_key(name: str) -> bool:
+    """``ttft_p95_ms`` and the like: a latency limit, as opposed to an SLO option."""
+    return _LIMIT_KEY.match(name.strip()) is not None
+
+
+def format_bound(value: float) -> str:
+    """A limit as the SLO text writes it (1000, 0.5)."""
+    return f"{value:g}"
+
+
+# --------------------------------------------------------------------------------------------
+# Parsing
+
+
+def _number(value: Any, key: str, where: str) -> float | None:
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "null", "")):
+        return None
+    if isinstance(value, bool):
+        raise SloSpecError(f"{where}: {key} must be a number, got {value!r}")
+    try:
+        number = float(value)
+    except (TypeError, ValueError) as exc:
+        raise SloSpecError(f"{where}: {key} must be a number, got {value!r}") from exc
+    if not math.isfinite(number) or number < 0:
+        raise SloSpecError(f"{where}: {key} must be a finite number ≥ 0, got {value!r}")
+    return number
+
+
+def slo_from_mapping(
+    raw: Mapping[str, Any], *, where: str = "bench.slo", base: SloSpec | None = None
+) -> SloSpec:
+    """Build an SLO from a mapping of ``<metric>_<stat>_ms`` limits and options.
+
+    Latency keys: ``ttft|itl|e2e`` × ``mean|p50|p90|p95|p99``, e.g. ``ttft_p95_ms``; a null value
+    disables that limit. Options: ``itl_definition`` (``per-gap`` | ``per-request``),
+    ``max_error_rate`` (0..1 or null), ``min_achieved_rate_share`` (0..1 or null); an option not
+    given is taken from ``base`` (the configured SLO, for ``--slo``) and must otherwise be given
+    (the configuration file supplies them from its defaults). A mapping with no latency key at
+    all is an error: an SLO that checks no latency passes everything.
+    """
+    if not isinstance(raw, Mapping):
+        raise SloSpecError(f"{where}: must be a mapping of limits, got {type(raw).__name__}")
+    limits: list[LatencyLimit] = []
+    options: dict[str, Any] = {}
+    for key in sorted(raw, key=str):
+        value = raw[key]
+        name = str(key).strip()
+        match = _LIMIT_KEY.match(name)
+        if match:
+            bound = _number(value, f"{where}.{name}", where)
+            if bound is not None:
+                limits.append(LatencyLimit(match.group(1), match.group(2), bound))
+        elif name in _OPTION_KEYS:
+            options[name] = value
+        else:
+            raise SloSpecError(
+                f"{where}: unknown key {name!r}; expected <ttft|itl|e2e>_<mean|p50|p90|p95|p99>_ms "
+                f"(e.g. ttft_p95_ms) or one of {', '.join(_OPTION_KEYS)}"
+            )
+    if not limits:
+        raise SloSpecError(
+            f"{where}: no latency limit given (e.g. ttft_p95_ms=1000,itl_p99_ms=60); "
+            "an SLO without limits would pass every load point"
+        )
+    for name in _OPTION_KEYS:
+        if name not in options:
+            if base is None:
+                raise SloSpecError(f"{where}.{name} is required")
+            options[name] = getattr(base, name)
+    itl_definition = str(options["itl_definition"]).strip()
+    if itl_definition not in ITL_DEFINITIONS:
+        raise SloSpecError(
+            f"{where}.itl_definition: {itl_definition!r} is not one of "
+            f"{', '.join(sorted(ITL_DEFINITIONS))} (per-gap = pooled chunk gaps, vLLM/SGLang ITL; "
+            "per-request = (e2e - ttft)/(tokens - 1), vLLM TPOT)"
+        )
+    shares: dict[str, float | None] = {}
+    for name in ("max_error_rate", "min_achieved_rate_share"):
+        share = _number(options[name], f"{where}.{name}", where)
+        if share is not None and share > 1:
+            raise SloSpecError(f"{where}.{name}: must be a fraction in [0, 1], got {share:g}")
+        shares[name] = share
+    order = {(m, s): i for i, (m, s) in enumerate((m, s) for m in METRICS for s in STATS)}
+    limits.sort(key=lambda limit: order[(limit.metric, limit.stat)])
+    return SloSpec(
+        limits=tuple(limits),
+        itl_definition=itl_definition,
+        max_error_rate=shares["max_error_rate"],
+        min_achieved_rate_share=shares["min_achieved_rate_share"],
+    )
+
+
+def parse_slo_spec(text: str, base: SloSpec, *, where: str = "--slo") -> SloSpec:
+    """Parse ``"ttft_p95_ms=1000,itl_p99_ms=60[,itl_definition=per-gap,max_error_rate=0.01]"``.
+
+    Options not named keep their values in ``base`` (the configured SLO); the latency limits are
+    exactly the ones given.
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise SloSpecError(f"{where}: empty SLO; expected e.g. ttft_p95_ms=1000,itl_p99_ms=60")
+    raw: dict[str, str] = {}
+    for i, item in enumerate(text.split(",")):
+        item = item.strip()
+        if not item:
+            raise SloSpecError(f"{where}: item {i + 1} is empty (stray comma in {text!r})")
+        key, sep, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key or not value:
+            raise SloSpecError(
+                f"{where}: item {i + 1} {item!r} is not KEY=VALUE (e.g. ttft_p95_ms=1000)"
+            )
+        if key in raw:
+            raise SloSpecError(f"{where}: key {key!r} given twice")
+        raw[key] = value
+    return slo_from_mapping(raw, where=where, base=base)
 
 
 class OverloadRule(Section):

@@ -40,7 +40,7 @@ from typing import Any
 
 import yaml
 
-from pipeline.bench.readers._common import BenchFormatError
+from pipeline.errors import InputFormatError
 
 KINDS: tuple[str, ...] = (
     "vllm_bench_serve",
@@ -58,6 +58,12 @@ KINDS: tuple[str, ...] = (
     "inference_perf_requests",
     "vllm_sweep_summary",
 )
+
+
+class BenchFormatError(InputFormatError):
+    """A benchmark result file matches no known format, or cannot be parsed."""
+
+
 FORMATS_TRIED = (
     "vLLM bench serve JSON/JSONL, SGLang bench_serving JSONL, guidellm benchmarks.json/.yaml, "
     "genai-perf profile_export_genai_perf.json / profile_export.json, aiperf "

@@ -9,7 +9,7 @@ requests take after sending stops), so a short healthy run sits well below its o
 
 Each open-loop point (``sweep == "open"``) gets a verdict, judged against the rate requests were
 actually **sent** (``achieved_rate_rps``, else ``offered_rate_rps``; whether the client produced
-the offered load is a separate check, :attr:`pipeline.bench.slo.SloSpec.min_achieved_rate_share`):
+the offered load is a separate check, :attr:`pipeline.bench.config.SloSpec.min_achieved_rate_share`):
 
 ``per_request_window`` (points whose per-request rows carry send times ``start_s`` and
 latencies ``e2e_ms``: vLLM current format, aiperf, guidellm v0.1):
@@ -51,15 +51,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
 
+from pipeline.bench.config import OverloadRule
 from pipeline.bench.frames import column_or_null, float_column
-
-if TYPE_CHECKING:
-    from pipeline.bench.config import OverloadRule
 
 #: How many of the first requests sent give the unloaded latency L0 (per-request method).
 EARLY_REQUESTS = 10

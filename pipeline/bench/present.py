@@ -16,9 +16,9 @@ from typing import Any
 
 import polars as pl
 
+from pipeline.bench.config import ITL_DEFINITIONS, SloSpec
 from pipeline.bench.cost import COST_FORMULA, FLEET_FORMULA
 from pipeline.bench.result import CAPACITY_TEXT_COLUMNS, BenchResult
-from pipeline.bench.slo import ITL_DEFINITIONS, SloSpec
 from pipeline.present.figures import COLORS, drawing, svg_bytes
 from pipeline.present.tables import cell, markdown_table, text_table, wrapped
 
@@ -94,7 +94,7 @@ def latency_vs_load_svg(evaluated: pl.DataFrame, slo: SloSpec) -> bytes:
             ax.grid(True, which="both", alpha=0.3)
             if not plotted:
                 ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
-        from matplotlib.lines import Line2D  # with the figure (pipeline.present.figures)
+        from matplotlib.lines import Line2D  # import here: matplotlib loads with the figure
 
         handles = [
             Line2D([], [], color=_COLORS[i % len(_COLORS)], linewidth=2, label=cand)

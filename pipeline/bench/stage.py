@@ -29,12 +29,18 @@ import polars as pl
 from pipeline.bench.compute import analyse_bench
 from pipeline.bench.config import BenchConfig
 from pipeline.bench.cost import describe_prices
+from pipeline.bench.latency_fit import (
+    CONCURRENCY_SCHEMA,
+    concurrency_payload,
+    estimate_concurrency,
+    fit_latency_models,
+)
 from pipeline.bench.present import figures
 from pipeline.bench.readers import read_bench_files
 from pipeline.bench.result import BenchResult, analysis_payload
 from pipeline.bench.schema import BenchReadResult, empty_load_points
 from pipeline.errors import InputFormatError
-from pipeline.ingest.stage import read_requests
+from pipeline.ingest.stage import read_requests, read_summary
 from pipeline.layout import WorkloadLayout, require_output
 from pipeline.prefix import stage as prefix_stage
 from pipeline.shape import stage as shape_stage
@@ -136,7 +142,6 @@ def read_inputs(layout: WorkloadLayout, as_of: dt.date | None) -> BenchInputs:
 
 def last_arrival_date(layout: WorkloadLayout) -> dt.date | None:
     """The UTC date of the workload's last request (None before ingest)."""
-    from pipeline.ingest.stage import read_summary
 
     try:
         last = read_summary(layout).last_arrival
@@ -226,11 +231,6 @@ def run_concurrency(
 ) -> ConcurrencyByEngine:
     """The trace's concurrency under the configured latency model and under one fitted from
     each candidate's load point at its SLO capacity (:mod:`pipeline.bench.latency_fit`)."""
-    from pipeline.bench.latency_fit import (
-        CONCURRENCY_SCHEMA,
-        estimate_concurrency,
-        fit_latency_models,
-    )
 
     fits = fit_latency_models(analysis.evaluated, analysis.capacity)
     notes: list[str] = []
@@ -258,7 +258,6 @@ def run_concurrency(
 
 def write_concurrency(result: ConcurrencyByEngine, layout: WorkloadLayout) -> dict[str, Path]:
     open_stage_output(layout)
-    from pipeline.bench.latency_fit import concurrency_payload
 
     paths = layout.bench
     write_parquet_atomic(result.table, paths.concurrency)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +45,18 @@ class DecisionInputs:
     digests: dict[str, str] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)
     previous: DecisionRecord | None = None
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing the ranking found, as a code with the engines it is about, its numbers and
+    any upstream text it carries (``details``); ``finding_text`` in
+    :mod:`pipeline.decision.present` says what each code's fields hold and phrases it."""
+
+    code: str
+    engines: tuple[str, ...] = ()
+    figures: Mapping[str, float] = field(default_factory=dict)
+    details: tuple[str, ...] = ()
 
 
 @dataclass

@@ -8,11 +8,10 @@ phrases them, so the wording can change without touching a comparison."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from pipeline.decision.context import HOURS_PER_WEEK, RuleContext, current_engine
+from pipeline.decision.context import HOURS_PER_WEEK, Finding, RuleContext, current_engine
 from pipeline.decision.present import finding_text
 
 
@@ -114,18 +113,6 @@ def _basis(priced: list[Priced]) -> tuple[str, dict[str, float]]:
     return "cost_per_1m_output_usd", {
         p.engine: p.cost_per_1m for p in priced if p.cost_per_1m is not None
     }
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One thing the ranking found, as a code with the engines it is about, its numbers and
-    any upstream text it carries (``details``); ``finding_text`` in
-    :mod:`pipeline.decision.present` says what each code's fields hold and phrases it."""
-
-    code: str
-    engines: tuple[str, ...] = ()
-    figures: Mapping[str, float] = field(default_factory=dict)
-    details: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
 
 import polars as pl
 
+from pipeline.decision.context import Finding
 from pipeline.decision.result import DecisionRecord
 from pipeline.present.tables import markdown_table
 from pipeline.present.text import UNKNOWN, measurement, money, months, number, usd
-
-if TYPE_CHECKING:
-    from pipeline.decision.costing import Finding
 
 WIDTH = 96
 # A rule's ``fired``: it applied, it did not, or an input it needs is unknown.

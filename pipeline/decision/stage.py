@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from pipeline.bench import stage as bench_stage
 from pipeline.config import Config
 from pipeline.decision.catalog import catalog_sha256
 from pipeline.decision.compute import decide
@@ -22,7 +23,12 @@ from pipeline.decision.context import DecisionInputs
 from pipeline.decision.present import rationale_text, triggers_frame
 from pipeline.decision.result import DecisionRecord, record_schema
 from pipeline.errors import InputFormatError
+from pipeline.ingest.stage import read_summary
 from pipeline.layout import WorkloadLayout, require_output
+from pipeline.prefix import stage as prefix_stage
+from pipeline.report.versions import RECORD, report_quarter, report_tree
+from pipeline.shape import stage as shape_stage
+from pipeline.sim import stage as sim_stage
 from pipeline.store import (
     open_stage_output,
     sha256_file,
@@ -61,8 +67,6 @@ def published_previous(layout: WorkloadLayout, config: Config) -> Path | None:
     """The decision record of the version a new report would compare with (the quarter's latest
     published version, else the previous quarter's), so each run checks the last one's
     triggers without being told; None before the first report."""
-    from pipeline.ingest.stage import read_summary
-    from pipeline.report.stage import RECORD, report_quarter, report_tree
 
     try:
         quarter = report_quarter(config, read_summary(layout).last_arrival)
@@ -80,10 +84,6 @@ def read_inputs(
     as_of: dt.date | None = None,
     previous: Path | None = None,
 ) -> DecisionInputs:
-    from pipeline.bench import stage as bench_stage
-    from pipeline.prefix import stage as prefix_stage
-    from pipeline.shape import stage as shape_stage
-    from pipeline.sim import stage as sim_stage
 
     missing: dict[str, str] = {}
     shape = _optional(lambda: shape_stage.read_result(layout).metrics, "shape", missing)

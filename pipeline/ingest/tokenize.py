@@ -58,7 +58,7 @@ class HuggingFaceTokenizer:
 
     @classmethod
     def from_file(cls, path: str | Path) -> HuggingFaceTokenizer:
-        from tokenizers import Tokenizer as HFTokenizer  # heavy import only when configured
+        from tokenizers import Tokenizer as HFTokenizer  # import here: heavy, only when configured
 
         try:
             impl = HFTokenizer.from_file(str(path))

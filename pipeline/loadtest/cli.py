@@ -15,10 +15,17 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
+from tqdm import tqdm
 
 from pipeline.bench.manifest import BenchManifestError, validate_manifest
-from pipeline.cli_common import add_config_argument, add_trace_arguments, command_config
+from pipeline.cli_common import (
+    add_config_argument,
+    add_trace_arguments,
+    adhoc_requests,
+    command_config,
+)
 from pipeline.errors import ConfigError
+from pipeline.ingest.stage import read_requests
 from pipeline.layout import LoadtestRunPaths
 from pipeline.loadtest import stage
 from pipeline.loadtest.compute import endpoint_url, plan_rates, public_url
@@ -194,7 +201,6 @@ def check_target(settings: LoadtestConfig) -> None:
 def _progress_factory(bars: list[Any]) -> stage.ProgressFactory | None:
     if not sys.stderr.isatty():
         return None
-    from tqdm import tqdm
 
     def factory(plan: Any) -> Any:
         bar = tqdm(total=plan.sends, desc=f"{plan.rate_rps:g} req/s", unit="req", leave=True)
@@ -220,12 +226,8 @@ def run_loadtest(args: argparse.Namespace) -> int:
     if args.out is not None:
         stage.check_new_folder(args.out)
     if args.paths:
-        from pipeline.cli_common import adhoc_requests
-
         requests, label, name = adhoc_requests(args, config), ", ".join(args.paths), None
     else:
-        from pipeline.ingest.stage import read_requests
-
         requests, label = read_requests(config.layout()), config.require_workload().name
         name = label
     workload = stage.read_inputs(requests, settings, label=label, name=name)

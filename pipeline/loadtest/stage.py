@@ -30,6 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import polars as pl
 import yaml
 
@@ -80,7 +81,7 @@ ProgressFactory = Callable[[RatePlan], Callable[[str], None]]
 
 def _new_loop() -> asyncio.AbstractEventLoop:
     try:
-        import uvloop  # a faster event loop where installed (Linux, macOS)
+        import uvloop  # import here: optional, a faster event loop where installed
 
         return uvloop.new_event_loop()
     except ImportError:
@@ -92,7 +93,6 @@ async def _check_endpoint(
 ) -> str | None:
     """A warning when the server answers ``/models`` without the model; raises ConfigError when
     the server cannot be reached at all."""
-    import aiohttp
 
     base = url.rsplit("/chat/completions", 1)[0].rsplit("/completions", 1)[0]
     try:

@@ -41,10 +41,10 @@ def drawing(width: float = 7.0, height: float = 4.0) -> Iterator[Figure]:
         ...
         return svg_bytes(fig)
     """
-    import matplotlib
+    import matplotlib  # import here: matplotlib is heavy; only commands that draw load it
 
     matplotlib.use("Agg")
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # import here: after choosing the Agg backend
 
     with matplotlib.rc_context(STYLE):
         yield Figure(figsize=(width, height))
@@ -52,7 +52,7 @@ def drawing(width: float = 7.0, height: float = 4.0) -> Iterator[Figure]:
 
 def svg_bytes(fig: Figure) -> bytes:
     """The figure as SVG bytes: fixed element ids, no timestamp (byte-identical reruns)."""
-    import matplotlib
+    import matplotlib  # import here: matplotlib is heavy; only commands that draw load it
 
     buffer = io.BytesIO()
     with matplotlib.rc_context(STYLE):

@@ -9,18 +9,23 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from pipeline.bench import stage as bench_stage
 from pipeline.bench.result import CapacityRow
 from pipeline.config import Config
+from pipeline.decision import stage as decision_stage
 from pipeline.errors import EnginefitError
+from pipeline.ingest import stage as ingest_stage
 from pipeline.layout import WorkloadLayout
+from pipeline.prefix import stage as prefix_stage
 from pipeline.present.text import UNKNOWN, number, share, usd
+from pipeline.report.versions import PDF, report_quarter, report_tree
+from pipeline.shape import stage as shape_stage
+from pipeline.sim import stage as sim_stage
 from pipeline.unknown import Unknown, is_known
 
 
 def _ingest(layout: WorkloadLayout, config: Config) -> str:
-    from pipeline.ingest.stage import read_summary
-
-    summary = read_summary(layout)
+    summary = ingest_stage.read_summary(layout)
     span_h = summary.span_s / 3600
     return (
         f"{summary.ingested:,} requests ingested of {summary.records_read:,} read, "
@@ -29,9 +34,7 @@ def _ingest(layout: WorkloadLayout, config: Config) -> str:
 
 
 def _shape(layout: WorkloadLayout, config: Config) -> str:
-    from pipeline.shape.stage import read_result
-
-    metrics = read_result(layout).metrics
+    metrics = shape_stage.read_result(layout).metrics
     peaks = [
         f"{number(rate, 2, 'req/s')} ({name} window)"
         for name, rate in metrics.arrivals.peak_rates().items()
@@ -44,9 +47,7 @@ def _shape(layout: WorkloadLayout, config: Config) -> str:
 
 
 def _prefix(layout: WorkloadLayout, config: Config) -> str:
-    from pipeline.prefix.stage import read_result
-
-    summary = read_result(layout).summary
+    summary = prefix_stage.read_result(layout).summary
     return (
         f"curve shape: {summary.classification.shape}; an unbounded prefix cache could "
         f"serve {share(summary.reuse.hit_share)} of prompt tokens"
@@ -54,9 +55,7 @@ def _prefix(layout: WorkloadLayout, config: Config) -> str:
 
 
 def _simulation(layout: WorkloadLayout, config: Config) -> str:
-    from pipeline.sim.stage import read_summaries
-
-    summaries = read_summaries(layout)
+    summaries = sim_stage.read_summaries(layout)
     known = [(s.hit_ratio, s.scenario) for s in summaries if is_known(s.hit_ratio)]
     if not summaries:
         return "no scenarios configured"
@@ -72,9 +71,7 @@ def _simulation(layout: WorkloadLayout, config: Config) -> str:
 
 
 def _bench(layout: WorkloadLayout, config: Config) -> str:
-    from pipeline.bench.stage import read_analysis
-
-    analysis = read_analysis(layout, config.bench)
+    analysis = bench_stage.read_analysis(layout, config.bench)
     if analysis.capacity.is_empty():
         return f"skipped: {analysis.notes[0]}" if analysis.notes else "no benchmark candidates"
     return "; ".join(_candidate(row) for row in analysis.capacity_rows(ranked=True))
@@ -90,17 +87,12 @@ def _candidate(row: CapacityRow) -> str:
 
 
 def _decision(layout: WorkloadLayout, config: Config) -> str:
-    from pipeline.decision.stage import read_record
-
-    return read_record(layout).recommendation.headline
+    return decision_stage.read_record(layout).recommendation.headline
 
 
 def _report(layout: WorkloadLayout, config: Config) -> str:
-    from pipeline.ingest.stage import read_summary
-    from pipeline.report.stage import PDF, report_quarter, report_tree
-
     tree = report_tree(config)
-    quarter = report_quarter(config, read_summary(layout).last_arrival)
+    quarter = report_quarter(config, ingest_stage.read_summary(layout).last_arrival)
     latest = tree.latest(quarter)
     if latest is None:
         return f"no version of {quarter} published yet"

@@ -19,25 +19,32 @@ from typing import Any
 
 import polars as pl
 
+from pipeline.bench import stage as bench_stage
 from pipeline.config import Config
 from pipeline.decision.result import DecisionRecord
+from pipeline.decision.stage import read_record
 from pipeline.errors import InputFormatError
+from pipeline.ingest.stage import read_summary
 from pipeline.layout import WorkloadLayout
+from pipeline.prefix import stage as prefix_stage
 from pipeline.prefix.result import PrefixSummary
 from pipeline.report.compute import PreviousVersion, ReportContent, build
 from pipeline.report.result import Published, ReportResult
 from pipeline.report.versions import (
+    HTML,
     MANIFEST,
+    PDF,
+    RECORD,
     Entry,
     ReportTree,
-    quarter_of,
+    report_quarter,
+    report_tree,
     sha256_bytes,
     sha256_of,
 )
+from pipeline.shape import stage as shape_stage
+from pipeline.sim import stage as sim_stage
 
-PDF = "engine-selection.pdf"
-HTML = "engine-selection.html"
-RECORD = "decision.json"
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -65,10 +72,6 @@ def _git(*args: str) -> str:
     return done.stdout.strip()
 
 
-def report_tree(config: Config) -> ReportTree:
-    return ReportTree(config.paths.report_folder(config.require_workload().name))
-
-
 def _relative(path: Path, base: Path) -> str:
     return str(path.relative_to(base)) if path.is_relative_to(base) else str(path)
 
@@ -76,7 +79,6 @@ def _relative(path: Path, base: Path) -> str:
 def raw_inputs(layout: WorkloadLayout, config: Config, points: pl.DataFrame) -> dict[str, str]:
     """sha256 of every input file: the traces (as ingest hashed them), the benchmark result
     files and their manifests, the catalog (paths relative to the configuration's folder)."""
-    from pipeline.ingest.stage import read_summary
 
     base = config.source.parent if config.source else Path.cwd()
     out = {f"trace:{f.file}": f.sha256 for f in read_summary(layout).files}
@@ -128,12 +130,6 @@ class ReportInputs:
 def read_inputs(
     layout: WorkloadLayout, config: Config, *, quarter: str | None = None
 ) -> ReportInputs:
-    from pipeline.bench import stage as bench_stage
-    from pipeline.decision.stage import read_record
-    from pipeline.ingest.stage import read_summary
-    from pipeline.prefix import stage as prefix_stage
-    from pipeline.shape import stage as shape_stage
-    from pipeline.sim import stage as sim_stage
 
     workload = config.require_workload().name
     summary = read_summary(layout)
@@ -206,17 +202,6 @@ def read_inputs(
     return ReportInputs(document, identity, manifest, against)
 
 
-def report_quarter(config: Config, last_arrival: str | None) -> str:
-    """``report.quarter``, else the quarter of the workload's last arrival."""
-    if config.report.quarter is not None:
-        return config.report.quarter
-    if not last_arrival:
-        raise InputFormatError(
-            "the workload has no arrivals to date the report: set report.quarter (YYYY-Qn)"
-        )
-    return quarter_of(last_arrival)
-
-
 def _next_number(tree: ReportTree, quarter: str, identity: str) -> int:
     """The number this run's document carries: the latest version's when nothing changed
     (nothing will be published), else the next one."""
@@ -267,7 +252,8 @@ def _figures(layout: WorkloadLayout) -> dict[str, bytes]:
 
 
 def run(sources: ReportInputs) -> ReportResult:
-    from pipeline.report.present import render_html, render_pdf  # WeasyPrint loads slowly
+    # import here: WeasyPrint is slow to load
+    from pipeline.report.present import render_html, render_pdf
 
     document = build(sources.document)
     record = sources.document.record

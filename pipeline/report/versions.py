@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipeline.config import Config
 from pipeline.errors import InputFormatError
 from pipeline.settings import QUARTER
 from pipeline.store import sha256_file, write_bytes_atomic, write_json_atomic
@@ -31,6 +32,9 @@ VERSION = re.compile(r"^v([1-9]\d*)$")
 STAGING_PREFIX = ".staging-"
 LEDGER = "index.json"
 MANIFEST = "manifest.json"
+PDF = "engine-selection.pdf"
+HTML = "engine-selection.html"
+RECORD = "decision.json"
 LEDGER_SCHEMA = 1
 
 
@@ -237,3 +241,19 @@ def _entry_of(tree: ReportTree, folder: Path, quarter: str, version: int) -> Ent
         manifest_sha256=sha256_bytes(data),
         headline=str(manifest.get("headline", "")),
     )
+
+
+def report_tree(config: Config) -> ReportTree:
+    """The published versions of the configured workload."""
+    return ReportTree(config.paths.report_folder(config.require_workload().name))
+
+
+def report_quarter(config: Config, last_arrival: str | None) -> str:
+    """``report.quarter``, else the quarter of the workload's last arrival."""
+    if config.report.quarter is not None:
+        return config.report.quarter
+    if not last_arrival:
+        raise InputFormatError(
+            "the workload has no arrivals to date the report: set report.quarter (YYYY-Qn)"
+        )
+    return quarter_of(last_arrival)

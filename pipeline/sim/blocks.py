@@ -28,6 +28,8 @@ from pipeline.prefix.cache_rules import (
     namespaced_ids,
 )
 from pipeline.prefix.hashmap import dense_ids
+from pipeline.prefix.sessions import infer_sessions
+from pipeline.schema import conform
 from pipeline.shape.facts import LatencyModel
 from pipeline.sim import kernels
 
@@ -282,7 +284,6 @@ def _sessions(frame: pl.DataFrame) -> tuple[pl.Series, int]:
     inferred_count = 0
     fallback = pl.concat_str(pl.lit("request:"), pl.col("request_id").fill_null(""))
     session = frame.select(pl.col("session_id").fill_null(fallback)).to_series()
-    from pipeline.prefix.sessions import infer_sessions  # only when sessions must be inferred
 
     inferred = infer_sessions(frame)
     joined = frame.select("request_id", "session_id").join(
@@ -342,7 +343,6 @@ def sim_input(
     missing_cols = [c for c in _REQUIRED if c not in frame.columns]
     if missing_cols:
         raise SimulationInputError(f"request table lacks column(s) {missing_cols}")
-    from pipeline.schema import conform
 
     frame = conform(frame, FLATTENED_COLUMNS)
     if frame.height == 0:

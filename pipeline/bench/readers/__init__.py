@@ -28,7 +28,13 @@ from typing import Any
 import polars as pl
 
 # detect imports _common (above) — keep this order
-from pipeline.bench.detect import Document, detect_kind, load_document, stage_number
+from pipeline.bench.detect import (
+    BenchFormatError,
+    Document,
+    detect_kind,
+    load_document,
+    stage_number,
+)
 from pipeline.bench.manifest import BenchManifest, is_manifest_file, resolve_manifest
 from pipeline.bench.percentiles import METHOD, recompute_stats
 from pipeline.bench.readers import (
@@ -40,7 +46,7 @@ from pipeline.bench.readers import (
     sglang,
     vllm,
 )
-from pipeline.bench.readers._common import BenchFieldError, BenchFormatError, Ctx, RawPoint
+from pipeline.bench.readers._common import BenchFieldError, Ctx, RawPoint
 from pipeline.bench.schema import (
     LATENCY_METRICS,
     LATENCY_STATS,
@@ -54,7 +60,7 @@ from pipeline.bench.schema import (
 )
 from pipeline.layout import LOADTEST_SIDE_FILES
 
-__all__ = ["BenchFieldError", "BenchFormatError", "expand_paths", "read_bench_files"]
+__all__ = ["BenchFieldError", "expand_paths", "read_bench_files"]
 
 DIR_SUFFIXES = (".json", ".jsonl", ".yaml", ".yml")
 # files tools write beside their results that are not results; skipped only when a *folder*

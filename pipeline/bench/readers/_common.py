@@ -13,8 +13,8 @@ from typing import Any
 
 import polars as pl
 
+from pipeline.bench.detect import BenchFormatError
 from pipeline.bench.schema import PER_REQUEST_SCHEMA
-from pipeline.errors import InputFormatError
 
 # normalised stat name -> the spellings tools use for it
 STAT_ALIASES: dict[str, tuple[str, ...]] = {
@@ -28,10 +28,6 @@ STAT_ALIASES: dict[str, tuple[str, ...]] = {
 _NUMERIC_STRING = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
 _INF_STRINGS = {"inf", "+inf", "infinity", "+infinity"}
 MAX_INT = 2**63  # counts are stored as Int64
-
-
-class BenchFormatError(InputFormatError):
-    """A benchmark result file matches no known format, or cannot be parsed."""
 
 
 class BenchFieldError(BenchFormatError):

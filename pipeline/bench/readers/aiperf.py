@@ -28,8 +28,8 @@ from typing import Any
 
 import polars as pl
 
+from pipeline.bench.detect import BenchFormatError
 from pipeline.bench.readers._common import (
-    BenchFormatError,
     Ctx,
     RawPoint,
     companion_path,

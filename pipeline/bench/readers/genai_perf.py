@@ -17,6 +17,7 @@ experiment matching the stimulus; tpot stays native (the raw file has no token c
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
@@ -24,8 +25,8 @@ from typing import Any
 
 import polars as pl
 
+from pipeline.bench.detect import BenchFormatError
 from pipeline.bench.readers._common import (
-    BenchFormatError,
     Ctx,
     RawPoint,
     companion_path,
@@ -169,7 +170,6 @@ def raw_path(summary: Path) -> Path:
 
 def raw_per_request(raw: Path, conc: int | None, rate: float | None) -> pl.DataFrame | None:
     """Per-request ttft/e2e/per-gap ITL from a perf_analyzer ``profile_export.json``."""
-    import json
 
     try:
         doc = json.loads(raw.read_text(encoding="utf-8"))

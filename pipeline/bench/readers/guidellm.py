@@ -26,8 +26,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from pipeline.bench.detect import BenchFormatError
 from pipeline.bench.readers._common import (
-    BenchFormatError,
     Ctx,
     RawPoint,
     epoch_to_utc,

@@ -25,8 +25,8 @@ from typing import Any
 
 import polars as pl
 
+from pipeline.bench.detect import BenchFormatError
 from pipeline.bench.readers._common import (
-    BenchFormatError,
     Ctx,
     RawPoint,
     epoch_to_utc,

@@ -1,0 +1,106 @@
+"""What the pipeline reads from outside the asset graph, as observable source assets: the trace
+files, the benchmark result files, each stage's section of the configuration, and the workload
+folder the stages write to.
+
+Each observation's data version hashes what it watches (a file's path, size and modification
+time; a section's settings), so Dagster knows a stage is stale when one of its inputs changed
+since it last ran: ``enginefit decide`` materialises exactly those stages
+(:func:`assets.definitions.materialise_stale`), and ``enginefit report`` records them with every
+run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+
+from assets.resources import EnginefitStore
+from pipeline.bench.readers import expand_paths as bench_files
+from pipeline.config import Config
+from pipeline.ingest.compute import expand_paths as trace_files
+
+TRACE_FILES = "trace_files"
+BENCH_RESULT_FILES = "bench_result_files"
+# Where the stages write (``<paths.data_dir>/<workload.name>``): the first stages read it, so
+# outputs another configuration wrote to another folder do not count as this one's.
+WORKLOAD_FOLDER = "workload_folder"
+# A stage's configuration section as an input of its own.
+CONFIG_SECTIONS = ("workload", "shape", "prefix", "simulation", "bench")
+
+
+def config_key(section: str) -> str:
+    return f"config_{section}"
+
+
+def digest(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _stat(paths: list[Path]) -> list[tuple[str, int, int]]:
+    """Path, size and modification time of each file (-1, -1: unreadable)."""
+    out = []
+    for path in sorted(set(paths)):
+        try:
+            stat = path.stat()
+        except OSError:
+            out.append((str(path), -1, -1))
+            continue
+        out.append((str(path), stat.st_size, stat.st_mtime_ns))
+    return out
+
+
+def trace_fingerprint(config: Config) -> str:
+    """Every configured trace file's path, size and modification time, hashed."""
+    workload = config.require_workload()
+    return digest(_stat([Path(s.path) for t in workload.traces for s in trace_files([t.path])]))
+
+
+def input_versions(config: Config) -> dict[str, str]:
+    """The data version of every outside input, by asset key."""
+    settings = config.as_dict()
+    results, _ = bench_files(list(config.bench.results))
+    versions = {config_key(name): digest(settings[name]) for name in CONFIG_SECTIONS}
+    versions[WORKLOAD_FOLDER] = digest(str(config.layout().root))
+    versions[TRACE_FILES] = trace_fingerprint(config)
+    versions[BENCH_RESULT_FILES] = digest(_stat(results))
+    return versions
+
+
+def observe_inputs(store: EnginefitStore) -> Iterator[dg.ObserveResult]:
+    """Each outside input's data version: its files' stat, or its settings, hashed."""
+    for key, version in input_versions(store.config()).items():
+        yield dg.ObserveResult(asset_key=key, data_version=dg.DataVersion(version))
+
+
+INPUT_KEYS = [
+    TRACE_FILES,
+    BENCH_RESULT_FILES,
+    WORKLOAD_FOLDER,
+    *(config_key(name) for name in CONFIG_SECTIONS),
+]
+_DESCRIPTIONS = {
+    TRACE_FILES: "The configured trace files.",
+    BENCH_RESULT_FILES: "The configured benchmark result files.",
+    WORKLOAD_FOLDER: "The folder the stages write this workload's outputs to.",
+    **{config_key(name): f"The {name} section of the configuration." for name in CONFIG_SECTIONS},
+}
+
+with warnings.catch_warnings():
+    # Dagster calls the decorator beta; the data versions it records are the stable part.
+    warnings.simplefilter("ignore", dg.BetaWarning)
+    enginefit_inputs = dg.multi_observable_source_asset(
+        name="enginefit_inputs",
+        specs=[
+            dg.AssetSpec(key, group_name="inputs", description=_DESCRIPTIONS[key])
+            for key in INPUT_KEYS
+        ],
+    )(observe_inputs)
+
+ASSETS = [enginefit_inputs]
+CHECKS: list[dg.AssetChecksDefinition] = []

@@ -1,0 +1,139 @@
+"""The import graph of ``pipeline/`` and ``assets/``: no module-level cycle, and no import
+inside a function unless a ``# import here: <reason>`` comment on it says why (a heavy optional
+library only some commands need). A hidden import is how a cycle hides."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+from tests.conftest import REPO
+
+PACKAGES = ("pipeline", "assets")
+MARKER = "# import here:"
+
+
+def _modules() -> dict[str, Path]:
+    modules = {}
+    for package in PACKAGES:
+        for path in (REPO / package).rglob("*.py"):
+            parts = list(path.relative_to(REPO).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            modules[".".join(parts)] = path
+    return modules
+
+
+def _imported(
+    node: ast.Import | ast.ImportFrom, package: str, modules: dict[str, Path]
+) -> set[str]:
+    """The project modules an import statement loads (a ``from x import name`` loads x.name
+    when that is a module, else x)."""
+    if isinstance(node, ast.Import):
+        names = [alias.name for alias in node.names]
+    else:
+        base = node.module or ""
+        if node.level:
+            parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+            base = ".".join([*parent, base] if base else parent)
+        names = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+    found = set()
+    for name in names:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        if name:
+            found.add(name)
+    return found
+
+
+def _function_imports(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.Import | ast.ImportFrom):
+                    yield inner
+
+
+def _ancestors(name: str) -> set[str]:
+    parts = name.split(".")
+    return {".".join(parts[:i]) for i in range(1, len(parts))}
+
+
+def _graph() -> tuple[dict[str, set[str]], list[str]]:
+    """Module → the project modules loading it loads (with the packages around them, whose
+    ``__init__`` runs first), and the imports inside functions that state no reason. An import
+    with a stated reason is left out of the graph: the reason owns it."""
+    modules = _modules()
+    edges: dict[str, set[str]] = {}
+    unexplained = []
+    for name, path in modules.items():
+        source = path.read_text(encoding="utf-8")
+        lines = source.splitlines()
+        tree = ast.parse(source)
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        explained = set()
+        for node in _function_imports(tree):
+            # The reason sits on the statement or on the line above it.
+            around = lines[max(node.lineno - 2, 0) : node.end_lineno]
+            if any(MARKER in line for line in around):
+                explained.add(id(node))
+            else:
+                unexplained.append(f"{path.relative_to(REPO)}:{node.lineno}: {ast.unparse(node)}")
+        edges[name] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import | ast.ImportFrom) and id(node) not in explained:
+                for target in _imported(node, package, modules):
+                    edges[name] |= {target, *_ancestors(target)} - _ancestors(name) - {name}
+    return edges, unexplained
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(edges.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(edges) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_module_imports_itself_back() -> None:
+    edges, _ = _graph()
+    assert cycles(edges) == []
+
+
+def test_every_import_inside_a_function_says_why() -> None:
+    _, unexplained = _graph()
+    assert unexplained == []
