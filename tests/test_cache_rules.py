@@ -9,11 +9,11 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from pipeline.prefix import reuse_per_request
 from pipeline.prefix.cache_rules import hit_limit_blocks, namespace_codes, namespaced_ids
 from pipeline.schema import conform
 from pipeline.sim import Scenario, sim_input, simulate
 from tests.conftest import DEFAULTS
+from tests.prefix_oracles import reuse_per_request
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 B = 4

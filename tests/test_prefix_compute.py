@@ -13,17 +13,15 @@ from polars.testing import assert_frame_equal
 from pipeline.prefix import (
     PrefixInputError,
     analyse,
-    at_block_size,
     classify_curve,
-    reuse_per_request,
     reuse_summary,
-    sharing_curve,
     window_grid,
 )
 from pipeline.prefix.present import curve_svg
 from pipeline.prefix.result import PrefixResult
 from pipeline.schema import conform
 from tests.conftest import DEFAULTS
+from tests.prefix_oracles import at_block_size, reuse_per_request, sharing_curve
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 B = 4

@@ -19,10 +19,11 @@ from typing import Any
 import polars as pl
 import pytest
 
-from pipeline.prefix import classify_curve, reuse_per_request, sharing_curve
+from pipeline.prefix import classify_curve
 from pipeline.prefix.sessions import infer_parents, infer_sessions
 from pipeline.schema import conform
 from tests.conftest import DEFAULTS, trace_or_missing
+from tests.prefix_oracles import reuse_per_request, sharing_curve
 
 pytestmark = pytest.mark.shared
 

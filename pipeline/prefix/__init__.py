@@ -7,12 +7,9 @@ from __future__ import annotations
 from pipeline.prefix.analysis import analyse, session_stats
 from pipeline.prefix.compute import (
     PrefixInputError,
-    at_block_size,
     classify_curve,
     coarsen,
-    reuse_per_request,
     reuse_summary,
-    sharing_curve,
     table_block_size,
     window_grid,
 )
@@ -24,13 +21,10 @@ __all__ = [
     "PrefixInputError",
     "PrefixResult",
     "analyse",
-    "at_block_size",
     "classify_curve",
     "coarsen",
-    "reuse_per_request",
     "reuse_summary",
     "session_stats",
-    "sharing_curve",
     "table_block_size",
     "window_grid",
 ]

@@ -4,8 +4,7 @@ Both are computed chunk by chunk over the requests in arrival order (the out-of-
 :func:`pipeline.prefix.analysis.analyse`): the curve keeps, per window, the one hash each
 request that reaches it has there (8 bytes per request and window) and counts the repeats at
 the end; the reuse potential is one arrival-order replay of an unbounded cache (a numba kernel
-in :mod:`pipeline.prefix.replay`). The functions below taking a whole table are the same code
-fed one chunk.
+in :mod:`pipeline.prefix.replay`).
 
 Definitions (also in ``docs/prefix.md``)
 ---------------------------------------
@@ -55,7 +54,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numba
@@ -68,7 +66,7 @@ from pipeline.prefix.cache_rules import hit_limit_blocks, namespace_codes
 from pipeline.prefix.config import PrefixConfig
 from pipeline.prefix.hashmap import new_table, row_bits, table_find, table_row, table_set
 from pipeline.prefix.replay import Replay
-from pipeline.prefix.sessions import FlatLists, flat_lists
+from pipeline.prefix.sessions import FlatLists
 
 
 class PrefixInputError(EnginefitError):
@@ -152,12 +150,6 @@ def analysis_block_size(native: int | None, block_size: int | None) -> tuple[int
             "coarser analysis strides the hash chain, so it needs a multiple"
         )
     return block_size, block_size // native
-
-
-def at_block_size(requests: pl.DataFrame, block_size: int | None) -> tuple[pl.DataFrame, int]:
-    """The table coarsened to ``block_size`` (or as is), and the block size used."""
-    size, factor = analysis_block_size(table_block_size(requests), block_size)
-    return coarsen(requests, factor), size
 
 
 def window_grid(block_size: int, max_prompt_tokens: int) -> list[int]:
@@ -326,45 +318,6 @@ def curve_frame(rows: Sequence[tuple[Any, ...]]) -> pl.DataFrame:
     )
 
 
-@dataclass(frozen=True)
-class _Chains:
-    """A whole table's columns as the chunked consumers read them."""
-
-    known: npt.NDArray[np.bool_]
-    prompt_tokens: npt.NDArray[np.int64]
-    chain_blocks: npt.NDArray[np.int32]  # min(prompt_blocks, chain length); 0 when not known
-    offsets: npt.NDArray[np.int64]
-    values: npt.NDArray[np.uint64]
-    nulls: npt.NDArray[np.bool_]
-
-
-def _chains(requests: pl.DataFrame) -> _Chains:
-    known = requests["hashes_known"].fill_null(False).to_numpy().astype(np.bool_)
-    flat = flat_lists(requests["prefix_hashes"])
-    pb = np.minimum(
-        requests["prompt_blocks"].fill_null(0).cast(pl.Int32).to_numpy(),
-        np.diff(flat.offsets).astype(np.int32),
-    )
-    pb[~known] = 0
-    return _Chains(
-        known=known,
-        prompt_tokens=requests["prompt_tokens"].fill_null(0).cast(pl.Int64).to_numpy(),
-        chain_blocks=pb,
-        offsets=flat.offsets,
-        values=flat.values,
-        nulls=flat.nulls,
-    )
-
-
-def sharing_curve(requests: pl.DataFrame, block_size: int) -> pl.DataFrame:
-    """The shared-prefix ratio at every window of :func:`window_grid` (one row per window)."""
-    chains = _chains(requests)
-    max_prompt = int(chains.prompt_tokens[chains.known].max()) if chains.known.any() else 0
-    counter = CurveCounter(block_size, max_prompt, chains.known, chains.chain_blocks)
-    counter.feed(0, chains.offsets, chains.values, chains.nulls, chains.chain_blocks)
-    return counter.finish(chains.prompt_tokens, chains.chain_blocks)
-
-
 def _ratio(num: str, den: str) -> pl.Expr:
     return pl.when(pl.col(den) > 0).then(pl.col(num) / pl.col(den)).otherwise(None)
 
@@ -404,7 +357,14 @@ def reuse_frame(
     block_size: int,
     age_buckets_s: tuple[float, ...],
 ) -> pl.DataFrame:
-    """The per-request table of :func:`reuse_per_request` from finished replays."""
+    """Per request (in arrival order), from finished replays: what an unbounded prefix cache
+    could serve, how long ago the hit prefix was last seen, and the same-tenant part.
+
+    Columns: ``row`` (input row), ``hashes_known``, ``prompt_tokens``, ``prompt_blocks``, ``hit_blocks``,
+    ``hit_tokens``, ``hit_tokens_within_<T>s`` for each retention ``T``, ``last_seen_age_s``
+    (age of the deepest hit block; null without a hit), ``hit_tokens_same_tenant`` (null when
+    no tenant is logged).
+    """
     n = known.shape[0]
     columns: dict[str, object] = {
         "row": np.arange(n, dtype=np.int64),
@@ -465,48 +425,8 @@ def new_replays(
     return shared, same
 
 
-def reuse_per_request(
-    requests: pl.DataFrame,
-    block_size: int,
-    age_buckets_s: tuple[float, ...] = (60.0, 600.0, 3600.0),
-) -> pl.DataFrame:
-    """Per request (in input order, which must be arrival order): what an unbounded prefix cache
-    could serve, how long ago the hit prefix was last seen, and the same-tenant part.
-
-    Columns: ``row`` (input row), ``hashes_known``, ``prompt_tokens``, ``prompt_blocks``, ``hit_blocks``,
-    ``hit_tokens``, ``hit_tokens_within_<T>s`` for each retention ``T``, ``last_seen_age_s``
-    (age of the deepest hit block; null without a hit), ``hit_tokens_same_tenant`` (null when
-    no tenant is logged).
-    """
-    n = requests.height
-    shift = row_bits(n)
-    chains = _chains(requests)
-    arrival_us = requests["arrival"].dt.epoch("us").to_numpy()
-    shared, same = new_replays(
-        arrival_us,
-        chains.known,
-        chains.chain_blocks,
-        reuse_groups(requests, n, shift),
-        shift,
-        age_buckets_s,
-    )
-    for replay in (shared, same):
-        if replay is not None:
-            replay.feed(0, chains.offsets, chains.values)
-            replay.close()
-    return reuse_frame(
-        chains.known,
-        chains.prompt_tokens,
-        chains.chain_blocks,
-        shared,
-        same,
-        block_size,
-        age_buckets_s,
-    )
-
-
 def reuse_summary(per_request: pl.DataFrame, age_buckets_s: tuple[float, ...]) -> dict[str, Any]:
-    """Totals of :func:`reuse_per_request` over the requests with known hashes: hit tokens and
+    """Totals of :func:`reuse_frame` over the requests with known hashes: hit tokens and
     shares, by retention and tenant."""
     sums = (
         per_request.filter(pl.col("hashes_known"))

@@ -1,8 +1,7 @@
 """What the prefix stage produces: the JSON summary (keys: ``docs/prefix.md``) and its frames.
 
 The summary round-trips through JSON; the frames are written as Parquet. The per-request
-replay is not kept (the summary holds its totals; ``pipeline.prefix.reuse_per_request`` gives
-it for a table in memory); ``reuse`` stays empty.
+replay is not kept (the summary holds its totals); ``reuse`` stays empty.
 """
 
 from __future__ import annotations
