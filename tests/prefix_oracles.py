@@ -1,9 +1,9 @@
 """Whole-table prefix analyses, the references the tests hold the stage's chunked pass to.
 
-The stage (:func:`pipeline.prefix.analysis.analyse`) feeds the curve counter and the reuse
-replays chunk by chunk out of core; these feed the same code one chunk holding the whole
-table, so a hand-computed expectation can be checked without writing Parquet, and the chunked
-pass compared against one chunk.
+The stage (:func:`pipeline.prefix.analysis.analyse`) feeds the curve counter, the reuse
+replays and the session parent search chunk by chunk out of core; these feed the same code one
+chunk holding the whole table, so a hand-computed expectation can be checked without writing
+Parquet, and the chunked pass compared against one chunk.
 """
 
 from __future__ import annotations
@@ -17,14 +17,29 @@ import polars as pl
 from pipeline.prefix.compute import (
     CurveCounter,
     analysis_block_size,
-    coarsen,
     new_replays,
     reuse_frame,
     reuse_groups,
     table_block_size,
 )
 from pipeline.prefix.hashmap import row_bits
-from pipeline.prefix.sessions import flat_lists
+from pipeline.prefix.sessions import (
+    DEFAULT_MIN_SESSION_MATCH_BLOCKS,
+    ParentSearch,
+    check_arrivals,
+    flat_lists,
+)
+
+
+def coarsen(requests: pl.DataFrame, factor: int) -> pl.DataFrame:
+    """The same table at block size ``factor × block_size`` (every ``factor``-th chain hash)."""
+    if factor == 1:
+        return requests
+    return requests.with_columns(
+        pl.col("prefix_hashes").list.gather_every(factor, offset=factor - 1),
+        (pl.col("prompt_blocks") // factor).cast(pl.Int32),
+        (pl.col("block_size") * factor).cast(pl.Int32),
+    )
 
 
 def at_block_size(requests: pl.DataFrame, block_size: int | None) -> tuple[pl.DataFrame, int]:
@@ -104,3 +119,20 @@ def reuse_per_request(
         block_size,
         age_buckets_s,
     )
+
+
+def infer_parents(
+    requests: pl.DataFrame, *, min_blocks: int = DEFAULT_MIN_SESSION_MATCH_BLOCKS
+) -> pl.Series:
+    """Row index of the request each request continues (null when it starts a conversation).
+
+    Every request with known hashes is searched (logged session ids are ignored here); see
+    :func:`pipeline.prefix.sessions.infer_sessions` for how logged ids take precedence.
+    """
+    check_arrivals(requests["arrival"])
+    known = requests["hashes_known"].fill_null(False).to_numpy().astype(np.bool_)
+    pb = requests["prompt_blocks"].fill_null(0).cast(pl.Int32).to_numpy()
+    search = ParentSearch(pb, known, known, max(1, min_blocks))
+    flat = flat_lists(requests["prefix_hashes"])
+    search.feed(0, flat.offsets, flat.values)
+    return pl.Series("parent", search.close(), dtype=pl.Int64).replace(-1, None)

@@ -20,10 +20,10 @@ import polars as pl
 import pytest
 
 from pipeline.prefix import classify_curve
-from pipeline.prefix.sessions import infer_parents, infer_sessions
+from pipeline.prefix.sessions import infer_sessions
 from pipeline.schema import conform
 from tests.conftest import DEFAULTS, trace_or_missing
-from tests.prefix_oracles import reuse_per_request, sharing_curve
+from tests.prefix_oracles import infer_parents, reuse_per_request, sharing_curve
 
 pytestmark = pytest.mark.shared
 

@@ -42,22 +42,6 @@ import yaml
 
 from pipeline.bench.readers._common import BenchFormatError
 
-KINDS: tuple[str, ...] = (
-    "vllm_bench_serve",
-    "sglang_bench_serving",
-    "guidellm",
-    "genai_perf",
-    "genai_perf_raw",
-    "aiperf",
-    "aiperf_requests",
-    "llmperf_summary",
-    "llmperf_requests",
-    "inference_perf_stage",
-    "inference_perf_summary",
-    "inference_perf_config",
-    "inference_perf_requests",
-    "vllm_sweep_summary",
-)
 FORMATS_TRIED = (
     "vLLM bench serve JSON/JSONL, SGLang bench_serving JSONL, guidellm benchmarks.json/.yaml, "
     "genai-perf profile_export_genai_perf.json / profile_export.json, aiperf "

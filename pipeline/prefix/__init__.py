@@ -8,7 +8,6 @@ from pipeline.prefix.analysis import analyse, session_stats
 from pipeline.prefix.compute import (
     PrefixInputError,
     classify_curve,
-    coarsen,
     reuse_summary,
     table_block_size,
     window_grid,
@@ -22,7 +21,6 @@ __all__ = [
     "PrefixResult",
     "analyse",
     "classify_curve",
-    "coarsen",
     "reuse_summary",
     "session_stats",
     "table_block_size",

@@ -113,20 +113,8 @@ def table_block_size(requests: pl.DataFrame | pl.LazyFrame) -> int | None:
     return size
 
 
-def coarsen(requests: pl.DataFrame, factor: int) -> pl.DataFrame:
-    """The same table at block size ``factor × block_size`` (every ``factor``-th chain hash)."""
-    if factor == 1:
-        return requests
-    return requests.with_columns(
-        pl.col("prefix_hashes").list.gather_every(factor, offset=factor - 1),
-        (pl.col("prompt_blocks") // factor).cast(pl.Int32),
-        (pl.col("block_size") * factor).cast(pl.Int32),
-    )
-
-
 def stride_chains(flat: FlatLists, factor: int) -> FlatLists:
-    """The chains at ``factor`` times the block size: every ``factor``-th hash (as
-    :func:`coarsen` does to a table)."""
+    """The chains at ``factor`` times the block size: every ``factor``-th hash."""
     if factor == 1:
         return flat
     coarse = np.diff(flat.offsets) // factor

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pipeline.shape.arrivals import Quantisation, arrival_metrics, detect_quantisation
 from pipeline.shape.common import PERCENTILE_METHOD, PERCENTILE_METHOD_DOC, ShapeError
 from pipeline.shape.compute import compute_shape
-from pipeline.shape.concurrency import ConcurrencyResult, concurrency_steps, peak_concurrency
+from pipeline.shape.concurrency import ConcurrencyResult, peak_concurrency
 from pipeline.shape.config import ShapeConfig
 from pipeline.shape.findings import Finding, place_on_axes
 from pipeline.shape.result import ShapeResult
@@ -26,7 +26,6 @@ __all__ = [
     "ShapeResult",
     "arrival_metrics",
     "compute_shape",
-    "concurrency_steps",
     "detect_quantisation",
     "peak_concurrency",
     "place_on_axes",
