@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from perf.stub_openai_server import StubServer, run_stub_server
 from pipeline.loadtest.client import ClientOptions, Outcome, run_schedule
 from pipeline.loadtest.compute import rate_summary, request_frame
 from pipeline.loadtest.config import LoadtestSettings
@@ -19,7 +20,6 @@ from pipeline.loadtest.present import rate_notes
 from pipeline.loadtest.stage import Deployment, Workload, _new_loop, bodies_for, run
 from pipeline.sim import capacity_curve, sim_input
 from tests.conftest import DEFAULTS
-from tests.stub_openai_server import StubServer, run_stub_server
 from tests.workloads import growing_conversations
 
 BODY = b'{"model":"stub-model","prompt":"a b c d","max_tokens":6,"stream":true,"stream_options":{"include_usage":true}}'
