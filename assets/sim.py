@@ -84,11 +84,11 @@ def simulation_curves(store: EnginefitStore) -> dg.MaterializeResult:  # type: i
     layout = config.layout()
     settings = config.simulation
     curves = stage.run_curves(stage.read_inputs(layout, config), settings)
-    paths = stage.write_curves(curves, settings, layout)
+    paths = stage.write_curves(curves, layout)
     return dg.MaterializeResult(
         metadata={
             "dagster/row_count": pl.read_parquet(paths["curves"]).height,
-            "curves": md(curves_table(stage.curve_points(curves, settings))),
+            "curves": md(curves_table(stage.curve_points(curves))),
             **path_entries(paths),
         }
     )

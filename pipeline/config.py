@@ -45,7 +45,6 @@ from pipeline.settings import (
     ConfigInstant,
     ConfigPath,
     ConfigQuarter,
-    Fraction,
     Section,
     load_yaml,
 )
@@ -112,7 +111,6 @@ class WorkloadSettings(Section):
     hash_salt: Annotated[str, Field(min_length=1)] | None
     anchor: ConfigInstant
     tokenizer: ConfigPath | None
-    quarantine_warn_share: Fraction
     # Ingest this quarter day by day (Dagster daily partitions, pipeline.ingest.days); None:
     # every trace file at once.
     daily_quarter: ConfigQuarter | None

@@ -134,12 +134,16 @@ def test_summary_reports_the_lifetime_pinning_and_a_warning() -> None:
     assert out["warnings"] == [
         "tokens pinned by running requests at peak reach 200 % of the cache capacity"
     ]
-    # 16 tokens pinned against a 32-token cache is 50 %: below 0.8, above 0.4
+    # 16 tokens pinned against a 32-token cache is 50 %: below PINNED_WARN_SHARE (0.8)
     roomy = Scenario(B, 1, 32, "round-robin")
     run = simulate(inp, roomy, DEFAULTS.simulation)
     assert summarise(inp, run, DEFAULTS.simulation)["warnings"] == []
-    warned = summarise(inp, run, sim_settings(pinned_warn_share=0.4))["warnings"]
-    assert warned == ["tokens pinned by running requests at peak reach 50 % of the cache capacity"]
+    # against a 20-token cache it is 80 %: the share is reached, so it warns
+    tight = Scenario(B, 1, 20, "round-robin")
+    warned = summarise(inp, simulate(inp, tight, DEFAULTS.simulation), DEFAULTS.simulation)
+    assert warned["warnings"] == [
+        "tokens pinned by running requests at peak reach 80 % of the cache capacity"
+    ]
     instant = summarise(
         inp, simulate(inp, sc, sim_settings(request_lifetime="instant")), DEFAULTS.simulation
     )
@@ -297,28 +301,23 @@ def test_new_config_keys_defaults_and_validation() -> None:
     default = DEFAULTS.simulation
     assert default.request_lifetime == "durations"
     assert default.replica_slots == 64
-    assert default.pinned_warn_share == 0.8
     assert default.cache_aware == CacheAwareConfig.from_preset("library")
     cfg = config_from_mapping(
         {
             "simulation": {
                 "request_lifetime": "instant",
                 "replica_slots": None,
-                "pinned_warn_share": 0.5,
                 "cache_aware": {"preset": "launcher", "balance_abs_threshold": 8},
             }
         }
     ).simulation
-    assert (cfg.request_lifetime, cfg.replica_slots, cfg.pinned_warn_share) == (
-        "instant",
-        None,
-        0.5,
-    )
+    assert (cfg.request_lifetime, cfg.replica_slots) == ("instant", None)
     assert cfg.cache_aware == CacheAwareConfig.from_preset("launcher", balance_abs_threshold=8)
     for raw, message in (
         ({"request_lifetime": "forever"}, "simulation.request_lifetime"),
         ({"replica_slots": 0}, "simulation.replica_slots"),
-        ({"pinned_warn_share": -0.1}, "simulation.pinned_warn_share"),
+        # a warn share that became a constant (pipeline.sim.replay) is no longer a key
+        ({"pinned_warn_share": 0.5}, "unknown key simulation.pinned_warn_share"),
         ({"cache_aware": {"preset": "cli"}}, "simulation.cache_aware.preset"),
         (
             {"cache_aware": {"preset": "library", "eviction_interval_secs": 30}},

@@ -65,8 +65,6 @@ class BenchSettings(Section):
     as_of: ConfigDate | None
     max_age_days: PositiveInt
     peak_window: Annotated[str, Field(min_length=1)]
-    length_factor: Annotated[float, Field(gt=1)]
-    tail_ratio: Annotated[float, Field(gt=1)]
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -78,8 +76,6 @@ class BenchSettings(Section):
             "as_of": self.as_of.isoformat() if self.as_of else None,
             "max_age_days": self.max_age_days,
             "peak_window": self.peak_window,
-            "length_factor": self.length_factor,
-            "tail_ratio": self.tail_ratio,
             "overload": self.overload.as_dict(),
             "min_tail_requests": self.min_tail_requests,
         }

@@ -18,7 +18,12 @@ import polars as pl
 from pipeline.bench.cost import HOURS_PER_MONTH
 from pipeline.bench.result import BenchAnalysis
 from pipeline.decision.catalog import FEATURES, Catalog
-from pipeline.decision.config import DecisionSettings, Requirements
+from pipeline.decision.config import (
+    LONG_CONTEXT_TOKENS,
+    PREFIX_WINDOW_TOKENS,
+    DecisionSettings,
+    Requirements,
+)
 
 SECONDS_PER_MONTH = HOURS_PER_MONTH * 3600
 # Capacity rows ranked apart by how much of the curve they saw (pipeline/bench/cost.py).
@@ -113,7 +118,7 @@ def workload_from(
             ),
         }
     if prefix is not None:
-        share, window_tokens = share_at(prefix["curve"], settings.prefix_window_tokens)
+        share, window_tokens = share_at(prefix["curve"], PREFIX_WINDOW_TOKENS)
         cross = (prefix["reuse"].get("cross_tenant") or {}).get("cross_tenant_share_of_hits")
         values |= {
             "prefix_share": share,
@@ -134,8 +139,7 @@ def features_seen(shape: dict[str, Any], settings: DecisionSettings) -> tuple[st
         "lora": (features.get("lora_adapter") or {}).get("requests", 0) > 0,
         "structured_output": (features.get("structured_output") or {}).get("requests", 0) > 0,
         "tool_calls": (features.get("tools") or {}).get("requests", 0) > 0,
-        "long_context": (shape["lengths"]["prompt_tokens"].get("p99") or 0)
-        >= settings.long_context_tokens,
+        "long_context": (shape["lengths"]["prompt_tokens"].get("p99") or 0) >= LONG_CONTEXT_TOKENS,
     }
     return tuple(f for f in FEATURES if seen[f])
 

@@ -63,10 +63,20 @@ import polars as pl
 
 from pipeline.errors import EnginefitError
 from pipeline.prefix.cache_rules import hit_limit_blocks, namespace_codes
-from pipeline.prefix.config import PrefixConfig
 from pipeline.prefix.hashmap import new_table, row_bits, table_find, table_row, table_set
 from pipeline.prefix.replay import Replay
 from pipeline.prefix.sessions import FlatLists
+
+# The curve-shape classification (DOMAIN.md's prefix regimes) reads the share at a short window
+# of at least this many tokens (a system prompt's length)...
+CLASSIFY_SHORT_WINDOW_TOKENS = 256
+# ...and at a long window of at most this many (capped at the median prompt).
+CLASSIFY_LONG_WINDOW_TOKENS = 4096
+# A share at the short window below this is "no sharing" (DOMAIN.md: below ~20 % the published
+# SGLang margins do not apply).
+NO_SHARING_BELOW = 0.2
+# share(long) / share(short) at or above this is "long shared context".
+LONG_CONTEXT_RETENTION = 0.5
 
 
 class PrefixInputError(EnginefitError):
@@ -505,25 +515,23 @@ def _retention_needed(per_request: pl.DataFrame) -> dict[str, float | None]:
     return result
 
 
-def classify_curve(
-    curve: pl.DataFrame, median_prompt_tokens: float | None, config: PrefixConfig
-) -> dict[str, Any]:
+def classify_curve(curve: pl.DataFrame, median_prompt_tokens: float | None) -> dict[str, Any]:
     """Shape of the sharing curve, with the numbers behind it.
 
-    ``short`` = the smallest grid window ≥ ``classify_short_window_tokens`` (or the largest
+    ``short`` = the smallest grid window ≥ ``CLASSIFY_SHORT_WINDOW_TOKENS`` (or the largest
     window when every prompt is shorter); ``long`` = the largest grid window ≤
-    min(``classify_long_window_tokens``, median prompt tokens), if it is above ``short``. Both use
+    min(``CLASSIFY_LONG_WINDOW_TOKENS``, median prompt tokens), if it is above ``short``. Both use
     ``share_eligible`` (requests that reach the window), so short prompts do not read as short
-    sharing. ``no sharing`` when share(short) < ``no_sharing_below``; else ``long shared
-    context`` when share(long) / share(short) ≥ ``long_context_retention``; else ``short system
+    sharing. ``no sharing`` when share(short) < ``NO_SHARING_BELOW``; else ``long shared
+    context`` when share(long) / share(short) ≥ ``LONG_CONTEXT_RETENTION``; else ``short system
     prompt``. Without a long window (median prompt ≤ short window) the shape is ``short system
     prompt`` when sharing exists (prompts are too short to carry long shared context).
     """
     thresholds = {
-        "short_window_tokens": config.classify_short_window_tokens,
-        "long_window_tokens": config.classify_long_window_tokens,
-        "no_sharing_below": config.no_sharing_below,
-        "long_context_retention": config.long_context_retention,
+        "short_window_tokens": CLASSIFY_SHORT_WINDOW_TOKENS,
+        "long_window_tokens": CLASSIFY_LONG_WINDOW_TOKENS,
+        "no_sharing_below": NO_SHARING_BELOW,
+        "long_context_retention": LONG_CONTEXT_RETENTION,
     }
     windows = curve.filter(pl.col("eligible") > 0)
     if windows.height == 0:
@@ -538,8 +546,8 @@ def classify_curve(
             "thresholds": thresholds,
         }
     grid = windows["window_tokens"].to_list()
-    short = next((w for w in grid if w >= config.classify_short_window_tokens), grid[-1])
-    cap = min(config.classify_long_window_tokens, median_prompt_tokens or 0)
+    short = next((w for w in grid if w >= CLASSIFY_SHORT_WINDOW_TOKENS), grid[-1])
+    cap = min(CLASSIFY_LONG_WINDOW_TOKENS, median_prompt_tokens or 0)
     long_candidates = [w for w in grid if short < w <= cap]
     long = long_candidates[-1] if long_candidates else None
 
@@ -550,14 +558,14 @@ def classify_curve(
     s_short = share_at(short)
     s_long = share_at(long) if long is not None else None
     retention = s_long / s_short if s_long is not None and s_short > 0 else None
-    if s_short < config.no_sharing_below:
+    if s_short < NO_SHARING_BELOW:
         shape = "no sharing"
-        reason = f"share at {short} tokens {s_short:.1%} < {config.no_sharing_below:.0%}"
-    elif retention is not None and retention >= config.long_context_retention:
+        reason = f"share at {short} tokens {s_short:.1%} < {NO_SHARING_BELOW:.0%}"
+    elif retention is not None and retention >= LONG_CONTEXT_RETENTION:
         shape = "long shared context"
         reason = (
             f"share at {long} tokens is {retention:.0%} of the share at {short} tokens "
-            f"(≥ {config.long_context_retention:.0%})"
+            f"(≥ {LONG_CONTEXT_RETENTION:.0%})"
         )
     elif retention is None:
         shape = "short system prompt"
@@ -566,7 +574,7 @@ def classify_curve(
         shape = "short system prompt"
         reason = (
             f"share at {long} tokens is only {retention:.0%} of the share at {short} tokens "
-            f"(< {config.long_context_retention:.0%})"
+            f"(< {LONG_CONTEXT_RETENTION:.0%})"
         )
     return {
         "shape": shape,

@@ -22,7 +22,7 @@ from pipeline.sim.config import (
     ScenarioFlags,
     SimulationConfig,
 )
-from pipeline.sim.curve import capacity_curve, require_single_pass
+from pipeline.sim.curve import CURVE_POINTS, capacity_curve, require_single_pass
 from pipeline.sim.present import curves_table, scenarios_table
 from pipeline.sim.replay import simulate, summarise
 
@@ -251,7 +251,7 @@ def _run_configured(args: argparse.Namespace, config: Config) -> int:
     settings = config.simulation
     result = stage.run(stage.read_inputs(layout, config), settings)
     stage.write(result, settings, layout)
-    points = stage.curve_points(result.curves, settings)
+    points = stage.curve_points(result.curves)
     if args.json:
         _print({"scenarios": result.summaries, "curves": points}, True, "")
     else:
@@ -285,7 +285,7 @@ def run_curve(args: argparse.Namespace) -> int:
         routing=numbers.routing,
         sample_rate=numbers.sample_rate or EXACT_SAMPLE_RATE,
     )
-    out = curve.as_dict(numbers.points or settings.curve_points)
+    out = curve.as_dict(numbers.points or CURVE_POINTS)
     heading = (
         f"{inp.n:,} requests, {curve.replicas} replica(s), {curve.routing}, block size "
         f"{curve.block_size}: "

@@ -119,17 +119,15 @@ def run_curves(inputs: SimInput, settings: SimulationConfig) -> list[Curve]:
     ]
 
 
-def curve_points(curves: list[Curve], settings: SimulationConfig) -> list[dict[str, Any]]:
-    return [curve.as_dict(settings.curve_points) for curve in curves]
+def curve_points(curves: list[Curve]) -> list[dict[str, Any]]:
+    return [curve.as_dict() for curve in curves]
 
 
-def write_curves(
-    curves: list[Curve], settings: SimulationConfig, layout: WorkloadLayout
-) -> dict[str, Path]:
+def write_curves(curves: list[Curve], layout: WorkloadLayout) -> dict[str, Path]:
     open_stage_output(layout)
     paths = layout.simulation
     write_parquet_atomic(curves_frame(curves), paths.curves)
-    write_json_atomic(paths.curves_json, curve_points(curves, settings))
+    write_json_atomic(paths.curves_json, curve_points(curves))
     return {"curves": paths.curves, "curves_json": paths.curves_json}
 
 
@@ -163,7 +161,7 @@ def write(
 ) -> dict[str, Path]:
     written = {f"scenario_{s['scenario']}": write_scenario(s, layout) for s in result.summaries}
     written |= write_scenarios(result.summaries, layout)
-    written |= write_curves(result.curves, settings, layout)
+    written |= write_curves(result.curves, layout)
     written |= write_figures(layout)
     return written
 
