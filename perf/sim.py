@@ -314,7 +314,7 @@ def _phases(path: Path, cache_tokens: int) -> list[tuple[str, float]]:
     run = timed("replay, durations", lambda: simulate(inp, sc, durations, with_instant=False))
     instant = settings.replace(request_lifetime="instant")
     timed("replay, instant", lambda: simulate(inp, sc, instant))
-    timed("summary", lambda: summarise(inp, run, durations))
+    timed("summary", lambda: summarise(inp, run))
     timed("curve: chain check", lambda: view.chained)
     timed(
         "curve: one pass",

@@ -65,7 +65,7 @@ from pipeline.decision.result import (
 from pipeline.decision.routing import isolation_advice, routing_value
 from pipeline.decision.rules import RULES
 from pipeline.decision.triggers import crossed, evaluate_previous, trigger
-from pipeline.shape.config import CONCURRENCY_HIGH_MIN, CONCURRENCY_LOW_MAX, ShapeConfig
+from pipeline.shape.config import CONCURRENCY_HIGH_MIN, CONCURRENCY_LOW_MAX
 
 
 def measurements(
@@ -287,7 +287,6 @@ def decide(
     inputs: DecisionInputs,
     requirements: Requirements,
     settings: DecisionSettings,
-    shape_settings: ShapeConfig,
 ) -> DecisionRecord:
     workload = workload_from(
         inputs.shape, inputs.prefix, settings, inputs.peak_window, inputs.missing
@@ -302,7 +301,6 @@ def decide(
         inputs=inputs,
         requirements=requirements,
         settings=settings,
-        shape_settings=shape_settings,
         workload=workload,
         benches=benches,
         required=required_features(requirements, workload),

@@ -16,7 +16,6 @@ from pipeline.decision.catalog import Catalog
 from pipeline.decision.config import DecisionSettings, Requirements
 from pipeline.decision.evidence import EngineBench, Workload
 from pipeline.decision.result import DecisionRecord, Rule
-from pipeline.shape.config import ShapeConfig
 
 HOURS_PER_WEEK = 40.0
 
@@ -56,7 +55,6 @@ class RuleContext:
     inputs: DecisionInputs
     requirements: Requirements
     settings: DecisionSettings
-    shape_settings: ShapeConfig
     workload: Workload
     benches: dict[str, EngineBench]
     required: tuple[str, ...]

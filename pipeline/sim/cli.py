@@ -190,7 +190,7 @@ def run_simulate(args: argparse.Namespace) -> int:
         settings.tenant_isolation,
     )
     run = simulate(inp, scenario, settings)
-    out = summarise(inp, run, settings)
+    out = summarise(inp, run)
     lines = [
         f"{out['requests']:,} requests, {scenario.replicas} replica(s), {scenario.routing}, "
         f"{scenario.cache_tokens:,} cache tokens per replica, block size {scenario.block_size}, "

@@ -351,7 +351,7 @@ def _imbalance(values: pl.Series) -> float | None:
     return float(values.max()) / mean if mean > 0 else 1.0  # type: ignore[arg-type]
 
 
-def summarise(inp: SimInput, run: ScenarioRun, settings: SimulationConfig) -> dict[str, Any]:
+def summarise(inp: SimInput, run: ScenarioRun) -> dict[str, Any]:
     """The scenario's statistics as a JSON-ready dict (per-replica rows sorted by replica).
 
     ``warnings`` says when tokens pinned by running requests at their peak reach

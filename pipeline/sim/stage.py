@@ -72,7 +72,7 @@ def run_scenario(
     inputs: SimInput, scenario: Scenario, settings: SimulationConfig
 ) -> dict[str, Any]:
     """One scenario's summary (JSON-ready)."""
-    return summarise(inputs, simulate(inputs, scenario, settings), settings)
+    return summarise(inputs, simulate(inputs, scenario, settings))
 
 
 def write_scenario(summary: dict[str, Any], layout: WorkloadLayout) -> Path:
