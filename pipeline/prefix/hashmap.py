@@ -232,9 +232,6 @@ class TableParts:
         self.lengths = np.array([t.size for t in self.owners], dtype=np.int64)
         self.used = np.zeros(parts, dtype=np.int64)
 
-    def nbytes(self) -> int:
-        return int(self.lengths.sum()) * 8
-
 
 @nb.njit(cache=True, inline="always")
 def table_part(addresses: I64, lengths: I64, part: int) -> U64:
