@@ -18,7 +18,7 @@ core, the server's share of a core (Linux), and the verdict. The target (on the 
 schedule's rate, keeps p99 lateness ≤ 5 ms, and every request completes without error. Runs
 below 500 req/s are baselines (held to the same lateness and errors, not to the rate).
 
-Run from the repository root (the stub server lives under tests/):
+Run from the repository root:
 ``.venv/bin/python -m perf.loadtest [--duration S] [--rates R ...] [--interleaved-rate R]``.
 """
 
