@@ -127,7 +127,8 @@ def workload_arrivals_sorted(store: EnginefitStore) -> dg.AssetCheckResult:
 @dg.asset_check(
     op_tags=CHECK_PRIORITY,
     asset=workload,
-    description="The quarantined share of records stays under 1 % (warns).",
+    description=f"The quarantined share of records stays under {checks.QUARANTINE_WARN_SHARE:.0%} "
+    "(warns).",
 )
 def workload_quarantine_share(store: EnginefitStore) -> dg.AssetCheckResult:
     summary = stage.read_summary(store.config().layout())
