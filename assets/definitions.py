@@ -97,11 +97,6 @@ def definitions_for(quarter: str | None) -> dg.Definitions:
 defs = definitions_for(configured_quarter())
 
 
-def full_report_job_def() -> dg.JobDefinition:
-    """The code location's full-report job, resolved."""
-    return defs.resolve_job_def(FULL_REPORT)
-
-
 def report_job_def(config_path: str) -> dg.JobDefinition:
     """The full-report job of the definitions ``config_path`` implies (with its daily
     partitions or without): what ``enginefit report --config FILE`` runs, and what each step's

@@ -137,14 +137,13 @@ def workload_arrivals_sorted(store: EnginefitStore) -> dg.AssetCheckResult:
 @dg.asset_check(
     op_tags=CHECK_PRIORITY,
     asset=workload,
-    description="The quarantined share of records stays under workload.quarantine_warn_share (warns).",
+    description=f"The quarantined share of records stays under {checks.QUARANTINE_WARN_SHARE:.0%} "
+    "(warns).",
 )
 def workload_quarantine_share(store: EnginefitStore) -> dg.AssetCheckResult:
-    config = store.config()
-    summary = stage.read_summary(config.layout())
-    threshold = config.require_workload().quarantine_warn_share
+    summary = stage.read_summary(store.config().layout())
     return check_result(
-        checks.quarantine_share_below(summary.records_read, summary.quarantined, threshold),
+        checks.quarantine_share_below(summary.records_read, summary.quarantined),
         warn=True,
     )
 

@@ -99,7 +99,7 @@ def simulation_curves(store: EnginefitStore) -> dg.MaterializeResult:  # type: i
     layout = config.layout()
     settings = config.simulation
     curves = compute.capacity_curves(stage.read_inputs(layout, config), settings)
-    points = compute.curve_points(curves, settings)
+    points = compute.curve_points(curves)
     paths = stage.write_curves(curves, points, layout)
     return dg.MaterializeResult(
         metadata={

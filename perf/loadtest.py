@@ -3,7 +3,7 @@
 The client (``run_schedule`` in pipeline/loadtest/client.py, on the stage's event loop) sends
 Poisson arrivals (the stage's own ``plan_offsets``, numpy seeded) of one short streamed
 completion ("hello world a b c", ``max_tokens`` 8, ``include_usage``) to the stub server
-(tests/stub_openai_server.py, started as a subprocess so it has its own core of the machine's
+(perf/stub_openai_server.py, started as a subprocess so it has its own core of the machine's
 two) for 20 s per run: 250 req/s (baseline), 500 and 1000 req/s with no server delay, and 500
 req/s with TTFT 20 ms + ITL 2 ms (about 18 streams in flight, so streams interleave). Each run
 gets a fresh server and a fresh client session, as each rate of ``enginefit loadtest`` does.
@@ -18,7 +18,7 @@ core, the server's share of a core (Linux), and the verdict. The target (on the 
 schedule's rate, keeps p99 lateness ≤ 5 ms, and every request completes without error. Runs
 below 500 req/s are baselines (held to the same lateness and errors, not to the rate).
 
-Run from the repository root (the stub server lives under tests/):
+Run from the repository root:
 ``.venv/bin/python -m perf.loadtest [--duration S] [--rates R ...] [--interleaved-rate R]``.
 """
 
@@ -36,12 +36,12 @@ from pathlib import Path
 
 import numpy as np
 
+from perf.stub_openai_server import run_stub_server
 from pipeline.config import default_config
 from pipeline.loadtest.client import ClientOptions, Outcome, run_schedule
 from pipeline.loadtest.compute import endpoint_url
 from pipeline.loadtest.plan import plan_offsets
 from pipeline.loadtest.stage import _new_loop
-from tests.stub_openai_server import run_stub_server
 
 TARGET_RPS = 500.0
 TARGET_P99_MS = 5.0

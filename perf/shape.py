@@ -59,6 +59,7 @@ def measure(workload: Path) -> dict[str, object]:
     from pipeline.shape.arrivals import arrival_metrics
     from pipeline.shape.compute import compute_shape
     from pipeline.shape.concurrency import peak_concurrency
+    from pipeline.shape.config import MIN_QUANTA_PER_WINDOW, PLOT_POINTS
     from pipeline.shape.lengths import length_metrics
     from pipeline.shape.mix import (
         category_metrics,
@@ -81,9 +82,9 @@ def measure(workload: Path) -> dict[str, object]:
         rss[name] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
         return value
 
-    step("arrivals", lambda: arrival_metrics(lf, cfg.min_quanta_per_window))
+    step("arrivals", lambda: arrival_metrics(lf, MIN_QUANTA_PER_WINDOW))
     step("lengths", lambda: length_metrics(lf))
-    conc = step("concurrency", lambda: peak_concurrency(lf, cfg.latency, cfg.plot_points))
+    conc = step("concurrency", lambda: peak_concurrency(lf, cfg.latency, PLOT_POINTS))
     step(
         "mix",
         lambda: (

@@ -15,19 +15,19 @@ Parquet, then ``enginefit simulate
 TRACE`` (the default durations lifetime, which reports the instant figures too; and
 ``--request-lifetime instant``) and ``enginefit curve TRACE`` run as child processes from an
 empty folder (built-in defaults), imports included, best of three. Beside them: the phases in
-process, and the pure-Python OrderedDict LRU of tests/sim_oracles.py alone on the same blocks
+process, and the pure-Python OrderedDict LRU of perf/sim_oracles.py alone on the same blocks
 (its instant hit tokens must equal the commands' exactly). ``--baseline DIR`` (or
 ``PERF_BASELINE``) times the same commands on another checkout's code (say the main branch's
 worktree) in the same run, interleaved.
 
 Kernels (``compare``): side by side on the same generated workload (block size 16), for both request
 lifetimes (``instant``: blocks released at arrival; ``durations``: pinned until each request
-finishes, ``replica_slots`` 64): seconds per scenario for the reference (tests/sim_oracles.py:
+finishes, ``replica_slots`` 64): seconds per scenario for the reference (perf/sim_oracles.py:
 an OrderedDict LRU, and the event-driven rules with ref counts) and for ours (1 replica, 4
 replicas round-robin and affinity), the all-capacity curve against one instant scenario, the
 cache-aware router, SHARDS, and optionally a large generated trace end to end. The results
 must agree per request, to the token, before any time is reported. Run it from the repository
-root (the references live under tests/).
+root.
 """
 
 from __future__ import annotations
@@ -48,13 +48,13 @@ import numpy as np
 import polars as pl
 
 from perf.prefix import generate as conversation_trace
+from perf.sim_oracles import event_reference, lru_reference
 from perf.workload import canonical_frame, conversations, spec
 from pipeline.config import default_config
 from pipeline.sim.blocks import BlockView, SimInputs, sim_input
 from pipeline.sim.config import Scenario
 from pipeline.sim.curve import Curve, capacity_curve
 from pipeline.sim.replay import assign, simulate, summarise
-from tests.sim_oracles import event_reference, lru_reference
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -102,7 +102,7 @@ def _timed(fn: Callable[[], Any], repeat: int = 1) -> tuple[float, Any]:
 FAIRNESS = (
     "  (both sides replay the same block stream: dense block ids per request, built once by "
     "SimInputs.blocks and excluded from both timings;\n   ours = the whole simulate() call "
-    "for one lifetime incl. grouping requests by replica; reference = tests/sim_oracles.py "
+    "for one lifetime incl. grouping requests by replica; reference = perf/sim_oracles.py "
     "over prebuilt Python lists:\n   instant = OrderedDict LRU, durations = ref counts + "
     "free OrderedDict + finish heap)"
 )
@@ -307,7 +307,7 @@ def _phases(path: Path, cache_tokens: int) -> list[tuple[str, float]]:
     run = timed("replay, durations", lambda: simulate(inp, sc, durations, with_instant=False))
     instant = settings.replace(request_lifetime="instant")
     timed("replay, instant", lambda: simulate(inp, sc, instant))
-    timed("summary", lambda: summarise(inp, run, durations))
+    timed("summary", lambda: summarise(inp, run))
     timed("curve: chain check", lambda: view.chained)
     timed(
         "curve: one pass",
@@ -422,7 +422,7 @@ def process(
                 got = outputs[("simulate", label)]["hit_tokens_instant"]
                 assert got == ref_hits, (label, got, ref_hits)
             print(
-                f"  reference (tests/sim_oracles.py lru_reference, instant lifetime, same "
+                f"  reference (perf/sim_oracles.py lru_reference, instant lifetime, same "
                 f"blocks, the loop alone): {ref_s:.1f} s, hit ratio {ref_hits / prompt:.4f} "
                 "(the commands' instant hit tokens equal it)"
             )

@@ -11,8 +11,6 @@ no workload.
 from __future__ import annotations
 
 import copy
-import dataclasses
-import json
 import os
 from dataclasses import dataclass
 from functools import cache
@@ -44,7 +42,6 @@ from pipeline.settings import (
     ConfigInstant,
     ConfigPath,
     ConfigQuarter,
-    Fraction,
     Section,
     load_yaml,
 )
@@ -112,7 +109,6 @@ class WorkloadSettings(Section):
     hash_salt: Annotated[str, Field(min_length=1)] | None
     anchor: ConfigInstant
     tokenizer: ConfigPath | None
-    quarantine_warn_share: Fraction
     # Ingest this quarter day by day (Dagster daily partitions, pipeline.ingest.days); None:
     # every trace file at once.
     daily_quarter: ConfigQuarter | None
@@ -187,6 +183,20 @@ class _File(BaseModel):
     loadtest: LoadtestConfig
 
 
+# The sections after the workload, in the order the configuration is printed.
+_PRINTED = (
+    "paths",
+    "shape",
+    "prefix",
+    "simulation",
+    "bench",
+    "requirements",
+    "decision",
+    "report",
+    "loadtest",
+)
+
+
 @dataclass(frozen=True)
 class Config:
     """Every section, validated. ``workload`` is None when no configuration file was given."""
@@ -226,23 +236,18 @@ class Config:
         return WorkloadLayout(child_folder(self.paths.data_dir, name, "workload.name"))
 
     def as_dict(self) -> dict[str, Any]:
-        """Every setting as plain data (the salt only as its fingerprint: it is a secret)."""
+        """Every setting as plain data, the one serialisation of the configuration (printed by
+        `enginefit config`, recorded in the report manifest); the salt only as its fingerprint:
+        it is a secret."""
         workload = None
         if self.workload is not None:
             workload = self.workload.model_dump(mode="json", exclude={"hash_salt"})
             workload["hash_salt_fingerprint"] = self.workload.salt_fingerprint
+        sections = {name: getattr(self, name).model_dump(mode="json") for name in _PRINTED}
         return {
             "source": str(self.source) if self.source else None,
             "workload": workload,
-            "paths": self.paths.model_dump(mode="json"),
-            "shape": self.shape.model_dump(mode="json"),
-            "prefix": self.prefix.model_dump(mode="json"),
-            "simulation": _plain(self.simulation),
-            "bench": self.bench.as_dict(),
-            "requirements": self.requirements.model_dump(mode="json"),
-            "decision": self.decision.model_dump(mode="json"),
-            "report": self.report.model_dump(mode="json"),
-            "loadtest": self.loadtest.as_dict(),
+            **sections,
         }
 
     def describe(self) -> str:
@@ -251,13 +256,6 @@ class Config:
             return "configuration: built-in defaults (no enginefit.yaml; pass --config FILE)"
         name = self.workload.name if self.workload else "none"
         return f"configuration: {self.source} (workload {name})"
-
-
-def _plain(section: Any) -> Any:
-    """A settings object as JSON-ready data."""
-    if isinstance(section, BaseModel):
-        return section.model_dump(mode="json")
-    return json.loads(json.dumps(dataclasses.asdict(section), default=str))
 
 
 @cache

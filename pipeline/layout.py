@@ -108,9 +108,6 @@ class _StagePaths:
         """Every output file of the stage, by name (folders excluded)."""
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "dir"}
 
-    def ensure(self) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
-
 
 @dataclass(frozen=True)
 class IngestPaths(_StagePaths):

@@ -122,9 +122,6 @@ NonNegativeInt = Annotated[int, Field(ge=0)]
 NonNegative = Annotated[float, Field(ge=0)]
 Fraction = Annotated[float, Field(ge=0, le=1)]
 # YAML lists become tuples (immutable); their items stay strictly typed.
-IntList = Annotated[tuple[int, ...], Strict(False)]
-PositiveIntList = Annotated[tuple[PositiveInt, ...], Strict(False), Field(min_length=1)]
-NonNegativeIntList = Annotated[tuple[NonNegativeInt, ...], Strict(False), Field(min_length=1)]
 PositiveSecondsList = Annotated[tuple[Annotated[float, Field(gt=0)], ...], Strict(False)]
 
 

@@ -10,7 +10,10 @@ import yaml
 
 from pipeline.bench.config import BenchConfig
 from pipeline.config import default_config
+from pipeline.ingest.stage import split_parts
+from pipeline.layout import WorkloadLayout
 from pipeline.sim.config import SimConfig
+from pipeline.store import publish_ingest
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -105,11 +108,9 @@ def _run_outside_the_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def write_requests(frame: pl.DataFrame, workload_dir: Path) -> None:
-    """A canonical request table written as the workload folder ``workload_dir``."""
-    from pipeline.ingest.stage import write_requests as write_parts
-    from pipeline.layout import WorkloadLayout
-
-    write_parts(frame, WorkloadLayout(workload_dir))
+    """A canonical request table published alone (no quarantine or summary) as the workload
+    folder ``workload_dir``."""
+    publish_ingest(WorkloadLayout(workload_dir), split_parts(frame))
 
 
 def bench_settings(**changes: object) -> BenchConfig:

@@ -476,4 +476,7 @@ def test_overload_settings_parse_and_validate() -> None:
     assert parsed.min_tail_requests == 2
     assert DEFAULTS.bench.overload == OverloadRule(tolerance=0.15, min_window_latencies=3.0)
     assert DEFAULTS.bench.min_tail_requests == 1
-    assert parsed.as_dict()["overload"] == {"tolerance": 0.1, "min_window_latencies": 3.0}
+    assert parsed.model_dump(mode="json")["overload"] == {
+        "tolerance": 0.1,
+        "min_window_latencies": 3.0,
+    }

@@ -159,7 +159,6 @@ def test_bench_settings_validates_keys(tmp_path: Path) -> None:
         ({"prices": {"usd": 1}}, "bench.prices"),
         ({"results": "x"}, "bench.results: Input should be a valid tuple"),
         ({"manifest": 3}, "bench.manifest: expected a path string"),
-        ({"length_factor": 0.5}, "bench.length_factor: Input should be greater than 1"),
         ({"overload": {"tolerance": 1.5}}, "bench.overload.tolerance: Input should be less than 1"),
         ({"overload": {"tolerance": "low"}}, "bench.overload.tolerance: Input should be a valid"),
         ({"overload": {"min_window_latencies": 0}}, "bench.overload.min_window_latencies"),

@@ -10,12 +10,12 @@ import numpy as np
 import polars as pl
 
 from pipeline.prefix.cache_rules import hit_limit_blocks, namespace_codes, namespaced_ids
-from pipeline.prefix.compute import reuse_per_request
 from pipeline.schema import conform
 from pipeline.sim.blocks import sim_input
 from pipeline.sim.config import Scenario
 from pipeline.sim.replay import simulate
 from tests.conftest import DEFAULTS
+from tests.prefix_oracles import reuse_per_request
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 B = 4

@@ -93,20 +93,18 @@ def test_every_default_is_documented_once() -> None:
         (_raw(block_size="16"), "workload.block_size: Input should be a valid integer"),
         (_raw(block_szie=16), "unknown key workload.block_szie (did you mean block_size?)"),
         (_raw(anchor="yesterday"), "workload.anchor: 'yesterday' is not an ISO-8601 date"),
-        (_raw(quarantine_warn_share=2), "workload.quarantine_warn_share"),
+        # a warn share that became a constant (pipeline.ingest.checks) is no longer a key
+        (_raw(quarantine_warn_share=0.05), "unknown key workload.quarantine_warn_share"),
         (_raw(name="../../x"), "is not a workload name"),
         (_raw(name="team/a"), "is not a workload name"),
         ({**_raw(), "shape": [1]}, "section 'shape' must be a mapping"),
         ({**_raw(), "benchmark": {}}, "unknown key benchmark"),
-        ({**_raw(), "shape": {"plot_points": 2.5}}, "shape.plot_points: Input should be a valid"),
+        ({**_raw(), "shape": {"long_tail_ratio": "x"}}, "shape.long_tail_ratio: Input should be"),
         (
             {**_raw(), "shape": {"latency_model": {"tpot_ms": float("nan")}}},
             "shape.latency_model.tpot_ms: Input should be a finite number",
         ),
-        (
-            {**_raw(), "shape": {"concurrency_low_max": 20}},
-            "concurrency_high_min (10) must exceed concurrency_low_max (20)",
-        ),
+        ({**_raw(), "decision": {"trt_max_models": 3}}, "unknown key decision.trt_max_models"),
         (
             {**_raw(), "prefix": {"reuse_age_buckets_s": [600, 60]}},
             "reuse_age_buckets_s must be strictly ascending",
@@ -138,10 +136,10 @@ def test_salt_from_environment_wins(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_sections_are_immutable_and_replace_validates() -> None:
     shape = default_config().shape
     with pytest.raises(ValidationError, match="frozen"):
-        shape.plot_points = 5  # type: ignore[misc]
-    assert shape.replace(plot_points=20).plot_points == 20
-    with pytest.raises(ValidationError, match="greater than or equal to 10"):
-        shape.replace(plot_points=5)
+        shape.long_tail_ratio = 5  # type: ignore[misc]
+    assert shape.replace(long_tail_ratio=5.0).long_tail_ratio == 5.0
+    with pytest.raises(ValidationError, match="greater than 1"):
+        shape.replace(long_tail_ratio=0.5)
 
 
 def test_missing_and_malformed_files(tmp_path: Path) -> None:
@@ -172,7 +170,7 @@ def test_config_command_prints_every_setting_but_never_the_salt(
 
     path = tmp_path / "c.yaml"
     path.write_text(
-        yaml.safe_dump({**_raw(hash_salt="a-secret-salt"), "shape": {"plot_points": 50}})
+        yaml.safe_dump({**_raw(hash_salt="a-secret-salt"), "shape": {"long_tail_ratio": 5.0}})
     )
     assert main(["config", "--config", str(path), "--json"]) == 0
     out, err = capsys.readouterr()
@@ -190,7 +188,7 @@ def test_config_command_prints_every_setting_but_never_the_salt(
         "report",
         "loadtest",
     }
-    assert printed["shape"]["plot_points"] == 50
+    assert printed["shape"]["long_tail_ratio"] == 5.0
     assert printed["bench"]["slo"]["ttft_p95_ms"] == 1000.0
     assert "a-secret-salt" not in out + err
     assert (

@@ -4,12 +4,13 @@ the KV-cache sizing formula reproduces ENGINE_FACTS.md's H100 figures."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import get_args
 
 import pytest
 import yaml
 
 from pipeline.config import config_from_mapping
-from pipeline.decision.catalog import FEATURES, HARDWARE_TARGETS, _bundled_text, load_catalog
+from pipeline.decision.catalog import FEATURES, HardwareTarget, _bundled_text, load_catalog
 from pipeline.decision.config import KvCacheSizing
 from pipeline.errors import ConfigError
 from tests.decision_fixtures import decide_on, steady_traffic, sweep
@@ -31,7 +32,7 @@ def test_the_bundled_catalog_holds_every_engine_and_layer_with_sources() -> None
     assert set(catalog.engines) == ENGINES and set(catalog.layers) == LAYERS
     for engine in catalog.engines.values():
         assert set(engine.features) == set(FEATURES)
-        assert set(engine.hardware) <= set(HARDWARE_TARGETS)
+        assert set(engine.hardware) <= set(get_args(HardwareTarget))
         assert engine.sources() <= set(catalog.sources)
     assert catalog.engines["tgi"].status.state == "maintenance"
     assert catalog.engines["tgi"].status.since.isoformat() == "2025-12-11"  # type: ignore[union-attr]

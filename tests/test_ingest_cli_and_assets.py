@@ -60,7 +60,7 @@ def test_workload_asset_and_checks(tmp_path: Path) -> None:
     trace = tmp_path / "a.csv"
     rows = "".join(f"2023-11-16 18:00:{i:02d}.0,{10 + i},1\n" for i in range(20))
     trace.write_text(AZURE + rows + "2023-11-16 18:01:00.0,oops,1\n")
-    config = write_config(tmp_path, [str(trace)], quarantine_warn_share=0.01)
+    config = write_config(tmp_path, [str(trace)])
     from assets.ingest import CHECKS
 
     result = dg.materialize(

@@ -27,7 +27,7 @@ from pipeline.ingest import stage
 from pipeline.ingest.compute import BUNDLED_SAMPLE_SHA256, expand_paths, ingest_paths
 from pipeline.layout import WorkloadLayout
 from pipeline.store import OutputError, verify_ingest
-from tests.conftest import REPO, write_config
+from tests.conftest import REPO, write_config, write_requests
 
 AZURE = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 WHERE_TO = "choose another output folder (--out DIR, or paths.data_dir in the configuration)"
@@ -169,7 +169,7 @@ def test_a_folder_holding_only_later_stage_outputs_is_an_enginefit_workload(
     (layout.bench.dir / "mine.txt").write_text("x")
     layout.marker.unlink()
     with pytest.raises(OutputError, match="not an enginefit workload"):
-        stage.write_requests(stage.read_requests(layout).collect(), layout)
+        write_requests(stage.read_requests(layout).collect(), layout.root)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -19,13 +19,13 @@ import yaml
 from assets.bench import ASSETS as BENCH_ASSETS
 from assets.bench import CHECKS as BENCH_CHECKS
 from assets.resources import EnginefitStore
+from perf.stub_openai_server import StubServer, run_stub_server
 from pipeline.cli import main
 from pipeline.config import load_config
 from pipeline.ingest.stage import read_requests
 from pipeline.sim.blocks import sim_input
 from pipeline.sim.curve import capacity_curve
 from tests.conftest import DEFAULTS, REPO, bundled_config
-from tests.stub_openai_server import StubServer, run_stub_server
 from tests.workloads import growing_conversations
 
 DEPLOYMENT = ["--engine", "vllm", "--gpu-type", "H100", "--gpu-count", "1", "--price", "2.5"]

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from perf.stub_openai_server import StubServer, run_stub_server
 from pipeline.loadtest.client import ClientOptions, Outcome, run_schedule
 from pipeline.loadtest.compute import LoadtestInputs, bodies_for, rate_summary, request_frame
 from pipeline.loadtest.config import LoadtestConfig
@@ -22,7 +23,6 @@ from pipeline.loadtest.stage import _new_loop, run
 from pipeline.sim.blocks import sim_input
 from pipeline.sim.curve import capacity_curve
 from tests.conftest import DEFAULTS
-from tests.stub_openai_server import StubServer, run_stub_server
 from tests.workloads import growing_conversations
 
 BODY = b'{"model":"stub-model","prompt":"a b c d","max_tokens":6,"stream":true,"stream_options":{"include_usage":true}}'

@@ -13,16 +13,14 @@ from polars.testing import assert_frame_equal
 from pipeline.prefix.analysis import analyse
 from pipeline.prefix.compute import (
     PrefixInputError,
-    at_block_size,
     classify_curve,
-    reuse_per_request,
     reuse_summary,
-    sharing_curve,
     window_grid,
 )
 from pipeline.prefix.present import curve_svg
 from pipeline.schema import conform
 from tests.conftest import DEFAULTS
+from tests.prefix_oracles import at_block_size, reuse_per_request, sharing_curve
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 B = 4
@@ -101,7 +99,7 @@ def test_curve_ignores_unknown_hashes_and_handles_short_prompts() -> None:
     assert curve.row(0, named=True)["eligible"] == 0
     assert curve.row(0, named=True)["share"] == 0.0
     assert curve.row(0, named=True)["share_eligible"] is None
-    shape = classify_curve(curve, 2.5, DEFAULTS.prefix)
+    shape = classify_curve(curve, 2.5)
     assert shape["shape"] == "unknown"
 
 
@@ -202,9 +200,8 @@ def _curve(points: dict[int, float]) -> pl.DataFrame:
 
 
 def test_classification_thresholds() -> None:
-    cfg = DEFAULTS.prefix
     falls = _curve({16: 0.9, 256: 0.9, 1024: 0.3, 4096: 0.1, 8192: 0.05})
-    got = classify_curve(falls, 10_000, cfg)
+    got = classify_curve(falls, 10_000)
     assert (got["shape"], got["short_window_tokens"], got["long_window_tokens"]) == (
         "short system prompt",
         256,
@@ -212,14 +209,14 @@ def test_classification_thresholds() -> None:
     )
     assert got["retention"] == pytest.approx(0.1 / 0.9)
     stays = _curve({16: 0.9, 256: 0.8, 1024: 0.7, 4096: 0.6})
-    assert classify_curve(stays, 10_000, cfg)["shape"] == "long shared context"
+    assert classify_curve(stays, 10_000)["shape"] == "long shared context"
     # The long window is capped at the median prompt (1500 -> 1024).
-    capped = classify_curve(falls, 1500, cfg)
+    capped = classify_curve(falls, 1500)
     assert capped["long_window_tokens"] == 1024
     assert capped["shape"] == "short system prompt"
     none = _curve({16: 0.3, 256: 0.1, 4096: 0.1})
-    assert classify_curve(none, 10_000, cfg)["shape"] == "no sharing"
-    short_prompts = classify_curve(_curve({16: 0.9, 256: 0.9}), 200, cfg)
+    assert classify_curve(none, 10_000)["shape"] == "no sharing"
+    short_prompts = classify_curve(_curve({16: 0.9, 256: 0.9}), 200)
     assert short_prompts["shape"] == "short system prompt"
     assert short_prompts["long_window_tokens"] is None
 

@@ -33,8 +33,8 @@ def test_values_replace_defaults() -> None:
         ({"reuse_age_buckets_s": [600, 60]}, "strictly ascending"),
         ({"reuse_age_buckets_s": [-1]}, "prefix.reuse_age_buckets_s[0]: Input should be greater"),
         ({"reuse_age_buckets_s": 60}, "prefix.reuse_age_buckets_s: Input should be a valid tuple"),
-        ({"no_sharing_below": 1.5}, "prefix.no_sharing_below: Input should be less than"),
-        ({"classify_short_window_tokens": 4096}, "must exceed"),
+        # a threshold that became a constant (pipeline.prefix.compute) is no longer a key
+        ({"no_sharing_below": 0.1}, "unknown key prefix.no_sharing_below"),
         ({"block_size": 0}, "prefix.block_size: a block size is 1 to 4096 tokens"),
         ({"min_blocks": 2}, "unknown key prefix.min_blocks"),
     ],

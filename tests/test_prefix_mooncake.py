@@ -19,10 +19,11 @@ from typing import Any
 import polars as pl
 import pytest
 
-from pipeline.prefix.compute import classify_curve, reuse_per_request, sharing_curve
-from pipeline.prefix.sessions import infer_parents, infer_sessions
+from pipeline.prefix.compute import classify_curve
+from pipeline.prefix.sessions import infer_sessions
 from pipeline.schema import conform
-from tests.conftest import DEFAULTS, trace_or_missing
+from tests.conftest import trace_or_missing
+from tests.prefix_oracles import infer_parents, reuse_per_request, sharing_curve
 
 pytestmark = pytest.mark.shared
 
@@ -133,7 +134,7 @@ def test_curve_matches_reference(rows: list[dict[str, Any]]) -> None:
         assert point["sharing"] == sum(c for c in counts.values() if c > 1)
     # Every request starts with block id 0, so the 512-token window is shared by all.
     assert curve.row(0, named=True)["share"] == 1.0
-    shape = classify_curve(curve, 6909.0, DEFAULTS.prefix)
+    shape = classify_curve(curve, 6909.0)
     assert shape["short_window_tokens"] == BLOCK
     assert shape["long_window_tokens"] == 4096
 

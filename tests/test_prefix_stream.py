@@ -15,10 +15,10 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from pipeline.prefix import analysis
-from pipeline.prefix.compute import reuse_per_request
 from pipeline.prefix.stage import inputs_from, run
 from pipeline.schema import conform
 from tests.conftest import DEFAULTS
+from tests.prefix_oracles import reuse_per_request
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 B = 4

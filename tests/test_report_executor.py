@@ -9,13 +9,13 @@ import dagster as dg
 import pytest
 
 from assets.cli import main
-from assets.definitions import EXECUTORS, WORKER_PRELOAD, full_report_job_def, report_run_config
+from assets.definitions import EXECUTORS, FULL_REPORT, WORKER_PRELOAD, defs, report_run_config
 
 
 @pytest.mark.parametrize("executor", EXECUTORS)
 def test_the_run_config_is_valid_for_the_job(executor: str, tmp_path: Path) -> None:
     config = report_run_config(tmp_path / "enginefit.yaml", executor, 3)  # type: ignore[arg-type]
-    assert dg.validate_run_config(full_report_job_def(), config)
+    assert dg.validate_run_config(defs.resolve_job_def(FULL_REPORT), config)
     chosen = config["execution"]["config"]
     assert list(chosen) == [executor]
     if executor == "multiprocess":

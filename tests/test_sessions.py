@@ -12,10 +12,10 @@ from polars.testing import assert_frame_equal
 from pipeline.prefix.sessions import (
     SESSIONS_SCHEMA,
     SessionInputError,
-    infer_parents,
     infer_sessions,
 )
 from pipeline.schema import conform
+from tests.prefix_oracles import infer_parents
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 

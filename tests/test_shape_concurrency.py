@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from pipeline.schema import conform
 from pipeline.shape.common import ShapeError
-from pipeline.shape.concurrency import concurrency_steps, peak_concurrency
+from pipeline.shape.concurrency import peak_concurrency
 from pipeline.shape.facts import LatencyModel
 from tests.conftest import DEFAULTS
 
@@ -73,8 +73,6 @@ def test_zero_length_requests_occupy_nothing() -> None:
 def test_single_request() -> None:
     r = peak_concurrency(frame([0], [250.0]), LM)
     assert r.peak == 1 and r.mean == pytest.approx(1.0)
-    steps = concurrency_steps(frame([0], [250.0]), LM)
-    assert steps["concurrency"].to_list() == [1, 0]
 
 
 def test_estimated_durations_are_labelled_with_the_model() -> None:
@@ -115,8 +113,6 @@ def test_matches_naive_sweep(reqs: list[tuple[int, int]], points: int) -> None:
     peak, steps = reference_sweep(intervals)
     r = peak_concurrency(df, LM, max_points=points)
     assert r.peak == peak
-    got = concurrency_steps(df, LM)
-    assert [(int(t.timestamp() * 1_000_000), c) for t, c in got.iter_rows()] == steps
 
     # Each bucket's max/min equal those of the step function over [bucket start, next start).
     def level_at(t: int) -> int:

@@ -12,13 +12,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from perf.sim_oracles import event_reference, lru_reference
 from pipeline.schema import conform
 from pipeline.sim.blocks import SimulationInputError, sim_input
 from pipeline.sim.config import Scenario
 from pipeline.sim.curve import capacity_curve
 from pipeline.sim.replay import Assignment, assign, simulate
 from tests.conftest import DEFAULTS, sim_settings
-from tests.sim_oracles import event_reference, lru_reference
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -59,7 +59,7 @@ def hits(rows: list[dict[str, Any]], block_size: int, cache_tokens: int, **kw: A
 
 
 # --------------------------------------------------------------------------------------------
-# The references (tests/sim_oracles.py) fed straight from the rows: block keys are the hashes
+# The references (perf/sim_oracles.py) fed straight from the rows: block keys are the hashes
 # (with the tenant when isolated), unknown output blocks are what the tokens add beyond them.
 # --------------------------------------------------------------------------------------------
 

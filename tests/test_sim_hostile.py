@@ -172,7 +172,6 @@ def test_the_configured_grid_meets_the_same_bounds() -> None:
         ({"cache_tokens": [-5]}, "simulation.cache_tokens[0]: Input should be greater than or"),
         ({"cache_tokens": [10**16]}, "simulation.cache_tokens[0]: at most 1,000,000,000,000,000"),
         ({"block_sizes": [8192]}, "simulation.block_sizes[0]: a block size is 1 to 4096 tokens"),
-        ({"curve_points": 10**6}, "simulation.curve_points: Input should be less than or equal"),
         ({"replica_slots": 2**40}, "simulation.replica_slots: Input should be less than or"),
         (
             {"cache_aware": {"preset": "library", "balance_abs_threshold": 2**40}},

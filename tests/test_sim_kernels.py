@@ -1,5 +1,5 @@
 """The replay kernel against the pure-Python references on random tries, and the one-pass curve
-kernel against the block-level stack-depth oracle (tests/sim_oracles.py)."""
+kernel against the block-level stack-depth oracle (perf/sim_oracles.py)."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
-from pipeline.prefix.cache_rules import hit_limit_blocks
-from pipeline.sim import curve_kernels, kernels
-from tests.sim_oracles import (
+from perf.sim_oracles import (
     ReferenceRun,
     event_reference,
     lru_reference,
     stack_depth_histogram_exact,
 )
+from pipeline.prefix.cache_rules import hit_limit_blocks
+from pipeline.sim import curve_kernels, kernels
 
 I64 = NDArray[np.int64]
 B = 4

@@ -111,7 +111,7 @@ def test_shared_blocks_stay_pinned_while_any_holder_runs() -> None:
 def test_summary_reports_the_lifetime_pinning_and_a_warning() -> None:
     inp = sim_input(canonical(PINNING), latency_model=DEFAULTS.shape.latency)
     sc = Scenario(B, 1, 8, "round-robin")
-    out = summarise(inp, simulate(inp, sc, DEFAULTS.simulation), DEFAULTS.simulation)
+    out = summarise(inp, simulate(inp, sc, DEFAULTS.simulation))
     assert out["request_lifetime"] == {
         "mode": "durations",
         "durations_logged": 4,
@@ -128,15 +128,17 @@ def test_summary_reports_the_lifetime_pinning_and_a_warning() -> None:
     assert out["warnings"] == [
         "tokens pinned by running requests at peak reach 200 % of the cache capacity"
     ]
-    # 16 tokens pinned against a 32-token cache is 50 %: below 0.8, above 0.4
+    # 16 tokens pinned against a 32-token cache is 50 %: below PINNED_WARN_SHARE (0.8)
     roomy = Scenario(B, 1, 32, "round-robin")
     run = simulate(inp, roomy, DEFAULTS.simulation)
-    assert summarise(inp, run, DEFAULTS.simulation)["warnings"] == []
-    warned = summarise(inp, run, sim_settings(pinned_warn_share=0.4))["warnings"]
-    assert warned == ["tokens pinned by running requests at peak reach 50 % of the cache capacity"]
-    instant = summarise(
-        inp, simulate(inp, sc, sim_settings(request_lifetime="instant")), DEFAULTS.simulation
-    )
+    assert summarise(inp, run)["warnings"] == []
+    # against a 20-token cache it is 80 %: the share is reached, so it warns
+    tight = Scenario(B, 1, 20, "round-robin")
+    warned = summarise(inp, simulate(inp, tight, DEFAULTS.simulation))
+    assert warned["warnings"] == [
+        "tokens pinned by running requests at peak reach 80 % of the cache capacity"
+    ]
+    instant = summarise(inp, simulate(inp, sc, sim_settings(request_lifetime="instant")))
     assert instant["request_lifetime"] == {
         "mode": "instant",
         "note": "no durations: blocks released at arrival, nothing pinned",
@@ -150,7 +152,7 @@ def test_estimated_durations_are_counted_and_labelled() -> None:
     rows[0]["e2e_ms"] = 5.0
     inp = sim_input(canonical(rows), latency_model=DEFAULTS.shape.latency)
     run = simulate(inp, Scenario(B, 1, 100, "round-robin"), DEFAULTS.simulation)
-    out = summarise(inp, run, DEFAULTS.simulation)
+    out = summarise(inp, run)
     lifetime = out["request_lifetime"]
     assert (lifetime["durations_logged"], lifetime["durations_estimated"]) == (1, 2)
     assert lifetime["latency_model"]["source"] == "config"
@@ -216,7 +218,7 @@ def test_growing_durations_let_the_imbalance_rule_fire() -> None:
     loaded = simulate(inp, sc, sim_settings(cache_aware=KNOBS, replica_slots=1))
     assert loaded.replica.tolist()[:5] == [0, 0, 0, 0, 1]
     assert loaded.balance_routed > 0
-    assert summarise(inp, loaded, DEFAULTS.simulation)["balance_routed"] == loaded.balance_routed
+    assert summarise(inp, loaded)["balance_routed"] == loaded.balance_routed
 
 
 # --------------------------------------------------------------------------------------------
@@ -257,12 +259,12 @@ def test_summary_states_the_preset_and_the_router_view() -> None:
         Scenario(B, 2, 10_000, "cache-aware"),
         sim_settings(cache_aware=CacheAwareConfig.from_preset("launcher")),
     )
-    ca = summarise(inp, run, DEFAULTS.simulation)["cache_aware"]
+    ca = summarise(inp, run)["cache_aware"]
     assert ca["preset"] == "launcher"
     assert (ca["cache_threshold"], ca["balance_abs_threshold"]) == (0.3, 64)
     assert "exact caches" in ca["router_view"] and "approximate" in ca["router_view"]
     plain = simulate(inp, Scenario(B, 2, 10_000, "round-robin"), DEFAULTS.simulation)
-    assert summarise(inp, plain, DEFAULTS.simulation)["cache_aware"] is None
+    assert summarise(inp, plain)["cache_aware"] is None
 
 
 def test_router_state_above_the_memory_limit_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -291,28 +293,23 @@ def test_new_config_keys_defaults_and_validation() -> None:
     default = DEFAULTS.simulation
     assert default.request_lifetime == "durations"
     assert default.replica_slots == 64
-    assert default.pinned_warn_share == 0.8
     assert default.cache_aware == CacheAwareConfig.from_preset("library")
     cfg = config_from_mapping(
         {
             "simulation": {
                 "request_lifetime": "instant",
                 "replica_slots": None,
-                "pinned_warn_share": 0.5,
                 "cache_aware": {"preset": "launcher", "balance_abs_threshold": 8},
             }
         }
     ).simulation
-    assert (cfg.request_lifetime, cfg.replica_slots, cfg.pinned_warn_share) == (
-        "instant",
-        None,
-        0.5,
-    )
+    assert (cfg.request_lifetime, cfg.replica_slots) == ("instant", None)
     assert cfg.cache_aware == CacheAwareConfig.from_preset("launcher", balance_abs_threshold=8)
     for raw, message in (
         ({"request_lifetime": "forever"}, "simulation.request_lifetime"),
         ({"replica_slots": 0}, "simulation.replica_slots"),
-        ({"pinned_warn_share": -0.1}, "simulation.pinned_warn_share"),
+        # a warn share that became a constant (pipeline.sim.replay) is no longer a key
+        ({"pinned_warn_share": 0.5}, "unknown key simulation.pinned_warn_share"),
         ({"cache_aware": {"preset": "cli"}}, "simulation.cache_aware.preset"),
         (
             {"cache_aware": {"preset": "library", "eviction_interval_secs": 30}},
@@ -335,7 +332,7 @@ def test_curve_check_compares_the_instant_figures() -> None:
     settings = DEFAULTS.simulation
     summaries = [
         ScenarioSummary.from_json(
-            summarise(inp, simulate(inp, Scenario(B, 1, cache, "round-robin"), settings), settings)
+            summarise(inp, simulate(inp, Scenario(B, 1, cache, "round-robin"), settings))
         )
         for cache in (8, 1000)
     ]

@@ -85,7 +85,6 @@ def test_least_loaded_labels_estimated_durations() -> None:
     out = summarise(
         inp,
         simulate(inp, Scenario(4, 2, 100, "least-loaded"), DEFAULTS.simulation),
-        DEFAULTS.simulation,
     )
     assert out["durations"]["estimated"] is True
     assert out["durations"]["estimated_requests"] == 4
@@ -192,7 +191,6 @@ def test_summary_statistics_add_up() -> None:
     out = summarise(
         inp,
         simulate(inp, Scenario(4, 4, 1000, "round-robin"), DEFAULTS.simulation),
-        DEFAULTS.simulation,
     )
     assert out["prompt_tokens"] == 12 * 9
     # each replica gets 3 requests: first misses, next two hit 8 tokens each
@@ -206,7 +204,6 @@ def test_summary_statistics_add_up() -> None:
     aff = summarise(
         inp,
         simulate(inp, Scenario(4, 4, 1000, "affinity"), DEFAULTS.simulation),
-        DEFAULTS.simulation,
     )
     assert aff["request_imbalance"] >= 4 / 3
     assert len(aff["per_replica"]) == 4
@@ -227,17 +224,14 @@ def test_inferred_sessions_bring_a_conversation_home() -> None:
     aff = summarise(
         inp,
         simulate(inp, Scenario(4, 3, 10_000, "affinity"), DEFAULTS.simulation),
-        DEFAULTS.simulation,
     )
     rr = summarise(
         inp,
         simulate(inp, Scenario(4, 3, 10_000, "round-robin"), DEFAULTS.simulation),
-        DEFAULTS.simulation,
     )
     single = summarise(
         inp,
         simulate(inp, Scenario(4, 1, 10_000, "round-robin"), DEFAULTS.simulation),
-        DEFAULTS.simulation,
     )
     assert aff["hit_tokens"] == single["hit_tokens"] > rr["hit_tokens"]
     assert aff["sessions_inferred"] == inp.sessions_inferred

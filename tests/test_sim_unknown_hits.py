@@ -149,7 +149,7 @@ MIXED_PROMPT_TOKENS = MIXED_CONTENT_TOKENS + 4 * 100  # 892
 def test_partial_content_hits_cover_the_requests_with_content() -> None:
     inp = sim_input(_mixed_frame(), latency_model=DEFAULTS.shape.latency)
     settings = DEFAULTS.simulation.replace(request_lifetime="instant")
-    out = summarise(inp, simulate(inp, Scenario(16, 1, 10**6, "round-robin"), settings), settings)
+    out = summarise(inp, simulate(inp, Scenario(16, 1, 10**6, "round-robin"), settings))
     assert out["hit_tokens"] == MIXED_HITS
     assert out["hit_ratio"] == pytest.approx(288 / 492)
     assert out["prefill_tokens"] == MIXED_CONTENT_TOKENS - MIXED_HITS
@@ -169,7 +169,7 @@ def test_partial_content_hits_cover_the_requests_with_content() -> None:
     assert curve.frame()["hit_ratio"].max() == pytest.approx(288 / 492)
     # in a 2-block cache the count-only requests' 6 anonymous blocks each take capacity too:
     # hits fall, and the one-pass curve still equals the replay there
-    small = summarise(inp, simulate(inp, Scenario(16, 1, 32, "round-robin"), settings), settings)
+    small = summarise(inp, simulate(inp, Scenario(16, 1, 32, "round-robin"), settings))
     assert small["hit_tokens"] < MIXED_HITS
     assert small["hit_tokens"] == curve.hit_tokens_at(32)
 
@@ -202,7 +202,7 @@ def _unknown_outputs() -> tuple[pl.DataFrame, pl.DataFrame]:
     settings = DEFAULTS.simulation
     summaries = [
         ScenarioSummary.from_json(
-            summarise(inp, simulate(inp, Scenario(16, r, 64, "round-robin"), settings), settings)
+            summarise(inp, simulate(inp, Scenario(16, r, 64, "round-robin"), settings))
         )
         for r in (1, 2)
     ]

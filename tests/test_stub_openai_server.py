@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.stub_openai_server import (
+from perf.stub_openai_server import (
     SCRIPT,
     StubServer,
     _read_first_line,

@@ -30,7 +30,7 @@ T0 = datetime(2025, 1, 1, tzinfo=UTC)
 def _scenario(frame: pl.DataFrame) -> dict[str, Any]:
     inp = sim_input(frame, latency_model=DEFAULTS.shape.latency)
     settings = DEFAULTS.simulation
-    return summarise(inp, simulate(inp, Scenario(16, 2, 64, "round-robin"), settings), settings)
+    return summarise(inp, simulate(inp, Scenario(16, 2, 64, "round-robin"), settings))
 
 
 def test_scenario_summary_round_trips_byte_identical() -> None:

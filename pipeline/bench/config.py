@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, ConfigDict, Field
+from pydantic import BeforeValidator, ConfigDict, Field, PlainSerializer
 
 from pipeline.bench.cost import Prices, prices_from_mapping
 from pipeline.errors import ConfigError
@@ -234,9 +234,6 @@ class OverloadRule(Section):
     tolerance: Annotated[float, Field(ge=0, lt=1)]
     min_window_latencies: Annotated[float, Field(gt=0)]
 
-    def as_dict(self) -> dict[str, float]:
-        return {"tolerance": self.tolerance, "min_window_latencies": self.min_window_latencies}
-
 
 def _slo(value: Any) -> Any:
     return value if isinstance(value, SloSpec) else slo_from_mapping(value, where="bench.slo")
@@ -253,34 +250,17 @@ class BenchConfig(Section):
         extra="forbid", frozen=True, strict=True, allow_inf_nan=False, arbitrary_types_allowed=True
     )
 
+    # Field order is the order `enginefit config` prints them in.
     results: tuple_of(ConfigPath)  # type: ignore[valid-type]
     manifest: ConfigPath | None
-    slo: Annotated[SloSpec, BeforeValidator(_slo)]
-    overload: OverloadRule
-    min_tail_requests: NonNegativeInt
+    slo: Annotated[SloSpec, BeforeValidator(_slo), PlainSerializer(SloSpec.as_dict)]
     interpolate: bool
-    prices: Annotated[Prices, BeforeValidator(_prices)]
+    prices: Annotated[Prices, BeforeValidator(_prices), PlainSerializer(Prices.as_dict)]
     as_of: ConfigDate | None
     max_age_days: PositiveInt
     peak_window: Annotated[str, Field(min_length=1)]
-    length_factor: Annotated[float, Field(gt=1)]
-    tail_ratio: Annotated[float, Field(gt=1)]
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "results": [str(p) for p in self.results],
-            "manifest": str(self.manifest) if self.manifest else None,
-            "slo": self.slo.as_dict(),
-            "interpolate": self.interpolate,
-            "prices": self.prices.as_dict(),
-            "as_of": self.as_of.isoformat() if self.as_of else None,
-            "max_age_days": self.max_age_days,
-            "peak_window": self.peak_window,
-            "length_factor": self.length_factor,
-            "tail_ratio": self.tail_ratio,
-            "overload": self.overload.as_dict(),
-            "min_tail_requests": self.min_tail_requests,
-        }
+    overload: OverloadRule
+    min_tail_requests: NonNegativeInt
 
 
 RUN_DATE_ENV = "ENGINEFIT_RUN_DATE"

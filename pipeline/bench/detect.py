@@ -42,23 +42,6 @@ import yaml
 
 from pipeline.errors import InputFormatError
 
-KINDS: tuple[str, ...] = (
-    "vllm_bench_serve",
-    "sglang_bench_serving",
-    "guidellm",
-    "genai_perf",
-    "genai_perf_raw",
-    "aiperf",
-    "aiperf_requests",
-    "llmperf_summary",
-    "llmperf_requests",
-    "inference_perf_stage",
-    "inference_perf_summary",
-    "inference_perf_config",
-    "inference_perf_requests",
-    "vllm_sweep_summary",
-)
-
 
 class BenchFormatError(InputFormatError):
     """A benchmark result file matches no known format, or cannot be parsed."""

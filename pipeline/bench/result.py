@@ -182,7 +182,7 @@ def analysis_payload(analysis: BenchResult) -> dict[str, Any]:
         "workload_facts": analysis.facts_source,
         "prices_source": analysis.prices_source,
         "slo": analysis.settings.slo.as_dict(),
-        "overload": analysis.settings.overload.as_dict(),
+        "overload": analysis.settings.overload.model_dump(mode="json"),
         "min_tail_requests": analysis.settings.min_tail_requests,
         "interpolate": analysis.settings.interpolate,
         "prices": analysis.settings.prices.as_dict(),

@@ -13,17 +13,6 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-TOOLS: tuple[str, ...] = (
-    "vllm_bench_serve",
-    "sglang_bench_serving",
-    "guidellm",
-    "genai_perf",
-    "aiperf",
-    "llmperf",
-    "inference_perf",
-)
-LOAD_MODES: tuple[str, ...] = ("open", "closed", "offline")
-METRIC_SOURCES: tuple[str, ...] = ("native", "recomputed", "missing")
 LATENCY_METRICS: tuple[str, ...] = ("ttft", "tpot", "itl", "e2e")
 LATENCY_STATS: tuple[str, ...] = ("mean", "p50", "p90", "p95", "p99", "max")
 # percentile name -> q in [0, 1]
@@ -258,7 +247,3 @@ def rejected_notes(points: pl.DataFrame) -> list[str]:
 
 def empty_load_points() -> pl.DataFrame:
     return pl.DataFrame(schema=LOAD_POINT_SCHEMA)
-
-
-def empty_per_request() -> pl.DataFrame:
-    return pl.DataFrame(schema=PER_REQUEST_SCHEMA)

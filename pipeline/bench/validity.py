@@ -10,9 +10,9 @@ naming the numbers behind it, and those numbers in ``bench_value`` / ``prod_valu
 Checks (``check`` column):
 
 ``fixed_length_prompts``  benchmark prompts of one length (p99/p50 ≤ 1.05 or the tool says so)
-                          while production's prompt p99/p50 ≥ ``tail_ratio``;
+                          while production's prompt p99/p50 ≥ ``TAIL_RATIO``;
 ``prompt_length``         benchmark median prompt differs from production's by more than
-                          ``length_factor`` × either way; ``output_length`` the same for output;
+                          ``LENGTH_FACTOR`` × either way; ``output_length`` the same for output;
 ``prefix_structure``      unique-prompt benchmark vs production sharing > 50% of requests, or a
                           shared-prefix benchmark vs production sharing < 20% (DOMAIN.md);
 ``peak_rate``             the highest load the open-loop sweep *sustained* (a point that passed
@@ -50,6 +50,12 @@ if TYPE_CHECKING:
 
 ALL_CANDIDATES = "(all candidates)"
 FIXED_SPREAD = 1.05  # p99/p50 at or below this counts as one fixed length
+# Production prompt p99/p50 at or above this flags fixed-length benchmark prompts (the long
+# prompts that exercise chunked prefill are missing from them).
+TAIL_RATIO = 2.0
+# A benchmark median prompt or output length off production's by more than this factor either
+# way is flagged: latency at a different length says little about ours.
+LENGTH_FACTOR = 2.0
 PREFIX_HIGH = 0.5  # DOMAIN.md: shared-prefix ratio > ~50% -> benchmark SGLang against vLLM
 PREFIX_LOW = 0.2  # DOMAIN.md: < ~20% -> published prefix-sharing margins do not apply
 UNIQUE_DATASETS = ("random", "random-ids", "sharegpt", "synthetic", "sonnet")
@@ -717,9 +723,9 @@ def validity_findings(
         )
     peak_label = next((k for k in rates if k.startswith("peak_")), None)
     parts = [
-        check_fixed_length(profile, facts, settings.tail_ratio),
-        check_length(profile, facts, settings.length_factor, which="prompt"),
-        check_length(profile, facts, settings.length_factor, which="output"),
+        check_fixed_length(profile, facts, TAIL_RATIO),
+        check_length(profile, facts, LENGTH_FACTOR, which="prompt"),
+        check_length(profile, facts, LENGTH_FACTOR, which="output"),
         check_prefix(profile, facts),
         check_peak_rate(profile, rates, peak_label),
         check_stale(profile, as_of, settings.max_age_days),

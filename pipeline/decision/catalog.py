@@ -34,7 +34,6 @@ from pipeline.settings import (
 HardwareTarget = Literal[
     "nvidia", "amd", "intel-gpu", "cpu", "apple", "tpu", "gaudi", "ascend", "neuron"
 ]
-HARDWARE_TARGETS: tuple[str, ...] = get_args(HardwareTarget)
 HardwareSupport = Literal["full", "partial", "plugin"]
 Feature = Literal["structured_output", "lora", "tool_calls", "long_context"]
 FEATURES: tuple[str, ...] = get_args(Feature)

@@ -10,13 +10,13 @@ or unknown with what to supply):
    running today is kept running while a migration is planned.
 4. ``features`` — a required feature (configured, or seen in the traffic) the engine lacks
    excludes it; a limited one is noted.
-5. ``concurrency`` — peak ≤ ``shape.concurrency_low_max``: look hard at llama.cpp / Ollama;
-   ≥ ``shape.concurrency_high_min``: vLLM or SGLang, Ollama is out.
+5. ``concurrency`` — peak ≤ ``CONCURRENCY_LOW_MAX``: look hard at llama.cpp / Ollama;
+   ≥ ``CONCURRENCY_HIGH_MIN``: vLLM or SGLang, Ollama is out.
 6. ``slo`` — an engine whose benchmark never met the SLO is excluded.
 7. ``model_churn`` — one or two stable models on one fixed NVIDIA SKU at huge volume:
    TensorRT-LLM first, weighed against its rebuild cost.
-8. ``prefix`` — shared-prefix ratio above ``prefix_heavy_share``: SGLang or vLLM plus
-   cache-aware routing, benchmark both; below ``prefix_light_share``: published SGLang margins
+8. ``prefix`` — shared-prefix ratio above ``PREFIX_HEAVY_SHARE``: SGLang or vLLM plus
+   cache-aware routing, benchmark both; below ``PREFIX_LIGHT_SHARE``: published SGLang margins
    do not apply.
 9. ``cost`` — among benchmarked viable engines, the lowest monthly total (GPU fleet at the peak
    rate plus the recurring cost of model changes), else the lowest cost per 1M output tokens.
@@ -33,7 +33,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.decision.config import DecisionConfig, Requirements
+from pipeline.decision.config import (
+    CATALOG_MAX_AGE_DAYS,
+    PREFIX_HEAVY_SHARE,
+    PREFIX_LIGHT_SHARE,
+    DecisionConfig,
+    Requirements,
+)
 from pipeline.decision.context import (
     DecisionInputs,
     EngineState,
@@ -59,7 +65,7 @@ from pipeline.decision.routing import isolation_advice, routing_value
 from pipeline.decision.rules import RULES
 from pipeline.decision.triggers import crossed, evaluate_previous, trigger
 from pipeline.present.text import money, usd
-from pipeline.shape.config import ShapeConfig
+from pipeline.shape.config import CONCURRENCY_HIGH_MIN, CONCURRENCY_LOW_MAX
 
 
 def measurements(
@@ -140,9 +146,8 @@ def _crossing(
 
 
 def _triggers(ctx: RuleContext, m: dict[str, Any], top: str | None, outcome: Outcome) -> list[Any]:
-    low = ctx.shape_settings.concurrency_low_max
-    high = ctx.shape_settings.concurrency_high_min
-    s = ctx.settings
+    low = CONCURRENCY_LOW_MAX
+    high = CONCURRENCY_HIGH_MIN
     w = ctx.workload
     out = [
         _crossing(
@@ -166,7 +171,7 @@ def _triggers(ctx: RuleContext, m: dict[str, Any], top: str | None, outcome: Out
             "prefix.heavy",
             "prefix.shared_prefix_ratio",
             w.prefix_share,
-            s.prefix_heavy_share,
+            PREFIX_HEAVY_SHARE,
             m,
             "DOMAIN.md: shared-prefix ratio above ~50%: benchmark SGLang against vLLM on your traffic",
             strict=True,
@@ -175,7 +180,7 @@ def _triggers(ctx: RuleContext, m: dict[str, Any], top: str | None, outcome: Out
             "prefix.light",
             "prefix.shared_prefix_ratio",
             w.prefix_share,
-            s.prefix_light_share,
+            PREFIX_LIGHT_SHARE,
             m,
             "DOMAIN.md: below ~20% the published SGLang-vs-vLLM margins do not apply",
             at_or_below=True,
@@ -185,9 +190,9 @@ def _triggers(ctx: RuleContext, m: dict[str, Any], top: str | None, outcome: Out
             "catalog.stale",
             "catalog.age_days",
             m.get("catalog.age_days"),
-            s.catalog_max_age_days,
+            CATALOG_MAX_AGE_DAYS,
             m,
-            f"DOMAIN.md: the engine catalog is older than {s.catalog_max_age_days} days (engines "
+            f"DOMAIN.md: the engine catalog is older than {CATALOG_MAX_AGE_DAYS} days (engines "
             "release every few weeks)",
             strict=True,
         ),
@@ -282,7 +287,6 @@ def decide(
     inputs: DecisionInputs,
     requirements: Requirements,
     settings: DecisionConfig,
-    shape_settings: ShapeConfig,
 ) -> DecisionRecord:
     workload = workload_from(
         inputs.shape, inputs.prefix, settings, inputs.peak_window, inputs.missing
@@ -297,7 +301,6 @@ def decide(
         inputs=inputs,
         requirements=requirements,
         settings=settings,
-        shape_settings=shape_settings,
         workload=workload,
         benches=benches,
         required=required_features(requirements, workload),

@@ -1,5 +1,6 @@
-"""Settings of the decision stage: the team's ``requirements`` (what the traffic cannot tell)
-and the ``decision`` rules' thresholds. Defaults and their meaning: ``pipeline/defaults.yaml``.
+"""Settings of the decision stage: the team's ``requirements`` (what the traffic cannot tell),
+the ``decision`` section, and the rules' fixed thresholds (constants: DOMAIN.md's, not a
+team's). Defaults and their meaning: ``pipeline/defaults.yaml``.
 
 A requirement left empty or null is *unknown*, not assumed: the rule that needs it says so in
 the rationale ("unknown: set requirements.hardware") instead of deciding on a guess.
@@ -97,23 +98,36 @@ class Requirements(Section):
 
 
 class DecisionConfig(Section):
-    """Thresholds of the decision rules (each documented in defaults.yaml with its source)."""
+    """The engine catalog, the previous quarter's record, and the payback the team accepts."""
 
     catalog: ConfigPath | None
     previous_record: ConfigPath | None
-    prefix_window_tokens: PositiveInt
-    prefix_heavy_share: Fraction
-    prefix_light_share: Fraction
-    routing_gain_min: Fraction
+    # A switch whose migration takes longer than this to pay back is not recommended.
     payback_max_months: Positive
-    high_volume_output_tokens_per_month: Positive
-    trt_max_models: PositiveInt
-    trt_max_changes_per_quarter: NonNegative
-    long_context_tokens: PositiveInt
-    catalog_max_age_days: PositiveInt
 
-    @model_validator(mode="after")
-    def _prefix_bands_ordered(self) -> Self:
-        if self.prefix_light_share >= self.prefix_heavy_share:
-            raise ValueError("prefix_light_share must be below prefix_heavy_share")
-        return self
+
+# The rules' fixed thresholds, each from its source (DOMAIN.md); a team sets requirements, not
+# these, so they are constants rather than options.
+# The shared-prefix ratio the prefix rules read is the curve's share at this window (tokens;
+# the largest curve window not above it).
+PREFIX_WINDOW_TOKENS = 1024
+# DOMAIN.md: a shared-prefix ratio above ~50 % calls for benchmarking SGLang against vLLM...
+PREFIX_HEAVY_SHARE = 0.5
+# ...and below ~20 % the published SGLang-vs-vLLM margins do not apply.
+PREFIX_LIGHT_SHARE = 0.2
+# A prefix-aware routing layer is recommended when the best simulated routing saves at least
+# this share of prompt tokens from prefill compared with round-robin.
+ROUTING_GAIN_MIN = 0.1
+# DOMAIN.md's TensorRT-LLM branch, "one or two stable models, NVIDIA, huge volume": huge is at
+# least this many output tokens a month at the workload's mean rate...
+HIGH_VOLUME_OUTPUT_TOKENS_PER_MONTH = 10_000_000_000.0
+# ...few is at most this many models...
+TRT_MAX_MODELS = 2
+# ...and stable is at most this many model or configuration changes a quarter (each one
+# rebuilds a TensorRT-LLM engine on its legacy path).
+TRT_MAX_CHANGES_PER_QUARTER = 1.0
+# A prompt p99 at or above this many tokens makes long_context a required feature.
+LONG_CONTEXT_TOKENS = 32768
+# Engines release every few weeks: a revisit trigger fires when the catalog's as_of is older
+# than this many days (about six months).
+CATALOG_MAX_AGE_DAYS = 183

@@ -18,7 +18,6 @@ from pipeline.decision.config import DecisionConfig, Requirements
 from pipeline.decision.evidence import EngineBench, Workload
 from pipeline.decision.result import DecisionRecord, Rule
 from pipeline.prefix.result import PrefixSummary
-from pipeline.shape.config import ShapeConfig
 from pipeline.shape.result import ShapeMetrics
 from pipeline.sim.result import ScenarioSummary
 
@@ -72,7 +71,6 @@ class RuleContext:
     inputs: DecisionInputs
     requirements: Requirements
     settings: DecisionConfig
-    shape_settings: ShapeConfig
     workload: Workload
     benches: dict[str, EngineBench]
     required: tuple[str, ...]

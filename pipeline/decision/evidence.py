@@ -18,7 +18,12 @@ import polars as pl
 from pipeline.bench.cost import HOURS_PER_MONTH
 from pipeline.bench.result import BenchResult, CapacityRow
 from pipeline.decision.catalog import FEATURES, Catalog
-from pipeline.decision.config import DecisionConfig, Requirements
+from pipeline.decision.config import (
+    LONG_CONTEXT_TOKENS,
+    PREFIX_WINDOW_TOKENS,
+    DecisionConfig,
+    Requirements,
+)
 from pipeline.prefix.result import CurvePoint, PrefixSummary
 from pipeline.shape.result import ShapeMetrics
 
@@ -115,7 +120,7 @@ def workload_from(
             ),
         }
     if prefix is not None:
-        share, window_tokens = share_at(prefix.curve, settings.prefix_window_tokens)
+        share, window_tokens = share_at(prefix.curve, PREFIX_WINDOW_TOKENS)
         cross = prefix.reuse.cross_tenant
         values |= {
             "prefix_share": share,
@@ -136,7 +141,7 @@ def features_seen(shape: ShapeMetrics, settings: DecisionConfig) -> tuple[str, .
         "lora": features.lora_adapter.requests > 0,
         "structured_output": features.structured_output.requests > 0,
         "tool_calls": features.tools.requests > 0,
-        "long_context": (shape.lengths.prompt_tokens.p99 or 0) >= settings.long_context_tokens,
+        "long_context": (shape.lengths.prompt_tokens.p99 or 0) >= LONG_CONTEXT_TOKENS,
     }
     return tuple(f for f in FEATURES if seen[f])
 

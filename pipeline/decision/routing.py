@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from pipeline.decision.config import ROUTING_GAIN_MIN
 from pipeline.decision.context import RuleContext, plain
 from pipeline.decision.evidence import SECONDS_PER_MONTH
 from pipeline.decision.result import Isolation, Routing
@@ -99,12 +100,12 @@ def routing_value(ctx: RuleContext, engine: str | None) -> Routing:
         )
     best = max(sorted(known), key=lambda r: known[r])
     share = (known[best] - hits["round-robin"]) / prompt  # type: ignore[operator]
-    recommended = share >= ctx.settings.routing_gain_min
+    recommended = share >= ROUTING_GAIN_MIN
     layer, alternatives = _layer(ctx, engine) if recommended and engine else (None, [])
     monthly_tokens, monthly_usd, money_method = _routing_money(ctx, engine, share)
     reason = (
         f"{best} saves {share:.1%} of prompt tokens from prefill vs round-robin at {replicas} "
-        f"replicas × {capacity:,} tokens (threshold {ctx.settings.routing_gain_min:.0%})"
+        f"replicas × {capacity:,} tokens (threshold {ROUTING_GAIN_MIN:.0%})"
     )
     ctx.rule(
         "routing",

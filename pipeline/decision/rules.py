@@ -7,8 +7,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from pipeline.decision.config import (
+    HIGH_VOLUME_OUTPUT_TOKENS_PER_MONTH,
+    PREFIX_HEAVY_SHARE,
+    PREFIX_LIGHT_SHARE,
+    TRT_MAX_CHANGES_PER_QUARTER,
+    TRT_MAX_MODELS,
+)
 from pipeline.decision.context import RuleContext, current_engine
 from pipeline.decision.evidence import missing_features
+from pipeline.shape.config import CONCURRENCY_HIGH_MIN, CONCURRENCY_LOW_MAX
 
 LOCAL_HARDWARE = {"cpu", "apple"}
 
@@ -144,8 +152,8 @@ def features(ctx: RuleContext) -> None:
 
 def concurrency(ctx: RuleContext) -> None:
     peak = ctx.workload.peak_concurrency
-    low = ctx.shape_settings.concurrency_low_max
-    high = ctx.shape_settings.concurrency_high_min
+    low = CONCURRENCY_LOW_MAX
+    high = CONCURRENCY_HIGH_MIN
     title = "Peak concurrency"
     source = "DOMAIN.md: peak concurrency ≤ 2 → llama.cpp / Ollama; ≥ 10 → vLLM or SGLang"
     if peak is None:
@@ -220,7 +228,6 @@ def slo(ctx: RuleContext) -> None:
 
 def model_churn(ctx: RuleContext) -> None:
     req = ctx.requirements
-    settings = ctx.settings
     title = "One or two stable models on a fixed NVIDIA fleet at huge volume"
     source = (
         "DOMAIN.md decision tree: model churn → TensorRT-LLM, weigh kernel gain against "
@@ -243,7 +250,7 @@ def model_churn(ctx: RuleContext) -> None:
         "models": models,
         "model_changes_per_quarter": req.model_changes_per_quarter,
         "output_tokens_per_month": volume,
-        "high_volume_output_tokens_per_month": settings.high_volume_output_tokens_per_month,
+        "high_volume_output_tokens_per_month": HIGH_VOLUME_OUTPUT_TOKENS_PER_MONTH,
     }
     nvidia_only = set(req.hardware) == {"nvidia"}
     fails = []
@@ -251,15 +258,14 @@ def model_churn(ctx: RuleContext) -> None:
         fails.append("hardware is not NVIDIA only")
     if req.fixed_sku is False:
         fails.append("the fleet is not one fixed SKU")
-    if models and len(models) > settings.trt_max_models:
-        fails.append(f"{len(models)} models served (> {settings.trt_max_models})")
+    if models and len(models) > TRT_MAX_MODELS:
+        fails.append(f"{len(models)} models served (> {TRT_MAX_MODELS})")
     changes = req.model_changes_per_quarter
-    if changes is not None and changes > settings.trt_max_changes_per_quarter:
+    if changes is not None and changes > TRT_MAX_CHANGES_PER_QUARTER:
         fails.append(
-            f"models change {changes:g} times a quarter (stable: ≤ "
-            f"{settings.trt_max_changes_per_quarter:g})"
+            f"models change {changes:g} times a quarter (stable: ≤ {TRT_MAX_CHANGES_PER_QUARTER:g})"
         )
-    if volume is not None and volume < settings.high_volume_output_tokens_per_month:
+    if volume is not None and volume < HIGH_VOLUME_OUTPUT_TOKENS_PER_MONTH:
         fails.append(f"{volume:,.0f} output tokens a month is not huge volume")
     if fails:
         ctx.rule(
@@ -289,7 +295,6 @@ def model_churn(ctx: RuleContext) -> None:
 
 def prefix(ctx: RuleContext) -> None:
     share = ctx.workload.prefix_share
-    settings = ctx.settings
     title = "Shared-prefix ratio"
     source = (
         "DOMAIN.md: shared-prefix ratio > ~50% → benchmark SGLang against vLLM on your traffic; "
@@ -310,7 +315,7 @@ def prefix(ctx: RuleContext) -> None:
     reported = _secondary_margins(ctx)
     if reported:
         evidence["reported_margins_secondary"] = reported
-    if share > settings.prefix_heavy_share:
+    if share > PREFIX_HEAVY_SHARE:
         ctx.branch += [e for e in ("sglang", "vllm") if e not in ctx.branch]
         ctx.rule(
             "prefix",
@@ -318,13 +323,13 @@ def prefix(ctx: RuleContext) -> None:
             source,
             True,
             f"{share:.0%} of requests share their first {window} tokens (> "
-            f"{settings.prefix_heavy_share:.0%}): SGLang or vLLM plus cache-aware routing; "
+            f"{PREFIX_HEAVY_SHARE:.0%}): SGLang or vLLM plus cache-aware routing; "
             "benchmark both on your traffic (published SGLang margins are secondary and no "
             "substitute)",
             **evidence,
         )
         return
-    if share < settings.prefix_light_share and "sglang" in ctx.states:
+    if share < PREFIX_LIGHT_SHARE and "sglang" in ctx.states:
         ctx.states["sglang"].notes.append(
             f"published margins over vLLM do not apply: only {share:.0%} of requests share their "
             f"first {window} tokens"
@@ -337,7 +342,7 @@ def prefix(ctx: RuleContext) -> None:
         f"{share:.0%} share their first {window} tokens: "
         + (
             "little sharing, nothing to gain from a radix cache"
-            if share < settings.prefix_light_share
+            if share < PREFIX_LIGHT_SHARE
             else "moderate sharing"
         ),
         **evidence,

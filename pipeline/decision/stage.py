@@ -143,7 +143,7 @@ def read_inputs(
 
 
 def run(inputs: DecisionInputs, config: Config) -> DecisionRecord:
-    return decide(inputs, config.requirements, config.decision, config.shape)
+    return decide(inputs, config.requirements, config.decision)
 
 
 def write_record(record: DecisionRecord, layout: WorkloadLayout) -> dict[str, Path]:

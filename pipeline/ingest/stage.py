@@ -272,11 +272,6 @@ def split_parts(requests: pl.DataFrame) -> list[pl.DataFrame]:
     return [requests.slice(i * ROWS_PER_PART, ROWS_PER_PART) for i in range(n_parts)]
 
 
-def write_requests(requests: pl.DataFrame, layout: WorkloadLayout) -> list[Path]:
-    """Publish ``requests`` alone as the workload's ingest set (no quarantine or summary)."""
-    return publish_ingest(layout, split_parts(requests))
-
-
 def write(result: IngestResult, layout: WorkloadLayout) -> dict[str, Path]:
     """Publish the request parts, the quarantine and the summary as one set."""
     return publish(layout, split_parts(result.requests), result.quarantine, result.summary)

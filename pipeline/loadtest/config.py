@@ -91,8 +91,3 @@ class LoadtestConfig(Section):
     request_timeout: PositiveSeconds
     seed: NonNegativeInt
     out_dir: ConfigPath
-
-    def as_dict(self) -> dict[str, Any]:
-        data = self.model_dump(mode="json")
-        data["out_dir"] = str(self.out_dir)
-        return data

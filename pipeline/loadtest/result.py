@@ -79,7 +79,7 @@ def run_record(
     run: LoadtestResult, summaries: list[dict[str, Any]], files: list[str]
 ) -> dict[str, Any]:
     trace = run.workload.trace
-    settings = run.settings.as_dict()
+    settings = run.settings.model_dump(mode="json")
     settings["endpoint"] = public_url(run.settings.endpoint or "")
     return {
         "tool": _version(),

@@ -251,7 +251,6 @@ def analyse(requests: pl.DataFrame | pl.LazyFrame, config: PrefixConfig) -> Pref
     classification = classify_curve(
         curve,
         float(median_prompt) if median_prompt is not None else None,  # type: ignore[arg-type]
-        config,
     )
     reuse = reuse_summary(
         reuse_frame(

@@ -4,8 +4,7 @@ Both are computed chunk by chunk over the requests in arrival order (the out-of-
 :func:`pipeline.prefix.analysis.analyse`): the curve keeps, per window, the one hash each
 request that reaches it has there (8 bytes per request and window) and counts the repeats at
 the end; the reuse potential is one arrival-order replay of an unbounded cache (a numba kernel
-in :mod:`pipeline.prefix.replay`). The functions below taking a whole table are the same code
-fed one chunk.
+in :mod:`pipeline.prefix.replay`).
 
 Definitions (also in ``docs/prefix.md``)
 ---------------------------------------
@@ -55,7 +54,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numba
@@ -65,10 +63,20 @@ import polars as pl
 
 from pipeline.errors import EnginefitError
 from pipeline.prefix.cache_rules import hit_limit_blocks, namespace_codes
-from pipeline.prefix.config import PrefixConfig
 from pipeline.prefix.hashmap import new_table, row_bits, table_find, table_row, table_set
 from pipeline.prefix.replay import Replay
-from pipeline.prefix.sessions import FlatLists, flat_lists
+from pipeline.prefix.sessions import FlatLists
+
+# The curve-shape classification (DOMAIN.md's prefix regimes) reads the share at a short window
+# of at least this many tokens (a system prompt's length)...
+CLASSIFY_SHORT_WINDOW_TOKENS = 256
+# ...and at a long window of at most this many (capped at the median prompt).
+CLASSIFY_LONG_WINDOW_TOKENS = 4096
+# A share at the short window below this is "no sharing" (DOMAIN.md: below ~20 % the published
+# SGLang margins do not apply).
+NO_SHARING_BELOW = 0.2
+# share(long) / share(short) at or above this is "long shared context".
+LONG_CONTEXT_RETENTION = 0.5
 
 
 class PrefixInputError(EnginefitError):
@@ -115,20 +123,8 @@ def table_block_size(requests: pl.DataFrame | pl.LazyFrame) -> int | None:
     return size
 
 
-def coarsen(requests: pl.DataFrame, factor: int) -> pl.DataFrame:
-    """The same table at block size ``factor × block_size`` (every ``factor``-th chain hash)."""
-    if factor == 1:
-        return requests
-    return requests.with_columns(
-        pl.col("prefix_hashes").list.gather_every(factor, offset=factor - 1),
-        (pl.col("prompt_blocks") // factor).cast(pl.Int32),
-        (pl.col("block_size") * factor).cast(pl.Int32),
-    )
-
-
 def stride_chains(flat: FlatLists, factor: int) -> FlatLists:
-    """The chains at ``factor`` times the block size: every ``factor``-th hash (as
-    :func:`coarsen` does to a table)."""
+    """The chains at ``factor`` times the block size: every ``factor``-th hash."""
     if factor == 1:
         return flat
     coarse = np.diff(flat.offsets) // factor
@@ -152,12 +148,6 @@ def analysis_block_size(native: int | None, block_size: int | None) -> tuple[int
             "coarser analysis strides the hash chain, so it needs a multiple"
         )
     return block_size, block_size // native
-
-
-def at_block_size(requests: pl.DataFrame, block_size: int | None) -> tuple[pl.DataFrame, int]:
-    """The table coarsened to ``block_size`` (or as is), and the block size used."""
-    size, factor = analysis_block_size(table_block_size(requests), block_size)
-    return coarsen(requests, factor), size
 
 
 def window_grid(block_size: int, max_prompt_tokens: int) -> list[int]:
@@ -326,45 +316,6 @@ def curve_frame(rows: Sequence[tuple[Any, ...]]) -> pl.DataFrame:
     )
 
 
-@dataclass(frozen=True)
-class _Chains:
-    """A whole table's columns as the chunked consumers read them."""
-
-    known: npt.NDArray[np.bool_]
-    prompt_tokens: npt.NDArray[np.int64]
-    chain_blocks: npt.NDArray[np.int32]  # min(prompt_blocks, chain length); 0 when not known
-    offsets: npt.NDArray[np.int64]
-    values: npt.NDArray[np.uint64]
-    nulls: npt.NDArray[np.bool_]
-
-
-def _chains(requests: pl.DataFrame) -> _Chains:
-    known = requests["hashes_known"].fill_null(False).to_numpy().astype(np.bool_)
-    flat = flat_lists(requests["prefix_hashes"])
-    pb = np.minimum(
-        requests["prompt_blocks"].fill_null(0).cast(pl.Int32).to_numpy(),
-        np.diff(flat.offsets).astype(np.int32),
-    )
-    pb[~known] = 0
-    return _Chains(
-        known=known,
-        prompt_tokens=requests["prompt_tokens"].fill_null(0).cast(pl.Int64).to_numpy(),
-        chain_blocks=pb,
-        offsets=flat.offsets,
-        values=flat.values,
-        nulls=flat.nulls,
-    )
-
-
-def sharing_curve(requests: pl.DataFrame, block_size: int) -> pl.DataFrame:
-    """The shared-prefix ratio at every window of :func:`window_grid` (one row per window)."""
-    chains = _chains(requests)
-    max_prompt = int(chains.prompt_tokens[chains.known].max()) if chains.known.any() else 0
-    counter = CurveCounter(block_size, max_prompt, chains.known, chains.chain_blocks)
-    counter.feed(0, chains.offsets, chains.values, chains.nulls, chains.chain_blocks)
-    return counter.finish(chains.prompt_tokens, chains.chain_blocks)
-
-
 def _ratio(num: str, den: str) -> pl.Expr:
     return pl.when(pl.col(den) > 0).then(pl.col(num) / pl.col(den)).otherwise(None)
 
@@ -404,7 +355,14 @@ def reuse_frame(
     block_size: int,
     age_buckets_s: tuple[float, ...],
 ) -> pl.DataFrame:
-    """The per-request table of :func:`reuse_per_request` from finished replays."""
+    """Per request (in arrival order), from finished replays: what an unbounded prefix cache
+    could serve, how long ago the hit prefix was last seen, and the same-tenant part.
+
+    Columns: ``row`` (input row), ``hashes_known``, ``prompt_tokens``, ``prompt_blocks``, ``hit_blocks``,
+    ``hit_tokens``, ``hit_tokens_within_<T>s`` for each retention ``T``, ``last_seen_age_s``
+    (age of the deepest hit block; null without a hit), ``hit_tokens_same_tenant`` (null when
+    no tenant is logged).
+    """
     n = known.shape[0]
     columns: dict[str, object] = {
         "row": np.arange(n, dtype=np.int64),
@@ -465,48 +423,8 @@ def new_replays(
     return shared, same
 
 
-def reuse_per_request(
-    requests: pl.DataFrame,
-    block_size: int,
-    age_buckets_s: tuple[float, ...] = (60.0, 600.0, 3600.0),
-) -> pl.DataFrame:
-    """Per request (in input order, which must be arrival order): what an unbounded prefix cache
-    could serve, how long ago the hit prefix was last seen, and the same-tenant part.
-
-    Columns: ``row`` (input row), ``hashes_known``, ``prompt_tokens``, ``prompt_blocks``, ``hit_blocks``,
-    ``hit_tokens``, ``hit_tokens_within_<T>s`` for each retention ``T``, ``last_seen_age_s``
-    (age of the deepest hit block; null without a hit), ``hit_tokens_same_tenant`` (null when
-    no tenant is logged).
-    """
-    n = requests.height
-    shift = row_bits(n)
-    chains = _chains(requests)
-    arrival_us = requests["arrival"].dt.epoch("us").to_numpy()
-    shared, same = new_replays(
-        arrival_us,
-        chains.known,
-        chains.chain_blocks,
-        reuse_groups(requests, n, shift),
-        shift,
-        age_buckets_s,
-    )
-    for replay in (shared, same):
-        if replay is not None:
-            replay.feed(0, chains.offsets, chains.values)
-            replay.close()
-    return reuse_frame(
-        chains.known,
-        chains.prompt_tokens,
-        chains.chain_blocks,
-        shared,
-        same,
-        block_size,
-        age_buckets_s,
-    )
-
-
 def reuse_summary(per_request: pl.DataFrame, age_buckets_s: tuple[float, ...]) -> dict[str, Any]:
-    """Totals of :func:`reuse_per_request` over the requests with known hashes: hit tokens and
+    """Totals of :func:`reuse_frame` over the requests with known hashes: hit tokens and
     shares, by retention and tenant."""
     sums = (
         per_request.filter(pl.col("hashes_known"))
@@ -597,25 +515,23 @@ def _retention_needed(per_request: pl.DataFrame) -> dict[str, float | None]:
     return result
 
 
-def classify_curve(
-    curve: pl.DataFrame, median_prompt_tokens: float | None, config: PrefixConfig
-) -> dict[str, Any]:
+def classify_curve(curve: pl.DataFrame, median_prompt_tokens: float | None) -> dict[str, Any]:
     """Shape of the sharing curve, with the numbers behind it.
 
-    ``short`` = the smallest grid window ≥ ``classify_short_window_tokens`` (or the largest
+    ``short`` = the smallest grid window ≥ ``CLASSIFY_SHORT_WINDOW_TOKENS`` (or the largest
     window when every prompt is shorter); ``long`` = the largest grid window ≤
-    min(``classify_long_window_tokens``, median prompt tokens), if it is above ``short``. Both use
+    min(``CLASSIFY_LONG_WINDOW_TOKENS``, median prompt tokens), if it is above ``short``. Both use
     ``share_eligible`` (requests that reach the window), so short prompts do not read as short
-    sharing. ``no sharing`` when share(short) < ``no_sharing_below``; else ``long shared
-    context`` when share(long) / share(short) ≥ ``long_context_retention``; else ``short system
+    sharing. ``no sharing`` when share(short) < ``NO_SHARING_BELOW``; else ``long shared
+    context`` when share(long) / share(short) ≥ ``LONG_CONTEXT_RETENTION``; else ``short system
     prompt``. Without a long window (median prompt ≤ short window) the shape is ``short system
     prompt`` when sharing exists (prompts are too short to carry long shared context).
     """
     thresholds = {
-        "short_window_tokens": config.classify_short_window_tokens,
-        "long_window_tokens": config.classify_long_window_tokens,
-        "no_sharing_below": config.no_sharing_below,
-        "long_context_retention": config.long_context_retention,
+        "short_window_tokens": CLASSIFY_SHORT_WINDOW_TOKENS,
+        "long_window_tokens": CLASSIFY_LONG_WINDOW_TOKENS,
+        "no_sharing_below": NO_SHARING_BELOW,
+        "long_context_retention": LONG_CONTEXT_RETENTION,
     }
     windows = curve.filter(pl.col("eligible") > 0)
     if windows.height == 0:
@@ -630,8 +546,8 @@ def classify_curve(
             "thresholds": thresholds,
         }
     grid = windows["window_tokens"].to_list()
-    short = next((w for w in grid if w >= config.classify_short_window_tokens), grid[-1])
-    cap = min(config.classify_long_window_tokens, median_prompt_tokens or 0)
+    short = next((w for w in grid if w >= CLASSIFY_SHORT_WINDOW_TOKENS), grid[-1])
+    cap = min(CLASSIFY_LONG_WINDOW_TOKENS, median_prompt_tokens or 0)
     long_candidates = [w for w in grid if short < w <= cap]
     long = long_candidates[-1] if long_candidates else None
 
@@ -642,14 +558,14 @@ def classify_curve(
     s_short = share_at(short)
     s_long = share_at(long) if long is not None else None
     retention = s_long / s_short if s_long is not None and s_short > 0 else None
-    if s_short < config.no_sharing_below:
+    if s_short < NO_SHARING_BELOW:
         shape = "no sharing"
-        reason = f"share at {short} tokens {s_short:.1%} < {config.no_sharing_below:.0%}"
-    elif retention is not None and retention >= config.long_context_retention:
+        reason = f"share at {short} tokens {s_short:.1%} < {NO_SHARING_BELOW:.0%}"
+    elif retention is not None and retention >= LONG_CONTEXT_RETENTION:
         shape = "long shared context"
         reason = (
             f"share at {long} tokens is {retention:.0%} of the share at {short} tokens "
-            f"(≥ {config.long_context_retention:.0%})"
+            f"(≥ {LONG_CONTEXT_RETENTION:.0%})"
         )
     elif retention is None:
         shape = "short system prompt"
@@ -658,7 +574,7 @@ def classify_curve(
         shape = "short system prompt"
         reason = (
             f"share at {long} tokens is only {retention:.0%} of the share at {short} tokens "
-            f"(< {config.long_context_retention:.0%})"
+            f"(< {LONG_CONTEXT_RETENTION:.0%})"
         )
     return {
         "shape": shape,

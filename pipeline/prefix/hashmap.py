@@ -1,30 +1,21 @@
-"""One open-addressing hash map from uint64 keys to non-negative int64 values, for numba kernels.
+"""Open-addressing hash tables from uint64 keys to row ids, for numba kernels.
 
-A map is two arrays of one power-of-two size: ``keys`` (uint64) and ``values`` (int64, ``EMPTY``
-= -1 marks a free slot, so stored values must be >= 0). Slots are probed linearly from
-``splitmix64(key)``; the map is kept at most half full (``put`` doubles it past that), so a probe
-sequence stays short. There is no deletion: kernels that need an empty map start a new one.
+Slots are probed linearly from ``splitmix64(key)``; there is no deletion: kernels that need an
+empty table start a new one.
 
 Functions (all numba-compiled, callable from other kernels and from Python):
-- ``new_map(expected)``: an empty map sized for ``expected`` keys without growing;
-- ``find_slot(keys, values, key)``: the slot holding ``key``, or the free slot where it would go
-  (``values[slot] == EMPTY``); a caller that has the slot may overwrite ``values[slot]`` without
-  probing again, as long as nothing was inserted since;
-- ``get(keys, values, key)``: the value, or ``EMPTY``;
-- ``put(keys, values, used, key, value)``: insert or overwrite; returns the (possibly grown) arrays
-  and the new count of used slots;
 - ``dense_ids(keys)``: keys → ids 0..n-1 in order of first appearance (its own table, keys and
   ids interleaved, sized from a sample of the distinct keys; a long array on a machine with
   more than one core is numbered in two halves side by side, then the second half's keys are
   looked up in the first half's table).
 
-A second, leaner kind, the *packed table*, is for long streaming passes whose memory is the
+The *packed table* is for long streaming passes whose memory is the
 table itself (the prefix stage's out-of-core replay): one uint64 array of ``2 · size`` slots
 (``table[2s]`` the key, ``table[2s + 1]`` the value + 1, 0 = free), so a probe costs one cache
 miss; the value packs a small ``group`` above a ``row`` (``group << shift | row``), and a slot
 matches only the same key *and* group, so requests of different groups (tenants, model / LoRA
 namespaces) never see each other's keys, exactly, in one table. Filled up to 7/10 and grown by
-half (``table_grow_if_full``), it needs 23-34 bytes per key instead of the map's 32-64:
+half (``table_grow_if_full``), it needs 23-34 bytes per key:
 - ``new_table(expected)``, ``row_bits(n)`` (the ``shift`` for rows 0..n-1);
 - ``table_find(table, key, group, shift)``: the slot holding (key, group), or the free slot where
   it would go (``table[2 * slot + 1] == 0``);
@@ -57,9 +48,7 @@ from numpy.typing import NDArray
 U64 = NDArray[np.uint64]
 I64 = NDArray[np.int64]
 
-EMPTY = -1
 _MIN_SIZE = 16
-_GROWTH = 2
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -109,58 +98,6 @@ def splitmix64(x: np.uint64) -> np.uint64:
     x = (x ^ (x >> np.uint64(30))) * _MIX1
     x = (x ^ (x >> np.uint64(27))) * _MIX2
     return x ^ (x >> np.uint64(31))
-
-
-@nb.njit(cache=True)
-def new_map(expected: int) -> tuple[U64, I64]:
-    """An empty map that holds ``expected`` keys without growing."""
-    size = _MIN_SIZE
-    while size < 2 * expected + 2:
-        size *= 2
-    return np.zeros(size, np.uint64), np.full(size, EMPTY, np.int64)
-
-
-@nb.njit(cache=True, inline="always")
-def find_slot(keys: U64, values: I64, key: np.uint64) -> int:
-    """The slot holding ``key``, or the free slot where it would be inserted."""
-    mask = np.uint64(keys.size - 1)
-    slot = splitmix64(key) & mask
-    while values[slot] != EMPTY and keys[slot] != key:
-        slot = (slot + _ONE) & mask
-    return int(slot)
-
-
-@nb.njit(cache=True, inline="always")
-def get(keys: U64, values: I64, key: np.uint64) -> int:
-    """The value stored under ``key``, or ``EMPTY``."""
-    return int(values[find_slot(keys, values, key)])
-
-
-@nb.njit(cache=True)
-def _grown(keys: U64, values: I64) -> tuple[U64, I64]:
-    size = keys.size * _GROWTH
-    new_keys = np.zeros(size, np.uint64)
-    new_values = np.full(size, EMPTY, np.int64)
-    for s in range(keys.size):
-        if values[s] != EMPTY:
-            slot = find_slot(new_keys, new_values, keys[s])
-            new_keys[slot] = keys[s]
-            new_values[slot] = values[s]
-    return new_keys, new_values
-
-
-@nb.njit(cache=True, inline="always")
-def put(keys: U64, values: I64, used: int, key: np.uint64, value: int) -> tuple[U64, I64, int]:
-    """Store ``value`` (>= 0) under ``key``; returns the map (grown when over half full) and
-    the number of used slots."""
-    slot = find_slot(keys, values, key)
-    if values[slot] == EMPTY:
-        keys[slot] = key
-        used += 1
-    values[slot] = value
-    if 2 * used > keys.size:
-        keys, values = _grown(keys, values)
-    return keys, values, used
 
 
 # Packed table: at most 7/10 full, grown by half (see the module docstring).
@@ -294,9 +231,6 @@ class TableParts:
         self.addresses = np.array([t.ctypes.data for t in self.owners], dtype=np.int64)
         self.lengths = np.array([t.size for t in self.owners], dtype=np.int64)
         self.used = np.zeros(parts, dtype=np.int64)
-
-    def nbytes(self) -> int:
-        return int(self.lengths.sum()) * 8
 
 
 @nb.njit(cache=True, inline="always")

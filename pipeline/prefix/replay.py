@@ -1,6 +1,6 @@
-"""The unbounded prefix-cache replay behind :func:`pipeline.prefix.compute.reuse_per_request`,
-streamed: requests arrive in chunks (in arrival order) and only the table of distinct blocks
-stays in memory.
+"""The unbounded prefix-cache replay behind the prefix stage's reuse potential, streamed:
+requests arrive in chunks (in arrival order) and only the table of distinct blocks stays in
+memory.
 
 One pass in arrival order with a packed open-addressing table (numba, ``pipeline.prefix.hashmap``)
 from (block hash, group) to the most recent row that held it. The group keeps caches apart

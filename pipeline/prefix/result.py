@@ -2,8 +2,8 @@
 
 :class:`PrefixSummary` is ``prefix_sharing.json`` as a typed model; it round-trips through JSON
 (:meth:`PrefixResult.to_json` / :meth:`PrefixResult.from_json`) and the frames are written as
-Parquet. The per-request replay is not kept (the summary holds its totals;
-``pipeline.prefix.reuse_per_request`` gives it for a table in memory); ``reuse`` stays empty.
+Parquet. The per-request replay is not kept (the summary holds its totals); ``reuse``
+stays empty.
 """
 
 from __future__ import annotations

@@ -322,23 +322,6 @@ def assign_sessions(
     return Sessions(frame=frame, turns=pl.Series("turns", turns[turns > 0], dtype=pl.UInt32))
 
 
-def infer_parents(
-    requests: pl.DataFrame, *, min_blocks: int = DEFAULT_MIN_SESSION_MATCH_BLOCKS
-) -> pl.Series:
-    """Row index of the request each request continues (null when it starts a conversation).
-
-    Every request with known hashes is searched (logged session ids are ignored here); see
-    :func:`infer_sessions` for how logged ids take precedence.
-    """
-    _check_sorted(requests)
-    known = requests["hashes_known"].fill_null(False).to_numpy().astype(np.bool_)
-    pb = requests["prompt_blocks"].fill_null(0).cast(pl.Int32).to_numpy()
-    search = ParentSearch(pb, known, known, max(1, min_blocks))
-    flat = flat_lists(requests["prefix_hashes"])
-    search.feed(0, flat.offsets, flat.values)
-    return pl.Series("parent", search.close(), dtype=pl.Int64).replace(-1, None)
-
-
 def infer_sessions(
     requests: pl.DataFrame, *, min_blocks: int = DEFAULT_MIN_SESSION_MATCH_BLOCKS
 ) -> pl.DataFrame:

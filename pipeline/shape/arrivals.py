@@ -17,7 +17,7 @@ Definitions (all times from the canonical ``arrival`` column, microsecond precis
   inter-arrival statistics are not supported (the gaps are 0 or ≈ a quantum: artefacts), and a
   w-second window is supported only when it holds a whole number k of quanta (|w − k·quantum|
   ≤ 1 % of the quantum), and, unless every timestamp sits exactly on the grid, k ≥
-  ``min_quanta_per_window``. Otherwise its windows hold a varying number of buckets (a 10 s
+  ``pipeline.shape.config.MIN_QUANTA_PER_WINDOW``. Otherwise its windows hold a varying number of buckets (a 10 s
   window over 3 s buckets holds 3 or 4; a 3 s window over jittery 3 s buckets 0 to 2), and the
   counts alias.
 """

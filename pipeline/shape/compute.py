@@ -14,7 +14,7 @@ import polars as pl
 from pipeline.shape.arrivals import arrival_metrics, arrival_series, plot_bucket_s
 from pipeline.shape.common import PERCENTILE_METHOD_DOC, as_lazy, json_safe
 from pipeline.shape.concurrency import peak_concurrency
-from pipeline.shape.config import ShapeConfig
+from pipeline.shape.config import MIN_QUANTA_PER_WINDOW, PLOT_POINTS, ShapeConfig
 from pipeline.shape.findings import place_on_axes
 from pipeline.shape.lengths import cdf_points, length_metrics
 from pipeline.shape.mix import (
@@ -55,8 +55,8 @@ def quantisation_effect(arrivals: dict[str, Any], estimated: bool) -> dict[str, 
 def compute_shape(requests: pl.LazyFrame | pl.DataFrame, cfg: ShapeConfig) -> ShapeResult:
     """Every workload-shape metric of a canonical request table (keys: docs/shape.md)."""
     frame = as_lazy(requests)
-    arrivals = arrival_metrics(frame, cfg.min_quanta_per_window)
-    conc = peak_concurrency(frame, cfg.latency, cfg.plot_points)
+    arrivals = arrival_metrics(frame, MIN_QUANTA_PER_WINDOW)
+    conc = peak_concurrency(frame, cfg.latency, PLOT_POINTS)
     concurrency = {
         **conc.as_dict(),
         "quantisation": quantisation_effect(arrivals, conc.estimated),
@@ -73,13 +73,13 @@ def compute_shape(requests: pl.LazyFrame | pl.DataFrame, cfg: ShapeConfig) -> Sh
         "models": category_metrics(frame, "model", top=MAX_MODELS_LISTED),
         "features": feature_metrics(frame),
         "provider_cache": provider_cache_metrics(frame),
-        "config": cfg.model_dump(mode="json"),
+        "config": cfg.recorded(),
     }
     metrics["findings"] = [f.as_dict() for f in place_on_axes(metrics, cfg)]
     return ShapeResult(
         metrics=ShapeMetrics.model_validate(json_safe(metrics)),
         concurrency_series=conc.series,
-        plots=plot_data(frame, metrics, cfg.plot_points),
+        plots=plot_data(frame, metrics, PLOT_POINTS),
     )
 
 

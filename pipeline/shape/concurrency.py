@@ -129,18 +129,6 @@ def _level_at(points: pl.Expr) -> pl.Expr:
     ).search_sorted(points, side="right").cast(pl.Int64)
 
 
-def concurrency_steps(
-    frame: pl.LazyFrame | pl.DataFrame, latency_model: LatencyModel
-) -> pl.DataFrame:
-    """The exact step function: ``time`` (each distinct start/end) and ``concurrency`` from then."""
-    lf = frame.lazy() if isinstance(frame, pl.DataFrame) else frame
-    bounds = _sorted_bounds(lf, latency_model)
-    times = pl.concat([bounds["s"], bounds["e"]]).unique().sort()
-    return bounds.select(
-        pl.lit(times).alias("t"), _level_at(pl.lit(times)).alias("concurrency")
-    ).select(pl.col("t").cast(pl.Datetime("us", "UTC")).alias("time"), pl.col("concurrency"))
-
-
 def peak_concurrency(
     frame: pl.LazyFrame | pl.DataFrame, latency_model: LatencyModel, max_points: int = 2000
 ) -> ConcurrencyResult:

@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Self
+from typing import Annotated, Any
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from pipeline.settings import NonNegative, Section
 from pipeline.shape.facts import LatencyModel
@@ -27,6 +27,18 @@ class LatencyModelConfig(Section):
         )
 
 
+# DOMAIN.md's concurrency regimes: a peak at or below this leaves little to batch (llama.cpp /
+# Ollama territory)...
+CONCURRENCY_LOW_MAX = 2.0
+# ...and a peak at or above this needs vLLM or SGLang (Ollama is out).
+CONCURRENCY_HIGH_MIN = 10.0
+# A count window is reported only when it spans at least this many timestamp quanta (and, on a
+# quantised trace, is a whole multiple of the quantum): fewer would show the quantisation.
+MIN_QUANTA_PER_WINDOW = 3.0
+# Most buckets in a downsampled time series (plots, concurrency.parquet): a page-wide plot.
+PLOT_POINTS = 2000
+
+
 class ShapeConfig(Section):
     """Settings of the workload-shape stage.
 
@@ -34,32 +46,22 @@ class ShapeConfig(Section):
         Duration estimate used for concurrency when a trace does not log ``e2e_ms``.
     ``long_tail_ratio``
         p99/p50 at or above which a length distribution counts as long-tailed ("p99 ≫ p50").
-    ``concurrency_low_max`` / ``concurrency_high_min``
-        DOMAIN.md's regime bounds: peak ≤ low → little to batch; peak ≥ high → vLLM/SGLang.
-    ``min_quanta_per_window``
-        A count window of w seconds is reported only when it spans at least this many
-        timestamp quanta (and, on a quantised trace, is a whole multiple of the quantum).
-    ``plot_points``
-        Maximum number of buckets in the downsampled time series (plots, concurrency.parquet).
     """
 
     latency_model: LatencyModelConfig
     long_tail_ratio: Annotated[float, Field(gt=1)]
-    concurrency_low_max: NonNegative
-    concurrency_high_min: Annotated[float, Field(gt=0)]
-    min_quanta_per_window: Annotated[float, Field(ge=1)]
-    plot_points: Annotated[int, Field(ge=10)]
-
-    @model_validator(mode="after")
-    def _regimes_ordered(self) -> Self:
-        if self.concurrency_high_min <= self.concurrency_low_max:
-            raise ValueError(
-                f"concurrency_high_min ({self.concurrency_high_min:g}) must exceed "
-                f"concurrency_low_max ({self.concurrency_low_max:g})"
-            )
-        return self
 
     @property
     def latency(self) -> LatencyModel:
         """The configured latency model (``source`` = ``config``)."""
         return self.latency_model.as_model()
+
+    def recorded(self) -> dict[str, Any]:
+        """The settings and the fixed thresholds the stage used, as its result records them."""
+        return {
+            **self.model_dump(mode="json"),
+            "concurrency_high_min": CONCURRENCY_HIGH_MIN,
+            "concurrency_low_max": CONCURRENCY_LOW_MAX,
+            "min_quanta_per_window": MIN_QUANTA_PER_WINDOW,
+            "plot_points": PLOT_POINTS,
+        }

@@ -1,9 +1,10 @@
 """Place a workload on DOMAIN.md's axes, each finding with the numbers behind it.
 
-Rules (thresholds from the ``shape`` config section; defaults in brackets):
+Rules (thresholds: constants of :mod:`pipeline.shape.config`, or its ``shape`` config section;
+values in brackets):
 
-* **concurrency** — peak concurrency ≤ ``concurrency_low_max`` [2]: ``concurrency.low`` (little
-  to batch; llama.cpp / Ollama territory); ≥ ``concurrency_high_min`` [10]: ``concurrency.high``
+* **concurrency** — peak concurrency ≤ ``CONCURRENCY_LOW_MAX`` [2]: ``concurrency.low`` (little
+  to batch; llama.cpp / Ollama territory); ≥ ``CONCURRENCY_HIGH_MIN`` [10]: ``concurrency.high``
   (vLLM / SGLang; Ollama is out); otherwise ``concurrency.moderate``. Estimated when the sweep
   used the latency model.
 * **output tail** — p99/p50 of output tokens ≥ ``long_tail_ratio`` [4] ("p99 ≫ p50"):
@@ -25,7 +26,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pipeline.shape.config import ShapeConfig
+from pipeline.shape.config import CONCURRENCY_HIGH_MIN, CONCURRENCY_LOW_MAX, ShapeConfig
 
 # Poisson arrivals give CV = index of dispersion = 1; sampling noise and quantisation aliasing
 # move that by a few tenths, so "clearly bursty" starts at 2.
@@ -50,26 +51,26 @@ def _concurrency(conc: dict[str, Any], cfg: ShapeConfig) -> Finding:
     numbers: dict[str, Any] = {
         "peak_concurrency": peak,
         "mean_concurrency": conc.get("mean"),
-        "low_max": cfg.concurrency_low_max,
-        "high_min": cfg.concurrency_high_min,
+        "low_max": CONCURRENCY_LOW_MAX,
+        "high_min": CONCURRENCY_HIGH_MIN,
     }
     if est:
         numbers["latency_model"] = conc.get("latency_model")
     qual = " (estimated from the latency model)" if est else ""
-    if peak <= cfg.concurrency_low_max:
+    if peak <= CONCURRENCY_LOW_MAX:
         return Finding(
             "concurrency",
             "concurrency.low",
-            f"Peak concurrency {peak}{qual} ≤ {cfg.concurrency_low_max:g}: little to batch; "
+            f"Peak concurrency {peak}{qual} ≤ {CONCURRENCY_LOW_MAX:g}: little to batch; "
             "look hard at llama.cpp / Ollama.",
             numbers,
             est,
         )
-    if peak >= cfg.concurrency_high_min:
+    if peak >= CONCURRENCY_HIGH_MIN:
         return Finding(
             "concurrency",
             "concurrency.high",
-            f"Peak concurrency {peak}{qual} ≥ {cfg.concurrency_high_min:g}: vLLM or SGLang; "
+            f"Peak concurrency {peak}{qual} ≥ {CONCURRENCY_HIGH_MIN:g}: vLLM or SGLang; "
             "Ollama is out.",
             numbers,
             est,
@@ -77,8 +78,8 @@ def _concurrency(conc: dict[str, Any], cfg: ShapeConfig) -> Finding:
     return Finding(
         "concurrency",
         "concurrency.moderate",
-        f"Peak concurrency {peak}{qual} is between {cfg.concurrency_low_max:g} and "
-        f"{cfg.concurrency_high_min:g}: some batching; benchmark both a server engine and "
+        f"Peak concurrency {peak}{qual} is between {CONCURRENCY_LOW_MAX:g} and "
+        f"{CONCURRENCY_HIGH_MIN:g}: some batching; benchmark both a server engine and "
         "llama.cpp.",
         numbers,
         est,

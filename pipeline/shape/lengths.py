@@ -10,21 +10,10 @@ from pipeline.shape.common import (
     as_lazy,
     collect,
     distribution,
-    percentiles_from_row,
-    quantile_exprs,
 )
-from pipeline.shape.facts import Percentiles
 
 # Prompt sizes at which "long context" starts to matter for KV memory and chunked prefill.
 LONG_CONTEXT_TOKENS: tuple[int, ...] = (8_192, 32_768, 131_072)
-
-
-def token_percentiles(frame: pl.LazyFrame, column: str) -> Percentiles | None:
-    """p50/p90/p95/p99/max of a token column; None when the column is entirely null."""
-    row = collect(
-        frame.select(*quantile_exprs(column), pl.col(column).max().cast(pl.Float64).alias("max"))
-    ).row(0, named=True)
-    return percentiles_from_row(row)
 
 
 def long_context_shares(frame: pl.LazyFrame) -> dict[str, Any]:

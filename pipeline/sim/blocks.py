@@ -94,12 +94,6 @@ class BlockView:
     def accesses(self) -> int:
         return int(self.ids.size + self.missing.sum())
 
-    @property
-    def max_request_blocks(self) -> int:
-        if self.prompt_blocks.size == 0:
-            return 0
-        return int((np.diff(self.offsets) + self.missing).max())
-
 
 @dataclass(frozen=True)
 class ContentCoverage:

@@ -23,7 +23,7 @@ from pipeline.sim.config import (
     ScenarioFlags,
     SimConfig,
 )
-from pipeline.sim.curve import capacity_curve, require_single_pass
+from pipeline.sim.curve import CURVE_POINTS, capacity_curve, require_single_pass
 from pipeline.sim.present import curves_table, scenarios_table
 from pipeline.sim.replay import simulate, summarise
 
@@ -187,7 +187,7 @@ def run_simulate(args: argparse.Namespace) -> int:
         settings.tenant_isolation,
     )
     run = simulate(inp, scenario, settings)
-    out = summarise(inp, run, settings)
+    out = summarise(inp, run)
     lines = [
         f"{out['requests']:,} requests, {scenario.replicas} replica(s), {scenario.routing}, "
         f"{scenario.cache_tokens:,} cache tokens per replica, block size {scenario.block_size}, "
@@ -282,7 +282,7 @@ def run_curve(args: argparse.Namespace) -> int:
         routing=numbers.routing,
         sample_rate=numbers.sample_rate or EXACT_SAMPLE_RATE,
     )
-    out = curve.as_dict(numbers.points or settings.curve_points)
+    out = curve.as_dict(numbers.points or CURVE_POINTS)
     heading = (
         f"{inp.n:,} requests, {curve.replicas} replica(s), {curve.routing}, block size "
         f"{curve.block_size}: "

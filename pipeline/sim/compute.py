@@ -15,7 +15,7 @@ from pipeline.sim.result import ScenarioSummary
 def scenario_summary(inputs: SimInputs, scenario: Scenario, settings: SimConfig) -> ScenarioSummary:
     """One scenario's replay, summarised."""
     return ScenarioSummary.from_json(
-        summarise(inputs, simulate(inputs, scenario, settings), settings)
+        summarise(inputs, simulate(inputs, scenario, settings))
     )
 
 
@@ -45,5 +45,5 @@ def capacity_curves(inputs: SimInputs, settings: SimConfig) -> list[Curve]:
     ]
 
 
-def curve_points(curves: list[Curve], settings: SimConfig) -> list[dict[str, Any]]:
-    return [curve.as_dict(settings.curve_points) for curve in curves]
+def curve_points(curves: list[Curve]) -> list[dict[str, Any]]:
+    return [curve.as_dict() for curve in curves]

@@ -204,9 +204,7 @@ class SimConfig(Section):
     cache_aware: Annotated[CacheAwareConfig, BeforeValidator(_cache_aware)]
     request_lifetime: RequestLifetime
     replica_slots: Annotated[InFlight, Field(gt=0)] | None
-    pinned_warn_share: NonNegative
     latency_model: LatencyModelConfig | None
-    curve_points: CurvePoints
 
     def latency(self, fallback: LatencyModel) -> LatencyModel:
         """The latency model durations come from: this section's, else ``fallback`` (the

@@ -27,6 +27,10 @@ from pipeline.sim.blocks import ContentCoverage, SimInputs, SimulationInputError
 from pipeline.sim.config import CACHE_INDEPENDENT, SimConfig
 from pipeline.sim.replay import Assignment, assign, replica_streams
 
+# Log-spaced points per curve in curves.json and the command's output (curves.parquet holds
+# every step): enough to draw it, few enough to read.
+CURVE_POINTS = 64
+
 I64 = NDArray[np.int64]
 
 
@@ -110,7 +114,7 @@ class Curve:
             )
         return out
 
-    def as_dict(self, n_points: int = 64) -> dict[str, Any]:
+    def as_dict(self, n_points: int = CURVE_POINTS) -> dict[str, Any]:
         known = self.unknown_reason is None
         return {
             "block_size": self.block_size,

@@ -16,7 +16,7 @@ Two production paths:
   touched by the same request; see ``_depth_chained_stream``);
 - ``stack_depth_histogram``: SHARDS sampling (Waldspurger et al., FAST 2015) for very long traces,
   on a bitmap-bucketed Fenwick tree over access positions (Bennett & Kruskal 1975).
-Exact block-level oracles for both live in ``tests/sim_oracles.py``. Both are called through
+Exact block-level oracles for both live in ``perf/sim_oracles.py``. Both are called through
 Python functions of the same name that check sizes and indices first (as ``kernels`` does).
 """
 
@@ -237,7 +237,7 @@ def _hit_steps_chained(
     """The curve's steps: capacities (blocks) where hit tokens rise, and hit tokens there.
 
     Equal to the nonzero depths of the block-level token-weighted depth histogram and the
-    running sum of their weights (``tests/sim_oracles.py``). The events are bucketed by depth
+    running sum of their weights (``perf/sim_oracles.py``). The events are bucketed by depth
     (one counting pass and one scatter), then each bucket is summed in a small cache-resident
     window, so no histogram over every depth
     is ever materialised.

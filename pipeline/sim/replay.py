@@ -39,6 +39,9 @@ MAX_ROUTED_STATE_BYTES = kernels.MAX_STATE_BYTES  # 4 GiB, the kernel's own boun
 
 # Routings whose decisions read request durations (logged e2e_ms, else the latency model).
 USES_DURATIONS = frozenset({"least-loaded", "cache-aware"})
+# A scenario warns when tokens pinned by running requests at their peak reach this share of a
+# replica's cache: most of the cache is then busy and the hit figures depend on the durations.
+PINNED_WARN_SHARE = 0.8
 
 INSTANT_NOTE = "no durations: blocks released at arrival, nothing pinned"
 ROUTER_VIEW_NOTE = (
@@ -348,16 +351,15 @@ def _imbalance(values: pl.Series) -> float | None:
     return float(values.max()) / mean if mean > 0 else 1.0  # type: ignore[arg-type]
 
 
-def summarise(inp: SimInputs, run: ScenarioRun, settings: SimConfig) -> dict[str, Any]:
+def summarise(inp: SimInputs, run: ScenarioRun) -> dict[str, Any]:
     """The scenario's statistics as a JSON-ready dict (per-replica rows sorted by replica).
 
     ``warnings`` says when tokens pinned by running requests at their peak reach
-    ``settings.pinned_warn_share`` of a replica's cache capacity, and what the hit figures
+    ``PINNED_WARN_SHARE`` of a replica's cache capacity, and what the hit figures
     cover when only some requests carry prompt content. Hit figures cover the requests with
     content (:class:`~pipeline.sim.blocks.ContentCoverage`); with none they are null and
     ``hit_unknown_reason`` says why.
     """
-    pinned_warn_share = settings.pinned_warn_share
     sc = run.scenario
     replicas = per_replica_frame(inp, run)
     peak = np.zeros(sc.replicas, np.int64)
@@ -390,7 +392,7 @@ def summarise(inp: SimInputs, run: ScenarioRun, settings: SimConfig) -> dict[str
         lifetime = {"mode": "instant", "note": INSTANT_NOTE}
     warnings: list[str] = []
     peak_tokens = int(peak.max(initial=0)) * sc.block_size
-    if sc.cache_tokens > 0 and durations and peak_tokens >= pinned_warn_share * sc.cache_tokens:
+    if sc.cache_tokens > 0 and durations and peak_tokens >= PINNED_WARN_SHARE * sc.cache_tokens:
         warnings.append(
             f"tokens pinned by running requests at peak reach "
             f"{100 * peak_tokens / sc.cache_tokens:.0f} % of the cache capacity"

@@ -112,7 +112,7 @@ def run(inputs: SimInputs, settings: SimConfig) -> SimResult:
     """Every configured scenario and curve, one after another (the command's path)."""
     summaries = [scenario_summary(inputs, s, settings) for s in settings.scenarios()]
     curves = capacity_curves(inputs, settings)
-    return SimResult(summaries, curves, curve_points(curves, settings))
+    return SimResult(summaries, curves, curve_points(curves))
 
 
 def write(result: SimResult, layout: WorkloadLayout) -> dict[str, Path]:

@@ -1,6 +1,6 @@
 """A small OpenAI-compatible streaming server for load-test tests and benchmarks.
 
-Run it as a script (``python tests/stub_openai_server.py --port 0 [options]``: it prints one line
+Run it as a script (``python perf/stub_openai_server.py --port 0 [options]``: it prints one line
 ``listening on http://HOST:PORT`` once bound and serves until SIGTERM/SIGINT), or from Python with
 ``run_stub_server(**options)``, which starts it as a subprocess (so it gets its own core while the
 client under test drives it) and yields a ``StubServer``.

@@ -1,4 +1,4 @@
-"""Independent references for the prefix-cache replay, used by the tests and benchmarks/bench_sim.
+"""Independent references for the prefix-cache replay, used by the tests and ``perf.sim``.
 
 - :func:`lru_reference`: the instant lifetime read literally: one OrderedDict LRU per replica,
   lookup, then every block of the request refreshed tail first, then LRU eviction to capacity.
