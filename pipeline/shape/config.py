@@ -65,3 +65,13 @@ class ShapeConfig(Section):
             "min_quanta_per_window": MIN_QUANTA_PER_WINDOW,
             "plot_points": PLOT_POINTS,
         }
+
+
+class RecordedShapeConfig(ShapeConfig):
+    """What ``workload_shape.json`` records under ``config``: the settings, and the fixed
+    thresholds the stage used (so a result read months later says what it was judged by)."""
+
+    concurrency_high_min: float = CONCURRENCY_HIGH_MIN
+    concurrency_low_max: float = CONCURRENCY_LOW_MAX
+    min_quanta_per_window: float = MIN_QUANTA_PER_WINDOW
+    plot_points: int = PLOT_POINTS

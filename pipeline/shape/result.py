@@ -24,7 +24,7 @@ from pydantic import (
 )
 
 from pipeline.shape.arrivals import WINDOWS_S, Quantisation, window_label
-from pipeline.shape.config import ShapeConfig
+from pipeline.shape.config import RecordedShapeConfig
 from pipeline.shape.facts import LatencyModel, Percentiles, WorkloadFacts
 from pipeline.shape.findings import Finding
 from pipeline.unknown import ResultModel, Unknown, is_known
@@ -217,7 +217,7 @@ class ShapeMetrics(ResultModel):
     models: Categories
     features: Features
     provider_cache: Annotated[ProviderCache | Unknown, _LOGGED_IN, _LOGGED_OUT]
-    config: ShapeConfig
+    config: RecordedShapeConfig
     findings: list[Finding]
 
 
