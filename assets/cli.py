@@ -18,8 +18,6 @@ from typing import Any
 
 from pipeline.cli import build_parser, run_parsed
 from pipeline.cli_common import DEFAULT_CONFIG, add_config_argument, command_config
-from pipeline.decision.cli import add_decide_parser, decide
-from pipeline.report.headline import headline_table, headlines
 
 
 def _at_least_one(text: str) -> int:
@@ -30,6 +28,41 @@ def _at_least_one(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of steps, 1 or more")
     return value
+
+
+DECIDE_DOC = """    enginefit decide [--config FILE] [--previous RECORD] [--as-of YYYY-MM-DD] [--json]
+
+``decide`` has Dagster materialise, for the configured workload, every asset the decision
+depends on that is missing or stale (an input file or configuration section changed since it
+ran), then decides and writes the record under ``decision/`` exactly as the ``engine_decision``
+asset does. ``--previous`` evaluates an earlier
+quarter's revisit triggers against this run's measurements.
+"""
+
+
+def add_decide_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """``decide``'s arguments (here beside the command, which drives Dagster, so that parsing
+    loads no stage)."""
+    decide: argparse.ArgumentParser = subparsers.add_parser(
+        "decide",
+        help="recommend an engine with its rationale, costs and revisit triggers",
+        description=DECIDE_DOC,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_config_argument(decide)
+    decide.add_argument(
+        "--previous",
+        type=Path,
+        metavar="RECORD",
+        help="a previous decision.json whose triggers to check",
+    )
+    decide.add_argument(
+        "--as-of",
+        metavar="YYYY-MM-DD",
+        help="the decision's date (default: bench.as_of, else ENGINEFIT_RUN_DATE)",
+    )
+    decide.add_argument("--json", action="store_true", help="print the record as JSON")
+    return decide
 
 
 def register(subparsers: Any) -> None:
@@ -118,6 +151,9 @@ def run_report(args: argparse.Namespace) -> int:
         )
         print(f"  {shown}  ({asset_key})")
     print("summary:")
+    # import here: a command line loads only its own area (tests/test_cli_areas.py)
+    from pipeline.report.headline import headline_table, headlines
+
     print(headline_table(headlines(config)))
     print(f"checks: {run.checks_passed} passed, {len(run.checks_failed)} did not")
     for check, severity, problems in run.checks_failed:
@@ -153,6 +189,9 @@ def run_decide(args: argparse.Namespace) -> int:
             f"enginefit decide: materialised what was missing or stale: {', '.join(ran)}",
             file=sys.stderr,
         )
+    # import here: a command line loads only its own area (tests/test_cli_areas.py)
+    from pipeline.decision.cli import decide
+
     return decide(args, config)
 
 

@@ -435,17 +435,17 @@ def test_h100_sweep_capacity() -> None:
 
 @pytest.mark.shared
 def test_h100_keep_up_shares_by_hand() -> None:
-    """Drain-corrected completion rate ÷ send rate, from each stage file's own numbers."""
+    """Completion rate with the drain left in ÷ send rate, from each stage file's own numbers:
+    at least 95 % of what was sent on every stage, so the aggregates alone say kept up."""
     evaluated = evaluate_slo(h100_points(), DEFAULTS.bench).sort("record_index")
     for n, share in enumerate(evaluated.get_column("keep_up_share").to_list()):
         s = stage(n)
-        completed = s["successes"]["count"]
         # inference-perf's throughput divides by the stage's first send to last completion
-        duration = completed / s["successes"]["throughput"]["requests_per_sec"]
-        latency = s["successes"]["latency"]["request_latency"]["mean"]
-        expected = completed / (duration - latency) / s["load_summary"]["achieved_rate"]
+        expected = (
+            s["successes"]["throughput"]["requests_per_sec"] / s["load_summary"]["achieved_rate"]
+        )
         assert share == pytest.approx(expected), n
-        assert 1.0 <= share < 1.01  # e.g. stage 3: 5531 ÷ (60.543 − 1.021) s = 92.92 vs 92.22
+        assert 0.95 <= share < 1.0  # e.g. stage 3: 91.36 ÷ 92.22 req/s
 
 
 @pytest.mark.shared
@@ -590,8 +590,9 @@ def test_whole_run_rate_only_without_a_mean_output_length() -> None:
 
 
 def test_no_interpolation_toward_an_overloaded_failure() -> None:
-    # The failure at 8 req/s is overloaded: 100 ÷ (40 − 1) ÷ 8 = 32 % of sends.
-    rows = [point(4, 900.0, 20.0), point(8, 1500.0, 20.0, duration_s=40.0)]
+    # The failure at 8 req/s is overloaded: even with its longest latency (1 s) taken off as
+    # drain, 100 ÷ (40 − 1) ÷ 8 = 32 % of sends.
+    rows = [point(4, 900.0, 20.0), point(8, 1500.0, 20.0, duration_s=40.0, e2e_max_ms=1000.0)]
     row = only(capacity(rows, interpolate=True))
     assert row["interpolated"] is False
     assert row["capacity_rps"] == 4.0

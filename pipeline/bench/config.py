@@ -228,7 +228,7 @@ class OverloadRule(Section):
     """When an open-loop point counts as having fallen behind (:mod:`pipeline.bench.keepup`).
 
     ``tolerance``: overloaded when completions kept pace with less than 1 − tolerance of sends.
-    ``min_window_latencies``: the sending window must span this many typical latencies.
+    ``min_window_latencies``: the sending window must span this many early-request latencies.
     """
 
     tolerance: Annotated[float, Field(ge=0, lt=1)]

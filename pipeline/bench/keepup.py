@@ -1,55 +1,56 @@
-"""Did the server keep up with an open-loop load point? Overload and the drain tail.
+"""Did the server keep up with an open-loop load point? Queueing through the run, not the drain tail.
 
 In an open-loop run requests are sent on a schedule whatever the server does. When completions
 fall behind sends, the queue grows for as long as the run lasts; a short run then shows
 percentiles a longer run would not, so such a point is **overloaded** whatever its percentiles
 (DOMAIN.md, "An evaluation that means something"). A tool's whole-run request throughput cannot
 tell: it divides completions by a duration that includes the *drain tail* (the time the last
-requests take after sending stops), so a short healthy run sits well below its offered rate.
+requests take after sending stops), and one very long answer near the end lengthens that tail
+without any queue. So overload is judged by what a queue does (waits grow with a request's
+position in the run), and the drain tail never fails a point on its own.
 
-Each open-loop point (``sweep == "open"``) gets a verdict, judged against the rate requests were
-actually **sent** (``achieved_rate_rps``, else ``offered_rate_rps``; whether the client produced
-the offered load is a separate check, :attr:`pipeline.bench.config.SloSpec.min_achieved_rate_share`):
+Each open-loop point (``sweep == "open"``) gets a verdict against the rate requests were actually
+**sent** (``achieved_rate_rps``, else ``offered_rate_rps``; whether the client produced the
+offered load is a separate check, :attr:`pipeline.bench.config.SloSpec.min_achieved_rate_share`):
 
-``per_request_window`` (points whose per-request rows carry send times ``start_s`` and
-latencies ``e2e_ms``: vLLM current format, aiperf, guidellm v0.1):
-    L0 = the median latency of the first ``EARLY_REQUESTS`` (10) requests sent, before a queue
-    could build; T = the last send (the first is at 0). The share is
-    ``completions in [L0, T] ÷ sends in [0, T − L0]``: two windows of the same length, the second
-    shifted by one unloaded latency, so a server that keeps up completes about as many requests
-    in the first as were sent in the second. Judged only when T ≥ ``min_window_latencies`` × L0
-    and at least ``MIN_WINDOW_SENDS`` (20) requests fall in the send window.
+``send_order_trend`` (per-request rows in send order with a TTFT or an E2E latency: vLLM
+``bench serve`` detailed results, with or without ``start_times``, SGLang ``bench_serving``,
+``enginefit loadtest``, aiperf, guidellm):
+    Requests are ordered by send time ``start_s``; without it by ``request_index`` (vLLM and
+    SGLang write their per-request arrays in send order), placed at ``index ÷ send rate``. For
+    each wait signal (TTFT, the queue before the first token; E2E, where a server that admits
+    everything holds its backlog in the running batch), the growth rate *g* is the change of the
+    interquartile mean (the mean of the middle half: steady when prefix-cache hits make the wait
+    bimodal, deaf to a few very long answers) from the first quarter of sends to the last,
+    divided by the time between the two quarters' median send times. A first-in-first-out
+    server completing μ req/s while λ are sent makes a request sent at *t* wait *t* (λ/μ − 1),
+    so *g* = λ/μ − 1 and the share ``1 ÷ (1 + g)`` is μ/λ, the completions per send. Overloaded
+    when the share is below ``1 − tolerance`` **and** the wait rises with send order by a rank
+    test (Spearman ρ × √(n − 1) ≥ ``TREND_Z``, one-sided p ≈ 0.001): both a queue growing
+    faster than the tolerance allows and a trend noise cannot make. Judged with at least
+    ``MIN_TREND_REQUESTS`` completed requests, and (when E2E is known) a sending window of at
+    least ``min_window_latencies`` early-request latencies: before that the server is still
+    filling its batch and waits grow on a healthy server too.
 
-``drain_corrected`` (aggregates only):
-    L = a typical request latency: mean E2E, else median E2E, else mean TTFT + mean TPOT × (mean
-    output tokens − 1). The share is ``completed ÷ (duration − L) ÷ send rate``: the completion
-    rate over the run with one typical latency of drain taken off. Judged only when the sending
-    window (requests sent ÷ send rate) is at least ``min_window_latencies`` typical latencies long
-    (a run barely longer than one request's latency never reaches a steady state, so it cannot show
-    that the server kept up, nor that it did not), and only for durations that span first send
-    to last completion (``duration_kind`` ``first_send_to_last_done``, ``first_req_to_last_resp``,
-    or ``derived`` from such a throughput). The drain of the last requests is the *longest*
-    latency among them, not the mean, so with varied output lengths the estimate reads a few
-    percent low on a healthy run; it is the conservative direction.
+``drain_corrected`` (aggregates only: the completion rate bounded on both sides of the drain):
+    low = completed ÷ duration ÷ send rate, the drain left in; high = completed ÷ (duration −
+    longest E2E) ÷ send rate, the longest possible drain taken off (``e2e_max_ms``; no upper
+    bound without it). Only for durations that span first send to last completion
+    (``duration_kind`` ``first_send_to_last_done``, ``first_req_to_last_resp``, or ``derived``
+    from such a throughput). The server sustained at least the low rate, so low ≥ 1 − tolerance
+    is ``kept_up`` (share = low); no drain can explain high < 1 − tolerance, so that is
+    ``overloaded`` (share = high); in between the aggregates cannot tell (a growing queue also
+    lengthens the longest latency, so high reads about 1 on an overloaded server): ``unknown``
+    with both bounds, never a guess either way.
 
-What aggregates cannot see: when the queue grows steadily the mean latency already holds half of
-the growth, so the drain-corrected share of a server completing μ req/s while λ are sent reads
-about 2μ ÷ (λ + μ), not μ ÷ λ: a 25 % overload (μ/λ = 0.8) reads 0.89 and passes a 0.15
-tolerance; only overloads beyond about 35 % fail from aggregates, and beyond about 67 % the
-window condition makes them ``unknown``. The per-request window reads μ ÷ λ; prefer result files
-with per-request send times (vLLM ``--save-detailed``, aiperf ``profile_export.jsonl``).
-
-A point whose share is below ``1 − tolerance`` is ``overloaded`` (it fails the SLO, see
-:func:`pipeline.bench.slo.evaluate_slo`); at or above, ``kept_up``; ``unknown`` (with the reason)
-when the data cannot judge it, which makes the point ``unknown``, never ``pass``. Closed-loop,
-burst, ramp and trace points are ``not_applicable``: their load is not a schedule. Per-request
-data with send times decides when present; otherwise the aggregates do. What the verdicts are
+``unknown`` (with the reason) makes the point ``unknown``, never ``pass``. Closed-loop, burst,
+ramp and trace points are ``not_applicable``: their load is not a schedule. Per-request data
+decides when present; otherwise the aggregates do. The threshold's derivation and the verdicts
 on the bundled samples: docs/bench.md ("Did the server keep up?").
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,15 +59,18 @@ import polars as pl
 from pipeline.bench.config import OverloadRule
 from pipeline.bench.frames import column_or_null, float_column
 
-#: How many of the first requests sent give the unloaded latency L0 (per-request method).
+#: How many of the first requests sent give the unloaded E2E latency for the window check.
 EARLY_REQUESTS = 10
-#: Fewest sends in the per-request window for its count ratio to mean anything.
-MIN_WINDOW_SENDS = 20
+#: Fewest completed requests for quarters of ten: fewer cannot show a trend.
+MIN_TREND_REQUESTS = 40
+#: Spearman ρ × √(n − 1) at or above which the wait rises with send order (one-sided p ≈ 0.001):
+#: a healthy run's waits are in random order, so noise alone flags one run in a thousand.
+TREND_Z = 3.0
 #: Durations that run from the first send to the last completion, so the drain is inside them.
 DRAIN_DURATION_KINDS = ("first_send_to_last_done", "first_req_to_last_resp", "derived")
 
 KEPT_UP, OVERLOADED, UNKNOWN, NOT_APPLICABLE = "kept_up", "overloaded", "unknown", "not_applicable"
-PER_REQUEST_METHOD = "per_request_window"
+PER_REQUEST_METHOD = "send_order_trend"
 AGGREGATE_METHOD = "drain_corrected"
 
 KEEP_UP_SCHEMA: dict[str, pl.DataType] = {
@@ -91,111 +95,132 @@ def _pct(share: float) -> str:
     return f"{share * 100:.0f}%"
 
 
-def _verdict(method: str, share: float, rule: OverloadRule, what: str) -> KeepUp:
-    tolerance = f"(tolerance {_pct(rule.tolerance)})"
-    if share < 1.0 - rule.tolerance:
-        return KeepUp(OVERLOADED, method, share, f"overloaded: {what} {tolerance}")
-    return KeepUp(KEPT_UP, method, share, f"kept up: {what} {tolerance}")
+def interquartile_mean(values: np.ndarray) -> float:
+    """The mean of the middle half (values between the 25th and 75th percentiles, inclusive)."""
+    low, high = np.percentile(values, [25.0, 75.0])
+    return float(values[(values >= low) & (values <= high)].mean())
 
 
-def keep_up_from_requests(
-    starts_s: np.ndarray, done_starts_s: np.ndarray, done_latency_s: np.ndarray, rule: OverloadRule
+def rank_trend_z(values: np.ndarray) -> float:
+    """Spearman's ρ between send order and ``values``, times √(n − 1): about standard normal
+    when the values are in random order (ties get their mean rank)."""
+    n = values.size
+    ranks = pl.Series(values).rank("average").to_numpy()
+    order = np.arange(n, dtype=float)
+    rho = float(np.corrcoef(order, ranks)[0, 1]) if np.ptp(ranks) > 0 else 0.0
+    return rho * float(np.sqrt(n - 1))
+
+
+@dataclass(frozen=True)
+class _Growth:
+    signal: str
+    early_s: float
+    late_s: float
+    gap_s: float
+    share: float
+    z: float
+
+
+def _growth(signal: str, send_s: np.ndarray, wait_s: np.ndarray) -> _Growth:
+    quarter = send_s.size // 4
+    early, late = wait_s[:quarter], wait_s[-quarter:]
+    gap = float(np.median(send_s[-quarter:]) - np.median(send_s[:quarter]))
+    early_s, late_s = interquartile_mean(early), interquartile_mean(late)
+    rate = max(late_s - early_s, 0.0) / gap if gap > 0 else 0.0
+    return _Growth(signal, early_s, late_s, gap, 1.0 / (1.0 + rate), rank_trend_z(wait_s))
+
+
+def keep_up_from_send_order(
+    send_s: np.ndarray, waits_s: dict[str, np.ndarray], rule: OverloadRule
 ) -> KeepUp:
-    """The per-request window method (module docstring).
+    """The send-order trend method (module docstring).
 
-    ``starts_s``: send time of every request sent; ``done_starts_s`` / ``done_latency_s``: send
-    time and end-to-end latency of every completed request.
+    ``send_s``: send time of each completed request, in send order; ``waits_s``: per signal
+    (``"TTFT"``, ``"E2E"``), that request's wait in seconds, aligned with ``send_s``.
     """
-    if starts_s.size < 2 or done_starts_s.size == 0:
-        return KeepUp(
-            UNKNOWN,
-            PER_REQUEST_METHOD,
-            None,
-            f"keep-up unknown: only {starts_s.size} send time(s) and {done_starts_s.size} "
-            "completed request(s) with a latency",
+
+    def unknown(why: str) -> KeepUp:
+        return KeepUp(UNKNOWN, PER_REQUEST_METHOD, None, f"keep-up unknown: {why}")
+
+    n = send_s.size
+    if n < MIN_TREND_REQUESTS or not waits_s:
+        return unknown(
+            f"only {n} completed request(s) with a wait in send order; needs ≥ {MIN_TREND_REQUESTS}"
         )
-    first, last = float(starts_s.min()), float(starts_s.max())
-    early = np.argsort(done_starts_s, kind="stable")[:EARLY_REQUESTS]
-    unloaded = float(np.median(done_latency_s[early]))
-    window = last - first
-    if unloaded <= 0 or window < rule.min_window_latencies * unloaded:
-        return KeepUp(
-            UNKNOWN,
-            PER_REQUEST_METHOD,
-            None,
-            f"keep-up unknown: the sending window ({window:.3g} s) is "
-            f"{window / unloaded if unloaded > 0 else math.inf:.2g} early-request latencies "
-            f"({unloaded:.3g} s); needs ≥ {rule.min_window_latencies:g}",
-        )
-    sends = int(np.count_nonzero(starts_s <= last - unloaded))
-    ends = done_starts_s + done_latency_s
-    completions = int(np.count_nonzero((ends >= first + unloaded) & (ends <= last)))
-    if sends < MIN_WINDOW_SENDS:
-        return KeepUp(
-            UNKNOWN,
-            PER_REQUEST_METHOD,
-            None,
-            f"keep-up unknown: only {sends} requests sent in the window; needs ≥ {MIN_WINDOW_SENDS}",
-        )
-    share = completions / sends
-    return _verdict(
-        PER_REQUEST_METHOD,
-        share,
-        rule,
-        f"completions kept pace with {_pct(share)} of sends during the sending window "
-        f"({completions} done in [{unloaded:.3g} s, {last:.4g} s] vs {sends} sent in "
-        f"[0, {last - unloaded:.4g} s])",
+    window = float(send_s[-1] - send_s[0])
+    if "E2E" in waits_s:
+        unloaded = float(np.median(waits_s["E2E"][:EARLY_REQUESTS]))
+        if unloaded > 0 and window < rule.min_window_latencies * unloaded:
+            return unknown(
+                f"the sending window ({window:.3g} s) is {window / unloaded:.2g} early-request "
+                f"latencies ({unloaded:.3g} s); needs ≥ {rule.min_window_latencies:g}"
+            )
+    growths = [_growth(signal, send_s, wait) for signal, wait in waits_s.items()]
+    worst = min(growths, key=lambda g: g.share)
+    floor = 1.0 - rule.tolerance
+    queued = [g for g in growths if g.share < floor and g.z >= TREND_Z]
+    decisive = min(queued, key=lambda g: g.share) if queued else worst
+    what = (
+        f"{decisive.signal} (mean of the middle half) went from {decisive.early_s:.3g} s in the "
+        f"first quarter of sends to {decisive.late_s:.3g} s in the last, {decisive.gap_s:.3g} s "
+        f"later: a queue kept pace with {_pct(decisive.share)} of sends (rank trend z "
+        f"{decisive.z:.1f}) (tolerance {_pct(rule.tolerance)}, z ≥ {TREND_Z:g})"
     )
+    if queued:
+        return KeepUp(OVERLOADED, PER_REQUEST_METHOD, decisive.share, f"overloaded: {what}")
+    return KeepUp(KEPT_UP, PER_REQUEST_METHOD, decisive.share, f"kept up: {what}")
 
 
 def keep_up_from_aggregates(
     *,
     send_rate_rps: float | None,
-    requests_sent: float | None,
     completed: float | None,
     duration_s: float | None,
     duration_kind: str | None,
-    latency_s: float | None,
+    longest_latency_s: float | None,
     rule: OverloadRule,
 ) -> KeepUp:
-    """The drain-corrected method (module docstring)."""
+    """The drain-corrected bounds (module docstring)."""
 
     def unknown(why: str) -> KeepUp:
         return KeepUp(UNKNOWN, AGGREGATE_METHOD, None, f"keep-up unknown: {why}")
 
-    if not send_rate_rps or send_rate_rps <= 0 or not requests_sent or completed is None:
+    if not send_rate_rps or send_rate_rps <= 0 or completed is None:
         return unknown("request counts or send rate not recorded")
     if duration_s is None or duration_s <= 0:
         return unknown("run duration not recorded")
     if duration_kind not in DRAIN_DURATION_KINDS:
         return unknown(
             f"the duration is a {duration_kind or 'unknown'} span, not first send to last "
-            "completion, so the drain tail cannot be corrected (per-request send times needed)"
+            "completion, so the drain tail cannot be bounded (per-request waits needed)"
         )
-    if latency_s is None or latency_s <= 0:
+    floor = 1.0 - rule.tolerance
+    tolerance = f"(tolerance {_pct(rule.tolerance)})"
+    low = completed / duration_s / send_rate_rps
+    low_text = (
+        f"{completed:g} completed ÷ {duration_s:.4g} s = {completed / duration_s:.4g} req/s, "
+        f"drain included, is {_pct(low)} of the send rate {send_rate_rps:.4g} req/s"
+    )
+    if low >= floor:
+        return KeepUp(KEPT_UP, AGGREGATE_METHOD, low, f"kept up: {low_text} {tolerance}")
+    if longest_latency_s is None or not 0 < longest_latency_s < duration_s:
         return unknown(
-            "no typical request latency (E2E, or TTFT + TPOT × tokens) to correct the drain tail"
+            f"{low_text} and the longest latency is not recorded, so the drain tail cannot be "
+            "bounded; per-request waits in send order would tell"
         )
-    window = requests_sent / send_rate_rps
-    if window < rule.min_window_latencies * latency_s:
-        return unknown(
-            f"run too short to show it kept up: the sending window (≈{window:.3g} s) is "
-            f"{window / latency_s:.2g} typical latencies ({latency_s:.3g} s); "
-            f"needs ≥ {rule.min_window_latencies:g}"
+    high_rate = completed / (duration_s - longest_latency_s)
+    high = high_rate / send_rate_rps
+    high_text = (
+        f"with the longest latency ({longest_latency_s:.3g} s) taken off as drain, "
+        f"{high_rate:.4g} req/s is {_pct(high)}"
+    )
+    if high < floor:
+        return KeepUp(
+            OVERLOADED, AGGREGATE_METHOD, high, f"overloaded: {low_text}; {high_text} {tolerance}"
         )
-    if duration_s <= latency_s:
-        return unknown(
-            f"duration {duration_s:.3g} s is not longer than one latency {latency_s:.3g} s"
-        )
-    rate = completed / (duration_s - latency_s)
-    share = rate / send_rate_rps
-    return _verdict(
-        AGGREGATE_METHOD,
-        share,
-        rule,
-        f"drain-corrected completion rate {completed:g} ÷ ({duration_s:.4g} s − "
-        f"{latency_s:.3g} s) = {rate:.4g} req/s is {_pct(share)} of the send rate "
-        f"{send_rate_rps:.4g} req/s",
+    return unknown(
+        f"{low_text}; {high_text}: the drain tail or a queue, aggregates cannot tell which; "
+        "per-request waits in send order would tell"
     )
 
 
@@ -213,34 +238,34 @@ def mean_output_tokens_expr(frame: pl.DataFrame) -> pl.Expr:
     return pl.coalesce(float_column(frame, "output_tokens_mean"), derived)
 
 
-def typical_latency_expr(frame: pl.DataFrame) -> pl.Expr:
-    """Seconds: mean E2E, else median E2E, else mean TTFT + mean TPOT × (mean output − 1)."""
-    decode = float_column(frame, "tpot_mean_ms") * (mean_output_tokens_expr(frame) - 1.0).clip(0.0)
-    return (
-        pl.coalesce(
-            float_column(frame, "e2e_mean_ms"),
-            float_column(frame, "e2e_p50_ms"),
-            float_column(frame, "ttft_mean_ms") + decode,
-        )
-        / 1000.0
-    )
-
-
-def _per_request_verdicts(per_request: pl.DataFrame, rule: OverloadRule) -> dict[str, KeepUp]:
-    """Verdicts for the points whose per-request rows have send times and latencies (a point
-    with send times but no latencies, e.g. an older vLLM file, is left to the aggregates)."""
-    timed = per_request.filter(pl.col("start_s").is_not_null())
+def _per_request_verdicts(
+    per_request: pl.DataFrame, send_rates: dict[str, float | None], rule: OverloadRule
+) -> dict[str, KeepUp]:
+    """Verdicts for the points whose completed requests carry a TTFT or an E2E latency, in send
+    order: by ``start_s`` when every request of the point has one, else by ``request_index`` at
+    the point's send rate (a point with neither, e.g. an older vLLM file without latencies, is
+    left to the aggregates)."""
     verdicts: dict[str, KeepUp] = {}
-    for group in timed.partition_by("point_id", maintain_order=True):
-        done = group.filter(pl.col("ok") & pl.col("e2e_ms").is_not_null())
-        if done.is_empty():
+    for group in per_request.partition_by("point_id", maintain_order=True):
+        point_id = str(group.item(0, "point_id"))
+        timed = group.get_column("start_s").null_count() == 0
+        rate = send_rates.get(point_id)
+        if not timed and not rate:
             continue
-        verdicts[str(group.item(0, "point_id"))] = keep_up_from_requests(
-            group.get_column("start_s").to_numpy(),
-            done.get_column("start_s").to_numpy(),
-            done.get_column("e2e_ms").to_numpy() / 1000.0,
-            rule,
+        ordered = group.sort("start_s" if timed else "request_index", maintain_order=True)
+        done = ordered.filter(pl.col("ok").fill_null(False))
+        send_s = (
+            done.get_column("start_s").to_numpy()
+            if timed
+            else done.get_column("request_index").cast(pl.Float64).to_numpy() / rate
         )
+        waits = {}
+        for signal, column in (("TTFT", "ttft_ms"), ("E2E", "e2e_ms")):
+            values = done.get_column(column)
+            if values.len() and values.null_count() == 0:
+                waits[signal] = values.to_numpy() / 1000.0
+        if waits:
+            verdicts[point_id] = keep_up_from_send_order(send_s, waits, rule)
     return verdicts
 
 
@@ -248,20 +273,18 @@ def judge_keep_up(
     points: pl.DataFrame, per_request: pl.DataFrame | None, rule: OverloadRule
 ) -> pl.DataFrame:
     """``points`` (with a ``sweep`` column) plus :data:`KEEP_UP_SCHEMA` columns."""
-    verdicts = _per_request_verdicts(per_request, rule) if per_request is not None else {}
-    completed = float_column(points, "completed")
     inputs = points.select(
         point_id=pl.col("point_id").cast(pl.String),
         sweep=pl.col("sweep"),
         send_rate_rps=send_rate_expr(points),
-        requests_sent=pl.coalesce(
-            float_column(points, "num_requests"),
-            completed + float_column(points, "failed").fill_null(0.0),
-        ),
-        completed=completed,
+        completed=float_column(points, "completed"),
         duration_s=float_column(points, "duration_s"),
         duration_kind=column_or_null(points, "duration_kind", pl.String()),
-        latency_s=typical_latency_expr(points),
+        longest_latency_s=float_column(points, "e2e_max_ms") / 1000.0,
+    )
+    send_rates = dict(zip(inputs["point_id"], inputs["send_rate_rps"], strict=True))
+    verdicts = (
+        _per_request_verdicts(per_request, send_rates, rule) if per_request is not None else {}
     )
     rows: list[KeepUp] = []
     for row in inputs.iter_rows(named=True):

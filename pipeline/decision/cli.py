@@ -1,15 +1,5 @@
-"""``enginefit decide`` and ``enginefit explain``.
-
-    enginefit decide [--config FILE] [--previous RECORD] [--as-of YYYY-MM-DD] [--json]
-    enginefit explain RECORD
-
-``decide`` has Dagster materialise, for the configured workload, every asset the decision
-depends on that is missing or stale (an input file or configuration section changed since it
-ran), then decides and writes the record under ``decision/`` exactly as the ``engine_decision``
-asset does. ``--previous`` evaluates an earlier
-quarter's revisit triggers against this run's measurements. ``explain`` prints a record's
-rationale as plain text.
-"""
+"""``enginefit explain``, and the deciding and printing ``enginefit decide`` does after Dagster has
+materialised what the decision reads (the command itself is :mod:`assets.cli`'s)."""
 
 from __future__ import annotations
 
@@ -21,35 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.bench.config import as_of_flag
-from pipeline.cli_common import add_config_argument
 from pipeline.config import Config
 from pipeline.decision import stage
 from pipeline.decision.present import candidates_table, rationale_text
 from pipeline.settings import with_flags
-
-
-def add_decide_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """``decide``'s arguments; the command itself is ``assets.cli``'s, since it drives Dagster."""
-    decide: argparse.ArgumentParser = subparsers.add_parser(
-        "decide",
-        help="recommend an engine with its rationale, costs and revisit triggers",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    add_config_argument(decide)
-    decide.add_argument(
-        "--previous",
-        type=Path,
-        metavar="RECORD",
-        help="a previous decision.json whose triggers to check",
-    )
-    decide.add_argument(
-        "--as-of",
-        metavar="YYYY-MM-DD",
-        help="the decision's date (default: bench.as_of, else ENGINEFIT_RUN_DATE)",
-    )
-    decide.add_argument("--json", action="store_true", help="print the record as JSON")
-    return decide
 
 
 def register(subparsers: Any) -> None:
