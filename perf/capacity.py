@@ -28,10 +28,10 @@ import polars as pl
 
 from pipeline.bench.readers import read_bench_files
 from pipeline.capacity.compute import carry_to_workload, workload_requests
-from pipeline.capacity.config import CapacityConfig
 from pipeline.capacity.fit import deployment_of, fit_serving_model
 from pipeline.capacity.prior import ModelShape
 from pipeline.capacity.result import ServingModel, Slo
+from pipeline.config import default_config
 from pipeline.unknown import Unknown
 
 T = TypeVar("T")
@@ -59,7 +59,7 @@ def best_of(repeats: int, work: Callable[[], T]) -> tuple[float, T]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=1_000_000)
-    parser.add_argument("--sample", type=int, default=CapacityConfig().sample_requests)
+    parser.add_argument("--sample", type=int, default=default_config().capacity.sample_requests)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
     if args.requests < 1 or args.repeats < 1:
@@ -67,7 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from tests import batching_server_sim as sim
 
-    config = CapacityConfig(token_budget=1024, max_batch=256, sample_requests=args.sample)
+    config = default_config().capacity.replace(
+        token_budget=1024, max_batch=256, sample_requests=args.sample
+    )
     slo = Slo(ttft_p95_ms=1000.0, itl_p99_ms=60.0)
     with tempfile.TemporaryDirectory() as folder:
         prompt, output = sim.mix(600, (100, 300), (100, 300), seed=8)

@@ -12,11 +12,8 @@ from typing import Any
 
 from pipeline.capacity.result import CandidateCapacity, CapacityResult, ServingModel
 from pipeline.present.tables import markdown_table
+from pipeline.present.text import unknown_text
 from pipeline.unknown import Unknown
-
-
-def unknown_text(value: Unknown) -> str:
-    return f"unknown — {value.reason}"
 
 
 def _rate(value: float) -> str:
@@ -105,3 +102,36 @@ def model_errors_table(model: ServingModel) -> str:
             row[key] = None if isinstance(value, Unknown) else f"{value:+.1%}"
         rows.append(row)
     return markdown_table(rows)
+
+
+def render_text(result: CapacityResult) -> str:
+    """What ``enginefit capacity`` prints: the SLO and mix, one sentence per candidate, the
+    candidates table and each fitted model's error on its own points."""
+    mix = result.mix
+    mean = mix.mean_rate_rps
+    lines = [
+        f"Capacity for workload {result.workload} at {result.slo.describe()}",
+        f"Mix: {mix.requests:,} requests, mean prompt {mix.prompt_tokens_mean:,.0f} tokens "
+        f"({mix.cached_prompt_share:.1%} cached), mean output {mix.output_tokens_mean:,.0f}; "
+        f"peak {mix.peak_rate_rps:.4g} req/s, mean "
+        + (unknown_text(mean) if isinstance(mean, Unknown) else f"{mean:.4g} req/s"),
+        *(f"{name}: {text}" for name, text in sorted(result.sources.items())),
+        "",
+    ]
+    if not result.candidates:
+        lines.append("No benchmarked deployment to carry to this workload.")
+    for candidate in result.candidates:
+        lines.append(f"- {candidate.candidate}: {transfer_sentence(candidate)}")
+    if result.candidates:
+        lines += ["", candidates_table(result)]
+    for candidate in result.candidates:
+        if isinstance(candidate.serving_model, ServingModel):
+            lines += [
+                "",
+                f"Fitted model of {candidate.candidate} against its points "
+                "(predicted ÷ measured − 1):",
+                model_errors_table(candidate.serving_model),
+            ]
+    if result.notes:
+        lines += ["", "Notes:", *(f"- {note}" for note in result.notes)]
+    return "\n".join(lines)
