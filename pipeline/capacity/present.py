@@ -12,7 +12,7 @@ from typing import Any
 
 from pipeline.capacity.result import CandidateCapacity, CapacityResult, ServingModel
 from pipeline.present.tables import markdown_table
-from pipeline.present.text import unknown_text
+from pipeline.present.text import UNKNOWN, unknown_text
 from pipeline.unknown import Unknown
 
 
@@ -52,7 +52,8 @@ def transfer_sentence(candidate: CandidateCapacity) -> str:
 
 
 def _figure(value: Any) -> Any:
-    return unknown_text(value) if isinstance(value, Unknown) else value
+    """A table cell: an unknown is the bare word (its reason is in the sentence above)."""
+    return UNKNOWN if isinstance(value, Unknown) else value
 
 
 def candidates_table(result: CapacityResult) -> str:
@@ -67,13 +68,13 @@ def candidates_table(result: CapacityResult) -> str:
                 "capacity_rps": _figure(c.workload_capacity_rps),
                 "band_rps": _figure(band) if isinstance(band, Unknown) else list(band),
                 "basis": c.capacity_basis,
-                "replicas": None if isinstance(cost, Unknown) else cost.replicas,
-                "monthly_usd": None if isinstance(cost, Unknown) else cost.monthly_cost_usd,
-                "out_per_1m": None if isinstance(cost, Unknown) else cost.cost_per_1m_output_usd,
-                "in_per_1m": None
+                "replicas": UNKNOWN if isinstance(cost, Unknown) else cost.replicas,
+                "monthly_usd": UNKNOWN if isinstance(cost, Unknown) else cost.monthly_cost_usd,
+                "out_per_1m": UNKNOWN if isinstance(cost, Unknown) else cost.cost_per_1m_output_usd,
+                "in_per_1m": UNKNOWN
                 if isinstance(cost, Unknown)
                 else _figure(cost.cost_per_1m_input_usd),
-                "all_in_out_per_1m": None
+                "all_in_out_per_1m": UNKNOWN
                 if isinstance(cost, Unknown)
                 else cost.all_in_cost_per_1m_output_usd,
                 "benchmark_out_per_1m": _figure(c.benchmark_cost_per_1m_output_usd),
