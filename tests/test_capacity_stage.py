@@ -17,6 +17,7 @@ from pipeline.capacity.result import CapacityResult, WorkloadCost
 from pipeline.config import load_config
 from pipeline.errors import InputFormatError
 from pipeline.layout import WorkloadLayout
+from pipeline.report.headline import headlines
 from tests.conftest import REPO, bundled_config
 
 # The bundled SLO's p95 TTFT of 1 s cannot be met by a 1×H100 replica on Mooncake's prompts (its
@@ -110,6 +111,10 @@ def test_two_workloads_get_different_hand_checkable_costs_from_one_sweep(
     assert azure.mix.cached_prompt_share == 0.0
     assert any("cached share taken as 0" in note for note in azure.notes)
     assert mooncake.mix.cached_prompt_share > 0.0
+    # The end-of-run summary line.
+    line = dict(headlines(load_config(tmp_path / "azure-conv.yaml")))["capacity"]
+    assert f"{short_cost.replicas} replica(s) at peak" in line
+    assert "per 1M output tokens of this workload" in line
 
 
 def test_capacity_before_its_inputs_exist_says_which_command_makes_them(
