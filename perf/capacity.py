@@ -148,8 +148,8 @@ def stage_command(requests: int, repeats: int) -> None:
     """``enginefit capacity`` as a whole command on a generated workload (module docstring)."""
     import yaml  # import here: only this part writes a configuration
 
-    from perf import workload
-    from perf.ingest import run_enginefit
+    from perf import workload  # import here: the stage part alone generates a trace
+    from perf.ingest import run_enginefit  # import here: likewise, the command launcher
 
     repo = Path(__file__).resolve().parents[1]
     bundled = yaml.safe_load((repo / "enginefit.yaml").read_text())

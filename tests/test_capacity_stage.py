@@ -18,6 +18,7 @@ from pipeline.config import load_config
 from pipeline.errors import InputFormatError
 from pipeline.layout import WorkloadLayout
 from pipeline.report.headline import headlines
+from pipeline.sim import stage as sim_stage
 from tests.conftest import REPO, bundled_config
 
 # The bundled SLO's p95 TTFT of 1 s cannot be met by a 1×H100 replica on Mooncake's prompts (its
@@ -111,6 +112,22 @@ def test_two_workloads_get_different_hand_checkable_costs_from_one_sweep(
     assert azure.mix.cached_prompt_share == 0.0
     assert any("cached share taken as 0" in note for note in azure.notes)
     assert mooncake.mix.cached_prompt_share > 0.0
+    # The cached share: the best routing at the largest simulated replica count by default; the
+    # decision asks again at the fleet's own count.
+    summaries = sim_stage.read_summaries(load_config(tmp_path / "mooncake.yaml").layout())
+    default = stage.recommended_cached_share(summaries, 449_797)
+    one = stage.recommended_cached_share(summaries, 449_797, replicas=1)
+    many = stage.recommended_cached_share(summaries, 449_797, replicas=64)
+    assert isinstance(default, tuple) and isinstance(one, tuple) and isinstance(many, tuple)
+    assert default[0] == pytest.approx(mooncake.mix.cached_prompt_share, abs=1e-3)
+    assert "at 2 replica(s)" in default[1] and many == default
+    assert "at 1 replica(s)" in one[1] and "round-robin" in one[1]
+    best_at_two = max(
+        float(s.hit_ratio)  # type: ignore[arg-type]
+        for s in summaries
+        if s.replicas == 2
+    )
+    assert default[0] == pytest.approx(best_at_two)
     # The end-of-run summary line.
     line = dict(headlines(load_config(tmp_path / "azure-conv.yaml")))["capacity"]
     assert f"{short_cost.replicas} replica(s) at peak" in line
