@@ -17,6 +17,7 @@ from dagster._core.definitions.temporal_context import TemporalContext
 from dagster._time import get_current_datetime
 
 from assets import bench as bench_stage
+from assets import capacity as capacity_stage
 from assets import decision as decision_stage
 from assets import ingest, inputs
 from assets import prefix as prefix_stage
@@ -37,6 +38,7 @@ _STAGES = [
     shape_stage,
     bench_stage,
     sim_stage,
+    capacity_stage,
     decision_stage,
     report_stage,
 ]

@@ -18,6 +18,7 @@ MODULES = (
     "shape",
     "prefix",
     "sim",
+    "capacity",
     "loadtest",
     "graph",
     "e2e",

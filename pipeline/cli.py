@@ -27,6 +27,7 @@ _AREAS: dict[str, tuple[str, ...]] = {
     "pipeline.prefix.cli": ("prefix",),
     "pipeline.sim.cli": ("simulate", "curve"),
     "pipeline.bench.cli": ("bench",),
+    "pipeline.capacity.cli": ("capacity",),
     "pipeline.loadtest.cli": ("loadtest",),
     "pipeline.decision.cli": ("explain",),
     "pipeline.report.cli": ("audit",),

@@ -29,6 +29,7 @@ from pydantic import (
 )
 
 from pipeline.bench.config import BenchConfig, is_limit_key
+from pipeline.capacity.config import CapacityConfig
 from pipeline.decision.catalog import Catalog, load_catalog
 from pipeline.decision.config import DecisionConfig, Requirements
 from pipeline.errors import ConfigError
@@ -177,6 +178,7 @@ class _File(BaseModel):
     prefix: PrefixConfig
     bench: BenchConfig
     simulation: SimConfig
+    capacity: CapacityConfig
     requirements: Requirements
     decision: DecisionConfig
     report: ReportConfig
@@ -190,6 +192,7 @@ _PRINTED = (
     "prefix",
     "simulation",
     "bench",
+    "capacity",
     "requirements",
     "decision",
     "report",
@@ -207,6 +210,7 @@ class Config:
     prefix: PrefixConfig
     simulation: SimConfig
     bench: BenchConfig
+    capacity: CapacityConfig
     requirements: Requirements
     decision: DecisionConfig
     report: ReportConfig
@@ -329,6 +333,7 @@ def config_from_mapping(raw: dict[str, Any], *, source: Path | None = None) -> C
         prefix=parsed.prefix,
         simulation=parsed.simulation,
         bench=parsed.bench,
+        capacity=parsed.capacity,
         requirements=parsed.requirements,
         decision=parsed.decision,
         report=parsed.report,

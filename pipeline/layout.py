@@ -12,6 +12,7 @@ A workload folder (``<paths.data_dir>/<workload.name>/``)::
     prefix/                           prefix sharing, reuse and sessions (prefix stage)
     simulation/                       cache and routing replay (simulation stage)
     bench/                            benchmark join, SLO capacity and cost (bench stage)
+    capacity/                         capacity and cost for this workload's own mix (capacity stage)
     decision/                         the decision record, its schema and rationale
     days/<YYYY-MM-DD>/                with daily partitions: each day's own ingest set (same
                                       names), which requests/ above links (pipeline.ingest.days)
@@ -183,6 +184,13 @@ class BenchPaths(_StagePaths):
 
 
 @dataclass(frozen=True)
+class CapacityPaths(_StagePaths):
+    result: Path
+    candidates: Path
+    model_errors: Path
+
+
+@dataclass(frozen=True)
 class WorkloadLayout:
     """Every path of one workload's outputs, under ``root``."""
 
@@ -273,6 +281,16 @@ class WorkloadLayout:
             cost_svg=d / "cost_per_1m_at_slo.svg",
             concurrency=d / "concurrency_by_engine.parquet",
             concurrency_json=d / "concurrency_by_engine.json",
+        )
+
+    @property
+    def capacity(self) -> CapacityPaths:
+        d = self.root / "capacity"
+        return CapacityPaths(
+            dir=d,
+            result=d / "capacity.json",
+            candidates=d / "candidates.parquet",
+            model_errors=d / "model_errors.parquet",
         )
 
     @property

@@ -191,7 +191,14 @@ def _written_by_a_later_stage(layout: WorkloadLayout, entry: Path) -> bool:
     """``entry`` is a stage folder (shape/, bench/, ...) holding only that stage's outputs (and
     their temporary files): what a stage run before ingest (bench results) leaves, and nothing
     ingest replaces."""
-    stages = (layout.shape, layout.prefix, layout.simulation, layout.bench, layout.decision)
+    stages = (
+        layout.shape,
+        layout.prefix,
+        layout.simulation,
+        layout.bench,
+        layout.capacity,
+        layout.decision,
+    )
     known = next((set(s.files().values()) for s in stages if s.dir == entry), None)
     if known is None or entry.is_symlink() or not entry.is_dir():
         return False

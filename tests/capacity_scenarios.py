@@ -21,16 +21,16 @@ import numpy as np
 from pipeline.bench.readers import read_bench_files
 from pipeline.bench.schema import BenchReadResult
 from pipeline.capacity.compute import WorkloadRequests
-from pipeline.capacity.config import CapacityConfig
 from pipeline.capacity.fit import deployment_of, fit_serving_model
 from pipeline.capacity.prior import ModelShape
 from pipeline.capacity.result import ServingModel, Slo
+from pipeline.config import default_config
 from pipeline.unknown import Unknown
 from tests import batching_server_sim as sim
 
 SERVER = sim.GpuServer()
 SLO = Slo(ttft_p95_ms=1000.0, itl_p99_ms=60.0)
-CONFIG = CapacityConfig(token_budget=1024, max_batch=256, sample_requests=2000)
+CONFIG = default_config().capacity.replace(token_budget=1024, max_batch=256, sample_requests=2000)
 LLAMA_8B = ModelShape(
     params_billion=8.03,
     weight_bytes=2,

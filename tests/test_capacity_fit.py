@@ -9,10 +9,10 @@ import pytest
 
 from pipeline.bench.readers import read_bench_files
 from pipeline.capacity.compute import carry_to_workload
-from pipeline.capacity.config import CapacityConfig
 from pipeline.capacity.fit import deployment_of, fit_serving_model
 from pipeline.capacity.prior import gpu_peaks, roofline_prior
 from pipeline.capacity.result import ServingModel
+from pipeline.config import default_config
 from pipeline.unknown import Unknown
 from tests import batching_server_sim as sim
 from tests.capacity_scenarios import (
@@ -175,7 +175,7 @@ def test_no_usable_point_is_unknown() -> None:
         closed,
         None,
         deployment_of(closed.row(0, named=True)),
-        config=CapacityConfig(),
+        config=default_config().capacity,
         model_shape=LLAMA_8B,
     )
     assert isinstance(model, Unknown)

@@ -16,10 +16,10 @@ from pipeline.capacity.compute import (
     routing_value,
     workload_requests,
 )
-from pipeline.capacity.config import CapacityConfig, capacity_config
 from pipeline.capacity.kernels import simulate_replica
 from pipeline.capacity.present import candidates_table, model_errors_table, transfer_sentence
 from pipeline.capacity.result import CapacityResult, ServingModel, StepCoefficients
+from pipeline.config import config_from_mapping, default_config
 from pipeline.errors import ConfigError
 from pipeline.unknown import Unknown
 from tests.capacity_scenarios import CONFIG, KV_TOKENS, PRICE, SLO, fitted, workload
@@ -90,14 +90,16 @@ def test_kv_limit_holds_requests_back_and_oversized_ones_are_refused() -> None:
 
 
 def test_config_errors_are_one_line_naming_the_key() -> None:
-    with pytest.raises(ConfigError, match=r"^capacity: capacity\.headroom: .*got 1\.5") as err:
-        capacity_config({"headroom": 1.5})
+    with pytest.raises(ConfigError, match=r"capacity\.headroom: .*1\.5") as err:
+        config_from_mapping({"capacity": {"headroom": 1.5}})
     assert "\n" not in str(err.value)
-    with pytest.raises(ConfigError, match=r"unknown key capacity\.sample_size"):
-        capacity_config({"sample_size": 10})
+    with pytest.raises(ConfigError, match=r"unknown key capacity\.sample_size") as err:
+        config_from_mapping({"capacity": {"sample_size": 10}})
+    assert "\n" not in str(err.value)
     with pytest.raises(ConfigError, match="max_batch"):
-        capacity_config({"max_batch": 4096, "token_budget": 2048})
-    assert capacity_config({"n_plus_one": True}).n_plus_one
+        config_from_mapping({"capacity": {"max_batch": 4096, "token_budget": 2048}})
+    assert config_from_mapping({"capacity": {"n_plus_one": True}}).capacity.n_plus_one
+    assert not default_config().capacity.n_plus_one
 
 
 def _result() -> CapacityResult:
@@ -150,7 +152,9 @@ def test_vp_sentence_and_tables() -> None:
     assert "req/s per replica (" in sentence and "provisional" in sentence
     assert transfer_sentence(result.candidates[1]) == "sglang: capacity unknown — no benchmark"
     table = candidates_table(result)
-    assert "unknown — no benchmark" in table and "$/1M output" in table
+    # a cell is the bare word; the reason is the sentence's
+    assert "| sglang | unknown | unknown |" in table and "$/1M output" in table
+    assert "no benchmark" not in table
     model = result.candidates[0].serving_model
     assert isinstance(model, ServingModel)
     assert model_errors_table(model).count("\n") == 1 + len(model.point_errors)
@@ -253,7 +257,7 @@ def test_unreachable_slo_is_unknown_not_zero() -> None:
         gpu_hour_usd=PRICE,
         peak_rate_rps=5.0,
         mean_rate_rps=2.0,
-        config=CapacityConfig(sample_requests=500),
+        config=default_config().capacity.replace(sample_requests=500),
     )
     assert isinstance(c.workload_capacity_rps, Unknown)
     assert "not met even at" in c.workload_capacity_rps.reason

@@ -183,12 +183,14 @@ def test_config_command_prints_every_setting_but_never_the_salt(
         "prefix",
         "simulation",
         "bench",
+        "capacity",
         "requirements",
         "decision",
         "report",
         "loadtest",
     }
     assert printed["shape"]["long_tail_ratio"] == 5.0
+    assert printed["capacity"]["headroom"] == 0.8
     assert printed["bench"]["slo"]["ttft_p95_ms"] == 1000.0
     assert "a-secret-salt" not in out + err
     assert (

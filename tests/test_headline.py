@@ -24,7 +24,20 @@ def test_stages_not_run_say_which_command_writes_them(tmp_path: Path) -> None:
         "ingest --config FILE` or materialise `workload` first)"
     )
     assert lines["bench"].startswith(f"not available ({root / 'bench' / 'bench_analysis.json'}")
-    assert list(lines) == ["ingest", "shape", "prefix", "simulation", "bench", "decision", "report"]
+    assert lines["capacity"].startswith(
+        f"not available ({root / 'capacity' / 'capacity.json'}: no capacity result; run "
+        "`enginefit capacity --config FILE` or materialise `workload_capacity` first"
+    )
+    assert list(lines) == [
+        "ingest",
+        "shape",
+        "prefix",
+        "simulation",
+        "bench",
+        "capacity",
+        "decision",
+        "report",
+    ]
 
 
 def test_a_bench_stage_without_results_is_reported_as_skipped_with_the_reason(

@@ -14,7 +14,7 @@ from assets.definitions import run_full_graph
 from pipeline.layout import WorkloadLayout
 from tests.conftest import bundled_config
 
-STAGES = ("ingest", "shape", "prefix", "simulation", "bench", "decision")
+STAGES = ("ingest", "shape", "prefix", "simulation", "bench", "capacity", "decision")
 COMMANDS = {"simulation": "simulate", "decision": "decide"}
 
 
@@ -54,10 +54,15 @@ def test_commands_write_what_the_assets_write(
     assert sorted(by_asset) == sorted(by_command)
     # 1 part, quarantine, summary, manifest; 6 shape files; 4 prefix files; simulation: 7 tables and
     # figures + 8 scenarios ((1 replica + 3 routings × 4 replicas) × 2 capacities); 12 bench
-    # files (no per-request rows in the bundled sweep); 4 decision files
-    assert len(by_asset) == 45
+    # files (no per-request rows in the bundled sweep); 3 capacity files; 4 decision files
+    assert len(by_asset) == 48
     assert by_command == by_asset
-    assert len(by_stage_commands) == 41
+    assert len(by_stage_commands) == 44
+    assert {n for n in by_asset if n.startswith("capacity.")} == {
+        "capacity.result",
+        "capacity.candidates",
+        "capacity.model_errors",
+    }
     assert by_stage_commands == {name: by_asset[name] for name in by_stage_commands}
 
 

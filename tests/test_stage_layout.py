@@ -16,6 +16,7 @@ STAGES = {
     "prefix": "Prefix",
     "sim": "Sim",
     "bench": "Bench",
+    "capacity": "Capacity",
     "decision": "Decision",
     "report": "Report",
     "loadtest": "Loadtest",

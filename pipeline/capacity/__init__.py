@@ -1,9 +1,9 @@
 """Capacity and cost for the team's own traffic (issue 19): a serving model fitted per
 benchmarked deployment, carried to the workload's own request mix by simulation.
 
-Entry points (pure; the stage wiring is the lead's):
-:func:`pipeline.capacity.fit.fit_serving_model`,
-:func:`pipeline.capacity.compute.carry_to_workload`,
-:func:`pipeline.capacity.compute.capacity_result`,
-:func:`pipeline.capacity.compute.routing_value`; the design is docs/capacity.md.
+The stage shape (config, compute, result, present, checks, stage, cli). Beside it: ``fit`` (the
+serving model fitted from a deployment's load points and per-request rows, its error on each),
+``prior`` (the roofline prior and the GPU datasheet table), ``search`` (capacity at the SLO:
+sampled requests, Poisson arrivals, bisection on the rate) and their compiled ``kernels`` (the
+replica simulation). The design is docs/capacity.md.
 """

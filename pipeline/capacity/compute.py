@@ -364,6 +364,8 @@ def capacity_result(
     *,
     peak_rate_rps: float,
     mean_rate_rps: float | None,
+    sources: dict[str, str] | None = None,
+    notes: Sequence[str] = (),
 ) -> CapacityResult:
     return CapacityResult(
         workload=workload_name,
@@ -371,8 +373,10 @@ def capacity_result(
         mix=workload_mix(
             workload, config, peak_rate_rps=peak_rate_rps, mean_rate_rps=mean_rate_rps
         ),
-        settings=config.as_dict(),
+        settings=config.model_dump(mode="json"),
         candidates=list(candidates),
+        sources=dict(sources or {}),
+        notes=list(notes),
     )
 
 

@@ -1,6 +1,5 @@
-"""Settings of the capacity core (the lead adds a ``capacity`` section to ``defaults.yaml`` when
-wiring the stage; until then :data:`DEFAULT_CAPACITY_CONFIG` holds the defaults, each explained
-below and in docs/capacity.md).
+"""The ``capacity`` section of ``enginefit.yaml``: how the serving model is carried to the
+workload and the fleet sized (defaults and their documentation: ``pipeline/defaults.yaml``).
 
 ``headroom``
     Utilisation of a replica's SLO capacity the fleet is sized to at the workload's peak (0.8:
@@ -26,26 +25,25 @@ below and in docs/capacity.md).
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Self
+from typing import Annotated, Self
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
-from pipeline.errors import ConfigError
-from pipeline.settings import PositiveInt, Section, validation_message
+from pipeline.settings import PositiveInt, Section
 
 
 class CapacityConfig(Section):
-    """Validated capacity settings; :func:`capacity_config` builds one with a one-line error."""
+    """Validated capacity settings (every key documented in defaults.yaml)."""
 
-    headroom: Annotated[float, Field(gt=0, le=1)] = 0.8
-    n_plus_one: bool = False
-    sample_requests: Annotated[int, Field(ge=200, le=1_000_000)] = 4000
-    seed: Annotated[int, Field(ge=0)] = 0
-    warmup_share: Annotated[float, Field(ge=0, lt=0.5)] = 0.1
-    token_budget: PositiveInt = 8192
-    max_batch: PositiveInt = 256
-    far_ratio: Annotated[float, Field(gt=1)] = 4.0
-    min_band_spread: Annotated[float, Field(ge=0, lt=0.5)] = 0.05
+    headroom: Annotated[float, Field(gt=0, le=1)]
+    n_plus_one: bool
+    sample_requests: Annotated[int, Field(ge=200, le=1_000_000)]
+    seed: Annotated[int, Field(ge=0)]
+    warmup_share: Annotated[float, Field(ge=0, lt=0.5)]
+    token_budget: PositiveInt
+    max_batch: PositiveInt
+    far_ratio: Annotated[float, Field(gt=1)]
+    min_band_spread: Annotated[float, Field(ge=0, lt=0.5)]
 
     @model_validator(mode="after")
     def _batch_within_budget(self) -> Self:
@@ -55,22 +53,3 @@ class CapacityConfig(Section):
                 f"({self.token_budget}): every running request decodes one token a step"
             )
         return self
-
-    def as_dict(self) -> dict[str, Any]:
-        return self.model_dump()
-
-
-def capacity_config(
-    values: dict[str, Any] | None = None, where: str = "capacity"
-) -> CapacityConfig:
-    """A :class:`CapacityConfig` from a mapping (e.g. the YAML section); a problem is one
-    :class:`~pipeline.errors.ConfigError` line naming the key."""
-    try:
-        return CapacityConfig.model_validate(values or {})
-    except ValidationError as exc:
-        raise ConfigError(
-            validation_message(exc, CapacityConfig, where, prefix="capacity")
-        ) from exc
-
-
-DEFAULT_CAPACITY_CONFIG = CapacityConfig()

@@ -12,11 +12,8 @@ from typing import Any
 
 from pipeline.capacity.result import CandidateCapacity, CapacityResult, ServingModel
 from pipeline.present.tables import markdown_table
+from pipeline.present.text import UNKNOWN, unknown_text
 from pipeline.unknown import Unknown
-
-
-def unknown_text(value: Unknown) -> str:
-    return f"unknown — {value.reason}"
 
 
 def _rate(value: float) -> str:
@@ -55,7 +52,8 @@ def transfer_sentence(candidate: CandidateCapacity) -> str:
 
 
 def _figure(value: Any) -> Any:
-    return unknown_text(value) if isinstance(value, Unknown) else value
+    """A table cell: an unknown is the bare word (its reason is in the sentence above)."""
+    return UNKNOWN if isinstance(value, Unknown) else value
 
 
 def candidates_table(result: CapacityResult) -> str:
@@ -70,13 +68,13 @@ def candidates_table(result: CapacityResult) -> str:
                 "capacity_rps": _figure(c.workload_capacity_rps),
                 "band_rps": _figure(band) if isinstance(band, Unknown) else list(band),
                 "basis": c.capacity_basis,
-                "replicas": None if isinstance(cost, Unknown) else cost.replicas,
-                "monthly_usd": None if isinstance(cost, Unknown) else cost.monthly_cost_usd,
-                "out_per_1m": None if isinstance(cost, Unknown) else cost.cost_per_1m_output_usd,
-                "in_per_1m": None
+                "replicas": UNKNOWN if isinstance(cost, Unknown) else cost.replicas,
+                "monthly_usd": UNKNOWN if isinstance(cost, Unknown) else cost.monthly_cost_usd,
+                "out_per_1m": UNKNOWN if isinstance(cost, Unknown) else cost.cost_per_1m_output_usd,
+                "in_per_1m": UNKNOWN
                 if isinstance(cost, Unknown)
                 else _figure(cost.cost_per_1m_input_usd),
-                "all_in_out_per_1m": None
+                "all_in_out_per_1m": UNKNOWN
                 if isinstance(cost, Unknown)
                 else cost.all_in_cost_per_1m_output_usd,
                 "benchmark_out_per_1m": _figure(c.benchmark_cost_per_1m_output_usd),
@@ -105,3 +103,36 @@ def model_errors_table(model: ServingModel) -> str:
             row[key] = None if isinstance(value, Unknown) else f"{value:+.1%}"
         rows.append(row)
     return markdown_table(rows)
+
+
+def render_text(result: CapacityResult) -> str:
+    """What ``enginefit capacity`` prints: the SLO and mix, one sentence per candidate, the
+    candidates table and each fitted model's error on its own points."""
+    mix = result.mix
+    mean = mix.mean_rate_rps
+    lines = [
+        f"Capacity for workload {result.workload} at {result.slo.describe()}",
+        f"Mix: {mix.requests:,} requests, mean prompt {mix.prompt_tokens_mean:,.0f} tokens "
+        f"({mix.cached_prompt_share:.1%} cached), mean output {mix.output_tokens_mean:,.0f}; "
+        f"peak {mix.peak_rate_rps:.4g} req/s, mean "
+        + (unknown_text(mean) if isinstance(mean, Unknown) else f"{mean:.4g} req/s"),
+        *(f"{name}: {text}" for name, text in sorted(result.sources.items())),
+        "",
+    ]
+    if not result.candidates:
+        lines.append("No benchmarked deployment to carry to this workload.")
+    for candidate in result.candidates:
+        lines.append(f"- {candidate.candidate}: {transfer_sentence(candidate)}")
+    if result.candidates:
+        lines += ["", candidates_table(result)]
+    for candidate in result.candidates:
+        if isinstance(candidate.serving_model, ServingModel):
+            lines += [
+                "",
+                f"Fitted model of {candidate.candidate} against its points "
+                "(predicted ÷ measured − 1):",
+                model_errors_table(candidate.serving_model),
+            ]
+    if result.notes:
+        lines += ["", "Notes:", *(f"- {note}" for note in result.notes)]
+    return "\n".join(lines)

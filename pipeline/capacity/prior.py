@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import re
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from pipeline.unknown import Unknown
+from pipeline.unknown import ResultModel, Unknown
 
 #: Model FLOPs utilisation assumed for prefill (large-batch matrix multiplies reach 40-60 % of
 #: peak on H100-class GPUs in vLLM; the middle is taken).
@@ -33,11 +33,7 @@ PREFILL_FLOPS_UTILISATION = 0.5
 MEMORY_BANDWIDTH_UTILISATION = 0.8
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class GpuPeaks(_Model):
+class GpuPeaks(ResultModel):
     """A GPU's datasheet peaks."""
 
     name: str
@@ -46,7 +42,7 @@ class GpuPeaks(_Model):
     source_url: str
 
 
-class ModelShape(_Model):
+class ModelShape(ResultModel):
     """What the prior needs to know about the served model (the same figures as
     ``requirements.kv_cache``: ``pipeline.decision.config.KvCacheSizing``)."""
 
@@ -62,7 +58,7 @@ class ModelShape(_Model):
         return 2.0 * self.layers * self.kv_heads * self.head_dim * self.kv_bytes
 
 
-class PriorStep(_Model):
+class PriorStep(ResultModel):
     """Step-time coefficients from the roofline (seconds)."""
 
     overhead_s: float

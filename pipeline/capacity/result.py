@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+import polars as pl
+from pydantic import Field, ValidationError
 
 from pipeline.errors import InputFormatError
 from pipeline.settings import validation_message
-from pipeline.unknown import Unknown
+from pipeline.unknown import ResultModel, Unknown
 
 SCHEMA_VERSION: Literal[1] = 1
 SplitBasis = Literal["fitted", "prior"]
@@ -23,11 +24,7 @@ ContextBasis = Literal["fitted", "prior", "assumed_zero"]
 CapacityBasis = Literal["measured", "transferred"]
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Deployment(_Model):
+class Deployment(ResultModel):
     """One benchmarked deployment: engine × GPU × model × version × GPU count (+ label)."""
 
     engine: str
@@ -44,7 +41,7 @@ class Deployment(_Model):
         return f"{self.engine}{version} / {model} / {self.gpu_count}×{self.gpu_type}{label}"
 
 
-class StepCoefficients(_Model):
+class StepCoefficients(ResultModel):
     """``step_s = overhead_s + prefill_s_per_token·(uncached prefill tokens in the step)
     + attention_s_per_pair·Σ chunk·(prompt tokens before the chunk + chunk/2)
     + decode_s_per_request·(decoding requests) + context_s_per_token·(context tokens read)``."""
@@ -69,7 +66,7 @@ class StepCoefficients(_Model):
         )
 
 
-class PointError(_Model):
+class PointError(ResultModel):
     """Predicted (the fitted model replaying the point) against measured, at one load point.
 
     Latencies in ms; ``*_error`` = predicted ÷ measured − 1 (Unknown when not measured)."""
@@ -83,7 +80,7 @@ class PointError(_Model):
     error: dict[str, float | Unknown]
 
 
-class CapacityCheck(_Model):
+class CapacityCheck(ResultModel):
     """The sweep's measured SLO capacity bracket against the model's capacity at its mix."""
 
     measured_low_rps: float  # highest passing load
@@ -92,7 +89,7 @@ class CapacityCheck(_Model):
     within_bracket: bool | None
 
 
-class ServingModel(_Model):
+class ServingModel(ResultModel):
     """The fitted serving model of one deployment (docs/capacity.md)."""
 
     deployment: Deployment
@@ -115,7 +112,7 @@ class ServingModel(_Model):
     method: str
 
 
-class TransferDistance(_Model):
+class TransferDistance(ResultModel):
     """How far the workload's request mix is from the one(s) the model was fitted on."""
 
     prompt_ratio: float  # workload mean prompt ÷ benchmark mean prompt
@@ -126,7 +123,7 @@ class TransferDistance(_Model):
     description: str
 
 
-class WorkloadCost(_Model):
+class WorkloadCost(ResultModel):
     """Fleet and money for the workload's own mix (formulas in ``formula``)."""
 
     replicas: int
@@ -148,7 +145,7 @@ class WorkloadCost(_Model):
     formula: str
 
 
-class CandidateCapacity(_Model):
+class CandidateCapacity(ResultModel):
     """One deployment carried to one workload."""
 
     candidate: str
@@ -162,9 +159,11 @@ class CandidateCapacity(_Model):
     provisional_reason: str | None
     cost: WorkloadCost | Unknown
     benchmark_cost_per_1m_output_usd: float | Unknown
+    #: The bench stage's candidates (sweeps of this deployment) the model was fitted from.
+    bench_candidates: list[str] = Field(default_factory=list)
 
 
-class WorkloadMix(_Model):
+class WorkloadMix(ResultModel):
     """The workload as the capacity search saw it."""
 
     requests: int
@@ -176,7 +175,7 @@ class WorkloadMix(_Model):
     mean_rate_rps: float | Unknown
 
 
-class Slo(_Model):
+class Slo(ResultModel):
     """The limits the capacity search holds (the project's ``bench.slo``)."""
 
     ttft_p95_ms: float
@@ -188,7 +187,7 @@ class Slo(_Model):
         return f"p95 TTFT ≤ {self.ttft_p95_ms:g} ms, p99 {itl} ≤ {self.itl_p99_ms:g} ms"
 
 
-class RoutingValue(_Model):
+class RoutingValue(ResultModel):
     """What the better of two cached-token shares saves, through the fitted model."""
 
     replicas: int
@@ -202,7 +201,7 @@ class RoutingValue(_Model):
     formula: str
 
 
-class CapacityResult(_Model):
+class CapacityResult(ResultModel):
     """The capacity document for one workload."""
 
     schema_version: Literal[1] = SCHEMA_VERSION
@@ -211,6 +210,10 @@ class CapacityResult(_Model):
     mix: WorkloadMix
     settings: dict[str, Any]
     candidates: list[CandidateCapacity]
+    #: Where each input came from (facts, KV tokens, cached share, prices), in words.
+    sources: dict[str, str] = Field(default_factory=dict)
+    #: What the stage could not use, and why.
+    notes: list[str] = Field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
@@ -226,3 +229,116 @@ class CapacityResult(_Model):
             return cls.model_validate(data)
         except ValidationError as exc:
             raise InputFormatError(validation_message(exc, cls, where)) from exc
+
+
+def _known(value: float | Unknown) -> float | None:
+    return None if isinstance(value, Unknown) else value
+
+
+CANDIDATES_SCHEMA: dict[str, pl.DataType] = {
+    "candidate": pl.String(),
+    "engine": pl.String(),
+    "engine_version": pl.String(),
+    "model": pl.String(),
+    "gpu_type": pl.String(),
+    "gpu_count": pl.Int64(),
+    "capacity_basis": pl.String(),
+    "workload_capacity_rps": pl.Float64(),
+    "capacity_band_low_rps": pl.Float64(),
+    "capacity_band_high_rps": pl.Float64(),
+    "capacity_unknown_reason": pl.String(),
+    "provisional_reason": pl.String(),
+    "replicas": pl.Int64(),
+    "gpus": pl.Int64(),
+    "gpu_hour_usd": pl.Float64(),
+    "monthly_cost_usd": pl.Float64(),
+    "average_utilisation": pl.Float64(),
+    "peak_utilisation": pl.Float64(),
+    "cost_per_1m_output_usd": pl.Float64(),
+    "cost_per_1m_input_usd": pl.Float64(),
+    "cost_per_1m_cached_input_usd": pl.Float64(),
+    "all_in_cost_per_1m_output_usd": pl.Float64(),
+    "fleet_cost_per_1m_output_usd": pl.Float64(),
+    "benchmark_cost_per_1m_output_usd": pl.Float64(),
+    "cost_unknown_reason": pl.String(),
+}
+
+
+def candidates_frame(result: CapacityResult) -> pl.DataFrame:
+    """One row per candidate: capacity, band, fleet and prices (null where unknown; the reason
+    in the ``*_unknown_reason`` columns and in capacity.json)."""
+    rows: list[dict[str, Any]] = []
+    for c in result.candidates:
+        band = c.workload_capacity_band_rps
+        cost = c.cost
+        capacity = c.workload_capacity_rps
+        row: dict[str, Any] = {
+            "candidate": c.candidate,
+            "engine": c.deployment.engine,
+            "engine_version": c.deployment.engine_version,
+            "model": c.deployment.model,
+            "gpu_type": c.deployment.gpu_type,
+            "gpu_count": c.deployment.gpu_count,
+            "capacity_basis": c.capacity_basis,
+            "workload_capacity_rps": _known(capacity),
+            "capacity_band_low_rps": None if isinstance(band, Unknown) else band[0],
+            "capacity_band_high_rps": None if isinstance(band, Unknown) else band[1],
+            "capacity_unknown_reason": capacity.reason if isinstance(capacity, Unknown) else None,
+            "provisional_reason": c.provisional_reason,
+            "benchmark_cost_per_1m_output_usd": _known(c.benchmark_cost_per_1m_output_usd),
+            "cost_unknown_reason": cost.reason if isinstance(cost, Unknown) else None,
+        }
+        if isinstance(cost, WorkloadCost):
+            row |= {
+                "replicas": cost.replicas,
+                "gpus": cost.gpus,
+                "gpu_hour_usd": cost.gpu_hour_usd,
+                "monthly_cost_usd": cost.monthly_cost_usd,
+                "average_utilisation": _known(cost.average_utilisation),
+                "peak_utilisation": cost.peak_utilisation,
+                "cost_per_1m_output_usd": cost.cost_per_1m_output_usd,
+                "cost_per_1m_input_usd": _known(cost.cost_per_1m_input_usd),
+                "cost_per_1m_cached_input_usd": _known(cost.cost_per_1m_cached_input_usd),
+                "all_in_cost_per_1m_output_usd": cost.all_in_cost_per_1m_output_usd,
+                "fleet_cost_per_1m_output_usd": _known(cost.fleet_cost_per_1m_output_usd),
+            }
+        rows.append(row)
+    return pl.DataFrame(rows, schema=CANDIDATES_SCHEMA)
+
+
+MODEL_ERRORS_SCHEMA: dict[str, pl.DataType] = {
+    "candidate": pl.String(),
+    "point_id": pl.String(),
+    "rate_rps": pl.Float64(),
+    "requests": pl.Int64(),
+    "replayed": pl.Boolean(),
+    "statistic": pl.String(),
+    "measured_ms": pl.Float64(),
+    "predicted_ms": pl.Float64(),
+    "error": pl.Float64(),
+}
+
+
+def model_errors_frame(result: CapacityResult) -> pl.DataFrame:
+    """Every fitted model against every point it was fitted on, one row per statistic
+    (``error`` = predicted ÷ measured − 1; null where the file lacks the statistic)."""
+    rows: list[dict[str, Any]] = []
+    for c in result.candidates:
+        if not isinstance(c.serving_model, ServingModel):
+            continue
+        for point in c.serving_model.point_errors:
+            for stat in sorted(point.predicted):
+                rows.append(
+                    {
+                        "candidate": c.candidate,
+                        "point_id": point.point_id,
+                        "rate_rps": point.rate_rps,
+                        "requests": point.requests,
+                        "replayed": point.replayed,
+                        "statistic": stat,
+                        "measured_ms": _known(point.measured.get(stat, Unknown(reason="-"))),
+                        "predicted_ms": point.predicted[stat],
+                        "error": _known(point.error.get(stat, Unknown(reason="-"))),
+                    }
+                )
+    return pl.DataFrame(rows, schema=MODEL_ERRORS_SCHEMA)

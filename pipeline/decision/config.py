@@ -49,6 +49,8 @@ class KvCacheSizing(Section):
     kv_heads: PositiveInt
     head_dim: PositiveInt
     kv_bytes: Positive
+    # Query heads (optional): the capacity stage's roofline prior prices prefill attention.
+    attention_heads: PositiveInt | None = None
 
     def weights_gib_per_gpu(self) -> float:
         return self.model_params_billion * 1e9 * self.weight_bytes / GIB / self.gpus_per_replica

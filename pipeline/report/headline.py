@@ -11,13 +11,15 @@ from collections.abc import Callable
 
 from pipeline.bench import stage as bench_stage
 from pipeline.bench.result import CapacityRow
+from pipeline.capacity import stage as capacity_stage
+from pipeline.capacity.result import CandidateCapacity, WorkloadCost
 from pipeline.config import Config
 from pipeline.decision import stage as decision_stage
 from pipeline.errors import EnginefitError
 from pipeline.ingest import stage as ingest_stage
 from pipeline.layout import WorkloadLayout
 from pipeline.prefix import stage as prefix_stage
-from pipeline.present.text import UNKNOWN, number, share, usd
+from pipeline.present.text import UNKNOWN, money, number, share, unknown_text, usd
 from pipeline.report.versions import PDF, report_quarter, report_tree
 from pipeline.shape import stage as shape_stage
 from pipeline.sim import stage as sim_stage
@@ -86,6 +88,30 @@ def _candidate(row: CapacityRow) -> str:
     )
 
 
+def _capacity(layout: WorkloadLayout, config: Config) -> str:
+    result = capacity_stage.read_result(layout)
+    if not result.candidates:
+        return result.notes[0] if result.notes else "no benchmarked deployment"
+    return "; ".join(_carried(c) for c in result.candidates)
+
+
+def _carried(candidate: CandidateCapacity) -> str:
+    capacity = candidate.workload_capacity_rps
+    if isinstance(capacity, Unknown):
+        return f"{candidate.candidate}: capacity {unknown_text(capacity)}"
+    cost = candidate.cost
+    priced = (
+        f"{cost.replicas} replica(s) at peak, {money(cost.monthly_cost_usd)}/month, "
+        f"{usd(cost.cost_per_1m_output_usd)} per 1M output tokens of this workload"
+        if isinstance(cost, WorkloadCost)
+        else f"cost {unknown_text(cost)}"
+    )
+    return (
+        f"{candidate.candidate}: {number(capacity, 2, 'req/s')} per replica at this mix "
+        f"({candidate.capacity_basis}), {priced}"
+    )
+
+
 def _decision(layout: WorkloadLayout, config: Config) -> str:
     return decision_stage.read_record(layout).recommendation.headline
 
@@ -105,6 +131,7 @@ HEADLINES: tuple[tuple[str, Callable[[WorkloadLayout, Config], str]], ...] = (
     ("prefix", _prefix),
     ("simulation", _simulation),
     ("bench", _bench),
+    ("capacity", _capacity),
     ("decision", _decision),
     ("report", _report),
 )

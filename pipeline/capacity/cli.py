@@ -1,0 +1,40 @@
+"""``enginefit capacity``: the configured workload's capacity and cost at its own request mix."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from pipeline.capacity import stage
+from pipeline.capacity.present import render_text
+from pipeline.cli_common import add_config_argument, command_config
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "capacity",
+        help="capacity and cost for the workload's own mix (a serving model per deployment)",
+        description=(
+            "Fit a serving model per benchmarked deployment from its kept-up load points and "
+            "carry it to the configured workload's prompt/output lengths and prefix-cache hits: "
+            "capacity at the SLO with its band, replicas at the peak, monthly cost and $/1M "
+            "tokens of this workload. Reads the bench, ingest, shape and simulation outputs; "
+            "writes capacity/ in the workload folder (what the `workload_capacity` asset does)."
+        ),
+    )
+    parser.add_argument("--json", action="store_true", help="print the document as JSON")
+    add_config_argument(parser)
+    parser.set_defaults(func=run_capacity)
+
+
+def run_capacity(args: argparse.Namespace) -> int:
+    config = command_config(args)
+    layout = config.layout()
+    result = stage.run(stage.read_inputs(layout, config), config.capacity)
+    stage.write(result, layout)
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2, sort_keys=True))
+    else:
+        print(render_text(result))
+    return 0

@@ -1,0 +1,395 @@
+"""The capacity stage, shared by the ``workload_capacity`` asset and ``enginefit capacity``.
+
+read → run → write:
+
+* :func:`read_inputs` gathers what the core needs through the other stages' readers: the bench
+  stage's evaluated load points, its SLO-capacity table (the measured bracket and the
+  benchmark's own $/1M output) and its per-request rows (persisted by the bench stage as
+  ``bench/per_request.parquet`` whenever a result file had them; the bundled sweep has none, so
+  nothing there changes); the ingest table's ``prompt_tokens`` / ``output_tokens``; the shape
+  stage's mean and peak rate (``bench.peak_window``); the cached share of prompt tokens from the
+  simulation's scenarios (:func:`recommended_cached_share`); the replica's KV tokens
+  (``requirements.kv_cache``, else the largest ``simulation.cache_tokens``); the model's shape for
+  the roofline prior (``requirements.kv_cache``); prices (``bench.prices``) and the SLO
+  (``bench.slo``).
+* :func:`run` fits one serving model per benchmarked deployment (engine × GPU × model × version
+  × GPU count, all of its sweeps together) from its kept-up open-loop points, and carries each
+  to the workload's own mix (:mod:`pipeline.capacity.compute`).
+* :func:`write` writes ``capacity/capacity.json`` (the document), ``candidates.parquet`` and
+  ``model_errors.parquet``; :func:`read_result` reads the document back (what the decision
+  reads). Paths: :class:`pipeline.layout.CapacityPaths`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from pipeline.bench import stage as bench_stage
+from pipeline.bench.config import SloSpec
+from pipeline.bench.cost import Prices, match_gpu_price, workload_rates
+from pipeline.capacity.compute import (
+    WorkloadRequests,
+    capacity_result,
+    carry_to_workload,
+    workload_requests,
+)
+from pipeline.capacity.config import CapacityConfig
+from pipeline.capacity.fit import deployment_of, fit_serving_model
+from pipeline.capacity.prior import ModelShape
+from pipeline.capacity.result import CapacityResult, Slo, candidates_frame, model_errors_frame
+from pipeline.capacity.search import sample_requests
+from pipeline.config import Config
+from pipeline.errors import ConfigError, InputFormatError
+from pipeline.ingest.stage import read_requests
+from pipeline.layout import WorkloadLayout, require_output
+from pipeline.shape import stage as shape_stage
+from pipeline.sim import stage as sim_stage
+from pipeline.sim.result import ScenarioSummary
+from pipeline.store import open_stage_output, write_json_atomic, write_parquet_atomic
+from pipeline.unknown import Unknown
+
+#: The columns that name one benchmarked deployment (its sweeps are fitted together).
+DEPLOYMENT_KEYS = ("engine", "engine_version", "gpu_type", "gpu_count", "model", "label")
+#: A load point's ``dataset`` when ``enginefit loadtest`` replayed a workload's own trace.
+TRACE_DATASET = "enginefit-trace"
+#: Largest cached share used (the core needs at least one uncached token per prompt).
+MAX_CACHED_SHARE = 0.999
+
+
+@dataclass(frozen=True)
+class CapacityInputs:
+    """What the capacity stage reads, gathered by :func:`read_inputs`."""
+
+    workload: str
+    points: pl.DataFrame  # the bench stage's evaluated load points
+    per_request: pl.DataFrame | None
+    bench_capacity: pl.DataFrame  # the bench stage's SLO capacity per candidate and sweep
+    requests: pl.DataFrame  # prompt_tokens, output_tokens of the canonical table
+    cached_share: float
+    peak_rate_rps: float
+    mean_rate_rps: float | None
+    kv_tokens: int
+    model_shape: ModelShape | None
+    prices: Prices
+    slo: Slo
+    min_achieved_rate_share: float | None
+    sources: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def capacity_slo(spec: SloSpec) -> Slo:
+    """``bench.slo`` as the limits the capacity search holds: p95 TTFT and p99 ITL (the
+    configured ITL definition); a configuration without both is a one-line error."""
+    limits = {limit.key: limit.max_ms for limit in spec.limits}
+    missing = [key for key in ("ttft_p95_ms", "itl_p99_ms") if limits.get(key) is None]
+    if missing:
+        raise ConfigError(
+            f"bench.slo: the capacity stage simulates p95 TTFT and p99 ITL; set "
+            f"{' and '.join(missing)} (the SLO sets {', '.join(sorted(limits)) or 'no limit'})"
+        )
+    return Slo(
+        ttft_p95_ms=limits["ttft_p95_ms"],
+        itl_p99_ms=limits["itl_p99_ms"],
+        itl_definition="per-request" if spec.itl_definition == "per-request" else "per-gap",
+    )
+
+
+def recommended_cached_share(
+    summaries: Sequence[ScenarioSummary], kv_tokens: int, replicas: int | None = None
+) -> tuple[float, str] | Unknown:
+    """The share of prompt tokens the prefix cache serves under the recommended routing: among
+    the simulated scenarios with a shared cache (isolated ones only when there are no others),
+    at the replica count ``replicas`` (the largest simulated count not above it, else the
+    smallest; None: the largest simulated), at the simulated cache size closest to the
+    replica's KV tokens (by ratio), the routing with the highest hit ratio. Returns the share and
+    a sentence saying which scenario it is; ``Unknown`` when no scenario has a known hit ratio.
+
+    The decision calls this again with the fleet's own replica count."""
+    known = [s for s in summaries if not isinstance(s.hit_ratio, Unknown)]
+    if not known:
+        return Unknown(reason="no simulated scenario has a known hit ratio")
+    shared = [s for s in known if not s.tenant_isolation] or known
+    counts = sorted({s.replicas for s in shared})
+    if replicas is None:
+        count = counts[-1]
+    else:
+        below = [c for c in counts if c <= replicas]
+        count = below[-1] if below else counts[0]
+    at_count = [s for s in shared if s.replicas == count]
+    sizes = sorted({s.cache_tokens for s in at_count})
+    size = min(sizes, key=lambda c: (abs(math.log(max(c, 1) / max(kv_tokens, 1))), c))
+    candidates = [s for s in at_count if s.cache_tokens == size]
+    best = max(candidates, key=lambda s: (float(s.hit_ratio), s.routing))  # type: ignore[arg-type]
+    ratio = float(best.hit_ratio)  # type: ignore[arg-type]
+    return (
+        min(max(ratio, 0.0), MAX_CACHED_SHARE),
+        f"{ratio:.1%} of prompt tokens cached: {best.routing} routing (the best simulated) at "
+        f"{best.replicas} replica(s) with {best.cache_tokens:,}-token caches "
+        f"(scenario {best.scenario})",
+    )
+
+
+def _kv_tokens(config: Config) -> tuple[int, str]:
+    kv = config.requirements.kv_cache
+    if kv is not None:
+        tokens = kv.tokens_per_replica()
+        return tokens, f"requirements.kv_cache: {tokens:,} tokens per replica"
+    largest = max(config.simulation.cache_tokens)
+    return largest, (
+        f"simulation.cache_tokens (the largest configured, {largest:,}); set "
+        "requirements.kv_cache to size it from the hardware"
+    )
+
+
+def _model_shape(config: Config) -> ModelShape | None:
+    kv = config.requirements.kv_cache
+    if kv is None:
+        return None
+    return ModelShape(
+        params_billion=kv.model_params_billion,
+        weight_bytes=kv.weight_bytes,
+        layers=kv.layers,
+        kv_heads=kv.kv_heads,
+        head_dim=kv.head_dim,
+        kv_bytes=kv.kv_bytes,
+        attention_heads=kv.attention_heads,
+    )
+
+
+def read_inputs(layout: WorkloadLayout, config: Config) -> CapacityInputs:
+    """Everything :func:`run` needs, through the other stages' readers (the module docstring).
+    A missing upstream output is the error naming the command that writes it."""
+    workload = config.require_workload().name
+    slo = capacity_slo(config.bench.slo)
+    analysis = bench_stage.read_analysis(layout, config.bench)
+    per_request = bench_stage.read_written_results(layout).per_request
+    requests = read_requests(layout).select("prompt_tokens", "output_tokens").collect()
+    facts = shape_stage.read_result(layout).facts
+    rates = workload_rates(facts.mean_rate_rps, facts.peak_rate_rps, config.bench.peak_window)
+    peak_label = next((k for k in rates if k.startswith("peak_")), None)
+    mean = rates.get("mean")
+    if peak_label is None and mean is None:
+        raise InputFormatError(
+            f"{layout.shape.summary}: the workload has no peak or mean rate (no arrival times); "
+            "the capacity stage sizes the fleet from them"
+        )
+    notes: list[str] = []
+    if peak_label is None:
+        notes.append("no peak rate measured: the fleet is sized at the mean rate")
+    peak = rates[peak_label] if peak_label is not None else float(mean)  # type: ignore[arg-type]
+    kv_tokens, kv_source = _kv_tokens(config)
+    share = recommended_cached_share(sim_stage.read_summaries(layout), kv_tokens)
+    if isinstance(share, Unknown):
+        notes.append(f"cached share taken as 0: {share.reason}")
+        cached, cached_source = 0.0, f"none ({share.reason})"
+    else:
+        cached, cached_source = share
+    model_shape = _model_shape(config)
+    sources = {
+        "rates": f"shape stage: peak {peak:.4g} req/s ("
+        + (peak_label.removeprefix("peak_") + " window" if peak_label else "mean")
+        + ")"
+        + (f", mean {mean:.4g} req/s" if mean is not None else ", mean unknown"),
+        "kv_tokens": kv_source,
+        "cached_share": cached_source,
+        "model_shape": "requirements.kv_cache (roofline prior for every deployment)"
+        if model_shape is not None
+        else "none: set requirements.kv_cache for the roofline prior",
+    }
+    return CapacityInputs(
+        workload=workload,
+        points=analysis.evaluated,
+        per_request=per_request,
+        bench_capacity=analysis.capacity,
+        requests=requests,
+        cached_share=cached,
+        peak_rate_rps=peak,
+        mean_rate_rps=mean,
+        kv_tokens=kv_tokens,
+        model_shape=model_shape,
+        prices=config.bench.prices,
+        slo=slo,
+        min_achieved_rate_share=config.bench.slo.min_achieved_rate_share,
+        sources=sources,
+        notes=notes,
+    )
+
+
+def _column(frame: pl.DataFrame, name: str) -> pl.Expr:
+    return pl.col(name) if name in frame.columns else pl.lit(None)
+
+
+def fit_points(points: pl.DataFrame, min_achieved_rate_share: float | None) -> pl.DataFrame:
+    """The load points a serving model is fitted from: open loop, judged to have kept up, and
+    sent at the offered rate (achieved ≥ ``bench.slo.min_achieved_rate_share`` × offered when
+    both are recorded: a client that fell behind did not offer the load the point claims)."""
+    if points.is_empty():
+        return points
+    share = min_achieved_rate_share or 0.0
+    offered, achieved = _column(points, "offered_rate_rps"), _column(points, "achieved_rate_rps")
+    return points.filter(
+        (_column(points, "load_mode") == "open")
+        & (_column(points, "keep_up_status") == "kept_up")
+        & (offered.is_null() | achieved.is_null() | (achieved >= offered * share))
+    )
+
+
+def _deployment_filter(frame: pl.DataFrame, key: dict[str, object]) -> pl.DataFrame:
+    expr = pl.lit(True)
+    for name, value in key.items():
+        if name not in frame.columns:
+            continue
+        expr = expr & (pl.col(name).is_null() if value is None else pl.col(name) == value)
+    return frame.filter(expr)
+
+
+def _gpu_hour(prices: Prices, gpu_type: str, manifest_price: float | None) -> float | None:
+    """``bench.prices`` precedence: override > the GPU type's price > the manifest's > default."""
+    if prices.override is not None:
+        return prices.override
+    matched = match_gpu_price(gpu_type, prices)
+    if matched is not None:
+        return matched[0]
+    return manifest_price if manifest_price is not None else prices.default
+
+
+def run(inputs: CapacityInputs, settings: CapacityConfig) -> CapacityResult:
+    """One candidate per benchmarked deployment, its serving model carried to the workload."""
+    workload: WorkloadRequests = workload_requests(
+        inputs.requests, cached_share=inputs.cached_share
+    )
+    points = inputs.points
+    candidates = []
+    notes = list(inputs.notes)
+    keys = [k for k in DEPLOYMENT_KEYS if k in points.columns]
+    groups = (
+        points.select(keys).unique(maintain_order=True).sort(keys, nulls_last=True).to_dicts()
+        if keys and not points.is_empty()
+        else []
+    )
+    sample = (
+        sample_requests(workload.prompt, workload.output, workload.cached, settings)
+        if groups
+        else None
+    )
+    for key in groups:
+        rows = _deployment_filter(points, key)
+        deployment = deployment_of(rows.row(0, named=True))
+        usable = fit_points(rows, inputs.min_achieved_rate_share)
+        bench_rows = _deployment_filter(inputs.bench_capacity, key)
+        bench_candidates = sorted(
+            {str(c) for c in _values(bench_rows, "candidate") if c is not None}
+        )
+        open_rows = (
+            bench_rows.filter(pl.col("sweep") == "open")
+            if "sweep" in bench_rows.columns
+            else bench_rows
+        )
+        bracket = _bracket(open_rows)
+        costs = _floats(bench_rows, "cost_per_1m_output_usd")
+        manifest_prices = _floats(rows, "price_per_gpu_hour_usd")
+        measured = not rows.filter(
+            (_column(rows, "dataset") == TRACE_DATASET)
+            & (_column(rows, "workload") == inputs.workload)
+        ).is_empty()
+        model = (
+            fit_serving_model(
+                usable,
+                inputs.per_request,
+                deployment,
+                config=settings,
+                model_shape=inputs.model_shape,
+                measured_capacity=bracket,
+                slo=inputs.slo,
+            )
+            if not usable.is_empty()
+            else Unknown(
+                reason=f"no kept-up open-loop load point sent at its offered rate for "
+                f"{deployment.describe()}"
+            )
+        )
+        candidate = carry_to_workload(
+            deployment.describe(),
+            model,
+            workload,
+            inputs.slo,
+            kv_tokens=inputs.kv_tokens,
+            gpu_hour_usd=_gpu_hour(
+                inputs.prices, deployment.gpu_type, manifest_prices[0] if manifest_prices else None
+            ),
+            peak_rate_rps=inputs.peak_rate_rps,
+            mean_rate_rps=inputs.mean_rate_rps,
+            config=settings,
+            deployment_gpus=deployment.gpu_count,
+            measured_on_workload=measured,
+            benchmark_cost_per_1m_output_usd=min(costs) if costs else None,
+            sample=sample,
+        )
+        candidates.append(candidate.model_copy(update={"bench_candidates": bench_candidates}))
+    if not groups:
+        notes.append("no benchmark load points: no deployment to carry to this workload")
+    return capacity_result(
+        inputs.workload,
+        inputs.slo,
+        workload,
+        candidates,
+        settings,
+        peak_rate_rps=inputs.peak_rate_rps,
+        mean_rate_rps=inputs.mean_rate_rps,
+        sources=inputs.sources,
+        notes=notes,
+    )
+
+
+def _values(frame: pl.DataFrame, column: str) -> list[object]:
+    return frame.get_column(column).to_list() if column in frame.columns else []
+
+
+def _floats(frame: pl.DataFrame, column: str) -> list[float]:
+    """The column's known finite numbers (none when the column is absent)."""
+    if column not in frame.columns:
+        return []
+    values = frame.get_column(column).cast(pl.Float64).drop_nulls().to_list()
+    return [float(v) for v in values if math.isfinite(v)]
+
+
+def _bracket(rows: pl.DataFrame) -> tuple[float, float | None] | None:
+    """The sweep's measured SLO capacity (highest pass, first failure) for the model's check."""
+    best: tuple[float, float | None] | None = None
+    if "capacity_rps" not in rows.columns or "first_fail_load" not in rows.columns:
+        return None
+    for low, high in rows.select("capacity_rps", "first_fail_load").iter_rows():
+        if low is None or not math.isfinite(low):
+            continue
+        pair = (float(low), None if high is None else float(high))
+        if best is None or pair[0] > best[0]:
+            best = pair
+    return best
+
+
+def write(result: CapacityResult, layout: WorkloadLayout) -> dict[str, Path]:
+    """The document and its two tables, atomically."""
+    open_stage_output(layout)
+    paths = layout.capacity
+    write_json_atomic(paths.result, result.to_json())
+    write_parquet_atomic(candidates_frame(result), paths.candidates)
+    write_parquet_atomic(model_errors_frame(result), paths.model_errors)
+    return {
+        "result": paths.result,
+        "candidates": paths.candidates,
+        "model_errors": paths.model_errors,
+    }
+
+
+def read_result(layout: WorkloadLayout) -> CapacityResult:
+    """The capacity document written by :func:`write` (what the decision reads)."""
+    path = require_output(
+        layout.capacity.result, "capacity result", "capacity", "workload_capacity"
+    )
+    return CapacityResult.from_json(json.loads(path.read_text(encoding="utf-8")), str(path))

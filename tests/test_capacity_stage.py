@@ -1,0 +1,165 @@
+"""The capacity stage end to end on the bundled sweep: two workloads of different request mixes
+get different, hand-checkable costs from the same benchmark (issue 19, "done when")."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from assets.cli import main as enginefit
+from pipeline.capacity import stage
+from pipeline.capacity.result import CapacityResult, WorkloadCost
+from pipeline.config import load_config
+from pipeline.errors import InputFormatError
+from pipeline.layout import WorkloadLayout
+from pipeline.report.headline import headlines
+from pipeline.sim import stage as sim_stage
+from tests.conftest import REPO, bundled_config
+
+# The bundled SLO's p95 TTFT of 1 s cannot be met by a 1×H100 replica on Mooncake's prompts (its
+# p95 prompt is ~40k tokens, ~2 s of prefill alone); a looser limit lets both workloads have a
+# capacity, so their costs can be compared.
+SLO = {"ttft_p95_ms": 10000, "itl_p99_ms": 60}
+# A small simulated grid: the cached share comes from it, the figures need no more.
+SIMULATION = {
+    "replicas": [1, 2],
+    "cache_tokens": [450000],
+    "routings": ["round-robin", "cache-aware"],
+}
+
+
+def _azure_conversation_trace(path: Path, n: int = 6000) -> Path:
+    """An Azure-2023-conversation-like trace (counts only): median prompt ≈ 1,000 tokens, median
+    answer ≈ 250, Poisson arrivals at ~3 req/s over about half an hour."""
+    rng = np.random.default_rng(7)
+    prompt = np.clip(rng.lognormal(math.log(1000), 0.6, n), 20, 16000).astype(int)
+    output = np.clip(rng.lognormal(math.log(250), 0.6, n), 5, 2000).astype(int)
+    start = dt.datetime(2023, 11, 16, 18, 0, 0)
+    times = np.cumsum(rng.exponential(1 / 3.0, n))
+    lines = ["TIMESTAMP,ContextTokens,GeneratedTokens"]
+    for t, p, o in zip(times, prompt, output, strict=True):
+        stamp = (start + dt.timedelta(seconds=float(t))).strftime("%Y-%m-%d %H:%M:%S.%f")
+        lines.append(f"{stamp},{p},{o}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _configure(tmp_path: Path, name: str, traces: list[dict[str, str]] | None = None) -> Path:
+    path = bundled_config(tmp_path, name)
+    raw = yaml.safe_load(path.read_text())
+    raw["bench"]["slo"] = SLO
+    raw["simulation"] = {**raw.get("simulation", {}), **SIMULATION}
+    if traces is not None:
+        raw["workload"] = {"name": name, "traces": traces}
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def _run_stages(config: Path, capsys: pytest.CaptureFixture[str]) -> CapacityResult:
+    for command in ("ingest", "shape", "simulate", "bench", "capacity"):
+        assert enginefit([command, "--config", str(config)]) == 0, capsys.readouterr().err
+    return stage.read_result(load_config(config).layout())
+
+
+def _cost(result: CapacityResult) -> WorkloadCost:
+    (candidate,) = result.candidates
+    assert isinstance(candidate.cost, WorkloadCost), candidate
+    return candidate.cost
+
+
+def test_two_workloads_get_different_hand_checkable_costs_from_one_sweep(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    mooncake = _run_stages(_configure(tmp_path, "mooncake"), capsys)
+    trace = _azure_conversation_trace(tmp_path / "azure_conv.csv")
+    azure = _run_stages(
+        _configure(tmp_path, "azure-conv", [{"path": str(trace), "format": "azure"}]), capsys
+    )
+    long_cost, short_cost = _cost(mooncake), _cost(azure)
+    (long_c,), (short_c,) = mooncake.candidates, azure.candidates
+    # The same deployment, the same benchmark figure beside each.
+    assert long_c.candidate == short_c.candidate
+    assert long_c.benchmark_cost_per_1m_output_usd == short_c.benchmark_cost_per_1m_output_usd
+    # Longer prompts: fewer requests a second per replica, a higher price per output token.
+    assert mooncake.mix.prompt_tokens_mean > 5 * azure.mix.prompt_tokens_mean
+    assert isinstance(long_c.workload_capacity_rps, float)
+    assert isinstance(short_c.workload_capacity_rps, float)
+    assert long_c.workload_capacity_rps < short_c.workload_capacity_rps / 3
+    assert long_cost.cost_per_1m_output_usd > short_cost.cost_per_1m_output_usd
+    assert long_cost.all_in_cost_per_1m_output_usd > 2 * short_cost.all_in_cost_per_1m_output_usd
+    # One figure by hand: replicas = ceil(peak ÷ (capacity × headroom)); monthly = replicas ×
+    # GPUs × $/h × 730 (the bundled price: H100 at $3.0/GPU-hour, headroom 0.8).
+    for result, cost, capacity in (
+        (mooncake, long_cost, long_c.workload_capacity_rps),
+        (azure, short_cost, short_c.workload_capacity_rps),
+    ):
+        replicas = math.ceil(result.mix.peak_rate_rps / (capacity * 0.8))
+        assert cost.replicas == max(replicas, 1)
+        assert cost.gpu_hour_usd == 3.0
+        assert cost.monthly_cost_usd == pytest.approx(cost.replicas * 1 * 3.0 * 730)
+        hourly_output = capacity * 3600 * result.mix.output_tokens_mean
+        assert cost.all_in_cost_per_1m_output_usd == pytest.approx(3.0 / hourly_output * 1e6)
+    # What the terminal shows names the transfer.
+    assert enginefit(["capacity", "--config", str(tmp_path / "azure-conv.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "Measured at 204-token prompts" in out and "req/s per replica" in out
+    # Azure traces carry no content: no cached share, said so.
+    assert azure.mix.cached_prompt_share == 0.0
+    assert any("cached share taken as 0" in note for note in azure.notes)
+    assert mooncake.mix.cached_prompt_share > 0.0
+    # The cached share: the best routing at the largest simulated replica count by default; the
+    # decision asks again at the fleet's own count.
+    summaries = sim_stage.read_summaries(load_config(tmp_path / "mooncake.yaml").layout())
+    default = stage.recommended_cached_share(summaries, 449_797)
+    one = stage.recommended_cached_share(summaries, 449_797, replicas=1)
+    many = stage.recommended_cached_share(summaries, 449_797, replicas=64)
+    assert isinstance(default, tuple) and isinstance(one, tuple) and isinstance(many, tuple)
+    assert default[0] == pytest.approx(mooncake.mix.cached_prompt_share, abs=1e-3)
+    assert "at 2 replica(s)" in default[1] and many == default
+    assert "at 1 replica(s)" in one[1] and "round-robin" in one[1]
+    best_at_two = max(
+        float(s.hit_ratio)  # type: ignore[arg-type]
+        for s in summaries
+        if s.replicas == 2
+    )
+    assert default[0] == pytest.approx(best_at_two)
+    # The end-of-run summary line.
+    line = dict(headlines(load_config(tmp_path / "azure-conv.yaml")))["capacity"]
+    assert f"{short_cost.replicas} replica(s) at peak" in line
+    assert "per 1M output tokens of this workload" in line
+
+
+def test_capacity_before_its_inputs_exist_says_which_command_makes_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = bundled_config(tmp_path, "fresh")
+    assert enginefit(["capacity", "--config", str(config)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0].startswith("enginefit capacity: configuration: ")
+    assert len(err) == 2 and err[1].startswith("enginefit: error: ")
+    assert "run `enginefit bench --config FILE` or materialise `bench_analysis` first" in err[1]
+    with pytest.raises(InputFormatError, match="`enginefit capacity --config FILE`"):
+        stage.read_result(WorkloadLayout(tmp_path / "nothing"))
+
+
+def test_an_slo_without_the_simulated_limits_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = bundled_config(tmp_path, "slo")
+    raw = yaml.safe_load(config.read_text())
+    raw["bench"]["slo"] = {"ttft_p99_ms": 2000}
+    config.write_text(yaml.safe_dump(raw))
+    assert enginefit(["capacity", "--config", str(config)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("enginefit: error: bench.slo: the capacity stage simulates")
+    assert "ttft_p95_ms and itl_p99_ms" in err
+
+
+def test_bundled_configuration_sets_the_query_heads() -> None:
+    kv = load_config(REPO / "enginefit.yaml").requirements.kv_cache
+    assert kv is not None and kv.attention_heads == 32
