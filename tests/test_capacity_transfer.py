@@ -126,3 +126,29 @@ def test_the_three_prices_add_up_to_the_replica_hour() -> None:
 def test_benchmark_figure_kept_beside_the_workload_cost() -> None:
     candidate = carried("short", "long")
     assert candidate.benchmark_cost_per_1m_output_usd == 0.1
+
+
+def test_a_model_that_gives_cached_context_no_time_prices_cached_tokens_as_unknown() -> None:
+    model = fitted("short")
+    assert isinstance(model, ServingModel), model
+    free_context = model.model_copy(
+        update={
+            "coefficients": model.coefficients.model_copy(
+                update={"context_s_per_token": 0.0, "attention_s_per_pair": 0.0}
+            )
+        }
+    )
+    candidate = carry_to_workload(
+        "vllm@short",
+        free_context,
+        workload("long", 0.6),
+        SLO,
+        kv_tokens=KV_TOKENS,
+        gpu_hour_usd=PRICE,
+        peak_rate_rps=20.0,
+        mean_rate_rps=10.0,
+        config=CONFIG,
+    )
+    cached = _cost(candidate).cost_per_1m_cached_input_usd
+    assert isinstance(cached, Unknown), cached
+    assert "no GPU time" in cached.reason

@@ -194,9 +194,13 @@ def workload_cost(
         else Unknown(reason="no uncached prompt tokens")
     )
     cached_cost: float | Unknown = (
-        hourly * cached_share / cached_per_hour * 1e6
-        if cached_per_hour > 0
-        else Unknown(reason="the workload has no prefix-cached prompt tokens")
+        Unknown(reason="the workload has no prefix-cached prompt tokens")
+        if cached_per_hour <= 0
+        # A model whose context and attention costs came out 0 cannot price a cached token:
+        # 0 would be a figure the benchmark never showed.
+        else Unknown(reason="the fitted model gives reading cached context no GPU time")
+        if cached_share <= 0
+        else hourly * cached_share / cached_per_hour * 1e6
     )
     if mean_rate_rps is not None and mean_rate_rps > 0:
         average: float | Unknown = mean_rate_rps / (replicas * capacity)
