@@ -21,11 +21,7 @@ from typing import Annotated, Any
 from pydantic import (
     AfterValidator,
     BaseModel,
-    BeforeValidator,
-    Field,
     ValidationError,
-    ValidationInfo,
-    model_validator,
 )
 
 from pipeline.bench.config import BenchConfig, is_limit_key
@@ -33,122 +29,19 @@ from pipeline.capacity.config import CapacityConfig
 from pipeline.decision.catalog import Catalog, load_catalog
 from pipeline.decision.config import DecisionConfig, Requirements
 from pipeline.errors import ConfigError
-from pipeline.hashing import salt_fingerprint
-from pipeline.layout import SAFE_NAME, WorkloadLayout, child_folder
+from pipeline.ingest.config import SALT_ENV_VAR, IngestConfig, ReadConfig
+from pipeline.layout import WorkloadLayout, child_folder
 from pipeline.loadtest.config import LoadtestConfig
 from pipeline.prefix.config import PrefixConfig
 from pipeline.report.config import ReportConfig
 from pipeline.settings import (
-    BlockSize,
-    ConfigInstant,
     ConfigPath,
-    ConfigQuarter,
     Section,
     load_yaml,
 )
 from pipeline.settings import validation_message as _message
 from pipeline.shape.config import ShapeConfig
 from pipeline.sim.config import SimConfig
-
-SALT_ENV_VAR = "ENGINEFIT_HASH_SALT"
-# With workload.daily_quarter, each trace path names its day with this field (pipeline.ingest.days).
-DAY_FIELD = "{day}"
-
-
-def _known_format(value: Any) -> Any:
-    # import here: a cycle at load time (the ingest package imports this module)
-    from pipeline.ingest.readers import FORMAT_NAMES
-
-    if isinstance(value, str) and value not in ("auto", *FORMAT_NAMES):
-        raise ValueError(f"unknown format {value!r}; choose auto or one of {FORMAT_NAMES}")
-    return value
-
-
-class TraceSource(Section):
-    """One trace file (or glob): ``path`` resolved, ``label`` as written (recorded as lineage)."""
-
-    path: str
-    format: Annotated[str, BeforeValidator(_known_format)]
-    label: str
-
-    @property
-    def display(self) -> str:
-        return self.label or self.path
-
-
-def _trace_entries(value: Any, info: ValidationInfo) -> Any:
-    """``[path, {path, format}, …]`` → trace entries with the path resolved against the file."""
-    if not isinstance(value, list):
-        return value
-    base = (info.context or {}).get("base")
-    entries = []
-    for item in value:
-        entry = {"path": item} if isinstance(item, str) else item
-        if isinstance(entry, dict) and isinstance(entry.get("path"), str):
-            written = Path(entry["path"])
-            resolved = written if written.is_absolute() or base is None else Path(base) / written
-            entry = {"format": "auto", **entry, "path": str(resolved), "label": str(written)}
-        entries.append(entry)
-    return tuple(entries)
-
-
-def _slug(value: Any) -> Any:
-    if isinstance(value, str) and not SAFE_NAME.match(value):
-        raise ValueError(
-            f"{value!r} is not a workload name: use letters, digits, '.', '_' and '-' "
-            "(it names the output folder, so no '/' or '..')"
-        )
-    return value
-
-
-class WorkloadSettings(Section):
-    name: Annotated[str, BeforeValidator(_slug)]
-    traces: Annotated[tuple[TraceSource, ...], BeforeValidator(_trace_entries), Field(min_length=1)]
-    block_size: BlockSize
-    # Optional: only traces whose content (or block ids) is stored as hashes need one, and
-    # ingest says so naming this key when such a trace meets no salt.
-    hash_salt: Annotated[str, Field(min_length=1)] | None
-    anchor: ConfigInstant
-    tokenizer: ConfigPath | None
-    # Ingest this quarter day by day (Dagster daily partitions, pipeline.ingest.days); None:
-    # every trace file at once.
-    daily_quarter: ConfigQuarter | None
-
-    @model_validator(mode="after")
-    def _days_named(self) -> WorkloadSettings:
-        """Daily ingest reads each day's files, so every path names its day, and only then:
-        a path without it would be read again by every day, one with it matches no file."""
-        daily = self.daily_quarter is not None
-        wrong = [t for t in self.traces if (DAY_FIELD in t.path) != daily]
-        if wrong and daily:
-            raise ValueError(
-                f"traces: {wrong[0].display} has no {DAY_FIELD}: with workload.daily_quarter "
-                f"every trace path names its day, e.g. traces/requests-{DAY_FIELD}.jsonl"
-            )
-        if wrong:
-            raise ValueError(
-                f"traces: {wrong[0].display} names {DAY_FIELD}, which only daily ingest fills: "
-                "set workload.daily_quarter (YYYY-Qn) or name the files without it"
-            )
-        return self
-
-    @property
-    def salt_bytes(self) -> bytes:
-        """The salt, or ``b""`` when none is configured."""
-        return self.hash_salt.encode() if self.hash_salt else b""
-
-    @property
-    def salt_fingerprint(self) -> str | None:
-        """A short tag of the salt that is slow to confirm a guess against (None: no salt)."""
-        return salt_fingerprint(self.salt_bytes) if self.hash_salt else None
-
-
-class ReadSettings(Section):
-    """How trace files are read: the workload's settings, or the defaults when there is none."""
-
-    block_size: BlockSize
-    anchor: ConfigInstant
-    tokenizer: ConfigPath | None
 
 
 def _folder_or_new(value: Any) -> Any:
@@ -158,7 +51,7 @@ def _folder_or_new(value: Any) -> Any:
     return value
 
 
-class PathsSettings(Section):
+class PathsConfig(Section):
     data_dir: Annotated[ConfigPath, AfterValidator(_folder_or_new)]
     reports_dir: Annotated[ConfigPath, AfterValidator(_folder_or_new)]
 
@@ -172,8 +65,8 @@ class _File(BaseModel):
 
     model_config = {"extra": "forbid", "frozen": True, "arbitrary_types_allowed": True}
 
-    workload: WorkloadSettings | None = None
-    paths: PathsSettings
+    workload: IngestConfig | None = None
+    paths: PathsConfig
     shape: ShapeConfig
     prefix: PrefixConfig
     bench: BenchConfig
@@ -204,8 +97,8 @@ _PRINTED = (
 class Config:
     """Every section, validated. ``workload`` is None when no configuration file was given."""
 
-    workload: WorkloadSettings | None
-    paths: PathsSettings
+    workload: IngestConfig | None
+    paths: PathsConfig
     shape: ShapeConfig
     prefix: PrefixConfig
     simulation: SimConfig
@@ -215,7 +108,7 @@ class Config:
     decision: DecisionConfig
     report: ReportConfig
     loadtest: LoadtestConfig
-    read: ReadSettings
+    read: ReadConfig
     source: Path | None = None
 
     def catalog(self) -> Catalog:
@@ -226,7 +119,7 @@ class Config:
     def where(self) -> str:
         return str(self.source) if self.source else "<defaults>"
 
-    def require_workload(self) -> WorkloadSettings:
+    def require_workload(self) -> IngestConfig:
         if self.workload is None:
             raise ConfigError(
                 "no workload configured: pass --config FILE with a workload section "
@@ -319,8 +212,8 @@ def config_from_mapping(raw: dict[str, Any], *, source: Path | None = None) -> C
     base = source.parent if source else Path.cwd()
     try:
         parsed = _File.model_validate(merged, context={"base": base})
-        read = ReadSettings.model_validate(
-            {key: workload.get(key) for key in ReadSettings.model_fields}, context={"base": base}
+        read = ReadConfig.model_validate(
+            {key: workload.get(key) for key in ReadConfig.model_fields}, context={"base": base}
         )
     except ValidationError as exc:
         raise ConfigError(_message(exc, _File, where)) from exc

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline.config import SALT_ENV_VAR
 from pipeline.errors import ConfigError, InputFormatError
 from pipeline.hashing import SAMPLE_SALT, salt_fingerprint
+from pipeline.ingest.config import SALT_ENV_VAR
 from pipeline.ingest.readers import ReadContext, SourceFile, detect_reader, reader_named
 from pipeline.ingest.readers.base import DEFAULT_ANCHOR, EPOCH_SECONDS_MIN, ReadResult
 from pipeline.ingest.result import FileSummary, IngestResult, IngestSummary, SkippedFile

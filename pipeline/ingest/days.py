@@ -30,7 +30,7 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline.config import DAY_FIELD, Config, TraceSource
+from pipeline.config import Config
 from pipeline.errors import ConfigError
 from pipeline.ingest import stage
 from pipeline.ingest.compute import (
@@ -41,6 +41,7 @@ from pipeline.ingest.compute import (
     by_reason,
     out_of_order,
 )
+from pipeline.ingest.config import DAY_FIELD, TraceSource
 from pipeline.ingest.result import FileSummary, IngestResult, IngestSummary
 from pipeline.layout import WorkloadLayout
 from pipeline.schema import empty_quarantine

@@ -26,7 +26,7 @@ from typing import Any
 
 import polars as pl
 
-from pipeline.config import SALT_ENV_VAR, Config, TraceSource, default_config
+from pipeline.config import Config, default_config
 from pipeline.errors import InputFormatError
 from pipeline.ingest.compute import (
     SourceRead,
@@ -36,6 +36,7 @@ from pipeline.ingest.compute import (
     merge_reads,
     read_source,
 )
+from pipeline.ingest.config import SALT_ENV_VAR, TraceSource
 from pipeline.ingest.readers import ReadContext, SourceFile
 from pipeline.ingest.readers.base import ReadResult
 from pipeline.ingest.result import IngestResult, IngestSummary, SkippedFile

@@ -1,0 +1,116 @@
+"""The ingest stage's settings: the ``workload`` section (which traces, how their content is
+hashed, the anchor of relative timestamps, daily ingest) and ``ReadConfig`` (how an ad-hoc trace
+is read when no workload is configured). Defaults and their documentation:
+``pipeline/defaults.yaml``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, Field, ValidationInfo, model_validator
+
+from pipeline.hashing import salt_fingerprint
+from pipeline.ingest.readers import FORMAT_NAMES
+from pipeline.layout import SAFE_NAME
+from pipeline.settings import BlockSize, ConfigInstant, ConfigPath, ConfigQuarter, Section
+
+SALT_ENV_VAR = "ENGINEFIT_HASH_SALT"
+# With workload.daily_quarter, each trace path names its day with this field (pipeline.ingest.days).
+DAY_FIELD = "{day}"
+
+
+def _known_format(value: Any) -> Any:
+    if isinstance(value, str) and value not in ("auto", *FORMAT_NAMES):
+        raise ValueError(f"unknown format {value!r}; choose auto or one of {FORMAT_NAMES}")
+    return value
+
+
+class TraceSource(Section):
+    """One trace file (or glob): ``path`` resolved, ``label`` as written (recorded as lineage)."""
+
+    path: str
+    format: Annotated[str, BeforeValidator(_known_format)]
+    label: str
+
+    @property
+    def display(self) -> str:
+        return self.label or self.path
+
+
+def _trace_entries(value: Any, info: ValidationInfo) -> Any:
+    """``[path, {path, format}, …]`` → trace entries with the path resolved against the file."""
+    if not isinstance(value, list):
+        return value
+    base = (info.context or {}).get("base")
+    entries = []
+    for item in value:
+        entry = {"path": item} if isinstance(item, str) else item
+        if isinstance(entry, dict) and isinstance(entry.get("path"), str):
+            written = Path(entry["path"])
+            resolved = written if written.is_absolute() or base is None else Path(base) / written
+            entry = {"format": "auto", **entry, "path": str(resolved), "label": str(written)}
+        entries.append(entry)
+    return tuple(entries)
+
+
+def _slug(value: Any) -> Any:
+    if isinstance(value, str) and not SAFE_NAME.match(value):
+        raise ValueError(
+            f"{value!r} is not a workload name: use letters, digits, '.', '_' and '-' "
+            "(it names the output folder, so no '/' or '..')"
+        )
+    return value
+
+
+class IngestConfig(Section):
+    """The ``workload`` section: which traces, how their content is hashed, the anchor of
+    relative timestamps, daily ingest."""
+
+    name: Annotated[str, BeforeValidator(_slug)]
+    traces: Annotated[tuple[TraceSource, ...], BeforeValidator(_trace_entries), Field(min_length=1)]
+    block_size: BlockSize
+    # Optional: only traces whose content (or block ids) is stored as hashes need one, and
+    # ingest says so naming this key when such a trace meets no salt.
+    hash_salt: Annotated[str, Field(min_length=1)] | None
+    anchor: ConfigInstant
+    tokenizer: ConfigPath | None
+    # Ingest this quarter day by day (Dagster daily partitions, pipeline.ingest.days); None:
+    # every trace file at once.
+    daily_quarter: ConfigQuarter | None
+
+    @model_validator(mode="after")
+    def _days_named(self) -> IngestConfig:
+        """Daily ingest reads each day's files, so every path names its day, and only then:
+        a path without it would be read again by every day, one with it matches no file."""
+        daily = self.daily_quarter is not None
+        wrong = [t for t in self.traces if (DAY_FIELD in t.path) != daily]
+        if wrong and daily:
+            raise ValueError(
+                f"traces: {wrong[0].display} has no {DAY_FIELD}: with workload.daily_quarter "
+                f"every trace path names its day, e.g. traces/requests-{DAY_FIELD}.jsonl"
+            )
+        if wrong:
+            raise ValueError(
+                f"traces: {wrong[0].display} names {DAY_FIELD}, which only daily ingest fills: "
+                "set workload.daily_quarter (YYYY-Qn) or name the files without it"
+            )
+        return self
+
+    @property
+    def salt_bytes(self) -> bytes:
+        """The salt, or ``b""`` when none is configured."""
+        return self.hash_salt.encode() if self.hash_salt else b""
+
+    @property
+    def salt_fingerprint(self) -> str | None:
+        """A short tag of the salt that is slow to confirm a guess against (None: no salt)."""
+        return salt_fingerprint(self.salt_bytes) if self.hash_salt else None
+
+
+class ReadConfig(Section):
+    """How trace files are read: the workload's settings, or the defaults when there is none."""
+
+    block_size: BlockSize
+    anchor: ConfigInstant
+    tokenizer: ConfigPath | None
