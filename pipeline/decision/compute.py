@@ -342,7 +342,7 @@ def decide(
     top, runner = outcome.engine, outcome.runner_up
     _transferability(ctx, top, runner, outcome)
     routing = routing_value(ctx, top)
-    isolation = isolation_advice(ctx)
+    isolation = isolation_advice(ctx, top)
     m = measurements(ctx, top, runner, outcome)
     triggers = _triggers(ctx, m, top, outcome)
     previous = evaluate_previous(inputs.previous, m) if inputs.previous else None

@@ -94,8 +94,8 @@ def read_inputs(
     curves = _optional(lambda: sim_stage.read_curves(layout), "curves", missing)
     bench = _optional(lambda: bench_stage.read_analysis(layout, config.bench), "bench", missing)
     fits = _optional(lambda: bench_stage.read_latency_fits(layout), "latency_fits", missing)
-    # import here: the capacity stage (another stage's module, which reads the bench and
-    # simulation stages) is loaded only when a decision reads its inputs, so no cycle forms
+    # The capacity stage reads the bench and simulation stages; loaded only here, no cycle forms.
+    # import here: the capacity stage's module, loaded when a decision reads its inputs
     from pipeline.capacity import stage as capacity_stage
 
     capacity = _optional(lambda: capacity_stage.read_result(layout), "capacity", missing)

@@ -14,9 +14,7 @@ from pipeline.sim.result import ScenarioSummary
 
 def scenario_summary(inputs: SimInputs, scenario: Scenario, settings: SimConfig) -> ScenarioSummary:
     """One scenario's replay, summarised."""
-    return ScenarioSummary.from_json(
-        summarise(inputs, simulate(inputs, scenario, settings))
-    )
+    return ScenarioSummary.from_json(summarise(inputs, simulate(inputs, scenario, settings)))
 
 
 def curve_combinations(settings: SimConfig) -> list[tuple[int, int, str]]:
