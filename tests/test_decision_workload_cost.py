@@ -15,20 +15,25 @@ import json
 import math
 from functools import cache
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 import pytest
 
 from assets.cli import main as enginefit
+from pipeline.capacity import stage as capacity_stage
 from pipeline.capacity.result import ServingModel
 from pipeline.decision.present import rationale_text
 from pipeline.decision.result import DecisionRecord, record_schema
 from pipeline.decision.stage import read_previous
 from pipeline.decision.triggers import record_digest
+from pipeline.report.compute import ReportContent, workload_cost
 from tests.capacity_scenarios import fitted
 from tests.decision_fixtures import (
     GPU_HOUR_USD,
     candidate,
     capacity_of,
+    configuration,
     decide_on,
     sweep,
     traffic,
@@ -227,3 +232,29 @@ def test_explain_prints_the_workloads_figures_beside_the_benchmarks(
     assert "per 1M tokens of this workload: output $" in words
     assert "Measured at" in words and "your prompts are" in words
     assert "e+0" not in out  # plain notation
+
+
+def test_the_document_shows_the_fitted_model_its_errors_and_both_costs(tmp_path: Path) -> None:
+    record = decide_on(
+        tmp_path, steady(250), [sweep("vllm", 40)], NVIDIA, capacity=capacity_of(model())
+    )
+    result = capacity_stage.read_result(configuration(tmp_path).layout())
+    section = workload_cost(
+        cast(ReportContent, SimpleNamespace(record=record, workload_capacity=result))
+    )
+    (row,) = section["rows"]
+    c = candidate(record, "vllm")
+    assert row["basis"] == "workload" and row["transfer"].startswith("Measured at")
+    assert row["model"].startswith("step = ") and "load points of vllm" in row["model"]
+    assert (
+        len(row["errors"]) == len(model().point_errors) and " vs " in row["errors"][0]["ttft_p95"]
+    )
+    facts = {f["label"]: f for f in row["facts"]}
+    assert (
+        facts["$ per 1M output tokens (all-in)"]["workload"] == f"${c.cost_per_1m_output_usd:.4f}"
+    )
+    assert facts["$ per 1M output tokens (all-in)"]["benchmark"] == (
+        f"${c.benchmark_cost_per_1m_output_usd:.4f}"
+    )
+    assert facts["Replicas at the workload's peak"]["workload"] == str(c.replicas)
+    assert "e+0" not in json.dumps(section)

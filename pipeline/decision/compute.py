@@ -541,12 +541,12 @@ def _headline(
         if bench.cost_basis == "workload" and bench.workload_cost is not None:
             cost = bench.workload_cost
             text += (
-                f" for this workload ({cost.gpus} GPU at its peak, "
+                f" for this workload ({cost.gpus} GPU{'s' if cost.gpus != 1 else ''} at its peak, "
                 f"{money(cost.monthly_cost_usd)}/month; the benchmark's own figure "
                 f"{usd(bench.benchmark_cost_per_1m_output_usd)})"
             )
         else:
-            text += " (the benchmark's figure)"
+            text += " on the benchmark's own mix"
     text += f" ({outcome.confidence}"
     if runner:
         text += f"; runner-up {ctx.name(runner)}"

@@ -338,7 +338,11 @@ def with_capacity(
             benchmark_replicas_at_peak=bench.replicas_at_peak,
         )
         if capacity is None:
-            why = missing_reason or "the capacity stage has not run"
+            why = (
+                "the capacity stage has not run"
+                if missing_reason is None or "no capacity result" in missing_reason
+                else missing_reason
+            )
             out[engine] = replace(kept, cost_note=f"{BENCHMARK_FIGURES}: {why}")
             continue
         found = _capacity_of(capacity, bench, catalog)

@@ -71,8 +71,8 @@ def routing_value(ctx: RuleContext, engine: str | None) -> Routing:
     if fleet == 1:
         whose = "the workload's" if bench and bench.cost_basis == "workload" else "the benchmarked"
         reason = (
-            f"one replica serves the workload's peak in {whose} fleet ({fleet_source}): there is "
-            "nothing to route between (worth revisiting when the fleet grows)"
+            f"one replica serves the workload's peak in {whose} fleet: there is nothing to route "
+            "between (worth revisiting when the fleet grows)"
         )
         ctx.rule("routing", title, rule_source, False, reason, fleet_replicas_at_peak=fleet)
         return empty.model_copy(update={"recommended": False, "replicas": 1, "reason": reason})
@@ -139,8 +139,9 @@ def routing_value(ctx: RuleContext, engine: str | None) -> Routing:
         monthly_tokens, monthly_usd, money_method = _routing_money(ctx, engine, share)
         value = None
     reason = (
-        f"{best} saves {share:.1%} of prompt tokens from prefill vs round-robin at {at_fleet} × "
-        f"{capacity:,} tokens (threshold {ROUTING_GAIN_MIN:.0%})"
+        f"{best} saves {share:.1%} of prompt tokens from prefill vs round-robin with "
+        f"{capacity:,} cache tokens per replica at {at_fleet} (threshold "
+        f"{ROUTING_GAIN_MIN:.0%})"
     )
     ctx.rule(
         "routing",
@@ -200,8 +201,8 @@ def _fleet_source(bench: EngineBench | None) -> str:
             f"{bench.capacity_rps:.3g} req/s per replica (capacity stage)"
         )
     return (
-        f"{bench.replicas_at_peak} at the workload's peak from the benchmark's req/s "
-        f"({bench.cost_note or 'the workload capacity is unknown'})"
+        f"{bench.replicas_at_peak} at the workload's peak from the benchmark's req/s: this "
+        "workload's capacity is unknown"
     )
 
 

@@ -359,7 +359,7 @@ def workload_cost(inputs: ReportContent) -> dict[str, Any]:
             {
                 "engine": c.name,
                 "basis": c.cost_basis or UNKNOWN,
-                "note": c.cost_note,
+                "note": c.cost_note if c.cost_basis != "workload" else None,
                 "model": _model_line(model) if isinstance(model, ServingModel) else None,
                 "errors": _errors(model) if isinstance(model, ServingModel) else [],
                 "transfer": transfer_sentence(capacity) if capacity else c.transfer,
