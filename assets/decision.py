@@ -28,6 +28,8 @@ from pipeline.present.tables import markdown_table
         "simulation_curves",
         "bench_analysis",
         "concurrency_by_engine",
+        "workload_capacity",
+        "workload",
     ],
     group_name="decision",
     kinds={"json"},

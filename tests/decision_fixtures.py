@@ -5,6 +5,7 @@ then the decision stage reads their written outputs (nothing hand-written betwee
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -14,14 +15,19 @@ import polars as pl
 import yaml
 
 from pipeline.bench import stage as bench_stage
+from pipeline.capacity.compute import capacity_result, carry_to_workload, workload_requests
+from pipeline.capacity.result import CapacityResult, ServingModel
 from pipeline.config import Config, config_from_mapping
 from pipeline.decision import stage as decision_stage
 from pipeline.decision.result import DecisionRecord
+from pipeline.ingest.stage import read_requests
+from pipeline.layout import WorkloadLayout
 from pipeline.prefix import stage as prefix_stage
 from pipeline.schema import conform
 from pipeline.shape import stage as shape_stage
 from pipeline.sim import stage as sim_stage
 from tests.bench_points import kept_up_run
+from tests.capacity_scenarios import CONFIG, KV_TOKENS, SLO
 from tests.conftest import write_requests
 
 BLOCK = 16
@@ -196,6 +202,49 @@ def configuration(
     )
 
 
+CapacityWriter = Callable[[WorkloadLayout, Config], CapacityResult]
+
+
+def capacity_of(model: ServingModel, *, cached_share: float = 0.0) -> CapacityWriter:
+    """A capacity stage stand-in: ``model`` (one benchmarked deployment's fitted serving model)
+    carried to the workload the other stages read, at the GPU price of these fixtures, written
+    to ``capacity/capacity.json`` where the decision reads it."""
+
+    def write(layout: WorkloadLayout, cfg: Config) -> CapacityResult:
+        frame = read_requests(layout).select("prompt_tokens", "output_tokens").collect()
+        work = workload_requests(frame, cached_share=cached_share)
+        arrivals = shape_stage.read_result(layout).metrics.arrivals
+        peaks = arrivals.peak_rates()
+        peak = peaks.get(cfg.bench.peak_window) or max(peaks.values())
+        mean = arrivals.mean_rate_rps
+        found = carry_to_workload(
+            model.deployment.engine,
+            model,
+            work,
+            SLO,
+            kv_tokens=KV_TOKENS,
+            gpu_hour_usd=GPU_HOUR_USD,
+            peak_rate_rps=peak,
+            mean_rate_rps=mean,
+            config=CONFIG,
+        )
+        result = capacity_result(
+            cfg.require_workload().name,
+            SLO,
+            work,
+            [found],
+            CONFIG,
+            peak_rate_rps=peak,
+            mean_rate_rps=mean,
+        )
+        path = layout.root / "capacity" / "capacity.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(result.to_json()))
+        return result
+
+    return write
+
+
 def decide_on(
     root: Path,
     frame: pl.DataFrame,
@@ -203,10 +252,12 @@ def decide_on(
     requirements: dict[str, Any] | None = None,
     *,
     previous: Path | None = None,
+    capacity: CapacityWriter | None = None,
     **config: Any,
 ) -> DecisionRecord:
     """Write ``frame`` as the workload and each sweep as result files under ``root``, run every
-    stage as the configured commands do, then decide."""
+    stage as the configured commands do (``capacity``: the capacity stage's stand-in), then
+    decide."""
     results = [b.write(root / "bench-results" / f"{n}-{b.engine}") for n, b in enumerate(benches)]
     cfg = configuration(root, requirements, results=results, **config)
     layout = cfg.layout()
@@ -215,6 +266,8 @@ def decide_on(
     prefix_stage.write(prefix_stage.run(prefix_stage.read_inputs(layout, cfg), cfg.prefix), layout)
     sim_stage.write(sim_stage.run(sim_stage.read_inputs(layout, cfg), cfg.simulation), layout)
     bench_stage.run_configured(layout, cfg.bench, cfg.shape.latency)
+    if capacity is not None:
+        capacity(layout, cfg)
     record = decision_stage.run(decision_stage.read_inputs(layout, cfg, previous=previous), cfg)
     decision_stage.write(record, layout)
     return record

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pipeline.capacity.present import transfer_sentence
 from pipeline.decision.config import (
     CATALOG_MAX_AGE_DAYS,
     PREFIX_HEAVY_SHARE,
@@ -49,13 +50,16 @@ from pipeline.decision.context import (
 )
 from pipeline.decision.costing import Outcome, choose, payback_months, price_of, switch_cost
 from pipeline.decision.evidence import (
+    EngineBench,
     engine_benches,
     missing_features,
     required_features,
+    with_capacity,
     workload_from,
 )
 from pipeline.decision.present import finding_text
 from pipeline.decision.result import (
+    SCHEMA_VERSION,
     Candidate,
     DecisionRecord,
     Recommendation,
@@ -66,6 +70,7 @@ from pipeline.decision.rules import RULES
 from pipeline.decision.triggers import crossed, evaluate_previous, trigger
 from pipeline.present.text import money, usd
 from pipeline.shape.config import CONCURRENCY_HIGH_MIN, CONCURRENCY_LOW_MAX
+from pipeline.unknown import Unknown
 
 
 def measurements(
@@ -96,21 +101,33 @@ def measurements(
     for engine in sorted(ctx.catalog.engines):
         # Every engine has its keys, unknown (None) until benchmarked, so a trigger watching a
         # runner-up that has no benchmark yet can be evaluated once it has one.
+        # ``bench.*``: the benchmark's own figures; ``decision.*``: the ones the decision used
+        # (the workload's own from the capacity stage, else the benchmark's: see
+        # ``decision.cost_basis``).
         bench = ctx.benches.get(engine)
         m[f"bench.cost_per_1m_output_usd[{engine}]"] = (
-            bench.cost_per_1m_output_usd if bench else None
+            bench.benchmark_cost_per_1m_output_usd if bench else None
         )
-        m[f"bench.capacity_rps[{engine}]"] = bench.capacity_rps if bench else None
+        m[f"bench.capacity_rps[{engine}]"] = bench.benchmark_capacity_rps if bench else None
         m[f"bench.age_days[{engine}]"] = bench.age_days(as_of) if bench else None
-        m[f"bench.monthly_gpu_usd[{engine}]"] = bench.monthly_gpu_usd if bench else None
-        m[f"decision.monthly_total_usd[{engine}]"] = price_of(ctx, engine).monthly_total
-        m[f"decision.payback_months[{engine}]"] = payback_months(ctx, engine)
-        fleet = (
-            bench.capacity_rps * bench.replicas_at_peak
-            if bench and bench.capacity_rps is not None and bench.replicas_at_peak is not None
+        m[f"bench.monthly_gpu_usd[{engine}]"] = bench.benchmark_monthly_gpu_usd if bench else None
+        m[f"bench.fleet_capacity_rps[{engine}]"] = (
+            _product(bench.benchmark_capacity_rps, bench.benchmark_replicas_at_peak)
+            if bench
             else None
         )
-        m[f"bench.fleet_capacity_rps[{engine}]"] = fleet
+        m[f"decision.cost_basis[{engine}]"] = bench.cost_basis if bench else None
+        m[f"decision.cost_per_1m_output_usd[{engine}]"] = (
+            bench.cost_per_1m_output_usd if bench else None
+        )
+        m[f"decision.capacity_rps[{engine}]"] = bench.capacity_rps if bench else None
+        m[f"decision.replicas_at_peak[{engine}]"] = bench.replicas_at_peak if bench else None
+        m[f"decision.monthly_gpu_usd[{engine}]"] = bench.monthly_gpu_usd if bench else None
+        m[f"decision.monthly_total_usd[{engine}]"] = price_of(ctx, engine).monthly_total
+        m[f"decision.payback_months[{engine}]"] = payback_months(ctx, engine)
+        m[f"decision.fleet_capacity_rps[{engine}]"] = (
+            _product(bench.capacity_rps, bench.replicas_at_peak) if bench else None
+        )
     values = outcome.values
     if top is not None and runner is not None and top in values and runner in values:
         # The ranking's own basis, as a share of the cheaper one (order-free: a dearer
@@ -119,6 +136,10 @@ def measurements(
         m["decision.cost_gap_top_two"] = abs(b - a) / min(a, b) if min(a, b) > 0 else None
     flat: dict[str, Any] = plain(m)
     return flat
+
+
+def _product(a: float | None, b: int | None) -> float | None:
+    return a * b if a is not None and b is not None else None
 
 
 def _crossing(
@@ -243,15 +264,20 @@ def _triggers(ctx: RuleContext, m: dict[str, Any], top: str | None, outcome: Out
                     strict=True,
                 )
             )
-            if m.get(f"bench.fleet_capacity_rps[{top}]") is not None:
+            if m.get(f"decision.fleet_capacity_rps[{top}]") is not None:
+                whose = (
+                    "this workload's capacity per replica"
+                    if ctx.benches[top].cost_basis == "workload"
+                    else "the benchmarked capacity"
+                )
                 out.append(
                     trigger(
                         "traffic.beyond_fleet",
                         "shape.arrivals.peak_rate_rps",
                         ">",
-                        m[f"bench.fleet_capacity_rps[{top}]"],
+                        m[f"decision.fleet_capacity_rps[{top}]"],
                         m,
-                        "DOMAIN.md: traffic grows beyond what the benchmarked capacity and fleet cover",
+                        f"DOMAIN.md: traffic grows beyond what {whose} and the fleet cover",
                     )
                 )
     if "decision.cost_gap_top_two" in m:
@@ -292,10 +318,14 @@ def decide(
         inputs.shape, inputs.prefix, settings, inputs.peak_window, inputs.missing
     )
     models = tuple(sorted(set(requirements.models) | set(workload.models)))
-    benches = (
+    benches = with_capacity(
         engine_benches(inputs.bench, inputs.fits, inputs.catalog, requirements.hardware, models)
         if inputs.bench
-        else {}
+        else {},
+        inputs.capacity,
+        inputs.catalog,
+        inputs.missing.get("capacity"),
+        workload.mean_rate_rps,
     )
     ctx = RuleContext(
         inputs=inputs,
@@ -312,7 +342,7 @@ def decide(
     top, runner = outcome.engine, outcome.runner_up
     _transferability(ctx, top, runner, outcome)
     routing = routing_value(ctx, top)
-    isolation = isolation_advice(ctx)
+    isolation = isolation_advice(ctx, top)
     m = measurements(ctx, top, runner, outcome)
     triggers = _triggers(ctx, m, top, outcome)
     previous = evaluate_previous(inputs.previous, m) if inputs.previous else None
@@ -329,7 +359,7 @@ def decide(
         headline=_headline(ctx, top, runner, outcome, routing, previous),
     )
     return DecisionRecord(
-        schema_version=1,
+        schema_version=SCHEMA_VERSION,
         workload=inputs.workload_name,
         as_of=inputs.as_of.isoformat() if inputs.as_of else None,
         recommendation=recommendation,
@@ -364,6 +394,16 @@ def _transferability(
             reasons.append(
                 f"{ctx.name(bench.engine)}'s benchmark is flagged as not transferable: {', '.join(bench.flags)}"
             )
+    for engine in dict.fromkeys(e for e in (top, runner) if e):
+        bench = ctx.benches.get(engine)
+        if bench is None or bench.cost_note is None:
+            continue
+        if bench.cost_basis == "benchmark":
+            reasons.append(f"{ctx.name(engine)}: {bench.cost_note}")
+        else:
+            reasons.append(
+                f"{ctx.name(engine)}'s capacity on this workload is provisional: {bench.cost_note}"
+            )
     if ctx.inputs.bench is not None and not ctx.inputs.bench.comparable and len(ctx.benches) > 1:
         reasons.append(
             "the benchmarks are not like for like: " + "; ".join(ctx.inputs.bench.differences)
@@ -382,6 +422,7 @@ def _transferability(
         bool(reasons),
         "; ".join(reasons) if reasons else "the deciding benchmarks are transferable",
         flags={e: list(b.flags) for e, b in ctx.benches.items()},
+        cost_basis={e: b.cost_basis for e, b in ctx.benches.items()},
     )
     if reasons and outcome.confidence == "firm":
         outcome.confidence = "provisional"
@@ -417,7 +458,6 @@ def _candidates(
                 reasons=reasons,
                 benchmarked=bench is not None,
                 benchmark=bench.candidate if bench else None,
-                capacity_rps=plain(bench.capacity_rps) if bench else None,
                 gpus_at_peak=(
                     bench.replicas_at_peak * bench.gpu_count
                     if bench and bench.replicas_at_peak is not None and bench.gpu_count
@@ -435,10 +475,51 @@ def _candidates(
                 flip_condition=finding_text(outcome.flips[engine].condition, ctx.name)
                 if engine in outcome.flips
                 else None,
+                **_workload_figures(bench),
             )
         )
     order = {"recommended": 0, "runner-up": 1, "viable": 2, "excluded": 3}
     return sorted(out, key=lambda c: (order[c.status], c.engine))
+
+
+def _workload_figures(bench: EngineBench | None) -> dict[str, Any]:
+    """The candidate's workload capacity and price sheet beside the benchmark's figure."""
+    if bench is None:
+        return {}
+    out: dict[str, Any] = {
+        "cost_basis": bench.cost_basis if bench.cost_per_1m_output_usd is not None else None,
+        "cost_note": bench.cost_note,
+        "capacity_rps": plain(bench.benchmark_capacity_rps),
+        "replicas": bench.replicas_at_peak,
+        "benchmark_cost_per_1m_output_usd": plain(bench.benchmark_cost_per_1m_output_usd),
+        "benchmark_monthly_cost_usd": plain(bench.benchmark_monthly_gpu_usd),
+    }
+    found = bench.capacity
+    if found is None:
+        return out
+    band = found.workload_capacity_band_rps
+    out |= {
+        "workload_capacity_rps": None
+        if isinstance(found.workload_capacity_rps, Unknown)
+        else plain(found.workload_capacity_rps),
+        "workload_capacity_band_rps": None if isinstance(band, Unknown) else plain(list(band)),
+        "capacity_basis": found.capacity_basis,
+        "transfer": transfer_sentence(found),
+        "provisional_reason": found.provisional_reason,
+    }
+    cost = bench.workload_cost
+    if cost is not None:
+        out |= {
+            "cost_per_1m_output_decode_usd": plain(cost.cost_per_1m_output_usd),
+            "cost_per_1m_input_usd": _known(cost.cost_per_1m_input_usd),
+            "cost_per_1m_cached_input_usd": _known(cost.cost_per_1m_cached_input_usd),
+            "fleet_cost_per_1m_output_usd": _known(cost.fleet_cost_per_1m_output_usd),
+        }
+    return out
+
+
+def _known(value: float | Unknown) -> float | None:
+    return None if isinstance(value, Unknown) else plain(value)
 
 
 def _headline(
@@ -457,6 +538,15 @@ def _headline(
     bench = ctx.benches.get(top)
     if bench and bench.cost_per_1m_output_usd is not None:
         text += f": {usd(bench.cost_per_1m_output_usd)} per 1M output tokens at the SLO"
+        if bench.cost_basis == "workload" and bench.workload_cost is not None:
+            cost = bench.workload_cost
+            text += (
+                f" for this workload ({cost.gpus} GPU{'s' if cost.gpus != 1 else ''} at its peak, "
+                f"{money(cost.monthly_cost_usd)}/month; the benchmark's own figure "
+                f"{usd(bench.benchmark_cost_per_1m_output_usd)})"
+            )
+        else:
+            text += " on the benchmark's own mix"
     text += f" ({outcome.confidence}"
     if runner:
         text += f"; runner-up {ctx.name(runner)}"

@@ -13,6 +13,7 @@ from typing import Any
 import polars as pl
 
 from pipeline.bench.result import BenchResult
+from pipeline.capacity.result import CapacityResult
 from pipeline.decision.catalog import Catalog
 from pipeline.decision.config import DecisionConfig, Requirements
 from pipeline.decision.evidence import EngineBench, Workload
@@ -44,6 +45,10 @@ class DecisionInputs:
     digests: dict[str, str] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)
     previous: DecisionRecord | None = None
+    # The capacity stage's result (None: missing, its reason in ``missing["capacity"]``) and
+    # the workload's prompt and output tokens per request, which price routing through it.
+    capacity: CapacityResult | None = None
+    lengths: pl.DataFrame | None = None
 
 
 @dataclass(frozen=True)

@@ -232,7 +232,7 @@ def _rank(ctx: RuleContext) -> tuple[Outcome, list[Finding]]:
         if runner:
             flips[runner] = Flip(
                 Finding("measured_cheaper", (runner, top), {"margin": margin}),
-                f"bench.cost_per_1m_output_usd[{runner}]",
+                f"decision.cost_per_1m_output_usd[{runner}]",
                 "<",
                 None,
             )
@@ -313,7 +313,7 @@ def _favourite_flip(ctx: RuleContext, favourite: str, top: str) -> Flip:
     top_cost = ctx.benches[top].cost_per_1m_output_usd
     volume = ctx.workload.output_tokens_per_month
     change, top_change = _monthly_change_cost(ctx, favourite), _monthly_change_cost(ctx, top)
-    metric = f"bench.cost_per_1m_output_usd[{favourite}]"
+    metric = f"decision.cost_per_1m_output_usd[{favourite}]"
     engines = (favourite, top)
     if top_cost is None:
         return Flip(Finding("cost_below_rival", engines, {"margin": margin}), metric, "<", None)
@@ -335,10 +335,12 @@ def _favourite_flip(ctx: RuleContext, favourite: str, top: str) -> Flip:
     return Flip(Finding("cost_below_margin", engines, figures), metric, "<", below)
 
 
+# The ranking's figures as the record measures them: the workload's own where the capacity
+# stage knows them, else the benchmark's (``decision.cost_basis[engine]`` says which).
 BASIS_METRICS = {
     "monthly_total_usd": "decision.monthly_total_usd",
-    "monthly_gpu_usd": "bench.monthly_gpu_usd",
-    "cost_per_1m_output_usd": "bench.cost_per_1m_output_usd",
+    "monthly_gpu_usd": "decision.monthly_gpu_usd",
+    "cost_per_1m_output_usd": "decision.cost_per_1m_output_usd",
 }
 
 

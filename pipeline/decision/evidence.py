@@ -9,14 +9,16 @@ in the record, never 0.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import polars as pl
 
 from pipeline.bench.cost import HOURS_PER_MONTH
 from pipeline.bench.result import BenchResult, CapacityRow
+from pipeline.capacity.result import CandidateCapacity, CapacityResult, WorkloadCost
 from pipeline.decision.catalog import FEATURES, Catalog
 from pipeline.decision.config import (
     LONG_CONTEXT_TOKENS,
@@ -26,6 +28,7 @@ from pipeline.decision.config import (
 )
 from pipeline.prefix.result import CurvePoint, PrefixSummary
 from pipeline.shape.result import ShapeMetrics
+from pipeline.unknown import Unknown
 
 SECONDS_PER_MONTH = HOURS_PER_MONTH * 3600
 # Capacity rows ranked apart by how much of the curve they saw (pipeline/bench/cost.py).
@@ -185,6 +188,21 @@ class EngineBench:
     # Why this benchmark is not about the team's deployment (other hardware, other model):
     # its cost is shown but never ranked.
     mismatches: tuple[str, ...] = ()
+    # Whose figures capacity_rps, cost_per_1m_output_usd, monthly_gpu_usd(_mean_rate) and
+    # replicas_at_peak are: the workload's (the capacity stage's serving model carried to this
+    # workload's mix, :func:`with_capacity`) or the benchmark's own; why, when the benchmark's.
+    cost_basis: str = "benchmark"
+    cost_note: str | None = None
+    capacity: CandidateCapacity | None = None
+    benchmark_capacity_rps: float | None = None
+    benchmark_cost_per_1m_output_usd: float | None = None
+    benchmark_monthly_gpu_usd: float | None = None
+    benchmark_replicas_at_peak: int | None = None
+
+    @property
+    def workload_cost(self) -> WorkloadCost | None:
+        cost = self.capacity.cost if self.capacity is not None else None
+        return cost if isinstance(cost, WorkloadCost) else None
 
     @property
     def slo_never_met(self) -> bool:
@@ -294,6 +312,92 @@ def engine_benches(
             mismatches=mismatches(row.gpu_type, row.model, hardware, models),
         )
     return out
+
+
+BENCHMARK_FIGURES = "costs are the benchmark's own figures, not this workload's"
+
+
+def with_capacity(
+    benches: dict[str, EngineBench],
+    capacity: CapacityResult | None,
+    catalog: Catalog,
+    missing_reason: str | None,
+    mean_rate_rps: float | None,
+) -> dict[str, EngineBench]:
+    """Each engine's evidence with the workload's own capacity and cost in place of the
+    benchmark's (kept beside them as ``benchmark_*``): capacity at the SLO for this workload's
+    mix, replicas at its peak, the monthly cost of that fleet and the all-in cost per 1M output
+    tokens. Where the capacity is unknown the benchmark's figures stay, with the reason."""
+    out = {}
+    for engine, bench in benches.items():
+        kept = replace(
+            bench,
+            benchmark_capacity_rps=bench.capacity_rps,
+            benchmark_cost_per_1m_output_usd=bench.cost_per_1m_output_usd,
+            benchmark_monthly_gpu_usd=bench.monthly_gpu_usd,
+            benchmark_replicas_at_peak=bench.replicas_at_peak,
+        )
+        if capacity is None:
+            why = (
+                "the capacity stage has not run"
+                if missing_reason is None or "no capacity result" in missing_reason
+                else missing_reason
+            )
+            out[engine] = replace(kept, cost_note=f"{BENCHMARK_FIGURES}: {why}")
+            continue
+        found = _capacity_of(capacity, bench, catalog)
+        if found is None:
+            note = f"{BENCHMARK_FIGURES}: the capacity result has no candidate {bench.candidate!r}"
+            out[engine] = replace(kept, cost_note=note)
+            continue
+        cost = found.cost
+        if not isinstance(cost, WorkloadCost) or isinstance(found.workload_capacity_rps, Unknown):
+            reason = (
+                found.workload_capacity_rps.reason
+                if isinstance(found.workload_capacity_rps, Unknown)
+                else cost.reason
+                if isinstance(cost, Unknown)
+                else "unknown"
+            )
+            note = f"{BENCHMARK_FIGURES}: this workload's capacity is unknown ({reason})"
+            out[engine] = replace(kept, capacity=found, cost_note=note)
+            continue
+        out[engine] = replace(
+            kept,
+            cost_basis="workload",
+            cost_note=found.provisional_reason,
+            capacity=found,
+            capacity_rps=found.workload_capacity_rps,
+            cost_per_1m_output_usd=cost.all_in_cost_per_1m_output_usd,
+            monthly_gpu_usd=cost.monthly_cost_usd,
+            monthly_gpu_usd_mean_rate=_monthly_at(cost, found.workload_capacity_rps, mean_rate_rps),
+            replicas_at_peak=cost.replicas,
+            gpu_hour_usd=cost.gpu_hour_usd,
+        )
+    return out
+
+
+def _capacity_of(
+    capacity: CapacityResult, bench: EngineBench, catalog: Catalog
+) -> CandidateCapacity | None:
+    """The capacity stage's candidate for this benchmark: the same candidate label, else the
+    only one of the same engine."""
+    exact = [c for c in capacity.candidates if c.candidate == bench.candidate]
+    if exact:
+        return exact[0]
+    same = [
+        c for c in capacity.candidates if catalog.engine_key(c.deployment.engine) == bench.engine
+    ]
+    return same[0] if len(same) == 1 else None
+
+
+def _monthly_at(cost: WorkloadCost, capacity_rps: float, rate_rps: float | None) -> float | None:
+    """The monthly cost of the fleet sized the same way for ``rate_rps`` (the mean rate)."""
+    if rate_rps is None or rate_rps <= 0 or capacity_rps <= 0:
+        return None
+    replicas = max(1, math.ceil(rate_rps / (capacity_rps * cost.headroom)))
+    replicas += 1 if cost.n_plus_one else 0
+    return replicas * cost.gpus / max(cost.replicas, 1) * cost.gpu_hour_usd * HOURS_PER_MONTH
 
 
 def _input_rate(row: CapacityRow) -> float | None:

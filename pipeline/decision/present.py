@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 import polars as pl
 
 from pipeline.decision.context import Finding
-from pipeline.decision.result import DecisionRecord
+from pipeline.decision.result import Candidate, DecisionRecord
 from pipeline.present.tables import markdown_table
 from pipeline.present.text import UNKNOWN, measurement, money, months, number, usd
 
@@ -39,14 +39,9 @@ def rationale_text(record: DecisionRecord) -> str:
         lines += _wrap(f"- {reason}")
     lines += ["", "Candidates"]
     for c in record.candidates:
-        cost = (
-            f", {usd(c.cost_per_1m_output_usd)} per 1M output tokens"
-            if c.cost_per_1m_output_usd is not None
-            else ""
-        )
-        monthly_usd = c.monthly_total_usd or c.monthly_cost_usd
-        monthly = f", {money(monthly_usd)}/month" if monthly_usd is not None else ""
-        lines += _wrap(f"- {c.name} [{c.status}]{cost}{monthly}")
+        lines += _wrap(f"- {c.name} [{c.status}]{_candidate_figures(c)}")
+        for detail in candidate_details(c):
+            lines += _wrap(detail, "    ")
         for reason in c.reasons:
             lines += _wrap(reason, "    ")
         if c.flip_condition:
@@ -93,6 +88,51 @@ def rationale_text(record: DecisionRecord) -> str:
     lines += [f"- {name}: {digest}" for name, digest in record.inputs.items()]
     lines.append(f"- catalog {record.catalog['source']}: {record.catalog['sha256']}")
     return "\n".join(lines) + "\n"
+
+
+def _candidate_figures(c: Candidate) -> str:
+    """The headline figures of a candidate: the workload's cost with the benchmark's beside it,
+    the fleet at the peak and its monthly cost."""
+    text = ""
+    if c.cost_per_1m_output_usd is not None:
+        if c.cost_basis == "workload":
+            text += (
+                f", {usd(c.cost_per_1m_output_usd)} per 1M output tokens of this workload "
+                f"(benchmark's {usd(c.benchmark_cost_per_1m_output_usd)})"
+            )
+        else:
+            text += f", {usd(c.cost_per_1m_output_usd)} per 1M output tokens (the benchmark's)"
+    if c.replicas is not None:
+        text += f", {c.replicas} replica{'s' if c.replicas != 1 else ''} at peak"
+    monthly_usd = c.monthly_total_usd if c.monthly_total_usd is not None else c.monthly_cost_usd
+    if monthly_usd is not None:
+        text += f", {money(monthly_usd)}/month"
+    return text
+
+
+def candidate_details(c: Candidate) -> list[str]:
+    """The workload's capacity and price sheet of a candidate, each a line of plain text."""
+    out = []
+    if c.workload_capacity_rps is not None:
+        band = c.workload_capacity_band_rps
+        band_text = f" ({number(band[0], 2)}–{number(band[1], 2)})" if band else ""
+        out.append(
+            f"capacity on this workload: {number(c.workload_capacity_rps, 2)} req/s per replica"
+            f"{band_text}, {c.capacity_basis}; the benchmark measured "
+            f"{number(c.capacity_rps, 2)} req/s on its own mix"
+        )
+    if c.transfer:
+        out.append(c.transfer)
+    if c.cost_basis == "workload":
+        out.append(
+            "per 1M tokens of this workload: output "
+            f"{usd(c.cost_per_1m_output_decode_usd)} (decode share), input "
+            f"{usd(c.cost_per_1m_input_usd)}, cached input {usd(c.cost_per_1m_cached_input_usd)}; "
+            f"the fleet at the mean rate {usd(c.fleet_cost_per_1m_output_usd)} per 1M output"
+        )
+    elif c.cost_note and c.benchmarked:
+        out.append(c.cost_note)
+    return out
 
 
 def triggers_frame(record: DecisionRecord) -> pl.DataFrame:
@@ -150,6 +190,10 @@ def candidates_table(record: DecisionRecord) -> str:
                 "engine": c.name,
                 "status": c.status,
                 "$/1M out": c.cost_per_1m_output_usd,
+                "benchmark $/1M out": c.benchmark_cost_per_1m_output_usd,
+                "basis": c.cost_basis,
+                "req/s per replica": c.workload_capacity_rps,
+                "replicas": c.replicas,
                 "$/month (GPUs + changes)": c.monthly_total_usd
                 if c.monthly_total_usd is not None
                 else c.monthly_cost_usd,
@@ -162,6 +206,10 @@ def candidates_table(record: DecisionRecord) -> str:
             "engine": pl.String,
             "status": pl.String,
             "$/1M out": pl.Float64,
+            "benchmark $/1M out": pl.Float64,
+            "basis": pl.String,
+            "req/s per replica": pl.Float64,
+            "replicas": pl.Int64,
             "$/month (GPUs + changes)": pl.Float64,
             "payback (months)": pl.Float64,
             "why": pl.String,

@@ -15,7 +15,13 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from pipeline.errors import InputFormatError
 from pipeline.settings import validation_message
 
-SCHEMA_VERSION = 1
+#: 2: candidates carry the workload's own capacity and cost (capacity stage) beside the
+#: benchmark's; routing and isolation are priced through the fitted serving model.
+SCHEMA_VERSION: Literal[2] = 2
+#: Versions :meth:`DecisionRecord.from_json` reads: a version-1 record (the benchmark's costs)
+#: still serves as ``--previous`` (its triggers are evaluated against this run).
+READABLE_VERSIONS = (1, 2)
+CostBasis = Literal["workload", "benchmark"]
 Confidence = Literal["firm", "provisional", "tie"]
 CandidateStatus = Literal["recommended", "runner-up", "viable", "excluded"]
 TriggerStatus = Literal["fired", "not_fired", "unknown"]
@@ -38,15 +44,21 @@ class Recommendation(_Model):
 
 
 class Candidate(_Model):
+    """One engine. Costs are the workload's own (``cost_basis: workload``: the capacity stage's
+    serving model carried to this workload's mix) or, where its capacity is unknown, the
+    benchmark's (``cost_basis: benchmark``, ``cost_note`` says why)."""
+
     engine: str
     name: str
     status: CandidateStatus
     reasons: list[str]
     benchmarked: bool
     benchmark: str | None
-    capacity_rps: float | None = None  # per replica, at the SLO
+    capacity_rps: float | None = None  # the benchmark's measured capacity per replica at the SLO
     gpus_at_peak: int | None = None  # fleet for the workload's peak rate
     monthly_cost_mean_rate_usd: float | None = None  # GPU fleet at the workload's mean rate
+    # All-in: a replica's hour ÷ the output tokens it serves an hour at its SLO capacity
+    # (DOMAIN.md's definition), for this workload's mix when ``cost_basis`` is ``workload``.
     cost_per_1m_output_usd: float | None
     monthly_cost_usd: float | None  # GPU fleet at the workload's peak rate
     monthly_change_cost_usd: float | None
@@ -54,6 +66,22 @@ class Candidate(_Model):
     switch_cost_usd: float | None
     payback_months: float | None
     flip_condition: str | None
+    cost_basis: CostBasis | None = None  # None: no cost at all
+    cost_note: str | None = None  # why the costs are the benchmark's, or provisional
+    workload_capacity_rps: float | None = None  # per replica at the SLO, this workload's mix
+    workload_capacity_band_rps: tuple[float, float] | None = None
+    capacity_basis: Literal["measured", "transferred"] | None = None
+    transfer: str | None = None  # how far the workload is from the benchmark, in a sentence
+    provisional_reason: str | None = None
+    replicas: int | None = None  # replicas at the workload's peak (the decision's fleet)
+    # The workload's price sheet: GPU time split by the model's prefill, cached-context and
+    # decode shares (the three × their tokens add up to the replica's hour).
+    cost_per_1m_output_decode_usd: float | None = None
+    cost_per_1m_input_usd: float | None = None
+    cost_per_1m_cached_input_usd: float | None = None
+    fleet_cost_per_1m_output_usd: float | None = None  # sized fleet's bill ÷ output at mean rate
+    benchmark_cost_per_1m_output_usd: float | None = None  # the bench stage's own figure
+    benchmark_monthly_cost_usd: float | None = None  # the bench stage's fleet at the peak
 
 
 class Rule(_Model):
@@ -110,6 +138,10 @@ class Routing(_Model):
     monthly_usd_saved: float | None
     method: str
     reason: str
+    fleet_replicas: int | None = None  # replicas the workload's peak needs (the fleet judged)
+    fleet_source: str | None = None  # where that count comes from
+    prefill_gpu_hours_saved_per_month: float | None = None
+    ttft_p95_ms_saved: float | None = None
 
 
 class Isolation(_Model):
@@ -118,10 +150,13 @@ class Isolation(_Model):
     hit_ratio_shared: float | None
     hit_ratio_isolated: float | None
     reason: str
+    monthly_usd_cost: float | None = None  # prefill GPU time isolation adds, through the model
+    ttft_p95_ms_cost: float | None = None
+    method: str | None = None
 
 
 class DecisionRecord(_Model):
-    schema_version: Literal[1]
+    schema_version: Literal[1, 2]
     workload: str
     as_of: str | None
     recommendation: Recommendation
@@ -137,15 +172,21 @@ class DecisionRecord(_Model):
     inputs: dict[str, str]
 
     def to_json(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        """The record as written. A version-1 record read back dumps only what its file held
+        (the fields version 2 added are left out), so its digest is the file's."""
+        return self.model_dump(mode="json", exclude_unset=self.schema_version == 1)
 
     @classmethod
     def from_json(cls, data: Any, where: str) -> DecisionRecord:
-        """A record read back (a previous quarter's, or this run's for the report)."""
-        if isinstance(data, dict) and data.get("schema_version") != SCHEMA_VERSION:
+        """A record read back (a previous quarter's, or this run's for the report). Version 1
+        (before the workload's own costs) is read as is: its candidates have no workload
+        figures and its triggers name the benchmark's metrics, which this version still
+        measures."""
+        if isinstance(data, dict) and data.get("schema_version") not in READABLE_VERSIONS:
             raise InputFormatError(
                 f"{where}: decision record schema_version {data.get('schema_version')!r} is not "
-                f"{SCHEMA_VERSION}; re-run `enginefit decide` with this version"
+                f"one of {', '.join(map(str, READABLE_VERSIONS))}; re-run `enginefit decide` "
+                "with this version"
             )
         try:
             return cls.model_validate(data)

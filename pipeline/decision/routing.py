@@ -1,13 +1,24 @@
 """What prefix-aware routing buys (prompt tokens no longer prefilled, in money) and whether
-untrusted tenants need an isolated cache, from the simulation's scenarios and curves."""
+untrusted tenants need an isolated cache, from the simulation's scenarios and curves.
+
+Routing is judged at the replica count the workload's peak needs (the capacity stage's fleet;
+the benchmark's only when the workload's capacity is unknown, and the record says so), and
+priced through the fitted serving model (:func:`pipeline.capacity.compute.routing_value`:
+prefill GPU time and p95 TTFT saved at that fleet and KV size) when there is one."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import polars as pl
 
+from pipeline.capacity.compute import routing_value as model_routing_value
+from pipeline.capacity.compute import workload_requests
+from pipeline.capacity.config import CapacityConfig
+from pipeline.capacity.result import RoutingValue, ServingModel
 from pipeline.decision.config import ROUTING_GAIN_MIN
 from pipeline.decision.context import RuleContext, plain
-from pipeline.decision.evidence import SECONDS_PER_MONTH
+from pipeline.decision.evidence import SECONDS_PER_MONTH, EngineBench
 from pipeline.decision.result import Isolation, Routing
 from pipeline.sim.result import ScenarioSummary
 from pipeline.unknown import Unknown, is_known
@@ -55,10 +66,13 @@ def routing_value(ctx: RuleContext, engine: str | None) -> Routing:
         return empty.model_copy(update={"reason": f"unknown: {reason}"})
     bench = ctx.benches.get(engine) if engine else None
     fleet = bench.replicas_at_peak if bench else None
+    fleet_source = _fleet_source(bench)
+    empty = empty.model_copy(update={"fleet_replicas": fleet, "fleet_source": fleet_source})
     if fleet == 1:
+        whose = "the workload's" if bench and bench.cost_basis == "workload" else "the benchmarked"
         reason = (
-            "one replica serves the workload's peak in the benchmarked fleet: there is nothing to "
-            "route between (worth revisiting when the fleet grows)"
+            f"one replica serves the workload's peak in {whose} fleet: there is nothing to route "
+            "between (worth revisiting when the fleet grows)"
         )
         ctx.rule("routing", title, rule_source, False, reason, fleet_replicas_at_peak=fleet)
         return empty.model_copy(update={"recommended": False, "replicas": 1, "reason": reason})
@@ -66,6 +80,13 @@ def routing_value(ctx: RuleContext, engine: str | None) -> Routing:
     # The simulated replica count nearest the fleet the recommendation would run (the largest
     # simulated when the fleet is unknown).
     replicas = min(simulated, key=lambda r: (abs(r - fleet), -r)) if fleet else simulated[-1]
+    at_fleet = (
+        f"the fleet's {fleet} replicas"
+        if fleet == replicas
+        else f"{replicas} replicas, the simulated count nearest the fleet's {fleet}"
+        if fleet
+        else f"{replicas} replicas (the largest simulated; the fleet size is unknown)"
+    )
     at = [s for s in multi if s.replicas == replicas]
     hits: dict[str, float | None] = {}
     if capacity in configured:
@@ -99,13 +120,28 @@ def routing_value(ctx: RuleContext, engine: str | None) -> Routing:
             update={"replicas": replicas, "reason": f"unknown: {reason}", "method": method}
         )
     best = max(sorted(known), key=lambda r: known[r])
-    share = (known[best] - hits["round-robin"]) / prompt  # type: ignore[operator]
+    round_robin: float = hits["round-robin"]  # type: ignore[assignment]
+    share = (known[best] - round_robin) / prompt
     recommended = share >= ROUTING_GAIN_MIN
     layer, alternatives = _layer(ctx, engine) if recommended and engine else (None, [])
-    monthly_tokens, monthly_usd, money_method = _routing_money(ctx, engine, share)
+    priced = _priced(ctx, bench, round_robin / prompt, known[best] / prompt, capacity)
+    if priced is not None:
+        value, model_method = priced
+        monthly_tokens: float | None = (
+            share
+            * (ctx.workload.mean_rate_rps or 0.0)
+            * (ctx.workload.prompt_mean or 0.0)
+            * SECONDS_PER_MONTH
+        )
+        monthly_usd: float | None = value.monthly_usd_saved
+        money_method = model_method
+    else:
+        monthly_tokens, monthly_usd, money_method = _routing_money(ctx, engine, share)
+        value = None
     reason = (
-        f"{best} saves {share:.1%} of prompt tokens from prefill vs round-robin at {replicas} "
-        f"replicas × {capacity:,} tokens (threshold {ROUTING_GAIN_MIN:.0%})"
+        f"{best} saves {share:.1%} of prompt tokens from prefill vs round-robin with "
+        f"{capacity:,} cache tokens per replica at {at_fleet} (threshold "
+        f"{ROUTING_GAIN_MIN:.0%})"
     )
     ctx.rule(
         "routing",
@@ -141,7 +177,91 @@ def routing_value(ctx: RuleContext, engine: str | None) -> Routing:
         monthly_usd_saved=plain(monthly_usd),
         method=f"{method}; {money_method}",
         reason=reason,
+        fleet_replicas=fleet,
+        fleet_source=fleet_source,
+        prefill_gpu_hours_saved_per_month=plain(value.prefill_gpu_hours_saved_per_month)
+        if value
+        else None,
+        ttft_p95_ms_saved=_plain_known(value.ttft_p95_ms_saved) if value else None,
     )
+
+
+def _plain_known(value: float | Unknown) -> float | None:
+    return None if isinstance(value, Unknown) else plain(value)
+
+
+def _fleet_source(bench: EngineBench | None) -> str:
+    if bench is None:
+        return "unknown: the recommended engine has no benchmark"
+    if bench.replicas_at_peak is None:
+        return "unknown: no fleet size for the recommended engine"
+    if bench.cost_basis == "workload":
+        return (
+            f"{bench.replicas_at_peak} at the workload's peak from its own capacity, "
+            f"{bench.capacity_rps:.3g} req/s per replica (capacity stage)"
+        )
+    return (
+        f"{bench.replicas_at_peak} at the workload's peak from the benchmark's req/s: this "
+        "workload's capacity is unknown"
+    )
+
+
+def _model_inputs(
+    ctx: RuleContext, bench: EngineBench | None
+) -> tuple[ServingModel, float, CapacityConfig] | None:
+    """The fitted model, $/GPU-hour and capacity settings routing is priced with, when the
+    capacity stage has them for this engine and the requests' lengths were read."""
+    found = bench.capacity if bench else None
+    cost = bench.workload_cost if bench else None
+    result = ctx.inputs.capacity
+    if (
+        found is None
+        or cost is None
+        or result is None
+        or ctx.inputs.lengths is None
+        or ctx.workload.mean_rate_rps is None
+        or ctx.workload.peak_rate_rps is None
+        or not isinstance(found.serving_model, ServingModel)
+    ):
+        return None
+    return found.serving_model, cost.gpu_hour_usd, CapacityConfig.model_validate(result.settings)
+
+
+def _priced(
+    ctx: RuleContext,
+    bench: EngineBench | None,
+    worse: float,
+    better: float,
+    kv_tokens: int | None,
+) -> tuple[RoutingValue, str] | None:
+    """Two cached-token shares priced through the fitted model at the fleet's replica count
+    (prefill GPU time a month at the mean rate, p95 TTFT at the peak)."""
+    inputs = _model_inputs(ctx, bench)
+    if inputs is None or bench is None or kv_tokens is None or ctx.inputs.capacity is None:
+        return None
+    model, price, config = inputs
+    assert ctx.inputs.lengths is not None and bench.replicas_at_peak is not None
+    high = min(max(better, 0.0), 0.99)
+    value = model_routing_value(
+        model,
+        workload_requests(ctx.inputs.lengths),
+        cached_share_worse=min(max(worse, 0.0), high),
+        cached_share_better=high,
+        replicas=bench.replicas_at_peak,
+        rate_rps=ctx.workload.peak_rate_rps or 0.0,
+        mean_rate_rps=ctx.workload.mean_rate_rps or 0.0,
+        gpu_hour_usd=price,
+        kv_tokens=kv_tokens,
+        slo=ctx.inputs.capacity.slo,
+        config=config,
+    )
+    ttft = value.ttft_p95_ms_saved
+    method = (
+        f"through the fitted serving model at {bench.replicas_at_peak} replicas: prefill only "
+        f"({value.formula})"
+        + (f"; p95 TTFT {ttft:,.0f} ms lower at the peak" if isinstance(ttft, float) else "")
+    )
+    return value, method
 
 
 def _curve_hits(
@@ -205,7 +325,7 @@ def _layer(ctx: RuleContext, engine: str) -> tuple[str | None, list[str]]:
     return (names[0] if names else None), names[1:]
 
 
-def isolation_advice(ctx: RuleContext) -> Isolation:
+def isolation_advice(ctx: RuleContext, engine: str | None = None) -> Isolation:
     untrusted = ctx.requirements.untrusted_tenants
     cross = ctx.workload.cross_tenant_share
     title = "Untrusted tenants and a shared prefix cache"
@@ -244,9 +364,30 @@ def isolation_advice(ctx: RuleContext) -> Isolation:
         if shared is not None and isolated is not None
         else "hit-rate cost unknown: set simulation.compare_isolation: true to replay with and without isolation"
     )
+    priced: tuple[RoutingValue, str] | None = None
+    if shared is not None and isolated is not None and shared >= isolated:
+        bench = ctx.benches.get(engine) if engine else None
+        priced = _priced(ctx, bench, isolated, shared, _kv_tokens(ctx))
+    money: dict[str, Any] = {}
+    if priced is not None:
+        value, method = priced
+        cost += f"; isolation costs about ${value.monthly_usd_saved:,.0f} a month of prefill"
+        money = {
+            "monthly_usd_cost": plain(value.monthly_usd_saved),
+            "ttft_p95_ms_cost": _plain_known(value.ttft_p95_ms_saved),
+            "method": method,
+        }
     reason = f"{cross:.1%} of cache hits cross tenants: use a per-tenant cache salt or isolation ({cost})"
-    ctx.rule("isolation", title, source, True, reason, **common)
-    return Isolation(recommended=True, reason=reason, **plain(common))
+    ctx.rule("isolation", title, source, True, reason, **common, **money)
+    return Isolation(recommended=True, reason=reason, **plain(common), **money)
+
+
+def _kv_tokens(ctx: RuleContext) -> int | None:
+    kv = ctx.requirements.kv_cache
+    if kv is not None:
+        return kv.tokens_per_replica()
+    configured = sorted({s.cache_tokens for s in ctx.inputs.scenarios or []})
+    return configured[-1] if configured else None
 
 
 def _isolation_hit_ratios(

@@ -15,7 +15,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+import polars as pl
+
 from pipeline.bench import stage as bench_stage
+from pipeline.capacity import stage as capacity_stage
 from pipeline.config import Config
 from pipeline.decision.catalog import catalog_sha256
 from pipeline.decision.compute import decide
@@ -23,7 +26,7 @@ from pipeline.decision.context import DecisionInputs
 from pipeline.decision.present import rationale_text, triggers_frame
 from pipeline.decision.result import DecisionRecord, record_schema
 from pipeline.errors import InputFormatError
-from pipeline.ingest.stage import read_summary
+from pipeline.ingest.stage import read_requests, read_summary
 from pipeline.layout import WorkloadLayout, require_output
 from pipeline.prefix import stage as prefix_stage
 from pipeline.report.versions import RECORD, report_quarter, report_tree
@@ -92,6 +95,9 @@ def read_inputs(
     curves = _optional(lambda: sim_stage.read_curves(layout), "curves", missing)
     bench = _optional(lambda: bench_stage.read_analysis(layout, config.bench), "bench", missing)
     fits = _optional(lambda: bench_stage.read_latency_fits(layout), "latency_fits", missing)
+    # The capacity stage reads the bench and simulation stages; loaded only here, no cycle forms.
+    capacity = _optional(lambda: capacity_stage.read_result(layout), "capacity", missing)
+    lengths = _optional(lambda: _lengths(layout), "requests", missing) if capacity else None
     if bench is not None and bench.capacity.is_empty() and bench.notes:
         missing["bench"] = bench.notes[0]
     read = [
@@ -106,6 +112,7 @@ def read_inputs(
         layout.bench.findings,
         layout.bench.points,
         layout.bench.concurrency_json,
+        layout.root / "capacity" / "capacity.json",
     ]
     digests = {str(p.relative_to(layout.root)): sha256_file(p) for p in read if p.exists()}
     catalog_path = config.decision.catalog
@@ -139,7 +146,14 @@ def read_inputs(
         digests=digests,
         missing=missing,
         previous=previous_record,
+        capacity=capacity,
+        lengths=lengths,
     )
+
+
+def _lengths(layout: WorkloadLayout) -> pl.DataFrame:
+    """Prompt and output tokens per request (what routing is priced on through the model)."""
+    return read_requests(layout).select("prompt_tokens", "output_tokens").collect()
 
 
 def run(inputs: DecisionInputs, config: Config) -> DecisionRecord:

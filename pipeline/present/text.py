@@ -63,7 +63,15 @@ def measurement(value: Any) -> str:
     if value is None or isinstance(value, Unknown):
         return UNKNOWN
     if isinstance(value, float):
-        return f"{value:,.0f}" if abs(value) >= 1e5 else f"{value:.4g}"
+        # Plain notation: 85,401 and 0.0001234, never 8.54e+04.
+        if abs(value) >= 1e3:
+            return f"{value:,.0f}"
+        text = f"{value:.4g}"
+        return (
+            f"{value:.{4 + max(0, -math.floor(math.log10(abs(value))))}f}".rstrip("0")
+            if "e" in text
+            else text
+        )
     if isinstance(value, list | dict):
         return json.dumps(value, sort_keys=True, ensure_ascii=False)
     return str(value)

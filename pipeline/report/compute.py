@@ -15,6 +15,8 @@ from typing import Any
 import yaml
 
 from pipeline.bench.result import CapacityRow, FindingRow
+from pipeline.capacity.present import transfer_sentence
+from pipeline.capacity.result import CandidateCapacity, CapacityResult, ServingModel
 from pipeline.decision.catalog import Catalog
 from pipeline.decision.present import RULE_OUTCOME_WORDS
 from pipeline.decision.result import DecisionRecord, TriggerCheck
@@ -79,6 +81,8 @@ class ReportContent:
     inputs: dict[str, str]
     figures: dict[str, bytes] = field(default_factory=dict)
     previous: PreviousVersion | None = None
+    # The capacity stage's result (None: it has not run; the costs are then the benchmark's).
+    workload_capacity: CapacityResult | None = None
 
 
 def svg_uri(svg: bytes) -> str:
@@ -105,6 +109,7 @@ def build(inputs: ReportContent) -> dict[str, Any]:
         "shape": _shape(inputs),
         "prefix": _prefix(inputs),
         "bench": _bench(inputs),
+        "workload_cost": workload_cost(inputs),
         "catalog": _catalog(inputs.catalog),
         "rationale": _rationale(record),
         "triggers": _triggers(inputs),
@@ -128,8 +133,14 @@ def executive_summary(inputs: ReportContent) -> dict[str, Any]:
         {
             "engine": c.name,
             "status": c.status,
-            "cost": usd(c.cost_per_1m_output_usd),
-            "capacity": number(c.capacity_rps, 1, "req/s"),
+            "cost": usd(c.cost_per_1m_output_usd)
+            + (" (benchmark's)" if c.cost_basis == "benchmark" else ""),
+            "benchmark_cost": usd(c.benchmark_cost_per_1m_output_usd),
+            "capacity": number(
+                c.workload_capacity_rps if c.cost_basis == "workload" else c.capacity_rps,
+                2,
+                "req/s",
+            ),
             "gpus": number(c.gpus_at_peak),
             "monthly": money(
                 c.monthly_total_usd if c.monthly_total_usd is not None else c.monthly_cost_usd
@@ -324,6 +335,128 @@ def _bench(inputs: ReportContent) -> dict[str, Any]:
         ],
         "figures": _figures(inputs, ("latency", "cost")),
     }
+
+
+# The statistics the fitted model's error is shown on, per benchmark point.
+ERROR_STATS = ("ttft_p95", "itl_p99")  # measured/predicted keys
+
+
+def workload_cost(inputs: ReportContent) -> dict[str, Any]:
+    """Per benchmarked candidate: the serving model fitted on its benchmark in one line, its
+    error on each point, how far this workload is from what was measured (a sentence), the
+    capacity with its band, the fleet and the workload's prices beside the benchmark's."""
+    record = inputs.record
+    result = inputs.workload_capacity
+    found = {c.candidate: c for c in result.candidates} if result else {}
+    rows = []
+    for c in record.candidates:
+        if not c.benchmarked:
+            continue
+        capacity = _capacity_for(found, c.benchmark, c.engine)
+        model = capacity.serving_model if capacity else None
+        band = c.workload_capacity_band_rps
+        rows.append(
+            {
+                "engine": c.name,
+                "basis": c.cost_basis or UNKNOWN,
+                "note": c.cost_note if c.cost_basis != "workload" else None,
+                "model": _model_line(model) if isinstance(model, ServingModel) else None,
+                "errors": _errors(model) if isinstance(model, ServingModel) else [],
+                "transfer": transfer_sentence(capacity) if capacity else c.transfer,
+                "facts": [
+                    {
+                        "label": "Capacity per replica at the SLO",
+                        "workload": number(c.workload_capacity_rps, 2, "req/s")
+                        + (f" ({number(band[0], 2)}–{number(band[1], 2)})" if band else ""),
+                        "benchmark": number(c.capacity_rps, 2, "req/s"),
+                    },
+                    {
+                        "label": "Replicas at the workload's peak",
+                        "workload": number(c.replicas) if c.cost_basis == "workload" else UNKNOWN,
+                        "benchmark": NOTHING,
+                    },
+                    {
+                        "label": "Monthly GPU cost at the peak",
+                        "workload": money(c.monthly_cost_usd)
+                        if c.cost_basis == "workload"
+                        else UNKNOWN,
+                        "benchmark": money(c.benchmark_monthly_cost_usd),
+                    },
+                    {
+                        "label": "$ per 1M output tokens (all-in)",
+                        "workload": usd(c.cost_per_1m_output_usd)
+                        if c.cost_basis == "workload"
+                        else UNKNOWN,
+                        "benchmark": usd(c.benchmark_cost_per_1m_output_usd),
+                    },
+                    {
+                        "label": "$ per 1M output tokens (decode share)",
+                        "workload": usd(c.cost_per_1m_output_decode_usd),
+                        "benchmark": NOTHING,
+                    },
+                    {
+                        "label": "$ per 1M input tokens (prefill)",
+                        "workload": usd(c.cost_per_1m_input_usd),
+                        "benchmark": NOTHING,
+                    },
+                    {
+                        "label": "$ per 1M cached input tokens",
+                        "workload": usd(c.cost_per_1m_cached_input_usd),
+                        "benchmark": NOTHING,
+                    },
+                    {
+                        "label": "$ per 1M output tokens, the sized fleet at the mean rate",
+                        "workload": usd(c.fleet_cost_per_1m_output_usd),
+                        "benchmark": NOTHING,
+                    },
+                ],
+            }
+        )
+    return {
+        "rows": rows,
+        "slo": result.slo.describe() if result else None,
+        "method": result.candidates[0].capacity_method if result and result.candidates else None,
+    }
+
+
+def _capacity_for(
+    found: dict[str, CandidateCapacity], benchmark: str | None, engine: str
+) -> CandidateCapacity | None:
+    if benchmark in found:
+        return found[benchmark]
+    same = [c for c in found.values() if c.deployment.engine.lower() == engine.lower()]
+    return same[0] if len(same) == 1 else None
+
+
+def _model_line(model: ServingModel) -> str:
+    """The fitted step-time model in one line, in ms."""
+    k = model.coefficients
+    return (
+        f"step = {k.overhead_s * 1e3:.3g} ms + {k.prefill_s_per_token * 1e3:.3g} ms per "
+        f"uncached prompt token + {k.decode_s_per_request * 1e3:.3g} ms per decoding request + "
+        f"{k.context_s_per_token * 1e6:.3g} µs per context token read; fitted on "
+        f"{model.points_used} load points of {model.deployment.describe()} "
+        f"(prefill split: {model.prefill_split_basis}; context: {model.context_basis}; "
+        f"spread {model.residual_spread:.1%})"
+    )
+
+
+def _errors(model: ServingModel) -> list[dict[str, str]]:
+    rows = []
+    for e in model.point_errors:
+        row = {"point": e.point_id.rsplit("/", 1)[-1], "rate": number(e.rate_rps, 2, "req/s")}
+        for key in ERROR_STATS:
+            measured = e.measured.get(key)
+            predicted = e.predicted.get(key)
+            error = e.error.get(key)
+            row[key] = (
+                f"{number(measured, 1)} vs {number(predicted, 1)} ms"
+                + (f" ({error:+.0%})" if isinstance(error, float) else "")
+                if measured is not None and not isinstance(measured, Unknown)
+                else f"{UNKNOWN} vs {number(predicted, 1)} ms"
+            )
+        rows.append(row)
+    return rows
 
 
 def _catalog(catalog: Catalog) -> dict[str, Any]:

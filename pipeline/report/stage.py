@@ -20,6 +20,8 @@ from typing import Any
 import polars as pl
 
 from pipeline.bench import stage as bench_stage
+from pipeline.capacity import stage as capacity_stage
+from pipeline.capacity.result import CapacityResult
 from pipeline.config import Config
 from pipeline.decision.result import DecisionRecord
 from pipeline.decision.stage import read_record
@@ -109,6 +111,7 @@ def derived_outputs(layout: WorkloadLayout) -> dict[str, str]:
         layout.simulation.scenarios,
         layout.simulation.curves,
         *(p for p in layout.bench.files().values() if p != layout.bench.per_request),
+        layout.root / "capacity" / "capacity.json",
     ]
     return {
         str(p.relative_to(layout.root)): d
@@ -140,6 +143,11 @@ def read_inputs(
         prefix: PrefixSummary | None = prefix_stage.read_result(layout).summary
     except InputFormatError:
         prefix = None
+    # The capacity stage reads the bench and simulation stages; loaded only here, no cycle forms.
+    try:
+        workload_capacity: CapacityResult | None = capacity_stage.read_result(layout)
+    except InputFormatError:
+        workload_capacity = None
     tree = report_tree(config)
     tree.reconcile()
     configuration = config.as_dict()
@@ -181,6 +189,7 @@ def read_inputs(
         inputs={**inputs, **{f"derived:{k}": v for k, v in derived.items()}},
         figures=_figures(layout),
         previous=previous,
+        workload_capacity=workload_capacity,
     )
     manifest = {
         "schema_version": 1,
