@@ -45,7 +45,7 @@ def workload_shape(store: EnginefitStore) -> dg.MaterializeResult:  # type: igno
     description="Estimated concurrency carries its model.",
 )
 def estimated_concurrency_labelled(store: EnginefitStore) -> dg.AssetCheckResult:
-    return check_result(checks.estimates_labelled(stage.read_result(store.layout()).to_json()))
+    return check_result(checks.estimates_labelled(stage.read_result(store.layout()).metrics))
 
 
 @dg.asset_check(
@@ -54,9 +54,7 @@ def estimated_concurrency_labelled(store: EnginefitStore) -> dg.AssetCheckResult
     description="Statistics the timestamps cannot support say why.",
 )
 def unsupported_statistics_explained(store: EnginefitStore) -> dg.AssetCheckResult:
-    return check_result(
-        checks.unsupported_have_reasons(stage.read_result(store.layout()).to_json())
-    )
+    return check_result(checks.unsupported_have_reasons(stage.read_result(store.layout()).metrics))
 
 
 ASSETS = [workload_shape]

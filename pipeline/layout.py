@@ -101,9 +101,15 @@ def require_output(path: Path, what: str, command: str, asset: str) -> Path:
 
 @dataclass(frozen=True)
 class _StagePaths:
-    """Common behaviour: the stage folder and the files in it, by attribute."""
+    """A stage's folder and its files by attribute: each subclass names its files once, as
+    defaults relative to ``dir``, which construction resolves."""
 
     dir: Path
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            if f.name != "dir":
+                object.__setattr__(self, f.name, self.dir / getattr(self, f.name))
 
     def files(self) -> dict[str, Path]:
         """Every output file of the stage, by name (folders excluded)."""
@@ -112,10 +118,10 @@ class _StagePaths:
 
 @dataclass(frozen=True)
 class IngestPaths(_StagePaths):
-    requests: Path
-    quarantine: Path
-    summary: Path
-    manifest: Path
+    requests: Path = Path("requests")
+    quarantine: Path = Path("quarantine.parquet")
+    summary: Path = Path("ingest_summary.json")
+    manifest: Path = Path("ingest_manifest.json")
 
     def part(self, index: int) -> Path:
         return self.requests / f"part-{index:05d}.parquet"
@@ -126,32 +132,32 @@ class IngestPaths(_StagePaths):
 
 @dataclass(frozen=True)
 class ShapePaths(_StagePaths):
-    summary: Path
-    facts: Path
-    concurrency: Path
-    lengths_svg: Path
-    arrivals_svg: Path
-    concurrency_svg: Path
+    summary: Path = Path("workload_shape.json")
+    facts: Path = Path("workload_facts.json")
+    concurrency: Path = Path("concurrency.parquet")
+    lengths_svg: Path = Path("lengths_cdf.svg")
+    arrivals_svg: Path = Path("arrivals.svg")
+    concurrency_svg: Path = Path("concurrency.svg")
 
 
 @dataclass(frozen=True)
 class PrefixPaths(_StagePaths):
-    summary: Path
-    curve: Path
-    sessions: Path
-    curve_svg: Path
+    summary: Path = Path("prefix_sharing.json")
+    curve: Path = Path("curve.parquet")
+    sessions: Path = Path("sessions.parquet")
+    curve_svg: Path = Path("curve.svg")
 
 
 @dataclass(frozen=True)
 class SimulationPaths(_StagePaths):
-    scenario_dir: Path
-    scenarios: Path
-    replicas: Path
-    summary: Path
-    curves: Path
-    curves_json: Path
-    hit_ratio_svg: Path
-    imbalance_svg: Path
+    scenario_dir: Path = Path("scenarios")
+    scenarios: Path = Path("scenarios.parquet")
+    replicas: Path = Path("replicas.parquet")
+    summary: Path = Path("scenarios.json")
+    curves: Path = Path("curves.parquet")
+    curves_json: Path = Path("curves.json")
+    hit_ratio_svg: Path = Path("hit_ratio_vs_capacity.svg")
+    imbalance_svg: Path = Path("imbalance_vs_hit_ratio.svg")
 
     def scenario(self, key: str) -> Path:
         """One scenario's summary (written by its own step, collected into ``summary``)."""
@@ -160,34 +166,34 @@ class SimulationPaths(_StagePaths):
 
 @dataclass(frozen=True)
 class DecisionPaths(_StagePaths):
-    record: Path
-    schema: Path
-    triggers: Path
-    rationale: Path
+    record: Path = Path("decision.json")
+    schema: Path = Path("decision.schema.json")
+    triggers: Path = Path("triggers.parquet")
+    rationale: Path = Path("rationale.txt")
 
 
 @dataclass(frozen=True)
 class BenchPaths(_StagePaths):
-    load_points: Path
-    per_request: Path
-    read_notes: Path
-    points: Path
-    capacity: Path
-    fleet: Path
-    findings: Path
-    findings_json: Path
-    analysis: Path
-    latency_svg: Path
-    cost_svg: Path
-    concurrency: Path
-    concurrency_json: Path
+    load_points: Path = Path("load_points.parquet")
+    per_request: Path = Path("per_request.parquet")
+    read_notes: Path = Path("read_notes.json")
+    points: Path = Path("slo_points.parquet")
+    capacity: Path = Path("slo_capacity.parquet")
+    fleet: Path = Path("fleet.parquet")
+    findings: Path = Path("validity_findings.parquet")
+    findings_json: Path = Path("validity_findings.json")
+    analysis: Path = Path("bench_analysis.json")
+    latency_svg: Path = Path("latency_vs_load.svg")
+    cost_svg: Path = Path("cost_per_1m_at_slo.svg")
+    concurrency: Path = Path("concurrency_by_engine.parquet")
+    concurrency_json: Path = Path("concurrency_by_engine.json")
 
 
 @dataclass(frozen=True)
 class CapacityPaths(_StagePaths):
-    result: Path
-    candidates: Path
-    model_errors: Path
+    result: Path = Path("capacity.json")
+    candidates: Path = Path("candidates.parquet")
+    model_errors: Path = Path("model_errors.parquet")
 
 
 @dataclass(frozen=True)
@@ -198,13 +204,7 @@ class WorkloadLayout:
 
     @property
     def ingest(self) -> IngestPaths:
-        return IngestPaths(
-            dir=self.root,
-            requests=self.root / "requests",
-            quarantine=self.root / "quarantine.parquet",
-            summary=self.root / "ingest_summary.json",
-            manifest=self.root / "ingest_manifest.json",
-        )
+        return IngestPaths(self.root)
 
     @property
     def days_dir(self) -> Path:
@@ -226,80 +226,24 @@ class WorkloadLayout:
 
     @property
     def shape(self) -> ShapePaths:
-        d = self.root / "shape"
-        return ShapePaths(
-            dir=d,
-            summary=d / "workload_shape.json",
-            facts=d / "workload_facts.json",
-            concurrency=d / "concurrency.parquet",
-            lengths_svg=d / "lengths_cdf.svg",
-            arrivals_svg=d / "arrivals.svg",
-            concurrency_svg=d / "concurrency.svg",
-        )
+        return ShapePaths(self.root / "shape")
 
     @property
     def prefix(self) -> PrefixPaths:
-        d = self.root / "prefix"
-        return PrefixPaths(
-            dir=d,
-            summary=d / "prefix_sharing.json",
-            curve=d / "curve.parquet",
-            sessions=d / "sessions.parquet",
-            curve_svg=d / "curve.svg",
-        )
+        return PrefixPaths(self.root / "prefix")
 
     @property
     def simulation(self) -> SimulationPaths:
-        d = self.root / "simulation"
-        return SimulationPaths(
-            dir=d,
-            scenario_dir=d / "scenarios",
-            scenarios=d / "scenarios.parquet",
-            replicas=d / "replicas.parquet",
-            summary=d / "scenarios.json",
-            curves=d / "curves.parquet",
-            curves_json=d / "curves.json",
-            hit_ratio_svg=d / "hit_ratio_vs_capacity.svg",
-            imbalance_svg=d / "imbalance_vs_hit_ratio.svg",
-        )
+        return SimulationPaths(self.root / "simulation")
 
     @property
     def bench(self) -> BenchPaths:
-        d = self.root / "bench"
-        return BenchPaths(
-            dir=d,
-            load_points=d / "load_points.parquet",
-            per_request=d / "per_request.parquet",
-            read_notes=d / "read_notes.json",
-            points=d / "slo_points.parquet",
-            capacity=d / "slo_capacity.parquet",
-            fleet=d / "fleet.parquet",
-            findings=d / "validity_findings.parquet",
-            findings_json=d / "validity_findings.json",
-            analysis=d / "bench_analysis.json",
-            latency_svg=d / "latency_vs_load.svg",
-            cost_svg=d / "cost_per_1m_at_slo.svg",
-            concurrency=d / "concurrency_by_engine.parquet",
-            concurrency_json=d / "concurrency_by_engine.json",
-        )
+        return BenchPaths(self.root / "bench")
 
     @property
     def capacity(self) -> CapacityPaths:
-        d = self.root / "capacity"
-        return CapacityPaths(
-            dir=d,
-            result=d / "capacity.json",
-            candidates=d / "candidates.parquet",
-            model_errors=d / "model_errors.parquet",
-        )
+        return CapacityPaths(self.root / "capacity")
 
     @property
     def decision(self) -> DecisionPaths:
-        d = self.root / "decision"
-        return DecisionPaths(
-            dir=d,
-            record=d / "decision.json",
-            schema=d / "decision.schema.json",
-            triggers=d / "triggers.parquet",
-            rationale=d / "rationale.txt",
-        )
+        return DecisionPaths(self.root / "decision")

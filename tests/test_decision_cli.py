@@ -30,6 +30,7 @@ def test_decide_runs_the_missing_stages_then_prints_the_record(
         "workload_shape",
         "bench_analysis",
         "concurrency_by_engine",
+        "workload_capacity",
     }
     record = json.loads(out)
     assert set(record) >= {
@@ -109,8 +110,10 @@ UPSTREAM = {
     "bench_load_points",
     "bench_analysis",
     "concurrency_by_engine",
+    "workload_capacity",
 }
-BENCH = {"bench_load_points", "bench_analysis", "concurrency_by_engine"}
+# The benchmark's files and prices: read by the bench assets and the capacity stage.
+BENCH = {"bench_load_points", "bench_analysis", "concurrency_by_engine", "workload_capacity"}
 
 
 def _decide(config: Path, capsys: pytest.CaptureFixture[str]) -> tuple[dict[str, Any], set[str]]:
@@ -158,11 +161,21 @@ def test_decide_reruns_what_a_changed_input_invalidates(
     raw["shape"] = {**raw.get("shape", {}), "long_tail_ratio": 5.0}
     config.write_text(yaml.safe_dump(raw))
     ran = _decide(config, capsys)[1]
-    assert {"workload_shape", "simulation_curves", "bench_analysis", "concurrency_by_engine"} <= ran
+    assert {
+        "workload_shape",
+        "simulation_curves",
+        "bench_analysis",
+        "concurrency_by_engine",
+        "workload_capacity",
+    } <= ran
     assert not {"workload", "prefix_sharing", "bench_load_points"} & ran
 
     (tmp_path / "w" / "data" / "mooncake-conversation" / "bench" / "bench_analysis.json").unlink()
-    assert _decide(config, capsys)[1] == {"bench_analysis", "concurrency_by_engine"}
+    assert _decide(config, capsys)[1] == {
+        "bench_analysis",
+        "concurrency_by_engine",
+        "workload_capacity",
+    }
 
     trace.write_bytes(trace.read_bytes() + b"\n")
     assert _decide(config, capsys)[1] == UPSTREAM - {"bench_load_points"}

@@ -20,6 +20,7 @@ from pipeline.shape.compute import compute_shape
 from pipeline.shape.lengths import cdf_points
 from pipeline.shape.present import figures
 from pipeline.shape.result import ShapeResult
+from pipeline.unknown import Unknown
 from tests.conftest import DEFAULTS, shared_path, write_config, write_requests
 
 T0 = datetime(2024, 3, 1, 12, tzinfo=UTC)
@@ -65,17 +66,18 @@ def test_charts_are_byte_identical_and_undated() -> None:
 
 
 def test_checks_predicates() -> None:
-    shape = compute_shape(small_trace(), DEFAULTS.shape).to_json()
+    shape = compute_shape(small_trace(), DEFAULTS.shape).metrics
     assert checks.estimates_labelled(shape) == []
     assert checks.unsupported_have_reasons(shape) == []
-    shape["concurrency"]["latency_model"] = None
-    assert checks.estimates_labelled(shape) == [
-        "estimated concurrency lacks latency-model parameters "
-        "['ttft_base_ms', 'ttft_per_prompt_token_ms', 'tpot_ms', 'source']"
+    unlabelled = shape.concurrency.model_copy(update={"latency_model": None, "label": "exact"})
+    assert checks.estimates_labelled(shape.model_copy(update={"concurrency": unlabelled})) == [
+        "estimated concurrency lacks its latency model",
+        "estimated concurrency is labelled 'exact'",
     ]
-    shape["arrivals"]["windows"]["1s"] = {"supported": False, "reason": "", "window_s": 1}
-    assert checks.unsupported_have_reasons(shape) == [
-        "window 1s: unsupported without a reason or still carrying numbers"
+    windows = {**shape.arrivals.windows, "1s": Unknown(reason=" ")}
+    arrivals = shape.arrivals.model_copy(update={"windows": windows})
+    assert checks.unsupported_have_reasons(shape.model_copy(update={"arrivals": arrivals})) == [
+        "window 1s: unsupported without a reason"
     ]
 
 

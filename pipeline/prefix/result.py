@@ -2,13 +2,12 @@
 
 :class:`PrefixSummary` is ``prefix_sharing.json`` as a typed model; it round-trips through JSON
 (:meth:`PrefixResult.to_json` / :meth:`PrefixResult.from_json`) and the frames are written as
-Parquet. The per-request replay is not kept (the summary holds its totals); ``reuse``
-stays empty.
+Parquet. The per-request replay is not kept: the summary holds its totals.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
@@ -135,7 +134,6 @@ class PrefixResult:
     summary: PrefixSummary
     curve: pl.DataFrame
     sessions: pl.DataFrame
-    reuse: pl.DataFrame = field(default_factory=pl.DataFrame)
 
     def to_json(self) -> dict[str, Any]:
         return self.summary.model_dump()

@@ -138,81 +138,52 @@ class SimResult:
     curve_points: list[dict[str, Any]]  # the curves at log-spaced capacities (curves.json)
 
 
-SCENARIO_COLUMNS = [
-    "scenario",
-    "block_size",
-    "replicas",
-    "cache_tokens",
-    "capacity_blocks",
-    "routing",
-    "tenant_isolation",
-    "requests",
-    "prompt_tokens",
-    "output_tokens",
-    "hit_tokens",
-    "hit_ratio",
-    "prefill_tokens",
-    "content_requests",
-    "content_share",
-    "hit_unknown_reason",
-    "request_lifetime",
-    "hit_tokens_instant",
-    "hit_ratio_instant",
-    "peak_pinned_tokens",
-    "warnings",
-    "spills",
-    "balance_routed",
-    "request_imbalance",
-    "token_imbalance",
-    "prefill_imbalance",
-    "sessions_inferred",
-    "durations_estimated",
-]
+# The columns of scenarios.parquet, in order, with their types.
+SCENARIO_SCHEMA = pl.Schema(
+    {  # type: ignore[arg-type]  # classes and one List instance, as pipeline.schema
+        "scenario": pl.String,
+        "block_size": pl.Int64,
+        "replicas": pl.Int64,
+        "cache_tokens": pl.Int64,
+        "capacity_blocks": pl.Int64,
+        "routing": pl.String,
+        "tenant_isolation": pl.Boolean,
+        "requests": pl.Int64,
+        "prompt_tokens": pl.Int64,
+        "output_tokens": pl.Int64,
+        "hit_tokens": pl.Int64,
+        "hit_ratio": pl.Float64,
+        "prefill_tokens": pl.Int64,
+        "content_requests": pl.Int64,
+        "content_share": pl.Float64,
+        "hit_unknown_reason": pl.String,
+        "request_lifetime": pl.String,
+        "hit_tokens_instant": pl.Int64,
+        "hit_ratio_instant": pl.Float64,
+        "peak_pinned_tokens": pl.Int64,
+        "warnings": pl.List(pl.String),
+        "spills": pl.Int64,
+        "balance_routed": pl.Int64,
+        "request_imbalance": pl.Float64,
+        "token_imbalance": pl.Float64,
+        "prefill_imbalance": pl.Float64,
+        "sessions_inferred": pl.Int64,
+        "durations_estimated": pl.Boolean,
+    }
+)
 
 
 def scenario_frame(summaries: list[ScenarioSummary]) -> pl.DataFrame:
     """One row per scenario (per-replica detail dropped), sorted by scenario key."""
     rows = [
         {
-            **{k: v for k, v in s.to_json().items() if k in SCENARIO_COLUMNS},
+            **{k: v for k, v in s.to_json().items() if k in SCENARIO_SCHEMA},
             "request_lifetime": s.request_lifetime.mode,
             "durations_estimated": s.durations is not None and s.durations.estimated,
         }
         for s in summaries
     ]
-    schema = pl.Schema(
-        {  # type: ignore[arg-type]  # classes and one List instance, as pipeline.schema
-            "scenario": pl.String,
-            "block_size": pl.Int64,
-            "replicas": pl.Int64,
-            "cache_tokens": pl.Int64,
-            "capacity_blocks": pl.Int64,
-            "routing": pl.String,
-            "tenant_isolation": pl.Boolean,
-            "requests": pl.Int64,
-            "prompt_tokens": pl.Int64,
-            "output_tokens": pl.Int64,
-            "hit_tokens": pl.Int64,
-            "hit_ratio": pl.Float64,
-            "prefill_tokens": pl.Int64,
-            "content_requests": pl.Int64,
-            "content_share": pl.Float64,
-            "hit_unknown_reason": pl.String,
-            "request_lifetime": pl.String,
-            "hit_tokens_instant": pl.Int64,
-            "hit_ratio_instant": pl.Float64,
-            "peak_pinned_tokens": pl.Int64,
-            "warnings": pl.List(pl.String),
-            "spills": pl.Int64,
-            "balance_routed": pl.Int64,
-            "request_imbalance": pl.Float64,
-            "token_imbalance": pl.Float64,
-            "prefill_imbalance": pl.Float64,
-            "sessions_inferred": pl.Int64,
-            "durations_estimated": pl.Boolean,
-        }
-    )
-    return pl.DataFrame(rows, schema=schema).select(SCENARIO_COLUMNS).sort("scenario")
+    return pl.DataFrame(rows, schema=SCENARIO_SCHEMA).sort("scenario")
 
 
 def replica_frame(summaries: list[ScenarioSummary]) -> pl.DataFrame:
