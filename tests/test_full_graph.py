@@ -74,7 +74,7 @@ def test_full_graph_on_the_bundled_sample_is_complete_and_deterministic(
         "  capacity    vllm 0.11.0 / meta-llama/Llama-3.1-8B-Instruct / 1×H100-80GB: capacity "
         "unknown — the SLO (p95 TTFT ≤ 1000 ms, p99 ITL ≤ 60 ms) is not met even at "
     )
-    assert summary[7].startswith("  decision    vLLM")
+    assert summary[7].startswith("  decision    SGLang: cost at the SLO unknown for this workload")
     pdf = (
         tmp_path
         / "b"

@@ -522,6 +522,16 @@ def _known(value: float | Unknown) -> float | None:
     return None if isinstance(value, Unknown) else plain(value)
 
 
+def _unmet_slo(ctx: RuleContext) -> str:
+    """Why no cost stands in the headline when a fitted model says this workload cannot be
+    served at the SLO (empty otherwise)."""
+    for engine, bench in sorted(ctx.benches.items()):
+        capacity = bench.capacity.workload_capacity_rps if bench.capacity else None
+        if bench.cost_basis == "workload" and isinstance(capacity, Unknown):
+            return f": cost at the SLO unknown for this workload ({ctx.name(engine)}: {capacity.reason})"
+    return ""
+
+
 def _headline(
     ctx: RuleContext,
     top: str | None,
@@ -547,6 +557,8 @@ def _headline(
             )
         else:
             text += " on the benchmark's own mix"
+    else:
+        text += _unmet_slo(ctx)
     text += f" ({outcome.confidence}"
     if runner:
         text += f"; runner-up {ctx.name(runner)}"

@@ -219,7 +219,8 @@ def _rank(ctx: RuleContext) -> tuple[Outcome, list[Finding]]:
     if not priced:
         top = preference[0]
         runner = preference[1] if len(preference) > 1 else None
-        missing = ctx.inputs.missing.get("bench") or ""
+        unpriced = [b.cost_note for b in relevant.values() if b.cost_basis == "workload"]
+        missing = ctx.inputs.missing.get("bench") or next(filter(None, unpriced), "")
         engines = (top,) if runner is None else (top, runner)
         reasons.append(Finding("no_benchmark", engines, details=(missing,)))
         _cost_rule(

@@ -359,8 +359,23 @@ def with_capacity(
                 if isinstance(cost, Unknown)
                 else "unknown"
             )
-            note = f"{BENCHMARK_FIGURES}: this workload's capacity is unknown ({reason})"
-            out[engine] = replace(kept, capacity=found, cost_note=note)
+            if isinstance(found.serving_model, Unknown):
+                note = f"{BENCHMARK_FIGURES}: this workload's capacity is unknown ({reason})"
+                out[engine] = replace(kept, capacity=found, cost_note=note)
+                continue
+            # The fitted model says this workload cannot be served at the SLO on this
+            # deployment: the benchmark's figure must not stand in for it.
+            out[engine] = replace(
+                kept,
+                cost_basis="workload",
+                cost_note=f"this workload's capacity at the SLO is unknown: {reason}",
+                capacity=found,
+                capacity_rps=None,
+                cost_per_1m_output_usd=None,
+                monthly_gpu_usd=None,
+                monthly_gpu_usd_mean_rate=None,
+                replicas_at_peak=None,
+            )
             continue
         out[engine] = replace(
             kept,
