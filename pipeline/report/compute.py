@@ -137,7 +137,8 @@ def executive_summary(inputs: ReportContent) -> dict[str, Any]:
             + (" (benchmark's)" if c.cost_basis == "benchmark" else ""),
             "benchmark_cost": usd(c.benchmark_cost_per_1m_output_usd),
             "capacity": number(
-                c.workload_capacity_rps if c.cost_basis == "workload" else c.capacity_rps,
+                # this workload's whenever the capacity stage carried the benchmark to it
+                c.workload_capacity_rps if c.capacity_basis is not None else c.capacity_rps,
                 2,
                 "req/s",
             ),
