@@ -50,11 +50,13 @@ _STAGE_OF_STEP = (
     ("workload_shape", "workload shape"),
     ("concurrency_by_engine", "concurrency by engine"),
     ("bench_", "bench"),
+    ("workload_capacity", "capacity"),
     ("engine_decision", "decision"),
     ("revisit_triggers", "revisit triggers"),
     ("engine_selection_report", "report (HTML + PDF)"),
+    ("enginefit_inputs", "observing the inputs"),
 )
-CHECKS = "asset checks (13)"
+CHECKS = "asset checks"
 
 
 def stage_of(step_key: str, check_steps: set[str]) -> str:
