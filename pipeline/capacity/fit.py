@@ -53,7 +53,7 @@ import numpy as np
 import polars as pl
 
 from pipeline.capacity.config import CapacityConfig
-from pipeline.capacity.kernels import F64, simulate_replica
+from pipeline.capacity.kernels import F64
 from pipeline.capacity.prior import ModelShape, PriorStep, roofline_prior
 from pipeline.capacity.result import (
     CapacityCheck,
@@ -64,7 +64,13 @@ from pipeline.capacity.result import (
     Slo,
     StepCoefficients,
 )
-from pipeline.capacity.search import RequestSample, attention_pairs, run_stats, search_capacity
+from pipeline.capacity.search import (
+    RequestSample,
+    attention_pairs,
+    run_stats,
+    search_capacity,
+    simulate_at,
+)
 from pipeline.unknown import Unknown
 
 #: KV tokens assumed while replaying benchmark points (the benchmarked replica's cache is not
@@ -334,20 +340,8 @@ def _simulate_point(
     coefficients: StepCoefficients, point: _Point, config: CapacityConfig
 ) -> tuple[float, float, dict[str, float]]:
     """(mean gap s, mean TTFT s, predicted stats in ms) of the model replaying ``point``."""
-    run = simulate_replica(
-        point.replay.unit_arrivals,
-        point.replay.prompt,
-        point.replay.uncached,
-        point.replay.output,
-        overhead_s=coefficients.overhead_s,
-        prefill_s_per_token=coefficients.prefill_s_per_token,
-        attention_s_per_pair=coefficients.attention_s_per_pair,
-        decode_s_per_request=coefficients.decode_s_per_request,
-        context_s_per_token=coefficients.context_s_per_token,
-        token_budget=config.token_budget,
-        max_batch=config.max_batch,
-        kv_tokens=UNBOUNDED_KV,
-    )
+    # The replay's arrivals are already in seconds: rate 1.
+    run = simulate_at(coefficients, point.replay, 1.0, kv_tokens=UNBOUNDED_KV, config=config)
     # Benchmark statistics include every request, so the replay drops none (no warm-up).
     stats = run_stats(
         run,
