@@ -20,6 +20,8 @@ from pipeline.present.tables import bullet_list
         "workload_shape",
         "config_capacity",
         "config_bench",
+        # the replica's KV size and the model's shape
+        "config_requirements",
     ],
     group_name="capacity",
     kinds={"numba", "parquet"},

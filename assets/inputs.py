@@ -31,7 +31,7 @@ BENCH_RESULT_FILES = "bench_result_files"
 # outputs another configuration wrote to another folder do not count as this one's.
 WORKLOAD_FOLDER = "workload_folder"
 # A stage's configuration section as an input of its own.
-CONFIG_SECTIONS = ("workload", "shape", "prefix", "simulation", "bench", "capacity")
+CONFIG_SECTIONS = ("workload", "shape", "prefix", "simulation", "bench", "capacity", "requirements")
 
 
 def config_key(section: str) -> str:

@@ -162,6 +162,11 @@ def test_decide_reruns_what_a_changed_input_invalidates(
     before = {c["engine"]: c["benchmark_cost_per_1m_output_usd"] for c in first["candidates"]}
     assert cost["vllm"] == pytest.approx(2 * before["vllm"], rel=1e-5)
 
+    # The replica's KV size is the capacity stage's input alone.
+    raw["requirements"]["kv_cache"]["memory_utilization"] = 0.9
+    config.write_text(yaml.safe_dump(raw))
+    assert _decide(config, capsys)[1] == {"workload_capacity"}
+
     summary = results / "vllm-h100-inference-perf" / "summary_lifecycle_metrics.json"
     summary.write_bytes(summary.read_bytes() + b"\n")
     assert _decide(config, capsys)[1] == BENCH
