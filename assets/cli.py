@@ -175,7 +175,10 @@ def run_report(args: argparse.Namespace) -> int:
 
 def run_decide(args: argparse.Namespace) -> int:
     args.config = str(Path(args.config or DEFAULT_CONFIG).resolve())
-    config = command_config(args)
+    # import here: a command line loads only its own area (tests/test_cli_areas.py)
+    from pipeline.decision.cli import decide, decide_config
+
+    config = decide_config(args, command_config(args))
     config_path = Path(args.config)
     _ensure_dagster_home(config_path.parent)
     import dagster as dg  # import here: Dagster takes seconds to load; only report and decide use it
@@ -189,9 +192,6 @@ def run_decide(args: argparse.Namespace) -> int:
             f"enginefit decide: materialised what was missing or stale: {', '.join(ran)}",
             file=sys.stderr,
         )
-    # import here: a command line loads only its own area (tests/test_cli_areas.py)
-    from pipeline.decision.cli import decide
-
     return decide(args, config)
 
 

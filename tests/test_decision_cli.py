@@ -108,6 +108,25 @@ def test_a_previous_record_that_is_not_one_is_a_one_line_error(
     assert "schema_version 7 is not one of 1, 2" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("flags", "needle"),
+    [
+        (["--as-of", "2025-02-30"], "--as-of: '2025-02-30' is not an ISO date"),
+        (["--previous", "missing-decision.json"], "missing-decision.json"),
+    ],
+)
+def test_a_wrong_decide_flag_fails_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], needle: str
+) -> None:
+    config = bundled_config(tmp_path, "f")
+    assert enginefit(["decide", "--config", str(config), *flags]) == 2
+    err = capsys.readouterr().err
+    said, error = err.splitlines()
+    assert said.startswith("enginefit decide: configuration: ")
+    assert error.startswith("enginefit: error: ") and needle in error
+    assert not (tmp_path / "f" / "data").exists()  # nothing was materialised
+
+
 UPSTREAM = {
     "workload",
     "workload_shape",

@@ -28,11 +28,21 @@ def register(subparsers: Any) -> None:
     explain.set_defaults(func=run_explain)
 
 
-def decide(args: argparse.Namespace, config: Config) -> int:
-    """The decision on the upstream results already written, saved and printed."""
+def decide_config(args: argparse.Namespace, config: Config) -> Config:
+    """The configuration ``decide`` runs with, its flags applied and checked: called before
+    Dagster materialises anything, so a wrong flag costs no run. ``--previous`` is read once
+    here for the same reason (and read again by the decision)."""
     as_of = as_of_flag(args.as_of, config.bench)
     if as_of is not None:
         config = dataclasses.replace(config, bench=with_flags(config.bench, {"as_of": as_of}))
+    if args.previous is not None:
+        stage.read_previous(args.previous)
+    return config
+
+
+def decide(args: argparse.Namespace, config: Config) -> int:
+    """The decision (``config`` from :func:`decide_config`) on the upstream results already
+    written, saved and printed."""
     previous = args.previous or config.decision.previous_record
     layout = config.layout()
     record = stage.run(
