@@ -43,6 +43,7 @@ from pipeline.config import default_config
 from pipeline.unknown import Unknown
 
 T = TypeVar("T")
+# Llama-3.1-8B in BF16, the model of the bundled sample (also the tests' capacity scenarios).
 LLAMA_8B = ModelShape(
     params_billion=8.03,
     weight_bytes=2,

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
+from perf.capacity import LLAMA_8B
 from pipeline.bench.readers import read_bench_files
 from pipeline.bench.schema import BenchReadResult
 from pipeline.capacity.compute import WorkloadRequests
 from pipeline.capacity.fit import deployment_of, fit_serving_model
-from pipeline.capacity.prior import ModelShape
 from pipeline.capacity.result import ServingModel, Slo
 from pipeline.config import default_config
 from pipeline.unknown import Unknown
@@ -31,15 +31,6 @@ from tests import batching_server_sim as sim
 SERVER = sim.GpuServer()
 SLO = Slo(ttft_p95_ms=1000.0, itl_p99_ms=60.0)
 CONFIG = default_config().capacity.replace(token_budget=1024, max_batch=256, sample_requests=2000)
-LLAMA_8B = ModelShape(
-    params_billion=8.03,
-    weight_bytes=2,
-    layers=32,
-    kv_heads=8,
-    head_dim=128,
-    kv_bytes=2,
-    attention_heads=32,
-)
 KV_TOKENS = 450_000
 PRICE = 2.5
 SHORT = ((100, 300), (100, 300))

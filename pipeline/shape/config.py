@@ -27,7 +27,7 @@ class LatencyModelConfig(Section):
         )
 
 
-# DOMAIN.md's concurrency regimes: a peak at or below this leaves little to batch (llama.cpp /
+# The concurrency regimes (docs/shape.md, "Findings thresholds"): a peak at or below this leaves little to batch (llama.cpp /
 # Ollama territory)...
 CONCURRENCY_LOW_MAX = 2.0
 # ...and a peak at or above this needs vLLM or SGLang (Ollama is out).

@@ -1,4 +1,5 @@
-"""Place a workload on DOMAIN.md's axes, each finding with the numbers behind it.
+"""Place a workload on the decision's axes (docs/shape.md, "Findings thresholds"), each finding
+with the numbers behind it.
 
 Rules (thresholds: constants of :mod:`pipeline.shape.config`, or its ``shape`` config section;
 values in brackets):
@@ -175,8 +176,8 @@ def _arrivals(arrivals: dict[str, Any]) -> list[Finding]:
 
 
 def _features(shape: dict[str, Any]) -> Finding:
-    """Which required features the traffic uses (DOMAIN.md: structured output, LoRA, long
-    context, tools), with shares; a feature the trace cannot log is reported as unknown."""
+    """Which required features the traffic uses (structured output, LoRA, long context,
+    tools), with shares; a feature the trace cannot log is reported as unknown."""
     f = shape.get("features", {})
     long_ctx = shape["lengths"].get("long_context", {}).get(">=32768", {})
     numbers: dict[str, Any] = {
