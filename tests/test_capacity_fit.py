@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+import polars as pl
 import pytest
 
 from pipeline.bench.readers import read_bench_files
 from pipeline.capacity.compute import carry_to_workload
-from pipeline.capacity.fit import deployment_of, fit_serving_model
+from pipeline.capacity.fit import CHUNKED_ITL_SHARE, deployment_of, fit_serving_model
+from pipeline.capacity.present import model_errors_table
 from pipeline.capacity.prior import gpu_peaks, roofline_prior
 from pipeline.capacity.result import ServingModel
 from pipeline.config import default_config
@@ -203,3 +205,30 @@ def test_latency_outside_the_gpu_is_fitted_as_request_latency() -> None:
         error = point.error["ttft_p50"]
         assert isinstance(error, float) and abs(error) < 0.1
     assert fitted("short").coefficients.request_latency_s < 0.002  # type: ignore[union-attr]
+
+
+def test_a_chunked_stream_itl_median_is_not_compared_and_the_table_says_so() -> None:
+    """A tool that times gaps between multi-token chunks reports an ITL p50 near zero; the fit's
+    error against it would read +8,000 %. Below a quarter of the TPOT p50 it is not compared."""
+    read = sweep("short")
+    points = read.load_points.with_columns(
+        (pl.col("tpot_p50_ms") * CHUNKED_ITL_SHARE * 0.9).alias("itl_p50_ms")
+    )
+    model = fit_serving_model(
+        points, read.per_request, deployment_of(points.row(0, named=True)), config=CONFIG
+    )
+    assert isinstance(model, ServingModel), model
+    for point in model.point_errors:
+        error = point.error["itl_p50"]
+        assert isinstance(error, Unknown) and error.reason.startswith("not comparable"), error
+        assert isinstance(point.error["tpot_p50"], float)  # the rest is still compared
+    assert "| not comparable |" in model_errors_table(model)
+    # Just above the threshold the median is a decode step and is compared.
+    at_threshold = read.load_points.with_columns(
+        (pl.col("tpot_p50_ms") * CHUNKED_ITL_SHARE * 1.1).alias("itl_p50_ms")
+    )
+    compared = fit_serving_model(
+        at_threshold, read.per_request, deployment_of(points.row(0, named=True)), config=CONFIG
+    )
+    assert isinstance(compared, ServingModel)
+    assert all(isinstance(p.error["itl_p50"], float) for p in compared.point_errors)

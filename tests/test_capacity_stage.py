@@ -13,12 +13,15 @@ import yaml
 
 from assets.cli import main as enginefit
 from pipeline.capacity import stage
-from pipeline.capacity.result import CapacityResult, WorkloadCost
+from pipeline.capacity.compute import deployment_model_shape
+from pipeline.capacity.prior import ModelShape
+from pipeline.capacity.result import CapacityResult, ServingModel, WorkloadCost
 from pipeline.config import load_config
 from pipeline.errors import InputFormatError
 from pipeline.layout import WorkloadLayout
 from pipeline.report.headline import headlines
 from pipeline.sim import stage as sim_stage
+from pipeline.unknown import Unknown
 from tests.conftest import REPO, bundled_config
 
 # The bundled SLO's p95 TTFT of 1 s cannot be met by a 1×H100 replica on Mooncake's prompts (its
@@ -163,3 +166,48 @@ def test_an_slo_without_the_simulated_limits_is_one_line(
 def test_bundled_configuration_sets_the_query_heads() -> None:
     kv = load_config(REPO / "enginefit.yaml").requirements.kv_cache
     assert kv is not None and kv.attention_heads == 32
+
+
+def test_the_roofline_prior_is_the_teams_model_only_where_the_benchmark_served_it() -> None:
+    shape = ModelShape(
+        params_billion=8.03, weight_bytes=2, layers=32, kv_heads=8, head_dim=128, kv_bytes=2
+    )
+    team = ("meta-llama/Llama-3.1-8B-Instruct",)
+    # The same model, named with or without its hub organisation: the prior, nothing to say.
+    assert deployment_model_shape(shape, "llama-3.1-8b-instruct", team) == (shape, None)
+    # Another model: no prior, and the reason names both.
+    other, why = deployment_model_shape(shape, "meta-llama/Llama-3.3-70B-Instruct", team)
+    assert other is None and why is not None
+    assert "benchmarked on meta-llama/Llama-3.3-70B-Instruct, not your model" in why
+    # Nothing to compare with: the prior, and the assumption said.
+    assumed, note = deployment_model_shape(shape, "m", ())
+    assert assumed is shape and note is not None and "requirements.models is not set" in note
+    unnamed, note = deployment_model_shape(shape, None, team)
+    assert unnamed is shape and note is not None and "does not name its model" in note
+    assert deployment_model_shape(None, "m", team) == (None, None)
+
+
+def test_a_benchmark_of_another_model_is_provisional_and_gets_no_prior(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = _configure(tmp_path, "other-model")
+    ours = _run_stages(config, capsys)
+    (candidate,) = ours.candidates
+    assert isinstance(candidate.serving_model, ServingModel)
+    assert "roofline" in str(candidate.serving_model.prior)  # the team's model: its prior
+    raw = yaml.safe_load(config.read_text())
+    raw["requirements"]["models"] = ["Qwen/Qwen3-32B"]
+    config.write_text(yaml.safe_dump(raw))
+    assert enginefit(["capacity", "--config", str(config)]) == 0, capsys.readouterr().err
+    theirs = stage.read_result(load_config(config).layout())
+    (other,) = theirs.candidates
+    assert other.provisional_reason is not None
+    assert "benchmarked on meta-llama/Llama-3.1-8B-Instruct, not your model (Qwen/Qwen3-32B)" in (
+        other.provisional_reason
+    )
+    # Without the prior this sweep (aggregates only) cannot split prefill from decode: unknown,
+    # never the team's model's figures.
+    assert isinstance(other.serving_model, Unknown)
+    assert "cannot be separated from decode" in other.serving_model.reason
+    assert isinstance(other.workload_capacity_rps, Unknown)
+    assert any("not your model" in note for note in theirs.notes)

@@ -29,6 +29,7 @@ import polars as pl
 
 from pipeline.capacity.config import CapacityConfig
 from pipeline.capacity.kernels import I64
+from pipeline.capacity.prior import ModelShape
 from pipeline.capacity.result import (
     CandidateCapacity,
     CapacityBasis,
@@ -150,6 +151,43 @@ def _times(ratio: float) -> str:
     if ratio >= 1.0:
         return f"{ratio:.3g}× longer" if ratio >= 1.05 else "about as long"
     return f"{1.0 / ratio:.3g}× shorter" if ratio <= 0.95 else "about as long"
+
+
+def _model_name(name: str) -> str:
+    """A model name without its hub organisation, case-folded (``meta-llama/Llama-3.1-8B`` and
+    ``llama-3.1-8b`` are one model)."""
+    return name.rsplit("/", 1)[-1].casefold()
+
+
+def deployment_model_shape(
+    shape: ModelShape | None, benchmarked: str | None, team_models: tuple[str, ...]
+) -> tuple[ModelShape | None, str | None]:
+    """The roofline prior's model for one benchmarked deployment, and what to say about it.
+
+    ``requirements.kv_cache`` describes the team's model. It is this deployment's only when the
+    benchmark served that model (one of ``requirements.models``); for another model the prior
+    would price the wrong weights, so there is none, and the capacity found is the benchmarked
+    model's (a transfer across models: provisional). Returns (shape or None, the note or the
+    provisional reason: None when nothing needs saying)."""
+    if shape is None:
+        return None, None
+    if not team_models:
+        return shape, (
+            "requirements.models is not set: requirements.kv_cache is taken to describe "
+            f"{benchmarked or 'the benchmarked model'}"
+        )
+    if benchmarked is None:
+        return shape, (
+            "the benchmark does not name its model: requirements.kv_cache "
+            f"({', '.join(team_models)}) is taken to describe it"
+        )
+    if _model_name(benchmarked) in {_model_name(m) for m in team_models}:
+        return shape, None
+    return None, (
+        f"benchmarked on {benchmarked}, not your model ({', '.join(team_models)}): no roofline "
+        "prior from requirements.kv_cache (it describes yours), and the capacity is "
+        f"{benchmarked}'s"
+    )
 
 
 def _provisional_reason(model: ServingModel, transfer: TransferDistance) -> str | None:

@@ -82,6 +82,10 @@ MIN_SLOPE_T = 4.0
 CONTEXT_SPREAD = 1.5
 REFINE_PASSES = 3
 MEASURED_STATS = ("ttft_p50", "ttft_p95", "itl_p50", "itl_p99", "tpot_p50", "tpot_p99")
+#: A per-gap ITL median below this share of the TPOT median is not one decode step: the tool
+#: timed gaps between streamed chunks of several tokens, most of them near zero (docs/capacity.md).
+CHUNKED_ITL_SHARE = 0.25
+NOT_COMPARABLE = "not comparable"
 
 METHOD = (
     "continuous-batching step model step_s = overhead + prefill x uncached prefill tokens + "
@@ -124,6 +128,13 @@ def _measured(row: dict[str, object]) -> dict[str, float | Unknown]:
     for stat in MEASURED_STATS:
         value = _num(row, f"{stat}_ms")
         out[stat] = value if value is not None else Unknown(reason=f"{stat} not in the file")
+    itl, tpot = out["itl_p50"], out["tpot_p50"]
+    if isinstance(itl, float) and isinstance(tpot, float) and itl < CHUNKED_ITL_SHARE * tpot:
+        out["itl_p50"] = Unknown(
+            reason=f"{NOT_COMPARABLE}: the file's ITL p50 ({itl:.3g} ms) is under "
+            f"{CHUNKED_ITL_SHARE:.0%} of its TPOT p50 ({tpot:.3g} ms), so the tool timed gaps "
+            "between streamed chunks of several tokens (most near zero), not decode steps"
+        )
     return out
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pipeline.capacity.fit import NOT_COMPARABLE
 from pipeline.capacity.result import CandidateCapacity, CapacityResult, ServingModel
 from pipeline.present.tables import markdown_table
 from pipeline.present.text import UNKNOWN, unknown_text
@@ -94,13 +95,19 @@ def candidates_table(result: CapacityResult) -> str:
     )
 
 
+def measured_text(value: Unknown) -> str:
+    """A statistic the fit is not compared on: "not comparable" (the file's figure measures
+    something else) or unknown (the file lacks it)."""
+    return NOT_COMPARABLE if value.reason.startswith(NOT_COMPARABLE) else UNKNOWN
+
+
 def model_errors_table(model: ServingModel) -> str:
     """The fitted model against every point it was fitted on (predicted ÷ measured − 1)."""
     rows = []
     for e in model.point_errors:
         row: dict[str, Any] = {"point": e.point_id.rsplit("/", 1)[-1], "rate_rps": e.rate_rps}
         for key, value in e.error.items():
-            row[key] = None if isinstance(value, Unknown) else f"{value:+.1%}"
+            row[key] = measured_text(value) if isinstance(value, Unknown) else f"{value:+.1%}"
         rows.append(row)
     return markdown_table(rows)
 

@@ -37,6 +37,7 @@ from pipeline.capacity.compute import (
     WorkloadRequests,
     capacity_result,
     carry_to_workload,
+    deployment_model_shape,
     workload_requests,
 )
 from pipeline.capacity.config import CapacityConfig
@@ -76,6 +77,7 @@ class CapacityInputs:
     mean_rate_rps: float | None
     kv_tokens: int
     model_shape: ModelShape | None
+    team_models: tuple[str, ...]  # requirements.models: whose shape model_shape is
     prices: Prices
     slo: Slo
     min_achieved_rate_share: float | None
@@ -198,7 +200,8 @@ def read_inputs(layout: WorkloadLayout, config: Config) -> CapacityInputs:
         + (f", mean {mean:.4g} req/s" if mean is not None else ", mean unknown"),
         "kv_tokens": kv_source,
         "cached_share": cached_source,
-        "model_shape": "requirements.kv_cache (roofline prior for every deployment)"
+        "model_shape": "requirements.kv_cache (the roofline prior of a deployment that served "
+        "your model)"
         if model_shape is not None
         else "none: set requirements.kv_cache for the roofline prior",
     }
@@ -213,6 +216,7 @@ def read_inputs(layout: WorkloadLayout, config: Config) -> CapacityInputs:
         mean_rate_rps=mean,
         kv_tokens=kv_tokens,
         model_shape=model_shape,
+        team_models=config.requirements.models,
         prices=config.bench.prices,
         slo=slo,
         min_achieved_rate_share=config.bench.slo.min_achieved_rate_share,
@@ -298,13 +302,18 @@ def run(inputs: CapacityInputs, settings: CapacityConfig) -> CapacityResult:
             (_column(rows, "dataset") == TRACE_DATASET)
             & (_column(rows, "workload") == inputs.workload)
         ).is_empty()
+        shape, shape_note = deployment_model_shape(
+            inputs.model_shape, deployment.model, inputs.team_models
+        )
+        if shape_note is not None:
+            notes.append(f"{deployment.describe()}: {shape_note}")
         model = (
             fit_serving_model(
                 usable,
                 inputs.per_request,
                 deployment,
                 config=settings,
-                model_shape=inputs.model_shape,
+                model_shape=shape,
                 measured_capacity=bracket,
                 slo=inputs.slo,
             )
@@ -331,7 +340,13 @@ def run(inputs: CapacityInputs, settings: CapacityConfig) -> CapacityResult:
             benchmark_cost_per_1m_output_usd=min(costs) if costs else None,
             sample=sample,
         )
-        candidates.append(candidate.model_copy(update={"bench_candidates": bench_candidates}))
+        update: dict[str, object] = {"bench_candidates": bench_candidates}
+        if shape is None and shape_note is not None:
+            # Another model than the team's: whatever else, the figure is not yours.
+            update["provisional_reason"] = "; ".join(
+                r for r in (candidate.provisional_reason, shape_note) if r
+            )
+        candidates.append(candidate.model_copy(update=update))
     if not groups:
         notes.append("no benchmark load points: no deployment to carry to this workload")
     return capacity_result(
