@@ -128,7 +128,8 @@ def test_bench_text_output_and_files(
     ]
     assert main(args) == 0
     text = capsys.readouterr().out
-    assert "Capacity at the SLO and cost per 1M output tokens" in text
+    assert "Capacity at the SLO and cost per 1M output tokens, at each benchmark's own mix" in text
+    assert "enginefit capacity" in text
     assert "per 1M output tokens" in text
     bench_dir = out_dir / "bench"  # --out names a workload folder, as for every stage
     first = {p.name: p.read_bytes() for p in sorted(bench_dir.iterdir())}

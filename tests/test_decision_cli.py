@@ -68,6 +68,8 @@ def test_decide_runs_the_missing_stages_then_prints_the_record(
     vllm = next(c for c in record["candidates"] if c["engine"] == "vllm")
     assert vllm["cost_per_1m_output_usd"] is None and vllm["monthly_cost_mean_rate_usd"] is None
     assert vllm["cost_note"].startswith("this workload's capacity at the SLO is unknown: the SLO")
+    # Said once among the confidence reasons, not once by the ranking and again per engine.
+    assert sum(vllm["cost_note"] in r for r in rec["confidence_reasons"]) == 1
     assert vllm["benchmark_monthly_cost_usd"] == 2190.0  # 1 GPU × $3 × 730 h
     workload = tmp_path / "q1" / "data" / "mooncake-conversation"
     assert "shape/workload_shape.json" in record["inputs"]

@@ -324,6 +324,14 @@ def _finding_lines(analysis: BenchResult, numbers: dict[str, int], width: int) -
     return lines
 
 
+#: The benchmark's figures are its own request mix's; this workload's are the capacity stage's.
+WORKLOAD_POINTER = (
+    "These figures are each benchmark's own request mix. This workload's own capacity at the "
+    "SLO, fleet and cost per 1M tokens (each serving model carried to its traffic): "
+    "`enginefit capacity`."
+)
+
+
 def render_text(analysis: BenchResult, width: int = TEXT_WIDTH) -> str:
     """The terminal summary, at most ``width`` columns: what was used (SLO, date, workload
     facts, prices), capacity and cost per candidate, the points that did not pass with the
@@ -345,12 +353,19 @@ def render_text(analysis: BenchResult, width: int = TEXT_WIDTH) -> str:
     if not numbers:
         lines.append("  none")
     else:
-        lines += ["", "Capacity at the SLO and cost per 1M output tokens"]
+        lines += [
+            "",
+            "Capacity at the SLO and cost per 1M output tokens, at each benchmark's own mix",
+        ]
         lines += _capacity_lines(analysis, numbers, width)[1:]
         lines += ["", "Load points that did not pass (measured value against the limit)"]
         lines += _point_lines(analysis, numbers, width)
     if analysis.fleet.height:
-        lines += ["", "Fleet at the workload's rates", *wrapped(FLEET_FORMULA, width, "  ", "  ")]
+        lines += [
+            "",
+            "Fleet at the workload's rates if its requests were the benchmark's",
+            *wrapped(FLEET_FORMULA, width, "  ", "  "),
+        ]
         lines += _fleet_lines(analysis, numbers)
     lines += ["", "Validity findings (flag / unknown)"]
     lines += _finding_lines(analysis, numbers, width)
@@ -360,6 +375,7 @@ def render_text(analysis: BenchResult, width: int = TEXT_WIDTH) -> str:
             lines += wrapped(f"- {note}", width, "  ", "    ")
     lines += [
         "",
+        *wrapped(WORKLOAD_POINTER, width),
         *wrapped(
             "Every column (cost workings, noise, keep-up, repeats): --json, or --out DIR "
             "(bench/*.parquet, bench_analysis.json).",

@@ -398,6 +398,8 @@ def _transferability(
         bench = ctx.benches.get(engine)
         if bench is None or bench.cost_note is None:
             continue
+        if any(bench.cost_note in said for said in outcome.reasons):
+            continue  # the cost ranking already gave this note as its reason
         # A note without a workload cost says why there is none; with one, why it is provisional.
         if bench.cost_basis == "benchmark" or bench.cost_per_1m_output_usd is None:
             reasons.append(f"{ctx.name(engine)}: {bench.cost_note}")
