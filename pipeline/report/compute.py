@@ -32,6 +32,7 @@ from pipeline.present.text import (
     share,
     usd,
 )
+from pipeline.report.memo import decision_memo, trigger_priority
 from pipeline.shape.result import ShapeMetrics
 from pipeline.sim.result import ScenarioSummary
 from pipeline.unknown import Unknown, is_known
@@ -104,6 +105,7 @@ def build(inputs: ReportContent) -> dict[str, Any]:
         "version": inputs.version,
         "as_of": record.as_of or UNKNOWN,
         "data_range": _data_range(inputs.ingest),
+        "memo": decision_memo(record, _layer_name(inputs)),
         "summary": executive_summary(inputs),
         "requirements": _requirements(inputs),
         "shape": _shape(inputs),
@@ -123,6 +125,11 @@ def _data_range(summary: IngestSummary) -> str:
     if not first or not last:
         return UNKNOWN
     return f"{first[:16].replace('T', ' ')} to {last[:16].replace('T', ' ')} UTC"
+
+
+def _layer_name(inputs: ReportContent) -> str | None:
+    layer = inputs.record.routing.layer
+    return inputs.catalog.layers[layer].name if layer else None
 
 
 def executive_summary(inputs: ReportContent) -> dict[str, Any]:
@@ -153,11 +160,11 @@ def executive_summary(inputs: ReportContent) -> dict[str, Any]:
         for c in record.candidates
         if c.status != "excluded"
     ]
-    watch = sorted(record.triggers, key=_trigger_priority)
+    watch = sorted(record.triggers, key=trigger_priority)
     previous = record.previous
     return {
         "engine": rec.engine_name or "no engine",
-        "routing_layer": record.routing.layer and inputs.catalog.layers[record.routing.layer].name,
+        "routing_layer": _layer_name(inputs),
         "routing_reason": record.routing.reason,
         "runner_up": names.get(rec.runner_up or "", "none"),
         "confidence": rec.confidence,
@@ -188,26 +195,6 @@ def executive_summary(inputs: ReportContent) -> dict[str, Any]:
             "fired": previous.fired,
         },
     }
-
-
-# The executive summary shows the five triggers a leader most needs: what fired, what would
-# flip the answer, then the axes of DOMAIN.md's decision tree.
-_TRIGGER_ORDER = (
-    "flip[",
-    "cost.margin",
-    "bench.stale",
-    "traffic.",
-    "prefix.",
-    "concurrency.",
-    "engine.",
-    "fleet.",
-    "catalog.",
-)
-
-
-def _trigger_priority(trigger: Any) -> tuple[int, int, str]:
-    rank = next((i for i, p in enumerate(_TRIGGER_ORDER) if trigger.id.startswith(p)), 99)
-    return (trigger.status != "fired", rank, trigger.id)
 
 
 def _trigger_words(why: str) -> str:
