@@ -19,7 +19,7 @@ import polars as pl
 from pipeline.bench.config import ITL_DEFINITIONS, SloSpec
 from pipeline.bench.cost import COST_FORMULA, FLEET_FORMULA
 from pipeline.bench.result import CAPACITY_TEXT_COLUMNS, BenchResult
-from pipeline.present.figures import COLORS, drawing, svg_bytes
+from pipeline.present.figures import COLORS, SMALL_FONT, drawing, svg_bytes
 from pipeline.present.tables import cell, markdown_table, text_table, wrapped
 
 _STYLES: dict[str, Any] = {"p50": ":", "p95": "-", "p99": "--"}
@@ -36,7 +36,7 @@ def _panels(slo: SloSpec) -> list[tuple[str, str]]:
 def latency_vs_load_svg(evaluated: pl.DataFrame, slo: SloSpec) -> bytes:
     """TTFT / ITL percentiles versus offered load (open-loop points only), one colour per
     candidate, SLO limits dashed in black. Status markers sit on the limited percentile."""
-    with drawing(10, 5.2) as fig:
+    with drawing(7.5, 4.2) as fig:
         axes = fig.subplots(1, 2)
         points = evaluated.filter(pl.col("sweep") == "open").sort(["candidate", "load"])
         candidates: Sequence[str] = sorted(points.get_column("candidate").unique().to_list())
@@ -83,7 +83,7 @@ def latency_vs_load_svg(evaluated: pl.DataFrame, slo: SloSpec) -> bytes:
                     f"SLO {stat} ≤ {bound:g} ms",
                     xy=(0.01, bound),
                     xycoords=("axes fraction", "data"),
-                    fontsize=8,
+                    fontsize=SMALL_FONT,
                     va="bottom",
                 )
             if plotted or limited:
@@ -115,7 +115,7 @@ def latency_vs_load_svg(evaluated: pl.DataFrame, slo: SloSpec) -> bytes:
             handles=handles,
             loc="lower center",
             ncol=4,
-            fontsize=7,
+            fontsize=SMALL_FONT,
             frameon=False,
             bbox_to_anchor=(0.5, 0.0),
         )
@@ -134,7 +134,7 @@ _POOLS: dict[str, tuple[str, str]] = {
 def cost_svg(capacity: pl.DataFrame, *, comparable: bool = True) -> bytes:
     """Cost per 1M output tokens at the SLO capacity, one bar per open-loop candidate, grouped
     by rank pool (bracketed first; lower bounds and single-point capacities apart, labelled)."""
-    with drawing(8, 3) as fig:
+    with drawing(7.5, 3) as fig:
         rows = capacity.filter(
             (pl.col("sweep") == "open") & pl.col("cost_per_1m_output_usd").is_not_null()
         )
@@ -164,7 +164,7 @@ def cost_svg(capacity: pl.DataFrame, *, comparable: bool = True) -> bytes:
         for yi, cost, is_interp, pool in zip(y, costs, interp, pools, strict=True):
             tag = " (interpolated)" if is_interp else ""
             tag += _POOLS.get(pool, ("", f" [{pool}]"))[1]
-            ax.text(cost, yi, f" ${cost:.3f}{tag}", va="center", fontsize=8)
+            ax.text(cost, yi, f" ${cost:.3f}{tag}", va="center", fontsize=SMALL_FONT)
         for yi in range(1, len(pools)):
             if pools[yi] != pools[yi - 1]:  # a rule between pools: they are not one ranking
                 ax.axhline(yi - 0.5, color="black", linewidth=0.8, linestyle=":")

@@ -16,6 +16,7 @@ from pipeline.decision.config import (
 )
 from pipeline.decision.context import RuleContext, current_engine
 from pipeline.decision.evidence import missing_features
+from pipeline.present.text import quantity
 from pipeline.shape.config import CONCURRENCY_HIGH_MIN, CONCURRENCY_LOW_MAX
 
 LOCAL_HARDWARE = {"cpu", "apple"}
@@ -266,7 +267,7 @@ def model_churn(ctx: RuleContext) -> None:
             f"models change {changes:g} times a quarter (stable: ≤ {TRT_MAX_CHANGES_PER_QUARTER:g})"
         )
     if volume is not None and volume < HIGH_VOLUME_OUTPUT_TOKENS_PER_MONTH:
-        fails.append(f"{volume:,.0f} output tokens a month is not huge volume")
+        fails.append(f"{quantity(volume)} output tokens a month is not huge volume")
     if fails:
         ctx.rule(
             "model_churn",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from pipeline.prefix.result import PrefixSummary
-from pipeline.present.figures import COLORS, LINESTYLES, MARKERS, drawing, svg_bytes
+from pipeline.present.figures import COLORS, LINESTYLES, MARKERS, SMALL_FONT, drawing, svg_bytes
 from pipeline.present.tables import markdown_table
 from pipeline.present.text import UNKNOWN, number
 
@@ -123,5 +123,5 @@ def curve_svg(curve: pl.DataFrame, title: str = "Shared-prefix ratio by window")
         ax.set_ylabel("share sharing their first W tokens")
         ax.set_title(title)
         if x:
-            ax.legend(fontsize=8)
+            ax.legend(fontsize=SMALL_FONT)
         return svg_bytes(fig)

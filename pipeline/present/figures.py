@@ -26,6 +26,10 @@ STYLE: Any = {
     "axes.grid": True,
     "grid.alpha": 0.3,
 }
+#: The smallest text a figure draws (legends, notes). The widest figure is MAX_WIDTH_IN inches,
+#: printed at the A4 column's 176 mm, so this prints at ≥ 7 pt (8 × 176 ÷ (7.5 × 25.4) = 7.4).
+SMALL_FONT = 8
+MAX_WIDTH_IN = 7.5
 # Colour-blind-safe palette (Okabe-Ito) with distinct markers and dashes for greyscale print.
 COLORS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
@@ -46,6 +50,8 @@ def drawing(width: float = 7.0, height: float = 4.0) -> Iterator[Figure]:
     matplotlib.use("Agg")
     from matplotlib.figure import Figure  # import here: after choosing the Agg backend
 
+    if width > MAX_WIDTH_IN:
+        raise ValueError(f"a figure {width} in wide prints its small text below 7 pt")
     with matplotlib.rc_context(STYLE):
         yield Figure(figsize=(width, height))
 

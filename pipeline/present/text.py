@@ -36,6 +36,19 @@ def number(value: float | Unknown | None, digits: int = 0, unit: str = "") -> st
     return f"{text} {unit}".strip()
 
 
+_LARGE = ((1e12, "trillion"), (1e9, "billion"), (1e6, "million"))
+
+
+def quantity(value: float | int) -> str:
+    """A count as a reader says it, one rounding rule everywhere: three significant digits in
+    words from a million (``3.06 billion``), whole with thousands separators below
+    (``85,401``)."""
+    for size, word in _LARGE:
+        if abs(value) >= size:
+            return f"{value / size:.3g} {word}"
+    return f"{value:,.0f}"
+
+
 def share(value: float | Unknown | None, digits: int = 1) -> str:
     """A fraction as a percentage (0.123 → ``12.3%``)."""
     return UNKNOWN if value is None or isinstance(value, Unknown) else f"{value:.{digits}%}"
@@ -63,15 +76,17 @@ def measurement(value: Any) -> str:
     if value is None or isinstance(value, Unknown):
         return UNKNOWN
     if isinstance(value, float):
-        # Plain notation: 85,401 and 0.0001234, never 8.54e+04.
+        # Plain notation: 85,401, 3.06 billion and 0.0001234, never 8.54e+04.
         if abs(value) >= 1e3:
-            return f"{value:,.0f}"
+            return quantity(value)
         text = f"{value:.4g}"
         return (
             f"{value:.{4 + max(0, -math.floor(math.log10(abs(value))))}f}".rstrip("0")
             if "e" in text
             else text
         )
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 1e6:
+        return quantity(value)
     if isinstance(value, list | dict):
         return json.dumps(value, sort_keys=True, ensure_ascii=False)
     return str(value)

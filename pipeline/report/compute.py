@@ -15,9 +15,11 @@ from typing import Any
 import yaml
 
 from pipeline.bench.result import CapacityRow, FindingRow
+from pipeline.capacity.fit import NOT_COMPARABLE
 from pipeline.capacity.present import transfer_sentence
 from pipeline.capacity.result import CandidateCapacity, CapacityResult, ServingModel
 from pipeline.decision.catalog import Catalog
+from pipeline.decision.config import KvCacheSizing
 from pipeline.decision.present import RULE_OUTCOME_WORDS
 from pipeline.decision.result import DecisionRecord, TriggerCheck
 from pipeline.ingest.result import IngestSummary
@@ -160,7 +162,6 @@ def executive_summary(inputs: ReportContent) -> dict[str, Any]:
         for c in record.candidates
         if c.status != "excluded"
     ]
-    watch = sorted(record.triggers, key=trigger_priority)
     previous = record.previous
     return {
         "engine": rec.engine_name or "no engine",
@@ -177,16 +178,6 @@ def executive_summary(inputs: ReportContent) -> dict[str, Any]:
             for c in record.candidates
             if c.status == "excluded"
         ],
-        "triggers": [
-            {
-                "id": t.id,
-                "why": _trigger_words(t.why),
-                "rule": f"{t.metric} {t.comparator} {measurement(t.threshold)}",
-                "now": measurement(t.value),
-                "status": t.status,
-            }
-            for t in watch[:5]
-        ],
         "previous": None
         if previous is None
         else {
@@ -197,17 +188,57 @@ def executive_summary(inputs: ReportContent) -> dict[str, Any]:
     }
 
 
-def _trigger_words(why: str) -> str:
-    """A trigger's reason without its citation prefix, for the summary table."""
-    return why.removeprefix("DOMAIN.md: ")
+#: Each requirement in words; a key not listed reads as its name with spaces.
+REQUIREMENT_LABELS = {
+    "deployment": "Where it runs",
+    "hardware": "Hardware the fleet has",
+    "gpu_types": "GPU types",
+    "fixed_sku": "One fixed GPU type for the whole fleet",
+    "models": "Models served",
+    "model_changes_per_quarter": "Model changes a quarter",
+    "features": "Features required",
+    "current_engine": "Engine running today",
+    "untrusted_tenants": "Tenants who must not share a cache",
+    "cost_margin": "Cost gap below which two engines tie",
+    "engineer_week_usd": "Cost of an engineer-week",
+    "migration_engineer_weeks": "Migration effort (engineer-weeks)",
+    "kv_cache": "KV cache per replica",
+}
+
+
+def _requirement_value(key: str, value: Any) -> str:
+    """A requirement's value as a reader says it: yes/no, lists joined, money and shares in
+    their units, the KV-cache sizing as one sentence."""
+    if value in (None, [], {}):
+        return f"{UNKNOWN} (not stated)"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if key == "cost_margin":
+        return share(float(value), 0)
+    if key == "engineer_week_usd":
+        return money(float(value))
+    if key == "kv_cache" and isinstance(value, dict):
+        return (
+            f"{measurement(value['model_params_billion'])} B parameters at "
+            f"{measurement(value['weight_bytes'])} bytes each, {value['layers']} layers, "
+            f"{value['kv_heads']} KV heads of {value['head_dim']}, on "
+            f"{value['gpus_per_replica']} × {measurement(value['gpu_memory_gib'])} GiB GPU(s) at "
+            f"{share(value['memory_utilization'], 0)} use: "
+            f"{number(KvCacheSizing.model_validate(value).tokens_per_replica())} tokens"
+        )
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {measurement(v)}" for k, v in sorted(value.items()))
+    if isinstance(value, list):
+        return ", ".join(measurement(v) for v in value)
+    return measurement(value)
 
 
 def _requirements(inputs: ReportContent) -> dict[str, Any]:
     req = inputs.record.requirements
     rows = [
         {
-            "key": key,
-            "value": f"{UNKNOWN} (not stated)" if value in (None, [], {}) else measurement(value),
+            "key": REQUIREMENT_LABELS.get(key, key.replace("_", " ").capitalize()),
+            "value": _requirement_value(key, value),
         }
         for key, value in req.items()
     ]
@@ -299,29 +330,91 @@ def _prefix(inputs: ReportContent) -> dict[str, Any]:
     }
 
 
+PATTERN_WORDS = {"P": "passed", "F": "failed", "?": "not judged"}
+#: The bench stage's capacity status in words (pipeline.bench.slo).
+CAPACITY_STATUS_WORDS = {
+    "bracketed": "between the last load that passed and the first that failed",
+    "not_bracketed": "at least this: every load passed, the sweep stopped short of failing",
+    "below_range": "below the lowest load: every load failed",
+    "not_searched": "not searched (not an open-loop sweep)",
+    "unknown": "unknown",
+}
+
+
+def load_points_text(pattern: str | None) -> str:
+    """The bench stage's load pattern (``1:? 31.4:P 122.59:F``: offered req/s and verdict) as
+    words: "passed at 31.4 req/s; failed at 122.59 req/s; not judged at 1 req/s"."""
+    if not pattern:
+        return NOTHING
+    by_verdict: dict[str, list[str]] = {}
+    for point in pattern.split():
+        load, _, verdict = point.rpartition(":")
+        by_verdict.setdefault(verdict, []).append(load)
+    return "; ".join(
+        f"{PATTERN_WORDS.get(v, v)} at {', '.join(loads)} req/s" for v, loads in by_verdict.items()
+    )
+
+
+def _chunked_itl_notes(result: CapacityResult | None) -> list[str]:
+    """Why a benchmark's ITL p50 line sits near zero, where the capacity stage found so."""
+    notes = []
+    for c in result.candidates if result else []:
+        model = c.serving_model
+        if not isinstance(model, ServingModel):
+            continue
+        chunked = [e.measured.get("itl_p50") for e in model.point_errors]
+        reasons = [
+            m for m in chunked if isinstance(m, Unknown) and m.reason.startswith(NOT_COMPARABLE)
+        ]
+        if reasons:
+            notes.append(
+                f"{c.candidate}: the ITL p50 line near zero is the tool timing gaps between "
+                "streamed chunks of several tokens, not one decode step (its TPOT p50 is the "
+                "per-token time); the SLO is judged on ITL p99."
+            )
+    return notes
+
+
+CHECK_STATUS_WORDS = {"flag": "flagged", "unknown": "unknown"}
+
+
+def _findings_by_benchmark(findings: list[FindingRow]) -> list[dict[str, Any]]:
+    """Per benchmark: the checks that flagged or could not judge (with the finding), and the
+    names of those that passed, in one line."""
+    grouped: dict[str, dict[str, Any]] = {}
+    for f in findings:
+        group = grouped.setdefault(f.candidate, {"candidate": f.candidate, "issues": [], "ok": []})
+        if f.status == "ok":
+            group["ok"].append(f.check.replace("_", " "))
+        else:
+            group["issues"].append(
+                {
+                    "check": f.check.replace("_", " "),
+                    "status": CHECK_STATUS_WORDS.get(f.status, f.status),
+                    "message": f.message,
+                }
+            )
+    return list(grouped.values())
+
+
 def _bench(inputs: ReportContent) -> dict[str, Any]:
     return {
         "capacity": [
             {
                 "candidate": c.candidate,
-                "pattern": c.pattern or "",
+                "points": load_points_text(c.pattern),
                 "capacity": number(c.capacity_rps, 2, "req/s"),
-                "status": c.capacity_status or "",
+                "status": CAPACITY_STATUS_WORDS.get(c.capacity_status or "unknown", NOTHING),
                 "cost": usd(c.cost_per_1m_output_usd),
-                "pool": c.rank_pool or "",
             }
             for c in inputs.capacity
         ],
-        "findings": [
-            {
-                "candidate": f.candidate,
-                "check": f.check,
-                "status": f.status,
-                "message": f.message,
-            }
-            for f in inputs.findings
-        ],
-        "figures": _figures(inputs, ("latency", "cost")),
+        "findings": _findings_by_benchmark(inputs.findings),
+        # A cost chart of one bar says nothing the table does not.
+        "figures": _figures(
+            inputs, ("latency", "cost") if len(inputs.capacity) > 1 else ("latency",)
+        ),
+        "notes": _chunked_itl_notes(inputs.workload_capacity),
     }
 
 
@@ -514,10 +607,10 @@ def _triggers(inputs: ReportContent) -> dict[str, Any]:
                 "rule": f"{t.metric} {t.comparator} {measurement(t.threshold)}",
                 "now": measurement(t.value),
                 "last": measurement(last[t.id].previous_value) if t.id in last else NOTHING,
-                "status": t.status,
+                "status": t.status.replace("_", " "),
                 "why": t.why,
             }
-            for t in record.triggers
+            for t in sorted(record.triggers, key=trigger_priority)
         ],
         "previous": None
         if record.previous is None
@@ -527,7 +620,7 @@ def _triggers(inputs: ReportContent) -> dict[str, Any]:
                 "rule": f"{c.metric} {c.comparator} {measurement(c.threshold)}",
                 "then": measurement(c.previous_value),
                 "now": measurement(c.value),
-                "status": c.status,
+                "status": c.status.replace("_", " "),
             }
             for c in record.previous.triggers
         ],

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import polars as pl
 
-from pipeline.present.figures import COLORS, LINESTYLES, drawing, svg_bytes
+from pipeline.present.figures import COLORS, LINESTYLES, SMALL_FONT, drawing, svg_bytes
 from pipeline.present.tables import key_value_table, markdown_table
 from pipeline.shape.result import ShapePlotData, ShapeResult
 from pipeline.unknown import is_known
@@ -144,7 +145,7 @@ def arrivals_svg(
     ``series`` has ``bucket_start`` and ``requests``; ``peaks`` maps window label → peak rate
     (or a reason string when unsupported), shown in the legend box.
     """
-    with drawing(9, 3.5) as fig:
+    with drawing(7.5, 3.4) as fig:
         ax = fig.subplots()
         t = series["bucket_start"].dt.replace_time_zone(None).to_numpy()
         n = series["requests"].to_numpy()
@@ -159,7 +160,7 @@ def arrivals_svg(
             "\n".join(f"peak over {k}: {v}" for k, v in peaks.items()),
             transform=ax.transAxes,
             va="top",
-            fontsize=8,
+            fontsize=SMALL_FONT,
             bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "0.8"},
         )
         fig.autofmt_xdate()
@@ -168,7 +169,7 @@ def arrivals_svg(
 
 def concurrency_svg(series: pl.DataFrame, peak: int, label: str) -> bytes:
     """Concurrency envelope (per-bucket min..max) over time, peak marked, estimate labelled."""
-    with drawing(9, 3.5) as fig:
+    with drawing(7.5, 3.4) as fig:
         ax = fig.subplots()
         t = series["bucket_start"].dt.replace_time_zone(None).to_numpy()
         hi = series["concurrency_max"].to_numpy()
@@ -190,9 +191,16 @@ def concurrency_svg(series: pl.DataFrame, peak: int, label: str) -> bytes:
         ax.set_title(
             "Concurrency over time" + (" (ESTIMATED)" if label.startswith("estimated") else "")
         )
-        ax.text(0.01, -0.32, label, transform=ax.transAxes, fontsize=7, va="top")
+        ax.text(
+            0.0,
+            -0.32,
+            textwrap.fill(label, 110),
+            transform=ax.transAxes,
+            fontsize=SMALL_FONT,
+            va="top",
+        )
         ax.set_ylim(bottom=0, top=max(1.0, float(hi.max()) * 1.15) if len(hi) else 1.0)
-        ax.legend(loc="lower left", fontsize=7)
+        ax.legend(loc="lower left", fontsize=SMALL_FONT)
         fig.autofmt_xdate()
         return svg_bytes(fig)
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from pipeline.present.figures import COLORS, LINESTYLES, MARKERS, drawing, svg_bytes
+from pipeline.present.figures import COLORS, LINESTYLES, MARKERS, SMALL_FONT, drawing, svg_bytes
 from pipeline.present.tables import markdown_table
 
 if TYPE_CHECKING:
@@ -92,7 +92,14 @@ def _annotate(ax: Axes, *tables: pl.DataFrame) -> None:
             bbox={"facecolor": "white", "edgecolor": "grey"},
         )
     else:
-        ax.text(0.0, -0.2, textwrap.fill(note, 90), fontsize=7, va="top", transform=ax.transAxes)
+        ax.text(
+            0.0,
+            -0.2,
+            textwrap.fill(note, 90),
+            fontsize=SMALL_FONT,
+            va="top",
+            transform=ax.transAxes,
+        )
 
 
 def hit_ratio_vs_capacity_svg(curves: pl.DataFrame, scenarios: pl.DataFrame) -> bytes:
@@ -140,7 +147,7 @@ def hit_ratio_vs_capacity_svg(curves: pl.DataFrame, scenarios: pl.DataFrame) -> 
         ax.set_ylim(0, 1)
         ax.grid(True, which="both", alpha=0.3)
         if curves.height or scenarios.height:
-            ax.legend(fontsize=7, loc="upper left")
+            ax.legend(fontsize=SMALL_FONT, loc="upper left")
         ax.set_title("Hit ratio vs cache capacity, by routing")
         return svg_bytes(fig)
 
@@ -168,6 +175,6 @@ def imbalance_vs_hit_ratio_svg(scenarios: pl.DataFrame) -> bytes:
         ax.axhline(1.0, color="grey", lw=0.8)
         ax.grid(True, alpha=0.3)
         if multi.height:
-            ax.legend(fontsize=8)
+            ax.legend(fontsize=SMALL_FONT)
         ax.set_title("Cache affinity vs load balance")
         return svg_bytes(fig)
