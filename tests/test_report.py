@@ -8,7 +8,9 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pypdf
+import pypdfium2 as pdfium
 import pytest
 import yaml
 
@@ -74,6 +76,26 @@ def pdf_text(path: Path) -> str:
     return "\n".join(page.extract_text() for page in pypdf.PdfReader(path).pages)
 
 
+#: A page whose last printed line is above this share of its height is near-empty.
+MIN_PAGE_FILL = 0.45
+
+
+def filled_pages(pdf: Path) -> list[int]:
+    """The pages (1-based) whose content ends above ``MIN_PAGE_FILL`` of the page between the
+    running header and footer: rendered, then the lowest non-white row found."""
+    document = pdfium.PdfDocument(pdf)
+    short = []
+    for number in range(len(document)):
+        pixels = np.asarray(document[number].render(scale=0.5).to_pil().convert("L"))
+        height = pixels.shape[0]
+        body = pixels[int(height * 0.06) : int(height * 0.92)]  # between header and footer
+        inked = np.flatnonzero((body < 200).any(axis=1))
+        lowest = (inked[-1] if inked.size else 0) / body.shape[0]
+        if lowest < MIN_PAGE_FILL:
+            short.append(number + 1)
+    return short
+
+
 def test_the_bundled_document_reads_as_a_document(tmp_path: Path) -> None:
     config_path = workload(tmp_path)
     published = publish(config_path)
@@ -94,6 +116,18 @@ def test_the_bundled_document_reads_as_a_document(tmp_path: Path) -> None:
     summary = build(stage.read_inputs(config.layout(), config).document)["summary"]
     assert summary["engine"] == "SGLang" and summary["confidence"] == "provisional"
     assert [c["engine"] for c in summary["candidates"]][:2] == ["SGLang", "vLLM"]
+    # Page 1 is the decision memo: what is asked, what each option costs, how sure, what
+    # would change it, the next steps.
+    first = reader.pages[0].extract_text().replace("\n", " ")
+    for heading in (
+        "Approve SGLang as the inference engine",
+        "What it costs for this traffic",
+        "How sure we are",
+        "What would change the decision",
+        "Next steps",
+    ):
+        assert heading in first, heading
+    assert filled_pages(published.pdf)[:-1] == [], "near-empty pages before the last"
     # Same inputs, same bytes; and the standalone HTML is the same document.
     again = stage.run(stage.read_inputs(config.layout(), config))
     assert again.pdf == published.pdf.read_bytes()

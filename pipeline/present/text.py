@@ -85,7 +85,7 @@ def measurement(value: Any) -> str:
             if "e" in text
             else text
         )
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 1e6:
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 1e3:
         return quantity(value)
     if isinstance(value, list | dict):
         return json.dumps(value, sort_keys=True, ensure_ascii=False)
