@@ -9,7 +9,7 @@ so a request whose leading ``h`` full prompt blocks are cached hits
 of exactly k·B tokens hits (k − 1)·B tokens. :func:`hit_limit_blocks` gives ``⌊(P − 1) / B⌋``
 (0 for an empty prompt); every replay and curve takes it precomputed.
 
-Namespaces (DOMAIN.md; vLLM ``generate_block_hash_extra_keys``, ``kv_cache_utils.py``
+Namespaces (vLLM ``generate_block_hash_extra_keys``, ``kv_cache_utils.py``
 L590-680): the LoRA adapter is in every block's extra keys and different models run in different
 engines, so requests of different ``model`` or ``lora_adapter`` never share a block; with tenant
 isolation the tenant joins the key too (vLLM ``cache_salt``, SGLang's namespaced radix key).

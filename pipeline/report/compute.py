@@ -34,18 +34,8 @@ from pipeline.present.text import (
 )
 from pipeline.shape.result import ShapeMetrics
 from pipeline.sim.result import ScenarioSummary
+from pipeline.sources import cited_sources, split_cite
 from pipeline.unknown import Unknown, is_known
-
-# DOMAIN.md "Sources to cite in reports".
-SOURCES = (
-    "Kwon et al., Efficient Memory Management for LLM Serving with PagedAttention, SOSP 2023",
-    "Zheng et al., SGLang: Efficient Execution of Structured Language Model Programs, NeurIPS 2024",
-    "vLLM documentation, automatic prefix caching",
-    "NVIDIA TensorRT-LLM documentation",
-    "Hugging Face text-generation-inference repository",
-    "ggml-org llama.cpp server documentation",
-    "Schroeder, Wierman, Harchol-Balter, Open Versus Closed: A Cautionary Tale, NSDI 2006",
-)
 
 
 @dataclass(frozen=True)
@@ -96,7 +86,7 @@ def svg_uri(svg: bytes) -> str:
 def build(inputs: ReportContent) -> dict[str, Any]:
     """Everything the template shows, section by section."""
     record = inputs.record
-    return {
+    document: dict[str, Any] = {
         "title": inputs.title,
         "organisation": inputs.organisation,
         "workload": inputs.workload,
@@ -116,6 +106,12 @@ def build(inputs: ReportContent) -> dict[str, Any]:
         "changes": _changes(inputs),
         "appendix": _appendix(inputs),
     }
+    # The sources list holds exactly what the text cites (rules, triggers, cache sizing …); the
+    # appendix's lineage (paths, configuration, hashes) cites nothing.
+    document["appendix"]["sources"] = cited_sources(
+        {key: value for key, value in document.items() if key != "appendix"}
+    )
+    return document
 
 
 def _data_range(summary: IngestSummary) -> str:
@@ -191,7 +187,7 @@ def executive_summary(inputs: ReportContent) -> dict[str, Any]:
 
 
 # The executive summary shows the five triggers a leader most needs: what fired, what would
-# flip the answer, then the axes of DOMAIN.md's decision tree.
+# flip the answer, then the axes of the decision tree (docs/decision-rules.md).
 _TRIGGER_ORDER = (
     "flip[",
     "cost.margin",
@@ -212,7 +208,7 @@ def _trigger_priority(trigger: Any) -> tuple[int, int, str]:
 
 def _trigger_words(why: str) -> str:
     """A trigger's reason without its citation prefix, for the summary table."""
-    return why.removeprefix("DOMAIN.md: ")
+    return split_cite(why)[1]
 
 
 def _requirements(inputs: ReportContent) -> dict[str, Any]:
@@ -621,7 +617,6 @@ def _appendix(inputs: ReportContent) -> dict[str, Any]:
         "code": inputs.code,
         "catalog": inputs.record.catalog,
         "decision_inputs": [{"path": p, "sha256": d} for p, d in inputs.record.inputs.items()],
-        "sources": list(SOURCES),
     }
 
 

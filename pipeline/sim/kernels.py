@@ -4,8 +4,8 @@ A workload arrives as CSR-style arrays: request ``r`` owns block ids ``ids[offse
 (dense ids 0..n_ids-1 of its chained hashes, already keyed by cache namespace: model, LoRA
 adapter, tenant when isolated), the first ``prompt_blocks[r]`` of which are prompt blocks, plus
 ``missing[r]`` output blocks whose tokens are unknown: they occupy capacity, never match, and are
-anonymous (DOMAIN.md). ``hit_limit[r]`` = ⌊(P − 1) / B⌋ capped at the prompt blocks comes
-precomputed from ``pipeline.prefix.cache_rules.hit_limit_blocks``.
+anonymous (their tokens are not in the trace). ``hit_limit[r]`` = ⌊(P − 1) / B⌋ capped at the
+prompt blocks comes precomputed from ``pipeline.prefix.cache_rules.hit_limit_blocks``.
 
 Rules implemented (vLLM 0.33.0 automatic prefix caching, SIM_ANCHORS.md section 1):
 - Lookup walks the prompt's chain from block 0 and stops at the first uncached block
