@@ -1,6 +1,6 @@
 """vLLM prefix-cache rules shared by every replay: how many blocks may hit, and cache namespaces.
 
-Hit limit (vLLM 0.33.0, SIM_ANCHORS.md section 1 "What counts as a hit"):
+Hit limit (vLLM 0.33.0 wheel, ``vllm/v1/core``):
 ``KVCacheManager.get_computed_blocks`` (``v1/core/kv_cache_manager.py`` L266-327) caps a hit at
 ``num_tokens - 1`` (the last prompt token is recomputed for its logits) and
 ``find_longest_cache_hit`` (``single_type_kv_cache_manager.py`` ~L743-797) keeps whole blocks,
