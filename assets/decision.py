@@ -35,7 +35,7 @@ from pipeline.present.tables import markdown_table
     kinds={"json"},
 )
 def engine_decision(store: EnginefitStore) -> dg.MaterializeResult:  # type: ignore[type-arg]
-    """Which engine fits this workload, why (the rules in DOMAIN.md's order with their
+    """Which engine fits this workload, why (the rules of docs/decision-rules.md in order, with their
     evidence), at what total cost, and what would flip the answer."""
     config = store.config()
     layout = config.layout()

@@ -18,7 +18,7 @@ from pipeline.shape.present import summary_tables
 )
 def workload_shape(store: EnginefitStore) -> dg.MaterializeResult:  # type: ignore[type-arg]
     """Arrival pattern, token lengths, concurrency (exact or estimated, and labelled), traffic
-    mix, and the findings that place the workload on DOMAIN.md's axes."""
+    mix, and the findings that place the workload on the axes of docs/decision-rules.md."""
     config = store.config()
     layout = config.layout()
     result = stage.run(stage.read_inputs(layout, config), config.shape)

@@ -54,7 +54,8 @@ def caps(*rows: dict[str, Any]) -> pl.DataFrame:
 
 
 def test_domain_worked_example() -> None:
-    """DOMAIN.md: $3.00/h at 2,500 tok/s -> $0.33; at 3,000 tok/s -> $0.28 (17% apart)."""
+    """docs/decision-rules.md#cost-formula: $3.00/h at 2,500 tok/s -> $0.33; at 3,000 tok/s -> $0.28
+    (17% apart)."""
     out = cost_per_million(
         caps(cap_row(), cap_row(engine="sglang", output_throughput_tps=3000.0)),
         Prices(default=3.0),

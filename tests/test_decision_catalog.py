@@ -1,5 +1,5 @@
 """The engine catalog is data validated on load, and the engines named anywhere must be in it;
-the KV-cache sizing formula reproduces ENGINE_FACTS.md's H100 figures."""
+the KV-cache sizing formula reproduces the H100 figures of docs/decision-rules.md#kv-cache-sizing."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def test_the_bundled_catalog_holds_every_engine_and_layer_with_sources() -> None
     assert catalog.engines["tgi"].status.state == "maintenance"
     assert catalog.engines["tgi"].status.since.isoformat() == "2025-12-11"  # type: ignore[union-attr]
     assert set(catalog.engines["tensorrt-llm"].hardware) == {"nvidia"}
-    # DOMAIN.md's SGLang-vs-vLLM margins, kept as secondary figures.
+    # Published SGLang-vs-vLLM margins, kept as secondary figures.
     margins = {f.condition: f.margin for f in catalog.engines["sglang"].secondary_figures}
     assert margins["shared-prefix"] == 0.29 and margins["no-sharing"] == 0.0
 
@@ -148,7 +148,7 @@ def test_a_team_catalog_can_add_an_engine(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("gpus", "params", "layers", "tokens"),
     [
-        (1, 8.03, 32, 450_000),  # Llama-3.1-8B, TP1: ENGINE_FACTS "≈450k"
+        (1, 8.03, 32, 450_000),  # Llama-3.1-8B, TP1: ≈450k
         (4, 70.6, 80, 470_000),  # Llama-3.1-70B, TP4: "≈470k"
         (8, 70.6, 80, 1_370_000),  # TP8: "≈1.37M"
     ],

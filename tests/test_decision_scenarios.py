@@ -1,4 +1,5 @@
-"""Whole decisions, one per branch of DOMAIN.md's decision tree: generated traffic and
+"""Whole decisions, one per branch of the decision tree
+(docs/decision-rules.md): generated traffic and
 benchmark result files (vLLM ``bench serve`` JSON with sidecar manifests) go through the real
 stages as the configured commands run them; the decision reads what they wrote.
 

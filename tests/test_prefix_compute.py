@@ -353,7 +353,8 @@ def test_count_only_trace_has_no_curve() -> None:
 
 
 def test_shared_prefix_ratio_reads_the_share_per_window() -> None:
-    """The benchmark join takes DOMAIN.md's ratio (share of all requests) per window."""
+    """The benchmark join takes the ratio of docs/decision-rules.md#prefix-sharing (share of all
+    requests) per window."""
     result = analyse(_frame(HAND), DEFAULTS.prefix)
     curve = result.curve.filter(pl.col("share").is_not_null())
     assert curve.height > 0

@@ -1,6 +1,6 @@
 """Cost per million tokens at the SLO, and the fleet (GPUs, $/month) to serve a workload's rates.
 
-Formulas (DOMAIN.md, "An evaluation that means something")::
+Formulas (docs/decision-rules.md#cost-formula)::
 
     cost per 1M output tokens = gpu_count × $/GPU-hour ÷ (output tokens/s × 3600) × 10^6
     cost per 1M total tokens  = gpu_count × $/GPU-hour ÷ (total tokens/s × 3600) × 10^6

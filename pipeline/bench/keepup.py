@@ -3,7 +3,7 @@
 In an open-loop run requests are sent on a schedule whatever the server does. When completions
 fall behind sends, the queue grows for as long as the run lasts; a short run then shows
 percentiles a longer run would not, so such a point is **overloaded** whatever its percentiles
-(DOMAIN.md, "An evaluation that means something"). A tool's whole-run request throughput cannot
+(docs/decision-rules.md#keep-up). A tool's whole-run request throughput cannot
 tell: it divides completions by a duration that includes the *drain tail* (the time the last
 requests take after sending stops), and one very long answer near the end lengthens that tail
 without any queue. So overload is judged by what a queue does (waits grow with a request's

@@ -14,7 +14,8 @@ Checks (``check`` column):
 ``prompt_length``         benchmark median prompt differs from production's by more than
                           ``LENGTH_FACTOR`` × either way; ``output_length`` the same for output;
 ``prefix_structure``      unique-prompt benchmark vs production sharing > 50% of requests, or a
-                          shared-prefix benchmark vs production sharing < 20% (DOMAIN.md);
+                          shared-prefix benchmark vs production sharing < 20%
+                          (docs/decision-rules.md#prefix-sharing);
 ``peak_rate``             the highest load the open-loop sweep *sustained* (a point that passed
                           the SLO, which includes keeping up; its send rate, never above its
                           offered rate) is below production's peak rate;
@@ -56,8 +57,9 @@ TAIL_RATIO = 2.0
 # A benchmark median prompt or output length off production's by more than this factor either
 # way is flagged: latency at a different length says little about ours.
 LENGTH_FACTOR = 2.0
-PREFIX_HIGH = 0.5  # DOMAIN.md: shared-prefix ratio > ~50% -> benchmark SGLang against vLLM
-PREFIX_LOW = 0.2  # DOMAIN.md: < ~20% -> published prefix-sharing margins do not apply
+PREFIX_HIGH = 0.5  # docs/decision-rules.md#prefix-sharing: > ~50% -> benchmark SGLang against vLLM
+# docs/decision-rules.md#prefix-sharing: < ~20% -> published prefix-sharing margins do not apply
+PREFIX_LOW = 0.2
 UNIQUE_DATASETS = ("random", "random-ids", "sharegpt", "synthetic", "sonnet")
 # What `enginefit loadtest` writes into its sidecar manifest: the workload's own prompts.
 TRACE_DATASET = "enginefit-trace"

@@ -11,7 +11,7 @@ workload and the fleet sized (defaults and their documentation: ``pipeline/defau
     a few thousand keep the tail percentiles stable and the search well under a second.
 ``warmup_share``
     The first share of simulated requests is left out of the percentiles (they meet an empty
-    server; DOMAIN.md: warm-up requests discarded).
+    server; warm-up requests discarded, docs/decision-rules.md#transferability).
 ``token_budget`` / ``max_batch``
     The engine's per-step token budget (vLLM ``max_num_batched_tokens``) and running-request
     limit (``max_num_seqs``) the served deployment uses; the benchmark files do not say them.

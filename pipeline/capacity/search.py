@@ -13,7 +13,8 @@ A rate passes when, over the requests after the warm-up share:
   TPOT = (e2e − TTFT) ÷ (output − 1)) ≤ the limit;
 * the queue did not grow: the mean admission wait of the last quarter of requests is at most
   twice that of the second quarter plus 5 % of the TTFT limit. An overloaded server's wait grows
-  with every request (DOMAIN.md: judge overload by queueing growing through the run); a healthy
+  with every request (docs/decision-rules.md#keep-up: judge
+  overload by queueing growing through the run); a healthy
   one's fluctuates around a level.
 
 Search: a rate at a tenth of one lone request's service rate must pass (else the SLO cannot be
@@ -93,7 +94,8 @@ def sample_requests(prompt: I64, output: I64, cached: I64, config: CapacityConfi
     take = min(n, config.sample_requests)
     index = rng.permutation(n)[:take] if take == n else rng.choice(n, size=take, replace=False)
     p = np.maximum(prompt[index].astype(np.int64), 1)
-    # The last prompt token is always recomputed (DOMAIN.md: hits cap at prompt − 1).
+    # The last prompt token is always recomputed (pipeline/prefix/cache_rules.py: hits cap at
+    # prompt − 1).
     c = np.clip(cached[index].astype(np.int64), 0, p - 1)
     o = np.maximum(output[index].astype(np.int64), 1)
     gaps = rng.exponential(1.0, size=take)

@@ -116,7 +116,7 @@ class Engine(Section):
     secondary_figures: Annotated[tuple[SecondaryFigure, ...], Strict(False)]
     licence: Text
     as_of: ConfigDate
-    # DOMAIN.md: "peak concurrency >= 10: vLLM or SGLang; Ollama is out".
+    # docs/decision-rules.md#concurrency: at a peak of 10 or more Ollama is out.
     out_at_peak_concurrency: PositiveInt | None = None
 
     @model_validator(mode="after")

@@ -1,8 +1,8 @@
 """The decision: a deterministic pure function from the stages' typed results, the engine
 catalog and the team's requirements to a :class:`~pipeline.decision.result.DecisionRecord`.
 
-The rules run in DOMAIN.md's order and each leaves one rationale entry (fired, did not fire,
-or unknown with what to supply):
+The rules run in the order of docs/decision-rules.md and each leaves one rationale entry (fired, did
+not fire, or unknown with what to supply):
 
 1. ``hardware`` — an engine that runs on none of the team's hardware is excluded.
 2. ``local`` — laptop, CPU, Apple or edge: llama.cpp first.
@@ -177,7 +177,7 @@ def _triggers(ctx: RuleContext, m: dict[str, Any], top: str | None, outcome: Out
             w.peak_concurrency,
             low,
             m,
-            f"DOMAIN.md: peak concurrency ≤ {low:g} leaves little to batch (llama.cpp / Ollama territory)",
+            f"docs/decision-rules.md#concurrency: peak concurrency ≤ {low:g} leaves little to batch (llama.cpp / Ollama territory)",
             at_or_below=True,
         ),
         _crossing(
@@ -186,7 +186,7 @@ def _triggers(ctx: RuleContext, m: dict[str, Any], top: str | None, outcome: Out
             w.peak_concurrency,
             high,
             m,
-            f"DOMAIN.md: peak concurrency ≥ {high:g} needs vLLM or SGLang; Ollama is out",
+            f"docs/decision-rules.md#concurrency: peak concurrency ≥ {high:g} needs vLLM or SGLang; Ollama is out",
         ),
         _crossing(
             "prefix.heavy",
@@ -194,7 +194,7 @@ def _triggers(ctx: RuleContext, m: dict[str, Any], top: str | None, outcome: Out
             w.prefix_share,
             PREFIX_HEAVY_SHARE,
             m,
-            "DOMAIN.md: shared-prefix ratio above ~50%: benchmark SGLang against vLLM on your traffic",
+            "docs/decision-rules.md#prefix-sharing: shared-prefix ratio above ~50%: benchmark SGLang against vLLM on your traffic",
             strict=True,
         ),
         _crossing(
@@ -203,7 +203,7 @@ def _triggers(ctx: RuleContext, m: dict[str, Any], top: str | None, outcome: Out
             w.prefix_share,
             PREFIX_LIGHT_SHARE,
             m,
-            "DOMAIN.md: below ~20% the published SGLang-vs-vLLM margins do not apply",
+            "docs/decision-rules.md#prefix-sharing: below ~20% the published SGLang-vs-vLLM margins do not apply",
             at_or_below=True,
             strict=True,
         ),
@@ -213,7 +213,7 @@ def _triggers(ctx: RuleContext, m: dict[str, Any], top: str | None, outcome: Out
             m.get("catalog.age_days"),
             CATALOG_MAX_AGE_DAYS,
             m,
-            f"DOMAIN.md: the engine catalog is older than {CATALOG_MAX_AGE_DAYS} days (engines "
+            f"docs/decision-rules.md#catalog-age: the engine catalog is older than {CATALOG_MAX_AGE_DAYS} days (engines "
             "release every few weeks)",
             strict=True,
         ),
@@ -226,7 +226,7 @@ def _triggers(ctx: RuleContext, m: dict[str, Any], top: str | None, outcome: Out
                 "==",
                 True,
                 m,
-                "DOMAIN.md: the fleet becoming one fixed NVIDIA SKU favours TensorRT-LLM",
+                "docs/decision-rules.md#model-churn: the fleet becoming one fixed NVIDIA SKU favours TensorRT-LLM",
             )
         )
     if top is not None:
@@ -237,7 +237,7 @@ def _triggers(ctx: RuleContext, m: dict[str, Any], top: str | None, outcome: Out
                 "!=",
                 "active",
                 m,
-                "DOMAIN.md: the chosen engine's status changes (e.g. maintenance mode)",
+                "docs/decision-rules.md#maintenance: the chosen engine's status changes (e.g. maintenance mode)",
             )
         )
         out.append(
@@ -247,7 +247,7 @@ def _triggers(ctx: RuleContext, m: dict[str, Any], top: str | None, outcome: Out
                 ">",
                 0,
                 m,
-                "DOMAIN.md: a model or feature you need is not supported by the chosen engine",
+                "docs/decision-rules.md#features: a model or feature you need is not supported by the chosen engine",
             )
         )
         if top in ctx.benches and ctx.inputs.bench is not None:
@@ -259,7 +259,7 @@ def _triggers(ctx: RuleContext, m: dict[str, Any], top: str | None, outcome: Out
                     m.get(f"bench.age_days[{top}]"),
                     max_age,
                     m,
-                    f"DOMAIN.md: the chosen engine's benchmark is older than {max_age} days "
+                    f"docs/decision-rules.md#benchmark-age: the chosen engine's benchmark is older than {max_age} days "
                     "(about six months; engines release every few weeks)",
                     strict=True,
                 )
@@ -277,7 +277,7 @@ def _triggers(ctx: RuleContext, m: dict[str, Any], top: str | None, outcome: Out
                         ">",
                         m[f"decision.fleet_capacity_rps[{top}]"],
                         m,
-                        f"DOMAIN.md: traffic grows beyond what {whose} and the fleet cover",
+                        f"docs/decision-rules.md#revisit-triggers: traffic grows beyond what {whose} and the fleet cover",
                     )
                 )
     if "decision.cost_gap_top_two" in m:
@@ -288,7 +288,7 @@ def _triggers(ctx: RuleContext, m: dict[str, Any], top: str | None, outcome: Out
                 m["decision.cost_gap_top_two"],
                 ctx.requirements.cost_margin,
                 m,
-                "DOMAIN.md: the top two are within the cost margin (a tie, decided on other "
+                "docs/decision-rules.md#tie: the top two are within the cost margin (a tie, decided on other "
                 "grounds)",
                 at_or_below=True,
                 strict=True,
@@ -421,7 +421,7 @@ def _transferability(
     ctx.rule(
         "transferability",
         "Benchmarks that transfer to production",
-        "DOMAIN.md: an evaluation that means something",
+        "docs/decision-rules.md#transferability",
         bool(reasons),
         "; ".join(reasons) if reasons else "the deciding benchmarks are transferable",
         flags={e: list(b.flags) for e, b in ctx.benches.items()},

@@ -1,6 +1,6 @@
 """Settings of the decision stage: the team's ``requirements`` (what the traffic cannot tell),
-the ``decision`` section, and the rules' fixed thresholds (constants: DOMAIN.md's, not a
-team's). Defaults and their meaning: ``pipeline/defaults.yaml``.
+the ``decision`` section, and the rules' fixed thresholds (constants, each explained in
+docs/decision-rules.md; not a team's). Defaults and their meaning: ``pipeline/defaults.yaml``.
 
 A requirement left empty or null is *unknown*, not assumed: the rule that needs it says so in
 the rationale ("unknown: set requirements.hardware") instead of deciding on a guess.
@@ -27,7 +27,7 @@ Positive = Annotated[float, Field(gt=0)]
 
 
 class KvCacheSizing(Section):
-    """KV-cache tokens one replica holds (ENGINE_FACTS.md section 3, vLLM's sizing):
+    """KV-cache tokens one replica holds (docs/decision-rules.md#kv-cache-sizing, vLLM's sizing):
 
     budget per GPU = gpu_memory_gib × memory_utilization − overhead_gib − weights per GPU,
     weights per GPU = model_params_billion × 10⁹ × weight_bytes ÷ gpus_per_replica,
@@ -36,7 +36,7 @@ class KvCacheSizing(Section):
     tokens per replica = ⌊budget per GPU ÷ KV bytes per token per GPU⌋.
 
     Llama-3.1-8B on one H100 (79.2 GiB visible, 0.92, 3 GiB overhead, 8.03 B params in BF16,
-    32 layers, 8 KV heads of 128, BF16 KV) gives about 450k tokens, as ENGINE_FACTS.md does.
+    32 layers, 8 KV heads of 128, BF16 KV) gives about 450k tokens.
     """
 
     gpu_memory_gib: Positive
@@ -108,20 +108,22 @@ class DecisionConfig(Section):
     payback_max_months: Positive
 
 
-# The rules' fixed thresholds, each from its source (DOMAIN.md); a team sets requirements, not
+# The rules' fixed thresholds, each explained with its sources in
+# docs/decision-rules.md; a team sets requirements, not
 # these, so they are constants rather than options.
 # The shared-prefix ratio the prefix rules read is the curve's share at this window (tokens;
 # the largest curve window not above it).
 PREFIX_WINDOW_TOKENS = 1024
-# DOMAIN.md: a shared-prefix ratio above ~50 % calls for benchmarking SGLang against vLLM...
+# docs/decision-rules.md#prefix-sharing: a shared-prefix ratio above ~50 % calls for benchmarking
+# SGLang against vLLM...
 PREFIX_HEAVY_SHARE = 0.5
 # ...and below ~20 % the published SGLang-vs-vLLM margins do not apply.
 PREFIX_LIGHT_SHARE = 0.2
 # A prefix-aware routing layer is recommended when the best simulated routing saves at least
 # this share of prompt tokens from prefill compared with round-robin.
 ROUTING_GAIN_MIN = 0.1
-# DOMAIN.md's TensorRT-LLM branch, "one or two stable models, NVIDIA, huge volume": huge is at
-# least this many output tokens a month at the workload's mean rate...
+# docs/decision-rules.md#model-churn, the TensorRT-LLM branch ("one or two stable models, NVIDIA,
+# huge volume"): huge is at least this many output tokens a month at the workload's mean rate...
 HIGH_VOLUME_OUTPUT_TOKENS_PER_MONTH = 10_000_000_000.0
 # ...few is at most this many models...
 TRT_MAX_MODELS = 2

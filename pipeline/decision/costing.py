@@ -209,7 +209,7 @@ def _rank(ctx: RuleContext) -> tuple[Outcome, list[Finding]]:
         excluded = {e: s.excluded[0] for e, s in ctx.states.items() if s.excluded}
         _cost_rule(
             ctx,
-            "DOMAIN.md: cost per 1M tokens at your SLO",
+            "docs/decision-rules.md#cost",
             None,
             Finding("no_candidate"),
             excluded=excluded,
@@ -225,7 +225,7 @@ def _rank(ctx: RuleContext) -> tuple[Outcome, list[Finding]]:
         reasons.append(Finding("no_benchmark", engines, details=(missing,)))
         _cost_rule(
             ctx,
-            "DOMAIN.md: every branch ends in your own open-loop benchmark",
+            "docs/decision-rules.md#cost",
             None,
             Finding("cost_unmeasured", details=(missing,)),
             decision_tree=preference,
@@ -263,7 +263,7 @@ def _rank(ctx: RuleContext) -> tuple[Outcome, list[Finding]]:
             top, runner = first, second
     _cost_rule(
         ctx,
-        "DOMAIN.md: compare cost per 1M tokens at your SLO, not peak throughput",
+        "docs/decision-rules.md#cost",
         True,
         Finding(
             "only_cost" if len(values) == 1 else "lowest_tie" if tie else "lowest",
@@ -279,7 +279,7 @@ def _rank(ctx: RuleContext) -> tuple[Outcome, list[Finding]]:
     ctx.rule(
         "margin",
         "A difference larger than the margin",
-        "DOMAIN.md: a re-benchmark changes the ranking by more than the noise",
+        "docs/decision-rules.md#tie",
         tie is not None if runner else None,
         finding_text(
             Finding("margin_tie", tie.engines, tie.figures, tie.details)
@@ -424,7 +424,7 @@ def _payback(
         ctx.rule(
             "payback",
             "Payback of switching from the engine running today",
-            "DOMAIN.md: keeping the choice reversible; migration cost",
+            "docs/decision-rules.md#payback",
             fired,
             finding_text(effect, ctx.name),
             **evidence,

@@ -1,6 +1,6 @@
 """What the decision reads, reduced to the few numbers its rules use, each traceable to a stage
-output: the workload's position on DOMAIN.md's axes, each engine's benchmark evidence, and
-the flat ``measurements`` that revisit triggers compare quarter to quarter.
+output: the workload's position on the axes of docs/decision-rules.md, each engine's benchmark
+evidence, and the flat ``measurements`` that revisit triggers compare quarter to quarter.
 
 A number a stage did not produce (no trace content, no benchmark) is None here and ``unknown``
 in the record, never 0.
@@ -33,9 +33,9 @@ from pipeline.unknown import Unknown
 SECONDS_PER_MONTH = HOURS_PER_MONTH * 3600
 # Capacity rows ranked apart by how much of the curve they saw (pipeline/bench/cost.py).
 RANK_POOLS = ("bracketed", "lower_bound", "single_point")
-# Validity findings that say a benchmark is not about this traffic (DOMAIN.md: what a benchmark
-# needs to transfer). ``peak_rate`` is not one: one replica below production's peak is what a
-# fleet of several replicas is sized for.
+# Validity findings that say a benchmark is not about this traffic
+# (docs/decision-rules.md#transferability). ``peak_rate`` is not one: one replica below
+# production's peak is what a fleet of several replicas is sized for.
 TRANSFER_CHECKS = frozenset(
     {
         "closed_loop",
@@ -51,7 +51,7 @@ TRANSFER_CHECKS = frozenset(
 
 @dataclass(frozen=True)
 class Workload:
-    """The workload on DOMAIN.md's axes (shape and prefix stage outputs)."""
+    """The workload on the axes of docs/decision-rules.md (shape and prefix stage outputs)."""
 
     requests: int | None = None
     mean_rate_rps: float | None = None
@@ -137,8 +137,8 @@ def workload_from(
 
 
 def features_seen(shape: ShapeMetrics, settings: DecisionConfig) -> tuple[str, ...]:
-    """Required features the traffic itself uses (DOMAIN.md: "required features seen in the
-    traffic"): LoRA adapters, structured output, tools, and prompts at long-context length."""
+    """Required features the traffic itself uses (docs/decision-rules.md#features): LoRA adapters,
+    structured output, tools, and prompts at long-context length."""
     features = shape.features
     seen = {
         "lora": features.lora_adapter.requests > 0,

@@ -58,7 +58,7 @@ class Candidate(_Model):
     gpus_at_peak: int | None = None  # fleet for the workload's peak rate
     monthly_cost_mean_rate_usd: float | None = None  # GPU fleet at the workload's mean rate
     # All-in: a replica's hour ÷ the output tokens it serves an hour at its SLO capacity
-    # (DOMAIN.md's definition), for this workload's mix when ``cost_basis`` is ``workload``.
+    # (docs/decision-rules.md#cost-formula), for this workload's mix when ``cost_basis`` is ``workload``.
     cost_per_1m_output_usd: float | None
     monthly_cost_usd: float | None  # GPU fleet at the workload's peak rate
     monthly_change_cost_usd: float | None

@@ -33,7 +33,7 @@ def routing_value(ctx: RuleContext, engine: str | None) -> Routing:
     configured = sorted({s.cache_tokens for s in scenarios})
     if kv is not None:
         capacity: int | None = kv.tokens_per_replica()
-        source = f"requirements.kv_cache: {capacity:,} tokens per replica (ENGINE_FACTS.md section 3 formula)"
+        source = f"requirements.kv_cache: {capacity:,} tokens per replica (docs/decision-rules.md#kv-cache-sizing)"
     elif configured:
         capacity = configured[-1]
         source = f"simulation.cache_tokens (the largest configured, {capacity:,}); set requirements.kv_cache to size it from the hardware"
@@ -56,7 +56,7 @@ def routing_value(ctx: RuleContext, engine: str | None) -> Routing:
         reason="",
     )
     title = "Prefix-aware routing"
-    rule_source = "DOMAIN.md: prefix-heavy → cache-aware routing; routers sit above engines"
+    rule_source = "docs/decision-rules.md#routing-layer"
     if not multi or capacity is None:
         reason = (
             ctx.inputs.missing.get("simulation")
@@ -329,7 +329,7 @@ def isolation_advice(ctx: RuleContext, engine: str | None = None) -> Isolation:
     untrusted = ctx.requirements.untrusted_tenants
     cross = ctx.workload.cross_tenant_share
     title = "Untrusted tenants and a shared prefix cache"
-    source = "DOMAIN.md: a shared cache across tenants is a timing side channel; per-request cache salt or per-tenant isolation"
+    source = "docs/decision-rules.md#isolation"
     shared, isolated = _isolation_hit_ratios(ctx.inputs.scenarios or [])
     common = {
         "cross_tenant_share_of_hits": cross,

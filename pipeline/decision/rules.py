@@ -1,5 +1,5 @@
-"""The decision tree's rules in DOMAIN.md's order (hardware, local, maintenance, features,
-concurrency, SLO, model churn, prefix sharing). Each excludes engines with a reason, points the
+"""The decision tree's rules in the order of docs/decision-rules.md (hardware, local, maintenance,
+features, concurrency, SLO, model churn, prefix sharing). Each excludes engines with a reason, points the
 tree at engines (``ctx.branch``), and leaves one rationale entry: applied, did not apply, or
 unknown with what to supply."""
 
@@ -28,7 +28,7 @@ def hardware(ctx: RuleContext) -> None:
         ctx.rule(
             "hardware",
             "Hardware the engine must run on",
-            "DOMAIN.md decision tree: hardware first",
+            "docs/decision-rules.md#hardware",
             None,
             "unknown: set requirements.hardware (no engine excluded on hardware)",
         )
@@ -54,7 +54,7 @@ def hardware(ctx: RuleContext) -> None:
     ctx.rule(
         "hardware",
         "Hardware the engine must run on",
-        "DOMAIN.md decision tree: hardware first; ENGINE_FACTS.md section 1",
+        "docs/decision-rules.md#hardware",
         bool(excluded),
         f"excluded {', '.join(excluded)}" if excluded else "every engine runs on some of it",
         hardware=list(wanted),
@@ -71,7 +71,7 @@ def local(ctx: RuleContext) -> None:
         ctx.rule(
             "local",
             "Laptop, CPU, Apple or edge",
-            "DOMAIN.md decision tree: laptop/CPU/Apple/edge → llama.cpp",
+            "docs/decision-rules.md#local",
             None,
             "unknown: set requirements.deployment (datacenter or local) or requirements.hardware",
         )
@@ -81,7 +81,7 @@ def local(ctx: RuleContext) -> None:
     ctx.rule(
         "local",
         "Laptop, CPU, Apple or edge",
-        "DOMAIN.md decision tree: laptop/CPU/Apple/edge → llama.cpp",
+        "docs/decision-rules.md#local",
         local,
         "llama.cpp first" if local else "datacenter serving: not the llama.cpp branch",
         deployment=req.deployment,
@@ -106,7 +106,7 @@ def maintenance(ctx: RuleContext) -> None:
     ctx.rule(
         "maintenance",
         "Engines in maintenance mode",
-        "DOMAIN.md: TGI is in maintenance mode, plan a migration to vLLM/SGLang",
+        "docs/decision-rules.md#maintenance",
         bool(stopped),
         effect,
         maintenance={e: ctx.catalog.engines[e].status.note for e in stopped},
@@ -120,7 +120,7 @@ def features(ctx: RuleContext) -> None:
         ctx.rule(
             "features",
             "Required features",
-            "DOMAIN.md: required features seen in the traffic",
+            "docs/decision-rules.md#features",
             False,
             "no feature required (none configured, none seen in the traffic)",
             configured=list(ctx.requirements.features),
@@ -141,7 +141,7 @@ def features(ctx: RuleContext) -> None:
     ctx.rule(
         "features",
         "Required features",
-        "DOMAIN.md: required features seen in the traffic",
+        "docs/decision-rules.md#features",
         bool(excluded),
         f"required {', '.join(required)}"
         + (f"; excluded {', '.join(excluded)}" if excluded else "; every engine supports them"),
@@ -156,7 +156,7 @@ def concurrency(ctx: RuleContext) -> None:
     low = CONCURRENCY_LOW_MAX
     high = CONCURRENCY_HIGH_MIN
     title = "Peak concurrency"
-    source = "DOMAIN.md: peak concurrency ≤ 2 → llama.cpp / Ollama; ≥ 10 → vLLM or SGLang"
+    source = "docs/decision-rules.md#concurrency"
     if peak is None:
         reason = ctx.workload.unknown.get("shape", "no workload shape")
         ctx.rule("concurrency", title, source, None, f"unknown: {reason}")
@@ -199,7 +199,7 @@ def concurrency(ctx: RuleContext) -> None:
 
 
 def slo(ctx: RuleContext) -> None:
-    source = "DOMAIN.md: compare cost per 1M tokens at your SLO"
+    source = "docs/decision-rules.md#slo"
     if not ctx.benches:
         reason = ctx.inputs.missing.get("bench") or "no benchmark results"
         ctx.rule("slo", "SLO met in the benchmark", source, None, f"unknown: {reason}")
@@ -230,10 +230,7 @@ def slo(ctx: RuleContext) -> None:
 def model_churn(ctx: RuleContext) -> None:
     req = ctx.requirements
     title = "One or two stable models on a fixed NVIDIA fleet at huge volume"
-    source = (
-        "DOMAIN.md decision tree: model churn → TensorRT-LLM, weigh kernel gain against "
-        "rebuild cost"
-    )
+    source = "docs/decision-rules.md#model-churn"
     models = sorted(set(req.models) | set(ctx.workload.models))
     volume = ctx.workload.output_tokens_per_month
     unknown = []
@@ -297,10 +294,7 @@ def model_churn(ctx: RuleContext) -> None:
 def prefix(ctx: RuleContext) -> None:
     share = ctx.workload.prefix_share
     title = "Shared-prefix ratio"
-    source = (
-        "DOMAIN.md: shared-prefix ratio > ~50% → benchmark SGLang against vLLM on your traffic; "
-        "< ~20% → published SGLang-vs-vLLM margins do not apply"
-    )
+    source = "docs/decision-rules.md#prefix-sharing"
     if share is None:
         reason = ctx.workload.unknown.get("prefix_share") or ctx.workload.unknown.get(
             "prefix", "no prefix analysis"
@@ -351,7 +345,8 @@ def prefix(ctx: RuleContext) -> None:
 
 
 def _secondary_margins(ctx: RuleContext) -> dict[str, str]:
-    """Published SGLang-vs-vLLM figures from the catalog, marked secondary (DOMAIN.md)."""
+    """Published SGLang-vs-vLLM figures from the catalog, marked secondary
+    (docs/decision-rules.md#published-margins)."""
     spec = ctx.catalog.engines.get("sglang")
     if spec is None:
         return {}
@@ -359,14 +354,13 @@ def _secondary_margins(ctx: RuleContext) -> dict[str, str]:
 
 
 def tails(ctx: RuleContext) -> None:
-    """DOMAIN.md's length rows: informative, they favour no engine here (every datacenter
-    engine batches continuously and chunks prefill)."""
+    """The length tails (docs/decision-rules.md#tails): informative, they favour no engine here (every
+    datacenter engine batches continuously and chunks prefill)."""
     found = ctx.workload.tail_findings
     ctx.rule(
         "tails",
         "Length tails",
-        "DOMAIN.md: p99 output ≫ p50 → continuous batching is not optional; p99 prompt ≫ p50 → "
-        "long-context scheduling (chunked prefill) is the bottleneck, not the engine",
+        "docs/decision-rules.md#tails",
         bool(found) if ctx.workload.prompt_p50 is not None else None,
         "; ".join(found) if found else "no long tail in prompt or output lengths",
         prompt_p50=ctx.workload.prompt_p50,

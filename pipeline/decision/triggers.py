@@ -1,5 +1,5 @@
-"""Revisit triggers: measurable conditions that reopen the decision (DOMAIN.md "Keeping the
-choice reversible, and when to revisit"), and their evaluation a quarter later.
+"""Revisit triggers: measurable conditions that reopen the decision
+(docs/decision-rules.md#revisit-triggers), and their evaluation a quarter later.
 
 Each trigger compares one entry of the record's ``measurements`` (a flat mapping whose keys name
 the stage output they come from, e.g. ``shape.concurrency.peak`` is ``concurrency.peak`` of

@@ -1,6 +1,6 @@
 """vLLM prefix-cache rules shared by every replay: how many blocks may hit, and cache namespaces.
 
-Hit limit (vLLM 0.33.0, SIM_ANCHORS.md section 1 "What counts as a hit"):
+Hit limit (vLLM 0.33.0 wheel, ``vllm/v1/core``):
 ``KVCacheManager.get_computed_blocks`` (``v1/core/kv_cache_manager.py`` L266-327) caps a hit at
 ``num_tokens - 1`` (the last prompt token is recomputed for its logits) and
 ``find_longest_cache_hit`` (``single_type_kv_cache_manager.py`` ~L743-797) keeps whole blocks,
@@ -9,7 +9,7 @@ so a request whose leading ``h`` full prompt blocks are cached hits
 of exactly k·B tokens hits (k − 1)·B tokens. :func:`hit_limit_blocks` gives ``⌊(P − 1) / B⌋``
 (0 for an empty prompt); every replay and curve takes it precomputed.
 
-Namespaces (DOMAIN.md; vLLM ``generate_block_hash_extra_keys``, ``kv_cache_utils.py``
+Namespaces (vLLM ``generate_block_hash_extra_keys``, ``kv_cache_utils.py``
 L590-680): the LoRA adapter is in every block's extra keys and different models run in different
 engines, so requests of different ``model`` or ``lora_adapter`` never share a block; with tenant
 isolation the tenant joins the key too (vLLM ``cache_salt``, SGLang's namespaced radix key).

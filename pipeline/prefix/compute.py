@@ -16,8 +16,8 @@ two when ``B`` is one); at least ``W = B``. Windows below ``B`` or between grid 
 answered from full-block hashes: the chain sees sharing only in whole blocks, so a window that
 is not a multiple of ``B`` would be rounded down to one, and ``W < B`` not at all.
 
-*Shared-prefix ratio at W* (DOMAIN.md): the share of requests whose first ``W`` prompt tokens
-are also the first ``W`` prompt tokens of at least one other request (earlier or later). With
+*Shared-prefix ratio at W* (docs/decision-rules.md#prefix-sharing): the share of requests whose
+first ``W`` prompt tokens are also the first ``W`` prompt tokens of at least one other request (earlier or later). With
 chained full-block hashes the first ``W = k·B`` tokens are identified by the hash at block index
 ``k − 1``, so a request shares at ``W`` when it has ``k`` full prompt blocks and another request
 has the same hash at index ``k − 1``. A request whose prompt has fewer than ``k`` full blocks
@@ -67,13 +67,13 @@ from pipeline.prefix.hashmap import new_table, row_bits, table_find, table_row, 
 from pipeline.prefix.replay import Replay
 from pipeline.prefix.sessions import FlatLists
 
-# The curve-shape classification (DOMAIN.md's prefix regimes) reads the share at a short window
+# The curve-shape classification (docs/prefix.md#definitions) reads the share at a short window
 # of at least this many tokens (a system prompt's length)...
 CLASSIFY_SHORT_WINDOW_TOKENS = 256
 # ...and at a long window of at most this many (capped at the median prompt).
 CLASSIFY_LONG_WINDOW_TOKENS = 4096
-# A share at the short window below this is "no sharing" (DOMAIN.md: below ~20 % the published
-# SGLang margins do not apply).
+# A share at the short window below this is "no sharing" (docs/decision-rules.md#prefix-sharing:
+# below ~20 % the published SGLang margins do not apply).
 NO_SHARING_BELOW = 0.2
 # share(long) / share(short) at or above this is "long shared context".
 LONG_CONTEXT_RETENTION = 0.5

@@ -143,8 +143,8 @@ class PrefixResult:
         return cls(summary=PrefixSummary.model_validate(summary), curve=curve, sessions=sessions)
 
     def shared_prefix_ratio(self) -> dict[int, float]:
-        """DOMAIN.md's shared-prefix ratio per window W (tokens): the share of all requests
-        whose first W tokens another request also starts with. Empty without content."""
+        """The shared-prefix ratio (docs/decision-rules.md#prefix-sharing) per window W (tokens): the
+        share of all requests whose first W tokens another request also starts with. Empty without content."""
         return {
             point.window_tokens: point.share
             for point in self.summary.curve

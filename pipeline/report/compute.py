@@ -37,18 +37,8 @@ from pipeline.present.text import (
 from pipeline.report.memo import decision_memo, trigger_priority
 from pipeline.shape.result import ShapeMetrics
 from pipeline.sim.result import ScenarioSummary
+from pipeline.sources import cited_sources
 from pipeline.unknown import Unknown, is_known
-
-# DOMAIN.md "Sources to cite in reports".
-SOURCES = (
-    "Kwon et al., Efficient Memory Management for LLM Serving with PagedAttention, SOSP 2023",
-    "Zheng et al., SGLang: Efficient Execution of Structured Language Model Programs, NeurIPS 2024",
-    "vLLM documentation, automatic prefix caching",
-    "NVIDIA TensorRT-LLM documentation",
-    "Hugging Face text-generation-inference repository",
-    "ggml-org llama.cpp server documentation",
-    "Schroeder, Wierman, Harchol-Balter, Open Versus Closed: A Cautionary Tale, NSDI 2006",
-)
 
 
 @dataclass(frozen=True)
@@ -99,7 +89,7 @@ def svg_uri(svg: bytes) -> str:
 def build(inputs: ReportContent) -> dict[str, Any]:
     """Everything the template shows, section by section."""
     record = inputs.record
-    return {
+    document: dict[str, Any] = {
         "title": inputs.title,
         "organisation": inputs.organisation,
         "workload": inputs.workload,
@@ -120,6 +110,12 @@ def build(inputs: ReportContent) -> dict[str, Any]:
         "changes": _changes(inputs),
         "appendix": _appendix(inputs),
     }
+    # The sources list holds exactly what the text cites (rules, triggers, cache sizing …); the
+    # appendix's lineage (paths, configuration, hashes) cites nothing.
+    document["appendix"]["sources"] = cited_sources(
+        {key: value for key, value in document.items() if key != "appendix"}
+    )
+    return document
 
 
 def _data_range(summary: IngestSummary) -> str:
@@ -701,7 +697,6 @@ def _appendix(inputs: ReportContent) -> dict[str, Any]:
         "code": inputs.code,
         "catalog": inputs.record.catalog,
         "decision_inputs": [{"path": p, "sha256": d} for p, d in inputs.record.inputs.items()],
-        "sources": list(SOURCES),
     }
 
 

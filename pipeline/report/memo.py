@@ -13,6 +13,7 @@ from typing import Any
 
 from pipeline.decision.result import Candidate, DecisionRecord, Rule, Trigger
 from pipeline.present.text import money, usd
+from pipeline.sources import split_cite
 
 #: The rules whose firing points the decision tree at engines (their effect says where).
 TREE_RULES = ("local", "concurrency", "model_churn", "prefix")
@@ -79,7 +80,7 @@ def _ask(record: DecisionRecord, layer_name: str | None) -> str:
 
 
 def _trigger_sentence(t: Trigger) -> str:
-    why = t.why.split(": ", 1)[1] if t.why.startswith(("DOMAIN.md", "docs/")) else t.why
+    why = split_cite(t.why)[1]
     state = "It has fired." if t.status == "fired" else ""
     return f"{why[:1].upper()}{why[1:]}. {state}".strip()
 

@@ -1,7 +1,8 @@
 """Small value types shared between stages, so no stage imports another's internals.
 
 ``WorkloadFacts`` is what the workload-shape stage hands to the benchmark join and the decision:
-the handful of numbers that place a workload on DOMAIN.md's axes. ``LatencyModel`` estimates a
+the handful of numbers that place a workload on the axes of
+docs/decision-rules.md. ``LatencyModel`` estimates a
 request's duration when the trace does not log one (no public trace does).
 """
 
@@ -65,7 +66,8 @@ class WorkloadFacts:
     """The numbers of a workload that the benchmark join and the decision read.
 
     ``shared_prefix_ratio`` maps a window W in tokens to the share of requests whose first W
-    tokens are shared with another request (DOMAIN.md); empty when the trace has no content.
+    tokens are shared with another request (docs/decision-rules.md#prefix-sharing); empty when the trace
+    has no content.
     ``peak_concurrency_estimated`` is True when durations came from ``latency_model``.
     """
 

@@ -36,7 +36,7 @@ ROUTINGS: tuple[str, ...] = get_args(Routing)
 CACHE_INDEPENDENT: frozenset[str] = frozenset(ROUTINGS) - {"cache-aware"}
 
 
-# sgl-router ``cache_aware`` defaults come in inconsistent layers (SIM_ANCHORS.md section 2):
+# sgl-router ``cache_aware`` defaults come in inconsistent layers:
 # ``library`` is the Rust ``CacheAwareConfig::default`` of sglang-router 0.3.2
 # (``src/policies/mod.rs`` L93-110, also smg ``f8daa88`` ``model_gateway/src/policies/mod.rs``
 # L180-185); ``launcher`` is what the router's CLI (``src/main.rs`` L149-171) and Python launcher

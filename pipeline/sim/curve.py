@@ -9,7 +9,7 @@ depth is ≤ C (Mattson et al. 1970). ``capacity_curve`` returns the exact step 
 The curve is the ``instant`` request lifetime of :func:`pipeline.sim.replay.simulate` (blocks
 released at arrival, nothing pinned): it equals that replay token for token at every capacity.
 Pinning by running requests (the ``durations`` lifetime) makes the effective capacity vary
-with load, which no single stack-distance pass models (SIM_ANCHORS.md section 5, point 3).
+with load, which no single stack-distance pass models.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 A capacity-C LRU cache holds exactly the C most recently accessed distinct blocks, so a lookup
 of block j hits in every cache of size ≥ its stack depth d (1 + distinct blocks accessed since
 its last access), and one histogram of depths gives the hit count at every capacity (Mattson et
-al. 1970; SIM_ANCHORS.md section 5). Accesses are the blocks each request inserts or refreshes,
-tail first (its unknown output blocks, then its chain from the last block to block 0), as the
+al., Evaluation techniques for storage hierarchies, IBM Systems Journal 9(2), 1970). Accesses
+are the blocks each request inserts or refreshes, tail first (its unknown output blocks, then its chain from the last block to block 0), as the
 ``instant`` replay of ``pipeline.sim.kernels.replay`` does (vLLM frees blocks in reverse so the
 shared head is the most recent, ``single_type_kv_cache_manager.py`` L591-599): every parent is
 then more recent than its children, so with chained ids (``kernels.is_chained``) each cache is

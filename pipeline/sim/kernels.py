@@ -4,10 +4,10 @@ A workload arrives as CSR-style arrays: request ``r`` owns block ids ``ids[offse
 (dense ids 0..n_ids-1 of its chained hashes, already keyed by cache namespace: model, LoRA
 adapter, tenant when isolated), the first ``prompt_blocks[r]`` of which are prompt blocks, plus
 ``missing[r]`` output blocks whose tokens are unknown: they occupy capacity, never match, and are
-anonymous (DOMAIN.md). ``hit_limit[r]`` = ⌊(P − 1) / B⌋ capped at the prompt blocks comes
-precomputed from ``pipeline.prefix.cache_rules.hit_limit_blocks``.
+anonymous (their tokens are not in the trace). ``hit_limit[r]`` = ⌊(P − 1) / B⌋ capped at the
+prompt blocks comes precomputed from ``pipeline.prefix.cache_rules.hit_limit_blocks``.
 
-Rules implemented (vLLM 0.33.0 automatic prefix caching, SIM_ANCHORS.md section 1):
+Rules implemented (vLLM 0.33.0 automatic prefix caching, ``vllm/v1/core`` of its wheel):
 - Lookup walks the prompt's chain from block 0 and stops at the first uncached block
   (``find_longest_cache_hit``, ``single_type_kv_cache_manager.py`` ~L743-797); blocks pinned by
   running requests count as cached, since vLLM caches a block when its work is scheduled
@@ -36,7 +36,7 @@ Rules implemented (vLLM 0.33.0 automatic prefix caching, SIM_ANCHORS.md section 
   cache state, so ``replay.assign`` runs this loop without blocks and the replicas' streams are
   then replayed one at a time);
   ``CACHE_AWARE`` applies sgl-router's ``select_worker`` (sglang-router 0.3.2
-  ``src/policies/cache_aware.rs`` L351-461, SIM_ANCHORS.md section 2) on the replicas' exact
+  ``src/policies/cache_aware.rs`` L351-461) on the replicas' exact
   caches, as KV-event-driven routers see them, not on sgl-router's approximate character tree.
 
 Every kernel is called through a Python function of the same name that checks its sizes and
