@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import math
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 import yaml
@@ -121,3 +124,19 @@ def bench_settings(**changes: object) -> BenchConfig:
 def sim_settings(**changes: object) -> SimConfig:
     """The documented ``simulation`` defaults with ``changes`` applied (validated)."""
     return DEFAULTS.simulation.replace(**changes)
+
+
+def azure_conversation_trace(path: Path, n: int = 6000) -> Path:
+    """An Azure-2023-conversation-like trace (counts only): median prompt ≈ 1,000 tokens, median
+    answer ≈ 250, Poisson arrivals at ~3 req/s over about half an hour."""
+    rng = np.random.default_rng(7)
+    prompt = np.clip(rng.lognormal(math.log(1000), 0.6, n), 20, 16000).astype(int)
+    output = np.clip(rng.lognormal(math.log(250), 0.6, n), 5, 2000).astype(int)
+    start = dt.datetime(2023, 11, 16, 18, 0, 0)
+    times = np.cumsum(rng.exponential(1 / 3.0, n))
+    lines = ["TIMESTAMP,ContextTokens,GeneratedTokens"]
+    for t, p, o in zip(times, prompt, output, strict=True):
+        stamp = (start + dt.timedelta(seconds=float(t))).strftime("%Y-%m-%d %H:%M:%S.%f")
+        lines.append(f"{stamp},{p},{o}")
+    path.write_text("\n".join(lines) + "\n")
+    return path

@@ -3,11 +3,9 @@ get different, hand-checkable costs from the same benchmark (issue 19, "done whe
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 from pathlib import Path
 
-import numpy as np
 import pytest
 import yaml
 
@@ -22,7 +20,7 @@ from pipeline.layout import WorkloadLayout
 from pipeline.report.headline import headlines
 from pipeline.sim import stage as sim_stage
 from pipeline.unknown import Unknown
-from tests.conftest import REPO, bundled_config
+from tests.conftest import REPO, azure_conversation_trace, bundled_config
 
 # The bundled SLO's p95 TTFT of 1 s cannot be met by a 1×H100 replica on Mooncake's prompts (its
 # p95 prompt is ~40k tokens, ~2 s of prefill alone); a looser limit lets both workloads have a
@@ -34,22 +32,6 @@ SIMULATION = {
     "cache_tokens": [450000],
     "routings": ["round-robin", "cache-aware"],
 }
-
-
-def _azure_conversation_trace(path: Path, n: int = 6000) -> Path:
-    """An Azure-2023-conversation-like trace (counts only): median prompt ≈ 1,000 tokens, median
-    answer ≈ 250, Poisson arrivals at ~3 req/s over about half an hour."""
-    rng = np.random.default_rng(7)
-    prompt = np.clip(rng.lognormal(math.log(1000), 0.6, n), 20, 16000).astype(int)
-    output = np.clip(rng.lognormal(math.log(250), 0.6, n), 5, 2000).astype(int)
-    start = dt.datetime(2023, 11, 16, 18, 0, 0)
-    times = np.cumsum(rng.exponential(1 / 3.0, n))
-    lines = ["TIMESTAMP,ContextTokens,GeneratedTokens"]
-    for t, p, o in zip(times, prompt, output, strict=True):
-        stamp = (start + dt.timedelta(seconds=float(t))).strftime("%Y-%m-%d %H:%M:%S.%f")
-        lines.append(f"{stamp},{p},{o}")
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 def _configure(tmp_path: Path, name: str, traces: list[dict[str, str]] | None = None) -> Path:
@@ -79,7 +61,7 @@ def test_two_workloads_get_different_hand_checkable_costs_from_one_sweep(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     mooncake = _run_stages(_configure(tmp_path, "mooncake"), capsys)
-    trace = _azure_conversation_trace(tmp_path / "azure_conv.csv")
+    trace = azure_conversation_trace(tmp_path / "azure_conv.csv")
     azure = _run_stages(
         _configure(tmp_path, "azure-conv", [{"path": str(trace), "format": "azure"}]), capsys
     )

@@ -25,7 +25,7 @@ from pipeline.report.compute import build
 from pipeline.report.present import LocalOnlyFetcher, render_pdf
 from pipeline.report.result import Published
 from pipeline.report.versions import HTML, MANIFEST, ReportTree
-from tests.conftest import REPO, bundled_config
+from tests.conftest import REPO, azure_conversation_trace, bundled_config
 
 SECTIONS = (
     "1. Executive summary",
@@ -235,3 +235,18 @@ def test_a_new_quarter_compares_with_the_previous_quarter(tmp_path: Path) -> Non
     q2 = publish(workload(tmp_path, quarter="2025-Q2"))
     assert (q2.quarter, q2.version, q2.created) == ("2025-Q2", 1, True)
     assert "Compared with 2025-Q1 v1." in pdf_text(q2.pdf)
+
+
+def test_a_trace_without_prompt_content_says_so_instead_of_empty_plots(tmp_path: Path) -> None:
+    """An Azure-style trace (lengths only): the prefix section says sharing is unknown and why,
+    draws no empty curve, and the document still has no near-empty page."""
+    trace = azure_conversation_trace(tmp_path / "azure_conv.csv")
+    config = bundled_config(tmp_path, "azure")
+    raw = yaml.safe_load(config.read_text())
+    raw["workload"] = {"name": "azure-conv", "traces": [{"path": str(trace), "format": "azure"}]}
+    config.write_text(yaml.safe_dump(raw))
+    published = publish(config)
+    text = pdf_text(published.pdf).replace("\n", " ")
+    assert "no prompt content (nor prefix hashes)" in text
+    assert "Shared-prefix ratio by window" not in text  # no empty curve
+    assert filled_pages(published.pdf)[:-1] == []

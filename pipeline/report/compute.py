@@ -287,6 +287,14 @@ def _shape(inputs: ReportContent) -> dict[str, Any]:
     }
 
 
+NO_CONTENT = (
+    "The traces carry request lengths but no prompt content (nor prefix hashes), so how much "
+    "prompts share, what a prefix cache would hit and what routing would buy cannot be measured "
+    "here: they are unknown, not zero. A trace with prompt token ids or hashed prompt blocks "
+    "answers them."
+)
+
+
 def _prefix(inputs: ReportContent) -> dict[str, Any]:
     record = inputs.record
     prefix = inputs.prefix
@@ -304,6 +312,7 @@ def _prefix(inputs: ReportContent) -> dict[str, Any]:
         for s in ordered
     ]
     routing = record.routing
+    content_free = prefix is None or prefix.block_size is None
     return {
         "classification": prefix.classification.reason if prefix else UNKNOWN,
         "shape": prefix.classification.shape if prefix else UNKNOWN,
@@ -322,7 +331,11 @@ def _prefix(inputs: ReportContent) -> dict[str, Any]:
             "method": routing.method,
         },
         "isolation": record.isolation.reason,
-        "figures": _figures(inputs, ("prefix_curve", "hit_ratio", "imbalance")),
+        # Without prompt content there is no curve to draw: say so instead of empty axes.
+        "no_content": NO_CONTENT if content_free else None,
+        "figures": []
+        if content_free
+        else _figures(inputs, ("prefix_curve", "hit_ratio", "imbalance")),
     }
 
 
