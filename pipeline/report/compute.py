@@ -125,6 +125,15 @@ def _data_range(summary: IngestSummary) -> str:
     return f"{first[:16].replace('T', ' ')} to {last[:16].replace('T', ' ')} UTC"
 
 
+#: A candidate's standing in words: "viable" alone reads as an endorsement it is not.
+CANDIDATE_STATUS_WORDS = {
+    "recommended": "recommended",
+    "runner-up": "runner-up",
+    "viable": "runs here, not preferred",
+    "excluded": "ruled out",
+}
+
+
 def _layer_name(inputs: ReportContent) -> str | None:
     layer = inputs.record.routing.layer
     return inputs.catalog.layers[layer].name if layer else None
@@ -137,7 +146,7 @@ def executive_summary(inputs: ReportContent) -> dict[str, Any]:
     rows = [
         {
             "engine": c.name,
-            "status": c.status,
+            "status": CANDIDATE_STATUS_WORDS[c.status],
             "cost": usd(c.cost_per_1m_output_usd)
             + (" (benchmark's)" if c.cost_basis == "benchmark" else ""),
             "benchmark_cost": usd(c.benchmark_cost_per_1m_output_usd),
