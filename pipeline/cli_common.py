@@ -26,6 +26,10 @@ from pipeline.ingest.stage import adhoc_inputs
 from pipeline.layout import WorkloadLayout
 
 DEFAULT_CONFIG = "enginefit.yaml"
+FORMAT_HELP = (
+    "the traces' format (default auto: detected by content); another CSV or JSON Lines layout "
+    "is read with format: columns in the configuration's workload.traces"
+)
 
 
 def add_config_argument(parser: argparse.ArgumentParser) -> None:
@@ -52,7 +56,9 @@ def add_trace_arguments(
         metavar="TRACE",
         help="trace files, globs, folders or canonical Parquet (none: the configured workload)",
     )
-    parser.add_argument("--format", default="auto", choices=["auto", *FORMAT_NAMES])
+    parser.add_argument(
+        "--format", default="auto", choices=["auto", *FORMAT_NAMES], help=FORMAT_HELP
+    )
     parser.add_argument("--block-size", type=int, default=None, help=block_help)
 
 
