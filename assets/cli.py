@@ -149,6 +149,8 @@ def run_report(args: argparse.Namespace) -> int:
     config = command_config(args)
     config_path = Path(args.config)
     home = _ensure_dagster_home(config_path.parent)
+    # The seconds before the first step ends (Dagster loading, the run starting) are not silent.
+    print(f"enginefit report: starting the run on the Dagster instance in {home}", file=sys.stderr)
     import dagster as dg  # import here: Dagster takes seconds to load; only report and decide use it
 
     from assets.definitions import run_full_graph  # import here: it loads Dagster
