@@ -175,3 +175,10 @@ def test_an_unrecognised_csv_is_told_each_formats_headers_and_the_mapping(tmp_pa
     assert "mooncake (JSONL, keys timestamp, input_length, output_length, hash_ids)" in message
     assert f"{{path: {plain}, format: columns, columns: {{arrival: COLUMN" in message
     assert "\n" not in message
+
+
+def test_an_empty_mapped_file_is_named_empty(tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    (tmp_path / "export.csv").write_text("\n\n", encoding="utf-8")
+    with pytest.raises(InputFormatError, match=r"^export\.csv: file is empty$"):
+        stage.run(stage.read_inputs(load_config(project)))

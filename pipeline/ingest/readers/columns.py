@@ -181,7 +181,9 @@ class ColumnsReader(Reader):
         return False  # never detected: only a trace entry's mapping says what the columns hold
 
     def read(self, source: SourceFile, ctx: ReadContext) -> ReadResult:
-        first = first_nonblank_line(source.head()).lstrip()
+        first = first_nonblank_line(source.head())
+        if not first:
+            raise InputFormatError(f"{source.label}: file is empty")
         form: Reader = (
             _MappedJsonLines(self.mapping) if first.startswith(b"{") else _MappedCsv(self.mapping)
         )
