@@ -50,13 +50,13 @@ _REQUIRED = ("arrival", "prompt_tokens")
 
 
 def _missing_message(
-    source: SourceFile, missing: list[str], mapping: TraceColumns, has: str
+    source: SourceFile, missing: list[str], mapping: TraceColumns, where: str
 ) -> str:
-    named = mapping.named()
-    keys = [next(key for key, column in named.items() if column == name) for name in missing]
+    """``missing`` columns, not found in ``where``, with the mapping keys that name them."""
+    key_of = {column: key for key, column in mapping.named().items()}  # each column named once
     return (
-        f"{source.label}: {has} lacks {', '.join(missing)}, named by "
-        f"{', '.join(f'columns.{key}' for key in keys)} of this file's entry in "
+        f"{source.label}: {where} lacks {', '.join(missing)}, named by "
+        f"{', '.join(f'columns.{key_of[name]}' for name in missing)} of this file's entry in "
         "workload.traces: correct the mapping (names are case-sensitive)"
     )
 
@@ -77,6 +77,7 @@ class _MappedCsv(CsvReader):
             "arrival",
             unit=_TIME_UNIT.get(mapping.arrival_unit, "s"),
         )
+        # unit: of the durations (ttft_ms, e2e_ms); the other kinds have none
         fields = [
             Column(header, _FIELDS[key][0], _FIELDS[key][1], required=key in _REQUIRED, unit="ms")
             for key, header in named.items()
