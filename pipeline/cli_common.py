@@ -7,7 +7,8 @@ workload it used. A stage command runs in one of two modes:
 * **configured** (no trace paths): the stage of the configured workload, exactly as the Dagster
   asset runs it (same inputs through the layout, same outputs);
 * **ad hoc** (trace paths given): the given traces, read with the configuration's settings;
-  results are printed, and written only under ``--out DIR``.
+  results are printed, and written only under ``--out DIR`` (``ingest`` always writes: to
+  ``data/ingest`` unless ``--out`` names another folder).
 """
 
 from __future__ import annotations
