@@ -55,7 +55,7 @@ def command_progress(command: str) -> Callable[[str], None]:
     return lambda line: to_stderr(f"enginefit {command}: {line}")
 
 
-class _StepLines:
+class StepLines:
     """Turns a run's events into lines: one per finished step, and for an asset made of
     several steps (ingest's files, the simulation's scenarios) one more when its last step
     finishes, with the time its steps took together."""
@@ -116,7 +116,7 @@ class _RunWatcher:
         self._emit = emit
         self._run_id: str | None = None
         self._cursor: str | None = None
-        self._lines = _StepLines()
+        self._lines = StepLines()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="enginefit-progress", daemon=True)
 

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from assets.cli import CHECKOUT, ui_command
-from assets.progress import RUNNING_AFTER_SECONDS, RUNNING_EVERY_SECONDS, _StepLines
+from assets.progress import RUNNING_AFTER_SECONDS, RUNNING_EVERY_SECONDS, StepLines
 
 
 def test_a_step_running_long_gets_a_line_and_another_while_it_goes_on() -> None:
-    lines = _StepLines()
+    lines = StepLines()
     lines.started("simulation_scenarios.scenario[b512]", now=100.0)
     lines.started("workload_shape", now=102.0)
     assert lines.overdue(100.0 + RUNNING_AFTER_SECONDS - 0.1) == []
