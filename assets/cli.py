@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,11 +33,10 @@ def _at_least_one(text: str) -> int:
 
 DECIDE_DOC = """    enginefit decide [--config FILE] [--previous RECORD] [--as-of YYYY-MM-DD] [--json]
 
-``decide`` has Dagster materialise, for the configured workload, every asset the decision
-depends on that is missing or stale (an input file or configuration section changed since it
-ran), then decides and writes the record under ``decision/`` exactly as the ``engine_decision``
-asset does. ``--previous`` evaluates an earlier
-quarter's revisit triggers against this run's measurements.
+decide has Dagster materialise, for the configured workload, every asset the decision depends
+on that is missing or stale (an input file or configuration section changed since it ran), then
+decides and writes the record under decision/ exactly as the engine_decision asset does.
+--previous evaluates an earlier quarter's revisit triggers against this run's measurements.
 """
 
 
@@ -122,16 +122,39 @@ def _ensure_dagster_home(project: Path) -> Path:
     return home
 
 
+# The checkout this code runs from: its Makefile's `make ui` opens <checkout>/.dagster_home.
+CHECKOUT = Path(__file__).resolve().parent.parent
+
+
+def ui_command(home: Path, project: Path) -> str:
+    """The command that opens the Dagster UI on the run history in ``home`` with the
+    definitions of ``project``'s enginefit.yaml: `make ui` only where that is what it opens
+    (the checkout's own .dagster_home and configuration), else dg with DAGSTER_HOME set."""
+    if home == (CHECKOUT / ".dagster_home").resolve() and project.resolve() == CHECKOUT:
+        return (
+            "make ui"
+            if Path.cwd().resolve() == CHECKOUT
+            else f"make -C {shlex.quote(str(CHECKOUT))} ui"
+        )
+    dg = Path(sys.executable).parent / "dg"
+    return (
+        f"DAGSTER_HOME={shlex.quote(str(home))} {shlex.quote(str(dg)) if dg.exists() else 'dg'} "
+        f"dev -m assets.definitions -d {shlex.quote(str(project))}"
+    )
+
+
 def run_report(args: argparse.Namespace) -> int:
     # Validate before starting Dagster, so a bad file is one line, not a failed run per asset.
     args.config = str(Path(args.config or DEFAULT_CONFIG).resolve())
     config = command_config(args)
     config_path = Path(args.config)
     home = _ensure_dagster_home(config_path.parent)
+    # The seconds before the first step ends (Dagster loading, the run starting) are not silent.
+    print(f"enginefit report: starting the run on the Dagster instance in {home}", file=sys.stderr)
     import dagster as dg  # import here: Dagster takes seconds to load; only report and decide use it
 
     from assets.definitions import run_full_graph  # import here: it loads Dagster
-    from assets.progress import to_stderr  # import here: it loads Dagster
+    from assets.progress import command_progress  # import here: it loads Dagster
 
     with dg.DagsterInstance.get() as instance:
         run = run_full_graph(
@@ -139,7 +162,7 @@ def run_report(args: argparse.Namespace) -> int:
             instance,
             executor=args.executor,
             max_concurrent=args.max_concurrent,
-            progress=to_stderr,
+            progress=command_progress("report"),
         )
     workload_dir = config.layout().root
     print(f"outputs under {workload_dir}:")
@@ -158,7 +181,9 @@ def run_report(args: argparse.Namespace) -> int:
     print(f"checks: {run.checks_passed} passed, {len(run.checks_failed)} did not")
     for check, severity, problems in run.checks_failed:
         print(f"  {severity} {check}: {problems}")
-    print(f"Dagster run history: {home} (open the UI with `make ui`)")
+    print(
+        f"Dagster run history: {home} (open the UI with `{ui_command(home, config_path.parent)}`)"
+    )
     for step, message in run.failures:
         what = "the run" if step == "run" else f"step {step}"
         print(f"enginefit: error: {what} failed: {message}", file=sys.stderr)
@@ -184,9 +209,12 @@ def run_decide(args: argparse.Namespace) -> int:
     import dagster as dg  # import here: Dagster takes seconds to load; only report and decide use it
 
     from assets.definitions import materialise_stale  # import here: it loads Dagster
+    from assets.progress import command_progress  # import here: it loads Dagster
 
     with dg.DagsterInstance.get() as instance:
-        ran = materialise_stale(config_path, instance, "engine_decision")
+        ran = materialise_stale(
+            config_path, instance, "engine_decision", progress=command_progress("decide")
+        )
     if ran:
         print(
             f"enginefit decide: materialised what was missing or stale: {', '.join(ran)}",

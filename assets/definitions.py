@@ -277,7 +277,12 @@ def _outputs_gone(instance: dg.DagsterInstance, key: dg.AssetKey) -> bool:
     )
 
 
-def materialise_stale(config_path: Path, instance: dg.DagsterInstance, target: str) -> list[str]:
+def materialise_stale(
+    config_path: Path,
+    instance: dg.DagsterInstance,
+    target: str,
+    progress: Callable[[str], None] | None = None,
+) -> list[str]:
     """Observe the outside inputs, then materialise, in one in-process run of ``full_report`` on
     ``instance``, every asset ``target`` depends on that is missing or stale, and every asset
     between those and ``target``; returns their keys in the order the graph lists them. A step
@@ -286,7 +291,8 @@ def materialise_stale(config_path: Path, instance: dg.DagsterInstance, target: s
     Stale is Dagster's notion: an input it reads was observed with a new data version, or an
     asset it reads was materialised since. Dagster only sees the second once the upstream asset
     has run, so the assets after a stale one join the same run rather than wait for the next
-    call. Missing is never materialised, or a recorded output file gone.
+    call. Missing is never materialised, or a recorded output file gone. ``progress``: as
+    :func:`run_full_graph`'s, for the run that materialises them.
 
     Dagster's stale-status resolver (what the UI's "Materialize stale and missing" uses) is not
     public API; it is the one place enginefit reaches into Dagster's internals.
@@ -318,5 +324,9 @@ def materialise_stale(config_path: Path, instance: dg.DagsterInstance, target: s
     rerun = dg.AssetSelection.assets(*outdated).downstream().resolve(graph) & upstream
     stale = [key for key in graph.toposorted_asset_keys if key in rerun]
     if stale:
-        _raise_failure(run_full_graph(config_path, instance, executor="in_process", assets=stale))
+        _raise_failure(
+            run_full_graph(
+                config_path, instance, executor="in_process", assets=stale, progress=progress
+            )
+        )
     return [key.to_user_string() for key in stale]

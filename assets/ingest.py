@@ -20,7 +20,7 @@ from assets.metadata import (
 )
 from assets.resources import EnginefitStore
 from pipeline.ingest import checks, stage
-from pipeline.ingest.present import files_table, quarantine_rows
+from pipeline.ingest.present import anchor_text, files_table, quarantine_rows
 from pipeline.ingest.result import IngestSummary, SkippedFile
 from pipeline.present.tables import markdown_table
 
@@ -44,8 +44,7 @@ def ingest_metadata(
         "block_size": summary.block_size,
         "tokenizer": summary.tokenizer + (" (approximate)" if summary.tokens_approximate else ""),
         "salt_fingerprint": summary.salt_fingerprint or "none (nothing hashed)",
-        "anchor": (summary.anchor or "")
-        + (" (built-in default)" if summary.anchor_is_default else ""),
+        "anchor": anchor_text(summary) if summary.anchor else "",
         "warnings": md("\n".join(f"- {w}" for w in summary.warnings) or "none"),
         **path_entries({k: paths[k] for k in ("requests", "quarantine", "summary")}),
         "preview": frame_preview(preview.drop("prefix_hashes")),

@@ -1,5 +1,7 @@
-"""``enginefit report``'s progress: one line on standard error per finished step (asset, check
-or scenario), with its duration, read from the run's event log while the run goes on.
+"""``enginefit report``'s (and ``decide``'s) progress: one line on standard error per finished
+step (asset, check or scenario), with its duration, and one while a step runs longer than a few
+seconds (the first ingest, the first scenario compiling its kernels, the PDF), read from the
+run's event log while the run goes on.
 
 The lines come from the instance's event log, not from a logger in the step's process: with the
 multiprocess executor (or a cluster executor) steps run in other processes, whose output is
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -21,19 +24,24 @@ import dagster as dg
 QUIET_LOGGERS = {"console": {"config": {"log_level": "CRITICAL"}}}
 
 _WATCHED = {
+    dg.DagsterEventType.STEP_START,
     dg.DagsterEventType.STEP_SUCCESS,
     dg.DagsterEventType.STEP_FAILURE,
     dg.DagsterEventType.ASSET_MATERIALIZATION,
 }
 _POLL_SECONDS = 0.25
+# A step still running this long gets a line saying so, and another every RUNNING_EVERY_SECONDS
+# after: a person waiting sees what the run is doing.
+RUNNING_AFTER_SECONDS = 5.0
+RUNNING_EVERY_SECONDS = 20.0
 
 
 def step_line(event: dg.DagsterEvent) -> str:
-    """``enginefit report: <step> done (1.3 s)`` or ``… <step> FAILED``."""
+    """``<step> done (1.3 s)`` or ``<step> FAILED``."""
     if event.event_type == dg.DagsterEventType.STEP_SUCCESS:
         seconds = event.event_specific_data.duration_ms / 1000  # type: ignore[union-attr]
-        return f"enginefit report: {event.step_key} done ({seconds:.1f} s)"
-    return f"enginefit report: {event.step_key} FAILED"
+        return f"{event.step_key} done ({seconds:.1f} s)"
+    return f"{event.step_key} FAILED"
 
 
 def to_stderr(line: str) -> None:
@@ -42,7 +50,12 @@ def to_stderr(line: str) -> None:
     sys.stderr.flush()
 
 
-class _StepLines:
+def command_progress(command: str) -> Callable[[str], None]:
+    """Progress lines on standard error, each starting ``enginefit <command>:``."""
+    return lambda line: to_stderr(f"enginefit {command}: {line}")
+
+
+class StepLines:
     """Turns a run's events into lines: one per finished step, and for an asset made of
     several steps (ingest's files, the simulation's scenarios) one more when its last step
     finishes, with the time its steps took together."""
@@ -51,15 +64,34 @@ class _StepLines:
         self._graph_seconds: dict[str, float] = {}
         self._graph_steps: dict[str, int] = {}
         self._materializes: dict[str, str] = {}  # step key → the graph asset it completes
+        # Step key → when it was seen starting, and when its next "running" line is due.
+        self._running: dict[str, tuple[float, float]] = {}
 
-    def lines(self, event: dg.DagsterEvent) -> list[str]:
+    def started(self, key: str, now: float) -> None:
+        self._running[key] = (now, now + RUNNING_AFTER_SECONDS)
+
+    def overdue(self, now: float) -> list[str]:
+        """A line for each step running past its next due time (``now``: the clock
+        :meth:`started` was given)."""
+        lines = []
+        for key, (start, due) in sorted(self._running.items()):
+            if now >= due:
+                lines.append(f"{key} running ({now - start:.0f} s so far)")
+                self._running[key] = (start, due + RUNNING_EVERY_SECONDS)
+        return lines
+
+    def lines(self, event: dg.DagsterEvent, now: float) -> list[str]:
         key = event.step_key or ""
         graph = key.split(".", 1)[0] if "." in key else None
+        if event.event_type == dg.DagsterEventType.STEP_START:
+            self.started(key, now)
+            return []
         if event.event_type == dg.DagsterEventType.ASSET_MATERIALIZATION:
             asset = event.asset_key.to_user_string() if event.asset_key else None
             if graph is not None and asset == graph:
                 self._materializes[key] = asset
             return []
+        self._running.pop(key, None)
         lines = [step_line(event)]
         if graph is not None and event.event_type == dg.DagsterEventType.STEP_SUCCESS:
             seconds = event.event_specific_data.duration_ms / 1000  # type: ignore[union-attr]
@@ -67,7 +99,7 @@ class _StepLines:
             self._graph_steps[graph] = self._graph_steps.get(graph, 0) + 1
             if key in self._materializes:
                 lines.append(
-                    f"enginefit report: {graph} done ({self._graph_seconds[graph]:.1f} s over "
+                    f"{graph} done ({self._graph_seconds[graph]:.1f} s over "
                     f"{self._graph_steps[graph]} steps)"
                 )
         return lines
@@ -84,7 +116,7 @@ class _RunWatcher:
         self._emit = emit
         self._run_id: str | None = None
         self._cursor: str | None = None
-        self._lines = _StepLines()
+        self._lines = StepLines()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="enginefit-progress", daemon=True)
 
@@ -101,7 +133,8 @@ class _RunWatcher:
             self._cursor = page.cursor
             for record in page.records:
                 event = record.event_log_entry.dagster_event
-                for line in self._lines.lines(event) if event is not None else []:
+                now = time.monotonic()
+                for line in self._lines.lines(event, now) if event is not None else []:
                     self._emit(line)
             if not page.has_more:
                 return
@@ -109,6 +142,8 @@ class _RunWatcher:
     def _loop(self) -> None:
         while not self._stop.wait(_POLL_SECONDS):
             self._drain()
+            for line in self._lines.overdue(time.monotonic()):
+                self._emit(line)
 
     def __enter__(self) -> _RunWatcher:
         self._thread.start()

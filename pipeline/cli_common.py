@@ -7,7 +7,8 @@ workload it used. A stage command runs in one of two modes:
 * **configured** (no trace paths): the stage of the configured workload, exactly as the Dagster
   asset runs it (same inputs through the layout, same outputs);
 * **ad hoc** (trace paths given): the given traces, read with the configuration's settings;
-  results are printed, and written only under ``--out DIR``.
+  results are printed, and written only under ``--out DIR`` (``ingest`` always writes: to
+  ``data/ingest`` unless ``--out`` names another folder).
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ from pipeline.ingest.stage import adhoc_inputs
 from pipeline.layout import WorkloadLayout
 
 DEFAULT_CONFIG = "enginefit.yaml"
+FORMAT_HELP = (
+    "the traces' format (default auto: detected by content); another CSV or JSON Lines layout "
+    "is read with format: columns in the configuration's workload.traces"
+)
 
 
 def add_config_argument(parser: argparse.ArgumentParser) -> None:
@@ -52,7 +57,9 @@ def add_trace_arguments(
         metavar="TRACE",
         help="trace files, globs, folders or canonical Parquet (none: the configured workload)",
     )
-    parser.add_argument("--format", default="auto", choices=["auto", *FORMAT_NAMES])
+    parser.add_argument(
+        "--format", default="auto", choices=["auto", *FORMAT_NAMES], help=FORMAT_HELP
+    )
     parser.add_argument("--block-size", type=int, default=None, help=block_help)
 
 

@@ -575,6 +575,11 @@ def test_a_chosen_anchor_is_named_without_a_warning(
     assert ingest(azure(tmp_path / "a.csv"), "--out", tmp_path / "z", "--json") == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["anchor_is_default"] is True and summary["warnings"] == []
+    # … and the text says the anchor dated nothing, not that a default stands in for a choice
+    assert ingest(azure(tmp_path / "a.csv"), "--out", tmp_path / "z") == 0
+    text = capsys.readouterr().out
+    assert "anchor of relative timestamps: none needed: every timestamp is an absolute time" in text
+    assert "not set by you" not in text
     config = write_config(tmp_path, [str(trace)], anchor="2024-06-01")
     assert ingest("--config", config) == 0
     assert "anchor of relative timestamps: 2024-06-01T00:00:00+00:00 (set by you)" in (
@@ -665,7 +670,8 @@ def test_the_workload_asset_runs_without_a_salt_and_shows_anchor_and_warnings(
         0
     ].step_materialization_data.materialization.metadata
     assert metadata["salt_fingerprint"].value == "none (nothing hashed)"
-    assert metadata["anchor"].value == "2000-01-01T00:00:00+00:00 (built-in default)"
+    # Azure timestamps are absolute: the built-in anchor dated nothing
+    assert metadata["anchor"].value == "none needed: every timestamp is an absolute time"
     assert metadata["warnings"].value == "none"
 
 

@@ -47,7 +47,7 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "bench",
         help="SLO capacity, cost per 1M tokens and validity of benchmark result files",
-        description=__doc__,
+        description=(__doc__ or "").replace("``", ""),  # the docstring, as plain text
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(

@@ -24,7 +24,12 @@ def register(subparsers: Any) -> None:
         description="Print a decision record (decision/decision.json) as prose a reviewer reads "
         "top to bottom: the answer, the candidates, the rules with their evidence, the triggers.",
     )
-    explain.add_argument("record", type=Path, metavar="RECORD")
+    explain.add_argument(
+        "record",
+        type=Path,
+        metavar="RECORD",
+        help="a decision.json (data/<workload>/decision/ or a published report version)",
+    )
     explain.set_defaults(func=run_explain)
 
 

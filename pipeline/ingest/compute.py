@@ -21,7 +21,7 @@ import polars as pl
 from pipeline.errors import ConfigError, InputFormatError
 from pipeline.hashing import SAMPLE_SALT, salt_fingerprint
 from pipeline.ingest.config import SALT_ENV_VAR
-from pipeline.ingest.readers import ReadContext, SourceFile, detect_reader, reader_named
+from pipeline.ingest.readers import ReadContext, Reader, SourceFile, detect_reader, reader_named
 from pipeline.ingest.readers.base import DEFAULT_ANCHOR, EPOCH_SECONDS_MIN, ReadResult
 from pipeline.ingest.result import FileSummary, IngestResult, IngestSummary, SkippedFile
 from pipeline.ingest.tokenize import Tokenizer, make_tokenizer
@@ -45,6 +45,9 @@ CANONICAL_FORMAT = "canonical-parquet"
 # (here across the files of one ingest, in pipeline.ingest.days across the days of a quarter).
 DUPLICATE_ID = "duplicate_request_id"
 DUPLICATE_DETAIL = "an earlier record has the same id"
+# How a source is read: a format name (``auto``: detected by content), or a reader built for it
+# (a ``format: columns`` trace's, from its mapping).
+TraceFormat = str | Reader
 
 
 def expand_paths(paths: Sequence[str | Path]) -> list[SourceFile]:
@@ -141,6 +144,15 @@ def out_of_order(requests: pl.DataFrame, file: str) -> int:
     return int(count or 0)
 
 
+def dated_from_default_anchor(first_arrival: datetime | str | None) -> bool:
+    """Whether arrivals starting at ``first_arrival`` include relative timestamps dated from the
+    built-in anchor: those land before the first instant a reader takes as absolute, where no
+    absolute timestamp of the plausible range but 2000-2001 falls."""
+    if isinstance(first_arrival, str):
+        first_arrival = datetime.fromisoformat(first_arrival)
+    return first_arrival is not None and first_arrival < _FIRST_ABSOLUTE
+
+
 def arrival_span(requests: pl.DataFrame) -> tuple[str | None, str | None, float]:
     """First and last arrival (ISO) and the seconds between them; None, None, 0 when empty."""
     first = requests["arrival"].min() if requests.height else None
@@ -165,10 +177,13 @@ class SourceRead:
 
 
 def read_source(
-    source: SourceFile, fmt: str, ctx: ReadContext, *, digest: str, position: int
+    source: SourceFile, fmt: TraceFormat, ctx: ReadContext, *, digest: str, position: int
 ) -> SourceRead:
-    """Read one source with the reader ``fmt`` names (``auto``: detected by content)."""
-    reader = detect_reader(source) if fmt == "auto" else reader_named(fmt)
+    """Read one source with the reader ``fmt`` is or names (``auto``: detected by content)."""
+    if isinstance(fmt, Reader):
+        reader = fmt
+    else:
+        reader = detect_reader(source) if fmt == "auto" else reader_named(fmt)
     result = reader.read(source, ctx)
     # Canonical Parquet carries hashes made at its own ingest; every other reader hashed
     # this file's content (or block ids) with ctx.salt just now.
@@ -188,7 +203,7 @@ def ingest_sources(
     ctx: ReadContext,
     *,
     fmt: str = "auto",
-    formats: Sequence[str] | None = None,
+    formats: Sequence[TraceFormat] | None = None,
     anchor_is_default: bool = False,
 ) -> IngestResult:
     """Read every source (format per source from ``formats``, else ``fmt``) into one table; a
@@ -280,7 +295,7 @@ def merge_reads(
     notes.extend(_short_prompt_notes(requests, block_size))
     warnings = []
     earliest = requests["arrival"].min() if requests.height else None
-    if anchor_is_default and isinstance(earliest, datetime) and earliest < _FIRST_ABSOLUTE:
+    if anchor_is_default and isinstance(earliest, datetime) and dated_from_default_anchor(earliest):
         warnings.append(
             f"arrivals start at {first}: relative timestamps dated from the default "
             f"anchor {ctx.anchor.isoformat()}, so the dates are placeholders; set "

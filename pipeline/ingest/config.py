@@ -6,7 +6,7 @@ is read when no workload is configured). Defaults and their documentation:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, ValidationInfo, model_validator
 
@@ -16,22 +16,108 @@ from pipeline.layout import SAFE_NAME
 from pipeline.settings import BlockSize, ConfigInstant, ConfigPath, ConfigQuarter, Section
 
 SALT_ENV_VAR = "ENGINEFIT_HASH_SALT"
+# The format of a trace whose columns the configuration names (TraceColumns); never detected.
+COLUMNS_FORMAT = "columns"
 # With workload.daily_quarter, each trace path names its day with this field (pipeline.ingest.days).
 DAY_FIELD = "{day}"
 
 
 def _known_format(value: Any) -> Any:
-    if isinstance(value, str) and value not in ("auto", *FORMAT_NAMES):
-        raise ValueError(f"unknown format {value!r}; choose auto or one of {FORMAT_NAMES}")
+    known = ("auto", *FORMAT_NAMES, COLUMNS_FORMAT)
+    if isinstance(value, str) and value not in known:
+        raise ValueError(f"unknown format {value!r}; choose one of {', '.join(known)}")
     return value
 
 
+ColumnName = Annotated[str, Field(min_length=1)]
+# How the arrival column is written: a number of seconds, milliseconds, microseconds or
+# nanoseconds (epoch time, or an offset from workload.anchor when below 10^9 s), or ISO 8601 text.
+ArrivalUnit = Literal["s", "ms", "us", "ns", "iso"]
+# Optional keys of a column mapping, unset when a trace entry leaves them out.
+_OPTIONAL_COLUMNS = (
+    "session",
+    "turn",
+    "tenant",
+    "model",
+    "request_id",
+    "cached_tokens",
+    "ttft_ms",
+    "e2e_ms",
+)
+
+
+class TraceColumns(Section):
+    """Which column (CSV header name) or key (JSON Lines; ``a.b`` reaches into an object) of a
+    ``format: columns`` trace holds each canonical field. ``arrival`` and ``prompt_tokens`` are
+    required; ``output_tokens`` must be named, or set to null when the trace does not log it.
+    Columns not named here are never read, so a prompt-text column stays in the file."""
+
+    arrival: ColumnName
+    arrival_unit: ArrivalUnit
+    prompt_tokens: ColumnName
+    output_tokens: ColumnName | None
+    session: ColumnName | None
+    turn: ColumnName | None
+    tenant: ColumnName | None
+    model: ColumnName | None
+    request_id: ColumnName | None
+    cached_tokens: ColumnName | None
+    ttft_ms: ColumnName | None
+    e2e_ms: ColumnName | None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _optional_unset(cls, value: Any) -> Any:
+        """Optional keys default to unset; ``arrival_unit`` to seconds."""
+        if not isinstance(value, dict):
+            return value
+        return {"arrival_unit": "s", **dict.fromkeys(_OPTIONAL_COLUMNS), **value}
+
+    @model_validator(mode="after")
+    def _each_column_once(self) -> TraceColumns:
+        """One column fills one field (a column read twice would be a typo, and the CSV
+        reader keys its checks by column name)."""
+        seen: dict[str, str] = {}
+        for key, column in self.named().items():
+            if column in seen:
+                raise ValueError(
+                    f"column {column!r} is named for both {seen[column]} and {key}: name each "
+                    "column once"
+                )
+            seen[column] = key
+        return self
+
+    def named(self) -> dict[str, str]:
+        """Each mapped canonical field → its source column, in declaration order."""
+        return {
+            key: column
+            for key, column in self.model_dump().items()
+            if key != "arrival_unit" and column is not None
+        }
+
+
 class TraceSource(Section):
-    """One trace file (or glob): ``path`` resolved, ``label`` as written (recorded as lineage)."""
+    """One trace file (or glob): ``path`` resolved, ``label`` as written (recorded as lineage);
+    ``columns`` the column mapping of a ``format: columns`` trace."""
 
     path: str
     format: Annotated[str, BeforeValidator(_known_format)]
     label: str
+    columns: TraceColumns | None
+
+    @model_validator(mode="after")
+    def _columns_with_format(self) -> TraceSource:
+        if self.format == COLUMNS_FORMAT and self.columns is None:
+            raise ValueError(
+                "format: columns needs a columns mapping naming the trace's columns, e.g. "
+                "columns: {arrival: timestamp, prompt_tokens: prompt_tokens, "
+                "output_tokens: completion_tokens}"
+            )
+        if self.format != COLUMNS_FORMAT and self.columns is not None:
+            raise ValueError(
+                f"columns is read only with format: columns (this entry has format: {self.format})"
+            )
+        return self
 
     @property
     def display(self) -> str:
@@ -49,7 +135,13 @@ def _trace_entries(value: Any, info: ValidationInfo) -> Any:
         if isinstance(entry, dict) and isinstance(entry.get("path"), str):
             written = Path(entry["path"])
             resolved = written if written.is_absolute() or base is None else Path(base) / written
-            entry = {"format": "auto", **entry, "path": str(resolved), "label": str(written)}
+            entry = {
+                "format": "auto",
+                "columns": None,
+                **entry,
+                "path": str(resolved),
+                "label": str(written),
+            }
         entries.append(entry)
     return tuple(entries)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pipeline.ingest.compute import dated_from_default_anchor
 from pipeline.ingest.result import IngestSummary
 from pipeline.present.tables import markdown_table
 
@@ -58,13 +59,17 @@ def summary_text(summary: IngestSummary) -> str:
     approx = " (approximate)" if summary.tokens_approximate else ""
     lines.append(f"block size {summary.block_size}; tokenizer {summary.tokenizer}{approx}")
     if summary.anchor:
-        lines.append(f"anchor of relative timestamps: {summary.anchor}{_anchor_origin(summary)}")
+        lines.append(f"anchor of relative timestamps: {anchor_text(summary)}")
     lines.extend(f"note: {note}" for note in summary.notes)
     lines.extend(f"warning: {warning}" for warning in summary.warnings)
     return "\n".join(lines)
 
 
-def _anchor_origin(summary: IngestSummary) -> str:
-    if summary.anchor_is_default:
-        return " (the built-in default, not set by you: workload.anchor or --anchor)"
-    return " (set by you)"
+def anchor_text(summary: IngestSummary) -> str:
+    """The anchor and where it came from; the built-in one only matters when it dated some
+    arrivals (a trace of absolute times never reads it)."""
+    if not summary.anchor_is_default:
+        return f"{summary.anchor} (set by you)"
+    if summary.first_arrival is not None and not dated_from_default_anchor(summary.first_arrival):
+        return "none needed: every timestamp is an absolute time"
+    return f"{summary.anchor} (the built-in default, not set by you: workload.anchor or --anchor)"

@@ -30,6 +30,7 @@ from pipeline.config import Config, default_config
 from pipeline.errors import InputFormatError
 from pipeline.ingest.compute import (
     SourceRead,
+    TraceFormat,
     distinct_sources,
     expand_paths,
     ingest_sources,
@@ -39,6 +40,7 @@ from pipeline.ingest.compute import (
 from pipeline.ingest.config import SALT_ENV_VAR, TraceSource
 from pipeline.ingest.readers import ReadContext, SourceFile
 from pipeline.ingest.readers.base import ReadResult
+from pipeline.ingest.readers.columns import ColumnsReader
 from pipeline.ingest.result import IngestResult, IngestSummary, SkippedFile
 from pipeline.ingest.tokenize import make_tokenizer
 from pipeline.layout import WorkloadLayout, require_output
@@ -61,7 +63,7 @@ ADHOC_SALT = b"enginefit-adhoc"
 @dataclass(frozen=True)
 class IngestInputs:
     sources: tuple[SourceFile, ...]
-    formats: tuple[str, ...]
+    formats: tuple[TraceFormat, ...]
     context: ReadContext
     anchor_is_default: bool = False
 
@@ -88,14 +90,15 @@ def read_inputs(
     :mod:`pipeline.ingest.days`), read with its settings."""
     workload = config.require_workload()
     base = config.source.parent if config.source else Path.cwd()
-    sources, formats = [], []
+    sources: list[SourceFile] = []
+    formats: list[TraceFormat] = []
     for trace in workload.traces if traces is None else traces:
         for source in expand_paths([trace.path]):
             # Lineage names files as the configuration does (relative to it), so outputs do
             # not depend on where the project is checked out.
             label = trace.display if str(source.path) == trace.path else _relative(source, base)
             sources.append(SourceFile.of(source.path, label))
-            formats.append(trace.format)
+            formats.append(ColumnsReader(trace.columns) if trace.columns else trace.format)
     return IngestInputs(
         tuple(sources),
         tuple(formats),

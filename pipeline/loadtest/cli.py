@@ -76,7 +76,11 @@ def register(subparsers: Any) -> None:
     server = parser.add_argument_group("server")
     server.add_argument("--endpoint", metavar="URL", help="e.g. http://127.0.0.1:8000/v1")
     server.add_argument("--model", metavar="NAME", help="the model name the server serves")
-    server.add_argument("--api", choices=["completions", "chat"])
+    server.add_argument(
+        "--api",
+        choices=["completions", "chat"],
+        help="completions (prompt text) or chat (one user message); default loadtest.api",
+    )
     server.add_argument(
         "--api-key-env",
         metavar="VAR",
@@ -88,10 +92,20 @@ def register(subparsers: Any) -> None:
     load.add_argument("--rates", metavar="R,R,...", help="offered rates in req/s, e.g. 1,2,4,8")
     load.add_argument("--duration", metavar="TIME", help="per rate, e.g. 120s or 2m")
     load.add_argument("--warmup", metavar="TIME", help="discarded start of each rate")
-    load.add_argument("--arrivals", choices=["trace", "poisson", "gamma"])
+    load.add_argument(
+        "--arrivals",
+        choices=["trace", "poisson", "gamma"],
+        help="trace: the trace's own gaps scaled to each rate; poisson; gamma with "
+        "--burstiness (default loadtest.arrivals)",
+    )
     load.add_argument("--burstiness", type=float, metavar="CV", help="gamma gaps' CV (1 = Poisson)")
     load.add_argument("--max-in-flight", type=int, metavar="N", help="cap (default: none)")
-    load.add_argument("--on-cap", choices=["drop", "delay"])
+    load.add_argument(
+        "--on-cap",
+        choices=["drop", "delay"],
+        help="a send over --max-in-flight: drop it (counted as dropped_cap) or delay it "
+        "(counted as late); default loadtest.on_cap",
+    )
     load.add_argument(
         "--length-control",
         metavar="LIST",
@@ -100,16 +114,24 @@ def register(subparsers: Any) -> None:
     load.add_argument(
         "--no-usage", action="store_true", help="do not ask for stream usage (include_usage)"
     )
-    load.add_argument("--connect-timeout", metavar="TIME")
-    load.add_argument("--read-timeout", metavar="TIME")
-    load.add_argument("--request-timeout", metavar="TIME")
-    load.add_argument("--seed", type=int)
+    load.add_argument("--connect-timeout", metavar="TIME", help="time allowed to connect, e.g. 10s")
+    load.add_argument(
+        "--read-timeout", metavar="TIME", help="time allowed between two bytes of an answer"
+    )
+    load.add_argument(
+        "--request-timeout", metavar="TIME", help="time allowed for one whole request"
+    )
+    load.add_argument(
+        "--seed", type=int, help="seeds the arrivals and the prompt words (default 0)"
+    )
     deployment = parser.add_argument_group("deployment under test (the sidecar manifest)")
     deployment.add_argument("--engine", help="vllm, sglang, tensorrt-llm, tgi, llama.cpp …")
-    deployment.add_argument("--engine-version")
+    deployment.add_argument("--engine-version", help="the engine's version, e.g. 0.11.0")
     deployment.add_argument("--gpu-type", help="e.g. H100-80GB")
     deployment.add_argument("--gpu-count", type=int, help="accelerators serving (all replicas)")
-    deployment.add_argument("--quantization")
+    deployment.add_argument(
+        "--quantization", help="the served weights' quantization, e.g. bf16, fp8, awq-int4"
+    )
     deployment.add_argument("--price", type=float, metavar="USD", help="$ per GPU-hour")
     parser.add_argument(
         "--out",

@@ -20,7 +20,12 @@ def register(subparsers: Any) -> None:
         "what differs; exit code 1 when anything does. PATH: a version folder "
         "reports/<workload>/<quarter>/v<N>/ or its manifest.json.",
     )
-    parser.add_argument("path", type=Path, metavar="PATH")
+    parser.add_argument(
+        "path",
+        type=Path,
+        metavar="PATH",
+        help="a published version, reports/<workload>/<YYYY-Qn>/v<N>",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON (ok, checked, differences)")
     parser.set_defaults(func=run_audit)
 

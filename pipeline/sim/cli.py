@@ -8,7 +8,7 @@ from typing import Any
 
 import polars as pl
 
-from pipeline.cli_common import add_config_argument, adhoc_requests, command_config
+from pipeline.cli_common import FORMAT_HELP, add_config_argument, adhoc_requests, command_config
 from pipeline.config import Config
 from pipeline.errors import ConfigError
 from pipeline.ingest.readers import FORMAT_NAMES
@@ -64,7 +64,9 @@ def _common(parser: argparse.ArgumentParser, *, trace_required: bool) -> None:
         default=None,
         help=f"{', '.join(ROUTINGS)} (default {ADHOC_ROUTING})",
     )
-    parser.add_argument("--format", default="auto", choices=["auto", *FORMAT_NAMES])
+    parser.add_argument(
+        "--format", default="auto", choices=["auto", *FORMAT_NAMES], help=FORMAT_HELP
+    )
     parser.add_argument(
         "--tenant-isolation", action="store_true", help="one cache namespace per tenant"
     )

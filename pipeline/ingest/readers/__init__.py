@@ -53,9 +53,19 @@ def detect_reader(source: SourceFile) -> Reader:
     for reader in READERS:
         if reader.detect(head):
             return reader
-    raise InputFormatError(
-        f"{source.label}: unrecognised trace format; tried: {', '.join(FORMAT_NAMES)} "
-        "(see README, 'Trace formats')"
+    raise InputFormatError(unrecognised_message(source.label))
+
+
+def unrecognised_message(label: str) -> str:
+    """What a file no reader detects gets told: each format and what it needs, then how to
+    read any other CSV or JSON Lines layout (:mod:`pipeline.ingest.readers.columns`)."""
+    needs = "; ".join(f"{reader.name} ({reader.needs})" for reader in READERS)
+    return (
+        f"{label}: unrecognised trace format; the formats and what each needs: {needs}. "
+        "Any other CSV (with a header row) or JSON Lines: name its columns in the "
+        f"configuration, workload.traces: [{{path: {label}, format: columns, columns: "
+        "{arrival: COLUMN, prompt_tokens: COLUMN, output_tokens: COLUMN}}] "
+        "(README, 'Trace formats')"
     )
 
 
@@ -68,4 +78,5 @@ __all__ = [
     "SourceFile",
     "detect_reader",
     "reader_named",
+    "unrecognised_message",
 ]

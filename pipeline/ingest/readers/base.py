@@ -94,6 +94,12 @@ class Reader(ABC):
     name: str
     description: str
 
+    @property
+    def needs(self) -> str:
+        """What ``detect`` looks for, as a person would check a file for it (listed when no
+        reader recognises a file)."""
+        return self.description
+
     @abstractmethod
     def detect(self, head: bytes) -> bool: ...
 
@@ -311,7 +317,7 @@ class JsonLinesReader(Reader):
     ) -> dict[str, Any]: ...
 
     def detect(self, head: bytes) -> bool:
-        first = _first_json_object(head)
+        first = first_json_object(head)
         return first is not None and self.detect_object(first)
 
     @abstractmethod
@@ -473,7 +479,7 @@ def _encodable(obj: Any) -> bool:
 DETECT_LINES = 8
 
 
-def _first_json_object(head: bytes) -> dict[str, Any] | None:
+def first_json_object(head: bytes) -> dict[str, Any] | None:
     """The first JSON value among the head's first :data:`DETECT_LINES` non-blank lines, when
     it is an object (a line cut off by the end of the head never parses, so it is skipped)."""
     lines = (raw for raw in head.split(b"\n") if raw.strip())

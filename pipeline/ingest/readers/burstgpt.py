@@ -14,7 +14,7 @@ class BurstGPTReader(CsvReader):
     name = "burstgpt"
     description = "BurstGPT CSV (Timestamp s, Model, Request tokens, Response tokens, Log Type)"
     columns = (
-        Column("Timestamp", "relative_seconds", "arrival"),
+        Column("Timestamp", "epoch_or_relative", "arrival"),
         Column("Model", "text", "model"),
         Column("Request tokens", "tokens", "prompt_tokens"),
         Column("Response tokens", "tokens", "output_tokens"),
@@ -25,5 +25,5 @@ class BurstGPTReader(CsvReader):
     header_aliases = {"SessionID": "Session ID", "Elapsed Time": "Elapsed time"}  # noqa: RUF012
     optional_columns = (
         Column("Session ID", "text", "session_id", required=False),
-        Column("Elapsed time", "seconds", "e2e_ms", required=False),
+        Column("Elapsed time", "duration", "e2e_ms", required=False),
     )

@@ -18,6 +18,10 @@ class CanonicalParquetReader(Reader):
     name = "canonical-parquet"
     description = "enginefit canonical request table (Parquet)"
 
+    @property
+    def needs(self) -> str:
+        return "Parquet written by enginefit ingest"
+
     def detect(self, head: bytes) -> bool:
         return head.startswith(b"PAR1")
 

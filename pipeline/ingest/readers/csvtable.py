@@ -19,6 +19,7 @@ from pipeline.ingest.readers.base import (
     EARLIEST_ARRIVAL,
     EPOCH_SECONDS_MIN,
     LATEST_ARRIVAL,
+    TIME_UNITS,
     ReadContext,
     Reader,
     ReadResult,
@@ -26,9 +27,13 @@ from pipeline.ingest.readers.base import (
 from pipeline.ingest.readers.source import SourceFile, first_nonblank_line
 from pipeline.schema import MAX_PLAUSIBLE_TOKENS, QUARANTINE_SCHEMA, conform
 
-Kind = Literal["tokens", "text", "relative_seconds", "datetime", "seconds"]
+# epoch_or_relative: a number of ``unit`` (epoch time when at least EPOCH_SECONDS_MIN seconds,
+# else an offset from the anchor); duration: a number of ``unit``, stored in ms; datetime: text.
+Kind = Literal["tokens", "text", "epoch_or_relative", "datetime", "duration"]
 
 _DATETIME_FORMATS = ("%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S")
+# ISO 8601 with a zone (``Z`` or ``+02:00``), tried on what the naive formats leave unparsed.
+_ZONED_DATETIME_FORMATS = ("%Y-%m-%dT%H:%M:%S%.f%#z", "%Y-%m-%d %H:%M:%S%.f%#z")
 
 
 @dataclass(frozen=True)
@@ -39,6 +44,11 @@ class Column:
     kind: Kind
     target: str
     required: bool = True  # an empty required value quarantines the row; an optional one is null
+    unit: str = "s"  # of an epoch_or_relative or duration column: one of TIME_UNITS
+
+    @property
+    def seconds_per_unit(self) -> float:
+        return 1000.0 ** -TIME_UNITS.index(self.unit)
 
 
 def parse_header(line: bytes) -> list[str]:
@@ -76,11 +86,9 @@ class CsvReader(Reader):
         header_end = stripped.find(b"\n")
         header = self._header(stripped if header_end < 0 else stripped[:header_end])
         body = b"" if header_end < 0 else stripped[header_end + 1 :]
-        missing = [c.header for c in self.columns if c.header not in header]
+        missing = [c for c in self.columns if c.header not in header]
         if missing:  # only when the format was forced: detection requires these columns
-            raise InputFormatError(
-                f"{source.label}: not a {self.name} file; header lacks {', '.join(missing)}"
-            )
+            raise InputFormatError(self.missing_columns_message(source, missing))
         present = [c for c in (*self.columns, *self.optional_columns) if c.header in header]
         lines, quarantine = _split_lines(body, source.label, first_line=header_line + 1)
         fields = _split_fields(lines, len(header))
@@ -112,10 +120,16 @@ class CsvReader(Reader):
             pl.lit("").alias("detail"),
         )
         good = parsed.filter(pl.col("_error_field").is_null()) if bad.height else parsed
+        line_id = pl.format("{}:{}", pl.lit(source.label), "line")
+        logged_id = next((c for c in present if c.target == "request_id"), None)
         requests = conform(
             good.select(
-                *[pl.col(_value(c)).alias(c.target) for c in present],
-                pl.format("{}:{}", pl.lit(source.label), "line").alias("request_id"),
+                *[pl.col(_value(c)).alias(c.target) for c in present if c is not logged_id],
+                (
+                    line_id
+                    if logged_id is None
+                    else pl.coalesce(pl.col(_value(logged_id)), line_id)
+                ).alias("request_id"),
                 pl.lit(self.name).alias("source_format"),
                 pl.lit(source.label).alias("source_file"),
                 pl.col("line").alias("source_line"),
@@ -132,6 +146,14 @@ class CsvReader(Reader):
         read = requests.height + quarantined.height
         notes = () if read else (f"{source.label}: the file has a header and no records",)
         return ReadResult(requests, quarantined, read, notes=notes)
+
+    def missing_columns_message(self, source: SourceFile, missing: list[Column]) -> str:
+        headers = ", ".join(c.header for c in missing)
+        return f"{source.label}: not a {self.name} file; header lacks {headers}"
+
+    @property
+    def needs(self) -> str:
+        return f"CSV, header with {', '.join(c.header for c in self.columns)}"
 
 
 def _split_lines(body: bytes, label: str, first_line: int) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -224,15 +246,23 @@ def _value(column: Column) -> str:
 
 
 def _parse_datetimes(raw: pl.Series) -> pl.Series:
-    """Naive wall-clock strings as UTC; later formats are tried only on rows earlier ones missed."""
+    """Naive wall-clock strings as UTC, zoned ISO 8601 converted to UTC; later formats are
+    tried only on rows earlier ones missed."""
+    utc = pl.Datetime("us", "UTC")
     parsed = raw.str.strptime(pl.Datetime("us"), _DATETIME_FORMATS[0], strict=False)
-    for fmt in _DATETIME_FORMATS[1:]:
+    parsed = parsed.dt.replace_time_zone("UTC")
+    attempts = [(fmt, False) for fmt in _DATETIME_FORMATS[1:]]
+    for fmt, zoned in [*attempts, *((fmt, True) for fmt in _ZONED_DATETIME_FORMATS)]:
         missing = parsed.is_null() & raw.is_not_null()
         if not missing.any():
             break
-        retry = raw.str.strptime(pl.Datetime("us"), fmt, strict=False)
+        if zoned:
+            retry = raw.str.strptime(utc, fmt, strict=False)
+        else:
+            retry = raw.str.strptime(pl.Datetime("us"), fmt, strict=False)
+            retry = retry.dt.replace_time_zone("UTC")
         parsed = pl.select(pl.when(missing).then(retry).otherwise(parsed)).to_series()
-    return parsed.dt.replace_time_zone("UTC")
+    return parsed
 
 
 def _parse_column(raw: pl.Series, column: Column, ctx: ReadContext) -> pl.Series:
@@ -241,10 +271,10 @@ def _parse_column(raw: pl.Series, column: Column, ctx: ReadContext) -> pl.Series
     frame = raw.to_frame("raw")
     if column.kind == "tokens":
         expr = pl.col("raw").cast(pl.Int64, strict=False)
-    elif column.kind == "seconds":  # a duration in seconds, stored in ms
-        expr = pl.col("raw").cast(pl.Float64, strict=False) * 1000.0
-    elif column.kind == "relative_seconds":
-        seconds = pl.col("raw").cast(pl.Float64, strict=False)
+    elif column.kind == "duration":  # stored in ms
+        expr = pl.col("raw").cast(pl.Float64, strict=False) * (column.seconds_per_unit * 1000.0)
+    elif column.kind == "epoch_or_relative":
+        seconds = pl.col("raw").cast(pl.Float64, strict=False) * column.seconds_per_unit
         finite = pl.when(seconds.is_finite() & (seconds < 1e11)).then(seconds)
         micros = (finite * 1e6).round().cast(pl.Int64)
         epoch = pl.from_epoch(micros, time_unit="us").dt.replace_time_zone("UTC")
@@ -271,16 +301,17 @@ def _error_exprs(columns: list[Column]) -> list[pl.Expr]:
                 (column.header, "negative", value < 0),
                 (column.header, "absurd_value", value > MAX_PLAUSIBLE_TOKENS),
             ]
-        elif column.kind in ("relative_seconds", "seconds"):
-            seconds = raw.cast(pl.Float64, strict=False)
+        elif column.kind in ("epoch_or_relative", "duration"):
+            number = raw.cast(pl.Float64, strict=False)
             checks += [
-                (column.header, "not_a_number", ~empty & (seconds.is_null() | seconds.is_nan())),
-                (column.header, "not_finite", seconds.is_infinite()),
-                (column.header, "negative", seconds < 0),
+                (column.header, "not_a_number", ~empty & (number.is_null() | number.is_nan())),
+                (column.header, "not_finite", number.is_infinite()),
+                (column.header, "negative", number < 0),
             ]
-            if column.kind == "relative_seconds":
+            if column.kind == "epoch_or_relative":
+                seconds = number * column.seconds_per_unit
                 checks.append((column.header, "timestamp_unit_mismatch", seconds >= 1e11))
-        if column.kind in ("relative_seconds", "datetime"):
+        if column.kind in ("epoch_or_relative", "datetime"):
             if column.kind == "datetime":
                 checks.append((column.header, "not_a_timestamp", ~empty & value.is_null()))
             checks.append(

@@ -72,6 +72,10 @@ class MooncakeReader(JsonLinesReader):
         "Mooncake JSONL (timestamp ms, input_length, output_length, hash_ids of 512-token blocks)"
     )
 
+    @property
+    def needs(self) -> str:
+        return f"JSONL, keys {', '.join(KEYS)}"
+
     def detect_object(self, obj: dict[str, Any]) -> bool:
         return obj.keys() >= _KEYS
 

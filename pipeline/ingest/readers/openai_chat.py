@@ -323,6 +323,10 @@ class OpenAIChatReader(JsonLinesReader):
     def __init__(self) -> None:
         self._local = threading.local()
 
+    @property
+    def needs(self) -> str:
+        return "JSONL, a messages list at the top level or under request or body"
+
     def detect_object(self, obj: dict[str, Any]) -> bool:
         request, _ = split_record(obj)
         return isinstance(request.get("messages"), list)

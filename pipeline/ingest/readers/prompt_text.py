@@ -164,6 +164,10 @@ class PromptTextReader(JsonLinesReader):
         "optional session/tenant/model/output)"
     )
 
+    @property
+    def needs(self) -> str:
+        return f"JSONL, a prompt string and {' or '.join(TIMESTAMP_KEYS)}"
+
     def detect_object(self, obj: dict[str, Any]) -> bool:
         return (
             isinstance(obj.get("prompt"), str)

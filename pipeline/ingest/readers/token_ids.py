@@ -73,6 +73,10 @@ class TokenIdsReader(JsonLinesReader):
         "Token-id JSONL (ts s, session_id, prompt_token_ids, output_token_ids or output_tokens)"
     )
 
+    @property
+    def needs(self) -> str:
+        return "JSONL, key prompt_token_ids"
+
     def detect_object(self, obj: dict[str, Any]) -> bool:
         return "prompt_token_ids" in obj
 

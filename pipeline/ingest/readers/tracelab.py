@@ -95,6 +95,10 @@ class TraceLabReader(JsonLinesReader):
         "token counts, timing_events)"
     )
 
+    @property
+    def needs(self) -> str:
+        return f"JSONL, keys {', '.join(sorted(_KEYS))}"
+
     def detect_object(self, obj: dict[str, Any]) -> bool:
         return obj.keys() >= _KEYS
 
