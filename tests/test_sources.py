@@ -17,7 +17,15 @@ from tests.conftest import REPO
 from tests.test_report import pdf_text, publish, workload
 
 # The team's notes that are not in the repository (spelled so this file does not cite them).
-NOTES = ("DOMAIN" + ".md", "ENGINE_FACTS", "SIM_" + "ANCHORS")
+NOTES = (
+    "DOMAIN" + ".md",
+    "ENGINE_FACTS",
+    "SIM_" + "ANCHORS",
+    "BENCH_" + "FORMATS",
+    "SERVING_MODEL_" + "ANCHORS",
+    "STYLE_" + "ANCHORS",
+    "ARCHITECTURE" + ".md",
+)
 PRODUCT = ("pipeline", "assets", "templates", "docs", "tests", "perf")
 PRODUCT_FILES = ("README.md", "enginefit.yaml")
 TEXT_SUFFIXES = {".py", ".md", ".yaml", ".yml", ".j2", ".css", ".html", ".toml", ".txt"}

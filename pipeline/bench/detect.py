@@ -6,7 +6,7 @@ accepted, as SGLang writes them) — one value is a JSON document, several are J
 ``[`` as YAML (guidellm ``benchmarks.yaml``, inference-perf
 ``config.yaml``).
 
-Detection (:func:`detect_kind`, BENCH_FORMATS.md §8) on the first record:
+Detection (:func:`detect_kind`, docs/bench.md#detection-which-tool-wrote-a-file) on each record:
 
 =========================  ==================================================================
 kind                       rule

@@ -1,8 +1,8 @@
 """Sidecar manifest: what the benchmark files do not say (engine, version, GPUs, price, date).
 
 Benchmark tools record the *client* side; the engine that served the requests, its version and
-the hardware are almost never in the file (BENCH_FORMATS.md §1.5). A small YAML file beside the
-results supplies them.
+the hardware are almost never in the file. A small YAML file beside the results supplies them
+(docs/bench.md#the-sidecar-manifest).
 
 File name convention (first match wins for a result file ``<dir>/<name>``):
 

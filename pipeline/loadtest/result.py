@@ -18,7 +18,7 @@ from pipeline.loadtest.plan import RatePlan
 DATASET = "enginefit-trace"
 
 #: What served the requests: exactly what a sidecar manifest says (engine, GPUs, price…),
-#: validated by its rules (BENCH_FORMATS §1.5).
+#: validated by its rules (docs/bench.md#the-sidecar-manifest).
 Deployment = BenchManifest
 
 #: The manifest keys a run's flags set (the rest come from the run itself).

@@ -1,4 +1,6 @@
-"""ai-dynamo aiperf ``profile_export_aiperf.json`` (+ ``profile_export.jsonl``), §5.
+"""ai-dynamo aiperf ``profile_export_aiperf.json`` (+ ``profile_export.jsonl``).
+
+Fields, quirks and upstream sources: docs/bench.md#aiperf.
 
 Same ``{unit, avg, pNN…}`` blocks as genai-perf (converted by unit). Mapping:
 ``time_to_first_token`` → ttft; ``inter_token_latency`` (per request ``(e2e − ttft)/(osl − 1)``)

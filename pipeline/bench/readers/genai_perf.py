@@ -1,4 +1,6 @@
-"""NVIDIA genai-perf ``profile_export_genai_perf.json`` (+ raw ``profile_export.json``), §5.
+"""NVIDIA genai-perf ``profile_export_genai_perf.json`` (+ raw ``profile_export.json``).
+
+Fields, quirks and upstream sources: docs/bench.md#genai-perf.
 
 Each metric is a block ``{"unit", "avg", "p1" … "p99", "min", "max", "std"}``; values are
 converted by their declared unit (ms, s/sec, us, ns → ms). Mapping: ``time_to_first_token`` →

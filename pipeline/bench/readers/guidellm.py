@@ -1,4 +1,6 @@
-"""guidellm ``benchmarks.json`` / ``benchmarks.yaml`` (BENCH_FORMATS §4), one row per benchmark.
+"""guidellm ``benchmarks.json`` / ``benchmarks.yaml`` results, one row per benchmark.
+
+Fields, quirks and upstream sources: docs/bench.md#guidellm.
 
 Generations: G2 (v0.2–0.3: benchmark ``args``/``run_stats``/``worker``, ``request_totals`` at
 benchmark level), G3 (v0.4: top ``args``, benchmark ``config``/``scheduler_metrics``), G3′

@@ -1,4 +1,6 @@
-"""kubernetes-sigs inference-perf ``stage_<N>_lifecycle_metrics.json`` (BENCH_FORMATS §7).
+"""kubernetes-sigs inference-perf ``stage_<N>_lifecycle_metrics.json`` files.
+
+Fields, quirks and upstream sources: docs/bench.md#inference-perf.
 
 One stage file = one load point (``record_index`` = N). All latencies are **seconds** (× 1000).
 ``load_summary.requested_rate`` → offered, ``achieved_rate`` → achieved send rate,

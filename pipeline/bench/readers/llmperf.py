@@ -1,4 +1,6 @@
-"""ray-project llmperf ``<name>_summary.json`` + ``<name>_individual_responses.json`` (§6).
+"""ray-project llmperf ``<name>_summary.json`` + ``<name>_individual_responses.json``.
+
+Fields, quirks and upstream sources: docs/bench.md#llmperf.
 
 Summary keys are flattened ``results_<metric>_<stat>`` with latencies in **seconds** (× 1000
 here); some ``_min``/``_max`` are numeric *strings* (pandas ``default=str``) and are accepted.

@@ -1,4 +1,6 @@
-"""SGLang ``python -m sglang.bench_serving --output-file …jsonl`` (BENCH_FORMATS §3).
+"""SGLang ``python -m sglang.bench_serving --output-file …jsonl`` results.
+
+Fields, quirks and upstream sources: docs/bench.md#sglang-bench_serving.
 
 One JSON object appended per run (JSON Lines; ``"request_rate": Infinity`` is a bare,
 non-standard token). Eras, told apart by keys:

@@ -1,7 +1,8 @@
-"""vLLM ``vllm bench serve`` / ``benchmarks/benchmark_serving.py`` result JSON (BENCH_FORMATS §2).
+"""vLLM ``vllm bench serve`` / ``benchmarks/benchmark_serving.py`` result JSON.
 
 One JSON object per load point; ``--append-result`` files are JSON Lines (one object per line,
-even when named ``.json``). All latencies are ms; per-request arrays are seconds.
+even when named ``.json``). All latencies are ms; per-request arrays are seconds. Fields, quirks
+and upstream sources: docs/bench.md#vllm-bench-serve.
 
 Mapping: ``request_rate`` → ``offered_rate_rps`` (``"inf"`` → +inf); ``max_concurrency`` →
 ``concurrency``; load mode = ``offline`` when the rate is inf and there is no concurrency cap,
