@@ -112,3 +112,30 @@ def test_an_impossible_date_in_the_configuration_names_the_key(
     err = capsys.readouterr().err
     assert err.startswith(f"enginefit: error: {bad}: bench.as_of: ") and "2026-13-45" in err
     assert err.count("\n") == 1
+
+
+def test_every_configuration_problem_is_listed_with_its_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Four problems, four lines (it said one and "[and 4 more problem(s)]", counting the key
+    the misspelling left missing); the required keys a section lacks are one problem."""
+    bad = tmp_path / "enginefit.yaml"
+    bad.write_text(
+        "workload: {nme: w, traces: [t.jsonl], hash_salt: s}\n"
+        "shape: {long_tail_ratio: abc}\n"
+        "prefix: {min_session_match_blocks: 2.5}\n"
+        "requirements: {kv_cache: {layers: 32}}\n"
+    )
+    assert main(["config", "--config", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        f"enginefit: error: {bad}: 4 problems:",
+        "  - unknown key workload.nme (did you mean name?); known keys here: anchor, block_size, "
+        "daily_quarter, hash_salt, name, tokenizer, traces",
+        "  - shape.long_tail_ratio: Input should be a valid number (got 'abc')",
+        "  - prefix.min_session_match_blocks: Input should be a valid integer (got 2.5)",
+        "  - requirements.kv_cache: required keys missing: gpu_memory_gib, gpus_per_replica, "
+        "memory_utilization, overhead_gib, model_params_billion, weight_bytes, kv_heads, "
+        "head_dim, kv_bytes",
+    ]
+    assert "Traceback" not in err
