@@ -70,7 +70,8 @@ def test_single_request() -> None:
     assert not m["windows"]["1s"]["supported"]
     assert "holds 0 complete 1 s window(s)" in m["windows"]["1s"]["reason"]
     assert m["inter_arrival"] == {"supported": False, "reason": "fewer than 2 requests"}
-    assert m["hour_of_day"]["supported"] is False and "shorter than" in m["hour_of_day"]["reason"]
+    assert m["hour_of_day"]["supported"] is False
+    assert "holds 0 complete UTC day(s)" in m["hour_of_day"]["reason"]
 
 
 def test_all_at_one_instant() -> None:
@@ -129,16 +130,28 @@ def test_batch_submissions_are_not_quantisation() -> None:
     assert not q.quantised and q.quantum_s is None
 
 
-def test_time_profile_needs_a_day() -> None:
-    hours = [h * 3600.0 + 10 for h in range(25)] + [5 * 3600.0 + 20]  # 2 requests in hour 5
-    m = arrival_metrics(frame(hours), min_quanta=3)
+def test_time_profile_counts_complete_days_only() -> None:
+    # One request at ten past each hour of day 0, a second one in hour 5, and three more on
+    # day 1 (partial: the last arrival is at 02:00:10) in hours 0 and 1: those would have
+    # doubled hours 0 and 1 of a one-day profile, so they are not counted.
+    day_0 = [h * 3600.0 + 10 for h in range(24)] + [5 * 3600.0 + 20]
+    day_1 = [86_400 + 10.0, 86_400 + 3600 + 10.0, 86_400 + 7200 + 10.0]
+    m = arrival_metrics(frame([0.0, *day_0, *day_1]), min_quanta=3)
     prof = m["hour_of_day"]
-    assert prof["supported"] and prof["timezone"] == "UTC"
+    assert prof["supported"] and prof["timezone"] == "UTC" and prof["complete_days"] == 1
     by_hour = {r["hour"]: r["requests"] for r in prof["profile"]}
     assert by_hour[0] == 2 and by_hour[5] == 2 and by_hour[1] == 1 and len(by_hour) == 24
     assert sum(r["share"] for r in prof["profile"]) == pytest.approx(1.0)
     assert prof["peak_to_trough"] == pytest.approx(2.0)
-    assert m["day_of_week"]["supported"] is False
+    assert m["day_of_week"] == {
+        "supported": False,
+        "reason": "the trace holds 1 complete UTC day(s) and needs seven complete UTC days "
+        "(partial days would weigh their hours more)",
+    }
+    # Starting ten seconds into day 0, no day is complete.
+    late = arrival_metrics(frame([*day_0, *day_1]), min_quanta=3)
+    assert not late["hour_of_day"]["supported"]
+    assert "holds 0 complete UTC day(s)" in late["hour_of_day"]["reason"]
 
 
 def test_arrival_series_includes_empty_buckets_and_drops_partial_ones() -> None:

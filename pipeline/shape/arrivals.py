@@ -43,7 +43,6 @@ QUANTISED_TIE_SHARE = 0.5
 GRID_SHARE = 0.9
 GRID_TOLERANCE = 0.01
 DAY_S = 86_400
-WEEK_S = 7 * DAY_S
 # One complete window has no variance to measure; two are the least a dispersion needs.
 MIN_COMPLETE_WINDOWS = 2
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -274,34 +273,57 @@ def inter_arrival_stats(
     return out
 
 
-def time_profile(frame: pl.LazyFrame, span_s: float) -> dict[str, Any]:
-    """Hour-of-day (span ≥ 1 day) and day-of-week (span ≥ 7 days) shares of requests, UTC.
+def time_profile(frame: pl.LazyFrame, span: ObservedSpan) -> dict[str, Any]:
+    """Hour-of-day and day-of-week shares of requests (UTC) over the complete days of ``span``
+    (hour of day: at least one; day of week: the first whole number of weeks, at least one).
 
-    Shares are over the whole trace; partial first/last days weigh their hours less. For traces
-    with relative timestamps the hours are offsets from the configured anchor, not wall clock.
+    A partial day would weigh its hours more than the others (a trace from 10:00 to 16:00 the
+    next day counts 10:00–16:00 twice), so only complete UTC days count. For traces with
+    relative timestamps the hours are offsets from the configured anchor, not wall clock.
     """
     out: dict[str, Any] = {}
-    for key, unit, need_s, expr, keys in (
-        ("hour_of_day", "hour", DAY_S, pl.col("arrival").dt.hour(), range(24)),
-        ("day_of_week", "weekday", WEEK_S, pl.col("arrival").dt.weekday(), range(1, 8)),
+    first_day, last_day = span.complete_windows(DAY_S)
+    whole_days = max(last_day - first_day + 1, 0)
+    day_us = DAY_S * US_PER_S
+    for key, unit, days, expr, keys in (
+        ("hour_of_day", "hour", whole_days, pl.col("arrival").dt.hour(), range(24)),
+        (
+            "day_of_week",
+            "weekday",
+            whole_days // 7 * 7,
+            pl.col("arrival").dt.weekday(),
+            range(1, 8),
+        ),
     ):
-        if span_s < need_s:
+        if days == 0:
+            need = "one complete UTC day" if unit == "hour" else "seven complete UTC days"
             out[key] = {
                 "supported": False,
-                "reason": f"span {span_s:,.0f} s is shorter than {need_s:,} s "
-                f"({'one day' if need_s == DAY_S else 'one week'})",
+                "reason": f"the trace holds {whole_days} complete UTC day(s) and needs {need} "
+                "(partial days would weigh their hours more)",
             }
             continue
         counts = collect(
-            frame.select(expr.cast(pl.Int32).alias(unit)).group_by(unit).agg(pl.len().alias("n"))
+            frame.filter(
+                arrival_us().is_between(
+                    first_day * day_us, (first_day + days) * day_us, closed="left"
+                )
+            )
+            .select(expr.cast(pl.Int32).alias(unit))
+            .group_by(unit)
+            .agg(pl.len().alias("n"))
         )
         got = dict(zip(counts[unit].to_list(), counts["n"].to_list(), strict=True))
         total = sum(got.values())
-        rows = [{unit: k, "requests": got.get(k, 0), "share": got.get(k, 0) / total} for k in keys]
+        rows = [
+            {unit: k, "requests": got.get(k, 0), "share": got.get(k, 0) / total if total else 0.0}
+            for k in keys
+        ]
         shares = [r["share"] for r in rows]
         out[key] = {
             "supported": True,
             "timezone": "UTC",
+            "complete_days": days,
             "profile": rows,
             "peak_to_trough": finite(max(shares) / min(shares)) if min(shares) > 0 else None,
         }
@@ -367,5 +389,5 @@ def arrival_metrics(frame: pl.LazyFrame, min_quanta: float) -> dict[str, Any]:
         "quantisation": quant.as_dict(),
         "windows": windows,
         "inter_arrival": inter,
-        **time_profile(frame, basics["span_s"]),
+        **time_profile(frame, span),
     }
