@@ -15,7 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import difflib
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Annotated, Any, Self, TypeVar
 
@@ -166,6 +166,24 @@ def _known_keys(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]
     return sorted(fields) if fields else []
 
 
+class KeyedValueError(ValueError):
+    """A section's own parser failed with a message that already names its key and value."""
+
+
+def collected(parse: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``parse`` (a section's own parser, raising ConfigError naming its key) as a validator
+    whose error pydantic collects with the other problems, said as the parser wrote it (a
+    ConfigError would stop the validation at the first)."""
+
+    def validate(value: Any) -> Any:
+        try:
+            return parse(value)
+        except ConfigError as exc:
+            raise KeyedValueError(str(exc)) from exc
+
+    return validate
+
+
 def validation_message(
     exc: ValidationError, model: type[BaseModel], where: str, prefix: str = ""
 ) -> str:
@@ -208,6 +226,10 @@ def _problems(errors: list[ErrorDetails], model: type[BaseModel], prefix: str) -
                 missing[loc[:-1]] = []
                 rest.append(loc[:-1])
             missing[loc[:-1]].append(str(loc[-1]))
+            continue
+        own = error.get("ctx", {}).get("error")
+        if isinstance(own, KeyedValueError):
+            rest.append(str(own))
             continue
         text = str(error["msg"]).removeprefix("Value error, ")
         got = error.get("input")

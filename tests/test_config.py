@@ -243,3 +243,24 @@ def test_yaml_1_2_numbers_are_numbers(tmp_path: Path) -> None:
         "d": "2026-01-01",
     }
     assert isinstance(parse_yaml("n: 7")["n"], int)
+
+
+def test_a_sections_own_parser_is_listed_with_the_other_problems(tmp_path: Path) -> None:
+    """The SLO, prices and cache-aware parsers stopped validation at their error; now every
+    problem is listed, each naming its key."""
+    cfg_file = tmp_path / "c.yaml"
+    cfg_file.write_text(
+        "workload: {name: w, traces: [t.jsonl], hash_salt: s}\n"
+        "shape: {long_tail_ratio: abc}\n"
+        "bench: {slo: [1], prices: {gpu_hour_usd: -1}}\n"
+        "simulation: {cache_aware: 5}\n"
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_config(cfg_file)
+    assert str(caught.value).splitlines() == [
+        f"{cfg_file}: 4 problems:",
+        "  - shape.long_tail_ratio: Input should be a valid number (got 'abc')",
+        "  - bench.slo: must be a mapping of limits, got list",
+        "  - bench.prices.gpu_hour_usd: must be a finite price ≥ 0, got -1",
+        "  - simulation.cache_aware: must be a mapping with a preset",
+    ]
