@@ -13,12 +13,14 @@ import argparse
 import os
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from pipeline.cli import build_parser, run_parsed
 from pipeline.cli_common import DEFAULT_CONFIG, add_config_argument, command_config
+from pipeline.errors import EnginefitError
 
 
 def _at_least_one(text: str) -> int:
@@ -143,6 +145,21 @@ def ui_command(home: Path, project: Path) -> str:
     )
 
 
+@contextmanager
+def _run_storage(home: Path) -> Iterator[None]:
+    """Dagster's run storage failing (a full disk: SQLite's "disk I/O error") as one line
+    naming ``DAGSTER_HOME``, not a SQLAlchemy traceback."""
+    import sqlalchemy.exc  # import here: Dagster loads it; only report and decide use it
+
+    try:
+        yield
+    except sqlalchemy.exc.DBAPIError as exc:
+        raise EnginefitError(
+            f"DAGSTER_HOME={home}: Dagster could not write its run history ({exc.orig}); "
+            "free some space there, or set DAGSTER_HOME to a folder with room"
+        ) from exc
+
+
 def run_report(args: argparse.Namespace) -> int:
     # Validate before starting Dagster, so a bad file is one line, not a failed run per asset.
     args.config = str(Path(args.config or DEFAULT_CONFIG).resolve())
@@ -156,7 +173,7 @@ def run_report(args: argparse.Namespace) -> int:
     from assets.definitions import run_full_graph  # import here: it loads Dagster
     from assets.progress import command_progress  # import here: it loads Dagster
 
-    with dg.DagsterInstance.get() as instance:
+    with _run_storage(home), dg.DagsterInstance.get() as instance:
         run = run_full_graph(
             config_path,
             instance,
@@ -205,13 +222,13 @@ def run_decide(args: argparse.Namespace) -> int:
 
     config = decide_config(args, command_config(args))
     config_path = Path(args.config)
-    _ensure_dagster_home(config_path.parent)
+    home = _ensure_dagster_home(config_path.parent)
     import dagster as dg  # import here: Dagster takes seconds to load; only report and decide use it
 
     from assets.definitions import materialise_stale  # import here: it loads Dagster
     from assets.progress import command_progress  # import here: it loads Dagster
 
-    with dg.DagsterInstance.get() as instance:
+    with _run_storage(home), dg.DagsterInstance.get() as instance:
         ran = materialise_stale(
             config_path, instance, "engine_decision", progress=command_progress("decide")
         )

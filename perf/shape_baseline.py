@@ -81,7 +81,10 @@ def shape_metrics(
         for t in arrivals:
             bucket = t // (window * 1_000_000)
             counts[bucket] = counts.get(bucket, 0) + 1
-        series = [counts.get(b, 0) for b in range(min(counts), max(counts) + 1)]
+        # Complete windows only (unquantised arrivals): inside [first arrival, last arrival].
+        first = -(-arrivals[0] // (window * 1_000_000))
+        last = arrivals[-1] // (window * 1_000_000) - 1
+        series = [counts.get(b, 0) for b in range(first, last + 1)]
         mean = statistics.fmean(series)
         out[f"window_{window}s_peak_count"] = max(series)
         out[f"window_{window}s_mean_count"] = mean

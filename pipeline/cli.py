@@ -10,6 +10,9 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib
+import os
+import signal
+import stat
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
@@ -95,6 +98,12 @@ def run_parsed(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> i
     args = parser.parse_args(argv)
     try:
         code: int = args.func(args)
+        sys.stdout.flush()  # a reader that went away shows here, not as noise at exit
+    except BrokenPipeError as exc:
+        if not _stdout_is_a_pipe():
+            print(f"enginefit: error: {os_error_line(exc)}", file=sys.stderr)
+            return 2
+        return _reader_gone()
     except EnginefitError as exc:
         print(f"enginefit: error: {exc}", file=sys.stderr)
         return 2
@@ -107,6 +116,23 @@ def run_parsed(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> i
         print("enginefit: interrupted", file=sys.stderr)
         return 130
     return code
+
+
+def _stdout_is_a_pipe() -> bool:
+    try:
+        return stat.S_ISFIFO(os.fstat(sys.stdout.fileno()).st_mode)
+    except (OSError, ValueError):  # no file descriptor (a captured stream)
+        return False
+
+
+def _reader_gone() -> int:
+    """The reader of the output closed it (``enginefit shape --json | head``): stop quietly as
+    Unix tools do, with the code a shell gives a command SIGPIPE ended (128 + 13)."""
+    # Python flushes stdout once more at exit; pointed at /dev/null, that flush cannot fail.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":

@@ -6,8 +6,8 @@ non-finite numbers are refused, and the object is immutable. Defaults are not wr
 the section classes: they live in one place, the documented ``pipeline/defaults.yaml``, which
 :mod:`pipeline.config` merges under the user's file before validating.
 
-:func:`validation_message` turns a pydantic error into the one-line message a person can act on,
-naming the file and the dotted key.
+:func:`validation_message` turns a pydantic error into the message a person can act on: every
+problem, each naming the file and the dotted key.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import difflib
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Annotated, Any, Self, TypeVar
 
@@ -30,6 +30,7 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
 )
+from pydantic_core import ErrorDetails
 
 from pipeline.errors import ConfigError
 
@@ -165,33 +166,87 @@ def _known_keys(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]
     return sorted(fields) if fields else []
 
 
+class KeyedValueError(ValueError):
+    """A section's own parser failed with a message that already names its key and value."""
+
+
+def collected(parse: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``parse`` (a section's own parser, raising ConfigError naming its key) as a validator
+    whose error pydantic collects with the other problems, said as the parser wrote it (a
+    ConfigError would stop the validation at the first)."""
+
+    def validate(value: Any) -> Any:
+        try:
+            return parse(value)
+        except ConfigError as exc:
+            raise KeyedValueError(str(exc)) from exc
+
+    return validate
+
+
 def validation_message(
     exc: ValidationError, model: type[BaseModel], where: str, prefix: str = ""
 ) -> str:
-    """One line: ``<file>: <dotted key>: <what is wrong> (got <value>)``, plus how many more."""
-    errors = exc.errors(include_url=False)
-    # A misspelt key also leaves the real one missing: name the misspelling first.
-    first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
-    loc = tuple(first["loc"])
-    key = _dotted((*([prefix] if prefix else []), *loc))
-    if first["type"] == "extra_forbidden":
+    """``<file>: <dotted key>: <what is wrong> (got <value>)``; with several problems, a line
+    saying how many and then one line per problem, each naming its key."""
+    problems = _problems(exc.errors(include_url=False), model, prefix)
+    if len(problems) == 1:
+        return f"{where}: {problems[0]}"
+    return f"{where}: {len(problems)} problems:" + "".join(f"\n  - {p}" for p in problems)
+
+
+def _problems(errors: list[ErrorDetails], model: type[BaseModel], prefix: str) -> list[str]:
+    """One text per problem: unknown keys first (with the key they probably meant), then the
+    rest in pydantic's order, the required keys missing from one section as one problem."""
+
+    def dotted(loc: tuple[int | str, ...]) -> str:
+        return _dotted((*([prefix] if prefix else []), *loc))
+
+    unknown: list[str] = []
+    meant: set[tuple[int | str, ...]] = set()
+    for error in errors:
+        if error["type"] != "extra_forbidden":
+            continue
+        loc = tuple(error["loc"])
         known = _known_keys(model, loc[:-1])
         hint = difflib.get_close_matches(str(loc[-1]), known, n=1)
-        message = f"{where}: unknown key {key}" + (f" (did you mean {hint[0]}?)" if hint else "")
-        if known:
-            message += f"; known keys here: {', '.join(known)}"
-    elif first["type"] == "missing":
-        message = f"{where}: {key} is required"
-    else:
-        text = str(first["msg"]).removeprefix("Value error, ")
-        got = first.get("input")
+        text = f"unknown key {dotted(loc)}" + (f" (did you mean {hint[0]}?)" if hint else "")
+        unknown.append(text + (f"; known keys here: {', '.join(known)}" if known else ""))
+        # A misspelt key also leaves the real one missing: one problem, said above.
+        meant.update((*loc[:-1], h) for h in hint)
+    # In order: a problem's text, or the section whose missing keys are said together there.
+    rest: list[str | tuple[int | str, ...]] = []
+    missing: dict[tuple[int | str, ...], list[str]] = {}
+    for error in errors:
+        loc = tuple(error["loc"])
+        if error["type"] == "extra_forbidden" or loc in meant:
+            continue
+        if error["type"] == "missing":
+            if loc[:-1] not in missing:
+                missing[loc[:-1]] = []
+                rest.append(loc[:-1])
+            missing[loc[:-1]].append(str(loc[-1]))
+            continue
+        own = error.get("ctx", {}).get("error")
+        if isinstance(own, KeyedValueError):
+            rest.append(str(own))
+            continue
+        text = str(error["msg"]).removeprefix("Value error, ")
+        got = error.get("input")
         # A whole-section check (a model validator) has the section as its input: saying what
         # is wrong is enough, echoing the section is noise.
         shown = "" if isinstance(got, dict) else f" (got {got!r})"
-        message = f"{where}: {key}: {text}{shown}" if key else f"{where}: {text}{shown}"
-    if len(errors) > 1:
-        message += f" [and {len(errors) - 1} more problem(s)]"
-    return message
+        rest.append(f"{dotted(loc)}: {text}{shown}" if loc or prefix else f"{text}{shown}")
+
+    def said(entry: str | tuple[int | str, ...]) -> str:
+        if isinstance(entry, str):
+            return entry
+        names = missing[entry]
+        if len(names) == 1:
+            return f"{dotted((*entry, names[0]))} is required"
+        return f"{dotted(entry) or 'top level'}: required keys missing: {', '.join(names)}"
+
+    return unknown + [said(entry) for entry in rest]
 
 
 class _Loader(yaml.SafeLoader):
@@ -215,6 +270,22 @@ _Loader.yaml_implicit_resolvers = {
     first: [r for r in resolvers if r[0] != "tag:yaml.org,2002:timestamp"]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
+# YAML 1.2 floats that PyYAML (YAML 1.1) reads as text: an exponent without a dot (``1e308``,
+# ``1e-9``) or without a sign (``1.5e3``). Tried after YAML 1.1's own resolvers, so an integer
+# stays an int.
+for _first in "-+.0123456789":
+    _Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?$"),
+        [_first],
+    )
+
+
+def parse_yaml(text: str) -> Any:
+    """A YAML document as enginefit reads every YAML file (configuration, catalogs, benchmark
+    manifests and results): YAML 1.2 numbers, dates as text, a key given twice refused.
+    Raises ``yaml.YAMLError``; :func:`load_yaml` turns it into a one-line error."""
+    return yaml.load(text, Loader=_Loader)
 
 
 def yaml_problem(exc: yaml.YAMLError) -> str:
@@ -229,7 +300,7 @@ def load_yaml(text: str, where: str) -> Any:
     """A YAML document (dates as text); invalid YAML is a one-line error naming ``where``."""
 
     try:
-        return yaml.load(text, Loader=_Loader)
+        return parse_yaml(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{where}: not valid YAML: {yaml_problem(exc)}") from exc
 

@@ -423,7 +423,9 @@ def verify_ingest(layout: WorkloadLayout) -> None:
         raise _inconsistent(layout, f"{paths.manifest.name} unreadable") from exc
     found_parts = {p.name: p.stat().st_size for p in paths.parts()}
     if found_parts != expected_parts:
-        raise _inconsistent(layout, "request parts differ from the manifest")
+        differ = {name for name, _ in set(found_parts.items()) ^ set(expected_parts.items())}
+        names = ", ".join(f"{paths.requests.name}/{name}" for name in sorted(differ))
+        raise _inconsistent(layout, f"request parts differ from the manifest: {names}")
     for name in ("quarantine", "summary"):
         path: Path = getattr(paths, name)
         entry = manifest.get(name)
@@ -438,16 +440,27 @@ def verify_ingest(layout: WorkloadLayout) -> None:
 # Reading canonical Parquet.
 
 
+def parquet_schema(path: Path) -> dict[str, pl.DataType]:
+    """The schema in a Parquet file's footer; a file whose footer cannot be read (truncated,
+    overwritten) is an error naming it, never taken for another format."""
+    try:
+        return pl.read_parquet_schema(path)
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        problem = " ".join(str(exc).split())
+        raise InputFormatError(
+            f"{path}: damaged Parquet file ({problem}); restore it, or re-create it (a "
+            "workload's requests/: re-run `enginefit ingest`, or materialise `workload`)"
+        ) from exc
+
+
 def is_canonical_parquet(path: Path) -> bool:
-    """True for a canonical Parquet file or a directory of them (a workload dir or its requests/)."""
+    """True for a canonical Parquet file or a directory of them (a workload dir or its requests/).
+    Raises for a damaged Parquet file among them, naming it."""
     files = parquet_files(path)
     if not files:
         return False
-    try:
-        schema = pl.read_parquet_schema(files[0])
-    except Exception:  # noqa: BLE001 - anything unreadable is simply "not canonical parquet"
-        return False
-    return all(schema.get(name) == dtype for name, dtype in CANONICAL_SCHEMA.items())
+    schemas = [parquet_schema(file) for file in files]
+    return all(schemas[0].get(name) == dtype for name, dtype in CANONICAL_SCHEMA.items())
 
 
 def parquet_files(path: Path) -> list[Path]:
@@ -482,4 +495,6 @@ def scan_requests(path: Path) -> pl.LazyFrame:
     files = canonical_files(path)
     if not files:
         raise InputFormatError(f"{path}: no canonical Parquet request files found")
+    for file in files:
+        parquet_schema(file)  # a damaged part is named here, not met mid-computation
     return pl.scan_parquet(files, schema=CANONICAL_SCHEMA)

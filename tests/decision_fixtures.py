@@ -98,11 +98,14 @@ class Sweep:
     records: list[dict[str, Any]]
     manifest: dict[str, Any]
 
-    def write(self, folder: Path) -> Path:
+    def write(self, folder: Path, session: int = 0) -> Path:
+        """The files under ``folder``; each load of benchmark session number ``session`` starts
+        at its own time, as real runs do (two byte-identical files are one run, read once)."""
         folder.mkdir(parents=True, exist_ok=True)
-        for record in self.records:
+        for i, record in enumerate(self.records):
+            started = f"{record['date'][:9]}{12 + session:02d}{i:02d}00"
             (folder / f"{self.engine}-{record['request_rate']:g}qps.json").write_text(
-                json.dumps(record)
+                json.dumps({**record, "date": started})
             )
         (folder / "enginefit-bench.yaml").write_text(yaml.safe_dump(self.manifest))
         return folder
@@ -258,7 +261,10 @@ def decide_on(
     """Write ``frame`` as the workload and each sweep as result files under ``root``, run every
     stage as the configured commands do (``capacity``: the capacity stage's stand-in), then
     decide."""
-    results = [b.write(root / "bench-results" / f"{n}-{b.engine}") for n, b in enumerate(benches)]
+    results = [
+        b.write(root / "bench-results" / f"{n}-{b.engine}", session=n)
+        for n, b in enumerate(benches)
+    ]
     cfg = configuration(root, requirements, results=results, **config)
     layout = cfg.layout()
     write_requests(frame, layout.root)

@@ -20,10 +20,15 @@ OUTPUT_MEAN_3 = 62.3254384378955  # stage 3 successes.output_len.mean
 
 
 def copy_run(
-    dst: Path, engine: str, *, achieved_scale: float = 1.0, output_scale: float = 1.0
+    dst: Path,
+    engine: str,
+    run: int,
+    *,
+    achieved_scale: float = 1.0,
+    output_scale: float = 1.0,
 ) -> Path:
-    """The H100 sweep under ``dst`` with its own sidecar manifest; stage 3's achieved send rate
-    and mean output length scaled as a repeated run might differ."""
+    """The H100 sweep under ``dst`` with its own sidecar manifest as run number ``run``; stage
+    3's achieved send rate and mean output length scaled as a repeated run might differ."""
     if not H100.is_dir():
         pytest.skip("bench samples not available")
     dst.mkdir(parents=True)
@@ -33,6 +38,9 @@ def copy_run(
         if src.name == "stage_3_lifecycle_metrics.json":
             data["load_summary"]["achieved_rate"] *= achieved_scale
             data["successes"]["output_len"]["mean"] *= output_scale
+        # No re-run reproduces a file byte for byte (a byte-identical copy is read once): its
+        # schedule delays (not read by enginefit) differ.
+        data["load_summary"]["schedule_delay"]["max"] += run * 1e-6
         (dst / src.name).write_text(json.dumps(data))
     (dst / "enginefit-bench.yaml").write_text(f"engine: {engine}\ngpu_type: H100\ngpu_count: 1\n")
     return dst
@@ -40,9 +48,9 @@ def copy_run(
 
 def analyse(tmp_path: Path, other_output_scale: float) -> dict[str, dict[str, object]]:
     runs = [
-        copy_run(tmp_path / "vllm-a", "vllm"),
-        copy_run(tmp_path / "vllm-b", "vllm", achieved_scale=0.98),  # the repeat sent 2 % less
-        copy_run(tmp_path / "sglang", "sglang", output_scale=other_output_scale),
+        copy_run(tmp_path / "vllm-a", "vllm", 1),
+        copy_run(tmp_path / "vllm-b", "vllm", 2, achieved_scale=0.98),  # the repeat sent 2 % less
+        copy_run(tmp_path / "sglang", "sglang", 3, output_scale=other_output_scale),
     ]
     points = read_bench_files(runs).load_points
     analysis = analyse_bench(points, bench_settings(prices=Prices(default=3.0)))
@@ -93,3 +101,21 @@ def test_repeats_appear_in_the_pattern(tmp_path: Path) -> None:
     assert pattern.count("92.19:P") == 2
     assert rows["vllm"]["n_points"] == 14
     assert rows["vllm"]["n_loads"] == 7
+
+
+def test_a_byte_identical_copy_is_one_run_and_said_so(tmp_path: Path) -> None:
+    run = copy_run(tmp_path / "vllm-a", "vllm", 1)
+    copy = tmp_path / "vllm-copy"
+    shutil.copytree(run, copy)
+    read = read_bench_files([run, copy])
+    assert read.load_points["source_file"].str.starts_with(str(run)).all()
+    assert read.load_points.height == 7
+    stage_3 = copy / "stage_3_lifecycle_metrics.json"
+    assert (
+        f"{stage_3}: byte-identical to {run / stage_3.name} (the same run under another name): "
+        "read once, not counted as a repeat"
+    ) in read.notes
+    capacity = analyse_bench(read.load_points, bench_settings(prices=Prices(default=3.0))).capacity
+    row = capacity.row(0, named=True)
+    assert capacity.height == 1 and row["repeats"] == 1 and row["cost_spread"] is None
+    assert row["noise_note"] == "cheapest of its pool; no repeats: noise unknown"

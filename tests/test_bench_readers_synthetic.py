@@ -393,8 +393,10 @@ def test_unknown_format_fails_loudly(tmp_path: Path) -> None:
 # manifests
 
 
-def _tiny_vllm(path: Path) -> Path:
-    path.write_text(json.dumps({"mean_ttft_ms": 1.0, "burstiness": 1.0, "request_rate": 1.0}))
+def _tiny_vllm(path: Path, request_rate: float = 1.0) -> Path:
+    path.write_text(
+        json.dumps({"mean_ttft_ms": 1.0, "burstiness": 1.0, "request_rate": request_rate})
+    )
     return path
 
 
@@ -412,7 +414,7 @@ def test_manifest_precedence_and_overrides(tmp_path: Path) -> None:
     sub = tmp_path / "runs"
     sub.mkdir()
     f = _tiny_vllm(sub / "a.json")
-    g = _tiny_vllm(sub / "b.json")
+    g = _tiny_vllm(sub / "b.json", request_rate=2.0)  # another run (a copy is read once)
     # parent folder manifest applies to sub/…
     (tmp_path / "enginefit-bench.yaml").write_text(
         yaml.safe_dump(
@@ -814,3 +816,13 @@ def test_aiperf_010_phases_and_genai_perf_rate_stimulus(tmp_path: Path) -> None:
     assert (rg["load_mode"], rg["offered_rate_rps"], rg["concurrency"]) == ("open", 0.5, None)
     assert close(rg["duration_s"], 10 / 0.5)  # derived: request_count / request_throughput
     assert rg["ttft_p95_ms"] == 9.0 and rg["tpot_source"] == "missing"
+
+
+def test_manifest_numbers_in_yaml_1_2_form(tmp_path: Path) -> None:
+    """A sidecar's ``1e-9`` is a number (YAML 1.2), not the text PyYAML's YAML 1.1 made of it."""
+    run = _tiny_vllm(tmp_path / "run.json")
+    (tmp_path / "enginefit-bench.yaml").write_text(
+        "engine: vllm\ngpu_type: H100\ngpu_count: 1\nprice_per_gpu_hour_usd: 1e-9\n"
+    )
+    points = read_bench_files([run]).load_points
+    assert points["price_per_gpu_hour_usd"].to_list() == [1e-9]

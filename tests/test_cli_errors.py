@@ -5,11 +5,15 @@ from __future__ import annotations
 import argparse
 import errno
 import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from pipeline.cli import main, run_parsed
+from tests.conftest import REPO, write_config
 
 
 def _parser_raising(exc: BaseException) -> argparse.ArgumentParser:
@@ -112,3 +116,88 @@ def test_an_impossible_date_in_the_configuration_names_the_key(
     err = capsys.readouterr().err
     assert err.startswith(f"enginefit: error: {bad}: bench.as_of: ") and "2026-13-45" in err
     assert err.count("\n") == 1
+
+
+def test_every_configuration_problem_is_listed_with_its_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Four problems, four lines (it said one and "[and 4 more problem(s)]", counting the key
+    the misspelling left missing); the required keys a section lacks are one problem."""
+    bad = tmp_path / "enginefit.yaml"
+    bad.write_text(
+        "workload: {nme: w, traces: [t.jsonl], hash_salt: s}\n"
+        "shape: {long_tail_ratio: abc}\n"
+        "prefix: {min_session_match_blocks: 2.5}\n"
+        "requirements: {kv_cache: {layers: 32}}\n"
+    )
+    assert main(["config", "--config", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        f"enginefit: error: {bad}: 4 problems:",
+        "  - unknown key workload.nme (did you mean name?); known keys here: anchor, block_size, "
+        "daily_quarter, hash_salt, name, tokenizer, traces",
+        "  - shape.long_tail_ratio: Input should be a valid number (got 'abc')",
+        "  - prefix.min_session_match_blocks: Input should be a valid integer (got 2.5)",
+        "  - requirements.kv_cache: required keys missing: gpu_memory_gib, gpus_per_replica, "
+        "memory_utilization, overhead_gib, model_params_billion, weight_bytes, kv_heads, "
+        "head_dim, kv_bytes",
+    ]
+    assert "Traceback" not in err
+
+
+def _enginefit(
+    args: list[str], cwd: Path, *, prelude: str = "", stdout: int | None = subprocess.PIPE
+) -> subprocess.Popen[str]:
+    """``enginefit ARGS`` in a process of its own, after the Python lines ``prelude``."""
+    code = f"{prelude}\nimport sys\nfrom assets.cli import main\nsys.exit(main(sys.argv[1:]))\n"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+        "DAGSTER_HOME": str(cwd / "dagster_home"),
+    }
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *args],
+        cwd=cwd,
+        env=env,
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_a_reader_that_stops_reading_ends_the_command_quietly(tmp_path: Path) -> None:
+    """``enginefit shape --json | head``: the reader is gone before anything is written; the
+    command stops as Unix tools do (128 + SIGPIPE), not with "Broken pipe" and exit 2."""
+    trace = tmp_path / "m.jsonl"
+    trace.write_text(
+        '{"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": [0]}\n' * 3
+    )
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # closed before the command starts: its first write finds no reader
+    proc = _enginefit(["shape", str(trace), "--json"], tmp_path, stdout=write_end)
+    os.close(write_end)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 128 + signal.SIGPIPE, err
+    assert "error" not in err and "Broken pipe" not in err and "Traceback" not in err
+
+
+def test_a_full_disk_under_dagster_home_is_one_line_naming_it(tmp_path: Path) -> None:
+    """A file-size limit (a full disk, as SQLite sees it) stops Dagster's run storage: one line
+    naming DAGSTER_HOME, exit 2, not a SQLAlchemy traceback."""
+    trace = tmp_path / "m.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": [0]}\n')
+    config = write_config(tmp_path, [str(trace)])
+    limit = (
+        "import resource, signal\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails instead\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (8192, 8192))"
+    )
+    proc = _enginefit(["decide", "--config", str(config)], tmp_path, prelude=limit)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 2, err
+    assert "Traceback" not in err
+    assert err.splitlines()[-1] == (
+        f"enginefit: error: DAGSTER_HOME={tmp_path / 'dagster_home'}: Dagster could not write "
+        "its run history (disk I/O error); free some space there, or set DAGSTER_HOME to a "
+        "folder with room"
+    )

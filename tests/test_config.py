@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from pipeline.config import config_from_mapping, default_config, default_mapping, load_config
 from pipeline.errors import ConfigError
+from pipeline.settings import parse_yaml
 from tests.conftest import REPO
 
 
@@ -220,3 +221,46 @@ def test_the_example_configuration_loads_and_names_every_option() -> None:
 
     defaults = yaml.safe_load((REPO / "pipeline" / "defaults.yaml").read_text())
     assert keys(defaults) <= keys(yaml.safe_load(example.read_text()))
+
+
+def test_yaml_1_2_numbers_are_numbers(tmp_path: Path) -> None:
+    """``1e308`` and ``1e-9`` are floats in YAML 1.2 (PyYAML's YAML 1.1 read them as text and
+    the key then failed with "got '1e308'"); integers stay integers and quoted numbers text."""
+    cfg_file = tmp_path / "c.yaml"
+    cfg_file.write_text(
+        "workload: {name: w, traces: [t.jsonl], hash_salt: s}\n"
+        "shape:\n  long_tail_ratio: 1e308\n  latency_model: {ttft_per_prompt_token_ms: 1e-9,"
+        " tpot_ms: 2.5E1, ttft_base_ms: 50}\n"
+    )
+    cfg = load_config(cfg_file)
+    assert cfg.shape.long_tail_ratio == 1e308
+    assert cfg.shape.latency.ttft_per_prompt_token_ms == 1e-9
+    assert cfg.shape.latency.tpot_ms == 25.0
+    assert parse_yaml("a: 1e3\nb: 7\nc: '1e3'\nd: 2026-01-01") == {
+        "a": 1000.0,
+        "b": 7,
+        "c": "1e3",
+        "d": "2026-01-01",
+    }
+    assert isinstance(parse_yaml("n: 7")["n"], int)
+
+
+def test_a_sections_own_parser_is_listed_with_the_other_problems(tmp_path: Path) -> None:
+    """The SLO, prices and cache-aware parsers stopped validation at their error; now every
+    problem is listed, each naming its key."""
+    cfg_file = tmp_path / "c.yaml"
+    cfg_file.write_text(
+        "workload: {name: w, traces: [t.jsonl], hash_salt: s}\n"
+        "shape: {long_tail_ratio: abc}\n"
+        "bench: {slo: [1], prices: {gpu_hour_usd: -1}}\n"
+        "simulation: {cache_aware: 5}\n"
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_config(cfg_file)
+    assert str(caught.value).splitlines() == [
+        f"{cfg_file}: 4 problems:",
+        "  - shape.long_tail_ratio: Input should be a valid number (got 'abc')",
+        "  - bench.slo: must be a mapping of limits, got list",
+        "  - bench.prices.gpu_hour_usd: must be a finite price ≥ 0, got -1",
+        "  - simulation.cache_aware: must be a mapping with a preset",
+    ]

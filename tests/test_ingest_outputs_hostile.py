@@ -275,7 +275,10 @@ def test_a_kill_between_the_renames_leaves_a_set_every_reader_refuses(
     [
         ("ingest_summary.json", "ingest_summary.json differs from the manifest"),
         ("quarantine.parquet", "quarantine.parquet differs from the manifest"),
-        ("requests/part-00000.parquet", "request parts differ from the manifest"),
+        (
+            "requests/part-00000.parquet",
+            "request parts differ from the manifest: requests/part-00000.parquet",
+        ),
     ],
 )
 def test_files_mixed_from_two_runs_are_refused(tmp_path: Path, swap: str, problem: str) -> None:
@@ -687,3 +690,35 @@ def test_a_failed_ingest_leaves_no_folder_behind(
     before = tree(existing)
     assert ingest(tmp_path / "missing.csv", "--out", existing) == 2
     assert tree(existing) == before  # a workload that had outputs keeps them all
+
+
+@pytest.mark.parametrize("damage", ["overwritten footer", "truncated"])
+def test_a_damaged_request_part_is_named_by_every_way_of_reading_it(
+    tmp_path: Path, damage: str, salted: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It used to be taken for a raw trace folder, and the error blamed an unrelated file
+    ("bench_analysis.json: unrecognised trace format"), or a polars traceback surfaced."""
+    config = write_config(tmp_path, [str(mooncake(tmp_path / "m.jsonl", rows=50))])
+    assert enginefit(["ingest", "--config", str(config)]) == 0
+    layout = load_config(config).layout()
+    (layout.root / "bench_analysis.json").write_text("{}")  # a later stage's output beside it
+    part = layout.ingest.parts()[0]
+    data = part.read_bytes()
+    if damage == "truncated":
+        data = data[: len(data) // 2]
+    else:  # same size (the manifest's check passes), garbage where the footer was
+        data = data[:-300] + bytes(b ^ 0x5A for b in data[-300:-8]) + data[-8:]
+    part.write_bytes(data)
+    capsys.readouterr()
+    for argv in (["shape", str(layout.root)], ["shape", str(layout.ingest.requests)]):
+        assert enginefit(argv) == 2
+        err = capsys.readouterr().err
+        assert f"enginefit: error: {part}: damaged Parquet file (" in err, err
+        assert "re-run `enginefit ingest`" in err and "Traceback" not in err
+    assert enginefit(["shape", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    if damage == "truncated":  # another size than the manifest's
+        assert f"{layout.root}: ingest outputs are incomplete" in err
+        assert "request parts differ from the manifest: requests/part-00000.parquet)" in err
+    else:
+        assert f"enginefit: error: {part}: damaged Parquet file (" in err, err

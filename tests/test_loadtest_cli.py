@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -193,6 +194,25 @@ def test_a_server_that_is_down_is_one_line(
     argv = ["loadtest", str(_canonical(tmp_path)), "--endpoint", "http://127.0.0.1:9/v1"]
     assert main([*argv, "--model", "m", *DEPLOYMENT]) == 2
     assert "cannot reach the server" in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_a_server_that_accepts_and_never_answers_is_said_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It is listening: "cannot reach the server … is it running?" was wrong. The kernel
+    completes the handshake for a listening socket's backlog, and nothing ever answers."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        endpoint = f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
+        argv = ["loadtest", str(_canonical(tmp_path)), "--endpoint", endpoint, "--model", "m"]
+        assert main([*argv, "--read-timeout", "1s", *DEPLOYMENT]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1] == (
+        f"enginefit: error: --endpoint {endpoint}/completions: the server accepted the "
+        f"connection but did not answer GET {endpoint}/models within 1 s (--read-timeout, "
+        "loadtest.read_timeout); is it stuck, or still loading the model? Raise --read-timeout "
+        "to wait longer"
+    )
+    assert "Traceback" not in err
 
 
 def test_a_run_where_nothing_completes_says_why_and_fails(

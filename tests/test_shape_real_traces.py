@@ -86,9 +86,14 @@ def test_azure_matches_numpy_reference(azure: pl.DataFrame, azure_shape: dict[st
     a = azure_shape["arrivals"]
     assert a["inter_arrival"]["cv"] == pytest.approx(gaps.std() / gaps.mean(), rel=1e-9)
     for w in (1, 10, 60):
-        b = t // (w * 1_000_000)
-        counts = np.bincount(b - b.min())
+        # Complete windows only: from the first one starting at or after the first arrival to
+        # the last one ending at or before the last arrival.
+        w_us = w * 1_000_000
+        lo, hi = -(-t.min() // w_us), t.max() // w_us - 1
+        b = t // w_us
+        counts = np.bincount(b[(b >= lo) & (b <= hi)] - lo, minlength=hi - lo + 1)
         got = a["windows"][f"{w}s"]
+        assert got["bins"] == hi - lo + 1
         assert got["peak_count"] == counts.max()
         assert got["index_of_dispersion"] == pytest.approx(counts.var() / counts.mean(), rel=1e-9)
     for col in ("prompt_tokens", "output_tokens"):
@@ -140,8 +145,11 @@ def test_mooncake_quantisation_and_lengths(mooncake: pl.DataFrame) -> None:
     assert {"timestamps.quantised", "prompt_tail.long", "output_tail.short"} <= ids
     # 60 s counts against numpy.
     t = mooncake["arrival"].dt.epoch("us").to_numpy()
-    counts = np.bincount((t // 60_000_000) - (t // 60_000_000).min())
-    assert w["60s"]["peak_count"] == counts.max()
+    # Complete minutes of the observed span [first, last + the 3 s quantum).
+    lo, hi = -(-t.min() // 60_000_000), (t.max() + 3_000_000) // 60_000_000 - 1
+    b = t // 60_000_000
+    counts = np.bincount(b[(b >= lo) & (b <= hi)] - lo)
+    assert (w["60s"]["bins"], w["60s"]["peak_count"]) == (len(counts), counts.max())
 
 
 def test_workload_facts_on_mooncake(mooncake: pl.DataFrame) -> None:

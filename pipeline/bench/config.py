@@ -26,6 +26,7 @@ from pipeline.settings import (
     NonNegativeInt,
     PositiveInt,
     Section,
+    collected,
     tuple_of,
 )
 
@@ -253,9 +254,9 @@ class BenchConfig(Section):
     # Field order is the order `enginefit config` prints them in.
     results: tuple_of(ConfigPath)  # type: ignore[valid-type]
     manifest: ConfigPath | None
-    slo: Annotated[SloSpec, BeforeValidator(_slo), PlainSerializer(SloSpec.as_dict)]
+    slo: Annotated[SloSpec, BeforeValidator(collected(_slo)), PlainSerializer(SloSpec.as_dict)]
     interpolate: bool
-    prices: Annotated[Prices, BeforeValidator(_prices), PlainSerializer(Prices.as_dict)]
+    prices: Annotated[Prices, BeforeValidator(collected(_prices)), PlainSerializer(Prices.as_dict)]
     as_of: ConfigDate | None
     max_age_days: PositiveInt
     peak_window: Annotated[str, Field(min_length=1)]

@@ -41,6 +41,7 @@ from typing import Any
 import yaml
 
 from pipeline.errors import InputFormatError
+from pipeline.settings import parse_yaml
 
 
 class BenchFormatError(InputFormatError):
@@ -143,7 +144,7 @@ def _load_json_stream(path: Path, text: str, raw: bytes) -> Document:
 
 def _load_yaml(path: Path, text: str, raw: bytes) -> Document:
     try:
-        doc = yaml.safe_load(text)
+        doc = parse_yaml(text)
     except yaml.YAMLError as exc:
         raise BenchFormatError(
             f"{path}: neither JSON nor valid YAML ({exc}); formats tried: {FORMATS_TRIED}"

@@ -49,6 +49,7 @@ import yaml
 
 from pipeline.bench.cost import parse_price
 from pipeline.errors import ConfigError, InputFormatError
+from pipeline.settings import parse_yaml
 
 DIR_MANIFEST_NAME = "enginefit-bench.yaml"
 FILE_MANIFEST_SUFFIX = ".manifest.yaml"
@@ -125,7 +126,7 @@ def load_manifest(path: Path | str) -> dict[str, Any]:
     """Read a manifest YAML into a raw mapping (keys checked, values validated later)."""
     p = Path(path)
     try:
-        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
+        raw = parse_yaml(p.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         raise BenchManifestError(f"{p}: cannot read manifest: {exc}") from exc
     except yaml.YAMLError as exc:

@@ -88,29 +88,49 @@ def _new_loop() -> asyncio.AbstractEventLoop:
         return asyncio.new_event_loop()
 
 
-async def _check_endpoint(
-    url: str, model: str, timeout_s: float, headers: dict[str, str]
-) -> str | None:
+async def _check_endpoint(url: str, model: str, options: ClientOptions) -> str | None:
     """A warning when the server answers ``/models`` without the model; raises ConfigError when
-    the server cannot be reached at all."""
+    the server cannot be reached at all, or accepts the connection and does not answer."""
 
     base = url.rsplit("/chat/completions", 1)[0].rsplit("/completions", 1)[0]
+    where = f"--endpoint {public_url(url)}"
+    timeout = aiohttp.ClientTimeout(
+        total=options.request_timeout_s,
+        sock_connect=options.connect_timeout_s,
+        sock_read=options.read_timeout_s,
+    )
     try:
         async with (
-            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session,
-            session.get(base + "/models", headers=headers) as resp,
+            aiohttp.ClientSession(timeout=timeout) as session,
+            session.get(base + "/models", headers=options.headers) as resp,
         ):
             if resp.status in (401, 403):
                 raise ConfigError(
-                    f"--endpoint {public_url(url)}: the server refused the token (HTTP "
+                    f"{where}: the server refused the token (HTTP "
                     f"{resp.status}); set $OPENAI_API_KEY or name the variable with --api-key-env"
                 )
             if resp.status != 200:
                 return None  # some servers have no /models; the run itself will tell
             payload = await resp.json(content_type=None)
-    except (aiohttp.ClientConnectorError, TimeoutError) as exc:
+    except aiohttp.ConnectionTimeoutError as exc:
         raise ConfigError(
-            f"--endpoint {public_url(url)}: cannot reach the server ({exc.__class__.__name__}: "
+            f"{where}: no connection within {options.connect_timeout_s:g} s (--connect-timeout, "
+            "loadtest.connect_timeout); is the server running and reachable there?"
+        ) from exc
+    except TimeoutError as exc:  # connected: the answer is what did not come
+        seconds, flag, key = (
+            (options.read_timeout_s, "--read-timeout", "read_timeout")
+            if isinstance(exc, aiohttp.SocketTimeoutError)
+            else (options.request_timeout_s, "--request-timeout", "request_timeout")
+        )
+        raise ConfigError(
+            f"{where}: the server accepted the connection but did not answer GET "
+            f"{public_url(base)}/models within {seconds:g} s ({flag}, loadtest.{key}); is it "
+            f"stuck, or still loading the model? Raise {flag} to wait longer"
+        ) from exc
+    except aiohttp.ClientConnectorError as exc:
+        raise ConfigError(
+            f"{where}: cannot reach the server ({exc.__class__.__name__}: "
             f"{exc}); is it running and listening there?"
         ) from exc
     except (aiohttp.ClientError, ValueError):
@@ -172,9 +192,7 @@ def run(
         for signum in STOP_SIGNALS:
             loop.add_signal_handler(signum, interrupt, signal.Signals(signum).name)
         try:
-            problem = await _check_endpoint(
-                url, model, settings.connect_timeout + 5, options.headers
-            )
+            problem = await _check_endpoint(url, model, options)
             if problem:
                 warn(problem)
             for plan in plans:

@@ -4,10 +4,15 @@ Definitions (all times from the canonical ``arrival`` column, microsecond precis
 
 * **span** = last arrival − first arrival; **mean rate** = requests / span (undefined for span 0).
 * **Count windows** of w seconds are tumbling windows aligned to the Unix epoch (so 60 s windows
-  are clock minutes): bucket = floor(arrival_us / w_us). Every bucket from the first arrival's to
-  the last arrival's is counted, empty ones included. **Peak rate** = max count / w.
+  are clock minutes): bucket = floor(arrival_us / w_us). Only **complete** windows count: those
+  lying wholly inside the observed span [first arrival, last arrival + quantum) (quantum 0 when
+  the timestamps are not quantised, since a bucketed timestamp stands for its whole bucket).
+  The first and last windows are usually partial: their counts are a fraction of a window's
+  and would read as a lull (a trace cut 10 s into a minute made pure Poisson look bursty).
+  Every complete window counts, empty ones as zeros; fewer than ``MIN_COMPLETE_WINDOWS`` of
+  them and the window is not reported. **Peak rate** = max count / w.
   **Index of dispersion** = variance / mean of those counts (population variance, ddof = 0);
-  1 for a Poisson process, larger means burstier.
+  1 for a Poisson process, larger means burstier (unknown when every complete window is empty).
 * **Inter-arrival CV** = std / mean of the gaps between consecutive arrivals (sorted, ties give
   zero gaps; population std). 1 for Poisson.
 * **Quantisation**: a trace is *quantised* when at least half of its requests share their
@@ -26,7 +31,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import polars as pl
@@ -38,7 +43,10 @@ QUANTISED_TIE_SHARE = 0.5
 GRID_SHARE = 0.9
 GRID_TOLERANCE = 0.01
 DAY_S = 86_400
-WEEK_S = 7 * DAY_S
+# One complete window has no variance to measure; two are the least a dispersion needs.
+MIN_COMPLETE_WINDOWS = 2
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_ONE_US = timedelta(microseconds=1)
 
 
 def window_label(window_s: float) -> str:
@@ -92,6 +100,28 @@ class Quantisation:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class ObservedSpan:
+    """The half-open time ``[start_us, end_us)`` (µs since the epoch) the trace observed."""
+
+    start_us: int
+    end_us: int
+
+    def complete_windows(self, window_s: float) -> tuple[int, int]:
+        """First and last index of the epoch-aligned windows lying wholly inside the span
+        (last < first when there is none)."""
+        w_us = round(window_s * US_PER_S)
+        return -(-self.start_us // w_us), self.end_us // w_us - 1
+
+
+def observed_span(first: str, last: str, quantum_s: float | None) -> ObservedSpan:
+    """The span from the first arrival to the end of the last (its bucket's end when the
+    timestamps are quantised): ``first``/``last`` as ``arrival_basics`` gives them."""
+    start_us = (datetime.fromisoformat(first) - _EPOCH) // _ONE_US
+    last_us = (datetime.fromisoformat(last) - _EPOCH) // _ONE_US
+    return ObservedSpan(start_us, last_us + round((quantum_s or 0.0) * US_PER_S))
 
 
 def arrival_basics(frame: pl.LazyFrame) -> dict[str, Any]:
@@ -160,35 +190,51 @@ def detect_quantisation(frame: pl.LazyFrame, distinct: pl.DataFrame | None = Non
     )
 
 
-def window_counts_stats(frame: pl.LazyFrame, window_s: float) -> dict[str, Any]:
-    """Peak count, peak rate, mean count and index of dispersion over ``window_s`` windows.
+def window_counts_stats(
+    frame: pl.LazyFrame, window_s: float, span: ObservedSpan
+) -> dict[str, Any] | str:
+    """Peak count, peak rate, mean count and index of dispersion over the complete
+    ``window_s`` windows of ``span``, or why there are too few of them.
 
-    Empty windows between the first and last arrival count as zeros; only non-empty buckets are
-    materialised (the zeros enter through the bucket count).
+    Empty complete windows count as zeros; only non-empty buckets are materialised (the zeros
+    enter through the window count).
     """
+    lo, hi = span.complete_windows(window_s)
+    bins = hi - lo + 1
+    if bins < MIN_COMPLETE_WINDOWS:
+        return (
+            f"the trace holds {max(bins, 0)} complete {window_s:g} s window(s) and needs "
+            f">= {MIN_COMPLETE_WINDOWS} (a partial window's count is not a {window_s:g} s count)"
+        )
     w_us = round(window_s * US_PER_S)
-    counts = frame.select((arrival_us() // w_us).alias("b")).group_by("b").agg(pl.len().alias("c"))
+    counts = (
+        frame.select((arrival_us() // w_us).alias("b"))
+        .filter(pl.col("b").is_between(lo, hi))
+        .group_by("b")
+        .agg(pl.len().alias("c"))
+    )
     row = collect(
         counts.select(
-            (pl.col("b").max() - pl.col("b").min() + 1).alias("bins"),
             pl.col("c").sum().alias("n"),
             (pl.col("c").cast(pl.Float64) ** 2).sum().alias("sumsq"),
             pl.col("c").max().alias("peak"),
             pl.col("b").filter(pl.col("c") == pl.col("c").max()).min().alias("peak_b"),
         )
     ).row(0, named=True)
-    bins, n = int(row["bins"]), int(row["n"])
+    n, peak = int(row["n"]), int(row["peak"] or 0)
     mean = n / bins
     var = max(0.0, row["sumsq"] / bins - mean * mean)
-    peak_at = datetime.fromtimestamp(row["peak_b"] * w_us / US_PER_S, tz=UTC)
+    # With no request in any complete window the earliest (empty) one is the "peak".
+    peak_b = row["peak_b"] if peak else lo
+    peak_at = datetime.fromtimestamp(peak_b * w_us / US_PER_S, tz=UTC)
     return {
         "window_s": window_s,
         "bins": bins,
         "mean_count": mean,
         "variance": var,
-        "index_of_dispersion": var / mean,
-        "peak_count": int(row["peak"]),
-        "peak_rate_rps": int(row["peak"]) / window_s,
+        "index_of_dispersion": var / mean if mean > 0 else None,
+        "peak_count": peak,
+        "peak_rate_rps": peak / window_s,
         "peak_window_start": peak_at.isoformat(),
     }
 
@@ -227,48 +273,75 @@ def inter_arrival_stats(
     return out
 
 
-def time_profile(frame: pl.LazyFrame, span_s: float) -> dict[str, Any]:
-    """Hour-of-day (span ≥ 1 day) and day-of-week (span ≥ 7 days) shares of requests, UTC.
+def time_profile(frame: pl.LazyFrame, span: ObservedSpan) -> dict[str, Any]:
+    """Hour-of-day and day-of-week shares of requests (UTC) over the complete days of ``span``
+    (hour of day: at least one; day of week: the first whole number of weeks, at least one).
 
-    Shares are over the whole trace; partial first/last days weigh their hours less. For traces
-    with relative timestamps the hours are offsets from the configured anchor, not wall clock.
+    A partial day would weigh its hours more than the others (a trace from 10:00 to 16:00 the
+    next day counts 10:00–16:00 twice), so only complete UTC days count. For traces with
+    relative timestamps the hours are offsets from the configured anchor, not wall clock.
     """
     out: dict[str, Any] = {}
-    for key, unit, need_s, expr, keys in (
-        ("hour_of_day", "hour", DAY_S, pl.col("arrival").dt.hour(), range(24)),
-        ("day_of_week", "weekday", WEEK_S, pl.col("arrival").dt.weekday(), range(1, 8)),
+    first_day, last_day = span.complete_windows(DAY_S)
+    whole_days = max(last_day - first_day + 1, 0)
+    day_us = DAY_S * US_PER_S
+    for key, unit, days, expr, keys in (
+        ("hour_of_day", "hour", whole_days, pl.col("arrival").dt.hour(), range(24)),
+        (
+            "day_of_week",
+            "weekday",
+            whole_days // 7 * 7,
+            pl.col("arrival").dt.weekday(),
+            range(1, 8),
+        ),
     ):
-        if span_s < need_s:
+        if days == 0:
+            need = "one complete UTC day" if unit == "hour" else "seven complete UTC days"
             out[key] = {
                 "supported": False,
-                "reason": f"span {span_s:,.0f} s is shorter than {need_s:,} s "
-                f"({'one day' if need_s == DAY_S else 'one week'})",
+                "reason": f"the trace holds {whole_days} complete UTC day(s) and needs {need} "
+                "(partial days would weigh their hours more)",
             }
             continue
         counts = collect(
-            frame.select(expr.cast(pl.Int32).alias(unit)).group_by(unit).agg(pl.len().alias("n"))
+            frame.filter(
+                arrival_us().is_between(
+                    first_day * day_us, (first_day + days) * day_us, closed="left"
+                )
+            )
+            .select(expr.cast(pl.Int32).alias(unit))
+            .group_by(unit)
+            .agg(pl.len().alias("n"))
         )
         got = dict(zip(counts[unit].to_list(), counts["n"].to_list(), strict=True))
         total = sum(got.values())
-        rows = [{unit: k, "requests": got.get(k, 0), "share": got.get(k, 0) / total} for k in keys]
+        rows = [
+            {unit: k, "requests": got.get(k, 0), "share": got.get(k, 0) / total if total else 0.0}
+            for k in keys
+        ]
         shares = [r["share"] for r in rows]
         out[key] = {
             "supported": True,
             "timezone": "UTC",
+            "complete_days": days,
             "profile": rows,
             "peak_to_trough": finite(max(shares) / min(shares)) if min(shares) > 0 else None,
         }
     return out
 
 
-def arrival_series(frame: pl.LazyFrame, bucket_s: float) -> pl.DataFrame:
-    """Requests per ``bucket_s`` bucket (epoch-aligned), empty buckets included, for plotting."""
+def arrival_series(frame: pl.LazyFrame, bucket_s: float, span: ObservedSpan) -> pl.DataFrame:
+    """Requests per complete ``bucket_s`` bucket of ``span`` (epoch-aligned), empty buckets
+    included, for plotting (a partial edge bucket would draw a lull that did not happen)."""
     b_us = round(bucket_s * US_PER_S)
+    lo, hi = span.complete_windows(bucket_s)
     counts = collect(
-        frame.select((arrival_us() // b_us).alias("b")).group_by("b").agg(pl.len().alias("n"))
+        frame.select((arrival_us() // b_us).alias("b"))
+        .filter(pl.col("b").is_between(lo, hi))
+        .group_by("b")
+        .agg(pl.len().alias("n"))
     )
-    lo, hi = counts["b"].min(), counts["b"].max()
-    grid = pl.DataFrame({"b": pl.int_range(int(lo), int(hi) + 1, eager=True)})  # type: ignore[arg-type]
+    grid = pl.DataFrame({"b": pl.int_range(lo, max(lo, hi + 1), eager=True)})
     return (
         grid.join(counts, on="b", how="left")
         .with_columns(pl.col("n").fill_null(0).cast(pl.Int64))
@@ -293,13 +366,15 @@ def arrival_metrics(frame: pl.LazyFrame, min_quanta: float) -> dict[str, Any]:
     basics = arrival_basics(frame)
     distinct = distinct_arrivals(frame)
     quant = detect_quantisation(frame, distinct)
+    span = observed_span(basics["first"], basics["last"], quant.quantum_s)
     windows: dict[str, Any] = {}
     for w in WINDOWS_S:
         ok, reason = quant.window_support(w, min_quanta)
+        stats = window_counts_stats(frame, w, span) if ok else reason
         windows[window_label(w)] = (
-            {"supported": True, **window_counts_stats(frame, w)}
-            if ok
-            else {"supported": False, "reason": reason, "window_s": w}
+            {"supported": True, **stats}
+            if isinstance(stats, dict)
+            else {"supported": False, "reason": stats, "window_s": w}
         )
     ok, reason = quant.gaps_support()
     if basics["requests"] < 2:
@@ -314,5 +389,5 @@ def arrival_metrics(frame: pl.LazyFrame, min_quanta: float) -> dict[str, Any]:
         "quantisation": quant.as_dict(),
         "windows": windows,
         "inter_arrival": inter,
-        **time_profile(frame, basics["span_s"]),
+        **time_profile(frame, span),
     }

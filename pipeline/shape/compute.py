@@ -11,7 +11,7 @@ from typing import Any
 
 import polars as pl
 
-from pipeline.shape.arrivals import arrival_metrics, arrival_series, plot_bucket_s
+from pipeline.shape.arrivals import arrival_metrics, arrival_series, observed_span, plot_bucket_s
 from pipeline.shape.common import PERCENTILE_METHOD_DOC, as_lazy, json_safe
 from pipeline.shape.concurrency import peak_concurrency
 from pipeline.shape.config import MIN_QUANTA_PER_WINDOW, PLOT_POINTS, ShapeConfig
@@ -90,11 +90,12 @@ def plot_data(frame: pl.LazyFrame, metrics: dict[str, Any], plot_points: int) ->
     quantum = arrivals["quantisation"]["quantum_s"]
     finest = min(supported) if supported else max(float(quantum or 1.0) * 3, 60.0)
     bucket = plot_bucket_s(arrivals["span_s"], finest, plot_points)
+    span = observed_span(arrivals["first"], arrivals["last"], quantum)
     return ShapePlotData(
         length_cdfs={
             name: cdf_points(frame, column, plot_points)
             for name, column in (("prompt", "prompt_tokens"), ("output", "output_tokens"))
         },
-        arrival_series=arrival_series(frame, bucket),
+        arrival_series=arrival_series(frame, bucket, span),
         arrival_bucket_s=bucket,
     )

@@ -16,6 +16,7 @@ from pipeline.settings import (
     NonNegative,
     NonNegativeInt,
     Section,
+    collected,
     validation_message,
 )
 from pipeline.shape.config import LatencyModelConfig
@@ -201,7 +202,7 @@ class SimConfig(Section):
     random_seed: NonNegativeInt
     tenant_isolation: bool
     compare_isolation: bool
-    cache_aware: Annotated[CacheAwareConfig, BeforeValidator(_cache_aware)]
+    cache_aware: Annotated[CacheAwareConfig, BeforeValidator(collected(_cache_aware))]
     request_lifetime: RequestLifetime
     replica_slots: Annotated[InFlight, Field(gt=0)] | None
     latency_model: LatencyModelConfig | None

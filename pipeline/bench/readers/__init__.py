@@ -9,7 +9,9 @@ from per-request data wherever a file (or its companion file in the same folder)
 Companion files are read by their primary file's reader and are skipped (with a note) when met
 on their own: genai-perf ``profile_export.json``, aiperf ``profile_export.jsonl``, llmperf
 ``*_individual_responses.json``, inference-perf ``config.yaml`` and per-request file, and
-``vllm bench sweep``'s ``summary.json`` (a copy of its ``run=<k>.json`` files). The
+``vllm bench sweep``'s ``summary.json`` (a copy of its ``run=<k>.json`` files). A result file
+byte-identical to one read before (a copy under another name) is the same run: it is read once,
+with a note, never counted as a repeat. The
 inference-perf cross-stage ``summary_lifecycle_metrics.json`` is skipped with a note. When a
 folder is expanded, files that are not JSON/JSONL/YAML are skipped with a note; a file named
 explicitly is always detected and fails loudly when it matches no format.
@@ -290,6 +292,7 @@ def read_bench_files(
         )
     rows: list[dict[str, Any]] = []
     frames: list[pl.DataFrame] = []
+    first_with_sha: dict[str, Path] = {}
     for path in files:
         doc = load_document(path)
         kind = detect_kind(doc)
@@ -303,8 +306,17 @@ def read_bench_files(
                 "(inference-perf issue #70)"
             )
             continue
-        tool, raw_points = _read_points(doc, kind)
         sha = hashlib.sha256(doc.raw).hexdigest()
+        if sha in first_with_sha:
+            # A copy under another name is the same run: read twice it would count as a
+            # repeat with 0 % noise.
+            notes.append(
+                f"{path}: byte-identical to {first_with_sha[sha]} (the same run under another "
+                "name): read once, not counted as a repeat"
+            )
+            continue
+        first_with_sha[sha] = path
+        tool, raw_points = _read_points(doc, kind)
         man = resolve_manifest(path, manifest)
         for raw in raw_points:
             row = _row(path, sha, tool, raw, man)

@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 
 from pipeline.bench.readers._common import Ctx, RawPoint
+from pipeline.settings import parse_yaml
 
 TOOL = "inference_perf"
 CONFIG_NAME = "config.yaml"
@@ -38,7 +39,7 @@ def _config(path: Path) -> dict[str, Any]:
     if not cfg.is_file():
         return {}
     try:
-        doc = yaml.safe_load(cfg.read_text(encoding="utf-8"))
+        doc = parse_yaml(cfg.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return {}
     return doc if isinstance(doc, dict) else {}
