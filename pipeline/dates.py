@@ -21,7 +21,8 @@ from pipeline.errors import ConfigError, InputFormatError
 
 def today() -> dt.date:
     """The clock's date (UTC): the report date when none is given, and the limit no date may
-    pass. The one place enginefit reads the clock for a date."""
+    pass. The one place enginefit reads the clock for a date (callers write ``dates.today()``,
+    so a test can set the clock here)."""
     return dt.datetime.now(dt.UTC).date()
 
 
@@ -37,13 +38,14 @@ def not_in_future(value: dt.date) -> dt.date:
     return value
 
 
-def days_before(earlier: dt.date, later: dt.date) -> str:
-    """``"391 days before"``, ``"the same day as"``: how far ``earlier`` lies before ``later``
-    in words (callers refuse an ``earlier`` that is after ``later``)."""
-    days = (later - earlier).days
+def days_from(day: dt.date, reference: dt.date) -> str:
+    """Where ``day`` lies from ``reference`` in words: ``"391 days before"``, ``"the same day
+    as"``, ``"1 day after"`` (an age is never a negative number)."""
+    days = (reference - day).days
     if days == 0:
         return "the same day as"
-    return f"{days:,} day{'s' if days != 1 else ''} before"
+    count = f"{abs(days):,} day{'s' if abs(days) != 1 else ''}"
+    return f"{count} before" if days > 0 else f"{count} after"
 
 
 def refuse_runs_after(points: pl.DataFrame, limit: dt.date, limit_name: str) -> None:

@@ -26,6 +26,7 @@ from typing import Any
 
 import polars as pl
 
+from pipeline import dates
 from pipeline.bench.compute import analyse_bench
 from pipeline.bench.config import BenchConfig
 from pipeline.bench.cost import describe_prices
@@ -39,7 +40,7 @@ from pipeline.bench.present import figures
 from pipeline.bench.readers import read_bench_files
 from pipeline.bench.result import BenchResult, analysis_payload
 from pipeline.bench.schema import BenchReadResult, empty_load_points
-from pipeline.dates import refuse_runs_after, today
+from pipeline.dates import refuse_runs_after
 from pipeline.errors import InputFormatError
 from pipeline.ingest.stage import read_requests
 from pipeline.layout import WorkloadLayout, require_output
@@ -144,7 +145,7 @@ def run(inputs: BenchInputs, settings: BenchConfig) -> BenchResult:
     if inputs.as_of is not None:
         refuse_runs_after(results.load_points, inputs.as_of, "the report date")
     else:
-        refuse_runs_after(results.load_points, today(), "today")
+        refuse_runs_after(results.load_points, dates.today(), "today")
     analysis = analyse_bench(
         results.load_points,
         settings,

@@ -17,11 +17,12 @@ from typing import TypeVar
 
 import polars as pl
 
+from pipeline import dates
 from pipeline.bench import stage as bench_stage
 from pipeline.bench.config import configured_as_of
 from pipeline.capacity import stage as capacity_stage
 from pipeline.config import Config
-from pipeline.dates import refuse_future, refuse_runs_after, today
+from pipeline.dates import refuse_future, refuse_runs_after
 from pipeline.decision.catalog import Catalog, catalog_sha256
 from pipeline.decision.compute import decide
 from pipeline.decision.context import DecisionInputs
@@ -124,7 +125,7 @@ def read_inputs(
     )
     # The report date (pipeline.dates): given, else the clock's; nothing read may be dated after.
     if as_of is None:
-        as_of = configured_as_of(config.bench)[0] or today()
+        as_of = configured_as_of(config.bench)[0] or dates.today()
     refuse_catalog_in_future(catalog, catalog_source)
     if bench is not None:
         refuse_runs_after(bench.evaluated, as_of, "the report date")

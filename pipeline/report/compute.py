@@ -19,7 +19,7 @@ import yaml
 from pipeline.bench.result import CapacityRow, FindingRow
 from pipeline.capacity.present import transfer_sentence
 from pipeline.capacity.result import CandidateCapacity, CapacityResult, ServingModel
-from pipeline.dates import days_before
+from pipeline.dates import days_from
 from pipeline.decision.catalog import Catalog
 from pipeline.decision.present import RULE_OUTCOME_WORDS
 from pipeline.decision.result import Candidate, DecisionRecord, TriggerCheck
@@ -148,7 +148,7 @@ def _dates(inputs: ReportContent) -> list[dict[str, str]]:
             {
                 "what": "Traffic",
                 "when": f"{_data_range(inputs.ingest)}; its last day "
-                f"{days_before(traffic_end, date)} the report date",
+                f"{days_from(traffic_end, date)} the report date",
             }
         )
     for candidate, run in sorted(inputs.bench_runs.items()):
@@ -157,13 +157,8 @@ def _dates(inputs: ReportContent) -> list[dict[str, str]]:
     rows.append(
         {
             "what": "Engine catalog",
-            "when": f"as of {catalog.isoformat()}, "
-            + (
-                f"{days_before(catalog, date)} the report date"
-                if catalog <= date
-                else f"{(catalog - date).days:,} day(s) after the report date: it describes the "
-                "engines as known then"
-            ),
+            "when": f"as of {catalog.isoformat()}, {days_from(catalog, date)} the report date"
+            + (": it describes the engines as known then" if catalog > date else ""),
         }
     )
     for engine in inputs.catalog.engines.values():
@@ -200,7 +195,7 @@ def quarter_holds_traffic(quarter: str, summary: IngestSummary) -> bool:
 def _run_age(run: dt.date | None, date: dt.date, inputs: ReportContent) -> str:
     if run is None:
         return "run date not recorded (add run_date to its manifest): age unknown"
-    words = f"run {run.isoformat()}, {days_before(run, date)} the report date"
+    words = f"run {run.isoformat()}, {days_from(run, date)} the report date"
     if (date - run).days > inputs.max_age_days:
         words += f" (older than the {inputs.max_age_days} days a benchmark stays current)"
     last = inputs.ingest.last_arrival
@@ -212,12 +207,10 @@ def _run_age(run: dt.date | None, date: dt.date, inputs: ReportContent) -> str:
 def _status_words(status: Any, date: dt.date) -> str:
     """``maintenance since 2025-12-11, 355 days before the report date``."""
     since = status.since
-    when = (
-        f"{days_before(since, date)} the report date"
-        if since <= date
-        else "after the report date (the catalog records it)"
+    later = " (a later catalog records it)" if since > date else ""
+    return (
+        f"{status.state} since {since.isoformat()}, {days_from(since, date)} the report date{later}"
     )
-    return f"{status.state} since {since.isoformat()}, {when}"
 
 
 def executive_summary(inputs: ReportContent) -> dict[str, Any]:

@@ -20,12 +20,12 @@ from typing import Any
 
 import polars as pl
 
+from pipeline import dates
 from pipeline.bench import stage as bench_stage
 from pipeline.bench.config import configured_as_of
 from pipeline.capacity import stage as capacity_stage
 from pipeline.capacity.result import CapacityResult
 from pipeline.config import Config
-from pipeline.dates import today
 from pipeline.decision.result import DecisionRecord
 from pipeline.decision.stage import read_record
 from pipeline.errors import ConfigError, InputFormatError
@@ -184,7 +184,7 @@ def read_inputs(
         # A re-render of that version: its own record and report date, so the bytes match.
         record, report_date = published
     else:
-        report_date = dt.date.fromisoformat(record.as_of) if record.as_of else today()
+        report_date = dt.date.fromisoformat(record.as_of) if record.as_of else dates.today()
     configured, _ = configured_as_of(config.bench)
     document = ReportContent(
         workload=workload,
@@ -290,7 +290,7 @@ def _published_as(
         json.loads((folder / RECORD).read_text(encoding="utf-8")), str(folder / RECORD)
     )
     dated = manifest.get("report_date") or record.as_of
-    return record, dt.date.fromisoformat(dated) if dated else today()
+    return record, dt.date.fromisoformat(dated) if dated else dates.today()
 
 
 def _run_dates(points: pl.DataFrame) -> dict[str, dt.date | None]:
