@@ -671,6 +671,8 @@ def headline_figures(record: DecisionRecord) -> dict[str, str]:
         for row in (_candidate_row(c),)
         for key, label in CANDIDATE_FIGURES.items()
     }
+    for c in record.candidates:
+        out[f"benchmark's own monthly GPU cost, {c.name}"] = money(c.benchmark_monthly_cost_usd)
     for metric, label in WORKLOAD_FIGURES.items():
         out[label] = measurement(record.measurements.get(metric))
     out["monthly value of prefix-aware routing"] = money(record.routing.monthly_usd_saved)
