@@ -163,7 +163,12 @@ def _dates(inputs: ReportContent) -> list[dict[str, str]]:
     )
     for engine in inputs.catalog.engines.values():
         if engine.status.since is not None:
-            rows.append({"what": engine.name, "when": _status_words(engine.status, date)})
+            rows.append(
+                {
+                    "what": engine.name,
+                    "when": _status_words(engine.status.state, engine.status.since, date),
+                }
+            )
     span = traffic_quarters(inputs.ingest)
     if span is not None and not quarter_holds_traffic(inputs.quarter, inputs.ingest):
         rows.append(
@@ -204,13 +209,10 @@ def _run_age(run: dt.date | None, date: dt.date, inputs: ReportContent) -> str:
     return words
 
 
-def _status_words(status: Any, date: dt.date) -> str:
-    """``maintenance since 2025-12-11, 355 days before the report date``."""
-    since = status.since
+def _status_words(state: str, since: dt.date, date: dt.date) -> str:
+    """``maintenance since 2025-12-11, 353 days before the report date``."""
     later = " (a later catalog records it)" if since > date else ""
-    return (
-        f"{status.state} since {since.isoformat()}, {days_from(since, date)} the report date{later}"
-    )
+    return f"{state} since {since.isoformat()}, {days_from(since, date)} the report date{later}"
 
 
 def executive_summary(inputs: ReportContent) -> dict[str, Any]:
@@ -561,7 +563,7 @@ def _catalog(catalog: Catalog, report_date: dt.date) -> dict[str, Any]:
                     f"{t}" + ("" if lvl == "full" else f" ({lvl})") for t, lvl in e.hardware.items()
                 ),
                 "change": e.change.note,
-                "status": _status_words(e.status, report_date)
+                "status": _status_words(e.status.state, e.status.since, report_date)
                 if e.status.since
                 else e.status.state,
                 "choose_for": e.choose_for,

@@ -179,12 +179,13 @@ def read_inputs(
     version = _next_number(tree, quarter, identity)
     against = _compared_with(tree, quarter, identity)
     previous = _previous(tree, against)
+    dated = record.as_of
     published = _published_as(tree, quarter, identity)
     if published is not None:
         # A re-render of that version: its own record and report date, so the bytes match.
-        record, report_date = published
-    else:
-        report_date = dt.date.fromisoformat(record.as_of) if record.as_of else dates.today()
+        record = published.record
+        dated = published.manifest.get("report_date") or record.as_of
+    report_date = dt.date.fromisoformat(dated) if dated else dates.today()
     configured, _ = configured_as_of(config.bench)
     document = ReportContent(
         workload=workload,
@@ -276,21 +277,13 @@ def refuse_quarter_without_traffic(quarter: str, summary: IngestSummary, config:
     )
 
 
-def _published_as(
-    tree: ReportTree, quarter: str, identity: str
-) -> tuple[DecisionRecord, dt.date] | None:
-    """The record and report date of the quarter's latest version when it was made from these
-    very sources (a re-render), else None."""
+def _published_as(tree: ReportTree, quarter: str, identity: str) -> PreviousVersion | None:
+    """The quarter's latest version when it was made from these very sources (this run
+    re-renders it), else None."""
     latest = tree.latest(quarter)
     if latest is None or latest.identity != identity:
         return None
-    folder = tree.root / latest.path
-    manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
-    record = DecisionRecord.from_json(
-        json.loads((folder / RECORD).read_text(encoding="utf-8")), str(folder / RECORD)
-    )
-    dated = manifest.get("report_date") or record.as_of
-    return record, dt.date.fromisoformat(dated) if dated else dates.today()
+    return _previous(tree, latest)
 
 
 def _run_dates(points: pl.DataFrame) -> dict[str, dt.date | None]:
