@@ -186,7 +186,7 @@ def read_inputs(
         record = published.record
         dated = published.manifest.get("report_date") or record.as_of
     report_date = dt.date.fromisoformat(dated) if dated else dates.today()
-    configured, _ = configured_as_of(config.bench)
+    configured, configured_by = configured_as_of(config.bench)
     document = ReportContent(
         workload=workload,
         quarter=quarter,
@@ -211,7 +211,7 @@ def read_inputs(
         previous=previous,
         workload_capacity=workload_capacity,
         report_date=report_date,
-        report_date_source="set in the configuration (bench.as_of)"
+        report_date_source=f"given by {configured_by}"
         if configured == report_date
         else "the day this version was first published",
         bench_runs=_run_dates(analysis.evaluated),
