@@ -214,6 +214,10 @@ def test_without_a_date_the_first_publication_dates_the_version(
     text = " ".join(pdf_text(first.pdf).split())
     assert "2026-12-01 (the day this version was first published)" in text
     assert "run 2025-11-05, 391 days before the report date" in text
+    # The bench stage had no date to check the age against; the decision's flags it stale.
+    record = json.loads((first.folder / "decision.json").read_text())
+    rule = next(r for r in record["rationale"] if r["rule"] == "transferability")
+    assert "stale" in rule["evidence"]["flags"]["vllm"]
     set_clock(monkeypatch, "2027-03-15")
     again = publish(config)
     assert (again.created, again.version) == (False, 1)

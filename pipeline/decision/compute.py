@@ -321,7 +321,14 @@ def decide(
     )
     models = tuple(sorted(set(requirements.models) | set(workload.models)))
     benches = with_capacity(
-        engine_benches(inputs.bench, inputs.fits, inputs.catalog, requirements.hardware, models)
+        engine_benches(
+            inputs.bench,
+            inputs.fits,
+            inputs.catalog,
+            requirements.hardware,
+            models,
+            as_of=inputs.as_of,
+        )
         if inputs.bench
         else {},
         inputs.capacity,
