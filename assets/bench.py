@@ -6,12 +6,10 @@ the workload's facts (SLO status, capacity, cost, fleet, validity findings, figu
 candidate's capacity. With no ``bench.results`` configured every asset still materialises, with
 metadata saying so, so ``make report`` works on a configuration without benchmarks.
 
-The age check's date is ``bench.as_of`` when configured, else the ``ENGINEFIT_RUN_DATE``
-environment variable, else the date (UTC) this Dagster run was created.
+The age check's date is the report date (:mod:`pipeline.dates`): ``bench.as_of`` when
+configured, else the ``ENGINEFIT_RUN_DATE`` environment variable; without either the benchmark's
+age is measured by the decision, from the day it is made.
 """
-
-import datetime as dt
-import os
 
 import dagster as dg
 import polars as pl
@@ -20,21 +18,11 @@ from assets.metadata import CHECK_PRIORITY, check_result, md, path_entries
 from assets.resources import EnginefitStore
 from pipeline.bench import stage
 from pipeline.bench.checks import findings_well_formed, no_silent_pass
-from pipeline.bench.config import RUN_DATE_ENV, BenchConfig, parse_as_of
+from pipeline.bench.config import configured_as_of
 from pipeline.bench.cost import COST_FORMULA, FLEET_FORMULA
 from pipeline.bench.latency_fit import METHOD, summary_markdown
 from pipeline.bench.present import POINT_VIEW, capacity_table, findings_table, fleet_table
 from pipeline.present.tables import bullet_list
-
-
-def _as_of(settings: BenchConfig) -> tuple[dt.date | None, str]:
-    """The age checks' date: ``bench.as_of``, else ``ENGINEFIT_RUN_DATE``, else (None here) the
-    workload's last arrival, which :func:`pipeline.bench.stage.read_inputs` reads."""
-    if settings.as_of is not None:
-        return settings.as_of, "bench.as_of"
-    if os.environ.get(RUN_DATE_ENV):
-        return parse_as_of(os.environ[RUN_DATE_ENV], RUN_DATE_ENV), RUN_DATE_ENV
-    return None, "the workload's last arrival"
 
 
 @dg.asset(
@@ -79,14 +67,15 @@ def bench_analysis(store: EnginefitStore) -> dg.MaterializeResult:  # type: igno
     config = store.config()
     settings = config.bench
     layout = config.layout()
-    as_of, as_of_source = _as_of(settings)
+    as_of, as_of_source = configured_as_of(settings)
     inputs = stage.read_inputs(layout, as_of)
     analysis = stage.run(inputs, settings)
     paths = stage.write(analysis, layout)
     findings = analysis.findings
     return dg.MaterializeResult(
         metadata={
-            "as_of": f"{inputs.as_of.isoformat() if inputs.as_of else 'unknown'} ({as_of_source})",
+            "as_of": f"{inputs.as_of.isoformat() if inputs.as_of else 'the decision date'} "
+            f"({as_of_source})",
             "workload_facts": inputs.facts_source,
             "prices": analysis.prices_source,
             "slo": settings.slo.describe(),

@@ -61,7 +61,8 @@ def add_decide_parser(subparsers: Any) -> argparse.ArgumentParser:
     decide.add_argument(
         "--as-of",
         metavar="YYYY-MM-DD",
-        help="the decision's date (default: bench.as_of, else ENGINEFIT_RUN_DATE)",
+        help="the decision's date, today or earlier (default: bench.as_of, else "
+        "ENGINEFIT_RUN_DATE, else today)",
     )
     decide.add_argument("--json", action="store_true", help="print the record as JSON")
     return decide

@@ -194,7 +194,7 @@ def test_unknowns_are_said_not_assumed() -> None:
         assert row["status"] == "unknown"
         assert "no workload facts" in row["message"]
     no_date = analyse_bench(frame([pt(1)]), SETTINGS, None, as_of=None).findings
-    assert "no as_of date" in finding(no_date, "stale")["message"]
+    assert "no report date given" in finding(no_date, "stale")["message"]
 
 
 def test_closed_loop_flagged() -> None:

@@ -10,8 +10,9 @@ Without PATH: the configured results and workload, written to its folder exactly
 ``--out DIR`` (a workload folder: ``DIR/bench/``) when given. Settings (SLO, prices, checks)
 come from the configuration's ``bench`` section; flags override them (``--slo`` replaces the
 latency limits; its options not named keep the configured ones). The age check's date is
-``--as-of``, else ``bench.as_of``, else the ``ENGINEFIT_RUN_DATE`` environment variable; without
-any it reports ``unknown`` (this module never reads the clock).
+``--as-of``, else ``bench.as_of``, else the ``ENGINEFIT_RUN_DATE`` environment variable (the report
+date, :mod:`pipeline.dates`); without any it reports ``unknown`` (the decision measures the age
+from its own date). A run dated after it, or after today, is an error naming its file.
 
 Workload facts (fleet sizing, the production checks): without PATH, the configured workload's
 shape and prefix outputs. With PATH, only what ``--workload-facts`` names -- a facts file

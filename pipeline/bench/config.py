@@ -16,9 +16,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, ConfigDict, Field, PlainSerializer
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, PlainSerializer
 
 from pipeline.bench.cost import Prices, prices_from_mapping
+from pipeline.dates import not_in_future
 from pipeline.errors import ConfigError
 from pipeline.settings import (
     ConfigDate,
@@ -257,7 +258,8 @@ class BenchConfig(Section):
     slo: Annotated[SloSpec, BeforeValidator(collected(_slo)), PlainSerializer(SloSpec.as_dict)]
     interpolate: bool
     prices: Annotated[Prices, BeforeValidator(collected(_prices)), PlainSerializer(Prices.as_dict)]
-    as_of: ConfigDate | None
+    # The report date (pipeline.dates): every age is measured from it; never in the future.
+    as_of: Annotated[ConfigDate, AfterValidator(not_in_future)] | None
     max_age_days: PositiveInt
     peak_window: Annotated[str, Field(min_length=1)]
     overload: OverloadRule
@@ -268,10 +270,9 @@ RUN_DATE_ENV = "ENGINEFIT_RUN_DATE"
 
 
 def as_of_flag(flag_value: str | None, settings: BenchConfig) -> tuple[str, str] | None:
-    """The date age checks count from, as a settings override ``(where, value)`` for
+    """The report date as a settings override ``(where, value)`` for
     :func:`pipeline.settings.with_flags`: ``--as-of``, else ``ENGINEFIT_RUN_DATE`` when
-    ``bench.as_of`` is not configured; None keeps the configuration's (commands never read the
-    clock)."""
+    ``bench.as_of`` is not configured; None keeps the configuration's."""
     if flag_value is not None:
         return ("--as-of", flag_value)
     if settings.as_of is None and os.environ.get(RUN_DATE_ENV):
@@ -279,13 +280,23 @@ def as_of_flag(flag_value: str | None, settings: BenchConfig) -> tuple[str, str]
     return None
 
 
+def configured_as_of(settings: BenchConfig) -> tuple[dt.date | None, str]:
+    """The report date given to this run and where it came from: ``bench.as_of``, else
+    ``ENGINEFIT_RUN_DATE``; None: not given (the decision then takes the clock's date)."""
+    if settings.as_of is not None:
+        return settings.as_of, "bench.as_of"
+    if os.environ.get(RUN_DATE_ENV):
+        return parse_as_of(os.environ[RUN_DATE_ENV], RUN_DATE_ENV), RUN_DATE_ENV
+    return None, "not given"
+
+
 def parse_as_of(value: Any, where: str) -> dt.date:
-    """An ISO date (``2026-11-29``) given on the command line or in the environment."""
-    if isinstance(value, dt.datetime):
-        return value.date()
-    if isinstance(value, dt.date):
-        return value
+    """An ISO date (``2026-11-29``) given in the environment, today or earlier."""
     try:
-        return dt.date.fromisoformat(str(value).strip())
+        date = dt.date.fromisoformat(str(value).strip())
     except ValueError as exc:
         raise ConfigError(f"{where}: {value!r} is not an ISO date (YYYY-MM-DD)") from exc
+    try:
+        return not_in_future(date)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc}") from exc

@@ -45,11 +45,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from pipeline.bench.cost import parse_price
 from pipeline.errors import ConfigError, InputFormatError
-from pipeline.settings import parse_yaml
+from pipeline.settings import load_yaml
 
 DIR_MANIFEST_NAME = "enginefit-bench.yaml"
 FILE_MANIFEST_SUFFIX = ".manifest.yaml"
@@ -126,11 +124,13 @@ def load_manifest(path: Path | str) -> dict[str, Any]:
     """Read a manifest YAML into a raw mapping (keys checked, values validated later)."""
     p = Path(path)
     try:
-        raw = parse_yaml(p.read_text(encoding="utf-8"))
+        # Dates stay text (``run_date: 2025-02-30`` is then named by its key, not a bare
+        # ValueError from PyYAML's timestamp parser).
+        raw = load_yaml(p.read_text(encoding="utf-8"), f"{p}: manifest")
     except (OSError, UnicodeDecodeError) as exc:
         raise BenchManifestError(f"{p}: cannot read manifest: {exc}") from exc
-    except yaml.YAMLError as exc:
-        raise BenchManifestError(f"{p}: manifest is not valid YAML: {exc}") from exc
+    except ConfigError as exc:
+        raise BenchManifestError(str(exc)) from exc
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -236,15 +236,23 @@ def validate_manifest(values: Mapping[str, Any], source: str) -> BenchManifest:
             raise fail("price_per_gpu_hour_usd", "must be a finite price ≥ 0 ($/GPU-hour)") from exc
     run_date = values.get("run_date")
     if run_date is not None:
-        if isinstance(run_date, dt.datetime):
-            out["run_date"] = run_date.date()
-        elif isinstance(run_date, dt.date):
-            out["run_date"] = run_date
-        elif isinstance(run_date, str):
-            try:
-                out["run_date"] = dt.date.fromisoformat(run_date.strip())
-            except ValueError as exc:
-                raise fail("run_date", "must be an ISO date YYYY-MM-DD") from exc
-        else:
-            raise fail("run_date", "must be an ISO date YYYY-MM-DD")
+        try:
+            out["run_date"] = _date(run_date)
+        except ValueError as exc:
+            raise fail("run_date", "must be a calendar date YYYY-MM-DD") from exc
     return BenchManifest(source=source, **out)
+
+
+def _date(value: Any) -> dt.date:
+    """A date given as a date, a datetime or its ISO text (``2025-11-05``, with or without a
+    time); ValueError for anything else, ``2025-02-30`` included."""
+    if isinstance(value, dt.datetime):
+        return value.date()
+    if isinstance(value, dt.date):
+        return value
+    if not isinstance(value, str):
+        raise ValueError(f"not a date: {value!r}")
+    text = value.strip()
+    return (
+        dt.date.fromisoformat(text) if len(text) == 10 else dt.datetime.fromisoformat(text).date()
+    )

@@ -26,6 +26,7 @@ from typing import Any
 
 import polars as pl
 
+from pipeline import dates
 from pipeline.bench.compute import analyse_bench
 from pipeline.bench.config import BenchConfig
 from pipeline.bench.cost import describe_prices
@@ -39,8 +40,9 @@ from pipeline.bench.present import figures
 from pipeline.bench.readers import read_bench_files
 from pipeline.bench.result import BenchResult, analysis_payload
 from pipeline.bench.schema import BenchReadResult, empty_load_points
+from pipeline.dates import refuse_runs_after
 from pipeline.errors import InputFormatError
-from pipeline.ingest.stage import read_requests, read_summary
+from pipeline.ingest.stage import read_requests
 from pipeline.layout import WorkloadLayout, require_output
 from pipeline.prefix import stage as prefix_stage
 from pipeline.shape import stage as shape_stage
@@ -131,27 +133,19 @@ def workload_facts(
 
 
 def read_inputs(layout: WorkloadLayout, as_of: dt.date | None) -> BenchInputs:
-    """The load points written by step 1 and the workload's facts, for the given age date
-    (None: the date of the workload's last arrival, so a configured run's dates come from its
-    data, never from the clock)."""
+    """The load points written by step 1 and the workload's facts, for the given report date
+    (None: not given; the decision measures the benchmark's age from its own date, and no
+    run's date is ever measured from the traffic's)."""
     facts, source = workload_facts(layout)
-    if as_of is None:
-        as_of = last_arrival_date(layout)
     return BenchInputs(read_written_results(layout), facts, source, as_of)
-
-
-def last_arrival_date(layout: WorkloadLayout) -> dt.date | None:
-    """The UTC date of the workload's last request (None before ingest)."""
-
-    try:
-        last = read_summary(layout).last_arrival
-    except InputFormatError:
-        return None
-    return dt.datetime.fromisoformat(last).date() if last else None
 
 
 def run(inputs: BenchInputs, settings: BenchConfig) -> BenchResult:
     results = inputs.results
+    if inputs.as_of is not None:
+        refuse_runs_after(results.load_points, inputs.as_of, "the report date")
+    else:
+        refuse_runs_after(results.load_points, dates.today(), "today")
     analysis = analyse_bench(
         results.load_points,
         settings,

@@ -573,7 +573,10 @@ def check_stale(profile: pl.DataFrame, as_of: dt.date | None, max_age_days: int)
             profile,
             check,
             pl.lit("unknown"),
-            pl.lit("no as_of date given (bench.as_of or --as-of): age not checked"),
+            pl.lit(
+                "no report date given (bench.as_of, --as-of or ENGINEFIT_RUN_DATE): the decision "
+                "measures this age from its own date"
+            ),
             pl.lit(None, dtype=pl.Float64),
             None,
             float(max_age_days),

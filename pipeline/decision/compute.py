@@ -89,7 +89,9 @@ def measurements(
         "shape.features.required": list(ctx.required),
         "prefix.shared_prefix_ratio": w.prefix_share,
         "catalog.as_of": ctx.catalog.as_of.isoformat(),
-        "catalog.age_days": (as_of - ctx.catalog.as_of).days if as_of else None,
+        # A catalog edited after the report date is as fresh as a catalog can be (the report
+        # says so in words): its age is 0, never negative.
+        "catalog.age_days": max((as_of - ctx.catalog.as_of).days, 0) if as_of else None,
         "requirements.fixed_sku": ctx.requirements.fixed_sku,
         "requirements.model_changes_per_quarter": ctx.requirements.model_changes_per_quarter,
     }
@@ -319,7 +321,14 @@ def decide(
     )
     models = tuple(sorted(set(requirements.models) | set(workload.models)))
     benches = with_capacity(
-        engine_benches(inputs.bench, inputs.fits, inputs.catalog, requirements.hardware, models)
+        engine_benches(
+            inputs.bench,
+            inputs.fits,
+            inputs.catalog,
+            requirements.hardware,
+            models,
+            as_of=inputs.as_of,
+        )
         if inputs.bench
         else {},
         inputs.capacity,

@@ -265,6 +265,8 @@ def engine_benches(
     catalog: Catalog,
     hardware: tuple[str, ...] = (),
     models: tuple[str, ...] = (),
+    *,
+    as_of: dt.date | None = None,
 ) -> dict[str, EngineBench]:
     """Per catalog engine, its best benchmark evidence — one about the team's hardware and
     models when there is one. An engine name the catalog does not know is an error naming the
@@ -290,6 +292,13 @@ def engine_benches(
         engine = catalog.require_engine(row.engine or "", where)
         if engine in out:
             continue
+        run_date = _run_date(points, row.candidate)
+        flags = _flags(bench.findings, row.candidate)
+        # The bench stage was given no report date to check the age against: the decision's
+        # date (pipeline.dates) does.
+        age = (as_of - run_date).days if as_of is not None and run_date is not None else None
+        if bench.as_of is None and age is not None and age > bench.settings.max_age_days:
+            flags = tuple(sorted({*flags, "stale"}))
         out[engine] = EngineBench(
             engine=engine,
             candidate=row.candidate,
@@ -303,8 +312,8 @@ def engine_benches(
             monthly_gpu_usd=_fleet(bench.fleet, row, peak=True),
             monthly_gpu_usd_mean_rate=_fleet(bench.fleet, row, peak=False),
             replicas_at_peak=_fleet_replicas(bench.fleet, row),
-            flags=_flags(bench.findings, row.candidate),
-            run_date=_run_date(points, row.candidate),
+            flags=flags,
+            run_date=run_date,
             ttft_per_prompt_token_ms=_fit(fits, row.candidate),
             input_tokens_per_s=_input_rate(row),
             manifest_file=manifest,

@@ -17,10 +17,13 @@ from typing import TypeVar
 
 import polars as pl
 
+from pipeline import dates
 from pipeline.bench import stage as bench_stage
+from pipeline.bench.config import configured_as_of
 from pipeline.capacity import stage as capacity_stage
 from pipeline.config import Config
-from pipeline.decision.catalog import catalog_sha256
+from pipeline.dates import refuse_future, refuse_runs_after
+from pipeline.decision.catalog import Catalog, catalog_sha256
 from pipeline.decision.compute import decide
 from pipeline.decision.context import DecisionInputs
 from pipeline.decision.present import rationale_text, triggers_frame
@@ -117,6 +120,15 @@ def read_inputs(
     digests = {str(p.relative_to(layout.root)): sha256_file(p) for p in read if p.exists()}
     catalog_path = config.decision.catalog
     catalog = config.catalog()
+    catalog_source = (
+        str(catalog_path) if catalog_path else "bundled: pipeline/decision/engines.yaml"
+    )
+    # The report date (pipeline.dates): given, else the clock's; nothing read may be dated after.
+    if as_of is None:
+        as_of = configured_as_of(config.bench)[0] or dates.today()
+    refuse_catalog_in_future(catalog, catalog_source)
+    if bench is not None:
+        refuse_runs_after(bench.evaluated, as_of, "the report date")
     if previous is None:
         previous = published_previous(layout, config)
     previous_record = read_previous(previous) if previous is not None else None
@@ -137,11 +149,9 @@ def read_inputs(
         bench=bench,
         fits=fits,
         catalog=catalog,
-        catalog_source=str(catalog_path)
-        if catalog_path
-        else "bundled: pipeline/decision/engines.yaml",
+        catalog_source=catalog_source,
         catalog_sha256=catalog_sha256(catalog_path),
-        as_of=bench.as_of if bench is not None and bench.as_of is not None else as_of,
+        as_of=as_of,
         peak_window=config.bench.peak_window,
         digests=digests,
         missing=missing,
@@ -149,6 +159,21 @@ def read_inputs(
         capacity=capacity,
         lengths=lengths,
     )
+
+
+def refuse_catalog_in_future(catalog: Catalog, source: str) -> None:
+    """The catalog's edition, each entry's and each status change must be no later than today
+    (a date from the future would pass as fresh). One later than an earlier report date is
+    allowed: the report says so in words."""
+    entries = [(f"engines.{k}", e.as_of, e.status) for k, e in sorted(catalog.engines.items())]
+    entries += [(f"layers.{k}", e.as_of, e.status) for k, e in sorted(catalog.layers.items())]
+    dates = [("as_of", catalog.as_of)]
+    for key, as_of, status in entries:
+        dates.append((f"{key}.as_of", as_of))
+        if status.since is not None:
+            dates.append((f"{key}.status.since", status.since))
+    for key, value in dates:
+        refuse_future(value, f"{source}: {key}")
 
 
 def _lengths(layout: WorkloadLayout) -> pl.DataFrame:

@@ -9,6 +9,8 @@ the executive summary against the decision record without reading the PDF's layo
 from __future__ import annotations
 
 import base64
+import datetime as dt
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,10 +20,11 @@ from pipeline.bench.result import CapacityRow, FindingRow
 from pipeline.capacity.fit import NOT_COMPARABLE
 from pipeline.capacity.present import transfer_sentence
 from pipeline.capacity.result import CandidateCapacity, CapacityResult, ServingModel
+from pipeline.dates import days_from
 from pipeline.decision.catalog import Catalog
 from pipeline.decision.config import KvCacheSizing
 from pipeline.decision.present import RULE_OUTCOME_WORDS
-from pipeline.decision.result import DecisionRecord, TriggerCheck
+from pipeline.decision.result import Candidate, DecisionRecord, TriggerCheck
 from pipeline.ingest.result import IngestSummary
 from pipeline.prefix.result import PrefixSummary
 from pipeline.present.text import (
@@ -35,6 +38,7 @@ from pipeline.present.text import (
     usd,
 )
 from pipeline.report.memo import decision_memo, trigger_priority
+from pipeline.report.versions import quarter_key, quarter_of
 from pipeline.shape.result import ShapeMetrics
 from pipeline.sim.result import ScenarioSummary
 from pipeline.sources import cited_sources
@@ -72,6 +76,12 @@ class ReportContent:
     configuration_sha256: str
     code: dict[str, Any]
     inputs: dict[str, str]
+    # The report date (pipeline.dates) and where it came from; each benchmark candidate's
+    # oldest run date; how old a benchmark may be before it is stale.
+    report_date: dt.date
+    report_date_source: str
+    bench_runs: dict[str, dt.date | None]
+    max_age_days: int
     figures: dict[str, bytes] = field(default_factory=dict)
     previous: PreviousVersion | None = None
     # The capacity stage's result (None: it has not run; the costs are then the benchmark's).
@@ -95,16 +105,17 @@ def build(inputs: ReportContent) -> dict[str, Any]:
         "workload": inputs.workload,
         "quarter": inputs.quarter,
         "version": inputs.version,
-        "as_of": record.as_of or UNKNOWN,
+        "report_date": inputs.report_date.isoformat(),
         "data_range": _data_range(inputs.ingest),
         "memo": decision_memo(record, _layer_name(inputs)),
+        "dates": _dates(inputs),
         "summary": executive_summary(inputs),
         "requirements": _requirements(inputs),
         "shape": _shape(inputs),
         "prefix": _prefix(inputs),
         "bench": _bench(inputs),
         "workload_cost": workload_cost(inputs),
-        "catalog": _catalog(inputs.catalog),
+        "catalog": _catalog(inputs.catalog, inputs.report_date),
         "rationale": _rationale(record),
         "triggers": _triggers(inputs),
         "changes": _changes(inputs),
@@ -139,34 +150,90 @@ def _layer_name(inputs: ReportContent) -> str | None:
     return inputs.catalog.layers[layer].name if layer else None
 
 
+def _dates(inputs: ReportContent) -> list[dict[str, str]]:
+    """Every date the decision rests on, with its age measured from the report date in words
+    (a date after the report date is said so, never a negative age)."""
+    date = inputs.report_date
+    rows = [{"what": "Report date", "when": f"{date.isoformat()} ({inputs.report_date_source})"}]
+    last = inputs.ingest.last_arrival
+    traffic_end = dt.date.fromisoformat(last[:10]) if last else None
+    if traffic_end is not None:
+        rows.append(
+            {
+                "what": "Traffic",
+                "when": f"{_data_range(inputs.ingest)}; its last day "
+                f"{days_from(traffic_end, date)} the report date",
+            }
+        )
+    for candidate, run in sorted(inputs.bench_runs.items()):
+        rows.append({"what": f"Benchmark {candidate}", "when": _run_age(run, date, inputs)})
+    catalog = inputs.catalog.as_of
+    rows.append(
+        {
+            "what": "Engine catalog",
+            "when": f"as of {catalog.isoformat()}, {days_from(catalog, date)} the report date"
+            + (": it describes the engines as known then" if catalog > date else ""),
+        }
+    )
+    for engine in inputs.catalog.engines.values():
+        if engine.status.since is not None:
+            rows.append(
+                {
+                    "what": engine.name,
+                    "when": _status_words(engine.status.state, engine.status.since, date),
+                }
+            )
+    span = traffic_quarters(inputs.ingest)
+    if span is not None and not quarter_holds_traffic(inputs.quarter, inputs.ingest):
+        rows.append(
+            {
+                "what": "Quarter",
+                "when": f"filed under {inputs.quarter} (report.allow_other_quarter); the traffic "
+                f"is from {span}",
+            }
+        )
+    return rows
+
+
+def traffic_quarters(summary: IngestSummary) -> str | None:
+    """``2025-Q1`` or ``2025-Q1 to 2025-Q2``: the quarters the traffic spans (None: undated)."""
+    if not summary.first_arrival or not summary.last_arrival:
+        return None
+    first, last = quarter_of(summary.first_arrival), quarter_of(summary.last_arrival)
+    return first if first == last else f"{first} to {last}"
+
+
+def quarter_holds_traffic(quarter: str, summary: IngestSummary) -> bool:
+    """Whether any of the traffic falls in ``quarter`` (True when its dates are not known)."""
+    if not summary.first_arrival or not summary.last_arrival:
+        return True
+    first, last = quarter_of(summary.first_arrival), quarter_of(summary.last_arrival)
+    return quarter_key(first) <= quarter_key(quarter) <= quarter_key(last)
+
+
+def _run_age(run: dt.date | None, date: dt.date, inputs: ReportContent) -> str:
+    if run is None:
+        return "run date not recorded (add run_date to its manifest): age unknown"
+    words = f"run {run.isoformat()}, {days_from(run, date)} the report date"
+    if (date - run).days > inputs.max_age_days:
+        words += f" (older than the {inputs.max_age_days} days a benchmark stays current)"
+    last = inputs.ingest.last_arrival
+    if last and run > dt.date.fromisoformat(last[:10]):
+        words += "; after the traffic's last day"
+    return words
+
+
+def _status_words(state: str, since: dt.date, date: dt.date) -> str:
+    """``maintenance since 2025-12-11, 353 days before the report date``."""
+    later = " (a later catalog records it)" if since > date else ""
+    return f"{state} since {since.isoformat()}, {days_from(since, date)} the report date{later}"
+
+
 def executive_summary(inputs: ReportContent) -> dict[str, Any]:
     record = inputs.record
     rec = record.recommendation
     names = {c.engine: c.name for c in record.candidates}
-    rows = [
-        {
-            "engine": c.name,
-            "status": CANDIDATE_STATUS_WORDS[c.status],
-            "cost": usd(c.cost_per_1m_output_usd)
-            + (" (benchmark's)" if c.cost_basis == "benchmark" else ""),
-            "benchmark_cost": usd(c.benchmark_cost_per_1m_output_usd),
-            "capacity": number(
-                # this workload's whenever the capacity stage carried the benchmark to it
-                c.workload_capacity_rps if c.capacity_basis is not None else c.capacity_rps,
-                2,
-                "req/s",
-            ),
-            "gpus": number(c.gpus_at_peak),
-            "monthly": money(
-                c.monthly_total_usd if c.monthly_total_usd is not None else c.monthly_cost_usd
-            ),
-            # None: no switch to pay back (nothing runs today, or this engine does), or a cost
-            # is unknown; the record does not tell them apart yet.
-            "payback": NOTHING if c.payback_months is None else months(c.payback_months),
-        }
-        for c in record.candidates
-        if c.status != "excluded"
-    ]
+    rows = [_candidate_row(c) for c in record.candidates if c.status != "excluded"]
     previous = record.previous
     return {
         "engine": rec.engine_name or "no engine",
@@ -190,6 +257,30 @@ def executive_summary(inputs: ReportContent) -> dict[str, Any]:
             "engine": names.get(previous.engine or "", previous.engine or "none"),
             "fired": previous.fired,
         },
+    }
+
+
+def _candidate_row(c: Candidate) -> dict[str, str]:
+    """A candidate's headline figures as the executive summary shows them."""
+    return {
+        "engine": c.name,
+        "status": CANDIDATE_STATUS_WORDS[c.status],
+        "cost": usd(c.cost_per_1m_output_usd)
+        + (" (benchmark's)" if c.cost_basis == "benchmark" else ""),
+        "benchmark_cost": usd(c.benchmark_cost_per_1m_output_usd),
+        "capacity": number(
+            # this workload's whenever the capacity stage carried the benchmark to it
+            c.workload_capacity_rps if c.capacity_basis is not None else c.capacity_rps,
+            2,
+            "req/s",
+        ),
+        "gpus": number(c.gpus_at_peak),
+        "monthly": money(
+            c.monthly_total_usd if c.monthly_total_usd is not None else c.monthly_cost_usd
+        ),
+        # None: no switch to pay back (nothing runs today, or this engine does), or a cost
+        # is unknown; the record does not tell them apart yet.
+        "payback": NOTHING if c.payback_months is None else months(c.payback_months),
     }
 
 
@@ -558,7 +649,7 @@ def _errors(model: ServingModel) -> list[dict[str, str]]:
     return rows
 
 
-def _catalog(catalog: Catalog) -> dict[str, Any]:
+def _catalog(catalog: Catalog, report_date: dt.date) -> dict[str, Any]:
     return {
         "as_of": catalog.as_of.isoformat(),
         "engines": [
@@ -570,8 +661,9 @@ def _catalog(catalog: Catalog) -> dict[str, Any]:
                     f"{t}" + ("" if lvl == "full" else f" ({lvl})") for t, lvl in e.hardware.items()
                 ),
                 "change": e.change.note,
-                "status": e.status.state
-                + (f" since {e.status.since.isoformat()}" if e.status.since else ""),
+                "status": _status_words(e.status.state, e.status.since, report_date)
+                if e.status.since
+                else e.status.state,
                 "choose_for": e.choose_for,
                 "secondary": [f.claim for f in e.secondary_figures],
             }
@@ -645,11 +737,79 @@ def _triggers(inputs: ReportContent) -> dict[str, Any]:
     }
 
 
+def lineage(inputs: dict[str, str], derived: dict[str, str]) -> dict[str, str]:
+    """Every file a version was made from, by one key: the input files as recorded, each
+    upstream output as ``derived:<path>`` (what the appendix lists and the changes compare)."""
+    return {**inputs, **{f"derived:{path}": digest for path, digest in derived.items()}}
+
+
+# The headline figures of each candidate the changes section compares, with their labels.
+CANDIDATE_FIGURES = {
+    "cost": "$ per 1M output tokens at the SLO",
+    "benchmark_cost": "benchmark's own $ per 1M output tokens",
+    "capacity": "capacity per replica",
+    "gpus": "GPUs at peak",
+    "monthly": "monthly cost",
+    "payback": "switch pays back in",
+}
+# The workload's headline figures (decision record measurements) and their labels.
+WORKLOAD_FIGURES = {
+    "shape.arrivals.mean_rate_rps": "mean arrival rate (req/s)",
+    "shape.arrivals.peak_rate_rps": "peak arrival rate (req/s)",
+    "shape.concurrency.peak": "peak concurrency",
+    "shape.output_tokens_per_month": "output tokens per month",
+    "prefix.shared_prefix_ratio": "shared-prefix ratio",
+}
+
+
+def headline_figures(record: DecisionRecord) -> dict[str, str]:
+    """Every headline number of a decision, as shown (so a change below the shown rounding is
+    no change): each candidate's figures, the workload's, and what routing is worth."""
+    out = {
+        f"{label}, {c.name}": row[key]
+        for c in record.candidates
+        for row in (_candidate_row(c),)
+        for key, label in CANDIDATE_FIGURES.items()
+    }
+    for c in record.candidates:
+        out[f"benchmark's own monthly GPU cost, {c.name}"] = money(c.benchmark_monthly_cost_usd)
+    for metric, label in WORKLOAD_FIGURES.items():
+        out[label] = measurement(record.measurements.get(metric))
+    out["monthly value of prefix-aware routing"] = money(record.routing.monthly_usd_saved)
+    return out
+
+
+def configuration_changes(before: Any, now: Any, key: str = "") -> list[dict[str, str]]:
+    """Each configuration key whose value differs, as ``{key, before, now}`` (nested sections
+    by dotted key, e.g. ``bench.prices.gpu_hour_usd.H100``; a key added or removed shows
+    "not set")."""
+    if isinstance(before, dict) and isinstance(now, dict):
+        return [
+            change
+            for name in sorted(set(before) | set(now), key=str)
+            for change in configuration_changes(
+                before.get(name, _NOT_SET), now.get(name, _NOT_SET), f"{key}.{name}".lstrip(".")
+            )
+        ]
+    if before == now:
+        return []
+    return [{"key": key, "before": _setting(before), "now": _setting(now)}]
+
+
+_NOT_SET = object()
+
+
+def _setting(value: Any) -> str:
+    if value is _NOT_SET:
+        return "not set"
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
 def _changes(inputs: ReportContent) -> dict[str, Any] | None:
     previous = inputs.previous
     if previous is None:
         return None
-    before: dict[str, str] = previous.manifest.get("inputs", {})
+    before = lineage(previous.manifest.get("inputs", {}), previous.manifest.get("derived", {}))
     now = inputs.inputs
     inputs_changed = [
         {
@@ -664,29 +824,24 @@ def _changes(inputs: ReportContent) -> dict[str, Any] | None:
         if before.get(path) != now.get(path)
     ]
     old, new = previous.record, inputs.record
-    old_costs = {c.engine: c.cost_per_1m_output_usd for c in old.candidates}
+    figures_before, figures_now = headline_figures(old), headline_figures(new)
     numbers = [
-        {
-            "what": f"cost per 1M output tokens, {c.name}",
-            "before": usd(old_costs.get(c.engine)),
-            "now": usd(c.cost_per_1m_output_usd),
-        }
-        for c in new.candidates
-        if old_costs.get(c.engine) != c.cost_per_1m_output_usd
+        {"what": what, "before": figures_before.get(what, NOTHING), "now": shown}
+        for what, shown in figures_now.items()
+        if figures_before.get(what, NOTHING) != shown
     ]
-    for metric in (
-        "shape.concurrency.peak",
-        "prefix.shared_prefix_ratio",
-        "shape.arrivals.peak_rate_rps",
-    ):
-        a, b = old.measurements.get(metric), new.measurements.get(metric)
-        if a != b:
-            numbers.append({"what": metric, "before": measurement(a), "now": measurement(b)})
-    config_changed = previous.manifest.get("configuration_sha256") != inputs.configuration_sha256
+    numbers += [
+        {"what": what, "before": shown, "now": NOTHING}
+        for what, shown in figures_before.items()
+        if what not in figures_now
+    ]
+    config_changes = configuration_changes(
+        previous.manifest.get("configuration", {}), inputs.configuration
+    )
     return {
         "against": f"{previous.quarter} v{previous.version}",
         "inputs": inputs_changed,
-        "configuration_changed": config_changed,
+        "configuration": config_changes,
         "code_changed": previous.manifest.get("code") != inputs.code,
         "numbers": numbers,
         "decision_before": old.recommendation.headline,

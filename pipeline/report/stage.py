@@ -10,6 +10,7 @@ which case it publishes nothing and says so.
 
 from __future__ import annotations
 
+import datetime as dt
 import importlib.metadata
 import json
 import subprocess
@@ -19,18 +20,28 @@ from typing import Any
 
 import polars as pl
 
+from pipeline import dates
 from pipeline.bench import stage as bench_stage
+from pipeline.bench.config import configured_as_of
 from pipeline.capacity import stage as capacity_stage
 from pipeline.capacity.result import CapacityResult
 from pipeline.config import Config
 from pipeline.decision.result import DecisionRecord
 from pipeline.decision.stage import read_record
-from pipeline.errors import InputFormatError
+from pipeline.errors import ConfigError, InputFormatError
+from pipeline.ingest.result import IngestSummary
 from pipeline.ingest.stage import read_summary
 from pipeline.layout import WorkloadLayout
 from pipeline.prefix import stage as prefix_stage
 from pipeline.prefix.result import PrefixSummary
-from pipeline.report.compute import PreviousVersion, ReportContent, build
+from pipeline.report.compute import (
+    PreviousVersion,
+    ReportContent,
+    build,
+    lineage,
+    quarter_holds_traffic,
+    traffic_quarters,
+)
 from pipeline.report.result import Published, ReportResult
 from pipeline.report.versions import (
     HTML,
@@ -137,6 +148,7 @@ def read_inputs(
     workload = config.require_workload().name
     summary = read_summary(layout)
     quarter = quarter or report_quarter(config, summary.last_arrival)
+    refuse_quarter_without_traffic(quarter, summary, config)
     record = read_record(layout)
     analysis = bench_stage.read_analysis(layout, config.bench)
     try:
@@ -167,6 +179,14 @@ def read_inputs(
     version = _next_number(tree, quarter, identity)
     against = _compared_with(tree, quarter, identity)
     previous = _previous(tree, against)
+    dated = record.as_of
+    published = _published_as(tree, quarter, identity)
+    if published is not None:
+        # A re-render of that version: its own record and report date, so the bytes match.
+        record = published.record
+        dated = published.manifest.get("report_date") or record.as_of
+    report_date = dt.date.fromisoformat(dated) if dated else dates.today()
+    configured, configured_by = configured_as_of(config.bench)
     document = ReportContent(
         workload=workload,
         quarter=quarter,
@@ -186,10 +206,16 @@ def read_inputs(
         configuration=configuration,
         configuration_sha256=configuration_sha256,
         code=code,
-        inputs={**inputs, **{f"derived:{k}": v for k, v in derived.items()}},
+        inputs=lineage(inputs, derived),
         figures=_figures(layout),
         previous=previous,
         workload_capacity=workload_capacity,
+        report_date=report_date,
+        report_date_source=f"given by {configured_by}"
+        if configured == report_date
+        else "the day this version was first published",
+        bench_runs=_run_dates(analysis.evaluated),
+        max_age_days=config.bench.max_age_days,
     )
     manifest = {
         "schema_version": 1,
@@ -207,6 +233,7 @@ def read_inputs(
         "code": code,
         "catalog": record.catalog,
         "compared_with": None if against is None else f"{against.quarter}/v{against.version}",
+        "report_date": report_date.isoformat(),
     }
     return ReportInputs(document, identity, manifest, against)
 
@@ -233,6 +260,38 @@ def _compared_with(tree: ReportTree, quarter: str, identity: str) -> Entry | Non
         return None
     q, _, v = str(label).partition("/v")
     return next((e for e in tree.read_ledger() if (e.quarter, str(e.version)) == (q, v)), None)
+
+
+def refuse_quarter_without_traffic(quarter: str, summary: IngestSummary, config: Config) -> None:
+    """A report filed under a quarter the traffic does not reach would describe traffic it does
+    not contain: refused unless ``report.allow_other_quarter`` says it is meant."""
+    span = traffic_quarters(summary)
+    if span is None or config.report.allow_other_quarter:
+        return
+    if quarter_holds_traffic(quarter, summary):
+        return
+    raise ConfigError(
+        f"{config.where}: report.quarter: {quarter} holds none of the traffic ({span}); set "
+        "report.quarter to the traffic's quarter (or null: the quarter of its last arrival), or "
+        "report.allow_other_quarter: true to file it there anyway"
+    )
+
+
+def _published_as(tree: ReportTree, quarter: str, identity: str) -> PreviousVersion | None:
+    """The quarter's latest version when it was made from these very sources (this run
+    re-renders it), else None."""
+    latest = tree.latest(quarter)
+    if latest is None or latest.identity != identity:
+        return None
+    return _previous(tree, latest)
+
+
+def _run_dates(points: pl.DataFrame) -> dict[str, dt.date | None]:
+    """Each benchmark candidate's oldest run date (None: not recorded)."""
+    if points.is_empty() or not {"candidate", "run_date"} <= set(points.columns):
+        return {}
+    oldest = points.group_by("candidate").agg(pl.col("run_date").min()).sort("candidate")
+    return dict(oldest.iter_rows())
 
 
 def _previous(tree: ReportTree, entry: Entry | None) -> PreviousVersion | None:

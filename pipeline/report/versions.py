@@ -118,12 +118,18 @@ class ReportTree:
 
     def compared_with(self, quarter: str) -> Entry | None:
         """What a new version of ``quarter`` compares with: the latest version of that quarter,
-        else the latest of the most recent earlier quarter."""
+        else the latest of the most recent earlier quarter, else (a quarter before every
+        published one) the earliest later quarter's latest: never "the first" while any exists."""
         same = self.latest(quarter)
         if same is not None:
             return same
-        earlier = [e for e in self.read_ledger() if quarter_key(e.quarter) < quarter_key(quarter)]
-        return max(earlier, key=_order, default=None)
+        entries = self.read_ledger()
+        earlier = [e for e in entries if quarter_key(e.quarter) < quarter_key(quarter)]
+        if earlier:
+            return max(earlier, key=_order)
+        nearest = min((quarter_key(e.quarter) for e in entries), default=None)
+        later = [e for e in entries if quarter_key(e.quarter) == nearest]
+        return max(later, key=_order, default=None)
 
     def reconcile(self) -> list[Entry]:
         """List complete version folders the ledger misses (a crash between the rename and the
