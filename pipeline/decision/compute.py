@@ -62,13 +62,15 @@ from pipeline.decision.result import (
     SCHEMA_VERSION,
     Candidate,
     DecisionRecord,
+    Isolation,
+    IsolationAdvice,
     Recommendation,
     Routing,
 )
 from pipeline.decision.routing import isolation_advice, routing_value
-from pipeline.decision.rules import RULES
+from pipeline.decision.rules import RULES, uncovered
 from pipeline.decision.triggers import crossed, evaluate_previous, trigger
-from pipeline.present.text import money, usd
+from pipeline.present.text import money, share, usd
 from pipeline.shape.config import CONCURRENCY_HIGH_MIN, CONCURRENCY_LOW_MAX
 from pipeline.unknown import Unknown
 
@@ -341,8 +343,9 @@ def decide(
     outcome = choose(ctx)
     top, runner = outcome.engine, outcome.runner_up
     _transferability(ctx, top, runner, outcome)
-    routing = routing_value(ctx, top)
-    isolation = isolation_advice(ctx, top)
+    routing = routing_value(ctx, top, runner)
+    isolation = isolation_advice(ctx, top, routing)
+    advice = _isolation_advice(isolation)
     m = measurements(ctx, top, runner, outcome)
     triggers = _triggers(ctx, m, top, outcome)
     previous = evaluate_previous(inputs.previous, m) if inputs.previous else None
@@ -356,7 +359,8 @@ def decide(
         confidence=outcome.confidence,  # type: ignore[arg-type]
         confidence_reasons=outcome.reasons,
         state=state,  # type: ignore[arg-type]
-        headline=_headline(ctx, top, runner, outcome, routing, previous),
+        headline=_headline(ctx, top, runner, outcome, routing, advice, previous),
+        isolation=advice,
     )
     return DecisionRecord(
         schema_version=SCHEMA_VERSION,
@@ -533,19 +537,55 @@ def _unmet_slo(ctx: RuleContext) -> str:
     return ""
 
 
+def _isolation_advice(isolation: Isolation) -> IsolationAdvice | None:
+    """The isolation the recommendation carries: what to do and its cost, when needed."""
+    if not isolation.recommended or isolation.action is None:
+        return None
+    shared, isolated = isolation.hit_ratio_shared, isolation.hit_ratio_isolated
+    if shared is None or isolated is None:
+        cost = "unknown: replay with and without isolation (simulation.compare_isolation: true)"
+    else:
+        cost = f"hit ratio {share(shared)} → {share(isolated)}"
+        if isolation.replicas is not None:
+            cost += f" at {isolation.replicas} replica{'s' if isolation.replicas != 1 else ''}"
+        cost += (
+            f", about {money(isolation.monthly_usd_cost)} a month of prefill"
+            if isolation.monthly_usd_cost is not None
+            else f"; {isolation.method or 'dollar cost unknown'}"
+        )
+    return IsolationAdvice(
+        action=isolation.action,
+        replicas=isolation.replicas,
+        hit_ratio_shared=shared,
+        hit_ratio_isolated=isolated,
+        monthly_usd_cost=isolation.monthly_usd_cost,
+        cost=cost,
+    )
+
+
 def _headline(
     ctx: RuleContext,
     top: str | None,
     runner: str | None,
     outcome: Outcome,
     routing: Routing,
+    isolation: IsolationAdvice | None,
     previous: Any,
 ) -> str:
     if top is None:
         return "No engine recommended: " + "; ".join(outcome.reasons)
     text = ctx.name(top)
+    lacking = uncovered(ctx, top)
+    if lacking:
+        served = [t for t in ctx.requirements.hardware if t not in lacking]
+        text += (
+            f" for the {', '.join(served)} part of the fleet (the {', '.join(lacking)} part "
+            "needs another engine)"
+        )
     if routing.recommended and routing.layer:
         text += f" with prefix-aware routing ({ctx.catalog.layers[routing.layer].name})"
+    elif routing.recommended:
+        text += " with prefix-aware routing (its layer depends on your platform: see routing)"
     bench = ctx.benches.get(top)
     if bench and bench.cost_per_1m_output_usd is not None:
         text += f": {usd(bench.cost_per_1m_output_usd)} per 1M output tokens at the SLO"
@@ -564,6 +604,8 @@ def _headline(
     if runner:
         text += f"; runner-up {ctx.name(runner)}"
     text += ")"
+    if isolation is not None:
+        text += f". Untrusted tenants: {isolation.action} ({isolation.cost})"
     current = current_engine(ctx)
     if current is not None and current != top and ctx.states[current].excluded:
         switch = switch_cost(ctx, top)

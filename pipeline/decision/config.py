@@ -13,7 +13,7 @@ from typing import Annotated, Literal, Self
 
 from pydantic import Field, Strict, model_validator
 
-from pipeline.decision.catalog import Feature, HardwareTarget, Sources
+from pipeline.decision.catalog import Feature, Gateway, HardwareTarget, Orchestrator, Sources
 from pipeline.settings import (
     ConfigPath,
     Fraction,
@@ -23,6 +23,9 @@ from pipeline.settings import (
 )
 
 GIB = 2**30
+# Bytes a parameter takes unquantised (BF16 or FP16): weights that fit only below this are
+# "weights that only fit quantised".
+UNQUANTISED_WEIGHT_BYTES = 2.0
 Positive = Annotated[float, Field(gt=0)]
 
 
@@ -66,6 +69,12 @@ class KvCacheSizing(Section):
         heads = max(self.kv_heads / self.gpus_per_replica, 1.0)
         return 2 * self.layers * heads * self.head_dim * self.kv_bytes
 
+    def fits_unquantised(self) -> bool:
+        """Whether the weights at 16 bits a parameter (BF16/FP16) leave KV-cache room."""
+        unquantised = self.model_params_billion * 1e9 * UNQUANTISED_WEIGHT_BYTES / GIB
+        room = self.gpu_memory_gib * self.memory_utilization - self.overhead_gib
+        return room - unquantised / self.gpus_per_replica > 0
+
     def tokens_per_replica(self) -> int:
         return max(
             0, math.floor(self.budget_gib_per_gpu() * GIB / self.kv_bytes_per_token_per_gpu())
@@ -81,11 +90,20 @@ class KvCacheSizing(Section):
         return self
 
 
+class Platform(Section):
+    """Where the team runs its serving fleet, which decides the routing layer (null: unknown,
+    and the decision lists the layers that fit instead of choosing one)."""
+
+    orchestrator: Orchestrator | None
+    gateway: Gateway | None
+
+
 class Requirements(Section):
     """What the team needs, which no trace or benchmark can say."""
 
     deployment: Literal["datacenter", "local"] | None
     hardware: Annotated[tuple[HardwareTarget, ...], Strict(False)]
+    one_engine_across_fleet: bool
     gpu_types: Sources
     fixed_sku: bool | None
     models: Sources
@@ -97,6 +115,7 @@ class Requirements(Section):
     engineer_week_usd: NonNegative | None
     migration_engineer_weeks: dict[str, NonNegative]
     kv_cache: KvCacheSizing | None
+    platform: Platform
 
 
 class DecisionConfig(Section):
