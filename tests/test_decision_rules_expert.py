@@ -242,10 +242,26 @@ def test_untrusted_tenants_get_isolation_in_the_recommendation_with_its_cost(
     headline = record.recommendation.headline
     assert (
         f". Untrusted tenants: isolate the prefix cache per tenant: a per-request cache salt "
-        f"carrying the tenant, or separate replicas per tenant (hit ratio {shared:.1%} → "
-        f"{isolated:.1%} at 1 replica, about ${dollars:,.0f} a month of prefill)"
+        f"carrying the tenant, or separate replicas per tenant (hit ratio {shared:.1%} shared "
+        f"vs {isolated:.1%} isolated at 1 replica; about ${dollars:,.0f} a month of prefill)"
     ) in headline
     assert record.isolation.recommended is True and record.isolation.replicas == 1
+
+
+def test_isolation_without_both_replays_is_advised_with_its_cost_unknown(tmp_path: Path) -> None:
+    record = decide_on(
+        tmp_path,
+        tenants_sharing_a_system_prompt(),
+        [sweep("vllm", 5)],
+        {**NVIDIA_DATACENTER, "untrusted_tenants": True},
+    )
+    advice = record.recommendation.isolation
+    assert advice is not None and advice.monthly_usd_cost is None
+    assert advice.cost == (
+        "hit-rate cost unknown: set simulation.compare_isolation: true to replay with and "
+        "without isolation"
+    )
+    assert f"({advice.cost})" in record.recommendation.headline
 
 
 def test_trusted_tenants_carry_no_isolation(tmp_path: Path) -> None:

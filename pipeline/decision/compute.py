@@ -62,7 +62,6 @@ from pipeline.decision.result import (
     SCHEMA_VERSION,
     Candidate,
     DecisionRecord,
-    Isolation,
     IsolationAdvice,
     Recommendation,
     Routing,
@@ -70,7 +69,7 @@ from pipeline.decision.result import (
 from pipeline.decision.routing import isolation_advice, routing_value
 from pipeline.decision.rules import RULES, uncovered
 from pipeline.decision.triggers import crossed, evaluate_previous, trigger
-from pipeline.present.text import money, share, usd
+from pipeline.present.text import money, usd
 from pipeline.shape.config import CONCURRENCY_HIGH_MIN, CONCURRENCY_LOW_MAX
 from pipeline.unknown import Unknown
 
@@ -344,8 +343,7 @@ def decide(
     top, runner = outcome.engine, outcome.runner_up
     _transferability(ctx, top, runner, outcome)
     routing = routing_value(ctx, top, runner)
-    isolation = isolation_advice(ctx, top, routing)
-    advice = _isolation_advice(isolation)
+    isolation, advice = isolation_advice(ctx, top, routing)
     m = measurements(ctx, top, runner, outcome)
     triggers = _triggers(ctx, m, top, outcome)
     previous = evaluate_previous(inputs.previous, m) if inputs.previous else None
@@ -535,32 +533,6 @@ def _unmet_slo(ctx: RuleContext) -> str:
         if bench.cost_basis == "workload" and isinstance(capacity, Unknown):
             return f": cost at the SLO unknown for this workload ({ctx.name(engine)}: {capacity.reason})"
     return ""
-
-
-def _isolation_advice(isolation: Isolation) -> IsolationAdvice | None:
-    """The isolation the recommendation carries: what to do and its cost, when needed."""
-    if not isolation.recommended or isolation.action is None:
-        return None
-    shared, isolated = isolation.hit_ratio_shared, isolation.hit_ratio_isolated
-    if shared is None or isolated is None:
-        cost = "unknown: replay with and without isolation (simulation.compare_isolation: true)"
-    else:
-        cost = f"hit ratio {share(shared)} → {share(isolated)}"
-        if isolation.replicas is not None:
-            cost += f" at {isolation.replicas} replica{'s' if isolation.replicas != 1 else ''}"
-        cost += (
-            f", about {money(isolation.monthly_usd_cost)} a month of prefill"
-            if isolation.monthly_usd_cost is not None
-            else f"; {isolation.method or 'dollar cost unknown'}"
-        )
-    return IsolationAdvice(
-        action=isolation.action,
-        replicas=isolation.replicas,
-        hit_ratio_shared=shared,
-        hit_ratio_isolated=isolated,
-        monthly_usd_cost=isolation.monthly_usd_cost,
-        cost=cost,
-    )
 
 
 def _headline(

@@ -57,6 +57,8 @@ def rationale_text(record: DecisionRecord) -> str:
     routing = record.routing
     lines += ["", "Prefix-aware routing"]
     lines += _wrap(routing.reason or "not evaluated")
+    if routing.layer_choice:
+        lines += _wrap(f"layer: {routing.layer_choice}")
     lines += _wrap(f"cache per replica: {routing.cache_tokens_source}")
     if routing.monthly_usd_saved is not None:
         lines += _wrap(

@@ -21,7 +21,7 @@ from pipeline.decision.catalog import Layer
 from pipeline.decision.config import ROUTING_GAIN_MIN
 from pipeline.decision.context import RuleContext, plain
 from pipeline.decision.evidence import SECONDS_PER_MONTH, EngineBench
-from pipeline.decision.result import Isolation, Routing
+from pipeline.decision.result import Isolation, IsolationAdvice, Routing
 from pipeline.sim.result import ScenarioSummary
 from pipeline.unknown import Unknown, is_known
 
@@ -429,11 +429,14 @@ ISOLATION_ACTION = (
 )
 
 
-def isolation_advice(ctx: RuleContext, engine: str | None, routing: Routing) -> Isolation:
+def isolation_advice(
+    ctx: RuleContext, engine: str | None, routing: Routing
+) -> tuple[Isolation, IsolationAdvice | None]:
     """Whether untrusted tenants need an isolated prefix cache, and what it costs: the hit
     ratios with and without isolation at the replica count nearest the fleet's (the routing
     it would run), priced through the fitted serving model at that fleet, else through the
-    benchmark's prompt-token rate (an upper bound)."""
+    benchmark's prompt-token rate (an upper bound). The advice is what the recommendation
+    carries (None: no isolation needed, or whether is unknown)."""
     untrusted = ctx.requirements.untrusted_tenants
     cross = ctx.workload.cross_tenant_share
     title = "Untrusted tenants and a shared prefix cache"
@@ -454,12 +457,12 @@ def isolation_advice(ctx: RuleContext, engine: str | None, routing: Routing) -> 
     if untrusted is None:
         reason = "unknown: set requirements.untrusted_tenants"
         ctx.rule("isolation", title, source, None, reason)
-        return Isolation(recommended=None, reason=reason, **plain(common))
+        return Isolation(recommended=None, reason=reason, **plain(common)), None
     if not untrusted:
         ctx.rule(
             "isolation", title, source, False, "tenants are trusted: one shared cache", **common
         )
-        return Isolation(recommended=False, reason="tenants are trusted", **plain(common))
+        return Isolation(recommended=False, reason="tenants are trusted", **plain(common)), None
     if cross is not None and cross <= 0:
         ctx.rule(
             "isolation",
@@ -469,10 +472,14 @@ def isolation_advice(ctx: RuleContext, engine: str | None, routing: Routing) -> 
             "no prefix is reused across tenants: isolation costs nothing and changes nothing",
             **common,
         )
-        return Isolation(recommended=False, reason="no cross-tenant reuse", **plain(common))
+        return Isolation(recommended=False, reason="no cross-tenant reuse", **plain(common)), None
     at = _replicas_words(replicas, fleet)
     if shared is None or isolated is None:
-        cost = "hit-rate cost unknown: set simulation.compare_isolation: true to replay with and without isolation"
+        cost = "hit-rate cost unknown: " + (
+            "the trace logs no tenants or no prompt content"
+            if cross is None
+            else "set simulation.compare_isolation: true to replay with and without isolation"
+        )
     else:
         cost = f"hit ratio {shared:.1%} shared vs {isolated:.1%} isolated at {at}"
     money: dict[str, Any] = {}
@@ -488,9 +495,18 @@ def isolation_advice(ctx: RuleContext, engine: str | None, routing: Routing) -> 
     else:
         reason = f"{cross:.1%} of cache hits cross tenants: {ISOLATION_ACTION} ({cost})"
         ctx.rule("isolation", title, source, True, reason, **common, **money)
-    return Isolation(
+    isolation = Isolation(
         recommended=True, reason=reason, action=ISOLATION_ACTION, **plain(common), **plain(money)
     )
+    advice = IsolationAdvice(
+        action=ISOLATION_ACTION,
+        replicas=replicas,
+        hit_ratio_shared=isolation.hit_ratio_shared,
+        hit_ratio_isolated=isolation.hit_ratio_isolated,
+        monthly_usd_cost=isolation.monthly_usd_cost,
+        cost=cost,
+    )
+    return isolation, advice
 
 
 def _replicas_words(replicas: int | None, fleet: int | None) -> str:
