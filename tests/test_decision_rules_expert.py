@@ -111,11 +111,12 @@ def test_a_mixed_fleet_excludes_or_splits_an_engine_that_serves_part_of_it(
     else:
         assert trt.reasons[0].startswith(
             "serves only the nvidia part of the fleet (requirements.one_engine_across_fleet: "
-            "false): its cost is for that part"
+            "false): costed on that hardware (its benchmark's)"
         )
         assert trt.monthly_cost_usd == pytest.approx(6_570)
         assert candidate(record, "vllm").monthly_cost_usd == pytest.approx(8_760)
         assert "stay in for that part" in hardware.effect
+        assert trt.reasons[0].endswith("; the amd part needs another engine")
 
 
 def test_a_laptop_gets_llama_cpp_and_no_routing_advice(tmp_path: Path) -> None:

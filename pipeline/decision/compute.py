@@ -4,14 +4,16 @@ catalog and the team's requirements to a :class:`~pipeline.decision.result.Decis
 The rules run in DOMAIN.md's order and each leaves one rationale entry (fired, did not fire,
 or unknown with what to supply):
 
-1. ``hardware`` — an engine that runs on none of the team's hardware is excluded.
+1. ``hardware`` — an engine that runs on none of the team's hardware is excluded, and one that
+   runs on only part of a mixed fleet unless ``requirements.one_engine_across_fleet`` is false.
 2. ``local`` — laptop, CPU, Apple or edge: llama.cpp first.
 3. ``maintenance`` — an engine in maintenance mode is excluded for a new deployment; one
    running today is kept running while a migration is planned.
 4. ``features`` — a required feature (configured, or seen in the traffic) the engine lacks
    excludes it; a limited one is noted.
-5. ``concurrency`` — peak ≤ ``CONCURRENCY_LOW_MAX``: look hard at llama.cpp / Ollama;
-   ≥ ``CONCURRENCY_HIGH_MIN``: vLLM or SGLang, Ollama is out.
+5. ``concurrency`` — peak ≤ ``CONCURRENCY_LOW_MAX`` on local hardware, or with weights that
+   fit the GPUs only quantised: look hard at llama.cpp / Ollama; ≥ ``CONCURRENCY_HIGH_MIN``:
+   vLLM or SGLang, Ollama is out.
 6. ``slo`` — an engine whose benchmark never met the SLO is excluded.
 7. ``model_churn`` — one or two stable models on one fixed NVIDIA SKU at huge volume:
    TensorRT-LLM first, weighed against its rebuild cost.
@@ -25,8 +27,9 @@ or unknown with what to supply):
 11. ``payback`` — a switch from the engine running today whose migration does not pay back
     within ``payback_max_months`` is not recommended.
 12. ``transferability`` — benchmarks flagged as not transferable lower the confidence.
-13. ``routing`` and 14. ``isolation`` — what prefix-aware routing saves, and whether tenants
-    must be isolated.
+13. ``routing`` and 14. ``isolation`` — what prefix-aware routing saves at the fleet and the
+    layer that fits the team's platform, and whether tenants must be isolated (carried by the
+    recommendation with its cost).
 """
 
 from __future__ import annotations

@@ -67,8 +67,10 @@ def hardware(ctx: RuleContext) -> None:
                 continue
             ctx.states[engine].notes.append(
                 f"serves only the {', '.join(covered)} part of the fleet "
-                f"(requirements.one_engine_across_fleet: false): its cost is for that part, "
-                f"on its benchmark's hardware; the {', '.join(lacking)} part needs another engine"
+                "(requirements.one_engine_across_fleet: false): costed on that hardware (its "
+                "benchmark's); its fleet and monthly figures assume it carries the whole "
+                "workload, the traffic's split across hardware not being an input; the "
+                f"{', '.join(lacking)} part needs another engine"
             )
         weak = [f"{t} ({spec.hardware[t]})" for t in covered if spec.hardware[t] != "full"]
         if weak:
