@@ -12,17 +12,22 @@ at $3 × 730 h a month each.
 from __future__ import annotations
 
 import json
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pipeline.bench.cost import HOURS_PER_MONTH
+from pipeline.capacity.result import ServingModel
+from pipeline.decision.present import rationale_text
 from pipeline.decision.result import DecisionRecord
 from pipeline.decision.stage import read_previous
+from tests.capacity_scenarios import fitted
 from tests.decision_fixtures import (
     GPU_HOUR_USD,
     candidate,
+    capacity_of,
     decide_on,
     rule,
     statuses,
@@ -54,6 +59,14 @@ LLAMA_70B_4BIT_ON_H100 = {
     "weight_bytes": 0.5,
     "layers": 80,
 }
+
+
+@cache
+def fitted_model() -> ServingModel:
+    """The serving model fitted on the independent simulator's short-prompt sweep."""
+    fit = fitted("short")
+    assert isinstance(fit, ServingModel), fit
+    return fit
 
 
 def one_user() -> Any:
@@ -249,6 +262,43 @@ def test_untrusted_tenants_get_isolation_in_the_recommendation_with_its_cost(
     assert record.isolation.recommended is True and record.isolation.replicas == 1
 
 
+def test_isolation_is_priced_through_the_fitted_model_at_the_fleets_replicas(
+    tmp_path: Path,
+) -> None:
+    """Long multi-turn prompts (~3.8k tokens) across 4 tenants over the 128-token vLLM sweep
+    with the capacity stage's serving model: the workload's own fleet has several replicas, and
+    isolation is compared at that replica count and priced through the model there."""
+    frame = traffic(
+        410, rate_rps=10, e2e_s=2.0, conversations=41, system_blocks=64, turn_blocks=32, tenants=4
+    )
+    record = decide_on(
+        tmp_path,
+        frame,
+        [sweep("vllm", 40)],
+        {**NVIDIA_DATACENTER, "untrusted_tenants": True},
+        capacity=capacity_of(fitted_model()),
+        compare_isolation=True,
+        replicas=(1, 2, 4),
+    )
+    vllm = candidate(record, "vllm")
+    assert vllm.cost_basis == "workload" and vllm.replicas is not None and vllm.replicas > 1
+    advice = record.recommendation.isolation
+    assert advice is not None and advice.replicas == vllm.replicas == 2  # simulated: 1, 2, 4
+    assert record.isolation.fleet_replicas == vllm.replicas
+    assert record.isolation.method is not None
+    assert f"through the fitted serving model at {vllm.replicas} replicas" in (
+        record.isolation.method
+    )
+    assert advice.monthly_usd_cost == record.isolation.monthly_usd_cost
+    assert advice.monthly_usd_cost is not None
+    # Prefill the isolated cache no longer saves: some, never more than the fleet's bill.
+    assert vllm.monthly_cost_usd is not None
+    assert 0 < advice.monthly_usd_cost < vllm.monthly_cost_usd
+    assert f"about ${advice.monthly_usd_cost:,.0f} a month of prefill)" in (
+        record.recommendation.headline
+    )
+
+
 def test_isolation_without_both_replays_is_advised_with_its_cost_unknown(tmp_path: Path) -> None:
     record = decide_on(
         tmp_path,
@@ -339,6 +389,7 @@ def test_the_routing_layer_is_chosen_by_the_teams_platform(
     assert routing.layer_choice is not None and routing.layer_choice.startswith(choice)
     effect = rule(record, "routing").effect
     assert effect.startswith(f"recommend {layer}: " if layer else "recommended; ")
+    assert f"\nlayer: {routing.layer_choice[:40]}" in rationale_text(record)
     headline = record.recommendation.headline
     assert headline.startswith(
         "vLLM with prefix-aware routing ("
