@@ -51,10 +51,12 @@ LLAMA_8B_ON_H100 = {
     "head_dim": 128,
     "kv_bytes": 2.0,
 }
-# Llama-3.1-70B in 4 bits on the same GPU: 70 × 10⁹ × 2 bytes = 130.4 GiB at 16 bits does not
-# fit 79.2 × 0.92 − 3 = 69.9 GiB; 70 × 10⁹ × 0.5 bytes = 32.6 GiB does.
-LLAMA_70B_4BIT_ON_H100 = {
+# Llama-3.1-70B in 4 bits on one 48 GiB GPU (an L40S): 70 × 10⁹ bytes = 65.2 GiB at 8 bits
+# (FP8/INT8, which every datacenter engine serves) does not fit 48 × 0.92 − 3 = 41.2 GiB
+# usable; 70 × 10⁹ × 0.5 bytes = 32.6 GiB does.
+LLAMA_70B_4BIT_ON_L40S = {
     **LLAMA_8B_ON_H100,
+    "gpu_memory_gib": 48.0,
     "model_params_billion": 70.0,
     "weight_bytes": 0.5,
     "layers": 80,
@@ -155,12 +157,12 @@ def test_a_laptop_gets_llama_cpp_and_no_routing_advice(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("kv_cache", "fired", "effect", "engines"),
     [
-        # The weights fit unquantised: vLLM and SGLang serve one user well; nothing points away.
+        # The weights fit at 8 bits (BF16 even): vLLM and SGLang serve one user well.
         (
             LLAMA_8B_ON_H100,
             False,
-            "peak 1 ≤ 2 on datacenter GPUs that hold the weights unquantised: vLLM and SGLang "
-            "serve one user well",
+            "peak 1 ≤ 2 on datacenter GPUs that hold the weights at 8 bits or wider: vLLM and "
+            "SGLang serve one user well",
             ("vllm", "sglang"),
         ),
         # Whether the weights fit is unknown: said, and the tree does not guess llama.cpp.
@@ -168,15 +170,15 @@ def test_a_laptop_gets_llama_cpp_and_no_routing_advice(tmp_path: Path) -> None:
             None,
             None,
             "unknown: peak 1 ≤ 2; whether that points to llama.cpp / Ollama depends on the "
-            "hardware and on whether the weights fit only quantised: set requirements.kv_cache",
+            "hardware and on whether the weights fit only below 8 bits: set requirements.kv_cache",
             ("vllm", "sglang"),
         ),
-        # 70B parameters fit one H100 only quantised: llama.cpp's quantised weights come in.
+        # 70B parameters fit one L40S only below 8 bits: llama.cpp's GGUF formats come in.
         (
-            LLAMA_70B_4BIT_ON_H100,
+            LLAMA_70B_4BIT_ON_L40S,
             True,
-            "peak 1 ≤ 2 with weights that fit only quantised (70B parameters at 16 bits take "
-            "130.4 GiB per GPU of 69.9 GiB usable",
+            "peak 1 ≤ 2 with weights that fit only below 8 bits (70B parameters at 8 bits take "
+            "65.2 GiB per GPU of 41.2 GiB usable",
             ("llama.cpp", "ollama"),
         ),
     ],

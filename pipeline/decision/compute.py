@@ -12,7 +12,7 @@ or unknown with what to supply):
 4. ``features`` — a required feature (configured, or seen in the traffic) the engine lacks
    excludes it; a limited one is noted.
 5. ``concurrency`` — peak ≤ ``CONCURRENCY_LOW_MAX`` on local hardware, or with weights that
-   fit the GPUs only quantised: look hard at llama.cpp / Ollama; ≥ ``CONCURRENCY_HIGH_MIN``:
+   fit the GPUs only below 8 bits: look hard at llama.cpp / Ollama; ≥ ``CONCURRENCY_HIGH_MIN``:
    vLLM or SGLang, Ollama is out.
 6. ``slo`` — an engine whose benchmark never met the SLO is excluded.
 7. ``model_churn`` — one or two stable models on one fixed NVIDIA SKU at huge volume:

@@ -23,9 +23,10 @@ from pipeline.settings import (
 )
 
 GIB = 2**30
-# Bytes a parameter takes unquantised (BF16 or FP16): weights that fit only below this are
-# "weights that only fit quantised".
-UNQUANTISED_WEIGHT_BYTES = 2.0
+# The narrowest weights every datacenter engine serves first-class: FP8 or INT8, a byte a
+# parameter. Weights that fit the GPUs only narrower (2-6-bit, llama.cpp's GGUF formats) are
+# what points a low-concurrency datacenter workload to llama.cpp / Ollama.
+DATACENTER_WEIGHT_BYTES = 1.0
 Positive = Annotated[float, Field(gt=0)]
 
 
@@ -55,25 +56,21 @@ class KvCacheSizing(Section):
     # Query heads (optional): the capacity stage's roofline prior prices prefill attention.
     attention_heads: PositiveInt | None = None
 
-    def weights_gib_per_gpu(self) -> float:
-        return self.model_params_billion * 1e9 * self.weight_bytes / GIB / self.gpus_per_replica
+    def weights_gib_per_gpu(self, weight_bytes: float | None = None) -> float:
+        """Weights per GPU at ``weight_bytes`` a parameter (default: the configured width)."""
+        width = self.weight_bytes if weight_bytes is None else weight_bytes
+        return self.model_params_billion * 1e9 * width / GIB / self.gpus_per_replica
+
+    def usable_gib_per_gpu(self) -> float:
+        """Memory the engine may use per GPU, less its overhead: weights and KV cache share it."""
+        return self.gpu_memory_gib * self.memory_utilization - self.overhead_gib
 
     def budget_gib_per_gpu(self) -> float:
-        return (
-            self.gpu_memory_gib * self.memory_utilization
-            - self.overhead_gib
-            - self.weights_gib_per_gpu()
-        )
+        return self.usable_gib_per_gpu() - self.weights_gib_per_gpu()
 
     def kv_bytes_per_token_per_gpu(self) -> float:
         heads = max(self.kv_heads / self.gpus_per_replica, 1.0)
         return 2 * self.layers * heads * self.head_dim * self.kv_bytes
-
-    def fits_unquantised(self) -> bool:
-        """Whether the weights at 16 bits a parameter (BF16/FP16) leave KV-cache room."""
-        unquantised = self.model_params_billion * 1e9 * UNQUANTISED_WEIGHT_BYTES / GIB
-        room = self.gpu_memory_gib * self.memory_utilization - self.overhead_gib
-        return room - unquantised / self.gpus_per_replica > 0
 
     def tokens_per_replica(self) -> int:
         return max(

@@ -8,13 +8,12 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline.decision.config import (
-    GIB,
+    DATACENTER_WEIGHT_BYTES,
     HIGH_VOLUME_OUTPUT_TOKENS_PER_MONTH,
     PREFIX_HEAVY_SHARE,
     PREFIX_LIGHT_SHARE,
     TRT_MAX_CHANGES_PER_QUARTER,
     TRT_MAX_MODELS,
-    UNQUANTISED_WEIGHT_BYTES,
 )
 from pipeline.decision.context import RuleContext, current_engine
 from pipeline.decision.evidence import missing_features
@@ -199,7 +198,7 @@ def concurrency(ctx: RuleContext) -> None:
     title = "Peak concurrency"
     source = (
         "DOMAIN.md: peak concurrency ≤ 2 → llama.cpp / Ollama where the hardware is local or "
-        "the weights fit only quantised; ≥ 10 → vLLM or SGLang"
+        "the weights fit only below 8 bits; ≥ 10 → vLLM or SGLang"
     )
     if peak is None:
         reason = ctx.workload.unknown.get("shape", "no workload shape")
@@ -238,45 +237,47 @@ def _low_concurrency(
     ctx: RuleContext, peak: str, title: str, source: str, evidence: dict[str, Any]
 ) -> None:
     """Little to batch points to llama.cpp / Ollama only where they are the better tool: local
-    hardware (CPU, Apple, edge) or weights that fit the GPUs only quantised; on datacenter GPUs
-    holding the weights unquantised vLLM and SGLang serve one user well."""
+    hardware (CPU, Apple, edge) or weights that fit the GPUs only narrower than 8 bits (FP8 and
+    INT8 every datacenter engine serves); on datacenter GPUs that hold the weights at 8 bits or
+    wider, vLLM and SGLang serve one user well."""
     local = is_local(ctx)
     kv = ctx.requirements.kv_cache
-    unquantised = kv.fits_unquantised() if kv is not None else None
-    evidence = {**evidence, "local": local, "weights_fit_unquantised": unquantised}
-    if kv is not None:
-        evidence["weights_gib_per_gpu_unquantised"] = (
-            kv.model_params_billion * 1e9 * UNQUANTISED_WEIGHT_BYTES / GIB / kv.gpus_per_replica
-        )
+    fits = (
+        None
+        if kv is None
+        else kv.weights_gib_per_gpu(DATACENTER_WEIGHT_BYTES) < (kv.usable_gib_per_gpu())
+    )
+    evidence = {**evidence, "local": local, "weights_fit_at_8_bits": fits}
     why = None
     if local:
         why = "on local hardware"
-    elif unquantised is False and kv is not None:
-        usable = kv.gpu_memory_gib * kv.memory_utilization - kv.overhead_gib
+    elif kv is not None and not fits:
+        at_8_bits = kv.weights_gib_per_gpu(DATACENTER_WEIGHT_BYTES)
+        evidence |= {"weights_gib_per_gpu_at_8_bits": at_8_bits}
         why = (
-            f"with weights that fit only quantised ({kv.model_params_billion:g}B parameters at "
-            f"16 bits take {evidence['weights_gib_per_gpu_unquantised']:.1f} GiB per GPU of "
-            f"{usable:.1f} GiB usable: requirements.kv_cache)"
+            f"with weights that fit only below 8 bits ({kv.model_params_billion:g}B parameters "
+            f"at 8 bits take {at_8_bits:.1f} GiB per GPU of {kv.usable_gib_per_gpu():.1f} GiB "
+            "usable: requirements.kv_cache)"
         )
     if why is not None:
         ctx.point(LOCAL_ENGINES, f"{peak} {why} leads to llama.cpp / Ollama")
         effect = f"{peak} {why}: little to batch, look hard at llama.cpp / Ollama"
         ctx.rule("concurrency", title, source, True, effect, **evidence)
         return
-    if local is False and unquantised:
+    if local is False and fits:
         effect = (
-            f"{peak} on datacenter GPUs that hold the weights unquantised: vLLM and SGLang "
+            f"{peak} on datacenter GPUs that hold the weights at 8 bits or wider: vLLM and SGLang "
             "serve one user well, so low concurrency alone does not point to llama.cpp / Ollama"
         )
         ctx.rule("concurrency", title, source, False, effect, **evidence)
         return
     missing = [
         *(["requirements.deployment or requirements.hardware"] if local is None else []),
-        *(["requirements.kv_cache (do the weights fit unquantised?)"] if kv is None else []),
+        *(["requirements.kv_cache (do the weights fit at 8 bits?)"] if kv is None else []),
     ]
     effect = (
         f"unknown: {peak}; whether that points to llama.cpp / Ollama depends on the hardware and "
-        f"on whether the weights fit only quantised: set {' and '.join(missing)}"
+        f"on whether the weights fit only below 8 bits: set {' and '.join(missing)}"
     )
     ctx.rule("concurrency", title, source, None, effect, **evidence)
 
