@@ -301,6 +301,35 @@ def test_isolation_is_priced_through_the_fitted_model_at_the_fleets_replicas(
     )
 
 
+def test_isolation_for_a_routed_fleet_is_compared_with_the_routing_it_runs(tmp_path: Path) -> None:
+    """A fleet of 2 with affinity routing recommended: isolation is compared at 4 replicas
+    (the only simulated count with routing; one replica is not like a routed fleet) under
+    affinity, not on one round-robin replica."""
+    frame = traffic(410, rate_rps=10, e2e_s=2.0, conversations=41, system_blocks=64, tenants=4)
+    record = decide_on(
+        tmp_path,
+        frame,
+        [sweep("vllm", 4, input_tokens_mean=1_728)],
+        {**NVIDIA_DATACENTER, "untrusted_tenants": True},
+        compare_isolation=True,
+    )
+    assert record.routing.recommended is True and record.routing.fleet_replicas == 2
+    advice = record.recommendation.isolation
+    assert advice is not None and advice.replicas == 4
+    assert "at 4 replicas, the simulated count nearest the fleet's 2" in advice.cost
+    scenarios = json.loads((tmp_path / "data" / "w" / "simulation" / "scenarios.json").read_text())
+    rows = scenarios["scenarios"] if isinstance(scenarios, dict) else scenarios
+    hit = {
+        s["tenant_isolation"]: s["hit_ratio"]
+        for s in rows
+        if s["replicas"] == 4 and s["routing"] == "affinity"
+    }
+    assert (advice.hit_ratio_shared, advice.hit_ratio_isolated) == (
+        pytest.approx(hit[False]),
+        pytest.approx(hit[True]),
+    )
+
+
 def test_isolation_without_both_replays_is_advised_with_its_cost_unknown(tmp_path: Path) -> None:
     record = decide_on(
         tmp_path,

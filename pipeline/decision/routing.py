@@ -549,7 +549,8 @@ def _isolation_hit_ratios(
     scenarios: list[ScenarioSummary], fleet: int | None, routing: str | None, kv: int | None
 ) -> tuple[float | None, float | None, int | None]:
     """Hit ratios of the same scenario with and without tenant isolation, when simulated, and
-    its replica count: the one nearest the fleet (the largest when the fleet is unknown), at
+    its replica count: the one nearest the fleet (several when the fleet has several; the
+    largest when the fleet is unknown), at
     the cache size of a replica (else the largest simulated) and ``routing`` (else
     round-robin, else any)."""
 
@@ -565,6 +566,9 @@ def _isolation_hit_ratios(
     if not common:
         return None, None, None
     counts = sorted({k[0] for k in common})
+    if fleet and fleet > 1:
+        # A fleet of several replicas routes between them: one replica is not like it.
+        counts = [c for c in counts if c > 1] or counts
     replicas = min(counts, key=lambda r: (abs(r - fleet), -r)) if fleet else counts[-1]
     common = {k for k in common if k[0] == replicas}
     sizes = sorted({k[1] for k in common})
