@@ -42,7 +42,7 @@ def test_decide_runs_the_missing_stages_then_prints_the_record(
         "previous",
         "inputs",
     }
-    assert record["schema_version"] == 2 and record["previous"] is None
+    assert record["schema_version"] == 3 and record["previous"] is None
     rec = record["recommendation"]
     assert {"engine", "routing_layer", "runner_up", "confidence", "headline"} <= set(rec)
     # The fitted model says one H100 cannot meet the bundled SLO on this workload's prompts, so
@@ -107,7 +107,7 @@ def test_a_previous_record_that_is_not_one_is_a_one_line_error(
     assert err.startswith(f"enginefit: error: {bogus}: ") and err.count("\n") == 1
     bogus.write_text(json.dumps({"schema_version": 7}))
     assert enginefit(["explain", str(bogus)]) == 2
-    assert "schema_version 7 is not one of 1, 2" in capsys.readouterr().err
+    assert "schema_version 7 is not one of 1, 2, 3" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -38,6 +38,13 @@ HardwareSupport = Literal["full", "partial", "plugin"]
 Feature = Literal["structured_output", "lora", "tool_calls", "long_context"]
 FEATURES: tuple[str, ...] = get_args(Feature)
 FeatureLevel = Literal["full", "limited", "unsupported"]
+# Where a routing layer runs (and where a team's platform is): Kubernetes, a Ray cluster, or
+# plain hosts / VMs without an orchestrator.
+Orchestrator = Literal["kubernetes", "ray", "none"]
+# The gateway in front of the fleet: a Kubernetes Gateway API implementation with the Gateway API
+# Inference Extension (its endpoint picker is where llm-d-style schedulers plug in), another
+# HTTP or API gateway, or none.
+Gateway = Literal["inference-extension", "other", "none"]
 LayerCapability = Literal[
     "prefix_aware_routing", "disaggregation", "autoscaling", "kv_offload", "multi_model"
 ]
@@ -146,6 +153,9 @@ class Layer(Section):
     adds: Annotated[tuple[LayerCapability, ...], Strict(False)]
     prefix_routing: Literal["exact", "approximate", "none"]
     engines: Sources
+    # Where it runs, and the gateway it plugs into (null: it brings its own front end).
+    runs_on: Annotated[tuple[Orchestrator, ...], Strict(False), Field(min_length=1)]
+    needs_gateway: Gateway | None
     note: Text
     status: Status
     licence: Text

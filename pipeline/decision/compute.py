@@ -4,14 +4,16 @@ catalog and the team's requirements to a :class:`~pipeline.decision.result.Decis
 The rules run in the order of docs/decision-rules.md and each leaves one rationale entry (fired, did
 not fire, or unknown with what to supply):
 
-1. ``hardware`` — an engine that runs on none of the team's hardware is excluded.
+1. ``hardware`` — an engine that runs on none of the team's hardware is excluded, and one that
+   runs on only part of a mixed fleet unless ``requirements.one_engine_across_fleet`` is false.
 2. ``local`` — laptop, CPU, Apple or edge: llama.cpp first.
 3. ``maintenance`` — an engine in maintenance mode is excluded for a new deployment; one
    running today is kept running while a migration is planned.
 4. ``features`` — a required feature (configured, or seen in the traffic) the engine lacks
    excludes it; a limited one is noted.
-5. ``concurrency`` — peak ≤ ``CONCURRENCY_LOW_MAX``: look hard at llama.cpp / Ollama;
-   ≥ ``CONCURRENCY_HIGH_MIN``: vLLM or SGLang, Ollama is out.
+5. ``concurrency`` — peak ≤ ``CONCURRENCY_LOW_MAX`` on local hardware, or with weights that
+   fit the GPUs only below 8 bits: look hard at llama.cpp / Ollama; ≥ ``CONCURRENCY_HIGH_MIN``:
+   vLLM or SGLang, Ollama is out.
 6. ``slo`` — an engine whose benchmark never met the SLO is excluded.
 7. ``model_churn`` — one or two stable models on one fixed NVIDIA SKU at huge volume:
    TensorRT-LLM first, weighed against its rebuild cost.
@@ -25,8 +27,9 @@ not fire, or unknown with what to supply):
 11. ``payback`` — a switch from the engine running today whose migration does not pay back
     within ``payback_max_months`` is not recommended.
 12. ``transferability`` — benchmarks flagged as not transferable lower the confidence.
-13. ``routing`` and 14. ``isolation`` — what prefix-aware routing saves, and whether tenants
-    must be isolated.
+13. ``routing`` and 14. ``isolation`` — what prefix-aware routing saves at the fleet and the
+    layer that fits the team's platform, and whether tenants must be isolated (carried by the
+    recommendation with its cost).
 """
 
 from __future__ import annotations
@@ -62,11 +65,12 @@ from pipeline.decision.result import (
     SCHEMA_VERSION,
     Candidate,
     DecisionRecord,
+    IsolationAdvice,
     Recommendation,
     Routing,
 )
 from pipeline.decision.routing import isolation_advice, routing_value
-from pipeline.decision.rules import RULES
+from pipeline.decision.rules import RULES, uncovered
 from pipeline.decision.triggers import crossed, evaluate_previous, trigger
 from pipeline.present.text import money, usd
 from pipeline.shape.config import CONCURRENCY_HIGH_MIN, CONCURRENCY_LOW_MAX
@@ -350,8 +354,8 @@ def decide(
     outcome = choose(ctx)
     top, runner = outcome.engine, outcome.runner_up
     _transferability(ctx, top, runner, outcome)
-    routing = routing_value(ctx, top)
-    isolation = isolation_advice(ctx, top)
+    routing = routing_value(ctx, top, runner)
+    isolation, advice = isolation_advice(ctx, top, routing)
     m = measurements(ctx, top, runner, outcome)
     triggers = _triggers(ctx, m, top, outcome)
     previous = evaluate_previous(inputs.previous, m) if inputs.previous else None
@@ -365,7 +369,8 @@ def decide(
         confidence=outcome.confidence,  # type: ignore[arg-type]
         confidence_reasons=outcome.reasons,
         state=state,  # type: ignore[arg-type]
-        headline=_headline(ctx, top, runner, outcome, routing, previous),
+        headline=_headline(ctx, top, runner, outcome, routing, advice, previous),
+        isolation=advice,
     )
     return DecisionRecord(
         schema_version=SCHEMA_VERSION,
@@ -550,13 +555,23 @@ def _headline(
     runner: str | None,
     outcome: Outcome,
     routing: Routing,
+    isolation: IsolationAdvice | None,
     previous: Any,
 ) -> str:
     if top is None:
         return "No engine recommended: " + "; ".join(outcome.reasons)
     text = ctx.name(top)
+    lacking = uncovered(ctx, top)
+    if lacking:
+        served = [t for t in ctx.requirements.hardware if t not in lacking]
+        text += (
+            f" for the {', '.join(served)} part of the fleet (the {', '.join(lacking)} part "
+            "needs another engine)"
+        )
     if routing.recommended and routing.layer:
         text += f" with prefix-aware routing ({ctx.catalog.layers[routing.layer].name})"
+    elif routing.recommended:
+        text += " with prefix-aware routing (its layer depends on your platform: see routing)"
     bench = ctx.benches.get(top)
     if bench and bench.cost_per_1m_output_usd is not None:
         text += f": {usd(bench.cost_per_1m_output_usd)} per 1M output tokens at the SLO"
@@ -575,6 +590,8 @@ def _headline(
     if runner:
         text += f"; runner-up {ctx.name(runner)}"
     text += ")"
+    if isolation is not None:
+        text += f". Untrusted tenants: {isolation.action} ({isolation.cost})"
     current = current_engine(ctx)
     if current is not None and current != top and ctx.states[current].excluded:
         switch = switch_cost(ctx, top)

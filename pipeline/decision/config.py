@@ -13,7 +13,7 @@ from typing import Annotated, Literal, Self
 
 from pydantic import Field, Strict, model_validator
 
-from pipeline.decision.catalog import Feature, HardwareTarget, Sources
+from pipeline.decision.catalog import Feature, Gateway, HardwareTarget, Orchestrator, Sources
 from pipeline.settings import (
     ConfigPath,
     Fraction,
@@ -23,6 +23,10 @@ from pipeline.settings import (
 )
 
 GIB = 2**30
+# The narrowest weights every datacenter engine serves first-class: FP8 or INT8, a byte a
+# parameter. Weights that fit the GPUs only narrower (2-6-bit, llama.cpp's GGUF formats) are
+# what points a low-concurrency datacenter workload to llama.cpp / Ollama.
+DATACENTER_WEIGHT_BYTES = 1.0
 Positive = Annotated[float, Field(gt=0)]
 
 
@@ -52,15 +56,17 @@ class KvCacheSizing(Section):
     # Query heads (optional): the capacity stage's roofline prior prices prefill attention.
     attention_heads: PositiveInt | None = None
 
-    def weights_gib_per_gpu(self) -> float:
-        return self.model_params_billion * 1e9 * self.weight_bytes / GIB / self.gpus_per_replica
+    def weights_gib_per_gpu(self, weight_bytes: float | None = None) -> float:
+        """Weights per GPU at ``weight_bytes`` a parameter (default: the configured width)."""
+        width = self.weight_bytes if weight_bytes is None else weight_bytes
+        return self.model_params_billion * 1e9 * width / GIB / self.gpus_per_replica
+
+    def usable_gib_per_gpu(self) -> float:
+        """Memory the engine may use per GPU, less its overhead: weights and KV cache share it."""
+        return self.gpu_memory_gib * self.memory_utilization - self.overhead_gib
 
     def budget_gib_per_gpu(self) -> float:
-        return (
-            self.gpu_memory_gib * self.memory_utilization
-            - self.overhead_gib
-            - self.weights_gib_per_gpu()
-        )
+        return self.usable_gib_per_gpu() - self.weights_gib_per_gpu()
 
     def kv_bytes_per_token_per_gpu(self) -> float:
         heads = max(self.kv_heads / self.gpus_per_replica, 1.0)
@@ -81,11 +87,20 @@ class KvCacheSizing(Section):
         return self
 
 
+class Platform(Section):
+    """Where the team runs its serving fleet, which decides the routing layer (null: unknown,
+    and the decision lists the layers that fit instead of choosing one)."""
+
+    orchestrator: Orchestrator | None
+    gateway: Gateway | None
+
+
 class Requirements(Section):
     """What the team needs, which no trace or benchmark can say."""
 
     deployment: Literal["datacenter", "local"] | None
     hardware: Annotated[tuple[HardwareTarget, ...], Strict(False)]
+    one_engine_across_fleet: bool
     gpu_types: Sources
     fixed_sku: bool | None
     models: Sources
@@ -97,6 +112,7 @@ class Requirements(Section):
     engineer_week_usd: NonNegative | None
     migration_engineer_weeks: dict[str, NonNegative]
     kv_cache: KvCacheSizing | None
+    platform: Platform
 
 
 class DecisionConfig(Section):

@@ -81,6 +81,9 @@ class RuleContext:
     required: tuple[str, ...]
     states: dict[str, EngineState]
     branch: list[str] = field(default_factory=list)  # engines the decision tree points to
+    # Why the tree points to each engine in ``branch`` (the first rule that did), a clause a
+    # tie-break names when the tree's order decides.
+    pointed: dict[str, str] = field(default_factory=dict)
     rules: list[Rule] = field(default_factory=list)
 
     @property
@@ -92,6 +95,14 @@ class RuleContext:
 
     def exclude(self, engine: str, reason: str) -> None:
         self.states[engine].excluded.append(reason)
+
+    def point(self, engines: tuple[str, ...], why: str) -> None:
+        """The tree points to ``engines`` in this order (after those it already points to);
+        ``why`` is the condition, said once for the group."""
+        for engine in engines:
+            if engine not in self.branch:
+                self.branch.append(engine)
+                self.pointed[engine] = why
 
     def viable(self) -> list[str]:
         return [e for e, s in self.states.items() if not s.excluded]

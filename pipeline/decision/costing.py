@@ -171,11 +171,25 @@ TIE_BREAKS = (
 )  # the criteria of _tie_key, in its order
 
 
-def _tie_break(ctx: RuleContext, first: str, second: str) -> str:
-    """Which of the tie-break criteria separated the two engines."""
+def _tie_break(ctx: RuleContext, first: str, second: str) -> tuple[str, ...]:
+    """The tie-break criterion that separated the two engines, why the decision tree points
+    to each ('' where it does not), then the criteria on which they were equal."""
     a, b = _tie_key(ctx, first), _tie_key(ctx, second)
     index = next((k for k, (x, y) in enumerate(zip(a, b, strict=True)) if x != y), 99)
-    return TIE_BREAKS[min(index, len(TIE_BREAKS) - 1)]
+    index = min(index, len(TIE_BREAKS) - 1)
+    why = (ctx.pointed.get(first, ""), ctx.pointed.get(second, ""))
+    return (TIE_BREAKS[index], *why, *TIE_BREAKS[:index])
+
+
+def _tie_figures(ctx: RuleContext, first: str, second: str) -> dict[str, float]:
+    """What the tie-break compared: migration engineer-weeks and releases in six months."""
+    releases = [ctx.catalog.engines[e].releases_last_6_months.count for e in (first, second)]
+    return {
+        "first_weeks": _migration_weeks(ctx, first),
+        "second_weeks": _migration_weeks(ctx, second),
+        "first_releases": releases[0],
+        "second_releases": releases[1],
+    }
 
 
 def _cost_rule(
@@ -251,13 +265,11 @@ def _rank(ctx: RuleContext) -> tuple[Outcome, list[Finding]]:
         if gap < margin:
             confidence = "tie"
             first, second = sorted((top, runner), key=lambda e: _tie_key(ctx, e))
-            weeks = {"first_weeks": _migration_weeks(ctx, first)}
-            weeks["second_weeks"] = _migration_weeks(ctx, second)
             tie = Finding(
                 "tie",
-                (top, runner, first),
-                {"gap": gap, "margin": margin, **weeks},
-                (basis, _tie_break(ctx, first, second)),
+                (top, runner, first, second),
+                {"gap": gap, "margin": margin, **_tie_figures(ctx, first, second)},
+                (basis, *_tie_break(ctx, first, second)),
             )
             reasons.append(tie)
             top, runner = first, second

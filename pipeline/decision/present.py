@@ -57,6 +57,8 @@ def rationale_text(record: DecisionRecord) -> str:
     routing = record.routing
     lines += ["", "Prefix-aware routing"]
     lines += _wrap(routing.reason or "not evaluated")
+    if routing.layer_choice:
+        lines += _wrap(f"layer: {routing.layer_choice}")
     lines += _wrap(f"cache per replica: {routing.cache_tokens_source}")
     if routing.monthly_usd_saved is not None:
         lines += _wrap(
@@ -223,12 +225,23 @@ BASIS_WORDS = {
     "monthly_gpu_usd": "monthly GPU cost (fleet at the peak rate)",
     "cost_per_1m_output_usd": "cost per 1M output tokens at the SLO",
 }
+# What decided a tie, about the chosen engine (``first``) and the other (``second``).
 TIE_BREAK_WORDS = {
-    "maintained": "it is actively maintained",
-    "runs_today": "it runs today",
-    "tree_order": "the decision tree points to it first",
-    "releases": "it releases more often",
-    "alphabetical": "alphabetical order (nothing else separates them)",
+    "maintained": "it is actively maintained and {second} is not",
+    "runs_today": "it runs today (no migration)",
+    "shorter_migration": "its migration is shorter ({first_weeks:g} vs {second_weeks:g} "
+    "engineer-weeks)",
+    "releases": "it released more often in the last six months ({first_releases:g} vs "
+    "{second_releases:g} releases), the better maintenance trajectory",
+    "alphabetical": "nothing else separates them, so alphabetical order decides",
+}
+# What was equal before the deciding criterion, about both.
+TIE_EQUAL_WORDS = {
+    "maintained": "both are actively maintained",
+    "runs_today": "neither runs today",
+    "shorter_migration": "both take {first_weeks:g} engineer-weeks to migrate to",
+    "tree_order": "the decision tree points to neither",
+    "releases": "both released {first_releases:g} times in six months",
 }
 NO_CANDIDATE = "no engine the decision tree points to meets the requirements"
 NO_PRICED_BENCHMARK = "no benchmark with a cost at the SLO for a viable engine on your deployment"
@@ -263,15 +276,7 @@ def finding_text(finding: Finding, name: Callable[[str], str]) -> str:
     if code == "cost_unmeasured":
         return f"{UNKNOWN}: {details[0] or NO_PRICED_BENCHMARK}; the decision tree's choice stands"
     if code in ("tie", "margin_tie"):
-        basis, criterion = details
-        because = TIE_BREAK_WORDS.get(criterion) or (
-            f"its migration is shorter ({f['first_weeks']:g} vs {f['second_weeks']:g} "
-            "engineer-weeks)"
-        )
-        return ("tie: " if code == "margin_tie" else "") + (
-            f"{n[0]} and {n[1]} are within {f['gap']:.1%} on {BASIS_WORDS[basis]} (under the "
-            f"{f['margin']:.0%} margin): {n[2]} is chosen because {because}"
-        )
+        return ("tie: " if code == "margin_tie" else "") + _tie_text(n, f, details)
     if code == "no_runner_up":
         return "no runner-up with a cost"
     if code == "margin_exceeded":
@@ -335,6 +340,28 @@ def finding_text(finding: Finding, name: Callable[[str], str]) -> str:
             f"today {_on_basis(basis, f['value'])})"
         )
     return _payback_text(code, n, f, details)
+
+
+def _tie_text(n: list[str], f: Mapping[str, float], details: tuple[str, ...]) -> str:
+    """Two engines within the margin: what was equal, and what decided for ``n[2]``."""
+    basis, criterion, why_first, why_second, *equal = details
+    first, second = n[2], n[3]
+    if criterion == "tree_order":
+        because = (
+            f"the decision tree puts it first: {why_first}"
+            if why_second
+            else f"the decision tree points to it and not to {second}: {why_first}"
+        )
+    else:
+        because = TIE_BREAK_WORDS[criterion].format(second=second, **f)
+    same = [TIE_EQUAL_WORDS[c].format(**f) for c in equal]
+    alike = (", ".join(same[:-1]) + " and " + same[-1] if len(same) > 1 else "".join(same)) + (
+        ": " if same else ""
+    )
+    return (
+        f"{n[0]} and {n[1]} are within {f['gap']:.1%} on {BASIS_WORDS[basis]} (under the "
+        f"{f['margin']:.0%} margin); {alike}{first} is chosen because {because}"
+    )
 
 
 def _payback_text(code: str, n: list[str], f: Mapping[str, float], details: tuple[str, ...]) -> str:

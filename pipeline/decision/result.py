@@ -17,10 +17,13 @@ from pipeline.settings import validation_message
 
 #: 2: candidates carry the workload's own capacity and cost (capacity stage) beside the
 #: benchmark's; routing and isolation are priced through the fitted serving model.
-SCHEMA_VERSION: Literal[2] = 2
-#: Versions :meth:`DecisionRecord.from_json` reads: a version-1 record (the benchmark's costs)
-#: still serves as ``--previous`` (its triggers are evaluated against this run).
-READABLE_VERSIONS = (1, 2)
+#: 3: the recommendation carries the tenant isolation it needs (what to do, its hit-rate and
+#: dollar cost at the fleet); routing says how its layer was chosen for the team's platform.
+SCHEMA_VERSION: Literal[3] = 3
+#: Versions :meth:`DecisionRecord.from_json` reads: an older record (version 1: the
+#: benchmark's costs) still serves as ``--previous`` (its triggers are evaluated against this
+#: run).
+READABLE_VERSIONS = (1, 2, 3)
 CostBasis = Literal["workload", "benchmark"]
 Confidence = Literal["firm", "provisional", "tie"]
 CandidateStatus = Literal["recommended", "runner-up", "viable", "excluded"]
@@ -32,6 +35,19 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class IsolationAdvice(_Model):
+    """Isolation the recommendation needs (untrusted tenants reusing each other's cached
+    prefixes): what to do and what it costs at the fleet's replica count (None: unknown,
+    ``cost`` says why)."""
+
+    action: str
+    replicas: int | None  # the simulated replica count the hit ratios compare at
+    hit_ratio_shared: float | None
+    hit_ratio_isolated: float | None
+    monthly_usd_cost: float | None
+    cost: str
+
+
 class Recommendation(_Model):
     engine: str | None
     engine_name: str | None
@@ -41,6 +57,7 @@ class Recommendation(_Model):
     confidence_reasons: list[str]
     state: Literal["decided", "revisit"]
     headline: str
+    isolation: IsolationAdvice | None = None  # None: none needed, or whether is unknown
 
 
 class Candidate(_Model):
@@ -127,8 +144,8 @@ class Previous(_Model):
 
 class Routing(_Model):
     recommended: bool | None
-    layer: str | None
-    alternatives: list[str]
+    layer: str | None  # chosen for the team's platform (requirements.platform)
+    alternatives: list[str]  # the other layers that fit (all of them when none was chosen)
     routing: str | None
     replicas: int | None
     cache_tokens_per_replica: int | None
@@ -142,6 +159,7 @@ class Routing(_Model):
     fleet_source: str | None = None  # where that count comes from
     prefill_gpu_hours_saved_per_month: float | None = None
     ttft_p95_ms_saved: float | None = None
+    layer_choice: str | None = None  # why this layer, or what to set to choose one
 
 
 class Isolation(_Model):
@@ -150,13 +168,16 @@ class Isolation(_Model):
     hit_ratio_shared: float | None
     hit_ratio_isolated: float | None
     reason: str
-    monthly_usd_cost: float | None = None  # prefill GPU time isolation adds, through the model
+    monthly_usd_cost: float | None = None  # prefill GPU time isolation adds a month
     ttft_p95_ms_cost: float | None = None
     method: str | None = None
+    action: str | None = None  # what to do, when isolation is recommended
+    replicas: int | None = None  # the simulated replica count the hit ratios compare at
+    fleet_replicas: int | None = None  # replicas the workload's peak needs
 
 
 class DecisionRecord(_Model):
-    schema_version: Literal[1, 2]
+    schema_version: Literal[1, 2, 3]
     workload: str
     as_of: str | None
     recommendation: Recommendation
@@ -172,16 +193,16 @@ class DecisionRecord(_Model):
     inputs: dict[str, str]
 
     def to_json(self) -> dict[str, Any]:
-        """The record as written. A version-1 record read back dumps only what its file held
-        (the fields version 2 added are left out), so its digest is the file's."""
-        return self.model_dump(mode="json", exclude_unset=self.schema_version == 1)
+        """The record as written. An older record read back dumps only what its file held
+        (the fields later versions added are left out), so its digest is the file's."""
+        return self.model_dump(mode="json", exclude_unset=self.schema_version < SCHEMA_VERSION)
 
     @classmethod
     def from_json(cls, data: Any, where: str) -> DecisionRecord:
-        """A record read back (a previous quarter's, or this run's for the report). Version 1
-        (before the workload's own costs) is read as is: its candidates have no workload
-        figures and its triggers name the benchmark's metrics, which this version still
-        measures."""
+        """A record read back (a previous quarter's, or this run's for the report). An older
+        version is read as is: a version-1 record's candidates have no workload figures and
+        its triggers name the benchmark's metrics, which this version still measures; a
+        version-2 record has no isolation in its recommendation."""
         if isinstance(data, dict) and data.get("schema_version") not in READABLE_VERSIONS:
             raise InputFormatError(
                 f"{where}: decision record schema_version {data.get('schema_version')!r} is not "

@@ -8,6 +8,7 @@ prefill GPU time and p95 TTFT saved at that fleet and KV size) when there is one
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
@@ -16,17 +17,20 @@ from pipeline.capacity.compute import routing_value as model_routing_value
 from pipeline.capacity.compute import workload_requests
 from pipeline.capacity.config import CapacityConfig
 from pipeline.capacity.result import RoutingValue, ServingModel
+from pipeline.decision.catalog import Layer
 from pipeline.decision.config import ROUTING_GAIN_MIN
 from pipeline.decision.context import RuleContext, plain
 from pipeline.decision.evidence import SECONDS_PER_MONTH, EngineBench
-from pipeline.decision.result import Isolation, Routing
+from pipeline.decision.result import Isolation, IsolationAdvice, Routing
 from pipeline.sim.result import ScenarioSummary
 from pipeline.unknown import Unknown, is_known
 
 PREFIX_ROUTINGS = ("cache-aware", "affinity", "bounded-affinity")
 
 
-def routing_value(ctx: RuleContext, engine: str | None) -> Routing:
+def routing_value(ctx: RuleContext, engine: str | None, runner_up: str | None = None) -> Routing:
+    """What prefix-aware routing saves at the fleet ``engine`` needs, and the layer that adds it
+    on the team's platform (``runner_up``: a layer that also serves it keeps a switch cheap)."""
     scenarios = ctx.inputs.scenarios or []
     method = ""
     kv = ctx.requirements.kv_cache
@@ -57,6 +61,12 @@ def routing_value(ctx: RuleContext, engine: str | None) -> Routing:
     )
     title = "Prefix-aware routing"
     rule_source = "docs/decision-rules.md#routing-layer"
+    if ctx.requirements.deployment == "local":
+        reason = (
+            "a local deployment runs one replica on one machine: there is nothing to route between"
+        )
+        ctx.rule("routing", title, rule_source, False, reason)
+        return empty.model_copy(update={"recommended": False, "reason": reason})
     if not multi or capacity is None:
         reason = (
             ctx.inputs.missing.get("simulation")
@@ -122,8 +132,10 @@ def routing_value(ctx: RuleContext, engine: str | None) -> Routing:
     best = max(sorted(known), key=lambda r: known[r])
     round_robin: float = hits["round-robin"]  # type: ignore[assignment]
     share = (known[best] - round_robin) / prompt
-    recommended = share >= ROUTING_GAIN_MIN
-    layer, alternatives = _layer(ctx, engine) if recommended and engine else (None, [])
+    # No advice without a fleet size: the saving depends on how many replicas there are.
+    recommended = share >= ROUTING_GAIN_MIN if fleet is not None else None
+    choice = _layer(ctx, engine, runner_up) if recommended and engine else None
+    layer = choice.layer if choice else None
     priced = _priced(ctx, bench, round_robin / prompt, known[best] / prompt, capacity)
     if priced is not None:
         value, model_method = priced
@@ -143,21 +155,20 @@ def routing_value(ctx: RuleContext, engine: str | None) -> Routing:
         f"{capacity:,} cache tokens per replica at {at_fleet} (threshold "
         f"{ROUTING_GAIN_MIN:.0%})"
     )
+    if recommended is None:
+        effect = (
+            f"unknown: no routing advice until the fleet size is known ({fleet_source}); {reason}"
+        )
+    elif choice is not None:
+        effect = (f"recommend {layer}: " if layer else "recommended; ") + f"{choice.why}; {reason}"
+    else:
+        effect = f"not worth a routing layer: {reason}"
     ctx.rule(
         "routing",
         title,
         rule_source,
         recommended,
-        (
-            f"recommend {layer}: "
-            if layer
-            else (
-                "recommended, but no routing layer in the catalog serves this engine: "
-                if recommended
-                else "not worth a routing layer: "
-            )
-        )
-        + reason,
+        effect,
         replicas=replicas,
         cache_tokens=capacity,
         hit_tokens=hits,
@@ -167,7 +178,8 @@ def routing_value(ctx: RuleContext, engine: str | None) -> Routing:
     return Routing(
         recommended=recommended,
         layer=layer,
-        alternatives=alternatives,
+        alternatives=choice.alternatives if choice else [],
+        layer_choice=choice.why if choice else None,
         routing=best,
         replicas=replicas,
         cache_tokens_per_replica=capacity,
@@ -310,9 +322,29 @@ def _routing_money(
     return tokens, tokens * seconds_per_token / 3600 * price, method
 
 
-def _layer(ctx: RuleContext, engine: str) -> tuple[str | None, list[str]]:
-    """The first active catalog layer that adds prefix-aware routing for ``engine``, exact
-    (KV-event-driven, as simulated) before approximate; the rest as alternatives."""
+@dataclass(frozen=True)
+class LayerChoice:
+    """The routing layer chosen for the team's platform (None: not chosen), the others that
+    fit, and why, or what to set to choose."""
+
+    layer: str | None
+    alternatives: list[str]
+    why: str
+
+
+def _where(layer: Layer) -> str:
+    places = " or ".join(ORCHESTRATOR_WORDS[o] for o in layer.runs_on)
+    gateway = f", behind {GATEWAY_WORDS[layer.needs_gateway]}" if layer.needs_gateway else ""
+    return f"{layer.name} ({layer.prefix_routing} prefix routing; on {places}{gateway})"
+
+
+def _layer(ctx: RuleContext, engine: str, runner_up: str | None) -> LayerChoice:
+    """The active catalog layer that adds prefix-aware routing for ``engine`` on the team's
+    platform (requirements.platform): one that runs on its orchestrator and plugs into its
+    gateway where it needs one; then one using the gateway the team already runs, exact
+    (KV-event-driven, as simulated) before approximate, and one that also serves the runner-up
+    (a later switch keeps its router). With the platform unknown, or a tie, none is chosen:
+    the fitting layers are listed and the record says what to set."""
     fits = [
         (key, layer)
         for key, layer in ctx.catalog.layers.items()
@@ -321,35 +353,117 @@ def _layer(ctx: RuleContext, engine: str) -> tuple[str | None, list[str]]:
         and layer.status.state == "active"
     ]
     fits.sort(key=lambda kv: kv[1].prefix_routing != "exact")
-    names = [key for key, _ in fits]
-    return (names[0] if names else None), names[1:]
+    name = ctx.name(engine)
+    if not fits:
+        return LayerChoice(None, [], f"no routing layer in the catalog adds it to {name}")
+    listed = "; ".join(_where(layer) for _, layer in fits)
+    platform = ctx.requirements.platform
+    if platform.orchestrator is None:
+        return LayerChoice(
+            None,
+            [k for k, _ in fits],
+            "the layer depends on your platform: set requirements.platform (orchestrator, "
+            f"gateway) to choose among {listed}",
+        )
+    on = [(k, layer) for k, layer in fits if platform.orchestrator in layer.runs_on]
+    where = ORCHESTRATOR_WORDS[platform.orchestrator]
+    if not on:
+        return LayerChoice(
+            None, [k for k, _ in fits], f"no layer for {name} runs on {where}: {listed}"
+        )
+    if platform.gateway is None and any(layer.needs_gateway for _, layer in on):
+        return LayerChoice(
+            None,
+            [k for k, _ in on],
+            "whether a layer can use your gateway decides: set requirements.platform.gateway "
+            f"to choose among {'; '.join(_where(layer) for _, layer in on)}",
+        )
+    usable = [(k, layer) for k, layer in on if layer.needs_gateway in (None, platform.gateway)]
+    if not usable:
+        return LayerChoice(
+            None,
+            [k for k, _ in on],
+            f"the layers for {name} on {where} need a gateway you do not run "
+            f"(requirements.platform.gateway: {platform.gateway}): {listed}",
+        )
+
+    def rank(layer: Layer) -> tuple[bool, bool, bool]:
+        return (
+            layer.needs_gateway is None,
+            layer.prefix_routing != "exact",
+            runner_up is not None and runner_up not in layer.engines,
+        )
+
+    usable.sort(key=lambda kv: rank(kv[1]))
+    key, best = usable[0]
+    rest = [k for k, _ in usable[1:]]
+    equal = [layer for _, layer in usable if rank(layer) == rank(best)]
+    if len(equal) > 1:
+        return LayerChoice(
+            None,
+            [k for k, _ in usable],
+            f"{' and '.join(layer.name for layer in equal)} fit your platform equally "
+            f"({'; '.join(_where(layer) for layer in equal)}): choose between them",
+        )
+    why = [f"runs on {where}"]
+    if best.needs_gateway:
+        why.append(f"plugs into your gateway ({GATEWAY_WORDS[best.needs_gateway]})")
+    if best.prefix_routing == "exact":
+        why.append("routes on the engines' KV events (exact, as simulated)")
+    if runner_up is not None and runner_up in best.engines:
+        why.append(f"also serves {ctx.name(runner_up)}, so a switch keeps the router")
+    return LayerChoice(key, rest, f"{best.name} {', '.join(why)}")
 
 
-def isolation_advice(ctx: RuleContext, engine: str | None = None) -> Isolation:
+ORCHESTRATOR_WORDS = {"kubernetes": "Kubernetes", "ray": "a Ray cluster", "none": "plain hosts"}
+GATEWAY_WORDS = {
+    "inference-extension": "a Gateway API Inference Extension gateway",
+    "other": "another HTTP gateway",
+    "none": "no gateway",
+}
+
+
+ISOLATION_ACTION = (
+    "isolate the prefix cache per tenant: a per-request cache salt carrying the tenant, or "
+    "separate replicas per tenant"
+)
+
+
+def isolation_advice(
+    ctx: RuleContext, engine: str | None, routing: Routing
+) -> tuple[Isolation, IsolationAdvice | None]:
+    """Whether untrusted tenants need an isolated prefix cache, and what it costs: the hit
+    ratios with and without isolation at the replica count nearest the fleet's (the routing
+    it would run), priced through the fitted serving model at that fleet, else through the
+    benchmark's prompt-token rate (an upper bound). The advice is what the recommendation
+    carries (None: no isolation needed, or whether is unknown)."""
     untrusted = ctx.requirements.untrusted_tenants
     cross = ctx.workload.cross_tenant_share
     title = "Untrusted tenants and a shared prefix cache"
     source = "docs/decision-rules.md#isolation"
-    shared, isolated = _isolation_hit_ratios(ctx.inputs.scenarios or [])
+    bench = ctx.benches.get(engine) if engine else None
+    fleet = bench.replicas_at_peak if bench else None
+    ran = routing.routing if routing.recommended else "round-robin"
+    shared, isolated, replicas = _isolation_hit_ratios(
+        ctx.inputs.scenarios or [], fleet, ran, _kv_tokens(ctx)
+    )
     common = {
         "cross_tenant_share_of_hits": cross,
         "hit_ratio_shared": shared,
         "hit_ratio_isolated": isolated,
+        "replicas": replicas,
+        "fleet_replicas": fleet,
     }
     if untrusted is None:
         reason = "unknown: set requirements.untrusted_tenants"
         ctx.rule("isolation", title, source, None, reason)
-        return Isolation(recommended=None, reason=reason, **plain(common))
+        return Isolation(recommended=None, reason=reason, **plain(common)), None
     if not untrusted:
         ctx.rule(
             "isolation", title, source, False, "tenants are trusted: one shared cache", **common
         )
-        return Isolation(recommended=False, reason="tenants are trusted", **plain(common))
-    if cross is None:
-        reason = "tenants are untrusted but the trace does not log tenants (or has no content): isolate to be safe; the cost is unknown"
-        ctx.rule("isolation", title, source, None, reason, **common)
-        return Isolation(recommended=True, reason=reason, **plain(common))
-    if cross <= 0:
+        return Isolation(recommended=False, reason="tenants are trusted", **plain(common)), None
+    if cross is not None and cross <= 0:
         ctx.rule(
             "isolation",
             title,
@@ -358,28 +472,69 @@ def isolation_advice(ctx: RuleContext, engine: str | None = None) -> Isolation:
             "no prefix is reused across tenants: isolation costs nothing and changes nothing",
             **common,
         )
-        return Isolation(recommended=False, reason="no cross-tenant reuse", **plain(common))
-    cost = (
-        f"hit ratio {shared:.1%} shared vs {isolated:.1%} isolated"
-        if shared is not None and isolated is not None
-        else "hit-rate cost unknown: set simulation.compare_isolation: true to replay with and without isolation"
-    )
-    priced: tuple[RoutingValue, str] | None = None
-    if shared is not None and isolated is not None and shared >= isolated:
-        bench = ctx.benches.get(engine) if engine else None
-        priced = _priced(ctx, bench, isolated, shared, _kv_tokens(ctx))
+        return Isolation(recommended=False, reason="no cross-tenant reuse", **plain(common)), None
+    at = _replicas_words(replicas, fleet)
+    if shared is None or isolated is None:
+        cost = "hit-rate cost unknown: " + (
+            "the trace logs no tenants or no prompt content"
+            if cross is None
+            else "set simulation.compare_isolation: true to replay with and without isolation"
+        )
+    else:
+        cost = f"hit ratio {shared:.1%} shared vs {isolated:.1%} isolated at {at}"
     money: dict[str, Any] = {}
+    if shared is not None and isolated is not None and shared >= isolated:
+        money = _isolation_money(ctx, bench, engine, shared, isolated)
+        usd = money.get("monthly_usd_cost")
+        cost += (
+            f"; about ${usd:,.0f} a month of prefill" if usd is not None else f"; {money['method']}"
+        )
+    if cross is None:
+        reason = f"tenants are untrusted but the trace does not log tenants (or has no content): isolate to be safe ({cost})"
+        ctx.rule("isolation", title, source, None, reason, **common, **money)
+    else:
+        reason = f"{cross:.1%} of cache hits cross tenants: {ISOLATION_ACTION} ({cost})"
+        ctx.rule("isolation", title, source, True, reason, **common, **money)
+    isolation = Isolation(
+        recommended=True, reason=reason, action=ISOLATION_ACTION, **plain(common), **plain(money)
+    )
+    advice = IsolationAdvice(
+        action=ISOLATION_ACTION,
+        replicas=replicas,
+        hit_ratio_shared=isolation.hit_ratio_shared,
+        hit_ratio_isolated=isolation.hit_ratio_isolated,
+        monthly_usd_cost=isolation.monthly_usd_cost,
+        cost=cost,
+    )
+    return isolation, advice
+
+
+def _replicas_words(replicas: int | None, fleet: int | None) -> str:
+    if replicas is None:
+        return "an unknown replica count"
+    count = f"{replicas} replica{'s' if replicas != 1 else ''}"
+    if fleet is None:
+        return f"{count} (the largest simulated; the fleet size is unknown)"
+    return (
+        count if fleet == replicas else f"{count}, the simulated count nearest the fleet's {fleet}"
+    )
+
+
+def _isolation_money(
+    ctx: RuleContext, bench: EngineBench | None, engine: str | None, shared: float, isolated: float
+) -> dict[str, Any]:
+    """The prefill isolation adds a month: through the fitted serving model at the fleet's
+    replica count when there is one, else the benchmark's prompt-token rate (an upper bound)."""
+    priced = _priced(ctx, bench, isolated, shared, _kv_tokens(ctx))
     if priced is not None:
         value, method = priced
-        cost += f"; isolation costs about ${value.monthly_usd_saved:,.0f} a month of prefill"
-        money = {
-            "monthly_usd_cost": plain(value.monthly_usd_saved),
+        return {
+            "monthly_usd_cost": value.monthly_usd_saved,
             "ttft_p95_ms_cost": _plain_known(value.ttft_p95_ms_saved),
             "method": method,
         }
-    reason = f"{cross:.1%} of cache hits cross tenants: use a per-tenant cache salt or isolation ({cost})"
-    ctx.rule("isolation", title, source, True, reason, **common, **money)
-    return Isolation(recommended=True, reason=reason, **plain(common), **money)
+    _, usd, method = _routing_money(ctx, engine, shared - isolated)
+    return {"monthly_usd_cost": usd, "method": method}
 
 
 def _kv_tokens(ctx: RuleContext) -> int | None:
@@ -391,20 +546,35 @@ def _kv_tokens(ctx: RuleContext) -> int | None:
 
 
 def _isolation_hit_ratios(
-    scenarios: list[ScenarioSummary],
-) -> tuple[float | None, float | None]:
-    """Hit ratios of the same scenario with and without tenant isolation, when simulated."""
+    scenarios: list[ScenarioSummary], fleet: int | None, routing: str | None, kv: int | None
+) -> tuple[float | None, float | None, int | None]:
+    """Hit ratios of the same scenario with and without tenant isolation, when simulated, and
+    its replica count: the one nearest the fleet (several when the fleet has several; the
+    largest when the fleet is unknown), at
+    the cache size of a replica (else the largest simulated) and ``routing`` (else
+    round-robin, else any)."""
 
     def key(s: ScenarioSummary) -> tuple[int, int, int, str]:
-        return (s.block_size, s.replicas, s.cache_tokens, s.routing)
+        return (s.replicas, s.cache_tokens, s.block_size, s.routing)
 
     def ratio(s: ScenarioSummary) -> float | None:
         return s.hit_ratio if is_known(s.hit_ratio) else None
 
     shared = {key(s): ratio(s) for s in scenarios if not s.tenant_isolation}
     isolated = {key(s): ratio(s) for s in scenarios if s.tenant_isolation}
-    common = sorted(set(shared) & set(isolated))
+    common = set(shared) & set(isolated)
     if not common:
-        return None, None
-    k = common[-1]
-    return shared[k], isolated[k]
+        return None, None, None
+    counts = sorted({k[0] for k in common})
+    if fleet and fleet > 1:
+        # A fleet of several replicas routes between them: one replica is not like it.
+        counts = [c for c in counts if c > 1] or counts
+    replicas = min(counts, key=lambda r: (abs(r - fleet), -r)) if fleet else counts[-1]
+    common = {k for k in common if k[0] == replicas}
+    sizes = sorted({k[1] for k in common})
+    size = kv if kv in sizes else sizes[-1]
+    common = {k for k in common if k[1] == size}
+    routings = {k[3] for k in common}
+    chosen = next((r for r in (routing, "round-robin") if r in routings), min(routings))
+    k = max(k for k in common if k[3] == chosen)
+    return shared[k], isolated[k], replicas

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline.decision.config import (
+    DATACENTER_WEIGHT_BYTES,
     HIGH_VOLUME_OUTPUT_TOKENS_PER_MONTH,
     PREFIX_HEAVY_SHARE,
     PREFIX_LIGHT_SHARE,
@@ -20,6 +21,13 @@ from pipeline.present.text import quantity
 from pipeline.shape.config import CONCURRENCY_HIGH_MIN, CONCURRENCY_LOW_MAX
 
 LOCAL_HARDWARE = {"cpu", "apple"}
+LOCAL_ENGINES = ("llama.cpp", "ollama")
+
+
+def uncovered(ctx: RuleContext, engine: str) -> list[str]:
+    """The team's hardware ``engine`` does not run on (empty: all of it, or none is set)."""
+    spec = ctx.catalog.engines[engine]
+    return [t for t in ctx.requirements.hardware if not spec.runs_on(t)]
 
 
 def hardware(ctx: RuleContext) -> None:
@@ -33,10 +41,12 @@ def hardware(ctx: RuleContext) -> None:
             "unknown: set requirements.hardware (no engine excluded on hardware)",
         )
         return
-    excluded = []
+    one_engine = ctx.requirements.one_engine_across_fleet
+    excluded, partial = [], []
     for engine in ctx.states:
         spec = ctx.catalog.engines[engine]
-        covered = [t for t in wanted if spec.runs_on(t)]
+        lacking = uncovered(ctx, engine)
+        covered = [t for t in wanted if t not in lacking]
         if not covered:
             ctx.exclude(
                 engine,
@@ -45,29 +55,57 @@ def hardware(ctx: RuleContext) -> None:
             )
             excluded.append(engine)
             continue
-        lacking = [t for t in wanted if t not in covered]
-        weak = [f"{t} ({spec.hardware[t]})" for t in covered if spec.hardware[t] != "full"]
         if lacking:
-            ctx.states[engine].notes.append(f"does not run on {', '.join(lacking)}")
+            partial.append(engine)
+            if one_engine:
+                ctx.exclude(
+                    engine,
+                    f"hardware: runs on {', '.join(covered)} but not {', '.join(lacking)}, and "
+                    "one engine must serve the whole fleet (requirements.one_engine_across_fleet)",
+                )
+                excluded.append(engine)
+                continue
+            ctx.states[engine].notes.append(
+                f"serves only the {', '.join(covered)} part of the fleet "
+                "(requirements.one_engine_across_fleet: false): costed on that hardware (its "
+                "benchmark's); its fleet and monthly figures assume it carries the whole "
+                "workload, the traffic's split across hardware not being an input; the "
+                f"{', '.join(lacking)} part needs another engine"
+            )
+        weak = [f"{t} ({spec.hardware[t]})" for t in covered if spec.hardware[t] != "full"]
         if weak:
             ctx.states[engine].notes.append(f"support not first-class on {', '.join(weak)}")
+    effect = f"excluded {', '.join(excluded)}" if excluded else "every engine runs on some of it"
+    if partial and not one_engine:
+        effect += (
+            f"; {', '.join(partial)} run on only part of the fleet and stay in for that part "
+            "(requirements.one_engine_across_fleet: false)"
+        )
     ctx.rule(
         "hardware",
         "Hardware the engine must run on",
         "docs/decision-rules.md#hardware",
         bool(excluded),
-        f"excluded {', '.join(excluded)}" if excluded else "every engine runs on some of it",
+        effect,
         hardware=list(wanted),
+        one_engine_across_fleet=one_engine,
         excluded=excluded,
+        partial_fleet=partial,
     )
+
+
+def is_local(ctx: RuleContext) -> bool | None:
+    """A laptop, CPU, Apple or edge deployment (None: neither deployment nor hardware set)."""
+    req = ctx.requirements
+    if req.deployment is None and not req.hardware:
+        return None
+    return req.deployment == "local" or (bool(req.hardware) and set(req.hardware) <= LOCAL_HARDWARE)
 
 
 def local(ctx: RuleContext) -> None:
     req = ctx.requirements
-    local = req.deployment == "local" or (
-        bool(req.hardware) and set(req.hardware) <= LOCAL_HARDWARE
-    )
-    if req.deployment is None and not req.hardware:
+    local = is_local(ctx)
+    if local is None:
         ctx.rule(
             "local",
             "Laptop, CPU, Apple or edge",
@@ -77,7 +115,10 @@ def local(ctx: RuleContext) -> None:
         )
         return
     if local:
-        ctx.branch += ["llama.cpp", "ollama"]
+        ctx.point(
+            LOCAL_ENGINES,
+            "a laptop, CPU, Apple or edge deployment ends at llama.cpp (Ollama runs its server)",
+        )
     ctx.rule(
         "local",
         "Laptop, CPU, Apple or edge",
@@ -164,15 +205,7 @@ def concurrency(ctx: RuleContext) -> None:
     label = " (estimated from a latency model)" if ctx.workload.concurrency_estimated else ""
     evidence = {"peak_concurrency": peak, "estimated": ctx.workload.concurrency_estimated}
     if peak <= low:
-        ctx.branch += [e for e in ("llama.cpp", "ollama") if e not in ctx.branch]
-        ctx.rule(
-            "concurrency",
-            title,
-            source,
-            True,
-            f"peak {peak:g}{label} ≤ {low:g}: little to batch, look hard at llama.cpp / Ollama",
-            **evidence,
-        )
+        _low_concurrency(ctx, f"peak {peak:g}{label} ≤ {low:g}", title, source, evidence)
         return
     out = []
     if peak >= high:
@@ -196,6 +229,55 @@ def concurrency(ctx: RuleContext) -> None:
         else f"peak {peak:g}{label} between {low:g} and {high:g}: no engine favoured",
         **evidence,
     )
+
+
+def _low_concurrency(
+    ctx: RuleContext, peak: str, title: str, source: str, evidence: dict[str, Any]
+) -> None:
+    """Little to batch points to llama.cpp / Ollama only where they are the better tool: local
+    hardware (CPU, Apple, edge) or weights that fit the GPUs only narrower than 8 bits (FP8 and
+    INT8 every datacenter engine serves); on datacenter GPUs that hold the weights at 8 bits or
+    wider, vLLM and SGLang serve one user well."""
+    local = is_local(ctx)
+    kv = ctx.requirements.kv_cache
+    fits = (
+        None
+        if kv is None
+        else kv.weights_gib_per_gpu(DATACENTER_WEIGHT_BYTES) < (kv.usable_gib_per_gpu())
+    )
+    evidence = {**evidence, "local": local, "weights_fit_at_8_bits": fits}
+    why = None
+    if local:
+        why = "on local hardware"
+    elif kv is not None and not fits:
+        at_8_bits = kv.weights_gib_per_gpu(DATACENTER_WEIGHT_BYTES)
+        evidence |= {"weights_gib_per_gpu_at_8_bits": at_8_bits}
+        why = (
+            f"with weights that fit only below 8 bits ({kv.model_params_billion:g}B parameters "
+            f"at 8 bits take {at_8_bits:.1f} GiB per GPU of {kv.usable_gib_per_gpu():.1f} GiB "
+            "usable: requirements.kv_cache)"
+        )
+    if why is not None:
+        ctx.point(LOCAL_ENGINES, f"{peak} {why} leads to llama.cpp / Ollama")
+        effect = f"{peak} {why}: little to batch, look hard at llama.cpp / Ollama"
+        ctx.rule("concurrency", title, source, True, effect, **evidence)
+        return
+    if local is False and fits:
+        effect = (
+            f"{peak} on datacenter GPUs that hold the weights at 8 bits or wider: vLLM and SGLang "
+            "serve one user well, so low concurrency alone does not point to llama.cpp / Ollama"
+        )
+        ctx.rule("concurrency", title, source, False, effect, **evidence)
+        return
+    missing = [
+        *(["requirements.deployment or requirements.hardware"] if local is None else []),
+        *(["requirements.kv_cache (do the weights fit at 8 bits?)"] if kv is None else []),
+    ]
+    effect = (
+        f"unknown: {peak}; whether that points to llama.cpp / Ollama depends on the hardware and "
+        f"on whether the weights fit only below 8 bits: set {' and '.join(missing)}"
+    )
+    ctx.rule("concurrency", title, source, None, effect, **evidence)
 
 
 def slo(ctx: RuleContext) -> None:
@@ -280,7 +362,10 @@ def model_churn(ctx: RuleContext) -> None:
             "model_churn", title, source, None, "unknown: set " + ", ".join(unknown), **evidence
         )
         return
-    ctx.branch += [e for e in ("tensorrt-llm",) if e not in ctx.branch]
+    ctx.point(
+        ("tensorrt-llm",),
+        "one or two stable models on one fixed NVIDIA SKU at huge volume lead to TensorRT-LLM",
+    )
     ctx.rule(
         "model_churn",
         title,
@@ -311,7 +396,12 @@ def prefix(ctx: RuleContext) -> None:
     if reported:
         evidence["reported_margins_secondary"] = reported
     if share > PREFIX_HEAVY_SHARE:
-        ctx.branch += [e for e in ("sglang", "vllm") if e not in ctx.branch]
+        ctx.point(
+            ("sglang", "vllm"),
+            f"with {share:.0%} of requests sharing their first {window} tokens (more than "
+            f"{PREFIX_HEAVY_SHARE:.0%}) it leads to SGLang, built around a radix prefix cache, "
+            "then vLLM",
+        )
         ctx.rule(
             "prefix",
             title,
@@ -371,7 +461,18 @@ def tails(ctx: RuleContext) -> None:
 
 
 def default(ctx: RuleContext) -> None:
-    ctx.branch += [e for e in ("vllm", "sglang") if e not in ctx.branch]
+    share = ctx.workload.prefix_share
+    sharing = (
+        "prefix sharing is unknown"
+        if share is None
+        else f"{share:.0%} of requests share their first {ctx.workload.prefix_window_tokens} "
+        f"tokens, not above {PREFIX_HEAVY_SHARE:.0%}"
+    )
+    ctx.point(
+        ("vllm", "sglang"),
+        f"without heavy prefix sharing ({sharing}) it ends at vLLM, SGLang's radix cache having "
+        "little to reuse",
+    )
 
 
 RULES = (

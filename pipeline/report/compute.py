@@ -239,6 +239,9 @@ def executive_summary(inputs: ReportContent) -> dict[str, Any]:
         "engine": rec.engine_name or "no engine",
         "routing_layer": _layer_name(inputs),
         "routing_reason": record.routing.reason,
+        "routing_layer_choice": record.routing.layer_choice,
+        # What untrusted tenants need, with its cost (None: no isolation needed or unknown).
+        "isolation": rec.isolation.model_dump() if rec.isolation else None,
         "runner_up": names.get(rec.runner_up or "", "none"),
         "confidence": rec.confidence,
         "confidence_reasons": rec.confidence_reasons,
