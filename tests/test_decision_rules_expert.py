@@ -23,6 +23,7 @@ from pipeline.capacity.result import ServingModel
 from pipeline.decision.present import rationale_text
 from pipeline.decision.result import DecisionRecord
 from pipeline.decision.stage import read_previous
+from pipeline.report.memo import decision_memo
 from tests.capacity_scenarios import fitted
 from tests.decision_fixtures import (
     GPU_HOUR_USD,
@@ -262,6 +263,9 @@ def test_untrusted_tenants_get_isolation_in_the_recommendation_with_its_cost(
         f"vs {isolated:.1%} isolated at 1 replica; about ${dollars:,.0f} a month of prefill)"
     ) in headline
     assert record.isolation.recommended is True and record.isolation.replicas == 1
+    # Page 1 of the document lists it among the next steps, with its cost.
+    steps = decision_memo(record, None)["next_steps"]
+    assert f"Untrusted tenants: {advice.action} ({advice.cost})." in steps
 
 
 def test_isolation_is_priced_through_the_fitted_model_at_the_fleets_replicas(

@@ -133,8 +133,10 @@ def _next_steps(record: DecisionRecord, layer_name: str | None) -> list[str]:
         )
     if layer_name:
         steps.append(f"Deploy {layer_name} in front of the replicas (prefix-aware routing).")
-    if record.isolation.recommended:
-        steps.append("Give each untrusted tenant its own prefix cache (see section 4).")
+    advice = rec.isolation
+    if advice is not None:
+        cost = f" ({advice.cost})" if advice.cost else ""
+        steps.append(f"Untrusted tenants: {advice.action}{cost}.")
     if rec.engine is not None:
         steps.append(
             "Next quarter, run `enginefit report` on the new traces: it checks every trigger "
