@@ -34,6 +34,7 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline.capacity.present import transfer_sentence
+from pipeline.decision.catalog import Fact, evidence_text, oldest_fact
 from pipeline.decision.config import (
     CATALOG_MAX_AGE_DAYS,
     PREFIX_HEAVY_SHARE,
@@ -89,7 +90,6 @@ def measurements(
         "shape.features.required": list(ctx.required),
         "prefix.shared_prefix_ratio": w.prefix_share,
         "catalog.as_of": ctx.catalog.as_of.isoformat(),
-        "catalog.age_days": (as_of - ctx.catalog.as_of).days if as_of else None,
         "requirements.fixed_sku": ctx.requirements.fixed_sku,
         "requirements.model_changes_per_quarter": ctx.requirements.model_changes_per_quarter,
     }
@@ -136,6 +136,63 @@ def measurements(
         m["decision.cost_gap_top_two"] = abs(b - a) / min(a, b) if min(a, b) > 0 else None
     flat: dict[str, Any] = plain(m)
     return flat
+
+
+def _facts_used(ctx: RuleContext, routing: Routing) -> list[Fact]:
+    """The catalog facts this decision read: every candidate's (the required features, the
+    change cost on its benchmarked backend) and the routing layer it recommends."""
+    backends = {engine: bench.backend for engine, bench in ctx.benches.items()}
+    layers = (routing.layer,) if routing.recommended and routing.layer else ()
+    return ctx.catalog.facts_used(list(ctx.states), ctx.required, backends, layers)
+
+
+def _catalog_age(ctx: RuleContext, facts: list[Fact], answer: tuple[str, ...]) -> dict[str, Any]:
+    """The oldest dated fact used (its key, evidence date and age at the decision's date) and
+    how many facts used are undated (those of the ``answer``'s engines by name); a rationale
+    entry that says so."""
+    oldest = oldest_fact(facts)
+    as_of = ctx.inputs.as_of
+    age = oldest.age_days(as_of) if oldest is not None and as_of is not None else None
+    undated = [f.key for f in facts if f.evidence_date is None]
+    stale = age > CATALOG_MAX_AGE_DAYS if age is not None else None
+    if oldest is None:
+        effect = "no fact this decision used carries an evidence date: its age is unknown"
+    else:
+        date = evidence_text(oldest.evidence_date)
+        effect = f"the oldest fact used is {oldest.key}, evidence of {date}"
+        effect += f" ({age} days before {as_of.isoformat()})" if age is not None and as_of else ""
+        effect += (
+            f": older than {CATALOG_MAX_AGE_DAYS} days, re-verify it upstream"
+            if stale
+            else ""
+            if stale is False
+            else "; its age is unknown (no decision date: give --as-of)"
+        )
+    if undated:
+        effect += f"; {len(undated)} fact(s) used are undated (their age is unknown)"
+    ctx.rule(
+        "catalog_age",
+        "Age of the catalog facts used",
+        "pipeline/decision/engines.yaml: every fact's evidence date; engines release every "
+        "few weeks",
+        stale,
+        effect,
+        oldest_fact=oldest.key if oldest else None,
+        oldest_fact_date=evidence_text(oldest.evidence_date) if oldest else None,
+        oldest_fact_age_days=age,
+        max_age_days=CATALOG_MAX_AGE_DAYS,
+        facts_used=len(facts),
+        undated_facts=len(undated),
+        undated_facts_of_the_answer=[
+            k for k in undated if any(k.startswith(f"engines.{e}.") for e in answer)
+        ],
+    )
+    return {
+        "catalog.oldest_fact": oldest.key if oldest else None,
+        "catalog.oldest_fact_date": evidence_text(oldest.evidence_date) if oldest else None,
+        "catalog.oldest_fact_age_days": age,
+        "catalog.undated_facts_used": len(undated),
+    }
 
 
 def _product(a: float | None, b: int | None) -> float | None:
@@ -207,15 +264,17 @@ def _triggers(ctx: RuleContext, m: dict[str, Any], top: str | None, outcome: Out
             at_or_below=True,
             strict=True,
         ),
-        _crossing(
+        # Fired already when the oldest fact used is stale: re-verify it before relying on it.
+        trigger(
             "catalog.stale",
-            "catalog.age_days",
-            m.get("catalog.age_days"),
+            "catalog.oldest_fact_age_days",
+            ">",
             CATALOG_MAX_AGE_DAYS,
             m,
-            f"DOMAIN.md: the engine catalog is older than {CATALOG_MAX_AGE_DAYS} days (engines "
-            "release every few weeks)",
-            strict=True,
+            "pipeline/decision/engines.yaml: the oldest catalog fact this decision used ("
+            f"{m.get('catalog.oldest_fact') or 'none dated'}, evidence of "
+            f"{m.get('catalog.oldest_fact_date') or 'no date'}) is older than "
+            f"{CATALOG_MAX_AGE_DAYS} days (engines release every few weeks): re-verify it",
         ),
     ]
     if ctx.requirements.fixed_sku is not True:
@@ -344,6 +403,8 @@ def decide(
     routing = routing_value(ctx, top)
     isolation = isolation_advice(ctx, top)
     m = measurements(ctx, top, runner, outcome)
+    answer = tuple(e for e in (top, runner) if e)
+    m |= plain(_catalog_age(ctx, _facts_used(ctx, routing), answer))
     triggers = _triggers(ctx, m, top, outcome)
     previous = evaluate_previous(inputs.previous, m) if inputs.previous else None
     state = "revisit" if previous and previous.fired else "decided"
@@ -375,6 +436,9 @@ def decide(
             "source": inputs.catalog_source,
             "sha256": inputs.catalog_sha256,
             "as_of": inputs.catalog.as_of.isoformat(),
+            "oldest_fact_used": m["catalog.oldest_fact"],
+            "oldest_fact_date": m["catalog.oldest_fact_date"],
+            "undated_facts_used": m["catalog.undated_facts_used"],
         },
         inputs=dict(sorted(inputs.digests.items())),
     )

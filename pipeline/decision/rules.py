@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pipeline.decision.catalog import ChangeCost
 from pipeline.decision.config import (
     HIGH_VOLUME_OUTPUT_TOKENS_PER_MONTH,
     PREFIX_HEAVY_SHARE,
@@ -15,6 +16,7 @@ from pipeline.decision.config import (
     TRT_MAX_MODELS,
 )
 from pipeline.decision.context import RuleContext, current_engine
+from pipeline.decision.costing import deployment_backend
 from pipeline.decision.evidence import missing_features
 from pipeline.shape.config import CONCURRENCY_HIGH_MIN, CONCURRENCY_LOW_MAX
 
@@ -244,7 +246,7 @@ def model_churn(ctx: RuleContext) -> None:
         unknown.append("requirements.model_changes_per_quarter")
     if volume is None:
         unknown.append("the workload's rate and output lengths (shape stage)")
-    evidence = {
+    evidence: dict[str, Any] = {
         "hardware": list(req.hardware),
         "fixed_sku": req.fixed_sku,
         "models": models,
@@ -261,10 +263,24 @@ def model_churn(ctx: RuleContext) -> None:
     if models and len(models) > TRT_MAX_MODELS:
         fails.append(f"{len(models)} models served (> {TRT_MAX_MODELS})")
     changes = req.model_changes_per_quarter
+    _note_unknown_backends(ctx)
+    backend, change = _trt_change(ctx)
+    evidence["tensorrt_llm_backend"] = backend or "unknown"
+    evidence["tensorrt_llm_change"] = change.kind if change else "unknown"
     if changes is not None and changes > TRT_MAX_CHANGES_PER_QUARTER:
-        fails.append(
-            f"models change {changes:g} times a quarter (stable: ≤ {TRT_MAX_CHANGES_PER_QUARTER:g})"
-        )
+        # Churn rules TensorRT-LLM out only where a change rebuilds an engine (its TensorRT
+        # backend); on its PyTorch backend a change is a restart, costed like any other.
+        if change is None:
+            unknown.append(
+                "TensorRT-LLM's serving backend (backend: pytorch or tensorrt in its benchmark "
+                "manifest; only tensorrt rebuilds an engine per model change)"
+            )
+        elif change.kind == "rebuild":
+            fails.append(
+                f"models change {changes:g} times a quarter (stable: ≤ "
+                f"{TRT_MAX_CHANGES_PER_QUARTER:g}) and its {backend} backend rebuilds an engine "
+                "per change"
+            )
     if volume is not None and volume < HIGH_VOLUME_OUTPUT_TOKENS_PER_MONTH:
         fails.append(f"{volume:,.0f} output tokens a month is not huge volume")
     if fails:
@@ -288,9 +304,34 @@ def model_churn(ctx: RuleContext) -> None:
         title,
         source,
         True,
-        "TensorRT-LLM first, weighed against its rebuild cost per model change (cost rule)",
+        "TensorRT-LLM first, weighed against its model-change cost"
+        + (f" on its {backend} backend" if backend else "")
+        + " (cost rule)",
         **evidence,
     )
+
+
+def _trt_change(ctx: RuleContext) -> tuple[str | None, ChangeCost | None]:
+    """TensorRT-LLM's deployment backend (its benchmark manifest's) and what a model change
+    costs on it; None for either when it is not known."""
+    spec = ctx.catalog.engines.get("tensorrt-llm")
+    if spec is None:
+        return None, None
+    backend = deployment_backend(ctx, "tensorrt-llm")
+    return backend, spec.change_cost(backend)
+
+
+def _note_unknown_backends(ctx: RuleContext) -> None:
+    """A benchmarked engine whose change cost hangs on a backend its manifest does not name
+    says so (its cost is unknown, not assumed)."""
+    for engine, bench in ctx.benches.items():
+        spec = ctx.catalog.engines[engine]
+        if spec.change is None and bench.backend is None and engine in ctx.states:
+            ctx.states[engine].notes.append(
+                "model-change cost unknown: its benchmark manifest does not name the serving "
+                f"backend ({', '.join(sorted(spec.change_by_backend or {}))}); the server's "
+                f"default is {spec.default_backend or 'not stated'}: set backend in the manifest"
+            )
 
 
 def prefix(ctx: RuleContext) -> None:

@@ -20,7 +20,6 @@ import polars as pl
 from pipeline.bench import stage as bench_stage
 from pipeline.capacity import stage as capacity_stage
 from pipeline.config import Config
-from pipeline.decision.catalog import catalog_sha256
 from pipeline.decision.compute import decide
 from pipeline.decision.context import DecisionInputs
 from pipeline.decision.present import rationale_text, triggers_frame
@@ -140,7 +139,7 @@ def read_inputs(
         catalog_source=str(catalog_path)
         if catalog_path
         else "bundled: pipeline/decision/engines.yaml",
-        catalog_sha256=catalog_sha256(catalog_path),
+        catalog_sha256=catalog.sha256,
         as_of=bench.as_of if bench is not None and bench.as_of is not None else as_of,
         peak_window=config.bench.peak_window,
         digests=digests,

@@ -471,7 +471,7 @@ def _catalog(catalog: Catalog) -> dict[str, Any]:
                 "hardware": ", ".join(
                     f"{t}" + ("" if lvl == "full" else f" ({lvl})") for t, lvl in e.hardware.items()
                 ),
-                "change": e.change.note,
+                "change": e.change_summary(),
                 "status": e.status.state
                 + (f" since {e.status.since.isoformat()}" if e.status.since else ""),
                 "choose_for": e.choose_for,
