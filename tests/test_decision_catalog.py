@@ -121,7 +121,7 @@ def test_a_catalog_is_parsed_once_and_names_resolve_without_a_scan(
     path.write_text(yaml.safe_dump(raw))
     parses = []
     monkeypatch.setattr(
-        catalog_module, "load_yaml", lambda t, w: parses.append(w) or load_yaml(t, w)
+        catalog_module, "load_yaml", lambda t, w, **k: parses.append(w) or load_yaml(t, w, **k)
     )
     first = load_catalog(path)
     assert load_catalog(path) is first and len(parses) == 1
@@ -163,6 +163,11 @@ def _broken(tmp_path: Path, edit: str, replacement: str) -> Path:
             '    design_bet: "The memory manager',
             '    design_bat: "The memory manager',
             "unknown key engines.vllm.design_bat (did you mean design_bet?)",
+        ),
+        (
+            "    name: vLLM\n",
+            "    name: vLLM\n    name: vLLM 2\n",
+            "column 5: duplicate key 'name'",  # its line and column, from libyaml's parser
         ),
         (
             "    licence: Apache-2.0\n\n  sglang:",

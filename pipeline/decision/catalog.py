@@ -471,7 +471,7 @@ def load_catalog(path: Path | None = None) -> Catalog:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{where}: cannot read the engine catalog ({exc})") from exc
-    raw = load_yaml(text, where)
+    raw = load_yaml(text, where, large=True)  # a team's catalog may hold thousands of engines
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: the catalog must be a mapping (schema_version, engines, …)")
     try:
