@@ -11,10 +11,12 @@ $12,000 an engineer-week an hour costs $300.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
+from pipeline.decision.catalog import _bundled_text
 from pipeline.errors import ConfigError
 from tests.decision_fixtures import candidate, decide_on, rule, steady_traffic, sweep, traffic
 
@@ -128,21 +130,24 @@ def test_llama_cpp_serves_long_context_whole_with_its_default_slots(tmp_path: Pa
 def test_the_catalog_age_trigger_reads_the_oldest_fact_the_decision_used(tmp_path: Path) -> None:
     """The decision is dated 2026-11-29 (the fixtures' --as-of). Of the facts it used, the
     oldest dated is TensorRT-LLM's PyTorch-backend change cost (PR of 2025-06-18): 529 days,
-    past the 183-day limit, so the trigger stands fired and the record names the fact."""
+    past the 183-day limit. The rationale says to re-verify it and names it; the trigger is
+    armed for its re-verification (a trigger fired from the start would reopen every
+    decision)."""
     record = _weekly_changes(tmp_path, "pytorch")
     m = record.measurements
     assert m["catalog.oldest_fact"] == "engines.tensorrt-llm.change_by_backend.pytorch"
     assert m["catalog.oldest_fact_date"] == "2025-06-18"
     assert m["catalog.oldest_fact_age_days"] == 529
     assert record.catalog["oldest_fact_used"] == "engines.tensorrt-llm.change_by_backend.pytorch"
-    stale = next(t for t in record.triggers if t.id == "catalog.stale")
-    assert (stale.metric, stale.comparator, stale.threshold, stale.value, stale.status) == (
+    stale = next(t for t in record.triggers if t.id.startswith("catalog.stale"))
+    assert (stale.id, stale.metric, stale.comparator, stale.threshold, stale.value) == (
+        "catalog.stale.leaves",
         "catalog.oldest_fact_age_days",
-        ">",
+        "<=",
         183,
         529,
-        "fired",
     )
+    assert stale.status == "not_fired" and record.recommendation.state == "decided"
     assert "engines.tensorrt-llm.change_by_backend.pytorch, evidence of 2025-06-18" in stale.why
     age = rule(record, "catalog_age")
     assert age.fired is True
@@ -153,3 +158,30 @@ def test_the_catalog_age_trigger_reads_the_oldest_fact_the_decision_used(tmp_pat
     # On the TensorRT backend that fact is not used: the oldest is another.
     other = _weekly_changes(tmp_path / "trt", "tensorrt")
     assert other.measurements["catalog.oldest_fact"] != m["catalog.oldest_fact"]
+
+
+def test_fresh_catalog_evidence_arms_the_trigger_for_when_it_grows_stale(tmp_path: Path) -> None:
+    """A team catalog whose every dated fact rests on evidence of 2026-11-01: the oldest used
+    is 28 days old on 2026-11-29, so the trigger waits for it to pass 183 days."""
+    fresh = re.sub(
+        r"evidence_date: \d{4}-\d{2}-\d{2}", "evidence_date: 2026-11-01", _bundled_text()
+    )
+    fresh = re.sub(r"date: \d{4}-\d{2}-\d{2}\}", "date: 2026-11-01}", fresh)
+    path = tmp_path / "catalog.yaml"
+    path.write_text(fresh)
+    record = decide_on(
+        tmp_path,
+        steady_traffic(),
+        [sweep("vllm", 5)],
+        {"deployment": "datacenter", "hardware": ["nvidia"]},
+        decision={"catalog": str(path)},
+    )
+    assert record.measurements["catalog.oldest_fact_age_days"] == 28
+    stale = next(t for t in record.triggers if t.id.startswith("catalog.stale"))
+    assert (stale.id, stale.comparator, stale.threshold, stale.status) == (
+        "catalog.stale.enters",
+        ">",
+        183,
+        "not_fired",
+    )
+    assert rule(record, "catalog_age").fired is False

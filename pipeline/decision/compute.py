@@ -209,17 +209,19 @@ def _crossing(
     *,
     at_or_below: bool = False,
     strict: bool = False,
+    subject: str = "the workload",
 ) -> Any:
     """A trigger that fires when ``value`` moves to the other side of ``threshold`` from where
     it is today. The band's own side is ``≤ threshold`` when ``at_or_below`` (else ``≥``, or
-    ``>`` / ``<`` with ``strict``); unknown today: armed toward the band."""
+    ``>`` / ``<`` with ``strict``); unknown today: armed toward the band. ``subject`` is what
+    enters or leaves it."""
     inside_op = ("<" if strict else "<=") if at_or_below else (">" if strict else ">=")
     outside_op = {"<=": ">", "<": ">=", ">=": "<", ">": "<="}[inside_op]
     inside = crossed(value, inside_op, threshold)
     comparator = outside_op if inside else inside_op
     direction = "leaves" if inside else "enters"
     source, _, band = why.partition(": ")
-    words = f"{source}: the workload {direction} the band where {band}" if band else why
+    words = f"{source}: {subject} {direction} the band where {band}" if band else why
     return trigger(f"{id}.{direction}", metric, comparator, threshold, m, words)
 
 
@@ -264,17 +266,20 @@ def _triggers(ctx: RuleContext, m: dict[str, Any], top: str | None, outcome: Out
             at_or_below=True,
             strict=True,
         ),
-        # Fired already when the oldest fact used is stale: re-verify it before relying on it.
-        trigger(
+        # Stale today: armed for its re-verification (the rationale's catalog_age entry says to
+        # re-verify it); fresh today: fires when it grows stale.
+        _crossing(
             "catalog.stale",
             "catalog.oldest_fact_age_days",
-            ">",
+            m.get("catalog.oldest_fact_age_days"),
             CATALOG_MAX_AGE_DAYS,
             m,
-            "pipeline/decision/engines.yaml: the oldest catalog fact this decision used ("
+            "pipeline/decision/engines.yaml: the oldest catalog fact used ("
             f"{m.get('catalog.oldest_fact') or 'none dated'}, evidence of "
             f"{m.get('catalog.oldest_fact_date') or 'no date'}) is older than "
-            f"{CATALOG_MAX_AGE_DAYS} days (engines release every few weeks): re-verify it",
+            f"{CATALOG_MAX_AGE_DAYS} days (engines release every few weeks)",
+            strict=True,
+            subject="the decision's catalog evidence",
         ),
     ]
     if ctx.requirements.fixed_sku is not True:
