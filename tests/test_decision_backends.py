@@ -57,6 +57,7 @@ def test_tensorrt_llm_on_its_pytorch_backend_is_not_ruled_out_by_weekly_model_ch
     assert churn.effect.startswith("TensorRT-LLM first, weighed against its model-change cost")
     assert "pytorch backend" in churn.effect
     trt, vllm = candidate(record, "tensorrt-llm"), candidate(record, "vllm")
+    assert trt.benchmark.startswith("tensorrt-llm 1.0 pytorch / ")  # the backend names it
     assert trt.status != "excluded"
     assert trt.monthly_change_cost_usd == pytest.approx(5_200)
     assert trt.monthly_total_usd == pytest.approx(9_580)
