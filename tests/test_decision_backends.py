@@ -58,6 +58,12 @@ def test_tensorrt_llm_on_its_pytorch_backend_is_not_ruled_out_by_weekly_model_ch
     assert "pytorch backend" in churn.effect
     trt, vllm = candidate(record, "tensorrt-llm"), candidate(record, "vllm")
     assert trt.benchmark.startswith("tensorrt-llm 1.0 pytorch / ")  # the backend names it
+    # What remains real on the PyTorch path is said, not charged.
+    assert any(
+        r.startswith("not charged per model change: quantisation step (30 GPU-minutes and 2 ")
+        for r in trt.reasons
+    )
+    assert any(r.startswith("not charged per model change: new-architecture") for r in trt.reasons)
     assert trt.status != "excluded"
     assert trt.monthly_change_cost_usd == pytest.approx(5_200)
     assert trt.monthly_total_usd == pytest.approx(9_580)

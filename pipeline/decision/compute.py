@@ -439,7 +439,7 @@ def decide(
         requirements=requirements.model_dump(mode="json"),
         catalog={
             "source": inputs.catalog_source,
-            "sha256": inputs.catalog_sha256,
+            "sha256": inputs.catalog.sha256,
             "as_of": inputs.catalog.as_of.isoformat(),
             "oldest_fact_used": m["catalog.oldest_fact"],
             "oldest_fact_date": m["catalog.oldest_fact_date"],

@@ -263,7 +263,7 @@ def model_churn(ctx: RuleContext) -> None:
     if models and len(models) > TRT_MAX_MODELS:
         fails.append(f"{len(models)} models served (> {TRT_MAX_MODELS})")
     changes = req.model_changes_per_quarter
-    _note_unknown_backends(ctx)
+    _note_change_costs(ctx)
     backend, change = _trt_change(ctx)
     evidence["tensorrt_llm_backend"] = backend or "unknown"
     evidence["tensorrt_llm_change"] = change.kind if change else "unknown"
@@ -321,16 +321,35 @@ def _trt_change(ctx: RuleContext) -> tuple[str | None, ChangeCost | None]:
     return backend, spec.change_cost(backend)
 
 
-def _note_unknown_backends(ctx: RuleContext) -> None:
-    """A benchmarked engine whose change cost hangs on a backend its manifest does not name
-    says so (its cost is unknown, not assumed)."""
+def _note_change_costs(ctx: RuleContext) -> None:
+    """What a benchmarked engine's change cost leaves out: unknown when it hangs on a backend
+    its manifest does not name (never assumed); the optional steps its backend lists (a
+    quantisation step, support lag for a new architecture), said but not charged."""
     for engine, bench in ctx.benches.items():
         spec = ctx.catalog.engines[engine]
-        if spec.change is None and bench.backend is None and engine in ctx.states:
+        if engine not in ctx.states:
+            continue
+        change = spec.change_cost(bench.backend)
+        if change is None:
             ctx.states[engine].notes.append(
                 "model-change cost unknown: its benchmark manifest does not name the serving "
                 f"backend ({', '.join(sorted(spec.change_by_backend or {}))}); the server's "
                 f"default is {spec.default_backend or 'not stated'}: set backend in the manifest"
+            )
+            continue
+        for step in change.optional_steps:
+            figures = [
+                f"{value:g} {unit}"
+                for value, unit in (
+                    (step.gpu_minutes, "GPU-minutes"),
+                    (step.engineer_hours, "engineer-hours"),
+                )
+                if value is not None
+            ]
+            ctx.states[engine].notes.append(
+                f"not charged per model change: {step.what}"
+                + (f" ({' and '.join(figures)})" if figures else "")
+                + f": {step.note}"
             )
 
 

@@ -139,7 +139,6 @@ def read_inputs(
         catalog_source=str(catalog_path)
         if catalog_path
         else "bundled: pipeline/decision/engines.yaml",
-        catalog_sha256=catalog.sha256,
         as_of=bench.as_of if bench is not None and bench.as_of is not None else as_of,
         peak_window=config.bench.peak_window,
         digests=digests,
