@@ -105,7 +105,7 @@ def test_the_facts_the_issue_corrected() -> None:
     assert "tpu" not in catalog.engines["tgi"].hardware
     kserve = catalog.layers["kserve"]
     assert "prefix_aware_routing" in kserve.adds and kserve.prefix_routing != "none"
-    assert catalog.engines["ollama"].support("speculative_decoding").support == "unsupported"
+    assert catalog.engines["ollama"].support("speculative_decoding").support == "limited"
     assert "speculative_decoding" in FEATURES
 
 
