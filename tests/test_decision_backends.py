@@ -69,6 +69,9 @@ def test_tensorrt_llm_on_its_pytorch_backend_is_not_ruled_out_by_weekly_model_ch
     assert trt.monthly_total_usd == pytest.approx(9_580)
     assert vllm.monthly_total_usd == pytest.approx(11_360)
     assert record.recommendation.engine == "tensorrt-llm"
+    # The team's SGLang-vs-vLLM margins are shown as estimates wherever they appear.
+    margins = rule(record, "prefix").evidence["reported_margins_secondary"]
+    assert margins["shared-prefix"].endswith("(estimate: no primary source)")
     # Migration on the PyTorch backend: 3 engineer-weeks (the TensorRT backend's 6 does not apply).
     assert trt.switch_cost_usd == pytest.approx(3 * 12_000)
 

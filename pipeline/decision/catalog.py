@@ -167,6 +167,10 @@ class SecondaryFigure(Section):
     sources: Sources
     evidence_date: EvidenceDate
 
+    def shown(self) -> str:
+        """The claim as every output shows it: an estimate says it is one."""
+        return f"{self.claim} (estimate: no primary source)" if self.estimate else self.claim
+
 
 @dataclass(frozen=True)
 class Fact:

@@ -475,7 +475,7 @@ def _catalog(catalog: Catalog) -> dict[str, Any]:
                 "status": e.status.state
                 + (f" since {e.status.since.isoformat()}" if e.status.since else ""),
                 "choose_for": e.choose_for,
-                "secondary": [f.claim for f in e.secondary_figures],
+                "secondary": [f.shown() for f in e.secondary_figures],
             }
             for e in catalog.engines.values()
         ],
