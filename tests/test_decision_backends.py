@@ -110,6 +110,12 @@ def test_tensorrt_llm_without_a_backend_has_an_unknown_change_cost_and_says_so(
         and "default is pytorch" in r
         for r in trt.reasons
     )
+    rec = record.recommendation
+    assert rec.confidence == "provisional"
+    assert (
+        "TensorRT-LLM's model-change cost is unknown: its benchmark manifest does not name its "
+        "serving backend (pytorch, tensorrt), so the ranking leaves model changes out"
+    ) in rec.confidence_reasons
 
 
 def test_a_backend_the_catalog_does_not_know_names_the_manifest(tmp_path: Path) -> None:

@@ -49,7 +49,14 @@ from pipeline.decision.context import (
     current_engine,
     plain,
 )
-from pipeline.decision.costing import Outcome, choose, payback_months, price_of, switch_cost
+from pipeline.decision.costing import (
+    Outcome,
+    choose,
+    deployment_backend,
+    payback_months,
+    price_of,
+    switch_cost,
+)
 from pipeline.decision.evidence import (
     EngineBench,
     engine_benches,
@@ -405,6 +412,7 @@ def decide(
     outcome = choose(ctx)
     top, runner = outcome.engine, outcome.runner_up
     _transferability(ctx, top, runner, outcome)
+    _unknown_change_costs(ctx, top, runner, outcome)
     routing = routing_value(ctx, top)
     isolation = isolation_advice(ctx, top)
     m = measurements(ctx, top, runner, outcome)
@@ -497,6 +505,27 @@ def _transferability(
     if reasons and outcome.confidence == "firm":
         outcome.confidence = "provisional"
     outcome.reasons.extend(r for r in reasons if r not in outcome.reasons)
+
+
+def _unknown_change_costs(
+    ctx: RuleContext, top: str | None, runner: str | None, outcome: Outcome
+) -> None:
+    """Models that change while the answer's change cost hangs on a backend nobody named: the
+    ranking could not count it, so the answer is provisional and says why."""
+    if not ctx.requirements.model_changes_per_quarter:
+        return
+    for engine in dict.fromkeys(e for e in (top, runner) if e):
+        spec = ctx.catalog.engines[engine]
+        if spec.change_cost(deployment_backend(ctx, engine)) is None:
+            reason = (
+                f"{ctx.name(engine)}'s model-change cost is unknown: its benchmark manifest does "
+                f"not name its serving backend ({', '.join(sorted(spec.change_by_backend or {}))})"
+                ", so the ranking leaves model changes out"
+            )
+            outcome.reasons.append(reason)
+            outcome.confidence = (
+                "provisional" if outcome.confidence == "firm" else outcome.confidence
+            )
 
 
 def _candidates(
