@@ -168,6 +168,12 @@ def _broken(tmp_path: Path, edit: str, replacement: str) -> Path:
             "unknown key engines.vllm.design_bat (did you mean design_bet?)",
         ),
         (
+            "schema_version: 2\n",
+            "schema_version: 1\n",
+            "schema_version: a schema 1 catalog has no evidence dates: give every fact an "
+            "evidence_date",
+        ),
+        (
             "    name: vLLM\n",
             "    name: vLLM\n    name: vLLM 2\n",
             "column 5: duplicate key 'name'",  # its line and column, from libyaml's parser

@@ -346,8 +346,17 @@ def _normalised(name: str) -> str:
     return re.sub(r"[^a-z0-9.]+", "-", name.strip().lower()).strip("-")
 
 
+def _schema_version(value: Any) -> Any:
+    if value == 1:
+        raise ValueError(
+            "a schema 1 catalog has no evidence dates: give every fact an evidence_date (a "
+            "date or 'undated'), set schema_version: 2 (see pipeline/decision/engines.yaml)"
+        )
+    return value
+
+
 class Catalog(Section):
-    schema_version: Literal[2]
+    schema_version: Annotated[Literal[2], BeforeValidator(_schema_version)]
     # The date the catalog was compiled (reviewed as a whole); each fact's own evidence date
     # is what ages.
     as_of: ConfigDate
