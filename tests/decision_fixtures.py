@@ -121,6 +121,7 @@ def sweep(
     input_tokens_mean: int = 128,
     run_date: date = RUN_DATE,
     never_met: bool = False,
+    backend: str | None = None,
 ) -> Sweep:
     """An open-loop sweep at ½, 1 and 4 × ``capacity_rps`` whose last point fails the p95 TTFT
     limit (every point with ``never_met``): capacity is bracketed at ``capacity_rps``. Each run
@@ -167,6 +168,8 @@ def sweep(
         "run_date": run_date.isoformat(),
         "model": "m",
     }
+    if backend is not None:
+        manifest["backend"] = backend  # the engine's serving backend (TensorRT-LLM's)
     return Sweep(engine, records, manifest)
 
 

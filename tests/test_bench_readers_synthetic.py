@@ -438,6 +438,9 @@ def test_manifest_precedence_and_overrides(tmp_path: Path) -> None:
     assert lp.get_column("engine").to_list() == ["sglang", "vllm"]
     assert lp.get_column("gpu_count").to_list() == [8, 2]
     assert lp.get_column("quantization").to_list() == ["fp8", "fp8"]
+    # the serving backend is read (lower case) and names the candidate
+    lp = read_bench_files([f], manifest={"backend": "PyTorch"}).load_points
+    assert lp.get_column("backend").to_list() == ["pytorch"]
 
 
 @pytest.mark.parametrize(
@@ -448,6 +451,8 @@ def test_manifest_precedence_and_overrides(tmp_path: Path) -> None:
         ({**MANIFEST, "gpu_count": 0}, r"gpu_count"),
         ({**MANIFEST, "price_per_gpu_hour_usd": -1}, r"price_per_gpu_hour_usd"),
         ({**MANIFEST, "run_date": "yesterday"}, r"run_date"),
+        ({**MANIFEST, "backend": "py torch!"}, r"'backend' must be a backend name such as pytorch"),
+        ({**MANIFEST, "backend": ["pytorch"]}, r"'backend' must be a string"),
         ([1, 2], r"must be a mapping"),
     ],
 )

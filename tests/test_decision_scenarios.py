@@ -63,13 +63,13 @@ def test_stable_model_on_a_fixed_nvidia_fleet_at_huge_volume_gets_tensorrt_llm(
     tmp_path: Path,
 ) -> None:
     """vLLM at 5 req/s needs 4 replicas for the 20 req/s peak ($8,760/month), TensorRT-LLM at
-    7 req/s needs 3 ($6,570). Half a model change a quarter at $30,000 an engineer-week:
-    TensorRT-LLM 0.5/3 × (8 h/40 × 30,000 + 0.5 h × $3) = $1,000.25/month, vLLM 0.5/3 × (2 h/40
-    × 30,000) = $250: totals $7,570.25 vs $9,010, 16 % apart."""
+    7 req/s on its TensorRT backend needs 3 ($6,570). Half a model change a quarter at $30,000
+    an engineer-week: TensorRT-LLM 0.5/3 × (8 h/40 × 30,000 + 0.5 h × $3) = $1,000.25/month,
+    vLLM 0.5/3 × (2 h/40 × 30,000) = $250: totals $7,570.25 vs $9,010, 16 % apart."""
     record = decide_on(
         tmp_path,
         steady_traffic(),
-        [sweep("vllm", 5), sweep("tensorrt-llm", 7)],
+        [sweep("vllm", 5), sweep("tensorrt-llm", 7, backend="tensorrt")],
         one_stable_model(changes_per_quarter=0.5),
     )
     rec = record.recommendation
@@ -84,13 +84,14 @@ def test_stable_model_on_a_fixed_nvidia_fleet_at_huge_volume_gets_tensorrt_llm(
 
 
 def test_tensorrt_llm_is_not_chosen_when_models_change_monthly(tmp_path: Path) -> None:
-    """Three changes a quarter: TensorRT-LLM $6,570 + $6,001.50, vLLM $8,760 + $1,500. The flip:
-    TensorRT-LLM wins by the 10 % margin when 6,570 + n/3 × 6,001.5 ≤ 0.9 × (8,760 + n/3 ×
-    1,500), n ≤ 3 × 1,314 ÷ 4,651.5 = 0.847 → "≤ 0.8 per quarter"."""
+    """Three changes a quarter on TensorRT-LLM's TensorRT backend (a build each): TensorRT-LLM
+    $6,570 + $6,001.50, vLLM $8,760 + $1,500. The flip: TensorRT-LLM wins by the 10 % margin
+    when 6,570 + n/3 × 6,001.5 ≤ 0.9 × (8,760 + n/3 × 1,500), n ≤ 3 × 1,314 ÷ 4,651.5 = 0.847 →
+    "≤ 0.8 per quarter"."""
     record = decide_on(
         tmp_path,
         steady_traffic(),
-        [sweep("vllm", 5), sweep("tensorrt-llm", 7)],
+        [sweep("vllm", 5), sweep("tensorrt-llm", 7, backend="tensorrt")],
         one_stable_model(changes_per_quarter=3),
     )
     rec = record.recommendation
@@ -236,8 +237,9 @@ def test_a_required_feature_the_engine_lacks_excludes_it(tmp_path: Path) -> None
     from pipeline.decision.catalog import _bundled_text
 
     text = _bundled_text().replace(
-        'lora: {support: full, note: "multi-LoRA; /load_lora_adapter"}',
-        'lora: {support: unsupported, note: "not in this fork"}',
+        'lora: {support: full, note: "multi-LoRA; /load_lora_adapter (not yet on the TPU '
+        'backend, SGLang-JAX)", evidence_date: 2026-10-30}',
+        'lora: {support: unsupported, note: "not in this fork", evidence_date: 2026-10-30}',
     )
     catalog.write_text(text)
     record = decide_on(
@@ -274,7 +276,7 @@ def test_triggers_across_two_quarters_fire_when_concurrency_collapses(tmp_path: 
     assert (check.previous_value, check.value, check.status) == (20, 1, "fired")
     assert "concurrency.low.enters" in previous.fired
     assert second.recommendation.state == "revisit"
-    unchanged = next(c for c in previous.triggers if c.id.startswith("catalog.stale"))
+    unchanged = next(c for c in previous.triggers if c.id.startswith("prefix.heavy"))
     assert unchanged.status == "not_fired"
     assert math.isfinite(second.measurements["shape.concurrency.peak"])
 

@@ -19,6 +19,9 @@ Keys (``engine``, ``gpu_type``, ``gpu_count`` are required after merging)::
 
     engine: vllm                  # serving engine (vllm, sglang, tensorrt-llm, tgi, llama.cpp …)
     engine_version: 0.11.0        # optional
+    backend: pytorch              # optional: the engine's serving backend when it has several
+                                  # (TensorRT-LLM: pytorch, its default, or tensorrt, which
+                                  # builds an engine per model); decides the model-change cost
     gpu_type: H100-80GB           # accelerator model
     gpu_count: 1                  # accelerators serving this deployment (all replicas), ≤ 100,000
     quantization: bf16            # optional (bf16, fp8, awq-int4 …)
@@ -40,6 +43,7 @@ from __future__ import annotations
 
 import datetime as dt
 import fnmatch
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,9 +59,12 @@ MAX_PARENT_LEVELS = 3
 #: No benchmarked deployment is larger: a count above this is a typo (or 10^21), not a fleet.
 MAX_GPU_COUNT = 100_000
 REQUIRED_KEYS: tuple[str, ...] = ("engine", "gpu_type", "gpu_count")
+#: A serving backend's name (checked against the engine's backends in the catalog when decided).
+BACKEND_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,31}")
 _STR_KEYS = (
     "engine",
     "engine_version",
+    "backend",
     "gpu_type",
     "quantization",
     "model",
@@ -84,6 +91,7 @@ class BenchManifest:
     gpu_type: str
     gpu_count: int
     engine_version: str | None = None
+    backend: str | None = None
     quantization: str | None = None
     price_per_gpu_hour_usd: float | None = None
     run_date: dt.date | None = None
@@ -224,6 +232,11 @@ def validate_manifest(values: Mapping[str, Any], source: str) -> BenchManifest:
         if not text:
             raise fail(key, "must not be empty")
         out[key] = text
+    backend = out.get("backend")
+    if backend is not None and not BACKEND_NAME.fullmatch(backend):
+        raise fail("backend", "must be a backend name such as pytorch or tensorrt")
+    if backend is not None:
+        out["backend"] = backend.lower()
     count = values.get("gpu_count")
     if isinstance(count, bool) or not isinstance(count, int) or not 0 < count <= MAX_GPU_COUNT:
         raise fail("gpu_count", f"must be a whole number from 1 to {MAX_GPU_COUNT:,}")

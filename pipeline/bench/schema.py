@@ -42,6 +42,7 @@ LOAD_POINT_SCHEMA: pl.Schema = pl.Schema(
         # system under test
         "engine": pl.String(),
         "engine_version": pl.String(),
+        "backend": pl.String(),
         "gpu_type": pl.String(),
         "gpu_count": pl.Int64(),
         "quantization": pl.String(),

@@ -59,6 +59,7 @@ PERCENTILE_SHARES = {"p50": 50, "p90": 90, "p95": 95, "p99": 99}
 CANDIDATE_KEYS = (
     "engine",
     "engine_version",
+    "backend",
     "label",
     "model",
     "quantization",

@@ -189,7 +189,8 @@ def load_workload_facts(path: Path) -> WorkloadFacts:
 
 
 def candidate_label_expr(frame: pl.DataFrame) -> pl.Expr:
-    """``engine version / label / model / quant / N×GPU / workload`` (null parts skipped)."""
+    """``engine version backend / label / model / quant / N×GPU / workload`` (null parts
+    skipped)."""
 
     def part(name: str) -> pl.Expr:
         if name not in frame.columns:
@@ -202,7 +203,7 @@ def candidate_label_expr(frame: pl.DataFrame) -> pl.Expr:
         else pl.lit(None, dtype=pl.String)
     )
     engine = pl.concat_str(
-        [part("engine"), part("engine_version")], separator=" ", ignore_nulls=True
+        [part("engine"), part("engine_version"), part("backend")], separator=" ", ignore_nulls=True
     )
     return pl.concat_str(
         [engine, part("label"), part("model"), part("quantization"), gpu, part("workload")],

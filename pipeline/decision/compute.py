@@ -37,6 +37,7 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline.capacity.present import transfer_sentence
+from pipeline.decision.catalog import Fact, evidence_text, oldest_fact
 from pipeline.decision.config import (
     CATALOG_MAX_AGE_DAYS,
     PREFIX_HEAVY_SHARE,
@@ -51,7 +52,14 @@ from pipeline.decision.context import (
     current_engine,
     plain,
 )
-from pipeline.decision.costing import Outcome, choose, payback_months, price_of, switch_cost
+from pipeline.decision.costing import (
+    Outcome,
+    choose,
+    deployment_backend,
+    payback_months,
+    price_of,
+    switch_cost,
+)
 from pipeline.decision.evidence import (
     EngineBench,
     engine_benches,
@@ -93,9 +101,6 @@ def measurements(
         "shape.features.required": list(ctx.required),
         "prefix.shared_prefix_ratio": w.prefix_share,
         "catalog.as_of": ctx.catalog.as_of.isoformat(),
-        # A catalog edited after the report date is as fresh as a catalog can be (the report
-        # says so in words): its age is 0, never negative.
-        "catalog.age_days": max((as_of - ctx.catalog.as_of).days, 0) if as_of else None,
         "requirements.fixed_sku": ctx.requirements.fixed_sku,
         "requirements.model_changes_per_quarter": ctx.requirements.model_changes_per_quarter,
     }
@@ -144,6 +149,63 @@ def measurements(
     return flat
 
 
+def _facts_used(ctx: RuleContext, routing: Routing) -> list[Fact]:
+    """The catalog facts this decision read: every candidate's (the required features, the
+    change cost on its benchmarked backend) and the routing layer it recommends."""
+    backends = {engine: bench.backend for engine, bench in ctx.benches.items()}
+    layers = (routing.layer,) if routing.recommended and routing.layer else ()
+    return ctx.catalog.facts_used(list(ctx.states), ctx.required, backends, layers)
+
+
+def _catalog_age(ctx: RuleContext, facts: list[Fact], answer: tuple[str, ...]) -> dict[str, Any]:
+    """The oldest dated fact used (its key, evidence date and age at the decision's date) and
+    how many facts used are undated (those of the ``answer``'s engines by name); a rationale
+    entry that says so."""
+    oldest = oldest_fact(facts)
+    as_of = ctx.inputs.as_of
+    # A fact dated after an earlier report date is as fresh as a fact can be: 0, never negative.
+    age = max(oldest.age_days(as_of) or 0, 0) if oldest is not None and as_of is not None else None
+    undated = [f.key for f in facts if f.evidence_date is None]
+    stale = age > CATALOG_MAX_AGE_DAYS if age is not None else None
+    if oldest is None:
+        effect = "no fact this decision used carries an evidence date: its age is unknown"
+    else:
+        date = evidence_text(oldest.evidence_date)
+        effect = f"the oldest fact used is {oldest.key}, evidence of {date}"
+        effect += f" ({age} days before {as_of.isoformat()})" if age is not None and as_of else ""
+        effect += (
+            f": older than {CATALOG_MAX_AGE_DAYS} days, re-verify it upstream"
+            if stale
+            else ""
+            if stale is False
+            else "; its age is unknown (no decision date: give --as-of)"
+        )
+    if undated:
+        effect += f"; {len(undated)} fact(s) used are undated (their age is unknown)"
+    ctx.rule(
+        "catalog_age",
+        "Age of the catalog facts used",
+        "docs/decision-rules.md#catalog-age",
+        stale,
+        effect,
+        oldest_fact=oldest.key if oldest else None,
+        oldest_fact_date=evidence_text(oldest.evidence_date) if oldest else None,
+        oldest_fact_age_days=age,
+        max_age_days=CATALOG_MAX_AGE_DAYS,
+        facts_used=len(facts),
+        undated_facts=len(undated),
+        undated_facts_of_the_answer=[
+            k for k in undated if any(k.startswith(f"engines.{e}.") for e in answer)
+        ],
+    )
+    return {
+        "catalog.oldest_fact": oldest.key if oldest else None,
+        "catalog.oldest_fact_date": evidence_text(oldest.evidence_date) if oldest else None,
+        "catalog.oldest_fact_age_days": age,
+        "catalog.undated_facts_used": len(undated),
+    }
+
+
 def _product(a: float | None, b: int | None) -> float | None:
     return a * b if a is not None and b is not None else None
 
@@ -158,17 +220,19 @@ def _crossing(
     *,
     at_or_below: bool = False,
     strict: bool = False,
+    subject: str = "the workload",
 ) -> Any:
     """A trigger that fires when ``value`` moves to the other side of ``threshold`` from where
     it is today. The band's own side is ``≤ threshold`` when ``at_or_below`` (else ``≥``, or
-    ``>`` / ``<`` with ``strict``); unknown today: armed toward the band."""
+    ``>`` / ``<`` with ``strict``); unknown today: armed toward the band. ``subject`` is what
+    enters or leaves it."""
     inside_op = ("<" if strict else "<=") if at_or_below else (">" if strict else ">=")
     outside_op = {"<=": ">", "<": ">=", ">=": "<", ">": "<="}[inside_op]
     inside = crossed(value, inside_op, threshold)
     comparator = outside_op if inside else inside_op
     direction = "leaves" if inside else "enters"
     source, _, band = why.partition(": ")
-    words = f"{source}: the workload {direction} the band where {band}" if band else why
+    words = f"{source}: {subject} {direction} the band where {band}" if band else why
     return trigger(f"{id}.{direction}", metric, comparator, threshold, m, words)
 
 
@@ -213,15 +277,20 @@ def _triggers(ctx: RuleContext, m: dict[str, Any], top: str | None, outcome: Out
             at_or_below=True,
             strict=True,
         ),
+        # Stale today: armed for its re-verification (the rationale's catalog_age entry says to
+        # re-verify it); fresh today: fires when it grows stale.
         _crossing(
             "catalog.stale",
-            "catalog.age_days",
-            m.get("catalog.age_days"),
+            "catalog.oldest_fact_age_days",
+            m.get("catalog.oldest_fact_age_days"),
             CATALOG_MAX_AGE_DAYS,
             m,
-            f"docs/decision-rules.md#catalog-age: the engine catalog is older than {CATALOG_MAX_AGE_DAYS} days (engines "
-            "release every few weeks)",
+            "docs/decision-rules.md#catalog-age: the oldest catalog fact used ("
+            f"{m.get('catalog.oldest_fact') or 'none dated'}, evidence of "
+            f"{m.get('catalog.oldest_fact_date') or 'no date'}) is older than "
+            f"{CATALOG_MAX_AGE_DAYS} days (engines release every few weeks)",
             strict=True,
+            subject="the decision's catalog evidence",
         ),
     ]
     if ctx.requirements.fixed_sku is not True:
@@ -354,9 +423,12 @@ def decide(
     outcome = choose(ctx)
     top, runner = outcome.engine, outcome.runner_up
     _transferability(ctx, top, runner, outcome)
+    _unknown_change_costs(ctx, top, runner, outcome)
     routing = routing_value(ctx, top, runner)
     isolation, advice = isolation_advice(ctx, top, routing)
     m = measurements(ctx, top, runner, outcome)
+    answer = tuple(e for e in (top, runner) if e)
+    m |= plain(_catalog_age(ctx, _facts_used(ctx, routing), answer))
     triggers = _triggers(ctx, m, top, outcome)
     previous = evaluate_previous(inputs.previous, m) if inputs.previous else None
     state = "revisit" if previous and previous.fired else "decided"
@@ -387,8 +459,11 @@ def decide(
         requirements=requirements.model_dump(mode="json"),
         catalog={
             "source": inputs.catalog_source,
-            "sha256": inputs.catalog_sha256,
+            "sha256": inputs.catalog.sha256,
             "as_of": inputs.catalog.as_of.isoformat(),
+            "oldest_fact_used": m["catalog.oldest_fact"],
+            "oldest_fact_date": m["catalog.oldest_fact_date"],
+            "undated_facts_used": m["catalog.undated_facts_used"],
         },
         inputs=dict(sorted(inputs.digests.items())),
     )
@@ -444,6 +519,27 @@ def _transferability(
     if reasons and outcome.confidence == "firm":
         outcome.confidence = "provisional"
     outcome.reasons.extend(r for r in reasons if r not in outcome.reasons)
+
+
+def _unknown_change_costs(
+    ctx: RuleContext, top: str | None, runner: str | None, outcome: Outcome
+) -> None:
+    """Models that change while the answer's change cost hangs on a backend nobody named: the
+    ranking could not count it, so the answer is provisional and says why."""
+    if not ctx.requirements.model_changes_per_quarter:
+        return
+    for engine in dict.fromkeys(e for e in (top, runner) if e):
+        spec = ctx.catalog.engines[engine]
+        if spec.change_cost(deployment_backend(ctx, engine)) is None:
+            reason = (
+                f"{ctx.name(engine)}'s model-change cost is unknown: its benchmark manifest does "
+                f"not name its serving backend ({', '.join(sorted(spec.change_by_backend or {}))})"
+                ", so the ranking leaves model changes out"
+            )
+            outcome.reasons.append(reason)
+            outcome.confidence = (
+                "provisional" if outcome.confidence == "firm" else outcome.confidence
+            )
 
 
 def _candidates(

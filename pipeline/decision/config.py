@@ -143,11 +143,12 @@ ROUTING_GAIN_MIN = 0.1
 HIGH_VOLUME_OUTPUT_TOKENS_PER_MONTH = 10_000_000_000.0
 # ...few is at most this many models...
 TRT_MAX_MODELS = 2
-# ...and stable is at most this many model or configuration changes a quarter (each one
-# rebuilds a TensorRT-LLM engine on its legacy path).
+# ...and stable is at most this many model or configuration changes a quarter where each one
+# rebuilds an engine (TensorRT-LLM's TensorRT backend; on its PyTorch backend, the default since
+# 1.0, a change is a restart and churn does not rule it out).
 TRT_MAX_CHANGES_PER_QUARTER = 1.0
 # A prompt p99 at or above this many tokens makes long_context a required feature.
 LONG_CONTEXT_TOKENS = 32768
-# Engines release every few weeks: a revisit trigger fires when the catalog's as_of is older
-# than this many days (about six months).
+# Engines release every few weeks: a revisit trigger fires when the oldest catalog fact a
+# decision used (its evidence date) is older than this many days (about six months).
 CATALOG_MAX_AGE_DAYS = 183

@@ -39,7 +39,6 @@ class DecisionInputs:
     fits: pl.DataFrame | None
     catalog: Catalog
     catalog_source: str
-    catalog_sha256: str
     as_of: dt.date | None
     peak_window: str
     digests: dict[str, str] = field(default_factory=dict)

@@ -15,12 +15,21 @@ from pipeline.decision.context import HOURS_PER_WEEK, Finding, RuleContext, curr
 from pipeline.decision.present import finding_text
 
 
+def deployment_backend(ctx: RuleContext, engine: str) -> str | None:
+    """The serving backend ``engine``'s benchmark manifest names (None: not said or not
+    benchmarked)."""
+    bench = ctx.benches.get(engine)
+    return bench.backend if bench is not None else None
+
+
 def _migration_weeks(ctx: RuleContext, engine: str) -> float:
     override = {
         ctx.catalog.require_engine(k, f"requirements.migration_engineer_weeks.{k}"): v
         for k, v in ctx.requirements.migration_engineer_weeks.items()
     }
-    return override.get(engine, ctx.catalog.engines[engine].migration_engineer_weeks.value)
+    if engine in override:
+        return override[engine]
+    return ctx.catalog.engines[engine].migration_weeks(deployment_backend(ctx, engine))
 
 
 def switch_cost(ctx: RuleContext, engine: str) -> float | None:
@@ -31,9 +40,12 @@ def switch_cost(ctx: RuleContext, engine: str) -> float | None:
 
 
 def _change_cost_per_change(ctx: RuleContext, engine: str) -> float | None:
-    """People's time plus GPU build time for one model or configuration change."""
+    """People's time plus GPU build time for one model or configuration change, on the
+    backend the deployment runs; None when that cost depends on a backend nobody named."""
     week = ctx.requirements.engineer_week_usd
-    change = ctx.catalog.engines[engine].change
+    change = ctx.catalog.engines[engine].change_cost(deployment_backend(ctx, engine))
+    if change is None:
+        return None
     bench = ctx.benches.get(engine)
     gpu_usd = 0.0
     if change.build_minutes:

@@ -26,6 +26,7 @@ from pipeline.decision.config import (
     DecisionConfig,
     Requirements,
 )
+from pipeline.errors import ConfigError
 from pipeline.prefix.result import CurvePoint, PrefixSummary
 from pipeline.shape.result import ShapeMetrics
 from pipeline.unknown import Unknown
@@ -146,7 +147,8 @@ def features_seen(shape: ShapeMetrics, settings: DecisionConfig) -> tuple[str, .
         "tool_calls": features.tools.requests > 0,
         "long_context": (shape.lengths.prompt_tokens.p99 or 0) >= LONG_CONTEXT_TOKENS,
     }
-    return tuple(f for f in FEATURES if seen[f])
+    # Speculative decoding is a server-side choice no request shows: required only if configured.
+    return tuple(f for f in FEATURES if seen.get(f, False))
 
 
 def share_at(curve: list[CurvePoint], window_tokens: int) -> tuple[float | None, int | None]:
@@ -185,6 +187,9 @@ class EngineBench:
     input_tokens_per_s: float | None  # sustained prompt tokens/s at the SLO capacity
     manifest_file: str | None
     model: str | None = None
+    # The serving backend the benchmark's manifest names (``backend``), None when it does not:
+    # it decides the model-change cost of an engine whose cost depends on it (TensorRT-LLM).
+    backend: str | None = None
     # Why this benchmark is not about the team's deployment (other hardware, other model):
     # its cost is shown but never ranked.
     mismatches: tuple[str, ...] = ()
@@ -299,6 +304,7 @@ def engine_benches(
         age = (as_of - run_date).days if as_of is not None and run_date is not None else None
         if bench.as_of is None and age is not None and age > bench.settings.max_age_days:
             flags = tuple(sorted({*flags, "stale"}))
+        backend = _backend(catalog, engine, _first(points, row.candidate, "backend"), manifest)
         out[engine] = EngineBench(
             engine=engine,
             candidate=row.candidate,
@@ -318,6 +324,7 @@ def engine_benches(
             input_tokens_per_s=_input_rate(row),
             manifest_file=manifest,
             model=row.model,
+            backend=backend,
             mismatches=mismatches(row.gpu_type, row.model, hardware, models),
         )
     return out
@@ -429,6 +436,20 @@ def _input_rate(row: CapacityRow) -> float | None:
     if total is None or output is None or total <= output:
         return None
     return float(total - output)
+
+
+def _backend(catalog: Catalog, engine: str, backend: Any, manifest: str | None) -> str | None:
+    """The manifest's ``backend`` for ``engine``, checked against the catalog's backends."""
+    if backend is None:
+        return None
+    known = sorted(catalog.engines[engine].change_by_backend or {})
+    if str(backend) not in known:
+        has = f"its backends are {', '.join(known)}" if known else "it has no backends to choose"
+        raise ConfigError(
+            f"{manifest or engine}: backend: {catalog.engines[engine].name} has no backend "
+            f"{backend!r} in the engine catalog ({has}); fix the manifest's backend key"
+        )
+    return str(backend)
 
 
 def _first(points: pl.DataFrame, candidate: str, column: str) -> Any:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pipeline.decision.catalog import ChangeCost
 from pipeline.decision.config import (
     DATACENTER_WEIGHT_BYTES,
     HIGH_VOLUME_OUTPUT_TOKENS_PER_MONTH,
@@ -16,6 +17,7 @@ from pipeline.decision.config import (
     TRT_MAX_MODELS,
 )
 from pipeline.decision.context import RuleContext, current_engine
+from pipeline.decision.costing import deployment_backend
 from pipeline.decision.evidence import missing_features
 from pipeline.present.text import quantity
 from pipeline.shape.config import CONCURRENCY_HIGH_MIN, CONCURRENCY_LOW_MAX
@@ -324,7 +326,7 @@ def model_churn(ctx: RuleContext) -> None:
         unknown.append("requirements.model_changes_per_quarter")
     if volume is None:
         unknown.append("the workload's rate and output lengths (shape stage)")
-    evidence = {
+    evidence: dict[str, Any] = {
         "hardware": list(req.hardware),
         "fixed_sku": req.fixed_sku,
         "models": models,
@@ -341,10 +343,24 @@ def model_churn(ctx: RuleContext) -> None:
     if models and len(models) > TRT_MAX_MODELS:
         fails.append(f"{len(models)} models served (> {TRT_MAX_MODELS})")
     changes = req.model_changes_per_quarter
+    _note_change_costs(ctx)
+    backend, change = _trt_change(ctx)
+    evidence["tensorrt_llm_backend"] = backend or "unknown"
+    evidence["tensorrt_llm_change"] = change.kind if change else "unknown"
     if changes is not None and changes > TRT_MAX_CHANGES_PER_QUARTER:
-        fails.append(
-            f"models change {changes:g} times a quarter (stable: ≤ {TRT_MAX_CHANGES_PER_QUARTER:g})"
-        )
+        # Churn rules TensorRT-LLM out only where a change rebuilds an engine (its TensorRT
+        # backend); on its PyTorch backend a change is a restart, costed like any other.
+        if change is None:
+            unknown.append(
+                "TensorRT-LLM's serving backend (backend: pytorch or tensorrt in its benchmark "
+                "manifest; only tensorrt rebuilds an engine per model change)"
+            )
+        elif change.kind == "rebuild":
+            fails.append(
+                f"models change {changes:g} times a quarter (stable: ≤ "
+                f"{TRT_MAX_CHANGES_PER_QUARTER:g}) and its {backend} backend rebuilds an engine "
+                "per change"
+            )
     if volume is not None and volume < HIGH_VOLUME_OUTPUT_TOKENS_PER_MONTH:
         fails.append(f"{quantity(volume)} output tokens a month is not huge volume")
     if fails:
@@ -371,9 +387,53 @@ def model_churn(ctx: RuleContext) -> None:
         title,
         source,
         True,
-        "TensorRT-LLM first, weighed against its rebuild cost per model change (cost rule)",
+        "TensorRT-LLM first, weighed against its model-change cost"
+        + (f" on its {backend} backend" if backend else "")
+        + " (cost rule)",
         **evidence,
     )
+
+
+def _trt_change(ctx: RuleContext) -> tuple[str | None, ChangeCost | None]:
+    """TensorRT-LLM's deployment backend (its benchmark manifest's) and what a model change
+    costs on it; None for either when it is not known."""
+    spec = ctx.catalog.engines.get("tensorrt-llm")
+    if spec is None:
+        return None, None
+    backend = deployment_backend(ctx, "tensorrt-llm")
+    return backend, spec.change_cost(backend)
+
+
+def _note_change_costs(ctx: RuleContext) -> None:
+    """What a benchmarked engine's change cost leaves out: unknown when it hangs on a backend
+    its manifest does not name (never assumed); the optional steps its backend lists (a
+    quantisation step, support lag for a new architecture), said but not charged."""
+    for engine, bench in ctx.benches.items():
+        spec = ctx.catalog.engines[engine]
+        if engine not in ctx.states:
+            continue
+        change = spec.change_cost(bench.backend)
+        if change is None:
+            ctx.states[engine].notes.append(
+                "model-change cost unknown: its benchmark manifest does not name the serving "
+                f"backend ({', '.join(sorted(spec.change_by_backend or {}))}); the server's "
+                f"default is {spec.default_backend or 'not stated'}: set backend in the manifest"
+            )
+            continue
+        for step in change.optional_steps:
+            figures = [
+                f"{value:g} {unit}"
+                for value, unit in (
+                    (step.gpu_minutes, "GPU-minutes"),
+                    (step.engineer_hours, "engineer-hours"),
+                )
+                if value is not None
+            ]
+            ctx.states[engine].notes.append(
+                f"not charged per model change: {step.what}"
+                + (f" ({' and '.join(figures)})" if figures else "")
+                + f": {step.note}"
+            )
 
 
 def prefix(ctx: RuleContext) -> None:
@@ -435,12 +495,12 @@ def prefix(ctx: RuleContext) -> None:
 
 
 def _secondary_margins(ctx: RuleContext) -> dict[str, str]:
-    """Published SGLang-vs-vLLM figures from the catalog, marked secondary
+    """Published SGLang-vs-vLLM figures from the catalog, marked secondary, estimates marked so
     (docs/decision-rules.md#published-margins)."""
     spec = ctx.catalog.engines.get("sglang")
     if spec is None:
         return {}
-    return {f.condition: f.claim for f in spec.secondary_figures if f.versus == "vllm"}
+    return {f.condition: f.shown() for f in spec.secondary_figures if f.versus == "vllm"}
 
 
 def tails(ctx: RuleContext) -> None:

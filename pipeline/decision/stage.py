@@ -23,7 +23,7 @@ from pipeline.bench.config import configured_as_of
 from pipeline.capacity import stage as capacity_stage
 from pipeline.config import Config
 from pipeline.dates import refuse_future, refuse_runs_after
-from pipeline.decision.catalog import Catalog, catalog_sha256
+from pipeline.decision.catalog import Catalog
 from pipeline.decision.compute import decide
 from pipeline.decision.context import DecisionInputs
 from pipeline.decision.present import rationale_text, triggers_frame
@@ -150,7 +150,6 @@ def read_inputs(
         fits=fits,
         catalog=catalog,
         catalog_source=catalog_source,
-        catalog_sha256=catalog_sha256(catalog_path),
         as_of=as_of,
         peak_window=config.bench.peak_window,
         digests=digests,
@@ -162,16 +161,14 @@ def read_inputs(
 
 
 def refuse_catalog_in_future(catalog: Catalog, source: str) -> None:
-    """The catalog's edition, each entry's and each status change must be no later than today
-    (a date from the future would pass as fresh). One later than an earlier report date is
-    allowed: the report says so in words."""
-    entries = [(f"engines.{k}", e.as_of, e.status) for k, e in sorted(catalog.engines.items())]
-    entries += [(f"layers.{k}", e.as_of, e.status) for k, e in sorted(catalog.layers.items())]
+    """The catalog's edition and each status change must be no later than today (a date from
+    the future would pass as fresh); every fact's evidence date is no later than the edition
+    (the catalog's own validation). One later than an earlier report date is allowed: the
+    report says so in words."""
+    statuses = [(f"engines.{k}", e.status) for k, e in sorted(catalog.engines.items())]
+    statuses += [(f"layers.{k}", e.status) for k, e in sorted(catalog.layers.items())]
     dates = [("as_of", catalog.as_of)]
-    for key, as_of, status in entries:
-        dates.append((f"{key}.as_of", as_of))
-        if status.since is not None:
-            dates.append((f"{key}.status.since", status.since))
+    dates += [(f"{key}.status.since", s.since) for key, s in statuses if s.since is not None]
     for key, value in dates:
         refuse_future(value, f"{source}: {key}")
 

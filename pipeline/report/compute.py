@@ -663,12 +663,12 @@ def _catalog(catalog: Catalog, report_date: dt.date) -> dict[str, Any]:
                 "hardware": ", ".join(
                     f"{t}" + ("" if lvl == "full" else f" ({lvl})") for t, lvl in e.hardware.items()
                 ),
-                "change": e.change.note,
+                "change": e.change_summary(),
                 "status": _status_words(e.status.state, e.status.since, report_date)
                 if e.status.since
                 else e.status.state,
                 "choose_for": e.choose_for,
-                "secondary": [f.claim for f in e.secondary_figures],
+                "secondary": [f.shown() for f in e.secondary_figures],
             }
             for e in catalog.engines.values()
         ],

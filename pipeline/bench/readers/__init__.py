@@ -171,6 +171,7 @@ def _row(path: Path, sha: str, tool: str, raw: RawPoint, manifest: BenchManifest
         manifest_file=manifest.source,
         engine=manifest.engine,
         engine_version=manifest.engine_version,
+        backend=manifest.backend,
         gpu_type=manifest.gpu_type,
         gpu_count=manifest.gpu_count,
         quantization=manifest.quantization,
