@@ -6,12 +6,14 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import polars as pl
 import pytest
 import yaml
 
 from assets.cli import main as enginefit
 from pipeline.capacity import stage
 from pipeline.capacity.compute import deployment_model_shape
+from pipeline.capacity.fit import deployment_of
 from pipeline.capacity.prior import ModelShape
 from pipeline.capacity.result import CapacityResult, ServingModel, WorkloadCost
 from pipeline.config import load_config
@@ -193,3 +195,20 @@ def test_a_benchmark_of_another_model_is_provisional_and_gets_no_prior(
     assert "cannot be separated from decode" in other.serving_model.reason
     assert isinstance(other.workload_capacity_rps, Unknown)
     assert any("not your model" in note for note in theirs.notes)
+
+
+def test_two_backends_of_one_engine_are_two_deployments() -> None:
+    """TensorRT-LLM's PyTorch and TensorRT backends are different servers: their load points
+    are fitted apart, and the deployment says which."""
+    base = {"engine": "tensorrt-llm", "engine_version": "1.0", "gpu_type": "H100", "gpu_count": 1}
+    points = pl.DataFrame(
+        [{**base, "backend": b, "model": "m", "label": None} for b in ("pytorch", "tensorrt")]
+    )
+    keys = [k for k in stage.DEPLOYMENT_KEYS if k in points.columns]
+    groups = points.select(keys).unique().to_dicts()
+    assert len(groups) == 2
+    described = sorted(deployment_of(g).describe() for g in groups)
+    assert described == [
+        "tensorrt-llm 1.0 (pytorch backend) / m / 1×H100",
+        "tensorrt-llm 1.0 (tensorrt backend) / m / 1×H100",
+    ]

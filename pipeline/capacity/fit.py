@@ -647,4 +647,5 @@ def deployment_of(row: dict[str, object]) -> Deployment:
         gpu_count=int(row["gpu_count"]),  # type: ignore[call-overload]
         model=None if row.get("model") is None else str(row["model"]),
         label=None if row.get("label") is None else str(row["label"]),
+        backend=None if row.get("backend") is None else str(row["backend"]),
     )

@@ -33,9 +33,11 @@ class Deployment(ResultModel):
     gpu_count: int
     model: str | None
     label: str | None = None
+    backend: str | None = None  # the engine's serving backend (manifest ``backend``)
 
     def describe(self) -> str:
         version = f" {self.engine_version}" if self.engine_version else ""
+        version += f" ({self.backend} backend)" if self.backend else ""
         label = f" [{self.label}]" if self.label else ""
         model = self.model or "unknown model"
         return f"{self.engine}{version} / {model} / {self.gpu_count}×{self.gpu_type}{label}"

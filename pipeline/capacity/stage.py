@@ -56,7 +56,16 @@ from pipeline.store import open_stage_output, write_json_atomic, write_parquet_a
 from pipeline.unknown import Unknown
 
 #: The columns that name one benchmarked deployment (its sweeps are fitted together).
-DEPLOYMENT_KEYS = ("engine", "engine_version", "gpu_type", "gpu_count", "model", "label")
+# The serving backend too: TensorRT-LLM's PyTorch and TensorRT backends are different servers.
+DEPLOYMENT_KEYS = (
+    "engine",
+    "engine_version",
+    "backend",
+    "gpu_type",
+    "gpu_count",
+    "model",
+    "label",
+)
 #: A load point's ``dataset`` when ``enginefit loadtest`` replayed a workload's own trace.
 TRACE_DATASET = "enginefit-trace"
 #: Largest cached share used (the core needs at least one uncached token per prompt).
