@@ -127,7 +127,14 @@ def test_prefix_heavy_traffic_with_one_engine_benchmarked(tmp_path: Path) -> Non
     # The platform is not set: the layers that serve vLLM are listed, none chosen
     # (tests/test_decision_rules_expert.py chooses by platform).
     assert rec.routing_layer is routing.layer is None
-    assert routing.alternatives == ["dynamo", "llm-d", "vllm-production-stack", "ray-serve"]
+    # KServe routes by prefix through llm-d's scheduler (the catalog's KSERVE-LLMISVC source).
+    assert routing.alternatives == [
+        "dynamo",
+        "llm-d",
+        "vllm-production-stack",
+        "kserve",
+        "ray-serve",
+    ]
     assert routing.prompt_tokens_saved_share is not None
     assert routing.prompt_tokens_saved_share > 0.1
 
