@@ -42,7 +42,7 @@ def test_decide_runs_the_missing_stages_then_prints_the_record(
         "previous",
         "inputs",
     }
-    assert record["schema_version"] == 2 and record["previous"] is None
+    assert record["schema_version"] == 3 and record["previous"] is None
     rec = record["recommendation"]
     assert {"engine", "routing_layer", "runner_up", "confidence", "headline"} <= set(rec)
     # The fitted model says one H100 cannot meet the bundled SLO on this workload's prompts, so
@@ -56,7 +56,7 @@ def test_decide_runs_the_missing_stages_then_prints_the_record(
         "reasons",
         "cost_per_1m_output_usd",
         "monthly_cost_usd",
-        "payback_months",
+        "payback",
     } <= set(candidate)
     assert {"rule", "title", "source", "fired", "evidence", "effect"} == set(record["rationale"][0])
     assert {"id", "metric", "comparator", "threshold", "value", "why", "status"} == set(
@@ -87,11 +87,11 @@ def test_decide_runs_the_missing_stages_then_prints_the_record(
     assert enginefit(["explain", str(first)]) == 0
     text = capsys.readouterr().out
     assert text.startswith("Engine decision for workload mooncake-conversation (as of 2026-11-29)")
-    assert "Previous decision (2026-11-29: sglang), its triggers now" in text
+    assert "The previous decision (2026-11-29: SGLang), its triggers now" in text
     # Each trigger of the first quarter's answer is evaluated again, with both values.
     assert (
-        "engine.status[sglang]: catalog.status[sglang] != active: was active, now active → "
-        "not_fired" in text
+        "- Revisit if SGLang's status in the catalog is no longer active; today active. It was "
+        "active then: did not fire." in " ".join(text.split())  # lines wrap at 96 characters
     )
 
 
@@ -105,7 +105,7 @@ def test_a_previous_record_that_is_not_one_is_a_one_line_error(
     assert err.startswith(f"enginefit: error: {bogus}: ") and err.count("\n") == 1
     bogus.write_text(json.dumps({"schema_version": 7}))
     assert enginefit(["explain", str(bogus)]) == 2
-    assert "schema_version 7 is not one of 1, 2" in capsys.readouterr().err
+    assert "schema_version 7 is not one of 1, 2, 3" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -152,7 +152,7 @@ def test_the_record_round_trips_and_reads_version_1_records(tmp_path: Path) -> N
     record = decide_on(
         tmp_path, steady(8), [sweep("vllm", 40)], NVIDIA, capacity=capacity_of(model())
     )
-    assert record.schema_version == 2
+    assert record.schema_version == 3
     again = DecisionRecord.from_json(json.loads(json.dumps(record.to_json())), "here")
     assert again == record
     written = tmp_path / "data" / "w" / "decision"
@@ -185,7 +185,10 @@ def test_the_record_round_trips_and_reads_version_1_records(tmp_path: Path) -> N
     }
     for c in old["candidates"]:
         for key in v2_only:
-            c.pop(key)
+            c.pop(key, None)
+        c["payback_months"] = None  # version 3 writes ``payback`` instead
+    for key in ("ranking", "flips"):
+        old.pop(key)
     for key in (
         "fleet_replicas",
         "fleet_source",
@@ -205,9 +208,9 @@ def test_the_record_round_trips_and_reads_version_1_records(tmp_path: Path) -> N
     assert later.previous is not None and later.previous.triggers
     assert all(t.status != "unknown" or t.value is None for t in later.previous.triggers)
     # Anything else is refused, naming what it reads.
-    old["schema_version"] = 3
+    old["schema_version"] = 4
     path.write_text(json.dumps(old))
-    with pytest.raises(Exception, match="schema_version 3 is not one of 1, 2"):
+    with pytest.raises(Exception, match="schema_version 4 is not one of 1, 2, 3"):
         read_previous(path)
 
 

@@ -18,7 +18,12 @@ from pipeline.bench.result import CapacityRow, FindingRow
 from pipeline.capacity.present import transfer_sentence
 from pipeline.capacity.result import CandidateCapacity, CapacityResult, ServingModel
 from pipeline.decision.catalog import Catalog
-from pipeline.decision.present import RULE_OUTCOME_WORDS
+from pipeline.decision.present import (
+    RULE_OUTCOME_WORDS,
+    payback_cell,
+    record_names,
+    trigger_sentence,
+)
 from pipeline.decision.result import DecisionRecord, TriggerCheck
 from pipeline.ingest.result import IngestSummary
 from pipeline.prefix.result import PrefixSummary
@@ -27,7 +32,6 @@ from pipeline.present.text import (
     UNKNOWN,
     measurement,
     money,
-    months,
     number,
     share,
     usd,
@@ -146,14 +150,14 @@ def executive_summary(inputs: ReportContent) -> dict[str, Any]:
             "monthly": money(
                 c.monthly_total_usd if c.monthly_total_usd is not None else c.monthly_cost_usd
             ),
-            # None: no switch to pay back (nothing runs today, or this engine does), or a cost
-            # is unknown; the record does not tell them apart yet.
-            "payback": NOTHING if c.payback_months is None else months(c.payback_months),
+            # months, never (it saves nothing), unknown (a cost is missing) or — (no switch)
+            "payback": payback_cell(c.payback),
         }
         for c in record.candidates
         if c.status != "excluded"
     ]
     watch = sorted(record.triggers, key=_trigger_priority)
+    name = record_names(record)
     previous = record.previous
     return {
         "engine": rec.engine_name or "no engine",
@@ -174,7 +178,7 @@ def executive_summary(inputs: ReportContent) -> dict[str, Any]:
             {
                 "id": t.id,
                 "why": _trigger_words(t.why),
-                "rule": f"{t.metric} {t.comparator} {measurement(t.threshold)}",
+                "rule": trigger_sentence(t.metric, t.comparator, t.threshold, t.value, name),
                 "now": measurement(t.value),
                 "status": t.status,
             }
@@ -193,7 +197,7 @@ def executive_summary(inputs: ReportContent) -> dict[str, Any]:
 # The executive summary shows the five triggers a leader most needs: what fired, what would
 # flip the answer, then the axes of DOMAIN.md's decision tree.
 _TRIGGER_ORDER = (
-    "flip[",
+    "flip",
     "cost.margin",
     "bench.stale",
     "traffic.",
@@ -517,6 +521,7 @@ def _rationale(record: DecisionRecord) -> dict[str, Any]:
 
 def _triggers(inputs: ReportContent) -> dict[str, Any]:
     record = inputs.record
+    name = record_names(record)
     last: dict[str, TriggerCheck] = (
         {c.id: c for c in record.previous.triggers} if record.previous else {}
     )
@@ -524,7 +529,7 @@ def _triggers(inputs: ReportContent) -> dict[str, Any]:
         "rows": [
             {
                 "id": t.id,
-                "rule": f"{t.metric} {t.comparator} {measurement(t.threshold)}",
+                "rule": trigger_sentence(t.metric, t.comparator, t.threshold, t.value, name),
                 "now": measurement(t.value),
                 "last": measurement(last[t.id].previous_value) if t.id in last else NOTHING,
                 "status": t.status,
@@ -537,7 +542,7 @@ def _triggers(inputs: ReportContent) -> dict[str, Any]:
         else [
             {
                 "id": c.id,
-                "rule": f"{c.metric} {c.comparator} {measurement(c.threshold)}",
+                "rule": trigger_sentence(c.metric, c.comparator, c.threshold, c.value, name),
                 "then": measurement(c.previous_value),
                 "now": measurement(c.value),
                 "status": c.status,
