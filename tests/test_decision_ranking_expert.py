@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from pipeline.decision import stage as decision_stage
+from pipeline.decision.checks import triggers_measurable
 from pipeline.decision.compute import context, decide
 from pipeline.decision.config import Requirements
 from pipeline.decision.context import DecisionInputs, EngineState, RuleContext
@@ -31,6 +32,7 @@ from pipeline.decision.flips import answer, moved
 from pipeline.decision.present import rationale_text, trigger_sentence
 from pipeline.decision.result import DecisionRecord
 from pipeline.decision.rules import RULES
+from pipeline.present.text import measurement, significant
 from tests.decision_fixtures import (
     Sweep,
     candidate,
@@ -406,6 +408,22 @@ def test_every_axis_has_a_flip_or_says_there_is_none(churn: Any) -> None:
     assert {"flip.model_changes.down", "flip.volume.up", "flip.gpu_price.up"} <= ids
     assert "flip.model_changes.up.beyond_search" in ids
     assert "requirements.changed[hardware]" in ids
+    assert triggers_measurable(record) == []
+
+
+def test_a_changed_requirement_fires_its_trigger_next_quarter(churn: Any) -> None:
+    """Next quarter's configuration against this one's: four model changes a quarter instead
+    of three fires that requirement's trigger (and only the requirements that changed)."""
+    record, inputs, cfg = churn
+    later = decide(
+        replace(inputs, previous=record),
+        cfg.requirements.replace(model_changes_per_quarter=4.0),
+        cfg.decision,
+    )
+    assert later.previous is not None
+    fired = [f for f in later.previous.fired if f.startswith("requirements.changed[")]
+    assert fired == ["requirements.changed[model_changes_per_quarter]"]
+    assert later.recommendation.state == "revisit"
 
 
 def test_model_changes_flip_where_the_record_says(churn: Any) -> None:
@@ -536,3 +554,11 @@ def test_a_trigger_reads_as_the_issue_asks() -> None:
         )
         == "Revisit if the requirement hardware is no longer [nvidia]; today [nvidia, amd]."
     )
+
+
+def test_numbers_in_the_memo_are_plain() -> None:
+    assert significant(15_234_567_890.0) == "15,200,000,000"
+    assert (significant(0.84671), significant(3.0), significant(1_103.7)) == ("0.847", "3", "1,100")
+    # Evidence dictionaries render each number in plain notation (JSON would write 1.2e-05).
+    assert measurement({"vllm": 1.2e-05, "sglang": 11_590.0}) == "{sglang: 11,590, vllm: 0.000012}"
+    assert measurement(["nvidia", "amd"]) == "[nvidia, amd]"

@@ -218,7 +218,7 @@ def flip_sentence(flip: AxisFlip, name: Callable[[str], str]) -> str:
     subject = _axis_subject(flip.axis, name)
     today = _axis_value(flip.unit, flip.today)
     if flip.reason is not None:
-        return f"{_capital(subject)}: {UNKNOWN} — {flip.reason}."
+        return f"Unknown where {subject} would flip the answer: {flip.reason}."
     winner = (
         f"{name(flip.engine)} becomes the answer" if flip.engine else "No engine is recommended"
     )
@@ -234,17 +234,11 @@ def flip_sentence(flip: AxisFlip, name: Callable[[str], str]) -> str:
     if flip.threshold is None:
         low, high = (_axis_value(flip.unit, v) for v in flip.searched)
         edge, moves = (high, "rise") if flip.direction == "up" else (low, "fall")
-        return (
-            f"{_capital(subject)} can {moves} from {today} to {edge} without changing the answer."
-        )
+        return f"No flip: {subject} can {moves} from {today} to {edge} without changing the answer."
     moves = "rises to" if flip.direction == "up" else "falls to"
     return (
         f"{winner} if {subject} {moves} {_axis_value(flip.unit, flip.threshold)} (today {today})."
     )
-
-
-def _capital(text: str) -> str:
-    return text[:1].upper() + text[1:]
 
 
 # A trigger's metric (key, and the engine or requirement in brackets) as the subject of a
@@ -322,10 +316,8 @@ _METRIC_SUBJECTS.update(
             _format_with("model changes a quarter"),
         ),
         "requirements.fixed_sku": (
-            "whether the fleet is one fixed SKU",
-            lambda v: (
-                {True: "yes", False: "no"}.get(v, UNKNOWN) if isinstance(v, bool) else UNKNOWN
-            ),
+            "the fleet",
+            lambda v: ("one fixed SKU" if v else "mixed SKUs") if isinstance(v, bool) else UNKNOWN,
         ),
         "requirements.setting": ("the requirement {engine}", _setting),
     }

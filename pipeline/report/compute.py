@@ -211,6 +211,8 @@ _TRIGGER_ORDER = (
 
 def _trigger_priority(trigger: Any) -> tuple[int, int, str]:
     rank = next((i for i, p in enumerate(_TRIGGER_ORDER) if trigger.id.startswith(p)), 99)
+    if trigger.id.endswith(".beyond_search"):
+        rank = 98  # the edge of a range searched without a flip: least telling
     return (trigger.status != "fired", rank, trigger.id)
 
 
