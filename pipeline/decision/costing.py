@@ -515,14 +515,8 @@ def _payback(
     found = payback(ctx, top)
     assert found is not None  # a switch from ``current`` to ``top``
     if found.status == "unknown":
-        here = price_of(ctx, current)
-        missing = (
-            "engineer_week_usd"
-            if switch is None
-            else "current_monthly_cost"
-            if here.bill is None
-            else "new_monthly_cost"
-        )
+        missing = _payback_missing(switch, price_of(ctx, current), price_of(ctx, top))
+        assert missing is not None  # why the payback is unknown
         reasons.append(Finding("payback_unknown", (current, top), details=(missing,)))
         rule(
             None,

@@ -124,11 +124,36 @@ def _search(
     return None
 
 
-def _factors(direction: str) -> list[float]:
-    low, high = FACTOR_RANGE
-    steps = math.ceil(math.log(high if direction == "up" else 1 / low) / math.log(GRID_STEP))
-    grid = [GRID_STEP**k for k in range(1, steps)] + [high if direction == "up" else 1 / low]
-    return grid if direction == "up" else [1 / g for g in grid]
+def _geometric(start: float, end: float) -> list[float]:
+    """Points from ``start`` (excluded) to ``end`` (included), a factor ``GRID_STEP`` apart."""
+    steps = math.ceil(abs(math.log(end / start)) / math.log(GRID_STEP))
+    factor = GRID_STEP if end > start else 1 / GRID_STEP
+    return [start * factor**k for k in range(1, steps)] + [end]
+
+
+def _axis_flip(
+    axis: str,
+    metric: str,
+    unit: str,
+    direction: str,
+    today: float,
+    at: Callable[[float], Answer],
+    grid: Sequence[float],
+    top: Answer,
+) -> AxisFlip:
+    """The flip of one axis in one direction: ``at`` decides with the input at a value,
+    ``grid`` walks away from ``today``."""
+    found = _search(at, today, grid, top)
+    return AxisFlip(
+        axis=axis,
+        metric=metric,
+        unit=unit,
+        direction=direction,  # type: ignore[arg-type]
+        today=today,
+        threshold=None if found is None else found[0],
+        engine=None if found is None else found[1],
+        searched=sorted([today, grid[-1]]),
+    )
 
 
 def _factor_flips(
@@ -141,26 +166,24 @@ def _factor_flips(
     directions: Sequence[str] = ("up", "down"),
     unknown: str = "",
 ) -> list[AxisFlip]:
-    """Flips of an axis moved by a factor of ``today`` (the metric's value)."""
+    """Flips of an axis moved by a factor of ``today`` (the metric's value); ``at`` takes
+    the factor."""
     if today is None or today <= 0:
         return [_unknown(axis, metric, unit, today, unknown)]
-    out = []
-    for direction in directions:
-        grid = _factors(direction)
-        found = _search(at, 1.0, grid, top)
-        out.append(
-            AxisFlip(
-                axis=axis,
-                metric=metric,
-                unit=unit,
-                direction=direction,  # type: ignore[arg-type]
-                today=today,
-                threshold=None if found is None else today * found[0],
-                engine=None if found is None else found[1],
-                searched=sorted([today, today * grid[-1]]),
-            )
+    low, high = FACTOR_RANGE
+    return [
+        _axis_flip(
+            axis,
+            metric,
+            unit,
+            direction,
+            today,
+            lambda value: at(value / today),
+            _geometric(today, today * (high if direction == "up" else low)),
+            top,
         )
-    return out
+        for direction in directions
+    ]
 
 
 def _unknown(axis: str, metric: str, unit: str, today: Any, reason: str) -> AxisFlip:
@@ -224,31 +247,15 @@ def _changes(ctx: RuleContext, top: Answer) -> list[AxisFlip]:
             moved(ctx, requirements=ctx.requirements.replace(model_changes_per_quarter=n))
         )
 
-    high = max(CHANGES_MAX, today * 10)
-    start = max(today, 0.1)
-    up = [
-        start * GRID_STEP**k
-        for k in range(1, 1 + math.ceil(math.log(high / start) / math.log(GRID_STEP)))
-    ]
-    up = [n for n in up if n < high] + [high]
-    down = [today / GRID_STEP**k for k in range(1, 200) if today / GRID_STEP**k > 0.01] + [0.0]
-    out = []
-    for direction, grid in (("up", up), ("down", down)):
-        if today == 0 and direction == "down":
-            continue  # nothing below none
-        found = _search(at, today, grid, top)
-        out.append(
-            AxisFlip(
-                axis="model_changes",
-                metric=metric,
-                unit=unit,
-                direction=direction,  # type: ignore[arg-type]
-                today=today,
-                threshold=None if found is None else found[0],
-                engine=None if found is None else found[1],
-                searched=sorted([today, grid[-1]]),
-            )
-        )
+    up = (
+        _geometric(today, max(CHANGES_MAX, today * 10))
+        if today
+        else [0.1, *_geometric(0.1, CHANGES_MAX)]
+    )
+    out = [_axis_flip("model_changes", metric, unit, "up", today, at, up, top)]
+    if today > 0:  # nothing below none
+        down = [*_geometric(today, 0.01), 0.0] if today > 0.01 else [0.0]
+        out.append(_axis_flip("model_changes", metric, unit, "down", today, at, down, top))
     return out
 
 
@@ -265,24 +272,11 @@ def _prefix(ctx: RuleContext, top: Answer) -> list[AxisFlip]:
     steps = round(1 / PREFIX_STEP)
     up = [k * PREFIX_STEP for k in range(steps + 1) if k * PREFIX_STEP > today]
     down = [k * PREFIX_STEP for k in range(steps, -1, -1) if k * PREFIX_STEP < today]
-    out = []
-    for direction, grid in (("up", up), ("down", down)):
-        if not grid:
-            continue  # today is at the bound (no sharing, or all of it)
-        found = _search(at, today, grid, top)
-        out.append(
-            AxisFlip(
-                axis="prefix_share",
-                metric=metric,
-                unit=unit,
-                direction=direction,  # type: ignore[arg-type]
-                today=today,
-                threshold=None if found is None else found[0],
-                engine=None if found is None else found[1],
-                searched=[today, 1.0] if direction == "up" else [0.0, today],
-            )
-        )
-    return out
+    return [
+        _axis_flip("prefix_share", metric, unit, direction, today, at, grid, top)
+        for direction, grid in (("up", up), ("down", down))
+        if grid  # none past a bound today sits on (no sharing, or all of it)
+    ]
 
 
 def price_reference(ctx: RuleContext, *engines: Answer) -> str | None:
