@@ -159,6 +159,18 @@ def test_the_margin_sets_the_band_when_the_noise_is_smaller_or_unmeasured() -> N
     assert unmeasured.ranking.noise_note.startswith("repeat-run noise unknown (")
 
 
+def test_with_nothing_priced_the_record_still_says_what_sets_the_band() -> None:
+    outcome = choose(hand_context([]))
+    assert outcome.ranking is not None
+    assert (outcome.ranking.basis, outcome.ranking.gap, outcome.ranking.tie_band) == (
+        None,
+        None,
+        0.1,
+    )
+    assert outcome.ranking.tie_band_set_by == "margin"
+    assert outcome.ranking.noise_note == "no benchmark to measure noise on"
+
+
 # ---- whole-replica rounding keeps out of the comparison --------------------------------
 
 

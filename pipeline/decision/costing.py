@@ -335,8 +335,8 @@ def rank(ctx: RuleContext) -> tuple[Outcome, list[Finding]]:
             Finding("cost_unmeasured", details=(missing,)),
             decision_tree=preference,
         )
+        band = tie_band(ctx, list(engines))
         if runner:
-            band = tie_band(ctx, [top, runner])
             flips[runner] = Flip(
                 Finding("measured_cheaper", (runner, top), {"band": band.band}),
                 f"decision.cost_per_1m_output_usd[{runner}]",
@@ -344,7 +344,8 @@ def rank(ctx: RuleContext) -> tuple[Outcome, list[Finding]]:
                 None,
             )
         top, runner = _payback(ctx, top, runner, reasons, flips)
-        return Outcome(top, runner, "provisional", [], None, {}, flips), reasons
+        ranking = _ranking(ctx, None, {}, None, band)
+        return Outcome(top, runner, "provisional", [], None, {}, flips, ranking), reasons
 
     basis, values = _basis(priced)
     ranked = sorted(values, key=lambda e: (values[e], _tie_key(ctx, e)))
@@ -385,7 +386,7 @@ def rank(ctx: RuleContext) -> tuple[Outcome, list[Finding]]:
         fleet_fraction_gpu_usd={p.engine: p.fleet_fraction_gpu for p in priced},
         monthly_change_usd={p.engine: p.monthly_change for p in priced},
     )
-    noise = noise_note(band.noise_by_engine, band.repeats, ctx.name)
+    ranking = _ranking(ctx, basis, values, gap, band)
     ctx.rule(
         "margin",
         "A difference larger than the tie band",
@@ -399,22 +400,11 @@ def rank(ctx: RuleContext) -> tuple[Outcome, list[Finding]]:
             else Finding("margin_exceeded", figures={"gap": gap or 0.0, "band": band.band}),
             ctx.name,
         )
-        + f" (tie band {band.band:.1%}, set by the {band.set_by}: {noise})",
+        + f" (tie band {band.band:.1%}, set by the {band.set_by}: {ranking.noise_note})",
         margin=band.margin,
         noise=band.noise,
         tie_band=band.band,
         tie_band_set_by=band.set_by,
-    )
-    ranking = Ranking(
-        basis=basis,
-        basis_note=basis_note(basis),
-        values=values,
-        gap=gap,
-        margin=band.margin,
-        noise=band.noise,
-        noise_note=noise,
-        tie_band=band.band,
-        tie_band_set_by=band.set_by,  # type: ignore[arg-type]
     )
     # The decision tree's first choice without a cost leaves the question open.
     favourite = preference[0] if preference else top
@@ -428,6 +418,22 @@ def rank(ctx: RuleContext) -> tuple[Outcome, list[Finding]]:
         runner = favourite if runner is None or runner not in preference[:2] else runner
     top, runner = _payback(ctx, top, runner, reasons, flips)
     return Outcome(top, runner, confidence, [], basis, values, flips, ranking), reasons
+
+
+def _ranking(
+    ctx: RuleContext, basis: str | None, values: dict[str, float], gap: float | None, band: TieBand
+) -> Ranking:
+    return Ranking(
+        basis=basis,
+        basis_note=basis_note(basis),
+        values=values,
+        gap=gap,
+        margin=band.margin,
+        noise=band.noise,
+        noise_note=noise_note(band.noise_by_engine, band.repeats, ctx.name),
+        tie_band=band.band,
+        tie_band_set_by=band.set_by,  # type: ignore[arg-type]
+    )
 
 
 def _favourite_flip(ctx: RuleContext, favourite: str, top: str, basis: str, band: TieBand) -> Flip:

@@ -60,7 +60,7 @@ def rationale_text(record: DecisionRecord) -> str:
         lines += _wrap(f"- {reason}")
     if record.ranking is not None:
         lines += ["", "How the engines were compared"]
-        lines += _wrap(ranking_text(record.ranking, name))
+        lines += _wrap(ranking_text(record.ranking))
     lines += ["", "Candidates"]
     for c in record.candidates:
         lines += _wrap(f"- {c.name} [{c.status}]{_candidate_figures(c)}")
@@ -150,11 +150,12 @@ def record_names(record: DecisionRecord) -> Callable[[str], str]:
     return lambda engine: names.get(engine, engine)
 
 
-def ranking_text(ranking: Ranking, name: Callable[[str], str]) -> str:
-    """How the engines were compared and when a gap is a tie, in two sentences."""
+def ranking_text(ranking: Ranking) -> str:
+    """How the engines were compared and when a gap is a tie, in a few sentences."""
     if ranking.basis is None:
-        return "Nothing was priced, so nothing was compared on cost."
-    text = f"Compared on {BASIS_WORDS[ranking.basis]}: {ranking.basis_note}."
+        text = "Nothing was priced, so nothing was compared on cost."
+    else:
+        text = f"Compared on {BASIS_WORDS[ranking.basis]}: {ranking.basis_note}."
     if ranking.gap is not None:
         text += f" The top two are {share(ranking.gap)} apart."
     band = share(ranking.tie_band)
