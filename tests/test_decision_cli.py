@@ -56,7 +56,7 @@ def test_decide_runs_the_missing_stages_then_prints_the_record(
         "reasons",
         "cost_per_1m_output_usd",
         "monthly_cost_usd",
-        "payback_months",
+        "payback",
     } <= set(candidate)
     assert {"rule", "title", "source", "fired", "evidence", "effect"} == set(record["rationale"][0])
     assert {"id", "metric", "comparator", "threshold", "value", "why", "status"} == set(
@@ -89,11 +89,11 @@ def test_decide_runs_the_missing_stages_then_prints_the_record(
     assert enginefit(["explain", str(first)]) == 0
     text = capsys.readouterr().out
     assert text.startswith("Engine decision for workload mooncake-conversation (as of 2026-11-29)")
-    assert "Previous decision (2026-11-29: sglang), its triggers now" in text
+    assert "The previous decision (2026-11-29: SGLang), its triggers now" in text
     # Each trigger of the first quarter's answer is evaluated again, with both values.
     assert (
-        "engine.status[sglang]: catalog.status[sglang] != active: was active, now active → "
-        "not_fired" in text
+        "- Revisit if SGLang's status in the catalog is no longer active; today active. It was "
+        "active then: did not fire." in " ".join(text.split())  # lines wrap at 96 characters
     )
 
 

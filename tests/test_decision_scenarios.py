@@ -84,10 +84,10 @@ def test_stable_model_on_a_fixed_nvidia_fleet_at_huge_volume_gets_tensorrt_llm(
 
 
 def test_tensorrt_llm_is_not_chosen_when_models_change_monthly(tmp_path: Path) -> None:
-    """Three changes a quarter on TensorRT-LLM's TensorRT backend (a build each): TensorRT-LLM
-    $6,570 + $6,001.50, vLLM $8,760 + $1,500. The flip: TensorRT-LLM wins by the 10 % margin
-    when 6,570 + n/3 × 6,001.5 ≤ 0.9 × (8,760 + n/3 × 1,500), n ≤ 3 × 1,314 ÷ 4,651.5 = 0.847 →
-    "≤ 0.8 per quarter"."""
+    """Three changes a quarter: compared before rounding to whole replicas, TensorRT-LLM
+    20/7 × $2,190 = $6,257.14 + n/3 × $6,001.50, vLLM 20/5 × $2,190 = $8,760 + n/3 × $1,500.
+    The flip: TensorRT-LLM wins past the 10 % band when 8,760 + 500 n ≥ 1.1 × (6,257.14 +
+    2,000.5 n), n ≤ 1,877.14 ÷ 1,700.55 = 1.104 changes a quarter."""
     record = decide_on(
         tmp_path,
         steady_traffic(),
@@ -97,16 +97,18 @@ def test_tensorrt_llm_is_not_chosen_when_models_change_monthly(tmp_path: Path) -
     rec = record.recommendation
     assert (rec.engine, rec.runner_up) == ("vllm", "tensorrt-llm")
     flip = candidate(record, "tensorrt-llm").flip_condition
-    assert flip is not None and flip.startswith(
-        "TensorRT-LLM wins when model changes fall to ≤ 0.8 per quarter (today 3)"
+    assert flip is not None
+    assert (
+        "TensorRT-LLM becomes the answer if the number of model changes a quarter falls to 1.1 "
+        "(today 3)." in flip
     )
-    trigger = next(t for t in record.triggers if t.id == "flip[tensorrt-llm]")
-    assert (trigger.metric, trigger.comparator, trigger.threshold, trigger.value) == (
+    trigger = next(t for t in record.triggers if t.id == "flip.model_changes.down")
+    assert (trigger.metric, trigger.comparator, trigger.value) == (
         "requirements.model_changes_per_quarter",
         "<=",
-        0.8,
         3,
     )
+    assert trigger.threshold == pytest.approx(1_877.14 / 1_700.55, rel=1e-3)
 
 
 def test_prefix_heavy_traffic_with_one_engine_benchmarked(tmp_path: Path) -> None:
@@ -190,7 +192,9 @@ def test_an_incumbent_whose_replacement_does_not_pay_back_within_a_year_stays(
     tmp_path: Path,
 ) -> None:
     """SGLang runs today at 5 req/s (4 replicas, $8,760/month); vLLM at 7 needs 3 ($6,570):
-    saves $2,190 a month. Migrating costs 8 weeks × $6,000 = $48,000: 21.9 months > 12."""
+    saves $2,190 a month. Migrating costs 8 weeks × $6,000 = $48,000, and vLLM's fleet runs
+    beside SGLang's for those 8 weeks plus 2 of revalidation: $6,570 × 10 ÷ (730 ÷ 168) weeks
+    a month = $15,119.78. (48,000 + 15,119.78) ÷ 2,190 = 28.8 months > 12."""
     record = decide_on(
         tmp_path,
         steady_traffic(),
@@ -204,7 +208,10 @@ def test_an_incumbent_whose_replacement_does_not_pay_back_within_a_year_stays(
     )
     rec = record.recommendation
     assert (rec.engine, rec.runner_up) == ("sglang", "vllm")
-    assert candidate(record, "vllm").payback_months == pytest.approx(48_000 / 2_190, rel=1e-5)
+    payback = candidate(record, "vllm").payback
+    assert payback is not None and payback.status == "months"
+    assert payback.parallel_run_usd == pytest.approx(6_570 * 10 / (730 / 168), rel=1e-5)
+    assert payback.months == pytest.approx((48_000 + 6_570 * 10 / (730 / 168)) / 2_190, rel=1e-5)
     assert rule(record, "payback").fired is True
 
 
@@ -345,7 +352,7 @@ def test_the_engine_running_today_stays_while_a_switch_cannot_be_costed(tmp_path
     assert rule(record, "payback").fired is None
     assert candidate(record, "vllm").flip_condition == (
         "vLLM wins once switching is shown to pay back within 12 months (supply a benchmark of "
-        "SGLang with a monthly cost)"
+        "SGLang with a monthly cost)."
     )
 
 

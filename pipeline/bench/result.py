@@ -71,6 +71,10 @@ class CapacityRow(_Row):
     total_throughput_tps: float | None = None
     cost_per_1m_output_usd: float | None = None
     rank_pool: str | None = None
+    # Repeat-run noise at the capacity load: (max − min) ÷ mean of the repeats' costs (null:
+    # not repeated); the decision's tie band is never narrower than it.
+    cost_spread: float | None = None
+    repeats: int | None = None
 
 
 class FindingRow(_Row):

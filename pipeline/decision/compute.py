@@ -20,12 +20,18 @@ not fire, or unknown with what to supply):
 8. ``prefix`` — shared-prefix ratio above ``PREFIX_HEAVY_SHARE``: SGLang or vLLM plus
    cache-aware routing, benchmark both; below ``PREFIX_LIGHT_SHARE``: published SGLang margins
    do not apply.
-9. ``cost`` — among benchmarked viable engines, the lowest monthly total (GPU fleet at the peak
-   rate plus the recurring cost of model changes), else the lowest cost per 1M output tokens.
-10. ``margin`` — a gap under ``requirements.cost_margin`` is a tie, decided on maintenance
-    trajectory and migration cost.
-11. ``payback`` — a switch from the engine running today whose migration does not pay back
-    within ``payback_max_months`` is not recommended.
+9. ``cost`` — among benchmarked viable engines, the lowest monthly total (the GPU fleet the
+   peak needs before rounding to whole replicas, plus the recurring cost of model changes),
+   else the lowest cost per 1M output tokens (:mod:`pipeline.decision.costing`).
+10. ``margin`` — a gap inside the tie band (the larger of ``requirements.cost_margin`` and the
+    benchmarks' repeat-run noise) is a tie, decided on maintenance trajectory and migration
+    cost.
+11. ``payback`` — a switch from the engine running today whose migration (work plus running
+    both engines meanwhile) does not pay back within ``payback_max_months`` is not
+    recommended.
+
+Then every axis the decision rests on gets its flip value (:mod:`pipeline.decision.flips`)
+and a revisit trigger; every requirement gets a trigger that fires when it changes.
 12. ``transferability`` — benchmarks flagged as not transferable lower the confidence.
 13. ``routing`` and 14. ``isolation`` — what prefix-aware routing saves at the fleet and the
     layer that fits the team's platform, and whether tenants must be isolated (carried by the
@@ -34,6 +40,7 @@ not fire, or unknown with what to supply):
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pipeline.capacity.present import transfer_sentence
@@ -56,7 +63,8 @@ from pipeline.decision.costing import (
     Outcome,
     choose,
     deployment_backend,
-    payback_months,
+    payback,
+    payback_measure,
     price_of,
     switch_cost,
 )
@@ -68,12 +76,15 @@ from pipeline.decision.evidence import (
     with_capacity,
     workload_from,
 )
-from pipeline.decision.present import finding_text
+from pipeline.decision.flips import axis_flips
+from pipeline.decision.present import finding_text, flip_sentence
 from pipeline.decision.result import (
     SCHEMA_VERSION,
+    AxisFlip,
     Candidate,
     DecisionRecord,
     IsolationAdvice,
+    Payback,
     Recommendation,
     Routing,
 )
@@ -135,10 +146,18 @@ def measurements(
         m[f"decision.replicas_at_peak[{engine}]"] = bench.replicas_at_peak if bench else None
         m[f"decision.monthly_gpu_usd[{engine}]"] = bench.monthly_gpu_usd if bench else None
         m[f"decision.monthly_total_usd[{engine}]"] = price_of(ctx, engine).monthly_total
-        m[f"decision.payback_months[{engine}]"] = payback_months(ctx, engine)
+        m[f"decision.payback_months[{engine}]"] = payback_measure(payback(ctx, engine))
+        m[f"decision.gpu_hour_usd[{engine}]"] = bench.gpu_hour_usd if bench else None
+        m[f"decision.fleet_fraction_gpu_usd[{engine}]"] = (
+            bench.fractional_monthly_gpu_usd if bench else None
+        )
         m[f"decision.fleet_capacity_rps[{engine}]"] = (
             _product(bench.capacity_rps, bench.replicas_at_peak) if bench else None
         )
+    # Each requirement as canonical JSON (unset: null), so next quarter's configuration is
+    # compared with this one's key by key.
+    for key, value in ctx.requirements.model_dump(mode="json").items():
+        m[f"requirements.setting[{key}]"] = json.dumps(value, sort_keys=True)
     values = outcome.values
     if top is not None and runner is not None and top in values and runner in values:
         # The ranking's own basis, as a share of the cheaper one (order-free: a dearer
@@ -236,7 +255,13 @@ def _crossing(
     return trigger(f"{id}.{direction}", metric, comparator, threshold, m, words)
 
 
-def _triggers(ctx: RuleContext, m: dict[str, Any], top: str | None, outcome: Outcome) -> list[Any]:
+def _triggers(
+    ctx: RuleContext,
+    m: dict[str, Any],
+    top: str | None,
+    outcome: Outcome,
+    flips: list[AxisFlip],
+) -> list[Any]:
     low = CONCURRENCY_LOW_MAX
     high = CONCURRENCY_HIGH_MIN
     w = ctx.workload
@@ -355,16 +380,16 @@ def _triggers(ctx: RuleContext, m: dict[str, Any], top: str | None, outcome: Out
                         f"docs/decision-rules.md#revisit-triggers: traffic grows beyond what {whose} and the fleet cover",
                     )
                 )
-    if "decision.cost_gap_top_two" in m:
+    if "decision.cost_gap_top_two" in m and outcome.ranking is not None:
         out.append(
             _crossing(
                 "cost.margin_top_two",
                 "decision.cost_gap_top_two",
                 m["decision.cost_gap_top_two"],
-                ctx.requirements.cost_margin,
+                outcome.ranking.tie_band,
                 m,
-                "docs/decision-rules.md#tie: the top two are within the cost margin (a tie, decided on other "
-                "grounds)",
+                "docs/decision-rules.md#tie: the top two are within the tie band (a tie, decided "
+                "on other grounds)",
                 at_or_below=True,
                 strict=True,
             )
@@ -381,14 +406,63 @@ def _triggers(ctx: RuleContext, m: dict[str, Any], top: str | None, outcome: Out
                     finding_text(flip.condition, ctx.name),
                 )
             )
+    return out + _flip_triggers(ctx, m, flips) + _requirement_triggers(m)
+
+
+# The natural bounds of an axis: a trigger beyond them could never fire.
+_AXIS_BOUNDS = {
+    "prefix.shared_prefix_ratio": (0.0, 1.0),
+    "requirements.model_changes_per_quarter": (0.0, None),
+}
+
+
+def _flip_triggers(ctx: RuleContext, m: dict[str, Any], flips: list[AxisFlip]) -> list[Any]:
+    """A trigger per flip found (the input reaching its flip value), and where none was
+    found, one at the edge of the range searched (beyond it, nothing was checked)."""
+    out = []
+    for flip in flips:
+        if flip.direction == "change" or (flip.threshold is None and not flip.searched):
+            continue  # hardware: the requirement's own trigger; unknown: nothing to watch
+        up = flip.direction == "up"
+        why = flip_sentence(flip, ctx.name)
+        if flip.threshold is not None:
+            threshold, comparator = flip.threshold, ">=" if up else "<="
+            id: str = flip.direction
+        else:
+            threshold, comparator = (flip.searched[-1], ">") if up else (flip.searched[0], "<")
+            id = f"{flip.direction}.beyond_search"
+            if threshold in _AXIS_BOUNDS.get(flip.metric, ()):
+                continue
+        out.append(
+            trigger(f"flip.{flip.axis}.{id}", flip.metric, comparator, plain(threshold), m, why)
+        )
     return out
 
 
-def decide(
+def _requirement_triggers(m: dict[str, Any]) -> list[Any]:
+    """One trigger per requirement: it fires when next quarter's configuration differs."""
+    prefix = "requirements.setting["
+    return [
+        trigger(
+            f"requirements.changed[{key[len(prefix) : -1]}]",
+            key,
+            "!=",
+            value,
+            m,
+            "a requirement the decision read has changed since (next quarter's configuration "
+            "against this one's)",
+        )
+        for key, value in m.items()
+        if key.startswith(prefix)
+    ]
+
+
+def context(
     inputs: DecisionInputs,
     requirements: Requirements,
     settings: DecisionConfig,
-) -> DecisionRecord:
+) -> RuleContext:
+    """The rules' context before any rule ran: the workload, each engine's evidence."""
     workload = workload_from(
         inputs.shape, inputs.prefix, settings, inputs.peak_window, inputs.missing
     )
@@ -409,7 +483,7 @@ def decide(
         inputs.missing.get("capacity"),
         workload.mean_rate_rps,
     )
-    ctx = RuleContext(
+    return RuleContext(
         inputs=inputs,
         requirements=requirements,
         settings=settings,
@@ -418,6 +492,14 @@ def decide(
         required=required_features(requirements, workload),
         states={engine: EngineState() for engine in inputs.catalog.engines},
     )
+
+
+def decide(
+    inputs: DecisionInputs,
+    requirements: Requirements,
+    settings: DecisionConfig,
+) -> DecisionRecord:
+    ctx = context(inputs, requirements, settings)
     for rule in RULES:
         rule(ctx)
     outcome = choose(ctx)
@@ -426,13 +508,14 @@ def decide(
     _unknown_change_costs(ctx, top, runner, outcome)
     routing = routing_value(ctx, top, runner)
     isolation, advice = isolation_advice(ctx, top, routing)
+    flips = axis_flips(ctx, top, runner)
     m = measurements(ctx, top, runner, outcome)
     answer = tuple(e for e in (top, runner) if e)
     m |= plain(_catalog_age(ctx, _facts_used(ctx, routing), answer))
-    triggers = _triggers(ctx, m, top, outcome)
+    triggers = _triggers(ctx, m, top, outcome, flips)
     previous = evaluate_previous(inputs.previous, m) if inputs.previous else None
     state = "revisit" if previous and previous.fired else "decided"
-    candidates = _candidates(ctx, top, runner, outcome)
+    candidates = _candidates(ctx, top, runner, outcome, flips)
     recommendation = Recommendation(
         engine=top,
         engine_name=ctx.name(top) if top else None,
@@ -466,6 +549,8 @@ def decide(
             "undated_facts_used": m["catalog.undated_facts_used"],
         },
         inputs=dict(sorted(inputs.digests.items())),
+        ranking=outcome.ranking,
+        flips=flips,
     )
 
 
@@ -543,14 +628,13 @@ def _unknown_change_costs(
 
 
 def _candidates(
-    ctx: RuleContext, top: str | None, runner: str | None, outcome: Outcome
+    ctx: RuleContext, top: str | None, runner: str | None, outcome: Outcome, flips: list[AxisFlip]
 ) -> list[Candidate]:
     out = []
     for engine, state in ctx.states.items():
         bench = ctx.benches.get(engine)
         price = price_of(ctx, engine)
         switch = switch_cost(ctx, engine)
-        payback = payback_months(ctx, engine)
         status = (
             "excluded"
             if state.excluded
@@ -584,15 +668,39 @@ def _candidates(
                 monthly_change_cost_usd=plain(price.monthly_change),
                 monthly_total_usd=plain(price.monthly_total),
                 switch_cost_usd=plain(switch),
-                payback_months=plain(payback),
-                flip_condition=finding_text(outcome.flips[engine].condition, ctx.name)
-                if engine in outcome.flips
-                else None,
+                payback=_plain_payback(payback(ctx, engine)),
+                flip_condition=_flip_condition(ctx, engine, outcome, flips),
                 **_workload_figures(bench),
             )
         )
     order = {"recommended": 0, "runner-up": 1, "viable": 2, "excluded": 3}
     return sorted(out, key=lambda c: (order[c.status], c.engine))
+
+
+def _flip_condition(
+    ctx: RuleContext, engine: str, outcome: Outcome, flips: list[AxisFlip]
+) -> str | None:
+    """What would make ``engine`` the answer: the ranking's own condition (an unpriced
+    favourite's cost to reach, a payback to show), then each axis's flip that leads to it."""
+    sentences = (
+        [finding_text(outcome.flips[engine].condition, ctx.name)] if engine in outcome.flips else []
+    )
+    sentences += [
+        flip_sentence(f, ctx.name) for f in flips if f.engine == engine and f.threshold is not None
+    ]
+    return " ".join(s if s.endswith(".") else s + "." for s in sentences) or None
+
+
+def _plain_payback(found: Payback | None) -> Payback | None:
+    """The payback with its figures rounded as the record's numbers are."""
+    if found is None:
+        return None
+    return found.model_copy(
+        update={
+            key: plain(getattr(found, key))
+            for key in ("months", "switch_cost_usd", "parallel_run_usd", "monthly_saving_usd")
+        }
+    )
 
 
 def _workload_figures(bench: EngineBench | None) -> dict[str, Any]:

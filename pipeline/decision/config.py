@@ -122,6 +122,9 @@ class DecisionConfig(Section):
     previous_record: ConfigPath | None
     # A switch whose migration takes longer than this to pay back is not recommended.
     payback_max_months: Positive
+    # Weeks both engines run side by side after the migration work, while the new one is
+    # revalidated; the payback counts the new fleet's bill over migration + these weeks.
+    revalidation_weeks: NonNegative
 
 
 # The rules' fixed thresholds, each explained with its sources in

@@ -1,18 +1,36 @@
-"""Cost at the SLO, the margin, and the payback of switching: which benchmarked engine is
+"""Cost at the SLO, the tie band, and the payback of switching: which benchmarked engine is
 cheapest in total (GPU fleet at the peak rate plus the recurring cost of model changes), when
-a gap is a tie, when a switch does not pay back, and what would flip the answer.
+a gap is a tie, and when a switch does not pay back.
+
+- **What is compared.** The GPU fleet the peak needs *before* rounding up to whole replicas
+  (peak rate ÷ capacity per replica at the SLO, with the headroom and any N+1 spare), priced,
+  plus model changes: for one traffic that is each engine's cost per 1M output tokens at the
+  SLO times one volume, so the ranking keeps the real gap. Whole replicas would turn it into
+  0 % when both engines need one replica and into 100 % at one replica against two. The bill
+  (``monthly_cost_usd``, the payback) stays whole replicas: that is what is paid.
+- **The tie band** is the larger of ``requirements.cost_margin`` and the repeat-run noise of
+  the two benchmarks (the relative range of their cost over repeated runs): a gap a re-run
+  could erase decides nothing.
+- **Payback** of a switch = (the migration's engineer time + the new fleet's bill while both
+  engines run through the migration and ``decision.revalidation_weeks``) ÷ the monthly saving
+  on the bills; ``never`` when it saves nothing a month, ``unknown`` (with the reason) when a
+  cost is missing — never confused.
 
 The ranking works in codes and numbers (:class:`Finding`); :mod:`pipeline.decision.present`
 phrases them, so the wording can change without touching a comparison."""
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from pipeline.bench.cost import HOURS_PER_MONTH
 from pipeline.decision.context import HOURS_PER_WEEK, Finding, RuleContext, current_engine
-from pipeline.decision.present import finding_text
+from pipeline.decision.present import basis_note, finding_text, noise_note
+from pipeline.decision.result import Payback, Ranking
+from pipeline.decision.triggers import NEVER
+
+WEEKS_PER_MONTH = HOURS_PER_MONTH / (24 * 7)
 
 
 def deployment_backend(ctx: RuleContext, engine: str) -> str | None:
@@ -69,21 +87,29 @@ def _monthly_change_cost(ctx: RuleContext, engine: str) -> float | None:
 class Priced:
     engine: str
     cost_per_1m: float | None
-    monthly_gpu: float | None
+    monthly_gpu: float | None  # the bill: whole replicas at the peak rate
     monthly_change: float | None
+    fleet_fraction_gpu: float | None = None  # the fleet before rounding: what is compared
 
     def value(self, basis: str) -> float | None:
         return {
-            "monthly_total_usd": self.monthly_total,
-            "monthly_gpu_usd": self.monthly_gpu,
+            "fleet_fraction_total_usd": _total(self.fleet_fraction_gpu, self.monthly_change),
+            "fleet_fraction_gpu_usd": self.fleet_fraction_gpu,
             "cost_per_1m_output_usd": self.cost_per_1m,
         }[basis]
 
     @property
     def monthly_total(self) -> float | None:
-        if self.monthly_gpu is None or self.monthly_change is None:
-            return None
-        return self.monthly_gpu + self.monthly_change
+        return _total(self.monthly_gpu, self.monthly_change)
+
+    @property
+    def bill(self) -> float | None:
+        """What running the engine costs a month: GPUs and model changes, else GPUs alone."""
+        return self.monthly_total if self.monthly_total is not None else self.monthly_gpu
+
+
+def _total(gpu: float | None, change: float | None) -> float | None:
+    return gpu + change if gpu is not None and change is not None else None
 
 
 def price_of(ctx: RuleContext, engine: str) -> Priced:
@@ -93,31 +119,79 @@ def price_of(ctx: RuleContext, engine: str) -> Priced:
         bench.cost_per_1m_output_usd if bench else None,
         bench.monthly_gpu_usd if bench else None,
         _monthly_change_cost(ctx, engine),
+        bench.fractional_monthly_gpu_usd if bench else None,
     )
 
 
-def payback_months(ctx: RuleContext, engine: str) -> float | None:
-    """Months for switching from the engine running today to ``engine`` to pay for itself
-    (None when nothing runs today, it is that engine, or a cost is unknown; inf when it never
-    saves)."""
+def payback(ctx: RuleContext, engine: str) -> Payback | None:
+    """Whether switching from the engine running today to ``engine`` pays for itself, and when
+    (module docstring); None when there is no switch (nothing runs today, or this engine
+    does)."""
     current = current_engine(ctx)
+    if current is None or current == engine:
+        return None
     switch = switch_cost(ctx, engine)
-    if current is None or current == engine or switch is None:
-        return None
-    here, there = _monthly(price_of(ctx, current)), _monthly(price_of(ctx, engine))
-    if here is None or there is None:
-        return None
-    return switch / (here - there) if here > there else math.inf
+    here, there = price_of(ctx, current), price_of(ctx, engine)
+    weeks = _migration_weeks(ctx, engine) + ctx.settings.revalidation_weeks
+    parallel = (
+        there.monthly_gpu * weeks / WEEKS_PER_MONTH if there.monthly_gpu is not None else None
+    )
+    missing = _payback_missing(switch, here, there)
+    if missing is not None:
+        reason = finding_text(
+            Finding("payback_missing", (current, engine), details=(missing,)), ctx.name
+        )
+        return Payback(
+            status="unknown",
+            reason=reason,
+            switch_cost_usd=switch,
+            parallel_run_usd=parallel,
+            parallel_weeks=weeks,
+        )
+    assert switch is not None and parallel is not None  # _payback_missing said so
+    assert here.bill is not None and there.bill is not None
+    known = {"switch_cost_usd": switch, "parallel_run_usd": parallel, "parallel_weeks": weeks}
+    saving = here.bill - there.bill
+    figures = {**known, "saving": saving, "here": here.bill, "there": there.bill}
+    if saving <= 0:
+        reason = finding_text(Finding("payback_never", (engine, current), figures), ctx.name)
+        return Payback(status="never", reason=reason, monthly_saving_usd=saving, **known)
+    months = (switch + parallel) / saving
+    reason = finding_text(
+        Finding("payback_worked", (engine, current), {**figures, "months": months}), ctx.name
+    )
+    return Payback(
+        status="months", months=months, reason=reason, monthly_saving_usd=saving, **known
+    )
 
 
-def _monthly(price: Priced) -> float | None:
-    return price.monthly_total if price.monthly_total is not None else price.monthly_gpu
+def _payback_missing(switch: float | None, here: Priced, there: Priced) -> str | None:
+    """What a payback needs and lacks: the price of an engineer-week, or a monthly cost of the
+    engine running today (``current_monthly_cost``) or of the new one (``new_monthly_cost``)."""
+    if switch is None:
+        return "engineer_week_usd"
+    if here.bill is None:
+        return "current_monthly_cost"
+    if there.bill is None or there.monthly_gpu is None:
+        return "new_monthly_cost"
+    return None
+
+
+def payback_measure(found: Payback | None) -> float | str | None:
+    """The payback as the record measures it: months, ``never``, or None (unknown, no switch)."""
+    if found is None or found.status == "unknown":
+        return None
+    return NEVER if found.status == "never" else found.months
+
+
+# What the ranking compares, first that every priced engine has (module docstring).
+BASES = ("fleet_fraction_total_usd", "fleet_fraction_gpu_usd")
 
 
 def _basis(priced: list[Priced]) -> tuple[str, dict[str, float]]:
-    """What the ranking compares: monthly totals when every priced engine has one, else
-    monthly GPU cost, else cost per 1M output tokens."""
-    for basis in ("monthly_total_usd", "monthly_gpu_usd"):
+    """Monthly totals on the fleet before rounding when every priced engine has one, else
+    its GPU cost alone, else cost per 1M output tokens."""
+    for basis in BASES:
         values = {p.engine: p.value(basis) for p in priced}
         known = {e: v for e, v in values.items() if v is not None}
         if known and len(known) == len(values):
@@ -125,6 +199,35 @@ def _basis(priced: list[Priced]) -> tuple[str, dict[str, float]]:
     return "cost_per_1m_output_usd", {
         p.engine: p.cost_per_1m for p in priced if p.cost_per_1m is not None
     }
+
+
+@dataclass(frozen=True)
+class TieBand:
+    """When a gap is a tie: the larger of the configured margin and the benchmarks' noise."""
+
+    band: float
+    set_by: str  # "margin" or "noise"
+    margin: float
+    noise: float | None  # the larger repeat-run noise of the engines compared (None: unknown)
+    noise_by_engine: dict[str, float | None] = field(default_factory=dict)
+    repeats: dict[str, int | None] = field(default_factory=dict)
+
+
+def tie_band(ctx: RuleContext, engines: list[str]) -> TieBand:
+    margin = ctx.requirements.cost_margin
+    benches = {e: ctx.benches[e] for e in engines if e in ctx.benches}
+    spreads = {e: b.noise_share for e, b in benches.items()}
+    known = [v for v in spreads.values() if v is not None]
+    noise = max(known) if known else None
+    set_by = "noise" if noise is not None and noise > margin else "margin"
+    return TieBand(
+        noise if set_by == "noise" and noise is not None else margin,
+        set_by,
+        margin,
+        noise,
+        spreads,
+        {e: b.repeats for e, b in benches.items()},
+    )
 
 
 @dataclass(frozen=True)
@@ -147,6 +250,7 @@ class Outcome:
     basis: str | None
     values: dict[str, float]
     flips: dict[str, Flip]
+    ranking: Ranking | None = None
 
 
 def _tie_key(ctx: RuleContext, engine: str) -> tuple[Any, ...]:
@@ -212,16 +316,17 @@ def _cost_rule(
 
 def choose(ctx: RuleContext) -> Outcome:
     """The cost ranking and payback, with its reasons and flips phrased for the record."""
-    outcome, reasons = _rank(ctx)
+    outcome, reasons = rank(ctx)
     outcome.reasons = [finding_text(r, ctx.name) for r in reasons]
     return outcome
 
 
-def _rank(ctx: RuleContext) -> tuple[Outcome, list[Finding]]:
+def rank(ctx: RuleContext) -> tuple[Outcome, list[Finding]]:
+    """The ranking after the rules ran on ``ctx``: the engine, its runner-up, why (as
+    findings) and what would flip it (a what-if re-runs this on moved inputs)."""
     preference = _preference(ctx)
     reasons: list[Finding] = []
     flips: dict[str, Flip] = {}
-    margin = ctx.requirements.cost_margin
     relevant = {e: b for e, b in ctx.benches.items() if not b.mismatches and e in ctx.viable()}
     priced = [
         price_of(ctx, e)
@@ -256,15 +361,17 @@ def _rank(ctx: RuleContext) -> tuple[Outcome, list[Finding]]:
             Finding("cost_unmeasured", details=(missing,)),
             decision_tree=preference,
         )
+        band = tie_band(ctx, list(engines))
         if runner:
             flips[runner] = Flip(
-                Finding("measured_cheaper", (runner, top), {"margin": margin}),
+                Finding("measured_cheaper", (runner, top), {"band": band.band}),
                 f"decision.cost_per_1m_output_usd[{runner}]",
                 "<",
                 None,
             )
         top, runner = _payback(ctx, top, runner, reasons, flips)
-        return Outcome(top, runner, "provisional", [], None, {}, flips), reasons
+        ranking = _ranking(ctx, None, {}, None, band)
+        return Outcome(top, runner, "provisional", [], None, {}, flips, ranking), reasons
 
     basis, values = _basis(priced)
     ranked = sorted(values, key=lambda e: (values[e], _tie_key(ctx, e)))
@@ -272,16 +379,18 @@ def _rank(ctx: RuleContext) -> tuple[Outcome, list[Finding]]:
     runner = ranked[1] if len(ranked) > 1 else None
     confidence = "firm"
     tie: Finding | None = None
+    band = tie_band(ctx, [e for e in (top, runner) if e])
+    gap: float | None = None
     if runner is not None:
-        gap = (values[runner] - values[top]) / values[top] if values[top] else math.inf
-        if gap < margin:
+        gap = (values[runner] - values[top]) / values[top] if values[top] else None
+        if gap is not None and gap < band.band:
             confidence = "tie"
             first, second = sorted((top, runner), key=lambda e: _tie_key(ctx, e))
             tie = Finding(
                 "tie",
                 (top, runner, first, second),
-                {"gap": gap, "margin": margin, **_tie_figures(ctx, first, second)},
-                (basis, *_tie_break(ctx, first, second)),
+                {"gap": gap, "band": band.band, **_tie_figures(ctx, first, second)},
+                (basis, band.set_by, *_tie_break(ctx, first, second)),
             )
             reasons.append(tie)
             top, runner = first, second
@@ -298,20 +407,28 @@ def _rank(ctx: RuleContext) -> tuple[Outcome, list[Finding]]:
         values=values,
         cost_per_1m_output_usd={p.engine: p.cost_per_1m for p in priced},
         monthly_gpu_usd={p.engine: p.monthly_gpu for p in priced},
+        fleet_fraction_gpu_usd={p.engine: p.fleet_fraction_gpu for p in priced},
         monthly_change_usd={p.engine: p.monthly_change for p in priced},
     )
+    ranking = _ranking(ctx, basis, values, gap, band)
     ctx.rule(
         "margin",
-        "A difference larger than the margin",
+        "A difference larger than the tie band",
         "docs/decision-rules.md#tie",
         tie is not None if runner else None,
         finding_text(
             Finding("margin_tie", tie.engines, tie.figures, tie.details)
             if tie
-            else Finding("no_runner_up" if runner is None else "margin_exceeded"),
+            else Finding("no_runner_up")
+            if runner is None
+            else Finding("margin_exceeded", figures={"gap": gap or 0.0, "band": band.band}),
             ctx.name,
-        ),
-        margin=margin,
+        )
+        + f" (tie band {band.band:.1%}, set by the {band.set_by}: {ranking.noise_note})",
+        margin=band.margin,
+        noise=band.noise,
+        tie_band=band.band,
+        tie_band_set_by=band.set_by,
     )
     # The decision tree's first choice without a cost leaves the question open.
     favourite = preference[0] if preference else top
@@ -321,30 +438,55 @@ def _rank(ctx: RuleContext) -> tuple[Outcome, list[Finding]]:
         reasons.append(
             Finding("favourite_unpriced" if measured else "favourite_unbenchmarked", (favourite,))
         )
-        flips[favourite] = _favourite_flip(ctx, favourite, top)
+        flips[favourite] = _favourite_flip(ctx, favourite, top, basis, band)
         runner = favourite if runner is None or runner not in preference[:2] else runner
     top, runner = _payback(ctx, top, runner, reasons, flips)
-    if runner is not None and runner in values and runner not in flips:
-        flips[runner] = _flip(ctx, top, runner, values, basis)
-    return Outcome(top, runner, confidence, [], basis, values, flips), reasons
+    return Outcome(top, runner, confidence, [], basis, values, flips, ranking), reasons
 
 
-def _favourite_flip(ctx: RuleContext, favourite: str, top: str) -> Flip:
-    """The cost per 1M output tokens at which the unbenchmarked favourite would win by the
-    margin. Both sides per token (its fleet cannot be sized without its capacity): cost per 1M
-    plus model-change cost spread over the monthly volume, when both are known."""
-    margin = ctx.requirements.cost_margin
-    keep = 1 - margin
-    top_cost = ctx.benches[top].cost_per_1m_output_usd
-    volume = ctx.workload.output_tokens_per_month
-    change, top_change = _monthly_change_cost(ctx, favourite), _monthly_change_cost(ctx, top)
+def _ranking(
+    ctx: RuleContext, basis: str | None, values: dict[str, float], gap: float | None, band: TieBand
+) -> Ranking:
+    return Ranking(
+        basis=basis,
+        basis_note=basis_note(basis),
+        values=values,
+        gap=gap,
+        margin=band.margin,
+        noise=band.noise,
+        noise_note=noise_note(band.noise_by_engine, band.repeats, ctx.name),
+        tie_band=band.band,
+        tie_band_set_by=band.set_by,  # type: ignore[arg-type]
+    )
+
+
+def _favourite_flip(ctx: RuleContext, favourite: str, top: str, basis: str, band: TieBand) -> Flip:
+    """The cost per 1M output tokens at which the unbenchmarked favourite would win past the
+    tie band. Its fleet cannot be sized without its capacity, so it is taken to serve the
+    same output as the top engine's fleet: cost per 1M × that volume, plus model changes,
+    against the top engine's compared figure."""
+    keep = 1 / (1 + band.band)
+    top_bench = ctx.benches[top]
+    top_cost = top_bench.cost_per_1m_output_usd
     metric = f"decision.cost_per_1m_output_usd[{favourite}]"
     engines = (favourite, top)
+    whose = (top_bench.cost_basis,)
     if top_cost is None:
-        return Flip(Finding("cost_below_rival", engines, {"margin": margin}), metric, "<", None)
+        return Flip(
+            Finding("cost_below_rival", engines, {"band": band.band}, whose), metric, "<", None
+        )
+    top_price = price_of(ctx, top)
+    fleet = top_price.fleet_fraction_gpu
+    # Output tokens (millions) a month the compared figure prices: the fleet's, else the mean rate's.
+    volume = (
+        fleet / top_cost
+        if basis != "cost_per_1m_output_usd" and fleet
+        else (ctx.workload.output_tokens_per_month or 0) / 1e6
+    )
+    change, top_change = _monthly_change_cost(ctx, favourite), _monthly_change_cost(ctx, top)
     if volume and change is not None and top_change is not None and change != top_change:
-        # c_f + change_f/V ≤ keep × (c_t + change_t/V), per 1M output tokens.
-        threshold = keep * top_cost + (keep * top_change - change) * 1e6 / volume
+        # c_f × volume + change_f ≤ keep × (c_t × volume + change_t), solved for c_f.
+        threshold = keep * top_cost + (keep * top_change - change) / volume
         changes = {"change": change, "rival_change": top_change}
         if threshold <= 0:
             return Flip(
@@ -353,83 +495,13 @@ def _favourite_flip(ctx: RuleContext, favourite: str, top: str) -> Flip:
                 "<",
                 ctx.requirements.model_changes_per_quarter,
             )
-        figures = {"threshold": threshold, "margin": margin, "rival_cost": top_cost, **changes}
-        return Flip(Finding("cost_below_per_token", engines, figures), metric, "<", threshold)
+        figures = {"threshold": threshold, "band": band.band, "rival_cost": top_cost, **changes}
+        return Flip(
+            Finding("cost_below_per_token", engines, figures, whose), metric, "<", threshold
+        )
     below = top_cost * keep
-    figures = {"margin": margin, "rival_cost": top_cost, "threshold": below}
-    return Flip(Finding("cost_below_margin", engines, figures), metric, "<", below)
-
-
-# The ranking's figures as the record measures them: the workload's own where the capacity
-# stage knows them, else the benchmark's (``decision.cost_basis[engine]`` says which).
-BASIS_METRICS = {
-    "monthly_total_usd": "decision.monthly_total_usd",
-    "monthly_gpu_usd": "decision.monthly_gpu_usd",
-    "cost_per_1m_output_usd": "decision.cost_per_1m_output_usd",
-}
-
-
-def _flip(ctx: RuleContext, top: str, runner: str, values: dict[str, float], basis: str) -> Flip:
-    """The condition under which the runner-up would win by more than the margin, computed
-    from the numbers: fewer model changes when it loses only on change cost, else a lower
-    measured cost."""
-    margin = ctx.requirements.cost_margin
-    keep = 1 - margin
-    top_price, run_price = price_of(ctx, top), price_of(ctx, runner)
-    per_quarter = ctx.requirements.model_changes_per_quarter
-    top_change, run_change = _change_cost_per_change(ctx, top), _change_cost_per_change(ctx, runner)
-    if (
-        top_price.monthly_gpu is not None
-        and run_price.monthly_gpu is not None
-        and top_change is not None
-        and run_change is not None
-        and per_quarter is not None
-    ):
-        # run_gpu + n/3 × run_change ≤ keep × (top_gpu + n/3 × top_change), solved for n.
-        slack = keep * top_price.monthly_gpu - run_price.monthly_gpu
-        extra = run_change - keep * top_change
-        if slack > 0 and extra > 0:
-            n = math.floor(3 * slack / extra * 10) / 10
-            figures = {"changes": n, "changes_today": per_quarter}
-            figures |= _volume_flip(ctx, top_price, run_price, keep)
-            return Flip(
-                Finding("fewer_changes", (runner, top), figures),
-                "requirements.model_changes_per_quarter",
-                "<=",
-                n,
-            )
-    threshold = values[top] * keep
-    figures = {
-        "threshold": threshold,
-        "margin": margin,
-        "rival_value": values[top],
-        "value": values[runner],
-    }
-    return Flip(
-        Finding("basis_below", (runner, top), figures, (basis,)),
-        f"{BASIS_METRICS[basis]}[{runner}]",
-        "<",
-        threshold,
-    )
-
-
-def _volume_flip(ctx: RuleContext, top: Priced, runner: Priced, keep: float) -> dict[str, float]:
-    """The monthly output-token volume above which a cheaper per-token runner-up's GPU saving
-    outweighs its higher change cost (fleet granularity aside), and today's; empty when none."""
-    volume = ctx.workload.output_tokens_per_month
-    if (
-        volume is None
-        or top.cost_per_1m is None
-        or runner.cost_per_1m is None
-        or top.monthly_change is None
-        or runner.monthly_change is None
-    ):
-        return {}
-    per_token_gain = (keep * top.cost_per_1m - runner.cost_per_1m) / 1e6
-    extra = runner.monthly_change - keep * top.monthly_change
-    if per_token_gain <= 0 or extra <= 0:
-        return {}
-    return {"volume": extra / per_token_gain, "volume_today": volume}
+    figures = {"band": band.band, "rival_cost": top_cost, "threshold": below}
+    return Flip(Finding("cost_below_margin", engines, figures, whose), metric, "<", below)
 
 
 def _payback(
@@ -470,16 +542,17 @@ def _payback(
             switch_cost_usd=switch,
         )
         return top, runner
-    top_month = _monthly(price_of(ctx, top))
-    current_month = _monthly(price_of(ctx, current))
-    if switch is None or top_month is None or current_month is None:
-        # What to supply: the price of a week, else a monthly cost of the engine running today.
-        missing = "engineer_week_usd" if switch is None else "current_monthly_cost"
+    found = payback(ctx, top)
+    assert found is not None  # a switch from ``current`` to ``top``
+    if found.status == "unknown":
+        missing = _payback_missing(switch, price_of(ctx, current), price_of(ctx, top))
+        assert missing is not None  # why the payback is unknown
         reasons.append(Finding("payback_unknown", (current, top), details=(missing,)))
         rule(
             None,
             Finding("payback_unknown_rule", (current, top), details=(missing,)),
             switch_cost_usd=switch,
+            payback=found.reason,
         )
         flips[top] = Flip(
             Finding("payback_shown", (top, current), {"limit": limit}, (missing,)),
@@ -488,24 +561,37 @@ def _payback(
             limit,
         )
         return current, top
-    saving = current_month - top_month
-    months = switch / saving if saving > 0 else math.inf
-    figures = {"saving": saving, "switch": switch, "months": months, "limit": limit}
+    assert found.switch_cost_usd is not None and found.parallel_run_usd is not None
+    assert found.monthly_saving_usd is not None
+    cost = found.switch_cost_usd + found.parallel_run_usd
+    figures = {
+        "saving": found.monthly_saving_usd,
+        "switch": found.switch_cost_usd,
+        "parallel": found.parallel_run_usd,
+        "weeks": found.parallel_weeks or 0.0,
+        "limit": limit,
+    }
     evidence = {
-        "switch_cost_usd": switch,
-        "monthly_saving_usd": saving,
-        "payback_months": months,
+        "switch_cost_usd": found.switch_cost_usd,
+        "parallel_run_usd": found.parallel_run_usd,
+        "parallel_weeks": found.parallel_weeks,
+        "monthly_saving_usd": found.monthly_saving_usd,
+        "payback": found.months if found.status == "months" else "never",
         "limit_months": limit,
     }
-    if months > limit:
-        rule(True, Finding("payback_too_long_rule", (top, current), figures), **evidence)
-        reasons.append(Finding("payback_too_long", (top, current), figures))
+    if found.status == "never" or (found.months is not None and found.months > limit):
+        code = "never" if found.status == "never" else "too_long"
+        if found.months is not None:
+            figures["months"] = found.months
+        rule(True, Finding(f"payback_{code}_rule", (top, current), figures), **evidence)
+        reasons.append(Finding(f"payback_{code}_stays", (top, current), figures))
         flips[top] = Flip(
-            Finding("saving_needed", (top,), {"needed": switch / limit, **figures}),
+            Finding("saving_needed", (top,), {"needed": cost / limit, **figures}),
             f"decision.payback_months[{top}]",
             "<=",
             limit,
         )
         return current, top
-    rule(False, Finding("pays_back", (top,), figures), **evidence)
+    assert found.months is not None
+    rule(False, Finding("pays_back", (top,), {**figures, "months": found.months}), **evidence)
     return top, runner

@@ -203,6 +203,61 @@ class EngineBench:
     benchmark_cost_per_1m_output_usd: float | None = None
     benchmark_monthly_gpu_usd: float | None = None
     benchmark_replicas_at_peak: int | None = None
+    # How the fleet is sized: the peak rate it serves, the headroom kept on each replica and
+    # an N+1 spare (the capacity stage's settings for the workload's figures; the bench
+    # stage's plain ⌈rate ÷ capacity⌉ for the benchmark's).
+    sizing_rate_rps: float | None = None
+    headroom: float = 1.0
+    n_plus_one: bool = False
+    # The benchmark's repeat-run noise: relative range of its cost over repeated runs at the
+    # capacity load (None: not repeated), and how many runs.
+    noise_share: float | None = None
+    repeats: int | None = None
+
+    @property
+    def fractional_replicas(self) -> float | None:
+        """The fleet before rounding up to whole replicas (the spare stays whole)."""
+        if self.sizing_rate_rps is None or not self.capacity_rps:
+            return None
+        return self.sizing_rate_rps / (self.capacity_rps * self.headroom) + self.n_plus_one
+
+    @property
+    def fractional_monthly_gpu_usd(self) -> float | None:
+        """What the fleet costs a month at :attr:`fractional_replicas`: the ranking compares
+        engines on it, so whole-replica rounding neither hides a real gap (both need one
+        replica) nor inflates one (one replica against two); the bill stays whole replicas."""
+        replicas, per_replica = self.fractional_replicas, self._replica_monthly_usd
+        return replicas * per_replica if replicas is not None and per_replica is not None else None
+
+    @property
+    def _replica_monthly_usd(self) -> float | None:
+        if self.monthly_gpu_usd is None or not self.replicas_at_peak:
+            return None
+        return self.monthly_gpu_usd / self.replicas_at_peak
+
+    def rescaled(self, *, rate: float = 1.0, cost: float = 1.0, price: float = 1.0) -> EngineBench:
+        """This evidence with the traffic × ``rate``, the engine's cost per token × ``cost``
+        (its capacity ÷ ``cost``) and the GPU price × ``price``: the fleet re-sized in whole
+        replicas as the stage sizes it. What the what-if of a flip condition re-decides on."""
+        capacity = self.capacity_rps / cost if self.capacity_rps is not None else None
+        rate_rps = self.sizing_rate_rps * rate if self.sizing_rate_rps is not None else None
+        replicas = self.replicas_at_peak
+        if capacity and rate_rps is not None:
+            replicas = max(math.ceil(rate_rps / (capacity * self.headroom) - 1e-9), 1)
+            replicas += self.n_plus_one
+        per_replica = self._replica_monthly_usd
+        per_1m = self.cost_per_1m_output_usd
+        return replace(
+            self,
+            capacity_rps=capacity,
+            sizing_rate_rps=rate_rps,
+            replicas_at_peak=replicas,
+            gpu_hour_usd=self.gpu_hour_usd * price if self.gpu_hour_usd is not None else None,
+            monthly_gpu_usd=per_replica * price * replicas
+            if per_replica is not None and replicas is not None
+            else None,
+            cost_per_1m_output_usd=per_1m * cost * price if per_1m is not None else None,
+        )
 
     @property
     def workload_cost(self) -> WorkloadCost | None:
@@ -318,6 +373,9 @@ def engine_benches(
             monthly_gpu_usd=_fleet(bench.fleet, row, peak=True),
             monthly_gpu_usd_mean_rate=_fleet(bench.fleet, row, peak=False),
             replicas_at_peak=_fleet_replicas(bench.fleet, row),
+            sizing_rate_rps=_fleet_rate(bench.fleet, row),
+            noise_share=row.cost_spread,
+            repeats=row.repeats,
             flags=flags,
             run_date=run_date,
             ttft_per_prompt_token_ms=_fit(fits, row.candidate),
@@ -404,6 +462,10 @@ def with_capacity(
             monthly_gpu_usd_mean_rate=_monthly_at(cost, found.workload_capacity_rps, mean_rate_rps),
             replicas_at_peak=cost.replicas,
             gpu_hour_usd=cost.gpu_hour_usd,
+            # peak utilisation = peak rate ÷ (replicas × capacity): the rate the fleet serves
+            sizing_rate_rps=cost.peak_utilisation * cost.replicas * found.workload_capacity_rps,
+            headroom=cost.headroom,
+            n_plus_one=cost.n_plus_one,
         )
     return out
 
@@ -478,6 +540,12 @@ def _fleet(fleet: pl.DataFrame, row: CapacityRow, peak: bool) -> float | None:
 def _fleet_replicas(fleet: pl.DataFrame, row: CapacityRow) -> int | None:
     rows = _fleet_rows(fleet, row, peak=True).get_column("replicas").drop_nulls()
     return int(rows.max()) if rows.len() else None  # type: ignore[arg-type]
+
+
+def _fleet_rate(fleet: pl.DataFrame, row: CapacityRow) -> float | None:
+    """The peak rate the bench stage's fleet is sized for (the largest peak window's)."""
+    rows = _fleet_rows(fleet, row, peak=True).get_column("rate_rps").drop_nulls()
+    return float(rows.max()) if rows.len() else None  # type: ignore[arg-type]
 
 
 def _flags(findings: pl.DataFrame, candidate: str) -> tuple[str, ...]:

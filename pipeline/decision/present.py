@@ -4,15 +4,33 @@ the cost ranking's findings become (:func:`finding_text`)."""
 
 from __future__ import annotations
 
+import json
 import textwrap
 from collections.abc import Callable, Mapping
 
 import polars as pl
 
 from pipeline.decision.context import Finding
-from pipeline.decision.result import Candidate, DecisionRecord
+from pipeline.decision.result import (
+    AxisFlip,
+    Candidate,
+    DecisionRecord,
+    Payback,
+    Ranking,
+    Trigger,
+)
 from pipeline.present.tables import markdown_table
-from pipeline.present.text import UNKNOWN, measurement, money, months, number, usd
+from pipeline.present.text import (
+    NOTHING,
+    UNKNOWN,
+    measurement,
+    money,
+    months,
+    number,
+    share,
+    significant,
+    usd,
+)
 
 WIDTH = 96
 # A rule's ``fired``: it applied, it did not, or an input it needs is unknown.
@@ -26,9 +44,12 @@ def _wrap(text: str, indent: str = "") -> list[str]:
 
 
 def rationale_text(record: DecisionRecord) -> str:
-    """The whole record as prose: the answer, why, every candidate, the rules in order with
-    their evidence, what routing buys, and the triggers that would reopen it."""
+    """The record as a memo a VP reads top to bottom: the answer and how sure it is, how the
+    engines were compared, each candidate with its cost and payback, what would change the
+    answer and when to revisit it (sentences, plain numbers), then routing, isolation, the
+    rules with their evidence, and the inputs' digests."""
     rec = record.recommendation
+    name = record_names(record)
     lines = [
         f"Engine decision for workload {record.workload} (as of {record.as_of or UNKNOWN})",
         "",
@@ -37,6 +58,9 @@ def rationale_text(record: DecisionRecord) -> str:
     lines.append(f"Confidence: {rec.confidence}; state: {rec.state}.")
     for reason in rec.confidence_reasons:
         lines += _wrap(f"- {reason}")
+    if record.ranking is not None:
+        lines += ["", "How the engines were compared"]
+        lines += _wrap(ranking_text(record.ranking))
     lines += ["", "Candidates"]
     for c in record.candidates:
         lines += _wrap(f"- {c.name} [{c.status}]{_candidate_figures(c)}")
@@ -44,16 +68,37 @@ def rationale_text(record: DecisionRecord) -> str:
             lines += _wrap(detail, "    ")
         for reason in c.reasons:
             lines += _wrap(reason, "    ")
+        if c.payback is not None and c.status != "excluded":
+            lines += _wrap(f"payback of switching to it: {payback_text(c.payback)}", "    ")
         if c.flip_condition:
-            lines += _wrap(f"flips the answer: {c.flip_condition}", "    ")
-    lines += ["", "Rules, in the order they were applied"]
-    for i, rule in enumerate(record.rationale, 1):
-        lines += _wrap(
-            f"{i}. {rule.title} ({rule.rule}): {RULE_OUTCOME_WORDS[rule.fired]}. {rule.effect}"
-        )
-        lines += _wrap(f"source: {rule.source}", "    ")
-        for key, value in rule.evidence.items():
-            lines += _wrap(f"{key} = {measurement(value)}", "    ")
+            lines += _wrap(f"becomes the answer: {c.flip_condition}", "    ")
+    if record.flips:
+        lines += ["", "What would change the answer (each input moved alone, the decision re-run)"]
+        for flip in record.flips:
+            lines += _wrap(f"- {flip_sentence(flip, name)}")
+    lines += ["", "Revisit the decision when"]
+    settings = [t for t in record.triggers if t.metric.startswith(REQUIREMENT_METRIC)]
+    for t in record.triggers:
+        if t not in settings:
+            sentence = trigger_sentence(t.metric, t.comparator, t.threshold, t.value, name)
+            lines += _wrap(f"- {sentence} ({STATUS_WORDS[t.status]}) Why: {t.why}")
+    if settings:
+        lines += _wrap(f"- {requirements_sentence(settings)}")
+    if record.previous is not None:
+        prev = record.previous
+        lines += [
+            "",
+            f"The previous decision ({prev.as_of or 'undated'}: {name(prev.engine or '')}), "
+            "its triggers now",
+        ]
+        for check in prev.triggers:
+            sentence = trigger_sentence(
+                check.metric, check.comparator, check.threshold, check.value, name
+            )
+            lines += _wrap(
+                f"- {sentence} It was {_metric_value(check.metric, check.previous_value)} then: "
+                f"{PREVIOUS_STATUS_WORDS[check.status]}."
+            )
     routing = record.routing
     lines += ["", "Prefix-aware routing"]
     lines += _wrap(routing.reason or "not evaluated")
@@ -69,27 +114,247 @@ def rationale_text(record: DecisionRecord) -> str:
         lines += _wrap(f"method: {routing.method}")
     lines += ["", "Tenant isolation"]
     lines += _wrap(record.isolation.reason)
-    lines += ["", "Revisit triggers (reopen the decision when one fires)"]
-    for t in record.triggers:
+    lines += ["", "Appendix: the rules, in the order they were applied"]
+    for i, rule in enumerate(record.rationale, 1):
         lines += _wrap(
-            f"- {t.id}: {t.metric} {t.comparator} {measurement(t.threshold)} (today {measurement(t.value)}; "
-            f"{t.status}). {t.why}"
+            f"{i}. {rule.title} ({rule.rule}): {RULE_OUTCOME_WORDS[rule.fired]}. {rule.effect}"
         )
-    if record.previous is not None:
-        prev = record.previous
-        lines += [
-            "",
-            f"Previous decision ({prev.as_of or 'undated'}: {prev.engine}), its triggers now",
-        ]
-        for check in prev.triggers:
-            lines += _wrap(
-                f"- {check.id}: {check.metric} {check.comparator} {measurement(check.threshold)}: was "
-                f"{measurement(check.previous_value)}, now {measurement(check.value)} → {check.status}"
-            )
+        lines += _wrap(f"source: {rule.source}", "    ")
+        for key, value in rule.evidence.items():
+            lines += _wrap(f"{key} = {measurement(value)}", "    ")
     lines += ["", "Inputs (sha256)"]
     lines += [f"- {name}: {digest}" for name, digest in record.inputs.items()]
     lines.append(f"- catalog {record.catalog['source']}: {record.catalog['sha256']}")
     return "\n".join(lines) + "\n"
+
+
+STATUS_WORDS = {"fired": "fired now.", "not_fired": "not fired today.", "unknown": "unknown today."}
+PREVIOUS_STATUS_WORDS = {"fired": "fired", "not_fired": "did not fire", "unknown": UNKNOWN}
+
+
+# The measurement of each requirement (pipeline.decision.compute): one trigger each.
+REQUIREMENT_METRIC = "requirements.setting["
+
+
+def requirements_sentence(triggers: list[Trigger]) -> str:
+    """The requirement triggers in one sentence: revisit when any requirement changes."""
+    fired = [t.metric[len(REQUIREMENT_METRIC) : -1] for t in triggers if t.status == "fired"]
+    today = "; ".join(
+        f"{t.metric[len(REQUIREMENT_METRIC) : -1]} {_setting(t.threshold)}" for t in triggers
+    )
+    status = f"changed now: {', '.join(fired)}." if fired else "none has changed today."
+    return f"Revisit if any requirement changes from what this decision read ({today}); {status}"
+
+
+def record_names(record: DecisionRecord) -> Callable[[str], str]:
+    """Engine key → its name, from the record's candidates (every catalog engine is one)."""
+    names = {c.engine: c.name for c in record.candidates}
+    return lambda engine: names.get(engine, engine)
+
+
+def ranking_text(ranking: Ranking) -> str:
+    """How the engines were compared and when a gap is a tie, in a few sentences."""
+    if ranking.basis is None:
+        text = "Nothing was priced, so nothing was compared on cost."
+    else:
+        text = f"Compared on {BASIS_WORDS[ranking.basis]}: {ranking.basis_note}."
+    if ranking.gap is not None:
+        text += f" The top two are {share(ranking.gap)} apart."
+    band = share(ranking.tie_band)
+    if ranking.tie_band_set_by == "noise":
+        text += (
+            f" A gap under {band} is a tie: the benchmarks' measured repeat-run noise sets the "
+            f"band, wider than the {share(ranking.margin, 0)} margin ({ranking.noise_note})."
+        )
+    else:
+        text += (
+            f" A gap under {band} is a tie: the configured margin sets the band "
+            f"({ranking.noise_note})."
+        )
+    return text
+
+
+def payback_text(payback: Payback) -> str:
+    """A payback in words: the months with how they were worked, never, or unknown and why."""
+    if payback.status == "months":
+        return f"{months(payback.months)}: {payback.reason}"
+    return payback.reason if payback.status == "never" else f"{UNKNOWN} — {payback.reason}"
+
+
+def payback_cell(payback: Payback | None) -> str:
+    """A payback in a table cell: months, ``never``, ``unknown``, or ``—`` (no switch)."""
+    if payback is None:
+        return NOTHING
+    return {"months": months(payback.months), "never": "never"}.get(payback.status, UNKNOWN)
+
+
+# What each axis's flip moves, its subject in a sentence and how its values read.
+def _axis_subject(axis: str, name: Callable[[str], str]) -> str:
+    if axis.startswith("cost["):
+        return f"{name(axis[5:-1])}'s cost per 1M output tokens"
+    return {
+        "volume": "monthly output volume",
+        "model_changes": "the number of model changes a quarter",
+        "prefix_share": "the shared-prefix share",
+        "gpu_price": "the GPU price (every engine's alike)",
+        "hardware": "the hardware",
+    }[axis]
+
+
+def _axis_value(unit: str, value: object) -> str:
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value) or "none"
+    if not isinstance(value, int | float):
+        return UNKNOWN
+    return {
+        "output tokens a month": f"{significant(value)} output tokens",
+        "model changes a quarter": significant(value),
+        "shared-prefix share": share(value),
+        "$ per GPU-hour": f"{money(value, 2)} per GPU-hour",
+        "$ per 1M output tokens": usd(value),
+    }.get(unit, significant(value))
+
+
+def flip_sentence(flip: AxisFlip, name: Callable[[str], str]) -> str:
+    """One axis's flip as a sentence: which engine becomes the answer at which value (today's
+    beside it), no flip within the range searched, or unknown and why."""
+    subject = _axis_subject(flip.axis, name)
+    today = _axis_value(flip.unit, flip.today)
+    if flip.reason is not None:
+        return f"Unknown where {subject} would flip the answer: {flip.reason}."
+    winner = (
+        f"{name(flip.engine)} becomes the answer" if flip.engine else "No engine is recommended"
+    )
+    if flip.direction == "change":
+        if flip.threshold is None:
+            tried = "; ".join(_axis_value(flip.unit, h) for h in flip.searched)
+            return (
+                f"No change of one hardware target changes the answer (today {today}; tried "
+                f"{tried})."
+            )
+        becomes = _axis_value(flip.unit, flip.threshold)
+        return f"{winner} if the hardware becomes {becomes} (today {today})."
+    if flip.threshold is None:
+        low, high = (_axis_value(flip.unit, v) for v in flip.searched)
+        edge, moves = (high, "rise") if flip.direction == "up" else (low, "fall")
+        return f"No flip: {subject} can {moves} from {today} to {edge} without changing the answer."
+    moves = "rises to" if flip.direction == "up" else "falls to"
+    return (
+        f"{winner} if {subject} {moves} {_axis_value(flip.unit, flip.threshold)} (today {today})."
+    )
+
+
+# A trigger's metric (key, and the engine or requirement in brackets) as the subject of a
+# sentence, and how its values read.
+_METRIC_SUBJECTS: dict[str, tuple[str, Callable[[object], str]]] = {}
+
+
+def _format_with(unit: str) -> Callable[[object], str]:
+    return lambda value: _axis_value(unit, value)
+
+
+def _plain(value: object) -> str:
+    return measurement(value)
+
+
+def _days(value: object) -> str:
+    return f"{measurement(value)} days" if isinstance(value, int | float) else UNKNOWN
+
+
+def _months_value(value: object) -> str:
+    if value == "never":
+        return "never"
+    return months(value) if isinstance(value, int | float) else UNKNOWN
+
+
+def _setting(value: object) -> str:
+    """A requirement as the record measures it (canonical JSON) in words; null: unset."""
+    if not isinstance(value, str):
+        return UNKNOWN
+    decoded = json.loads(value)
+    if isinstance(decoded, bool):
+        return "yes" if decoded else "no"
+    return "unset" if decoded is None else measurement(decoded)
+
+
+_METRIC_SUBJECTS.update(
+    {
+        "shape.concurrency.peak": ("peak concurrency", _plain),
+        "shape.arrivals.peak_rate_rps": (
+            "the peak arrival rate",
+            lambda v: f"{measurement(v)} req/s" if isinstance(v, int | float) else UNKNOWN,
+        ),
+        "shape.output_tokens_per_month": (
+            "monthly output volume",
+            _format_with("output tokens a month"),
+        ),
+        "prefix.shared_prefix_ratio": (
+            "the shared-prefix share",
+            _format_with("shared-prefix share"),
+        ),
+        "catalog.age_days": ("the engine catalog's age", _days),
+        "bench.age_days": ("{engine}'s benchmark's age", _days),
+        "catalog.status": ("{engine}'s status in the catalog", _plain),
+        "catalog.missing_features": ("the number of required features {engine} lacks", _plain),
+        "decision.cost_per_1m_output_usd": (
+            "{engine}'s cost per 1M output tokens",
+            _format_with("$ per 1M output tokens"),
+        ),
+        "bench.cost_per_1m_output_usd": (
+            "{engine}'s benchmark cost per 1M output tokens",
+            _format_with("$ per 1M output tokens"),
+        ),
+        "decision.monthly_total_usd": (
+            "{engine}'s monthly total",
+            lambda v: money(v) if isinstance(v, int | float) else UNKNOWN,
+        ),
+        "decision.payback_months": ("the payback of switching to {engine}", _months_value),
+        "decision.gpu_hour_usd": ("{engine}'s GPU price", _format_with("$ per GPU-hour")),
+        "decision.cost_gap_top_two": (
+            "the cost gap between the top two",
+            lambda v: share(v) if isinstance(v, int | float) else UNKNOWN,
+        ),
+        "requirements.model_changes_per_quarter": (
+            "the number of model changes a quarter",
+            _format_with("model changes a quarter"),
+        ),
+        "requirements.fixed_sku": (
+            "the fleet",
+            lambda v: ("one fixed SKU" if v else "mixed SKUs") if isinstance(v, bool) else UNKNOWN,
+        ),
+        "requirements.setting": ("the requirement {engine}", _setting),
+    }
+)
+_VERBS = {
+    ">": "rises above {}",
+    ">=": "reaches {} or more",
+    "<": "falls below {}",
+    "<=": "falls to {} or less",
+    "==": "becomes {}",
+    "!=": "is no longer {}",
+}
+
+
+def _metric_subject(metric: str, name: Callable[[str], str]) -> tuple[str, Callable[[object], str]]:
+    key, _, arg = metric.partition("[")
+    subject, fmt = _METRIC_SUBJECTS.get(key, (key, _plain))
+    arg = arg.rstrip("]")
+    engine = arg if key == "requirements.setting" else name(arg)
+    return subject.format(engine=engine), fmt
+
+
+def _metric_value(metric: str, value: object) -> str:
+    return _metric_subject(metric, str)[1](value)
+
+
+def trigger_sentence(
+    metric: str, comparator: str, threshold: object, value: object, name: Callable[[str], str]
+) -> str:
+    """A revisit trigger as a sentence: "Revisit if SGLang's cost per 1M output tokens falls
+    below $0.1305; today $0.1500." (never the metric's key and comparator)."""
+    subject, fmt = _metric_subject(metric, name)
+    condition = _VERBS[comparator].format(fmt(threshold))
+    return f"Revisit if {subject} {condition}; today {fmt(value)}."
 
 
 def _candidate_figures(c: Candidate) -> str:
@@ -199,7 +464,7 @@ def candidates_table(record: DecisionRecord) -> str:
                 "$/month (GPUs + changes)": c.monthly_total_usd
                 if c.monthly_total_usd is not None
                 else c.monthly_cost_usd,
-                "payback (months)": c.payback_months,
+                "payback": payback_cell(c.payback),
                 "why": "; ".join(c.reasons[:2]),
             }
             for c in record.candidates
@@ -213,7 +478,7 @@ def candidates_table(record: DecisionRecord) -> str:
             "req/s per replica": pl.Float64,
             "replicas": pl.Int64,
             "$/month (GPUs + changes)": pl.Float64,
-            "payback (months)": pl.Float64,
+            "payback": pl.String,
             "why": pl.String,
         },
     )
@@ -221,10 +486,58 @@ def candidates_table(record: DecisionRecord) -> str:
 
 
 BASIS_WORDS = {
-    "monthly_total_usd": "monthly total cost (GPU fleet at the peak rate plus model changes)",
-    "monthly_gpu_usd": "monthly GPU cost (fleet at the peak rate)",
+    "fleet_fraction_total_usd": (
+        "monthly total cost (GPU fleet the peak needs, before rounding up to whole replicas, "
+        "plus model changes)"
+    ),
+    "fleet_fraction_gpu_usd": (
+        "monthly GPU cost (the fleet the peak needs, before rounding up to whole replicas)"
+    ),
     "cost_per_1m_output_usd": "cost per 1M output tokens at the SLO",
 }
+# Why the ranking compares what it compares (the record's ``ranking.basis_note``).
+BASIS_NOTES = {
+    "fleet_fraction_total_usd": (
+        "engines are compared on the GPU fleet the peak needs before rounding up to whole "
+        "replicas (peak rate ÷ capacity per replica at the SLO, with the headroom and any N+1 "
+        "spare), priced, plus model changes: for one traffic that is each engine's cost per 1M "
+        "output tokens at the SLO times one volume, so whole-replica rounding neither hides a "
+        "gap (both need one replica) nor inflates one (one replica against two); the monthly "
+        "bills and the payback stay whole replicas"
+    ),
+    "cost_per_1m_output_usd": (
+        "engines are compared on cost per 1M output tokens at the SLO (a fleet could not be "
+        "sized for every engine), which whole-replica rounding does not touch"
+    ),
+}
+BASIS_NOTES["fleet_fraction_gpu_usd"] = BASIS_NOTES["fleet_fraction_total_usd"].replace(
+    ", plus model changes", " (model-change costs unknown)"
+)
+
+
+def basis_note(basis: str | None) -> str:
+    return BASIS_NOTES[basis] if basis else "nothing was priced"
+
+
+def noise_note(
+    noise_by_engine: Mapping[str, float | None],
+    repeats: Mapping[str, int | None],
+    name: Callable[[str], str],
+) -> str:
+    """The compared benchmarks' repeat-run noise, engine by engine."""
+    if not noise_by_engine:
+        return "no benchmark to measure noise on"
+    parts = [
+        f"{name(e)} {share(v)} over {repeats.get(e) or 'several'} runs"
+        if v is not None
+        else f"{name(e)} not repeated"
+        for e, v in sorted(noise_by_engine.items())
+    ]
+    if all(v is None for v in noise_by_engine.values()):
+        return "repeat-run noise unknown (" + "; ".join(parts) + ": run the capacity load again)"
+    return "repeat-run noise " + "; ".join(parts)
+
+
 # What decided a tie, about the chosen engine (``first``) and the other (``second``).
 TIE_BREAK_WORDS = {
     "maintained": "it is actively maintained and {second} is not",
@@ -280,7 +593,7 @@ def finding_text(finding: Finding, name: Callable[[str], str]) -> str:
     if code == "no_runner_up":
         return "no runner-up with a cost"
     if code == "margin_exceeded":
-        return "the gap exceeds the margin"
+        return f"the gap, {share(f['gap'])}, exceeds the tie band"
     if code == "only_cost":
         return f"{n[0]} is the only engine with a cost at the SLO on your deployment"
     if code in ("lowest", "lowest_tie"):
@@ -299,11 +612,29 @@ def finding_text(finding: Finding, name: Callable[[str], str]) -> str:
         )
     if code == "measured_cheaper":
         return (
-            f"{n[0]} wins if its measured cost per 1M output tokens at the SLO is more than "
-            f"{f['margin']:.0%} below {n[1]}'s on your traffic"
+            f"{n[0]} wins if its cost per 1M output tokens at the SLO, measured on your traffic, "
+            f"is more than {share(f['band'])} below {n[1]}'s"
         )
+    if code in (
+        "cost_below_rival",
+        "changes_too_dear",
+        "cost_below_per_token",
+        "cost_below_margin",
+    ):
+        return _cost_below_text(code, n, f, details)
+    return _payback_text(code, n, f, details)
+
+
+def _cost_below_text(
+    code: str, n: list[str], f: Mapping[str, float], details: tuple[str, ...]
+) -> str:
+    # The rival's figure is this workload's (capacity stage) or its benchmark's own mix.
+    rival = f"{n[1]}'s" + (" for this workload" if details[:1] == ("workload",) else "")
     if code == "cost_below_rival":
-        return f"{n[0]} wins if its measured cost at the SLO is more than {f['margin']:.0%} below {n[1]}'s"
+        return (
+            f"{n[0]} wins if its cost per 1M output tokens at the SLO is more than "
+            f"{share(f['band'])} below {rival}"
+        )
     if code == "changes_too_dear":
         return (
             f"{n[0]} cannot win while its model changes cost {money(f['change'])} a month against "
@@ -311,40 +642,31 @@ def finding_text(finding: Finding, name: Callable[[str], str]) -> str:
         )
     if code == "cost_below_per_token":
         return (
-            f"{n[0]} wins if its measured cost per 1M output tokens at the SLO is below "
-            f"{usd(f['threshold'])} (more than {f['margin']:.0%} below {n[1]}'s "
+            f"{n[0]} wins if its cost per 1M output tokens at the SLO falls below "
+            f"{usd(f['threshold'])} (more than {share(f['band'])} below {rival} "
             f"{usd(f['rival_cost'])}, its model changes, {money(f['change'])} a month against "
-            f"{money(f['rival_change'])}, counted per token)"
+            f"{money(f['rival_change'])}, counted in)"
         )
     if code == "cost_below_margin":
         return (
-            f"{n[0]} wins if its measured cost per 1M output tokens at the SLO is more than "
-            f"{f['margin']:.0%} below {n[1]}'s {usd(f['rival_cost'])} (below {usd(f['threshold'])})"
+            f"{n[0]} wins if its cost per 1M output tokens at the SLO falls below "
+            f"{usd(f['threshold'])} (more than {share(f['band'])} below {rival} "
+            f"{usd(f['rival_cost'])})"
         )
-    if code == "fewer_changes":
-        volume = (
-            f", or when monthly volume exceeds {f['volume']:,.0f} output tokens (today "
-            f"{f['volume_today']:,.0f})"
-            if "volume" in f
-            else ""
-        )
-        return (
-            f"{n[0]} wins when model changes fall to ≤ {f['changes']:g} per quarter (today "
-            f"{f['changes_today']:g}){volume}"
-        )
-    if code == "basis_below":
-        basis = details[0]
-        return (
-            f"{n[0]} wins if its {BASIS_WORDS[basis]} falls below {_on_basis(basis, f['threshold'])} "
-            f"(more than {f['margin']:.0%} below {n[1]}'s {_on_basis(basis, f['rival_value'])}; "
-            f"today {_on_basis(basis, f['value'])})"
-        )
-    return _payback_text(code, n, f, details)
+    raise ValueError(f"no wording for the cost finding {code!r}")
+
+
+SUPPLY = {
+    "engineer_week_usd": "requirements.engineer_week_usd",
+    "current_monthly_cost": "a benchmark of {current} with a monthly cost",
+    "new_monthly_cost": "a benchmark of {new} with a monthly cost at your peak",
+}
 
 
 def _tie_text(n: list[str], f: Mapping[str, float], details: tuple[str, ...]) -> str:
-    """Two engines within the margin: what was equal, and what decided for ``n[2]``."""
-    basis, criterion, why_first, why_second, *equal = details
+    """Two engines within the tie band: what set the band, what was equal, and what decided
+    for ``n[2]``."""
+    basis, set_by, criterion, why_first, why_second, *equal = details
     first, second = n[2], n[3]
     if criterion == "tree_order":
         because = (
@@ -358,9 +680,14 @@ def _tie_text(n: list[str], f: Mapping[str, float], details: tuple[str, ...]) ->
     alike = (", ".join(same[:-1]) + " and " + same[-1] if len(same) > 1 else "".join(same)) + (
         ": " if same else ""
     )
+    band = (
+        f"the {share(f['band'], 0)} margin"
+        if set_by == "margin"
+        else f"the benchmarks' {share(f['band'])} repeat-run noise, wider than the margin"
+    )
     return (
-        f"{n[0]} and {n[1]} are within {f['gap']:.1%} on {BASIS_WORDS[basis]} (under the "
-        f"{f['margin']:.0%} margin); {alike}{first} is chosen because {because}"
+        f"{n[0]} and {n[1]} are within {share(f['gap'])} on {BASIS_WORDS[basis]} (inside "
+        f"{band}); {alike}{first} is chosen because {because}"
     )
 
 
@@ -374,13 +701,11 @@ def _payback_text(code: str, n: list[str], f: Mapping[str, float], details: tupl
             f"{n[0]} cannot stay ({'; '.join(details)}): migrate to {n[1]} "
             f"({money(f.get('switch'))} of migration work) and keep {n[0]} running until then"
         )
-    if code in ("payback_unknown", "payback_unknown_rule", "payback_shown"):
-        current = n[1] if code == "payback_shown" else n[0]
-        supply = (
-            "requirements.engineer_week_usd"
-            if details[0] == "engineer_week_usd"
-            else f"a benchmark of {current} with a monthly cost"
-        )
+    if code in ("payback_unknown", "payback_unknown_rule", "payback_shown", "payback_missing"):
+        current, new = (n[1], n[0]) if code == "payback_shown" else (n[0], n[1])
+        supply = SUPPLY[details[0]].format(current=current, new=new)
+        if code == "payback_missing":
+            return f"the switch cannot be costed: supply {supply}"
         if code == "payback_shown":
             return (
                 f"{n[0]} wins once switching is shown to pay back within {f['limit']:g} months "
@@ -392,25 +717,45 @@ def _payback_text(code: str, n: list[str], f: Mapping[str, float], details: tupl
             f"{n[0]} runs today and stays: whether switching to {n[1]} pays back is {UNKNOWN} "
             f"(supply {supply})"
         )
+    if code == "payback_never":
+        return (
+            f"never: {n[0]} would cost {money(f['there'])} a month against {n[1]}'s "
+            f"{money(f['here'])} today (whole replicas and model changes), so switching saves "
+            "nothing to pay the migration back from"
+        )
+    if code == "payback_worked":
+        return (
+            f"({money(f['switch_cost_usd'])} of migration work + {money(f['parallel_run_usd'])} "
+            f"for {n[0]}'s fleet while both engines run {f['parallel_weeks']:g} weeks) ÷ "
+            f"{money(f['saving'])} saved a month = {months(f['months'])}"
+        )
+    cost = (
+        f"{money(f['switch'])} of migration work and {money(f['parallel'])} of running both "
+        f"engines for {f['weeks']:g} weeks"
+    )
     if code == "saving_needed":
         return (
             f"{n[0]} wins when switching saves at least {money(f['needed'])} a month (payback "
-            f"within {f['limit']:g} months; today it saves {money(f['saving'])})"
+            f"of {cost} within {f['limit']:g} months; today it saves {money(f['saving'])})"
         )
+    if code == "payback_never_rule":
+        return (
+            f"switching to {n[0]} saves nothing a month ({money(f['saving'])}): it never pays "
+            f"back {cost}: keep {n[1]}"
+        )
+    if code == "payback_never_stays":
+        return f"switching to {n[0]} never pays back (it saves nothing a month): {n[1]} stays"
     saves = f"switching to {n[0]} saves {money(f['saving'])} a month"
     if code == "payback_too_long_rule":
         return (
-            f"{saves} and costs {money(f['switch'])}: pays back in {months(f['months'])} "
+            f"{saves} and costs {cost}: pays back in {months(f['months'])} "
             f"(> {f['limit']:g}): keep {n[1]}"
         )
-    if code == "payback_too_long":
+    if code == "payback_too_long_stays":
         return (
             f"{n[0]} is cheaper to run but its migration pays back in {months(f['months'])} "
             f"(> {f['limit']:g}): {n[1]} stays"
         )
     if code == "pays_back":
-        return (
-            f"{saves} for {money(f['switch'])}: pays back in {months(f['months'])} "
-            f"(≤ {f['limit']:g})"
-        )
+        return f"{saves} for {cost}: pays back in {months(f['months'])} (≤ {f['limit']:g})"
     raise ValueError(f"no wording for the cost finding {code!r}")

@@ -18,7 +18,9 @@ from pipeline.settings import validation_message
 #: 2: candidates carry the workload's own capacity and cost (capacity stage) beside the
 #: benchmark's; routing and isolation are priced through the fitted serving model.
 #: 3: the recommendation carries the tenant isolation it needs (what to do, its hit-rate and
-#: dollar cost at the fleet); routing says how its layer was chosen for the team's platform.
+#: dollar cost at the fleet); routing says how its layer was chosen for the team's platform;
+#: the ranking says what it compared and what set the tie band (``ranking``); payback is typed
+#: (months, never, unknown with the reason: ``payback``); a flip per axis (``flips``).
 SCHEMA_VERSION: Literal[3] = 3
 #: Versions :meth:`DecisionRecord.from_json` reads: an older record (version 1: the
 #: benchmark's costs) still serves as ``--previous`` (its triggers are evaluated against this
@@ -60,6 +62,21 @@ class Recommendation(_Model):
     isolation: IsolationAdvice | None = None  # None: none needed, or whether is unknown
 
 
+class Payback(_Model):
+    """How long switching from the engine running today to this one takes to pay for itself:
+    ``months`` (with the figure), ``never`` (it saves nothing a month) or ``unknown`` (a cost
+    is missing; ``reason`` says which). The cost counts the migration work and running both
+    engines side by side through the migration and revalidation weeks."""
+
+    status: Literal["months", "never", "unknown"]
+    months: float | None = None
+    reason: str
+    switch_cost_usd: float | None = None  # the migration's engineer time
+    parallel_run_usd: float | None = None  # the new fleet's bill while both run
+    parallel_weeks: float | None = None
+    monthly_saving_usd: float | None = None
+
+
 class Candidate(_Model):
     """One engine. Costs are the workload's own (``cost_basis: workload``: the capacity stage's
     serving model carried to this workload's mix) or, where its capacity is unknown, the
@@ -81,8 +98,10 @@ class Candidate(_Model):
     monthly_change_cost_usd: float | None
     monthly_total_usd: float | None
     switch_cost_usd: float | None
-    payback_months: float | None
     flip_condition: str | None
+    # None: no switch to pay back (nothing runs today, or this engine does).
+    payback: Payback | None = None
+    payback_months: float | None = None  # versions 1 and 2 only (``inf`` was written null)
     cost_basis: CostBasis | None = None  # None: no cost at all
     cost_note: str | None = None  # why the costs are the benchmark's, or provisional
     workload_capacity_rps: float | None = None  # per replica at the SLO, this workload's mix
@@ -176,6 +195,37 @@ class Isolation(_Model):
     fleet_replicas: int | None = None  # replicas the workload's peak needs
 
 
+class Ranking(_Model):
+    """What the cost ranking compared and when a gap is a tie."""
+
+    basis: str | None  # the compared figure (None: nothing priced)
+    basis_note: str  # why this figure (fleet rounding kept out of the comparison)
+    values: dict[str, float]
+    gap: float | None  # top two, as a share of the cheaper one
+    margin: float  # requirements.cost_margin
+    noise: float | None  # the two benchmarks' repeat-run noise (None: not repeated)
+    noise_note: str
+    tie_band: float  # the larger of margin and noise
+    tie_band_set_by: Literal["margin", "noise"]
+
+
+class AxisFlip(_Model):
+    """Where on one axis the decision changes, found by re-deciding with only that input
+    moved (the decision is a pure function): ``threshold`` is the first value, moving
+    ``direction`` from ``today``, at which the recommended engine becomes ``engine``; None:
+    no flip within ``searched`` (or the input is unknown: ``reason``)."""
+
+    axis: str
+    metric: str  # the measurement a revisit trigger watches
+    unit: str  # tokens/month, changes/quarter, share, $/GPU-hour, $/1M output tokens, hardware
+    direction: Literal["up", "down", "change"]
+    today: Any
+    threshold: Any
+    engine: str | None  # the answer past the threshold
+    searched: list[Any]  # the range searched (a list of changes for hardware)
+    reason: str | None = None
+
+
 class DecisionRecord(_Model):
     schema_version: Literal[1, 2, 3]
     workload: str
@@ -191,11 +241,16 @@ class DecisionRecord(_Model):
     requirements: dict[str, Any]
     catalog: dict[str, Any]
     inputs: dict[str, str]
+    ranking: Ranking | None = None
+    flips: list[AxisFlip] = []
 
     def to_json(self) -> dict[str, Any]:
         """The record as written. An older record read back dumps only what its file held
         (the fields later versions added are left out), so its digest is the file's."""
-        return self.model_dump(mode="json", exclude_unset=self.schema_version < SCHEMA_VERSION)
+        if self.schema_version < SCHEMA_VERSION:
+            return self.model_dump(mode="json", exclude_unset=True)
+        legacy = {"candidates": {"__all__": {"payback_months"}}}
+        return self.model_dump(mode="json", exclude=legacy)  # type: ignore[arg-type]
 
     @classmethod
     def from_json(cls, data: Any, where: str) -> DecisionRecord:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import operator
 from collections.abc import Callable
 from typing import Any
@@ -28,10 +29,16 @@ _COMPARE: dict[str, Callable[[Any, Any], bool]] = {
 }
 
 
+# A payback that never comes (``decision.payback_months``) compares as infinitely long.
+NEVER = "never"
+
+
 def crossed(value: Any, comparator: str, threshold: Any) -> bool | None:
     """Whether ``value comparator threshold`` holds; None when it cannot be told."""
     if value is None or threshold is None:
         return None
+    if value == NEVER and isinstance(threshold, int | float):
+        value = math.inf
     try:
         return bool(_COMPARE[comparator](value, threshold))
     except TypeError:

@@ -11,7 +11,6 @@ show (no previous value, no switch to pay back, no quarantine reasons).
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
@@ -61,6 +60,19 @@ def months(value: float | Unknown | None) -> str:
     return "never" if math.isinf(value) else f"{value:,.1f} months"
 
 
+def significant(value: float | Unknown | None, digits: int = 3) -> str:
+    """A number to ``digits`` significant figures in plain notation, with thousands separators
+    (15,234,567,890 → ``15,200,000,000``; 0.84671 → ``0.847``; 3.0 → ``3``): a threshold a
+    reader can say."""
+    if value is None or isinstance(value, Unknown):
+        return UNKNOWN
+    if value == 0:
+        return "0"
+    places = digits - 1 - math.floor(math.log10(abs(value)))
+    text = f"{round(value, places):,.{max(places, 0)}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
 def money(value: float | Unknown | None, digits: int = 0) -> str:
     """Dollars, whole by default (``$2,390``)."""
     return UNKNOWN if value is None or isinstance(value, Unknown) else f"${value:,.{digits}f}"
@@ -87,8 +99,11 @@ def measurement(value: Any) -> str:
         )
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 1e3:
         return quantity(value)
-    if isinstance(value, list | dict):
-        return json.dumps(value, sort_keys=True, ensure_ascii=False)
+    if isinstance(value, dict):
+        # Each number in plain notation too (JSON would write 1e-05).
+        return "{" + ", ".join(f"{k}: {measurement(v)}" for k, v in sorted(value.items())) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(measurement(v) for v in value) + "]"
     return str(value)
 
 

@@ -23,7 +23,12 @@ from pipeline.capacity.result import CandidateCapacity, CapacityResult, ServingM
 from pipeline.dates import days_from
 from pipeline.decision.catalog import Catalog
 from pipeline.decision.config import KvCacheSizing
-from pipeline.decision.present import RULE_OUTCOME_WORDS
+from pipeline.decision.present import (
+    RULE_OUTCOME_WORDS,
+    payback_cell,
+    record_names,
+    trigger_sentence,
+)
 from pipeline.decision.result import Candidate, DecisionRecord, TriggerCheck
 from pipeline.ingest.result import IngestSummary
 from pipeline.prefix.result import PrefixSummary
@@ -32,7 +37,6 @@ from pipeline.present.text import (
     UNKNOWN,
     measurement,
     money,
-    months,
     number,
     share,
     usd,
@@ -281,9 +285,8 @@ def _candidate_row(c: Candidate) -> dict[str, str]:
         "monthly": money(
             c.monthly_total_usd if c.monthly_total_usd is not None else c.monthly_cost_usd
         ),
-        # None: no switch to pay back (nothing runs today, or this engine does), or a cost
-        # is unknown; the record does not tell them apart yet.
-        "payback": NOTHING if c.payback_months is None else months(c.payback_months),
+        # months, never (it saves nothing), unknown (a cost is missing) or — (no switch)
+        "payback": payback_cell(c.payback),
     }
 
 
@@ -710,6 +713,7 @@ def _rationale(record: DecisionRecord) -> dict[str, Any]:
 
 def _triggers(inputs: ReportContent) -> dict[str, Any]:
     record = inputs.record
+    name = record_names(record)
     last: dict[str, TriggerCheck] = (
         {c.id: c for c in record.previous.triggers} if record.previous else {}
     )
@@ -717,7 +721,7 @@ def _triggers(inputs: ReportContent) -> dict[str, Any]:
         "rows": [
             {
                 "id": t.id,
-                "rule": f"{t.metric} {t.comparator} {measurement(t.threshold)}",
+                "rule": trigger_sentence(t.metric, t.comparator, t.threshold, t.value, name),
                 "now": measurement(t.value),
                 "last": measurement(last[t.id].previous_value) if t.id in last else NOTHING,
                 "status": t.status.replace("_", " "),
@@ -730,7 +734,7 @@ def _triggers(inputs: ReportContent) -> dict[str, Any]:
         else [
             {
                 "id": c.id,
-                "rule": f"{c.metric} {c.comparator} {measurement(c.threshold)}",
+                "rule": trigger_sentence(c.metric, c.comparator, c.threshold, c.value, name),
                 "then": measurement(c.previous_value),
                 "now": measurement(c.value),
                 "status": c.status.replace("_", " "),

@@ -88,7 +88,7 @@ def _trigger_sentence(t: Trigger) -> str:
 # What a leader most needs first: what fired, what would flip the answer, then the axes of the
 # decision tree.
 _TRIGGER_ORDER = (
-    "flip[",
+    "flip",
     "cost.margin",
     "bench.stale",
     "traffic.",
@@ -103,6 +103,8 @@ _TRIGGER_ORDER = (
 def trigger_priority(trigger: Trigger) -> tuple[int, int, str]:
     """Sort key: fired first, then by ``_TRIGGER_ORDER``, then by id."""
     rank = next((i for i, p in enumerate(_TRIGGER_ORDER) if trigger.id.startswith(p)), 99)
+    if trigger.id.endswith(".beyond_search"):
+        rank = 98  # the edge of a range searched without a flip: least telling
     return (trigger.status != "fired", rank, trigger.id)
 
 
