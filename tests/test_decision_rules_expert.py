@@ -466,8 +466,8 @@ def test_no_routing_advice_for_an_unknown_fleet_size(tmp_path: Path) -> None:
         (
             NVIDIA_DATACENTER,
             5.2,
-            "vLLM and SGLang are within 0.0% on monthly GPU cost (fleet at the peak rate) (under "
-            "the 10% margin); both are actively maintained, neither runs today and both take 2 "
+            "SGLang and vLLM are within 4.0% on monthly GPU cost (the fleet the peak needs, before "
+            "rounding up to whole replicas) (inside the 10% margin); both are actively maintained, neither runs today and both take 2 "
             "engineer-weeks to migrate to: vLLM is chosen because the decision tree puts it "
             "first: without heavy prefix sharing (0% of requests share their first 128 tokens, "
             "not above 50%) it ends at vLLM, SGLang's radix cache having little to reuse",
@@ -476,16 +476,16 @@ def test_no_routing_advice_for_an_unknown_fleet_size(tmp_path: Path) -> None:
         (
             {**NVIDIA_DATACENTER, "current_engine": "sglang"},
             5.2,
-            "SGLang and vLLM are within 0.0% on monthly GPU cost (fleet at the peak rate) (under "
-            "the 10% margin); both are actively maintained: SGLang is chosen because it runs "
+            "SGLang and vLLM are within 4.0% on monthly GPU cost (the fleet the peak needs, before "
+            "rounding up to whole replicas) (inside the 10% margin); both are actively maintained: SGLang is chosen because it runs "
             "today (no migration)",
         ),
         # vLLM's migration is dearer: migration decides, after maintenance and today's engine.
         (
             {**NVIDIA_DATACENTER, "migration_engineer_weeks": {"vllm": 3}},
             5.2,
-            "SGLang and vLLM are within 0.0% on monthly GPU cost (fleet at the peak rate) (under "
-            "the 10% margin); both are actively maintained and neither runs today: SGLang is "
+            "SGLang and vLLM are within 4.0% on monthly GPU cost (the fleet the peak needs, before "
+            "rounding up to whole replicas) (inside the 10% margin); both are actively maintained and neither runs today: SGLang is "
             "chosen because its migration is shorter (2 vs 3 engineer-weeks)",
         ),
     ],
@@ -493,15 +493,17 @@ def test_no_routing_advice_for_an_unknown_fleet_size(tmp_path: Path) -> None:
 def test_a_tie_names_what_was_equal_and_what_decided(
     tmp_path: Path, requirements: dict[str, Any], sglang_rps: float, reason: str
 ) -> None:
-    """vLLM at 5 req/s and SGLang at 5.2 both need 4 replicas for the 20 req/s peak: the same
-    monthly GPU cost (the ranking's basis without an engineer price), a tie."""
+    """vLLM at 5 req/s and SGLang at 5.2 for the 20 req/s peak: compared before rounding to
+    whole replicas (4 vs 3.85 replicas' worth of GPU time: SGLang 4.0 % cheaper), inside the
+    10 % margin, a tie."""
     record = decide_on(
         tmp_path, steady_traffic(), [sweep("vllm", 5), sweep("sglang", sglang_rps)], requirements
     )
     rec = record.recommendation
     assert rec.confidence == "tie"
     assert reason in rec.confidence_reasons
-    assert rule(record, "margin").effect == f"tie: {reason}"
+    # The margin rule says the same, and what set the tie band.
+    assert rule(record, "margin").effect.startswith(f"tie: {reason} (tie band 10.0%, set by the")
 
 
 def test_a_version_2_record_reads_back_as_written(tmp_path: Path) -> None:
