@@ -428,7 +428,8 @@ def test_text_fits_a_terminal_and_shows_values_against_limits(
     aiperf = aiperf_concurrency_one(request_rate_mode="concurrency_burst")
     aiperf["input_config"]["endpoint"]["model_names"] = ["org/" + "very-long-model-name-" * 6]
     closed = write_result(tmp_path / "aiperf", aiperf, "profile_export_aiperf.json")
-    argv = ["bench", str(sweep), str(closed), "--gpu-hour-usd", "3", "--as-of", "2026-01-01"]
+    # Dated after the aiperf run (2026-01-31): a report cannot predate a benchmark it reads.
+    argv = ["bench", str(sweep), str(closed), "--gpu-hour-usd", "3", "--as-of", "2026-02-01"]
     assert main(argv) == 0
     text = capsys.readouterr().out
     lines = text.splitlines()
