@@ -436,7 +436,9 @@ def rank(ctx: RuleContext) -> tuple[Outcome, list[Finding]]:
         confidence = "provisional" if confidence == "firm" else confidence
         measured = favourite in ctx.benches and not ctx.benches[favourite].mismatches
         reasons.append(
-            Finding("favourite_unpriced" if measured else "favourite_unbenchmarked", (favourite,))
+            Finding(
+                "favourite_unpriced" if measured else "favourite_unbenchmarked", (favourite, top)
+            )
         )
         flips[favourite] = _favourite_flip(ctx, favourite, top, basis, band)
         runner = favourite if runner is None or runner not in preference[:2] else runner

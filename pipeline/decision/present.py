@@ -601,14 +601,16 @@ def finding_text(finding: Finding, name: Callable[[str], str]) -> str:
             " (tie)" if code == "lowest_tie" else ""
         )
     if code == "favourite_unpriced" or code == "favourite_unbenchmarked":
+        # Said so that recommending n[1] and asking for a benchmark of n[0] do not contradict.
         return (
-            f"the decision tree points to {n[0]}, which "
+            f"{n[1]} is the cheapest engine with a cost here, but the decision tree favours "
+            f"{n[0]} for this traffic, which "
             + (
-                "was benchmarked but has no cost at the SLO on this traffic"
+                "was benchmarked but has no cost at the SLO on it"
                 if code == "favourite_unpriced"
-                else "has no benchmark on this traffic"
+                else "has no benchmark on it"
             )
-            + f": benchmark {n[0]} on your traffic before committing"
+            + f": benchmark {n[0]} on your traffic before committing to {n[1]}"
         )
     if code == "measured_cheaper":
         return (

@@ -80,9 +80,13 @@ def _ask(record: DecisionRecord, layer_name: str | None) -> str:
 
 
 def _trigger_sentence(t: Trigger) -> str:
-    why = split_cite(t.why)[1]
-    state = "It has fired." if t.status == "fired" else ""
-    return f"{why[:1].upper()}{why[1:]}. {state}".strip()
+    """A trigger's reason as a sentence: capitalised unless it starts with a name that keeps
+    its own case (vLLM), one full stop."""
+    why = split_cite(t.why)[1].rstrip(". ")
+    first = why.split(" ", 1)[0]
+    if first.islower():
+        why = why[:1].upper() + why[1:]
+    return f"{why}." + (" It has fired." if t.status == "fired" else "")
 
 
 # What a leader most needs first: what fired, what would flip the answer, then the axes of the
