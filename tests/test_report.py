@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -251,3 +252,23 @@ def test_a_trace_without_prompt_content_says_so_instead_of_empty_plots(tmp_path:
     assert "no prompt content (nor prefix hashes)" in text
     assert "Shared-prefix ratio by window" not in text  # no empty curve
     assert filled_pages(published.pdf)[:-1] == []
+    # The auditor's appendix: the headline cost's formula, with the numbers put in, gives the
+    # record's figure; every input names its source (a file and its short hash, or a key).
+    loaded = load_config(config)
+    document = build(stage.read_inputs(loaded.layout(), loaded).document)
+    record = json.loads((published.folder / "decision.json").read_text())
+    chosen = next(c for c in record["candidates"] if c["status"] == "recommended")
+    cost = next(w for w in document["workings"] if w["number"].endswith("this workload"))
+    assert cost["number"].startswith(chosen["name"]) and cost["value"] == usd(
+        chosen["cost_per_1m_output_usd"]
+    )
+    price, gpus, capacity, tokens = re.fullmatch(
+        r"\$([\d.]+) × (\d+) GPU ÷ \(([\d.]+) req/s × ([\d.]+) output tokens × 3,600 s\) × 10⁶",
+        cost["formula"],
+    ).groups()  # type: ignore[union-attr]
+    redone = float(price) * int(gpus) / (float(capacity) * float(tokens) * 3600) * 1e6
+    assert redone == pytest.approx(chosen["cost_per_1m_output_usd"], rel=2e-3)
+    digest = record["inputs"]["capacity/capacity.json"][:12]
+    assert f"capacity/capacity.json {digest}" in " ".join(cost["inputs"])
+    assert all(w["inputs"] for w in document["workings"])
+    assert "How each headline number was computed" in text

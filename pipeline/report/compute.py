@@ -43,6 +43,7 @@ from pipeline.present.text import (
 )
 from pipeline.report.memo import decision_memo, trigger_priority
 from pipeline.report.versions import quarter_key, quarter_of
+from pipeline.report.workings import Sources, headline_workings
 from pipeline.shape.result import ShapeMetrics
 from pipeline.sim.result import ScenarioSummary
 from pipeline.sources import cited_sources
@@ -123,6 +124,7 @@ def build(inputs: ReportContent) -> dict[str, Any]:
         "rationale": _rationale(record),
         "triggers": _triggers(inputs),
         "changes": _changes(inputs),
+        "workings": _workings(inputs),
         "appendix": _appendix(inputs),
     }
     # The sources list holds exactly what the text cites (rules, triggers, cache sizing …); the
@@ -613,6 +615,18 @@ def workload_cost(inputs: ReportContent) -> dict[str, Any]:
         "slo": result.slo.describe() if result else None,
         "method": result.candidates[0].capacity_method if result and result.candidates else None,
     }
+
+
+def _workings(inputs: ReportContent) -> list[dict[str, Any]]:
+    """The auditor's appendix: each headline number's formula and sourced inputs."""
+    record = inputs.record
+    result = inputs.workload_capacity
+    found = {c.candidate: c for c in result.candidates} if result else {}
+    capacities = {c.engine: _capacity_for(found, c.benchmark, c.engine) for c in record.candidates}
+    sources = Sources(
+        record.inputs, inputs.configuration_sha256, str(record.catalog.get("sha256") or "")
+    )
+    return headline_workings(record, capacities, result.mix if result else None, sources)
 
 
 def _capacity_for(
