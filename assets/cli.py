@@ -170,6 +170,13 @@ def run_report(args: argparse.Namespace) -> int:
                 "code match it): no new version published"
             )
         print(f"PDF: {pdf}")
+        # import here: a command line loads only its own area (tests/test_cli_areas.py)
+        from pipeline.report.versions import chain_head, report_tree
+
+        print(
+            f"ledger chain head: {chain_head(report_tree(config).read_ledger())} (keep a copy "
+            "elsewhere: `enginefit audit --chain-head SHA256` then catches a rewritten ledger)"
+        )
     return 0 if run.success else 2
 
 

@@ -41,6 +41,7 @@ from typing import Any
 import yaml
 
 from pipeline.errors import InputFormatError
+from pipeline.safe_read import too_deep
 
 
 class BenchFormatError(InputFormatError):
@@ -125,6 +126,8 @@ def _load_json_stream(path: Path, text: str, raw: bytes) -> Document:
         counted_to = idx
         try:
             obj, end = decoder.raw_decode(text, idx)
+        except RecursionError as exc:
+            raise BenchFormatError(str(too_deep(path))) from exc
         except json.JSONDecodeError as exc:
             if not records:
                 raise BenchFormatError(
@@ -144,6 +147,8 @@ def _load_json_stream(path: Path, text: str, raw: bytes) -> Document:
 def _load_yaml(path: Path, text: str, raw: bytes) -> Document:
     try:
         doc = yaml.safe_load(text)
+    except RecursionError as exc:
+        raise BenchFormatError(str(too_deep(path))) from exc
     except yaml.YAMLError as exc:
         raise BenchFormatError(
             f"{path}: neither JSON nor valid YAML ({exc}); formats tried: {FORMATS_TRIED}"

@@ -130,6 +130,8 @@ def load_manifest(path: Path | str) -> dict[str, Any]:
         raise BenchManifestError(f"{p}: cannot read manifest: {exc}") from exc
     except yaml.YAMLError as exc:
         raise BenchManifestError(f"{p}: manifest is not valid YAML: {exc}") from exc
+    except RecursionError as exc:  # PyYAML composes nested collections recursively
+        raise BenchManifestError(f"{p}: manifest nested too deeply to be a manifest") from exc
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
