@@ -97,7 +97,7 @@ class Manifest:
 
 
 def _manifest_path(path: Path) -> Path:
-    candidate = path / MANIFEST if path.is_dir() else path
+    candidate = (path / MANIFEST if path.is_dir() else path).absolute()
     if candidate.name != MANIFEST or not candidate.is_file():
         raise InputFormatError(
             f"{path}: not a published report version (no {MANIFEST}); give a version folder "
