@@ -404,12 +404,25 @@ def test_a_malformed_ledger_is_one_line_naming_the_field(
 
 
 def test_garbage_in_the_latest_manifest_names_it(published: Published) -> None:
-    """`report` reads the latest version's manifest to reproduce what it compared with."""
+    """`report` reads the latest version's manifest to reproduce what it compared with: only
+    the one the ledger recorded, parsed by the safe reader."""
     latest = published.folder(2) / MANIFEST
     latest.write_bytes(b"\xff\xfe garbage")
-    identity = "identity-2"
+    with pytest.raises(InputFormatError, match=f"^{latest}: not the manifest the ledger recorded"):
+        report_stage._compared_with(published.tree, "2025-Q1", "identity-2")
+    rewrite_ledger(
+        published.tree,
+        lambda e: dataclasses.replace(e, manifest_sha256=sha(latest)) if e.version == 2 else e,
+    )
     with pytest.raises(InputFormatError, match=f"^{latest}: not UTF-8 text"):
-        report_stage._compared_with(published.tree, "2025-Q1", identity)
+        report_stage._compared_with(published.tree, "2025-Q1", "identity-2")
+    latest.write_text("[1]")
+    rewrite_ledger(
+        published.tree,
+        lambda e: dataclasses.replace(e, manifest_sha256=sha(latest)) if e.version == 2 else e,
+    )
+    with pytest.raises(InputFormatError, match=f"^{latest}: not an enginefit report manifest"):
+        report_stage._compared_with(published.tree, "2025-Q1", "identity-2")
 
 
 def test_the_shared_reader_refuses_depth_and_non_finite_numbers_naming_the_key() -> None:

@@ -38,7 +38,6 @@ from pipeline.report.result import Published, ReportResult
 from pipeline.report.signing import NAMESPACE, Signer, sign
 from pipeline.report.versions import (
     HTML,
-    MANIFEST,
     PDF,
     RECORD,
     SIGNATURE,
@@ -89,8 +88,9 @@ def raw_inputs(
 ) -> dict[str, str]:
     """sha256 of every file a stage read: the traces (as ingest hashed them), the benchmark
     result files, the files their readers opened beside them (an inference-perf run's
-    ``config.yaml`` …) and their manifests, the configuration file, the engine catalog and a
-    previous decision record the user named (paths relative to the configuration's folder)."""
+    ``config.yaml`` …) and their manifests, the configuration file, the tokenizer, the engine
+    catalog and a previous decision record the user named (paths relative to the
+    configuration's folder)."""
 
     base = config_base(config)
     out = {f"trace:{f.file}": f.sha256 for f in read_summary(layout).files}
@@ -111,6 +111,9 @@ def raw_inputs(
             out[f"bench:{_relative(Path(name).resolve(), base)}"] = digest
     if config.source is not None:
         out[f"config:{_relative(config.source.resolve(), base)}"] = sha256_of(config.source) or ""
+    tokenizer = config.require_workload().tokenizer
+    if tokenizer is not None:
+        out[f"tokenizer:{_relative(tokenizer.resolve(), base)}"] = sha256_of(tokenizer) or ""
     out[f"catalog:{_relative(catalog_file(config).resolve(), base)}"] = str(
         record.catalog.get("sha256", "")
     )
@@ -137,13 +140,14 @@ def catalog_file(config: Config) -> Path:
 def input_roots(layout: WorkloadLayout, config: Config, inputs: dict[str, str]) -> list[str]:
     """The places a version's inputs may be (what ``audit`` confines itself to): the
     configuration's folder, the workload folder, the configured traces, benchmark folders
-    (a result file's folder: readers open files beside it), sidecar manifest and catalog, and
-    a previous decision record the user named."""
+    (a result file's folder: readers open files beside it), sidecar manifest, tokenizer and
+    catalog, and a previous decision record the user named."""
     base = config_base(config)
     named = [
         *(_fixed_part(Path(t.path)) for t in config.require_workload().traces),
         *(p if p.is_dir() else p.parent for p in map(Path, config.bench.results)),
         *([config.bench.manifest] if config.bench.manifest else []),
+        *([t] if (t := config.require_workload().tokenizer) else []),
         catalog_file(config),
         *(base / k.partition(":")[2] for k in inputs if k.startswith("previous:")),
     ]
@@ -300,7 +304,7 @@ def _compared_with(tree: ReportTree, quarter: str, identity: str) -> Entry | Non
     latest = tree.latest(quarter)
     if latest is None or latest.identity != identity:
         return tree.compared_with(quarter)
-    manifest = read_json(tree.root / latest.path / MANIFEST)
+    manifest = tree.read_manifest(latest)
     label = manifest.get("compared_with")
     if not label:
         return None
@@ -312,7 +316,7 @@ def _previous(tree: ReportTree, entry: Entry | None) -> PreviousVersion | None:
     if entry is None:
         return None
     folder = tree.root / entry.path
-    manifest = read_json(folder / MANIFEST)
+    manifest = tree.read_manifest(entry)
     record = DecisionRecord.from_json(read_json(folder / RECORD), str(folder / RECORD))
     return PreviousVersion(entry.quarter, entry.version, manifest, record)
 

@@ -212,6 +212,21 @@ class ReportTree:
             chained.append(dataclasses.replace(entry, previous_sha256=chain_head(chained)))
         self.write_ledger(chained)
 
+    def read_manifest(self, entry: Entry) -> dict[str, Any]:
+        """The manifest of a listed version, refused unless it is the one the ledger recorded
+        (what a new version compares with must be what was published)."""
+        path = self.root / entry.path / MANIFEST
+        data = read_regular(path)
+        if sha256_bytes(data) != entry.manifest_sha256:
+            raise InputFormatError(
+                f"{path}: not the manifest the ledger recorded for {entry.path}: it was changed "
+                f"after publication (`enginefit audit {path.parent}` lists what differs)"
+            )
+        manifest = parse_json(data, path)
+        if not isinstance(manifest, dict):
+            raise InputFormatError(f"{path}: not an enginefit report manifest (not an object)")
+        return manifest
+
     def latest(self, quarter: str | None = None) -> Entry | None:
         """The newest version (of ``quarter`` when given)."""
         entries = [e for e in self.read_ledger() if quarter is None or e.quarter == quarter]
