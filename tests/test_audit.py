@@ -27,6 +27,7 @@ from assets.cli import main as enginefit_with_dagster
 from pipeline.cli import main as enginefit
 from pipeline.config import load_config
 from pipeline.errors import ConfigError, InputFormatError
+from pipeline.report import audit as audit_module
 from pipeline.report import signing
 from pipeline.report import stage as report_stage
 from pipeline.report.audit import audit
@@ -41,10 +42,11 @@ from pipeline.report.versions import (
     sha256_bytes,
 )
 from pipeline.safe_read import MAX_DEPTH, parse_json
-from tests.conftest import bundled_config
+from tests.conftest import REPO, bundled_config
 from tests.test_bench_hostile import vllm_point, write_result
 
 NESTED = b"[" * 200_000
+BUNDLED_CATALOG = REPO / "pipeline" / "decision" / "engines.yaml"
 SSH_KEYGEN = signing.ssh_keygen()
 needs_ssh_keygen = pytest.mark.skipif(
     SSH_KEYGEN is None, reason="ssh-keygen (OpenSSH 8.1+) is not installed: signatures untested"
@@ -84,6 +86,7 @@ class Published:
             "inputs": {
                 "config:enginefit.yaml": sha(self.config),
                 "bench:bench/config.yaml": sha(self.companion),
+                "bundled:pipeline/decision/engines.yaml": sha(BUNDLED_CATALOG),
             },
             "derived": {"shape/summary.json": sha(self.workload / "shape" / "summary.json")},
             "signature": None
@@ -158,6 +161,23 @@ def test_a_file_a_reader_opened_edited_fails_naming_it(
     published.companion.write_text("load: {type: concurrent}\n")
     out, _ = audit_lines(capsys, str(published.folder(2)), code=1)
     assert any(line.startswith(f"DIFFERS {published.companion}: recorded") for line in out)
+
+
+def test_the_bundled_catalog_is_checked_against_the_enginefit_that_audits(
+    published: Published,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    installation = tmp_path / "installation"
+    catalog = installation / "pipeline" / "decision" / "engines.yaml"
+    catalog.parent.mkdir(parents=True)
+    catalog.write_bytes(BUNDLED_CATALOG.read_bytes())
+    monkeypatch.setattr(audit_module, "INSTALLATION", installation)
+    audit_lines(capsys, str(published.folder(1)), code=0)
+    catalog.write_bytes(BUNDLED_CATALOG.read_bytes().replace(b"vllm", b"vllm-forked", 1))
+    out, _ = audit_lines(capsys, str(published.folder(1)), code=1)
+    assert any(line.startswith(f"DIFFERS {catalog}: recorded") for line in out)
 
 
 def test_a_missing_ledger_fails_the_audit(

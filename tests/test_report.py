@@ -223,7 +223,7 @@ def test_every_file_a_stage_read_is_audited_and_a_signed_version_verifies(
     assert {
         f"config:{config_path.name}",
         f"bench:{run_config.relative_to(tmp_path)}",
-        f"catalog:{REPO / 'pipeline' / 'decision' / 'engines.yaml'}",
+        "bundled:pipeline/decision/engines.yaml",
     } <= set(manifest["inputs"])
     assert str(tmp_path) in manifest["roots"] and str(bench) in manifest["roots"]
     assert enginefit(["audit", str(first.folder)]) == 0

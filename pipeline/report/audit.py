@@ -10,9 +10,10 @@ In this order, and nothing the manifest lists is followed before the first two h
    ``--allowed-signers`` is given; else the audit says the version is not signed;
 4. the version's own files (PDF, HTML, decision record) against the manifest's ``outputs``;
 5. every input it was made from (configuration, traces, benchmark result files and the files
-   their readers opened, manifests, catalog, previous record), each only if it is a regular
-   file inside the places the version recorded (``roots``): a FIFO or device is never read,
-   a path that leaves them is refused, never hashed.
+   their readers opened, manifests, tokenizer, catalog, previous record), each only if it is a
+   regular file inside the places the version recorded (``roots``): a FIFO or device is never
+   read, a path that leaves them is refused, never hashed. The bundled catalog is checked
+   against the enginefit that audits (audit with the version's recorded commit to check it).
 
 What each guarantee catches: the hashes catch any edit of one file; the chain catches an
 edited or removed ledger entry that a later entry follows; a signature catches the PDF, the
@@ -33,6 +34,8 @@ from typing import Any
 from pipeline.errors import InputFormatError
 from pipeline.report.signing import verify
 from pipeline.report.versions import (
+    BUNDLED_INPUT,
+    INSTALLATION,
     MANIFEST,
     SIGNATURE,
     ReportTree,
@@ -180,9 +183,13 @@ def audit(
             continue
         check(folder / name, digest, result.differences, [folder.resolve()])
     roots = [r.resolve() for r in manifest.roots]
+    shipped = [INSTALLATION / "pipeline"]
     for key, digest in sorted(manifest.inputs.items()):
-        _, _, name = key.partition(":")
-        check(manifest.base / name, digest, result.differences, roots)
+        kind, _, name = key.partition(":")
+        if kind == BUNDLED_INPUT:  # checked against the enginefit that audits
+            check(INSTALLATION / name, digest, result.differences, shipped)
+        else:
+            check(manifest.base / name, digest, result.differences, roots)
     workload = [manifest.workload_folder.resolve()]
     for name, digest in sorted(manifest.derived.items()):
         check(manifest.workload_folder / name, digest, result.derived_changed, workload)

@@ -24,7 +24,6 @@ from pipeline.bench import stage as bench_stage
 from pipeline.capacity import stage as capacity_stage
 from pipeline.capacity.result import CapacityResult
 from pipeline.config import Config
-from pipeline.decision import catalog as catalog_module
 from pipeline.decision.catalog import BUNDLED
 from pipeline.decision.result import DecisionRecord
 from pipeline.decision.stage import read_record
@@ -37,7 +36,9 @@ from pipeline.report.compute import PreviousVersion, ReportContent, build
 from pipeline.report.result import Published, ReportResult
 from pipeline.report.signing import NAMESPACE, Signer, sign
 from pipeline.report.versions import (
+    BUNDLED_INPUT,
     HTML,
+    INSTALLATION,
     PDF,
     RECORD,
     SIGNATURE,
@@ -52,8 +53,6 @@ from pipeline.safe_read import parse_json, read_json
 from pipeline.shape import stage as shape_stage
 from pipeline.sim import stage as sim_stage
 
-REPO = Path(__file__).resolve().parents[2]
-
 
 def code_version() -> dict[str, Any]:
     """The package version and, in a git checkout, the commit and whether the code that
@@ -63,7 +62,7 @@ def code_version() -> dict[str, Any]:
     except importlib.metadata.PackageNotFoundError:
         version = "unknown"
     commit, dirty = None, False
-    if (REPO / ".git").exists():
+    if (INSTALLATION / ".git").exists():
         try:
             commit = _git("rev-parse", "HEAD") or None
             dirty = bool(_git("status", "--porcelain", "--", "pipeline", "assets", "templates"))
@@ -74,7 +73,11 @@ def code_version() -> dict[str, Any]:
 
 def _git(*args: str) -> str:
     done = subprocess.run(
-        ["git", "-C", str(REPO), *args], capture_output=True, text=True, timeout=30, check=True
+        ["git", "-C", str(INSTALLATION), *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
     )
     return done.stdout.strip()
 
@@ -114,9 +117,11 @@ def raw_inputs(
     tokenizer = config.require_workload().tokenizer
     if tokenizer is not None:
         out[f"tokenizer:{_relative(tokenizer.resolve(), base)}"] = sha256_of(tokenizer) or ""
-    out[f"catalog:{_relative(catalog_file(config).resolve(), base)}"] = str(
-        record.catalog.get("sha256", "")
-    )
+    catalog, catalog_sha256 = config.decision.catalog, str(record.catalog.get("sha256", ""))
+    if catalog is not None:
+        out[f"catalog:{_relative(catalog.resolve(), base)}"] = catalog_sha256
+    else:  # named inside the installation, so the key is the same wherever enginefit lives
+        out[f"{BUNDLED_INPUT}:pipeline/decision/{BUNDLED}"] = catalog_sha256
     # A previous record given by the user; one the decision found among the published versions
     # is theirs to vouch for (their own audit), and not a source of this one.
     published = report_tree(config).root.resolve()
@@ -132,11 +137,6 @@ def config_base(config: Config) -> Path:
     return config.source.resolve().parent if config.source else Path.cwd()
 
 
-def catalog_file(config: Config) -> Path:
-    """The engine catalog file the decision read: ``decision.catalog``, else the bundled one."""
-    return config.decision.catalog or Path(catalog_module.__file__).with_name(BUNDLED)
-
-
 def input_roots(layout: WorkloadLayout, config: Config, inputs: dict[str, str]) -> list[str]:
     """The places a version's inputs may be (what ``audit`` confines itself to): the
     configuration's folder, the workload folder, the configured traces, benchmark folders
@@ -148,7 +148,7 @@ def input_roots(layout: WorkloadLayout, config: Config, inputs: dict[str, str]) 
         *(p if p.is_dir() else p.parent for p in map(Path, config.bench.results)),
         *([config.bench.manifest] if config.bench.manifest else []),
         *([t] if (t := config.require_workload().tokenizer) else []),
-        catalog_file(config),
+        *([config.decision.catalog] if config.decision.catalog else []),
         *(base / k.partition(":")[2] for k in inputs if k.startswith("previous:")),
     ]
     roots = {base, layout.root.resolve(), *(p.resolve() for p in named)}

@@ -47,6 +47,10 @@ PDF = "engine-selection.pdf"
 HTML = "engine-selection.html"
 RECORD = "decision.json"
 SIGNATURE = "manifest.json.sig"
+# The kind of an input shipped with enginefit (the bundled catalog): its path is relative to
+# the installation, the folder holding the ``pipeline`` package.
+BUNDLED_INPUT = "bundled"
+INSTALLATION = Path(__file__).resolve().parents[2]
 LEDGER_SCHEMA = 2
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
