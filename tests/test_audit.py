@@ -505,3 +505,19 @@ def test_a_deeply_nested_bench_result_or_facts_file_is_one_line(
     assert enginefit(["bench", str(vllm), "--workload-facts", str(facts)]) == 2
     err = capsys.readouterr().err.splitlines()
     assert err[-1].startswith(f"enginefit: error: {facts}: nested more than"), err
+
+
+def test_a_ledger_from_before_the_chain_says_what_to_do(
+    published: Published, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ledger = published.tree.ledger
+    raw = json.loads(ledger.read_text())
+    for entry in raw["versions"]:
+        del entry["published_at"], entry["previous_sha256"]
+    ledger.write_text(json.dumps(raw | {"schema_version": 1}))
+    _, err = audit_lines(capsys, str(published.folder(1)), code=2)
+    assert err == [
+        f"enginefit: error: {ledger}: written by an older enginefit, without the hash chain "
+        "that lets an audit trust it; move the folder aside (its versions stay readable) and "
+        "the next report starts a chained ledger"
+    ]

@@ -182,8 +182,14 @@ class ReportTree:
         naming the ledger (and the entry and field) for anything else than a ledger."""
         if not self.ledger.exists():
             return []
+        raw = read_json(self.ledger)
+        if isinstance(raw, dict) and raw.get("schema_version") == 1:
+            raise InputFormatError(
+                f"{self.ledger}: written by an older enginefit, without the hash chain that "
+                "lets an audit trust it; move the folder aside (its versions stay readable) "
+                "and the next report starts a chained ledger"
+            )
         try:
-            raw = read_json(self.ledger)
             if not isinstance(raw, dict) or raw.get("schema_version") != LEDGER_SCHEMA:
                 raise InputFormatError(
                     f"{self.ledger}: not a version {LEDGER_SCHEMA} enginefit report ledger "
