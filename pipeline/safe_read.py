@@ -8,8 +8,7 @@ the file (and the key), never a traceback.
 
 Benchmark tools' result files are read with ``strict=False``: they may carry bare ``Infinity``
 and ``NaN`` (SGLang writes ``"request_rate": Infinity``), which the benchmark readers judge
-field by field, and they can be tens of megabytes, so only the parser's own nesting limit
-applies to them.
+field by field; only their depth is checked.
 """
 
 from __future__ import annotations
@@ -83,6 +82,8 @@ def parse_json(data: bytes | str, where: str | Path, *, strict: bool = True) -> 
         raise too_deep(where) from exc
     if strict:
         check_value(value, where)
+    else:
+        check_depth(value, where)
     return value
 
 
@@ -95,6 +96,22 @@ def too_deep(where: str | Path) -> InputFormatError:
     return InputFormatError(
         f"{where}: nested more than {MAX_DEPTH} levels deep; not a file enginefit reads"
     )
+
+
+def check_depth(value: Any, where: str | Path) -> None:
+    """Refuse a parsed value nested deeper than :data:`MAX_DEPTH` (level by level, looking only
+    at containers: cheap beside the parse, even for a large benchmark file)."""
+    level, depth = [value], 1
+    while level:
+        if depth > MAX_DEPTH:
+            raise too_deep(where)
+        inner: list[Any] = []
+        for item in level:
+            if isinstance(item, dict):
+                inner.extend(v for v in item.values() if isinstance(v, (dict, list)))
+            elif isinstance(item, list):
+                inner.extend(v for v in item if isinstance(v, (dict, list)))
+        level, depth = inner, depth + 1
 
 
 def check_value(value: Any, where: str | Path) -> None:

@@ -41,7 +41,7 @@ from typing import Any
 import yaml
 
 from pipeline.errors import InputFormatError
-from pipeline.safe_read import too_deep
+from pipeline.safe_read import check_depth, too_deep
 
 
 class BenchFormatError(InputFormatError):
@@ -138,6 +138,7 @@ def _load_json_stream(path: Path, text: str, raw: bytes) -> Document:
                 f"{path}: line {line}: not valid JSON ({exc.msg} at column {exc.colno}); "
                 "the file is JSON Lines (one result object per line) — truncated?"
             ) from exc
+        _check_depth(obj, path)
         records.append(obj)
         numbers.append(line)
         idx = end
@@ -157,7 +158,15 @@ def _load_yaml(path: Path, text: str, raw: bytes) -> Document:
         raise BenchFormatError(
             f"{path}: content is not a JSON/YAML object or list; formats tried: {FORMATS_TRIED}"
         )
+    _check_depth(doc, path)
     return Document(path, "yaml", [doc], [1], raw)
+
+
+def _check_depth(record: Any, path: Path) -> None:
+    try:
+        check_depth(record, path)
+    except InputFormatError as exc:
+        raise BenchFormatError(str(exc)) from exc
 
 
 def stage_number(path: Path) -> int | None:
