@@ -13,10 +13,10 @@ elsewhere, it exposes even a consistent rewrite of the ledger (``enginefit audit
 
 A version is built in a hidden staging folder beside it (its manifest signed there when
 ``report.signing_key`` is set, :mod:`pipeline.report.signing`) and renamed into place in one
-step; only then is its ledger entry appended (the ledger is rewritten atomically). A crash therefore
-leaves either nothing or a complete version folder that the ledger does not list yet: the next
-run checks such a folder (its manifest's output hashes) and lists it, so the ledger stays valid
-and no version number is ever reused. Staging leftovers are removed (enginefit made them).
+step; only then is its ledger entry appended (the ledger is rewritten atomically). A crash
+therefore leaves either nothing or a complete version folder that the ledger does not list
+yet: the next run checks such a folder (its manifest's output hashes) and lists it, so the
+ledger stays valid and no version number is ever reused. Staging leftovers are removed (enginefit made them).
 """
 
 from __future__ import annotations
@@ -149,7 +149,8 @@ def _entry(raw: Any, where: str) -> Entry:
     version = raw["version"]
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
         raise InputFormatError(f"{where}.version: expected a whole number >= 1, got {version!r}")
-    quarter_key(raw["quarter"])
+    if QUARTER.match(raw["quarter"]) is None:
+        raise InputFormatError(f"{where}.quarter: {raw['quarter']!r} is not a quarter (YYYY-Qn)")
     if raw["path"] != f"{raw['quarter']}/v{version}":
         raise InputFormatError(
             f"{where}.path: {raw['path']!r} is not {raw['quarter']}/v{version}, the folder of "
