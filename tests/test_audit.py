@@ -210,10 +210,15 @@ def test_an_edited_ledger_entry_breaks_the_chain_naming_it(
 
 
 def test_a_manifest_the_ledger_does_not_vouch_for_is_never_followed(
-    published: Published, capsys: pytest.CaptureFixture[str], tmp_path: Path
+    published: Published, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``../../../../dev/zero``, a FIFO and /etc/shadow listed by a tampered manifest: the
     audit stops at the ledger, reading none of them."""
+    hashed: list[Path] = []
+    real_sha256_of = audit_module.sha256_of
+    monkeypatch.setattr(
+        audit_module, "sha256_of", lambda path: hashed.append(path) or real_sha256_of(path)
+    )
     fifo = published.base / "pipe"
     os.mkfifo(fifo)
     folder = published.folder(1)
@@ -228,6 +233,7 @@ def test_a_manifest_the_ledger_does_not_vouch_for_is_never_followed(
         out, _ = audit_lines(capsys, str(folder), code=1)
     assert out[1].startswith(f"DIFFERS {folder / MANIFEST}: recorded")
     assert len([line for line in out if line.startswith(("DIFFERS", "FAILED"))]) == 1
+    assert hashed == []  # not even the outputs: nothing the manifest lists was opened
     # Even with the ledger rewritten to vouch for it: refused, never hashed, never blocked on.
     digest = sha(folder / MANIFEST)
     rewrite_ledger(
@@ -241,6 +247,8 @@ def test_a_manifest_the_ledger_does_not_vouch_for_is_never_followed(
     )
     assert "FAILED /etc/shadow: refused: outside the places the version recorded" in "\n".join(out)
     assert f"DIFFERS {fifo}: recorded {'0' * 64}, missing or unreadable" in out
+    assert fifo in hashed  # opened without blocking, refused as not a regular file
+    assert not [p for p in hashed if p.name in ("zero", "shadow")]
 
 
 @contextlib.contextmanager
