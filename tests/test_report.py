@@ -250,6 +250,9 @@ def test_every_file_a_stage_read_is_audited_and_a_signed_version_verifies(
     second = publish(config_path)
     assert (second.created, second.version) == (True, 2)
     assert (second.folder / "manifest.json.sig").is_file()
+    inputs = json.loads((second.folder / MANIFEST).read_text())["inputs"]
+    assert f"signers:{signers.relative_to(tmp_path)}" in inputs  # the key itself: never
+    assert not [k for k in inputs if "id_ed25519" in k]
     assert enginefit(["audit", str(second.folder), "--allowed-signers", str(signers)]) == 0
     out = capsys.readouterr().out
     assert (

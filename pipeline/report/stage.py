@@ -91,9 +91,9 @@ def raw_inputs(
 ) -> dict[str, str]:
     """sha256 of every file a stage read: the traces (as ingest hashed them), the benchmark
     result files, the files their readers opened beside them (an inference-perf run's
-    ``config.yaml`` …) and their manifests, the configuration file, the tokenizer, the engine
-    catalog and a previous decision record the user named (paths relative to the
-    configuration's folder)."""
+    ``config.yaml`` …) and their manifests, the configuration file, the tokenizer, the allowed
+    signers of a signed version, the engine catalog and a previous decision record the user
+    named (paths relative to the configuration's folder)."""
 
     base = config_base(config)
     out = {f"trace:{f.file}": f.sha256 for f in read_summary(layout).files}
@@ -114,9 +114,12 @@ def raw_inputs(
             out[f"bench:{_relative(Path(name).resolve(), base)}"] = digest
     if config.source is not None:
         out[f"config:{_relative(config.source.resolve(), base)}"] = sha256_of(config.source) or ""
-    tokenizer = config.require_workload().tokenizer
-    if tokenizer is not None:
-        out[f"tokenizer:{_relative(tokenizer.resolve(), base)}"] = sha256_of(tokenizer) or ""
+    # The private signing key is read too, but nothing derived from a secret is recorded.
+    named = {"tokenizer": config.require_workload().tokenizer}
+    named["signers"] = config.report.allowed_signers if config.report.signing_key else None
+    for kind, path in named.items():
+        if path is not None:
+            out[f"{kind}:{_relative(path.resolve(), base)}"] = sha256_of(path) or ""
     catalog, catalog_sha256 = config.decision.catalog, str(record.catalog.get("sha256", ""))
     if catalog is not None:
         out[f"catalog:{_relative(catalog.resolve(), base)}"] = catalog_sha256
@@ -140,14 +143,15 @@ def config_base(config: Config) -> Path:
 def input_roots(layout: WorkloadLayout, config: Config, inputs: dict[str, str]) -> list[str]:
     """The places a version's inputs may be (what ``audit`` confines itself to): the
     configuration's folder, the workload folder, the configured traces, benchmark folders
-    (a result file's folder: readers open files beside it), sidecar manifest, tokenizer and
-    catalog, and a previous decision record the user named."""
+    (a result file's folder: readers open files beside it), sidecar manifest, tokenizer,
+    allowed signers and catalog, and a previous decision record the user named."""
     base = config_base(config)
     named = [
         *(_fixed_part(Path(t.path)) for t in config.require_workload().traces),
         *(p if p.is_dir() else p.parent for p in map(Path, config.bench.results)),
         *([config.bench.manifest] if config.bench.manifest else []),
         *([t] if (t := config.require_workload().tokenizer) else []),
+        *([config.report.allowed_signers] if config.report.allowed_signers else []),
         *([config.decision.catalog] if config.decision.catalog else []),
         *(base / k.partition(":")[2] for k in inputs if k.startswith("previous:")),
     ]
