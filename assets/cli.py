@@ -212,6 +212,13 @@ def run_report(args: argparse.Namespace) -> int:
                 "report: nothing changed since this version (inputs, configuration, catalog and "
                 "code match it): no new version published"
             )
+        # import here: a command line loads only its own area (tests/test_cli_areas.py)
+        from pipeline.report.versions import chain_head, report_tree
+
+        print(
+            f"ledger chain head: {chain_head(report_tree(config).read_ledger())} (keep a copy "
+            "elsewhere: `enginefit audit --chain-head SHA256` then catches a rewritten ledger)"
+        )
         print(f"PDF: {pdf}")
     return 0 if run.success else 2
 

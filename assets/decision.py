@@ -9,8 +9,6 @@
 
 from __future__ import annotations
 
-import json
-
 import dagster as dg
 
 from assets.metadata import CHECK_PRIORITY, check_result, md, path_entries
@@ -18,6 +16,7 @@ from assets.resources import EnginefitStore
 from pipeline.decision import checks, stage
 from pipeline.decision.present import candidates_table
 from pipeline.present.tables import markdown_table
+from pipeline.safe_read import read_json
 
 
 @dg.asset(
@@ -86,9 +85,7 @@ def revisit_triggers(store: EnginefitStore) -> dg.MaterializeResult:  # type: ig
 )
 def decision_record_valid(store: EnginefitStore) -> dg.AssetCheckResult:
     path = store.layout().decision.record
-    return check_result(
-        checks.record_valid(json.loads(path.read_text(encoding="utf-8")), str(path))
-    )
+    return check_result(checks.record_valid(read_json(path), str(path)))
 
 
 @dg.asset_check(

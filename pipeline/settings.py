@@ -316,6 +316,8 @@ def load_yaml(text: str, where: str, *, large: bool = False) -> Any:
         return parse_yaml(text, large=large)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{where}: not valid YAML: {yaml_problem(exc)}") from exc
+    except RecursionError as exc:  # PyYAML composes nested collections recursively
+        raise ConfigError(f"{where}: nested too deeply to be a configuration") from exc
 
 
 def with_flags(section: SectionT, flags: dict[str, tuple[str, Any]]) -> SectionT:

@@ -36,6 +36,7 @@ import polars as pl
 
 from pipeline.errors import EnginefitError, InputFormatError
 from pipeline.layout import PART_NAME, WorkloadLayout, require_output
+from pipeline.safe_read import read_json
 from pipeline.schema import CANONICAL_SCHEMA
 
 
@@ -417,9 +418,9 @@ def verify_ingest(layout: WorkloadLayout) -> None:
             require_output(paths.requests, "canonical request table", "ingest", "workload")
         raise _inconsistent(layout, f"no {paths.manifest.name}: interrupted, or an older version")
     try:
-        manifest = json.loads(paths.manifest.read_text(encoding="utf-8"))
+        manifest = read_json(paths.manifest)
         expected_parts = dict(manifest["parts"])
-    except (ValueError, KeyError, TypeError) as exc:
+    except (InputFormatError, ValueError, KeyError, TypeError) as exc:
         raise _inconsistent(layout, f"{paths.manifest.name} unreadable") from exc
     found_parts = {p.name: p.stat().st_size for p in paths.parts()}
     if found_parts != expected_parts:

@@ -518,7 +518,7 @@ EXPECTED = (
         ("[1, 2]", "not workload facts (found a JSON array)"),
         ('{"ttft_p95_ms": 1}', "not workload facts (found keys ttft_p95_ms)"),
         ("{}", "not workload facts (found {})"),
-        ("not json", "not JSON (Expecting value at line 1)"),
+        ("not json", "not valid JSON (Expecting value at line 1 column 1)"),
     ],
 )
 def test_other_workload_facts_files_are_one_line(

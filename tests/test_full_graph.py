@@ -11,6 +11,7 @@ import yaml
 
 from assets.cli import main
 from assets.definitions import run_full_graph
+from pipeline.report.versions import ReportTree, chain_head
 from tests.conftest import bundled_config
 
 
@@ -88,6 +89,9 @@ def test_full_graph_on_the_bundled_sample_is_complete_and_deterministic(
     assert summary[9] == "checks: 17 passed, 0 did not"
     # `make report` ends with the document's path.
     assert out.splitlines()[-1] == f"PDF: {pdf}" and pdf.read_bytes().startswith(b"%PDF")
+    # ... after the ledger's chain head, to keep elsewhere (docs/audit.md).
+    head = chain_head(ReportTree(pdf.parents[2]).read_ledger())
+    assert out.splitlines()[-2].startswith(f"ledger chain head: {head} (keep a copy elsewhere")
     # Dagster's history lives beside the configuration, not in the folder the command ran from.
     assert (tmp_path / ".dagster_home").is_dir() and list(elsewhere.iterdir()) == []
 

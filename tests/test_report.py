@@ -7,6 +7,7 @@ import io
 import json
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +21,7 @@ from pipeline.config import load_config
 from pipeline.decision import stage as decision_stage
 from pipeline.errors import InputFormatError
 from pipeline.present.text import usd
-from pipeline.report import stage
+from pipeline.report import signing, stage
 from pipeline.report.audit import audit
 from pipeline.report.compute import build
 from pipeline.report.present import LocalOnlyFetcher, render_pdf
@@ -272,3 +273,59 @@ def test_a_trace_without_prompt_content_says_so_instead_of_empty_plots(tmp_path:
     assert f"capacity/capacity.json {digest}" in " ".join(cost["inputs"])
     assert all(w["inputs"] for w in document["workings"])
     assert "How each headline number was computed" in text
+
+
+def test_every_file_a_stage_read_is_audited_and_a_signed_version_verifies(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The configuration, the catalog and the inference-perf run's config.yaml (which the
+    reader opens beside the stage files) are inputs of the version: editing either after
+    publication fails the audit naming the file. With a signing key configured, the version's
+    manifest is signed and the audit verifies it."""
+    bench = tmp_path / "bench-results"
+    shutil.copytree(REPO / "bench-results", bench)
+    config_path = workload(tmp_path)
+    raw = yaml.safe_load(config_path.read_text())
+    raw["bench"]["results"] = [str(bench)]
+    config_path.write_text(yaml.safe_dump(raw))
+    first = publish(config_path)
+    manifest = json.loads((first.folder / MANIFEST).read_text())
+    run_config = bench / "vllm-h100-inference-perf" / "config.yaml"
+    assert {
+        f"config:{config_path.name}",
+        f"bench:{run_config.relative_to(tmp_path)}",
+        "bundled:pipeline/decision/engines.yaml",
+    } <= set(manifest["inputs"])
+    assert str(tmp_path) in manifest["roots"] and str(bench) in manifest["roots"]
+    assert enginefit(["audit", str(first.folder)]) == 0
+    assert "signature: not signed" in capsys.readouterr().out
+    for edited in (config_path, run_config):
+        before = edited.read_bytes()
+        edited.write_bytes(before + b"# edited after publication\n")
+        assert enginefit(["audit", str(first.folder)]) == 1
+        differs = [x for x in capsys.readouterr().out.splitlines() if x.startswith("DIFFERS")]
+        assert len(differs) == 1 and differs[0].startswith(f"DIFFERS {edited}: recorded")
+        edited.write_bytes(before)
+    # Signed: a new version (the configuration changed), its signature verified.
+    keygen = signing.ssh_keygen()
+    if keygen is None:
+        pytest.skip("ssh-keygen (OpenSSH 8.1+) is not installed: signing untested")
+    key = tmp_path / "keys" / "id_ed25519"
+    key.parent.mkdir()
+    subprocess.run([keygen, "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    public = key.with_suffix(".pub").read_text().split()
+    signers = tmp_path / "keys" / "allowed_signers"
+    signers.write_text(f'team@example.com namespaces="enginefit-report" {public[0]} {public[1]}\n')
+    raw["report"] = {"signing_key": str(key), "allowed_signers": str(signers)}
+    config_path.write_text(yaml.safe_dump(raw))
+    second = publish(config_path)
+    assert (second.created, second.version) == (True, 2)
+    assert (second.folder / "manifest.json.sig").is_file()
+    inputs = json.loads((second.folder / MANIFEST).read_text())["inputs"]
+    assert f"signers:{signers.relative_to(tmp_path)}" in inputs  # the key itself: never
+    assert not [k for k in inputs if "id_ed25519" in k]
+    assert enginefit(["audit", str(second.folder), "--allowed-signers", str(signers)]) == 0
+    out = capsys.readouterr().out
+    assert (
+        f"signature: verified: signed by team@example.com (your allowed signers {signers})" in out
+    )

@@ -41,6 +41,7 @@ from typing import Any
 import yaml
 
 from pipeline.errors import InputFormatError
+from pipeline.safe_read import check_depth, too_deep
 from pipeline.settings import parse_yaml
 
 
@@ -126,6 +127,8 @@ def _load_json_stream(path: Path, text: str, raw: bytes) -> Document:
         counted_to = idx
         try:
             obj, end = decoder.raw_decode(text, idx)
+        except RecursionError as exc:
+            raise BenchFormatError(str(too_deep(path))) from exc
         except json.JSONDecodeError as exc:
             if not records:
                 raise BenchFormatError(
@@ -136,6 +139,7 @@ def _load_json_stream(path: Path, text: str, raw: bytes) -> Document:
                 f"{path}: line {line}: not valid JSON ({exc.msg} at column {exc.colno}); "
                 "the file is JSON Lines (one result object per line) — truncated?"
             ) from exc
+        _check_depth(obj, path)
         records.append(obj)
         numbers.append(line)
         idx = end
@@ -145,6 +149,8 @@ def _load_json_stream(path: Path, text: str, raw: bytes) -> Document:
 def _load_yaml(path: Path, text: str, raw: bytes) -> Document:
     try:
         doc = parse_yaml(text)
+    except RecursionError as exc:
+        raise BenchFormatError(str(too_deep(path))) from exc
     except yaml.YAMLError as exc:
         raise BenchFormatError(
             f"{path}: neither JSON nor valid YAML ({exc}); formats tried: {FORMATS_TRIED}"
@@ -153,7 +159,15 @@ def _load_yaml(path: Path, text: str, raw: bytes) -> Document:
         raise BenchFormatError(
             f"{path}: content is not a JSON/YAML object or list; formats tried: {FORMATS_TRIED}"
         )
+    _check_depth(doc, path)
     return Document(path, "yaml", [doc], [1], raw)
+
+
+def _check_depth(record: Any, path: Path) -> None:
+    try:
+        check_depth(record, path)
+    except InputFormatError as exc:
+        raise BenchFormatError(str(exc)) from exc
 
 
 def stage_number(path: Path) -> int | None:

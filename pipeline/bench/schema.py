@@ -39,6 +39,8 @@ LOAD_POINT_SCHEMA: pl.Schema = pl.Schema(
         "source_sha256": pl.String(),
         "record_index": pl.Int64(),
         "manifest_file": pl.String(),
+        # files the reader opened beside the result file (a JSON object: path -> sha256)
+        "companion_files": pl.String(),
         # system under test
         "engine": pl.String(),
         "engine_version": pl.String(),

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +44,7 @@ from pipeline.errors import InputFormatError
 from pipeline.ingest.stage import read_requests
 from pipeline.layout import WorkloadLayout, require_output
 from pipeline.prefix import stage as prefix_stage
+from pipeline.safe_read import read_json
 from pipeline.shape import stage as shape_stage
 from pipeline.shape.facts import LatencyModel, WorkloadFacts
 from pipeline.store import (
@@ -91,7 +91,7 @@ def read_written_results(layout: WorkloadLayout) -> BenchReadResult:
     paths = layout.bench
     require_output(paths.load_points, "load points", "bench", "bench_load_points")
     per_request = pl.read_parquet(paths.per_request) if paths.per_request.is_file() else None
-    notes = json.loads(paths.read_notes.read_text(encoding="utf-8"))["notes"]
+    notes = read_json(paths.read_notes)["notes"]
     return BenchReadResult(pl.read_parquet(paths.load_points), per_request, notes)
 
 
@@ -193,7 +193,7 @@ def read_analysis(layout: WorkloadLayout, settings: BenchConfig) -> BenchResult:
     """The analysis written by :func:`write`, read back (what later stages read)."""
     paths = layout.bench
     analysis = require_output(paths.analysis, "bench analysis", "bench", "bench_analysis")
-    payload = json.loads(analysis.read_text(encoding="utf-8"))
+    payload = read_json(analysis)
     return BenchResult(
         settings=settings,
         as_of=dt.date.fromisoformat(payload["as_of"]) if payload["as_of"] else None,
@@ -265,7 +265,7 @@ def read_latency_fits(layout: WorkloadLayout) -> pl.DataFrame:
     path = require_output(
         layout.bench.concurrency_json, "latency fits", "bench", "concurrency_by_engine"
     )
-    fits = json.loads(path.read_text(encoding="utf-8"))["fits"]
+    fits = read_json(path)["fits"]
     return pl.DataFrame(fits, infer_schema_length=None) if fits else pl.DataFrame()
 
 

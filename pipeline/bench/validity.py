@@ -31,7 +31,6 @@ Checks (``check`` column):
 from __future__ import annotations
 
 import datetime as dt
-import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
@@ -44,6 +43,7 @@ from pipeline.bench.keepup import send_rate_expr
 from pipeline.bench.slo import candidate_keys
 from pipeline.errors import InputFormatError
 from pipeline.present.text import decimal_expr
+from pipeline.safe_read import read_json
 from pipeline.shape.facts import LatencyModel, Percentiles, WorkloadFacts
 
 if TYPE_CHECKING:
@@ -164,13 +164,11 @@ def load_workload_facts(path: Path) -> WorkloadFacts:
     ``enginefit shape --out DIR``) or from what ``enginefit shape --json`` prints
     (``{"shape": …, "facts": …}``); anything else is an error naming the file and both."""
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
+        raw = read_json(path)
+    except OSError as exc:
         raise InputFormatError(f"{path}: cannot read workload facts ({exc})") from exc
-    except json.JSONDecodeError as exc:
-        raise InputFormatError(
-            f"{path}: not JSON ({exc.msg} at line {exc.lineno}); {FACTS_EXPECTED}"
-        ) from exc
+    except InputFormatError as exc:
+        raise InputFormatError(f"{exc}; {FACTS_EXPECTED}") from exc
     where = str(path)
     if isinstance(raw, Mapping) and "shape" in raw and "facts" in raw:
         raw, where = raw["facts"], f"{path}: facts"  # `enginefit shape --json`

@@ -22,7 +22,6 @@ read → run → write:
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -49,6 +48,7 @@ from pipeline.config import Config
 from pipeline.errors import ConfigError, InputFormatError
 from pipeline.ingest.stage import read_requests
 from pipeline.layout import WorkloadLayout, require_output
+from pipeline.safe_read import read_json
 from pipeline.shape import stage as shape_stage
 from pipeline.sim import stage as sim_stage
 from pipeline.sim.result import ScenarioSummary
@@ -416,4 +416,4 @@ def read_result(layout: WorkloadLayout) -> CapacityResult:
     path = require_output(
         layout.capacity.result, "capacity result", "capacity", "workload_capacity"
     )
-    return CapacityResult.from_json(json.loads(path.read_text(encoding="utf-8")), str(path))
+    return CapacityResult.from_json(read_json(path), str(path))

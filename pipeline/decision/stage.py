@@ -10,7 +10,6 @@ listed with its sha256 in the record's ``inputs``.
 from __future__ import annotations
 
 import datetime as dt
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -33,6 +32,7 @@ from pipeline.ingest.stage import read_requests, read_summary
 from pipeline.layout import WorkloadLayout, require_output
 from pipeline.prefix import stage as prefix_stage
 from pipeline.report.versions import RECORD, report_quarter, report_tree
+from pipeline.safe_read import read_json
 from pipeline.shape import stage as shape_stage
 from pipeline.sim import stage as sim_stage
 from pipeline.store import (
@@ -61,11 +61,9 @@ def read_previous(path: Path) -> DecisionRecord:
             f"{path}: is a folder; give its decision.json (a published version holds one)"
         )
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = read_json(path)
     except FileNotFoundError as exc:
         raise InputFormatError(f"{path}: decision record not found") from exc
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputFormatError(f"{path}: not a JSON decision record ({exc})") from exc
     return DecisionRecord.from_json(data, str(path))
 
 
@@ -207,4 +205,4 @@ def write(record: DecisionRecord, layout: WorkloadLayout) -> dict[str, Path]:
 
 def read_record(layout: WorkloadLayout) -> DecisionRecord:
     path = require_output(layout.decision.record, "decision record", "decide", "engine_decision")
-    return DecisionRecord.from_json(json.loads(path.read_text(encoding="utf-8")), str(path))
+    return DecisionRecord.from_json(read_json(path), str(path))

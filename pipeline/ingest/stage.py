@@ -16,7 +16,6 @@ alternative for files named on the command line.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -44,6 +43,7 @@ from pipeline.ingest.readers.columns import ColumnsReader
 from pipeline.ingest.result import IngestResult, IngestSummary, SkippedFile
 from pipeline.ingest.tokenize import make_tokenizer
 from pipeline.layout import WorkloadLayout, require_output
+from pipeline.safe_read import read_json
 from pipeline.settings import with_flags
 from pipeline.store import (
     STAGED_READS_PREFIX,
@@ -309,4 +309,4 @@ def read_requests(layout: WorkloadLayout) -> pl.LazyFrame:
 def read_summary(layout: WorkloadLayout) -> IngestSummary:
     verify_ingest(layout)
     path = require_output(layout.ingest.summary, "ingest summary", "ingest", "workload")
-    return IngestSummary.from_json(json.loads(path.read_text(encoding="utf-8")))
+    return IngestSummary.from_json(read_json(path))

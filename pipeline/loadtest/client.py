@@ -88,7 +88,7 @@ def error_message(body: str) -> str:
     """
     try:
         payload = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested too deeply to be an answer
         return f"a non-JSON body of {len(body)} characters"
     parts: list[str] = []
     error = payload.get("error") if isinstance(payload, dict) else None
@@ -130,7 +130,7 @@ class _Stream:
             return
         try:
             chunk = json.loads(payload)
-        except ValueError:
+        except (ValueError, RecursionError):
             # the line may hold generated text: say what is wrong, never what it says
             self._fail("malformed_stream", f"a data: line of {len(payload)} bytes is not JSON")
             return

@@ -7,7 +7,6 @@ Outputs (paths: :class:`pipeline.layout.PrefixPaths`): the summary (keys in
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from pipeline.prefix.analysis import analyse
 from pipeline.prefix.config import PrefixConfig
 from pipeline.prefix.present import curve_svg
 from pipeline.prefix.result import PrefixResult
+from pipeline.safe_read import read_json
 from pipeline.sim import memo
 from pipeline.store import (
     open_stage_output,
@@ -77,7 +77,7 @@ def read_result(layout: WorkloadLayout) -> PrefixResult:
     paths = layout.prefix
     summary = require_output(paths.summary, "prefix analysis", "prefix", "prefix_sharing")
     return PrefixResult.from_json(
-        json.loads(summary.read_text(encoding="utf-8")),
+        read_json(summary),
         pl.read_parquet(paths.curve),
         pl.read_parquet(paths.sessions),
     )

@@ -1,29 +1,51 @@
 """``enginefit audit PATH``: re-hash everything a published version recorded and say exactly
 what differs.
 
-Checked: the version's own files (PDF, HTML, decision record, against the manifest's
-``outputs``), the manifest against the ledger's hash of it, and every input it was made from
-(trace files, benchmark result files and manifests, a team catalog). The upstream stage outputs
-under ``data/`` are listed as ``derived``: a later run of the workload replaces them, so a
-difference there is reported but does not fail the audit (re-run with the recorded inputs to
-reproduce them).
+In this order, and nothing the manifest lists is followed before the first two hold:
+
+1. the ledger (``reports/<workload>/index.json``): it must exist, its hash chain must hold,
+   and (with ``--chain-head``) contain the head recorded elsewhere; it must list this version;
+2. the manifest's sha256 against the ledger's entry for it;
+3. the signature of the manifest (``manifest.json.sig``), when the version was signed or
+   ``--allowed-signers`` is given; else the audit says the version is not signed;
+4. the version's own files (PDF, HTML, decision record) against the manifest's ``outputs``;
+5. every input it was made from (configuration, traces, benchmark result files and the files
+   their readers opened, manifests, tokenizer, catalog, previous record), each only if it is a
+   regular file inside the places the version recorded (``roots``): a FIFO or device is never
+   read, a path that leaves them is refused, never hashed. The bundled catalog is checked
+   against the enginefit that audits (audit with the version's recorded commit to check it).
+
+What each guarantee catches: the hashes catch any edit of one file; the chain catches an
+edited or removed ledger entry that a later entry follows; a signature catches the PDF, the
+manifest and the ledger rewritten together (it needs the private key). Without a signature,
+such a consistent rewrite is caught only by comparing the chain head (printed by every audit
+and publication) with a copy kept elsewhere: ``--chain-head``.
+
+The upstream stage outputs under ``data/`` are listed as ``derived``: a later run of the
+workload replaces them, so a difference there is reported but does not fail the audit.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pipeline.errors import InputFormatError
+from pipeline.report.signing import verify
 from pipeline.report.versions import (
-    LEDGER,
+    BUNDLED_INPUT,
+    INSTALLATION,
     MANIFEST,
-    output_differences,
+    SIGNATURE,
+    ReportTree,
+    chain_breaks,
+    chain_head,
+    entry_sha256,
     sha256_bytes,
     sha256_of,
 )
+from pipeline.safe_read import parse_json, read_regular
 
 
 @dataclass(frozen=True)
@@ -42,10 +64,14 @@ class AuditResult:
     checked: int = 0
     differences: list[Difference] = field(default_factory=list)
     derived_changed: list[Difference] = field(default_factory=list)
+    #: what fails the audit besides a differing hash, each naming its file
+    problems: list[str] = field(default_factory=list)
+    chain_head: str | None = None
+    signature: str = "not checked"
 
     @property
     def ok(self) -> bool:
-        return not self.differences
+        return not self.differences and not self.problems
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -54,12 +80,28 @@ class AuditResult:
             "checked": self.checked,
             "differences": [d.as_dict() for d in self.differences],
             "derived_changed": [d.as_dict() for d in self.derived_changed],
+            "problems": list(self.problems),
+            "chain_head": self.chain_head,
+            "signature": self.signature,
         }
 
 
+@dataclass(frozen=True)
+class Manifest:
+    """The parts of a manifest the audit follows, each checked for its type."""
+
+    outputs: dict[str, str]
+    inputs: dict[str, str]
+    derived: dict[str, str]
+    base: Path
+    workload_folder: Path
+    roots: list[Path]
+    signature: dict[str, str] | None
+
+
 def _manifest_path(path: Path) -> Path:
-    candidate = path / MANIFEST if path.is_dir() else path
-    if not candidate.is_file():
+    candidate = (path / MANIFEST if path.is_dir() else path).absolute()
+    if candidate.name != MANIFEST or not candidate.is_file():
         raise InputFormatError(
             f"{path}: not a published report version (no {MANIFEST}); give a version folder "
             "reports/<workload>/<quarter>/v<N>/ or its manifest.json"
@@ -67,76 +109,176 @@ def _manifest_path(path: Path) -> Path:
     return candidate
 
 
-def _input_path(key: str, base: Path) -> Path:
-    """``trace:traces/x.jsonl`` → the file, relative to the configuration's folder."""
-    _, _, name = key.partition(":")
-    path = Path(name)
-    return path if path.is_absolute() else base / path
+def _texts(raw: Any, key: str, where: Path) -> dict[str, str]:
+    if not isinstance(raw, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in raw.items()
+    ):
+        raise InputFormatError(f"{where}: {key}: expected an object of file names to sha256s")
+    return raw
 
 
-def audit(path: Path) -> AuditResult:
+def parse_manifest(data: bytes, where: Path) -> Manifest:
+    """A manifest's bytes, parsed and checked; anything else is one error naming the file."""
+    raw = parse_json(data, where)
+    if not isinstance(raw, dict):
+        raise InputFormatError(f"{where}: not an enginefit report manifest (not an object)")
+    for key in ("outputs", "inputs", "base", "workload_folder", "roots"):
+        if key not in raw:
+            raise InputFormatError(f"{where}: not an enginefit report manifest (no {key!r})")
+    for key in ("base", "workload_folder"):
+        if not isinstance(raw[key], str) or not Path(raw[key]).is_absolute():
+            raise InputFormatError(f"{where}: {key}: expected an absolute folder")
+    roots = raw["roots"]
+    if not isinstance(roots, list) or not all(
+        isinstance(r, str) and Path(r).is_absolute() for r in roots
+    ):
+        raise InputFormatError(f"{where}: roots: expected a list of absolute paths")
+    signature = raw.get("signature")
+    if signature is not None:
+        signature = _texts(signature, "signature", where)
+        if "allowed_signers" not in signature:
+            raise InputFormatError(f"{where}: signature: no allowed_signers")
+    return Manifest(
+        outputs=_texts(raw["outputs"], "outputs", where),
+        inputs=_texts(raw["inputs"], "inputs", where),
+        derived=_texts(raw.get("derived", {}), "derived", where),
+        base=Path(raw["base"]),
+        workload_folder=Path(raw["workload_folder"]),
+        roots=[Path(r) for r in roots],
+        signature=signature,
+    )
+
+
+def audit(
+    path: Path, *, allowed_signers: Path | None = None, recorded_head: str | None = None
+) -> AuditResult:
+    """Audit the version at ``path`` (its folder or manifest). ``allowed_signers``: the
+    auditor's own allowed signers file (the signature is then required); ``recorded_head``: a
+    chain head kept elsewhere, which the ledger must still contain."""
     manifest_path = _manifest_path(path)
     folder = manifest_path.parent
-    raw = manifest_path.read_bytes()
-    try:
-        manifest = json.loads(raw)
-        outputs: dict[str, str] = manifest["outputs"]
-        inputs: dict[str, str] = manifest["inputs"]
-        derived: dict[str, str] = manifest.get("derived", {})
-        base = Path(manifest["base"])
-        workload_folder = Path(manifest["workload_folder"])
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise InputFormatError(
-            f"{manifest_path}: not an enginefit report manifest ({exc})"
-        ) from exc
     result = AuditResult(manifest_path)
+    raw = read_regular(manifest_path)
+    if not _ledger_vouches(folder, raw, result, recorded_head):
+        return result  # nothing a manifest the ledger does not vouch for lists is followed
+    manifest = parse_manifest(raw, manifest_path)
+    _check_signature(manifest_path, manifest, allowed_signers, result)
 
-    def check(label: str, file: Path, expected: str | None, into: list[Difference]) -> None:
+    def check(label: Path, digest: str, into: list[Difference], inside: list[Path]) -> None:
         result.checked += 1
-        actual = sha256_of(file)
-        if actual != expected:
-            into.append(Difference(label, expected, actual))
+        resolved = label.resolve()
+        if not any(resolved.is_relative_to(root) for root in inside):
+            result.problems.append(
+                f"{label}: refused: outside the places the version recorded "
+                f"({', '.join(map(str, inside))}); the manifest lists a file no stage read"
+            )
+            return
+        actual = sha256_of(resolved)
+        if actual != digest:
+            into.append(Difference(str(label), digest, actual))
 
-    result.checked += len(outputs)
-    result.differences += [
-        Difference(str(folder / name), expected, actual)
-        for name, expected, actual in output_differences(folder, outputs)
-    ]
-    for key, digest in sorted(inputs.items()):
-        file = _input_path(key, base)
-        check(str(file), file, digest, result.differences)
-    ledger = _ledger_entry(folder)
-    if ledger is not None:
-        result.checked += 1
-        if ledger != sha256_bytes(raw):
-            result.differences.append(Difference(str(manifest_path), ledger, sha256_bytes(raw)))
-    for name, digest in sorted(derived.items()):
-        check(str(workload_folder / name), workload_folder / name, digest, result.derived_changed)
+    for name, digest in sorted(manifest.outputs.items()):
+        if name != Path(name).name or name in ("", ".", ".."):
+            result.problems.append(f"{manifest_path}: outputs: {name!r} is not a file name")
+            continue
+        check(folder / name, digest, result.differences, [folder.resolve()])
+    roots = [r.resolve() for r in manifest.roots]
+    shipped = [INSTALLATION / "pipeline"]
+    for key, digest in sorted(manifest.inputs.items()):
+        kind, _, name = key.partition(":")
+        if kind == BUNDLED_INPUT:  # checked against the enginefit that audits
+            check(INSTALLATION / name, digest, result.differences, shipped)
+        else:
+            check(manifest.base / name, digest, result.differences, roots)
+    workload = [manifest.workload_folder.resolve()]
+    for name, digest in sorted(manifest.derived.items()):
+        check(manifest.workload_folder / name, digest, result.derived_changed, workload)
     return result
 
 
-def _ledger_entry(folder: Path) -> str | None:
-    """The ledger's hash of this version's manifest (None when no ledger lists it)."""
-    for parent in folder.parents:
-        ledger = parent / LEDGER
-        if ledger.is_file():
-            try:
-                entries = json.loads(ledger.read_text(encoding="utf-8"))["versions"]
-            except (json.JSONDecodeError, KeyError, TypeError):
-                return None
-            relative = str(folder.relative_to(parent))
-            return next((e["manifest_sha256"] for e in entries if e["path"] == relative), None)
-    return None
+def _ledger_vouches(
+    folder: Path, manifest: bytes, result: AuditResult, recorded_head: str | None
+) -> bool:
+    """Check the ledger of ``reports/<workload>/<quarter>/v<N>/`` and its entry for this
+    manifest; False (with the problem in ``result``) when it does not vouch for it."""
+    tree = ReportTree(folder.parent.parent)
+    result.checked += 1
+    if not tree.ledger.exists():
+        result.problems.append(
+            f"{tree.ledger}: missing: no ledger lists this version, so nothing it records can "
+            "be trusted; restore the ledger from your backup"
+        )
+        return False
+    entries = tree.read_ledger()
+    result.chain_head = chain_head(entries)
+    result.problems += [f"{tree.ledger}: {problem}" for problem in chain_breaks(entries)]
+    if recorded_head is not None and recorded_head not in {entry_sha256(e) for e in entries}:
+        result.problems.append(
+            f"{tree.ledger}: its chain no longer contains the recorded head {recorded_head}: "
+            "the ledger was rewritten since that head was recorded"
+        )
+    relative = f"{folder.parent.name}/{folder.name}"
+    entry = next((e for e in entries if e.path == relative), None)
+    if entry is None:
+        result.problems.append(f"{tree.ledger}: lists no version {relative}")
+    elif entry.manifest_sha256 != sha256_bytes(manifest):
+        result.differences.append(
+            Difference(str(folder / MANIFEST), entry.manifest_sha256, sha256_bytes(manifest))
+        )
+    return result.ok
+
+
+def _check_signature(
+    manifest_path: Path, manifest: Manifest, trusted: Path | None, result: AuditResult
+) -> None:
+    signature = manifest_path.with_name(SIGNATURE)
+    if manifest.signature is None and trusted is None and not signature.exists():
+        result.signature = "not signed (no report.signing_key when it was published)"
+        return
+    result.checked += 1
+    if manifest.signature is None and trusted is None:
+        result.problems.append(
+            f"{signature}: a signature the manifest does not mention; pass --allowed-signers "
+            "FILE to check it"
+        )
+        return
+    signers = trusted
+    if signers is None:
+        assert manifest.signature is not None  # neither None: returned above
+        signers = Path(manifest.signature["allowed_signers"])
+        if not any(signers.resolve().is_relative_to(r.resolve()) for r in manifest.roots):
+            result.problems.append(
+                f"{signers}: refused: the allowed signers file the manifest names is outside "
+                "the places the version recorded; pass your own with --allowed-signers FILE"
+            )
+            return
+    for needed in (signature, signers):
+        if sha256_of(needed) is None:
+            result.problems.append(f"{needed}: missing or not a regular file; signature unchecked")
+            return
+    principal, problem = verify(manifest_path, signature, signers)
+    if problem is not None:
+        result.problems.append(f"{signature}: {problem}")
+        return
+    whose = "your" if trusted is not None else "the version's own"
+    result.signature = f"verified: signed by {principal} ({whose} allowed signers {signers})"
 
 
 def audit_text(result: AuditResult) -> str:
     lines = [f"audit of {result.manifest.parent}: {result.checked} files checked"]
     if result.ok:
         lines.append("ok: every recorded input and output has the hash it was published with")
+    lines += [f"FAILED {problem}" for problem in result.problems]
     for d in result.differences:
-        state = "missing" if d.actual_sha256 is None else f"now {d.actual_sha256}"
+        state = "missing or unreadable" if d.actual_sha256 is None else f"now {d.actual_sha256}"
         lines.append(f"DIFFERS {d.path}: recorded {d.expected_sha256}, {state}")
     for d in result.derived_changed:
         state = "missing" if d.actual_sha256 is None else "replaced by a later run"
         lines.append(f"note: derived {d.path} {state} (does not fail the audit)")
+    lines.append(f"signature: {result.signature}")
+    if result.chain_head is not None:
+        lines.append(
+            f"ledger chain head: {result.chain_head} (keep a copy elsewhere; `enginefit audit "
+            "--chain-head` then also catches a consistent rewrite of the ledger)"
+        )
     return "\n".join(lines)

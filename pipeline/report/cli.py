@@ -15,9 +15,12 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "audit",
         help="re-hash a published report version's inputs and outputs and list what differs",
-        description="Re-hash every input and output a published version recorded (its PDF, "
-        "HTML and decision record, the trace and benchmark files, the catalog) and say exactly "
-        "what differs; exit code 1 when anything does. PATH: a version folder "
+        description="Check the ledger's hash chain and its entry for the version, then the "
+        "manifest's signature (when signed), then re-hash every output and input the version "
+        "recorded (its PDF, HTML and decision record; the configuration, trace and benchmark "
+        "files, the files their readers opened, the catalog) and say exactly what differs. "
+        "Exit code 1 when anything differs or the ledger does not vouch for the version, 2 when "
+        "a file is not what a published version holds. PATH: a version folder "
         "reports/<workload>/<quarter>/v<N>/ or its manifest.json.",
     )
     parser.add_argument(
@@ -26,12 +29,32 @@ def register(subparsers: Any) -> None:
         metavar="PATH",
         help="a published version, reports/<workload>/<YYYY-Qn>/v<N>",
     )
-    parser.add_argument("--json", action="store_true", help="print JSON (ok, checked, differences)")
+    parser.add_argument(
+        "--allowed-signers",
+        type=Path,
+        metavar="FILE",
+        default=None,
+        help="your trusted copy of the allowed signers file: the manifest's signature is "
+        "then required and checked against it (default: the file the version names, when "
+        "it was signed)",
+    )
+    parser.add_argument(
+        "--chain-head",
+        metavar="SHA256",
+        default=None,
+        help="a ledger chain head recorded earlier (each audit prints the current one): the "
+        "ledger must still contain it, which catches a consistent rewrite of the ledger",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON (ok, checked, differences, problems, chain_head, signature)",
+    )
     parser.set_defaults(func=run_audit)
 
 
 def run_audit(args: argparse.Namespace) -> int:
-    result = audit(args.path)
+    result = audit(args.path, allowed_signers=args.allowed_signers, recorded_head=args.chain_head)
     if args.json:
         print(json.dumps(result.as_dict(), indent=2, sort_keys=True))
     else:

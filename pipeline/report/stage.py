@@ -11,6 +11,7 @@ which case it publishes nothing and says so.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import importlib.metadata
 import json
 import subprocess
@@ -26,6 +27,7 @@ from pipeline.bench.config import configured_as_of
 from pipeline.capacity import stage as capacity_stage
 from pipeline.capacity.result import CapacityResult
 from pipeline.config import Config
+from pipeline.decision.catalog import BUNDLED
 from pipeline.decision.result import DecisionRecord
 from pipeline.decision.stage import read_record
 from pipeline.errors import ConfigError, InputFormatError
@@ -43,11 +45,14 @@ from pipeline.report.compute import (
     traffic_quarters,
 )
 from pipeline.report.result import Published, ReportResult
+from pipeline.report.signing import NAMESPACE, Signer, sign
 from pipeline.report.versions import (
+    BUNDLED_INPUT,
     HTML,
-    MANIFEST,
+    INSTALLATION,
     PDF,
     RECORD,
+    SIGNATURE,
     Entry,
     ReportTree,
     report_quarter,
@@ -55,10 +60,9 @@ from pipeline.report.versions import (
     sha256_bytes,
     sha256_of,
 )
+from pipeline.safe_read import parse_json, read_json
 from pipeline.shape import stage as shape_stage
 from pipeline.sim import stage as sim_stage
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def code_version() -> dict[str, Any]:
@@ -69,7 +73,7 @@ def code_version() -> dict[str, Any]:
     except importlib.metadata.PackageNotFoundError:
         version = "unknown"
     commit, dirty = None, False
-    if (REPO / ".git").exists():
+    if (INSTALLATION / ".git").exists():
         try:
             commit = _git("rev-parse", "HEAD") or None
             dirty = bool(_git("status", "--porcelain", "--", "pipeline", "assets", "templates"))
@@ -80,7 +84,11 @@ def code_version() -> dict[str, Any]:
 
 def _git(*args: str) -> str:
     done = subprocess.run(
-        ["git", "-C", str(REPO), *args], capture_output=True, text=True, timeout=30, check=True
+        ["git", "-C", str(INSTALLATION), *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
     )
     return done.stdout.strip()
 
@@ -89,27 +97,77 @@ def _relative(path: Path, base: Path) -> str:
     return str(path.relative_to(base)) if path.is_relative_to(base) else str(path)
 
 
-def raw_inputs(layout: WorkloadLayout, config: Config, points: pl.DataFrame) -> dict[str, str]:
-    """sha256 of every input file: the traces (as ingest hashed them), the benchmark result
-    files and their manifests, the catalog (paths relative to the configuration's folder)."""
+def raw_inputs(
+    layout: WorkloadLayout, config: Config, points: pl.DataFrame, record: DecisionRecord
+) -> dict[str, str]:
+    """sha256 of every file a stage read: the traces (as ingest hashed them), the benchmark
+    result files, the files their readers opened beside them (an inference-perf run's
+    ``config.yaml`` …) and their manifests, the configuration file, the tokenizer, the allowed
+    signers of a signed version, the engine catalog and a previous decision record the user
+    named (paths relative to the configuration's folder)."""
 
-    base = config.source.parent if config.source else Path.cwd()
+    base = config_base(config)
     out = {f"trace:{f.file}": f.sha256 for f in read_summary(layout).files}
-    # The readers hashed each result file as they read it; manifests are hashed here.
+    # The readers hashed each result file and each companion file as they read it; sidecar
+    # manifests are hashed here.
     if {"source_file", "source_sha256"} <= set(points.columns):
         files = points.select("source_file", "source_sha256").drop_nulls().unique()
         for name, digest in files.iter_rows():
             out[f"bench:{_relative(Path(name).resolve(), base)}"] = digest
-    if "manifest_file" in points.columns:
-        for name in points.get_column("manifest_file").drop_nulls().unique().to_list():
-            digest = sha256_of(Path(name))
-            if digest is not None:
+    if "companion_files" in points.columns:
+        for text in points.get_column("companion_files").drop_nulls().unique().to_list():
+            for name, digest in parse_json(text, layout.bench.load_points).items():
                 out[f"bench:{_relative(Path(name).resolve(), base)}"] = digest
-    if config.decision.catalog is not None:
-        out[f"catalog:{_relative(config.decision.catalog, base)}"] = (
-            sha256_of(config.decision.catalog) or ""
-        )
+    manifests = [*points.get_column("manifest_file").drop_nulls().unique().to_list()]
+    for name in [*manifests, *([config.bench.manifest] if config.bench.manifest else [])]:
+        digest = sha256_of(Path(name))
+        if digest is not None:
+            out[f"bench:{_relative(Path(name).resolve(), base)}"] = digest
+    if config.source is not None:
+        out[f"config:{_relative(config.source.resolve(), base)}"] = sha256_of(config.source) or ""
+    # The private signing key is read too, but nothing derived from a secret is recorded.
+    named = {"tokenizer": config.require_workload().tokenizer}
+    named["signers"] = config.report.allowed_signers if config.report.signing_key else None
+    for kind, path in named.items():
+        if path is not None:
+            out[f"{kind}:{_relative(path.resolve(), base)}"] = sha256_of(path) or ""
+    catalog, catalog_sha256 = config.decision.catalog, str(record.catalog.get("sha256", ""))
+    if catalog is not None:
+        out[f"catalog:{_relative(catalog.resolve(), base)}"] = catalog_sha256
+    else:  # named inside the installation, so the key is the same wherever enginefit lives
+        out[f"{BUNDLED_INPUT}:pipeline/decision/{BUNDLED}"] = catalog_sha256
+    # A previous record given by the user; one the decision found among the published versions
+    # is theirs to vouch for (their own audit), and not a source of this one.
+    published = report_tree(config).root.resolve()
+    for key, digest in record.inputs.items():
+        previous = Path(key.removeprefix("previous:")).resolve()
+        if key.startswith("previous:") and not previous.is_relative_to(published):
+            out[f"previous:{_relative(previous, base)}"] = digest
     return dict(sorted(out.items()))
+
+
+def config_base(config: Config) -> Path:
+    """The folder the configuration's relative paths (and a manifest's inputs) start from."""
+    return config.source.resolve().parent if config.source else Path.cwd()
+
+
+def input_roots(layout: WorkloadLayout, config: Config, inputs: dict[str, str]) -> list[str]:
+    """The places a version's inputs may be (what ``audit`` confines itself to): the
+    configuration's folder, the workload folder, the configured traces, benchmark folders
+    (a result file's folder: readers open files beside it), sidecar manifest, tokenizer,
+    allowed signers and catalog, and a previous decision record the user named."""
+    base = config_base(config)
+    named = [
+        *(_fixed_part(Path(t.path)) for t in config.require_workload().traces),
+        *(p if p.is_dir() else p.parent for p in map(Path, config.bench.results)),
+        *([config.bench.manifest] if config.bench.manifest else []),
+        *([t] if (t := config.require_workload().tokenizer) else []),
+        *([config.report.allowed_signers] if config.report.allowed_signers else []),
+        *([config.decision.catalog] if config.decision.catalog else []),
+        *(base / k.partition(":")[2] for k in inputs if k.startswith("previous:")),
+    ]
+    roots = {base, layout.root.resolve(), *(p.resolve() for p in named)}
+    return sorted(str(r) for r in roots)
 
 
 def derived_outputs(layout: WorkloadLayout) -> dict[str, str]:
@@ -165,7 +223,9 @@ def read_inputs(
     configuration = config.as_dict()
     configuration_sha256 = sha256_bytes(json.dumps(configuration, sort_keys=True).encode())
     code = code_version()
-    inputs = raw_inputs(layout, config, bench_stage.read_written_results(layout).load_points)
+    inputs = raw_inputs(
+        layout, config, bench_stage.read_written_results(layout).load_points, record
+    )
     derived = derived_outputs(layout)
     identity_parts = {
         "inputs": inputs,
@@ -224,9 +284,11 @@ def read_inputs(
         "version": version,
         "headline": record.recommendation.headline,
         "identity": identity,
-        "base": str(config.source.parent if config.source else Path.cwd()),
-        "workload_folder": str(layout.root),
+        "base": str(config_base(config)),
+        "workload_folder": str(layout.root.resolve()),
         "inputs": inputs,
+        "roots": input_roots(layout, config, inputs),
+        "signature": _signature(config),
         "derived": derived,
         "configuration": configuration,
         "configuration_sha256": configuration_sha256,
@@ -236,6 +298,25 @@ def read_inputs(
         "report_date": report_date.isoformat(),
     }
     return ReportInputs(document, identity, manifest, against)
+
+
+def _fixed_part(path: Path) -> Path:
+    """A trace path up to its first pattern (a glob, a daily ``{day}``): what it may match."""
+    parts = path.parts
+    fixed = next((i for i, part in enumerate(parts) if any(m in part for m in "*?[{")), None)
+    return path if fixed is None else Path(*parts[:fixed])
+
+
+def _signature(config: Config) -> dict[str, str] | None:
+    """How the version's manifest is signed (None: it is not)."""
+    if config.report.signing_key is None or config.report.allowed_signers is None:
+        return None
+    return {
+        "tool": "ssh-keygen -Y sign",
+        "namespace": NAMESPACE,
+        "file": SIGNATURE,
+        "allowed_signers": str(config.report.allowed_signers.resolve()),
+    }
 
 
 def _next_number(tree: ReportTree, quarter: str, identity: str) -> int:
@@ -254,7 +335,7 @@ def _compared_with(tree: ReportTree, quarter: str, identity: str) -> Entry | Non
     latest = tree.latest(quarter)
     if latest is None or latest.identity != identity:
         return tree.compared_with(quarter)
-    manifest = json.loads((tree.root / latest.path / MANIFEST).read_text(encoding="utf-8"))
+    manifest = tree.read_manifest(latest)
     label = manifest.get("compared_with")
     if not label:
         return None
@@ -298,10 +379,8 @@ def _previous(tree: ReportTree, entry: Entry | None) -> PreviousVersion | None:
     if entry is None:
         return None
     folder = tree.root / entry.path
-    manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
-    record = DecisionRecord.from_json(
-        json.loads((folder / RECORD).read_text(encoding="utf-8")), str(folder / RECORD)
-    )
+    manifest = tree.read_manifest(entry)
+    record = DecisionRecord.from_json(read_json(folder / RECORD), str(folder / RECORD))
     return PreviousVersion(entry.quarter, entry.version, manifest, record)
 
 
@@ -364,11 +443,14 @@ def write(result: ReportResult, config: Config) -> Published:
         return existing
     tree = report_tree(config)
     manifest = {**result.manifest, "decision_sha256": sha256_bytes(result.record)}
+    key, signers = config.report.signing_key, config.report.allowed_signers
+    signer = None if key is None or signers is None else Signer(key, signers)
     entry, folder = tree.publish(
         result.quarter,
         result.version,
         {PDF: result.pdf, HTML: result.html.encode("utf-8"), RECORD: result.record},
         manifest,
         result.headline,
+        None if signer is None else functools.partial(sign, signer),
     )
     return Published(True, result.quarter, entry.version, folder, folder / PDF)

@@ -4,29 +4,40 @@
     reports/<workload>/<YYYY-Qn>/v<N>/            one version, never overwritten:
         engine-selection.pdf, engine-selection.html, decision.json, manifest.json
 
-A version is built in a hidden staging folder beside it and renamed into place in one step;
-only then is its ledger entry appended (the ledger is rewritten atomically). A crash therefore
-leaves either nothing or a complete version folder that the ledger does not list yet: the next
-run checks such a folder (its manifest's output hashes) and lists it, so the ledger stays valid
-and no version number is ever reused. Staging leftovers are removed (enginefit made them).
+The ledger is a hash chain in publication order: each entry records when it was appended
+(``published_at``, UTC) and the sha256 of the entry before it (``previous_sha256``), so an
+entry edited after a later one was appended breaks the chain at the next entry, and the hash
+of the last entry (the chain head, :func:`chain_head`) stands for the whole ledger: recorded
+elsewhere, it exposes even a consistent rewrite of the ledger (``enginefit audit
+--chain-head``).
+
+A version is built in a hidden staging folder beside it (its manifest signed there when
+``report.signing_key`` is set, :mod:`pipeline.report.signing`) and renamed into place in one
+step; only then is its ledger entry appended (the ledger is rewritten atomically). A crash
+therefore leaves either nothing or a complete version folder that the ledger does not list
+yet: the next run checks such a folder (its manifest's output hashes) and lists it, so the
+ledger stays valid and no version number is ever reused. Staging leftovers are removed (enginefit made them).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 import json
 import re
 import secrets
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pipeline.config import Config
 from pipeline.errors import InputFormatError
+from pipeline.safe_read import open_regular, parse_json, read_json, read_regular
 from pipeline.settings import QUARTER
-from pipeline.store import sha256_file, write_bytes_atomic, write_json_atomic
+from pipeline.store import write_bytes_atomic, write_json_atomic
 
 VERSION = re.compile(r"^v([1-9]\d*)$")
 STAGING_PREFIX = ".staging-"
@@ -35,7 +46,13 @@ MANIFEST = "manifest.json"
 PDF = "engine-selection.pdf"
 HTML = "engine-selection.html"
 RECORD = "decision.json"
-LEDGER_SCHEMA = 1
+SIGNATURE = "manifest.json.sig"
+# The kind of an input shipped with enginefit (the bundled catalog): its path is relative to
+# the installation, the folder holding the ``pipeline`` package.
+BUNDLED_INPUT = "bundled"
+INSTALLATION = Path(__file__).resolve().parents[2]
+LEDGER_SCHEMA = 2
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
 def quarter_of(instant: dt.date | dt.datetime | str) -> str:
@@ -57,11 +74,16 @@ def sha256_bytes(data: bytes) -> str:
 
 
 def sha256_of(path: Path) -> str | None:
-    """A file's sha256, or None when it is missing or unreadable (what an audit reports)."""
+    """A regular file's sha256, or None when it is missing, unreadable or not a regular file
+    (what an audit reports; a FIFO or a device is never read)."""
+    digest = hashlib.sha256()
     try:
-        return sha256_file(path)
-    except OSError:
+        with open_regular(path) as handle:
+            while chunk := handle.read(1 << 20):
+                digest.update(chunk)
+    except (OSError, InputFormatError):
         return None
+    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -74,9 +96,73 @@ class Entry:
     identity: str  # sha256 of what the version was made from (inputs, config, catalog, code)
     manifest_sha256: str
     headline: str
+    published_at: str  # when the entry was appended (UTC, ISO 8601)
+    previous_sha256: str | None  # entry_sha256 of the entry before it (None: the first)
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+
+def entry_sha256(entry: Entry) -> str:
+    """The hash the next entry chains to: of the entry's fields, canonically serialised."""
+    return sha256_bytes(json.dumps(entry.as_dict(), sort_keys=True, separators=(",", ":")).encode())
+
+
+def chain_head(entries: list[Entry]) -> str | None:
+    """The hash of the last entry, which the whole chain hangs from (None: empty ledger)."""
+    return entry_sha256(entries[-1]) if entries else None
+
+
+def chain_breaks(entries: list[Entry]) -> list[str]:
+    """Where the chain does not hold, one sentence each naming the entry at fault (empty: the
+    chain is intact)."""
+    problems = []
+    previous: str | None = None
+    for index, entry in enumerate(entries):
+        if entry.previous_sha256 != previous:
+            problems.append(
+                f"the chain breaks at versions[{index}] ({entry.path}): it or "
+                f"versions[{index - 1}] ({entries[index - 1].path}) was edited, or an entry "
+                "between them removed"
+                if index
+                else f"versions[0] ({entry.path}) does not start the chain: it was edited, or "
+                "the entries before it removed"
+            )
+        previous = entry_sha256(entry)
+    return problems
+
+
+_ENTRY_TEXT = ("quarter", "path", "identity", "manifest_sha256", "headline", "published_at")
+
+
+def _entry(raw: Any, where: str) -> Entry:
+    """One ledger entry, every field checked (a problem names the field)."""
+    if not isinstance(raw, dict):
+        raise InputFormatError(f"{where}: expected an object, got {type(raw).__name__}")
+    expected = {*_ENTRY_TEXT, "version", "previous_sha256"}
+    if set(raw) != expected:
+        missing, unknown = sorted(expected - set(raw)), sorted(set(raw) - expected)
+        raise InputFormatError(f"{where}: missing keys {missing}, unknown keys {unknown}")
+    for key in _ENTRY_TEXT:
+        if not isinstance(raw[key], str):
+            raise InputFormatError(f"{where}.{key}: expected text, got {raw[key]!r}")
+    version = raw["version"]
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise InputFormatError(f"{where}.version: expected a whole number >= 1, got {version!r}")
+    if QUARTER.match(raw["quarter"]) is None:
+        raise InputFormatError(f"{where}.quarter: {raw['quarter']!r} is not a quarter (YYYY-Qn)")
+    if raw["path"] != f"{raw['quarter']}/v{version}":
+        raise InputFormatError(
+            f"{where}.path: {raw['path']!r} is not {raw['quarter']}/v{version}, the folder of "
+            "the quarter and version the entry names"
+        )
+    for key in ("manifest_sha256", "previous_sha256"):
+        value = raw[key]
+        if not (value is None and key == "previous_sha256") and not (
+            isinstance(value, str) and SHA256.match(value)
+        ):
+            raise InputFormatError(f"{where}.{key}: expected a sha256 (64 hex digits)")
+    return Entry(**raw)
 
 
 @dataclass(frozen=True)
@@ -93,23 +179,64 @@ class ReportTree:
         return self.root / quarter / f"v{version}"
 
     def read_ledger(self) -> list[Entry]:
-        if not self.ledger.is_file():
+        """The ledger's entries in publication order ([] before the first version); one error
+        naming the ledger (and the entry and field) for anything else than a ledger."""
+        if not self.ledger.exists():
             return []
-        try:
-            raw = json.loads(self.ledger.read_text(encoding="utf-8"))
-            entries = [Entry(**e) for e in raw["versions"]]
-        except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError) as exc:
+        raw = read_json(self.ledger)
+        if isinstance(raw, dict) and raw.get("schema_version") == 1:
             raise InputFormatError(
-                f"{self.ledger}: not an enginefit report ledger ({exc}); it is append-only and "
-                "never rewritten by hand: restore it from your backup"
+                f"{self.ledger}: written by an older enginefit, without the hash chain that "
+                "lets an audit trust it; move the folder aside (its versions stay readable) "
+                "and the next report starts a chained ledger"
+            )
+        try:
+            if not isinstance(raw, dict) or raw.get("schema_version") != LEDGER_SCHEMA:
+                raise InputFormatError(
+                    f"{self.ledger}: not a version {LEDGER_SCHEMA} enginefit report ledger "
+                    "(an object with schema_version and versions)"
+                )
+            versions = raw.get("versions")
+            if not isinstance(versions, list):
+                raise InputFormatError(
+                    f"{self.ledger}: versions: expected a list of entries, got "
+                    f"{type(versions).__name__}"
+                )
+            return [_entry(e, f"{self.ledger}: versions[{i}]") for i, e in enumerate(versions)]
+        except InputFormatError as exc:
+            raise InputFormatError(
+                f"{exc}; the ledger is append-only and never edited by hand: restore it from "
+                "your backup"
             ) from exc
-        return entries
 
     def write_ledger(self, entries: list[Entry]) -> None:
         write_json_atomic(
             self.ledger,
             {"schema_version": LEDGER_SCHEMA, "versions": [e.as_dict() for e in entries]},
         )
+
+    def append(self, entries: list[Entry]) -> None:
+        """Append ``entries`` (made by :func:`new_entry`) to the ledger, each chained to the
+        one before it."""
+        chained = self.read_ledger()
+        for entry in entries:
+            chained.append(dataclasses.replace(entry, previous_sha256=chain_head(chained)))
+        self.write_ledger(chained)
+
+    def read_manifest(self, entry: Entry) -> dict[str, Any]:
+        """The manifest of a listed version, refused unless it is the one the ledger recorded
+        (what a new version compares with must be what was published)."""
+        path = self.root / entry.path / MANIFEST
+        data = read_regular(path)
+        if sha256_bytes(data) != entry.manifest_sha256:
+            raise InputFormatError(
+                f"{path}: not the manifest the ledger recorded for {entry.path}: it was changed "
+                f"after publication (`enginefit audit {path.parent}` lists what differs)"
+            )
+        manifest = parse_json(data, path)
+        if not isinstance(manifest, dict):
+            raise InputFormatError(f"{path}: not an enginefit report manifest (not an object)")
+        return manifest
 
     def latest(self, quarter: str | None = None) -> Entry | None:
         """The newest version (of ``quarter`` when given)."""
@@ -153,7 +280,7 @@ class ReportTree:
                 if entry is not None:
                     added.append(entry)
         if added:
-            self.write_ledger(sorted([*entries, *added], key=_order))
+            self.append(added)
         return added
 
     def next_version(self, quarter: str) -> int:
@@ -174,10 +301,12 @@ class ReportTree:
         files: dict[str, bytes],
         manifest: dict[str, Any],
         headline: str,
+        sign: Callable[[Path], None] | None = None,
     ) -> tuple[Entry, Path]:
         """Write version ``version`` of ``quarter`` (files, then the manifest with every
-        output's sha256), move it into place, then append it to the ledger. Refused when that
-        version exists (another run published it meanwhile): nothing is ever replaced."""
+        output's sha256, signed by ``sign`` when given), move it into place, then append it to
+        the ledger. Refused when that version exists (another run published it meanwhile):
+        nothing is ever replaced."""
         quarter_key(quarter)
         quarter_dir = self.root / quarter
         quarter_dir.mkdir(parents=True, exist_ok=True)
@@ -189,6 +318,8 @@ class ReportTree:
             outputs = {name: sha256_bytes(data) for name, data in sorted(files.items())}
             manifest_bytes = _json_bytes({**manifest, "outputs": outputs})
             write_bytes_atomic(staging / MANIFEST, manifest_bytes)
+            if sign is not None:
+                sign(staging / MANIFEST)
             target = self.version_dir(quarter, version)
             if target.exists() or version != self.next_version(quarter):
                 raise InputFormatError(
@@ -199,20 +330,37 @@ class ReportTree:
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-        entry = Entry(
-            quarter=quarter,
-            version=version,
-            path=str(target.relative_to(self.root)),
-            identity=str(manifest["identity"]),
-            manifest_sha256=sha256_bytes(manifest_bytes),
-            headline=headline,
+        entry = new_entry(
+            self, target, quarter, version, str(manifest["identity"]), manifest_bytes, headline
         )
-        self.write_ledger(sorted([*self.read_ledger(), entry], key=_order))
+        self.append([entry])
         return entry, target
 
 
 def _order(entry: Entry) -> tuple[int, int, int]:
     return (*quarter_key(entry.quarter), entry.version)
+
+
+def new_entry(
+    tree: ReportTree,
+    folder: Path,
+    quarter: str,
+    version: int,
+    identity: str,
+    manifest_bytes: bytes,
+    headline: str,
+) -> Entry:
+    """The ledger entry of a version folder, dated now; chained when appended."""
+    return Entry(
+        quarter=quarter,
+        version=version,
+        path=str(folder.relative_to(tree.root)),
+        identity=identity,
+        manifest_sha256=sha256_bytes(manifest_bytes),
+        headline=headline,
+        published_at=dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat(),
+        previous_sha256=None,
+    )
 
 
 def _json_bytes(payload: Any) -> bytes:
@@ -232,20 +380,21 @@ def _entry_of(tree: ReportTree, folder: Path, quarter: str, version: int) -> Ent
     """The ledger entry of a complete version folder (its outputs match its manifest)."""
     manifest_path = folder / MANIFEST
     try:
-        data = manifest_path.read_bytes()
-        manifest = json.loads(data)
+        data = read_regular(manifest_path)
+        manifest = parse_json(data, manifest_path)
         outputs = manifest["outputs"]
-    except (OSError, json.JSONDecodeError, KeyError, TypeError):
+        if not isinstance(outputs, dict) or output_differences(folder, outputs):
+            return None
+    except (OSError, InputFormatError, KeyError, TypeError):
         return None
-    if output_differences(folder, outputs):
-        return None
-    return Entry(
-        quarter=quarter,
-        version=version,
-        path=str(folder.relative_to(tree.root)),
-        identity=str(manifest.get("identity", "")),
-        manifest_sha256=sha256_bytes(data),
-        headline=str(manifest.get("headline", "")),
+    return new_entry(
+        tree,
+        folder,
+        quarter,
+        version,
+        str(manifest.get("identity", "")),
+        data,
+        str(manifest.get("headline", "")),
     )
 
 

@@ -7,7 +7,6 @@ the downsampled concurrency envelope and three figures.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import polars as pl
 from pipeline.config import Config
 from pipeline.ingest.stage import read_requests
 from pipeline.layout import WorkloadLayout, require_output
+from pipeline.safe_read import read_json
 from pipeline.shape.common import json_safe
 from pipeline.shape.compute import compute_shape
 from pipeline.shape.config import ShapeConfig
@@ -63,6 +63,6 @@ def read_result(layout: WorkloadLayout) -> ShapeResult:
     """The shape result written for this workload (without the figures' data)."""
     paths = layout.shape
     summary = require_output(paths.summary, "workload shape", "shape", "workload_shape")
-    metrics = json.loads(summary.read_text(encoding="utf-8"))
+    metrics = read_json(summary)
     series = pl.read_parquet(paths.concurrency) if paths.concurrency.is_file() else None
     return ShapeResult.from_json(metrics, series)

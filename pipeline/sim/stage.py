@@ -18,7 +18,6 @@ its blocks and infer its sessions once, not once per scenario step.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ import polars as pl
 from pipeline.config import Config
 from pipeline.ingest.stage import read_requests
 from pipeline.layout import WorkloadLayout, require_output
+from pipeline.safe_read import read_json
 from pipeline.shape.facts import LatencyModel
 from pipeline.sim import memo
 from pipeline.sim.blocks import SimInputs, sim_input
@@ -128,7 +128,7 @@ def read_summaries(layout: WorkloadLayout) -> list[ScenarioSummary]:
     path = require_output(
         layout.simulation.summary, "simulation results", "simulate", "simulation_scenarios"
     )
-    return [ScenarioSummary.from_json(s) for s in json.loads(path.read_text(encoding="utf-8"))]
+    return [ScenarioSummary.from_json(s) for s in read_json(path)]
 
 
 def read_curves(layout: WorkloadLayout) -> pl.DataFrame:

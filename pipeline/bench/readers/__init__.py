@@ -169,6 +169,7 @@ def _row(path: Path, sha: str, tool: str, raw: RawPoint, manifest: BenchManifest
         source_sha256=sha,
         record_index=raw.record_index,
         manifest_file=manifest.source,
+        companion_files=_json_text(raw.companion_files),
         engine=manifest.engine,
         engine_version=manifest.engine_version,
         backend=manifest.backend,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import itertools
 import math
 import re
@@ -15,6 +16,8 @@ import polars as pl
 
 from pipeline.bench.detect import BenchFormatError
 from pipeline.bench.schema import PER_REQUEST_SCHEMA
+from pipeline.errors import InputFormatError
+from pipeline.safe_read import read_regular
 
 # normalised stat name -> the spellings tools use for it
 STAT_ALIASES: dict[str, tuple[str, ...]] = {
@@ -176,6 +179,20 @@ class RawPoint:
     #: every key a user may add to the file (vLLM ``--metadata`` …), in memory only: the
     #: manifest's ``label_from`` reads it; only allowlisted keys reach ``file_metadata``
     free_form: dict[str, Any] = field(default_factory=dict)
+    #: files the reader opened beside the result file (path -> sha256 of the bytes read), so
+    #: a report records them among its inputs and its audit checks them
+    companion_files: dict[str, str] = field(default_factory=dict)
+
+    def read_companion(self, path: Path, what: str) -> str:
+        """The text of ``path``, a file read with this point's result file (``what`` names it
+        in errors), recorded in :attr:`companion_files`."""
+        try:
+            data = read_regular(path)
+            text = data.decode("utf-8")
+        except (OSError, InputFormatError, UnicodeDecodeError) as exc:
+            raise BenchFormatError(f"{path}: cannot read {what}: {exc}") from exc
+        self.companion_files[str(path)] = hashlib.sha256(data).hexdigest()
+        return text
 
 
 #: The longest text value kept from a free-form key (a hint such as ``4xNVIDIA_L40S``).

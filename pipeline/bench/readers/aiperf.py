@@ -22,7 +22,6 @@ from its ``profiling``-phase lines.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
@@ -47,6 +46,8 @@ from pipeline.bench.readers.genai_perf import (
     add_length_blocks,
     block_value,
 )
+from pipeline.errors import InputFormatError
+from pipeline.safe_read import parse_json
 
 TOOL = "aiperf"
 JSONL_NAME = "profile_export.jsonl"
@@ -139,7 +140,9 @@ def read(ctx: Ctx, obj: Mapping[str, Any]) -> RawPoint:
     _telemetry_hint(obj, point)
     jsonl = jsonl_path(ctx.path)
     if jsonl.is_file():
-        point.per_request = read_jsonl(jsonl)
+        point.per_request = read_jsonl(
+            jsonl, point.read_companion(jsonl, "aiperf per-request export")
+        )
         point.notes.append(f"latencies recomputed from {jsonl.name}")
     return point
 
@@ -193,12 +196,10 @@ def _metric(ctx: Ctx, metrics: Mapping[str, Any], tag: str, *, time: bool = True
     return None if n is None else n * scale
 
 
-def read_jsonl(path: Path) -> pl.DataFrame:
-    """Per-request rows of an aiperf ``profile_export.jsonl`` (profiling phase only)."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BenchFormatError(f"{path}: cannot read aiperf per-request export: {exc}") from exc
+def read_jsonl(path: Path, text: str) -> pl.DataFrame:
+    """Per-request rows of an aiperf ``profile_export.jsonl`` (``text``, read from ``path``;
+    profiling phase only)."""
+    lines = text.splitlines()
     cols: dict[str, list[Any]] = {
         k: []
         for k in (
@@ -218,9 +219,9 @@ def read_jsonl(path: Path) -> pl.DataFrame:
             continue
         ctx = Ctx(path, f"line {line_no}")
         try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise BenchFormatError(f"{path}: line {line_no}: not valid JSON ({exc.msg})") from exc
+            rec = parse_json(line, f"{path}: line {line_no}", strict=False)
+        except InputFormatError as exc:
+            raise BenchFormatError(str(exc)) from exc
         if not isinstance(rec, dict):
             raise ctx.fail("<line>", "expected an object")
         meta = ctx.dict_(rec, "metadata")

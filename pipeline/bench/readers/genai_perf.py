@@ -19,7 +19,6 @@ experiment matching the stimulus; tpot stays native (the raw file has no token c
 from __future__ import annotations
 
 import itertools
-import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
@@ -35,6 +34,8 @@ from pipeline.bench.readers._common import (
     first_str,
     per_request_frame,
 )
+from pipeline.errors import InputFormatError
+from pipeline.safe_read import parse_json
 
 TOOL = "genai_perf"
 RAW_NAME = "profile_export.json"
@@ -158,7 +159,7 @@ def read(ctx: Ctx, obj: Mapping[str, Any]) -> RawPoint:
         point.file_metadata["telemetry_stats"] = sorted(str(k) for k in telemetry)
     raw = raw_path(ctx.path)
     if raw.is_file() and raw != ctx.path:
-        frame = raw_per_request(raw, conc, rate)
+        frame = raw_per_request(raw, point.read_companion(raw, "perf_analyzer export"), conc, rate)
         if frame is not None:
             point.per_request = frame
             point.notes.append(f"ttft/e2e/itl recomputed from {raw.name}")
@@ -170,13 +171,16 @@ def raw_path(summary: Path) -> Path:
     return companion_path(summary, "_genai_perf.json", ".json", RAW_NAME)
 
 
-def raw_per_request(raw: Path, conc: int | None, rate: float | None) -> pl.DataFrame | None:
-    """Per-request ttft/e2e/per-gap ITL from a perf_analyzer ``profile_export.json``."""
+def raw_per_request(
+    raw: Path, text: str, conc: int | None, rate: float | None
+) -> pl.DataFrame | None:
+    """Per-request ttft/e2e/per-gap ITL from a perf_analyzer ``profile_export.json`` (``text``,
+    read from ``raw``)."""
 
     try:
-        doc = json.loads(raw.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BenchFormatError(f"{raw}: cannot read perf_analyzer export: {exc}") from exc
+        doc = parse_json(text, raw, strict=False)
+    except InputFormatError as exc:
+        raise BenchFormatError(f"cannot read perf_analyzer export: {exc}") from exc
     ctx = Ctx(raw, "experiments")
     experiments = doc.get("experiments") if isinstance(doc, dict) else None
     if not isinstance(experiments, list) or not experiments:

@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from pipeline.bench.detect import BenchFormatError
 from pipeline.bench.readers._common import Ctx, RawPoint
 from pipeline.settings import parse_yaml
 
@@ -34,13 +35,15 @@ CONFIG_NAME = "config.yaml"
 ACHIEVED_TOLERANCE = 0.05
 
 
-def _config(path: Path) -> dict[str, Any]:
+def _config(point: RawPoint, path: Path) -> dict[str, Any]:
+    """The run's ``config.yaml`` beside ``path`` ({} when absent or not YAML: it only adds
+    detail), recorded among the point's companion files when read."""
     cfg = path.parent / CONFIG_NAME
     if not cfg.is_file():
         return {}
     try:
-        doc = parse_yaml(cfg.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        doc = parse_yaml(point.read_companion(cfg, "inference-perf run config"))
+    except (BenchFormatError, yaml.YAMLError, RecursionError):
         return {}
     return doc if isinstance(doc, dict) else {}
 
@@ -57,7 +60,7 @@ def read(ctx: Ctx, obj: Mapping[str, Any], stage: int) -> RawPoint:
     point = RawPoint(record_index=stage)
     v = point.values
     v["source_schema"] = "inference-perf-stage"
-    cfg = _config(ctx.path)
+    cfg = _config(point, ctx.path)
     server = cfg.get("server") if isinstance(cfg.get("server"), dict) else {}
     load_cfg = cfg.get("load") if isinstance(cfg.get("load"), dict) else {}
     data_cfg = cfg.get("data") if isinstance(cfg.get("data"), dict) else {}

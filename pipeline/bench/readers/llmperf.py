@@ -18,7 +18,6 @@ re-tokenised by llmperf with the Llama-2 tokenizer).
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Mapping
@@ -37,6 +36,8 @@ from pipeline.bench.readers._common import (
     truncate_error,
     with_tpot,
 )
+from pipeline.errors import InputFormatError
+from pipeline.safe_read import parse_json
 
 TOOL = "llmperf"
 SUMMARY_SUFFIX = "_summary.json"
@@ -145,16 +146,19 @@ def read(ctx: Ctx, obj: Mapping[str, Any]) -> RawPoint:
     keep_free_form(point, free_form, METADATA_KEYS)
     ind = individual_path(ctx.path)
     if ind is not None and ind.is_file():
-        point.per_request = read_individual(ind)
+        point.per_request = read_individual(
+            ind, point.read_companion(ind, "llmperf individual responses")
+        )
         point.notes.append(f"ttft/e2e/tpot recomputed from {ind.name}")
     return point
 
 
-def read_individual(path: Path) -> pl.DataFrame:
+def read_individual(path: Path, text: str) -> pl.DataFrame:
+    """Per-request rows of llmperf's individual responses (``text``, read from ``path``)."""
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BenchFormatError(f"{path}: cannot read llmperf individual responses: {exc}") from exc
+        doc = parse_json(text, path, strict=False)
+    except InputFormatError as exc:
+        raise BenchFormatError(f"cannot read llmperf individual responses: {exc}") from exc
     if not isinstance(doc, list):
         raise BenchFormatError(f"{path}: llmperf individual responses must be a JSON list")
     cols: dict[str, list[Any]] = {

@@ -1,0 +1,102 @@
+"""Detached signatures of a version's manifest with OpenSSH's ``ssh-keygen -Y sign`` and
+``-Y verify`` (OpenSSH 8.1 and later; the key never leaves the machine that signs).
+
+With ``report.signing_key`` and ``report.allowed_signers`` set, each version's
+``manifest.json`` is signed when it is published (``manifest.json.sig`` beside it) and checked
+against the allowed signers at once, so a key the allowed signers do not list fails the
+publication, not a later audit. ``enginefit audit`` verifies the signature against the allowed
+signers file the auditor gives (``--allowed-signers``), else the one the version names. The
+manifest holds the hash of every output and input, so the signature covers the whole version:
+rewriting the PDF, the manifest and the ledger together is caught without the signing key.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.errors import ConfigError
+
+NAMESPACE = "enginefit-report"
+_TIMEOUT_S = 60
+
+
+def ssh_keygen() -> str | None:
+    """The ``ssh-keygen`` on the PATH (None when OpenSSH is not installed)."""
+    return shutil.which("ssh-keygen")
+
+
+@dataclass(frozen=True)
+class Signer:
+    """The configured signing key and the allowed signers file that must accept it."""
+
+    key: Path
+    allowed_signers: Path
+
+
+@dataclass(frozen=True)
+class _Ran:
+    code: int
+    output: str
+    reason: str  # its last line of messages: why, when it failed
+
+
+def _run(program: str, args: list[str], stdin: bytes | None = None) -> _Ran:
+    try:
+        done = subprocess.run(
+            [program, *args], input=stdin, capture_output=True, timeout=_TIMEOUT_S, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return _Ran(1, "", f"ssh-keygen did not finish within {_TIMEOUT_S} s")
+    except OSError as exc:
+        return _Ran(1, "", f"ssh-keygen could not run ({exc.strerror or exc})")
+    output = done.stdout.decode("utf-8", "replace")
+    said = (done.stderr.decode("utf-8", "replace") + output).strip().splitlines()
+    return _Ran(done.returncode, output, said[-1] if said else "")
+
+
+def sign(signer: Signer, manifest: Path) -> None:
+    """Write ``<manifest>.sig`` and check it against the allowed signers; a problem is a
+    :class:`ConfigError` naming the setting to fix."""
+    program = ssh_keygen()
+    if program is None:
+        raise ConfigError(
+            "report.signing_key is set but ssh-keygen (OpenSSH 8.1 or later) is not installed: "
+            "install OpenSSH, or remove report.signing_key to publish unsigned versions"
+        )
+    ran = _run(program, ["-Y", "sign", "-f", str(signer.key), "-n", NAMESPACE, str(manifest)])
+    if ran.code != 0:
+        raise ConfigError(
+            f"report.signing_key {signer.key}: ssh-keygen could not sign with it ({ran.reason}); "
+            "give an unencrypted private key readable only by you"
+        )
+    _, problem = verify(
+        manifest, manifest.with_name(manifest.name + ".sig"), signer.allowed_signers
+    )
+    if problem is not None:
+        raise ConfigError(
+            f"report.allowed_signers {signer.allowed_signers}: does not accept the signature "
+            f"of report.signing_key ({problem}); add the key's public part to it"
+        )
+
+
+def verify(manifest: Path, signature: Path, allowed_signers: Path) -> tuple[str, str | None]:
+    """(the principal that signed, None) when ``signature`` is a valid signature of
+    ``manifest``'s bytes by a principal ``allowed_signers`` lists for :data:`NAMESPACE`, else
+    ("", what is wrong)."""
+    program = ssh_keygen()
+    if program is None:
+        return "", "ssh-keygen (OpenSSH 8.1 or later) is not installed to check it"
+    found = _run(
+        program, ["-Y", "find-principals", "-s", str(signature), "-f", str(allowed_signers)]
+    )
+    principals = found.output.split()
+    if found.code != 0 or not principals:
+        return "", f"no principal in {allowed_signers} made it ({found.reason})"
+    checks = ["-f", str(allowed_signers), "-I", principals[0], "-n", NAMESPACE]
+    ran = _run(
+        program, ["-Y", "verify", *checks, "-s", str(signature)], stdin=manifest.read_bytes()
+    )
+    return (principals[0], None) if ran.code == 0 else ("", f"does not verify ({ran.reason})")
