@@ -189,7 +189,9 @@ def test_the_bundled_document_has_a_date_and_no_negative_age(tmp_path: Path) -> 
     assert manifest["report_date"] == "2026-11-29"
     record = json.loads((published.folder / "decision.json").read_text())
     ages = {k: v for k, v in record["measurements"].items() if "age_days" in k and v is not None}
-    assert ages == {"catalog.age_days": 0, "bench.age_days[vllm]": 389}
+    # The catalog ages by the oldest fact used: TensorRT-LLM's PyTorch-backend change cost,
+    # evidence of 2025-06-18, 529 days before the report date.
+    assert ages == {"catalog.oldest_fact_age_days": 529, "bench.age_days[vllm]": 389}
     text = " ".join(pdf_text(published.pdf).split())
     assert "Report date 2026-11-29" in text
     assert re.search(r"-\s?\d+ days|−\d", text) is None
@@ -259,7 +261,9 @@ def test_a_price_change_lists_that_key_and_the_numbers_it_moved(tmp_path: Path) 
         {"key": "bench.prices.gpu_hour_usd.H100", "before": "3.0", "now": "3.5"}
     ]
     assert {i["change"] for i in changes["inputs"]} == {"changed"}
-    assert all(i["path"].startswith("derived:") for i in changes["inputs"])
+    # Besides upstream outputs, the one input file that changed is the configuration itself.
+    read = {i["path"] for i in changes["inputs"] if not i["path"].startswith("derived:")}
+    assert read == {f"config:{config.name}"}
     # This workload's own cost is unknown (one H100 cannot meet the SLO on its prompts), so the
     # price moves only the benchmark's figures.
     assert {n["what"]: (n["before"], n["now"]) for n in changes["numbers"]} == {
