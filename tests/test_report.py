@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
 import re
@@ -130,6 +131,19 @@ def test_the_bundled_document_reads_as_a_document(tmp_path: Path) -> None:
     ):
         assert heading in first, heading
     assert filled_pages(published.pdf)[:-1] == [], "near-empty pages before the last"
+    # The colophon ties a printed copy to its files and ledger entry.
+    manifest = json.loads((published.folder / MANIFEST).read_text())
+    flat = text.replace("\n", "")
+    for digest in (
+        manifest["identity"],
+        manifest["decision_sha256"],
+        hashlib.sha256((published.folder / "decision.json").read_bytes()).hexdigest(),
+        manifest["configuration_sha256"],
+        next(v for k, v in manifest["inputs"].items() if k.startswith("config:")),
+    ):
+        assert digest in flat, digest
+    words = " ".join(text.split())
+    assert "no uncommitted changes" in words or "with uncommitted changes" in words
     # Same inputs, same bytes; and the standalone HTML is the same document.
     again = stage.run(stage.read_inputs(config.layout(), config))
     assert again.pdf == published.pdf.read_bytes()

@@ -46,7 +46,7 @@ from pipeline.report.versions import quarter_key, quarter_of
 from pipeline.report.workings import Sources, headline_workings
 from pipeline.shape.result import ShapeMetrics
 from pipeline.sim.result import ScenarioSummary
-from pipeline.sources import cited_sources
+from pipeline.sources import cited_sources, split_cite
 from pipeline.unknown import Unknown, is_known
 
 
@@ -725,32 +725,64 @@ def _rationale(record: DecisionRecord) -> dict[str, Any]:
     }
 
 
+#: Triggers on the configuration's requirements: one row for all of them (each is "this key
+#: changed"), the fired ones named.
+REQUIREMENT_TRIGGER = "requirements.changed["
+
+
+def _short(value: Any) -> str:
+    """A trigger's value for a table cell: a structured requirement is referred to, not
+    dumped (section 2 shows it)."""
+    return "as configured" if isinstance(value, dict | list) else measurement(value)
+
+
 def _triggers(inputs: ReportContent) -> dict[str, Any]:
     record = inputs.record
     name = record_names(record)
     last: dict[str, TriggerCheck] = (
         {c.id: c for c in record.previous.triggers} if record.previous else {}
     )
-    return {
-        "rows": [
+    watched = sorted(record.triggers, key=trigger_priority)
+    requirements = [t for t in watched if t.id.startswith(REQUIREMENT_TRIGGER)]
+    rows = [
+        {
+            "id": t.id,
+            "rule": trigger_sentence(t.metric, t.comparator, t.threshold, t.value, name),
+            "now": _short(t.value),
+            "last": _short(last[t.id].previous_value) if t.id in last else NOTHING,
+            "status": t.status.replace("_", " "),
+            "why": split_cite(t.why)[1],
+            "cite": split_cite(t.why)[0],
+        }
+        for t in watched
+        if not t.id.startswith(REQUIREMENT_TRIGGER)
+    ]
+    if requirements:
+        keys = [t.id.removeprefix(REQUIREMENT_TRIGGER).rstrip("]") for t in requirements]
+        fired = [k for k, t in zip(keys, requirements, strict=True) if t.status == "fired"]
+        rows.append(
             {
-                "id": t.id,
-                "rule": trigger_sentence(t.metric, t.comparator, t.threshold, t.value, name),
-                "now": measurement(t.value),
-                "last": measurement(last[t.id].previous_value) if t.id in last else NOTHING,
-                "status": t.status.replace("_", " "),
-                "why": t.why,
+                "id": f"{REQUIREMENT_TRIGGER}…] ({len(keys)})",
+                "rule": "Revisit if any requirement of section 2 is set differently next quarter: "
+                + ", ".join(keys),
+                "now": "as configured",
+                "last": NOTHING,
+                "status": "fired" if fired else "not fired",
+                "why": "a requirement the decision rests on has changed"
+                + (f": {', '.join(fired)}" if fired else ""),
+                "cite": split_cite(requirements[0].why)[0],
             }
-            for t in sorted(record.triggers, key=trigger_priority)
-        ],
+        )
+    return {
+        "rows": rows,
         "previous": None
         if record.previous is None
         else [
             {
                 "id": c.id,
                 "rule": trigger_sentence(c.metric, c.comparator, c.threshold, c.value, name),
-                "then": measurement(c.previous_value),
-                "now": measurement(c.value),
+                "then": _short(c.previous_value),
+                "now": _short(c.value),
                 "status": c.status.replace("_", " "),
             }
             for c in record.previous.triggers

@@ -402,11 +402,11 @@ def run(sources: ReportInputs) -> ReportResult:
     # import here: WeasyPrint is slow to load
     from pipeline.report.present import render_html, render_pdf
 
-    document = build(sources.document)
     record = sources.document.record
     record_bytes = (
         json.dumps(record.to_json(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     ).encode()
+    document = build(sources.document) | {"colophon": colophon(sources, record_bytes)}
     return ReportResult(
         sources.document.quarter,
         sources.document.version,
@@ -417,6 +417,40 @@ def run(sources: ReportInputs) -> ReportResult:
         render_pdf(render_html(document, standalone=False)),
         record_bytes,
     )
+
+
+def colophon(sources: ReportInputs, record_bytes: bytes) -> list[dict[str, str]]:
+    """What ties a printed copy to its ledger entry: the version's identity (the ledger lists
+    it), the digests of the configuration file and its parsed form, of the decision record
+    published beside the PDF and of the catalog, and the code with its uncommitted-changes
+    flag. The manifest's own digest cannot be printed: the manifest records this PDF's."""
+    manifest = sources.manifest
+    config_file = next(
+        (
+            f"{k.removeprefix('config:')} {v}"
+            for k, v in manifest["inputs"].items()
+            if k.startswith("config:")
+        ),
+        "not recorded",
+    )
+    code = manifest["code"]
+    commit = code.get("git_commit") or "not a git checkout"
+    return [
+        {"what": "Version identity (listed in the ledger)", "value": sources.identity},
+        {"what": "Configuration file sha256", "value": config_file},
+        {"what": "Configuration (as parsed) sha256", "value": manifest["configuration_sha256"]},
+        {"what": f"Decision record ({RECORD}) sha256", "value": sha256_bytes(record_bytes)},
+        {"what": "Engine catalog sha256", "value": str(manifest["catalog"].get("sha256"))},
+        {
+            "what": "Code",
+            "value": f"enginefit {code.get('package_version')}, commit {commit}"
+            + (
+                ", with uncommitted changes"
+                if code.get("git_dirty")
+                else ", no uncommitted changes"
+            ),
+        },
+    ]
 
 
 def unchanged(quarter: str, identity: str, config: Config) -> Published | None:
