@@ -142,6 +142,10 @@ def test_the_bundled_document_reads_as_a_document(tmp_path: Path) -> None:
         next(v for k, v in manifest["inputs"].items() if k.startswith("config:")),
     ):
         assert digest in flat, digest
+    # The published HTML stands alone: every url() and src is embedded data, no file beside it.
+    html = (published.folder / HTML).read_text()
+    assert re.findall(r"url\(\s*[\"']?(?!data:)", html) == []
+    assert re.findall(r'(?:src|href)="(?!data:|#)', html) == []
     words = " ".join(text.split())
     assert "no uncommitted changes" in words or "with uncommitted changes" in words
     # Same inputs, same bytes; and the standalone HTML is the same document.

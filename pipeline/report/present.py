@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import mimetypes
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,8 +39,16 @@ def environment() -> jinja2.Environment:
 def render_html(document: dict[str, Any], *, standalone: bool) -> str:
     """The document as HTML. ``standalone`` inlines the stylesheet (the HTML file published
     beside the PDF opens anywhere); the PDF's HTML links it from ``templates/``."""
-    css = (TEMPLATES / "engine-selection.css").read_text(encoding="utf-8") if standalone else None
+    css = standalone_css() if standalone else None
     return environment().get_template(TEMPLATE).render(doc=document, inline_css=css)
+
+
+def standalone_css() -> str:
+    """The stylesheet for the published HTML file, which must stand alone: the bundled fonts'
+    @font-face rules refer to files that are not beside it, so they are left out and the
+    reader's own sans-serif and monospace fonts are used (the PDF embeds the bundled ones)."""
+    css = (TEMPLATES / "engine-selection.css").read_text(encoding="utf-8")
+    return re.sub(r"@font-face\s*\{[^}]*\}\s*", "", css)
 
 
 class LocalOnlyFetcher(URLFetcher):  # type: ignore[misc]
