@@ -11,6 +11,7 @@ Figures (deterministic, :mod:`pipeline.present.figures`):
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
@@ -97,7 +98,10 @@ def latency_vs_load_svg(evaluated: pl.DataFrame, slo: SloSpec) -> bytes:
         from matplotlib.lines import Line2D  # import here: matplotlib loads with the figure
 
         handles = [
-            Line2D([], [], color=_COLORS[i % len(_COLORS)], linewidth=2, label=cand)
+            # A long candidate label wrapped: the legend would widen the saved figure otherwise.
+            Line2D(
+                [], [], color=_COLORS[i % len(_COLORS)], linewidth=2, label=textwrap.fill(cand, 44)
+            )
             for i, cand in enumerate(candidates)
         ]
         handles += [
@@ -119,7 +123,9 @@ def latency_vs_load_svg(evaluated: pl.DataFrame, slo: SloSpec) -> bytes:
             frameon=False,
             bbox_to_anchor=(0.5, 0.0),
         )
-        fig.suptitle(f"SLO: {slo.describe()}", fontsize=9)
+        # Wrapped: an unwrapped title wider than the axes widens the saved figure and shrinks
+        # everything else when it is fitted to the page.
+        fig.suptitle(textwrap.fill(f"SLO: {slo.describe()}", 100), fontsize=9)
         return svg_bytes(fig)
 
 
