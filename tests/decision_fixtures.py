@@ -37,6 +37,22 @@ AS_OF = "2026-11-29"
 GPU_HOUR_USD = 3.0
 
 
+# requirements.kv_cache for Llama-3.1-8B in BF16 on one H100-80GB (about 450k tokens a replica;
+# 15 GiB of weights in 69.9 GiB usable).
+LLAMA_8B_ON_H100 = {
+    "gpu_memory_gib": 79.2,
+    "gpus_per_replica": 1,
+    "memory_utilization": 0.92,
+    "overhead_gib": 3.0,
+    "model_params_billion": 8.03,
+    "weight_bytes": 2.0,
+    "layers": 32,
+    "kv_heads": 8,
+    "head_dim": 128,
+    "kv_bytes": 2.0,
+}
+
+
 def traffic(
     requests: int,
     *,

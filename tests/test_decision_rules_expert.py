@@ -27,6 +27,7 @@ from pipeline.report.memo import decision_memo
 from tests.capacity_scenarios import fitted
 from tests.decision_fixtures import (
     GPU_HOUR_USD,
+    LLAMA_8B_ON_H100,
     candidate,
     capacity_of,
     decide_on,
@@ -39,19 +40,6 @@ from tests.decision_fixtures import (
 
 MIXED = {"deployment": "datacenter", "hardware": ["nvidia", "amd"]}
 NVIDIA_DATACENTER = {"deployment": "datacenter", "hardware": ["nvidia"]}
-# Llama-3.1-8B in BF16 on one H100-80GB: 15 GiB of weights in 69.9 GiB usable.
-LLAMA_8B_ON_H100 = {
-    "gpu_memory_gib": 79.2,
-    "gpus_per_replica": 1,
-    "memory_utilization": 0.92,
-    "overhead_gib": 3.0,
-    "model_params_billion": 8.03,
-    "weight_bytes": 2.0,
-    "layers": 32,
-    "kv_heads": 8,
-    "head_dim": 128,
-    "kv_bytes": 2.0,
-}
 # Llama-3.1-70B in 4 bits on one 48 GiB GPU (an L40S): 70 × 10⁹ bytes = 65.2 GiB at 8 bits
 # (FP8/INT8, which every datacenter engine serves) does not fit 48 × 0.92 − 3 = 41.2 GiB
 # usable; 70 × 10⁹ × 0.5 bytes = 32.6 GiB does.

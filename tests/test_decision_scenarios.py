@@ -17,6 +17,7 @@ import pytest
 
 from pipeline.decision.stage import read_previous
 from tests.decision_fixtures import (
+    LLAMA_8B_ON_H100,
     candidate,
     decide_on,
     rule,
@@ -304,18 +305,7 @@ def test_cache_size_from_the_hardware_reads_the_curves_at_that_capacity(tmp_path
     """requirements.kv_cache sizes the cache (Llama-3.1-8B on an H100: 449,x tokens), which the
     simulation grid did not replay: the routing value is read from the one-pass curves there.
     Both capacities hold this small working set whole, so the saving equals the replay's."""
-    kv = {
-        "gpu_memory_gib": 79.2,
-        "gpus_per_replica": 1,
-        "memory_utilization": 0.92,
-        "overhead_gib": 3.0,
-        "model_params_billion": 8.03,
-        "weight_bytes": 2.0,
-        "layers": 32,
-        "kv_heads": 8,
-        "head_dim": 128,
-        "kv_bytes": 2.0,
-    }
+    kv = dict(LLAMA_8B_ON_H100)
     frame = conversations()
     sized = decide_on(tmp_path / "sized", frame, [], {**NVIDIA_DATACENTER, "kv_cache": kv})
     replayed = decide_on(tmp_path / "replayed", frame, [], NVIDIA_DATACENTER)

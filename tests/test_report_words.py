@@ -8,6 +8,7 @@ import pytest
 from pipeline.present.figures import MAX_WIDTH_IN, SMALL_FONT, drawing
 from pipeline.present.text import measurement, quantity
 from pipeline.report.compute import _requirement_value, load_points_text
+from tests.decision_fixtures import LLAMA_8B_ON_H100
 
 
 @pytest.mark.parametrize(
@@ -44,19 +45,7 @@ def test_requirements_read_as_words() -> None:
     assert _requirement_value("current_engine", None) == "unknown (not stated)"
     assert _requirement_value("migration_engineer_weeks", {"vllm": 2.0}) == "vllm: 2"
     # Llama-3.1-8B on one H100: about 450k tokens (pipeline.decision.config.KvCacheSizing).
-    kv = {
-        "gpu_memory_gib": 79.2,
-        "gpus_per_replica": 1,
-        "memory_utilization": 0.92,
-        "overhead_gib": 3.0,
-        "model_params_billion": 8.03,
-        "weight_bytes": 2.0,
-        "layers": 32,
-        "kv_heads": 8,
-        "head_dim": 128,
-        "kv_bytes": 2.0,
-        "attention_heads": 32,
-    }
+    kv = {**LLAMA_8B_ON_H100, "attention_heads": 32}
     assert _requirement_value("kv_cache", kv) == (
         "8.03 B parameters at 2 bytes each, 32 layers, 8 KV heads of 128, on 1 × 79.2 GiB GPU(s) "
         "at 92% use: 449,797 tokens"

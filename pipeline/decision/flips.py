@@ -335,6 +335,19 @@ def _hardware(ctx: RuleContext, top: Answer) -> list[AxisFlip]:
     changes = [[*today, t] for t in get_args(HardwareTarget) if t not in today]
     if len(today) > 1:
         changes += [[h for h in today if h != t] for t in today]
+
+    def flip(threshold: list[str] | None, engine: Answer) -> AxisFlip:
+        return AxisFlip(
+            axis="hardware",
+            metric=metric,
+            unit=unit,
+            direction="change",
+            today=today,
+            threshold=threshold,
+            engine=engine,
+            searched=changes,
+        )
+
     out = []
     for hardware in changes:
         requirements = ctx.requirements.replace(hardware=tuple(hardware))
@@ -344,27 +357,5 @@ def _hardware(ctx: RuleContext, top: Answer) -> list[AxisFlip]:
         }
         found = answer(moved(ctx, requirements=requirements, benches=benches))
         if found != top:
-            out.append(
-                AxisFlip(
-                    axis="hardware",
-                    metric=metric,
-                    unit=unit,
-                    direction="change",
-                    today=today,
-                    threshold=hardware,
-                    engine=found,
-                    searched=changes,
-                )
-            )
-    return out or [
-        AxisFlip(
-            axis="hardware",
-            metric=metric,
-            unit=unit,
-            direction="change",
-            today=today,
-            threshold=None,
-            engine=None,
-            searched=changes,
-        )
-    ]
+            out.append(flip(hardware, found))
+    return out or [flip(None, None)]
