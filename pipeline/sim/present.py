@@ -146,7 +146,7 @@ def hit_ratio_vs_capacity_svg(curves: pl.DataFrame, scenarios: pl.DataFrame) -> 
         ax.set_ylabel("prompt tokens served from cache")
         ax.set_ylim(0, 1)
         ax.grid(True, which="both", alpha=0.3)
-        if curves.height or scenarios.height:
+        if ax.get_legend_handles_labels()[0]:  # nothing drawn (no replayed hits): no legend
             ax.legend(fontsize=SMALL_FONT, loc="upper left")
         ax.set_title("Hit ratio vs cache capacity, by routing")
         return svg_bytes(fig)
