@@ -114,7 +114,11 @@ def latency_vs_load_svg(evaluated: pl.DataFrame, slo: SloSpec) -> bytes:
         ]
         handles.append(Line2D([], [], color="black", linestyle="--", label="SLO limit"))
         rows_needed = -(-len(handles) // 4)
-        fig.subplots_adjust(bottom=0.14 + 0.045 * rows_needed, top=0.86, wspace=0.25)
+        # A wrapped candidate label makes its legend row taller by its extra lines.
+        extra_lines = max((len(textwrap.wrap(c, 44)) - 1 for c in candidates), default=0)
+        fig.subplots_adjust(
+            bottom=0.14 + 0.045 * (rows_needed + extra_lines), top=0.86, wspace=0.25
+        )
         fig.legend(
             handles=handles,
             loc="lower center",
