@@ -42,6 +42,7 @@ from pipeline.settings import (
 from pipeline.settings import validation_message as _message
 from pipeline.shape.config import ShapeConfig
 from pipeline.sim.config import SimConfig
+from pipeline.whatif.config import NEW_DEPLOYMENT, WhatifConfig
 
 
 def _folder_or_new(value: Any) -> Any:
@@ -76,6 +77,7 @@ class _File(BaseModel):
     decision: DecisionConfig
     report: ReportConfig
     loadtest: LoadtestConfig
+    whatif: WhatifConfig
 
 
 # The sections after the workload, in the order the configuration is printed.
@@ -90,6 +92,7 @@ _PRINTED = (
     "decision",
     "report",
     "loadtest",
+    "whatif",
 )
 
 
@@ -108,6 +111,7 @@ class Config:
     decision: DecisionConfig
     report: ReportConfig
     loadtest: LoadtestConfig
+    whatif: WhatifConfig
     read: ReadConfig
     source: Path | None = None
 
@@ -231,6 +235,7 @@ def config_from_mapping(raw: dict[str, Any], *, source: Path | None = None) -> C
         decision=parsed.decision,
         report=parsed.report,
         loadtest=parsed.loadtest,
+        whatif=parsed.whatif,
         read=read,
         source=source,
     )
@@ -244,6 +249,11 @@ def _check_engine_names(config: Config, where: str) -> None:
     named += [
         (f"requirements.migration_engineer_weeks.{name}", name)
         for name in config.requirements.migration_engineer_weeks
+    ]
+    named += [
+        (f"whatif.scenarios.{scenario}.current_engine", changes.current_engine)
+        for scenario, changes in config.whatif.scenarios.items()
+        if changes.current_engine != NEW_DEPLOYMENT
     ]
     named = [(key, name) for key, name in named if name is not None]
     if not named and config.decision.catalog is None:
