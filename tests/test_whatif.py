@@ -12,12 +12,15 @@ At three changes a quarter vLLM wins; the map must agree with the record's flips
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from pipeline.config import config_from_mapping, load_config
+from pipeline.cli import main
+from pipeline.config import Config, config_from_mapping, load_config
 from pipeline.decision import stage as decision_stage
 from pipeline.decision.compute import decided
 from pipeline.decision.flips import moved
@@ -26,7 +29,14 @@ from pipeline.errors import ConfigError
 from pipeline.whatif.compute import WhatifInputs, decision_map, scenario, today_context, whatif
 from pipeline.whatif.config import MapAxis, ScenarioChanges
 from pipeline.whatif.result import WhatifResult
-from tests.decision_fixtures import configuration, decide_on, steady_traffic, sweep
+from tests.decision_fixtures import (
+    AS_OF,
+    GPU_HOUR_USD,
+    configuration,
+    decide_on,
+    steady_traffic,
+    sweep,
+)
 from tests.test_decision_ranking_expert import bench, hand_context
 from tests.test_decision_scenarios import one_stable_model
 
@@ -34,12 +44,20 @@ REQUIREMENTS = one_stable_model(changes_per_quarter=3)
 
 
 @pytest.fixture(scope="module")
-def churn(tmp_path_factory: pytest.TempPathFactory) -> tuple[DecisionRecord, WhatifInputs]:
+def churn_root(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, DecisionRecord]:
     root = tmp_path_factory.mktemp("churn")
     benches = [sweep("vllm", 5), sweep("tensorrt-llm", 7, backend="tensorrt")]
-    record = decide_on(root, steady_traffic(), benches, REQUIREMENTS)
-    results = sorted((root / "bench-results").iterdir())
-    cfg = configuration(root, REQUIREMENTS, results=results)
+    return root, decide_on(root, steady_traffic(), benches, REQUIREMENTS)
+
+
+def churn_configuration(root: Path) -> Config:
+    return configuration(root, REQUIREMENTS, results=sorted((root / "bench-results").iterdir()))
+
+
+@pytest.fixture(scope="module")
+def churn(churn_root: tuple[Path, DecisionRecord]) -> tuple[DecisionRecord, WhatifInputs]:
+    root, record = churn_root
+    cfg = churn_configuration(root)
     inputs = decision_stage.read_inputs(cfg.layout(), cfg)
     return record, WhatifInputs(inputs, cfg.requirements, cfg.decision)
 
@@ -78,6 +96,7 @@ def test_ten_times_the_traffic_moves_a_fixed_sku_team_to_tensorrt_llm(churn: Any
     vllm = next(c for c in record.candidates if c.engine == "vllm")
     assert vllm.monthly_total_usd == pytest.approx(89_100)
     assert "engine: vLLM → TensorRT-LLM" in outcome.against_today
+    assert "runner-up: TensorRT-LLM → vLLM" in outcome.against_today
     assert "monthly GPU cost: $8,760 → $63,510" in outcome.against_today
     assert outcome.approximations[0].startswith("traffic: arrivals closer in time")
 
@@ -227,3 +246,60 @@ def test_the_bundled_examples_parse() -> None:
     for path in (root / "enginefit.yaml", root / "docs" / "enginefit.example.yaml"):
         scenarios = load_config(path).whatif.scenarios
         assert scenarios, path
+
+
+@pytest.fixture(scope="module")
+def configured(churn_root: tuple[Path, DecisionRecord]) -> tuple[Path, DecisionRecord]:
+    """The churn workload's configuration as a file, with two scenarios."""
+    root, today = churn_root
+    results = sorted((root / "bench-results").iterdir())
+    written = {
+        "workload": {"name": "w", "traces": ["unused.jsonl"], "hash_salt": "s"},
+        "paths": {"data_dir": str(root / "data"), "reports_dir": str(root / "reports")},
+        "bench": {
+            "as_of": AS_OF,
+            "prices": {"gpu_hour_usd": {"default": GPU_HOUR_USD}},
+            "results": [str(r) for r in results],
+        },
+        "requirements": REQUIREMENTS,
+        "whatif": {"scenarios": {"x10": {"traffic_scale": 10}, "same": {}}},
+    }
+    path = root / "whatif.yaml"
+    path.write_text(yaml.safe_dump(written))
+    return path, today
+
+
+def test_the_command_prints_scenarios_and_the_map(
+    configured: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, _ = configured
+    assert main(["whatif", "--config", str(path), "--scenario", "x10", "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert [s["name"] for s in printed["scenarios"]] == ["x10"]
+    assert printed["scenarios"][0]["engine"] == "tensorrt-llm"
+    assert len(printed["map"]["cells"]) == 27 and len(printed["map"]["cells"][0]) == 40
+    assert main(["whatif", "--config", str(path), "--map", "traffic,gpu_price"]) == 0
+    text = capsys.readouterr().out
+    assert "same (nothing):" in text and "against today: the same decision" in text
+    assert "decision map: traffic (× today's traffic) across, gpu_price" in text
+    written = json.loads((path.parent / "data" / "w" / "whatif" / "whatif.json").read_text())
+    assert written["map"]["y"]["axis"] == "gpu_price"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--scenario", "nope"], "--scenario: no scenario 'nope' in whatif.scenarios"),
+        (["--map", "traffic"], "--map: give two axes as X,Y"),
+        (["--map", "traffic,volume"], "--map: no axis 'volume'; the axes are traffic"),
+        (["--map", "traffic,traffic"], "x and y are both 'traffic'"),
+    ],
+)
+def test_bad_arguments_are_one_line_and_exit_2(
+    configured: Any, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    path, _ = configured
+    assert main(["whatif", "--config", str(path), *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert message in err[-1]
+    assert not any("Traceback" in line for line in err)

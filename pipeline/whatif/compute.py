@@ -197,16 +197,18 @@ def _against_today(today: DecisionRecord, then: DecisionRecord) -> list[str]:
     if a.engine != b.engine:
         out.append(f"engine: {said(a.engine_name)} → {said(b.engine_name)}")
     if a.runner_up != b.runner_up:
-        out.append(f"runner-up: {said(a.runner_up)} → {said(b.runner_up)}")
+        names = {c.engine: c.name for c in [*today.candidates, *then.candidates]}
+        before, after = (names.get(e) if e else None for e in (a.runner_up, b.runner_up))
+        out.append(f"runner-up: {said(before)} → {said(after)}")
     if a.routing_layer != b.routing_layer:
         out.append(f"routing layer: {said(a.routing_layer)} → {said(b.routing_layer)}")
     if a.confidence != b.confidence:
         out.append(f"confidence: {a.confidence} → {b.confidence}")
-    before, after = _recommended_costs(today)[0], _recommended_costs(then)[0]
-    if before != after:
+    costs = _recommended_costs(today)[0], _recommended_costs(then)[0]
+    if costs[0] != costs[1]:
         out.append(
             "monthly GPU cost: "
-            + " → ".join(money(v) if v is not None else "unknown" for v in (before, after))
+            + " → ".join(money(v) if v is not None else "unknown" for v in costs)
         )
     return out
 
@@ -226,6 +228,9 @@ def scenario(
             engine=rec.engine,
             engine_name=rec.engine_name,
             runner_up=rec.runner_up,
+            runner_up_name=next(
+                (c.name for c in record.candidates if c.engine == rec.runner_up), None
+            ),
             routing_layer=rec.routing_layer,
             confidence=rec.confidence,
             monthly_cost_usd=gpu,

@@ -10,18 +10,19 @@ docs/whatif.md).
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Self
+from typing import Annotated, Literal, Self, get_args
 
 from pydantic import Field, Strict, model_validator
 
 from pipeline.decision.catalog import HardwareTarget
+from pipeline.errors import ConfigError
 from pipeline.settings import Fraction, NonNegative, PositiveInt, Section
 
 Positive = Annotated[float, Field(gt=0)]
 # The axes a map can be drawn over: traffic and GPU price as factors of today's, model
 # changes a quarter and shared-prefix share as values.
 MapAxisName = Literal["traffic", "model_changes", "gpu_price", "prefix_share"]
-FACTOR_AXES = frozenset({"traffic", "gpu_price"})
+MAP_AXES: tuple[str, ...] = get_args(MapAxisName)
 # A scenario's current_engine for "no engine runs today" (null keeps today's).
 NEW_DEPLOYMENT = "none"
 
@@ -101,3 +102,22 @@ class MapConfig(Section):
 class WhatifConfig(Section):
     scenarios: dict[str, ScenarioChanges]
     map: MapConfig
+
+
+def map_pair(config: MapConfig, text: str, where: str = "--map") -> tuple[MapAxis, MapAxis]:
+    """The two axes ``X,Y`` names (each ranged as ``whatif.map`` configures it)."""
+    names = [part.strip() for part in text.split(",")]
+    known = ", ".join(a for a in MAP_AXES)
+    if len(names) != 2:
+        raise ConfigError(f"{where}: give two axes as X,Y (of {known}), got {text!r}")
+    found = []
+    for name in names:
+        axis = config.axis(name)
+        if axis is None and name in MAP_AXES:
+            raise ConfigError(f"{where}: axis {name!r} has no range: set whatif.map.axes.{name}")
+        if axis is None:
+            raise ConfigError(f"{where}: no axis {name!r}; the axes are {known}")
+        found.append(axis)
+    if names[0] == names[1]:
+        raise ConfigError(f"{where}: x and y are both {names[0]!r}: name two different axes")
+    return found[0], found[1]

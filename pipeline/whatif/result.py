@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import ValidationError
+
+from pipeline.errors import InputFormatError
+from pipeline.settings import validation_message
 from pipeline.unknown import ResultModel
 
 SCHEMA_VERSION = 1
@@ -18,6 +22,7 @@ class ScenarioOutcome(ResultModel):
     engine: str | None
     engine_name: str | None
     runner_up: str | None
+    runner_up_name: str | None
     routing_layer: str | None
     confidence: str
     monthly_cost_usd: float | None  # the recommended engine's GPU fleet, whole replicas
@@ -76,5 +81,13 @@ class WhatifResult(ResultModel):
         return out
 
     @classmethod
-    def from_json(cls, data: Any) -> WhatifResult:
-        return cls.model_validate(data)
+    def from_json(cls, data: Any, where: str = "whatif.json") -> WhatifResult:
+        if isinstance(data, dict) and data.get("schema_version") != SCHEMA_VERSION:
+            raise InputFormatError(
+                f"{where}: what-if schema_version {data.get('schema_version')!r} is not "
+                f"{SCHEMA_VERSION}; re-run `enginefit whatif` with this version"
+            )
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise InputFormatError(validation_message(exc, cls, where)) from exc

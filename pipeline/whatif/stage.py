@@ -1,0 +1,64 @@
+"""The what-if stage, shared by the ``decision_map`` asset and ``enginefit whatif``.
+
+read → run → write:
+
+* :func:`read_inputs` reads what the decision reads (:func:`pipeline.decision.stage.read_inputs`,
+  the same report date and previous record as ``enginefit decide``), after the decision has
+  been written (the stages it reads have run).
+* :func:`run` re-runs the decision on each configured scenario and over the map's grid
+  (:mod:`pipeline.whatif.compute`).
+* :func:`write` writes ``whatif/whatif.json``; :func:`read_result` reads it back.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pipeline.config import Config
+from pipeline.decision import stage as decision_stage
+from pipeline.errors import ConfigError
+from pipeline.layout import WorkloadLayout, require_output
+from pipeline.safe_read import read_json
+from pipeline.store import open_stage_output, write_json_atomic
+from pipeline.whatif.compute import WhatifInputs, whatif
+from pipeline.whatif.config import map_pair
+from pipeline.whatif.result import WhatifResult
+
+
+def read_inputs(layout: WorkloadLayout, config: Config) -> WhatifInputs:
+    require_output(layout.decision.record, "decision record", "decide", "engine_decision")
+    inputs = decision_stage.read_inputs(
+        layout, config, as_of=config.bench.as_of, previous=config.decision.previous_record
+    )
+    return WhatifInputs(inputs, config.requirements, config.decision)
+
+
+def run(
+    inputs: WhatifInputs,
+    config: Config,
+    *,
+    scenario: str | None = None,
+    axes: str | None = None,
+) -> WhatifResult:
+    """Every scenario (``scenario``: that one) and the map (``axes``: ``X,Y``, else the
+    configured pair)."""
+    section = config.whatif
+    if scenario is not None and scenario not in section.scenarios:
+        named = ", ".join(sorted(section.scenarios)) or "none configured"
+        raise ConfigError(
+            f"--scenario: no scenario {scenario!r} in whatif.scenarios of {config.where} "
+            f"(named: {named})"
+        )
+    pair = map_pair(section.map, axes) if axes is not None else None
+    return whatif(inputs, section, only=scenario, pair=pair)
+
+
+def write(result: WhatifResult, layout: WorkloadLayout) -> dict[str, Path]:
+    open_stage_output(layout)
+    write_json_atomic(layout.whatif.result, result.to_json())
+    return {"result": layout.whatif.result}
+
+
+def read_result(layout: WorkloadLayout) -> WhatifResult:
+    path = require_output(layout.whatif.result, "what-if result", "whatif", "decision_map")
+    return WhatifResult.from_json(read_json(path), str(path))
