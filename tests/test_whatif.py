@@ -28,6 +28,7 @@ from pipeline.decision.result import AxisFlip, DecisionRecord
 from pipeline.errors import ConfigError
 from pipeline.whatif.compute import WhatifInputs, decision_map, scenario, today_context, whatif
 from pipeline.whatif.config import MapAxis, ScenarioChanges
+from pipeline.whatif.present import label_cell, map_svg
 from pipeline.whatif.result import WhatifResult
 from tests.decision_fixtures import (
     AS_OF,
@@ -303,3 +304,18 @@ def test_bad_arguments_are_one_line_and_exit_2(
     err = capsys.readouterr().err.strip().splitlines()
     assert message in err[-1]
     assert not any("Traceback" in line for line in err)
+
+
+def test_the_map_figure_is_deterministic_and_labels_each_region(churn: Any) -> None:
+    _, inputs = churn
+    cfg = config_from_mapping({})
+    found = whatif(inputs, cfg.whatif).map
+    assert found is not None
+    first, second = map_svg(found), map_svg(found)
+    assert first == second and first.startswith(b"<?xml")
+    for engine in found.engines:
+        i, j = label_cell(found, engine)
+        assert found.cells[j][i] == engine
+    # vLLM's label sits inside its region, away from its edge: its neighbours are vLLM too.
+    i, j = label_cell(found, "vllm")
+    assert {found.cells[j][i - 1], found.cells[j][i + 1], found.cells[j + 1][i]} == {"vllm"}

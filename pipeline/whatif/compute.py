@@ -309,6 +309,8 @@ def _marks(today: DecisionRecord, axes: dict[str, str]) -> list[MapMark]:
         axis = TRIGGER_AXES.get(trig.metric)
         if axis not in axes or not isinstance(trig.threshold, int | float):
             continue
+        if trig.id.startswith("flip."):
+            continue  # a flip's own trigger: the flip is marked
         now = measured.get(trig.metric)
         if axis == "traffic":
             if not isinstance(now, int | float) or not now:

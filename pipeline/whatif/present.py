@@ -3,6 +3,10 @@ character grid (one letter an engine, lower case a tie; ``*`` today's cell when 
 
 from __future__ import annotations
 
+import itertools
+import math
+
+from pipeline.present.figures import COLORS, SMALL_FONT, drawing, svg_bytes
 from pipeline.present.text import money
 from pipeline.whatif.result import DecisionMap, ScenarioOutcome, WhatifResult
 
@@ -78,3 +82,153 @@ def render_text(result: WhatifResult) -> str:
     if result.map is not None:
         lines += map_lines(result.map)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _edges(values: list[float], log: bool) -> list[float]:
+    """Cell edges around grid values: midpoints (geometric on a log axis), the ends mirrored."""
+    if log:
+        mids = [math.sqrt(a * b) for a, b in itertools.pairwise(values)]
+        first, last = values[0] ** 2 / mids[0], values[-1] ** 2 / mids[-1]
+    else:
+        mids = [(a + b) / 2 for a, b in itertools.pairwise(values)]
+        first, last = 2 * values[0] - mids[0], 2 * values[-1] - mids[-1]
+    return [first, *mids, last]
+
+
+def label_cell(found: DecisionMap, engine: str) -> tuple[int, int]:
+    """The cell to write an engine's name in: among its cells, the one with most of its own
+    cells around it (the middle of its largest region), the first such in row order."""
+    cells = found.cells
+    rows, columns = len(cells), len(cells[0])
+
+    def room(i: int, j: int) -> int:
+        return sum(
+            1
+            for dj in range(-3, 4)
+            for di in range(-4, 5)
+            if 0 <= j + dj < rows and 0 <= i + di < columns and cells[j + dj][i + di] == engine
+        )
+
+    own = [(i, j) for j in range(rows) for i in range(columns) if cells[j][i] == engine]
+    middle = sum(i for i, _ in own) / len(own), sum(j for _, j in own) / len(own)
+    return max(
+        own,
+        key=lambda cell: (room(*cell), -abs(cell[0] - middle[0]) - abs(cell[1] - middle[1])),
+    )
+
+
+def map_svg(found: DecisionMap) -> bytes:
+    """The decision map as a figure: regions coloured by the winning engine (Okabe-Ito),
+    ties hatched, each region labelled, today's point marked, today's flips (dashed) and
+    revisit triggers (dotted) drawn where they fall on the axes."""
+    from matplotlib.colors import ListedColormap  # import here: only drawing loads matplotlib
+    from matplotlib.patches import Patch, Rectangle  # import here: likewise
+
+    engines = sorted(found.engines)
+    index = {e: k for k, e in enumerate(engines)}
+    none = len(engines)  # no engine recommended: light grey
+    colours = [COLORS[k % len(COLORS)] for k in range(len(engines))] + ["#DDDDDD"]
+    grid = [[index.get(e, none) if e else none for e in row] for row in found.cells]
+    xs, ys = _edges(found.x.values, found.x.log), _edges(found.y.values, found.y.log)
+    with drawing(7.0, 4.6) as fig:
+        ax = fig.subplots()
+        ax.grid(False)
+        ax.pcolormesh(
+            xs, ys, grid, cmap=ListedColormap(colours), vmin=-0.5, vmax=none + 0.5, alpha=0.85
+        )
+        for j, row in enumerate(found.ties):
+            for i, tie in enumerate(row):
+                if tie:
+                    ax.add_patch(
+                        Rectangle(
+                            (xs[i], ys[j]),
+                            xs[i + 1] - xs[i],
+                            ys[j + 1] - ys[j],
+                            fill=False,
+                            hatch="////",
+                            edgecolor="white",
+                            linewidth=0,
+                        )
+                    )
+        if found.x.log:
+            ax.set_xscale("log")
+        ax.set_xlim(xs[0], xs[-1])
+        ax.set_ylim(ys[0], ys[-1])
+        for engine in engines:
+            i, j = label_cell(found, engine)
+            ax.text(
+                found.x.values[i],
+                found.y.values[j],
+                found.engines[engine],
+                ha="center",
+                va="center",
+                fontsize=SMALL_FONT + 2,
+                fontweight="bold",
+                bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 2},
+            )
+        for mark in found.marks:
+            low, high = (xs[0], xs[-1]) if mark.axis == "x" else (ys[0], ys[-1])
+            if not low <= mark.value <= high:
+                continue
+            flip = mark.kind == "flip"
+            width, dashes = (1.2, "--") if flip else (0.9, ":")
+            label = (
+                f"→ {found.engines.get(mark.engine or '', mark.engine or 'none')} "
+                f"({mark.value:.3g})"
+                if flip
+                else mark.id.removesuffix(".enters").removesuffix(".leaves")
+                + f" ({mark.value:.3g})"
+            )
+            if mark.axis == "x":
+                ax.axvline(mark.value, color="black", linewidth=width, linestyle=dashes)
+                ax.annotate(
+                    label,
+                    (mark.value, 1.0),
+                    xycoords=("data", "axes fraction"),
+                    xytext=(2, -2 if flip else -12),
+                    textcoords="offset points",
+                    rotation=90,
+                    ha="left",
+                    va="top",
+                    fontsize=SMALL_FONT,
+                )
+            else:
+                ax.axhline(mark.value, color="black", linewidth=width, linestyle=dashes)
+                ax.annotate(
+                    label,
+                    (1.0, mark.value),
+                    xycoords=("axes fraction", "data"),
+                    xytext=(-2, 2),
+                    textcoords="offset points",
+                    ha="right",
+                    va="bottom",
+                    fontsize=SMALL_FONT,
+                )
+        x_today, y_today = found.x.today, found.y.today
+        if x_today is not None and y_today is not None:
+            ax.plot(
+                x_today, y_today, marker="*", markersize=14, color="white", markeredgecolor="black"
+            )
+            ax.annotate(
+                "today",
+                (x_today, y_today),
+                xytext=(6, 6),
+                textcoords="offset points",
+                fontsize=SMALL_FONT + 1,
+                fontweight="bold",
+                bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1},
+            )
+        ax.set_xlabel(f"{found.x.axis.replace('_', ' ')} ({found.x.unit})")
+        ax.set_ylabel(f"{found.y.axis.replace('_', ' ')} ({found.y.unit})")
+        handles = [Patch(facecolor=colours[index[e]], label=found.engines[e]) for e in engines] + [
+            Patch(facecolor="white", edgecolor="grey", hatch="////", label="tie (within band)")
+        ]
+        ax.legend(
+            handles=handles,
+            loc="upper center",
+            bbox_to_anchor=(0.5, -0.14),
+            ncol=len(handles),
+            fontsize=SMALL_FONT,
+            frameon=False,
+        )
+        return svg_bytes(fig)
