@@ -200,6 +200,7 @@ class CapacityPaths(_StagePaths):
 @dataclass(frozen=True)
 class WhatifPaths(_StagePaths):
     result: Path = Path("whatif.json")
+    map_svg: Path = Path("decision_map.svg")
 
 
 @dataclass(frozen=True)

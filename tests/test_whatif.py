@@ -28,7 +28,7 @@ from pipeline.decision.result import AxisFlip, DecisionRecord
 from pipeline.errors import ConfigError
 from pipeline.whatif.compute import WhatifInputs, decision_map, scenario, today_context, whatif
 from pipeline.whatif.config import MapAxis, ScenarioChanges
-from pipeline.whatif.present import label_cell, map_svg
+from pipeline.whatif.present import changes_text, label_cell, map_reading, map_svg
 from pipeline.whatif.result import WhatifResult
 from tests.decision_fixtures import (
     AS_OF,
@@ -319,3 +319,17 @@ def test_the_map_figure_is_deterministic_and_labels_each_region(churn: Any) -> N
     # vLLM's label sits inside its region, away from its edge: its neighbours are vLLM too.
     i, j = label_cell(found, "vllm")
     assert {found.cells[j][i - 1], found.cells[j][i + 1], found.cells[j + 1][i]} == {"vllm"}
+
+
+def test_the_map_reads_in_one_sentence(churn: Any) -> None:
+    _, inputs = churn
+    found = whatif(inputs, config_from_mapping({}).whatif).map
+    assert found is not None
+    assert map_reading(found) == (
+        "We are here: vLLM at ×1 today's traffic and 3 model changes a quarter. "
+        "TensorRT-LLM takes over past ×2.72 today's traffic. "
+        "TensorRT-LLM takes over below 1.1 model changes a quarter."
+    )
+    assert changes_text({"traffic_scale": 2.0, "hardware": ["nvidia", "amd"]}) == (
+        "traffic scale 2, hardware nvidia + amd"
+    )

@@ -5,14 +5,36 @@ from __future__ import annotations
 
 import itertools
 import math
+from typing import Any
 
 from pipeline.present.figures import COLORS, SMALL_FONT, drawing, svg_bytes
 from pipeline.present.text import money
 from pipeline.whatif.result import DecisionMap, ScenarioOutcome, WhatifResult
 
+# Behind a label drawn over the map, so it stays legible over hatching and lines.
+LABEL_BOX = {"facecolor": "white", "edgecolor": "none", "alpha": 0.75, "pad": 1}
+# Ticks of a log-scaled map axis (factors of today's value), those within its range.
+LOG_TICKS = (0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 50, 100)
+
+
+def changes_text(changes: dict[str, Any]) -> str:
+    """A scenario's changes in words (``traffic scale 2, hardware nvidia + amd``)."""
+    said = []
+    for key, value in changes.items():
+        if isinstance(value, list):
+            shown = " + ".join(str(v) for v in value)
+        elif isinstance(value, dict):
+            shown = ", ".join(f"{k} ${v:g}/h" for k, v in value.items())
+        elif isinstance(value, float):
+            shown = f"{value:g}"
+        else:
+            shown = str(value)
+        said.append(f"{key.replace('_', ' ')} {shown}")
+    return ", ".join(said) or "nothing"
+
 
 def scenario_lines(outcome: ScenarioOutcome) -> list[str]:
-    changes = ", ".join(f"{k}={v}" for k, v in outcome.changes.items()) or "nothing"
+    changes = changes_text(outcome.changes)
     cost = money(outcome.monthly_cost_usd) if outcome.monthly_cost_usd is not None else "unknown"
     lines = [
         f"{outcome.name} ({changes}):",
@@ -123,6 +145,7 @@ def map_svg(found: DecisionMap) -> bytes:
     revisit triggers (dotted) drawn where they fall on the axes."""
     from matplotlib.colors import ListedColormap  # import here: only drawing loads matplotlib
     from matplotlib.patches import Patch, Rectangle  # import here: likewise
+    from matplotlib.ticker import NullLocator  # import here: likewise
 
     engines = sorted(found.engines)
     index = {e: k for k, e in enumerate(engines)}
@@ -152,6 +175,16 @@ def map_svg(found: DecisionMap) -> bytes:
                     )
         if found.x.log:
             ax.set_xscale("log")
+        if found.y.log:
+            ax.set_yscale("log")
+        for axis, log, low, high in (
+            (ax.xaxis, found.x.log, xs[0], xs[-1]),
+            (ax.yaxis, found.y.log, ys[0], ys[-1]),
+        ):
+            if log:
+                ticks = [t for t in LOG_TICKS if low <= t <= high]
+                axis.set_ticks(ticks, labels=[f"×{t:g}" for t in ticks])
+                axis.set_minor_locator(NullLocator())
         ax.set_xlim(xs[0], xs[-1])
         ax.set_ylim(ys[0], ys[-1])
         for engine in engines:
@@ -191,6 +224,7 @@ def map_svg(found: DecisionMap) -> bytes:
                     ha="left",
                     va="top",
                     fontsize=SMALL_FONT,
+                    bbox=LABEL_BOX,
                 )
             else:
                 ax.axhline(mark.value, color="black", linewidth=width, linestyle=dashes)
@@ -203,6 +237,7 @@ def map_svg(found: DecisionMap) -> bytes:
                     ha="right",
                     va="bottom",
                     fontsize=SMALL_FONT,
+                    bbox=LABEL_BOX,
                 )
         x_today, y_today = found.x.today, found.y.today
         if x_today is not None and y_today is not None:
@@ -232,3 +267,31 @@ def map_svg(found: DecisionMap) -> bytes:
             frameon=False,
         )
         return svg_bytes(fig)
+
+
+def axis_value(axis: str, value: float) -> str:
+    """A value on a map axis in words."""
+    if axis == "traffic":
+        return f"×{value:.3g} today's traffic"
+    if axis == "gpu_price":
+        return f"×{value:.3g} today's GPU price"
+    if axis == "model_changes":
+        return f"{value:.3g} model changes a quarter"
+    return f"a {value:.0%} shared-prefix share"
+
+
+def map_reading(found: DecisionMap) -> str:
+    """The map in a sentence: where today is and which engine takes over at each flip that
+    falls on it."""
+    today = found.engines.get(found.today_engine or "", "no engine")
+    axes = {"x": found.x, "y": found.y}
+    where = [axis_value(a.axis, a.today) for a in (found.x, found.y) if a.today is not None]
+    text = f"We are here: {today}" + (f" at {' and '.join(where)}" if where else "") + "."
+    for mark in found.marks:
+        axis = axes[mark.axis]
+        if mark.kind != "flip" or not axis.values[0] <= mark.value <= axis.values[-1]:
+            continue
+        side = "past" if mark.id.endswith(".up") else "below"
+        taker = found.engines.get(mark.engine or "", mark.engine or "no engine")
+        text += f" {taker} takes over {side} {axis_value(axis.axis, mark.value)}."
+    return text

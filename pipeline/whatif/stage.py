@@ -3,15 +3,19 @@
 read → run → write:
 
 * :func:`read_inputs` reads what the decision reads (:func:`pipeline.decision.stage.read_inputs`,
-  the same report date and previous record as ``enginefit decide``), after the decision has
-  been written (the stages it reads have run).
+  the same report date as ``enginefit decide``; no previous quarter's record), after the
+  decision has been written (the stages it reads have run). The report reads the result but
+  does not count it among the outputs a version is made from: it is a function of the same
+  inputs as the decision, and a later ``enginefit whatif --map ...`` must not fail an audit.
 * :func:`run` re-runs the decision on each configured scenario and over the map's grid
   (:mod:`pipeline.whatif.compute`).
-* :func:`write` writes ``whatif/whatif.json``; :func:`read_result` reads it back.
+* :func:`write` writes ``whatif/whatif.json`` and the map's figure ``decision_map.svg``;
+  :func:`read_result` reads the result back.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from pipeline.config import Config
@@ -19,18 +23,20 @@ from pipeline.decision import stage as decision_stage
 from pipeline.errors import ConfigError
 from pipeline.layout import WorkloadLayout, require_output
 from pipeline.safe_read import read_json
-from pipeline.store import open_stage_output, write_json_atomic
+from pipeline.store import open_stage_output, write_bytes_atomic, write_json_atomic
 from pipeline.whatif.compute import WhatifInputs, whatif
 from pipeline.whatif.config import map_pair
+from pipeline.whatif.present import map_svg
 from pipeline.whatif.result import WhatifResult
 
 
 def read_inputs(layout: WorkloadLayout, config: Config) -> WhatifInputs:
+    """What the decision reads, without a previous quarter's record: a what-if is about this
+    quarter's inputs moved, so its result depends on them alone (not on the reports published
+    before it)."""
     require_output(layout.decision.record, "decision record", "decide", "engine_decision")
-    inputs = decision_stage.read_inputs(
-        layout, config, as_of=config.bench.as_of, previous=config.decision.previous_record
-    )
-    return WhatifInputs(inputs, config.requirements, config.decision)
+    inputs = decision_stage.read_inputs(layout, config, as_of=config.bench.as_of)
+    return WhatifInputs(replace(inputs, previous=None), config.requirements, config.decision)
 
 
 def run(
@@ -54,9 +60,15 @@ def run(
 
 
 def write(result: WhatifResult, layout: WorkloadLayout) -> dict[str, Path]:
+    """The result and, with a map, its figure (a map not drawn leaves no stale figure)."""
     open_stage_output(layout)
-    write_json_atomic(layout.whatif.result, result.to_json())
-    return {"result": layout.whatif.result}
+    paths = layout.whatif
+    write_json_atomic(paths.result, result.to_json())
+    if result.map is None:
+        paths.map_svg.unlink(missing_ok=True)
+        return {"result": paths.result}
+    write_bytes_atomic(paths.map_svg, map_svg(result.map))
+    return {"result": paths.result, "map_svg": paths.map_svg}
 
 
 def read_result(layout: WorkloadLayout) -> WhatifResult:
