@@ -24,7 +24,7 @@ from pydantic import (
     ValidationError,
 )
 
-from pipeline.bench.config import BenchConfig, is_limit_key
+from pipeline.bench.config import BenchConfig, is_limit_key, slo_from_mapping
 from pipeline.capacity.config import CapacityConfig
 from pipeline.decision.catalog import Catalog, load_catalog
 from pipeline.decision.config import DecisionConfig, Requirements
@@ -240,7 +240,17 @@ def config_from_mapping(raw: dict[str, Any], *, source: Path | None = None) -> C
         source=source,
     )
     _check_engine_names(config, where)
+    _check_scenario_slos(config, where)
     return config
+
+
+def _check_scenario_slos(config: Config, where: str) -> None:
+    """Each what-if scenario's SLO, merged over the configured one, is a valid SLO."""
+    for name, changes in config.whatif.scenarios.items():
+        if changes.slo is not None:
+            slo_from_mapping(
+                changes.slo, where=f"{where}: whatif.scenarios.{name}.slo", base=config.bench.slo
+            )
 
 
 def _check_engine_names(config: Config, where: str) -> None:

@@ -13,6 +13,7 @@ At three changes a quarter vLLM wins; the map must agree with the record's flips
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from pipeline.decision.compute import decided
 from pipeline.decision.flips import moved
 from pipeline.decision.result import AxisFlip, DecisionRecord
 from pipeline.errors import ConfigError
+from pipeline.whatif import stage as whatif_stage
 from pipeline.whatif.compute import WhatifInputs, decision_map, scenario, today_context, whatif
 from pipeline.whatif.config import MapAxis, ScenarioChanges
 from pipeline.whatif.present import changes_text, label_cell, map_reading, map_svg
@@ -333,3 +335,32 @@ def test_the_map_reads_in_one_sentence(churn: Any) -> None:
     assert changes_text({"traffic_scale": 2.0, "hardware": ["nvidia", "amd"]}) == (
         "traffic scale 2, hardware nvidia + amd"
     )
+
+
+def test_a_tighter_slo_reruns_the_benchmarks_in_memory(configured: Any) -> None:
+    """p95 TTFT ≤ 500 ms: each sweep's point at c (800 ms) now fails, so capacity is its ½ c
+    point (300 ms). vLLM at 2.5 req/s: 8 replicas, $17,520 + $1,500 = $19,020; TensorRT-LLM at
+    3.5: 20/3.5 × $2,190 = $12,514.29 + $6,001.50 = $18,515.79 compared (2.7 % apart: a tie),
+    6 whole replicas billed ($13,140). Nothing is written: today's bench outputs stay."""
+    path, today = configured
+    raw = yaml.safe_load(path.read_text())
+    raw["whatif"]["scenarios"] = {"strict": {"slo": {"ttft_p95_ms": 500}}}
+    cfg = config_from_mapping(raw, source=path)
+    written = (cfg.layout().bench.capacity).read_bytes()
+    inputs = whatif_stage.read_inputs(cfg.layout(), cfg)
+    base = today_context(replace(inputs, decision=inputs.at_slo["strict"]))
+    changes = cfg.whatif.scenarios["strict"]
+    outcome, record = scenario("strict", base, today, changes)
+    costs = {c.engine: (c.monthly_cost_usd, c.monthly_total_usd) for c in record.candidates}
+    assert costs["vllm"] == (17_520, pytest.approx(19_020))
+    assert costs["tensorrt-llm"][0] == 13_140
+    assert outcome.confidence == "tie"
+    assert outcome.approximations[0].startswith("SLO: the bench stage's capacity at the SLO")
+    assert cfg.layout().bench.capacity.read_bytes() == written
+    result = whatif(inputs, cfg.whatif, with_map=False)
+    assert [(s.name, s.confidence) for s in result.scenarios] == [("strict", "tie")]
+
+
+def test_a_scenario_slo_is_checked_when_the_configuration_loads() -> None:
+    with pytest.raises(ConfigError, match=r"whatif\.scenarios\.x\.slo"):
+        config_from_mapping({"whatif": {"scenarios": {"x": {"slo": {"ttft_p42_ms": 5}}}}})

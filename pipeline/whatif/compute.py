@@ -8,7 +8,7 @@ and which are approximations: docs/whatif.md and :data:`HOW`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pipeline.bench.cost import Prices, match_gpu_price
@@ -67,6 +67,9 @@ HOW = {
     "requirements.one_engine_across_fleet is false)",
     "current_engine": "engine running today: requirements.current_engine replaced (the "
     "payback of a switch re-counted)",
+    "slo": "SLO: the bench stage's capacity at the SLO and the capacity stage's search re-run "
+    "in memory on the stored load points with these limits (the one change that re-runs "
+    "upstream stages); exact as those stages are",
 }
 # Without the capacity stage's busy-time split, a request's GPU time is taken to grow with
 # its output alone (decode-bound).
@@ -85,11 +88,14 @@ UNITS = {
 
 @dataclass(frozen=True)
 class WhatifInputs:
-    """Today's decision inputs (the decision stage's) and the team's settings."""
+    """Today's decision inputs (the decision stage's) and the team's settings; ``at_slo``: the
+    decision inputs re-derived at a scenario's own SLO, by scenario name (the one change that
+    re-runs upstream stages: :mod:`pipeline.whatif.stage`)."""
 
     decision: DecisionInputs
     requirements: Requirements
     settings: DecisionConfig
+    at_slo: dict[str, DecisionInputs] = field(default_factory=dict)
 
 
 def today_context(inputs: WhatifInputs) -> RuleContext:
@@ -369,6 +375,12 @@ def _axis_values(base: RuleContext, axis: MapAxis, values: list[float]) -> MapAx
     )
 
 
+def _base_of(inputs: WhatifInputs, name: str, today: RuleContext) -> RuleContext:
+    """The context scenario ``name`` starts from: today's, or at its own SLO."""
+    found = inputs.at_slo.get(name)
+    return today if found is None else context(found, inputs.requirements, inputs.settings)
+
+
 def whatif(
     inputs: WhatifInputs,
     config: WhatifConfig,
@@ -382,7 +394,9 @@ def whatif(
     base = today_context(inputs)
     today = decided(moved(base))
     names = [only] if only is not None else sorted(config.scenarios)
-    outcomes = [scenario(n, base, today, config.scenarios[n])[0] for n in names]
+    outcomes = [
+        scenario(n, _base_of(inputs, n, base), today, config.scenarios[n])[0] for n in names
+    ]
     x_axis, y_axis = pair or (config.map.x, config.map.y)
     gpu, _ = _recommended_costs(today)
     return WhatifResult(

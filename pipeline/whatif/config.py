@@ -10,7 +10,7 @@ docs/whatif.md).
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Self, get_args
+from typing import Annotated, Any, Literal, Self, get_args
 
 from pydantic import Field, Strict, model_validator
 
@@ -46,6 +46,9 @@ class ScenarioChanges(Section):
     hardware: Annotated[tuple[HardwareTarget, ...], Strict(False)] | None = None
     # The engine running today (a catalog name); "none": a new deployment.
     current_engine: str | None = None
+    # The SLO as --slo gives it: the latency limits named replace the configured ones, options
+    # not named keep bench.slo's, e.g. {ttft_p95_ms: 500, itl_p99_ms: 60}; checked on loading.
+    slo: dict[str, Any] | None = None
 
 
 class MapAxis(Section):

@@ -17,9 +17,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
+from pipeline.bench import stage as bench_stage
+from pipeline.bench.config import slo_from_mapping
+from pipeline.capacity import stage as capacity_stage
+from pipeline.capacity.stage import capacity_slo
 from pipeline.config import Config
 from pipeline.decision import stage as decision_stage
+from pipeline.decision.context import DecisionInputs
 from pipeline.errors import ConfigError
 from pipeline.layout import WorkloadLayout, require_output
 from pipeline.safe_read import read_json
@@ -35,8 +41,36 @@ def read_inputs(layout: WorkloadLayout, config: Config) -> WhatifInputs:
     quarter's inputs moved, so its result depends on them alone (not on the reports published
     before it)."""
     require_output(layout.decision.record, "decision record", "decide", "engine_decision")
-    inputs = decision_stage.read_inputs(layout, config, as_of=config.bench.as_of)
-    return WhatifInputs(replace(inputs, previous=None), config.requirements, config.decision)
+    inputs = replace(
+        decision_stage.read_inputs(layout, config, as_of=config.bench.as_of), previous=None
+    )
+    at_slo = {
+        name: at_another_slo(layout, config, inputs, changes.slo)
+        for name, changes in sorted(config.whatif.scenarios.items())
+        if changes.slo is not None
+    }
+    return WhatifInputs(inputs, config.requirements, config.decision, at_slo)
+
+
+def at_another_slo(
+    layout: WorkloadLayout, config: Config, inputs: DecisionInputs, limits: dict[str, Any]
+) -> DecisionInputs:
+    """The decision's inputs at another SLO: the bench analysis and the capacity search re-run
+    in memory on the stored load points (nothing written)."""
+    slo = slo_from_mapping(limits, where="whatif scenario slo", base=config.bench.slo)
+    bench_config = config.bench.replace(slo=slo)
+    bench = bench_stage.run(bench_stage.read_inputs(layout, inputs.as_of), bench_config)
+    capacity = None
+    if inputs.capacity is not None:
+        searched = replace(
+            capacity_stage.read_inputs(layout, config),
+            points=bench.evaluated,
+            bench_capacity=bench.capacity,
+            slo=capacity_slo(slo),
+            min_achieved_rate_share=slo.min_achieved_rate_share,
+        )
+        capacity = capacity_stage.run(searched, config.capacity)
+    return replace(inputs, bench=bench, capacity=capacity)
 
 
 def run(
