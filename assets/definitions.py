@@ -24,6 +24,7 @@ from assets import prefix as prefix_stage
 from assets import report as report_stage
 from assets import shape as shape_stage
 from assets import sim as sim_stage
+from assets import whatif as whatif_stage
 from assets.days import configured_quarter, day_assets, quarter_partitions
 from assets.executors import EXECUTOR_ENV, configured_executor
 from assets.progress import QUIET_LOGGERS, watch_steps
@@ -40,6 +41,7 @@ _STAGES = [
     sim_stage,
     capacity_stage,
     decision_stage,
+    whatif_stage,
     report_stage,
 ]
 

@@ -18,6 +18,7 @@ import dagster as dg
 from assets.decision import engine_decision, revisit_triggers
 from assets.inputs import trace_fingerprint
 from assets.resources import EnginefitStore
+from assets.whatif import decision_map
 from pipeline.report import stage
 from pipeline.report.versions import HTML, MANIFEST, quarter_of
 
@@ -28,6 +29,7 @@ QUARTER_TAG = "enginefit/quarter"
     deps=[
         engine_decision,
         revisit_triggers,
+        decision_map,
         "workload",
         "workload_shape",
         "prefix_sharing",

@@ -19,6 +19,7 @@ MODULES = (
     "prefix",
     "sim",
     "capacity",
+    "whatif",
     "loadtest",
     "graph",
     "e2e",

@@ -34,6 +34,7 @@ _AREAS: dict[str, tuple[str, ...]] = {
     "pipeline.loadtest.cli": ("loadtest",),
     "pipeline.decision.cli": ("explain",),
     "pipeline.report.cli": ("audit",),
+    "pipeline.whatif.cli": ("whatif",),
 }
 
 

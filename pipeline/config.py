@@ -24,7 +24,7 @@ from pydantic import (
     ValidationError,
 )
 
-from pipeline.bench.config import BenchConfig, is_limit_key
+from pipeline.bench.config import BenchConfig, is_limit_key, slo_from_mapping
 from pipeline.capacity.config import CapacityConfig
 from pipeline.decision.catalog import Catalog, load_catalog
 from pipeline.decision.config import DecisionConfig, Requirements
@@ -42,6 +42,7 @@ from pipeline.settings import (
 from pipeline.settings import validation_message as _message
 from pipeline.shape.config import ShapeConfig
 from pipeline.sim.config import SimConfig
+from pipeline.whatif.config import NEW_DEPLOYMENT, WhatifConfig
 
 
 def _folder_or_new(value: Any) -> Any:
@@ -76,6 +77,7 @@ class _File(BaseModel):
     decision: DecisionConfig
     report: ReportConfig
     loadtest: LoadtestConfig
+    whatif: WhatifConfig
 
 
 # The sections after the workload, in the order the configuration is printed.
@@ -90,6 +92,7 @@ _PRINTED = (
     "decision",
     "report",
     "loadtest",
+    "whatif",
 )
 
 
@@ -108,6 +111,7 @@ class Config:
     decision: DecisionConfig
     report: ReportConfig
     loadtest: LoadtestConfig
+    whatif: WhatifConfig
     read: ReadConfig
     source: Path | None = None
 
@@ -231,11 +235,22 @@ def config_from_mapping(raw: dict[str, Any], *, source: Path | None = None) -> C
         decision=parsed.decision,
         report=parsed.report,
         loadtest=parsed.loadtest,
+        whatif=parsed.whatif,
         read=read,
         source=source,
     )
     _check_engine_names(config, where)
+    _check_scenario_slos(config, where)
     return config
+
+
+def _check_scenario_slos(config: Config, where: str) -> None:
+    """Each what-if scenario's SLO, merged over the configured one, is a valid SLO."""
+    for name, changes in config.whatif.scenarios.items():
+        if changes.slo is not None:
+            slo_from_mapping(
+                changes.slo, where=f"{where}: whatif.scenarios.{name}.slo", base=config.bench.slo
+            )
 
 
 def _check_engine_names(config: Config, where: str) -> None:
@@ -244,6 +259,11 @@ def _check_engine_names(config: Config, where: str) -> None:
     named += [
         (f"requirements.migration_engineer_weeks.{name}", name)
         for name in config.requirements.migration_engineer_weeks
+    ]
+    named += [
+        (f"whatif.scenarios.{scenario}.current_engine", changes.current_engine)
+        for scenario, changes in config.whatif.scenarios.items()
+        if changes.current_engine != NEW_DEPLOYMENT
     ]
     named = [(key, name) for key, name in named if name is not None]
     if not named and config.decision.catalog is None:

@@ -14,6 +14,7 @@ A workload folder (``<paths.data_dir>/<workload.name>/``)::
     bench/                            benchmark join, SLO capacity and cost (bench stage)
     capacity/                         capacity and cost for this workload's own mix (capacity stage)
     decision/                         the decision record, its schema and rationale
+    whatif/                           scenarios and the decision map (what-if stage)
     days/<YYYY-MM-DD>/                with daily partitions: each day's own ingest set (same
                                       names), which requests/ above links (pipeline.ingest.days)
 
@@ -197,6 +198,12 @@ class CapacityPaths(_StagePaths):
 
 
 @dataclass(frozen=True)
+class WhatifPaths(_StagePaths):
+    result: Path = Path("whatif.json")
+    map_svg: Path = Path("decision_map.svg")
+
+
+@dataclass(frozen=True)
 class WorkloadLayout:
     """Every path of one workload's outputs, under ``root``."""
 
@@ -247,3 +254,7 @@ class WorkloadLayout:
     @property
     def decision(self) -> DecisionPaths:
         return DecisionPaths(self.root / "decision")
+
+    @property
+    def whatif(self) -> WhatifPaths:
+        return WhatifPaths(self.root / "whatif")

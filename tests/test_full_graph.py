@@ -42,9 +42,10 @@ def test_full_graph_on_the_bundled_sample_is_complete_and_deterministic(
         "workload_capacity",
         "engine_decision",
         "revisit_triggers",
+        "decision_map",
         "engine_selection_report",
     } <= {asset for asset, _, _ in run.outputs}
-    assert (run.checks_passed, run.checks_failed) == (17, [])
+    assert (run.checks_passed, run.checks_failed) == (18, [])
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -86,7 +87,7 @@ def test_full_graph_on_the_bundled_sample_is_complete_and_deterministic(
         / "engine-selection.pdf"
     )
     assert summary[8] == f"  report      2025-Q1 v1: {pdf}"
-    assert summary[9] == "checks: 17 passed, 0 did not"
+    assert summary[9] == "checks: 18 passed, 0 did not"
     # `make report` ends with the document's path.
     assert out.splitlines()[-1] == f"PDF: {pdf}" and pdf.read_bytes().startswith(b"%PDF")
     # ... after the ledger's chain head, to keep elsewhere (docs/audit.md).

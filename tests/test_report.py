@@ -28,6 +28,7 @@ from pipeline.report.compute import build
 from pipeline.report.present import LocalOnlyFetcher, render_pdf
 from pipeline.report.result import Published
 from pipeline.report.versions import HTML, MANIFEST, ReportTree
+from pipeline.whatif import stage as whatif_stage
 from tests.conftest import REPO, azure_conversation_trace, bundled_config
 
 SECTIONS = (
@@ -72,6 +73,7 @@ def publish(config_path: Path) -> Published:
     layout = config.layout()
     record = decision_stage.run(decision_stage.read_inputs(layout, config), config)
     decision_stage.write(record, layout)
+    whatif_stage.write(whatif_stage.run(whatif_stage.read_inputs(layout, config), config), layout)
     return stage.publish(stage.read_inputs(layout, config), config)
 
 
@@ -115,6 +117,11 @@ def test_the_bundled_document_reads_as_a_document(tmp_path: Path) -> None:
     assert vllm["cost_per_1m_output_usd"] is None  # this workload's cost: the SLO is out of reach
     assert usd(vllm["benchmark_cost_per_1m_output_usd"]) == "$0.1450" and "$0.1450" in text
     assert record["recommendation"]["headline"] in text.replace("\n", " ")
+    # Right after the summary: the decision recomputed on the bundled scenarios, and the map.
+    requirements = text.index("2. Requirements and SLO\nService-level objective")
+    assert text.index("Candidates at the SLO") < text.index("What if: the decision") < requirements
+    assert "We are here: SGLang at ×1 today's traffic and 2 model changes a quarter." in text
+    assert "traffic-x10 traffic scale 10 SGLang provisional" in text
     config = load_config(config_path)
     summary = build(stage.read_inputs(config.layout(), config).document)["summary"]
     assert summary["engine"] == "SGLang" and summary["confidence"] == "provisional"

@@ -20,6 +20,7 @@ STAGES = {
     "decision": "Decision",
     "report": "Report",
     "loadtest": "Loadtest",
+    "whatif": "Whatif",
 }
 # The decision's result keeps its domain name: it is the title of the published
 # decision.schema.json.

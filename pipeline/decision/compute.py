@@ -499,7 +499,13 @@ def decide(
     requirements: Requirements,
     settings: DecisionConfig,
 ) -> DecisionRecord:
-    ctx = context(inputs, requirements, settings)
+    return decided(context(inputs, requirements, settings))
+
+
+def decided(ctx: RuleContext) -> DecisionRecord:
+    """The record of a fresh context: :func:`context`'s, or one a what-if moved
+    (:mod:`pipeline.decision.flips`)."""
+    inputs, requirements = ctx.inputs, ctx.requirements
     for rule in RULES:
         rule(ctx)
     outcome = choose(ctx)

@@ -32,7 +32,7 @@ from typing import Any, get_args
 
 from pipeline.decision.catalog import HardwareTarget
 from pipeline.decision.context import EngineState, RuleContext
-from pipeline.decision.costing import rank
+from pipeline.decision.costing import Outcome, rank
 from pipeline.decision.evidence import EngineBench, mismatches, required_features
 from pipeline.decision.result import AxisFlip
 from pipeline.decision.rules import RULES
@@ -50,11 +50,16 @@ ABSOLUTE_PRECISION = 1e-6
 Answer = str | None
 
 
-def answer(ctx: RuleContext) -> Answer:
-    """The recommended engine of a fresh context: the rules, then the cost ranking."""
+def outcome(ctx: RuleContext) -> Outcome:
+    """The cost ranking's outcome of a fresh context, the rules run first."""
     for rule in RULES:
         rule(ctx)
-    return rank(ctx)[0].engine
+    return rank(ctx)[0]
+
+
+def answer(ctx: RuleContext) -> Answer:
+    """The recommended engine of a fresh context: the rules, then the cost ranking."""
+    return outcome(ctx).engine
 
 
 def moved(
@@ -75,6 +80,7 @@ def moved(
         required=required_features(req, work),
         states={engine: EngineState() for engine in base.inputs.catalog.engines},
         branch=[],
+        pointed={},
         rules=[],
     )
 
@@ -204,14 +210,7 @@ def _volume(ctx: RuleContext, top: Answer) -> list[AxisFlip]:
     work = ctx.workload
 
     def at(k: float) -> Answer:
-        scaled = replace(
-            work,
-            mean_rate_rps=_times(work.mean_rate_rps, k),
-            peak_rate_rps=_times(work.peak_rate_rps, k),
-            peak_concurrency=_times(work.peak_concurrency, k),
-        )
-        benches = {e: b.rescaled(rate=k) for e, b in ctx.benches.items()}
-        return answer(moved(ctx, workload=scaled, benches=benches))
+        return answer(traffic_moved(ctx, k))
 
     return _factor_flips(
         "volume",
@@ -224,8 +223,54 @@ def _volume(ctx: RuleContext, top: Answer) -> list[AxisFlip]:
     )
 
 
+def traffic_moved(ctx: RuleContext, k: float) -> RuleContext:
+    """``ctx`` with the traffic × ``k``: arrivals closer in time, so the mean and peak rates
+    scale together (and the peak concurrency, by Little's law at the same latency); every
+    fleet re-sized in whole replicas at today's capacity per replica."""
+    work = ctx.workload
+    scaled = replace(
+        work,
+        mean_rate_rps=_times(work.mean_rate_rps, k),
+        peak_rate_rps=_times(work.peak_rate_rps, k),
+        peak_concurrency=_times(work.peak_concurrency, k),
+    )
+    benches = {e: b.rescaled(rate=k) for e, b in ctx.benches.items()}
+    return moved(ctx, workload=scaled, benches=benches)
+
+
 def _times(value: float | None, k: float) -> float | None:
     return None if value is None else value * k
+
+
+def changes_moved(ctx: RuleContext, per_quarter: float) -> RuleContext:
+    """``ctx`` with ``per_quarter`` model changes a quarter."""
+    return moved(ctx, requirements=ctx.requirements.replace(model_changes_per_quarter=per_quarter))
+
+
+def prefix_moved(ctx: RuleContext, share: float) -> RuleContext:
+    """``ctx`` with the shared-prefix share the prefix rules read at ``share`` (the costs stay
+    today's: the capacity stage priced today's cache hits)."""
+    return moved(ctx, workload=replace(ctx.workload, prefix_share=share))
+
+
+def price_moved(ctx: RuleContext, k: float | dict[str, float]) -> RuleContext:
+    """``ctx`` with every engine's $/GPU-hour × ``k`` (a factor by engine when a mapping)."""
+    benches = {
+        e: b.rescaled(price=k.get(e, 1.0) if isinstance(k, dict) else k)
+        for e, b in ctx.benches.items()
+    }
+    return moved(ctx, benches=benches)
+
+
+def hardware_moved(ctx: RuleContext, hardware: Sequence[str]) -> RuleContext:
+    """``ctx`` with ``requirements.hardware`` replaced: each benchmark re-checked against it."""
+    models = tuple(sorted(set(ctx.requirements.models) | set(ctx.workload.models)))
+    benches = {
+        e: replace(b, mismatches=mismatches(b.gpu_type, b.model, tuple(hardware), models))
+        for e, b in ctx.benches.items()
+    }
+    requirements = ctx.requirements.replace(hardware=tuple(hardware))
+    return moved(ctx, requirements=requirements, benches=benches)
 
 
 def _changes(ctx: RuleContext, top: Answer) -> list[AxisFlip]:
@@ -243,9 +288,7 @@ def _changes(ctx: RuleContext, top: Answer) -> list[AxisFlip]:
         ]
 
     def at(n: float) -> Answer:
-        return answer(
-            moved(ctx, requirements=ctx.requirements.replace(model_changes_per_quarter=n))
-        )
+        return answer(changes_moved(ctx, n))
 
     up = (
         _geometric(today, max(CHANGES_MAX, today * 10))
@@ -267,7 +310,7 @@ def _prefix(ctx: RuleContext, top: Answer) -> list[AxisFlip]:
         return [_unknown("prefix_share", metric, unit, None, reason)]
 
     def at(s: float) -> Answer:
-        return answer(moved(ctx, workload=replace(ctx.workload, prefix_share=s)))
+        return answer(prefix_moved(ctx, s))
 
     steps = round(1 / PREFIX_STEP)
     up = [k * PREFIX_STEP for k in range(steps + 1) if k * PREFIX_STEP > today]
@@ -291,8 +334,7 @@ def _gpu_price(ctx: RuleContext, top: Answer, runner: Answer) -> list[AxisFlip]:
     metric = f"decision.gpu_hour_usd[{reference}]" if reference else "decision.gpu_hour_usd"
 
     def at(k: float) -> Answer:
-        benches = {e: b.rescaled(price=k) for e, b in ctx.benches.items()}
-        return answer(moved(ctx, benches=benches))
+        return answer(price_moved(ctx, k))
 
     today = ctx.benches[reference].gpu_hour_usd if reference else None
     return _factor_flips(
@@ -331,7 +373,6 @@ def _hardware(ctx: RuleContext, top: Answer) -> list[AxisFlip]:
     today = list(ctx.requirements.hardware)
     if not today:
         return [_unknown("hardware", metric, unit, today, "set requirements.hardware")]
-    models = tuple(sorted(set(ctx.requirements.models) | set(ctx.workload.models)))
     changes = [[*today, t] for t in get_args(HardwareTarget) if t not in today]
     if len(today) > 1:
         changes += [[h for h in today if h != t] for t in today]
@@ -350,12 +391,7 @@ def _hardware(ctx: RuleContext, top: Answer) -> list[AxisFlip]:
 
     out = []
     for hardware in changes:
-        requirements = ctx.requirements.replace(hardware=tuple(hardware))
-        benches = {
-            e: replace(b, mismatches=mismatches(b.gpu_type, b.model, tuple(hardware), models))
-            for e, b in ctx.benches.items()
-        }
-        found = answer(moved(ctx, requirements=requirements, benches=benches))
+        found = answer(hardware_moved(ctx, hardware))
         if found != top:
             out.append(flip(hardware, found))
     return out or [flip(None, None)]

@@ -48,6 +48,8 @@ from pipeline.shape.result import ShapeMetrics
 from pipeline.sim.result import ScenarioSummary
 from pipeline.sources import cited_sources, split_cite
 from pipeline.unknown import Unknown, is_known
+from pipeline.whatif.present import changes_text, map_reading
+from pipeline.whatif.result import WhatifResult
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,8 @@ class ReportContent:
     previous: PreviousVersion | None = None
     # The capacity stage's result (None: it has not run; the costs are then the benchmark's).
     workload_capacity: CapacityResult | None = None
+    # The what-if scenarios and decision map (None: `enginefit whatif` has not run).
+    whatif: WhatifResult | None = None
 
 
 def svg_uri(svg: bytes) -> str:
@@ -115,6 +119,7 @@ def build(inputs: ReportContent) -> dict[str, Any]:
         "memo": decision_memo(record, _layer_name(inputs)),
         "dates": _dates(inputs),
         "summary": executive_summary(inputs),
+        "whatif": _whatif(inputs),
         "requirements": _requirements(inputs),
         "shape": _shape(inputs),
         "prefix": _prefix(inputs),
@@ -928,6 +933,34 @@ def _appendix(inputs: ReportContent) -> dict[str, Any]:
         "catalog": inputs.record.catalog,
         "decision_inputs": [{"path": p, "sha256": d} for p, d in inputs.record.inputs.items()],
     }
+
+
+def _whatif(inputs: ReportContent) -> dict[str, Any] | None:
+    """The named scenarios as a table and the decision map with the sentence that reads it."""
+    found = inputs.whatif
+    if found is None:
+        return None
+    rows = [
+        {
+            "name": s.name,
+            "changes": changes_text(s.changes),
+            "engine": s.engine_name or "none",
+            "confidence": s.confidence,
+            "monthly": money(s.monthly_cost_usd) if s.monthly_cost_usd is not None else "unknown",
+            "against": "; ".join(s.against_today) or "the same decision",
+        }
+        for s in found.scenarios
+    ]
+    drawn = found.map
+    figure = None
+    if drawn is not None and "decision_map" in inputs.figures:
+        figure = {
+            "title": f"The decision map: the winning engine by {drawn.x.axis.replace('_', ' ')} "
+            f"and {drawn.y.axis.replace('_', ' ')}",
+            "src": svg_uri(inputs.figures["decision_map"]),
+            "reading": map_reading(drawn),
+        }
+    return {"scenarios": rows, "map": figure}
 
 
 FIGURE_TITLES = {

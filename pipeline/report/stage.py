@@ -63,6 +63,7 @@ from pipeline.report.versions import (
 from pipeline.safe_read import parse_json, read_json
 from pipeline.shape import stage as shape_stage
 from pipeline.sim import stage as sim_stage
+from pipeline.whatif import stage as whatif_stage
 
 
 def code_version() -> dict[str, Any]:
@@ -218,6 +219,8 @@ def read_inputs(
         workload_capacity: CapacityResult | None = capacity_stage.read_result(layout)
     except InputFormatError:
         workload_capacity = None
+    # None: `enginefit whatif` (the decision_map asset) has not run; a damaged file is an error.
+    whatif = whatif_stage.read_result(layout) if layout.whatif.result.exists() else None
     tree = report_tree(config)
     tree.reconcile()
     configuration = config.as_dict()
@@ -270,6 +273,7 @@ def read_inputs(
         figures=_figures(layout),
         previous=previous,
         workload_capacity=workload_capacity,
+        whatif=whatif,
         report_date=report_date,
         report_date_source=f"given by {configured_by}"
         if configured == report_date
@@ -394,6 +398,7 @@ def _figures(layout: WorkloadLayout) -> dict[str, bytes]:
         "imbalance": layout.simulation.imbalance_svg,
         "latency": layout.bench.latency_svg,
         "cost": layout.bench.cost_svg,
+        "decision_map": layout.whatif.map_svg,
     }
     return {name: path.read_bytes() for name, path in wanted.items() if path.is_file()}
 

@@ -1,0 +1,61 @@
+"""``enginefit whatif``: the decision re-run on the configured scenarios and over the map."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from pipeline.cli_common import add_config_argument, command_config
+from pipeline.whatif import stage
+from pipeline.whatif.present import render_text
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "whatif",
+        help="re-run the decision on named scenarios and over a map of two axes",
+        description=(
+            "Re-run the decision (rules, cost ranking, payback) on the changed inputs of each "
+            "scenario in whatif.scenarios, and over a grid of two axes (the decision map: the "
+            "winning engine at each point, ties marked). Nothing upstream re-runs: it reads "
+            "what `enginefit decide` read, so run that first. Writes whatif/whatif.json in the "
+            "workload folder (what the `decision_map` asset does). How each change is applied: "
+            "docs/whatif.md."
+        ),
+    )
+    add_config_argument(parser)
+    parser.add_argument(
+        "--scenario",
+        metavar="NAME",
+        default=None,
+        help="run only this scenario of whatif.scenarios (default: every one)",
+    )
+    parser.add_argument(
+        "--map",
+        metavar="X,Y",
+        default=None,
+        dest="axes",
+        help="the map's two axes, of traffic, model_changes, gpu_price and prefix_share "
+        "(default: whatif.map.x and whatif.map.y; ranges from whatif.map)",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print the result as JSON (one entry per scenario and per map cell)",
+    )
+    parser.set_defaults(func=run_whatif)
+
+
+def run_whatif(args: argparse.Namespace) -> int:
+    config = command_config(args)
+    layout = config.layout()
+    result = stage.run(
+        stage.read_inputs(layout, config), config, scenario=args.scenario, axes=args.axes
+    )
+    stage.write(result, layout)
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2, sort_keys=True, ensure_ascii=False))
+    else:
+        print(render_text(result), end="")
+    return 0
