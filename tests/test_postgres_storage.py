@@ -205,7 +205,9 @@ def test_the_graph_runs_with_its_history_in_postgres(
         counts = dict(cursor.fetchall())
     connection.close()  # type: ignore[attr-defined]
     assert counts["ASSET_MATERIALIZATION"] >= 12
-    assert counts["ASSET_CHECK_EVALUATION"] == 17
+    assert (
+        counts["ASSET_CHECK_EVALUATION"] == 18
+    )  # one per asset check of the graph (tests/test_full_graph.py)
     assert "STEP_FAILURE" not in counts
     # No SQLite run history beside the configuration: storage is the database's alone.
     assert not (home / "history").exists()
