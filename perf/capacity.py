@@ -29,7 +29,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import polars as pl
@@ -43,6 +43,7 @@ from pipeline.config import default_config
 from pipeline.unknown import Unknown
 
 T = TypeVar("T")
+REPO = Path(__file__).resolve().parents[1]
 # Llama-3.1-8B in BF16, the model of the bundled sample (also the tests' capacity scenarios).
 LLAMA_8B = ModelShape(
     params_billion=8.03,
@@ -145,6 +146,36 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def stage_configuration(root: Path, trace: Path, name: str, **sections: Any) -> Path:
+    """``root/enginefit.yaml`` for a generated Azure-CSV trace: outputs under ``root``, a
+    one-scenario simulation grid, the bundled sweep and prices at a loose SLO (p95 TTFT 10 s,
+    so the long generated prompts have a capacity), plus ``sections`` as given."""
+    import yaml  # import here: only the whole-command parts write a configuration
+
+    bundled = yaml.safe_load((REPO / "enginefit.yaml").read_text())
+    path = root / "enginefit.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "workload": {"name": name, "traces": [{"path": str(trace), "format": "azure"}]},
+                "paths": {"data_dir": str(root / "data"), "reports_dir": str(root / "r")},
+                "simulation": {
+                    "replicas": [1],
+                    "cache_tokens": [450000],
+                    "routings": ["round-robin"],
+                },
+                "bench": {
+                    "results": [str(REPO / "bench-results")],
+                    "prices": bundled["bench"]["prices"],
+                    "slo": {"ttft_p95_ms": 10000, "itl_p99_ms": 60},
+                },
+                **sections,
+            }
+        )
+    )
+    return path
+
+
 def stage_command(requests: int, repeats: int) -> None:
     """``enginefit capacity`` as a whole command on a generated workload (module docstring)."""
     import yaml  # import here: only this part writes a configuration
@@ -152,34 +183,16 @@ def stage_command(requests: int, repeats: int) -> None:
     from perf import workload  # import here: the stage part alone generates a trace
     from perf.ingest import run_enginefit  # import here: likewise, the command launcher
 
-    repo = Path(__file__).resolve().parents[1]
-    bundled = yaml.safe_load((repo / "enginefit.yaml").read_text())
+    bundled = yaml.safe_load((REPO / "enginefit.yaml").read_text())
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
         trace = root / "trace.csv"
         workload.write_azure_csv(workload.conversations(workload.spec(requests)), trace)
-        config = root / "enginefit.yaml"
-        config.write_text(
-            yaml.safe_dump(
-                {
-                    "workload": {
-                        "name": "perf-capacity",
-                        "traces": [{"path": str(trace), "format": "azure"}],
-                    },
-                    "paths": {"data_dir": str(root / "data"), "reports_dir": str(root / "r")},
-                    "simulation": {
-                        "replicas": [1],
-                        "cache_tokens": [450000],
-                        "routings": ["round-robin"],
-                    },
-                    "bench": {
-                        "results": [str(repo / "bench-results")],
-                        "prices": bundled["bench"]["prices"],
-                        "slo": {"ttft_p95_ms": 10000, "itl_p99_ms": 60},
-                    },
-                    "requirements": {"kv_cache": bundled["requirements"]["kv_cache"]},
-                }
-            )
+        config = stage_configuration(
+            root,
+            trace,
+            "perf-capacity",
+            requirements={"kv_cache": bundled["requirements"]["kv_cache"]},
         )
         for command in ("ingest", "shape", "simulate", "bench"):
             run_enginefit([command, "--config", str(config)], root)

@@ -18,14 +18,12 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
 
 import yaml
 
 from perf import workload
+from perf.capacity import REPO, best_of, stage_configuration
 from perf.ingest import run_enginefit
 from pipeline.config import load_config
 from pipeline.decision import stage as decision_stage
@@ -33,48 +31,6 @@ from pipeline.decision.compute import decided
 from pipeline.decision.flips import moved
 from pipeline.whatif import stage
 from pipeline.whatif.compute import decision_map, today_context, whatif
-
-T = TypeVar("T")
-REPO = Path(__file__).resolve().parents[1]
-
-
-def best_of(repeats: int, work: Callable[[], T]) -> tuple[float, T]:
-    best, result = float("inf"), None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        result = work()
-        best = min(best, time.perf_counter() - start)
-    assert result is not None
-    return best, result
-
-
-def configuration(root: Path, trace: Path) -> Path:
-    bundled = yaml.safe_load((REPO / "enginefit.yaml").read_text())
-    path = root / "enginefit.yaml"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "workload": {
-                    "name": "perf-whatif",
-                    "traces": [{"path": str(trace), "format": "azure"}],
-                },
-                "paths": {"data_dir": str(root / "data"), "reports_dir": str(root / "r")},
-                "simulation": {
-                    "replicas": [1],
-                    "cache_tokens": [450000],
-                    "routings": ["round-robin"],
-                },
-                "bench": {
-                    "results": [str(REPO / "bench-results")],
-                    "prices": bundled["bench"]["prices"],
-                    "slo": {"ttft_p95_ms": 10000, "itl_p99_ms": 60},
-                },
-                "requirements": bundled["requirements"],
-                "whatif": bundled["whatif"],
-            }
-        )
-    )
-    return path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,7 +42,14 @@ def main(argv: list[str] | None = None) -> int:
         root = Path(folder)
         trace = root / "trace.csv"
         workload.write_azure_csv(workload.conversations(workload.spec(args.requests)), trace)
-        path = configuration(root, trace)
+        bundled = yaml.safe_load((REPO / "enginefit.yaml").read_text())
+        path = stage_configuration(
+            root,
+            trace,
+            "perf-whatif",
+            requirements=bundled["requirements"],
+            whatif=bundled["whatif"],
+        )
         for command in ("ingest", "shape", "prefix", "simulate", "bench", "capacity"):
             run_enginefit([command, "--config", str(path)], root)
         os.environ.setdefault("ENGINEFIT_HASH_SALT", "bench")
