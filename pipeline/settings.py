@@ -32,7 +32,7 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, InputFormatError
 
 
 class Section(BaseModel):
@@ -193,6 +193,25 @@ def validation_message(
     if len(problems) == 1:
         return f"{where}: {problems[0]}"
     return f"{where}: {len(problems)} problems:" + "".join(f"\n  - {p}" for p in problems)
+
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+def versioned(
+    model: type[ModelT], data: Any, where: str, version: int, what: str, rerun: str
+) -> ModelT:
+    """A stage's result file (``what``) read back: a ``schema_version`` other than ``version``
+    says what to re-run (``rerun``); any other problem is one line naming the file and key."""
+    if isinstance(data, dict) and data.get("schema_version") != version:
+        raise InputFormatError(
+            f"{where}: {what} schema_version {data.get('schema_version')!r} is not {version}; "
+            f"{rerun} with this version"
+        )
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise InputFormatError(validation_message(exc, model, where)) from exc
 
 
 def _problems(errors: list[ErrorDetails], model: type[BaseModel], prefix: str) -> list[str]:

@@ -12,10 +12,9 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import polars as pl
-from pydantic import Field, ValidationError
+from pydantic import Field
 
-from pipeline.errors import InputFormatError
-from pipeline.settings import validation_message
+from pipeline.settings import versioned
 from pipeline.unknown import ResultModel, Unknown
 
 SCHEMA_VERSION: Literal[1] = 1
@@ -222,15 +221,7 @@ class CapacityResult(ResultModel):
 
     @classmethod
     def from_json(cls, data: Any, where: str = "capacity.json") -> CapacityResult:
-        if isinstance(data, dict) and data.get("schema_version") != SCHEMA_VERSION:
-            raise InputFormatError(
-                f"{where}: capacity schema_version {data.get('schema_version')!r} is not "
-                f"{SCHEMA_VERSION}; re-run the capacity stage with this version"
-            )
-        try:
-            return cls.model_validate(data)
-        except ValidationError as exc:
-            raise InputFormatError(validation_message(exc, cls, where)) from exc
+        return versioned(cls, data, where, SCHEMA_VERSION, "capacity", "re-run the capacity stage")
 
 
 def _known(value: float | Unknown) -> float | None:

@@ -5,10 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import ValidationError
-
-from pipeline.errors import InputFormatError
-from pipeline.settings import validation_message
+from pipeline.settings import versioned
 from pipeline.unknown import ResultModel
 
 SCHEMA_VERSION = 1
@@ -82,12 +79,4 @@ class WhatifResult(ResultModel):
 
     @classmethod
     def from_json(cls, data: Any, where: str = "whatif.json") -> WhatifResult:
-        if isinstance(data, dict) and data.get("schema_version") != SCHEMA_VERSION:
-            raise InputFormatError(
-                f"{where}: what-if schema_version {data.get('schema_version')!r} is not "
-                f"{SCHEMA_VERSION}; re-run `enginefit whatif` with this version"
-            )
-        try:
-            return cls.model_validate(data)
-        except ValidationError as exc:
-            raise InputFormatError(validation_message(exc, cls, where)) from exc
+        return versioned(cls, data, where, SCHEMA_VERSION, "what-if", "re-run `enginefit whatif`")
