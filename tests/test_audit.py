@@ -268,10 +268,10 @@ def hang_guard(seconds: int = 300) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
-def forge_consistently(published: Published) -> Path:
-    """PDF, manifest and ledger rewritten together, the chain recomputed: what only a
-    signature or a chain head kept elsewhere can catch."""
-    folder = published.folder(2)
+def forge_consistently(published: Published, version: int = 2) -> Path:
+    """PDF, manifest and ledger of ``version`` rewritten together, the chain recomputed: what
+    only a signature or a chain head kept elsewhere can catch."""
+    folder = published.folder(version)
     (folder / PDF).write_bytes(b"%PDF forged")
     manifest = json.loads((folder / MANIFEST).read_text())
     manifest["outputs"][PDF] = sha(folder / PDF)
@@ -279,7 +279,7 @@ def forge_consistently(published: Published) -> Path:
     digest = sha(folder / MANIFEST)
     rewrite_ledger(
         published.tree,
-        lambda e: dataclasses.replace(e, manifest_sha256=digest) if e.version == 2 else e,
+        lambda e: dataclasses.replace(e, manifest_sha256=digest) if e.version == version else e,
     )
     return folder
 
@@ -339,15 +339,7 @@ def test_a_signed_version_is_verified_and_a_consistent_rewrite_is_caught(
     )
     assert any(line.startswith(f"FAILED {folder / SIGNATURE}: no principal in") for line in out)
     # PDF, manifest and ledger rewritten together: the signature no longer matches.
-    (folder / PDF).write_bytes(b"%PDF forged")
-    manifest = json.loads((folder / MANIFEST).read_text())
-    manifest["outputs"][PDF] = sha(folder / PDF)
-    (folder / MANIFEST).write_text(json.dumps(manifest))
-    digest = sha(folder / MANIFEST)
-    rewrite_ledger(
-        published.tree,
-        lambda e: dataclasses.replace(e, manifest_sha256=digest) if e.version == 3 else e,
-    )
+    assert forge_consistently(published, 3) == folder
     out, _ = audit_lines(
         capsys, str(folder), "--allowed-signers", str(signer.allowed_signers), code=1
     )
