@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from pipeline.bench.cost import HOURS_PER_MONTH
 from pipeline.capacity.config import CapacityConfig
 from pipeline.capacity.kernels import I64
 from pipeline.capacity.prior import ModelShape
@@ -52,7 +53,6 @@ from pipeline.capacity.search import (
 )
 from pipeline.unknown import Unknown
 
-HOURS_PER_MONTH = 730.0
 CAPACITY_METHOD = (
     "simulated: Poisson arrivals of the workload's own sampled requests through the fitted "
     "step model (continuous batching, chunked prefill, KV-bounded batch), bisection on the "

@@ -371,7 +371,7 @@ def _candidate_figures(c: Candidate) -> str:
             text += f", {usd(c.cost_per_1m_output_usd)} per 1M output tokens (the benchmark's)"
     if c.replicas is not None:
         text += f", {c.replicas} replica{'s' if c.replicas != 1 else ''} at peak"
-    monthly_usd = c.monthly_total_usd if c.monthly_total_usd is not None else c.monthly_cost_usd
+    monthly_usd = c.monthly_bill()
     if monthly_usd is not None:
         text += f", {money(monthly_usd)}/month"
     return text

@@ -119,6 +119,13 @@ class Candidate(_Model):
     benchmark_cost_per_1m_output_usd: float | None = None  # the bench stage's own figure
     benchmark_monthly_cost_usd: float | None = None  # the bench stage's fleet at the peak
 
+    def monthly_bill(self) -> float | None:
+        """What it costs a month: the fleet plus model changes where that total is known,
+        else the fleet alone (None: neither is)."""
+        return (
+            self.monthly_total_usd if self.monthly_total_usd is not None else self.monthly_cost_usd
+        )
+
 
 class Rule(_Model):
     rule: str

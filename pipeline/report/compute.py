@@ -289,9 +289,7 @@ def _candidate_row(c: Candidate) -> dict[str, str]:
             "req/s",
         ),
         "gpus": number(c.gpus_at_peak),
-        "monthly": money(
-            c.monthly_total_usd if c.monthly_total_usd is not None else c.monthly_cost_usd
-        ),
+        "monthly": money(c.monthly_bill()),
         # months, never (it saves nothing), unknown (a cost is missing) or — (no switch)
         "payback": payback_cell(c.payback),
     }

@@ -40,10 +40,6 @@ def _cost_rule(record: DecisionRecord) -> Rule | None:
     return next((r for r in record.rationale if r.rule == "cost"), None)
 
 
-def _monthly(c: Candidate) -> float | None:
-    return c.monthly_total_usd if c.monthly_total_usd is not None else c.monthly_cost_usd
-
-
 def _why(c: Candidate, record: DecisionRecord, tree: str | None) -> str:
     """Why a candidate is or is not the choice, in one sentence."""
     cost = _cost_rule(record)
@@ -162,7 +158,7 @@ def decision_memo(record: DecisionRecord, layer_name: str | None) -> dict[str, A
         "options": [
             {
                 "engine": c.name,
-                "monthly": money(_monthly(c)),
+                "monthly": money(c.monthly_bill()),
                 "per_1m": usd(c.cost_per_1m_output_usd),
                 "why": _why(c, record, tree),
             }

@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from pipeline.bench.cost import HOURS_PER_MONTH
 from pipeline.capacity.result import CandidateCapacity, WorkloadCost, WorkloadMix
 from pipeline.decision.result import Candidate, DecisionRecord
 from pipeline.present.text import UNKNOWN, measurement, money, number, share, usd
 
-HOURS_PER_MONTH = 730
 #: Characters of a sha256 a printed input shows (the manifest holds the whole digest).
 SHORT_HASH = 12
 
@@ -81,7 +81,7 @@ def _workload_rows(
             f"{c.name}: GPU fleet a month",
             money(cost.monthly_cost_usd),
             f"{cost.replicas} replicas × {per_replica} GPU × ${cost.gpu_hour_usd:g} × "
-            f"{HOURS_PER_MONTH} h",
+            f"{HOURS_PER_MONTH:g} h",
             [price_in],
         ),
     ]
