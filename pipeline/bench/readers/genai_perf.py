@@ -28,11 +28,14 @@ import polars as pl
 
 from pipeline.bench.detect import BenchFormatError
 from pipeline.bench.readers._common import (
+    BenchFormat,
+    Companion,
     Ctx,
     RawPoint,
     companion_path,
     first_str,
     per_request_frame,
+    whole_document,
 )
 from pipeline.errors import InputFormatError
 from pipeline.safe_read import parse_json
@@ -229,3 +232,36 @@ def raw_per_request(
     return per_request_frame(
         {"ok": ok, "ttft_ms": ttft, "e2e_ms": e2e, "itl_ms": itl}, len(requests)
     )
+
+
+def has_unit_blocks(obj: Mapping[str, Any]) -> bool:
+    """``time_to_first_token`` is a ``{unit, avg, p…}`` block: genai-perf's layout, and aiperf's."""
+    ttft = obj.get("time_to_first_token")
+    return isinstance(ttft, dict) and "unit" in ttft
+
+
+def detect(path: Path, record: Any) -> str | None:
+    if not isinstance(record, dict):
+        return None
+    if isinstance(record.get("experiments"), list):
+        return "genai_perf_raw"
+    return TOOL if has_unit_blocks(record) else None
+
+
+FORMAT = BenchFormat(
+    tool=TOOL,
+    title="genai-perf",
+    files="profile_export_genai_perf.json",
+    needs="`time_to_first_token` is an object with `unit`",
+    detect=detect,
+    read=whole_document(read),
+    companions=(
+        Companion(
+            "genai_perf_raw",
+            "`experiments` is a list (perf_analyzer's `profile_export.json`)",
+            "genai-perf raw perf_analyzer export (read beside its profile_export_genai_perf.json "
+            "for per-request recomputation); not a load point by itself",
+        ),
+    ),
+    side_files=("inputs.json", "llm_inputs.json"),
+)

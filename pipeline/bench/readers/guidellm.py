@@ -26,10 +26,12 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from pipeline.bench.detect import BenchFormatError
+from pipeline.bench.detect import BenchFormatError, Document
 from pipeline.bench.readers._common import (
+    BenchFormat,
     Ctx,
     RawPoint,
     epoch_to_utc,
@@ -79,7 +81,15 @@ def _dist(
     return ctx.stats_block(flat, f"metrics.{name}.successful", scale, prefix)
 
 
-def read(path_ctx: Ctx, doc: Mapping[str, Any]) -> tuple[list[RawPoint], str]:
+def read(document: Document) -> list[RawPoint]:
+    points = _read(Ctx(document.path, "document"), document.records[0])
+    for point in points:
+        # guidellm weights its inter-token statistics by tokens, not requests
+        point.values["tpot_definition"] = "decode_token_weighted"
+    return points
+
+
+def _read(path_ctx: Ctx, doc: Mapping[str, Any]) -> list[RawPoint]:
     benchmarks = doc.get("benchmarks")
     if not isinstance(benchmarks, list):
         raise path_ctx.fail("benchmarks", "expected a list")
@@ -90,7 +100,7 @@ def read(path_ctx: Ctx, doc: Mapping[str, Any]) -> tuple[list[RawPoint], str]:
         raise path_ctx.fail("benchmarks[0]", f"expected an object, got {type(first).__name__}")
     gen = generation(doc, first)
     if gen == "guidellm-G1":
-        return _read_g1(path_ctx, benchmarks), gen
+        return _read_g1(path_ctx, benchmarks)
     if gen == "unknown":
         raise BenchFormatError(
             f"{path_ctx.path}: 'benchmarks' elements match no guidellm schema generation "
@@ -117,7 +127,7 @@ def read(path_ctx: Ctx, doc: Mapping[str, Any]) -> tuple[list[RawPoint], str]:
         if labels:
             p.file_metadata["labels"] = labels
             p.file_label = ",".join(f"{k}={labels[k]}" for k in sorted(labels))
-    return points, gen
+    return points
 
 
 def _benchmark(
@@ -343,3 +353,17 @@ def _g1_benchmark(
     v["output_tokens_source"] = "unknown"
     point.notes.append("guidellm v0.1 report: every statistic recomputed from the raw results")
     return point
+
+
+def detect(path: Path, record: Any) -> str | None:
+    return TOOL if isinstance(record, dict) and isinstance(record.get("benchmarks"), list) else None
+
+
+FORMAT = BenchFormat(
+    tool=TOOL,
+    title="guidellm",
+    files="benchmarks.json or benchmarks.yaml",
+    needs="an object whose `benchmarks` is a list",
+    detect=detect,
+    read=read,
+)

@@ -28,12 +28,16 @@ import polars as pl
 
 from pipeline.bench.detect import BenchFormatError
 from pipeline.bench.readers._common import (
+    BenchFormat,
+    Companion,
     Ctx,
     RawPoint,
     epoch_to_utc,
+    first_object,
     keep_free_form,
     per_request_frame,
     truncate_error,
+    whole_document,
     with_tpot,
 )
 from pipeline.errors import InputFormatError
@@ -180,3 +184,29 @@ def read_individual(path: Path, text: str) -> pl.DataFrame:
         cols["input_tokens"].append(ctx.int_(rec, "number_input_tokens"))
         cols["output_tokens"].append(ctx.int_(rec, "number_output_tokens"))
     return with_tpot(per_request_frame(cols, len(doc)))
+
+
+def detect(path: Path, record: Any) -> str | None:
+    if isinstance(record, dict):
+        summary = "results_ttft_s_mean" in record or record.get("version") == "2023-08-31"
+        return TOOL if summary else None
+    first = first_object(record)
+    return "llmperf_requests" if first is not None and "ttft_s" in first else None
+
+
+FORMAT = BenchFormat(
+    tool=TOOL,
+    title="llmperf",
+    files="*_summary.json",
+    needs='`results_ttft_s_mean`, or `version` is `"2023-08-31"`',
+    detect=detect,
+    read=whole_document(read),
+    companions=(
+        Companion(
+            "llmperf_requests",
+            "a list of objects, the first with `ttft_s`",
+            "llmperf individual responses (read beside its *_summary.json); "
+            "not a load point by itself",
+        ),
+    ),
+)

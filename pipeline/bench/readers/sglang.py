@@ -22,13 +22,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from pipeline.bench.readers._common import Ctx, RawPoint, keep_free_form
+from pipeline.bench.readers._common import BenchFormat, Ctx, RawPoint, keep_free_form, read_records
 from pipeline.bench.readers.vllm import (
     METRIC_KEY,
+    has_ttft_ms,
     latency_native,
     load_shape,
     serving_per_request,
@@ -172,3 +174,38 @@ def read_record(ctx: Ctx, obj: Mapping[str, Any], index: int) -> RawPoint:
     if rate is not None and math.isnan(rate):
         raise ctx.fail("request_rate", "is NaN")
     return point
+
+
+# keys of SGLang's results that vLLM's do not have (vLLM has ``burstiness`` and ``*_e2el_ms``)
+_MARKERS = (
+    "mean_e2e_latency_ms",
+    "median_e2e_latency_ms",
+    "total_output_tokens_retokenized",
+    "accept_length",
+    "dataset_name",
+    "server_info",
+    "total_input",
+    "total_output",
+    "concurrency",
+)
+
+
+def detect(path: Path, record: Any) -> str | None:
+    if not isinstance(record, dict) or "burstiness" in record or not has_ttft_ms(record):
+        return None
+    if any(str(k).endswith("_e2el_ms") for k in record):
+        return None
+    return TOOL if any(k in record for k in _MARKERS) else None
+
+
+FORMAT = BenchFormat(
+    tool=TOOL,
+    title="SGLang bench_serving",
+    files="JSON Lines",
+    needs="such a `*_ttft_ms` key and one of `"
+    + "`, `".join(_MARKERS)
+    + "`, and neither `burstiness` nor a `*_e2el_ms` key",
+    detect=detect,
+    read=lambda doc: read_records(doc, read_record),
+    refines=("vllm_bench_serve",),
+)

@@ -22,15 +22,20 @@ import datetime as dt
 import math
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 from pipeline.bench.readers._common import (
+    BenchFormat,
+    Companion,
     Ctx,
     RawPoint,
+    first_object,
     keep_free_form,
     per_request_frame,
+    read_records,
     truncate_error,
     with_tpot,
 )
@@ -287,3 +292,34 @@ def read_record(ctx: Ctx, obj: Mapping[str, Any], index: int) -> RawPoint:
     }
     keep_free_form(point, free_form, METADATA_KEYS)
     return point
+
+
+def has_ttft_ms(obj: Mapping[str, Any]) -> bool:
+    """A ``{mean,median,std,p<N>}_ttft_ms`` key: the vLLM and SGLang result layout."""
+    return any((m := METRIC_KEY.match(str(k))) is not None and m.group(3) == "ttft" for k in obj)
+
+
+def detect(path: Path, record: Any) -> str | None:
+    if isinstance(record, dict) and has_ttft_ms(record):
+        return TOOL
+    first = first_object(record)
+    return "vllm_sweep_summary" if first is not None and has_ttft_ms(first) else None
+
+
+FORMAT = BenchFormat(
+    tool=TOOL,
+    title="vLLM bench serve",
+    files="JSON or JSON Lines",
+    needs="a `mean_ttft_ms`, `median_ttft_ms`, `std_ttft_ms` or `p<N>_ttft_ms` key",
+    detect=detect,
+    read=lambda doc: read_records(doc, read_record),
+    companions=(
+        Companion(
+            "vllm_sweep_summary",
+            "a list of objects, the first with such a `*_ttft_ms` key",
+            "vllm bench sweep summary.json (repeats the run=<k>.json files; read those); "
+            "not a load point by itself",
+        ),
+    ),
+    side_files=("*.pytorch.json",),
+)
