@@ -47,7 +47,14 @@ from pipeline.bench.schema import (
 )
 from pipeline.layout import LOADTEST_SIDE_FILES
 
-__all__ = ["FORMATS", "BenchFieldError", "detect_kind", "expand_paths", "read_bench_files"]
+__all__ = [
+    "FORMATS",
+    "BenchFieldError",
+    "BenchFormatError",
+    "detect_kind",
+    "expand_paths",
+    "read_bench_files",
+]
 
 DIR_SUFFIXES = (".json", ".jsonl", ".yaml", ".yml")
 
@@ -305,8 +312,9 @@ def read_bench_files(
             )
             continue
         first_with_sha[sha] = path
+        raw_points = fmt.read(doc)
         man = resolve_manifest(path, manifest)
-        for raw in fmt.read(doc):
+        for raw in raw_points:
             row = _row(path, sha, fmt.tool, raw, man)
             rows.append(row)
             for note in raw.notes:

@@ -1,23 +1,7 @@
-"""ai-dynamo aiperf ``profile_export_aiperf.json`` (+ ``profile_export.jsonl``).
-
-Fields, quirks and upstream sources: docs/bench.md#aiperf.
-
-Same ``{unit, avg, pNN…}`` blocks as genai-perf (converted by unit). Mapping:
-``time_to_first_token`` → ttft; ``inter_token_latency`` (per request ``(e2e − ttft)/(osl − 1)``)
-→ **tpot**; ``inter_chunk_latency`` (per gap) → **itl**; ``request_latency`` → e2e;
-``request_count`` → completed; ``error_request_count`` → failed (0 when the file lists an empty
-``error_summary``); ``benchmark_duration`` → duration (first request → last response);
-``total_isl``/``total_osl`` → token totals (``total_osl`` includes reasoning tokens).
-Load (v0.1.x–0.8 ``input_config.loadgen``): ``request_rate`` → open (``request_rate_mode`` or
-``arrival_pattern``, capped by ``concurrency`` when both), only ``concurrency`` → closed at that
-concurrency, including ``concurrency_burst`` (what aiperf records for ``--concurrency N`` alone:
-requests sent as fast as N in-flight slots free up, i.e. N closed-loop users; without a
-concurrency it would be everything at once → offline);
-v0.10 ``input_config.phases``: the profiling phase's ``type``/``rate``/``concurrency``.
-
-When ``profile_export.jsonl`` (one line per request: ``metadata.request_start_ns``,
-``metrics.<tag>.{value, unit}``, ``error``) is in the same folder, every family is recomputed
-from its ``profiling``-phase lines.
+"""ai-dynamo aiperf ``profile_export_aiperf.json``, in genai-perf's block layout: its
+``inter_token_latency`` (per request) fills **tpot**, ``inter_chunk_latency`` (per gap) **itl**.
+With ``profile_export.jsonl`` beside it every family is recomputed from its ``profiling``-phase
+lines. Fields, load settings by version, quirks and upstream sources: docs/bench.md#aiperf.
 """
 
 from __future__ import annotations

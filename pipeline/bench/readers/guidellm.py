@@ -1,24 +1,7 @@
-"""guidellm ``benchmarks.json`` / ``benchmarks.yaml`` results, one row per benchmark.
-
-Fields, quirks and upstream sources: docs/bench.md#guidellm.
-
-Generations: G2 (v0.2–0.3: benchmark ``args``/``run_stats``/``worker``, ``request_totals`` at
-benchmark level), G3 (v0.4: top ``args``, benchmark ``config``/``scheduler_metrics``), G3′
-(v0.5–0.6: + ``metadata.version`` 1), G4 (v0.7+: ``metadata.version`` 2, top ``config``). G1
-(v0.1.x: ``benchmarks[i].benchmarks[j] = {mode, rate, results[], errors[]}``) serialised raw
-per-request results only (epoch ``start_time``/``end_time``, ``first_token_time`` s,
-``decode_times.data`` = per-token gaps s): every family is recomputed from them, including
-per-gap ITL; ``asynchronous`` mode → open at ``rate``.
-
-Mapping (``successful`` status only, like every other tool): ``time_to_first_token_ms`` → ttft;
-``inter_token_latency_ms`` → tpot with ``tpot_definition = decode_token_weighted`` (guidellm
-computes the per-request ``(e2e − ttft)/(n − 1)`` and weights its statistics by tokens);
-``request_latency`` (**seconds**) × 1000 → e2e; per-gap ITL is not recoverable (no per-token
-timestamps) → missing. guidellm's own ``time_per_output_token_ms`` (includes TTFT) is kept in
-``native_stats`` only. Percentile ``p50`` falls back to ``median`` (G2 has no ``p50``).
-Strategy: ``synchronous`` → closed, 1; ``concurrent`` → closed, ``streams``; ``throughput`` →
-offline; ``constant``/``poisson`` → open at ``rate``. guidellm's request lists are samples and
-may extend past the measurement window, so statistics are never recomputed from them.
+"""guidellm ``benchmarks.json`` / ``benchmarks.yaml``: one point per benchmark, in schema
+generations G1–G4 told apart by keys (:func:`generation`). Its ``inter_token_latency_ms`` fills
+tpot, weighted by tokens; per-gap ITL is not recoverable; only G1 (raw results only) is
+recomputed from per-request data. Fields, quirks and upstream sources: docs/bench.md#guidellm.
 """
 
 from __future__ import annotations

@@ -1,21 +1,7 @@
-"""kubernetes-sigs inference-perf ``stage_<N>_lifecycle_metrics.json`` files.
-
-Fields, quirks and upstream sources: docs/bench.md#inference-perf.
-
-One stage file = one load point (``record_index`` = N). All latencies are **seconds** (× 1000).
-``load_summary.requested_rate`` → offered, ``achieved_rate`` → achieved send rate,
-``concurrency`` → concurrency; ``successes.count`` → completed, ``failures.count`` → failed;
-``successes.latency``: ``time_to_first_token`` → ttft, ``time_per_output_token``
-(``(last − first)/(n − 1)`` per request) → tpot, ``inter_token_latency`` (pooled gaps) → itl,
-``request_latency`` → e2e (``median`` → p50). Throughputs from ``successes.throughput``; token
-totals from ``prompt_tokens``/``output_tokens`` ``.total`` (2026) or ``prompt_len``/``output_len``
-``.mean × count`` (late 2025). Duration: ``benchmark_time_seconds`` when present, else
-``count ÷ requests_per_sec`` (the stage's first send → last completion).
-
-The run's ``config.yaml`` beside the stage files (when present) gives the load type
-(``constant``/``poisson`` → open, ``concurrent`` → closed), the model and the requested output
-length. ``summary_lifecycle_metrics.json`` aggregates across stages and must never feed an SLO
-search (inference-perf issue #70): it is detected and skipped with a note.
+"""kubernetes-sigs inference-perf ``stage_<N>_lifecycle_metrics.json``: one stage file is one
+load point (``record_index`` N), latencies in seconds; the run's ``config.yaml`` beside it gives
+the load type and the model. The cross-stage ``summary_lifecycle_metrics.json`` is never read as
+a load point. Fields, quirks and upstream sources: docs/bench.md#inference-perf.
 """
 
 from __future__ import annotations

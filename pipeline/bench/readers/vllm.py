@@ -1,19 +1,7 @@
-"""vLLM ``vllm bench serve`` / ``benchmarks/benchmark_serving.py`` result JSON.
-
-One JSON object per load point; ``--append-result`` files are JSON Lines (one object per line,
-even when named ``.json``). All latencies are ms; per-request arrays are seconds. Fields, quirks
-and upstream sources: docs/bench.md#vllm-bench-serve.
-
-Mapping: ``request_rate`` → ``offered_rate_rps`` (``"inf"`` → +inf); ``max_concurrency`` →
-``concurrency``; load mode = ``offline`` when the rate is inf and there is no concurrency cap,
-``closed`` when the rate is inf with a cap (N users sending back-to-back), else ``open``
-(``burstiness`` 1 → Poisson, other → gamma; ``ramp_up_strategy`` → ramp). ``failed`` =
-``failed`` or, in early-2025 files without it, ``num_prompts − completed``. Metric keys
-``{mean,median,std,pP}_{ttft,tpot,itl,e2el}_ms`` map to ``<m>_{mean,p50,pP}_ms`` (``e2el`` →
-``e2e``); when per-request arrays (``ttfts``, ``itls``, ``latencies``, ``output_lens``…) are
-present every family is recomputed from them. Keys outside the known vLLM set are
-``--metadata``: only those of :data:`METADATA_KEYS` (deployment hints) with short values go to
-``file_metadata``; the rest are dropped with a note, since a result file may carry prompts.
+"""vLLM ``vllm bench serve`` / ``benchmarks/benchmark_serving.py`` result JSON: one object per
+run, one per line with ``--append-result`` (JSON Lines even when named ``.json``). Latencies are
+ms, per-request arrays seconds; when the arrays are present every family is recomputed from
+them. Fields, quirks and upstream sources: docs/bench.md#vllm-bench-serve.
 """
 
 from __future__ import annotations
