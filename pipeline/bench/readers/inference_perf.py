@@ -164,12 +164,8 @@ def read_stage_file(doc: Document) -> list[RawPoint]:
 
 def detect(path: Path, record: Any) -> str | None:
     first = first_object(record)
-    if first is not None:
-        return (
-            "inference_perf_requests"
-            if {"start_time", "end_time", "info"} <= first.keys()
-            else None
-        )
+    if first is not None and {"start_time", "end_time", "info"} <= first.keys():
+        return "inference_perf_requests"
     if not isinstance(record, dict):
         return None
     if "load_summary" in record and "successes" in record:
@@ -178,11 +174,9 @@ def detect(path: Path, record: Any) -> str | None:
         load = record["load_summary"] if isinstance(record["load_summary"], dict) else {}
         staged = stage_number(path) is not None or "requested_rate" in load or "concurrency" in load
         return TOOL if staged else "inference_perf_summary"
-    return (
-        "inference_perf_config"
-        if isinstance(record.get("load"), dict) and "server" in record
-        else None
-    )
+    if isinstance(record.get("load"), dict) and "server" in record:
+        return "inference_perf_config"
+    return None
 
 
 FORMAT = BenchFormat(
