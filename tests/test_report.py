@@ -190,7 +190,7 @@ def test_versions_audit_and_an_unchanged_run(
     result = audit(first.folder)
     assert not result.ok
     assert [d.path for d in result.differences] == [str(tmp_path / "trace.jsonl")]
-    # The command: exit 1, the JSON the issue names.
+    # The command: exit 1, and the differences as JSON.
     assert enginefit(["audit", str(first.folder), "--json"]) == 1
     printed = json.loads(capsys.readouterr().out)
     assert printed["ok"] is False and printed["checked"] == result.checked

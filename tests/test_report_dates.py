@@ -1,6 +1,6 @@
 """The report date: one date the decision and its report are as of, every age measured from
 it and never negative, dates from the future refused, the quarter matched to the traffic, and
-the changes section comparing like with like (issues 21 and 22)."""
+the changes section comparing like with like."""
 
 from __future__ import annotations
 
