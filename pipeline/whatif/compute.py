@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pipeline.bench.cost import Prices, match_gpu_price
+from pipeline.costing import Prices
 from pipeline.decision.compute import context, decided
 from pipeline.decision.config import DecisionConfig, Requirements
 from pipeline.decision.context import DecisionInputs, RuleContext
@@ -153,9 +153,9 @@ def _price_factors(ctx: RuleContext, changes: ScenarioChanges) -> dict[str, floa
     factors = {}
     for engine, bench in ctx.benches.items():
         factor = changes.gpu_price_factor or 1.0
-        found = match_gpu_price(bench.gpu_type, prices)
-        if found is not None and bench.gpu_hour_usd:
-            factor = found[0] / bench.gpu_hour_usd
+        price, _ = prices.price_for(bench.gpu_type, None)
+        if price is not None and bench.gpu_hour_usd:
+            factor = price / bench.gpu_hour_usd
         factors[engine] = factor
     return factors
 
