@@ -19,15 +19,11 @@ from pipeline.bench.result import BenchResult, CapacityRow
 from pipeline.capacity.result import CandidateCapacity, CapacityResult, WorkloadCost
 from pipeline.costing import SECONDS_PER_MONTH, fractional_replicas, monthly_usd, replicas_for
 from pipeline.decision.catalog import FEATURES, Catalog
-from pipeline.decision.config import (
-    LONG_CONTEXT_TOKENS,
-    PREFIX_WINDOW_TOKENS,
-    DecisionConfig,
-    Requirements,
-)
+from pipeline.decision.config import DecisionConfig, Requirements
 from pipeline.errors import ConfigError
 from pipeline.prefix.result import CurvePoint, PrefixSummary
 from pipeline.shape.result import ShapeMetrics
+from pipeline.thresholds import LONG_CONTEXT_TOKENS, PREFIX_WINDOW_TOKENS
 from pipeline.unknown import Unknown
 
 # Capacity rows ranked apart by how much of the curve they saw (pipeline/bench/cost.py).

@@ -19,11 +19,11 @@ from pipeline.capacity.config import CapacityConfig
 from pipeline.capacity.result import RoutingValue, ServingModel
 from pipeline.costing import SECONDS_PER_MONTH, gpu_seconds_usd
 from pipeline.decision.catalog import Layer
-from pipeline.decision.config import ROUTING_GAIN_MIN
 from pipeline.decision.context import RuleContext, plain
 from pipeline.decision.evidence import EngineBench
 from pipeline.decision.result import Isolation, IsolationAdvice, Routing
 from pipeline.sim.result import ScenarioSummary
+from pipeline.thresholds import ROUTING_GAIN_MIN
 from pipeline.unknown import Unknown, is_known
 
 PREFIX_ROUTINGS = ("cache-aware", "affinity", "bounded-affinity")

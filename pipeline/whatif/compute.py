@@ -27,6 +27,7 @@ from pipeline.decision.flips import (
 )
 from pipeline.decision.result import DecisionRecord
 from pipeline.present.text import money
+from pipeline.thresholds import PREFIX_WINDOW_TOKENS
 from pipeline.whatif.config import (
     NEW_DEPLOYMENT,
     MapAxis,
@@ -55,8 +56,8 @@ HOW = {
     "peak concurrency scaled with the output (a request lasts about its decode time); an "
     "approximation",
     "prefix_share": "shared-prefix share: the value the prefix rules read (the curve's share "
-    "at 1,024 tokens); the costs stay today's (the capacity stage priced today's cache hits), "
-    "an approximation when cache hits would change the capacity",
+    f"at {PREFIX_WINDOW_TOKENS:,} tokens); the costs stay today's (the capacity stage priced "
+    "today's cache hits), an approximation when cache hits would change the capacity",
     "model_changes_per_quarter": "model changes a quarter: the change costs re-counted "
     "(requirements.model_changes_per_quarter)",
     "gpu_price_factor": "GPU price: every engine's $/GPU-hour scaled; fleets unchanged",
