@@ -1,19 +1,7 @@
-"""What serving costs: GPU prices and their precedence, the fleet a rate needs, the monthly
-bill, costs per million tokens, the payback of a switch, and the formulas' text built from the
-same constants. Every stage, the decision record, the document's workings and the what-if
-call it; no other module writes a price precedence or the hours in a month
-(docs/decision-rules.md#cost-formula).
-
-Formulas::
-
-    cost per 1M tokens = $ ÷ tokens × 10^6   (e.g. GPUs × $/GPU-hour ÷ (tokens/s × 3600))
-    replicas           = max(ceil(rate ÷ (capacity × headroom)), 1) (+ 1 spare with N+1)
-    monthly_usd        = GPUs × $/GPU-hour × 730 h
-    payback months     = one-off cost ÷ monthly saving (never when the saving is ≤ 0)
-
-Prices, highest precedence first: ``--gpu-hour-usd`` > the configured price for the GPU type >
-the manifest's ``price_per_gpu_hour_usd`` > the configured default (:meth:`Prices.price_for`);
-with none, the cost is unknown (``no price``).
+"""What serving costs: GPU prices and their one precedence (:meth:`Prices.price_for`), the
+replicas a rate needs, the monthly bill, costs per million tokens, the payback of a switch, and
+the formulas' text built from the same constants. Every stage, the decision record, the
+document's workings and the what-if call it (docs/decision-rules.md#cost-formula).
 """
 
 from __future__ import annotations
@@ -61,45 +49,20 @@ def monthly_usd(gpus: Amount, gpu_hour_usd: Amount) -> Amount:
     return gpus * gpu_hour_usd * HOURS_PER_MONTH
 
 
-def replica_load(rate_rps: float, capacity_rps: float, headroom: float = 1.0) -> float:
-    """The replicas ``rate_rps`` keeps busy at ``capacity_rps`` each, run at ``headroom`` of
-    their capacity, before rounding up (the fleet the ranking compares)."""
-    return rate_rps / (capacity_rps * headroom)
-
-
 def fractional_replicas(
     rate_rps: float, capacity_rps: float, headroom: float = 1.0, spare: bool = False
 ) -> float:
-    """:func:`replica_load` plus the N+1 spare, which stays whole."""
-    return replica_load(rate_rps, capacity_rps, headroom) + spare
+    """The fleet before rounding up to whole replicas (what the ranking compares); the N+1
+    spare stays whole."""
+    return rate_rps / (capacity_rps * headroom) + spare
 
 
 def replicas_for(
     rate_rps: float, capacity_rps: float, headroom: float = 1.0, spare: bool = False
 ) -> int:
     """Whole replicas to serve ``rate_rps``: at least one, plus one spare with N+1."""
-    load = replica_load(rate_rps, capacity_rps, headroom)
+    load = rate_rps / (capacity_rps * headroom)
     return max(math.ceil(load - REPLICA_ROUNDING_GUARD), 1) + spare
-
-
-def monthly_from_quarterly(per_quarter: float, usd_each: float) -> float:
-    """What ``per_quarter`` events a quarter at ``usd_each`` cost a month."""
-    return per_quarter / MONTHS_PER_QUARTER * usd_each
-
-
-def engineer_usd(hours: float, engineer_week_usd: float) -> float:
-    """People's time: ``hours`` at the price of an engineer-week."""
-    return hours / HOURS_PER_WEEK * engineer_week_usd
-
-
-def gpu_time_usd(minutes: float, gpus: int, gpu_hour_usd: float) -> float:
-    """GPU time: ``minutes`` on ``gpus`` GPUs."""
-    return minutes / 60 * gpus * gpu_hour_usd
-
-
-def gpu_seconds_usd(gpu_seconds: float, gpu_hour_usd: float) -> float:
-    """GPU time given in GPU-seconds."""
-    return gpu_seconds / SECONDS_PER_HOUR * gpu_hour_usd
 
 
 def known_sum(a: float | None, b: float | None) -> float | None:

@@ -19,7 +19,6 @@ from pipeline.costing import (
     HOURS_PER_MONTH,
     Prices,
     fractional_replicas,
-    monthly_from_quarterly,
     monthly_usd,
     parallel_run_usd,
     payback_months,
@@ -97,7 +96,6 @@ def test_money_by_hand() -> None:
     assert round(per_million(3.0, 2500 * 3600.0), 2) == 0.33
     both = pl.select(per_million(pl.lit(3.0), pl.lit(2500 * 3600.0))).item()
     assert both == per_million(3.0, 2500 * 3600.0)  # one formula for floats and frames
-    assert monthly_from_quarterly(6, 1000.0) == 2000.0
     assert parallel_run_usd(1000.0, 730 / 168) == pytest.approx(1000.0)  # one month of weeks
     assert payback_months(12_000.0, 1_000.0) == 12.0
     assert payback_months(12_000.0, 0.0) is None  # no saving: never

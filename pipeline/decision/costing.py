@@ -25,11 +25,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.costing import (
-    engineer_usd,
-    gpu_time_usd,
+    HOURS_PER_WEEK,
+    MONTHS_PER_QUARTER,
     known_sum,
     monthly_bill,
-    monthly_from_quarterly,
     parallel_run_usd,
     payback_months,
 )
@@ -75,10 +74,10 @@ def _change_cost_per_change(ctx: RuleContext, engine: str) -> float | None:
     if change.build_minutes:
         if bench is None or bench.gpu_hour_usd is None or bench.gpu_count is None:
             return None
-        gpu_usd = gpu_time_usd(change.build_minutes, bench.gpu_count, bench.gpu_hour_usd)
+        gpu_usd = change.build_minutes / 60 * bench.gpu_count * bench.gpu_hour_usd
     if week is None:
         return None if change.engineer_hours else gpu_usd
-    return engineer_usd(change.engineer_hours, week) + gpu_usd
+    return change.engineer_hours / HOURS_PER_WEEK * week + gpu_usd
 
 
 def _monthly_change_cost(ctx: RuleContext, engine: str) -> float | None:
@@ -86,7 +85,7 @@ def _monthly_change_cost(ctx: RuleContext, engine: str) -> float | None:
     per_change = _change_cost_per_change(ctx, engine)
     if per_quarter is None or per_change is None:
         return None
-    return monthly_from_quarterly(per_quarter, per_change)
+    return per_quarter / MONTHS_PER_QUARTER * per_change
 
 
 @dataclass(frozen=True)

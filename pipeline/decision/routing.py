@@ -17,7 +17,7 @@ from pipeline.capacity.compute import routing_value as model_routing_value
 from pipeline.capacity.compute import workload_requests
 from pipeline.capacity.config import CapacityConfig
 from pipeline.capacity.result import RoutingValue, ServingModel
-from pipeline.costing import SECONDS_PER_MONTH, gpu_seconds_usd
+from pipeline.costing import SECONDS_PER_HOUR, SECONDS_PER_MONTH
 from pipeline.decision.catalog import Layer
 from pipeline.decision.context import RuleContext, plain
 from pipeline.decision.evidence import EngineBench
@@ -320,7 +320,7 @@ def _routing_money(
         )
     else:
         return tokens, None, "money unknown: no prompt-token rate or TTFT fit in the benchmark"
-    return tokens, gpu_seconds_usd(tokens * seconds_per_token, price), method
+    return tokens, tokens * seconds_per_token / SECONDS_PER_HOUR * price, method
 
 
 @dataclass(frozen=True)
