@@ -15,8 +15,7 @@ Rules (thresholds: constants of :mod:`pipeline.thresholds`, or the ``shape`` con
   ``prompt_tail.short``.
 * **features** — ``features.seen`` lists the required features in use (structured output,
   tools, LoRA adapters, prompts ≥ ``LONG_CONTEXT_TOKENS``) with their shares; ``features.none``
-  otherwise.
-  Flags the trace does not log are named as not logged.
+  otherwise. Flags the trace does not log are named as not logged.
 * **data caveats** — ``timestamps.quantised`` when arrivals are bucketed; ``arrivals.bursty``
   when the inter-arrival CV or the index of dispersion at the finest supported window is
   ≥ ``BURSTY`` (Poisson gives 1).
