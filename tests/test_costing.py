@@ -8,6 +8,7 @@ import io
 import re
 import tokenize
 from pathlib import Path
+from types import SimpleNamespace
 
 import polars as pl
 import pytest
@@ -28,6 +29,7 @@ from pipeline.costing import (
 )
 from pipeline.decision.evidence import _monthly_at
 from pipeline.errors import ConfigError
+from pipeline.report import compute as report_compute
 from tests.conftest import REPO
 
 PRICES = Prices(gpu_hour_usd={"H100": 3.0, "L40S": 1.2}, default=2.0)
@@ -76,6 +78,20 @@ def test_configured_rows_include_the_default() -> None:
     assert PRICES.configured_rows() == [("H100", 3.0), ("L40S", 1.2), (DEFAULT_PRICE_LABEL, 2.0)]
     assert Prices(default=2.5).configured_rows() == [(DEFAULT_PRICE_LABEL, 2.5)]
     assert Prices().configured_rows() == []
+
+
+def test_report_price_table_lists_the_configured_default() -> None:
+    """The document's price table shows every configured price, the default included (it
+    prices any GPU type neither listed nor priced by its manifest)."""
+    content = SimpleNamespace(record=SimpleNamespace(requirements={}), slo="", prices=PRICES)
+    assert report_compute._requirements(content)["prices"] == [  # type: ignore[arg-type]
+        {"gpu": "H100", "price": "$3.00/GPU-hour"},
+        {"gpu": "L40S", "price": "$1.20/GPU-hour"},
+        {
+            "gpu": "default (a GPU type not listed whose manifest gives no price)",
+            "price": "$2.00/GPU-hour",
+        },
+    ]
 
 
 def test_replicas_by_hand() -> None:
