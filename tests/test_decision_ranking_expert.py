@@ -21,12 +21,13 @@ from typing import Any
 
 import pytest
 
+from pipeline.costing import WEEKS_PER_MONTH
 from pipeline.decision import stage as decision_stage
 from pipeline.decision.checks import triggers_measurable
 from pipeline.decision.compute import context, decide
 from pipeline.decision.config import Requirements
 from pipeline.decision.context import DecisionInputs, EngineState, RuleContext
-from pipeline.decision.costing import WEEKS_PER_MONTH, choose, payback, payback_measure
+from pipeline.decision.costing import choose, payback, payback_measure
 from pipeline.decision.evidence import EngineBench, Workload
 from pipeline.decision.flips import answer, moved
 from pipeline.decision.present import rationale_text, trigger_sentence

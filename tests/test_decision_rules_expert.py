@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from pipeline.bench.cost import HOURS_PER_MONTH
 from pipeline.capacity.result import ServingModel
+from pipeline.costing import HOURS_PER_MONTH
 from pipeline.decision.present import rationale_text
 from pipeline.decision.result import DecisionRecord
 from pipeline.decision.stage import read_previous
