@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
@@ -17,6 +19,9 @@ from pipeline.ingest.stage import split_parts
 from pipeline.layout import WorkloadLayout
 from pipeline.sim.config import SimConfig
 from pipeline.store import publish_ingest
+
+if TYPE_CHECKING:
+    from tests.bundled_report import Bundle
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -108,6 +113,33 @@ def _run_outside_the_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     # here first, it is restored after the test, so one test's instance never serves the next.
     monkeypatch.setenv("DAGSTER_HOME", "")
     monkeypatch.delenv("DAGSTER_HOME")
+
+
+@pytest.fixture(scope="session")
+def _bundled_publication(tmp_path_factory: pytest.TempPathFactory) -> tuple[Bundle, Path]:
+    """The bundled sample's first version, published once per session (per xdist worker), and
+    a pristine copy of its workspace. Published as a test would be: outside the repository,
+    without the environment's salt."""
+    from tests.bundled_report import publish_bundle
+
+    root = tmp_path_factory.mktemp("bundled-report")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(root)
+        patch.delenv("ENGINEFIT_HASH_SALT", raising=False)
+        bundle = publish_bundle(root)
+    pristine = tmp_path_factory.mktemp("bundled-report-pristine") / "workspace"
+    shutil.copytree(root, pristine, symlinks=True)
+    return bundle, pristine
+
+
+@pytest.fixture
+def bundled(_bundled_publication: tuple[Bundle, Path]) -> Bundle:
+    """The bundled sample's first published version, restored from the pristine copy where it
+    was published (its manifest records absolute paths): the test may change anything in it."""
+    bundle, pristine = _bundled_publication
+    shutil.rmtree(bundle.root)
+    shutil.copytree(pristine, bundle.root, symlinks=True)
+    return bundle
 
 
 def write_requests(frame: pl.DataFrame, workload_dir: Path) -> None:
