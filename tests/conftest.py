@@ -12,6 +12,7 @@ import numpy as np
 import polars as pl
 import pytest
 import yaml
+from hypothesis import settings as hypothesis_settings
 
 from pipeline.bench.config import BenchConfig
 from pipeline.config import default_config
@@ -22,6 +23,11 @@ from pipeline.store import publish_ingest
 
 if TYPE_CHECKING:
     from tests.bundled_report import Bundle
+
+# No property test fails for being slow: hypothesis's default deadline (200 ms an example) is a
+# wall-clock bound, whose verdict would depend on how busy the machine is.
+hypothesis_settings.register_profile("enginefit", deadline=None)
+hypothesis_settings.load_profile("enginefit")
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
