@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import math
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,6 +24,7 @@ from pipeline.sim.config import SimConfig
 from pipeline.store import publish_ingest
 
 if TYPE_CHECKING:
+    from assets.definitions import GraphRun
     from tests.bundled_report import Bundle
 
 # No property test fails for being slow: hypothesis's default deadline (200 ms an example) is a
@@ -121,17 +124,24 @@ def _run_outside_the_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.delenv("DAGSTER_HOME")
 
 
+@contextlib.contextmanager
+def _as_a_test_runs(folder: Path) -> Iterator[None]:
+    """What ``_run_outside_the_repo`` gives each test, for a session fixture's work."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(folder)
+        patch.delenv("ENGINEFIT_HASH_SALT", raising=False)
+        patch.delenv("DAGSTER_HOME", raising=False)
+        yield
+
+
 @pytest.fixture(scope="session")
 def _bundled_publication(tmp_path_factory: pytest.TempPathFactory) -> tuple[Bundle, Path]:
     """The bundled sample's first version, published once per session (per xdist worker), and
-    a pristine copy of its workspace. Published as a test would be: outside the repository,
-    without the environment's salt."""
+    a pristine copy of its workspace."""
     from tests.bundled_report import publish_bundle
 
     root = tmp_path_factory.mktemp("bundled-report")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.chdir(root)
-        patch.delenv("ENGINEFIT_HASH_SALT", raising=False)
+    with _as_a_test_runs(root):
         bundle = publish_bundle(root)
     pristine = tmp_path_factory.mktemp("bundled-report-pristine") / "workspace"
     shutil.copytree(root, pristine, symlinks=True)
@@ -146,6 +156,21 @@ def bundled(_bundled_publication: tuple[Bundle, Path]) -> Bundle:
     shutil.rmtree(bundle.root)
     shutil.copytree(pristine, bundle.root, symlinks=True)
     return bundle
+
+
+@pytest.fixture(scope="session")
+def bundled_graph_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[GraphRun, Path]:
+    """The whole asset graph run once per session on the bundled configuration (an ephemeral
+    instance), and the data folder it wrote: tests compare other paths' outputs with it and
+    must not change it."""
+    import dagster as dg
+
+    from assets.definitions import run_full_graph
+
+    root = tmp_path_factory.mktemp("bundled-graph")
+    with _as_a_test_runs(root), dg.DagsterInstance.ephemeral() as instance:
+        run = run_full_graph(bundled_config(root, "asset"), instance)
+    return run, root / "asset" / "data"
 
 
 def write_requests(frame: pl.DataFrame, workload_dir: Path) -> None:
