@@ -124,6 +124,19 @@ def _run_outside_the_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.delenv("DAGSTER_HOME")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _code_under_test_is_what_was_imported() -> Iterator[None]:
+    """A version's identity names the code (commit, uncommitted changes); a commit made while
+    the suite runs changes neither the code imported nor what a version published earlier in
+    the session (the shared ones above) was made from."""
+    from pipeline.report import stage
+
+    imported = stage.code_version()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(stage, "code_version", lambda: imported)
+        yield
+
+
 @contextlib.contextmanager
 def _as_a_test_runs(folder: Path) -> Iterator[None]:
     """What ``_run_outside_the_repo`` gives each test, for a session fixture's work."""
