@@ -11,7 +11,7 @@ import yaml
 
 from assets.cli import main
 from assets.definitions import run_full_graph
-from pipeline.report.versions import ReportTree, chain_head
+from pipeline.ledger import ReportTree, chain_head
 from tests.conftest import bundled_config
 
 
