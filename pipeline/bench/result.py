@@ -3,7 +3,7 @@
 The frames (points, capacity, fleet, findings) are written as Parquet beside the document; the
 document names every formula and setting it used, so an auditor reads the numbers with their
 method, and later stages read the SLO and the prices the analysis was made with from it
-(:class:`AnalysisSettings`), not from the configuration again.
+(:class:`AnalysisBasis`), not from the configuration again.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pipeline.costing import COST_FORMULA, FLEET_FORMULA, Prices
 
 
 @dataclass(frozen=True)
-class AnalysisSettings:
+class AnalysisBasis:
     """The bench settings an analysis was made with, as its document records them: the SLO
     and the prices travel with the analysis to the stages after it."""
 
@@ -34,7 +34,7 @@ class AnalysisSettings:
     interpolate: bool
 
     @classmethod
-    def of(cls, settings: BenchConfig) -> AnalysisSettings:
+    def of(cls, settings: BenchConfig) -> AnalysisBasis:
         return cls(
             settings.slo,
             settings.prices,
@@ -44,7 +44,7 @@ class AnalysisSettings:
         )
 
     @classmethod
-    def from_json(cls, payload: dict[str, Any], where: str) -> AnalysisSettings:
+    def from_json(cls, payload: dict[str, Any], where: str) -> AnalysisBasis:
         """The settings :func:`analysis_payload` recorded (``where``: the document, for errors)."""
         slo = {key: value for key, value in payload["slo"].items() if key != "description"}
         prices = payload["prices"]
@@ -65,7 +65,7 @@ class AnalysisSettings:
 class BenchResult:
     """Everything the bench stage computes from load points, settings and workload facts."""
 
-    settings: AnalysisSettings
+    settings: AnalysisBasis
     as_of: dt.date | None
     evaluated: pl.DataFrame  # load points + sweep, load, error_rate, slo_status, slo_reason
     capacity: pl.DataFrame  # one row per candidate × sweep, with costs, rank pool and rank

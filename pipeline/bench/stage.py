@@ -36,7 +36,7 @@ from pipeline.bench.latency_fit import (
 )
 from pipeline.bench.present import figures
 from pipeline.bench.readers import read_bench_files
-from pipeline.bench.result import AnalysisSettings, BenchResult, analysis_payload
+from pipeline.bench.result import AnalysisBasis, BenchResult, analysis_payload
 from pipeline.bench.schema import BenchReadResult, empty_load_points
 from pipeline.dates import refuse_runs_after
 from pipeline.errors import InputFormatError
@@ -208,7 +208,7 @@ def read_analysis(layout: WorkloadLayout) -> BenchResult:
     analysis = results.BENCH.require(layout)
     payload = read_json(analysis)
     return BenchResult(
-        settings=AnalysisSettings.from_json(payload, str(analysis)),
+        settings=AnalysisBasis.from_json(payload, str(analysis)),
         as_of=dt.date.fromisoformat(payload["as_of"]) if payload["as_of"] else None,
         evaluated=pl.read_parquet(paths.points),
         capacity=pl.read_parquet(paths.capacity),
