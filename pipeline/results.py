@@ -12,11 +12,23 @@ decision record and a report version fingerprint (:func:`fingerprints`).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
+import polars as pl
+
+from pipeline.errors import (
+    InputFormatError,
+    StageOutputMissingError,
+    StageOutputUnreadableError,
+)
 from pipeline.layout import WorkloadLayout, require_output
+from pipeline.safe_read import read_json
+from pipeline.store import sha256_file, write_json_atomic
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -36,10 +48,87 @@ class Result:
         return [getattr(folder, name) for name in self.files]
 
     def require(self, layout: WorkloadLayout) -> Path:
-        """The main file when its stage wrote it, else the error naming what writes it."""
+        """The main file when its stage wrote it and nothing changed it since (its seal), else
+        the error naming what writes it: :class:`~pipeline.errors.StageOutputMissingError` when it
+        was never written, an :class:`InputFormatError` saying to re-run the stage when it
+        was damaged."""
         assert self.files, f"{self.what}: no file to require"  # the request table's is its manifest
-        main = getattr(getattr(layout, self.folder), self.files[0])
-        return require_output(main, self.what, self.command, self.asset)
+        main = require_output(self.paths(layout)[0], self.what, self.command, self.asset)
+        self.check_seal(layout)
+        return main
+
+    def read(self, layout: WorkloadLayout, reader: Callable[[], T]) -> T:
+        """``reader()``, which reads this result from ``layout``: a result never written stays
+        :class:`~pipeline.errors.StageOutputMissingError` (a caller may go on without it); one that
+        exists but cannot be read, whatever the reader tripped on, is the error naming the
+        file and the command that rewrites it, so it is never taken for missing."""
+        try:
+            return reader()
+        except (StageOutputMissingError, StageOutputUnreadableError):
+            raise
+        except InputFormatError as exc:
+            raise self.unreadable(str(exc)) from exc
+        except (pl.exceptions.PolarsError, OSError, LookupError, TypeError, ValueError) as exc:
+            detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            main = self.paths(layout)[0] if self.files else getattr(layout, self.folder).dir
+            raise self.unreadable(f"{main}: {type(exc).__name__}: {detail}"[:400]) from exc
+
+    def rerun(self) -> str:
+        """What rewrites this result."""
+        return f"re-run `enginefit {self.command} --config FILE` (or materialise `{self.asset}`)"
+
+    def unreadable(self, problem: str) -> StageOutputUnreadableError:
+        """The error for an output of this result that exists but cannot be read."""
+        return StageOutputUnreadableError(
+            f"{problem}: the {self.what} cannot be read; {self.rerun()}"
+        )
+
+    def seal_path(self, layout: WorkloadLayout) -> Path:
+        return self._folder(layout) / f".{self.asset}.sha256.json"
+
+    def seal(self, layout: WorkloadLayout, written: Iterable[Path] = ()) -> Path:
+        """Record the sha256 of each file this result's stage just wrote (``written``, else
+        the result's own files), called last by the stage's ``write``: a write cut short
+        leaves a seal that no longer matches, and the next reader says to re-run the stage."""
+        folder = self._folder(layout)
+        files = sorted({*written, *self.paths(layout)})
+        digests = {
+            path.relative_to(folder).as_posix(): sha256_file(path)
+            for path in files
+            if path.is_file()
+        }
+        target = self.seal_path(layout)
+        write_json_atomic(target, {"result": self.what, "sha256": digests})
+        return target
+
+    def check_seal(self, layout: WorkloadLayout) -> None:
+        """Each sealed file still has the content its stage wrote. A result written before
+        seals existed has none and is read as before (parsed and validated)."""
+        seal = self.seal_path(layout)
+        if not seal.exists():
+            return
+        try:
+            recorded = read_json(seal)["sha256"]
+            if not isinstance(recorded, dict):
+                raise TypeError
+        except (InputFormatError, TypeError, KeyError) as exc:
+            raise self.unreadable(f"{seal}: not a seal enginefit wrote") from exc
+        folder = self._folder(layout)
+        for name, expected in sorted(recorded.items()):
+            relative = Path(str(name))
+            if relative.is_absolute() or ".." in relative.parts:
+                raise self.unreadable(f"{seal}: names {name!r}, outside {folder}")
+            path = folder / relative
+            if not path.is_file():
+                raise self.unreadable(f"{path}: written by `enginefit {self.command}`, now gone")
+            if sha256_file(path) != expected:
+                raise self.unreadable(
+                    f"{path}: changed since `enginefit {self.command}` wrote it (its sha256 "
+                    f"differs from the one in {seal.name})"
+                )
+
+    def _folder(self, layout: WorkloadLayout) -> Path:
+        return Path(getattr(layout, self.folder).dir)
 
     def reading(self, *files: str) -> Result:
         """The same result, fingerprinted by ``files`` (none: read, but made only of results

@@ -96,6 +96,10 @@ def write_results(result: BenchReadResult, layout: WorkloadLayout) -> dict[str, 
     else:
         paths.per_request.unlink(missing_ok=True)
     write_json_atomic(paths.read_notes, {"notes": result.notes})
+    written = {"load_points": paths.load_points, "read_notes": paths.read_notes}
+    if result.per_request is not None:
+        written["per_request"] = paths.per_request
+    results.LOAD_POINTS.seal(layout, written.values())
     return {"load_points": paths.load_points, "read_notes": paths.read_notes}
 
 
@@ -198,6 +202,7 @@ def write(analysis: BenchResult, layout: WorkloadLayout) -> dict[str, Path]:
     for name, svg in figures(analysis).items():
         write_bytes_atomic(getattr(paths, name), svg)
         written[name] = getattr(paths, name)
+    results.BENCH.seal(layout, written.values())
     return written
 
 
@@ -270,7 +275,9 @@ def write_concurrency(result: ConcurrencyByEngine, layout: WorkloadLayout) -> di
     write_parquet_atomic(result.table, paths.concurrency)
     payload: dict[str, Any] = concurrency_payload(result.fits, result.table, result.notes)
     write_json_atomic(paths.concurrency_json, payload)
-    return {"concurrency": paths.concurrency, "concurrency_json": paths.concurrency_json}
+    written = {"concurrency": paths.concurrency, "concurrency_json": paths.concurrency_json}
+    results.LATENCY_FITS.seal(layout, written.values())
+    return written
 
 
 def read_latency_fits(layout: WorkloadLayout) -> pl.DataFrame:

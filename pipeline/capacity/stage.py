@@ -187,6 +187,7 @@ def inputs_from(
     slo = capacity_slo(analysis.settings.slo)
     per_request = bench_stage.read_written_results(layout).per_request
     requests = read_requests(layout).select("prompt_tokens", "output_tokens").collect()
+    require_output_lengths(requests, layout)
     rates = analysis.rates
     peak_label = next((k for k in rates if k.startswith("peak_")), None)
     mean = rates.get("mean")
@@ -238,6 +239,22 @@ def inputs_from(
         sources=sources,
         notes=notes,
     )
+
+
+def require_output_lengths(requests: pl.DataFrame, layout: WorkloadLayout) -> None:
+    """The workload's own mix needs each request's output length: a trace that logs none (a
+    column mapping with ``output_tokens: null``) leaves the capacity at its mix unknown, and
+    says why rather than that the workload is empty."""
+    logged = requests.filter(
+        pl.col("prompt_tokens").is_not_null() & pl.col("output_tokens").is_not_null()
+    ).height
+    if requests.height and not logged:
+        raise InputFormatError(
+            f"{layout.ingest.requests}: none of the workload's {requests.height:,} requests logs "
+            "an output length (a trace mapped with output_tokens: null), so its capacity at its "
+            "own mix is unknown: map output_tokens to the column that logs it, or compare the "
+            "engines on the benchmarks' own figures (`enginefit bench`)"
+        )
 
 
 def _column(frame: pl.DataFrame, name: str) -> pl.Expr:
@@ -400,11 +417,13 @@ def write(result: CapacityResult, layout: WorkloadLayout) -> dict[str, Path]:
     write_json_atomic(paths.result, result.to_json())
     write_parquet_atomic(candidates_frame(result), paths.candidates)
     write_parquet_atomic(model_errors_frame(result), paths.model_errors)
-    return {
+    written = {
         "result": paths.result,
         "candidates": paths.candidates,
         "model_errors": paths.model_errors,
     }
+    results.CAPACITY.seal(layout, written.values())
+    return written
 
 
 def read_result(layout: WorkloadLayout) -> CapacityResult:

@@ -27,7 +27,7 @@ from pipeline.decision.config import DecisionConfig, Requirements
 from pipeline.decision.context import DecisionInputs
 from pipeline.decision.present import rationale_text, triggers_frame
 from pipeline.decision.result import DecisionRecord, record_schema
-from pipeline.errors import InputFormatError
+from pipeline.errors import InputFormatError, StageOutputMissingError
 from pipeline.ingest.stage import read_summary
 from pipeline.layout import WorkloadLayout
 from pipeline.ledger import RECORD, Filing
@@ -67,10 +67,18 @@ STEPS = (STEP, TRIGGERS_STEP)
 T = TypeVar("T")
 
 
-def _optional(read: Callable[[], T], stage: str, missing: dict[str, str]) -> T | None:
+def _optional(
+    result: results.Result,
+    layout: WorkloadLayout,
+    read: Callable[[], T],
+    stage: str,
+    missing: dict[str, str],
+) -> T | None:
+    """``read()``, or None with the reason when its stage has not run; an output that exists
+    but cannot be read is an error (a different decision must never follow from damage)."""
     try:
-        return read()
-    except InputFormatError as exc:
+        return result.read(layout, read)
+    except StageOutputMissingError as exc:
         missing[stage] = str(exc)
         return None
 
@@ -113,14 +121,20 @@ def read_inputs(
     ``policy`` gives (else today's), and a previous record whose triggers to check: the one
     given, else the one a new report of ``filing`` would compare with (none without it)."""
     missing: dict[str, str] = {}
-    shape = _optional(lambda: shape_stage.read_result(layout).metrics, "shape", missing)
-    prefix = _optional(lambda: prefix_stage.read_result(layout).summary, "prefix", missing)
-    scenarios = _optional(lambda: sim_stage.read_summaries(layout), "simulation", missing)
-    curves = _optional(lambda: sim_stage.read_curves(layout), "curves", missing)
-    bench = _optional(lambda: bench_stage.read_analysis(layout), "bench", missing)
-    fits = _optional(lambda: bench_stage.read_latency_fits(layout), "latency_fits", missing)
-    capacity = _optional(lambda: capacity_stage.read_result(layout), "capacity", missing)
-    lengths = _optional(lambda: _lengths(layout), "requests", missing) if capacity else None
+
+    def optional(result: results.Result, read: Callable[[], T], stage: str) -> T | None:
+        return _optional(result, layout, read, stage, missing)
+
+    shape = optional(results.SHAPE, lambda: shape_stage.read_result(layout).metrics, "shape")
+    prefix = optional(results.PREFIX, lambda: prefix_stage.read_result(layout).summary, "prefix")
+    scenarios = optional(results.SCENARIOS, lambda: sim_stage.read_summaries(layout), "simulation")
+    curves = optional(results.CURVES, lambda: sim_stage.read_curves(layout), "curves")
+    bench = optional(results.BENCH, lambda: bench_stage.read_analysis(layout), "bench")
+    fits = optional(
+        results.LATENCY_FITS, lambda: bench_stage.read_latency_fits(layout), "latency_fits"
+    )
+    capacity = optional(results.CAPACITY, lambda: capacity_stage.read_result(layout), "capacity")
+    lengths = optional(results.REQUESTS, lambda: _lengths(layout), "requests") if capacity else None
     if bench is not None and bench.capacity.is_empty() and bench.notes:
         missing["bench"] = bench.notes[0]
     read = results.fingerprints(STEP, layout)
@@ -197,7 +211,9 @@ def write_record(record: DecisionRecord, layout: WorkloadLayout) -> dict[str, Pa
     write_json_atomic(paths.record, record.to_json())
     write_json_atomic(paths.schema, record_schema())
     write_bytes_atomic(paths.rationale, rationale_text(record).encode("utf-8"))
-    return {"record": paths.record, "schema": paths.schema, "rationale": paths.rationale}
+    written = {"record": paths.record, "schema": paths.schema, "rationale": paths.rationale}
+    results.DECISION.seal(layout, written.values())
+    return written
 
 
 def write_triggers(record: DecisionRecord, layout: WorkloadLayout) -> dict[str, Path]:
@@ -205,6 +221,7 @@ def write_triggers(record: DecisionRecord, layout: WorkloadLayout) -> dict[str, 
     ``revisit_triggers`` asset)."""
     open_stage_output(layout)
     write_parquet_atomic(triggers_frame(record), layout.decision.triggers)
+    results.TRIGGERS.seal(layout, [layout.decision.triggers])
     return {"triggers": layout.decision.triggers}
 
 

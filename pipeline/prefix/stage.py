@@ -71,6 +71,7 @@ def write(result: PrefixResult, layout: WorkloadLayout) -> dict[str, Path]:
     write_parquet_atomic(result.curve, paths.curve)
     write_parquet_atomic(result.sessions, paths.sessions)
     write_bytes_atomic(paths.curve_svg, curve_svg(result.curve))
+    results.PREFIX.seal(layout, paths.files().values())
     return paths.files()
 
 

@@ -57,6 +57,7 @@ def write(result: ShapeResult, layout: WorkloadLayout) -> dict[str, Path]:
             target = getattr(paths, name)
             write_bytes_atomic(target, svg)
             written[name] = target
+    results.SHAPE.seal(layout, written.values())
     return written
 
 

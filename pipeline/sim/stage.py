@@ -96,7 +96,9 @@ def write_scenarios(summaries: list[ScenarioSummary], layout: WorkloadLayout) ->
     write_parquet_atomic(scenario_frame(ordered), paths.scenarios)
     write_parquet_atomic(replica_frame(ordered), paths.replicas)
     write_json_atomic(paths.summary, [s.to_json() for s in ordered])
-    return {"scenarios": paths.scenarios, "replicas": paths.replicas, "summary": paths.summary}
+    written = {"scenarios": paths.scenarios, "replicas": paths.replicas, "summary": paths.summary}
+    results.SCENARIOS.seal(layout, written.values())
+    return written
 
 
 def write_curves(
@@ -106,7 +108,9 @@ def write_curves(
     paths = layout.simulation
     write_parquet_atomic(curves_frame(curves), paths.curves)
     write_json_atomic(paths.curves_json, points)
-    return {"curves": paths.curves, "curves_json": paths.curves_json}
+    written = {"curves": paths.curves, "curves_json": paths.curves_json}
+    results.CURVES.seal(layout, written.values())
+    return written
 
 
 def write_figures(layout: WorkloadLayout) -> dict[str, Path]:
@@ -117,7 +121,9 @@ def write_figures(layout: WorkloadLayout) -> dict[str, Path]:
     curves = pl.read_parquet(paths.curves)
     write_bytes_atomic(paths.hit_ratio_svg, hit_ratio_vs_capacity_svg(curves, scenarios))
     write_bytes_atomic(paths.imbalance_svg, imbalance_vs_hit_ratio_svg(scenarios))
-    return {"hit_ratio_svg": paths.hit_ratio_svg, "imbalance_svg": paths.imbalance_svg}
+    written = {"hit_ratio_svg": paths.hit_ratio_svg, "imbalance_svg": paths.imbalance_svg}
+    results.SIMULATION_FIGURES.seal(layout, written.values())
+    return written
 
 
 def run(inputs: SimInputs, settings: SimConfig) -> SimResult:

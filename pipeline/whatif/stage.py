@@ -108,11 +108,14 @@ def write(result: WhatifResult, layout: WorkloadLayout) -> dict[str, Path]:
     open_stage_output(layout)
     paths = layout.whatif
     write_json_atomic(paths.result, result.to_json())
+    written = {"result": paths.result}
     if result.map is None:
         paths.map_svg.unlink(missing_ok=True)
-        return {"result": paths.result}
-    write_bytes_atomic(paths.map_svg, map_svg(result.map))
-    return {"result": paths.result, "map_svg": paths.map_svg}
+    else:
+        write_bytes_atomic(paths.map_svg, map_svg(result.map))
+        written["map_svg"] = paths.map_svg
+    results.WHATIF.seal(layout, written.values())
+    return written
 
 
 def read_result(layout: WorkloadLayout) -> WhatifResult:
