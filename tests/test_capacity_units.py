@@ -262,3 +262,72 @@ def test_unreachable_slo_is_unknown_not_zero() -> None:
     assert isinstance(c.workload_capacity_rps, Unknown)
     assert "not met even at" in c.workload_capacity_rps.reason
     assert isinstance(c.cost, Unknown)
+
+
+def _two(chunked: bool) -> tuple[float, float]:
+    tokens = np.array([600, 600])
+    run = simulate_replica(
+        np.array([0.0, 0.0]),
+        tokens,
+        tokens,
+        np.array([2, 2]),
+        token_budget=1000,
+        max_batch=8,
+        kv_tokens=10_000,
+        chunked_prefill=chunked,
+        **STEP,
+    )
+    return float(run.ttft_s[0]), float(run.ttft_s[1])
+
+
+def test_chunked_prefill_off_prefills_whole_prompts_one_behind_the_other() -> None:
+    # Chunked: the first step takes r0's 600 tokens and 400 of r1's; r1's last 200 share the
+    # next step with r0's first decode (context 600 + 1).
+    first, second = _two(chunked=True)
+    assert first == pytest.approx(0.005 + 1000 * 1e-5)
+    assert second == pytest.approx(first + 0.005 + 200 * 1e-5 + 1e-4 + 601 * 1e-8)
+    # Off: r1's whole prompt does not fit what r0 left, so it waits a step (head of line).
+    first, second = _two(chunked=False)
+    assert first == pytest.approx(0.005 + 600 * 1e-5)
+    assert second == pytest.approx(first + 0.005 + 600 * 1e-5 + 1e-4 + 601 * 1e-8)
+
+
+def test_the_replica_counts_what_held_requests_back() -> None:
+    tokens = np.array([600, 600, 600])
+    arrivals = np.zeros(3)
+    by_kv = simulate_replica(
+        arrivals,
+        tokens,
+        tokens,
+        np.array([3, 3, 3]),
+        token_budget=4096,
+        max_batch=8,
+        kv_tokens=1300,
+        **STEP,
+    )
+    assert by_kv.kv_blocked_steps > 0 and by_kv.batch_blocked_steps == 0
+    by_batch = simulate_replica(
+        arrivals,
+        tokens,
+        tokens,
+        np.array([3, 3, 3]),
+        token_budget=4096,
+        max_batch=1,
+        kv_tokens=10_000,
+        **STEP,
+    )
+    assert by_batch.batch_blocked_steps > 0 and by_batch.kv_blocked_steps == 0
+    # Each request's two gaps ended in steps with no prompt tokens (one request at a time).
+    assert by_batch.gap_prefill_tokens.tolist() == [0] * 6
+    small_budget = simulate_replica(
+        np.zeros(1),
+        np.array([2500]),
+        np.array([2500]),
+        np.array([2]),
+        token_budget=1000,
+        max_batch=8,
+        kv_tokens=10_000,
+        **STEP,
+    )
+    assert small_budget.budget_full_steps == 2  # two of its three steps left prompt waiting
+    assert small_budget.steps == 4

@@ -32,6 +32,7 @@ import numpy as np
 
 from pipeline.capacity.config import CapacityConfig
 from pipeline.capacity.kernels import F64, I64, SimulatedRun, simulate_replica
+from pipeline.capacity.limits import SchedulingLimits
 from pipeline.capacity.result import Slo, StepCoefficients
 from pipeline.unknown import Unknown
 
@@ -148,9 +149,10 @@ def simulate_at(
     sample: RequestSample,
     rate: float,
     *,
+    limits: SchedulingLimits,
     kv_tokens: int,
-    config: CapacityConfig,
 ) -> SimulatedRun:
+    """The replica (the deployment's ``limits``) serving ``sample`` at ``rate``."""
     return simulate_replica(
         sample.unit_arrivals / rate,
         sample.prompt,
@@ -161,9 +163,10 @@ def simulate_at(
         attention_s_per_pair=coefficients.attention_s_per_pair,
         decode_s_per_request=coefficients.decode_s_per_request,
         context_s_per_token=coefficients.context_s_per_token,
-        token_budget=config.token_budget,
-        max_batch=config.max_batch,
+        token_budget=limits.budget,
+        max_batch=limits.batch,
         kv_tokens=kv_tokens,
+        chunked_prefill=limits.chunked,
     )
 
 
@@ -174,9 +177,11 @@ def attention_pairs(prompt: I64, uncached: I64) -> F64:
     return uncached * (cached + uncached / 2.0)
 
 
-def lone_request_s(coefficients: StepCoefficients, sample: RequestSample, budget: int) -> float:
+def lone_request_s(
+    coefficients: StepCoefficients, sample: RequestSample, limits: SchedulingLimits
+) -> float:
     """Mean time one request takes on an otherwise empty replica (the search's starting scale)."""
-    chunks = np.ceil(sample.uncached / budget)
+    chunks = np.ceil(sample.uncached / limits.budget) if limits.chunked else 1.0
     decode_steps = sample.output - 1
     context = sample.prompt + sample.output / 2.0
     seconds = (
@@ -195,6 +200,7 @@ def search_capacity(
     sample: RequestSample,
     slo: Slo,
     *,
+    limits: SchedulingLimits,
     kv_tokens: int,
     config: CapacityConfig,
 ) -> CapacitySearch | Unknown:
@@ -205,7 +211,7 @@ def search_capacity(
             reason=f"{too_big} of {sample.size} sampled requests need more than the replica's "
             f"{kv_tokens:,} KV tokens (prompt + output): the replica cannot serve them"
         )
-    lone = lone_request_s(coefficients, sample, config.token_budget)
+    lone = lone_request_s(coefficients, sample, limits)
     if not lone > 0:
         return Unknown(reason="the fitted step time is zero: no finite capacity")
     count = 0
@@ -213,7 +219,7 @@ def search_capacity(
     def evaluate(rate: float) -> RunStats:
         nonlocal count
         count += 1
-        run = simulate_at(coefficients, sample, rate, kv_tokens=kv_tokens, config=config)
+        run = simulate_at(coefficients, sample, rate, limits=limits, kv_tokens=kv_tokens)
         return run_stats(
             run, sample.output, rate, config, slo.ttft_p95_ms, coefficients.request_latency_s
         )
