@@ -365,9 +365,10 @@ def find_capacity(
     itl_p99_ms: float,
     seed: int = 7,
     start: float = 0.05,
+    halvings: int = 8,
 ) -> tuple[float, ServedRun]:
     """The largest Poisson rate meeting the SLO and keeping up: a ×1.5 grid up from ``start``
-    (which must pass), then halving the last bracket eight times."""
+    (which must pass), then halving the last bracket ``halvings`` times."""
 
     def ok(rate: float) -> tuple[bool, ServedRun]:
         run = simulate(server, rate, prompt, output, cached, seed=seed)
@@ -384,7 +385,7 @@ def find_capacity(
             break
         rate, best_run = nxt, run
     lo, hi = rate, rate * 1.5
-    for _ in range(8):
+    for _ in range(halvings):
         mid = (lo + hi) / 2.0
         passed, run = ok(mid)
         if passed:
@@ -480,7 +481,7 @@ def write_sweep(
         "model": model_id,
         "workload": "synthetic",
     }
-    if engine_args:
+    if engine_args is not None:  # {}: the server was started with the engine's defaults
         manifest["engine_args"] = engine_args
     (folder / "enginefit-bench.yaml").write_text(json.dumps(manifest))
     return runs

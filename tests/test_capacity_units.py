@@ -17,7 +17,13 @@ from pipeline.capacity.compute import (
     workload_requests,
 )
 from pipeline.capacity.kernels import simulate_replica
-from pipeline.capacity.present import candidates_table, model_errors_table, transfer_sentence
+from pipeline.capacity.present import (
+    BINDING_WORDS,
+    candidates_table,
+    model_errors_table,
+    render_text,
+    transfer_sentence,
+)
 from pipeline.capacity.result import CapacityResult, ServingModel, StepCoefficients
 from pipeline.config import config_from_mapping, default_config
 from pipeline.errors import ConfigError
@@ -150,6 +156,13 @@ def test_vp_sentence_and_tables() -> None:
     sentence = transfer_sentence(result.candidates[0])
     assert sentence.startswith("Measured at 201-token prompts; your prompts are 20× longer: ")
     assert "req/s per replica (" in sentence and "provisional" in sentence
+    binding = result.candidates[0].binding
+    assert not isinstance(binding, Unknown)
+    assert f", bound by {BINDING_WORDS[binding.limit]}" in sentence
+    text = render_text(result)
+    assert "- limits: prefill budget 1,024 tokens a step (configuration: capacity section)" in text
+    assert f"- what binds: {binding.description}" in text
+    assert "- self-check: passed (" in text
     assert transfer_sentence(result.candidates[1]) == "sglang: capacity unknown — no benchmark"
     table = candidates_table(result)
     # a cell is the bare word; the reason is the sentence's
@@ -331,3 +344,37 @@ def test_the_replica_counts_what_held_requests_back() -> None:
     )
     assert small_budget.budget_full_steps == 2  # two of its three steps left prompt waiting
     assert small_budget.steps == 4
+
+
+def _bound(kv_tokens: int = KV_TOKENS, **limits: int) -> str:
+    model = fitted("short")
+    assert isinstance(model, ServingModel)
+    changed = model.limits.model_copy(
+        update={
+            name: getattr(model.limits, name).model_copy(update={"value": value})
+            for name, value in limits.items()
+        }
+    )
+    candidate = carry_to_workload(
+        "vllm",
+        model.model_copy(update={"limits": changed}),
+        workload("short"),
+        SLO,
+        kv_tokens=kv_tokens,
+        gpu_hour_usd=PRICE,
+        peak_rate_rps=20.0,
+        mean_rate_rps=10.0,
+        config=CONFIG,
+    )
+    assert not isinstance(candidate.binding, Unknown), candidate.binding
+    return candidate.binding.limit
+
+
+def test_what_binds_is_the_limit_whose_relaxation_passes() -> None:
+    # Short prompts at 256 running requests: the running-request limit holds them back (the
+    # simulator's own search agrees: its capacity there is bounded by max_seqs 256).
+    assert _bound() == "running_requests"
+    # A KV pool of 20,000 tokens holds about 50 requests of 400 tokens.
+    assert _bound(kv_tokens=20_000) == "kv_pool"
+    # With room for every request, the steps' length is what remains: p99 ITL or queueing.
+    assert _bound(max_batch=1024) in ("itl", "ttft_queueing")

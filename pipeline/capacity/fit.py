@@ -103,7 +103,7 @@ UNBOUNDED_KV = 10**12
 SYNTHETIC_REQUESTS = 2000
 MIN_SLOPE_T = 4.0
 CONTEXT_SPREAD = 1.5
-REFINE_PASSES = 8
+REFINE_PASSES = 6
 #: The refinement stops once every replayed figure is within this of the measured one.
 REFINED = 0.005
 MEASURED_STATS = ("ttft_p50", "ttft_p95", "itl_p50", "itl_p99", "tpot_p50", "tpot_p99")
@@ -120,6 +120,8 @@ BUDGET_GRID = tuple(round(64 * 2 ** (k / 2)) for k in range(21))
 #: A budget explains p99 ITL "as well as the best" when its RMS log error is within this of
 #: the best's (the measured p99 itself moves a few per cent between runs).
 BUDGET_TOLERANCE = 0.05
+#: How many of the best-ranked budgets are fitted again in full before one is chosen.
+REFIT_BUDGETS = 3
 
 METHOD = (
     "continuous-batching step model step_s = overhead + prefill x uncached prefill tokens + "
@@ -744,7 +746,12 @@ def _at_other_budget(
         at,
         coefficients.attention_s_per_pair,
     )
-    if not isinstance(measured, tuple) or not isinstance(replayed, tuple) or replayed[0] <= 0:
+    if (
+        not isinstance(measured, tuple)
+        or measured[0] < MIN_SLOPE_T * measured[1]  # not significant: the prior's stays
+        or not isinstance(replayed, tuple)
+        or replayed[0] <= 0
+    ):
         return coefficients
     factor = min(max(measured[0] / replayed[0], 0.25), 4.0)
     return coefficients.model_copy(
@@ -800,6 +807,21 @@ def _choose_budget(
         if BUDGET_GRID[0] <= neighbour <= 2 * most:
             score(neighbour)
     own = score(limits.budget)
+    # The few best are fitted again in full and scored so (the moved models only rank them),
+    # unless the budget already fitted explains the data as well as any moved one.
+    refits: dict[int, _Fitted] = {}
+    ranked = sorted({min(b, top) for b in tried}, key=lambda b: tried[b])
+    kept = own <= tried[ranked[0]] + BUDGET_TOLERANCE
+    for budget in [] if kept else ranked[:REFIT_BUDGETS]:
+        if budget == min(limits.budget, top):
+            continue
+        at = _at_budget(limits, budget)
+        again = refit(at)
+        if not isinstance(again, Unknown):
+            refits[budget] = again
+            tried[budget] = _replay_error(again.coefficients, judged, at, config)
+            for b in [b for b in tried if min(b, top) == budget]:
+                tried[b] = tried[budget]
     best = min(tried, key=lambda b: (tried[b], b))
     good = sorted(b for b in tried if tried[b] <= tried[best] + BUDGET_TOLERANCE)
     low, high = good[0], (None if good[-1] >= most else good[-1])
@@ -812,8 +834,11 @@ def _choose_budget(
         f"{limits.token_budget.source} value {limits.budget:,} gives {own:.0%}"
     )
     chosen = limits.with_budget(best, "fitted", detail, (low, high))
-    again = refit(chosen)
-    return chosen, again if not isinstance(again, Unknown) else fitted
+    found = refits.get(min(best, top))
+    if found is None:
+        again = refit(chosen)
+        found = again if not isinstance(again, Unknown) else fitted
+    return chosen, found
 
 
 def fit_serving_model(
