@@ -261,3 +261,23 @@ def test_a_deployments_shape_comes_from_the_team_or_the_table_and_says_which() -
         "none: acme/secret-13b is not in the model table (pipeline/capacity/models.yaml) and "
         "requirements.kv_cache does not describe it"
     )
+
+
+def test_a_bad_scheduling_default_in_the_catalog_is_one_line_naming_the_key(
+    tmp_path: Path,
+) -> None:
+    from pipeline.decision.catalog import _bundled_text
+    from pipeline.errors import ConfigError
+
+    path = tmp_path / "engines.yaml"
+    path.write_text(
+        _bundled_text().replace(
+            "max_num_seqs: 1024, enable_chunked_prefill",
+            "max_seqs: 1024, enable_chunked_prefill",
+            1,
+        )
+    )
+    with pytest.raises(ConfigError) as err:
+        load_catalog(path)
+    assert str(path) in str(err.value)
+    assert "engines.vllm.scheduling.defaults" in str(err.value) and "max_seqs" in str(err.value)

@@ -237,6 +237,8 @@ def test_explain_prints_the_workloads_figures_beside_the_benchmarks(
     assert f"the benchmark measured {c.capacity_rps:.2f} req/s" in words
     assert "per 1M tokens of this workload: output $" in words
     assert "Measured at" in words and "your prompts are" in words
+    # What binds this workload's capacity, named in the explanation's transfer sentence.
+    assert ", bound by " in words
     assert "e+0" not in out  # plain notation
 
 
@@ -251,6 +253,7 @@ def test_the_document_shows_the_fitted_model_its_errors_and_both_costs(tmp_path:
     (row,) = section["rows"]
     c = candidate(record, "vllm")
     assert row["basis"] == "workload" and row["transfer"].startswith("Measured at")
+    assert ", bound by " in row["transfer"]  # what binds the capacity, in the document too
     assert row["model"].startswith("step = ") and "load points of vllm" in row["model"]
     assert (
         len(row["errors"]) == len(model().point_errors) and " vs " in row["errors"][0]["ttft_p95"]
