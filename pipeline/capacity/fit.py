@@ -5,20 +5,23 @@ kept up (an overloaded point's latencies are its queue, not the server), and the
 rows (``PER_REQUEST_SCHEMA``) when the tool wrote them.
 
 Per point the fit reads: the send rate λ (achieved, else offered), the mean inter-token gap g
-(per request: Σ(e2e − TTFT) ÷ Σ(output − 1); else the tool's mean per-gap ITL, else mean TPOT),
-the decoding batch B = λ × mean decode time (Little's law), the mean context a decode reads K
-(Σ(out − 1)(prompt + out/2) ÷ Σ(out − 1)), and the prefill tokens in the step a decode waits on,
-X = λ × mean prompt × g ÷ (1 − e^(−L)) (prompt tokens arrive at λ × prompt per second, a step
-lasts g, and the server steps only while a request is in flight: busy share 1 − e^(−L) for L
-requests in flight on average, as for Poisson occupancy).
+(per request: Σ(e2e − TTFT) ÷ Σ(output − 1); else (mean e2e − mean TTFT) ÷ (mean output − 1);
+else the tool's mean per-gap ITL, else mean TPOT), the decoding batch B = λ × mean decode time
+(Little's law), the mean context a decode reads K (Σ(out − 1)(prompt + out/2) ÷ Σ(out − 1)),
+and the prefill tokens in the step a decode waits on, X = λ × mean prompt × g ÷ (1 − e^(−L))
+(prompt tokens arrive at λ × prompt per second, a step lasts g, and the server steps only while
+a request is in flight: busy share 1 − e^(−L) for L requests in flight on average, as for
+Poisson occupancy).
 
 Then, in order:
 
-1. **prefill per token** — from per-request data: TTFT against prompt length within each of the
-   lighter half of the points (point means removed; the number of prefill chunks as a second
-   regressor when it varies), so queueing differences between points drop out. Accepted when
-   the slope is positive and at least 4 standard errors; otherwise the roofline prior
-   (``prefill_split_basis = "prior"``), and with no prior the model is ``Unknown``.
+1. **prefill per token** — from per-request data: TTFT against prompt length within each point
+   (point means removed; the number of prefill chunks at the deployment's budget as a second
+   regressor when it varies), so queueing differences between points drop out, pooled by
+   inverse variance. Accepted when the slope is positive and at least 4 standard errors;
+   otherwise the roofline prior (``prefill_split_basis = "prior"``), and with no prior the
+   model is ``Unknown``. Prompts waiting behind each other at load raise the pooled slope, so
+   it is the statistic step 5 matches, from the lightest point's slope as a start.
 2. **overhead, decode per request and context per token** — least squares of
    g − prefill·X − attention·X₂ (X₂: the attention token pairs of those prompts) over the points
    against the decoding batch B + 1 (the decode a gap belongs to sees itself and, on average,
@@ -34,26 +37,32 @@ Then, in order:
    and the context's KV read at the full datasheet bandwidth, prefill at the full peak FLOPs:
    :func:`pipeline.capacity.prior.physical_floors`) is set to its floor and listed in
    ``floored``.
-5. **refinement** — the closed form approximates a queue; three Gauss-Newton passes adjust
-   the overhead and the decode terms' common scale so that the model, replaying each point's
+5. **refinement** — the closed form approximates a queue; Gauss-Newton (Broyden's update after
+   one probe, backtracking, at most ``REFINE_PASSES``) so that the model, replaying each point's
    own requests (their send times and lengths; Poisson arrivals at the point's rate when the
-   file has none), reproduces each point's mean gap (floors applied again after it).
-6. **request latency** — what the measured mean TTFT at the lighter half of the points exceeds
-   the model's by (the smallest excess, never negative): HTTP, tokenising and scheduling outside
-   the GPU's steps, added to every TTFT and E2E but costing no GPU time.
-7. **the prefill budget** — unless the team or the deployment states it, the budgets whose
-   replay explains each point's p99 ITL (a step carrying a full budget of prompt tokens is the
-   longest a decode waits through) as well as the best one does: the catalog's default when it
-   is one of them, else the best (``fitted``), and the model is fitted again with it. The range
-   is kept (``limits.budget_range``): a benchmark whose prompts never fill a step shows only a
+   file has none), reproduces each point's mean gap (the overhead and the decode terms'
+   common scale) and, with per-request data, each point's mean TTFT and the pooled slope of
+   step 1 computed on the replay's TTFTs (also the prefill coefficient and the request
+   latency; with several mixes the context coefficient apart). Floors applied again after it.
+6. **request latency** — fitted in step 5 with per-request data; else what the measured mean
+   TTFT at the lighter half of the points exceeds the model's by (the smallest excess, never
+   negative): HTTP, tokenising and scheduling outside the GPU's steps, added to every TTFT and
+   E2E but costing no GPU time.
+7. **the prefill budget** — unless the team or the deployment states it, budgets ×2 apart (then
+   √2 around the best) each scored by the replay's p99 ITL and p95 TTFT error (a step carrying
+   a full budget of prompt tokens is what a decode waits through and what a long prompt's TTFT
+   is cut into), the few best fitted again in full: the catalog's default when it explains the
+   data as well as the best, else the best (``fitted``). The range explaining them as well is
+   kept (``limits.budget_range``): a benchmark whose prompts never fill a step shows only a
    lower bound.
 
 Errors reported per point: the model replaying the point against its measured TTFT p50/p95,
 ITL p50/p99 and TPOT p50/p99, and (when the caller passes the sweep's measured capacity
 bracket) the model's capacity at the benchmark's own mix against it. The **self-check**
 (``self_check``): every point at or below the measured capacity within ±``SELF_CHECK_TOLERANCE``
-on p95 TTFT and p99 ITL, and that capacity inside the bracket; a model that fails it has no
-transferred capacity (``compute.carry_to_workload``).
+on p95 TTFT and p99 ITL (p99 TPOT where the file's ITL is not one decode step), and that
+capacity inside the bracket; a model that fails it has no transferred capacity
+(``compute.carry_to_workload``).
 """
 
 from __future__ import annotations
