@@ -913,8 +913,7 @@ def fit_serving_model(
         and NO_SHAPE in prior.reason
     ):
         # Say whose shape is missing: the caller looked for it.
-        prior = Unknown(reason=f"no roofline prior: {shape_source.removeprefix('none: ')}")
-        floors = Unknown(reason=f"no physical floor: {shape_source.removeprefix('none: ')}")
+        prior = floors = Unknown(reason=shape_source.removeprefix("none: "))
     attention_basis: Literal["prior", "assumed_zero"]
     if isinstance(prior, PriorStep) and prior.attention_s_per_pair is not None:
         attention, attention_basis = prior.attention_s_per_pair, "prior"
