@@ -7,8 +7,8 @@ The prior is used only where the benchmark cannot separate the terms itself (doc
 * prefill is compute-bound: ≈ 2 × active parameters FLOPs per prompt token (the matrix
   multiplies), plus causal attention, 2 × full-attention layers × query heads × (query-key +
   value head width) FLOPs per (query, key) token pair (QKᵀ and the weighted sum of V), at the
-  GPU's dense peak × ``PREFILL_FLOPS_UTILISATION`` (BF16, or the 8-bit peak, twice it, for
-  weights of a byte or less);
+  GPU's dense peak × ``PREFILL_FLOPS_UTILISATION`` (BF16, or the FP8 / INT8 peak, twice it,
+  for weights of a byte or less);
 * a decode step is memory-bound: every step reads the weights once (the step overhead) and each
   decoding request reads its context's KV cache (the context term), at the GPU's memory
   bandwidth × ``MEMORY_BANDWIDTH_UTILISATION``;
@@ -41,7 +41,7 @@ from pipeline.unknown import ResultModel, Unknown
 PREFILL_FLOPS_UTILISATION = 0.5
 #: Share of the datasheet HBM bandwidth a decode step's reads achieve.
 MEMORY_BANDWIDTH_UTILISATION = 0.8
-#: The 8-bit (FP8, or INT8 on the A100) dense peak over the BF16 one, on every GPU of the table.
+#: The FP8 (INT8 on the A100) dense peak over the BF16 one, on every GPU of the table.
 LOW_PRECISION_SPEEDUP = 2.0
 
 
@@ -55,7 +55,8 @@ class GpuPeaks(ResultModel):
     source_url: str
 
     def dense_tflops(self, weight_bytes: float) -> float:
-        """The peak the matrix multiplies of weights this wide run at (8-bit for a byte or less)."""
+        """The peak the matrix multiplies of weights this wide run at (FP8 / INT8 for a byte or
+        less)."""
         return self.bf16_dense_tflops * (LOW_PRECISION_SPEEDUP if weight_bytes <= 1 else 1.0)
 
 

@@ -32,7 +32,7 @@ import polars as pl
 
 from pipeline.bench import stage as bench_stage
 from pipeline.bench.config import SloSpec
-from pipeline.bench.cost import Prices, match_gpu_price, workload_rates
+from pipeline.bench.cost import workload_rates
 from pipeline.capacity.compute import (
     WorkloadRequests,
     capacity_result,
@@ -54,6 +54,7 @@ from pipeline.capacity.prior import ModelShape, gpu_peaks
 from pipeline.capacity.result import CapacityResult, Slo, candidates_frame, model_errors_frame
 from pipeline.capacity.search import sample_requests
 from pipeline.config import Config
+from pipeline.costing import Prices
 from pipeline.decision.catalog import Catalog, load_catalog
 from pipeline.errors import ConfigError, InputFormatError
 from pipeline.ingest.stage import read_requests
@@ -275,16 +276,6 @@ def _deployment_filter(frame: pl.DataFrame, key: dict[str, object]) -> pl.DataFr
     return frame.filter(expr)
 
 
-def _gpu_hour(prices: Prices, gpu_type: str, manifest_price: float | None) -> float | None:
-    """``bench.prices`` precedence: override > the GPU type's price > the manifest's > default."""
-    if prices.override is not None:
-        return prices.override
-    matched = match_gpu_price(gpu_type, prices)
-    if matched is not None:
-        return matched[0]
-    return manifest_price if manifest_price is not None else prices.default
-
-
 def run(inputs: CapacityInputs, settings: CapacityConfig) -> CapacityResult:
     """One candidate per benchmarked deployment, its serving model carried to the workload."""
     workload: WorkloadRequests = workload_requests(
@@ -361,9 +352,9 @@ def run(inputs: CapacityInputs, settings: CapacityConfig) -> CapacityResult:
             workload,
             inputs.slo,
             kv_tokens=inputs.kv_tokens,
-            gpu_hour_usd=_gpu_hour(
-                inputs.prices, deployment.gpu_type, manifest_prices[0] if manifest_prices else None
-            ),
+            gpu_hour_usd=inputs.prices.price_for(
+                deployment.gpu_type, manifest_prices[0] if manifest_prices else None
+            )[0],
             peak_rate_rps=inputs.peak_rate_rps,
             mean_rate_rps=inputs.mean_rate_rps,
             config=settings,
