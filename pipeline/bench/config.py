@@ -245,6 +245,18 @@ def _prices(value: Any) -> Any:
     return value if isinstance(value, Prices) else prices_from_mapping(value, where="bench.prices")
 
 
+@dataclass(frozen=True)
+class BenchPolicy:
+    """What the decision and the report take of the bench section besides its results: the
+    report date given to this run (None: not given) and what gave it, how many days a
+    benchmark stays current, and the window whose peak rate the fleet is sized for."""
+
+    as_of: dt.date | None
+    as_of_source: str
+    max_age_days: int
+    peak_window: str
+
+
 class BenchConfig(Section):
     """Settings of the benchmark stage: which results, the SLO, prices and the checks."""
 
@@ -264,6 +276,10 @@ class BenchConfig(Section):
     peak_window: Annotated[str, Field(min_length=1)]
     overload: OverloadRule
     min_tail_requests: NonNegativeInt
+
+    def policy(self) -> BenchPolicy:
+        as_of, source = configured_as_of(self)
+        return BenchPolicy(as_of, source, self.max_age_days, self.peak_window)
 
 
 RUN_DATE_ENV = "ENGINEFIT_RUN_DATE"

@@ -13,6 +13,8 @@ from typing import Annotated, Literal, Self
 
 from pydantic import Field, Strict, model_validator
 
+from pipeline.capacity.config import ServedModel
+from pipeline.capacity.prior import ModelShape
 from pipeline.decision.catalog import Feature, Gateway, HardwareTarget, Orchestrator, Sources
 from pipeline.settings import (
     ConfigPath,
@@ -73,6 +75,18 @@ class KvCacheSizing(Section):
             0, math.floor(self.budget_gib_per_gpu() * GIB / self.kv_bytes_per_token_per_gpu())
         )
 
+    def model_shape(self) -> ModelShape:
+        """The model's shape, as the capacity stage's roofline prior takes it."""
+        return ModelShape(
+            params_billion=self.model_params_billion,
+            weight_bytes=self.weight_bytes,
+            layers=self.layers,
+            kv_heads=self.kv_heads,
+            head_dim=self.head_dim,
+            kv_bytes=self.kv_bytes,
+            attention_heads=self.attention_heads,
+        )
+
     @model_validator(mode="after")
     def _weights_fit(self) -> Self:
         if self.budget_gib_per_gpu() <= 0:
@@ -109,6 +123,13 @@ class Requirements(Section):
     migration_engineer_weeks: dict[str, NonNegative]
     kv_cache: KvCacheSizing | None
     platform: Platform
+
+    def served_model(self) -> ServedModel:
+        """The models, KV-cache tokens and model shape the capacity stage takes."""
+        kv = self.kv_cache
+        if kv is None:
+            return ServedModel(self.models)
+        return ServedModel(self.models, kv.tokens_per_replica(), kv.model_shape())
 
 
 class DecisionConfig(Section):
