@@ -25,7 +25,7 @@ def workload_capacity(store: EnginefitStore) -> dg.MaterializeResult:  # type: i
     its band, replicas at the peak, monthly cost and $/1M tokens of this workload."""
     config = store.config()
     layout = config.layout()
-    inputs = stage.read_inputs(layout, config.requirements.served_model())
+    inputs = stage.read_inputs(layout, config.requirements.served_model(), config.catalog())
     result = stage.run(inputs, config.capacity)
     paths = stage.write(result, layout)
     return dg.MaterializeResult(

@@ -31,7 +31,7 @@ def register(subparsers: Any) -> None:
 def run_capacity(args: argparse.Namespace) -> int:
     config = command_config(args)
     layout = config.layout()
-    inputs = stage.read_inputs(layout, config.requirements.served_model())
+    inputs = stage.read_inputs(layout, config.requirements.served_model(), config.catalog())
     result = stage.run(inputs, config.capacity)
     stage.write(result, layout)
     if args.json:

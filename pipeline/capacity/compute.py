@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from pipeline.capacity.binding import binding_limit
 from pipeline.capacity.config import CapacityConfig
 from pipeline.capacity.kernels import I64
 from pipeline.capacity.prior import ModelShape
@@ -59,6 +60,9 @@ from pipeline.costing import (
 )
 from pipeline.unknown import Unknown
 
+#: A capacity that moves more than this over the prefill budgets the benchmark cannot tell
+#: apart is not given: it depends on a limit nobody stated.
+BUDGET_SENSITIVITY = 0.10
 CAPACITY_METHOD = (
     "simulated: Poisson arrivals of the workload's own sampled requests through the fitted "
     "step model (continuous batching, chunked prefill, KV-bounded batch), bisection on the "
@@ -204,6 +208,8 @@ def _provisional_reason(model: ServingModel, transfer: TransferDistance) -> str 
         reasons.append("the prefill/decode split comes from the roofline prior, not the data")
     if model.context_basis == "assumed_zero" and abs(transfer.prompt_ratio - 1.0) > 0.5:
         reasons.append("the cost of reading a longer context is assumed 0 (no prior)")
+    if model.attention_basis == "assumed_zero" and abs(transfer.prompt_ratio - 1.0) > 0.5:
+        reasons.append(f"prefill attention is left out (the model's shape: {model.model_shape})")
     return "; ".join(reasons) or None
 
 
@@ -319,11 +325,28 @@ def carry_to_workload(
             provisional_reason=f"no serving model: {model.reason}",
             cost=model,
             benchmark_cost_per_1m_output_usd=bench_cost,
+            binding=model,
         )
     drawn = sample or sample_requests(workload.prompt, workload.output, workload.cached, config)
     transfer = transfer_distance(model, workload, config.far_ratio)
-    found = search_capacity(model.coefficients, drawn, slo, kv_tokens=kv_tokens, config=config)
     provisional = _provisional_reason(model, transfer)
+    found: CapacitySearch | Unknown
+    sensitivity: str | None = None
+    if not model.self_check.passed and not measured_on_workload:
+        found = Unknown(
+            reason=f"{model.self_check.reason}: no capacity is carried to this workload; "
+            "benchmark this deployment on your own traffic (enginefit loadtest)"
+        )
+    else:
+        found = search_capacity(
+            model.coefficients, drawn, slo, limits=model.limits, kv_tokens=kv_tokens, config=config
+        )
+        if not isinstance(found, Unknown):
+            moved = budget_sensitivity(model, drawn, slo, found, kv_tokens, config)
+            if isinstance(moved, Unknown):
+                found = moved
+            else:
+                sensitivity = moved
     if isinstance(found, Unknown):
         return CandidateCapacity(
             candidate=candidate,
@@ -337,12 +360,18 @@ def carry_to_workload(
             provisional_reason=provisional,
             cost=found,
             benchmark_cost_per_1m_output_usd=bench_cost,
+            binding=found,
         )
     spread = min(max(model.residual_spread, config.min_band_spread), 0.5)
     band: list[float] = []
     for factor in (1.0 + spread, 1.0 - spread):  # slower steps → the band's low end
         edge = search_capacity(
-            model.coefficients.scaled(factor), drawn, slo, kv_tokens=kv_tokens, config=config
+            model.coefficients.scaled(factor),
+            drawn,
+            slo,
+            limits=model.limits,
+            kv_tokens=kv_tokens,
+            config=config,
         )
         band.append(edge.rate_rps if not isinstance(edge, Unknown) else math.nan)
     low = band[0] if math.isfinite(band[0]) else found.rate_rps * (1 - spread)
@@ -372,7 +401,55 @@ def carry_to_workload(
         provisional_reason=provisional,
         cost=cost,
         benchmark_cost_per_1m_output_usd=bench_cost,
+        binding=binding_limit(model, drawn, found.rate_rps, slo, kv_tokens, config),
+        budget_sensitivity=sensitivity,
     )
+
+
+def budget_sensitivity(
+    model: ServingModel,
+    sample: RequestSample,
+    slo: Slo,
+    found: CapacitySearch,
+    kv_tokens: int,
+    config: CapacityConfig,
+) -> str | Unknown | None:
+    """How the capacity moves over the prefill budgets the benchmark cannot tell apart (the
+    fit's ``budget_range``; with no upper end, up to the budget the model runs with): None when
+    the budget is stated or pinned; ``Unknown`` when it moves more than
+    ``BUDGET_SENSITIVITY``, since the capacity then rests on a limit nobody stated."""
+    limits = model.limits
+    if limits.budget_stated() or limits.budget_range is None:
+        return None
+    low, high = limits.budget_range
+    ends = sorted(
+        {b for b in (low, high if high is not None else limits.budget) if b != limits.budget}
+    )
+    if not ends:
+        return None
+    rates = {limits.budget: found.rate_rps}
+    for budget in ends:
+        at = limits.model_copy(
+            update={"token_budget": limits.token_budget.model_copy(update={"value": budget})}
+        )
+        edge = search_capacity(
+            model.coefficients, sample, slo, limits=at, kv_tokens=kv_tokens, config=config
+        )
+        rates[budget] = edge.rate_rps if not isinstance(edge, Unknown) else 0.0
+    figures = ", ".join(
+        f"{rate:.3g} req/s at {budget:,} tokens" if rate > 0 else f"none at {budget:,} tokens"
+        for budget, rate in sorted(rates.items())
+    )
+    moved = max(abs(rate / found.rate_rps - 1.0) for rate in rates.values())
+    span = f"{low:,}" + (f" to {high:,}" if high is not None else " tokens or more")
+    if moved > BUDGET_SENSITIVITY:
+        return Unknown(
+            reason=f"this workload's capacity depends on the prefill budget, which the "
+            f"benchmark does not pin (its p99 ITL fits a budget of {span}; the model's is "
+            f"{limits.budget:,}, {limits.token_budget.source}): {figures}; state the "
+            "deployment's max_num_batched_tokens in the manifest's engine_args"
+        )
+    return f"the same within {moved:.0%} over the prefill budgets the benchmark allows ({figures})"
 
 
 def _placeholder_deployment(candidate: str, gpus: int | None) -> Deployment:
@@ -467,7 +544,11 @@ def routing_value(
             ttft.append(Unknown(reason="requests larger than the replica's KV cache"))
             continue
         run = simulate_at(
-            model.coefficients, drawn, rate_rps / replicas, kv_tokens=kv_tokens, config=config
+            model.coefficients,
+            drawn,
+            rate_rps / replicas,
+            limits=model.limits,
+            kv_tokens=kv_tokens,
         )
         stats = run_stats(
             run,

@@ -23,6 +23,7 @@ read → run → write:
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -43,6 +44,14 @@ from pipeline.capacity.compute import (
 )
 from pipeline.capacity.config import CapacityConfig, ServedModel
 from pipeline.capacity.fit import deployment_of, fit_serving_model
+from pipeline.capacity.limits import (
+    SchedulingCatalog,
+    SchedulingLimits,
+    kv_bytes,
+    resolve_limits,
+    weight_bytes,
+)
+from pipeline.capacity.models import deployment_shape
 from pipeline.capacity.prior import ModelShape
 from pipeline.capacity.result import CapacityResult, Slo, candidates_frame, model_errors_frame
 from pipeline.capacity.search import sample_requests
@@ -58,7 +67,8 @@ from pipeline.unknown import Unknown
 STEP = results.Step(
     results.CAPACITY,
     upstream=(results.BENCH, results.LOAD_POINTS, results.REQUESTS, results.SCENARIOS),
-    sections=("capacity", "requirements"),
+    # decision: only its engine catalog (the engines' scheduling defaults).
+    sections=("capacity", "requirements", "decision"),
 )
 
 #: The columns that name one benchmarked deployment (its sweeps are fitted together).
@@ -96,6 +106,8 @@ class CapacityInputs:
     prices: Prices
     slo: Slo
     min_achieved_rate_share: float | None
+    #: The engine catalog (its engines' scheduling defaults); None: no defaults.
+    catalog: SchedulingCatalog | None = None
     sources: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -173,14 +185,21 @@ def _kv_tokens(
     )
 
 
-def read_inputs(layout: WorkloadLayout, served: ServedModel) -> CapacityInputs:
-    """Everything :func:`run` needs, through the other stages' readers (the module docstring).
-    A missing upstream output is the error naming the command that writes it."""
-    return inputs_from(layout, bench_stage.read_analysis(layout), served)
+def read_inputs(
+    layout: WorkloadLayout, served: ServedModel, catalog: SchedulingCatalog | None
+) -> CapacityInputs:
+    """Everything :func:`run` needs, through the other stages' readers (the module docstring),
+    with ``catalog`` the engine catalog ``decision.catalog`` names (its engines' scheduling
+    defaults; None: none). A missing upstream output is the error naming the command that
+    writes it."""
+    return inputs_from(layout, bench_stage.read_analysis(layout), served, catalog)
 
 
 def inputs_from(
-    layout: WorkloadLayout, analysis: BenchResult, served: ServedModel
+    layout: WorkloadLayout,
+    analysis: BenchResult,
+    served: ServedModel,
+    catalog: SchedulingCatalog | None,
 ) -> CapacityInputs:
     """:func:`read_inputs` with ``analysis`` the bench analysis the fleet is sized from: the
     written one, or one re-run in memory at another SLO (what-if)."""
@@ -236,6 +255,7 @@ def inputs_from(
         prices=analysis.settings.prices,
         slo=slo,
         min_achieved_rate_share=analysis.settings.slo.min_achieved_rate_share,
+        catalog=catalog,
         sources=sources,
         notes=notes,
     )
@@ -324,18 +344,28 @@ def run(inputs: CapacityInputs, settings: CapacityConfig) -> CapacityResult:
             (_column(rows, "dataset") == TRACE_DATASET)
             & (_column(rows, "workload") == inputs.workload)
         ).is_empty()
-        shape, shape_note = deployment_model_shape(
+        team_shape, shape_note = deployment_model_shape(
             inputs.model_shape, deployment.model, inputs.team_models
         )
         if shape_note is not None:
             notes.append(f"{deployment.describe()}: {shape_note}")
+        limits = deployment_limits(rows, inputs.catalog, settings)
+        quantization = next((str(q) for q in _values(rows, "quantization") if q), None)
+        shape, shape_source = deployment_shape(
+            team_shape,
+            deployment.model,
+            weight_bytes=weight_bytes(quantization),
+            kv_bytes=kv_bytes(limits),
+        )
         model = (
             fit_serving_model(
                 usable,
                 inputs.per_request,
                 deployment,
                 config=settings,
+                limits=limits,
                 model_shape=shape,
+                shape_source=shape_source,
                 measured_capacity=bracket,
                 slo=inputs.slo,
             )
@@ -363,7 +393,7 @@ def run(inputs: CapacityInputs, settings: CapacityConfig) -> CapacityResult:
             sample=sample,
         )
         update: dict[str, object] = {"bench_candidates": bench_candidates}
-        if shape is None and shape_note is not None:
+        if team_shape is None and shape_note is not None:
             # Another model than the team's: whatever else, the figure is not yours.
             update["provisional_reason"] = "; ".join(
                 r for r in (candidate.provisional_reason, shape_note) if r
@@ -382,6 +412,38 @@ def run(inputs: CapacityInputs, settings: CapacityConfig) -> CapacityResult:
         sources=inputs.sources,
         notes=notes,
     )
+
+
+def deployment_limits(
+    rows: pl.DataFrame, catalog: SchedulingCatalog | None, settings: CapacityConfig
+) -> SchedulingLimits:
+    """The scheduling limits of the deployment whose load points are ``rows``: its manifest's
+    ``engine_args``, what its result files record, the catalog's defaults for its engine and
+    GPU, under the configuration's override (:func:`pipeline.capacity.limits.resolve_limits`)."""
+    deployment = deployment_of(rows.row(0, named=True))
+    manifest = next((str(m) for m in _values(rows, "manifest_file") if m), None)
+    return resolve_limits(
+        manifest_args=_json_column(rows, "engine_args"),
+        recorded_args=_json_column(rows, "recorded_engine_args") or {},
+        defaults=catalog.scheduling_defaults(deployment.engine, deployment.gpu_type)
+        if catalog is not None
+        else None,
+        config=settings,
+        manifest_file=manifest,
+        gpu_count=deployment.gpu_count,
+    )
+
+
+def _json_column(frame: pl.DataFrame, column: str) -> dict[str, object] | None:
+    """The JSON object of ``column`` with the most keys (the deployment's rows agree: one
+    manifest), {} for an empty one, else None."""
+    found: dict[str, object] | None = None
+    for text in _values(frame, column):
+        if text:
+            value = json.loads(str(text))
+            if isinstance(value, dict) and (found is None or len(value) > len(found)):
+                found = value
+    return found
 
 
 def _values(frame: pl.DataFrame, column: str) -> list[object]:

@@ -85,7 +85,7 @@ def at_another_slo(
     capacity = None
     if inputs.capacity is not None:
         settings = CapacityConfig.model_validate(inputs.capacity.settings)
-        searched = capacity_stage.inputs_from(layout, analysis, served)
+        searched = capacity_stage.inputs_from(layout, analysis, served, inputs.catalog)
         capacity = capacity_stage.run(searched, settings)
     return replace(inputs, bench=analysis, capacity=capacity)
 
