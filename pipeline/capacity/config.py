@@ -15,9 +15,6 @@ workload and the fleet sized (defaults and their documentation: ``pipeline/defau
 ``token_budget`` / ``max_batch``
     The engine's per-step token budget (vLLM ``max_num_batched_tokens``) and running-request
     limit (``max_num_seqs``) the served deployment uses; the benchmark files do not say them.
-``far_ratio``
-    A workload whose mean prompt or output is more than this factor away from the benchmark's
-    (or outside the lengths it measured) makes the transfer provisional.
 ``min_band_spread``
     The capacity band is never narrower than ± this share (a fit with tiny residuals on one mix
     still extrapolates).
@@ -42,7 +39,6 @@ class CapacityConfig(Section):
     warmup_share: Annotated[float, Field(ge=0, lt=0.5)]
     token_budget: PositiveInt
     max_batch: PositiveInt
-    far_ratio: Annotated[float, Field(gt=1)]
     min_band_spread: Annotated[float, Field(ge=0, lt=0.5)]
 
     @model_validator(mode="after")

@@ -13,7 +13,14 @@ from typing import Annotated, Literal, Self
 
 from pydantic import Field, Strict, model_validator
 
-from pipeline.decision.catalog import Feature, Gateway, HardwareTarget, Orchestrator, Sources
+from pipeline.decision.catalog import (
+    CudaVersion,
+    Feature,
+    Gateway,
+    HardwareTarget,
+    Orchestrator,
+    Sources,
+)
 from pipeline.settings import (
     ConfigPath,
     Fraction,
@@ -102,6 +109,9 @@ class Requirements(Section):
     hardware: Annotated[tuple[HardwareTarget, ...], Strict(False)]
     one_engine_across_fleet: bool
     gpu_types: Sources
+    # The CUDA release the NVIDIA fleet's drivers support (12, 12.8, 13): an engine whose
+    # current release needs a newer major release is excluded.
+    cuda_version: CudaVersion | None
     fixed_sku: bool | None
     models: Sources
     model_changes_per_quarter: NonNegative | None
@@ -146,9 +156,8 @@ ROUTING_GAIN_MIN = 0.1
 HIGH_VOLUME_OUTPUT_TOKENS_PER_MONTH = 10_000_000_000.0
 # ...few is at most this many models...
 TRT_MAX_MODELS = 2
-# ...and stable is at most this many model or configuration changes a quarter where each one
-# rebuilds an engine (TensorRT-LLM's TensorRT backend; on its PyTorch backend, the default since
-# 1.0, a change is a restart and churn does not rule it out).
+# ...and stable is at most this many model changes a quarter (a model of a new architecture runs
+# on TensorRT-LLM only once it implements it).
 TRT_MAX_CHANGES_PER_QUARTER = 1.0
 # A prompt p99 at or above this many tokens makes long_context a required feature.
 LONG_CONTEXT_TOKENS = 32768
