@@ -189,9 +189,9 @@ def test_the_bundled_document_has_a_date_and_no_negative_age(tmp_path: Path) -> 
     assert manifest["report_date"] == "2026-11-29"
     record = json.loads((published.folder / "decision.json").read_text())
     ages = {k: v for k, v in record["measurements"].items() if "age_days" in k and v is not None}
-    # The catalog ages by the oldest fact used: TGI's, from the repository's last commit
-    # (2026-01-08), 325 days before the report date.
-    assert ages == {"catalog.oldest_fact_age_days": 325, "bench.age_days[vllm]": 389}
+    # The catalog ages by the oldest fact used: llama.cpp's long-context support (the sample's
+    # prompts need it), resting on a pull request of 2025-12-15, 349 days before the report date.
+    assert ages == {"catalog.oldest_fact_age_days": 349, "bench.age_days[vllm]": 389}
     text = " ".join(pdf_text(published.pdf).split())
     assert "Report date 2026-11-29" in text
     assert re.search(r"-\s?\d+ days|−\d", text) is None

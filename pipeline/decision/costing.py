@@ -23,7 +23,7 @@ phrases them, so the wording can change without touching a comparison."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from pipeline.bench.cost import HOURS_PER_MONTH
@@ -138,25 +138,27 @@ def payback(ctx: RuleContext, engine: str, against: str | None = None) -> Paybac
     else:
         switch, weeks, parallel = _extra_adoption(ctx, engine, baseline), None, 0.0
     kind: Literal["switch", "choice"] = "switch" if current is not None else "choice"
+    known = {"switch_cost_usd": switch, "parallel_run_usd": parallel, "parallel_weeks": weeks}
+
+    def found(status: str, code: str, finding: Finding, **more: Any) -> Payback:
+        return Payback.model_validate(
+            {
+                "status": status,
+                "kind": kind,
+                "against": baseline,
+                "reason": finding_text(replace(finding, code=f"{code}_{kind}"), ctx.name),
+                **known,
+                **more,
+            }
+        )
+
     missing = _payback_missing(ctx, switch, here, there)
     if missing is not None:
-        reason = finding_text(
-            Finding(f"payback_missing_{kind}", (baseline, engine), details=missing), ctx.name
-        )
-        return Payback(
-            status="unknown",
-            kind=kind,
-            against=baseline,
-            reason=reason,
-            switch_cost_usd=switch,
-            parallel_run_usd=parallel,
-            parallel_weeks=weeks,
-        )
+        return found("unknown", "payback_missing", Finding("", (baseline, engine), details=missing))
     assert switch is not None and parallel is not None  # _payback_missing said so
     bills = _bills(here, there)
     assert bills is not None  # _payback_missing said so
     here_bill, there_bill, basis = bills
-    known = {"switch_cost_usd": switch, "parallel_run_usd": parallel, "parallel_weeks": weeks}
     saving = here_bill - there_bill
     figures = {
         "switch_cost_usd": switch,
@@ -166,33 +168,12 @@ def payback(ctx: RuleContext, engine: str, against: str | None = None) -> Paybac
         "here": here_bill,
         "there": there_bill,
     }
-    words = (basis,)
     if saving <= 0:
-        reason = finding_text(
-            Finding(f"payback_never_{kind}", (engine, baseline), figures, words), ctx.name
-        )
-        return Payback(
-            status="never",
-            kind=kind,
-            against=baseline,
-            reason=reason,
-            monthly_saving_usd=saving,
-            **known,
-        )
+        never = Finding("", (engine, baseline), figures, (basis,))
+        return found("never", "payback_never", never, monthly_saving_usd=saving)
     months = (switch + parallel) / saving
-    reason = finding_text(
-        Finding(f"payback_worked_{kind}", (engine, baseline), {**figures, "months": months}, words),
-        ctx.name,
-    )
-    return Payback(
-        status="months",
-        kind=kind,
-        against=baseline,
-        months=months,
-        reason=reason,
-        monthly_saving_usd=saving,
-        **known,
-    )
+    worked = Finding("", (engine, baseline), {**figures, "months": months}, (basis,))
+    return found("months", "payback_worked", worked, months=months, monthly_saving_usd=saving)
 
 
 def _extra_adoption(ctx: RuleContext, engine: str, rival: str) -> float | None:

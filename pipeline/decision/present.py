@@ -301,6 +301,14 @@ _METRIC_SUBJECTS.update(
             _format_with("shared-prefix share"),
         ),
         "catalog.age_days": ("the engine catalog's age", _days),
+        "catalog.oldest_fact_age_days": (
+            "the age of the oldest catalog fact used",
+            lambda v: "undated (the oldest there is)" if v == "undated" else _days(v),
+        ),
+        "catalog.min_cuda_major": (
+            "the CUDA major release {engine}'s current release needs",
+            _plain,
+        ),
         "bench.age_days": ("{engine}'s benchmark's age", _days),
         "catalog.status": ("{engine}'s status in the catalog", _plain),
         "catalog.missing_features": ("the number of required features {engine} lacks", _plain),
