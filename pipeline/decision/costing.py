@@ -137,6 +137,8 @@ def payback(ctx: RuleContext, engine: str, against: str | None = None) -> Paybac
         )
     else:
         switch, weeks, parallel = _extra_adoption(ctx, engine, baseline), None, 0.0
+        if switch == 0 and _payback_missing(ctx, switch, here, there) is not None:
+            return None  # nothing extra to adopt, and nothing known to compare
     kind: Literal["switch", "choice"] = "switch" if current is not None else "choice"
     known = {"switch_cost_usd": switch, "parallel_run_usd": parallel, "parallel_weeks": weeks}
 
@@ -674,11 +676,13 @@ def _choice_payback(
     weeks) is paid back by its monthly saving within the limit; the runner-up is recommended
     when it is not. Nothing extra to adopt: nothing to pay back."""
     limit = ctx.settings.payback_max_months
-    found = payback(ctx, top, runner) if runner is not None else None
-    if found is None:
+    if runner is None:
         rule(None, Finding("nothing_runs"))
         return top, runner
-    assert runner is not None
+    found = payback(ctx, top, runner)
+    if found is None:
+        rule(False, Finding("choice_no_extra", (top, runner)))
+        return top, runner
     if found.status == "unknown":
         missing = _payback_missing(
             ctx, found.switch_cost_usd, price_of(ctx, runner), price_of(ctx, top)

@@ -8,6 +8,7 @@ prefill GPU time and p95 TTFT saved at that fleet and KV size) when there is one
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,8 @@ from pipeline.decision.config import ROUTING_GAIN_MIN
 from pipeline.decision.context import RuleContext, plain
 from pipeline.decision.evidence import SECONDS_PER_MONTH, EngineBench
 from pipeline.decision.result import Isolation, IsolationAdvice, Routing
+from pipeline.present.text import money, quantity
+from pipeline.present.text import share as share_words
 from pipeline.sim.result import ScenarioSummary
 from pipeline.unknown import Unknown, is_known
 
@@ -156,14 +159,14 @@ def routing_value(ctx: RuleContext, engine: str | None, runner_up: str | None = 
         reason += (
             f"; the fleet size is unknown ({fleet_source}): over the simulated "
             f"{', '.join(str(r) for r in sorted(shares))} replicas it saves "
-            f"{_range_words(spread, '{:.1%}')} of prompt tokens"
+            f"{_range_words(spread, share_words)} of prompt tokens"
             + (
-                f", {_range_words(tokens_range, '{:,.3g}')} tokens a month"
+                f", {_range_words(tokens_range, quantity)} tokens a month"
                 if tokens_range and None not in tokens_range
                 else ""
             )
             + (
-                f" (about {_range_words(usd_range, '${:,.0f}')} a month)"
+                f" (about {_range_words(usd_range, money)} a month)"
                 if usd_range and None not in usd_range
                 else ""
             )
@@ -265,10 +268,12 @@ def _monthly_tokens(ctx: RuleContext, share: float) -> float | None:
     return share * w.mean_rate_rps * w.prompt_mean * SECONDS_PER_MONTH
 
 
-def _range_words(bounds: list[float | None] | tuple[float, float] | None, form: str) -> str:
-    """``low–high`` in ``form`` (one figure when they are equal)."""
+def _range_words(
+    bounds: list[float | None] | tuple[float, float] | None, form: Callable[[float], str]
+) -> str:
+    """``low–high`` written by ``form`` (one figure when they are equal)."""
     assert bounds is not None
-    low, high = (form.format(b) for b in bounds)
+    low, high = (form(b) for b in bounds if b is not None)
     return low if low == high else f"{low}–{high}"
 
 
