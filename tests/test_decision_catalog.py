@@ -322,6 +322,31 @@ def test_a_bad_catalog_is_one_error_naming_the_file_and_key(
     assert message in str(caught.value)
 
 
+_FIRST_FIGURE = (
+    "        condition: vendor-benchmark-2024-01\n        margin: null\n        estimate: false\n"
+)
+
+
+def test_a_team_estimate_is_shown_as_one_with_what_would_confirm_it(tmp_path: Path) -> None:
+    """A team catalog may keep a margin that is its own reading rather than a publication, but
+    every output then says it is an estimate and what would confirm it; without that, the
+    catalog is refused naming the figure."""
+    estimate = _FIRST_FIGURE.replace("margin: null", "margin: 0.29").replace(
+        "estimate: false", "estimate: true"
+    )
+    unconfirmed = _broken(tmp_path, _FIRST_FIGURE, estimate)
+    with pytest.raises(ConfigError) as caught:
+        load_catalog(unconfirmed)
+    assert str(caught.value).startswith(f"{unconfirmed}: engines.sglang.secondary_figures[0]: ")
+    assert "an estimated margin needs confirm_with: what would confirm it" in str(caught.value)
+    confirm = "benchmark SGLang and vLLM on your own traffic"
+    confirmed = _broken(tmp_path, _FIRST_FIGURE, estimate + f'        confirm_with: "{confirm}"\n')
+    figure = load_catalog(confirmed).engines["sglang"].secondary_figures[0]
+    assert figure.estimate and figure.shown() == (
+        f"{figure.claim} (an estimate, not a published figure; {confirm})"
+    )
+
+
 def test_an_unknown_engine_in_the_configuration_names_the_key(tmp_path: Path) -> None:
     raw = {
         "workload": {"name": "w", "traces": ["t.jsonl"], "hash_salt": "s"},
