@@ -125,7 +125,7 @@ def test_tensorrt_llm_has_one_backend_and_a_change_is_a_restart() -> None:
     assert "compiled" not in trt.design_bet.replace("compiled TensorRT engine path was removed", "")
 
 
-def test_the_facts_the_issue_corrected() -> None:
+def test_corrected_catalog_facts() -> None:
     catalog = load_catalog()
     llama = catalog.engines["llama.cpp"].support("long_context")
     assert llama.support == "full" and "one request can use the whole context" in llama.note
@@ -183,7 +183,7 @@ def test_versions_compare_as_releases(version: str, order: int) -> None:
 def test_a_catalog_is_parsed_once_and_names_resolve_without_a_scan(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 22: a 10,000-engine catalog was parsed twice and every name lookup normalised
+    """A 10,000-engine catalog was once parsed twice and every name lookup normalised
     every alias. Parses and normalisations are counted, not timed."""
     raw = yaml.safe_load(_bundled_text())
     for i in range(2_000):

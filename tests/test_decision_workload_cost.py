@@ -1,4 +1,4 @@
-"""The decision on the workload's own capacity and cost (issue 19): the capacity stage's serving
+"""The decision on the workload's own capacity and cost: the capacity stage's serving
 model carried to the workload's mix replaces the benchmark's req/s and $/1M in the ranking, the
 fleet, routing and the record, with the benchmark's figure kept beside it.
 

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.bench.cost import parse_price
+from pipeline.costing import parse_price
 from pipeline.errors import ConfigError, InputFormatError
 from pipeline.settings import load_yaml
 

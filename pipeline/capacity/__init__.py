@@ -1,4 +1,4 @@
-"""Capacity and cost for the team's own traffic (issue 19): a serving model fitted per
+"""Capacity and cost for the team's own traffic: a serving model fitted per
 benchmarked deployment, carried to the workload's own request mix by simulation.
 
 The stage shape (config, compute, result, present, checks, stage, cli). Beside it: ``fit`` (the

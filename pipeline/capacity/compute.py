@@ -1,10 +1,10 @@
 """The capacity core's entry points: a fitted serving model carried to the workload's own mix,
 the fleet and cost that follow, and routing priced through the model. Pure functions; no I/O.
 
-Cost formulas (docs/capacity.md, "cost"):
+Cost formulas (docs/capacity.md, "cost"; the arithmetic is :mod:`pipeline.costing`'s):
 
 * replicas = ⌈peak rate ÷ (capacity × headroom)⌉ (+ 1 with N+1), at least 1;
-  monthly cost = replicas × GPUs per replica × $/GPU-hour × 730 h;
+  monthly cost = replicas × GPUs per replica × $/GPU-hour × hours a month;
 * utilisation = rate ÷ (replicas × capacity), at the mean and at the peak rate;
 * per 1M tokens of this workload, at the SLO capacity (a replica costs GPUs × $/GPU-hour and
   serves capacity × 3600 requests an hour there): the replica's time splits into a prefill
@@ -27,8 +27,6 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from pipeline.bench.cost import HOURS_PER_MONTH
-from pipeline.bench.validity import LENGTH_FACTOR
 from pipeline.capacity.config import CapacityConfig
 from pipeline.capacity.kernels import I64
 from pipeline.capacity.prior import ModelShape
@@ -52,6 +50,14 @@ from pipeline.capacity.search import (
     search_capacity,
     simulate_at,
 )
+from pipeline.costing import (
+    HOURS_PER_MONTH,
+    SECONDS_PER_HOUR,
+    monthly_usd,
+    per_million,
+    replicas_for,
+)
+from pipeline.thresholds import LENGTH_FACTOR
 from pipeline.unknown import Unknown
 
 CAPACITY_METHOD = (
@@ -215,21 +221,20 @@ def workload_cost(
 ) -> WorkloadCost:
     """Fleet, monthly cost, utilisation and per-1M-token prices (module docstring)."""
     capacity = search.rate_rps
-    replicas = max(math.ceil(peak_rate_rps / (capacity * config.headroom) - 1e-9), 1)
-    replicas += 1 if config.n_plus_one else 0
+    replicas = replicas_for(peak_rate_rps, capacity, config.headroom, config.n_plus_one)
     gpus = replicas * gpus_per_replica
-    monthly = gpus * gpu_hour_usd * HOURS_PER_MONTH
+    monthly = monthly_usd(gpus, gpu_hour_usd)
     hourly = gpus_per_replica * gpu_hour_usd
     stats = search.at_capacity
     prefill_share = min(max(stats.prefill_share, 0.0), 1.0)
     cached_share = min(max(stats.cached_context_share, 0.0), 1.0 - prefill_share)
     decode_share = 1.0 - prefill_share - cached_share
-    per_hour = capacity * 3600.0
+    per_hour = capacity * SECONDS_PER_HOUR
     output_per_hour = per_hour * workload.output_mean
     uncached_per_hour = per_hour * (workload.prompt_mean - workload.cached_mean)
     cached_per_hour = per_hour * workload.cached_mean
     input_cost: float | Unknown = (
-        hourly * prefill_share / uncached_per_hour * 1e6
+        per_million(hourly * prefill_share, uncached_per_hour)
         if uncached_per_hour > 0
         else Unknown(reason="no uncached prompt tokens")
     )
@@ -240,21 +245,21 @@ def workload_cost(
         # 0 would be a figure the benchmark never showed.
         else Unknown(reason="the fitted model gives reading cached context no GPU time")
         if cached_share <= 0
-        else hourly * cached_share / cached_per_hour * 1e6
+        else per_million(hourly * cached_share, cached_per_hour)
     )
     if mean_rate_rps is not None and mean_rate_rps > 0:
         average: float | Unknown = mean_rate_rps / (replicas * capacity)
-        fleet: float | Unknown = (
-            monthly / (mean_rate_rps * workload.output_mean * 3600.0 * HOURS_PER_MONTH) * 1e6
+        fleet: float | Unknown = per_million(
+            monthly, mean_rate_rps * workload.output_mean * SECONDS_PER_HOUR * HOURS_PER_MONTH
         )
     else:
         average = fleet = Unknown(reason="the workload's mean rate is not known")
     formula = (
         f"replicas = ceil({peak_rate_rps:.4g} ÷ ({capacity:.4g} × {config.headroom:g})) "
         f"{'+ 1 (N+1) ' if config.n_plus_one else ''}= {replicas}; "
-        f"{replicas} × {gpus_per_replica} GPU × ${gpu_hour_usd:g}/h × 730 h = ${monthly:,.0f}/month; "
-        f"output ${hourly:g}/h × {decode_share:.3f} decode share ÷ ({capacity:.4g} req/s × "
-        f"{workload.output_mean:.1f} tokens × 3600) × 10^6"
+        f"{replicas} × {gpus_per_replica} GPU × ${gpu_hour_usd:g}/h × {HOURS_PER_MONTH:g} h = "
+        f"${monthly:,.0f}/month; output ${hourly:g}/h × {decode_share:.3f} decode share ÷ "
+        f"({capacity:.4g} req/s × {workload.output_mean:.1f} tokens × {SECONDS_PER_HOUR:g}) × 10^6"
     )
     return WorkloadCost(
         replicas=replicas,
@@ -268,10 +273,10 @@ def workload_cost(
         prefill_share=prefill_share,
         cached_context_share=cached_share,
         decode_share=decode_share,
-        cost_per_1m_output_usd=hourly * decode_share / output_per_hour * 1e6,
+        cost_per_1m_output_usd=per_million(hourly * decode_share, output_per_hour),
         cost_per_1m_input_usd=input_cost,
         cost_per_1m_cached_input_usd=cached_cost,
-        all_in_cost_per_1m_output_usd=hourly / output_per_hour * 1e6,
+        all_in_cost_per_1m_output_usd=per_million(hourly, output_per_hour),
         fleet_cost_per_1m_output_usd=fleet,
         formula=formula,
     )
@@ -449,13 +454,13 @@ def routing_value(
         raise ValueError("cached shares must satisfy 0 ≤ worse ≤ better < 1")
     if replicas < 1:
         raise ValueError("replicas must be at least 1")
-    prompt_tokens_month = mean_rate_rps * workload.prompt_mean * 3600.0 * HOURS_PER_MONTH
+    prompt_tokens_month = mean_rate_rps * workload.prompt_mean * SECONDS_PER_HOUR * HOURS_PER_MONTH
     saved_replica_s = (
         model.coefficients.prefill_s_per_token
         * (cached_share_better - cached_share_worse)
         * prompt_tokens_month
     )
-    gpu_hours = saved_replica_s / 3600.0 * model.deployment.gpu_count
+    gpu_hours = saved_replica_s / SECONDS_PER_HOUR * model.deployment.gpu_count
     ttft: list[float | Unknown] = []
     for share in (cached_share_worse, cached_share_better):
         cached = np.floor(workload.prompt * share).astype(np.int64)
@@ -493,7 +498,7 @@ def routing_value(
         formula=(
             f"{model.coefficients.prefill_s_per_token * 1e3:.4g} ms/token × "
             f"({cached_share_better:.3f} − {cached_share_worse:.3f}) × "
-            f"{prompt_tokens_month:,.0f} prompt tokens/month ÷ 3600 × "
+            f"{prompt_tokens_month:,.0f} prompt tokens/month ÷ {SECONDS_PER_HOUR:g} × "
             f"{model.deployment.gpu_count} GPU = {gpu_hours:,.1f} GPU-h × ${gpu_hour_usd:g}"
         ),
     )

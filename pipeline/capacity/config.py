@@ -22,11 +22,24 @@ workload and the fleet sized (defaults and their documentation: ``pipeline/defau
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Self
 
 from pydantic import Field, model_validator
 
+from pipeline.capacity.prior import ModelShape
 from pipeline.settings import PositiveInt, Section
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """What the team says of the model it serves (``requirements.models`` and
+    ``requirements.kv_cache``), as the capacity stage takes it: the models' names, the KV-cache
+    tokens one replica holds and the model's shape for the roofline prior (None: not given)."""
+
+    models: tuple[str, ...] = ()
+    kv_tokens: int | None = None
+    shape: ModelShape | None = None
 
 
 class CapacityConfig(Section):

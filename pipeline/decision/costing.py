@@ -26,13 +26,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from pipeline.bench.cost import HOURS_PER_MONTH
-from pipeline.decision.context import HOURS_PER_WEEK, Finding, RuleContext, current_engine
+from pipeline.costing import (
+    HOURS_PER_WEEK,
+    MONTHS_PER_QUARTER,
+    known_sum,
+    parallel_run_usd,
+    payback_months,
+)
+from pipeline.decision.context import Finding, RuleContext, current_engine
 from pipeline.decision.present import basis_note, finding_text, noise_note
 from pipeline.decision.result import Payback, Ranking
 from pipeline.decision.triggers import NEVER
-
-WEEKS_PER_MONTH = HOURS_PER_MONTH / (24 * 7)
 
 
 def _migration_weeks(ctx: RuleContext, engine: str) -> float:
@@ -73,7 +77,7 @@ def _monthly_change_cost(ctx: RuleContext, engine: str) -> float | None:
     per_change = _change_cost_per_change(ctx, engine)
     if per_quarter is None or per_change is None:
         return None
-    return per_quarter / 3 * per_change
+    return per_quarter / MONTHS_PER_QUARTER * per_change
 
 
 @dataclass(frozen=True)
@@ -86,23 +90,14 @@ class Priced:
 
     def value(self, basis: str) -> float | None:
         return {
-            "fleet_fraction_total_usd": _total(self.fleet_fraction_gpu, self.monthly_change),
+            "fleet_fraction_total_usd": known_sum(self.fleet_fraction_gpu, self.monthly_change),
             "fleet_fraction_gpu_usd": self.fleet_fraction_gpu,
             "cost_per_1m_output_usd": self.cost_per_1m,
         }[basis]
 
     @property
     def monthly_total(self) -> float | None:
-        return _total(self.monthly_gpu, self.monthly_change)
-
-    @property
-    def bill(self) -> float | None:
-        """What running the engine costs a month: GPUs and model changes, else GPUs alone."""
-        return self.monthly_total if self.monthly_total is not None else self.monthly_gpu
-
-
-def _total(gpu: float | None, change: float | None) -> float | None:
-    return gpu + change if gpu is not None and change is not None else None
+        return known_sum(self.monthly_gpu, self.monthly_change)
 
 
 def price_of(ctx: RuleContext, engine: str) -> Priced:
@@ -129,11 +124,10 @@ def payback(ctx: RuleContext, engine: str, against: str | None = None) -> Paybac
     here, there = price_of(ctx, baseline), price_of(ctx, engine)
     if current is not None:
         switch = switch_cost(ctx, engine)
-        weeks: float | None = _migration_weeks(ctx, engine) + ctx.settings.revalidation_weeks
+        both_run = _migration_weeks(ctx, engine) + ctx.settings.revalidation_weeks
+        weeks: float | None = both_run
         parallel = (
-            there.monthly_gpu * weeks / WEEKS_PER_MONTH
-            if there.monthly_gpu is not None and weeks is not None
-            else None
+            parallel_run_usd(there.monthly_gpu, both_run) if there.monthly_gpu is not None else None
         )
     else:
         switch, weeks, parallel = _extra_adoption(ctx, engine, baseline), None, 0.0
@@ -170,10 +164,10 @@ def payback(ctx: RuleContext, engine: str, against: str | None = None) -> Paybac
         "here": here_bill,
         "there": there_bill,
     }
-    if saving <= 0:
+    months = payback_months(switch + parallel, saving)
+    if months is None:
         never = Finding("", (engine, baseline), figures, (basis,))
         return found("never", "payback_never", never, monthly_saving_usd=saving)
-    months = (switch + parallel) / saving
     worked = Finding("", (engine, baseline), {**figures, "months": months}, (basis,))
     return found("months", "payback_worked", worked, months=months, monthly_saving_usd=saving)
 

@@ -1,4 +1,5 @@
-"""Shared helpers for the benchmark readers: strict field access and the raw point record."""
+"""Shared helpers for the benchmark readers: what a reader declares (:class:`BenchFormat`), strict
+field access and the raw point record."""
 
 from __future__ import annotations
 
@@ -7,14 +8,14 @@ import hashlib
 import itertools
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from pipeline.bench.detect import BenchFormatError
+from pipeline.bench.detect import BenchFormatError, Document
 from pipeline.bench.schema import PER_REQUEST_SCHEMA
 from pipeline.errors import InputFormatError
 from pipeline.safe_read import read_regular
@@ -299,6 +300,64 @@ def with_tpot(frame: pl.DataFrame) -> pl.DataFrame:
         .otherwise(None)
         .alias("tpot_ms")
     )
+
+
+@dataclass(frozen=True)
+class Companion:
+    """A file a tool writes beside its results that is not a load point by itself."""
+
+    kind: str  # what the format's ``detect`` returns for it
+    rule: str  # how it is told apart (docs/bench.md)
+    note: str  # the note when it is met on its own
+
+
+@dataclass(frozen=True)
+class BenchFormat:
+    """What one tool's reader module declares as ``FORMAT``; :mod:`pipeline.bench.readers`
+    collects every module's, so a new tool is one module (with its sample and docs section).
+
+    ``detect`` sees each parsed record and its file's path and returns ``tool`` for a result,
+    a companion's kind, or None. A record two formats claim is an error unless one ``refines``
+    the other (its results are a narrower case of the other's rule, e.g. SGLang of vLLM).
+    ``side_files`` are name patterns of files the tool writes that are neither results nor
+    companions, skipped with a note when a folder is expanded.
+    """
+
+    tool: str  # the ``tool`` column
+    title: str  # its section under docs/bench.md#result-formats-read
+    files: str  # the result files, as a user knows them
+    needs: str  # what a record needs to be read as this tool's result
+    detect: Callable[[Path, Any], str | None]
+    read: Callable[[Document], list[RawPoint]]
+    companions: tuple[Companion, ...] = ()
+    refines: tuple[str, ...] = ()
+    side_files: tuple[str, ...] = ()
+
+
+def first_object(record: Any) -> dict[str, Any] | None:
+    """The first element of a non-empty list of objects (a per-request or sweep listing)."""
+    if isinstance(record, list) and record and all(isinstance(x, dict) for x in record):
+        first: dict[str, Any] = record[0]
+        return first
+    return None
+
+
+def read_records(
+    doc: Document, read_record: Callable[[Ctx, Mapping[str, Any], int], RawPoint]
+) -> list[RawPoint]:
+    """One point per record: a JSON Lines file holds one run per line."""
+    lines = zip(doc.records, doc.line_numbers, strict=True)
+    return [
+        read_record(Ctx(doc.path, f"line {n}" if doc.text_format == "jsonl" else "record 0"), r, i)
+        for i, (r, n) in enumerate(lines)
+    ]
+
+
+def whole_document(
+    read: Callable[[Ctx, Mapping[str, Any]], RawPoint],
+) -> Callable[[Document], list[RawPoint]]:
+    """A reader of one point per file (its first record) as a :attr:`BenchFormat.read`."""
+    return lambda doc: [read(Ctx(doc.path, "document"), doc.records[0])]
 
 
 def truncate_error(value: Any) -> str | None:
