@@ -58,6 +58,7 @@ from pipeline.costing import (
     per_million,
     replicas_for,
 )
+from pipeline.thresholds import LENGTH_FACTOR
 from pipeline.unknown import Unknown
 
 #: A capacity that moves more than this over the prefill budgets the benchmark cannot tell
@@ -123,10 +124,10 @@ def workload_requests(
     )
 
 
-def transfer_distance(
-    model: ServingModel, workload: WorkloadRequests, far_ratio: float
-) -> TransferDistance:
-    """How far the workload's mix is from the benchmark's (ratios of means; range check)."""
+def transfer_distance(model: ServingModel, workload: WorkloadRequests) -> TransferDistance:
+    """How far the workload's mix is from the benchmark's (ratios of means; range check): far
+    beyond ``LENGTH_FACTOR`` either way, the factor past which the bench stage already flags a
+    benchmark's lengths as unlike production's (one threshold for both stages)."""
     prompt_ratio = workload.prompt_mean / model.bench_prompt_tokens_mean
     output_ratio = workload.output_mean / model.bench_output_tokens_mean
     uncached_ratio = (workload.prompt_mean - workload.cached_mean) / model.bench_prompt_tokens_mean
@@ -134,7 +135,8 @@ def transfer_distance(
     lo_o, hi_o = model.bench_output_tokens_range
     outside = not (lo_p <= workload.prompt_mean <= hi_p and lo_o <= workload.output_mean <= hi_o)
     far = any(
-        r > far_ratio or r < 1.0 / far_ratio for r in (prompt_ratio, output_ratio, uncached_ratio)
+        r > LENGTH_FACTOR or r < 1.0 / LENGTH_FACTOR
+        for r in (prompt_ratio, output_ratio, uncached_ratio)
     )
     parts = [
         f"measured at {model.bench_prompt_tokens_mean:,.0f}-token prompts and "
@@ -328,7 +330,7 @@ def carry_to_workload(
             binding=model,
         )
     drawn = sample or sample_requests(workload.prompt, workload.output, workload.cached, config)
-    transfer = transfer_distance(model, workload, config.far_ratio)
+    transfer = transfer_distance(model, workload)
     provisional = _provisional_reason(model, transfer)
     found: CapacitySearch | Unknown
     sensitivity: str | None = None

@@ -17,9 +17,6 @@ workload and the fleet sized (defaults and their documentation: ``pipeline/defau
     ``max_num_batched_tokens``), running-request limit (``max_num_seqs``) and chunked prefill.
     Null (the default): each deployment's own, from its manifest's ``engine_args``, its result
     file, the engine catalog's defaults or the data (``pipeline.capacity.limits``).
-``far_ratio``
-    A workload whose mean prompt or output is more than this factor away from the benchmark's
-    (or outside the lengths it measured) makes the transfer provisional.
 ``min_band_spread``
     The capacity band is never narrower than ± this share (a fit with tiny residuals on one mix
     still extrapolates).
@@ -43,7 +40,6 @@ MIN_HEADROOM = 0.05
 MAX_TOKEN_BUDGET = 2**20
 MAX_BATCH = 2**16
 # A workload a thousand times longer or shorter than the benchmark is never a transfer to trust.
-MAX_FAR_RATIO = 1_000.0
 
 
 @dataclass(frozen=True)
@@ -68,7 +64,6 @@ class CapacityConfig(Section):
     token_budget: Annotated[int, between(1, MAX_TOKEN_BUDGET)] | None = None
     max_batch: Annotated[int, between(1, MAX_BATCH)] | None = None
     chunked_prefill: bool | None = None
-    far_ratio: Annotated[float, between(1, MAX_FAR_RATIO, low_open=True)]
     min_band_spread: Annotated[float, Field(ge=0, lt=0.5)]
 
     @model_validator(mode="after")

@@ -15,7 +15,14 @@ from pydantic import Field, Strict, model_validator
 
 from pipeline.capacity.config import ServedModel
 from pipeline.capacity.prior import ModelShape
-from pipeline.decision.catalog import Feature, Gateway, HardwareTarget, Orchestrator, Sources
+from pipeline.decision.catalog import (
+    CudaVersion,
+    Feature,
+    Gateway,
+    HardwareTarget,
+    Orchestrator,
+    Sources,
+)
 from pipeline.settings import (
     ConfigPath,
     Fraction,
@@ -131,6 +138,9 @@ class Requirements(Section):
     hardware: Annotated[tuple[HardwareTarget, ...], Strict(False)]
     one_engine_across_fleet: bool
     gpu_types: Sources
+    # The CUDA release the NVIDIA fleet's drivers support (12, 12.8, 13): an engine whose
+    # current release needs a newer major release is excluded.
+    cuda_version: CudaVersion | None
     fixed_sku: bool | None
     models: Sources
     model_changes_per_quarter: ModelChanges | None

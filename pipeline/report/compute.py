@@ -680,9 +680,7 @@ def _catalog(catalog: Catalog, report_date: dt.date) -> dict[str, Any]:
                 "name": e.name,
                 "bet": e.design_bet,
                 "cache": e.prefix_cache.note,
-                "hardware": ", ".join(
-                    f"{t}" + ("" if lvl == "full" else f" ({lvl})") for t, lvl in e.hardware.items()
-                ),
+                "hardware": ", ".join(e.hardware_words(t) for t in e.hardware),
                 "change": e.change_summary(),
                 "status": _status_words(e.status.state, e.status.since, report_date)
                 if e.status.since
