@@ -6,6 +6,9 @@ Cost formulas (docs/capacity.md, "cost"):
 * replicas = ⌈peak rate ÷ (capacity × headroom)⌉ (+ 1 with N+1), at least 1;
   monthly cost = replicas × GPUs per replica × $/GPU-hour × 730 h;
 * utilisation = rate ÷ (replicas × capacity), at the mean and at the peak rate;
+* the cached tokens the capacity is searched with come from the fleet's own prefix cache
+  (:mod:`pipeline.capacity.fleet_cache`) at the fleet's replica count, and the fleet's size from
+  the capacity: the two are iterated to a fixed point (:func:`settle_fleet`);
 * per 1M tokens of this workload, at the SLO capacity (a replica costs GPUs × $/GPU-hour and
   serves capacity × 3600 requests an hour there): the replica's time splits into a prefill
   share (prefill work plus the step overhead in proportion to prefill tokens), a cached-context
@@ -22,30 +25,39 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
 
 import numpy as np
 import polars as pl
 
 from pipeline.bench.cost import HOURS_PER_MONTH
 from pipeline.capacity.config import CapacityConfig
-from pipeline.capacity.kernels import I64
+from pipeline.capacity.fleet_cache import CacheReplay
+from pipeline.capacity.kernels import F64, I64
 from pipeline.capacity.prior import ModelShape
 from pipeline.capacity.result import (
+    Arrivals,
     CandidateCapacity,
     CapacityBasis,
     CapacityResult,
+    CapacityVariant,
     Deployment,
+    FleetCache,
+    FleetStep,
     RoutingValue,
     ServingModel,
     Slo,
+    StepCoefficients,
     TransferDistance,
     WorkloadCost,
     WorkloadMix,
 )
 from pipeline.capacity.search import (
+    POISSON,
     CapacitySearch,
     RequestSample,
+    poisson_twin,
     run_stats,
     sample_requests,
     search_capacity,
@@ -54,19 +66,26 @@ from pipeline.capacity.search import (
 from pipeline.unknown import Unknown
 
 CAPACITY_METHOD = (
-    "simulated: Poisson arrivals of the workload's own sampled requests through the fitted "
-    "step model (continuous batching, chunked prefill, KV-bounded batch), bisection on the "
-    "rate for the largest one meeting the SLO with a queue that does not grow"
+    "simulated: the workload's own sampled requests, arriving as the candidate's arrivals say "
+    "and each with the prompt tokens its replica's prefix cache holds in the fleet's replay, "
+    "through the fitted step model (continuous batching, chunked prefill, KV-bounded batch), "
+    "bisection on the rate for the largest one meeting the SLO with a queue that does not grow"
 )
+#: Points of its prompt each request's cached tokens move by in the cached-share sensitivity.
+CACHED_SHIFT = 0.2
+#: Passes of the fleet-size / cache fixed point before it is called unsettled.
+MAX_FLEET_PASSES = 8
 
 
 @dataclass(frozen=True)
 class WorkloadRequests:
-    """The workload's requests: prompt, output and prefix-cached prompt tokens per request."""
+    """The workload's requests: prompt, output and prefix-cached prompt tokens per request, and
+    (when known) their arrival times in seconds, ascending."""
 
     prompt: I64
     output: I64
     cached: I64
+    arrival_s: F64 | None = None
 
     def __post_init__(self) -> None:
         n = self.prompt.shape[0]
@@ -74,6 +93,13 @@ class WorkloadRequests:
             raise ValueError("prompt, output and cached token arrays differ in length")
         if n == 0:
             raise ValueError("the workload has no requests")
+        if self.arrival_s is not None and (
+            self.arrival_s.shape[0] != n or bool(np.any(np.diff(self.arrival_s) < 0))
+        ):
+            raise ValueError("arrival times must be one per request, ascending")
+
+    def with_cached(self, cached: I64) -> WorkloadRequests:
+        return replace(self, cached=cached)
 
     @property
     def prompt_mean(self) -> float:
@@ -95,12 +121,19 @@ def workload_requests(
     cached_column: str | None = None,
 ) -> WorkloadRequests:
     """The arrays from the ingest stage's canonical requests (``prompt_tokens``,
-    ``output_tokens``) and either a per-request cached-token column (the replay's hits) or one
-    cached share of every prompt (e.g. the replay's hit-token ratio for the recommended
-    routing). Requests without a prompt or output length are left out."""
+    ``output_tokens``, and ``arrival`` when present: seconds from the first, in the frame's
+    order, which must then be ascending) and either a per-request cached-token column (the
+    replay's hits) or one cached share of every prompt. Requests without a prompt or output
+    length are left out."""
     if not 0.0 <= cached_share < 1.0:
         raise ValueError(f"cached_share must be in [0, 1), got {cached_share}")
-    columns = ["prompt_tokens", "output_tokens", *([cached_column] if cached_column else [])]
+    timed = "arrival" in requests.columns
+    columns = [
+        "prompt_tokens",
+        "output_tokens",
+        *([cached_column] if cached_column else []),
+        *(["arrival"] if timed else []),
+    ]
     frame = requests.select(columns).drop_nulls(["prompt_tokens", "output_tokens"])
     prompt = frame.get_column("prompt_tokens").to_numpy().astype(np.int64)
     output = frame.get_column("output_tokens").to_numpy().astype(np.int64)
@@ -108,8 +141,15 @@ def workload_requests(
         cached = frame.get_column(cached_column).fill_null(0).to_numpy().astype(np.int64)
     else:
         cached = np.floor(prompt * cached_share).astype(np.int64)
+    arrival_s = None
+    if timed and frame.height and frame.get_column("arrival").null_count() == 0:
+        micros = frame.get_column("arrival").dt.epoch("us").to_numpy().astype(np.int64)
+        arrival_s = (micros - micros[0]) / 1e6
     return WorkloadRequests(
-        prompt=np.maximum(prompt, 1), output=np.maximum(output, 1), cached=cached
+        prompt=np.maximum(prompt, 1),
+        output=np.maximum(output, 1),
+        cached=cached,
+        arrival_s=arrival_s,
     )
 
 
@@ -201,6 +241,192 @@ def _provisional_reason(model: ServingModel, transfer: TransferDistance) -> str 
     return "; ".join(reasons) or None
 
 
+def fleet_replicas(capacity_rps: float, peak_rate_rps: float, config: CapacityConfig) -> int:
+    """Replicas the peak needs: ⌈peak ÷ (capacity × headroom)⌉, at least 1, + 1 with N+1."""
+    replicas = max(math.ceil(peak_rate_rps / (capacity_rps * config.headroom) - 1e-9), 1)
+    return replicas + (1 if config.n_plus_one else 0)
+
+
+class CacheSource(Protocol):
+    """Per-request cached tokens at a fleet size and KV pool (:meth:`CacheReplays.at`)."""
+
+    def at(self, replicas: int, kv_tokens: int) -> CacheReplay | Unknown: ...
+
+
+@dataclass(frozen=True)
+class SettledFleet:
+    """The fixed point's outcome: the capacity, the sample it was searched with, the cached
+    tokens per workload request (None: the workload's own) and the record of the replay."""
+
+    found: CapacitySearch | Unknown
+    sample: RequestSample
+    cached: I64 | None
+    record: FleetCache | Unknown | None
+
+
+def settle_fleet(
+    coefficients: StepCoefficients,
+    sample: RequestSample,
+    slo: Slo,
+    *,
+    kv_tokens: int,
+    kv_source: str,
+    peak_rate_rps: float,
+    config: CapacityConfig,
+    cache: CacheSource | None,
+) -> SettledFleet:
+    """Fleet size and cache share to a fixed point: the cache replayed at ``replicas`` (from 1)
+    gives each sampled request its cached tokens, the capacity with them the replicas the peak
+    needs; repeat until the count repeats. Fewer replicas share more of the cache, so the
+    count only grows from 1 and settles on the smallest consistent fleet; should it alternate
+    (the routing chosen can change with the count), the pass needing the most replicas is kept
+    (the costlier fleet) and the record says it did not settle."""
+    replay = cache.at(1, kv_tokens) if cache is not None else None
+    if not isinstance(replay, CacheReplay) or cache is None:
+        # No replay: the cached tokens the workload came with.
+        found = search_capacity(coefficients, sample, slo, kv_tokens=kv_tokens, config=config)
+        return SettledFleet(found, sample, None, replay if isinstance(replay, Unknown) else None)
+    passes: list[tuple[CacheReplay, RequestSample, CapacitySearch | Unknown]] = []
+    steps: list[FleetStep] = []
+    near: float | None = None
+    for _ in range(MAX_FLEET_PASSES):
+        drawn = sample.with_workload_cached(replay.cached)
+        found = search_capacity(
+            coefficients, drawn, slo, kv_tokens=kv_tokens, config=config, near=near
+        )
+        passes.append((replay, drawn, found))
+        if isinstance(found, Unknown):
+            steps.append(
+                FleetStep(
+                    replicas=replay.replicas,
+                    cached_share=replay.share,
+                    capacity_rps=found,
+                    replicas_needed=None,
+                )
+            )
+            break
+        needed = fleet_replicas(found.rate_rps, peak_rate_rps, config)
+        steps.append(
+            FleetStep(
+                replicas=replay.replicas,
+                cached_share=replay.share,
+                capacity_rps=found.rate_rps,
+                replicas_needed=needed,
+            )
+        )
+        if any(p[0].replicas == needed for p in passes):
+            break
+        following = cache.at(needed, kv_tokens)
+        if isinstance(following, Unknown):
+            break  # the last pass stands; the record says the fleet did not settle
+        replay, near = following, found.rate_rps
+    last = steps[-1]
+    settled = last.replicas_needed in (None, last.replicas)
+    chosen = len(steps) - 1
+    if not settled:
+        # Alternating (or still growing): from where the cycle began, the costliest pass.
+        start = next((i for i, st in enumerate(steps) if st.replicas == last.replicas_needed), 0)
+        chosen = max(range(start, len(steps)), key=lambda i: steps[i].replicas_needed or 0)
+    replay, drawn, found = passes[chosen]
+    record = FleetCache(
+        replicas=replay.replicas,
+        kv_tokens=replay.kv_tokens,
+        kv_source=kv_source,
+        routing=replay.routing,
+        block_size=replay.block_size,
+        cached_share=replay.share,
+        description=replay.description,
+        steps=steps,
+        settled=settled,
+    )
+    return SettledFleet(found, drawn, replay.cached, record)
+
+
+def _searched(
+    coefficients: StepCoefficients,
+    sample: RequestSample,
+    slo: Slo,
+    kv_tokens: int,
+    config: CapacityConfig,
+    near: float,
+) -> float | Unknown:
+    found = search_capacity(
+        coefficients, sample, slo, kv_tokens=kv_tokens, config=config, near=near
+    )
+    return found if isinstance(found, Unknown) else found.rate_rps
+
+
+def capacity_sensitivity(
+    coefficients: StepCoefficients,
+    sample: RequestSample,
+    slo: Slo,
+    *,
+    kv_tokens: int,
+    config: CapacityConfig,
+    capacity_rps: float,
+) -> list[CapacityVariant]:
+    """The capacity with one input moved at a time, each against ``capacity_rps``: Poisson
+    arrivals instead of the traffic's (the same requests and cached tokens), every request's
+    cached tokens ∓ ``CACHED_SHIFT`` of its prompt, and the prefill token budget halved and
+    doubled (``max_batch`` capped at the budget)."""
+    share = float(sample.cached.sum() / sample.prompt.sum())
+    cases: list[tuple[str, str, RequestSample, CapacityConfig]] = []
+    twin = poisson_twin(sample)
+    same = np.array_equal(twin.unit_arrivals, sample.unit_arrivals)
+    cases.append(
+        (
+            "poisson",
+            "Poisson arrivals (CV 1)" + (": the search's own" if same else ""),
+            sample if same else twin,
+            config,
+        )
+    )
+    shift = np.floor(CACHED_SHIFT * sample.prompt).astype(np.int64)
+    for key, sign in (("cached_minus", -1), ("cached_plus", 1)):
+        moved = sample.with_cached(sample.cached + sign * shift)
+        moved_share = float(moved.cached.sum() / moved.prompt.sum())
+        cases.append(
+            (
+                key,
+                f"cached share {moved_share:.0%} ({'−' if sign < 0 else '+'}"
+                f"{CACHED_SHIFT * 100:.0f} points of each prompt, from {share:.0%})",
+                moved,
+                config,
+            )
+        )
+    for key, factor, word in (("budget_half", 0.5, "half"), ("budget_double", 2.0, "double")):
+        budget = max(int(config.token_budget * factor), 1)
+        cases.append(
+            (
+                key,
+                f"prefill budget {budget:,} tokens a step ({word} {config.token_budget:,})",
+                sample,
+                config.replace(token_budget=budget, max_batch=min(config.max_batch, budget)),
+            )
+        )
+    variants = []
+    for key, description, moved, settings in cases:
+        unchanged = (
+            settings is config
+            and moved.unit_arrivals is sample.unit_arrivals
+            and np.array_equal(moved.uncached, sample.uncached)
+        )
+        capacity = (
+            capacity_rps
+            if unchanged
+            else _searched(coefficients, moved, slo, kv_tokens, settings, capacity_rps)
+        )
+        variants.append(
+            CapacityVariant(
+                key=key,  # type: ignore[arg-type]
+                description=description,
+                capacity_rps=capacity,
+                change=capacity if isinstance(capacity, Unknown) else capacity / capacity_rps - 1.0,
+            )
+        )
+    return variants
+
+
 def workload_cost(
     search: CapacitySearch,
     workload: WorkloadRequests,
@@ -213,8 +439,7 @@ def workload_cost(
 ) -> WorkloadCost:
     """Fleet, monthly cost, utilisation and per-1M-token prices (module docstring)."""
     capacity = search.rate_rps
-    replicas = max(math.ceil(peak_rate_rps / (capacity * config.headroom) - 1e-9), 1)
-    replicas += 1 if config.n_plus_one else 0
+    replicas = fleet_replicas(capacity, peak_rate_rps, config)
     gpus = replicas * gpus_per_replica
     monthly = gpus * gpu_hour_usd * HOURS_PER_MONTH
     hourly = gpus_per_replica * gpu_hour_usd
@@ -290,56 +515,90 @@ def carry_to_workload(
     measured_on_workload: bool = False,
     benchmark_cost_per_1m_output_usd: float | None = None,
     sample: RequestSample | None = None,
+    arrivals: Arrivals = POISSON,
+    fleet_cache: CacheSource | None = None,
+    kv_source: str = "as given",
 ) -> CandidateCapacity:
-    """Capacity at the SLO for the workload's own mix, its band, transfer distance and cost.
+    """Capacity at the SLO for the workload's own mix, its band, transfer distance, cost and
+    sensitivity.
 
-    ``kv_tokens``: the replica's KV-cache tokens (``requirements.kv_cache``). ``sample``: the
-    workload's sampled requests when the caller shares one draw between candidates."""
+    ``kv_tokens``: the replica's KV pool (``kv_source`` says whence), also its prefix cache's
+    size in ``fleet_cache``. ``sample``: the workload's sampled requests when the caller shares
+    one draw between candidates (drawn with ``arrivals``). ``fleet_cache``: where per-request
+    cached tokens come from at a fleet size (:func:`settle_fleet`); None: the workload's own
+    ``cached``."""
     basis: CapacityBasis = "measured" if measured_on_workload else "transferred"
     bench_cost: float | Unknown = (
         benchmark_cost_per_1m_output_usd
         if benchmark_cost_per_1m_output_usd is not None
         else Unknown(reason="the bench stage gave no cost for this candidate")
     )
+    common: dict[str, Any] = {
+        "candidate": candidate,
+        "capacity_basis": basis,
+        "capacity_method": CAPACITY_METHOD,
+        "benchmark_cost_per_1m_output_usd": bench_cost,
+        "arrivals": arrivals,
+    }
     if isinstance(model, Unknown):
         return CandidateCapacity(
-            candidate=candidate,
             deployment=_placeholder_deployment(candidate, deployment_gpus),
             serving_model=model,
             workload_capacity_rps=model,
             workload_capacity_band_rps=model,
-            capacity_basis=basis,
-            capacity_method=CAPACITY_METHOD,
             transfer=model,
             provisional_reason=f"no serving model: {model.reason}",
             cost=model,
-            benchmark_cost_per_1m_output_usd=bench_cost,
+            **common,
         )
-    drawn = sample or sample_requests(workload.prompt, workload.output, workload.cached, config)
+    drawn = sample or sample_requests(
+        workload.prompt, workload.output, workload.cached, config, arrivals, workload.arrival_s
+    )
+    settled = (
+        settle_fleet(
+            model.coefficients,
+            drawn,
+            slo,
+            kv_tokens=kv_tokens,
+            kv_source=kv_source,
+            peak_rate_rps=peak_rate_rps,
+            config=config,
+            cache=fleet_cache,
+        )
+        if kv_tokens > 0
+        else SettledFleet(Unknown(reason=f"no KV cache: {kv_source}"), drawn, None, None)
+    )
+    if settled.cached is not None:
+        workload = workload.with_cached(settled.cached)
+    found, drawn = settled.found, settled.sample
     transfer = transfer_distance(model, workload, config.far_ratio)
-    found = search_capacity(model.coefficients, drawn, slo, kv_tokens=kv_tokens, config=config)
     provisional = _provisional_reason(model, transfer)
+    common |= {
+        "deployment": model.deployment,
+        "serving_model": model,
+        "transfer": transfer,
+        "provisional_reason": provisional,
+        "fleet_cache": settled.record,
+    }
     if isinstance(found, Unknown):
         return CandidateCapacity(
-            candidate=candidate,
-            deployment=model.deployment,
-            serving_model=model,
             workload_capacity_rps=found,
             workload_capacity_band_rps=found,
-            capacity_basis=basis,
-            capacity_method=CAPACITY_METHOD,
-            transfer=transfer,
-            provisional_reason=provisional,
             cost=found,
-            benchmark_cost_per_1m_output_usd=bench_cost,
+            **common,
         )
     spread = min(max(model.residual_spread, config.min_band_spread), 0.5)
     band: list[float] = []
     for factor in (1.0 + spread, 1.0 - spread):  # slower steps → the band's low end
-        edge = search_capacity(
-            model.coefficients.scaled(factor), drawn, slo, kv_tokens=kv_tokens, config=config
+        edge = _searched(
+            model.coefficients.scaled(factor),
+            drawn,
+            slo,
+            kv_tokens,
+            config,
+            found.rate_rps / factor,
         )
-        band.append(edge.rate_rps if not isinstance(edge, Unknown) else math.nan)
+        band.append(edge if not isinstance(edge, Unknown) else math.nan)
     low = band[0] if math.isfinite(band[0]) else found.rate_rps * (1 - spread)
     high = band[1] if math.isfinite(band[1]) else found.rate_rps * (1 + spread)
     cost: WorkloadCost | Unknown
@@ -356,17 +615,18 @@ def carry_to_workload(
             config=config,
         )
     return CandidateCapacity(
-        candidate=candidate,
-        deployment=model.deployment,
-        serving_model=model,
         workload_capacity_rps=found.rate_rps,
         workload_capacity_band_rps=(min(low, found.rate_rps), max(high, found.rate_rps)),
-        capacity_basis=basis,
-        capacity_method=CAPACITY_METHOD,
-        transfer=transfer,
-        provisional_reason=provisional,
         cost=cost,
-        benchmark_cost_per_1m_output_usd=bench_cost,
+        sensitivity=capacity_sensitivity(
+            model.coefficients,
+            drawn,
+            slo,
+            kv_tokens=kv_tokens,
+            config=config,
+            capacity_rps=found.rate_rps,
+        ),
+        **common,
     )
 
 

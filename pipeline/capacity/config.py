@@ -21,11 +21,17 @@ workload and the fleet sized (defaults and their documentation: ``pipeline/defau
 ``min_band_spread``
     The capacity band is never narrower than ± this share (a fit with tiny residuals on one mix
     still extrapolates).
+``arrivals`` / ``arrival_cv`` / ``arrival_windows``
+    How the sampled requests arrive in the search: ``trace`` replays the workload's own
+    inter-arrival pattern (``arrival_windows`` contiguous runs of requests, each scaled to the
+    rate tried), falling back to Gamma gaps at the measured CV when the timestamps cannot resolve
+    gaps; ``gamma`` draws Gamma gaps at ``arrival_cv`` (null: the measured CV); ``poisson``
+    exponential gaps. The Poisson figure is always computed beside it.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Self
+from typing import Annotated, Literal, Self
 
 from pydantic import Field, model_validator
 
@@ -44,6 +50,11 @@ class CapacityConfig(Section):
     max_batch: PositiveInt
     far_ratio: Annotated[float, Field(gt=1)]
     min_band_spread: Annotated[float, Field(ge=0, lt=0.5)]
+    # Defaults here too: a capacity document written before these keys keeps its settings
+    # readable (the decision re-validates them from the document).
+    arrivals: Literal["trace", "gamma", "poisson"] = "trace"
+    arrival_cv: Annotated[float, Field(gt=0, le=20)] | None = None
+    arrival_windows: Annotated[int, Field(ge=1, le=1000)] = 8
 
     @model_validator(mode="after")
     def _batch_within_budget(self) -> Self:

@@ -11,7 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline.capacity.fit import NOT_COMPARABLE
-from pipeline.capacity.result import CandidateCapacity, CapacityResult, ServingModel
+from pipeline.capacity.result import (
+    CandidateCapacity,
+    CapacityResult,
+    CapacityVariant,
+    FleetCache,
+    ServingModel,
+)
 from pipeline.present.tables import markdown_table
 from pipeline.present.text import UNKNOWN, unknown_text
 from pipeline.unknown import Unknown
@@ -47,9 +53,87 @@ def transfer_sentence(candidate: CandidateCapacity) -> str:
     band = candidate.workload_capacity_band_rps
     band_text = "" if isinstance(band, Unknown) else f" ({_rate(band[0])}–{_rate(band[1])})"
     sentence = f"{measured}; {distance}: capacity {_rate(capacity)} req/s per replica{band_text}"
+    bursts = burstiness_phrase(candidate)
+    if bursts:
+        sentence += f", {bursts}"
     if candidate.provisional_reason:
         sentence += f" — provisional: {candidate.provisional_reason}"
     return sentence
+
+
+def _change(value: float | Unknown) -> str:
+    return UNKNOWN if isinstance(value, Unknown) else f"{value:+.0%}"
+
+
+def burstiness_phrase(candidate: CandidateCapacity) -> str:
+    """What the traffic's own arrivals do to the capacity against Poisson ones ("" when the
+    search's arrivals were Poisson), e.g. "with the traffic's bursts (Poisson arrivals: 3.4,
+    +26 %)"."""
+    poisson = candidate.variant("poisson")
+    arrivals = candidate.arrivals
+    if poisson is None or arrivals is None or arrivals.kind == "poisson":
+        return ""
+    figure = poisson.capacity_rps
+    text = UNKNOWN if isinstance(figure, Unknown) else _rate(figure)
+    return f"with the traffic's bursts (Poisson arrivals: {text}, {_change(poisson.change)})"
+
+
+def cache_sentence(candidate: CandidateCapacity) -> str:
+    """Which replay gave the cached tokens, and how the fleet size settled ("" when the
+    workload's own cached tokens were searched with)."""
+    fleet = candidate.fleet_cache
+    if fleet is None:
+        return ""
+    if isinstance(fleet, Unknown):
+        return f"Cached tokens: none taken ({fleet.reason})"
+    return f"Cached tokens: {fleet.cached_share:.1%} of prompt tokens, {fleet.description}. {fleet_passes(fleet)}"
+
+
+def fleet_passes(fleet: FleetCache) -> str:
+    """The fixed point in words: each pass's replicas, cached share and what it needed."""
+    steps = "; ".join(
+        f"{s.replicas} replica(s): {s.cached_share:.1%} cached, capacity "
+        + (
+            UNKNOWN
+            if isinstance(s.capacity_rps, Unknown)
+            else f"{_rate(s.capacity_rps)} req/s → {s.replicas_needed} replica(s)"
+        )
+        for s in fleet.steps
+    )
+    verdict = (
+        "settled"
+        if fleet.settled
+        else f"did not settle (the count alternated): the pass at {fleet.replicas} replica(s), "
+        "which needs the most, is kept"
+    )
+    return f"Fleet and cache {verdict}: {steps}."
+
+
+def sensitivity_sentence(candidate: CandidateCapacity) -> str:
+    """How the capacity moves with each input moved alone ("" when there is none)."""
+    return "; ".join(
+        f"{v.description}: {_variant_rate(v)} ({_change(v.change)})" for v in candidate.sensitivity
+    )
+
+
+def _variant_rate(variant: CapacityVariant) -> str:
+    figure = variant.capacity_rps
+    return UNKNOWN if isinstance(figure, Unknown) else f"{_rate(figure)} req/s"
+
+
+def sensitivity_table(result: CapacityResult) -> str:
+    """One row per candidate and moved input: the capacity and its change."""
+    rows = [
+        {
+            "candidate": c.candidate,
+            "moved": v.description,
+            "capacity_rps": _figure(v.capacity_rps),
+            "change": _change(v.change),
+        }
+        for c in result.candidates
+        for v in c.sensitivity
+    ]
+    return markdown_table(rows, headers={"capacity_rps": "capacity req/s"})
 
 
 def _figure(value: Any) -> Any:
@@ -130,8 +214,17 @@ def render_text(result: CapacityResult) -> str:
         lines.append("No benchmarked deployment to carry to this workload.")
     for candidate in result.candidates:
         lines.append(f"- {candidate.candidate}: {transfer_sentence(candidate)}")
+        cache = cache_sentence(candidate)
+        if cache:
+            lines.append(f"  {cache}")
     if result.candidates:
         lines += ["", candidates_table(result)]
+    if any(c.sensitivity for c in result.candidates):
+        lines += [
+            "",
+            "How each capacity moves with one input moved (the same requests, the rest held):",
+            sensitivity_table(result),
+        ]
     for candidate in result.candidates:
         if isinstance(candidate.serving_model, ServingModel):
             lines += [

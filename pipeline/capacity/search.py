@@ -1,11 +1,26 @@
-"""Capacity at the SLO by simulation: the largest Poisson arrival rate a replica serves while
-meeting the SLO and keeping up.
+"""Capacity at the SLO by simulation: the largest arrival rate a replica serves while meeting
+the SLO and keeping up.
 
 The workload's requests are sampled once (``CapacityConfig.sample_requests``, fixed seed) and
-given unit-rate exponential inter-arrival gaps once; a rate λ divides those gaps by λ. Every
-rate tried therefore replays the same requests in the same order (common random numbers), so
-pass/fail is (nearly) monotone in λ and bisection converges on one edge instead of chasing
-sampling noise.
+given unit-mean-rate arrival times once; a rate λ divides those times by λ. Every rate tried
+therefore replays the same requests in the same order at the same relative spacing (common
+random numbers), so pass/fail is (nearly) monotone in λ and bisection converges on one edge
+instead of chasing sampling noise. How they arrive (:class:`Arrivals`):
+
+* ``trace`` — the workload's own arrivals: ``arrival_windows`` contiguous runs of requests
+  (consecutive in arrival order, so a burst stays a burst; a random subset would thin it towards
+  Poisson), spread over the trace, each run's gaps divided by the run's own mean gap (the time
+  of day's rate level drops out; the fleet is sized at the peak rate anyway), one mean gap
+  between runs;
+* ``gamma`` — requests drawn at random, Gamma-distributed gaps of mean 1 and the given CV
+  (shape 1/CV², scale CV²): the renewal process with the measured burstiness, for traces whose
+  timestamps cannot resolve gaps;
+* ``poisson`` — exponential gaps (Gamma with CV 1: the same draw, so CV 1 gives the Poisson
+  figure exactly).
+
+The gaps are drawn after the requests, from the random state the sample keeps, so the Poisson
+twin of a sample (:func:`poisson_twin`: the same requests, exponential gaps from that state) is
+exactly the sample ``poisson`` draws.
 
 A rate passes when, over the requests after the warm-up share:
 
@@ -20,39 +35,66 @@ A rate passes when, over the requests after the warm-up share:
 Search: a rate at a tenth of one lone request's service rate must pass (else the SLO cannot be
 met at any rate: ``Unknown`` with the lone request's figures); the rate doubles until it fails,
 then bisects in log space until the bracket is within 1 %. The capacity is the bracket's low end
-(a rate that passed).
+(a rate that passed). Given a rate ``near`` the answer (the previous pass of the fleet's fixed
+point, or the candidate's own capacity for its band and sensitivity), the search starts there
+and steps by ×1.25 instead of doubling from the floor.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
 from pipeline.capacity.config import CapacityConfig
 from pipeline.capacity.kernels import F64, I64, SimulatedRun, simulate_replica
-from pipeline.capacity.result import Slo, StepCoefficients
+from pipeline.capacity.result import Arrivals, Slo, StepCoefficients
 from pipeline.unknown import Unknown
 
 #: Bisection stops when high ÷ low is below this.
 BRACKET_RATIO = 1.01
 MAX_DOUBLINGS = 40
+#: A search told where the answer lies steps from there by this factor.
+NEAR_STEP = 1.25
+POISSON = Arrivals(kind="poisson", cv=1.0, description="Poisson arrivals (inter-arrival CV 1)")
 
 
 @dataclass(frozen=True)
 class RequestSample:
-    """Requests in simulation order (prompt, uncached prompt, output tokens) and unit-rate
-    arrival times."""
+    """Requests in simulation order (prompt, uncached prompt, output tokens), unit-rate
+    arrival times and, when drawn from a workload, each one's row in it (``index``)."""
 
     prompt: I64
     uncached: I64
     output: I64
     unit_arrivals: F64
+    index: I64 | None = None
+    #: The random generator's state after the requests were drawn, before their gaps.
+    gap_state: dict[str, Any] | None = field(default=None, repr=False)
 
     @property
     def size(self) -> int:
         return int(self.prompt.shape[0])
+
+    @property
+    def cached(self) -> I64:
+        return self.prompt - self.uncached
+
+    def with_cached(self, cached: I64) -> RequestSample:
+        """The same requests with ``cached`` prompt tokens each (one per sampled request), capped
+        at prompt − 1: the last prompt token is always recomputed
+        (pipeline/prefix/cache_rules.py: hits cap at prompt − 1)."""
+        c = np.clip(cached.astype(np.int64), 0, self.prompt - 1)
+        return replace(self, uncached=self.prompt - c)
+
+    def with_workload_cached(self, cached: I64) -> RequestSample:
+        """The same requests with their rows' cached tokens out of ``cached`` (one per workload
+        request)."""
+        if self.index is None:
+            raise ValueError("the sample does not say which workload rows it holds")
+        return self.with_cached(cached[self.index])
 
 
 @dataclass(frozen=True)
@@ -86,20 +128,83 @@ class CapacitySearch:
     simulations: int
 
 
-def sample_requests(prompt: I64, output: I64, cached: I64, config: CapacityConfig) -> RequestSample:
-    """``config.sample_requests`` requests drawn without replacement (all of them, shuffled,
-    when the workload is smaller), with unit-rate Poisson arrival times; same seed, same draw."""
+def gamma_gaps(rng: np.random.Generator, n: int, cv: float) -> F64:
+    """``n`` Gamma gaps of mean 1 and coefficient of variation ``cv`` (shape 1/cv², scale cv²;
+    cv 1 is numpy's exponential draw itself)."""
+    shape = 1.0 / (cv * cv)
+    gaps: F64 = rng.gamma(shape, 1.0 / shape, size=n)
+    return gaps
+
+
+def trace_windows(
+    arrival_s: F64, take: int, windows: int, rng: np.random.Generator
+) -> tuple[I64, F64]:
+    """Rows and unit-rate arrival times of ``take`` requests in ``windows`` contiguous runs of
+    the arrival-ordered trace (all of it, in order, when it is no larger). The runs are equally
+    long and stratified: run s starts at a random point of the s-th share of the slack, so they
+    never overlap and cover the trace from start to end. Each run's gaps are divided by its own
+    mean gap (a run of simultaneous arrivals gets unit gaps), and one unit gap precedes each."""
+    n = int(arrival_s.shape[0])
+    if take >= n:
+        spans = [(0, n)]
+    else:
+        k = max(1, min(windows, take))
+        lengths = np.full(k, take // k, dtype=np.int64)
+        lengths[: take % k] += 1
+        slack = n - take
+        offsets = np.floor((np.arange(k) + rng.random(k)) * slack / k).astype(np.int64)
+        starts = np.concatenate(([0], np.cumsum(lengths)[:-1])) + offsets
+        spans = [(int(a), int(a + m)) for a, m in zip(starts, lengths, strict=True)]
+    index = np.concatenate([np.arange(lo, hi, dtype=np.int64) for lo, hi in spans])
+    gaps = []
+    for lo, hi in spans:
+        inner = np.diff(arrival_s[lo:hi].astype(np.float64))
+        mean = float(inner.mean()) if inner.size else 0.0
+        gaps += [np.ones(1), inner / mean if mean > 0 else np.ones(inner.size)]
+    return index, np.cumsum(np.concatenate(gaps))
+
+
+def sample_requests(
+    prompt: I64,
+    output: I64,
+    cached: I64,
+    config: CapacityConfig,
+    arrivals: Arrivals = POISSON,
+    arrival_s: F64 | None = None,
+) -> RequestSample:
+    """``config.sample_requests`` requests with unit-rate arrival times (module docstring):
+    ``trace`` takes contiguous runs of the arrival-ordered workload (``arrival_s``, seconds,
+    ascending), the others draw requests without replacement (all of them, shuffled, when the
+    workload is smaller) and Gamma / exponential gaps. Same seed, same draw."""
     rng = np.random.default_rng(config.seed)
     n = int(prompt.shape[0])
     take = min(n, config.sample_requests)
-    index = rng.permutation(n)[:take] if take == n else rng.choice(n, size=take, replace=False)
+    if arrivals.kind == "trace":
+        if arrival_s is None or arrival_s.shape[0] != n:
+            raise ValueError("trace arrivals need one arrival time per workload request")
+        index, unit = trace_windows(arrival_s, take, config.arrival_windows, rng)
+        state = dict(rng.bit_generator.state)
+    else:
+        index = rng.permutation(n)[:take] if take == n else rng.choice(n, size=take, replace=False)
+        state = dict(rng.bit_generator.state)
+        cv = arrivals.cv if isinstance(arrivals.cv, float) else 1.0
+        unit = np.cumsum(gamma_gaps(rng, take, cv))
     p = np.maximum(prompt[index].astype(np.int64), 1)
-    # The last prompt token is always recomputed (pipeline/prefix/cache_rules.py: hits cap at
-    # prompt − 1).
-    c = np.clip(cached[index].astype(np.int64), 0, p - 1)
     o = np.maximum(output[index].astype(np.int64), 1)
-    gaps = rng.exponential(1.0, size=take)
-    return RequestSample(prompt=p, uncached=p - c, output=o, unit_arrivals=np.cumsum(gaps))
+    sample = RequestSample(
+        prompt=p, uncached=p, output=o, unit_arrivals=unit, index=index, gap_state=state
+    )
+    return sample.with_cached(cached[index])
+
+
+def poisson_twin(sample: RequestSample) -> RequestSample:
+    """The same requests (and cached tokens) arriving as a Poisson stream: the exponential gaps
+    a ``poisson`` sample draws from the state the requests left the generator in."""
+    if sample.gap_state is None:
+        raise ValueError("the sample keeps no random state to draw Poisson gaps from")
+    rng = np.random.Generator(np.random.PCG64())
+    rng.bit_generator.state = sample.gap_state
+    return replace(sample, unit_arrivals=np.cumsum(gamma_gaps(rng, sample.size, 1.0)))
 
 
 def _percentile_ms(values: F64, q: float) -> float:
@@ -197,8 +302,10 @@ def search_capacity(
     *,
     kv_tokens: int,
     config: CapacityConfig,
+    near: float | None = None,
 ) -> CapacitySearch | Unknown:
-    """The largest rate meeting ``slo`` and keeping up (module docstring), or ``Unknown``."""
+    """The largest rate meeting ``slo`` and keeping up (module docstring), or ``Unknown``.
+    ``near``: a rate close to the answer, where the search starts."""
     too_big = int(np.sum(sample.prompt + sample.output > kv_tokens))
     if too_big:
         return Unknown(
@@ -218,23 +325,40 @@ def search_capacity(
             run, sample.output, rate, config, slo.ttft_p95_ms, coefficients.request_latency_s
         )
 
-    low = 0.1 / lone
-    low_stats = evaluate(low)
-    if not low_stats.meets(slo):
+    floor = 0.1 / lone
+
+    def unreachable(stats: RunStats) -> Unknown:
         return Unknown(
-            reason=f"the SLO ({slo.describe()}) is not met even at {low:.3g} req/s (a tenth of "
-            f"one lone request's rate): p95 TTFT {low_stats.ttft_p95_ms:,.0f} ms, p99 ITL "
-            f"{low_stats.itl_p99_ms:,.1f} ms"
+            reason=f"the SLO ({slo.describe()}) is not met even at {floor:.3g} req/s (a tenth "
+            f"of one lone request's rate): p95 TTFT {stats.ttft_p95_ms:,.0f} ms, p99 ITL "
+            f"{stats.itl_p99_ms:,.1f} ms"
         )
-    high = low
-    for _ in range(MAX_DOUBLINGS):
-        high *= 2.0
-        stats = evaluate(high)
-        if not stats.meets(slo):
-            break
-        low, low_stats = high, stats
+
+    high: float | None = None
+    step = 2.0
+    if near is None or not near > floor:
+        low, low_stats = floor, evaluate(floor)
+        if not low_stats.meets(slo):
+            return unreachable(low_stats)
     else:
-        return Unknown(reason="no failing rate found: the fitted model never saturates")
+        step = NEAR_STEP
+        low, low_stats = near, evaluate(near)
+        while not low_stats.meets(slo):
+            high = low
+            low = max(low / NEAR_STEP, floor)
+            low_stats = evaluate(low)
+            if low == floor and not low_stats.meets(slo):
+                return unreachable(low_stats)
+    if high is None:
+        for _ in range(MAX_DOUBLINGS):
+            candidate = low * step
+            stats = evaluate(candidate)
+            if not stats.meets(slo):
+                high = candidate
+                break
+            low, low_stats = candidate, stats
+        else:
+            return Unknown(reason="no failing rate found: the fitted model never saturates")
     while high / low > BRACKET_RATIO:
         middle = math.sqrt(low * high)
         stats = evaluate(middle)

@@ -7,8 +7,10 @@ read → run → write:
   benchmark's own $/1M output) and its per-request rows (persisted by the bench stage as
   ``bench/per_request.parquet`` whenever a result file had them; the bundled sweep has none, so
   nothing there changes); the ingest table's ``prompt_tokens`` / ``output_tokens``; the shape
-  stage's mean and peak rate (``bench.peak_window``); the cached share of prompt tokens from the
-  simulation's scenarios (:func:`recommended_cached_share`); the replica's KV tokens
+  stage's mean and peak rate (``bench.peak_window``) and the arrival pattern the search replays
+  (:func:`arrival_pattern`); the workload flattened for the simulation's replay kernels and its
+  scenarios, from which each candidate's fleet cache is replayed
+  (:class:`pipeline.capacity.fleet_cache.CacheReplays`); the replica's KV tokens
   (``requirements.kv_cache``, else the largest ``simulation.cache_tokens``); the model's shape for
   the roofline prior (``requirements.kv_cache``); prices (``bench.prices``) and the SLO
   (``bench.slo``).
@@ -23,10 +25,10 @@ read → run → write:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from pipeline.bench import stage as bench_stage
@@ -41,17 +43,25 @@ from pipeline.capacity.compute import (
 )
 from pipeline.capacity.config import CapacityConfig
 from pipeline.capacity.fit import deployment_of, fit_serving_model
+from pipeline.capacity.fleet_cache import CacheReplays, deployment_kv_tokens
 from pipeline.capacity.prior import ModelShape
-from pipeline.capacity.result import CapacityResult, Slo, candidates_frame, model_errors_frame
-from pipeline.capacity.search import sample_requests
+from pipeline.capacity.result import (
+    Arrivals,
+    CapacityResult,
+    Slo,
+    candidates_frame,
+    model_errors_frame,
+)
+from pipeline.capacity.search import POISSON, sample_requests
 from pipeline.config import Config
+from pipeline.decision.config import KvCacheSizing
 from pipeline.errors import ConfigError, InputFormatError
 from pipeline.ingest.stage import read_requests
 from pipeline.layout import WorkloadLayout, require_output
 from pipeline.safe_read import read_json
 from pipeline.shape import stage as shape_stage
+from pipeline.shape.result import Arrivals as ShapeArrivals
 from pipeline.sim import stage as sim_stage
-from pipeline.sim.result import ScenarioSummary
 from pipeline.store import open_stage_output, write_json_atomic, write_parquet_atomic
 from pipeline.unknown import Unknown
 
@@ -68,8 +78,6 @@ DEPLOYMENT_KEYS = (
 )
 #: A load point's ``dataset`` when ``enginefit loadtest`` replayed a workload's own trace.
 TRACE_DATASET = "enginefit-trace"
-#: Largest cached share used (the core needs at least one uncached token per prompt).
-MAX_CACHED_SHARE = 0.999
 
 
 @dataclass(frozen=True)
@@ -80,11 +88,15 @@ class CapacityInputs:
     points: pl.DataFrame  # the bench stage's evaluated load points
     per_request: pl.DataFrame | None
     bench_capacity: pl.DataFrame  # the bench stage's SLO capacity per candidate and sweep
-    requests: pl.DataFrame  # prompt_tokens, output_tokens of the canonical table
-    cached_share: float
+    requests: pl.DataFrame  # prompt_tokens, output_tokens, arrival, in arrival order
     peak_rate_rps: float
     mean_rate_rps: float | None
     kv_tokens: int
+    # --- the traffic's own arrivals and the fleet's own cache ---
+    arrivals: Arrivals
+    cache: CacheReplays | None  # None: the workload's requests come uncached
+    kv_sizing: KvCacheSizing | None  # requirements.kv_cache, sized per deployment
+    # ---
     model_shape: ModelShape | None
     team_models: tuple[str, ...]  # requirements.models: whose shape model_shape is
     prices: Prices
@@ -111,38 +123,67 @@ def capacity_slo(spec: SloSpec) -> Slo:
     )
 
 
-def recommended_cached_share(
-    summaries: Sequence[ScenarioSummary], kv_tokens: int, replicas: int | None = None
-) -> tuple[float, str] | Unknown:
-    """The share of prompt tokens the prefix cache serves under the recommended routing: among
-    the simulated scenarios with a shared cache (isolated ones only when there are no others),
-    at the replica count ``replicas`` (the largest simulated count not above it, else the
-    smallest; None: the largest simulated), at the simulated cache size closest to the
-    replica's KV tokens (by ratio), the routing with the highest hit ratio. Returns the share and
-    a sentence saying which scenario it is; ``Unknown`` when no scenario has a known hit ratio.
-
-    The decision calls this again with the fleet's own replica count."""
-    known = [s for s in summaries if not isinstance(s.hit_ratio, Unknown)]
-    if not known:
-        return Unknown(reason="no simulated scenario has a known hit ratio")
-    shared = [s for s in known if not s.tenant_isolation] or known
-    counts = sorted({s.replicas for s in shared})
-    if replicas is None:
-        count = counts[-1]
-    else:
-        below = [c for c in counts if c <= replicas]
-        count = below[-1] if below else counts[0]
-    at_count = [s for s in shared if s.replicas == count]
-    sizes = sorted({s.cache_tokens for s in at_count})
-    size = min(sizes, key=lambda c: (abs(math.log(max(c, 1) / max(kv_tokens, 1))), c))
-    candidates = [s for s in at_count if s.cache_tokens == size]
-    best = max(candidates, key=lambda s: (float(s.hit_ratio), s.routing))  # type: ignore[arg-type]
-    ratio = float(best.hit_ratio)  # type: ignore[arg-type]
-    return (
-        min(max(ratio, 0.0), MAX_CACHED_SHARE),
-        f"{ratio:.1%} of prompt tokens cached: {best.routing} routing (the best simulated) at "
-        f"{best.replicas} replica(s) with {best.cache_tokens:,}-token caches "
-        f"(scenario {best.scenario})",
+def arrival_pattern(measured: ShapeArrivals, settings: CapacityConfig, requests: int) -> Arrivals:
+    """How the search's requests arrive (``capacity.arrivals``), from what the shape stage
+    measured: the inter-arrival CV when the timestamps resolve gaps, else the CV the smallest
+    supported count window implies (a renewal process's index of dispersion tends to CV² over
+    windows much longer than a gap). ``trace`` falls back to Gamma at that CV when the gaps are
+    not resolved, and to Poisson when neither is known; ``gamma`` takes ``arrival_cv`` first."""
+    gaps = measured.inter_arrival
+    gap_cv = None if isinstance(gaps, Unknown) else gaps.get("cv")
+    counted = sorted(
+        (w.window_s, w.index_of_dispersion)
+        for w in measured.windows.values()
+        if not isinstance(w, Unknown) and w.index_of_dispersion is not None
+    )
+    count_cv = (
+        (
+            math.sqrt(counted[0][1]),
+            f"from the {counted[0][0]} s window counts' index of dispersion {counted[0][1]:.2f}",
+        )
+        if counted
+        else None
+    )
+    not_gaps = gaps.reason if isinstance(gaps, Unknown) else "the gaps' CV is not known"
+    if settings.arrivals == "poisson":
+        return POISSON
+    if settings.arrivals == "gamma" and settings.arrival_cv is not None:
+        cv = settings.arrival_cv
+        return Arrivals(
+            kind="gamma", cv=cv, description=f"Gamma arrivals at CV {cv:g} (configured)"
+        )
+    if settings.arrivals == "trace" and gap_cv is not None:
+        take = min(requests, settings.sample_requests)
+        runs = 1 if take >= requests else min(settings.arrival_windows, take)
+        shape = (
+            "the whole trace in order"
+            if runs == 1
+            else f"{runs} contiguous runs of about {take // runs:,} requests spread over the trace"
+        )
+        return Arrivals(
+            kind="trace",
+            cv=float(gap_cv),
+            description=f"the workload's own arrivals: {shape}, each scaled to the rate tried "
+            f"(inter-arrival CV {gap_cv:.2f} measured)",
+        )
+    if gap_cv is not None:
+        return Arrivals(
+            kind="gamma",
+            cv=float(gap_cv),
+            description=f"Gamma arrivals at the measured inter-arrival CV {gap_cv:.2f}",
+        )
+    if count_cv is not None:
+        cv, whence = count_cv
+        return Arrivals(
+            kind="gamma",
+            cv=cv,
+            description=f"Gamma arrivals at CV {cv:.2f} {whence} ({not_gaps})",
+        )
+    return POISSON.model_copy(
+        update={
+            "description": f"Poisson arrivals: the workload's burstiness is not known ({not_gaps}; "
+            "no count window supported)"
+        }
     )
 
 
@@ -180,8 +221,15 @@ def read_inputs(layout: WorkloadLayout, config: Config) -> CapacityInputs:
     slo = capacity_slo(config.bench.slo)
     analysis = bench_stage.read_analysis(layout, config.bench)
     per_request = bench_stage.read_written_results(layout).per_request
-    requests = read_requests(layout).select("prompt_tokens", "output_tokens").collect()
-    facts = shape_stage.read_result(layout).facts
+    requests = (
+        read_requests(layout)
+        .select("prompt_tokens", "output_tokens", "arrival")
+        .collect()
+        # The simulation's order (pipeline.sim.blocks.sim_input): the replays' hits line up.
+        .sort("arrival", nulls_last=True, maintain_order=True)
+    )
+    shape = shape_stage.read_result(layout)
+    facts = shape.facts
     rates = workload_rates(facts.mean_rate_rps, facts.peak_rate_rps, config.bench.peak_window)
     peak_label = next((k for k in rates if k.startswith("peak_")), None)
     mean = rates.get("mean")
@@ -195,12 +243,8 @@ def read_inputs(layout: WorkloadLayout, config: Config) -> CapacityInputs:
         notes.append("no peak rate measured: the fleet is sized at the mean rate")
     peak = rates[peak_label] if peak_label is not None else float(mean)  # type: ignore[arg-type]
     kv_tokens, kv_source = _kv_tokens(config)
-    share = recommended_cached_share(sim_stage.read_summaries(layout), kv_tokens)
-    if isinstance(share, Unknown):
-        notes.append(f"cached share taken as 0: {share.reason}")
-        cached, cached_source = 0.0, f"none ({share.reason})"
-    else:
-        cached, cached_source = share
+    cache = _cache_replays(layout, config, requests)
+    arrivals = arrival_pattern(shape.metrics.arrivals, config.capacity, requests.height)
     model_shape = _model_shape(config)
     sources = {
         "rates": f"shape stage: peak {peak:.4g} req/s ("
@@ -208,7 +252,9 @@ def read_inputs(layout: WorkloadLayout, config: Config) -> CapacityInputs:
         + ")"
         + (f", mean {mean:.4g} req/s" if mean is not None else ", mean unknown"),
         "kv_tokens": kv_source,
-        "cached_share": cached_source,
+        "cached_share": "each candidate's fleet: the simulation's replay at its replica count "
+        "and KV pool (the mix's share: one replica with this KV pool)",
+        "arrivals": arrivals.description,
         "model_shape": "requirements.kv_cache (the roofline prior of a deployment that served "
         "your model)"
         if model_shape is not None
@@ -220,10 +266,12 @@ def read_inputs(layout: WorkloadLayout, config: Config) -> CapacityInputs:
         per_request=per_request,
         bench_capacity=analysis.capacity,
         requests=requests,
-        cached_share=cached,
         peak_rate_rps=peak,
         mean_rate_rps=mean,
         kv_tokens=kv_tokens,
+        arrivals=arrivals,
+        cache=cache,
+        kv_sizing=config.requirements.kv_cache,
         model_shape=model_shape,
         team_models=config.requirements.models,
         prices=config.bench.prices,
@@ -232,6 +280,28 @@ def read_inputs(layout: WorkloadLayout, config: Config) -> CapacityInputs:
         sources=sources,
         notes=notes,
     )
+
+
+def _cache_replays(layout: WorkloadLayout, config: Config, requests: pl.DataFrame) -> CacheReplays:
+    """The workload as the simulation's replay kernels read it, its scenarios (the routing),
+    and each capacity request's row in it (requests without lengths are left out of both)."""
+    inputs = sim_stage.read_inputs(layout, config)
+    rows = (
+        requests.with_row_index("row")
+        .drop_nulls(["prompt_tokens", "output_tokens"])
+        .get_column("row")
+        .to_numpy()
+        .astype(np.int64)
+    )
+    if inputs.n != requests.height or not np.array_equal(
+        inputs.prompt_tokens[rows],
+        requests.get_column("prompt_tokens").to_numpy()[rows].astype(np.int64),
+    ):
+        raise InputFormatError(
+            f"{layout.ingest.requests}: the simulation's flattened requests differ from the "
+            "request table; re-run `enginefit simulate --config FILE`"
+        )
+    return CacheReplays(inputs, config.simulation, sim_stage.read_summaries(layout), rows)
 
 
 def _column(frame: pl.DataFrame, name: str) -> pl.Expr:
@@ -274,12 +344,18 @@ def _gpu_hour(prices: Prices, gpu_type: str, manifest_price: float | None) -> fl
 
 def run(inputs: CapacityInputs, settings: CapacityConfig) -> CapacityResult:
     """One candidate per benchmarked deployment, its serving model carried to the workload."""
-    workload: WorkloadRequests = workload_requests(
-        inputs.requests, cached_share=inputs.cached_share
-    )
+    workload: WorkloadRequests = workload_requests(inputs.requests)
+    notes = list(inputs.notes)
+    cache = inputs.cache
+    # The mix's cached share: one replica with the team's KV pool (each candidate then replays
+    # its own fleet); a trace without prompt content has none.
+    one = cache.at(1, inputs.kv_tokens) if cache is not None and inputs.kv_tokens > 0 else None
+    if isinstance(one, Unknown):
+        notes.append(f"cached tokens taken as 0: {one.reason}")
+    elif one is not None:
+        workload = workload.with_cached(one.cached)
     points = inputs.points
     candidates = []
-    notes = list(inputs.notes)
     keys = [k for k in DEPLOYMENT_KEYS if k in points.columns]
     groups = (
         points.select(keys).unique(maintain_order=True).sort(keys, nulls_last=True).to_dicts()
@@ -287,7 +363,14 @@ def run(inputs: CapacityInputs, settings: CapacityConfig) -> CapacityResult:
         else []
     )
     sample = (
-        sample_requests(workload.prompt, workload.output, workload.cached, settings)
+        sample_requests(
+            workload.prompt,
+            workload.output,
+            workload.cached,
+            settings,
+            inputs.arrivals,
+            workload.arrival_s,
+        )
         if groups
         else None
     )
@@ -332,12 +415,21 @@ def run(inputs: CapacityInputs, settings: CapacityConfig) -> CapacityResult:
                 f"{deployment.describe()}"
             )
         )
+        kv_tokens, kv_source = deployment_kv_tokens(
+            inputs.kv_sizing,
+            deployment.gpu_type,
+            deployment.gpu_count,
+            (inputs.kv_tokens, inputs.sources.get("kv_tokens", "as given")),
+        )
         candidate = carry_to_workload(
             deployment.describe(),
             model,
             workload,
             inputs.slo,
-            kv_tokens=inputs.kv_tokens,
+            kv_tokens=kv_tokens,
+            kv_source=kv_source,
+            arrivals=inputs.arrivals,
+            fleet_cache=cache,
             gpu_hour_usd=_gpu_hour(
                 inputs.prices, deployment.gpu_type, manifest_prices[0] if manifest_prices else None
             ),
