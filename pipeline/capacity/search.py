@@ -9,9 +9,10 @@ instead of chasing sampling noise. How they arrive (:class:`Arrivals`):
 
 * ``trace`` — the workload's own arrivals: ``arrival_windows`` contiguous runs of requests
   (consecutive in arrival order, so a burst stays a burst; a random subset would thin it towards
-  Poisson), spread over the trace, each run's gaps divided by the run's own mean gap (the time
-  of day's rate level drops out; the fleet is sized at the peak rate anyway), one mean gap
-  between runs;
+  Poisson), spread over the trace, each run's gaps divided by the mean gap of the ten times
+  longer stretch of trace around it (the time of day's rate level drops out, the fleet being
+  sized at the peak rate anyway; the run's own surge or lull against its surroundings stays),
+  one mean gap between runs;
 * ``gamma`` — requests drawn at random, Gamma-distributed gaps of mean 1 and the given CV
   (shape 1/CV², scale CV²): the renewal process with the measured burstiness, for traces whose
   timestamps cannot resolve gaps;
@@ -58,6 +59,10 @@ BRACKET_RATIO = 1.01
 MAX_DOUBLINGS = 40
 #: A search told where the answer lies steps from there by this factor.
 NEAR_STEP = 1.25
+#: A trace run's gaps are scaled by the mean gap over this many times its length around it:
+#: long enough that the run's own surge or lull shows against it (a run scaled by its own mean
+#: would lose it), short enough that the time of day's rate level does not.
+CONTEXT_RUNS = 10
 POISSON = Arrivals(kind="poisson", cv=1.0, description="Poisson arrivals (inter-arrival CV 1)")
 
 
@@ -142,8 +147,10 @@ def trace_windows(
     """Rows and unit-rate arrival times of ``take`` requests in ``windows`` contiguous runs of
     the arrival-ordered trace (all of it, in order, when it is no larger). The runs are equally
     long and stratified: run s starts at a random point of the s-th share of the slack, so they
-    never overlap and cover the trace from start to end. Each run's gaps are divided by its own
-    mean gap (a run of simultaneous arrivals gets unit gaps), and one unit gap precedes each."""
+    never overlap and cover the trace from start to end. Each run's gaps are divided by the mean
+    gap of the trace around it (``CONTEXT_RUNS`` times the run's length, centred on it, within
+    the trace): the hour's rate level drops out, the run's own surge or lull against it stays.
+    A context of simultaneous arrivals gives unit gaps; one unit gap precedes each run."""
     n = int(arrival_s.shape[0])
     if take >= n:
         spans = [(0, n)]
@@ -158,8 +165,12 @@ def trace_windows(
     index = np.concatenate([np.arange(lo, hi, dtype=np.int64) for lo, hi in spans])
     gaps = []
     for lo, hi in spans:
+        reach = (hi - lo) * (CONTEXT_RUNS - 1) // 2
+        first, last = max(lo - reach, 0), min(hi + reach, n) - 1
+        mean = (
+            float(arrival_s[last] - arrival_s[first]) / (last - first) if last > first else 0.0
+        )
         inner = np.diff(arrival_s[lo:hi].astype(np.float64))
-        mean = float(inner.mean()) if inner.size else 0.0
         gaps += [np.ones(1), inner / mean if mean > 0 else np.ones(inner.size)]
     return index, np.cumsum(np.concatenate(gaps))
 
