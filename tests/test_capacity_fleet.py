@@ -1,0 +1,388 @@
+"""The fleet's own cache: the replica's KV pool per deployment, the routing the recommendation
+includes, the replays kept per (replicas, KV pool, routing), fleet size and cache iterated to a
+fixed point, and how each capacity moves with burstiness, cached share and prefill budget."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cache
+
+import numpy as np
+import polars as pl
+import pytest
+
+from perf.workload import canonical_frame, conversations, spec
+from pipeline.capacity.compute import (
+    CACHED_SHIFT,
+    carry_to_workload,
+    fleet_replicas,
+    settle_fleet,
+)
+from pipeline.capacity.fleet_cache import (
+    GPU_MEMORY_GB,
+    CacheReplay,
+    CacheReplays,
+    deployment_kv_tokens,
+    recommended_routing,
+)
+from pipeline.capacity.kernels import I64
+from pipeline.capacity.present import (
+    cache_sentence,
+    fleet_passes,
+    sensitivity_sentence,
+    transfer_sentence,
+)
+from pipeline.capacity.prior import GPU_TABLE
+from pipeline.capacity.result import Arrivals, FleetCache, ServingModel
+from pipeline.capacity.search import RequestSample, sample_requests, search_capacity
+from pipeline.decision.config import KvCacheSizing
+from pipeline.sim.blocks import NO_CONTENT, sim_input
+from pipeline.sim.config import Scenario
+from pipeline.sim.replay import simulate
+from pipeline.sim.result import ScenarioSummary
+from pipeline.unknown import Unknown
+from tests.capacity_scenarios import CONFIG, KV_TOKENS, PRICE, SLO, fitted, workload
+from tests.conftest import DEFAULTS
+
+LLAMA_8B_H100 = KvCacheSizing(
+    gpu_memory_gib=79.2,
+    gpus_per_replica=1,
+    memory_utilization=0.92,
+    overhead_gib=3,
+    model_params_billion=8.03,
+    weight_bytes=2,
+    layers=32,
+    kv_heads=8,
+    head_dim=128,
+    kv_bytes=2,
+)
+GIB = 2**30
+FALLBACK = (123, "as configured")
+
+
+def test_the_kv_pool_is_the_teams_model_on_each_deployments_gpus() -> None:
+    # The GPU the team sized for: its own memory figure (79.2 GiB seen of 80 GB).
+    tokens, source = deployment_kv_tokens(LLAMA_8B_H100, "H100-80GB", 1, FALLBACK)
+    assert tokens == LLAMA_8B_H100.tokens_per_replica() == 449_797
+    assert "the GPU memory requirements.kv_cache gives" in source
+    # Two GPUs: half the weights each, the 8 KV heads split 4 and 4.
+    tokens, _ = deployment_kv_tokens(LLAMA_8B_H100, "H100 SXM", 2, FALLBACK)
+    budget = 79.2 * 0.92 - 3 - 8.03e9 * 2 / GIB / 2
+    assert tokens == math.floor(budget * GIB / (2 * 32 * 4 * 128 * 2))
+    # Another GPU: its datasheet memory, 99 % of it visible.
+    tokens, source = deployment_kv_tokens(LLAMA_8B_H100, "NVIDIA L40S", 1, FALLBACK)
+    budget = 48 * 0.99 * 0.92 - 3 - 8.03e9 * 2 / GIB
+    assert tokens == math.floor(budget * GIB / (2 * 32 * 8 * 128 * 2))
+    assert "L40S: 48 GB × 0.99 visible, https://www.nvidia.com/en-us/data-center/l40s/" in source
+    # A GPU the table does not know: the team's figure, said so.
+    tokens, source = deployment_kv_tokens(LLAMA_8B_H100, "TPU-v5e", 1, FALLBACK)
+    assert tokens == 449_797 and "TPU-v5e is not in the GPU memory table" in source
+    # No requirements.kv_cache: the caller's figure.
+    assert deployment_kv_tokens(None, "H100", 1, FALLBACK) == FALLBACK
+    # Weights that leave no room: 0 tokens and why.
+    big = LLAMA_8B_H100.model_copy(update={"model_params_billion": 70.6})
+    tokens, source = deployment_kv_tokens(big, "L4", 1, FALLBACK)
+    assert tokens == 0
+    assert "leaves no KV memory on 1× L4 (131.5 GiB of weights per GPU" in source
+
+
+def test_every_gpu_of_the_roofline_table_has_its_memory() -> None:
+    assert {peaks.name for _, peaks in GPU_TABLE} == set(GPU_MEMORY_GB)
+
+
+def _summary(
+    replicas: int, cache_tokens: int, routing: str, hits: int, isolated: bool = False
+) -> ScenarioSummary:
+    return ScenarioSummary.model_construct(
+        replicas=replicas,
+        cache_tokens=cache_tokens,
+        routing=routing,
+        hit_tokens=hits,
+        prompt_tokens=1000,
+        tenant_isolation=isolated,
+    )
+
+
+def test_the_routing_is_the_one_the_recommendation_includes() -> None:
+    grid = [
+        _summary(r, c, routing, hits)
+        for r in (4, 16)
+        for c in (1_000_000, 4_000_000)
+        for routing, hits in (("round-robin", 100), ("cache-aware", 250), ("affinity", 220))
+    ]
+    assert recommended_routing(grid, 1, 450_000) == (
+        "round-robin",
+        "one replica: nothing to route",
+    )
+    routing, why = recommended_routing(grid, 5, 450_000)
+    assert routing == "cache-aware"
+    assert why == (
+        "cache-aware saves 15.0% of prompt tokens over round-robin at 4 replicas with "
+        "1,000,000-token caches, simulated: the routing layer the decision recommends"
+    )
+    small_gain = [
+        _summary(4, 1_000_000, "round-robin", 100),
+        _summary(4, 1_000_000, "affinity", 150),
+    ]
+    routing, why = recommended_routing(small_gain, 9, 450_000)
+    assert routing == "round-robin" and why.endswith("under 10%: no routing layer")
+    no_baseline = [_summary(4, 1_000_000, "affinity", 150)]
+    routing, why = recommended_routing(no_baseline, 9, 450_000)
+    assert routing == "round-robin" and why.startswith("no round-robin and prefix-aware scenario")
+    isolated_only = [_summary(4, 1_000_000, "affinity", 900, isolated=True)]
+    assert recommended_routing(isolated_only, 9, 450_000)[1] == (
+        "no multi-replica scenario with known hits was simulated"
+    )
+
+
+@dataclass
+class FakeCache:
+    """Cached tokens of ``share(replicas)`` of every prompt, and which counts were asked."""
+
+    prompt: I64
+    share: Callable[[int], float]
+    asked: list[int] = field(default_factory=list)
+
+    def at(self, replicas: int, kv_tokens: int) -> CacheReplay | Unknown:
+        self.asked.append(replicas)
+        share = self.share(replicas)
+        cached = np.floor(self.prompt * share).astype(np.int64)
+        return CacheReplay(replicas, kv_tokens, "round-robin", 16, cached, share, f"at {replicas}")
+
+
+@cache
+def _long() -> tuple[ServingModel, RequestSample]:
+    model = fitted("short")
+    assert isinstance(model, ServingModel)
+    mix = workload("long")
+    return model, sample_requests(mix.prompt, mix.output, mix.cached, CONFIG)
+
+
+def _capacity(sample: RequestSample, cached: I64) -> float:
+    model, _ = _long()
+    found = search_capacity(
+        model.coefficients,
+        sample.with_workload_cached(cached),
+        SLO,
+        kv_tokens=KV_TOKENS,
+        config=CONFIG,
+    )
+    assert not isinstance(found, Unknown)
+    return found.rate_rps
+
+
+def test_fleet_size_and_cache_settle_from_one_replica_up() -> None:
+    model, sample = _long()
+    prompt = workload("long").prompt
+    source = FakeCache(prompt, lambda replicas: 0.6 / math.sqrt(replicas))
+    settled = settle_fleet(
+        model.coefficients,
+        sample,
+        SLO,
+        kv_tokens=KV_TOKENS,
+        kv_source="test",
+        peak_rate_rps=40.0,
+        config=CONFIG,
+        cache=source,
+    )
+    record = settled.record
+    assert isinstance(record, FleetCache) and record.settled
+    steps = record.steps
+    assert steps[0].replicas == 1 and source.asked[0] == 1
+    # Each pass: the replay at its count, the capacity with each request's cached tokens, the
+    # count that capacity needs; the last pass needs its own count.
+    for step in steps:
+        cached = np.floor(prompt * 0.6 / math.sqrt(step.replicas)).astype(np.int64)
+        assert isinstance(step.capacity_rps, float)
+        assert step.capacity_rps == pytest.approx(_capacity(sample, cached), rel=0.02)
+        assert step.replicas_needed == fleet_replicas(step.capacity_rps, 40.0, CONFIG)
+    assert [s.replicas for s in steps[1:]] == [s.replicas_needed for s in steps[:-1]]
+    assert steps[-1].replicas_needed == steps[-1].replicas == record.replicas
+    assert len(steps) >= 2 and steps[-1].cached_share < steps[0].cached_share
+    assert settled.cached is not None and sample.index is not None
+    expected = np.minimum(settled.cached[sample.index], sample.prompt - 1)
+    assert np.array_equal(settled.sample.cached, expected)
+
+
+def test_an_alternating_fleet_keeps_the_costlier_pass_and_says_so() -> None:
+    model, sample = _long()
+    prompt = workload("long").prompt
+    high = _capacity(sample, np.floor(prompt * 0.6).astype(np.int64))
+    # The peak makes one replica's capacity need 3; the cache at 3 is cold (a routing that
+    # scatters prefixes there), its capacity needs more, and the cache at that count is warm
+    # again: 3 and the larger count alternate.
+    peak = 2.5 * CONFIG.headroom * high
+    source = FakeCache(prompt, lambda replicas: 0.0 if replicas == 3 else 0.6)
+    settled = settle_fleet(
+        model.coefficients,
+        sample,
+        SLO,
+        kv_tokens=KV_TOKENS,
+        kv_source="test",
+        peak_rate_rps=peak,
+        config=CONFIG,
+        cache=source,
+    )
+    record = settled.record
+    assert isinstance(record, FleetCache) and not record.settled
+    first, cold, warm = record.steps
+    assert (first.replicas, first.replicas_needed) == (1, 3)
+    assert cold.replicas == 3 and cold.replicas_needed is not None and cold.replicas_needed > 3
+    assert warm.replicas == cold.replicas_needed and warm.replicas_needed == 3
+    # The pass needing the most replicas stands: the cold cache at 3.
+    assert record.replicas == 3 and record.cached_share == 0.0
+    assert not isinstance(settled.found, Unknown)
+    assert fleet_replicas(settled.found.rate_rps, peak, CONFIG) == cold.replicas_needed
+    assert "did not settle (the count alternated)" in fleet_passes(record)
+
+
+def test_no_replay_means_the_workloads_own_cached_tokens() -> None:
+    model, sample = _long()
+
+    class NoContent:
+        def at(self, replicas: int, kv_tokens: int) -> CacheReplay | Unknown:
+            return Unknown(reason=NO_CONTENT)
+
+    settled = settle_fleet(
+        model.coefficients,
+        sample,
+        SLO,
+        kv_tokens=KV_TOKENS,
+        kv_source="test",
+        peak_rate_rps=40.0,
+        config=CONFIG,
+        cache=NoContent(),
+    )
+    assert settled.record == Unknown(reason=NO_CONTENT)
+    assert settled.cached is None and settled.sample is sample
+
+
+@cache
+def _replays() -> CacheReplays:
+    frame = canonical_frame(conversations(spec(3000, "short", rate_rps=5.0)), 16)
+    inputs = sim_input(frame, latency_model=DEFAULTS.shape.latency)
+    return CacheReplays(inputs, DEFAULTS.simulation.replace(block_sizes=[16]), [])
+
+
+def test_replays_are_kept_per_replicas_pool_and_routing_and_match_the_simulation() -> None:
+    replays = _replays()
+    one = replays.at(1, 20_000)
+    assert isinstance(one, CacheReplay)
+    assert replays.at(1, 20_000) is one and replays.replays == 1
+    two = replays.at(2, 20_000)
+    assert isinstance(two, CacheReplay) and replays.replays == 2
+    scenario = Scenario(16, 2, 20_000, "round-robin")
+    inputs = replays.inputs
+    hits = simulate(inputs, scenario, replays.settings, with_instant=False).hit_tokens
+    assert np.array_equal(two.cached, hits)
+    assert two.share == pytest.approx(hits.sum() / inputs.prompt_tokens.sum())
+    assert two.description.startswith(
+        "replay of 3,000 requests on 2 replica(s), round-robin routing (no multi-replica scenario "
+        "with known hits was simulated), a 20,000-token prefix cache per replica (its KV pool), "
+        "16-token blocks, durations lifetime: "
+    )
+    # A bigger pool holds more of the shared prefixes.
+    big = replays.at(2, 2_000_000)
+    assert isinstance(big, CacheReplay) and big.share > two.share
+    # The capacity stage's requests may be a subset: each gets its own row's hits.
+    rows = np.arange(0, inputs.n, 3, dtype=np.int64)
+    subset = CacheReplays(inputs, replays.settings, [], rows).at(2, 20_000)
+    assert isinstance(subset, CacheReplay) and np.array_equal(subset.cached, hits[rows])
+
+
+def test_a_trace_without_content_has_no_replay() -> None:
+    frame = canonical_frame(conversations(spec(200, "short")), None)
+    inputs = sim_input(
+        frame.with_columns(
+            pl.lit(16).alias("block_size"),
+            pl.lit([], pl.List(pl.UInt64)).alias("prefix_hashes"),
+            pl.lit(0).alias("prompt_blocks"),
+        ),
+        latency_model=DEFAULTS.shape.latency,
+    )
+    assert CacheReplays(inputs, DEFAULTS.simulation, []).at(2, 20_000) == Unknown(reason=NO_CONTENT)
+
+
+def test_carried_with_the_fleets_cache_and_what_moves_it() -> None:
+    model = fitted("short")
+    assert isinstance(model, ServingModel)
+    mix = workload("long")
+    prompt = mix.prompt
+    source = FakeCache(prompt, lambda replicas: 0.5 if replicas == 1 else 0.3)
+    candidate = carry_to_workload(
+        "vllm",
+        model,
+        mix,
+        SLO,
+        kv_tokens=KV_TOKENS,
+        kv_source="the team's",
+        gpu_hour_usd=PRICE,
+        peak_rate_rps=30.0,
+        mean_rate_rps=10.0,
+        config=CONFIG,
+        fleet_cache=source,
+    )
+    fleet = candidate.fleet_cache
+    assert isinstance(fleet, FleetCache) and fleet.settled
+    assert fleet.cached_share == 0.3 and fleet.kv_source == "the team's"
+    assert not isinstance(candidate.cost, Unknown) and candidate.cost.replicas == fleet.replicas
+    # The transfer and the prices see the fleet's cached tokens, not the workload's own (none).
+    assert not isinstance(candidate.transfer, Unknown)
+    assert "30% of its prompt tokens cached" in candidate.transfer.description
+    capacity = candidate.workload_capacity_rps
+    assert isinstance(capacity, float)
+    # Sensitivity: Poisson arrivals here are the search's own; more cached tokens, more capacity;
+    # a smaller prefill budget, less (these prompts already take several 1,024-token chunks).
+    moved = {v.key: v for v in candidate.sensitivity}
+    assert moved["poisson"].capacity_rps == capacity and moved["poisson"].change == 0.0
+    assert moved["poisson"].description == "Poisson arrivals (CV 1): the search's own"
+    minus, plus = moved["cached_minus"], moved["cached_plus"]
+    assert isinstance(minus.capacity_rps, float) and isinstance(plus.capacity_rps, float)
+    assert minus.capacity_rps < capacity < plus.capacity_rps
+    assert minus.description == (
+        f"cached share 10% (−{CACHED_SHIFT * 100:.0f} points of each prompt, from 30%)"
+    )
+    assert plus.change == pytest.approx(plus.capacity_rps / capacity - 1)
+    assert moved["budget_half"].description == "prefill budget 512 tokens a step (half 1,024)"
+    assert moved["budget_double"].description == "prefill budget 2,048 tokens a step (double 1,024)"
+    assert isinstance(moved["budget_half"].capacity_rps, float)
+    assert moved["budget_half"].capacity_rps < capacity
+    text = sensitivity_sentence(candidate)
+    assert text.startswith(f"Poisson arrivals (CV 1): the search's own: {capacity:.3g} req/s (+0%)")
+    assert cache_sentence(candidate).startswith("Cached tokens: 30.0% of prompt tokens, at ")
+    # Poisson arrivals: nothing about bursts in the sentence a VP reads.
+    assert "bursts" not in transfer_sentence(candidate)
+    bursty = candidate.model_copy(
+        update={
+            "arrivals": Arrivals(kind="trace", cv=2.0, description="its own"),
+            "sensitivity": [
+                moved["poisson"].model_copy(update={"capacity_rps": 2 * capacity, "change": 1.0})
+            ],
+        }
+    )
+    assert f"with the traffic's bursts (Poisson arrivals: {2 * capacity:.3g}, +100%)" in (
+        transfer_sentence(bursty)
+    )
+
+
+def test_a_pool_that_holds_nothing_is_unknown_with_the_reason() -> None:
+    model = fitted("short")
+    assert isinstance(model, ServingModel)
+    candidate = carry_to_workload(
+        "vllm",
+        model,
+        workload("long"),
+        SLO,
+        kv_tokens=0,
+        kv_source="requirements.kv_cache's model leaves no KV memory on 1× L4",
+        gpu_hour_usd=PRICE,
+        peak_rate_rps=30.0,
+        mean_rate_rps=10.0,
+        config=CONFIG,
+    )
+    assert candidate.workload_capacity_rps == Unknown(
+        reason="no KV cache: requirements.kv_cache's model leaves no KV memory on 1× L4"
+    )
+    assert candidate.sensitivity == []
