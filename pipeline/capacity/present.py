@@ -116,6 +116,20 @@ def sensitivity_sentence(candidate: CandidateCapacity) -> str:
     )
 
 
+def capacity_words(candidate: CandidateCapacity) -> dict[str, Any]:
+    """The decision record's words on a candidate's capacity: its arrivals, the Poisson figure
+    beside it, the cache replay and the sensitivity (None where there is nothing to say)."""
+    poisson = candidate.variant("poisson")
+    return {
+        "capacity_arrivals": candidate.arrivals.description if candidate.arrivals else None,
+        "capacity_poisson_rps": poisson.capacity_rps
+        if poisson is not None and not isinstance(poisson.capacity_rps, Unknown)
+        else None,
+        "capacity_cache": cache_sentence(candidate) or None,
+        "capacity_sensitivity": sensitivity_sentence(candidate) or None,
+    }
+
+
 def _variant_rate(variant: CapacityVariant) -> str:
     figure = variant.capacity_rps
     return UNKNOWN if isinstance(figure, Unknown) else f"{_rate(figure)} req/s"

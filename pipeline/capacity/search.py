@@ -167,9 +167,7 @@ def trace_windows(
     for lo, hi in spans:
         reach = (hi - lo) * (CONTEXT_RUNS - 1) // 2
         first, last = max(lo - reach, 0), min(hi + reach, n) - 1
-        mean = (
-            float(arrival_s[last] - arrival_s[first]) / (last - first) if last > first else 0.0
-        )
+        mean = float(arrival_s[last] - arrival_s[first]) / (last - first) if last > first else 0.0
         inner = np.diff(arrival_s[lo:hi].astype(np.float64))
         gaps += [np.ones(1), inner / mean if mean > 0 else np.ones(inner.size)]
     return index, np.cumsum(np.concatenate(gaps))
