@@ -139,11 +139,16 @@ def test_the_routing_is_the_one_the_recommendation_includes() -> None:
 
 @dataclass
 class FakeCache:
-    """Cached tokens of ``share(replicas)`` of every prompt, and which counts were asked."""
+    """Cached tokens of ``share(replicas)`` of every prompt, which counts were asked, and
+    ``start`` as the simulated scenarios' share."""
 
     prompt: I64
     share: Callable[[int], float]
+    start: float | None = None
     asked: list[int] = field(default_factory=list)
+
+    def estimate(self, kv_tokens: int) -> float | None:
+        return self.start
 
     def at(self, replicas: int, kv_tokens: int) -> CacheReplay | Unknown:
         self.asked.append(replicas)
@@ -173,10 +178,10 @@ def _capacity(sample: RequestSample, cached: I64) -> float:
     return found.rate_rps
 
 
-def test_fleet_size_and_cache_settle_from_one_replica_up() -> None:
+def test_fleet_size_and_cache_settle_from_the_simulated_share() -> None:
     model, sample = _long()
     prompt = workload("long").prompt
-    source = FakeCache(prompt, lambda replicas: 0.6 / math.sqrt(replicas))
+    source = FakeCache(prompt, lambda replicas: 0.6 / math.sqrt(replicas), start=0.6)
     settled = settle_fleet(
         model.coefficients,
         sample,
@@ -189,32 +194,55 @@ def test_fleet_size_and_cache_settle_from_one_replica_up() -> None:
     )
     record = settled.record
     assert isinstance(record, FleetCache) and record.settled
-    steps = record.steps
-    assert steps[0].replicas == 1 and source.asked[0] == 1
+    start, *passes = record.steps
+    # The start: no replay, every prompt at the simulated scenarios' share.
+    assert (start.replicas, start.cached_share) == (0, 0.6)
+    assert isinstance(start.capacity_rps, float)
+    assert start.capacity_rps == pytest.approx(
+        _capacity(sample, np.floor(prompt * 0.6).astype(np.int64)), rel=0.04
+    )
+    assert source.asked[0] == start.replicas_needed
     # Each pass: the replay at its count, the capacity with each request's cached tokens, the
     # count that capacity needs; the last pass needs its own count.
-    for step in steps:
+    for step in passes:
         cached = np.floor(prompt * 0.6 / math.sqrt(step.replicas)).astype(np.int64)
         assert isinstance(step.capacity_rps, float)
-        assert step.capacity_rps == pytest.approx(_capacity(sample, cached), rel=0.02)
+        assert step.capacity_rps == pytest.approx(_capacity(sample, cached), rel=0.04)
         assert step.replicas_needed == fleet_replicas(step.capacity_rps, 40.0, CONFIG)
+    steps = record.steps
     assert [s.replicas for s in steps[1:]] == [s.replicas_needed for s in steps[:-1]]
     assert steps[-1].replicas_needed == steps[-1].replicas == record.replicas
-    assert len(steps) >= 2 and steps[-1].cached_share < steps[0].cached_share
+    assert record.cached_share == pytest.approx(0.6 / math.sqrt(record.replicas))
+    # The kept pass is searched to 1 %: its capacity sizes the fleet it was replayed at.
+    assert not isinstance(settled.found, Unknown)
+    assert fleet_replicas(settled.found.rate_rps, 40.0, CONFIG) == record.replicas
     assert settled.cached is not None and sample.index is not None
     expected = np.minimum(settled.cached[sample.index], sample.prompt - 1)
     assert np.array_equal(settled.sample.cached, expected)
+    # No simulated share to start from: the start is uncached, the answer the same.
+    cold_start = settle_fleet(
+        model.coefficients,
+        sample,
+        SLO,
+        kv_tokens=KV_TOKENS,
+        kv_source="test",
+        peak_rate_rps=40.0,
+        config=CONFIG,
+        cache=FakeCache(prompt, lambda replicas: 0.6 / math.sqrt(replicas)),
+    ).record
+    assert isinstance(cold_start, FleetCache) and cold_start.steps[0].cached_share == 0.0
+    assert cold_start.replicas == record.replicas
 
 
 def test_an_alternating_fleet_keeps_the_costlier_pass_and_says_so() -> None:
     model, sample = _long()
     prompt = workload("long").prompt
     high = _capacity(sample, np.floor(prompt * 0.6).astype(np.int64))
-    # The peak makes one replica's capacity need 3; the cache at 3 is cold (a routing that
+    # The peak makes the warm cache's capacity need 3; the cache at 3 is cold (a routing that
     # scatters prefixes there), its capacity needs more, and the cache at that count is warm
     # again: 3 and the larger count alternate.
     peak = 2.5 * CONFIG.headroom * high
-    source = FakeCache(prompt, lambda replicas: 0.0 if replicas == 3 else 0.6)
+    source = FakeCache(prompt, lambda replicas: 0.0 if replicas == 3 else 0.6, start=0.6)
     settled = settle_fleet(
         model.coefficients,
         sample,
@@ -228,7 +256,7 @@ def test_an_alternating_fleet_keeps_the_costlier_pass_and_says_so() -> None:
     record = settled.record
     assert isinstance(record, FleetCache) and not record.settled
     first, cold, warm = record.steps
-    assert (first.replicas, first.replicas_needed) == (1, 3)
+    assert (first.replicas, first.replicas_needed) == (0, 3)
     assert cold.replicas == 3 and cold.replicas_needed is not None and cold.replicas_needed > 3
     assert warm.replicas == cold.replicas_needed and warm.replicas_needed == 3
     # The pass needing the most replicas stands: the cold cache at 3.
@@ -244,6 +272,9 @@ def test_no_replay_means_the_workloads_own_cached_tokens() -> None:
     class NoContent:
         def at(self, replicas: int, kv_tokens: int) -> CacheReplay | Unknown:
             return Unknown(reason=NO_CONTENT)
+
+        def estimate(self, kv_tokens: int) -> float | None:
+            return None
 
     settled = settle_fleet(
         model.coefficients,

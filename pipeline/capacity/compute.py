@@ -54,6 +54,8 @@ from pipeline.capacity.result import (
     WorkloadMix,
 )
 from pipeline.capacity.search import (
+    BRACKET_RATIO,
+    COARSE_BRACKET_RATIO,
     POISSON,
     CapacitySearch,
     RequestSample,
@@ -248,9 +250,12 @@ def fleet_replicas(capacity_rps: float, peak_rate_rps: float, config: CapacityCo
 
 
 class CacheSource(Protocol):
-    """Per-request cached tokens at a fleet size and KV pool (:meth:`CacheReplays.at`)."""
+    """Per-request cached tokens at a fleet size and KV pool (:meth:`CacheReplays.at`), and a
+    cached share to start from before any replay (:meth:`CacheReplays.estimate`)."""
 
     def at(self, replicas: int, kv_tokens: int) -> CacheReplay | Unknown: ...
+
+    def estimate(self, kv_tokens: int) -> float | None: ...
 
 
 @dataclass(frozen=True)
@@ -275,24 +280,59 @@ def settle_fleet(
     config: CapacityConfig,
     cache: CacheSource | None,
 ) -> SettledFleet:
-    """Fleet size and cache share to a fixed point: the cache replayed at ``replicas`` (from 1)
-    gives each sampled request its cached tokens, the capacity with them the replicas the peak
-    needs; repeat until the count repeats. Fewer replicas share more of the cache, so the
-    count only grows from 1 and settles on the smallest consistent fleet; should it alternate
-    (the routing chosen can change with the count), the pass needing the most replicas is kept
-    (the costlier fleet) and the record says it did not settle."""
-    replay = cache.at(1, kv_tokens) if cache is not None else None
-    if not isinstance(replay, CacheReplay) or cache is None:
+    """Fleet size and cache share to a fixed point: the cache replayed at a replica count gives
+    each sampled request its cached tokens, the capacity with them the replicas the peak
+    needs; repeat until the count repeats. The first count comes before any replay, from the
+    share the simulation's own scenarios found (``estimate``; recorded as a pass at 0
+    replicas): each replay costs a pass over the whole trace, and a count near the answer
+    settles in one or two; when no rate meets the SLO at that share, the first count is one
+    replica. Should the count
+    alternate (the routing chosen, or the cache's balance, can change with it), the pass
+    needing the most replicas is kept (the costlier fleet) and the record says it did not
+    settle. The passes search to 3 % (they steer), the kept one then to 1 %."""
+    if cache is None:
+        found = search_capacity(coefficients, sample, slo, kv_tokens=kv_tokens, config=config)
+        return SettledFleet(found, sample, None, None)
+    # The start, before any replay: every prompt cached at the share the simulation's own
+    # scenarios found (none when they know no share).
+    share = min(max(cache.estimate(kv_tokens) or 0.0, 0.0), 1.0)
+    guessed = sample.with_cached(np.floor(sample.prompt * share).astype(np.int64))
+    start = search_capacity(
+        coefficients,
+        guessed,
+        slo,
+        kv_tokens=kv_tokens,
+        config=config,
+        bracket=COARSE_BRACKET_RATIO,
+    )
+    first = (
+        1 if isinstance(start, Unknown) else fleet_replicas(start.rate_rps, peak_rate_rps, config)
+    )
+    replay = cache.at(first, kv_tokens)
+    if isinstance(replay, Unknown):
         # No replay: the cached tokens the workload came with.
         found = search_capacity(coefficients, sample, slo, kv_tokens=kv_tokens, config=config)
-        return SettledFleet(found, sample, None, replay if isinstance(replay, Unknown) else None)
+        return SettledFleet(found, sample, None, replay)
+    steps = [
+        FleetStep(
+            replicas=0,
+            cached_share=share,
+            capacity_rps=start if isinstance(start, Unknown) else start.rate_rps,
+            replicas_needed=None if isinstance(start, Unknown) else first,
+        )
+    ]
+    near = None if isinstance(start, Unknown) else start.rate_rps
     passes: list[tuple[CacheReplay, RequestSample, CapacitySearch | Unknown]] = []
-    steps: list[FleetStep] = []
-    near: float | None = None
     for _ in range(MAX_FLEET_PASSES):
         drawn = sample.with_workload_cached(replay.cached)
         found = search_capacity(
-            coefficients, drawn, slo, kv_tokens=kv_tokens, config=config, near=near
+            coefficients,
+            drawn,
+            slo,
+            kv_tokens=kv_tokens,
+            config=config,
+            near=near,
+            bracket=COARSE_BRACKET_RATIO,
         )
         passes.append((replay, drawn, found))
         if isinstance(found, Unknown):
@@ -320,14 +360,19 @@ def settle_fleet(
         if isinstance(following, Unknown):
             break  # the last pass stands; the record says the fleet did not settle
         replay, near = following, found.rate_rps
-    last = steps[-1]
+    replayed = steps[1:]  # one per pass
+    last = replayed[-1]
     settled = last.replicas_needed in (None, last.replicas)
-    chosen = len(steps) - 1
+    chosen = len(replayed) - 1
     if not settled:
-        # Alternating (or still growing): from where the cycle began, the costliest pass.
-        start = next((i for i, st in enumerate(steps) if st.replicas == last.replicas_needed), 0)
-        chosen = max(range(start, len(steps)), key=lambda i: steps[i].replicas_needed or 0)
+        # Alternating (or still moving): from where the cycle began, the costliest pass.
+        begin = next((i for i, st in enumerate(replayed) if st.replicas == last.replicas_needed), 0)
+        chosen = max(range(begin, len(replayed)), key=lambda i: replayed[i].replicas_needed or 0)
     replay, drawn, found = passes[chosen]
+    if not isinstance(found, Unknown):  # the kept pass, to the capacity's own precision
+        found = search_capacity(
+            coefficients, drawn, slo, kv_tokens=kv_tokens, config=config, near=found.rate_rps
+        )
     record = FleetCache(
         replicas=replay.replicas,
         kv_tokens=replay.kv_tokens,
@@ -349,9 +394,10 @@ def _searched(
     kv_tokens: int,
     config: CapacityConfig,
     near: float,
+    bracket: float = BRACKET_RATIO,
 ) -> float | Unknown:
     found = search_capacity(
-        coefficients, sample, slo, kv_tokens=kv_tokens, config=config, near=near
+        coefficients, sample, slo, kv_tokens=kv_tokens, config=config, near=near, bracket=bracket
     )
     return found if isinstance(found, Unknown) else found.rate_rps
 
@@ -368,7 +414,7 @@ def capacity_sensitivity(
     """The capacity with one input moved at a time, each against ``capacity_rps``: Poisson
     arrivals instead of the traffic's (the same requests and cached tokens), every request's
     cached tokens ∓ ``CACHED_SHIFT`` of its prompt, and the prefill token budget halved and
-    doubled (``max_batch`` capped at the budget)."""
+    doubled (``max_batch`` capped at the budget). Each is searched to 3 %."""
     share = float(sample.cached.sum() / sample.prompt.sum())
     cases: list[tuple[str, str, RequestSample, CapacityConfig]] = []
     twin = poisson_twin(sample)
@@ -414,7 +460,9 @@ def capacity_sensitivity(
         capacity = (
             capacity_rps
             if unchanged
-            else _searched(coefficients, moved, slo, kv_tokens, settings, capacity_rps)
+            else _searched(
+                coefficients, moved, slo, kv_tokens, settings, capacity_rps, COARSE_BRACKET_RATIO
+            )
         )
         variants.append(
             CapacityVariant(

@@ -158,6 +158,28 @@ class CacheReplays:
     def block_size(self) -> int:
         return min(self.settings.block_sizes)
 
+    def estimate(self, kv_tokens: int) -> float | None:
+        """The share of prompt tokens the simulation's own scenarios found cached with caches
+        nearest ``kv_tokens``, under the routing a large fleet would run (the largest simulated
+        count): where the fixed point starts, before any replay (None: no scenario knows)."""
+        counts = [s.replicas for s in self.summaries if not isinstance(s.hit_ratio, Unknown)]
+        if not counts:
+            return None
+        largest = max(counts)
+        routing, _ = self.routing(largest, kv_tokens)
+        rows = [
+            s
+            for s in self.summaries
+            if s.replicas == largest
+            and s.routing == routing
+            and s.tenant_isolation == self.settings.tenant_isolation
+            and not isinstance(s.hit_ratio, Unknown)
+        ]
+        if not rows:
+            return None
+        nearest = min(rows, key=lambda s: abs(math.log(max(s.cache_tokens, 1) / max(kv_tokens, 1))))
+        return float(nearest.hit_ratio)  # type: ignore[arg-type]
+
     def routing(self, replicas: int, kv_tokens: int) -> tuple[str, str]:
         return recommended_routing(
             self.summaries, replicas, kv_tokens, self.settings.tenant_isolation

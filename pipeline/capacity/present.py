@@ -92,7 +92,12 @@ def cache_sentence(candidate: CandidateCapacity) -> str:
 def fleet_passes(fleet: FleetCache) -> str:
     """The fixed point in words: each pass's replicas, cached share and what it needed."""
     steps = "; ".join(
-        f"{s.replicas} replica(s): {s.cached_share:.1%} cached, capacity "
+        (
+            f"{s.replicas} replica(s): {s.cached_share:.1%} cached"
+            if s.replicas
+            else f"the simulated scenarios' {s.cached_share:.1%}"
+        )
+        + ", capacity "
         + (
             UNKNOWN
             if isinstance(s.capacity_rps, Unknown)
@@ -218,7 +223,12 @@ def render_text(result: CapacityResult) -> str:
     lines = [
         f"Capacity for workload {result.workload} at {result.slo.describe()}",
         f"Mix: {mix.requests:,} requests, mean prompt {mix.prompt_tokens_mean:,.0f} tokens "
-        f"({mix.cached_prompt_share:.1%} cached), mean output {mix.output_tokens_mean:,.0f}; "
+        + (
+            "(cached: each candidate's fleet, below)"
+            if any(isinstance(c.fleet_cache, FleetCache) for c in result.candidates)
+            else f"({mix.cached_prompt_share:.1%} cached)"
+        )
+        + f", mean output {mix.output_tokens_mean:,.0f}; "
         f"peak {mix.peak_rate_rps:.4g} req/s, mean "
         + (unknown_text(mean) if isinstance(mean, Unknown) else f"{mean:.4g} req/s"),
         *(f"{name}: {text}" for name, text in sorted(result.sources.items())),

@@ -160,7 +160,9 @@ class Arrivals(ResultModel):
 
 class FleetStep(ResultModel):
     """One pass of the fleet-size / cache fixed point: the cache replayed at ``replicas``, the
-    capacity it gives, and the replicas that capacity needs at the peak."""
+    capacity it gives, and the replicas that capacity needs at the peak. The first pass has
+    ``replicas`` 0: no replay, every prompt cached at the share the simulation's scenarios
+    found (where the iteration starts)."""
 
     replicas: int
     cached_share: float

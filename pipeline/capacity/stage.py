@@ -48,6 +48,7 @@ from pipeline.capacity.prior import ModelShape
 from pipeline.capacity.result import (
     Arrivals,
     CapacityResult,
+    ServingModel,
     Slo,
     candidates_frame,
     model_errors_frame,
@@ -94,7 +95,7 @@ class CapacityInputs:
     kv_tokens: int
     # --- the traffic's own arrivals and the fleet's own cache ---
     arrivals: Arrivals
-    cache: CacheReplays | None  # None: the workload's requests come uncached
+    cache: CacheReplays | Unknown  # Unknown: the workload's requests come uncached
     kv_sizing: KvCacheSizing | None  # requirements.kv_cache, sized per deployment
     # ---
     model_shape: ModelShape | None
@@ -244,6 +245,8 @@ def read_inputs(layout: WorkloadLayout, config: Config) -> CapacityInputs:
     peak = rates[peak_label] if peak_label is not None else float(mean)  # type: ignore[arg-type]
     kv_tokens, kv_source = _kv_tokens(config)
     cache = _cache_replays(layout, config, requests)
+    if isinstance(cache, Unknown):
+        notes.append(f"cached tokens taken as 0: {cache.reason}")
     arrivals = arrival_pattern(shape.metrics.arrivals, config.capacity, requests.height)
     model_shape = _model_shape(config)
     sources = {
@@ -253,7 +256,7 @@ def read_inputs(layout: WorkloadLayout, config: Config) -> CapacityInputs:
         + (f", mean {mean:.4g} req/s" if mean is not None else ", mean unknown"),
         "kv_tokens": kv_source,
         "cached_share": "each candidate's fleet: the simulation's replay at its replica count "
-        "and KV pool (the mix's share: one replica with this KV pool)",
+        "and KV pool (below)",
         "arrivals": arrivals.description,
         "model_shape": "requirements.kv_cache (the roofline prior of a deployment that served "
         "your model)"
@@ -282,9 +285,17 @@ def read_inputs(layout: WorkloadLayout, config: Config) -> CapacityInputs:
     )
 
 
-def _cache_replays(layout: WorkloadLayout, config: Config, requests: pl.DataFrame) -> CacheReplays:
+def _cache_replays(
+    layout: WorkloadLayout, config: Config, requests: pl.DataFrame
+) -> CacheReplays | Unknown:
     """The workload as the simulation's replay kernels read it, its scenarios (the routing),
-    and each capacity request's row in it (requests without lengths are left out of both)."""
+    and each capacity request's row in it (requests without lengths are left out of both);
+    ``Unknown`` when no scenario knows a hit (a trace without prompt content: nothing to
+    replay, and nothing flattened for it)."""
+    summaries = sim_stage.read_summaries(layout)
+    unknown = [s.hit_ratio for s in summaries if isinstance(s.hit_ratio, Unknown)]
+    if len(unknown) == len(summaries):
+        return unknown[0] if unknown else Unknown(reason="no simulated scenario")
     inputs = sim_stage.read_inputs(layout, config)
     rows = (
         requests.with_row_index("row")
@@ -301,7 +312,7 @@ def _cache_replays(layout: WorkloadLayout, config: Config, requests: pl.DataFram
             f"{layout.ingest.requests}: the simulation's flattened requests differ from the "
             "request table; re-run `enginefit simulate --config FILE`"
         )
-    return CacheReplays(inputs, config.simulation, sim_stage.read_summaries(layout), rows)
+    return CacheReplays(inputs, config.simulation, summaries, rows)
 
 
 def _column(frame: pl.DataFrame, name: str) -> pl.Expr:
@@ -346,14 +357,8 @@ def run(inputs: CapacityInputs, settings: CapacityConfig) -> CapacityResult:
     """One candidate per benchmarked deployment, its serving model carried to the workload."""
     workload: WorkloadRequests = workload_requests(inputs.requests)
     notes = list(inputs.notes)
-    cache = inputs.cache
-    # The mix's cached share: one replica with the team's KV pool (each candidate then replays
-    # its own fleet); a trace without prompt content has none.
-    one = cache.at(1, inputs.kv_tokens) if cache is not None and inputs.kv_tokens > 0 else None
-    if isinstance(one, Unknown):
-        notes.append(f"cached tokens taken as 0: {one.reason}")
-    elif one is not None:
-        workload = workload.with_cached(one.cached)
+    # Each candidate replays its own fleet's cache (a trace without prompt content has none).
+    cache = inputs.cache if isinstance(inputs.cache, CacheReplays) else None
     points = inputs.points
     candidates = []
     keys = [k for k in DEPLOYMENT_KEYS if k in points.columns]
@@ -442,6 +447,8 @@ def run(inputs: CapacityInputs, settings: CapacityConfig) -> CapacityResult:
             sample=sample,
         )
         update: dict[str, object] = {"bench_candidates": bench_candidates}
+        if isinstance(inputs.cache, Unknown) and isinstance(model, ServingModel):
+            update["fleet_cache"] = inputs.cache  # why no replay gave cached tokens
         if shape is None and shape_note is not None:
             # Another model than the team's: whatever else, the figure is not yours.
             update["provisional_reason"] = "; ".join(
