@@ -382,7 +382,7 @@ def test_carried_with_the_fleets_cache_and_what_moves_it() -> None:
     assert moved["budget_half"].capacity_rps < capacity
     text = sensitivity_sentence(candidate)
     assert text.startswith(f"Poisson arrivals (CV 1): the search's own: {capacity:.3g} req/s (+0%)")
-    assert cache_sentence(candidate).startswith("Cached tokens: 30.0% of prompt tokens, at ")
+    assert cache_sentence(candidate).startswith(f"Cached tokens: at {fleet.replicas}. Fleet and")
     # Poisson arrivals: nothing about bursts in the sentence a VP reads.
     assert "bursts" not in transfer_sentence(candidate)
     bursty = candidate.model_copy(

@@ -1,5 +1,5 @@
 """The capacity stage end to end on the bundled sweep: two workloads of different request mixes
-get different, hand-checkable costs from the same benchmark (issue 19, "done when")."""
+get different, hand-checkable costs from the same benchmark."""
 
 from __future__ import annotations
 

@@ -86,7 +86,7 @@ def cache_sentence(candidate: CandidateCapacity) -> str:
         return ""
     if isinstance(fleet, Unknown):
         return f"Cached tokens: none taken ({fleet.reason})"
-    return f"Cached tokens: {fleet.cached_share:.1%} of prompt tokens, {fleet.description}. {fleet_passes(fleet)}"
+    return f"Cached tokens: {fleet.description}. {fleet_passes(fleet)}"
 
 
 def fleet_passes(fleet: FleetCache) -> str:
@@ -106,7 +106,9 @@ def fleet_passes(fleet: FleetCache) -> str:
         for s in fleet.steps
     )
     verdict = (
-        "settled"
+        "stopped: no rate meets the SLO"
+        if isinstance(fleet.steps[-1].capacity_rps, Unknown)
+        else "settled"
         if fleet.settled
         else f"did not settle (the count alternated): the pass at {fleet.replicas} replica(s), "
         "which needs the most, is kept"
