@@ -124,6 +124,9 @@ def test_two_workloads_get_different_hand_checkable_costs_from_one_sweep(
     # Azure's resolve gaps: its own arrivals, replayed.
     assert long_c.arrivals is not None and long_c.arrivals.kind == "gamma"
     assert short_c.arrivals is not None and short_c.arrivals.kind == "trace"
+    # Its Poisson arrivals replayed in runs: gaps of CV about 1.
+    assert short_c.arrivals.cv == pytest.approx(1.0, abs=0.1)
+    assert "gap CV" in short_c.arrivals.description
     for candidate in (long_c, short_c):
         assert [v.key for v in candidate.sensitivity] == [
             "poisson",

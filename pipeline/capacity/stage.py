@@ -53,7 +53,7 @@ from pipeline.capacity.result import (
     candidates_frame,
     model_errors_frame,
 )
-from pipeline.capacity.search import POISSON, sample_requests
+from pipeline.capacity.search import POISSON, RequestSample, sample_requests
 from pipeline.config import Config
 from pipeline.decision.config import KvCacheSizing
 from pipeline.errors import ConfigError, InputFormatError
@@ -165,7 +165,7 @@ def arrival_pattern(measured: ShapeArrivals, settings: CapacityConfig, requests:
             kind="trace",
             cv=float(gap_cv),
             description=f"the workload's own arrivals: {shape}, each scaled to the rate tried "
-            f"(inter-arrival CV {gap_cv:.2f} measured)",
+            f"(the whole trace's inter-arrival CV {gap_cv:.2f}, its rate's changes included)",
         )
     if gap_cv is not None:
         return Arrivals(
@@ -285,6 +285,22 @@ def read_inputs(layout: WorkloadLayout, config: Config) -> CapacityInputs:
     )
 
 
+def as_replayed(arrivals: Arrivals, sample: RequestSample | None) -> Arrivals:
+    """A trace's arrivals with the CV of the gaps the search replays: the whole trace's CV also
+    counts its rate's changes over the day, which the runs, each scaled to its surroundings,
+    leave out."""
+    if arrivals.kind != "trace" or sample is None or sample.size < 2:
+        return arrivals
+    gaps = np.diff(np.concatenate(([0.0], sample.unit_arrivals)))
+    replayed = float(gaps.std() / gaps.mean())
+    return arrivals.model_copy(
+        update={
+            "cv": replayed,
+            "description": f"{arrivals.description}; gap CV {replayed:.2f} in the replayed runs",
+        }
+    )
+
+
 def _cache_replays(
     layout: WorkloadLayout, config: Config, requests: pl.DataFrame
 ) -> CacheReplays | Unknown:
@@ -379,6 +395,7 @@ def run(inputs: CapacityInputs, settings: CapacityConfig) -> CapacityResult:
         if groups
         else None
     )
+    arrivals = as_replayed(inputs.arrivals, sample)
     for key in groups:
         rows = _deployment_filter(points, key)
         deployment = deployment_of(rows.row(0, named=True))
@@ -433,7 +450,7 @@ def run(inputs: CapacityInputs, settings: CapacityConfig) -> CapacityResult:
             inputs.slo,
             kv_tokens=kv_tokens,
             kv_source=kv_source,
-            arrivals=inputs.arrivals,
+            arrivals=arrivals,
             fleet_cache=cache,
             gpu_hour_usd=_gpu_hour(
                 inputs.prices, deployment.gpu_type, manifest_prices[0] if manifest_prices else None
@@ -465,7 +482,7 @@ def run(inputs: CapacityInputs, settings: CapacityConfig) -> CapacityResult:
         settings,
         peak_rate_rps=inputs.peak_rate_rps,
         mean_rate_rps=inputs.mean_rate_rps,
-        sources=inputs.sources,
+        sources={**inputs.sources, "arrivals": arrivals.description},
         notes=notes,
     )
 
