@@ -230,7 +230,10 @@ def fleet_cache(model: ServingModel, requests: int, config: CapacityConfig) -> N
         wall, cpu = time.perf_counter() - start, time.process_time() - cpu
         fleet = found.fleet_cache
         passes = (
-            " → ".join(str(s.replicas) for s in fleet.steps)
+            " → ".join(
+                f"{s.replicas} ({s.cached_share:.1%}: {s.capacity_rps if isinstance(s.capacity_rps, Unknown) else f'{s.capacity_rps:.3g}'} req/s)"
+                for s in fleet.steps
+            )
             if not isinstance(fleet, Unknown) and fleet is not None
             else "none"
         )

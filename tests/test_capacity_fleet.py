@@ -36,7 +36,12 @@ from pipeline.capacity.present import (
 )
 from pipeline.capacity.prior import GPU_TABLE
 from pipeline.capacity.result import Arrivals, FleetCache, ServingModel
-from pipeline.capacity.search import RequestSample, sample_requests, search_capacity
+from pipeline.capacity.search import (
+    COARSE_BRACKET_RATIO,
+    RequestSample,
+    sample_requests,
+    search_capacity,
+)
 from pipeline.decision.config import KvCacheSizing
 from pipeline.sim.blocks import NO_CONTENT, sim_input
 from pipeline.sim.config import Scenario
@@ -146,15 +151,20 @@ class FakeCache:
     share: Callable[[int], float]
     start: float | None = None
     asked: list[int] = field(default_factory=list)
+    routed: Callable[[int], str] = lambda replicas: "round-robin"
 
     def estimate(self, kv_tokens: int) -> float | None:
         return self.start
+
+    def routing(self, replicas: int, kv_tokens: int) -> tuple[str, str]:
+        return self.routed(replicas), "test"
 
     def at(self, replicas: int, kv_tokens: int) -> CacheReplay | Unknown:
         self.asked.append(replicas)
         share = self.share(replicas)
         cached = np.floor(self.prompt * share).astype(np.int64)
-        return CacheReplay(replicas, kv_tokens, "round-robin", 16, cached, share, f"at {replicas}")
+        routing = self.routed(replicas)
+        return CacheReplay(replicas, kv_tokens, routing, 16, cached, share, f"at {replicas}")
 
 
 @cache
@@ -234,6 +244,70 @@ def test_fleet_size_and_cache_settle_from_the_simulated_share() -> None:
     assert cold_start.replicas == record.replicas
 
 
+def test_a_count_within_the_tolerance_settles_without_another_replay() -> None:
+    model, sample = _long()
+    prompt = workload("long").prompt
+    # The start at 60 % cached, every replay 59 %: the start's capacity (a 3 % search, as the
+    # fixed point runs it) and the replay's are worked out here, and the peak set so that the
+    # start sizes 30 replicas and the replay's capacity needs 31, within 5 % of 30.
+    start = search_capacity(
+        model.coefficients,
+        sample.with_cached(np.floor(sample.prompt * 0.6).astype(np.int64)),
+        SLO,
+        kv_tokens=KV_TOKENS,
+        config=CONFIG,
+        bracket=COARSE_BRACKET_RATIO,
+    )
+    assert not isinstance(start, Unknown)
+    replay = search_capacity(
+        model.coefficients,
+        sample.with_workload_cached(np.floor(prompt * 0.59).astype(np.int64)),
+        SLO,
+        kv_tokens=KV_TOKENS,
+        config=CONFIG,
+        near=start.rate_rps,
+        bracket=COARSE_BRACKET_RATIO,
+    )
+    assert not isinstance(replay, Unknown) and replay.rate_rps < start.rate_rps
+    spare = 1 if CONFIG.n_plus_one else 0
+    peak = (30 - spare) * start.rate_rps * CONFIG.headroom * 0.9999
+    assert fleet_replicas(start.rate_rps, peak, CONFIG) == 30
+    assert fleet_replicas(replay.rate_rps, peak, CONFIG) == 31
+
+    def settle(source: FakeCache) -> FleetCache:
+        record = settle_fleet(
+            model.coefficients,
+            sample,
+            SLO,
+            kv_tokens=KV_TOKENS,
+            kv_source="test",
+            peak_rate_rps=peak,
+            config=CONFIG,
+            cache=source,
+        ).record
+        assert isinstance(record, FleetCache)
+        return record
+
+    source = FakeCache(prompt, lambda replicas: 0.59, start=0.6)
+    record = settle(source)
+    assert source.asked == [30] and record.settled
+    assert [(s.replicas, s.replicas_needed) for s in record.steps] == [(0, 30), (30, 31)]
+    assert "settled within 5% of the count (the pass at 30 needs 31, the same routing" in (
+        fleet_passes(record)
+    )
+    # Another routing at 31: that fleet's cache is not the one replayed, so it is replayed.
+    source = FakeCache(
+        prompt,
+        lambda replicas: 0.59,
+        start=0.6,
+        routed=lambda replicas: "cache-aware" if replicas > 30 else "round-robin",
+    )
+    record = settle(source)
+    assert source.asked == [30, 31] and record.settled
+    assert record.replicas == 31 and record.routing == "cache-aware"
+    assert fleet_passes(record).startswith("Fleet and cache settled: ")
+
+
 def test_an_alternating_fleet_keeps_the_costlier_pass_and_says_so() -> None:
     model, sample = _long()
     prompt = workload("long").prompt
@@ -275,6 +349,9 @@ def test_no_replay_means_the_workloads_own_cached_tokens() -> None:
 
         def estimate(self, kv_tokens: int) -> float | None:
             return None
+
+        def routing(self, replicas: int, kv_tokens: int) -> tuple[str, str]:
+            return "round-robin", "no replay"
 
     settled = settle_fleet(
         model.coefficients,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pipeline.capacity.compute import FLEET_COUNT_TOLERANCE
 from pipeline.capacity.fit import NOT_COMPARABLE
 from pipeline.capacity.result import (
     CandidateCapacity,
@@ -105,10 +106,14 @@ def fleet_passes(fleet: FleetCache) -> str:
         )
         for s in fleet.steps
     )
+    last = fleet.steps[-1]
     verdict = (
         "stopped: no rate meets the SLO"
-        if isinstance(fleet.steps[-1].capacity_rps, Unknown)
+        if isinstance(last.capacity_rps, Unknown)
         else "settled"
+        if fleet.settled and last.replicas_needed == last.replicas
+        else f"settled within {FLEET_COUNT_TOLERANCE:.0%} of the count (the pass at "
+        f"{last.replicas} needs {last.replicas_needed}, the same routing; not replayed again)"
         if fleet.settled
         else f"did not settle (the count alternated): the pass at {fleet.replicas} replica(s), "
         "which needs the most, is kept"
