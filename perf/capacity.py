@@ -6,20 +6,23 @@ Run from the repository root: ``.venv/bin/python -m perf.capacity [--requests N]
 
 The benchmark is the tests' independent simulator (``tests/batching_server_sim.py``) at five
 rates of one short mix (600 requests each), written as vLLM ``bench serve`` files and read by
-``pipeline.bench.readers.read_bench_files``.
+``pipeline.bench.readers.read_bench_files``; the sweep's manifest states no limits, so the fit
+checks the catalog's prefill budget against the data (its costliest path).
 
 1. **Transfer.** The workload is ``--requests`` requests (default 1,000,000) with
    3,000-5,000-token prompts, 30 % of prompt tokens cached and Gamma CV 2 arrivals, as the
    ingest stage's columns. Timed (best of ``--repeats``, after one warm-up that compiles or
    loads the numba kernels): reading the files, the fit, the workload arrays from the frame, and
    the transfer with the trace's own arrivals (sampling in contiguous runs, the capacity search,
-   its band, the five sensitivity searches, the cost), CPU seconds beside wall.
+   its band, the budgets the data allow, the binding limit, the five sensitivity searches, the
+   cost), CPU seconds beside wall.
 2. **The fleet's own cache.** ``--fleet-requests`` requests (default 1,000,000) of
    ``perf.workload``'s long profile (multi-turn conversations on shared system prompts,
    512-token blocks) flattened for the replay kernels as the simulation stage does, its
    scenarios at 4 replicas (round-robin and cache-aware, the simulation stage's work, timed
    apart), then three candidates carried with the fleet fixed point at a loose SLO (p95 TTFT
-   10 s): the first on 1×H100 replays its fleet's caches, the second (another engine on
+   10 s), each with the sweep's model fitted with the server's limits stated (1,024-token
+   budget, 256 requests: the 200-token sweep cannot pin the budget the long prompts depend on): the first on 1×H100 replays its fleet's caches, the second (another engine on
    1×H100: the same pool) reuses them, the third (2×H100: another pool) replays its own. Each
    candidate's seconds (wall and CPU) and replays are printed: the target is < 5 s a candidate.
 3. **The stage as a whole command**: ``enginefit capacity --config`` in its own process (start,
@@ -54,7 +57,9 @@ from pipeline.capacity.fleet_cache import CacheReplays, deployment_kv_tokens
 from pipeline.capacity.prior import ModelShape
 from pipeline.capacity.result import Arrivals, ServingModel, Slo
 from pipeline.capacity.search import sample_requests
+from pipeline.capacity.stage import deployment_limits
 from pipeline.config import default_config
+from pipeline.decision.catalog import load_catalog
 from pipeline.decision.config import KvCacheSizing
 from pipeline.sim.blocks import sim_input
 from pipeline.sim.compute import scenario_summary
@@ -98,9 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from tests import batching_server_sim as sim
 
-    config = default_config().capacity.replace(
-        token_budget=1024, max_batch=256, sample_requests=args.sample
-    )
+    # No limits stated anywhere (the sweep's manifest has no engine_args): the fit checks the
+    # catalog's budget against the data, the costlier path.
+    config = default_config().capacity.replace(sample_requests=args.sample)
     slo = Slo(ttft_p95_ms=1000.0, itl_p99_ms=60.0)
     with tempfile.TemporaryDirectory() as folder:
         prompt, output = sim.mix(600, (100, 300), (100, 300), seed=8)
@@ -109,9 +114,18 @@ def main(argv: list[str] | None = None) -> int:
     points = read.load_points
     deployment = deployment_of(points.row(0, named=True))
 
+    limits = deployment_limits(points, load_catalog(), config)
+
     def fit() -> ServingModel | Unknown:
         return fit_serving_model(
-            points, read.per_request, deployment, config=config, model_shape=LLAMA_8B
+            points,
+            read.per_request,
+            deployment,
+            config=config,
+            limits=limits,
+            model_shape=LLAMA_8B,
+            measured_capacity=(45.0, None),
+            slo=slo,
         )
 
     fit()  # compile / load the kernels once
@@ -157,7 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"fit: {fit_s:.3f} s ({model.points_used} points, residual spread "
         f"{model.residual_spread:.1%}, prefill {model.prefill_split_basis}, context "
-        f"{model.context_basis})"
+        f"{model.context_basis}, budget {model.limits.budget:,} "
+        f"({model.limits.token_budget.source}), self-check "
+        f"{'passed' if model.self_check.passed else 'failed'})"
     )
     print(f"workload arrays: {args.requests:,} requests in {arrays_s:.3f} s")
     capacity = getattr(candidate, "workload_capacity_rps", None)
@@ -171,7 +187,22 @@ def main(argv: list[str] | None = None) -> int:
     total = fit_s + arrays_s + transfer_s
     print(f"fit + transfer per candidate: {total:.3f} s (target < 5 s)")
     if args.fleet_requests > 0:
-        fleet_cache(model, args.fleet_requests, config)
+        # The server's own limits stated (as a manifest's engine_args would): the long
+        # workload then has a capacity whatever the short sweep can tell of the budget.
+        stated = config.replace(token_budget=1024, max_batch=256)
+        fleet_model = fit_serving_model(
+            points,
+            read.per_request,
+            deployment,
+            config=stated,
+            model_shape=LLAMA_8B,
+            measured_capacity=(45.0, None),
+            slo=slo,
+        )
+        if isinstance(fleet_model, Unknown):
+            print(f"fit with the stated limits failed: {fleet_model.reason}")
+            return 1
+        fleet_cache(fleet_model, args.fleet_requests, stated)
     if args.stage_requests > 0:
         stage_command(args.stage_requests, args.repeats)
     return 0
@@ -207,9 +238,12 @@ def fleet_cache(model: ServingModel, requests: int, config: CapacityConfig) -> N
     import yaml  # import here: only the fleet and whole-command parts read the bundled file
 
     bundled = yaml.safe_load((REPO / "enginefit.yaml").read_text())
-    kv_sizing = KvCacheSizing.model_validate(bundled["requirements"]["kv_cache"])
+    kv_cache = KvCacheSizing.model_validate(bundled["requirements"]["kv_cache"])
+    served = default_config().requirements.replace(kv_cache=kv_cache).served_model()
     for name, gpus in (("first, 1×H100", 1), ("second, 1×H100", 1), ("third, 2×H100", 2)):
-        kv, source = deployment_kv_tokens(kv_sizing, "H100", gpus, (450_000, "default"))
+        kv, source = deployment_kv_tokens(
+            model.limits, served.shape, served.memory, "H100", gpus, (450_000, "default")
+        )
         before, cpu = replays.replays, time.process_time()
         start = time.perf_counter()
         found = carry_to_workload(
@@ -241,7 +275,8 @@ def fleet_cache(model: ServingModel, requests: int, config: CapacityConfig) -> N
             f"  candidate {name}: {wall:.2f} s wall, {cpu:.2f} s CPU, "
             f"{replays.replays - before} new replay(s) (passes {passes}; capacity "
             f"{found.workload_capacity_rps if isinstance(found.workload_capacity_rps, Unknown) else f'{found.workload_capacity_rps:.3g} req/s'}"
-            f"; cached {fleet.cached_share if fleet is not None and not isinstance(fleet, Unknown) else 0:.1%})"
+            f"; cached {fleet.cached_share if fleet is not None and not isinstance(fleet, Unknown) else 0:.1%}"
+            f"; binds {found.binding if isinstance(found.binding, Unknown) else found.binding.limit})"
         )
 
 

@@ -210,6 +210,11 @@ class WorkloadLayout:
     root: Path
 
     @property
+    def name(self) -> str:
+        """The workload's name: its folder is named after it (``<paths.data_dir>/<name>``)."""
+        return self.root.name
+
+    @property
     def ingest(self) -> IngestPaths:
         return IngestPaths(self.root)
 

@@ -12,10 +12,13 @@ problem, each naming the file and the dotted key.
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import difflib
 import re
 from collections.abc import Callable, Iterable
+from functools import cache
+from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Self, TypeVar
 
@@ -33,6 +36,22 @@ from pydantic import (
 from pydantic_core import ErrorDetails
 
 from pipeline.errors import ConfigError, InputFormatError
+
+#: The sections of ``enginefit.yaml``, in the order the configuration is printed.
+SECTIONS = (
+    "workload",
+    "paths",
+    "shape",
+    "prefix",
+    "simulation",
+    "bench",
+    "capacity",
+    "requirements",
+    "decision",
+    "report",
+    "loadtest",
+    "whatif",
+)
 
 
 class Section(BaseModel):
@@ -364,3 +383,21 @@ def _flag_error(exc: ValidationError, flags: dict[str, tuple[str, Any]]) -> Exce
     flag, value = flags.get(name, (name, first.get("input")))
     reason = str(first["msg"]).removeprefix("Value error, ")
     return ConfigError(f"{flag}: {reason} (got {value!r})")
+
+
+@cache
+def _defaults_text() -> str:
+    return resources.files("pipeline").joinpath("defaults.yaml").read_text(encoding="utf-8")
+
+
+@cache
+def _defaults_parsed() -> dict[str, Any]:
+    raw = load_yaml(_defaults_text(), "pipeline/defaults.yaml")
+    assert isinstance(raw, dict)  # a packaging bug, never user input
+    return raw
+
+
+def default_mapping() -> dict[str, Any]:
+    """``pipeline/defaults.yaml`` (every default, documented) as a fresh mapping (parsed once a
+    process)."""
+    return copy.deepcopy(_defaults_parsed())

@@ -28,12 +28,7 @@ from assets.cli import main as enginefit_with_dagster
 from pipeline.cli import main as enginefit
 from pipeline.config import load_config
 from pipeline.errors import ConfigError, InputFormatError
-from pipeline.report import audit as audit_module
-from pipeline.report import signing
-from pipeline.report import stage as report_stage
-from pipeline.report.audit import audit
-from pipeline.report.signing import Signer, sign
-from pipeline.report.versions import (
+from pipeline.ledger import (
     MANIFEST,
     PDF,
     RECORD,
@@ -42,6 +37,11 @@ from pipeline.report.versions import (
     chain_head,
     sha256_bytes,
 )
+from pipeline.report import audit as audit_module
+from pipeline.report import signing
+from pipeline.report import stage as report_stage
+from pipeline.report.audit import audit
+from pipeline.report.signing import Signer, sign
 from pipeline.safe_read import MAX_DEPTH, parse_json
 from tests.conftest import REPO, bundled_config
 from tests.test_bench_hostile import vllm_point, write_result
@@ -184,7 +184,7 @@ def test_the_bundled_catalog_is_checked_against_the_enginefit_that_audits(
 def test_a_missing_ledger_fails_the_audit(
     published: Published, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The issue's case: ledger deleted, PDF changed, manifest updated to the new hash."""
+    """A forger's case: ledger deleted, PDF changed, manifest updated to the new hash."""
     folder = published.folder(1)
     (folder / PDF).write_bytes(b"%PDF forged")
     manifest = json.loads((folder / MANIFEST).read_text())

@@ -28,6 +28,7 @@ from pipeline.capacity.fleet_cache import (
     recommended_routing,
 )
 from pipeline.capacity.kernels import I64
+from pipeline.capacity.limits import SchedulingLimits, resolve_limits
 from pipeline.capacity.present import (
     cache_sentence,
     fleet_passes,
@@ -67,28 +68,51 @@ GIB = 2**30
 FALLBACK = (123, "as configured")
 
 
-def test_the_kv_pool_is_the_teams_model_on_each_deployments_gpus() -> None:
-    # The GPU the team sized for: its own memory figure (79.2 GiB seen of 80 GB).
-    tokens, source = deployment_kv_tokens(LLAMA_8B_H100, "H100-80GB", 1, FALLBACK)
+def _limits(**manifest: object) -> SchedulingLimits:
+    return resolve_limits(
+        manifest_args=manifest or None,
+        recorded_args={},
+        defaults=None,
+        config=CONFIG,
+        manifest_file="manifest.yaml",
+        gpu_count=1,
+    )
+
+
+def test_the_kv_pool_is_the_served_model_on_each_deployments_gpus() -> None:
+    served = DEFAULTS.requirements.replace(kv_cache=LLAMA_8B_H100).served_model()
+    shape, memory, limits = served.shape, served.memory, _limits()
+    # The GPU the team sized for: its own memory figure (79.2 GiB seen of 80 GB), the same
+    # tokens requirements.kv_cache gives.
+    tokens, source = deployment_kv_tokens(limits, shape, memory, "H100-80GB", 1, FALLBACK)
     assert tokens == LLAMA_8B_H100.tokens_per_replica() == 449_797
     assert "the GPU memory requirements.kv_cache gives" in source
     # Two GPUs: half the weights each, the 8 KV heads split 4 and 4.
-    tokens, _ = deployment_kv_tokens(LLAMA_8B_H100, "H100 SXM", 2, FALLBACK)
+    tokens, _ = deployment_kv_tokens(limits, shape, memory, "H100 SXM", 2, FALLBACK)
     budget = 79.2 * 0.92 - 3 - 8.03e9 * 2 / GIB / 2
     assert tokens == math.floor(budget * GIB / (2 * 32 * 4 * 128 * 2))
     # Another GPU: its datasheet memory, 99 % of it visible.
-    tokens, source = deployment_kv_tokens(LLAMA_8B_H100, "NVIDIA L40S", 1, FALLBACK)
+    tokens, source = deployment_kv_tokens(limits, shape, memory, "NVIDIA L40S", 1, FALLBACK)
     budget = 48 * 0.99 * 0.92 - 3 - 8.03e9 * 2 / GIB
     assert tokens == math.floor(budget * GIB / (2 * 32 * 8 * 128 * 2))
     assert "L40S: 48 GB × 0.99 visible, https://www.nvidia.com/en-us/data-center/l40s/" in source
+    # The deployment's FP8 KV cache: one byte an element, twice the tokens.
+    fp8 = shape.with_quantisation(None, 1.0) if shape is not None else None
+    tokens, _ = deployment_kv_tokens(limits, fp8, memory, "H100-80GB", 1, FALLBACK)
+    budget = 79.2 * 0.92 - 3 - 8.03e9 * 2 / GIB
+    assert tokens == math.floor(budget * GIB / (2 * 32 * 8 * 128 * 1))
     # A GPU the table does not know: the team's figure, said so.
-    tokens, source = deployment_kv_tokens(LLAMA_8B_H100, "TPU-v5e", 1, FALLBACK)
+    tokens, source = deployment_kv_tokens(limits, shape, memory, "TPU-v5e", 1, FALLBACK)
     assert tokens == 449_797 and "TPU-v5e is not in the GPU memory table" in source
+    # A pool the deployment states is its pool.
+    stated = _limits(kv_cache_tokens=300_000)
+    tokens, source = deployment_kv_tokens(stated, shape, memory, "H100-80GB", 1, FALLBACK)
+    assert (tokens, source) == (300_000, "300,000 tokens: manifest, engine_args in manifest.yaml")
     # No requirements.kv_cache: the caller's figure.
-    assert deployment_kv_tokens(None, "H100", 1, FALLBACK) == FALLBACK
+    assert deployment_kv_tokens(limits, shape, None, "H100", 1, FALLBACK) == FALLBACK
     # Weights that leave no room: 0 tokens and why.
-    big = LLAMA_8B_H100.model_copy(update={"model_params_billion": 70.6})
-    tokens, source = deployment_kv_tokens(big, "L4", 1, FALLBACK)
+    big = shape.model_copy(update={"params_billion": 70.6}) if shape is not None else None
+    tokens, source = deployment_kv_tokens(limits, big, memory, "L4", 1, FALLBACK)
     assert tokens == 0
     assert "leaves no KV memory on 1× L4 (131.5 GiB of weights per GPU" in source
 
@@ -181,6 +205,7 @@ def _capacity(sample: RequestSample, cached: I64) -> float:
         model.coefficients,
         sample.with_workload_cached(cached),
         SLO,
+        limits=model.limits,
         kv_tokens=KV_TOKENS,
         config=CONFIG,
     )
@@ -196,6 +221,7 @@ def test_fleet_size_and_cache_settle_from_the_simulated_share() -> None:
         model.coefficients,
         sample,
         SLO,
+        limits=model.limits,
         kv_tokens=KV_TOKENS,
         kv_source="test",
         peak_rate_rps=40.0,
@@ -234,6 +260,7 @@ def test_fleet_size_and_cache_settle_from_the_simulated_share() -> None:
         model.coefficients,
         sample,
         SLO,
+        limits=model.limits,
         kv_tokens=KV_TOKENS,
         kv_source="test",
         peak_rate_rps=40.0,
@@ -254,6 +281,7 @@ def test_a_count_within_the_tolerance_settles_without_another_replay() -> None:
         model.coefficients,
         sample.with_cached(np.floor(sample.prompt * 0.6).astype(np.int64)),
         SLO,
+        limits=model.limits,
         kv_tokens=KV_TOKENS,
         config=CONFIG,
         bracket=COARSE_BRACKET_RATIO,
@@ -263,6 +291,7 @@ def test_a_count_within_the_tolerance_settles_without_another_replay() -> None:
         model.coefficients,
         sample.with_workload_cached(np.floor(prompt * 0.59).astype(np.int64)),
         SLO,
+        limits=model.limits,
         kv_tokens=KV_TOKENS,
         config=CONFIG,
         near=start.rate_rps,
@@ -279,6 +308,7 @@ def test_a_count_within_the_tolerance_settles_without_another_replay() -> None:
             model.coefficients,
             sample,
             SLO,
+            limits=model.limits,
             kv_tokens=KV_TOKENS,
             kv_source="test",
             peak_rate_rps=peak,
@@ -321,6 +351,7 @@ def test_an_alternating_fleet_keeps_the_costlier_pass_and_says_so() -> None:
         model.coefficients,
         sample,
         SLO,
+        limits=model.limits,
         kv_tokens=KV_TOKENS,
         kv_source="test",
         peak_rate_rps=peak,
@@ -357,6 +388,7 @@ def test_no_replay_means_the_workloads_own_cached_tokens() -> None:
         model.coefficients,
         sample,
         SLO,
+        limits=model.limits,
         kv_tokens=KV_TOKENS,
         kv_source="test",
         peak_rate_rps=40.0,

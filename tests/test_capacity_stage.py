@@ -4,6 +4,7 @@ get different, hand-checkable costs from the same benchmark."""
 from __future__ import annotations
 
 import math
+import shutil
 from pathlib import Path
 
 import polars as pl
@@ -115,7 +116,7 @@ def test_two_workloads_get_different_hand_checkable_costs_from_one_sweep(
     assert mooncake.mix.cached_prompt_share == 0.0  # each candidate has its own
     # The same replay run by hand through the simulation stage gives the same share.
     cfg = load_config(tmp_path / "mooncake.yaml")
-    inputs = sim_stage.read_inputs(cfg.layout(), cfg)
+    inputs = sim_stage.read_inputs(cfg.layout(), cfg.cache_replay().latency)
     scenario = Scenario(512, fleet.replicas, fleet.kv_tokens, fleet.routing)
     hits = simulate(inputs, scenario, cfg.simulation, with_instant=False).hit_tokens
     assert fleet.cached_share == pytest.approx(hits.sum() / inputs.prompt_tokens.sum())
@@ -136,7 +137,8 @@ def test_two_workloads_get_different_hand_checkable_costs_from_one_sweep(
             "budget_double",
         ]
     # The end-of-run summary line.
-    line = dict(headlines(load_config(tmp_path / "azure-conv.yaml")))["capacity"]
+    config = load_config(tmp_path / "azure-conv.yaml")
+    line = dict(headlines(config.layout(), config.filing()))["capacity"]
     assert f"{short_cost.replicas} replica(s) at peak" in line
     assert "per 1M output tokens of this workload" in line
 
@@ -161,6 +163,8 @@ def test_an_slo_without_the_simulated_limits_is_one_line(
     raw = yaml.safe_load(config.read_text())
     raw["bench"]["slo"] = {"ttft_p99_ms": 2000}
     config.write_text(yaml.safe_dump(raw))
+    # The capacity stage reads the SLO the bench analysis was made with.
+    assert enginefit(["bench", "--config", str(config)]) == 0
     assert enginefit(["capacity", "--config", str(config)]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("enginefit: error: bench.slo: the capacity stage simulates")
@@ -191,7 +195,7 @@ def test_the_roofline_prior_is_the_teams_model_only_where_the_benchmark_served_i
     assert deployment_model_shape(None, "m", team) == (None, None)
 
 
-def test_a_benchmark_of_another_model_is_provisional_and_gets_no_prior(
+def test_a_benchmark_of_another_model_is_priced_as_that_model_and_provisional(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     config = _configure(tmp_path, "other-model")
@@ -199,6 +203,7 @@ def test_a_benchmark_of_another_model_is_provisional_and_gets_no_prior(
     (candidate,) = ours.candidates
     assert isinstance(candidate.serving_model, ServingModel)
     assert "roofline" in str(candidate.serving_model.prior)  # the team's model: its prior
+    assert candidate.serving_model.model_shape == "requirements.kv_cache"
     raw = yaml.safe_load(config.read_text())
     raw["requirements"]["models"] = ["Qwen/Qwen3-32B"]
     config.write_text(yaml.safe_dump(raw))
@@ -209,12 +214,35 @@ def test_a_benchmark_of_another_model_is_provisional_and_gets_no_prior(
     assert "benchmarked on meta-llama/Llama-3.1-8B-Instruct, not your model (Qwen/Qwen3-32B)" in (
         other.provisional_reason
     )
-    # Without the prior this sweep (aggregates only) cannot split prefill from decode: unknown,
-    # never the team's model's figures.
-    assert isinstance(other.serving_model, Unknown)
-    assert "cannot be separated from decode" in other.serving_model.reason
-    assert isinstance(other.workload_capacity_rps, Unknown)
+    # requirements.kv_cache describes Qwen3-32B, not the benchmark: the benchmarked model's own
+    # shape comes from the model table, so its capacity is Llama's, said so.
+    assert isinstance(other.serving_model, ServingModel)
+    assert other.serving_model.model_shape.startswith("the model table's llama-3.1-8b (https://")
     assert any("not your model" in note for note in theirs.notes)
+
+
+def test_a_model_nobody_describes_has_no_prior_and_says_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A benchmarked model outside the model table, and not the team's (requirements.kv_cache
+    describes another): no prior, so an aggregate-only sweep cannot split prefill from decode:
+    unknown with both reasons, never 0."""
+    results = tmp_path / "results"
+    shutil.copytree(REPO / "bench-results" / "vllm-h100-inference-perf", results)
+    manifest = results / "enginefit-bench.yaml"
+    raw_manifest = yaml.safe_load(manifest.read_text())
+    manifest.write_text(yaml.safe_dump({**raw_manifest, "model": "acme/secret-13b"}))
+    config = _configure(tmp_path, "unknown-model")
+    raw = yaml.safe_load(config.read_text())
+    raw["bench"]["results"] = [str(results)]
+    raw["requirements"]["models"] = ["Qwen/Qwen3-32B"]
+    config.write_text(yaml.safe_dump(raw))
+    (candidate,) = _run_stages(config, capsys).candidates
+    model = candidate.serving_model
+    assert isinstance(model, Unknown)
+    assert "prefill cost cannot be separated from decode" in model.reason
+    assert "acme/secret-13b is not in the model table" in model.reason
+    assert isinstance(candidate.workload_capacity_rps, Unknown)
 
 
 def test_two_backends_of_one_engine_are_two_deployments() -> None:

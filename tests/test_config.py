@@ -11,9 +11,9 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from pipeline.config import config_from_mapping, default_config, default_mapping, load_config
+from pipeline.config import config_from_mapping, default_config, load_config
 from pipeline.errors import ConfigError
-from pipeline.settings import parse_yaml
+from pipeline.settings import default_mapping, parse_yaml
 from tests.conftest import REPO
 
 

@@ -1,4 +1,4 @@
-"""The cost ranking as an expert would sign it (issue 20): the tie band is the larger of the
+"""The cost ranking as an expert would sign it: the tie band is the larger of the
 margin and the benchmarks' measured repeat-run noise; whole-replica rounding neither hides nor
 inflates a gap; a switch's payback counts running both engines through the migration, and
 "never pays back" is never confused with "unknown"; every axis the decision rests on has a
@@ -21,12 +21,13 @@ from typing import Any
 
 import pytest
 
-from pipeline.decision import stage as decision_stage
+from pipeline.costing import WEEKS_PER_MONTH
 from pipeline.decision.checks import triggers_measurable
+from pipeline.decision.cli import configured_inputs
 from pipeline.decision.compute import context, decide
 from pipeline.decision.config import Requirements
 from pipeline.decision.context import DecisionInputs, EngineState, RuleContext
-from pipeline.decision.costing import WEEKS_PER_MONTH, choose, payback, payback_measure
+from pipeline.decision.costing import choose, payback, payback_measure
 from pipeline.decision.evidence import EngineBench, Workload
 from pipeline.decision.flips import answer, moved
 from pipeline.decision.present import rationale_text, trigger_sentence
@@ -105,6 +106,7 @@ def hand_context(
         catalog_source="bundled",
         as_of=None,
         peak_window="1min",
+        max_age_days=cfg.bench.max_age_days,
     )
     workload = Workload(
         mean_rate_rps=peak_rps,
@@ -386,7 +388,7 @@ def churn(tmp_path_factory: pytest.TempPathFactory) -> tuple[DecisionRecord, Dec
     record = decide_on(root, steady_traffic(), churn_benches(), CHURN)
     results = [root / "bench-results" / f"{n}-{e}" for n, (e, _) in enumerate(CHURN_BENCHES)]
     cfg = configuration(root, CHURN, results=results)
-    return record, decision_stage.read_inputs(cfg.layout(), cfg), cfg
+    return record, configured_inputs(cfg), cfg
 
 
 def just(flip: Any, side: str) -> float:
@@ -517,7 +519,7 @@ def test_a_hardware_change_that_flips_the_answer_is_named(tmp_path: Path) -> Non
     for flip in flipped:
         changed = {**requirements, "hardware": flip.threshold}
         cfg = configuration(tmp_path, changed, results=results)
-        inputs = decision_stage.read_inputs(cfg.layout(), cfg)
+        inputs = configured_inputs(cfg)
         again = decide(inputs, cfg.requirements, cfg.decision).recommendation.engine
         assert again == flip.engine != record.recommendation.engine
 
@@ -551,7 +553,7 @@ def test_explain_has_plain_numbers_and_sentences_for_every_trigger(churn: Any) -
     )
 
 
-def test_a_trigger_reads_as_the_issue_asks() -> None:
+def test_a_trigger_reads_as_one_sentence_with_today_s_value() -> None:
     names = {"sglang": "SGLang"}.get
     assert (
         trigger_sentence(

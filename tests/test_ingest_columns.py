@@ -13,10 +13,11 @@ import pytest
 from pipeline.config import load_config
 from pipeline.errors import ConfigError, InputFormatError
 from pipeline.ingest import stage
+from pipeline.ingest.cli import configured_inputs
 from pipeline.ingest.compute import ingest_paths
 from pipeline.layout import WorkloadLayout
 
-# The header a new user's export has (issue 22), plus a prompt-text column and a user column.
+# A new user's export: a header no built-in format knows, a prompt-text column, a user column.
 CSV = (
     "timestamp,prompt,prompt_tokens,completion_tokens,user_id\n"  # line 1: header
     '1735689600,"SECRET, the first prompt",120,30,alice\n'  # 2 ok
@@ -73,7 +74,7 @@ def _project(tmp_path: Path, config: str = CONFIG) -> Path:
 
 def test_mapped_csv_and_jsonl_are_ingested_or_quarantined_with_reasons(tmp_path: Path) -> None:
     config = load_config(_project(tmp_path))
-    result = stage.run(stage.read_inputs(config))
+    result = stage.run(configured_inputs(config))
     summary = result.summary
     by_file = {f.file: (f.format, f.records_read, f.ingested, f.quarantined) for f in summary.files}
     assert by_file == {"export.csv": ("columns", 9, 3, 6), "export.jsonl": ("columns", 8, 2, 6)}
@@ -118,7 +119,7 @@ def test_mapped_csv_and_jsonl_are_ingested_or_quarantined_with_reasons(tmp_path:
 def test_columns_not_named_never_reach_an_output(tmp_path: Path) -> None:
     """The prompt-text column and key are never read, so no output file holds them."""
     config = load_config(_project(tmp_path))
-    result = stage.run(stage.read_inputs(config))
+    result = stage.run(configured_inputs(config))
     layout = WorkloadLayout(tmp_path / "out")
     stage.write(result, layout)
     written = [p for p in layout.root.rglob("*") if p.is_file()]
@@ -151,13 +152,13 @@ def test_a_mapped_column_the_file_lacks_is_named_with_its_key(tmp_path: Path) ->
         InputFormatError,
         match=r"export\.csv: the header lacks completions, named by columns\.output_tokens",
     ):
-        stage.run(stage.read_inputs(config))
+        stage.run(configured_inputs(config))
     jsonl = CONFIG.replace("usage.input", "usage.prompt")
     with pytest.raises(
         InputFormatError,
         match=r"export\.jsonl: the first record lacks usage\.prompt, named by columns\.prompt_tokens",
     ):
-        stage.run(stage.read_inputs(load_config(_project(tmp_path, jsonl))))
+        stage.run(configured_inputs(load_config(_project(tmp_path, jsonl))))
 
 
 def test_an_unrecognised_csv_is_told_each_formats_headers_and_the_mapping(tmp_path: Path) -> None:
@@ -181,4 +182,4 @@ def test_an_empty_mapped_file_is_named_empty(tmp_path: Path) -> None:
     project = _project(tmp_path)
     (tmp_path / "export.csv").write_text("\n\n", encoding="utf-8")
     with pytest.raises(InputFormatError, match=r"^export\.csv: file is empty$"):
-        stage.run(stage.read_inputs(load_config(project)))
+        stage.run(configured_inputs(load_config(project)))

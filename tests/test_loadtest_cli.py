@@ -23,9 +23,9 @@ from assets.resources import EnginefitStore
 from perf.stub_openai_server import StubServer, run_stub_server
 from pipeline.cli import main
 from pipeline.config import load_config
-from pipeline.ingest.stage import read_requests
 from pipeline.sim.blocks import sim_input
 from pipeline.sim.curve import capacity_curve
+from pipeline.store import read_requests
 from tests.conftest import DEFAULTS, REPO, bundled_config
 from tests.workloads import growing_conversations
 

@@ -3,7 +3,7 @@
 
 The SLO specification and its parsers (``bench.slo`` and ``--slo``) live here, with the section
 they configure; :mod:`pipeline.bench.slo` evaluates load points against it. The price table keeps
-its own domain type (:class:`~pipeline.bench.cost.Prices`). Errors name the key.
+its own domain type (:class:`~pipeline.costing.Prices`). Errors name the key.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, PlainSerializer
 
-from pipeline.bench.cost import Prices, prices_from_mapping
+from pipeline.costing import Prices, prices_from_mapping
 from pipeline.dates import not_in_future
 from pipeline.errors import ConfigError
 from pipeline.settings import (
@@ -245,6 +245,18 @@ def _prices(value: Any) -> Any:
     return value if isinstance(value, Prices) else prices_from_mapping(value, where="bench.prices")
 
 
+@dataclass(frozen=True)
+class BenchPolicy:
+    """What the decision and the report take of the bench section besides its results: the
+    report date given to this run (None: not given) and what gave it, how many days a
+    benchmark stays current, and the window whose peak rate the fleet is sized for."""
+
+    as_of: dt.date | None
+    as_of_source: str
+    max_age_days: int
+    peak_window: str
+
+
 class BenchConfig(Section):
     """Settings of the benchmark stage: which results, the SLO, prices and the checks."""
 
@@ -264,6 +276,10 @@ class BenchConfig(Section):
     peak_window: Annotated[str, Field(min_length=1)]
     overload: OverloadRule
     min_tail_requests: NonNegativeInt
+
+    def policy(self) -> BenchPolicy:
+        as_of, source = configured_as_of(self)
+        return BenchPolicy(as_of, source, self.max_age_days, self.peak_window)
 
 
 RUN_DATE_ENV = "ENGINEFIT_RUN_DATE"

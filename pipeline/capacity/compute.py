@@ -1,10 +1,10 @@
 """The capacity core's entry points: a fitted serving model carried to the workload's own mix,
 the fleet and cost that follow, and routing priced through the model. Pure functions; no I/O.
 
-Cost formulas (docs/capacity.md, "cost"):
+Cost formulas (docs/capacity.md, "cost"; the arithmetic is :mod:`pipeline.costing`'s):
 
 * replicas = ⌈peak rate ÷ (capacity × headroom)⌉ (+ 1 with N+1), at least 1;
-  monthly cost = replicas × GPUs per replica × $/GPU-hour × 730 h;
+  monthly cost = replicas × GPUs per replica × $/GPU-hour × hours a month;
 * utilisation = rate ÷ (replicas × capacity), at the mean and at the peak rate;
 * the cached tokens the capacity is searched with come from the fleet's own prefix cache
   (:mod:`pipeline.capacity.fleet_cache`) at the fleet's replica count, and the fleet's size from
@@ -31,10 +31,11 @@ from typing import Any, Protocol
 import numpy as np
 import polars as pl
 
-from pipeline.bench.cost import HOURS_PER_MONTH
+from pipeline.capacity.binding import binding_limit
 from pipeline.capacity.config import CapacityConfig
 from pipeline.capacity.fleet_cache import CacheReplay
 from pipeline.capacity.kernels import F64, I64
+from pipeline.capacity.limits import SchedulingLimits
 from pipeline.capacity.prior import ModelShape
 from pipeline.capacity.result import (
     Arrivals,
@@ -65,8 +66,18 @@ from pipeline.capacity.search import (
     search_capacity,
     simulate_at,
 )
+from pipeline.costing import (
+    HOURS_PER_MONTH,
+    SECONDS_PER_HOUR,
+    monthly_usd,
+    per_million,
+    replicas_for,
+)
 from pipeline.unknown import Unknown
 
+#: A capacity that moves more than this over the prefill budgets the benchmark cannot tell
+#: apart is not given: it depends on a limit nobody stated.
+BUDGET_SENSITIVITY = 0.10
 CAPACITY_METHOD = (
     "simulated: the workload's own sampled requests, arriving as the candidate's arrivals say "
     "and each with the prompt tokens its replica's prefix cache holds in the fleet's replay, "
@@ -246,13 +257,14 @@ def _provisional_reason(model: ServingModel, transfer: TransferDistance) -> str 
         reasons.append("the prefill/decode split comes from the roofline prior, not the data")
     if model.context_basis == "assumed_zero" and abs(transfer.prompt_ratio - 1.0) > 0.5:
         reasons.append("the cost of reading a longer context is assumed 0 (no prior)")
+    if model.attention_basis == "assumed_zero" and abs(transfer.prompt_ratio - 1.0) > 0.5:
+        reasons.append(f"prefill attention is left out (the model's shape: {model.model_shape})")
     return "; ".join(reasons) or None
 
 
 def fleet_replicas(capacity_rps: float, peak_rate_rps: float, config: CapacityConfig) -> int:
     """Replicas the peak needs: ⌈peak ÷ (capacity × headroom)⌉, at least 1, + 1 with N+1."""
-    replicas = max(math.ceil(peak_rate_rps / (capacity_rps * config.headroom) - 1e-9), 1)
-    return replicas + (1 if config.n_plus_one else 0)
+    return replicas_for(peak_rate_rps, capacity_rps, config.headroom, config.n_plus_one)
 
 
 class CacheSource(Protocol):
@@ -288,6 +300,7 @@ def settle_fleet(
     sample: RequestSample,
     slo: Slo,
     *,
+    limits: SchedulingLimits,
     kv_tokens: int,
     kv_source: str,
     peak_rate_rps: float,
@@ -306,7 +319,9 @@ def settle_fleet(
     needing the most replicas is kept (the costlier fleet) and the record says it did not
     settle. The passes search to 3 % (they steer), the kept one then to 1 %."""
     if cache is None:
-        found = search_capacity(coefficients, sample, slo, kv_tokens=kv_tokens, config=config)
+        found = search_capacity(
+            coefficients, sample, slo, limits=limits, kv_tokens=kv_tokens, config=config
+        )
         return SettledFleet(found, sample, None, None)
     # The start, before any replay: every prompt cached at the share the simulation's own
     # scenarios found (none when they know no share).
@@ -316,6 +331,7 @@ def settle_fleet(
         coefficients,
         guessed,
         slo,
+        limits=limits,
         kv_tokens=kv_tokens,
         config=config,
         bracket=COARSE_BRACKET_RATIO,
@@ -326,7 +342,9 @@ def settle_fleet(
     replay = cache.at(first, kv_tokens)
     if isinstance(replay, Unknown):
         # No replay: the cached tokens the workload came with.
-        found = search_capacity(coefficients, sample, slo, kv_tokens=kv_tokens, config=config)
+        found = search_capacity(
+            coefficients, sample, slo, limits=limits, kv_tokens=kv_tokens, config=config
+        )
         return SettledFleet(found, sample, None, replay)
     steps = [
         FleetStep(
@@ -345,6 +363,7 @@ def settle_fleet(
             coefficients,
             drawn,
             slo,
+            limits=limits,
             kv_tokens=kv_tokens,
             config=config,
             near=near,
@@ -392,7 +411,13 @@ def settle_fleet(
     replay, drawn, found = passes[chosen]
     if not isinstance(found, Unknown):  # the kept pass, to the capacity's own precision
         found = search_capacity(
-            coefficients, drawn, slo, kv_tokens=kv_tokens, config=config, near=found.rate_rps
+            coefficients,
+            drawn,
+            slo,
+            limits=limits,
+            kv_tokens=kv_tokens,
+            config=config,
+            near=found.rate_rps,
         )
     record = FleetCache(
         replicas=replay.replicas,
@@ -412,13 +437,21 @@ def _searched(
     coefficients: StepCoefficients,
     sample: RequestSample,
     slo: Slo,
+    limits: SchedulingLimits,
     kv_tokens: int,
     config: CapacityConfig,
     near: float,
     bracket: float = BRACKET_RATIO,
 ) -> float | Unknown:
     found = search_capacity(
-        coefficients, sample, slo, kv_tokens=kv_tokens, config=config, near=near, bracket=bracket
+        coefficients,
+        sample,
+        slo,
+        limits=limits,
+        kv_tokens=kv_tokens,
+        config=config,
+        near=near,
+        bracket=bracket,
     )
     return found if isinstance(found, Unknown) else found.rate_rps
 
@@ -428,6 +461,7 @@ def capacity_sensitivity(
     sample: RequestSample,
     slo: Slo,
     *,
+    limits: SchedulingLimits,
     kv_tokens: int,
     config: CapacityConfig,
     capacity_rps: float,
@@ -435,9 +469,9 @@ def capacity_sensitivity(
     """The capacity with one input moved at a time, each against ``capacity_rps``: Poisson
     arrivals instead of the traffic's (the same requests and cached tokens), every request's
     cached tokens ∓ ``CACHED_SHIFT`` of its prompt, and the prefill token budget halved and
-    doubled (``max_batch`` capped at the budget). Each is searched to 3 %."""
+    doubled (the running-request limit capped at the budget). Each is searched to 3 %."""
     share = float(sample.cached.sum() / sample.prompt.sum())
-    cases: list[tuple[str, str, RequestSample, CapacityConfig]] = []
+    cases: list[tuple[str, str, RequestSample, SchedulingLimits]] = []
     twin = poisson_twin(sample)
     same = np.array_equal(twin.unit_arrivals, sample.unit_arrivals)
     cases.append(
@@ -445,7 +479,7 @@ def capacity_sensitivity(
             "poisson",
             "Poisson arrivals (CV 1)" + (": the search's own" if same else ""),
             sample if same else twin,
-            config,
+            limits,
         )
     )
     shift = np.floor(CACHED_SHIFT * sample.prompt).astype(np.int64)
@@ -458,23 +492,23 @@ def capacity_sensitivity(
                 f"cached share {moved_share:.0%} ({'−' if sign < 0 else '+'}"
                 f"{CACHED_SHIFT * 100:.0f} points of each prompt, from {share:.0%})",
                 moved,
-                config,
+                limits,
             )
         )
     for key, factor, word in (("budget_half", 0.5, "half"), ("budget_double", 2.0, "double")):
-        budget = max(int(config.token_budget * factor), 1)
+        budget = max(int(limits.budget * factor), 1)
         cases.append(
             (
                 key,
-                f"prefill budget {budget:,} tokens a step ({word} {config.token_budget:,})",
+                f"prefill budget {budget:,} tokens a step ({word} {limits.budget:,})",
                 sample,
-                config.replace(token_budget=budget, max_batch=min(config.max_batch, budget)),
+                limits.moved(budget=budget, batch=min(limits.batch, budget)),
             )
         )
     variants = []
     for key, description, moved, settings in cases:
         unchanged = (
-            settings is config
+            settings is limits
             and moved.unit_arrivals is sample.unit_arrivals
             and np.array_equal(moved.uncached, sample.uncached)
         )
@@ -482,7 +516,14 @@ def capacity_sensitivity(
             capacity_rps
             if unchanged
             else _searched(
-                coefficients, moved, slo, kv_tokens, settings, capacity_rps, COARSE_BRACKET_RATIO
+                coefficients,
+                moved,
+                slo,
+                settings,
+                kv_tokens,
+                config,
+                capacity_rps,
+                COARSE_BRACKET_RATIO,
             )
         )
         variants.append(
@@ -510,18 +551,18 @@ def workload_cost(
     capacity = search.rate_rps
     replicas = fleet_replicas(capacity, peak_rate_rps, config)
     gpus = replicas * gpus_per_replica
-    monthly = gpus * gpu_hour_usd * HOURS_PER_MONTH
+    monthly = monthly_usd(gpus, gpu_hour_usd)
     hourly = gpus_per_replica * gpu_hour_usd
     stats = search.at_capacity
     prefill_share = min(max(stats.prefill_share, 0.0), 1.0)
     cached_share = min(max(stats.cached_context_share, 0.0), 1.0 - prefill_share)
     decode_share = 1.0 - prefill_share - cached_share
-    per_hour = capacity * 3600.0
+    per_hour = capacity * SECONDS_PER_HOUR
     output_per_hour = per_hour * workload.output_mean
     uncached_per_hour = per_hour * (workload.prompt_mean - workload.cached_mean)
     cached_per_hour = per_hour * workload.cached_mean
     input_cost: float | Unknown = (
-        hourly * prefill_share / uncached_per_hour * 1e6
+        per_million(hourly * prefill_share, uncached_per_hour)
         if uncached_per_hour > 0
         else Unknown(reason="no uncached prompt tokens")
     )
@@ -532,21 +573,21 @@ def workload_cost(
         # 0 would be a figure the benchmark never showed.
         else Unknown(reason="the fitted model gives reading cached context no GPU time")
         if cached_share <= 0
-        else hourly * cached_share / cached_per_hour * 1e6
+        else per_million(hourly * cached_share, cached_per_hour)
     )
     if mean_rate_rps is not None and mean_rate_rps > 0:
         average: float | Unknown = mean_rate_rps / (replicas * capacity)
-        fleet: float | Unknown = (
-            monthly / (mean_rate_rps * workload.output_mean * 3600.0 * HOURS_PER_MONTH) * 1e6
+        fleet: float | Unknown = per_million(
+            monthly, mean_rate_rps * workload.output_mean * SECONDS_PER_HOUR * HOURS_PER_MONTH
         )
     else:
         average = fleet = Unknown(reason="the workload's mean rate is not known")
     formula = (
         f"replicas = ceil({peak_rate_rps:.4g} ÷ ({capacity:.4g} × {config.headroom:g})) "
         f"{'+ 1 (N+1) ' if config.n_plus_one else ''}= {replicas}; "
-        f"{replicas} × {gpus_per_replica} GPU × ${gpu_hour_usd:g}/h × 730 h = ${monthly:,.0f}/month; "
-        f"output ${hourly:g}/h × {decode_share:.3f} decode share ÷ ({capacity:.4g} req/s × "
-        f"{workload.output_mean:.1f} tokens × 3600) × 10^6"
+        f"{replicas} × {gpus_per_replica} GPU × ${gpu_hour_usd:g}/h × {HOURS_PER_MONTH:g} h = "
+        f"${monthly:,.0f}/month; output ${hourly:g}/h × {decode_share:.3f} decode share ÷ "
+        f"({capacity:.4g} req/s × {workload.output_mean:.1f} tokens × {SECONDS_PER_HOUR:g}) × 10^6"
     )
     return WorkloadCost(
         replicas=replicas,
@@ -560,10 +601,10 @@ def workload_cost(
         prefill_share=prefill_share,
         cached_context_share=cached_share,
         decode_share=decode_share,
-        cost_per_1m_output_usd=hourly * decode_share / output_per_hour * 1e6,
+        cost_per_1m_output_usd=per_million(hourly * decode_share, output_per_hour),
         cost_per_1m_input_usd=input_cost,
         cost_per_1m_cached_input_usd=cached_cost,
-        all_in_cost_per_1m_output_usd=hourly / output_per_hour * 1e6,
+        all_in_cost_per_1m_output_usd=per_million(hourly, output_per_hour),
         fleet_cost_per_1m_output_usd=fleet,
         formula=formula,
     )
@@ -618,16 +659,29 @@ def carry_to_workload(
             transfer=model,
             provisional_reason=f"no serving model: {model.reason}",
             cost=model,
+            binding=model,
             **common,
         )
     drawn = sample or sample_requests(
         workload.prompt, workload.output, workload.cached, config, arrivals, workload.arrival_s
     )
     settled = (
-        settle_fleet(
+        # A model that does not reproduce its own benchmark carries no capacity anywhere.
+        SettledFleet(
+            Unknown(
+                reason=f"{model.self_check.reason}: no capacity is carried to this workload; "
+                "benchmark this deployment on your own traffic (enginefit loadtest)"
+            ),
+            drawn,
+            None,
+            None,
+        )
+        if not model.self_check.passed and not measured_on_workload
+        else settle_fleet(
             model.coefficients,
             drawn,
             slo,
+            limits=model.limits,
             kv_tokens=kv_tokens,
             kv_source=kv_source,
             peak_rate_rps=peak_rate_rps,
@@ -639,21 +693,31 @@ def carry_to_workload(
     )
     if settled.cached is not None:
         workload = workload.with_cached(settled.cached)
-    found, drawn = settled.found, settled.sample
+    drawn = settled.sample
     transfer = transfer_distance(model, workload, config.far_ratio)
     provisional = _provisional_reason(model, transfer)
+    found: CapacitySearch | Unknown = settled.found
+    budget_note: str | None = None
+    if not isinstance(found, Unknown):
+        moved = budget_sensitivity(model, drawn, slo, found, kv_tokens, config)
+        if isinstance(moved, Unknown):
+            found = moved
+        else:
+            budget_note = moved
     common |= {
         "deployment": model.deployment,
         "serving_model": model,
         "transfer": transfer,
         "provisional_reason": provisional,
         "fleet_cache": settled.record,
+        "budget_sensitivity": budget_note,
     }
     if isinstance(found, Unknown):
         return CandidateCapacity(
             workload_capacity_rps=found,
             workload_capacity_band_rps=found,
             cost=found,
+            binding=found,
             **common,
         )
     spread = min(max(model.residual_spread, config.min_band_spread), 0.5)
@@ -663,6 +727,7 @@ def carry_to_workload(
             model.coefficients.scaled(factor),
             drawn,
             slo,
+            model.limits,
             kv_tokens,
             config,
             found.rate_rps / factor,
@@ -687,16 +752,66 @@ def carry_to_workload(
         workload_capacity_rps=found.rate_rps,
         workload_capacity_band_rps=(min(low, found.rate_rps), max(high, found.rate_rps)),
         cost=cost,
+        binding=binding_limit(model, drawn, found.rate_rps, slo, kv_tokens, config),
         sensitivity=capacity_sensitivity(
             model.coefficients,
             drawn,
             slo,
+            limits=model.limits,
             kv_tokens=kv_tokens,
             config=config,
             capacity_rps=found.rate_rps,
         ),
         **common,
     )
+
+
+def budget_sensitivity(
+    model: ServingModel,
+    sample: RequestSample,
+    slo: Slo,
+    found: CapacitySearch,
+    kv_tokens: int,
+    config: CapacityConfig,
+) -> str | Unknown | None:
+    """How the capacity moves over the prefill budgets the benchmark cannot tell apart (the
+    fit's ``budget_range``; with no upper end, up to the budget the model runs with): None when
+    the budget is stated or pinned; ``Unknown`` when it moves more than
+    ``BUDGET_SENSITIVITY``, since the capacity then rests on a limit nobody stated."""
+    limits = model.limits
+    if limits.budget_stated() or limits.budget_range is None:
+        return None
+    low, high = limits.budget_range
+    ends = sorted(
+        {b for b in (low, high if high is not None else limits.budget) if b != limits.budget}
+    )
+    if not ends:
+        return None
+    rates = {limits.budget: found.rate_rps}
+    for budget in ends:
+        edge = search_capacity(
+            model.coefficients,
+            sample,
+            slo,
+            limits=limits.moved(budget=budget),
+            kv_tokens=kv_tokens,
+            config=config,
+        )
+        rates[budget] = edge.rate_rps if not isinstance(edge, Unknown) else 0.0
+    figures = ", ".join(
+        f"{rate:.3g} req/s at {budget:,} tokens" if rate > 0 else f"none at {budget:,} tokens"
+        for budget, rate in sorted(rates.items())
+    )
+    moved = max(abs(rate / found.rate_rps - 1.0) for rate in rates.values())
+    span = f"{low:,}" + (f" to {high:,}" if high is not None else " tokens or more")
+    if moved > BUDGET_SENSITIVITY:
+        return Unknown(
+            reason=f"this workload's capacity depends on the prefill budget, which the "
+            f"benchmark does not pin (its p99 ITL fits a budget of {span}; the model's is "
+            f"{limits.budget:,}, {limits.token_budget.source}): {figures}; state the "
+            "deployment's max_num_batched_tokens in the manifest's engine_args"
+        )
+    return f"the same within {moved:.0%} over the prefill budgets the benchmark allows ({figures})"
 
 
 def _placeholder_deployment(candidate: str, gpus: int | None) -> Deployment:
@@ -776,13 +891,13 @@ def routing_value(
         raise ValueError("cached shares must satisfy 0 ≤ worse ≤ better < 1")
     if replicas < 1:
         raise ValueError("replicas must be at least 1")
-    prompt_tokens_month = mean_rate_rps * workload.prompt_mean * 3600.0 * HOURS_PER_MONTH
+    prompt_tokens_month = mean_rate_rps * workload.prompt_mean * SECONDS_PER_HOUR * HOURS_PER_MONTH
     saved_replica_s = (
         model.coefficients.prefill_s_per_token
         * (cached_share_better - cached_share_worse)
         * prompt_tokens_month
     )
-    gpu_hours = saved_replica_s / 3600.0 * model.deployment.gpu_count
+    gpu_hours = saved_replica_s / SECONDS_PER_HOUR * model.deployment.gpu_count
     ttft: list[float | Unknown] = []
     for share in (cached_share_worse, cached_share_better):
         cached = np.floor(workload.prompt * share).astype(np.int64)
@@ -791,7 +906,11 @@ def routing_value(
             ttft.append(Unknown(reason="requests larger than the replica's KV cache"))
             continue
         run = simulate_at(
-            model.coefficients, drawn, rate_rps / replicas, kv_tokens=kv_tokens, config=config
+            model.coefficients,
+            drawn,
+            rate_rps / replicas,
+            limits=model.limits,
+            kv_tokens=kv_tokens,
         )
         stats = run_stats(
             run,
@@ -820,7 +939,7 @@ def routing_value(
         formula=(
             f"{model.coefficients.prefill_s_per_token * 1e3:.4g} ms/token × "
             f"({cached_share_better:.3f} − {cached_share_worse:.3f}) × "
-            f"{prompt_tokens_month:,.0f} prompt tokens/month ÷ 3600 × "
+            f"{prompt_tokens_month:,.0f} prompt tokens/month ÷ {SECONDS_PER_HOUR:g} × "
             f"{model.deployment.gpu_count} GPU = {gpu_hours:,.1f} GPU-h × ${gpu_hour_usd:g}"
         ),
     )

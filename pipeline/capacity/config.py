@@ -12,9 +12,11 @@ workload and the fleet sized (defaults and their documentation: ``pipeline/defau
 ``warmup_share``
     The first share of simulated requests is left out of the percentiles (they meet an empty
     server; warm-up requests discarded, docs/decision-rules.md#transferability).
-``token_budget`` / ``max_batch``
-    The engine's per-step token budget (vLLM ``max_num_batched_tokens``) and running-request
-    limit (``max_num_seqs``) the served deployment uses; the benchmark files do not say them.
+``token_budget`` / ``max_batch`` / ``chunked_prefill``
+    The team's override of every deployment's per-step token budget (vLLM
+    ``max_num_batched_tokens``), running-request limit (``max_num_seqs``) and chunked prefill.
+    Null (the default): each deployment's own, from its manifest's ``engine_args``, its result
+    file, the engine catalog's defaults or the data (``pipeline.capacity.limits``).
 ``far_ratio``
     A workload whose mean prompt or output is more than this factor away from the benchmark's
     (or outside the lengths it measured) makes the transfer provisional.
@@ -31,11 +33,54 @@ workload and the fleet sized (defaults and their documentation: ``pipeline/defau
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Literal, Self
 
 from pydantic import Field, model_validator
 
+from pipeline.capacity.prior import ModelShape
 from pipeline.settings import PositiveInt, Section
+from pipeline.shape.facts import LatencyModel
+from pipeline.sim.config import SimConfig
+
+
+@dataclass(frozen=True)
+class ReplicaMemory:
+    """The GPU memory ``requirements.kv_cache`` sizes a replica's KV pool from: the GPU's
+    memory the engine sees, the share it may use and the engine's overhead (the model's shape
+    and the deployment's GPU count give the rest)."""
+
+    gpu_memory_gib: float
+    memory_utilization: float
+    overhead_gib: float
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """What the team says of the model it serves (``requirements.models`` and
+    ``requirements.kv_cache``), as the capacity stage takes it: the models' names, the KV-cache
+    tokens one replica holds, the model's shape for the roofline prior and the GPU memory the
+    KV pool is sized from per deployment (None: not given)."""
+
+    models: tuple[str, ...] = ()
+    kv_tokens: int | None = None
+    shape: ModelShape | None = None
+    memory: ReplicaMemory | None = None
+
+
+@dataclass(frozen=True)
+class ReplayBasis:
+    """How the fleet's own cache is replayed: the ``simulation`` section (vLLM's prefix-cache
+    rules, the request lifetime, the routers, the block sizes, tenant isolation) and the
+    latency model request durations come from (``simulation.latency_model``, else the shape
+    section's, ``fallback``)."""
+
+    simulation: SimConfig
+    fallback: LatencyModel
+
+    @property
+    def latency(self) -> LatencyModel:
+        return self.simulation.latency(self.fallback)
 
 
 class CapacityConfig(Section):
@@ -46,8 +91,9 @@ class CapacityConfig(Section):
     sample_requests: Annotated[int, Field(ge=200, le=1_000_000)]
     seed: Annotated[int, Field(ge=0)]
     warmup_share: Annotated[float, Field(ge=0, lt=0.5)]
-    token_budget: PositiveInt
-    max_batch: PositiveInt
+    token_budget: PositiveInt | None = None
+    max_batch: PositiveInt | None = None
+    chunked_prefill: bool | None = None
     far_ratio: Annotated[float, Field(gt=1)]
     min_band_spread: Annotated[float, Field(ge=0, lt=0.5)]
     # Defaults here too: a capacity document written before these keys keeps its settings
@@ -58,7 +104,11 @@ class CapacityConfig(Section):
 
     @model_validator(mode="after")
     def _batch_within_budget(self) -> Self:
-        if self.max_batch > self.token_budget:
+        if (
+            self.max_batch is not None
+            and self.token_budget is not None
+            and self.max_batch > self.token_budget
+        ):
             raise ValueError(
                 f"max_batch ({self.max_batch}) must not exceed token_budget "
                 f"({self.token_budget}): every running request decodes one token a step"

@@ -2,8 +2,9 @@
 holds, replayed at the fleet's replica count with the deployment's own KV pool as the cache and
 the routing the recommendation includes (docs/capacity.md, "The fleet's own cache").
 
-* :func:`deployment_kv_tokens` — the replica's KV pool: ``requirements.kv_cache``'s model and
-  KV dtype on the deployment's GPU type and count (vLLM's sizing,
+* :func:`deployment_kv_tokens` — the replica's KV pool: the one the deployment states, else
+  the model it serves (with its quantisation and KV dtype) on its GPU type and count with
+  ``requirements.kv_cache``'s memory figures (vLLM's sizing,
   docs/decision-rules.md#kv-cache-sizing); the GPU's memory from its datasheet.
 * :func:`recommended_routing` — the routing the decision's routing rule would include at that
   fleet: the best simulated prefix-aware routing when it saves at least ``ROUTING_GAIN_MIN`` of
@@ -26,14 +27,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from pipeline.capacity.config import ReplicaMemory
 from pipeline.capacity.kernels import I64
-from pipeline.capacity.prior import gpu_peaks
-from pipeline.decision.config import ROUTING_GAIN_MIN, KvCacheSizing
+from pipeline.capacity.limits import SchedulingLimits
+from pipeline.capacity.prior import ModelShape, gpu_peaks
 from pipeline.sim.blocks import SimInputs, SimulationInputError
 from pipeline.sim.config import MAX_REPLICAS, PREFIX_ROUTINGS, Scenario, SimConfig
 from pipeline.sim.replay import simulate
 from pipeline.sim.result import ScenarioSummary
+from pipeline.thresholds import ROUTING_GAIN_MIN
 from pipeline.unknown import Unknown
+
+GIB = 2**30
 
 #: Datasheet memory per GPU in GB, by the roofline table's GPU name (its ``source_url``).
 GPU_MEMORY_GB: dict[str, float] = {
@@ -57,37 +62,51 @@ SAME_MEMORY_SHARE = 0.03
 
 
 def deployment_kv_tokens(
-    sizing: KvCacheSizing | None, gpu_type: str, gpu_count: int, fallback: tuple[int, str]
+    limits: SchedulingLimits,
+    shape: ModelShape | None,
+    memory: ReplicaMemory | None,
+    gpu_type: str,
+    gpu_count: int,
+    fallback: tuple[int, str],
 ) -> tuple[int, str]:
     """KV-pool tokens of one replica of this deployment, and where the figure comes from.
 
-    ``requirements.kv_cache`` describes the team's model, its KV dtype and its GPU memory; the
-    deployment runs that model on ``gpu_count`` × ``gpu_type``: tensor parallelism splits the
-    KV heads and the weights over the GPUs, and a GPU of another size has another budget.
-    Without ``requirements.kv_cache``: ``fallback``."""
-    if sizing is None:
+    The pool the deployment states (its manifest's or result file's ``kv_cache_tokens``), else
+    sized as vLLM does (docs/decision-rules.md#kv-cache-sizing) for the model it serves
+    (``shape``: its weights and KV widths, the deployment's quantisation and KV dtype applied)
+    on ``gpu_count`` × ``gpu_type`` with ``requirements.kv_cache``'s memory figures: tensor
+    parallelism splits the weights and the KV heads over the GPUs (a latent-attention cache is
+    kept whole on each), and a GPU of another size has its datasheet memory. Else
+    ``fallback``."""
+    stated = limits.kv_cache_tokens
+    if stated.value is not None:
+        tokens = int(stated.value)
+        return tokens, f"{tokens:,} tokens: {stated.source}, {stated.detail}"
+    if memory is None or shape is None:
         return fallback
-    memory, where = sizing.gpu_memory_gib, "the GPU memory requirements.kv_cache gives"
+    gib, where = memory.gpu_memory_gib, "the GPU memory requirements.kv_cache gives"
     peaks = gpu_peaks(gpu_type)
     datasheet = GPU_MEMORY_GB.get(peaks.name) if not isinstance(peaks, Unknown) else None
     if datasheet is None:
         where += f" ({gpu_type} is not in the GPU memory table)"
-    elif abs(datasheet * VISIBLE_MEMORY_SHARE / memory - 1.0) > SAME_MEMORY_SHARE:
-        memory = datasheet * VISIBLE_MEMORY_SHARE
+    elif abs(datasheet * VISIBLE_MEMORY_SHARE / gib - 1.0) > SAME_MEMORY_SHARE:
+        gib = datasheet * VISIBLE_MEMORY_SHARE
         assert not isinstance(peaks, Unknown)
         where = (
             f"{peaks.name}: {datasheet:g} GB × {VISIBLE_MEMORY_SHARE:g} visible, {peaks.source_url}"
         )
-    sized = sizing.model_copy(update={"gpu_memory_gib": memory, "gpus_per_replica": gpu_count})
-    if sized.budget_gib_per_gpu() <= 0:
+    weights = shape.params_billion * 1e9 * shape.weight_bytes / GIB / gpu_count
+    budget = gib * memory.memory_utilization - memory.overhead_gib - weights
+    if budget <= 0:
         return 0, (
-            f"requirements.kv_cache's model leaves no KV memory on {gpu_count}× {gpu_type} "
-            f"({sized.weights_gib_per_gpu():.1f} GiB of weights per GPU; {where})"
+            f"the served model leaves no KV memory on {gpu_count}× {gpu_type} "
+            f"({weights:.1f} GiB of weights per GPU; {where})"
         )
-    tokens = sized.tokens_per_replica()
+    split = 1 if shape.kv_latent_dim is not None else min(gpu_count, shape.kv_heads)
+    tokens = math.floor(budget * GIB / (shape.kv_bytes_per_token() / split))
     return tokens, (
-        f"{tokens:,} tokens: requirements.kv_cache's model and KV dtype on {gpu_count}× "
-        f"{gpu_type} ({where})"
+        f"{tokens:,} tokens: the served model's weights and KV on {gpu_count}× {gpu_type} "
+        f"({where}; requirements.kv_cache's utilisation and overhead)"
     )
 
 

@@ -3,17 +3,19 @@
 read → run → write:
 
 * :func:`read_inputs` gathers what the core needs through the other stages' readers: the bench
-  stage's evaluated load points, its SLO-capacity table (the measured bracket and the
-  benchmark's own $/1M output) and its per-request rows (persisted by the bench stage as
-  ``bench/per_request.parquet`` whenever a result file had them; the bundled sweep has none, so
-  nothing there changes); the ingest table's ``prompt_tokens`` / ``output_tokens``; the shape
-  stage's mean and peak rate (``bench.peak_window``) and the arrival pattern the search replays
-  (:func:`arrival_pattern`); the workload flattened for the simulation's replay kernels and its
+  analysis (its evaluated load points; its SLO-capacity table, with the measured bracket and
+  the benchmark's own $/1M output; the workload's mean and peak rate at ``bench.peak_window``;
+  and the SLO and the prices it was made with) and its per-request rows (persisted by the bench
+  stage as ``bench/per_request.parquet`` whenever a result file had them; the bundled sweep has
+  none, so nothing there changes); the ingest table's ``prompt_tokens`` / ``output_tokens`` /
+  ``arrival``; the arrival pattern the shape stage measured (the search replays it:
+  :func:`arrival_pattern`); the workload flattened for the simulation's replay kernels and its
   scenarios, from which each candidate's fleet cache is replayed
-  (:class:`pipeline.capacity.fleet_cache.CacheReplays`); the replica's KV tokens
-  (``requirements.kv_cache``, else the largest ``simulation.cache_tokens``); the model's shape for
-  the roofline prior (``requirements.kv_cache``); prices (``bench.prices``) and the SLO
-  (``bench.slo``).
+  (:class:`pipeline.capacity.fleet_cache.CacheReplays`, with the ``simulation`` section's
+  settings: :class:`~pipeline.capacity.config.ReplayBasis`); and what the team says of
+  its model (:class:`~pipeline.capacity.config.ServedModel`): the replica's KV tokens
+  (``requirements.kv_cache``, else the largest simulated cache; each deployment's own pool is
+  sized from its GPUs), the model's shape for the roofline prior and the GPU memory.
 * :func:`run` fits one serving model per benchmarked deployment (engine × GPU × model × version
   × GPU count, all of its sweeps together) from its kept-up open-loop points, and carries each
   to the workload's own mix (:mod:`pipeline.capacity.compute`).
@@ -24,16 +26,19 @@ read → run → write:
 
 from __future__ import annotations
 
+import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 
+from pipeline import results
 from pipeline.bench import stage as bench_stage
 from pipeline.bench.config import SloSpec
-from pipeline.bench.cost import Prices, match_gpu_price, workload_rates
+from pipeline.bench.result import BenchResult
 from pipeline.capacity.compute import (
     WorkloadRequests,
     capacity_result,
@@ -41,9 +46,17 @@ from pipeline.capacity.compute import (
     deployment_model_shape,
     workload_requests,
 )
-from pipeline.capacity.config import CapacityConfig
+from pipeline.capacity.config import CapacityConfig, ReplayBasis, ServedModel
 from pipeline.capacity.fit import deployment_of, fit_serving_model
 from pipeline.capacity.fleet_cache import CacheReplays, deployment_kv_tokens
+from pipeline.capacity.limits import (
+    SchedulingCatalog,
+    SchedulingLimits,
+    kv_bytes,
+    resolve_limits,
+    weight_bytes,
+)
+from pipeline.capacity.models import deployment_shape
 from pipeline.capacity.prior import ModelShape
 from pipeline.capacity.result import (
     Arrivals,
@@ -54,17 +67,30 @@ from pipeline.capacity.result import (
     model_errors_frame,
 )
 from pipeline.capacity.search import POISSON, RequestSample, sample_requests
-from pipeline.config import Config
-from pipeline.decision.config import KvCacheSizing
+from pipeline.costing import Prices
 from pipeline.errors import ConfigError, InputFormatError
-from pipeline.ingest.stage import read_requests
-from pipeline.layout import WorkloadLayout, require_output
+from pipeline.layout import WorkloadLayout
 from pipeline.safe_read import read_json
 from pipeline.shape import stage as shape_stage
 from pipeline.shape.result import Arrivals as ShapeArrivals
 from pipeline.sim import stage as sim_stage
-from pipeline.store import open_stage_output, write_json_atomic, write_parquet_atomic
+from pipeline.sim.result import ScenarioSummary
+from pipeline.store import open_stage_output, read_requests, write_json_atomic, write_parquet_atomic
 from pipeline.unknown import Unknown
+
+STEP = results.Step(
+    results.CAPACITY,
+    upstream=(
+        results.BENCH,
+        results.LOAD_POINTS,
+        results.REQUESTS,
+        results.SHAPE,
+        results.SCENARIOS,
+    ),
+    # decision: only its engine catalog (the engines' scheduling defaults); simulation and
+    # shape: how the fleet's cache is replayed (ReplayBasis).
+    sections=("capacity", "requirements", "decision", "simulation", "shape"),
+)
 
 #: The columns that name one benchmarked deployment (its sweeps are fitted together).
 # The serving backend too: TensorRT-LLM's PyTorch and TensorRT backends are different servers.
@@ -94,15 +120,17 @@ class CapacityInputs:
     mean_rate_rps: float | None
     kv_tokens: int
     # --- the traffic's own arrivals and the fleet's own cache ---
-    arrivals: Arrivals
+    measured_arrivals: ShapeArrivals  # the shape stage's (the search's pattern: run's settings)
     cache: CacheReplays | Unknown  # Unknown: the workload's requests come uncached
-    kv_sizing: KvCacheSizing | None  # requirements.kv_cache, sized per deployment
+    served: ServedModel  # its memory sizes each deployment's KV pool
     # ---
     model_shape: ModelShape | None
     team_models: tuple[str, ...]  # requirements.models: whose shape model_shape is
     prices: Prices
     slo: Slo
     min_achieved_rate_share: float | None
+    #: The engine catalog (its engines' scheduling defaults); None: no defaults.
+    catalog: SchedulingCatalog | None = None
     sources: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -188,39 +216,50 @@ def arrival_pattern(measured: ShapeArrivals, settings: CapacityConfig, requests:
     )
 
 
-def _kv_tokens(config: Config) -> tuple[int, str]:
-    kv = config.requirements.kv_cache
-    if kv is not None:
-        tokens = kv.tokens_per_replica()
+def _kv_tokens(
+    served: ServedModel, summaries: Sequence[ScenarioSummary], where: Path
+) -> tuple[int, str]:
+    """The KV-cache tokens of a replica: the team's (``requirements.kv_cache``), else the
+    largest cache the simulation replayed (``where``: its summary, for the error)."""
+    if served.kv_tokens is not None:
+        tokens = served.kv_tokens
         return tokens, f"requirements.kv_cache: {tokens:,} tokens per replica"
-    largest = max(config.simulation.cache_tokens)
+    if not summaries:
+        raise InputFormatError(
+            f"{where}: no simulated scenario, so no cache size to take a replica's KV tokens "
+            "from; set requirements.kv_cache (or simulation.cache_tokens, then `enginefit "
+            "simulate`)"
+        )
+    largest = max(s.cache_tokens for s in summaries)
     return largest, (
         f"simulation.cache_tokens (the largest configured, {largest:,}); set "
         "requirements.kv_cache to size it from the hardware"
     )
 
 
-def _model_shape(config: Config) -> ModelShape | None:
-    kv = config.requirements.kv_cache
-    if kv is None:
-        return None
-    return ModelShape(
-        params_billion=kv.model_params_billion,
-        weight_bytes=kv.weight_bytes,
-        layers=kv.layers,
-        kv_heads=kv.kv_heads,
-        head_dim=kv.head_dim,
-        kv_bytes=kv.kv_bytes,
-        attention_heads=kv.attention_heads,
-    )
+def read_inputs(
+    layout: WorkloadLayout,
+    served: ServedModel,
+    catalog: SchedulingCatalog | None,
+    replay: ReplayBasis,
+) -> CapacityInputs:
+    """Everything :func:`run` needs, through the other stages' readers (the module docstring),
+    with ``catalog`` the engine catalog ``decision.catalog`` names (its engines' scheduling
+    defaults; None: none) and ``replay`` how the fleet's cache is replayed. A missing upstream
+    output is the error naming the command that writes it."""
+    return inputs_from(layout, bench_stage.read_analysis(layout), served, catalog, replay)
 
 
-def read_inputs(layout: WorkloadLayout, config: Config) -> CapacityInputs:
-    """Everything :func:`run` needs, through the other stages' readers (the module docstring).
-    A missing upstream output is the error naming the command that writes it."""
-    workload = config.require_workload().name
-    slo = capacity_slo(config.bench.slo)
-    analysis = bench_stage.read_analysis(layout, config.bench)
+def inputs_from(
+    layout: WorkloadLayout,
+    analysis: BenchResult,
+    served: ServedModel,
+    catalog: SchedulingCatalog | None,
+    replay: ReplayBasis,
+) -> CapacityInputs:
+    """:func:`read_inputs` with ``analysis`` the bench analysis the fleet is sized from: the
+    written one, or one re-run in memory at another SLO (what-if)."""
+    slo = capacity_slo(analysis.settings.slo)
     per_request = bench_stage.read_written_results(layout).per_request
     requests = (
         read_requests(layout)
@@ -229,26 +268,24 @@ def read_inputs(layout: WorkloadLayout, config: Config) -> CapacityInputs:
         # The simulation's order (pipeline.sim.blocks.sim_input): the replays' hits line up.
         .sort("arrival", nulls_last=True, maintain_order=True)
     )
-    shape = shape_stage.read_result(layout)
-    facts = shape.facts
-    rates = workload_rates(facts.mean_rate_rps, facts.peak_rate_rps, config.bench.peak_window)
+    rates = analysis.rates
     peak_label = next((k for k in rates if k.startswith("peak_")), None)
     mean = rates.get("mean")
     if peak_label is None and mean is None:
         raise InputFormatError(
-            f"{layout.shape.summary}: the workload has no peak or mean rate (no arrival times); "
-            "the capacity stage sizes the fleet from them"
+            f"{layout.bench.analysis}: the bench analysis has no peak or mean rate of the "
+            "workload (its arrivals have no times, or `enginefit bench` ran before `enginefit "
+            "shape`); the capacity stage sizes the fleet from them"
         )
     notes: list[str] = []
     if peak_label is None:
         notes.append("no peak rate measured: the fleet is sized at the mean rate")
     peak = rates[peak_label] if peak_label is not None else float(mean)  # type: ignore[arg-type]
-    kv_tokens, kv_source = _kv_tokens(config)
-    cache = _cache_replays(layout, config, requests)
+    summaries = sim_stage.read_summaries(layout)
+    kv_tokens, kv_source = _kv_tokens(served, summaries, layout.simulation.summary)
+    cache = _cache_replays(layout, replay, summaries, requests)
     if isinstance(cache, Unknown):
         notes.append(f"cached tokens taken as 0: {cache.reason}")
-    arrivals = arrival_pattern(shape.metrics.arrivals, config.capacity, requests.height)
-    model_shape = _model_shape(config)
     sources = {
         "rates": f"shape stage: peak {peak:.4g} req/s ("
         + (peak_label.removeprefix("peak_") + " window" if peak_label else "mean")
@@ -257,14 +294,13 @@ def read_inputs(layout: WorkloadLayout, config: Config) -> CapacityInputs:
         "kv_tokens": kv_source,
         "cached_share": "each candidate's fleet: the simulation's replay at its replica count "
         "and KV pool (below)",
-        "arrivals": arrivals.description,
         "model_shape": "requirements.kv_cache (the roofline prior of a deployment that served "
         "your model)"
-        if model_shape is not None
+        if served.shape is not None
         else "none: set requirements.kv_cache for the roofline prior",
     }
     return CapacityInputs(
-        workload=workload,
+        workload=layout.name,
         points=analysis.evaluated,
         per_request=per_request,
         bench_capacity=analysis.capacity,
@@ -272,14 +308,15 @@ def read_inputs(layout: WorkloadLayout, config: Config) -> CapacityInputs:
         peak_rate_rps=peak,
         mean_rate_rps=mean,
         kv_tokens=kv_tokens,
-        arrivals=arrivals,
+        measured_arrivals=shape_stage.read_result(layout).metrics.arrivals,
         cache=cache,
-        kv_sizing=config.requirements.kv_cache,
-        model_shape=model_shape,
-        team_models=config.requirements.models,
-        prices=config.bench.prices,
+        served=served,
+        model_shape=served.shape,
+        team_models=served.models,
+        prices=analysis.settings.prices,
         slo=slo,
-        min_achieved_rate_share=config.bench.slo.min_achieved_rate_share,
+        min_achieved_rate_share=analysis.settings.slo.min_achieved_rate_share,
+        catalog=catalog,
         sources=sources,
         notes=notes,
     )
@@ -302,17 +339,19 @@ def as_replayed(arrivals: Arrivals, sample: RequestSample | None) -> Arrivals:
 
 
 def _cache_replays(
-    layout: WorkloadLayout, config: Config, requests: pl.DataFrame
+    layout: WorkloadLayout,
+    replay: ReplayBasis,
+    summaries: list[ScenarioSummary],
+    requests: pl.DataFrame,
 ) -> CacheReplays | Unknown:
     """The workload as the simulation's replay kernels read it, its scenarios (the routing),
     and each capacity request's row in it (requests without lengths are left out of both);
     ``Unknown`` when no scenario knows a hit (a trace without prompt content: nothing to
     replay, and nothing flattened for it)."""
-    summaries = sim_stage.read_summaries(layout)
     unknown = [s.hit_ratio for s in summaries if isinstance(s.hit_ratio, Unknown)]
     if len(unknown) == len(summaries):
         return unknown[0] if unknown else Unknown(reason="no simulated scenario")
-    inputs = sim_stage.read_inputs(layout, config)
+    inputs = sim_stage.read_inputs(layout, replay.latency)
     rows = (
         requests.with_row_index("row")
         .drop_nulls(["prompt_tokens", "output_tokens"])
@@ -328,7 +367,7 @@ def _cache_replays(
             f"{layout.ingest.requests}: the simulation's flattened requests differ from the "
             "request table; re-run `enginefit simulate --config FILE`"
         )
-    return CacheReplays(inputs, config.simulation, summaries, rows)
+    return CacheReplays(inputs, replay.simulation, summaries, rows)
 
 
 def _column(frame: pl.DataFrame, name: str) -> pl.Expr:
@@ -359,22 +398,13 @@ def _deployment_filter(frame: pl.DataFrame, key: dict[str, object]) -> pl.DataFr
     return frame.filter(expr)
 
 
-def _gpu_hour(prices: Prices, gpu_type: str, manifest_price: float | None) -> float | None:
-    """``bench.prices`` precedence: override > the GPU type's price > the manifest's > default."""
-    if prices.override is not None:
-        return prices.override
-    matched = match_gpu_price(gpu_type, prices)
-    if matched is not None:
-        return matched[0]
-    return manifest_price if manifest_price is not None else prices.default
-
-
 def run(inputs: CapacityInputs, settings: CapacityConfig) -> CapacityResult:
     """One candidate per benchmarked deployment, its serving model carried to the workload."""
     workload: WorkloadRequests = workload_requests(inputs.requests)
     notes = list(inputs.notes)
     # Each candidate replays its own fleet's cache (a trace without prompt content has none).
     cache = inputs.cache if isinstance(inputs.cache, CacheReplays) else None
+    pattern = arrival_pattern(inputs.measured_arrivals, settings, inputs.requests.height)
     points = inputs.points
     candidates = []
     keys = [k for k in DEPLOYMENT_KEYS if k in points.columns]
@@ -389,13 +419,13 @@ def run(inputs: CapacityInputs, settings: CapacityConfig) -> CapacityResult:
             workload.output,
             workload.cached,
             settings,
-            inputs.arrivals,
+            pattern,
             workload.arrival_s,
         )
         if groups
         else None
     )
-    arrivals = as_replayed(inputs.arrivals, sample)
+    arrivals = as_replayed(pattern, sample)
     for key in groups:
         rows = _deployment_filter(points, key)
         deployment = deployment_of(rows.row(0, named=True))
@@ -416,18 +446,28 @@ def run(inputs: CapacityInputs, settings: CapacityConfig) -> CapacityResult:
             (_column(rows, "dataset") == TRACE_DATASET)
             & (_column(rows, "workload") == inputs.workload)
         ).is_empty()
-        shape, shape_note = deployment_model_shape(
+        team_shape, shape_note = deployment_model_shape(
             inputs.model_shape, deployment.model, inputs.team_models
         )
         if shape_note is not None:
             notes.append(f"{deployment.describe()}: {shape_note}")
+        limits = deployment_limits(rows, inputs.catalog, settings)
+        quantization = next((str(q) for q in _values(rows, "quantization") if q), None)
+        shape, shape_source = deployment_shape(
+            team_shape,
+            deployment.model,
+            weight_bytes=weight_bytes(quantization),
+            kv_bytes=kv_bytes(limits),
+        )
         model = (
             fit_serving_model(
                 usable,
                 inputs.per_request,
                 deployment,
                 config=settings,
+                limits=limits,
                 model_shape=shape,
+                shape_source=shape_source,
                 measured_capacity=bracket,
                 slo=inputs.slo,
             )
@@ -438,7 +478,9 @@ def run(inputs: CapacityInputs, settings: CapacityConfig) -> CapacityResult:
             )
         )
         kv_tokens, kv_source = deployment_kv_tokens(
-            inputs.kv_sizing,
+            limits,
+            shape,
+            inputs.served.memory,
             deployment.gpu_type,
             deployment.gpu_count,
             (inputs.kv_tokens, inputs.sources.get("kv_tokens", "as given")),
@@ -452,9 +494,9 @@ def run(inputs: CapacityInputs, settings: CapacityConfig) -> CapacityResult:
             kv_source=kv_source,
             arrivals=arrivals,
             fleet_cache=cache,
-            gpu_hour_usd=_gpu_hour(
-                inputs.prices, deployment.gpu_type, manifest_prices[0] if manifest_prices else None
-            ),
+            gpu_hour_usd=inputs.prices.price_for(
+                deployment.gpu_type, manifest_prices[0] if manifest_prices else None
+            )[0],
             peak_rate_rps=inputs.peak_rate_rps,
             mean_rate_rps=inputs.mean_rate_rps,
             config=settings,
@@ -466,7 +508,7 @@ def run(inputs: CapacityInputs, settings: CapacityConfig) -> CapacityResult:
         update: dict[str, object] = {"bench_candidates": bench_candidates}
         if isinstance(inputs.cache, Unknown) and isinstance(model, ServingModel):
             update["fleet_cache"] = inputs.cache  # why no replay gave cached tokens
-        if shape is None and shape_note is not None:
+        if team_shape is None and shape_note is not None:
             # Another model than the team's: whatever else, the figure is not yours.
             update["provisional_reason"] = "; ".join(
                 r for r in (candidate.provisional_reason, shape_note) if r
@@ -485,6 +527,38 @@ def run(inputs: CapacityInputs, settings: CapacityConfig) -> CapacityResult:
         sources={**inputs.sources, "arrivals": arrivals.description},
         notes=notes,
     )
+
+
+def deployment_limits(
+    rows: pl.DataFrame, catalog: SchedulingCatalog | None, settings: CapacityConfig
+) -> SchedulingLimits:
+    """The scheduling limits of the deployment whose load points are ``rows``: its manifest's
+    ``engine_args``, what its result files record, the catalog's defaults for its engine and
+    GPU, under the configuration's override (:func:`pipeline.capacity.limits.resolve_limits`)."""
+    deployment = deployment_of(rows.row(0, named=True))
+    manifest = next((str(m) for m in _values(rows, "manifest_file") if m), None)
+    return resolve_limits(
+        manifest_args=_json_column(rows, "engine_args"),
+        recorded_args=_json_column(rows, "recorded_engine_args") or {},
+        defaults=catalog.scheduling_defaults(deployment.engine, deployment.gpu_type)
+        if catalog is not None
+        else None,
+        config=settings,
+        manifest_file=manifest,
+        gpu_count=deployment.gpu_count,
+    )
+
+
+def _json_column(frame: pl.DataFrame, column: str) -> dict[str, object] | None:
+    """The JSON object of ``column`` with the most keys (the deployment's rows agree: one
+    manifest), {} for an empty one, else None."""
+    found: dict[str, object] | None = None
+    for text in _values(frame, column):
+        if text:
+            value = json.loads(str(text))
+            if isinstance(value, dict) and (found is None or len(value) > len(found)):
+                found = value
+    return found
 
 
 def _values(frame: pl.DataFrame, column: str) -> list[object]:
@@ -529,7 +603,5 @@ def write(result: CapacityResult, layout: WorkloadLayout) -> dict[str, Path]:
 
 def read_result(layout: WorkloadLayout) -> CapacityResult:
     """The capacity document written by :func:`write` (what the decision reads)."""
-    path = require_output(
-        layout.capacity.result, "capacity result", "capacity", "workload_capacity"
-    )
+    path = results.CAPACITY.require(layout)
     return CapacityResult.from_json(read_json(path), str(path))

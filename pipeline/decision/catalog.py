@@ -31,6 +31,8 @@ from typing import Annotated, Any, Literal, Self, cast, get_args
 
 from pydantic import BeforeValidator, Field, PrivateAttr, Strict, ValidationError, model_validator
 
+from pipeline.capacity.limits import EngineDefaults
+from pipeline.capacity.prior import gpu_peaks
 from pipeline.errors import ConfigError
 from pipeline.settings import (
     ConfigDate,
@@ -41,6 +43,7 @@ from pipeline.settings import (
     load_yaml,
     validation_message,
 )
+from pipeline.unknown import Unknown
 
 HardwareTarget = Literal[
     "nvidia", "amd", "intel-gpu", "cpu", "apple", "tpu", "gaudi", "ascend", "neuron"
@@ -179,6 +182,45 @@ class SecondaryFigure(Section):
         return f"{self.claim} (estimate: no primary source)" if self.estimate else self.claim
 
 
+class SchedulingDefault(Section):
+    """One row of an engine's scheduling defaults: the per-step token budget, the running-request
+    limit and chunked prefill the server starts with when not told otherwise, on GPUs with at
+    least ``min_gpu_memory_gib`` and under ``max_gpu_memory_gib`` of memory whose names contain
+    none of ``except_gpus`` (the first matching row applies)."""
+
+    min_gpu_memory_gib: NonNegative | None = None
+    max_gpu_memory_gib: NonNegative | None = None
+    except_gpus: Sources = ()
+    max_num_batched_tokens: PositiveInt
+    max_num_seqs: PositiveInt
+    enable_chunked_prefill: bool
+
+    def matches(self, gpu_type: str, memory_gib: float | None) -> bool:
+        """Whether this row applies to ``gpu_type`` (its memory: ``memory_gib``, None unknown:
+        only a row without a memory bound applies)."""
+        name = _normalised(gpu_type).replace("-", "")
+        if any(_normalised(g).replace("-", "") in name for g in self.except_gpus):
+            return False
+        bounded = self.min_gpu_memory_gib is not None or self.max_gpu_memory_gib is not None
+        if memory_gib is None:
+            return not bounded
+        low, high = self.min_gpu_memory_gib, self.max_gpu_memory_gib
+        return (low is None or memory_gib >= low) and (high is None or memory_gib < high)
+
+
+class Scheduling(Section):
+    """An engine's scheduling defaults by GPU (the capacity stage's limits when neither the
+    benchmark's manifest nor its result file states them)."""
+
+    defaults: Annotated[tuple[SchedulingDefault, ...], Strict(False), Field(min_length=1)]
+    note: Text
+    sources: Sources
+    evidence_date: EvidenceDate
+
+    def default_for(self, gpu_type: str, memory_gib: float | None) -> SchedulingDefault | None:
+        return next((row for row in self.defaults if row.matches(gpu_type, memory_gib)), None)
+
+
 @dataclass(frozen=True)
 class Fact:
     """One catalog fact a decision used: its key in the catalog and its evidence date."""
@@ -216,6 +258,8 @@ class Engine(Section):
     licence: Text
     # docs/decision-rules.md#concurrency: at a peak of 10 or more Ollama is out.
     out_at_peak_concurrency: PositiveInt | None = None
+    # The server's default per-step token budget and running-request limit (docs/capacity.md).
+    scheduling: Scheduling | None = None
 
     @model_validator(mode="after")
     def _every_feature_stated(self) -> Self:
@@ -273,6 +317,7 @@ class Engine(Section):
     def sources(self) -> set[str]:
         keys = {*self.prefix_cache.sources, *self.hardware_sources, *self.feature_sources}
         keys |= {*self.status.sources, *self.releases_last_6_months.sources}
+        keys |= set(self.scheduling.sources) if self.scheduling else set()
         for change in self._changes():
             keys |= {*change.sources, *(s for step in change.optional_steps for s in step.sources)}
         return keys | {s for figure in self.secondary_figures for s in figure.sources}
@@ -332,6 +377,8 @@ class Engine(Section):
             (f"{at}.secondary_figures[{i}].evidence_date", figure.evidence_date)
             for i, figure in enumerate(self.secondary_figures)
         ]
+        if self.scheduling is not None:
+            out.append((f"{at}.scheduling.evidence_date", self.scheduling.evidence_date))
         return out
 
 
@@ -425,6 +472,31 @@ class Catalog(Section):
         """The catalog key of an engine named by its key or an alias (case and punctuation
         ignored: ``TensorRT_LLM`` is ``tensorrt-llm``), else None."""
         return self._by_name.get(_normalised(name))
+
+    def scheduling_defaults(self, engine: str, gpu_type: str) -> EngineDefaults | None:
+        """The scheduling defaults of ``engine`` on ``gpu_type`` (its memory from the GPU
+        datasheet table) with what they cite, or None when the catalog has none (the capacity
+        stage's :class:`~pipeline.capacity.limits.SchedulingCatalog`)."""
+        key = self.engine_key(engine)
+        scheduling = self.engines[key].scheduling if key is not None else None
+        if key is None or scheduling is None:
+            return None
+        peaks = gpu_peaks(gpu_type)
+        row = scheduling.default_for(
+            gpu_type, None if isinstance(peaks, Unknown) else peaks.memory_gib
+        )
+        if row is None:
+            return None
+        cited = ", ".join(
+            source.url if not isinstance(source := self.sources[name], str) else source
+            for name in scheduling.sources
+        )
+        return EngineDefaults(
+            max_num_batched_tokens=row.max_num_batched_tokens,
+            max_num_seqs=row.max_num_seqs,
+            enable_chunked_prefill=row.enable_chunked_prefill,
+            detail=f"{self.engines[key].name} on {gpu_type}, engine catalog ({cited})",
+        )
 
     def require_engine(self, name: str, where: str) -> str:
         """:meth:`engine_key`, or an error naming ``where`` (file and key) and the known names."""

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from pipeline.costing import monthly_bill
 from pipeline.errors import InputFormatError
 from pipeline.settings import validation_message
 
@@ -119,19 +120,17 @@ class Candidate(_Model):
     benchmark_cost_per_1m_output_usd: float | None = None  # the bench stage's own figure
     benchmark_monthly_cost_usd: float | None = None  # the bench stage's fleet at the peak
     # How the capacity search's requests arrived, the same search with Poisson arrivals, which
-    # cache replay gave the cached tokens (and how the fleet size settled), and how the
-    # capacity moves with one input moved (the capacity stage's words).
+    # cache replay gave the cached tokens (and how the fleet size settled), what binds the
+    # capacity and how it moves with one input moved (the capacity stage's words).
     capacity_arrivals: str | None = None
     capacity_poisson_rps: float | None = None
     capacity_cache: str | None = None
+    capacity_binding: str | None = None
     capacity_sensitivity: str | None = None
 
     def monthly_bill(self) -> float | None:
-        """What it costs a month: the fleet plus model changes where that total is known,
-        else the fleet alone (None: neither is)."""
-        return (
-            self.monthly_total_usd if self.monthly_total_usd is not None else self.monthly_cost_usd
-        )
+        """What it costs a month (:func:`pipeline.costing.monthly_bill`)."""
+        return monthly_bill(self.monthly_total_usd, self.monthly_cost_usd)
 
 
 class Rule(_Model):

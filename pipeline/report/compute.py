@@ -18,8 +18,9 @@ import yaml
 
 from pipeline.bench.result import CapacityRow, FindingRow
 from pipeline.capacity.fit import NOT_COMPARABLE
-from pipeline.capacity.present import cache_sentence, transfer_sentence
+from pipeline.capacity.present import cache_sentence, capacity_words, transfer_sentence
 from pipeline.capacity.result import CandidateCapacity, CapacityResult, ServingModel
+from pipeline.costing import Prices
 from pipeline.dates import days_from
 from pipeline.decision.catalog import Catalog
 from pipeline.decision.config import KvCacheSizing
@@ -31,6 +32,7 @@ from pipeline.decision.present import (
 )
 from pipeline.decision.result import Candidate, DecisionRecord, TriggerCheck
 from pipeline.ingest.result import IngestSummary
+from pipeline.ledger import quarter_key, quarter_of
 from pipeline.prefix.result import PrefixSummary
 from pipeline.present.text import (
     NOTHING,
@@ -42,7 +44,6 @@ from pipeline.present.text import (
     usd,
 )
 from pipeline.report.memo import decision_memo, trigger_priority
-from pipeline.report.versions import quarter_key, quarter_of
 from pipeline.report.workings import Sources, headline_workings
 from pipeline.shape.result import ShapeMetrics
 from pipeline.sim.result import ScenarioSummary
@@ -77,7 +78,7 @@ class ReportContent:
     capacity: list[CapacityRow]
     findings: list[FindingRow]
     slo: str
-    prices: dict[str, Any]
+    prices: Prices
     catalog: Catalog
     configuration: dict[str, Any]
     configuration_sha256: str
@@ -349,10 +350,9 @@ def _requirements(inputs: ReportContent) -> dict[str, Any]:
         }
         for key, value in req.items()
     ]
-    prices = inputs.prices.get("gpu_hour_usd") or {}
     price_rows = [
-        {"gpu": gpu, "price": money(float(price), 2) + "/GPU-hour"}
-        for gpu, price in sorted(prices.items())
+        {"gpu": gpu, "price": money(price, 2) + "/GPU-hour"}
+        for gpu, price in inputs.prices.configured_rows()
     ]
     return {"rows": rows, "slo": inputs.slo, "prices": price_rows}
 
@@ -568,6 +568,7 @@ def workload_cost(inputs: ReportContent) -> dict[str, Any]:
                 if capacity and capacity.arrivals
                 else None,
                 "cache": cache_sentence(capacity) if capacity else None,
+                "binding": capacity_words(capacity)["capacity_binding"] if capacity else None,
                 "sensitivity": _sensitivity(capacity),
                 "facts": [
                     {
