@@ -25,11 +25,10 @@ from pipeline.decision.evidence import EngineBench
 from pipeline.decision.result import Isolation, IsolationAdvice, Routing
 from pipeline.present.text import money, quantity
 from pipeline.present.text import share as share_words
+from pipeline.sim.config import PREFIX_ROUTINGS
 from pipeline.sim.result import ScenarioSummary
 from pipeline.thresholds import ROUTING_GAIN_MIN
 from pipeline.unknown import Unknown, is_known
-
-PREFIX_ROUTINGS = ("cache-aware", "affinity", "bounded-affinity")
 
 
 def routing_value(ctx: RuleContext, engine: str | None, runner_up: str | None = None) -> Routing:
