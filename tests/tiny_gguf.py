@@ -38,12 +38,22 @@ class LlamaShape:
     n_head_kv: int = 4
     n_ff: int = 128
     n_ctx: int = 4096
+    #: Vocabulary size (0: just the pieces). More entries cost every decoding request its
+    #: output projection and sampling, as a real vocabulary does; text never tokenizes into them.
+    n_vocab: int = 0
+    #: Width of one attention head (0: n_embd ÷ n_head). Narrower heads make attention, which
+    #: grows with the context, cheaper beside the matrix multiplies, as in a large model.
+    n_head_dim: int = 0
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_head_dim or self.n_embd // self.n_head
 
     def parameters(self) -> int:
         """Weights of the transformer blocks (embeddings and output excluded): what every
         prompt token multiplies through."""
-        head_dim = self.n_embd // self.n_head
-        attention = self.n_embd * (2 * self.n_embd + 2 * self.n_head_kv * head_dim)
+        q_dim, kv_dim = self.n_head * self.head_dim, self.n_head_kv * self.head_dim
+        attention = self.n_embd * (2 * q_dim + 2 * kv_dim)
         return self.n_layer * (attention + 3 * self.n_embd * self.n_ff)
 
 
@@ -54,6 +64,7 @@ UNK_ID, BOS_ID, EOS_ID = 0, 1, 2
 
 # SentencePiece's word-boundary marker: a piece starting with it begins a new word.
 SPACE = "\u2581"
+PAD = "\ue000"
 
 # Common English words, space-separated: each is added with every prefix so SPM's pairwise
 # merges can reach it.
@@ -98,9 +109,11 @@ def _pieces(words: Iterable[str] = ()) -> list[str]:
     return list(dict.fromkeys(pieces))
 
 
-def tiny_vocab(words: Iterable[str] = ()) -> tuple[list[str], list[float], list[int]]:
+def tiny_vocab(
+    words: Iterable[str] = (), size: int = 0
+) -> tuple[list[str], list[float], list[int]]:
     """Tokens, scores and token types of the byte-fallback SentencePiece vocabulary (``words``:
-    more whole words, each a single token)."""
+    more whole words, each a single token), padded to ``size`` entries."""
     # Imported here: the shape and the pieces need no gguf (the validation imports them).
     import gguf  # type: ignore[import-not-found, unused-ignore]
 
@@ -112,6 +125,9 @@ def tiny_vocab(words: Iterable[str] = ()) -> tuple[list[str], list[float], list[
     types += [gguf.TokenType.BYTE] * 256
     scores += [0.0] * 256
     pieces = _pieces(words)
+    # Padding starts with a private-use character no text holds (and no piece is), so no
+    # merge ever reaches it; sampled, it streams as valid UTF-8 like any piece.
+    pieces += [f"{PAD}{i:x}" for i in range(max(size - len(tokens) - len(pieces), 0))]
     tokens += pieces
     types += [gguf.TokenType.NORMAL] * len(pieces)
     # SPM merges the highest-scoring adjacent pair first; longer pieces score higher so whole
@@ -137,8 +153,8 @@ def write_tiny_llama_gguf(
     import gguf  # type: ignore[import-not-found, unused-ignore]
 
     n_embd, n_ff = shape.n_embd, shape.n_ff
-    head_dim = n_embd // shape.n_head
-    tokens, scores, types = tiny_vocab(words)
+    head_dim = shape.head_dim
+    tokens, scores, types = tiny_vocab(words, shape.n_vocab)
     n_vocab = len(tokens)
     rng = np.random.default_rng(seed)
 
@@ -160,6 +176,9 @@ def write_tiny_llama_gguf(
     writer.add_head_count(shape.n_head)
     writer.add_head_count_kv(shape.n_head_kv)
     writer.add_rope_dimension_count(head_dim)
+    if shape.n_head_dim:
+        writer.add_key_length(head_dim)
+        writer.add_value_length(head_dim)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_vocab_size(n_vocab)
 
@@ -174,17 +193,17 @@ def write_tiny_llama_gguf(
     writer.add_add_eos_token(False)
     writer.add_add_space_prefix(True)
 
-    kv_dim = shape.n_head_kv * head_dim
+    q_dim, kv_dim = shape.n_head * head_dim, shape.n_head_kv * head_dim
     embd = weight(n_vocab, n_embd)
     embd[:, 0] = 1.0  # the constant coordinate behind the logit bias below
     writer.add_tensor("token_embd.weight", embd)
     for i in range(shape.n_layer):
         blk = f"blk.{i}"
         writer.add_tensor(f"{blk}.attn_norm.weight", norm())
-        writer.add_tensor(f"{blk}.attn_q.weight", weight(n_embd, n_embd))
+        writer.add_tensor(f"{blk}.attn_q.weight", weight(q_dim, n_embd))
         writer.add_tensor(f"{blk}.attn_k.weight", weight(kv_dim, n_embd))
         writer.add_tensor(f"{blk}.attn_v.weight", weight(kv_dim, n_embd))
-        writer.add_tensor(f"{blk}.attn_output.weight", weight(n_embd, n_embd))
+        writer.add_tensor(f"{blk}.attn_output.weight", weight(n_embd, q_dim))
         writer.add_tensor(f"{blk}.ffn_norm.weight", norm())
         writer.add_tensor(f"{blk}.ffn_gate.weight", weight(n_ff, n_embd))
         writer.add_tensor(f"{blk}.ffn_up.weight", weight(n_ff, n_embd))
