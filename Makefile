@@ -28,8 +28,10 @@ $(DAGSTER_HOME)/dagster.yaml:
 report: $(STAMP) $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/enginefit report --config enginefit.yaml
 
+# One pytest worker per core; a worker that runs out of tests takes some of another's queue
+# (the report tests share a published version per worker, so they had best stay together).
 test: $(STAMP) $(ENGINE_STAMP)
-	ENGINEFIT_REQUIRE_ENGINE=1 $(BIN)/python -m pytest -q
+	ENGINEFIT_REQUIRE_ENGINE=1 $(BIN)/python -m pytest -q -n auto --dist worksteal
 	$(BIN)/ruff check pipeline assets tests perf
 	$(BIN)/mypy
 

@@ -19,9 +19,9 @@ from assets.resources import EnginefitStore
 from pipeline.bench import stage
 from pipeline.bench.checks import findings_well_formed, no_silent_pass
 from pipeline.bench.config import configured_as_of
-from pipeline.bench.cost import COST_FORMULA, FLEET_FORMULA
 from pipeline.bench.latency_fit import METHOD, summary_markdown
 from pipeline.bench.present import POINT_VIEW, capacity_table, findings_table, fleet_table
+from pipeline.costing import COST_FORMULA, FLEET_FORMULA
 from pipeline.present.tables import bullet_list
 
 

@@ -8,8 +8,10 @@ rates of one short mix (600 requests each), written as vLLM ``bench serve`` file
 ``pipeline.bench.readers.read_bench_files``. The workload is ``--requests`` requests (default 1,000,000)
 with 3,000-5,000-token prompts and 30 % of prompt tokens cached, as the ingest stage's columns.
 Timed (best of ``--repeats``, after one warm-up that compiles or loads the numba kernels):
-reading the files, the fit, the workload arrays from the frame, and the transfer (sampling,
-three capacity searches for the value and its band, the cost). Target: fit + transfer < 5 s per
+reading the files, the fit (the sweep's manifest states no limits, so the fit checks the
+catalog's prefill budget against the data: its costliest path), the workload arrays from the
+frame, and the transfer (sampling, the capacity searches for the value, its band and the
+budgets the data allow, the binding limit, the cost). Target: fit + transfer < 5 s per
 candidate.
 
 Then the stage as a whole command: ``enginefit capacity --config`` in its own process (start,
@@ -39,7 +41,9 @@ from pipeline.capacity.compute import carry_to_workload, workload_requests
 from pipeline.capacity.fit import deployment_of, fit_serving_model
 from pipeline.capacity.prior import ModelShape
 from pipeline.capacity.result import ServingModel, Slo
+from pipeline.capacity.stage import deployment_limits
 from pipeline.config import default_config
+from pipeline.decision.catalog import load_catalog
 from pipeline.unknown import Unknown
 
 T = TypeVar("T")
@@ -78,9 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from tests import batching_server_sim as sim
 
-    config = default_config().capacity.replace(
-        token_budget=1024, max_batch=256, sample_requests=args.sample
-    )
+    # No limits stated anywhere (the sweep's manifest has no engine_args): the fit checks the
+    # catalog's budget against the data, the costlier path.
+    config = default_config().capacity.replace(sample_requests=args.sample)
     slo = Slo(ttft_p95_ms=1000.0, itl_p99_ms=60.0)
     with tempfile.TemporaryDirectory() as folder:
         prompt, output = sim.mix(600, (100, 300), (100, 300), seed=8)
@@ -89,9 +93,18 @@ def main(argv: list[str] | None = None) -> int:
     points = read.load_points
     deployment = deployment_of(points.row(0, named=True))
 
+    limits = deployment_limits(points, load_catalog(), config)
+
     def fit() -> ServingModel | Unknown:
         return fit_serving_model(
-            points, read.per_request, deployment, config=config, model_shape=LLAMA_8B
+            points,
+            read.per_request,
+            deployment,
+            config=config,
+            limits=limits,
+            model_shape=LLAMA_8B,
+            measured_capacity=(45.0, None),
+            slo=slo,
         )
 
     fit()  # compile / load the kernels once
@@ -130,7 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"fit: {fit_s:.3f} s ({model.points_used} points, residual spread "
         f"{model.residual_spread:.1%}, prefill {model.prefill_split_basis}, context "
-        f"{model.context_basis})"
+        f"{model.context_basis}, budget {model.limits.budget:,} "
+        f"({model.limits.token_budget.source}), self-check "
+        f"{'passed' if model.self_check.passed else 'failed'})"
     )
     print(f"workload arrays: {args.requests:,} requests in {arrays_s:.3f} s")
     capacity = getattr(candidate, "workload_capacity_rps", None)

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import math
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
 import pytest
 import yaml
+from hypothesis import settings as hypothesis_settings
 
 from pipeline.bench.config import BenchConfig
 from pipeline.config import default_config
@@ -17,6 +22,15 @@ from pipeline.ingest.stage import split_parts
 from pipeline.layout import WorkloadLayout
 from pipeline.sim.config import SimConfig
 from pipeline.store import publish_ingest
+
+if TYPE_CHECKING:
+    from assets.definitions import GraphRun
+    from tests.bundled_report import Bundle
+
+# No property test fails for being slow: hypothesis's default deadline (200 ms an example) is a
+# wall-clock bound, whose verdict would depend on how busy the machine is.
+hypothesis_settings.register_profile("enginefit", deadline=None)
+hypothesis_settings.load_profile("enginefit")
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -108,6 +122,68 @@ def _run_outside_the_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     # here first, it is restored after the test, so one test's instance never serves the next.
     monkeypatch.setenv("DAGSTER_HOME", "")
     monkeypatch.delenv("DAGSTER_HOME")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _code_under_test_is_what_was_imported() -> Iterator[None]:
+    """A version's identity names the code (commit, uncommitted changes); a commit made while
+    the suite runs changes neither the code imported nor what a version published earlier in
+    the session (the shared ones above) was made from."""
+    from pipeline.report import stage
+
+    imported = stage.code_version()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(stage, "code_version", lambda: imported)
+        yield
+
+
+@contextlib.contextmanager
+def _as_a_test_runs(folder: Path) -> Iterator[None]:
+    """What ``_run_outside_the_repo`` gives each test, for a session fixture's work."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(folder)
+        patch.delenv("ENGINEFIT_HASH_SALT", raising=False)
+        patch.delenv("DAGSTER_HOME", raising=False)
+        yield
+
+
+@pytest.fixture(scope="session")
+def _bundled_publication(tmp_path_factory: pytest.TempPathFactory) -> tuple[Bundle, Path]:
+    """The bundled sample's first version, published once per session (per xdist worker), and
+    a pristine copy of its workspace."""
+    from tests.bundled_report import publish_bundle
+
+    root = tmp_path_factory.mktemp("bundled-report")
+    with _as_a_test_runs(root):
+        bundle = publish_bundle(root)
+    pristine = tmp_path_factory.mktemp("bundled-report-pristine") / "workspace"
+    shutil.copytree(root, pristine, symlinks=True)
+    return bundle, pristine
+
+
+@pytest.fixture
+def bundled(_bundled_publication: tuple[Bundle, Path]) -> Bundle:
+    """The bundled sample's first published version, restored from the pristine copy where it
+    was published (its manifest records absolute paths): the test may change anything in it."""
+    bundle, pristine = _bundled_publication
+    shutil.rmtree(bundle.root)
+    shutil.copytree(pristine, bundle.root, symlinks=True)
+    return bundle
+
+
+@pytest.fixture(scope="session")
+def bundled_graph_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[GraphRun, Path]:
+    """The whole asset graph run once per session on the bundled configuration (an ephemeral
+    instance), and the data folder it wrote: tests compare other paths' outputs with it and
+    must not change it."""
+    import dagster as dg
+
+    from assets.definitions import run_full_graph
+
+    root = tmp_path_factory.mktemp("bundled-graph")
+    with _as_a_test_runs(root), dg.DagsterInstance.ephemeral() as instance:
+        run = run_full_graph(bundled_config(root, "asset"), instance)
+    return run, root / "asset" / "data"
 
 
 def write_requests(frame: pl.DataFrame, workload_dir: Path) -> None:

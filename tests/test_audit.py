@@ -184,7 +184,7 @@ def test_the_bundled_catalog_is_checked_against_the_enginefit_that_audits(
 def test_a_missing_ledger_fails_the_audit(
     published: Published, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The issue's case: ledger deleted, PDF changed, manifest updated to the new hash."""
+    """A forger's case: ledger deleted, PDF changed, manifest updated to the new hash."""
     folder = published.folder(1)
     (folder / PDF).write_bytes(b"%PDF forged")
     manifest = json.loads((folder / MANIFEST).read_text())

@@ -9,19 +9,15 @@ import polars as pl
 import pytest
 
 from pipeline.bench.cost import (
-    HOURS_PER_MONTH,
-    Prices,
     attach_prices,
     cost_gap_vs_noise,
     cost_per_million,
     fleet_cost,
-    match_gpu_price,
-    prices_from_mapping,
     workload_rates,
 )
 from pipeline.bench.schema import conform_load_points
 from pipeline.bench.slo import evaluate_slo, slo_capacity
-from pipeline.errors import ConfigError
+from pipeline.costing import HOURS_PER_MONTH, Prices
 from tests.bench_points import kept_up_run
 from tests.conftest import DEFAULTS, bench_settings
 
@@ -107,33 +103,6 @@ def test_price_precedence() -> None:
     overridden = attach_prices(frame, Prices(gpu_hour_usd={"H100": 3.0}, override=0.5))
     assert overridden.get_column("gpu_hour_usd").to_list() == [0.5] * 4
     assert set(overridden.get_column("price_source").to_list()) == {"--gpu-hour-usd"}
-
-
-def test_gpu_name_matching() -> None:
-    prices = Prices(gpu_hour_usd={"H100": 3.0, "H100 NVL": 3.5, "l40s": 1.2})
-    assert match_gpu_price("h100-nvl", prices) == (3.5, "config gpu_hour_usd.H100 NVL")
-    assert match_gpu_price("4xNVIDIA_L40S", prices) == (1.2, "config gpu_hour_usd.l40s")
-    assert match_gpu_price("NVIDIA H100 80GB HBM3", prices) == (3.0, "config gpu_hour_usd.H100")
-    assert match_gpu_price("A10G", prices) is None
-    assert match_gpu_price(None, prices) is None
-
-
-def test_prices_from_mapping() -> None:
-    assert prices_from_mapping({"gpu_hour_usd": 2.5}) == Prices(default=2.5)
-    parsed = prices_from_mapping({"gpu_hour_usd": {"H100": 3, "default": 1}})
-    assert parsed.gpu_hour_usd == {"H100": 3.0}
-    assert parsed.default == 1.0
-    assert prices_from_mapping(None) == Prices()
-    for bad, needle in [
-        ({"gpu_hour_usd": {"H100": "cheap"}}, "gpu_hour_usd.H100"),
-        ({"gpu_hour_usd": {"H100": -1}}, "≥ 0"),
-        ({"gpu_hour_usd": True}, "gpu_hour_usd"),
-        ({"usd": 1}, "unknown key"),
-        ([1, 2], "mapping"),
-    ]:
-        with pytest.raises(ConfigError, match=None) as info:
-            prices_from_mapping(bad)
-        assert needle in str(info.value)
 
 
 def test_fleet_sizing_hand_computed() -> None:

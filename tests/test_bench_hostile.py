@@ -1,4 +1,4 @@
-"""``enginefit bench`` against hostile input (issue 9): numbers no run can produce, closed-loop
+"""``enginefit bench`` against hostile input: numbers no run can produce, closed-loop
 runs at concurrency 1, prompt-like keys in result files, the terminal table, workload facts and
 prices in ad hoc mode, and messages in the command line's language."""
 

@@ -19,7 +19,6 @@ import pytest
 from pipeline.bench.checks import no_silent_pass
 from pipeline.bench.compute import analyse_bench
 from pipeline.bench.config import OverloadRule, parse_slo_spec
-from pipeline.bench.cost import Prices
 from pipeline.bench.keepup import (
     AGGREGATE_METHOD,
     PER_REQUEST_METHOD,
@@ -31,6 +30,7 @@ from pipeline.bench.schema import conform_load_points, conform_per_request
 from pipeline.bench.slo import evaluate_slo, slo_capacity
 from pipeline.cli import main
 from pipeline.config import config_from_mapping
+from pipeline.costing import Prices
 from pipeline.shape.facts import Percentiles, WorkloadFacts
 from tests.conftest import DEFAULTS, REPO, bench_settings, shared_path
 

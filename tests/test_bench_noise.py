@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.bench.compute import analyse_bench
-from pipeline.bench.cost import Prices
 from pipeline.bench.readers import read_bench_files
+from pipeline.costing import Prices
 from tests.conftest import REPO, bench_settings
 
 H100 = REPO / "tests" / "data" / "bench" / "inference-perf" / "kubecon-na-2025-vllm-h100"

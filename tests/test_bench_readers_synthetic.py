@@ -18,10 +18,10 @@ import polars as pl
 import pytest
 import yaml
 
-from pipeline.bench.detect import detect_record
+from pipeline.bench.detect import Document
 from pipeline.bench.manifest import BenchManifestError
 from pipeline.bench.percentiles import recompute_stats
-from pipeline.bench.readers import BenchFormatError, read_bench_files
+from pipeline.bench.readers import BenchFormatError, detect_kind, read_bench_files
 from pipeline.bench.readers._common import BenchFieldError
 from pipeline.bench.schema import LOAD_POINT_SCHEMA
 
@@ -353,12 +353,12 @@ def test_genai_perf_raw_export_recomputation(tmp_path: Path) -> None:
         ("x.json", {"time_to_first_token": {"unit": "ms"}, "error_summary": []}, "aiperf"),
         ("x.json", {"experiments": [], "service_kind": "openai"}, "genai_perf_raw"),
         ("x.json", {"metadata": {"request_start_ns": 1}}, "aiperf_requests"),
-        ("x.json", {"results_ttft_s_mean": 1.0}, "llmperf_summary"),
+        ("x.json", {"results_ttft_s_mean": 1.0}, "llmperf"),
         ("x.json", [{"ttft_s": 1.0}], "llmperf_requests"),
         (
             "stage_3_lifecycle_metrics.json",
             {"load_summary": {}, "successes": {}},
-            "inference_perf_stage",
+            "inference_perf",
         ),
         (
             "summary_lifecycle_metrics.json",
@@ -368,21 +368,36 @@ def test_genai_perf_raw_export_recomputation(tmp_path: Path) -> None:
         (
             "x.json",
             {"load_summary": {"requested_rate": 1}, "successes": {}},
-            "inference_perf_stage",
+            "inference_perf",
         ),
         ("config.yaml", {"load": {"type": "constant"}, "server": {}}, "inference_perf_config"),
-        ("x.json", {"hello": 1}, None),
     ],
 )
-def test_detect_record(name: str, obj: Any, kind: str | None) -> None:
-    assert detect_record(Path(name), obj) == kind
+def test_detect_kind(name: str, obj: Any, kind: str) -> None:
+    assert detect_kind(Document(Path(name), "json", [obj], [1], b""))[1] == kind
+
+
+def test_a_record_two_formats_claim_is_an_error() -> None:
+    both = {"benchmarks": [], "load_summary": {"requested_rate": 1}, "successes": {}}
+    with pytest.raises(BenchFormatError) as caught:
+        detect_kind(Document(Path("x.json"), "json", [both], [1], b""))
+    assert str(caught.value) == (
+        "x.json: the record matches guidellm and inference-perf: cannot tell which wrote it"
+    )
 
 
 def test_unknown_format_fails_loudly(tmp_path: Path) -> None:
     bad = tmp_path / "mystery.json"
     bad.write_text(json.dumps({"latency": 3}))
-    with pytest.raises(BenchFormatError, match=r"mystery\.json.*formats tried.*vLLM"):
+    with pytest.raises(BenchFormatError) as caught:
         read_bench_files([bad], manifest=MANIFEST)
+    message = str(caught.value)
+    assert message.startswith(
+        f"{bad}: unrecognised benchmark result (top-level keys ['latency']); "
+        "formats tried and what each needs: aiperf profile_export_aiperf.json (time_to_first_token "
+        "is an object with unit, and one of aiperf_version"
+    )
+    assert "; vLLM bench serve JSON or JSON Lines (a mean_ttft_ms, median_ttft_ms" in message
     csv = tmp_path / "data.csv"
     csv.write_text("a,b\n1,2\n")
     with pytest.raises(BenchFormatError, match=r"data\.csv"):

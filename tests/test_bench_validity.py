@@ -12,7 +12,6 @@ import pytest
 
 from pipeline.bench.checks import findings_well_formed
 from pipeline.bench.compute import analyse_bench
-from pipeline.bench.cost import Prices
 from pipeline.bench.present import cost_svg
 from pipeline.bench.result import analysis_payload
 from pipeline.bench.schema import conform_load_points
@@ -22,6 +21,7 @@ from pipeline.bench.validity import (
     comparability,
     workload_facts_from_dict,
 )
+from pipeline.costing import Prices
 from pipeline.errors import InputFormatError
 from pipeline.shape.facts import Percentiles, WorkloadFacts
 from tests.bench_points import kept_up_run

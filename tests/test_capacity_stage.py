@@ -1,9 +1,10 @@
 """The capacity stage end to end on the bundled sweep: two workloads of different request mixes
-get different, hand-checkable costs from the same benchmark (issue 19, "done when")."""
+get different, hand-checkable costs from the same benchmark."""
 
 from __future__ import annotations
 
 import math
+import shutil
 from pathlib import Path
 
 import polars as pl
@@ -171,7 +172,7 @@ def test_the_roofline_prior_is_the_teams_model_only_where_the_benchmark_served_i
     assert deployment_model_shape(None, "m", team) == (None, None)
 
 
-def test_a_benchmark_of_another_model_is_provisional_and_gets_no_prior(
+def test_a_benchmark_of_another_model_is_priced_as_that_model_and_provisional(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     config = _configure(tmp_path, "other-model")
@@ -179,6 +180,7 @@ def test_a_benchmark_of_another_model_is_provisional_and_gets_no_prior(
     (candidate,) = ours.candidates
     assert isinstance(candidate.serving_model, ServingModel)
     assert "roofline" in str(candidate.serving_model.prior)  # the team's model: its prior
+    assert candidate.serving_model.model_shape == "requirements.kv_cache"
     raw = yaml.safe_load(config.read_text())
     raw["requirements"]["models"] = ["Qwen/Qwen3-32B"]
     config.write_text(yaml.safe_dump(raw))
@@ -189,12 +191,35 @@ def test_a_benchmark_of_another_model_is_provisional_and_gets_no_prior(
     assert "benchmarked on meta-llama/Llama-3.1-8B-Instruct, not your model (Qwen/Qwen3-32B)" in (
         other.provisional_reason
     )
-    # Without the prior this sweep (aggregates only) cannot split prefill from decode: unknown,
-    # never the team's model's figures.
-    assert isinstance(other.serving_model, Unknown)
-    assert "cannot be separated from decode" in other.serving_model.reason
-    assert isinstance(other.workload_capacity_rps, Unknown)
+    # requirements.kv_cache describes Qwen3-32B, not the benchmark: the benchmarked model's own
+    # shape comes from the model table, so its capacity is Llama's, said so.
+    assert isinstance(other.serving_model, ServingModel)
+    assert other.serving_model.model_shape.startswith("the model table's llama-3.1-8b (https://")
     assert any("not your model" in note for note in theirs.notes)
+
+
+def test_a_model_nobody_describes_has_no_prior_and_says_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A benchmarked model outside the model table, and not the team's (requirements.kv_cache
+    describes another): no prior, so an aggregate-only sweep cannot split prefill from decode:
+    unknown with both reasons, never 0."""
+    results = tmp_path / "results"
+    shutil.copytree(REPO / "bench-results" / "vllm-h100-inference-perf", results)
+    manifest = results / "enginefit-bench.yaml"
+    raw_manifest = yaml.safe_load(manifest.read_text())
+    manifest.write_text(yaml.safe_dump({**raw_manifest, "model": "acme/secret-13b"}))
+    config = _configure(tmp_path, "unknown-model")
+    raw = yaml.safe_load(config.read_text())
+    raw["bench"]["results"] = [str(results)]
+    raw["requirements"]["models"] = ["Qwen/Qwen3-32B"]
+    config.write_text(yaml.safe_dump(raw))
+    (candidate,) = _run_stages(config, capsys).candidates
+    model = candidate.serving_model
+    assert isinstance(model, Unknown)
+    assert "prefill cost cannot be separated from decode" in model.reason
+    assert "acme/secret-13b is not in the model table" in model.reason
+    assert isinstance(candidate.workload_capacity_rps, Unknown)
 
 
 def test_two_backends_of_one_engine_are_two_deployments() -> None:

@@ -26,6 +26,8 @@ from tests.capacity_scenarios import (
 )
 
 TOLERANCE = 0.20
+#: The decode share's price compounds the capacity's error with the split of busy time.
+SPLIT_TOLERANCE = 0.25
 
 
 @cache
@@ -73,7 +75,7 @@ def test_capacity_and_cost_match_the_simulator(bench: str, work: str, cached_sha
     cost = _cost(candidate)
     assert predicted == pytest.approx(true_rate, rel=TOLERANCE)
     assert cost.all_in_cost_per_1m_output_usd == pytest.approx(true_all_in, rel=TOLERANCE)
-    assert cost.cost_per_1m_output_usd == pytest.approx(true_decode, rel=TOLERANCE)
+    assert cost.cost_per_1m_output_usd == pytest.approx(true_decode, rel=SPLIT_TOLERANCE)
     low, high = candidate.workload_capacity_band_rps  # type: ignore[misc]
     assert low <= predicted <= high
     assert candidate.capacity_basis == "transferred"

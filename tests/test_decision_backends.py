@@ -1,4 +1,4 @@
-"""Decisions resting on catalog facts the issue corrected: TensorRT-LLM's change cost follows
+"""Decisions resting on corrected catalog facts: TensorRT-LLM's change cost follows
 the serving backend its benchmark manifest names (PyTorch: a restart; TensorRT: an engine build
 per change; not named: unknown, and said), llama.cpp's default slots share one KV pool, and the
 catalog-age trigger reads the oldest fact the decision used.

@@ -96,7 +96,7 @@ def test_tensorrt_llm_change_cost_follows_its_backend() -> None:
     assert (trt.migration_weeks("pytorch"), trt.migration_weeks(None)) == (3, 6)
 
 
-def test_the_facts_the_issue_corrected() -> None:
+def test_corrected_catalog_facts() -> None:
     catalog = load_catalog()
     llama = catalog.engines["llama.cpp"].support("long_context")
     assert llama.support == "full" and "one request can use the whole context" in llama.note
@@ -115,7 +115,7 @@ def test_the_facts_the_issue_corrected() -> None:
 def test_a_catalog_is_parsed_once_and_names_resolve_without_a_scan(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 22: a 10,000-engine catalog was parsed twice and every name lookup normalised
+    """A 10,000-engine catalog was once parsed twice and every name lookup normalised
     every alias. Parses and normalisations are counted, not timed."""
     raw = yaml.safe_load(_bundled_text())
     for i in range(2_000):

@@ -1,4 +1,4 @@
-"""The cost ranking as an expert would sign it (issue 20): the tie band is the larger of the
+"""The cost ranking as an expert would sign it: the tie band is the larger of the
 margin and the benchmarks' measured repeat-run noise; whole-replica rounding neither hides nor
 inflates a gap; a switch's payback counts running both engines through the migration, and
 "never pays back" is never confused with "unknown"; every axis the decision rests on has a
@@ -21,12 +21,13 @@ from typing import Any
 
 import pytest
 
+from pipeline.costing import WEEKS_PER_MONTH
 from pipeline.decision import stage as decision_stage
 from pipeline.decision.checks import triggers_measurable
 from pipeline.decision.compute import context, decide
 from pipeline.decision.config import Requirements
 from pipeline.decision.context import DecisionInputs, EngineState, RuleContext
-from pipeline.decision.costing import WEEKS_PER_MONTH, choose, payback, payback_measure
+from pipeline.decision.costing import choose, payback, payback_measure
 from pipeline.decision.evidence import EngineBench, Workload
 from pipeline.decision.flips import answer, moved
 from pipeline.decision.present import rationale_text, trigger_sentence
@@ -551,7 +552,7 @@ def test_explain_has_plain_numbers_and_sentences_for_every_trigger(churn: Any) -
     )
 
 
-def test_a_trigger_reads_as_the_issue_asks() -> None:
+def test_a_trigger_reads_as_one_sentence_with_today_s_value() -> None:
     names = {"sglang": "SGLang"}.get
     assert (
         trigger_sentence(

@@ -1,4 +1,4 @@
-"""The decision rules an expert would sign (issue 20): a mixed fleet with and without one
+"""The decision rules an expert would sign: a mixed fleet with and without one
 engine across it, a laptop, one user on datacenter GPUs, untrusted tenants whose isolation
 the recommendation carries with its cost, the routing layer chosen by the team's platform, and
 tie-break reasons that name what was equal and what decided.
@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from pipeline.bench.cost import HOURS_PER_MONTH
 from pipeline.capacity.result import ServingModel
+from pipeline.costing import HOURS_PER_MONTH
 from pipeline.decision.present import rationale_text
 from pipeline.decision.result import DecisionRecord
 from pipeline.decision.stage import read_previous

@@ -5,12 +5,11 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-import dagster as dg
 import pytest
 import yaml
 
 from assets.cli import main
-from assets.definitions import run_full_graph
+from assets.definitions import GraphRun
 from pipeline.report.versions import ReportTree, chain_head
 from tests.conftest import bundled_config
 
@@ -24,12 +23,14 @@ def _digests(root: Path) -> dict[str, str]:
 
 
 def test_full_graph_on_the_bundled_sample_is_complete_and_deterministic(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    bundled_graph_run: tuple[GraphRun, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Every asset materialises and every check runs, through the graph (a) and through
     `enginefit report` (b); both write identical bytes, and the command ends with the summary."""
-    with dg.DagsterInstance.ephemeral() as instance:
-        run = run_full_graph(bundled_config(tmp_path, "a"), instance)
+    run, graph_data = bundled_graph_run
     assert run.success, run.failures
     assert {
         "workload",
@@ -52,7 +53,7 @@ def test_full_graph_on_the_bundled_sample_is_complete_and_deterministic(
     monkeypatch.chdir(elsewhere)
     monkeypatch.delenv("DAGSTER_HOME", raising=False)
     assert main(["report", "--config", str(bundled_config(tmp_path, "b"))]) == 0
-    a, b = _digests(tmp_path / "a" / "data"), _digests(tmp_path / "b" / "data")
+    a, b = _digests(graph_data), _digests(tmp_path / "b" / "data")
     assert a == b
     assert "mooncake-conversation/bench/slo_capacity.parquet" in a
 

@@ -16,7 +16,7 @@ from pipeline.ingest import stage
 from pipeline.ingest.compute import ingest_paths
 from pipeline.layout import WorkloadLayout
 
-# The header a new user's export has (issue 22), plus a prompt-text column and a user column.
+# A new user's export: a header no built-in format knows, a prompt-text column, a user column.
 CSV = (
     "timestamp,prompt,prompt_tokens,completion_tokens,user_id\n"  # line 1: header
     '1735689600,"SECRET, the first prompt",120,30,alice\n'  # 2 ok

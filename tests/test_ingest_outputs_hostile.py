@@ -1,4 +1,4 @@
-"""What ingest writes and where, against a hostile user and faults (issue 9): only into folders
+"""What ingest writes and where, against a hostile user and faults: only into folders
 enginefit owns, inside the configured roots, as one consistent set, once per file, one writer at
 a time, with the user's umask, failing cleanly on unwritable folders and full disks; a salt only
 when something is hashed; the anchor and the sample salt said out loud; a slow fingerprint."""

@@ -1,6 +1,6 @@
 """Bad input, reader by reader: every record is ingested or quarantined with file, line, field, reason.
 
-Covers the cases issue 2 lists: undetectable format, empty file, truncated last line, invalid
+Covers: undetectable format, empty file, truncated last line, invalid
 UTF-8 or JSON, missing / negative / absurd token counts, millisecond-vs-second mix-ups,
 unsorted or duplicate timestamps, duplicate request ids. Readers keep file order and every
 row; sorting and duplicate ids are the ingest layer's job (tested at the end through

@@ -1,4 +1,4 @@
-"""Hostile input to the readers (issue 9): files that are not what they seem, damaged
+"""Hostile input to the readers: files that are not what they seem, damaged
 compression, odd encodings, detection limits, units and block counts that do not add up.
 
 Each test states the hand-computed expectation: the exact error (type and the message's key

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import io
 import json
 import re
 import shutil
@@ -19,16 +17,14 @@ import yaml
 
 from pipeline.cli import main as enginefit
 from pipeline.config import load_config
-from pipeline.decision import stage as decision_stage
 from pipeline.errors import InputFormatError
 from pipeline.present.text import usd
 from pipeline.report import signing, stage
 from pipeline.report.audit import audit
 from pipeline.report.compute import build
 from pipeline.report.present import LocalOnlyFetcher, render_pdf
-from pipeline.report.result import Published
 from pipeline.report.versions import HTML, MANIFEST, ReportTree
-from pipeline.whatif import stage as whatif_stage
+from tests.bundled_report import Bundle, pdf_text, publish
 from tests.conftest import REPO, azure_conversation_trace, bundled_config
 
 SECTIONS = (
@@ -43,42 +39,6 @@ SECTIONS = (
     "9. Changes since the previous version",
     "10. Appendix: lineage, configuration, versions, sources",
 )
-
-
-def workload(tmp_path: Path, name: str = "w", *, drop_last: int = 0, **report: object) -> Path:
-    """The bundled configuration on a private copy of the Mooncake trace (optionally without
-    its last ``drop_last`` requests)."""
-    trace = tmp_path / "trace.jsonl"
-    lines = (REPO / "traces" / "mooncake" / "conversation_trace.jsonl").read_text().splitlines()
-    trace.write_text("\n".join(lines[: len(lines) - drop_last]) + "\n")
-    config = bundled_config(tmp_path, name)
-    raw = yaml.safe_load(config.read_text())
-    raw["workload"]["traces"] = [{"path": str(trace), "format": "auto"}]
-    raw["report"] = report
-    config.write_text(yaml.safe_dump(raw))
-    return config
-
-
-# The stages the report reads, as their commands write them (the same files as the assets:
-# tests/test_stage_identity.py). The Dagster path is tested by test_full_graph/test_decision_cli.
-UPSTREAM_COMMANDS = ("ingest", "shape", "prefix", "simulate", "bench", "capacity")
-
-
-def publish(config_path: Path) -> Published:
-    """What the graph does: every stage, the decision, the report."""
-    for command in UPSTREAM_COMMANDS:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            assert enginefit([command, "--config", str(config_path)]) == 0, command
-    config = load_config(config_path)
-    layout = config.layout()
-    record = decision_stage.run(decision_stage.read_inputs(layout, config), config)
-    decision_stage.write(record, layout)
-    whatif_stage.write(whatif_stage.run(whatif_stage.read_inputs(layout, config), config), layout)
-    return stage.publish(stage.read_inputs(layout, config), config)
-
-
-def pdf_text(path: Path) -> str:
-    return "\n".join(page.extract_text() for page in pypdf.PdfReader(path).pages)
 
 
 #: A page whose last printed line is above this share of its height is near-empty.
@@ -101,9 +61,8 @@ def filled_pages(pdf: Path) -> list[int]:
     return short
 
 
-def test_the_bundled_document_reads_as_a_document(tmp_path: Path) -> None:
-    config_path = workload(tmp_path)
-    published = publish(config_path)
+def test_the_bundled_document_reads_as_a_document(bundled: Bundle) -> None:
+    config_path, published = bundled.config, bundled.first
     assert published.created and (published.quarter, published.version) == ("2025-Q1", 1)
     reader = pypdf.PdfReader(published.pdf)
     assert 15 <= len(reader.pages) <= 40
@@ -163,25 +122,23 @@ def test_the_bundled_document_reads_as_a_document(tmp_path: Path) -> None:
 
 
 def test_versions_audit_and_an_unchanged_run(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    bundled: Bundle, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    first = publish(workload(tmp_path))
+    first = bundled.first
     assert first.created
-    # Nothing changed: no new version, and it says which one matches.
-    same = publish(workload(tmp_path))
+    # Nothing changed: every stage runs again, no new version, and it says which one matches.
+    same = publish(bundled.workload())
     assert (same.created, same.version) == (False, 1)
     assert audit(first.folder).ok
     # A changed trace (last 1,000 requests dropped): v2, compared with v1.
-    second = publish(workload(tmp_path, drop_last=1_000))
+    second = publish(bundled.workload(drop_last=1_000))
     assert (second.created, second.version) == (True, 2)
     text = pdf_text(second.pdf)
     assert "Compared with 2025-Q1 v1." in text
     assert "The previous version's triggers, checked now" in text
     record = json.loads((second.folder / "decision.json").read_text())
     assert record["previous"]["as_of"] is not None and record["previous"]["triggers"]
-    ledger = json.loads(
-        (tmp_path / "w" / "reports" / "mooncake-conversation" / "index.json").read_text()
-    )
+    ledger = json.loads((bundled.reports / "index.json").read_text())
     assert [(v["quarter"], v["version"]) for v in ledger["versions"]] == [
         ("2025-Q1", 1),
         ("2025-Q1", 2),
@@ -189,14 +146,14 @@ def test_versions_audit_and_an_unchanged_run(
     # v1 recorded the full trace, which has since been cut: the audit names it.
     result = audit(first.folder)
     assert not result.ok
-    assert [d.path for d in result.differences] == [str(tmp_path / "trace.jsonl")]
-    # The command: exit 1, the JSON the issue names.
+    assert [d.path for d in result.differences] == [str(bundled.trace)]
+    # The command: exit 1, and the differences as JSON.
     assert enginefit(["audit", str(first.folder), "--json"]) == 1
     printed = json.loads(capsys.readouterr().out)
     assert printed["ok"] is False and printed["checked"] == result.checked
     assert printed["differences"] == [
         {
-            "path": str(tmp_path / "trace.jsonl"),
+            "path": str(bundled.trace),
             "expected_sha256": result.differences[0].expected_sha256,
             "actual_sha256": result.differences[0].actual_sha256,
         }
@@ -211,11 +168,12 @@ def test_versions_audit_and_an_unchanged_run(
 
 
 def test_a_crash_before_the_ledger_leaves_it_consistent(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    bundled: Bundle, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Killed after the version folder is in place but before its ledger entry: the next run
     finds the complete folder, lists it, and nothing half-written is ever read."""
-    config_path = workload(tmp_path)
+    root = bundled.reports
+    shutil.rmtree(root)  # the stages' outputs stay: the first publication starts again
 
     def crash(self: ReportTree, entries: object) -> None:
         raise KeyboardInterrupt
@@ -223,20 +181,20 @@ def test_a_crash_before_the_ledger_leaves_it_consistent(
     with monkeypatch.context() as patched:
         patched.setattr(ReportTree, "write_ledger", crash)
         with pytest.raises(KeyboardInterrupt):
-            publish(config_path)
-    root = tmp_path / "w" / "reports" / "mooncake-conversation"
+            publish(bundled.config, upstream=())
     assert (root / "2025-Q1" / "v1" / "manifest.json").is_file()
     assert not (root / "index.json").exists()
     assert not [p for p in (root / "2025-Q1").iterdir() if p.name.startswith(".staging-")]
-    again = publish(config_path)  # the recovered v1 is identical: nothing new
+    again = publish(bundled.config, upstream=())  # the recovered v1 is identical: nothing new
     assert (again.created, again.version) == (False, 1)
     ledger = json.loads((root / "index.json").read_text())
     assert [v["version"] for v in ledger["versions"]] == [1]
 
 
-def test_a_hostile_name_is_text_and_nothing_is_fetched(tmp_path: Path) -> None:
+def test_a_hostile_name_is_text_and_nothing_is_fetched(bundled: Bundle) -> None:
     hostile = '<img src="http://127.0.0.1:9/x">'
-    published = publish(workload(tmp_path, organisation=hostile))
+    shutil.rmtree(bundled.reports)  # the workload's first version, under the hostile name
+    published = publish(bundled.workload(organisation=hostile), upstream=())
     html = (published.folder / HTML).read_text()
     # No secret travels into the document or its metadata: the salt only as its fingerprint.
     salt = yaml.safe_load((REPO / "enginefit.yaml").read_text())["workload"]["hash_salt"]
@@ -256,11 +214,10 @@ def test_audit_refuses_what_is_not_a_version(tmp_path: Path) -> None:
         audit(tmp_path)
 
 
-def test_a_new_quarter_compares_with_the_previous_quarter(tmp_path: Path) -> None:
-    publish(workload(tmp_path))  # 2025-Q1 v1
-    shutil.rmtree(tmp_path / "w" / "data" / "mooncake-conversation" / "decision")
+def test_a_new_quarter_compares_with_the_previous_quarter(bundled: Bundle) -> None:
+    shutil.rmtree(bundled.data / "decision")  # after 2025-Q1 v1
     # The traffic is 2025-Q1's: filing it under 2025-Q2 has to be meant.
-    q2 = publish(workload(tmp_path, quarter="2025-Q2", allow_other_quarter=True))
+    q2 = publish(bundled.workload(quarter="2025-Q2", allow_other_quarter=True), upstream=())
     assert (q2.quarter, q2.version, q2.created) == ("2025-Q2", 1, True)
     assert "Compared with 2025-Q1 v1." in pdf_text(q2.pdf)
 
@@ -301,27 +258,21 @@ def test_a_trace_without_prompt_content_says_so_instead_of_empty_plots(tmp_path:
 
 
 def test_every_file_a_stage_read_is_audited_and_a_signed_version_verifies(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    bundled: Bundle, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The configuration, the catalog and the inference-perf run's config.yaml (which the
     reader opens beside the stage files) are inputs of the version: editing either after
     publication fails the audit naming the file. With a signing key configured, the version's
     manifest is signed and the audit verifies it."""
-    bench = tmp_path / "bench-results"
-    shutil.copytree(REPO / "bench-results", bench)
-    config_path = workload(tmp_path)
-    raw = yaml.safe_load(config_path.read_text())
-    raw["bench"]["results"] = [str(bench)]
-    config_path.write_text(yaml.safe_dump(raw))
-    first = publish(config_path)
+    bench, config_path, first = bundled.bench, bundled.config, bundled.first
     manifest = json.loads((first.folder / MANIFEST).read_text())
     run_config = bench / "vllm-h100-inference-perf" / "config.yaml"
     assert {
         f"config:{config_path.name}",
-        f"bench:{run_config.relative_to(tmp_path)}",
+        f"bench:{run_config.relative_to(bundled.root)}",
         "bundled:pipeline/decision/engines.yaml",
     } <= set(manifest["inputs"])
-    assert str(tmp_path) in manifest["roots"] and str(bench) in manifest["roots"]
+    assert str(bundled.root) in manifest["roots"] and str(bench) in manifest["roots"]
     assert enginefit(["audit", str(first.folder)]) == 0
     assert "signature: not signed" in capsys.readouterr().out
     for edited in (config_path, run_config):
@@ -335,19 +286,20 @@ def test_every_file_a_stage_read_is_audited_and_a_signed_version_verifies(
     keygen = signing.ssh_keygen()
     if keygen is None:
         pytest.skip("ssh-keygen (OpenSSH 8.1+) is not installed: signing untested")
-    key = tmp_path / "keys" / "id_ed25519"
+    key = bundled.root / "keys" / "id_ed25519"
     key.parent.mkdir()
     subprocess.run([keygen, "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
     public = key.with_suffix(".pub").read_text().split()
-    signers = tmp_path / "keys" / "allowed_signers"
+    signers = bundled.root / "keys" / "allowed_signers"
     signers.write_text(f'team@example.com namespaces="enginefit-report" {public[0]} {public[1]}\n')
+    raw = yaml.safe_load(config_path.read_text())
     raw["report"] = {"signing_key": str(key), "allowed_signers": str(signers)}
     config_path.write_text(yaml.safe_dump(raw))
-    second = publish(config_path)
+    second = publish(config_path, upstream=())
     assert (second.created, second.version) == (True, 2)
     assert (second.folder / "manifest.json.sig").is_file()
     inputs = json.loads((second.folder / MANIFEST).read_text())["inputs"]
-    assert f"signers:{signers.relative_to(tmp_path)}" in inputs  # the key itself: never
+    assert f"signers:{signers.relative_to(bundled.root)}" in inputs  # the key itself: never
     assert not [k for k in inputs if "id_ed25519" in k]
     assert enginefit(["audit", str(second.folder), "--allowed-signers", str(signers)]) == 0
     out = capsys.readouterr().out

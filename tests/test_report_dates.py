@@ -1,6 +1,6 @@
 """The report date: one date the decision and its report are as of, every age measured from
 it and never negative, dates from the future refused, the quarter matched to the traffic, and
-the changes section comparing like with like (issues 21 and 22)."""
+the changes section comparing like with like."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from pipeline.errors import ConfigError, InputFormatError
 from pipeline.report import stage
 from pipeline.report.compute import build, configuration_changes
 from pipeline.report.versions import MANIFEST
+from tests.bundled_report import Bundle, pdf_text, publish, workload
 from tests.conftest import REPO
 from tests.decision_fixtures import (
     AS_OF,
@@ -32,9 +33,11 @@ from tests.decision_fixtures import (
     steady_traffic,
     sweep,
 )
-from tests.test_report import pdf_text, publish, workload
 
 BUNDLED_MANIFEST = REPO / "bench-results" / "vllm-h100-inference-perf" / "enginefit-bench.yaml"
+# The upstream commands that read the bench section (its report date and prices): the ones a
+# change of either runs again before the decision, the what-if map and the report.
+BENCH_READERS = ("bench", "capacity")
 
 
 def error_line(capsys: pytest.CaptureFixture[str]) -> str:
@@ -180,11 +183,11 @@ def test_a_decision_dated_before_its_benchmark_is_refused(tmp_path: Path) -> Non
 # --------------------------------------------------------------- the bundled document
 
 
-def test_the_bundled_document_has_a_date_and_no_negative_age(tmp_path: Path) -> None:
+def test_the_bundled_document_has_a_date_and_no_negative_age(bundled: Bundle) -> None:
     """Report date 2026-11-29 (bench.as_of): the benchmark (2025-11-05) is after the traffic's
     last day (2025-02-21) and 389 days old; the catalog (2026-11-30) one day newer than the
     report: said in words, its age 0, never −1 or −647."""
-    published = publish(workload(tmp_path))
+    published = bundled.first
     manifest = json.loads((published.folder / MANIFEST).read_text())
     assert manifest["report_date"] == "2026-11-29"
     record = json.loads((published.folder / "decision.json").read_text())
@@ -204,14 +207,15 @@ def test_the_bundled_document_has_a_date_and_no_negative_age(tmp_path: Path) -> 
 
 
 def test_without_a_date_the_first_publication_dates_the_version(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    bundled: Bundle, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """No bench.as_of: the clock on the day v1 is published dates it; its manifest keeps the
     date, so the next run (months later, nothing changed) publishes nothing and re-rendering v1
     gives the same bytes."""
-    config = edit(workload(tmp_path), bench__as_of=None)
+    shutil.rmtree(bundled.reports)  # the workload's first version is the undated one
+    config = edit(bundled.config, bench__as_of=None)
     set_clock(monkeypatch, "2026-12-01")
-    first = publish(config)
+    first = publish(config, upstream=BENCH_READERS)
     assert json.loads((first.folder / MANIFEST).read_text())["report_date"] == "2026-12-01"
     text = " ".join(pdf_text(first.pdf).split())
     assert "2026-12-01 (the day this version was first published)" in text
@@ -221,7 +225,7 @@ def test_without_a_date_the_first_publication_dates_the_version(
     rule = next(r for r in record["rationale"] if r["rule"] == "transferability")
     assert "stale" in rule["evidence"]["flags"]["vllm"]
     set_clock(monkeypatch, "2027-03-15")
-    again = publish(config)
+    again = publish(config, upstream=BENCH_READERS)
     assert (again.created, again.version) == (False, 1)
     loaded = load_config(config)
     rerender = stage.run(stage.read_inputs(loaded.layout(), loaded))
@@ -231,28 +235,27 @@ def test_without_a_date_the_first_publication_dates_the_version(
 # ----------------------------------------------------------- quarters and the changes
 
 
-def test_a_quarter_without_the_traffic_is_refused_unless_allowed(tmp_path: Path) -> None:
-    publish(workload(tmp_path))  # 2025-Q1 v1
+def test_a_quarter_without_the_traffic_is_refused_unless_allowed(bundled: Bundle) -> None:
+    # After 2025-Q1 v1; only the report reads report.*
     with pytest.raises(ConfigError, match=r"report.quarter: 2024-Q4 holds none of the traffic"):
-        publish(workload(tmp_path, quarter="2024-Q4"))
-    allowed = publish(workload(tmp_path, quarter="2024-Q4", allow_other_quarter=True))
+        publish(bundled.workload(quarter="2024-Q4"), upstream=())
+    allowed = publish(bundled.workload(quarter="2024-Q4", allow_other_quarter=True), upstream=())
     assert (allowed.quarter, allowed.version) == ("2024-Q4", 1)
     text = " ".join(pdf_text(allowed.pdf).split())
     assert "Compared with 2025-Q1 v1." in text  # not "the first version for this workload"
     assert "filed under 2024-Q4 (report.allow_other_quarter); the traffic is from 2025-Q1" in text
 
 
-def test_a_price_change_lists_that_key_and_the_numbers_it_moved(tmp_path: Path) -> None:
+def test_a_price_change_lists_that_key_and_the_numbers_it_moved(bundled: Bundle) -> None:
     """H100 $3.0 → $3.5 an hour: the configuration change is that one key; the benchmark's
     cost per 1M output tokens, $ ÷ (92.2241 req/s × 62.3254 tokens × 3600 s) × 10⁶, moves from
     $0.1450 to $0.1691 and its monthly fleet from $2,190 to $2,555 (1 GPU × 730 h); no input
     file is "added" (upstream outputs that moved are "changed")."""
-    config = workload(tmp_path)
-    publish(config)
+    config = bundled.config  # 2025-Q1 v1 at $3.0
     raw = yaml.safe_load(config.read_text())
     raw["bench"]["prices"]["gpu_hour_usd"]["H100"] = 3.5
     config.write_text(yaml.safe_dump(raw))
-    second = publish(config)
+    second = publish(config, upstream=BENCH_READERS)
     assert (second.created, second.version) == (True, 2)
     loaded = load_config(config)
     changes = build(stage.read_inputs(loaded.layout(), loaded).document)["changes"]

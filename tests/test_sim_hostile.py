@@ -55,7 +55,7 @@ CURVE = ["curve", NO_TRACE, "--block-size", "16"]
 @pytest.mark.parametrize(
     ("argv", "flag", "reason"),
     [
-        # the crash of issue 9: negative capacities reached the kernel
+        # negative capacities once reached the kernel and crashed it
         (
             [*WITH_CACHE_TOKENS, "-5"],
             "--cache-tokens",

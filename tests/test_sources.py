@@ -13,8 +13,8 @@ from pipeline.report import stage
 from pipeline.report.compute import build
 from pipeline.report.versions import HTML
 from pipeline.sources import CITE, cited_sources, cites_in, split_cite
+from tests.bundled_report import Bundle, pdf_text
 from tests.conftest import REPO
-from tests.test_report import pdf_text, publish, workload
 
 # The team's notes that are not in the repository (spelled so this file does not cite them).
 NOTES = (
@@ -135,9 +135,8 @@ def test_every_cited_doc_heading_exists() -> None:
     assert missing_anchors(cites) == []
 
 
-def test_the_bundled_record_and_document_cite_only_what_they_list(tmp_path: Path) -> None:
-    config_path = workload(tmp_path)
-    published = publish(config_path)
+def test_the_bundled_record_and_document_cite_only_what_they_list(bundled: Bundle) -> None:
+    config_path, published = bundled.config, bundled.first
     record = json.loads((published.folder / "decision.json").read_text())
     # Every rule cites its section of docs/decision-rules.md, and nothing else.
     sources = {r["rule"]: r["source"] for r in record["rationale"]}

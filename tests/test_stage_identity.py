@@ -6,11 +6,10 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-import dagster as dg
 import pytest
 
 from assets.cli import main as enginefit
-from assets.definitions import run_full_graph
+from assets.definitions import GraphRun
 from pipeline.layout import WorkloadLayout
 from tests.conftest import bundled_config
 
@@ -33,10 +32,9 @@ def stage_files(layout: WorkloadLayout) -> dict[str, Path]:
 
 
 def test_commands_write_what_the_assets_write(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    bundled_graph_run: tuple[GraphRun, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with dg.DagsterInstance.ephemeral() as instance:
-        run = run_full_graph(bundled_config(tmp_path, "asset"), instance)
+    run, asset_data = bundled_graph_run
     assert run.success, run.failures
     config = bundled_config(tmp_path, "command")
     command_layout = WorkloadLayout(tmp_path / "command" / "data" / "mooncake-conversation")
@@ -47,9 +45,7 @@ def test_commands_write_what_the_assets_write(
             by_stage_commands = digests(stage_files(command_layout))
         command = COMMANDS.get(stage, stage)
         assert enginefit([command, "--config", str(config)]) == 0, capsys.readouterr().err
-    by_asset = digests(
-        stage_files(WorkloadLayout(tmp_path / "asset" / "data" / "mooncake-conversation"))
-    )
+    by_asset = digests(stage_files(WorkloadLayout(asset_data / "mooncake-conversation")))
     by_command = digests(stage_files(command_layout))
     assert sorted(by_asset) == sorted(by_command)
     # 1 part, quarantine, summary, manifest; 6 shape files; 4 prefix files; simulation: 7 tables and

@@ -1,4 +1,4 @@
-"""What-if scenarios and the decision map (issue 23), on the whole stages of
+"""What-if scenarios and the decision map, on the whole stages of
 tests/decision_fixtures.py: a fixed NVIDIA fleet serving one model, vLLM benchmarked at 5 req/s
 and TensorRT-LLM (TensorRT backend) at 7 req/s, a 20 req/s peak, engineers at $30,000 a week
 (tests/test_decision_scenarios.py works the costs by hand):

@@ -3,7 +3,7 @@
 
 The SLO specification and its parsers (``bench.slo`` and ``--slo``) live here, with the section
 they configure; :mod:`pipeline.bench.slo` evaluates load points against it. The price table keeps
-its own domain type (:class:`~pipeline.bench.cost.Prices`). Errors name the key.
+its own domain type (:class:`~pipeline.costing.Prices`). Errors name the key.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, PlainSerializer
 
-from pipeline.bench.cost import Prices, prices_from_mapping
+from pipeline.costing import Prices, prices_from_mapping
 from pipeline.dates import not_in_future
 from pipeline.errors import ConfigError
 from pipeline.settings import (

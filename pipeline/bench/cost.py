@@ -1,22 +1,12 @@
-"""Cost per million tokens at the SLO, and the fleet (GPUs, $/month) to serve a workload's rates.
-
-Formulas (docs/decision-rules.md#cost-formula)::
-
-    cost per 1M output tokens = gpu_count × $/GPU-hour ÷ (output tokens/s × 3600) × 10^6
-    cost per 1M total tokens  = gpu_count × $/GPU-hour ÷ (total tokens/s × 3600) × 10^6
-    replicas    = ceil(rate_rps ÷ capacity_rps)
-    gpus        = replicas × gpu_count
-    monthly_usd = gpus × $/GPU-hour × 730
+"""Cost per million tokens at the SLO, and the fleet (GPUs, $/month) to serve a workload's rates,
+for the benchmark's capacity table. The formulas, prices and their precedence are
+:mod:`pipeline.costing`'s (docs/decision-rules.md#cost-formula).
 
 The output token rate is the one the capacity point *sustained*: its send rate (achieved, else
 offered) × the mean output tokens of its completed requests, valid because the point kept up
 (:mod:`pipeline.bench.keepup`). The tool's whole-run rate divides by a duration that includes the
 drain tail and understates it; ``cost_workings`` reports it beside, with the difference.
 Interpolated capacities carry the same tokens per request to the interpolated rate.
-
-Prices, highest precedence first: ``--gpu-hour-usd`` > the configured price for the GPU type >
-the manifest's ``price_per_gpu_hour_usd`` > the configured default; ``price_source`` names which;
-with none, the cost is null (``no price``).
 
 Noise: where the capacity load was run more than once (``repeats`` ≥ 2), ``cost_spread`` is the
 relative range (max − min) ÷ mean of the cost of each repeat and ``cost_cv`` its coefficient of
@@ -30,156 +20,37 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
 
 import polars as pl
 
-from pipeline.errors import ConfigError
-
-HOURS_PER_MONTH = 730.0
-COST_FORMULA = "cost per 1M tokens = gpu_count × $/GPU-hour ÷ (tokens/s × 3600) × 10^6"
-FLEET_FORMULA = (
-    "replicas = ceil(rate_rps ÷ capacity_rps); gpus = replicas × gpu_count; "
-    "monthly_usd = gpus × $/GPU-hour × 730 h"
+from pipeline.costing import (
+    HOURS_PER_MONTH,
+    SECONDS_PER_HOUR,
+    Prices,
+    monthly_usd,
+    per_million,
+    replicas_for,
 )
-
-
-@dataclass(frozen=True)
-class Prices:
-    """$ per GPU-hour by GPU type, a default, and an override that beats everything."""
-
-    gpu_hour_usd: Mapping[str, float] = field(default_factory=dict)
-    default: float | None = None
-    override: float | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "gpu_hour_usd": dict(sorted(self.gpu_hour_usd.items())),
-            "default": self.default,
-            "override": self.override,
-        }
-
-
-def parse_price(value: Any, where: str) -> float:
-    """A $ per GPU-hour price: a finite number ≥ 0 (``where`` names the key or flag)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{where}: must be a price in $ per GPU-hour, got {value!r}")
-    price = float(value)
-    if not math.isfinite(price) or price < 0:
-        raise ConfigError(f"{where}: must be a finite price ≥ 0, got {value!r}")
-    return price + 0.0  # -0.0 → 0.0
-
-
-def prices_from_mapping(raw: Any, *, where: str = "bench.prices") -> Prices:
-    """``{gpu_hour_usd: {H100: 3.0, L40S: 1.2, default: 3.0}}`` or ``{gpu_hour_usd: 3.0}``."""
-    if raw is None:
-        return Prices()
-    if not isinstance(raw, Mapping):
-        raise ConfigError(f"{where}: must be a mapping with key gpu_hour_usd")
-    unknown = sorted(str(k) for k in raw if k != "gpu_hour_usd")
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {unknown}; expected gpu_hour_usd")
-    table = raw.get("gpu_hour_usd")
-    if table is None:
-        return Prices()
-    if not isinstance(table, Mapping):
-        return Prices(default=parse_price(table, f"{where}.gpu_hour_usd"))
-    by_type: dict[str, float] = {}
-    default: float | None = None
-    for key, value in table.items():
-        name = str(key).strip()
-        if not name:
-            raise ConfigError(f"{where}.gpu_hour_usd: empty GPU type name")
-        price = parse_price(value, f"{where}.gpu_hour_usd.{name}")
-        if name.lower() == "default":
-            default = price
-        else:
-            by_type[name] = price
-    return Prices(gpu_hour_usd=by_type, default=default)
-
-
-def describe_prices(prices: Prices) -> str:
-    """Where this run's $ per GPU-hour come from, highest precedence first, for the first lines
-    of the output (the configuration file is named on the command's first line)."""
-    if prices.override is not None:
-        return (
-            f"--gpu-hour-usd {prices.override:g} for every GPU type (over the configuration and "
-            "the manifests)"
-        )
-    parts = []
-    if prices.gpu_hour_usd:
-        table = ", ".join(
-            f"{name} {price:g}" for name, price in sorted(prices.gpu_hour_usd.items())
-        )
-        parts.append(f"the configuration's bench.prices by GPU type ({table})")
-    parts.append("the manifests' price_per_gpu_hour_usd")
-    if prices.default is not None:
-        parts.append(f"the configuration's default {prices.default:g}")
-    text = ", then ".join(parts)
-    if len(parts) == 1:
-        text += " only (no bench.prices configured); without one the cost is unknown"
-    return text
-
-
-def _norm(text: str) -> str:
-    return re.sub(r"[^0-9A-Z]", "", text.upper())
-
-
-def match_gpu_price(gpu_type: str | None, prices: Prices) -> tuple[float, str] | None:
-    """The configured price for one GPU type: exact (case/punctuation-blind) match, else the
-    longest configured name contained in it (``H100`` matches ``NVIDIA-H100-80GB``)."""
-    if gpu_type is None:
-        return None
-    norm = _norm(gpu_type)
-    exact = [k for k in prices.gpu_hour_usd if _norm(k) == norm]
-    if exact:
-        return prices.gpu_hour_usd[exact[0]], f"config gpu_hour_usd.{exact[0]}"
-    contained = sorted(
-        (k for k in prices.gpu_hour_usd if _norm(k) and _norm(k) in norm),
-        key=lambda k: (-len(_norm(k)), k),
-    )
-    if contained:
-        return prices.gpu_hour_usd[contained[0]], f"config gpu_hour_usd.{contained[0]}"
-    return None
 
 
 def attach_prices(frame: pl.DataFrame, prices: Prices) -> pl.DataFrame:
     """Add ``gpu_hour_usd`` and ``price_source`` to a frame with ``gpu_type`` (and optionally
-    the manifest's ``price_per_gpu_hour_usd``).
-
-    Precedence: override (``--gpu-hour-usd``) > configured price for the GPU type > manifest
-    price > configured default; null (``no price``) when none applies.
-    """
-    gpu_types = (
-        frame.get_column("gpu_type").unique().drop_nulls().sort().to_list()
-        if "gpu_type" in frame.columns
-        else []
-    )
-    matched = {g: match_gpu_price(g, prices) for g in gpu_types}
-    price_map = {g: m[0] for g, m in matched.items() if m is not None}
-    source_map = {g: m[1] for g, m in matched.items() if m is not None}
-    gpu = pl.col("gpu_type") if "gpu_type" in frame.columns else pl.lit(None, dtype=pl.String)
-    configured = gpu.replace_strict(price_map, default=None, return_dtype=pl.Float64)
-    configured_src = gpu.replace_strict(source_map, default=None, return_dtype=pl.String)
+    the manifest's ``price_per_gpu_hour_usd``): :meth:`Prices.price_for` of each row."""
+    gpus = frame.get_column("gpu_type") if "gpu_type" in frame.columns else None
     manifest = (
-        pl.col("price_per_gpu_hour_usd").cast(pl.Float64)
+        frame.get_column("price_per_gpu_hour_usd").cast(pl.Float64)
         if "price_per_gpu_hour_usd" in frame.columns
-        else pl.lit(None, dtype=pl.Float64)
+        else None
     )
-    override = pl.lit(prices.override, dtype=pl.Float64)
-    default = pl.lit(prices.default, dtype=pl.Float64)
+    priced = [
+        prices.price_for(
+            gpus[i] if gpus is not None else None, manifest[i] if manifest is not None else None
+        )
+        for i in range(frame.height)
+    ]
     return frame.with_columns(
-        gpu_hour_usd=pl.coalesce(override, configured, manifest, default),
-        price_source=pl.when(override.is_not_null())
-        .then(pl.lit("--gpu-hour-usd"))
-        .when(configured.is_not_null())
-        .then(configured_src)
-        .when(manifest.is_not_null())
-        .then(pl.lit("manifest price_per_gpu_hour_usd"))
-        .when(default.is_not_null())
-        .then(pl.lit("config gpu_hour_usd.default"))
-        .otherwise(pl.lit("no price")),
+        gpu_hour_usd=pl.Series([p for p, _ in priced], dtype=pl.Float64),
+        price_source=pl.Series([s for _, s in priced], dtype=pl.String),
     )
 
 
@@ -198,9 +69,9 @@ def cost_per_million(capacity: pl.DataFrame, prices: Prices) -> pl.DataFrame:
     gpus = pl.col("gpu_count").cast(pl.Float64)
     hourly = gpus * pl.col("gpu_hour_usd")
 
-    def per_million(tps: str) -> pl.Expr:
+    def at_rate(tps: str) -> pl.Expr:
         rate = pl.col(tps)
-        return pl.when(rate > 0).then(hourly / (rate * 3600.0) * 1e6).otherwise(None)
+        return pl.when(rate > 0).then(per_million(hourly, rate * SECONDS_PER_HOUR)).otherwise(None)
 
     priced = priced.with_columns(
         (pl.lit(None, dtype=dtype).alias(name))
@@ -214,9 +85,9 @@ def cost_per_million(capacity: pl.DataFrame, prices: Prices) -> pl.DataFrame:
     whole = pl.col("whole_run_output_tps")
     return priced.with_columns(
         deployment_usd_per_hour=hourly,
-        cost_per_1m_output_usd=per_million("output_throughput_tps"),
-        cost_per_1m_total_usd=per_million("total_throughput_tps"),
-        whole_run_cost_per_1m_output_usd=per_million("whole_run_output_tps"),
+        cost_per_1m_output_usd=at_rate("output_throughput_tps"),
+        cost_per_1m_total_usd=at_rate("total_throughput_tps"),
+        whole_run_cost_per_1m_output_usd=at_rate("whole_run_output_tps"),
         whole_run_vs_sustained=pl.when(pl.col("output_throughput_tps") > 0).then(
             whole / pl.col("output_throughput_tps") - 1.0
         ),
@@ -245,7 +116,8 @@ def _cost_workings() -> pl.Expr:
     rate beside it with the difference."""
     rate = pl.col("output_throughput_tps")
     formula = pl.format(
-        "{} GPU × ${}/h ÷ ({} output tok/s × 3600) × 10^6 = ${} per 1M output tokens",
+        f"{{}} GPU × ${{}}/h ÷ ({{}} output tok/s × {SECONDS_PER_HOUR:g}) × 10^6 = ${{}} per 1M "
+        "output tokens",
         pl.col("gpu_count"),
         _money(pl.col("gpu_hour_usd"), 4),
         rate.round(1),
@@ -389,19 +261,21 @@ def fleet_cost(costed: pl.DataFrame, rates: Mapping[str, float], keys: list[str]
     )
     extra = [c for c in ("capacity_rps", "gpu_count", "gpu_hour_usd") if c not in keys]
     base = costed.filter(pl.col("sweep") != "other").select(*keys, "sweep", *extra)
-    ratio = pl.col("rate_rps") / pl.col("capacity_rps")
-    # A hair below an integer is that integer (92.19 / 92.19 must be 1 replica, not 2).
-    replicas = pl.when(pl.col("capacity_rps") > 0).then((ratio - 1e-9).ceil().clip(lower_bound=0))
+    joined = base.join(rate_frame, how="cross")
+    sized = [
+        replicas_for(rate, capacity) if capacity is not None and capacity > 0 else None
+        for rate, capacity in zip(joined["rate_rps"], joined["capacity_rps"], strict=True)
+    ]
     out = (
-        base.join(rate_frame, how="cross")
-        .with_columns(replicas=replicas.cast(pl.Int64))
+        joined.with_columns(replicas=pl.Series(sized, dtype=pl.Int64))
         .with_columns(gpus=pl.col("replicas") * pl.col("gpu_count").cast(pl.Int64))
-        .with_columns(monthly_usd=pl.col("gpus") * pl.col("gpu_hour_usd") * HOURS_PER_MONTH)
+        .with_columns(monthly_usd=monthly_usd(pl.col("gpus"), pl.col("gpu_hour_usd")))
         .with_columns(
             fleet_workings=pl.when(pl.col("monthly_usd").is_not_null())
             .then(
                 pl.format(
-                    "ceil({} ÷ {}) = {} replicas × {} GPU = {} GPUs × ${}/h × 730 h = ${}/month",
+                    "ceil({} ÷ {}) = {} replicas × {} GPU = {} GPUs × ${}/h × "
+                    f"{HOURS_PER_MONTH:g} h = ${{}}/month",
                     pl.col("rate_rps").round(3),
                     pl.col("capacity_rps").round(3),
                     pl.col("replicas"),

@@ -44,7 +44,7 @@ Keys (``engine``, ``gpu_type``, ``gpu_count`` are required after merging)::
       pipeline_parallel_size: 1
       kv_cache_tokens: 450000       # the KV pool, as the engine logs it at start
       gpu_memory_utilization: 0.9
-      max_model_len: 32768
+      max_model_len: 16384
     files:                        # optional per-file overrides, fnmatch pattern on the file name
       "stage_*_lifecycle_metrics.json": {engine_version: 0.11.0}
 
@@ -61,7 +61,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.bench.cost import parse_price
+from pipeline.costing import parse_price
 from pipeline.errors import ConfigError, InputFormatError
 from pipeline.settings import load_yaml
 

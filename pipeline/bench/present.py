@@ -18,8 +18,8 @@ from typing import Any
 import polars as pl
 
 from pipeline.bench.config import ITL_DEFINITIONS, SloSpec
-from pipeline.bench.cost import COST_FORMULA, FLEET_FORMULA
 from pipeline.bench.result import CAPACITY_TEXT_COLUMNS, BenchResult
+from pipeline.costing import COST_FORMULA, FLEET_FORMULA
 from pipeline.present.figures import COLORS, SMALL_FONT, drawing, svg_bytes
 from pipeline.present.tables import cell, markdown_table, text_table, wrapped
 

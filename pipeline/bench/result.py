@@ -17,8 +17,8 @@ import polars as pl
 from pydantic import BaseModel, ConfigDict
 
 from pipeline.bench.config import BenchConfig
-from pipeline.bench.cost import COST_FORMULA, FLEET_FORMULA
 from pipeline.bench.validity import FINDINGS_SCHEMA
+from pipeline.costing import COST_FORMULA, FLEET_FORMULA
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,6 @@ import polars as pl
 from pipeline import dates
 from pipeline.bench.compute import analyse_bench
 from pipeline.bench.config import BenchConfig
-from pipeline.bench.cost import describe_prices
 from pipeline.bench.latency_fit import (
     CONCURRENCY_SCHEMA,
     concurrency_payload,
@@ -157,7 +156,7 @@ def run(inputs: BenchInputs, settings: BenchConfig) -> BenchResult:
     return dataclasses.replace(
         analysis,
         facts_source=inputs.facts_source,
-        prices_source=describe_prices(settings.prices),
+        prices_source=settings.prices.describe(),
     )
 
 

@@ -9,12 +9,14 @@ naming the numbers behind it, and those numbers in ``bench_value`` / ``prod_valu
 
 Checks (``check`` column):
 
-``fixed_length_prompts``  benchmark prompts of one length (p99/p50 ≤ 1.05 or the tool says so)
+``fixed_length_prompts``  benchmark prompts of one length (p99/p50 ≤ ``FIXED_SPREAD`` or the tool
+                          says so)
                           while production's prompt p99/p50 ≥ ``TAIL_RATIO``;
 ``prompt_length``         benchmark median prompt differs from production's by more than
                           ``LENGTH_FACTOR`` × either way; ``output_length`` the same for output;
-``prefix_structure``      unique-prompt benchmark vs production sharing > 50% of requests, or a
-                          shared-prefix benchmark vs production sharing < 20%
+``prefix_structure``      unique-prompt benchmark vs production sharing above
+                          ``PREFIX_HEAVY_SHARE`` of requests, or a shared-prefix benchmark vs
+                          production sharing below ``PREFIX_LIGHT_SHARE``
                           (docs/decision-rules.md#prefix-sharing);
 ``peak_rate``             the highest load the open-loop sweep *sustained* (a point that passed
                           the SLO, which includes keeping up; its send rate, never above its
@@ -45,21 +47,18 @@ from pipeline.errors import InputFormatError
 from pipeline.present.text import decimal_expr
 from pipeline.safe_read import read_json
 from pipeline.shape.facts import LatencyModel, Percentiles, WorkloadFacts
+from pipeline.thresholds import (
+    FIXED_SPREAD,
+    LENGTH_FACTOR,
+    PREFIX_HEAVY_SHARE,
+    PREFIX_LIGHT_SHARE,
+    TAIL_RATIO,
+)
 
 if TYPE_CHECKING:
     from pipeline.bench.config import BenchConfig
 
 ALL_CANDIDATES = "(all candidates)"
-FIXED_SPREAD = 1.05  # p99/p50 at or below this counts as one fixed length
-# Production prompt p99/p50 at or above this flags fixed-length benchmark prompts (the long
-# prompts that exercise chunked prefill are missing from them).
-TAIL_RATIO = 2.0
-# A benchmark median prompt or output length off production's by more than this factor either
-# way is flagged: latency at a different length says little about ours.
-LENGTH_FACTOR = 2.0
-PREFIX_HIGH = 0.5  # docs/decision-rules.md#prefix-sharing: > ~50% -> benchmark SGLang against vLLM
-# docs/decision-rules.md#prefix-sharing: < ~20% -> published prefix-sharing margins do not apply
-PREFIX_LOW = 0.2
 UNIQUE_DATASETS = ("random", "random-ids", "sharegpt", "synthetic", "sonnet")
 # What `enginefit loadtest` writes into its sidecar manifest: the workload's own prompts.
 TRACE_DATASET = "enginefit-trace"
@@ -474,9 +473,9 @@ def check_prefix(profile: pl.DataFrame, facts: WorkloadFacts | None) -> pl.DataF
         .then(pl.lit("unknown"))
         .when(bench_kind == "trace")
         .then(pl.lit("ok"))
-        .when((bench_kind == "unique") & pl.lit(ratio > PREFIX_HIGH))
+        .when((bench_kind == "unique") & pl.lit(ratio > PREFIX_HEAVY_SHARE))
         .then(pl.lit("flag"))
-        .when((bench_kind == "shared") & pl.lit(ratio < PREFIX_LOW))
+        .when((bench_kind == "shared") & pl.lit(ratio < PREFIX_LIGHT_SHARE))
         .then(pl.lit("flag"))
         .otherwise(pl.lit("ok"))
     )
@@ -514,7 +513,7 @@ def check_prefix(profile: pl.DataFrame, facts: WorkloadFacts | None) -> pl.DataF
         .then(pl.lit(1.0))
         .otherwise(None)
     )
-    return _finding(profile, check, status, message, bench_value, ratio, PREFIX_HIGH)
+    return _finding(profile, check, status, message, bench_value, ratio, PREFIX_HEAVY_SHARE)
 
 
 def check_peak_rate(

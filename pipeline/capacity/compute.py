@@ -1,10 +1,10 @@
 """The capacity core's entry points: a fitted serving model carried to the workload's own mix,
 the fleet and cost that follow, and routing priced through the model. Pure functions; no I/O.
 
-Cost formulas (docs/capacity.md, "cost"):
+Cost formulas (docs/capacity.md, "cost"; the arithmetic is :mod:`pipeline.costing`'s):
 
 * replicas = ⌈peak rate ÷ (capacity × headroom)⌉ (+ 1 with N+1), at least 1;
-  monthly cost = replicas × GPUs per replica × $/GPU-hour × 730 h;
+  monthly cost = replicas × GPUs per replica × $/GPU-hour × hours a month;
 * utilisation = rate ÷ (replicas × capacity), at the mean and at the peak rate;
 * per 1M tokens of this workload, at the SLO capacity (a replica costs GPUs × $/GPU-hour and
   serves capacity × 3600 requests an hour there): the replica's time splits into a prefill
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from pipeline.bench.cost import HOURS_PER_MONTH
+from pipeline.capacity.binding import binding_limit
 from pipeline.capacity.config import CapacityConfig
 from pipeline.capacity.kernels import I64
 from pipeline.capacity.prior import ModelShape
@@ -51,8 +51,18 @@ from pipeline.capacity.search import (
     search_capacity,
     simulate_at,
 )
+from pipeline.costing import (
+    HOURS_PER_MONTH,
+    SECONDS_PER_HOUR,
+    monthly_usd,
+    per_million,
+    replicas_for,
+)
 from pipeline.unknown import Unknown
 
+#: A capacity that moves more than this over the prefill budgets the benchmark cannot tell
+#: apart is not given: it depends on a limit nobody stated.
+BUDGET_SENSITIVITY = 0.10
 CAPACITY_METHOD = (
     "simulated: Poisson arrivals of the workload's own sampled requests through the fitted "
     "step model (continuous batching, chunked prefill, KV-bounded batch), bisection on the "
@@ -198,6 +208,8 @@ def _provisional_reason(model: ServingModel, transfer: TransferDistance) -> str 
         reasons.append("the prefill/decode split comes from the roofline prior, not the data")
     if model.context_basis == "assumed_zero" and abs(transfer.prompt_ratio - 1.0) > 0.5:
         reasons.append("the cost of reading a longer context is assumed 0 (no prior)")
+    if model.attention_basis == "assumed_zero" and abs(transfer.prompt_ratio - 1.0) > 0.5:
+        reasons.append(f"prefill attention is left out (the model's shape: {model.model_shape})")
     return "; ".join(reasons) or None
 
 
@@ -213,21 +225,20 @@ def workload_cost(
 ) -> WorkloadCost:
     """Fleet, monthly cost, utilisation and per-1M-token prices (module docstring)."""
     capacity = search.rate_rps
-    replicas = max(math.ceil(peak_rate_rps / (capacity * config.headroom) - 1e-9), 1)
-    replicas += 1 if config.n_plus_one else 0
+    replicas = replicas_for(peak_rate_rps, capacity, config.headroom, config.n_plus_one)
     gpus = replicas * gpus_per_replica
-    monthly = gpus * gpu_hour_usd * HOURS_PER_MONTH
+    monthly = monthly_usd(gpus, gpu_hour_usd)
     hourly = gpus_per_replica * gpu_hour_usd
     stats = search.at_capacity
     prefill_share = min(max(stats.prefill_share, 0.0), 1.0)
     cached_share = min(max(stats.cached_context_share, 0.0), 1.0 - prefill_share)
     decode_share = 1.0 - prefill_share - cached_share
-    per_hour = capacity * 3600.0
+    per_hour = capacity * SECONDS_PER_HOUR
     output_per_hour = per_hour * workload.output_mean
     uncached_per_hour = per_hour * (workload.prompt_mean - workload.cached_mean)
     cached_per_hour = per_hour * workload.cached_mean
     input_cost: float | Unknown = (
-        hourly * prefill_share / uncached_per_hour * 1e6
+        per_million(hourly * prefill_share, uncached_per_hour)
         if uncached_per_hour > 0
         else Unknown(reason="no uncached prompt tokens")
     )
@@ -238,21 +249,21 @@ def workload_cost(
         # 0 would be a figure the benchmark never showed.
         else Unknown(reason="the fitted model gives reading cached context no GPU time")
         if cached_share <= 0
-        else hourly * cached_share / cached_per_hour * 1e6
+        else per_million(hourly * cached_share, cached_per_hour)
     )
     if mean_rate_rps is not None and mean_rate_rps > 0:
         average: float | Unknown = mean_rate_rps / (replicas * capacity)
-        fleet: float | Unknown = (
-            monthly / (mean_rate_rps * workload.output_mean * 3600.0 * HOURS_PER_MONTH) * 1e6
+        fleet: float | Unknown = per_million(
+            monthly, mean_rate_rps * workload.output_mean * SECONDS_PER_HOUR * HOURS_PER_MONTH
         )
     else:
         average = fleet = Unknown(reason="the workload's mean rate is not known")
     formula = (
         f"replicas = ceil({peak_rate_rps:.4g} ÷ ({capacity:.4g} × {config.headroom:g})) "
         f"{'+ 1 (N+1) ' if config.n_plus_one else ''}= {replicas}; "
-        f"{replicas} × {gpus_per_replica} GPU × ${gpu_hour_usd:g}/h × 730 h = ${monthly:,.0f}/month; "
-        f"output ${hourly:g}/h × {decode_share:.3f} decode share ÷ ({capacity:.4g} req/s × "
-        f"{workload.output_mean:.1f} tokens × 3600) × 10^6"
+        f"{replicas} × {gpus_per_replica} GPU × ${gpu_hour_usd:g}/h × {HOURS_PER_MONTH:g} h = "
+        f"${monthly:,.0f}/month; output ${hourly:g}/h × {decode_share:.3f} decode share ÷ "
+        f"({capacity:.4g} req/s × {workload.output_mean:.1f} tokens × {SECONDS_PER_HOUR:g}) × 10^6"
     )
     return WorkloadCost(
         replicas=replicas,
@@ -266,10 +277,10 @@ def workload_cost(
         prefill_share=prefill_share,
         cached_context_share=cached_share,
         decode_share=decode_share,
-        cost_per_1m_output_usd=hourly * decode_share / output_per_hour * 1e6,
+        cost_per_1m_output_usd=per_million(hourly * decode_share, output_per_hour),
         cost_per_1m_input_usd=input_cost,
         cost_per_1m_cached_input_usd=cached_cost,
-        all_in_cost_per_1m_output_usd=hourly / output_per_hour * 1e6,
+        all_in_cost_per_1m_output_usd=per_million(hourly, output_per_hour),
         fleet_cost_per_1m_output_usd=fleet,
         formula=formula,
     )
@@ -314,11 +325,28 @@ def carry_to_workload(
             provisional_reason=f"no serving model: {model.reason}",
             cost=model,
             benchmark_cost_per_1m_output_usd=bench_cost,
+            binding=model,
         )
     drawn = sample or sample_requests(workload.prompt, workload.output, workload.cached, config)
     transfer = transfer_distance(model, workload, config.far_ratio)
-    found = search_capacity(model.coefficients, drawn, slo, kv_tokens=kv_tokens, config=config)
     provisional = _provisional_reason(model, transfer)
+    found: CapacitySearch | Unknown
+    sensitivity: str | None = None
+    if not model.self_check.passed and not measured_on_workload:
+        found = Unknown(
+            reason=f"{model.self_check.reason}: no capacity is carried to this workload; "
+            "benchmark this deployment on your own traffic (enginefit loadtest)"
+        )
+    else:
+        found = search_capacity(
+            model.coefficients, drawn, slo, limits=model.limits, kv_tokens=kv_tokens, config=config
+        )
+        if not isinstance(found, Unknown):
+            moved = budget_sensitivity(model, drawn, slo, found, kv_tokens, config)
+            if isinstance(moved, Unknown):
+                found = moved
+            else:
+                sensitivity = moved
     if isinstance(found, Unknown):
         return CandidateCapacity(
             candidate=candidate,
@@ -332,12 +360,18 @@ def carry_to_workload(
             provisional_reason=provisional,
             cost=found,
             benchmark_cost_per_1m_output_usd=bench_cost,
+            binding=found,
         )
     spread = min(max(model.residual_spread, config.min_band_spread), 0.5)
     band: list[float] = []
     for factor in (1.0 + spread, 1.0 - spread):  # slower steps → the band's low end
         edge = search_capacity(
-            model.coefficients.scaled(factor), drawn, slo, kv_tokens=kv_tokens, config=config
+            model.coefficients.scaled(factor),
+            drawn,
+            slo,
+            limits=model.limits,
+            kv_tokens=kv_tokens,
+            config=config,
         )
         band.append(edge.rate_rps if not isinstance(edge, Unknown) else math.nan)
     low = band[0] if math.isfinite(band[0]) else found.rate_rps * (1 - spread)
@@ -367,7 +401,55 @@ def carry_to_workload(
         provisional_reason=provisional,
         cost=cost,
         benchmark_cost_per_1m_output_usd=bench_cost,
+        binding=binding_limit(model, drawn, found.rate_rps, slo, kv_tokens, config),
+        budget_sensitivity=sensitivity,
     )
+
+
+def budget_sensitivity(
+    model: ServingModel,
+    sample: RequestSample,
+    slo: Slo,
+    found: CapacitySearch,
+    kv_tokens: int,
+    config: CapacityConfig,
+) -> str | Unknown | None:
+    """How the capacity moves over the prefill budgets the benchmark cannot tell apart (the
+    fit's ``budget_range``; with no upper end, up to the budget the model runs with): None when
+    the budget is stated or pinned; ``Unknown`` when it moves more than
+    ``BUDGET_SENSITIVITY``, since the capacity then rests on a limit nobody stated."""
+    limits = model.limits
+    if limits.budget_stated() or limits.budget_range is None:
+        return None
+    low, high = limits.budget_range
+    ends = sorted(
+        {b for b in (low, high if high is not None else limits.budget) if b != limits.budget}
+    )
+    if not ends:
+        return None
+    rates = {limits.budget: found.rate_rps}
+    for budget in ends:
+        at = limits.model_copy(
+            update={"token_budget": limits.token_budget.model_copy(update={"value": budget})}
+        )
+        edge = search_capacity(
+            model.coefficients, sample, slo, limits=at, kv_tokens=kv_tokens, config=config
+        )
+        rates[budget] = edge.rate_rps if not isinstance(edge, Unknown) else 0.0
+    figures = ", ".join(
+        f"{rate:.3g} req/s at {budget:,} tokens" if rate > 0 else f"none at {budget:,} tokens"
+        for budget, rate in sorted(rates.items())
+    )
+    moved = max(abs(rate / found.rate_rps - 1.0) for rate in rates.values())
+    span = f"{low:,}" + (f" to {high:,}" if high is not None else " tokens or more")
+    if moved > BUDGET_SENSITIVITY:
+        return Unknown(
+            reason=f"this workload's capacity depends on the prefill budget, which the "
+            f"benchmark does not pin (its p99 ITL fits a budget of {span}; the model's is "
+            f"{limits.budget:,}, {limits.token_budget.source}): {figures}; state the "
+            "deployment's max_num_batched_tokens in the manifest's engine_args"
+        )
+    return f"the same within {moved:.0%} over the prefill budgets the benchmark allows ({figures})"
 
 
 def _placeholder_deployment(candidate: str, gpus: int | None) -> Deployment:
@@ -447,13 +529,13 @@ def routing_value(
         raise ValueError("cached shares must satisfy 0 ≤ worse ≤ better < 1")
     if replicas < 1:
         raise ValueError("replicas must be at least 1")
-    prompt_tokens_month = mean_rate_rps * workload.prompt_mean * 3600.0 * HOURS_PER_MONTH
+    prompt_tokens_month = mean_rate_rps * workload.prompt_mean * SECONDS_PER_HOUR * HOURS_PER_MONTH
     saved_replica_s = (
         model.coefficients.prefill_s_per_token
         * (cached_share_better - cached_share_worse)
         * prompt_tokens_month
     )
-    gpu_hours = saved_replica_s / 3600.0 * model.deployment.gpu_count
+    gpu_hours = saved_replica_s / SECONDS_PER_HOUR * model.deployment.gpu_count
     ttft: list[float | Unknown] = []
     for share in (cached_share_worse, cached_share_better):
         cached = np.floor(workload.prompt * share).astype(np.int64)
@@ -462,7 +544,11 @@ def routing_value(
             ttft.append(Unknown(reason="requests larger than the replica's KV cache"))
             continue
         run = simulate_at(
-            model.coefficients, drawn, rate_rps / replicas, kv_tokens=kv_tokens, config=config
+            model.coefficients,
+            drawn,
+            rate_rps / replicas,
+            limits=model.limits,
+            kv_tokens=kv_tokens,
         )
         stats = run_stats(
             run,
@@ -491,7 +577,7 @@ def routing_value(
         formula=(
             f"{model.coefficients.prefill_s_per_token * 1e3:.4g} ms/token × "
             f"({cached_share_better:.3f} − {cached_share_worse:.3f}) × "
-            f"{prompt_tokens_month:,.0f} prompt tokens/month ÷ 3600 × "
+            f"{prompt_tokens_month:,.0f} prompt tokens/month ÷ {SECONDS_PER_HOUR:g} × "
             f"{model.deployment.gpu_count} GPU = {gpu_hours:,.1f} GPU-h × ${gpu_hour_usd:g}"
         ),
     )

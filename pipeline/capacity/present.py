@@ -16,6 +16,15 @@ from pipeline.present.tables import markdown_table
 from pipeline.present.text import UNKNOWN, unknown_text
 from pipeline.unknown import Unknown
 
+#: The binding limit as the sentence names it.
+BINDING_WORDS = {
+    "ttft_queueing": "TTFT queueing",
+    "prefill_budget": "the prefill budget",
+    "itl": "p99 ITL",
+    "kv_pool": "the KV pool",
+    "running_requests": "the running-request limit",
+}
+
 
 def _rate(value: float) -> str:
     return f"{value:.3g}" if value < 100 else f"{value:,.0f}"
@@ -47,6 +56,8 @@ def transfer_sentence(candidate: CandidateCapacity) -> str:
     band = candidate.workload_capacity_band_rps
     band_text = "" if isinstance(band, Unknown) else f" ({_rate(band[0])}–{_rate(band[1])})"
     sentence = f"{measured}; {distance}: capacity {_rate(capacity)} req/s per replica{band_text}"
+    if not isinstance(candidate.binding, Unknown):
+        sentence += f", bound by {BINDING_WORDS[candidate.binding.limit]}"
     if candidate.provisional_reason:
         sentence += f" — provisional: {candidate.provisional_reason}"
     return sentence
@@ -112,6 +123,34 @@ def model_errors_table(model: ServingModel) -> str:
     return markdown_table(rows)
 
 
+def model_lines(candidate: CandidateCapacity) -> list[str]:
+    """What the fitted model of ``candidate`` rests on: its limits and their sources, what binds
+    the capacity, the self-check, and any coefficient raised to its physical floor."""
+    model = candidate.serving_model
+    if not isinstance(model, ServingModel):
+        return []
+    check = model.self_check
+    lines = [
+        f"{candidate.candidate}:",
+        f"- limits: {model.limits.describe()}",
+        f"- model shape: {model.model_shape}",
+        "- self-check: "
+        + (
+            f"passed ({check.points_checked} point(s) within ±{check.tolerance:.0%}"
+            + (f"; worst {check.worst}" if check.worst else "")
+            + ")"
+            if check.passed
+            else f"failed: {check.reason}"
+        ),
+    ]
+    if not isinstance(candidate.binding, Unknown):
+        lines.append(f"- what binds: {candidate.binding.description}")
+    if candidate.budget_sensitivity:
+        lines.append(f"- prefill budget: {candidate.budget_sensitivity}")
+    lines += [f"- set to its physical floor: {floored}" for floored in model.floored]
+    return lines
+
+
 def render_text(result: CapacityResult) -> str:
     """What ``enginefit capacity`` prints: the SLO and mix, one sentence per candidate, the
     candidates table and each fitted model's error on its own points."""
@@ -136,6 +175,7 @@ def render_text(result: CapacityResult) -> str:
         if isinstance(candidate.serving_model, ServingModel):
             lines += [
                 "",
+                *model_lines(candidate),
                 f"Fitted model of {candidate.candidate} against its points "
                 "(predicted ÷ measured − 1):",
                 model_errors_table(candidate.serving_model),

@@ -32,6 +32,7 @@ import numpy as np
 
 from pipeline.capacity.config import CapacityConfig
 from pipeline.capacity.kernels import F64, I64, SimulatedRun, simulate_replica
+from pipeline.capacity.limits import SchedulingLimits
 from pipeline.capacity.result import Slo, StepCoefficients
 from pipeline.unknown import Unknown
 
@@ -102,9 +103,13 @@ def sample_requests(prompt: I64, output: I64, cached: I64, config: CapacityConfi
     return RequestSample(prompt=p, uncached=p - c, output=o, unit_arrivals=np.cumsum(gaps))
 
 
-def _percentile_ms(values: F64, q: float) -> float:
+def _percentiles_ms(values: F64, low: float, high: float) -> tuple[float, float]:
+    """Two percentiles of the finite ``values`` in ms (one pass over the array)."""
     finite = values[np.isfinite(values)]
-    return float(np.percentile(finite, q) * 1000.0) if finite.size else math.nan
+    if not finite.size:
+        return math.nan, math.nan
+    a, b = np.percentile(finite, (low, high)) * 1000.0
+    return float(a), float(b)
 
 
 def run_stats(
@@ -127,14 +132,17 @@ def run_stats(
     second = float(np.mean(run.wait_s[quarter : 2 * quarter]))
     last = float(np.mean(run.wait_s[n - quarter :]))
     busy = run.busy_s if run.busy_s > 0 else math.nan
+    ttft_p50, ttft_p95 = _percentiles_ms(ttft, 50, 95)
+    itl_p50, itl_p99 = _percentiles_ms(gaps, 50, 99)
+    tpot_p50, tpot_p99 = _percentiles_ms(tpot, 50, 99)
     return RunStats(
         rate_rps=rate,
-        ttft_p50_ms=_percentile_ms(ttft, 50),
-        ttft_p95_ms=_percentile_ms(ttft, 95),
-        itl_p50_ms=_percentile_ms(gaps, 50),
-        itl_p99_ms=_percentile_ms(gaps, 99),
-        tpot_p50_ms=_percentile_ms(tpot, 50),
-        tpot_p99_ms=_percentile_ms(tpot, 99),
+        ttft_p50_ms=ttft_p50,
+        ttft_p95_ms=ttft_p95,
+        itl_p50_ms=itl_p50,
+        itl_p99_ms=itl_p99,
+        tpot_p50_ms=tpot_p50,
+        tpot_p99_ms=tpot_p99,
         gap_mean_ms=float(np.mean(gaps) * 1000.0) if gaps.size else math.nan,
         ttft_mean_ms=float(np.nanmean(ttft) * 1000.0) if ttft.size else math.nan,
         queue_growing=last > 2.0 * second + 0.05 * ttft_limit_ms / 1000.0,
@@ -148,9 +156,10 @@ def simulate_at(
     sample: RequestSample,
     rate: float,
     *,
+    limits: SchedulingLimits,
     kv_tokens: int,
-    config: CapacityConfig,
 ) -> SimulatedRun:
+    """The replica (the deployment's ``limits``) serving ``sample`` at ``rate``."""
     return simulate_replica(
         sample.unit_arrivals / rate,
         sample.prompt,
@@ -161,9 +170,10 @@ def simulate_at(
         attention_s_per_pair=coefficients.attention_s_per_pair,
         decode_s_per_request=coefficients.decode_s_per_request,
         context_s_per_token=coefficients.context_s_per_token,
-        token_budget=config.token_budget,
-        max_batch=config.max_batch,
+        token_budget=limits.budget,
+        max_batch=limits.batch,
         kv_tokens=kv_tokens,
+        chunked_prefill=limits.chunked,
     )
 
 
@@ -174,9 +184,11 @@ def attention_pairs(prompt: I64, uncached: I64) -> F64:
     return uncached * (cached + uncached / 2.0)
 
 
-def lone_request_s(coefficients: StepCoefficients, sample: RequestSample, budget: int) -> float:
+def lone_request_s(
+    coefficients: StepCoefficients, sample: RequestSample, limits: SchedulingLimits
+) -> float:
     """Mean time one request takes on an otherwise empty replica (the search's starting scale)."""
-    chunks = np.ceil(sample.uncached / budget)
+    chunks = np.ceil(sample.uncached / limits.budget) if limits.chunked else 1.0
     decode_steps = sample.output - 1
     context = sample.prompt + sample.output / 2.0
     seconds = (
@@ -195,6 +207,7 @@ def search_capacity(
     sample: RequestSample,
     slo: Slo,
     *,
+    limits: SchedulingLimits,
     kv_tokens: int,
     config: CapacityConfig,
 ) -> CapacitySearch | Unknown:
@@ -205,7 +218,7 @@ def search_capacity(
             reason=f"{too_big} of {sample.size} sampled requests need more than the replica's "
             f"{kv_tokens:,} KV tokens (prompt + output): the replica cannot serve them"
         )
-    lone = lone_request_s(coefficients, sample, config.token_budget)
+    lone = lone_request_s(coefficients, sample, limits)
     if not lone > 0:
         return Unknown(reason="the fitted step time is zero: no finite capacity")
     count = 0
@@ -213,7 +226,7 @@ def search_capacity(
     def evaluate(rate: float) -> RunStats:
         nonlocal count
         count += 1
-        run = simulate_at(coefficients, sample, rate, kv_tokens=kv_tokens, config=config)
+        run = simulate_at(coefficients, sample, rate, limits=limits, kv_tokens=kv_tokens)
         return run_stats(
             run, sample.output, rate, config, slo.ttft_p95_ms, coefficients.request_latency_s
         )

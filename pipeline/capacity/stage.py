@@ -22,6 +22,7 @@ read → run → write:
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ import polars as pl
 
 from pipeline.bench import stage as bench_stage
 from pipeline.bench.config import SloSpec
-from pipeline.bench.cost import Prices, match_gpu_price, workload_rates
+from pipeline.bench.cost import workload_rates
 from pipeline.capacity.compute import (
     WorkloadRequests,
     capacity_result,
@@ -41,10 +42,20 @@ from pipeline.capacity.compute import (
 )
 from pipeline.capacity.config import CapacityConfig
 from pipeline.capacity.fit import deployment_of, fit_serving_model
-from pipeline.capacity.prior import ModelShape
+from pipeline.capacity.limits import (
+    EngineDefaults,
+    SchedulingLimits,
+    kv_bytes,
+    resolve_limits,
+    weight_bytes,
+)
+from pipeline.capacity.models import deployment_shape
+from pipeline.capacity.prior import ModelShape, gpu_peaks
 from pipeline.capacity.result import CapacityResult, Slo, candidates_frame, model_errors_frame
 from pipeline.capacity.search import sample_requests
 from pipeline.config import Config
+from pipeline.costing import Prices
+from pipeline.decision.catalog import Catalog, load_catalog
 from pipeline.errors import ConfigError, InputFormatError
 from pipeline.ingest.stage import read_requests
 from pipeline.layout import WorkloadLayout, require_output
@@ -90,6 +101,8 @@ class CapacityInputs:
     prices: Prices
     slo: Slo
     min_achieved_rate_share: float | None
+    #: The engine catalog (its engines' scheduling defaults); None: no defaults.
+    catalog: Catalog | None = None
     sources: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -229,6 +242,7 @@ def read_inputs(layout: WorkloadLayout, config: Config) -> CapacityInputs:
         prices=config.bench.prices,
         slo=slo,
         min_achieved_rate_share=config.bench.slo.min_achieved_rate_share,
+        catalog=load_catalog(config.decision.catalog),
         sources=sources,
         notes=notes,
     )
@@ -260,16 +274,6 @@ def _deployment_filter(frame: pl.DataFrame, key: dict[str, object]) -> pl.DataFr
             continue
         expr = expr & (pl.col(name).is_null() if value is None else pl.col(name) == value)
     return frame.filter(expr)
-
-
-def _gpu_hour(prices: Prices, gpu_type: str, manifest_price: float | None) -> float | None:
-    """``bench.prices`` precedence: override > the GPU type's price > the manifest's > default."""
-    if prices.override is not None:
-        return prices.override
-    matched = match_gpu_price(gpu_type, prices)
-    if matched is not None:
-        return matched[0]
-    return manifest_price if manifest_price is not None else prices.default
 
 
 def run(inputs: CapacityInputs, settings: CapacityConfig) -> CapacityResult:
@@ -311,18 +315,28 @@ def run(inputs: CapacityInputs, settings: CapacityConfig) -> CapacityResult:
             (_column(rows, "dataset") == TRACE_DATASET)
             & (_column(rows, "workload") == inputs.workload)
         ).is_empty()
-        shape, shape_note = deployment_model_shape(
+        team_shape, shape_note = deployment_model_shape(
             inputs.model_shape, deployment.model, inputs.team_models
         )
         if shape_note is not None:
             notes.append(f"{deployment.describe()}: {shape_note}")
+        limits = deployment_limits(rows, inputs.catalog, settings)
+        quantization = next((str(q) for q in _values(rows, "quantization") if q), None)
+        shape, shape_source = deployment_shape(
+            team_shape,
+            deployment.model,
+            weight_bytes=weight_bytes(quantization),
+            kv_bytes=kv_bytes(limits),
+        )
         model = (
             fit_serving_model(
                 usable,
                 inputs.per_request,
                 deployment,
                 config=settings,
+                limits=limits,
                 model_shape=shape,
+                shape_source=shape_source,
                 measured_capacity=bracket,
                 slo=inputs.slo,
             )
@@ -338,9 +352,9 @@ def run(inputs: CapacityInputs, settings: CapacityConfig) -> CapacityResult:
             workload,
             inputs.slo,
             kv_tokens=inputs.kv_tokens,
-            gpu_hour_usd=_gpu_hour(
-                inputs.prices, deployment.gpu_type, manifest_prices[0] if manifest_prices else None
-            ),
+            gpu_hour_usd=inputs.prices.price_for(
+                deployment.gpu_type, manifest_prices[0] if manifest_prices else None
+            )[0],
             peak_rate_rps=inputs.peak_rate_rps,
             mean_rate_rps=inputs.mean_rate_rps,
             config=settings,
@@ -350,7 +364,7 @@ def run(inputs: CapacityInputs, settings: CapacityConfig) -> CapacityResult:
             sample=sample,
         )
         update: dict[str, object] = {"bench_candidates": bench_candidates}
-        if shape is None and shape_note is not None:
+        if team_shape is None and shape_note is not None:
             # Another model than the team's: whatever else, the figure is not yours.
             update["provisional_reason"] = "; ".join(
                 r for r in (candidate.provisional_reason, shape_note) if r
@@ -369,6 +383,61 @@ def run(inputs: CapacityInputs, settings: CapacityConfig) -> CapacityResult:
         sources=inputs.sources,
         notes=notes,
     )
+
+
+def deployment_limits(
+    rows: pl.DataFrame, catalog: Catalog | None, settings: CapacityConfig
+) -> SchedulingLimits:
+    """The scheduling limits of the deployment whose load points are ``rows``: its manifest's
+    ``engine_args``, what its result files record, the catalog's defaults for its engine and
+    GPU, under the configuration's override (:func:`pipeline.capacity.limits.resolve_limits`)."""
+    deployment = deployment_of(rows.row(0, named=True))
+    manifest = next((str(m) for m in _values(rows, "manifest_file") if m), None)
+    return resolve_limits(
+        manifest_args=_json_column(rows, "engine_args"),
+        recorded_args=_json_column(rows, "recorded_engine_args") or {},
+        defaults=engine_defaults(catalog, deployment.engine, deployment.gpu_type),
+        config=settings,
+        manifest_file=manifest,
+        gpu_count=deployment.gpu_count,
+    )
+
+
+def engine_defaults(catalog: Catalog | None, engine: str, gpu_type: str) -> EngineDefaults | None:
+    """The catalog's scheduling defaults for ``engine`` on ``gpu_type`` (its memory from the GPU
+    datasheet table), or None when the catalog has none."""
+    key = catalog.engine_key(engine) if catalog is not None else None
+    scheduling = catalog.engines[key].scheduling if catalog is not None and key else None
+    if scheduling is None:
+        return None
+    peaks = gpu_peaks(gpu_type)
+    memory = None if isinstance(peaks, Unknown) else peaks.memory_gib
+    row = scheduling.default_for(gpu_type, memory)
+    if row is None:
+        return None
+    assert catalog is not None and key is not None
+    cited = ", ".join(
+        source.url if not isinstance(source := catalog.sources[name], str) else source
+        for name in scheduling.sources
+    )
+    return EngineDefaults(
+        max_num_batched_tokens=row.max_num_batched_tokens,
+        max_num_seqs=row.max_num_seqs,
+        enable_chunked_prefill=row.enable_chunked_prefill,
+        detail=f"{catalog.engines[key].name} on {gpu_type}, engine catalog ({cited})",
+    )
+
+
+def _json_column(frame: pl.DataFrame, column: str) -> dict[str, object] | None:
+    """The JSON object of ``column`` with the most keys (the deployment's rows agree: one
+    manifest), {} for an empty one, else None."""
+    found: dict[str, object] | None = None
+    for text in _values(frame, column):
+        if text:
+            value = json.loads(str(text))
+            if isinstance(value, dict) and (found is None or len(value) > len(found)):
+                found = value
+    return found
 
 
 def _values(frame: pl.DataFrame, column: str) -> list[object]:

@@ -179,6 +179,45 @@ class SecondaryFigure(Section):
         return f"{self.claim} (estimate: no primary source)" if self.estimate else self.claim
 
 
+class SchedulingDefault(Section):
+    """One row of an engine's scheduling defaults: the per-step token budget, the running-request
+    limit and chunked prefill the server starts with when not told otherwise, on GPUs with at
+    least ``min_gpu_memory_gib`` and under ``max_gpu_memory_gib`` of memory whose names contain
+    none of ``except_gpus`` (the first matching row applies)."""
+
+    min_gpu_memory_gib: NonNegative | None = None
+    max_gpu_memory_gib: NonNegative | None = None
+    except_gpus: Sources = ()
+    max_num_batched_tokens: PositiveInt
+    max_num_seqs: PositiveInt
+    enable_chunked_prefill: bool
+
+    def matches(self, gpu_type: str, memory_gib: float | None) -> bool:
+        """Whether this row applies to ``gpu_type`` (its memory: ``memory_gib``, None unknown:
+        only a row without a memory bound applies)."""
+        name = _normalised(gpu_type).replace("-", "")
+        if any(_normalised(g).replace("-", "") in name for g in self.except_gpus):
+            return False
+        bounded = self.min_gpu_memory_gib is not None or self.max_gpu_memory_gib is not None
+        if memory_gib is None:
+            return not bounded
+        low, high = self.min_gpu_memory_gib, self.max_gpu_memory_gib
+        return (low is None or memory_gib >= low) and (high is None or memory_gib < high)
+
+
+class Scheduling(Section):
+    """An engine's scheduling defaults by GPU (the capacity stage's limits when neither the
+    benchmark's manifest nor its result file states them)."""
+
+    defaults: Annotated[tuple[SchedulingDefault, ...], Strict(False), Field(min_length=1)]
+    note: Text
+    sources: Sources
+    evidence_date: EvidenceDate
+
+    def default_for(self, gpu_type: str, memory_gib: float | None) -> SchedulingDefault | None:
+        return next((row for row in self.defaults if row.matches(gpu_type, memory_gib)), None)
+
+
 @dataclass(frozen=True)
 class Fact:
     """One catalog fact a decision used: its key in the catalog and its evidence date."""
@@ -216,6 +255,8 @@ class Engine(Section):
     licence: Text
     # docs/decision-rules.md#concurrency: at a peak of 10 or more Ollama is out.
     out_at_peak_concurrency: PositiveInt | None = None
+    # The server's default per-step token budget and running-request limit (docs/capacity.md).
+    scheduling: Scheduling | None = None
 
     @model_validator(mode="after")
     def _every_feature_stated(self) -> Self:
@@ -273,6 +314,7 @@ class Engine(Section):
     def sources(self) -> set[str]:
         keys = {*self.prefix_cache.sources, *self.hardware_sources, *self.feature_sources}
         keys |= {*self.status.sources, *self.releases_last_6_months.sources}
+        keys |= set(self.scheduling.sources) if self.scheduling else set()
         for change in self._changes():
             keys |= {*change.sources, *(s for step in change.optional_steps for s in step.sources)}
         return keys | {s for figure in self.secondary_figures for s in figure.sources}
@@ -332,6 +374,8 @@ class Engine(Section):
             (f"{at}.secondary_figures[{i}].evidence_date", figure.evidence_date)
             for i, figure in enumerate(self.secondary_figures)
         ]
+        if self.scheduling is not None:
+            out.append((f"{at}.scheduling.evidence_date", self.scheduling.evidence_date))
         return out
 
 

@@ -12,8 +12,8 @@ not fire, or unknown with what to supply):
 4. ``features`` — a required feature (configured, or seen in the traffic) the engine lacks
    excludes it; a limited one is noted.
 5. ``concurrency`` — peak ≤ ``CONCURRENCY_LOW_MAX`` on local hardware, or with weights that
-   fit the GPUs only below 8 bits: look hard at llama.cpp / Ollama; ≥ ``CONCURRENCY_HIGH_MIN``:
-   vLLM or SGLang, Ollama is out.
+   fit the GPUs only below ``DATACENTER_WEIGHT_BITS``: look hard at llama.cpp / Ollama;
+   ≥ ``CONCURRENCY_HIGH_MIN``: vLLM or SGLang, Ollama is out.
 6. ``slo`` — an engine whose benchmark never met the SLO is excluded.
 7. ``model_churn`` — one or two stable models on one fixed NVIDIA SKU at huge volume:
    TensorRT-LLM first, weighed against its rebuild cost.
@@ -45,13 +45,7 @@ from typing import Any
 
 from pipeline.capacity.present import transfer_sentence
 from pipeline.decision.catalog import Fact, evidence_text, oldest_fact
-from pipeline.decision.config import (
-    CATALOG_MAX_AGE_DAYS,
-    PREFIX_HEAVY_SHARE,
-    PREFIX_LIGHT_SHARE,
-    DecisionConfig,
-    Requirements,
-)
+from pipeline.decision.config import DecisionConfig, Requirements
 from pipeline.decision.context import (
     DecisionInputs,
     EngineState,
@@ -92,7 +86,13 @@ from pipeline.decision.routing import isolation_advice, routing_value
 from pipeline.decision.rules import RULES, uncovered
 from pipeline.decision.triggers import crossed, evaluate_previous, trigger
 from pipeline.present.text import money, usd
-from pipeline.shape.config import CONCURRENCY_HIGH_MIN, CONCURRENCY_LOW_MAX
+from pipeline.thresholds import (
+    CATALOG_MAX_AGE_DAYS,
+    CONCURRENCY_HIGH_MIN,
+    CONCURRENCY_LOW_MAX,
+    PREFIX_HEAVY_SHARE,
+    PREFIX_LIGHT_SHARE,
+)
 from pipeline.unknown import Unknown
 
 
@@ -289,7 +289,8 @@ def _triggers(
             w.prefix_share,
             PREFIX_HEAVY_SHARE,
             m,
-            "docs/decision-rules.md#prefix-sharing: shared-prefix ratio above ~50%: benchmark SGLang against vLLM on your traffic",
+            "docs/decision-rules.md#prefix-sharing: shared-prefix ratio above "
+            f"~{PREFIX_HEAVY_SHARE:.0%}: benchmark SGLang against vLLM on your traffic",
             strict=True,
         ),
         _crossing(
@@ -298,7 +299,8 @@ def _triggers(
             w.prefix_share,
             PREFIX_LIGHT_SHARE,
             m,
-            "docs/decision-rules.md#prefix-sharing: below ~20% the published SGLang-vs-vLLM margins do not apply",
+            f"docs/decision-rules.md#prefix-sharing: below ~{PREFIX_LIGHT_SHARE:.0%} the published "
+            "SGLang-vs-vLLM margins do not apply",
             at_or_below=True,
             strict=True,
         ),

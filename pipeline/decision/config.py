@@ -23,10 +23,6 @@ from pipeline.settings import (
 )
 
 GIB = 2**30
-# The narrowest weights every datacenter engine serves first-class: FP8 or INT8, a byte a
-# parameter. Weights that fit the GPUs only narrower (2-6-bit, llama.cpp's GGUF formats) are
-# what points a low-concurrency datacenter workload to llama.cpp / Ollama.
-DATACENTER_WEIGHT_BYTES = 1.0
 Positive = Annotated[float, Field(gt=0)]
 
 
@@ -125,33 +121,3 @@ class DecisionConfig(Section):
     # Weeks both engines run side by side after the migration work, while the new one is
     # revalidated; the payback counts the new fleet's bill over migration + these weeks.
     revalidation_weeks: NonNegative
-
-
-# The rules' fixed thresholds, each explained with its sources in
-# docs/decision-rules.md; a team sets requirements, not
-# these, so they are constants rather than options.
-# The shared-prefix ratio the prefix rules read is the curve's share at this window (tokens;
-# the largest curve window not above it).
-PREFIX_WINDOW_TOKENS = 1024
-# docs/decision-rules.md#prefix-sharing: a shared-prefix ratio above ~50 % calls for benchmarking
-# SGLang against vLLM...
-PREFIX_HEAVY_SHARE = 0.5
-# ...and below ~20 % the published SGLang-vs-vLLM margins do not apply.
-PREFIX_LIGHT_SHARE = 0.2
-# A prefix-aware routing layer is recommended when the best simulated routing saves at least
-# this share of prompt tokens from prefill compared with round-robin.
-ROUTING_GAIN_MIN = 0.1
-# docs/decision-rules.md#model-churn, the TensorRT-LLM branch ("one or two stable models, NVIDIA,
-# huge volume"): huge is at least this many output tokens a month at the workload's mean rate...
-HIGH_VOLUME_OUTPUT_TOKENS_PER_MONTH = 10_000_000_000.0
-# ...few is at most this many models...
-TRT_MAX_MODELS = 2
-# ...and stable is at most this many model or configuration changes a quarter where each one
-# rebuilds an engine (TensorRT-LLM's TensorRT backend; on its PyTorch backend, the default since
-# 1.0, a change is a restart and churn does not rule it out).
-TRT_MAX_CHANGES_PER_QUARTER = 1.0
-# A prompt p99 at or above this many tokens makes long_context a required feature.
-LONG_CONTEXT_TOKENS = 32768
-# Engines release every few weeks: a revisit trigger fires when the oldest catalog fact a
-# decision used (its evidence date) is older than this many days (about six months).
-CATALOG_MAX_AGE_DAYS = 183

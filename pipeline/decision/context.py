@@ -22,8 +22,6 @@ from pipeline.prefix.result import PrefixSummary
 from pipeline.shape.result import ShapeMetrics
 from pipeline.sim.result import ScenarioSummary
 
-HOURS_PER_WEEK = 40.0
-
 
 @dataclass(frozen=True)
 class DecisionInputs:

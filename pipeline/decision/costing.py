@@ -24,13 +24,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.bench.cost import HOURS_PER_MONTH
-from pipeline.decision.context import HOURS_PER_WEEK, Finding, RuleContext, current_engine
+from pipeline.costing import (
+    HOURS_PER_WEEK,
+    MONTHS_PER_QUARTER,
+    known_sum,
+    monthly_bill,
+    parallel_run_usd,
+    payback_months,
+)
+from pipeline.decision.context import Finding, RuleContext, current_engine
 from pipeline.decision.present import basis_note, finding_text, noise_note
 from pipeline.decision.result import Payback, Ranking
 from pipeline.decision.triggers import NEVER
-
-WEEKS_PER_MONTH = HOURS_PER_MONTH / (24 * 7)
 
 
 def deployment_backend(ctx: RuleContext, engine: str) -> str | None:
@@ -80,7 +85,7 @@ def _monthly_change_cost(ctx: RuleContext, engine: str) -> float | None:
     per_change = _change_cost_per_change(ctx, engine)
     if per_quarter is None or per_change is None:
         return None
-    return per_quarter / 3 * per_change
+    return per_quarter / MONTHS_PER_QUARTER * per_change
 
 
 @dataclass(frozen=True)
@@ -93,23 +98,19 @@ class Priced:
 
     def value(self, basis: str) -> float | None:
         return {
-            "fleet_fraction_total_usd": _total(self.fleet_fraction_gpu, self.monthly_change),
+            "fleet_fraction_total_usd": known_sum(self.fleet_fraction_gpu, self.monthly_change),
             "fleet_fraction_gpu_usd": self.fleet_fraction_gpu,
             "cost_per_1m_output_usd": self.cost_per_1m,
         }[basis]
 
     @property
     def monthly_total(self) -> float | None:
-        return _total(self.monthly_gpu, self.monthly_change)
+        return known_sum(self.monthly_gpu, self.monthly_change)
 
     @property
     def bill(self) -> float | None:
-        """What running the engine costs a month: GPUs and model changes, else GPUs alone."""
-        return self.monthly_total if self.monthly_total is not None else self.monthly_gpu
-
-
-def _total(gpu: float | None, change: float | None) -> float | None:
-    return gpu + change if gpu is not None and change is not None else None
+        """What running the engine costs a month (:func:`pipeline.costing.monthly_bill`)."""
+        return monthly_bill(self.monthly_total, self.monthly_gpu)
 
 
 def price_of(ctx: RuleContext, engine: str) -> Priced:
@@ -133,9 +134,7 @@ def payback(ctx: RuleContext, engine: str) -> Payback | None:
     switch = switch_cost(ctx, engine)
     here, there = price_of(ctx, current), price_of(ctx, engine)
     weeks = _migration_weeks(ctx, engine) + ctx.settings.revalidation_weeks
-    parallel = (
-        there.monthly_gpu * weeks / WEEKS_PER_MONTH if there.monthly_gpu is not None else None
-    )
+    parallel = parallel_run_usd(there.monthly_gpu, weeks) if there.monthly_gpu is not None else None
     missing = _payback_missing(switch, here, there)
     if missing is not None:
         reason = finding_text(
@@ -153,10 +152,10 @@ def payback(ctx: RuleContext, engine: str) -> Payback | None:
     known = {"switch_cost_usd": switch, "parallel_run_usd": parallel, "parallel_weeks": weeks}
     saving = here.bill - there.bill
     figures = {**known, "saving": saving, "here": here.bill, "there": there.bill}
-    if saving <= 0:
+    months = payback_months(switch + parallel, saving)
+    if months is None:
         reason = finding_text(Finding("payback_never", (engine, current), figures), ctx.name)
         return Payback(status="never", reason=reason, monthly_saving_usd=saving, **known)
-    months = (switch + parallel) / saving
     reason = finding_text(
         Finding("payback_worked", (engine, current), {**figures, "months": months}), ctx.name
     )

@@ -9,29 +9,23 @@ in the record, never 0.
 from __future__ import annotations
 
 import datetime as dt
-import math
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import polars as pl
 
-from pipeline.bench.cost import HOURS_PER_MONTH
 from pipeline.bench.result import BenchResult, CapacityRow
 from pipeline.capacity.result import CandidateCapacity, CapacityResult, WorkloadCost
+from pipeline.costing import SECONDS_PER_MONTH, fractional_replicas, monthly_usd, replicas_for
 from pipeline.decision.catalog import FEATURES, Catalog
-from pipeline.decision.config import (
-    LONG_CONTEXT_TOKENS,
-    PREFIX_WINDOW_TOKENS,
-    DecisionConfig,
-    Requirements,
-)
+from pipeline.decision.config import DecisionConfig, Requirements
 from pipeline.errors import ConfigError
 from pipeline.prefix.result import CurvePoint, PrefixSummary
 from pipeline.shape.result import ShapeMetrics
+from pipeline.thresholds import LONG_CONTEXT_TOKENS, PREFIX_WINDOW_TOKENS
 from pipeline.unknown import Unknown
 
-SECONDS_PER_MONTH = HOURS_PER_MONTH * 3600
 # Capacity rows ranked apart by how much of the curve they saw (pipeline/bench/cost.py).
 RANK_POOLS = ("bracketed", "lower_bound", "single_point")
 # Validity findings that say a benchmark is not about this traffic
@@ -219,7 +213,9 @@ class EngineBench:
         """The fleet before rounding up to whole replicas (the spare stays whole)."""
         if self.sizing_rate_rps is None or not self.capacity_rps:
             return None
-        return self.sizing_rate_rps / (self.capacity_rps * self.headroom) + self.n_plus_one
+        return fractional_replicas(
+            self.sizing_rate_rps, self.capacity_rps, self.headroom, self.n_plus_one
+        )
 
     @property
     def fractional_monthly_gpu_usd(self) -> float | None:
@@ -243,8 +239,7 @@ class EngineBench:
         rate_rps = self.sizing_rate_rps * rate if self.sizing_rate_rps is not None else None
         replicas = self.replicas_at_peak
         if capacity and rate_rps is not None:
-            replicas = max(math.ceil(rate_rps / (capacity * self.headroom) - 1e-9), 1)
-            replicas += self.n_plus_one
+            replicas = replicas_for(rate_rps, capacity, self.headroom, self.n_plus_one)
         per_replica = self._replica_monthly_usd
         per_1m = self.cost_per_1m_output_usd
         return replace(
@@ -488,9 +483,8 @@ def _monthly_at(cost: WorkloadCost, capacity_rps: float, rate_rps: float | None)
     """The monthly cost of the fleet sized the same way for ``rate_rps`` (the mean rate)."""
     if rate_rps is None or rate_rps <= 0 or capacity_rps <= 0:
         return None
-    replicas = max(1, math.ceil(rate_rps / (capacity_rps * cost.headroom)))
-    replicas += 1 if cost.n_plus_one else 0
-    return replicas * cost.gpus / max(cost.replicas, 1) * cost.gpu_hour_usd * HOURS_PER_MONTH
+    replicas = replicas_for(rate_rps, capacity_rps, cost.headroom, cost.n_plus_one)
+    return monthly_usd(replicas * (cost.gpus // max(cost.replicas, 1)), cost.gpu_hour_usd)
 
 
 def _input_rate(row: CapacityRow) -> float | None:

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from pipeline.costing import monthly_bill
 from pipeline.errors import InputFormatError
 from pipeline.settings import validation_message
 
@@ -120,11 +121,8 @@ class Candidate(_Model):
     benchmark_monthly_cost_usd: float | None = None  # the bench stage's fleet at the peak
 
     def monthly_bill(self) -> float | None:
-        """What it costs a month: the fleet plus model changes where that total is known,
-        else the fleet alone (None: neither is)."""
-        return (
-            self.monthly_total_usd if self.monthly_total_usd is not None else self.monthly_cost_usd
-        )
+        """What it costs a month (:func:`pipeline.costing.monthly_bill`)."""
+        return monthly_bill(self.monthly_total_usd, self.monthly_cost_usd)
 
 
 class Rule(_Model):

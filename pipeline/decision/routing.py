@@ -17,12 +17,13 @@ from pipeline.capacity.compute import routing_value as model_routing_value
 from pipeline.capacity.compute import workload_requests
 from pipeline.capacity.config import CapacityConfig
 from pipeline.capacity.result import RoutingValue, ServingModel
+from pipeline.costing import SECONDS_PER_HOUR, SECONDS_PER_MONTH
 from pipeline.decision.catalog import Layer
-from pipeline.decision.config import ROUTING_GAIN_MIN
 from pipeline.decision.context import RuleContext, plain
-from pipeline.decision.evidence import SECONDS_PER_MONTH, EngineBench
+from pipeline.decision.evidence import EngineBench
 from pipeline.decision.result import Isolation, IsolationAdvice, Routing
 from pipeline.sim.result import ScenarioSummary
+from pipeline.thresholds import ROUTING_GAIN_MIN
 from pipeline.unknown import Unknown, is_known
 
 PREFIX_ROUTINGS = ("cache-aware", "affinity", "bounded-affinity")
@@ -319,7 +320,7 @@ def _routing_money(
         )
     else:
         return tokens, None, "money unknown: no prompt-token rate or TTFT fit in the benchmark"
-    return tokens, tokens * seconds_per_token / 3600 * price, method
+    return tokens, tokens * seconds_per_token / SECONDS_PER_HOUR * price, method
 
 
 @dataclass(frozen=True)

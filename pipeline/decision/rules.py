@@ -8,7 +8,14 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline.decision.catalog import ChangeCost
-from pipeline.decision.config import (
+from pipeline.decision.context import RuleContext, current_engine
+from pipeline.decision.costing import deployment_backend
+from pipeline.decision.evidence import missing_features
+from pipeline.present.text import quantity
+from pipeline.thresholds import (
+    CONCURRENCY_HIGH_MIN,
+    CONCURRENCY_LOW_MAX,
+    DATACENTER_WEIGHT_BITS,
     DATACENTER_WEIGHT_BYTES,
     HIGH_VOLUME_OUTPUT_TOKENS_PER_MONTH,
     PREFIX_HEAVY_SHARE,
@@ -16,11 +23,6 @@ from pipeline.decision.config import (
     TRT_MAX_CHANGES_PER_QUARTER,
     TRT_MAX_MODELS,
 )
-from pipeline.decision.context import RuleContext, current_engine
-from pipeline.decision.costing import deployment_backend
-from pipeline.decision.evidence import missing_features
-from pipeline.present.text import quantity
-from pipeline.shape.config import CONCURRENCY_HIGH_MIN, CONCURRENCY_LOW_MAX
 
 LOCAL_HARDWARE = {"cpu", "apple"}
 LOCAL_ENGINES = ("llama.cpp", "ollama")
@@ -237,9 +239,10 @@ def _low_concurrency(
     ctx: RuleContext, peak: str, title: str, source: str, evidence: dict[str, Any]
 ) -> None:
     """Little to batch points to llama.cpp / Ollama only where they are the better tool: local
-    hardware (CPU, Apple, edge) or weights that fit the GPUs only narrower than 8 bits (FP8 and
-    INT8 every datacenter engine serves); on datacenter GPUs that hold the weights at 8 bits or
-    wider, vLLM and SGLang serve one user well."""
+    hardware (CPU, Apple, edge) or weights that fit the GPUs only narrower than
+    ``DATACENTER_WEIGHT_BITS`` (FP8 and INT8 every datacenter engine serves); on datacenter GPUs
+    that hold the weights that wide or wider, vLLM and SGLang serve one user well."""
+    bits = f"{DATACENTER_WEIGHT_BITS} bits"
     local = is_local(ctx)
     kv = ctx.requirements.kv_cache
     fits = (
@@ -255,8 +258,8 @@ def _low_concurrency(
         at_8_bits = kv.weights_gib_per_gpu(DATACENTER_WEIGHT_BYTES)
         evidence |= {"weights_gib_per_gpu_at_8_bits": at_8_bits}
         why = (
-            f"with weights that fit only below 8 bits ({kv.model_params_billion:g}B parameters "
-            f"at 8 bits take {at_8_bits:.1f} GiB per GPU of {kv.usable_gib_per_gpu():.1f} GiB "
+            f"with weights that fit only below {bits} ({kv.model_params_billion:g}B parameters "
+            f"at {bits} take {at_8_bits:.1f} GiB per GPU of {kv.usable_gib_per_gpu():.1f} GiB "
             "usable: requirements.kv_cache)"
         )
     if why is not None:
@@ -266,18 +269,18 @@ def _low_concurrency(
         return
     if local is False and fits:
         effect = (
-            f"{peak} on datacenter GPUs that hold the weights at 8 bits or wider: vLLM and SGLang "
+            f"{peak} on datacenter GPUs that hold the weights at {bits} or wider: vLLM and SGLang "
             "serve one user well, so low concurrency alone does not point to llama.cpp / Ollama"
         )
         ctx.rule("concurrency", title, source, False, effect, **evidence)
         return
     missing = [
         *(["requirements.deployment or requirements.hardware"] if local is None else []),
-        *(["requirements.kv_cache (do the weights fit at 8 bits?)"] if kv is None else []),
+        *([f"requirements.kv_cache (do the weights fit at {bits}?)"] if kv is None else []),
     ]
     effect = (
         f"unknown: {peak}; whether that points to llama.cpp / Ollama depends on the hardware and "
-        f"on whether the weights fit only below 8 bits: set {' and '.join(missing)}"
+        f"on whether the weights fit only below {bits}: set {' and '.join(missing)}"
     )
     ctx.rule("concurrency", title, source, None, effect, **evidence)
 

@@ -66,17 +66,12 @@ from pipeline.prefix.cache_rules import hit_limit_blocks, namespace_codes
 from pipeline.prefix.hashmap import new_table, row_bits, table_find, table_row, table_set
 from pipeline.prefix.replay import Replay
 from pipeline.prefix.sessions import FlatLists
-
-# The curve-shape classification (docs/prefix.md#definitions) reads the share at a short window
-# of at least this many tokens (a system prompt's length)...
-CLASSIFY_SHORT_WINDOW_TOKENS = 256
-# ...and at a long window of at most this many (capped at the median prompt).
-CLASSIFY_LONG_WINDOW_TOKENS = 4096
-# A share at the short window below this is "no sharing" (docs/decision-rules.md#prefix-sharing:
-# below ~20 % the published SGLang margins do not apply).
-NO_SHARING_BELOW = 0.2
-# share(long) / share(short) at or above this is "long shared context".
-LONG_CONTEXT_RETENTION = 0.5
+from pipeline.thresholds import (
+    CLASSIFY_LONG_WINDOW_TOKENS,
+    CLASSIFY_SHORT_WINDOW_TOKENS,
+    LONG_CONTEXT_RETENTION,
+    PREFIX_LIGHT_SHARE,
+)
 
 
 class PrefixInputError(EnginefitError):
@@ -522,7 +517,7 @@ def classify_curve(curve: pl.DataFrame, median_prompt_tokens: float | None) -> d
     window when every prompt is shorter); ``long`` = the largest grid window ≤
     min(``CLASSIFY_LONG_WINDOW_TOKENS``, median prompt tokens), if it is above ``short``. Both use
     ``share_eligible`` (requests that reach the window), so short prompts do not read as short
-    sharing. ``no sharing`` when share(short) < ``NO_SHARING_BELOW``; else ``long shared
+    sharing. ``no sharing`` when share(short) < ``PREFIX_LIGHT_SHARE``; else ``long shared
     context`` when share(long) / share(short) ≥ ``LONG_CONTEXT_RETENTION``; else ``short system
     prompt``. Without a long window (median prompt ≤ short window) the shape is ``short system
     prompt`` when sharing exists (prompts are too short to carry long shared context).
@@ -530,7 +525,7 @@ def classify_curve(curve: pl.DataFrame, median_prompt_tokens: float | None) -> d
     thresholds = {
         "short_window_tokens": CLASSIFY_SHORT_WINDOW_TOKENS,
         "long_window_tokens": CLASSIFY_LONG_WINDOW_TOKENS,
-        "no_sharing_below": NO_SHARING_BELOW,
+        "no_sharing_below": PREFIX_LIGHT_SHARE,
         "long_context_retention": LONG_CONTEXT_RETENTION,
     }
     windows = curve.filter(pl.col("eligible") > 0)
@@ -558,9 +553,9 @@ def classify_curve(curve: pl.DataFrame, median_prompt_tokens: float | None) -> d
     s_short = share_at(short)
     s_long = share_at(long) if long is not None else None
     retention = s_long / s_short if s_long is not None and s_short > 0 else None
-    if s_short < NO_SHARING_BELOW:
+    if s_short < PREFIX_LIGHT_SHARE:
         shape = "no sharing"
-        reason = f"share at {short} tokens {s_short:.1%} < {NO_SHARING_BELOW:.0%}"
+        reason = f"share at {short} tokens {s_short:.1%} < {PREFIX_LIGHT_SHARE:.0%}"
     elif retention is not None and retention >= LONG_CONTEXT_RETENTION:
         shape = "long shared context"
         reason = (

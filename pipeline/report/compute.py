@@ -20,6 +20,7 @@ from pipeline.bench.result import CapacityRow, FindingRow
 from pipeline.capacity.fit import NOT_COMPARABLE
 from pipeline.capacity.present import transfer_sentence
 from pipeline.capacity.result import CandidateCapacity, CapacityResult, ServingModel
+from pipeline.costing import Prices
 from pipeline.dates import days_from
 from pipeline.decision.catalog import Catalog
 from pipeline.decision.config import KvCacheSizing
@@ -77,7 +78,7 @@ class ReportContent:
     capacity: list[CapacityRow]
     findings: list[FindingRow]
     slo: str
-    prices: dict[str, Any]
+    prices: Prices
     catalog: Catalog
     configuration: dict[str, Any]
     configuration_sha256: str
@@ -349,10 +350,9 @@ def _requirements(inputs: ReportContent) -> dict[str, Any]:
         }
         for key, value in req.items()
     ]
-    prices = inputs.prices.get("gpu_hour_usd") or {}
     price_rows = [
-        {"gpu": gpu, "price": money(float(price), 2) + "/GPU-hour"}
-        for gpu, price in sorted(prices.items())
+        {"gpu": gpu, "price": money(price, 2) + "/GPU-hour"}
+        for gpu, price in inputs.prices.configured_rows()
     ]
     return {"rows": rows, "slo": inputs.slo, "prices": price_rows}
 

@@ -264,7 +264,7 @@ def read_inputs(
         capacity=analysis.capacity_rows(),
         findings=analysis.finding_rows(),
         slo=config.bench.slo.describe(),
-        prices={"gpu_hour_usd": dict(config.bench.prices.gpu_hour_usd)},
+        prices=config.bench.prices,
         catalog=config.catalog(),
         configuration=configuration,
         configuration_sha256=configuration_sha256,

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.bench.cost import HOURS_PER_MONTH
 from pipeline.capacity.result import CandidateCapacity, WorkloadCost, WorkloadMix
+from pipeline.costing import HOURS_PER_MONTH, HOURS_PER_WEEK, MONTHS_PER_QUARTER, SECONDS_PER_HOUR
 from pipeline.decision.result import Candidate, DecisionRecord
 from pipeline.present.text import UNKNOWN, measurement, money, number, share, usd
 
@@ -58,7 +58,7 @@ def _workload_rows(
             f"{c.name}: cost per 1M output tokens, this workload",
             usd(c.cost_per_1m_output_usd),
             f"${cost.gpu_hour_usd:g} × {per_replica} GPU ÷ ({capacity:.4g} req/s × "
-            f"{mix.output_tokens_mean:.1f} output tokens × 3,600 s) × 10⁶",
+            f"{mix.output_tokens_mean:.1f} output tokens × {SECONDS_PER_HOUR:,.0f} s) × 10⁶",
             [
                 capacity_in,
                 price_in,
@@ -91,12 +91,13 @@ def _change_row(c: Candidate, record: DecisionRecord, src: Sources) -> dict[str,
     changes = record.requirements.get("model_changes_per_quarter")
     if c.monthly_change_cost_usd is None or not changes:
         return None
-    per_change = c.monthly_change_cost_usd / (changes / 3)
+    per_change = c.monthly_change_cost_usd / (changes / MONTHS_PER_QUARTER)
     return _row(
         f"{c.name}: model changes a month",
         money(c.monthly_change_cost_usd),
-        f"{measurement(changes)} changes a quarter ÷ 3 × {money(per_change)} a change (engineer "
-        "hours ÷ 40 × the engineer-week price, plus any build's GPU time)",
+        f"{measurement(changes)} changes a quarter ÷ {MONTHS_PER_QUARTER} × {money(per_change)} a "
+        f"change (engineer hours ÷ {HOURS_PER_WEEK:g} × the engineer-week price, plus any build's "
+        "GPU time)",
         [
             f"{measurement(changes)} changes a quarter: "
             f"{src.configuration('requirements.model_changes_per_quarter')}",
@@ -153,7 +154,8 @@ def headline_workings(
                 _row(
                     f"{c.name}: cost per 1M output tokens, the benchmark's own mix",
                     usd(c.benchmark_cost_per_1m_output_usd),
-                    "GPUs × $/GPU-hour ÷ (output tokens/s at the SLO capacity × 3,600) × 10⁶ "
+                    "GPUs × $/GPU-hour ÷ (output tokens/s at the SLO capacity × "
+                    f"{SECONDS_PER_HOUR:,.0f}) × 10⁶ "
                     f"(this workload's own cost is unknown: {c.cost_note or 'not carried'})",
                     [f"the benchmark's capacity: {src.file('bench/slo_capacity.parquet')}"],
                 )

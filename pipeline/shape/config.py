@@ -9,6 +9,7 @@ from pydantic import Field
 
 from pipeline.settings import NonNegative, Section
 from pipeline.shape.facts import LatencyModel
+from pipeline.thresholds import CONCURRENCY_HIGH_MIN, CONCURRENCY_LOW_MAX
 
 
 class LatencyModelConfig(Section):
@@ -27,11 +28,6 @@ class LatencyModelConfig(Section):
         )
 
 
-# The concurrency regimes (docs/shape.md, "Findings thresholds"): a peak at or below this leaves little to batch (llama.cpp /
-# Ollama territory)...
-CONCURRENCY_LOW_MAX = 2.0
-# ...and a peak at or above this needs vLLM or SGLang (Ollama is out).
-CONCURRENCY_HIGH_MIN = 10.0
 # A count window is reported only when it spans at least this many timestamp quanta (and, on a
 # quantised trace, is a whole multiple of the quantum): fewer would show the quantisation.
 MIN_QUANTA_PER_WINDOW = 3.0

@@ -1,25 +1,24 @@
 """Place a workload on the decision's axes (docs/shape.md, "Findings thresholds"), each finding
 with the numbers behind it.
 
-Rules (thresholds: constants of :mod:`pipeline.shape.config`, or its ``shape`` config section;
-values in brackets):
+Rules (thresholds: constants of :mod:`pipeline.thresholds`, or the ``shape`` config section):
 
-* **concurrency** — peak concurrency ≤ ``CONCURRENCY_LOW_MAX`` [2]: ``concurrency.low`` (little
-  to batch; llama.cpp / Ollama territory); ≥ ``CONCURRENCY_HIGH_MIN`` [10]: ``concurrency.high``
+* **concurrency** — peak concurrency ≤ ``CONCURRENCY_LOW_MAX``: ``concurrency.low`` (little
+  to batch; llama.cpp / Ollama territory); ≥ ``CONCURRENCY_HIGH_MIN``: ``concurrency.high``
   (vLLM / SGLang; Ollama is out); otherwise ``concurrency.moderate``. Estimated when the sweep
   used the latency model.
-* **output tail** — p99/p50 of output tokens ≥ ``long_tail_ratio`` [4] ("p99 ≫ p50"):
+* **output tail** — p99/p50 of output tokens ≥ ``long_tail_ratio`` ("p99 ≫ p50"):
   ``output_tail.long`` (continuous batching is not optional: head-of-line blocking); below it:
   ``output_tail.short``; no output logged: ``output_tail.unknown``.
 * **prompt tail** — p99/p50 of prompt tokens ≥ ``long_tail_ratio``: ``prompt_tail.long``
   (long-context scheduling / chunked prefill is the bottleneck, not the engine); else
   ``prompt_tail.short``.
 * **features** — ``features.seen`` lists the required features in use (structured output,
-  tools, LoRA adapters, prompts ≥ 32k tokens) with their shares; ``features.none`` otherwise.
-  Flags the trace does not log are named as not logged.
+  tools, LoRA adapters, prompts ≥ ``LONG_CONTEXT_TOKENS``) with their shares; ``features.none``
+  otherwise. Flags the trace does not log are named as not logged.
 * **data caveats** — ``timestamps.quantised`` when arrivals are bucketed; ``arrivals.bursty``
-  when the inter-arrival CV or the index of dispersion at the finest supported window is ≥ 2
-  (Poisson gives 1; 2 leaves room for sampling noise and quantisation aliasing).
+  when the inter-arrival CV or the index of dispersion at the finest supported window is
+  ≥ ``BURSTY`` (Poisson gives 1).
 """
 
 from __future__ import annotations
@@ -27,11 +26,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pipeline.shape.config import CONCURRENCY_HIGH_MIN, CONCURRENCY_LOW_MAX, ShapeConfig
-
-# Poisson arrivals give CV = index of dispersion = 1; sampling noise and quantisation aliasing
-# move that by a few tenths, so "clearly bursty" starts at 2.
-BURSTY = 2.0
+from pipeline.shape.config import ShapeConfig
+from pipeline.thresholds import (
+    BURSTY,
+    CONCURRENCY_HIGH_MIN,
+    CONCURRENCY_LOW_MAX,
+    LONG_CONTEXT_TOKENS,
+    tokens_k,
+)
 
 
 @dataclass(frozen=True)
@@ -179,19 +181,20 @@ def _features(shape: dict[str, Any]) -> Finding:
     """Which required features the traffic uses (structured output, LoRA, long context,
     tools), with shares; a feature the trace cannot log is reported as unknown."""
     f = shape.get("features", {})
-    long_ctx = shape["lengths"].get("long_context", {}).get(">=32768", {})
+    long_context = f"long_context_{tokens_k(LONG_CONTEXT_TOKENS)}_share"
+    long_ctx = shape["lengths"].get("long_context", {}).get(f">={LONG_CONTEXT_TOKENS}", {})
     numbers: dict[str, Any] = {
         "structured_output_share": f.get("structured_output", {}).get("share_of_logged"),
         "tools_share": f.get("tools", {}).get("share_of_logged"),
         "lora_adapter_share": f.get("lora_adapter", {}).get("share"),
         "lora_adapters": f.get("lora_adapter", {}).get("distinct_adapters"),
-        "long_context_32k_share": long_ctx.get("share"),
+        long_context: long_ctx.get("share"),
     }
     labels = {
         "structured_output_share": "structured output",
         "tools_share": "tools",
         "lora_adapter_share": "LoRA adapters",
-        "long_context_32k_share": "prompts ≥ 32k tokens",
+        long_context: f"prompts ≥ {tokens_k(LONG_CONTEXT_TOKENS)} tokens",
     }
     seen = [f"{labels[k]} {numbers[k]:.1%}" for k in labels if (numbers[k] or 0) > 0]
     unknown = [labels[k] for k in ("structured_output_share", "tools_share") if numbers[k] is None]

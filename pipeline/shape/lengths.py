@@ -11,23 +11,25 @@ from pipeline.shape.common import (
     collect,
     distribution,
 )
+from pipeline.thresholds import LONG_CONTEXT_TOKENS
 
-# Prompt sizes at which "long context" starts to matter for KV memory and chunked prefill.
-LONG_CONTEXT_TOKENS: tuple[int, ...] = (8_192, 32_768, 131_072)
+# Prompt sizes at which "long context" starts to matter for KV memory and chunked prefill (the
+# decision's long-context threshold among them).
+LONG_CONTEXT_SIZES: tuple[int, ...] = (8_192, LONG_CONTEXT_TOKENS, 131_072)
 
 
 def long_context_shares(frame: pl.LazyFrame) -> dict[str, Any]:
-    """Share of requests whose prompt is at least each of ``LONG_CONTEXT_TOKENS`` tokens."""
+    """Share of requests whose prompt is at least each of ``LONG_CONTEXT_SIZES`` tokens."""
     row = collect(
         frame.select(
             pl.col("prompt_tokens").count().alias("n"),
-            *[(pl.col("prompt_tokens") >= t).sum().alias(str(t)) for t in LONG_CONTEXT_TOKENS],
+            *[(pl.col("prompt_tokens") >= t).sum().alias(str(t)) for t in LONG_CONTEXT_SIZES],
         )
     ).row(0, named=True)
     n = int(row["n"])
     return {
         f">={t}": {"requests": int(row[str(t)]), "share": row[str(t)] / n if n else None}
-        for t in LONG_CONTEXT_TOKENS
+        for t in LONG_CONTEXT_SIZES
     }
 
 

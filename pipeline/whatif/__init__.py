@@ -1,4 +1,4 @@
-"""What-if (issue 23): the decision re-run on changed inputs — named scenarios and the decision
+"""What-if: the decision re-run on changed inputs — named scenarios and the decision
 map, the winning engine over a grid of two axes (docs/whatif.md).
 
 The stage shape (config, compute, result, present, checks, stage, cli). Nothing upstream re-runs:

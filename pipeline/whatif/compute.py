@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pipeline.bench.cost import Prices, match_gpu_price
+from pipeline.costing import Prices
 from pipeline.decision.compute import context, decided
 from pipeline.decision.config import DecisionConfig, Requirements
 from pipeline.decision.context import DecisionInputs, RuleContext
@@ -27,6 +27,7 @@ from pipeline.decision.flips import (
 )
 from pipeline.decision.result import DecisionRecord
 from pipeline.present.text import money
+from pipeline.thresholds import PREFIX_WINDOW_TOKENS
 from pipeline.whatif.config import (
     NEW_DEPLOYMENT,
     MapAxis,
@@ -55,8 +56,8 @@ HOW = {
     "peak concurrency scaled with the output (a request lasts about its decode time); an "
     "approximation",
     "prefix_share": "shared-prefix share: the value the prefix rules read (the curve's share "
-    "at 1,024 tokens); the costs stay today's (the capacity stage priced today's cache hits), "
-    "an approximation when cache hits would change the capacity",
+    f"at {PREFIX_WINDOW_TOKENS:,} tokens); the costs stay today's (the capacity stage priced "
+    "today's cache hits), an approximation when cache hits would change the capacity",
     "model_changes_per_quarter": "model changes a quarter: the change costs re-counted "
     "(requirements.model_changes_per_quarter)",
     "gpu_price_factor": "GPU price: every engine's $/GPU-hour scaled; fleets unchanged",
@@ -153,9 +154,9 @@ def _price_factors(ctx: RuleContext, changes: ScenarioChanges) -> dict[str, floa
     factors = {}
     for engine, bench in ctx.benches.items():
         factor = changes.gpu_price_factor or 1.0
-        found = match_gpu_price(bench.gpu_type, prices)
-        if found is not None and bench.gpu_hour_usd:
-            factor = found[0] / bench.gpu_hour_usd
+        price, _ = prices.price_for(bench.gpu_type, None)
+        if price is not None and bench.gpu_hour_usd:
+            factor = price / bench.gpu_hour_usd
         factors[engine] = factor
     return factors
 

@@ -1,54 +1,39 @@
 """Read benchmark result files into the normalised load-point table.
 
-:func:`read_bench_files` is the entry point: it expands folders, detects each file's tool from
-its content (:mod:`pipeline.bench.detect`), runs the tool's reader (one module per tool here),
-attaches the sidecar manifest (:mod:`pipeline.bench.manifest`), recomputes latency statistics
-from per-request data wherever a file (or its companion file in the same folder) has it
-(:mod:`pipeline.bench.percentiles`), and returns a :class:`~pipeline.bench.schema.BenchReadResult`.
+:func:`read_bench_files` is the entry point: it expands folders, tells each file's tool from its
+content, runs the tool's reader, attaches the sidecar manifest (:mod:`pipeline.bench.manifest`),
+recomputes latency statistics from per-request data wherever a file (or its companion file in
+the same folder) has it (:mod:`pipeline.bench.percentiles`), and returns a
+:class:`~pipeline.bench.schema.BenchReadResult`.
 
-Companion files are read by their primary file's reader and are skipped (with a note) when met
-on their own: genai-perf ``profile_export.json``, aiperf ``profile_export.jsonl``, llmperf
-``*_individual_responses.json``, inference-perf ``config.yaml`` and per-request file, and
-``vllm bench sweep``'s ``summary.json`` (a copy of its ``run=<k>.json`` files). A result file
-byte-identical to one read before (a copy under another name) is the same run: it is read once,
-with a note, never counted as a repeat. The
-inference-perf cross-stage ``summary_lifecycle_metrics.json`` is skipped with a note. When a
-folder is expanded, files that are not JSON/JSONL/YAML are skipped with a note; a file named
-explicitly is always detected and fails loudly when it matches no format.
+Each module here is one tool's reader and declares its ``FORMAT``
+(:class:`~pipeline.bench.readers._common.BenchFormat`): its detection, its reader, its companion
+files (read by the result file's reader, skipped with a note when met on their own) and its side
+files. :data:`FORMATS` collects them; nothing else names a tool. A result file byte-identical to
+one read before (a copy under another name) is the same run: it is read once, with a note, never
+counted as a repeat. When a folder is expanded, files that are not JSON/JSONL/YAML are skipped
+with a note; a file named explicitly is always detected and fails loudly when it matches no
+format.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
+import importlib
 import json
 import math
-import re
+import pkgutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-# detect imports _common (above) — keep this order
-from pipeline.bench.detect import (
-    BenchFormatError,
-    Document,
-    detect_kind,
-    load_document,
-    stage_number,
-)
+from pipeline.bench.detect import BenchFormatError, Document, load_document
 from pipeline.bench.manifest import BenchManifest, is_manifest_file, resolve_manifest
 from pipeline.bench.percentiles import METHOD, recompute_stats
-from pipeline.bench.readers import (
-    aiperf,
-    genai_perf,
-    guidellm,
-    inference_perf,
-    llmperf,
-    sglang,
-    vllm,
-)
-from pipeline.bench.readers._common import BenchFieldError, Ctx, RawPoint
+from pipeline.bench.readers._common import BenchFieldError, BenchFormat, RawPoint
 from pipeline.bench.schema import (
     LATENCY_METRICS,
     LATENCY_STATS,
@@ -62,24 +47,33 @@ from pipeline.bench.schema import (
 )
 from pipeline.layout import LOADTEST_SIDE_FILES
 
-__all__ = ["BenchFieldError", "expand_paths", "read_bench_files"]
+__all__ = [
+    "FORMATS",
+    "BenchFieldError",
+    "BenchFormatError",
+    "detect_kind",
+    "expand_paths",
+    "read_bench_files",
+]
 
 DIR_SUFFIXES = (".json", ".jsonl", ".yaml", ".yml")
-# files tools write beside their results that are not results; skipped only when a *folder*
-# is expanded (a file named explicitly is always detected and fails loudly if unknown)
-_DIR_SKIP = re.compile(
-    r"^(inputs\.json|llm_inputs\.json|.*_prometheus_metrics\.json|.*\.pytorch\.json)$"
-)
-_COMPANION_KINDS = {
-    "genai_perf_raw": "genai-perf raw perf_analyzer export (read beside its "
-    "profile_export_genai_perf.json for per-request recomputation)",
-    "aiperf_requests": "aiperf per-request export (read beside its profile_export_aiperf.json)",
-    "llmperf_requests": "llmperf individual responses (read beside its *_summary.json)",
-    "inference_perf_config": "inference-perf run config (read beside the stage files)",
-    "inference_perf_requests": "inference-perf per-request file (mixes all stages; not used)",
-    "vllm_sweep_summary": "vllm bench sweep summary.json (repeats the run=<k>.json files; "
-    "read those)",
-}
+
+
+def _collect_formats() -> dict[str, BenchFormat]:
+    """Every reader module's ``FORMAT``, by tool."""
+    formats: dict[str, BenchFormat] = {}
+    for module_info in pkgutil.iter_modules(__path__):
+        if module_info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{__name__}.{module_info.name}")
+        declared = getattr(module, "FORMAT", None)
+        if not isinstance(declared, BenchFormat):
+            raise TypeError(f"{module.__name__} declares no FORMAT (a BenchFormat)")
+        formats[declared.tool] = declared
+    return dict(sorted(formats.items()))
+
+
+FORMATS = _collect_formats()
 ManifestArg = Mapping[str, Any] | BenchManifest | Path | str | None
 
 
@@ -95,7 +89,7 @@ def expand_paths(paths: Sequence[Path | str] | Path | str) -> tuple[list[Path], 
             for f in sorted(x for x in p.rglob("*") if x.is_file()):
                 if is_manifest_file(f) or f.name in LOADTEST_SIDE_FILES:
                     continue  # read with the results they describe
-                if _DIR_SKIP.match(f.name):
+                if _is_side_file(f.name):
                     notes.append(f"{f}: skipped (tool side file, not a result)")
                     continue
                 if f.suffix.lower() not in DIR_SUFFIXES:
@@ -115,32 +109,41 @@ def expand_paths(paths: Sequence[Path | str] | Path | str) -> tuple[list[Path], 
     return out, notes
 
 
-def _read_points(doc: Document, kind: str) -> tuple[str, list[RawPoint]]:
-    """(tool, raw points) for a primary document."""
-    path = doc.path
-    if kind in ("vllm_bench_serve", "sglang_bench_serving"):
-        module = vllm if kind == "vllm_bench_serve" else sglang
-        points = []
-        for i, rec in enumerate(doc.records):
-            where = f"line {doc.line_numbers[i]}" if doc.text_format == "jsonl" else "record 0"
-            points.append(module.read_record(Ctx(path, where), rec, i))
-        return kind, points
-    obj = doc.records[0]
-    if kind == "guidellm":
-        points, _gen = guidellm.read(Ctx(path, "document"), obj)
-        return "guidellm", points
-    if kind == "genai_perf":
-        return "genai_perf", [genai_perf.read(Ctx(path, "document"), obj)]
-    if kind == "aiperf":
-        return "aiperf", [aiperf.read(Ctx(path, "document"), obj)]
-    if kind == "llmperf_summary":
-        return "llmperf", [llmperf.read(Ctx(path, "document"), obj)]
-    if kind == "inference_perf_stage":
-        stage = stage_number(path)
-        return "inference_perf", [
-            inference_perf.read(Ctx(path, f"stage {stage}"), obj, 0 if stage is None else stage)
-        ]
-    raise BenchFormatError(f"{path}: no reader for detected kind {kind!r}")
+def _is_side_file(name: str) -> bool:
+    patterns = (p for fmt in FORMATS.values() for p in fmt.side_files)
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+
+
+def formats_tried() -> str:
+    """Each format and what it needs, for a file that matches none."""
+    needs = "; ".join(f"{f.title} {f.files} ({f.needs})" for f in FORMATS.values())
+    return f"formats tried and what each needs: {needs.replace('`', '')}"
+
+
+def detect_kind(doc: Document) -> tuple[BenchFormat, str]:
+    """The format of a whole document and its kind (the tool for a result file, else one of its
+    companions'); every JSON Lines record must be of one kind."""
+    kinds: set[tuple[str, str]] = set()
+    for record, line in zip(doc.records, doc.line_numbers, strict=True):
+        where = f"{doc.path}: line {line}: " if doc.text_format == "jsonl" else f"{doc.path}: "
+        claims = [(f, k) for f in FORMATS.values() if (k := f.detect(doc.path, record)) is not None]
+        refined = {tool for f, k in claims if k == f.tool for tool in f.refines}
+        claims = [(f, k) for f, k in claims if f.tool not in refined]
+        if not claims:
+            keys = sorted(str(k) for k in record)[:12] if isinstance(record, dict) else []
+            raise BenchFormatError(
+                f"{where}unrecognised benchmark result (top-level keys {keys}); {formats_tried()}"
+            )
+        if len(claims) > 1:
+            both = " and ".join(f.title for f, _ in claims)
+            raise BenchFormatError(f"{where}the record matches {both}: cannot tell which wrote it")
+        kinds.add((claims[0][0].tool, claims[0][1]))
+    if len(kinds) > 1:
+        raise BenchFormatError(
+            f"{doc.path}: JSON Lines mix result formats {sorted(k for _, k in kinds)}"
+        )
+    tool, kind = kinds.pop()
+    return FORMATS[tool], kind
 
 
 def _json_text(data: Mapping[str, Any]) -> str | None:
@@ -200,11 +203,14 @@ def _row(path: Path, sha: str, tool: str, raw: RawPoint, manifest: BenchManifest
             col = f"{metric}_{stat}_ms"
             row[col] = raw.native.get(col)
     if row.get("tpot_definition") is None:
-        row["tpot_definition"] = (
-            "decode_token_weighted" if tool == "guidellm" else "decode_per_request"
-        )
+        row["tpot_definition"] = "decode_per_request"
     row["native_stats"] = _json_text(raw.native)
     row["file_metadata"] = _json_text(raw.file_metadata)
+    # An empty block is kept ("{}"): it says the deployment overrode no engine argument.
+    row["engine_args"] = (
+        None if manifest.engine_args is None else json.dumps(manifest.engine_args, sort_keys=True)
+    )
+    row["recorded_engine_args"] = _json_text(raw.engine_args)
     row["row_notes"] = list(raw.notes)
     row["has_per_request"] = raw.per_request is not None and raw.per_request.height > 0
     return row
@@ -296,17 +302,10 @@ def read_bench_files(
     frames: list[pl.DataFrame] = []
     first_with_sha: dict[str, Path] = {}
     for path in files:
-        doc = load_document(path)
-        kind = detect_kind(doc)
-        if kind in _COMPANION_KINDS:
-            notes.append(f"{path}: {_COMPANION_KINDS[kind]}; not a load point by itself")
-            continue
-        if kind == "inference_perf_summary":
-            notes.append(
-                f"{path}: inference-perf cross-stage summary (aggregates every stage) — "
-                "skipped: never use it for an SLO search; read the stage_N files "
-                "(inference-perf issue #70)"
-            )
+        doc = load_document(path, formats_tried())
+        fmt, kind = detect_kind(doc)
+        if kind != fmt.tool:
+            notes.append(f"{path}: {next(c.note for c in fmt.companions if c.kind == kind)}")
             continue
         sha = hashlib.sha256(doc.raw).hexdigest()
         if sha in first_with_sha:
@@ -318,10 +317,10 @@ def read_bench_files(
             )
             continue
         first_with_sha[sha] = path
-        tool, raw_points = _read_points(doc, kind)
+        raw_points = fmt.read(doc)
         man = resolve_manifest(path, manifest)
         for raw in raw_points:
-            row = _row(path, sha, tool, raw, man)
+            row = _row(path, sha, fmt.tool, raw, man)
             rows.append(row)
             for note in raw.notes:
                 notes.append(f"{row['point_id']}: {note}")

@@ -1,4 +1,5 @@
-"""Shared helpers for the benchmark readers: strict field access and the raw point record."""
+"""Shared helpers for the benchmark readers: what a reader declares (:class:`BenchFormat`), strict
+field access and the raw point record."""
 
 from __future__ import annotations
 
@@ -7,14 +8,15 @@ import hashlib
 import itertools
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from pipeline.bench.detect import BenchFormatError
+from pipeline.bench.detect import BenchFormatError, Document
+from pipeline.bench.manifest import ENGINE_ARG_TYPES
 from pipeline.bench.schema import PER_REQUEST_SCHEMA
 from pipeline.errors import InputFormatError
 from pipeline.safe_read import read_regular
@@ -179,6 +181,9 @@ class RawPoint:
     #: every key a user may add to the file (vLLM ``--metadata`` …), in memory only: the
     #: manifest's ``label_from`` reads it; only allowlisted keys reach ``file_metadata``
     free_form: dict[str, Any] = field(default_factory=dict)
+    #: engine arguments the file itself records (SGLang ``server_info``, vLLM ``--metadata``
+    #: keys named as the manifest's ``engine_args``), by the manifest's names
+    engine_args: dict[str, Any] = field(default_factory=dict)
     #: files the reader opened beside the result file (path -> sha256 of the bytes read), so
     #: a report records them among its inputs and its audit checks them
     companion_files: dict[str, str] = field(default_factory=dict)
@@ -301,6 +306,64 @@ def with_tpot(frame: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+@dataclass(frozen=True)
+class Companion:
+    """A file a tool writes beside its results that is not a load point by itself."""
+
+    kind: str  # what the format's ``detect`` returns for it
+    rule: str  # how it is told apart (docs/bench.md)
+    note: str  # the note when it is met on its own
+
+
+@dataclass(frozen=True)
+class BenchFormat:
+    """What one tool's reader module declares as ``FORMAT``; :mod:`pipeline.bench.readers`
+    collects every module's, so a new tool is one module (with its sample and docs section).
+
+    ``detect`` sees each parsed record and its file's path and returns ``tool`` for a result,
+    a companion's kind, or None. A record two formats claim is an error unless one ``refines``
+    the other (its results are a narrower case of the other's rule, e.g. SGLang of vLLM).
+    ``side_files`` are name patterns of files the tool writes that are neither results nor
+    companions, skipped with a note when a folder is expanded.
+    """
+
+    tool: str  # the ``tool`` column
+    title: str  # its section under docs/bench.md#result-formats-read
+    files: str  # the result files, as a user knows them
+    needs: str  # what a record needs to be read as this tool's result
+    detect: Callable[[Path, Any], str | None]
+    read: Callable[[Document], list[RawPoint]]
+    companions: tuple[Companion, ...] = ()
+    refines: tuple[str, ...] = ()
+    side_files: tuple[str, ...] = ()
+
+
+def first_object(record: Any) -> dict[str, Any] | None:
+    """The first element of a non-empty list of objects (a per-request or sweep listing)."""
+    if isinstance(record, list) and record and all(isinstance(x, dict) for x in record):
+        first: dict[str, Any] = record[0]
+        return first
+    return None
+
+
+def read_records(
+    doc: Document, read_record: Callable[[Ctx, Mapping[str, Any], int], RawPoint]
+) -> list[RawPoint]:
+    """One point per record: a JSON Lines file holds one run per line."""
+    lines = zip(doc.records, doc.line_numbers, strict=True)
+    return [
+        read_record(Ctx(doc.path, f"line {n}" if doc.text_format == "jsonl" else "record 0"), r, i)
+        for i, (r, n) in enumerate(lines)
+    ]
+
+
+def whole_document(
+    read: Callable[[Ctx, Mapping[str, Any]], RawPoint],
+) -> Callable[[Document], list[RawPoint]]:
+    """A reader of one point per file (its first record) as a :attr:`BenchFormat.read`."""
+    return lambda doc: [read(Ctx(doc.path, "document"), doc.records[0])]
+
+
 def truncate_error(value: Any) -> str | None:
     if value is None:
         return None
@@ -308,3 +371,42 @@ def truncate_error(value: Any) -> str | None:
     if not text:
         return None
     return text[:200]
+
+
+KIND_WORDS = {int: "a whole number ≥ 1", float: "a number", bool: "true or false", str: "a name"}
+
+
+def record_engine_args(
+    point: RawPoint, values: Mapping[str, Any], names: Mapping[str, str]
+) -> None:
+    """Engine arguments the file records (``names``: the file's key → the manifest's
+    ``engine_args`` name), kept in :attr:`RawPoint.engine_args` as their declared types; a value
+    that is not one (``"lots"`` for a token budget) is left out with a note. Texts are read as
+    numbers or booleans (vLLM ``--metadata`` values are text)."""
+    for key, name in names.items():
+        if key not in values or values[key] is None:
+            continue
+        value, kind = values[key], ENGINE_ARG_TYPES[name]
+        parsed: Any = None
+        if kind is bool:
+            text = str(value).strip().lower()
+            parsed = value if isinstance(value, bool) else {"true": True, "false": False}.get(text)
+        elif kind is int and not isinstance(value, bool):
+            try:
+                number = float(value)
+            except (TypeError, ValueError):
+                number = math.nan
+            parsed = int(number) if number.is_integer() and number >= 1 else None
+        elif kind is float and not isinstance(value, bool):
+            try:
+                parsed = float(value)
+            except (TypeError, ValueError):
+                parsed = None
+        elif kind is str and isinstance(value, str) and value.strip():
+            parsed = value.strip().lower()
+        if parsed is None:
+            point.notes.append(
+                f"engine argument {key}={value!r} in the file is not {KIND_WORDS[kind]}: left out"
+            )
+        else:
+            point.engine_args[name] = parsed

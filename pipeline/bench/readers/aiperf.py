@@ -1,23 +1,7 @@
-"""ai-dynamo aiperf ``profile_export_aiperf.json`` (+ ``profile_export.jsonl``).
-
-Fields, quirks and upstream sources: docs/bench.md#aiperf.
-
-Same ``{unit, avg, pNN…}`` blocks as genai-perf (converted by unit). Mapping:
-``time_to_first_token`` → ttft; ``inter_token_latency`` (per request ``(e2e − ttft)/(osl − 1)``)
-→ **tpot**; ``inter_chunk_latency`` (per gap) → **itl**; ``request_latency`` → e2e;
-``request_count`` → completed; ``error_request_count`` → failed (0 when the file lists an empty
-``error_summary``); ``benchmark_duration`` → duration (first request → last response);
-``total_isl``/``total_osl`` → token totals (``total_osl`` includes reasoning tokens).
-Load (v0.1.x–0.8 ``input_config.loadgen``): ``request_rate`` → open (``request_rate_mode`` or
-``arrival_pattern``, capped by ``concurrency`` when both), only ``concurrency`` → closed at that
-concurrency, including ``concurrency_burst`` (what aiperf records for ``--concurrency N`` alone:
-requests sent as fast as N in-flight slots free up, i.e. N closed-loop users; without a
-concurrency it would be everything at once → offline);
-v0.10 ``input_config.phases``: the profiling phase's ``type``/``rate``/``concurrency``.
-
-When ``profile_export.jsonl`` (one line per request: ``metadata.request_start_ns``,
-``metrics.<tag>.{value, unit}``, ``error``) is in the same folder, every family is recomputed
-from its ``profiling``-phase lines.
+"""ai-dynamo aiperf ``profile_export_aiperf.json``, in genai-perf's block layout: its
+``inter_token_latency`` (per request) fills **tpot**, ``inter_chunk_latency`` (per gap) **itl**.
+With ``profile_export.jsonl`` beside it every family is recomputed from its ``profiling``-phase
+lines. Fields, load settings by version, quirks and upstream sources: docs/bench.md#aiperf.
 """
 
 from __future__ import annotations
@@ -31,6 +15,8 @@ import polars as pl
 
 from pipeline.bench.detect import BenchFormatError
 from pipeline.bench.readers._common import (
+    BenchFormat,
+    Companion,
     Ctx,
     RawPoint,
     companion_path,
@@ -38,6 +24,7 @@ from pipeline.bench.readers._common import (
     parse_iso,
     per_request_frame,
     truncate_error,
+    whole_document,
     with_tpot,
 )
 from pipeline.bench.readers.genai_perf import (
@@ -45,6 +32,7 @@ from pipeline.bench.readers.genai_perf import (
     add_latency_blocks,
     add_length_blocks,
     block_value,
+    has_unit_blocks,
 )
 from pipeline.errors import InputFormatError
 from pipeline.safe_read import parse_json
@@ -246,3 +234,49 @@ def read_jsonl(path: Path, text: str) -> pl.DataFrame:
         (s - first) / 1e9 if s is not None and first is not None else None for s in starts_ns
     ]
     return with_tpot(per_request_frame(cols, len(cols["ok"])))
+
+
+# keys aiperf's summary has and genai-perf's does not (besides ``input_config.loadgen``/``models``)
+_MARKERS = (
+    "aiperf_version",
+    "schema_version",
+    "benchmark_duration",
+    "was_cancelled",
+    "error_summary",
+    "telemetry_data",
+    "inter_chunk_latency",
+    "error_request_count",
+)
+
+
+def detect(path: Path, record: Any) -> str | None:
+    if not isinstance(record, dict):
+        return None
+    if has_unit_blocks(record):
+        ic = record.get("input_config")
+        loadgen = isinstance(ic, dict) and ("loadgen" in ic or "models" in ic)
+        return TOOL if loadgen or any(k in record for k in _MARKERS) else None
+    meta = record.get("metadata")
+    return "aiperf_requests" if isinstance(meta, dict) and "request_start_ns" in meta else None
+
+
+FORMAT = BenchFormat(
+    tool=TOOL,
+    title="aiperf",
+    files="profile_export_aiperf.json",
+    needs="`time_to_first_token` is an object with `unit`, and one of `"
+    + "`, `".join(_MARKERS)
+    + "`, or `input_config` has `loadgen` or `models`",
+    detect=detect,
+    read=whole_document(read),
+    companions=(
+        Companion(
+            "aiperf_requests",
+            "`metadata.request_start_ns` (a line of aiperf's `profile_export.jsonl`)",
+            "aiperf per-request export (read beside its profile_export_aiperf.json); "
+            "not a load point by itself",
+        ),
+    ),
+    refines=("genai_perf",),
+    side_files=("inputs.json",),
+)

@@ -1,19 +1,7 @@
-"""NVIDIA genai-perf ``profile_export_genai_perf.json`` (+ raw ``profile_export.json``).
-
-Fields, quirks and upstream sources: docs/bench.md#genai-perf.
-
-Each metric is a block ``{"unit", "avg", "p1" … "p99", "min", "max", "std"}``; values are
-converted by their declared unit (ms, s/sec, us, ns → ms). Mapping: ``time_to_first_token`` →
-ttft; ``inter_token_latency`` (genai-perf's per-request ``(e2e − ttft)/(osl − 1)``) → **tpot**;
-``request_latency`` → e2e; per-gap ITL is not in this file. ``request_count.avg`` → completed
-(genai-perf has no failure count → ``failed`` null); ``request_throughput.avg``,
-``output_token_throughput.avg``; duration derived as count ÷ throughput. Stimulus from
-``input_config`` (nested ``perf_analyzer.stimulus`` after 2025-03, flat ``concurrency`` /
-``request_rate`` before): concurrency → closed loop, request rate → open.
-
-When the raw perf_analyzer export ``profile_export.json`` is in the same folder, ttft, e2e and
-per-gap ITL (gaps between consecutive response timestamps, ns) are recomputed from it for the
-experiment matching the stimulus; tpot stays native (the raw file has no token counts).
+"""NVIDIA genai-perf ``profile_export_genai_perf.json``: ``{unit, avg, p…}`` blocks converted by
+their unit; its ``inter_token_latency`` is per request, so it fills **tpot**. With perf_analyzer's
+raw ``profile_export.json`` beside it, ttft, e2e and per-gap ITL are recomputed from its
+timestamps. Fields, quirks and upstream sources: docs/bench.md#genai-perf.
 """
 
 from __future__ import annotations
@@ -28,11 +16,14 @@ import polars as pl
 
 from pipeline.bench.detect import BenchFormatError
 from pipeline.bench.readers._common import (
+    BenchFormat,
+    Companion,
     Ctx,
     RawPoint,
     companion_path,
     first_str,
     per_request_frame,
+    whole_document,
 )
 from pipeline.errors import InputFormatError
 from pipeline.safe_read import parse_json
@@ -229,3 +220,36 @@ def raw_per_request(
     return per_request_frame(
         {"ok": ok, "ttft_ms": ttft, "e2e_ms": e2e, "itl_ms": itl}, len(requests)
     )
+
+
+def has_unit_blocks(obj: Mapping[str, Any]) -> bool:
+    """``time_to_first_token`` is a ``{unit, avg, p…}`` block: genai-perf's layout, and aiperf's."""
+    ttft = obj.get("time_to_first_token")
+    return isinstance(ttft, dict) and "unit" in ttft
+
+
+def detect(path: Path, record: Any) -> str | None:
+    if not isinstance(record, dict):
+        return None
+    if isinstance(record.get("experiments"), list):
+        return "genai_perf_raw"
+    return TOOL if has_unit_blocks(record) else None
+
+
+FORMAT = BenchFormat(
+    tool=TOOL,
+    title="genai-perf",
+    files="profile_export_genai_perf.json",
+    needs="`time_to_first_token` is an object with `unit`",
+    detect=detect,
+    read=whole_document(read),
+    companions=(
+        Companion(
+            "genai_perf_raw",
+            "`experiments` is a list (perf_analyzer's `profile_export.json`)",
+            "genai-perf raw perf_analyzer export (read beside its profile_export_genai_perf.json "
+            "for per-request recomputation); not a load point by itself",
+        ),
+    ),
+    side_files=("inputs.json", "llm_inputs.json"),
+)

@@ -1,24 +1,7 @@
-"""guidellm ``benchmarks.json`` / ``benchmarks.yaml`` results, one row per benchmark.
-
-Fields, quirks and upstream sources: docs/bench.md#guidellm.
-
-Generations: G2 (v0.2–0.3: benchmark ``args``/``run_stats``/``worker``, ``request_totals`` at
-benchmark level), G3 (v0.4: top ``args``, benchmark ``config``/``scheduler_metrics``), G3′
-(v0.5–0.6: + ``metadata.version`` 1), G4 (v0.7+: ``metadata.version`` 2, top ``config``). G1
-(v0.1.x: ``benchmarks[i].benchmarks[j] = {mode, rate, results[], errors[]}``) serialised raw
-per-request results only (epoch ``start_time``/``end_time``, ``first_token_time`` s,
-``decode_times.data`` = per-token gaps s): every family is recomputed from them, including
-per-gap ITL; ``asynchronous`` mode → open at ``rate``.
-
-Mapping (``successful`` status only, like every other tool): ``time_to_first_token_ms`` → ttft;
-``inter_token_latency_ms`` → tpot with ``tpot_definition = decode_token_weighted`` (guidellm
-computes the per-request ``(e2e − ttft)/(n − 1)`` and weights its statistics by tokens);
-``request_latency`` (**seconds**) × 1000 → e2e; per-gap ITL is not recoverable (no per-token
-timestamps) → missing. guidellm's own ``time_per_output_token_ms`` (includes TTFT) is kept in
-``native_stats`` only. Percentile ``p50`` falls back to ``median`` (G2 has no ``p50``).
-Strategy: ``synchronous`` → closed, 1; ``concurrent`` → closed, ``streams``; ``throughput`` →
-offline; ``constant``/``poisson`` → open at ``rate``. guidellm's request lists are samples and
-may extend past the measurement window, so statistics are never recomputed from them.
+"""guidellm ``benchmarks.json`` / ``benchmarks.yaml``: one point per benchmark, in schema
+generations G1–G4 told apart by keys (:func:`generation`). Its ``inter_token_latency_ms`` fills
+tpot, weighted by tokens; per-gap ITL is not recoverable; only G1 (raw results only) is
+recomputed from per-request data. Fields, quirks and upstream sources: docs/bench.md#guidellm.
 """
 
 from __future__ import annotations
@@ -26,10 +9,12 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from pipeline.bench.detect import BenchFormatError
+from pipeline.bench.detect import BenchFormatError, Document
 from pipeline.bench.readers._common import (
+    BenchFormat,
     Ctx,
     RawPoint,
     epoch_to_utc,
@@ -79,7 +64,15 @@ def _dist(
     return ctx.stats_block(flat, f"metrics.{name}.successful", scale, prefix)
 
 
-def read(path_ctx: Ctx, doc: Mapping[str, Any]) -> tuple[list[RawPoint], str]:
+def read(document: Document) -> list[RawPoint]:
+    points = _read(Ctx(document.path, "document"), document.records[0])
+    for point in points:
+        # guidellm weights its inter-token statistics by tokens, not requests
+        point.values["tpot_definition"] = "decode_token_weighted"
+    return points
+
+
+def _read(path_ctx: Ctx, doc: Mapping[str, Any]) -> list[RawPoint]:
     benchmarks = doc.get("benchmarks")
     if not isinstance(benchmarks, list):
         raise path_ctx.fail("benchmarks", "expected a list")
@@ -90,7 +83,7 @@ def read(path_ctx: Ctx, doc: Mapping[str, Any]) -> tuple[list[RawPoint], str]:
         raise path_ctx.fail("benchmarks[0]", f"expected an object, got {type(first).__name__}")
     gen = generation(doc, first)
     if gen == "guidellm-G1":
-        return _read_g1(path_ctx, benchmarks), gen
+        return _read_g1(path_ctx, benchmarks)
     if gen == "unknown":
         raise BenchFormatError(
             f"{path_ctx.path}: 'benchmarks' elements match no guidellm schema generation "
@@ -117,7 +110,7 @@ def read(path_ctx: Ctx, doc: Mapping[str, Any]) -> tuple[list[RawPoint], str]:
         if labels:
             p.file_metadata["labels"] = labels
             p.file_label = ",".join(f"{k}={labels[k]}" for k in sorted(labels))
-    return points, gen
+    return points
 
 
 def _benchmark(
@@ -343,3 +336,17 @@ def _g1_benchmark(
     v["output_tokens_source"] = "unknown"
     point.notes.append("guidellm v0.1 report: every statistic recomputed from the raw results")
     return point
+
+
+def detect(path: Path, record: Any) -> str | None:
+    return TOOL if isinstance(record, dict) and isinstance(record.get("benchmarks"), list) else None
+
+
+FORMAT = BenchFormat(
+    tool=TOOL,
+    title="guidellm",
+    files="benchmarks.json or benchmarks.yaml",
+    needs="an object whose `benchmarks` is a list",
+    detect=detect,
+    read=read,
+)

@@ -1,38 +1,26 @@
-"""kubernetes-sigs inference-perf ``stage_<N>_lifecycle_metrics.json`` files.
-
-Fields, quirks and upstream sources: docs/bench.md#inference-perf.
-
-One stage file = one load point (``record_index`` = N). All latencies are **seconds** (× 1000).
-``load_summary.requested_rate`` → offered, ``achieved_rate`` → achieved send rate,
-``concurrency`` → concurrency; ``successes.count`` → completed, ``failures.count`` → failed;
-``successes.latency``: ``time_to_first_token`` → ttft, ``time_per_output_token``
-(``(last − first)/(n − 1)`` per request) → tpot, ``inter_token_latency`` (pooled gaps) → itl,
-``request_latency`` → e2e (``median`` → p50). Throughputs from ``successes.throughput``; token
-totals from ``prompt_tokens``/``output_tokens`` ``.total`` (2026) or ``prompt_len``/``output_len``
-``.mean × count`` (late 2025). Duration: ``benchmark_time_seconds`` when present, else
-``count ÷ requests_per_sec`` (the stage's first send → last completion).
-
-The run's ``config.yaml`` beside the stage files (when present) gives the load type
-(``constant``/``poisson`` → open, ``concurrent`` → closed), the model and the requested output
-length. ``summary_lifecycle_metrics.json`` aggregates across stages and must never feed an SLO
-search (inference-perf issue #70): it is detected and skipped with a note.
+"""kubernetes-sigs inference-perf ``stage_<N>_lifecycle_metrics.json``: one stage file is one
+load point (``record_index`` N), latencies in seconds; the run's ``config.yaml`` beside it gives
+the load type and the model. The cross-stage ``summary_lifecycle_metrics.json`` is never read as
+a load point. Fields, quirks and upstream sources: docs/bench.md#inference-perf.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from pipeline.bench.detect import BenchFormatError
-from pipeline.bench.readers._common import Ctx, RawPoint
+from pipeline.bench.detect import BenchFormatError, Document
+from pipeline.bench.readers._common import BenchFormat, Companion, Ctx, RawPoint, first_object
 from pipeline.settings import parse_yaml
 
 TOOL = "inference_perf"
 CONFIG_NAME = "config.yaml"
 ACHIEVED_TOLERANCE = 0.05
+_STAGE_NAME = re.compile(r"^stage_(\d+)_lifecycle_metrics\.json$")
 
 
 def _config(point: RawPoint, path: Path) -> dict[str, Any]:
@@ -162,3 +150,62 @@ def read(ctx: Ctx, obj: Mapping[str, Any], stage: int) -> RawPoint:
             goodput, "request_goodput", label="goodput_metrics.request_goodput"
         )
     return point
+
+
+def stage_number(path: Path) -> int | None:
+    m = _STAGE_NAME.match(path.name)
+    return int(m.group(1)) if m else None
+
+
+def read_stage_file(doc: Document) -> list[RawPoint]:
+    stage = stage_number(doc.path)
+    return [read(Ctx(doc.path, f"stage {stage}"), doc.records[0], 0 if stage is None else stage)]
+
+
+def detect(path: Path, record: Any) -> str | None:
+    first = first_object(record)
+    if first is not None and {"start_time", "end_time", "info"} <= first.keys():
+        return "inference_perf_requests"
+    if not isinstance(record, dict):
+        return None
+    if "load_summary" in record and "successes" in record:
+        if path.name.startswith("summary_"):
+            return "inference_perf_summary"
+        load = record["load_summary"] if isinstance(record["load_summary"], dict) else {}
+        staged = stage_number(path) is not None or "requested_rate" in load or "concurrency" in load
+        return TOOL if staged else "inference_perf_summary"
+    if isinstance(record.get("load"), dict) and "server" in record:
+        return "inference_perf_config"
+    return None
+
+
+FORMAT = BenchFormat(
+    tool=TOOL,
+    title="inference-perf",
+    files="stage_<N>_lifecycle_metrics.json",
+    needs="`load_summary` and `successes`, the file named `stage_<N>_lifecycle_metrics.json` or "
+    "`load_summary` has `requested_rate` or `concurrency`",
+    detect=detect,
+    read=read_stage_file,
+    companions=(
+        Companion(
+            "inference_perf_summary",
+            "`load_summary` and `successes`, the file named `summary_…` or neither a stage file "
+            "nor a rate",
+            "inference-perf cross-stage summary (aggregates every stage) — skipped: never use it "
+            "for an SLO search; read the stage_N files (inference-perf issue #70)",
+        ),
+        Companion(
+            "inference_perf_config",
+            "an object with a `load` object and `server` (the run's `config.yaml`)",
+            "inference-perf run config (read beside the stage files); not a load point by itself",
+        ),
+        Companion(
+            "inference_perf_requests",
+            "a list of objects, the first with `start_time`, `end_time` and `info`",
+            "inference-perf per-request file (mixes all stages; not used); "
+            "not a load point by itself",
+        ),
+    ),
+    side_files=("*_prometheus_metrics.json",),
+)

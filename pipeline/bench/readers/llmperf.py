@@ -1,19 +1,8 @@
-"""ray-project llmperf ``<name>_summary.json`` + ``<name>_individual_responses.json``.
-
-Fields, quirks and upstream sources: docs/bench.md#llmperf.
-
-Summary keys are flattened ``results_<metric>_<stat>`` with latencies in **seconds** (× 1000
-here); some ``_min``/``_max`` are numeric *strings* (pandas ``default=str``) and are accepted.
-Closed loop: ``num_concurrent_requests`` → concurrency. ``results_num_completed_requests`` →
-completed, ``results_number_errors`` → failed, ``results_num_requests_started`` → num_requests,
-``results_num_completed_requests_per_min / 60`` → request throughput,
-``results_mean_output_throughput_token_per_s`` → output tokens/s; duration derived as
-completed ÷ request throughput. ``results_ttft_s_*`` → ttft, ``results_end_to_end_latency_s_*`` →
-e2e. llmperf's ``inter_token_latency_s`` (Σ gaps *including* TTFT ÷ chunks) matches neither ITL
-nor TPOT: it is kept in ``native_stats`` only, so tpot/itl are missing unless the individual
-responses file (same folder, ``…_individual_responses.json``) is present; then ttft, e2e and
-tpot = ``(e2e − ttft)/(out − 1)`` are recomputed from it (``number_output_tokens`` is
-re-tokenised by llmperf with the Llama-2 tokenizer).
+"""ray-project llmperf ``<name>_summary.json`` (+ ``<name>_individual_responses.json``):
+flattened ``results_<metric>_<stat>`` keys in seconds, a closed loop at
+``num_concurrent_requests``. Its ``inter_token_latency_s`` includes the TTFT and matches neither
+ITL nor TPOT, so tpot comes only from the individual responses, when present. Fields, quirks and
+upstream sources: docs/bench.md#llmperf.
 """
 
 from __future__ import annotations
@@ -28,12 +17,16 @@ import polars as pl
 
 from pipeline.bench.detect import BenchFormatError
 from pipeline.bench.readers._common import (
+    BenchFormat,
+    Companion,
     Ctx,
     RawPoint,
     epoch_to_utc,
+    first_object,
     keep_free_form,
     per_request_frame,
     truncate_error,
+    whole_document,
     with_tpot,
 )
 from pipeline.errors import InputFormatError
@@ -180,3 +173,29 @@ def read_individual(path: Path, text: str) -> pl.DataFrame:
         cols["input_tokens"].append(ctx.int_(rec, "number_input_tokens"))
         cols["output_tokens"].append(ctx.int_(rec, "number_output_tokens"))
     return with_tpot(per_request_frame(cols, len(doc)))
+
+
+def detect(path: Path, record: Any) -> str | None:
+    if isinstance(record, dict):
+        summary = "results_ttft_s_mean" in record or record.get("version") == "2023-08-31"
+        return TOOL if summary else None
+    first = first_object(record)
+    return "llmperf_requests" if first is not None and "ttft_s" in first else None
+
+
+FORMAT = BenchFormat(
+    tool=TOOL,
+    title="llmperf",
+    files="*_summary.json",
+    needs='`results_ttft_s_mean`, or `version` is `"2023-08-31"`',
+    detect=detect,
+    read=whole_document(read),
+    companions=(
+        Companion(
+            "llmperf_requests",
+            "a list of objects, the first with `ttft_s`",
+            "llmperf individual responses (read beside its *_summary.json); "
+            "not a load point by itself",
+        ),
+    ),
+)

@@ -1,34 +1,29 @@
-"""SGLang ``python -m sglang.bench_serving --output-file …jsonl`` results.
-
-Fields, quirks and upstream sources: docs/bench.md#sglang-bench_serving.
-
-One JSON object appended per run (JSON Lines; ``"request_rate": Infinity`` is a bare,
-non-standard token). Eras, told apart by keys:
-
-* ``sglang-2024``: only ``median_ttft_ms``, ``median_itl_ms``, ``mean/median_e2e_latency_ms``;
-  no ``request_throughput`` (derived here as ``completed / duration``), no p99, no model;
-* ``sglang-2025``: adds ``request_throughput``, ``{mean,median,std,p99}_{ttft,tpot,e2e_latency}``,
-  ``p95/p99_itl_ms``, ``concurrency`` (mean in flight);
-* ``sglang-late-2025``: adds ``tag``, ``server_info``, ``total_throughput`` …;
-* ``sglang-refactor``: ``total_input``/``total_output``, ``max_itl_ms``, arrays under ``details``.
-
-No file era has a failure count or ``num_prompts``: ``failed`` comes from the ``errors`` array of
-``--output-details`` when present, else it is null. Random-dataset lengths: SGLang draws
-``randint(max(int(len × random_range_ratio), 1), len + 1)``, so the lengths are fixed only when
-``random_range_ratio ≥ 1``.
+"""SGLang ``python -m sglang.bench_serving --output-file …jsonl`` results: one object per run, one
+per line (``"request_rate": Infinity`` is a bare token), in four eras told apart by keys
+(:func:`_era`). No era writes a failure count: ``failed`` comes from the ``--output-details``
+errors, else it is null. Fields, quirks and upstream sources: docs/bench.md#sglang-bench_serving.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from pipeline.bench.readers._common import Ctx, RawPoint, keep_free_form
+from pipeline.bench.readers._common import (
+    BenchFormat,
+    Ctx,
+    RawPoint,
+    keep_free_form,
+    read_records,
+    record_engine_args,
+)
 from pipeline.bench.readers.vllm import (
     METRIC_KEY,
+    has_ttft_ms,
     latency_native,
     load_shape,
     serving_per_request,
@@ -169,6 +164,69 @@ def read_record(ctx: Ctx, obj: Mapping[str, Any], index: int) -> RawPoint:
         version = server_info.get("version")
         if version is not None:
             point.file_metadata["server_info.version"] = str(version)
+        _record_server_args(point, server_info)
     if rate is not None and math.isnan(rate):
         raise ctx.fail("request_rate", "is NaN")
     return point
+
+
+#: SGLang's ``/get_server_info`` (its server arguments and scheduler figures, saved by
+#: ``bench_serving`` as ``server_info``) → the manifest's ``engine_args`` names.
+SERVER_ARGS = {
+    "chunked_prefill_size": "max_num_batched_tokens",
+    "max_running_requests": "max_num_seqs",
+    "max_total_num_tokens": "kv_cache_tokens",
+    "tp_size": "tensor_parallel_size",
+    "pp_size": "pipeline_parallel_size",
+    "kv_cache_dtype": "kv_cache_dtype",
+    "mem_fraction_static": "gpu_memory_utilization",
+    "context_length": "max_model_len",
+}
+
+
+def _record_server_args(point: RawPoint, server_info: Mapping[str, Any]) -> None:
+    """The serving limits ``server_info`` records. ``chunked_prefill_size`` ≤ 0 is SGLang's
+    "chunked prefill off"; a step's prompt tokens are then bounded by ``max_prefill_tokens``."""
+    chunk = server_info.get("chunked_prefill_size")
+    values = dict(server_info)
+    if isinstance(chunk, (int, float)) and not isinstance(chunk, bool) and chunk <= 0:
+        values["chunked_prefill_size"] = server_info.get("max_prefill_tokens")
+        point.engine_args["enable_chunked_prefill"] = False
+    elif chunk is not None:
+        point.engine_args["enable_chunked_prefill"] = True
+    record_engine_args(point, values, SERVER_ARGS)
+
+
+# keys of SGLang's results that vLLM's do not have (vLLM has ``burstiness`` and ``*_e2el_ms``)
+_MARKERS = (
+    "mean_e2e_latency_ms",
+    "median_e2e_latency_ms",
+    "total_output_tokens_retokenized",
+    "accept_length",
+    "dataset_name",
+    "server_info",
+    "total_input",
+    "total_output",
+    "concurrency",
+)
+
+
+def detect(path: Path, record: Any) -> str | None:
+    if not isinstance(record, dict) or "burstiness" in record or not has_ttft_ms(record):
+        return None
+    if any(str(k).endswith("_e2el_ms") for k in record):
+        return None
+    return TOOL if any(k in record for k in _MARKERS) else None
+
+
+FORMAT = BenchFormat(
+    tool=TOOL,
+    title="SGLang bench_serving",
+    files="JSON Lines",
+    needs="a `*_ttft_ms` key as vLLM's, one of `"
+    + "`, `".join(_MARKERS)
+    + "`, and neither `burstiness` nor a `*_e2el_ms` key",
+    detect=detect,
+    read=lambda doc: read_records(doc, read_record),
+    refines=("vllm_bench_serve",),
+)

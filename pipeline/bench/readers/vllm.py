@@ -1,19 +1,7 @@
-"""vLLM ``vllm bench serve`` / ``benchmarks/benchmark_serving.py`` result JSON.
-
-One JSON object per load point; ``--append-result`` files are JSON Lines (one object per line,
-even when named ``.json``). All latencies are ms; per-request arrays are seconds. Fields, quirks
-and upstream sources: docs/bench.md#vllm-bench-serve.
-
-Mapping: ``request_rate`` → ``offered_rate_rps`` (``"inf"`` → +inf); ``max_concurrency`` →
-``concurrency``; load mode = ``offline`` when the rate is inf and there is no concurrency cap,
-``closed`` when the rate is inf with a cap (N users sending back-to-back), else ``open``
-(``burstiness`` 1 → Poisson, other → gamma; ``ramp_up_strategy`` → ramp). ``failed`` =
-``failed`` or, in early-2025 files without it, ``num_prompts − completed``. Metric keys
-``{mean,median,std,pP}_{ttft,tpot,itl,e2el}_ms`` map to ``<m>_{mean,p50,pP}_ms`` (``e2el`` →
-``e2e``); when per-request arrays (``ttfts``, ``itls``, ``latencies``, ``output_lens``…) are
-present every family is recomputed from them. Keys outside the known vLLM set are
-``--metadata``: only those of :data:`METADATA_KEYS` (deployment hints) with short values go to
-``file_metadata``; the rest are dropped with a note, since a result file may carry prompts.
+"""vLLM ``vllm bench serve`` / ``benchmarks/benchmark_serving.py`` result JSON: one object per
+run, one per line with ``--append-result`` (JSON Lines even when named ``.json``). Latencies are
+ms, per-request arrays seconds; when the arrays are present every family is recomputed from
+them. Fields, quirks and upstream sources: docs/bench.md#vllm-bench-serve.
 """
 
 from __future__ import annotations
@@ -22,15 +10,22 @@ import datetime as dt
 import math
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import polars as pl
 
+from pipeline.bench.manifest import ENGINE_ARG_TYPES
 from pipeline.bench.readers._common import (
+    BenchFormat,
+    Companion,
     Ctx,
     RawPoint,
+    first_object,
     keep_free_form,
     per_request_frame,
+    read_records,
+    record_engine_args,
     truncate_error,
     with_tpot,
 )
@@ -285,5 +280,39 @@ def read_record(ctx: Ctx, obj: Mapping[str, Any], index: int) -> RawPoint:
         for k, val in obj.items()
         if k not in KNOWN_KEYS and not METRIC_KEY.match(str(k)) and k != "max_itl_ms"
     }
-    keep_free_form(point, free_form, METADATA_KEYS)
+    # `vllm bench serve --metadata max_num_batched_tokens=2048 …`: the server's own limits.
+    limits = {k: v for k, v in free_form.items() if k in ENGINE_ARG_TYPES}
+    keep_free_form(point, {k: v for k, v in free_form.items() if k not in limits}, METADATA_KEYS)
+    record_engine_args(point, limits, {name: name for name in limits})
     return point
+
+
+def has_ttft_ms(obj: Mapping[str, Any]) -> bool:
+    """A ``{mean,median,std,p<N>}_ttft_ms`` key: the vLLM and SGLang result layout."""
+    return any((m := METRIC_KEY.match(str(k))) is not None and m.group(3) == "ttft" for k in obj)
+
+
+def detect(path: Path, record: Any) -> str | None:
+    if isinstance(record, dict) and has_ttft_ms(record):
+        return TOOL
+    first = first_object(record)
+    return "vllm_sweep_summary" if first is not None and has_ttft_ms(first) else None
+
+
+FORMAT = BenchFormat(
+    tool=TOOL,
+    title="vLLM bench serve",
+    files="JSON or JSON Lines",
+    needs="a `mean_ttft_ms`, `median_ttft_ms`, `std_ttft_ms` or `p<N>_ttft_ms` key",
+    detect=detect,
+    read=lambda doc: read_records(doc, read_record),
+    companions=(
+        Companion(
+            "vllm_sweep_summary",
+            "a list of objects, the first with such a `*_ttft_ms` key",
+            "vllm bench sweep summary.json (repeats the run=<k>.json files; read those); "
+            "not a load point by itself",
+        ),
+    ),
+    side_files=("*.pytorch.json",),
+)

@@ -1,6 +1,6 @@
 """Prompt-text JSON Lines: one request per line with its prompt as plain text.
 
-Shape (issue 2, format d)::
+Shape::
 
     {"ts": 12.5, "prompt": "...", "output_tokens": 87, "duration_s": 1.9,
      "session_id": "s1", "tenant": "team-a", "model": "m", "output": "..."}

@@ -1,6 +1,6 @@
 """Token-id JSON Lines: the exact, tokenizer-free input.
 
-Shape (issue 2, format f)::
+Shape::
 
     {"ts": 3.25, "session_id": "s1", "prompt_token_ids": [1, 2, ...],
      "output_token_ids": [7, 8, ...]}        # or "output_tokens": 42 (a count)
