@@ -124,9 +124,10 @@ def test_signed_error_is_predicted_over_measured() -> None:
 
 
 def test_verdict_passes_only_when_every_direction_is_within_the_bound() -> None:
-    ok = verdict({"a → b": 0.1, "b → a": -0.12}, 0.15, 0.05, 0.15)
+    ok = verdict({"a → b": 0.1, "b → a": -0.22}, 0.35, 0.05, 0.15, aim=0.15)
     assert ok.code == 0
-    assert ok.text.startswith("PASS") and "worst 12.0%" in ok.text
+    assert ok.text.startswith("PASS: every signed error within ±35% (worst 22.0%)")
+    assert ok.text.endswith("1 of 2 within the ±15% aim")
 
 
 def test_verdict_fails_an_outlier_on_a_quiet_machine() -> None:
