@@ -14,6 +14,7 @@ age is measured by the decision, from the day it is made.
 import dagster as dg
 import polars as pl
 
+from assets.inputs import BENCH_RESULT_FILES, WORKLOAD_FOLDER, step_deps
 from assets.metadata import CHECK_PRIORITY, check_result, md, path_entries
 from assets.resources import EnginefitStore
 from pipeline.bench import stage
@@ -26,8 +27,9 @@ from pipeline.present.tables import bullet_list
 
 
 @dg.asset(
-    key="bench_load_points",
-    deps=["bench_result_files", "config_bench", "workload_folder"],
+    key=stage.RESULTS_STEP.asset,
+    # The result files and the workload folder are read from outside the graph.
+    deps=step_deps(stage.RESULTS_STEP, BENCH_RESULT_FILES, WORKLOAD_FOLDER),
     group_name="bench",
     kinds={"polars", "parquet"},
 )
@@ -54,8 +56,8 @@ def bench_load_points(store: EnginefitStore) -> dg.MaterializeResult:  # type: i
 
 
 @dg.asset(
-    key="bench_analysis",
-    deps=[bench_load_points, "workload_shape", "prefix_sharing", "config_bench", "config_shape"],
+    key=stage.ANALYSIS_STEP.asset,
+    deps=step_deps(stage.ANALYSIS_STEP),
     group_name="bench",
     kinds={"polars", "svg"},
 )
@@ -118,8 +120,8 @@ def bench_findings_well_formed(store: EnginefitStore) -> dg.AssetCheckResult:
 
 
 @dg.asset(
-    key="concurrency_by_engine",
-    deps=[bench_analysis, "workload", "config_bench"],
+    key=stage.CONCURRENCY_STEP.asset,
+    deps=step_deps(stage.CONCURRENCY_STEP),
     group_name="bench",
     kinds={"polars", "parquet"},
 )
@@ -130,7 +132,7 @@ def concurrency_by_engine(store: EnginefitStore) -> dg.MaterializeResult:  # typ
 
     config = store.config()
     layout = config.layout()
-    analysis = stage.read_analysis(layout, config.bench)
+    analysis = stage.read_analysis(layout)
     result = stage.run_concurrency(layout, analysis, config.shape.latency)
     paths = stage.write_concurrency(result, layout)
     table = result.table

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dagster as dg
 
+from assets.inputs import step_deps
 from assets.metadata import CHECK_PRIORITY, STAGE_PRIORITY, check_result, md, path_entries
 from assets.resources import EnginefitStore
 from pipeline.capacity import checks, stage
@@ -12,17 +13,8 @@ from pipeline.present.tables import bullet_list
 
 
 @dg.asset(
-    key="workload_capacity",
-    deps=[
-        "bench_analysis",
-        "workload",
-        "simulation_scenarios",
-        "workload_shape",
-        "config_capacity",
-        "config_bench",
-        # the replica's KV size and the model's shape
-        "config_requirements",
-    ],
+    key=stage.STEP.asset,
+    deps=step_deps(stage.STEP),
     group_name="capacity",
     kinds={"numba", "parquet"},
     op_tags=STAGE_PRIORITY,
@@ -33,7 +25,8 @@ def workload_capacity(store: EnginefitStore) -> dg.MaterializeResult:  # type: i
     its band, replicas at the peak, monthly cost and $/1M tokens of this workload."""
     config = store.config()
     layout = config.layout()
-    result = stage.run(stage.read_inputs(layout, config), config.capacity)
+    inputs = stage.read_inputs(layout, config.requirements.served_model(), config.catalog())
+    result = stage.run(inputs, config.capacity)
     paths = stage.write(result, layout)
     return dg.MaterializeResult(
         metadata={

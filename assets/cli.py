@@ -21,6 +21,7 @@ from typing import Any
 from pipeline.cli import build_parser, run_parsed
 from pipeline.cli_common import DEFAULT_CONFIG, add_config_argument, command_config
 from pipeline.errors import EnginefitError
+from pipeline.ledger import chain_head
 
 
 def _at_least_one(text: str) -> int:
@@ -195,7 +196,7 @@ def run_report(args: argparse.Namespace) -> int:
     # import here: a command line loads only its own area (tests/test_cli_areas.py)
     from pipeline.report.headline import headline_table, headlines
 
-    print(headline_table(headlines(config)))
+    print(headline_table(headlines(config.layout(), config.filing())))
     print(f"checks: {run.checks_passed} passed, {len(run.checks_failed)} did not")
     for check, severity, problems in run.checks_failed:
         print(f"  {severity} {check}: {problems}")
@@ -212,11 +213,8 @@ def run_report(args: argparse.Namespace) -> int:
                 "report: nothing changed since this version (inputs, configuration, catalog and "
                 "code match it): no new version published"
             )
-        # import here: a command line loads only its own area (tests/test_cli_areas.py)
-        from pipeline.report.versions import chain_head, report_tree
-
         print(
-            f"ledger chain head: {chain_head(report_tree(config).read_ledger())} (keep a copy "
+            f"ledger chain head: {chain_head(config.filing().tree.read_ledger())} (keep a copy "
             "elsewhere: `enginefit audit --chain-head SHA256` then catches a rewritten ledger)"
         )
         print(f"PDF: {pdf}")

@@ -26,6 +26,7 @@ from assets.resources import EnginefitStore
 from pipeline.cli_common import DEFAULT_CONFIG
 from pipeline.config import load_config
 from pipeline.ingest import days, stage
+from pipeline.store import read_requests
 
 
 def quarter_partitions(quarter: str) -> dg.DailyPartitionsDefinition:
@@ -62,7 +63,7 @@ def day_assets(partitions: dg.DailyPartitionsDefinition) -> list[dg.AssetsDefini
         another day is quarantined (outside_partition), so the days never overlap."""
         day = context.partition_key
         config = store.config()
-        result = days.run_day(config, day)
+        result = days.run_day(config.require_workload(), config.base, day, where=config.where)
         paths = days.write_day(result, config.layout(), day)
         metadata = ingest_metadata(result.summary, paths, result.requests)
         metadata["notes"] = md("\n".join(f"- {n}" for n in result.summary.notes) or "none")
@@ -78,7 +79,7 @@ def day_assets(partitions: dg.DailyPartitionsDefinition) -> list[dg.AssetsDefini
         present = days.ingested_days(layout, wanted)
         union = days.write_union(layout, present)
         missing = [d for d in wanted if d not in set(present)]
-        preview = stage.read_requests(layout).head(5).collect()
+        preview = read_requests(layout).head(5).collect()
         metadata = ingest_metadata(stage.read_summary(layout), union.paths, preview)
         metadata |= {
             "days_ingested": len(present),

@@ -11,25 +11,19 @@ from __future__ import annotations
 
 import dagster as dg
 
+from assets.inputs import step_deps
 from assets.metadata import CHECK_PRIORITY, check_result, md, path_entries
 from assets.resources import EnginefitStore
 from pipeline.decision import checks, stage
+from pipeline.decision.cli import configured_inputs
 from pipeline.decision.present import candidates_table
 from pipeline.present.tables import markdown_table
 from pipeline.safe_read import read_json
 
 
 @dg.asset(
-    deps=[
-        "workload_shape",
-        "prefix_sharing",
-        "simulation_scenarios",
-        "simulation_curves",
-        "bench_analysis",
-        "concurrency_by_engine",
-        "workload_capacity",
-        "workload",
-    ],
+    key=stage.STEP.asset,
+    deps=step_deps(stage.STEP),
     group_name="decision",
     kinds={"json"},
 )
@@ -38,8 +32,7 @@ def engine_decision(store: EnginefitStore) -> dg.MaterializeResult:  # type: ign
     evidence), at what total cost, and what would flip the answer."""
     config = store.config()
     layout = config.layout()
-    inputs = stage.read_inputs(layout, config, previous=config.decision.previous_record)
-    record = stage.run(inputs, config)
+    record = stage.run(configured_inputs(config), config.requirements, config.decision)
     paths = stage.write_record(record, layout)
     rec = record.recommendation
     return dg.MaterializeResult(
@@ -56,7 +49,12 @@ def engine_decision(store: EnginefitStore) -> dg.MaterializeResult:  # type: ign
     )
 
 
-@dg.asset(deps=[engine_decision], group_name="decision", kinds={"parquet"})
+@dg.asset(
+    key=stage.TRIGGERS_STEP.asset,
+    deps=step_deps(stage.TRIGGERS_STEP),
+    group_name="decision",
+    kinds={"parquet"},
+)
 def revisit_triggers(store: EnginefitStore) -> dg.MaterializeResult:  # type: ignore[type-arg]
     """The measurable conditions that reopen the decision, and whether a previous quarter's
     fired on this run's measurements."""

@@ -6,15 +6,10 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
-from multiprocessing import forkserver
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import dagster as dg
-from dagster._core.asset_graph_view.asset_graph_view import AssetGraphView
-from dagster._core.definitions.data_version import CachingStaleStatusResolver, StaleStatus
-from dagster._core.definitions.temporal_context import TemporalContext
-from dagster._time import get_current_datetime
 
 from assets import bench as bench_stage
 from assets import capacity as capacity_stage
@@ -26,9 +21,16 @@ from assets import shape as shape_stage
 from assets import sim as sim_stage
 from assets import whatif as whatif_stage
 from assets.days import configured_quarter, day_assets, quarter_partitions
-from assets.executors import EXECUTOR_ENV, configured_executor
+from assets.executors import (
+    EXECUTOR_ENV,
+    Executor,
+    configured_executor,
+    executor_config,
+    stop_fork_server,
+)
 from assets.progress import QUIET_LOGGERS, watch_steps
 from assets.resources import EnginefitStore
+from assets.staleness import stale_or_missing
 from pipeline.errors import ConfigError, EnginefitError
 
 # One module per stage; each exposes ASSETS and CHECKS lists. Keep one line per stage.
@@ -108,26 +110,6 @@ def report_job_def(config_path: str) -> dg.JobDefinition:
     return definitions_for(configured_quarter(config_path)).resolve_job_def(FULL_REPORT)
 
 
-Executor = Literal["multiprocess", "in_process"]
-EXECUTORS: tuple[Executor, ...] = ("multiprocess", "in_process")
-# The fork server imports these once; each step's process is forked from it (assets/worker.py).
-WORKER_PRELOAD = ["assets.worker"]
-
-
-def executor_config(executor: Executor, max_concurrent: int | None = None) -> dict[str, Any]:
-    """Run config for the job's executor (Dagster's default ``multi_or_in_process_executor``):
-    ``multiprocess`` forks each step from a server that has imported the definitions (so a step
-    starts in about 0.2 s, not 3 s) and runs up to ``max_concurrent`` at once (default: one per
-    CPU); ``in_process`` runs every step in this process, one at a time."""
-    if executor == "in_process":
-        return {"in_process": {}}
-    forkserver = {"forkserver": {"preload_modules": WORKER_PRELOAD}}
-    config: dict[str, Any] = {"start_method": forkserver}
-    if max_concurrent is not None:
-        config["max_concurrent"] = max_concurrent
-    return {"multiprocess": config}
-
-
 def report_run_config(
     config_path: Path, executor: Executor, max_concurrent: int | None = None
 ) -> dict[str, Any]:
@@ -151,17 +133,6 @@ class GraphRun:
     checks_failed: list[tuple[str, str, str]]  # (asset/check, severity, problems)
     success: bool
     unchanged_report: bool = False  # the report matched its latest version: nothing published
-
-
-def _stop_fork_server() -> None:
-    """Python keeps one fork server per process, with the environment and working folder it
-    started with, for as long as the process lives. Stopped after each run, the next run in
-    the same process (tests, perf/graph.py) forks its steps from a server that sees the then
-    environment (e.g. the DAGSTER_PG_* its instance reads), and the preloaded modules' memory
-    goes back meanwhile."""
-    stop = getattr(forkserver._forkserver, "_stop", None)  # CPython's, used by its own tests
-    if stop is not None:
-        stop()
 
 
 def _error_line(error: Any) -> str:
@@ -223,7 +194,7 @@ def run_full_graph(
             )
     finally:
         if executor == "multiprocess":
-            _stop_fork_server()
+            stop_fork_server()
     outputs = []
     unchanged_report = False
     storage = Path(instance.root_directory).resolve()
@@ -296,8 +267,7 @@ def materialise_stale(
     call. Missing is never materialised, or a recorded output file gone. ``progress``: as
     :func:`run_full_graph`'s, for the run that materialises them.
 
-    Dagster's stale-status resolver (what the UI's "Materialize stale and missing" uses) is not
-    public API; it is the one place enginefit reaches into Dagster's internals.
+    Dagster's stale-status resolver is not public API: :mod:`assets.staleness` holds it.
     """
     definitions = definitions_for(configured_quarter(str(config_path)))
     observed = [dg.AssetKey(key) for key in inputs.INPUT_KEYS]
@@ -306,23 +276,14 @@ def materialise_stale(
     upstream = (
         dg.AssetSelection.assets(target).upstream() - dg.AssetSelection.assets(target)
     ).resolve(graph)
-    view = AssetGraphView(
-        temporal_context=TemporalContext(effective_dt=get_current_datetime(), last_event_id=None),
-        instance=instance,
-        asset_graph=graph,
-    )
-    resolver = CachingStaleStatusResolver(instance, graph, view)
-    outdated = [
+    candidates = [
         key
         for key in upstream
         # A day of a daily-partitioned workload is ingest_days' to run, not decide's.
-        if graph.get(key).is_materializable
-        and not graph.get(key).is_partitioned
-        and (
-            resolver.get_status(key) in (StaleStatus.STALE, StaleStatus.MISSING)
-            or _outputs_gone(instance, key)
-        )
+        if graph.get(key).is_materializable and not graph.get(key).is_partitioned
     ]
+    held = stale_or_missing(instance, definitions, candidates)
+    outdated = [key for key in candidates if key in held or _outputs_gone(instance, key)]
     rerun = dg.AssetSelection.assets(*outdated).downstream().resolve(graph) & upstream
     stale = [key for key in graph.toposorted_asset_keys if key in rerun]
     if stale:

@@ -9,7 +9,7 @@ import dagster as dg
 import polars as pl
 from dagster import OpExecutionContext
 
-from assets.inputs import TRACE_FILES, WORKLOAD_FOLDER, config_key
+from assets.inputs import TRACE_FILES, WORKLOAD_FOLDER, step_deps
 from assets.metadata import (
     CHECK_PRIORITY,
     INGEST_PRIORITY,
@@ -20,9 +20,11 @@ from assets.metadata import (
 )
 from assets.resources import EnginefitStore
 from pipeline.ingest import checks, stage
+from pipeline.ingest.cli import configured_inputs
 from pipeline.ingest.present import anchor_text, files_table, quarantine_rows
 from pipeline.ingest.result import IngestSummary, SkippedFile
 from pipeline.present.tables import markdown_table
+from pipeline.store import read_requests
 
 
 def ingest_metadata(
@@ -57,15 +59,19 @@ def _step_key(planned: stage.PlannedSource) -> str:
     return f"{planned.position:03d}_{name}"
 
 
+# The trace files and the workload folder are read from outside the graph.
+DEPS = step_deps(stage.STEP, TRACE_FILES, WORKLOAD_FOLDER)
+
+
 @dg.op(
-    ins={"traces": dg.In(dg.Nothing), "settings": dg.In(dg.Nothing), "folder": dg.In(dg.Nothing)},
+    ins={key: dg.In(dg.Nothing) for key in DEPS},
     out={"files": dg.DynamicOut(stage.PlannedSource), "skipped": dg.Out(list)},
     tags=INGEST_PRIORITY,
 )
-def ingest_plan(store: EnginefitStore) -> Any:
+def ingest_plan(store: EnginefitStore, **upstream: Any) -> Any:
     """The configured trace files, once each (a file named twice, or the same bytes twice, is
     read once): one dynamic output per file."""
-    planned, skipped = stage.plan(stage.read_inputs(store.config()))
+    planned, skipped = stage.plan(configured_inputs(store.config()))
     for source in planned:
         yield dg.DynamicOutput(source, output_name="files", mapping_key=_step_key(source))
     yield dg.Output(skipped, output_name="skipped")
@@ -77,7 +83,7 @@ def ingest_file(store: EnginefitStore, planned: stage.PlannedSource) -> stage.St
     and its quarantine; the files of a workload are read side by side. The rows go to a
     staging file of the workload folder, which the merge reads."""
     config = store.config()
-    read = stage.read_one(stage.read_inputs(config), planned)
+    read = stage.read_one(configured_inputs(config), planned)
     return stage.stage_read(read, config.layout())
 
 
@@ -91,26 +97,23 @@ def ingest_merge(
     """Every file's rows in one table: repeated request ids quarantined (the first wins), one
     block size, sorted by arrival; published with its quarantine and summary as one set."""
     config = store.config()
-    result = stage.merge(stage.read_inputs(config), reads, skipped)
+    result = stage.merge(configured_inputs(config), reads, skipped)
     paths = stage.write(result, config.layout())
     context.add_output_metadata(ingest_metadata(result.summary, paths, result.requests))
     return {"ingested": result.summary.ingested, "requests": str(paths["requests"])}
 
 
 @dg.graph_asset(
-    ins={
-        "traces": dg.AssetIn(TRACE_FILES, dagster_type=dg.Nothing),
-        "settings": dg.AssetIn(config_key("workload"), dagster_type=dg.Nothing),
-        "folder": dg.AssetIn(WORKLOAD_FOLDER, dagster_type=dg.Nothing),
-    },
+    name=stage.STEP.asset,
+    ins={key: dg.AssetIn(key, dagster_type=dg.Nothing) for key in DEPS},
     group_name="workload",
     kinds={"polars", "parquet"},
 )
-def workload(traces: Any, settings: Any, folder: Any) -> Any:
+def workload(**upstream: Any) -> Any:
     """Every configured trace file read into the canonical request table (Parquet, sorted by
     arrival), one step per file; records that could not be used go to quarantine.parquet with
     file, line, field and reason, and ingest_summary.json reconciles the counts."""
-    files, skipped = ingest_plan(traces=traces, settings=settings, folder=folder)
+    files, skipped = ingest_plan(**upstream)
     return ingest_merge(files.map(ingest_file).collect(), skipped)
 
 
@@ -118,19 +121,19 @@ def workload(traces: Any, settings: Any, folder: Any) -> Any:
     op_tags=CHECK_PRIORITY, asset=workload, description="The workload has at least one request."
 )
 def workload_non_empty(store: EnginefitStore) -> dg.AssetCheckResult:
-    return check_result(checks.non_empty(stage.read_requests(store.layout())))
+    return check_result(checks.non_empty(read_requests(store.layout())))
 
 
 @dg.asset_check(op_tags=CHECK_PRIORITY, asset=workload, description="No token count is negative.")
 def workload_no_negative_tokens(store: EnginefitStore) -> dg.AssetCheckResult:
-    return check_result(checks.no_negative_tokens(stage.read_requests(store.layout())))
+    return check_result(checks.no_negative_tokens(read_requests(store.layout())))
 
 
 @dg.asset_check(
     op_tags=CHECK_PRIORITY, asset=workload, description="Requests are stored in arrival order."
 )
 def workload_arrivals_sorted(store: EnginefitStore) -> dg.AssetCheckResult:
-    return check_result(checks.arrivals_sorted(stage.read_requests(store.layout())))
+    return check_result(checks.arrivals_sorted(read_requests(store.layout())))
 
 
 @dg.asset_check(

@@ -1,6 +1,7 @@
 """What the pipeline reads from outside the asset graph, as observable source assets: the trace
-files, the benchmark result files, each stage's section of the configuration, and the workload
-folder the stages write to.
+files, the benchmark result files, each section of the configuration a stage takes, and the
+workload folder the stages write to; and each asset's ``deps``, derived from the steps the
+stages declare (:class:`pipeline.results.Step`).
 
 Each observation's data version hashes what it watches (a file's path, size and modification
 time; a section's settings), so Dagster knows a stage is stale when one of its inputs changed
@@ -21,21 +22,51 @@ from typing import Any
 import dagster as dg
 
 from assets.resources import EnginefitStore
+from pipeline.bench import stage as bench
 from pipeline.bench.readers import expand_paths as bench_files
+from pipeline.capacity import stage as capacity
 from pipeline.config import Config
+from pipeline.decision import stage as decision
+from pipeline.ingest import stage as ingest
 from pipeline.ingest.compute import expand_paths as trace_files
+from pipeline.prefix import stage as prefix
+from pipeline.report import stage as report
+from pipeline.results import Step
+from pipeline.settings import SECTIONS
+from pipeline.shape import stage as shape
+from pipeline.sim import stage as sim
+from pipeline.whatif import stage as whatif
 
 TRACE_FILES = "trace_files"
 BENCH_RESULT_FILES = "bench_result_files"
 # Where the stages write (``<paths.data_dir>/<workload.name>``): the first stages read it, so
 # outputs another configuration wrote to another folder do not count as this one's.
 WORKLOAD_FOLDER = "workload_folder"
-# A stage's configuration section as an input of its own.
-CONFIG_SECTIONS = ("workload", "shape", "prefix", "simulation", "bench", "capacity", "requirements")
+
+#: Every step of every stage: one asset each.
+STEPS: tuple[Step, ...] = (
+    ingest.STEP,
+    shape.STEP,
+    prefix.STEP,
+    *sim.STEPS,
+    *bench.STEPS,
+    capacity.STEP,
+    *decision.STEPS,
+    whatif.STEP,
+    report.STEP,
+)
+# Each section a step takes, as an input of its own (in the order the configuration prints).
+CONFIG_SECTIONS = tuple(name for name in SECTIONS if any(name in step.sections for step in STEPS))
 
 
 def config_key(section: str) -> str:
     return f"config_{section}"
+
+
+def step_deps(step: Step, *outside: str) -> list[str]:
+    """The keys of what ``step``'s asset depends on: the assets that write the results it reads,
+    the configuration sections it takes, and ``outside`` inputs (the files it reads itself)."""
+    return [*step.upstream_assets(), *(config_key(name) for name in step.sections), *outside]
 
 
 def digest(*parts: Any) -> str:

@@ -5,21 +5,27 @@ from __future__ import annotations
 import dagster as dg
 import polars as pl
 
+from assets.inputs import step_deps
 from assets.metadata import CHECK_PRIORITY, check_result, md, path_entries
 from assets.resources import EnginefitStore
-from pipeline.ingest.stage import read_requests
 from pipeline.prefix import checks, stage
 from pipeline.prefix.present import curve_markdown, reuse_markdown
+from pipeline.store import read_requests
 
 
-@dg.asset(deps=["workload", "config_prefix"], kinds={"polars", "parquet"}, group_name="workload")
+@dg.asset(
+    key=stage.STEP.asset,
+    deps=step_deps(stage.STEP),
+    kinds={"polars", "parquet"},
+    group_name="workload",
+)
 def prefix_sharing(store: EnginefitStore) -> dg.MaterializeResult:  # type: ignore[type-arg]
     """Shared-prefix ratio by window W (count and prompt-token weighted), the curve's shape,
     the prompt tokens an unbounded prefix cache could serve (by how long ago the prefix was last
     seen, and across tenants), and conversation ids (logged or inferred from the hash chains)."""
     config = store.config()
     layout = config.layout()
-    result = stage.run(stage.read_inputs(layout, config), config.prefix)
+    result = stage.run(stage.read_inputs(layout), config.prefix)
     paths = stage.write(result, layout)
     summary = result.summary
     hit_share = summary.reuse.hit_share

@@ -15,27 +15,18 @@ import datetime as dt
 
 import dagster as dg
 
-from assets.decision import engine_decision, revisit_triggers
-from assets.inputs import trace_fingerprint
+from assets.inputs import step_deps, trace_fingerprint
 from assets.resources import EnginefitStore
-from assets.whatif import decision_map
+from pipeline.config import Config
+from pipeline.ledger import HTML, MANIFEST, quarter_of
 from pipeline.report import stage
-from pipeline.report.versions import HTML, MANIFEST, quarter_of
 
 QUARTER_TAG = "enginefit/quarter"
 
 
 @dg.asset(
-    deps=[
-        engine_decision,
-        revisit_triggers,
-        decision_map,
-        "workload",
-        "workload_shape",
-        "prefix_sharing",
-        "simulation_plots",
-        "bench_analysis",
-    ],
+    key=stage.STEP.asset,
+    deps=step_deps(stage.STEP),
     group_name="report",
     kinds={"pdf", "html"},
 )
@@ -44,8 +35,8 @@ def engine_selection_report(store: EnginefitStore) -> dg.MaterializeResult:  # t
     shape, prefix sharing and routing, benchmarks, candidates, rationale, revisit triggers,
     changes since the previous version, and an appendix with the lineage."""
     config = store.config()
-    sources = stage.read_inputs(config.layout(), config)
-    published = stage.publish(sources, config)
+    sources = configured_inputs(config)
+    published = stage.publish(sources, config.filing().tree, config.report)
     return dg.MaterializeResult(
         metadata={
             "quarter": published.quarter,
@@ -56,6 +47,19 @@ def engine_selection_report(store: EnginefitStore) -> dg.MaterializeResult:  # t
             "html_path": dg.MetadataValue.path(str(published.folder / HTML)),
             "manifest_path": dg.MetadataValue.path(str(published.folder / MANIFEST)),
         }
+    )
+
+
+def configured_inputs(config: Config, quarter: str | None = None) -> stage.ReportInputs:
+    """What a version of the configured workload is made from (``quarter``: else the
+    configuration's, else the traffic's)."""
+    return stage.read_inputs(
+        config.layout(),
+        config.report,
+        config.provenance(),
+        config.filing(),
+        config.bench.policy(),
+        quarter=quarter,
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dagster as dg
 
+from assets.inputs import step_deps
 from assets.metadata import CHECK_PRIORITY, check_result, md, path_entries
 from assets.resources import EnginefitStore
 from pipeline.shape import checks, stage
@@ -11,8 +12,8 @@ from pipeline.shape.present import summary_tables
 
 
 @dg.asset(
-    key="workload_shape",
-    deps=["workload", "config_shape"],
+    key=stage.STEP.asset,
+    deps=step_deps(stage.STEP),
     group_name="shape",
     kinds={"polars", "svg"},
 )
@@ -21,7 +22,7 @@ def workload_shape(store: EnginefitStore) -> dg.MaterializeResult:  # type: igno
     mix, and the findings that place the workload on the axes of docs/decision-rules.md."""
     config = store.config()
     layout = config.layout()
-    result = stage.run(stage.read_inputs(layout, config), config.shape)
+    result = stage.run(stage.read_inputs(layout), config.shape)
     paths = stage.write(result, layout)
     metrics = result.metrics
     return dg.MaterializeResult(

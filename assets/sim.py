@@ -15,6 +15,7 @@ import dagster as dg
 import polars as pl
 from dagster import OpExecutionContext
 
+from assets.inputs import step_deps
 from assets.metadata import (
     CHECK_PRIORITY,
     SCENARIO_PRIORITY,
@@ -29,13 +30,15 @@ from pipeline.sim.config import Scenario
 from pipeline.sim.present import curves_table, scenarios_table
 from pipeline.sim.result import ScenarioSummary
 
+SCENARIOS_DEPS = step_deps(stage.SCENARIOS_STEP)
+
 
 @dg.op(
-    ins={"workload": dg.In(dg.Nothing), "settings": dg.In(dg.Nothing), "shape": dg.In(dg.Nothing)},
+    ins={key: dg.In(dg.Nothing) for key in SCENARIOS_DEPS},
     out=dg.DynamicOut(dict),
     tags=SCENARIO_PRIORITY,
 )
-def sim_plan(store: EnginefitStore) -> Any:
+def sim_plan(store: EnginefitStore, **upstream: Any) -> Any:
     """One dynamic output per configured scenario, keyed by the scenario key."""
     for scenario in store.config().simulation.scenarios():
         yield dg.DynamicOutput(asdict(scenario), mapping_key=scenario.key)
@@ -46,7 +49,7 @@ def sim_scenario(store: EnginefitStore, scenario: dict[str, Any]) -> ScenarioSum
     """Replay one scenario and write its summary JSON under simulation/scenarios/."""
     config = store.config()
     layout = config.layout()
-    inputs = stage.read_inputs(layout, config)
+    inputs = stage.read_inputs(layout, config.simulation.latency(config.shape.latency))
     summary = compute.scenario_summary(inputs, Scenario(**scenario), config.simulation)
     stage.write_scenario(summary, layout)
     return summary
@@ -70,24 +73,20 @@ def sim_collect(
 
 
 @dg.graph_asset(
-    ins={
-        "workload": dg.AssetIn("workload", dagster_type=dg.Nothing),
-        "settings": dg.AssetIn("config_simulation", dagster_type=dg.Nothing),
-        "shape": dg.AssetIn("config_shape", dagster_type=dg.Nothing),
-    },
+    name=stage.SCENARIOS_STEP.asset,
+    ins={key: dg.AssetIn(key, dagster_type=dg.Nothing) for key in SCENARIOS_DEPS},
     group_name="simulation",
 )
-def simulation_scenarios(workload: Any, settings: Any, shape: Any) -> Any:
+def simulation_scenarios(**upstream: Any) -> Any:
     """The configured grid (block sizes × replicas × capacities × routings), one step per
     scenario: prompt tokens, hit tokens and ratio (durations lifetime, with the instant figures
     beside), prefill computed, per-replica load and max/mean imbalance, spills, warnings."""
-    return sim_collect(
-        sim_plan(workload=workload, settings=settings, shape=shape).map(sim_scenario).collect()
-    )
+    return sim_collect(sim_plan(**upstream).map(sim_scenario).collect())
 
 
 @dg.asset(
-    deps=["workload", "config_simulation", "config_shape"],
+    key=stage.CURVES_STEP.asset,
+    deps=step_deps(stage.CURVES_STEP),
     group_name="simulation",
     kinds={"numba", "parquet"},
     op_tags=STAGE_PRIORITY,
@@ -98,7 +97,8 @@ def simulation_curves(store: EnginefitStore) -> dg.MaterializeResult:  # type: i
     config = store.config()
     layout = config.layout()
     settings = config.simulation
-    curves = compute.capacity_curves(stage.read_inputs(layout, config), settings)
+    inputs = stage.read_inputs(layout, settings.latency(config.shape.latency))
+    curves = compute.capacity_curves(inputs, settings)
     points = compute.curve_points(curves)
     paths = stage.write_curves(curves, points, layout)
     return dg.MaterializeResult(
@@ -110,7 +110,12 @@ def simulation_curves(store: EnginefitStore) -> dg.MaterializeResult:  # type: i
     )
 
 
-@dg.asset(deps=[simulation_scenarios, simulation_curves], group_name="simulation", kinds={"svg"})
+@dg.asset(
+    key=stage.FIGURES_STEP.asset,
+    deps=step_deps(stage.FIGURES_STEP),
+    group_name="simulation",
+    kinds={"svg"},
+)
 def simulation_plots(store: EnginefitStore) -> dg.MaterializeResult:  # type: ignore[type-arg]
     """Hit ratio vs capacity per routing, and load imbalance vs hit ratio per routing (SVG)."""
     return dg.MaterializeResult(metadata=path_entries(stage.write_figures(store.layout())))

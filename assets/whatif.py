@@ -8,21 +8,21 @@ from __future__ import annotations
 
 import dagster as dg
 
-from assets.decision import engine_decision
+from assets.inputs import step_deps
 from assets.metadata import CHECK_PRIORITY, check_result, md, path_entries
 from assets.resources import EnginefitStore
 from pipeline.present.tables import markdown_table
 from pipeline.whatif import checks, stage
+from pipeline.whatif.cli import configured_inputs
 
 
-@dg.asset(deps=[engine_decision], group_name="decision", kinds={"json"})
+@dg.asset(key=stage.STEP.asset, deps=step_deps(stage.STEP), group_name="decision", kinds={"json"})
 def decision_map(store: EnginefitStore) -> dg.MaterializeResult:  # type: ignore[type-arg]
     """Where each engine wins: the decision over a grid of two axes (default traffic × model
     changes a quarter) and on each named what-if scenario, recomputed (docs/whatif.md)."""
     config = store.config()
-    layout = config.layout()
-    result = stage.run(stage.read_inputs(layout, config), config)
-    paths = stage.write(result, layout)
+    result = stage.run(configured_inputs(config), config.whatif)
+    paths = stage.write(result, config.layout())
     rows = [
         {
             "scenario": s.name,

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import yaml
 
-from assets.definitions import EXECUTORS
+from assets.executors import EXECUTORS
 from perf import workload
 
 REPO = Path(__file__).resolve().parents[1]

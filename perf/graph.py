@@ -28,7 +28,8 @@ import dagster as dg
 import yaml
 
 from assets.cli import DEFAULT_DAGSTER_YAML
-from assets.definitions import EXECUTORS, Executor, run_full_graph
+from assets.definitions import run_full_graph
+from assets.executors import EXECUTORS, Executor
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "traces" / "mooncake" / "conversation_trace.jsonl"

@@ -27,9 +27,10 @@ from perf.capacity import REPO, best_of, stage_configuration
 from perf.ingest import run_enginefit
 from pipeline.config import load_config
 from pipeline.decision import stage as decision_stage
+from pipeline.decision.cli import configured_inputs as decision_inputs
 from pipeline.decision.compute import decided
 from pipeline.decision.flips import moved
-from pipeline.whatif import stage
+from pipeline.whatif.cli import configured_inputs
 from pipeline.whatif.compute import decision_map, today_context, whatif
 
 
@@ -55,10 +56,11 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("ENGINEFIT_HASH_SALT", "bench")
         config = load_config(path)
         layout = config.layout()
-        inputs = decision_stage.read_inputs(layout, config)
-        decision_stage.write(decision_stage.run(inputs, config), layout)
+        inputs = decision_inputs(config)
+        record = decision_stage.run(inputs, config.requirements, config.decision)
+        decision_stage.write(record, layout)
 
-        read_s, found = best_of(args.repeats, lambda: stage.read_inputs(layout, config))
+        read_s, found = best_of(args.repeats, lambda: configured_inputs(config))
         base = today_context(found)
         today_s, today = best_of(args.repeats, lambda: decided(moved(base)))
         section = config.whatif.map

@@ -1,4 +1,4 @@
-"""What every command shares: which configuration it uses, and how it gets its requests.
+"""What every command shares: which configuration it uses, and where it writes.
 
 Each command takes ``--config FILE`` (default: ``./enginefit.yaml`` when present, else the
 built-in defaults) and says on standard error, before anything else, which configuration and
@@ -18,19 +18,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import polars as pl
-
 from pipeline.config import Config, default_config, load_config
-from pipeline.ingest.compute import load_requests
-from pipeline.ingest.readers import FORMAT_NAMES
-from pipeline.ingest.stage import adhoc_inputs
 from pipeline.layout import WorkloadLayout
 
 DEFAULT_CONFIG = "enginefit.yaml"
-FORMAT_HELP = (
-    "the traces' format (default auto: detected by content); another CSV or JSON Lines layout "
-    "is read with format: columns in the configuration's workload.traces"
-)
 
 
 def add_config_argument(parser: argparse.ArgumentParser) -> None:
@@ -41,26 +32,6 @@ def add_config_argument(parser: argparse.ArgumentParser) -> None:
         help=f"configuration file (default: ./{DEFAULT_CONFIG} when present, else built-in "
         "defaults)",
     )
-
-
-def add_trace_arguments(
-    parser: argparse.ArgumentParser,
-    *,
-    block_help: str = "tokens per hashed block (default: the configuration's)",
-    required: bool = False,
-) -> None:
-    """TRACE... (into ``args.paths``), ``--format`` and ``--block-size``."""
-
-    parser.add_argument(
-        "paths",
-        nargs="+" if required else "*",
-        metavar="TRACE",
-        help="trace files, globs, folders or canonical Parquet (none: the configured workload)",
-    )
-    parser.add_argument(
-        "--format", default="auto", choices=["auto", *FORMAT_NAMES], help=FORMAT_HELP
-    )
-    parser.add_argument("--block-size", type=int, default=None, help=block_help)
 
 
 def add_out_argument(parser: argparse.ArgumentParser, what: str) -> None:
@@ -93,14 +64,6 @@ def command_config(args: argparse.Namespace, *, paths: Sequence[str] = ()) -> Co
         workload = "workload: none configured"
     print(f"enginefit {args.command}: {config.describe()}; {workload}", file=sys.stderr)
     return config
-
-
-def adhoc_requests(args: argparse.Namespace, config: Config) -> pl.LazyFrame:
-    """The canonical table of the traces named on the command line (canonical Parquet is
-    scanned as is; anything else is read with the configuration's settings, not persisted)."""
-
-    inputs = adhoc_inputs(args.paths, config, fmt=args.format, block_size=args.block_size)
-    return load_requests(args.paths, inputs.context, fmt=args.format)
 
 
 def output_layout(args: argparse.Namespace, config: Config) -> WorkloadLayout | None:

@@ -13,8 +13,6 @@ from __future__ import annotations
 import copy
 import os
 from dataclasses import dataclass
-from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -31,12 +29,15 @@ from pipeline.decision.config import DecisionConfig, Requirements
 from pipeline.errors import ConfigError
 from pipeline.ingest.config import SALT_ENV_VAR, IngestConfig, ReadConfig
 from pipeline.layout import WorkloadLayout, child_folder
+from pipeline.ledger import Filing, ReportTree
 from pipeline.loadtest.config import LoadtestConfig
 from pipeline.prefix.config import PrefixConfig
-from pipeline.report.config import ReportConfig
+from pipeline.report.config import Provenance, ReportConfig
 from pipeline.settings import (
+    SECTIONS,
     ConfigPath,
     Section,
+    default_mapping,
     load_yaml,
 )
 from pipeline.settings import validation_message as _message
@@ -81,19 +82,7 @@ class _File(BaseModel):
 
 
 # The sections after the workload, in the order the configuration is printed.
-_PRINTED = (
-    "paths",
-    "shape",
-    "prefix",
-    "simulation",
-    "bench",
-    "capacity",
-    "requirements",
-    "decision",
-    "report",
-    "loadtest",
-    "whatif",
-)
+_PRINTED = SECTIONS[1:]
 
 
 @dataclass(frozen=True)
@@ -123,6 +112,11 @@ class Config:
     def where(self) -> str:
         return str(self.source) if self.source else "<defaults>"
 
+    @property
+    def base(self) -> Path:
+        """The folder the file's relative paths start from (the current one without a file)."""
+        return self.source.parent if self.source else Path.cwd()
+
     def require_workload(self) -> IngestConfig:
         if self.workload is None:
             raise ConfigError(
@@ -135,6 +129,12 @@ class Config:
         """Where this workload's outputs live: ``<paths.data_dir>/<workload.name>/``."""
         name = self.require_workload().name
         return WorkloadLayout(child_folder(self.paths.data_dir, name, "workload.name"))
+
+    def filing(self) -> Filing:
+        """Where this workload's report versions are published (``<paths.reports_dir>/<workload
+        .name>/``) and the quarter a new one files under (``report.quarter``)."""
+        folder = self.paths.report_folder(self.require_workload().name)
+        return Filing(ReportTree(folder), self.report.quarter)
 
     def as_dict(self) -> dict[str, Any]:
         """Every setting as plain data, the one serialisation of the configuration (printed by
@@ -151,29 +151,25 @@ class Config:
             **sections,
         }
 
+    def provenance(self) -> Provenance:
+        """What a report version records of this configuration (:meth:`as_dict` among it)."""
+        workload = self.require_workload()
+        return Provenance(
+            source=self.source,
+            configuration=self.as_dict(),
+            traces=tuple(trace.path for trace in workload.traces),
+            tokenizer=workload.tokenizer,
+            bench_results=self.bench.results,
+            bench_manifest=self.bench.manifest,
+            catalog=self.decision.catalog,
+        )
+
     def describe(self) -> str:
         """The line every command prints first: which configuration and workload it used."""
         if self.source is None:
             return "configuration: built-in defaults (no enginefit.yaml; pass --config FILE)"
         name = self.workload.name if self.workload else "none"
         return f"configuration: {self.source} (workload {name})"
-
-
-@cache
-def _defaults_text() -> str:
-    return resources.files("pipeline").joinpath("defaults.yaml").read_text(encoding="utf-8")
-
-
-@cache
-def _defaults_parsed() -> dict[str, Any]:
-    raw = load_yaml(_defaults_text(), "pipeline/defaults.yaml")
-    assert isinstance(raw, dict)  # a packaging bug, never user input
-    return raw
-
-
-def default_mapping() -> dict[str, Any]:
-    """``pipeline/defaults.yaml`` as a fresh mapping (parsed once a process)."""
-    return copy.deepcopy(_defaults_parsed())
 
 
 def _merge(

@@ -26,6 +26,9 @@ MONTHS_PER_QUARTER = 3
 # A rate a hair above a whole number of replicas' capacity is that number: 92.19 ÷ 92.19 computed
 # as 1.0000000001 is one replica, not two.
 REPLICA_ROUNDING_GUARD = 1e-9
+# The widest price a GPU-hour may have: the dearest GPUs rent for tens of dollars an hour, so a
+# thousand is past any real price, and every dollar figure built from one stays printable.
+MAX_GPU_HOUR_USD = 1_000.0
 
 COST_FORMULA = (
     f"cost per 1M tokens = gpu_count × $/GPU-hour ÷ (tokens/s × {SECONDS_PER_HOUR:g}) × 10^6"
@@ -172,12 +175,14 @@ def _norm(text: str) -> str:
 
 
 def parse_price(value: Any, where: str) -> float:
-    """A $ per GPU-hour price: a finite number ≥ 0 (``where`` names the key or flag)."""
+    """A $ per GPU-hour price: 0 to :data:`MAX_GPU_HOUR_USD` (``where`` names the key or flag)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"{where}: must be a price in $ per GPU-hour, got {value!r}")
     price = float(value)
-    if not math.isfinite(price) or price < 0:
-        raise ConfigError(f"{where}: must be a finite price ≥ 0, got {value!r}")
+    if not math.isfinite(price) or not 0 <= price <= MAX_GPU_HOUR_USD:
+        raise ConfigError(
+            f"{where}: a price is 0 to {MAX_GPU_HOUR_USD:g} $ per GPU-hour, got {value!r}"
+        )
     return price + 0.0  # -0.0 → 0.0
 
 

@@ -13,3 +13,13 @@ class ConfigError(EnginefitError):
 
 class InputFormatError(EnginefitError):
     """An input file cannot be read at all: empty, unknown format, or missing required columns."""
+
+
+class StageOutputMissingError(InputFormatError):
+    """An earlier stage's output was never written: the stage has not run (a reader may go on
+    without it and say so). An output that exists but cannot be read is never this."""
+
+
+class StageOutputUnreadableError(InputFormatError):
+    """An earlier stage's output exists but cannot be read (damaged, replaced, cut short): the
+    message names the file and the command that rewrites it."""

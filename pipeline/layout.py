@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from pipeline.errors import ConfigError, InputFormatError
+from pipeline.errors import ConfigError, StageOutputMissingError
 
 # A name that becomes one folder under a configured root: no '/', no '..', no leading '.'.
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -93,7 +93,7 @@ def child_folder(root: Path, name: str, what: str) -> Path:
 def require_output(path: Path, what: str, command: str, asset: str) -> Path:
     """``path`` when an earlier stage wrote it, else an error saying how to produce it."""
     if not path.exists():
-        raise InputFormatError(
+        raise StageOutputMissingError(
             f"{path}: no {what}; run `enginefit {command} --config FILE` or materialise "
             f"`{asset}` first"
         )
@@ -208,6 +208,11 @@ class WorkloadLayout:
     """Every path of one workload's outputs, under ``root``."""
 
     root: Path
+
+    @property
+    def name(self) -> str:
+        """The workload's name: its folder is named after it (``<paths.data_dir>/<name>``)."""
+        return self.root.name
 
     @property
     def ingest(self) -> IngestPaths:

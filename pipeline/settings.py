@@ -12,10 +12,13 @@ problem, each naming the file and the dotted key.
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import difflib
 import re
 from collections.abc import Callable, Iterable
+from functools import cache
+from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Self, TypeVar
 
@@ -33,6 +36,22 @@ from pydantic import (
 from pydantic_core import ErrorDetails
 
 from pipeline.errors import ConfigError, InputFormatError
+
+#: The sections of ``enginefit.yaml``, in the order the configuration is printed.
+SECTIONS = (
+    "workload",
+    "paths",
+    "shape",
+    "prefix",
+    "simulation",
+    "bench",
+    "capacity",
+    "requirements",
+    "decision",
+    "report",
+    "loadtest",
+    "whatif",
+)
 
 
 class Section(BaseModel):
@@ -122,8 +141,23 @@ ConfigQuarter = Annotated[str, BeforeValidator(_quarter)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
 NonNegative = Annotated[float, Field(ge=0)]
 Fraction = Annotated[float, Field(ge=0, le=1)]
+# Seeds reach numpy and polars, which take unsigned 64-bit seeds; int64 keeps every consumer safe.
+MAX_SEED = 2**63 - 1
+Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]
+# Retention times and other spans of the traffic: a trace covers a quarter at most, so a year
+# is already past any age a cache keeps a block.
+SECONDS_PER_YEAR = 366 * 86_400
 # YAML lists become tuples (immutable); their items stay strictly typed.
-PositiveSecondsList = Annotated[tuple[Annotated[float, Field(gt=0)], ...], Strict(False)]
+PositiveSecondsList = Annotated[
+    tuple[Annotated[float, Field(gt=0, le=SECONDS_PER_YEAR)], ...], Strict(False)
+]
+
+
+def between(low: float, high: float, *, low_open: bool = False) -> Any:
+    """A configuration number's sane range, ``low`` (excluded when ``low_open``) to ``high``:
+    every number the configuration holds is bounded above as well as below, so none can carry
+    an overflow (``1e308``) or an underflow (``1e-300``) into the arithmetic downstream."""
+    return Field(gt=low, le=high) if low_open else Field(ge=low, le=high)
 
 
 def tuple_of(item: Any) -> Any:
@@ -132,9 +166,13 @@ def tuple_of(item: Any) -> Any:
 
 
 def _dotted(loc: Iterable[int | str]) -> str:
-    """``("bench", "slo", 0)`` → ``bench.slo[0]``."""
+    """``("bench", "slo", 0)`` → ``bench.slo[0]``; a mapping's refused key (pydantic's
+    ``(..., key, "[key]")``) → ``...: the key 'x'``."""
+    parts = list(loc)
     text = ""
-    for part in loc:
+    for i, part in enumerate(parts):
+        if i + 1 < len(parts) and parts[i + 1] == "[key]":
+            return f"{text}: the key {part!r}"
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
     return text
 
@@ -223,6 +261,17 @@ def _problems(errors: list[ErrorDetails], model: type[BaseModel], prefix: str) -
 
     unknown: list[str] = []
     meant: set[tuple[int | str, ...]] = set()
+    # A list left empty because its one item was refused is that item's problem, said once.
+    errors = [
+        error
+        for error in errors
+        if error["type"] != "too_short"
+        or not any(
+            len(other["loc"]) > len(error["loc"])
+            and tuple(other["loc"][: len(error["loc"])]) == tuple(error["loc"])
+            for other in errors
+        )
+    ]
     for error in errors:
         if error["type"] != "extra_forbidden":
             continue
@@ -364,3 +413,21 @@ def _flag_error(exc: ValidationError, flags: dict[str, tuple[str, Any]]) -> Exce
     flag, value = flags.get(name, (name, first.get("input")))
     reason = str(first["msg"]).removeprefix("Value error, ")
     return ConfigError(f"{flag}: {reason} (got {value!r})")
+
+
+@cache
+def _defaults_text() -> str:
+    return resources.files("pipeline").joinpath("defaults.yaml").read_text(encoding="utf-8")
+
+
+@cache
+def _defaults_parsed() -> dict[str, Any]:
+    raw = load_yaml(_defaults_text(), "pipeline/defaults.yaml")
+    assert isinstance(raw, dict)  # a packaging bug, never user input
+    return raw
+
+
+def default_mapping() -> dict[str, Any]:
+    """``pipeline/defaults.yaml`` (every default, documented) as a fresh mapping (parsed once a
+    process)."""
+    return copy.deepcopy(_defaults_parsed())

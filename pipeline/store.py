@@ -14,7 +14,11 @@ manifest is removed, they are renamed into place, and the manifest naming every 
 size (and the quarantine and summary digests) is written last. A reader checks the set against
 its manifest, so a set cut short by a kill or mixed from two runs is refused, never read.
 ``scan_requests`` returns a lazy frame over a workload's request parts (paths:
-:mod:`pipeline.layout`), so later stages never load more than they need.
+:mod:`pipeline.layout`), so later stages never load more than they need; :func:`read_requests`
+is how every stage after ingest reads the workload's table.
+
+A process keeps at most one large stage input between the steps that share it
+(:func:`reuse_input`, :func:`release_input`).
 """
 
 from __future__ import annotations
@@ -27,10 +31,10 @@ import os
 import re
 import secrets
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import polars as pl
 
@@ -499,3 +503,39 @@ def scan_requests(path: Path) -> pl.LazyFrame:
     for file in files:
         parquet_schema(file)  # a damaged part is named here, not met mid-computation
     return pl.scan_parquet(files, schema=CANONICAL_SCHEMA)
+
+
+def read_requests(layout: WorkloadLayout) -> pl.LazyFrame:
+    """The canonical request table of a workload, scanned lazily (checked against its manifest)."""
+    verify_ingest(layout)
+    return scan_requests(layout.ingest.requests)
+
+
+# ---------------------------------------------------------------------------------------------
+# The one large stage input a process keeps.
+#
+# A Dagster run whose steps share a process (``enginefit report``'s in-process executor) runs the
+# simulation's scenario steps one after another on the same flattened workload: keeping it saves
+# flattening and numbering its blocks once per step. Only one input is kept, of any stage, so a
+# process never holds two workloads' arrays; a stage that loads a large input of its own calls
+# :func:`release_input` first, so what the previous stage kept is not held beside it (at 10M
+# requests each is gigabytes).
+
+T = TypeVar("T")
+
+_KEPT: dict[Hashable, Any] = {}
+
+
+def reuse_input(key: Hashable, build: Callable[[], T]) -> T:
+    """The input kept under ``key``, else ``build()``'s, kept in place of whatever was."""
+    if key in _KEPT:
+        kept: T = _KEPT[key]
+        return kept
+    _KEPT.clear()  # before building: the old input's memory is free for the new one
+    value = _KEPT[key] = build()
+    return value
+
+
+def release_input() -> None:
+    """Let go of the kept input."""
+    _KEPT.clear()

@@ -20,12 +20,15 @@ from pathlib import Path
 import pypdf
 import yaml
 
+from assets.report import configured_inputs
 from pipeline.cli import main as enginefit
 from pipeline.config import load_config
 from pipeline.decision import stage as decision_stage
+from pipeline.decision.cli import configured_inputs as decision_configured_inputs
 from pipeline.report import stage
 from pipeline.report.result import Published
 from pipeline.whatif import stage as whatif_stage
+from pipeline.whatif.cli import configured_inputs as whatif_configured_inputs
 from tests.conftest import REPO, bundled_config
 
 # The stages the report reads, as their commands write them (the same files as the assets:
@@ -67,10 +70,13 @@ def publish(config_path: Path, upstream: Sequence[str] = UPSTREAM_COMMANDS) -> P
             assert enginefit([command, "--config", str(config_path)]) == 0, command
     config = load_config(config_path)
     layout = config.layout()
-    record = decision_stage.run(decision_stage.read_inputs(layout, config), config)
+    record = decision_stage.run(
+        decision_configured_inputs(config), config.requirements, config.decision
+    )
     decision_stage.write(record, layout)
-    whatif_stage.write(whatif_stage.run(whatif_stage.read_inputs(layout, config), config), layout)
-    return stage.publish(stage.read_inputs(layout, config), config)
+    whatif = whatif_stage.run(whatif_configured_inputs(config), config.whatif)
+    whatif_stage.write(whatif, layout)
+    return stage.publish(configured_inputs(config), config.filing().tree, config.report)
 
 
 # One extraction per distinct document: pypdf takes seconds per version, and several tests

@@ -19,13 +19,14 @@ from pipeline.capacity.compute import capacity_result, carry_to_workload, worklo
 from pipeline.capacity.result import CapacityResult, ServingModel
 from pipeline.config import Config, config_from_mapping
 from pipeline.decision import stage as decision_stage
+from pipeline.decision.cli import configured_inputs
 from pipeline.decision.result import DecisionRecord
-from pipeline.ingest.stage import read_requests
 from pipeline.layout import WorkloadLayout
 from pipeline.prefix import stage as prefix_stage
 from pipeline.schema import conform
 from pipeline.shape import stage as shape_stage
 from pipeline.sim import stage as sim_stage
+from pipeline.store import read_requests
 from tests.bench_points import kept_up_run
 from tests.capacity_scenarios import CONFIG, KV_TOKENS, SLO
 from tests.conftest import write_requests
@@ -287,13 +288,15 @@ def decide_on(
     cfg = configuration(root, requirements, results=results, **config)
     layout = cfg.layout()
     write_requests(frame, layout.root)
-    shape_stage.write(shape_stage.run(shape_stage.read_inputs(layout, cfg), cfg.shape), layout)
-    prefix_stage.write(prefix_stage.run(prefix_stage.read_inputs(layout, cfg), cfg.prefix), layout)
-    sim_stage.write(sim_stage.run(sim_stage.read_inputs(layout, cfg), cfg.simulation), layout)
+    shape_stage.write(shape_stage.run(shape_stage.read_inputs(layout), cfg.shape), layout)
+    prefix_stage.write(prefix_stage.run(prefix_stage.read_inputs(layout), cfg.prefix), layout)
+    sim_inputs = sim_stage.read_inputs(layout, cfg.simulation.latency(cfg.shape.latency))
+    sim_stage.write(sim_stage.run(sim_inputs, cfg.simulation), layout)
     bench_stage.run_configured(layout, cfg.bench, cfg.shape.latency)
     if capacity is not None:
         capacity(layout, cfg)
-    record = decision_stage.run(decision_stage.read_inputs(layout, cfg, previous=previous), cfg)
+    inputs = configured_inputs(cfg, previous)
+    record = decision_stage.run(inputs, cfg.requirements, cfg.decision)
     decision_stage.write(record, layout)
     return record
 

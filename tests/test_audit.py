@@ -28,12 +28,7 @@ from assets.cli import main as enginefit_with_dagster
 from pipeline.cli import main as enginefit
 from pipeline.config import load_config
 from pipeline.errors import ConfigError, InputFormatError
-from pipeline.report import audit as audit_module
-from pipeline.report import signing
-from pipeline.report import stage as report_stage
-from pipeline.report.audit import audit
-from pipeline.report.signing import Signer, sign
-from pipeline.report.versions import (
+from pipeline.ledger import (
     MANIFEST,
     PDF,
     RECORD,
@@ -42,6 +37,11 @@ from pipeline.report.versions import (
     chain_head,
     sha256_bytes,
 )
+from pipeline.report import audit as audit_module
+from pipeline.report import signing
+from pipeline.report import stage as report_stage
+from pipeline.report.audit import audit
+from pipeline.report.signing import Signer, sign
 from pipeline.safe_read import MAX_DEPTH, parse_json
 from tests.conftest import REPO, bundled_config
 from tests.test_bench_hostile import vllm_point, write_result

@@ -15,7 +15,7 @@ from pipeline.bench.readers import read_bench_files
 from pipeline.capacity.limits import kv_bytes, resolve_limits, weight_bytes
 from pipeline.capacity.models import deployment_shape, model_table
 from pipeline.capacity.prior import ModelShape, physical_floors, roofline_prior
-from pipeline.capacity.stage import deployment_limits, engine_defaults
+from pipeline.capacity.stage import deployment_limits
 from pipeline.config import default_config
 from pipeline.decision.catalog import load_catalog
 from pipeline.unknown import Unknown
@@ -148,7 +148,7 @@ def test_sglang_server_info_gives_its_scheduling_limits(tmp_path: Path) -> None:
 def test_the_catalog_defaults_follow_the_engine_and_gpu(
     engine: str, gpu: str, expected: tuple[int, int, bool]
 ) -> None:
-    found = engine_defaults(CATALOG, engine, gpu)
+    found = CATALOG.scheduling_defaults(engine, gpu)
     assert found is not None
     assert (
         found.max_num_batched_tokens,
@@ -156,7 +156,7 @@ def test_the_catalog_defaults_follow_the_engine_and_gpu(
         found.enable_chunked_prefill,
     ) == expected
     assert "https://github.com/" in found.detail
-    assert engine_defaults(CATALOG, "tgi", "H100") is None  # no defaults: assumed, said so
+    assert CATALOG.scheduling_defaults("tgi", "H100") is None  # no defaults: assumed, said so
     unstated = resolve_limits(
         manifest_args={},
         recorded_args={},

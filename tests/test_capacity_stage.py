@@ -117,7 +117,8 @@ def test_two_workloads_get_different_hand_checkable_costs_from_one_sweep(
     )
     assert default[0] == pytest.approx(best_at_two)
     # The end-of-run summary line.
-    line = dict(headlines(load_config(tmp_path / "azure-conv.yaml")))["capacity"]
+    config = load_config(tmp_path / "azure-conv.yaml")
+    line = dict(headlines(config.layout(), config.filing()))["capacity"]
     assert f"{short_cost.replicas} replica(s) at peak" in line
     assert "per 1M output tokens of this workload" in line
 
@@ -142,6 +143,8 @@ def test_an_slo_without_the_simulated_limits_is_one_line(
     raw = yaml.safe_load(config.read_text())
     raw["bench"]["slo"] = {"ttft_p99_ms": 2000}
     config.write_text(yaml.safe_dump(raw))
+    # The capacity stage reads the SLO the bench analysis was made with.
+    assert enginefit(["bench", "--config", str(config)]) == 0
     assert enginefit(["capacity", "--config", str(config)]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("enginefit: error: bench.slo: the capacity stage simulates")

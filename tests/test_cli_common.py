@@ -23,17 +23,18 @@ def test_read_settings_follow_config_then_flags(
     assert cli_config(None).source is None  # no ./enginefit.yaml in the test's folder
     trace = tmp_path / "m.jsonl"
     trace.write_text(LINE)
-    bare = adhoc_inputs([trace], default_config()).context
+    bare = adhoc_inputs([trace], default_config().read).context
     assert (bare.block_size, bare.salt) == (16, ADHOC_SALT)
     config = cli_config(write_config(tmp_path, ["t.jsonl"], block_size=32, anchor="2024-05-01"))
-    context = adhoc_inputs([trace], config).context
+    salt = config.require_workload().hash_salt
+    context = adhoc_inputs([trace], config.read, salt).context
     assert context.block_size == 32 and context.salt == b"test-salt"
     assert str(context.anchor) == "2024-05-01 00:00:00+00:00"
-    assert adhoc_inputs([trace], config, block_size=64).context.block_size == 64
+    assert adhoc_inputs([trace], config.read, salt, block_size=64).context.block_size == 64
     monkeypatch.setenv("ENGINEFIT_HASH_SALT", "env")
-    assert adhoc_inputs([trace], config).context.salt == b"env"
+    assert adhoc_inputs([trace], config.read, salt).context.salt == b"env"
     with pytest.raises(ConfigError, match=r"^--block-size: a block size is 1 to 4096 tokens"):
-        adhoc_inputs([trace], config, block_size=0)
+        adhoc_inputs([trace], config.read, salt, block_size=0)
 
 
 def test_shape_and_prefix_use_the_configured_anchor(

@@ -11,9 +11,9 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from pipeline.config import config_from_mapping, default_config, default_mapping, load_config
+from pipeline.config import config_from_mapping, default_config, load_config
 from pipeline.errors import ConfigError
-from pipeline.settings import parse_yaml
+from pipeline.settings import default_mapping, parse_yaml
 from tests.conftest import REPO
 
 
@@ -231,16 +231,16 @@ def test_the_example_configuration_loads_and_names_every_option() -> None:
 
 
 def test_yaml_1_2_numbers_are_numbers(tmp_path: Path) -> None:
-    """``1e308`` and ``1e-9`` are floats in YAML 1.2 (PyYAML's YAML 1.1 read them as text and
-    the key then failed with "got '1e308'"); integers stay integers and quoted numbers text."""
+    """``1e2`` and ``1e-9`` are floats in YAML 1.2 (PyYAML's YAML 1.1 read them as text and
+    the key then failed with "got '1e2'"); integers stay integers and quoted numbers text."""
     cfg_file = tmp_path / "c.yaml"
     cfg_file.write_text(
         "workload: {name: w, traces: [t.jsonl], hash_salt: s}\n"
-        "shape:\n  long_tail_ratio: 1e308\n  latency_model: {ttft_per_prompt_token_ms: 1e-9,"
+        "shape:\n  long_tail_ratio: 1e2\n  latency_model: {ttft_per_prompt_token_ms: 1e-9,"
         " tpot_ms: 2.5E1, ttft_base_ms: 50}\n"
     )
     cfg = load_config(cfg_file)
-    assert cfg.shape.long_tail_ratio == 1e308
+    assert cfg.shape.long_tail_ratio == 100.0
     assert cfg.shape.latency.ttft_per_prompt_token_ms == 1e-9
     assert cfg.shape.latency.tpot_ms == 25.0
     assert parse_yaml("a: 1e3\nb: 7\nc: '1e3'\nd: 2026-01-01") == {
@@ -268,6 +268,6 @@ def test_a_sections_own_parser_is_listed_with_the_other_problems(tmp_path: Path)
         f"{cfg_file}: 4 problems:",
         "  - shape.long_tail_ratio: Input should be a valid number (got 'abc')",
         "  - bench.slo: must be a mapping of limits, got list",
-        "  - bench.prices.gpu_hour_usd: must be a finite price ≥ 0, got -1",
+        "  - bench.prices.gpu_hour_usd: a price is 0 to 1000 $ per GPU-hour, got -1",
         "  - simulation.cache_aware: must be a mapping with a preset",
     ]

@@ -64,7 +64,7 @@ def test_prices_from_mapping() -> None:
             {"gpu_hour_usd": {"H100": "cheap"}},
             "bench.prices.gpu_hour_usd.H100: must be a price in $ per GPU-hour, got 'cheap'",
         ),
-        ({"gpu_hour_usd": {"H100": -1}}, "bench.prices.gpu_hour_usd.H100: must be a finite "),
+        ({"gpu_hour_usd": {"H100": -1}}, "bench.prices.gpu_hour_usd.H100: a price is 0 to 1000 "),
         ({"gpu_hour_usd": True}, "bench.prices.gpu_hour_usd: must be a price in $ per GPU-hour"),
         ({"usd": 1}, "bench.prices: unknown key(s) ['usd']; expected gpu_hour_usd"),
         ([1, 2], "bench.prices: must be a mapping with key gpu_hour_usd"),

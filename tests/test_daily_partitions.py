@@ -21,16 +21,23 @@ from assets.days import configured_quarter, day_assets, quarter_partitions
 from assets.definitions import build_definitions, definitions_for, report_job_def, run_full_graph
 from assets.resources import EnginefitStore
 from assets.shape import workload_shape as shape
-from pipeline.config import load_config
+from pipeline.config import Config, load_config
 from pipeline.errors import ConfigError, InputFormatError
 from pipeline.ingest import days, stage
-from pipeline.ingest.result import IngestSummary
+from pipeline.ingest.cli import configured_inputs
+from pipeline.ingest.result import IngestResult, IngestSummary
 from pipeline.layout import WorkloadLayout
+from pipeline.store import read_requests
 from tests.conftest import REPO, bundled_config
 
 DAYS = ("2025-02-21", "2025-02-22", "2025-02-23")
 DAY_MS = 86_400_000
 LINES = 1_500
+
+
+def _run_day(config: Config, day: str) -> IngestResult:
+    """One day ingested as the ``workload_day`` asset ingests it."""
+    return days.run_day(config.require_workload(), config.base, day, where=config.where)
 
 
 def _day_file(folder: Path, k: int, records: list[dict[str, object]]) -> None:
@@ -64,7 +71,7 @@ def _daily_union(folder: Path, tmp_path: Path, name: str = "daily") -> WorkloadL
     daily = load_config(_config(tmp_path, name, [str(folder / "mooncake-{day}.jsonl")]))
     layout = daily.layout()
     for day in DAYS:
-        days.write_day(days.run_day(daily, day), layout, day)
+        days.write_day(_run_day(daily, day), layout, day)
     days.write_union(layout, days.ingested_days(layout))
     return layout
 
@@ -77,7 +84,7 @@ def _whole(
     files = [str(folder / name.replace("{day}", day)) for day in DAYS]
     present = [f for f in files if Path(f).exists()]
     whole = load_config(_config(tmp_path, "whole", present, fmt))
-    stage.write(stage.run(stage.read_inputs(whole)), whole.layout())
+    stage.write(stage.run(configured_inputs(whole)), whole.layout())
     return whole.layout()
 
 
@@ -88,7 +95,7 @@ def _without_notes(summary: IngestSummary) -> IngestSummary:
 
 
 def _assert_union_is_whole(union: WorkloadLayout, whole: WorkloadLayout) -> None:
-    assert_frame_equal(stage.read_requests(union).collect(), stage.read_requests(whole).collect())
+    assert_frame_equal(read_requests(union).collect(), read_requests(whole).collect())
     assert_frame_equal(
         pl.read_parquet(union.ingest.quarantine), pl.read_parquet(whole.ingest.quarantine)
     )
@@ -133,7 +140,7 @@ def test_a_record_of_another_day_is_quarantined_not_counted_twice(
     late = {**sample[0], "timestamp": DAY_MS + 5}  # arrives on the 22nd, logged in the 21st
     _day_file(three_days, 0, [*sample, late])
     config = load_config(_config(tmp_path, "late", [str(three_days / "mooncake-{day}.jsonl")]))
-    result = days.run_day(config, DAYS[0])
+    result = _run_day(config, DAYS[0])
     summary = result.summary
     assert (summary.records_read, summary.ingested, summary.quarantined) == (
         LINES + 1,
@@ -216,12 +223,12 @@ def test_a_bad_daily_quarter_is_one_line_naming_the_key(
 def test_a_day_must_be_of_the_configured_quarter(tmp_path: Path) -> None:
     config = load_config(_config(tmp_path, "q", [str(tmp_path / "m-{day}.jsonl")]))
     with pytest.raises(ConfigError, match=r"2025-04-01 is not a day of workload\.daily_quarter"):
-        days.run_day(config, "2025-04-01")
+        _run_day(config, "2025-04-01")
     with pytest.raises(ConfigError, match="not a day"):
         days.day_window("2025-02-30")
     plain = load_config(_config(tmp_path, "plain", [str(tmp_path / "all.jsonl")]))
     with pytest.raises(ConfigError, match=r"workload\.daily_quarter is not set"):
-        days.run_day(plain, DAYS[0])
+        _run_day(plain, DAYS[0])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -238,7 +245,7 @@ def test_a_day_without_a_file_is_an_empty_day_and_the_union_stays_whole(
     empty = stage.read_summary(layout.day(DAYS[1]))
     assert (empty.records_read, empty.ingested, empty.quarantined, empty.files) == (0, 0, 0, [])
     assert any("no trace file for 2025-02-22" in n and "an empty day" in n for n in empty.notes)
-    assert stage.read_requests(layout.day(DAYS[1])).collect().height == 0
+    assert read_requests(layout.day(DAYS[1])).collect().height == 0
     _assert_union_is_whole(layout, _whole(three_days, tmp_path))
     assert stage.read_summary(layout).ingested == 2 * LINES
 
@@ -308,7 +315,7 @@ def test_request_ids_repeated_across_days_are_quarantined_as_in_one_ingest(
     )
     layout = daily.layout()
     for day in DAYS:
-        days.write_day(days.run_day(daily, day), layout, day)
+        days.write_day(_run_day(daily, day), layout, day)
     union = days.write_union(layout, days.ingested_days(layout))
     whole = _whole(folder, tmp_path, "prompts-{day}.jsonl", "prompt-text")
 
@@ -326,7 +333,7 @@ def test_request_ids_repeated_across_days_are_quarantined_as_in_one_ingest(
         pl.col("reason") == "duplicate_request_id"
     )
     assert repeated.height == 4
-    kept = stage.read_requests(layout).collect()
+    kept = read_requests(layout).collect()
     assert kept["request_id"].n_unique() == kept.height
     # Each day's own set is untouched: only the union quarantines across days.
     assert stage.read_summary(layout.day(DAYS[1])).ingested == 41
@@ -349,7 +356,7 @@ def test_re_ingesting_a_day_replaces_that_day_only(three_days: Path, tmp_path: P
     foreign = layout.day(DAYS[1]).root / "notes.txt"
     foreign.write_text("mine")
     _day_file(three_days, 1, _sample(LINES - 500))
-    days.write_day(days.run_day(config, DAYS[1]), layout, DAYS[1])
+    days.write_day(_run_day(config, DAYS[1]), layout, DAYS[1])
     assert stage.read_summary(layout.day(DAYS[1])).ingested == LINES - 500
     assert {d: layout.day(d).ingest.parts()[0].stat().st_ino for d in others} == others
     assert foreign.read_text() == "mine"
@@ -360,7 +367,7 @@ def test_re_ingesting_a_day_replaces_that_day_only(three_days: Path, tmp_path: P
     (three_days / f"mooncake-{DAYS[1]}.jsonl").unlink()
     (three_days / f"mooncake-{DAYS[1]}.jsonl").mkdir()  # no trace in it: the read fails
     with pytest.raises(InputFormatError, match="holds no trace files"):
-        days.write_day(days.run_day(config, DAYS[1]), layout, DAYS[1])
+        days.write_day(_run_day(config, DAYS[1]), layout, DAYS[1])
     assert stage.read_summary(layout.day(DAYS[1])).ingested == LINES - 500
 
 
@@ -447,7 +454,7 @@ def test_the_report_of_a_daily_configuration_runs_on_the_union(
     loaded = load_config(config)
     layout = loaded.layout()
     for day in DAYS:
-        days.write_day(days.run_day(loaded, day), layout, day)
+        days.write_day(_run_day(loaded, day), layout, day)
     with dg.DagsterInstance.ephemeral() as instance:
         run = run_full_graph(config, instance)
     assert run.success, run.failures

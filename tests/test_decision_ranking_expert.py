@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from pipeline.costing import WEEKS_PER_MONTH
-from pipeline.decision import stage as decision_stage
 from pipeline.decision.checks import triggers_measurable
+from pipeline.decision.cli import configured_inputs
 from pipeline.decision.compute import context, decide
 from pipeline.decision.config import Requirements
 from pipeline.decision.context import DecisionInputs, EngineState, RuleContext
@@ -106,6 +106,7 @@ def hand_context(
         catalog_source="bundled",
         as_of=None,
         peak_window="1min",
+        max_age_days=cfg.bench.max_age_days,
     )
     workload = Workload(
         mean_rate_rps=peak_rps,
@@ -387,7 +388,7 @@ def churn(tmp_path_factory: pytest.TempPathFactory) -> tuple[DecisionRecord, Dec
     record = decide_on(root, steady_traffic(), churn_benches(), CHURN)
     results = [root / "bench-results" / f"{n}-{e}" for n, (e, _) in enumerate(CHURN_BENCHES)]
     cfg = configuration(root, CHURN, results=results)
-    return record, decision_stage.read_inputs(cfg.layout(), cfg), cfg
+    return record, configured_inputs(cfg), cfg
 
 
 def just(flip: Any, side: str) -> float:
@@ -518,7 +519,7 @@ def test_a_hardware_change_that_flips_the_answer_is_named(tmp_path: Path) -> Non
     for flip in flipped:
         changed = {**requirements, "hardware": flip.threshold}
         cfg = configuration(tmp_path, changed, results=results)
-        inputs = decision_stage.read_inputs(cfg.layout(), cfg)
+        inputs = configured_inputs(cfg)
         again = decide(inputs, cfg.requirements, cfg.decision).recommendation.engine
         assert again == flip.engine != record.recommendation.engine
 

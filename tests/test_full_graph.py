@@ -10,7 +10,7 @@ import yaml
 
 from assets.cli import main
 from assets.definitions import GraphRun
-from pipeline.report.versions import ReportTree, chain_head
+from pipeline.ledger import ReportTree, chain_head
 from tests.conftest import bundled_config
 
 

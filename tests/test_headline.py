@@ -17,7 +17,7 @@ from tests.conftest import bundled_config
 
 def test_stages_not_run_say_which_command_writes_them(tmp_path: Path) -> None:
     config = load_config(bundled_config(tmp_path, "fresh"))
-    lines = dict(headlines(config))
+    lines = dict(headlines(config.layout(), config.filing()))
     root = tmp_path / "fresh" / "data" / "mooncake-conversation"
     assert lines["ingest"] == (
         f"not available ({root / 'requests'}: no canonical request table; run `enginefit "
@@ -49,7 +49,8 @@ def test_a_bench_stage_without_results_is_reported_as_skipped_with_the_reason(
     path.write_text(yaml.safe_dump(raw))
     assert enginefit(["bench", "--config", str(path)]) == 0
     capsys.readouterr()
-    lines = dict(headlines(load_config(path)))
+    config = load_config(path)
+    lines = dict(headlines(config.layout(), config.filing()))
     assert lines["bench"] == f"skipped: {NO_RESULTS}"
 
 

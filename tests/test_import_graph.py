@@ -137,3 +137,111 @@ def test_no_module_imports_itself_back() -> None:
 def test_every_import_inside_a_function_says_why() -> None:
     _, unexplained = _graph()
     assert unexplained == []
+
+
+# ------------------------------------------------------------------------ folders of pipeline/
+#
+# A folder of ``pipeline/`` (a stage, ``present``) or a module at its top (``store``, ``layout``)
+# is one unit; data walks one way, so no unit imports, directly or through others, a unit that
+# imports it. The command modules (each stage's ``cli.py``, ``pipeline/cli*.py``,
+# ``pipeline/config_cli.py``) sit above everything and are left out: they see the whole
+# configuration, which sees every stage's section.
+
+
+def is_command_module(name: str) -> bool:
+    parts = name.split(".")
+    return parts[0] == "pipeline" and (
+        parts[-1] == "cli" or (len(parts) == 2 and parts[1].startswith(("cli", "config_cli")))
+    )
+
+
+def _every_import(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement, inside functions too (a hidden import still ties two units)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield node
+
+
+def _imports_by_module() -> dict[str, set[str]]:
+    """Module of ``pipeline/`` → the project modules it imports anywhere in its text."""
+    modules = _modules()
+    found: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        if not name.startswith("pipeline."):
+            continue
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        found[name] = {t for node in _every_import(tree) for t in _imported(node, package, modules)}
+    return found
+
+
+def unit_of(module: str) -> str | None:
+    """``pipeline.bench.stage`` → ``pipeline.bench``; None for the package itself."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "pipeline" and len(parts) > 1 else None
+
+
+def unit_graph(imports: dict[str, set[str]]) -> dict[str, dict[str, set[str]]]:
+    """Unit → unit it imports → the modules whose imports make that arrow (command modules
+    left out)."""
+    edges: dict[str, dict[str, set[str]]] = {}
+    for module, targets in imports.items():
+        source = unit_of(module)
+        if source is None or is_command_module(module):
+            continue
+        for target in targets:
+            unit = unit_of(target)
+            if unit is not None and unit != source:
+                edges.setdefault(source, {}).setdefault(unit, set()).add(module)
+    return edges
+
+
+def test_a_command_module_is_told_apart() -> None:
+    assert is_command_module("pipeline.bench.cli")
+    assert is_command_module("pipeline.cli_common") and is_command_module("pipeline.config_cli")
+    assert not is_command_module("pipeline.config") and not is_command_module("pipeline.bench")
+    assert unit_of("pipeline.bench.readers.vllm") == "pipeline.bench"
+    assert unit_of("pipeline.store") == "pipeline.store" and unit_of("pipeline") is None
+
+
+def test_the_unit_graph_finds_a_loop_through_a_folder() -> None:
+    """Two stages that each import the other, one through a module deep in its folder, are one
+    loop; a command module's import is no arrow."""
+    imports = {
+        "pipeline.a.stage": {"pipeline.b.result"},
+        "pipeline.b.deep.reader": {"pipeline.a.result"},
+        "pipeline.c.stage": {"pipeline.a.stage"},
+        "pipeline.a.cli": {"pipeline.c.stage"},
+    }
+    edges = unit_graph(imports)
+    assert cycles({u: set(t) for u, t in edges.items()}) == [["pipeline.a", "pipeline.b"]]
+    assert "pipeline.c" not in edges.get("pipeline.a", {})
+
+
+def test_no_folder_of_pipeline_imports_one_that_imports_it() -> None:
+    edges = unit_graph(_imports_by_module())
+    loops = cycles({unit: set(targets) for unit, targets in edges.items()})
+    told = [
+        f"{' ↔ '.join(loop)}: "
+        + "; ".join(
+            f"{a} → {b} ({', '.join(sorted(edges[a][b]))})"
+            for a in loop
+            for b in loop
+            if b in edges.get(a, {})
+        )
+        for loop in loops
+    ]
+    assert told == []
+
+
+def test_only_command_modules_see_the_whole_configuration() -> None:
+    """A stage reads its own section and the results it needs; ``pipeline.config`` (every
+    section) is for the command modules and ``assets/`` to hand them over."""
+    seeing = sorted(
+        module
+        for module, targets in _imports_by_module().items()
+        if "pipeline.config" in targets
+        and not is_command_module(module)
+        and module != "pipeline.config"
+    )
+    assert seeing == []

@@ -17,6 +17,7 @@ from assets.ingest import workload
 from assets.resources import EnginefitStore
 from pipeline.config import load_config
 from pipeline.ingest import stage as ingest_stage
+from pipeline.ingest.cli import configured_inputs
 from pipeline.layout import WorkloadLayout
 from tests.conftest import REPO, write_config
 
@@ -92,7 +93,7 @@ def test_the_asset_stages_each_file_and_publishes_what_the_command_does(tmp_path
         trace.write_text(AZURE + rows + "2023-11-16 18:01:00.0,-5,1\n")
         traces.append(trace)
     config = write_config(tmp_path, [str(t) for t in traces])
-    inputs = ingest_stage.read_inputs(load_config(config))
+    inputs = configured_inputs(load_config(config))
     planned, _ = ingest_stage.plan(inputs)
     read = ingest_stage.read_one(inputs, planned[1])
     staged = ingest_stage.stage_read(read, WorkloadLayout(tmp_path / "staging-check"))

@@ -24,9 +24,10 @@ from pipeline.config import load_config
 from pipeline.errors import ConfigError, InputFormatError
 from pipeline.hashing import salt_fingerprint
 from pipeline.ingest import stage
+from pipeline.ingest.cli import configured_inputs
 from pipeline.ingest.compute import BUNDLED_SAMPLE_SHA256, expand_paths, ingest_paths
 from pipeline.layout import WorkloadLayout
-from pipeline.store import OutputError, verify_ingest
+from pipeline.store import OutputError, read_requests, verify_ingest
 from tests.conftest import REPO, write_config, write_requests
 
 AZURE = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
@@ -144,7 +145,7 @@ def test_an_empty_folder_becomes_a_workload_and_a_rerun_replaces_only_its_own_pa
     assert layout.marker.is_file()
     assert ingest(azure(tmp_path / "b.csv", rows=1), "--out", out) == 0
     assert [p.name for p in layout.ingest.parts()] == ["part-00000.parquet"]
-    assert stage.read_requests(layout).collect()["prompt_tokens"].to_list() == [10]
+    assert read_requests(layout).collect()["prompt_tokens"].to_list() == [10]
     # only the workload's own files remain: marker, lock, the set and its manifest
     assert sorted(p.name for p in out.iterdir()) == [
         ".enginefit-workload",
@@ -169,7 +170,7 @@ def test_a_folder_holding_only_later_stage_outputs_is_an_enginefit_workload(
     (layout.bench.dir / "mine.txt").write_text("x")
     layout.marker.unlink()
     with pytest.raises(OutputError, match="not an enginefit workload"):
-        write_requests(stage.read_requests(layout).collect(), layout.root)
+        write_requests(read_requests(layout).collect(), layout.root)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -260,7 +261,7 @@ def test_a_kill_between_the_renames_leaves_a_set_every_reader_refuses(
         "ingest_manifest.json: interrupted, or an older version); re-run `enginefit ingest` "
         "for this workload (or materialise `workload`)"
     )
-    for read in (stage.read_requests, stage.read_summary):
+    for read in (read_requests, stage.read_summary):
         with pytest.raises(InputFormatError) as caught:
             read(layout)
         assert str(caught.value) == expected
@@ -304,7 +305,7 @@ def test_staging_leftovers_are_never_read_and_are_cleaned_by_the_next_write(
     (out / ".quarantine.parquet.9f8e7d").write_bytes(b"half a file")
     assert expand_paths([out]) == expand_paths([out / "requests"])
     assert [s.path for s in expand_paths([out])] == [part]
-    assert stage.read_requests(WorkloadLayout(out)).collect().height == 3
+    assert read_requests(WorkloadLayout(out)).collect().height == 3
     assert ingest(azure(tmp_path / "a.csv"), "--out", out) == 0
     assert not [p.name for p in out.iterdir() if p.name.startswith((".requests", ".quarantine"))]
 
@@ -358,7 +359,7 @@ def test_configured_traces_naming_one_file_twice_keep_their_formats_aligned(
         {"path": str(tmp_path / "b.csv"), "format": "azure"},
     ]
     config.write_text(yaml.safe_dump(raw))
-    summary = stage.run(stage.read_inputs(load_config(config))).summary
+    summary = stage.run(configured_inputs(load_config(config))).summary
     assert [(f.format, f.records_read) for f in summary.files] == [("mooncake", 2), ("azure", 3)]
     assert [s.reason for s in summary.skipped_files] == ["same path"]
 

@@ -23,9 +23,9 @@ from assets.resources import EnginefitStore
 from perf.stub_openai_server import StubServer, run_stub_server
 from pipeline.cli import main
 from pipeline.config import load_config
-from pipeline.ingest.stage import read_requests
 from pipeline.sim.blocks import sim_input
 from pipeline.sim.curve import capacity_curve
+from pipeline.store import read_requests
 from tests.conftest import DEFAULTS, REPO, bundled_config
 from tests.workloads import growing_conversations
 
@@ -157,8 +157,8 @@ WRONG_INPUT = [
     (["--engine", "vllm"], "--gpu-type, --gpu-count required"),
     (["--engine", ""], "--engine must not be empty"),
     (["--gpu-count", "0"], "--gpu-count must be a whole number from 1"),
-    (["--price", "-3"], "--price must be a finite price"),
-    (["--endpoint", "localhost:8000"], "--endpoint 'localhost:8000': expected an http(s) URL"),
+    (["--price", "-3"], "--price must be a price of 0 to 1000 $/GPU-hour"),
+    (["--endpoint", "localhost:8000"], "--endpoint: expected an http(s) URL"),
     (["--endpoint", "http://127.0.0.1:99999/v1"], "a port is 1 to 65535"),
     (["--endpoint", "http://alice:pw@127.0.0.1:9/v1"], "credentials in the URL"),
     (["--api-key-env", "ENGINEFIT_TEST_UNSET_VAR"], "that environment variable is not set"),

@@ -1,11 +1,12 @@
-"""pipeline.sim.memo: one large input kept per process, replaced by another key, let go of."""
+"""pipeline.store's kept input: one large input kept per process, replaced by another key, let
+go of."""
 
 from __future__ import annotations
 
 import gc
 import weakref
 
-from pipeline.sim import memo
+from pipeline.store import release_input, reuse_input
 
 
 class _Big:
@@ -19,23 +20,23 @@ def test_one_input_is_kept_and_a_new_key_or_release_lets_it_go() -> None:
         built.append(name)
         return _Big()
 
-    first = memo.reuse(("sim", "a"), lambda: build("a"))
-    assert memo.reuse(("sim", "a"), lambda: build("a")) is first
+    first = reuse_input(("sim", "a"), lambda: build("a"))
+    assert reuse_input(("sim", "a"), lambda: build("a")) is first
     assert built == ["a"]
     gone = weakref.ref(first)
     del first
-    second = memo.reuse(("sim", "b"), lambda: build("b"))
+    second = reuse_input(("sim", "b"), lambda: build("b"))
     gc.collect()
     assert gone() is None  # replaced, not kept beside the new one
-    assert memo.reuse(("sim", "b"), lambda: build("b")) is second and built == ["a", "b"]
+    assert reuse_input(("sim", "b"), lambda: build("b")) is second and built == ["a", "b"]
     kept = weakref.ref(second)
     del second
-    memo.release()
+    release_input()
     gc.collect()
     assert kept() is None
-    memo.reuse(("sim", "b"), lambda: build("b"))
+    reuse_input(("sim", "b"), lambda: build("b"))
     assert built == ["a", "b", "b"]
-    memo.release()
+    release_input()
 
 
 def test_the_prefix_stage_lets_go_of_what_the_simulation_kept() -> None:
@@ -45,7 +46,7 @@ def test_the_prefix_stage_lets_go_of_what_the_simulation_kept() -> None:
     from pipeline.prefix import stage as prefix_stage
     from tests.test_sim_cache import canonical
 
-    kept = weakref.ref(memo.reuse(("simulation", "w"), _Big))
+    kept = weakref.ref(reuse_input(("simulation", "w"), _Big))
     table = canonical(
         [{"hashes": [1, 2], "prompt_tokens": 9}, {"hashes": [1, 3], "prompt_tokens": 9}], 4
     )

@@ -15,15 +15,16 @@ import pypdfium2 as pdfium
 import pytest
 import yaml
 
+from assets.report import configured_inputs
 from pipeline.cli import main as enginefit
 from pipeline.config import load_config
 from pipeline.errors import InputFormatError
+from pipeline.ledger import HTML, MANIFEST, ReportTree
 from pipeline.present.text import usd
 from pipeline.report import signing, stage
 from pipeline.report.audit import audit
 from pipeline.report.compute import build
 from pipeline.report.present import LocalOnlyFetcher, render_pdf
-from pipeline.report.versions import HTML, MANIFEST, ReportTree
 from tests.bundled_report import Bundle, pdf_text, publish
 from tests.conftest import REPO, azure_conversation_trace, bundled_config
 
@@ -82,7 +83,7 @@ def test_the_bundled_document_reads_as_a_document(bundled: Bundle) -> None:
     assert "We are here: SGLang at ×1 today's traffic and 2 model changes a quarter." in text
     assert "traffic-x10 traffic scale 10 SGLang provisional" in text
     config = load_config(config_path)
-    summary = build(stage.read_inputs(config.layout(), config).document)["summary"]
+    summary = build(configured_inputs(config).document)["summary"]
     assert summary["engine"] == "SGLang" and summary["confidence"] == "provisional"
     assert [c["engine"] for c in summary["candidates"]][:2] == ["SGLang", "vLLM"]
     # Page 1 is the decision memo: what is asked, what each option costs, how sure, what
@@ -115,7 +116,7 @@ def test_the_bundled_document_reads_as_a_document(bundled: Bundle) -> None:
     words = " ".join(text.split())
     assert "no uncommitted changes" in words or "with uncommitted changes" in words
     # Same inputs, same bytes; and the standalone HTML is the same document.
-    again = stage.run(stage.read_inputs(config.layout(), config))
+    again = stage.run(configured_inputs(config))
     assert again.pdf == published.pdf.read_bytes()
     assert again.html.encode() == (published.folder / HTML).read_bytes()
     assert "<style>" in again.html and "1. Executive summary" in again.html
@@ -238,7 +239,7 @@ def test_a_trace_without_prompt_content_says_so_instead_of_empty_plots(tmp_path:
     # The auditor's appendix: the headline cost's formula, with the numbers put in, gives the
     # record's figure; every input names its source (a file and its short hash, or a key).
     loaded = load_config(config)
-    document = build(stage.read_inputs(loaded.layout(), loaded).document)
+    document = build(configured_inputs(loaded).document)
     record = json.loads((published.folder / "decision.json").read_text())
     chosen = next(c for c in record["candidates"] if c["status"] == "recommended")
     cost = next(w for w in document["workings"] if w["number"].endswith("this workload"))

@@ -4,6 +4,7 @@ the changes section comparing like with like."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import re
@@ -14,15 +15,16 @@ import pytest
 import yaml
 
 from assets.cli import main as enginefit_dagster
+from assets.report import configured_inputs
 from pipeline import dates
 from pipeline.bench.manifest import BenchManifestError, load_manifest, validate_manifest
 from pipeline.cli import main as enginefit
 from pipeline.config import load_config
 from pipeline.decision import stage as decision_stage
 from pipeline.errors import ConfigError, InputFormatError
+from pipeline.ledger import MANIFEST
 from pipeline.report import stage
 from pipeline.report.compute import build, configuration_changes
-from pipeline.report.versions import MANIFEST
 from tests.bundled_report import Bundle, pdf_text, publish, workload
 from tests.conftest import REPO
 from tests.decision_fixtures import (
@@ -171,7 +173,8 @@ def test_a_decision_dated_before_its_benchmark_is_refused(tmp_path: Path) -> Non
     folder = tmp_path / "ok" / "bench-results" / "0-vllm"
     config = configuration(tmp_path / "ok", results=[folder])
     with pytest.raises(InputFormatError) as raised:
-        decision_stage.read_inputs(config.layout(), config, as_of=dt.date(2026, 10, 31))
+        policy = dataclasses.replace(config.bench.policy(), as_of=dt.date(2026, 10, 31))
+        decision_stage.read_inputs(config.layout(), config.decision, policy)
     assert f"(manifest {folder / 'enginefit-bench.yaml'}): run_date 2026-11-01 is after the " in (
         str(raised.value)
     )
@@ -228,7 +231,7 @@ def test_without_a_date_the_first_publication_dates_the_version(
     again = publish(config, upstream=BENCH_READERS)
     assert (again.created, again.version) == (False, 1)
     loaded = load_config(config)
-    rerender = stage.run(stage.read_inputs(loaded.layout(), loaded))
+    rerender = stage.run(configured_inputs(loaded))
     assert rerender.pdf == first.pdf.read_bytes()
 
 
@@ -258,7 +261,7 @@ def test_a_price_change_lists_that_key_and_the_numbers_it_moved(bundled: Bundle)
     second = publish(config, upstream=BENCH_READERS)
     assert (second.created, second.version) == (True, 2)
     loaded = load_config(config)
-    changes = build(stage.read_inputs(loaded.layout(), loaded).document)["changes"]
+    changes = build(configured_inputs(loaded).document)["changes"]
     assert changes["against"] == "2025-Q1 v1"
     assert changes["configuration"] == [
         {"key": "bench.prices.gpu_hour_usd.H100", "before": "3.0", "now": "3.5"}

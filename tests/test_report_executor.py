@@ -9,7 +9,8 @@ import dagster as dg
 import pytest
 
 from assets.cli import main
-from assets.definitions import EXECUTORS, FULL_REPORT, WORKER_PRELOAD, defs, report_run_config
+from assets.definitions import FULL_REPORT, defs, report_run_config
+from assets.executors import EXECUTORS, WORKER_PRELOAD
 
 
 @pytest.mark.parametrize("executor", EXECUTORS)

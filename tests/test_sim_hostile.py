@@ -5,6 +5,7 @@ outside their arrays."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -334,9 +335,10 @@ def test_durations_that_would_overflow_the_kernel_are_refused() -> None:
         "duration of request 'r4' (row 4 in arrival order) is nan ms (logged e2e_ms, else the "
         "latency model): not a finite duration below 2^61 µs"
     )
-    # a latency model whose estimate overflows int64 microseconds (the config allows any
-    # finite value) is refused the same way, naming the first request
-    huge = DEFAULTS.shape.latency_model.replace(tpot_ms=1e300).as_model()
+    # a latency model whose estimate overflows int64 microseconds (the configuration bounds
+    # its own, but a model may come from elsewhere) is refused the same way, naming the first
+    # request
+    huge = dataclasses.replace(DEFAULTS.shape.latency, tpot_ms=1e300)
     with pytest.raises(SimulationInputError, match=r"duration of request 'r0' \(row 0"):
         sim_input(_frame(), latency_model=huge)
 

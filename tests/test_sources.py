@@ -8,10 +8,10 @@ import json
 import re
 from pathlib import Path
 
+from assets.report import configured_inputs
 from pipeline.config import load_config
-from pipeline.report import stage
+from pipeline.ledger import HTML
 from pipeline.report.compute import build
-from pipeline.report.versions import HTML
 from pipeline.sources import CITE, cited_sources, cites_in, split_cite
 from tests.bundled_report import Bundle, pdf_text
 from tests.conftest import REPO
@@ -153,7 +153,7 @@ def test_the_bundled_record_and_document_cite_only_what_they_list(bundled: Bundl
     assert missing_anchors(set(cites_in(record_text))) == []
     # The sources list is every cite of the text, each a repository doc or a URL.
     config = load_config(config_path)
-    document = build(stage.read_inputs(config.layout(), config).document)
+    document = build(configured_inputs(config).document)
     listed = document["appendix"]["sources"]
     text = {key: value for key, value in document.items() if key != "appendix"}
     cited = set(cites_in(json.dumps(text, ensure_ascii=False)))

@@ -22,12 +22,12 @@ import yaml
 
 from pipeline.cli import main
 from pipeline.config import Config, config_from_mapping, load_config
-from pipeline.decision import stage as decision_stage
+from pipeline.decision.cli import configured_inputs as decision_configured_inputs
 from pipeline.decision.compute import decided
 from pipeline.decision.flips import moved
 from pipeline.decision.result import AxisFlip, DecisionRecord
 from pipeline.errors import ConfigError
-from pipeline.whatif import stage as whatif_stage
+from pipeline.whatif.cli import configured_inputs as whatif_configured_inputs
 from pipeline.whatif.compute import WhatifInputs, decision_map, scenario, today_context, whatif
 from pipeline.whatif.config import MapAxis, ScenarioChanges
 from pipeline.whatif.present import changes_text, label_cell, map_reading, map_svg
@@ -61,7 +61,7 @@ def churn_configuration(root: Path) -> Config:
 def churn(churn_root: tuple[Path, DecisionRecord]) -> tuple[DecisionRecord, WhatifInputs]:
     root, record = churn_root
     cfg = churn_configuration(root)
-    inputs = decision_stage.read_inputs(cfg.layout(), cfg)
+    inputs = decision_configured_inputs(cfg)
     return record, WhatifInputs(inputs, cfg.requirements, cfg.decision)
 
 
@@ -347,7 +347,7 @@ def test_a_tighter_slo_reruns_the_benchmarks_in_memory(configured: Any) -> None:
     raw["whatif"]["scenarios"] = {"strict": {"slo": {"ttft_p95_ms": 500}}}
     cfg = config_from_mapping(raw, source=path)
     written = (cfg.layout().bench.capacity).read_bytes()
-    inputs = whatif_stage.read_inputs(cfg.layout(), cfg)
+    inputs = whatif_configured_inputs(cfg)
     base = today_context(replace(inputs, decision=inputs.at_slo["strict"]))
     changes = cfg.whatif.scenarios["strict"]
     outcome, record = scenario("strict", base, today, changes)

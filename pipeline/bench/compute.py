@@ -10,7 +10,7 @@ import polars as pl
 
 from pipeline.bench.config import BenchConfig
 from pipeline.bench.cost import cost_gap_vs_noise, cost_per_million, fleet_cost, workload_rates
-from pipeline.bench.result import BenchResult
+from pipeline.bench.result import AnalysisBasis, BenchResult
 from pipeline.bench.slo import candidate_keys, evaluate_slo, slo_capacity
 from pipeline.bench.validity import candidate_label_expr, comparability, validity_findings
 from pipeline.shape.facts import WorkloadFacts
@@ -86,7 +86,7 @@ def analyse_bench(
     if facts is None:
         all_notes.append("no workload facts: fleet sizing and production checks skipped")
     return BenchResult(
-        settings=settings,
+        settings=AnalysisBasis.of(settings),
         as_of=when,
         evaluated=evaluated.with_columns(candidate=candidate_label_expr(evaluated)),
         capacity=costed.select("candidate", pl.exclude("candidate")),

@@ -24,9 +24,8 @@ from pipeline.errors import ConfigError
 from pipeline.settings import (
     ConfigDate,
     ConfigPath,
-    NonNegativeInt,
-    PositiveInt,
     Section,
+    between,
     collected,
     tuple_of,
 )
@@ -42,6 +41,14 @@ METRICS = ("ttft", "itl", "e2e")
 _LIMIT_KEY = re.compile(r"^(ttft|itl|e2e)_(mean|p50|p90|p95|p99)_ms$")
 _OPTION_KEYS = ("itl_definition", "max_error_rate", "min_achieved_rate_share")
 _METRIC_LABEL = {"ttft": "TTFT", "itl": "ITL", "e2e": "E2E"}
+# A latency limit past an hour judges nothing (no benchmark runs a request that long).
+MAX_LATENCY_LIMIT_MS = 3_600_000.0
+# Benchmarks stay current this many days at most: ten years is past any engine's release cycle.
+MAX_AGE_DAYS_LIMIT = 3_650
+# A point's window spans at most this many typical latencies before the rule asks the impossible.
+MAX_WINDOW_LATENCIES = 1_000.0
+# k in ceil(k / (1 - q)): a hundred already asks 10,000 requests of a p99.
+MAX_TAIL_REQUESTS = 100
 
 
 class SloSpecError(ConfigError):
@@ -159,6 +166,11 @@ def slo_from_mapping(
         match = _LIMIT_KEY.match(name)
         if match:
             bound = _number(value, f"{where}.{name}", where)
+            if bound is not None and bound > MAX_LATENCY_LIMIT_MS:
+                raise SloSpecError(
+                    f"{where}.{name}: a latency limit is at most {MAX_LATENCY_LIMIT_MS:,.0f} ms "
+                    f"(an hour), got {value!r}"
+                )
             if bound is not None:
                 limits.append(LatencyLimit(match.group(1), match.group(2), bound))
         elif name in _OPTION_KEYS:
@@ -234,7 +246,7 @@ class OverloadRule(Section):
     """
 
     tolerance: Annotated[float, Field(ge=0, lt=1)]
-    min_window_latencies: Annotated[float, Field(gt=0)]
+    min_window_latencies: Annotated[float, between(0, MAX_WINDOW_LATENCIES, low_open=True)]
 
 
 def _slo(value: Any) -> Any:
@@ -243,6 +255,18 @@ def _slo(value: Any) -> Any:
 
 def _prices(value: Any) -> Any:
     return value if isinstance(value, Prices) else prices_from_mapping(value, where="bench.prices")
+
+
+@dataclass(frozen=True)
+class BenchPolicy:
+    """What the decision and the report take of the bench section besides its results: the
+    report date given to this run (None: not given) and what gave it, how many days a
+    benchmark stays current, and the window whose peak rate the fleet is sized for."""
+
+    as_of: dt.date | None
+    as_of_source: str
+    max_age_days: int
+    peak_window: str
 
 
 class BenchConfig(Section):
@@ -260,10 +284,14 @@ class BenchConfig(Section):
     prices: Annotated[Prices, BeforeValidator(collected(_prices)), PlainSerializer(Prices.as_dict)]
     # The report date (pipeline.dates): every age is measured from it; never in the future.
     as_of: Annotated[ConfigDate, AfterValidator(not_in_future)] | None
-    max_age_days: PositiveInt
+    max_age_days: Annotated[int, between(1, MAX_AGE_DAYS_LIMIT)]
     peak_window: Annotated[str, Field(min_length=1)]
     overload: OverloadRule
-    min_tail_requests: NonNegativeInt
+    min_tail_requests: Annotated[int, between(0, MAX_TAIL_REQUESTS)]
+
+    def policy(self) -> BenchPolicy:
+        as_of, source = configured_as_of(self)
+        return BenchPolicy(as_of, source, self.max_age_days, self.peak_window)
 
 
 RUN_DATE_ENV = "ENGINEFIT_RUN_DATE"

@@ -25,7 +25,7 @@ Keys (``engine``, ``gpu_type``, ``gpu_count`` are required after merging)::
     gpu_type: H100-80GB           # accelerator model
     gpu_count: 1                  # accelerators serving this deployment (all replicas), ≤ 100,000
     quantization: bf16            # optional (bf16, fp8, awq-int4 …)
-    price_per_gpu_hour_usd: 2.49  # optional, $ per accelerator-hour (finite, ≥ 0)
+    price_per_gpu_hour_usd: 2.49  # optional, $ per accelerator-hour (0 to 1000)
     run_date: 2025-11-05          # optional; else the date in the file
     model: meta-llama/Llama-3.1-8B-Instruct  # optional; overrides the model in the file
     workload: shared-prefix-64    # optional label of the benchmark workload
@@ -61,7 +61,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.costing import parse_price
+from pipeline.costing import MAX_GPU_HOUR_USD, parse_price
 from pipeline.errors import ConfigError, InputFormatError
 from pipeline.settings import load_yaml
 
@@ -274,7 +274,9 @@ def validate_manifest(values: Mapping[str, Any], source: str) -> BenchManifest:
         try:
             out["price_per_gpu_hour_usd"] = parse_price(price, "price_per_gpu_hour_usd")
         except ConfigError as exc:
-            raise fail("price_per_gpu_hour_usd", "must be a finite price ≥ 0 ($/GPU-hour)") from exc
+            raise fail(
+                "price_per_gpu_hour_usd", f"must be a price of 0 to {MAX_GPU_HOUR_USD:g} $/GPU-hour"
+            ) from exc
     run_date = values.get("run_date")
     if run_date is not None:
         try:

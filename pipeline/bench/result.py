@@ -2,7 +2,8 @@
 
 The frames (points, capacity, fleet, findings) are written as Parquet beside the document; the
 document names every formula and setting it used, so an auditor reads the numbers with their
-method.
+method, and later stages read the SLO and the prices the analysis was made with from it
+(:class:`AnalysisBasis`), not from the configuration again.
 """
 
 from __future__ import annotations
@@ -16,16 +17,55 @@ from typing import Any
 import polars as pl
 from pydantic import BaseModel, ConfigDict
 
-from pipeline.bench.config import BenchConfig
+from pipeline.bench.config import BenchConfig, OverloadRule, SloSpec, slo_from_mapping
 from pipeline.bench.validity import FINDINGS_SCHEMA
-from pipeline.costing import COST_FORMULA, FLEET_FORMULA
+from pipeline.costing import COST_FORMULA, FLEET_FORMULA, Prices
+
+
+@dataclass(frozen=True)
+class AnalysisBasis:
+    """The bench settings an analysis was made with, as its document records them: the SLO
+    and the prices travel with the analysis to the stages after it."""
+
+    slo: SloSpec
+    prices: Prices
+    overload: OverloadRule
+    min_tail_requests: int
+    interpolate: bool
+
+    @classmethod
+    def of(cls, settings: BenchConfig) -> AnalysisBasis:
+        return cls(
+            settings.slo,
+            settings.prices,
+            settings.overload,
+            settings.min_tail_requests,
+            settings.interpolate,
+        )
+
+    @classmethod
+    def from_json(cls, payload: dict[str, Any], where: str) -> AnalysisBasis:
+        """The settings :func:`analysis_payload` recorded (``where``: the document, for errors)."""
+        slo = {key: value for key, value in payload["slo"].items() if key != "description"}
+        prices = payload["prices"]
+        return cls(
+            slo=slo_from_mapping(slo, where=f"{where}: slo"),
+            prices=Prices(
+                gpu_hour_usd=dict(prices["gpu_hour_usd"]),
+                default=prices["default"],
+                override=prices["override"],
+            ),
+            overload=OverloadRule.model_validate(payload["overload"]),
+            min_tail_requests=payload["min_tail_requests"],
+            interpolate=payload["interpolate"],
+        )
 
 
 @dataclass(frozen=True)
 class BenchResult:
     """Everything the bench stage computes from load points, settings and workload facts."""
 
-    settings: BenchConfig
+    settings: AnalysisBasis
     as_of: dt.date | None
     evaluated: pl.DataFrame  # load points + sweep, load, error_rate, slo_status, slo_reason
     capacity: pl.DataFrame  # one row per candidate × sweep, with costs, rank pool and rank

@@ -25,7 +25,7 @@ from typing import Any
 
 import polars as pl
 
-from pipeline import dates
+from pipeline import dates, results
 from pipeline.bench.compute import analyse_bench
 from pipeline.bench.config import BenchConfig
 from pipeline.bench.latency_fit import (
@@ -36,22 +36,35 @@ from pipeline.bench.latency_fit import (
 )
 from pipeline.bench.present import figures
 from pipeline.bench.readers import read_bench_files
-from pipeline.bench.result import BenchResult, analysis_payload
+from pipeline.bench.result import AnalysisBasis, BenchResult, analysis_payload
 from pipeline.bench.schema import BenchReadResult, empty_load_points
 from pipeline.dates import refuse_runs_after
 from pipeline.errors import InputFormatError
-from pipeline.ingest.stage import read_requests
-from pipeline.layout import WorkloadLayout, require_output
+from pipeline.layout import WorkloadLayout
 from pipeline.prefix import stage as prefix_stage
 from pipeline.safe_read import read_json
 from pipeline.shape import stage as shape_stage
 from pipeline.shape.facts import LatencyModel, WorkloadFacts
 from pipeline.store import (
     open_stage_output,
+    read_requests,
     write_bytes_atomic,
     write_json_atomic,
     write_parquet_atomic,
 )
+
+# Each step's result, the results it reads and the sections it takes (the bench section, and the
+# shape section's latency model for the trace's concurrency).
+RESULTS_STEP = results.Step(results.LOAD_POINTS, sections=("bench",))
+ANALYSIS_STEP = results.Step(
+    results.BENCH,
+    upstream=(results.LOAD_POINTS, results.SHAPE, results.PREFIX),
+    sections=("bench",),
+)
+CONCURRENCY_STEP = results.Step(
+    results.LATENCY_FITS, upstream=(results.BENCH, results.REQUESTS), sections=("shape",)
+)
+STEPS = (RESULTS_STEP, ANALYSIS_STEP, CONCURRENCY_STEP)
 
 NO_RESULTS = (
     "no bench results configured (set bench.results in the configuration, or give result "
@@ -83,12 +96,16 @@ def write_results(result: BenchReadResult, layout: WorkloadLayout) -> dict[str, 
     else:
         paths.per_request.unlink(missing_ok=True)
     write_json_atomic(paths.read_notes, {"notes": result.notes})
+    written = {"load_points": paths.load_points, "read_notes": paths.read_notes}
+    if result.per_request is not None:
+        written["per_request"] = paths.per_request
+    results.LOAD_POINTS.seal(layout, written.values())
     return {"load_points": paths.load_points, "read_notes": paths.read_notes}
 
 
 def read_written_results(layout: WorkloadLayout) -> BenchReadResult:
     paths = layout.bench
-    require_output(paths.load_points, "load points", "bench", "bench_load_points")
+    results.LOAD_POINTS.require(layout)
     per_request = pl.read_parquet(paths.per_request) if paths.per_request.is_file() else None
     notes = read_json(paths.read_notes)["notes"]
     return BenchReadResult(pl.read_parquet(paths.load_points), per_request, notes)
@@ -185,16 +202,18 @@ def write(analysis: BenchResult, layout: WorkloadLayout) -> dict[str, Path]:
     for name, svg in figures(analysis).items():
         write_bytes_atomic(getattr(paths, name), svg)
         written[name] = getattr(paths, name)
+    results.BENCH.seal(layout, written.values())
     return written
 
 
-def read_analysis(layout: WorkloadLayout, settings: BenchConfig) -> BenchResult:
-    """The analysis written by :func:`write`, read back (what later stages read)."""
+def read_analysis(layout: WorkloadLayout) -> BenchResult:
+    """The analysis written by :func:`write`, read back with the settings it was made with
+    (what later stages read)."""
     paths = layout.bench
-    analysis = require_output(paths.analysis, "bench analysis", "bench", "bench_analysis")
+    analysis = results.BENCH.require(layout)
     payload = read_json(analysis)
     return BenchResult(
-        settings=settings,
+        settings=AnalysisBasis.from_json(payload, str(analysis)),
         as_of=dt.date.fromisoformat(payload["as_of"]) if payload["as_of"] else None,
         evaluated=pl.read_parquet(paths.points),
         capacity=pl.read_parquet(paths.capacity),
@@ -256,15 +275,14 @@ def write_concurrency(result: ConcurrencyByEngine, layout: WorkloadLayout) -> di
     write_parquet_atomic(result.table, paths.concurrency)
     payload: dict[str, Any] = concurrency_payload(result.fits, result.table, result.notes)
     write_json_atomic(paths.concurrency_json, payload)
-    return {"concurrency": paths.concurrency, "concurrency_json": paths.concurrency_json}
+    written = {"concurrency": paths.concurrency, "concurrency_json": paths.concurrency_json}
+    results.LATENCY_FITS.seal(layout, written.values())
+    return written
 
 
 def read_latency_fits(layout: WorkloadLayout) -> pl.DataFrame:
     """The latency models fitted per candidate (written by :func:`write_concurrency`)."""
-    path = require_output(
-        layout.bench.concurrency_json, "latency fits", "bench", "concurrency_by_engine"
-    )
-    fits = read_json(path)["fits"]
+    fits = read_json(results.LATENCY_FITS.require(layout))["fits"]
     return pl.DataFrame(fits, infer_schema_length=None) if fits else pl.DataFrame()
 
 

@@ -31,7 +31,8 @@ def register(subparsers: Any) -> None:
 def run_capacity(args: argparse.Namespace) -> int:
     config = command_config(args)
     layout = config.layout()
-    result = stage.run(stage.read_inputs(layout, config), config.capacity)
+    inputs = stage.read_inputs(layout, config.requirements.served_model(), config.catalog())
+    result = stage.run(inputs, config.capacity)
     stage.write(result, layout)
     if args.json:
         print(json.dumps(result.to_json(), indent=2, sort_keys=True))

@@ -27,25 +27,48 @@ workload and the fleet sized (defaults and their documentation: ``pipeline/defau
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Self
 
 from pydantic import Field, model_validator
 
-from pipeline.settings import PositiveInt, Section
+from pipeline.capacity.prior import ModelShape
+from pipeline.settings import Section, Seed, between
+
+# A fleet sized to run its replicas below this share of their SLO capacity is over 20x
+# over-provisioned: a typo, and near zero the replica count overflows.
+MIN_HEADROOM = 0.05
+# The engine's per-step token budget and running-request limit: vLLM's defaults are 8,192 (or
+# 2,048) and 256 (or 1,024); a million tokens a step or 65,536 requests at once runs on no GPU.
+MAX_TOKEN_BUDGET = 2**20
+MAX_BATCH = 2**16
+# A workload a thousand times longer or shorter than the benchmark is never a transfer to trust.
+MAX_FAR_RATIO = 1_000.0
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """What the team says of the model it serves (``requirements.models`` and
+    ``requirements.kv_cache``), as the capacity stage takes it: the models' names, the KV-cache
+    tokens one replica holds and the model's shape for the roofline prior (None: not given)."""
+
+    models: tuple[str, ...] = ()
+    kv_tokens: int | None = None
+    shape: ModelShape | None = None
 
 
 class CapacityConfig(Section):
     """Validated capacity settings (every key documented in defaults.yaml)."""
 
-    headroom: Annotated[float, Field(gt=0, le=1)]
+    headroom: Annotated[float, between(MIN_HEADROOM, 1)]
     n_plus_one: bool
     sample_requests: Annotated[int, Field(ge=200, le=1_000_000)]
-    seed: Annotated[int, Field(ge=0)]
+    seed: Seed
     warmup_share: Annotated[float, Field(ge=0, lt=0.5)]
-    token_budget: PositiveInt | None = None
-    max_batch: PositiveInt | None = None
+    token_budget: Annotated[int, between(1, MAX_TOKEN_BUDGET)] | None = None
+    max_batch: Annotated[int, between(1, MAX_BATCH)] | None = None
     chunked_prefill: bool | None = None
-    far_ratio: Annotated[float, Field(gt=1)]
+    far_ratio: Annotated[float, between(1, MAX_FAR_RATIO, low_open=True)]
     min_band_spread: Annotated[float, Field(ge=0, lt=0.5)]
 
     @model_validator(mode="after")

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pipeline.capacity.config import CapacityConfig
 from pipeline.unknown import ResultModel
@@ -140,6 +140,13 @@ class EngineDefaults:
     max_num_seqs: int
     enable_chunked_prefill: bool
     detail: str  # the engine, the catalog note's gist and its sources
+
+
+class SchedulingCatalog(Protocol):
+    """Where an engine's scheduling defaults come from (the engine catalog,
+    ``pipeline.decision.catalog.Catalog``, given by the caller: the decision reads this stage)."""
+
+    def scheduling_defaults(self, engine: str, gpu_type: str) -> EngineDefaults | None: ...
 
 
 def _first(

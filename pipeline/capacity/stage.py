@@ -3,15 +3,16 @@
 read → run → write:
 
 * :func:`read_inputs` gathers what the core needs through the other stages' readers: the bench
-  stage's evaluated load points, its SLO-capacity table (the measured bracket and the
-  benchmark's own $/1M output) and its per-request rows (persisted by the bench stage as
-  ``bench/per_request.parquet`` whenever a result file had them; the bundled sweep has none, so
-  nothing there changes); the ingest table's ``prompt_tokens`` / ``output_tokens``; the shape
-  stage's mean and peak rate (``bench.peak_window``); the cached share of prompt tokens from the
-  simulation's scenarios (:func:`recommended_cached_share`); the replica's KV tokens
-  (``requirements.kv_cache``, else the largest ``simulation.cache_tokens``); the model's shape for
-  the roofline prior (``requirements.kv_cache``); prices (``bench.prices``) and the SLO
-  (``bench.slo``).
+  analysis (its evaluated load points; its SLO-capacity table, with the measured bracket and
+  the benchmark's own $/1M output; the workload's mean and peak rate at ``bench.peak_window``;
+  and the SLO and the prices it was made with) and its per-request rows (persisted by the bench
+  stage as ``bench/per_request.parquet`` whenever a result file had them; the bundled sweep has
+  none, so nothing there changes); the ingest table's ``prompt_tokens`` / ``output_tokens``; the
+  cached share of prompt tokens from the simulation's scenarios
+  (:func:`recommended_cached_share`); and what the team says of its model
+  (:class:`~pipeline.capacity.config.ServedModel`): the replica's KV tokens
+  (``requirements.kv_cache``, else the largest simulated cache) and the model's shape for the
+  roofline prior.
 * :func:`run` fits one serving model per benchmarked deployment (engine × GPU × model × version
   × GPU count, all of its sweeps together) from its kept-up open-loop points, and carries each
   to the workload's own mix (:mod:`pipeline.capacity.compute`).
@@ -30,9 +31,10 @@ from pathlib import Path
 
 import polars as pl
 
+from pipeline import results
 from pipeline.bench import stage as bench_stage
 from pipeline.bench.config import SloSpec
-from pipeline.bench.cost import workload_rates
+from pipeline.bench.result import BenchResult
 from pipeline.capacity.compute import (
     WorkloadRequests,
     capacity_result,
@@ -40,31 +42,34 @@ from pipeline.capacity.compute import (
     deployment_model_shape,
     workload_requests,
 )
-from pipeline.capacity.config import CapacityConfig
+from pipeline.capacity.config import CapacityConfig, ServedModel
 from pipeline.capacity.fit import deployment_of, fit_serving_model
 from pipeline.capacity.limits import (
-    EngineDefaults,
+    SchedulingCatalog,
     SchedulingLimits,
     kv_bytes,
     resolve_limits,
     weight_bytes,
 )
 from pipeline.capacity.models import deployment_shape
-from pipeline.capacity.prior import ModelShape, gpu_peaks
+from pipeline.capacity.prior import ModelShape
 from pipeline.capacity.result import CapacityResult, Slo, candidates_frame, model_errors_frame
 from pipeline.capacity.search import sample_requests
-from pipeline.config import Config
 from pipeline.costing import Prices
-from pipeline.decision.catalog import Catalog, load_catalog
 from pipeline.errors import ConfigError, InputFormatError
-from pipeline.ingest.stage import read_requests
-from pipeline.layout import WorkloadLayout, require_output
+from pipeline.layout import WorkloadLayout
 from pipeline.safe_read import read_json
-from pipeline.shape import stage as shape_stage
 from pipeline.sim import stage as sim_stage
 from pipeline.sim.result import ScenarioSummary
-from pipeline.store import open_stage_output, write_json_atomic, write_parquet_atomic
+from pipeline.store import open_stage_output, read_requests, write_json_atomic, write_parquet_atomic
 from pipeline.unknown import Unknown
+
+STEP = results.Step(
+    results.CAPACITY,
+    upstream=(results.BENCH, results.LOAD_POINTS, results.REQUESTS, results.SCENARIOS),
+    # decision: only its engine catalog (the engines' scheduling defaults).
+    sections=("capacity", "requirements", "decision"),
+)
 
 #: The columns that name one benchmarked deployment (its sweeps are fitted together).
 # The serving backend too: TensorRT-LLM's PyTorch and TensorRT backends are different servers.
@@ -102,7 +107,7 @@ class CapacityInputs:
     slo: Slo
     min_achieved_rate_share: float | None
     #: The engine catalog (its engines' scheduling defaults); None: no defaults.
-    catalog: Catalog | None = None
+    catalog: SchedulingCatalog | None = None
     sources: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -159,62 +164,70 @@ def recommended_cached_share(
     )
 
 
-def _kv_tokens(config: Config) -> tuple[int, str]:
-    kv = config.requirements.kv_cache
-    if kv is not None:
-        tokens = kv.tokens_per_replica()
+def _kv_tokens(
+    served: ServedModel, summaries: Sequence[ScenarioSummary], where: Path
+) -> tuple[int, str]:
+    """The KV-cache tokens of a replica: the team's (``requirements.kv_cache``), else the
+    largest cache the simulation replayed (``where``: its summary, for the error)."""
+    if served.kv_tokens is not None:
+        tokens = served.kv_tokens
         return tokens, f"requirements.kv_cache: {tokens:,} tokens per replica"
-    largest = max(config.simulation.cache_tokens)
+    if not summaries:
+        raise InputFormatError(
+            f"{where}: no simulated scenario, so no cache size to take a replica's KV tokens "
+            "from; set requirements.kv_cache (or simulation.cache_tokens, then `enginefit "
+            "simulate`)"
+        )
+    largest = max(s.cache_tokens for s in summaries)
     return largest, (
         f"simulation.cache_tokens (the largest configured, {largest:,}); set "
         "requirements.kv_cache to size it from the hardware"
     )
 
 
-def _model_shape(config: Config) -> ModelShape | None:
-    kv = config.requirements.kv_cache
-    if kv is None:
-        return None
-    return ModelShape(
-        params_billion=kv.model_params_billion,
-        weight_bytes=kv.weight_bytes,
-        layers=kv.layers,
-        kv_heads=kv.kv_heads,
-        head_dim=kv.head_dim,
-        kv_bytes=kv.kv_bytes,
-        attention_heads=kv.attention_heads,
-    )
+def read_inputs(
+    layout: WorkloadLayout, served: ServedModel, catalog: SchedulingCatalog | None
+) -> CapacityInputs:
+    """Everything :func:`run` needs, through the other stages' readers (the module docstring),
+    with ``catalog`` the engine catalog ``decision.catalog`` names (its engines' scheduling
+    defaults; None: none). A missing upstream output is the error naming the command that
+    writes it."""
+    return inputs_from(layout, bench_stage.read_analysis(layout), served, catalog)
 
 
-def read_inputs(layout: WorkloadLayout, config: Config) -> CapacityInputs:
-    """Everything :func:`run` needs, through the other stages' readers (the module docstring).
-    A missing upstream output is the error naming the command that writes it."""
-    workload = config.require_workload().name
-    slo = capacity_slo(config.bench.slo)
-    analysis = bench_stage.read_analysis(layout, config.bench)
+def inputs_from(
+    layout: WorkloadLayout,
+    analysis: BenchResult,
+    served: ServedModel,
+    catalog: SchedulingCatalog | None,
+) -> CapacityInputs:
+    """:func:`read_inputs` with ``analysis`` the bench analysis the fleet is sized from: the
+    written one, or one re-run in memory at another SLO (what-if)."""
+    slo = capacity_slo(analysis.settings.slo)
     per_request = bench_stage.read_written_results(layout).per_request
     requests = read_requests(layout).select("prompt_tokens", "output_tokens").collect()
-    facts = shape_stage.read_result(layout).facts
-    rates = workload_rates(facts.mean_rate_rps, facts.peak_rate_rps, config.bench.peak_window)
+    require_output_lengths(requests, layout)
+    rates = analysis.rates
     peak_label = next((k for k in rates if k.startswith("peak_")), None)
     mean = rates.get("mean")
     if peak_label is None and mean is None:
         raise InputFormatError(
-            f"{layout.shape.summary}: the workload has no peak or mean rate (no arrival times); "
-            "the capacity stage sizes the fleet from them"
+            f"{layout.bench.analysis}: the bench analysis has no peak or mean rate of the "
+            "workload (its arrivals have no times, or `enginefit bench` ran before `enginefit "
+            "shape`); the capacity stage sizes the fleet from them"
         )
     notes: list[str] = []
     if peak_label is None:
         notes.append("no peak rate measured: the fleet is sized at the mean rate")
     peak = rates[peak_label] if peak_label is not None else float(mean)  # type: ignore[arg-type]
-    kv_tokens, kv_source = _kv_tokens(config)
-    share = recommended_cached_share(sim_stage.read_summaries(layout), kv_tokens)
+    summaries = sim_stage.read_summaries(layout)
+    kv_tokens, kv_source = _kv_tokens(served, summaries, layout.simulation.summary)
+    share = recommended_cached_share(summaries, kv_tokens)
     if isinstance(share, Unknown):
         notes.append(f"cached share taken as 0: {share.reason}")
         cached, cached_source = 0.0, f"none ({share.reason})"
     else:
         cached, cached_source = share
-    model_shape = _model_shape(config)
     sources = {
         "rates": f"shape stage: peak {peak:.4g} req/s ("
         + (peak_label.removeprefix("peak_") + " window" if peak_label else "mean")
@@ -224,11 +237,11 @@ def read_inputs(layout: WorkloadLayout, config: Config) -> CapacityInputs:
         "cached_share": cached_source,
         "model_shape": "requirements.kv_cache (the roofline prior of a deployment that served "
         "your model)"
-        if model_shape is not None
+        if served.shape is not None
         else "none: set requirements.kv_cache for the roofline prior",
     }
     return CapacityInputs(
-        workload=workload,
+        workload=layout.name,
         points=analysis.evaluated,
         per_request=per_request,
         bench_capacity=analysis.capacity,
@@ -237,15 +250,31 @@ def read_inputs(layout: WorkloadLayout, config: Config) -> CapacityInputs:
         peak_rate_rps=peak,
         mean_rate_rps=mean,
         kv_tokens=kv_tokens,
-        model_shape=model_shape,
-        team_models=config.requirements.models,
-        prices=config.bench.prices,
+        model_shape=served.shape,
+        team_models=served.models,
+        prices=analysis.settings.prices,
         slo=slo,
-        min_achieved_rate_share=config.bench.slo.min_achieved_rate_share,
-        catalog=load_catalog(config.decision.catalog),
+        min_achieved_rate_share=analysis.settings.slo.min_achieved_rate_share,
+        catalog=catalog,
         sources=sources,
         notes=notes,
     )
+
+
+def require_output_lengths(requests: pl.DataFrame, layout: WorkloadLayout) -> None:
+    """The workload's own mix needs each request's output length: a trace that logs none (a
+    column mapping with ``output_tokens: null``) leaves the capacity at its mix unknown, and
+    says why rather than that the workload is empty."""
+    logged = requests.filter(
+        pl.col("prompt_tokens").is_not_null() & pl.col("output_tokens").is_not_null()
+    ).height
+    if requests.height and not logged:
+        raise InputFormatError(
+            f"{layout.ingest.requests}: none of the workload's {requests.height:,} requests logs "
+            "an output length (a trace mapped with output_tokens: null), so its capacity at its "
+            "own mix is unknown: map output_tokens to the column that logs it, or compare the "
+            "engines on the benchmarks' own figures (`enginefit bench`)"
+        )
 
 
 def _column(frame: pl.DataFrame, name: str) -> pl.Expr:
@@ -386,7 +415,7 @@ def run(inputs: CapacityInputs, settings: CapacityConfig) -> CapacityResult:
 
 
 def deployment_limits(
-    rows: pl.DataFrame, catalog: Catalog | None, settings: CapacityConfig
+    rows: pl.DataFrame, catalog: SchedulingCatalog | None, settings: CapacityConfig
 ) -> SchedulingLimits:
     """The scheduling limits of the deployment whose load points are ``rows``: its manifest's
     ``engine_args``, what its result files record, the catalog's defaults for its engine and
@@ -396,35 +425,12 @@ def deployment_limits(
     return resolve_limits(
         manifest_args=_json_column(rows, "engine_args"),
         recorded_args=_json_column(rows, "recorded_engine_args") or {},
-        defaults=engine_defaults(catalog, deployment.engine, deployment.gpu_type),
+        defaults=catalog.scheduling_defaults(deployment.engine, deployment.gpu_type)
+        if catalog is not None
+        else None,
         config=settings,
         manifest_file=manifest,
         gpu_count=deployment.gpu_count,
-    )
-
-
-def engine_defaults(catalog: Catalog | None, engine: str, gpu_type: str) -> EngineDefaults | None:
-    """The catalog's scheduling defaults for ``engine`` on ``gpu_type`` (its memory from the GPU
-    datasheet table), or None when the catalog has none."""
-    key = catalog.engine_key(engine) if catalog is not None else None
-    scheduling = catalog.engines[key].scheduling if catalog is not None and key else None
-    if scheduling is None:
-        return None
-    peaks = gpu_peaks(gpu_type)
-    memory = None if isinstance(peaks, Unknown) else peaks.memory_gib
-    row = scheduling.default_for(gpu_type, memory)
-    if row is None:
-        return None
-    assert catalog is not None and key is not None
-    cited = ", ".join(
-        source.url if not isinstance(source := catalog.sources[name], str) else source
-        for name in scheduling.sources
-    )
-    return EngineDefaults(
-        max_num_batched_tokens=row.max_num_batched_tokens,
-        max_num_seqs=row.max_num_seqs,
-        enable_chunked_prefill=row.enable_chunked_prefill,
-        detail=f"{catalog.engines[key].name} on {gpu_type}, engine catalog ({cited})",
     )
 
 
@@ -473,16 +479,16 @@ def write(result: CapacityResult, layout: WorkloadLayout) -> dict[str, Path]:
     write_json_atomic(paths.result, result.to_json())
     write_parquet_atomic(candidates_frame(result), paths.candidates)
     write_parquet_atomic(model_errors_frame(result), paths.model_errors)
-    return {
+    written = {
         "result": paths.result,
         "candidates": paths.candidates,
         "model_errors": paths.model_errors,
     }
+    results.CAPACITY.seal(layout, written.values())
+    return written
 
 
 def read_result(layout: WorkloadLayout) -> CapacityResult:
     """The capacity document written by :func:`write` (what the decision reads)."""
-    path = require_output(
-        layout.capacity.result, "capacity result", "capacity", "workload_capacity"
-    )
+    path = results.CAPACITY.require(layout)
     return CapacityResult.from_json(read_json(path), str(path))

@@ -31,6 +31,8 @@ from typing import Annotated, Any, Literal, Self, cast, get_args
 
 from pydantic import BeforeValidator, Field, PrivateAttr, Strict, ValidationError, model_validator
 
+from pipeline.capacity.limits import EngineDefaults
+from pipeline.capacity.prior import gpu_peaks
 from pipeline.errors import ConfigError
 from pipeline.settings import (
     ConfigDate,
@@ -41,6 +43,7 @@ from pipeline.settings import (
     load_yaml,
     validation_message,
 )
+from pipeline.unknown import Unknown
 
 HardwareTarget = Literal[
     "nvidia", "amd", "intel-gpu", "cpu", "apple", "tpu", "gaudi", "ascend", "neuron"
@@ -469,6 +472,31 @@ class Catalog(Section):
         """The catalog key of an engine named by its key or an alias (case and punctuation
         ignored: ``TensorRT_LLM`` is ``tensorrt-llm``), else None."""
         return self._by_name.get(_normalised(name))
+
+    def scheduling_defaults(self, engine: str, gpu_type: str) -> EngineDefaults | None:
+        """The scheduling defaults of ``engine`` on ``gpu_type`` (its memory from the GPU
+        datasheet table) with what they cite, or None when the catalog has none (the capacity
+        stage's :class:`~pipeline.capacity.limits.SchedulingCatalog`)."""
+        key = self.engine_key(engine)
+        scheduling = self.engines[key].scheduling if key is not None else None
+        if key is None or scheduling is None:
+            return None
+        peaks = gpu_peaks(gpu_type)
+        row = scheduling.default_for(
+            gpu_type, None if isinstance(peaks, Unknown) else peaks.memory_gib
+        )
+        if row is None:
+            return None
+        cited = ", ".join(
+            source.url if not isinstance(source := self.sources[name], str) else source
+            for name in scheduling.sources
+        )
+        return EngineDefaults(
+            max_num_batched_tokens=row.max_num_batched_tokens,
+            max_num_seqs=row.max_num_seqs,
+            enable_chunked_prefill=row.enable_chunked_prefill,
+            detail=f"{self.engines[key].name} on {gpu_type}, engine catalog ({cited})",
+        )
 
     def require_engine(self, name: str, where: str) -> str:
         """:meth:`engine_key`, or an error naming ``where`` (file and key) and the known names."""

@@ -13,6 +13,7 @@ from typing import Any
 from pipeline.bench.config import as_of_flag
 from pipeline.config import Config
 from pipeline.decision import stage
+from pipeline.decision.context import DecisionInputs
 from pipeline.decision.present import candidates_table, rationale_text
 from pipeline.settings import with_flags
 
@@ -45,15 +46,25 @@ def decide_config(args: argparse.Namespace, config: Config) -> Config:
     return config
 
 
+def configured_inputs(config: Config, previous: Path | None = None) -> DecisionInputs:
+    """What the decision of the configured workload reads, as `enginefit decide` and the
+    ``engine_decision`` asset read it: a previous record to check is ``previous``, else
+    ``decision.previous_record``, else the version a new report would compare with."""
+    return stage.read_inputs(
+        config.layout(),
+        config.decision,
+        config.bench.policy(),
+        filing=config.filing(),
+        previous=previous or config.decision.previous_record,
+    )
+
+
 def decide(args: argparse.Namespace, config: Config) -> int:
     """The decision (``config`` from :func:`decide_config`) on the upstream results already
     written, saved and printed."""
-    previous = args.previous or config.decision.previous_record
-    layout = config.layout()
-    record = stage.run(
-        stage.read_inputs(layout, config, as_of=config.bench.as_of, previous=previous), config
-    )
-    paths = stage.write(record, layout)
+    inputs = configured_inputs(config, args.previous)
+    record = stage.run(inputs, config.requirements, config.decision)
+    paths = stage.write(record, config.layout())
     if args.json:
         print(json.dumps(record.to_json(), indent=2, sort_keys=True, ensure_ascii=False))
         return 0

@@ -353,7 +353,7 @@ def _triggers(
             )
         )
         if top in ctx.benches and ctx.inputs.bench is not None:
-            max_age = ctx.inputs.bench.settings.max_age_days
+            max_age = ctx.inputs.max_age_days
             out.append(
                 _crossing(
                     f"bench.stale[{top}]",
@@ -477,6 +477,7 @@ def context(
             requirements.hardware,
             models,
             as_of=inputs.as_of,
+            max_age_days=inputs.max_age_days,
         )
         if inputs.bench
         else {},

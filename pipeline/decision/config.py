@@ -13,17 +13,38 @@ from typing import Annotated, Literal, Self
 
 from pydantic import Field, Strict, model_validator
 
+from pipeline.capacity.config import ServedModel
+from pipeline.capacity.prior import ModelShape
 from pipeline.decision.catalog import Feature, Gateway, HardwareTarget, Orchestrator, Sources
 from pipeline.settings import (
     ConfigPath,
     Fraction,
-    NonNegative,
-    PositiveInt,
     Section,
+    between,
 )
 
 GIB = 2**30
-Positive = Annotated[float, Field(gt=0)]
+# The sane ranges of the sizing's inputs: past them no GPU or model exists, and the token count
+# they give would overflow (4 TiB of memory over the narrowest KV entry is still ~10^13 tokens,
+# inside the simulation's MAX_CACHE_TOKENS).
+MAX_GPU_MEMORY_GIB = 4_096.0
+MAX_GPUS_PER_REPLICA = 1_024
+MAX_MODEL_PARAMS_BILLION = 100_000.0
+# Bytes a weight or a KV entry takes: 1/8 (1-bit) to 8 (FP64).
+MIN_ELEMENT_BYTES = 0.125
+MAX_ELEMENT_BYTES = 8.0
+MAX_LAYERS_OR_HEADS = 10_000
+MAX_HEAD_DIM = 65_536
+ElementBytes = Annotated[float, between(MIN_ELEMENT_BYTES, MAX_ELEMENT_BYTES)]
+LayersOrHeads = Annotated[int, between(1, MAX_LAYERS_OR_HEADS)]
+# The team's figures: a thousand model changes a quarter is ten a day; an engineer-week past
+# $1M or a migration, revalidation or payback past ten years is a typo.
+MAX_MODEL_CHANGES_PER_QUARTER = 1_000.0
+MAX_ENGINEER_WEEK_USD = 1_000_000.0
+MAX_WEEKS = 520.0
+MAX_PAYBACK_MONTHS = 120.0
+ModelChanges = Annotated[float, between(0, MAX_MODEL_CHANGES_PER_QUARTER)]
+Weeks = Annotated[float, between(0, MAX_WEEKS)]
 
 
 class KvCacheSizing(Section):
@@ -39,18 +60,18 @@ class KvCacheSizing(Section):
     32 layers, 8 KV heads of 128, BF16 KV) gives about 450k tokens.
     """
 
-    gpu_memory_gib: Positive
-    gpus_per_replica: PositiveInt
+    gpu_memory_gib: Annotated[float, between(0, MAX_GPU_MEMORY_GIB, low_open=True)]
+    gpus_per_replica: Annotated[int, between(1, MAX_GPUS_PER_REPLICA)]
     memory_utilization: Annotated[float, Field(gt=0, le=1)]
-    overhead_gib: NonNegative
-    model_params_billion: Positive
-    weight_bytes: Positive
-    layers: PositiveInt
-    kv_heads: PositiveInt
-    head_dim: PositiveInt
-    kv_bytes: Positive
+    overhead_gib: Annotated[float, between(0, MAX_GPU_MEMORY_GIB)]
+    model_params_billion: Annotated[float, between(0, MAX_MODEL_PARAMS_BILLION, low_open=True)]
+    weight_bytes: ElementBytes
+    layers: LayersOrHeads
+    kv_heads: LayersOrHeads
+    head_dim: Annotated[int, between(1, MAX_HEAD_DIM)]
+    kv_bytes: ElementBytes
     # Query heads (optional): the capacity stage's roofline prior prices prefill attention.
-    attention_heads: PositiveInt | None = None
+    attention_heads: LayersOrHeads | None = None
 
     def weights_gib_per_gpu(self, weight_bytes: float | None = None) -> float:
         """Weights per GPU at ``weight_bytes`` a parameter (default: the configured width)."""
@@ -71,6 +92,18 @@ class KvCacheSizing(Section):
     def tokens_per_replica(self) -> int:
         return max(
             0, math.floor(self.budget_gib_per_gpu() * GIB / self.kv_bytes_per_token_per_gpu())
+        )
+
+    def model_shape(self) -> ModelShape:
+        """The model's shape, as the capacity stage's roofline prior takes it."""
+        return ModelShape(
+            params_billion=self.model_params_billion,
+            weight_bytes=self.weight_bytes,
+            layers=self.layers,
+            kv_heads=self.kv_heads,
+            head_dim=self.head_dim,
+            kv_bytes=self.kv_bytes,
+            attention_heads=self.attention_heads,
         )
 
     @model_validator(mode="after")
@@ -100,15 +133,22 @@ class Requirements(Section):
     gpu_types: Sources
     fixed_sku: bool | None
     models: Sources
-    model_changes_per_quarter: NonNegative | None
+    model_changes_per_quarter: ModelChanges | None
     features: Annotated[tuple[Feature, ...], Strict(False)]
     current_engine: str | None
     untrusted_tenants: bool | None
     cost_margin: Fraction
-    engineer_week_usd: NonNegative | None
-    migration_engineer_weeks: dict[str, NonNegative]
+    engineer_week_usd: Annotated[float, between(0, MAX_ENGINEER_WEEK_USD)] | None
+    migration_engineer_weeks: dict[str, Weeks]
     kv_cache: KvCacheSizing | None
     platform: Platform
+
+    def served_model(self) -> ServedModel:
+        """The models, KV-cache tokens and model shape the capacity stage takes."""
+        kv = self.kv_cache
+        if kv is None:
+            return ServedModel(self.models)
+        return ServedModel(self.models, kv.tokens_per_replica(), kv.model_shape())
 
 
 class DecisionConfig(Section):
@@ -117,7 +157,7 @@ class DecisionConfig(Section):
     catalog: ConfigPath | None
     previous_record: ConfigPath | None
     # A switch whose migration takes longer than this to pay back is not recommended.
-    payback_max_months: Positive
+    payback_max_months: Annotated[float, between(0, MAX_PAYBACK_MONTHS, low_open=True)]
     # Weeks both engines run side by side after the migration work, while the new one is
     # revalidated; the payback counts the new fleet's bill over migration + these weeks.
-    revalidation_weeks: NonNegative
+    revalidation_weeks: Weeks

@@ -39,6 +39,9 @@ class DecisionInputs:
     catalog_source: str
     as_of: dt.date | None
     peak_window: str
+    # Days a benchmark stays current (bench.max_age_days): when the bench stage had no report
+    # date to measure its age from, the decision measures it from its own.
+    max_age_days: int
     digests: dict[str, str] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)
     previous: DecisionRecord | None = None

@@ -322,6 +322,7 @@ def engine_benches(
     models: tuple[str, ...] = (),
     *,
     as_of: dt.date | None = None,
+    max_age_days: int,
 ) -> dict[str, EngineBench]:
     """Per catalog engine, its best benchmark evidence — one about the team's hardware and
     models when there is one. An engine name the catalog does not know is an error naming the
@@ -352,7 +353,7 @@ def engine_benches(
         # The bench stage was given no report date to check the age against: the decision's
         # date (pipeline.dates) does.
         age = (as_of - run_date).days if as_of is not None and run_date is not None else None
-        if bench.as_of is None and age is not None and age > bench.settings.max_age_days:
+        if bench.as_of is None and age is not None and age > max_age_days:
             flags = tuple(sorted({*flags, "stale"}))
         backend = _backend(catalog, engine, _first(points, row.candidate, "backend"), manifest)
         out[engine] = EngineBench(

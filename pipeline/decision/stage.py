@@ -1,55 +1,84 @@
 """The decision stage: read_inputs → run → write, shared by the ``engine_decision`` asset and
 ``enginefit decide``.
 
-It reads only typed stage results through the layout (shape, prefix, simulation, bench and the
-latency fits), the engine catalog and the configuration; a stage that has not run is recorded
-as missing with its reason, and the rules that needed it say ``unknown``. Every file read is
-listed with its sha256 in the record's ``inputs``.
+It reads only typed stage results through the layout (:data:`STEP`'s upstream: shape, prefix,
+simulation, bench, the latency fits and capacity), the engine catalog its section names, the
+bench section's report date and policies, and the team's requirements; a stage that has not run
+is recorded as missing with its reason, and the rules that needed it say ``unknown``. Every file
+read is listed with its sha256 in the record's ``inputs``.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
 import polars as pl
 
-from pipeline import dates
+from pipeline import dates, results
 from pipeline.bench import stage as bench_stage
-from pipeline.bench.config import configured_as_of
+from pipeline.bench.config import BenchPolicy
 from pipeline.capacity import stage as capacity_stage
-from pipeline.config import Config
 from pipeline.dates import refuse_future, refuse_runs_after
-from pipeline.decision.catalog import Catalog
+from pipeline.decision.catalog import Catalog, load_catalog
 from pipeline.decision.compute import decide
+from pipeline.decision.config import DecisionConfig, Requirements
 from pipeline.decision.context import DecisionInputs
 from pipeline.decision.present import rationale_text, triggers_frame
 from pipeline.decision.result import DecisionRecord, record_schema
-from pipeline.errors import InputFormatError
-from pipeline.ingest.stage import read_requests, read_summary
-from pipeline.layout import WorkloadLayout, require_output
+from pipeline.errors import InputFormatError, StageOutputMissingError
+from pipeline.ingest.stage import read_summary
+from pipeline.layout import WorkloadLayout
+from pipeline.ledger import RECORD, Filing
 from pipeline.prefix import stage as prefix_stage
-from pipeline.report.versions import RECORD, report_quarter, report_tree
 from pipeline.safe_read import read_json
 from pipeline.shape import stage as shape_stage
 from pipeline.sim import stage as sim_stage
 from pipeline.store import (
     open_stage_output,
+    read_requests,
     sha256_file,
     write_bytes_atomic,
     write_json_atomic,
     write_parquet_atomic,
 )
 
+# The files of each upstream result listed are the ones the record fingerprints, in this order;
+# the ingest summary only dates the quarter whose previous version the record checks.
+STEP = results.Step(
+    results.DECISION,
+    upstream=(
+        results.SHAPE,
+        results.PREFIX,
+        results.SCENARIOS,
+        results.CURVES,
+        results.BENCH,
+        results.LATENCY_FITS,
+        results.CAPACITY,
+        results.REQUESTS,
+        results.INGEST_SUMMARY.reading(),
+    ),
+    sections=("decision", "requirements", "bench", "report", "paths"),
+)
+TRIGGERS_STEP = results.Step(results.TRIGGERS, upstream=(results.DECISION,))
+STEPS = (STEP, TRIGGERS_STEP)
+
 T = TypeVar("T")
 
 
-def _optional(read: Callable[[], T], stage: str, missing: dict[str, str]) -> T | None:
+def _optional(
+    result: results.Result,
+    layout: WorkloadLayout,
+    read: Callable[[], T],
+    stage: str,
+    missing: dict[str, str],
+) -> T | None:
+    """``read()``, or None with the reason when its stage has not run; an output that exists
+    but cannot be read is an error (a different decision must never follow from damage)."""
     try:
-        return read()
-    except InputFormatError as exc:
+        return result.read(layout, read)
+    except StageOutputMissingError as exc:
         missing[stage] = str(exc)
         return None
 
@@ -67,70 +96,62 @@ def read_previous(path: Path) -> DecisionRecord:
     return DecisionRecord.from_json(data, str(path))
 
 
-def published_previous(layout: WorkloadLayout, config: Config) -> Path | None:
+def published_previous(layout: WorkloadLayout, filing: Filing) -> Path | None:
     """The decision record of the version a new report would compare with (the quarter's latest
     published version, else the previous quarter's), so each run checks the last one's
     triggers without being told; None before the first report."""
 
     try:
-        quarter = report_quarter(config, read_summary(layout).last_arrival)
+        quarter = filing.quarter_for(read_summary(layout).last_arrival)
     except InputFormatError:
         return None
-    tree = report_tree(config)
-    entry = tree.compared_with(quarter)
-    return None if entry is None else tree.root / entry.path / RECORD
+    entry = filing.tree.compared_with(quarter)
+    return None if entry is None else filing.tree.root / entry.path / RECORD
 
 
 def read_inputs(
     layout: WorkloadLayout,
-    config: Config,
+    settings: DecisionConfig,
+    policy: BenchPolicy,
     *,
-    as_of: dt.date | None = None,
+    filing: Filing | None = None,
     previous: Path | None = None,
 ) -> DecisionInputs:
-
+    """The upstream results (:data:`STEP`), the catalog ``settings`` names, the report date
+    ``policy`` gives (else today's), and a previous record whose triggers to check: the one
+    given, else the one a new report of ``filing`` would compare with (none without it)."""
     missing: dict[str, str] = {}
-    shape = _optional(lambda: shape_stage.read_result(layout).metrics, "shape", missing)
-    prefix = _optional(lambda: prefix_stage.read_result(layout).summary, "prefix", missing)
-    scenarios = _optional(lambda: sim_stage.read_summaries(layout), "simulation", missing)
-    curves = _optional(lambda: sim_stage.read_curves(layout), "curves", missing)
-    bench = _optional(lambda: bench_stage.read_analysis(layout, config.bench), "bench", missing)
-    fits = _optional(lambda: bench_stage.read_latency_fits(layout), "latency_fits", missing)
-    # The capacity stage reads the bench and simulation stages; loaded only here, no cycle forms.
-    capacity = _optional(lambda: capacity_stage.read_result(layout), "capacity", missing)
-    lengths = _optional(lambda: _lengths(layout), "requests", missing) if capacity else None
+
+    def optional(result: results.Result, read: Callable[[], T], stage: str) -> T | None:
+        return _optional(result, layout, read, stage, missing)
+
+    shape = optional(results.SHAPE, lambda: shape_stage.read_result(layout).metrics, "shape")
+    prefix = optional(results.PREFIX, lambda: prefix_stage.read_result(layout).summary, "prefix")
+    scenarios = optional(results.SCENARIOS, lambda: sim_stage.read_summaries(layout), "simulation")
+    curves = optional(results.CURVES, lambda: sim_stage.read_curves(layout), "curves")
+    bench = optional(results.BENCH, lambda: bench_stage.read_analysis(layout), "bench")
+    fits = optional(
+        results.LATENCY_FITS, lambda: bench_stage.read_latency_fits(layout), "latency_fits"
+    )
+    capacity = optional(results.CAPACITY, lambda: capacity_stage.read_result(layout), "capacity")
+    lengths = optional(results.REQUESTS, lambda: _lengths(layout), "requests") if capacity else None
     if bench is not None and bench.capacity.is_empty() and bench.notes:
         missing["bench"] = bench.notes[0]
-    read = [
-        layout.shape.summary,
-        layout.prefix.summary,
-        layout.prefix.curve,
-        layout.simulation.summary,
-        layout.simulation.curves,
-        layout.bench.analysis,
-        layout.bench.capacity,
-        layout.bench.fleet,
-        layout.bench.findings,
-        layout.bench.points,
-        layout.bench.concurrency_json,
-        layout.root / "capacity" / "capacity.json",
-    ]
+    read = results.fingerprints(STEP, layout)
     digests = {str(p.relative_to(layout.root)): sha256_file(p) for p in read if p.exists()}
-    catalog_path = config.decision.catalog
-    catalog = config.catalog()
+    catalog = load_catalog(settings.catalog)
     catalog_source = (
-        str(catalog_path) if catalog_path else "bundled: pipeline/decision/engines.yaml"
+        str(settings.catalog) if settings.catalog else "bundled: pipeline/decision/engines.yaml"
     )
     # The report date (pipeline.dates): given, else the clock's; nothing read may be dated after.
-    if as_of is None:
-        as_of = configured_as_of(config.bench)[0] or dates.today()
+    as_of = policy.as_of or dates.today()
     refuse_catalog_in_future(catalog, catalog_source)
     if bench is not None:
         refuse_runs_after(bench.evaluated, as_of, "the report date")
-    if previous is None:
-        previous = published_previous(layout, config)
+    if previous is None and filing is not None:
+        previous = published_previous(layout, filing)
     previous_record = read_previous(previous) if previous is not None else None
-    workload = config.require_workload().name
+    workload = layout.name
     if previous_record is not None and previous_record.workload != workload:
         raise InputFormatError(
             f"{previous}: a decision record of workload {previous_record.workload!r}, not "
@@ -139,7 +160,7 @@ def read_inputs(
     if previous is not None:
         digests["previous:" + str(previous)] = sha256_file(previous)
     return DecisionInputs(
-        workload_name=config.require_workload().name,
+        workload_name=workload,
         shape=shape,
         prefix=prefix,
         scenarios=scenarios,
@@ -149,7 +170,8 @@ def read_inputs(
         catalog=catalog,
         catalog_source=catalog_source,
         as_of=as_of,
-        peak_window=config.bench.peak_window,
+        peak_window=policy.peak_window,
+        max_age_days=policy.max_age_days,
         digests=digests,
         missing=missing,
         previous=previous_record,
@@ -176,8 +198,10 @@ def _lengths(layout: WorkloadLayout) -> pl.DataFrame:
     return read_requests(layout).select("prompt_tokens", "output_tokens").collect()
 
 
-def run(inputs: DecisionInputs, config: Config) -> DecisionRecord:
-    return decide(inputs, config.requirements, config.decision)
+def run(
+    inputs: DecisionInputs, requirements: Requirements, settings: DecisionConfig
+) -> DecisionRecord:
+    return decide(inputs, requirements, settings)
 
 
 def write_record(record: DecisionRecord, layout: WorkloadLayout) -> dict[str, Path]:
@@ -187,7 +211,9 @@ def write_record(record: DecisionRecord, layout: WorkloadLayout) -> dict[str, Pa
     write_json_atomic(paths.record, record.to_json())
     write_json_atomic(paths.schema, record_schema())
     write_bytes_atomic(paths.rationale, rationale_text(record).encode("utf-8"))
-    return {"record": paths.record, "schema": paths.schema, "rationale": paths.rationale}
+    written = {"record": paths.record, "schema": paths.schema, "rationale": paths.rationale}
+    results.DECISION.seal(layout, written.values())
+    return written
 
 
 def write_triggers(record: DecisionRecord, layout: WorkloadLayout) -> dict[str, Path]:
@@ -195,6 +221,7 @@ def write_triggers(record: DecisionRecord, layout: WorkloadLayout) -> dict[str, 
     ``revisit_triggers`` asset)."""
     open_stage_output(layout)
     write_parquet_atomic(triggers_frame(record), layout.decision.triggers)
+    results.TRIGGERS.seal(layout, [layout.decision.triggers])
     return {"triggers": layout.decision.triggers}
 
 
@@ -204,5 +231,5 @@ def write(record: DecisionRecord, layout: WorkloadLayout) -> dict[str, Path]:
 
 
 def read_record(layout: WorkloadLayout) -> DecisionRecord:
-    path = require_output(layout.decision.record, "decision record", "decide", "engine_decision")
+    path = results.DECISION.require(layout)
     return DecisionRecord.from_json(read_json(path), str(path))

@@ -5,19 +5,28 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 from tqdm import tqdm
 
-from pipeline.cli_common import add_config_argument, add_trace_arguments, command_config
+from pipeline.cli_common import add_config_argument, command_config
 from pipeline.config import Config
 from pipeline.errors import ConfigError
 from pipeline.ingest import stage
+from pipeline.ingest.compute import load_requests
 from pipeline.ingest.present import summary_text
+from pipeline.ingest.readers import FORMAT_NAMES
 from pipeline.layout import WorkloadLayout
 from pipeline.settings import parse_instant
 from pipeline.store import claim_workload
+
+FORMAT_HELP = (
+    "the traces' format (default auto: detected by content); another CSV or JSON Lines layout "
+    "is read with format: columns in the configuration's workload.traces"
+)
 
 
 def register(subparsers: Any) -> None:
@@ -62,18 +71,16 @@ def run_ingest(args: argparse.Namespace) -> int:
                 anchor = parse_instant(args.anchor) if args.anchor else None
             except ValueError as exc:
                 raise ConfigError(f"--anchor: {exc}") from exc
-            inputs = stage.adhoc_inputs(
-                args.paths,
+            inputs = adhoc_inputs(
+                args,
                 config,
-                fmt=args.format,
-                block_size=args.block_size,
                 anchor=anchor,
                 tokenizer=args.tokenizer,
                 persist=True,
                 progress=bar.update,
             )
         else:
-            inputs = stage.read_inputs(config, progress=bar.update)
+            inputs = configured_inputs(config, progress=bar.update)
         bar.total = inputs.total_bytes()
         result = stage.run(inputs)
         paths = stage.write(result, layout)
@@ -95,3 +102,49 @@ def _output_layout(args: argparse.Namespace, config: Config) -> WorkloadLayout:
             "configured workload uses its configuration"
         )
     return config.layout()
+
+
+def configured_inputs(
+    config: Config, progress: Callable[[int], None] | None = None
+) -> stage.IngestInputs:
+    """The configured workload's trace files, as `enginefit ingest` and the ``workload`` asset
+    read them."""
+    return stage.read_inputs(config.require_workload(), config.base, progress)
+
+
+def add_trace_arguments(
+    parser: argparse.ArgumentParser,
+    *,
+    block_help: str = "tokens per hashed block (default: the configuration's)",
+    required: bool = False,
+) -> None:
+    """TRACE... (into ``args.paths``), ``--format`` and ``--block-size``: what every command that
+    reads trace files named on the command line takes."""
+
+    parser.add_argument(
+        "paths",
+        nargs="+" if required else "*",
+        metavar="TRACE",
+        help="trace files, globs, folders or canonical Parquet (none: the configured workload)",
+    )
+    parser.add_argument(
+        "--format", default="auto", choices=["auto", *FORMAT_NAMES], help=FORMAT_HELP
+    )
+    parser.add_argument("--block-size", type=int, default=None, help=block_help)
+
+
+def adhoc_inputs(args: argparse.Namespace, config: Config, **flags: Any) -> stage.IngestInputs:
+    """The traces named on the command line (``args.paths``, ``--format``, ``--block-size``),
+    read with the configuration's settings and ``flags``
+    (:func:`pipeline.ingest.stage.adhoc_inputs`)."""
+    salt = config.workload.hash_salt if config.workload else None
+    return stage.adhoc_inputs(
+        args.paths, config.read, salt, fmt=args.format, block_size=args.block_size, **flags
+    )
+
+
+def adhoc_requests(args: argparse.Namespace, config: Config) -> pl.LazyFrame:
+    """The canonical table of the traces named on the command line (canonical Parquet is
+    scanned as is; anything else is read with the configuration's settings, not persisted)."""
+    inputs = adhoc_inputs(args, config)
+    return load_requests(args.paths, inputs.context, fmt=args.format)

@@ -5,6 +5,8 @@ is read when no workload is configured). Defaults and their documentation:
 
 from __future__ import annotations
 
+from datetime import datetime
+from functools import cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -13,7 +15,14 @@ from pydantic import BeforeValidator, Field, ValidationInfo, model_validator
 from pipeline.hashing import salt_fingerprint
 from pipeline.ingest.readers import FORMAT_NAMES
 from pipeline.layout import SAFE_NAME
-from pipeline.settings import BlockSize, ConfigInstant, ConfigPath, ConfigQuarter, Section
+from pipeline.settings import (
+    BlockSize,
+    ConfigInstant,
+    ConfigPath,
+    ConfigQuarter,
+    Section,
+    default_mapping,
+)
 
 SALT_ENV_VAR = "ENGINEFIT_HASH_SALT"
 # The format of a trace whose columns the configuration names (TraceColumns); never detected.
@@ -206,3 +215,11 @@ class ReadConfig(Section):
     block_size: BlockSize
     anchor: ConfigInstant
     tokenizer: ConfigPath | None
+
+
+@cache
+def documented_anchor() -> datetime:
+    """The anchor ``pipeline/defaults.yaml`` documents: what a workload that names none gets."""
+    workload = default_mapping()["workload"]
+    read = {key: workload.get(key) for key in ReadConfig.model_fields}
+    return ReadConfig.model_validate(read, context={"base": None}).anchor

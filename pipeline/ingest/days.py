@@ -30,7 +30,6 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline.config import Config
 from pipeline.errors import ConfigError
 from pipeline.ingest import stage
 from pipeline.ingest.compute import (
@@ -41,12 +40,12 @@ from pipeline.ingest.compute import (
     by_reason,
     out_of_order,
 )
-from pipeline.ingest.config import DAY_FIELD, TraceSource
+from pipeline.ingest.config import DAY_FIELD, IngestConfig, TraceSource
 from pipeline.ingest.result import FileSummary, IngestResult, IngestSummary
 from pipeline.layout import WorkloadLayout
 from pipeline.schema import empty_quarantine
 from pipeline.settings import QUARTER
-from pipeline.store import open_stage_output, sha256_file, verify_ingest
+from pipeline.store import open_stage_output, read_requests, sha256_file, verify_ingest
 
 OUTSIDE = "outside_partition"
 _DAY_NAME = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -80,19 +79,21 @@ def _exists(path: str) -> bool:
     return bool(glob.glob(path)) if glob.has_magic(path) else Path(path).exists()
 
 
-def day_traces(config: Config, day: str) -> tuple[list[TraceSource], list[TraceSource]]:
+def day_traces(
+    workload: IngestConfig, day: str, *, where: str
+) -> tuple[list[TraceSource], list[TraceSource]]:
     """The configured trace paths with ``{day}`` set to ``day``: those that name a file (or
-    match one), and those that do not (that source has nothing for the day)."""
-    workload = config.require_workload()
+    match one), and those that do not (that source has nothing for the day). ``where`` names
+    the configuration file in errors."""
     quarter = workload.daily_quarter
     if quarter is None:
         raise ConfigError(
-            f"{config.where}: workload.daily_quarter is not set: set it to the quarter to ingest "
+            f"{where}: workload.daily_quarter is not set: set it to the quarter to ingest "
             "day by day (YYYY-Qn), with {day} in every trace path"
         )
     start, end = quarter_bounds(quarter)
     if not start <= parse_day(day) < end:
-        raise ConfigError(f"{config.where}: {day} is not a day of workload.daily_quarter {quarter}")
+        raise ConfigError(f"{where}: {day} is not a day of workload.daily_quarter {quarter}")
     found: list[TraceSource] = []
     missing: list[TraceSource] = []
     for trace in workload.traces:
@@ -167,11 +168,12 @@ def restrict_to_day(result: IngestResult, day: str) -> IngestResult:
     )
 
 
-def run_day(config: Config, day: str) -> IngestResult:
+def run_day(workload: IngestConfig, base: Path, day: str, *, where: str) -> IngestResult:
     """The records of ``day``'s trace files that arrive on ``day``; the rest quarantined. A
-    source with no file for the day adds nothing; with none at all the day is empty."""
-    found, missing = day_traces(config, day)
-    inputs = stage.read_inputs(config, traces=found)
+    source with no file for the day adds nothing; with none at all the day is empty. ``base``
+    and ``where``: :func:`pipeline.ingest.stage.read_inputs`'s and :func:`day_traces`'."""
+    found, missing = day_traces(workload, day, where=where)
+    inputs = stage.read_inputs(workload, base, traces=found)
     result = stage.run(inputs) if found else stage.merge(inputs, [], [])
     if missing:
         labels = ", ".join(t.display for t in missing)
@@ -245,7 +247,7 @@ def repeated_ids(layouts: Sequence[WorkloadLayout]) -> dict[int, pl.Series]:
     """Per day (its index in ``layouts``, in day order): the request ids an earlier day has
     already. Only the id column is scanned; a day's own ids are unique (its ingest saw to it)."""
     days = pl.concat(
-        stage.read_requests(layout).select("request_id", pl.lit(i, pl.Int32).alias("day"))
+        read_requests(layout).select("request_id", pl.lit(i, pl.Int32).alias("day"))
         for i, layout in enumerate(layouts)
     )
     first = (
@@ -292,7 +294,7 @@ def write_union(layout: WorkloadLayout, days: Sequence[str]) -> Union:
         quarantine = pl.read_parquet(path) if path.exists() else empty_quarantine()
         if index in repeated:
             # Only a day with repeated ids is read whole, and its parts written anew.
-            requests = stage.read_requests(day_layout).collect()
+            requests = read_requests(day_layout).collect()
             ids = repeated[index]
             result = move_to_quarantine(
                 IngestResult(requests, quarantine, summary),

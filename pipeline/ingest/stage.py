@@ -10,8 +10,10 @@ against it whenever they are read back.
 :func:`read_inputs` → :func:`run` → :func:`write`; the ``workload`` asset splits ``run`` where
 Dagster fans out, one step per file (:func:`plan` → :func:`read_one` → :func:`stage_read`, then
 :func:`merge`). :func:`read_inputs` takes no layout: ingest's inputs are the trace files the
-configuration names, not an earlier stage's outputs; :func:`adhoc_inputs` is the command's
-alternative for files named on the command line.
+``workload`` section names, not an earlier stage's outputs; :func:`adhoc_inputs` is the
+command's alternative for files named on the command line. Later stages read the canonical
+table back with :func:`pipeline.store.read_requests`, and the summary with
+:func:`read_summary`.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 
 import polars as pl
 
-from pipeline.config import Config, default_config
+from pipeline import results
 from pipeline.errors import InputFormatError
 from pipeline.ingest.compute import (
     SourceRead,
@@ -36,13 +38,19 @@ from pipeline.ingest.compute import (
     merge_reads,
     read_source,
 )
-from pipeline.ingest.config import SALT_ENV_VAR, TraceSource
+from pipeline.ingest.config import (
+    SALT_ENV_VAR,
+    IngestConfig,
+    ReadConfig,
+    TraceSource,
+    documented_anchor,
+)
 from pipeline.ingest.readers import ReadContext, SourceFile
 from pipeline.ingest.readers.base import ReadResult
 from pipeline.ingest.readers.columns import ColumnsReader
 from pipeline.ingest.result import IngestResult, IngestSummary, SkippedFile
 from pipeline.ingest.tokenize import make_tokenizer
-from pipeline.layout import WorkloadLayout, require_output
+from pipeline.layout import WorkloadLayout
 from pipeline.safe_read import read_json
 from pipeline.settings import with_flags
 from pipeline.store import (
@@ -50,10 +58,11 @@ from pipeline.store import (
     OutputError,
     open_stage_output,
     publish_ingest,
-    scan_requests,
     verify_ingest,
     write_parquet_atomic,
 )
+
+STEP = results.Step(results.REQUESTS, sections=("workload",))
 
 ROWS_PER_PART = 1_000_000
 # Ad-hoc analyses never persist hashes, so without a configured salt any fixed one will do.
@@ -81,15 +90,15 @@ def _size_or_zero(source: SourceFile) -> int:
 
 
 def read_inputs(
-    config: Config,
+    workload: IngestConfig,
+    base: Path,
     progress: Callable[[int], None] | None = None,
     *,
     traces: Sequence[TraceSource] | None = None,
 ) -> IngestInputs:
-    """The configured workload's trace files (or ``traces`` instead: one day's, possibly none,
-    :mod:`pipeline.ingest.days`), read with its settings."""
-    workload = config.require_workload()
-    base = config.source.parent if config.source else Path.cwd()
+    """The ``workload`` section's trace files (or ``traces`` instead: one day's, possibly none,
+    :mod:`pipeline.ingest.days`), read with its settings; ``base`` is the configuration's
+    folder, which lineage names the files relative to."""
     sources: list[SourceFile] = []
     formats: list[TraceFormat] = []
     for trace in workload.traces if traces is None else traces:
@@ -115,7 +124,7 @@ def read_inputs(
 
 def _is_default_anchor(anchor: datetime) -> bool:
     """The anchor is the documented default (pipeline/defaults.yaml), not one the user chose."""
-    return anchor == default_config().read.anchor
+    return anchor == documented_anchor()
 
 
 def _relative(source: SourceFile, base: Path) -> str:
@@ -127,7 +136,8 @@ def _relative(source: SourceFile, base: Path) -> str:
 
 def adhoc_inputs(
     paths: Sequence[str | Path],
-    config: Config,
+    read: ReadConfig,
+    configured_salt: str | None = None,
     *,
     fmt: str = "auto",
     block_size: int | None = None,
@@ -136,24 +146,21 @@ def adhoc_inputs(
     persist: bool = False,
     progress: Callable[[int], None] | None = None,
 ) -> IngestInputs:
-    """Trace files named on the command line, read with the configuration's settings and the
-    flags that override them. ``persist`` (ingest) hashes with the real salt, or with none (an
-    error once a trace needs one); an analysis that only prints results may use a fixed
-    ad-hoc one."""
+    """Trace files named on the command line, read with the configuration's read settings
+    (``configured_salt``: the workload's, if one is configured) and the flags that override
+    them. ``persist`` (ingest) hashes with the real salt, or with none (an error once a trace
+    needs one); an analysis that only prints results may use a fixed ad-hoc one."""
     if block_size is not None:
-        block_size = with_flags(
-            config.read, {"block_size": ("--block-size", block_size)}
-        ).block_size
-    workload = config.workload
-    salt = os.environ.get(SALT_ENV_VAR) or (workload.hash_salt if workload else "") or ""
-    configured_tokenizer = str(config.read.tokenizer) if config.read.tokenizer else None
+        block_size = with_flags(read, {"block_size": ("--block-size", block_size)}).block_size
+    salt = os.environ.get(SALT_ENV_VAR) or configured_salt or ""
+    configured_tokenizer = str(read.tokenizer) if read.tokenizer else None
     sources = expand_paths(paths)
-    read_anchor = anchor or config.read.anchor
+    read_anchor = anchor or read.anchor
     return IngestInputs(
         tuple(sources),
         tuple(fmt for _ in sources),
         ReadContext(
-            block_size=block_size or config.read.block_size,
+            block_size=block_size or read.block_size,
             salt=salt.encode() if salt or persist else ADHOC_SALT,
             anchor=read_anchor,
             tokenizer=make_tokenizer(tokenizer or configured_tokenizer),
@@ -300,13 +307,6 @@ def publish(
     }
 
 
-def read_requests(layout: WorkloadLayout) -> pl.LazyFrame:
-    """The canonical request table of a workload, scanned lazily (checked against its manifest)."""
-    verify_ingest(layout)
-    return scan_requests(layout.ingest.requests)
-
-
 def read_summary(layout: WorkloadLayout) -> IngestSummary:
     verify_ingest(layout)
-    path = require_output(layout.ingest.summary, "ingest summary", "ingest", "workload")
-    return IngestSummary.from_json(read_json(path))
+    return IngestSummary.from_json(read_json(results.INGEST_SUMMARY.require(layout)))

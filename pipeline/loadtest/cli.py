@@ -18,14 +18,9 @@ from pydantic import ValidationError
 from tqdm import tqdm
 
 from pipeline.bench.manifest import BenchManifestError, validate_manifest
-from pipeline.cli_common import (
-    add_config_argument,
-    add_trace_arguments,
-    adhoc_requests,
-    command_config,
-)
+from pipeline.cli_common import add_config_argument, command_config
 from pipeline.errors import ConfigError
-from pipeline.ingest.stage import read_requests
+from pipeline.ingest.cli import add_trace_arguments, adhoc_requests
 from pipeline.layout import LoadtestRunPaths
 from pipeline.loadtest import stage
 from pipeline.loadtest.compute import endpoint_url, plan_rates, public_url
@@ -38,6 +33,7 @@ from pipeline.loadtest.present import (
     summary_lines,
 )
 from pipeline.loadtest.result import Deployment
+from pipeline.store import read_requests
 
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 #: Flags that override a ``loadtest`` key of the configuration (flag dest → key).

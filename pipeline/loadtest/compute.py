@@ -26,7 +26,7 @@ import polars as pl
 
 from pipeline.errors import ConfigError
 from pipeline.loadtest.client import Outcome
-from pipeline.loadtest.config import LoadtestConfig
+from pipeline.loadtest.config import LoadtestConfig, check_endpoint
 from pipeline.loadtest.plan import RatePlan, TraceSample, plan_rate, prompt_text, prompt_words
 
 REQUEST_SCHEMA = pl.Schema(
@@ -316,20 +316,11 @@ class LoadtestInputs:
 
 def endpoint_url(endpoint: str, api: str) -> str:
     """The request URL for ``endpoint`` (a server root, its ``/v1``, or the full path)."""
-    parts = urlsplit(endpoint.strip())
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ConfigError(
-            f"--endpoint {endpoint!r}: expected an http(s) URL such as http://127.0.0.1:8000/v1"
-        )
     try:
-        parts.port  # noqa: B018 - parsing the port is the check
+        check_endpoint(endpoint)
     except ValueError as exc:
-        raise ConfigError(f"--endpoint {endpoint!r}: {exc} (a port is 1 to 65535)") from exc
-    if parts.username is not None or parts.password is not None:
-        raise ConfigError(
-            "--endpoint: credentials in the URL would show in process lists and logs; put the "
-            "token in $OPENAI_API_KEY (or name another variable with --api-key-env)"
-        )
+        raise ConfigError(f"--endpoint {endpoint!r}: {exc}") from exc
+    parts = urlsplit(endpoint.strip())
     path = parts.path.rstrip("/")
     suffix = "/chat/completions" if api == "chat" else "/completions"
     if path.endswith(("/chat/completions", "/completions")):

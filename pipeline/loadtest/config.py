@@ -10,10 +10,11 @@ from __future__ import annotations
 import math
 import re
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BeforeValidator, Field
+from pydantic import AfterValidator, BeforeValidator, Field
 
-from pipeline.settings import ConfigPath, NonNegativeInt, PositiveInt, Section
+from pipeline.settings import ConfigPath, Section, Seed, between
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -21,6 +22,8 @@ _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 MAX_DURATION_S = 86_400.0
 #: Highest offered rate one client process is planned for (the harness is measured at 500 req/s).
 MAX_RATE_RPS = 100_000.0
+#: Requests in flight one client process holds open at most (each is a socket).
+MAX_IN_FLIGHT_REQUESTS = 100_000
 
 
 def parse_seconds(value: Any) -> float:
@@ -58,6 +61,29 @@ def parse_rates(value: Any) -> tuple[float, ...]:
     return tuple(rates)
 
 
+def check_endpoint(value: str) -> str:
+    """An http(s) URL with a host, a port of 1 to 65535 if any, and no credentials (the one
+    check of ``loadtest.endpoint`` and ``--endpoint``, before anything is sent)."""
+    try:
+        parts = urlsplit(value.strip())
+        port = parts.port
+        host = parts.hostname
+    except ValueError as exc:  # an unclosed or invalid [IPv6] host, a port out of range
+        if "port" in str(exc).lower():
+            raise ValueError(f"{exc} (a port is 1 to 65535)") from exc
+        raise ValueError(f"not a URL ({exc}); e.g. http://127.0.0.1:8000/v1") from exc
+    if parts.scheme not in ("http", "https") or not host:
+        raise ValueError("expected an http(s) URL such as http://127.0.0.1:8000/v1")
+    if port == 0:
+        raise ValueError("port 0 is no server's port (a port is 1 to 65535)")
+    if parts.username is not None or parts.password is not None:
+        raise ValueError(
+            "credentials in the URL would show in process lists and logs; put the token in "
+            "$OPENAI_API_KEY (or name another variable with --api-key-env)"
+        )
+    return value
+
+
 Seconds = Annotated[float, BeforeValidator(parse_seconds)]
 PositiveSeconds = Annotated[float, BeforeValidator(parse_seconds), Field(gt=0)]
 Rates = Annotated[tuple[float, ...], BeforeValidator(parse_rates)]
@@ -74,7 +100,7 @@ def _controls(value: Any) -> Any:
 class LoadtestConfig(Section):
     """How ``enginefit loadtest`` replays the workload against an endpoint."""
 
-    endpoint: Annotated[str, Field(min_length=1)] | None
+    endpoint: Annotated[str, Field(min_length=1), AfterValidator(check_endpoint)] | None
     model: Annotated[str, Field(min_length=1)] | None
     api: Literal["completions", "chat"]
     rates: Rates
@@ -82,12 +108,12 @@ class LoadtestConfig(Section):
     warmup: Seconds
     arrivals: Literal["trace", "poisson", "gamma"]
     burstiness: Annotated[float, Field(gt=0, le=100)]
-    max_in_flight: PositiveInt | None
+    max_in_flight: Annotated[int, between(1, MAX_IN_FLIGHT_REQUESTS)] | None
     on_cap: Literal["drop", "delay"]
     length_control: Annotated[tuple[LengthControl, ...], BeforeValidator(_controls)]
     include_usage: bool
     connect_timeout: PositiveSeconds
     read_timeout: PositiveSeconds
     request_timeout: PositiveSeconds
-    seed: NonNegativeInt
+    seed: Seed
     out_dir: ConfigPath

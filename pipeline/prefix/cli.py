@@ -9,11 +9,10 @@ from typing import Any
 from pipeline.cli_common import (
     add_config_argument,
     add_out_argument,
-    add_trace_arguments,
-    adhoc_requests,
     command_config,
     output_layout,
 )
+from pipeline.ingest.cli import add_trace_arguments, adhoc_requests
 from pipeline.prefix import stage
 from pipeline.prefix.present import summary_text
 from pipeline.settings import with_flags
@@ -48,7 +47,7 @@ def run_prefix(args: argparse.Namespace) -> int:
         if args.block_size is not None:
             settings = with_flags(settings, {"block_size": ("--block-size", args.block_size)})
     else:
-        inputs = stage.read_inputs(config.layout(), config)
+        inputs = stage.read_inputs(config.layout())
     result = stage.run(inputs, settings)
     layout = output_layout(args, config)
     if layout is not None:

@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
-from typing import Self
+from typing import Annotated, Self
 
 from pydantic import model_validator
 
-from pipeline.settings import BlockSize, PositiveInt, PositiveSecondsList, Section
+from pipeline.settings import BlockSize, PositiveSecondsList, Section, between
+
+# A session match needs this many blocks at most: past it no prompt of any trace chains.
+MAX_SESSION_MATCH_BLOCKS = 100_000
 
 
 class PrefixConfig(Section):
@@ -24,7 +27,7 @@ class PrefixConfig(Section):
         Analyse at this coarser block size (a multiple of the table's; ``None`` = the table's).
     """
 
-    min_session_match_blocks: PositiveInt
+    min_session_match_blocks: Annotated[int, between(1, MAX_SESSION_MATCH_BLOCKS)]
     reuse_age_buckets_s: PositiveSecondsList
     block_size: BlockSize | None
 

@@ -12,21 +12,23 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline.config import Config
-from pipeline.ingest.stage import read_requests
-from pipeline.layout import WorkloadLayout, require_output
+from pipeline import results
+from pipeline.layout import WorkloadLayout
 from pipeline.prefix.analysis import analyse
 from pipeline.prefix.config import PrefixConfig
 from pipeline.prefix.present import curve_svg
 from pipeline.prefix.result import PrefixResult
 from pipeline.safe_read import read_json
-from pipeline.sim import memo
 from pipeline.store import (
     open_stage_output,
+    read_requests,
+    release_input,
     write_bytes_atomic,
     write_json_atomic,
     write_parquet_atomic,
 )
+
+STEP = results.Step(results.PREFIX, upstream=(results.REQUESTS,), sections=("prefix",))
 
 
 @dataclass(frozen=True)
@@ -50,15 +52,14 @@ def inputs_from(requests: pl.LazyFrame | pl.DataFrame) -> PrefixInputs:
     return PrefixInputs(requests)
 
 
-def read_inputs(layout: WorkloadLayout, config: Config) -> PrefixInputs:
-    del config  # the canonical table is the stage's only input
+def read_inputs(layout: WorkloadLayout) -> PrefixInputs:
     return inputs_from(read_requests(layout))
 
 
 def run(inputs: PrefixInputs, settings: PrefixConfig) -> PrefixResult:
     # What an earlier stage of this process kept (the simulation's flattened workload, in an
     # in-process Dagster run) is let go of, not held beside this stage's tables.
-    memo.release()
+    release_input()
     return analyse(inputs.requests, settings)
 
 
@@ -70,14 +71,14 @@ def write(result: PrefixResult, layout: WorkloadLayout) -> dict[str, Path]:
     write_parquet_atomic(result.curve, paths.curve)
     write_parquet_atomic(result.sessions, paths.sessions)
     write_bytes_atomic(paths.curve_svg, curve_svg(result.curve))
+    results.PREFIX.seal(layout, paths.files().values())
     return paths.files()
 
 
 def read_result(layout: WorkloadLayout) -> PrefixResult:
     paths = layout.prefix
-    summary = require_output(paths.summary, "prefix analysis", "prefix", "prefix_sharing")
     return PrefixResult.from_json(
-        read_json(summary),
+        read_json(results.PREFIX.require(layout)),
         pl.read_parquet(paths.curve),
         pl.read_parquet(paths.sessions),
     )

@@ -32,8 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import InputFormatError
-from pipeline.report.signing import verify
-from pipeline.report.versions import (
+from pipeline.ledger import (
     BUNDLED_INPUT,
     INSTALLATION,
     MANIFEST,
@@ -45,6 +44,7 @@ from pipeline.report.versions import (
     sha256_bytes,
     sha256_of,
 )
+from pipeline.report.signing import verify
 from pipeline.safe_read import parse_json, read_regular
 
 

@@ -5,10 +5,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 from typing import Any
 
+from pipeline.errors import ConfigError
 from pipeline.report.audit import audit, audit_text
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+# How much of a malformed value an error echoes.
+_ECHO = 80
 
 
 def register(subparsers: Any) -> None:
@@ -53,8 +59,24 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run_audit)
 
 
+def chain_head_flag(value: str | None) -> str | None:
+    """``--chain-head`` as an audit prints it (64 hex digits, either case): anything else is a
+    mistyped flag, not a rewritten ledger."""
+    if value is None:
+        return None
+    head = value.strip().lower()
+    if not _SHA256.match(head):
+        shown = value if len(value) <= _ECHO else value[:_ECHO] + "…"
+        raise ConfigError(
+            f"--chain-head: expected the 64 hex digits an audit prints as the chain head, got "
+            f"{shown!r} ({len(value):,} characters)"
+        )
+    return head
+
+
 def run_audit(args: argparse.Namespace) -> int:
-    result = audit(args.path, allowed_signers=args.allowed_signers, recorded_head=args.chain_head)
+    head = chain_head_flag(args.chain_head)
+    result = audit(args.path, allowed_signers=args.allowed_signers, recorded_head=head)
     if args.json:
         print(json.dumps(result.as_dict(), indent=2, sort_keys=True))
     else:

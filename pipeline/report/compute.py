@@ -32,6 +32,7 @@ from pipeline.decision.present import (
 )
 from pipeline.decision.result import Candidate, DecisionRecord, TriggerCheck
 from pipeline.ingest.result import IngestSummary
+from pipeline.ledger import quarter_key, quarter_of
 from pipeline.prefix.result import PrefixSummary
 from pipeline.present.text import (
     NOTHING,
@@ -43,7 +44,6 @@ from pipeline.present.text import (
     usd,
 )
 from pipeline.report.memo import decision_memo, trigger_priority
-from pipeline.report.versions import quarter_key, quarter_of
 from pipeline.report.workings import Sources, headline_workings
 from pipeline.shape.result import ShapeMetrics
 from pipeline.sim.result import ScenarioSummary

@@ -1,8 +1,11 @@
-"""Settings of the report stage (defaults and their meaning: ``pipeline/defaults.yaml``)."""
+"""Settings of the report stage (defaults and their meaning: ``pipeline/defaults.yaml``), and
+what a version records of the configuration it was made with (:class:`Provenance`)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Self
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Self
 
 from pydantic import Field, model_validator
 
@@ -31,3 +34,29 @@ class ReportConfig(Section):
                 "format), so each signature is checked when it is made"
             )
         return self
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """What a version records of the configuration it was made with: the file (``source``;
+    None: the built-in defaults) and every setting as `enginefit config` prints it
+    (``configuration``), and the files it names that the stages read: the trace paths as
+    configured, the tokenizer, the benchmark results and their sidecar manifest, and the engine
+    catalog (None: the bundled one)."""
+
+    source: Path | None
+    configuration: dict[str, Any]
+    traces: tuple[str, ...]
+    tokenizer: Path | None
+    bench_results: tuple[Path, ...]
+    bench_manifest: Path | None
+    catalog: Path | None
+
+    @property
+    def where(self) -> str:
+        return str(self.source) if self.source else "<defaults>"
+
+    @property
+    def base(self) -> Path:
+        """The folder the configuration's relative paths (and a manifest's inputs) start from."""
+        return self.source.resolve().parent if self.source else Path.cwd()

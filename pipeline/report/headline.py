@@ -13,20 +13,19 @@ from pipeline.bench import stage as bench_stage
 from pipeline.bench.result import CapacityRow
 from pipeline.capacity import stage as capacity_stage
 from pipeline.capacity.result import CandidateCapacity, WorkloadCost
-from pipeline.config import Config
 from pipeline.decision import stage as decision_stage
 from pipeline.errors import EnginefitError
 from pipeline.ingest import stage as ingest_stage
 from pipeline.layout import WorkloadLayout
+from pipeline.ledger import PDF, Filing
 from pipeline.prefix import stage as prefix_stage
 from pipeline.present.text import UNKNOWN, money, number, share, unknown_text, usd
-from pipeline.report.versions import PDF, report_quarter, report_tree
 from pipeline.shape import stage as shape_stage
 from pipeline.sim import stage as sim_stage
 from pipeline.unknown import Unknown, is_known
 
 
-def _ingest(layout: WorkloadLayout, config: Config) -> str:
+def _ingest(layout: WorkloadLayout) -> str:
     summary = ingest_stage.read_summary(layout)
     span_h = summary.span_s / 3600
     return (
@@ -35,7 +34,7 @@ def _ingest(layout: WorkloadLayout, config: Config) -> str:
     )
 
 
-def _shape(layout: WorkloadLayout, config: Config) -> str:
+def _shape(layout: WorkloadLayout) -> str:
     metrics = shape_stage.read_result(layout).metrics
     peaks = [
         f"{number(rate, 2, 'req/s')} ({name} window)"
@@ -48,7 +47,7 @@ def _shape(layout: WorkloadLayout, config: Config) -> str:
     )
 
 
-def _prefix(layout: WorkloadLayout, config: Config) -> str:
+def _prefix(layout: WorkloadLayout) -> str:
     summary = prefix_stage.read_result(layout).summary
     return (
         f"curve shape: {summary.classification.shape}; an unbounded prefix cache could "
@@ -56,7 +55,7 @@ def _prefix(layout: WorkloadLayout, config: Config) -> str:
     )
 
 
-def _simulation(layout: WorkloadLayout, config: Config) -> str:
+def _simulation(layout: WorkloadLayout) -> str:
     summaries = sim_stage.read_summaries(layout)
     known = [(s.hit_ratio, s.scenario) for s in summaries if is_known(s.hit_ratio)]
     if not summaries:
@@ -72,8 +71,8 @@ def _simulation(layout: WorkloadLayout, config: Config) -> str:
     )
 
 
-def _bench(layout: WorkloadLayout, config: Config) -> str:
-    analysis = bench_stage.read_analysis(layout, config.bench)
+def _bench(layout: WorkloadLayout) -> str:
+    analysis = bench_stage.read_analysis(layout)
     if analysis.capacity.is_empty():
         return f"skipped: {analysis.notes[0]}" if analysis.notes else "no benchmark candidates"
     return "; ".join(_candidate(row) for row in analysis.capacity_rows(ranked=True))
@@ -88,7 +87,7 @@ def _candidate(row: CapacityRow) -> str:
     )
 
 
-def _capacity(layout: WorkloadLayout, config: Config) -> str:
+def _capacity(layout: WorkloadLayout) -> str:
     result = capacity_stage.read_result(layout)
     if not result.candidates:
         return result.notes[0] if result.notes else "no benchmarked deployment"
@@ -112,20 +111,20 @@ def _carried(candidate: CandidateCapacity) -> str:
     )
 
 
-def _decision(layout: WorkloadLayout, config: Config) -> str:
+def _decision(layout: WorkloadLayout) -> str:
     return decision_stage.read_record(layout).recommendation.headline
 
 
-def _report(layout: WorkloadLayout, config: Config) -> str:
-    tree = report_tree(config)
-    quarter = report_quarter(config, ingest_stage.read_summary(layout).last_arrival)
+def _report(layout: WorkloadLayout, filing: Filing) -> str:
+    tree = filing.tree
+    quarter = filing.quarter_for(ingest_stage.read_summary(layout).last_arrival)
     latest = tree.latest(quarter)
     if latest is None:
         return f"no version of {quarter} published yet"
     return f"{quarter} v{latest.version}: {tree.root / latest.path / PDF}"
 
 
-HEADLINES: tuple[tuple[str, Callable[[WorkloadLayout, Config], str]], ...] = (
+HEADLINES: tuple[tuple[str, Callable[[WorkloadLayout], str]], ...] = (
     ("ingest", _ingest),
     ("shape", _shape),
     ("prefix", _prefix),
@@ -133,17 +132,15 @@ HEADLINES: tuple[tuple[str, Callable[[WorkloadLayout, Config], str]], ...] = (
     ("bench", _bench),
     ("capacity", _capacity),
     ("decision", _decision),
-    ("report", _report),
 )
 
 
-def headlines(config: Config) -> list[tuple[str, str]]:
-    """``(stage, line)`` for every stage of the configured workload."""
-    layout = config.layout()
+def headlines(layout: WorkloadLayout, filing: Filing) -> list[tuple[str, str]]:
+    """``(stage, line)`` for every stage of the workload, the report filed in ``filing`` last."""
     lines = []
-    for stage, headline in HEADLINES:
+    for stage, headline in (*HEADLINES, ("report", lambda layout: _report(layout, filing))):
         try:
-            line = headline(layout, config)
+            line = headline(layout)
         except EnginefitError as exc:
             line = f"not available ({exc})"
         lines.append((stage, line))

@@ -21,19 +21,31 @@ from typing import Any
 
 import polars as pl
 
-from pipeline import dates
+from pipeline import dates, results
 from pipeline.bench import stage as bench_stage
-from pipeline.bench.config import configured_as_of
+from pipeline.bench.config import BenchPolicy
 from pipeline.capacity import stage as capacity_stage
 from pipeline.capacity.result import CapacityResult
-from pipeline.config import Config
-from pipeline.decision.catalog import BUNDLED
+from pipeline.decision.catalog import BUNDLED, load_catalog
 from pipeline.decision.result import DecisionRecord
 from pipeline.decision.stage import read_record
 from pipeline.errors import ConfigError, InputFormatError
 from pipeline.ingest.result import IngestSummary
 from pipeline.ingest.stage import read_summary
 from pipeline.layout import WorkloadLayout
+from pipeline.ledger import (
+    BUNDLED_INPUT,
+    HTML,
+    INSTALLATION,
+    PDF,
+    RECORD,
+    SIGNATURE,
+    Entry,
+    Filing,
+    ReportTree,
+    sha256_bytes,
+    sha256_of,
+)
 from pipeline.prefix import stage as prefix_stage
 from pipeline.prefix.result import PrefixSummary
 from pipeline.report.compute import (
@@ -44,23 +56,11 @@ from pipeline.report.compute import (
     quarter_holds_traffic,
     traffic_quarters,
 )
+from pipeline.report.config import Provenance, ReportConfig
 from pipeline.report.result import Published, ReportResult
 from pipeline.report.signing import NAMESPACE, Signer, sign
-from pipeline.report.versions import (
-    BUNDLED_INPUT,
-    HTML,
-    INSTALLATION,
-    PDF,
-    RECORD,
-    SIGNATURE,
-    Entry,
-    ReportTree,
-    report_quarter,
-    report_tree,
-    sha256_bytes,
-    sha256_of,
-)
 from pipeline.safe_read import parse_json, read_json
+from pipeline.settings import SECTIONS
 from pipeline.shape import stage as shape_stage
 from pipeline.sim import stage as sim_stage
 from pipeline.whatif import stage as whatif_stage
@@ -98,8 +98,49 @@ def _relative(path: Path, base: Path) -> str:
     return str(path.relative_to(base)) if path.is_relative_to(base) else str(path)
 
 
+# What a version is made from: the files of these results are its ``derived`` outputs (the
+# decision record is published in the version itself; the what-if is a function of the same
+# inputs as the decision, so a later `enginefit whatif --map ...` must not fail an audit).
+STEP = results.Step(
+    results.REPORT,
+    upstream=(
+        results.INGEST_SUMMARY,
+        results.SHAPE.reading(
+            "summary", "facts", "concurrency", "lengths_svg", "arrivals_svg", "concurrency_svg"
+        ),
+        results.PREFIX.reading("summary", "curve", "sessions", "curve_svg"),
+        results.SCENARIOS.reading("summary", "scenarios"),
+        results.CURVES,
+        results.SIMULATION_FIGURES.reading(),  # drawn from the two tables above
+        # The per-request rows are the result files' own, hashed among the inputs.
+        results.LOAD_POINTS.reading("load_points", "read_notes"),
+        results.BENCH.reading(
+            "points",
+            "capacity",
+            "fleet",
+            "findings",
+            "findings_json",
+            "analysis",
+            "latency_svg",
+            "cost_svg",
+        ),
+        results.LATENCY_FITS.reading("concurrency", "concurrency_json"),
+        results.CAPACITY,
+        results.DECISION.reading(),
+        results.TRIGGERS.reading(),
+        results.WHATIF.reading(),
+    ),
+    sections=SECTIONS,  # a version records the whole configuration
+)
+
+
 def raw_inputs(
-    layout: WorkloadLayout, config: Config, points: pl.DataFrame, record: DecisionRecord
+    provenance: Provenance,
+    settings: ReportConfig,
+    tree: ReportTree,
+    layout: WorkloadLayout,
+    points: pl.DataFrame,
+    record: DecisionRecord,
 ) -> dict[str, str]:
     """sha256 of every file a stage read: the traces (as ingest hashed them), the benchmark
     result files, the files their readers opened beside them (an inference-perf run's
@@ -107,7 +148,7 @@ def raw_inputs(
     signers of a signed version, the engine catalog and a previous decision record the user
     named (paths relative to the configuration's folder)."""
 
-    base = config_base(config)
+    base = provenance.base
     out = {f"trace:{f.file}": f.sha256 for f in read_summary(layout).files}
     # The readers hashed each result file and each companion file as they read it; sidecar
     # manifests are hashed here.
@@ -120,26 +161,28 @@ def raw_inputs(
             for name, digest in parse_json(text, layout.bench.load_points).items():
                 out[f"bench:{_relative(Path(name).resolve(), base)}"] = digest
     manifests = [*points.get_column("manifest_file").drop_nulls().unique().to_list()]
-    for name in [*manifests, *([config.bench.manifest] if config.bench.manifest else [])]:
+    configured = [provenance.bench_manifest] if provenance.bench_manifest else []
+    for name in [*manifests, *configured]:
         digest = sha256_of(Path(name))
         if digest is not None:
             out[f"bench:{_relative(Path(name).resolve(), base)}"] = digest
-    if config.source is not None:
-        out[f"config:{_relative(config.source.resolve(), base)}"] = sha256_of(config.source) or ""
+    source = provenance.source
+    if source is not None:
+        out[f"config:{_relative(source.resolve(), base)}"] = sha256_of(source) or ""
     # The private signing key is read too, but nothing derived from a secret is recorded.
-    named = {"tokenizer": config.require_workload().tokenizer}
-    named["signers"] = config.report.allowed_signers if config.report.signing_key else None
+    named = {"tokenizer": provenance.tokenizer}
+    named["signers"] = settings.allowed_signers if settings.signing_key else None
     for kind, path in named.items():
         if path is not None:
             out[f"{kind}:{_relative(path.resolve(), base)}"] = sha256_of(path) or ""
-    catalog, catalog_sha256 = config.decision.catalog, str(record.catalog.get("sha256", ""))
+    catalog, catalog_sha256 = provenance.catalog, str(record.catalog.get("sha256", ""))
     if catalog is not None:
         out[f"catalog:{_relative(catalog.resolve(), base)}"] = catalog_sha256
     else:  # named inside the installation, so the key is the same wherever enginefit lives
         out[f"{BUNDLED_INPUT}:pipeline/decision/{BUNDLED}"] = catalog_sha256
     # A previous record given by the user; one the decision found among the published versions
     # is theirs to vouch for (their own audit), and not a source of this one.
-    published = report_tree(config).root.resolve()
+    published = tree.root.resolve()
     for key, digest in record.inputs.items():
         previous = Path(key.removeprefix("previous:")).resolve()
         if key.startswith("previous:") and not previous.is_relative_to(published):
@@ -147,24 +190,21 @@ def raw_inputs(
     return dict(sorted(out.items()))
 
 
-def config_base(config: Config) -> Path:
-    """The folder the configuration's relative paths (and a manifest's inputs) start from."""
-    return config.source.resolve().parent if config.source else Path.cwd()
-
-
-def input_roots(layout: WorkloadLayout, config: Config, inputs: dict[str, str]) -> list[str]:
+def input_roots(
+    provenance: Provenance, settings: ReportConfig, layout: WorkloadLayout, inputs: dict[str, str]
+) -> list[str]:
     """The places a version's inputs may be (what ``audit`` confines itself to): the
     configuration's folder, the workload folder, the configured traces, benchmark folders
     (a result file's folder: readers open files beside it), sidecar manifest, tokenizer,
     allowed signers and catalog, and a previous decision record the user named."""
-    base = config_base(config)
+    base = provenance.base
     named = [
-        *(_fixed_part(Path(t.path)) for t in config.require_workload().traces),
-        *(p if p.is_dir() else p.parent for p in map(Path, config.bench.results)),
-        *([config.bench.manifest] if config.bench.manifest else []),
-        *([t] if (t := config.require_workload().tokenizer) else []),
-        *([config.report.allowed_signers] if config.report.allowed_signers else []),
-        *([config.decision.catalog] if config.decision.catalog else []),
+        *(_fixed_part(Path(trace)) for trace in provenance.traces),
+        *(p if p.is_dir() else p.parent for p in map(Path, provenance.bench_results)),
+        *([provenance.bench_manifest] if provenance.bench_manifest else []),
+        *([provenance.tokenizer] if provenance.tokenizer else []),
+        *([settings.allowed_signers] if settings.allowed_signers else []),
+        *([provenance.catalog] if provenance.catalog else []),
         *(base / k.partition(":")[2] for k in inputs if k.startswith("previous:")),
     ]
     roots = {base, layout.root.resolve(), *(p.resolve() for p in named)}
@@ -173,19 +213,9 @@ def input_roots(layout: WorkloadLayout, config: Config, inputs: dict[str, str]) 
 
 def derived_outputs(layout: WorkloadLayout) -> dict[str, str]:
     """sha256 of every upstream stage output the document reads (relative to the workload)."""
-    paths = [
-        layout.ingest.summary,
-        *layout.shape.files().values(),
-        *layout.prefix.files().values(),
-        layout.simulation.summary,
-        layout.simulation.scenarios,
-        layout.simulation.curves,
-        *(p for p in layout.bench.files().values() if p != layout.bench.per_request),
-        layout.root / "capacity" / "capacity.json",
-    ]
     return {
         str(p.relative_to(layout.root)): d
-        for p in sorted(set(paths))
+        for p in sorted(set(results.fingerprints(STEP, layout)))
         if (d := sha256_of(p)) is not None
     }
 
@@ -201,34 +231,40 @@ class ReportInputs:
 
 
 def read_inputs(
-    layout: WorkloadLayout, config: Config, *, quarter: str | None = None
+    layout: WorkloadLayout,
+    settings: ReportConfig,
+    provenance: Provenance,
+    filing: Filing,
+    policy: BenchPolicy,
+    *,
+    quarter: str | None = None,
 ) -> ReportInputs:
-
-    workload = config.require_workload().name
+    """The upstream results (:data:`STEP`), what the configuration names (``provenance``),
+    where versions are filed and the bench section's report date and age limit (``policy``),
+    for ``quarter`` (else the filing's)."""
+    workload = layout.name
     summary = read_summary(layout)
-    quarter = quarter or report_quarter(config, summary.last_arrival)
-    refuse_quarter_without_traffic(quarter, summary, config)
+    quarter = quarter or filing.quarter_for(summary.last_arrival)
+    refuse_quarter_without_traffic(quarter, summary, settings, provenance.where)
     record = read_record(layout)
-    analysis = bench_stage.read_analysis(layout, config.bench)
+    analysis = bench_stage.read_analysis(layout)
     try:
         prefix: PrefixSummary | None = prefix_stage.read_result(layout).summary
     except InputFormatError:
         prefix = None
-    # The capacity stage reads the bench and simulation stages; loaded only here, no cycle forms.
     try:
         workload_capacity: CapacityResult | None = capacity_stage.read_result(layout)
     except InputFormatError:
         workload_capacity = None
     # None: `enginefit whatif` (the decision_map asset) has not run; a damaged file is an error.
     whatif = whatif_stage.read_result(layout) if layout.whatif.result.exists() else None
-    tree = report_tree(config)
+    tree = filing.tree
     tree.reconcile()
-    configuration = config.as_dict()
+    configuration = provenance.configuration
     configuration_sha256 = sha256_bytes(json.dumps(configuration, sort_keys=True).encode())
     code = code_version()
-    inputs = raw_inputs(
-        layout, config, bench_stage.read_written_results(layout).load_points, record
-    )
+    points = bench_stage.read_written_results(layout).load_points
+    inputs = raw_inputs(provenance, settings, tree, layout, points, record)
     derived = derived_outputs(layout)
     identity_parts = {
         "inputs": inputs,
@@ -249,13 +285,13 @@ def read_inputs(
         record = published.record
         dated = published.manifest.get("report_date") or record.as_of
     report_date = dt.date.fromisoformat(dated) if dated else dates.today()
-    configured, configured_by = configured_as_of(config.bench)
+    configured, configured_by = policy.as_of, policy.as_of_source
     document = ReportContent(
         workload=workload,
         quarter=quarter,
         version=version,
-        title=config.report.title,
-        organisation=config.report.organisation,
+        title=settings.title,
+        organisation=settings.organisation,
         record=record,
         ingest=summary,
         shape=shape_stage.read_result(layout).metrics,
@@ -263,9 +299,9 @@ def read_inputs(
         scenarios=sim_stage.read_summaries(layout),
         capacity=analysis.capacity_rows(),
         findings=analysis.finding_rows(),
-        slo=config.bench.slo.describe(),
-        prices=config.bench.prices,
-        catalog=config.catalog(),
+        slo=analysis.settings.slo.describe(),
+        prices=analysis.settings.prices,
+        catalog=load_catalog(provenance.catalog),
         configuration=configuration,
         configuration_sha256=configuration_sha256,
         code=code,
@@ -279,7 +315,7 @@ def read_inputs(
         if configured == report_date
         else "the day this version was first published",
         bench_runs=_run_dates(analysis.evaluated),
-        max_age_days=config.bench.max_age_days,
+        max_age_days=policy.max_age_days,
     )
     manifest = {
         "schema_version": 1,
@@ -288,11 +324,11 @@ def read_inputs(
         "version": version,
         "headline": record.recommendation.headline,
         "identity": identity,
-        "base": str(config_base(config)),
+        "base": str(provenance.base),
         "workload_folder": str(layout.root.resolve()),
         "inputs": inputs,
-        "roots": input_roots(layout, config, inputs),
-        "signature": _signature(config),
+        "roots": input_roots(provenance, settings, layout, inputs),
+        "signature": _signature(settings),
         "derived": derived,
         "configuration": configuration,
         "configuration_sha256": configuration_sha256,
@@ -311,15 +347,15 @@ def _fixed_part(path: Path) -> Path:
     return path if fixed is None else Path(*parts[:fixed])
 
 
-def _signature(config: Config) -> dict[str, str] | None:
+def _signature(settings: ReportConfig) -> dict[str, str] | None:
     """How the version's manifest is signed (None: it is not)."""
-    if config.report.signing_key is None or config.report.allowed_signers is None:
+    if settings.signing_key is None or settings.allowed_signers is None:
         return None
     return {
         "tool": "ssh-keygen -Y sign",
         "namespace": NAMESPACE,
         "file": SIGNATURE,
-        "allowed_signers": str(config.report.allowed_signers.resolve()),
+        "allowed_signers": str(settings.allowed_signers.resolve()),
     }
 
 
@@ -347,16 +383,19 @@ def _compared_with(tree: ReportTree, quarter: str, identity: str) -> Entry | Non
     return next((e for e in tree.read_ledger() if (e.quarter, str(e.version)) == (q, v)), None)
 
 
-def refuse_quarter_without_traffic(quarter: str, summary: IngestSummary, config: Config) -> None:
+def refuse_quarter_without_traffic(
+    quarter: str, summary: IngestSummary, settings: ReportConfig, where: str
+) -> None:
     """A report filed under a quarter the traffic does not reach would describe traffic it does
-    not contain: refused unless ``report.allow_other_quarter`` says it is meant."""
+    not contain: refused unless ``report.allow_other_quarter`` says it is meant (``where``: the
+    configuration file, for the error)."""
     span = traffic_quarters(summary)
-    if span is None or config.report.allow_other_quarter:
+    if span is None or settings.allow_other_quarter:
         return
     if quarter_holds_traffic(quarter, summary):
         return
     raise ConfigError(
-        f"{config.where}: report.quarter: {quarter} holds none of the traffic ({span}); set "
+        f"{where}: report.quarter: {quarter} holds none of the traffic ({span}); set "
         "report.quarter to the traffic's quarter (or null: the quarter of its last arrival), or "
         "report.allow_other_quarter: true to file it there anyway"
     )
@@ -458,9 +497,8 @@ def colophon(sources: ReportInputs, record_bytes: bytes) -> list[dict[str, str]]
     ]
 
 
-def unchanged(quarter: str, identity: str, config: Config) -> Published | None:
+def unchanged(quarter: str, identity: str, tree: ReportTree) -> Published | None:
     """The quarter's latest version when it was made from exactly these sources, else None."""
-    tree = report_tree(config)
     latest = tree.latest(quarter)
     if latest is None or latest.identity != identity:
         return None
@@ -468,21 +506,20 @@ def unchanged(quarter: str, identity: str, config: Config) -> Published | None:
     return Published(False, quarter, latest.version, folder, folder / PDF)
 
 
-def publish(sources: ReportInputs, config: Config) -> Published:
-    """Render and publish a new version, or say which identical version exists (without
-    rendering)."""
-    return unchanged(sources.document.quarter, sources.identity, config) or write(
-        run(sources), config
+def publish(sources: ReportInputs, tree: ReportTree, settings: ReportConfig) -> Published:
+    """Render and publish a new version in ``tree``, or say which identical version exists
+    (without rendering); ``settings`` say whether and how to sign it."""
+    return unchanged(sources.document.quarter, sources.identity, tree) or write(
+        run(sources), tree, settings
     )
 
 
-def write(result: ReportResult, config: Config) -> Published:
-    existing = unchanged(result.quarter, result.identity, config)
+def write(result: ReportResult, tree: ReportTree, settings: ReportConfig) -> Published:
+    existing = unchanged(result.quarter, result.identity, tree)
     if existing is not None:
         return existing
-    tree = report_tree(config)
     manifest = {**result.manifest, "decision_sha256": sha256_bytes(result.record)}
-    key, signers = config.report.signing_key, config.report.allowed_signers
+    key, signers = settings.signing_key, settings.allowed_signers
     signer = None if key is None or signers is None else Signer(key, signers)
     entry, folder = tree.publish(
         result.quarter,

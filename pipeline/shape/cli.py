@@ -9,11 +9,10 @@ from typing import Any
 from pipeline.cli_common import (
     add_config_argument,
     add_out_argument,
-    add_trace_arguments,
-    adhoc_requests,
     command_config,
     output_layout,
 )
+from pipeline.ingest.cli import add_trace_arguments, adhoc_requests
 from pipeline.shape import stage
 from pipeline.shape.common import json_safe
 from pipeline.shape.present import render_text
@@ -43,7 +42,7 @@ def run_shape(args: argparse.Namespace) -> int:
     if args.paths:
         inputs = stage.ShapeInputs(adhoc_requests(args, config))
     else:
-        inputs = stage.read_inputs(config.layout(), config)
+        inputs = stage.read_inputs(config.layout())
     result = stage.run(inputs, config.shape)
     if layout is not None:
         stage.write(result, layout)

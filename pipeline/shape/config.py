@@ -5,19 +5,25 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import Field
-
-from pipeline.settings import NonNegative, Section
+from pipeline.settings import Section, between
 from pipeline.shape.facts import LatencyModel
 from pipeline.thresholds import CONCURRENCY_HIGH_MIN, CONCURRENCY_LOW_MAX
+
+# The latency model's sane ranges: a first token an hour away, a second per prompt token or a
+# minute per output token describe no server (and larger values overflow the durations).
+MAX_TTFT_BASE_MS = 3_600_000.0
+MAX_TTFT_PER_PROMPT_TOKEN_MS = 1_000.0
+MAX_TPOT_MS = 60_000.0
+# p99/p50 of a length distribution: past a thousand the ratio flags nothing a person would.
+MAX_LONG_TAIL_RATIO = 1_000.0
 
 
 class LatencyModelConfig(Section):
     """The configured latency model; ``as_model`` gives the :class:`LatencyModel` it defines."""
 
-    ttft_base_ms: NonNegative
-    ttft_per_prompt_token_ms: NonNegative
-    tpot_ms: NonNegative
+    ttft_base_ms: Annotated[float, between(0, MAX_TTFT_BASE_MS)]
+    ttft_per_prompt_token_ms: Annotated[float, between(0, MAX_TTFT_PER_PROMPT_TOKEN_MS)]
+    tpot_ms: Annotated[float, between(0, MAX_TPOT_MS)]
 
     def as_model(self, source: str = "config") -> LatencyModel:
         return LatencyModel(
@@ -45,7 +51,7 @@ class ShapeConfig(Section):
     """
 
     latency_model: LatencyModelConfig
-    long_tail_ratio: Annotated[float, Field(gt=1)]
+    long_tail_ratio: Annotated[float, between(1, MAX_LONG_TAIL_RATIO, low_open=True)]
 
     @property
     def latency(self) -> LatencyModel:

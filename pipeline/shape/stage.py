@@ -12,9 +12,8 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline.config import Config
-from pipeline.ingest.stage import read_requests
-from pipeline.layout import WorkloadLayout, require_output
+from pipeline import results
+from pipeline.layout import WorkloadLayout
 from pipeline.safe_read import read_json
 from pipeline.shape.common import json_safe
 from pipeline.shape.compute import compute_shape
@@ -23,10 +22,13 @@ from pipeline.shape.present import figures
 from pipeline.shape.result import ShapeResult
 from pipeline.store import (
     open_stage_output,
+    read_requests,
     write_bytes_atomic,
     write_json_atomic,
     write_parquet_atomic,
 )
+
+STEP = results.Step(results.SHAPE, upstream=(results.REQUESTS,), sections=("shape",))
 
 
 @dataclass(frozen=True)
@@ -34,8 +36,7 @@ class ShapeInputs:
     requests: pl.LazyFrame
 
 
-def read_inputs(layout: WorkloadLayout, config: Config) -> ShapeInputs:
-    del config  # the canonical table is the stage's only input
+def read_inputs(layout: WorkloadLayout) -> ShapeInputs:
     return ShapeInputs(read_requests(layout))
 
 
@@ -56,13 +57,13 @@ def write(result: ShapeResult, layout: WorkloadLayout) -> dict[str, Path]:
             target = getattr(paths, name)
             write_bytes_atomic(target, svg)
             written[name] = target
+    results.SHAPE.seal(layout, written.values())
     return written
 
 
 def read_result(layout: WorkloadLayout) -> ShapeResult:
     """The shape result written for this workload (without the figures' data)."""
     paths = layout.shape
-    summary = require_output(paths.summary, "workload shape", "shape", "workload_shape")
-    metrics = read_json(summary)
+    metrics = read_json(results.SHAPE.require(layout))
     series = pl.read_parquet(paths.concurrency) if paths.concurrency.is_file() else None
     return ShapeResult.from_json(metrics, series)

@@ -8,9 +8,10 @@ from typing import Any
 
 import polars as pl
 
-from pipeline.cli_common import FORMAT_HELP, add_config_argument, adhoc_requests, command_config
+from pipeline.cli_common import add_config_argument, command_config
 from pipeline.config import Config
 from pipeline.errors import ConfigError
+from pipeline.ingest.cli import FORMAT_HELP, adhoc_requests
 from pipeline.ingest.readers import FORMAT_NAMES
 from pipeline.present.text import share
 from pipeline.settings import from_flags, with_flags
@@ -248,7 +249,8 @@ def _run_configured(args: argparse.Namespace, config: Config) -> int:
         )
     layout = config.layout()
     settings = config.simulation
-    result = stage.run(stage.read_inputs(layout, config), settings)
+    latency = settings.latency(config.shape.latency)
+    result = stage.run(stage.read_inputs(layout, latency), settings)
     stage.write(result, layout)
     points = result.curve_points
     if args.json:

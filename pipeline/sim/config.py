@@ -13,9 +13,9 @@ from pipeline.errors import ConfigError
 from pipeline.settings import (
     BlockSize,
     Fraction,
-    NonNegative,
-    NonNegativeInt,
     Section,
+    Seed,
+    between,
     collected,
     validation_message,
 )
@@ -69,6 +69,12 @@ MAX_CURVE_POINTS = 10_000
 # SHARDS sampling rate: below one block in a million the sample of any trace is too thin to
 # estimate a curve (and below 2^-64 the sampling threshold underflows).
 MIN_SAMPLE_RATE = 1e-6
+# bounded-affinity spills past (1 + margin) x its share: at 100 the home replica takes 101x its
+# share before spilling, which is plain affinity.
+MAX_AFFINITY_MARGIN = 100.0
+AffinityMargin = Annotated[float, between(0, MAX_AFFINITY_MARGIN)]
+# sgl-router's balance_rel_threshold (1.1 or 1.5 by default): past 1000 it never balances.
+MAX_BALANCE_REL_THRESHOLD = 1_000.0
 
 
 def _at_most(limit: int, what: str, why: str) -> AfterValidator:
@@ -184,7 +190,7 @@ def _cache_aware(value: Any) -> Any:
 class _CacheAwareOverrides(Section):
     cache_threshold: Fraction | None = None
     balance_abs_threshold: InFlight | None = None
-    balance_rel_threshold: Annotated[float, Field(ge=1)] | None = None
+    balance_rel_threshold: Annotated[float, between(1, MAX_BALANCE_REL_THRESHOLD)] | None = None
 
 
 class SimConfig(Section):
@@ -198,8 +204,8 @@ class SimConfig(Section):
     replicas: Annotated[tuple[ReplicaCount, ...], Strict(False), Field(min_length=1)]
     cache_tokens: Annotated[tuple[CacheTokens, ...], Strict(False), Field(min_length=1)]
     routings: Annotated[tuple[Routing, ...], Strict(False), Field(min_length=1)]
-    bounded_affinity_margin: NonNegative
-    random_seed: NonNegativeInt
+    bounded_affinity_margin: AffinityMargin
+    random_seed: Seed
     tenant_isolation: bool
     compare_isolation: bool
     cache_aware: Annotated[CacheAwareConfig, BeforeValidator(collected(_cache_aware))]
@@ -240,5 +246,5 @@ class ScenarioFlags(Section):
     cache_tokens: CacheTokens | None = None
     points: CurvePoints | None = None
     sample_rate: SampleRate | None = None
-    random_seed: NonNegativeInt | None = None
-    bounded_affinity_margin: NonNegative | None = None
+    random_seed: Seed | None = None
+    bounded_affinity_margin: AffinityMargin | None = None

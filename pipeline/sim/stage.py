@@ -9,11 +9,11 @@ all of it in one process (the command); the files are the same either way. Paths
 
 What every scenario and curve of a workload needs is worked out once per process and shared:
 :func:`read_inputs` keeps the last workload it flattened (keyed by the canonical table's files
-and the latency model, in :mod:`pipeline.sim.memo`, let go of by a later stage's large read), and
-that :class:`SimInputs` keeps its dense block ids per block size and its sessions once a
-scenario has asked for them. So the command, and a Dagster run whose steps
-share a process (``enginefit report``'s default in-process executor), flatten the table, number
-its blocks and infer its sessions once, not once per scenario step.
+and the latency model, :func:`pipeline.store.reuse_input`; let go of by a later stage's large
+read), and that :class:`SimInputs` keeps its dense block ids per block size and its sessions
+once a scenario has asked for them. So the command, and a Dagster run whose steps share a
+process (``enginefit report``'s default in-process executor), flatten the table, number its
+blocks and infer its sessions once, not once per scenario step.
 """
 
 from __future__ import annotations
@@ -23,12 +23,10 @@ from typing import Any
 
 import polars as pl
 
-from pipeline.config import Config
-from pipeline.ingest.stage import read_requests
-from pipeline.layout import WorkloadLayout, require_output
+from pipeline import results
+from pipeline.layout import WorkloadLayout
 from pipeline.safe_read import read_json
 from pipeline.shape.facts import LatencyModel
-from pipeline.sim import memo
 from pipeline.sim.blocks import SimInputs, sim_input
 from pipeline.sim.compute import capacity_curves, curve_points, scenario_summary
 from pipeline.sim.config import SimConfig
@@ -43,10 +41,24 @@ from pipeline.sim.result import (
 )
 from pipeline.store import (
     open_stage_output,
+    read_requests,
+    reuse_input,
     write_bytes_atomic,
     write_json_atomic,
     write_parquet_atomic,
 )
+
+# Durations come from ``simulation.latency_model``, else the shape section's.
+SCENARIOS_STEP = results.Step(
+    results.SCENARIOS, upstream=(results.REQUESTS,), sections=("simulation", "shape")
+)
+CURVES_STEP = results.Step(
+    results.CURVES, upstream=(results.REQUESTS,), sections=("simulation", "shape")
+)
+FIGURES_STEP = results.Step(
+    results.SIMULATION_FIGURES, upstream=(results.SCENARIOS, results.CURVES)
+)
+STEPS = (SCENARIOS_STEP, CURVES_STEP, FIGURES_STEP)
 
 
 def _table_key(layout: WorkloadLayout, latency: LatencyModel) -> tuple[Any, ...]:
@@ -59,14 +71,14 @@ def _table_key(layout: WorkloadLayout, latency: LatencyModel) -> tuple[Any, ...]
     return (tuple(files), latency)
 
 
-def read_inputs(layout: WorkloadLayout, config: Config) -> SimInputs:
+def read_inputs(layout: WorkloadLayout, latency: LatencyModel) -> SimInputs:
     """The canonical table flattened for replay, with the latency model durations come from
-    (``simulation.latency_model``, else ``shape.latency_model``); the same object as the last
-    call's when the table's files and the latency model are unchanged (the module docstring)."""
-    latency = config.simulation.latency(config.shape.latency)
+    (``simulation.latency_model``, else ``shape.latency_model``: :meth:`SimConfig.latency`);
+    the same object as the last call's when the table's files and the latency model are
+    unchanged (the module docstring)."""
     requests = read_requests(layout)  # checks the table against its ingest manifest
     key = ("simulation", *_table_key(layout, latency))
-    return memo.reuse(key, lambda: sim_input(requests, latency_model=latency))
+    return reuse_input(key, lambda: sim_input(requests, latency_model=latency))
 
 
 def write_scenario(summary: ScenarioSummary, layout: WorkloadLayout) -> Path:
@@ -84,7 +96,9 @@ def write_scenarios(summaries: list[ScenarioSummary], layout: WorkloadLayout) ->
     write_parquet_atomic(scenario_frame(ordered), paths.scenarios)
     write_parquet_atomic(replica_frame(ordered), paths.replicas)
     write_json_atomic(paths.summary, [s.to_json() for s in ordered])
-    return {"scenarios": paths.scenarios, "replicas": paths.replicas, "summary": paths.summary}
+    written = {"scenarios": paths.scenarios, "replicas": paths.replicas, "summary": paths.summary}
+    results.SCENARIOS.seal(layout, written.values())
+    return written
 
 
 def write_curves(
@@ -94,7 +108,9 @@ def write_curves(
     paths = layout.simulation
     write_parquet_atomic(curves_frame(curves), paths.curves)
     write_json_atomic(paths.curves_json, points)
-    return {"curves": paths.curves, "curves_json": paths.curves_json}
+    written = {"curves": paths.curves, "curves_json": paths.curves_json}
+    results.CURVES.seal(layout, written.values())
+    return written
 
 
 def write_figures(layout: WorkloadLayout) -> dict[str, Path]:
@@ -105,7 +121,9 @@ def write_figures(layout: WorkloadLayout) -> dict[str, Path]:
     curves = pl.read_parquet(paths.curves)
     write_bytes_atomic(paths.hit_ratio_svg, hit_ratio_vs_capacity_svg(curves, scenarios))
     write_bytes_atomic(paths.imbalance_svg, imbalance_vs_hit_ratio_svg(scenarios))
-    return {"hit_ratio_svg": paths.hit_ratio_svg, "imbalance_svg": paths.imbalance_svg}
+    written = {"hit_ratio_svg": paths.hit_ratio_svg, "imbalance_svg": paths.imbalance_svg}
+    results.SIMULATION_FIGURES.seal(layout, written.values())
+    return written
 
 
 def run(inputs: SimInputs, settings: SimConfig) -> SimResult:
@@ -125,15 +143,9 @@ def write(result: SimResult, layout: WorkloadLayout) -> dict[str, Path]:
 
 def read_summaries(layout: WorkloadLayout) -> list[ScenarioSummary]:
     """The collected scenario summaries (what later stages read)."""
-    path = require_output(
-        layout.simulation.summary, "simulation results", "simulate", "simulation_scenarios"
-    )
-    return [ScenarioSummary.from_json(s) for s in read_json(path)]
+    return [ScenarioSummary.from_json(s) for s in read_json(results.SCENARIOS.require(layout))]
 
 
 def read_curves(layout: WorkloadLayout) -> pl.DataFrame:
     """Every step of every written capacity curve (what later stages read)."""
-    path = require_output(
-        layout.simulation.curves, "capacity curves", "simulate", "simulation_curves"
-    )
-    return pl.read_parquet(path)
+    return pl.read_parquet(results.CURVES.require(layout))

@@ -7,7 +7,10 @@ import json
 from typing import Any
 
 from pipeline.cli_common import add_config_argument, command_config
+from pipeline.config import Config
+from pipeline.errors import ConfigError
 from pipeline.whatif import stage
+from pipeline.whatif.compute import WhatifInputs
 from pipeline.whatif.present import render_text
 
 
@@ -47,13 +50,30 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run_whatif)
 
 
+def configured_inputs(config: Config) -> WhatifInputs:
+    """What the what-if of the configured workload reads, as `enginefit whatif` and the
+    ``decision_map`` asset read it."""
+    return stage.read_inputs(
+        config.layout(),
+        config.whatif,
+        decision=config.decision,
+        requirements=config.requirements,
+        bench=config.bench,
+    )
+
+
 def run_whatif(args: argparse.Namespace) -> int:
     config = command_config(args)
-    layout = config.layout()
-    result = stage.run(
-        stage.read_inputs(layout, config), config, scenario=args.scenario, axes=args.axes
-    )
-    stage.write(result, layout)
+    scenarios = config.whatif.scenarios
+    if args.scenario is not None and args.scenario not in scenarios:
+        named = ", ".join(sorted(scenarios)) or "none configured"
+        raise ConfigError(
+            f"--scenario: no scenario {args.scenario!r} in whatif.scenarios of {config.where} "
+            f"(named: {named})"
+        )
+    inputs = configured_inputs(config)
+    result = stage.run(inputs, config.whatif, scenario=args.scenario, axes=args.axes)
+    stage.write(result, config.layout())
     if args.json:
         print(json.dumps(result.to_json(), indent=2, sort_keys=True, ensure_ascii=False))
     else:

@@ -12,17 +12,60 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Self, get_args
 
-from pydantic import Field, Strict, model_validator
+from pydantic import (
+    AfterValidator,
+    Field,
+    Strict,
+    StringConstraints,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
+from pipeline.costing import MAX_GPU_HOUR_USD
 from pipeline.decision.catalog import HardwareTarget
+from pipeline.decision.config import MAX_MODEL_CHANGES_PER_QUARTER, ModelChanges
 from pipeline.errors import ConfigError
-from pipeline.settings import Fraction, NonNegative, PositiveInt, Section
+from pipeline.settings import Fraction, Section, between
 
-Positive = Annotated[float, Field(gt=0)]
+# A scenario scales today's traffic, lengths or prices by 1/1000 to 1000: past that the
+# question is another workload, and the products overflow what the decision computes.
+MIN_SCALE = 0.001
+MAX_SCALE = 1_000.0
+Scale = Annotated[float, between(MIN_SCALE, MAX_SCALE)]
+# Every scenario is one more decision (about 0.2 s each on a laptop): a hundred is a long memo.
+MAX_SCENARIOS = 100
+# A scenario's name is a label in the memo and the map: printable, one line.
+MAX_SCENARIO_NAME = 80
+
+
+def _scenario_name(value: str) -> str:
+    name = value.strip()
+    if not 0 < len(name) <= MAX_SCENARIO_NAME or not name.isprintable():
+        raise ValueError(
+            f"a scenario's name is one printable line of 1 to {MAX_SCENARIO_NAME} characters"
+        )
+    return name
+
+
+ScenarioName = Annotated[str, AfterValidator(_scenario_name)]
+GpuTypeName = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
+GpuHourUsd = Annotated[float, between(0, MAX_GPU_HOUR_USD, low_open=True)]
 # The axes a map can be drawn over: traffic and GPU price as factors of today's, model
 # changes a quarter and shared-prefix share as values.
 MapAxisName = Literal["traffic", "model_changes", "gpu_price", "prefix_share"]
 MAP_AXES: tuple[str, ...] = get_args(MapAxisName)
+# Each axis's sane range: the factors as a scenario's, model changes as requirements', shares
+# 0 .. 1.
+AXIS_RANGE: dict[str, tuple[float, float]] = {
+    "traffic": (MIN_SCALE, MAX_SCALE),
+    "gpu_price": (MIN_SCALE, MAX_SCALE),
+    "model_changes": (0.0, MAX_MODEL_CHANGES_PER_QUARTER),
+    "prefix_share": (0.0, 1.0),
+}
+# Points an axis has at most: every cell of the map is one decision (about 0.4 ms), so the
+# largest map, 100 x 100 = 10,000 cells, takes seconds.
+MAX_MAP_POINTS = 100
 # A scenario's current_engine for "no engine runs today" (null keeps today's).
 NEW_DEPLOYMENT = "none"
 
@@ -33,16 +76,16 @@ class ScenarioChanges(Section):
 
     # Arrivals closer in time by this factor: the mean and peak rates (and the volume) scale
     # together.
-    traffic_scale: Positive | None = None
-    prompt_length_scale: Positive | None = None
-    output_length_scale: Positive | None = None
+    traffic_scale: Scale | None = None
+    prompt_length_scale: Scale | None = None
+    output_length_scale: Scale | None = None
     # The shared-prefix share the prefix rules read (0 .. 1).
     prefix_share: Fraction | None = None
-    model_changes_per_quarter: NonNegative | None = None
+    model_changes_per_quarter: ModelChanges | None = None
     # Every GPU's $/hour × this factor.
-    gpu_price_factor: Positive | None = None
+    gpu_price_factor: Scale | None = None
     # $/GPU-hour by GPU type (matched as bench.prices are), applied after the factor.
-    gpu_hour_usd: dict[str, Positive] = Field(default_factory=dict)
+    gpu_hour_usd: dict[GpuTypeName, GpuHourUsd] = Field(default_factory=dict)
     hardware: Annotated[tuple[HardwareTarget, ...], Strict(False)] | None = None
     # The engine running today (a catalog name); "none": a new deployment.
     current_engine: str | None = None
@@ -56,10 +99,20 @@ class MapAxis(Section):
     included), log-spaced when ``log``."""
 
     axis: MapAxisName
-    start: NonNegative
-    stop: NonNegative
-    points: PositiveInt
+    start: Annotated[float, Field(ge=0)]
+    stop: Annotated[float, Field(ge=0)]
+    points: Annotated[int, between(2, MAX_MAP_POINTS)]
     log: bool
+
+    @field_validator("start", "stop")
+    @classmethod
+    def _within_axis(cls, value: float, info: ValidationInfo) -> float:
+        axis = info.data.get("axis")
+        if axis in AXIS_RANGE:
+            low, high = AXIS_RANGE[axis]
+            if not low <= value <= high:
+                raise ValueError(f"the {axis} axis runs from {low:g} to {high:g}")
+        return value
 
     @model_validator(mode="after")
     def _range(self) -> Self:
@@ -67,10 +120,6 @@ class MapAxis(Section):
             raise ValueError(f"stop ({self.stop:g}) must be above start ({self.start:g})")
         if self.log and self.start <= 0:
             raise ValueError("a log-spaced axis needs start > 0")
-        if self.axis == "prefix_share" and self.stop > 1:
-            raise ValueError("prefix_share runs from 0 to 1")
-        if self.points < 2:
-            raise ValueError("an axis needs at least 2 points")
         return self
 
     def values(self) -> list[float]:
@@ -103,7 +152,7 @@ class MapConfig(Section):
 
 
 class WhatifConfig(Section):
-    scenarios: dict[str, ScenarioChanges]
+    scenarios: Annotated[dict[ScenarioName, ScenarioChanges], Field(max_length=MAX_SCENARIOS)]
     map: MapConfig
 
 

@@ -7,6 +7,8 @@ read → run → write:
   decision has been written (the stages it reads have run). The report reads the result but
   does not count it among the outputs a version is made from: it is a function of the same
   inputs as the decision, and a later ``enginefit whatif --map ...`` must not fail an audit.
+  A scenario with an SLO of its own re-runs the bench analysis (with the bench section, at that
+  SLO) and the capacity search (with the settings its result records) in memory.
 * :func:`run` re-runs the decision on each configured scenario and over the map's grid
   (:mod:`pipeline.whatif.compute`).
 * :func:`write` writes ``whatif/whatif.json`` and the map's figure ``decision_map.svg``;
@@ -19,78 +21,86 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from pipeline import results
 from pipeline.bench import stage as bench_stage
-from pipeline.bench.config import slo_from_mapping
+from pipeline.bench.config import BenchConfig, slo_from_mapping
 from pipeline.capacity import stage as capacity_stage
-from pipeline.capacity.stage import capacity_slo
-from pipeline.config import Config
+from pipeline.capacity.config import CapacityConfig, ServedModel
 from pipeline.decision import stage as decision_stage
+from pipeline.decision.config import DecisionConfig, Requirements
 from pipeline.decision.context import DecisionInputs
-from pipeline.errors import ConfigError
-from pipeline.layout import WorkloadLayout, require_output
+from pipeline.layout import WorkloadLayout
 from pipeline.safe_read import read_json
 from pipeline.store import open_stage_output, write_bytes_atomic, write_json_atomic
 from pipeline.whatif.compute import WhatifInputs, whatif
-from pipeline.whatif.config import map_pair
+from pipeline.whatif.config import WhatifConfig, map_pair
 from pipeline.whatif.present import map_svg
 from pipeline.whatif.result import WhatifResult
 
+# What the decision reads, the load points a scenario's SLO re-runs the bench analysis on, and
+# the decision itself; the sections of the stages it re-runs with them.
+STEP = results.Step(
+    results.WHATIF,
+    upstream=(*decision_stage.STEP.upstream, results.LOAD_POINTS, results.DECISION),
+    sections=("whatif", "decision", "requirements", "bench"),
+)
 
-def read_inputs(layout: WorkloadLayout, config: Config) -> WhatifInputs:
+
+def read_inputs(
+    layout: WorkloadLayout,
+    settings: WhatifConfig,
+    *,
+    decision: DecisionConfig,
+    requirements: Requirements,
+    bench: BenchConfig,
+) -> WhatifInputs:
     """What the decision reads, without a previous quarter's record: a what-if is about this
     quarter's inputs moved, so its result depends on them alone (not on the reports published
-    before it)."""
-    require_output(layout.decision.record, "decision record", "decide", "engine_decision")
-    inputs = replace(
-        decision_stage.read_inputs(layout, config, as_of=config.bench.as_of), previous=None
-    )
+    before it). ``decision``, ``requirements`` and ``bench``: the sections of the decision and
+    of the bench analysis it re-runs."""
+    results.DECISION.require(layout)
+    inputs = decision_stage.read_inputs(layout, decision, bench.policy())
+    served = requirements.served_model()
     at_slo = {
-        name: at_another_slo(layout, config, inputs, changes.slo)
-        for name, changes in sorted(config.whatif.scenarios.items())
+        name: at_another_slo(layout, bench, served, inputs, changes.slo)
+        for name, changes in sorted(settings.scenarios.items())
         if changes.slo is not None
     }
-    return WhatifInputs(inputs, config.requirements, config.decision, at_slo)
+    return WhatifInputs(inputs, requirements, decision, at_slo)
 
 
 def at_another_slo(
-    layout: WorkloadLayout, config: Config, inputs: DecisionInputs, limits: dict[str, Any]
+    layout: WorkloadLayout,
+    bench: BenchConfig,
+    served: ServedModel,
+    inputs: DecisionInputs,
+    limits: dict[str, Any],
 ) -> DecisionInputs:
     """The decision's inputs at another SLO: the bench analysis and the capacity search re-run
     in memory on the stored load points (nothing written)."""
-    slo = slo_from_mapping(limits, where="whatif scenario slo", base=config.bench.slo)
-    bench_config = config.bench.replace(slo=slo)
-    bench = bench_stage.run(bench_stage.read_inputs(layout, inputs.as_of), bench_config)
+    slo = slo_from_mapping(limits, where="whatif scenario slo", base=bench.slo)
+    analysis = bench_stage.run(
+        bench_stage.read_inputs(layout, inputs.as_of), bench.replace(slo=slo)
+    )
     capacity = None
     if inputs.capacity is not None:
-        searched = replace(
-            capacity_stage.read_inputs(layout, config),
-            points=bench.evaluated,
-            bench_capacity=bench.capacity,
-            slo=capacity_slo(slo),
-            min_achieved_rate_share=slo.min_achieved_rate_share,
-        )
-        capacity = capacity_stage.run(searched, config.capacity)
-    return replace(inputs, bench=bench, capacity=capacity)
+        settings = CapacityConfig.model_validate(inputs.capacity.settings)
+        searched = capacity_stage.inputs_from(layout, analysis, served, inputs.catalog)
+        capacity = capacity_stage.run(searched, settings)
+    return replace(inputs, bench=analysis, capacity=capacity)
 
 
 def run(
     inputs: WhatifInputs,
-    config: Config,
+    settings: WhatifConfig,
     *,
     scenario: str | None = None,
     axes: str | None = None,
 ) -> WhatifResult:
-    """Every scenario (``scenario``: that one) and the map (``axes``: ``X,Y``, else the
-    configured pair)."""
-    section = config.whatif
-    if scenario is not None and scenario not in section.scenarios:
-        named = ", ".join(sorted(section.scenarios)) or "none configured"
-        raise ConfigError(
-            f"--scenario: no scenario {scenario!r} in whatif.scenarios of {config.where} "
-            f"(named: {named})"
-        )
-    pair = map_pair(section.map, axes) if axes is not None else None
-    return whatif(inputs, section, only=scenario, pair=pair)
+    """Every scenario (``scenario``: that one, a name of ``settings.scenarios``) and the map
+    (``axes``: ``X,Y``, else the configured pair)."""
+    pair = map_pair(settings.map, axes) if axes is not None else None
+    return whatif(inputs, settings, only=scenario, pair=pair)
 
 
 def write(result: WhatifResult, layout: WorkloadLayout) -> dict[str, Path]:
@@ -98,13 +108,16 @@ def write(result: WhatifResult, layout: WorkloadLayout) -> dict[str, Path]:
     open_stage_output(layout)
     paths = layout.whatif
     write_json_atomic(paths.result, result.to_json())
+    written = {"result": paths.result}
     if result.map is None:
         paths.map_svg.unlink(missing_ok=True)
-        return {"result": paths.result}
-    write_bytes_atomic(paths.map_svg, map_svg(result.map))
-    return {"result": paths.result, "map_svg": paths.map_svg}
+    else:
+        write_bytes_atomic(paths.map_svg, map_svg(result.map))
+        written["map_svg"] = paths.map_svg
+    results.WHATIF.seal(layout, written.values())
+    return written
 
 
 def read_result(layout: WorkloadLayout) -> WhatifResult:
-    path = require_output(layout.whatif.result, "what-if result", "whatif", "decision_map")
+    path = results.WHATIF.require(layout)
     return WhatifResult.from_json(read_json(path), str(path))

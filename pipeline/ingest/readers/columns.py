@@ -47,6 +47,9 @@ _FIELDS: dict[str, tuple[Kind, str]] = {
     "e2e_ms": ("duration", "e2e_ms"),
 }
 _REQUIRED = ("arrival", "prompt_tokens")
+# Named, these must hold a value in every record (output_tokens may be mapped to null when the
+# trace does not log it; mapped to a column, a record without one contradicts the mapping).
+_REQUIRED_WHEN_NAMED = ("prompt_tokens", "output_tokens")
 
 
 def _missing_message(
@@ -79,7 +82,13 @@ class _MappedCsv(CsvReader):
         )
         # unit: of the durations (ttft_ms, e2e_ms); the other kinds have none
         fields = [
-            Column(header, _FIELDS[key][0], _FIELDS[key][1], required=key in _REQUIRED, unit="ms")
+            Column(
+                header,
+                _FIELDS[key][0],
+                _FIELDS[key][1],
+                required=key in _REQUIRED_WHEN_NAMED,
+                unit="ms",
+            )
             for key, header in named.items()
         ]
         # Every named column must be in the header (a typo would otherwise read as all-null).
@@ -130,11 +139,16 @@ class _MappedJsonLines(JsonLinesReader):
             kind, target = _FIELDS[key]
             value = _lookup(obj, column)
             if kind == "tokens":
-                row[target] = token_count(value, column, allow_none=key not in _REQUIRED)
+                row[target] = token_count(value, column, allow_none=key not in _REQUIRED_WHEN_NAMED)
             elif kind == "duration":
                 row[target] = None if value is None else _non_negative(value, column)
             else:
                 row[target] = optional_text(value, column)
+        cached, prompt = row.get("cached_tokens"), row.get("prompt_tokens")
+        if cached is not None and prompt is not None and cached > prompt:
+            raise RecordError(
+                mapping.named()["cached_tokens"], "exceeds_prompt_tokens", f"{cached} > {prompt}"
+            )
         if row.get("request_id") is None:
             row.pop("request_id", None)  # the reader's own id, file:line
         return row

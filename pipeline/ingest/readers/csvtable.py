@@ -321,6 +321,17 @@ def _error_exprs(columns: list[Column]) -> list[pl.Expr]:
                     (value < EARLIEST_ARRIVAL) | (value >= LATEST_ARRIVAL),
                 )
             )
+    # Counts that contradict each other: more provider-cached prompt tokens than prompt tokens.
+    by_target = {column.target: column for column in columns}
+    cached, prompt = by_target.get("cached_tokens"), by_target.get("prompt_tokens")
+    if cached is not None and prompt is not None:
+        checks.append(
+            (
+                cached.header,
+                "exceeds_prompt_tokens",
+                pl.col(_value(cached)) > pl.col(_value(prompt)),
+            )
+        )
     field_expr: pl.Expr = pl.lit(None, dtype=pl.String)
     reason_expr: pl.Expr = pl.lit(None, dtype=pl.String)
     for name, reason, failed in reversed(checks):  # first failing check wins

@@ -1,4 +1,5 @@
-"""Published report versions and their ledger.
+"""Published report versions and their ledger: what the report stage publishes, and the decision
+reads back (the previous version's record, whose triggers each run checks).
 
     reports/<workload>/index.json                 the ledger: every published version, in order
     reports/<workload>/<YYYY-Qn>/v<N>/            one version, never overwritten:
@@ -33,7 +34,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.config import Config
 from pipeline.errors import InputFormatError
 from pipeline.safe_read import open_regular, parse_json, read_json, read_regular
 from pipeline.settings import QUARTER
@@ -50,7 +50,7 @@ SIGNATURE = "manifest.json.sig"
 # The kind of an input shipped with enginefit (the bundled catalog): its path is relative to
 # the installation, the folder holding the ``pipeline`` package.
 BUNDLED_INPUT = "bundled"
-INSTALLATION = Path(__file__).resolve().parents[2]
+INSTALLATION = Path(__file__).resolve().parents[1]
 LEDGER_SCHEMA = 2
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -398,17 +398,21 @@ def _entry_of(tree: ReportTree, folder: Path, quarter: str, version: int) -> Ent
     )
 
 
-def report_tree(config: Config) -> ReportTree:
-    """The published versions of the configured workload."""
-    return ReportTree(config.paths.report_folder(config.require_workload().name))
+@dataclass(frozen=True)
+class Filing:
+    """Where a workload's report versions are published (``tree``), and the quarter a new
+    version files under (``quarter``: ``report.quarter``; None: the quarter of the traffic's
+    last arrival)."""
 
+    tree: ReportTree
+    quarter: str | None = None
 
-def report_quarter(config: Config, last_arrival: str | None) -> str:
-    """``report.quarter``, else the quarter of the workload's last arrival."""
-    if config.report.quarter is not None:
-        return config.report.quarter
-    if not last_arrival:
-        raise InputFormatError(
-            "the workload has no arrivals to date the report: set report.quarter (YYYY-Qn)"
-        )
-    return quarter_of(last_arrival)
+    def quarter_for(self, last_arrival: str | None) -> str:
+        """The configured quarter, else the quarter of the workload's last arrival."""
+        if self.quarter is not None:
+            return self.quarter
+        if not last_arrival:
+            raise InputFormatError(
+                "the workload has no arrivals to date the report: set report.quarter (YYYY-Qn)"
+            )
+        return quarter_of(last_arrival)
