@@ -105,7 +105,7 @@ FLAGS = LlamaServerFlags(slots=4, ctx_size=4 * 2048, batch_size=2048, ubatch_siz
 #: limit over a 1.5× range of rates, which made its capacity a coin toss).
 SLO = Slo(ttft_p95_ms=500.0, itl_p99_ms=150.0)
 #: The largest |signed error| a direction may have for the check to pass. On the shared 2-core
-#: machine (load average 7–19) the worst direction of a run was 22–23 % with the server's own
+#: machine (load average 6–19) the worst direction of a run was 22–29 % with the server's own
 #: speed steady and up to 39 % where it moved (docs/capacity.md): a tighter bound would fail
 #: there by chance.
 BOUND = 0.40
