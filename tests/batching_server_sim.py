@@ -33,9 +33,10 @@ Scheduling imitates vLLM's V1 scheduler, not the product's model of it:
 A prefix-cache hit skips those prompt tokens (they still sit in the KV and are attended to;
 a preempted request keeps them).
 
-Clients: an open-loop Poisson client at a fixed rate (``simulate``), recording what vLLM
-``bench serve`` records; :func:`write_vllm_result` turns a run into a real result JSON with the
-per-request arrays, and :func:`find_capacity` is the simulator's own search for the largest rate
+Clients: an open-loop client at a fixed rate (``simulate``; Poisson, or Gamma gaps of a given
+coefficient of variation for bursty traffic), each request with its own prefix-cache hit
+(:func:`cache_hits`), recording what vLLM ``bench serve`` records; :func:`write_vllm_result`
+turns a run into a real result JSON with the per-request arrays, and :func:`find_capacity` is the simulator's own search for the largest rate
 meeting an SLO with a queue that keeps up (a grid of rates, then bisection).
 """
 
@@ -278,11 +279,15 @@ def simulate(
     output: np.ndarray,
     cached: np.ndarray | None = None,
     seed: int = 0,
+    cv: float = 1.0,
 ) -> ServedRun:
-    """An open-loop Poisson client at ``rate`` req/s sending these requests in this order."""
+    """An open-loop client at ``rate`` req/s sending these requests in this order: Poisson, or
+    with ``cv`` ≠ 1 Gamma gaps of that coefficient of variation (shape 1/cv²: bursts and lulls
+    around the same mean rate). ``cached``: each request's prompt tokens already in the KV."""
     rng = np.random.default_rng(seed)
     n = prompt.shape[0]
-    send = np.cumsum(rng.exponential(1.0 / rate, n))
+    gaps = rng.exponential(1.0 / rate, n) if cv == 1.0 else rng.gamma(1.0 / cv**2, cv**2 / rate, n)
+    send = np.cumsum(gaps)
     send -= send[0]
     api = server.api_latency_ms / 1000.0
     skip = np.zeros(n, dtype=np.int64) if cached is None else np.minimum(cached, prompt - 1)
@@ -365,13 +370,15 @@ def find_capacity(
     itl_p99_ms: float,
     seed: int = 7,
     start: float = 0.05,
+    cv: float = 1.0,
     halvings: int = 8,
 ) -> tuple[float, ServedRun]:
-    """The largest Poisson rate meeting the SLO and keeping up: a ×1.5 grid up from ``start``
-    (which must pass), then halving the last bracket ``halvings`` times."""
+    """The largest rate meeting the SLO and keeping up (arrivals as :func:`simulate` sends
+    them): a ×1.5 grid up from ``start`` (which must pass), then halving the last bracket
+    ``halvings`` times."""
 
     def ok(rate: float) -> tuple[bool, ServedRun]:
-        run = simulate(server, rate, prompt, output, cached, seed=seed)
+        run = simulate(server, rate, prompt, output, cached, seed=seed, cv=cv)
         return judge(run, ttft_p95_ms, itl_p99_ms).ok, run
 
     rate = start
@@ -495,6 +502,15 @@ def mix(
     prompt = rng.integers(prompt_range[0], prompt_range[1] + 1, n).astype(np.int64)
     output = rng.integers(output_range[0], output_range[1] + 1, n).astype(np.int64)
     return prompt, output
+
+
+def cache_hits(prompt: np.ndarray, share: float, seed: int) -> np.ndarray:
+    """Per-request prefix-cache hits averaging ``share`` of the prompt tokens: request i has
+    ⌊u_i × prompt_i⌋ cached, u_i uniform on [max(0, 2·share − 1), min(1, 2·share)] (some
+    requests nearly uncached, others mostly cached, as a shared prefix serves them)."""
+    rng = np.random.default_rng(seed)
+    u = rng.uniform(max(0.0, 2 * share - 1), min(1.0, 2 * share), prompt.shape[0])
+    return np.floor(u * prompt).astype(np.int64)
 
 
 PER_REQUEST_KEYS = (

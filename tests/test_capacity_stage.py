@@ -16,12 +16,14 @@ from pipeline.capacity import stage
 from pipeline.capacity.compute import deployment_model_shape
 from pipeline.capacity.fit import deployment_of
 from pipeline.capacity.prior import ModelShape
-from pipeline.capacity.result import CapacityResult, ServingModel, WorkloadCost
+from pipeline.capacity.result import CapacityResult, FleetCache, ServingModel, WorkloadCost
 from pipeline.config import load_config
 from pipeline.errors import InputFormatError
 from pipeline.layout import WorkloadLayout
 from pipeline.report.headline import headlines
 from pipeline.sim import stage as sim_stage
+from pipeline.sim.config import Scenario
+from pipeline.sim.replay import simulate
 from pipeline.unknown import Unknown
 from tests.conftest import REPO, azure_conversation_trace, bundled_config
 
@@ -96,26 +98,44 @@ def test_two_workloads_get_different_hand_checkable_costs_from_one_sweep(
     assert enginefit(["capacity", "--config", str(tmp_path / "azure-conv.yaml")]) == 0
     out = capsys.readouterr().out
     assert "Measured at 204-token prompts" in out and "req/s per replica" in out
-    # Azure traces carry no content: no cached share, said so.
+    # Azure traces carry no content: no cached tokens, said so.
     assert azure.mix.cached_prompt_share == 0.0
-    assert any("cached share taken as 0" in note for note in azure.notes)
-    assert mooncake.mix.cached_prompt_share > 0.0
-    # The cached share: the best routing at the largest simulated replica count by default; the
-    # decision asks again at the fleet's own count.
-    summaries = sim_stage.read_summaries(load_config(tmp_path / "mooncake.yaml").layout())
-    default = stage.recommended_cached_share(summaries, 449_797)
-    one = stage.recommended_cached_share(summaries, 449_797, replicas=1)
-    many = stage.recommended_cached_share(summaries, 449_797, replicas=64)
-    assert isinstance(default, tuple) and isinstance(one, tuple) and isinstance(many, tuple)
-    assert default[0] == pytest.approx(mooncake.mix.cached_prompt_share, abs=1e-3)
-    assert "at 2 replica(s)" in default[1] and many == default
-    assert "at 1 replica(s)" in one[1] and "round-robin" in one[1]
-    best_at_two = max(
-        float(s.hit_ratio)  # type: ignore[arg-type]
-        for s in summaries
-        if s.replicas == 2
-    )
-    assert default[0] == pytest.approx(best_at_two)
+    assert any("cached tokens taken as 0" in note for note in azure.notes)
+    assert isinstance(short_c.fleet_cache, Unknown)
+    assert "no prompt content" in short_c.fleet_cache.reason
+    # Mooncake: the fleet's own cache, replayed at the fleet's replica count with the replica's
+    # KV pool, after the fleet size and the cache settled from the simulated scenarios' share.
+    fleet = long_c.fleet_cache
+    assert isinstance(fleet, FleetCache), fleet
+    assert fleet.kv_tokens == 449_797 and fleet.settled
+    assert fleet.replicas == long_cost.replicas
+    start = fleet.steps[0]
+    assert start.replicas == 0 and 0 < start.cached_share < 1
+    assert [s.replicas for s in fleet.steps[1:]] == [s.replicas_needed for s in fleet.steps[:-1]]
+    assert fleet.steps[-1].replicas_needed == fleet.replicas
+    assert mooncake.mix.cached_prompt_share == 0.0  # each candidate has its own
+    # The same replay run by hand through the simulation stage gives the same share.
+    cfg = load_config(tmp_path / "mooncake.yaml")
+    inputs = sim_stage.read_inputs(cfg.layout(), cfg.cache_replay().latency)
+    scenario = Scenario(512, fleet.replicas, fleet.kv_tokens, fleet.routing)
+    hits = simulate(inputs, scenario, cfg.simulation, with_instant=False).hit_tokens
+    assert fleet.cached_share == pytest.approx(hits.sum() / inputs.prompt_tokens.sum())
+    assert f"on {fleet.replicas} replica(s), {fleet.routing} routing" in fleet.description
+    # Mooncake's timestamps sit on a 3 s grid: Gamma arrivals at the CV its counts imply;
+    # Azure's resolve gaps: its own arrivals, replayed.
+    assert long_c.arrivals is not None and long_c.arrivals.kind == "gamma"
+    assert short_c.arrivals is not None and short_c.arrivals.kind == "trace"
+    # Its Poisson arrivals replayed in runs: gaps of CV about 1.
+    assert short_c.arrivals.cv == pytest.approx(1.0, abs=0.1)
+    assert "gap CV" in short_c.arrivals.description
+    for candidate in (long_c, short_c):
+        assert [v.key for v in candidate.sensitivity] == [
+            "poisson",
+            "cached_minus",
+            "cached_plus",
+            "budget_half",
+            "budget_double",
+        ]
     # The end-of-run summary line.
     config = load_config(tmp_path / "azure-conv.yaml")
     line = dict(headlines(config.layout(), config.filing()))["capacity"]

@@ -25,6 +25,7 @@ from pipeline.capacity.present import (
     transfer_sentence,
 )
 from pipeline.capacity.result import CapacityResult, ServingModel, StepCoefficients
+from pipeline.capacity.search import run_stats, sample_requests, simulate_at, slo_met
 from pipeline.config import config_from_mapping, default_config
 from pipeline.errors import ConfigError
 from pipeline.unknown import Unknown
@@ -275,6 +276,26 @@ def test_unreachable_slo_is_unknown_not_zero() -> None:
     assert isinstance(c.workload_capacity_rps, Unknown)
     assert "not met even at" in c.workload_capacity_rps.reason
     assert isinstance(c.cost, Unknown)
+
+
+def test_the_searchs_verdict_is_run_stats_verdict() -> None:
+    """The search counts rather than sorts the pooled gaps; every verdict is the one the full
+    statistics give, on both sides of the capacity and for both ITL definitions."""
+    model = fitted("short")
+    assert isinstance(model, ServingModel)
+    mix = workload("long", 0.3)
+    drawn = sample_requests(mix.prompt, mix.output, mix.cached, CONFIG)
+    verdicts = set()
+    for definition in ("per-gap", "per-request"):
+        slo = SLO.model_copy(update={"itl_definition": definition, "itl_p99_ms": 45.0})
+        for rate in np.geomspace(2.0, 12.0, 14):
+            run = simulate_at(
+                model.coefficients, drawn, rate, limits=model.limits, kv_tokens=KV_TOKENS
+            )
+            full = run_stats(run, drawn.output, rate, CONFIG, slo.ttft_p95_ms).meets(slo)
+            assert slo_met(run, drawn.output, slo, CONFIG) == full, (definition, rate)
+            verdicts.add(full)
+    assert verdicts == {True, False}
 
 
 def _two(chunked: bool) -> tuple[float, float]:

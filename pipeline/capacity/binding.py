@@ -38,17 +38,6 @@ def _stats(
     return stats, run.kv_blocked_steps, run.batch_blocked_steps, run.budget_full_steps
 
 
-def _with(
-    limits: SchedulingLimits, budget: int | None = None, batch: int | None = None
-) -> SchedulingLimits:
-    update = {}
-    if budget is not None:
-        update["token_budget"] = limits.token_budget.model_copy(update={"value": budget})
-    if batch is not None:
-        update["max_batch"] = limits.max_batch.model_copy(update={"value": batch})
-    return limits.model_copy(update=update)
-
-
 def binding_limit(
     model: ServingModel,
     sample: RequestSample,
@@ -95,7 +84,7 @@ def binding_limit(
                     description=f"the running-request limit ({batch:,}) holds arrived requests "
                     f"back {at}; twice the limit would meet the SLO",
                 ),
-                _with(limits, batch=batch * 2),
+                limits.moved(batch=batch * 2),
                 kv_tokens,
             )
         )
@@ -108,7 +97,7 @@ def binding_limit(
                     f"to {itl:,.1f} ms (limit {slo.itl_p99_ms:g}) {at}; half the prefill budget "
                     "would meet the SLO",
                 ),
-                _with(limits, budget=budget // 2),
+                limits.moved(budget=budget // 2),
                 kv_tokens,
             )
         )
@@ -121,7 +110,7 @@ def binding_limit(
                     f"{stats.ttft_p95_ms:,.0f} ms (limit {slo.ttft_p95_ms:g}) {at}; twice the "
                     "budget would meet the SLO",
                 ),
-                _with(limits, budget=budget * 2),
+                limits.moved(budget=budget * 2),
                 kv_tokens,
             )
         )

@@ -23,28 +23,64 @@ workload and the fleet sized (defaults and their documentation: ``pipeline/defau
 ``min_band_spread``
     The capacity band is never narrower than ± this share (a fit with tiny residuals on one mix
     still extrapolates).
+``arrivals`` / ``arrival_cv`` / ``arrival_windows``
+    How the sampled requests arrive in the search: ``trace`` replays the workload's own
+    inter-arrival pattern (``arrival_windows`` contiguous runs of requests, each scaled to the
+    rate tried), falling back to Gamma gaps at the measured CV when the timestamps cannot resolve
+    gaps; ``gamma`` draws Gamma gaps at ``arrival_cv`` (null: the measured CV); ``poisson``
+    exponential gaps. The Poisson figure is always computed beside it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Self
+from typing import Annotated, Literal, Self
 
 from pydantic import Field, model_validator
 
 from pipeline.capacity.prior import ModelShape
 from pipeline.settings import PositiveInt, Section
+from pipeline.shape.facts import LatencyModel
+from pipeline.sim.config import SimConfig
+
+
+@dataclass(frozen=True)
+class ReplicaMemory:
+    """The GPU memory ``requirements.kv_cache`` sizes a replica's KV pool from: the GPU's
+    memory the engine sees, the share it may use and the engine's overhead (the model's shape
+    and the deployment's GPU count give the rest)."""
+
+    gpu_memory_gib: float
+    memory_utilization: float
+    overhead_gib: float
 
 
 @dataclass(frozen=True)
 class ServedModel:
     """What the team says of the model it serves (``requirements.models`` and
     ``requirements.kv_cache``), as the capacity stage takes it: the models' names, the KV-cache
-    tokens one replica holds and the model's shape for the roofline prior (None: not given)."""
+    tokens one replica holds, the model's shape for the roofline prior and the GPU memory the
+    KV pool is sized from per deployment (None: not given)."""
 
     models: tuple[str, ...] = ()
     kv_tokens: int | None = None
     shape: ModelShape | None = None
+    memory: ReplicaMemory | None = None
+
+
+@dataclass(frozen=True)
+class ReplayBasis:
+    """How the fleet's own cache is replayed: the ``simulation`` section (vLLM's prefix-cache
+    rules, the request lifetime, the routers, the block sizes, tenant isolation) and the
+    latency model request durations come from (``simulation.latency_model``, else the shape
+    section's, ``fallback``)."""
+
+    simulation: SimConfig
+    fallback: LatencyModel
+
+    @property
+    def latency(self) -> LatencyModel:
+        return self.simulation.latency(self.fallback)
 
 
 class CapacityConfig(Section):
@@ -60,6 +96,11 @@ class CapacityConfig(Section):
     chunked_prefill: bool | None = None
     far_ratio: Annotated[float, Field(gt=1)]
     min_band_spread: Annotated[float, Field(ge=0, lt=0.5)]
+    # Defaults here too: a capacity document written before these keys keeps its settings
+    # readable (the decision re-validates them from the document).
+    arrivals: Literal["trace", "gamma", "poisson"] = "trace"
+    arrival_cv: Annotated[float, Field(gt=0, le=20)] | None = None
+    arrival_windows: Annotated[int, Field(ge=1, le=1000)] = 8
 
     @model_validator(mode="after")
     def _batch_within_budget(self) -> Self:

@@ -722,9 +722,7 @@ def _replay_error(
 
 
 def _at_budget(limits: SchedulingLimits, budget: int) -> SchedulingLimits:
-    return limits.model_copy(
-        update={"token_budget": limits.token_budget.model_copy(update={"value": budget})}
-    )
+    return limits.moved(budget=budget)
 
 
 def _most_prefill_per_step(

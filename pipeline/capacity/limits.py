@@ -118,6 +118,16 @@ class SchedulingLimits(ResultModel):
             }
         )
 
+    def moved(self, budget: int | None = None, batch: int | None = None) -> SchedulingLimits:
+        """The same limits with the prefill budget and/or the running-request limit set to
+        another value (their sources kept): a limit relaxed or moved to see what it does."""
+        update = {}
+        if budget is not None:
+            update["token_budget"] = self.token_budget.model_copy(update={"value": budget})
+        if batch is not None:
+            update["max_batch"] = self.max_batch.model_copy(update={"value": batch})
+        return self.model_copy(update=update)
+
     def describe(self) -> str:
         """One line: each limit and its source."""
         chunked = "on" if self.chunked else "off"

@@ -23,6 +23,7 @@ SCHEMA_VERSION: Literal[2] = 2
 SplitBasis = Literal["fitted", "prior"]
 ContextBasis = Literal["fitted", "prior", "assumed_zero"]
 CapacityBasis = Literal["measured", "transferred"]
+ArrivalKind = Literal["trace", "gamma", "poisson"]
 
 
 class Deployment(ResultModel):
@@ -165,6 +166,52 @@ class WorkloadCost(ResultModel):
     formula: str
 
 
+class Arrivals(ResultModel):
+    """How the capacity search's sampled requests arrive (docs/capacity.md, "Arrivals"):
+    ``trace`` replays the workload's own inter-arrival pattern in contiguous windows, ``gamma``
+    draws Gamma gaps at ``cv``, ``poisson`` exponential ones; every rate tried scales the same
+    times (common random numbers)."""
+
+    kind: ArrivalKind
+    cv: float | Unknown  # inter-arrival coefficient of variation (1 for Poisson)
+    description: str
+
+
+class FleetStep(ResultModel):
+    """One pass of the fleet-size / cache fixed point: the cache replayed at ``replicas``, the
+    capacity it gives, and the replicas that capacity needs at the peak. The first pass has
+    ``replicas`` 0: no replay, every prompt cached at the share the simulation's scenarios
+    found (where the iteration starts)."""
+
+    replicas: int
+    cached_share: float
+    capacity_rps: float | Unknown
+    replicas_needed: int | None
+
+
+class FleetCache(ResultModel):
+    """Which replay gave the per-request cached tokens the capacity was searched with."""
+
+    replicas: int
+    kv_tokens: int  # the replica's KV pool, also its prefix cache's size
+    kv_source: str
+    routing: str
+    block_size: int
+    cached_share: float  # cached ÷ prompt tokens of the workload in that replay
+    description: str
+    steps: list[FleetStep]
+    settled: bool  # the replica count repeated (False: it alternated; the larger was kept)
+
+
+class CapacityVariant(ResultModel):
+    """The capacity with one input moved (the sensitivity of a candidate's capacity)."""
+
+    key: Literal["poisson", "cached_minus", "cached_plus", "budget_half", "budget_double"]
+    description: str
+    capacity_rps: float | Unknown
+    change: float | Unknown  # capacity ÷ the candidate's − 1
+
+
 BindingKind = Literal["ttft_queueing", "prefill_budget", "itl", "kv_pool", "running_requests"]
 
 
@@ -196,6 +243,15 @@ class CandidateCapacity(ResultModel):
     budget_sensitivity: str | None = None
     #: The bench stage's candidates (sweeps of this deployment) the model was fitted from.
     bench_candidates: list[str] = Field(default_factory=list)
+    #: How the searched requests arrived, and where their cached tokens came from (None: the
+    #: cached tokens given with the workload, no replay).
+    arrivals: Arrivals | None = None
+    fleet_cache: FleetCache | Unknown | None = None
+    #: The capacity with burstiness, the cached share and the prefill budget moved.
+    sensitivity: list[CapacityVariant] = Field(default_factory=list)
+
+    def variant(self, key: str) -> CapacityVariant | None:
+        return next((v for v in self.sensitivity if v.key == key), None)
 
 
 class WorkloadMix(ResultModel):

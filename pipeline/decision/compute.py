@@ -43,7 +43,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pipeline.capacity.present import transfer_sentence
+from pipeline.capacity.present import capacity_words, transfer_sentence
 from pipeline.decision.catalog import Fact, evidence_text, oldest_fact
 from pipeline.decision.config import DecisionConfig, Requirements
 from pipeline.decision.context import (
@@ -736,6 +736,7 @@ def _workload_figures(bench: EngineBench | None) -> dict[str, Any]:
         "capacity_basis": found.capacity_basis,
         "transfer": transfer_sentence(found),
         "provisional_reason": found.provisional_reason,
+        **plain(capacity_words(found)),
     }
     cost = bench.workload_cost
     if cost is not None:

@@ -13,7 +13,7 @@ from typing import Annotated, Literal, Self
 
 from pydantic import Field, Strict, model_validator
 
-from pipeline.capacity.config import ServedModel
+from pipeline.capacity.config import ReplicaMemory, ServedModel
 from pipeline.capacity.prior import ModelShape
 from pipeline.decision.catalog import Feature, Gateway, HardwareTarget, Orchestrator, Sources
 from pipeline.settings import (
@@ -129,7 +129,8 @@ class Requirements(Section):
         kv = self.kv_cache
         if kv is None:
             return ServedModel(self.models)
-        return ServedModel(self.models, kv.tokens_per_replica(), kv.model_shape())
+        memory = ReplicaMemory(kv.gpu_memory_gib, kv.memory_utilization, kv.overhead_gib)
+        return ServedModel(self.models, kv.tokens_per_replica(), kv.model_shape(), memory)
 
 
 class DecisionConfig(Section):

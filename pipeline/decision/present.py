@@ -390,6 +390,14 @@ def candidate_details(c: Candidate) -> list[str]:
         )
     if c.transfer:
         out.append(c.transfer)
+    if c.capacity_arrivals:
+        out.append(f"arrivals: {c.capacity_arrivals}")
+    if c.capacity_cache:
+        out.append(c.capacity_cache)
+    if c.capacity_binding:
+        out.append(f"what binds it: {c.capacity_binding}")
+    if c.capacity_sensitivity:
+        out.append(f"what moves the capacity: {c.capacity_sensitivity}")
     if c.cost_basis == "workload":
         out.append(
             "per 1M tokens of this workload: output "

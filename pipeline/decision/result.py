@@ -119,6 +119,14 @@ class Candidate(_Model):
     fleet_cost_per_1m_output_usd: float | None = None  # sized fleet's bill ÷ output at mean rate
     benchmark_cost_per_1m_output_usd: float | None = None  # the bench stage's own figure
     benchmark_monthly_cost_usd: float | None = None  # the bench stage's fleet at the peak
+    # How the capacity search's requests arrived, the same search with Poisson arrivals, which
+    # cache replay gave the cached tokens (and how the fleet size settled), what binds the
+    # capacity and how it moves with one input moved (the capacity stage's words).
+    capacity_arrivals: str | None = None
+    capacity_poisson_rps: float | None = None
+    capacity_cache: str | None = None
+    capacity_binding: str | None = None
+    capacity_sensitivity: str | None = None
 
     def monthly_bill(self) -> float | None:
         """What it costs a month (:func:`pipeline.costing.monthly_bill`)."""

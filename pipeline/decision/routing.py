@@ -22,11 +22,10 @@ from pipeline.decision.catalog import Layer
 from pipeline.decision.context import RuleContext, plain
 from pipeline.decision.evidence import EngineBench
 from pipeline.decision.result import Isolation, IsolationAdvice, Routing
+from pipeline.sim.config import PREFIX_ROUTINGS
 from pipeline.sim.result import ScenarioSummary
 from pipeline.thresholds import ROUTING_GAIN_MIN
 from pipeline.unknown import Unknown, is_known
-
-PREFIX_ROUTINGS = ("cache-aware", "affinity", "bounded-affinity")
 
 
 def routing_value(ctx: RuleContext, engine: str | None, runner_up: str | None = None) -> Routing:

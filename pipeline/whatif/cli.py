@@ -59,6 +59,7 @@ def configured_inputs(config: Config) -> WhatifInputs:
         decision=config.decision,
         requirements=config.requirements,
         bench=config.bench,
+        replay=config.cache_replay(),
     )
 
 
