@@ -27,11 +27,11 @@ def test_page_one_prices_every_engine_the_record_prices(bundled: Bundle) -> None
         for c in record["candidates"]
         if c["cost_per_1m_output_usd"] is not None and c["monthly_cost_usd"] is not None
     }
-    # vLLM's sweep carried to the trace at MLPerf's long-context SLO: 9 H100s at $3 × 730 h
+    # vLLM's sweep carried to the trace at MLPerf's long-context SLO: 23 H100s at $3 × 730 h
     # plus 2 model changes a quarter (tests/test_decision_cli.py works the fleet by hand).
     assert set(priced) == {"vllm"}
-    assert rows == {"vLLM": ("19,910", "3.9649")}
-    assert round(priced["vllm"]["cost_per_1m_output_usd"], 4) == 3.9649
+    assert rows == {"vLLM": ("50,570", "10.5088")}
+    assert round(priced["vllm"]["cost_per_1m_output_usd"], 4) == 10.5088
     # Every other engine on the page says it has no cost rather than showing one.
     assert re.search(r"^SGLang unknown unknown", first, re.M)
 

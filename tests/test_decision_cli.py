@@ -49,7 +49,7 @@ def test_decide_runs_the_missing_stages_then_prints_the_record(
     # workload's prompts, provisionally); the decision tree's own choice for prefix-heavy traffic,
     # SGLang, has no benchmark, so it is the runner-up.
     assert (rec["engine"], rec["runner_up"], rec["confidence"]) == ("vllm", "sglang", "provisional")
-    assert rec["headline"].startswith("vLLM: $3.9649 per 1M output tokens at the SLO")
+    assert rec["headline"].startswith("vLLM: $10.5088 per 1M output tokens at the SLO")
     candidate = record["candidates"][0]
     assert {
         "engine",
@@ -63,12 +63,12 @@ def test_decide_runs_the_missing_stages_then_prints_the_record(
     assert {"id", "metric", "comparator", "threshold", "value", "why", "status"} == set(
         record["triggers"][0]
     )
-    # The fleet is sized (9 replicas), so routing is judged at the simulated count nearest it.
-    assert "the simulated count nearest the fleet's 9" in record["routing"]["reason"]
+    # The fleet is sized (23 replicas), so routing is judged at the simulated count nearest it.
+    assert "the simulated count nearest the fleet's 23" in record["routing"]["reason"]
     vllm = next(c for c in record["candidates"] if c["engine"] == "vllm")
-    # ceil(4.117 req/s peak ÷ (0.613 req/s × 0.8 headroom)) = 9 H100s × $3 × 730 h.
-    assert vllm["monthly_cost_usd"] == 9 * 3.0 * 730
-    assert vllm["cost_per_1m_output_usd"] == pytest.approx(3.9649, abs=5e-5)
+    # ceil(4.117 req/s peak ÷ (0.231 req/s × 0.8 headroom)) = 23 H100s × $3 × 730 h.
+    assert vllm["monthly_cost_usd"] == 23 * 3.0 * 730
+    assert vllm["cost_per_1m_output_usd"] == pytest.approx(10.5088, abs=5e-5)
     assert vllm["cost_note"].startswith("far outside the measured mix")
     # Said once among the confidence reasons, not once by the ranking and again per engine.
     assert sum(vllm["cost_note"] in r for r in rec["confidence_reasons"]) == 1
@@ -87,7 +87,7 @@ def test_decide_runs_the_missing_stages_then_prints_the_record(
     kept.write_bytes(first.read_bytes())
     assert enginefit(["decide", "--config", str(config), "--previous", str(kept)]) == 0
     out, _ = capsys.readouterr()
-    assert out.splitlines()[0].startswith("vLLM: $3.9649 per 1M output tokens at the SLO")
+    assert out.splitlines()[0].startswith("vLLM: $10.5088 per 1M output tokens at the SLO")
     assert enginefit(["explain", str(first)]) == 0
     text = capsys.readouterr().out
     assert text.startswith("Engine decision for workload mooncake-conversation (as of 2026-11-29)")
