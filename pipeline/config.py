@@ -33,6 +33,7 @@ from pipeline.ledger import Filing, ReportTree
 from pipeline.loadtest.config import LoadtestConfig
 from pipeline.prefix.config import PrefixConfig
 from pipeline.report.config import Provenance, ReportConfig
+from pipeline.report.signing import Signer, check_signer
 from pipeline.settings import (
     SECTIONS,
     ConfigPath,
@@ -237,7 +238,18 @@ def config_from_mapping(raw: dict[str, Any], *, source: Path | None = None) -> C
     )
     _check_engine_names(config, where)
     _check_scenario_slos(config, where)
+    _check_signing(config.report, where)
     return config
+
+
+def _check_signing(report: ReportConfig, where: str) -> None:
+    """A signing key the allowed signers do not accept fails now, not after the whole run."""
+    if report.signing_key is None or report.allowed_signers is None:
+        return
+    try:
+        check_signer(Signer(report.signing_key, report.allowed_signers))
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from exc
 
 
 def _check_scenario_slos(config: Config, where: str) -> None:
