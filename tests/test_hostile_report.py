@@ -1,0 +1,64 @@
+"""Hostile surroundings of ``enginefit report`` and ``decide``: a ``DAGSTER_HOME`` that is a
+file, and two runs sharing a fresh run history, are one line naming ``DAGSTER_HOME`` with
+advice that fits (never "free disk space" for a run that is not out of space)."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+import sqlalchemy.exc
+
+from assets import cli as dagster_cli
+from assets.cli import main as enginefit_with_dagster
+from pipeline.errors import EnginefitError
+from tests.conftest import write_config
+
+
+@pytest.mark.parametrize("command", ["report", "decide"])
+def test_a_dagster_home_that_is_a_file_is_named(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    command: str,
+) -> None:
+    trace = tmp_path / "m.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": [0]}\n')
+    home = tmp_path / "home"
+    home.write_text("not a folder\n")
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    config = write_config(tmp_path, [str(trace)])
+    assert enginefit_with_dagster([command, "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "File exists" not in err
+    assert err.strip().splitlines()[-1] == (
+        f"enginefit: error: DAGSTER_HOME={home}: not a folder; set DAGSTER_HOME to the folder "
+        "for Dagster's run history (or unset it to use .dagster_home beside the configuration)"
+    )
+    assert home.read_text() == "not a folder\n"
+
+
+def _storage_failure(error: type[sqlalchemy.exc.DBAPIError], said: str) -> str:
+    with pytest.raises(EnginefitError) as caught, dagster_cli._run_storage(Path("/h")):
+        raise error("INSERT INTO secondary_indexes", {}, sqlite3.Error(said))
+    return str(caught.value)
+
+
+def test_two_first_runs_on_one_run_history_are_not_a_full_disk() -> None:
+    """Two runs creating a fresh run history at once: one of them meets the other's rows."""
+    said = "UNIQUE constraint failed: secondary_indexes.name"
+    assert _storage_failure(sqlalchemy.exc.IntegrityError, said) == (
+        f"DAGSTER_HOME=/h: Dagster could not write its run history ({said}); another enginefit "
+        "run was using the same run history at that moment; run again once it has finished, or "
+        "give each run its own DAGSTER_HOME"
+    )
+    assert "another enginefit run" in _storage_failure(
+        sqlalchemy.exc.OperationalError, "database is locked"
+    )
+    assert _storage_failure(sqlalchemy.exc.OperationalError, "disk I/O error").endswith(
+        "(disk I/O error); free some space there, or set DAGSTER_HOME to a folder with room"
+    )
+    assert _storage_failure(sqlalchemy.exc.OperationalError, "no such table: runs").endswith(
+        "(no such table: runs); check that folder, or set DAGSTER_HOME to another one"
+    )
