@@ -106,7 +106,16 @@ def published_previous(layout: WorkloadLayout, filing: Filing) -> Path | None:
     except InputFormatError:
         return None
     entry = filing.tree.compared_with(quarter)
-    return None if entry is None else filing.tree.root / entry.path / RECORD
+    if entry is None:
+        return None
+    record = filing.tree.root / entry.path / RECORD
+    if not record.exists():
+        raise InputFormatError(
+            f"{filing.tree.ledger}: a ghost entry: it lists version {entry.path}, but "
+            f"{record} does not exist (the version was moved or deleted); restore it, or name "
+            "the record to compare with in decision.previous_record"
+        )
+    return record
 
 
 def read_inputs(
