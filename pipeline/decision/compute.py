@@ -182,12 +182,21 @@ def _catalog_age(ctx: RuleContext, facts: list[Fact], answer: tuple[str, ...]) -
     entry that says so."""
     oldest = oldest_fact(facts)
     as_of = ctx.inputs.as_of
-    # A fact dated after an earlier report date is as fresh as a fact can be: 0, never negative.
-    age = max(oldest.age_days(as_of) or 0, 0) if oldest is not None and as_of is not None else None
+    # Even the oldest fact used dated after the decision's date: evidence that date could not
+    # have had, so its age is unknown (never 0, "fresh", and never negative).
+    after = oldest is not None and as_of is not None and (oldest.age_days(as_of) or 0) < 0
+    age = oldest.age_days(as_of) if oldest is not None and as_of is not None and not after else None
     undated = [f.key for f in facts if f.evidence_date is None]
     stale = age > CATALOG_MAX_AGE_DAYS if age is not None else None
     if oldest is None:
         effect = "no fact this decision used carries an evidence date: its age is unknown"
+    elif after:
+        date = evidence_text(oldest.evidence_date)
+        effect = (
+            f"the oldest fact used is {oldest.key}, evidence of {date}, after the decision's "
+            f"date {as_of}: its age at that date is unknown; give a report date on or after "
+            f"{date} (--as-of or bench.as_of), or the catalog of that date (decision.catalog)"
+        )
     else:
         date = evidence_text(oldest.evidence_date)
         effect = f"the oldest fact used is {oldest.key}, evidence of {date}"
