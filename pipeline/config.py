@@ -26,7 +26,7 @@ from pipeline.bench.config import BenchConfig, is_limit_key, slo_from_mapping
 from pipeline.capacity.config import CapacityConfig
 from pipeline.decision.catalog import Catalog, load_catalog
 from pipeline.decision.config import DecisionConfig, Requirements
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, os_reason
 from pipeline.ingest.config import SALT_ENV_VAR, IngestConfig, ReadConfig
 from pipeline.layout import WorkloadLayout, child_folder
 from pipeline.ledger import Filing, ReportTree
@@ -291,7 +291,8 @@ def load_config(path: str | Path) -> Config:
     try:
         source = Path(path).resolve()
     except (OSError, RuntimeError) as exc:  # a symlink loop raises RuntimeError on 3.11
-        raise ConfigError(f"{path}: cannot resolve the path ({exc})") from exc
+        why = os_reason(exc) if isinstance(exc, OSError) else "a symbolic link loop"
+        raise ConfigError(f"{path}: cannot resolve the path ({why})") from exc
     try:
         text = source.read_text(encoding="utf-8")
     except FileNotFoundError as exc:

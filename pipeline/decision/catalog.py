@@ -31,7 +31,7 @@ from typing import Annotated, Any, Literal, Self, cast, get_args
 
 from pydantic import BeforeValidator, Field, PrivateAttr, Strict, ValidationError, model_validator
 
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, os_reason
 from pipeline.settings import (
     ConfigDate,
     NonNegative,
@@ -486,7 +486,7 @@ def load_catalog(path: Path | None = None) -> Catalog:
     except FileNotFoundError as exc:
         raise ConfigError(f"{where}: engine catalog not found") from exc
     except OSError as exc:
-        raise ConfigError(f"{where}: cannot read the engine catalog ({exc})") from exc
+        raise ConfigError(f"{where}: cannot read the engine catalog ({os_reason(exc)})") from exc
     digest = hashlib.sha256(data).hexdigest()
     if digest in _PARSED:
         return _PARSED[digest]
