@@ -42,6 +42,8 @@ from pipeline.store import write_bytes_atomic, write_json_atomic
 VERSION = re.compile(r"^v([1-9]\d*)$")
 STAGING_PREFIX = ".staging-"
 LEDGER = "index.json"
+# The temporary file an atomic write of the ledger renames into place (pipeline.store).
+_LEDGER_LEFTOVER = re.compile(r"^\.index\.json\.[0-9a-f]{12}$")
 MANIFEST = "manifest.json"
 PDF = "engine-selection.pdf"
 HTML = "engine-selection.html"
@@ -260,9 +262,13 @@ class ReportTree:
 
     def reconcile(self) -> list[Entry]:
         """List complete version folders the ledger misses (a crash between the rename and the
-        ledger write), remove staging leftovers; returns the entries added."""
+        ledger write), remove staging leftovers and a ledger write a crash left half done (its
+        temporary ``.index.json.<hex>``); returns the entries added."""
         if not self.root.is_dir():
             return []
+        for leftover in self.root.iterdir():
+            if _LEDGER_LEFTOVER.match(leftover.name) and leftover.is_file():
+                leftover.unlink(missing_ok=True)
         entries = self.read_ledger()
         listed = {(e.quarter, e.version) for e in entries}
         added = []

@@ -13,6 +13,7 @@ import sqlalchemy.exc
 from assets import cli as dagster_cli
 from assets.cli import main as enginefit_with_dagster
 from pipeline.errors import EnginefitError
+from pipeline.ledger import ReportTree
 from tests.conftest import write_config
 
 
@@ -62,3 +63,24 @@ def test_two_first_runs_on_one_run_history_are_not_a_full_disk() -> None:
     assert _storage_failure(sqlalchemy.exc.OperationalError, "no such table: runs").endswith(
         "(no such table: runs); check that folder, or set DAGSTER_HOME to another one"
     )
+
+
+def test_a_ledger_write_a_crash_left_half_done_is_cleared_by_the_next_publication(
+    tmp_path: Path,
+) -> None:
+    """Killed between writing the ledger's temporary file and renaming it: the next run's
+    reconciliation removes the leftover and keeps the ledger as it was."""
+    tree = ReportTree(tmp_path / "reports" / "w")
+    tree.publish("2025-Q1", 1, {"decision.json": b"{}\n"}, {"identity": "i"}, "vLLM")
+    leftover = tree.root / ".index.json.0123456789ab"
+    leftover.write_text('{"schema_version": 2, "versions": [')
+    unrelated = tree.root / ".index.json.notes"
+    unrelated.write_text("kept\n")
+    before = tree.ledger.read_bytes()
+    assert tree.reconcile() == []
+    assert sorted(p.name for p in tree.root.iterdir()) == [
+        ".index.json.notes",
+        "2025-Q1",
+        "index.json",
+    ]
+    assert tree.ledger.read_bytes() == before
