@@ -158,6 +158,15 @@ def _entry(raw: Any, where: str) -> Entry:
             f"{where}.path: {raw['path']!r} is not {raw['quarter']}/v{version}, the folder of "
             "the quarter and version the entry names"
         )
+    try:
+        published = dt.datetime.fromisoformat(raw["published_at"])
+    except ValueError:
+        published = None
+    if published is None or published.tzinfo is None:
+        raise InputFormatError(
+            f"{where}.published_at: {raw['published_at'][:80]!r} is not a time with its UTC "
+            "offset (ISO 8601, e.g. 2026-11-29T10:00:00+00:00, as enginefit writes it)"
+        )
     for key in ("manifest_sha256", "previous_sha256"):
         value = raw[key]
         if not (value is None and key == "previous_sha256") and not (

@@ -75,3 +75,18 @@ def test_a_vouched_manifest_naming_the_file_systems_root_reads_nothing_there(
         "FAILED /etc/shadow: refused: outside the places the version recorded (); the manifest "
         "lists a file no stage read",
     ]
+
+
+@pytest.mark.parametrize("published_at", ["yesterday", "2026-11-29T10:00:00", ""])
+def test_a_ledger_entry_published_at_no_time_is_named(
+    published: Published, capsys: pytest.CaptureFixture[str], published_at: str
+) -> None:
+    rewrite_ledger(published.tree, lambda e: dataclasses.replace(e, published_at=published_at))
+    assert enginefit(["audit", str(published.folder(2))]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        f"enginefit: error: {published.tree.ledger}: versions[0].published_at: "
+        f"{published_at!r} is not a time with its UTC offset (ISO 8601, e.g. "
+        "2026-11-29T10:00:00+00:00, as enginefit writes it); the ledger is append-only and "
+        "never edited by hand: restore it from your backup"
+    ]
