@@ -202,7 +202,10 @@ def _instance(home: Path) -> Iterator[dg.DagsterInstance]:
             except BaseException:
                 instance.dispose()
                 raise
-        with instance:
+        # import here: it loads Dagster
+        from assets.progress import storage_echoes_dropped
+
+        with instance, storage_echoes_dropped():
             yield instance
 
 

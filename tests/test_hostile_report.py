@@ -5,6 +5,7 @@ advice that fits (never "free disk space" for a run that is not out of space).""
 from __future__ import annotations
 
 import sqlite3
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import sqlalchemy.exc
 
 from assets import cli as dagster_cli
 from assets.cli import main as enginefit_with_dagster
+from assets.progress import storage_echoes_dropped
 from pipeline.errors import EnginefitError
 from pipeline.ledger import ReportTree
 from tests.conftest import write_config
@@ -84,3 +86,20 @@ def test_a_ledger_write_a_crash_left_half_done_is_cleared_by_the_next_publicatio
         "index.json",
     ]
     assert tree.ledger.read_bytes() == before
+
+
+def test_dagster_echoes_of_a_full_run_history_are_left_to_the_one_line_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Dagster's own "Exception while writing logger call to event log" (with SQLAlchemy's
+    background line) is dropped while a run goes on; the command's line naming DAGSTER_HOME
+    says it once."""
+    echo = (
+        "Exception while writing logger call to event log: (sqlite3.OperationalError) disk "
+        "I/O error\n(Background on this error at: https://sqlalche.me/e/21/e3q8)\n"
+    )
+    with storage_echoes_dropped():
+        sys.stderr.write(echo)
+        sys.stderr.write("enginefit report: shape done (0.1 s)\n")
+    sys.stderr.write("after\n")
+    assert capsys.readouterr().err == "enginefit report: shape done (0.1 s)\nafter\n"
