@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 ENGINE_STAMP := $(VENV)/.engine-installed
 export DAGSTER_HOME := $(CURDIR)/.dagster_home
 
-.PHONY: report test test-postgres lint bench ui clean
+.PHONY: report test test-postgres lint bench ui clean engine validate
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -14,11 +14,18 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-# llama.cpp's server for the load-test harness's real-engine tests: compiled from source the
-# first time (minutes), then taken from pip's wheel cache.
-$(ENGINE_STAMP): $(STAMP)
+# The real engines of the load-test tests and `make validate`: llama-cpp-python's Python server
+# (compiled by pip the first time, then taken from pip's wheel cache) and llama.cpp's C++
+# llama-server from the same pinned source (perf/llama_server.py: compiled once per machine,
+# then taken from ~/.cache/enginefit/llama-server).
+$(ENGINE_STAMP): $(STAMP) perf/llama_server.py
 	CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(BIN)/python -m pip install --quiet -e '.[dev,engine]'
+	$(BIN)/python -m perf.llama_server build
 	touch $(ENGINE_STAMP)
+
+# The same, and the llama-server build again if its cache was removed since (a no-op otherwise).
+engine: $(ENGINE_STAMP)
+	$(BIN)/python -m perf.llama_server build
 
 # An empty one is given enginefit's defaults (embedded SQLite) by the first `enginefit report`.
 $(DAGSTER_HOME)/dagster.yaml:
@@ -47,6 +54,11 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m perf.run
+
+# The capacity model against llama.cpp's llama-server (perf/validate.py; docs/capacity.md):
+# prints the signed errors. Exit 3 is "not judged: the machine was too noisy", said, not failed.
+validate: engine
+	$(BIN)/python -m perf.validate || test $$? -eq 3
 
 ui: $(STAMP) $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/dg dev -w workspace.yaml

@@ -9,6 +9,7 @@ from assets.metadata import CHECK_PRIORITY, STAGE_PRIORITY, check_result, md, pa
 from assets.resources import EnginefitStore
 from pipeline.capacity import checks, stage
 from pipeline.capacity.present import candidates_table, transfer_sentence
+from pipeline.commands.capacity import configured_inputs
 from pipeline.present.tables import bullet_list
 
 
@@ -25,7 +26,7 @@ def workload_capacity(store: EnginefitStore) -> dg.MaterializeResult:  # type: i
     its band, replicas at the peak, monthly cost and $/1M tokens of this workload."""
     config = store.config()
     layout = config.layout()
-    inputs = stage.read_inputs(layout, config.requirements.served_model())
+    inputs = configured_inputs(config)
     result = stage.run(inputs, config.capacity)
     paths = stage.write(result, layout)
     return dg.MaterializeResult(

@@ -23,7 +23,7 @@ from pydantic import (
 )
 
 from pipeline.bench.config import BenchConfig, is_limit_key, slo_from_mapping
-from pipeline.capacity.config import CapacityConfig
+from pipeline.capacity.config import CapacityConfig, ReplayBasis
 from pipeline.decision.catalog import Catalog, load_catalog
 from pipeline.decision.config import DecisionConfig, Requirements
 from pipeline.errors import ConfigError, os_reason
@@ -108,6 +108,11 @@ class Config:
     def catalog(self) -> Catalog:
         """The engine catalog ``decision.catalog`` names (else the bundled one)."""
         return load_catalog(self.decision.catalog)
+
+    def cache_replay(self) -> ReplayBasis:
+        """How the capacity search replays the fleet's cache: the simulation section, with
+        the shape section's latency model where the simulation names none."""
+        return ReplayBasis(self.simulation, self.shape.latency)
 
     @property
     def where(self) -> str:

@@ -331,7 +331,9 @@ class ReportTree:
             for name, data in sorted(files.items()):
                 write_bytes_atomic(staging / name, data)
             outputs = {name: sha256_bytes(data) for name, data in sorted(files.items())}
-            manifest_bytes = _json_bytes({**manifest, "outputs": outputs})
+            # The ledger entry's readable fields, recorded where the audit checks them.
+            readable = {"quarter": quarter, "version": version, "headline": headline}
+            manifest_bytes = _json_bytes({**manifest, **readable, "outputs": outputs})
             write_bytes_atomic(staging / MANIFEST, manifest_bytes)
             if sign is not None:
                 sign(staging / MANIFEST)

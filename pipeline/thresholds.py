@@ -49,9 +49,15 @@ FIXED_SPREAD = 1.05
 # exercise chunked prefill are missing from them).
 TAIL_RATIO = 2.0
 # A benchmark median prompt or output length off production's by more than this factor either
-# way is flagged: latency at another length says little about ours. (The capacity stage's
-# transfer of a fitted model is provisional beyond the wider ``capacity.far_ratio``.)
+# way is flagged: latency at another length says little about ours. The capacity stage's
+# transfer of a fitted serving model to the workload's mix is provisional past the same factor
+# (one threshold for both stages: a benchmark the bench stage flags is never carried to the
+# workload as if it were close).
 LENGTH_FACTOR = 2.0
+# A percentile judged with fewer than this many requests expected above it carries its
+# confidence interval: 10 gives a p99 about 1,000 requests, whose 95 % interval spans the
+# sample's 983rd to 997th values (a p99 of 100 requests is their maximum).
+TAIL_REQUESTS_ABOVE = 10
 
 # --- model churn (docs/decision-rules.md#model-churn, the TensorRT-LLM branch: "one or two
 # stable models, NVIDIA, huge volume")
@@ -59,9 +65,8 @@ LENGTH_FACTOR = 2.0
 HIGH_VOLUME_OUTPUT_TOKENS_PER_MONTH = 10_000_000_000.0
 # ...few is at most this many models...
 TRT_MAX_MODELS = 2
-# ...and stable is at most this many model or configuration changes a quarter where each one
-# rebuilds an engine (TensorRT-LLM's TensorRT backend; on its PyTorch backend, the default since
-# 1.0, a change is a restart and churn does not rule it out).
+# ...and stable is at most this many model changes a quarter (a change restarts TensorRT-LLM, but
+# a model of a new architecture runs on it only once it implements it).
 TRT_MAX_CHANGES_PER_QUARTER = 1.0
 
 # --- features and age

@@ -1,5 +1,5 @@
 """An independent continuous-batching server for the capacity tests (shares no code and no
-formula with ``pipeline.capacity``).
+formula with ``pipeline.capacity``, and differs from its model where real engines do).
 
 The "GPU" here costs, per iteration:
 
@@ -11,14 +11,32 @@ The "GPU" here costs, per iteration:
   + kv_read_ms × (KV tokens the decodes attend to)
   × a log-normal jitter per iteration (noise of a real server).
 
-Scheduling imitates vLLM's V1 scheduler: running sequences first (each decode takes one token
-of the budget, an unfinished prompt the next chunk), then waiting requests FCFS while the batch
-has room (``max_seqs``) and the KV pool can hold their prompt + answer. A prefix-cache hit
-skips those prompt tokens (they still sit in the KV and are attended to).
+Scheduling imitates vLLM's V1 scheduler, not the product's model of it:
 
-Clients: an open-loop Poisson client at a fixed rate (``simulate``), recording what vLLM
-``bench serve`` records; :func:`write_vllm_result` turns a run into a real result JSON with the
-per-request arrays, and :func:`find_capacity` is the simulator's own search for the largest rate
+* **running requests first**, oldest first: each decode takes one token of the step's budget
+  (``token_budget``, which the sweeps' manifests do not state: the fit must find it), an
+  unfinished prompt the next chunk of what is left; then **waiting requests** in arrival order
+  while the batch has room (``max_seqs``) and budget is left;
+* **KV allocated as tokens arrive**, in blocks of ``kv_block_tokens``, from a pool of
+  ``kv_pool_tokens`` (the product reserves a request's whole prompt + answer at admission);
+  when a running request needs a block and none is free, the youngest running request is
+  **preempted**: its blocks are freed and it goes back to the head of the queue, to prefill
+  its prompt and the tokens it had generated again (recompute), its next token coming out of
+  that prefill;
+* **head-of-line blocking**: a waiting request that cannot get the blocks of its first chunk,
+  or (chunked prefill off) whose whole prompt does not fit the budget left, stops admission
+  for everyone behind it;
+* **chunked prefill off** (``chunked_prefill=False``, TensorRT-LLM's default): a prompt is
+  prefilled in one step or waits; one longer than the whole budget goes alone when no other
+  prompt is in the step.
+
+A prefix-cache hit skips those prompt tokens (they still sit in the KV and are attended to;
+a preempted request keeps them).
+
+Clients: an open-loop client at a fixed rate (``simulate``; Poisson, or Gamma gaps of a given
+coefficient of variation for bursty traffic), each request with its own prefix-cache hit
+(:func:`cache_hits`), recording what vLLM ``bench serve`` records; :func:`write_vllm_result`
+turns a run into a real result JSON with the per-request arrays, and :func:`find_capacity` is the simulator's own search for the largest rate
 meeting an SLO with a queue that keeps up (a grid of rates, then bisection).
 """
 
@@ -48,9 +66,11 @@ class GpuServer:
     token_budget: int = 1024
     max_seqs: int = 256
     kv_pool_tokens: int = 450_000
+    kv_block_tokens: int = 16
+    chunked_prefill: bool = True
     api_latency_ms: float = 0.0  # HTTP + tokenising before the request reaches the scheduler
 
-    def scaled(self, **changes: float) -> GpuServer:
+    def scaled(self, **changes: Any) -> GpuServer:
         values = {**self.__dict__, **changes}
         return GpuServer(**values)
 
@@ -71,10 +91,16 @@ class ServedRun:
     busy_cached_kv_ms: float
     busy_total_ms: float
     end: float
+    preemptions: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
     def itl_of(self, i: int) -> np.ndarray:
         return self.itl_flat[self.itl_offsets[i] : self.itl_offsets[i + 1]]
+
+
+@nb.njit(cache=True)
+def _blocks(tokens: int, block: int) -> int:
+    return (tokens + block - 1) // block
 
 
 @nb.njit(cache=True)
@@ -92,10 +118,14 @@ def _serve(
     budget: int,
     max_seqs: int,
     kv_pool: int,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float, float, float, float]:
+    block: int,
+    chunked: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float, float, float, float, int]:
     n = send_s.shape[0]
-    computed = skip.copy()  # prompt tokens already in the KV (cache hits count as computed)
+    target = prompt.copy()  # tokens to prefill before decoding (grows on a preemption)
+    computed = skip.copy()  # tokens whose KV is stored (cache hits count as computed)
     produced = np.zeros(n, dtype=np.int64)
+    held = np.zeros(n, dtype=np.int64)  # KV blocks held
     first = np.full(n, -1.0)
     done_at = np.full(n, -1.0)
     last_at = np.zeros(n)
@@ -103,57 +133,106 @@ def _serve(
     for i in range(n):
         offsets[i + 1] = offsets[i] + answer[i] - 1
     itl = np.zeros(offsets[n])
-    batch = np.full(max_seqs, RUNNING_NONE, dtype=np.int64)
-    in_batch = 0
-    queue_head = 0
-    kv_in_use = 0
+    free_blocks = kv_pool // block
+    ring = np.empty(n, dtype=np.int64)  # the waiting queue
+    head = 0
+    waiting = 0
+    running = np.empty(n, dtype=np.int64)  # oldest first
+    n_run = 0
+    scheduled = np.zeros(n, dtype=np.int64)  # tokens scheduled for a request this step
+    decoding = np.zeros(n, dtype=np.bool_)
+    arrived = 0
     clock = 0.0
     remaining = n
     iteration = 0
+    preemptions = 0
     busy_prefill = 0.0
     busy_cached = 0.0
     busy_total = 0.0
     while remaining > 0:
-        if in_batch == 0 and queue_head < n and send_s[queue_head] > clock:
-            clock = send_s[queue_head]
-        # running sequences keep their slots; then FCFS admission into free slots
-        slot = 0
-        while queue_head < n and send_s[queue_head] <= clock and in_batch < max_seqs:
-            need = prompt[queue_head] + answer[queue_head]
-            if kv_in_use + need > kv_pool:
-                break
-            while batch[slot] != RUNNING_NONE:
-                slot += 1
-            batch[slot] = queue_head
-            in_batch += 1
-            kv_in_use += need
-            queue_head += 1
-        tokens_left = budget
+        if n_run == 0 and waiting == 0 and arrived < n and send_s[arrived] > clock:
+            clock = send_s[arrived]
+        while arrived < n and send_s[arrived] <= clock:
+            ring[(head + waiting) % n] = arrived
+            waiting += 1
+            arrived += 1
+        left = budget
         cost = fixed
         prefill_cost = 0.0
         cached_cost = 0.0
         decoders = 0
-        # decodes first: one token each
-        for s in range(max_seqs):
-            r = batch[s]
-            if r != RUNNING_NONE and computed[r] == prompt[r]:
-                decoders += 1
-                tokens_left -= 1
-                cost += per_seq + kv_read * (prompt[r] + produced[r])
-                cached_cost += kv_read * skip[r]
-        chunk_of = np.zeros(max_seqs, dtype=np.int64)
         prompt_tokens = 0
-        for s in range(max_seqs):
-            r = batch[s]
-            if r != RUNNING_NONE and computed[r] < prompt[r] and tokens_left > 0:
-                c = min(prompt[r] - computed[r], tokens_left)
-                tokens_left -= c
-                chunk_of[s] = c
-                prompt_tokens += c
-                offset = computed[r]
-                work = linear * c + attention * c * (offset + c / 2.0)
+        i = 0
+        while i < n_run:
+            r = running[i]
+            is_decode = computed[r] >= target[r]
+            want = 1 if is_decode else min(target[r] - computed[r], left)
+            if want <= 0:
+                scheduled[r] = 0
+                i += 1
+                continue
+            need = _blocks(computed[r] + want, block) - held[r]
+            preempted_self = False
+            while need > free_blocks:
+                victim = running[n_run - 1]
+                free_blocks += held[victim]
+                held[victim] = 0
+                target[victim] = prompt[victim] + produced[victim]
+                computed[victim] = skip[victim]
+                scheduled[victim] = 0
+                head = (head - 1 + n) % n
+                ring[head] = victim
+                waiting += 1
+                n_run -= 1
+                preemptions += 1
+                if victim == r:
+                    preempted_self = True
+                    break
+            if preempted_self:
+                continue
+            held[r] += need
+            free_blocks -= need
+            scheduled[r] = want
+            decoding[r] = is_decode
+            left -= want
+            if is_decode:
+                decoders += 1
+                cost += per_seq + kv_read * computed[r]
+                cached_cost += kv_read * skip[r]
+            else:
+                prompt_tokens += want
+                work = linear * want + attention * want * (computed[r] + want / 2.0)
                 cost += work
                 prefill_cost += work
+            i += 1
+        while waiting > 0 and n_run < max_seqs and left > 0:
+            r = ring[head]
+            want = target[r] - computed[r]
+            if want > left:
+                if chunked:
+                    want = left
+                elif prompt_tokens > 0 or want <= budget:
+                    break  # whole prompts only: it and everyone behind it wait
+            need = _blocks(computed[r] + want, block) - held[r]
+            if need > free_blocks:
+                break  # no KV for its first chunk: it and everyone behind it wait
+            head = (head + 1) % n
+            waiting -= 1
+            running[n_run] = r
+            n_run += 1
+            held[r] += need
+            free_blocks -= need
+            scheduled[r] = want
+            decoding[r] = False
+            left -= want
+            prompt_tokens += want
+            work = linear * want + attention * want * (computed[r] + want / 2.0)
+            cost += work
+            prefill_cost += work
+        if decoders == 0 and prompt_tokens == 0:
+            if arrived < n:
+                clock = max(clock, send_s[arrived])
+            continue
         if prompt_tokens > 0:
             prefill_cost += fixed * prompt_tokens / (prompt_tokens + decoders)
         cost *= noise[iteration % noise.shape[0]]
@@ -162,30 +241,35 @@ def _serve(
         busy_total += cost
         busy_prefill += prefill_cost
         busy_cached += cached_cost
-        for s in range(max_seqs):
-            r = batch[s]
-            if r == RUNNING_NONE:
-                continue
+        kept = 0
+        for i in range(n_run):
+            r = running[i]
+            step = scheduled[r]
+            scheduled[r] = 0
             finished = False
-            if computed[r] == prompt[r]:
-                itl[offsets[r] + produced[r] - 1] = clock - last_at[r]
-                produced[r] += 1
-                last_at[r] = clock
-                finished = produced[r] == answer[r]
-            elif chunk_of[s] > 0:
-                computed[r] += chunk_of[s]
-                if computed[r] == prompt[r]:
+            if step > 0:
+                computed[r] += step
+                emits = decoding[r] or computed[r] >= target[r]
+                if emits and produced[r] == 0:
                     first[r] = clock - send_s[r]
                     produced[r] = 1
                     last_at[r] = clock
                     finished = answer[r] == 1
+                elif emits:
+                    itl[offsets[r] + produced[r] - 1] = clock - last_at[r]
+                    produced[r] += 1
+                    last_at[r] = clock
+                    finished = produced[r] == answer[r]
             if finished:
                 done_at[r] = clock - send_s[r]
-                kv_in_use -= prompt[r] + answer[r]
-                batch[s] = RUNNING_NONE
-                in_batch -= 1
+                free_blocks += held[r]
+                held[r] = 0
                 remaining -= 1
-    return first, done_at, itl, offsets, busy_prefill, busy_cached, busy_total, clock
+            else:
+                running[kept] = r
+                kept += 1
+        n_run = kept
+    return first, done_at, itl, offsets, busy_prefill, busy_cached, busy_total, clock, preemptions
 
 
 def simulate(
@@ -195,18 +279,23 @@ def simulate(
     output: np.ndarray,
     cached: np.ndarray | None = None,
     seed: int = 0,
+    cv: float = 1.0,
 ) -> ServedRun:
-    """An open-loop Poisson client at ``rate`` req/s sending these requests in this order."""
+    """An open-loop client at ``rate`` req/s sending these requests in this order: Poisson, or
+    with ``cv`` ≠ 1 Gamma gaps of that coefficient of variation (shape 1/cv²: bursts and lulls
+    around the same mean rate). ``cached``: each request's prompt tokens already in the KV."""
     rng = np.random.default_rng(seed)
     n = prompt.shape[0]
-    send = np.cumsum(rng.exponential(1.0 / rate, n))
+    gaps = rng.exponential(1.0 / rate, n) if cv == 1.0 else rng.gamma(1.0 / cv**2, cv**2 / rate, n)
+    send = np.cumsum(gaps)
     send -= send[0]
     api = server.api_latency_ms / 1000.0
     skip = np.zeros(n, dtype=np.int64) if cached is None else np.minimum(cached, prompt - 1)
     noise = (
         np.exp(rng.normal(0.0, server.jitter_sigma, 4096)) if server.jitter_sigma else np.ones(1)
     )
-    first, done, itl, offsets, pre, cac, total, end = _serve(
+    assert int(np.max(prompt + output)) <= server.kv_pool_tokens, "a request exceeds the KV pool"
+    first, done, itl, offsets, pre, cac, total, end, preemptions = _serve(
         send + api,
         prompt.astype(np.int64),
         skip.astype(np.int64),
@@ -220,6 +309,8 @@ def simulate(
         server.token_budget,
         server.max_seqs,
         server.kv_pool_tokens,
+        server.kv_block_tokens,
+        server.chunked_prefill,
     )
     return ServedRun(
         rate=rate,
@@ -234,6 +325,7 @@ def simulate(
         busy_cached_kv_ms=float(cac),
         busy_total_ms=float(total),
         end=float(end),
+        preemptions=int(preemptions),
     )
 
 
@@ -278,12 +370,15 @@ def find_capacity(
     itl_p99_ms: float,
     seed: int = 7,
     start: float = 0.05,
+    cv: float = 1.0,
+    halvings: int = 8,
 ) -> tuple[float, ServedRun]:
-    """The largest Poisson rate meeting the SLO and keeping up: a ×1.5 grid up from ``start``
-    (which must pass), then halving the last bracket eight times."""
+    """The largest rate meeting the SLO and keeping up (arrivals as :func:`simulate` sends
+    them): a ×1.5 grid up from ``start`` (which must pass), then halving the last bracket
+    ``halvings`` times."""
 
     def ok(rate: float) -> tuple[bool, ServedRun]:
-        run = simulate(server, rate, prompt, output, cached, seed=seed)
+        run = simulate(server, rate, prompt, output, cached, seed=seed, cv=cv)
         return judge(run, ttft_p95_ms, itl_p99_ms).ok, run
 
     rate = start
@@ -297,7 +392,7 @@ def find_capacity(
             break
         rate, best_run = nxt, run
     lo, hi = rate, rate * 1.5
-    for _ in range(8):
+    for _ in range(halvings):
         mid = (lo + hi) / 2.0
         passed, run = ok(mid)
         if passed:
@@ -372,19 +467,30 @@ def write_sweep(
     price: float = 2.5,
     model_id: str = "meta-llama/Llama-3.1-8B-Instruct",
     seed: int = 11,
+    engine: str = "vllm",
+    engine_args: dict[str, Any] | None = None,
 ) -> list[ServedRun]:
-    """One vLLM result file per rate for one request mix, with the sidecar manifest."""
+    """One vLLM result file per rate for one request mix, with the sidecar manifest (its
+    ``engine_args`` only when given: by default the fit is not told the server's limits)."""
     folder.mkdir(parents=True, exist_ok=True)
     runs = []
     for k, rate in enumerate(rates):
         run = simulate(server, rate, prompt, output, seed=seed + k)
         write_vllm_result(run, folder / f"vllm-{rate:g}qps-Llama-3.1-8B.json", model_id)
         runs.append(run)
-    (folder / "enginefit-bench.yaml").write_text(
-        "engine: vllm\nengine_version: 0.11.0\n"
-        f"gpu_type: {gpu_type}\ngpu_count: 1\nquantization: bf16\n"
-        f"price_per_gpu_hour_usd: {price}\nmodel: {model_id}\nworkload: synthetic\n"
-    )
+    manifest: dict[str, Any] = {
+        "engine": engine,
+        "engine_version": "0.11.0",
+        "gpu_type": gpu_type,
+        "gpu_count": 1,
+        "quantization": "bf16",
+        "price_per_gpu_hour_usd": price,
+        "model": model_id,
+        "workload": "synthetic",
+    }
+    if engine_args is not None:  # {}: the server was started with the engine's defaults
+        manifest["engine_args"] = engine_args
+    (folder / "enginefit-bench.yaml").write_text(json.dumps(manifest))
     return runs
 
 
@@ -396,6 +502,15 @@ def mix(
     prompt = rng.integers(prompt_range[0], prompt_range[1] + 1, n).astype(np.int64)
     output = rng.integers(output_range[0], output_range[1] + 1, n).astype(np.int64)
     return prompt, output
+
+
+def cache_hits(prompt: np.ndarray, share: float, seed: int) -> np.ndarray:
+    """Per-request prefix-cache hits averaging ``share`` of the prompt tokens: request i has
+    ⌊u_i × prompt_i⌋ cached, u_i uniform on [max(0, 2·share − 1), min(1, 2·share)] (some
+    requests nearly uncached, others mostly cached, as a shared prefix serves them)."""
+    rng = np.random.default_rng(seed)
+    u = rng.uniform(max(0.0, 2 * share - 1), min(1.0, 2 * share), prompt.shape[0])
+    return np.floor(u * prompt).astype(np.int64)
 
 
 PER_REQUEST_KEYS = (

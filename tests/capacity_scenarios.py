@@ -91,6 +91,47 @@ def truth(mix: str, cached_share: float = 0.0) -> tuple[float, sim.ServedRun]:
     )
 
 
+#: Requests the simulator's own search replays for a bursty truth (its p95 TTFT under Gamma
+#: CV 2 arrivals needs more than the Poisson truth's 2,000 to settle), and the seeds averaged.
+BURSTY_TRUTH_REQUESTS = 8000
+BURSTY_TRUTH_SEEDS = (7, 8)
+
+
+def bursty_workload(mix: str, cv: float, cached_share: float, n: int = 20_000) -> WorkloadRequests:
+    """A workload of this mix whose requests arrive with Gamma gaps of ``cv`` (its own trace:
+    arrival times in seconds) and each carry their own cached tokens averaging
+    ``cached_share`` (:func:`batching_server_sim.cache_hits`)."""
+    prompt, output = sim.mix(n, *MIXES[mix], seed=5)
+    gaps = np.random.default_rng(4).gamma(1.0 / cv**2, cv**2 / 10.0, n)
+    arrival = np.cumsum(gaps) - gaps[0]
+    cached = sim.cache_hits(prompt, cached_share, seed=6)
+    return WorkloadRequests(prompt=prompt, output=output, cached=cached, arrival_s=arrival)
+
+
+@cache
+def bursty_truth(mix: str, cv: float, cached_share: float) -> float:
+    """The simulator's own capacity for Gamma-``cv`` arrivals and per-request cache hits
+    averaging ``cached_share`` (its own draw), averaged over ``BURSTY_TRUTH_SEEDS``."""
+    prompt, output = sim.mix(BURSTY_TRUTH_REQUESTS, *MIXES[mix], seed=99)
+    cached = sim.cache_hits(prompt, cached_share, seed=98)
+    start = 0.5 if mix == "long" else 5.0
+    rates = [
+        sim.find_capacity(
+            SERVER,
+            prompt,
+            output,
+            cached,
+            SLO.ttft_p95_ms,
+            SLO.itl_p99_ms,
+            start=start,
+            cv=cv,
+            seed=seed,
+        )[0]
+        for seed in BURSTY_TRUTH_SEEDS
+    ]
+    return float(np.mean(rates))
+
+
 def truth_costs(mix: str, cached_share: float = 0.0) -> tuple[float, float]:
     """(all-in $ per 1M output tokens, decode-share $ per 1M output tokens) at the simulator's
     own capacity: the replica's hour divided by the output tokens it serves there, the second

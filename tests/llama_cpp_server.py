@@ -1,4 +1,16 @@
-"""A real OpenAI-compatible engine for tests: llama-cpp-python's server on a tiny GGUF.
+"""Real OpenAI-compatible engines for tests on a tiny GGUF: llama-cpp-python's Python server
+(:func:`run_llama_cpp_server`, one request at a time) and llama.cpp's C++ ``llama-server``
+(:func:`run_llama_server`, continuous batching over ``-np`` slots; the binary built once per
+machine by ``perf/llama_server.py``).
+
+llama-server on the wire (llama.cpp as vendored by llama-cpp-python 0.3.36): requests are
+scheduled into slots; each server step decodes one token for every generating slot and fills
+the rest of the batch (``-b`` tokens) with prompt tokens of the slots still prefilling, a long
+prompt split over steps. ``ignore_eos`` is honoured, ``stream_options.include_usage`` gives a
+last chunk with ``usage`` (``prompt_tokens_details.cached_tokens``: the slot's KV reused from
+its previous prompt) and ``timings`` (the server's own prompt and decode times).
+
+The Python server, as measured:
 
 What the server does on the wire, checked by real requests (llama-cpp-python 0.3.36, its server
 extra, the tiny model of tests/tiny_gguf.py, httpx, this 2-core machine):
@@ -62,11 +74,13 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
 import httpx
+
+from perf.llama_server import cached_binary
 
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
@@ -79,6 +93,8 @@ class LlamaServer:
     url: str
     model: str
     pid: int
+    command: tuple[str, ...] = ()
+    engine_args: dict[str, int | bool] = field(default_factory=dict)
 
 
 def llama_cpp_available() -> bool:
@@ -163,23 +179,21 @@ def run_llama_cpp_server(
             model = _wait_until_up(proc, base, log)
             yield LlamaServer(url=f"{base}/v1", model=model, pid=proc.pid)
         finally:
-            proc.terminate()
-            try:
-                # uvicorn waits for open streams on SIGTERM; a test that left one open is cut.
-                proc.wait(timeout=STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            # uvicorn waits for open streams on SIGTERM; a test that left one open is cut.
+            _stop(proc)
 
 
-def _wait_until_up(proc: subprocess.Popen[bytes], base: str, log: IO[bytes]) -> str:
-    """Poll GET /v1/models until it answers; return the model id it reports."""
+def _wait_until_up(
+    proc: subprocess.Popen[bytes], base: str, log: IO[bytes], name: str = "llama_cpp.server"
+) -> str:
+    """Poll GET /v1/models until it answers; return the model id it reports (llama-server
+    answers 503 while it loads the model)."""
     deadline = time.monotonic() + START_TIMEOUT_S
     with httpx.Client(timeout=2.0) as client:
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 raise RuntimeError(
-                    f"llama_cpp.server exited with code {proc.returncode} before answering; "
+                    f"{name} exited with code {proc.returncode} before answering; "
                     f"its output ends with:\n{_tail(log)}"
                 )
             try:
@@ -191,6 +205,102 @@ def _wait_until_up(proc: subprocess.Popen[bytes], base: str, log: IO[bytes]) -> 
                 return str(response.json()["data"][0]["id"])
             time.sleep(0.1)
     raise RuntimeError(
-        f"llama_cpp.server did not answer GET {base}/v1/models within {START_TIMEOUT_S:.0f} s; "
+        f"{name} did not answer GET {base}/v1/models within {START_TIMEOUT_S:.0f} s; "
         f"its output ends with:\n{_tail(log)}"
     )
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+# --------------------------------------------------------------------- llama.cpp's llama-server
+
+
+@dataclass(frozen=True)
+class LlamaServerFlags:
+    """The scheduling flags a llama-server runs with (each one recorded with the run)."""
+
+    slots: int = 2  # -np: requests served at once
+    ctx_size: int = 8192  # -c: KV tokens, split evenly over the slots (--no-kv-unified)
+    batch_size: int = 512  # -b: tokens one step processes (decodes first, then prompt tokens)
+    ubatch_size: int = 512  # -ub: tokens one compute pass takes (a step is ⌈b / ub⌉ passes)
+    threads: int = 1  # -t and -tb: compute threads, pinned so a busy machine's noise is less
+
+    def argv(self) -> list[str]:
+        return [
+            "-np", str(self.slots), "-c", str(self.ctx_size), "--no-kv-unified",
+            "-b", str(self.batch_size), "-ub", str(self.ubatch_size),
+            "-t", str(self.threads), "-tb", str(self.threads),
+        ]  # fmt: skip
+
+    def engine_args(self) -> dict[str, int | bool]:
+        """The flags under the sidecar manifest's ``engine_args`` names (vLLM's): a slot is a
+        running request, the batch is the per-step token budget, a prompt longer than what is
+        left of it is split over steps, the KV pool is the context."""
+        return {
+            "max_num_seqs": self.slots,
+            "max_num_batched_tokens": self.batch_size,
+            "enable_chunked_prefill": True,
+            "kv_cache_tokens": self.ctx_size,
+            "max_model_len": self.ctx_size // self.slots,
+        }
+
+
+def llama_server_binary() -> Path | None:
+    """The llama-server built for this machine (``make engine``), or None."""
+    return cached_binary()
+
+
+def _llama_server_env() -> dict[str, str]:
+    """The environment without LLAMA_* variables: llama-server reads LLAMA_ARG_<FLAG> as
+    flags not given on the command line, so a CI machine's settings must not reach it."""
+    return {k: v for k, v in os.environ.items() if not k.upper().startswith("LLAMA_")}
+
+
+@contextlib.contextmanager
+def run_llama_server(
+    model_path: Path,
+    flags: LlamaServerFlags = LlamaServerFlags(),
+    *,
+    binary: Path | None = None,
+    log_path: Path | None = None,
+) -> Iterator[LlamaServer]:
+    """Run llama.cpp's ``llama-server`` on 127.0.0.1 for the ``with`` block, then stop it.
+
+    The model is served as ``model_path.stem``; ``log_path`` keeps the server's log (else an
+    anonymous file, read only to explain a failed start)."""
+    found = binary or llama_server_binary()
+    if found is None:
+        raise RuntimeError("llama-server is not built on this machine: run `make engine`")
+    port = _free_port()
+    cmd = [
+        str(found), "-m", str(model_path), "--alias", model_path.stem,
+        "--host", "127.0.0.1", "--port", str(port), *flags.argv(),
+        "--no-webui", "--metrics", "--seed", "0",
+    ]  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    with log_path.open("w+b") if log_path is not None else tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=_llama_server_env(),
+        )
+        try:
+            model = _wait_until_up(proc, base, log, "llama-server")
+            yield LlamaServer(
+                url=f"{base}/v1",
+                model=model,
+                pid=proc.pid,
+                command=(found.name, *cmd[1:]),
+                engine_args=flags.engine_args(),
+            )
+        finally:
+            _stop(proc)

@@ -94,7 +94,8 @@ class Published:
             if sign_with is None
             else {"allowed_signers": str(sign_with.allowed_signers)},
         }
-        files = {PDF: f"%PDF version {version}".encode(), RECORD: b"{}\n"}
+        record = {"as_of": None, "recommendation": {"headline": "vLLM"}}
+        files = {PDF: f"%PDF version {version}".encode(), RECORD: json.dumps(record).encode()}
         signer = None if sign_with is None else functools.partial(sign, sign_with)
         _, folder = self.tree.publish("2025-Q1", version, files, manifest, "vLLM", signer)
         return folder
@@ -249,6 +250,75 @@ def test_a_manifest_the_ledger_does_not_vouch_for_is_never_followed(
     assert f"DIFFERS {fifo}: recorded {'0' * 64}, missing or unreadable" in out
     assert fifo in hashed  # opened without blocking, refused as not a regular file
     assert not [p for p in hashed if p.name in ("zero", "shadow")]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        (
+            "headline",
+            "SGLang",
+            "versions[1].headline: 'SGLang' is not the headline its manifest records ('vLLM')",
+        ),
+        (
+            "identity",
+            "identity-1",
+            "versions[1].identity: 'identity-1' is not the identity its manifest records "
+            "('identity-2')",
+        ),
+        (
+            "published_at",
+            "2999-01-01T00:00:00+00:00",
+            "versions[1].published_at: 2999-01-01T00:00:00+00:00 is in the future",
+        ),
+        (
+            "published_at",
+            "2001-01-01T00:00:00+00:00",
+            "versions[1].published_at: 2001-01-01T00:00:00+00:00 is before versions[0]'s ",
+        ),
+    ],
+)
+def test_an_edited_field_of_the_last_ledger_entry_fails_naming_it(
+    published: Published,
+    capsys: pytest.CaptureFixture[str],
+    field: str,
+    value: str,
+    message: str,
+) -> None:
+    """The last entry reworded with its chain recomputed (no later entry to break): the audit
+    checks the entry's words against the manifest and decision record it vouches for."""
+    rewrite_ledger(
+        published.tree,
+        lambda e: dataclasses.replace(e, **{field: value}) if e.version == 2 else e,
+    )
+    out, _ = audit_lines(capsys, str(published.folder(2)), code=1)
+    assert any(line.startswith(f"FAILED {published.tree.ledger}: {message}") for line in out), out
+    assert not any(line.startswith("ok") for line in out)
+
+
+def test_a_headline_the_decision_record_does_not_carry_fails(
+    published: Published, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Manifest and ledger reworded together (the record beside them still says vLLM): the
+    decision record names the mismatch."""
+    folder = published.folder(2)
+    manifest = json.loads((folder / MANIFEST).read_text())
+    manifest["headline"] = "SGLang"
+    (folder / MANIFEST).write_text(json.dumps(manifest))
+    digest = sha(folder / MANIFEST)
+    rewrite_ledger(
+        published.tree,
+        lambda e: (
+            dataclasses.replace(e, headline="SGLang", manifest_sha256=digest)
+            if e.version == 2
+            else e
+        ),
+    )
+    out, _ = audit_lines(capsys, str(folder), code=1)
+    assert (
+        f"FAILED {published.tree.ledger}: versions[1].headline: 'SGLang' is not the headline of "
+        "the decision record it points to ('vLLM')"
+    ) in out
 
 
 @contextlib.contextmanager

@@ -7,6 +7,7 @@ import json
 import math
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pytest
 
@@ -15,16 +16,22 @@ from pipeline.bench.compute import analyse_bench
 from pipeline.bench.present import cost_svg
 from pipeline.bench.result import analysis_payload
 from pipeline.bench.schema import conform_load_points
+from pipeline.bench.slo import order_statistic_interval
 from pipeline.bench.validity import (
     ALL_CANDIDATES,
     FINDINGS_SCHEMA,
+    LENGTH_FACTOR,
     comparability,
     workload_facts_from_dict,
 )
+from pipeline.capacity.compute import WorkloadRequests, transfer_distance
+from pipeline.capacity.config import CapacityConfig
+from pipeline.capacity.result import ServingModel
 from pipeline.costing import Prices
 from pipeline.errors import InputFormatError
 from pipeline.shape.facts import Percentiles, WorkloadFacts
 from tests.bench_points import kept_up_run
+from tests.capacity_scenarios import fitted
 from tests.conftest import DEFAULTS, bench_settings
 
 AS_OF = dt.date(2026, 11, 29)
@@ -310,3 +317,77 @@ def test_l40s_aggregates_cannot_show_keep_up() -> None:
         "keep-up unknown: 300 completed ÷ 36.2 s = 8.288 req/s, drain included, is 83% of the "
         "send rate 10 req/s and the longest latency is not recorded"
     )
+
+
+# ---- tail percentiles carry their order-statistic interval ------------------------------
+
+
+def _interval_by_counting(n: int, q: float) -> tuple[int | None, int | None]:
+    """The same 95 % interval from exact binomial sums with integer combinatorics (an
+    independent reference): the largest r with P(X ≤ r − 1) ≤ 2.5 % and the smallest s with
+    P(X ≤ s − 1) ≥ 97.5 %, X ~ Binomial(n, q), within 1..n."""
+    pmf = [math.comb(n, k) * q**k * (1 - q) ** (n - k) for k in range(n + 1)]
+    cdf = [sum(pmf[: k + 1]) for k in range(n + 1)]
+    lower = max((r for r in range(1, n + 1) if cdf[r - 1] <= 0.025), default=None)
+    upper = min((s for s in range(1, n + 1) if cdf[s - 1] >= 0.975), default=None)
+    return lower, upper
+
+
+@pytest.mark.parametrize(
+    ("n", "q"), [(100, 0.99), (367, 0.99), (368, 0.99), (1000, 0.99), (20, 0.95), (200, 0.95)]
+)
+def test_the_order_statistic_interval_matches_exact_binomial_sums(n: int, q: float) -> None:
+    assert order_statistic_interval(n, q) == _interval_by_counting(n, q)
+
+
+def test_a_p99_from_100_requests_is_the_sample_maximum_and_says_so() -> None:
+    """The capacity point (4 req/s, the highest passing) ran 100 requests: its p99 ITL is their
+    maximum, the interval for the true p99 runs from the 97th value to beyond the largest;
+    1,000 requests would bound it (983rd to 997th). A sweep of 1,000 requests a point passes."""
+    assert order_statistic_interval(100, 0.99) == (97, None)
+    assert order_statistic_interval(1000, 0.99) == (983, 997)
+    thin = finding(analyse([pt(1), pt(4), pt(16)]).findings, "tail_sample")
+    assert (thin["status"], thin["bench_value"], thin["threshold"]) == ("flag", 100.0, 1000.0)
+    assert thin["message"] == (
+        "p99 ITL (per-gap) at the capacity point rests on 100 requests (it is the sample's "
+        "maximum: the 95 % order-statistic interval for the true p99 runs from the 97th of 100 "
+        "values to beyond the largest, unbounded above); about 1,000 bound it (95 % "
+        "order-statistic interval: the p99 lies between the 983rd and 997th of 1,000 values)"
+    )
+    rows = [{**pt(load), **kept_up_run(load, requests=1_000)} for load in (1, 4, 16)]
+    ample = finding(analyse(rows).findings, "tail_sample")
+    assert ample["status"] == "ok" and ample["message"].endswith("; enough for it")
+
+
+def test_the_bench_and_capacity_stages_share_one_transfer_distance() -> None:
+    """A workload whose prompts are 3× the benchmark's: the bench stage flags the length
+    mismatch (past LENGTH_FACTOR = 2), and the capacity stage's transfer of the fitted model is
+    far, so provisional, past the same factor (it used its own 4×, which let this one pass);
+    at 1.5× neither does."""
+    model = fitted("short")
+    assert isinstance(model, ServingModel)
+    prompt = model.bench_prompt_tokens_mean
+    output = int(model.bench_output_tokens_mean)
+
+    def mix(factor: float) -> WorkloadRequests:
+        n = 200
+        return WorkloadRequests(
+            prompt=np.full(n, int(prompt * factor), dtype=np.int64),
+            output=np.full(n, output, dtype=np.int64),
+            cached=np.zeros(n, dtype=np.int64),
+        )
+
+    assert LENGTH_FACTOR == 2.0 and "far_ratio" not in CapacityConfig.model_fields
+    assert transfer_distance(model, mix(3.0)).far
+    assert not transfer_distance(model, mix(1.5)).far
+    bench = pt(1, input_tokens_p50=prompt, input_tokens_p99=prompt)
+    for factor, status in ((3.0, "flag"), (1.5, "ok")):
+        production = Percentiles(
+            p50=prompt * factor,
+            p90=prompt * factor,
+            p95=prompt * factor,
+            p99=prompt * factor,
+            max=prompt * factor,
+        )
+        found = finding(analyse([bench], facts(prompt_tokens=production)).findings, "prompt_length")
+        assert found["status"] == status

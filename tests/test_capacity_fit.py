@@ -63,8 +63,11 @@ def test_fit_recovers_known_parameters_on_noise_free_data() -> None:
     c = model.coefficients
     assert c.overhead_s * 1e3 == pytest.approx(NOISE_FREE.fixed_ms, rel=0.05)
     assert c.prefill_s_per_token * 1e3 == pytest.approx(NOISE_FREE.linear_ms, rel=0.10)
-    assert c.decode_s_per_request * 1e3 == pytest.approx(NOISE_FREE.per_sequence_ms, rel=0.15)
-    assert c.context_s_per_token * 1e3 == pytest.approx(NOISE_FREE.kv_read_ms, rel=0.15)
+    # Decode per request and per context token trade off along the mixes' contexts (the
+    # server allocates KV block by block and schedules as vLLM does, the model does not), so
+    # each is recovered more loosely than their sum over a step.
+    assert c.decode_s_per_request * 1e3 == pytest.approx(NOISE_FREE.per_sequence_ms, rel=0.25)
+    assert c.context_s_per_token * 1e3 == pytest.approx(NOISE_FREE.kv_read_ms, rel=0.25)
     assert model.residual_spread < 0.05
 
 
@@ -232,3 +235,78 @@ def test_a_chunked_stream_itl_median_is_not_compared_and_the_table_says_so() -> 
     )
     assert isinstance(compared, ServingModel)
     assert all(isinstance(p.error["itl_p50"], float) for p in compared.point_errors)
+
+
+def test_a_sweep_the_model_cannot_reproduce_has_no_transferred_capacity() -> None:
+    """The heaviest point's measured p99 ITL doubled (a tail no step model of this server
+    produces): the self-check names that point and statistic, and the workload gets no
+    capacity, only the reason and what to do."""
+    read = sweep("short")
+    heaviest = read.load_points.get_column("offered_rate_rps").max()
+    points = read.load_points.with_columns(
+        pl.when(pl.col("offered_rate_rps") == heaviest)
+        .then(pl.col("itl_p99_ms") * 2)
+        .otherwise(pl.col("itl_p99_ms"))
+        .alias("itl_p99_ms")
+    )
+    # Without per-request rows the file's p99 ITL is the one compared.
+    model = fit_serving_model(
+        points,
+        None,
+        deployment_of(points.row(0, named=True)),
+        config=CONFIG,
+        model_shape=LLAMA_8B,
+    )
+    assert isinstance(model, ServingModel), model
+    check = model.self_check
+    assert not check.passed and check.points_checked == len(RATES["short"])
+    assert check.reason is not None
+    assert check.reason.startswith(
+        "the serving model does not reproduce its own benchmark: p99 ITL"
+    )
+    assert "(45" in check.reason and "beyond ±25%" in check.reason
+    assert check.worst_error is not None and check.worst_error < -0.25
+    candidate = carry_to_workload(
+        "vllm",
+        model,
+        workload("long"),
+        SLO,
+        kv_tokens=KV_TOKENS,
+        gpu_hour_usd=PRICE,
+        peak_rate_rps=5.0,
+        mean_rate_rps=2.0,
+        config=CONFIG,
+    )
+    capacity = candidate.workload_capacity_rps
+    assert isinstance(capacity, Unknown)
+    assert capacity.reason.startswith(check.reason)
+    assert capacity.reason.endswith(
+        "no capacity is carried to this workload; benchmark this deployment on your own "
+        "traffic (enginefit loadtest)"
+    )
+    assert isinstance(candidate.cost, Unknown) and isinstance(candidate.binding, Unknown)
+    # The same sweep as measured: the model reproduces it.
+    assert fitted("short").self_check.passed  # type: ignore[union-attr]
+
+
+def test_a_coefficient_below_its_physical_floor_is_raised_to_it_and_said() -> None:
+    """A server faster than an H100 can be (half the floor's step) fitted with the H100's
+    floors: the overhead is set to reading 8.03 B BF16 weights at 3.35 TB/s and listed."""
+    from tests.capacity_scenarios import _ROOT
+
+    fast = sim.GpuServer(fixed_ms=2.0)
+    prompt, output = sim.mix(300, (100, 300), (100, 300), seed=8)
+    sim.write_sweep(fast, _ROOT / "too-fast", [5.0, 25.0], prompt, output)
+    read = read_bench_files(_ROOT / "too-fast")
+    points = read.load_points
+    model = fit_serving_model(
+        points,
+        read.per_request,
+        deployment_of(points.row(0, named=True)),
+        config=CONFIG,
+        model_shape=LLAMA_8B,
+    )
+    assert isinstance(model, ServingModel), model
+    floor = 8.03e9 * 2 / 3.35e12
+    assert model.coefficients.overhead_s == pytest.approx(floor)
+    assert any(f.startswith("overhead_s: fitted ") and f"{floor:.4g} s" in f for f in model.floored)

@@ -4,6 +4,7 @@ get different, hand-checkable costs from the same benchmark."""
 from __future__ import annotations
 
 import math
+import shutil
 from pathlib import Path
 
 import polars as pl
@@ -15,12 +16,14 @@ from pipeline.capacity import stage
 from pipeline.capacity.compute import deployment_model_shape
 from pipeline.capacity.fit import deployment_of
 from pipeline.capacity.prior import ModelShape
-from pipeline.capacity.result import CapacityResult, ServingModel, WorkloadCost
+from pipeline.capacity.result import CapacityResult, FleetCache, ServingModel, WorkloadCost
 from pipeline.config import load_config
 from pipeline.errors import InputFormatError
 from pipeline.layout import WorkloadLayout
 from pipeline.report.headline import headlines
 from pipeline.sim import stage as sim_stage
+from pipeline.sim.config import Scenario
+from pipeline.sim.replay import simulate
 from pipeline.unknown import Unknown
 from tests.conftest import REPO, azure_conversation_trace, bundled_config
 
@@ -95,26 +98,44 @@ def test_two_workloads_get_different_hand_checkable_costs_from_one_sweep(
     assert enginefit(["capacity", "--config", str(tmp_path / "azure-conv.yaml")]) == 0
     out = capsys.readouterr().out
     assert "Measured at 204-token prompts" in out and "req/s per replica" in out
-    # Azure traces carry no content: no cached share, said so.
+    # Azure traces carry no content: no cached tokens, said so.
     assert azure.mix.cached_prompt_share == 0.0
-    assert any("cached share taken as 0" in note for note in azure.notes)
-    assert mooncake.mix.cached_prompt_share > 0.0
-    # The cached share: the best routing at the largest simulated replica count by default; the
-    # decision asks again at the fleet's own count.
-    summaries = sim_stage.read_summaries(load_config(tmp_path / "mooncake.yaml").layout())
-    default = stage.recommended_cached_share(summaries, 449_797)
-    one = stage.recommended_cached_share(summaries, 449_797, replicas=1)
-    many = stage.recommended_cached_share(summaries, 449_797, replicas=64)
-    assert isinstance(default, tuple) and isinstance(one, tuple) and isinstance(many, tuple)
-    assert default[0] == pytest.approx(mooncake.mix.cached_prompt_share, abs=1e-3)
-    assert "at 2 replica(s)" in default[1] and many == default
-    assert "at 1 replica(s)" in one[1] and "round-robin" in one[1]
-    best_at_two = max(
-        float(s.hit_ratio)  # type: ignore[arg-type]
-        for s in summaries
-        if s.replicas == 2
-    )
-    assert default[0] == pytest.approx(best_at_two)
+    assert any("cached tokens taken as 0" in note for note in azure.notes)
+    assert isinstance(short_c.fleet_cache, Unknown)
+    assert "no prompt content" in short_c.fleet_cache.reason
+    # Mooncake: the fleet's own cache, replayed at the fleet's replica count with the replica's
+    # KV pool, after the fleet size and the cache settled from the simulated scenarios' share.
+    fleet = long_c.fleet_cache
+    assert isinstance(fleet, FleetCache), fleet
+    assert fleet.kv_tokens == 449_797 and fleet.settled
+    assert fleet.replicas == long_cost.replicas
+    start = fleet.steps[0]
+    assert start.replicas == 0 and 0 < start.cached_share < 1
+    assert [s.replicas for s in fleet.steps[1:]] == [s.replicas_needed for s in fleet.steps[:-1]]
+    assert fleet.steps[-1].replicas_needed == fleet.replicas
+    assert mooncake.mix.cached_prompt_share == 0.0  # each candidate has its own
+    # The same replay run by hand through the simulation stage gives the same share.
+    cfg = load_config(tmp_path / "mooncake.yaml")
+    inputs = sim_stage.read_inputs(cfg.layout(), cfg.cache_replay().latency)
+    scenario = Scenario(512, fleet.replicas, fleet.kv_tokens, fleet.routing)
+    hits = simulate(inputs, scenario, cfg.simulation, with_instant=False).hit_tokens
+    assert fleet.cached_share == pytest.approx(hits.sum() / inputs.prompt_tokens.sum())
+    assert f"on {fleet.replicas} replica(s), {fleet.routing} routing" in fleet.description
+    # Mooncake's timestamps sit on a 3 s grid: Gamma arrivals at the CV its counts imply;
+    # Azure's resolve gaps: its own arrivals, replayed.
+    assert long_c.arrivals is not None and long_c.arrivals.kind == "gamma"
+    assert short_c.arrivals is not None and short_c.arrivals.kind == "trace"
+    # Its Poisson arrivals replayed in runs: gaps of CV about 1.
+    assert short_c.arrivals.cv == pytest.approx(1.0, abs=0.1)
+    assert "gap CV" in short_c.arrivals.description
+    for candidate in (long_c, short_c):
+        assert [v.key for v in candidate.sensitivity] == [
+            "poisson",
+            "cached_minus",
+            "cached_plus",
+            "budget_half",
+            "budget_double",
+        ]
     # The end-of-run summary line.
     config = load_config(tmp_path / "azure-conv.yaml")
     line = dict(headlines(config.layout(), config.filing()))["capacity"]
@@ -174,7 +195,7 @@ def test_the_roofline_prior_is_the_teams_model_only_where_the_benchmark_served_i
     assert deployment_model_shape(None, "m", team) == (None, None)
 
 
-def test_a_benchmark_of_another_model_is_provisional_and_gets_no_prior(
+def test_a_benchmark_of_another_model_is_priced_as_that_model_and_provisional(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     config = _configure(tmp_path, "other-model")
@@ -182,6 +203,7 @@ def test_a_benchmark_of_another_model_is_provisional_and_gets_no_prior(
     (candidate,) = ours.candidates
     assert isinstance(candidate.serving_model, ServingModel)
     assert "roofline" in str(candidate.serving_model.prior)  # the team's model: its prior
+    assert candidate.serving_model.model_shape == "requirements.kv_cache"
     raw = yaml.safe_load(config.read_text())
     raw["requirements"]["models"] = ["Qwen/Qwen3-32B"]
     config.write_text(yaml.safe_dump(raw))
@@ -192,12 +214,35 @@ def test_a_benchmark_of_another_model_is_provisional_and_gets_no_prior(
     assert "benchmarked on meta-llama/Llama-3.1-8B-Instruct, not your model (Qwen/Qwen3-32B)" in (
         other.provisional_reason
     )
-    # Without the prior this sweep (aggregates only) cannot split prefill from decode: unknown,
-    # never the team's model's figures.
-    assert isinstance(other.serving_model, Unknown)
-    assert "cannot be separated from decode" in other.serving_model.reason
-    assert isinstance(other.workload_capacity_rps, Unknown)
+    # requirements.kv_cache describes Qwen3-32B, not the benchmark: the benchmarked model's own
+    # shape comes from the model table, so its capacity is Llama's, said so.
+    assert isinstance(other.serving_model, ServingModel)
+    assert other.serving_model.model_shape.startswith("the model table's llama-3.1-8b (https://")
     assert any("not your model" in note for note in theirs.notes)
+
+
+def test_a_model_nobody_describes_has_no_prior_and_says_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A benchmarked model outside the model table, and not the team's (requirements.kv_cache
+    describes another): no prior, so an aggregate-only sweep cannot split prefill from decode:
+    unknown with both reasons, never 0."""
+    results = tmp_path / "results"
+    shutil.copytree(REPO / "bench-results" / "vllm-h100-inference-perf", results)
+    manifest = results / "enginefit-bench.yaml"
+    raw_manifest = yaml.safe_load(manifest.read_text())
+    manifest.write_text(yaml.safe_dump({**raw_manifest, "model": "acme/secret-13b"}))
+    config = _configure(tmp_path, "unknown-model")
+    raw = yaml.safe_load(config.read_text())
+    raw["bench"]["results"] = [str(results)]
+    raw["requirements"]["models"] = ["Qwen/Qwen3-32B"]
+    config.write_text(yaml.safe_dump(raw))
+    (candidate,) = _run_stages(config, capsys).candidates
+    model = candidate.serving_model
+    assert isinstance(model, Unknown)
+    assert "prefill cost cannot be separated from decode" in model.reason
+    assert "acme/secret-13b is not in the model table" in model.reason
+    assert isinstance(candidate.workload_capacity_rps, Unknown)
 
 
 def test_two_backends_of_one_engine_are_two_deployments() -> None:

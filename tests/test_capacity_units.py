@@ -17,8 +17,15 @@ from pipeline.capacity.compute import (
     workload_requests,
 )
 from pipeline.capacity.kernels import simulate_replica
-from pipeline.capacity.present import candidates_table, model_errors_table, transfer_sentence
+from pipeline.capacity.present import (
+    BINDING_WORDS,
+    candidates_table,
+    model_errors_table,
+    render_text,
+    transfer_sentence,
+)
 from pipeline.capacity.result import CapacityResult, ServingModel, StepCoefficients
+from pipeline.capacity.search import run_stats, sample_requests, simulate_at, slo_met
 from pipeline.config import config_from_mapping, default_config
 from pipeline.errors import ConfigError
 from pipeline.unknown import Unknown
@@ -150,6 +157,13 @@ def test_vp_sentence_and_tables() -> None:
     sentence = transfer_sentence(result.candidates[0])
     assert sentence.startswith("Measured at 201-token prompts; your prompts are 20× longer: ")
     assert "req/s per replica (" in sentence and "provisional" in sentence
+    binding = result.candidates[0].binding
+    assert not isinstance(binding, Unknown)
+    assert f", bound by {BINDING_WORDS[binding.limit]}" in sentence
+    text = render_text(result)
+    assert "- limits: prefill budget 1,024 tokens a step (configuration: capacity section)" in text
+    assert f"- what binds: {binding.description}" in text
+    assert "- self-check: passed (" in text
     assert transfer_sentence(result.candidates[1]) == "sglang: capacity unknown — no benchmark"
     table = candidates_table(result)
     # a cell is the bare word; the reason is the sentence's
@@ -262,3 +276,126 @@ def test_unreachable_slo_is_unknown_not_zero() -> None:
     assert isinstance(c.workload_capacity_rps, Unknown)
     assert "not met even at" in c.workload_capacity_rps.reason
     assert isinstance(c.cost, Unknown)
+
+
+def test_the_searchs_verdict_is_run_stats_verdict() -> None:
+    """The search counts rather than sorts the pooled gaps; every verdict is the one the full
+    statistics give, on both sides of the capacity and for both ITL definitions."""
+    model = fitted("short")
+    assert isinstance(model, ServingModel)
+    mix = workload("long", 0.3)
+    drawn = sample_requests(mix.prompt, mix.output, mix.cached, CONFIG)
+    verdicts = set()
+    for definition in ("per-gap", "per-request"):
+        slo = SLO.model_copy(update={"itl_definition": definition, "itl_p99_ms": 45.0})
+        for rate in np.geomspace(2.0, 12.0, 14):
+            run = simulate_at(
+                model.coefficients, drawn, rate, limits=model.limits, kv_tokens=KV_TOKENS
+            )
+            full = run_stats(run, drawn.output, rate, CONFIG, slo.ttft_p95_ms).meets(slo)
+            assert slo_met(run, drawn.output, slo, CONFIG) == full, (definition, rate)
+            verdicts.add(full)
+    assert verdicts == {True, False}
+
+
+def _two(chunked: bool) -> tuple[float, float]:
+    tokens = np.array([600, 600])
+    run = simulate_replica(
+        np.array([0.0, 0.0]),
+        tokens,
+        tokens,
+        np.array([2, 2]),
+        token_budget=1000,
+        max_batch=8,
+        kv_tokens=10_000,
+        chunked_prefill=chunked,
+        **STEP,
+    )
+    return float(run.ttft_s[0]), float(run.ttft_s[1])
+
+
+def test_chunked_prefill_off_prefills_whole_prompts_one_behind_the_other() -> None:
+    # Chunked: the first step takes r0's 600 tokens and 400 of r1's; r1's last 200 share the
+    # next step with r0's first decode (context 600 + 1).
+    first, second = _two(chunked=True)
+    assert first == pytest.approx(0.005 + 1000 * 1e-5)
+    assert second == pytest.approx(first + 0.005 + 200 * 1e-5 + 1e-4 + 601 * 1e-8)
+    # Off: r1's whole prompt does not fit what r0 left, so it waits a step (head of line).
+    first, second = _two(chunked=False)
+    assert first == pytest.approx(0.005 + 600 * 1e-5)
+    assert second == pytest.approx(first + 0.005 + 600 * 1e-5 + 1e-4 + 601 * 1e-8)
+
+
+def test_the_replica_counts_what_held_requests_back() -> None:
+    tokens = np.array([600, 600, 600])
+    arrivals = np.zeros(3)
+    by_kv = simulate_replica(
+        arrivals,
+        tokens,
+        tokens,
+        np.array([3, 3, 3]),
+        token_budget=4096,
+        max_batch=8,
+        kv_tokens=1300,
+        **STEP,
+    )
+    assert by_kv.kv_blocked_steps > 0 and by_kv.batch_blocked_steps == 0
+    by_batch = simulate_replica(
+        arrivals,
+        tokens,
+        tokens,
+        np.array([3, 3, 3]),
+        token_budget=4096,
+        max_batch=1,
+        kv_tokens=10_000,
+        **STEP,
+    )
+    assert by_batch.batch_blocked_steps > 0 and by_batch.kv_blocked_steps == 0
+    # Each request's two gaps ended in steps with no prompt tokens (one request at a time).
+    assert by_batch.gap_prefill_tokens.tolist() == [0] * 6
+    small_budget = simulate_replica(
+        np.zeros(1),
+        np.array([2500]),
+        np.array([2500]),
+        np.array([2]),
+        token_budget=1000,
+        max_batch=8,
+        kv_tokens=10_000,
+        **STEP,
+    )
+    assert small_budget.budget_full_steps == 2  # two of its three steps left prompt waiting
+    assert small_budget.steps == 4
+
+
+def _bound(kv_tokens: int = KV_TOKENS, **limits: int) -> str:
+    model = fitted("short")
+    assert isinstance(model, ServingModel)
+    changed = model.limits.model_copy(
+        update={
+            name: getattr(model.limits, name).model_copy(update={"value": value})
+            for name, value in limits.items()
+        }
+    )
+    candidate = carry_to_workload(
+        "vllm",
+        model.model_copy(update={"limits": changed}),
+        workload("short"),
+        SLO,
+        kv_tokens=kv_tokens,
+        gpu_hour_usd=PRICE,
+        peak_rate_rps=20.0,
+        mean_rate_rps=10.0,
+        config=CONFIG,
+    )
+    assert not isinstance(candidate.binding, Unknown), candidate.binding
+    return candidate.binding.limit
+
+
+def test_what_binds_is_the_limit_whose_relaxation_passes() -> None:
+    # Short prompts at 256 running requests: the running-request limit holds them back (the
+    # simulator's own search agrees: its capacity there is bounded by max_seqs 256).
+    assert _bound() == "running_requests"
+    # A KV pool of 20,000 tokens holds about 50 requests of 400 tokens.
+    assert _bound(kv_tokens=20_000) == "kv_pool"
+    # With room for every request, the steps' length is what remains: p99 ITL or queueing.
+    assert _bound(max_batch=1024) in ("itl", "ttft_queueing")

@@ -20,6 +20,7 @@ from pipeline.decision.catalog import (
     _bundled_text,
     load_catalog,
     oldest_fact,
+    version_key,
 )
 from pipeline.decision.config import KvCacheSizing
 from pipeline.errors import ConfigError
@@ -48,52 +49,80 @@ def test_the_bundled_catalog_holds_every_engine_and_layer_with_sources() -> None
     assert catalog.engines["tgi"].status.state == "maintenance"
     assert catalog.engines["tgi"].status.since.isoformat() == "2025-12-11"  # type: ignore[union-attr]
     assert set(catalog.engines["tensorrt-llm"].hardware) == {"nvidia"}
-    # The team's SGLang-vs-vLLM margins: kept, but marked estimates (no primary source).
-    figures = {f.condition: f for f in catalog.engines["sglang"].secondary_figures}
-    assert figures["shared-prefix"].margin == 0.29 and figures["no-sharing"].margin == 0.0
-    assert all(figures[c].estimate for c in ("shared-prefix", "very-large-models", "no-sharing"))
-    assert figures["shared-prefix"].shown() == (
-        "about 29% ahead of vLLM on shared-prefix workloads (estimate: no primary source)"
-    )
-    assert figures["vendor-benchmark-2024"].shown() == figures["vendor-benchmark-2024"].claim
+    # No SGLang-vs-vLLM margin without a publication: only the dated vendor posts remain,
+    # presented as they were published.
+    figures = catalog.engines["sglang"].secondary_figures
+    assert [f.condition for f in figures] == ["vendor-benchmark-2024-01", "vendor-benchmark-2024"]
+    assert all(not f.estimate and f.shown() == f.claim for f in figures)
+
+
+def test_every_fact_has_a_date_and_a_source() -> None:
+    """Each fact of the bundled catalog rests on named sources and carries an evidence date,
+    and every source it names says where it is and when it is from (or when it was read): an
+    undated fact would count as the oldest evidence there is in every decision."""
+    catalog = load_catalog()
+    records = catalog.fact_records()
+    assert len(records) > 100  # engines x features, hardware notes, CUDA, layers...
+    undated = [r.key for r in records if r.evidence_date is None]
+    unsourced = [r.key for r in records if not r.sources]
+    assert undated == [] and unsourced == []
+    for name in {s for r in records for s in r.sources}:
+        source = catalog.sources[name]
+        assert source.url and (source.date is not None or source.read is not None), name
+        assert (source.date or source.read) <= catalog.as_of  # type: ignore[operator]
+    assert catalog.as_of == date(2026, 12, 1)
+
+
+def test_an_undated_fact_counts_as_the_oldest() -> None:
+    facts = [
+        Fact("engines.a.hardware", date(2024, 1, 1)),
+        Fact("engines.b.status", None),
+        Fact("engines.a.status", None),
+    ]
+    assert oldest_fact(facts) == Fact("engines.a.status", None)
+    assert oldest_fact(facts[:1]) == facts[0] and oldest_fact([]) is None
 
 
 def test_every_fact_carries_its_own_evidence_date() -> None:
     """Facts are dated by their own sources (TGI's snapshot of 2026-01-08, vLLM's wheel of
-    2026-11-01), undated ones say so, and the catalog's as_of is no fact's date."""
+    2026-11-01, the AWS page on vLLM Neuron of 2026-09-01), and the catalog's as_of is no
+    fact's date."""
     catalog = load_catalog()
     tgi, vllm = catalog.engines["tgi"], catalog.engines["vllm"]
     assert tgi.status.evidence_date == date(2026, 1, 8)
     assert vllm.support("lora").evidence_date == date(2026, 11, 1)
-    assert vllm.migration_engineer_weeks.evidence_date is None  # a team estimate: undated
-    trt = catalog.engines["tensorrt-llm"].change_by_backend
-    assert trt is not None and trt["pytorch"].evidence_date == date(2025, 6, 18)
-    dates = {d for key in catalog.engines for _, d in catalog.engines[key].dated_facts(key)}
-    assert len(dates - {None}) > 3 and None in dates
-    assert catalog.as_of == date(2026, 11, 30)
-    facts = catalog.facts_used(["tgi", "vllm"], ("lora",), {})
+    assert vllm.hardware_notes["neuron"].evidence_date == date(2026, 9, 1)
+    facts = catalog.facts_used(["tgi", "vllm"], ("lora",), ("neuron",))
     oldest = oldest_fact(facts)
     assert oldest is not None and (oldest.key, oldest.evidence_date) == (
         "engines.tgi.change",  # TGI's facts share one date: the first key breaks the tie
         date(2026, 1, 8),
     )
+    keys = {f.key for f in facts}
     assert Fact("engines.vllm.features.lora", date(2026, 11, 1)) in facts
-    assert "engines.vllm.features.tool_calls" not in {f.key for f in facts}  # not required
+    assert "engines.vllm.features.tool_calls" not in keys  # not required
+    # The notes on the team's hardware are used; the others are not.
+    assert "engines.vllm.hardware_notes.neuron" in keys
+    assert "engines.vllm.hardware_notes.intel-gpu" not in keys
+    assert "engines.vllm.cuda[0]" in keys  # the CUDA release its latest version needs
 
 
-def test_tensorrt_llm_change_cost_follows_its_backend() -> None:
-    """PyTorch (trtllm-serve's default since 1.0): a restart, no build; TensorRT: a build per
-    change; no backend named: unknown, never assumed."""
+def test_tensorrt_llm_has_one_backend_and_a_change_is_a_restart() -> None:
+    """The TensorRT engine backend was removed (July 2026): PyTorch is the only one, a model
+    change restarts the server, no build; the wait for a new architecture is said, not
+    charged."""
     trt = load_catalog().engines["tensorrt-llm"]
-    pytorch, tensorrt = trt.change_cost("pytorch"), trt.change_cost("tensorrt")
-    assert pytorch is not None and (pytorch.kind, pytorch.build_minutes) == ("restart", 0)
-    assert {s.what for s in pytorch.optional_steps} == {
+    change = trt.change_cost()
+    assert (change.kind, change.build_minutes) == ("restart", 0)
+    assert {s.what for s in change.optional_steps} == {
         "quantisation step",
         "new-architecture support lag",
     }
-    assert tensorrt is not None and (tensorrt.kind, tensorrt.build_minutes) == ("rebuild", 30)
-    assert trt.change_cost(None) is None and trt.default_backend == "pytorch"
-    assert (trt.migration_weeks("pytorch"), trt.migration_weeks(None)) == (3, 6)
+    assert trt.backends == ("pytorch", "_autodeploy")
+    removed = trt.removed_backends["tensorrt"]
+    assert (removed.since, removed.replaced_by) == (date(2026, 7, 2), "pytorch")
+    assert trt.migration_weeks() == 3
+    assert "compiled" not in trt.design_bet.replace("compiled TensorRT engine path was removed", "")
 
 
 def test_corrected_catalog_facts() -> None:
@@ -110,6 +139,45 @@ def test_corrected_catalog_facts() -> None:
     assert "prefix_aware_routing" in kserve.adds and kserve.prefix_routing != "none"
     assert catalog.engines["ollama"].support("speculative_decoding").support == "limited"
     assert "speculative_decoding" in FEATURES
+
+
+def test_the_facts_of_december_2026() -> None:
+    """vLLM on AWS Neuron (the vllm-neuron plugin, beta); vLLM's Intel GPU support is basic
+    serving; SGLang after v0.5.19 needs CUDA 13; TGI on AMD is MI210/MI250 only; Ray Serve's
+    SGLang support is in early development; Dynamo at 1.6.2 / 1.7.0; the serving features."""
+    catalog = load_catalog()
+    vllm, sglang, tgi = (catalog.engines[e] for e in ("vllm", "sglang", "tgi"))
+    assert vllm.hardware["neuron"] == "plugin" and "beta" in vllm.hardware_notes["neuron"].note
+    assert vllm.hardware_words("neuron").startswith("neuron (plugin; the vllm-project/vllm-neuron")
+    assert vllm.hardware["intel-gpu"] == "partial"
+    assert "basic model inference and serving" in vllm.hardware_notes["intel-gpu"].note
+    need = sglang.cuda_for("0.5.20")
+    assert need is not None and (need.min_cuda, need.min_driver) == ("13", "580")
+    assert sglang.cuda_for("0.5.19") is None and sglang.current_cuda() == need
+    assert vllm.current_cuda() is not None and vllm.current_cuda().min_cuda == "12"  # type: ignore[union-attr]
+    assert tgi.hardware["amd"] == "partial" and tgi.hardware_notes["amd"].note == (
+        "AMD Instinct MI210 and MI250 only"
+    )
+    assert catalog.layers["ray-serve"].engine_notes["sglang"].endswith("early development")
+    assert "1.6.2" in catalog.layers["dynamo"].status.note
+    assert "1.7.0" in catalog.layers["dynamo"].status.note
+    serving = ("multi_node", "pd_disaggregation", "expert_parallelism", "kv_offload")
+    assert set(serving) <= set(FEATURES)
+    levels = {e: [catalog.engines[e].support(f).support for f in serving] for e in ENGINES}
+    assert levels["vllm"] == levels["sglang"] == levels["tensorrt-llm"] == ["full"] * 4
+    assert levels["ollama"] == levels["tgi"] == ["unsupported"] * 4
+    assert levels["llama.cpp"] == ["limited", "unsupported", "unsupported", "limited"]
+
+
+@pytest.mark.parametrize(
+    ("version", "order"),
+    [("0.5.19", -1), ("0.5.20", 0), ("0.5.23", 1), ("1.4.0rc1", 1), ("0.5.20rc2", -1)],
+)
+def test_versions_compare_as_releases(version: str, order: int) -> None:
+    key, base = version_key(version), version_key("0.5.20")
+    assert (key > base) - (key < base) == order
+    assert version_key("1.4.0rc1") < version_key("1.4.0") < version_key("1.4.0.post1")
+    assert version_key("b10488") > version_key("b9452")
 
 
 def test_a_catalog_is_parsed_once_and_names_resolve_without_a_scan(
@@ -168,10 +236,15 @@ def _broken(tmp_path: Path, edit: str, replacement: str) -> Path:
             "unknown key engines.vllm.design_bat (did you mean design_bet?)",
         ),
         (
-            "schema_version: 2\n",
+            "schema_version: 3\n",
             "schema_version: 1\n",
             "schema_version: a schema 1 catalog has no evidence dates: give every fact an "
             "evidence_date",
+        ),
+        (
+            "schema_version: 3\n",
+            "schema_version: 2\n",
+            "schema_version: a schema 2 catalog predates per-fact sources, CUDA requirements",
         ),
         (
             "    name: vLLM\n",
@@ -197,21 +270,30 @@ def _broken(tmp_path: Path, edit: str, replacement: str) -> Path:
         (
             "    hardware_evidence_date: 2026-01-08\n",
             "    hardware_evidence_date: 2027-01-08\n",
-            "engines.tgi.hardware_evidence_date 2027-01-08 is after the catalog's as_of "
-            "2026-11-30: evidence cannot postdate the catalog",
+            "engines.tgi.hardware.evidence_date 2027-01-08 is after the catalog's as_of "
+            "2026-12-01: evidence cannot postdate the catalog",
         ),
         (
-            "migration_engineer_weeks: {value: 6, estimate: true, evidence_date: undated, "
-            "by_backend: {pytorch: 3, tensorrt: 6}}",
-            "migration_engineer_weeks: {value: 6, estimate: true, evidence_date: undated, "
-            "by_backend: {pytorch: 3}}",
-            "migration_engineer_weeks.by_backend must name change_by_backend's backends "
-            "['pytorch', 'tensorrt']; got ['pytorch']",
-        ),
-        (
-            "as_of: 2026-11-30\n\nsources:",
+            "as_of: 2026-12-01\n\nsources:",
             "as_of: 2026-13-45\n\nsources:",
             "as_of: '2026-13-45' is not an ISO date",
+        ),
+        (
+            'url: "https://docs.vllm.ai/en/latest/design/prefix_caching/", date: undated, '
+            "read: 2026-11-30}",
+            'url: "https://docs.vllm.ai/en/latest/design/prefix_caching/", date: undated}',
+            "sources.Vd: a source without a date of its own needs the day it was read "
+            "(read: YYYY-MM-DD)",
+        ),
+        (
+            '        min_cuda: "13"\n        min_driver: "580"\n        note: "the CUDA 12',
+            '        min_cuda: "thirteen"\n        min_driver: "580"\n        note: "the CUDA 12',
+            "'thirteen' is not a CUDA version",
+        ),
+        (
+            '      sglang: "community SGLang support is in early development"',
+            '      tgi: "community SGLang support is in early development"',
+            "engine_notes name engines the layer does not serve: ['tgi']",
         ),
         (
             "engines: [sglang, tensorrt-llm, vllm]",
@@ -219,13 +301,13 @@ def _broken(tmp_path: Path, edit: str, replacement: str) -> Path:
             "layers.dynamo names engines the catalog lacks: ['lmdeploy']",
         ),
         (
-            "hardware_sources: [T]",
-            "hardware_sources: [T, NOPE]",
+            "hardware_sources: [T]\n",
+            "hardware_sources: [T, NOPE]\n",
             "engines.tensorrt-llm cites undefined sources ['NOPE']",
         ),
         (
-            "      nvidia: full\n      amd: full\n      intel-gpu: full\n      cpu: full\n      tpu",
-            "      nvidia: full\n      amd: maybe\n      intel-gpu: full\n      cpu: full\n      tpu",
+            "      nvidia: full\n      amd: full\n      intel-gpu: partial\n      cpu: full\n      tpu",
+            "      nvidia: full\n      amd: maybe\n      intel-gpu: partial\n      cpu: full\n      tpu",
             "engines.vllm.hardware.amd",
         ),
     ],
@@ -238,6 +320,31 @@ def test_a_bad_catalog_is_one_error_naming_the_file_and_key(
         load_catalog(path)
     assert str(caught.value).startswith(f"{path}: ")
     assert message in str(caught.value)
+
+
+_FIRST_FIGURE = (
+    "        condition: vendor-benchmark-2024-01\n        margin: null\n        estimate: false\n"
+)
+
+
+def test_a_team_estimate_is_shown_as_one_with_what_would_confirm_it(tmp_path: Path) -> None:
+    """A team catalog may keep a margin that is its own reading rather than a publication, but
+    every output then says it is an estimate and what would confirm it; without that, the
+    catalog is refused naming the figure."""
+    estimate = _FIRST_FIGURE.replace("margin: null", "margin: 0.29").replace(
+        "estimate: false", "estimate: true"
+    )
+    unconfirmed = _broken(tmp_path, _FIRST_FIGURE, estimate)
+    with pytest.raises(ConfigError) as caught:
+        load_catalog(unconfirmed)
+    assert str(caught.value).startswith(f"{unconfirmed}: engines.sglang.secondary_figures[0]: ")
+    assert "an estimated margin needs confirm_with: what would confirm it" in str(caught.value)
+    confirm = "benchmark SGLang and vLLM on your own traffic"
+    confirmed = _broken(tmp_path, _FIRST_FIGURE, estimate + f'        confirm_with: "{confirm}"\n')
+    figure = load_catalog(confirmed).engines["sglang"].secondary_figures[0]
+    assert figure.estimate and figure.shown() == (
+        f"{figure.claim} (an estimate, not a published figure; {confirm})"
+    )
 
 
 def test_an_unknown_engine_in_the_configuration_names_the_key(tmp_path: Path) -> None:

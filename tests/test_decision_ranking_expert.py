@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
+from pipeline.commands.decision import configured_inputs
 from pipeline.costing import WEEKS_PER_MONTH
 from pipeline.decision.checks import triggers_measurable
-from pipeline.decision.cli import configured_inputs
 from pipeline.decision.compute import context, decide
 from pipeline.decision.config import Requirements
 from pipeline.decision.context import DecisionInputs, EngineState, RuleContext
@@ -365,25 +365,21 @@ CHURN = {
     **NVIDIA,
     "fixed_sku": True,
     "models": ["m"],
-    "model_changes_per_quarter": 3,
-    "engineer_week_usd": 30_000,
+    "model_changes_per_quarter": 13,
+    "engineer_week_usd": 12_000,
 }
 CHURN_BENCHES = (("vllm", 5.0), ("tensorrt-llm", 7.0))
 CHURN_REQUIREMENT_KEYS = Requirements.model_fields  # every key, set or not, has its trigger
 
 
 def churn_benches() -> list[Sweep]:
-    # TensorRT-LLM on its TensorRT backend: a build per model change (the PyTorch backend has
-    # none; with no backend named its change cost is unknown and left out of the ranking).
-    return [
-        sweep(engine, capacity, backend="tensorrt" if engine == "tensorrt-llm" else None)
-        for engine, capacity in CHURN_BENCHES
-    ]
+    # TensorRT-LLM's model changes cost twice vLLM's engineer time (4 hours against 2).
+    return [sweep(engine, capacity) for engine, capacity in CHURN_BENCHES]
 
 
 @pytest.fixture(scope="module")
 def churn(tmp_path_factory: pytest.TempPathFactory) -> tuple[DecisionRecord, DecisionInputs, Any]:
-    """Three model changes a quarter: vLLM, with TensorRT-LLM the runner-up."""
+    """Thirteen model changes a quarter: vLLM, with TensorRT-LLM the runner-up."""
     root = tmp_path_factory.mktemp("churn")
     record = decide_on(root, steady_traffic(), churn_benches(), CHURN)
     results = [root / "bench-results" / f"{n}-{e}" for n, (e, _) in enumerate(CHURN_BENCHES)]
@@ -416,11 +412,12 @@ def test_every_axis_has_a_flip_or_says_there_is_none(churn: Any) -> None:
         ("hardware", "change"),
     } == axes
     changes = next(f for f in record.flips if (f.axis, f.direction) == ("model_changes", "down"))
-    # 8,760 + 500 n ≥ 1.1 × (6,257.14 + 2,000.5 n) (tests/test_decision_scenarios.py)
+    # Its extra engineer-week paid back in 12 months: 2,190 − 200 n ≥ 1,000
+    # (tests/test_decision_scenarios.py)
     assert changes.engine == "tensorrt-llm"
-    assert changes.threshold == pytest.approx(1_877.14 / 1_700.55, rel=1e-3)
+    assert changes.threshold == pytest.approx((2_190 - 1_000) / 200, rel=1e-3)
     none = next(f for f in record.flips if (f.axis, f.direction) == ("model_changes", "up"))
-    assert (none.threshold, none.searched) == (None, [3, 1_000])
+    assert (none.threshold, none.searched) == (None, [13, 1_000])
     # Each flip found is watched by a trigger a later run can evaluate.
     ids = {t.id for t in record.triggers}
     assert {"flip.model_changes.down", "flip.volume.up", "flip.gpu_price.up"} <= ids
@@ -430,12 +427,13 @@ def test_every_axis_has_a_flip_or_says_there_is_none(churn: Any) -> None:
 
 
 def test_a_changed_requirement_fires_its_trigger_next_quarter(churn: Any) -> None:
-    """Next quarter's configuration against this one's: four model changes a quarter instead
-    of three fires that requirement's trigger (and only the requirements that changed)."""
+    """Next quarter's configuration against this one's: fourteen model changes a quarter
+    instead of thirteen fires that requirement's trigger (and only the requirements that
+    changed)."""
     record, inputs, cfg = churn
     later = decide(
         replace(inputs, previous=record),
-        cfg.requirements.replace(model_changes_per_quarter=4.0),
+        cfg.requirements.replace(model_changes_per_quarter=14.0),
         cfg.decision,
     )
     assert later.previous is not None
@@ -548,8 +546,8 @@ def test_explain_has_plain_numbers_and_sentences_for_every_trigger(churn: Any) -
     assert not any(op in line for line in section for op in (" <= ", " >= ", " != "))
     flips = text.split("What would change the answer")[1].split("Revisit the decision when")[0]
     assert (
-        "- TensorRT-LLM becomes the answer if the number of model changes a quarter falls to 1.1 "
-        "(today 3)." in " ".join(flips.split())
+        "- TensorRT-LLM becomes the answer if the number of model changes a quarter falls to 5.95 "
+        "(today 13)." in " ".join(flips.split())
     )
 
 

@@ -427,9 +427,11 @@ def test_the_routing_layer_is_chosen_by_the_teams_platform(
     )
 
 
-def test_no_routing_advice_for_an_unknown_fleet_size(tmp_path: Path) -> None:
-    """No benchmark, so no fleet size: the saving at the largest simulated replica count is
-    shown, but whether to route is unknown."""
+def test_routing_advice_for_an_unknown_fleet_size_gives_its_saving(tmp_path: Path) -> None:
+    """No benchmark, so no fleet size: the saving at the largest simulated replica count (the
+    only multi-replica one here) clears the threshold, so the routing layer is recommended
+    with that saving, the range over the simulated counts said (tests/test_decision_routing_
+    payback.py has one over several counts)."""
     record = decide_on(
         tmp_path,
         conversations(),
@@ -437,14 +439,18 @@ def test_no_routing_advice_for_an_unknown_fleet_size(tmp_path: Path) -> None:
         {**NVIDIA_DATACENTER, "platform": {"orchestrator": "kubernetes", "gateway": "none"}},
     )
     routing = record.routing
-    assert routing.recommended is None and routing.layer is None
+    assert routing.recommended is True and routing.layer == "dynamo"
     assert routing.replicas == 4 and routing.prompt_tokens_saved_share is not None
+    share = routing.prompt_tokens_saved_share
+    assert routing.prompt_tokens_saved_share_range == [share, share]
+    assert routing.worth_from_replicas == 4 and routing.fleet_replicas is None
     effect = rule(record, "routing").effect
-    assert effect.startswith(
-        "unknown: no routing advice until the fleet size is known (unknown: the recommended "
-        "engine has no benchmark)"
+    assert effect.startswith("recommend dynamo: NVIDIA Dynamo runs on Kubernetes")
+    assert (
+        "the fleet size is unknown (unknown: the recommended engine has no benchmark): over the "
+        f"simulated 4 replicas it saves {share:.1%} of prompt tokens" in effect
     )
-    assert "routing" not in record.recommendation.headline
+    assert "with prefix-aware routing (NVIDIA Dynamo)" in record.recommendation.headline
 
 
 @pytest.mark.parametrize(

@@ -64,14 +64,15 @@ def test_stable_model_on_a_fixed_nvidia_fleet_at_huge_volume_gets_tensorrt_llm(
     tmp_path: Path,
 ) -> None:
     """vLLM at 5 req/s needs 4 replicas for the 20 req/s peak ($8,760/month), TensorRT-LLM at
-    7 req/s on its TensorRT backend needs 3 ($6,570). Half a model change a quarter at $30,000
-    an engineer-week: TensorRT-LLM 0.5/3 × (8 h/40 × 30,000 + 0.5 h × $3) = $1,000.25/month,
-    vLLM 0.5/3 × (2 h/40 × 30,000) = $250: totals $7,570.25 vs $9,010, 16 % apart."""
+    7 req/s needs 3 ($6,570). Half a model change a quarter at $12,000 an engineer-week ($300
+    an hour), each a restart: TensorRT-LLM 0.5/3 × 4 h × $300 = $200/month, vLLM 0.5/3 × 2 h ×
+    $300 = $100: totals $6,770 vs $8,860, 24 % apart. A new deployment: TensorRT-LLM's extra
+    engineer-week ($12,000) is paid back by the $2,090 a month it saves in 5.7 months."""
     record = decide_on(
         tmp_path,
         steady_traffic(),
-        [sweep("vllm", 5), sweep("tensorrt-llm", 7, backend="tensorrt")],
-        one_stable_model(changes_per_quarter=0.5),
+        [sweep("vllm", 5), sweep("tensorrt-llm", 7, backend="pytorch")],
+        {**one_stable_model(changes_per_quarter=0.5), "engineer_week_usd": 12_000},
     )
     rec = record.recommendation
     # No capacity stage output: the benchmark's own costs decide, provisionally, and say so.
@@ -79,37 +80,39 @@ def test_stable_model_on_a_fixed_nvidia_fleet_at_huge_volume_gets_tensorrt_llm(
     assert any("costs are the benchmark's own figures" in r for r in rec.confidence_reasons)
     assert rule(record, "model_churn").fired is True
     trt, vllm = candidate(record, "tensorrt-llm"), candidate(record, "vllm")
-    assert trt.monthly_total_usd == pytest.approx(6_570 + 1_000.25)
-    assert vllm.monthly_total_usd == pytest.approx(8_760 + 250)
+    assert trt.monthly_total_usd == pytest.approx(6_570 + 200)
+    assert vllm.monthly_total_usd == pytest.approx(8_760 + 100)
     assert trt.cost_per_1m_output_usd == pytest.approx(3 / (7 * 200 * 3600) * 1e6, rel=1e-5)
+    assert trt.payback is not None and trt.payback.months == pytest.approx(12_000 / 2_090)
 
 
-def test_tensorrt_llm_is_not_chosen_when_models_change_monthly(tmp_path: Path) -> None:
-    """Three changes a quarter: compared before rounding to whole replicas, TensorRT-LLM
-    20/7 × $2,190 = $6,257.14 + n/3 × $6,001.50, vLLM 20/5 × $2,190 = $8,760 + n/3 × $1,500.
-    The flip: TensorRT-LLM wins past the 10 % band when 8,760 + 500 n ≥ 1.1 × (6,257.14 +
-    2,000.5 n), n ≤ 1,877.14 ÷ 1,700.55 = 1.104 changes a quarter."""
+def test_tensorrt_llm_is_not_chosen_when_models_change_weekly(tmp_path: Path) -> None:
+    """Thirteen changes a quarter at $300 an hour: compared before rounding to whole replicas,
+    TensorRT-LLM 20/7 × $2,190 = $6,257.14 + n/3 × 4 h × $300, vLLM $8,760 + n/3 × 2 h × $300.
+    TensorRT-LLM ranks first past the 10 % band when 8,760 + 200 n ≥ 1.1 × (6,257.14 + 400 n),
+    n ≤ 7.82; as a new deployment it must also pay back its extra engineer-week ($12,000) within
+    12 months on the whole-replica bills, (8,760 + 200 n) − (6,570 + 400 n) ≥ 1,000: n ≤ 5.95."""
     record = decide_on(
         tmp_path,
         steady_traffic(),
-        [sweep("vllm", 5), sweep("tensorrt-llm", 7, backend="tensorrt")],
-        one_stable_model(changes_per_quarter=3),
+        [sweep("vllm", 5), sweep("tensorrt-llm", 7, backend="pytorch")],
+        {**one_stable_model(changes_per_quarter=13), "engineer_week_usd": 12_000},
     )
     rec = record.recommendation
     assert (rec.engine, rec.runner_up) == ("vllm", "tensorrt-llm")
     flip = candidate(record, "tensorrt-llm").flip_condition
     assert flip is not None
     assert (
-        "TensorRT-LLM becomes the answer if the number of model changes a quarter falls to 1.1 "
-        "(today 3)." in flip
+        "TensorRT-LLM becomes the answer if the number of model changes a quarter falls to 5.95 "
+        "(today 13)." in flip
     )
     trigger = next(t for t in record.triggers if t.id == "flip.model_changes.down")
     assert (trigger.metric, trigger.comparator, trigger.value) == (
         "requirements.model_changes_per_quarter",
         "<=",
-        3,
+        13,
     )
-    assert trigger.threshold == pytest.approx(1_877.14 / 1_700.55, rel=1e-3)
+    assert trigger.threshold == pytest.approx((2_190 - 1_000) / 200, rel=1e-3)
 
 
 def test_prefix_heavy_traffic_with_one_engine_benchmarked(tmp_path: Path) -> None:
@@ -346,8 +349,9 @@ def test_the_engine_running_today_stays_while_a_switch_cannot_be_costed(tmp_path
     assert (rec.engine, rec.runner_up) == ("sglang", "vllm")
     assert rule(record, "payback").fired is None
     assert candidate(record, "vllm").flip_condition == (
-        "vLLM wins once switching is shown to pay back within 12 months (supply a benchmark of "
-        "SGLang with a monthly cost)."
+        "vLLM wins once switching is shown to pay back within 12 months (supply a monthly cost "
+        "of SGLang at your peak (SGLang has no benchmark on this traffic)). vLLM becomes the "
+        "answer if the hardware becomes nvidia, neuron (today nvidia)."
     )
 
 

@@ -237,6 +237,8 @@ def test_explain_prints_the_workloads_figures_beside_the_benchmarks(
     assert f"the benchmark measured {c.capacity_rps:.2f} req/s" in words
     assert "per 1M tokens of this workload: output $" in words
     assert "Measured at" in words and "your prompts are" in words
+    # What binds this workload's capacity, named in the explanation's transfer sentence.
+    assert ", bound by " in words
     assert "e+0" not in out  # plain notation
 
 
@@ -251,6 +253,7 @@ def test_the_document_shows_the_fitted_model_its_errors_and_both_costs(tmp_path:
     (row,) = section["rows"]
     c = candidate(record, "vllm")
     assert row["basis"] == "workload" and row["transfer"].startswith("Measured at")
+    assert ", bound by " in row["transfer"]  # what binds the capacity, in the document too
     assert row["model"].startswith("step = ") and "load points of vllm" in row["model"]
     assert (
         len(row["errors"]) == len(model().point_errors) and " vs " in row["errors"][0]["ttft_p95"]
@@ -264,3 +267,39 @@ def test_the_document_shows_the_fitted_model_its_errors_and_both_costs(tmp_path:
     )
     assert facts["Replicas at the workload's peak"]["workload"] == str(c.replicas)
     assert "e+0" not in json.dumps(section)
+
+
+def test_a_model_that_does_not_reproduce_its_benchmark_gives_no_cost_winner_or_payback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The self-check failed: the workload's capacity is unknown with that reason, and the
+    decision neither prices, ranks nor pays back on it; it says to benchmark on this traffic."""
+    failed = model().model_copy(
+        update={
+            "self_check": model().self_check.model_copy(
+                update={
+                    "passed": False,
+                    "reason": "the serving model does not reproduce its own benchmark: p99 ITL "
+                    "at x (40 req/s): predicted 20.0 ms against 40.0 ms measured (-50%), beyond "
+                    "±25%",
+                }
+            )
+        }
+    )
+    record = decide_on(
+        tmp_path,
+        steady(8),
+        [sweep("vllm", 40)],
+        {**NVIDIA, "current_engine": "sglang"},
+        capacity=capacity_of(failed),
+    )
+    c = candidate(record, "vllm")
+    assert c.cost_per_1m_output_usd is None and c.replicas is None
+    assert c.workload_capacity_rps is None and c.cost_basis is None
+    assert record.ranking is None or record.ranking.basis is None
+    assert c.payback is None or c.payback.status == "unknown"
+    assert "does not reproduce its own benchmark" in record.recommendation.headline
+    text = rationale_text(record)
+    assert "no benchmark on this traffic (" in text
+    assert "run an open-loop benchmark of vLLM" in text
+    assert "benchmark this deployment on your own traffic (enginefit loadtest)" in text

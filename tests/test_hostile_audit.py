@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.cli import main as enginefit
+from pipeline.commands.report import chain_head_flag
 from pipeline.ledger import MANIFEST
-from pipeline.report.cli import chain_head_flag
 from tests import test_audit
 from tests.test_audit import Published, rewrite_ledger
 

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from pipeline.cli import main as enginefit
+from pipeline.commands.decision import configured_inputs as decision_configured_inputs
+from pipeline.commands.whatif import configured_inputs as whatif_configured_inputs
 from pipeline.config import Config, load_config
-from pipeline.decision.cli import configured_inputs as decision_configured_inputs
 from pipeline.decision.stage import published_previous
 from pipeline.errors import InputFormatError, StageOutputUnreadableError
-from pipeline.whatif.cli import configured_inputs as whatif_configured_inputs
 from tests.conftest import write_config
 from tests.decision_fixtures import decide_on, steady_traffic, sweep
 from tests.test_decision_scenarios import one_stable_model

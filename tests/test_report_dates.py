@@ -188,16 +188,16 @@ def test_a_decision_dated_before_its_benchmark_is_refused(tmp_path: Path) -> Non
 
 def test_the_bundled_document_has_a_date_and_no_negative_age(bundled: Bundle) -> None:
     """Report date 2026-11-29 (bench.as_of): the benchmark (2025-11-05) is after the traffic's
-    last day (2025-02-21) and 389 days old; the catalog (2026-11-30) one day newer than the
-    report: said in words, its age 0, never −1 or −647."""
+    last day (2025-02-21) and 389 days old; the catalog (2026-12-01) two days newer than the
+    report: said in words, its age 0, never −2 or −647."""
     published = bundled.first
     manifest = json.loads((published.folder / MANIFEST).read_text())
     assert manifest["report_date"] == "2026-11-29"
     record = json.loads((published.folder / "decision.json").read_text())
     ages = {k: v for k, v in record["measurements"].items() if "age_days" in k and v is not None}
-    # The catalog ages by the oldest fact used: TensorRT-LLM's PyTorch-backend change cost,
-    # evidence of 2025-06-18, 529 days before the report date.
-    assert ages == {"catalog.oldest_fact_age_days": 529, "bench.age_days[vllm]": 389}
+    # The catalog ages by the oldest fact used: llama.cpp's long-context support (the sample's
+    # prompts need it), resting on a pull request of 2025-12-15, 349 days before the report date.
+    assert ages == {"catalog.oldest_fact_age_days": 349, "bench.age_days[vllm]": 389}
     text = " ".join(pdf_text(published.pdf).split())
     assert "Report date 2026-11-29" in text
     assert re.search(r"-\s?\d+ days|−\d", text) is None
@@ -205,7 +205,7 @@ def test_the_bundled_document_has_a_date_and_no_negative_age(bundled: Bundle) ->
         "run 2025-11-05, 389 days before the report date (older than the 183 days a benchmark "
         "stays current); after the traffic's last day" in text
     )
-    assert "as of 2026-11-30, 1 day after the report date: it describes the engines as" in text
+    assert "as of 2026-12-01, 2 days after the report date: it describes the engines as" in text
     assert "maintenance since 2025-12-11, 353 days before the report date" in text
 
 

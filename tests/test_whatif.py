@@ -1,13 +1,16 @@
-"""What-if scenarios and the decision map, on the whole stages of
-tests/decision_fixtures.py: a fixed NVIDIA fleet serving one model, vLLM benchmarked at 5 req/s
-and TensorRT-LLM (TensorRT backend) at 7 req/s, a 20 req/s peak, engineers at $30,000 a week
-(tests/test_decision_scenarios.py works the costs by hand):
+"""What-if scenarios and the decision map, on the whole stages of tests/decision_fixtures.py:
+a fixed NVIDIA fleet serving one model, vLLM benchmarked at 5 req/s and TensorRT-LLM at 7 req/s,
+a 20 req/s peak, engineers at $12,000 a week, $300 an hour (tests/test_decision_scenarios.py
+works the costs by hand):
 
-- vLLM: 4 replicas, $8,760 a month, plus n/3 × $1,500 for n model changes a quarter;
+- vLLM: 4 replicas, $8,760 a month, plus n/3 × $600 (2 hours) for n model changes a quarter;
 - TensorRT-LLM: 20/7 replicas' worth ($6,257.14 compared), 3 whole ($6,570 billed), plus
-  n/3 × $6,001.50.
+  n/3 × $1,200 (4 hours); a new deployment, so it must also pay back its extra engineer-week
+  ($12,000) within 12 months.
 
-At three changes a quarter vLLM wins; the map must agree with the record's flips.
+At thirteen changes a quarter vLLM wins; the map must agree with the record's flips: TensorRT-LLM
+below 5.95 changes ((8,760 + 200 n) − (6,570 + 400 n) ≥ 1,000 a month) and past ×1.662 today's
+traffic (8,760 k + 2,600 ≥ 1.1 × (6,257.14 k + 5,200), k ≥ 3,120 ÷ 1,877.14).
 """
 
 from __future__ import annotations
@@ -21,13 +24,13 @@ import pytest
 import yaml
 
 from pipeline.cli import main
+from pipeline.commands.decision import configured_inputs as decision_configured_inputs
+from pipeline.commands.whatif import configured_inputs as whatif_configured_inputs
 from pipeline.config import Config, config_from_mapping, load_config
-from pipeline.decision.cli import configured_inputs as decision_configured_inputs
 from pipeline.decision.compute import decided
 from pipeline.decision.flips import moved
 from pipeline.decision.result import AxisFlip, DecisionRecord
 from pipeline.errors import ConfigError
-from pipeline.whatif.cli import configured_inputs as whatif_configured_inputs
 from pipeline.whatif.compute import WhatifInputs, decision_map, scenario, today_context, whatif
 from pipeline.whatif.config import MapAxis, ScenarioChanges
 from pipeline.whatif.present import changes_text, label_cell, map_reading, map_svg
@@ -43,13 +46,13 @@ from tests.decision_fixtures import (
 from tests.test_decision_ranking_expert import bench, hand_context
 from tests.test_decision_scenarios import one_stable_model
 
-REQUIREMENTS = one_stable_model(changes_per_quarter=3)
+REQUIREMENTS = {**one_stable_model(changes_per_quarter=13), "engineer_week_usd": 12_000}
 
 
 @pytest.fixture(scope="module")
 def churn_root(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, DecisionRecord]:
     root = tmp_path_factory.mktemp("churn")
-    benches = [sweep("vllm", 5), sweep("tensorrt-llm", 7, backend="tensorrt")]
+    benches = [sweep("vllm", 5), sweep("tensorrt-llm", 7, backend="pytorch")]
     return root, decide_on(root, steady_traffic(), benches, REQUIREMENTS)
 
 
@@ -85,9 +88,10 @@ def test_a_scenario_that_changes_nothing_reproduces_today_exactly(churn: Any) ->
 
 
 def test_ten_times_the_traffic_moves_a_fixed_sku_team_to_tensorrt_llm(churn: Any) -> None:
-    """A 200 req/s peak: vLLM 40 × $2,190 = $87,600 + $1,500 = $89,100; TensorRT-LLM
-    200/7 × $2,190 = $62,571.43 + $6,001.50 = $68,572.93 compared (30 % cheaper, past the
-    10 % band), billed 29 whole replicas = $63,510 (+ $6,001.50 = $69,511.50)."""
+    """A 200 req/s peak: vLLM 40 × $2,190 = $87,600 + $2,600 = $90,200; TensorRT-LLM
+    200/7 × $2,190 = $62,571.43 + $5,200 = $67,771.43 compared (25 % cheaper, past the 10 %
+    band), billed 29 whole replicas = $63,510 (+ $5,200 = $68,710): its extra engineer-week
+    pays back in 12,000 ÷ 21,490 = 0.6 months."""
     outcome, record = run(churn, traffic_scale=10)
     assert (outcome.engine, outcome.runner_up, outcome.confidence) == (
         "tensorrt-llm",
@@ -95,9 +99,9 @@ def test_ten_times_the_traffic_moves_a_fixed_sku_team_to_tensorrt_llm(churn: Any
         "provisional",  # the benchmarks' own figures (no capacity stage here)
     )
     assert outcome.monthly_cost_usd == 63_510
-    assert outcome.monthly_total_usd == pytest.approx(69_511.5)
+    assert outcome.monthly_total_usd == pytest.approx(68_710)
     vllm = next(c for c in record.candidates if c.engine == "vllm")
-    assert vllm.monthly_total_usd == pytest.approx(89_100)
+    assert vllm.monthly_total_usd == pytest.approx(90_200)
     assert "engine: vLLM → TensorRT-LLM" in outcome.against_today
     assert "runner-up: TensorRT-LLM → vLLM" in outcome.against_today
     assert "monthly GPU cost: $8,760 → $63,510" in outcome.against_today
@@ -105,9 +109,9 @@ def test_ten_times_the_traffic_moves_a_fixed_sku_team_to_tensorrt_llm(churn: Any
 
 
 def test_adding_amd_excludes_the_nvidia_only_engine(churn: Any) -> None:
-    """Half a change a quarter: TensorRT-LLM wins ($6,257.14 + $1,000.25 against $8,760 +
-    $250); with AMD in the fleet too (one engine across it, the default) it runs on only part
-    of it and is out: vLLM."""
+    """Half a change a quarter: TensorRT-LLM wins ($6,257.14 + $200 against $8,760 + $100; its
+    extra week paid back by $2,090 a month in 5.7 months); with AMD in the fleet too (one
+    engine across it, the default) it runs on only part of it and is out: vLLM."""
     before, _ = run(churn, model_changes_per_quarter=0.5)
     after, record = run(churn, model_changes_per_quarter=0.5, hardware=["nvidia", "amd"])
     assert before.engine == "tensorrt-llm"
@@ -119,7 +123,7 @@ def test_adding_amd_excludes_the_nvidia_only_engine(churn: Any) -> None:
 
 def test_a_new_deployment_and_a_gpu_price_per_type(churn: Any) -> None:
     """H100s at $9 an hour (3×): GPU time outweighs the change costs, TensorRT-LLM wins (the
-    record's GPU-price flip is ×2.72); no engine running today changes nothing else."""
+    record's GPU-price flip is ×1.662); no engine running today changes nothing else."""
     outcome, _ = run(churn, gpu_hour_usd={"H100": 9.0}, current_engine="none")
     assert outcome.engine == "tensorrt-llm"
     assert outcome.monthly_cost_usd == 3 * 9 * 730  # 3 replicas × 1 GPU × $9 × 730 h
@@ -141,10 +145,10 @@ def test_todays_cell_equals_the_decision(churn: Any) -> None:
         today_context(inputs),
         today,
         MapAxis(axis="traffic", start=0.5, stop=2, points=3, log=True),
-        axis("model_changes", 2, 4).model_copy(update={"points": 3}),
+        axis("model_changes", 12, 14).model_copy(update={"points": 3}),
     )
-    assert found.x.values[1] == pytest.approx(1.0) and found.y.values[1] == 3
-    assert (found.x.today, found.y.today) == (1.0, 3)
+    assert found.x.values[1] == pytest.approx(1.0) and found.y.values[1] == 13
+    assert (found.x.today, found.y.today) == (1.0, 13)
     assert found.cells[1][1] == today.recommendation.engine == "vllm"
     assert found.ties[1][1] is (today.recommendation.confidence == "tie")
     assert found.decisions == 9
@@ -178,7 +182,7 @@ def test_each_flip_lies_on_a_map_boundary(
     if factor:
         before, at = before / flip.today, at / flip.today
     other = "model_changes" if map_axis != "model_changes" else "traffic"
-    other_today = 3.0 if other == "model_changes" else 1.0
+    other_today = 13.0 if other == "model_changes" else 1.0
     found = decision_map(
         today_context(inputs),
         today,
@@ -214,8 +218,8 @@ def test_the_prefix_share_flip_lies_on_a_map_boundary() -> None:
 
 
 def test_the_default_map_and_the_result_round_trip(churn: Any) -> None:
-    """The configured 40 × 27 grid; the volume flip at ×2.72 and the model-changes flip at
-    1.10 a quarter are where the map changes colour along today's row and column."""
+    """The configured 40 × 27 grid; the volume flip at ×1.662 and the model-changes flip at
+    5.95 a quarter are where the map changes colour along today's row and column."""
     _, inputs = churn
     cfg = config_from_mapping(
         {"whatif": {"scenarios": {"double": {"traffic_scale": 2}, "none": {}}}}
@@ -225,12 +229,12 @@ def test_the_default_map_and_the_result_round_trip(churn: Any) -> None:
     assert found is not None
     assert (len(found.x.values), len(found.y.values), found.decisions) == (40, 27, 1_080)
     assert [s.name for s in result.scenarios] == ["double", "none"]
-    row3 = found.cells[3]  # 3 model changes a quarter
-    first_trt = next(i for i, e in enumerate(row3) if e == "tensorrt-llm")
-    assert found.x.values[first_trt - 1] < 2.7179 <= found.x.values[first_trt]
-    assert set(row3[:first_trt]) == {"vllm"}
-    column = [row[0] for row in found.cells]  # ×0.25 traffic: TensorRT-LLM only at 0 or 1 change
-    assert column[:1] == ["tensorrt-llm"]
+    row13 = found.cells[13]  # 13 model changes a quarter
+    first_trt = next(i for i, e in enumerate(row13) if e == "tensorrt-llm")
+    assert found.x.values[first_trt - 1] < 3_120 / 1_877.14 <= found.x.values[first_trt]
+    assert set(row13[:first_trt]) == {"vllm"}
+    # ×0.25 traffic: both need one replica, so TensorRT-LLM's extra week never pays back.
+    assert {row[0] for row in found.cells} == {"vllm"}
     again = WhatifResult.from_json(result.to_json())
     assert again == result
 
@@ -328,9 +332,9 @@ def test_the_map_reads_in_one_sentence(churn: Any) -> None:
     found = whatif(inputs, config_from_mapping({}).whatif).map
     assert found is not None
     assert map_reading(found) == (
-        "We are here: vLLM at ×1 today's traffic and 3 model changes a quarter. "
-        "TensorRT-LLM takes over past ×2.72 today's traffic. "
-        "TensorRT-LLM takes over below 1.1 model changes a quarter."
+        "We are here: vLLM at ×1 today's traffic and 13 model changes a quarter. "
+        "TensorRT-LLM takes over past ×1.66 today's traffic. "
+        "TensorRT-LLM takes over below 5.95 model changes a quarter."
     )
     assert changes_text({"traffic_scale": 2.0, "hardware": ["nvidia", "amd"]}) == (
         "traffic scale 2, hardware nvidia + amd"
@@ -339,9 +343,10 @@ def test_the_map_reads_in_one_sentence(churn: Any) -> None:
 
 def test_a_tighter_slo_reruns_the_benchmarks_in_memory(configured: Any) -> None:
     """p95 TTFT ≤ 500 ms: each sweep's point at c (800 ms) now fails, so capacity is its ½ c
-    point (300 ms). vLLM at 2.5 req/s: 8 replicas, $17,520 + $1,500 = $19,020; TensorRT-LLM at
-    3.5: 20/3.5 × $2,190 = $12,514.29 + $6,001.50 = $18,515.79 compared (2.7 % apart: a tie),
-    6 whole replicas billed ($13,140). Nothing is written: today's bench outputs stay."""
+    point (300 ms). vLLM at 2.5 req/s: 8 replicas, $17,520 + $2,600 = $20,120; TensorRT-LLM at
+    3.5: 20/3.5 × $2,190 = $12,514.29 + $5,200 = $17,714.29 compared (13.6 % apart), 6 whole
+    replicas billed ($13,140 + $5,200): its extra week pays back in 12,000 ÷ 1,780 = 6.7
+    months. Nothing is written: today's bench outputs stay."""
     path, today = configured
     raw = yaml.safe_load(path.read_text())
     raw["whatif"]["scenarios"] = {"strict": {"slo": {"ttft_p95_ms": 500}}}
@@ -352,13 +357,13 @@ def test_a_tighter_slo_reruns_the_benchmarks_in_memory(configured: Any) -> None:
     changes = cfg.whatif.scenarios["strict"]
     outcome, record = scenario("strict", base, today, changes)
     costs = {c.engine: (c.monthly_cost_usd, c.monthly_total_usd) for c in record.candidates}
-    assert costs["vllm"] == (17_520, pytest.approx(19_020))
-    assert costs["tensorrt-llm"][0] == 13_140
-    assert outcome.confidence == "tie"
+    assert costs["vllm"] == (17_520, pytest.approx(20_120))
+    assert costs["tensorrt-llm"] == (13_140, pytest.approx(18_340))
+    assert (outcome.engine, outcome.confidence) == ("tensorrt-llm", "provisional")
     assert outcome.approximations[0].startswith("SLO: the bench stage's capacity at the SLO")
     assert cfg.layout().bench.capacity.read_bytes() == written
     result = whatif(inputs, cfg.whatif, with_map=False)
-    assert [(s.name, s.confidence) for s in result.scenarios] == [("strict", "tie")]
+    assert [(s.name, s.engine) for s in result.scenarios] == [("strict", "tensorrt-llm")]
 
 
 def test_a_scenario_slo_is_checked_when_the_configuration_loads() -> None:

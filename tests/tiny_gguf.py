@@ -20,24 +20,51 @@ output matrix acts as a per-token logit bias. It is used to
 from __future__ import annotations
 
 import string
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
-import gguf
 import numpy as np
 import numpy.typing as npt
 
+
+@dataclass(frozen=True)
+class LlamaShape:
+    """A LLaMA model's size: what the file's header says and its tensors have."""
+
+    n_embd: int = 64
+    n_layer: int = 2
+    n_head: int = 4
+    n_head_kv: int = 4
+    n_ff: int = 128
+    n_ctx: int = 4096
+    #: Vocabulary size (0: just the pieces). More entries cost every decoding request its
+    #: output projection and sampling, as a real vocabulary does; text never tokenizes into them.
+    n_vocab: int = 0
+    #: Width of one attention head (0: n_embd ÷ n_head). Narrower heads make attention, which
+    #: grows with the context, cheaper beside the matrix multiplies, as in a large model.
+    n_head_dim: int = 0
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_head_dim or self.n_embd // self.n_head
+
+    def parameters(self) -> int:
+        """Weights of the transformer blocks (embeddings and output excluded): what every
+        prompt token multiplies through."""
+        q_dim, kv_dim = self.n_head * self.head_dim, self.n_head_kv * self.head_dim
+        attention = self.n_embd * (2 * q_dim + 2 * kv_dim)
+        return self.n_layer * (attention + 3 * self.n_embd * self.n_ff)
+
+
 # Small enough to run fast, with a context large enough for prompts of a few thousand tokens.
-N_EMBD = 64
-N_LAYER = 2
-N_HEAD = 4
-N_HEAD_KV = 4
-N_FF = 128
-N_CTX = 4096
+TINY = LlamaShape()
 
 UNK_ID, BOS_ID, EOS_ID = 0, 1, 2
 
 # SentencePiece's word-boundary marker: a piece starting with it begins a new word.
 SPACE = "\u2581"
+PAD = "\ue000"
 
 # Common English words, space-separated: each is added with every prefix so SPM's pairwise
 # merges can reach it.
@@ -66,14 +93,15 @@ _WORDS = (
 _SUFFIXES = ("ing", "ed", "er", "es", "ly", "tion", "th", "he", "in", "an", "re", "on", "at", "en")
 
 
-def _pieces() -> list[str]:
-    """The ordinary (non-byte, non-control) pieces, in a fixed order."""
+def _pieces(words: Iterable[str] = ()) -> list[str]:
+    """The ordinary (non-byte, non-control) pieces, in a fixed order: the built-in words, then
+    ``words`` (each then one token)."""
     pieces: list[str] = [SPACE]
     pieces += list(string.ascii_lowercase + string.ascii_uppercase + string.digits)
     pieces += list(".,!?'\"-:;()/")
     pieces += [SPACE + c for c in string.ascii_lowercase + string.ascii_uppercase + string.digits]
     pieces += list(_SUFFIXES)
-    for word in _WORDS.split():
+    for word in [*_WORDS.split(), *words]:
         full = SPACE + word
         # Prefixes from length 3 on ("▁t" is already there): the merge path ▁t → ▁th → ▁the.
         pieces += [full[:i] for i in range(3, len(full) + 1)]
@@ -81,8 +109,14 @@ def _pieces() -> list[str]:
     return list(dict.fromkeys(pieces))
 
 
-def tiny_vocab() -> tuple[list[str], list[float], list[int]]:
-    """Tokens, scores and token types of the byte-fallback SentencePiece vocabulary."""
+def tiny_vocab(
+    words: Iterable[str] = (), size: int = 0
+) -> tuple[list[str], list[float], list[int]]:
+    """Tokens, scores and token types of the byte-fallback SentencePiece vocabulary (``words``:
+    more whole words, each a single token), padded to ``size`` entries."""
+    # Imported here: the shape and the pieces need no gguf (the validation imports them).
+    import gguf  # type: ignore[import-not-found, unused-ignore]
+
     tokens = ["<unk>", "<s>", "</s>"]
     types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
     scores = [0.0, 0.0, 0.0]
@@ -90,7 +124,10 @@ def tiny_vocab() -> tuple[list[str], list[float], list[int]]:
     tokens += [f"<0x{b:02X}>" for b in range(256)]
     types += [gguf.TokenType.BYTE] * 256
     scores += [0.0] * 256
-    pieces = _pieces()
+    pieces = _pieces(words)
+    # Padding starts with a private-use character no text holds (and no piece is), so no
+    # merge ever reaches it; sampled, it streams as valid UTF-8 like any piece.
+    pieces += [f"{PAD}{i:x}" for i in range(max(size - len(tokens) - len(pieces), 0))]
     tokens += pieces
     types += [gguf.TokenType.NORMAL] * len(pieces)
     # SPM merges the highest-scoring adjacent pair first; longer pieces score higher so whole
@@ -99,12 +136,25 @@ def tiny_vocab() -> tuple[list[str], list[float], list[int]]:
     return tokens, scores, [int(t) for t in types]
 
 
-def write_tiny_llama_gguf(path: Path, *, seed: int = 0, eos_bias: float = 0.0) -> Path:
-    """Write the tiny model to ``path`` (same bytes for the same seed) and return ``path``.
+def write_tiny_llama_gguf(
+    path: Path,
+    *,
+    seed: int = 0,
+    eos_bias: float = 0.0,
+    shape: LlamaShape = TINY,
+    words: Iterable[str] = (),
+) -> Path:
+    """Write the tiny model to ``path`` (same bytes for the same arguments) and return ``path``.
 
-    ``eos_bias`` shifts the end-of-sequence logit (see the module docstring).
+    ``eos_bias`` shifts the end-of-sequence logit (see the module docstring); ``shape`` sizes
+    the model; ``words`` adds whole words to the vocabulary, one token each (a load test's
+    prompt words, so its prompts are as many tokens as it planned).
     """
-    tokens, scores, types = tiny_vocab()
+    import gguf  # type: ignore[import-not-found, unused-ignore]
+
+    n_embd, n_ff = shape.n_embd, shape.n_ff
+    head_dim = shape.head_dim
+    tokens, scores, types = tiny_vocab(words, shape.n_vocab)
     n_vocab = len(tokens)
     rng = np.random.default_rng(seed)
 
@@ -114,18 +164,21 @@ def write_tiny_llama_gguf(path: Path, *, seed: int = 0, eos_bias: float = 0.0) -
         return (rng.standard_normal((rows, cols)) * 0.02).astype(np.float16)
 
     def norm() -> npt.NDArray[np.float32]:
-        return np.ones(N_EMBD, dtype=np.float32)
+        return np.ones(n_embd, dtype=np.float32)
 
     writer = gguf.GGUFWriter(path, "llama")
     writer.add_name("enginefit-tiny-llama")
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
-    writer.add_context_length(N_CTX)
-    writer.add_embedding_length(N_EMBD)
-    writer.add_block_count(N_LAYER)
-    writer.add_feed_forward_length(N_FF)
-    writer.add_head_count(N_HEAD)
-    writer.add_head_count_kv(N_HEAD_KV)
-    writer.add_rope_dimension_count(N_EMBD // N_HEAD)
+    writer.add_context_length(shape.n_ctx)
+    writer.add_embedding_length(n_embd)
+    writer.add_block_count(shape.n_layer)
+    writer.add_feed_forward_length(n_ff)
+    writer.add_head_count(shape.n_head)
+    writer.add_head_count_kv(shape.n_head_kv)
+    writer.add_rope_dimension_count(head_dim)
+    if shape.n_head_dim:
+        writer.add_key_length(head_dim)
+        writer.add_value_length(head_dim)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_vocab_size(n_vocab)
 
@@ -140,24 +193,25 @@ def write_tiny_llama_gguf(path: Path, *, seed: int = 0, eos_bias: float = 0.0) -
     writer.add_add_eos_token(False)
     writer.add_add_space_prefix(True)
 
-    embd = weight(n_vocab, N_EMBD)
+    q_dim, kv_dim = shape.n_head * head_dim, shape.n_head_kv * head_dim
+    embd = weight(n_vocab, n_embd)
     embd[:, 0] = 1.0  # the constant coordinate behind the logit bias below
     writer.add_tensor("token_embd.weight", embd)
-    for i in range(N_LAYER):
+    for i in range(shape.n_layer):
         blk = f"blk.{i}"
         writer.add_tensor(f"{blk}.attn_norm.weight", norm())
-        writer.add_tensor(f"{blk}.attn_q.weight", weight(N_EMBD, N_EMBD))
-        writer.add_tensor(f"{blk}.attn_k.weight", weight(N_EMBD, N_EMBD))
-        writer.add_tensor(f"{blk}.attn_v.weight", weight(N_EMBD, N_EMBD))
-        writer.add_tensor(f"{blk}.attn_output.weight", weight(N_EMBD, N_EMBD))
+        writer.add_tensor(f"{blk}.attn_q.weight", weight(q_dim, n_embd))
+        writer.add_tensor(f"{blk}.attn_k.weight", weight(kv_dim, n_embd))
+        writer.add_tensor(f"{blk}.attn_v.weight", weight(kv_dim, n_embd))
+        writer.add_tensor(f"{blk}.attn_output.weight", weight(n_embd, q_dim))
         writer.add_tensor(f"{blk}.ffn_norm.weight", norm())
-        writer.add_tensor(f"{blk}.ffn_gate.weight", weight(N_FF, N_EMBD))
-        writer.add_tensor(f"{blk}.ffn_up.weight", weight(N_FF, N_EMBD))
-        writer.add_tensor(f"{blk}.ffn_down.weight", weight(N_EMBD, N_FF))
+        writer.add_tensor(f"{blk}.ffn_gate.weight", weight(n_ff, n_embd))
+        writer.add_tensor(f"{blk}.ffn_up.weight", weight(n_ff, n_embd))
+        writer.add_tensor(f"{blk}.ffn_down.weight", weight(n_embd, n_ff))
     writer.add_tensor("output_norm.weight", norm())
-    output = weight(n_vocab, N_EMBD)
-    # Dimension 0 reaches the logits scaled by ~sqrt(N_EMBD) (see the module docstring).
-    scale = float(np.sqrt(N_EMBD))
+    output = weight(n_vocab, n_embd)
+    # Dimension 0 reaches the logits scaled by ~sqrt(n_embd) (see the module docstring).
+    scale = float(np.sqrt(n_embd))
     special = [i for i, t in enumerate(types) if t != gguf.TokenType.NORMAL]
     output[special, 0] = -2.0  # ~ -16 logits: never sampled
     output[EOS_ID, 0] = eos_bias / scale

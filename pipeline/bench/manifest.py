@@ -35,8 +35,20 @@ Keys (``engine``, ``gpu_type``, ``gpu_count`` are required after merging)::
     label: prefix-aware-routing   # optional label for the runs (else see label_from)
     label_from: deployment        # optional: take the label from this free-form file key
     tool_version: 0.5.0           # optional; used when the file has no version
+    engine_args:                  # optional: the deployment's scheduling limits, vLLM's names
+      max_num_batched_tokens: 2048  # tokens a step may process (prefill budget)
+      max_num_seqs: 256             # requests running at once
+      enable_chunked_prefill: true  # a long prompt split over steps
+      kv_cache_dtype: fp8           # auto, bfloat16, float16, fp8, fp8_e4m3, fp8_e5m2, int8 …
+      tensor_parallel_size: 1       # GPUs one replica's tensors are split over
+      pipeline_parallel_size: 1
+      kv_cache_tokens: 450000       # the KV pool, as the engine logs it at start
+      gpu_memory_utilization: 0.9
+      max_model_len: 16384
     files:                        # optional per-file overrides, fnmatch pattern on the file name
       "stage_*_lifecycle_metrics.json": {engine_version: 0.11.0}
+
+``engine_args`` in a ``files`` entry replaces the folder's whole block for those files.
 """
 
 from __future__ import annotations
@@ -75,8 +87,23 @@ _STR_KEYS = (
     "tool_version",
 )
 KNOWN_KEYS: frozenset[str] = frozenset(
-    (*_STR_KEYS, "gpu_count", "price_per_gpu_hour_usd", "run_date", "files")
+    (*_STR_KEYS, "gpu_count", "price_per_gpu_hour_usd", "run_date", "engine_args", "files")
 )
+#: The engine arguments a manifest may state, by vLLM's names, and their types (docs/bench.md
+#: names each engine's own spelling: SGLang --chunked-prefill-size is max_num_batched_tokens,
+#: TensorRT-LLM max_batch_size is max_num_seqs, llama.cpp -np is max_num_seqs …).
+ENGINE_ARG_TYPES: dict[str, type] = {
+    "max_num_batched_tokens": int,
+    "max_num_seqs": int,
+    "enable_chunked_prefill": bool,
+    "kv_cache_dtype": str,
+    "tensor_parallel_size": int,
+    "pipeline_parallel_size": int,
+    "kv_cache_tokens": int,
+    "gpu_memory_utilization": float,
+    "max_model_len": int,
+}
+EngineArgs = dict[str, int | float | bool | str]
 
 
 class BenchManifestError(InputFormatError):
@@ -101,6 +128,7 @@ class BenchManifest:
     label: str | None = None
     label_from: str | None = None
     tool_version: str | None = None
+    engine_args: EngineArgs | None = None
     source: str = "<explicit>"
 
 
@@ -257,7 +285,49 @@ def validate_manifest(values: Mapping[str, Any], source: str) -> BenchManifest:
             out["run_date"] = _date(run_date)
         except ValueError as exc:
             raise fail("run_date", "must be a calendar date YYYY-MM-DD") from exc
+    engine_args = values.get("engine_args")
+    if engine_args is not None:
+        out["engine_args"] = validate_engine_args(engine_args, f"{source}: manifest key")
     return BenchManifest(source=source, **out)
+
+
+def validate_engine_args(raw: Any, where: str) -> EngineArgs:
+    """The ``engine_args`` block checked: known keys (:data:`ENGINE_ARG_TYPES`), each of its
+    type (whole numbers ≥ 1, a share in (0, 1], true/false, a dtype name). ``where`` starts the
+    one-line error (the manifest)."""
+    if not isinstance(raw, dict):
+        raise BenchManifestError(
+            f"{where} 'engine_args' must be a mapping of engine arguments (got {raw!r})"
+        )
+    unknown = sorted(str(k) for k in raw if k not in ENGINE_ARG_TYPES)
+    if unknown:
+        raise BenchManifestError(
+            f"{where} 'engine_args' has unknown key(s) {unknown}; known keys: "
+            f"{sorted(ENGINE_ARG_TYPES)}"
+        )
+    out: EngineArgs = {}
+    for key, value in sorted(raw.items()):
+        kind = ENGINE_ARG_TYPES[key]
+        bad = f"{where} 'engine_args.{key}'"
+        if kind is bool:
+            if not isinstance(value, bool):
+                raise BenchManifestError(f"{bad} must be true or false (got {value!r})")
+        elif kind is int:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise BenchManifestError(f"{bad} must be a whole number ≥ 1 (got {value!r})")
+        elif kind is float:
+            number = (
+                value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+            )
+            if number is None or not 0 < number <= 1:
+                raise BenchManifestError(f"{bad} must be a share in (0, 1] (got {value!r})")
+            value = float(number)
+        elif not isinstance(value, str) or not value.strip():
+            raise BenchManifestError(f"{bad} must be a name such as auto or fp8 (got {value!r})")
+        else:
+            value = value.strip().lower()
+        out[key] = value
+    return out
 
 
 def _date(value: Any) -> dt.date:

@@ -101,6 +101,8 @@ LOAD_POINT_SCHEMA: pl.Schema = pl.Schema(
         # misc
         "has_per_request": pl.Boolean(),
         "file_metadata": pl.String(),
+        "engine_args": pl.String(),
+        "recorded_engine_args": pl.String(),
         "row_notes": pl.List(pl.String()),
         "rejected_values": pl.List(pl.String()),
     }

@@ -112,6 +112,33 @@ def required_requests(stat: str, min_tail_requests: int) -> int:
     return -(-100 * min_tail_requests // above)  # exact integer ceiling
 
 
+def order_statistic_interval(
+    n: int, q: float, confidence: float = 0.95
+) -> tuple[int | None, int | None]:
+    """The ranks (1 = smallest) of the distribution-free confidence interval for the q-th
+    quantile from ``n`` samples: the true quantile lies between the sample's r-th and s-th
+    smallest values with probability at least ``confidence`` (ranks from the binomial
+    distribution of the number of samples below the quantile). None for a bound the sample
+    cannot give: at n = 100 a p99's upper bound lies beyond the largest value (the sample
+    maximum is all there is), so nothing bounds it from above."""
+    alpha = (1 - confidence) / 2
+    log_q, log_rest = math.log(q), math.log1p(-q)
+    cdf, lower, upper = 0.0, None, None
+    for k in range(n + 1):  # cdf = P(fewer than k + 1 samples below the quantile)
+        cdf += math.exp(
+            math.lgamma(n + 1)
+            - math.lgamma(k + 1)
+            - math.lgamma(n - k + 1)
+            + k * log_q
+            + (n - k) * log_rest
+        )
+        if cdf <= alpha and k + 1 <= n:
+            lower = k + 1
+        if upper is None and cdf >= 1 - alpha and k + 1 <= n:
+            upper = k + 1
+    return lower, upper
+
+
 def evaluate_slo(
     points: pl.DataFrame,
     settings: BenchConfig,

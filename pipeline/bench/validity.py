@@ -22,6 +22,10 @@ Checks (``check`` column):
                           the SLO, which includes keeping up; its send rate, never above its
                           offered rate) is below production's peak rate;
 ``stale``                 the run is older than ``max_age_days`` at ``as_of``;
+``tail_sample``           the SLO's highest percentile at the capacity point rests on fewer than
+                          ``TAIL_REQUESTS_ABOVE`` ÷ (1 − q) requests (about 1,000 for a p99): the
+                          finding carries its order-statistic confidence interval (a p99 of 100
+                          requests is their maximum, unbounded above);
 ``closed_loop``           closed-loop (concurrency) results, whose "capacity" is an achieved
                           rate, not an offered one, and which hide queueing (a user waits for
                           its answer before sending again; at concurrency 1 the latency is the
@@ -42,7 +46,7 @@ import polars as pl
 
 from pipeline.bench.cost import workload_rates
 from pipeline.bench.keepup import send_rate_expr
-from pipeline.bench.slo import candidate_keys
+from pipeline.bench.slo import PERCENTILE_SHARES, candidate_keys, order_statistic_interval
 from pipeline.errors import InputFormatError, os_reason
 from pipeline.present.text import decimal_expr
 from pipeline.safe_read import read_json
@@ -53,6 +57,7 @@ from pipeline.thresholds import (
     PREFIX_HEAVY_SHARE,
     PREFIX_LIGHT_SHARE,
     TAIL_RATIO,
+    TAIL_REQUESTS_ABOVE,
 )
 
 if TYPE_CHECKING:
@@ -233,7 +238,9 @@ def candidate_profile(evaluated: pl.DataFrame) -> pl.DataFrame:
         _workload=_opt(evaluated, "workload", pl.String()),
         _run_date=_opt(evaluated, "run_date", pl.Date()),
         _sustained=pl.min_horizontal(pl.col("load"), send_rate_expr(evaluated)),
+        _completed=_opt(evaluated, "completed", f64),
     )
+    passing = (pl.col("sweep") == "open") & (pl.col("slo_status") == "pass")
     sweep = pl.col("sweep")
     load = pl.col("load")
     agg = frame.group_by(keys, maintain_order=True).agg(
@@ -245,9 +252,12 @@ def candidate_profile(evaluated: pl.DataFrame) -> pl.DataFrame:
         closed_loads=decimal_expr(load.filter(sweep == "closed").unique().sort()).str.join(", "),
         min_closed_load=load.filter(sweep == "closed").min(),
         max_open_rate=load.filter(sweep == "open").max(),
-        max_sustained_rate=pl.col("_sustained")
-        .filter((sweep == "open") & (pl.col("slo_status") == "pass"))
-        .max(),
+        max_sustained_rate=pl.col("_sustained").filter(passing).max(),
+        # Completed requests at the capacity point (the passing point sustaining most).
+        capacity_requests=pl.col("_completed")
+        .filter(passing)
+        .sort_by(pl.col("_sustained").filter(passing))
+        .last(),
         input_p50=pl.col("_in_p50").median(),
         input_p99=pl.col("_in_p99").max(),
         input_fixed_flag=pl.col("_in_fixed").drop_nulls().any(),
@@ -563,6 +573,75 @@ def check_peak_rate(
     return _finding(profile, check, status, message, top, peak, None)
 
 
+def check_tail_sample(profile: pl.DataFrame, settings: BenchConfig) -> pl.DataFrame:
+    """The SLO's highest percentile at each candidate's capacity point: judged from enough
+    requests (``TAIL_REQUESTS_ABOVE`` expected above it), or said with its 95 % order-statistic
+    interval in ranks of the sample (a p99 of 100 requests is their maximum)."""
+    check = "tail_sample"
+    slo = settings.slo
+    tails = [limit for limit in slo.limits if limit.stat in PERCENTILE_SHARES]
+    if not tails:
+        return _unknown(profile, check, "the SLO judges no percentile")
+    tail = max(tails, key=lambda limit: PERCENTILE_SHARES[limit.stat])
+    share = PERCENTILE_SHARES[tail.stat]
+    needed = -(-100 * TAIL_REQUESTS_ABOVE // (100 - share))
+    label = tail.label(slo.itl_definition)
+    rows = []
+    for row in profile.iter_rows(named=True):
+        n = row["capacity_requests"]
+        if n is None:
+            status, message = "unknown", f"no capacity point: {label} not judged"
+        else:
+            n = int(n)
+            status = "ok" if n >= needed else "flag"
+            message = (
+                f"{label} at the capacity point rests on {n:,} requests "
+                f"({interval_words(n, share, tail.stat)}); "
+                + (
+                    "enough for it"
+                    if n >= needed
+                    else f"about {needed:,} bound it ({interval_words(needed, share, tail.stat)})"
+                )
+            )
+        rows.append(
+            {
+                "candidate": row["candidate"],
+                "check": check,
+                "status": status,
+                "message": message,
+                "bench_value": None if n is None else float(n),
+                "prod_value": None,
+                "threshold": float(needed),
+            }
+        )
+    return pl.DataFrame(rows, schema=FINDINGS_SCHEMA)
+
+
+def interval_words(n: int, share: int, stat: str) -> str:
+    """The 95 % order-statistic interval of the ``share``-th percentile of ``n`` samples, in
+    ranks of the sample."""
+    lower, upper = order_statistic_interval(n, share / 100)
+    low = f"the {_ordinal(lower)}" if lower is not None else "below the smallest"
+    if upper is None:
+        what = "maximum" if n * (100 - share) <= 100 else "upper tail"
+        return (
+            f"it is the sample's {what}: the 95 % order-statistic interval for the true {stat} "
+            f"runs from {low} of {n:,} values to beyond the largest, unbounded above"
+        )
+    return (
+        f"95 % order-statistic interval: the {stat} lies between the {_ordinal(lower)} and "
+        f"{_ordinal(upper)} of {n:,} values"
+    )
+
+
+def _ordinal(rank: int | None) -> str:
+    if rank is None:
+        return "none"
+    teens = rank % 100 // 10 == 1  # 11th, 12th, 13th
+    suffix = "th" if teens else {1: "st", 2: "nd", 3: "rd"}.get(rank % 10, "th")
+    return f"{rank:,}{suffix}"
+
+
 def check_stale(profile: pl.DataFrame, as_of: dt.date | None, max_age_days: int) -> pl.DataFrame:
     check = "stale"
     run = pl.col("oldest_run")
@@ -732,6 +811,7 @@ def validity_findings(
         check_prefix(profile, facts),
         check_peak_rate(profile, rates, peak_label),
         check_stale(profile, as_of, settings.max_age_days),
+        check_tail_sample(profile, settings),
         check_closed_loop(profile),
         check_comparability(evaluated),
     ]

@@ -9,7 +9,10 @@ The model (docs/capacity.md): a replica runs in *steps*. Each step
 2. gives every decoding request one token of the step's token budget (``token_budget``, vLLM's
    ``max_num_batched_tokens``; decodes are scheduled before prefills, as in vLLM's V1
    scheduler), then hands the rest of the budget to unfinished prompts in admission order
-   (chunked prefill: a prompt longer than what is left is split across steps);
+   (chunked prefill: a prompt longer than what is left is split across steps). With chunked
+   prefill off (``chunked_prefill=False``, TensorRT-LLM's default) a prompt is prefilled whole
+   or not at all: the first one that does not fit what is left stops the prefills of the step
+   (head-of-line), and one larger than the whole budget runs alone in a step of its own;
 3. lasts ``step_s = overhead + prefill·(uncached prompt tokens in the step)
    + attention·Σ chunk·(tokens before it in its prompt + chunk/2)
    + decode·(decoding requests) + context·(context tokens the decodes read)``:
@@ -20,6 +23,11 @@ A prompt's last chunk ends in its first token (TTFT = its arrival to that step's
 later step emits one token per decoding request (one inter-token gap = that step's length).
 Prefix-cache hits are removed from the prompt's prefill work before the simulation
 (``uncached``) but still count as context the decodes read.
+
+What held the server back is counted for the binding limit (``pipeline.capacity.binding``):
+steps in which an arrived request could not be admitted for KV memory or for ``max_batch``,
+steps whose prefill budget ran out while prompt tokens were still waiting, and, per
+inter-token gap, the prompt tokens prefilled in the step that ended it.
 
 Nothing here allocates per step: the running set is one index array compacted in place, and
 the per-gap latencies go into one array sized Σ(output − 1) by the caller's wrapper.
@@ -49,6 +57,12 @@ class SimulatedRun(NamedTuple):
     prefill_s: float  # prefill work + the overhead share of prefill tokens
     cached_context_s: float  # context reads of prefix-cached prompt tokens
     end_s: float  # when the last request finished
+    steps: int = 0
+    kv_blocked_steps: int = 0  # an arrived request waited for KV memory
+    batch_blocked_steps: int = 0  # an arrived request waited for a max_batch slot
+    budget_full_steps: int = 0  # prompt tokens waited for the next step's budget
+    #: prompt tokens prefilled in the step that ended each gap (as ``gaps_s``)
+    gap_prefill_tokens: I64 = np.zeros(0, dtype=np.int64)
 
 
 @nb.njit(cache=True)
@@ -65,8 +79,9 @@ def _simulate(
     token_budget: int,
     max_batch: int,
     kv_tokens: int,
+    chunked_prefill: bool,
     gap_start: I64,
-) -> tuple[F64, F64, F64, F64, I64, float, float, float, float]:
+) -> tuple[F64, F64, F64, F64, I64, I64, float, float, float, float, I64]:
     n = arrivals.shape[0]
     ttft = np.full(n, np.nan)
     e2e = np.full(n, np.nan)
@@ -74,6 +89,9 @@ def _simulate(
     total_gaps = gap_start[n]
     gaps = np.empty(total_gaps)
     owner = np.empty(total_gaps, dtype=np.int64)
+    gap_prefill = np.empty(total_gaps, dtype=np.int64)
+    # steps, KV-blocked, batch-blocked, budget-full
+    counters = np.zeros(4, dtype=np.int64)
     remaining_prefill = uncached.copy()
     emitted = np.zeros(n, dtype=np.int64)
     last_token = np.zeros(n)
@@ -102,6 +120,11 @@ def _simulate(
             kv_used += prompt[r] + output[r]
             wait[r] = t - arrivals[r]
             next_admit += 1
+        if next_admit < n and arrivals[next_admit] <= t:
+            if n_running >= max_batch:
+                counters[2] += 1
+            else:
+                counters[1] += 1
         if n_running == 0:
             # nothing fits even in an empty replica: the caller checks sizes first
             break
@@ -118,22 +141,40 @@ def _simulate(
         budget -= n_decode
         prefill_tokens = 0
         pairs = 0.0
+        waiting_prefill = False
+        blocked = False
         for i in range(n_running):
             r = running[i]
             chunk[r] = 0
-            if remaining_prefill[r] > 0 and budget > 0:
-                take = min(remaining_prefill[r], budget)
-                chunk[r] = take
-                budget -= take
-                prefill_tokens += take
-                before = prompt[r] - remaining_prefill[r]  # cached prefix + chunks done
-                pairs += take * (before + take / 2.0)
+            if remaining_prefill[r] == 0:
+                continue
+            if blocked or budget <= 0:
+                waiting_prefill = True
+                continue
+            take = min(remaining_prefill[r], budget)
+            if not chunked_prefill and take < remaining_prefill[r]:
+                if prefill_tokens > 0 or remaining_prefill[r] <= token_budget:
+                    blocked = True  # whole prompts only: this one and those behind it wait
+                    waiting_prefill = True
+                    continue
+                take = remaining_prefill[r]  # larger than the whole budget: alone in its step
+            chunk[r] = take
+            budget -= take
+            prefill_tokens += take
+            before = prompt[r] - remaining_prefill[r]  # cached prefix + chunks done
+            pairs += take * (before + take / 2.0)
+            if take < remaining_prefill[r]:
+                waiting_prefill = True
+        counters[0] += 1
+        if waiting_prefill:
+            counters[3] += 1
         prefill_work = prefill_s * prefill_tokens + attention_s * pairs
         step = overhead_s + prefill_work + decode_s * n_decode + context_s * context
         t += step
         busy += step
         tokens = prefill_tokens + n_decode
-        prefill_time += prefill_work + overhead_s * prefill_tokens / tokens
+        if tokens > 0:
+            prefill_time += prefill_work + overhead_s * prefill_tokens / tokens
         cached_time += context_s * cached_context
         kept = 0
         for i in range(n_running):
@@ -143,6 +184,7 @@ def _simulate(
                 k = gap_start[r] + emitted[r] - 1
                 gaps[k] = t - last_token[r]
                 owner[k] = r
+                gap_prefill[k] = prefill_tokens
                 emitted[r] += 1
                 last_token[r] = t
                 done = emitted[r] >= output[r]
@@ -161,7 +203,7 @@ def _simulate(
                 running[kept] = r
                 kept += 1
         n_running = kept
-    return ttft, e2e, wait, gaps, owner, busy, prefill_time, cached_time, t
+    return ttft, e2e, wait, gaps, owner, gap_prefill, busy, prefill_time, cached_time, t, counters
 
 
 def simulate_replica(
@@ -178,6 +220,7 @@ def simulate_replica(
     token_budget: int,
     max_batch: int,
     kv_tokens: int,
+    chunked_prefill: bool = True,
 ) -> SimulatedRun:
     """Simulate one replica serving requests arriving at ``arrivals_s`` (sorted ascending).
 
@@ -216,9 +259,10 @@ def simulate_replica(
         int(token_budget),
         int(max_batch),
         int(kv_tokens),
+        bool(chunked_prefill),
         gap_start,
     )
-    ttft, e2e, wait, gaps, owner, busy, prefill_time, cached_time, end = result
+    ttft, e2e, wait, gaps, owner, gap_prefill, busy, prefill_time, cached_time, end, counts = result
     return SimulatedRun(
         ttft_s=ttft,
         e2e_s=e2e,
@@ -229,4 +273,9 @@ def simulate_replica(
         prefill_s=float(prefill_time),
         cached_context_s=float(cached_time),
         end_s=float(end),
+        steps=int(counts[0]),
+        kv_blocked_steps=int(counts[1]),
+        batch_blocked_steps=int(counts[2]),
+        budget_full_steps=int(counts[3]),
+        gap_prefill_tokens=gap_prefill,
     )

@@ -10,11 +10,27 @@ from __future__ import annotations
 
 from typing import Any
 
+from pipeline.capacity.compute import FLEET_COUNT_TOLERANCE
 from pipeline.capacity.fit import NOT_COMPARABLE
-from pipeline.capacity.result import CandidateCapacity, CapacityResult, ServingModel
+from pipeline.capacity.result import (
+    CandidateCapacity,
+    CapacityResult,
+    CapacityVariant,
+    FleetCache,
+    ServingModel,
+)
 from pipeline.present.tables import markdown_table
 from pipeline.present.text import UNKNOWN, unknown_text
 from pipeline.unknown import Unknown
+
+#: The binding limit as the sentence names it.
+BINDING_WORDS = {
+    "ttft_queueing": "TTFT queueing",
+    "prefill_budget": "the prefill budget",
+    "itl": "p99 ITL",
+    "kv_pool": "the KV pool",
+    "running_requests": "the running-request limit",
+}
 
 
 def _rate(value: float) -> str:
@@ -47,9 +63,119 @@ def transfer_sentence(candidate: CandidateCapacity) -> str:
     band = candidate.workload_capacity_band_rps
     band_text = "" if isinstance(band, Unknown) else f" ({_rate(band[0])}–{_rate(band[1])})"
     sentence = f"{measured}; {distance}: capacity {_rate(capacity)} req/s per replica{band_text}"
+    if not isinstance(candidate.binding, Unknown):
+        sentence += f", bound by {BINDING_WORDS[candidate.binding.limit]}"
+    bursts = burstiness_phrase(candidate)
+    if bursts:
+        sentence += f", {bursts}"
     if candidate.provisional_reason:
         sentence += f" — provisional: {candidate.provisional_reason}"
     return sentence
+
+
+def _change(value: float | Unknown) -> str:
+    return UNKNOWN if isinstance(value, Unknown) else f"{value:+.0%}"
+
+
+def burstiness_phrase(candidate: CandidateCapacity) -> str:
+    """What the traffic's own arrivals do to the capacity against Poisson ones ("" when the
+    search's arrivals were Poisson), e.g. "with the traffic's bursts (Poisson arrivals: 3.4,
+    +26 %)"."""
+    poisson = candidate.variant("poisson")
+    arrivals = candidate.arrivals
+    if poisson is None or arrivals is None or arrivals.kind == "poisson":
+        return ""
+    figure = poisson.capacity_rps
+    text = UNKNOWN if isinstance(figure, Unknown) else _rate(figure)
+    return f"with the traffic's bursts (Poisson arrivals: {text}, {_change(poisson.change)})"
+
+
+def cache_sentence(candidate: CandidateCapacity) -> str:
+    """Which replay gave the cached tokens, and how the fleet size settled ("" when the
+    workload's own cached tokens were searched with)."""
+    fleet = candidate.fleet_cache
+    if fleet is None:
+        return ""
+    if isinstance(fleet, Unknown):
+        return f"Cached tokens: none taken ({fleet.reason})"
+    return f"Cached tokens: {fleet.description}. {fleet_passes(fleet)}"
+
+
+def fleet_passes(fleet: FleetCache) -> str:
+    """The fixed point in words: each pass's replicas, cached share and what it needed."""
+    steps = "; ".join(
+        (
+            f"{s.replicas} replica(s): {s.cached_share:.1%} cached"
+            if s.replicas
+            else f"the simulated scenarios' {s.cached_share:.1%}"
+        )
+        + ", capacity "
+        + (
+            UNKNOWN
+            if isinstance(s.capacity_rps, Unknown)
+            else f"{_rate(s.capacity_rps)} req/s → {s.replicas_needed} replica(s)"
+        )
+        for s in fleet.steps
+    )
+    last = fleet.steps[-1]
+    verdict = (
+        "stopped: no rate meets the SLO"
+        if isinstance(last.capacity_rps, Unknown)
+        else "settled"
+        if fleet.settled and last.replicas_needed == last.replicas
+        else f"settled within {FLEET_COUNT_TOLERANCE:.0%} of the count (the pass at "
+        f"{last.replicas} needs {last.replicas_needed}, the same routing; not replayed again)"
+        if fleet.settled
+        else f"did not settle (the count alternated): the pass at {fleet.replicas} replica(s), "
+        "which needs the most, is kept"
+    )
+    return f"Fleet and cache {verdict}: {steps}."
+
+
+def sensitivity_sentence(candidate: CandidateCapacity) -> str:
+    """How the capacity moves with each input moved alone ("" when there is none)."""
+    return "; ".join(
+        f"{v.description}: {_variant_rate(v)} ({_change(v.change)})" for v in candidate.sensitivity
+    )
+
+
+def capacity_words(candidate: CandidateCapacity) -> dict[str, Any]:
+    """The decision record's words on a candidate's capacity: its arrivals, the Poisson figure
+    beside it, the cache replay, what binds it and the sensitivity (None where there is nothing
+    to say)."""
+    poisson = candidate.variant("poisson")
+    binding = candidate.binding
+    return {
+        "capacity_arrivals": candidate.arrivals.description if candidate.arrivals else None,
+        "capacity_poisson_rps": poisson.capacity_rps
+        if poisson is not None and not isinstance(poisson.capacity_rps, Unknown)
+        else None,
+        "capacity_cache": cache_sentence(candidate) or None,
+        "capacity_binding": None
+        if isinstance(binding, Unknown)
+        else f"{BINDING_WORDS[binding.limit]}: {binding.description}",
+        "capacity_sensitivity": sensitivity_sentence(candidate) or None,
+    }
+
+
+def _variant_rate(variant: CapacityVariant) -> str:
+    figure = variant.capacity_rps
+    return UNKNOWN if isinstance(figure, Unknown) else f"{_rate(figure)} req/s"
+
+
+def sensitivity_table(result: CapacityResult) -> str:
+    """One row per candidate and moved input: the capacity and its change."""
+    rows = [
+        {
+            "candidate": c.candidate,
+            "moved": v.description,
+            "capacity_rps": _figure(v.capacity_rps),
+            "change": _change(v.change),
+        }
+        for c in result.candidates
+        for v in c.sensitivity
+    ]
+    return markdown_table(rows, headers={"capacity_rps": "capacity req/s"})
 
 
 def _figure(value: Any) -> Any:
@@ -112,6 +238,34 @@ def model_errors_table(model: ServingModel) -> str:
     return markdown_table(rows)
 
 
+def model_lines(candidate: CandidateCapacity) -> list[str]:
+    """What the fitted model of ``candidate`` rests on: its limits and their sources, what binds
+    the capacity, the self-check, and any coefficient raised to its physical floor."""
+    model = candidate.serving_model
+    if not isinstance(model, ServingModel):
+        return []
+    check = model.self_check
+    lines = [
+        f"{candidate.candidate}:",
+        f"- limits: {model.limits.describe()}",
+        f"- model shape: {model.model_shape}",
+        "- self-check: "
+        + (
+            f"passed ({check.points_checked} point(s) within ±{check.tolerance:.0%}"
+            + (f"; worst {check.worst}" if check.worst else "")
+            + ")"
+            if check.passed
+            else f"failed: {check.reason}"
+        ),
+    ]
+    if not isinstance(candidate.binding, Unknown):
+        lines.append(f"- what binds: {candidate.binding.description}")
+    if candidate.budget_sensitivity:
+        lines.append(f"- prefill budget: {candidate.budget_sensitivity}")
+    lines += [f"- set to its physical floor: {floored}" for floored in model.floored]
+    return lines
+
+
 def render_text(result: CapacityResult) -> str:
     """What ``enginefit capacity`` prints: the SLO and mix, one sentence per candidate, the
     candidates table and each fitted model's error on its own points."""
@@ -120,7 +274,12 @@ def render_text(result: CapacityResult) -> str:
     lines = [
         f"Capacity for workload {result.workload} at {result.slo.describe()}",
         f"Mix: {mix.requests:,} requests, mean prompt {mix.prompt_tokens_mean:,.0f} tokens "
-        f"({mix.cached_prompt_share:.1%} cached), mean output {mix.output_tokens_mean:,.0f}; "
+        + (
+            "(cached: each candidate's fleet, below)"
+            if any(isinstance(c.fleet_cache, FleetCache) for c in result.candidates)
+            else f"({mix.cached_prompt_share:.1%} cached)"
+        )
+        + f", mean output {mix.output_tokens_mean:,.0f}; "
         f"peak {mix.peak_rate_rps:.4g} req/s, mean "
         + (unknown_text(mean) if isinstance(mean, Unknown) else f"{mean:.4g} req/s"),
         *(f"{name}: {text}" for name, text in sorted(result.sources.items())),
@@ -130,12 +289,22 @@ def render_text(result: CapacityResult) -> str:
         lines.append("No benchmarked deployment to carry to this workload.")
     for candidate in result.candidates:
         lines.append(f"- {candidate.candidate}: {transfer_sentence(candidate)}")
+        cache = cache_sentence(candidate)
+        if cache:
+            lines.append(f"  {cache}")
     if result.candidates:
         lines += ["", candidates_table(result)]
+    if any(c.sensitivity for c in result.candidates):
+        lines += [
+            "",
+            "How each capacity moves with one input moved (the same requests, the rest held):",
+            sensitivity_table(result),
+        ]
     for candidate in result.candidates:
         if isinstance(candidate.serving_model, ServingModel):
             lines += [
                 "",
+                *model_lines(candidate),
                 f"Fitted model of {candidate.candidate} against its points "
                 "(predicted ÷ measured − 1):",
                 model_errors_table(candidate.serving_model),

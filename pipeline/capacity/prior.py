@@ -1,21 +1,31 @@
-"""The roofline prior: what a step should cost from the GPU's datasheet and the model's size.
+"""The roofline prior and the physical floors: what a step should cost, and what it cannot
+cost less than, from the GPU's datasheet and the model's shape.
 
-Used only where the benchmark cannot separate the terms itself (docs/capacity.md, "fit"):
+The prior is used only where the benchmark cannot separate the terms itself (docs/capacity.md,
+"fit"):
 
-* prefill is compute-bound: ≈ 2 × parameters FLOPs per prompt token (the matrix multiplies),
-  plus causal attention, 4 × layers × hidden size FLOPs per (query, key) token pair (QKᵀ and
-  the weighted sum of V, 2 × hidden each), at the GPU's dense BF16 peak ×
-  ``PREFILL_FLOPS_UTILISATION``;
+* prefill is compute-bound: ≈ 2 × active parameters FLOPs per prompt token (the matrix
+  multiplies), plus causal attention, 2 × full-attention layers × query heads × (query-key +
+  value head width) FLOPs per (query, key) token pair (QKᵀ and the weighted sum of V), at the
+  GPU's dense peak × ``PREFILL_FLOPS_UTILISATION`` (BF16, or the FP8 / INT8 peak, twice it,
+  for weights of a byte or less);
 * a decode step is memory-bound: every step reads the weights once (the step overhead) and each
   decoding request reads its context's KV cache (the context term), at the GPU's memory
   bandwidth × ``MEMORY_BANDWIDTH_UTILISATION``;
 * a decoding request's own matrix-multiply work is one token's worth of prefill FLOPs.
 
+The floors are the same reads and FLOPs at 100 % of the datasheet peaks, with the fewest bytes a
+step can read (a mixture of experts: its active parameters only): no decode step is cheaper
+than reading the weights and the batch's KV, no prefill faster than the GPU's peak FLOPs. A
+decoding request's own matrix work has no floor of its own: under the weights' read it can be
+hidden (a roofline step is the larger of compute and memory, not their sum).
+
 Tensor parallelism over ``gpus`` divides all of it by ``gpus`` (communication ignored).
 
 GPU figures are the vendors' datasheet numbers for dense BF16 (half the "with sparsity" figure
-the datasheets headline) and HBM bandwidth, SXM/OAM form factors unless named otherwise. The
-URL of each datasheet is kept with its row; a GPU not in the table is ``Unknown``, never a guess.
+the datasheets headline), HBM bandwidth and memory, SXM/OAM form factors unless named
+otherwise. The URL of each datasheet is kept with its row; a GPU not in the table is
+``Unknown``, never a guess.
 """
 
 from __future__ import annotations
@@ -31,20 +41,29 @@ from pipeline.unknown import ResultModel, Unknown
 PREFILL_FLOPS_UTILISATION = 0.5
 #: Share of the datasheet HBM bandwidth a decode step's reads achieve.
 MEMORY_BANDWIDTH_UTILISATION = 0.8
+#: The FP8 (INT8 on the A100) dense peak over the BF16 one, on every GPU of the table.
+LOW_PRECISION_SPEEDUP = 2.0
 
 
 class GpuPeaks(ResultModel):
-    """A GPU's datasheet peaks."""
+    """A GPU's datasheet peaks and memory."""
 
     name: str
     bf16_dense_tflops: float
     memory_bandwidth_tb_s: float
+    memory_gib: float
     source_url: str
+
+    def dense_tflops(self, weight_bytes: float) -> float:
+        """The peak the matrix multiplies of weights this wide run at (FP8 / INT8 for a byte or
+        less)."""
+        return self.bf16_dense_tflops * (LOW_PRECISION_SPEEDUP if weight_bytes <= 1 else 1.0)
 
 
 class ModelShape(ResultModel):
-    """What the prior needs to know about the served model (the same figures as
-    ``requirements.kv_cache``: ``pipeline.decision.config.KvCacheSizing``)."""
+    """What the prior and the floors need to know about the served model (the figures of
+    ``requirements.kv_cache``, ``pipeline.decision.config.KvCacheSizing``, or of the model table,
+    ``pipeline/capacity/models.yaml``, whose keys these are)."""
 
     params_billion: float = Field(gt=0)
     weight_bytes: float = Field(gt=0)  # bytes per parameter (2 for BF16)
@@ -53,9 +72,55 @@ class ModelShape(ResultModel):
     head_dim: int = Field(gt=0)
     kv_bytes: float = Field(gt=0)  # bytes per cached K or V element
     attention_heads: int | None = Field(default=None, gt=0)  # query heads (None: unknown)
+    active_params_billion: float | None = Field(default=None, gt=0)  # mixture of experts
+    full_attention_layers: int | None = Field(default=None, gt=0)  # the rest: sliding window
+    kv_latent_dim: int | None = Field(default=None, gt=0)  # latent attention's cached width
+    qk_head_dim: int | None = Field(default=None, gt=0)
+    v_head_dim: int | None = Field(default=None, gt=0)
+    source: str | None = None  # where the figures come from
+
+    @property
+    def active_params(self) -> float:
+        """Parameters one token runs through (all of them for a dense model)."""
+        return (self.active_params_billion or self.params_billion) * 1e9
+
+    @property
+    def attention_layers(self) -> int:
+        return self.full_attention_layers or self.layers
 
     def kv_bytes_per_token(self) -> float:
-        return 2.0 * self.layers * self.kv_heads * self.head_dim * self.kv_bytes
+        """KV bytes a token of context holds (and a decode reads) over the full-attention
+        layers: latent attention caches one latent vector a layer, the rest K and V per KV
+        head."""
+        if self.kv_latent_dim is not None:
+            return self.attention_layers * self.kv_latent_dim * self.kv_bytes
+        return 2.0 * self.attention_layers * self.kv_heads * self.head_dim * self.kv_bytes
+
+    def attention_flops_per_pair(self) -> float | None:
+        """FLOPs of one (query, key) token pair of causal attention (None: query heads unknown)."""
+        if self.attention_heads is None:
+            return None
+        width = (self.qk_head_dim or self.head_dim) + (self.v_head_dim or self.head_dim)
+        return 2.0 * self.attention_layers * self.attention_heads * width
+
+    def with_quantisation(self, weight_bytes: float | None, kv_bytes: float | None) -> ModelShape:
+        """The same model served with other weight and KV widths (None: unchanged)."""
+        return self.model_copy(
+            update={
+                "weight_bytes": weight_bytes or self.weight_bytes,
+                "kv_bytes": kv_bytes or self.kv_bytes,
+            }
+        )
+
+
+class StepFloors(ResultModel):
+    """The least each step-model coefficient can physically be (seconds; module docstring)."""
+
+    overhead_s: float
+    prefill_s_per_token: float
+    attention_s_per_pair: float | None  # None: the model's query heads are not known
+    context_s_per_token: float
+    description: str
 
 
 class PriorStep(ResultModel):
@@ -77,6 +142,7 @@ GPU_TABLE: tuple[tuple[str, GpuPeaks], ...] = (
         r"H100(PCIE|PCI)",
         GpuPeaks(
             name="H100 PCIe",
+            memory_gib=80,
             bf16_dense_tflops=756.0,
             memory_bandwidth_tb_s=2.0,
             source_url=f"{_NVIDIA}/h100/",
@@ -86,6 +152,7 @@ GPU_TABLE: tuple[tuple[str, GpuPeaks], ...] = (
         r"H100NVL",
         GpuPeaks(
             name="H100 NVL",
+            memory_gib=94,
             bf16_dense_tflops=835.0,
             memory_bandwidth_tb_s=3.9,
             source_url=f"{_NVIDIA}/h100/",
@@ -95,6 +162,7 @@ GPU_TABLE: tuple[tuple[str, GpuPeaks], ...] = (
         r"H100",
         GpuPeaks(
             name="H100 SXM",
+            memory_gib=80,
             bf16_dense_tflops=989.0,
             memory_bandwidth_tb_s=3.35,
             source_url=f"{_NVIDIA}/h100/",
@@ -104,6 +172,7 @@ GPU_TABLE: tuple[tuple[str, GpuPeaks], ...] = (
         r"H200",
         GpuPeaks(
             name="H200 SXM",
+            memory_gib=141,
             bf16_dense_tflops=989.0,
             memory_bandwidth_tb_s=4.8,
             source_url=f"{_NVIDIA}/h200/",
@@ -113,6 +182,7 @@ GPU_TABLE: tuple[tuple[str, GpuPeaks], ...] = (
         r"A10040",
         GpuPeaks(
             name="A100 40GB SXM",
+            memory_gib=40,
             bf16_dense_tflops=312.0,
             memory_bandwidth_tb_s=1.555,
             source_url=f"{_NVIDIA}/a100/",
@@ -122,6 +192,7 @@ GPU_TABLE: tuple[tuple[str, GpuPeaks], ...] = (
         r"A100",
         GpuPeaks(
             name="A100 80GB SXM",
+            memory_gib=80,
             bf16_dense_tflops=312.0,
             memory_bandwidth_tb_s=2.039,
             source_url=f"{_NVIDIA}/a100/",
@@ -131,6 +202,7 @@ GPU_TABLE: tuple[tuple[str, GpuPeaks], ...] = (
         r"L40S",
         GpuPeaks(
             name="L40S",
+            memory_gib=48,
             bf16_dense_tflops=362.05,
             memory_bandwidth_tb_s=0.864,
             source_url=f"{_NVIDIA}/l40s/",
@@ -140,6 +212,7 @@ GPU_TABLE: tuple[tuple[str, GpuPeaks], ...] = (
         r"L4(?!0)",
         GpuPeaks(
             name="L4",
+            memory_gib=24,
             bf16_dense_tflops=121.0,
             memory_bandwidth_tb_s=0.3,
             source_url=f"{_NVIDIA}/l4/",
@@ -149,6 +222,7 @@ GPU_TABLE: tuple[tuple[str, GpuPeaks], ...] = (
         r"MI300X",
         GpuPeaks(
             name="MI300X",
+            memory_gib=192,
             bf16_dense_tflops=1307.4,
             memory_bandwidth_tb_s=5.3,
             source_url="https://www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html",
@@ -158,6 +232,7 @@ GPU_TABLE: tuple[tuple[str, GpuPeaks], ...] = (
         r"B200",
         GpuPeaks(
             name="B200 (HGX B200, per GPU)",
+            memory_gib=180,
             bf16_dense_tflops=2250.0,
             memory_bandwidth_tb_s=8.0,
             source_url=f"{_NVIDIA}/hgx/",
@@ -185,37 +260,64 @@ def gpu_peaks(gpu_type: str | None) -> GpuPeaks | Unknown:
     )
 
 
+NO_SHAPE = (
+    "the model's size and KV layout are not given (requirements.kv_cache) and the model is not "
+    "in the model table (pipeline/capacity/models.yaml)"
+)
+
+
 def roofline_prior(
     gpu_type: str | None, gpus: int, model: ModelShape | None
 ) -> PriorStep | Unknown:
-    """Step-time coefficients the datasheet and the model's size imply (module docstring)."""
+    """Step-time coefficients the datasheet and the model's shape imply (module docstring)."""
     peaks = gpu_peaks(gpu_type)
     if isinstance(peaks, Unknown):
         return peaks
     if model is None:
-        return Unknown(
-            reason="the model's size and KV layout are not given (requirements.kv_cache): "
-            "no roofline prior"
-        )
-    flops_per_s = peaks.bf16_dense_tflops * 1e12 * PREFILL_FLOPS_UTILISATION * gpus
+        return Unknown(reason=f"{NO_SHAPE}: no roofline prior")
+    flops_per_s = peaks.dense_tflops(model.weight_bytes) * 1e12 * PREFILL_FLOPS_UTILISATION * gpus
     bytes_per_s = peaks.memory_bandwidth_tb_s * 1e12 * MEMORY_BANDWIDTH_UTILISATION * gpus
-    flops_per_token = 2.0 * model.params_billion * 1e9
+    flops_per_token = 2.0 * model.active_params
     weight_bytes = model.params_billion * 1e9 * model.weight_bytes
+    pair = model.attention_flops_per_pair()
+    active = f", {model.active_params_billion:g} B active" if model.active_params_billion else ""
     return PriorStep(
         overhead_s=weight_bytes / bytes_per_s,
         prefill_s_per_token=flops_per_token / flops_per_s,
-        attention_s_per_pair=(
-            4.0 * model.layers * model.attention_heads * model.head_dim / flops_per_s
-            if model.attention_heads is not None
-            else None
-        ),
+        attention_s_per_pair=None if pair is None else pair / flops_per_s,
         decode_s_per_request=flops_per_token / flops_per_s,
         context_s_per_token=model.kv_bytes_per_token() / bytes_per_s,
         gpu=peaks,
         description=(
-            f"roofline on {gpus}× {peaks.name} ({peaks.bf16_dense_tflops:g} TFLOPS BF16 dense × "
-            f"{PREFILL_FLOPS_UTILISATION:g}, {peaks.memory_bandwidth_tb_s:g} TB/s × "
-            f"{MEMORY_BANDWIDTH_UTILISATION:g}; {peaks.source_url}) for a "
-            f"{model.params_billion:g} B-parameter model"
+            f"roofline on {gpus}× {peaks.name} ({peaks.dense_tflops(model.weight_bytes):g} "
+            f"TFLOPS dense × {PREFILL_FLOPS_UTILISATION:g}, {peaks.memory_bandwidth_tb_s:g} TB/s "
+            f"× {MEMORY_BANDWIDTH_UTILISATION:g}; {peaks.source_url}) for a "
+            f"{model.params_billion:g} B-parameter model{active}"
+        ),
+    )
+
+
+def physical_floors(
+    gpu_type: str | None, gpus: int, model: ModelShape | None
+) -> StepFloors | Unknown:
+    """The least a step can cost (module docstring): the active weights and each context
+    token's KV read at the full datasheet bandwidth, prefill's FLOPs at the full dense peak."""
+    peaks = gpu_peaks(gpu_type)
+    if isinstance(peaks, Unknown):
+        return peaks
+    if model is None:
+        return Unknown(reason=f"{NO_SHAPE}: no physical floor")
+    flops_per_s = peaks.dense_tflops(model.weight_bytes) * 1e12 * gpus
+    bytes_per_s = peaks.memory_bandwidth_tb_s * 1e12 * gpus
+    pair = model.attention_flops_per_pair()
+    return StepFloors(
+        overhead_s=model.active_params * model.weight_bytes / bytes_per_s,
+        prefill_s_per_token=2.0 * model.active_params / flops_per_s,
+        attention_s_per_pair=None if pair is None else pair / flops_per_s,
+        context_s_per_token=model.kv_bytes_per_token() / bytes_per_s,
+        description=(
+            f"{gpus}× {peaks.name} at its full datasheet peaks "
+            f"({peaks.dense_tflops(model.weight_bytes):g} TFLOPS dense, "
+            f"{peaks.memory_bandwidth_tb_s:g} TB/s; {peaks.source_url})"
         ),
     )

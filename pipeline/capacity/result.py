@@ -14,13 +14,16 @@ from typing import Any, Literal
 import polars as pl
 from pydantic import Field
 
+from pipeline.capacity.limits import SchedulingLimits
+from pipeline.capacity.prior import StepFloors
 from pipeline.settings import versioned
 from pipeline.unknown import ResultModel, Unknown
 
-SCHEMA_VERSION: Literal[1] = 1
+SCHEMA_VERSION: Literal[2] = 2
 SplitBasis = Literal["fitted", "prior"]
 ContextBasis = Literal["fitted", "prior", "assumed_zero"]
 CapacityBasis = Literal["measured", "transferred"]
+ArrivalKind = Literal["trace", "gamma", "poisson"]
 
 
 class Deployment(ResultModel):
@@ -90,13 +93,25 @@ class CapacityCheck(ResultModel):
     within_bracket: bool | None
 
 
+class SelfCheck(ResultModel):
+    """Whether the fitted model reproduces its own benchmark: every kept-up point below the
+    measured capacity replayed within ``tolerance`` on p95 TTFT and p99 ITL, and the model's
+    capacity at the benchmark's own mix inside the measured bracket (docs/capacity.md)."""
+
+    passed: bool
+    tolerance: float
+    points_checked: int
+    worst: str  # the worst statistic, in words
+    worst_error: float | None  # predicted ÷ measured − 1 there
+    reason: str | None  # why the model is not to be carried (None: passed)
+
+
 class ServingModel(ResultModel):
     """The fitted serving model of one deployment (docs/capacity.md)."""
 
     deployment: Deployment
     coefficients: StepCoefficients
-    token_budget: int
-    max_batch: int
+    limits: SchedulingLimits
     prefill_split_basis: Literal["fitted", "prior"]
     context_basis: ContextBasis
     attention_basis: Literal["prior", "assumed_zero"]
@@ -108,7 +123,12 @@ class ServingModel(ResultModel):
     residual_spread: float  # relative RMS error of the per-point mean inter-token gap
     point_errors: list[PointError]
     capacity_check: CapacityCheck | None
+    self_check: SelfCheck
     prior: str | Unknown  # what the roofline prior was (or why there was none)
+    model_shape: str  # whose shape prices attention, the prior and the floors
+    floors: StepFloors | Unknown
+    #: Coefficients fitted below their physical floor and set to it: "name: fitted → floor".
+    floored: list[str]
     notes: list[str]
     method: str
 
@@ -146,6 +166,63 @@ class WorkloadCost(ResultModel):
     formula: str
 
 
+class Arrivals(ResultModel):
+    """How the capacity search's sampled requests arrive (docs/capacity.md, "Arrivals"):
+    ``trace`` replays the workload's own inter-arrival pattern in contiguous windows, ``gamma``
+    draws Gamma gaps at ``cv``, ``poisson`` exponential ones; every rate tried scales the same
+    times (common random numbers)."""
+
+    kind: ArrivalKind
+    cv: float | Unknown  # inter-arrival coefficient of variation (1 for Poisson)
+    description: str
+
+
+class FleetStep(ResultModel):
+    """One pass of the fleet-size / cache fixed point: the cache replayed at ``replicas``, the
+    capacity it gives, and the replicas that capacity needs at the peak. The first pass has
+    ``replicas`` 0: no replay, every prompt cached at the share the simulation's scenarios
+    found (where the iteration starts)."""
+
+    replicas: int
+    cached_share: float
+    capacity_rps: float | Unknown
+    replicas_needed: int | None
+
+
+class FleetCache(ResultModel):
+    """Which replay gave the per-request cached tokens the capacity was searched with."""
+
+    replicas: int
+    kv_tokens: int  # the replica's KV pool, also its prefix cache's size
+    kv_source: str
+    routing: str
+    block_size: int
+    cached_share: float  # cached ÷ prompt tokens of the workload in that replay
+    description: str
+    steps: list[FleetStep]
+    settled: bool  # the replica count repeated (False: it alternated; the larger was kept)
+
+
+class CapacityVariant(ResultModel):
+    """The capacity with one input moved (the sensitivity of a candidate's capacity)."""
+
+    key: Literal["poisson", "cached_minus", "cached_plus", "budget_half", "budget_double"]
+    description: str
+    capacity_rps: float | Unknown
+    change: float | Unknown  # capacity ÷ the candidate's − 1
+
+
+BindingKind = Literal["ttft_queueing", "prefill_budget", "itl", "kv_pool", "running_requests"]
+
+
+class BindingLimit(ResultModel):
+    """What stops a replica serving more of this workload at the SLO: the limit whose
+    relaxation lets the first failing rate pass, else the SLO clause that fails there."""
+
+    limit: BindingKind
+    description: str
+
+
 class CandidateCapacity(ResultModel):
     """One deployment carried to one workload."""
 
@@ -160,8 +237,21 @@ class CandidateCapacity(ResultModel):
     provisional_reason: str | None
     cost: WorkloadCost | Unknown
     benchmark_cost_per_1m_output_usd: float | Unknown
+    binding: BindingLimit | Unknown
+    #: How the capacity moves over the prefill budgets the benchmark cannot tell apart (None:
+    #: the budget is stated or pinned by the data, or it does not matter here).
+    budget_sensitivity: str | None = None
     #: The bench stage's candidates (sweeps of this deployment) the model was fitted from.
     bench_candidates: list[str] = Field(default_factory=list)
+    #: How the searched requests arrived, and where their cached tokens came from (None: the
+    #: cached tokens given with the workload, no replay).
+    arrivals: Arrivals | None = None
+    fleet_cache: FleetCache | Unknown | None = None
+    #: The capacity with burstiness, the cached share and the prefill budget moved.
+    sensitivity: list[CapacityVariant] = Field(default_factory=list)
+
+    def variant(self, key: str) -> CapacityVariant | None:
+        return next((v for v in self.sensitivity if v.key == key), None)
 
 
 class WorkloadMix(ResultModel):
@@ -205,7 +295,7 @@ class RoutingValue(ResultModel):
 class CapacityResult(ResultModel):
     """The capacity document for one workload."""
 
-    schema_version: Literal[1] = SCHEMA_VERSION
+    schema_version: Literal[2] = SCHEMA_VERSION
     workload: str
     slo: Slo
     mix: WorkloadMix
@@ -254,6 +344,12 @@ CANDIDATES_SCHEMA: dict[str, pl.DataType] = {
     "fleet_cost_per_1m_output_usd": pl.Float64(),
     "benchmark_cost_per_1m_output_usd": pl.Float64(),
     "cost_unknown_reason": pl.String(),
+    "binding_limit": pl.String(),
+    "token_budget": pl.Int64(),
+    "token_budget_source": pl.String(),
+    "max_batch": pl.Int64(),
+    "chunked_prefill": pl.Boolean(),
+    "self_check_passed": pl.Boolean(),
 }
 
 
@@ -280,7 +376,17 @@ def candidates_frame(result: CapacityResult) -> pl.DataFrame:
             "provisional_reason": c.provisional_reason,
             "benchmark_cost_per_1m_output_usd": _known(c.benchmark_cost_per_1m_output_usd),
             "cost_unknown_reason": cost.reason if isinstance(cost, Unknown) else None,
+            "binding_limit": None if isinstance(c.binding, Unknown) else c.binding.limit,
         }
+        model = c.serving_model
+        if isinstance(model, ServingModel):
+            row |= {
+                "token_budget": model.limits.budget,
+                "token_budget_source": model.limits.token_budget.source,
+                "max_batch": model.limits.batch,
+                "chunked_prefill": model.limits.chunked,
+                "self_check_passed": model.self_check.passed,
+            }
         if isinstance(cost, WorkloadCost):
             row |= {
                 "replicas": cost.replicas,

@@ -7,12 +7,15 @@ read → run → write:
   the benchmark's own $/1M output; the workload's mean and peak rate at ``bench.peak_window``;
   and the SLO and the prices it was made with) and its per-request rows (persisted by the bench
   stage as ``bench/per_request.parquet`` whenever a result file had them; the bundled sweep has
-  none, so nothing there changes); the ingest table's ``prompt_tokens`` / ``output_tokens``; the
-  cached share of prompt tokens from the simulation's scenarios
-  (:func:`recommended_cached_share`); and what the team says of its model
-  (:class:`~pipeline.capacity.config.ServedModel`): the replica's KV tokens
-  (``requirements.kv_cache``, else the largest simulated cache) and the model's shape for the
-  roofline prior.
+  none, so nothing there changes); the ingest table's ``prompt_tokens`` / ``output_tokens`` /
+  ``arrival``; the arrival pattern the shape stage measured (the search replays it:
+  :func:`arrival_pattern`); the workload flattened for the simulation's replay kernels and its
+  scenarios, from which each candidate's fleet cache is replayed
+  (:class:`pipeline.capacity.fleet_cache.CacheReplays`, with the ``simulation`` section's
+  settings: :class:`~pipeline.capacity.config.ReplayBasis`); and what the team says of
+  its model (:class:`~pipeline.capacity.config.ServedModel`): the replica's KV tokens
+  (``requirements.kv_cache``, else the largest simulated cache; each deployment's own pool is
+  sized from its GPUs), the model's shape for the roofline prior and the GPU memory.
 * :func:`run` fits one serving model per benchmarked deployment (engine × GPU × model × version
   × GPU count, all of its sweeps together) from its kept-up open-loop points, and carries each
   to the workload's own mix (:mod:`pipeline.capacity.compute`).
@@ -23,11 +26,13 @@ read → run → write:
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from pipeline import results
@@ -41,15 +46,33 @@ from pipeline.capacity.compute import (
     deployment_model_shape,
     workload_requests,
 )
-from pipeline.capacity.config import CapacityConfig, ServedModel
+from pipeline.capacity.config import CapacityConfig, ReplayBasis, ServedModel
 from pipeline.capacity.fit import deployment_of, fit_serving_model
+from pipeline.capacity.fleet_cache import CacheReplays, deployment_kv_tokens
+from pipeline.capacity.limits import (
+    SchedulingCatalog,
+    SchedulingLimits,
+    kv_bytes,
+    resolve_limits,
+    weight_bytes,
+)
+from pipeline.capacity.models import deployment_shape
 from pipeline.capacity.prior import ModelShape
-from pipeline.capacity.result import CapacityResult, Slo, candidates_frame, model_errors_frame
-from pipeline.capacity.search import sample_requests
+from pipeline.capacity.result import (
+    Arrivals,
+    CapacityResult,
+    ServingModel,
+    Slo,
+    candidates_frame,
+    model_errors_frame,
+)
+from pipeline.capacity.search import POISSON, RequestSample, sample_requests
 from pipeline.costing import Prices
 from pipeline.errors import ConfigError, InputFormatError
 from pipeline.layout import WorkloadLayout
 from pipeline.safe_read import read_json
+from pipeline.shape import stage as shape_stage
+from pipeline.shape.result import Arrivals as ShapeArrivals
 from pipeline.sim import stage as sim_stage
 from pipeline.sim.result import ScenarioSummary
 from pipeline.store import open_stage_output, read_requests, write_json_atomic, write_parquet_atomic
@@ -57,8 +80,16 @@ from pipeline.unknown import Unknown
 
 STEP = results.Step(
     results.CAPACITY,
-    upstream=(results.BENCH, results.LOAD_POINTS, results.REQUESTS, results.SCENARIOS),
-    sections=("capacity", "requirements"),
+    upstream=(
+        results.BENCH,
+        results.LOAD_POINTS,
+        results.REQUESTS,
+        results.SHAPE,
+        results.SCENARIOS,
+    ),
+    # decision: only its engine catalog (the engines' scheduling defaults); simulation and
+    # shape: how the fleet's cache is replayed (ReplayBasis).
+    sections=("capacity", "requirements", "decision", "simulation", "shape"),
 )
 
 #: The columns that name one benchmarked deployment (its sweeps are fitted together).
@@ -74,8 +105,6 @@ DEPLOYMENT_KEYS = (
 )
 #: A load point's ``dataset`` when ``enginefit loadtest`` replayed a workload's own trace.
 TRACE_DATASET = "enginefit-trace"
-#: Largest cached share used (the core needs at least one uncached token per prompt).
-MAX_CACHED_SHARE = 0.999
 
 
 @dataclass(frozen=True)
@@ -86,16 +115,22 @@ class CapacityInputs:
     points: pl.DataFrame  # the bench stage's evaluated load points
     per_request: pl.DataFrame | None
     bench_capacity: pl.DataFrame  # the bench stage's SLO capacity per candidate and sweep
-    requests: pl.DataFrame  # prompt_tokens, output_tokens of the canonical table
-    cached_share: float
+    requests: pl.DataFrame  # prompt_tokens, output_tokens, arrival, in arrival order
     peak_rate_rps: float
     mean_rate_rps: float | None
     kv_tokens: int
+    # --- the traffic's own arrivals and the fleet's own cache ---
+    measured_arrivals: ShapeArrivals  # the shape stage's (the search's pattern: run's settings)
+    cache: CacheReplays | Unknown  # Unknown: the workload's requests come uncached
+    served: ServedModel  # its memory sizes each deployment's KV pool
+    # ---
     model_shape: ModelShape | None
     team_models: tuple[str, ...]  # requirements.models: whose shape model_shape is
     prices: Prices
     slo: Slo
     min_achieved_rate_share: float | None
+    #: The engine catalog (its engines' scheduling defaults); None: no defaults.
+    catalog: SchedulingCatalog | None = None
     sources: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -117,38 +152,67 @@ def capacity_slo(spec: SloSpec) -> Slo:
     )
 
 
-def recommended_cached_share(
-    summaries: Sequence[ScenarioSummary], kv_tokens: int, replicas: int | None = None
-) -> tuple[float, str] | Unknown:
-    """The share of prompt tokens the prefix cache serves under the recommended routing: among
-    the simulated scenarios with a shared cache (isolated ones only when there are no others),
-    at the replica count ``replicas`` (the largest simulated count not above it, else the
-    smallest; None: the largest simulated), at the simulated cache size closest to the
-    replica's KV tokens (by ratio), the routing with the highest hit ratio. Returns the share and
-    a sentence saying which scenario it is; ``Unknown`` when no scenario has a known hit ratio.
-
-    The decision calls this again with the fleet's own replica count."""
-    known = [s for s in summaries if not isinstance(s.hit_ratio, Unknown)]
-    if not known:
-        return Unknown(reason="no simulated scenario has a known hit ratio")
-    shared = [s for s in known if not s.tenant_isolation] or known
-    counts = sorted({s.replicas for s in shared})
-    if replicas is None:
-        count = counts[-1]
-    else:
-        below = [c for c in counts if c <= replicas]
-        count = below[-1] if below else counts[0]
-    at_count = [s for s in shared if s.replicas == count]
-    sizes = sorted({s.cache_tokens for s in at_count})
-    size = min(sizes, key=lambda c: (abs(math.log(max(c, 1) / max(kv_tokens, 1))), c))
-    candidates = [s for s in at_count if s.cache_tokens == size]
-    best = max(candidates, key=lambda s: (float(s.hit_ratio), s.routing))  # type: ignore[arg-type]
-    ratio = float(best.hit_ratio)  # type: ignore[arg-type]
-    return (
-        min(max(ratio, 0.0), MAX_CACHED_SHARE),
-        f"{ratio:.1%} of prompt tokens cached: {best.routing} routing (the best simulated) at "
-        f"{best.replicas} replica(s) with {best.cache_tokens:,}-token caches "
-        f"(scenario {best.scenario})",
+def arrival_pattern(measured: ShapeArrivals, settings: CapacityConfig, requests: int) -> Arrivals:
+    """How the search's requests arrive (``capacity.arrivals``), from what the shape stage
+    measured: the inter-arrival CV when the timestamps resolve gaps, else the CV the smallest
+    supported count window implies (a renewal process's index of dispersion tends to CV² over
+    windows much longer than a gap). ``trace`` falls back to Gamma at that CV when the gaps are
+    not resolved, and to Poisson when neither is known; ``gamma`` takes ``arrival_cv`` first."""
+    gaps = measured.inter_arrival
+    gap_cv = None if isinstance(gaps, Unknown) else gaps.get("cv")
+    counted = sorted(
+        (w.window_s, w.index_of_dispersion)
+        for w in measured.windows.values()
+        if not isinstance(w, Unknown) and w.index_of_dispersion is not None
+    )
+    count_cv = (
+        (
+            math.sqrt(counted[0][1]),
+            f"from the {counted[0][0]} s window counts' index of dispersion {counted[0][1]:.2f}",
+        )
+        if counted
+        else None
+    )
+    not_gaps = gaps.reason if isinstance(gaps, Unknown) else "the gaps' CV is not known"
+    if settings.arrivals == "poisson":
+        return POISSON
+    if settings.arrivals == "gamma" and settings.arrival_cv is not None:
+        cv = settings.arrival_cv
+        return Arrivals(
+            kind="gamma", cv=cv, description=f"Gamma arrivals at CV {cv:g} (configured)"
+        )
+    if settings.arrivals == "trace" and gap_cv is not None:
+        take = min(requests, settings.sample_requests)
+        runs = 1 if take >= requests else min(settings.arrival_windows, take)
+        shape = (
+            "the whole trace in order"
+            if runs == 1
+            else f"{runs} contiguous runs of about {take // runs:,} requests spread over the trace"
+        )
+        return Arrivals(
+            kind="trace",
+            cv=float(gap_cv),
+            description=f"the workload's own arrivals: {shape}, each scaled to the rate tried "
+            f"(the whole trace's inter-arrival CV {gap_cv:.2f}, its rate's changes included)",
+        )
+    if gap_cv is not None:
+        return Arrivals(
+            kind="gamma",
+            cv=float(gap_cv),
+            description=f"Gamma arrivals at the measured inter-arrival CV {gap_cv:.2f}",
+        )
+    if count_cv is not None:
+        cv, whence = count_cv
+        return Arrivals(
+            kind="gamma",
+            cv=cv,
+            description=f"Gamma arrivals at CV {cv:.2f} {whence} ({not_gaps})",
+        )
+    return POISSON.model_copy(
+        update={
+            "description": f"Poisson arrivals: the workload's burstiness is not known ({not_gaps}; "
+            "no count window supported)"
+        }
     )
 
 
@@ -173,20 +237,37 @@ def _kv_tokens(
     )
 
 
-def read_inputs(layout: WorkloadLayout, served: ServedModel) -> CapacityInputs:
-    """Everything :func:`run` needs, through the other stages' readers (the module docstring).
-    A missing upstream output is the error naming the command that writes it."""
-    return inputs_from(layout, bench_stage.read_analysis(layout), served)
+def read_inputs(
+    layout: WorkloadLayout,
+    served: ServedModel,
+    catalog: SchedulingCatalog | None,
+    replay: ReplayBasis,
+) -> CapacityInputs:
+    """Everything :func:`run` needs, through the other stages' readers (the module docstring),
+    with ``catalog`` the engine catalog ``decision.catalog`` names (its engines' scheduling
+    defaults; None: none) and ``replay`` how the fleet's cache is replayed. A missing upstream
+    output is the error naming the command that writes it."""
+    return inputs_from(layout, bench_stage.read_analysis(layout), served, catalog, replay)
 
 
 def inputs_from(
-    layout: WorkloadLayout, analysis: BenchResult, served: ServedModel
+    layout: WorkloadLayout,
+    analysis: BenchResult,
+    served: ServedModel,
+    catalog: SchedulingCatalog | None,
+    replay: ReplayBasis,
 ) -> CapacityInputs:
     """:func:`read_inputs` with ``analysis`` the bench analysis the fleet is sized from: the
     written one, or one re-run in memory at another SLO (what-if)."""
     slo = capacity_slo(analysis.settings.slo)
     per_request = bench_stage.read_written_results(layout).per_request
-    requests = read_requests(layout).select("prompt_tokens", "output_tokens").collect()
+    requests = (
+        read_requests(layout)
+        .select("prompt_tokens", "output_tokens", "arrival")
+        .collect()
+        # The simulation's order (pipeline.sim.blocks.sim_input): the replays' hits line up.
+        .sort("arrival", nulls_last=True, maintain_order=True)
+    )
     require_output_lengths(requests, layout)
     rates = analysis.rates
     peak_label = next((k for k in rates if k.startswith("peak_")), None)
@@ -203,19 +284,17 @@ def inputs_from(
     peak = rates[peak_label] if peak_label is not None else float(mean)  # type: ignore[arg-type]
     summaries = sim_stage.read_summaries(layout)
     kv_tokens, kv_source = _kv_tokens(served, summaries, layout.simulation.summary)
-    share = recommended_cached_share(summaries, kv_tokens)
-    if isinstance(share, Unknown):
-        notes.append(f"cached share taken as 0: {share.reason}")
-        cached, cached_source = 0.0, f"none ({share.reason})"
-    else:
-        cached, cached_source = share
+    cache = _cache_replays(layout, replay, summaries, requests)
+    if isinstance(cache, Unknown):
+        notes.append(f"cached tokens taken as 0: {cache.reason}")
     sources = {
         "rates": f"shape stage: peak {peak:.4g} req/s ("
         + (peak_label.removeprefix("peak_") + " window" if peak_label else "mean")
         + ")"
         + (f", mean {mean:.4g} req/s" if mean is not None else ", mean unknown"),
         "kv_tokens": kv_source,
-        "cached_share": cached_source,
+        "cached_share": "each candidate's fleet: the simulation's replay at its replica count "
+        "and KV pool (below)",
         "model_shape": "requirements.kv_cache (the roofline prior of a deployment that served "
         "your model)"
         if served.shape is not None
@@ -227,15 +306,18 @@ def inputs_from(
         per_request=per_request,
         bench_capacity=analysis.capacity,
         requests=requests,
-        cached_share=cached,
         peak_rate_rps=peak,
         mean_rate_rps=mean,
         kv_tokens=kv_tokens,
+        measured_arrivals=shape_stage.read_result(layout).metrics.arrivals,
+        cache=cache,
+        served=served,
         model_shape=served.shape,
         team_models=served.models,
         prices=analysis.settings.prices,
         slo=slo,
         min_achieved_rate_share=analysis.settings.slo.min_achieved_rate_share,
+        catalog=catalog,
         sources=sources,
         notes=notes,
     )
@@ -255,6 +337,54 @@ def require_output_lengths(requests: pl.DataFrame, layout: WorkloadLayout) -> No
             "own mix is unknown: map output_tokens to the column that logs it, or compare the "
             "engines on the benchmarks' own figures (`enginefit bench`)"
         )
+
+
+def as_replayed(arrivals: Arrivals, sample: RequestSample | None) -> Arrivals:
+    """A trace's arrivals with the CV of the gaps the search replays: the whole trace's CV also
+    counts its rate's changes over the day, which the runs, each scaled to its surroundings,
+    leave out."""
+    if arrivals.kind != "trace" or sample is None or sample.size < 2:
+        return arrivals
+    gaps = np.diff(np.concatenate(([0.0], sample.unit_arrivals)))
+    replayed = float(gaps.std() / gaps.mean())
+    return arrivals.model_copy(
+        update={
+            "cv": replayed,
+            "description": f"{arrivals.description}; gap CV {replayed:.2f} in the replayed runs",
+        }
+    )
+
+
+def _cache_replays(
+    layout: WorkloadLayout,
+    replay: ReplayBasis,
+    summaries: list[ScenarioSummary],
+    requests: pl.DataFrame,
+) -> CacheReplays | Unknown:
+    """The workload as the simulation's replay kernels read it, its scenarios (the routing),
+    and each capacity request's row in it (requests without lengths are left out of both);
+    ``Unknown`` when no scenario knows a hit (a trace without prompt content: nothing to
+    replay, and nothing flattened for it)."""
+    unknown = [s.hit_ratio for s in summaries if isinstance(s.hit_ratio, Unknown)]
+    if len(unknown) == len(summaries):
+        return unknown[0] if unknown else Unknown(reason="no simulated scenario")
+    inputs = sim_stage.read_inputs(layout, replay.latency)
+    rows = (
+        requests.with_row_index("row")
+        .drop_nulls(["prompt_tokens", "output_tokens"])
+        .get_column("row")
+        .to_numpy()
+        .astype(np.int64)
+    )
+    if inputs.n != requests.height or not np.array_equal(
+        inputs.prompt_tokens[rows],
+        requests.get_column("prompt_tokens").to_numpy()[rows].astype(np.int64),
+    ):
+        raise InputFormatError(
+            f"{layout.ingest.requests}: the simulation's flattened requests differ from the "
+            "request table; re-run `enginefit simulate --config FILE`"
+        )
+    return CacheReplays(inputs, replay.simulation, summaries, rows)
 
 
 def _column(frame: pl.DataFrame, name: str) -> pl.Expr:
@@ -287,12 +417,13 @@ def _deployment_filter(frame: pl.DataFrame, key: dict[str, object]) -> pl.DataFr
 
 def run(inputs: CapacityInputs, settings: CapacityConfig) -> CapacityResult:
     """One candidate per benchmarked deployment, its serving model carried to the workload."""
-    workload: WorkloadRequests = workload_requests(
-        inputs.requests, cached_share=inputs.cached_share
-    )
+    workload: WorkloadRequests = workload_requests(inputs.requests)
+    notes = list(inputs.notes)
+    # Each candidate replays its own fleet's cache (a trace without prompt content has none).
+    cache = inputs.cache if isinstance(inputs.cache, CacheReplays) else None
+    pattern = arrival_pattern(inputs.measured_arrivals, settings, inputs.requests.height)
     points = inputs.points
     candidates = []
-    notes = list(inputs.notes)
     keys = [k for k in DEPLOYMENT_KEYS if k in points.columns]
     groups = (
         points.select(keys).unique(maintain_order=True).sort(keys, nulls_last=True).to_dicts()
@@ -300,10 +431,18 @@ def run(inputs: CapacityInputs, settings: CapacityConfig) -> CapacityResult:
         else []
     )
     sample = (
-        sample_requests(workload.prompt, workload.output, workload.cached, settings)
+        sample_requests(
+            workload.prompt,
+            workload.output,
+            workload.cached,
+            settings,
+            pattern,
+            workload.arrival_s,
+        )
         if groups
         else None
     )
+    arrivals = as_replayed(pattern, sample)
     for key in groups:
         rows = _deployment_filter(points, key)
         deployment = deployment_of(rows.row(0, named=True))
@@ -324,18 +463,28 @@ def run(inputs: CapacityInputs, settings: CapacityConfig) -> CapacityResult:
             (_column(rows, "dataset") == TRACE_DATASET)
             & (_column(rows, "workload") == inputs.workload)
         ).is_empty()
-        shape, shape_note = deployment_model_shape(
+        team_shape, shape_note = deployment_model_shape(
             inputs.model_shape, deployment.model, inputs.team_models
         )
         if shape_note is not None:
             notes.append(f"{deployment.describe()}: {shape_note}")
+        limits = deployment_limits(rows, inputs.catalog, settings)
+        quantization = next((str(q) for q in _values(rows, "quantization") if q), None)
+        shape, shape_source = deployment_shape(
+            team_shape,
+            deployment.model,
+            weight_bytes=weight_bytes(quantization),
+            kv_bytes=kv_bytes(limits),
+        )
         model = (
             fit_serving_model(
                 usable,
                 inputs.per_request,
                 deployment,
                 config=settings,
+                limits=limits,
                 model_shape=shape,
+                shape_source=shape_source,
                 measured_capacity=bracket,
                 slo=inputs.slo,
             )
@@ -345,12 +494,23 @@ def run(inputs: CapacityInputs, settings: CapacityConfig) -> CapacityResult:
                 f"{deployment.describe()}"
             )
         )
+        kv_tokens, kv_source = deployment_kv_tokens(
+            limits,
+            shape,
+            inputs.served.memory,
+            deployment.gpu_type,
+            deployment.gpu_count,
+            (inputs.kv_tokens, inputs.sources.get("kv_tokens", "as given")),
+        )
         candidate = carry_to_workload(
             deployment.describe(),
             model,
             workload,
             inputs.slo,
-            kv_tokens=inputs.kv_tokens,
+            kv_tokens=kv_tokens,
+            kv_source=kv_source,
+            arrivals=arrivals,
+            fleet_cache=cache,
             gpu_hour_usd=inputs.prices.price_for(
                 deployment.gpu_type, manifest_prices[0] if manifest_prices else None
             )[0],
@@ -363,7 +523,9 @@ def run(inputs: CapacityInputs, settings: CapacityConfig) -> CapacityResult:
             sample=sample,
         )
         update: dict[str, object] = {"bench_candidates": bench_candidates}
-        if shape is None and shape_note is not None:
+        if isinstance(inputs.cache, Unknown) and isinstance(model, ServingModel):
+            update["fleet_cache"] = inputs.cache  # why no replay gave cached tokens
+        if team_shape is None and shape_note is not None:
             # Another model than the team's: whatever else, the figure is not yours.
             update["provisional_reason"] = "; ".join(
                 r for r in (candidate.provisional_reason, shape_note) if r
@@ -379,9 +541,41 @@ def run(inputs: CapacityInputs, settings: CapacityConfig) -> CapacityResult:
         settings,
         peak_rate_rps=inputs.peak_rate_rps,
         mean_rate_rps=inputs.mean_rate_rps,
-        sources=inputs.sources,
+        sources={**inputs.sources, "arrivals": arrivals.description},
         notes=notes,
     )
+
+
+def deployment_limits(
+    rows: pl.DataFrame, catalog: SchedulingCatalog | None, settings: CapacityConfig
+) -> SchedulingLimits:
+    """The scheduling limits of the deployment whose load points are ``rows``: its manifest's
+    ``engine_args``, what its result files record, the catalog's defaults for its engine and
+    GPU, under the configuration's override (:func:`pipeline.capacity.limits.resolve_limits`)."""
+    deployment = deployment_of(rows.row(0, named=True))
+    manifest = next((str(m) for m in _values(rows, "manifest_file") if m), None)
+    return resolve_limits(
+        manifest_args=_json_column(rows, "engine_args"),
+        recorded_args=_json_column(rows, "recorded_engine_args") or {},
+        defaults=catalog.scheduling_defaults(deployment.engine, deployment.gpu_type)
+        if catalog is not None
+        else None,
+        config=settings,
+        manifest_file=manifest,
+        gpu_count=deployment.gpu_count,
+    )
+
+
+def _json_column(frame: pl.DataFrame, column: str) -> dict[str, object] | None:
+    """The JSON object of ``column`` with the most keys (the deployment's rows agree: one
+    manifest), {} for an empty one, else None."""
+    found: dict[str, object] | None = None
+    for text in _values(frame, column):
+        if text:
+            value = json.loads(str(text))
+            if isinstance(value, dict) and (found is None or len(value) > len(found)):
+                found = value
+    return found
 
 
 def _values(frame: pl.DataFrame, column: str) -> list[object]:

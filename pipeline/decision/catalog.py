@@ -1,5 +1,5 @@
-"""The engine catalog: what each engine and each layer above engines is, runs on, supports and
-costs to change, with sources (data in ``engines.yaml``, validated here).
+"""The engine catalog: what each engine and each layer above engines is, runs on, supports,
+needs and costs to change, with sources (data in ``engines.yaml``, validated here).
 
 The catalog is data, not code: a team points ``decision.catalog`` at its own copy to add or
 correct an engine. Loading is strict (:class:`pipeline.settings.Section`): an unknown key, a
@@ -9,10 +9,12 @@ not defined, or an engine a layer names that the catalog does not hold is a
 (requirements, benchmark manifests) are resolved through :meth:`Catalog.engine_key`, which knows
 each engine's aliases.
 
-Every fact carries its own ``evidence_date``: the date of the upstream source it rests on, or
-``undated`` when that source has no date (a team estimate, a file copy of unknown commit). A
-decision's catalog-age trigger reads the oldest dated fact the decision used
-(:meth:`Catalog.facts_used`), not the date the catalog was compiled.
+Every fact carries its sources and its own ``evidence_date``: the date of the upstream source
+it rests on (a release, a merged change, a dated page), or, for a page or file that carries no
+date of its own, the date it was read (the source's ``read``). ``undated`` is allowed for a
+team's own catalog but counts as the oldest evidence there is: a decision's catalog-age trigger
+reads the oldest fact the decision used (:meth:`Catalog.facts_used`, :func:`oldest_fact`), so an
+undated fact makes it fire until someone dates it.
 
 A file is read and parsed once per content: loading the same bytes again returns the parsed
 catalog (a large team catalog is not parsed again by every command step that needs it).
@@ -31,6 +33,8 @@ from typing import Annotated, Any, Literal, Self, cast, get_args
 
 from pydantic import BeforeValidator, Field, PrivateAttr, Strict, ValidationError, model_validator
 
+from pipeline.capacity.limits import EngineDefaults
+from pipeline.capacity.prior import gpu_peaks
 from pipeline.errors import ConfigError, os_reason
 from pipeline.settings import (
     ConfigDate,
@@ -41,12 +45,28 @@ from pipeline.settings import (
     load_yaml,
     validation_message,
 )
+from pipeline.unknown import Unknown
 
 HardwareTarget = Literal[
     "nvidia", "amd", "intel-gpu", "cpu", "apple", "tpu", "gaudi", "ascend", "neuron"
 ]
 HardwareSupport = Literal["full", "partial", "plugin"]
-Feature = Literal["structured_output", "lora", "tool_calls", "long_context", "speculative_decoding"]
+Feature = Literal[
+    "structured_output",
+    "lora",
+    "tool_calls",
+    "long_context",
+    "speculative_decoding",
+    # Serving one model instance across several machines (tensor / pipeline parallelism over
+    # the network).
+    "multi_node",
+    # Prefill and decode on separate instances, the KV cache moved between them.
+    "pd_disaggregation",
+    # Mixture-of-experts layers sharded by expert across GPUs (all-to-all dispatch).
+    "expert_parallelism",
+    # KV-cache blocks moved to host memory or storage and back, beyond GPU memory.
+    "kv_offload",
+]
 FEATURES: tuple[str, ...] = get_args(Feature)
 FeatureLevel = Literal["full", "limited", "unsupported"]
 # Where a routing layer runs (and where a team's platform is): Kubernetes, a Ray cluster, or
@@ -62,6 +82,8 @@ LayerCapability = Literal[
 Sources = Annotated[tuple[str, ...], Strict(False)]
 Text = Annotated[str, Field(min_length=1)]
 UNDATED = "undated"
+# A CUDA version as a team or an engine states it: the major release, or major.minor.
+CUDA_VERSION = re.compile(r"^\d{1,3}(\.\d{1,3})?$")
 
 
 def _evidence_date(value: Any) -> Any:
@@ -79,8 +101,8 @@ def _evidence_date(value: Any) -> Any:
     raise ValueError(f"{value!r} is neither an ISO date (YYYY-MM-DD) nor {UNDATED!r}")
 
 
-# The date of the upstream source a fact rests on; None (written ``undated``) when the source
-# has none. Required on every fact, so an undated fact is said, never assumed current.
+# The date of the upstream source a fact rests on (or the day it was read, for a source with
+# no date of its own); None (written ``undated``) counts as the oldest evidence there is.
 EvidenceDate = Annotated[dt.date | None, BeforeValidator(_evidence_date)]
 
 
@@ -88,17 +110,67 @@ def evidence_text(date: dt.date | None) -> str:
     return UNDATED if date is None else date.isoformat()
 
 
+def _cuda(value: Any) -> Any:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str) or not CUDA_VERSION.match(value.strip()):
+        raise ValueError(f"{value!r} is not a CUDA version (a major release such as 13, or 12.8)")
+    return value.strip()
+
+
+CudaVersion = Annotated[str, BeforeValidator(_cuda)]
+
+
+def cuda_major(version: str) -> int:
+    """The major release of a CUDA version (``12.8`` → 12): CUDA's minor-version compatibility
+    lets anything built for a 12.x toolkit run on any CUDA 12 driver (525 or later), so the
+    major release is what a team's drivers and an engine's builds must share."""
+    return int(version.split(".")[0])
+
+
+def version_key(version: str) -> tuple[tuple[int, ...], int, int]:
+    """A release's order: its numbers, then final after any pre-release of the same numbers
+    (``1.4.0rc1`` < ``1.4.0``; ``0.5.19`` < ``0.5.20``; llama.cpp's ``b10488`` is 10488)."""
+    match = re.match(r"^\D*(\d+(?:\.\d+)*)(?:[.\-]?(a|b|rc|dev|post)\.?(\d+))?", version.strip())
+    if match is None:
+        return ((), 1, 0)
+    numbers = tuple(int(n) for n in match.group(1).split("."))
+    kind, serial = match.group(2), int(match.group(3) or 0)
+    return (numbers, 2 if kind == "post" else 0 if kind else 1, serial)
+
+
 class Source(Section):
-    """An upstream source: where it is (a URL, with the commit or version read) and its date."""
+    """An upstream source: where it is (a URL, with the commit or version read), its own date,
+    and, for a source without a date of its own, the day it was read."""
 
     cite: Text
     url: Text
     date: EvidenceDate
+    read: ConfigDate | None = None
+
+    @model_validator(mode="after")
+    def _dated_or_read(self) -> Self:
+        if self.date is None and self.read is None:
+            raise ValueError(
+                "a source without a date of its own needs the day it was read (read: YYYY-MM-DD)"
+            )
+        return self
 
 
 class FeatureSupport(Section):
     support: FeatureLevel
     note: str
+    evidence_date: EvidenceDate
+    # The feature's own sources (else the engine's feature_sources).
+    sources: Sources = ()
+
+
+class HardwareNote(Section):
+    """What support of one hardware target amounts to when it is not the whole story (a plugin
+    in beta, basic serving only, a few GPU models), with its own source and date."""
+
+    note: Text
+    sources: Sources
     evidence_date: EvidenceDate
 
 
@@ -136,6 +208,29 @@ class ChangeCost(Section):
     optional_steps: Annotated[tuple[OptionalStep, ...], Strict(False)] = ()
 
 
+class RemovedBackend(Section):
+    """A serving backend the engine no longer has: a benchmark manifest that names it is read,
+    and said to describe a deployment that can no longer be built."""
+
+    since: ConfigDate
+    replaced_by: Text
+    note: Text
+    sources: Sources
+    evidence_date: EvidenceDate
+
+
+class CudaRequirement(Section):
+    """The oldest CUDA release an engine's builds need from one of its versions on (until a
+    later entry), and the NVIDIA driver that release needs."""
+
+    since_version: Text
+    min_cuda: CudaVersion
+    min_driver: str | None
+    note: Text
+    sources: Sources
+    evidence_date: EvidenceDate
+
+
 class Status(Section):
     state: Literal["active", "maintenance"]
     since: ConfigDate | None
@@ -147,24 +242,25 @@ class Status(Section):
 class Releases(Section):
     count: NonNegativeInt
     estimate: bool
+    latest: Text
     note: str
     sources: Sources
     evidence_date: EvidenceDate
 
 
 class Estimate(Section):
-    """A figure; ``by_backend`` gives it per serving backend when the backend changes it
-    (``value`` then stands when the backend is not known)."""
+    """A figure and where it comes from (``estimate``: a judgement, not a measurement)."""
 
     value: NonNegative
     estimate: bool
+    sources: Sources
     evidence_date: EvidenceDate
-    by_backend: dict[str, NonNegative] | None = None
 
 
 class SecondaryFigure(Section):
     """A published comparison, always presented as secondary (vendor-authored or second-hand).
-    ``estimate``: the margin is the team's reading of such figures, not a published number."""
+    ``estimate``: the margin is a reading of such figures, not a published number, and
+    ``confirm_with`` says what would confirm it."""
 
     claim: Text
     versus: Text
@@ -173,10 +269,61 @@ class SecondaryFigure(Section):
     estimate: bool
     sources: Sources
     evidence_date: EvidenceDate
+    confirm_with: str | None = None
+
+    @model_validator(mode="after")
+    def _estimates_say_how_to_confirm(self) -> Self:
+        if self.estimate and not self.confirm_with:
+            raise ValueError(
+                "an estimated margin needs confirm_with: what would confirm it (a benchmark of "
+                "both engines on your traffic, a publication)"
+            )
+        return self
 
     def shown(self) -> str:
-        """The claim as every output shows it: an estimate says it is one."""
-        return f"{self.claim} (estimate: no primary source)" if self.estimate else self.claim
+        """The claim as every output shows it: an estimate says it is one and how to confirm it."""
+        if not self.estimate:
+            return self.claim
+        return f"{self.claim} (an estimate, not a published figure; {self.confirm_with})"
+
+
+class SchedulingDefault(Section):
+    """One row of an engine's scheduling defaults: the per-step token budget, the running-request
+    limit and chunked prefill the server starts with when not told otherwise, on GPUs with at
+    least ``min_gpu_memory_gib`` and under ``max_gpu_memory_gib`` of memory whose names contain
+    none of ``except_gpus`` (the first matching row applies)."""
+
+    min_gpu_memory_gib: NonNegative | None = None
+    max_gpu_memory_gib: NonNegative | None = None
+    except_gpus: Sources = ()
+    max_num_batched_tokens: PositiveInt
+    max_num_seqs: PositiveInt
+    enable_chunked_prefill: bool
+
+    def matches(self, gpu_type: str, memory_gib: float | None) -> bool:
+        """Whether this row applies to ``gpu_type`` (its memory: ``memory_gib``, None unknown:
+        only a row without a memory bound applies)."""
+        name = _normalised(gpu_type).replace("-", "")
+        if any(_normalised(g).replace("-", "") in name for g in self.except_gpus):
+            return False
+        bounded = self.min_gpu_memory_gib is not None or self.max_gpu_memory_gib is not None
+        if memory_gib is None:
+            return not bounded
+        low, high = self.min_gpu_memory_gib, self.max_gpu_memory_gib
+        return (low is None or memory_gib >= low) and (high is None or memory_gib < high)
+
+
+class Scheduling(Section):
+    """An engine's scheduling defaults by GPU (the capacity stage's limits when neither the
+    benchmark's manifest nor its result file states them)."""
+
+    defaults: Annotated[tuple[SchedulingDefault, ...], Strict(False), Field(min_length=1)]
+    note: Text
+    sources: Sources
+    evidence_date: EvidenceDate
+
+    def default_for(self, gpu_type: str, memory_gib: float | None) -> SchedulingDefault | None:
+        return next((row for row in self.defaults if row.matches(gpu_type, memory_gib)), None)
 
 
 @dataclass(frozen=True)
@@ -190,6 +337,15 @@ class Fact:
         return None if self.evidence_date is None else (as_of - self.evidence_date).days
 
 
+@dataclass(frozen=True)
+class FactRecord:
+    """One fact of the catalog with what it rests on: its sources and its evidence date."""
+
+    key: str
+    sources: tuple[str, ...]
+    evidence_date: dt.date | None
+
+
 class Engine(Section):
     name: Text
     aliases: Sources
@@ -198,15 +354,17 @@ class Engine(Section):
     hardware: dict[HardwareTarget, HardwareSupport]
     hardware_sources: Sources
     hardware_evidence_date: EvidenceDate
+    # Targets whose support needs a word (a beta plugin, basic serving, some GPU models only).
+    hardware_notes: dict[HardwareTarget, HardwareNote] = Field(default_factory=dict)
     features: dict[Feature, FeatureSupport]
     feature_sources: Sources
-    # One change cost, or one per serving backend when the backend decides it (TensorRT-LLM:
-    # no engine build on its PyTorch backend, a build per model on its TensorRT one); the
-    # deployment's backend is its benchmark manifest's ``backend``, unknown when not given.
-    change: ChangeCost | None
-    change_by_backend: dict[str, ChangeCost] | None = None
-    # The backend the engine's server runs when none is chosen (said, never assumed).
-    default_backend: str | None = None
+    change: ChangeCost
+    # The serving backends a benchmark manifest may name (``backend``), and those the engine
+    # has removed (a manifest naming one is read and said to be out of date).
+    backends: Sources = ()
+    removed_backends: dict[str, RemovedBackend] = Field(default_factory=dict)
+    # The CUDA release the engine's builds need, from a version on (NVIDIA hardware).
+    cuda: Annotated[tuple[CudaRequirement, ...], Strict(False)] = ()
     front_end: Text
     status: Status
     releases_last_6_months: Releases
@@ -216,26 +374,20 @@ class Engine(Section):
     licence: Text
     # docs/decision-rules.md#concurrency: at a peak of 10 or more Ollama is out.
     out_at_peak_concurrency: PositiveInt | None = None
+    # The server's default per-step token budget and running-request limit (docs/capacity.md).
+    scheduling: Scheduling | None = None
 
     @model_validator(mode="after")
     def _every_feature_stated(self) -> Self:
         missing = [f for f in FEATURES if f not in self.features]
         if missing:
             raise ValueError(f"features must state every one of {FEATURES}; missing {missing}")
-        if (self.change is None) == (self.change_by_backend is None):
-            raise ValueError("give either change or change_by_backend (one per backend)")
-        backends = self.change_by_backend or {}
-        if self.default_backend is not None and self.default_backend not in backends:
-            raise ValueError(
-                f"default_backend {self.default_backend!r} is not one of change_by_backend's "
-                f"{sorted(backends)}"
-            )
-        weeks = self.migration_engineer_weeks.by_backend
-        if weeks is not None and set(weeks) != set(backends):
-            raise ValueError(
-                f"migration_engineer_weeks.by_backend must name change_by_backend's backends "
-                f"{sorted(backends)}; got {sorted(weeks)}"
-            )
+        strangers = sorted(set(self.hardware_notes) - set(self.hardware))
+        if strangers:
+            raise ValueError(f"hardware_notes name targets not in hardware: {strangers}")
+        both = sorted(set(self.backends) & set(self.removed_backends))
+        if both:
+            raise ValueError(f"backends {both} are listed both as current and as removed")
         return self
 
     def support(self, feature: str) -> FeatureSupport:
@@ -245,93 +397,115 @@ class Engine(Section):
     def runs_on(self, target: str) -> bool:
         return target in self.hardware
 
-    def change_cost(self, backend: str | None) -> ChangeCost | None:
-        """The cost of one model change on ``backend``; None when it depends on a backend that
-        is not known."""
-        if self.change is not None:
-            return self.change
-        return (self.change_by_backend or {}).get(backend or "")
+    def hardware_words(self, target: str) -> str:
+        """``target`` with its support level and note when it is not plain full support."""
+        level = self.hardware[cast(HardwareTarget, target)]
+        note = self.hardware_notes.get(cast(HardwareTarget, target))
+        said: list[str] = [] if level == "full" else [level]
+        said += [note.note] if note else []
+        return f"{target} ({'; '.join(said)})" if said else target
 
-    def migration_weeks(self, backend: str | None) -> float:
-        """Engineer-weeks to migrate to this engine on ``backend`` (the engine's own figure when
-        it has none per backend or the backend is not known)."""
-        weeks = self.migration_engineer_weeks
-        return (weeks.by_backend or {}).get(backend or "", weeks.value)
+    def change_cost(self) -> ChangeCost:
+        """The cost of one model change."""
+        return self.change
+
+    def migration_weeks(self) -> float:
+        """Engineer-weeks to migrate to this engine."""
+        return self.migration_engineer_weeks.value
 
     def change_summary(self) -> str:
-        """What a model change costs, in words (per backend when the backend decides it)."""
-        if self.change is not None:
-            return self.change.note
-        return " ".join(
-            f"{name} backend: {change.note}"
-            for name, change in sorted((self.change_by_backend or {}).items())
-        )
+        """What a model change costs, in words."""
+        return self.change.note
 
-    def _changes(self) -> list[ChangeCost]:
-        return [self.change] if self.change else list((self.change_by_backend or {}).values())
+    def cuda_for(self, version: str) -> CudaRequirement | None:
+        """The CUDA requirement that applies to ``version`` (the entry with the latest
+        ``since_version`` not after it), None when the catalog states none."""
+        applying = [c for c in self.cuda if version_key(c.since_version) <= version_key(version)]
+        return max(applying, key=lambda c: version_key(c.since_version), default=None)
+
+    def current_cuda(self) -> CudaRequirement | None:
+        """The CUDA requirement of the engine's latest release."""
+        return self.cuda_for(self.releases_last_6_months.latest)
 
     def sources(self) -> set[str]:
-        keys = {*self.prefix_cache.sources, *self.hardware_sources, *self.feature_sources}
-        keys |= {*self.status.sources, *self.releases_last_6_months.sources}
-        for change in self._changes():
-            keys |= {*change.sources, *(s for step in change.optional_steps for s in step.sources)}
-        return keys | {s for figure in self.secondary_figures for s in figure.sources}
+        return {s for record in self.fact_records("") for s in record.sources}
 
-    def facts(self, key: str, features: tuple[str, ...], backend: str | None) -> list[Fact]:
-        """The facts of this engine (catalog key ``key``) a decision reads: hardware, status,
-        the required ``features``, the change cost on ``backend`` (every backend's when it is
-        unknown), release cadence and migration weeks (tie-breaks and payback)."""
+    def facts(self, key: str, features: tuple[str, ...], hardware: tuple[str, ...]) -> list[Fact]:
+        """The facts of this engine (catalog key ``key``) a decision reads: hardware (and the
+        notes on the team's ``hardware``, every note when it is not known), the CUDA release
+        its latest version needs, status, the required ``features``, the change cost, release
+        cadence and migration weeks (tie-breaks and payback)."""
         at = f"engines.{key}"
         out = [
             Fact(f"{at}.hardware", self.hardware_evidence_date),
             Fact(f"{at}.status", self.status.evidence_date),
             Fact(f"{at}.releases_last_6_months", self.releases_last_6_months.evidence_date),
             Fact(f"{at}.migration_engineer_weeks", self.migration_engineer_weeks.evidence_date),
+            Fact(f"{at}.change", self.change.evidence_date),
         ]
+        out += [
+            Fact(f"{at}.hardware_notes.{t}", n.evidence_date)
+            for t, n in sorted(self.hardware_notes.items())
+            if not hardware or t in hardware
+        ]
+        cuda = self.current_cuda()
+        if cuda is not None:
+            out.append(Fact(f"{at}.cuda[{self.cuda.index(cuda)}]", cuda.evidence_date))
         out += [Fact(f"{at}.features.{f}", self.support(f).evidence_date) for f in features]
-        if self.change is not None:
-            out.append(Fact(f"{at}.change", self.change.evidence_date))
-        else:
-            chosen = self.change_cost(backend)
-            for name, change in sorted((self.change_by_backend or {}).items()):
-                if chosen is None or change is chosen:
-                    out.append(Fact(f"{at}.change_by_backend.{name}", change.evidence_date))
         return out
 
-    def dated_facts(self, key: str) -> list[tuple[str, dt.date | None]]:
-        """Every dated field of this engine (catalog key ``key``), for validation."""
+    def fact_records(self, key: str) -> list[FactRecord]:
+        """Every fact of this engine (catalog key ``key``) with its sources and evidence date:
+        what validation checks and a catalog's completeness test reads."""
         at = f"engines.{key}"
-        out: list[tuple[str, dt.date | None]] = [
-            (f"{at}.prefix_cache.evidence_date", self.prefix_cache.evidence_date),
-            (f"{at}.hardware_evidence_date", self.hardware_evidence_date),
-            (f"{at}.status.evidence_date", self.status.evidence_date),
-            (
-                f"{at}.releases_last_6_months.evidence_date",
+        out = [
+            FactRecord(
+                f"{at}.prefix_cache", self.prefix_cache.sources, self.prefix_cache.evidence_date
+            ),
+            FactRecord(f"{at}.hardware", self.hardware_sources, self.hardware_evidence_date),
+            FactRecord(f"{at}.status", self.status.sources, self.status.evidence_date),
+            FactRecord(
+                f"{at}.releases_last_6_months",
+                self.releases_last_6_months.sources,
                 self.releases_last_6_months.evidence_date,
             ),
-            (
-                f"{at}.migration_engineer_weeks.evidence_date",
+            FactRecord(
+                f"{at}.migration_engineer_weeks",
+                self.migration_engineer_weeks.sources,
                 self.migration_engineer_weeks.evidence_date,
             ),
+            FactRecord(f"{at}.change", self.change.sources, self.change.evidence_date),
         ]
         out += [
-            (f"{at}.features.{f}.evidence_date", s.evidence_date) for f, s in self.features.items()
+            FactRecord(f"{at}.hardware_notes.{t}", n.sources, n.evidence_date)
+            for t, n in self.hardware_notes.items()
         ]
-        changes = (
-            {"change": self.change}
-            if self.change
-            else {f"change_by_backend.{b}": c for b, c in (self.change_by_backend or {}).items()}
-        )
-        for name, change in changes.items():
-            out.append((f"{at}.{name}.evidence_date", change.evidence_date))
-            out += [
-                (f"{at}.{name}.optional_steps[{i}].evidence_date", step.evidence_date)
-                for i, step in enumerate(change.optional_steps)
-            ]
         out += [
-            (f"{at}.secondary_figures[{i}].evidence_date", figure.evidence_date)
-            for i, figure in enumerate(self.secondary_figures)
+            FactRecord(f"{at}.features.{f}", s.sources or self.feature_sources, s.evidence_date)
+            for f, s in self.features.items()
         ]
+        out += [
+            FactRecord(f"{at}.change.optional_steps[{i}]", step.sources, step.evidence_date)
+            for i, step in enumerate(self.change.optional_steps)
+        ]
+        out += [
+            FactRecord(f"{at}.removed_backends.{b}", r.sources, r.evidence_date)
+            for b, r in self.removed_backends.items()
+        ]
+        out += [
+            FactRecord(f"{at}.cuda[{i}]", c.sources, c.evidence_date)
+            for i, c in enumerate(self.cuda)
+        ]
+        out += [
+            FactRecord(f"{at}.secondary_figures[{i}]", f.sources, f.evidence_date)
+            for i, f in enumerate(self.secondary_figures)
+        ]
+        if self.scheduling is not None:
+            out.append(
+                FactRecord(
+                    f"{at}.scheduling", self.scheduling.sources, self.scheduling.evidence_date
+                )
+            )
         return out
 
 
@@ -342,6 +516,9 @@ class Layer(Section):
     adds: Annotated[tuple[LayerCapability, ...], Strict(False)]
     prefix_routing: Literal["exact", "approximate", "none"]
     engines: Sources
+    # Engines the layer serves only with a caveat (early development, a subset of features):
+    # such a layer is offered for them after the layers that serve them fully.
+    engine_notes: dict[str, str] = Field(default_factory=dict)
     # Where it runs, and the gateway it plugs into (null: it brings its own front end).
     runs_on: Annotated[tuple[Orchestrator, ...], Strict(False), Field(min_length=1)]
     needs_gateway: Gateway | None
@@ -351,6 +528,20 @@ class Layer(Section):
     sources: Sources
     evidence_date: EvidenceDate
 
+    @model_validator(mode="after")
+    def _notes_name_its_engines(self) -> Self:
+        strangers = sorted(set(self.engine_notes) - set(self.engines))
+        if strangers:
+            raise ValueError(f"engine_notes name engines the layer does not serve: {strangers}")
+        return self
+
+    def fact_records(self, key: str) -> list[FactRecord]:
+        at = f"layers.{key}"
+        return [
+            FactRecord(at, self.sources, self.evidence_date),
+            FactRecord(f"{at}.status", self.status.sources, self.status.evidence_date),
+        ]
+
 
 def _normalised(name: str) -> str:
     return re.sub(r"[^a-z0-9.]+", "-", name.strip().lower()).strip("-")
@@ -359,18 +550,27 @@ def _normalised(name: str) -> str:
 def _schema_version(value: Any) -> Any:
     if value == 1:
         raise ValueError(
-            "a schema 1 catalog has no evidence dates: give every fact an evidence_date (a "
-            "date or 'undated'), set schema_version: 2 (see pipeline/decision/engines.yaml)"
+            "a schema 1 catalog has no evidence dates: give every fact an evidence_date and "
+            "its sources, set schema_version: 3 (see pipeline/decision/engines.yaml)"
+        )
+    if value == 2:
+        raise ValueError(
+            "a schema 2 catalog predates per-fact sources, CUDA requirements and the "
+            "multi_node, pd_disaggregation, expert_parallelism and kv_offload features: give "
+            "migration_engineer_weeks its sources, each engine one change (change_by_backend "
+            "is gone: list backends and removed_backends), a latest release under "
+            "releases_last_6_months, every feature, and set schema_version: 3 (see "
+            "pipeline/decision/engines.yaml)"
         )
     return value
 
 
 class Catalog(Section):
-    schema_version: Annotated[Literal[2], BeforeValidator(_schema_version)]
+    schema_version: Annotated[Literal[3], BeforeValidator(_schema_version)]
     # The date the catalog was compiled (reviewed as a whole); each fact's own evidence date
     # is what ages.
     as_of: ConfigDate
-    sources: dict[str, Text | Source]
+    sources: dict[str, Source]
     engines: dict[str, Engine]
     layers: dict[str, Layer]
     # Normalised key or alias → engine key, built once at validation (a lookup per name a
@@ -387,8 +587,6 @@ class Catalog(Section):
             for figure in engine.secondary_figures:
                 if figure.versus not in self.engines:
                     raise ValueError(f"engines.{key}: secondary figure versus unknown engine")
-            for where, date in engine.dated_facts(key):
-                self._not_after_as_of(where, date)
         for key, layer in self.layers.items():
             unknown = sorted({*layer.sources, *layer.status.sources} - set(self.sources))
             if unknown:
@@ -396,11 +594,11 @@ class Catalog(Section):
             strangers = [e for e in layer.engines if e not in self.engines]
             if strangers:
                 raise ValueError(f"layers.{key} names engines the catalog lacks: {strangers}")
-            self._not_after_as_of(f"layers.{key}.evidence_date", layer.evidence_date)
-            self._not_after_as_of(f"layers.{key}.status.evidence_date", layer.status.evidence_date)
+        for record in self.fact_records():
+            self._not_after_as_of(f"{record.key}.evidence_date", record.evidence_date)
         for name, source in self.sources.items():
-            if isinstance(source, Source):
-                self._not_after_as_of(f"sources.{name}.date", source.date)
+            self._not_after_as_of(f"sources.{name}.date", source.date)
+            self._not_after_as_of(f"sources.{name}.read", source.read)
         by_name: dict[str, str] = {}
         for key, engine in self.engines.items():
             for alias in {_normalised(key), *(_normalised(a) for a in engine.aliases)}:
@@ -421,10 +619,40 @@ class Catalog(Section):
         """sha256 of the bytes this catalog was parsed from (the record cites it)."""
         return self._sha256
 
+    def fact_records(self) -> list[FactRecord]:
+        """Every fact of every engine and layer, with its sources and evidence date."""
+        out = [r for key, engine in self.engines.items() for r in engine.fact_records(key)]
+        return out + [r for key, layer in self.layers.items() for r in layer.fact_records(key)]
+
     def engine_key(self, name: str) -> str | None:
         """The catalog key of an engine named by its key or an alias (case and punctuation
         ignored: ``TensorRT_LLM`` is ``tensorrt-llm``), else None."""
         return self._by_name.get(_normalised(name))
+
+    def scheduling_defaults(self, engine: str, gpu_type: str) -> EngineDefaults | None:
+        """The scheduling defaults of ``engine`` on ``gpu_type`` (its memory from the GPU
+        datasheet table) with what they cite, or None when the catalog has none (the capacity
+        stage's :class:`~pipeline.capacity.limits.SchedulingCatalog`)."""
+        key = self.engine_key(engine)
+        scheduling = self.engines[key].scheduling if key is not None else None
+        if key is None or scheduling is None:
+            return None
+        peaks = gpu_peaks(gpu_type)
+        row = scheduling.default_for(
+            gpu_type, None if isinstance(peaks, Unknown) else peaks.memory_gib
+        )
+        if row is None:
+            return None
+        cited = ", ".join(
+            source.url if not isinstance(source := self.sources[name], str) else source
+            for name in scheduling.sources
+        )
+        return EngineDefaults(
+            max_num_batched_tokens=row.max_num_batched_tokens,
+            max_num_seqs=row.max_num_seqs,
+            enable_chunked_prefill=row.enable_chunked_prefill,
+            detail=f"{self.engines[key].name} on {gpu_type}, engine catalog ({cited})",
+        )
 
     def require_engine(self, name: str, where: str) -> str:
         """:meth:`engine_key`, or an error naming ``where`` (file and key) and the known names."""
@@ -440,24 +668,22 @@ class Catalog(Section):
         self,
         engines: list[str],
         features: tuple[str, ...],
-        backends: dict[str, str | None],
+        hardware: tuple[str, ...] = (),
         layers: tuple[str, ...] = (),
     ) -> list[Fact]:
-        """The facts a decision over ``engines`` used (see :meth:`Engine.facts`; ``backends``:
-        each engine's deployment backend, None when unknown) and those of the routing
-        ``layers`` it recommends."""
-        out = [
-            fact
-            for key in engines
-            for fact in self.engines[key].facts(key, features, backends.get(key))
-        ]
+        """The facts a decision over ``engines`` used (see :meth:`Engine.facts`; ``hardware``:
+        the team's, empty when unknown) and those of the routing ``layers`` it recommends."""
+        out = [fact for key in engines for fact in self.engines[key].facts(key, features, hardware)]
         return out + [Fact(f"layers.{key}", self.layers[key].evidence_date) for key in layers]
 
 
 def oldest_fact(facts: list[Fact]) -> Fact | None:
-    """The fact with the oldest evidence date (ties: the first key), None when none is dated."""
-    dated = [f for f in facts if f.evidence_date is not None]
-    return min(dated, key=lambda f: (f.evidence_date, f.key)) if dated else None
+    """The fact with the oldest evidence: an undated one first (no date counts as the oldest
+    evidence there is), else the oldest date (ties: the first key); None when there is none."""
+    undated = [f for f in facts if f.evidence_date is None]
+    if undated:
+        return min(undated, key=lambda f: f.key)
+    return min(facts, key=lambda f: (f.evidence_date, f.key), default=None)
 
 
 BUNDLED = "engines.yaml"

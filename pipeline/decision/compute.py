@@ -5,7 +5,8 @@ The rules run in the order of docs/decision-rules.md and each leaves one rationa
 not fire, or unknown with what to supply):
 
 1. ``hardware`` — an engine that runs on none of the team's hardware is excluded, and one that
-   runs on only part of a mixed fleet unless ``requirements.one_engine_across_fleet`` is false.
+   runs on only part of a mixed fleet unless ``requirements.one_engine_across_fleet`` is false;
+   ``cuda`` — one whose current release needs a newer CUDA than the fleet runs is excluded.
 2. ``local`` — laptop, CPU, Apple or edge: llama.cpp first.
 3. ``maintenance`` — an engine in maintenance mode is excluded for a new deployment; one
    running today is kept running while a migration is planned.
@@ -16,7 +17,7 @@ not fire, or unknown with what to supply):
    ≥ ``CONCURRENCY_HIGH_MIN``: vLLM or SGLang, Ollama is out.
 6. ``slo`` — an engine whose benchmark never met the SLO is excluded.
 7. ``model_churn`` — one or two stable models on one fixed NVIDIA SKU at huge volume:
-   TensorRT-LLM first, weighed against its rebuild cost.
+   TensorRT-LLM first, weighed against its model-change cost.
 8. ``prefix`` — shared-prefix ratio above ``PREFIX_HEAVY_SHARE``: SGLang or vLLM plus
    cache-aware routing, benchmark both; below ``PREFIX_LIGHT_SHARE``: published SGLang margins
    do not apply.
@@ -28,13 +29,15 @@ not fire, or unknown with what to supply):
     cost.
 11. ``payback`` — a switch from the engine running today whose migration (work plus running
     both engines meanwhile) does not pay back within ``payback_max_months`` is not
-    recommended.
+    recommended; for a new deployment, neither is the first-ranked engine whose extra adoption
+    work over the runner-up's does not.
 
 Then every axis the decision rests on gets its flip value (:mod:`pipeline.decision.flips`)
 and a revisit trigger; every requirement gets a trigger that fires when it changes.
 12. ``transferability`` — benchmarks flagged as not transferable lower the confidence.
-13. ``routing`` and 14. ``isolation`` — what prefix-aware routing saves at the fleet and the
-    layer that fits the team's platform, and whether tenants must be isolated (carried by the
+13. ``routing`` and 14. ``isolation`` — what prefix-aware routing saves at the fleet (a range
+    over the simulated replica counts when the fleet size is unknown) and the layer that fits
+    the team's platform, and whether tenants must be isolated (carried by the
     recommendation with its cost).
 """
 
@@ -43,8 +46,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pipeline.capacity.present import transfer_sentence
-from pipeline.decision.catalog import Fact, evidence_text, oldest_fact
+from pipeline.capacity.present import capacity_words, transfer_sentence
+from pipeline.decision.catalog import UNDATED, Fact, cuda_major, evidence_text, oldest_fact
 from pipeline.decision.config import DecisionConfig, Requirements
 from pipeline.decision.context import (
     DecisionInputs,
@@ -56,7 +59,6 @@ from pipeline.decision.context import (
 from pipeline.decision.costing import (
     Outcome,
     choose,
-    deployment_backend,
     payback,
     payback_measure,
     price_of,
@@ -115,8 +117,10 @@ def measurements(
         "requirements.fixed_sku": ctx.requirements.fixed_sku,
         "requirements.model_changes_per_quarter": ctx.requirements.model_changes_per_quarter,
     }
-    for engine in ctx.catalog.engines:
-        m[f"catalog.status[{engine}]"] = ctx.catalog.engines[engine].status.state
+    for engine, spec in ctx.catalog.engines.items():
+        m[f"catalog.status[{engine}]"] = spec.status.state
+        cuda = spec.current_cuda()
+        m[f"catalog.min_cuda_major[{engine}]"] = cuda_major(cuda.min_cuda) if cuda else None
         m[f"catalog.missing_features[{engine}]"] = len(
             missing_features(engine, ctx.catalog, ctx.required)
         )
@@ -146,7 +150,9 @@ def measurements(
         m[f"decision.replicas_at_peak[{engine}]"] = bench.replicas_at_peak if bench else None
         m[f"decision.monthly_gpu_usd[{engine}]"] = bench.monthly_gpu_usd if bench else None
         m[f"decision.monthly_total_usd[{engine}]"] = price_of(ctx, engine).monthly_total
-        m[f"decision.payback_months[{engine}]"] = payback_measure(payback(ctx, engine))
+        m[f"decision.payback_months[{engine}]"] = payback_measure(
+            payback(ctx, engine, _rival(engine, top, runner))
+        )
         m[f"decision.gpu_hour_usd[{engine}]"] = bench.gpu_hour_usd if bench else None
         m[f"decision.fleet_fraction_gpu_usd[{engine}]"] = (
             bench.fractional_monthly_gpu_usd if bench else None
@@ -169,38 +175,53 @@ def measurements(
 
 
 def _facts_used(ctx: RuleContext, routing: Routing) -> list[Fact]:
-    """The catalog facts this decision read: every candidate's (the required features, the
-    change cost on its benchmarked backend) and the routing layer it recommends."""
-    backends = {engine: bench.backend for engine, bench in ctx.benches.items()}
+    """The catalog facts this decision read: every candidate's (its hardware and the notes on
+    the team's, the CUDA release its latest version needs, the required features, the change
+    cost) and the routing layer it recommends."""
     layers = (routing.layer,) if routing.recommended and routing.layer else ()
-    return ctx.catalog.facts_used(list(ctx.states), ctx.required, backends, layers)
+    return ctx.catalog.facts_used(list(ctx.states), ctx.required, ctx.requirements.hardware, layers)
 
 
 def _catalog_age(ctx: RuleContext, facts: list[Fact], answer: tuple[str, ...]) -> dict[str, Any]:
-    """The oldest dated fact used (its key, evidence date and age at the decision's date) and
-    how many facts used are undated (those of the ``answer``'s engines by name); a rationale
-    entry that says so."""
+    """The oldest fact used (its key, evidence date and age at the decision's date; an undated
+    fact is the oldest there is, its age ``undated``, which compares as older than any limit)
+    and how many facts used are undated (those of the ``answer``'s engines by name); a
+    rationale entry that says so."""
     oldest = oldest_fact(facts)
     as_of = ctx.inputs.as_of
+    undated = [f.key for f in facts if f.evidence_date is None]
     # Even the oldest fact used dated after the decision's date: evidence that date could not
     # have had, so its age is unknown (never 0, "fresh", and never negative).
-    after = oldest is not None and as_of is not None and (oldest.age_days(as_of) or 0) < 0
-    age = oldest.age_days(as_of) if oldest is not None and as_of is not None and not after else None
-    undated = [f.key for f in facts if f.evidence_date is None]
-    stale = age > CATALOG_MAX_AGE_DAYS if age is not None else None
+    after = (
+        oldest is not None
+        and oldest.evidence_date is not None
+        and as_of is not None
+        and oldest.evidence_date > as_of
+    )
+    age: int | str | None = None
+    if oldest is not None and oldest.evidence_date is None:
+        age = UNDATED
+    elif oldest is not None and as_of is not None and not after:
+        age = oldest.age_days(as_of)
+    stale = crossed(age, ">", CATALOG_MAX_AGE_DAYS)
     if oldest is None:
-        effect = "no fact this decision used carries an evidence date: its age is unknown"
-    elif after:
-        date = evidence_text(oldest.evidence_date)
+        effect = "no catalog fact was used: its age is unknown"
+    elif oldest.evidence_date is None:
         effect = (
-            f"the oldest fact used is {oldest.key}, evidence of {date}, after the decision's "
-            f"date {as_of}: its age at that date is unknown; give a report date on or after "
-            f"{date} (--as-of or bench.as_of), or the catalog of that date (decision.catalog)"
+            f"{len(undated)} fact(s) used carry no evidence date, {oldest.key} first: an "
+            "undated fact counts as the oldest evidence there is; re-verify them upstream and "
+            "date them"
+        )
+    elif after:
+        effect = (
+            f"the oldest fact used is {oldest.key}, evidence of {oldest.evidence_date}, after the "
+            f"decision's date {as_of}: its age at that date is unknown; give a report date on or "
+            f"after {oldest.evidence_date} (--as-of or bench.as_of), or the catalog of that date "
+            "(decision.catalog)"
         )
     else:
-        date = evidence_text(oldest.evidence_date)
-        effect = f"the oldest fact used is {oldest.key}, evidence of {date}"
-        effect += f" ({age} days before {as_of.isoformat()})" if age is not None and as_of else ""
+        effect = f"the oldest fact used is {oldest.key}, evidence of {oldest.evidence_date}"
+        effect += f" ({age} days before {as_of.isoformat()})" if as_of is not None else ""
         effect += (
             f": older than {CATALOG_MAX_AGE_DAYS} days, re-verify it upstream"
             if stale
@@ -208,8 +229,6 @@ def _catalog_age(ctx: RuleContext, facts: list[Fact], answer: tuple[str, ...]) -
             if stale is False
             else "; its age is unknown (no decision date: give --as-of)"
         )
-    if undated:
-        effect += f"; {len(undated)} fact(s) used are undated (their age is unknown)"
     ctx.rule(
         "catalog_age",
         "Age of the catalog facts used",
@@ -351,6 +370,18 @@ def _triggers(
                 "docs/decision-rules.md#maintenance: the chosen engine's status changes (e.g. maintenance mode)",
             )
         )
+        if ctx.requirements.cuda_version is not None:
+            out.append(
+                trigger(
+                    f"engine.cuda[{top}]",
+                    f"catalog.min_cuda_major[{top}]",
+                    ">",
+                    cuda_major(ctx.requirements.cuda_version),
+                    m,
+                    "docs/decision-rules.md#cuda: the chosen engine's current release needs a "
+                    "newer CUDA than your fleet runs",
+                )
+            )
         out.append(
             trigger(
                 f"engine.missing_features[{top}]",
@@ -523,7 +554,7 @@ def decided(ctx: RuleContext) -> DecisionRecord:
     outcome = choose(ctx)
     top, runner = outcome.engine, outcome.runner_up
     _transferability(ctx, top, runner, outcome)
-    _unknown_change_costs(ctx, top, runner, outcome)
+    _removed_backends(ctx, top, runner, outcome)
     routing = routing_value(ctx, top, runner)
     isolation, advice = isolation_advice(ctx, top, routing)
     flips = axis_flips(ctx, top, runner)
@@ -624,25 +655,23 @@ def _transferability(
     outcome.reasons.extend(r for r in reasons if r not in outcome.reasons)
 
 
-def _unknown_change_costs(
+def _removed_backends(
     ctx: RuleContext, top: str | None, runner: str | None, outcome: Outcome
 ) -> None:
-    """Models that change while the answer's change cost hangs on a backend nobody named: the
-    ranking could not count it, so the answer is provisional and says why."""
-    if not ctx.requirements.model_changes_per_quarter:
-        return
+    """An answer resting on a benchmark of a serving backend its engine has removed: that
+    deployment can no longer be built, so the answer is provisional until it is re-benchmarked
+    on the backend that replaced it."""
     for engine in dict.fromkeys(e for e in (top, runner) if e):
+        bench = ctx.benches.get(engine)
         spec = ctx.catalog.engines[engine]
-        if spec.change_cost(deployment_backend(ctx, engine)) is None:
-            reason = (
-                f"{ctx.name(engine)}'s model-change cost is unknown: its benchmark manifest does "
-                f"not name its serving backend ({', '.join(sorted(spec.change_by_backend or {}))})"
-                ", so the ranking leaves model changes out"
-            )
-            outcome.reasons.append(reason)
-            outcome.confidence = (
-                "provisional" if outcome.confidence == "firm" else outcome.confidence
-            )
+        removed = spec.removed_backends.get(bench.backend or "") if bench else None
+        if bench is None or removed is None:
+            continue
+        outcome.reasons.append(
+            f"{ctx.name(engine)}'s benchmark ran on its {bench.backend} backend, removed "
+            f"{removed.since.isoformat()}: re-benchmark on {removed.replaced_by}"
+        )
+        outcome.confidence = "provisional" if outcome.confidence == "firm" else outcome.confidence
 
 
 def _candidates(
@@ -686,7 +715,7 @@ def _candidates(
                 monthly_change_cost_usd=plain(price.monthly_change),
                 monthly_total_usd=plain(price.monthly_total),
                 switch_cost_usd=plain(switch),
-                payback=_plain_payback(payback(ctx, engine)),
+                payback=_plain_payback(payback(ctx, engine, _rival(engine, top, runner))),
                 flip_condition=_flip_condition(ctx, engine, outcome, flips),
                 **_workload_figures(bench),
             )
@@ -707,6 +736,12 @@ def _flip_condition(
         flip_sentence(f, ctx.name) for f in flips if f.engine == engine and f.threshold is not None
     ]
     return " ".join(s if s.endswith(".") else s + "." for s in sentences) or None
+
+
+def _rival(engine: str, top: str | None, runner: str | None) -> str | None:
+    """The engine a new deployment's payback of ``engine`` is weighed against: the other of
+    the top two (None for any other engine)."""
+    return runner if engine == top else top if engine == runner else None
 
 
 def _plain_payback(found: Payback | None) -> Payback | None:
@@ -745,6 +780,7 @@ def _workload_figures(bench: EngineBench | None) -> dict[str, Any]:
         "capacity_basis": found.capacity_basis,
         "transfer": transfer_sentence(found),
         "provisional_reason": found.provisional_reason,
+        **plain(capacity_words(found)),
     }
     cost = bench.workload_cost
     if cost is not None:

@@ -13,9 +13,16 @@ from typing import Annotated, Literal, Self
 
 from pydantic import Field, Strict, model_validator
 
-from pipeline.capacity.config import ServedModel
+from pipeline.capacity.config import ReplicaMemory, ServedModel
 from pipeline.capacity.prior import ModelShape
-from pipeline.decision.catalog import Feature, Gateway, HardwareTarget, Orchestrator, Sources
+from pipeline.decision.catalog import (
+    CudaVersion,
+    Feature,
+    Gateway,
+    HardwareTarget,
+    Orchestrator,
+    Sources,
+)
 from pipeline.settings import (
     ConfigPath,
     Fraction,
@@ -131,6 +138,9 @@ class Requirements(Section):
     hardware: Annotated[tuple[HardwareTarget, ...], Strict(False)]
     one_engine_across_fleet: bool
     gpu_types: Sources
+    # The CUDA release the NVIDIA fleet's drivers support (12, 12.8, 13): an engine whose
+    # current release needs a newer major release is excluded.
+    cuda_version: CudaVersion | None
     fixed_sku: bool | None
     models: Sources
     model_changes_per_quarter: ModelChanges | None
@@ -148,7 +158,8 @@ class Requirements(Section):
         kv = self.kv_cache
         if kv is None:
             return ServedModel(self.models)
-        return ServedModel(self.models, kv.tokens_per_replica(), kv.model_shape())
+        memory = ReplicaMemory(kv.gpu_memory_gib, kv.memory_utilization, kv.overhead_gib)
+        return ServedModel(self.models, kv.tokens_per_replica(), kv.model_shape(), memory)
 
 
 class DecisionConfig(Section):

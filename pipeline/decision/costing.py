@@ -13,22 +13,23 @@ a gap is a tie, and when a switch does not pay back.
   could erase decides nothing.
 - **Payback** of a switch = (the migration's engineer time + the new fleet's bill while both
   engines run through the migration and ``decision.revalidation_weeks``) ÷ the monthly saving
-  on the bills; ``never`` when it saves nothing a month, ``unknown`` (with the reason) when a
-  cost is missing — never confused.
+  on the bills; of a choice (a new deployment, the top two) = the extra adoption work ÷ the
+  monthly saving. Worked whenever both engines have a monthly cost, the workload's own or the
+  benchmark's; ``never`` when it saves nothing a month, ``unknown`` (with the missing input and
+  why) when a cost is missing — never confused.
 
 The ranking works in codes and numbers (:class:`Finding`); :mod:`pipeline.decision.present`
 phrases them, so the wording can change without touching a comparison."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
 
 from pipeline.costing import (
     HOURS_PER_WEEK,
     MONTHS_PER_QUARTER,
     known_sum,
-    monthly_bill,
     parallel_run_usd,
     payback_months,
 )
@@ -38,13 +39,6 @@ from pipeline.decision.result import Payback, Ranking
 from pipeline.decision.triggers import NEVER
 
 
-def deployment_backend(ctx: RuleContext, engine: str) -> str | None:
-    """The serving backend ``engine``'s benchmark manifest names (None: not said or not
-    benchmarked)."""
-    bench = ctx.benches.get(engine)
-    return bench.backend if bench is not None else None
-
-
 def _migration_weeks(ctx: RuleContext, engine: str) -> float:
     override = {
         ctx.catalog.require_engine(k, f"requirements.migration_engineer_weeks.{k}"): v
@@ -52,7 +46,7 @@ def _migration_weeks(ctx: RuleContext, engine: str) -> float:
     }
     if engine in override:
         return override[engine]
-    return ctx.catalog.engines[engine].migration_weeks(deployment_backend(ctx, engine))
+    return ctx.catalog.engines[engine].migration_weeks()
 
 
 def switch_cost(ctx: RuleContext, engine: str) -> float | None:
@@ -63,12 +57,10 @@ def switch_cost(ctx: RuleContext, engine: str) -> float | None:
 
 
 def _change_cost_per_change(ctx: RuleContext, engine: str) -> float | None:
-    """People's time plus GPU build time for one model or configuration change, on the
-    backend the deployment runs; None when that cost depends on a backend nobody named."""
+    """People's time plus GPU build time for one model or configuration change; None when
+    a price it needs is not known."""
     week = ctx.requirements.engineer_week_usd
-    change = ctx.catalog.engines[engine].change_cost(deployment_backend(ctx, engine))
-    if change is None:
-        return None
+    change = ctx.catalog.engines[engine].change_cost()
     bench = ctx.benches.get(engine)
     gpu_usd = 0.0
     if change.build_minutes:
@@ -107,11 +99,6 @@ class Priced:
     def monthly_total(self) -> float | None:
         return known_sum(self.monthly_gpu, self.monthly_change)
 
-    @property
-    def bill(self) -> float | None:
-        """What running the engine costs a month (:func:`pipeline.costing.monthly_bill`)."""
-        return monthly_bill(self.monthly_total, self.monthly_gpu)
-
 
 def price_of(ctx: RuleContext, engine: str) -> Priced:
     bench = ctx.benches.get(engine)
@@ -124,56 +111,110 @@ def price_of(ctx: RuleContext, engine: str) -> Priced:
     )
 
 
-def payback(ctx: RuleContext, engine: str) -> Payback | None:
-    """Whether switching from the engine running today to ``engine`` pays for itself, and when
-    (module docstring); None when there is no switch (nothing runs today, or this engine
-    does)."""
+def payback(ctx: RuleContext, engine: str, against: str | None = None) -> Payback | None:
+    """Whether choosing ``engine`` pays for itself, and when (module docstring): against the
+    engine running today (a switch), else against ``against`` (a new deployment choosing
+    between two engines: ``engine``'s extra adoption work against its monthly saving). None
+    when there is nothing to compare (this engine runs today, or nothing runs and no rival is
+    given)."""
     current = current_engine(ctx)
-    if current is None or current == engine:
+    baseline = current if current is not None else against
+    if baseline is None or baseline == engine:
         return None
-    switch = switch_cost(ctx, engine)
-    here, there = price_of(ctx, current), price_of(ctx, engine)
-    weeks = _migration_weeks(ctx, engine) + ctx.settings.revalidation_weeks
-    parallel = parallel_run_usd(there.monthly_gpu, weeks) if there.monthly_gpu is not None else None
-    missing = _payback_missing(switch, here, there)
-    if missing is not None:
-        reason = finding_text(
-            Finding("payback_missing", (current, engine), details=(missing,)), ctx.name
+    here, there = price_of(ctx, baseline), price_of(ctx, engine)
+    if current is not None:
+        switch = switch_cost(ctx, engine)
+        both_run = _migration_weeks(ctx, engine) + ctx.settings.revalidation_weeks
+        weeks: float | None = both_run
+        parallel = (
+            parallel_run_usd(there.monthly_gpu, both_run) if there.monthly_gpu is not None else None
         )
-        return Payback(
-            status="unknown",
-            reason=reason,
-            switch_cost_usd=switch,
-            parallel_run_usd=parallel,
-            parallel_weeks=weeks,
-        )
-    assert switch is not None and parallel is not None  # _payback_missing said so
-    assert here.bill is not None and there.bill is not None
+    else:
+        switch, weeks, parallel = _extra_adoption(ctx, engine, baseline), None, 0.0
+        if switch == 0 and _payback_missing(ctx, switch, here, there) is not None:
+            return None  # nothing extra to adopt, and nothing known to compare
+    kind: Literal["switch", "choice"] = "switch" if current is not None else "choice"
     known = {"switch_cost_usd": switch, "parallel_run_usd": parallel, "parallel_weeks": weeks}
-    saving = here.bill - there.bill
-    figures = {**known, "saving": saving, "here": here.bill, "there": there.bill}
+
+    def found(status: str, code: str, finding: Finding, **more: Any) -> Payback:
+        return Payback.model_validate(
+            {
+                "status": status,
+                "kind": kind,
+                "against": baseline,
+                "reason": finding_text(replace(finding, code=f"{code}_{kind}"), ctx.name),
+                **known,
+                **more,
+            }
+        )
+
+    missing = _payback_missing(ctx, switch, here, there)
+    if missing is not None:
+        return found("unknown", "payback_missing", Finding("", (baseline, engine), details=missing))
+    assert switch is not None and parallel is not None  # _payback_missing said so
+    bills = _bills(here, there)
+    assert bills is not None  # _payback_missing said so
+    here_bill, there_bill, basis = bills
+    saving = here_bill - there_bill
+    figures = {
+        "switch_cost_usd": switch,
+        "parallel_run_usd": parallel,
+        "parallel_weeks": weeks or 0.0,
+        "saving": saving,
+        "here": here_bill,
+        "there": there_bill,
+    }
     months = payback_months(switch + parallel, saving)
     if months is None:
-        reason = finding_text(Finding("payback_never", (engine, current), figures), ctx.name)
-        return Payback(status="never", reason=reason, monthly_saving_usd=saving, **known)
-    reason = finding_text(
-        Finding("payback_worked", (engine, current), {**figures, "months": months}), ctx.name
-    )
-    return Payback(
-        status="months", months=months, reason=reason, monthly_saving_usd=saving, **known
-    )
+        never = Finding("", (engine, baseline), figures, (basis,))
+        return found("never", "payback_never", never, monthly_saving_usd=saving)
+    worked = Finding("", (engine, baseline), {**figures, "months": months}, (basis,))
+    return found("months", "payback_worked", worked, months=months, monthly_saving_usd=saving)
 
 
-def _payback_missing(switch: float | None, here: Priced, there: Priced) -> str | None:
-    """What a payback needs and lacks: the price of an engineer-week, or a monthly cost of the
-    engine running today (``current_monthly_cost``) or of the new one (``new_monthly_cost``)."""
+def _extra_adoption(ctx: RuleContext, engine: str, rival: str) -> float | None:
+    """What adopting ``engine`` costs in engineer time beyond adopting ``rival`` (never below
+    0); None when it depends on the price of an engineer-week nobody gave."""
+    extra_weeks = max(_migration_weeks(ctx, engine) - _migration_weeks(ctx, rival), 0.0)
+    week = ctx.requirements.engineer_week_usd
+    if extra_weeks == 0:
+        return 0.0
+    return None if week is None else extra_weeks * week
+
+
+def _bills(here: Priced, there: Priced) -> tuple[float, float, str] | None:
+    """The two monthly bills a payback compares, alike: GPUs and model changes when both
+    have both, else GPUs alone (``basis`` says which); None when either GPU bill is missing."""
+    if here.monthly_gpu is None or there.monthly_gpu is None:
+        return None
+    if here.monthly_total is not None and there.monthly_total is not None:
+        return here.monthly_total, there.monthly_total, "total"
+    return here.monthly_gpu, there.monthly_gpu, "gpu"
+
+
+def _payback_missing(
+    ctx: RuleContext, switch: float | None, here: Priced, there: Priced
+) -> tuple[str, ...] | None:
+    """What a payback needs and lacks, and why: the price of an engineer-week, or a monthly
+    cost of the engine it is compared with (``current_monthly_cost``) or of the one chosen
+    (``new_monthly_cost``)."""
     if switch is None:
-        return "engineer_week_usd"
-    if here.bill is None:
-        return "current_monthly_cost"
-    if there.bill is None or there.monthly_gpu is None:
-        return "new_monthly_cost"
+        return ("engineer_week_usd",)
+    if here.monthly_gpu is None:
+        return ("current_monthly_cost", _no_monthly_cost(ctx, here.engine))
+    if there.monthly_gpu is None:
+        return ("new_monthly_cost", _no_monthly_cost(ctx, there.engine))
     return None
+
+
+def _no_monthly_cost(ctx: RuleContext, engine: str) -> str:
+    """Why ``engine`` has no monthly cost at the workload's peak."""
+    bench = ctx.benches.get(engine)
+    if bench is None:
+        return f"{ctx.name(engine)} has no benchmark on this traffic"
+    if bench.mismatches:
+        return f"its benchmark is not about your deployment: {'; '.join(bench.mismatches)}"
+    return bench.cost_note or "its benchmark gives no fleet at the workload's peak rate"
 
 
 def payback_measure(found: Payback | None) -> float | str | None:
@@ -512,15 +553,16 @@ def _payback(
     reasons: list[Finding],
     flips: dict[str, Flip],
 ) -> tuple[str, str | None]:
-    """Whether switching from the engine running today to ``top`` pays back; the engine that
-    stays (and the runner-up) when it does not."""
+    """Whether choosing ``top`` pays back: switching from the engine running today, else (a
+    new deployment) its extra adoption work against the runner-up's; the engine that stays
+    (and the runner-up) when it does not."""
     current = current_engine(ctx)
     limit = ctx.settings.payback_max_months
 
     def rule(fired: bool | None, effect: Finding, **evidence: Any) -> None:
         ctx.rule(
             "payback",
-            "Payback of switching from the engine running today",
+            "Payback of the engine chosen",
             "docs/decision-rules.md#payback",
             fired,
             finding_text(effect, ctx.name),
@@ -528,8 +570,7 @@ def _payback(
         )
 
     if current is None:
-        rule(None, Finding("nothing_runs"))
-        return top, runner
+        return _choice_payback(ctx, top, runner, reasons, flips, rule)
     if current == top:
         rule(False, Finding("current_stays", (current,)))
         return top, runner
@@ -546,25 +587,37 @@ def _payback(
     found = payback(ctx, top)
     assert found is not None  # a switch from ``current`` to ``top``
     if found.status == "unknown":
-        missing = _payback_missing(switch, price_of(ctx, current), price_of(ctx, top))
+        missing = _payback_missing(ctx, switch, price_of(ctx, current), price_of(ctx, top))
         assert missing is not None  # why the payback is unknown
-        reasons.append(Finding("payback_unknown", (current, top), details=(missing,)))
+        reasons.append(Finding("payback_unknown", (current, top), details=missing))
         rule(
             None,
-            Finding("payback_unknown_rule", (current, top), details=(missing,)),
+            Finding("payback_unknown_rule", (current, top), details=missing),
             switch_cost_usd=switch,
             payback=found.reason,
         )
         flips[top] = Flip(
-            Finding("payback_shown", (top, current), {"limit": limit}, (missing,)),
+            Finding("payback_shown", (top, current), {"limit": limit}, missing),
             f"decision.payback_months[{top}]",
             "<=",
             limit,
         )
         return current, top
+    figures, evidence = _payback_figures(found, limit)
+    if found.status == "never" or (found.months is not None and found.months > limit):
+        code = "never" if found.status == "never" else "too_long"
+        rule(True, Finding(f"payback_{code}_rule", (top, current), figures), **evidence)
+        reasons.append(Finding(f"payback_{code}_stays", (top, current), figures))
+        flips[top] = _saving_needed(top, figures, limit)
+        return current, top
+    rule(False, Finding("pays_back", (top,), figures), **evidence)
+    return top, runner
+
+
+def _payback_figures(found: Payback, limit: float) -> tuple[dict[str, float], dict[str, Any]]:
+    """A payback's figures for its wording, and the rule's evidence."""
     assert found.switch_cost_usd is not None and found.parallel_run_usd is not None
     assert found.monthly_saving_usd is not None
-    cost = found.switch_cost_usd + found.parallel_run_usd
     figures = {
         "saving": found.monthly_saving_usd,
         "switch": found.switch_cost_usd,
@@ -572,7 +625,11 @@ def _payback(
         "weeks": found.parallel_weeks or 0.0,
         "limit": limit,
     }
+    if found.months is not None:
+        figures["months"] = found.months
     evidence = {
+        "kind": found.kind,
+        "against": found.against,
         "switch_cost_usd": found.switch_cost_usd,
         "parallel_run_usd": found.parallel_run_usd,
         "parallel_weeks": found.parallel_weeks,
@@ -580,19 +637,62 @@ def _payback(
         "payback": found.months if found.status == "months" else "never",
         "limit_months": limit,
     }
+    return figures, evidence
+
+
+def _saving_needed(
+    engine: str, figures: dict[str, float], limit: float, rival: str | None = None
+) -> Flip:
+    """What ``engine`` must save a month to pay back within ``limit``: a switch's migration
+    and double running, or (``rival`` given: a new deployment) its extra adoption work."""
+    cost = figures["switch"] + figures["parallel"]
+    return Flip(
+        Finding(
+            "saving_needed" if rival is None else "choice_saving_needed",
+            (engine,) if rival is None else (engine, rival),
+            {"needed": cost / limit, **figures},
+        ),
+        f"decision.payback_months[{engine}]",
+        "<=",
+        limit,
+    )
+
+
+def _choice_payback(
+    ctx: RuleContext,
+    top: str,
+    runner: str | None,
+    reasons: list[Finding],
+    flips: dict[str, Flip],
+    rule: Any,
+) -> tuple[str, str | None]:
+    """A new deployment: whether ``top``'s extra adoption work over the runner-up's (engineer
+    weeks) is paid back by its monthly saving within the limit; the runner-up is recommended
+    when it is not. Nothing extra to adopt: nothing to pay back."""
+    limit = ctx.settings.payback_max_months
+    if runner is None:
+        rule(None, Finding("nothing_runs"))
+        return top, runner
+    found = payback(ctx, top, runner)
+    if found is None:
+        rule(False, Finding("choice_no_extra", (top, runner)))
+        return top, runner
+    if found.status == "unknown":
+        missing = _payback_missing(
+            ctx, found.switch_cost_usd, price_of(ctx, runner), price_of(ctx, top)
+        )
+        assert missing is not None  # why the payback is unknown
+        rule(None, Finding("choice_unknown", (top, runner), details=missing), payback=found.reason)
+        return top, runner
+    figures, evidence = _payback_figures(found, limit)
+    if not figures["switch"]:
+        rule(False, Finding("choice_no_extra", (top, runner), figures), **evidence)
+        return top, runner
     if found.status == "never" or (found.months is not None and found.months > limit):
         code = "never" if found.status == "never" else "too_long"
-        if found.months is not None:
-            figures["months"] = found.months
-        rule(True, Finding(f"payback_{code}_rule", (top, current), figures), **evidence)
-        reasons.append(Finding(f"payback_{code}_stays", (top, current), figures))
-        flips[top] = Flip(
-            Finding("saving_needed", (top,), {"needed": cost / limit, **figures}),
-            f"decision.payback_months[{top}]",
-            "<=",
-            limit,
-        )
-        return current, top
-    assert found.months is not None
-    rule(False, Finding("pays_back", (top,), {**figures, "months": found.months}), **evidence)
+        rule(True, Finding(f"choice_{code}", (top, runner), figures), **evidence)
+        reasons.append(Finding(f"choice_{code}_stays", (top, runner), figures))
+        flips[top] = _saving_needed(top, figures, limit, runner)
+        return runner, top
+    rule(False, Finding("choice_pays_back", (top, runner), figures), **evidence)
     return top, runner

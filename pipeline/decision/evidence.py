@@ -496,17 +496,22 @@ def _input_rate(row: CapacityRow) -> float | None:
 
 
 def _backend(catalog: Catalog, engine: str, backend: Any, manifest: str | None) -> str | None:
-    """The manifest's ``backend`` for ``engine``, checked against the catalog's backends."""
+    """The manifest's ``backend`` for ``engine``, checked against the catalog's backends (a
+    removed one is read: the rules say it no longer exists)."""
     if backend is None:
         return None
-    known = sorted(catalog.engines[engine].change_by_backend or {})
-    if str(backend) not in known:
-        has = f"its backends are {', '.join(known)}" if known else "it has no backends to choose"
-        raise ConfigError(
-            f"{manifest or engine}: backend: {catalog.engines[engine].name} has no backend "
-            f"{backend!r} in the engine catalog ({has}); fix the manifest's backend key"
-        )
-    return str(backend)
+    spec = catalog.engines[engine]
+    if str(backend) in (*spec.backends, *spec.removed_backends):
+        return str(backend)
+    has = (
+        f"its backends are {', '.join(spec.backends)}"
+        if spec.backends
+        else "it has no backends to choose"
+    )
+    raise ConfigError(
+        f"{manifest or engine}: backend: {spec.name} has no backend {backend!r} in the engine "
+        f"catalog ({has}); fix the manifest's backend key"
+    )
 
 
 def _first(points: pl.DataFrame, candidate: str, column: str) -> Any:

@@ -69,7 +69,7 @@ def rationale_text(record: DecisionRecord) -> str:
         for reason in c.reasons:
             lines += _wrap(reason, "    ")
         if c.payback is not None and c.status != "excluded":
-            lines += _wrap(f"payback of switching to it: {payback_text(c.payback)}", "    ")
+            lines += _wrap(f"{payback_label(c.payback, name)}: {payback_text(c.payback)}", "    ")
         if c.flip_condition:
             lines += _wrap(f"becomes the answer: {c.flip_condition}", "    ")
     if record.flips:
@@ -172,6 +172,14 @@ def ranking_text(ranking: Ranking) -> str:
             f"({ranking.noise_note})."
         )
     return text
+
+
+def payback_label(payback: Payback, name: Callable[[str], str]) -> str:
+    """What a candidate's payback is of: a switch from the engine running today, or (a new
+    deployment) choosing it over the other of the top two."""
+    if payback.kind == "choice" and payback.against is not None:
+        return f"payback of choosing it over {name(payback.against)}"
+    return "payback of switching to it"
 
 
 def payback_text(payback: Payback) -> str:
@@ -293,6 +301,14 @@ _METRIC_SUBJECTS.update(
             _format_with("shared-prefix share"),
         ),
         "catalog.age_days": ("the engine catalog's age", _days),
+        "catalog.oldest_fact_age_days": (
+            "the age of the oldest catalog fact used",
+            lambda v: "undated (the oldest there is)" if v == "undated" else _days(v),
+        ),
+        "catalog.min_cuda_major": (
+            "the CUDA major release {engine}'s current release needs",
+            _plain,
+        ),
         "bench.age_days": ("{engine}'s benchmark's age", _days),
         "catalog.status": ("{engine}'s status in the catalog", _plain),
         "catalog.missing_features": ("the number of required features {engine} lacks", _plain),
@@ -308,7 +324,7 @@ _METRIC_SUBJECTS.update(
             "{engine}'s monthly total",
             lambda v: money(v) if isinstance(v, int | float) else UNKNOWN,
         ),
-        "decision.payback_months": ("the payback of switching to {engine}", _months_value),
+        "decision.payback_months": ("the payback of choosing {engine}", _months_value),
         "decision.gpu_hour_usd": ("{engine}'s GPU price", _format_with("$ per GPU-hour")),
         "decision.cost_gap_top_two": (
             "the cost gap between the top two",
@@ -390,6 +406,14 @@ def candidate_details(c: Candidate) -> list[str]:
         )
     if c.transfer:
         out.append(c.transfer)
+    if c.capacity_arrivals:
+        out.append(f"arrivals: {c.capacity_arrivals}")
+    if c.capacity_cache:
+        out.append(c.capacity_cache)
+    if c.capacity_binding:
+        out.append(f"what binds it: {c.capacity_binding}")
+    if c.capacity_sensitivity:
+        out.append(f"what moves the capacity: {c.capacity_sensitivity}")
     if c.cost_basis == "workload":
         out.append(
             "per 1M tokens of this workload: output "
@@ -660,9 +684,21 @@ def _cost_below_text(
 
 SUPPLY = {
     "engineer_week_usd": "requirements.engineer_week_usd",
-    "current_monthly_cost": "a benchmark of {current} with a monthly cost",
-    "new_monthly_cost": "a benchmark of {new} with a monthly cost at your peak",
+    "current_monthly_cost": "a monthly cost of {current} at your peak",
+    "new_monthly_cost": "a monthly cost of {new} at your peak",
 }
+
+
+def _supply(details: tuple[str, ...], current: str, new: str) -> str:
+    """What to supply for a payback (details: the missing input's code, then why it is
+    missing, when known)."""
+    what = SUPPLY[details[0]].format(current=current, new=new)
+    return what + (f" ({details[1]})" if len(details) > 1 and details[1] else "")
+
+
+# The bills a payback compares: both engines' totals, or both GPU bills when a model-change
+# cost is not known.
+BILL_WORDS = {"total": "whole replicas and model changes", "gpu": "GPU bills alone"}
 
 
 def _tie_text(n: list[str], f: Mapping[str, float], details: tuple[str, ...]) -> str:
@@ -694,6 +730,8 @@ def _tie_text(n: list[str], f: Mapping[str, float], details: tuple[str, ...]) ->
 
 
 def _payback_text(code: str, n: list[str], f: Mapping[str, float], details: tuple[str, ...]) -> str:
+    if code.startswith("choice_") or code.endswith("_choice"):
+        return _choice_text(code, n, f, details)
     if code == "nothing_runs":
         return "no engine runs today (requirements.current_engine): nothing to switch from"
     if code == "current_stays":
@@ -703,10 +741,15 @@ def _payback_text(code: str, n: list[str], f: Mapping[str, float], details: tupl
             f"{n[0]} cannot stay ({'; '.join(details)}): migrate to {n[1]} "
             f"({money(f.get('switch'))} of migration work) and keep {n[0]} running until then"
         )
-    if code in ("payback_unknown", "payback_unknown_rule", "payback_shown", "payback_missing"):
+    if code in (
+        "payback_unknown",
+        "payback_unknown_rule",
+        "payback_shown",
+        "payback_missing_switch",
+    ):
         current, new = (n[1], n[0]) if code == "payback_shown" else (n[0], n[1])
-        supply = SUPPLY[details[0]].format(current=current, new=new)
-        if code == "payback_missing":
+        supply = _supply(details, current, new)
+        if code == "payback_missing_switch":
             return f"the switch cannot be costed: supply {supply}"
         if code == "payback_shown":
             return (
@@ -719,13 +762,13 @@ def _payback_text(code: str, n: list[str], f: Mapping[str, float], details: tupl
             f"{n[0]} runs today and stays: whether switching to {n[1]} pays back is {UNKNOWN} "
             f"(supply {supply})"
         )
-    if code == "payback_never":
+    if code == "payback_never_switch":
         return (
             f"never: {n[0]} would cost {money(f['there'])} a month against {n[1]}'s "
-            f"{money(f['here'])} today (whole replicas and model changes), so switching saves "
+            f"{money(f['here'])} today ({BILL_WORDS[details[0]]}), so switching saves "
             "nothing to pay the migration back from"
         )
-    if code == "payback_worked":
+    if code == "payback_worked_switch":
         return (
             f"({money(f['switch_cost_usd'])} of migration work + {money(f['parallel_run_usd'])} "
             f"for {n[0]}'s fleet while both engines run {f['parallel_weeks']:g} weeks) ÷ "
@@ -760,4 +803,54 @@ def _payback_text(code: str, n: list[str], f: Mapping[str, float], details: tupl
         )
     if code == "pays_back":
         return f"{saves} for {cost}: pays back in {months(f['months'])} (≤ {f['limit']:g})"
+    raise ValueError(f"no wording for the cost finding {code!r}")
+
+
+def _choice_text(code: str, n: list[str], f: Mapping[str, float], details: tuple[str, ...]) -> str:
+    """A new deployment's payback: ``n[0]``'s extra adoption work over ``n[1]``'s against what
+    it saves a month."""
+    if code == "payback_missing_choice":
+        return f"the choice cannot be costed: supply {_supply(details, n[0], n[1])}"
+    if code == "choice_unknown":
+        return (
+            f"{UNKNOWN}: whether {n[0]}'s extra adoption work over {n[1]}'s pays back (supply "
+            f"{_supply(details, n[1], n[0])})"
+        )
+    extra = f"{money(f.get('switch_cost_usd', f.get('switch')))} more adoption work than {n[1]}"
+    if code == "payback_never_choice":
+        return (
+            f"never: {n[0]} would cost {money(f['there'])} a month against {n[1]}'s "
+            f"{money(f['here'])} ({BILL_WORDS[details[0]]}), so its {extra} is never paid back"
+        )
+    if code == "payback_worked_choice":
+        if not f["switch_cost_usd"]:
+            return (
+                f"at once: no more adoption work than {n[1]}, and {money(f['saving'])} a month "
+                "less to run"
+            )
+        return f"({extra}) ÷ {money(f['saving'])} saved a month = {months(f['months'])}"
+    if code == "choice_saving_needed":
+        return (
+            f"{n[0]} wins when it saves at least {money(f['needed'])} a month over {n[1]} "
+            f"(paying back its {money(f['switch'])} of extra adoption work within "
+            f"{f['limit']:g} months; today it saves {money(f['saving'])})"
+        )
+    if code == "choice_no_extra":
+        return f"{n[0]} takes no more adoption work than {n[1]}: nothing to pay back"
+    if code == "choice_pays_back":
+        return (
+            f"{n[0]} saves {money(f['saving'])} a month over {n[1]} for {money(f['switch'])} more "
+            f"adoption work: pays back in {months(f['months'])} (≤ {f['limit']:g})"
+        )
+    if code in ("choice_never", "choice_never_stays"):
+        return (
+            f"{n[0]} saves nothing a month over {n[1]} ({money(f['saving'])}) and takes "
+            f"{money(f['switch'])} more adoption work: {n[1]} is recommended"
+        )
+    if code in ("choice_too_long", "choice_too_long_stays"):
+        return (
+            f"{n[0]} saves {money(f['saving'])} a month over {n[1]} but takes {money(f['switch'])} "
+            f"more adoption work: pays back in {months(f['months'])} (> {f['limit']:g}): {n[1]} "
+            "is recommended"
+        )
     raise ValueError(f"no wording for the cost finding {code!r}")

@@ -64,14 +64,18 @@ class Recommendation(_Model):
 
 
 class Payback(_Model):
-    """How long switching from the engine running today to this one takes to pay for itself:
-    ``months`` (with the figure), ``never`` (it saves nothing a month) or ``unknown`` (a cost
-    is missing; ``reason`` says which). The cost counts the migration work and running both
-    engines side by side through the migration and revalidation weeks."""
+    """How long choosing this engine takes to pay for itself: ``months`` (with the figure),
+    ``never`` (it saves nothing a month) or ``unknown`` (an input is missing; ``reason`` says
+    which). ``switch`` (from the engine running today, ``against``): the cost counts the
+    migration work and running both engines side by side through the migration and
+    revalidation weeks. ``choice`` (a new deployment, against the other of the top two): the
+    cost is the extra adoption work over ``against``'s."""
 
     status: Literal["months", "never", "unknown"]
     months: float | None = None
     reason: str
+    kind: Literal["switch", "choice"] = "switch"
+    against: str | None = None
     switch_cost_usd: float | None = None  # the migration's engineer time
     parallel_run_usd: float | None = None  # the new fleet's bill while both run
     parallel_weeks: float | None = None
@@ -119,6 +123,14 @@ class Candidate(_Model):
     fleet_cost_per_1m_output_usd: float | None = None  # sized fleet's bill ÷ output at mean rate
     benchmark_cost_per_1m_output_usd: float | None = None  # the bench stage's own figure
     benchmark_monthly_cost_usd: float | None = None  # the bench stage's fleet at the peak
+    # How the capacity search's requests arrived, the same search with Poisson arrivals, which
+    # cache replay gave the cached tokens (and how the fleet size settled), what binds the
+    # capacity and how it moves with one input moved (the capacity stage's words).
+    capacity_arrivals: str | None = None
+    capacity_poisson_rps: float | None = None
+    capacity_cache: str | None = None
+    capacity_binding: str | None = None
+    capacity_sensitivity: str | None = None
 
     def monthly_bill(self) -> float | None:
         """What it costs a month (:func:`pipeline.costing.monthly_bill`)."""
@@ -184,6 +196,12 @@ class Routing(_Model):
     prefill_gpu_hours_saved_per_month: float | None = None
     ttft_p95_ms_saved: float | None = None
     layer_choice: str | None = None  # why this layer, or what to set to choose one
+    # With the fleet size unknown: the saving over the simulated replica counts (low, high),
+    # what it comes to a month, and the fewest replicas at which it clears the threshold.
+    prompt_tokens_saved_share_range: list[float] | None = None
+    monthly_prompt_tokens_saved_range: list[float] | None = None
+    monthly_usd_saved_range: list[float] | None = None
+    worth_from_replicas: int | None = None
 
 
 class Isolation(_Model):

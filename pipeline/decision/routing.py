@@ -8,6 +8,7 @@ prefill GPU time and p95 TTFT saved at that fleet and KV size) when there is one
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,11 +23,12 @@ from pipeline.decision.catalog import Layer
 from pipeline.decision.context import RuleContext, plain
 from pipeline.decision.evidence import EngineBench
 from pipeline.decision.result import Isolation, IsolationAdvice, Routing
+from pipeline.present.text import money, quantity
+from pipeline.present.text import share as share_words
+from pipeline.sim.config import PREFIX_ROUTINGS
 from pipeline.sim.result import ScenarioSummary
 from pipeline.thresholds import ROUTING_GAIN_MIN
 from pipeline.unknown import Unknown, is_known
-
-PREFIX_ROUTINGS = ("cache-aware", "affinity", "bounded-affinity")
 
 
 def routing_value(ctx: RuleContext, engine: str | None, runner_up: str | None = None) -> Routing:
@@ -98,20 +100,8 @@ def routing_value(ctx: RuleContext, engine: str | None, runner_up: str | None = 
         if fleet
         else f"{replicas} replicas (the largest simulated; the fleet size is unknown)"
     )
+    hits, prompt, method = _hits_at(ctx, multi, replicas, capacity, configured)
     at = [s for s in multi if s.replicas == replicas]
-    hits: dict[str, float | None] = {}
-    if capacity in configured:
-        method = "simulated replay at that capacity (request lifetimes as configured)"
-        for s in at:
-            if s.cache_tokens == capacity and not s.tenant_isolation:
-                hits[s.routing] = s.hit_tokens if is_known(s.hit_tokens) else None
-        prompt = next((s.prompt_tokens for s in at), None)
-    else:
-        method = (
-            "one-pass capacity curves at that capacity (instant lifetime; cache-aware not curved)"
-        )
-        prompt = next((s.prompt_tokens for s in at), None)
-        hits = _curve_hits(ctx.inputs.curves, replicas, capacity)
     if not hits or hits.get("round-robin") is None or not prompt:
         unknown = next((s.hit_ratio.reason for s in at if isinstance(s.hit_ratio, Unknown)), None)
         reason = unknown or (
@@ -121,8 +111,8 @@ def routing_value(ctx: RuleContext, engine: str | None, runner_up: str | None = 
         return empty.model_copy(
             update={"replicas": replicas, "reason": f"unknown: {reason}", "method": method}
         )
-    known = {r: h for r, h in hits.items() if h is not None and r in PREFIX_ROUTINGS}
-    if not known:
+    saving = _saving(hits, prompt)
+    if saving is None:
         reason = (
             "no prefix-aware routing simulated (add affinity or cache-aware to simulation.routings)"
         )
@@ -130,38 +120,66 @@ def routing_value(ctx: RuleContext, engine: str | None, runner_up: str | None = 
         return empty.model_copy(
             update={"replicas": replicas, "reason": f"unknown: {reason}", "method": method}
         )
-    best = max(sorted(known), key=lambda r: known[r])
-    round_robin: float = hits["round-robin"]  # type: ignore[assignment]
-    share = (known[best] - round_robin) / prompt
-    # No advice without a fleet size: the saving depends on how many replicas there are.
-    recommended = share >= ROUTING_GAIN_MIN if fleet is not None else None
+    best, share = saving
+    # With the fleet unknown, the saving at every simulated replica count bounds what routing
+    # is worth: the recommendation stands on the largest count's (a fleet routes between
+    # several replicas), with the range said.
+    shares = (
+        {replicas: share}
+        if fleet is not None
+        else {
+            r: found[1]
+            for r in simulated
+            if (found := _saving(*_hits_at(ctx, multi, r, capacity, configured)[:2])) is not None
+        }
+    )
+    spread = (min(shares.values()), max(shares.values()))
+    worth_from = min((r for r, s in shares.items() if s >= ROUTING_GAIN_MIN), default=None)
+    recommended = share >= ROUTING_GAIN_MIN
     choice = _layer(ctx, engine, runner_up) if recommended and engine else None
     layer = choice.layer if choice else None
-    priced = _priced(ctx, bench, round_robin / prompt, known[best] / prompt, capacity)
+    round_robin: float = hits["round-robin"]  # type: ignore[assignment]
+    priced = _priced(ctx, bench, round_robin / prompt, (round_robin / prompt) + share, capacity)
     if priced is not None:
         value, model_method = priced
-        monthly_tokens: float | None = (
-            share
-            * (ctx.workload.mean_rate_rps or 0.0)
-            * (ctx.workload.prompt_mean or 0.0)
-            * SECONDS_PER_MONTH
-        )
+        monthly_tokens: float | None = _monthly_tokens(ctx, share)
         monthly_usd: float | None = value.monthly_usd_saved
         money_method = model_method
     else:
         monthly_tokens, monthly_usd, money_method = _routing_money(ctx, engine, share)
         value = None
+    tokens_range = [_monthly_tokens(ctx, s) for s in spread] if fleet is None else None
+    usd_range = [_routing_money(ctx, engine, s)[1] for s in spread] if fleet is None else None
     reason = (
         f"{best} saves {share:.1%} of prompt tokens from prefill vs round-robin with "
         f"{capacity:,} cache tokens per replica at {at_fleet} (threshold "
         f"{ROUTING_GAIN_MIN:.0%})"
     )
-    if recommended is None:
-        effect = (
-            f"unknown: no routing advice until the fleet size is known ({fleet_source}); {reason}"
+    if fleet is None:
+        reason += (
+            f"; the fleet size is unknown ({fleet_source}): over the simulated "
+            f"{', '.join(str(r) for r in sorted(shares))} replicas it saves "
+            f"{_range_words(spread, share_words)} of prompt tokens"
+            + (
+                f", {_range_words(tokens_range, quantity)} tokens a month"
+                if tokens_range and None not in tokens_range
+                else ""
+            )
+            + (
+                f" (about {_range_words(usd_range, money)} a month)"
+                if usd_range and None not in usd_range
+                else ""
+            )
+            + (
+                f", at least {ROUTING_GAIN_MIN:.0%} from {worth_from} replicas on"
+                if worth_from is not None
+                else ""
+            )
         )
-    elif choice is not None:
+    if choice is not None:
         effect = (f"recommend {layer}: " if layer else "recommended; ") + f"{choice.why}; {reason}"
+    elif recommended:
+        effect = f"recommended (no engine to route for yet); {reason}"
     else:
         effect = f"not worth a routing layer: {reason}"
     ctx.rule(
@@ -175,6 +193,7 @@ def routing_value(ctx: RuleContext, engine: str | None, runner_up: str | None = 
         hit_tokens=hits,
         prompt_tokens=prompt,
         saved_share=share,
+        saved_share_by_replicas={str(r): s for r, s in sorted(shares.items())},
     )
     return Routing(
         recommended=recommended,
@@ -192,11 +211,70 @@ def routing_value(ctx: RuleContext, engine: str | None, runner_up: str | None = 
         reason=reason,
         fleet_replicas=fleet,
         fleet_source=fleet_source,
+        prompt_tokens_saved_share_range=plain(list(spread)) if fleet is None else None,
+        monthly_prompt_tokens_saved_range=plain(tokens_range)
+        if tokens_range and None not in tokens_range
+        else None,
+        monthly_usd_saved_range=plain(usd_range) if usd_range and None not in usd_range else None,
+        worth_from_replicas=worth_from if fleet is None else None,
         prefill_gpu_hours_saved_per_month=plain(value.prefill_gpu_hours_saved_per_month)
         if value
         else None,
         ttft_p95_ms_saved=_plain_known(value.ttft_p95_ms_saved) if value else None,
     )
+
+
+def _hits_at(
+    ctx: RuleContext,
+    multi: list[ScenarioSummary],
+    replicas: int,
+    capacity: int,
+    configured: list[int],
+) -> tuple[dict[str, float | None], int | None, str]:
+    """Cached prompt tokens per routing at ``replicas`` and ``capacity`` cache tokens a
+    replica (the simulated replay when that capacity was simulated, else the one-pass curves),
+    the prompt tokens replayed, and how they were found."""
+    at = [s for s in multi if s.replicas == replicas]
+    prompt = next((s.prompt_tokens for s in at), None)
+    if capacity in configured:
+        hits: dict[str, float | None] = {
+            s.routing: s.hit_tokens if is_known(s.hit_tokens) else None
+            for s in at
+            if s.cache_tokens == capacity and not s.tenant_isolation
+        }
+        return hits, prompt, "simulated replay at that capacity (request lifetimes as configured)"
+    return (
+        _curve_hits(ctx.inputs.curves, replicas, capacity),
+        prompt,
+        "one-pass capacity curves at that capacity (instant lifetime; cache-aware not curved)",
+    )
+
+
+def _saving(hits: dict[str, float | None], prompt: int | None) -> tuple[str, float] | None:
+    """The best prefix-aware routing and the share of prompt tokens it saves from prefill
+    against round-robin; None when either is not known."""
+    round_robin = hits.get("round-robin")
+    known = {r: h for r, h in hits.items() if h is not None and r in PREFIX_ROUTINGS}
+    if round_robin is None or not prompt or not known:
+        return None
+    best = max(sorted(known), key=lambda r: known[r])
+    return best, (known[best] - round_robin) / prompt
+
+
+def _monthly_tokens(ctx: RuleContext, share: float) -> float | None:
+    w = ctx.workload
+    if w.mean_rate_rps is None or w.prompt_mean is None:
+        return None
+    return share * w.mean_rate_rps * w.prompt_mean * SECONDS_PER_MONTH
+
+
+def _range_words(
+    bounds: list[float | None] | tuple[float, float] | None, form: Callable[[float], str]
+) -> str:
+    """``low–high`` written by ``form`` (one figure when they are equal)."""
+    assert bounds is not None
+    low, high = (form(b) for b in bounds if b is not None)
+    return low if low == high else f"{low}–{high}"
 
 
 def _plain_known(value: float | Unknown) -> float | None:
@@ -292,10 +370,9 @@ def _curve_hits(
 def _routing_money(
     ctx: RuleContext, engine: str | None, share: float
 ) -> tuple[float | None, float | None, str]:
-    w = ctx.workload
-    if w.mean_rate_rps is None or w.prompt_mean is None:
+    tokens = _monthly_tokens(ctx, share)
+    if tokens is None:
         return None, None, "money unknown: no workload rate or prompt lengths"
-    tokens = share * w.mean_rate_rps * w.prompt_mean * SECONDS_PER_MONTH
     bench = ctx.benches.get(engine) if engine else None
     if bench is None or bench.gpu_hour_usd is None or bench.gpu_count is None:
         return (
@@ -333,10 +410,11 @@ class LayerChoice:
     why: str
 
 
-def _where(layer: Layer) -> str:
+def _where(layer: Layer, engine: str | None = None) -> str:
     places = " or ".join(ORCHESTRATOR_WORDS[o] for o in layer.runs_on)
     gateway = f", behind {GATEWAY_WORDS[layer.needs_gateway]}" if layer.needs_gateway else ""
-    return f"{layer.name} ({layer.prefix_routing} prefix routing; on {places}{gateway})"
+    caveat = f"; {layer.engine_notes[engine]}" if engine in layer.engine_notes else ""
+    return f"{layer.name} ({layer.prefix_routing} prefix routing; on {places}{gateway}{caveat})"
 
 
 def _layer(ctx: RuleContext, engine: str, runner_up: str | None) -> LayerChoice:
@@ -353,11 +431,13 @@ def _layer(ctx: RuleContext, engine: str, runner_up: str | None) -> LayerChoice:
         and "prefix_aware_routing" in layer.adds
         and layer.status.state == "active"
     ]
-    fits.sort(key=lambda kv: kv[1].prefix_routing != "exact")
+    # A layer serving the engine only with a caveat (early development) comes after the
+    # layers that serve it fully, then exact (KV-event-driven) before approximate.
+    fits.sort(key=lambda kv: (engine in kv[1].engine_notes, kv[1].prefix_routing != "exact"))
     name = ctx.name(engine)
     if not fits:
         return LayerChoice(None, [], f"no routing layer in the catalog adds it to {name}")
-    listed = "; ".join(_where(layer) for _, layer in fits)
+    listed = "; ".join(_where(layer, engine) for _, layer in fits)
     platform = ctx.requirements.platform
     if platform.orchestrator is None:
         return LayerChoice(
@@ -377,7 +457,7 @@ def _layer(ctx: RuleContext, engine: str, runner_up: str | None) -> LayerChoice:
             None,
             [k for k, _ in on],
             "whether a layer can use your gateway decides: set requirements.platform.gateway "
-            f"to choose among {'; '.join(_where(layer) for _, layer in on)}",
+            f"to choose among {'; '.join(_where(layer, engine) for _, layer in on)}",
         )
     usable = [(k, layer) for k, layer in on if layer.needs_gateway in (None, platform.gateway)]
     if not usable:
@@ -388,8 +468,9 @@ def _layer(ctx: RuleContext, engine: str, runner_up: str | None) -> LayerChoice:
             f"(requirements.platform.gateway: {platform.gateway}): {listed}",
         )
 
-    def rank(layer: Layer) -> tuple[bool, bool, bool]:
+    def rank(layer: Layer) -> tuple[bool, bool, bool, bool]:
         return (
+            engine in layer.engine_notes,
             layer.needs_gateway is None,
             layer.prefix_routing != "exact",
             runner_up is not None and runner_up not in layer.engines,
@@ -404,7 +485,7 @@ def _layer(ctx: RuleContext, engine: str, runner_up: str | None) -> LayerChoice:
             None,
             [k for k, _ in usable],
             f"{' and '.join(layer.name for layer in equal)} fit your platform equally "
-            f"({'; '.join(_where(layer) for layer in equal)}): choose between them",
+            f"({'; '.join(_where(layer, engine) for layer in equal)}): choose between them",
         )
     why = [f"runs on {where}"]
     if best.needs_gateway:
@@ -413,6 +494,8 @@ def _layer(ctx: RuleContext, engine: str, runner_up: str | None) -> LayerChoice:
         why.append("routes on the engines' KV events (exact, as simulated)")
     if runner_up is not None and runner_up in best.engines:
         why.append(f"also serves {ctx.name(runner_up)}, so a switch keeps the router")
+    if engine in best.engine_notes:
+        why.append(f"though for {name}: {best.engine_notes[engine]}")
     return LayerChoice(key, rest, f"{best.name} {', '.join(why)}")
 
 

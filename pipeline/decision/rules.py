@@ -1,15 +1,14 @@
-"""The decision tree's rules in the order of docs/decision-rules.md (hardware, local, maintenance,
-features, concurrency, SLO, model churn, prefix sharing). Each excludes engines with a reason, points the
-tree at engines (``ctx.branch``), and leaves one rationale entry: applied, did not apply, or
-unknown with what to supply."""
+"""The decision tree's rules in the order of docs/decision-rules.md (hardware, CUDA, local,
+maintenance, features, concurrency, SLO, model churn, prefix sharing). Each excludes engines with
+a reason, points the tree at engines (``ctx.branch``), and leaves one rationale entry: applied,
+did not apply, or unknown with what to supply."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from pipeline.decision.catalog import ChangeCost
+from pipeline.decision.catalog import cuda_major
 from pipeline.decision.context import RuleContext, current_engine
-from pipeline.decision.costing import deployment_backend
 from pipeline.decision.evidence import missing_features
 from pipeline.present.text import quantity
 from pipeline.thresholds import (
@@ -76,7 +75,11 @@ def hardware(ctx: RuleContext) -> None:
                 "workload, the traffic's split across hardware not being an input; the "
                 f"{', '.join(lacking)} part needs another engine"
             )
-        weak = [f"{t} ({spec.hardware[t]})" for t in covered if spec.hardware[t] != "full"]
+        weak = [
+            spec.hardware_words(t)
+            for t in covered
+            if spec.hardware[t] != "full" or t in spec.hardware_notes
+        ]
         if weak:
             ctx.states[engine].notes.append(f"support not first-class on {', '.join(weak)}")
     effect = f"excluded {', '.join(excluded)}" if excluded else "every engine runs on some of it"
@@ -96,6 +99,61 @@ def hardware(ctx: RuleContext) -> None:
         excluded=excluded,
         partial_fleet=partial,
     )
+
+
+def cuda(ctx: RuleContext) -> None:
+    """The CUDA release each engine's latest version is built for, against the one the team's
+    NVIDIA fleet runs (requirements.cuda_version). Compared by major release: CUDA's
+    minor-version compatibility runs any 12.x build on any CUDA 12 driver."""
+    title = "CUDA release the engine's current version needs"
+    source = "docs/decision-rules.md#cuda"
+    wanted = ctx.requirements.cuda_version
+    hardware = ctx.requirements.hardware
+    if hardware and "nvidia" not in hardware:
+        ctx.rule("cuda", title, source, False, "no NVIDIA hardware: CUDA does not apply")
+        return
+    needs = {
+        engine: ctx.catalog.engines[engine].current_cuda()
+        for engine in ctx.states
+        if ctx.catalog.engines[engine].runs_on("nvidia")
+    }
+    evidence: dict[str, Any] = {
+        "cuda_version": wanted,
+        "min_cuda": {e: n.min_cuda if n else None for e, n in needs.items()},
+    }
+    if wanted is None:
+        ctx.rule(
+            "cuda",
+            title,
+            source,
+            None,
+            "unknown: set requirements.cuda_version (the CUDA release your NVIDIA drivers "
+            "support) to check each engine's builds against it",
+            **evidence,
+        )
+        return
+    excluded = []
+    for engine, need in needs.items():
+        if need is None or cuda_major(need.min_cuda) <= cuda_major(wanted):
+            continue
+        spec = ctx.catalog.engines[engine]
+        driver = f", driver {need.min_driver} or later" if need.min_driver else ""
+        ctx.exclude(
+            engine,
+            f"cuda: {spec.name} {spec.releases_last_6_months.latest} needs CUDA "
+            f"{need.min_cuda}{driver} (from {need.since_version} on: {need.note}); your NVIDIA "
+            f"fleet runs CUDA {wanted}: no current {spec.name}",
+        )
+        excluded.append(engine)
+    unstated = sorted(e for e, need in needs.items() if need is None)
+    effect = (
+        f"excluded {', '.join(excluded)} (their current releases need a newer CUDA than {wanted})"
+        if excluded
+        else f"every engine's current release runs on CUDA {wanted}"
+    )
+    if unstated:
+        effect += f"; the catalog states no CUDA requirement for {', '.join(unstated)}"
+    ctx.rule("cuda", title, source, bool(excluded), effect, **evidence, excluded=excluded)
 
 
 def is_local(ctx: RuleContext) -> bool | None:
@@ -347,23 +405,17 @@ def model_churn(ctx: RuleContext) -> None:
         fails.append(f"{len(models)} models served (> {TRT_MAX_MODELS})")
     changes = req.model_changes_per_quarter
     _note_change_costs(ctx)
-    backend, change = _trt_change(ctx)
-    evidence["tensorrt_llm_backend"] = backend or "unknown"
-    evidence["tensorrt_llm_change"] = change.kind if change else "unknown"
+    trt = ctx.catalog.engines.get("tensorrt-llm")
+    evidence["tensorrt_llm_change"] = trt.change.kind if trt else "unknown"
     if changes is not None and changes > TRT_MAX_CHANGES_PER_QUARTER:
-        # Churn rules TensorRT-LLM out only where a change rebuilds an engine (its TensorRT
-        # backend); on its PyTorch backend a change is a restart, costed like any other.
-        if change is None:
-            unknown.append(
-                "TensorRT-LLM's serving backend (backend: pytorch or tensorrt in its benchmark "
-                "manifest; only tensorrt rebuilds an engine per model change)"
-            )
-        elif change.kind == "rebuild":
-            fails.append(
-                f"models change {changes:g} times a quarter (stable: ≤ "
-                f"{TRT_MAX_CHANGES_PER_QUARTER:g}) and its {backend} backend rebuilds an engine "
-                "per change"
-            )
+        # A change restarts TensorRT-LLM like any engine (no build since its TensorRT backend
+        # was removed), but a new architecture runs on it only once it implements it: churn
+        # keeps the branch for stable models.
+        fails.append(
+            f"models change {changes:g} times a quarter (stable: ≤ "
+            f"{TRT_MAX_CHANGES_PER_QUARTER:g}), and a model of a new architecture runs on "
+            "TensorRT-LLM only once it implements it"
+        )
     if volume is not None and volume < HIGH_VOLUME_OUTPUT_TOKENS_PER_MONTH:
         fails.append(f"{quantity(volume)} output tokens a month is not huge volume")
     if fails:
@@ -390,40 +442,28 @@ def model_churn(ctx: RuleContext) -> None:
         title,
         source,
         True,
-        "TensorRT-LLM first, weighed against its model-change cost"
-        + (f" on its {backend} backend" if backend else "")
-        + " (cost rule)",
+        "TensorRT-LLM first, weighed against its model-change cost (cost rule)",
         **evidence,
     )
 
 
-def _trt_change(ctx: RuleContext) -> tuple[str | None, ChangeCost | None]:
-    """TensorRT-LLM's deployment backend (its benchmark manifest's) and what a model change
-    costs on it; None for either when it is not known."""
-    spec = ctx.catalog.engines.get("tensorrt-llm")
-    if spec is None:
-        return None, None
-    backend = deployment_backend(ctx, "tensorrt-llm")
-    return backend, spec.change_cost(backend)
-
-
 def _note_change_costs(ctx: RuleContext) -> None:
-    """What a benchmarked engine's change cost leaves out: unknown when it hangs on a backend
-    its manifest does not name (never assumed); the optional steps its backend lists (a
-    quantisation step, support lag for a new architecture), said but not charged."""
+    """What a benchmarked engine's evidence and change cost leave out: a benchmark run on a
+    backend the engine has since removed (it describes a deployment that can no longer be
+    built), and the optional steps of a change (a quantisation step, support lag for a new
+    architecture), said but not charged."""
     for engine, bench in ctx.benches.items():
         spec = ctx.catalog.engines[engine]
         if engine not in ctx.states:
             continue
-        change = spec.change_cost(bench.backend)
-        if change is None:
+        removed = spec.removed_backends.get(bench.backend or "")
+        if removed is not None:
             ctx.states[engine].notes.append(
-                "model-change cost unknown: its benchmark manifest does not name the serving "
-                f"backend ({', '.join(sorted(spec.change_by_backend or {}))}); the server's "
-                f"default is {spec.default_backend or 'not stated'}: set backend in the manifest"
+                f"its benchmark ran on the {bench.backend} backend, which no longer exists: "
+                f"{removed.note} ({removed.since.isoformat()}); re-benchmark on "
+                f"{removed.replaced_by}"
             )
-            continue
-        for step in change.optional_steps:
+        for step in spec.change.optional_steps:
             figures = [
                 f"{value:g} {unit}"
                 for value, unit in (
@@ -508,7 +548,8 @@ def _secondary_margins(ctx: RuleContext) -> dict[str, str]:
 
 def tails(ctx: RuleContext) -> None:
     """The length tails (docs/decision-rules.md#tails): informative, they favour no engine here (every
-    datacenter engine batches continuously and chunks prefill)."""
+    datacenter engine batches continuously and can chunk prefill; TensorRT-LLM's is off by
+    default, which the features rule notes when long context is required)."""
     found = ctx.workload.tail_findings
     ctx.rule(
         "tails",
@@ -540,6 +581,7 @@ def default(ctx: RuleContext) -> None:
 
 RULES = (
     hardware,
+    cuda,
     local,
     maintenance,
     features,

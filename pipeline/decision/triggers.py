@@ -17,6 +17,7 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
+from pipeline.decision.catalog import UNDATED
 from pipeline.decision.result import DecisionRecord, Previous, Trigger, TriggerCheck
 from pipeline.errors import InputFormatError
 
@@ -30,15 +31,17 @@ _COMPARE: dict[str, Callable[[Any, Any], bool]] = {
 }
 
 
-# A payback that never comes (``decision.payback_months``) compares as infinitely long.
+# A payback that never comes (``decision.payback_months``) compares as infinitely long, and an
+# undated catalog fact (``catalog.oldest_fact_age_days``) as infinitely old.
 NEVER = "never"
+INFINITE = (NEVER, UNDATED)
 
 
 def crossed(value: Any, comparator: str, threshold: Any) -> bool | None:
     """Whether ``value comparator threshold`` holds; None when it cannot be told."""
     if value is None or threshold is None:
         return None
-    if value == NEVER and isinstance(threshold, int | float):
+    if value in INFINITE and isinstance(threshold, int | float):
         value = math.inf
     try:
         return bool(_COMPARE[comparator](value, threshold))

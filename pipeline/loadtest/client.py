@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -234,13 +235,21 @@ async def run_schedule(
     ``"done"`` events (for a progress bar).
     """
     loop = asyncio.get_running_loop()
-    clock = loop.time
+    # Not loop.time: uvloop's is libuv's loop clock, in whole milliseconds and read once per
+    # loop iteration, which would quantise gaps of a few ms between tokens by ±1 ms.
+    clock = time.perf_counter
     timeout = aiohttp.ClientTimeout(
         total=options.request_timeout_s,
         sock_connect=options.connect_timeout_s,
         sock_read=options.read_timeout_s,
     )
-    connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
+    # One connection per request, as vLLM's benchmarks/backend_request_func.py opens a session
+    # per request: servers close kept-alive connections on their own terms (cpp-httplib in
+    # llama-server after 5 idle seconds or 100 requests, uvicorn after 5 s), and a send on a
+    # pooled connection the server is closing fails ("Can not write request body", "Server
+    # disconnected"), an error the load test would count against the server. A request's TTFT
+    # includes its connection's setup, as it does in vLLM's benchmark.
+    connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, force_close=True)
     outcomes = [Outcome(index=i, scheduled_s=t + LEAD_S) for i, t in enumerate(offsets_s)]
     tasks: set[asyncio.Task[None]] = set()
     cap = options.max_in_flight

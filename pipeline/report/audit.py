@@ -5,7 +5,10 @@ In this order, and nothing the manifest lists is followed before the first two h
 
 1. the ledger (``reports/<workload>/index.json``): it must exist, its hash chain must hold,
    and (with ``--chain-head``) contain the head recorded elsewhere; it must list this version;
-2. the manifest's sha256 against the ledger's entry for it;
+2. the manifest's sha256 against the ledger's entry for it, then every human-readable field of
+   that entry against the manifest and the decision record it points to (quarter, version and
+   path, identity, headline; the publication time against the version's report date, the
+   entries around it and the clock), each mismatch naming the field;
 3. the signature of the manifest (``manifest.json.sig``), when the version was signed or
    ``--allowed-signers`` is given; else the audit says the version is not signed;
 4. the version's own files (PDF, HTML, decision record) against the manifest's ``outputs``;
@@ -28,6 +31,7 @@ workload replaces them, so a difference there is reported but does not fail the 
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,7 +41,9 @@ from pipeline.ledger import (
     BUNDLED_INPUT,
     INSTALLATION,
     MANIFEST,
+    RECORD,
     SIGNATURE,
+    Entry,
     ReportTree,
     chain_breaks,
     chain_head,
@@ -237,14 +243,120 @@ def _ledger_vouches(
             "the ledger was rewritten since that head was recorded"
         )
     relative = f"{folder.parent.name}/{folder.name}"
-    entry = next((e for e in entries if e.path == relative), None)
-    if entry is None:
+    index = next((i for i, e in enumerate(entries) if e.path == relative), None)
+    if index is None:
         result.problems.append(f"{tree.ledger}: lists no version {relative}")
-    elif entry.manifest_sha256 != sha256_bytes(manifest):
+    elif entries[index].manifest_sha256 != sha256_bytes(manifest):
+        entry = entries[index]
         result.differences.append(
             Difference(str(folder / MANIFEST), entry.manifest_sha256, sha256_bytes(manifest))
         )
+    else:
+        where = f"{tree.ledger}: versions[{index}]"
+        record = _record_fields(folder / RECORD)
+        parsed = parse_json(manifest, folder / MANIFEST)
+        result.checked += 1
+        result.problems += entry_problems(
+            where, entries, index, parsed if isinstance(parsed, dict) else {}, record
+        )
     return result.ok
+
+
+def _record_fields(path: Path) -> dict[str, Any] | str:
+    """The decision record's headline and date, or why they cannot be read (a problem the
+    entry check reports)."""
+    try:
+        raw = parse_json(read_regular(path), path)
+    except (OSError, InputFormatError) as exc:
+        return f"{path}: cannot be read to check the ledger's headline ({exc})"
+    recommendation = raw.get("recommendation") if isinstance(raw, dict) else None
+    headline = recommendation.get("headline") if isinstance(recommendation, dict) else None
+    if not isinstance(headline, str):
+        return f"{path}: records no recommendation.headline to check the ledger's against"
+    return {"headline": headline, "as_of": raw.get("as_of")}
+
+
+def entry_problems(
+    where: str,
+    entries: list[Entry],
+    index: int,
+    manifest: dict[str, Any],
+    record: dict[str, Any] | str,
+) -> list[str]:
+    """Every human-readable field of ledger entry ``index`` against the manifest it vouches
+    for and the decision record beside it, each mismatch naming the field (``where``: the
+    ledger and the entry). The publication time is not in the manifest (the manifest is
+    written before the entry), so it is checked against what bounds it: not before the
+    version's report date, not before the entry above it nor after the one below, not after
+    the clock."""
+    entry = entries[index]
+    problems = []
+    for field_name in ("quarter", "version", "identity", "headline"):
+        ours, theirs = getattr(entry, field_name), manifest.get(field_name)
+        if theirs is None:
+            problems.append(f"{where}.{field_name}: its manifest records none to check it against")
+        elif ours != theirs:
+            problems.append(
+                f"{where}.{field_name}: {ours!r} is not the {field_name} its manifest records "
+                f"({theirs!r})"
+            )
+    if entry.path != f"{manifest.get('quarter')}/v{manifest.get('version')}":
+        problems.append(
+            f"{where}.path: {entry.path!r} is not the folder of the quarter and version its "
+            f"manifest records ({manifest.get('quarter')}/v{manifest.get('version')})"
+        )
+    if isinstance(record, str):
+        problems.append(record)
+    elif record["headline"] != entry.headline:
+        problems.append(
+            f"{where}.headline: {entry.headline!r} is not the headline of the decision record "
+            f"it points to ({record['headline']!r})"
+        )
+    elif record.get("as_of") and manifest.get("report_date") not in (None, record["as_of"]):
+        problems.append(
+            f"{where}: its manifest's report_date {manifest.get('report_date')} is not the "
+            f"decision record's as_of {record['as_of']}"
+        )
+    problems += _published_at_problems(where, entries, index, manifest.get("report_date"))
+    return problems
+
+
+def _published_at_problems(
+    where: str, entries: list[Entry], index: int, report_date: Any
+) -> list[str]:
+    moment = _instant(entries[index].published_at)
+    field_name = f"{where}.published_at"
+    if moment is None:
+        return [f"{field_name}: {entries[index].published_at!r} is not a UTC time (ISO 8601)"]
+    problems = []
+    if isinstance(report_date, str) and moment.date().isoformat() < report_date:
+        problems.append(
+            f"{field_name}: {entries[index].published_at} is before the version's report date "
+            f"{report_date} (its manifest's report_date): a version is published on or after "
+            "the day it is dated"
+        )
+    for other in (index - 1, index + 1):
+        if 0 <= other < len(entries):
+            neighbour = _instant(entries[other].published_at)
+            if neighbour is not None and (
+                neighbour > moment if other < index else neighbour < moment
+            ):
+                problems.append(
+                    f"{field_name}: {entries[index].published_at} is "
+                    f"{'before' if other < index else 'after'} versions[{other}]'s "
+                    f"{entries[other].published_at}: the ledger lists versions in publication order"
+                )
+    if moment > dt.datetime.now(dt.UTC):
+        problems.append(f"{field_name}: {entries[index].published_at} is in the future")
+    return problems
+
+
+def _instant(text: str) -> dt.datetime | None:
+    try:
+        moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else None
 
 
 def _check_signature(

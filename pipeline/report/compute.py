@@ -18,7 +18,7 @@ import yaml
 
 from pipeline.bench.result import CapacityRow, FindingRow
 from pipeline.capacity.fit import NOT_COMPARABLE
-from pipeline.capacity.present import transfer_sentence
+from pipeline.capacity.present import cache_sentence, capacity_words, transfer_sentence
 from pipeline.capacity.result import CandidateCapacity, CapacityResult, ServingModel
 from pipeline.costing import Prices
 from pipeline.dates import days_from
@@ -564,6 +564,12 @@ def workload_cost(inputs: ReportContent) -> dict[str, Any]:
                 "model": _model_line(model) if isinstance(model, ServingModel) else None,
                 "errors": _errors(model) if isinstance(model, ServingModel) else [],
                 "transfer": transfer_sentence(capacity) if capacity else c.transfer,
+                "arrivals": capacity.arrivals.description
+                if capacity and capacity.arrivals
+                else None,
+                "cache": cache_sentence(capacity) if capacity else None,
+                "binding": capacity_words(capacity)["capacity_binding"] if capacity else None,
+                "sensitivity": _sensitivity(capacity),
                 "facts": [
                     {
                         "label": "Capacity per replica at the SLO",
@@ -618,6 +624,20 @@ def workload_cost(inputs: ReportContent) -> dict[str, Any]:
         "slo": result.slo.describe() if result else None,
         "method": result.candidates[0].capacity_method if result and result.candidates else None,
     }
+
+
+def _sensitivity(capacity: CandidateCapacity | None) -> list[dict[str, str]]:
+    """How the candidate's capacity moves with one input moved, one row each."""
+    if capacity is None:
+        return []
+    return [
+        {
+            "moved": v.description,
+            "capacity": number(v.capacity_rps, 2, "req/s"),
+            "change": NOTHING if isinstance(v.change, Unknown) else f"{v.change:+.0%}",
+        }
+        for v in capacity.sensitivity
+    ]
 
 
 def _workings(inputs: ReportContent) -> list[dict[str, Any]]:
@@ -680,9 +700,7 @@ def _catalog(catalog: Catalog, report_date: dt.date) -> dict[str, Any]:
                 "name": e.name,
                 "bet": e.design_bet,
                 "cache": e.prefix_cache.note,
-                "hardware": ", ".join(
-                    f"{t}" + ("" if lvl == "full" else f" ({lvl})") for t, lvl in e.hardware.items()
-                ),
+                "hardware": ", ".join(e.hardware_words(t) for t in e.hardware),
                 "change": e.change_summary(),
                 "status": _status_words(e.status.state, e.status.since, report_date)
                 if e.status.since

@@ -35,6 +35,8 @@ ROUTINGS: tuple[str, ...] = get_args(Routing)
 # Routings whose assignment never looks at cache state, so one stack-distance pass gives the
 # hit ratio at every capacity (pipeline.sim.curve).
 CACHE_INDEPENDENT: frozenset[str] = frozenset(ROUTINGS) - {"cache-aware"}
+# Routings that send a request where its prefix is (the ones a prefix-aware layer adds).
+PREFIX_ROUTINGS: tuple[str, ...] = ("cache-aware", "affinity", "bounded-affinity")
 
 
 # sgl-router ``cache_aware`` defaults come in inconsistent layers:

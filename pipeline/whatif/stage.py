@@ -25,7 +25,7 @@ from pipeline import results
 from pipeline.bench import stage as bench_stage
 from pipeline.bench.config import BenchConfig, slo_from_mapping
 from pipeline.capacity import stage as capacity_stage
-from pipeline.capacity.config import CapacityConfig, ServedModel
+from pipeline.capacity.config import CapacityConfig, ReplayBasis, ServedModel
 from pipeline.decision import stage as decision_stage
 from pipeline.decision.config import DecisionConfig, Requirements
 from pipeline.decision.context import DecisionInputs
@@ -42,7 +42,7 @@ from pipeline.whatif.result import WhatifResult
 STEP = results.Step(
     results.WHATIF,
     upstream=(*decision_stage.STEP.upstream, results.LOAD_POINTS, results.DECISION),
-    sections=("whatif", "decision", "requirements", "bench"),
+    sections=("whatif", "decision", "requirements", "bench", "simulation", "shape"),
 )
 
 
@@ -53,16 +53,18 @@ def read_inputs(
     decision: DecisionConfig,
     requirements: Requirements,
     bench: BenchConfig,
+    replay: ReplayBasis,
 ) -> WhatifInputs:
     """What the decision reads, without a previous quarter's record: a what-if is about this
     quarter's inputs moved, so its result depends on them alone (not on the reports published
     before it). ``decision``, ``requirements`` and ``bench``: the sections of the decision and
-    of the bench analysis it re-runs."""
+    of the bench analysis it re-runs; ``replay``: how the capacity search it re-runs replays
+    the fleet's cache."""
     results.DECISION.require(layout)
     inputs = decision_stage.read_inputs(layout, decision, bench.policy())
     served = requirements.served_model()
     at_slo = {
-        name: at_another_slo(layout, bench, served, inputs, changes.slo)
+        name: at_another_slo(layout, bench, served, replay, inputs, changes.slo)
         for name, changes in sorted(settings.scenarios.items())
         if changes.slo is not None
     }
@@ -73,6 +75,7 @@ def at_another_slo(
     layout: WorkloadLayout,
     bench: BenchConfig,
     served: ServedModel,
+    replay: ReplayBasis,
     inputs: DecisionInputs,
     limits: dict[str, Any],
 ) -> DecisionInputs:
@@ -85,7 +88,7 @@ def at_another_slo(
     capacity = None
     if inputs.capacity is not None:
         settings = CapacityConfig.model_validate(inputs.capacity.settings)
-        searched = capacity_stage.inputs_from(layout, analysis, served)
+        searched = capacity_stage.inputs_from(layout, analysis, served, inputs.catalog, replay)
         capacity = capacity_stage.run(searched, settings)
     return replace(inputs, bench=analysis, capacity=capacity)
 

@@ -206,6 +206,11 @@ def _row(path: Path, sha: str, tool: str, raw: RawPoint, manifest: BenchManifest
         row["tpot_definition"] = "decode_per_request"
     row["native_stats"] = _json_text(raw.native)
     row["file_metadata"] = _json_text(raw.file_metadata)
+    # An empty block is kept ("{}"): it says the deployment overrode no engine argument.
+    row["engine_args"] = (
+        None if manifest.engine_args is None else json.dumps(manifest.engine_args, sort_keys=True)
+    )
+    row["recorded_engine_args"] = _json_text(raw.engine_args)
     row["row_notes"] = list(raw.notes)
     row["has_per_request"] = raw.per_request is not None and raw.per_request.height > 0
     return row

@@ -16,6 +16,7 @@ from typing import Any
 import polars as pl
 
 from pipeline.bench.detect import BenchFormatError, Document
+from pipeline.bench.manifest import ENGINE_ARG_TYPES
 from pipeline.bench.schema import PER_REQUEST_SCHEMA
 from pipeline.errors import InputFormatError, os_reason
 from pipeline.safe_read import read_regular
@@ -180,6 +181,9 @@ class RawPoint:
     #: every key a user may add to the file (vLLM ``--metadata`` …), in memory only: the
     #: manifest's ``label_from`` reads it; only allowlisted keys reach ``file_metadata``
     free_form: dict[str, Any] = field(default_factory=dict)
+    #: engine arguments the file itself records (SGLang ``server_info``, vLLM ``--metadata``
+    #: keys named as the manifest's ``engine_args``), by the manifest's names
+    engine_args: dict[str, Any] = field(default_factory=dict)
     #: files the reader opened beside the result file (path -> sha256 of the bytes read), so
     #: a report records them among its inputs and its audit checks them
     companion_files: dict[str, str] = field(default_factory=dict)
@@ -369,3 +373,42 @@ def truncate_error(value: Any) -> str | None:
     if not text:
         return None
     return text[:200]
+
+
+KIND_WORDS = {int: "a whole number ≥ 1", float: "a number", bool: "true or false", str: "a name"}
+
+
+def record_engine_args(
+    point: RawPoint, values: Mapping[str, Any], names: Mapping[str, str]
+) -> None:
+    """Engine arguments the file records (``names``: the file's key → the manifest's
+    ``engine_args`` name), kept in :attr:`RawPoint.engine_args` as their declared types; a value
+    that is not one (``"lots"`` for a token budget) is left out with a note. Texts are read as
+    numbers or booleans (vLLM ``--metadata`` values are text)."""
+    for key, name in names.items():
+        if key not in values or values[key] is None:
+            continue
+        value, kind = values[key], ENGINE_ARG_TYPES[name]
+        parsed: Any = None
+        if kind is bool:
+            text = str(value).strip().lower()
+            parsed = value if isinstance(value, bool) else {"true": True, "false": False}.get(text)
+        elif kind is int and not isinstance(value, bool):
+            try:
+                number = float(value)
+            except (TypeError, ValueError):
+                number = math.nan
+            parsed = int(number) if number.is_integer() and number >= 1 else None
+        elif kind is float and not isinstance(value, bool):
+            try:
+                parsed = float(value)
+            except (TypeError, ValueError):
+                parsed = None
+        elif kind is str and isinstance(value, str) and value.strip():
+            parsed = value.strip().lower()
+        if parsed is None:
+            point.notes.append(
+                f"engine argument {key}={value!r} in the file is not {KIND_WORDS[kind]}: left out"
+            )
+        else:
+            point.engine_args[name] = parsed

@@ -13,7 +13,14 @@ from typing import Any
 
 import polars as pl
 
-from pipeline.bench.readers._common import BenchFormat, Ctx, RawPoint, keep_free_form, read_records
+from pipeline.bench.readers._common import (
+    BenchFormat,
+    Ctx,
+    RawPoint,
+    keep_free_form,
+    read_records,
+    record_engine_args,
+)
 from pipeline.bench.readers.vllm import (
     METRIC_KEY,
     has_ttft_ms,
@@ -157,9 +164,37 @@ def read_record(ctx: Ctx, obj: Mapping[str, Any], index: int) -> RawPoint:
         version = server_info.get("version")
         if version is not None:
             point.file_metadata["server_info.version"] = str(version)
+        _record_server_args(point, server_info)
     if rate is not None and math.isnan(rate):
         raise ctx.fail("request_rate", "is NaN")
     return point
+
+
+#: SGLang's ``/get_server_info`` (its server arguments and scheduler figures, saved by
+#: ``bench_serving`` as ``server_info``) → the manifest's ``engine_args`` names.
+SERVER_ARGS = {
+    "chunked_prefill_size": "max_num_batched_tokens",
+    "max_running_requests": "max_num_seqs",
+    "max_total_num_tokens": "kv_cache_tokens",
+    "tp_size": "tensor_parallel_size",
+    "pp_size": "pipeline_parallel_size",
+    "kv_cache_dtype": "kv_cache_dtype",
+    "mem_fraction_static": "gpu_memory_utilization",
+    "context_length": "max_model_len",
+}
+
+
+def _record_server_args(point: RawPoint, server_info: Mapping[str, Any]) -> None:
+    """The serving limits ``server_info`` records. ``chunked_prefill_size`` ≤ 0 is SGLang's
+    "chunked prefill off"; a step's prompt tokens are then bounded by ``max_prefill_tokens``."""
+    chunk = server_info.get("chunked_prefill_size")
+    values = dict(server_info)
+    if isinstance(chunk, (int, float)) and not isinstance(chunk, bool) and chunk <= 0:
+        values["chunked_prefill_size"] = server_info.get("max_prefill_tokens")
+        point.engine_args["enable_chunked_prefill"] = False
+    elif chunk is not None:
+        point.engine_args["enable_chunked_prefill"] = True
+    record_engine_args(point, values, SERVER_ARGS)
 
 
 # keys of SGLang's results that vLLM's do not have (vLLM has ``burstiness`` and ``*_e2el_ms``)

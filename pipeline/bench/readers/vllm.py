@@ -15,6 +15,7 @@ from typing import Any
 
 import polars as pl
 
+from pipeline.bench.manifest import ENGINE_ARG_TYPES
 from pipeline.bench.readers._common import (
     BenchFormat,
     Companion,
@@ -24,6 +25,7 @@ from pipeline.bench.readers._common import (
     keep_free_form,
     per_request_frame,
     read_records,
+    record_engine_args,
     truncate_error,
     with_tpot,
 )
@@ -278,7 +280,10 @@ def read_record(ctx: Ctx, obj: Mapping[str, Any], index: int) -> RawPoint:
         for k, val in obj.items()
         if k not in KNOWN_KEYS and not METRIC_KEY.match(str(k)) and k != "max_itl_ms"
     }
-    keep_free_form(point, free_form, METADATA_KEYS)
+    # `vllm bench serve --metadata max_num_batched_tokens=2048 …`: the server's own limits.
+    limits = {k: v for k, v in free_form.items() if k in ENGINE_ARG_TYPES}
+    keep_free_form(point, {k: v for k, v in free_form.items() if k not in limits}, METADATA_KEYS)
+    record_engine_args(point, limits, {name: name for name in limits})
     return point
 
 

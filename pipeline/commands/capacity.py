@@ -8,7 +8,8 @@ from typing import Any
 
 from pipeline.capacity import stage
 from pipeline.capacity.present import render_text
-from pipeline.cli_common import add_config_argument, command_config
+from pipeline.commands.common import add_config_argument, command_config
+from pipeline.config import Config
 
 
 def register(subparsers: Any) -> None:
@@ -28,10 +29,21 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run_capacity)
 
 
+def configured_inputs(config: Config) -> stage.CapacityInputs:
+    """What the capacity stage of the configured workload reads, as `enginefit capacity` and
+    the ``workload_capacity`` asset read it."""
+    return stage.read_inputs(
+        config.layout(),
+        config.requirements.served_model(),
+        config.catalog(),
+        config.cache_replay(),
+    )
+
+
 def run_capacity(args: argparse.Namespace) -> int:
     config = command_config(args)
     layout = config.layout()
-    inputs = stage.read_inputs(layout, config.requirements.served_model())
+    inputs = configured_inputs(config)
     result = stage.run(inputs, config.capacity)
     stage.write(result, layout)
     if args.json:

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from pipeline.cli_common import add_config_argument, command_config
+from pipeline.commands.common import add_config_argument, command_config
 from pipeline.config import Config
 from pipeline.errors import ConfigError
 from pipeline.whatif import stage
@@ -59,6 +59,7 @@ def configured_inputs(config: Config) -> WhatifInputs:
         decision=config.decision,
         requirements=config.requirements,
         bench=config.bench,
+        replay=config.cache_replay(),
     )
 
 
