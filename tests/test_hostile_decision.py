@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from pipeline.commands.decision import configured_inputs
 from pipeline.config import Config
 from pipeline.decision import stage as decision_stage
-from pipeline.decision.cli import configured_inputs
 from pipeline.errors import InputFormatError
 from tests.conftest import REPO
 from tests.decision_fixtures import AS_OF, configuration, decide_on, steady_traffic, sweep
