@@ -10,18 +10,22 @@ not in ``pipeline/``, because they drive Dagster.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import os
 import shlex
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.cli import build_parser, run_parsed
 from pipeline.commands.common import DEFAULT_CONFIG, add_config_argument, command_config
 from pipeline.errors import EnginefitError
 from pipeline.ledger import chain_head
+
+if TYPE_CHECKING:
+    import dagster as dg
 
 
 def _at_least_one(text: str) -> int:
@@ -118,6 +122,11 @@ def _ensure_dagster_home(project: Path) -> Path:
     """``$DAGSTER_HOME``, else ``.dagster_home`` beside the configuration file (the project),
     never the current folder."""
     home = Path(os.environ.get("DAGSTER_HOME") or project / ".dagster_home").resolve()
+    if home.exists() and not home.is_dir():
+        raise EnginefitError(
+            f"DAGSTER_HOME={home}: not a folder; set DAGSTER_HOME to the folder for Dagster's "
+            "run history (or unset it to use .dagster_home beside the configuration)"
+        )
     home.mkdir(parents=True, exist_ok=True)
     settings = home / "dagster.yaml"
     if not settings.exists() or settings.stat().st_size == 0:
@@ -147,19 +156,57 @@ def ui_command(home: Path, project: Path) -> str:
     )
 
 
+# What SQLite says when the disk under DAGSTER_HOME is full (or a file-size limit is reached).
+_DISK_FULL = ("disk I/O error", "database or disk is full")
+
+
 @contextmanager
 def _run_storage(home: Path) -> Iterator[None]:
-    """Dagster's run storage failing (a full disk: SQLite's "disk I/O error") as one line
-    naming ``DAGSTER_HOME``, not a SQLAlchemy traceback."""
+    """Dagster's run storage failing as one line naming ``DAGSTER_HOME``, not a SQLAlchemy
+    traceback: a full disk (SQLite's "disk I/O error") says to free space; another run holding
+    the history, or anything else, says so and never blames the disk."""
     import sqlalchemy.exc  # import here: Dagster loads it; only report and decide use it
 
     try:
         yield
     except sqlalchemy.exc.DBAPIError as exc:
+        said = str(exc.orig)
+        if any(words in said for words in _DISK_FULL):
+            advice = "free some space there, or set DAGSTER_HOME to a folder with room"
+        elif isinstance(exc, sqlalchemy.exc.IntegrityError) or "locked" in said:
+            advice = (
+                "another enginefit run was using the same run history at that moment; run "
+                "again once it has finished, or give each run its own DAGSTER_HOME"
+            )
+        else:
+            advice = "check that folder, or set DAGSTER_HOME to another one"
         raise EnginefitError(
-            f"DAGSTER_HOME={home}: Dagster could not write its run history ({exc.orig}); "
-            "free some space there, or set DAGSTER_HOME to a folder with room"
+            f"DAGSTER_HOME={home}: Dagster could not write its run history ({said}); {advice}"
         ) from exc
+
+
+@contextmanager
+def _instance(home: Path) -> Iterator[dg.DagsterInstance]:
+    """The Dagster instance in ``home``. Its storage is created under a lock on the folder:
+    two first runs started together on a fresh folder would otherwise both create the SQLite
+    tables and mark their indexes built, and one would fail on a UNIQUE constraint."""
+    import dagster as dg  # import here: Dagster takes seconds to load
+
+    with _run_storage(home):
+        with (home / ".enginefit-storage.lock").open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            instance = dg.DagsterInstance.get()
+            try:
+                # Each storage builds its tables when first touched: now, under the lock.
+                _ = (instance.run_storage, instance.event_log_storage, instance.schedule_storage)
+            except BaseException:
+                instance.dispose()
+                raise
+        # import here: it loads Dagster
+        from assets.progress import storage_echoes_dropped
+
+        with instance, storage_echoes_dropped():
+            yield instance
 
 
 def run_report(args: argparse.Namespace) -> int:
@@ -170,12 +217,10 @@ def run_report(args: argparse.Namespace) -> int:
     home = _ensure_dagster_home(config_path.parent)
     # The seconds before the first step ends (Dagster loading, the run starting) are not silent.
     print(f"enginefit report: starting the run on the Dagster instance in {home}", file=sys.stderr)
-    import dagster as dg  # import here: Dagster takes seconds to load; only report and decide use it
-
     from assets.definitions import run_full_graph  # import here: it loads Dagster
     from assets.progress import command_progress  # import here: it loads Dagster
 
-    with _run_storage(home), dg.DagsterInstance.get() as instance:
+    with _instance(home) as instance:
         run = run_full_graph(
             config_path,
             instance,
@@ -229,12 +274,10 @@ def run_decide(args: argparse.Namespace) -> int:
     config = decide_config(args, command_config(args))
     config_path = Path(args.config)
     home = _ensure_dagster_home(config_path.parent)
-    import dagster as dg  # import here: Dagster takes seconds to load; only report and decide use it
-
     from assets.definitions import materialise_stale  # import here: it loads Dagster
     from assets.progress import command_progress  # import here: it loads Dagster
 
-    with _run_storage(home), dg.DagsterInstance.get() as instance:
+    with _instance(home) as instance:
         ran = materialise_stale(
             config_path, instance, "engine_decision", progress=command_progress("decide")
         )

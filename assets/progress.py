@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any, TextIO
 
 import dagster as dg
 
@@ -42,6 +43,44 @@ def step_line(event: dg.DagsterEvent) -> str:
         seconds = event.event_specific_data.duration_ms / 1000  # type: ignore[union-attr]
         return f"{event.step_key} done ({seconds:.1f} s)"
     return f"{event.step_key} FAILED"
+
+
+# Dagster writes this straight to standard error, with SQLAlchemy's "(Background on this error
+# at: ...)" line, when its run history cannot take a log line (a full disk); the command's one
+# line naming DAGSTER_HOME says it once, with what to do.
+STORAGE_ECHO = "Exception while writing logger call to event log: "
+
+
+class _WithoutStorageEchoes:
+    """A text stream that drops Dagster's :data:`STORAGE_ECHO` writes and passes the rest."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        return len(text) if text.startswith(STORAGE_ECHO) else self.stream.write(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+def drop_storage_echoes() -> None:
+    """From now on, this process's standard error drops :data:`STORAGE_ECHO` (a step's process:
+    assets/worker.py)."""
+    if not isinstance(sys.stderr, _WithoutStorageEchoes):
+        sys.stderr = _WithoutStorageEchoes(sys.stderr)  # type: ignore[assignment]
+
+
+@contextmanager
+def storage_echoes_dropped() -> Iterator[None]:
+    """Standard error without :data:`STORAGE_ECHO` while the block runs (the run's own
+    process), restored after."""
+    before = sys.stderr
+    drop_storage_echoes()
+    try:
+        yield
+    finally:
+        sys.stderr = before
 
 
 def to_stderr(line: str) -> None:

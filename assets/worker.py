@@ -14,6 +14,9 @@ import os
 import dagster as dg
 
 import assets.definitions  # noqa: F401  (imported for its side effect: the definitions loaded)
+from assets.progress import drop_storage_echoes
+
+drop_storage_echoes()
 
 if os.environ.get("DAGSTER_HOME"):
     with dg.DagsterInstance.get():

@@ -95,6 +95,24 @@ def os_error_line(exc: OSError) -> str:
     return f"{where}: {what}" + (f"; {advice}" if advice else "")
 
 
+# Advice that names --out, as said to a command without that flag (capacity, whatif, decide,
+# report): the configuration's data folder is its only other place to write.
+_WITHOUT_OUT = {
+    "--out DIR, or paths.data_dir in the configuration": "paths.data_dir in the configuration",
+    "--out DIR, paths.data_dir": "paths.data_dir",
+    "write elsewhere with --out DIR": "write elsewhere (paths.data_dir in the configuration)",
+}
+
+
+def _for_the_command(args: argparse.Namespace, line: str) -> str:
+    """``line`` with advice to use ``--out`` only when the command has that flag."""
+    if hasattr(args, "out"):
+        return line
+    for said, instead in _WITHOUT_OUT.items():
+        line = line.replace(said, instead)
+    return line
+
+
 def run_parsed(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
     args = parser.parse_args(argv)
     try:
@@ -106,12 +124,12 @@ def run_parsed(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> i
             return 2
         return _reader_gone()
     except EnginefitError as exc:
-        print(f"enginefit: error: {exc}", file=sys.stderr)
+        print(f"enginefit: error: {_for_the_command(args, str(exc))}", file=sys.stderr)
         return 2
     except OSError as exc:
         # Faults of the machine rather than the input (disk full, permissions): still one
         # line, never a traceback.
-        print(f"enginefit: error: {os_error_line(exc)}", file=sys.stderr)
+        print(f"enginefit: error: {_for_the_command(args, os_error_line(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("enginefit: interrupted", file=sys.stderr)

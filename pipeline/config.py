@@ -26,13 +26,14 @@ from pipeline.bench.config import BenchConfig, is_limit_key, slo_from_mapping
 from pipeline.capacity.config import CapacityConfig, ReplayBasis
 from pipeline.decision.catalog import Catalog, load_catalog
 from pipeline.decision.config import DecisionConfig, Requirements
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, os_reason
 from pipeline.ingest.config import SALT_ENV_VAR, IngestConfig, ReadConfig
 from pipeline.layout import WorkloadLayout, child_folder
 from pipeline.ledger import Filing, ReportTree
 from pipeline.loadtest.config import LoadtestConfig
 from pipeline.prefix.config import PrefixConfig
 from pipeline.report.config import Provenance, ReportConfig
+from pipeline.report.signing import Signer, check_signer
 from pipeline.settings import (
     SECTIONS,
     ConfigPath,
@@ -242,7 +243,18 @@ def config_from_mapping(raw: dict[str, Any], *, source: Path | None = None) -> C
     )
     _check_engine_names(config, where)
     _check_scenario_slos(config, where)
+    _check_signing(config.report, where)
     return config
+
+
+def _check_signing(report: ReportConfig, where: str) -> None:
+    """A signing key the allowed signers do not accept fails now, not after the whole run."""
+    if report.signing_key is None or report.allowed_signers is None:
+        return
+    try:
+        check_signer(Signer(report.signing_key, report.allowed_signers))
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from exc
 
 
 def _check_scenario_slos(config: Config, where: str) -> None:
@@ -284,7 +296,8 @@ def load_config(path: str | Path) -> Config:
     try:
         source = Path(path).resolve()
     except (OSError, RuntimeError) as exc:  # a symlink loop raises RuntimeError on 3.11
-        raise ConfigError(f"{path}: cannot resolve the path ({exc})") from exc
+        why = os_reason(exc) if isinstance(exc, OSError) else "a symbolic link loop"
+        raise ConfigError(f"{path}: cannot resolve the path ({why})") from exc
     try:
         text = source.read_text(encoding="utf-8")
     except FileNotFoundError as exc:

@@ -23,3 +23,9 @@ class StageOutputMissingError(InputFormatError):
 class StageOutputUnreadableError(InputFormatError):
     """An earlier stage's output exists but cannot be read (damaged, replaced, cut short): the
     message names the file and the command that rewrites it."""
+
+
+def os_reason(exc: OSError) -> str:
+    """What the operating system said, without Python's ``[Errno N]`` and the repeated path
+    (the message names the path itself): ``No such file or directory``."""
+    return exc.strerror or exc.__class__.__name__

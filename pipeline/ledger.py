@@ -42,6 +42,8 @@ from pipeline.store import write_bytes_atomic, write_json_atomic
 VERSION = re.compile(r"^v([1-9]\d*)$")
 STAGING_PREFIX = ".staging-"
 LEDGER = "index.json"
+# The temporary file an atomic write of the ledger renames into place (pipeline.store).
+_LEDGER_LEFTOVER = re.compile(r"^\.index\.json\.[0-9a-f]{12}$")
 MANIFEST = "manifest.json"
 PDF = "engine-selection.pdf"
 HTML = "engine-selection.html"
@@ -156,6 +158,15 @@ def _entry(raw: Any, where: str) -> Entry:
             f"{where}.path: {raw['path']!r} is not {raw['quarter']}/v{version}, the folder of "
             "the quarter and version the entry names"
         )
+    try:
+        published = dt.datetime.fromisoformat(raw["published_at"])
+    except ValueError:
+        published = None
+    if published is None or published.tzinfo is None:
+        raise InputFormatError(
+            f"{where}.published_at: {raw['published_at'][:80]!r} is not a time with its UTC "
+            "offset (ISO 8601, e.g. 2026-11-29T10:00:00+00:00, as enginefit writes it)"
+        )
     for key in ("manifest_sha256", "previous_sha256"):
         value = raw[key]
         if not (value is None and key == "previous_sha256") and not (
@@ -260,9 +271,13 @@ class ReportTree:
 
     def reconcile(self) -> list[Entry]:
         """List complete version folders the ledger misses (a crash between the rename and the
-        ledger write), remove staging leftovers; returns the entries added."""
+        ledger write), remove staging leftovers and a ledger write a crash left half done (its
+        temporary ``.index.json.<hex>``); returns the entries added."""
         if not self.root.is_dir():
             return []
+        for leftover in self.root.iterdir():
+            if _LEDGER_LEFTOVER.match(leftover.name) and leftover.is_file():
+                leftover.unlink(missing_ok=True)
         entries = self.read_ledger()
         listed = {(e.quarter, e.version) for e in entries}
         added = []

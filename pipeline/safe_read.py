@@ -58,6 +58,24 @@ def _kind(mode: int) -> str:
     return next((name for test, name in kinds.items() if test(mode)), "not a plain file")
 
 
+def regular_file_problem(path: Path, *, largest: int) -> str | None:
+    """Why ``path`` cannot be read as a small regular file (missing, a folder, a device, a
+    pipe, unreadable, larger than ``largest`` bytes), or None when it can."""
+    try:
+        mode = path.stat()
+    except FileNotFoundError:
+        return "does not exist"
+    except OSError as exc:
+        return f"cannot be opened ({exc.strerror or exc})"
+    if not stat.S_ISREG(mode.st_mode):
+        return f"is {_kind(mode.st_mode)}, not a regular file"
+    if mode.st_size > largest:
+        return f"is {mode.st_size:,} bytes, larger than any such file ({largest:,} bytes)"
+    if not os.access(path, os.R_OK):
+        return "cannot be read (permission denied)"
+    return None
+
+
 def read_regular(path: Path) -> bytes:
     with open_regular(path) as handle:
         return handle.read()

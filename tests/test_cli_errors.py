@@ -31,7 +31,7 @@ def _parser_raising(exc: BaseException) -> argparse.ArgumentParser:
         (
             OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "/data/w/requests/part-00000.parquet"),
             "/data/w/requests/part-00000.parquet: No space left on device; free some space or "
-            "write elsewhere (--out DIR, paths.data_dir)",
+            "write elsewhere (paths.data_dir)",  # this parser has no --out
         ),
         (
             PermissionError(errno.EACCES, os.strerror(errno.EACCES), "/ro/out"),

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from pipeline.cli import main as enginefit
+from tests.conftest import REPO
 from tests.workloads import growing_conversations
 
 DEPLOYMENT = ["--engine", "vllm", "--gpu-type", "H100", "--gpu-count", "1", "--dry-run"]
@@ -61,3 +62,18 @@ def test_a_bad_configured_endpoint_is_one_line_naming_the_file_and_key(
     assert err.strip().splitlines()[-1] == (
         f"enginefit: error: {config}: loadtest.endpoint: {why} (got {endpoint!r})"
     )
+
+
+def test_the_exit_code_when_no_request_completes_is_documented(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        enginefit(["loadtest", "--help"])
+    assert exited.value.code == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert (
+        "Exit code 0 when at least one request completed, 1 when none did (what was measured is "
+        "still written), 2 for a bad flag, file or setting (nothing sent), 130 when interrupted."
+    ) in said
+    readme = " ".join((REPO / "README.md").read_text().split())
+    assert "**Exit code** 0 when at least one request completed; 1 when none did" in readme

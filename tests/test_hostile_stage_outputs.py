@@ -10,10 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.cli import main as enginefit
 from pipeline.commands.decision import configured_inputs as decision_configured_inputs
 from pipeline.commands.whatif import configured_inputs as whatif_configured_inputs
-from pipeline.config import Config
-from pipeline.errors import StageOutputUnreadableError
+from pipeline.config import Config, load_config
+from pipeline.decision.stage import published_previous
+from pipeline.errors import InputFormatError, StageOutputUnreadableError
+from tests.conftest import write_config
 from tests.decision_fixtures import decide_on, steady_traffic, sweep
 from tests.test_decision_scenarios import one_stable_model
 from tests.test_whatif import churn_configuration
@@ -149,4 +152,25 @@ def test_a_stage_that_never_ran_is_still_missing_not_an_error(
     assert inputs.prefix is None
     assert inputs.missing["prefix"].startswith(
         f"{data / 'prefix' / 'prefix_sharing.json'}: no prefix analysis; run `enginefit prefix"
+    )
+
+
+def test_a_ledger_entry_for_a_version_that_does_not_exist_is_a_ghost_entry(
+    tmp_path: Path,
+) -> None:
+    trace = tmp_path / "m.jsonl"
+    trace.write_text(
+        '{"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": [0]}\n' * 3
+    )
+    config = load_config(write_config(tmp_path, [str(trace)]))
+    assert enginefit(["ingest", "--config", str(config.source)]) == 0
+    tree = config.filing().tree
+    _, folder = tree.publish("2025-Q1", 1, {"decision.json": b"{}\n"}, {"identity": "i"}, "vLLM")
+    shutil.rmtree(folder)
+    with pytest.raises(InputFormatError) as caught:
+        published_previous(config.layout(), config.filing())
+    assert str(caught.value) == (
+        f"{tree.ledger}: a ghost entry: it lists version 2025-Q1/v1, but "
+        f"{folder / 'decision.json'} does not exist (the version was moved or deleted); "
+        "restore it, or name the record to compare with in decision.previous_record"
     )

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from pipeline.errors import InputFormatError
+from pipeline.errors import InputFormatError, os_reason
 from pipeline.safe_read import check_depth, too_deep
 from pipeline.settings import parse_yaml
 
@@ -47,7 +47,7 @@ def load_document(path: Path, tried: str) -> Document:
     try:
         raw = path.read_bytes()
     except OSError as exc:
-        raise BenchFormatError(f"{path}: cannot read benchmark file: {exc}") from exc
+        raise BenchFormatError(f"{path}: cannot read benchmark file: {os_reason(exc)}") from exc
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

@@ -62,7 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.costing import MAX_GPU_HOUR_USD, parse_price
-from pipeline.errors import ConfigError, InputFormatError
+from pipeline.errors import ConfigError, InputFormatError, os_reason
 from pipeline.settings import load_yaml
 
 DIR_MANIFEST_NAME = "enginefit-bench.yaml"
@@ -163,7 +163,9 @@ def load_manifest(path: Path | str) -> dict[str, Any]:
         # Dates stay text (``run_date: 2025-02-30`` is then named by its key, not a bare
         # ValueError from PyYAML's timestamp parser).
         raw = load_yaml(p.read_text(encoding="utf-8"), f"{p}: manifest")
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
+        raise BenchManifestError(f"{p}: cannot read manifest: {os_reason(exc)}") from exc
+    except UnicodeDecodeError as exc:
         raise BenchManifestError(f"{p}: cannot read manifest: {exc}") from exc
     except ConfigError as exc:
         raise BenchManifestError(str(exc)) from exc

@@ -608,7 +608,10 @@ def _note_expr(interpolate: bool) -> pl.Expr:
             pl.lit("burst / ramp / trace points: no single offered load, not searched")
         ),
         pl.when(status == "not_bracketed").then(
-            pl.format("no failure seen: capacity is at least {}", decimal_expr(pl.col("max_load")))
+            # The highest pass, not the highest load: a point above it may be unknown.
+            pl.format(
+                "no failure seen: capacity is at least {}", decimal_expr(pl.col("capacity_load"))
+            )
         ),
         pl.when(status == "below_range").then(
             pl.format(

@@ -47,7 +47,7 @@ import polars as pl
 from pipeline.bench.cost import workload_rates
 from pipeline.bench.keepup import send_rate_expr
 from pipeline.bench.slo import PERCENTILE_SHARES, candidate_keys, order_statistic_interval
-from pipeline.errors import InputFormatError
+from pipeline.errors import InputFormatError, os_reason
 from pipeline.present.text import decimal_expr
 from pipeline.safe_read import read_json
 from pipeline.shape.facts import LatencyModel, Percentiles, WorkloadFacts
@@ -170,7 +170,7 @@ def load_workload_facts(path: Path) -> WorkloadFacts:
     try:
         raw = read_json(path)
     except OSError as exc:
-        raise InputFormatError(f"{path}: cannot read workload facts ({exc})") from exc
+        raise InputFormatError(f"{path}: cannot read workload facts ({os_reason(exc)})") from exc
     except InputFormatError as exc:
         raise InputFormatError(f"{exc}; {FACTS_EXPECTED}") from exc
     where = str(path)

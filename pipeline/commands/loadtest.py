@@ -64,7 +64,10 @@ def register(subparsers: Any) -> None:
             "Send the workload's requests (its prompt and output lengths and its shared "
             "prefixes, with synthetic text) to an OpenAI-compatible server at each offered "
             "rate, open loop, and write vllm-bench-serve-compatible results with a sidecar "
-            "manifest that `enginefit bench` reads. Without TRACE: the configured workload."
+            "manifest that `enginefit bench` reads. Without TRACE: the configured workload. "
+            "Exit code 0 when at least one request completed, 1 when none did (what was "
+            "measured is still written), 2 for a bad flag, file or setting (nothing sent), "
+            "130 when interrupted."
         ),
     )
     add_trace_arguments(parser)

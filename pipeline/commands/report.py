@@ -11,6 +11,8 @@ from typing import Any
 
 from pipeline.errors import ConfigError
 from pipeline.report.audit import audit, audit_text
+from pipeline.report.signing import LARGEST_KEY_FILE
+from pipeline.safe_read import regular_file_problem
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 # How much of a malformed value an error echoes.
@@ -74,9 +76,24 @@ def chain_head_flag(value: str | None) -> str | None:
     return head
 
 
+def allowed_signers_flag(value: Path | None) -> Path | None:
+    """``--allowed-signers``: the auditor's own file, so one that cannot be read is the flag to
+    fix, never a fault of the version."""
+    if value is None:
+        return None
+    problem = regular_file_problem(value, largest=LARGEST_KEY_FILE)
+    if problem is not None:
+        raise ConfigError(
+            f"--allowed-signers {value}: {problem}; give your copy of the allowed signers file "
+            "(ssh-keygen ALLOWED SIGNERS format)"
+        )
+    return value
+
+
 def run_audit(args: argparse.Namespace) -> int:
     head = chain_head_flag(args.chain_head)
-    result = audit(args.path, allowed_signers=args.allowed_signers, recorded_head=head)
+    signers = allowed_signers_flag(args.allowed_signers)
+    result = audit(args.path, allowed_signers=signers, recorded_head=head)
     if args.json:
         print(json.dumps(result.as_dict(), indent=2, sort_keys=True))
     else:

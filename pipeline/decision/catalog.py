@@ -35,7 +35,7 @@ from pydantic import BeforeValidator, Field, PrivateAttr, Strict, ValidationErro
 
 from pipeline.capacity.limits import EngineDefaults
 from pipeline.capacity.prior import gpu_peaks
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, os_reason
 from pipeline.settings import (
     ConfigDate,
     NonNegative,
@@ -712,7 +712,7 @@ def load_catalog(path: Path | None = None) -> Catalog:
     except FileNotFoundError as exc:
         raise ConfigError(f"{where}: engine catalog not found") from exc
     except OSError as exc:
-        raise ConfigError(f"{where}: cannot read the engine catalog ({exc})") from exc
+        raise ConfigError(f"{where}: cannot read the engine catalog ({os_reason(exc)})") from exc
     digest = hashlib.sha256(data).hexdigest()
     if digest in _PARSED:
         return _PARSED[digest]

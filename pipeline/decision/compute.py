@@ -190,12 +190,19 @@ def _catalog_age(ctx: RuleContext, facts: list[Fact], answer: tuple[str, ...]) -
     oldest = oldest_fact(facts)
     as_of = ctx.inputs.as_of
     undated = [f.key for f in facts if f.evidence_date is None]
+    # Even the oldest fact used dated after the decision's date: evidence that date could not
+    # have had, so its age is unknown (never 0, "fresh", and never negative).
+    after = (
+        oldest is not None
+        and oldest.evidence_date is not None
+        and as_of is not None
+        and oldest.evidence_date > as_of
+    )
     age: int | str | None = None
     if oldest is not None and oldest.evidence_date is None:
         age = UNDATED
-    elif oldest is not None and as_of is not None:
-        # A fact dated after an earlier report date is as fresh as a fact can be: 0.
-        age = max(oldest.age_days(as_of) or 0, 0)
+    elif oldest is not None and as_of is not None and not after:
+        age = oldest.age_days(as_of)
     stale = crossed(age, ">", CATALOG_MAX_AGE_DAYS)
     if oldest is None:
         effect = "no catalog fact was used: its age is unknown"
@@ -204,6 +211,13 @@ def _catalog_age(ctx: RuleContext, facts: list[Fact], answer: tuple[str, ...]) -
             f"{len(undated)} fact(s) used carry no evidence date, {oldest.key} first: an "
             "undated fact counts as the oldest evidence there is; re-verify them upstream and "
             "date them"
+        )
+    elif after:
+        effect = (
+            f"the oldest fact used is {oldest.key}, evidence of {oldest.evidence_date}, after the "
+            f"decision's date {as_of}: its age at that date is unknown; give a report date on or "
+            f"after {oldest.evidence_date} (--as-of or bench.as_of), or the catalog of that date "
+            "(decision.catalog)"
         )
     else:
         effect = f"the oldest fact used is {oldest.key}, evidence of {oldest.evidence_date}"

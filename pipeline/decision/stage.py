@@ -10,6 +10,7 @@ read is listed with its sha256 in the record's ``inputs``.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -27,6 +28,7 @@ from pipeline.decision.config import DecisionConfig, Requirements
 from pipeline.decision.context import DecisionInputs
 from pipeline.decision.present import rationale_text, triggers_frame
 from pipeline.decision.result import DecisionRecord, record_schema
+from pipeline.decision.triggers import refuse_unordered_triggers
 from pipeline.errors import InputFormatError, StageOutputMissingError
 from pipeline.ingest.stage import read_summary
 from pipeline.layout import WorkloadLayout
@@ -93,7 +95,25 @@ def read_previous(path: Path) -> DecisionRecord:
         data = read_json(path)
     except FileNotFoundError as exc:
         raise InputFormatError(f"{path}: decision record not found") from exc
-    return DecisionRecord.from_json(data, str(path))
+    record = DecisionRecord.from_json(data, str(path))
+    refuse_unordered_triggers(record, str(path))
+    return record
+
+
+def refuse_previous_after(previous: DecisionRecord, path: Path, as_of: dt.date) -> None:
+    """A previous record dated after this decision's date is not a previous one: its triggers
+    would be checked against traffic older than they were set on."""
+    try:
+        dated = dt.date.fromisoformat(previous.as_of) if previous.as_of else None
+    except ValueError as exc:
+        raise InputFormatError(
+            f"{path}: as_of: {previous.as_of!r} is not an ISO date (YYYY-MM-DD)"
+        ) from exc
+    if dated is not None and dated > as_of:
+        raise InputFormatError(
+            f"{path}: a decision record as of {dated}, after this decision's date {as_of}: give "
+            "the record of an earlier decision, or set the report date (--as-of or bench.as_of)"
+        )
 
 
 def published_previous(layout: WorkloadLayout, filing: Filing) -> Path | None:
@@ -106,7 +126,16 @@ def published_previous(layout: WorkloadLayout, filing: Filing) -> Path | None:
     except InputFormatError:
         return None
     entry = filing.tree.compared_with(quarter)
-    return None if entry is None else filing.tree.root / entry.path / RECORD
+    if entry is None:
+        return None
+    record = filing.tree.root / entry.path / RECORD
+    if not record.exists():
+        raise InputFormatError(
+            f"{filing.tree.ledger}: a ghost entry: it lists version {entry.path}, but "
+            f"{record} does not exist (the version was moved or deleted); restore it, or name "
+            "the record to compare with in decision.previous_record"
+        )
+    return record
 
 
 def read_inputs(
@@ -151,6 +180,8 @@ def read_inputs(
     if previous is None and filing is not None:
         previous = published_previous(layout, filing)
     previous_record = read_previous(previous) if previous is not None else None
+    if previous is not None and previous_record is not None:
+        refuse_previous_after(previous_record, previous, as_of)
     workload = layout.name
     if previous_record is not None and previous_record.workload != workload:
         raise InputFormatError(

@@ -19,6 +19,7 @@ from typing import Any
 
 from pipeline.decision.catalog import UNDATED
 from pipeline.decision.result import DecisionRecord, Previous, Trigger, TriggerCheck
+from pipeline.errors import InputFormatError
 
 _COMPARE: dict[str, Callable[[Any, Any], bool]] = {
     ">": operator.gt,
@@ -46,6 +47,35 @@ def crossed(value: Any, comparator: str, threshold: Any) -> bool | None:
         return bool(_COMPARE[comparator](value, threshold))
     except TypeError:
         return None
+
+
+_ORDERING = frozenset({">", ">=", "<", "<="})
+
+
+def _is_number(value: Any) -> bool:
+    """A finite int or float: ``true`` is not 1, and ``"NaN"`` is text."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def refuse_unordered_triggers(record: DecisionRecord, where: str) -> None:
+    """A record read back whose ordering trigger (``<``, ``>``...) holds a threshold that is
+    not a number, or a value that is neither a number, unknown (null) nor "never", is refused
+    naming the trigger: it would be printed as if a number and never fire."""
+    for i, t in enumerate(record.triggers):
+        if t.comparator not in _ORDERING:
+            continue
+        if not _is_number(t.threshold):
+            raise InputFormatError(
+                f"{where}: triggers[{i}].threshold: {t.threshold!r} is not a number, and trigger "
+                f"{t.id} compares {t.metric} {t.comparator} it; give the record as `enginefit "
+                "decide` wrote it"
+            )
+        if t.value is not None and t.value != NEVER and not _is_number(t.value):
+            raise InputFormatError(
+                f"{where}: triggers[{i}].value: {t.value!r} is not a number (or null), and "
+                f"trigger {t.id} compares {t.metric} {t.comparator} a threshold; give the "
+                "record as `enginefit decide` wrote it"
+            )
 
 
 def status_of(value: Any, comparator: str, threshold: Any) -> str:

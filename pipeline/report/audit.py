@@ -14,8 +14,9 @@ In this order, and nothing the manifest lists is followed before the first two h
 4. the version's own files (PDF, HTML, decision record) against the manifest's ``outputs``;
 5. every input it was made from (configuration, traces, benchmark result files and the files
    their readers opened, manifests, tokenizer, catalog, previous record), each only if it is a
-   regular file inside the places the version recorded (``roots``): a FIFO or device is never
-   read, a path that leaves them is refused, never hashed. The bundled catalog is checked
+   regular file inside the places the version recorded (``roots``; never the file system's
+   root or a system folder): a FIFO or device is never read, a path that leaves them is
+   refused, never hashed. The bundled catalog is checked
    against the enginefit that audits (audit with the version's recorded commit to check it).
 
 What each guarantee catches: the hashes catch any edit of one file; the chain catches an
@@ -189,6 +190,12 @@ def audit(
             continue
         check(folder / name, digest, result.differences, [folder.resolve()])
     roots = [r.resolve() for r in manifest.roots]
+    for root in [r for r in roots if _too_broad(r)]:
+        result.problems.append(
+            f"{manifest_path}: roots: {root} is not a place a version records (the file "
+            "system's root or a system folder); nothing under it is read"
+        )
+    roots = [r for r in roots if not _too_broad(r)]
     shipped = [INSTALLATION / "pipeline"]
     for key, digest in sorted(manifest.inputs.items()):
         kind, _, name = key.partition(":")
@@ -200,6 +207,18 @@ def audit(
     for name, digest in sorted(manifest.derived.items()):
         check(manifest.workload_folder / name, digest, result.derived_changed, workload)
     return result
+
+
+# Folders no configuration, trace or benchmark lives in: a manifest naming one (or "/") as a
+# root would have the audit read, and print the hash of, any file there (/etc/shadow).
+_SYSTEM_FOLDERS = tuple(
+    Path(p) for p in ("/etc", "/proc", "/sys", "/dev", "/boot", "/run", "/usr", "/bin", "/sbin")
+)
+
+
+def _too_broad(root: Path) -> bool:
+    """The file system's root, or a system folder or anything inside one."""
+    return root == Path(root.anchor) or any(root.is_relative_to(f) for f in _SYSTEM_FOLDERS)
 
 
 def _ledger_vouches(

@@ -12,15 +12,24 @@ rewriting the PDF, the manifest and the ledger together is caught without the si
 
 from __future__ import annotations
 
+import functools
+import re
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.errors import ConfigError
+from pipeline.safe_read import regular_file_problem
 
 NAMESPACE = "enginefit-report"
 _TIMEOUT_S = 60
+# An OpenSSH private key or an allowed signers file is a few kilobytes; a far larger file is
+# neither (and a device such as /dev/zero would keep ssh-keygen reading until its timeout).
+LARGEST_KEY_FILE = 1024 * 1024
+# ssh-keygen's own words for a problem with a line of an allowed signers file ("FILE:3: ...").
+_LINE_PROBLEM = re.compile(r"^(?P<file>.+):(?P<line>\d+): (?P<why>.+)$")
 
 
 def ssh_keygen() -> str | None:
@@ -40,21 +49,71 @@ class Signer:
 class _Ran:
     code: int
     output: str
-    reason: str  # its last line of messages: why, when it failed
+    said: tuple[str, ...]  # its messages, in order
+
+    @property
+    def reason(self) -> str:
+        """Why it failed, in words that fit what enginefit asked of it."""
+        for line in self.said:
+            if "incorrect passphrase" in line or "passphrase" in line.lower():
+                return "the key is protected by a passphrase; give an unencrypted key"
+            if line.startswith("Couldn't load public key") or line.startswith("Load key"):
+                return "not an OpenSSH private key ssh-keygen can load"
+            bad_line = _LINE_PROBLEM.match(line)
+            if bad_line:
+                return f"line {bad_line['line']}: {bad_line['why']}"
+        if any(line.startswith("No principal matched") for line in self.said):
+            return f"it lists no principal with this key for namespace {NAMESPACE}"
+        return self.said[-1] if self.said else f"ssh-keygen exit code {self.code}"
 
 
 def _run(program: str, args: list[str], stdin: bytes | None = None) -> _Ran:
     try:
         done = subprocess.run(
-            [program, *args], input=stdin, capture_output=True, timeout=_TIMEOUT_S, check=False
+            [program, *args],
+            input=stdin if stdin is not None else b"",
+            capture_output=True,
+            timeout=_TIMEOUT_S,
+            check=False,
+            # No terminal: a passphrase prompt fails at once instead of waiting for a person.
+            start_new_session=True,
         )
     except subprocess.TimeoutExpired:
-        return _Ran(1, "", f"ssh-keygen did not finish within {_TIMEOUT_S} s")
+        return _Ran(1, "", (f"ssh-keygen did not finish within {_TIMEOUT_S} s",))
     except OSError as exc:
-        return _Ran(1, "", f"ssh-keygen could not run ({exc.strerror or exc})")
+        return _Ran(1, "", (f"ssh-keygen could not run ({exc.strerror or exc})",))
     output = done.stdout.decode("utf-8", "replace")
     said = (done.stderr.decode("utf-8", "replace") + output).strip().splitlines()
-    return _Ran(done.returncode, output, said[-1] if said else "")
+    return _Ran(done.returncode, output, tuple(said))
+
+
+def check_signer(signer: Signer) -> None:
+    """Refuse, before any stage runs, a signing setup that would fail the publication: the key
+    and the allowed signers must be small regular files, and a probe signed with the key must
+    be accepted by the allowed signers (a :class:`ConfigError` naming the setting)."""
+    for setting, path in (
+        ("report.signing_key", signer.key),
+        ("report.allowed_signers", signer.allowed_signers),
+    ):
+        problem = regular_file_problem(path, largest=LARGEST_KEY_FILE)
+        if problem is not None:
+            raise ConfigError(f"{setting} {path}: {problem}")
+    stamps = tuple(_stamp(path) for path in (signer.key, signer.allowed_signers))
+    _probe(signer, stamps)
+
+
+def _stamp(path: Path) -> tuple[int, int, int]:
+    status = path.stat()
+    return status.st_ino, status.st_size, status.st_mtime_ns
+
+
+@functools.cache
+def _probe(signer: Signer, stamps: tuple[tuple[int, int, int], ...]) -> None:
+    """Sign a probe with the key and check it (once per state of the two files: ``stamps``)."""
+    with tempfile.TemporaryDirectory(prefix="enginefit-signing-") as folder:
+        probe = Path(folder) / "probe.json"
+        probe.write_bytes(b"{}\n")
+        sign(signer, probe)
 
 
 def sign(signer: Signer, manifest: Path) -> None:

@@ -18,19 +18,26 @@ LOG_TICKS = (0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 50, 100)
 
 
 def changes_text(changes: dict[str, Any]) -> str:
-    """A scenario's changes in words (``traffic scale 2, hardware nvidia + amd``)."""
+    """A scenario's changes in words (``traffic scale 2, hardware nvidia + amd``, ``gpu hour
+    usd H100 $2.5/h``, ``slo ttft_p95_ms 500``)."""
     said = []
     for key, value in changes.items():
         if isinstance(value, list):
             shown = " + ".join(str(v) for v in value)
         elif isinstance(value, dict):
-            shown = ", ".join(f"{k} ${v:g}/h" for k, v in value.items())
-        elif isinstance(value, float):
-            shown = f"{value:g}"
+            # Only prices are dollars an hour; an SLO's keys carry their own unit.
+            price = key == "gpu_hour_usd"
+            shown = ", ".join(
+                f"{k} ${_number(v)}/h" if price else f"{k} {_number(v)}" for k, v in value.items()
+            )
         else:
-            shown = str(value)
+            shown = _number(value)
         said.append(f"{key.replace('_', ' ')} {shown}")
     return ", ".join(said) or "nothing"
+
+
+def _number(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def scenario_lines(outcome: ScenarioOutcome) -> list[str]:

@@ -18,7 +18,7 @@ import polars as pl
 from pipeline.bench.detect import BenchFormatError, Document
 from pipeline.bench.manifest import ENGINE_ARG_TYPES
 from pipeline.bench.schema import PER_REQUEST_SCHEMA
-from pipeline.errors import InputFormatError
+from pipeline.errors import InputFormatError, os_reason
 from pipeline.safe_read import read_regular
 
 # normalised stat name -> the spellings tools use for it
@@ -194,7 +194,9 @@ class RawPoint:
         try:
             data = read_regular(path)
             text = data.decode("utf-8")
-        except (OSError, InputFormatError, UnicodeDecodeError) as exc:
+        except OSError as exc:
+            raise BenchFormatError(f"{path}: cannot read {what}: {os_reason(exc)}") from exc
+        except (InputFormatError, UnicodeDecodeError) as exc:
             raise BenchFormatError(f"{path}: cannot read {what}: {exc}") from exc
         self.companion_files[str(path)] = hashlib.sha256(data).hexdigest()
         return text
