@@ -102,6 +102,7 @@ def test_workload_shape_asset(tmp_path: Path) -> None:
     out = store.layout().shape.dir
     names = sorted(p.name for p in out.iterdir())
     assert names == [
+        ".workload_shape.sha256.json",  # the seal the next stage checks
         "arrivals.svg",
         "concurrency.parquet",
         "concurrency.svg",
