@@ -153,7 +153,10 @@ def test_bench_settings_validates_keys(tmp_path: Path) -> None:
         ({"slos": {}}, "unknown key bench.slos (did you mean slo?)"),
         ({"slo": {"ttft_p95": 1}}, "bench.slo: unknown key 'ttft_p95'"),
         ({"interpolate": "yes"}, "bench.interpolate: Input should be a valid boolean"),
-        ({"max_age_days": 0}, "bench.max_age_days: Input should be greater than or equal to 1 (got 0)"),
+        (
+            {"max_age_days": 0},
+            "bench.max_age_days: Input should be greater than or equal to 1 (got 0)",
+        ),
         ({"as_of": "29/11/2026"}, "bench.as_of: '29/11/2026' is not an ISO date"),
         ({"prices": {"gpu_hour_usd": {"H100": -1}}}, "bench.prices.gpu_hour_usd.H100"),
         ({"prices": {"usd": 1}}, "bench.prices"),
