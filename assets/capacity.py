@@ -8,8 +8,8 @@ from assets.inputs import step_deps
 from assets.metadata import CHECK_PRIORITY, STAGE_PRIORITY, check_result, md, path_entries
 from assets.resources import EnginefitStore
 from pipeline.capacity import checks, stage
-from pipeline.capacity.cli import configured_inputs
 from pipeline.capacity.present import candidates_table, transfer_sentence
+from pipeline.commands.capacity import configured_inputs
 from pipeline.present.tables import bullet_list
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.cli import build_parser, run_parsed
-from pipeline.cli_common import DEFAULT_CONFIG, add_config_argument, command_config
+from pipeline.commands.common import DEFAULT_CONFIG, add_config_argument, command_config
 from pipeline.errors import EnginefitError
 from pipeline.ledger import chain_head
 
@@ -224,7 +224,7 @@ def run_report(args: argparse.Namespace) -> int:
 def run_decide(args: argparse.Namespace) -> int:
     args.config = str(Path(args.config or DEFAULT_CONFIG).resolve())
     # import here: a command line loads only its own area (tests/test_cli_areas.py)
-    from pipeline.decision.cli import decide, decide_config
+    from pipeline.commands.decision import decide, decide_config
 
     config = decide_config(args, command_config(args))
     config_path = Path(args.config)

@@ -23,7 +23,7 @@ from dagster import AssetExecutionContext
 from assets.ingest import ingest_metadata
 from assets.metadata import md
 from assets.resources import EnginefitStore
-from pipeline.cli_common import DEFAULT_CONFIG
+from pipeline.commands.common import DEFAULT_CONFIG
 from pipeline.config import load_config
 from pipeline.ingest import days, stage
 from pipeline.store import read_requests

@@ -14,8 +14,8 @@ import dagster as dg
 from assets.inputs import step_deps
 from assets.metadata import CHECK_PRIORITY, check_result, md, path_entries
 from assets.resources import EnginefitStore
+from pipeline.commands.decision import configured_inputs
 from pipeline.decision import checks, stage
-from pipeline.decision.cli import configured_inputs
 from pipeline.decision.present import candidates_table
 from pipeline.present.tables import markdown_table
 from pipeline.safe_read import read_json

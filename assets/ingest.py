@@ -19,8 +19,8 @@ from assets.metadata import (
     path_entries,
 )
 from assets.resources import EnginefitStore
+from pipeline.commands.ingest import configured_inputs
 from pipeline.ingest import checks, stage
-from pipeline.ingest.cli import configured_inputs
 from pipeline.ingest.present import anchor_text, files_table, quarantine_rows
 from pipeline.ingest.result import IngestSummary, SkippedFile
 from pipeline.present.tables import markdown_table

@@ -6,7 +6,7 @@ import dataclasses
 
 import dagster as dg
 
-from pipeline.cli_common import DEFAULT_CONFIG
+from pipeline.commands.common import DEFAULT_CONFIG
 from pipeline.config import Config, load_config
 from pipeline.layout import WorkloadLayout
 

@@ -11,9 +11,9 @@ import dagster as dg
 from assets.inputs import step_deps
 from assets.metadata import CHECK_PRIORITY, check_result, md, path_entries
 from assets.resources import EnginefitStore
+from pipeline.commands.whatif import configured_inputs
 from pipeline.present.tables import markdown_table
 from pipeline.whatif import checks, stage
-from pipeline.whatif.cli import configured_inputs
 
 
 @dg.asset(key=stage.STEP.asset, deps=step_deps(stage.STEP), group_name="decision", kinds={"json"})

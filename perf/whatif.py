@@ -25,12 +25,12 @@ import yaml
 from perf import workload
 from perf.capacity import REPO, best_of, stage_configuration
 from perf.ingest import run_enginefit
+from pipeline.commands.decision import configured_inputs as decision_inputs
+from pipeline.commands.whatif import configured_inputs
 from pipeline.config import load_config
 from pipeline.decision import stage as decision_stage
-from pipeline.decision.cli import configured_inputs as decision_inputs
 from pipeline.decision.compute import decided
 from pipeline.decision.flips import moved
-from pipeline.whatif.cli import configured_inputs
 from pipeline.whatif.compute import decision_map, today_context, whatif
 
 

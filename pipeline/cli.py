@@ -24,17 +24,17 @@ from pipeline.errors import EnginefitError
 # command or an unknown one import every area), so ``enginefit simulate`` does not load the
 # load-test client or the benchmark figures.
 _AREAS: dict[str, tuple[str, ...]] = {
-    "pipeline.config_cli": ("config",),
-    "pipeline.ingest.cli": ("ingest",),
-    "pipeline.shape.cli": ("shape",),
-    "pipeline.prefix.cli": ("prefix",),
-    "pipeline.sim.cli": ("simulate", "curve"),
-    "pipeline.bench.cli": ("bench",),
-    "pipeline.capacity.cli": ("capacity",),
-    "pipeline.loadtest.cli": ("loadtest",),
-    "pipeline.decision.cli": ("explain",),
-    "pipeline.report.cli": ("audit",),
-    "pipeline.whatif.cli": ("whatif",),
+    "pipeline.commands.config": ("config",),
+    "pipeline.commands.ingest": ("ingest",),
+    "pipeline.commands.shape": ("shape",),
+    "pipeline.commands.prefix": ("prefix",),
+    "pipeline.commands.sim": ("simulate", "curve"),
+    "pipeline.commands.bench": ("bench",),
+    "pipeline.commands.capacity": ("capacity",),
+    "pipeline.commands.loadtest": ("loadtest",),
+    "pipeline.commands.decision": ("explain",),
+    "pipeline.commands.report": ("audit",),
+    "pipeline.commands.whatif": ("whatif",),
 }
 
 

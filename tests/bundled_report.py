@@ -22,13 +22,13 @@ import yaml
 
 from assets.report import configured_inputs
 from pipeline.cli import main as enginefit
+from pipeline.commands.decision import configured_inputs as decision_configured_inputs
+from pipeline.commands.whatif import configured_inputs as whatif_configured_inputs
 from pipeline.config import load_config
 from pipeline.decision import stage as decision_stage
-from pipeline.decision.cli import configured_inputs as decision_configured_inputs
 from pipeline.report import stage
 from pipeline.report.result import Published
 from pipeline.whatif import stage as whatif_stage
-from pipeline.whatif.cli import configured_inputs as whatif_configured_inputs
 from tests.conftest import REPO, bundled_config
 
 # The stages the report reads, as their commands write them (the same files as the assets:

@@ -17,9 +17,9 @@ import yaml
 from pipeline.bench import stage as bench_stage
 from pipeline.capacity.compute import capacity_result, carry_to_workload, workload_requests
 from pipeline.capacity.result import CapacityResult, ServingModel
+from pipeline.commands.decision import configured_inputs
 from pipeline.config import Config, config_from_mapping
 from pipeline.decision import stage as decision_stage
-from pipeline.decision.cli import configured_inputs
 from pipeline.decision.result import DecisionRecord
 from pipeline.layout import WorkloadLayout
 from pipeline.prefix import stage as prefix_stage

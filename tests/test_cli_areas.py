@@ -21,8 +21,10 @@ def test_every_area_registers_exactly_the_commands_listed_for_it() -> None:
 
 
 def test_a_command_imports_its_area_and_help_imports_all() -> None:
-    assert cli.areas_for(["simulate", "t.parquet", "--block-size", "16"]) == ["pipeline.sim.cli"]
-    assert cli.areas_for(["curve", "--json"]) == ["pipeline.sim.cli"]
+    assert cli.areas_for(["simulate", "t.parquet", "--block-size", "16"]) == [
+        "pipeline.commands.sim"
+    ]
+    assert cli.areas_for(["curve", "--json"]) == ["pipeline.commands.sim"]
     for argv in ([], ["--help"], ["report", "--config", "x"], ["simulat"]):
         assert cli.areas_for(argv) == list(cli._AREAS)
 
@@ -33,7 +35,7 @@ def test_simulate_loads_neither_the_load_test_client_nor_matplotlib() -> None:
         "from assets.cli import build_parser, register\n"
         "build_parser(extra=[register], argv=['simulate', 't.parquet'])\n"
         "print(sorted(m for m in sys.modules if m.startswith(('aiohttp', 'matplotlib', "
-        "'pipeline.loadtest.cli', 'pipeline.loadtest.client', 'pipeline.bench.stage'))))\n"
+        "'pipeline.commands.loadtest', 'pipeline.loadtest.client', 'pipeline.bench.stage'))))\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True

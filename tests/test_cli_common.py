@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from assets.cli import main as enginefit
-from pipeline.cli_common import cli_config
+from pipeline.commands.common import cli_config
 from pipeline.config import default_config
 from pipeline.errors import ConfigError
 from pipeline.ingest.stage import ADHOC_SALT, adhoc_inputs

@@ -21,10 +21,10 @@ from assets.days import configured_quarter, day_assets, quarter_partitions
 from assets.definitions import build_definitions, definitions_for, report_job_def, run_full_graph
 from assets.resources import EnginefitStore
 from assets.shape import workload_shape as shape
+from pipeline.commands.ingest import configured_inputs
 from pipeline.config import Config, load_config
 from pipeline.errors import ConfigError, InputFormatError
 from pipeline.ingest import days, stage
-from pipeline.ingest.cli import configured_inputs
 from pipeline.ingest.result import IngestResult, IngestSummary
 from pipeline.layout import WorkloadLayout
 from pipeline.store import read_requests

@@ -45,10 +45,11 @@ def test_decide_runs_the_missing_stages_then_prints_the_record(
     assert record["schema_version"] == 3 and record["previous"] is None
     rec = record["recommendation"]
     assert {"engine", "routing_layer", "runner_up", "confidence", "headline"} <= set(rec)
-    # The fitted model says one H100 cannot meet the bundled SLO on this workload's prompts, so
-    # no cost stands: the decision tree's choice (prefix-heavy: SGLang) does, provisionally.
-    assert (rec["engine"], rec["runner_up"], rec["confidence"]) == ("sglang", "vllm", "provisional")
-    assert "cost at the SLO unknown for this workload (vLLM: the SLO" in rec["headline"]
+    # vLLM is the one engine with a cost at the bundled SLO (its sweep carried to this
+    # workload's prompts, provisionally); the decision tree's own choice for prefix-heavy traffic,
+    # SGLang, has no benchmark, so it is the runner-up.
+    assert (rec["engine"], rec["runner_up"], rec["confidence"]) == ("vllm", "sglang", "provisional")
+    assert rec["headline"].startswith("vLLM: $10.5088 per 1M output tokens at the SLO")
     candidate = record["candidates"][0]
     assert {
         "engine",
@@ -62,12 +63,13 @@ def test_decide_runs_the_missing_stages_then_prints_the_record(
     assert {"id", "metric", "comparator", "threshold", "value", "why", "status"} == set(
         record["triggers"][0]
     )
-    # This workload's fleet is unknown (the SLO is out of reach), so routing is judged at the
-    # largest simulated replica count, and says so.
-    assert "the fleet size is unknown" in record["routing"]["reason"]
+    # The fleet is sized (23 replicas), so routing is judged at the simulated count nearest it.
+    assert "the simulated count nearest the fleet's 23" in record["routing"]["reason"]
     vllm = next(c for c in record["candidates"] if c["engine"] == "vllm")
-    assert vllm["cost_per_1m_output_usd"] is None and vllm["monthly_cost_mean_rate_usd"] is None
-    assert vllm["cost_note"].startswith("this workload's capacity at the SLO is unknown: the SLO")
+    # ceil(4.117 req/s peak ÷ (0.231 req/s × 0.8 headroom)) = 23 H100s × $3 × 730 h.
+    assert vllm["monthly_cost_usd"] == 23 * 3.0 * 730
+    assert vllm["cost_per_1m_output_usd"] == pytest.approx(10.5088, abs=5e-5)
+    assert vllm["cost_note"].startswith("far outside the measured mix")
     # Said once among the confidence reasons, not once by the ranking and again per engine.
     assert sum(vllm["cost_note"] in r for r in rec["confidence_reasons"]) == 1
     assert vllm["benchmark_monthly_cost_usd"] == 2190.0  # 1 GPU × $3 × 730 h
@@ -85,14 +87,14 @@ def test_decide_runs_the_missing_stages_then_prints_the_record(
     kept.write_bytes(first.read_bytes())
     assert enginefit(["decide", "--config", str(config), "--previous", str(kept)]) == 0
     out, _ = capsys.readouterr()
-    assert out.splitlines()[0].startswith("SGLang: cost at the SLO unknown for this workload")
+    assert out.splitlines()[0].startswith("vLLM: $10.5088 per 1M output tokens at the SLO")
     assert enginefit(["explain", str(first)]) == 0
     text = capsys.readouterr().out
     assert text.startswith("Engine decision for workload mooncake-conversation (as of 2026-11-29)")
-    assert "The previous decision (2026-11-29: SGLang), its triggers now" in text
+    assert "The previous decision (2026-11-29: vLLM), its triggers now" in text
     # Each trigger of the first quarter's answer is evaluated again, with both values.
     assert (
-        "- Revisit if SGLang's status in the catalog is no longer active; today active. It was "
+        "- Revisit if vLLM's status in the catalog is no longer active; today active. It was "
         "active then: did not fire." in " ".join(text.split())  # lines wrap at 96 characters
     )
 

@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
+from pipeline.commands.decision import configured_inputs
 from pipeline.costing import WEEKS_PER_MONTH
 from pipeline.decision.checks import triggers_measurable
-from pipeline.decision.cli import configured_inputs
 from pipeline.decision.compute import context, decide
 from pipeline.decision.config import Requirements
 from pipeline.decision.context import DecisionInputs, EngineState, RuleContext

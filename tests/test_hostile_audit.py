@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.cli import main as enginefit
-from pipeline.report.cli import chain_head_flag
+from pipeline.commands.report import chain_head_flag
 
 HEAD = "0123456789abcdef" * 4
 

@@ -13,10 +13,10 @@ import polars as pl
 import pytest
 
 from pipeline.capacity.stage import require_output_lengths
+from pipeline.commands.ingest import configured_inputs
 from pipeline.config import load_config
 from pipeline.errors import InputFormatError
 from pipeline.ingest import stage
-from pipeline.ingest.cli import configured_inputs
 from pipeline.layout import WorkloadLayout
 
 CSV = (

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.commands.decision import configured_inputs as decision_configured_inputs
+from pipeline.commands.whatif import configured_inputs as whatif_configured_inputs
 from pipeline.config import Config
-from pipeline.decision.cli import configured_inputs as decision_configured_inputs
 from pipeline.errors import StageOutputUnreadableError
-from pipeline.whatif.cli import configured_inputs as whatif_configured_inputs
 from tests.decision_fixtures import decide_on, steady_traffic, sweep
 from tests.test_decision_scenarios import one_stable_model
 from tests.test_whatif import churn_configuration

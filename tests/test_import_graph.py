@@ -143,16 +143,14 @@ def test_every_import_inside_a_function_says_why() -> None:
 #
 # A folder of ``pipeline/`` (a stage, ``present``) or a module at its top (``store``, ``layout``)
 # is one unit; data walks one way, so no unit imports, directly or through others, a unit that
-# imports it. The command modules (each stage's ``cli.py``, ``pipeline/cli*.py``,
-# ``pipeline/config_cli.py``) sit above everything and are left out: they see the whole
+# imports it. The command modules (``pipeline/commands/``, and ``pipeline/cli.py`` which
+# dispatches to them) sit above everything and are left out: they see the whole
 # configuration, which sees every stage's section.
 
 
 def is_command_module(name: str) -> bool:
     parts = name.split(".")
-    return parts[0] == "pipeline" and (
-        parts[-1] == "cli" or (len(parts) == 2 and parts[1].startswith(("cli", "config_cli")))
-    )
+    return parts[:2] == ["pipeline", "commands"] or name == "pipeline.cli"
 
 
 def _every_import(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
@@ -197,8 +195,10 @@ def unit_graph(imports: dict[str, set[str]]) -> dict[str, dict[str, set[str]]]:
 
 
 def test_a_command_module_is_told_apart() -> None:
-    assert is_command_module("pipeline.bench.cli")
-    assert is_command_module("pipeline.cli_common") and is_command_module("pipeline.config_cli")
+    assert is_command_module("pipeline.commands.bench")
+    assert is_command_module("pipeline.commands.common") and is_command_module(
+        "pipeline.commands.config"
+    )
     assert not is_command_module("pipeline.config") and not is_command_module("pipeline.bench")
     assert unit_of("pipeline.bench.readers.vllm") == "pipeline.bench"
     assert unit_of("pipeline.store") == "pipeline.store" and unit_of("pipeline") is None
@@ -211,7 +211,7 @@ def test_the_unit_graph_finds_a_loop_through_a_folder() -> None:
         "pipeline.a.stage": {"pipeline.b.result"},
         "pipeline.b.deep.reader": {"pipeline.a.result"},
         "pipeline.c.stage": {"pipeline.a.stage"},
-        "pipeline.a.cli": {"pipeline.c.stage"},
+        "pipeline.commands.a": {"pipeline.c.stage"},
     }
     edges = unit_graph(imports)
     assert cycles({u: set(t) for u, t in edges.items()}) == [["pipeline.a", "pipeline.b"]]

@@ -15,9 +15,9 @@ from assets.cli import main as enginefit
 from assets.definitions import defs
 from assets.ingest import workload
 from assets.resources import EnginefitStore
+from pipeline.commands.ingest import configured_inputs
 from pipeline.config import load_config
 from pipeline.ingest import stage as ingest_stage
-from pipeline.ingest.cli import configured_inputs
 from pipeline.layout import WorkloadLayout
 from tests.conftest import REPO, write_config
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.commands.ingest import configured_inputs
 from pipeline.config import load_config
 from pipeline.errors import ConfigError, InputFormatError
 from pipeline.ingest import stage
-from pipeline.ingest.cli import configured_inputs
 from pipeline.ingest.compute import ingest_paths
 from pipeline.layout import WorkloadLayout
 

@@ -20,11 +20,11 @@ import pytest
 import yaml
 
 from pipeline.cli import main as enginefit
+from pipeline.commands.ingest import configured_inputs
 from pipeline.config import load_config
 from pipeline.errors import ConfigError, InputFormatError
 from pipeline.hashing import salt_fingerprint
 from pipeline.ingest import stage
-from pipeline.ingest.cli import configured_inputs
 from pipeline.ingest.compute import BUNDLED_SAMPLE_SHA256, expand_paths, ingest_paths
 from pipeline.layout import WorkloadLayout
 from pipeline.store import OutputError, read_requests, verify_ingest

@@ -252,8 +252,9 @@ def test_a_quarter_without_the_traffic_is_refused_unless_allowed(bundled: Bundle
 def test_a_price_change_lists_that_key_and_the_numbers_it_moved(bundled: Bundle) -> None:
     """H100 $3.0 → $3.5 an hour: the configuration change is that one key; the benchmark's
     cost per 1M output tokens, $ ÷ (92.2241 req/s × 62.3254 tokens × 3600 s) × 10⁶, moves from
-    $0.1450 to $0.1691 and its monthly fleet from $2,190 to $2,555 (1 GPU × 730 h); no input
-    file is "added" (upstream outputs that moved are "changed")."""
+    $0.1450 to $0.1691 and its monthly fleet from $2,190 to $2,555 (1 GPU × 730 h); this
+    workload's figures move with the price too (same fleet, 23 GPUs); no input file is "added"
+    (upstream outputs that moved are "changed")."""
     config = bundled.config  # 2025-Q1 v1 at $3.0
     raw = yaml.safe_load(config.read_text())
     raw["bench"]["prices"]["gpu_hour_usd"]["H100"] = 3.5
@@ -270,11 +271,15 @@ def test_a_price_change_lists_that_key_and_the_numbers_it_moved(bundled: Bundle)
     # Besides upstream outputs, the one input file that changed is the configuration itself.
     read = {i["path"] for i in changes["inputs"] if not i["path"].startswith("derived:")}
     assert read == {f"config:{config.name}"}
-    # This workload's own cost is unknown (one H100 cannot meet the SLO on its prompts), so the
-    # price moves only the benchmark's figures.
+    # This workload's own figures scale with the GPU price on the same 23-GPU fleet: $10.5088 ×
+    # 3.5 ÷ 3 = $12.2603 per 1M output tokens; 23 × $3.5 × 730 h = $58,765 a month plus the
+    # unchanged $200 of model changes; the routing layer's saving is GPU time, so × 3.5 ÷ 3 too.
     assert {n["what"]: (n["before"], n["now"]) for n in changes["numbers"]} == {
         "benchmark's own $ per 1M output tokens, vLLM": ("$0.1450", "$0.1691"),
         "benchmark's own monthly GPU cost, vLLM": ("$2,190", "$2,555"),
+        "$ per 1M output tokens at the SLO, vLLM": ("$10.5088", "$12.2603"),
+        "monthly cost, vLLM": ("$50,570", "$58,965"),
+        "monthly value of prefix-aware routing": ("$82", "$95"),
     }
     text = " ".join(pdf_text(second.pdf).split())
     assert "bench.prices.gpu_hour_usd.H100 3.0 3.5" in text

@@ -25,7 +25,7 @@ STAGES = {
 # The decision's result keeps its domain name: it is the title of the published
 # decision.schema.json.
 RESULT_NAMES = {"decision": "DecisionRecord"}
-SHAPE = ("config", "compute", "result", "present", "checks", "stage", "cli")
+SHAPE = ("config", "compute", "result", "present", "checks", "stage")
 
 
 def _classes(path: Path) -> set[str]:
@@ -45,6 +45,7 @@ def test_each_stage_has_the_shape_or_says_why_not(stage: str) -> None:
         if not (folder / f"{name}.py").is_file() and f"no ``{name}.py``" not in doc
     ]
     assert missing == [], f"{stage}/ lacks {missing} and its docstring does not say why"
+    assert (PIPELINE / "commands" / f"{stage}.py").is_file(), f"{stage} has no command module"
 
 
 @pytest.mark.parametrize("stage", STAGES)

@@ -24,13 +24,13 @@ import pytest
 import yaml
 
 from pipeline.cli import main
+from pipeline.commands.decision import configured_inputs as decision_configured_inputs
+from pipeline.commands.whatif import configured_inputs as whatif_configured_inputs
 from pipeline.config import Config, config_from_mapping, load_config
-from pipeline.decision.cli import configured_inputs as decision_configured_inputs
 from pipeline.decision.compute import decided
 from pipeline.decision.flips import moved
 from pipeline.decision.result import AxisFlip, DecisionRecord
 from pipeline.errors import ConfigError
-from pipeline.whatif.cli import configured_inputs as whatif_configured_inputs
 from pipeline.whatif.compute import WhatifInputs, decision_map, scenario, today_context, whatif
 from pipeline.whatif.config import MapAxis, ScenarioChanges
 from pipeline.whatif.present import changes_text, label_cell, map_reading, map_svg

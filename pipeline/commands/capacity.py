@@ -8,7 +8,7 @@ from typing import Any
 
 from pipeline.capacity import stage
 from pipeline.capacity.present import render_text
-from pipeline.cli_common import add_config_argument, command_config
+from pipeline.commands.common import add_config_argument, command_config
 from pipeline.config import Config
 
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import polars as pl
 
-from pipeline.cli_common import add_config_argument, command_config
+from pipeline.commands.common import add_config_argument, command_config
+from pipeline.commands.ingest import FORMAT_HELP, adhoc_requests
 from pipeline.config import Config
 from pipeline.errors import ConfigError
-from pipeline.ingest.cli import FORMAT_HELP, adhoc_requests
 from pipeline.ingest.readers import FORMAT_NAMES
 from pipeline.present.text import share
 from pipeline.settings import from_flags, with_flags

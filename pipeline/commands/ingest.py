@@ -12,7 +12,7 @@ from typing import Any
 import polars as pl
 from tqdm import tqdm
 
-from pipeline.cli_common import add_config_argument, command_config
+from pipeline.commands.common import add_config_argument, command_config
 from pipeline.config import Config
 from pipeline.errors import ConfigError
 from pipeline.ingest import stage

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from pipeline.cli_common import add_config_argument, command_config
+from pipeline.commands.common import add_config_argument, command_config
 from pipeline.config import Config
 from pipeline.errors import ConfigError
 from pipeline.whatif import stage

@@ -6,13 +6,13 @@ import argparse
 import json
 from typing import Any
 
-from pipeline.cli_common import (
+from pipeline.commands.common import (
     add_config_argument,
     add_out_argument,
     command_config,
     output_layout,
 )
-from pipeline.ingest.cli import add_trace_arguments, adhoc_requests
+from pipeline.commands.ingest import add_trace_arguments, adhoc_requests
 from pipeline.prefix import stage
 from pipeline.prefix.present import summary_text
 from pipeline.settings import with_flags

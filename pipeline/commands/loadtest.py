@@ -18,9 +18,9 @@ from pydantic import ValidationError
 from tqdm import tqdm
 
 from pipeline.bench.manifest import BenchManifestError, validate_manifest
-from pipeline.cli_common import add_config_argument, command_config
+from pipeline.commands.common import add_config_argument, command_config
+from pipeline.commands.ingest import add_trace_arguments, adhoc_requests
 from pipeline.errors import ConfigError
-from pipeline.ingest.cli import add_trace_arguments, adhoc_requests
 from pipeline.layout import LoadtestRunPaths
 from pipeline.loadtest import stage
 from pipeline.loadtest.compute import endpoint_url, plan_rates, public_url

@@ -35,7 +35,7 @@ from pipeline.bench.config import BenchConfig, as_of_flag, parse_slo_spec
 from pipeline.bench.present import render_text
 from pipeline.bench.result import analysis_payload
 from pipeline.bench.validity import load_workload_facts
-from pipeline.cli_common import add_config_argument, add_out_argument, command_config
+from pipeline.commands.common import add_config_argument, add_out_argument, command_config
 from pipeline.config import Config
 from pipeline.costing import parse_price
 from pipeline.errors import ConfigError

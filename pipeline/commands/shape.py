@@ -6,13 +6,13 @@ import argparse
 import json
 from typing import Any
 
-from pipeline.cli_common import (
+from pipeline.commands.common import (
     add_config_argument,
     add_out_argument,
     command_config,
     output_layout,
 )
-from pipeline.ingest.cli import add_trace_arguments, adhoc_requests
+from pipeline.commands.ingest import add_trace_arguments, adhoc_requests
 from pipeline.shape import stage
 from pipeline.shape.common import json_safe
 from pipeline.shape.present import render_text

@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from pipeline.cli_common import add_config_argument, command_config
+from pipeline.commands.common import add_config_argument, command_config
 
 
 def register(subparsers: Any) -> None:
