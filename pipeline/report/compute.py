@@ -39,6 +39,7 @@ from pipeline.present.text import (
     UNKNOWN,
     measurement,
     money,
+    money_band,
     number,
     share,
     usd,
@@ -290,7 +291,8 @@ def _candidate_row(c: Candidate) -> dict[str, str]:
             "req/s",
         ),
         "gpus": number(c.gpus_at_peak),
-        "monthly": money(c.monthly_bill()),
+        "monthly": money(c.monthly_bill())
+        + (f" (band {money_band(band)})" if (band := c.monthly_bill_band()) else ""),
         # months, never (it saves nothing), unknown (a cost is missing) or — (no switch)
         "payback": payback_cell(c.payback),
     }
