@@ -34,6 +34,8 @@ from pipeline.decision.evidence import EngineBench
 from pipeline.decision.present import payback_text, ranking_text
 from pipeline.present.text import months_band
 from pipeline.unknown import Unknown
+from pipeline.whatif.present import scenario_lines
+from pipeline.whatif.result import ScenarioOutcome
 from tests.test_decision_ranking_expert import REPLICA_MONTH, bench, hand_context
 
 
@@ -217,3 +219,25 @@ def test_an_unknown_capacity_is_unknown_through_its_band_and_cost() -> None:
     assert ctx.benches["sglang"].cost_per_1m_output_band_usd is None
     outcome = choose(ctx)
     assert outcome.ranking is not None and "bands" not in ranking_text(outcome.ranking)
+
+
+def test_the_what_if_says_the_monthly_cost_with_its_band() -> None:
+    outcome = ScenarioOutcome(
+        name="double",
+        changes={"traffic_scale": 2.0},
+        engine="vllm",
+        engine_name="vLLM",
+        runner_up=None,
+        runner_up_name=None,
+        routing_layer=None,
+        confidence="firm",
+        monthly_cost_usd=8_760.0,
+        monthly_cost_band_usd=(6_570.0, 10_950.0),
+        monthly_total_usd=None,
+        headline="",
+        against_today=[],
+        approximations=[],
+    )
+    assert scenario_lines(outcome)[1] == ("  vLLM (firm), $8,760/month GPU (band $6,570–$10,950)")
+    unbanded = outcome.model_copy(update={"monthly_cost_band_usd": None})
+    assert scenario_lines(unbanded)[1] == "  vLLM (firm), $8,760/month GPU"
