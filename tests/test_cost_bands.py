@@ -32,7 +32,9 @@ from pipeline.costing import (
 from pipeline.decision.costing import choose, payback
 from pipeline.decision.evidence import EngineBench
 from pipeline.decision.present import payback_text, ranking_text
+from pipeline.decision.result import Candidate
 from pipeline.present.text import months_band
+from pipeline.report.compute import _candidate_row
 from pipeline.unknown import Unknown
 from pipeline.whatif.present import scenario_lines
 from pipeline.whatif.result import ScenarioOutcome
@@ -241,3 +243,28 @@ def test_the_what_if_says_the_monthly_cost_with_its_band() -> None:
     assert scenario_lines(outcome)[1] == ("  vLLM (firm), $8,760/month GPU (band $6,570–$10,950)")
     unbanded = outcome.model_copy(update={"monthly_cost_band_usd": None})
     assert scenario_lines(unbanded)[1] == "  vLLM (firm), $8,760/month GPU"
+
+
+def test_the_executive_summary_prices_an_engine_with_its_band() -> None:
+    """Page 1's candidate row: the monthly bill (GPUs + model changes) with the band, the
+    changes added to both ends."""
+    c = Candidate(
+        engine="vllm",
+        name="vLLM",
+        status="recommended",
+        reasons=[],
+        benchmarked=True,
+        benchmark="vllm-h100",
+        cost_per_1m_output_usd=0.5,
+        monthly_cost_usd=8_760.0,
+        monthly_change_cost_usd=100.0,
+        monthly_total_usd=8_860.0,
+        switch_cost_usd=None,
+        flip_condition=None,
+        monthly_cost_band_usd=(6_570.0, 10_950.0),
+    )
+    assert c.monthly_bill_band() == (6_670.0, 11_050.0)
+    assert _candidate_row(c)["monthly"] == "$8,860 (band $6,670–$11,050)"
+    assert _candidate_row(c.model_copy(update={"monthly_cost_band_usd": None}))["monthly"] == (
+        "$8,860"
+    )

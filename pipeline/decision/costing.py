@@ -221,15 +221,16 @@ def _payback_bands(
     has a band): soonest with the new bill low and the current one high, latest the other
     way; the new fleet's run beside the old one is priced at that end's bill."""
     here_band, there_band = here.bill_band(basis), there.bill_band(basis)
+    there_gpu = there.bill_band("gpu")  # what running the new fleet beside the old one costs
     if here.monthly_gpu_band is None and there.monthly_gpu_band is None:
         return {}
-    assert here_band is not None and there_band is not None  # both bills are known
+    assert here_band and there_band and there_gpu  # both bills are known
     saving = saving_band(here_band, there_band)
 
     def parallel(bill: float) -> float:
         return parallel_run_usd(bill, weeks) if weeks is not None else 0.0
 
-    one_off_band = (one_off + parallel(there_band[0]), one_off + parallel(there_band[1]))
+    one_off_band = (one_off + parallel(there_gpu[0]), one_off + parallel(there_gpu[1]))
     return {
         "monthly_saving_band_usd": saving,
         "months_band": payback_band(one_off_band, saving),
