@@ -8,6 +8,7 @@ Hand figures: one $3/h GPU per replica ($2,190 a month), 200 output tokens a req
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import polars as pl
@@ -29,12 +30,14 @@ from pipeline.costing import (
     replicas_band,
     saving_band,
 )
+from pipeline.decision.compute import decided
 from pipeline.decision.costing import choose, payback
 from pipeline.decision.evidence import EngineBench
+from pipeline.decision.flips import moved
 from pipeline.decision.present import payback_text, ranking_text
-from pipeline.decision.result import Candidate
+from pipeline.decision.result import DecisionRecord
 from pipeline.present.text import months_band
-from pipeline.report.compute import _candidate_row
+from pipeline.report.memo import decision_memo
 from pipeline.unknown import Unknown
 from pipeline.whatif.present import scenario_lines
 from pipeline.whatif.result import ScenarioOutcome
@@ -245,26 +248,22 @@ def test_the_what_if_says_the_monthly_cost_with_its_band() -> None:
     assert scenario_lines(unbanded)[1] == "  vLLM (firm), $8,760/month GPU"
 
 
-def test_the_executive_summary_prices_an_engine_with_its_band() -> None:
-    """Page 1's candidate row: the monthly bill (GPUs + model changes) with the band, the
-    changes added to both ends."""
-    c = Candidate(
-        engine="vllm",
-        name="vLLM",
-        status="recommended",
-        reasons=[],
-        benchmarked=True,
-        benchmark="vllm-h100",
-        cost_per_1m_output_usd=0.5,
-        monthly_cost_usd=8_760.0,
-        monthly_change_cost_usd=100.0,
-        monthly_total_usd=8_860.0,
-        switch_cost_usd=None,
-        flip_condition=None,
-        monthly_cost_band_usd=(6_570.0, 10_950.0),
+def test_the_record_and_page_one_carry_the_band() -> None:
+    """vLLM alone at 5 req/s (band 4–6.5) for a 20 req/s peak: 4 replicas, $8,760 a month;
+    over the band ⌈20 ÷ 6.5⌉ = 4 … ⌈20 ÷ 4⌉ = 5 replicas, $8,760–$10,950, and $3 ÷ (6.5 × 200
+    × 3600) × 10⁶ = $0.6410 … $3 ÷ (4 × 200 × 3600) × 10⁶ = $1.0417 per 1M output tokens.
+    Page 1 prices it "$8,760 (band $8,760–$10,950)"."""
+    record = decided(moved(hand_context([banded("vllm", 5.0, (4.0, 6.5))])))
+    (c,) = [c for c in record.candidates if c.engine == "vllm"]
+    assert c.replicas == 4 and c.replicas_band == (4, 5)
+    assert c.monthly_cost_band_usd == pytest.approx((4 * REPLICA_MONTH, 5 * REPLICA_MONTH))
+    assert c.cost_per_1m_output_band_usd == pytest.approx(
+        (3 / (6.5 * 200 * 3600) * 1e6, 3 / (4 * 200 * 3600) * 1e6), rel=1e-5
     )
-    assert c.monthly_bill_band() == (6_670.0, 11_050.0)
-    assert _candidate_row(c)["monthly"] == "$8,860 (band $6,670–$11,050)"
-    assert _candidate_row(c.model_copy(update={"monthly_cost_band_usd": None}))["monthly"] == (
-        "$8,860"
-    )
+    again = DecisionRecord.from_json(json.loads(json.dumps(record.to_json())), "here")
+    assert again == record
+    options = {o["engine"]: o for o in decision_memo(record, None)["options"]}
+    assert options["vLLM"]["monthly"] == "$8,760 (band $8,760–$10,950)"
+    unbanded = decided(moved(hand_context([bench("vllm", 5.0)])))
+    options = {o["engine"]: o for o in decision_memo(unbanded, None)["options"]}
+    assert options["vLLM"]["monthly"] == "$8,760"

@@ -39,7 +39,6 @@ from pipeline.present.text import (
     UNKNOWN,
     measurement,
     money,
-    money_band,
     number,
     share,
     usd,
@@ -291,8 +290,7 @@ def _candidate_row(c: Candidate) -> dict[str, str]:
             "req/s",
         ),
         "gpus": number(c.gpus_at_peak),
-        "monthly": money(c.monthly_bill())
-        + (f" (band {money_band(band)})" if (band := c.monthly_bill_band()) else ""),
+        "monthly": money(c.monthly_bill()),
         # months, never (it saves nothing), unknown (a cost is missing) or — (no switch)
         "payback": payback_cell(c.payback),
     }
