@@ -10,7 +10,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import polars as pl
 
@@ -66,6 +66,61 @@ def replicas_for(
     """Whole replicas to serve ``rate_rps``: at least one, plus one spare with N+1."""
     load = rate_rps / (capacity_rps * headroom)
     return max(math.ceil(load - REPLICA_ROUNDING_GUARD), 1) + spare
+
+
+# A band: the low and high end of a figure whose capacity is known only within a band.
+Band = tuple[float, float]
+# One end of a payback band: months, or never (that end saves nothing a month).
+PaybackEnd = float | Literal["never"]
+
+
+def replicas_band(
+    rate_rps: float, capacity_band_rps: Band, headroom: float = 1.0, spare: bool = False
+) -> tuple[int, int]:
+    """Whole replicas at the capacity band's ends: (fewest, most). The high capacity needs
+    the fewer replicas."""
+    low, high = capacity_band_rps
+    return (
+        replicas_for(rate_rps, high, headroom, spare),
+        replicas_for(rate_rps, low, headroom, spare),
+    )
+
+
+def fractional_replicas_band(
+    rate_rps: float, capacity_band_rps: Band, headroom: float = 1.0, spare: bool = False
+) -> Band:
+    """:func:`fractional_replicas` at the capacity band's ends: (fewest, most)."""
+    low, high = capacity_band_rps
+    return (
+        fractional_replicas(rate_rps, high, headroom, spare),
+        fractional_replicas(rate_rps, low, headroom, spare),
+    )
+
+
+def per_capacity_band(value_at_capacity: float, capacity_rps: float, band: Band) -> Band:
+    """A figure inversely proportional to the capacity (a cost per token at the SLO: the same
+    hour over more or fewer tokens) at the capacity band's ends: (lowest, highest)."""
+    low, high = band
+    return value_at_capacity * capacity_rps / high, value_at_capacity * capacity_rps / low
+
+
+def saving_band(here: Band, there: Band) -> Band:
+    """What moving from a bill of ``here`` to one of ``there`` saves a month at worst and at
+    best, both known only within their bands: (here's low − there's high, here's high −
+    there's low)."""
+    return here[0] - there[1], here[1] - there[0]
+
+
+def payback_band(one_off_usd: Band, monthly_saving_usd: Band) -> tuple[PaybackEnd, PaybackEnd]:
+    """(soonest, latest) payback: the smaller one-off over the larger saving, the larger
+    one-off over the smaller saving; an end whose saving is nil or negative is ``"never"``,
+    never a negative or infinite number of months."""
+
+    def end(one_off: float, saving: float) -> PaybackEnd:
+        months = payback_months(one_off, saving)
+        return "never" if months is None else months
+
+    return end(one_off_usd[0], monthly_saving_usd[1]), end(one_off_usd[1], monthly_saving_usd[0])
 
 
 def known_sum(a: float | None, b: float | None) -> float | None:

@@ -13,14 +13,22 @@ from PIL import Image
 from tests.bundled_report import Bundle
 from tests.conftest import REPO
 
-# A row of page 1's cost table: the engine, its monthly cost, its cost per 1M output tokens.
-PRICED_ROW = re.compile(r"^(?P<engine>.+?) \$(?P<monthly>[\d,]+) \$(?P<per_1m>[\d.]+)", re.M)
+# A row of page 1's cost table: the engine, its monthly cost with its band (where the capacity
+# has one), its cost per 1M output tokens.
+PRICED_ROW = re.compile(
+    r"^(?P<engine>.+?) \$(?P<monthly>[\d,]+)"
+    r"(?:\s+\(band\s+\$(?P<low>[\d,]+)–\$(?P<high>[\d,]+)\))?\s+\$(?P<per_1m>[\d.]+)",
+    re.M,
+)
 
 
 def test_page_one_prices_every_engine_the_record_prices(bundled: Bundle) -> None:
     published = bundled.first
     first = pypdf.PdfReader(io.BytesIO(published.pdf.read_bytes())).pages[0].extract_text()
-    rows = {m["engine"]: (m["monthly"], m["per_1m"]) for m in PRICED_ROW.finditer(first)}
+    rows = {
+        m["engine"]: (m["monthly"], m["low"], m["high"], m["per_1m"])
+        for m in PRICED_ROW.finditer(first)
+    }
     record = json.loads((published.folder / "decision.json").read_text())
     priced = {
         c["engine"]: c
@@ -30,7 +38,9 @@ def test_page_one_prices_every_engine_the_record_prices(bundled: Bundle) -> None
     # vLLM's sweep carried to the trace at MLPerf's long-context SLO: 23 H100s at $3 × 730 h
     # plus 2 model changes a quarter (tests/test_decision_cli.py works the fleet by hand).
     assert set(priced) == {"vllm"}
-    assert rows == {"vLLM": ("50,570", "10.5088")}
+    # Its band: 15 to 34 replicas over the capacity band (the fit's residuals with the
+    # validation error, docs/capacity.md), the model changes added to both ends.
+    assert rows == {"vLLM": ("50,570", "33,050", "74,660", "10.5088")}, first
     assert round(priced["vllm"]["cost_per_1m_output_usd"], 4) == 10.5088
     # Every other engine on the page says it has no cost rather than showing one.
     assert re.search(r"^SGLang unknown unknown", first, re.M)

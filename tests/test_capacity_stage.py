@@ -94,6 +94,19 @@ def test_two_workloads_get_different_hand_checkable_costs_from_one_sweep(
         assert cost.monthly_cost_usd == pytest.approx(cost.replicas * 1 * 3.0 * 730)
         hourly_output = capacity * 3600 * result.mix.output_tokens_mean
         assert cost.all_in_cost_per_1m_output_usd == pytest.approx(3.0 / hourly_output * 1e6)
+        # The band's ends through the same formulas: the high end needs the fewer replicas.
+        (carried,) = result.candidates
+        low, high = carried.workload_capacity_band_rps  # type: ignore[misc]
+        fewest = max(math.ceil(result.mix.peak_rate_rps / (high * 0.8)), 1)
+        most = max(math.ceil(result.mix.peak_rate_rps / (low * 0.8)), 1)
+        assert cost.replicas_band == (fewest, most)
+        assert cost.monthly_cost_band_usd == pytest.approx((fewest * 3.0 * 730, most * 3.0 * 730))
+        assert cost.all_in_cost_per_1m_output_band_usd == pytest.approx(
+            (
+                3.0 / (high * 3600 * result.mix.output_tokens_mean) * 1e6,
+                3.0 / (low * 3600 * result.mix.output_tokens_mean) * 1e6,
+            )
+        )
     # What the terminal shows names the transfer.
     assert enginefit(["capacity", "--config", str(tmp_path / "azure-conv.yaml")]) == 0
     out = capsys.readouterr().out

@@ -80,6 +80,8 @@ def test_capacity_and_cost_match_the_simulator(bench: str, work: str, cached_sha
     assert cost.cost_per_1m_output_usd == pytest.approx(true_decode, rel=SPLIT_TOLERANCE)
     low, high = candidate.workload_capacity_band_rps  # type: ignore[misc]
     assert low <= predicted <= high
+    # The band (residuals with the validation error) holds the simulator's truth.
+    assert low <= true_rate <= high
     assert candidate.capacity_basis == "transferred"
     assert "simulated" in candidate.capacity_method
 

@@ -127,6 +127,8 @@ def _cost(replicas: int, gpus: int, headroom: float) -> WorkloadCost:
         headroom=headroom,
         n_plus_one=False,
         monthly_cost_usd=gpus * 3.0 * 730,
+        replicas_band=(replicas, replicas),
+        monthly_cost_band_usd=(gpus * 3.0 * 730, gpus * 3.0 * 730),
         average_utilisation=0.5,
         peak_utilisation=0.9,
         prefill_share=0.2,
@@ -136,6 +138,7 @@ def _cost(replicas: int, gpus: int, headroom: float) -> WorkloadCost:
         cost_per_1m_input_usd=1.0,
         cost_per_1m_cached_input_usd=1.0,
         all_in_cost_per_1m_output_usd=1.0,
+        all_in_cost_per_1m_output_band_usd=(1.0, 1.0),
         fleet_cost_per_1m_output_usd=1.0,
         formula="",
     )

@@ -88,6 +88,22 @@ def test_two_workloads_over_the_same_sweep_get_their_own_costs(tmp_path: Path) -
         peak = record.measurements["shape.arrivals.peak_rate_rps"]
         assert c.replicas == max(1, math.ceil(peak / (c.workload_capacity_rps * 0.8)))
         assert c.monthly_cost_usd == pytest.approx(c.replicas * GPU_HOUR_USD * 730, rel=1e-4)
+        # The band carried: the high capacity needs the fewer replicas, each priced the same way.
+        low, high = c.workload_capacity_band_rps
+        fewest = max(1, math.ceil(peak / (high * 0.8)))
+        most = max(1, math.ceil(peak / (low * 0.8)))
+        assert c.replicas_band == (fewest, most) and fewest <= c.replicas <= most
+        assert c.monthly_cost_band_usd == pytest.approx(
+            (fewest * GPU_HOUR_USD * 730, most * GPU_HOUR_USD * 730), rel=1e-4
+        )
+        assert c.cost_per_1m_output_band_usd == pytest.approx(
+            (
+                GPU_HOUR_USD / (high * 200 * 3600) * 1e6,
+                GPU_HOUR_USD / (low * 200 * 3600) * 1e6,
+            ),
+            rel=1e-3,
+        )
+        assert c.capacity_band_basis and "validation error" in c.capacity_band_basis
         assert c.cost_per_1m_input_usd is not None and c.cost_per_1m_cached_input_usd is None
         assert c.transfer and c.transfer.startswith("Measured at")
     assert b.workload_capacity_rps < a.workload_capacity_rps / 5
@@ -236,6 +252,14 @@ def test_explain_prints_the_workloads_figures_beside_the_benchmarks(
     assert "capacity on this workload: " in words
     assert f"the benchmark measured {c.capacity_rps:.2f} req/s" in words
     assert "per 1M tokens of this workload: output $" in words
+    # The band: what it is made of, and the fleet, bill and price at its ends.
+    assert "the band: the fit's residuals (steps ± " in words
+    assert "combined with the validation error of a transferred capacity (± 29%" in words
+    fewest, most = c.replicas_band
+    low, high = c.monthly_cost_band_usd
+    assert f"over the band: {fewest}–{most} replicas at peak, ${low:,.0f}–${high:,.0f}/month" in (
+        words
+    )
     assert "Measured at" in words and "your prompts are" in words
     # What binds this workload's capacity, named in the explanation's transfer sentence.
     assert ", bound by " in words
@@ -296,6 +320,10 @@ def test_a_model_that_does_not_reproduce_its_benchmark_gives_no_cost_winner_or_p
     c = candidate(record, "vllm")
     assert c.cost_per_1m_output_usd is None and c.replicas is None
     assert c.workload_capacity_rps is None and c.cost_basis is None
+    # No band either: an unknown capacity carries nothing into replicas, cost or payback.
+    assert c.workload_capacity_band_rps is None and c.replicas_band is None
+    assert c.monthly_cost_band_usd is None and c.cost_per_1m_output_band_usd is None
+    assert c.payback is None or c.payback.months_band is None
     assert record.ranking is None or record.ranking.basis is None
     assert c.payback is None or c.payback.status == "unknown"
     assert "does not reproduce its own benchmark" in record.recommendation.headline

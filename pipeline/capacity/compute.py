@@ -19,6 +19,9 @@ Cost formulas (docs/capacity.md, "cost"; the arithmetic is :mod:`pipeline.costin
   tokens an hour) × 10⁶, so that the three prices times the tokens add up to the whole bill;
   ``all_in_cost_per_1m_output_usd`` = hourly cost ÷ (output tokens an hour) × 10⁶ (the
   benchmark's own definition, comparable with ``benchmark_cost_per_1m_output_usd``).
+* the capacity band (:func:`capacity_band`) carried through the same formulas: replicas at its
+  high end (fewer) and low end (more), the monthly cost of each, the all-in cost per 1M output
+  tokens at each end.
 """
 
 from __future__ import annotations
@@ -69,8 +72,10 @@ from pipeline.capacity.search import (
 from pipeline.costing import (
     HOURS_PER_MONTH,
     SECONDS_PER_HOUR,
+    Band,
     monthly_usd,
     per_million,
+    replicas_band,
     replicas_for,
 )
 from pipeline.thresholds import LENGTH_FACTOR
@@ -541,6 +546,7 @@ def capacity_sensitivity(
 
 def workload_cost(
     search: CapacitySearch,
+    capacity_band_rps: Band,
     workload: WorkloadRequests,
     *,
     gpus_per_replica: int,
@@ -549,9 +555,14 @@ def workload_cost(
     mean_rate_rps: float | None,
     config: CapacityConfig,
 ) -> WorkloadCost:
-    """Fleet, monthly cost, utilisation and per-1M-token prices (module docstring)."""
+    """Fleet, monthly cost, utilisation and per-1M-token prices, each with its band where the
+    capacity band moves it (module docstring)."""
     capacity = search.rate_rps
     replicas = fleet_replicas(capacity, peak_rate_rps, config)
+    fewest, most = replicas_band(
+        peak_rate_rps, capacity_band_rps, config.headroom, config.n_plus_one
+    )
+    band_low, band_high = capacity_band_rps
     gpus = replicas * gpus_per_replica
     monthly = monthly_usd(gpus, gpu_hour_usd)
     hourly = gpus_per_replica * gpu_hour_usd
@@ -598,6 +609,11 @@ def workload_cost(
         headroom=config.headroom,
         n_plus_one=config.n_plus_one,
         monthly_cost_usd=monthly,
+        replicas_band=(fewest, most),
+        monthly_cost_band_usd=(
+            monthly_usd(fewest * gpus_per_replica, gpu_hour_usd),
+            monthly_usd(most * gpus_per_replica, gpu_hour_usd),
+        ),
         average_utilisation=average,
         peak_utilisation=peak_rate_rps / (replicas * capacity),
         prefill_share=prefill_share,
@@ -607,6 +623,10 @@ def workload_cost(
         cost_per_1m_input_usd=input_cost,
         cost_per_1m_cached_input_usd=cached_cost,
         all_in_cost_per_1m_output_usd=per_million(hourly, output_per_hour),
+        all_in_cost_per_1m_output_band_usd=(
+            per_million(hourly, band_high * SECONDS_PER_HOUR * workload.output_mean),
+            per_million(hourly, band_low * SECONDS_PER_HOUR * workload.output_mean),
+        ),
         fleet_cost_per_1m_output_usd=fleet,
         formula=formula,
     )
@@ -722,7 +742,7 @@ def carry_to_workload(
             binding=found,
             **common,
         )
-    spread = min(max(model.residual_spread, config.min_band_spread), 0.5)
+    spread = residual_spread(model, config)
     band: list[float] = []
     for factor in (1.0 + spread, 1.0 - spread):  # slower steps → the band's low end
         edge = _searched(
@@ -737,12 +757,18 @@ def carry_to_workload(
         band.append(edge if not isinstance(edge, Unknown) else math.nan)
     low = band[0] if math.isfinite(band[0]) else found.rate_rps * (1 - spread)
     high = band[1] if math.isfinite(band[1]) else found.rate_rps * (1 + spread)
+    residual = (min(low, found.rate_rps), max(high, found.rate_rps))
+    # A capacity measured on this workload's own traffic has only its measurement noise; a
+    # transferred one also the error the project measured carrying capacities to other mixes.
+    validation = 0.0 if measured_on_workload else config.validation_error
+    capacity_band_rps = capacity_band(found.rate_rps, residual, validation)
     cost: WorkloadCost | Unknown
     if gpu_hour_usd is None:
         cost = Unknown(reason=f"no $/GPU-hour for {model.deployment.gpu_type}")
     else:
         cost = workload_cost(
             found,
+            capacity_band_rps,
             workload,
             gpus_per_replica=model.deployment.gpu_count,
             gpu_hour_usd=gpu_hour_usd,
@@ -752,7 +778,8 @@ def carry_to_workload(
         )
     return CandidateCapacity(
         workload_capacity_rps=found.rate_rps,
-        workload_capacity_band_rps=(min(low, found.rate_rps), max(high, found.rate_rps)),
+        workload_capacity_band_rps=capacity_band_rps,
+        band_basis=band_basis(found.rate_rps, residual, spread, validation),
         cost=cost,
         binding=binding_limit(model, drawn, found.rate_rps, slo, kv_tokens, config),
         sensitivity=capacity_sensitivity(
@@ -765,6 +792,43 @@ def carry_to_workload(
             capacity_rps=found.rate_rps,
         ),
         **common,
+    )
+
+
+def residual_spread(model: ServingModel, config: CapacityConfig) -> float:
+    """The fit's residual spread the band's searches scale the step by: at least
+    ``min_band_spread`` (a fit with tiny residuals on one mix still extrapolates), at most
+    50 %."""
+    return min(max(model.residual_spread, config.min_band_spread), 0.5)
+
+
+def capacity_band(capacity_rps: float, residual_band_rps: Band, validation_error: float) -> Band:
+    """The capacity band: the fit residuals' band combined with the validation error.
+
+    The validation error ``v`` bounds a transferred capacity's signed error (model ÷ measured
+    − 1 within ±v), so the true capacity lies within capacity ÷ (1 + v) … capacity ÷ (1 − v).
+    Both are ratios to the capacity, and independent (how well the model reproduces its own
+    points, how wrong its form is at another mix), so each end's distance from the capacity is
+    combined in log space in quadrature: ln(high ÷ capacity) = √(ln(residual high ÷
+    capacity)² + ln(1 ÷ (1 − v))²), and likewise below (docs/capacity.md, "The band")."""
+    low, high = residual_band_rps
+    below = math.hypot(math.log(capacity_rps / low), math.log1p(validation_error))
+    above = math.hypot(math.log(high / capacity_rps), -math.log1p(-validation_error))
+    return capacity_rps * math.exp(-below), capacity_rps * math.exp(above)
+
+
+def band_basis(
+    capacity_rps: float, residual_band_rps: Band, spread: float, validation: float
+) -> str:
+    """Where a capacity band comes from, in a sentence."""
+    low, high = residual_band_rps
+    residual = f"the fit's residuals (steps ± {spread:.0%}: {low:.3g}–{high:.3g} req/s)"
+    if not validation:
+        return f"{residual} only: measured on this workload's own traffic"
+    return (
+        f"{residual} combined with the validation error of a transferred capacity "
+        f"(± {validation:.0%}: {capacity_rps / (1 + validation):.3g}–"
+        f"{capacity_rps / (1 - validation):.3g} req/s)"
     )
 
 

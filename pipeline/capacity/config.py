@@ -20,6 +20,11 @@ workload and the fleet sized (defaults and their documentation: ``pipeline/defau
 ``min_band_spread``
     The capacity band is never narrower than ± this share (a fit with tiny residuals on one mix
     still extrapolates).
+``validation_error``
+    The error of a transferred capacity the project has measured (model ÷ measured − 1 within
+    ± this share): combined with the fit's residuals into the capacity band of every
+    transferred capacity; a capacity measured on the workload's own traffic has only its
+    residuals (docs/capacity.md, "The band").
 ``arrivals`` / ``arrival_cv`` / ``arrival_windows``
     How the sampled requests arrive in the search: ``trace`` replays the workload's own
     inter-arrival pattern (``arrival_windows`` contiguous runs of requests, each scaled to the
@@ -100,6 +105,7 @@ class CapacityConfig(Section):
     max_batch: Annotated[int, between(1, MAX_BATCH)] | None = None
     chunked_prefill: bool | None = None
     min_band_spread: Annotated[float, Field(ge=0, lt=0.5)]
+    validation_error: Annotated[float, Field(ge=0, lt=0.9)]
     # Defaults here too: a capacity document written before these keys keeps its settings
     # readable (the decision re-validates them from the document).
     arrivals: Literal["trace", "gamma", "poisson"] = "trace"

@@ -197,6 +197,9 @@ def candidates_table(result: CapacityResult) -> str:
                 "basis": c.capacity_basis,
                 "replicas": UNKNOWN if isinstance(cost, Unknown) else cost.replicas,
                 "monthly_usd": UNKNOWN if isinstance(cost, Unknown) else cost.monthly_cost_usd,
+                "monthly_band_usd": UNKNOWN
+                if isinstance(cost, Unknown)
+                else list(cost.monthly_cost_band_usd),
                 "out_per_1m": UNKNOWN if isinstance(cost, Unknown) else cost.cost_per_1m_output_usd,
                 "in_per_1m": UNKNOWN
                 if isinstance(cost, Unknown)
@@ -213,6 +216,7 @@ def candidates_table(result: CapacityResult) -> str:
             "capacity_rps": "capacity req/s",
             "band_rps": "band req/s",
             "monthly_usd": "$/month",
+            "monthly_band_usd": "$/month band",
             "out_per_1m": "$/1M output",
             "in_per_1m": "$/1M input",
             "all_in_out_per_1m": "$/1M output (all-in)",

@@ -153,6 +153,10 @@ class WorkloadCost(ResultModel):
     headroom: float
     n_plus_one: bool
     monthly_cost_usd: float
+    #: The capacity band carried through: replicas at its high end (fewer) and low end
+    #: (more), and what each fleet costs a month.
+    replicas_band: tuple[int, int]
+    monthly_cost_band_usd: tuple[float, float]
     average_utilisation: float | Unknown  # mean rate ÷ (replicas × capacity)
     peak_utilisation: float
     prefill_share: float  # of the replica's busy time at capacity
@@ -162,6 +166,7 @@ class WorkloadCost(ResultModel):
     cost_per_1m_input_usd: float | Unknown
     cost_per_1m_cached_input_usd: float | Unknown
     all_in_cost_per_1m_output_usd: float  # every GPU-second at capacity ÷ output tokens
+    all_in_cost_per_1m_output_band_usd: tuple[float, float]  # at the capacity band's ends
     fleet_cost_per_1m_output_usd: float | Unknown  # the sized fleet's bill ÷ output at mean rate
     formula: str
 
@@ -231,6 +236,9 @@ class CandidateCapacity(ResultModel):
     serving_model: ServingModel | Unknown
     workload_capacity_rps: float | Unknown
     workload_capacity_band_rps: tuple[float, float] | Unknown
+    #: Where the band comes from: the fit's residuals, and for a transferred capacity the
+    #: validation error, combined (None: no band).
+    band_basis: str | None = None
     capacity_basis: CapacityBasis
     capacity_method: str
     transfer: TransferDistance | Unknown
@@ -335,12 +343,18 @@ CANDIDATES_SCHEMA: dict[str, pl.DataType] = {
     "gpus": pl.Int64(),
     "gpu_hour_usd": pl.Float64(),
     "monthly_cost_usd": pl.Float64(),
+    "replicas_band_low": pl.Int64(),
+    "replicas_band_high": pl.Int64(),
+    "monthly_cost_band_low_usd": pl.Float64(),
+    "monthly_cost_band_high_usd": pl.Float64(),
     "average_utilisation": pl.Float64(),
     "peak_utilisation": pl.Float64(),
     "cost_per_1m_output_usd": pl.Float64(),
     "cost_per_1m_input_usd": pl.Float64(),
     "cost_per_1m_cached_input_usd": pl.Float64(),
     "all_in_cost_per_1m_output_usd": pl.Float64(),
+    "all_in_cost_per_1m_output_band_low_usd": pl.Float64(),
+    "all_in_cost_per_1m_output_band_high_usd": pl.Float64(),
     "fleet_cost_per_1m_output_usd": pl.Float64(),
     "benchmark_cost_per_1m_output_usd": pl.Float64(),
     "cost_unknown_reason": pl.String(),
@@ -393,12 +407,22 @@ def candidates_frame(result: CapacityResult) -> pl.DataFrame:
                 "gpus": cost.gpus,
                 "gpu_hour_usd": cost.gpu_hour_usd,
                 "monthly_cost_usd": cost.monthly_cost_usd,
+                "replicas_band_low": cost.replicas_band[0],
+                "replicas_band_high": cost.replicas_band[1],
+                "monthly_cost_band_low_usd": cost.monthly_cost_band_usd[0],
+                "monthly_cost_band_high_usd": cost.monthly_cost_band_usd[1],
                 "average_utilisation": _known(cost.average_utilisation),
                 "peak_utilisation": cost.peak_utilisation,
                 "cost_per_1m_output_usd": cost.cost_per_1m_output_usd,
                 "cost_per_1m_input_usd": _known(cost.cost_per_1m_input_usd),
                 "cost_per_1m_cached_input_usd": _known(cost.cost_per_1m_cached_input_usd),
                 "all_in_cost_per_1m_output_usd": cost.all_in_cost_per_1m_output_usd,
+                "all_in_cost_per_1m_output_band_low_usd": cost.all_in_cost_per_1m_output_band_usd[
+                    0
+                ],
+                "all_in_cost_per_1m_output_band_high_usd": cost.all_in_cost_per_1m_output_band_usd[
+                    1
+                ],
                 "fleet_cost_per_1m_output_usd": _known(cost.fleet_cost_per_1m_output_usd),
             }
         rows.append(row)

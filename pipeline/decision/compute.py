@@ -748,10 +748,19 @@ def _plain_payback(found: Payback | None) -> Payback | None:
     """The payback with its figures rounded as the record's numbers are."""
     if found is None:
         return None
-    return found.model_copy(
-        update={
+    # Validated again, so the rounded bands are tuples as a record read back has them.
+    return Payback.model_validate(
+        found.model_dump()
+        | {
             key: plain(getattr(found, key))
-            for key in ("months", "switch_cost_usd", "parallel_run_usd", "monthly_saving_usd")
+            for key in (
+                "months",
+                "switch_cost_usd",
+                "parallel_run_usd",
+                "monthly_saving_usd",
+                "monthly_saving_band_usd",
+                "months_band",
+            )
         }
     )
 
@@ -767,6 +776,9 @@ def _workload_figures(bench: EngineBench | None) -> dict[str, Any]:
         "replicas": bench.replicas_at_peak,
         "benchmark_cost_per_1m_output_usd": plain(bench.benchmark_cost_per_1m_output_usd),
         "benchmark_monthly_cost_usd": plain(bench.benchmark_monthly_gpu_usd),
+        "replicas_band": bench.replicas_band_at_peak,
+        "monthly_cost_band_usd": _band(bench.monthly_gpu_band_usd),
+        "cost_per_1m_output_band_usd": _band(bench.cost_per_1m_output_band_usd),
     }
     found = bench.capacity
     if found is None:
@@ -777,6 +789,7 @@ def _workload_figures(bench: EngineBench | None) -> dict[str, Any]:
         if isinstance(found.workload_capacity_rps, Unknown)
         else plain(found.workload_capacity_rps),
         "workload_capacity_band_rps": None if isinstance(band, Unknown) else plain(list(band)),
+        "capacity_band_basis": found.band_basis,
         "capacity_basis": found.capacity_basis,
         "transfer": transfer_sentence(found),
         "provisional_reason": found.provisional_reason,
@@ -791,6 +804,10 @@ def _workload_figures(bench: EngineBench | None) -> dict[str, Any]:
             "fleet_cost_per_1m_output_usd": _known(cost.fleet_cost_per_1m_output_usd),
         }
     return out
+
+
+def _band(band: tuple[float, float] | None) -> list[float] | None:
+    return None if band is None else plain(list(band))
 
 
 def _known(value: float | Unknown) -> float | None:

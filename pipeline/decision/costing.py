@@ -10,13 +10,16 @@ a gap is a tie, and when a switch does not pay back.
   (``monthly_cost_usd``, the payback) stays whole replicas: that is what is paid.
 - **The tie band** is the larger of ``requirements.cost_margin`` and the repeat-run noise of
   the two benchmarks (the relative range of their cost over repeated runs): a gap a re-run
-  could erase decides nothing.
+  could erase decides nothing. Two engines whose compared costs' bands overlap (the capacity
+  band carried through the same formula) are a tie as well: the capacity cannot tell them
+  apart.
 - **Payback** of a switch = (the migration's engineer time + the new fleet's bill while both
   engines run through the migration and ``decision.revalidation_weeks``) ÷ the monthly saving
   on the bills; of a choice (a new deployment, the top two) = the extra adoption work ÷ the
   monthly saving. Worked whenever both engines have a monthly cost, the workload's own or the
   benchmark's; ``never`` when it saves nothing a month, ``unknown`` (with the missing input and
-  why) when a cost is missing — never confused.
+  why) when a cost is missing — never confused. With a capacity band on either bill, the
+  payback band: soonest and latest, either end ``never``.
 
 The ranking works in codes and numbers (:class:`Finding`); :mod:`pipeline.decision.present`
 phrases them, so the wording can change without touching a comparison."""
@@ -29,9 +32,12 @@ from typing import Any, Literal
 from pipeline.costing import (
     HOURS_PER_WEEK,
     MONTHS_PER_QUARTER,
+    Band,
     known_sum,
     parallel_run_usd,
+    payback_band,
     payback_months,
+    saving_band,
 )
 from pipeline.decision.context import Finding, RuleContext, current_engine
 from pipeline.decision.present import basis_note, finding_text, noise_note
@@ -87,6 +93,10 @@ class Priced:
     monthly_gpu: float | None  # the bill: whole replicas at the peak rate
     monthly_change: float | None
     fleet_fraction_gpu: float | None = None  # the fleet before rounding: what is compared
+    # The same figures at the capacity band's ends (None: no band, the benchmark's figures).
+    cost_per_1m_band: Band | None = None
+    monthly_gpu_band: Band | None = None
+    fleet_fraction_gpu_band: Band | None = None
 
     def value(self, basis: str) -> float | None:
         return {
@@ -95,9 +105,33 @@ class Priced:
             "cost_per_1m_output_usd": self.cost_per_1m,
         }[basis]
 
+    def value_band(self, basis: str) -> Band | None:
+        """The compared figure at the capacity band's ends (None: no band)."""
+        if basis == "cost_per_1m_output_usd":
+            return self.cost_per_1m_band
+        band = self.fleet_fraction_gpu_band
+        if basis == "fleet_fraction_gpu_usd" or band is None:
+            return band
+        return _plus(band, self.monthly_change)
+
     @property
     def monthly_total(self) -> float | None:
         return known_sum(self.monthly_gpu, self.monthly_change)
+
+    def bill_band(self, basis: str) -> Band | None:
+        """The bill a payback compares (``basis``: ``total`` or ``gpu``) at the band's ends,
+        the bill itself at both where there is no band; None: no bill."""
+        bill = self.monthly_total if basis == "total" else self.monthly_gpu
+        if bill is None:
+            return None
+        if self.monthly_gpu_band is None:
+            return bill, bill
+        return _plus(self.monthly_gpu_band, self.monthly_change if basis == "total" else 0.0)
+
+
+def _plus(band: Band, amount: float | None) -> Band | None:
+    """``band`` moved by ``amount`` (None: unknown)."""
+    return None if amount is None else (band[0] + amount, band[1] + amount)
 
 
 def price_of(ctx: RuleContext, engine: str) -> Priced:
@@ -108,6 +142,9 @@ def price_of(ctx: RuleContext, engine: str) -> Priced:
         bench.monthly_gpu_usd if bench else None,
         _monthly_change_cost(ctx, engine),
         bench.fractional_monthly_gpu_usd if bench else None,
+        bench.cost_per_1m_output_band_usd if bench else None,
+        bench.monthly_gpu_band_usd if bench else None,
+        bench.fractional_monthly_gpu_band_usd if bench else None,
     )
 
 
@@ -134,7 +171,11 @@ def payback(ctx: RuleContext, engine: str, against: str | None = None) -> Paybac
         if switch == 0 and _payback_missing(ctx, switch, here, there) is not None:
             return None  # nothing extra to adopt, and nothing known to compare
     kind: Literal["switch", "choice"] = "switch" if current is not None else "choice"
-    known = {"switch_cost_usd": switch, "parallel_run_usd": parallel, "parallel_weeks": weeks}
+    known: dict[str, Any] = {
+        "switch_cost_usd": switch,
+        "parallel_run_usd": parallel,
+        "parallel_weeks": weeks,
+    }
 
     def found(status: str, code: str, finding: Finding, **more: Any) -> Payback:
         return Payback.model_validate(
@@ -156,6 +197,7 @@ def payback(ctx: RuleContext, engine: str, against: str | None = None) -> Paybac
     assert bills is not None  # _payback_missing said so
     here_bill, there_bill, basis = bills
     saving = here_bill - there_bill
+    known |= _payback_bands(here, there, basis, switch, weeks)
     figures = {
         "switch_cost_usd": switch,
         "parallel_run_usd": parallel,
@@ -170,6 +212,29 @@ def payback(ctx: RuleContext, engine: str, against: str | None = None) -> Paybac
         return found("never", "payback_never", never, monthly_saving_usd=saving)
     worked = Finding("", (engine, baseline), {**figures, "months": months}, (basis,))
     return found("months", "payback_worked", worked, months=months, monthly_saving_usd=saving)
+
+
+def _payback_bands(
+    here: Priced, there: Priced, basis: str, one_off: float, weeks: float | None
+) -> dict[str, Any]:
+    """The monthly saving and the payback at the bills' band ends (nothing when neither bill
+    has a band): soonest with the new bill low and the current one high, latest the other
+    way; the new fleet's run beside the old one is priced at that end's bill."""
+    here_band, there_band = here.bill_band(basis), there.bill_band(basis)
+    there_gpu = there.bill_band("gpu")  # what running the new fleet beside the old one costs
+    if here.monthly_gpu_band is None and there.monthly_gpu_band is None:
+        return {}
+    assert here_band and there_band and there_gpu  # both bills are known
+    saving = saving_band(here_band, there_band)
+
+    def parallel(bill: float) -> float:
+        return parallel_run_usd(bill, weeks) if weeks is not None else 0.0
+
+    one_off_band = (one_off + parallel(there_gpu[0]), one_off + parallel(there_gpu[1]))
+    return {
+        "monthly_saving_band_usd": saving,
+        "months_band": payback_band(one_off_band, saving),
+    }
 
 
 def _extra_adoption(ctx: RuleContext, engine: str, rival: str) -> float | None:
@@ -421,16 +486,26 @@ def rank(ctx: RuleContext) -> tuple[Outcome, list[Finding]]:
     tie: Finding | None = None
     band = tie_band(ctx, [e for e in (top, runner) if e])
     gap: float | None = None
+    bands = {p.engine: b for p in priced if (b := p.value_band(basis)) is not None}
+    overlap: bool | None = None
     if runner is not None:
         gap = (values[runner] - values[top]) / values[top] if values[top] else None
-        if gap is not None and gap < band.band:
+        if top in bands and runner in bands:
+            overlap = bands[top][1] >= bands[runner][0] and bands[runner][1] >= bands[top][0]
+        within = gap is not None and gap < band.band
+        if within or overlap:
             confidence = "tie"
             first, second = sorted((top, runner), key=lambda e: _tie_key(ctx, e))
+            # The margin (or noise) sets the tie when the gap is inside it; else the bands.
+            set_by = band.set_by if within else "bands"
+            figures = {"gap": gap or 0.0, "band": band.band, **_tie_figures(ctx, first, second)}
+            if overlap:
+                figures |= _band_figures(bands, first, second)
             tie = Finding(
                 "tie",
                 (top, runner, first, second),
-                {"gap": gap, "band": band.band, **_tie_figures(ctx, first, second)},
-                (basis, band.set_by, *_tie_break(ctx, first, second)),
+                figures,
+                (basis, set_by, *_tie_break(ctx, first, second)),
             )
             reasons.append(tie)
             top, runner = first, second
@@ -450,10 +525,13 @@ def rank(ctx: RuleContext) -> tuple[Outcome, list[Finding]]:
         fleet_fraction_gpu_usd={p.engine: p.fleet_fraction_gpu for p in priced},
         monthly_change_usd={p.engine: p.monthly_change for p in priced},
     )
-    ranking = _ranking(ctx, basis, values, gap, band)
+    ranking = _ranking(ctx, basis, values, gap, band, bands, overlap)
+    exceeded = {"gap": gap or 0.0, "band": band.band}
+    if runner is not None and overlap is False:
+        exceeded |= _band_figures(bands, top, runner)
     ctx.rule(
         "margin",
-        "A difference larger than the tie band",
+        "A difference larger than the tie band, cost bands apart",
         "docs/decision-rules.md#tie",
         tie is not None if runner else None,
         finding_text(
@@ -461,7 +539,7 @@ def rank(ctx: RuleContext) -> tuple[Outcome, list[Finding]]:
             if tie
             else Finding("no_runner_up")
             if runner is None
-            else Finding("margin_exceeded", figures={"gap": gap or 0.0, "band": band.band}),
+            else Finding("margin_exceeded", (top, runner), exceeded, (basis,)),
             ctx.name,
         )
         + f" (tie band {band.band:.1%}, set by the {band.set_by}: {ranking.noise_note})",
@@ -469,6 +547,8 @@ def rank(ctx: RuleContext) -> tuple[Outcome, list[Finding]]:
         noise=band.noise,
         tie_band=band.band,
         tie_band_set_by=band.set_by,
+        bands={e: list(b) for e, b in bands.items()},
+        bands_overlap=overlap,
     )
     # The decision tree's first choice without a cost leaves the question open.
     favourite = preference[0] if preference else top
@@ -486,8 +566,24 @@ def rank(ctx: RuleContext) -> tuple[Outcome, list[Finding]]:
     return Outcome(top, runner, confidence, [], basis, values, flips, ranking), reasons
 
 
+def _band_figures(bands: dict[str, Band], first: str, second: str) -> dict[str, float]:
+    """Two engines' cost bands as a finding's figures."""
+    return {
+        "first_low": bands[first][0],
+        "first_high": bands[first][1],
+        "second_low": bands[second][0],
+        "second_high": bands[second][1],
+    }
+
+
 def _ranking(
-    ctx: RuleContext, basis: str | None, values: dict[str, float], gap: float | None, band: TieBand
+    ctx: RuleContext,
+    basis: str | None,
+    values: dict[str, float],
+    gap: float | None,
+    band: TieBand,
+    bands: dict[str, Band] | None = None,
+    overlap: bool | None = None,
 ) -> Ranking:
     return Ranking(
         basis=basis,
@@ -499,6 +595,8 @@ def _ranking(
         noise_note=noise_note(band.noise_by_engine, band.repeats, ctx.name),
         tie_band=band.band,
         tie_band_set_by=band.set_by,  # type: ignore[arg-type]
+        value_bands=dict(bands or {}),
+        bands_overlap=overlap,
     )
 
 

@@ -17,7 +17,16 @@ import polars as pl
 
 from pipeline.bench.result import BenchResult, CapacityRow
 from pipeline.capacity.result import CandidateCapacity, CapacityResult, WorkloadCost
-from pipeline.costing import SECONDS_PER_MONTH, fractional_replicas, monthly_usd, replicas_for
+from pipeline.costing import (
+    SECONDS_PER_MONTH,
+    Band,
+    fractional_replicas,
+    fractional_replicas_band,
+    monthly_usd,
+    per_capacity_band,
+    replicas_band,
+    replicas_for,
+)
 from pipeline.decision.catalog import FEATURES, Catalog
 from pipeline.decision.config import DecisionConfig, Requirements
 from pipeline.errors import ConfigError
@@ -207,6 +216,9 @@ class EngineBench:
     # capacity load (None: not repeated), and how many runs.
     noise_share: float | None = None
     repeats: int | None = None
+    # The band the workload's capacity is known within (the capacity stage's: fit residuals and
+    # validation error); None for the benchmark's own figures, which have their noise instead.
+    capacity_band_rps: Band | None = None
 
     @property
     def fractional_replicas(self) -> float | None:
@@ -226,6 +238,45 @@ class EngineBench:
         return replicas * per_replica if replicas is not None and per_replica is not None else None
 
     @property
+    def replicas_band_at_peak(self) -> tuple[int, int] | None:
+        """Whole replicas at the peak at the capacity band's ends: (fewest, most)."""
+        band, rate = self.capacity_band_rps, self.sizing_rate_rps
+        if band is None or rate is None:
+            return None
+        return replicas_band(rate, band, self.headroom, self.n_plus_one)
+
+    @property
+    def monthly_gpu_band_usd(self) -> Band | None:
+        """The bill (whole replicas at the peak) at the capacity band's ends: (low, high)."""
+        replicas, per_replica = self.replicas_band_at_peak, self._replica_monthly_usd
+        if replicas is None or per_replica is None:
+            return None
+        return replicas[0] * per_replica, replicas[1] * per_replica
+
+    @property
+    def fractional_monthly_gpu_band_usd(self) -> Band | None:
+        """:attr:`fractional_monthly_gpu_usd` at the capacity band's ends: (low, high)."""
+        band, per_replica = self.capacity_band_rps, self._replica_monthly_usd
+        if band is None or per_replica is None or self.sizing_rate_rps is None:
+            return None
+        fewest, most = fractional_replicas_band(
+            self.sizing_rate_rps, band, self.headroom, self.n_plus_one
+        )
+        return fewest * per_replica, most * per_replica
+
+    @property
+    def cost_per_1m_output_band_usd(self) -> Band | None:
+        """The all-in cost per 1M output tokens at the capacity band's ends: (low, high)."""
+        band, cost, capacity = (
+            self.capacity_band_rps,
+            self.cost_per_1m_output_usd,
+            self.capacity_rps,
+        )
+        if band is None or cost is None or not capacity:
+            return None
+        return per_capacity_band(cost, capacity, band)
+
+    @property
     def _replica_monthly_usd(self) -> float | None:
         if self.monthly_gpu_usd is None or not self.replicas_at_peak:
             return None
@@ -242,9 +293,11 @@ class EngineBench:
             replicas = replicas_for(rate_rps, capacity, self.headroom, self.n_plus_one)
         per_replica = self._replica_monthly_usd
         per_1m = self.cost_per_1m_output_usd
+        band = self.capacity_band_rps
         return replace(
             self,
             capacity_rps=capacity,
+            capacity_band_rps=(band[0] / cost, band[1] / cost) if band is not None else None,
             sizing_rate_rps=rate_rps,
             replicas_at_peak=replicas,
             gpu_hour_usd=self.gpu_hour_usd * price if self.gpu_hour_usd is not None else None,
@@ -453,6 +506,9 @@ def with_capacity(
             cost_note=found.provisional_reason,
             capacity=found,
             capacity_rps=found.workload_capacity_rps,
+            capacity_band_rps=None
+            if isinstance(found.workload_capacity_band_rps, Unknown)
+            else found.workload_capacity_band_rps,
             cost_per_1m_output_usd=cost.all_in_cost_per_1m_output_usd,
             monthly_gpu_usd=cost.monthly_cost_usd,
             monthly_gpu_usd_mean_rate=_monthly_at(cost, found.workload_capacity_rps, mean_rate_rps),

@@ -25,7 +25,9 @@ from pipeline.present.text import (
     UNKNOWN,
     measurement,
     money,
+    money_band,
     months,
+    months_band,
     number,
     share,
     significant,
@@ -160,6 +162,12 @@ def ranking_text(ranking: Ranking) -> str:
         text = f"Compared on {BASIS_WORDS[ranking.basis]}: {ranking.basis_note}."
     if ranking.gap is not None:
         text += f" The top two are {share(ranking.gap)} apart."
+    if ranking.bands_overlap is not None:
+        text += (
+            " Their bands (the capacity's band carried into the cost) overlap, which is a tie."
+            if ranking.bands_overlap
+            else " Their bands (the capacity's band carried into the cost) do not overlap."
+        )
     band = share(ranking.tie_band)
     if ranking.tie_band_set_by == "noise":
         text += (
@@ -184,9 +192,14 @@ def payback_label(payback: Payback, name: Callable[[str], str]) -> str:
 
 def payback_text(payback: Payback) -> str:
     """A payback in words: the months with how they were worked, never, or unknown and why."""
+    band = (
+        f" (over the capacity band: {months_band(payback.months_band)})"
+        if payback.months_band is not None
+        else ""
+    )
     if payback.status == "months":
-        return f"{months(payback.months)}: {payback.reason}"
-    return payback.reason if payback.status == "never" else f"{UNKNOWN} — {payback.reason}"
+        return f"{months(payback.months)}: {payback.reason}{band}"
+    return payback.reason + band if payback.status == "never" else f"{UNKNOWN} — {payback.reason}"
 
 
 def payback_cell(payback: Payback | None) -> str:
@@ -414,6 +427,22 @@ def candidate_details(c: Candidate) -> list[str]:
         out.append(f"what binds it: {c.capacity_binding}")
     if c.capacity_sensitivity:
         out.append(f"what moves the capacity: {c.capacity_sensitivity}")
+    if c.capacity_band_basis:
+        out.append(f"the band: {c.capacity_band_basis}")
+    bill_band = c.monthly_bill_band()
+    if c.replicas_band is not None and bill_band is not None:
+        fewest, most = c.replicas_band
+        replicas = f"{fewest}" if fewest == most else f"{fewest}–{most}"
+        per_1m = c.cost_per_1m_output_band_usd
+        out.append(
+            f"over the band: {replicas} replica{'s' if most != 1 else ''} at peak, "
+            f"{money_band(bill_band)}/month"
+            + (
+                f", {usd(per_1m[0])}–{usd(per_1m[1])} per 1M output tokens (all-in)"
+                if per_1m
+                else ""
+            )
+        )
     if c.cost_basis == "workload":
         out.append(
             "per 1M tokens of this workload: output "
@@ -617,7 +646,12 @@ def finding_text(finding: Finding, name: Callable[[str], str]) -> str:
     if code == "no_runner_up":
         return "no runner-up with a cost"
     if code == "margin_exceeded":
-        return f"the gap, {share(f['gap'])}, exceeds the tie band"
+        apart = (
+            f" and their bands do not overlap ({_bands_text(details[0], n[0], n[1], f)})"
+            if "first_low" in f
+            else ""
+        )
+        return f"the gap, {share(f['gap'])}, exceeds the tie band{apart}"
     if code == "only_cost":
         return f"{n[0]} is the only engine with a cost at the SLO on your deployment"
     if code in ("lowest", "lowest_tie"):
@@ -718,14 +752,36 @@ def _tie_text(n: list[str], f: Mapping[str, float], details: tuple[str, ...]) ->
     alike = (", ".join(same[:-1]) + " and " + same[-1] if len(same) > 1 else "".join(same)) + (
         ": " if same else ""
     )
+    decided = f"{alike}{first} is chosen because {because}"
+    bands = _bands_text(basis, n[2], n[3], f) if "first_low" in f else ""
+    if set_by == "bands":
+        return (
+            f"{n[0]} and {n[1]} are {share(f['gap'])} apart on {BASIS_WORDS[basis]}, but their "
+            f"bands overlap ({bands}): the capacity's band cannot tell them apart; {decided}"
+        )
     band = (
         f"the {share(f['band'], 0)} margin"
         if set_by == "margin"
         else f"the benchmarks' {share(f['band'])} repeat-run noise, wider than the margin"
     )
+    overlap = f", and their bands overlap ({bands})" if bands else ""
     return (
         f"{n[0]} and {n[1]} are within {share(f['gap'])} on {BASIS_WORDS[basis]} (inside "
-        f"{band}); {alike}{first} is chosen because {because}"
+        f"{band}){overlap}; {decided}"
+    )
+
+
+def _bands_text(basis: str, first: str, second: str, f: Mapping[str, float]) -> str:
+    """Two engines' bands of the compared figure, each named."""
+
+    def one(low: float, high: float) -> str:
+        if basis == "cost_per_1m_output_usd":
+            return f"{usd(low)}–{usd(high)} per 1M output tokens"
+        return f"{money_band((low, high))} a month"
+
+    return (
+        f"{first} {one(f['first_low'], f['first_high'])}, "
+        f"{second} {one(f['second_low'], f['second_high'])}"
     )
 
 

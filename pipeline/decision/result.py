@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from pipeline.costing import monthly_bill
+from pipeline.costing import PaybackEnd, monthly_bill
 from pipeline.errors import InputFormatError
 from pipeline.settings import validation_message
 
@@ -21,7 +21,8 @@ from pipeline.settings import validation_message
 #: 3: the recommendation carries the tenant isolation it needs (what to do, its hit-rate and
 #: dollar cost at the fleet); routing says how its layer was chosen for the team's platform;
 #: the ranking says what it compared and what set the tie band (``ranking``); payback is typed
-#: (months, never, unknown with the reason: ``payback``); a flip per axis (``flips``).
+#: (months, never, unknown with the reason: ``payback``); a flip per axis (``flips``); the
+#: capacity band carried into replicas, monthly cost, cost per 1M and payback (optional keys).
 SCHEMA_VERSION: Literal[3] = 3
 #: Versions :meth:`DecisionRecord.from_json` reads: an older record (version 1: the
 #: benchmark's costs) still serves as ``--previous`` (its triggers are evaluated against this
@@ -80,6 +81,10 @@ class Payback(_Model):
     parallel_run_usd: float | None = None  # the new fleet's bill while both run
     parallel_weeks: float | None = None
     monthly_saving_usd: float | None = None
+    #: With a capacity band on either bill: the saving at worst and at best, and the payback
+    #: soonest and latest ("never" at an end that saves nothing a month).
+    monthly_saving_band_usd: tuple[float, float] | None = None
+    months_band: tuple[PaybackEnd, PaybackEnd] | None = None
 
 
 class Candidate(_Model):
@@ -111,6 +116,12 @@ class Candidate(_Model):
     cost_note: str | None = None  # why the costs are the benchmark's, or provisional
     workload_capacity_rps: float | None = None  # per replica at the SLO, this workload's mix
     workload_capacity_band_rps: tuple[float, float] | None = None
+    capacity_band_basis: str | None = None  # what the band is made of, in a sentence
+    # The band carried through: replicas at peak (fewest, most), the GPU fleet's monthly
+    # cost and the all-in cost per 1M output tokens at the band's ends (None: no band).
+    replicas_band: tuple[int, int] | None = None
+    monthly_cost_band_usd: tuple[float, float] | None = None
+    cost_per_1m_output_band_usd: tuple[float, float] | None = None
     capacity_basis: Literal["measured", "transferred"] | None = None
     transfer: str | None = None  # how far the workload is from the benchmark, in a sentence
     provisional_reason: str | None = None
@@ -135,6 +146,14 @@ class Candidate(_Model):
     def monthly_bill(self) -> float | None:
         """What it costs a month (:func:`pipeline.costing.monthly_bill`)."""
         return monthly_bill(self.monthly_total_usd, self.monthly_cost_usd)
+
+    def monthly_bill_band(self) -> tuple[float, float] | None:
+        """:meth:`monthly_bill` at the capacity band's ends (None: no band)."""
+        band = self.monthly_cost_band_usd
+        if band is None:
+            return None
+        change = self.monthly_change_cost_usd if self.monthly_total_usd is not None else 0.0
+        return band[0] + (change or 0.0), band[1] + (change or 0.0)
 
 
 class Rule(_Model):
@@ -230,6 +249,11 @@ class Ranking(_Model):
     noise_note: str
     tie_band: float  # the larger of margin and noise
     tie_band_set_by: Literal["margin", "noise"]
+    #: The compared figure at each engine's capacity band ends (engines whose cost is the
+    #: benchmark's own have none), and whether the top two's bands overlap: a tie (None:
+    #: not both have a band).
+    value_bands: dict[str, tuple[float, float]] = Field(default_factory=dict)
+    bands_overlap: bool | None = None
 
 
 class AxisFlip(_Model):

@@ -83,6 +83,28 @@ def usd(value: float | Unknown | None) -> str:
     return money(value, 4)
 
 
+def money_band(band: tuple[float, float] | None, digits: int = 0) -> str:
+    """A band of dollars (``$1,200–$2,400``); a band whose ends round alike is one figure."""
+    if band is None:
+        return UNKNOWN
+    low, high = money(band[0], digits), money(band[1], digits)
+    return low if low == high else f"{low}–{high}"
+
+
+def months_band(band: tuple[float | str, float | str] | None) -> str:
+    """A payback band (soonest, latest), either end ``never``: said in words, never as a
+    negative or infinite number of months."""
+    if band is None:
+        return UNKNOWN
+    soonest, latest = band
+    if soonest == "never":
+        return "never at either end of the band"
+    if latest == "never":
+        return f"{months(float(soonest))} at best, never at worst"
+    low, high = months(float(soonest)), months(float(latest))
+    return low if low == high else f"{float(soonest):,.1f}–{high}"
+
+
 def measurement(value: Any) -> str:
     """A measurement or threshold of any type (a trigger's, a rule's evidence)."""
     if value is None or isinstance(value, Unknown):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline.decision.result import Candidate, DecisionRecord, Rule, Trigger
-from pipeline.present.text import money, usd
+from pipeline.present.text import money, money_band, usd
 from pipeline.sources import split_cite
 
 #: The rules whose firing points the decision tree at engines (their effect says where).
@@ -158,7 +158,9 @@ def decision_memo(record: DecisionRecord, layer_name: str | None) -> dict[str, A
         "options": [
             {
                 "engine": c.name,
-                "monthly": money(c.monthly_bill()),
+                # with the capacity band carried into the bill, where there is one
+                "monthly": money(c.monthly_bill())
+                + (f" (band {money_band(band)})" if (band := c.monthly_bill_band()) else ""),
                 "per_1m": usd(c.cost_per_1m_output_usd),
                 "why": _why(c, record, tree),
             }

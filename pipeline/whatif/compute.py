@@ -193,6 +193,13 @@ def _recommended_costs(record: DecisionRecord) -> tuple[float | None, float | No
     return (found[0].monthly_cost_usd, found[0].monthly_total_usd) if found else (None, None)
 
 
+def _recommended_band(record: DecisionRecord) -> tuple[float, float] | None:
+    """The recommended engine's GPU fleet a month at its capacity band's ends (None: none)."""
+    engine = record.recommendation.engine
+    found = [c for c in record.candidates if c.engine == engine]
+    return found[0].monthly_cost_band_usd if found else None
+
+
 def _against_today(today: DecisionRecord, then: DecisionRecord) -> list[str]:
     """What differs between today's record and a scenario's, a sentence each."""
     a, b = today.recommendation, then.recommendation
@@ -241,6 +248,7 @@ def scenario(
             routing_layer=rec.routing_layer,
             confidence=rec.confidence,
             monthly_cost_usd=gpu,
+            monthly_cost_band_usd=_recommended_band(record),
             monthly_total_usd=total,
             headline=rec.headline,
             against_today=_against_today(today, record),
@@ -406,6 +414,7 @@ def whatif(
         today_engine=today.recommendation.engine,
         today_confidence=today.recommendation.confidence,
         today_monthly_cost_usd=gpu,
+        today_monthly_cost_band_usd=_recommended_band(today),
         scenarios=outcomes,
         map=decision_map(base, today, x_axis, y_axis) if with_map else None,
     )

@@ -8,7 +8,7 @@ import math
 from typing import Any
 
 from pipeline.present.figures import COLORS, SMALL_FONT, drawing, svg_bytes
-from pipeline.present.text import money
+from pipeline.present.text import money, money_band
 from pipeline.whatif.result import DecisionMap, ScenarioOutcome, WhatifResult
 
 # Behind a label drawn over the map, so it stays legible over hatching and lines.
@@ -40,16 +40,22 @@ def _number(value: Any) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
+def _cost(monthly_usd: float | None, band: tuple[float, float] | None) -> str:
+    """A monthly GPU cost with its band (``$8,760/month GPU (band $6,570–$10,950)``)."""
+    cost = "unknown" if monthly_usd is None else money(monthly_usd)
+    return f"{cost}/month GPU" + (f" (band {money_band(band)})" if band is not None else "")
+
+
 def scenario_lines(outcome: ScenarioOutcome) -> list[str]:
     changes = changes_text(outcome.changes)
-    cost = money(outcome.monthly_cost_usd) if outcome.monthly_cost_usd is not None else "unknown"
+    cost = _cost(outcome.monthly_cost_usd, outcome.monthly_cost_band_usd)
     lines = [
         f"{outcome.name} ({changes}):",
         f"  {outcome.engine_name or 'no engine'} ({outcome.confidence}"
         + (f"; runner-up {outcome.runner_up_name}" if outcome.runner_up_name else "")
         + ")"
         + (f" with {outcome.routing_layer}" if outcome.routing_layer else "")
-        + f", {cost}/month GPU",
+        + f", {cost}",
         "  against today: " + ("; ".join(outcome.against_today) or "the same decision"),
     ]
     return lines + [f"  applied: {note}" for note in outcome.approximations]
@@ -96,14 +102,10 @@ def _nearest(values: list[float], today: float | None) -> int | None:
 
 
 def render_text(result: WhatifResult) -> str:
-    cost = (
-        money(result.today_monthly_cost_usd)
-        if result.today_monthly_cost_usd is not None
-        else "unknown"
-    )
+    cost = _cost(result.today_monthly_cost_usd, result.today_monthly_cost_band_usd)
     lines = [
         f"what-if for {result.workload}: today {result.today_engine or 'no engine'} "
-        f"({result.today_confidence}), {cost}/month GPU",
+        f"({result.today_confidence}), {cost}",
         "",
     ]
     for outcome in result.scenarios:

@@ -23,6 +23,8 @@ class ScenarioOutcome(ResultModel):
     routing_layer: str | None
     confidence: str
     monthly_cost_usd: float | None  # the recommended engine's GPU fleet, whole replicas
+    # ... at its capacity band's ends (None: no band, the benchmark's own figures or unknown)
+    monthly_cost_band_usd: tuple[float, float] | None = None
     monthly_total_usd: float | None  # ... plus the recurring cost of model changes
     headline: str
     # What differs from today's decision, one sentence each (empty: the same decision).
@@ -70,6 +72,7 @@ class WhatifResult(ResultModel):
     today_engine: str | None
     today_confidence: str
     today_monthly_cost_usd: float | None
+    today_monthly_cost_band_usd: tuple[float, float] | None = None
     scenarios: list[ScenarioOutcome]
     map: DecisionMap | None
 
