@@ -19,7 +19,7 @@ from pipeline.capacity.prior import StepFloors
 from pipeline.settings import versioned
 from pipeline.unknown import ResultModel, Unknown
 
-SCHEMA_VERSION: Literal[2] = 2
+SCHEMA_VERSION: Literal[3] = 3
 SplitBasis = Literal["fitted", "prior"]
 ContextBasis = Literal["fitted", "prior", "assumed_zero"]
 CapacityBasis = Literal["measured", "transferred"]
@@ -303,7 +303,7 @@ class RoutingValue(ResultModel):
 class CapacityResult(ResultModel):
     """The capacity document for one workload."""
 
-    schema_version: Literal[2] = SCHEMA_VERSION
+    schema_version: Literal[3] = SCHEMA_VERSION
     workload: str
     slo: Slo
     mix: WorkloadMix
