@@ -18,7 +18,9 @@ read → run → write:
   sized from its GPUs), the model's shape for the roofline prior and the GPU memory.
 * :func:`run` fits one serving model per benchmarked deployment (engine × GPU × model × version
   × GPU count, all of its sweeps together) from its kept-up open-loop points, and carries each
-  to the workload's own mix (:mod:`pipeline.capacity.compute`).
+  to the workload's own mix (:mod:`pipeline.capacity.compute`); where the workload's own
+  traffic was load-tested, it also sets the capacity a model fitted on the deployment's other
+  sweeps predicts against the one measured (``prediction_check``).
 * :func:`write` writes ``capacity/capacity.json`` (the document), ``candidates.parquet`` and
   ``model_errors.parquet``; :func:`read_result` reads the document back (what the decision
   reads). Paths: :class:`pipeline.layout.CapacityPaths`.
@@ -419,7 +421,9 @@ def _deployment_filter(frame: pl.DataFrame, key: dict[str, object]) -> pl.DataFr
 
 
 def run(inputs: CapacityInputs, settings: CapacityConfig) -> CapacityResult:
-    """One candidate per benchmarked deployment, its serving model carried to the workload."""
+    """One candidate per benchmarked deployment, its serving model carried to the workload, and
+    (once any deployment replayed the workload's own traffic) each one's predicted capacity
+    against the measured one."""
     workload: WorkloadRequests = workload_requests(inputs.requests)
     notes = list(inputs.notes)
     # Each candidate replays its own fleet's cache (a trace without prompt content has none).
@@ -537,11 +541,6 @@ def _fit_deployment(
     bracket the model's capacity check uses), with its limits and model shape, and its KV pool."""
     deployment = deployment_of(rows.row(0, named=True))
     usable = fit_points(rows, inputs.min_achieved_rate_share)
-    open_rows = (
-        bench_rows.filter(pl.col("sweep") == "open")
-        if "sweep" in bench_rows.columns
-        else bench_rows
-    )
     limits = deployment_limits(rows, inputs.catalog, settings)
     quantization = next((str(q) for q in _values(rows, "quantization") if q), None)
     shape, shape_source = deployment_shape(
@@ -559,7 +558,7 @@ def _fit_deployment(
             limits=limits,
             model_shape=shape,
             shape_source=shape_source,
-            measured_capacity=_bracket(open_rows),
+            measured_capacity=_bracket(_open_sweeps(bench_rows)),
             slo=inputs.slo,
         )
         if not usable.is_empty()
@@ -641,13 +640,20 @@ def _prediction_check(
     )
 
 
+def _open_sweeps(bench_rows: pl.DataFrame) -> pl.DataFrame:
+    """The bench stage's capacity rows of open-loop sweeps (all of them when not told)."""
+    return (
+        bench_rows.filter(pl.col("sweep") == "open")
+        if "sweep" in bench_rows.columns
+        else bench_rows
+    )
+
+
 def _measured_capacity(own_bench: pl.DataFrame, named: str) -> tuple[float | Unknown, str]:
     """The SLO capacity the bench stage measured on the workload's own traffic (its open-loop
     sweep bracketed by a pass and a failure; the highest of several), and the sweep's name;
     ``Unknown`` saying what the sweep lacks."""
-    rows = (
-        own_bench.filter(pl.col("sweep") == "open") if "sweep" in own_bench.columns else own_bench
-    )
+    rows = _open_sweeps(own_bench)
     if rows.is_empty():
         return Unknown(
             reason=f"{named} has no open-loop sweep at set rates, so no measured capacity at "
