@@ -55,6 +55,31 @@ BUNDLED_INPUT = "bundled"
 INSTALLATION = Path(__file__).resolve().parents[1]
 LEDGER_SCHEMA = 2
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
+#: The decision record's measurement the ledger keeps for each engine, quarter over quarter:
+#: the capacity the serving model predicted for the workload without its own traffic, against
+#: the capacity measured on that traffic (predicted ÷ measured − 1; null: unknown), under
+#: ``capacity.prediction_error[<engine>]``.
+PREDICTION_ERROR = "capacity.prediction_error"
+_PREDICTION_KEY = re.compile(r"^capacity\.prediction_error\[(.+)\]$")
+
+
+def prediction_errors(record: Any) -> dict[str, float | None] | None:
+    """Each engine's prediction error in a decision record (its parsed JSON), by engine; None
+    when the record has none (no deployment was benchmarked on the workload's own traffic)."""
+    measured = record.get("measurements") if isinstance(record, dict) else None
+    if not isinstance(measured, dict):
+        return None
+    found = {
+        match.group(1): value
+        for key, value in measured.items()
+        if (match := _PREDICTION_KEY.match(key)) is not None and _is_error(value)
+    }
+    return dict(sorted(found.items())) or None
+
+
+def _is_error(value: Any) -> bool:
+    """A signed error as JSON holds it: a number, or null where it is unknown."""
+    return value is None or (isinstance(value, int | float) and not isinstance(value, bool))
 
 
 def quarter_of(instant: dt.date | dt.datetime | str) -> str:
@@ -100,9 +125,16 @@ class Entry:
     headline: str
     published_at: str  # when the entry was appended (UTC, ISO 8601)
     previous_sha256: str | None  # entry_sha256 of the entry before it (None: the first)
+    #: Each engine's capacity prediction error in the version's decision record
+    #: (:func:`prediction_errors`); None: it has none, and the entry has no such key.
+    prediction_errors: dict[str, float | None] | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        out = dict(self.__dict__)
+        if self.prediction_errors is None:
+            # An entry without the check keeps the form (and hash) entries always had.
+            del out["prediction_errors"]
+        return out
 
 
 def entry_sha256(entry: Entry) -> str:
@@ -142,9 +174,18 @@ def _entry(raw: Any, where: str) -> Entry:
     if not isinstance(raw, dict):
         raise InputFormatError(f"{where}: expected an object, got {type(raw).__name__}")
     expected = {*_ENTRY_TEXT, "version", "previous_sha256"}
-    if set(raw) != expected:
-        missing, unknown = sorted(expected - set(raw)), sorted(set(raw) - expected)
+    if set(raw) - {"prediction_errors"} != expected:
+        missing = sorted(expected - set(raw))
+        unknown = sorted(set(raw) - expected - {"prediction_errors"})
         raise InputFormatError(f"{where}: missing keys {missing}, unknown keys {unknown}")
+    errors = raw.get("prediction_errors")
+    if "prediction_errors" in raw and (
+        not isinstance(errors, dict) or not errors or not all(map(_is_error, errors.values()))
+    ):
+        raise InputFormatError(
+            f"{where}.prediction_errors: expected an object of engines to signed errors "
+            "(numbers, or null where unknown)"
+        )
     for key in _ENTRY_TEXT:
         if not isinstance(raw[key], str):
             raise InputFormatError(f"{where}.{key}: expected text, got {raw[key]!r}")
@@ -348,7 +389,14 @@ class ReportTree:
             shutil.rmtree(staging, ignore_errors=True)
             raise
         entry = new_entry(
-            self, target, quarter, version, str(manifest["identity"]), manifest_bytes, headline
+            self,
+            target,
+            quarter,
+            version,
+            str(manifest["identity"]),
+            manifest_bytes,
+            headline,
+            _record_errors(files.get(RECORD), target / RECORD),
         )
         self.append([entry])
         return entry, target
@@ -366,8 +414,10 @@ def new_entry(
     identity: str,
     manifest_bytes: bytes,
     headline: str,
+    errors: dict[str, float | None] | None = None,
 ) -> Entry:
-    """The ledger entry of a version folder, dated now; chained when appended."""
+    """The ledger entry of a version folder, dated now, with its decision record's prediction
+    errors (``errors``); chained when appended."""
     return Entry(
         quarter=quarter,
         version=version,
@@ -377,7 +427,13 @@ def new_entry(
         headline=headline,
         published_at=dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat(),
         previous_sha256=None,
+        prediction_errors=errors,
     )
+
+
+def _record_errors(data: bytes | None, where: Path) -> dict[str, float | None] | None:
+    """The prediction errors of a version's decision record (its bytes; None: none)."""
+    return None if data is None else prediction_errors(parse_json(data, where))
 
 
 def _json_bytes(payload: Any) -> bytes:
@@ -402,6 +458,8 @@ def _entry_of(tree: ReportTree, folder: Path, quarter: str, version: int) -> Ent
         outputs = manifest["outputs"]
         if not isinstance(outputs, dict) or output_differences(folder, outputs):
             return None
+        record = folder / RECORD
+        errors = _record_errors(read_regular(record), record) if RECORD in outputs else None
     except (OSError, InputFormatError, KeyError, TypeError):
         return None
     return new_entry(
@@ -412,6 +470,7 @@ def _entry_of(tree: ReportTree, folder: Path, quarter: str, version: int) -> Ent
         str(manifest.get("identity", "")),
         data,
         str(manifest.get("headline", "")),
+        errors,
     )
 
 

@@ -49,6 +49,7 @@ from pipeline.capacity.result import (
     Deployment,
     FleetCache,
     FleetStep,
+    PredictionCheck,
     RoutingValue,
     ServingModel,
     Slo,
@@ -687,45 +688,22 @@ def carry_to_workload(
     drawn = sample or sample_requests(
         workload.prompt, workload.output, workload.cached, config, arrivals, workload.arrival_s
     )
-    settled = (
-        # A model that does not reproduce its own benchmark carries no capacity anywhere.
-        SettledFleet(
-            Unknown(
-                reason=f"{model.self_check.reason}: no capacity is carried to this workload; "
-                "benchmark this deployment on your own traffic (enginefit loadtest)"
-            ),
-            drawn,
-            None,
-            None,
-        )
-        if not model.self_check.passed and not measured_on_workload
-        else settle_fleet(
-            model.coefficients,
-            drawn,
-            slo,
-            limits=model.limits,
-            kv_tokens=kv_tokens,
-            kv_source=kv_source,
-            peak_rate_rps=peak_rate_rps,
-            config=config,
-            cache=fleet_cache,
-        )
-        if kv_tokens > 0
-        else SettledFleet(Unknown(reason=f"no KV cache: {kv_source}"), drawn, None, None)
+    settled, found, budget_note = _carried_capacity(
+        model,
+        drawn,
+        slo,
+        kv_tokens=kv_tokens,
+        kv_source=kv_source,
+        peak_rate_rps=peak_rate_rps,
+        config=config,
+        fleet_cache=fleet_cache,
+        measured_on_workload=measured_on_workload,
     )
     if settled.cached is not None:
         workload = workload.with_cached(settled.cached)
     drawn = settled.sample
     transfer = transfer_distance(model, workload)
     provisional = _provisional_reason(model, transfer)
-    found: CapacitySearch | Unknown = settled.found
-    budget_note: str | None = None
-    if not isinstance(found, Unknown):
-        moved = budget_sensitivity(model, drawn, slo, found, kv_tokens, config)
-        if isinstance(moved, Unknown):
-            found = moved
-        else:
-            budget_note = moved
     common |= {
         "deployment": model.deployment,
         "serving_model": model,
@@ -829,6 +807,119 @@ def band_basis(
         f"{residual} combined with the validation error of a transferred capacity "
         f"(± {validation:.0%}: {capacity_rps / (1 + validation):.3g}–"
         f"{capacity_rps / (1 - validation):.3g} req/s)"
+    )
+
+
+def _carried_capacity(
+    model: ServingModel,
+    drawn: RequestSample,
+    slo: Slo,
+    *,
+    kv_tokens: int,
+    kv_source: str,
+    peak_rate_rps: float,
+    config: CapacityConfig,
+    fleet_cache: CacheSource | None,
+    measured_on_workload: bool,
+) -> tuple[SettledFleet, CapacitySearch | Unknown, str | None]:
+    """The capacity ``model`` carries to the sampled workload: withheld when the model does not
+    reproduce its own benchmark (unless it was fitted on this very workload's traffic), the
+    fleet's cache to a fixed point, then withheld when it rests on a prefill budget the
+    benchmark does not pin. Returns the settled fleet, the capacity and what the budget's
+    sensitivity says (None: nothing)."""
+    settled = (
+        # A model that does not reproduce its own benchmark carries no capacity anywhere.
+        SettledFleet(
+            Unknown(
+                reason=f"{model.self_check.reason}: no capacity is carried to this workload; "
+                "benchmark this deployment on your own traffic (enginefit loadtest)"
+            ),
+            drawn,
+            None,
+            None,
+        )
+        if not model.self_check.passed and not measured_on_workload
+        else settle_fleet(
+            model.coefficients,
+            drawn,
+            slo,
+            limits=model.limits,
+            kv_tokens=kv_tokens,
+            kv_source=kv_source,
+            peak_rate_rps=peak_rate_rps,
+            config=config,
+            cache=fleet_cache,
+        )
+        if kv_tokens > 0
+        else SettledFleet(Unknown(reason=f"no KV cache: {kv_source}"), drawn, None, None)
+    )
+    found: CapacitySearch | Unknown = settled.found
+    budget_note: str | None = None
+    if not isinstance(found, Unknown):
+        moved = budget_sensitivity(model, settled.sample, slo, found, kv_tokens, config)
+        if isinstance(moved, Unknown):
+            found = moved
+        else:
+            budget_note = moved
+    return settled, found, budget_note
+
+
+def predicted_capacity(
+    model: ServingModel | Unknown,
+    sample: RequestSample,
+    slo: Slo,
+    *,
+    kv_tokens: int,
+    kv_source: str,
+    peak_rate_rps: float,
+    config: CapacityConfig,
+    fleet_cache: CacheSource | None,
+) -> float | Unknown:
+    """The capacity per replica the product would report for the sampled workload from
+    ``model`` alone (one fitted without the workload's own traffic): :func:`carry_to_workload`'s
+    own figure, its self-check, fleet's cache and prefill budget applied, without the band,
+    cost and sensitivity it goes on to compute."""
+    if isinstance(model, Unknown):
+        return model
+    found = _carried_capacity(
+        model,
+        sample,
+        slo,
+        kv_tokens=kv_tokens,
+        kv_source=kv_source,
+        peak_rate_rps=peak_rate_rps,
+        config=config,
+        fleet_cache=fleet_cache,
+        measured_on_workload=False,
+    )[1]
+    return found if isinstance(found, Unknown) else found.rate_rps
+
+
+def prediction_check(
+    predicted: float | Unknown,
+    measured: float | Unknown,
+    *,
+    fitted_from: Sequence[str],
+    measured_from: str,
+) -> PredictionCheck | Unknown:
+    """Predicted against measured: signed error = predicted ÷ measured − 1; ``Unknown`` naming
+    each side that is missing."""
+    missing = [
+        f"{side}: {value.reason}"
+        for side, value in (("predicted", predicted), ("measured", measured))
+        if isinstance(value, Unknown)
+    ]
+    if missing:
+        return Unknown(reason="; ".join(missing))
+    assert not isinstance(predicted, Unknown) and not isinstance(measured, Unknown)
+    if measured <= 0:
+        return Unknown(reason=f"measured: {measured_from} gives no positive capacity")
+    return PredictionCheck(
+        predicted_rps=predicted,
+        measured_rps=measured,
+        error=predicted / measured - 1.0,
+        fitted_from=list(fitted_from),
+        measured_from=measured_from,
     )
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import polars as pl
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from pipeline.capacity.limits import SchedulingLimits
 from pipeline.capacity.prior import StepFloors
@@ -228,6 +228,19 @@ class BindingLimit(ResultModel):
     description: str
 
 
+class PredictionCheck(ResultModel):
+    """The serving model's capacity for this workload, fitted without the workload's own
+    traffic, against the capacity a benchmark of that traffic measured at the SLO: how far off
+    a transferred capacity was where the answer is known (docs/capacity.md, "Predicted against
+    measured")."""
+
+    predicted_rps: float  # per replica: the model fitted on ``fitted_from`` alone
+    measured_rps: float  # per replica: the bench stage's SLO capacity of ``measured_from``
+    error: float  # predicted ÷ measured − 1
+    fitted_from: list[str]  # the bench candidates (sweeps at other mixes) the model was fitted on
+    measured_from: str  # the bench candidate that replayed this workload's own traffic
+
+
 class CandidateCapacity(ResultModel):
     """One deployment carried to one workload."""
 
@@ -257,9 +270,20 @@ class CandidateCapacity(ResultModel):
     fleet_cache: FleetCache | Unknown | None = None
     #: The capacity with burstiness, the cached share and the prefill budget moved.
     sensitivity: list[CapacityVariant] = Field(default_factory=list)
+    #: Predicted against measured (None, and left out of the document: no deployment was
+    #: benchmarked on this workload's own traffic, so there is nothing to check).
+    prediction_check: PredictionCheck | Unknown | None = None
 
     def variant(self, key: str) -> CapacityVariant | None:
         return next((v for v in self.sensitivity if v.key == key), None)
+
+    @model_serializer(mode="wrap")
+    def _without_absent_check(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A document of a workload nobody load-tested stays as it was before the check existed.
+        out: dict[str, Any] = handler(self)
+        if self.prediction_check is None:
+            out.pop("prediction_check", None)
+        return out
 
 
 class WorkloadMix(ResultModel):

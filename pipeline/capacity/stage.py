@@ -18,7 +18,9 @@ read → run → write:
   sized from its GPUs), the model's shape for the roofline prior and the GPU memory.
 * :func:`run` fits one serving model per benchmarked deployment (engine × GPU × model × version
   × GPU count, all of its sweeps together) from its kept-up open-loop points, and carries each
-  to the workload's own mix (:mod:`pipeline.capacity.compute`).
+  to the workload's own mix (:mod:`pipeline.capacity.compute`); where the workload's own
+  traffic was load-tested, it also sets the capacity a model fitted on the deployment's other
+  sweeps predicts against the one measured (``prediction_check``).
 * :func:`write` writes ``capacity/capacity.json`` (the document), ``candidates.parquet`` and
   ``model_errors.parquet``; :func:`read_result` reads the document back (what the decision
   reads). Paths: :class:`pipeline.layout.CapacityPaths`.
@@ -44,6 +46,8 @@ from pipeline.capacity.compute import (
     capacity_result,
     carry_to_workload,
     deployment_model_shape,
+    predicted_capacity,
+    prediction_check,
     workload_requests,
 )
 from pipeline.capacity.config import CapacityConfig, ReplayBasis, ServedModel
@@ -61,6 +65,7 @@ from pipeline.capacity.prior import ModelShape
 from pipeline.capacity.result import (
     Arrivals,
     CapacityResult,
+    PredictionCheck,
     ServingModel,
     Slo,
     candidates_frame,
@@ -416,7 +421,9 @@ def _deployment_filter(frame: pl.DataFrame, key: dict[str, object]) -> pl.DataFr
 
 
 def run(inputs: CapacityInputs, settings: CapacityConfig) -> CapacityResult:
-    """One candidate per benchmarked deployment, its serving model carried to the workload."""
+    """One candidate per benchmarked deployment, its serving model carried to the workload, and
+    (once any deployment replayed the workload's own traffic) each one's predicted capacity
+    against the measured one."""
     workload: WorkloadRequests = workload_requests(inputs.requests)
     notes = list(inputs.notes)
     # Each candidate replays its own fleet's cache (a trace without prompt content has none).
@@ -443,72 +450,35 @@ def run(inputs: CapacityInputs, settings: CapacityConfig) -> CapacityResult:
         else None
     )
     arrivals = as_replayed(pattern, sample)
+    # Once any deployment replayed this workload's own traffic, every candidate says how its
+    # transferred capacity compares with a measured one (or why it cannot).
+    checked = (
+        not points.is_empty() and not points.filter(own_traffic(points, inputs.workload)).is_empty()
+    )
     for key in groups:
+        assert sample is not None  # drawn whenever there is a deployment
         rows = _deployment_filter(points, key)
         deployment = deployment_of(rows.row(0, named=True))
-        usable = fit_points(rows, inputs.min_achieved_rate_share)
         bench_rows = _deployment_filter(inputs.bench_capacity, key)
         bench_candidates = sorted(
             {str(c) for c in _values(bench_rows, "candidate") if c is not None}
         )
-        open_rows = (
-            bench_rows.filter(pl.col("sweep") == "open")
-            if "sweep" in bench_rows.columns
-            else bench_rows
-        )
-        bracket = _bracket(open_rows)
         costs = _floats(bench_rows, "cost_per_1m_output_usd")
         manifest_prices = _floats(rows, "price_per_gpu_hour_usd")
-        measured = not rows.filter(
-            (_column(rows, "dataset") == TRACE_DATASET)
-            & (_column(rows, "workload") == inputs.workload)
-        ).is_empty()
+        measured = not rows.filter(own_traffic(rows, inputs.workload)).is_empty()
         team_shape, shape_note = deployment_model_shape(
             inputs.model_shape, deployment.model, inputs.team_models
         )
         if shape_note is not None:
             notes.append(f"{deployment.describe()}: {shape_note}")
-        limits = deployment_limits(rows, inputs.catalog, settings)
-        quantization = next((str(q) for q in _values(rows, "quantization") if q), None)
-        shape, shape_source = deployment_shape(
-            team_shape,
-            deployment.model,
-            weight_bytes=weight_bytes(quantization),
-            kv_bytes=kv_bytes(limits),
-        )
-        model = (
-            fit_serving_model(
-                usable,
-                inputs.per_request,
-                deployment,
-                config=settings,
-                limits=limits,
-                model_shape=shape,
-                shape_source=shape_source,
-                measured_capacity=bracket,
-                slo=inputs.slo,
-            )
-            if not usable.is_empty()
-            else Unknown(
-                reason=f"no kept-up open-loop load point sent at its offered rate for "
-                f"{deployment.describe()}"
-            )
-        )
-        kv_tokens, kv_source = deployment_kv_tokens(
-            limits,
-            shape,
-            inputs.served.memory,
-            deployment.gpu_type,
-            deployment.gpu_count,
-            (inputs.kv_tokens, inputs.sources.get("kv_tokens", "as given")),
-        )
+        fitted = _fit_deployment(inputs, settings, rows, bench_rows, team_shape)
         candidate = carry_to_workload(
             deployment.describe(),
-            model,
+            fitted.model,
             workload,
             inputs.slo,
-            kv_tokens=kv_tokens,
-            kv_source=kv_source,
+            kv_tokens=fitted.kv_tokens,
+            kv_source=fitted.kv_source,
             arrivals=arrivals,
             fleet_cache=cache,
             gpu_hour_usd=inputs.prices.price_for(
@@ -523,12 +493,16 @@ def run(inputs: CapacityInputs, settings: CapacityConfig) -> CapacityResult:
             sample=sample,
         )
         update: dict[str, object] = {"bench_candidates": bench_candidates}
-        if isinstance(inputs.cache, Unknown) and isinstance(model, ServingModel):
+        if isinstance(inputs.cache, Unknown) and isinstance(fitted.model, ServingModel):
             update["fleet_cache"] = inputs.cache  # why no replay gave cached tokens
         if team_shape is None and shape_note is not None:
             # Another model than the team's: whatever else, the figure is not yours.
             update["provisional_reason"] = "; ".join(
                 r for r in (candidate.provisional_reason, shape_note) if r
+            )
+        if checked:
+            update["prediction_check"] = _prediction_check(
+                inputs, settings, rows, bench_rows, team_shape, sample=sample, cache=cache
             )
         candidates.append(candidate.model_copy(update=update))
     if not groups:
@@ -544,6 +518,173 @@ def run(inputs: CapacityInputs, settings: CapacityConfig) -> CapacityResult:
         sources={**inputs.sources, "arrivals": arrivals.description},
         notes=notes,
     )
+
+
+@dataclass(frozen=True)
+class FittedDeployment:
+    """One deployment's serving model (or why there is none) and its replica's KV pool."""
+
+    model: ServingModel | Unknown
+    kv_tokens: int
+    kv_source: str
+
+
+def _fit_deployment(
+    inputs: CapacityInputs,
+    settings: CapacityConfig,
+    rows: pl.DataFrame,
+    bench_rows: pl.DataFrame,
+    team_shape: ModelShape | None,
+) -> FittedDeployment:
+    """The serving model fitted on a deployment's load points ``rows`` (its kept-up open-loop
+    points; ``bench_rows``: the bench stage's capacity rows of the same sweeps, whose measured
+    bracket the model's capacity check uses), with its limits and model shape, and its KV pool."""
+    deployment = deployment_of(rows.row(0, named=True))
+    usable = fit_points(rows, inputs.min_achieved_rate_share)
+    limits = deployment_limits(rows, inputs.catalog, settings)
+    quantization = next((str(q) for q in _values(rows, "quantization") if q), None)
+    shape, shape_source = deployment_shape(
+        team_shape,
+        deployment.model,
+        weight_bytes=weight_bytes(quantization),
+        kv_bytes=kv_bytes(limits),
+    )
+    model = (
+        fit_serving_model(
+            usable,
+            inputs.per_request,
+            deployment,
+            config=settings,
+            limits=limits,
+            model_shape=shape,
+            shape_source=shape_source,
+            measured_capacity=_bracket(_open_sweeps(bench_rows)),
+            slo=inputs.slo,
+        )
+        if not usable.is_empty()
+        else Unknown(
+            reason=f"no kept-up open-loop load point sent at its offered rate for "
+            f"{deployment.describe()}"
+        )
+    )
+    kv_tokens, kv_source = deployment_kv_tokens(
+        limits,
+        shape,
+        inputs.served.memory,
+        deployment.gpu_type,
+        deployment.gpu_count,
+        (inputs.kv_tokens, inputs.sources.get("kv_tokens", "as given")),
+    )
+    return FittedDeployment(model, kv_tokens, kv_source)
+
+
+def own_traffic(frame: pl.DataFrame, workload: str) -> pl.Expr:
+    """The load points (or the bench stage's capacity rows) of ``enginefit loadtest`` replaying
+    this workload's own trace."""
+    return (
+        (_column(frame, "dataset") == TRACE_DATASET) & (_column(frame, "workload") == workload)
+    ).fill_null(False)
+
+
+def _prediction_check(
+    inputs: CapacityInputs,
+    settings: CapacityConfig,
+    rows: pl.DataFrame,
+    bench_rows: pl.DataFrame,
+    team_shape: ModelShape | None,
+    *,
+    sample: RequestSample,
+    cache: CacheReplays | None,
+) -> PredictionCheck | Unknown:
+    """The deployment's capacity for this workload as the model fitted on its other sweeps
+    alone predicts it (the same sample, arrivals and fleet cache as the candidate's), against
+    the capacity the bench stage measured on the sweep of the workload's own traffic."""
+    own = rows.filter(own_traffic(rows, inputs.workload))
+    if own.is_empty():
+        return Unknown(
+            reason="this workload's own traffic was not benchmarked on this deployment "
+            "(enginefit loadtest replays it): nothing to check its capacity against"
+        )
+    own_candidates = sorted({str(c) for c in _values(own, "candidate") if c is not None})
+    in_own = (
+        pl.col("candidate").is_in(own_candidates)
+        if "candidate" in bench_rows.columns
+        else pl.lit(False)
+    )
+    measured, measured_from = _measured_capacity(
+        bench_rows.filter(in_own), ", ".join(own_candidates) or "the own-traffic benchmark"
+    )
+    others = rows.filter(~own_traffic(rows, inputs.workload))
+    other_bench = bench_rows.filter(~in_own)
+    fitted_from = sorted({str(c) for c in _values(other_bench, "candidate") if c is not None})
+    predicted: float | Unknown
+    if others.is_empty():
+        predicted = Unknown(
+            reason="only this workload's own traffic was benchmarked on this deployment: no "
+            "sweep at another mix to fit a model without it (benchmark another mix too)"
+        )
+    else:
+        fitted = _fit_deployment(inputs, settings, others, other_bench, team_shape)
+        predicted = predicted_capacity(
+            fitted.model,
+            sample,
+            inputs.slo,
+            kv_tokens=fitted.kv_tokens,
+            kv_source=fitted.kv_source,
+            peak_rate_rps=inputs.peak_rate_rps,
+            config=settings,
+            fleet_cache=cache,
+        )
+    return prediction_check(
+        predicted, measured, fitted_from=fitted_from, measured_from=measured_from
+    )
+
+
+def _open_sweeps(bench_rows: pl.DataFrame) -> pl.DataFrame:
+    """The bench stage's capacity rows of open-loop sweeps (all of them when not told)."""
+    return (
+        bench_rows.filter(pl.col("sweep") == "open")
+        if "sweep" in bench_rows.columns
+        else bench_rows
+    )
+
+
+def _measured_capacity(own_bench: pl.DataFrame, named: str) -> tuple[float | Unknown, str]:
+    """The SLO capacity the bench stage measured on the workload's own traffic (its open-loop
+    sweep bracketed by a pass and a failure; the highest of several), and the sweep's name;
+    ``Unknown`` saying what the sweep lacks."""
+    rows = _open_sweeps(own_bench)
+    if rows.is_empty():
+        return Unknown(
+            reason=f"{named} has no open-loop sweep at set rates, so no measured capacity at "
+            "the SLO"
+        ), named
+    ranked = sorted(
+        rows.iter_rows(named=True),
+        key=lambda r: (
+            r.get("capacity_status") != "bracketed",
+            -(r.get("capacity_rps") or 0.0),
+            str(r.get("candidate")),
+        ),
+    )
+    best = ranked[0]
+    name = str(best.get("candidate") or named)
+    status, rate = best.get("capacity_status"), best.get("capacity_rps")
+    if status == "bracketed" and rate is not None and math.isfinite(rate) and rate > 0:
+        return float(rate), name
+    if status == "not_bracketed" and rate is not None:
+        why = (
+            f"it met the SLO at every rate it sent, up to {rate:.3g} req/s: its capacity lies "
+            "above, unmeasured; load-test higher rates"
+        )
+    elif status == "below_range":
+        why = (
+            f"it failed the SLO from its lowest rate ({best.get('first_fail_load')} req/s): its "
+            "capacity lies below, unmeasured; load-test lower rates"
+        )
+    else:
+        why = "no rate it sent passed or failed the SLO, so no capacity was measured"
+    return Unknown(reason=f"{name}: {why}"), name
 
 
 def deployment_limits(

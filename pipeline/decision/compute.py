@@ -46,7 +46,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pipeline.capacity.present import capacity_words, transfer_sentence
+from pipeline.capacity.present import capacity_words, prediction_sentence, transfer_sentence
+from pipeline.capacity.result import PredictionCheck
 from pipeline.decision.catalog import UNDATED, Fact, cuda_major, evidence_text, oldest_fact
 from pipeline.decision.config import DecisionConfig, Requirements
 from pipeline.decision.context import (
@@ -73,7 +74,7 @@ from pipeline.decision.evidence import (
     workload_from,
 )
 from pipeline.decision.flips import axis_flips
-from pipeline.decision.present import finding_text, flip_sentence
+from pipeline.decision.present import PREDICTION_CHECK, finding_text, flip_sentence
 from pipeline.decision.result import (
     SCHEMA_VERSION,
     AxisFlip,
@@ -87,6 +88,7 @@ from pipeline.decision.result import (
 from pipeline.decision.routing import isolation_advice, routing_value
 from pipeline.decision.rules import RULES, uncovered
 from pipeline.decision.triggers import crossed, evaluate_previous, trigger
+from pipeline.ledger import PREDICTION_ERROR
 from pipeline.present.text import money, usd
 from pipeline.thresholds import (
     CATALOG_MAX_AGE_DAYS,
@@ -160,6 +162,10 @@ def measurements(
         m[f"decision.fleet_capacity_rps[{engine}]"] = (
             _product(bench.capacity_rps, bench.replicas_at_peak) if bench else None
         )
+    for engine, bench in sorted(ctx.benches.items()):
+        check = bench.capacity.prediction_check if bench.capacity else None
+        if check is not None:  # only where the workload's own traffic was load-tested
+            m |= prediction_measurements(engine, check)
     # Each requirement as canonical JSON (unset: null), so next quarter's configuration is
     # compared with this one's key by key.
     for key, value in ctx.requirements.model_dump(mode="json").items():
@@ -172,6 +178,19 @@ def measurements(
         m["decision.cost_gap_top_two"] = abs(b - a) / min(a, b) if min(a, b) > 0 else None
     flat: dict[str, Any] = plain(m)
     return flat
+
+
+def prediction_measurements(engine: str, check: PredictionCheck | Unknown) -> dict[str, Any]:
+    """An engine's capacity predicted against measured, as measurements: the figures, the
+    signed error the ledger keeps quarter over quarter (None: unknown) and the sentence
+    ``explain`` prints."""
+    known = None if isinstance(check, Unknown) else check
+    return {
+        f"{PREDICTION_ERROR}[{engine}]": known.error if known else None,
+        f"capacity.predicted_rps[{engine}]": known.predicted_rps if known else None,
+        f"capacity.measured_rps[{engine}]": known.measured_rps if known else None,
+        f"{PREDICTION_CHECK}[{engine}]": prediction_sentence(check),
+    }
 
 
 def _facts_used(ctx: RuleContext, routing: Routing) -> list[Fact]:

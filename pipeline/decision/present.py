@@ -35,6 +35,10 @@ from pipeline.present.text import (
 )
 
 WIDTH = 96
+#: The record's measurement holding an engine's capacity predicted against measured, in words
+#: (``capacity.prediction_check[<engine>]``; only where the workload's own traffic was
+#: load-tested).
+PREDICTION_CHECK = "capacity.prediction_check"
 # A rule's ``fired``: it applied, it did not, or an input it needs is unknown.
 RULE_OUTCOME_WORDS = {True: "applied", False: "did not apply", None: UNKNOWN}
 
@@ -68,6 +72,9 @@ def rationale_text(record: DecisionRecord) -> str:
         lines += _wrap(f"- {c.name} [{c.status}]{_candidate_figures(c)}")
         for detail in candidate_details(c):
             lines += _wrap(detail, "    ")
+        check = record.measurements.get(f"{PREDICTION_CHECK}[{c.engine}]")
+        if isinstance(check, str):
+            lines += _wrap(check, "    ")
         for reason in c.reasons:
             lines += _wrap(reason, "    ")
         if c.payback is not None and c.status != "excluded":

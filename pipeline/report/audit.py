@@ -7,8 +7,9 @@ In this order, and nothing the manifest lists is followed before the first two h
    and (with ``--chain-head``) contain the head recorded elsewhere; it must list this version;
 2. the manifest's sha256 against the ledger's entry for it, then every human-readable field of
    that entry against the manifest and the decision record it points to (quarter, version and
-   path, identity, headline; the publication time against the version's report date, the
-   entries around it and the clock), each mismatch naming the field;
+   path, identity, headline, each engine's capacity prediction error; the publication time
+   against the version's report date, the entries around it and the clock), each mismatch
+   naming the field;
 3. the signature of the manifest (``manifest.json.sig``), when the version was signed or
    ``--allowed-signers`` is given; else the audit says the version is not signed;
 4. the version's own files (PDF, HTML, decision record) against the manifest's ``outputs``;
@@ -41,6 +42,7 @@ from pipeline.ledger import (
     BUNDLED_INPUT,
     INSTALLATION,
     MANIFEST,
+    PREDICTION_ERROR,
     RECORD,
     SIGNATURE,
     Entry,
@@ -48,6 +50,7 @@ from pipeline.ledger import (
     chain_breaks,
     chain_head,
     entry_sha256,
+    prediction_errors,
     sha256_bytes,
     sha256_of,
 )
@@ -263,8 +266,8 @@ def _ledger_vouches(
 
 
 def _record_fields(path: Path) -> dict[str, Any] | str:
-    """The decision record's headline and date, or why they cannot be read (a problem the
-    entry check reports)."""
+    """The decision record's headline, date and capacity prediction errors, or why they cannot
+    be read (a problem the entry check reports)."""
     try:
         raw = parse_json(read_regular(path), path)
     except (OSError, InputFormatError) as exc:
@@ -273,7 +276,11 @@ def _record_fields(path: Path) -> dict[str, Any] | str:
     headline = recommendation.get("headline") if isinstance(recommendation, dict) else None
     if not isinstance(headline, str):
         return f"{path}: records no recommendation.headline to check the ledger's against"
-    return {"headline": headline, "as_of": raw.get("as_of")}
+    return {
+        "headline": headline,
+        "as_of": raw.get("as_of"),
+        "prediction_errors": prediction_errors(raw),
+    }
 
 
 def entry_problems(
@@ -316,6 +323,12 @@ def entry_problems(
         problems.append(
             f"{where}: its manifest's report_date {manifest.get('report_date')} is not the "
             f"decision record's as_of {record['as_of']}"
+        )
+    if not isinstance(record, str) and record.get("prediction_errors") != entry.prediction_errors:
+        problems.append(
+            f"{where}.prediction_errors: {entry.prediction_errors!r} is not the capacity "
+            "prediction errors of the decision record it points to "
+            f"({record.get('prediction_errors')!r}, its measurements {PREDICTION_ERROR}[…])"
         )
     problems += _published_at_problems(where, entries, index, manifest.get("report_date"))
     return problems

@@ -43,6 +43,7 @@ from pipeline.present.text import (
     share,
     usd,
 )
+from pipeline.report.accuracy import PublishedErrors, prediction_accuracy
 from pipeline.report.memo import decision_memo, trigger_priority
 from pipeline.report.workings import Sources, headline_workings
 from pipeline.shape.result import ShapeMetrics
@@ -96,6 +97,8 @@ class ReportContent:
     workload_capacity: CapacityResult | None = None
     # The what-if scenarios and decision map (None: `enginefit whatif` has not run).
     whatif: WhatifResult | None = None
+    # Earlier published versions' capacity prediction errors, from the ledger.
+    prediction_history: list[PublishedErrors] = field(default_factory=list)
 
 
 def svg_uri(svg: bytes) -> str:
@@ -126,6 +129,9 @@ def build(inputs: ReportContent) -> dict[str, Any]:
         "prefix": _prefix(inputs),
         "bench": _bench(inputs),
         "workload_cost": workload_cost(inputs),
+        "accuracy": prediction_accuracy(
+            record, inputs.prediction_history, inputs.quarter, inputs.version
+        ),
         "catalog": _catalog(inputs.catalog, inputs.report_date),
         "rationale": _rationale(record),
         "triggers": _triggers(inputs),

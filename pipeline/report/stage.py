@@ -48,6 +48,7 @@ from pipeline.ledger import (
 )
 from pipeline.prefix import stage as prefix_stage
 from pipeline.prefix.result import PrefixSummary
+from pipeline.report.accuracy import published_errors
 from pipeline.report.compute import (
     PreviousVersion,
     ReportContent,
@@ -310,6 +311,7 @@ def read_inputs(
         previous=previous,
         workload_capacity=workload_capacity,
         whatif=whatif,
+        prediction_history=published_errors(tree.read_ledger(), quarter, version),
         report_date=report_date,
         report_date_source=f"given by {configured_by}"
         if configured == report_date
