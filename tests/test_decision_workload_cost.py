@@ -27,7 +27,8 @@ from pipeline.decision.present import rationale_text
 from pipeline.decision.result import DecisionRecord, record_schema
 from pipeline.decision.stage import read_previous
 from pipeline.decision.triggers import record_digest
-from pipeline.report.compute import ReportContent, workload_cost
+from pipeline.report.sections.content import ReportContent
+from pipeline.report.sections.workload_cost import workload_cost
 from tests.capacity_scenarios import fitted
 from tests.decision_fixtures import (
     GPU_HOUR_USD,
@@ -250,23 +251,19 @@ def test_the_document_shows_the_fitted_model_its_errors_and_both_costs(tmp_path:
     section = workload_cost(
         cast(ReportContent, SimpleNamespace(record=record, workload_capacity=result))
     )
-    (row,) = section["rows"]
+    (row,) = section.rows
     c = candidate(record, "vllm")
-    assert row["basis"] == "workload" and row["transfer"].startswith("Measured at")
-    assert ", bound by " in row["transfer"]  # what binds the capacity, in the document too
-    assert row["model"].startswith("step = ") and "load points of vllm" in row["model"]
-    assert (
-        len(row["errors"]) == len(model().point_errors) and " vs " in row["errors"][0]["ttft_p95"]
-    )
-    facts = {f["label"]: f for f in row["facts"]}
-    assert (
-        facts["$ per 1M output tokens (all-in)"]["workload"] == f"${c.cost_per_1m_output_usd:.4f}"
-    )
-    assert facts["$ per 1M output tokens (all-in)"]["benchmark"] == (
+    assert row.basis == "workload" and row.transfer.startswith("Measured at")
+    assert ", bound by " in row.transfer  # what binds the capacity, in the document too
+    assert row.model.startswith("step = ") and "load points of vllm" in row.model
+    assert len(row.errors) == len(model().point_errors) and " vs " in row.errors[0].ttft_p95
+    facts = {f.label: f for f in row.facts}
+    assert facts["$ per 1M output tokens (all-in)"].workload == f"${c.cost_per_1m_output_usd:.4f}"
+    assert facts["$ per 1M output tokens (all-in)"].benchmark == (
         f"${c.benchmark_cost_per_1m_output_usd:.4f}"
     )
-    assert facts["Replicas at the workload's peak"]["workload"] == str(c.replicas)
-    assert "e+0" not in json.dumps(section)
+    assert facts["Replicas at the workload's peak"].workload == str(c.replicas)
+    assert "e+0" not in section.model_dump_json()
 
 
 def test_a_model_that_does_not_reproduce_its_benchmark_gives_no_cost_winner_or_payback(

@@ -48,16 +48,12 @@ from pipeline.ledger import (
 )
 from pipeline.prefix import stage as prefix_stage
 from pipeline.prefix.result import PrefixSummary
-from pipeline.report.compute import (
-    PreviousVersion,
-    ReportContent,
-    build,
-    lineage,
-    quarter_holds_traffic,
-    traffic_quarters,
-)
+from pipeline.report.compute import build
 from pipeline.report.config import Provenance, ReportConfig
 from pipeline.report.result import Published, ReportResult
+from pipeline.report.sections.changes import lineage
+from pipeline.report.sections.content import PreviousVersion, ReportContent
+from pipeline.report.sections.dates import quarter_holds_traffic, traffic_quarters
 from pipeline.report.signing import NAMESPACE, Signer, sign
 from pipeline.safe_read import parse_json, read_json
 from pipeline.settings import SECTIONS
@@ -283,7 +279,8 @@ def read_inputs(
     if published is not None:
         # A re-render of that version: its own record and report date, so the bytes match.
         record = published.record
-        dated = published.manifest.get("report_date") or record.as_of
+        stamped = published.manifest.get("report_date")
+        dated = stamped if isinstance(stamped, str) and stamped else record.as_of
     report_date = dt.date.fromisoformat(dated) if dated else dates.today()
     configured, configured_by = policy.as_of, policy.as_of_source
     document = ReportContent(
@@ -450,7 +447,7 @@ def run(sources: ReportInputs) -> ReportResult:
     record_bytes = (
         json.dumps(record.to_json(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     ).encode()
-    document = build(sources.document) | {"colophon": colophon(sources, record_bytes)}
+    document = build(sources.document).model_dump() | {"colophon": colophon(sources, record_bytes)}
     return ReportResult(
         sources.document.quarter,
         sources.document.version,
