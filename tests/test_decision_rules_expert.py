@@ -239,7 +239,7 @@ def test_untrusted_tenants_get_isolation_in_the_recommendation_with_its_cost(
     # No capacity stage: priced through the benchmark's sustained prompt-token rate at its
     # capacity (5 req/s × 128 prompt tokens = 640 tokens/s on one $3/h GPU). Isolation loses
     # 192 blocks × 16 tokens over 40 requests = 76.8 prompt tokens a request, prefilled again.
-    rate = record.measurements["shape.arrivals.mean_rate_rps"]
+    rate = record.measured("shape.arrivals.mean_rate_rps")
     tokens = 192 * 16 / 40 * rate * HOURS_PER_MONTH * 3600
     dollars = tokens / 640 / 3600 * GPU_HOUR_USD
     assert advice.monthly_usd_cost == pytest.approx(dollars, rel=1e-4)

@@ -86,7 +86,7 @@ def test_two_workloads_over_the_same_sweep_get_their_own_costs(tmp_path: Path) -
         assert low <= c.workload_capacity_rps <= high
     for record, c in ((short, a), (long, b)):
         # Replicas at the workload's peak with 80 % headroom, and their monthly bill.
-        peak = record.measurements["shape.arrivals.peak_rate_rps"]
+        peak = record.measured("shape.arrivals.peak_rate_rps")
         assert c.replicas == max(1, math.ceil(peak / (c.workload_capacity_rps * 0.8)))
         assert c.monthly_cost_usd == pytest.approx(c.replicas * GPU_HOUR_USD * 730, rel=1e-4)
         assert c.cost_per_1m_input_usd is not None and c.cost_per_1m_cached_input_usd is None
@@ -94,10 +94,10 @@ def test_two_workloads_over_the_same_sweep_get_their_own_costs(tmp_path: Path) -
     assert b.workload_capacity_rps < a.workload_capacity_rps / 5
     assert b.cost_per_1m_output_usd > 5 * a.cost_per_1m_output_usd
     assert b.replicas > a.replicas and b.monthly_cost_usd > a.monthly_cost_usd
-    assert long.measurements["decision.cost_per_1m_output_usd[vllm]"] == pytest.approx(
+    assert long.measured("decision.cost_per_1m_output_usd[vllm]") == pytest.approx(
         b.cost_per_1m_output_usd
     )
-    assert long.measurements["bench.cost_per_1m_output_usd[vllm]"] == bench_cost
+    assert long.measured("bench.cost_per_1m_output_usd[vllm]") == bench_cost
     assert "this workload" in long.recommendation.headline
     # 4,000-token prompts are 20× the fitted mix: far outside it, so provisional, and why.
     assert b.provisional_reason and "far outside the measured mix" in b.provisional_reason
@@ -210,7 +210,7 @@ def test_the_record_round_trips_and_reads_version_1_records(tmp_path: Path) -> N
     assert record_digest(previous) == hashlib.sha256(canonical).hexdigest()
     later = decide_on(tmp_path / "later", steady(8), [sweep("vllm", 40)], NVIDIA, previous=path)
     assert later.previous is not None and later.previous.triggers
-    assert all(t.status != "unknown" or t.value is None for t in later.previous.triggers)
+    assert all(t.status != "unknown" or t.value.value is None for t in later.previous.triggers)
     # Anything else is refused, naming what it reads.
     old["schema_version"] = 4
     path.write_text(json.dumps(old))

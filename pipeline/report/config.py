@@ -7,13 +7,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Self
 
-from pydantic import Field, JsonValue, model_validator
+from pydantic import Field, model_validator
 
 from pipeline.settings import ConfigPath, ConfigQuarter, Section
 
 #: A JSON document the report copies, compares and prints but does not interpret: the
 #: configuration as `enginefit config` prints it, a version's manifest.
-JsonDocument = dict[str, JsonValue]
+JsonDocument = dict[str, object]
 
 
 class ReportConfig(Section):

@@ -6,6 +6,13 @@ from __future__ import annotations
 
 import json
 
+from pipeline.decision.measures import (
+    MEAN_RATE,
+    OUTPUT_TOKENS_PER_MONTH,
+    PEAK_CONCURRENCY,
+    PEAK_RATE,
+    SHARED_PREFIX_RATIO,
+)
 from pipeline.decision.result import DecisionRecord
 from pipeline.present.text import NOTHING, measurement, money
 from pipeline.report.config import JsonDocument
@@ -24,11 +31,11 @@ CANDIDATE_FIGURES = {
 }
 # The workload's headline figures (decision record measurements) and their labels.
 WORKLOAD_FIGURES = {
-    "shape.arrivals.mean_rate_rps": "mean arrival rate (req/s)",
-    "shape.arrivals.peak_rate_rps": "peak arrival rate (req/s)",
-    "shape.concurrency.peak": "peak concurrency",
-    "shape.output_tokens_per_month": "output tokens per month",
-    "prefix.shared_prefix_ratio": "shared-prefix ratio",
+    MEAN_RATE.name: "mean arrival rate (req/s)",
+    PEAK_RATE.name: "peak arrival rate (req/s)",
+    PEAK_CONCURRENCY.name: "peak concurrency",
+    OUTPUT_TOKENS_PER_MONTH.name: "output tokens per month",
+    SHARED_PREFIX_RATIO.name: "shared-prefix ratio",
 }
 
 
@@ -77,7 +84,7 @@ def headline_figures(record: DecisionRecord) -> dict[str, str]:
     for c in record.candidates:
         out[f"benchmark's own monthly GPU cost, {c.name}"] = money(c.benchmark_monthly_cost_usd)
     for metric, label in WORKLOAD_FIGURES.items():
-        out[label] = measurement(record.measurements.get(metric))
+        out[label] = measurement(record.measured(metric))
     out["monthly value of prefix-aware routing"] = money(record.routing.monthly_usd_saved)
     return out
 

@@ -4,8 +4,7 @@ triggers checked against this run."""
 
 from __future__ import annotations
 
-from typing import Any
-
+from pipeline.decision.measures import MeasuredValue
 from pipeline.decision.present import record_names, trigger_sentence
 from pipeline.decision.result import DecisionRecord, TriggerCheck
 from pipeline.present.text import NOTHING, measurement
@@ -43,7 +42,7 @@ class Triggers(ResultModel):
     previous: list[Checked] | None
 
 
-def _short(value: Any) -> str:
+def _short(value: MeasuredValue) -> str:
     """A trigger's value for a table cell: a structured requirement is referred to, not
     dumped (section 2 shows it)."""
     return "as configured" if isinstance(value, dict | list) else measurement(value)
@@ -59,9 +58,9 @@ def triggers(record: DecisionRecord) -> Triggers:
     rows = [
         Watched(
             id=t.id,
-            rule=trigger_sentence(t.metric, t.comparator, t.threshold, t.value, name),
-            now=_short(t.value),
-            last=_short(last[t.id].previous_value) if t.id in last else NOTHING,
+            rule=trigger_sentence(t.metric, t.comparator, t.threshold, t.value.value, name),
+            now=_short(t.value.value),
+            last=_short(last[t.id].previous_value.value) if t.id in last else NOTHING,
             status=t.status.replace("_", " "),
             why=split_cite(t.why)[1],
             cite=split_cite(t.why)[0],
@@ -90,9 +89,9 @@ def triggers(record: DecisionRecord) -> Triggers:
         previous = [
             Checked(
                 id=c.id,
-                rule=trigger_sentence(c.metric, c.comparator, c.threshold, c.value, name),
-                then=_short(c.previous_value),
-                now=_short(c.value),
+                rule=trigger_sentence(c.metric, c.comparator, c.threshold, c.value.value, name),
+                then=_short(c.previous_value.value),
+                now=_short(c.value.value),
                 status=c.status.replace("_", " "),
             )
             for c in record.previous.triggers
