@@ -63,7 +63,12 @@ def revisit_triggers(store: EnginefitStore) -> dg.MaterializeResult:  # type: ig
     paths = stage.write_triggers(record, layout)
     fired = record.previous.fired if record.previous is not None else []
     rows = [
-        {"id": t.id, "metric": t.metric, "rule": f"{t.comparator} {t.threshold}", "today": t.value}
+        {
+            "id": t.id,
+            "metric": t.metric,
+            "rule": f"{t.comparator} {t.threshold}",
+            "today": t.value.value,
+        }
         for t in record.triggers
     ]
     return dg.MaterializeResult(

@@ -37,7 +37,7 @@ from pipeline.decision.flips import moved
 from pipeline.decision.present import payback_text, ranking_text
 from pipeline.decision.result import DecisionRecord
 from pipeline.present.text import months_band
-from pipeline.report.memo import decision_memo
+from pipeline.report.sections.memo import decision_memo
 from pipeline.unknown import Unknown
 from pipeline.whatif.present import scenario_lines
 from pipeline.whatif.result import ScenarioOutcome
@@ -262,8 +262,8 @@ def test_the_record_and_page_one_carry_the_band() -> None:
     )
     again = DecisionRecord.from_json(json.loads(json.dumps(record.to_json())), "here")
     assert again == record
-    options = {o["engine"]: o for o in decision_memo(record, None)["options"]}
-    assert options["vLLM"]["monthly"] == "$8,760 (band $8,760–$10,950)"
+    options = {o.engine: o for o in decision_memo(record, None).options}
+    assert options["vLLM"].monthly == "$8,760 (band $8,760–$10,950)"
     unbanded = decided(moved(hand_context([bench("vllm", 5.0)])))
-    options = {o["engine"]: o for o in decision_memo(unbanded, None)["options"]}
-    assert options["vLLM"]["monthly"] == "$8,760"
+    options = {o.engine: o for o in decision_memo(unbanded, None).options}
+    assert options["vLLM"].monthly == "$8,760"

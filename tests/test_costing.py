@@ -29,7 +29,7 @@ from pipeline.costing import (
 )
 from pipeline.decision.evidence import _monthly_at
 from pipeline.errors import ConfigError
-from pipeline.report import compute as report_compute
+from pipeline.report.sections.requirements import requirements
 from tests.conftest import REPO
 
 PRICES = Prices(gpu_hour_usd={"H100": 3.0, "L40S": 1.2}, default=2.0)
@@ -84,7 +84,7 @@ def test_report_price_table_lists_the_configured_default() -> None:
     """The document's price table shows every configured price, the default included (it
     prices any GPU type neither listed nor priced by its manifest)."""
     content = SimpleNamespace(record=SimpleNamespace(requirements={}), slo="", prices=PRICES)
-    assert report_compute._requirements(content)["prices"] == [  # type: ignore[arg-type]
+    assert [p.model_dump() for p in requirements(content).prices] == [  # type: ignore[arg-type]
         {"gpu": "H100", "price": "$3.00/GPU-hour"},
         {"gpu": "L40S", "price": "$1.20/GPU-hour"},
         {

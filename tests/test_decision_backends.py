@@ -169,7 +169,7 @@ def test_a_team_pinned_to_cuda_12_gets_no_current_sglang(tmp_path: Path) -> None
         "; the catalog states no CUDA requirement for llama.cpp, ollama, tgi"
     )
     watch = next(t for t in record.triggers if t.id == "engine.cuda[vllm]")
-    assert (watch.metric, watch.comparator, watch.threshold, watch.value, watch.status) == (
+    assert (watch.metric, watch.comparator, watch.threshold, watch.value.value, watch.status) == (
         "catalog.min_cuda_major[vllm]",
         ">",
         12,
@@ -231,14 +231,14 @@ def test_the_catalog_age_trigger_reads_the_oldest_fact_the_decision_used(tmp_pat
     limit. The rationale says to re-verify it and names it; the trigger is armed for its
     re-verification (a trigger fired from the start would reopen every decision)."""
     record = _weekly_changes(tmp_path, "pytorch")
-    m = record.measurements
-    assert m["catalog.oldest_fact"] == "engines.tgi.change"
-    assert m["catalog.oldest_fact_date"] == "2026-01-08"
-    assert m["catalog.oldest_fact_age_days"] == 325
-    assert m["catalog.undated_facts_used"] == 0
+    m = record.measured
+    assert m("catalog.oldest_fact") == "engines.tgi.change"
+    assert m("catalog.oldest_fact_date") == "2026-01-08"
+    assert m("catalog.oldest_fact_age_days") == 325
+    assert m("catalog.undated_facts_used") == 0
     assert record.catalog["oldest_fact_used"] == "engines.tgi.change"
     stale = next(t for t in record.triggers if t.id.startswith("catalog.stale"))
-    assert (stale.id, stale.metric, stale.comparator, stale.threshold, stale.value) == (
+    assert (stale.id, stale.metric, stale.comparator, stale.threshold, stale.value.value) == (
         "catalog.stale.leaves",
         "catalog.oldest_fact_age_days",
         "<=",
@@ -278,7 +278,7 @@ def test_fresh_catalog_evidence_arms_the_trigger_for_when_it_grows_stale(tmp_pat
         {"deployment": "datacenter", "hardware": ["nvidia"]},
         decision={"catalog": str(_fresh_catalog(tmp_path / "catalog.yaml"))},
     )
-    assert record.measurements["catalog.oldest_fact_age_days"] == 28
+    assert record.measured("catalog.oldest_fact_age_days") == 28
     stale = next(t for t in record.triggers if t.id.startswith("catalog.stale"))
     assert (stale.id, stale.comparator, stale.threshold, stale.status) == (
         "catalog.stale.enters",
@@ -315,8 +315,8 @@ def test_an_undated_fact_counts_as_the_oldest_and_fires_the_age_trigger(tmp_path
             )
         },
     )
-    m = record.measurements
-    assert (m["catalog.oldest_fact"], m["catalog.oldest_fact_age_days"]) == (
+    m = record.measured
+    assert (m("catalog.oldest_fact"), m("catalog.oldest_fact_age_days")) == (
         "engines.vllm.status",
         "undated",
     )

@@ -338,7 +338,7 @@ def test_scenario_never_pays_back(tmp_path: Path) -> None:
     assert vllm.monthly_cost_usd == candidate(record, "sglang").monthly_cost_usd == 8_760
     written = (tmp_path / "never" / "data" / "w" / "decision" / "decision.json").read_text()
     assert '"status": "never"' in written or '"status":"never"' in written
-    assert record.measurements["decision.payback_months[vllm]"] == "never"
+    assert record.measured("decision.payback_months[vllm]") == "never"
     assert "switching to vLLM never pays back (it saves nothing a month): SGLang stays" in (
         rec.confidence_reasons
     )
@@ -351,7 +351,7 @@ def test_scenario_never_pays_back(tmp_path: Path) -> None:
     unknown = never_pays_back(tmp_path / "unknown", None)
     vllm = candidate(unknown, "vllm")
     assert vllm.payback is not None and vllm.payback.status == "unknown"
-    assert unknown.measurements["decision.payback_months[vllm]"] is None
+    assert unknown.measured("decision.payback_months[vllm]") is None
     assert (
         "payback of switching to it: unknown — the switch cannot be costed: supply "
         "requirements.engineer_week_usd" in " ".join(rationale_text(unknown).split())

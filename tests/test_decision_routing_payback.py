@@ -87,7 +87,7 @@ def test_routing_is_recommended_with_its_range_when_the_fleet_size_is_unknown(
     low, high = routing.prompt_tokens_saved_share_range  # type: ignore[misc]
     assert (low, high) == pytest.approx((min(saving.values()), max(saving.values())), rel=1e-5)
     assert routing.worth_from_replicas == min(r for r, s in saving.items() if s >= 0.10)
-    rate = record.measurements["shape.arrivals.mean_rate_rps"]
+    rate = record.measured("shape.arrivals.mean_rate_rps")
     prompt_mean = prompt / 410
     tokens_low, tokens_high = routing.monthly_prompt_tokens_saved_range  # type: ignore[misc]
     assert tokens_low == pytest.approx(low * rate * prompt_mean * SECONDS_PER_MONTH, rel=1e-4)
@@ -152,7 +152,7 @@ def test_a_new_deployment_choosing_between_vllm_and_tensorrt_llm_gets_a_payback(
     assert found.reason == (
         "($12,000 more adoption work than vLLM) ÷ $4,180 saved a month = 2.9 months"
     )
-    assert record.measurements["decision.payback_months[tensorrt-llm]"] == pytest.approx(
+    assert record.measured("decision.payback_months[tensorrt-llm]") == pytest.approx(
         12_000 / 4_180, rel=1e-5
     )
     payback_rule = rule(record, "payback")

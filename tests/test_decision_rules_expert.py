@@ -23,7 +23,7 @@ from pipeline.costing import HOURS_PER_MONTH
 from pipeline.decision.present import rationale_text
 from pipeline.decision.result import DecisionRecord
 from pipeline.decision.stage import read_previous
-from pipeline.report.memo import decision_memo
+from pipeline.report.sections.memo import decision_memo
 from tests.capacity_scenarios import fitted
 from tests.decision_fixtures import (
     GPU_HOUR_USD,
@@ -239,7 +239,7 @@ def test_untrusted_tenants_get_isolation_in_the_recommendation_with_its_cost(
     # No capacity stage: priced through the benchmark's sustained prompt-token rate at its
     # capacity (5 req/s × 128 prompt tokens = 640 tokens/s on one $3/h GPU). Isolation loses
     # 192 blocks × 16 tokens over 40 requests = 76.8 prompt tokens a request, prefilled again.
-    rate = record.measurements["shape.arrivals.mean_rate_rps"]
+    rate = record.measured("shape.arrivals.mean_rate_rps")
     tokens = 192 * 16 / 40 * rate * HOURS_PER_MONTH * 3600
     dollars = tokens / 640 / 3600 * GPU_HOUR_USD
     assert advice.monthly_usd_cost == pytest.approx(dollars, rel=1e-4)
@@ -252,7 +252,7 @@ def test_untrusted_tenants_get_isolation_in_the_recommendation_with_its_cost(
     ) in headline
     assert record.isolation.recommended is True and record.isolation.replicas == 1
     # Page 1 of the document lists it among the next steps, with its cost.
-    steps = decision_memo(record, None)["next_steps"]
+    steps = decision_memo(record, None).next_steps
     assert f"Untrusted tenants: {advice.action} ({advice.cost})." in steps
 
 

@@ -107,7 +107,7 @@ def test_tensorrt_llm_is_not_chosen_when_models_change_weekly(tmp_path: Path) ->
         "(today 13)." in flip
     )
     trigger = next(t for t in record.triggers if t.id == "flip.model_changes.down")
-    assert (trigger.metric, trigger.comparator, trigger.value) == (
+    assert (trigger.metric, trigger.comparator, trigger.value.value) == (
         "requirements.model_changes_per_quarter",
         "<=",
         13,
@@ -283,7 +283,12 @@ def test_triggers_across_two_quarters_fire_when_concurrency_collapses(tmp_path: 
     the "concurrency.low.enters" trigger (peak ≤ 2) fires and the decision is revisited."""
     first = decide_on(tmp_path / "q1", steady_traffic(), [sweep("vllm", 5)], NVIDIA_DATACENTER)
     low = next(t for t in first.triggers if t.id == "concurrency.low.enters")
-    assert (low.comparator, low.threshold, low.value, low.status) == ("<=", 2, 20, "not_fired")
+    assert (low.comparator, low.threshold, low.value.value, low.status) == (
+        "<=",
+        2,
+        20,
+        "not_fired",
+    )
     record_path = tmp_path / "q1" / "data" / "w" / "decision" / "decision.json"
     assert read_previous(record_path) == first
     second = decide_on(
@@ -296,12 +301,12 @@ def test_triggers_across_two_quarters_fire_when_concurrency_collapses(tmp_path: 
     previous = second.previous
     assert previous is not None and previous.engine == "vllm"
     check = next(c for c in previous.triggers if c.id == "concurrency.low.enters")
-    assert (check.previous_value, check.value, check.status) == (20, 1, "fired")
+    assert (check.previous_value.value, check.value.value, check.status) == (20, 1, "fired")
     assert "concurrency.low.enters" in previous.fired
     assert second.recommendation.state == "revisit"
     unchanged = next(c for c in previous.triggers if c.id.startswith("prefix.heavy"))
     assert unchanged.status == "not_fired"
-    assert math.isfinite(second.measurements["shape.concurrency.peak"])
+    assert math.isfinite(second.measured("shape.concurrency.peak"))
 
 
 def test_cache_size_from_the_hardware_reads_the_curves_at_that_capacity(tmp_path: Path) -> None:

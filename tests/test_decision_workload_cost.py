@@ -27,7 +27,8 @@ from pipeline.decision.present import rationale_text
 from pipeline.decision.result import DecisionRecord, record_schema
 from pipeline.decision.stage import read_previous
 from pipeline.decision.triggers import record_digest
-from pipeline.report.compute import ReportContent, workload_cost
+from pipeline.report.sections.content import ReportContent
+from pipeline.report.sections.workload_cost import workload_cost
 from tests.capacity_scenarios import fitted
 from tests.decision_fixtures import (
     GPU_HOUR_USD,
@@ -85,7 +86,7 @@ def test_two_workloads_over_the_same_sweep_get_their_own_costs(tmp_path: Path) -
         assert low <= c.workload_capacity_rps <= high
     for record, c in ((short, a), (long, b)):
         # Replicas at the workload's peak with 80 % headroom, and their monthly bill.
-        peak = record.measurements["shape.arrivals.peak_rate_rps"]
+        peak = record.measured("shape.arrivals.peak_rate_rps")
         assert c.replicas == max(1, math.ceil(peak / (c.workload_capacity_rps * 0.8)))
         assert c.monthly_cost_usd == pytest.approx(c.replicas * GPU_HOUR_USD * 730, rel=1e-4)
         # The band carried: the high capacity needs the fewer replicas, each priced the same way.
@@ -109,10 +110,10 @@ def test_two_workloads_over_the_same_sweep_get_their_own_costs(tmp_path: Path) -
     assert b.workload_capacity_rps < a.workload_capacity_rps / 5
     assert b.cost_per_1m_output_usd > 5 * a.cost_per_1m_output_usd
     assert b.replicas > a.replicas and b.monthly_cost_usd > a.monthly_cost_usd
-    assert long.measurements["decision.cost_per_1m_output_usd[vllm]"] == pytest.approx(
+    assert long.measured("decision.cost_per_1m_output_usd[vllm]") == pytest.approx(
         b.cost_per_1m_output_usd
     )
-    assert long.measurements["bench.cost_per_1m_output_usd[vllm]"] == bench_cost
+    assert long.measured("bench.cost_per_1m_output_usd[vllm]") == bench_cost
     assert "this workload" in long.recommendation.headline
     # 4,000-token prompts are 20× the fitted mix: far outside it, so provisional, and why.
     assert b.provisional_reason and "far outside the measured mix" in b.provisional_reason
@@ -225,7 +226,7 @@ def test_the_record_round_trips_and_reads_version_1_records(tmp_path: Path) -> N
     assert record_digest(previous) == hashlib.sha256(canonical).hexdigest()
     later = decide_on(tmp_path / "later", steady(8), [sweep("vllm", 40)], NVIDIA, previous=path)
     assert later.previous is not None and later.previous.triggers
-    assert all(t.status != "unknown" or t.value is None for t in later.previous.triggers)
+    assert all(t.status != "unknown" or t.value.value is None for t in later.previous.triggers)
     # Anything else is refused, naming what it reads.
     old["schema_version"] = 4
     path.write_text(json.dumps(old))
@@ -274,23 +275,19 @@ def test_the_document_shows_the_fitted_model_its_errors_and_both_costs(tmp_path:
     section = workload_cost(
         cast(ReportContent, SimpleNamespace(record=record, workload_capacity=result))
     )
-    (row,) = section["rows"]
+    (row,) = section.rows
     c = candidate(record, "vllm")
-    assert row["basis"] == "workload" and row["transfer"].startswith("Measured at")
-    assert ", bound by " in row["transfer"]  # what binds the capacity, in the document too
-    assert row["model"].startswith("step = ") and "load points of vllm" in row["model"]
-    assert (
-        len(row["errors"]) == len(model().point_errors) and " vs " in row["errors"][0]["ttft_p95"]
-    )
-    facts = {f["label"]: f for f in row["facts"]}
-    assert (
-        facts["$ per 1M output tokens (all-in)"]["workload"] == f"${c.cost_per_1m_output_usd:.4f}"
-    )
-    assert facts["$ per 1M output tokens (all-in)"]["benchmark"] == (
+    assert row.basis == "workload" and row.transfer.startswith("Measured at")
+    assert ", bound by " in row.transfer  # what binds the capacity, in the document too
+    assert row.model.startswith("step = ") and "load points of vllm" in row.model
+    assert len(row.errors) == len(model().point_errors) and " vs " in row.errors[0].ttft_p95
+    facts = {f.label: f for f in row.facts}
+    assert facts["$ per 1M output tokens (all-in)"].workload == f"${c.cost_per_1m_output_usd:.4f}"
+    assert facts["$ per 1M output tokens (all-in)"].benchmark == (
         f"${c.benchmark_cost_per_1m_output_usd:.4f}"
     )
-    assert facts["Replicas at the workload's peak"]["workload"] == str(c.replicas)
-    assert "e+0" not in json.dumps(section)
+    assert facts["Replicas at the workload's peak"].workload == str(c.replicas)
+    assert "e+0" not in section.model_dump_json()
 
 
 def test_a_model_that_does_not_reproduce_its_benchmark_gives_no_cost_winner_or_payback(

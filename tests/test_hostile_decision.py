@@ -111,11 +111,11 @@ def test_catalog_facts_dated_after_the_decision_are_not_fresh(
     shutil.copytree(decided, root)
     config = _config(root, catalog=str(catalog))
     record = decision_stage.run(configured_inputs(config), config.requirements, config.decision)
-    assert record.measurements["catalog.oldest_fact_age_days"] is None
+    assert record.measured("catalog.oldest_fact_age_days") is None
     rule = next(r for r in record.rationale if r.rule == "catalog_age")
     assert rule.fired is None
     assert rule.effect.startswith(
-        f"the oldest fact used is {record.measurements['catalog.oldest_fact']}, evidence of "
+        f"the oldest fact used is {record.measured('catalog.oldest_fact')}, evidence of "
         f"2026-11-30, after the decision's date {AS_OF}: its age at that date is unknown; give "
         "a report date on or after 2026-11-30 (--as-of or bench.as_of), or the catalog of that "
         "date (decision.catalog)"

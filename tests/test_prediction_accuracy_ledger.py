@@ -25,6 +25,7 @@ from pipeline.capacity.present import prediction_sentence
 from pipeline.capacity.result import CapacityResult, PredictionCheck, ServingModel
 from pipeline.commands.decision import configured_inputs as decision_inputs
 from pipeline.config import Config
+from pipeline.decision import measures
 from pipeline.decision import stage as decision_stage
 from pipeline.decision.present import rationale_text
 from pipeline.decision.result import DecisionRecord
@@ -33,8 +34,8 @@ from pipeline.ingest.stage import split_parts
 from pipeline.layout import WorkloadLayout
 from pipeline.ledger import HTML, LEDGER, PDF, Entry, ReportTree
 from pipeline.report import stage as report_stage
-from pipeline.report.accuracy import PublishedErrors, prediction_accuracy, published_errors
 from pipeline.report.audit import audit
+from pipeline.report.sections.accuracy import PublishedErrors, prediction_accuracy, published_errors
 from pipeline.store import publish_ingest
 from pipeline.unknown import Unknown
 from tests import decision_fixtures
@@ -151,7 +152,7 @@ def test_the_record_and_explain_show_predicted_against_measured(
 ) -> None:
     check = check_of(4.4, 4.0)
     record = redecide(root, check)
-    m = record.measurements
+    m = measures.values(record.measurements)
     assert m["capacity.prediction_error[vllm]"] == pytest.approx(0.1, abs=1e-6)
     assert (m["capacity.predicted_rps[vllm]"], m["capacity.measured_rps[vllm]"]) == (4.4, 4.0)
     sentence = (
@@ -168,7 +169,7 @@ def test_the_record_and_explain_show_predicted_against_measured(
 
 def test_an_unknown_check_is_unknown_with_its_reason_and_none_adds_nothing(root: Path) -> None:
     record = redecide(root, Unknown(reason="measured: the sweep never failed"))
-    m = record.measurements
+    m = measures.values(record.measurements)
     assert m["capacity.prediction_error[vllm]"] is None
     assert m["capacity.predicted_rps[vllm]"] is None
     assert m["capacity.prediction_check[vllm]"] == (
@@ -184,8 +185,8 @@ def test_an_unknown_check_is_unknown_with_its_reason_and_none_adds_nothing(root:
     shown = prediction_accuracy(
         record, [PublishedErrors("2026-Q3", 1, {"vllm": 0.2})], "2026-Q4", 1
     )
-    assert shown is not None and shown["rows"] == []
-    assert shown["history"] == [
+    assert shown is not None and shown.rows == []
+    assert [v.model_dump() for v in shown.history] == [
         {"version": "2026-Q3 v1", "errors": ["+20.0%"]},
         {"version": "2026-Q4 v1 (this one)", "errors": ["—"]},
     ]

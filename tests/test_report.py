@@ -85,9 +85,9 @@ def test_the_bundled_document_reads_as_a_document(bundled: Bundle) -> None:
     assert "We are here: vLLM at ×1 today's traffic and 2 model changes a quarter." in text
     assert "traffic-x10 traffic scale 10 vLLM provisional" in text
     config = load_config(config_path)
-    summary = build(configured_inputs(config).document)["summary"]
-    assert summary["engine"] == "vLLM" and summary["confidence"] == "provisional"
-    assert [c["engine"] for c in summary["candidates"]][:2] == ["vLLM", "SGLang"]
+    summary = build(configured_inputs(config).document).summary
+    assert summary.engine == "vLLM" and summary.confidence == "provisional"
+    assert [c.engine for c in summary.candidates][:2] == ["vLLM", "SGLang"]
     # Page 1 is the decision memo: what is asked, what each option costs, how sure, what
     # would change it, the next steps.
     first = reader.pages[0].extract_text().replace("\n", " ")
@@ -244,19 +244,19 @@ def test_a_trace_without_prompt_content_says_so_instead_of_empty_plots(tmp_path:
     document = build(configured_inputs(loaded).document)
     record = json.loads((published.folder / "decision.json").read_text())
     chosen = next(c for c in record["candidates"] if c["status"] == "recommended")
-    cost = next(w for w in document["workings"] if w["number"].endswith("this workload"))
-    assert cost["number"].startswith(chosen["name"]) and cost["value"] == usd(
+    cost = next(w for w in document.workings if w.number.endswith("this workload"))
+    assert cost.number.startswith(chosen["name"]) and cost.value == usd(
         chosen["cost_per_1m_output_usd"]
     )
     price, gpus, capacity, tokens = re.fullmatch(
         r"\$([\d.]+) × (\d+) GPU ÷ \(([\d.]+) req/s × ([\d.]+) output tokens × 3,600 s\) × 10⁶",
-        cost["formula"],
+        cost.formula,
     ).groups()  # type: ignore[union-attr]
     redone = float(price) * int(gpus) / (float(capacity) * float(tokens) * 3600) * 1e6
     assert redone == pytest.approx(chosen["cost_per_1m_output_usd"], rel=2e-3)
     digest = record["inputs"]["capacity/capacity.json"][:12]
-    assert f"capacity/capacity.json {digest}" in " ".join(cost["inputs"])
-    assert all(w["inputs"] for w in document["workings"])
+    assert f"capacity/capacity.json {digest}" in " ".join(cost.inputs)
+    assert all(w.inputs for w in document.workings)
     assert "How each headline number was computed" in text
 
 

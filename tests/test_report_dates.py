@@ -24,7 +24,8 @@ from pipeline.decision import stage as decision_stage
 from pipeline.errors import ConfigError, InputFormatError
 from pipeline.ledger import MANIFEST
 from pipeline.report import stage
-from pipeline.report.compute import build, configuration_changes
+from pipeline.report.compute import build
+from pipeline.report.sections.changes import configuration_changes
 from tests.bundled_report import Bundle, pdf_text, publish, workload
 from tests.conftest import REPO
 from tests.decision_fixtures import (
@@ -263,19 +264,19 @@ def test_a_price_change_lists_that_key_and_the_numbers_it_moved(bundled: Bundle)
     second = publish(config, upstream=BENCH_READERS)
     assert (second.created, second.version) == (True, 2)
     loaded = load_config(config)
-    changes = build(configured_inputs(loaded).document)["changes"]
-    assert changes["against"] == "2025-Q1 v1"
-    assert changes["configuration"] == [
+    changes = build(configured_inputs(loaded).document).changes
+    assert changes.against == "2025-Q1 v1"
+    assert [c.model_dump() for c in changes.configuration] == [
         {"key": "bench.prices.gpu_hour_usd.H100", "before": "3.0", "now": "3.5"}
     ]
-    assert {i["change"] for i in changes["inputs"]} == {"changed"}
+    assert {i.change for i in changes.inputs} == {"changed"}
     # Besides upstream outputs, the one input file that changed is the configuration itself.
-    read = {i["path"] for i in changes["inputs"] if not i["path"].startswith("derived:")}
+    read = {i.path for i in changes.inputs if not i.path.startswith("derived:")}
     assert read == {f"config:{config.name}"}
     # This workload's own figures scale with the GPU price on the same 23-GPU fleet: $10.5088 ×
     # 3.5 ÷ 3 = $12.2603 per 1M output tokens; 23 × $3.5 × 730 h = $58,765 a month plus the
     # unchanged $200 of model changes; the routing layer's saving is GPU time, so × 3.5 ÷ 3 too.
-    assert {n["what"]: (n["before"], n["now"]) for n in changes["numbers"]} == {
+    assert {n.what: (n.before, n.now) for n in changes.numbers} == {
         "benchmark's own $ per 1M output tokens, vLLM": ("$0.1450", "$0.1691"),
         "benchmark's own monthly GPU cost, vLLM": ("$2,190", "$2,555"),
         "$ per 1M output tokens at the SLO, vLLM": ("$10.5088", "$12.2603"),
@@ -289,7 +290,7 @@ def test_a_price_change_lists_that_key_and_the_numbers_it_moved(bundled: Bundle)
 def test_configuration_changes_name_nested_keys() -> None:
     before = {"bench": {"prices": {"gpu_hour_usd": {"H100": 3.0}}, "as_of": None}, "a": [1]}
     now = {"bench": {"prices": {"gpu_hour_usd": {"H100": 3.5, "L40S": 1.2}}, "as_of": None}}
-    assert configuration_changes(before, now) == [
+    assert [c.model_dump() for c in configuration_changes(before, now)] == [
         {"key": "a", "before": "[1]", "now": "not set"},
         {"key": "bench.prices.gpu_hour_usd.H100", "before": "3.0", "now": "3.5"},
         {"key": "bench.prices.gpu_hour_usd.L40S", "before": "not set", "now": "1.2"},

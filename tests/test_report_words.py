@@ -7,7 +7,8 @@ import pytest
 
 from pipeline.present.figures import MAX_WIDTH_IN, SMALL_FONT, drawing
 from pipeline.present.text import measurement, quantity
-from pipeline.report.compute import _requirement_value, load_points_text
+from pipeline.report.sections.bench import load_points_text
+from pipeline.report.sections.requirements import requirement_value
 from tests.decision_fixtures import LLAMA_8B_ON_H100
 
 
@@ -37,16 +38,16 @@ def test_small_and_mid_values_stay_plain() -> None:
 
 
 def test_requirements_read_as_words() -> None:
-    assert _requirement_value("fixed_sku", False) == "no"
-    assert _requirement_value("untrusted_tenants", True) == "yes"
-    assert _requirement_value("hardware", ["nvidia", "amd"]) == "nvidia, amd"
-    assert _requirement_value("cost_margin", 0.1) == "10%"
-    assert _requirement_value("engineer_week_usd", 6000.0) == "$6,000"
-    assert _requirement_value("current_engine", None) == "unknown (not stated)"
-    assert _requirement_value("migration_engineer_weeks", {"vllm": 2.0}) == "vllm: 2"
+    assert requirement_value("fixed_sku", False) == "no"
+    assert requirement_value("untrusted_tenants", True) == "yes"
+    assert requirement_value("hardware", ["nvidia", "amd"]) == "nvidia, amd"
+    assert requirement_value("cost_margin", 0.1) == "10%"
+    assert requirement_value("engineer_week_usd", 6000.0) == "$6,000"
+    assert requirement_value("current_engine", None) == "unknown (not stated)"
+    assert requirement_value("migration_engineer_weeks", {"vllm": 2.0}) == "vllm: 2"
     # Llama-3.1-8B on one H100: about 450k tokens (pipeline.decision.config.KvCacheSizing).
     kv = {**LLAMA_8B_ON_H100, "attention_heads": 32}
-    assert _requirement_value("kv_cache", kv) == (
+    assert requirement_value("kv_cache", kv) == (
         "8.03 B parameters at 2 bytes each, 32 layers, 8 KV heads of 128, on 1 × 79.2 GiB GPU(s) "
         "at 92% use: 449,797 tokens"
     )

@@ -154,8 +154,8 @@ def test_the_bundled_record_and_document_cite_only_what_they_list(bundled: Bundl
     # The sources list is every cite of the text, each a repository doc or a URL.
     config = load_config(config_path)
     document = build(configured_inputs(config).document)
-    listed = document["appendix"]["sources"]
-    text = {key: value for key, value in document.items() if key != "appendix"}
+    listed = document.appendix.sources
+    text = document.model_dump(exclude={"appendix"})
     cited = set(cites_in(json.dumps(text, ensure_ascii=False)))
     assert set(listed) == cited and "docs/decision-rules.md#kv-cache-sizing" in listed
     assert all(s.startswith("docs/") or s.startswith("https://") for s in listed)

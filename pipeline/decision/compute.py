@@ -48,6 +48,7 @@ from typing import Any
 
 from pipeline.capacity.present import capacity_words, prediction_sentence, transfer_sentence
 from pipeline.capacity.result import PredictionCheck
+from pipeline.decision import measures
 from pipeline.decision.catalog import UNDATED, Fact, cuda_major, evidence_text, oldest_fact
 from pipeline.decision.config import DecisionConfig, Requirements
 from pipeline.decision.context import (
@@ -74,7 +75,8 @@ from pipeline.decision.evidence import (
     workload_from,
 )
 from pipeline.decision.flips import axis_flips
-from pipeline.decision.present import PREDICTION_CHECK, finding_text, flip_sentence
+from pipeline.decision.measures import typed
+from pipeline.decision.present import finding_text, flip_sentence
 from pipeline.decision.result import (
     SCHEMA_VERSION,
     AxisFlip,
@@ -88,7 +90,6 @@ from pipeline.decision.result import (
 from pipeline.decision.routing import isolation_advice, routing_value
 from pipeline.decision.rules import RULES, uncovered
 from pipeline.decision.triggers import crossed, evaluate_previous, trigger
-from pipeline.ledger import PREDICTION_ERROR
 from pipeline.present.text import money, usd
 from pipeline.thresholds import (
     CATALOG_MAX_AGE_DAYS,
@@ -107,23 +108,23 @@ def measurements(
     w = ctx.workload
     as_of = ctx.inputs.as_of
     m: dict[str, Any] = {
-        "shape.concurrency.peak": w.peak_concurrency,
-        "shape.concurrency.estimated": w.concurrency_estimated,
-        "shape.arrivals.mean_rate_rps": w.mean_rate_rps,
-        "shape.arrivals.peak_rate_rps": w.peak_rate_rps,
-        "shape.lengths.output_tokens.mean": w.output_mean,
-        "shape.output_tokens_per_month": w.output_tokens_per_month,
-        "shape.features.required": list(ctx.required),
-        "prefix.shared_prefix_ratio": w.prefix_share,
-        "catalog.as_of": ctx.catalog.as_of.isoformat(),
-        "requirements.fixed_sku": ctx.requirements.fixed_sku,
-        "requirements.model_changes_per_quarter": ctx.requirements.model_changes_per_quarter,
+        measures.PEAK_CONCURRENCY.name: w.peak_concurrency,
+        measures.CONCURRENCY_ESTIMATED.name: w.concurrency_estimated,
+        measures.MEAN_RATE.name: w.mean_rate_rps,
+        measures.PEAK_RATE.name: w.peak_rate_rps,
+        measures.OUTPUT_TOKENS_MEAN.name: w.output_mean,
+        measures.OUTPUT_TOKENS_PER_MONTH.name: w.output_tokens_per_month,
+        measures.FEATURES_REQUIRED.name: list(ctx.required),
+        measures.SHARED_PREFIX_RATIO.name: w.prefix_share,
+        measures.CATALOG_AS_OF.name: ctx.catalog.as_of.isoformat(),
+        measures.FIXED_SKU.name: ctx.requirements.fixed_sku,
+        measures.MODEL_CHANGES_PER_QUARTER.name: ctx.requirements.model_changes_per_quarter,
     }
     for engine, spec in ctx.catalog.engines.items():
-        m[f"catalog.status[{engine}]"] = spec.status.state
+        m[measures.ENGINE_STATUS.key(engine)] = spec.status.state
         cuda = spec.current_cuda()
-        m[f"catalog.min_cuda_major[{engine}]"] = cuda_major(cuda.min_cuda) if cuda else None
-        m[f"catalog.missing_features[{engine}]"] = len(
+        m[measures.MIN_CUDA_MAJOR.key(engine)] = cuda_major(cuda.min_cuda) if cuda else None
+        m[measures.MISSING_FEATURES.key(engine)] = len(
             missing_features(engine, ctx.catalog, ctx.required)
         )
     for engine in sorted(ctx.catalog.engines):
@@ -136,30 +137,32 @@ def measurements(
         m[f"bench.cost_per_1m_output_usd[{engine}]"] = (
             bench.benchmark_cost_per_1m_output_usd if bench else None
         )
-        m[f"bench.capacity_rps[{engine}]"] = bench.benchmark_capacity_rps if bench else None
-        m[f"bench.age_days[{engine}]"] = bench.age_days(as_of) if bench else None
-        m[f"bench.monthly_gpu_usd[{engine}]"] = bench.benchmark_monthly_gpu_usd if bench else None
-        m[f"bench.fleet_capacity_rps[{engine}]"] = (
+        m[measures.BENCH_CAPACITY.key(engine)] = bench.benchmark_capacity_rps if bench else None
+        m[measures.BENCH_AGE_DAYS.key(engine)] = bench.age_days(as_of) if bench else None
+        m[measures.BENCH_MONTHLY_GPU.key(engine)] = (
+            bench.benchmark_monthly_gpu_usd if bench else None
+        )
+        m[measures.BENCH_FLEET_CAPACITY.key(engine)] = (
             _product(bench.benchmark_capacity_rps, bench.benchmark_replicas_at_peak)
             if bench
             else None
         )
-        m[f"decision.cost_basis[{engine}]"] = bench.cost_basis if bench else None
+        m[measures.COST_BASIS.key(engine)] = bench.cost_basis if bench else None
         m[f"decision.cost_per_1m_output_usd[{engine}]"] = (
             bench.cost_per_1m_output_usd if bench else None
         )
-        m[f"decision.capacity_rps[{engine}]"] = bench.capacity_rps if bench else None
-        m[f"decision.replicas_at_peak[{engine}]"] = bench.replicas_at_peak if bench else None
-        m[f"decision.monthly_gpu_usd[{engine}]"] = bench.monthly_gpu_usd if bench else None
-        m[f"decision.monthly_total_usd[{engine}]"] = price_of(ctx, engine).monthly_total
-        m[f"decision.payback_months[{engine}]"] = payback_measure(
+        m[measures.CAPACITY.key(engine)] = bench.capacity_rps if bench else None
+        m[measures.REPLICAS_AT_PEAK.key(engine)] = bench.replicas_at_peak if bench else None
+        m[measures.MONTHLY_GPU.key(engine)] = bench.monthly_gpu_usd if bench else None
+        m[measures.MONTHLY_TOTAL.key(engine)] = price_of(ctx, engine).monthly_total
+        m[measures.PAYBACK_MONTHS.key(engine)] = payback_measure(
             payback(ctx, engine, _rival(engine, top, runner))
         )
-        m[f"decision.gpu_hour_usd[{engine}]"] = bench.gpu_hour_usd if bench else None
-        m[f"decision.fleet_fraction_gpu_usd[{engine}]"] = (
+        m[measures.GPU_HOUR_USD.key(engine)] = bench.gpu_hour_usd if bench else None
+        m[measures.FLEET_FRACTION_GPU.key(engine)] = (
             bench.fractional_monthly_gpu_usd if bench else None
         )
-        m[f"decision.fleet_capacity_rps[{engine}]"] = (
+        m[measures.FLEET_CAPACITY.key(engine)] = (
             _product(bench.capacity_rps, bench.replicas_at_peak) if bench else None
         )
     for engine, bench in sorted(ctx.benches.items()):
@@ -169,13 +172,13 @@ def measurements(
     # Each requirement as canonical JSON (unset: null), so next quarter's configuration is
     # compared with this one's key by key.
     for key, value in ctx.requirements.model_dump(mode="json").items():
-        m[f"requirements.setting[{key}]"] = json.dumps(value, sort_keys=True)
+        m[measures.SETTING.key(key)] = json.dumps(value, sort_keys=True)
     values = outcome.values
     if top is not None and runner is not None and top in values and runner in values:
         # The ranking's own basis, as a share of the cheaper one (order-free: a dearer
         # incumbent kept for its payback gives the same gap as a cheaper one).
         a, b = values[top], values[runner]
-        m["decision.cost_gap_top_two"] = abs(b - a) / min(a, b) if min(a, b) > 0 else None
+        m[measures.COST_GAP_TOP_TWO.name] = abs(b - a) / min(a, b) if min(a, b) > 0 else None
     flat: dict[str, Any] = plain(m)
     return flat
 
@@ -186,10 +189,10 @@ def prediction_measurements(engine: str, check: PredictionCheck | Unknown) -> di
     ``explain`` prints."""
     known = None if isinstance(check, Unknown) else check
     return {
-        f"{PREDICTION_ERROR}[{engine}]": known.error if known else None,
-        f"capacity.predicted_rps[{engine}]": known.predicted_rps if known else None,
-        f"capacity.measured_rps[{engine}]": known.measured_rps if known else None,
-        f"{PREDICTION_CHECK}[{engine}]": prediction_sentence(check),
+        measures.PREDICTION_ERROR.key(engine): known.error if known else None,
+        measures.PREDICTED_CAPACITY.key(engine): known.predicted_rps if known else None,
+        measures.MEASURED_CAPACITY.key(engine): known.measured_rps if known else None,
+        measures.PREDICTION_CHECK.key(engine): prediction_sentence(check),
     }
 
 
@@ -265,10 +268,10 @@ def _catalog_age(ctx: RuleContext, facts: list[Fact], answer: tuple[str, ...]) -
         ],
     )
     return {
-        "catalog.oldest_fact": oldest.key if oldest else None,
-        "catalog.oldest_fact_date": evidence_text(oldest.evidence_date) if oldest else None,
-        "catalog.oldest_fact_age_days": age,
-        "catalog.undated_facts_used": len(undated),
+        measures.OLDEST_FACT.name: oldest.key if oldest else None,
+        measures.OLDEST_FACT_DATE.name: evidence_text(oldest.evidence_date) if oldest else None,
+        measures.OLDEST_FACT_AGE_DAYS.name: age,
+        measures.UNDATED_FACTS_USED.name: len(undated),
     }
 
 
@@ -315,7 +318,7 @@ def _triggers(
     out = [
         _crossing(
             "concurrency.low",
-            "shape.concurrency.peak",
+            measures.PEAK_CONCURRENCY.name,
             w.peak_concurrency,
             low,
             m,
@@ -324,7 +327,7 @@ def _triggers(
         ),
         _crossing(
             "concurrency.high",
-            "shape.concurrency.peak",
+            measures.PEAK_CONCURRENCY.name,
             w.peak_concurrency,
             high,
             m,
@@ -332,7 +335,7 @@ def _triggers(
         ),
         _crossing(
             "prefix.heavy",
-            "prefix.shared_prefix_ratio",
+            measures.SHARED_PREFIX_RATIO.name,
             w.prefix_share,
             PREFIX_HEAVY_SHARE,
             m,
@@ -342,7 +345,7 @@ def _triggers(
         ),
         _crossing(
             "prefix.light",
-            "prefix.shared_prefix_ratio",
+            measures.SHARED_PREFIX_RATIO.name,
             w.prefix_share,
             PREFIX_LIGHT_SHARE,
             m,
@@ -355,12 +358,12 @@ def _triggers(
         # re-verify it); fresh today: fires when it grows stale.
         _crossing(
             "catalog.stale",
-            "catalog.oldest_fact_age_days",
-            m.get("catalog.oldest_fact_age_days"),
+            measures.OLDEST_FACT_AGE_DAYS.name,
+            m.get(measures.OLDEST_FACT_AGE_DAYS.name),
             CATALOG_MAX_AGE_DAYS,
             m,
             "docs/decision-rules.md#catalog-age: the oldest catalog fact used ("
-            f"{m.get('catalog.oldest_fact') or 'none dated'}, evidence of "
+            f"{m.get(measures.OLDEST_FACT.name) or 'none dated'}, evidence of "
             f"{m.get('catalog.oldest_fact_date') or 'no date'}) is older than "
             f"{CATALOG_MAX_AGE_DAYS} days (engines release every few weeks)",
             strict=True,
@@ -371,7 +374,7 @@ def _triggers(
         out.append(
             trigger(
                 "fleet.fixed_sku",
-                "requirements.fixed_sku",
+                measures.FIXED_SKU.name,
                 "==",
                 True,
                 m,
@@ -382,7 +385,7 @@ def _triggers(
         out.append(
             trigger(
                 f"engine.status[{top}]",
-                f"catalog.status[{top}]",
+                measures.ENGINE_STATUS.key(top),
                 "!=",
                 "active",
                 m,
@@ -393,7 +396,7 @@ def _triggers(
             out.append(
                 trigger(
                     f"engine.cuda[{top}]",
-                    f"catalog.min_cuda_major[{top}]",
+                    measures.MIN_CUDA_MAJOR.key(top),
                     ">",
                     cuda_major(ctx.requirements.cuda_version),
                     m,
@@ -404,7 +407,7 @@ def _triggers(
         out.append(
             trigger(
                 f"engine.missing_features[{top}]",
-                f"catalog.missing_features[{top}]",
+                measures.MISSING_FEATURES.key(top),
                 ">",
                 0,
                 m,
@@ -416,8 +419,8 @@ def _triggers(
             out.append(
                 _crossing(
                     f"bench.stale[{top}]",
-                    f"bench.age_days[{top}]",
-                    m.get(f"bench.age_days[{top}]"),
+                    measures.BENCH_AGE_DAYS.key(top),
+                    m.get(measures.BENCH_AGE_DAYS.key(top)),
                     max_age,
                     m,
                     f"docs/decision-rules.md#benchmark-age: the chosen engine's benchmark is older than {max_age} days "
@@ -425,7 +428,7 @@ def _triggers(
                     strict=True,
                 )
             )
-            if m.get(f"decision.fleet_capacity_rps[{top}]") is not None:
+            if m.get(measures.FLEET_CAPACITY.key(top)) is not None:
                 whose = (
                     "this workload's capacity per replica"
                     if ctx.benches[top].cost_basis == "workload"
@@ -434,19 +437,19 @@ def _triggers(
                 out.append(
                     trigger(
                         "traffic.beyond_fleet",
-                        "shape.arrivals.peak_rate_rps",
+                        measures.PEAK_RATE.name,
                         ">",
-                        m[f"decision.fleet_capacity_rps[{top}]"],
+                        m[measures.FLEET_CAPACITY.key(top)],
                         m,
                         f"docs/decision-rules.md#revisit-triggers: traffic grows beyond what {whose} and the fleet cover",
                     )
                 )
-    if "decision.cost_gap_top_two" in m and outcome.ranking is not None:
+    if measures.COST_GAP_TOP_TWO.name in m and outcome.ranking is not None:
         out.append(
             _crossing(
                 "cost.margin_top_two",
-                "decision.cost_gap_top_two",
-                m["decision.cost_gap_top_two"],
+                measures.COST_GAP_TOP_TWO.name,
+                m[measures.COST_GAP_TOP_TWO.name],
                 outcome.ranking.tie_band,
                 m,
                 "docs/decision-rules.md#tie: the top two are within the tie band (a tie, decided "
@@ -472,8 +475,8 @@ def _triggers(
 
 # The natural bounds of an axis: a trigger beyond them could never fire.
 _AXIS_BOUNDS = {
-    "prefix.shared_prefix_ratio": (0.0, 1.0),
-    "requirements.model_changes_per_quarter": (0.0, None),
+    measures.SHARED_PREFIX_RATIO.name: (0.0, 1.0),
+    measures.MODEL_CHANGES_PER_QUARTER.name: (0.0, None),
 }
 
 
@@ -502,10 +505,10 @@ def _flip_triggers(ctx: RuleContext, m: dict[str, Any], flips: list[AxisFlip]) -
 
 def _requirement_triggers(m: dict[str, Any]) -> list[Any]:
     """One trigger per requirement: it fires when next quarter's configuration differs."""
-    prefix = "requirements.setting["
+    prefix = measures.SETTING.name + "["
     return [
         trigger(
-            f"requirements.changed[{key[len(prefix) : -1]}]",
+            measures.REQUIREMENT_CHANGED.key(key[len(prefix) : -1]),
             key,
             "!=",
             value,
@@ -605,16 +608,16 @@ def decided(ctx: RuleContext) -> DecisionRecord:
         routing=routing,
         isolation=isolation,
         triggers=triggers,
-        measurements=m,
+        measurements=typed(m),
         previous=previous,
         requirements=requirements.model_dump(mode="json"),
         catalog={
             "source": inputs.catalog_source,
             "sha256": inputs.catalog.sha256,
             "as_of": inputs.catalog.as_of.isoformat(),
-            "oldest_fact_used": m["catalog.oldest_fact"],
-            "oldest_fact_date": m["catalog.oldest_fact_date"],
-            "undated_facts_used": m["catalog.undated_facts_used"],
+            "oldest_fact_used": m[measures.OLDEST_FACT.name],
+            "oldest_fact_date": m[measures.OLDEST_FACT_DATE.name],
+            "undated_facts_used": m[measures.UNDATED_FACTS_USED.name],
         },
         inputs=dict(sorted(inputs.digests.items())),
         ranking=outcome.ranking,

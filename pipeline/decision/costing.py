@@ -40,6 +40,7 @@ from pipeline.costing import (
     saving_band,
 )
 from pipeline.decision.context import Finding, RuleContext, current_engine
+from pipeline.decision.measures import MODEL_CHANGES_PER_QUARTER, PAYBACK_MONTHS
 from pipeline.decision.present import basis_note, finding_text, noise_note
 from pipeline.decision.result import Payback, Ranking
 from pipeline.decision.triggers import NEVER
@@ -631,7 +632,7 @@ def _favourite_flip(ctx: RuleContext, favourite: str, top: str, basis: str, band
         if threshold <= 0:
             return Flip(
                 Finding("changes_too_dear", engines, changes),
-                "requirements.model_changes_per_quarter",
+                MODEL_CHANGES_PER_QUARTER.name,
                 "<",
                 ctx.requirements.model_changes_per_quarter,
             )
@@ -696,7 +697,7 @@ def _payback(
         )
         flips[top] = Flip(
             Finding("payback_shown", (top, current), {"limit": limit}, missing),
-            f"decision.payback_months[{top}]",
+            PAYBACK_MONTHS.key(top),
             "<=",
             limit,
         )
@@ -750,7 +751,7 @@ def _saving_needed(
             (engine,) if rival is None else (engine, rival),
             {"needed": cost / limit, **figures},
         ),
-        f"decision.payback_months[{engine}]",
+        PAYBACK_MONTHS.key(engine),
         "<=",
         limit,
     )

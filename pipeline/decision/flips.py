@@ -34,6 +34,13 @@ from pipeline.decision.catalog import HardwareTarget
 from pipeline.decision.context import EngineState, RuleContext
 from pipeline.decision.costing import Outcome, rank
 from pipeline.decision.evidence import EngineBench, mismatches, required_features
+from pipeline.decision.measures import (
+    GPU_HOUR_USD,
+    MODEL_CHANGES_PER_QUARTER,
+    OUTPUT_TOKENS_PER_MONTH,
+    SETTING,
+    SHARED_PREFIX_RATIO,
+)
 from pipeline.decision.result import AxisFlip
 from pipeline.decision.rules import RULES
 
@@ -214,7 +221,7 @@ def _volume(ctx: RuleContext, top: Answer) -> list[AxisFlip]:
 
     return _factor_flips(
         "volume",
-        "shape.output_tokens_per_month",
+        OUTPUT_TOKENS_PER_MONTH.name,
         "output tokens a month",
         work.output_tokens_per_month,
         at,
@@ -274,7 +281,7 @@ def hardware_moved(ctx: RuleContext, hardware: Sequence[str]) -> RuleContext:
 
 
 def _changes(ctx: RuleContext, top: Answer) -> list[AxisFlip]:
-    metric, unit = "requirements.model_changes_per_quarter", "model changes a quarter"
+    metric, unit = MODEL_CHANGES_PER_QUARTER.name, "model changes a quarter"
     today = ctx.requirements.model_changes_per_quarter
     if today is None:
         return [
@@ -303,7 +310,7 @@ def _changes(ctx: RuleContext, top: Answer) -> list[AxisFlip]:
 
 
 def _prefix(ctx: RuleContext, top: Answer) -> list[AxisFlip]:
-    metric, unit = "prefix.shared_prefix_ratio", "shared-prefix share"
+    metric, unit = SHARED_PREFIX_RATIO.name, "shared-prefix share"
     today = ctx.workload.prefix_share
     if today is None:
         reason = ctx.workload.unknown.get("prefix_share") or "no prefix stage result"
@@ -331,7 +338,7 @@ def price_reference(ctx: RuleContext, *engines: Answer) -> str | None:
 
 def _gpu_price(ctx: RuleContext, top: Answer, runner: Answer) -> list[AxisFlip]:
     reference = price_reference(ctx, top, runner)
-    metric = f"decision.gpu_hour_usd[{reference}]" if reference else "decision.gpu_hour_usd"
+    metric = GPU_HOUR_USD.key(reference) if reference else GPU_HOUR_USD.name
 
     def at(k: float) -> Answer:
         return answer(price_moved(ctx, k))
@@ -369,7 +376,7 @@ def _own_cost(ctx: RuleContext, top: Answer, engine: str, direction: str) -> lis
 
 
 def _hardware(ctx: RuleContext, top: Answer) -> list[AxisFlip]:
-    metric, unit = "requirements.setting[hardware]", "hardware"
+    metric, unit = SETTING.key("hardware"), "hardware"
     today = list(ctx.requirements.hardware)
     if not today:
         return [_unknown("hardware", metric, unit, today, "set requirements.hardware")]

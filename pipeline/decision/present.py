@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 
 import polars as pl
 
+from pipeline.decision import measures
 from pipeline.decision.context import Finding
 from pipeline.decision.result import (
     AxisFlip,
@@ -35,10 +36,6 @@ from pipeline.present.text import (
 )
 
 WIDTH = 96
-#: The record's measurement holding an engine's capacity predicted against measured, in words
-#: (``capacity.prediction_check[<engine>]``; only where the workload's own traffic was
-#: load-tested).
-PREDICTION_CHECK = "capacity.prediction_check"
 # A rule's ``fired``: it applied, it did not, or an input it needs is unknown.
 RULE_OUTCOME_WORDS = {True: "applied", False: "did not apply", None: UNKNOWN}
 
@@ -72,9 +69,9 @@ def rationale_text(record: DecisionRecord) -> str:
         lines += _wrap(f"- {c.name} [{c.status}]{_candidate_figures(c)}")
         for detail in candidate_details(c):
             lines += _wrap(detail, "    ")
-        check = record.measurements.get(f"{PREDICTION_CHECK}[{c.engine}]")
-        if isinstance(check, str):
-            lines += _wrap(check, "    ")
+        prediction = record.measured(measures.PREDICTION_CHECK.key(c.engine))
+        if isinstance(prediction, str):
+            lines += _wrap(prediction, "    ")
         for reason in c.reasons:
             lines += _wrap(reason, "    ")
         if c.payback is not None and c.status != "excluded":
@@ -89,7 +86,7 @@ def rationale_text(record: DecisionRecord) -> str:
     settings = [t for t in record.triggers if t.metric.startswith(REQUIREMENT_METRIC)]
     for t in record.triggers:
         if t not in settings:
-            sentence = trigger_sentence(t.metric, t.comparator, t.threshold, t.value, name)
+            sentence = trigger_sentence(t.metric, t.comparator, t.threshold, t.value.value, name)
             lines += _wrap(f"- {sentence} ({STATUS_WORDS[t.status]}) Why: {t.why}")
     if settings:
         lines += _wrap(f"- {requirements_sentence(settings)}")
@@ -102,10 +99,10 @@ def rationale_text(record: DecisionRecord) -> str:
         ]
         for check in prev.triggers:
             sentence = trigger_sentence(
-                check.metric, check.comparator, check.threshold, check.value, name
+                check.metric, check.comparator, check.threshold, check.value.value, name
             )
             lines += _wrap(
-                f"- {sentence} It was {_metric_value(check.metric, check.previous_value)} then: "
+                f"- {sentence} It was {_metric_value(check.metric, check.previous_value.value)} then: "
                 f"{PREVIOUS_STATUS_WORDS[check.status]}."
             )
     routing = record.routing
@@ -142,7 +139,7 @@ PREVIOUS_STATUS_WORDS = {"fired": "fired", "not_fired": "did not fire", "unknown
 
 
 # The measurement of each requirement (pipeline.decision.compute): one trigger each.
-REQUIREMENT_METRIC = "requirements.setting["
+REQUIREMENT_METRIC = measures.SETTING.name + "["
 
 
 def requirements_sentence(triggers: list[Trigger]) -> str:
@@ -307,58 +304,58 @@ def _setting(value: object) -> str:
 
 _METRIC_SUBJECTS.update(
     {
-        "shape.concurrency.peak": ("peak concurrency", _plain),
-        "shape.arrivals.peak_rate_rps": (
+        measures.PEAK_CONCURRENCY.name: ("peak concurrency", _plain),
+        measures.PEAK_RATE.name: (
             "the peak arrival rate",
             lambda v: f"{measurement(v)} req/s" if isinstance(v, int | float) else UNKNOWN,
         ),
-        "shape.output_tokens_per_month": (
+        measures.OUTPUT_TOKENS_PER_MONTH.name: (
             "monthly output volume",
             _format_with("output tokens a month"),
         ),
-        "prefix.shared_prefix_ratio": (
+        measures.SHARED_PREFIX_RATIO.name: (
             "the shared-prefix share",
             _format_with("shared-prefix share"),
         ),
-        "catalog.age_days": ("the engine catalog's age", _days),
-        "catalog.oldest_fact_age_days": (
+        measures.CATALOG_AGE_DAYS.name: ("the engine catalog's age", _days),
+        measures.OLDEST_FACT_AGE_DAYS.name: (
             "the age of the oldest catalog fact used",
             lambda v: "undated (the oldest there is)" if v == "undated" else _days(v),
         ),
-        "catalog.min_cuda_major": (
+        measures.MIN_CUDA_MAJOR.name: (
             "the CUDA major release {engine}'s current release needs",
             _plain,
         ),
-        "bench.age_days": ("{engine}'s benchmark's age", _days),
-        "catalog.status": ("{engine}'s status in the catalog", _plain),
-        "catalog.missing_features": ("the number of required features {engine} lacks", _plain),
-        "decision.cost_per_1m_output_usd": (
+        measures.BENCH_AGE_DAYS.name: ("{engine}'s benchmark's age", _days),
+        measures.ENGINE_STATUS.name: ("{engine}'s status in the catalog", _plain),
+        measures.MISSING_FEATURES.name: ("the number of required features {engine} lacks", _plain),
+        measures.COST_PER_1M_OUTPUT.name: (
             "{engine}'s cost per 1M output tokens",
             _format_with("$ per 1M output tokens"),
         ),
-        "bench.cost_per_1m_output_usd": (
+        measures.BENCH_COST_PER_1M_OUTPUT.name: (
             "{engine}'s benchmark cost per 1M output tokens",
             _format_with("$ per 1M output tokens"),
         ),
-        "decision.monthly_total_usd": (
+        measures.MONTHLY_TOTAL.name: (
             "{engine}'s monthly total",
             lambda v: money(v) if isinstance(v, int | float) else UNKNOWN,
         ),
-        "decision.payback_months": ("the payback of choosing {engine}", _months_value),
-        "decision.gpu_hour_usd": ("{engine}'s GPU price", _format_with("$ per GPU-hour")),
-        "decision.cost_gap_top_two": (
+        measures.PAYBACK_MONTHS.name: ("the payback of choosing {engine}", _months_value),
+        measures.GPU_HOUR_USD.name: ("{engine}'s GPU price", _format_with("$ per GPU-hour")),
+        measures.COST_GAP_TOP_TWO.name: (
             "the cost gap between the top two",
             lambda v: share(v) if isinstance(v, int | float) else UNKNOWN,
         ),
-        "requirements.model_changes_per_quarter": (
+        measures.MODEL_CHANGES_PER_QUARTER.name: (
             "the number of model changes a quarter",
             _format_with("model changes a quarter"),
         ),
-        "requirements.fixed_sku": (
+        measures.FIXED_SKU.name: (
             "the fleet",
             lambda v: ("one fixed SKU" if v else "mixed SKUs") if isinstance(v, bool) else UNKNOWN,
         ),
-        "requirements.setting": ("the requirement {engine}", _setting),
+        measures.SETTING.name: ("the requirement {engine}", _setting),
     }
 )
 _VERBS = {
@@ -375,7 +372,7 @@ def _metric_subject(metric: str, name: Callable[[str], str]) -> tuple[str, Calla
     key, _, arg = metric.partition("[")
     subject, fmt = _METRIC_SUBJECTS.get(key, (key, _plain))
     arg = arg.rstrip("]")
-    engine = arg if key == "requirements.setting" else name(arg)
+    engine = arg if key == measures.SETTING.name else name(arg)
     return subject.format(engine=engine), fmt
 
 
@@ -472,7 +469,7 @@ def triggers_frame(record: DecisionRecord) -> pl.DataFrame:
             "comparator": t.comparator,
             "threshold": measurement(t.threshold),
             "previous_value": None,
-            "value": measurement(t.value),
+            "value": measurement(t.value.value),
             "status": t.status,
             "why": t.why,
         }
@@ -486,8 +483,8 @@ def triggers_frame(record: DecisionRecord) -> pl.DataFrame:
                 "metric": c.metric,
                 "comparator": c.comparator,
                 "threshold": measurement(c.threshold),
-                "previous_value": measurement(c.previous_value),
-                "value": measurement(c.value),
+                "previous_value": measurement(c.previous_value.value),
+                "value": measurement(c.value.value),
                 "status": c.status,
                 "why": c.why,
             }

@@ -8,11 +8,21 @@ record (unknown keys, wrong types and a different ``schema_version`` are errors)
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationError,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
 from pipeline.costing import PaybackEnd, monthly_bill
+from pipeline.decision.measures import MeasuredValue, Measurement, measured, typed, values
 from pipeline.errors import InputFormatError
 from pipeline.settings import validation_message
 
@@ -37,6 +47,23 @@ Comparator = Literal[">", ">=", "<", "<=", "==", "!="]
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# In memory a typed Measurement; on disk its bare value, as records have always held it (the
+# unit and source follow from the metric's key).
+BARE = PlainSerializer(lambda m: m.value, return_type=MeasuredValue)
+
+
+def _any_json(title: str) -> WithJsonSchema:
+    """The JSON Schema these fields have always had: any JSON value."""
+    return WithJsonSchema({"title": title})
+
+
+def _measured_by_metric(data: Any, *fields: str) -> Any:
+    """A trigger's values as read (bare) typed by the metric it watches."""
+    if isinstance(data, dict) and isinstance(data.get("metric"), str):
+        return data | {f: measured(data["metric"], data[f]) for f in fields if f in data}
+    return data
 
 
 class IsolationAdvice(_Model):
@@ -169,10 +196,15 @@ class Trigger(_Model):
     id: str
     metric: str
     comparator: Comparator
-    threshold: Any
-    value: Any
+    threshold: Annotated[MeasuredValue, _any_json("Threshold")]  # in the metric's unit
+    value: Annotated[Measurement, BARE, _any_json("Value")]
     why: str
     status: TriggerStatus
+
+    @model_validator(mode="before")
+    @classmethod
+    def _typed(cls, data: Any) -> Any:
+        return _measured_by_metric(data, "value")
 
 
 class TriggerCheck(_Model):
@@ -181,11 +213,16 @@ class TriggerCheck(_Model):
     id: str
     metric: str
     comparator: Comparator
-    threshold: Any
-    previous_value: Any
-    value: Any
+    threshold: Annotated[MeasuredValue, _any_json("Threshold")]
+    previous_value: Annotated[Measurement, BARE, _any_json("Previous Value")]
+    value: Annotated[Measurement, BARE, _any_json("Value")]
     why: str
     status: TriggerStatus
+
+    @model_validator(mode="before")
+    @classmethod
+    def _typed(cls, data: Any) -> Any:
+        return _measured_by_metric(data, "previous_value", "value")
 
 
 class Previous(_Model):
@@ -283,13 +320,27 @@ class DecisionRecord(_Model):
     routing: Routing
     isolation: Isolation
     triggers: list[Trigger]
-    measurements: dict[str, Any]
+    measurements: Annotated[
+        dict[str, Measurement],
+        PlainSerializer(values, return_type=dict[str, MeasuredValue]),
+        WithJsonSchema({"additionalProperties": True, "type": "object"}),
+    ]
     previous: Previous | None
     requirements: dict[str, Any]
     catalog: dict[str, Any]
     inputs: dict[str, str]
     ranking: Ranking | None = None
     flips: list[AxisFlip] = []
+
+    @field_validator("measurements", mode="before")
+    @classmethod
+    def _typed_measurements(cls, raw: Any) -> Any:
+        return typed(raw) if isinstance(raw, dict) else raw
+
+    def measured(self, key: str) -> MeasuredValue:
+        """A measurement's value (None: not measured)."""
+        found = self.measurements.get(key)
+        return None if found is None else found.value
 
     def to_json(self) -> dict[str, Any]:
         """The record as written. An older record read back dumps only what its file held

@@ -14,10 +14,11 @@ import hashlib
 import json
 import math
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pipeline.decision.catalog import UNDATED
+from pipeline.decision.measures import MeasuredValue, measured
 from pipeline.decision.result import DecisionRecord, Previous, Trigger, TriggerCheck
 from pipeline.errors import InputFormatError
 
@@ -70,9 +71,10 @@ def refuse_unordered_triggers(record: DecisionRecord, where: str) -> None:
                 f"{t.id} compares {t.metric} {t.comparator} it; give the record as `enginefit "
                 "decide` wrote it"
             )
-        if t.value is not None and t.value != NEVER and not _is_number(t.value):
+        value = t.value.value
+        if value is not None and value != NEVER and not _is_number(value):
             raise InputFormatError(
-                f"{where}: triggers[{i}].value: {t.value!r} is not a number (or null), and "
+                f"{where}: triggers[{i}].value: {value!r} is not a number (or null), and "
                 f"trigger {t.id} compares {t.metric} {t.comparator} a threshold; give the "
                 "record as `enginefit decide` wrote it"
             )
@@ -84,7 +86,12 @@ def status_of(value: Any, comparator: str, threshold: Any) -> str:
 
 
 def trigger(
-    id: str, metric: str, comparator: str, threshold: Any, measurements: dict[str, Any], why: str
+    id: str,
+    metric: str,
+    comparator: str,
+    threshold: MeasuredValue,
+    measurements: Mapping[str, MeasuredValue],
+    why: str,
 ) -> Trigger:
     value = measurements.get(metric)
     return Trigger(
@@ -92,13 +99,15 @@ def trigger(
         metric=metric,
         comparator=comparator,  # type: ignore[arg-type]
         threshold=threshold,
-        value=value,
+        value=measured(metric, value),
         why=why,
         status=status_of(value, comparator, threshold),  # type: ignore[arg-type]
     )
 
 
-def evaluate_previous(previous: DecisionRecord, measurements: dict[str, Any]) -> Previous:
+def evaluate_previous(
+    previous: DecisionRecord, measurements: Mapping[str, MeasuredValue]
+) -> Previous:
     """The previous record's triggers against this run's measurements."""
     checks = [
         TriggerCheck(
@@ -107,7 +116,7 @@ def evaluate_previous(previous: DecisionRecord, measurements: dict[str, Any]) ->
             comparator=t.comparator,
             threshold=t.threshold,
             previous_value=t.value,
-            value=measurements.get(t.metric),
+            value=measured(t.metric, measurements.get(t.metric)),
             why=t.why,
             status=status_of(measurements.get(t.metric), t.comparator, t.threshold),  # type: ignore[arg-type]
         )

@@ -54,6 +54,7 @@ from pipeline.ledger import (
     sha256_bytes,
     sha256_of,
 )
+from pipeline.report.config import JsonDocument
 from pipeline.report.signing import verify
 from pipeline.safe_read import parse_json, read_regular
 
@@ -64,7 +65,7 @@ class Difference:
     expected_sha256: str | None
     actual_sha256: str | None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonDocument:
         return dict(self.__dict__)
 
 
@@ -83,7 +84,7 @@ class AuditResult:
     def ok(self) -> bool:
         return not self.differences and not self.problems
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonDocument:
         return {
             "ok": self.ok,
             "manifest": str(self.manifest),
@@ -265,7 +266,7 @@ def _ledger_vouches(
     return result.ok
 
 
-def _record_fields(path: Path) -> dict[str, Any] | str:
+def _record_fields(path: Path) -> JsonDocument | str:
     """The decision record's headline, date and capacity prediction errors, or why they cannot
     be read (a problem the entry check reports)."""
     try:
@@ -287,8 +288,8 @@ def entry_problems(
     where: str,
     entries: list[Entry],
     index: int,
-    manifest: dict[str, Any],
-    record: dict[str, Any] | str,
+    manifest: JsonDocument,
+    record: JsonDocument | str,
 ) -> list[str]:
     """Every human-readable field of ledger entry ``index`` against the manifest it vouches
     for and the decision record beside it, each mismatch naming the field (``where``: the

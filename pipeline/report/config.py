@@ -5,11 +5,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Self
+from typing import Annotated, Self
 
 from pydantic import Field, model_validator
 
 from pipeline.settings import ConfigPath, ConfigQuarter, Section
+
+#: A JSON document the report copies, compares and prints but does not interpret: the
+#: configuration as `enginefit config` prints it, a version's manifest.
+JsonDocument = dict[str, object]
 
 
 class ReportConfig(Section):
@@ -45,7 +49,7 @@ class Provenance:
     catalog (None: the bundled one)."""
 
     source: Path | None
-    configuration: dict[str, Any]
+    configuration: JsonDocument
     traces: tuple[str, ...]
     tokenizer: Path | None
     bench_results: tuple[Path, ...]

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from pipeline.report.config import JsonDocument
 
 
 @dataclass(frozen=True)
@@ -13,7 +14,7 @@ class ReportResult:
     quarter: str
     version: int
     identity: str  # sha256 of everything the version is made from
-    manifest: dict[str, Any]  # without the record's hash, added when it is written
+    manifest: JsonDocument  # without the record's hash, added when it is written
     headline: str
     html: str
     pdf: bytes

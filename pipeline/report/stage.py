@@ -17,7 +17,6 @@ import json
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 
@@ -48,17 +47,13 @@ from pipeline.ledger import (
 )
 from pipeline.prefix import stage as prefix_stage
 from pipeline.prefix.result import PrefixSummary
-from pipeline.report.accuracy import published_errors
-from pipeline.report.compute import (
-    PreviousVersion,
-    ReportContent,
-    build,
-    lineage,
-    quarter_holds_traffic,
-    traffic_quarters,
-)
-from pipeline.report.config import Provenance, ReportConfig
+from pipeline.report.compute import build
+from pipeline.report.config import JsonDocument, Provenance, ReportConfig
 from pipeline.report.result import Published, ReportResult
+from pipeline.report.sections.accuracy import published_errors
+from pipeline.report.sections.changes import lineage
+from pipeline.report.sections.content import PreviousVersion, ReportContent
+from pipeline.report.sections.dates import quarter_holds_traffic, traffic_quarters
 from pipeline.report.signing import NAMESPACE, Signer, sign
 from pipeline.safe_read import parse_json, read_json
 from pipeline.settings import SECTIONS
@@ -67,7 +62,7 @@ from pipeline.sim import stage as sim_stage
 from pipeline.whatif import stage as whatif_stage
 
 
-def code_version() -> dict[str, Any]:
+def code_version() -> dict[str, str | bool | None]:
     """The package version and, in a git checkout, the commit and whether the code that
     renders and decides (pipeline/, assets/, templates/) has uncommitted changes."""
     try:
@@ -227,7 +222,7 @@ class ReportInputs:
 
     document: ReportContent
     identity: str
-    manifest: dict[str, Any]
+    manifest: JsonDocument
     compared_with: Entry | None
 
 
@@ -284,7 +279,8 @@ def read_inputs(
     if published is not None:
         # A re-render of that version: its own record and report date, so the bytes match.
         record = published.record
-        dated = published.manifest.get("report_date") or record.as_of
+        stamped = published.manifest.get("report_date")
+        dated = stamped if isinstance(stamped, str) and stamped else record.as_of
     report_date = dt.date.fromisoformat(dated) if dated else dates.today()
     configured, configured_by = policy.as_of, policy.as_of_source
     document = ReportContent(
@@ -319,7 +315,7 @@ def read_inputs(
         bench_runs=_run_dates(analysis.evaluated),
         max_age_days=policy.max_age_days,
     )
-    manifest = {
+    manifest: JsonDocument = {
         "schema_version": 1,
         "workload": workload,
         "quarter": quarter,
@@ -452,7 +448,7 @@ def run(sources: ReportInputs) -> ReportResult:
     record_bytes = (
         json.dumps(record.to_json(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     ).encode()
-    document = build(sources.document) | {"colophon": colophon(sources, record_bytes)}
+    document = build(sources.document).model_dump() | {"colophon": colophon(sources, record_bytes)}
     return ReportResult(
         sources.document.quarter,
         sources.document.version,
@@ -470,23 +466,23 @@ def colophon(sources: ReportInputs, record_bytes: bytes) -> list[dict[str, str]]
     it), the digests of the configuration file and its parsed form, of the decision record
     published beside the PDF and of the catalog, and the code with its uncommitted-changes
     flag. The manifest's own digest cannot be printed: the manifest records this PDF's."""
-    manifest = sources.manifest
+    made_from = sources.document
     config_file = next(
         (
             f"{k.removeprefix('config:')} {v}"
-            for k, v in manifest["inputs"].items()
+            for k, v in made_from.inputs.items()
             if k.startswith("config:")
         ),
         "not recorded",
     )
-    code = manifest["code"]
+    code = made_from.code
     commit = code.get("git_commit") or "not a git checkout"
     return [
         {"what": "Version identity (listed in the ledger)", "value": sources.identity},
         {"what": "Configuration file sha256", "value": config_file},
-        {"what": "Configuration (as parsed) sha256", "value": manifest["configuration_sha256"]},
+        {"what": "Configuration (as parsed) sha256", "value": made_from.configuration_sha256},
         {"what": f"Decision record ({RECORD}) sha256", "value": sha256_bytes(record_bytes)},
-        {"what": "Engine catalog sha256", "value": str(manifest["catalog"].get("sha256"))},
+        {"what": "Engine catalog sha256", "value": str(made_from.record.catalog.get("sha256"))},
         {
             "what": "Code",
             "value": f"enginefit {code.get('package_version')}, commit {commit}"

@@ -25,6 +25,14 @@ from pipeline.decision.flips import (
     price_moved,
     traffic_moved,
 )
+from pipeline.decision.measures import (
+    MEAN_RATE,
+    MODEL_CHANGES_PER_QUARTER,
+    OUTPUT_TOKENS_PER_MONTH,
+    PEAK_CONCURRENCY,
+    PEAK_RATE,
+    SHARED_PREFIX_RATIO,
+)
 from pipeline.decision.result import DecisionRecord
 from pipeline.present.text import money
 from pipeline.thresholds import PREFIX_WINDOW_TOKENS
@@ -289,12 +297,12 @@ FLIP_AXES = {
 # A trigger's metric → the map axis it lies on, and whether it scales with that axis as a
 # factor (peak concurrency and the rates scale with the traffic).
 TRIGGER_AXES = {
-    "shape.output_tokens_per_month": "traffic",
-    "shape.arrivals.mean_rate_rps": "traffic",
-    "shape.arrivals.peak_rate_rps": "traffic",
-    "shape.concurrency.peak": "traffic",
-    "requirements.model_changes_per_quarter": "model_changes",
-    "prefix.shared_prefix_ratio": "prefix_share",
+    OUTPUT_TOKENS_PER_MONTH.name: "traffic",
+    MEAN_RATE.name: "traffic",
+    PEAK_RATE.name: "traffic",
+    PEAK_CONCURRENCY.name: "traffic",
+    MODEL_CHANGES_PER_QUARTER.name: "model_changes",
+    SHARED_PREFIX_RATIO.name: "prefix_share",
 }
 
 
@@ -319,14 +327,13 @@ def _marks(today: DecisionRecord, axes: dict[str, str]) -> list[MapMark]:
                 text=f"{flip.axis} {flip.direction}: {flip.engine or 'none'} past {value:.4g}",
             )
         )
-    measured = today.measurements
     for trig in today.triggers:
         axis = TRIGGER_AXES.get(trig.metric)
         if axis not in axes or not isinstance(trig.threshold, int | float):
             continue
         if trig.id.startswith("flip."):
             continue  # a flip's own trigger: the flip is marked
-        now = measured.get(trig.metric)
+        now = today.measured(trig.metric)
         if axis == "traffic":
             if not isinstance(now, int | float) or not now:
                 continue

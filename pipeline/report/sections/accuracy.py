@@ -10,12 +10,12 @@ decision record; the history is the ledger's.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from pipeline.decision.present import PREDICTION_CHECK
+from pipeline.decision import measures
 from pipeline.decision.result import DecisionRecord
-from pipeline.ledger import PREDICTION_ERROR, Entry, prediction_errors
+from pipeline.ledger import Entry, prediction_errors
 from pipeline.present.text import NOTHING, UNKNOWN, number
+from pipeline.unknown import ResultModel
 
 
 @dataclass(frozen=True)
@@ -39,43 +39,66 @@ def published_errors(entries: list[Entry], quarter: str, version: int) -> list[P
     return earlier
 
 
+class AccuracyRow(ResultModel):
+    engine: str
+    predicted: str
+    measured: str
+    error: str
+    sentence: str
+
+
+class AccuracyVersion(ResultModel):
+    version: str
+    errors: list[str]
+
+
+class Accuracy(ResultModel):
+    rows: list[AccuracyRow]
+    engines: list[str]
+    history: list[AccuracyVersion]
+    metric: str
+
+
 def _signed(value: float | None) -> str:
     return UNKNOWN if value is None else f"{value:+.1%}"
 
 
 def prediction_accuracy(
     record: DecisionRecord, history: list[PublishedErrors], quarter: str, version: int
-) -> dict[str, Any] | None:
+) -> Accuracy | None:
     """This version's predicted-against-measured rows and the errors over the published
     versions (a row per version, a column per engine); None when neither has any (nothing was
     ever load-tested on this workload's own traffic)."""
-    now = prediction_errors(record.model_dump(mode="json")) or {}
+    now = prediction_errors(record.to_json()) or {}
     if not now and not history:
         return None
     names = {c.engine: c.name for c in record.candidates}
-    measured = record.measurements
+
+    def figure(metric: measures.Metric, engine: str) -> str:
+        value = record.measured(metric.key(engine))
+        return number(value if isinstance(value, int | float) else None, 2, "req/s")
+
     rows = [
-        {
-            "engine": names.get(engine, engine),
-            "predicted": number(measured.get(f"capacity.predicted_rps[{engine}]"), 2, "req/s"),
-            "measured": number(measured.get(f"capacity.measured_rps[{engine}]"), 2, "req/s"),
-            "error": _signed(error),
-            "sentence": str(measured.get(f"{PREDICTION_CHECK}[{engine}]") or ""),
-        }
+        AccuracyRow(
+            engine=names.get(engine, engine),
+            predicted=figure(measures.PREDICTED_CAPACITY, engine),
+            measured=figure(measures.MEASURED_CAPACITY, engine),
+            error=_signed(error),
+            sentence=str(record.measured(measures.PREDICTION_CHECK.key(engine)) or ""),
+        )
         for engine, error in now.items()
     ]
     versions = [*history, PublishedErrors(quarter, version, now)]
     engines = sorted({e for v in versions for e in v.errors}, key=lambda e: names.get(e, e))
-    return {
-        "rows": rows,
-        "engines": [names.get(e, e) for e in engines],
-        "history": [
-            {
-                "version": f"{v.quarter} v{v.version}"
-                + (" (this one)" if v is versions[-1] else ""),
-                "errors": [_signed(v.errors[e]) if e in v.errors else NOTHING for e in engines],
-            }
+    return Accuracy(
+        rows=rows,
+        engines=[names.get(e, e) for e in engines],
+        history=[
+            AccuracyVersion(
+                version=f"{v.quarter} v{v.version}" + (" (this one)" if v is versions[-1] else ""),
+                errors=[_signed(v.errors[e]) if e in v.errors else NOTHING for e in engines],
+            )
             for v in versions
         ],
-        "metric": f"{PREDICTION_ERROR}[engine]",
-    }
+        metric=measures.PREDICTION_ERROR.key("engine"),
+    )

@@ -9,12 +9,13 @@ stage's; the formula is shown with them filled in so a reader can redo the arith
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from pipeline.capacity.result import CandidateCapacity, WorkloadCost, WorkloadMix
 from pipeline.costing import HOURS_PER_MONTH, HOURS_PER_WEEK, MONTHS_PER_QUARTER, SECONDS_PER_HOUR
 from pipeline.decision.result import Candidate, DecisionRecord
 from pipeline.present.text import UNKNOWN, measurement, money, number, share, usd
+from pipeline.report.sections.content import ReportContent, capacities
+from pipeline.unknown import ResultModel
 
 #: Characters of a sha256 a printed input shows (the manifest holds the whole digest).
 SHORT_HASH = 12
@@ -40,13 +41,22 @@ class Sources:
         return f"engine catalog {key}, {self.catalog_sha256[:SHORT_HASH]}"
 
 
-def _row(number_: str, value: str, formula: str, inputs: list[str]) -> dict[str, Any]:
-    return {"number": number_, "value": value, "formula": formula, "inputs": inputs}
+class Working(ResultModel):
+    """A headline number, its formula with the numbers put in, and its sourced inputs."""
+
+    number: str
+    value: str
+    formula: str
+    inputs: list[str]
+
+
+def _row(number_: str, value: str, formula: str, inputs: list[str]) -> Working:
+    return Working(number=number_, value=value, formula=formula, inputs=inputs)
 
 
 def _workload_rows(
     c: Candidate, cost: WorkloadCost, mix: WorkloadMix, capacity: float, src: Sources
-) -> list[dict[str, Any]]:
+) -> list[Working]:
     """Cost per 1M output tokens, replicas and the monthly GPU bill of one candidate carried
     to this workload (the capacity stage's figures)."""
     per_replica = cost.gpus // max(cost.replicas, 1)
@@ -87,7 +97,7 @@ def _workload_rows(
     ]
 
 
-def _change_row(c: Candidate, record: DecisionRecord, src: Sources) -> dict[str, Any] | None:
+def _change_row(c: Candidate, record: DecisionRecord, src: Sources) -> Working | None:
     changes = record.requirements.get("model_changes_per_quarter")
     if c.monthly_change_cost_usd is None or not changes:
         return None
@@ -109,7 +119,7 @@ def _change_row(c: Candidate, record: DecisionRecord, src: Sources) -> dict[str,
     )
 
 
-def _payback_row(c: Candidate, src: Sources) -> dict[str, Any] | None:
+def _payback_row(c: Candidate, src: Sources) -> Working | None:
     p = c.payback
     if p is None:
         return None
@@ -137,11 +147,11 @@ def headline_workings(
     capacities: dict[str, CandidateCapacity | None],
     mix: WorkloadMix | None,
     src: Sources,
-) -> list[dict[str, Any]]:
+) -> list[Working]:
     """One row per headline number: the recommended engine's and the runner-up's costs, fleet,
     model-change cost and payback, the tie band, routing's value and each flip threshold.
     ``capacities``: each candidate engine's capacity-stage result (None: not carried)."""
-    rows: list[dict[str, Any]] = []
+    rows: list[Working] = []
     shown = [c for c in record.candidates if c.status in ("recommended", "runner-up")]
     for c in shown:
         carried = capacities.get(c.engine)
@@ -203,3 +213,17 @@ def headline_workings(
             )
         )
     return rows
+
+
+def workings(inputs: ReportContent) -> list[Working]:
+    """The auditor's appendix: each headline number's formula and sourced inputs."""
+    record = inputs.record
+    result = inputs.workload_capacity
+    catalog_sha256 = str(record.catalog.get("sha256") or "")
+    sources = Sources(record.inputs, inputs.configuration_sha256, catalog_sha256)
+    return headline_workings(
+        record,
+        capacities(inputs.record, inputs.workload_capacity),
+        result.mix if result else None,
+        sources,
+    )

@@ -9,11 +9,10 @@ computed here that the record does not hold; the later sections carry the workin
 
 from __future__ import annotations
 
-from typing import Any
-
 from pipeline.decision.result import Candidate, DecisionRecord, Rule, Trigger
 from pipeline.present.text import money, money_band, usd
 from pipeline.sources import split_cite
+from pipeline.unknown import ResultModel
 
 #: The rules whose firing points the decision tree at engines (their effect says where).
 TREE_RULES = ("local", "concurrency", "model_churn", "prefix")
@@ -147,31 +146,56 @@ def _next_steps(record: DecisionRecord, layer_name: str | None) -> list[str]:
     return steps
 
 
-def decision_memo(record: DecisionRecord, layer_name: str | None) -> dict[str, Any]:
+class Option(ResultModel):
+    engine: str
+    monthly: str
+    per_1m: str
+    why: str
+
+
+class RuledOut(ResultModel):
+    engine: str
+    why: str
+
+
+class Memo(ResultModel):
+    ask: str
+    options: list[Option]
+    ruled_out: list[RuledOut]
+    confidence: str
+    confidence_reasons: list[str]
+    changes: list[str]
+    next_steps: list[str]
+
+
+def decision_memo(record: DecisionRecord, layer_name: str | None) -> Memo:
     """What page 1 shows (``layer_name``: the recommended routing layer's display name)."""
     tree = _tree_reason(record)
-    shown = [c for c in record.candidates if c.status != "excluded"]
-    ruled_out = [c for c in record.candidates if c.status == "excluded"]
     rec = record.recommendation
-    return {
-        "ask": _ask(record, layer_name),
-        "options": [
-            {
-                "engine": c.name,
+    return Memo(
+        ask=_ask(record, layer_name),
+        options=[
+            Option(
+                engine=c.name,
                 # with the capacity band carried into the bill, where there is one
-                "monthly": money(c.monthly_bill())
+                monthly=money(c.monthly_bill())
                 + (f" (band {money_band(band)})" if (band := c.monthly_bill_band()) else ""),
-                "per_1m": usd(c.cost_per_1m_output_usd),
-                "why": _why(c, record, tree),
-            }
-            for c in shown
+                per_1m=usd(c.cost_per_1m_output_usd),
+                why=_why(c, record, tree),
+            )
+            for c in record.candidates
+            if c.status != "excluded"
         ],
-        "ruled_out": [{"engine": c.name, "why": _why(c, record, tree)} for c in ruled_out],
-        "confidence": CONFIDENCE_WORDS[rec.confidence],
-        "confidence_reasons": rec.confidence_reasons[:2],
-        "changes": [
+        ruled_out=[
+            RuledOut(engine=c.name, why=_why(c, record, tree))
+            for c in record.candidates
+            if c.status == "excluded"
+        ],
+        confidence=CONFIDENCE_WORDS[rec.confidence],
+        confidence_reasons=rec.confidence_reasons[:2],
+        changes=[
             _trigger_sentence(t)
             for t in sorted(record.triggers, key=trigger_priority)[:MEMO_TRIGGERS]
         ],
-        "next_steps": _next_steps(record, layer_name),
-    }
+        next_steps=_next_steps(record, layer_name),
+    )
