@@ -1,13 +1,23 @@
 """Hostile benchmark results: a point whose latency no run can produce (a p95 TTFT of ``inf``)
-is unknown, and every sentence about the sweep agrees with the capacity table."""
+is unknown, and every sentence about the sweep agrees with the capacity table. Extreme but
+finite numbers (a load of 1e308 req/s, a send rate of 1e-300) print no numpy warning: a person's
+stderr holds the command's own lines only."""
 
 from __future__ import annotations
 
 import math
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from pipeline.bench.readers import read_bench_files
+from pipeline.capacity.fit import deployment_of, fit_serving_model
+from pipeline.cli import main as enginefit
+from pipeline.config import default_config
+from pipeline.unknown import Unknown
+from tests.capacity_scenarios import LLAMA_8B
 from tests.test_bench_cli import run_json as bench_json
 from tests.test_bench_hostile import vllm_point, write_result
 
@@ -34,3 +44,55 @@ def test_an_infinite_ttft_above_the_last_pass_never_raises_the_lower_bound(
         "no failure seen: capacity is at least 1",
         "unknown points at 8 above the capacity: the true capacity may be higher",
     ]
+
+
+def _warnings_while(run: Callable[[], object]) -> list[str]:
+    """What ``run`` warned, each as its category and text (pytest would otherwise keep them
+    from the stderr a person sees)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run()
+    return [f"{w.category.__name__}: {w.message}" for w in caught]
+
+
+def test_a_load_of_1e308_draws_its_figures_without_a_numpy_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Matplotlib's log scale and tick steps overflow on such a point; numpy said so on stderr."""
+    folder = tmp_path / "r"
+    write_result(folder, vllm_point(request_rate=1.0e308, request_throughput=1.0e308), "a.json")
+    write_result(folder, vllm_point(p95_ttft_ms=1.0e308, p99_itl_ms=1.0e308), "b.json")
+    argv = ["bench", str(folder), "--gpu-hour-usd", "2", "--out", str(tmp_path / "out")]
+    assert _warnings_while(lambda: enginefit(argv)) == []
+    assert "Warning" not in capsys.readouterr().err
+    figure = tmp_path / "out" / "bench" / "latency_vs_load.svg"
+    assert figure.read_bytes().startswith(b"<?xml")
+
+
+def test_a_send_rate_of_1e_300_is_not_fitted_and_warns_nothing(tmp_path: Path) -> None:
+    """Its replay's arrivals (a mean gap of 1e300 s) overflowed, and numpy said so on stderr."""
+    for i, rate in enumerate([1.0e-300, 2.0e-300]):
+        point = vllm_point(request_rate=rate, request_throughput=rate)
+        write_result(tmp_path / "r", point, name=f"run{i}.json")
+    points = read_bench_files(tmp_path / "r").load_points
+    models: list[object] = []
+
+    def fit() -> None:
+        models.append(
+            fit_serving_model(
+                points,
+                None,
+                deployment_of(points.row(0, named=True)),
+                config=default_config().capacity,
+                model_shape=LLAMA_8B,
+            )
+        )
+
+    assert _warnings_while(fit) == []
+    (model,) = models
+    assert isinstance(model, Unknown)
+    first = str(points.get_column("point_id")[0])
+    assert (
+        f"{first}: no finite send rate of at least 1e-06 req/s (closed-loop or burst points "
+        "are not fitted)"
+    ) in model.reason
