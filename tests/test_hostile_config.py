@@ -361,3 +361,21 @@ def test_every_removed_key_is_gone_and_said_so(dotted: str) -> None:
     assert str(caught.value) == (
         f"/cfg/enginefit.yaml: unknown key {dotted}: removed; {REMOVED_KEYS[dotted]}; delete it"
     )
+
+
+@pytest.mark.parametrize("value", [1, [1], "x"])
+def test_an_unknown_top_level_key_is_said_to_be_unknown_whatever_its_value(value: object) -> None:
+    """Not "section 'a' must be a mapping": that is said of a section only."""
+    raw = bundled()
+    raw["a"] = value
+    with pytest.raises(ConfigError) as caught:
+        config_from_mapping(raw, source=Path("/cfg/enginefit.yaml"))
+    assert str(caught.value) == (
+        "/cfg/enginefit.yaml: unknown key a; known keys here: bench, capacity, decision, "
+        "loadtest, paths, prefix, report, requirements, shape, simulation, whatif, workload"
+    )
+    raw = bundled()
+    raw["shape"] = value
+    with pytest.raises(ConfigError) as caught:
+        config_from_mapping(raw, source=Path("/cfg/enginefit.yaml"))
+    assert str(caught.value) == "/cfg/enginefit.yaml: section 'shape' must be a mapping"
