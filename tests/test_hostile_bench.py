@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from perf.capacity import LLAMA_8B
 from pipeline import results
 from pipeline.bench import stage as bench_stage
 from pipeline.bench.readers import read_bench_files
@@ -21,7 +22,6 @@ from pipeline.capacity.fit import deployment_of, fit_serving_model
 from pipeline.cli import main as enginefit
 from pipeline.config import default_config, load_config
 from pipeline.unknown import Unknown
-from tests.capacity_scenarios import LLAMA_8B
 from tests.test_bench_cli import run_json as bench_json
 from tests.test_bench_hostile import vllm_point, with_bench_section, write_result
 

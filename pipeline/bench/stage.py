@@ -93,12 +93,14 @@ def read_results(settings: BenchConfig, paths: Sequence[Path] | None = None) -> 
 
 def bench_inputs(settings: BenchConfig) -> dict[str, str]:
     """What the bench stage's outputs are computed from, each as a digest: the bench section's
-    settings (as the run took them) and every file under each result path it names (with a
+    settings (as the run took them, but the report date) and every file under each result path it names (with a
     result file's sidecar manifest, and the ``bench.manifest`` file). Files are named by their
     place under their configured path, so a project moved whole still fits. Sealed with the
     outputs, so a later stage that reads them knows when they no longer fit the
     configuration (:func:`require_current`)."""
-    section = settings.model_dump(mode="json", exclude={"results", "manifest"})
+    # The files stand for results and manifest; the report date is the run's (a flag or
+    # ENGINEFIT_RUN_DATE may set it for one command), not what the outputs are matched on.
+    section = settings.model_dump(mode="json", exclude={"results", "manifest", "as_of"})
     text = json.dumps(section, sort_keys=True, default=str)
     found = {"the bench section": hashlib.sha256(text.encode()).hexdigest()}
     files: dict[str, Path] = {}
