@@ -21,6 +21,7 @@ from pipeline.bench.readers import read_bench_files
 from pipeline.capacity.fit import deployment_of, fit_serving_model
 from pipeline.cli import main as enginefit
 from pipeline.config import default_config, load_config
+from pipeline.layout import WorkloadLayout
 from pipeline.unknown import Unknown
 from tests.test_bench_cli import run_json as bench_json
 from tests.test_bench_hostile import vllm_point, with_bench_section, write_result
@@ -110,18 +111,26 @@ def _stale_line(capsys: pytest.CaptureFixture[str], config: Path) -> str:
     return err.strip().splitlines()[-1]
 
 
+def _benched(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], settings: str = ""
+) -> tuple[Path, Path, WorkloadLayout]:
+    """A result folder, a configuration naming it (with ``settings`` in its bench section) and
+    its workload folder, after `enginefit bench`."""
+    folder = tmp_path / "results"
+    write_result(folder, vllm_point(), "a.json")
+    config = with_bench_section(tmp_path, f"{{results: [{folder}], {settings}}}")
+    assert enginefit(["bench", "--config", str(config)]) == 0
+    capsys.readouterr()
+    return folder, config, load_config(config).layout()
+
+
 def test_bench_outputs_computed_from_other_inputs_are_never_reused_silently(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The bench outputs record what they were computed from (the bench section and every
     result file, by digest): a result file changed, added or removed, or a setting changed,
     since `enginefit bench` ran is one line naming the stale output and what rewrites it."""
-    folder = tmp_path / "results"
-    write_result(folder, vllm_point(), "a.json")
-    config = with_bench_section(tmp_path, f"{{results: [{folder}], prices: {{gpu_hour_usd: 2}}}}")
-    assert enginefit(["bench", "--config", str(config)]) == 0
-    capsys.readouterr()
-    layout = load_config(config).layout()
+    folder, config, layout = _benched(tmp_path, capsys, "prices: {gpu_hour_usd: 2}")
     bench_stage.require_current(layout, load_config(config).bench)  # fits: no error
     analysis = layout.bench.analysis
     rerun = "re-run `enginefit bench --config FILE` (or materialise `bench_analysis`)"
@@ -149,12 +158,7 @@ def test_bench_outputs_that_record_no_inputs_are_stale(
 ) -> None:
     """Written by an enginefit that did not record its bench inputs: they cannot be matched
     to the configuration, so they are not reused either."""
-    folder = tmp_path / "results"
-    write_result(folder, vllm_point(), "a.json")
-    config = with_bench_section(tmp_path, f"{{results: [{folder}]}}")
-    assert enginefit(["bench", "--config", str(config)]) == 0
-    capsys.readouterr()
-    layout = load_config(config).layout()
+    _, config, layout = _benched(tmp_path, capsys)
     for result in (results.LOAD_POINTS, results.BENCH):
         written = json.loads(result.seal_path(layout).read_text())["sha256"]
         result.seal(layout, [layout.bench.dir / name for name in written])
