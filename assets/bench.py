@@ -39,7 +39,7 @@ def bench_load_points(store: EnginefitStore) -> dg.MaterializeResult:  # type: i
     config = store.config()
     settings = config.bench
     result = stage.read_results(settings)
-    paths = stage.write_results(result, config.layout())
+    paths = stage.write_results(result, config.layout(), stage.bench_inputs(settings))
     points = result.load_points
     return dg.MaterializeResult(
         metadata={
@@ -72,7 +72,7 @@ def bench_analysis(store: EnginefitStore) -> dg.MaterializeResult:  # type: igno
     as_of, as_of_source = configured_as_of(settings)
     inputs = stage.read_inputs(layout, as_of)
     analysis = stage.run(inputs, settings)
-    paths = stage.write(analysis, layout)
+    paths = stage.write(analysis, layout, stage.bench_inputs(settings))
     findings = analysis.findings
     return dg.MaterializeResult(
         metadata={

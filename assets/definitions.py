@@ -31,7 +31,9 @@ from assets.executors import (
 from assets.progress import QUIET_LOGGERS, watch_steps
 from assets.resources import EnginefitStore
 from assets.staleness import stale_or_missing
-from pipeline.errors import ConfigError, EnginefitError
+from pipeline.config import load_config
+from pipeline.errors import ConfigError, EnginefitError, StageOutputUnreadableError
+from pipeline.layout import WorkloadLayout
 
 # One module per stage; each exposes ASSETS and CHECKS lists. Keep one line per stage.
 _STAGES = [
@@ -250,6 +252,41 @@ def _outputs_gone(instance: dg.DagsterInstance, key: dg.AssetKey) -> bool:
     )
 
 
+#: Each asset's step, by asset key: the result it writes and seals.
+_STEP_BY_ASSET = {step.asset: step for step in inputs.STEPS}
+
+
+def _outputs_damaged(layout: WorkloadLayout, key: dg.AssetKey) -> bool:
+    """Whether ``key``'s outputs no longer match the seal its stage wrote (changed, cut short,
+    or the seal gone): Dagster's history says fresh, the next reader would refuse them."""
+    step = _STEP_BY_ASSET.get(key.to_user_string())
+    if step is None or not step.writes.files:
+        return False
+    if not step.writes.paths(layout)[0].exists():
+        return False  # never written: missing is Dagster's to say (or _outputs_gone's)
+    try:
+        step.writes.check_seal(layout)
+    except StageOutputUnreadableError:
+        return True
+    return False
+
+
+def outdated_assets(
+    instance: dg.DagsterInstance,
+    definitions: dg.Definitions,
+    keys: Sequence[dg.AssetKey],
+    layout: WorkloadLayout,
+) -> list[dg.AssetKey]:
+    """Those of ``keys`` to materialise again: stale or missing in Dagster's terms, a recorded
+    output file gone, or an output damaged since its stage sealed it (in ``layout``)."""
+    held = stale_or_missing(instance, definitions, keys)
+    return [
+        key
+        for key in keys
+        if key in held or _outputs_gone(instance, key) or _outputs_damaged(layout, key)
+    ]
+
+
 def materialise_stale(
     config_path: Path,
     instance: dg.DagsterInstance,
@@ -264,7 +301,8 @@ def materialise_stale(
     Stale is Dagster's notion: an input it reads was observed with a new data version, or an
     asset it reads was materialised since. Dagster only sees the second once the upstream asset
     has run, so the assets after a stale one join the same run rather than wait for the next
-    call. Missing is never materialised, or a recorded output file gone. ``progress``: as
+    call. Missing is never materialised, or a recorded output file gone; an output changed
+    since its stage sealed it is materialised again too. ``progress``: as
     :func:`run_full_graph`'s, for the run that materialises them.
 
     Dagster's stale-status resolver is not public API: :mod:`assets.staleness` holds it.
@@ -282,8 +320,8 @@ def materialise_stale(
         # A day of a daily-partitioned workload is ingest_days' to run, not decide's.
         if graph.get(key).is_materializable and not graph.get(key).is_partitioned
     ]
-    held = stale_or_missing(instance, definitions, candidates)
-    outdated = [key for key in candidates if key in held or _outputs_gone(instance, key)]
+    layout = load_config(config_path).layout()
+    outdated = outdated_assets(instance, definitions, candidates, layout)
     rerun = dg.AssetSelection.assets(*outdated).downstream().resolve(graph) & upstream
     stale = [key for key in graph.toposorted_asset_keys if key in rerun]
     if stale:

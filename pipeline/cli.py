@@ -104,8 +104,15 @@ _WITHOUT_OUT = {
 }
 
 
+# Commands that only read: "write elsewhere" is no advice to them.
+_READING_ONLY = frozenset({"audit", "explain", "config"})
+
+
 def _for_the_command(args: argparse.Namespace, line: str) -> str:
-    """``line`` with advice to use ``--out`` only when the command has that flag."""
+    """``line`` with advice to use ``--out`` only when the command has that flag, and to
+    write elsewhere only when it writes."""
+    if getattr(args, "command", None) in _READING_ONLY:
+        line = line.replace("check the permissions, or write elsewhere", "check the permissions")
     if hasattr(args, "out"):
         return line
     for said, instead in _WITHOUT_OUT.items():

@@ -203,7 +203,8 @@ def config_from_mapping(raw: dict[str, Any], *, source: Path | None = None) -> C
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: top level must be a mapping of sections")
     for name, section in raw.items():
-        if section is not None and not isinstance(section, dict):
+        # An unknown key is said as one by the validation below, whatever its value.
+        if name in _File.model_fields and section is not None and not isinstance(section, dict):
             raise ConfigError(f"{where}: section '{name}' must be a mapping")
     user = {k: v for k, v in raw.items() if v is not None}
     if source is not None and "workload" not in user:

@@ -25,6 +25,11 @@ class StageOutputUnreadableError(InputFormatError):
     message names the file and the command that rewrites it."""
 
 
+class StageOutputStaleError(InputFormatError):
+    """An earlier stage's output was computed from inputs that changed since (or it recorded
+    none): the message names the file, what changed and the command that rewrites it."""
+
+
 def os_reason(exc: OSError) -> str:
     """What the operating system said, without Python's ``[Errno N]`` and the repeated path
     (the message names the path itself): ``No such file or directory``."""

@@ -12,7 +12,7 @@ decision record and a report version fingerprint (:func:`fingerprints`).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -22,6 +22,7 @@ import polars as pl
 from pipeline.errors import (
     InputFormatError,
     StageOutputMissingError,
+    StageOutputStaleError,
     StageOutputUnreadableError,
 )
 from pipeline.layout import WorkloadLayout, require_output
@@ -42,6 +43,8 @@ class Result:
     asset: str
     folder: str
     files: tuple[str, ...]
+    #: Its stage seals what it writes (:meth:`seal`): one without a seal cannot be trusted.
+    sealed: bool = True
 
     def paths(self, layout: WorkloadLayout) -> list[Path]:
         folder = getattr(layout, self.folder)
@@ -86,10 +89,17 @@ class Result:
     def seal_path(self, layout: WorkloadLayout) -> Path:
         return self._folder(layout) / f".{self.asset}.sha256.json"
 
-    def seal(self, layout: WorkloadLayout, written: Iterable[Path] = ()) -> Path:
+    def seal(
+        self,
+        layout: WorkloadLayout,
+        written: Iterable[Path] = (),
+        inputs: Mapping[str, str] | None = None,
+    ) -> Path:
         """Record the sha256 of each file this result's stage just wrote (``written``, else
         the result's own files), called last by the stage's ``write``: a write cut short
-        leaves a seal that no longer matches, and the next reader says to re-run the stage."""
+        leaves a seal that no longer matches, and the next reader says to re-run the stage.
+        ``inputs``: what the result was computed from (a name → its digest), which
+        :meth:`check_inputs` compares with the inputs configured now."""
         folder = self._folder(layout)
         files = sorted({*written, *self.paths(layout)})
         digests = {
@@ -98,14 +108,46 @@ class Result:
             if path.is_file()
         }
         target = self.seal_path(layout)
-        write_json_atomic(target, {"result": self.what, "sha256": digests})
+        record: dict[str, object] = {"result": self.what, "sha256": digests}
+        if inputs is not None:
+            record["inputs"] = dict(sorted(inputs.items()))
+        write_json_atomic(target, record)
         return target
 
+    def check_inputs(self, layout: WorkloadLayout, current: Mapping[str, str], named: str) -> None:
+        """This result (sealed, unchanged) was computed from ``current``, the inputs
+        configured now (``named`` says which, for the message); else
+        :class:`StageOutputStaleError` naming its file, the first input that differs and what
+        rewrites it, so a later stage never reuses it silently."""
+        main = self.require(layout)
+        recorded = read_json(self.seal_path(layout)).get("inputs")
+        if not isinstance(recorded, dict):
+            changed = "it records no inputs: an earlier enginefit wrote it"
+        else:
+            changed = next(
+                (
+                    _input_change(name, recorded.get(name), current.get(name))
+                    for name in sorted({*recorded, *current})
+                    if recorded.get(name) != current.get(name)
+                ),
+                "",
+            )
+        if changed:
+            raise StageOutputStaleError(
+                f"{main}: computed from other inputs than {named} now ({changed}); {self.rerun()}"
+            )
+
     def check_seal(self, layout: WorkloadLayout) -> None:
-        """Each sealed file still has the content its stage wrote. A result written before
-        seals existed has none and is read as before (parsed and validated)."""
+        """Each sealed file still has the content its stage wrote. A result its stage seals
+        but found without a seal (written by an enginefit before seals, or its seal removed)
+        cannot be trusted either: the error says to re-run the stage."""
         seal = self.seal_path(layout)
         if not seal.exists():
+            if self.sealed and self.files:
+                raise self.unreadable(
+                    f"{self.paths(layout)[0]}: no {seal.name} beside it (an earlier enginefit "
+                    "wrote it, or its seal was removed), so what it holds cannot be trusted"
+                )
             return
         try:
             recorded = read_json(seal)["sha256"]
@@ -136,10 +178,21 @@ class Result:
         return dataclasses.replace(self, files=files)
 
 
+def _input_change(name: str, recorded: object, current: str | None) -> str:
+    if recorded is None:
+        return f"{name} is new"
+    if current is None:
+        return f"{name} is gone"
+    return f"{name} changed"
+
+
 # The canonical table is checked against its ingest manifest whenever it is read; a decision
 # or a report does not hash its parts again (gigabytes at a quarter of traffic).
 REQUESTS = Result("canonical request table", "ingest", "workload", "ingest", ())
-INGEST_SUMMARY = Result("ingest summary", "ingest", "workload", "ingest", ("summary",))
+# The ingest stage checks its outputs against its own manifest instead.
+INGEST_SUMMARY = Result(
+    "ingest summary", "ingest", "workload", "ingest", ("summary",), sealed=False
+)
 SHAPE = Result("workload shape", "shape", "workload_shape", "shape", ("summary",))
 PREFIX = Result("prefix analysis", "prefix", "prefix_sharing", "prefix", ("summary", "curve"))
 SCENARIOS = Result(

@@ -204,6 +204,49 @@ def _known_keys(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]
     return sorted(fields) if fields else []
 
 
+#: Keys an earlier enginefit read and this one no longer does, by dotted key: what took each one's
+#: place. Setting one is still an error (an unknown key), said with its replacement rather
+#: than as a typo to correct.
+_FIXED_THRESHOLD = (
+    "it is a fixed constant beside the code that reads it now, not a setting "
+    "(docs/decision-rules.md gives the rules' thresholds and their sources)"
+)
+REMOVED_KEYS: dict[str, str] = {
+    "capacity.far_ratio": (
+        "the capacity stage's transfer of a benchmark to the workload's mix is provisional past "
+        "the one transfer distance the bench stage's length check also uses, 2x either way "
+        "(docs/decision-rules.md#transferability), not a setting of its own"
+    ),
+    **{
+        key: _FIXED_THRESHOLD
+        for key in (
+            "workload.quarantine_warn_share",
+            "shape.concurrency_low_max",
+            "shape.concurrency_high_min",
+            "shape.min_quanta_per_window",
+            "shape.plot_points",
+            "prefix.classify_short_window_tokens",
+            "prefix.classify_long_window_tokens",
+            "prefix.no_sharing_below",
+            "prefix.long_context_retention",
+            "simulation.pinned_warn_share",
+            "simulation.curve_points",
+            "bench.length_factor",
+            "bench.tail_ratio",
+            "decision.prefix_window_tokens",
+            "decision.prefix_heavy_share",
+            "decision.prefix_light_share",
+            "decision.routing_gain_min",
+            "decision.high_volume_output_tokens_per_month",
+            "decision.trt_max_models",
+            "decision.trt_max_changes_per_quarter",
+            "decision.long_context_tokens",
+            "decision.catalog_max_age_days",
+        )
+    },
+}
+
+
 class KeyedValueError(ValueError):
     """A section's own parser failed with a message that already names its key and value."""
 
@@ -276,6 +319,10 @@ def _problems(errors: list[ErrorDetails], model: type[BaseModel], prefix: str) -
         if error["type"] != "extra_forbidden":
             continue
         loc = tuple(error["loc"])
+        removed = REMOVED_KEYS.get(dotted(loc))
+        if removed is not None:
+            unknown.append(f"unknown key {dotted(loc)}: removed; {removed}; delete it")
+            continue
         known = _known_keys(model, loc[:-1])
         hint = difflib.get_close_matches(str(loc[-1]), known, n=1)
         text = f"unknown key {dotted(loc)}" + (f" (did you mean {hint[0]}?)" if hint else "")

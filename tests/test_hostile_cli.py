@@ -1,5 +1,6 @@
 """Hostile surroundings of any command: an operating-system error is said in words without
-Python's ``[Errno N]``, and advice names ``--out`` only to a command that has that flag."""
+Python's ``[Errno N]``, advice names ``--out`` only to a command that has that flag, and
+"write elsewhere" only to one that writes."""
 
 from __future__ import annotations
 
@@ -64,3 +65,28 @@ def test_an_unreadable_catalog_is_said_in_words(
     assert err.splitlines()[-1] == (
         f"enginefit: error: {folder}: cannot read the engine catalog (Is a directory)"
     )
+
+
+@pytest.mark.parametrize("command", ["audit", "explain"])
+def test_a_command_that_only_reads_is_never_told_to_write_elsewhere(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    """A path it may not read (as /proc/1/root is to anyone but root)."""
+    folder = tmp_path / "locked"
+    folder.mkdir()
+
+    def denied(args: argparse.Namespace) -> int:
+        raise PermissionError(errno.EACCES, "Permission denied", str(folder))
+
+    parser = argparse.ArgumentParser(prog="enginefit")
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser(command).set_defaults(func=denied)
+    commands.add_parser("report").set_defaults(func=denied)
+    assert run_parsed(parser, [command]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"enginefit: error: {folder}: Permission denied; check the permissions"
+    ]
+    assert run_parsed(parser, ["report"]) == 2  # a command that writes may write elsewhere
+    assert capsys.readouterr().err.splitlines() == [
+        f"enginefit: error: {folder}: Permission denied; check the permissions, or write elsewhere"
+    ]

@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from pipeline.cli import main as enginefit
 from pipeline.config import _File, config_from_mapping
 from pipeline.errors import ConfigError
+from pipeline.settings import REMOVED_KEYS
 from tests.conftest import REPO
 
 # A path step that is a key of a mapping field (a scenario's name, a GPU type) or an item of a
@@ -323,3 +324,58 @@ def test_the_documented_rules_name_the_largest_map_and_the_widest_price() -> Non
     assert "100 x 100 = 10,000 cells" in text
     assert "0 to 1000 $ per GPU-hour" in text
     assert "at most 100 scenarios" in text
+
+
+def test_a_removed_key_says_what_replaced_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    raw = bundled()
+    raw["capacity"] = {"far_ratio": 4.0}
+    path = tmp_path / "enginefit.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    assert enginefit(["config", "--config", str(path)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"enginefit: error: {path}: unknown key capacity.far_ratio: removed; the capacity "
+        "stage's transfer of a benchmark to the workload's mix is provisional past the one "
+        "transfer distance the bench stage's length check also uses, 2x either way "
+        "(docs/decision-rules.md#transferability), not a setting of its own; delete it"
+    ]
+
+
+@pytest.mark.parametrize("dotted", sorted(REMOVED_KEYS))
+def test_every_removed_key_is_gone_and_said_so(dotted: str) -> None:
+    """Each key of the table is one the configuration no longer has (the table never hides a
+    live key), and setting it is refused with the note, never a "did you mean"."""
+    section, key = dotted.split(".")
+    annotation = _File.model_fields[section].annotation
+    (model,) = (
+        arg
+        for arg in (annotation, *typing.get_args(annotation))
+        if isinstance(arg, type) and issubclass(arg, BaseModel)
+    )
+    assert key not in model.model_fields
+    raw = bundled()
+    raw[section] = {**(raw.get(section) or {}), key: 1}
+    with pytest.raises(ConfigError) as caught:
+        config_from_mapping(raw, source=Path("/cfg/enginefit.yaml"))
+    assert str(caught.value) == (
+        f"/cfg/enginefit.yaml: unknown key {dotted}: removed; {REMOVED_KEYS[dotted]}; delete it"
+    )
+
+
+@pytest.mark.parametrize("value", [1, [1], "x"])
+def test_an_unknown_top_level_key_is_said_to_be_unknown_whatever_its_value(value: object) -> None:
+    """Not "section 'a' must be a mapping": that is said of a section only."""
+    raw = bundled()
+    raw["a"] = value
+    with pytest.raises(ConfigError) as caught:
+        config_from_mapping(raw, source=Path("/cfg/enginefit.yaml"))
+    assert str(caught.value) == (
+        "/cfg/enginefit.yaml: unknown key a; known keys here: bench, capacity, decision, "
+        "loadtest, paths, prefix, report, requirements, shape, simulation, whatif, workload"
+    )
+    raw = bundled()
+    raw["shape"] = value
+    with pytest.raises(ConfigError) as caught:
+        config_from_mapping(raw, source=Path("/cfg/enginefit.yaml"))
+    assert str(caught.value) == "/cfg/enginefit.yaml: section 'shape' must be a mapping"

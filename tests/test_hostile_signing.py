@@ -1,11 +1,14 @@
 """Hostile signing files. The auditor's ``--allowed-signers`` that is missing, a folder or a
 device is the flag to fix (exit 2), never a fault of the version; a ``report.signing_key`` or
 ``report.allowed_signers`` that cannot sign and verify is refused when the configuration loads,
-in words that fit (not ssh-keygen's "No principal matched" after the whole run)."""
+in words that fit (not ssh-keygen's "No principal matched" after the whole run). A version's
+signature that is damaged, oversized or of other bytes is said to be so, never blamed on the
+allowed signers."""
 
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,10 +17,18 @@ import yaml
 from pipeline.cli import main as enginefit
 from pipeline.config import load_config
 from pipeline.errors import ConfigError
+from pipeline.ledger import SIGNATURE
 from pipeline.report.signing import NAMESPACE
 from tests import test_audit
 from tests.conftest import bundled_config
-from tests.test_audit import SSH_KEYGEN, Published, needs_ssh_keygen, signer_files
+from tests.test_audit import (
+    SSH_KEYGEN,
+    Published,
+    audit_lines,
+    forge_consistently,
+    needs_ssh_keygen,
+    signer_files,
+)
 
 published = test_audit.published  # two versions of one workload, published (a fixture)
 
@@ -128,3 +139,58 @@ def test_a_device_as_a_signing_file_is_refused_before_ssh_keygen_reads_it(
     files[setting] = Path("/dev/zero")
     config = _signing_config(tmp_path, files["signing_key"], files["allowed_signers"])
     assert _refused(config) == f"{config}: report.{setting} /dev/zero: {why}"
+
+
+@needs_ssh_keygen
+@pytest.mark.parametrize(
+    ("damage", "why"),
+    [
+        (
+            lambda good: b"not a signature\n",
+            "not an SSH signature ssh-keygen can read: damaged or replaced since it was written",
+        ),
+        (
+            lambda good: good[: len(good) // 2],
+            "not an SSH signature ssh-keygen can read: damaged or replaced since it was written",
+        ),
+        (
+            lambda good: good + b"A" * 2_000_000,
+            "the signature {sig} is {size:,} bytes, larger than any such file (1,048,576 bytes)",
+        ),
+    ],
+    ids=["garbage", "truncated", "oversized"],
+)
+def test_a_damaged_signature_is_said_to_be_damaged_not_an_unknown_signer(
+    published: Published,
+    capsys: pytest.CaptureFixture[str],
+    damage: Callable[[bytes], bytes],
+    why: str,
+) -> None:
+    """ssh-keygen adds "No principal matched" to any signature it cannot parse, which blamed
+    the allowed signers; a signature padded past any real one's size was read for seconds
+    (and verified: ssh-keygen ignores what follows its footer)."""
+    signer = signer_files(published.base / "keys")
+    folder = published.publish(3, sign_with=signer)
+    signature = folder / SIGNATURE
+    signature.write_bytes(damage(signature.read_bytes()))
+    out, _ = audit_lines(
+        capsys, str(folder), "--allowed-signers", str(signer.allowed_signers), code=1
+    )
+    said = why.format(sig=signature, size=signature.stat().st_size)
+    assert f"FAILED {signature}: {said}" in out
+
+
+@needs_ssh_keygen
+def test_a_signature_of_other_bytes_says_the_manifest_changed(
+    published: Published, capsys: pytest.CaptureFixture[str]
+) -> None:
+    signer = signer_files(published.base / "keys")
+    folder = published.publish(3, sign_with=signer)
+    assert forge_consistently(published, 3) == folder
+    out, _ = audit_lines(
+        capsys, str(folder), "--allowed-signers", str(signer.allowed_signers), code=1
+    )
+    assert (
+        f"FAILED {folder / SIGNATURE}: does not verify (the manifest's bytes are not the ones "
+        "signed: the manifest changed since, or the signature is another file's)"
+    ) in out

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import hashlib
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,12 +36,13 @@ from pipeline.bench.latency_fit import (
     estimate_concurrency,
     fit_latency_models,
 )
+from pipeline.bench.manifest import find_sidecar
 from pipeline.bench.present import figures
 from pipeline.bench.readers import read_bench_files
 from pipeline.bench.result import AnalysisBasis, BenchResult, analysis_payload
 from pipeline.bench.schema import BenchReadResult, empty_load_points
 from pipeline.dates import refuse_runs_after
-from pipeline.errors import InputFormatError
+from pipeline.errors import InputFormatError, StageOutputMissingError
 from pipeline.layout import WorkloadLayout
 from pipeline.prefix import stage as prefix_stage
 from pipeline.safe_read import read_json
@@ -48,6 +51,7 @@ from pipeline.shape.facts import LatencyModel, WorkloadFacts
 from pipeline.store import (
     open_stage_output,
     read_requests,
+    sha256_file,
     write_bytes_atomic,
     write_json_atomic,
     write_parquet_atomic,
@@ -87,7 +91,53 @@ def read_results(settings: BenchConfig, paths: Sequence[Path] | None = None) -> 
     return read_bench_files(chosen, manifest=settings.manifest)
 
 
-def write_results(result: BenchReadResult, layout: WorkloadLayout) -> dict[str, Path]:
+def bench_inputs(settings: BenchConfig) -> dict[str, str]:
+    """What the bench stage's outputs are computed from, each as a digest: the bench section's
+    settings (as the run took them, but the report date) and every file under each result path it names (with a
+    result file's sidecar manifest, and the ``bench.manifest`` file). Files are named by their
+    place under their configured path, so a project moved whole still fits. Sealed with the
+    outputs, so a later stage that reads them knows when they no longer fit the
+    configuration (:func:`require_current`)."""
+    # The files stand for results and manifest; the report date is the run's (a flag or
+    # ENGINEFIT_RUN_DATE may set it for one command), not what the outputs are matched on.
+    section = settings.model_dump(mode="json", exclude={"results", "manifest", "as_of"})
+    text = json.dumps(section, sort_keys=True, default=str)
+    found = {"the bench section": hashlib.sha256(text.encode()).hexdigest()}
+    files: dict[str, Path] = {}
+    for i, path in enumerate(settings.results):
+        if path.is_dir():
+            for file in sorted(f for f in path.rglob("*") if f.is_file()):
+                files[f"bench.results[{i}]/{file.relative_to(path).as_posix()}"] = file
+        elif path.is_file():
+            files[f"bench.results[{i}]"] = path
+            sidecar = find_sidecar(path)
+            if sidecar is not None:
+                files[f"bench.results[{i}]'s manifest"] = sidecar
+    if settings.manifest is not None and settings.manifest.is_file():
+        files["bench.manifest"] = settings.manifest
+    for name, file in files.items():
+        try:
+            found[name] = sha256_file(file)
+        except OSError:
+            found[name] = "unreadable"
+    return found
+
+
+def require_current(layout: WorkloadLayout, settings: BenchConfig) -> None:
+    """The bench outputs later stages read were computed from ``settings`` and the files it
+    names as they are now; else the error naming the stale output and what rewrites it."""
+    current = bench_inputs(settings)
+    # The analysis first: it is computed from every input, the load points from the files.
+    for result in (results.BENCH, results.LOAD_POINTS):
+        try:
+            result.check_inputs(layout, current, "bench.results and the bench section name")
+        except StageOutputMissingError:
+            return  # never written: the readers say so, as before
+
+
+def write_results(
+    result: BenchReadResult, layout: WorkloadLayout, inputs: dict[str, str] | None = None
+) -> dict[str, Path]:
     open_stage_output(layout)
     paths = layout.bench
     write_parquet_atomic(result.load_points, paths.load_points)
@@ -99,7 +149,7 @@ def write_results(result: BenchReadResult, layout: WorkloadLayout) -> dict[str, 
     written = {"load_points": paths.load_points, "read_notes": paths.read_notes}
     if result.per_request is not None:
         written["per_request"] = paths.per_request
-    results.LOAD_POINTS.seal(layout, written.values())
+    results.LOAD_POINTS.seal(layout, written.values(), inputs)
     return {"load_points": paths.load_points, "read_notes": paths.read_notes}
 
 
@@ -177,8 +227,11 @@ def run(inputs: BenchInputs, settings: BenchConfig) -> BenchResult:
     )
 
 
-def write(analysis: BenchResult, layout: WorkloadLayout) -> dict[str, Path]:
-    """The analysis tables, its JSON document, the findings and the figures, atomically."""
+def write(
+    analysis: BenchResult, layout: WorkloadLayout, inputs: dict[str, str] | None = None
+) -> dict[str, Path]:
+    """The analysis tables, its JSON document, the findings and the figures, atomically;
+    ``inputs``: what they were computed from (:func:`bench_inputs`), sealed with them."""
     open_stage_output(layout)
     paths = layout.bench
     write_parquet_atomic(analysis.evaluated, paths.points)
@@ -202,7 +255,7 @@ def write(analysis: BenchResult, layout: WorkloadLayout) -> dict[str, Path]:
     for name, svg in figures(analysis).items():
         write_bytes_atomic(getattr(paths, name), svg)
         written[name] = getattr(paths, name)
-    results.BENCH.seal(layout, written.values())
+    results.BENCH.seal(layout, written.values(), inputs)
     return written
 
 
@@ -290,8 +343,9 @@ def run_configured(
     layout: WorkloadLayout, settings: BenchConfig, config_model: LatencyModel
 ) -> BenchResult:
     """The configured workload's whole bench stage, written: results, analysis, concurrency."""
-    write_results(read_results(settings), layout)
+    inputs = bench_inputs(settings)
+    write_results(read_results(settings), layout, inputs)
     analysis = run(read_inputs(layout, settings.as_of), settings)
-    write(analysis, layout)
+    write(analysis, layout, inputs)
     write_concurrency(run_concurrency(layout, analysis, config_model), layout)
     return analysis

@@ -110,6 +110,9 @@ from pipeline.unknown import Unknown
 UNBOUNDED_KV = 10**12
 #: Largest number of a point's requests replayed when the file has no per-request data.
 SYNTHETIC_REQUESTS = 2000
+#: The slowest send rate a point is fitted at: one request in about 11.6 days. A sweep runs
+#: faster; a slower rate (a file claiming 1e-300 req/s) would overflow the replay's arrivals.
+MIN_FITTED_RATE_RPS = 1e-6
 MIN_SLOPE_T = 4.0
 CONTEXT_SPREAD = 1.5
 REFINE_PASSES = 6
@@ -223,8 +226,11 @@ def _point(row: dict[str, object], requests: pl.DataFrame | None, seed: int) -> 
     """One point's observables, or why it cannot be used."""
     point_id = str(row["point_id"])
     rate = _num(row, "achieved_rate_rps") or _num(row, "offered_rate_rps")
-    if rate is None or rate <= 0 or math.isinf(rate):
-        return f"{point_id}: no finite send rate (closed-loop or burst points are not fitted)"
+    if rate is None or not MIN_FITTED_RATE_RPS <= rate < math.inf:
+        return (
+            f"{point_id}: no finite send rate of at least {MIN_FITTED_RATE_RPS:g} req/s "
+            "(closed-loop or burst points are not fitted)"
+        )
     measured = _measured(row)
     if requests is not None and requests.height >= 10:
         ok = requests.filter(

@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from pipeline.bench import stage as bench_stage
 from pipeline.capacity import stage
 from pipeline.capacity.present import render_text
 from pipeline.commands.common import add_config_argument, command_config
@@ -31,7 +32,9 @@ def register(subparsers: Any) -> None:
 
 def configured_inputs(config: Config) -> stage.CapacityInputs:
     """What the capacity stage of the configured workload reads, as `enginefit capacity` and
-    the ``workload_capacity`` asset read it."""
+    the ``workload_capacity`` asset read it; bench outputs computed from other inputs than
+    the configuration's are an error, never reused silently."""
+    bench_stage.require_current(config.layout(), config.bench)
     return stage.read_inputs(
         config.layout(),
         config.requirements.served_model(),

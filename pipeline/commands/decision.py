@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pipeline.bench import stage as bench_stage
 from pipeline.bench.config import as_of_flag
 from pipeline.config import Config
 from pipeline.decision import stage
@@ -49,7 +50,9 @@ def decide_config(args: argparse.Namespace, config: Config) -> Config:
 def configured_inputs(config: Config, previous: Path | None = None) -> DecisionInputs:
     """What the decision of the configured workload reads, as `enginefit decide` and the
     ``engine_decision`` asset read it: a previous record to check is ``previous``, else
-    ``decision.previous_record``, else the version a new report would compare with."""
+    ``decision.previous_record``, else the version a new report would compare with. Bench
+    outputs computed from other inputs than the configuration's are an error."""
+    bench_stage.require_current(config.layout(), config.bench)
     return stage.read_inputs(
         config.layout(),
         config.decision,

@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from pipeline.bench import stage as bench_stage
 from pipeline.commands.common import add_config_argument, command_config
 from pipeline.config import Config
 from pipeline.errors import ConfigError
@@ -52,7 +53,9 @@ def register(subparsers: Any) -> None:
 
 def configured_inputs(config: Config) -> WhatifInputs:
     """What the what-if of the configured workload reads, as `enginefit whatif` and the
-    ``decision_map`` asset read it."""
+    ``decision_map`` asset read it. Bench outputs computed from other inputs than the
+    configuration's are an error."""
+    bench_stage.require_current(config.layout(), config.bench)
     return stage.read_inputs(
         config.layout(),
         config.whatif,

@@ -55,6 +55,19 @@ class _Ran:
     def reason(self) -> str:
         """Why it failed, in words that fit what enginefit asked of it."""
         for line in self.said:
+            # Before "No principal matched", which ssh-keygen adds when it read no signature.
+            if line.startswith("Couldn't parse signature"):
+                return (
+                    "not an SSH signature ssh-keygen can read: damaged or replaced since it was "
+                    "written"
+                )
+            if line.startswith("Signature verification failed") or line.startswith(
+                "Could not verify signature"
+            ):
+                return (
+                    "the manifest's bytes are not the ones signed: the manifest changed since, "
+                    "or the signature is another file's"
+                )
             if "incorrect passphrase" in line or "passphrase" in line.lower():
                 return "the key is protected by a passphrase; give an unencrypted key"
             if line.startswith("Couldn't load public key") or line.startswith("Load key"):
@@ -148,10 +161,19 @@ def verify(manifest: Path, signature: Path, allowed_signers: Path) -> tuple[str,
     program = ssh_keygen()
     if program is None:
         return "", "ssh-keygen (OpenSSH 8.1 or later) is not installed to check it"
+    # A signature or an allowed signers file is a few kilobytes: a larger one, or one that is
+    # not a regular file, is refused before ssh-keygen reads it (for seconds, or until its
+    # timeout).
+    for what, path in (("the signature", signature), ("the allowed signers", allowed_signers)):
+        problem = regular_file_problem(path, largest=LARGEST_KEY_FILE)
+        if problem is not None:
+            return "", f"{what} {path} {problem}"
     found = _run(
         program, ["-Y", "find-principals", "-s", str(signature), "-f", str(allowed_signers)]
     )
     principals = found.output.split()
+    if any(line.startswith("Couldn't parse signature") for line in found.said):
+        return "", found.reason
     if found.code != 0 or not principals:
         return "", f"no principal in {allowed_signers} made it ({found.reason})"
     checks = ["-f", str(allowed_signers), "-I", principals[0], "-n", NAMESPACE]
