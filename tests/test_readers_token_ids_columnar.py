@@ -441,25 +441,48 @@ _IDS = st.one_of(
 )
 
 
+# Strategies built once: a strategy made inside ``records`` is validated again at every draw,
+# which cost more than reading the records.
+_TIMESTAMPS = st.one_of(st.integers(0, 10**10), st.floats(0, 1e10), _VALUES)
+_OUTPUT_TOKENS = st.one_of(st.integers(0, 40), _VALUES)
+_TURNS = st.one_of(st.integers(0, 9), _VALUES)
+_DURATIONS = st.one_of(st.floats(0, 100), _VALUES)
+_FIELDS = (
+    "ts",
+    "prompt_token_ids",
+    "output_token_ids",
+    "output_tokens",
+    "session_id",
+    "turn",
+    "duration_s",
+)
+_EXTRA_FIELDS = ("extra", "timestamp", "user", "id", "model")
+_DROPPED = st.lists(st.sampled_from(sorted(_FIELDS)), max_size=5)
+_EXTRA_FIELD = st.sampled_from(_EXTRA_FIELDS)
+# An order of every key a record may hold; a record keeps the order of those it has (an order
+# of a subset drawn uniformly, as a permutation of the subset itself would be).
+_KEY_ORDER = st.permutations(sorted(_FIELDS + _EXTRA_FIELDS))
+_SPACINGS = st.sampled_from([(", ", ": "), (",", ":"), (" ,  ", " : ")])
+
+
 @st.composite
 def records(draw: st.DrawFn) -> bytes:
     prompt = draw(_IDS)
     obj: dict[str, Any] = {
-        "ts": draw(st.one_of(st.integers(0, 10**10), st.floats(0, 1e10), _VALUES)),
+        "ts": draw(_TIMESTAMPS),
         "prompt_token_ids": prompt,
         "output_token_ids": draw(_IDS),
-        "output_tokens": draw(st.one_of(st.integers(0, 40), _VALUES)),
+        "output_tokens": draw(_OUTPUT_TOKENS),
         "session_id": draw(_VALUES),
-        "turn": draw(st.one_of(st.integers(0, 9), _VALUES)),
-        "duration_s": draw(st.one_of(st.floats(0, 100), _VALUES)),
+        "turn": draw(_TURNS),
+        "duration_s": draw(_DURATIONS),
     }
-    for key in draw(st.lists(st.sampled_from(sorted(obj)), max_size=5)):
+    for key in draw(_DROPPED):
         obj.pop(key, None)
     if draw(st.booleans()):
-        obj[draw(st.sampled_from(["extra", "timestamp", "user", "id", "model"]))] = draw(_VALUES)
-    keys = draw(st.permutations(sorted(obj)))
-    ordered = {key: obj[key] for key in keys}
-    spacing = draw(st.sampled_from([(", ", ": "), (",", ":"), (" ,  ", " : ")]))
+        obj[draw(_EXTRA_FIELD)] = draw(_VALUES)
+    ordered = {key: obj[key] for key in draw(_KEY_ORDER) if key in obj}
+    spacing = draw(_SPACINGS)
     line = json.dumps(ordered, separators=spacing, ensure_ascii=draw(st.booleans())).encode()
     cut = draw(st.one_of(st.none(), st.integers(0, len(line))))
     return line if cut is None else line[:cut]
