@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import fcntl
 import math
+import os
+import pickle
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import polars as pl
@@ -31,6 +34,8 @@ if TYPE_CHECKING:
 # wall-clock bound, whose verdict would depend on how busy the machine is.
 hypothesis_settings.register_profile("enginefit", deadline=None)
 hypothesis_settings.load_profile("enginefit")
+
+T = TypeVar("T")
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -147,43 +152,87 @@ def _as_a_test_runs(folder: Path) -> Iterator[None]:
         yield
 
 
+def _shared_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder every pytest-xdist worker of this run sees (the run's base temporary folder),
+    or this session's own when the suite runs in one process."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@contextlib.contextmanager
+def _exclusive(lock: Path) -> Iterator[None]:
+    """Held by one process of the run at a time (an advisory lock on ``lock``)."""
+    with lock.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _built_once(shared: Path, name: str, build: Callable[[Path], T]) -> T:
+    """``build(folder)``'s result, computed by the first worker that asks and read back by the
+    others (pickled beside the folder it built): an expensive fixture costs once per run, not
+    once per worker."""
+    folder, result = shared / name, shared / f"{name}.pickle"
+    with _exclusive(shared / f"{name}.lock"):
+        if not result.exists():
+            shutil.rmtree(folder, ignore_errors=True)  # what a failed build left: the next tries
+            folder.mkdir()
+            with _as_a_test_runs(folder):
+                built = build(folder)
+            result.write_bytes(pickle.dumps(built))
+        value: T = pickle.loads(result.read_bytes())
+        return value
+
+
 @pytest.fixture(scope="session")
-def _bundled_publication(tmp_path_factory: pytest.TempPathFactory) -> tuple[Bundle, Path]:
-    """The bundled sample's first version, published once per session (per xdist worker), and
-    a pristine copy of its workspace."""
+def _bundled_publication(tmp_path_factory: pytest.TempPathFactory) -> tuple[Bundle, Path, Path]:
+    """The bundled sample's first version, published once per run (shared by the xdist
+    workers), a pristine copy of its workspace, and the lock a test holds while it uses it."""
     from tests.bundled_report import publish_bundle
 
-    root = tmp_path_factory.mktemp("bundled-report")
-    with _as_a_test_runs(root):
+    shared = _shared_folder(tmp_path_factory)
+
+    def publish_and_keep_a_copy(root: Path) -> tuple[Bundle, Path]:
         bundle = publish_bundle(root)
-    pristine = tmp_path_factory.mktemp("bundled-report-pristine") / "workspace"
-    shutil.copytree(root, pristine, symlinks=True)
-    return bundle, pristine
+        pristine = shared / "bundled-report-pristine"
+        shutil.rmtree(pristine, ignore_errors=True)
+        shutil.copytree(root, pristine, symlinks=True)
+        return bundle, pristine
+
+    bundle, pristine = _built_once(shared, "bundled-report", publish_and_keep_a_copy)
+    return bundle, pristine, shared / "bundled-report-in-use.lock"
 
 
 @pytest.fixture
-def bundled(_bundled_publication: tuple[Bundle, Path]) -> Bundle:
+def bundled(_bundled_publication: tuple[Bundle, Path, Path]) -> Iterator[Bundle]:
     """The bundled sample's first published version, restored from the pristine copy where it
-    was published (its manifest records absolute paths): the test may change anything in it."""
-    bundle, pristine = _bundled_publication
-    shutil.rmtree(bundle.root)
-    shutil.copytree(pristine, bundle.root, symlinks=True)
-    return bundle
+    was published (its manifest records absolute paths): the test may change anything in it.
+    One test at a time across the workers uses that folder."""
+    bundle, pristine, in_use = _bundled_publication
+    with _exclusive(in_use):
+        shutil.rmtree(bundle.root)
+        shutil.copytree(pristine, bundle.root, symlinks=True)
+        yield bundle
 
 
 @pytest.fixture(scope="session")
 def bundled_graph_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[GraphRun, Path]:
-    """The whole asset graph run once per session on the bundled configuration (an ephemeral
-    instance), and the data folder it wrote: tests compare other paths' outputs with it and
-    must not change it."""
-    import dagster as dg
+    """The whole asset graph run once per run on the bundled configuration (an ephemeral
+    instance; shared by the xdist workers), and the data folder it wrote: tests compare other
+    paths' outputs with it and must not change it."""
 
-    from assets.definitions import run_full_graph
+    def run_the_graph(root: Path) -> tuple[GraphRun, Path]:
+        import dagster as dg
 
-    root = tmp_path_factory.mktemp("bundled-graph")
-    with _as_a_test_runs(root), dg.DagsterInstance.ephemeral() as instance:
-        run = run_full_graph(bundled_config(root, "asset"), instance)
-    return run, root / "asset" / "data"
+        from assets.definitions import run_full_graph
+
+        with dg.DagsterInstance.ephemeral() as instance:
+            run = run_full_graph(bundled_config(root, "asset"), instance)
+        return run, root / "asset" / "data"
+
+    return _built_once(_shared_folder(tmp_path_factory), "bundled-graph", run_the_graph)
 
 
 def write_requests(frame: pl.DataFrame, workload_dir: Path) -> None:

@@ -56,24 +56,25 @@ def test_dagster_loads_the_code_location_with_the_executor_from_the_environment(
     name: str, tmp_path: Path
 ) -> None:
     """What the cluster's code server does: `dagster definitions validate -m assets.definitions`
-    with ENGINEFIT_EXECUTOR set, and the job it loads uses that executor."""
+    with ENGINEFIT_EXECUTOR set, and the job it loaded uses that executor. One process: the
+    installed `dagster` script runs as its own __main__, then the module it loaded is asked."""
     _installed(name)
     env = {**os.environ, EXECUTOR_ENV: name, "DAGSTER_HOME": str(tmp_path)}
     (tmp_path / "dagster.yaml").write_text("")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    probe = (
-        "import assets.definitions as d; "
-        "print(d.defs.resolve_job_def('full_report').executor_def.name)"
-    )
-    shown = subprocess.run(
-        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120
-    )
-    assert shown.returncode == 0, shown.stderr
-    executor = cluster_executor(name)
-    assert executor is not None and shown.stdout.strip() == executor.name
     dagster = Path(sys.executable).with_name("dagster")
+    command = (
+        "import runpy, sys\n"
+        f"sys.argv = [{str(dagster)!r}, 'definitions', 'validate', '-m', 'assets.definitions']\n"
+        "try:\n"
+        f"    runpy.run_path({str(dagster)!r}, run_name='__main__')\n"
+        "except SystemExit as done:\n"
+        "    assert done.code in (0, None), done.code\n"
+        "loaded = sys.modules['assets.definitions']\n"
+        "print(loaded.defs.resolve_job_def('full_report').executor_def.name)\n"
+    )
     loaded = subprocess.run(
-        [str(dagster), "definitions", "validate", "-m", "assets.definitions"],
+        [sys.executable, "-c", command],
         env=env,
         cwd=REPO,
         capture_output=True,
@@ -81,6 +82,9 @@ def test_dagster_loads_the_code_location_with_the_executor_from_the_environment(
         timeout=300,
     )
     assert loaded.returncode == 0, loaded.stdout + loaded.stderr
+    executor = cluster_executor(name)
+    assert executor is not None
+    assert loaded.stdout.strip().splitlines()[-1] == executor.name, loaded.stdout
 
 
 def test_an_unknown_executor_is_one_error_naming_the_variable() -> None:
