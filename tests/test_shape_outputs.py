@@ -61,8 +61,9 @@ def test_charts_are_byte_identical_and_undated() -> None:
     for name, svg in first.items():
         assert svg == second[name], name
         assert svg.startswith(b"<?xml") and b"<dc:date>" not in svg
-    # text is drawn as glyph paths (no font dependency); Matplotlib keeps each string as a comment
-    assert b"<!-- Concurrency over time (ESTIMATED) -->" in first["concurrency_svg"]
+    # text is kept as text (one element per line), not a path per glyph
+    assert b">Concurrency over time (ESTIMATED)</text>" in first["concurrency_svg"]
+    assert b"DejaVuSans-" not in first["concurrency_svg"]  # no glyph outlines
 
 
 def test_checks_predicates() -> None:

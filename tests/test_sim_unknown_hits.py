@@ -9,6 +9,7 @@ import json
 import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from xml.etree import ElementTree
 
 import dagster as dg
 import polars as pl
@@ -26,6 +27,8 @@ from pipeline.sim.present import hit_ratio_vs_capacity_svg, imbalance_vs_hit_rat
 from pipeline.sim.replay import simulate, summarise
 from pipeline.sim.result import ScenarioSummary, curves_frame, scenario_frame
 from tests.conftest import DEFAULTS, REPO, write_config, write_requests
+
+SVG = "{http://www.w3.org/2000/svg}"
 
 AZURE = REPO / "traces" / "azure-code" / "AzureLLMInferenceTrace_code.csv"
 AZURE_ROWS = 300
@@ -250,8 +253,9 @@ def test_the_check_treats_unknown_as_unknown() -> None:
 
 
 def _svg_text(svg: bytes) -> str:
-    """The text of an SVG drawn with text as paths (each string is kept as a comment)."""
-    return " ".join(" ".join(c.split()) for c in re.findall(r"<!-- (.*?) -->", svg.decode(), re.S))
+    """The text of an SVG, its lines joined by single spaces."""
+    lines = ("".join(e.itertext()) for e in ElementTree.fromstring(svg).iter(f"{SVG}text"))
+    return " ".join(" ".join(line.split()) for line in lines)
 
 
 def test_the_figures_say_unknown_instead_of_drawing_zero() -> None:

@@ -183,6 +183,9 @@ def concurrency_svg(series: pl.DataFrame, peak: int, label: str) -> bytes:
             linewidth=0,
             color=COLORS[0],
             label="min..max per bucket",
+            # A polygon of four vertices per bucket, thousands of them: an image at RASTER_DPI
+            # (the max line over it stays vector).
+            rasterized=True,
         )
         ax.step(t, hi, where="post", linewidth=0.8, color=COLORS[0], label="max per bucket")
         _mark_peak(ax, t, hi, lambda _: f"peak {peak:,}")

@@ -7,7 +7,7 @@ import itertools
 import math
 from typing import Any
 
-from pipeline.present.figures import COLORS, SMALL_FONT, drawing, svg_bytes
+from pipeline.present.figures import COLORS, SMALL_FONT, cells_path, drawing, svg_bytes
 from pipeline.present.text import money, money_band
 from pipeline.whatif.result import DecisionMap, ScenarioOutcome, WhatifResult
 
@@ -152,8 +152,7 @@ def map_svg(found: DecisionMap) -> bytes:
     """The decision map as a figure: regions coloured by the winning engine (Okabe-Ito),
     ties hatched, each region labelled, today's point marked, today's flips (dashed) and
     revisit triggers (dotted) drawn where they fall on the axes."""
-    from matplotlib.colors import ListedColormap  # import here: only drawing loads matplotlib
-    from matplotlib.patches import Patch, Rectangle  # import here: likewise
+    from matplotlib.patches import Patch, PathPatch  # import here: only drawing loads matplotlib
     from matplotlib.ticker import NullLocator  # import here: likewise
 
     engines = sorted(found.engines)
@@ -165,23 +164,23 @@ def map_svg(found: DecisionMap) -> bytes:
     with drawing(7.0, 4.6) as fig:
         ax = fig.subplots()
         ax.grid(False)
-        ax.pcolormesh(
-            xs, ys, grid, cmap=ListedColormap(colours), vmin=-0.5, vmax=none + 0.5, alpha=0.85
-        )
-        for j, row in enumerate(found.ties):
-            for i, tie in enumerate(row):
-                if tie:
-                    ax.add_patch(
-                        Rectangle(
-                            (xs[i], ys[j]),
-                            xs[i + 1] - xs[i],
-                            ys[j + 1] - ys[j],
-                            fill=False,
-                            hatch="////",
-                            edgecolor="white",
-                            linewidth=0,
-                        )
-                    )
+        # One filled path per engine and one hatched path for the ties, not a shape per cell.
+        for value, colour in enumerate(colours):
+            chosen = [[cell == value for cell in row] for row in grid]
+            if any(map(any, chosen)):
+                ax.add_patch(
+                    PathPatch(cells_path(xs, ys, chosen), facecolor=colour, alpha=0.85, lw=0)
+                )
+        if any(map(any, found.ties)):
+            ax.add_patch(
+                PathPatch(
+                    cells_path(xs, ys, found.ties),
+                    fill=False,
+                    hatch="////",
+                    edgecolor="white",
+                    linewidth=0,
+                )
+            )
         if found.x.log:
             ax.set_xscale("log")
         if found.y.log:
