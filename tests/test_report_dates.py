@@ -170,7 +170,7 @@ def test_a_decision_dated_before_its_benchmark_is_refused(tmp_path: Path) -> Non
     manifest, from the bench stage and from the decision alike."""
     record = decide_on(tmp_path / "ok", steady_traffic(), [sweep("vllm", 5.0)])
     assert record.as_of == AS_OF
-    assert record.measurements["bench.age_days[vllm]"] == 28
+    assert record.measurements["bench.age_days[vllm]"].value == 28
     folder = tmp_path / "ok" / "bench-results" / "0-vllm"
     config = configuration(tmp_path / "ok", results=[folder])
     with pytest.raises(InputFormatError) as raised:
