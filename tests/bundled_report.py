@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import html.parser
 import io
 import shutil
 from collections.abc import Sequence
@@ -26,6 +27,7 @@ from pipeline.commands.decision import configured_inputs as decision_configured_
 from pipeline.commands.whatif import configured_inputs as whatif_configured_inputs
 from pipeline.config import load_config
 from pipeline.decision import stage as decision_stage
+from pipeline.ledger import HTML
 from pipeline.report import stage
 from pipeline.report.result import Published
 from pipeline.whatif import stage as whatif_stage
@@ -92,6 +94,52 @@ def pdf_text(path: Path) -> str:
         pages = pypdf.PdfReader(io.BytesIO(pdf)).pages
         _TEXTS[digest] = "\n".join(page.extract_text() for page in pages)
     return _TEXTS[digest]
+
+
+#: What ``conftest.pdf_as_its_html`` publishes instead of rendering: the HTML it was given.
+STAND_IN_PDF = b"%stand-in for the PDF of this HTML\n"
+
+
+def render_the_html_as_the_pdf(document: str, fetcher: object = None) -> bytes:
+    """A stand-in for ``present.render_pdf`` that costs nothing: deterministic, different for
+    every document, and no PDF (a test reading it as one fails)."""
+    return STAND_IN_PDF + document.encode()
+
+
+# Elements inside a line of text: no break where they start or end.
+_INLINE = frozenset({"a", "abbr", "b", "code", "em", "i", "small", "span", "strong", "sub", "sup"})
+
+
+class _Text(html.parser.HTMLParser):
+    """The text a browser shows: tags and embedded styles dropped, entities decoded, a break
+    between blocks (cells, paragraphs, headings)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.chunks: list[str] = []
+        self.hidden = 0
+
+    def handle_starttag(self, tag: str, attrs: object) -> None:
+        self.hidden += tag in ("style", "script")
+        if tag not in _INLINE:
+            self.chunks.append("\n")
+
+    def handle_endtag(self, tag: str) -> None:
+        self.hidden -= tag in ("style", "script")
+        if tag not in _INLINE:
+            self.chunks.append("\n")
+
+    def handle_data(self, data: str) -> None:
+        if not self.hidden:
+            self.chunks.append(data)
+
+
+def html_text(published: Published) -> str:
+    """The published HTML's text, whitespace collapsed: the same document the PDF renders, for
+    tests of what a version says rather than of the PDF."""
+    parser = _Text()
+    parser.feed((published.folder / HTML).read_text())
+    return " ".join("".join(parser.chunks).split())
 
 
 @dataclass(frozen=True)

@@ -217,6 +217,18 @@ def bundled(_bundled_publication: tuple[Bundle, Path, Path]) -> Iterator[Bundle]
         yield bundle
 
 
+@pytest.fixture
+def pdf_as_its_html(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Versions published in this test carry a stand-in for their PDF (the HTML it would be
+    rendered from): for tests of the ledger, dates, audit and what a version says, which read
+    the published HTML. WeasyPrint is most of a publication's cost, and the PDF itself is
+    tested on real renders (tests/test_report.py)."""
+    from pipeline.report import present
+    from tests.bundled_report import render_the_html_as_the_pdf
+
+    monkeypatch.setattr(present, "render_pdf", render_the_html_as_the_pdf)
+
+
 @pytest.fixture(scope="session")
 def bundled_graph_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[GraphRun, Path]:
     """The whole asset graph run once per run on the bundled configuration (an ephemeral

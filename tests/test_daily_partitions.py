@@ -444,6 +444,7 @@ def test_dagster_ingests_day_by_day_and_reprocesses_one_day(
     assert counts > 0
 
 
+@pytest.mark.usefixtures("pdf_as_its_html")
 def test_the_report_of_a_daily_configuration_runs_on_the_union(
     three_days: Path, tmp_path: Path
 ) -> None:

@@ -174,6 +174,7 @@ def _create_database(server: Server) -> None:
     connection.close()  # type: ignore[attr-defined]
 
 
+@pytest.mark.usefixtures("pdf_as_its_html")
 def test_the_graph_runs_with_its_history_in_postgres(
     postgres: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -25,7 +25,7 @@ from pipeline.report import signing, stage
 from pipeline.report.audit import audit
 from pipeline.report.compute import build
 from pipeline.report.present import LocalOnlyFetcher, render_pdf
-from tests.bundled_report import Bundle, pdf_text, publish
+from tests.bundled_report import Bundle, html_text, pdf_text, publish
 from tests.conftest import REPO, azure_conversation_trace, bundled_config
 
 SECTIONS = (
@@ -124,6 +124,7 @@ def test_the_bundled_document_reads_as_a_document(bundled: Bundle) -> None:
     assert "<style>" in again.html and "1. Executive summary" in again.html
 
 
+@pytest.mark.usefixtures("pdf_as_its_html")
 def test_versions_audit_and_an_unchanged_run(
     bundled: Bundle, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -136,7 +137,7 @@ def test_versions_audit_and_an_unchanged_run(
     # A changed trace (last 1,000 requests dropped): v2, compared with v1.
     second = publish(bundled.workload(drop_last=1_000))
     assert (second.created, second.version) == (True, 2)
-    text = pdf_text(second.pdf)
+    text = html_text(second)
     assert "Compared with 2025-Q1 v1." in text
     assert "The previous version's triggers, checked now" in text
     record = json.loads((second.folder / "decision.json").read_text())
@@ -170,6 +171,7 @@ def test_versions_audit_and_an_unchanged_run(
     assert difference.actual_sha256 != difference.expected_sha256
 
 
+@pytest.mark.usefixtures("pdf_as_its_html")
 def test_a_crash_before_the_ledger_leaves_it_consistent(
     bundled: Bundle, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -217,12 +219,13 @@ def test_audit_refuses_what_is_not_a_version(tmp_path: Path) -> None:
         audit(tmp_path)
 
 
+@pytest.mark.usefixtures("pdf_as_its_html")
 def test_a_new_quarter_compares_with_the_previous_quarter(bundled: Bundle) -> None:
     shutil.rmtree(bundled.data / "decision")  # after 2025-Q1 v1
     # The traffic is 2025-Q1's: filing it under 2025-Q2 has to be meant.
     q2 = publish(bundled.workload(quarter="2025-Q2", allow_other_quarter=True), upstream=())
     assert (q2.quarter, q2.version, q2.created) == ("2025-Q2", 1, True)
-    assert "Compared with 2025-Q1 v1." in pdf_text(q2.pdf)
+    assert "Compared with 2025-Q1 v1." in html_text(q2)
 
 
 def test_a_trace_without_prompt_content_says_so_instead_of_empty_plots(tmp_path: Path) -> None:
@@ -260,6 +263,7 @@ def test_a_trace_without_prompt_content_says_so_instead_of_empty_plots(tmp_path:
     assert "How each headline number was computed" in text
 
 
+@pytest.mark.usefixtures("pdf_as_its_html")
 def test_every_file_a_stage_read_is_audited_and_a_signed_version_verifies(
     bundled: Bundle, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -26,7 +26,7 @@ from pipeline.ledger import MANIFEST
 from pipeline.report import stage
 from pipeline.report.compute import build
 from pipeline.report.sections.changes import configuration_changes
-from tests.bundled_report import Bundle, pdf_text, publish, workload
+from tests.bundled_report import Bundle, html_text, pdf_text, publish, workload
 from tests.conftest import REPO
 from tests.decision_fixtures import (
     AS_OF,
@@ -211,6 +211,7 @@ def test_the_bundled_document_has_a_date_and_no_negative_age(bundled: Bundle) ->
     assert "maintenance since 2025-12-11, 353 days before the report date" in text
 
 
+@pytest.mark.usefixtures("pdf_as_its_html")
 def test_without_a_date_the_first_publication_dates_the_version(
     bundled: Bundle, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -222,7 +223,7 @@ def test_without_a_date_the_first_publication_dates_the_version(
     set_clock(monkeypatch, "2026-12-01")
     first = publish(config, upstream=BENCH_READERS)
     assert json.loads((first.folder / MANIFEST).read_text())["report_date"] == "2026-12-01"
-    text = " ".join(pdf_text(first.pdf).split())
+    text = html_text(first)
     assert "2026-12-01 (the day this version was first published)" in text
     assert "run 2025-11-05, 391 days before the report date" in text
     # The bench stage had no date to check the age against; the decision's flags it stale.
@@ -240,17 +241,19 @@ def test_without_a_date_the_first_publication_dates_the_version(
 # ----------------------------------------------------------- quarters and the changes
 
 
+@pytest.mark.usefixtures("pdf_as_its_html")
 def test_a_quarter_without_the_traffic_is_refused_unless_allowed(bundled: Bundle) -> None:
     # After 2025-Q1 v1; only the report reads report.*
     with pytest.raises(ConfigError, match=r"report.quarter: 2024-Q4 holds none of the traffic"):
         publish(bundled.workload(quarter="2024-Q4"), upstream=())
     allowed = publish(bundled.workload(quarter="2024-Q4", allow_other_quarter=True), upstream=())
     assert (allowed.quarter, allowed.version) == ("2024-Q4", 1)
-    text = " ".join(pdf_text(allowed.pdf).split())
+    text = html_text(allowed)
     assert "Compared with 2025-Q1 v1." in text  # not "the first version for this workload"
     assert "filed under 2024-Q4 (report.allow_other_quarter); the traffic is from 2025-Q1" in text
 
 
+@pytest.mark.usefixtures("pdf_as_its_html")
 def test_a_price_change_lists_that_key_and_the_numbers_it_moved(bundled: Bundle) -> None:
     """H100 $3.0 → $3.5 an hour: the configuration change is that one key; the benchmark's
     cost per 1M output tokens, $ ÷ (92.2241 req/s × 62.3254 tokens × 3600 s) × 10⁶, moves from
@@ -283,7 +286,7 @@ def test_a_price_change_lists_that_key_and_the_numbers_it_moved(bundled: Bundle)
         "monthly cost, vLLM": ("$50,570", "$58,965"),
         "monthly value of prefix-aware routing": ("$82", "$95"),
     }
-    text = " ".join(pdf_text(second.pdf).split())
+    text = html_text(second)
     assert "bench.prices.gpu_hour_usd.H100 3.0 3.5" in text
 
 

@@ -101,6 +101,9 @@ MAX_FLEET_PASSES = 8
 #: generated multi-turn requests, cache-aware: 74.8 % cached at 31 replicas, 75.9 % at 32,
 #: capacity 5.31 against 5.35 req/s), and each further replay is a pass over the whole trace.
 FLEET_COUNT_TOLERANCE = 0.05
+#: The widest residual spread the band scales the step by (a fit off by more than half is
+#: withheld by the self-check before it gets here).
+MAX_RESIDUAL_SPREAD = 0.5
 
 
 @dataclass(frozen=True)
@@ -776,8 +779,8 @@ def carry_to_workload(
 def residual_spread(model: ServingModel, config: CapacityConfig) -> float:
     """The fit's residual spread the band's searches scale the step by: at least
     ``min_band_spread`` (a fit with tiny residuals on one mix still extrapolates), at most
-    50 %."""
-    return min(max(model.residual_spread, config.min_band_spread), 0.5)
+    ``MAX_RESIDUAL_SPREAD``."""
+    return min(max(model.residual_spread, config.min_band_spread), MAX_RESIDUAL_SPREAD)
 
 
 def capacity_band(capacity_rps: float, residual_band_rps: Band, validation_error: float) -> Band:
