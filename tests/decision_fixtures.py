@@ -14,6 +14,7 @@ from typing import Any
 import polars as pl
 import yaml
 
+from pipeline import results
 from pipeline.bench import stage as bench_stage
 from pipeline.capacity.compute import capacity_result, carry_to_workload, workload_requests
 from pipeline.capacity.result import CapacityResult, ServingModel
@@ -263,6 +264,7 @@ def capacity_of(model: ServingModel, *, cached_share: float = 0.0) -> CapacityWr
         path = layout.root / "capacity" / "capacity.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(result.to_json()))
+        results.CAPACITY.seal(layout)  # as the capacity stage's write does
         return result
 
     return write

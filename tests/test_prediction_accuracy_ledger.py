@@ -20,6 +20,7 @@ import pytest
 
 from assets.cli import main as enginefit
 from assets.report import configured_inputs as report_inputs
+from pipeline import results
 from pipeline.capacity.compute import prediction_check
 from pipeline.capacity.present import prediction_sentence
 from pipeline.capacity.result import CapacityResult, PredictionCheck, ServingModel
@@ -77,6 +78,7 @@ def checked(check: PredictionCheck | Unknown | None) -> CapacityWriter:
             }
         )
         (layout.root / "capacity" / "capacity.json").write_text(json.dumps(result.to_json()))
+        results.CAPACITY.seal(layout)  # as the capacity stage's write does
         return result
 
     return write
