@@ -263,7 +263,10 @@ def test_the_record_and_page_one_carry_the_band() -> None:
     again = DecisionRecord.from_json(json.loads(json.dumps(record.to_json())), "here")
     assert again == record
     options = {o.engine: o for o in decision_memo(record, None).options}
-    assert options["vLLM"].monthly == "$8,760 (band $8,760–$10,950)"
+    assert (options["vLLM"].monthly, options["vLLM"].monthly_band) == (
+        "$8,760",
+        "band $8,760–$10,950",
+    )
     unbanded = decided(moved(hand_context([bench("vllm", 5.0)])))
     options = {o.engine: o for o in decision_memo(unbanded, None).options}
-    assert options["vLLM"].monthly == "$8,760"
+    assert (options["vLLM"].monthly, options["vLLM"].monthly_band) == ("$8,760", None)

@@ -149,6 +149,8 @@ def _next_steps(record: DecisionRecord, layer_name: str | None) -> list[str]:
 class Option(ResultModel):
     engine: str
     monthly: str
+    #: The monthly cost's band, shown under it (None: no band, e.g. a measured-only cost).
+    monthly_band: str | None
     per_1m: str
     why: str
 
@@ -177,9 +179,11 @@ def decision_memo(record: DecisionRecord, layer_name: str | None) -> Memo:
         options=[
             Option(
                 engine=c.name,
-                # with the capacity band carried into the bill, where there is one
-                monthly=money(c.monthly_bill())
-                + (f" (band {money_band(band)})" if (band := c.monthly_bill_band()) else ""),
+                monthly=money(c.monthly_bill()),
+                # the capacity band carried into the bill, where there is one
+                monthly_band=f"band {money_band(band)}"
+                if (band := c.monthly_bill_band())
+                else None,
                 per_1m=usd(c.cost_per_1m_output_usd),
                 why=_why(c, record, tree),
             )
