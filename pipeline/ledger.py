@@ -60,7 +60,7 @@ SHA256 = re.compile(r"^[0-9a-f]{64}$")
 #: the capacity measured on that traffic (predicted ÷ measured − 1; null: unknown), under
 #: ``capacity.prediction_error[<engine>]``.
 PREDICTION_ERROR = "capacity.prediction_error"
-_PREDICTION_KEY = re.compile(r"^capacity\.prediction_error\[(.+)\]$")
+_PREDICTION_KEY = re.compile(rf"^{re.escape(PREDICTION_ERROR)}\[(.+)\]$")
 
 
 def prediction_errors(record: Any) -> dict[str, float | None] | None:

@@ -381,25 +381,21 @@ def settle_fleet(
             bracket=COARSE_BRACKET_RATIO,
         )
         passes.append((replay, drawn, found))
-        if isinstance(found, Unknown):
-            steps.append(
-                FleetStep(
-                    replicas=replay.replicas,
-                    cached_share=replay.share,
-                    capacity_rps=found,
-                    replicas_needed=None,
-                )
-            )
-            break
-        needed = fleet_replicas(found.rate_rps, peak_rate_rps, config)
+        needed = (
+            None
+            if isinstance(found, Unknown)
+            else fleet_replicas(found.rate_rps, peak_rate_rps, config)
+        )
         steps.append(
             FleetStep(
                 replicas=replay.replicas,
                 cached_share=replay.share,
-                capacity_rps=found.rate_rps,
+                capacity_rps=found if isinstance(found, Unknown) else found.rate_rps,
                 replicas_needed=needed,
             )
         )
+        if isinstance(found, Unknown) or needed is None:
+            break
         if any(p[0].replicas == needed for p in passes):
             break
         if within_fleet_tolerance(replay.replicas, needed) and (
