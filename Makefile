@@ -5,6 +5,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ENGINE_STAMP := $(VENV)/.engine-installed
 export DAGSTER_HOME := $(CURDIR)/.dagster_home
+# numba's compiled kernels kept per machine, not per checkout (keyed by each source file's
+# content and the CPU): a fresh clone reuses what an earlier one compiled, as with llama.cpp.
+export NUMBA_CACHE_DIR ?= $(HOME)/.cache/enginefit/numba
 
 .PHONY: report test test-postgres lint bench ui clean engine validate
 
