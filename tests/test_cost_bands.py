@@ -34,7 +34,7 @@ from pipeline.decision.compute import decided
 from pipeline.decision.costing import choose, payback
 from pipeline.decision.evidence import EngineBench
 from pipeline.decision.flips import moved
-from pipeline.decision.present import payback_text, ranking_text
+from pipeline.decision.present import candidates_table, payback_text, ranking_text
 from pipeline.decision.result import DecisionRecord
 from pipeline.present.text import months_band
 from pipeline.report.sections.memo import decision_memo
@@ -270,3 +270,21 @@ def test_the_record_and_page_one_carry_the_band() -> None:
     unbanded = decided(moved(hand_context([bench("vllm", 5.0)])))
     options = {o.engine: o for o in decision_memo(unbanded, None).options}
     assert (options["vLLM"].monthly, options["vLLM"].monthly_band) == ("$8,760", None)
+
+
+def _first_row(table: str) -> dict[str, str]:
+    header, _, row = table.splitlines()[:3]
+    return dict(zip(header[2:-2].split(" | "), row[2:-2].split(" | "), strict=True))
+
+
+def test_the_decide_table_shows_both_bands_beside_the_figures() -> None:
+    """The same hand case in ``enginefit decide``'s table: $/1M out 0.641–1.04 (three
+    significant digits, as every cell) and $8,760–$10,950 a month; an engine without a band
+    says unknown there, not a band of zero width."""
+    record = decided(moved(hand_context([banded("vllm", 5.0, (4.0, 6.5))])))
+    cells = _first_row(candidates_table(record))
+    assert cells["$/1M out band"] == "0.641–1.04"
+    assert cells["$/month band"] == "8,760–10,950"
+    unbanded = decided(moved(hand_context([bench("vllm", 5.0)])))
+    cells = _first_row(candidates_table(unbanded))
+    assert (cells["$/1M out band"], cells["$/month band"]) == ("unknown", "unknown")

@@ -20,7 +20,7 @@ from pipeline.decision.result import (
     Ranking,
     Trigger,
 )
-from pipeline.present.tables import markdown_table
+from pipeline.present.tables import cell, markdown_table
 from pipeline.present.text import (
     NOTHING,
     UNKNOWN,
@@ -507,6 +507,11 @@ def triggers_frame(record: DecisionRecord) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=schema)
 
 
+def _band_cell(band: tuple[float, float] | None) -> str | None:
+    """A band's ends as one table cell (None: no band, shown as unknown)."""
+    return None if band is None else f"{cell(float(band[0]))}–{cell(float(band[1]))}"
+
+
 def candidates_table(record: DecisionRecord) -> str:
     frame = pl.DataFrame(
         [
@@ -514,6 +519,7 @@ def candidates_table(record: DecisionRecord) -> str:
                 "engine": c.name,
                 "status": c.status,
                 "$/1M out": c.cost_per_1m_output_usd,
+                "$/1M out band": _band_cell(c.cost_per_1m_output_band_usd),
                 "benchmark $/1M out": c.benchmark_cost_per_1m_output_usd,
                 "basis": c.cost_basis,
                 "req/s per replica": c.workload_capacity_rps,
@@ -521,6 +527,7 @@ def candidates_table(record: DecisionRecord) -> str:
                 "$/month (GPUs + changes)": c.monthly_total_usd
                 if c.monthly_total_usd is not None
                 else c.monthly_cost_usd,
+                "$/month band": _band_cell(c.monthly_bill_band()),
                 "payback": payback_cell(c.payback),
                 "why": "; ".join(c.reasons[:2]),
             }
@@ -530,11 +537,13 @@ def candidates_table(record: DecisionRecord) -> str:
             "engine": pl.String,
             "status": pl.String,
             "$/1M out": pl.Float64,
+            "$/1M out band": pl.String,
             "benchmark $/1M out": pl.Float64,
             "basis": pl.String,
             "req/s per replica": pl.Float64,
             "replicas": pl.Int64,
             "$/month (GPUs + changes)": pl.Float64,
+            "$/month band": pl.String,
             "payback": pl.String,
             "why": pl.String,
         },
