@@ -40,7 +40,10 @@ reached its handler, ``first_token_due_s`` when its delays put the first token, 
 before each streamed body write (the tokens of a write can reach the client no earlier), so tests compare a client's timings with the server's own instead of
 bounding wall-clock time. ``outcome`` is ok, bad_request, error, hang, cut, silent_cut, malformed,
 client_closed or running. ``POST /reset``
-clears the records, the arrival counter and the prefix cache.
+clears the records, the arrival counter and the prefix cache. ``POST /configure`` with a JSON
+object of options (``run_stub_server``'s names) serves with those from then on, the others at
+their defaults, and resets: tests that each want other options share one process
+(``StubServer.configure``), its start-up being most of what such a test costs.
 """
 
 from __future__ import annotations
@@ -517,23 +520,38 @@ class ServerState:
 
 
 def make_app(opts: argparse.Namespace) -> web.Application:
-    state = ServerState(opts)
+    # The state requests are served from, replaced whole by POST /configure: a request already
+    # running finishes on the state it started with, outside the new records.
+    current = [ServerState(opts)]
 
     async def completions(request: web.Request) -> web.StreamResponse:
-        return await state.generate(request, "completions")
+        return await current[0].generate(request, "completions")
 
     async def chat(request: web.Request) -> web.StreamResponse:
-        return await state.generate(request, "chat")
+        return await current[0].generate(request, "chat")
 
     async def models(_: web.Request) -> web.Response:
-        model = {"id": opts.model, "object": "model", "created": 0, "owned_by": "enginefit-stub"}
+        model_id = current[0].opts.model
+        model = {"id": model_id, "object": "model", "created": 0, "owned_by": "enginefit-stub"}
         return web.json_response({"object": "list", "data": [model]})
 
     async def stats(_: web.Request) -> web.Response:
-        return web.json_response(state.stats())
+        return web.json_response(current[0].stats())
 
     async def reset(_: web.Request) -> web.Response:
-        state.reset()
+        current[0].reset()
+        return web.json_response({"ok": True})
+
+    async def configure(request: web.Request) -> web.Response:
+        try:
+            options = json.loads(await request.read())
+            if not isinstance(options, dict):
+                raise TypeError("expected a JSON object of options")
+            _, effective = options_to_argv(options)
+        except (ValueError, TypeError) as exc:
+            return error_response(400, str(exc))
+        effective.update(host=opts.host, port=opts.port)  # where it listens stays
+        current[0] = ServerState(argparse.Namespace(**effective))
         return web.json_response({"ok": True})
 
     app = web.Application(client_max_size=256 * 1024**2)  # long token-id prompts
@@ -542,6 +560,7 @@ def make_app(opts: argparse.Namespace) -> web.Application:
     app.router.add_get("/v1/models", models)
     app.router.add_get("/stats", stats)
     app.router.add_post("/reset", reset)
+    app.router.add_post("/configure", configure)
     return app
 
 
@@ -598,9 +617,9 @@ class StubServer:
     options: dict[str, object]
     process: subprocess.Popen[bytes]
 
-    def _call(self, method: str, path: str) -> Any:
+    def _call(self, method: str, path: str, body: bytes = b"") -> Any:
         req = urllib.request.Request(
-            self.base_url + path, method=method, data=b"" if method == "POST" else None
+            self.base_url + path, method=method, data=body if method == "POST" else None
         )
         with urllib.request.urlopen(req, timeout=30) as resp:
             return json.loads(resp.read())
@@ -613,6 +632,15 @@ class StubServer:
     def reset(self) -> None:
         """Forget records, restart arrival indices at 1 and empty the prefix cache."""
         self._call("POST", "/reset")
+
+    def configure(self, **options: object) -> StubServer:
+        """Serve with these options from now on (the others at their defaults, as
+        ``run_stub_server(**options)`` would start it), reset as by :meth:`reset`: one process
+        for tests that each want other options. Returns the server itself."""
+        _, effective = options_to_argv(options)  # a bad option raises here, as at start-up
+        self._call("POST", "/configure", json.dumps(options).encode())
+        self.options = effective
+        return self
 
 
 def options_to_argv(options: dict[str, object]) -> tuple[list[str], dict[str, object]]:

@@ -116,7 +116,9 @@ def test_replay_at_two_rates_feeds_a_capacity_table(
     growing_conversations(400, 20, extra_tokens=5, output_tokens=N_TOKENS).write_parquet(trace)
     argv = [
         "loadtest", str(trace), "--endpoint", server.url, "--model", server.model,
-        "--rates", "10,20", "--duration", "10s", "--warmup", "1s",
+        # A few dozen requests a rate: the properties below hold request by request, and the
+        # bench stage reads a point of any size (its verdict may be "unknown").
+        "--rates", "10,20", "--duration", "2s", "--warmup", "0.5s",
         "--engine", "llama.cpp", "--gpu-type", "cpu", "--gpu-count", "1", "--price", "0.1",
         "--out", str(out),
     ]  # fmt: skip
@@ -145,16 +147,22 @@ def test_an_interrupted_stream_is_reported_as_cut(tmp_path: Path) -> None:
     # stream in flight: status 200, [DONE], but no finish_reason.
     model = write_tiny_llama_gguf(tmp_path / "tiny.gguf")
     with run_llama_cpp_server(model, interrupt_requests=True) as running:
-        body = json.dumps(
-            {"model": running.model, "prompt": "the test", "max_tokens": 2000,
-             "min_tokens": 2000, "stream": True}
-        ).encode()  # fmt: skip
+        # The first stream is long enough to still run when the second arrives; the second,
+        # served in full afterwards, is short (its length is not what is tested).
+        bodies = [
+            json.dumps(
+                {"model": running.model, "prompt": "the test", "max_tokens": tokens,
+                 "min_tokens": tokens, "stream": True}
+            ).encode()
+            for tokens in (2000, N_TOKENS)
+        ]  # fmt: skip
         options = ClientOptions(
             f"{running.url}/completions", "completions", 10, 30, 120, None, "drop",
             {"Content-Type": "application/json"},
         )  # fmt: skip
         with asyncio.Runner(loop_factory=_new_loop) as runner:
-            outcomes = runner.run(run_schedule([0.0, 0.3], lambda _: body, options))
+            outcomes = runner.run(run_schedule([0.0, 0.3], bodies.__getitem__, options))
     first = outcomes[0]
     assert first.error_kind in {"cut_stream_silent", "cut_stream"}
     assert 0 < len(first.chunk_times) < 2000
+    assert outcomes[1].error_kind is None and len(outcomes[1].chunk_times) == N_TOKENS

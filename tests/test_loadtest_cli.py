@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import dagster as dg
 import polars as pl
@@ -29,11 +32,27 @@ from pipeline.store import read_requests
 from tests.conftest import DEFAULTS, REPO, bundled_config
 from tests.workloads import growing_conversations
 
+if TYPE_CHECKING:
+    from assets.definitions import GraphRun
+
+# The workload folder's stages after prefix: the load test and the bench assets write or read
+# none of them.
+LATER_STAGES = ["simulation", "bench", "capacity", "decision", "whatif"]
 DEPLOYMENT = ["--engine", "vllm", "--gpu-type", "H100", "--gpu-count", "1", "--price", "2.5"]
 
 
+@pytest.fixture(scope="module")
+def stub() -> Iterator[StubServer]:
+    """One stub server process for the module, configured by each test."""
+    with run_stub_server() as server:
+        yield server
+
+
 def test_mooncake_replay_feeds_the_bench_stage(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    bundled_graph_run: tuple[GraphRun, Path],
+    stub: StubServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     config = bundled_config(tmp_path, "lt")
     # the results folder the bench assets read, where loadtest.out_dir (default bench-results,
@@ -45,19 +64,27 @@ def test_mooncake_replay_feeds_the_bench_stage(
     raw["bench"]["as_of"] = None
     config.write_text(yaml.safe_dump(raw))
     (tmp_path / "bench-results").mkdir()
-    for command in ("ingest", "shape", "prefix"):
-        assert main([command, "--config", str(config)]) == 0
-    with run_stub_server(block_size=512, model="tiny") as server:
-        code = main(
-            [
-                "loadtest", "--config", str(config), "--endpoint", server.url, "--model", "tiny",
-                "--rates", "4", "--duration", "3s", "--warmup", "0.5s",
-                # the sample's timestamps are bucketed to ~3 s: its own gaps are no schedule
-                "--arrivals", "poisson",
-                "--max-in-flight", "1", "--on-cap", "delay", *DEPLOYMENT,
-            ]
-        )  # fmt: skip
-        totals = server.stats()["totals"]
+    # What `enginefit ingest`, `shape` and `prefix` write on this configuration is what the
+    # graph wrote on the bundled one (tests/test_stage_identity.py): its first stages' outputs,
+    # copied, instead of running them again. Their seals and recorded inputs must still match.
+    _, graph_data = bundled_graph_run
+    workload = "mooncake-conversation"
+    shutil.copytree(
+        graph_data / workload,
+        tmp_path / "lt" / "data" / workload,
+        ignore=lambda folder, _: LATER_STAGES if Path(folder).name == workload else (),
+    )
+    server = stub.configure(block_size=512, model="tiny")
+    code = main(
+        [
+            "loadtest", "--config", str(config), "--endpoint", server.url, "--model", "tiny",
+            "--rates", "8", "--duration", "1.5s", "--warmup", "0.25s",
+            # the sample's timestamps are bucketed to ~3 s: its own gaps are no schedule
+            "--arrivals", "poisson",
+            "--max-in-flight", "1", "--on-cap", "delay", *DEPLOYMENT,
+        ]
+    )  # fmt: skip
+    totals = server.stats()["totals"]
     assert code == 0
     printed = capsys.readouterr()
     assert "enginefit loadtest: configuration:" in printed.err  # says what it used
@@ -80,7 +107,7 @@ def test_mooncake_replay_feeds_the_bench_stage(
     assert totals["prompt_tokens"] == int(replayed.get_column("prompt_tokens").sum())
     assert totals["hit_tokens"] == curve.max_hit_tokens > 0
     # the rate file carries only measured sends; the manifest names the workload
-    result = json.loads((out / "vllm-4qps.json").read_text())
+    result = json.loads((out / "vllm-8qps.json").read_text())
     warm = int(requests.get_column("warmup").sum())
     assert result["num_prompts"] == sent - warm and result["completed"] == sent - warm
     assert result["model_id"] == "tiny" and len(result["ttfts"]) == sent - warm
@@ -119,26 +146,26 @@ def _wait_for_arrivals(server: StubServer, proc: subprocess.Popen[bytes], count:
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_ctrl_c_keeps_what_was_measured(tmp_path: Path, signum: int) -> None:
+def test_ctrl_c_keeps_what_was_measured(stub: StubServer, tmp_path: Path, signum: int) -> None:
     trace, out = _canonical(tmp_path), tmp_path / "run"
-    with run_stub_server(ttft_ms=300) as server:
-        proc = subprocess.Popen(
-            [
-                sys.executable, "-m", "pipeline.cli", "loadtest", str(trace),
-                "--endpoint", server.url, "--model", "stub-model", "--rates", "5,10",
-                "--duration", "60s", "--warmup", "0", *DEPLOYMENT, "--out", str(out),
-                # one request at a time: the second reaching the server means the first was
-                # answered and measured
-                "--max-in-flight", "1", "--on-cap", "delay",
-            ],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
-        )  # fmt: skip
-        # The signal handlers are in place before the first request is sent, so once requests
-        # arrive the signal is the run's to handle, however slowly the process started.
-        _wait_for_arrivals(server, proc, 2)
-        proc.send_signal(signum)
-        _, stderr = proc.communicate(timeout=120)
+    server = stub.configure(ttft_ms=300)
+    proc = subprocess.Popen(
+        [
+            sys.executable, "-m", "pipeline.cli", "loadtest", str(trace),
+            "--endpoint", server.url, "--model", "stub-model", "--rates", "5,10",
+            "--duration", "60s", "--warmup", "0", *DEPLOYMENT, "--out", str(out),
+            # one request at a time: the second reaching the server means the first was
+            # answered and measured
+            "--max-in-flight", "1", "--on-cap", "delay",
+        ],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    # The signal handlers are in place before the first request is sent, so once requests
+    # arrive the signal is the run's to handle, however slowly the process started.
+    _wait_for_arrivals(server, proc, 2)
+    proc.send_signal(signum)
+    _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr.decode()
     assert b"Traceback" not in stderr and b"stopping, writing what was measured" in stderr
     record = json.loads((out / "loadtest-run.json").read_text())
@@ -219,17 +246,17 @@ def test_a_server_that_accepts_and_never_answers_is_said_so(
 
 
 def test_a_run_where_nothing_completes_says_why_and_fails(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    stub: StubServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "run"
-    with run_stub_server(error_every=1, error_status=422) as server:
-        code = main(
-            [
-                "loadtest", str(_canonical(tmp_path)), "--endpoint", server.url,
-                "--model", "stub-model", "--rates", "10", "--duration", "1s", "--warmup", "0",
-                *DEPLOYMENT, "--out", str(out),
-            ]
-        )  # fmt: skip
+    server = stub.configure(error_every=1, error_status=422)
+    code = main(
+        [
+            "loadtest", str(_canonical(tmp_path)), "--endpoint", server.url,
+            "--model", "stub-model", "--rates", "10", "--duration", "1s", "--warmup", "0",
+            *DEPLOYMENT, "--out", str(out),
+        ]
+    )  # fmt: skip
     assert code == 1
     err = capsys.readouterr().err
     assert "requests failed as http_422" in err and "--length-control ''" in err
