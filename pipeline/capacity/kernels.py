@@ -29,8 +29,11 @@ steps in which an arrived request could not be admitted for KV memory or for ``m
 steps whose prefill budget ran out while prompt tokens were still waiting, and, per
 inter-token gap, the prompt tokens prefilled in the step that ended it.
 
-Nothing here allocates per step: the running set is one index array compacted in place, and
-the per-gap latencies go into one array sized Σ(output − 1) by the caller's wrapper.
+Nothing here allocates per step, and a step's work does not grow with the decoding batch: the
+prefilling requests are a range of the admission order, the decodes a count (with their context
+tokens kept up to date) and a heap of the steps they end in, and a decode's inter-token gaps,
+the lengths of the steps after its first token's, are written at the end from the steps' end
+times into one array sized Σ(output − 1) by the caller's wrapper.
 """
 
 from __future__ import annotations
@@ -65,6 +68,39 @@ class SimulatedRun(NamedTuple):
     gap_prefill_tokens: I64 = np.zeros(0, dtype=np.int64)
 
 
+@nb.njit(cache=True, inline="always")
+def _push(heap: I64, size: int, key: int) -> int:
+    """Add ``key`` to the min-heap ``heap[:size]``; returns the new size."""
+    i = size
+    heap[i] = key
+    while i > 0:
+        parent = (i - 1) >> 1
+        if heap[parent] <= heap[i]:
+            break
+        heap[parent], heap[i] = heap[i], heap[parent]
+        i = parent
+    return size + 1
+
+
+@nb.njit(cache=True, inline="always")
+def _pop(heap: I64, size: int) -> int:
+    """Drop the least key of the min-heap ``heap[:size]``; returns the new size."""
+    size -= 1
+    heap[0] = heap[size]
+    i = 0
+    while True:
+        child = 2 * i + 1
+        if child >= size:
+            break
+        if child + 1 < size and heap[child + 1] < heap[child]:
+            child += 1
+        if heap[i] <= heap[child]:
+            break
+        heap[child], heap[i] = heap[i], heap[child]
+        i = child
+    return size
+
+
 @nb.njit(cache=True)
 def _simulate(
     arrivals: F64,
@@ -81,26 +117,41 @@ def _simulate(
     kv_tokens: int,
     chunked_prefill: bool,
     gap_start: I64,
-) -> tuple[F64, F64, F64, F64, I64, I64, float, float, float, float, I64]:
+    gaps: F64,
+    owner: I64,
+    gap_prefill: I64,
+) -> tuple[F64, F64, F64, float, float, float, float, I64]:
     n = arrivals.shape[0]
     ttft = np.full(n, np.nan)
     e2e = np.full(n, np.nan)
     wait = np.full(n, np.nan)
-    total_gaps = gap_start[n]
-    gaps = np.empty(total_gaps)
-    owner = np.empty(total_gaps, dtype=np.int64)
-    gap_prefill = np.empty(total_gaps, dtype=np.int64)
     # steps, KV-blocked, batch-blocked, budget-full
     counters = np.zeros(4, dtype=np.int64)
     remaining_prefill = uncached.copy()
-    emitted = np.zeros(n, dtype=np.int64)
-    last_token = np.zeros(n)
-    running = np.empty(n, dtype=np.int64)
     chunk = np.zeros(n, dtype=np.int64)
+    # A decoding request emits one token every step until its last, so its gaps are the
+    # lengths of the steps after its first token's: the steps' end times and prefill tokens
+    # are kept (``step_end``, ``step_prefill``; grown as needed) and the gaps written from them
+    # at the end, and the step each request ends in is known when its first token comes
+    # (``ending``: a min-heap of step × n + request).
+    first_step = np.full(n, -1, dtype=np.int64)
+    step_end = np.empty(n + 1024)
+    step_prefill = np.empty(n + 1024, dtype=np.int64)
+    ending = np.empty(n, dtype=np.int64)
+    n_ending = 0
+    # The running set: ``n_decode`` decoding requests and the prefilling ones, requests
+    # ``first_prefill .. next_admit - 1``: prompts get the budget in admission order and all but
+    # the last one served in a step finish, so prefills end in admission order. The decodes'
+    # context tokens are kept up to date as they change.
+    n_decode = 0
+    first_prefill = 0
+    context = 0
+    cached_context = 0
     n_running = 0
     next_admit = 0
     kv_used = 0
     finished = 0
+    steps = 0
     t = 0.0
     busy = 0.0
     prefill_time = 0.0
@@ -115,7 +166,6 @@ def _simulate(
             and kv_used + prompt[next_admit] + output[next_admit] <= kv_tokens
         ):
             r = next_admit
-            running[n_running] = r
             n_running += 1
             kv_used += prompt[r] + output[r]
             wait[r] = t - arrivals[r]
@@ -128,44 +178,30 @@ def _simulate(
         if n_running == 0:
             # nothing fits even in an empty replica: the caller checks sizes first
             break
-        budget = token_budget
-        n_decode = 0
-        context = 0
-        cached_context = 0
-        for i in range(n_running):
-            r = running[i]
-            if remaining_prefill[r] == 0:
-                n_decode += 1
-                context += prompt[r] + emitted[r]
-                cached_context += prompt[r] - uncached[r]
-        budget -= n_decode
+        budget = token_budget - n_decode
         prefill_tokens = 0
         pairs = 0.0
         waiting_prefill = False
-        blocked = False
-        for i in range(n_running):
-            r = running[i]
-            chunk[r] = 0
-            if remaining_prefill[r] == 0:
-                continue
-            if blocked or budget <= 0:
-                waiting_prefill = True
-                continue
-            take = min(remaining_prefill[r], budget)
-            if not chunked_prefill and take < remaining_prefill[r]:
-                if prefill_tokens > 0 or remaining_prefill[r] <= token_budget:
-                    blocked = True  # whole prompts only: this one and those behind it wait
-                    waiting_prefill = True
-                    continue
-                take = remaining_prefill[r]  # larger than the whole budget: alone in its step
+        served = first_prefill  # requests first_prefill .. served - 1 get a chunk this step
+        for r in range(first_prefill, next_admit):
+            if budget <= 0:
+                waiting_prefill = True  # this one and those behind it wait
+                break
+            left = remaining_prefill[r]
+            take = min(left, budget)
+            if not chunked_prefill and take < left:
+                if prefill_tokens > 0 or left <= token_budget:
+                    waiting_prefill = True  # whole prompts only: this one and those behind wait
+                    break
+                take = left  # larger than the whole budget: alone in its step
             chunk[r] = take
             budget -= take
             prefill_tokens += take
-            before = prompt[r] - remaining_prefill[r]  # cached prefix + chunks done
+            before = prompt[r] - left  # cached prefix + chunks done
             pairs += take * (before + take / 2.0)
-            if take < remaining_prefill[r]:
+            served = r + 1
+            if take < left:
                 waiting_prefill = True
-        counters[0] += 1
         if waiting_prefill:
             counters[3] += 1
         prefill_work = prefill_s * prefill_tokens + attention_s * pairs
@@ -176,34 +212,53 @@ def _simulate(
         if tokens > 0:
             prefill_time += prefill_work + overhead_s * prefill_tokens / tokens
         cached_time += context_s * cached_context
-        kept = 0
-        for i in range(n_running):
-            r = running[i]
-            done = False
-            if remaining_prefill[r] == 0:
-                k = gap_start[r] + emitted[r] - 1
-                gaps[k] = t - last_token[r]
-                owner[k] = r
-                gap_prefill[k] = prefill_tokens
-                emitted[r] += 1
-                last_token[r] = t
-                done = emitted[r] >= output[r]
-            elif chunk[r] > 0:
-                remaining_prefill[r] -= chunk[r]
-                if remaining_prefill[r] == 0:
-                    ttft[r] = t - arrivals[r]
-                    emitted[r] = 1
-                    last_token[r] = t
-                    done = output[r] <= 1
-            if done:
+        if steps == step_end.size:
+            step_end = np.concatenate((step_end, np.empty(steps)))
+            step_prefill = np.concatenate((step_prefill, np.empty(steps, dtype=np.int64)))
+        step_end[steps] = t
+        step_prefill[steps] = prefill_tokens
+        kept = n_decode
+        while n_ending > 0 and ending[0] // n == steps:  # decodes whose last token this was
+            r = ending[0] % n
+            n_ending = _pop(ending, n_ending)
+            e2e[r] = t - arrivals[r]
+            kv_used -= prompt[r] + output[r]
+            finished += 1
+            context -= prompt[r] + output[r] - 1  # what it read this step
+            cached_context -= prompt[r] - uncached[r]
+            kept -= 1
+        context += kept  # every decode still running holds one token more
+        for r in range(first_prefill, served):
+            remaining_prefill[r] -= chunk[r]
+            if remaining_prefill[r] > 0:
+                break  # the last one served, part done
+            first_prefill = r + 1
+            ttft[r] = t - arrivals[r]
+            first_step[r] = steps
+            if output[r] <= 1:
                 e2e[r] = t - arrivals[r]
                 kv_used -= prompt[r] + output[r]
                 finished += 1
             else:
-                running[kept] = r
+                n_ending = _push(ending, n_ending, (steps + output[r] - 1) * n + r)
                 kept += 1
-        n_running = kept
-    return ttft, e2e, wait, gaps, owner, gap_prefill, busy, prefill_time, cached_time, t, counters
+                context += prompt[r] + 1
+                cached_context += prompt[r] - uncached[r]
+        n_decode = kept
+        n_running = n_decode + next_admit - first_prefill
+        steps += 1
+    counters[0] = steps
+    for r in range(n):
+        s = first_step[r]
+        k = gap_start[r]
+        owner[k : gap_start[r + 1]] = r
+        if s < 0:
+            continue
+        for j in range(gap_start[r + 1] - k):
+            # t - the previous token's time, as the step that ended the gap measured it
+            gaps[k + j] = step_end[s + 1 + j] - step_end[s + j]
+            gap_prefill[k + j] = step_prefill[s + 1 + j]
+    return ttft, e2e, wait, busy, prefill_time, cached_time, t, counters
 
 
 def simulate_replica(
@@ -246,6 +301,13 @@ def simulate_replica(
         raise ValueError("token_budget and max_batch must be positive")
     gap_start = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(output_tokens - 1, out=gap_start[1:])
+    # Every inter-token gap, one value each: millions at a few thousand answers. Allocated by
+    # numpy, which asks for transparent huge pages on large arrays (numba's allocator does
+    # not): fresh 4 KiB pages, one fault each, cost more than the whole simulation.
+    total = int(gap_start[n])
+    gaps = np.empty(total)
+    owner = np.empty(total, dtype=np.int64)
+    gap_prefill = np.empty(total, dtype=np.int64)
     result = _simulate(
         np.ascontiguousarray(arrivals_s, dtype=np.float64),
         np.ascontiguousarray(prompt_tokens, dtype=np.int64),
@@ -261,8 +323,11 @@ def simulate_replica(
         int(kv_tokens),
         bool(chunked_prefill),
         gap_start,
+        gaps,
+        owner,
+        gap_prefill,
     )
-    ttft, e2e, wait, gaps, owner, gap_prefill, busy, prefill_time, cached_time, end, counts = result
+    ttft, e2e, wait, busy, prefill_time, cached_time, end, counts = result
     return SimulatedRun(
         ttft_s=ttft,
         e2e_s=e2e,

@@ -44,7 +44,9 @@ indices first (:func:`check_chains`, :func:`check_streams`): numba does not boun
 negative capacity or an id past ``n_ids`` would otherwise read or write outside its arrays.
 
 Per-block state, one int32 per block id and replica: ``NOT_CACHED`` (-1); pinned, ≤ -2, with ref
-count ``-state - 1``; free, ≥ 0, the position of its entry in the replica's free queue. The free
+count ``-state - 1``; free, ≥ 0, the position of its entry in the replica's free queue. It is
+held block-major (``state[block, replica]``): the cache-aware router reads one block's state on
+every replica at once, one or two cache lines instead of one per replica. The free
 queue is append-only with lazy deletion (an entry is live iff the block's state still points at
 it; anonymous blocks enter as one run entry ``-m``, always live, evicted from the front of the
 run) and is compacted in place when full; it is sized so compaction is amortised O(1).
@@ -513,6 +515,7 @@ def _cache_aware_choice(
     block_size: int,
     in_flight: I64,
     matched: I64,
+    alive: I64,
     cache_threshold: float,
     balance_abs: int,
     balance_rel: float,
@@ -530,9 +533,28 @@ def _cache_aware_choice(
     high = in_flight.max()
     if high - low > balance_abs and high > low * balance_rel:
         return lightest, True
+    # Every replica's leading cached blocks at once, block by block (the state is block-major),
+    # over the replicas still matching (``alive``: scratch, one slot a replica).
+    n_alive = in_flight.size
+    for q in range(n_alive):
+        alive[q] = q
+    h = 0
+    while n_alive > 0 and h < prompt_blocks:
+        row = state[ids[lo + h]]
+        kept = 0
+        for i in range(n_alive):
+            q = alive[i]
+            if row[q] != NOT_CACHED:
+                alive[kept] = q
+                kept += 1
+            else:
+                matched[q] = h
+        n_alive = kept
+        h += 1
+    for i in range(n_alive):
+        matched[alive[i]] = h
     best = 0
     for q in range(in_flight.size):
-        matched[q] = _lookup(state[q], ids, lo, prompt_blocks)
         if matched[q] > matched[best] or (
             matched[q] == matched[best] and in_flight[q] < in_flight[best]
         ):
@@ -566,15 +588,16 @@ def _event_loop(
     hits: I64,
     chosen: I64,
 ) -> int:
-    """Replay requests ``order`` (arrival order) on ``state.shape[0]`` replicas; fills ``hits``
+    """Replay requests ``order`` (arrival order) on ``state.shape[1]`` replicas; fills ``hits``
     and ``chosen`` (replica row) per request and returns how many the imbalance rule routed."""
     n = order.size
-    replicas = state.shape[0]
+    replicas = state.shape[1]
     finish = np.empty(n, np.int64)
     finishing = np.empty(n, np.int64)
     n_running = 0
     in_flight = np.zeros(replicas, np.int64)
     matched = np.zeros(replicas, np.int64)
+    alive = np.zeros(replicas, np.int64)
     balance_routed = 0
     for i in range(n):
         r = order[i]
@@ -586,7 +609,7 @@ def _event_loop(
             in_flight[k] -= 1
             if not instant:
                 _release(
-                    state[k],
+                    state[:, k],
                     buf[k],
                     queue[k],
                     ids,
@@ -610,6 +633,7 @@ def _event_loop(
                 block_size,
                 in_flight,
                 matched,
+                alive,
                 cache_threshold,
                 balance_abs,
                 balance_rel,
@@ -617,11 +641,11 @@ def _event_loop(
             if by_balance:
                 balance_routed += 1
         chosen[r] = k
-        hits[r] = _lookup(state[k], ids, lo, hit_limit[r]) * block_size
-        _admit(state[k], buf[k], queue[k], ids, lo, hi, missing[r], capacity)
+        hits[r] = _lookup(state[:, k], ids, lo, hit_limit[r]) * block_size
+        _admit(state[:, k], buf[k], queue[k], ids, lo, hi, missing[r], capacity)
         in_flight[k] += 1
         if instant:
-            _release(state[k], buf[k], queue[k], ids, lo, hi, missing[r], capacity)
+            _release(state[:, k], buf[k], queue[k], ids, lo, hi, missing[r], capacity)
         elif queue[k, _PINNED] > queue[k, _PEAK]:
             queue[k, _PEAK] = queue[k, _PINNED]
         duration = base_duration[r]
@@ -657,6 +681,8 @@ def _replay(
     cache_threshold: float,
     balance_abs: int,
     balance_rel: float,
+    state: Any,
+    buf: Any,
 ) -> tuple[I64, I64, int, I64]:
     """Replay the streams ``order[starts[s]:starts[s+1]]``, each on fresh caches.
 
@@ -666,6 +692,9 @@ def _replay(
     stream of every request, and the router decides inside the loop with every replica's
     state live at once: ``replicas × (n_ids + queue_size)`` int32 (the caller checks the size).
 
+    ``state`` (``n_ids × rows`` int32, block-major) and ``buf`` (``rows × queue_size`` int32) are
+    scratch, ``rows`` 1 for ``FIXED`` and ``replicas`` otherwise: :func:`replay` allocates them.
+
     Returns per-request hit tokens and replica row chosen by the router (0 for ``FIXED``), how
     many requests the imbalance rule routed, and per-replica peak pinned blocks.
     """
@@ -673,8 +702,6 @@ def _replay(
     hits = np.zeros(n, np.int64)
     chosen = np.zeros(n, np.int64)
     rows = 1 if routing == FIXED else replicas
-    state = np.empty((rows, n_ids), np.int32)
-    buf = np.empty((rows, queue_size), np.int32)
     queue = np.zeros((rows, _QUEUE_FIELDS), np.int64)
     peak = np.zeros(replicas, np.int64)
     balance_routed = 0
@@ -690,7 +717,7 @@ def _replay(
                 block_size,
                 order[starts[stream] : starts[stream + 1]],
                 capacity,
-                state[0],
+                state[:, 0],
                 buf[0],
                 queue[0],
                 hits,
@@ -838,4 +865,23 @@ fnv1a_strings = guarded(_fnv1a_strings, _check_fnv1a_strings)
 least_served = guarded(_least_served, _check_least_served)
 bounded_affinity = guarded(_bounded_affinity, _check_bounded_affinity)
 group_by_replica = guarded(_group_by_replica, _check_group_by_replica)
-replay = guarded(_replay, _check_replay)
+_REPLAY_SIGNATURE = inspect.signature(_replay.py_func)
+_REPLAY_PARAMETERS = _REPLAY_SIGNATURE.replace(
+    parameters=list(_REPLAY_SIGNATURE.parameters.values())[:-2]  # all but the scratch
+)
+
+
+def replay(*args: Any, **kwargs: Any) -> tuple[I64, I64, int, I64]:
+    """:func:`_replay` behind its check, its scratch allocated here by numpy: numpy asks for
+    transparent huge pages on large arrays (numba's allocator does not), and the replay reads
+    and writes its block state at random, where huge pages save TLB misses."""
+    a = _REPLAY_PARAMETERS.bind(*args, **kwargs).arguments
+    _check_replay("replay", a)
+    rows = 1 if a["routing"] == FIXED else a["replicas"]
+    state = np.empty((a["n_ids"], rows), np.int32)
+    buf = np.empty((rows, a["queue_size"]), np.int32)
+    result: tuple[I64, I64, int, I64] = _replay(*a.values(), state, buf)  # type: ignore[call-arg]
+    return result
+
+
+replay.__signature__ = _REPLAY_PARAMETERS  # type: ignore[attr-defined]
