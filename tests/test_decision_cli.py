@@ -38,8 +38,9 @@ def test_decide_runs_the_missing_stages_then_prints_the_record(
     by_decide = _digests(tmp_path / "q1" / "data")
     by_graph = _digests(graph_data)
     assert {name: by_graph.get(name) for name in by_decide} == by_decide
-    # The stages before the decision (tests/test_stage_identity.py counts their files) and the
-    # decision's four files, each with its seal.
+    # The 44 files of the stages before it (tests/test_stage_identity.py) but the simulation's 2
+    # figures (simulation_plots is no input of the decision), its own 4, the 10 seals beside
+    # them, and the workload folder's marker and lock.
     assert len(by_decide) == 58
     decision = {n for n in by_decide if "/decision/" in n and not n.endswith(".sha256.json")}
     assert len(decision) == 4
