@@ -30,7 +30,7 @@ from assets.executors import (
 )
 from assets.progress import QUIET_LOGGERS, watch_steps
 from assets.resources import EnginefitStore
-from assets.staleness import stale_or_missing
+from assets.staleness import record_data_versions, stale_or_missing
 from pipeline.config import load_config
 from pipeline.errors import ConfigError, EnginefitError, StageOutputUnreadableError
 from pipeline.layout import WorkloadLayout
@@ -240,10 +240,10 @@ def _raise_failure(run: GraphRun) -> None:
         raise EnginefitError(run.failures[0][1])
 
 
-def _outputs_gone(instance: dg.DagsterInstance, key: dg.AssetKey) -> bool:
-    """Whether a file the latest materialisation of ``key`` recorded as written is gone (a
-    workload folder deleted by hand): Dagster's history says fresh, the folder says missing."""
-    event = instance.get_latest_materialization_event(key)
+def _outputs_gone(event: dg.EventLogEntry | None) -> bool:
+    """Whether a file an asset's latest materialisation (``event``) recorded as written is gone
+    (a workload folder deleted by hand): Dagster's history says fresh, the folder says
+    missing."""
     if event is None or event.asset_materialization is None:
         return False
     return any(
@@ -280,10 +280,15 @@ def outdated_assets(
     """Those of ``keys`` to materialise again: stale or missing in Dagster's terms, a recorded
     output file gone, or an output damaged since its stage sealed it (in ``layout``)."""
     held = stale_or_missing(instance, definitions, keys)
+    # One query for every key's latest materialisation, not one each.
+    latest = {
+        record.asset_entry.asset_key: record.asset_entry.last_materialization
+        for record in instance.get_asset_records(keys)
+    }
     return [
         key
         for key in keys
-        if key in held or _outputs_gone(instance, key) or _outputs_damaged(layout, key)
+        if key in held or _outputs_gone(latest.get(key)) or _outputs_damaged(layout, key)
     ]
 
 
@@ -293,10 +298,11 @@ def materialise_stale(
     target: str,
     progress: Callable[[str], None] | None = None,
 ) -> list[str]:
-    """Observe the outside inputs, then materialise, in one in-process run of ``full_report`` on
-    ``instance``, every asset ``target`` depends on that is missing or stale, and every asset
-    between those and ``target``; returns their keys in the order the graph lists them. A step
-    that fails is an :class:`~pipeline.errors.EnginefitError` with its one-line message.
+    """Record the outside inputs' data versions that changed since Dagster last observed them,
+    then materialise, in one in-process run of ``full_report`` on ``instance``, every asset
+    ``target`` depends on that is missing or stale, and every asset between those and
+    ``target``; returns their keys in the order the graph lists them. A step that fails is an
+    :class:`~pipeline.errors.EnginefitError` with its one-line message.
 
     Stale is Dagster's notion: an input it reads was observed with a new data version, or an
     asset it reads was materialised since. Dagster only sees the second once the upstream asset
@@ -305,11 +311,14 @@ def materialise_stale(
     since its stage sealed it is materialised again too. ``progress``: as
     :func:`run_full_graph`'s, for the run that materialises them.
 
-    Dagster's stale-status resolver is not public API: :mod:`assets.staleness` holds it.
+    Dagster's stale-status resolver and an observation's data-version tags are not public API:
+    :mod:`assets.staleness` holds them.
     """
     definitions = definitions_for(configured_quarter(str(config_path)))
-    observed = [dg.AssetKey(key) for key in inputs.INPUT_KEYS]
-    _raise_failure(run_full_graph(config_path, instance, executor="in_process", assets=observed))
+    config = load_config(config_path)
+    # What a run of the inputs' observe function records, without a run: a run, its steps and
+    # their events cost more than the rest of a decide that finds nothing stale.
+    record_data_versions(instance, inputs.input_versions(config))
     graph = definitions.resolve_asset_graph()
     upstream = (
         dg.AssetSelection.assets(target).upstream() - dg.AssetSelection.assets(target)
@@ -320,8 +329,7 @@ def materialise_stale(
         # A day of a daily-partitioned workload is ingest_days' to run, not decide's.
         if graph.get(key).is_materializable and not graph.get(key).is_partitioned
     ]
-    layout = load_config(config_path).layout()
-    outdated = outdated_assets(instance, definitions, candidates, layout)
+    outdated = outdated_assets(instance, definitions, candidates, config.layout())
     rerun = dg.AssetSelection.assets(*outdated).downstream().resolve(graph) & upstream
     stale = [key for key in graph.toposorted_asset_keys if key in rerun]
     if stale:

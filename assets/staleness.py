@@ -1,21 +1,28 @@
-"""Which assets Dagster holds stale or missing: the one place enginefit uses Dagster's private API.
+"""Which assets Dagster holds stale or missing, and the outside inputs' data versions recorded
+for it: the one place enginefit uses Dagster's private API.
 
 Dagster's stale-status resolver (what the UI's "Materialize stale and missing" uses) is not
-public API. Every private name used is imported here and listed in :data:`PRIVATE_NAMES` with
-the parameters enginefit passes it; ``tests/test_staleness.py`` checks each against the
-installed Dagster, and resolves a small graph's statuses through :func:`stale_or_missing`, so
-an upgrade that moves or changes one fails there, naming it.
+public API, nor are the tags an observation carries its data version in. Every private name used
+is imported here and listed in :data:`PRIVATE_NAMES` with the parameters enginefit passes it;
+``tests/test_staleness.py`` checks each against the installed Dagster, and resolves a small
+graph's statuses through :func:`stale_or_missing` and :func:`record_data_versions`, so an
+upgrade that moves or changes one fails there, naming it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import dagster as dg
 
 try:
     from dagster._core.asset_graph_view.asset_graph_view import AssetGraphView
-    from dagster._core.definitions.data_version import CachingStaleStatusResolver, StaleStatus
+    from dagster._core.definitions.data_version import (
+        DATA_VERSION_IS_USER_PROVIDED_TAG,
+        DATA_VERSION_TAG,
+        CachingStaleStatusResolver,
+        StaleStatus,
+    )
     from dagster._core.definitions.temporal_context import TemporalContext
     from dagster._time import get_current_datetime
 except ImportError as exc:  # an upgrade moved one: say which, not only that the import failed
@@ -37,6 +44,8 @@ PRIVATE_NAMES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         ("instance", "asset_graph", "loading_context"),
     ),
     ("dagster._core.definitions.data_version", "StaleStatus", ()),
+    ("dagster._core.definitions.data_version", "DATA_VERSION_TAG", ()),
+    ("dagster._core.definitions.data_version", "DATA_VERSION_IS_USER_PROVIDED_TAG", ()),
     (
         "dagster._core.definitions.temporal_context",
         "TemporalContext",
@@ -61,3 +70,24 @@ def stale_or_missing(
     resolver = CachingStaleStatusResolver(instance, graph, view)
     outdated = (StaleStatus.STALE, StaleStatus.MISSING)
     return {key for key in keys if resolver.get_status(key) in outdated}
+
+
+def record_data_versions(instance: dg.DagsterInstance, versions: Mapping[str, str]) -> list[str]:
+    """Record each observable source asset's data version in ``versions`` (by asset key) that
+    differs from the latest Dagster holds, as the observation a run of its observe function
+    records, outside any run; returns the keys recorded. A version Dagster already holds is not
+    recorded again: staleness compares versions, so it would change nothing."""
+    recorded = []
+    for key, version in versions.items():
+        latest = instance.fetch_observations(dg.AssetKey(key), limit=1).records
+        observation = latest[0].asset_observation if latest else None
+        if observation is not None and observation.data_version == version:
+            continue
+        instance.report_runless_asset_event(
+            dg.AssetObservation(
+                asset_key=key,
+                tags={DATA_VERSION_TAG: version, DATA_VERSION_IS_USER_PROVIDED_TAG: "true"},
+            )
+        )
+        recorded.append(key)
+    return recorded

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -11,15 +12,38 @@ import pytest
 import yaml
 
 from assets.cli import main as enginefit
+from assets.definitions import GraphRun
 from tests.conftest import REPO, bundled_config
 
 
+def _digests(root: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
 def test_decide_runs_the_missing_stages_then_prints_the_record(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    bundled_graph_run: tuple[GraphRun, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """On a fresh folder decide has Dagster materialise every stage the decision reads, then
+    writes the record: every file it wrote is the one the whole graph writes (the decision's
+    too: the command and the engine_decision asset are one code path)."""
+    run, graph_data = bundled_graph_run
+    assert run.success, run.failures
     config = bundled_config(tmp_path, "q1")
     assert enginefit(["decide", "--config", str(config), "--json"]) == 0
     out, err = capsys.readouterr()
+    by_decide = _digests(tmp_path / "q1" / "data")
+    by_graph = _digests(graph_data)
+    assert {name: by_graph.get(name) for name in by_decide} == by_decide
+    # The 44 files of the stages before it (tests/test_stage_identity.py) but the simulation's 2
+    # figures (simulation_plots is no input of the decision), its own 4, the 10 seals beside
+    # them, and the workload folder's marker and lock.
+    assert len(by_decide) == 58
+    decision = {n for n in by_decide if "/decision/" in n and not n.endswith(".sha256.json")}
+    assert len(decision) == 4
     ran = err.split("materialised what was missing or stale: ")[1].split("\n")[0].split(", ")
     assert set(ran) == {
         "bench_load_points",

@@ -1,5 +1,7 @@
 """The command and the asset are one code path: on the bundled configuration, `enginefit
-<stage> --config` writes byte-identical outputs to what the Dagster graph writes."""
+<stage> --config` writes byte-identical outputs to what the Dagster graph writes. (`enginefit
+decide` has Dagster materialise the stages it finds missing, then decides: its files are compared
+with the graph's in tests/test_decision_cli.py.)"""
 
 from __future__ import annotations
 
@@ -13,8 +15,8 @@ from assets.definitions import GraphRun
 from pipeline.layout import WorkloadLayout
 from tests.conftest import bundled_config
 
-STAGES = ("ingest", "shape", "prefix", "simulation", "bench", "capacity", "decision")
-COMMANDS = {"simulation": "simulate", "decision": "decide"}
+STAGES = ("ingest", "shape", "prefix", "simulation", "bench", "capacity")
+COMMANDS = {"simulation": "simulate"}
 
 
 def digests(paths: dict[str, Path]) -> dict[str, str]:
@@ -39,10 +41,6 @@ def test_commands_write_what_the_assets_write(
     config = bundled_config(tmp_path, "command")
     command_layout = WorkloadLayout(tmp_path / "command" / "data" / "mooncake-conversation")
     for stage in STAGES:
-        if stage == "decision":
-            # decide has Dagster materialise the stages it finds missing on its fresh instance,
-            # over what the commands wrote: theirs are compared before it.
-            by_stage_commands = digests(stage_files(command_layout))
         command = COMMANDS.get(stage, stage)
         assert enginefit([command, "--config", str(config)]) == 0, capsys.readouterr().err
     by_asset = digests(stage_files(WorkloadLayout(asset_data / "mooncake-conversation")))
@@ -50,16 +48,14 @@ def test_commands_write_what_the_assets_write(
     assert sorted(by_asset) == sorted(by_command)
     # 1 part, quarantine, summary, manifest; 6 shape files; 4 prefix files; simulation: 7 tables and
     # figures + 8 scenarios ((1 replica + 3 routings × 4 replicas) × 2 capacities); 12 bench
-    # files (no per-request rows in the bundled sweep); 3 capacity files; 4 decision files
-    assert len(by_asset) == 48
+    # files (no per-request rows in the bundled sweep); 3 capacity files
+    assert len(by_asset) == 44
     assert by_command == by_asset
-    assert len(by_stage_commands) == 44
     assert {n for n in by_asset if n.startswith("capacity.")} == {
         "capacity.result",
         "capacity.candidates",
         "capacity.model_errors",
     }
-    assert by_stage_commands == {name: by_asset[name] for name in by_stage_commands}
 
 
 @pytest.mark.parametrize("command", ["shape", "prefix", "simulate"])
