@@ -5,6 +5,7 @@ H100 figures of docs/decision-rules.md#kv-cache-sizing."""
 from __future__ import annotations
 
 from datetime import date
+from functools import partial
 from pathlib import Path
 from typing import get_args
 
@@ -25,7 +26,12 @@ from pipeline.decision.catalog import (
 from pipeline.decision.config import KvCacheSizing
 from pipeline.errors import ConfigError
 from pipeline.settings import load_yaml
-from tests.decision_fixtures import decide_on, steady_traffic, sweep
+from tests.decision_fixtures import decide_on as decide_drawing_figures
+from tests.decision_fixtures import steady_traffic, sweep
+
+# What these tests read is the decision, not the stages' figures, which took most of each
+# scenario's time to draw.
+decide_on = partial(decide_drawing_figures, figures=False)
 
 ENGINES = {"vllm", "sglang", "tensorrt-llm", "llama.cpp", "ollama", "tgi"}
 LAYERS = {
