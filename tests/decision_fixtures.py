@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 import polars as pl
 import yaml
@@ -278,11 +280,44 @@ def decide_on(
     *,
     previous: Path | None = None,
     capacity: CapacityWriter | None = None,
+    figures: bool = True,
     **config: Any,
 ) -> DecisionRecord:
     """Write ``frame`` as the workload and each sweep as result files under ``root``, run every
     stage as the configured commands do (``capacity``: the capacity stage's stand-in), then
-    decide."""
+    decide. ``figures=False``: the stages draw no SVG figures (no decision reads them, and
+    drawing them is most of a scenario's time); the report needs them."""
+    with ExitStack() as stack:
+        if not figures:
+            for stage, name in _FIGURES:
+                stack.enter_context(patch.object(stage, name, _NO_FIGURES[name]))
+        return _decide_on(root, frame, benches, requirements, previous, capacity, config)
+
+
+# Where each stage draws its figures: shape's and bench's figures(), prefix's curve_svg(), and
+# the simulation's write_figures() (its figures are their own sealed result).
+_FIGURES = (
+    (shape_stage, "figures"),
+    (prefix_stage, "curve_svg"),
+    (sim_stage, "write_figures"),
+    (bench_stage, "figures"),
+)
+_NO_FIGURES: dict[str, Callable[..., Any]] = {
+    "figures": lambda *_: {},
+    "curve_svg": lambda _: b"",
+    "write_figures": lambda _: {},
+}
+
+
+def _decide_on(
+    root: Path,
+    frame: pl.DataFrame,
+    benches: list[Sweep],
+    requirements: dict[str, Any] | None,
+    previous: Path | None,
+    capacity: CapacityWriter | None,
+    config: dict[str, Any],
+) -> DecisionRecord:
     results = [
         b.write(root / "bench-results" / f"{n}-{b.engine}", session=n)
         for n, b in enumerate(benches)

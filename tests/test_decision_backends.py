@@ -13,6 +13,7 @@ $12,000 an engineer-week an hour costs $300.
 from __future__ import annotations
 
 import re
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -23,13 +24,17 @@ from pipeline.decision.triggers import crossed
 from pipeline.errors import ConfigError
 from tests.decision_fixtures import (
     candidate,
-    decide_on,
     rule,
     statuses,
     steady_traffic,
     sweep,
     traffic,
 )
+from tests.decision_fixtures import decide_on as decide_drawing_figures
+
+# What these tests read is the decision, not the stages' figures, which took most of each
+# scenario's time to draw.
+decide_on = partial(decide_drawing_figures, figures=False)
 
 WEEKLY = 13.0
 FIXED_NVIDIA_FLEET = {

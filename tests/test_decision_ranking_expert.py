@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -38,12 +39,16 @@ from tests.decision_fixtures import (
     Sweep,
     candidate,
     configuration,
-    decide_on,
     rule,
     steady_traffic,
     sweep,
     traffic,
 )
+from tests.decision_fixtures import decide_on as decide_drawing_figures
+
+# What these tests read is the decision, not the stages' figures, which took most of each
+# scenario's time to draw.
+decide_on = partial(decide_drawing_figures, figures=False)
 
 NVIDIA = {"deployment": "datacenter", "hardware": ["nvidia"]}
 REPLICA_MONTH = 3.0 * 730  # $2,190

@@ -14,6 +14,7 @@ at $12,000 an engineer-week an hour costs $300.
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import polars as pl
@@ -29,13 +30,17 @@ from pipeline.unknown import Unknown
 from tests.decision_fixtures import (
     candidate,
     capacity_of,
-    decide_on,
     rule,
     steady_traffic,
     sweep,
     traffic,
 )
+from tests.decision_fixtures import decide_on as decide_drawing_figures
 from tests.test_decision_rules_expert import fitted_model
+
+# What these tests read is the decision, not the stages' figures, which took most of each
+# scenario's time to draw.
+decide_on = partial(decide_drawing_figures, figures=False)
 
 WEEKS_PER_MONTH = HOURS_PER_MONTH / (24 * 7)
 

@@ -12,7 +12,7 @@ at $3 × 730 h a month each.
 from __future__ import annotations
 
 import json
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +30,17 @@ from tests.decision_fixtures import (
     LLAMA_8B_ON_H100,
     candidate,
     capacity_of,
-    decide_on,
     rule,
     statuses,
     steady_traffic,
     sweep,
     traffic,
 )
+from tests.decision_fixtures import decide_on as decide_drawing_figures
+
+# What these tests read is the decision, not the stages' figures, which took most of each
+# scenario's time to draw.
+decide_on = partial(decide_drawing_figures, figures=False)
 
 MIXED = {"deployment": "datacenter", "hardware": ["nvidia", "amd"]}
 NVIDIA_DATACENTER = {"deployment": "datacenter", "hardware": ["nvidia"]}

@@ -11,6 +11,7 @@ output tokens; the fleet at the peak rate r is ⌈r ÷ c⌉ replicas × $3 × 73
 from __future__ import annotations
 
 import math
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -19,13 +20,17 @@ from pipeline.decision.stage import read_previous
 from tests.decision_fixtures import (
     LLAMA_8B_ON_H100,
     candidate,
-    decide_on,
     rule,
     statuses,
     steady_traffic,
     sweep,
     traffic,
 )
+from tests.decision_fixtures import decide_on as decide_drawing_figures
+
+# What these tests read is the decision, not the stages' figures, which took most of each
+# scenario's time to draw.
+decide_on = partial(decide_drawing_figures, figures=False)
 
 NVIDIA_DATACENTER = {"deployment": "datacenter", "hardware": ["nvidia"]}
 

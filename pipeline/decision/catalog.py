@@ -128,6 +128,7 @@ def cuda_major(version: str) -> int:
     return int(version.split(".")[0])
 
 
+@cache  # the catalog's few version strings, compared on every re-decision of a flip search
 def version_key(version: str) -> tuple[tuple[int, ...], int, int]:
     """A release's order: its numbers, then final after any pre-release of the same numbers
     (``1.4.0rc1`` < ``1.4.0``; ``0.5.19`` < ``0.5.20``; llama.cpp's ``b10488`` is 10488)."""

@@ -85,6 +85,9 @@ class RuleContext:
     # tie-break names when the tree's order decides.
     pointed: dict[str, str] = field(default_factory=dict)
     rules: list[Rule] = field(default_factory=list)
+    # False: the rules' rationale entries are not kept, for a re-decision that reads only the
+    # outcome (a flip search or a map cell re-decides hundreds of times).
+    recording: bool = True
 
     @property
     def catalog(self) -> Catalog:
@@ -116,6 +119,8 @@ class RuleContext:
         effect: str,
         **evidence: Any,
     ) -> None:
+        if not self.recording:
+            return
         self.rules.append(
             Rule(
                 rule=rule,

@@ -58,7 +58,9 @@ Answer = str | None
 
 
 def outcome(ctx: RuleContext) -> Outcome:
-    """The cost ranking's outcome of a fresh context, the rules run first."""
+    """The cost ranking's outcome of a fresh context, the rules run first (their rationale
+    entries not kept: only the outcome is read)."""
+    ctx.recording = False
     for rule in RULES:
         rule(ctx)
     return rank(ctx)[0]
@@ -89,6 +91,7 @@ def moved(
         branch=[],
         pointed={},
         rules=[],
+        recording=True,
     )
 
 
