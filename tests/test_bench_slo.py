@@ -374,15 +374,29 @@ def reference_capacity(seq: list[tuple[float, str]]) -> tuple[float | None, bool
     return best, non_monotone
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.lists(st.sampled_from(["pass", "fail", "unknown"]), min_size=1, max_size=9))
-def test_capacity_matches_reference(pattern: list[str]) -> None:
+# Each example is a batch of sweeps, one deployment (GPU type) each, analysed in one call:
+# 15 examples check 60-180 sweeps, each on its own, at a tenth of one call per sweep.
+@settings(max_examples=15, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.sampled_from(["pass", "fail", "unknown"]), min_size=1, max_size=9),
+        min_size=4,
+        max_size=12,
+    )
+)
+def test_capacity_matches_reference(patterns: list[list[str]]) -> None:
     values = {"pass": (100.0, 20.0), "fail": (5000.0, 20.0), "unknown": (None, 20.0)}
-    rows = [point(i + 1, *values[s]) for i, s in enumerate(pattern)]
-    row = only(capacity(rows))
-    expected, non_monotone = reference_capacity([(i + 1.0, s) for i, s in enumerate(pattern)])
-    assert row["capacity_load"] == expected
-    assert row["non_monotone"] is non_monotone
+    rows = [
+        point(i + 1, *values[s], gpu_type=f"H100-{k}")
+        for k, pattern in enumerate(patterns)
+        for i, s in enumerate(pattern)
+    ]
+    found = capacity(rows).filter(pl.col("sweep") == "open")
+    for k, pattern in enumerate(patterns):
+        (row,) = found.filter(pl.col("gpu_type") == f"H100-{k}").to_dicts()
+        expected, non_monotone = reference_capacity([(i + 1.0, s) for i, s in enumerate(pattern)])
+        assert row["capacity_load"] == expected, pattern
+        assert row["non_monotone"] is non_monotone, pattern
 
 
 # ------------------------------------------------------------------ the real H100 sweep

@@ -25,7 +25,13 @@ from pipeline.sim import stage as sim_stage
 from pipeline.sim.config import Scenario
 from pipeline.sim.replay import simulate
 from pipeline.unknown import Unknown
-from tests.conftest import REPO, azure_conversation_trace, bundled_config
+from tests.conftest import (
+    REPO,
+    _built_once,
+    _shared_folder,
+    azure_conversation_trace,
+    bundled_config,
+)
 
 # The bundled SLO's p95 TTFT of 1 s cannot be met by a 1×H100 replica on Mooncake's prompts (its
 # p95 prompt is ~40k tokens, ~2 s of prefill alone); a looser limit lets both workloads have a
@@ -50,10 +56,35 @@ def _configure(tmp_path: Path, name: str, traces: list[dict[str, str]] | None = 
     return path
 
 
-def _run_stages(config: Path, capsys: pytest.CaptureFixture[str]) -> CapacityResult:
-    for command in ("ingest", "shape", "simulate", "bench", "capacity"):
-        assert enginefit([command, "--config", str(config)]) == 0, capsys.readouterr().err
+def _run_stages(
+    config: Path,
+    capsys: pytest.CaptureFixture[str] | None,
+    commands: tuple[str, ...] = ("ingest", "shape", "simulate", "bench", "capacity"),
+) -> CapacityResult:
+    for command in commands:
+        assert enginefit([command, "--config", str(config)]) == 0, (
+            capsys.readouterr().err if capsys else command
+        )
     return stage.read_result(load_config(config).layout())
+
+
+@pytest.fixture(scope="module")
+def mooncake_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bundled Mooncake sample run through every stage once per run (shared by the xdist
+    workers): the folder holding its configuration and data. Tests read it or copy it."""
+
+    def run(root: Path) -> Path:
+        _run_stages(_configure(root, "mooncake"), None)
+        return root
+
+    return _built_once(_shared_folder(tmp_path_factory), "capacity-stage-mooncake", run)
+
+
+def _mooncake_copy(shared: Path, tmp_path: Path, name: str) -> Path:
+    """The shared Mooncake run's data copied to ``tmp_path / name`` with a configuration of its
+    own: a test may rerun stages there with other settings."""
+    shutil.copytree(shared / "mooncake" / "data", tmp_path / name / "data")
+    return _configure(tmp_path, name)
 
 
 def _cost(result: CapacityResult) -> WorkloadCost:
@@ -63,9 +94,9 @@ def _cost(result: CapacityResult) -> WorkloadCost:
 
 
 def test_two_workloads_get_different_hand_checkable_costs_from_one_sweep(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], mooncake_run: Path
 ) -> None:
-    mooncake = _run_stages(_configure(tmp_path, "mooncake"), capsys)
+    mooncake = stage.read_result(load_config(mooncake_run / "mooncake.yaml").layout())
     trace = azure_conversation_trace(tmp_path / "azure_conv.csv")
     azure = _run_stages(
         _configure(tmp_path, "azure-conv", [{"path": str(trace), "format": "azure"}]), capsys
@@ -128,7 +159,7 @@ def test_two_workloads_get_different_hand_checkable_costs_from_one_sweep(
     assert fleet.steps[-1].replicas_needed == fleet.replicas
     assert mooncake.mix.cached_prompt_share == 0.0  # each candidate has its own
     # The same replay run by hand through the simulation stage gives the same share.
-    cfg = load_config(tmp_path / "mooncake.yaml")
+    cfg = load_config(mooncake_run / "mooncake.yaml")
     inputs = sim_stage.read_inputs(cfg.layout(), cfg.cache_replay().latency)
     scenario = Scenario(512, fleet.replicas, fleet.kv_tokens, fleet.routing)
     hits = simulate(inputs, scenario, cfg.simulation, with_instant=False).hit_tokens
@@ -209,10 +240,10 @@ def test_the_roofline_prior_is_the_teams_model_only_where_the_benchmark_served_i
 
 
 def test_a_benchmark_of_another_model_is_priced_as_that_model_and_provisional(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], mooncake_run: Path
 ) -> None:
-    config = _configure(tmp_path, "other-model")
-    ours = _run_stages(config, capsys)
+    config = _mooncake_copy(mooncake_run, tmp_path, "other-model")
+    ours = stage.read_result(load_config(config).layout())
     (candidate,) = ours.candidates
     assert isinstance(candidate.serving_model, ServingModel)
     assert "roofline" in str(candidate.serving_model.prior)  # the team's model: its prior
@@ -235,7 +266,7 @@ def test_a_benchmark_of_another_model_is_priced_as_that_model_and_provisional(
 
 
 def test_a_model_nobody_describes_has_no_prior_and_says_why(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], mooncake_run: Path
 ) -> None:
     """A benchmarked model outside the model table, and not the team's (requirements.kv_cache
     describes another): no prior, so an aggregate-only sweep cannot split prefill from decode:
@@ -245,12 +276,13 @@ def test_a_model_nobody_describes_has_no_prior_and_says_why(
     manifest = results / "enginefit-bench.yaml"
     raw_manifest = yaml.safe_load(manifest.read_text())
     manifest.write_text(yaml.safe_dump({**raw_manifest, "model": "acme/secret-13b"}))
-    config = _configure(tmp_path, "unknown-model")
+    config = _mooncake_copy(mooncake_run, tmp_path, "unknown-model")
     raw = yaml.safe_load(config.read_text())
     raw["bench"]["results"] = [str(results)]
     raw["requirements"]["models"] = ["Qwen/Qwen3-32B"]
     config.write_text(yaml.safe_dump(raw))
-    (candidate,) = _run_stages(config, capsys).candidates
+    # The workload's stages are the shared run's; the benchmark and the capacity run again.
+    (candidate,) = _run_stages(config, capsys, ("bench", "capacity")).candidates
     model = candidate.serving_model
     assert isinstance(model, Unknown)
     assert "prefill cost cannot be separated from decode" in model.reason
