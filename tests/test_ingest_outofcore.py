@@ -125,16 +125,34 @@ def test_generated_multi_file_traces_merge_alike(
         assert len(WorkloadLayout(tmp_path / "out" / "ooc").ingest.parts()) > 10
 
 
-def test_in_order_files_keep_their_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.xfail(
+    strict=True,
+    reason="known gap: with files already in order and parts inside one file's rows, the eager "
+    "merge's parts are slices of that file's chunk (Polars keeps one chunk per small file), so "
+    "the writer sizes the hash pages by the file's hashes, not the table's: same rows, other "
+    "page boundaries",
+)
+@pytest.mark.parametrize("rows_per_part", [997])
+def test_in_order_files_keep_their_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rows_per_part: int
+) -> None:
     """Files already in arrival order end to end (no sort in the eager merge), with equal
-    timestamps across files and part boundaries."""
-    monkeypatch.setattr(stage, "ROWS_PER_PART", 5)
+    timestamps across files and part boundaries; enough block ids (240k hashes, 1.9 MB) that
+    the Parquet writer's page sizes depend on how the parts are laid out in memory."""
+    monkeypatch.setattr(stage, "ROWS_PER_PART", rows_per_part)
     traces = []
     for index in range(3):
         path = tmp_path / f"f{index}.jsonl"
         lines = [
-            json.dumps({"ts": 10 * index + i // 4, "prompt_token_ids": [i], "output_tokens": 1})
-            for i in range(12)
+            json.dumps(
+                {
+                    "timestamp": 1000 * (4 * index + i // 1000),
+                    "input_length": 512 * 20,
+                    "output_length": 7,
+                    "hash_ids": [(i + j) % 5000 for j in range(20)],
+                }
+            )
+            for i in range(4000)
         ]
         path.write_text("\n".join(lines) + "\n")
         traces.append(path)

@@ -105,15 +105,14 @@ class StreamedMerge:
     def _finish(self, window: pl.DataFrame) -> pl.DataFrame:
         block_size = pl.lit(self.summary.block_size, pl.Int32).alias("block_size")
         part = window.with_columns(block_size).drop(FILE, ROW).rechunk()
-        if self.in_order:
-            return part
         return part.with_columns(_as_sliced(part["prefix_hashes"], self.hashes))
 
 
 def _as_sliced(hashes: pl.Series, total: int) -> pl.Series:
-    """``hashes`` laid out as a slice of the whole sorted table's column, whose values array
-    holds ``total`` hashes: the eager merge writes such slices, and Polars' Parquet writer
-    sizes a list column's pages by its whole values array, so the bytes written follow it.
+    """``hashes`` laid out as a slice of the whole table's column, whose values array holds
+    ``total`` hashes: the eager merge writes such slices (its table is one chunk, sorted or
+    not, once the block size column is set), and Polars' Parquet writer sizes a list column's
+    pages by its whole values array, so the bytes written follow it.
     The values past this part's are zeros never touched (calloc'd pages stay unmapped), so
     they cost address space, not memory."""
     column = hashes.to_arrow()
