@@ -8,8 +8,9 @@ published as one set with a manifest (:func:`pipeline.store.publish_ingest`) and
 against it whenever they are read back.
 
 :func:`read_inputs` → :func:`run` → :func:`write`; the ``workload`` asset splits ``run`` where
-Dagster fans out, one step per file (:func:`plan` → :func:`read_one` → :func:`stage_read`, then
-:func:`merge`). :func:`read_inputs` takes no layout: ingest's inputs are the trace files the
+Dagster fans out, one step per file (:func:`plan` → :func:`read_one` → :func:`stage_read`), then
+merges and writes out of core (:func:`merge_publish`: the same bytes as :func:`merge` then
+:func:`write`, one request part in memory at a time). :func:`read_inputs` takes no layout: ingest's inputs are the trace files the
 ``workload`` section names, not an earlier stage's outputs; :func:`adhoc_inputs` is the
 command's alternative for files named on the command line. Later stages read the canonical
 table back with :func:`pipeline.store.read_requests`, and the summary with
