@@ -95,12 +95,12 @@ def ingest_merge(
     skipped: list[SkippedFile],
 ) -> dict[str, Any]:
     """Every file's rows in one table: repeated request ids quarantined (the first wins), one
-    block size, sorted by arrival; published with its quarantine and summary as one set."""
+    block size, sorted by arrival; published with its quarantine and summary as one set, one
+    request part at a time (the staged rows are read back a few columns at a time)."""
     config = store.config()
-    result = stage.merge(configured_inputs(config), reads, skipped)
-    paths = stage.write(result, config.layout())
-    context.add_output_metadata(ingest_metadata(result.summary, paths, result.requests))
-    return {"ingested": result.summary.ingested, "requests": str(paths["requests"])}
+    merged = stage.merge_publish(configured_inputs(config), reads, skipped, config.layout())
+    context.add_output_metadata(ingest_metadata(merged.summary, merged.paths, merged.preview))
+    return {"ingested": merged.summary.ingested, "requests": str(merged.paths["requests"])}
 
 
 @dg.graph_asset(

@@ -31,7 +31,7 @@ import os
 import re
 import secrets
 import shutil
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 from typing import Any, TypeVar
@@ -254,10 +254,11 @@ def open_stage_output(layout: WorkloadLayout) -> None:
 
 
 @contextmanager
-def claim_workload(layout: WorkloadLayout) -> Iterator[None]:
+def claim_workload(layout: WorkloadLayout, keep: Collection[Path] = ()) -> Iterator[None]:
     """Hold ``layout``'s folder for writing: checked, locked (refused if another command holds
-    it), marked as an enginefit workload, cleared of staging leftovers. Claims nest. If the body
-    fails before writing anything, the folders this claim created are removed again."""
+    it), marked as an enginefit workload, cleared of staging leftovers (but the staging folders
+    ``keep``: what the body is about to read). Claims nest. If the body fails before writing
+    anything, the folders this claim created are removed again."""
     key = layout.root.absolute()
     if key in _HELD:
         yield
@@ -277,7 +278,7 @@ def claim_workload(layout: WorkloadLayout) -> Iterator[None]:
             ) from None
         check_output_folder(layout)  # again, now that no other writer can change it
         _mark(layout)
-        _remove_leftovers(layout)
+        _remove_leftovers(layout, keep)
         _HELD.add(key)
         try:
             yield
@@ -315,10 +316,19 @@ def _remove_parts(folder: Path) -> None:
         folder.rmdir()
 
 
-def _remove_leftovers(layout: WorkloadLayout) -> None:
+def remove_staged_reads(folder: Path) -> None:
+    """A staged read's folder (:func:`pipeline.ingest.stage.stage_read`) once it is merged."""
+    with output_errors(folder):
+        _remove_parts(folder)
+
+
+def _remove_leftovers(layout: WorkloadLayout, keep: Collection[Path] = ()) -> None:
     """Staging folders and temporary files a killed ingest left (only names enginefit makes)."""
+    kept = {path.absolute() for path in keep}
     with output_errors(layout.root):
         for path in layout.root.iterdir():
+            if path.absolute() in kept:
+                continue
             if path.is_dir() and not path.is_symlink() and _STAGING_DIR.match(path.name):
                 _remove_parts(path)
             elif path.is_file() and _LEFTOVER_FILE.match(path.name):
@@ -346,7 +356,7 @@ def _link_or_copy(source: Path, target: Path, shown: Path) -> None:
 
 def publish_ingest(
     layout: WorkloadLayout,
-    parts: Sequence[pl.DataFrame | Path],
+    parts: Iterable[pl.DataFrame | Path],
     quarantine: pl.DataFrame | None = None,
     summary: dict[str, Any] | None = None,
     *,
@@ -357,7 +367,8 @@ def publish_ingest(
     from the old manifest's removal to the new one's rename the set reads as incomplete.
 
     A part given as a path is a request part written already (a day's,
-    :mod:`pipeline.ingest.days`), published in its place as a hard link, not a copy. ``extra``:
+    :mod:`pipeline.ingest.days`), published in its place as a hard link, not a copy. Parts are
+    taken one at a time, so an iterator that makes each when asked holds one part at most. ``extra``:
     more manifest keys (lineage a reader does not check)."""
     paths = layout.ingest
     with claim_workload(layout), ExitStack() as staged:

@@ -239,8 +239,6 @@ def merge_reads(
         for position, read in enumerate(ordered)
     ]
     quarantines = [read.result.quarantine for read in ordered]
-    file_rows = [(read.source, read.reader, read.result, read.digest) for read in ordered]
-    sample_salted = [read.source.label for read in ordered if read.sample_salted]
     # No sources at all: an empty table (a day no trace file covers, pipeline.ingest.days).
     empty = empty_canonical().with_columns(pl.lit(0, pl.Int32).alias("_file"))
     requests = pl.concat(frames) if frames else empty
@@ -255,73 +253,144 @@ def merge_reads(
     quarantine = (
         pl.concat([*quarantines, duplicate_quarantine]) if quarantines else empty_quarantine()
     )
-    block_size = _workload_block_size(requests, ctx.block_size)
+    block_size = workload_block_size(requests, ctx.block_size)
     late = out_of_order(requests, "_file")
     requests = requests.with_columns(pl.lit(block_size, pl.Int32).alias("block_size"))
     if not requests["arrival"].is_sorted():  # already-sorted traces (the usual case) skip the sort
         requests = requests.sort(["arrival", "_file", "source_line"], maintain_order=True)
     requests = requests.drop("_file")
-    duplicate_timestamps = requests.height - requests["arrival"].n_unique()
+    hashed, short = short_prompt_counts(requests, block_size)
+    stats = MergeStats(
+        ingested=requests.height,
+        out_of_order=late,
+        duplicate_timestamps=requests.height - requests["arrival"].n_unique(),
+        first_arrival=_as_datetime(requests["arrival"].min()),
+        last_arrival=_as_datetime(requests["arrival"].max()),
+        block_size=block_size,
+        hashed=hashed,
+        short=short,
+        tokens_approximate=(
+            bool(requests["tokens_approximate"].any()) if requests.height else False
+        ),
+    )
+    rows = [read.result.requests.height for read in ordered]
+    records = [read.result.records_read for read in ordered]
+    summary = summarise(
+        ordered, rows, records, duplicate_rows, quarantine, stats, ctx, skipped, anchor_is_default
+    )
+    return IngestResult(requests, quarantine.sort(["source_file", "source_line"]), summary)
+
+
+def _as_datetime(value: object) -> datetime | None:
+    return value if isinstance(value, datetime) else None
+
+
+@dataclass(frozen=True)
+class MergeStats:
+    """What the summary says of the merged table (kept rows only), however it was merged."""
+
+    ingested: int
+    out_of_order: int
+    duplicate_timestamps: int
+    first_arrival: datetime | None
+    last_arrival: datetime | None
+    block_size: int
+    hashed: int  # rows with known content
+    short: int  # of those, rows whose prompt fills no block
+    tokens_approximate: bool
+
+
+def summarise(
+    ordered: Sequence[SourceRead],
+    rows: Sequence[int],
+    records: Sequence[int],
+    duplicate_rows: pl.DataFrame,
+    quarantine: pl.DataFrame,
+    stats: MergeStats,
+    ctx: ReadContext,
+    skipped: Sequence[SkippedFile],
+    anchor_is_default: bool,
+) -> IngestSummary:
+    """The summary of a merge: ``ordered`` the reads in position order, ``rows`` their rows
+    read (before repeated ids were dropped) and ``records`` their records read (rows and
+    quarantined records), ``duplicate_rows`` those dropped (quarantine rows
+    with the ``_file`` they came from), ``quarantine`` all quarantined records."""
     files = []
-    for position, (source, reader_name, result, digest) in enumerate(file_rows):
+    for position, (read, read_rows, read_records) in enumerate(
+        zip(ordered, rows, records, strict=True)
+    ):
+        result = read.result
         dups = duplicate_rows.filter(pl.col("_file") == position).drop("_file")
         files.append(
             FileSummary(
-                file=source.label,
-                format=reader_name,
-                sha256=digest,
-                records_read=result.records_read,
-                ingested=result.requests.height - dups.height,
+                file=read.source.label,
+                format=read.reader,
+                sha256=read.digest,
+                records_read=read_records,
+                ingested=read_rows - dups.height,
                 quarantined=result.quarantine.height + dups.height,
                 quarantined_by_reason=by_reason(pl.concat([result.quarantine, dups])),
             )
         )
-    first, last, span_s = arrival_span(requests)
+    first_dt, last_dt = stats.first_arrival, stats.last_arrival
+    first = first_dt.isoformat() if isinstance(first_dt, datetime) else None
+    last = last_dt.isoformat() if isinstance(last_dt, datetime) else None
+    span_s = (
+        (last_dt - first_dt).total_seconds()
+        if isinstance(first_dt, datetime) and isinstance(last_dt, datetime)
+        else 0.0
+    )
     notes = [f"skipped {s.file}: {s.reason} as {s.same_as} (read once)" for s in skipped]
-    notes += [note for _, _, result, _ in file_rows for note in result.notes]
-    if not requests.height:
+    notes += [note for read in ordered for note in read.result.notes]
+    if not stats.ingested:
         notes.append(
             "no record could be ingested; see the quarantine for why"
             if quarantine.height
             else "no record to ingest: the input holds no records"
         )
-    capped = sum(result.prompt_blocks_capped for _, _, result, _ in file_rows)
+    capped = sum(read.result.prompt_blocks_capped for read in ordered)
     if capped:
         notes.append(
             f"{capped:,} request(s) hashed to more full prompt blocks than their logged prompt "
             "token count fills (an approximate tokenizer counting more than the provider); "
             "their prompt blocks were capped at the logged count"
         )
-    notes.extend(_short_prompt_notes(requests, block_size))
+    if stats.short:
+        notes.append(
+            f"{stats.short:,} of {stats.hashed:,} request(s) with content have prompts shorter "
+            f"than one block ({stats.block_size} tokens): no full block, so a prefix cache can "
+            "never serve them"
+        )
     warnings = []
-    earliest = requests["arrival"].min() if requests.height else None
-    if anchor_is_default and isinstance(earliest, datetime) and dated_from_default_anchor(earliest):
+    if anchor_is_default and isinstance(first_dt, datetime) and dated_from_default_anchor(first_dt):
         warnings.append(
             f"arrivals start at {first}: relative timestamps dated from the default "
             f"anchor {ctx.anchor.isoformat()}, so the dates are placeholders; set "
             "workload.anchor (or --anchor) to the trace's real start"
         )
+    sample_salted = [read.source.label for read in ordered if read.sample_salted]
     if sample_salted:
         warnings.append(
             f"the bundled sample salt protects the hashes of {', '.join(sample_salted)}, which "
             "is not a bundled sample trace: anyone can recompute them; set your own secret "
             f"workload.hash_salt (or {SALT_ENV_VAR}) and ingest again"
         )
+    duplicate_ids = duplicate_rows.height
     summary = IngestSummary(
         files=files,
         records_read=sum(f.records_read for f in files),
-        ingested=requests.height,
+        ingested=stats.ingested,
         quarantined=quarantine.height,
         quarantined_by_reason=by_reason(quarantine),
-        out_of_order=late,
-        duplicate_timestamps=duplicate_timestamps,
-        duplicate_request_ids=duplicate_quarantine.height,
+        out_of_order=stats.out_of_order,
+        duplicate_timestamps=stats.duplicate_timestamps,
+        duplicate_request_ids=duplicate_ids,
         first_arrival=first,
         last_arrival=last,
         span_s=span_s,
-        block_size=block_size,
+        block_size=stats.block_size,
         tokenizer=ctx.tokenizer.name,
-        tokens_approximate=bool(requests["tokens_approximate"].any()) if requests.height else False,
+        tokens_approximate=stats.tokens_approximate,
         salt_fingerprint=salt_fingerprint(ctx.salt) if ctx.salt else None,
         prompt_blocks_capped=capped,
         notes=notes,
@@ -332,25 +401,22 @@ def merge_reads(
     )
     if summary.records_read != summary.ingested + summary.quarantined:
         raise AssertionError("ingest counts do not reconcile")  # a bug, never user input
-    return IngestResult(requests, quarantine.sort(["source_file", "source_line"]), summary)
+    return summary
 
 
-def _short_prompt_notes(requests: pl.DataFrame, block_size: int) -> list[str]:
-    """Say how many requests with known content fill no block: none of them can be cached."""
+def short_prompt_counts(requests: pl.DataFrame | pl.LazyFrame, block_size: int) -> tuple[int, int]:
+    """Requests with known content, and those of them whose prompt fills no block (none of
+    them can be cached)."""
     # Counted, not filtered: a filter would copy every column of the table, hashes included.
-    hashed, short = requests.select(
+    counts = requests.lazy().select(
         pl.col("hashes_known").sum().alias("hashed"),
         (pl.col("hashes_known") & (pl.col("prompt_tokens") < block_size)).sum().alias("short"),
-    ).row(0)
-    if not short:
-        return []
-    return [
-        f"{short:,} of {hashed:,} request(s) with content have prompts shorter than one "
-        f"block ({block_size} tokens): no full block, so a prefix cache can never serve them"
-    ]
+    )
+    hashed, short = counts.collect(engine="streaming").row(0)
+    return int(hashed or 0), int(short or 0)
 
 
-def _workload_block_size(requests: pl.DataFrame, configured: int) -> int:
+def workload_block_size(requests: pl.DataFrame | pl.LazyFrame, configured: int) -> int:
     """The one block size of the hashed rows (count-only rows follow it); mixed sizes are an error."""
     sizes = (
         requests.lazy()  # lazy, so only the three columns used are read, never the hashes
@@ -358,7 +424,7 @@ def _workload_block_size(requests: pl.DataFrame, configured: int) -> int:
         .group_by("block_size")
         .agg(pl.col("source_file").unique().sort().head(3))
         .sort("block_size")
-        .collect()
+        .collect(engine="streaming")
     )
     if sizes.height > 1:
         detail = "; ".join(

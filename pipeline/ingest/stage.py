@@ -8,8 +8,9 @@ published as one set with a manifest (:func:`pipeline.store.publish_ingest`) and
 against it whenever they are read back.
 
 :func:`read_inputs` → :func:`run` → :func:`write`; the ``workload`` asset splits ``run`` where
-Dagster fans out, one step per file (:func:`plan` → :func:`read_one` → :func:`stage_read`, then
-:func:`merge`). :func:`read_inputs` takes no layout: ingest's inputs are the trace files the
+Dagster fans out, one step per file (:func:`plan` → :func:`read_one` → :func:`stage_read`), then
+merges and writes out of core (:func:`merge_publish`: the same bytes as :func:`merge` then
+:func:`write`, one request part in memory at a time). :func:`read_inputs` takes no layout: ingest's inputs are the trace files the
 ``workload`` section names, not an earlier stage's outputs; :func:`adhoc_inputs` is the
 command's alternative for files named on the command line. Later stages read the canonical
 table back with :func:`pipeline.store.read_requests`, and the summary with
@@ -19,7 +20,7 @@ table back with :func:`pipeline.store.read_requests`, and the summary with
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -45,6 +46,7 @@ from pipeline.ingest.config import (
     TraceSource,
     documented_anchor,
 )
+from pipeline.ingest.outofcore import merge_staged
 from pipeline.ingest.readers import ReadContext, SourceFile
 from pipeline.ingest.readers.base import ReadResult
 from pipeline.ingest.readers.columns import ColumnsReader
@@ -56,8 +58,10 @@ from pipeline.settings import with_flags
 from pipeline.store import (
     STAGED_READS_PREFIX,
     OutputError,
+    claim_workload,
     open_stage_output,
     publish_ingest,
+    remove_staged_reads,
     verify_ingest,
     write_parquet_atomic,
 )
@@ -244,13 +248,17 @@ def stage_read(read: SourceRead, layout: WorkloadLayout) -> StagedRead:
     return StagedRead(replace(read, result=emptied), rows)
 
 
-def unstage(staged: StagedRead) -> SourceRead:
-    """The source read back whole from its staged rows."""
+def _require_rows(staged: StagedRead) -> None:
     if not staged.rows.is_file():
         raise OutputError(
             f"{staged.rows}: the rows read from {staged.read.source.label} are gone (another "
             "ingest of this workload ran in between and cleared them); run the ingest again"
         )
+
+
+def unstage(staged: StagedRead) -> SourceRead:
+    """The source read back whole from its staged rows."""
+    _require_rows(staged)
     requests = pl.read_parquet(staged.rows)
     result = staged.read.result
     return replace(
@@ -277,6 +285,64 @@ def merge(
     )
 
 
+@dataclass(frozen=True)
+class Merged:
+    """A merged set as published: its summary, the paths :func:`publish` names, and the first
+    rows of the request table (what the UI shows)."""
+
+    summary: IngestSummary
+    paths: dict[str, Path]
+    preview: pl.DataFrame
+
+
+PREVIEW_ROWS = 5
+
+
+def merge_publish(
+    inputs: IngestInputs,
+    reads: Sequence[StagedRead],
+    skipped: Sequence[SkippedFile],
+    layout: WorkloadLayout,
+) -> Merged:
+    """:func:`merge` then :func:`write`, byte for byte, out of core: the staged rows are read
+    back a few columns at a time and the request parts made one by one
+    (:mod:`pipeline.ingest.outofcore`), so memory holds one part, not the workload."""
+    folders = {staged.rows.parent for staged in reads}
+    with claim_workload(layout, keep=folders):  # the staged rows are read while it is held
+        for staged in reads:
+            _require_rows(staged)
+        streamed = (
+            merge_staged(
+                [(staged.read, staged.rows) for staged in reads],
+                inputs.context,
+                skipped=skipped,
+                anchor_is_default=inputs.anchor_is_default,
+                rows_per_part=ROWS_PER_PART,
+            )
+            if reads
+            else None
+        )
+        if streamed is None:  # nothing to read, or arrivals the eager merge must place
+            result = merge(inputs, reads, skipped)
+            merged = Merged(
+                result.summary, write(result, layout), result.requests.head(PREVIEW_ROWS)
+            )
+        else:
+            heads: list[pl.DataFrame] = []
+
+            def parts() -> Iterator[pl.DataFrame]:
+                for part in streamed.parts():
+                    if not heads:
+                        heads.append(part.head(PREVIEW_ROWS))
+                    yield part
+
+            paths = publish(layout, parts(), streamed.quarantine, streamed.summary)
+            merged = Merged(streamed.summary, paths, heads[0])
+        for folder in folders:
+            remove_staged_reads(folder)
+    return merged
+
+
 def split_parts(requests: pl.DataFrame) -> list[pl.DataFrame]:
     """``requests`` in parts of at most ROWS_PER_PART rows (one part, maybe empty, at least)."""
     n_parts = max(1, -(-requests.height // ROWS_PER_PART))
@@ -290,7 +356,7 @@ def write(result: IngestResult, layout: WorkloadLayout) -> dict[str, Path]:
 
 def publish(
     layout: WorkloadLayout,
-    parts: Sequence[pl.DataFrame | Path],
+    parts: Iterable[pl.DataFrame | Path],
     quarantine: pl.DataFrame,
     summary: IngestSummary,
     extra: dict[str, Any] | None = None,
