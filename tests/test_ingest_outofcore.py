@@ -125,13 +125,6 @@ def test_generated_multi_file_traces_merge_alike(
         assert len(WorkloadLayout(tmp_path / "out" / "ooc").ingest.parts()) > 10
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap: with files already in order and parts inside one file's rows, the eager "
-    "merge's parts are slices of that file's chunk (Polars keeps one chunk per small file), so "
-    "the writer sizes the hash pages by the file's hashes, not the table's: same rows, other "
-    "page boundaries",
-)
 @pytest.mark.parametrize("rows_per_part", [997])
 def test_in_order_files_keep_their_order(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rows_per_part: int

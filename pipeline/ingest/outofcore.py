@@ -65,7 +65,9 @@ class _Source:
     def kept(self) -> pl.LazyFrame:
         if not self.duplicates:
             return self.scan()
-        return self.scan().filter(~pl.col(ROW).is_in(pl.Series(self.duplicates, dtype=pl.UInt32)))
+        return self.scan().filter(
+            ~pl.col(ROW).is_in(pl.Series(self.duplicates, dtype=pl.UInt32).implode())
+        )
 
 
 @dataclass(frozen=True)
@@ -155,7 +157,7 @@ def _duplicates(sources: Sequence[_Source]) -> pl.DataFrame:
     candidates = pl.Series(repeated, dtype=pl.UInt64)
     rows = pl.concat(
         [
-            s.scan().filter(pl.col("request_id").hash().is_in(candidates)).select(columns)
+            s.scan().filter(pl.col("request_id").hash().is_in(candidates.implode())).select(columns)
             for s in sources
         ]
     ).collect()

@@ -346,7 +346,10 @@ def merge_publish(
 def split_parts(requests: pl.DataFrame) -> list[pl.DataFrame]:
     """``requests`` in parts of at most ROWS_PER_PART rows (one part, maybe empty, at least)."""
     n_parts = max(1, -(-requests.height // ROWS_PER_PART))
-    return [requests.slice(i * ROWS_PER_PART, ROWS_PER_PART) for i in range(n_parts)]
+    # One chunk, so every part is a slice of the whole table's columns as the out-of-core merge
+    # lays them out: the Parquet writer sizes a list column's pages by the array a slice is of.
+    whole = requests.rechunk()
+    return [whole.slice(i * ROWS_PER_PART, ROWS_PER_PART) for i in range(n_parts)]
 
 
 def write(result: IngestResult, layout: WorkloadLayout) -> dict[str, Path]:
