@@ -101,6 +101,18 @@ def pdf_text(path: Path) -> str:
     return _TEXTS[digest]
 
 
+def extracted(path: Path) -> dict[str, str]:
+    """The PDF's text by the PDF's sha256: what a fixture built once per run hands every
+    worker with the version it published (:func:`remember`), so each extracts none."""
+    text = pdf_text(path)
+    return {hashlib.sha256(path.read_bytes()).hexdigest(): text}
+
+
+def remember(texts: dict[str, str]) -> None:
+    """What :func:`pdf_text` returns for these PDFs (their text by their sha256)."""
+    _TEXTS.update(texts)
+
+
 #: What ``conftest.pdf_as_its_html`` publishes instead of rendering: the HTML it was given.
 STAND_IN_PDF = b"%stand-in for the PDF of this HTML\n"
 
