@@ -189,19 +189,21 @@ def _built_once(shared: Path, name: str, build: Callable[[Path], T]) -> T:
 @pytest.fixture(scope="session")
 def _bundled_publication(tmp_path_factory: pytest.TempPathFactory) -> tuple[Bundle, Path, Path]:
     """The bundled sample's first version, published once per run (shared by the xdist
-    workers), a pristine copy of its workspace, and the lock a test holds while it uses it."""
-    from tests.bundled_report import publish_bundle
+    workers, with its PDF's text), a pristine copy of its workspace, and the lock a test holds
+    while it uses it."""
+    from tests.bundled_report import extracted, publish_bundle, remember
 
     shared = _shared_folder(tmp_path_factory)
 
-    def publish_and_keep_a_copy(root: Path) -> tuple[Bundle, Path]:
+    def publish_and_keep_a_copy(root: Path) -> tuple[Bundle, Path, dict[str, str]]:
         bundle = publish_bundle(root)
         pristine = shared / "bundled-report-pristine"
         shutil.rmtree(pristine, ignore_errors=True)
         shutil.copytree(root, pristine, symlinks=True)
-        return bundle, pristine
+        return bundle, pristine, extracted(bundle.first.pdf)
 
-    bundle, pristine = _built_once(shared, "bundled-report", publish_and_keep_a_copy)
+    bundle, pristine, texts = _built_once(shared, "bundled-report", publish_and_keep_a_copy)
+    remember(texts)
     return bundle, pristine, shared / "bundled-report-in-use.lock"
 
 

@@ -8,6 +8,7 @@ benchmark field contains. Determinism: no clock is read; the PDF carries no crea
 
 from __future__ import annotations
 
+import functools
 import logging
 import mimetypes
 import os
@@ -26,6 +27,10 @@ TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 TEMPLATE = "engine-selection.html.j2"
 
 
+# One per process: compiling the template is most of what rendering the HTML costs, and a
+# publication renders it twice (the standalone file and the PDF's source). Jinja recompiles a
+# template whose file changed.
+@functools.cache
 def environment() -> jinja2.Environment:
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
