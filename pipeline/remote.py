@@ -193,6 +193,8 @@ class Remote:
                 raise self._error(relative, _NO_BUCKET) from exc
             raise
         except (BaseError, OSError, ValueError) as exc:
+            if "NoSuchBucket" in str(exc):
+                raise self._error(relative, _NO_BUCKET) from exc
             raise self._error(relative, _problem(exc, _UNREACHABLE)) from exc
 
 
