@@ -216,8 +216,15 @@ _UNREACHABLE = (
 )
 
 
+# Without credentials in the environment the client asks the machine's metadata service (EC2's
+# instance metadata, ECS's task credentials) for a role: failing there means no credentials.
+_METADATA_SERVICES = ("169.254.169.254", "169.254.170.2", "fd00:ec2::254")
+
+
 def _problem(exc: BaseException, default: str) -> str:
     said = str(exc)
+    if any(address in said for address in _METADATA_SERVICES):
+        return _NO_CREDENTIALS
     if any(
         words in said
         for words in ("credential", "Credential", "InvalidAccessKeyId", "SignatureDoesNotMatch")

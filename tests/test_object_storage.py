@@ -255,6 +255,21 @@ def test_an_endpoint_that_does_not_answer_is_one_line(
         Remote("s3://down-bucket/x").list()
 
 
+def test_no_credentials_is_one_line_saying_which_to_set(
+    s3: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without credentials the client asks the machine's metadata service for a role; where
+    there is none, the error says to set credentials, not that the store is down."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(StorageError) as raised:
+        Remote(f"s3://{BUCKET}/no-credentials").list()
+    assert str(raised.value) == (
+        f"s3://{BUCKET}/no-credentials: no credentials for the object store; set "
+        "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE, or give the pod a role)"
+    )
+
+
 @pytest.mark.parametrize(
     ("paths", "said"),
     [
