@@ -92,6 +92,11 @@ class Remote:
         """The URL of ``relative`` (a '/'-separated path below the folder)."""
         return f"{self.url}/{relative}" if relative else self.url
 
+    def _client(self) -> Any:
+        # The client reads the AWS_* variables when it is built: one per set of them.
+        aws = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
+        return _store(self.bucket, self.options, aws)
+
     def _key(self, relative: str) -> str:
         return f"{self.prefix}/{relative}" if self.prefix else relative
 
@@ -102,9 +107,7 @@ class Remote:
 
         with self._errors(relative):
             try:
-                return bytes(
-                    obstore.get(_store(self.bucket, self.options), self._key(relative)).bytes()
-                )
+                return bytes(obstore.get(self._client(), self._key(relative)).bytes())
             except FileNotFoundError:
                 if not self._bucket_exists():
                     raise
@@ -117,7 +120,7 @@ class Remote:
         tmp = target.with_name(f".{target.name}.download-{os.getpid()}")
         with self._errors(relative):
             try:
-                result = obstore.get(_store(self.bucket, self.options), self._key(relative))
+                result = obstore.get(self._client(), self._key(relative))
                 with tmp.open("wb") as handle:
                     for chunk in result:
                         handle.write(chunk)
@@ -129,14 +132,14 @@ class Remote:
         """Write (or replace) the object; a file is streamed (multipart when large)."""
 
         with self._errors(relative):
-            obstore.put(_store(self.bucket, self.options), self._key(relative), data)
+            obstore.put(self._client(), self._key(relative), data)
 
     def put_new(self, relative: str, data: bytes) -> bool:
         """Write the object only if none exists (``If-None-Match: *``): False when one does."""
         with self._errors(relative):
             try:
                 obstore.put(
-                    _store(self.bucket, self.options),
+                    self._client(),
                     self._key(relative),
                     data,
                     mode="create",
@@ -149,7 +152,7 @@ class Remote:
     def delete(self, relative: str) -> None:
 
         with self._errors(relative):
-            obstore.delete(_store(self.bucket, self.options), self._key(relative))
+            obstore.delete(self._client(), self._key(relative))
 
     def list(self, relative: str = "") -> dict[str, int]:
         """Every object below ``relative`` (a folder; '' the whole folder), as its path below
@@ -159,7 +162,7 @@ class Remote:
         start = len(self.prefix) + 1 if self.prefix else 0
         found: dict[str, int] = {}
         with self._errors(relative):
-            stream = obstore.list(_store(self.bucket, self.options), below + "/" if below else None)
+            stream = obstore.list(self._client(), below + "/" if below else None)
             for batch in stream:
                 for meta in batch:
                     found[str(meta["path"])[start:]] = int(meta["size"])
@@ -171,7 +174,7 @@ class Remote:
 
         with self._errors(""):
             try:
-                obstore.list(_store(self.bucket, self.options), chunk_size=1).collect()
+                obstore.list(self._client(), chunk_size=1).collect()
             except FileNotFoundError:
                 return False
         return True
@@ -235,9 +238,12 @@ def _problem(exc: BaseException, default: str) -> str:
 
 
 @cache
-def _store(bucket: str, options: tuple[tuple[str, str], ...]) -> Any:
+def _store(
+    bucket: str, options: tuple[tuple[str, str], ...], environment: tuple[tuple[str, str], ...]
+) -> Any:
     """One client per bucket and options, built from the environment (obstore reads the AWS_*
-    variables itself) with the configured options over it."""
+    variables itself) with the configured options over it; ``environment``, those variables,
+    only keys the cache."""
     config: dict[str, Any] = dict(options)
     return S3Store(bucket, config=config, retry_config=_RETRY)  # type: ignore[arg-type]
 

@@ -5,10 +5,13 @@ overwritten."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import secrets
 import socket
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +22,11 @@ from assets.cli import main as enginefit
 from pipeline import results
 from pipeline.config import load_config
 from pipeline.errors import ConfigError
-from pipeline.ledger import MANIFEST, RECORD, ReportTree
-from pipeline.mirror import pull
-from pipeline.remote import Remote, StorageError, mirror_of
+from pipeline.ledger import MANIFEST, RECORD
+from pipeline.mirror import pull, pull_reports
+from pipeline.remote import Remote, StorageError
 from pipeline.store import read_requests
-from tests.conftest import REPO, bundled_config
+from tests.conftest import REPO, _built_once, _shared_folder, bundled_config
 
 moto_server = pytest.importorskip("moto.server")
 boto3 = pytest.importorskip("boto3")
@@ -39,10 +42,10 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
-def s3() -> Iterator[dict[str, str]]:
-    """A moto S3 server on a free loopback port, with the bucket made, and the AWS variables
-    that point a client at it."""
+@contextlib.contextmanager
+def _server() -> Iterator[dict[str, str]]:
+    """A moto S3 server on a free loopback port, with :data:`BUCKET` made, and the AWS
+    variables that point a client at it set for the duration."""
     port = _free_port()
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
@@ -54,12 +57,20 @@ def s3() -> Iterator[dict[str, str]]:
         "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
         "AWS_ALLOW_HTTP": "true",
     }
-    with pytest.MonkeyPatch.context() as patch:
-        for key, value in env.items():
-            patch.setenv(key, value)
-        client(env).create_bucket(Bucket=BUCKET)
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            for key, value in env.items():
+                patch.setenv(key, value)
+            client(env).create_bucket(Bucket=BUCKET)
+            yield env
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[dict[str, str]]:
+    with _server() as env:
         yield env
-    server.stop()
 
 
 def client(env: dict[str, str]) -> Any:
@@ -72,9 +83,9 @@ def client(env: dict[str, str]) -> Any:
     )
 
 
-def keys(env: dict[str, str], prefix: str) -> dict[str, str]:
+def keys(env: dict[str, str], prefix: str, bucket: str = BUCKET) -> dict[str, str]:
     """Every object under ``prefix``: its key → its ETag."""
-    listed = client(env).list_objects_v2(Bucket=BUCKET, Prefix=prefix).get("Contents", [])
+    listed = client(env).list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", [])
     return {o["Key"]: o["ETag"] for o in listed}
 
 
@@ -94,11 +105,17 @@ def sliced_config(root: Path, name: str, paths: dict[str, str] | None = None) ->
     return path
 
 
-@pytest.fixture(scope="module")
-def runs(s3: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """The same report made twice: on local disk, and with both folders in the bucket (with a
-    local cache of its own). Returns the two configurations."""
-    root = tmp_path_factory.mktemp("objstore")
+@dataclass(frozen=True)
+class Runs:
+    """The same report made on local disk (``local``) and in the bucket (``remote``, with a
+    cache of its own); ``bucket``: every object the server held afterwards, as files."""
+
+    local: Path
+    remote: Path
+    bucket: Path
+
+
+def _make_both(root: Path) -> Runs:
     local = sliced_config(root, "local")
     remote = sliced_config(
         root,
@@ -109,11 +126,33 @@ def runs(s3: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> tuple[
             "cache_dir": str(root / "cache"),
         },
     )
-    with pytest.MonkeyPatch.context() as patch:
+    snapshot = root / "bucket"
+    with _server() as env, pytest.MonkeyPatch.context() as patch:
         patch.setenv("DAGSTER_HOME", str(root / "dagster"))
         for config in (local, remote):
             assert enginefit(["report", "--config", str(config)]) == 0
-    return local, remote
+        for key in keys(env, ""):
+            target = snapshot / key
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(client(env).get_object(Bucket=BUCKET, Key=key)["Body"].read())
+    return Runs(local, remote, snapshot)
+
+
+@pytest.fixture(scope="session")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
+    """Made once per test run (shared by the xdist workers, as ``bundled_graph_run`` is)."""
+    return _built_once(_shared_folder(tmp_path_factory), "object-storage", _make_both)
+
+
+@pytest.fixture
+def bucket(s3: dict[str, str], runs: Runs) -> str:
+    """A new bucket on this worker's server holding what the run's bucket held."""
+    name = f"enginefit-{secrets.token_hex(4)}"
+    client(s3).create_bucket(Bucket=name)
+    for path in sorted(p for p in runs.bucket.rglob("*") if p.is_file()):
+        key = path.relative_to(runs.bucket).as_posix()
+        client(s3).put_object(Bucket=name, Key=key, Body=path.read_bytes())
+    return name
 
 
 def _published(config: Path) -> Path:
@@ -128,68 +167,80 @@ def _published(config: Path) -> Path:
 _WHERE = {"base", "roots", "workload_folder", "configuration_sha256", "identity", "inputs"}
 
 
-def test_a_report_on_object_storage_equals_the_one_made_on_local_disk(
-    runs: tuple[Path, Path],
-) -> None:
-    local, remote = (_published(config) for config in runs)
+def _in(bucket: str, config: Path, folder: Path) -> Path:
+    """``config`` (the one made on object storage) on ``bucket`` with a cache in ``folder``:
+    another machine's view of the same folders."""
+    raw = yaml.safe_load(config.read_text())
+    for key in ("data_dir", "reports_dir"):
+        raw["paths"][key] = raw["paths"][key].replace(f"s3://{BUCKET}/", f"s3://{bucket}/")
+    raw["paths"]["cache_dir"] = str(folder / "cache")
+    path = folder / "elsewhere.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def test_a_report_on_object_storage_equals_the_one_made_on_local_disk(runs: Runs) -> None:
+    local, remote = _published(runs.local), _published(runs.remote)
     assert (local / RECORD).read_bytes() == (remote / RECORD).read_bytes()
     mine, theirs = (json.loads((folder / MANIFEST).read_text()) for folder in (local, remote))
     # Every derived table, figure and summary the report was made from: the same bytes.
     assert mine["derived"] == theirs["derived"] and len(mine["derived"]) > 20
     assert mine["decision_sha256"] == theirs["decision_sha256"]
     assert mine["outputs"][RECORD] == theirs["outputs"][RECORD]
-    configuration = theirs["configuration"]
-    assert configuration["paths"]["data_dir"] == f"s3://{BUCKET}/team/data"
+    assert theirs["configuration"]["paths"]["data_dir"] == f"s3://{BUCKET}/team/data"
+    read = [
+        {k: v for k, v in m["inputs"].items() if not k.startswith("config:")}
+        for m in (mine, theirs)
+    ]
+    assert read[0] == read[1]
     for manifest in (mine, theirs):
         manifest["configuration"].pop("paths")
         manifest["configuration"].pop("source")
         for key in (*_WHERE, "outputs"):
             manifest.pop(key)
     assert mine == theirs
-    inputs = [json.loads((folder / MANIFEST).read_text())["inputs"] for folder in (local, remote)]
-    assert {k: v for k, v in inputs[0].items() if not k.startswith("config:")} == {
-        k: v for k, v in inputs[1].items() if not k.startswith("config:")
-    }
-    local_capacity = load_config(runs[0]).layout().capacity.result.read_bytes()
-    assert load_config(runs[1]).layout().capacity.result.read_bytes() == local_capacity
+    for table in ("result", "candidates"):
+        assert (
+            getattr(load_config(runs.local).layout().capacity, table).read_bytes()
+            == getattr(load_config(runs.remote).layout().capacity, table).read_bytes()
+        )
 
 
-def test_the_outputs_are_objects_in_the_bucket(runs: tuple[Path, Path], s3: dict[str, str]) -> None:
-    data = keys(s3, "team/data/mooncake-conversation/")
-    workload = "team/data/mooncake-conversation/"
+def test_the_outputs_are_objects_in_the_bucket(runs: Runs) -> None:
+    """What the server held after the run: each committed set, its marker, the version and
+    the ledger; the same bytes as the mirror the run worked on."""
+    workload = runs.bucket / "team" / "data" / "mooncake-conversation"
     for name in (
         "ingest_manifest.json",
         "requests/part-00000.parquet",
         "capacity/capacity.json",
         "capacity/.workload_capacity.sha256.json",
         "decision/decision.json",
+        "decision/.engine_decision.sha256.json",
         "shape/workload_shape.json",
     ):
-        assert workload + name in data
-    latest = load_config(runs[1]).filing().tree.latest()
+        assert (workload / name).read_bytes() == (
+            load_config(runs.remote).layout().root / name
+        ).read_bytes()
+    tree = load_config(runs.remote).filing().tree
+    latest = tree.latest()
     assert latest is not None
-    folder = f"team/reports/mooncake-conversation/{latest.path}"
-    reports = keys(s3, "team/reports/")
+    reports = runs.bucket / "team" / "reports" / "mooncake-conversation"
     for name in (MANIFEST, RECORD, "engine-selection.pdf", "engine-selection.html"):
-        assert f"{folder}/{name}" in reports
-    assert "team/reports/mooncake-conversation/index.json" in reports
-    # What the bucket holds is what the local mirror holds, byte for byte.
-    body = client(s3).get_object(Bucket=BUCKET, Key=workload + "capacity/capacity.json")
-    assert body["Body"].read() == load_config(runs[1]).layout().capacity.result.read_bytes()
+        assert (reports / latest.path / name).read_bytes() == (
+            tree.root / latest.path / name
+        ).read_bytes()
+    assert (reports / "index.json").read_bytes() == tree.ledger.read_bytes()
 
 
 def test_another_machine_reads_the_workload_from_the_bucket(
-    runs: tuple[Path, Path], tmp_path: Path
+    runs: Runs, bucket: str, tmp_path: Path
 ) -> None:
     """A fresh cache (another pod): every committed set comes back from the bucket checked
     against its seal, and the report folder with its ledger."""
-    raw = yaml.safe_load(runs[1].read_text())
-    raw["paths"]["cache_dir"] = str(tmp_path / "elsewhere")
-    other = tmp_path / "other.yaml"
-    other.write_text(yaml.safe_dump(raw))
-    config, original = load_config(other), load_config(runs[1])
+    config, original = load_config(_in(bucket, runs.remote, tmp_path)), load_config(runs.remote)
     pull(config.layout(), config.filing().tree)
-    assert config.layout().root.is_relative_to(tmp_path / "elsewhere")
+    assert config.layout().root.is_relative_to(tmp_path / "cache")
     for result in (results.SHAPE, results.CAPACITY, results.DECISION, results.WHATIF):
         assert result.require(config.layout()).read_bytes() == (
             result.require(original.layout()).read_bytes()
@@ -201,25 +252,33 @@ def test_another_machine_reads_the_workload_from_the_bucket(
 
 
 def test_a_published_version_is_never_overwritten(
-    runs: tuple[Path, Path], s3: dict[str, str], tmp_path: Path
+    runs: Runs, bucket: str, s3: dict[str, str], tmp_path: Path
 ) -> None:
-    """Another machine that has not seen version 1 publishes its own: refused at the first key
-    (If-None-Match), the bucket's version 1 unchanged; after a pull it publishes version 2."""
-    config = load_config(runs[1])
+    """Another machine that has not seen the published version publishes its own under the
+    same key: refused at the first object (If-None-Match), the bucket unchanged. Once it has
+    pulled, its publication is the next version, beside the first."""
+    config = load_config(_in(bucket, runs.remote, tmp_path))
     tree = config.filing().tree
-    latest = tree.latest()
+    assert tree.remote is not None
+    latest = load_config(runs.remote).filing().tree.latest()
     assert latest is not None
-    mirror = mirror_of(f"s3://{BUCKET}/team/reports", tmp_path / "cold").child(tree.root.name)
-    cold = ReportTree(mirror.local, mirror)
-    before = keys(s3, "team/reports/")
+    before = keys(s3, "team/reports/", bucket)
     manifest = {"identity": "0" * 64}
     with pytest.raises(StorageError, match="another enginefit run published this version"):
-        cold.publish(latest.quarter, latest.version, {RECORD: b"{}\n"}, manifest, "other")
-    assert keys(s3, "team/reports/") == before
-    assert not cold.version_dir(latest.quarter, latest.version).exists()
-    reports = Remote(f"s3://{BUCKET}/team/reports")
-    assert not reports.put_new(f"mooncake-conversation/{latest.path}/{MANIFEST}", b"x")
-    assert keys(s3, "team/reports/") == before
+        tree.publish(latest.quarter, latest.version, {RECORD: b"{}\n"}, manifest, "other")
+    assert keys(s3, "team/reports/", bucket) == before
+    assert not tree.version_dir(latest.quarter, latest.version).exists()
+    assert not Remote(f"s3://{bucket}/team/reports").put_new(
+        f"mooncake-conversation/{latest.path}/{MANIFEST}", b"x"
+    )
+    pull_reports(tree.remote)
+    entry, _ = tree.publish(latest.quarter, latest.version + 1, {RECORD: b"{}\n"}, manifest, "o")
+    after = keys(s3, "team/reports/", bucket)
+    assert {k: v for k, v in after.items() if k in before and not k.endswith("index.json")} == {
+        k: v for k, v in before.items() if not k.endswith("index.json")
+    }
+    assert f"team/reports/mooncake-conversation/{entry.path}/{MANIFEST}" in after
+    assert [e.version for e in tree.read_ledger()][-2:] == [latest.version, latest.version + 1]
 
 
 def test_a_missing_bucket_is_one_line_naming_the_url(
