@@ -192,8 +192,9 @@ def _pull_marker(mirror: Mirror, relative: str, named: Any) -> None:
         _saw(mirror, relative, digest)
         return
     raise StageOutputUnreadableError(
-        f"{mirror.remote.where(relative)}: the files it names kept changing while they were "
-        "fetched (another machine is writing them); run again once it has finished"
+        f"{mirror.remote.where(relative)}: the files it names do not match it (another "
+        "machine is writing them, or they were changed by hand); run again once that run has "
+        "finished, or re-run the stage that writes them"
     )
 
 

@@ -21,7 +21,7 @@ import yaml
 from assets.cli import main as enginefit
 from pipeline import results
 from pipeline.config import load_config
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, StageOutputUnreadableError
 from pipeline.ledger import MANIFEST, RECORD
 from pipeline.mirror import pull, pull_reports
 from pipeline.remote import Remote, StorageError
@@ -249,6 +249,24 @@ def test_another_machine_reads_the_workload_from_the_bucket(
         read_requests(config.layout()).collect().equals(read_requests(original.layout()).collect())
     )
     assert config.filing().tree.read_ledger() == original.filing().tree.read_ledger()
+
+
+def test_a_fetched_file_that_differs_from_its_seal_is_refused(
+    runs: Runs, bucket: str, s3: dict[str, str], tmp_path: Path
+) -> None:
+    """A sealed file changed in the bucket (by hand, or a half-finished push from elsewhere)
+    is never taken: the pull says which seal's files it could not fetch as sealed."""
+    key = "team/data/mooncake-conversation/capacity/capacity.json"
+    client(s3).put_object(Bucket=bucket, Key=key, Body=b"{}\n")
+    config = load_config(_in(bucket, runs.remote, tmp_path))
+    with pytest.raises(StageOutputUnreadableError) as raised:
+        pull(config.layout(), config.filing().tree)
+    assert str(raised.value).startswith(
+        f"s3://{bucket}/team/data/mooncake-conversation/capacity/.workload_capacity.sha256.json: "
+        "the files it names do not match it (another machine is writing them, or they were "
+        "changed by hand)"
+    )
+    assert not (config.layout().capacity.dir / ".workload_capacity.sha256.json").exists()
 
 
 def test_a_published_version_is_never_overwritten(
