@@ -9,6 +9,7 @@ import dagster as dg
 from pipeline.commands.common import DEFAULT_CONFIG
 from pipeline.config import Config, load_config
 from pipeline.layout import WorkloadLayout
+from pipeline.mirror import pull
 
 
 class EnginefitStore(dg.ConfigurableResource):
@@ -22,6 +23,14 @@ class EnginefitStore(dg.ConfigurableResource):
     # The quarter to report on (YYYY-Qn); the quarterly schedule sets it for the quarter that
     # ended. None: the configuration's report.quarter, else the data's.
     quarter: str | None = None
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        """Where ``paths`` name object storage, bring the local mirror up to it before any
+        step of this process reads (each step's process under the multiprocess and cluster
+        executors; once per run in process): :mod:`pipeline.mirror`."""
+        config = self.config()
+        if config.workload is not None:
+            pull(config.layout(), config.filing().tree)
 
     def config(self) -> Config:
         config = load_config(self.config_path)

@@ -19,7 +19,9 @@ from typing import Annotated, Any
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ValidationError,
+    ValidationInfo,
 )
 
 from pipeline.bench.config import BenchConfig, is_limit_key, slo_from_mapping
@@ -32,12 +34,14 @@ from pipeline.layout import WorkloadLayout, child_folder
 from pipeline.ledger import Filing, ReportTree
 from pipeline.loadtest.config import LoadtestConfig
 from pipeline.prefix.config import PrefixConfig
+from pipeline.remote import STORAGE_OPTIONS, Mirror, check_url, is_url, mirror_of, options_of
 from pipeline.report.config import Provenance, ReportConfig
 from pipeline.report.signing import Signer, check_signer
 from pipeline.settings import (
     SECTIONS,
     ConfigPath,
     Section,
+    _resolve_path,
     default_mapping,
     load_yaml,
 )
@@ -54,13 +58,61 @@ def _folder_or_new(value: Any) -> Any:
     return value
 
 
+def _location(value: Any, info: ValidationInfo) -> Any:
+    """An ``s3://bucket/prefix`` URL as written (normalised), else a path as every path is."""
+    if is_url(value):
+        return check_url(value)
+    return _resolve_path(value, info)
+
+
+def _storage_options(value: Any) -> Any:
+    if isinstance(value, dict):
+        unknown = sorted(str(k) for k in value if k not in STORAGE_OPTIONS)
+        if unknown:
+            raise ValueError(
+                f"unknown option(s) {', '.join(unknown)}: one of {', '.join(sorted(STORAGE_OPTIONS))} "
+                "(credentials come from the AWS environment variables or the machine's role, "
+                "never from this file)"
+            )
+    return value
+
+
+#: A folder on this machine, or on object storage (``s3://bucket/prefix``, :mod:`pipeline.mirror`).
+Location = Annotated[Path | str, BeforeValidator(_location), AfterValidator(_folder_or_new)]
+
+
 class PathsConfig(Section):
-    data_dir: Annotated[ConfigPath, AfterValidator(_folder_or_new)]
-    reports_dir: Annotated[ConfigPath, AfterValidator(_folder_or_new)]
+    data_dir: Location
+    reports_dir: Location
+    cache_dir: ConfigPath | None
+    storage_options: Annotated[dict[str, str | bool], AfterValidator(_storage_options)]
+
+    def _mirror(self, location: Path | str) -> Mirror | None:
+        if isinstance(location, Path):
+            return None
+        cache = self.cache_dir or Path.home() / ".cache" / "enginefit" / "objects"
+        return mirror_of(location, cache, options_of(self.storage_options))
+
+    @property
+    def data_mirror(self) -> Mirror | None:
+        """The mirror of ``data_dir`` when it is on object storage."""
+        return self._mirror(self.data_dir)
+
+    @property
+    def reports_mirror(self) -> Mirror | None:
+        return self._mirror(self.reports_dir)
+
+    @property
+    def data_folder(self) -> Path:
+        """Where this machine reads and writes workloads: ``data_dir``, or its mirror."""
+        mirror = self.data_mirror
+        return mirror.local if mirror else Path(self.data_dir)
 
     def report_folder(self, name: str) -> Path:
         """``<reports_dir>/<name>`` for a safe one-folder ``name`` (never outside reports_dir)."""
-        return child_folder(self.reports_dir, name, "report name")
+        mirror = self.reports_mirror
+        root = mirror.local if mirror else Path(self.reports_dir)
+        return child_folder(root, name, "report name")
 
 
 class _File(BaseModel):
@@ -134,13 +186,19 @@ class Config:
     def layout(self) -> WorkloadLayout:
         """Where this workload's outputs live: ``<paths.data_dir>/<workload.name>/``."""
         name = self.require_workload().name
-        return WorkloadLayout(child_folder(self.paths.data_dir, name, "workload.name"))
+        folder = child_folder(self.paths.data_folder, name, "workload.name")
+        mirror = self.paths.data_mirror
+        return WorkloadLayout(folder, mirror.child(name) if mirror else None)
 
     def filing(self) -> Filing:
         """Where this workload's report versions are published (``<paths.reports_dir>/<workload
         .name>/``) and the quarter a new one files under (``report.quarter``)."""
-        folder = self.paths.report_folder(self.require_workload().name)
-        return Filing(ReportTree(folder), self.report.quarter)
+        name = self.require_workload().name
+        folder = self.paths.report_folder(name)
+        mirror = self.paths.reports_mirror
+        return Filing(
+            ReportTree(folder, mirror.child(name) if mirror else None), self.report.quarter
+        )
 
     def as_dict(self) -> dict[str, Any]:
         """Every setting as plain data, the one serialisation of the configuration (printed by

@@ -25,10 +25,11 @@ other's outputs only through these.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from pipeline.errors import ConfigError, StageOutputMissingError
+from pipeline.remote import Mirror
 
 # A name that becomes one folder under a configured root: no '/', no '..', no leading '.'.
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -205,9 +206,12 @@ class WhatifPaths(_StagePaths):
 
 @dataclass(frozen=True)
 class WorkloadLayout:
-    """Every path of one workload's outputs, under ``root``."""
+    """Every path of one workload's outputs, under ``root``; ``remote``: the folder on object
+    storage that ``root`` mirrors (``paths.data_dir`` an ``s3://`` URL, :mod:`pipeline.mirror`),
+    where each set a stage commits is uploaded."""
 
     root: Path
+    remote: Mirror | None = field(default=None, compare=False)
 
     @property
     def name(self) -> str:
@@ -225,7 +229,9 @@ class WorkloadLayout:
 
     def day(self, day: str) -> WorkloadLayout:
         """The ingest set of one day (``YYYY-MM-DD``), laid out as a workload of its own."""
-        return WorkloadLayout(child_folder(self.days_dir, day, "partition"))
+        folder = child_folder(self.days_dir, day, "partition")
+        remote = self.remote.child("days").child(day) if self.remote else None
+        return WorkloadLayout(folder, remote)
 
     @property
     def marker(self) -> Path:

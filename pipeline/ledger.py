@@ -30,11 +30,13 @@ import re
 import secrets
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pipeline.errors import InputFormatError
+from pipeline.mirror import forget_version, publish_version, push_ledger
+from pipeline.remote import Mirror
 from pipeline.safe_read import open_regular, parse_json, read_json, read_regular
 from pipeline.settings import QUARTER
 from pipeline.store import write_bytes_atomic, write_json_atomic
@@ -219,9 +221,11 @@ def _entry(raw: Any, where: str) -> Entry:
 
 @dataclass(frozen=True)
 class ReportTree:
-    """The report folder of one workload."""
+    """The report folder of one workload; ``remote``: the folder on object storage it mirrors
+    (``paths.reports_dir`` an ``s3://`` URL), where each version and the ledger are uploaded."""
 
     root: Path
+    remote: Mirror | None = field(default=None, compare=False)
 
     @property
     def ledger(self) -> Path:
@@ -266,6 +270,8 @@ class ReportTree:
             self.ledger,
             {"schema_version": LEDGER_SCHEMA, "versions": [e.as_dict() for e in entries]},
         )
+        if self.remote is not None:
+            push_ledger(self.remote, self.ledger)
 
     def append(self, entries: list[Entry]) -> None:
         """Append ``entries`` (made by :func:`new_entry`) to the ledger, each chained to the
@@ -388,6 +394,12 @@ class ReportTree:
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
+        if self.remote is not None:
+            try:
+                publish_version(self.remote, target)
+            except BaseException:
+                forget_version(target)  # the mirror holds only what the remote does
+                raise
         entry = new_entry(
             self,
             target,

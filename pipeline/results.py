@@ -26,6 +26,7 @@ from pipeline.errors import (
     StageOutputUnreadableError,
 )
 from pipeline.layout import WorkloadLayout, require_output
+from pipeline.mirror import push_set
 from pipeline.safe_read import read_json
 from pipeline.store import sha256_file, write_json_atomic
 
@@ -112,6 +113,8 @@ class Result:
         if inputs is not None:
             record["inputs"] = dict(sorted(inputs.items()))
         write_json_atomic(target, record)
+        if layout.remote is not None:
+            push_set(layout.remote, files, target)
         return target
 
     def check_inputs(self, layout: WorkloadLayout, current: Mapping[str, str], named: str) -> None:

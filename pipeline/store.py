@@ -40,6 +40,7 @@ import polars as pl
 
 from pipeline.errors import EnginefitError, InputFormatError
 from pipeline.layout import PART_NAME, WorkloadLayout, require_output
+from pipeline.mirror import push_ingest
 from pipeline.safe_read import read_json
 from pipeline.schema import CANONICAL_SCHEMA
 
@@ -415,6 +416,9 @@ def publish_ingest(
                 tmp.replace(target)
             manifest_tmp.replace(paths.manifest)
             _remove_parts(old)
+        if layout.remote is not None:
+            written = [getattr(paths, n) for n in ("quarantine", "summary") if manifest[n]]
+            push_ingest(layout.remote, paths.manifest, [*paths.parts(), *written])
     return paths.parts()
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from pipeline.config import Config, default_config, load_config
 from pipeline.layout import WorkloadLayout
+from pipeline.mirror import pull
 
 DEFAULT_CONFIG = "enginefit.yaml"
 
@@ -69,6 +70,8 @@ def command_config(args: argparse.Namespace, *, paths: Sequence[str] = ()) -> Co
 def output_layout(args: argparse.Namespace, config: Config) -> WorkloadLayout | None:
     """Where a stage command writes: the configured workload, ``--out DIR`` ad hoc, or nowhere."""
     if not args.paths:
-        return config.layout()
+        layout = config.layout()
+        pull(layout, config.filing().tree)  # the folders on object storage, when they are
+        return layout
     out: Path | None = getattr(args, "out", None)
     return WorkloadLayout(out) if out is not None else None

@@ -25,6 +25,7 @@ import polars as pl
 
 from pipeline import results
 from pipeline.layout import WorkloadLayout
+from pipeline.mirror import push_file
 from pipeline.safe_read import read_json
 from pipeline.shape.facts import LatencyModel
 from pipeline.sim.blocks import SimInputs, sim_input
@@ -85,6 +86,8 @@ def write_scenario(summary: ScenarioSummary, layout: WorkloadLayout) -> Path:
     open_stage_output(layout)
     path = layout.simulation.scenario(summary.scenario)
     write_json_atomic(path, summary.to_json())
+    if layout.remote is not None:
+        push_file(layout.remote, path)
     return path
 
 

@@ -1,0 +1,278 @@
+"""A folder on object storage (``s3://bucket/prefix``) and the few operations enginefit needs on
+it: read, write, write-once, list, delete. :mod:`pipeline.mirror` keeps a local folder in step
+with one; nothing else talks to the object store.
+
+The client is obstore (object_store, Rust): credentials, region and endpoint come from the
+standard AWS environment variables (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
+``AWS_SESSION_TOKEN``, ``AWS_REGION``, ``AWS_ENDPOINT_URL``, ``AWS_ALLOW_HTTP`` ...) or the
+pod's role, and ``paths.storage_options`` may add the non-secret ones (a credential is never
+written in a file that a report records). Every failure is one :class:`StorageError` line
+naming the URL and what to do.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import obstore
+from obstore.exceptions import (
+    AlreadyExistsError,
+    BaseError,
+    PermissionDeniedError,
+    PreconditionError,
+    UnauthenticatedError,
+)
+from obstore.store import S3Store
+
+from pipeline.errors import EnginefitError
+
+SCHEME = "s3://"
+# S3's bucket naming rules (3-63 lower-case letters, digits, '.', '-'), then an optional prefix.
+_URL = re.compile(r"^s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(/[^\s]*)?$")
+#: The ``paths.storage_options`` a configuration may set: where and how to reach the store,
+#: never a credential (those come from the environment or the machine's role).
+STORAGE_OPTIONS = frozenset(
+    {"endpoint", "region", "allow_http", "virtual_hosted_style_request", "skip_signature"}
+)
+# A store that does not answer is said within seconds, not after the client's 3-minute default.
+_RETRY = {"max_retries": 2, "retry_timeout": dt.timedelta(seconds=15)}
+
+
+class StorageError(EnginefitError):
+    """The object store refused or could not be reached: one line naming the URL."""
+
+
+def is_url(value: object) -> bool:
+    return isinstance(value, str) and value.startswith(SCHEME)
+
+
+def check_url(value: str) -> str:
+    """``value`` as a normalised ``s3://bucket/prefix`` (no trailing '/'), else ValueError."""
+    match = _URL.match(value.strip())
+    if match is None:
+        raise ValueError(
+            f"{value!r} is not an S3 URL: s3://BUCKET/PREFIX (bucket: 3-63 lower-case letters, "
+            "digits, '.' and '-')"
+        )
+    prefix = "/".join(part for part in (match.group(2) or "").split("/") if part)
+    if any(part in (".", "..") for part in prefix.split("/")):
+        raise ValueError(f"{value!r}: '.' and '..' are not folders on object storage")
+    return f"{SCHEME}{match.group(1)}" + (f"/{prefix}" if prefix else "")
+
+
+@dataclass(frozen=True)
+class Remote:
+    """A folder on object storage: ``url`` (``s3://bucket/prefix``), and the client options."""
+
+    url: str
+    options: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def bucket(self) -> str:
+        return self.url[len(SCHEME) :].split("/", 1)[0]
+
+    @property
+    def prefix(self) -> str:
+        """The key prefix of the folder ('' for the bucket's root)."""
+        parts = self.url[len(SCHEME) :].split("/", 1)
+        return parts[1] if len(parts) > 1 else ""
+
+    def child(self, name: str) -> Remote:
+        return Remote(f"{self.url}/{name}", self.options)
+
+    def where(self, relative: str = "") -> str:
+        """The URL of ``relative`` (a '/'-separated path below the folder)."""
+        return f"{self.url}/{relative}" if relative else self.url
+
+    def _client(self) -> Any:
+        # The client reads the AWS_* variables when it is built: one per set of them.
+        aws = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
+        return _store(self.bucket, self.options, aws)
+
+    def _key(self, relative: str) -> str:
+        return f"{self.prefix}/{relative}" if self.prefix else relative
+
+    # -- operations (each error one StorageError line) ----------------------------------------
+
+    def get(self, relative: str) -> bytes | None:
+        """The object's bytes; None when there is no such object."""
+
+        with self._errors(relative):
+            try:
+                return bytes(obstore.get(self._client(), self._key(relative)).bytes())
+            except FileNotFoundError:
+                if not self._bucket_exists():
+                    raise
+                return None
+
+    def download(self, relative: str, target: Path) -> None:
+        """The object into ``target`` (written beside it, renamed into place), streamed."""
+
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.download-{os.getpid()}")
+        with self._errors(relative):
+            try:
+                result = obstore.get(self._client(), self._key(relative))
+                with tmp.open("wb") as handle:
+                    for chunk in result:
+                        handle.write(chunk)
+                tmp.replace(target)
+            finally:
+                tmp.unlink(missing_ok=True)
+
+    def put(self, relative: str, data: bytes | Path) -> None:
+        """Write (or replace) the object; a file is streamed (multipart when large)."""
+
+        with self._errors(relative):
+            obstore.put(self._client(), self._key(relative), data)
+
+    def put_new(self, relative: str, data: bytes) -> bool:
+        """Write the object only if none exists (``If-None-Match: *``): False when one does."""
+        with self._errors(relative):
+            try:
+                obstore.put(
+                    self._client(),
+                    self._key(relative),
+                    data,
+                    mode="create",
+                    use_multipart=False,
+                )
+            except (AlreadyExistsError, PreconditionError):
+                return False
+        return True
+
+    def delete(self, relative: str) -> None:
+
+        with self._errors(relative):
+            obstore.delete(self._client(), self._key(relative))
+
+    def list(self, relative: str = "") -> dict[str, int]:
+        """Every object below ``relative`` (a folder; '' the whole folder), as its path below
+        this folder → its size."""
+
+        below = self._key(relative).rstrip("/")
+        start = len(self.prefix) + 1 if self.prefix else 0
+        found: dict[str, int] = {}
+        with self._errors(relative):
+            stream = obstore.list(self._client(), below + "/" if below else None)
+            for batch in stream:
+                for meta in batch:
+                    found[str(meta["path"])[start:]] = int(meta["size"])
+        if not found and not self._bucket_exists():
+            raise self._error(relative, _NO_BUCKET)
+        return found
+
+    def _bucket_exists(self) -> bool:
+
+        with self._errors(""):
+            try:
+                obstore.list(self._client(), chunk_size=1).collect()
+            except FileNotFoundError:
+                return False
+        return True
+
+    def _error(self, relative: str, problem: str) -> StorageError:
+        return StorageError(f"{self.where(relative)}: {problem.format(bucket=self.bucket)}")
+
+    @contextmanager
+    def _errors(self, relative: str) -> Iterator[None]:
+        try:
+            yield
+        except (AlreadyExistsError, PreconditionError, StorageError):
+            raise
+        except (PermissionDeniedError, UnauthenticatedError, PermissionError) as exc:
+            raise self._error(relative, _problem(exc, _DENIED)) from exc
+        except FileNotFoundError as exc:
+            said = str(exc)
+            if "NoSuchBucket" in said or "bucket does not exist" in said:
+                raise self._error(relative, _NO_BUCKET) from exc
+            raise
+        except (BaseError, OSError, ValueError) as exc:
+            if "NoSuchBucket" in str(exc):
+                raise self._error(relative, _NO_BUCKET) from exc
+            raise self._error(relative, _problem(exc, _UNREACHABLE)) from exc
+
+
+_NO_BUCKET = (
+    "the bucket {bucket} does not exist; create it, or set paths.data_dir / paths.reports_dir "
+    "to a bucket that does"
+)
+_DENIED = (
+    "the object store refused the credentials; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
+    "(or AWS_PROFILE, or the pod's role) to ones allowed to read and write this bucket"
+)
+_NO_CREDENTIALS = (
+    "no credentials for the object store; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
+    "(or AWS_PROFILE, or give the pod a role)"
+)
+_UNREACHABLE = (
+    "cannot reach the object store{endpoint}; start it, or fix AWS_ENDPOINT_URL (or "
+    "paths.storage_options.endpoint)"
+)
+
+
+# Without credentials in the environment the client asks the machine's metadata service (EC2's
+# instance metadata, ECS's task credentials) for a role: failing there means no credentials.
+_METADATA_SERVICES = ("169.254.169.254", "169.254.170.2", "fd00:ec2::254")
+
+
+def _problem(exc: BaseException, default: str) -> str:
+    said = str(exc)
+    if any(address in said for address in _METADATA_SERVICES):
+        return _NO_CREDENTIALS
+    if any(
+        words in said
+        for words in ("credential", "Credential", "InvalidAccessKeyId", "SignatureDoesNotMatch")
+    ):
+        return _DENIED if "InvalidAccessKeyId" in said or "Signature" in said else _NO_CREDENTIALS
+    endpoint = os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT")
+    return default.replace("{endpoint}", f" at {endpoint}" if endpoint else "")
+
+
+@cache
+def _store(
+    bucket: str, options: tuple[tuple[str, str], ...], environment: tuple[tuple[str, str], ...]
+) -> Any:
+    """One client per bucket and options, built from the environment (obstore reads the AWS_*
+    variables itself) with the configured options over it; ``environment``, those variables,
+    only keys the cache."""
+    config: dict[str, Any] = dict(options)
+    return S3Store(bucket, config=config, retry_config=_RETRY)  # type: ignore[arg-type]
+
+
+def options_of(mapping: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    # The client reads booleans as the words true and false.
+    return tuple(
+        sorted(
+            (str(k), str(v).lower() if isinstance(v, bool) else str(v)) for k, v in mapping.items()
+        )
+    )
+
+
+@dataclass(frozen=True)
+class Mirror:
+    """A folder on object storage (``remote``) worked on through a folder on this machine
+    (``local``), with what was last seen of each commit marker there kept under ``state``
+    (outside ``local``, so the mirrored folder holds only what the remote one does)."""
+
+    remote: Remote
+    local: Path
+    state: Path
+
+    def child(self, name: str) -> Mirror:
+        return Mirror(self.remote.child(name), self.local / name, self.state / name)
+
+
+def mirror_of(url: str, cache_dir: Path, options: tuple[tuple[str, str], ...] = ()) -> Mirror:
+    """The mirror of ``url`` under ``cache_dir``: ``<cache_dir>/<bucket>/<prefix>``."""
+    remote = Remote(url, options)
+    below = Path(remote.bucket, *[p for p in remote.prefix.split("/") if p])
+    return Mirror(remote, cache_dir / below, cache_dir / ".synced" / below)

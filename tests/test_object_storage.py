@@ -1,0 +1,366 @@
+"""``paths.data_dir`` and ``paths.reports_dir`` on object storage, against a local S3 server
+(moto's, speaking the real S3 protocol over HTTP on a free loopback port): a report made there
+equals one made on local disk, its objects are in the bucket, and a published version is never
+overwritten."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import secrets
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from assets.cli import main as enginefit
+from pipeline import results
+from pipeline.config import load_config
+from pipeline.errors import ConfigError, StageOutputUnreadableError
+from pipeline.ledger import MANIFEST, RECORD
+from pipeline.mirror import pull, pull_reports
+from pipeline.remote import Remote, StorageError
+from pipeline.store import read_requests
+from tests.conftest import REPO, _built_once, _shared_folder, bundled_config
+
+moto_server = pytest.importorskip("moto.server")
+boto3 = pytest.importorskip("boto3")
+
+BUCKET = "enginefit-test"
+# The first requests of the bundled trace: every stage runs, in a fraction of the whole's time.
+SLICE = 600
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextlib.contextmanager
+def _server() -> Iterator[dict[str, str]]:
+    """A moto S3 server on a free loopback port, with :data:`BUCKET` made, and the AWS
+    variables that point a client at it set for the duration."""
+    port = _free_port()
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # a line per request otherwise
+    env = {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "AWS_ALLOW_HTTP": "true",
+    }
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            for key, value in env.items():
+                patch.setenv(key, value)
+            client(env).create_bucket(Bucket=BUCKET)
+            yield env
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[dict[str, str]]:
+    with _server() as env:
+        yield env
+
+
+def client(env: dict[str, str]) -> Any:
+    return boto3.client(
+        "s3",
+        endpoint_url=env["AWS_ENDPOINT_URL"],
+        region_name=env["AWS_REGION"],
+        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+    )
+
+
+def keys(env: dict[str, str], prefix: str, bucket: str = BUCKET) -> dict[str, str]:
+    """Every object under ``prefix``: its key → its ETag."""
+    listed = client(env).list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", [])
+    return {o["Key"]: o["ETag"] for o in listed}
+
+
+def sliced_config(root: Path, name: str, paths: dict[str, str] | None = None) -> Path:
+    """The bundled configuration on the first :data:`SLICE` requests of its trace."""
+    trace = root / "slice.jsonl"
+    if not trace.exists():
+        source = REPO / "traces" / "mooncake" / "conversation_trace.jsonl"
+        with source.open() as handle:
+            trace.write_text("".join(next(handle) for _ in range(SLICE)))
+    path = bundled_config(root, name)
+    raw = yaml.safe_load(path.read_text())
+    raw["workload"]["traces"] = [{"path": str(trace), "format": "auto"}]
+    if paths is not None:
+        raw["paths"] = paths
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+@dataclass(frozen=True)
+class Runs:
+    """The same report made on local disk (``local``) and in the bucket (``remote``, with a
+    cache of its own); ``bucket``: every object the server held afterwards, as files."""
+
+    local: Path
+    remote: Path
+    bucket: Path
+
+
+def _make_both(root: Path) -> Runs:
+    local = sliced_config(root, "local")
+    remote = sliced_config(
+        root,
+        "remote",
+        {
+            "data_dir": f"s3://{BUCKET}/team/data",
+            "reports_dir": f"s3://{BUCKET}/team/reports",
+            "cache_dir": str(root / "cache"),
+        },
+    )
+    snapshot = root / "bucket"
+    with _server() as env, pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DAGSTER_HOME", str(root / "dagster"))
+        for config in (local, remote):
+            assert enginefit(["report", "--config", str(config)]) == 0
+        for key in keys(env, ""):
+            target = snapshot / key
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(client(env).get_object(Bucket=BUCKET, Key=key)["Body"].read())
+    return Runs(local, remote, snapshot)
+
+
+@pytest.fixture(scope="session")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
+    """Made once per test run (shared by the xdist workers, as ``bundled_graph_run`` is)."""
+    return _built_once(_shared_folder(tmp_path_factory), "object-storage", _make_both)
+
+
+@pytest.fixture
+def bucket(s3: dict[str, str], runs: Runs) -> str:
+    """A new bucket on this worker's server holding what the run's bucket held."""
+    name = f"enginefit-{secrets.token_hex(4)}"
+    client(s3).create_bucket(Bucket=name)
+    for path in sorted(p for p in runs.bucket.rglob("*") if p.is_file()):
+        key = path.relative_to(runs.bucket).as_posix()
+        client(s3).put_object(Bucket=name, Key=key, Body=path.read_bytes())
+    return name
+
+
+def _published(config: Path) -> Path:
+    filing = load_config(config).filing()
+    latest = filing.tree.latest()
+    assert latest is not None
+    return filing.tree.root / latest.path
+
+
+# What a manifest records of where it was made (paths, the configuration file, the folders it
+# read), which differs between a local run and one on object storage by design.
+_WHERE = {"base", "roots", "workload_folder", "configuration_sha256", "identity", "inputs"}
+
+
+def _in(bucket: str, config: Path, folder: Path) -> Path:
+    """``config`` (the one made on object storage) on ``bucket`` with a cache in ``folder``:
+    another machine's view of the same folders."""
+    raw = yaml.safe_load(config.read_text())
+    for key in ("data_dir", "reports_dir"):
+        raw["paths"][key] = raw["paths"][key].replace(f"s3://{BUCKET}/", f"s3://{bucket}/")
+    raw["paths"]["cache_dir"] = str(folder / "cache")
+    path = folder / "elsewhere.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def test_a_report_on_object_storage_equals_the_one_made_on_local_disk(runs: Runs) -> None:
+    local, remote = _published(runs.local), _published(runs.remote)
+    assert (local / RECORD).read_bytes() == (remote / RECORD).read_bytes()
+    mine, theirs = (json.loads((folder / MANIFEST).read_text()) for folder in (local, remote))
+    # Every derived table, figure and summary the report was made from: the same bytes.
+    assert mine["derived"] == theirs["derived"] and len(mine["derived"]) > 20
+    assert mine["decision_sha256"] == theirs["decision_sha256"]
+    assert mine["outputs"][RECORD] == theirs["outputs"][RECORD]
+    assert theirs["configuration"]["paths"]["data_dir"] == f"s3://{BUCKET}/team/data"
+    read = [
+        {k: v for k, v in m["inputs"].items() if not k.startswith("config:")}
+        for m in (mine, theirs)
+    ]
+    assert read[0] == read[1]
+    for manifest in (mine, theirs):
+        manifest["configuration"].pop("paths")
+        manifest["configuration"].pop("source")
+        for key in (*_WHERE, "outputs"):
+            manifest.pop(key)
+    assert mine == theirs
+    for table in ("result", "candidates"):
+        assert (
+            getattr(load_config(runs.local).layout().capacity, table).read_bytes()
+            == getattr(load_config(runs.remote).layout().capacity, table).read_bytes()
+        )
+
+
+def test_the_outputs_are_objects_in_the_bucket(runs: Runs) -> None:
+    """What the server held after the run: each committed set, its marker, the version and
+    the ledger; the same bytes as the mirror the run worked on."""
+    workload = runs.bucket / "team" / "data" / "mooncake-conversation"
+    for name in (
+        "ingest_manifest.json",
+        "requests/part-00000.parquet",
+        "capacity/capacity.json",
+        "capacity/.workload_capacity.sha256.json",
+        "decision/decision.json",
+        "decision/.engine_decision.sha256.json",
+        "shape/workload_shape.json",
+    ):
+        assert (workload / name).read_bytes() == (
+            load_config(runs.remote).layout().root / name
+        ).read_bytes()
+    tree = load_config(runs.remote).filing().tree
+    latest = tree.latest()
+    assert latest is not None
+    reports = runs.bucket / "team" / "reports" / "mooncake-conversation"
+    for name in (MANIFEST, RECORD, "engine-selection.pdf", "engine-selection.html"):
+        assert (reports / latest.path / name).read_bytes() == (
+            tree.root / latest.path / name
+        ).read_bytes()
+    assert (reports / "index.json").read_bytes() == tree.ledger.read_bytes()
+
+
+def test_another_machine_reads_the_workload_from_the_bucket(
+    runs: Runs, bucket: str, tmp_path: Path
+) -> None:
+    """A fresh cache (another pod): every committed set comes back from the bucket checked
+    against its seal, and the report folder with its ledger."""
+    config, original = load_config(_in(bucket, runs.remote, tmp_path)), load_config(runs.remote)
+    pull(config.layout(), config.filing().tree)
+    assert config.layout().root.is_relative_to(tmp_path / "cache")
+    for result in (results.SHAPE, results.CAPACITY, results.DECISION, results.WHATIF):
+        assert result.require(config.layout()).read_bytes() == (
+            result.require(original.layout()).read_bytes()
+        )
+    assert (
+        read_requests(config.layout()).collect().equals(read_requests(original.layout()).collect())
+    )
+    assert config.filing().tree.read_ledger() == original.filing().tree.read_ledger()
+
+
+def test_a_fetched_file_that_differs_from_its_seal_is_refused(
+    runs: Runs, bucket: str, s3: dict[str, str], tmp_path: Path
+) -> None:
+    """A sealed file changed in the bucket (by hand, or a half-finished push from elsewhere)
+    is never taken: the pull says which seal's files it could not fetch as sealed."""
+    key = "team/data/mooncake-conversation/capacity/capacity.json"
+    client(s3).put_object(Bucket=bucket, Key=key, Body=b"{}\n")
+    config = load_config(_in(bucket, runs.remote, tmp_path))
+    with pytest.raises(StageOutputUnreadableError) as raised:
+        pull(config.layout(), config.filing().tree)
+    assert str(raised.value).startswith(
+        f"s3://{bucket}/team/data/mooncake-conversation/capacity/.workload_capacity.sha256.json: "
+        "the files it names do not match it (another machine is writing them, or they were "
+        "changed by hand)"
+    )
+    assert not (config.layout().capacity.dir / ".workload_capacity.sha256.json").exists()
+
+
+def test_a_published_version_is_never_overwritten(
+    runs: Runs, bucket: str, s3: dict[str, str], tmp_path: Path
+) -> None:
+    """Another machine that has not seen the published version publishes its own under the
+    same key: refused at the first object (If-None-Match), the bucket unchanged. Once it has
+    pulled, its publication is the next version, beside the first."""
+    config = load_config(_in(bucket, runs.remote, tmp_path))
+    tree = config.filing().tree
+    assert tree.remote is not None
+    latest = load_config(runs.remote).filing().tree.latest()
+    assert latest is not None
+    before = keys(s3, "team/reports/", bucket)
+    manifest = {"identity": "0" * 64}
+    with pytest.raises(StorageError, match="another enginefit run published this version"):
+        tree.publish(latest.quarter, latest.version, {RECORD: b"{}\n"}, manifest, "other")
+    assert keys(s3, "team/reports/", bucket) == before
+    assert not tree.version_dir(latest.quarter, latest.version).exists()
+    assert not Remote(f"s3://{bucket}/team/reports").put_new(
+        f"mooncake-conversation/{latest.path}/{MANIFEST}", b"x"
+    )
+    pull_reports(tree.remote)
+    entry, _ = tree.publish(latest.quarter, latest.version + 1, {RECORD: b"{}\n"}, manifest, "o")
+    after = keys(s3, "team/reports/", bucket)
+    assert {k: v for k, v in after.items() if k in before and not k.endswith("index.json")} == {
+        k: v for k, v in before.items() if not k.endswith("index.json")
+    }
+    assert f"team/reports/mooncake-conversation/{entry.path}/{MANIFEST}" in after
+    assert [e.version for e in tree.read_ledger()][-2:] == [latest.version, latest.version + 1]
+
+
+def test_a_missing_bucket_is_one_line_naming_the_url(
+    s3: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = sliced_config(
+        tmp_path,
+        "nobucket",
+        {
+            "data_dir": "s3://no-such-bucket/data",
+            "reports_dir": str(tmp_path / "reports"),
+            "cache_dir": str(tmp_path / "cache"),
+        },
+    )
+    assert enginefit(["shape", "--config", str(config)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("enginefit: error: s3://no-such-bucket/data/mooncake-conversation")
+    assert "the bucket no-such-bucket does not exist; create it" in err
+
+
+def test_an_endpoint_that_does_not_answer_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_ALLOW_HTTP", "true")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{_free_port()}")
+    with pytest.raises(
+        StorageError,
+        match=r"^s3://down-bucket/x: cannot reach the object store at http://127\.0\.0\.1:\d+; start it",
+    ):
+        Remote("s3://down-bucket/x").list()
+
+
+def test_no_credentials_is_one_line_saying_which_to_set(
+    s3: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without credentials the client asks the machine's metadata service for a role; where
+    there is none, the error says to set credentials, not that the store is down."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(StorageError) as raised:
+        Remote(f"s3://{BUCKET}/no-credentials").list()
+    assert str(raised.value) == (
+        f"s3://{BUCKET}/no-credentials: no credentials for the object store; set "
+        "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE, or give the pod a role)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("paths", "said"),
+    [
+        ({"data_dir": "s3://Bad_Bucket/x"}, "paths.data_dir"),
+        ({"storage_options": {"aws_secret_access_key": "x"}}, "never from this file"),
+        ({"storage_option": {}}, "storage_option"),
+    ],
+)
+def test_bad_object_storage_settings_are_configuration_errors(
+    tmp_path: Path, paths: dict[str, Any], said: str
+) -> None:
+    config = bundled_config(tmp_path, "bad")
+    raw = yaml.safe_load(config.read_text())
+    raw["paths"].update(paths)
+    config.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ConfigError, match=said):
+        load_config(config)
