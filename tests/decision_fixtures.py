@@ -5,8 +5,8 @@ then the decision stage reads their written outputs (nothing hand-written betwee
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -287,11 +287,18 @@ def decide_on(
     stage as the configured commands do (``capacity``: the capacity stage's stand-in), then
     decide. ``figures=False``: the stages draw no SVG figures (no decision reads them, and
     drawing them is most of a scenario's time); the report needs them."""
-    with ExitStack() as stack:
-        if not figures:
-            for stage, name in _FIGURES:
-                stack.enter_context(patch.object(stage, name, _NO_FIGURES[name]))
+    with no_figures() if not figures else nullcontext():
         return _decide_on(root, frame, benches, requirements, previous, capacity, config)
+
+
+@contextmanager
+def no_figures() -> Iterator[None]:
+    """The stages draw no SVG figures while this lasts (each writes an empty stand-in): for
+    tests of what a decision reads, which no figure is."""
+    with ExitStack() as stack:
+        for stage, name in _FIGURES:
+            stack.enter_context(patch.object(stage, name, _NO_FIGURES[name]))
+        yield
 
 
 # Where each stage draws its figures: shape's and bench's figures(), prefix's curve_svg(), and
