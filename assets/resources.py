@@ -8,6 +8,7 @@ import dagster as dg
 
 from pipeline.commands.common import DEFAULT_CONFIG
 from pipeline.config import Config, load_config
+from pipeline.errors import ConfigError
 from pipeline.layout import WorkloadLayout
 from pipeline.mirror import pull
 
@@ -28,7 +29,10 @@ class EnginefitStore(dg.ConfigurableResource):
         """Where ``paths`` name object storage, bring the local mirror up to it before any
         step of this process reads (each step's process under the multiprocess and cluster
         executors; once per run in process): :mod:`pipeline.mirror`."""
-        config = self.config()
+        try:
+            config = self.config()
+        except ConfigError:
+            return  # said by the first step that reads it, as that step's failure
         if config.workload is not None:
             pull(config.layout(), config.filing().tree)
 
