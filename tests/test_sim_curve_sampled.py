@@ -202,5 +202,10 @@ def test_parts_out_of_arrival_order_are_refused(layout: WorkloadLayout, tmp_path
     settings = _settings(replicas=(1,))
     with pytest.raises(SimulationInputError, match="not in arrival order"):
         streamed_curves(
-            [parts[1], parts[0]], settings, LATENCY, curve_combinations(settings), list, 0.1
+            [parts[1], parts[0]],
+            settings,
+            LATENCY,
+            curve_combinations(settings),
+            lambda: pytest.fail(),
+            0.1,
         )

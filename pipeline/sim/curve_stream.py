@@ -379,7 +379,7 @@ def _steps(
     )
     depth = np.flatnonzero(hist[1:]) + 1
     capacity, group = np.unique((depth * (1.0 / rate) + 0.5).astype(np.int64), return_inverse=True)
-    weight = np.bincount(group, weights=hist[depth], minlength=capacity.size)
+    weight = np.bincount(group, weights=hist[depth], minlength=capacity.size).astype(np.float64)
     caps, hits = sampled_steps(capacity, weight, float(hist[0]), float(prompt_weight))
     # the sampled lookups' weight, scaled, against every prompt block's: how far the sample's
     # mix of blocks is from the trace's
