@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -97,17 +98,16 @@ def streamable(combinations: Sequence[Combination]) -> bool:
 
 @dataclass
 class _Sample:
-    """One block size's sample, gathered part by part; per kept request (one with a sampled
-    block or unknown output block) its index in arrival order and counts."""
+    """One block size's sample, gathered part by part: the sampled keys and, per kept request
+    (one with a sampled block or unknown output block, in arrival order), its counts."""
 
     block_size: int
     keys: list[U64] = field(default_factory=list)
     in_half: list[NDArray[np.bool_]] = field(default_factory=list)
-    length: list[I64] = field(default_factory=list)
-    limit: list[I64] = field(default_factory=list)
-    missing: list[I64] = field(default_factory=list)
-    missing_half: list[I64] = field(default_factory=list)
-    index: list[I64] = field(default_factory=list)
+    length: list[NDArray[np.int32]] = field(default_factory=list)
+    limit: list[NDArray[np.int32]] = field(default_factory=list)
+    missing: list[NDArray[np.int32]] = field(default_factory=list)
+    missing_half: list[NDArray[np.int32]] = field(default_factory=list)
     prompt_weight: int = 0  # every request's hit-limit blocks × block size
     anon: np.uint64 = field(default_factory=lambda: np.uint64(0))
 
@@ -138,7 +138,9 @@ class CurveSampler:
         self.half = self.threshold // np.uint64(2)
         self.salt = np.uint64(SAMPLE_SALT)
         self.samples = {bs: _Sample(bs) for bs in dict.fromkeys(c[0] for c in combinations)}
-        self.replicas: dict[Combination, list[I64]] = {c: [] for c in self.combinations}
+        self.replicas: dict[Combination, list[NDArray[np.int32]]] = {
+            c: [] for c in self.combinations
+        }
         self.rngs = {
             c: np.random.default_rng(settings.random_seed)
             for c in self.combinations
@@ -208,16 +210,17 @@ class CurveSampler:
             kept = np.flatnonzero((length + missing_s) > 0)
             sample.keys.append(keys)
             sample.in_half.append(in_half)
-            sample.length.append(length[kept])
-            sample.limit.append(limit[kept])
-            sample.missing.append(missing_s[kept])
-            sample.missing_half.append(missing_h[kept])
-            sample.index.append(kept + base)
+            # per kept request, held as int32 until the curves (a request's counts fit)
+            sample.length.append(length[kept].astype(np.int32))
+            sample.limit.append(limit[kept].astype(np.int32))
+            sample.missing.append(missing_s[kept].astype(np.int32))
+            sample.missing_half.append(missing_h[kept].astype(np.int32))
             sample.prompt_weight += int(hit_limit.sum()) * bs
             for combo in self.combinations:
                 if combo[0] != bs:
                     continue
-                self.replicas[combo].append(self._replica(combo, part.n, base, assignments)[kept])
+                replica = self._replica(combo, part.n, base, assignments)[kept]
+                self.replicas[combo].append(replica.astype(np.int32))
         seen.n += part.n
         coverage = part.coverage()
         seen.content_requests += coverage.requests
@@ -319,8 +322,8 @@ def _mixed(codes: U64) -> U64:
     )
 
 
-def _joined(arrays: list[I64]) -> I64:
-    return np.concatenate(arrays) if arrays else np.zeros(0, np.int64)
+def _joined(arrays: Sequence[NDArray[Any]]) -> I64:
+    return np.concatenate(arrays).astype(np.int64) if arrays else np.zeros(0, np.int64)
 
 
 Arrays = tuple[I64, NDArray[np.integer], I64, I64]  # offsets, ids, missing, hit limit
