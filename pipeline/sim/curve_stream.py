@@ -12,12 +12,13 @@ follows the sampled blocks and the requests that hold one, not the table. The sa
 are scaled by 1/rate and the hits normalised by every prompt block's hit weight (a ratio
 estimator: :func:`pipeline.sim.curve.sampled_steps`).
 
-The error is estimated on the trace itself: the sample splits into two independent halves
-(key hash ≤ rate/2 · 2^64, or above), each a SHARDS sample at half the rate, and the largest
-hit-ratio gap between their curves is ``hit_ratio_error`` (about twice the standard deviation
-of the full sample's error at a capacity, since the halves' errors are independent and each
-has twice the full sample's variance). ``tests/test_sim_curve_sampled.py`` checks the sampled
-curve against the exact one on a generated several-day workload.
+The error is estimated on the trace itself (``hit_ratio_error``), as the larger of: the largest
+hit-ratio gap between the sample's curve and each of its two independent halves' (key hash
+≤ rate/2 · 2^64, or above: each a SHARDS sample at half the rate), and the relative gap between
+the sampled lookups' weight scaled by 1/rate and every prompt block's (a sample that missed the
+few hot blocks carrying most hits shows it there, where the halves agree). It is an estimate,
+not a bound; ``tests/test_sim_curve_sampled.py`` checks the sampled curve and the estimate
+against the exact curve on a generated several-day workload (docs/simulation-curves.md).
 
 Assignments a request's own position decides (one replica, round-robin, random) are drawn
 while reading; the others (least-loaded, least-served, affinity, bounded-affinity) need the
