@@ -93,12 +93,12 @@ def simulation_scenarios(**upstream: Any) -> Any:
 )
 def simulation_curves(store: EnginefitStore) -> dg.MaterializeResult:  # type: ignore[type-arg]
     """Hit ratio at every per-replica cache capacity (instant lifetime), from one exact LRU
-    stack-distance pass per block size × replica count × cache-independent routing."""
+    stack-distance pass per block size × replica count × cache-independent routing (a SHARDS
+    sample, its rate and estimated error stated, past ``simulation.curve_exact_max_blocks``)."""
     config = store.config()
     layout = config.layout()
     settings = config.simulation
-    inputs = stage.read_inputs(layout, settings.latency(config.shape.latency))
-    curves = compute.capacity_curves(inputs, settings)
+    curves = stage.curves(layout, settings, settings.latency(config.shape.latency))
     points = compute.curve_points(curves)
     paths = stage.write_curves(curves, points, layout)
     return dg.MaterializeResult(

@@ -250,7 +250,8 @@ def _run_configured(args: argparse.Namespace, config: Config) -> int:
     layout = config.layout()
     settings = config.simulation
     latency = settings.latency(config.shape.latency)
-    result = stage.run(stage.read_inputs(layout, latency), settings)
+    inputs = stage.read_inputs(layout, latency)
+    result = stage.run(inputs, settings, stage.curves(layout, settings, latency))
     stage.write(result, layout)
     points = result.curve_points
     if args.json:

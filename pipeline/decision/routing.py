@@ -26,6 +26,7 @@ from pipeline.decision.result import Isolation, IsolationAdvice, Routing
 from pipeline.present.text import money, quantity
 from pipeline.present.text import share as share_words
 from pipeline.sim.config import PREFIX_ROUTINGS
+from pipeline.sim.present import curve_sampling_brief
 from pipeline.sim.result import ScenarioSummary
 from pipeline.thresholds import ROUTING_GAIN_MIN
 from pipeline.unknown import Unknown, is_known
@@ -243,10 +244,12 @@ def _hits_at(
             if s.cache_tokens == capacity and not s.tenant_isolation
         }
         return hits, prompt, "simulated replay at that capacity (request lifetimes as configured)"
+    sampled = curve_sampling_brief(ctx.inputs.curves) if ctx.inputs.curves is not None else None
     return (
         _curve_hits(ctx.inputs.curves, replicas, capacity),
         prompt,
-        "one-pass capacity curves at that capacity (instant lifetime; cache-aware not curved)",
+        "one-pass capacity curves at that capacity (instant lifetime; cache-aware not curved)"
+        + (f", {sampled}" if sampled else ""),
     )
 
 

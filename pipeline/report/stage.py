@@ -59,6 +59,7 @@ from pipeline.safe_read import parse_json, read_json
 from pipeline.settings import SECTIONS
 from pipeline.shape import stage as shape_stage
 from pipeline.sim import stage as sim_stage
+from pipeline.sim.present import curve_sampling_note
 from pipeline.whatif import stage as whatif_stage
 
 
@@ -308,6 +309,7 @@ def read_inputs(
         workload_capacity=workload_capacity,
         whatif=whatif,
         prediction_history=published_errors(tree.read_ledger(), quarter, version),
+        curve_note=_curve_note(layout),
         report_date=report_date,
         report_date_source=f"given by {configured_by}"
         if configured == report_date
@@ -423,6 +425,13 @@ def _previous(tree: ReportTree, entry: Entry | None) -> PreviousVersion | None:
     manifest = tree.read_manifest(entry)
     record = DecisionRecord.from_json(read_json(folder / RECORD), str(folder / RECORD))
     return PreviousVersion(entry.quarter, entry.version, manifest, record)
+
+
+def _curve_note(layout: WorkloadLayout) -> str | None:
+    """The capacity curves' sampling, when they were sampled (none written: nothing to say)."""
+    if not layout.simulation.curves.is_file():
+        return None
+    return curve_sampling_note(pl.read_parquet(layout.simulation.curves))
 
 
 def _figures(layout: WorkloadLayout) -> dict[str, bytes]:

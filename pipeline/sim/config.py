@@ -71,6 +71,11 @@ MAX_CURVE_POINTS = 10_000
 # SHARDS sampling rate: below one block in a million the sample of any trace is too thin to
 # estimate a curve (and below 2^-64 the sampling threshold underflows).
 MIN_SAMPLE_RATE = 1e-6
+# Stored blocks (the hashes of every request's chain, counted from the request parts' Parquet
+# metadata) up to which the capacity curves are exact; past it they come from a SHARDS sample
+# of ``curve_sample_rate`` taken while the table is read part by part (pipeline.sim.curve_stream).
+# At most 2^40 (8 TiB of hashes): no machine holds an exact pass that large.
+MAX_CURVE_EXACT_BLOCKS = 2**40
 # bounded-affinity spills past (1 + margin) x its share: at 100 the home replica takes 101x its
 # share before spilling, which is plain affinity.
 MAX_AFFINITY_MARGIN = 100.0
@@ -106,6 +111,16 @@ CacheTokens = Annotated[
 InFlight = Annotated[int, Field(ge=0, le=MAX_IN_FLIGHT)]
 CurvePoints = Annotated[int, Field(ge=2, le=MAX_CURVE_POINTS)]
 SampleRate = Annotated[float, Field(ge=MIN_SAMPLE_RATE, le=1)]
+CurveBlocks = Annotated[
+    int,
+    Field(ge=0),
+    _at_most(
+        MAX_CURVE_EXACT_BLOCKS,
+        "stored blocks",
+        "an exact pass holds about 50 bytes a block; MAX_CURVE_EXACT_BLOCKS in "
+        "pipeline/sim/config.py",
+    ),
+]
 
 
 @dataclass(frozen=True)
@@ -214,6 +229,8 @@ class SimConfig(Section):
     request_lifetime: RequestLifetime
     replica_slots: Annotated[InFlight, Field(gt=0)] | None
     latency_model: LatencyModelConfig | None
+    curve_exact_max_blocks: CurveBlocks
+    curve_sample_rate: Annotated[SampleRate, Field(lt=1)] | None
 
     def latency(self, fallback: LatencyModel) -> LatencyModel:
         """The latency model durations come from: this section's, else ``fallback`` (the

@@ -51,6 +51,9 @@ class Curve:
     hit_tokens: I64
     coverage: ContentCoverage
     sample_rate: float = 1.0
+    # Largest hit-ratio gap between the sample's two independent halves (pipeline.sim.
+    # curve_stream): the sampled curve's estimated error; 0 when exact, None when not estimated.
+    hit_ratio_error: float | None = 0.0
 
     @property
     def unknown_reason(self) -> str | None:
@@ -90,6 +93,8 @@ class Curve:
                 "hit_ratio": self.hit_tokens / self.coverage.prompt_tokens if known else [None],
                 "content_share": [self.coverage.share] * rows,
                 "hit_unknown_reason": [self.unknown_reason] * rows,
+                "sample_rate": np.full(rows, self.sample_rate, np.float64),
+                "hit_ratio_error": [self.hit_ratio_error] * rows,
             },
             schema=CURVE_SCHEMA,
         )
@@ -128,6 +133,7 @@ class Curve:
             "saturation_cache_tokens": self.saturation_cache_tokens if known else None,
             "sample_rate": self.sample_rate,
             "exact": self.sample_rate >= 1.0,
+            "hit_ratio_error": self.hit_ratio_error,
             "points": self.points(n_points),
         }
 
@@ -143,6 +149,8 @@ CURVE_SCHEMA = pl.Schema(
         "hit_ratio": pl.Float64,
         "content_share": pl.Float64,
         "hit_unknown_reason": pl.String,
+        "sample_rate": pl.Float64,
+        "hit_ratio_error": pl.Float64,
     }
 )
 
@@ -229,20 +237,14 @@ def capacity_curve(
             max(view.n_ids, 1),
             order,
             starts,
-            np.uint64(int(sample_rate * 2.0**64) - 1),
+            sample_threshold(sample_rate),
             np.uint64(sample_salt),
             hist_size,
         )
-        # Ratio estimator: scale sampled hits by (every prompt block's hit weight) / (the
-        # sampled blocks' weight, already scaled by 1/rate, kept in bucket 0), so the number
-        # of sampled references does not bias the curve (the role of SHARDS' adjustment).
-        sampled_weight = float(total[0])
-        if sampled_weight > 0:
-            total = total * (float(view.hit_limit.sum()) * block_size / sampled_weight)
-        total[0] = 0.0
-        weights = np.rint(total).astype(np.int64)
-        nz = np.flatnonzero(weights)
-        capacity_blocks, hit_tokens = nz.astype(np.int64), np.cumsum(weights[nz])
+        depths = np.flatnonzero(total[1:]) + 1
+        capacity_blocks, hit_tokens = sampled_steps(
+            depths, total[depths], float(total[0]), float(view.hit_limit.sum()) * block_size
+        )
     return Curve(
         block_size=block_size,
         replicas=replicas,
@@ -253,4 +255,27 @@ def capacity_curve(
         hit_tokens=hit_tokens,
         coverage=inp.coverage(),
         sample_rate=float(sample_rate),
+        hit_ratio_error=0.0 if sample_rate >= 1 else None,
     )
+
+
+def sample_threshold(rate: float) -> np.uint64:
+    """The SHARDS filter's bound: a key is sampled when ``splitmix64(key ^ salt)`` ≤ it."""
+    return np.uint64(int(rate * 2.0**64) - 1)
+
+
+def sampled_steps(
+    capacity: I64, weight: NDArray[np.float64], sampled_weight: float, prompt_weight: float
+) -> tuple[I64, I64]:
+    """The curve's steps from a sampled depth histogram: hit ``weight`` at each ``capacity``
+    (increasing, ≥ 1), the sampled lookups' weight, and every prompt block's hit weight.
+
+    Ratio estimator: the sampled hits are scaled by (every prompt block's hit weight) / (the
+    sampled lookups' weight), so the number of sampled references does not bias the curve (the
+    role of SHARDS' adjustment).
+    """
+    if sampled_weight > 0:
+        weight = weight * (prompt_weight / sampled_weight)
+    weights = np.rint(weight).astype(np.int64)
+    nz = np.flatnonzero(weights)
+    return capacity[nz].astype(np.int64), np.cumsum(weights[nz])

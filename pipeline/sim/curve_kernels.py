@@ -508,3 +508,68 @@ def _check_curve_inputs(kernel: str, a: dict[str, Any]) -> None:
 
 hit_steps_chained = guarded(_hit_steps_chained, _check_curve_inputs)
 stack_depth_histogram = guarded(_stack_depth_histogram, _check_curve_inputs)
+
+
+# ---------------------------------------------------------------------------------------------
+# SHARDS sample of a table read part by part (pipeline.sim.curve_stream)
+# ---------------------------------------------------------------------------------------------
+
+
+@nb.njit(cache=True)
+def sample_chains(
+    offsets: I64,
+    hashes: NDArray[np.uint64],
+    stride: int,
+    namespace_mix: NDArray[np.uint64],
+    hit_limit: I64,
+    missing: I64,
+    threshold: np.uint64,
+    half: np.uint64,
+    salt: np.uint64,
+    anon: np.uint64,
+) -> tuple[NDArray[np.uint64], NDArray[np.bool_], I64, I64, I64, I64, np.uint64]:
+    """The blocks of each request's chain (stored hashes, every ``stride``-th: block k of the
+    coarser size ends where stored block ``stride·k + stride − 1`` ends) whose namespaced key
+    ``hash ^ namespace_mix[r]`` passes the SHARDS filter ``splitmix64(key ^ salt) ≤ threshold``.
+
+    Returns the sampled keys in request and chain order, whether each falls in the first half
+    sample (``≤ half``), and per request: sampled blocks, sampled blocks below its hit limit
+    (a prefix of its sampled blocks), sampled unknown output blocks (``missing[r]`` anonymous
+    blocks numbered on from ``anon``, filtered on ``~salt``) and those of the first half; then
+    the anonymous counter after the last request.
+    """
+    n = offsets.size - 1
+    total = 0
+    for r in range(n):
+        lo = offsets[r]
+        for k in range((offsets[r + 1] - lo) // stride):
+            key = hashes[lo + k * stride + stride - 1] ^ namespace_mix[r]
+            if splitmix64(key ^ salt) <= threshold:
+                total += 1
+    keys = np.empty(total, np.uint64)
+    in_half = np.empty(total, np.bool_)
+    length = np.zeros(n, np.int64)
+    limit = np.zeros(n, np.int64)
+    missing_sampled = np.zeros(n, np.int64)
+    missing_half = np.zeros(n, np.int64)
+    t = 0
+    for r in range(n):
+        lo = offsets[r]
+        for k in range((offsets[r + 1] - lo) // stride):
+            key = hashes[lo + k * stride + stride - 1] ^ namespace_mix[r]
+            v = splitmix64(key ^ salt)
+            if v <= threshold:
+                keys[t] = key
+                in_half[t] = v <= half
+                t += 1
+                length[r] += 1
+                if k < hit_limit[r]:
+                    limit[r] += 1
+        for _ in range(missing[r]):
+            anon += _ONE
+            v = splitmix64(anon ^ ~salt)
+            if v <= threshold:
+                missing_sampled[r] += 1
+                if v <= half:
+                    missing_half[r] += 1
+    return keys, in_half, length, limit, missing_sampled, missing_half, anon

@@ -13,6 +13,49 @@ from pipeline.present.tables import markdown_table
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
+
+def curve_sampling(curves: pl.DataFrame) -> tuple[float, float | None] | None:
+    """The rate and estimated hit-ratio error of sampled capacity curves (the thinnest rate,
+    the largest error), None when every curve is exact."""
+    if "sample_rate" not in curves.columns:
+        return None
+    sampled = curves.filter(pl.col("sample_rate") < 1)
+    if sampled.is_empty():
+        return None
+    error = sampled["hit_ratio_error"].max()
+    return float(sampled["sample_rate"].min()), None if error is None else float(error)  # type: ignore[arg-type]
+
+
+def curve_sampling_brief(curves: pl.DataFrame) -> str | None:
+    """A sampled curve's rate and error in a clause (None when exact)."""
+    found = curve_sampling(curves)
+    if found is None:
+        return None
+    rate, error = found
+    within = f", estimated within ±{error:.3f} hit ratio" if error is not None else ""
+    return f"from a {rate:.2%} SHARDS spatial sample of blocks{within}"
+
+
+def curve_sampling_note(curves: pl.DataFrame) -> str | None:
+    """What a sampled capacity curve is, said where the curve appears (None when exact)."""
+    found = curve_sampling(curves)
+    if found is None:
+        return None
+    rate, error = found
+    within = (
+        f"estimated within ±{error:.3f} hit ratio of the exact curve (the largest gap between "
+        "the sample's curve and each of its two independent halves'), coarsest below about "
+        f"{100 / rate:,.0f} blocks per replica"
+        if error is not None
+        else "its error is unknown"
+    )
+    return (
+        f"The capacity curves' hit ratios come from a {rate:.2%} spatial sample of cache blocks "
+        "(SHARDS, Waldspurger et al., FAST 2015), the trace being too large to replay every "
+        f"block in memory: {within}. The simulated scenarios' figures are exact."
+    )
+
+
 #: The scenario columns a person reads first (scenarios.parquet has them all).
 SCENARIO_VIEW = (
     "scenario",

@@ -2,8 +2,8 @@
 
 read → run → write, split where Dagster fans out: one step per scenario
 (:func:`pipeline.sim.compute.scenario_summary` → :func:`write_scenario`), then the collected
-tables (:func:`write_scenarios`), the capacity curves (:func:`pipeline.sim.compute.capacity_curves`
-→ :func:`write_curves`) and the figures (:func:`write_figures`, from the written tables). :func:`run` and :func:`write` do
+tables (:func:`write_scenarios`), the capacity curves (:func:`curves`: exact, or a SHARDS sample
+of a table too large to flatten → :func:`write_curves`) and the figures (:func:`write_figures`, from the written tables). :func:`run` and :func:`write` do
 all of it in one process (the command); the files are the same either way. Paths:
 :class:`pipeline.layout.SimulationPaths`.
 
@@ -29,9 +29,15 @@ from pipeline.mirror import push_file
 from pipeline.safe_read import read_json
 from pipeline.shape.facts import LatencyModel
 from pipeline.sim.blocks import SimInputs, sim_input
-from pipeline.sim.compute import capacity_curves, curve_points, scenario_summary
+from pipeline.sim.compute import (
+    capacity_curves,
+    curve_combinations,
+    curve_points,
+    scenario_summary,
+)
 from pipeline.sim.config import SimConfig
 from pipeline.sim.curve import Curve
+from pipeline.sim.curve_stream import sample_rate, stored_blocks, streamed_curves
 from pipeline.sim.present import hit_ratio_vs_capacity_svg, imbalance_vs_hit_ratio_svg
 from pipeline.sim.result import (
     ScenarioSummary,
@@ -82,6 +88,26 @@ def read_inputs(layout: WorkloadLayout, latency: LatencyModel) -> SimInputs:
     return reuse_input(key, lambda: sim_input(requests, latency_model=latency))
 
 
+def curves(layout: WorkloadLayout, settings: SimConfig, latency: LatencyModel) -> list[Curve]:
+    """The capacity curves: exact from the flattened table (:func:`read_inputs`) up to
+    ``simulation.curve_exact_max_blocks`` stored blocks, else a SHARDS sample
+    (:func:`pipeline.sim.curve_stream.sample_rate`) taken while the parts are read one at a time
+    (:mod:`pipeline.sim.curve_stream`)."""
+    read_requests(layout)  # checks the table against its ingest manifest
+    parts = layout.ingest.parts()
+    blocks = stored_blocks(parts)
+    if blocks <= settings.curve_exact_max_blocks:
+        return capacity_curves(read_inputs(layout, latency), settings)
+    return streamed_curves(
+        parts,
+        settings,
+        latency,
+        curve_combinations(settings),
+        lambda: read_inputs(layout, latency),
+        sample_rate(settings, blocks),
+    )
+
+
 def write_scenario(summary: ScenarioSummary, layout: WorkloadLayout) -> Path:
     open_stage_output(layout)
     path = layout.simulation.scenario(summary.scenario)
@@ -129,11 +155,13 @@ def write_figures(layout: WorkloadLayout) -> dict[str, Path]:
     return written
 
 
-def run(inputs: SimInputs, settings: SimConfig) -> SimResult:
-    """Every configured scenario and curve, one after another (the command's path)."""
+def run(inputs: SimInputs, settings: SimConfig, curved: list[Curve] | None = None) -> SimResult:
+    """Every configured scenario and curve, one after another (the command's path); ``curved``
+    are the curves when already worked out (:func:`curves`), else the exact ones of ``inputs``."""
     summaries = [scenario_summary(inputs, s, settings) for s in settings.scenarios()]
-    curves = capacity_curves(inputs, settings)
-    return SimResult(summaries, curves, curve_points(curves))
+    if curved is None:
+        curved = capacity_curves(inputs, settings)
+    return SimResult(summaries, curved, curve_points(curved))
 
 
 def write(result: SimResult, layout: WorkloadLayout) -> dict[str, Path]:

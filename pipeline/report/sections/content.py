@@ -70,6 +70,9 @@ class ReportContent:
     whatif: WhatifResult | None = None
     # Earlier published versions' capacity prediction errors, from the ledger.
     prediction_history: list[PublishedErrors] = field(default_factory=list)
+    # How the capacity curves were sampled (pipeline.sim.present.curve_sampling_note); None:
+    # they are exact.
+    curve_note: str | None = None
 
     def layer_name(self) -> str | None:
         """The recommended routing layer's display name (None: no layer)."""

@@ -40,6 +40,7 @@ class Prefix(ResultModel):
     isolation: str
     no_content: str | None  # without prompt content there is no curve: say so, no empty axes
     figures: list[Figure]
+    curve_note: str | None = None  # a sampled capacity curve's rate and error
 
 
 def prefix(inputs: ReportContent) -> Prefix:
@@ -76,4 +77,5 @@ def prefix(inputs: ReportContent) -> Prefix:
         isolation=inputs.record.isolation.reason,
         no_content=NO_CONTENT if content_free else None,
         figures=[] if content_free else figures(inputs, ("prefix_curve", "hit_ratio", "imbalance")),
+        curve_note=None if content_free else inputs.curve_note,
     )

@@ -1,0 +1,442 @@
+"""Capacity curves of a table too large to flatten: a SHARDS sample kept while reading it.
+
+The exact curves (:func:`pipeline.sim.curve.capacity_curve`) number every block of the whole
+table first. Above ``simulation.curve_exact_max_blocks`` stored blocks this module reads the
+request parts one at a time instead (they are in arrival order), flattens each part alone
+(:func:`pipeline.sim.blocks.sim_input`: the same checks), strides its chains to each block size,
+keys every block by (cache namespace, chained hash) and keeps only the blocks whose key passes
+the SHARDS filter ``splitmix64(key ^ salt) ≤ rate · 2^64`` (spatial sampling, Waldspurger et al.,
+"Efficient MRC Construction with SHARDS", FAST 2015): a block is in or out of the sample for
+the whole trace, so the sample's reuse distances are the trace's scaled by the rate. Memory
+follows the sampled blocks and the requests that hold one, not the table. The sampled depths
+are scaled by 1/rate and the hits normalised by every prompt block's hit weight (a ratio
+estimator: :func:`pipeline.sim.curve.sampled_steps`).
+
+The error is estimated on the trace itself (``hit_ratio_error``), as the larger of: the largest
+hit-ratio gap between the sample's curve and each of its two independent halves' (key hash
+≤ rate/2 · 2^64, or above: each a SHARDS sample at half the rate), and the relative gap between
+the sampled lookups' weight scaled by 1/rate and every prompt block's (a sample that missed the
+few hot blocks carrying most hits shows it there, where the halves agree). It is an estimate,
+not a bound; ``tests/test_sim_curve_sampled.py`` checks the sampled curve and the estimate
+against the exact curve on a generated several-day workload (docs/simulation-curves.md).
+
+Assignments a request's own position decides (one replica, round-robin, random) are drawn
+while reading; the others (least-loaded, least-served, affinity, bounded-affinity) need the
+whole table's sessions or event loop, so with such a curve configured the table is flattened
+once (:func:`pipeline.sim.replay.assign`) and sampled from memory, with the same sample.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow.parquet as pq
+from numpy.typing import NDArray
+
+from pipeline.prefix.cache_rules import NAMESPACE_COLUMNS, hit_limit_blocks
+from pipeline.prefix.hashmap import dense_ids, splitmix64
+from pipeline.schema import CANONICAL_SCHEMA
+from pipeline.shape.facts import LatencyModel
+from pipeline.sim import curve_kernels
+from pipeline.sim.blocks import (
+    FLATTENED_COLUMNS,
+    ContentCoverage,
+    SimInputs,
+    SimulationInputError,
+    sim_input,
+)
+from pipeline.sim.config import MIN_SAMPLE_RATE, SimConfig
+from pipeline.sim.curve import (
+    Curve,
+    require_single_pass,
+    sample_threshold,
+    sampled_steps,
+)
+from pipeline.sim.replay import assign, replica_streams
+
+I64 = NDArray[np.int64]
+U64 = NDArray[np.uint64]
+
+# The SHARDS filter's salt: fixed, so the same table gives the same sampled curve.
+SAMPLE_SALT = 0x5EED_C0DE_5A3D_5A17
+# Routings whose replica of a request is decided by its position in arrival order alone.
+STREAMED_ROUTINGS = frozenset({"round-robin", "random"})
+
+Combination = tuple[int, int, str]  # block size, replicas, routing
+
+
+def stored_blocks(parts: Iterable[Path]) -> int:
+    """Stored blocks of the request parts (every request's ``prefix_hashes`` entries), from their
+    Parquet metadata: no data is read. A row without a chain counts one slot (its empty or null
+    list), a slight overcount."""
+    total = 0
+    for part in parts:
+        meta = pq.ParquetFile(part).metadata
+        leaf = (
+            [
+                j
+                for j in range(meta.num_columns)
+                if meta.row_group(0).column(j).path_in_schema.split(".")[0] == "prefix_hashes"
+            ]
+            if meta.num_row_groups
+            else []
+        )
+        for g in range(meta.num_row_groups):
+            group = meta.row_group(g)
+            total += sum(group.column(j).num_values for j in leaf)
+    return total
+
+
+def streamable(combinations: Sequence[Combination]) -> bool:
+    """Whether every curve's assignment can be drawn while the table is read."""
+    return all(r == 1 or routing in STREAMED_ROUTINGS for _, r, routing in combinations)
+
+
+@dataclass
+class _Sample:
+    """One block size's sample, gathered part by part: the sampled keys and, per kept request
+    (one with a sampled block or unknown output block, in arrival order), its counts."""
+
+    block_size: int
+    keys: list[U64] = field(default_factory=list)
+    in_half: list[NDArray[np.bool_]] = field(default_factory=list)
+    length: list[NDArray[np.int32]] = field(default_factory=list)
+    limit: list[NDArray[np.int32]] = field(default_factory=list)
+    missing: list[NDArray[np.int32]] = field(default_factory=list)
+    missing_half: list[NDArray[np.int32]] = field(default_factory=list)
+    prompt_weight: int = 0  # every request's hit-limit blocks × block size
+    anon: np.uint64 = field(default_factory=lambda: np.uint64(0))
+
+
+@dataclass
+class _Gathered:
+    n: int = 0
+    content_requests: int = 0
+    content_tokens: int = 0
+    prompt_tokens: int = 0
+    namespaces: dict[tuple[object, ...], int] = field(default_factory=dict)
+    last_arrival: int | None = None
+
+
+class CurveSampler:
+    """The sample of every configured block size and the replicas of every curve, fed one
+    flattened part at a time in arrival order (:meth:`add`), then the curves (:meth:`curves`)."""
+
+    def __init__(
+        self, settings: SimConfig, combinations: Sequence[Combination], rate: float
+    ) -> None:
+        if not 0 < rate <= 1:
+            raise SimulationInputError(f"a sampled curve's rate must lie in (0, 1], got {rate}")
+        self.settings = settings
+        self.combinations = list(combinations)
+        self.rate = rate
+        self.threshold = sample_threshold(self.rate)
+        self.half = self.threshold // np.uint64(2)
+        self.salt = np.uint64(SAMPLE_SALT)
+        self.samples = {bs: _Sample(bs) for bs in dict.fromkeys(c[0] for c in combinations)}
+        self.replicas: dict[Combination, list[NDArray[np.int32]]] = {
+            c: [] for c in self.combinations
+        }
+        self.rngs = {
+            c: np.random.default_rng(settings.random_seed)
+            for c in self.combinations
+            if c[1] > 1 and c[2] == "random"
+        }
+        self.seen = _Gathered()
+
+    def _namespace_mix(self, part: SimInputs, whole: bool) -> U64:
+        """Per request, what its block hashes are xor-ed with to key them by namespace: 0 for
+        the table's first namespace (so one namespace samples the hashes themselves), else a
+        mixed code numbered in order of first appearance over the whole table."""
+        isolated = self.settings.tenant_isolation
+        names = [*NAMESPACE_COLUMNS, *(("tenant",) if isolated else ())]
+        source = part.tenant_source
+        codes = part.namespace_isolated if isolated else part.namespace
+        if whole:  # the whole table: its codes are already the table's
+            return _mixed(np.arange(int(codes.max(initial=0)) + 1, dtype=np.uint64))[codes]
+        if source is None:
+            raise ValueError("the part's namespace columns were already released")
+        distinct = source.select(pl.col(c).cast(pl.String) for c in names)
+        if all(distinct[c].null_count() == distinct.height for c in names):
+            local = [tuple(None for _ in names)]
+        else:
+            local = distinct.unique(maintain_order=True).rows()
+        table = self.seen.namespaces
+        global_codes = np.array(
+            [table.setdefault(key, len(table)) for key in local], dtype=np.uint64
+        )
+        return _mixed(global_codes)[codes]
+
+    def add(self, part: SimInputs, assignments: dict[Combination, I64] | None = None) -> None:
+        """Sample one part (the next requests in arrival order); ``assignments`` gives each
+        curve's replica per request of the part when they are not drawn here."""
+        seen = self.seen
+        if part.n and seen.last_arrival is not None and part.arrival_us[0] < seen.last_arrival:
+            raise SimulationInputError(
+                "the request parts are not in arrival order (a part starts before the previous "
+                "one ends); rewrite the workload with `enginefit ingest`"
+            )
+        if part.n:
+            seen.last_arrival = int(part.arrival_us[-1])
+        mix = self._namespace_mix(part, whole=assignments is not None)
+        base = seen.n
+        stored_lengths = np.diff(part.offsets)
+        for bs, sample in self.samples.items():
+            m = bs // part.stored_block_size
+            lens = stored_lengths // m
+            hit_limit = np.minimum(
+                hit_limit_blocks(part.prompt_tokens, bs), part.prompt_blocks // m
+            )
+            full = (part.prompt_tokens + part.output_tokens) // bs
+            missing = np.maximum(full - lens, 0)
+            keys, in_half, length, limit, missing_s, missing_h, sample.anon = (
+                curve_kernels.sample_chains(
+                    part.offsets,
+                    part.hashes,
+                    m,
+                    mix,
+                    hit_limit,
+                    missing,
+                    self.threshold,
+                    self.half,
+                    self.salt,
+                    sample.anon,
+                )
+            )
+            kept = np.flatnonzero((length + missing_s) > 0)
+            sample.keys.append(keys)
+            sample.in_half.append(in_half)
+            # per kept request, held as int32 until the curves (a request's counts fit)
+            sample.length.append(length[kept].astype(np.int32))
+            sample.limit.append(limit[kept].astype(np.int32))
+            sample.missing.append(missing_s[kept].astype(np.int32))
+            sample.missing_half.append(missing_h[kept].astype(np.int32))
+            sample.prompt_weight += int(hit_limit.sum()) * bs
+            for combo in self.combinations:
+                if combo[0] != bs:
+                    continue
+                replica = self._replica(combo, part.n, base, assignments)[kept]
+                self.replicas[combo].append(replica.astype(np.int32))
+        seen.n += part.n
+        coverage = part.coverage()
+        seen.content_requests += coverage.requests
+        seen.content_tokens += coverage.prompt_tokens
+        seen.prompt_tokens += int(part.prompt_tokens.sum())
+
+    def _replica(
+        self, combo: Combination, n: int, base: int, assignments: dict[Combination, I64] | None
+    ) -> I64:
+        _, replicas, routing = combo
+        if replicas == 1:
+            return np.zeros(n, np.int64)
+        if assignments is not None:
+            return assignments[combo]
+        if routing == "round-robin":
+            return (np.arange(base, base + n, dtype=np.int64)) % replicas
+        if routing == "random":
+            return self.rngs[combo].integers(0, replicas, size=n, dtype=np.int64)
+        raise ValueError(f"routing {routing!r} cannot be assigned part by part")
+
+    def coverage(self) -> ContentCoverage:
+        seen = self.seen
+        share = seen.content_tokens / seen.prompt_tokens if seen.prompt_tokens else None
+        return ContentCoverage(seen.content_requests, seen.content_tokens, share)
+
+    def curves(self) -> list[Curve]:
+        coverage = self.coverage()
+        out = []
+        for bs, sample in self.samples.items():
+            keys = np.concatenate(sample.keys) if sample.keys else np.zeros(0, np.uint64)
+            in_half = np.concatenate(sample.in_half) if sample.in_half else np.zeros(0, bool)
+            sample.keys, sample.in_half = [], []
+            ids, n_ids = dense_ids(keys)
+            del keys
+            length = _joined(sample.length)
+            limit = _joined(sample.limit)
+            missing = _joined(sample.missing)
+            missing_half = _joined(sample.missing_half)
+            # each sampled block's rank in its request: the first ``limit`` of them may hit
+            offsets = np.zeros(length.size + 1, np.int64)
+            np.cumsum(length, out=offsets[1:])
+            owner = np.repeat(np.arange(length.size, dtype=np.int64), length)
+            hittable = (np.arange(ids.size, dtype=np.int64) - offsets[owner]) < limit[owner]
+            full = (offsets, ids, missing, limit)
+            first = _subset(ids, owner, hittable, in_half, missing_half, length.size)
+            second = _subset(ids, owner, hittable, ~in_half, missing - missing_half, length.size)
+            del owner, hittable
+            rates = (
+                self.rate,
+                (float(self.half) + 1.0) / 2.0**64,
+                (float(self.threshold) - float(self.half)) / 2.0**64,
+            )
+            for combo in self.combinations:
+                if combo[0] != bs:
+                    continue
+                _, replicas, routing = combo
+                replica = _joined(self.replicas.pop(combo))
+                order, starts = replica_streams(replica, replicas)
+                steps = [
+                    _steps(
+                        arrays,
+                        max(n_ids, 1),
+                        bs,
+                        order,
+                        starts,
+                        replica,
+                        replicas,
+                        rate,
+                        sample.prompt_weight,
+                    )
+                    for arrays, rate in zip((full, first, second), rates, strict=True)
+                ]
+                known = coverage.reason is None
+                gaps = [
+                    _largest_gap(steps[0][:2], h[:2], coverage.prompt_tokens) for h in steps[1:]
+                ]
+                error = max(*gaps, steps[0][2]) if known else None
+                out.append(
+                    Curve(
+                        block_size=bs,
+                        replicas=replicas,
+                        routing=routing if replicas > 1 else "single",
+                        tenant_isolation=self.settings.tenant_isolation,
+                        prompt_tokens=self.seen.prompt_tokens,
+                        capacity_blocks=steps[0][0],
+                        hit_tokens=steps[0][1],
+                        coverage=coverage,
+                        sample_rate=float(self.rate),
+                        hit_ratio_error=error,
+                    )
+                )
+        return out
+
+
+def _mixed(codes: U64) -> U64:
+    """What a namespace's block hashes are xor-ed with: 0 for the first, else its mixed code."""
+    return np.array(
+        [0 if c == 0 else int(splitmix64(np.uint64(c))) for c in codes.tolist()], np.uint64
+    )
+
+
+def _joined(arrays: Sequence[NDArray[Any]]) -> I64:
+    return np.concatenate(arrays).astype(np.int64) if arrays else np.zeros(0, np.int64)
+
+
+Arrays = tuple[I64, NDArray[np.integer], I64, I64]  # offsets, ids, missing, hit limit
+
+
+def _subset(
+    ids: NDArray[np.integer],
+    owner: I64,
+    hittable: NDArray[np.bool_],
+    keep: NDArray[np.bool_],
+    missing: I64,
+    n: int,
+) -> Arrays:
+    """The requests' arrays restricted to the sampled blocks ``keep`` selects."""
+    length = np.bincount(owner[keep], minlength=n).astype(np.int64)
+    limit = np.bincount(owner[keep & hittable], minlength=n).astype(np.int64)
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(length, out=offsets[1:])
+    return offsets, ids[keep], missing, limit
+
+
+def _steps(
+    arrays: Arrays,
+    n_ids: int,
+    block_size: int,
+    order: I64,
+    starts: I64,
+    replica: I64,
+    replicas: int,
+    rate: float,
+    prompt_weight: int,
+) -> tuple[I64, I64, float]:
+    """The curve's steps from one sample: the depth histogram of the sampled blocks (every one
+    kept, the filter already applied), depths scaled by 1/rate as the in-memory SHARDS kernel
+    scales them, then the ratio estimator; and the relative gap between the sampled lookups'
+    weight (scaled by 1/rate) and every prompt block's."""
+    offsets, ids, missing, limit = arrays
+    per_request = np.diff(offsets) + missing
+    accesses = np.bincount(replica, weights=per_request, minlength=replicas)
+    unknown = np.bincount(replica, weights=missing, minlength=replicas)
+    bound = np.minimum(accesses, n_ids + unknown)
+    hist_size = max(2, int(bound.max()) + 2 if bound.size else 2)
+    every = np.uint64(0xFFFF_FFFF_FFFF_FFFF)
+    hist = curve_kernels.stack_depth_histogram(
+        offsets,
+        ids,
+        missing,
+        limit,
+        block_size,
+        n_ids,
+        order,
+        starts,
+        every,
+        np.uint64(0),
+        hist_size,
+    )
+    depth = np.flatnonzero(hist[1:]) + 1
+    capacity, group = np.unique((depth * (1.0 / rate) + 0.5).astype(np.int64), return_inverse=True)
+    weight = np.bincount(group, weights=hist[depth], minlength=capacity.size).astype(np.float64)
+    caps, hits = sampled_steps(capacity, weight, float(hist[0]), float(prompt_weight))
+    # the sampled lookups' weight, scaled, against every prompt block's: how far the sample's
+    # mix of blocks is from the trace's
+    missed = abs(float(hist[0]) / rate - prompt_weight) / prompt_weight if prompt_weight else 0.0
+    return caps, hits, missed
+
+
+def _largest_gap(a: tuple[I64, I64], b: tuple[I64, I64], prompt_tokens: int) -> float:
+    """Largest hit-ratio difference between two step curves at any capacity."""
+    capacities = np.union1d(a[0], b[0])
+    if capacities.size == 0 or prompt_tokens == 0:
+        return 0.0
+
+    def at(curve: tuple[I64, I64]) -> NDArray[np.float64]:
+        i = np.searchsorted(curve[0], capacities, side="right") - 1
+        return np.where(i >= 0, curve[1][np.maximum(i, 0)], 0).astype(np.float64)
+
+    return float(np.abs(at(a) - at(b)).max() / prompt_tokens)
+
+
+def sample_rate(settings: SimConfig, blocks: int) -> float:
+    """The rate of a table of ``blocks`` stored blocks: ``simulation.curve_sample_rate``, else
+    as many blocks as ``simulation.curve_exact_max_blocks`` (at least the smallest rate)."""
+    if settings.curve_sample_rate is not None:
+        return settings.curve_sample_rate
+    return max(settings.curve_exact_max_blocks / max(blocks, 1), MIN_SAMPLE_RATE)
+
+
+def streamed_curves(
+    parts: Sequence[Path],
+    settings: SimConfig,
+    latency: LatencyModel,
+    combinations: Sequence[Combination],
+    flattened: Callable[[], SimInputs],
+    rate: float,
+) -> list[Curve]:
+    """The curves of the table in ``parts`` (arrival order) from a SHARDS sample of ``rate``,
+    one part in memory at a time; when a curve's routing needs the whole table, ``flattened()``
+    gives it and the same sample is taken from it."""
+    for _, replicas, routing in combinations:
+        require_single_pass(routing, replicas)
+    sampler = CurveSampler(settings, combinations, rate)
+    if streamable(combinations):
+        for path in parts:
+            if pq.ParquetFile(path).metadata.num_rows:
+                scan = pl.scan_parquet(path, schema=CANONICAL_SCHEMA)
+                sampler.add(sim_input(scan.select(FLATTENED_COLUMNS), latency_model=latency))
+        if sampler.seen.n == 0:
+            raise SimulationInputError("request table is empty: nothing to replay")
+    else:
+        whole = flattened()
+        assignments = {
+            c: assign(whole, c[2], c[1], settings).replica for c in combinations if c[1] > 1
+        }
+        sampler.add(whole, assignments)
+    return sampler.curves()

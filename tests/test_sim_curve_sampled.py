@@ -1,0 +1,211 @@
+"""Capacity curves of a table too large to flatten: a SHARDS sample kept while the request parts
+are read (pipeline.sim.curve_stream), checked against the exact curve of the same table.
+
+The workload is perf.workload's generated chat trace over almost three days (60k requests,
+block size 16, 2 models, 20,000 system prompts: about 0.9M stored blocks), published as four
+request parts in arrival order.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from perf import workload
+from pipeline.config import default_config
+from pipeline.layout import WorkloadLayout
+from pipeline.sim import stage
+from pipeline.sim.blocks import sim_input
+from pipeline.sim.compute import capacity_curves, curve_combinations
+from pipeline.sim.config import SimConfig
+from pipeline.sim.curve import Curve
+from pipeline.sim.curve_stream import (
+    _largest_gap,
+    sample_rate,
+    stored_blocks,
+    streamed_curves,
+)
+from pipeline.sim.present import curve_sampling_brief, curve_sampling_note
+from pipeline.sim.result import curves_frame
+from pipeline.store import publish_ingest
+
+BLOCK = 16
+CONFIG = default_config()
+LATENCY = CONFIG.shape.latency
+
+
+def _settings(**changes: object) -> SimConfig:
+    base = {"block_sizes": (BLOCK,), "replicas": (1, 4), "routings": ("round-robin", "random")}
+    return CONFIG.simulation.model_copy(update=base | changes)
+
+
+@pytest.fixture(scope="module")
+def layout(tmp_path_factory: pytest.TempPathFactory) -> WorkloadLayout:
+    trace = workload.conversations(
+        workload.spec(
+            60_000, "short", system_prompts=20_000, zipf=0.6, rate_rps=0.25, models=2, tenants=3
+        )
+    )
+    assert trace.arrival_us.max() > 2.5 * 86_400e6  # several days
+    frames = list(workload.iter_frames(trace, BLOCK, chunk=15_000))
+    found = WorkloadLayout(tmp_path_factory.mktemp("sampled") / "generated")
+    publish_ingest(found, frames)
+    return found
+
+
+@pytest.fixture(scope="module")
+def exact(layout: WorkloadLayout) -> list[Curve]:
+    inputs = sim_input(pl.scan_parquet(layout.ingest.parts()), latency_model=LATENCY)
+    return capacity_curves(inputs, _settings())
+
+
+def _streamed(layout: WorkloadLayout, settings: SimConfig, rate: float) -> list[Curve]:
+    parts = layout.ingest.parts()
+    assert len(parts) == 4
+    return streamed_curves(
+        parts, settings, LATENCY, curve_combinations(settings), lambda: pytest.fail(), rate
+    )
+
+
+def _gap(a: Curve, b: Curve, from_blocks: float = 0) -> float:
+    """Largest hit-ratio difference at capacities of at least ``from_blocks`` blocks."""
+    caps = np.union1d(a.capacity_blocks, b.capacity_blocks)
+    caps = caps[caps >= from_blocks]
+
+    def at(c: Curve) -> np.ndarray:
+        i = np.searchsorted(c.capacity_blocks, caps, side="right") - 1
+        return np.where(i >= 0, c.hit_tokens[np.maximum(i, 0)], 0) / c.coverage.prompt_tokens
+
+    return float(np.abs(at(a) - at(b)).max())
+
+
+def test_the_stored_blocks_are_counted_from_the_parts_metadata(layout: WorkloadLayout) -> None:
+    chains = pl.scan_parquet(layout.ingest.parts()).select(
+        pl.col("prefix_hashes").list.len().sum(), pl.len()
+    )
+    blocks, rows = chains.collect().row(0)
+    counted = stored_blocks(layout.ingest.parts())
+    assert blocks <= counted <= blocks + rows and blocks > 800_000
+
+
+@pytest.mark.parametrize("isolated", [False, True])
+def test_a_sample_of_every_block_is_the_exact_curve(layout: WorkloadLayout, isolated: bool) -> None:
+    # Rate 1 keeps every block: the part-by-part path (namespaces numbered across parts,
+    # chains strided to 32-token blocks, unknown output blocks, round-robin and random replicas
+    # drawn part by part) must then give the exact curves to the token.
+    settings = _settings(block_sizes=(BLOCK, 2 * BLOCK), tenant_isolation=isolated)
+    parts = layout.ingest.parts()[:2]  # half the trace: enough to cross a part boundary
+    reference = capacity_curves(sim_input(pl.scan_parquet(parts), latency_model=LATENCY), settings)
+    streamed = streamed_curves(
+        parts, settings, LATENCY, curve_combinations(settings), lambda: pytest.fail(), 1.0
+    )
+    assert [(c.block_size, c.replicas, c.routing) for c in streamed] == [
+        (c.block_size, c.replicas, c.routing) for c in reference
+    ]
+    for got, want in zip(streamed, reference, strict=True):
+        np.testing.assert_array_equal(got.capacity_blocks, want.capacity_blocks)
+        np.testing.assert_array_equal(got.hit_tokens, want.hit_tokens)
+        assert got.coverage == want.coverage and got.prompt_tokens == want.prompt_tokens
+    assert {c.routing for c in streamed} == {"single", "round-robin", "random"}
+
+
+@pytest.mark.parametrize("rate", [0.01, 0.1])
+def test_the_sampled_curve_is_within_a_hundredth_of_the_exact_one(
+    layout: WorkloadLayout, exact: list[Curve], rate: float
+) -> None:
+    sampled = _streamed(layout, _settings(), rate)
+    for got, want in zip(sampled, exact, strict=True):
+        assert got.sample_rate == rate and not got.as_dict()["exact"]
+        # From 100/rate blocks per replica (a hundred sampled blocks deep) the sample is within
+        # 0.01 of the exact hit ratio (measured: at most 0.005); below that it cannot resolve
+        # depths (a sampled depth of one stands for 1/rate blocks), and the stated error
+        # covers every capacity, so it is not far below the largest gap anywhere.
+        assert _gap(got, want, from_blocks=100 / rate) <= 0.01
+        assert got.hit_ratio_error is not None
+        assert got.hit_ratio_error >= _gap(got, want) / 2
+        assert _gap(got, want) == pytest.approx(
+            _largest_gap(
+                (got.capacity_blocks, got.hit_tokens),
+                (want.capacity_blocks, want.hit_tokens),
+                want.coverage.prompt_tokens,
+            )
+        )
+
+
+def test_a_routing_that_needs_the_whole_table_takes_the_same_sample(
+    layout: WorkloadLayout,
+) -> None:
+    settings = _settings(routings=("round-robin", "least-served"))
+    parts = layout.ingest.parts()
+    whole = sim_input(pl.scan_parquet(parts), latency_model=LATENCY)
+    from_memory = streamed_curves(
+        parts, settings, LATENCY, curve_combinations(settings), lambda: whole, 0.05
+    )
+    read = _streamed(layout, _settings(routings=("round-robin",)), 0.05)
+    assert [c.routing for c in from_memory] == ["single", "round-robin", "least-served"]
+    for a, b in zip(from_memory[:2], read, strict=True):
+        np.testing.assert_array_equal(a.capacity_blocks, b.capacity_blocks)
+        np.testing.assert_array_equal(a.hit_tokens, b.hit_tokens)
+        assert a.hit_ratio_error == b.hit_ratio_error
+
+
+def test_the_stage_samples_only_above_the_configured_size(
+    layout: WorkloadLayout, exact: list[Curve]
+) -> None:
+    blocks = stored_blocks(layout.ingest.parts())
+    at_the_limit = stage.curves(layout, _settings(curve_exact_max_blocks=blocks), LATENCY)
+    for got, want in zip(at_the_limit, exact, strict=True):
+        assert got.sample_rate == 1.0 and got.hit_ratio_error == 0.0
+        np.testing.assert_array_equal(got.hit_tokens, want.hit_tokens)
+    assert curves_frame(at_the_limit).equals(curves_frame(exact))
+    over = stage.curves(layout, _settings(curve_exact_max_blocks=blocks - 1), LATENCY)
+    assert {c.sample_rate for c in over} == {(blocks - 1) / blocks}  # null rate: the budget's
+    thin = _settings(curve_exact_max_blocks=blocks // 4, curve_sample_rate=0.02)
+    assert sample_rate(thin, blocks) == 0.02
+    assert sample_rate(_settings(curve_exact_max_blocks=blocks // 4), blocks) == pytest.approx(
+        0.25, rel=1e-5
+    )
+
+
+def test_the_record_and_the_document_state_the_sample(
+    layout: WorkloadLayout, exact: list[Curve]
+) -> None:
+    sampled = _streamed(layout, _settings(), 0.01)
+    frame = curves_frame(sampled)
+    assert set(frame["sample_rate"]) == {0.01}
+    errors = [c.hit_ratio_error for c in sampled]
+    assert frame.group_by("routing").agg(pl.col("hit_ratio_error").first()).height == 3
+    assert max(frame["hit_ratio_error"]) == max(e for e in errors if e is not None)
+    point = sampled[0].as_dict()
+    assert point["exact"] is False and point["hit_ratio_error"] == errors[0]
+    note = curve_sampling_note(frame)
+    assert note is not None
+    assert "1.00% spatial sample of cache blocks (SHARDS, Waldspurger et al., FAST 2015)" in note
+    assert f"±{max(e for e in errors if e is not None):.3f} hit ratio" in note
+    assert "10,000 blocks per replica" in note
+    brief = curve_sampling_brief(frame)
+    assert brief is not None and brief.startswith("from a 1.00% SHARDS spatial sample")
+    assert curve_sampling_note(curves_frame(exact)) is None
+    assert curve_sampling_brief(curves_frame(exact)) is None
+    # an exact curve's record says so
+    assert set(curves_frame(exact)["sample_rate"]) == {1.0}
+    assert set(curves_frame(exact)["hit_ratio_error"]) == {0.0}
+
+
+def test_parts_out_of_arrival_order_are_refused(layout: WorkloadLayout, tmp_path: Path) -> None:
+    from pipeline.sim.blocks import SimulationInputError
+
+    parts = layout.ingest.parts()
+    settings = _settings(replicas=(1,))
+    with pytest.raises(SimulationInputError, match="not in arrival order"):
+        streamed_curves(
+            [parts[1], parts[0]],
+            settings,
+            LATENCY,
+            curve_combinations(settings),
+            lambda: pytest.fail(),
+            0.1,
+        )
