@@ -21,7 +21,7 @@ from pipeline.sim import stage
 from pipeline.sim.blocks import sim_input
 from pipeline.sim.compute import capacity_curves, curve_combinations
 from pipeline.sim.config import SimConfig
-from pipeline.sim.curve import Curve
+from pipeline.sim.curve import CURVE_SCHEMA, Curve
 from pipeline.sim.curve_stream import (
     _largest_gap,
     sample_rate,
@@ -190,9 +190,11 @@ def test_the_record_and_the_document_state_the_sample(
     assert brief is not None and brief.startswith("from a 1.00% SHARDS spatial sample")
     assert curve_sampling_note(curves_frame(exact)) is None
     assert curve_sampling_brief(curves_frame(exact)) is None
-    # an exact curve's record says so
-    assert set(curves_frame(exact)["sample_rate"]) == {1.0}
-    assert set(curves_frame(exact)["hit_ratio_error"]) == {0.0}
+    # an exact curve's record is the one exact curves always had: no sampling columns or key
+    assert curves_frame(exact).columns == [
+        c for c in CURVE_SCHEMA.names() if c not in ("sample_rate", "hit_ratio_error")
+    ]
+    assert "hit_ratio_error" not in exact[0].as_dict() and exact[0].as_dict()["exact"] is True
 
 
 def test_parts_out_of_arrival_order_are_refused(layout: WorkloadLayout, tmp_path: Path) -> None:

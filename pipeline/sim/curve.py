@@ -133,7 +133,8 @@ class Curve:
             "saturation_cache_tokens": self.saturation_cache_tokens if known else None,
             "sample_rate": self.sample_rate,
             "exact": self.sample_rate >= 1.0,
-            "hit_ratio_error": self.hit_ratio_error,
+            # said only of a sampled curve: an exact run's file is the one it always was
+            **({} if self.sample_rate >= 1.0 else {"hit_ratio_error": self.hit_ratio_error}),
             "points": self.points(n_points),
         }
 

@@ -196,8 +196,17 @@ def replica_frame(summaries: list[ScenarioSummary]) -> pl.DataFrame:
     return pl.DataFrame(rows, schema_overrides=typed).sort("scenario", "replica")
 
 
+# Said only of sampled curves: an exact run's table is the one it always was.
+SAMPLING_COLUMNS = ("sample_rate", "hit_ratio_error")
+
+
 def curves_frame(curves: list[Curve]) -> pl.DataFrame:
     frames = [c.frame() for c in curves]
-    if not frames:
-        return pl.DataFrame(schema=CURVE_SCHEMA)
-    return pl.concat(frames).sort("block_size", "replicas", "routing", "capacity_blocks")
+    frame = (
+        pl.concat(frames).sort("block_size", "replicas", "routing", "capacity_blocks")
+        if frames
+        else pl.DataFrame(schema=CURVE_SCHEMA)
+    )
+    if all(c.sample_rate >= 1 for c in curves):
+        return frame.drop(SAMPLING_COLUMNS)
+    return frame
