@@ -77,6 +77,7 @@ def test_relative_error_bound_against_the_exact_percentile() -> None:
         misses.append(abs(coarse.quantile(q) - exact) / exact)  # type: ignore[operator]
     assert RELATIVE_ERROR < max(misses) <= 0.05
 
+
 def test_every_rank_within_the_bound_on_a_small_sample() -> None:
     x = _heavy_tailed(5_001, seed=11)
     sketch = QuantileSketch().add(x)

@@ -11,8 +11,9 @@ above ``config.EXACT_MAX_REQUESTS`` rows).
   :class:`~pipeline.shape.sketch.QuantileSketch` per chunk, merged (relative error
   ``sketch.RELATIVE_ERROR``).
 * **Sessions**: the logged sessions are split by a hash of ``session_id`` into groups of about a
-  chunk's rows, so each session lies in one group; turns, gaps and history growth are computed
-  per group exactly as for the whole table and merged.
+  chunk's rows (spilled to a temporary folder in one pass), so each session lies in one group;
+  turns, gaps and history growth are computed per group exactly as for the whole table and
+  merged.
 
 Everything else the stage measures is a streaming aggregation of the whole table already
 (bounded by its groups, not its rows) and is reused as is.
@@ -21,8 +22,10 @@ Everything else the stage measures is a streaming aggregation of the whole table
 from __future__ import annotations
 
 import math
+import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -193,35 +196,56 @@ def _median(counts: list[pl.DataFrame]) -> float:
     return float(low) if low == high else low + (high - low) * 0.5
 
 
-def session_metrics_chunked(frame: pl.LazyFrame, chunk_rows: int) -> dict[str, Any]:
-    """:func:`pipeline.shape.mix.session_metrics`, one hash group of sessions at a time."""
-    logged = frame.filter(pl.col("session_id").is_not_null())
-    rows = int(collect(logged.select(pl.len())).item())
+def session_metrics_chunked(chunks: Sequence[pl.LazyFrame], chunk_rows: int) -> dict[str, Any]:
+    """:func:`pipeline.shape.mix.session_metrics`, one hash group of sessions at a time.
+
+    One pass over the chunks writes each chunk's logged rows, split by group, to a temporary
+    folder (chunk order kept, so table order breaks ties as in the whole table); then each
+    group is read back and measured alone.
+    """
+    rows = 0
+    for chunk in chunks:
+        rows += int(collect(chunk.select(pl.col("session_id").count())).item())
     if rows == 0:
         return {"known": False, "reason": "no session_id logged"}
     groups = max(1, math.ceil(rows / chunk_rows))
     turns, gaps, growth = SketchedDistribution(), SketchedDistribution(), SketchedDistribution()
     sessions = multi = negative = 0
     same = pl.col("session_id") == pl.col("session_id").shift()
-    for group in range(groups):
-        part = logged.filter(pl.col("session_id").hash(SESSION_HASH_SEED) % groups == group)
-        counts = collect(part.group_by("session_id").agg(pl.len().alias("turns")))["turns"]
-        sessions += counts.len()
-        multi += int((counts > 1).sum())
-        turns.add(counts)
-        steps = collect(
-            part.select(
-                "session_id", arrival_us().alias("t"), pl.col("turn"), pl.col("prompt_tokens")
+    with tempfile.TemporaryDirectory(prefix="enginefit-sessions-") as tmp:
+        folder = Path(tmp)
+        for c, chunk in enumerate(chunks):
+            logged = collect(
+                chunk.filter(pl.col("session_id").is_not_null()).select(
+                    "session_id",
+                    arrival_us().alias("t"),
+                    "turn",
+                    "prompt_tokens",
+                    (pl.col("session_id").hash(SESSION_HASH_SEED) % groups).alias("group"),
+                )
             )
-            .sort(["session_id", "t", "turn"], nulls_last=True, maintain_order=True)
-            .select(
-                pl.when(same).then(pl.col("t").diff() / US_PER_S).alias("gap_s"),
-                pl.when(same).then(pl.col("prompt_tokens").diff()).alias("growth"),
+            for (group,), part in logged.partition_by("group", as_dict=True).items():
+                part.drop("group").write_parquet(folder / f"g{group:06d}-c{c:06d}.parquet")
+        for group in range(groups):
+            files = sorted(folder.glob(f"g{group:06d}-c*.parquet"))
+            if not files:
+                continue
+            members = pl.scan_parquet(files)
+            counts = collect(members.group_by("session_id").agg(pl.len().alias("turns")))["turns"]
+            sessions += counts.len()
+            multi += int((counts > 1).sum())
+            turns.add(counts)
+            steps = collect(
+                members.sort(
+                    ["session_id", "t", "turn"], nulls_last=True, maintain_order=True
+                ).select(
+                    pl.when(same).then(pl.col("t").diff() / US_PER_S).alias("gap_s"),
+                    pl.when(same).then(pl.col("prompt_tokens").diff()).alias("growth"),
+                )
             )
-        )
-        gaps.add(steps["gap_s"])
-        growth.add(steps["growth"])
-        negative += int((steps["growth"] < 0).sum())
+            gaps.add(steps["gap_s"])
+            growth.add(steps["growth"])
+            negative += int((steps["growth"] < 0).sum())
     return {
         "known": True,
         "rows_with_session": rows,

@@ -101,7 +101,7 @@ def compute_shape(
         arrivals = arrival_metrics(frame, MIN_QUANTA_PER_WINDOW, timestamps)
         conc = peak_concurrency_chunked(chunks, cfg.latency, PLOT_POINTS)
         lengths = length_metrics(frame, length_distributions(chunks))
-        sessions = session_metrics_chunked(frame, chunk_rows)
+        sessions = session_metrics_chunked(chunks, chunk_rows)
     metrics.update(
         {
             "requests": arrivals["requests"],

@@ -279,6 +279,20 @@ def _levels(
     )
 
 
+def _fold(
+    target: npt.NDArray[np.int64],
+    buckets: npt.NDArray[np.int64],
+    levels: npt.NDArray[np.int64],
+    op: np.ufunc,
+) -> None:
+    """``target[b] = op(target[b], op over the levels in bucket b)`` for sorted ``buckets``."""
+    if buckets.size == 0:
+        return
+    firsts = np.flatnonzero(np.concatenate([[True], buckets[1:] != buckets[:-1]]))
+    at = buckets[firsts]
+    target[at] = op(target[at], op.reduceat(levels, firsts))
+
+
 def peak_concurrency_chunked(
     chunks: Sequence[pl.LazyFrame], latency_model: LatencyModel, max_points: int = 2000
 ) -> ConcurrencyResult:
@@ -323,9 +337,9 @@ def peak_concurrency_chunked(
             peak = int(lv_starts.max())
             peak_at = int(at_starts[int(np.argmax(lv_starts))])
         for times, levels in ((at_edges, lv_edges), (at_starts, lv_starts)):
-            np.maximum.at(hi, (times - g0) // width, levels)
+            _fold(hi, (times - g0) // width, levels, np.maximum)
         for times, levels in ((at_edges, lv_edges), (at_ends, lv_ends)):
-            np.minimum.at(lo, (times - g0) // width, levels)
+            _fold(lo, (times - g0) // width, levels, np.minimum)
         started += s.size
         ended += done
         pending = ends[done:]
