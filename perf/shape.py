@@ -13,7 +13,12 @@ only the shape computation on a lazy scan of the Parquet files, not the generati
 figures in another subprocess; every figure must agree with the stage's (relative 1e-9) before
 the two times are printed side by side.
 
-Run: ``.venv/bin/python -m perf.shape [--requests 1M,10M] [--keep DIR] [--baseline-max N]``.
+Traces above the stage's exact limit (``pipeline.shape.config.EXACT_MAX_REQUESTS``, or
+``--exact-max N`` to force it lower) take the chunked, sketched path: only the whole stage is
+timed there, and the baseline is skipped (sketched percentiles are not the baseline's).
+
+Run: ``.venv/bin/python -m perf.shape [--requests 1M,10M] [--keep DIR] [--baseline-max N]
+[--exact-max N]``.
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import math
 from functools import cache
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import numpy as np
 import polars as pl
@@ -16,6 +17,8 @@ from polars.testing import assert_frame_equal
 
 from perf.workload import canonical_frame, conversations, spec
 from pipeline.config import default_config
+from pipeline.report.sections.content import ReportContent
+from pipeline.report.sections.shape import shape
 from pipeline.shape.common import ShapeError
 from pipeline.shape.compute import compute_shape
 from pipeline.shape.concurrency import peak_concurrency
@@ -168,3 +171,17 @@ def test_the_chunked_path_refuses_an_unsorted_table() -> None:
     frame = _workloads()["quantised"].reverse()
     with pytest.raises(ShapeError, match="not sorted"):
         compute_shape(frame, CFG, exact_max_requests=100, chunk_rows=2_477)
+
+
+def test_the_report_says_so_only_when_sketched() -> None:
+    exact, chunked = _results("quantised")
+    facts = {}
+    for name, result in (("exact", exact), ("sketched", chunked)):
+        inputs = SimpleNamespace(shape=result.metrics, figures={})
+        facts[name] = {f.label: f.value for f in shape(cast(ReportContent, inputs)).facts}
+    assert "Percentiles" not in facts["exact"]
+    assert facts["sketched"].pop("Percentiles") == (
+        "sketched (more than 100 requests): each within 0.1% of the exact value "
+        "(DDSketch, Masson et al. 2019)"
+    )
+    assert facts["sketched"].keys() == facts["exact"].keys()
