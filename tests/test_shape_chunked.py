@@ -185,3 +185,14 @@ def test_the_report_says_so_only_when_sketched() -> None:
         "(DDSketch, Masson et al. 2019)"
     )
     assert facts["sketched"].keys() == facts["exact"].keys()
+
+
+def test_the_chunked_path_names_null_arrivals_first() -> None:
+    frame = _workloads()["quantised"].with_columns(
+        pl.when(pl.int_range(pl.len()) == 3000)
+        .then(None)
+        .otherwise(pl.col("arrival"))
+        .alias("arrival")
+    )
+    with pytest.raises(ShapeError, match="1 rows have a null 'arrival'"):
+        compute_shape(frame, CFG, exact_max_requests=100, chunk_rows=2_477)

@@ -11,7 +11,13 @@ from typing import Any
 
 import polars as pl
 
-from pipeline.shape.arrivals import arrival_metrics, arrival_series, observed_span, plot_bucket_s
+from pipeline.shape.arrivals import (
+    arrival_basics,
+    arrival_metrics,
+    arrival_series,
+    observed_span,
+    plot_bucket_s,
+)
 from pipeline.shape.chunked import (
     length_distributions,
     session_metrics_chunked,
@@ -87,14 +93,15 @@ def compute_shape(
     """
     frame = as_lazy(requests)
     metrics: dict[str, Any] = {"schema_version": SCHEMA_VERSION}
-    if not sketched(frame, exact_max_requests):
+    chunked = sketched(frame, exact_max_requests)
+    if not chunked:
         metrics["percentile_method"] = PERCENTILE_METHOD_DOC
-        timestamps = None
         arrivals = arrival_metrics(frame, MIN_QUANTA_PER_WINDOW)
         conc = peak_concurrency(frame, cfg.latency, PLOT_POINTS)
         lengths = length_metrics(frame)
         sessions = session_metrics(frame)
     else:
+        arrival_basics(frame)  # an empty table or null arrivals is named before the chunks
         chunks = row_chunks(frame, chunk_rows)
         metrics["percentile_method"] = SKETCHED_PERCENTILE_METHOD_DOC
         timestamps = timestamp_figures_chunked(chunks)
@@ -119,7 +126,7 @@ def compute_shape(
             "config": cfg.recorded(),
         }
     )
-    if timestamps is not None:
+    if chunked:
         metrics["percentiles_sketched"] = sketch_note(arrivals["requests"], exact_max_requests)
     metrics["findings"] = [f.as_dict() for f in place_on_axes(metrics, cfg)]
     return ShapeResult(
