@@ -13,7 +13,12 @@ only the shape computation on a lazy scan of the Parquet files, not the generati
 figures in another subprocess; every figure must agree with the stage's (relative 1e-9) before
 the two times are printed side by side.
 
-Run: ``.venv/bin/python -m perf.shape [--requests 1M,10M] [--keep DIR] [--baseline-max N]``.
+Traces above the stage's exact limit (``pipeline.shape.config.EXACT_MAX_REQUESTS``, or
+``--exact-max N`` to force it lower) take the chunked, sketched path: only the whole stage is
+timed there, and the baseline is skipped (sketched percentiles are not the baseline's).
+
+Run: ``.venv/bin/python -m perf.shape [--requests 1M,10M] [--keep DIR] [--baseline-max N]
+[--exact-max N]``.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from perf.shape_baseline import disagreements, stage_figures
-from perf.workload import conversations, counts, iter_frames, spec, write_csv
+from perf.workload import conversations, count, counts, iter_frames, spec, write_csv
 
 BASELINE_MAX = 1_000_000  # the plain-Python baseline holds every row as a dict
 
@@ -52,14 +57,18 @@ def generate(out_dir: Path, requests: int, seed: int = 7, *, csv: bool = False) 
     return written
 
 
-def measure(workload: Path) -> dict[str, object]:
-    """Time each shape step on a lazy scan; report peak RSS of this process."""
+def measure(workload: Path, exact_max: int | None = None) -> dict[str, object]:
+    """Time each shape step on a lazy scan; report peak RSS of this process. With
+    ``exact_max`` (the stage's ``exact_max_requests``) below the trace's size only the whole
+    stage is measured, on its chunked path (the single steps would read whole columns)."""
+    import polars as pl
+
     from pipeline.config import default_config
     from pipeline.layout import WorkloadLayout
     from pipeline.shape.arrivals import arrival_metrics
     from pipeline.shape.compute import compute_shape
     from pipeline.shape.concurrency import peak_concurrency
-    from pipeline.shape.config import MIN_QUANTA_PER_WINDOW, PLOT_POINTS
+    from pipeline.shape.config import EXACT_MAX_REQUESTS, MIN_QUANTA_PER_WINDOW, PLOT_POINTS
     from pipeline.shape.lengths import length_metrics
     from pipeline.shape.mix import (
         category_metrics,
@@ -82,20 +91,23 @@ def measure(workload: Path) -> dict[str, object]:
         rss[name] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
         return value
 
-    step("arrivals", lambda: arrival_metrics(lf, MIN_QUANTA_PER_WINDOW))
-    step("lengths", lambda: length_metrics(lf))
-    conc = step("concurrency", lambda: peak_concurrency(lf, cfg.latency, PLOT_POINTS))
-    step(
-        "mix",
-        lambda: (
-            session_metrics(lf),
-            category_metrics(lf, "tenant"),
-            category_metrics(lf, "model"),
-            feature_metrics(lf),
-            provider_cache_metrics(lf),
-        ),
-    )
-    result = step("full stage (compute)", lambda: compute_shape(lf, cfg))
+    limit = EXACT_MAX_REQUESTS if exact_max is None else exact_max
+    rows = lf.select(pl.len()).collect().item()
+    if rows <= limit:
+        step("arrivals", lambda: arrival_metrics(lf, MIN_QUANTA_PER_WINDOW))
+        step("lengths", lambda: length_metrics(lf))
+        step("concurrency", lambda: peak_concurrency(lf, cfg.latency, PLOT_POINTS))
+        step(
+            "mix",
+            lambda: (
+                session_metrics(lf),
+                category_metrics(lf, "tenant"),
+                category_metrics(lf, "model"),
+                feature_metrics(lf),
+                provider_cache_metrics(lf),
+            ),
+        )
+    result = step("full stage (compute)", lambda: compute_shape(lf, cfg, exact_max_requests=limit))
     with tempfile.TemporaryDirectory() as tmp:
         step("full stage (write)", lambda: write(result, WorkloadLayout(Path(tmp))))  # type: ignore[arg-type]
     shape = result.to_json()  # type: ignore[attr-defined]
@@ -107,7 +119,8 @@ def measure(workload: Path) -> dict[str, object]:
             cfg.latency.tpot_ms,
         ],
         "requests": shape["requests"],
-        "peak_concurrency": conc.peak,  # type: ignore[attr-defined]
+        "sketched": rows > limit,
+        "peak_concurrency": shape["concurrency"]["peak"],
         "peak_rate_1s": shape["arrivals"]["windows"]["1s"].get("peak_rate_rps"),
         "seconds": timings,
         "peak_rss_mib_after_step": rss,
@@ -129,18 +142,28 @@ def main(argv: list[str] | None = None) -> None:
         default=BASELINE_MAX,
         help="largest trace the plain-Python baseline also runs on",
     )
+    parser.add_argument(
+        "--exact-max",
+        type=count,
+        default=None,
+        help="the stage's exact_max_requests (default its own); below a trace's size the "
+        "chunked, sketched path is measured and the baseline skipped",
+    )
     parser.add_argument("--measure", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv if argv is not None else [])
     if args.measure is not None:
-        print(json.dumps(measure(args.measure)))
+        print(json.dumps(measure(args.measure, args.exact_max)))
         return
     for requests in args.requests:
         with tempfile.TemporaryDirectory() as tmp:
             workload = (args.keep / f"shape-{requests}") if args.keep else Path(tmp)
-            compare(requests, workload, requests <= args.baseline_max)
+            sketched = args.exact_max is not None and requests > args.exact_max
+            compare(
+                requests, workload, requests <= args.baseline_max and not sketched, args.exact_max
+            )
 
 
-def compare(requests: int, workload: Path, baseline: bool) -> None:
+def compare(requests: int, workload: Path, baseline: bool, exact_max: int | None = None) -> None:
     """The stage on a generated trace of ``requests``; with ``baseline``, the plain-Python
     script beside it on the same requests (its figures must equal the stage's)."""
     if not (workload / "requests").is_dir() or (
@@ -151,12 +174,13 @@ def compare(requests: int, workload: Path, baseline: bool) -> None:
         print(f"generated {requests:,} requests in {time.perf_counter() - start:.1f} s")
     size = sum(p.stat().st_size for p in (workload / "requests").glob("*.parquet"))
     print(f"trace: {requests:,} requests, {size / 2**20:,.0f} MiB of Parquet")
-    result = _child([sys.executable, __file__, "--measure", str(workload)])
+    limit = [] if exact_max is None else ["--exact-max", str(exact_max)]
+    result = _child([sys.executable, __file__, "--measure", str(workload), *limit])
     figures = result.pop("figures")
     latency = result.pop("latency")
     print(json.dumps(result, indent=2, sort_keys=True))
     if not baseline:
-        print(f"plain-Python baseline skipped (more than {BASELINE_MAX:,} requests)")
+        print("plain-Python baseline skipped (trace above --baseline-max, or sketched)")
         return
     script = Path(__file__).with_name("shape_baseline.py")
     latency_arg = ",".join(repr(v) for v in latency)

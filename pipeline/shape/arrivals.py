@@ -30,6 +30,7 @@ Definitions (all times from the canonical ``arrival`` column, microsecond precis
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -164,29 +165,62 @@ def detect_quantisation(frame: pl.LazyFrame, distinct: pl.DataFrame | None = Non
     """Detect bucketed timestamps (see the module docstring for the rule)."""
     table = distinct_arrivals(frame) if distinct is None else distinct
     n, k = int(table["c"].sum()), table.height
-    tie_share = int(table.filter(pl.col("c") > 1)["c"].sum()) / n if n else 0.0
+    tie_rows = int(table.filter(pl.col("c") > 1)["c"].sum())
     if k < 2:
-        return Quantisation(False, k, tie_share, None, None, None, None, False)
+        return quantisation(n, k, tie_rows, None)
     gaps = table.select(pl.col("t").diff().alias("g")).drop_nulls()
     q0 = int(gaps["g"].min())  # type: ignore[arg-type]
-    tol = max(1.0, GRID_TOLERANCE * q0)
-    mult = (pl.col("g") / q0).round()
     row = gaps.select(
         pl.col("g").max().alias("gmax"),
-        ((pl.col("g") - mult * q0).abs() <= tol).mean().alias("grid_share"),
-        pl.col("g").filter(mult == 1).median().alias("quantum"),
+        grid_fit(q0).mean().alias("grid_share"),
+        pl.col("g").filter(unit_gap(q0)).median().alias("quantum"),
     ).row(0, named=True)
     on_grid = bool(table.select(((pl.col("t") % q0) == 0).all()).item())
-    quantised = tie_share >= QUANTISED_TIE_SHARE and row["grid_share"] >= GRID_SHARE
+    return quantisation(
+        n, k, tie_rows, GridFit(q0, row["gmax"], float(row["grid_share"]), row["quantum"], on_grid)
+    )
+
+
+def grid_fit(q0: int) -> pl.Expr:
+    """Whether each gap ``g`` lies within tolerance of a multiple of ``q0``."""
+    tol = max(1.0, GRID_TOLERANCE * q0)
+    return (pl.col("g") - (pl.col("g") / q0).round() * q0).abs() <= tol
+
+
+def unit_gap(q0: int) -> pl.Expr:
+    """Whether each gap ``g`` rounds to one ``q0`` (the gaps whose median is the quantum)."""
+    return (pl.col("g") / q0).round() == 1
+
+
+@dataclass(frozen=True)
+class GridFit:
+    """The gaps between distinct timestamps (µs): the smallest and largest, the share on the
+    grid of the smallest, the median of the one-step gaps, and whether every timestamp sits on
+    the grid."""
+
+    q0: int
+    gmax: int
+    grid_share: float
+    quantum_us: float
+    on_grid: bool
+
+
+def quantisation(n: int, k: int, tie_rows: int, fit: GridFit | None) -> Quantisation:
+    """The rule of the module docstring, from ``n`` requests at ``k`` distinct instants of which
+    ``tie_rows`` share theirs, and the gap figures (None when k < 2)."""
+    tie_share = tie_rows / n if n else 0.0
+    if fit is None:
+        return Quantisation(False, k, tie_share, None, None, None, None, False)
+    quantised = tie_share >= QUANTISED_TIE_SHARE and fit.grid_share >= GRID_SHARE
     return Quantisation(
         quantised=quantised,
         distinct_timestamps=k,
         tie_share=tie_share,
-        min_distinct_gap_s=q0 / US_PER_S,
-        max_distinct_gap_s=row["gmax"] / US_PER_S,
-        grid_share=float(row["grid_share"]),
-        quantum_s=row["quantum"] / US_PER_S if quantised else None,
-        on_exact_grid=on_grid and quantised,
+        min_distinct_gap_s=fit.q0 / US_PER_S,
+        max_distinct_gap_s=fit.gmax / US_PER_S,
+        grid_share=fit.grid_share,
+        quantum_s=fit.quantum_us / US_PER_S if quantised else None,
+        on_exact_grid=fit.on_grid and quantised,
     )
 
 
@@ -258,7 +292,16 @@ def inter_arrival_stats(
         pl.col("g").max().alias("max"),
         pl.col("at").filter(pl.col("g") == pl.col("g").max()).min().alias("at"),
     ).row(0, named=True)
-    ss = (row["ss"] or 0.0) + (n - k) * mean * mean
+    at = row["at"] if k > 1 else None
+    return gap_stats(n, k, mean, row["ss"] or 0.0, row["max"], at)
+
+
+def gap_stats(
+    n: int, k: int, mean: float, ss_distinct: float, gmax: int | None, gmax_at: int | None
+) -> dict[str, Any]:
+    """The inter-arrival figures from ``n`` arrivals at ``k`` distinct instants, the mean gap,
+    Σ (g − mean)² over the k − 1 distinct gaps, and the largest gap and its start (µs)."""
+    ss = ss_distinct + (n - k) * mean * mean
     std = math.sqrt(ss / (n - 1))
     out: dict[str, Any] = {
         "gaps": n - 1,
@@ -267,9 +310,9 @@ def inter_arrival_stats(
         "cv": finite(std / mean) if mean > 0 else None,
         "zero_gap_share": (n - k) / (n - 1),
     }
-    if k > 1:
-        out["max_gap_s"] = row["max"] / US_PER_S
-        out["max_gap_starts"] = datetime.fromtimestamp(row["at"] / US_PER_S, tz=UTC).isoformat()
+    if k > 1 and gmax is not None and gmax_at is not None:
+        out["max_gap_s"] = gmax / US_PER_S
+        out["max_gap_starts"] = datetime.fromtimestamp(gmax_at / US_PER_S, tz=UTC).isoformat()
     return out
 
 
@@ -361,11 +404,31 @@ def plot_bucket_s(span_s: float, finest_s: float, max_points: int) -> float:
     return float(max(finest_s, span_s / (max_points - 1)))
 
 
-def arrival_metrics(frame: pl.LazyFrame, min_quanta: float) -> dict[str, Any]:
-    """Everything under ``arrivals`` in ``workload_shape.json``."""
-    basics = arrival_basics(frame)
+@dataclass(frozen=True)
+class TimestampFigures:
+    """The figures read from the sorted distinct arrival instants: quantisation and the
+    inter-arrival statistics (computed on demand: they are not needed on a quantised trace)."""
+
+    quantisation: Quantisation
+    inter_arrival: Callable[[], dict[str, Any]]
+
+
+def timestamp_figures(frame: pl.LazyFrame) -> TimestampFigures:
+    """:class:`TimestampFigures` from one sort of the whole arrival column."""
     distinct = distinct_arrivals(frame)
-    quant = detect_quantisation(frame, distinct)
+    return TimestampFigures(
+        detect_quantisation(frame, distinct), lambda: inter_arrival_stats(frame, distinct)
+    )
+
+
+def arrival_metrics(
+    frame: pl.LazyFrame, min_quanta: float, timestamps: TimestampFigures | None = None
+) -> dict[str, Any]:
+    """Everything under ``arrivals`` in ``workload_shape.json`` (``timestamps``: the figures
+    of the distinct instants when computed otherwise than from the whole column)."""
+    basics = arrival_basics(frame)
+    figures = timestamp_figures(frame) if timestamps is None else timestamps
+    quant = figures.quantisation
     span = observed_span(basics["first"], basics["last"], quant.quantum_s)
     windows: dict[str, Any] = {}
     for w in WINDOWS_S:
@@ -379,7 +442,7 @@ def arrival_metrics(frame: pl.LazyFrame, min_quanta: float) -> dict[str, Any]:
     ok, reason = quant.gaps_support()
     if basics["requests"] < 2:
         ok, reason = False, "fewer than 2 requests"
-    inter = {"supported": True, **inter_arrival_stats(frame, distinct)} if ok else {}
+    inter = {"supported": True, **figures.inter_arrival()} if ok else {}
     if ok and inter.get("cv") is None:
         ok, reason = False, "all requests arrive at the same instant"
     if not ok:

@@ -17,6 +17,10 @@ PERCENTILE_METHOD: Final = "nearest"
 PERCENTILE_METHOD_DOC = (
     'polars quantile(q, "nearest"): sorted value at index floor((n-1)*q + 0.5), nulls ignored'
 )
+SKETCHED_PERCENTILE_METHOD_DOC = (
+    'the sorted value polars quantile(q, "nearest") picks (index floor((n-1)*q + 0.5), nulls '
+    "ignored), sketched: within relative error percentiles_sketched.relative_error of it"
+)
 QUANTILES: tuple[tuple[str, float], ...] = (
     ("p50", 0.5),
     ("p90", 0.9),
@@ -38,6 +42,20 @@ def as_lazy(frame: pl.LazyFrame | pl.DataFrame) -> pl.LazyFrame:
 def collect(frame: pl.LazyFrame) -> pl.DataFrame:
     """Collect with the streaming engine (bounded memory where the query allows it)."""
     return frame.collect(engine="streaming")
+
+
+def sketched(frame: pl.LazyFrame, exact_max_requests: int) -> bool:
+    """Whether a table is too large to measure whole (more than ``exact_max_requests`` rows)."""
+    rows: int = collect(frame.select(pl.len())).item()
+    return rows > exact_max_requests
+
+
+def row_chunks(frame: pl.LazyFrame, chunk_rows: int) -> list[pl.LazyFrame]:
+    """The table as consecutive slices of ``chunk_rows`` rows, in table order."""
+    if chunk_rows < 1:
+        raise ValueError(f"row_chunks: chunk_rows must be >= 1, got {chunk_rows}")
+    rows: int = collect(frame.select(pl.len())).item()
+    return [frame.slice(start, chunk_rows) for start in range(0, rows, chunk_rows)]
 
 
 def arrival_us() -> pl.Expr:

@@ -11,10 +11,35 @@ from typing import Any
 
 import polars as pl
 
-from pipeline.shape.arrivals import arrival_metrics, arrival_series, observed_span, plot_bucket_s
-from pipeline.shape.common import PERCENTILE_METHOD_DOC, as_lazy, json_safe
-from pipeline.shape.concurrency import peak_concurrency
-from pipeline.shape.config import MIN_QUANTA_PER_WINDOW, PLOT_POINTS, ShapeConfig
+from pipeline.shape.arrivals import (
+    arrival_basics,
+    arrival_metrics,
+    arrival_series,
+    observed_span,
+    plot_bucket_s,
+)
+from pipeline.shape.chunked import (
+    length_distributions,
+    session_metrics_chunked,
+    sketch_note,
+    timestamp_figures_chunked,
+)
+from pipeline.shape.common import (
+    PERCENTILE_METHOD_DOC,
+    SKETCHED_PERCENTILE_METHOD_DOC,
+    as_lazy,
+    json_safe,
+    row_chunks,
+    sketched,
+)
+from pipeline.shape.concurrency import peak_concurrency, peak_concurrency_chunked
+from pipeline.shape.config import (
+    CHUNK_ROWS,
+    EXACT_MAX_REQUESTS,
+    MIN_QUANTA_PER_WINDOW,
+    PLOT_POINTS,
+    ShapeConfig,
+)
 from pipeline.shape.findings import place_on_axes
 from pipeline.shape.lengths import cdf_points, length_metrics
 from pipeline.shape.mix import (
@@ -52,29 +77,57 @@ def quantisation_effect(arrivals: dict[str, Any], estimated: bool) -> dict[str, 
     }
 
 
-def compute_shape(requests: pl.LazyFrame | pl.DataFrame, cfg: ShapeConfig) -> ShapeResult:
-    """Every workload-shape metric of a canonical request table (keys: docs/shape.md)."""
+def compute_shape(
+    requests: pl.LazyFrame | pl.DataFrame,
+    cfg: ShapeConfig,
+    *,
+    exact_max_requests: int = EXACT_MAX_REQUESTS,
+    chunk_rows: int = CHUNK_ROWS,
+) -> ShapeResult:
+    """Every workload-shape metric of a canonical request table (keys: docs/shape.md).
+
+    Up to ``exact_max_requests`` rows every figure comes from the whole table; above, the
+    table (sorted by arrival, as ingest writes it) is read in chunks of ``chunk_rows`` rows
+    (:mod:`pipeline.shape.chunked`) and the percentiles are sketched, which the result records
+    under ``percentiles_sketched``.
+    """
     frame = as_lazy(requests)
-    arrivals = arrival_metrics(frame, MIN_QUANTA_PER_WINDOW)
-    conc = peak_concurrency(frame, cfg.latency, PLOT_POINTS)
-    concurrency = {
-        **conc.as_dict(),
-        "quantisation": quantisation_effect(arrivals, conc.estimated),
-    }
-    metrics: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
-        "percentile_method": PERCENTILE_METHOD_DOC,
-        "requests": arrivals["requests"],
-        "arrivals": arrivals,
-        "lengths": length_metrics(frame),
-        "concurrency": concurrency,
-        "sessions": session_metrics(frame),
-        "tenants": category_metrics(frame, "tenant"),
-        "models": category_metrics(frame, "model", top=MAX_MODELS_LISTED),
-        "features": feature_metrics(frame),
-        "provider_cache": provider_cache_metrics(frame),
-        "config": cfg.recorded(),
-    }
+    metrics: dict[str, Any] = {"schema_version": SCHEMA_VERSION}
+    chunked = sketched(frame, exact_max_requests)
+    if not chunked:
+        metrics["percentile_method"] = PERCENTILE_METHOD_DOC
+        arrivals = arrival_metrics(frame, MIN_QUANTA_PER_WINDOW)
+        conc = peak_concurrency(frame, cfg.latency, PLOT_POINTS)
+        lengths = length_metrics(frame)
+        sessions = session_metrics(frame)
+    else:
+        arrival_basics(frame)  # an empty table or null arrivals is named before the chunks
+        chunks = row_chunks(frame, chunk_rows)
+        metrics["percentile_method"] = SKETCHED_PERCENTILE_METHOD_DOC
+        timestamps = timestamp_figures_chunked(chunks)
+        arrivals = arrival_metrics(frame, MIN_QUANTA_PER_WINDOW, timestamps)
+        conc = peak_concurrency_chunked(chunks, cfg.latency, PLOT_POINTS)
+        lengths = length_metrics(frame, length_distributions(chunks))
+        sessions = session_metrics_chunked(chunks, chunk_rows)
+    metrics.update(
+        {
+            "requests": arrivals["requests"],
+            "arrivals": arrivals,
+            "lengths": lengths,
+            "concurrency": {
+                **conc.as_dict(),
+                "quantisation": quantisation_effect(arrivals, conc.estimated),
+            },
+            "sessions": sessions,
+            "tenants": category_metrics(frame, "tenant"),
+            "models": category_metrics(frame, "model", top=MAX_MODELS_LISTED),
+            "features": feature_metrics(frame),
+            "provider_cache": provider_cache_metrics(frame),
+            "config": cfg.recorded(),
+        }
+    )
+    if chunked:
+        metrics["percentiles_sketched"] = sketch_note(arrivals["requests"], exact_max_requests)
     metrics["findings"] = [f.as_dict() for f in place_on_axes(metrics, cfg)]
     return ShapeResult(
         metrics=ShapeMetrics.model_validate(json_safe(metrics)),

@@ -14,13 +14,25 @@ whole microseconds.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import polars as pl
 
-from pipeline.shape.common import US_PER_S, ShapeError, arrival_us, collect
+from pipeline.shape.common import (
+    US_PER_S,
+    ShapeError,
+    arrival_us,
+    as_lazy,
+    collect,
+    row_chunks,
+    sketched,
+)
+from pipeline.shape.config import CHUNK_ROWS, EXACT_MAX_REQUESTS
 from pipeline.shape.facts import LatencyModel
 
 
@@ -130,10 +142,21 @@ def _level_at(points: pl.Expr) -> pl.Expr:
 
 
 def peak_concurrency(
-    frame: pl.LazyFrame | pl.DataFrame, latency_model: LatencyModel, max_points: int = 2000
+    frame: pl.LazyFrame | pl.DataFrame,
+    latency_model: LatencyModel,
+    max_points: int = 2000,
+    *,
+    exact_max_requests: int = EXACT_MAX_REQUESTS,
+    chunk_rows: int = CHUNK_ROWS,
 ) -> ConcurrencyResult:
-    """Exact sweep over logged (or estimated) durations, plus a per-bucket max/min envelope."""
-    lf = frame.lazy() if isinstance(frame, pl.DataFrame) else frame
+    """Exact sweep over logged (or estimated) durations, plus a per-bucket max/min envelope.
+
+    Above ``exact_max_requests`` rows the same sweep runs chunk by chunk
+    (:func:`peak_concurrency_chunked`): the same figures, in memory bounded by a chunk.
+    """
+    lf = as_lazy(frame)
+    if sketched(lf, exact_max_requests):
+        return peak_concurrency_chunked(row_chunks(lf, chunk_rows), latency_model, max_points)
     logged, estimated = _validate(lf, latency_model)
     bounds = _sorted_bounds(lf, latency_model)
     if bounds.height == 0:
@@ -197,3 +220,146 @@ def nice_width_us(span_us: int, max_points: int) -> int:
             if span_us // width + 1 <= max_points:
                 return width
         scale *= 10
+
+
+@dataclass(frozen=True)
+class _ChunkBounds:
+    """What the chunked sweep needs to know before it sweeps: the first start of every chunk,
+    the overall first start and last end, the total busy time and the duration counts."""
+
+    firsts: list[int]
+    t0: int
+    t1: int
+    busy_us: int
+    logged: int
+    estimated: int
+
+
+def _chunk_arrays(
+    chunk: pl.LazyFrame, latency_model: LatencyModel
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    iv = collect(intervals(chunk, latency_model).select("start_us", "end_us"))
+    return iv["start_us"].to_numpy(), iv["end_us"].to_numpy()
+
+
+def _bounds(chunks: Sequence[pl.LazyFrame], latency_model: LatencyModel) -> _ChunkBounds:
+    firsts: list[int] = []
+    t1, busy, logged, estimated, previous = None, 0, 0, 0, None
+    for chunk in chunks:
+        got = _validate(chunk, latency_model)
+        logged, estimated = logged + got[0], estimated + got[1]
+        s, e = _chunk_arrays(chunk, latency_model)
+        if s.size == 0:
+            continue
+        if np.any(s[1:] < s[:-1]) or (previous is not None and s[0] < previous):
+            raise ShapeError(
+                "request table: arrivals are not sorted, and the chunked concurrency sweep "
+                "needs them in order (sort by arrival, as ingest writes the canonical table)"
+            )
+        firsts.append(int(s[0]))
+        previous = int(s[-1])
+        t1 = int(e.max()) if t1 is None else max(t1, int(e.max()))
+        busy += int((e - s).sum())
+    if t1 is None:
+        raise ShapeError("request table is empty: nothing to measure")
+    return _ChunkBounds(firsts, firsts[0], t1, busy, logged, estimated)
+
+
+def _levels(
+    times: npt.NDArray[np.int64],
+    started: int,
+    starts: npt.NDArray[np.int64],
+    ended: int,
+    ends: npt.NDArray[np.int64],
+) -> npt.NDArray[np.int64]:
+    """Concurrency just after all events at each of ``times``: ``started``/``ended`` events
+    before the sorted ``starts``/``ends``, ends before starts at equal times."""
+    return (started + np.searchsorted(starts, times, side="right")) - (
+        ended + np.searchsorted(ends, times, side="right")
+    )
+
+
+def _fold(
+    target: npt.NDArray[np.int64],
+    buckets: npt.NDArray[np.int64],
+    levels: npt.NDArray[np.int64],
+    op: np.ufunc,
+) -> None:
+    """``target[b] = op(target[b], op over the levels in bucket b)`` for sorted ``buckets``."""
+    if buckets.size == 0:
+        return
+    firsts = np.flatnonzero(np.concatenate([[True], buckets[1:] != buckets[:-1]]))
+    at = buckets[firsts]
+    target[at] = op(target[at], op.reduceat(levels, firsts))
+
+
+def peak_concurrency_chunked(
+    chunks: Sequence[pl.LazyFrame], latency_model: LatencyModel, max_points: int = 2000
+) -> ConcurrencyResult:
+    """The sweep of :func:`peak_concurrency` over consecutive chunks of a table sorted by
+    arrival, holding one chunk and the requests still in flight at its end.
+
+    The level at t is #(starts ≤ t) − #(ends ≤ t). Chunk c evaluates the times t before the next
+    chunk's first start a: every start ≤ t lies in chunks ≤ c and every end ≤ t belongs to a
+    request of those chunks (a later request starts at ≥ a > t). Ends ≥ a are carried into the
+    next chunk (a request in flight across the boundary is carried), and starts tied with a are
+    evaluated there. Peak, its time and the envelope equal the whole-table sweep's; the mean
+    uses the exact integer sum of durations.
+    """
+    kept = list(chunks)
+    b = _bounds(kept, latency_model)
+    width = nice_width_us(b.t1 - b.t0 + 1, max_points)
+    g0 = b.t0 // width * width
+    n_buckets = (b.t1 - g0) // width + 1
+    edges = g0 + width * np.arange(n_buckets, dtype=np.int64)
+    hi = np.full(n_buckets, np.iinfo(np.int64).min, dtype=np.int64)
+    lo = np.full(n_buckets, np.iinfo(np.int64).max, dtype=np.int64)
+    peak, peak_at = np.iinfo(np.int64).min, 0
+    started, ended, pending = 0, 0, np.zeros(0, dtype=np.int64)
+    firsts = iter(b.firsts[1:])
+    edge_at = 0
+    for chunk in kept:
+        s, e = _chunk_arrays(chunk, latency_model)
+        if s.size == 0:
+            continue
+        nxt = next(firsts, None)
+        ends = np.sort(np.concatenate([pending, e]), kind="stable")
+
+        until = len(edges) if nxt is None else int(np.searchsorted(edges, nxt, side="left"))
+        at_edges = edges[edge_at:until]
+        at_starts = s if nxt is None else s[s < nxt]
+        done = ends.size if nxt is None else int(np.searchsorted(ends, nxt, side="left"))
+        at_ends = ends[:done]
+        lv_edges, lv_starts, lv_ends = (
+            _levels(times, started, s, ended, ends) for times in (at_edges, at_starts, at_ends)
+        )
+        if lv_starts.size and int(lv_starts.max()) > peak:
+            peak = int(lv_starts.max())
+            peak_at = int(at_starts[int(np.argmax(lv_starts))])
+        for times, levels in ((at_edges, lv_edges), (at_starts, lv_starts)):
+            _fold(hi, (times - g0) // width, levels, np.maximum)
+        for times, levels in ((at_edges, lv_edges), (at_ends, lv_ends)):
+            _fold(lo, (times - g0) // width, levels, np.minimum)
+        started += s.size
+        ended += done
+        pending = ends[done:]
+        edge_at = until
+    series = pl.DataFrame(
+        {
+            "bucket_start": pl.Series(edges).cast(pl.Datetime("us", "UTC")),
+            "bucket_s": pl.Series([width / US_PER_S] * n_buckets, dtype=pl.Float64),
+            "concurrency_max": pl.Series(hi, dtype=pl.Int64),
+            "concurrency_min": pl.Series(lo, dtype=pl.Int64),
+        }
+    )
+    estimated = b.estimated > 0
+    return ConcurrencyResult(
+        peak=peak,
+        peak_at=datetime.fromtimestamp(peak_at / US_PER_S, tz=UTC) if peak > 0 else None,
+        mean=float(b.busy_us) / (b.t1 - b.t0) if b.t1 > b.t0 else None,
+        estimated=estimated,
+        durations_logged=b.logged,
+        durations_estimated=b.estimated,
+        latency_model=latency_model if estimated else None,
+        series=series.with_columns(pl.lit(estimated).alias("estimated")),
+    )

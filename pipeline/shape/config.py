@@ -37,6 +37,13 @@ class LatencyModelConfig(Section):
 # A count window is reported only when it spans at least this many timestamp quanta (and, on a
 # quantised trace, is a whole multiple of the quantum): fewer would show the quantisation.
 MIN_QUANTA_PER_WINDOW = 3.0
+# Up to this many requests every shape figure is computed exactly from the whole table (today's
+# outputs, byte for byte). Above it the table is read in chunks of ``CHUNK_ROWS`` consecutive
+# rows: counts, sums, extremes, the concurrency sweep and the figures' data stay exact, and the
+# percentiles come from a mergeable sketch within ``pipeline.shape.sketch.RELATIVE_ERROR``
+# (docs/shape.md, "Large traces").
+EXACT_MAX_REQUESTS = 20_000_000
+CHUNK_ROWS = 2_000_000
 # Most buckets in a downsampled time series (plots, concurrency.parquet): a page-wide plot.
 PLOT_POINTS = 2000
 

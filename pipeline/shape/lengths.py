@@ -33,10 +33,15 @@ def long_context_shares(frame: pl.LazyFrame) -> dict[str, Any]:
     }
 
 
-def length_metrics(frame: pl.LazyFrame) -> dict[str, Any]:
-    """Everything under ``lengths`` in ``workload_shape.json``."""
-    prompt = distribution(frame, "prompt_tokens")
-    output = distribution(frame, "output_tokens")
+def length_metrics(
+    frame: pl.LazyFrame, distributions: dict[str, dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """Everything under ``lengths`` in ``workload_shape.json`` (``distributions``: those of
+    prompt and output tokens when computed otherwise than from the whole columns)."""
+    if distributions is None:
+        distributions = {c: distribution(frame, c) for c in ("prompt_tokens", "output_tokens")}
+    prompt = distributions["prompt_tokens"]
+    output = dict(distributions["output_tokens"])
     output["logged"] = output["count"] > 0
     return {
         "prompt_tokens": prompt,

@@ -21,6 +21,7 @@ from pydantic import (
     SerializerFunctionWrapHandler,
     WrapSerializer,
     field_serializer,
+    model_serializer,
 )
 
 from pipeline.shape.arrivals import WINDOWS_S, Quantisation, window_label
@@ -203,6 +204,15 @@ class ProviderCache(ResultModel):
     cached_share: float | None
 
 
+class SketchedPercentiles(ResultModel):
+    """How the percentiles of a table above the exact limit were computed."""
+
+    relative_error: float
+    method: str
+    requests: int
+    exact_max_requests: int
+
+
 class ShapeMetrics(ResultModel):
     """``workload_shape.json``."""
 
@@ -219,6 +229,15 @@ class ShapeMetrics(ResultModel):
     provider_cache: Annotated[ProviderCache | Unknown, _LOGGED_IN, _LOGGED_OUT]
     config: RecordedShapeConfig
     findings: list[Finding]
+    # Present only when the percentiles were sketched (a table above the exact limit).
+    percentiles_sketched: SketchedPercentiles | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        if out.get("percentiles_sketched") is None:
+            out.pop("percentiles_sketched", None)
+        return out
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,12 @@ def shape(inputs: ReportContent) -> Shape:
         "Prompt tokens p50 / p99": f"{number(prompt.p50)} / {number(prompt.p99)}",
         "Output tokens p50 / p99": f"{number(output.p50)} / {number(output.p99)}",
     }
+    sketch = metrics.percentiles_sketched
+    if sketch is not None:
+        facts["Percentiles"] = (
+            f"sketched (more than {sketch.exact_max_requests:,} requests): each within "
+            f"{sketch.relative_error:.1%} of the exact value (DDSketch, Masson et al. 2019)"
+        )
     return Shape(
         facts=[Fact(label=label, value=value) for label, value in facts.items()],
         windows=[

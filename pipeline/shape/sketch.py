@@ -1,0 +1,140 @@
+"""A mergeable quantile sketch with a relative-error guarantee (DDSketch's log-spaced buckets).
+
+A value x ≠ 0 falls in bucket ``i = ceil(log_γ |x|)`` of its sign, γ = (1 + α) / (1 − α); zero
+has a bucket of its own. Each bucket counts its values exactly, so merging two sketches adds
+their counts bucket by bucket and gives exactly the sketch of the union (the bucket of a value
+depends on nothing else). A quantile is the rank the exact method would pick
+(``common.PERCENTILE_METHOD``: index floor((n − 1)·q + 0.5) of the sorted values, found exactly
+from the counts); its bucket (γ^(i−1), γ^i] is reported as 2γ^i / (γ + 1), within a relative
+error α of every value in it, then clamped to the exact minimum and maximum (which keeps it
+within α). Source: Masson, Rim, Lee, "DDSketch: A Fast and Fully-Mergeable Quantile Sketch with
+Relative-Error Guarantees", PVLDB 12(12), 2019, https://www.vldb.org/pvldb/vol12/p2195-masson.pdf.
+
+Memory: one (index, count) pair per occupied bucket, about ln(max/min) / (2α) of them per sign
+(some 7,000 for six decades at α = 0.1 %), whatever the number of values.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+# The relative error of every sketched percentile the shape stage reports.
+RELATIVE_ERROR = 0.001
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+
+def _merge_counts(
+    a_idx: npt.NDArray[np.int64],
+    a_n: npt.NDArray[np.int64],
+    b_idx: npt.NDArray[np.int64],
+    b_n: npt.NDArray[np.int64],
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Sorted distinct bucket indices and summed counts of two (index, count) sets."""
+    idx, inverse = np.unique(np.concatenate([a_idx, b_idx]), return_inverse=True)
+    counts = np.bincount(inverse, weights=np.concatenate([a_n, b_n]), minlength=idx.size)
+    return idx.astype(np.int64), np.rint(counts).astype(np.int64)
+
+
+@dataclass
+class QuantileSketch:
+    """Log-bucketed counts of the values seen (see the module docstring); ``add`` and ``merge``
+    update it in place."""
+
+    alpha: float = RELATIVE_ERROR
+    count: int = 0
+    zeros: int = 0
+    min: float = math.inf
+    max: float = -math.inf
+    pos_idx: npt.NDArray[np.int64] = field(default_factory=lambda: _EMPTY)
+    pos_n: npt.NDArray[np.int64] = field(default_factory=lambda: _EMPTY)
+    neg_idx: npt.NDArray[np.int64] = field(default_factory=lambda: _EMPTY)
+    neg_n: npt.NDArray[np.int64] = field(default_factory=lambda: _EMPTY)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.alpha < 1:
+            raise ValueError(f"QuantileSketch: alpha must be in (0, 1), got {self.alpha}")
+
+    @property
+    def gamma(self) -> float:
+        return (1 + self.alpha) / (1 - self.alpha)
+
+    def _index(self, magnitudes: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
+        return np.ceil(np.log(magnitudes) / math.log(self.gamma)).astype(np.int64)
+
+    def add(self, values: npt.ArrayLike) -> QuantileSketch:
+        """Count ``values`` (nulls must be dropped first; NaN and infinity are refused)."""
+        x = np.asarray(values, dtype=np.float64).ravel()
+        if x.size == 0:
+            return self
+        if not np.isfinite(x).all():
+            raise ValueError("QuantileSketch.add: values must be finite (drop nulls and NaN)")
+        self.count += int(x.size)
+        self.min = min(self.min, float(x.min()))
+        self.max = max(self.max, float(x.max()))
+        self.zeros += int(np.count_nonzero(x == 0))
+        for sign in (1, -1):
+            part = x[x > 0] if sign > 0 else -x[x < 0]
+            if part.size == 0:
+                continue
+            idx, n = np.unique(self._index(part), return_counts=True)
+            if sign > 0:
+                self.pos_idx, self.pos_n = _merge_counts(self.pos_idx, self.pos_n, idx, n)
+            else:
+                self.neg_idx, self.neg_n = _merge_counts(self.neg_idx, self.neg_n, idx, n)
+        return self
+
+    def merge(self, other: QuantileSketch) -> QuantileSketch:
+        """Add ``other``'s counts to this sketch's (both must share ``alpha``)."""
+        if other.alpha != self.alpha:
+            raise ValueError(f"QuantileSketch.merge: alpha {other.alpha} differs from {self.alpha}")
+        self.count += other.count
+        self.zeros += other.zeros
+        self.min = min(self.min, other.min)
+        self.max = max(self.max, other.max)
+        self.pos_idx, self.pos_n = _merge_counts(
+            self.pos_idx, self.pos_n, other.pos_idx, other.pos_n
+        )
+        self.neg_idx, self.neg_n = _merge_counts(
+            self.neg_idx, self.neg_n, other.neg_idx, other.neg_n
+        )
+        return self
+
+    def buckets(self) -> int:
+        """Occupied buckets (the sketch's size)."""
+        return int(self.pos_idx.size + self.neg_idx.size + (self.zeros > 0))
+
+    def quantile(self, q: float) -> float | None:
+        """The value at rank floor((n − 1)·q + 0.5), within relative error ``alpha``; None when
+        the sketch is empty."""
+        if self.count == 0:
+            return None
+        rank = math.floor((self.count - 1) * q + 0.5)
+        gamma = self.gamma
+        # Ascending order: negatives from the largest magnitude down, zeros, positives up.
+        negatives = int(self.neg_n.sum())
+        if rank < negatives:
+            cum = np.cumsum(self.neg_n[::-1])
+            i = int(self.neg_idx[::-1][int(np.searchsorted(cum, rank, side="right"))])
+            value = -2 * gamma**i / (gamma + 1)
+        elif rank < negatives + self.zeros:
+            value = 0.0
+        else:
+            cum = np.cumsum(self.pos_n)
+            at = int(np.searchsorted(cum, rank - negatives - self.zeros, side="right"))
+            i = int(self.pos_idx[at])
+            value = 2 * gamma**i / (gamma + 1)
+        return min(max(value, self.min), self.max)
+
+
+def merged(sketches: Iterable[QuantileSketch], alpha: float = RELATIVE_ERROR) -> QuantileSketch:
+    """One sketch holding every sketch's counts."""
+    out = QuantileSketch(alpha)
+    for sketch in sketches:
+        out.merge(sketch)
+    return out
