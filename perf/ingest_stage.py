@@ -11,8 +11,14 @@ it starts: :func:`perf.e2e.tree_memory_bytes`). Printed: wall and CPU seconds of
 and of the merge, the peak memory during each, and the machine's load average (other work on
 the machine adds time, not memory).
 
-Run: ``python -m perf.ingest_stage --merge eager|ooc [--out DIR] TRACE...`` (traces, globs or
-folders, e.g. ``perf/workload.py``'s Mooncake JSONL split into daily files).
+``--merge command`` runs ``enginefit ingest TRACE... --out DIR`` instead, the whole command in
+its child process (start, imports, read, merge, publish, print), sampled the same way; printed:
+its wall and CPU seconds, the peak of the samples and the child's peak RSS (``ru_maxrss``).
+``--code DIR`` runs the child on another checkout of the project (e.g. ``git archive`` of an
+earlier commit), to measure before and after a change on the same traces.
+
+Run: ``python -m perf.ingest_stage --merge eager|ooc|command [--code DIR] [--out DIR] TRACE...``
+(traces, globs or folders, e.g. ``perf/workload.py``'s Mooncake JSONL split into daily files).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from perf.e2e import GIB, sampled
@@ -62,8 +69,36 @@ print(json.dumps(["ingested", ingested]), flush=True)
 """
 
 
-def measure(how: str, traces: list[str], out: Path) -> dict[str, float]:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+def measure_command(traces: list[str], out: Path, code: Path) -> dict[str, float]:
+    """``enginefit ingest TRACE... --out OUT`` as a whole command, run from ``code``."""
+    env = {**os.environ, "PYTHONPATH": str(code), "ENGINEFIT_HASH_SALT": "bench"}
+    command = [sys.executable, "-c", _COMMAND, "ingest", *traces, "--out", str(out)]
+    start = time.time()
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, env=env, cwd=out.parent)
+    with sampled(child.pid) as samples:
+        _, status, usage = os.wait4(child.pid, 0)
+    wall = time.time() - start
+    if status != 0:
+        raise SystemExit(f"enginefit ingest failed ({status})")
+    summary = json.loads((out / "ingest_summary.json").read_text())
+    return {
+        "requests": summary["ingested"],
+        "wall_s": wall,
+        "cpu_s": usage.ru_utime + usage.ru_stime,
+        "peak_gib": max((m for _, m in samples), default=0) / GIB,
+        "max_rss_gib": usage.ru_maxrss * 1024 / GIB,
+        "load_average_1m": os.getloadavg()[0],
+    }
+
+
+# The command's child: ``enginefit`` with the arguments given (its exit status is the child's).
+_COMMAND = "import sys; from assets.cli import main; sys.exit(main(sys.argv[1:]))"
+
+
+def measure(how: str, traces: list[str], out: Path, code: Path = REPO) -> dict[str, float]:
+    if how == "command":
+        return measure_command(traces, out, code)
+    env = {**os.environ, "PYTHONPATH": str(code)}
     command = [sys.executable, "-c", _CHILD, how, str(out), *traces]
     child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
     with sampled(child.pid) as samples:
@@ -86,14 +121,19 @@ def measure(how: str, traces: list[str], out: Path) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="perf.ingest_stage", description=__doc__)
-    parser.add_argument("--merge", choices=("eager", "ooc"), required=True)
+    parser.add_argument("--merge", choices=("eager", "ooc", "command"), required=True)
     parser.add_argument("--out", type=Path, default=None, help="workload folder (default: temp)")
+    parser.add_argument(
+        "--code", type=Path, default=REPO, help="the project checkout the child runs"
+    )
     parser.add_argument("traces", nargs="+")
     args = parser.parse_args(argv)
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         out = args.out or Path(tmp) / "workload"
-        results = measure(args.merge, args.traces, out)
+        results = measure(
+            args.merge, [str(Path(t).absolute()) for t in args.traces], out, args.code
+        )
     print(f"{'load_average_1m_before':>24}: {load_before:,.2f}")
     for key, value in results.items():
         print(f"{key:>24}: {value:,.2f}")

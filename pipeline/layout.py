@@ -17,6 +17,10 @@ A workload folder (``<paths.data_dir>/<workload.name>/``)::
     whatif/                           scenarios and the decision map (what-if stage)
     days/<YYYY-MM-DD>/                with daily partitions: each day's own ingest set (same
                                       names), which requests/ above links (pipeline.ingest.days)
+    days/.request-ids/                per day: the hashes of its request ids, compared across
+                                      days without reading the days' parts
+    days/.union/<YYYY-MM-DD>/         a day as the union holds it when an earlier day has some
+                                      of its request ids (those quarantined): an ingest set
 
 Each stage's paths are one small frozen object (``layout.shape.summary`` …); stages read each
 other's outputs only through these.
@@ -232,6 +236,16 @@ class WorkloadLayout:
         folder = child_folder(self.days_dir, day, "partition")
         remote = self.remote.child("days").child(day) if self.remote else None
         return WorkloadLayout(folder, remote)
+
+    def day_request_ids(self, day: str, version: str) -> Path:
+        """The hashes of the request ids of ``day``'s set as ``version`` names it (its manifest's
+        digest and the hash function's)."""
+        name = child_folder(self.days_dir, day, "partition").name
+        return self.days_dir / ".request-ids" / f"{name}.{version}.parquet"
+
+    def day_in_union(self, day: str) -> WorkloadLayout:
+        """``day``'s set as the union holds it when an earlier day has some of its request ids."""
+        return WorkloadLayout(child_folder(self.days_dir / ".union", day, "partition"))
 
     @property
     def marker(self) -> Path:

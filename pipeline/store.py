@@ -144,9 +144,10 @@ def _write_parquet(frame: pl.DataFrame, path: Path, target: Path) -> None:
         frame.write_parquet(path, compression="zstd", statistics=True)
 
 
-def write_parquet_atomic(frame: pl.DataFrame, target: Path) -> None:
+def write_parquet_atomic(frame: pl.DataFrame, target: Path, shown: Path | None = None) -> None:
+    """``frame`` to ``target`` at once; an error names ``shown`` (default: ``target``)."""
     with atomic_path(target) as tmp:
-        _write_parquet(frame, tmp, target)
+        _write_parquet(frame, tmp, shown or target)
 
 
 def sha256_file(path: Path) -> str:
@@ -321,6 +322,19 @@ def remove_staged_reads(folder: Path) -> None:
     """A staged read's folder (:func:`pipeline.ingest.stage.stage_read`) once it is merged."""
     with output_errors(folder):
         _remove_parts(folder)
+
+
+def remove_ingest_set(layout: WorkloadLayout) -> None:
+    """An ingest set enginefit published in a folder of its own (manifest first, so what is left
+    of it reads as incomplete), then the folder if nothing else is in it."""
+    paths = layout.ingest
+    with output_errors(layout.root):
+        paths.manifest.unlink(missing_ok=True)
+        _remove_parts(paths.requests)
+        for path in (paths.quarantine, paths.summary, layout.marker, layout.lock):
+            path.unlink(missing_ok=True)
+        with suppress(OSError):  # something enginefit did not write is inside: leave it
+            layout.root.rmdir()
 
 
 def _remove_leftovers(layout: WorkloadLayout, keep: Collection[Path] = ()) -> None:

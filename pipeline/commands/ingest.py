@@ -82,13 +82,13 @@ def run_ingest(args: argparse.Namespace) -> int:
         else:
             inputs = configured_inputs(config, progress=bar.update)
         bar.total = inputs.total_bytes()
-        result = stage.run(inputs)
-        paths = stage.write(result, layout)
+        merged = stage.run_publish(inputs, layout)
     if args.json:
-        payload = {**result.summary.to_json(), "out": str(layout.root)}
+        payload = {**merged.summary.to_json(), "out": str(layout.root)}
         print(json.dumps(payload, indent=2, sort_keys=True))
     else:
-        print(summary_text(result.summary))
+        print(summary_text(merged.summary))
+        paths = merged.paths
         print("wrote " + ", ".join(str(paths[k]) for k in ("requests", "quarantine", "summary")))
     return 0
 

@@ -16,6 +16,13 @@ earlier day has already is quarantined there (``duplicate_request_id``; the earl
 record wins, as the first file wins in one ingest of every file), and only such a day's parts
 are written anew instead of linked. A day depends on its own files only, so re-ingesting a day
 replaces that day's set alone; the union is published again from the days as they are.
+
+Publishing the union again after one day changed reads and writes what that day changes, not
+the other days' parts: the request ids are compared across days as hashes (two 64-bit hashes
+of each id, kept per day in ``days/.request-ids/`` and written with the day's set), and a day
+an earlier day repeats ids of is kept as the union holds it (``days/.union/<day>/``, an ingest
+set of its own) until that day or the ids it repeats change. The rest is the days' small files
+(manifests, summaries, quarantines) and links to their parts.
 """
 
 from __future__ import annotations
@@ -23,14 +30,16 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import glob
+import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, InputFormatError
 from pipeline.ingest import stage
 from pipeline.ingest.compute import (
     DUPLICATE_DETAIL,
@@ -43,9 +52,17 @@ from pipeline.ingest.compute import (
 from pipeline.ingest.config import DAY_FIELD, IngestConfig, TraceSource
 from pipeline.ingest.result import FileSummary, IngestResult, IngestSummary
 from pipeline.layout import WorkloadLayout
+from pipeline.safe_read import read_json
 from pipeline.schema import empty_quarantine
 from pipeline.settings import QUARTER
-from pipeline.store import open_stage_output, read_requests, sha256_file, verify_ingest
+from pipeline.store import (
+    open_stage_output,
+    read_requests,
+    remove_ingest_set,
+    sha256_file,
+    verify_ingest,
+    write_parquet_atomic,
+)
 
 OUTSIDE = "outside_partition"
 _DAY_NAME = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -187,7 +204,49 @@ def write_day(result: IngestResult, layout: WorkloadLayout, day: str) -> dict[st
     """Publish one day's set under ``days/<day>/`` (the workload folder marked as enginefit's
     first, so the days may be written side by side). Only that day's folder changes."""
     open_stage_output(layout)
-    return stage.write(result, layout.day(day))
+    paths = stage.write(result, layout.day(day))
+    _write_id_hashes(layout, day, id_hashes(result.requests.lazy()).collect())
+    return paths
+
+
+# The hashes of a request id, two 64-bit ones from different seeds: ids whose pairs are equal
+# are taken as equal (a false match is about 1 in 2^128 a pair of ids). Polars' hash may change
+# between its versions, so stored hashes name the version that made them.
+_ID_HASHES = ("h0", "h1")
+_ID_HASH_VERSION = f"polars-{pl.__version__}"
+
+
+def id_hashes(requests: pl.LazyFrame) -> pl.LazyFrame:
+    """The request ids of ``requests`` as their two hashes (columns h0, h1), in row order."""
+    return requests.select(
+        pl.col("request_id").hash(seed=seed).alias(name) for seed, name in enumerate(_ID_HASHES)
+    )
+
+
+def _id_hashes_path(layout: WorkloadLayout, day: str) -> Path:
+    """Where ``day``'s id hashes are for the set published now (named by its manifest)."""
+    version = f"{sha256_file(layout.day(day).ingest.manifest)[:16]}.{_ID_HASH_VERSION}"
+    return layout.day_request_ids(day, version)
+
+
+def _write_id_hashes(layout: WorkloadLayout, day: str, hashes: pl.DataFrame) -> Path:
+    path = _id_hashes_path(layout, day)
+    path.parent.mkdir(exist_ok=True)
+    write_parquet_atomic(hashes, path)
+    for older in path.parent.glob(f"{day}.*.parquet"):
+        if older != path:
+            older.unlink(missing_ok=True)
+    return path
+
+
+def day_id_hashes(layout: WorkloadLayout, day: str, ingested: int) -> Path:
+    """The file of ``day``'s id hashes (``ingested`` rows): as written with the day's set, or
+    made from its parts (the id column only) when that set was written otherwise."""
+    path = _id_hashes_path(layout, day)
+    if path.is_file() and pl.scan_parquet(path).select(pl.len()).collect().item() == ingested:
+        return path
+    hashes = id_hashes(read_requests(layout.day(day))).collect()
+    return _write_id_hashes(layout, day, hashes)
 
 
 def ingested_days(layout: WorkloadLayout, days: Sequence[str] | None = None) -> list[str]:
@@ -243,25 +302,79 @@ def union_summary(days: Sequence[tuple[str, IngestSummary]]) -> IngestSummary:
     )
 
 
-def repeated_ids(layouts: Sequence[WorkloadLayout]) -> dict[int, pl.Series]:
-    """Per day (its index in ``layouts``, in day order): the request ids an earlier day has
-    already. Only the id column is scanned; a day's own ids are unique (its ingest saw to it)."""
-    days = pl.concat(
-        read_requests(layout).select("request_id", pl.lit(i, pl.Int32).alias("day"))
-        for i, layout in enumerate(layouts)
+def repeated_ids(hashes: Sequence[Path]) -> dict[int, pl.DataFrame]:
+    """Per day (its index in ``hashes``, the days' id hash files in day order): the id hashes
+    an earlier day has already. Memory: one 64-bit hash a request, then the few rows whose
+    first hash repeats."""
+    first = np.concatenate(
+        [pl.read_parquet(path, columns=["h0"])["h0"].to_numpy() for path in hashes]
     )
-    first = (
-        days.group_by("request_id")
-        .agg(pl.col("day").min().alias("first"), pl.len().alias("n"))
-        .filter(pl.col("n") > 1)
-    )
-    later = (
-        days.join(first, on="request_id")
-        .filter(pl.col("day") > pl.col("first"))
-        .select("day", "request_id")
+    first.sort()
+    repeated = np.unique(first[1:][first[1:] == first[:-1]])
+    del first
+    if not repeated.size:
+        return {}
+    candidates = pl.Series(repeated, dtype=pl.UInt64).implode()
+    rows = pl.concat(
+        pl.scan_parquet(path)
+        .filter(pl.col("h0").is_in(candidates))
+        .with_columns(pl.lit(i, pl.Int32).alias("day"))
+        for i, path in enumerate(hashes)
+    ).collect()
+    earliest = rows.group_by(_ID_HASHES).agg(pl.col("day").min().alias("first"))
+    later = rows.join(earliest, on=_ID_HASHES).filter(pl.col("day") > pl.col("first"))
+    return {
+        int(day[0]): frame.select(_ID_HASHES).sort(_ID_HASHES)
+        for day, frame in later.group_by("day")
+    }
+
+
+def _repeats_moved(
+    layout: WorkloadLayout, day: str, lineage: str, repeated: pl.DataFrame
+) -> WorkloadLayout:
+    """``day``'s set with the requests whose id hashes ``repeated`` lists quarantined, as the
+    union holds it: published under ``days/.union/<day>/`` and kept there while the day and
+    what it repeats stay the same."""
+    held = layout.day_in_union(day)
+    digest = hashlib.sha256(repeated.to_numpy().astype("<u8").tobytes()).hexdigest()
+    key = {"day_manifest": lineage, "hashes": _ID_HASH_VERSION, "repeated_sha256": digest}
+    if held.ingest.manifest.is_file():
+        try:
+            verify_ingest(held)
+            if read_json(held.ingest.manifest).get("union_of") == key:
+                return held
+        except InputFormatError:
+            pass  # an interrupted copy: made again below
+    day_layout = layout.day(day)
+    requests = read_requests(day_layout).collect()
+    path = day_layout.ingest.quarantine
+    quarantine = pl.read_parquet(path) if path.exists() else empty_quarantine()
+    moved = (
+        id_hashes(requests.lazy())
+        .with_row_index("row")
+        .join(repeated.lazy(), on=_ID_HASHES, how="semi")
+        .select("row")
         .collect()
     )
-    return {int(day[0]): ids["request_id"] for day, ids in later.group_by("day")}
+    mask = np.zeros(requests.height, bool)
+    mask[moved["row"].to_numpy()] = True
+    result = move_to_quarantine(
+        IngestResult(requests, quarantine, stage.read_summary(day_layout)),
+        pl.Series(mask),
+        field="request_id",
+        reason=DUPLICATE_ID,
+        detail=pl.lit(DUPLICATE_DETAIL),
+        note=f"{moved.height:,} record(s) repeat the request id of an earlier day and were "
+        f"quarantined as {DUPLICATE_ID} (the earliest day's record is kept)",
+    )
+    stage.publish(
+        held,
+        stage.split_parts(result.requests),
+        result.quarantine,
+        result.summary,
+        extra={"union_of": key},
+    )
+    return held
 
 
 @dataclass(frozen=True)
@@ -283,39 +396,29 @@ def write_union(layout: WorkloadLayout, days: Sequence[str]) -> Union:
             f"{layout.days_dir}: no day ingested yet; materialise partitions of workload_day first"
         )
     layouts = [layout.day(day) for day in days]
-    for day_layout in layouts:
-        verify_ingest(day_layout)
-    repeated = repeated_ids(layouts)
-    summaries, quarantines, lineage = [], [], {}
+    summaries = [stage.read_summary(day_layout) for day_layout in layouts]  # checked first
+    lineage = {day: sha256_file(d.ingest.manifest) for day, d in zip(days, layouts, strict=True)}
+    hashes = [
+        day_id_hashes(layout, day, summary.ingested)
+        for day, summary in zip(days, summaries, strict=True)
+    ]
+    repeated = repeated_ids(hashes)
+    united, quarantines = [], []
     parts: list[pl.DataFrame | Path] = []
     for index, (day, day_layout) in enumerate(zip(days, layouts, strict=True)):
-        summary = stage.read_summary(day_layout)
-        path = day_layout.ingest.quarantine
-        quarantine = pl.read_parquet(path) if path.exists() else empty_quarantine()
+        held = day_layout
         if index in repeated:
-            # Only a day with repeated ids is read whole, and its parts written anew.
-            requests = read_requests(day_layout).collect()
-            ids = repeated[index]
-            result = move_to_quarantine(
-                IngestResult(requests, quarantine, summary),
-                requests["request_id"].is_in(ids.implode()),
-                field="request_id",
-                reason=DUPLICATE_ID,
-                detail=pl.lit(DUPLICATE_DETAIL),
-                note=f"{ids.len():,} record(s) repeat the request id of an earlier day and were "
-                f"quarantined as {DUPLICATE_ID} (the earliest day's record is kept)",
-            )
-            summary, quarantine = result.summary, result.quarantine
-            parts += stage.split_parts(result.requests)
-        else:
-            parts += day_layout.ingest.parts()
-        summaries.append((day, summary))
-        quarantines.append(quarantine)
-        lineage[day] = sha256_file(day_layout.ingest.manifest)
+            held = _repeats_moved(layout, day, lineage[day], repeated[index])
+        elif layout.day_in_union(day).root.is_dir():
+            remove_ingest_set(layout.day_in_union(day))  # its repeats are gone
+        path = held.ingest.quarantine
+        quarantines.append(pl.read_parquet(path) if path.exists() else empty_quarantine())
+        united.append((day, summaries[index] if held is day_layout else stage.read_summary(held)))
+        parts += held.ingest.parts()
     joined = pl.concat(quarantines).sort(["source_file", "source_line"])
-    paths = stage.publish(layout, parts, joined, union_summary(summaries), extra={"days": lineage})
+    paths = stage.publish(layout, parts, joined, union_summary(united), extra={"days": lineage})
     return Union(
         paths,
-        sum(ids.len() for ids in repeated.values()),
-        [day for day, summary in summaries if not summary.ingested],
+        sum(ids.height for ids in repeated.values()),
+        [day for day, summary in united if not summary.ingested],
     )

@@ -100,9 +100,13 @@ class StreamedMerge:
             # Rows at the low arrival that belong to the part before this one come first.
             skip = start - int(np.searchsorted(self.arrivals, low, side="left"))
             between = pl.col("arrival").is_between(_instant(low), _instant(high))
-            window = pl.concat([s.kept().filter(between) for s in self.sources]).collect()
-            window = window.sort(keys, maintain_order=True).slice(skip, stop - start)
-            yield self._finish(window)
+            # One source at a time: the scans of all at once decode them side by side.
+            window = pl.concat([s.kept().filter(between).collect() for s in self.sources])
+            if not self.in_order:  # else concatenated in arrival order already: no sort
+                window = window.sort(keys, maintain_order=True)
+            part = self._finish(window.slice(skip, stop - start))
+            del window  # not held beside the part while it is written
+            yield part
 
     def _finish(self, window: pl.DataFrame) -> pl.DataFrame:
         block_size = pl.lit(self.summary.block_size, pl.Int32).alias("block_size")

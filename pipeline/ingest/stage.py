@@ -7,10 +7,11 @@ workload's read settings (block size, salt, anchor, tokenizer). Outputs (paths:
 published as one set with a manifest (:func:`pipeline.store.publish_ingest`) and checked
 against it whenever they are read back.
 
-:func:`read_inputs` → :func:`run` → :func:`write`; the ``workload`` asset splits ``run`` where
-Dagster fans out, one step per file (:func:`plan` → :func:`read_one` → :func:`stage_read`), then
-merges and writes out of core (:func:`merge_publish`: the same bytes as :func:`merge` then
-:func:`write`, one request part in memory at a time). :func:`read_inputs` takes no layout: ingest's inputs are the trace files the
+:func:`read_inputs` → :func:`run` → :func:`write`, out of core: :func:`plan` →
+:func:`read_one` → :func:`stage_read` per file, then :func:`merge_publish` (the same bytes as
+:func:`merge` then :func:`write`, one request part in memory at a time). The ``workload`` asset
+fans these out, one step per file; ``enginefit ingest`` calls them in turn
+(:func:`run_publish`). :func:`read_inputs` takes no layout: ingest's inputs are the trace files the
 ``workload`` section names, not an earlier stage's outputs; :func:`adhoc_inputs` is the
 command's alternative for files named on the command line. Later stages read the canonical
 table back with :func:`pipeline.store.read_requests`, and the summary with
@@ -236,7 +237,13 @@ def stage_read(read: SourceRead, layout: WorkloadLayout) -> StagedRead:
     target = layout.root / f"{STAGED_READS_PREFIX}{read.digest[:16] or f'{read.position:016x}'}"
     rows = target / f"part-{read.position:05d}.parquet"
     target.mkdir(exist_ok=True)
-    write_parquet_atomic(read.result.requests, rows)
+    try:
+        # An error names the request table's first part, what is being written, not the
+        # staging folder's hidden name.
+        write_parquet_atomic(read.result.requests, rows, shown=layout.ingest.part(0))
+    except BaseException:
+        remove_staged_reads(target)
+        raise
     result = read.result
     emptied = ReadResult(
         result.requests.clear(),
@@ -341,6 +348,24 @@ def merge_publish(
         for folder in folders:
             remove_staged_reads(folder)
     return merged
+
+
+def run_publish(inputs: IngestInputs, layout: WorkloadLayout) -> Merged:
+    """:func:`run` then :func:`write`, as the ``workload`` asset's steps do it, in one process:
+    each source read and staged in turn (:func:`read_one`, :func:`stage_read`: one file's rows
+    in memory at a time), then :func:`merge_publish`. What ``enginefit ingest`` calls, so the
+    command and the asset publish the same bytes by the same code."""
+    with claim_workload(layout):
+        planned, skipped = plan(inputs)
+        staged: list[StagedRead] = []
+        try:
+            for source in planned:
+                staged.append(stage_read(read_one(inputs, source), layout))
+            return merge_publish(inputs, staged, skipped, layout)
+        except BaseException:
+            for folder in {s.rows.parent for s in staged}:
+                remove_staged_reads(folder)
+            raise
 
 
 def split_parts(requests: pl.DataFrame) -> list[pl.DataFrame]:
