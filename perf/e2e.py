@@ -20,6 +20,7 @@ measured on the project machine (2 cores, 24 GiB).
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import os
 import resource
@@ -244,13 +245,13 @@ class Watched:
     code: int
     wall_s: float
     cpu_s: float
-    samples: list[tuple[float, int]]
+    samples: list[tuple[float, int, float]]  # (time, summed memory bytes, CPU s so far)
     stopped: str | None = None
     stopped_at_s: float | None = None
 
     @property
     def peak(self) -> int:
-        return max((memory for _, memory in self.samples), default=0)
+        return max((memory for _, memory, _ in self.samples), default=0)
 
 
 def run_watched(
@@ -263,7 +264,7 @@ def run_watched(
     interval): both are lower bounds."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.time()
-    samples: list[tuple[float, int]] = []
+    samples: list[tuple[float, int, float]] = []
     cpu = CpuAccount()
     stop: list[tuple[str, float]] = []
     with log.open("w") as out:
@@ -276,7 +277,7 @@ def run_watched(
                 snapshot = process_tree(child.pid)
                 cpu.add(snapshot)
                 memory = sum(s.pss for s in snapshot)
-                samples.append((now, memory))
+                samples.append((now, memory, cpu.seconds()))
                 reason = limits.exceeded(now - start, memory)
                 if reason is not None and not stop:
                     stop.append((reason, now - start))
@@ -295,6 +296,20 @@ def run_watched(
     reaped = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     reason, at = stop[0] if stop else (None, None)
     return Watched(code, wall, max(reaped, cpu.seconds()), samples, reason, at)
+
+
+def cpu_between(
+    samples: list[tuple[float, int, float]], moments: list[float], begin: float, end: float
+) -> float:
+    """CPU seconds the process tree used from ``begin`` to ``end``: the difference of the
+    cumulative figure at the last samples taken by then (``moments``: the samples' times). In
+    process that is the step's own; with steps side by side it counts theirs too."""
+
+    def at(moment: float) -> float:
+        index = bisect.bisect_right(moments, moment) - 1
+        return samples[index][2] if index >= 0 else 0.0
+
+    return max(at(end) - at(begin), 0.0)
 
 
 def disk_bytes(path: Path) -> int:
@@ -377,7 +392,7 @@ def generate(requests: int, trace: Path, limits: Limits, span_days: float | None
         print(
             f"{requests:,} requests: generated in {watched.wall_s:.1f} s ({watched.cpu_s:.1f} s "
             f"CPU), peak memory {watched.peak / GIB:.2f} GiB, "
-            f"{result['trace_disk_bytes'] / GIB:.2f} GiB on disk: "
+            f"{_size(result['trace_disk_bytes'])} on disk: "
             + " ".join(log.read_text().split("\n")[0].split()[-20:]),
             flush=True,
         )
@@ -405,20 +420,25 @@ def measure(
         else ([], set(), [])
     )
     # Kept beside the outputs, for a closer look at where the memory went.
-    (root / "rss.tsv").write_text("".join(f"{t:.3f}\t{rss}\n" for t, rss in samples))
+    (root / "rss.tsv").write_text(
+        "".join(f"{t:.3f}\t{rss}\t{cpu:.2f}\n" for t, rss, cpu in samples)
+    )
     (root / "steps.tsv").write_text("".join(f"{k}\t{b:.3f}\t{e:.3f}\n" for k, b, e in windows))
     seconds: dict[str, float] = defaultdict(float)
+    cpu: dict[str, float] = defaultdict(float)
     peak: dict[str, int] = defaultdict(int)
+    moments = [moment for moment, _, _ in samples]
     for key, begin, end in windows:
         stage = stage_of(key, checks)
         seconds[stage] += end - begin
-        during = [rss for moment, rss in samples if begin <= moment <= end]
+        cpu[stage] += cpu_between(samples, moments, begin, end)
+        during = [rss for moment, rss, _ in samples if begin <= moment <= end]
         peak[stage] = max(peak[stage], *during, 0)
     stages = list(dict.fromkeys(stage_of(key, checks) for key, _, _ in windows))
-    print(f"{'stage':<26} {'time s':>8} {'peak memory GiB':>16}")
+    print(f"{'stage':<26} {'time s':>8} {'CPU s':>8} {'peak memory GiB':>16}")
     for stage in stages:
         memory = f"{peak[stage] / GIB:16.2f}" if peak[stage] else f"{'(under 50 ms)':>16}"
-        print(f"{stage:<26} {seconds[stage]:8.1f} {memory}")
+        print(f"{stage:<26} {seconds[stage]:8.1f} {cpu[stage]:8.1f} {memory}")
     outside = elapsed - sum(seconds.values())
     if outside >= 0 and watched.stopped is None:  # steps side by side add up to more
         print(f"{'start-up, Dagster, PDF out':<26} {outside:8.1f}")
@@ -434,12 +454,17 @@ def measure(
         "peak_memory_bytes": watched.peak,
         "disk_bytes": disk,
         "stages": [
-            {"stage": stage, "time_s": round(seconds[stage], 1), "peak_memory_bytes": peak[stage]}
+            {
+                "stage": stage,
+                "time_s": round(seconds[stage], 1),
+                "cpu_s": round(cpu[stage], 1),
+                "peak_memory_bytes": peak[stage],
+            }
             for stage in stages
         ],
         "stopped": None,
     }
-    disk_text = ", ".join(f"{name} {size / GIB:.2f} GiB" for name, size in disk.items())
+    disk_text = ", ".join(f"{name} {_size(size)}" for name, size in disk.items())
     if watched.stopped is not None:
         at = sorted({stage_of(key, checks) for key in running}) or ["start-up (no step running)"]
         result["stopped"] = {
@@ -524,6 +549,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--keep", type=Path, help="write here and keep (default: a temp folder)")
     parser.add_argument(
+        "--traces",
+        type=Path,
+        help="keep the generated traces here and reuse one found there as it is (the name says "
+        "the size and span; default: written with the outputs)",
+    )
+    parser.add_argument(
         "--executors",
         type=_executors,
         default=["in_process"],
@@ -557,9 +588,18 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="enginefit-e2e-") as scratch:
         base = args.keep or Path(scratch)
         base.mkdir(parents=True, exist_ok=True)
+        if args.traces is not None:
+            args.traces.mkdir(parents=True, exist_ok=True)
         for size in args.requests:
-            trace = base / f"trace-{size}.jsonl"
-            generation = generate(size, trace, limits, args.span_days)
+            span = f"-{args.span_days:g}d" if args.span_days is not None else ""
+            trace = (args.traces or base) / f"trace-{size}{span}.jsonl"
+            if args.traces is not None and trace.exists():
+                print(f"{size:,} requests: reusing {trace} as it is", flush=True)
+                generation = {"reused": str(trace), "trace_disk_bytes": disk_bytes(trace)}
+                generation |= {"wall_s": 0.0, "cpu_s": 0.0, "peak_memory_bytes": 0}
+                generation["stopped"] = None
+            else:
+                generation = generate(size, trace, limits, args.span_days)
             runs = []
             if not generation["stopped"]:
                 for executor in args.executors:
@@ -577,6 +617,10 @@ def main(argv: list[str] | None = None) -> None:
             args.json.write_text(json.dumps(report, indent=2) + "\n")
     print(summary(results))
     print(f"measurements written to {args.json}", flush=True)
+
+
+def _size(size: int) -> str:
+    return f"{size / GIB:.2f} GiB" if size >= GIB else f"{size / 2**20:,.0f} MiB"
 
 
 def _memory_total() -> int:
