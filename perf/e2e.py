@@ -1,20 +1,33 @@
 """End to end: a generated hash-form trace → ``enginefit report`` → the PDF, as a user runs it.
 
 For each size (default 1M and 10M requests) the one generated workload (``perf/workload.py``,
-Mooncake JSONL, 512-token block ids) is written, then ``enginefit report`` runs as a child
-process on a configuration that is the bundled ``enginefit.yaml`` with that trace as its
-workload (outputs, reports and the Dagster home in a temporary folder), with each executor
-asked for (default: in process, ``make report``'s). While it runs, the resident memory of the
-command and every process it started (the multiprocess executor's step processes, the PDF
-renderer) is sampled every 50 ms from ``/proc`` and summed (proportional set sizes, so a page a
-forked process shares with its parent counts once): what the machine holds at that moment. Afterwards each Dagster step's start and end come from the run's event log, so every
-stage gets its time (the sum of its steps' wall times; with steps side by side that is more than
-the wall time they took) and its peak memory (the highest sample while one of its steps ran).
-Generation is not counted.
+Mooncake JSONL, 512-token block ids, optionally spread over ``--span-days``) is written by a
+process of its own, then ``enginefit report`` runs as a child process on a configuration that
+is the bundled ``enginefit.yaml`` with that trace as its workload (outputs, reports and the
+Dagster home in a temporary folder), with each executor asked for (default: in process,
+``make report``'s). While either runs, the command and every process it started (the
+multiprocess executor's step processes, the PDF renderer) are sampled every 50 ms from
+``/proc``: memory summed as proportional set sizes (a page a forked process shares with its
+parent counts once: what the machine holds at that moment), and each process's own CPU ticks.
 
-Run: ``python -m perf.e2e [--requests 1M,10M] [--executors in_process,multiprocess] [--keep
-DIR]``. Numbers in the README were
-measured on the project machine (2 cores, 24 GiB).
+The guard: when the summed memory passes ``--memory-limit`` (default 14 GiB; other work shares
+the machine, and the kernel's out-of-memory killer might pick one of theirs) or the run passes
+``--wall-limit`` seconds, the whole process tree is stopped and killed, and the run is reported
+as over the limit at the stage whose step was running.
+
+Afterwards each Dagster step's start and end come from the run's event log, so every stage gets
+its time (the sum of its steps' wall times; with steps side by side that is more than the wall
+time they took), its CPU time (the tree's CPU over its steps' windows) and its peak memory (the
+highest sample while one of its steps ran). Per size: generation time and memory, the trace's
+disk space, the report's wall and CPU time (the command and all its children), peak memory,
+and the disk its outputs take (data dir, reports, Dagster home); printed as tables and written
+as JSON (``--json``).
+
+Run: ``python -m perf.e2e [--requests 1M,10M] [--executors in_process,multiprocess]
+[--span-days 91] [--memory-limit 14] [--wall-limit S] [--keep DIR] [--traces DIR] [--json
+FILE]``; under ``make bench`` (which passes no arguments) the environment variable
+``ENGINEFIT_E2E_ARGS`` gives them (``make bench-scale``: 10M, 30M and 100M over a quarter).
+Numbers in the README were measured on the project machine (2 cores, 24 GiB).
 """
 
 from __future__ import annotations
@@ -24,6 +37,7 @@ import bisect
 import json
 import os
 import resource
+import shlex
 import signal
 import subprocess
 import sys
@@ -45,6 +59,7 @@ from perf import workload
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_EVERY_S = 0.05
 GIB = 2**30
+ARGS_ENV = "ENGINEFIT_E2E_ARGS"  # the arguments under `make bench` (perf.run passes none)
 
 # A stage is the asset its steps materialise (the checks of all stages are one line).
 _STAGE_OF_STEP = (
@@ -582,7 +597,9 @@ def main(argv: list[str] | None = None) -> None:
         default=Path(tempfile.gettempdir()) / "enginefit-e2e.json",
         help="write the measurements here (default: %(default)s)",
     )
-    args = parser.parse_args(argv if argv is not None else [])
+    args = parser.parse_args(
+        argv if argv is not None else shlex.split(os.environ.get(ARGS_ENV, ""))
+    )
     limits = Limits(args.memory_limit, args.wall_limit)
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="enginefit-e2e-") as scratch:
