@@ -221,16 +221,25 @@ class CpuAccount:
 @dataclass(frozen=True)
 class Limits:
     """When the guard stops a run: summed memory above ``memory_bytes`` (other work shares the
-    machine; the kernel's out-of-memory killer might pick one of theirs), or ``wall_s`` of wall
-    time (None: no limit)."""
+    machine; the kernel's out-of-memory killer might pick one of theirs), the machine's
+    available memory under ``min_available_bytes`` (others may hold more than the limit
+    leaves), or ``wall_s`` of wall time (None: no limit)."""
 
     memory_bytes: int
     wall_s: float | None = None
+    min_available_bytes: int = 0
 
-    def exceeded(self, elapsed_s: float, memory_bytes: int) -> str | None:
+    def exceeded(
+        self, elapsed_s: float, memory_bytes: int, available_bytes: int | None = None
+    ) -> str | None:
         """Why the run must stop now, None when it may go on."""
         if memory_bytes > self.memory_bytes:
             return f"over the memory limit ({self.memory_bytes / GIB:.1f} GiB)"
+        if available_bytes is not None and available_bytes < self.min_available_bytes:
+            return (
+                f"the machine's available memory under {self.min_available_bytes / GIB:.1f} GiB "
+                f"(the run held {memory_bytes / GIB:.1f} GiB)"
+            )
         if self.wall_s is not None and elapsed_s > self.wall_s:
             return f"over the wall-time limit ({self.wall_s:,.0f} s)"
         return None
@@ -293,7 +302,8 @@ def run_watched(
                 cpu.add(snapshot)
                 memory = sum(s.pss for s in snapshot)
                 samples.append((now, memory, cpu.seconds()))
-                reason = limits.exceeded(now - start, memory)
+                available = (_proc_kib(PROC / "meminfo", "MemAvailable") or 0) * 1024
+                reason = limits.exceeded(now - start, memory, available or None)
                 if reason is not None and not stop:
                     stop.append((reason, now - start))
                     kill_tree(child.pid)
@@ -589,6 +599,12 @@ def main(argv: list[str] | None = None) -> None:
         "more than this, in GiB (default 14)",
     )
     parser.add_argument(
+        "--min-available",
+        type=_gib,
+        default=GIB,
+        help="kill a run when the machine's available memory falls under this, in GiB (default 1)",
+    )
+    parser.add_argument(
         "--wall-limit", type=float, help="kill a run after this many seconds (default: none)"
     )
     parser.add_argument(
@@ -600,7 +616,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(
         argv if argv is not None else shlex.split(os.environ.get(ARGS_ENV, ""))
     )
-    limits = Limits(args.memory_limit, args.wall_limit)
+    limits = Limits(args.memory_limit, args.wall_limit, args.min_available)
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="enginefit-e2e-") as scratch:
         base = args.keep or Path(scratch)

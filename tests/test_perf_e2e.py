@@ -101,6 +101,11 @@ def test_the_guard_stops_on_the_sum_not_on_any_one_process(tmp_path: Path) -> No
     )
     assert limits.exceeded(1.0, 12 * GIB) is None  # at the limit is not over it
     assert limits.exceeded(601.0, GIB) == "over the wall-time limit (600 s)"
+    crowded = Limits(12 * GIB, min_available_bytes=GIB)
+    assert crowded.exceeded(1.0, 2 * GIB, available_bytes=GIB // 2) == (
+        "the machine's available memory under 1.0 GiB (the run held 2.0 GiB)"
+    )
+    assert crowded.exceeded(1.0, 2 * GIB, available_bytes=2 * GIB) is None
     assert Limits(12 * GIB).exceeded(10**9, GIB) is None
 
 
