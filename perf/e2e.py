@@ -159,14 +159,22 @@ def _children(pid: int, proc: Path = PROC) -> list[int]:
 
 def process_tree(pid: int, proc: Path = PROC) -> list[Sample]:
     """``pid`` and all its descendants (the step processes of the multiprocess executor, the
-    PDF renderer) as they are now; a process that ended while being read is left out."""
-    found, stack = [], [pid]
+    PDF renderer) as they are now; a process that ended while being read is left out. A child
+    whose memory figures (resident and proportional, to the kB) are its parent's is one started
+    with ``vfork`` that has not run its program yet: it shares the parent's memory, and /proc
+    shows the same pages in both, so its memory is counted 0."""
+    found: list[Sample] = []
+    stack: list[tuple[int, tuple[int | None, int | None] | None]] = [(pid, None)]
     while stack:
-        current = stack.pop()
+        current, parent_memory = stack.pop()
         stat = _stat(current, proc)
+        rollup = proc / str(current) / "smaps_rollup"
+        memory = (_proc_kib(rollup, "Rss"), _proc_kib(rollup, "Pss"))
         if stat is not None:
-            found.append(Sample(current, stat[0], stat[1], _pss_bytes(current, proc)))
-        stack.extend(_children(current, proc))
+            shared = memory[1] is not None and memory == parent_memory
+            pss = 0 if shared else _pss_bytes(current, proc)
+            found.append(Sample(current, stat[0], stat[1], pss))
+        stack.extend((child, memory) for child in _children(current, proc))
     return found
 
 

@@ -48,7 +48,7 @@ def _process(
     (folder / "task" / str(pid) / "children").write_text("".join(f"{c} " for c in children))
     if pss_kib is not None:
         (folder / "smaps_rollup").write_text(
-            f"00400000-7ffc [rollup]\nRss:  {pss_kib * 2} kB\nPss:  {pss_kib} kB\n"
+            f"00400000-7ffc [rollup]\nRss:  {pss_kib * 2 + pid} kB\nPss:  {pss_kib} kB\n"
         )
     if rss_kib is not None:
         (folder / "status").write_text(f"Name:\t{name}\nVmRSS:\t{rss_kib} kB\n")
@@ -182,3 +182,16 @@ def test_disk_bytes_counts_allocated_blocks_and_a_linked_file_once(tmp_path: Pat
     assert disk_bytes(folder) == expected
     assert disk_bytes(folder / "a.bin") == (folder / "a.bin").stat().st_blocks * 512
     assert disk_bytes(tmp_path / "missing") == 0
+
+
+def test_a_vfork_child_sharing_its_parents_memory_counts_once(tmp_path: Path) -> None:
+    """A child showing exactly its parent's resident and proportional sizes (a ``vfork`` child
+    before it runs its program: one memory seen through two processes) adds nothing; a child
+    with the same PSS but its own resident size is counted."""
+    proc = tmp_path / "proc"
+    _process(proc, 100, started=1, utime=0, stime=0, children=(101, 102), pss_kib=2**20)
+    _process(proc, 101, started=2, utime=0, stime=0, pss_kib=2**20)
+    _process(proc, 102, started=3, utime=0, stime=0, pss_kib=2**20)
+    rollup = (proc / "100" / "smaps_rollup").read_text()
+    (proc / "101" / "smaps_rollup").write_text(rollup)  # the same memory, to the kB
+    assert tree_memory_bytes(100, proc) == 2 * GIB
