@@ -9,7 +9,7 @@ export DAGSTER_HOME := $(CURDIR)/.dagster_home
 # content and the CPU): a fresh clone reuses what an earlier one compiled, as with llama.cpp.
 export NUMBA_CACHE_DIR ?= $(HOME)/.cache/enginefit/numba
 
-.PHONY: report test test-postgres lint bench ui clean engine validate
+.PHONY: report test test-postgres lint bench bench-scale ui clean engine validate
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -57,6 +57,12 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m perf.run
+
+# The end-to-end report at 10M, 30M and 100M generated requests over a quarter (91 days), each
+# killed when its processes together hold more than 12 GiB (perf/e2e.py); traces in /tmp/scale.
+bench-scale: $(STAMP)
+	ENGINEFIT_E2E_ARGS="--requests 10M,30M,100M --span-days 91 --memory-limit 12 \
+	  --traces /tmp/scale/traces --json /tmp/scale/e2e.json" $(BIN)/python -m perf.run e2e
 
 # The capacity model against llama.cpp's llama-server (perf/validate.py; docs/capacity.md):
 # prints the signed errors. Exit 3 is "not judged: the machine was too noisy", said, not failed.

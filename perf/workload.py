@@ -97,6 +97,7 @@ class Spec:
     max_context: int = 32_768
     think_s: float = 30.0  # mean think time between an answer and the next message
     stream_s_per_token: float = 0.02  # the answer streams before the user reads and replies
+    conversation_chunk: int = _CONVERSATION_CHUNK  # conversations drawn per round
 
     def __post_init__(self) -> None:
         if self.requests < 1:
@@ -105,6 +106,8 @@ class Spec:
             raise ValueError("diurnal amplitude must be in [0, 1)")
         if self.mean_turns < 1.0 or self.rate_rps <= 0 or self.max_context < 64:
             raise ValueError("mean_turns >= 1, rate_rps > 0 and max_context >= 64 required")
+        if self.conversation_chunk < 1:
+            raise ValueError("conversation_chunk must be >= 1")
 
 
 PROFILES: dict[str, dict[str, Any]] = {
@@ -162,42 +165,78 @@ def _lognormal(
     return np.clip(values, 1, top)
 
 
+@dataclass(frozen=True)
+class _Drawn:
+    """One round of :func:`_draw`: per conversation its system prompt, tenant, model and kept
+    turns; per kept turn (conversation by conversation) message, answer and think time µs."""
+
+    system: I64
+    tenant: I64
+    model: I64
+    turns: I64
+    message: I64
+    answer: I64
+    think: I64
+
+
+def _system_prompts(rng: np.random.Generator, s: Spec) -> tuple[I64, npt.NDArray[np.float64]]:
+    """The shared system prompts' lengths and Zipf popularity (the first draw of ``rng``)."""
+    system_tokens = _lognormal(rng, s.system_tokens, s.system_prompts, s.max_context // 4)
+    weight = 1.0 / np.arange(1, s.system_prompts + 1) ** s.zipf
+    return system_tokens, weight / weight.sum()
+
+
+def _draw(
+    rng: np.random.Generator,
+    labels: np.random.Generator,
+    s: Spec,
+    system_tokens: I64,
+    popularity: npt.NDArray[np.float64],
+) -> _Drawn:
+    """The next ``s.conversation_chunk`` conversations, in the order every writer draws them."""
+    quarter = s.max_context // 4  # system, one message, one answer: each at most a quarter
+    c = s.conversation_chunk
+    system = rng.choice(s.system_prompts, size=c, p=popularity).astype(np.int64)
+    tenant = labels.integers(0, max(s.tenants, 1), c)
+    model = labels.integers(0, max(s.models, 1), c)
+    planned = rng.geometric(1.0 / s.mean_turns, c).astype(np.int64)
+    m = int(planned.sum())
+    message = _lognormal(rng, s.message_tokens, m, quarter)
+    answer = _lognormal(rng, s.answer_tokens, m, quarter)
+    think_us = rng.exponential(s.think_s * 1e6, m)
+    # Turns past the context limit are dropped: prompt + answer grows with every turn, so
+    # the turns kept are a prefix of each conversation's.
+    conv = np.repeat(np.arange(c), planned)
+    prompt, _ = _prompts(system_tokens[system], conv, planned, message, answer)
+    keep = prompt + answer <= s.max_context
+    turns = np.bincount(conv[keep], minlength=c).astype(np.int64)
+    return _Drawn(
+        system,
+        tenant,
+        model,
+        turns,
+        message[keep],
+        answer[keep],
+        think_us[keep].astype(np.int64),
+    )
+
+
 def conversations(s: Spec) -> Conversations:
     """Draw ``s.requests`` requests of whole conversations (the last one cut at the count)."""
     rng = np.random.default_rng(s.seed)
     # Tenants and models from a stream of their own: asking for them changes nothing else.
     labels = np.random.default_rng([s.seed, 1])
-    quarter = s.max_context // 4  # system, one message, one answer: each at most a quarter
-    system_tokens = _lognormal(rng, s.system_tokens, s.system_prompts, quarter)
-    weight = 1.0 / np.arange(1, s.system_prompts + 1) ** s.zipf
-    popularity = weight / weight.sum()
+    system_tokens, popularity = _system_prompts(rng, s)
     parts: dict[str, list[I64]] = {k: [] for k in ("system", "tenant", "model", "turns")}
     turn_parts: dict[str, list[I64]] = {k: [] for k in ("message", "answer", "think")}
     have = 0
     while have < s.requests:
-        c = _CONVERSATION_CHUNK
-        system = rng.choice(s.system_prompts, size=c, p=popularity).astype(np.int64)
-        tenant = labels.integers(0, max(s.tenants, 1), c)
-        model = labels.integers(0, max(s.models, 1), c)
-        planned = rng.geometric(1.0 / s.mean_turns, c).astype(np.int64)
-        m = int(planned.sum())
-        message = _lognormal(rng, s.message_tokens, m, quarter)
-        answer = _lognormal(rng, s.answer_tokens, m, quarter)
-        think_us = rng.exponential(s.think_s * 1e6, m)
-        # Turns past the context limit are dropped: prompt + answer grows with every turn, so
-        # the turns kept are a prefix of each conversation's.
-        conv = np.repeat(np.arange(c), planned)
-        prompt, _ = _prompts(system_tokens[system], conv, planned, message, answer)
-        keep = prompt + answer <= s.max_context
-        turns = np.bincount(conv[keep], minlength=c).astype(np.int64)
-        parts["system"].append(system)
-        parts["tenant"].append(tenant)
-        parts["model"].append(model)
-        parts["turns"].append(turns)
-        turn_parts["message"].append(message[keep])
-        turn_parts["answer"].append(answer[keep])
-        turn_parts["think"].append(think_us[keep].astype(np.int64))
-        have += int(turns.sum())
+        drawn = _draw(rng, labels, s, system_tokens, popularity)
+        for k, values in parts.items():
+            values.append(getattr(drawn, k))
+        for k, values in turn_parts.items():
+            values.append(getattr(drawn, k))
+        have += int(drawn.turns.sum())
     system, tenant, model, turns = (np.concatenate(parts[k]) for k in parts)
     message, answer, think = (np.concatenate(turn_parts[k])[: s.requests] for k in turn_parts)
     # Cut at the request count: the conversations after it go, the last one may lose turns.
@@ -209,12 +248,7 @@ def conversations(s: Spec) -> Conversations:
     prompt, first = _prompts(system_tokens[system], conv, turns, message, answer)
     turn = np.arange(s.requests, dtype=np.int64) - first[conv]
     start = _session_starts(rng, n_conv, s)
-    # Turn k+1 arrives after turn k's answer streamed and the user thought about it.
-    gap = np.rint(answer * (s.stream_s_per_token * 1e6)).astype(np.int64) + think
-    gap = np.roll(gap, 1)
-    gap[first] = 0
-    elapsed = np.cumsum(gap)
-    arrival = start[conv] + elapsed - elapsed[first][conv]
+    arrival = _arrivals(s, start, conv, first, answer, think)
     return Conversations(
         spec=s,
         system_tokens=system_tokens,
@@ -241,6 +275,18 @@ def _prompts(
     step = message + answer
     before = np.cumsum(step) - step
     return system_tokens[conv] + before - before[first][conv] + message, first
+
+
+def _arrivals(s: Spec, start: I64, conv: I64, first: I64, answer: I64, think: I64) -> I64:
+    """Arrival µs of each turn: turn k+1 arrives after turn k's answer streamed and the user
+    thought about it (``conv`` indexes ``start``; ``first`` are the conversations' first turns
+    in these arrays)."""
+    gap = np.rint(answer * (s.stream_s_per_token * 1e6)).astype(np.int64) + think
+    gap = np.roll(gap, 1)
+    gap[first] = 0
+    elapsed = np.cumsum(gap)
+    arrival: I64 = start[conv] + elapsed - elapsed[first][conv]
+    return arrival
 
 
 def _session_starts(rng: np.random.Generator, n_conv: int, s: Spec) -> I64:
@@ -291,22 +337,32 @@ class MooncakeIds:
 
     @classmethod
     def of(cls, c: Conversations) -> MooncakeIds:
-        b = MOONCAKE_BLOCK_TOKENS
-        system_full = c.system_tokens // b
-        system_base = np.cumsum(system_full) - system_full
         last = c.first + c.turns - 1
-        conv_full = c.prompt[last] // b
-        own = conv_full - system_full[c.system] + c.turns
+        return cls.layout(c.system_tokens, c.system, c.turns, c.prompt[last])
+
+    @classmethod
+    def layout(cls, system_tokens: I64, system: I64, turns: I64, last_prompt: I64) -> MooncakeIds:
+        """The ranges from the system prompts' lengths and, per conversation, its system
+        prompt, turns and last (longest) prompt."""
+        b = MOONCAKE_BLOCK_TOKENS
+        system_full = system_tokens // b
+        system_base = np.cumsum(system_full) - system_full
+        conv_full = last_prompt // b
+        own = conv_full - system_full[system] + turns
         conv_base = int(system_full.sum()) + np.cumsum(own) - own
         return cls(system_full, system_base, conv_full, conv_base)
 
     def ids(self, c: Conversations, rows: I64) -> tuple[I64, I64]:
         """Offsets and flat ids of ``rows``' ``hash_ids`` (⌈prompt / 512⌉ each)."""
-        prompt = c.prompt[rows]
+        return self.ids_of(c.system, c.conv[rows], c.turn[rows], c.prompt[rows])
+
+    def ids_of(self, system_of: I64, conv: I64, turn: I64, prompt: I64) -> tuple[I64, I64]:
+        """Offsets and flat ids of requests given by conversation, turn and prompt tokens
+        (``system_of``: each conversation's system prompt)."""
         offsets, j = _runs(-(-prompt // MOONCAKE_BLOCK_TOKENS))
         counts = np.diff(offsets)
-        conv = np.repeat(c.conv[rows], counts)
-        system = c.system[conv]
+        conv = np.repeat(conv, counts)
+        system = system_of[conv]
         system_full = self.system_full[system]
         own = self.conv_base[conv] - system_full
         partial = self.conv_base[conv] + self.conv_full[conv] - system_full
@@ -316,7 +372,7 @@ class MooncakeIds:
             np.where(
                 j < np.repeat(prompt // MOONCAKE_BLOCK_TOKENS, counts),
                 own + j,
-                partial + np.repeat(c.turn[rows], counts),
+                partial + np.repeat(turn, counts),
             ),
         )
         return offsets, ids
@@ -419,20 +475,16 @@ def write_mooncake(c: Conversations, path: Path) -> Written:
     blocks = 0
     with path.open("wb") as handle:
         for _, rows in _chunks(c):
-            offsets, ids = layout.ids(c, rows)
-            blocks += int(ids.size)
-            line = pl.concat_str(
-                pl.lit('{"timestamp": '),
-                pl.lit(pl.Series(c.arrival_us[rows] // 1000)).cast(pl.String),
-                pl.lit(', "input_length": '),
-                pl.lit(pl.Series(c.prompt[rows])).cast(pl.String),
-                pl.lit(', "output_length": '),
-                pl.lit(pl.Series(c.output[rows])).cast(pl.String),
-                pl.lit(', "hash_ids": ['),
-                _list_text(offsets, ids),
-                pl.lit("]}"),
+            blocks += _write_mooncake_lines(
+                handle,
+                layout,
+                c.system,
+                c.conv[rows],
+                c.turn[rows],
+                c.prompt[rows],
+                c.output[rows],
+                c.arrival_us[rows],
             )
-            _write_lines(handle, pl.select(line).to_series())
     full, partial = layout.distinct(c)
     return Written(
         path,
@@ -445,6 +497,168 @@ def write_mooncake(c: Conversations, path: Path) -> Written:
         path.stat().st_size,
         f"{partial:,} more ids name partial last blocks (the reader drops them)",
     )
+
+
+def _write_mooncake_lines(
+    handle: Any,
+    layout: MooncakeIds,
+    system_of: I64,
+    conv: I64,
+    turn: I64,
+    prompt: I64,
+    output: I64,
+    arrival_us: I64,
+) -> int:
+    """Write these requests' Mooncake lines, in the order given; the number of ids written."""
+    offsets, ids = layout.ids_of(system_of, conv, turn, prompt)
+    line = pl.concat_str(
+        pl.lit('{"timestamp": '),
+        pl.lit(pl.Series(arrival_us // 1000)).cast(pl.String),
+        pl.lit(', "input_length": '),
+        pl.lit(pl.Series(prompt)).cast(pl.String),
+        pl.lit(', "output_length": '),
+        pl.lit(pl.Series(output)).cast(pl.String),
+        pl.lit(', "hash_ids": ['),
+        _list_text(offsets, ids),
+        pl.lit("]}"),
+    )
+    _write_lines(handle, pl.select(line).to_series())
+    return int(ids.size)
+
+
+@dataclass(frozen=True)
+class Streamed:
+    """What :func:`write_mooncake_streamed` wrote, with the conversations and the span."""
+
+    written: Written
+    conversations: int
+    span_us: int
+
+
+def write_mooncake_streamed(s: Spec, path: Path) -> Streamed:
+    """The hash form of ``conversations(s)``, byte for byte what :func:`write_mooncake` writes,
+    without holding a per-request array of the whole trace: 100M requests in a few GiB.
+
+    Pass 1 draws every round as :func:`conversations` does and keeps per conversation only its
+    system prompt, turns and last prompt (the block-id layout), then the session starts (the
+    generator's next draws). Pass 2 draws the rounds again from the seed and builds one round's
+    requests at a time; a conversation's turns arrive at or after its start, and starts never
+    decrease, so every request before the next round's first start can be written, in the
+    stable arrival order of the whole trace, and the rest wait for the next round."""
+    if s.tenants or s.models:
+        raise ValueError(
+            "Mooncake JSONL has no tenant or model field (the reader reads timestamp, lengths "
+            "and hash_ids only): use the token-ids form or the canonical frame for them"
+        )
+    rng = np.random.default_rng(s.seed)
+    labels = np.random.default_rng([s.seed, 1])
+    system_tokens, popularity = _system_prompts(rng, s)
+    systems, turn_counts, last_prompts = [], [], []
+    have = 0
+    while have < s.requests:
+        drawn = _draw(rng, labels, s, system_tokens, popularity)
+        turns = drawn.turns
+        total = int(turns.sum())
+        if have + total >= s.requests:  # the last round: cut at the request count
+            ends = np.cumsum(turns)
+            keep = int(np.searchsorted(ends, s.requests - have)) + 1
+            turns = turns[:keep].copy()
+            turns[-1] -= int(ends[keep - 1]) - (s.requests - have)
+        conv = np.repeat(np.arange(turns.size), turns)
+        kept = int(turns.sum())
+        prompt, first = _prompts(
+            system_tokens[drawn.system[: turns.size]],
+            conv,
+            turns,
+            drawn.message[:kept],
+            drawn.answer[:kept],
+        )
+        systems.append(drawn.system[: turns.size])
+        turn_counts.append(turns)
+        last_prompts.append(prompt[first + turns - 1])
+        have += total
+    system = np.concatenate(systems)
+    all_turns = np.concatenate(turn_counts)
+    layout = MooncakeIds.layout(system_tokens, system, all_turns, np.concatenate(last_prompts))
+    del systems, turn_counts, last_prompts
+    n_conv = int(system.size)
+    start = _session_starts(rng, n_conv, s)
+
+    rng = np.random.default_rng(s.seed)
+    labels = np.random.default_rng([s.seed, 1])
+    _system_prompts(rng, s)
+    names = ("conv", "turn", "prompt", "output", "arrival")
+    waiting: dict[str, I64] = {name: np.zeros(0, dtype=np.int64) for name in names}
+    blocks = partial = prompt_sum = output_sum = last_arrival = 0
+    lo = 0
+    with path.open("wb") as handle:
+        while lo < n_conv:
+            drawn = _draw(rng, labels, s, system_tokens, popularity)
+            hi = min(lo + s.conversation_chunk, n_conv)
+            turns = all_turns[lo:hi]
+            kept = int(turns.sum())
+            conv = np.repeat(np.arange(hi - lo), turns)
+            answer, think = drawn.answer[:kept], drawn.think[:kept]
+            prompt, first = _prompts(
+                system_tokens[system[lo:hi]], conv, turns, drawn.message[:kept], answer
+            )
+            new = {
+                "conv": conv + lo,
+                "turn": np.arange(kept, dtype=np.int64) - first[conv],
+                "prompt": prompt,
+                "output": answer,
+                "arrival": _arrivals(s, start[lo:hi], conv, first, answer, think),
+            }
+            # Waiting requests came from earlier rounds, so joined before the new ones the
+            # rows stay in generation order and a stable sort keeps the whole trace's ties.
+            rows = {name: np.concatenate((waiting[name], new[name])) for name in names}
+            order = np.argsort(rows["arrival"], kind="stable")
+            boundary = int(start[hi]) if hi < n_conv else None
+            ready = (
+                order.size
+                if boundary is None
+                else int(np.searchsorted(rows["arrival"][order], boundary, "left"))
+            )
+            later = rows["arrival"] >= boundary if boundary is not None else None
+            for piece in range(0, ready, _WRITE_CHUNK):
+                out = order[piece : min(piece + _WRITE_CHUNK, ready)]
+                prompt_out = rows["prompt"][out]
+                blocks += _write_mooncake_lines(
+                    handle,
+                    layout,
+                    system,
+                    rows["conv"][out],
+                    rows["turn"][out],
+                    prompt_out,
+                    rows["output"][out],
+                    rows["arrival"][out],
+                )
+                partial += int(np.count_nonzero(prompt_out % MOONCAKE_BLOCK_TOKENS))
+                prompt_sum += int(prompt_out.sum())
+                output_sum += int(rows["output"][out].sum())
+            if ready:
+                last_arrival = max(last_arrival, int(rows["arrival"][order[ready - 1]]))
+            waiting = (
+                {name: rows[name][later] for name in names}
+                if later is not None
+                else {name: rows[name][:0] for name in names}
+            )
+            lo = hi
+    used = np.unique(system)
+    full = int(layout.system_full[used].sum())
+    full += int((layout.conv_full - layout.system_full[system]).sum())
+    written = Written(
+        path,
+        s.requests,
+        blocks,
+        MOONCAKE_BLOCK_TOKENS,
+        full,
+        prompt_sum / s.requests,
+        output_sum / s.requests,
+        path.stat().st_size,
+        f"{partial:,} more ids name partial last blocks (the reader drops them)",
+    )
+    return Streamed(written, n_conv, last_arrival - int(start[0]))
 
 
 def write_token_ids(c: Conversations, path: Path, *, sessions: bool = False) -> Written:
@@ -643,45 +857,62 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--models", type=int, default=0, help="not in the hash form")
     parser.add_argument("--sessions", action="store_true", help="token-ids: log session/turn")
     parser.add_argument("--rate", type=float, default=Spec.rate_rps, help="mean requests/s")
+    parser.add_argument(
+        "--span-days",
+        type=float,
+        help="sessions start over this many days (a quarter: 91): the rate is requests / span; "
+        "instead of --rate",
+    )
     parser.add_argument("--diurnal", type=float, default=0.0, help="daily cycle amplitude")
     args = parser.parse_args(argv)
     if args.form in ("hash", "azure") and (args.tenants or args.models or args.sessions):
         parser.error(f"the {args.form} form cannot carry tenants, models or sessions")
+    if args.span_days is not None:
+        if args.span_days <= 0:
+            parser.error(f"--span-days {args.span_days}: a span is more than 0 days")
+        args.rate = args.requests / (args.span_days * DAY_S)
     start = time.perf_counter()
-    drawn = conversations(
-        spec(
-            args.requests,
-            args.profile,
-            seed=args.seed,
-            tenants=args.tenants,
-            models=args.models,
-            rate_rps=args.rate,
-            diurnal=args.diurnal,
-        )
+    chosen = spec(
+        args.requests,
+        args.profile,
+        seed=args.seed,
+        tenants=args.tenants,
+        models=args.models,
+        rate_rps=args.rate,
+        diurnal=args.diurnal,
     )
-    drawn_s = time.perf_counter() - start
-    if args.form in ("csv", "azure"):
-        (write_csv if args.form == "csv" else write_azure_csv)(drawn, args.out)
-        written = Written(
-            args.out,
-            drawn.n,
-            0,
-            0,
-            0,
-            float(drawn.prompt.mean()),
-            float(drawn.output.mean()),
-            args.out.stat().st_size,
+    drawing = ""
+    if args.form == "hash":  # drawn a round at a time: bounded memory at any size
+        streamed = write_mooncake_streamed(chosen, args.out)
+        written, n_conversations, span_s = (
+            streamed.written,
+            streamed.conversations,
+            streamed.span_us / 1e6,
         )
-    elif args.form == "hash":
-        written = write_mooncake(drawn, args.out)
     else:
-        written = write_token_ids(drawn, args.out, sessions=args.sessions)
+        drawn = conversations(chosen)
+        drawing = f" (drawing {time.perf_counter() - start:.1f} s)"
+        if args.form in ("csv", "azure"):
+            (write_csv if args.form == "csv" else write_azure_csv)(drawn, args.out)
+            written = Written(
+                args.out,
+                drawn.n,
+                0,
+                0,
+                0,
+                float(drawn.prompt.mean()),
+                float(drawn.output.mean()),
+                args.out.stat().st_size,
+            )
+        else:
+            written = write_token_ids(drawn, args.out, sessions=args.sessions)
+        n_conversations = drawn.n_conversations
+        span_s = (int(drawn.arrival_us.max()) - int(drawn.arrival_us.min())) / 1e6
     elapsed = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    span_s = (int(drawn.arrival_us.max()) - int(drawn.arrival_us.min())) / 1e6
     print(
         f"wrote {written.path} ({args.form}, seed {args.seed}, {args.profile} profile): "
-        f"{written.requests:,} requests in {drawn.n_conversations:,} conversations over "
+        f"{written.requests:,} requests in {n_conversations:,} conversations over "
         f"{span_s / 3600:.1f} h; mean prompt {written.mean_prompt:,.0f} tokens, mean output "
         f"{written.mean_output:,.0f} tokens"
     )
@@ -691,8 +922,7 @@ def main(argv: list[str] | None = None) -> None:
             f"{written.distinct_blocks:,} distinct full blocks; {written.note}"
         )
     print(
-        f"  {written.bytes / 2**20:,.0f} MiB in {elapsed:.1f} s (drawing {drawn_s:.1f} s); "
-        f"peak RSS {peak:,.0f} MiB"
+        f"  {written.bytes / 2**20:,.0f} MiB in {elapsed:.1f} s{drawing}; peak RSS {peak:,.0f} MiB"
     )
 
 

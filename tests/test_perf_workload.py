@@ -22,9 +22,11 @@ from perf.workload import (
     canonical_frame,
     conversations,
     count,
+    main,
     spec,
     write_csv,
     write_mooncake,
+    write_mooncake_streamed,
     write_token_ids,
 )
 from pipeline.config import default_config
@@ -69,6 +71,40 @@ def test_hash_form_lines_are_json_dumps_in_arrival_order(
     prompts = np.array([r["input_length"] for r in records])
     assert 2_000 < prompts.mean() < 8_000 and prompts.max() <= 32_768
     assert sorted(prompts.tolist()) == sorted(drawn.prompt.tolist())
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {},  # today's one round of 100,000 conversations
+        {"conversation_chunk": 97},  # dozens of rounds: requests wait across round boundaries
+        {"conversation_chunk": 300, "diurnal": 0.6, "rate_rps": 0.02},  # a daily cycle, days
+    ],
+)
+def test_streamed_hash_form_is_the_one_shot_bytes(tmp_path: Path, settings: dict[str, Any]) -> None:
+    """Writing the hash form a round of conversations at a time gives the bytes and the
+    summary of drawing the whole trace first."""
+    chosen = spec(REQUESTS, seed=11, **settings)
+    whole, streamed = tmp_path / "whole.jsonl", tmp_path / "streamed.jsonl"
+    expected = write_mooncake(conversations(chosen), whole)
+    got = write_mooncake_streamed(chosen, streamed)
+    assert streamed.read_bytes() == whole.read_bytes()
+    assert got.written == expected.__class__(**{**expected.__dict__, "path": streamed})
+    drawn = conversations(chosen)
+    assert got.conversations == drawn.n_conversations
+    assert got.span_us == int(drawn.arrival_us.max()) - int(drawn.arrival_us.min())
+
+
+def test_span_days_spreads_the_sessions_over_that_many_days(tmp_path: Path) -> None:
+    """``--span-days 91`` sets the rate so the trace covers about a quarter; without it the
+    command writes what the default rate gives (the bytes of today's traces)."""
+    quarter, default = tmp_path / "quarter.jsonl", tmp_path / "default.jsonl"
+    main(["--requests", "2000", "--out", str(quarter), "--span-days", "91"])
+    main(["--requests", "2000", "--out", str(default)])
+    last = json.loads(quarter.read_text().splitlines()[-1])["timestamp"] / 86_400_000
+    assert 85 < last < 97
+    write_mooncake(conversations(spec(2000)), tmp_path / "expected.jsonl")
+    assert default.read_bytes() == (tmp_path / "expected.jsonl").read_bytes()
 
 
 def test_hash_form_ingests_cleanly(hash_form: Path, drawn: Conversations) -> None:
