@@ -250,7 +250,11 @@ def _run_configured(args: argparse.Namespace, config: Config) -> int:
     layout = config.layout()
     settings = config.simulation
     latency = settings.latency(config.shape.latency)
-    result = stage.run(stage.read_inputs(layout, latency), settings)
+    result = stage.run(
+        stage.read_stream(layout, latency),
+        settings,
+        curve_inputs=lambda: stage.read_inputs(layout, latency),
+    )
     stage.write(result, layout)
     points = result.curve_points
     if args.json:

@@ -11,13 +11,18 @@ What every scenario and curve of a workload needs is worked out once per process
 :func:`read_inputs` keeps the last workload it flattened (keyed by the canonical table's files
 and the latency model, :func:`pipeline.store.reuse_input`; let go of by a later stage's large
 read), and that :class:`SimInputs` keeps its dense block ids per block size and its sessions
-once a scenario has asked for them. So the command, and a Dagster run whose steps share a
-process (``enginefit report``'s default in-process executor), flatten the table, number its
-blocks and infer its sessions once, not once per scenario step.
+once a scenario has asked for them. So a Dagster run whose steps share a process (``enginefit
+report``'s default in-process executor) flattens the table, numbers its blocks and infers its
+sessions once for the curves, not once per step.
+
+The scenarios do not flatten the table: :func:`read_stream` hands them its part files, which
+each scenario replays one chunk at a time (:mod:`pipeline.sim.stream`), holding block state in
+proportion to its caches rather than to the table (the same summaries).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +45,13 @@ from pipeline.sim.result import (
     replica_frame,
     scenario_frame,
 )
+from pipeline.sim.stream import RequestStream
 from pipeline.store import (
+    canonical_files,
     open_stage_output,
     read_requests,
     reuse_input,
+    scan_requests,
     write_bytes_atomic,
     write_json_atomic,
     write_parquet_atomic,
@@ -80,6 +88,15 @@ def read_inputs(layout: WorkloadLayout, latency: LatencyModel) -> SimInputs:
     requests = read_requests(layout)  # checks the table against its ingest manifest
     key = ("simulation", *_table_key(layout, latency))
     return reuse_input(key, lambda: sim_input(requests, latency_model=latency))
+
+
+def read_stream(layout: WorkloadLayout, latency: LatencyModel) -> RequestStream:
+    """The canonical table as the scenarios stream it: its part files in order (arrival order),
+    one at a time, with the latency model durations come from (checked against the ingest
+    manifest here, each part's schema as it is read)."""
+    read_requests(layout)  # checks the table against its ingest manifest
+    files = canonical_files(layout.ingest.requests)
+    return RequestStream(lambda: (scan_requests(part) for part in files), latency)
 
 
 def write_scenario(summary: ScenarioSummary, layout: WorkloadLayout) -> Path:
@@ -129,10 +146,30 @@ def write_figures(layout: WorkloadLayout) -> dict[str, Path]:
     return written
 
 
-def run(inputs: SimInputs, settings: SimConfig) -> SimResult:
-    """Every configured scenario and curve, one after another (the command's path)."""
-    summaries = [scenario_summary(inputs, s, settings) for s in settings.scenarios()]
-    curves = capacity_curves(inputs, settings)
+def run(
+    inputs: SimInputs | RequestStream,
+    settings: SimConfig,
+    *,
+    curve_inputs: Callable[[], SimInputs] | None = None,
+) -> SimResult:
+    """Every configured scenario and curve, one after another (the command's path). Streamed
+    scenarios (``inputs`` a :class:`RequestStream`) leave the curves to ``curve_inputs``, the
+    flattened table, read once the scenarios are done; the scenarios then share one pass over
+    the table."""
+    scenarios = settings.scenarios()
+    if isinstance(inputs, RequestStream):
+        # one pass over the table for every scenario (each chunk read and flattened once)
+        runs = inputs.simulate_many(scenarios, settings)
+        summaries = [ScenarioSummary.from_json(run.summary) for run in runs]
+    else:
+        summaries = [scenario_summary(inputs, s, settings) for s in scenarios]
+    if isinstance(inputs, SimInputs):
+        flat = inputs
+    elif curve_inputs is not None:
+        flat = curve_inputs()
+    else:
+        raise ValueError("streamed scenarios need curve_inputs for the capacity curves")
+    curves = capacity_curves(flat, settings)
     return SimResult(summaries, curves, curve_points(curves))
 
 

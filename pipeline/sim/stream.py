@@ -70,6 +70,37 @@ def frame_chunks(frame: pl.DataFrame, rows: int) -> RequestChunks:
 
 
 @dataclass(frozen=True)
+class RequestStream:
+    """A request table to stream (:func:`simulate_streamed`): its chunks, the latency model of
+    its durations, and the most requests flattened at once (None: a chunk at a time)."""
+
+    chunks: RequestChunks
+    latency_model: LatencyModel
+    max_rows: int | None = None
+
+    def simulate(
+        self, scenario: Scenario, settings: SimConfig, *, with_instant: bool = True
+    ) -> StreamedRun:
+        return simulate_streamed(
+            self.chunks,
+            scenario,
+            settings,
+            latency_model=self.latency_model,
+            max_rows=self.max_rows,
+            with_instant=with_instant,
+        )
+
+    def simulate_many(self, scenarios: list[Scenario], settings: SimConfig) -> list[StreamedRun]:
+        return simulate_many(
+            self.chunks,
+            scenarios,
+            settings,
+            latency_model=self.latency_model,
+            max_rows=self.max_rows,
+        )
+
+
+@dataclass(frozen=True)
 class StreamedRun:
     """One scenario's summary document and how much block state the streamed replay held."""
 
@@ -79,6 +110,7 @@ class StreamedRun:
     peak_state_rows: int  # most block rows held during a chunk (live + the chunk's new blocks)
     distinct_blocks: int  # blocks numbered over all chunks (counting a block once a chunk)
     peak_pinned_total: int  # most blocks pinned on all replicas together at a chunk's end
+    peak_running: int  # most requests still running at a chunk's end (carried to the next)
 
 
 def simulate_streamed(
@@ -93,120 +125,188 @@ def simulate_streamed(
     """Replay ``scenario`` over ``chunks`` (the table in arrival order), each cut into slices
     of at most ``max_rows`` requests; the summary is :func:`pipeline.sim.replay.summarise`'s
     of :func:`pipeline.sim.replay.simulate` on the whole table."""
-    check_scenario(scenario, settings)
-    if scenario.routing not in ROUTINGS:
-        raise SimulationInputError(
-            f"unknown routing {scenario.routing!r}; choose from {list(ROUTINGS)}"
-        )
-    replicas = scenario.replicas
-    capacity = scenario.cache_tokens // scenario.block_size
-    lifetime = settings.request_lifetime
-    routing = kernels.FIXED
-    if replicas > 1 and scenario.routing == "least-loaded":
-        routing = kernels.LEAST_LOADED
-    elif replicas > 1 and scenario.routing == "cache-aware":
-        routing = kernels.CACHE_AWARE
-    lifetimes = [lifetime]
-    if lifetime == "durations" and with_instant:
-        lifetimes.append("instant")
-    replays = [
-        _Replay(replicas, capacity, routing, life == "instant", scenario, settings)
-        for life in lifetimes
-    ]
-    router = _Router(scenario, settings)
-    sessions = _Sessions(chunks, latency_model) if router.needs_sessions else None
-    namespaces = _Namespaces(scenario.tenant_isolation)
-    sums = np.zeros((len(REPLICA_SUMS), replicas), np.int64)
+    return simulate_many(
+        chunks,
+        [scenario],
+        settings,
+        latency_model=latency_model,
+        max_rows=max_rows,
+        with_instant=with_instant,
+    )[0]
+
+
+def simulate_many(
+    chunks: RequestChunks,
+    scenarios: list[Scenario],
+    settings: SimConfig,
+    *,
+    latency_model: LatencyModel,
+    max_rows: int | None = None,
+    with_instant: bool = True,
+) -> list[StreamedRun]:
+    """:func:`simulate_streamed` of every scenario in one pass over the chunks: each chunk is
+    read and flattened once for all of them (their block states side by side, each bounded
+    by its caches)."""
+    for scenario in scenarios:
+        check_scenario(scenario, settings)
+        if scenario.routing not in ROUTINGS:
+            raise SimulationInputError(
+                f"unknown routing {scenario.routing!r}; choose from {list(ROUTINGS)}"
+            )
+    runs = [_ScenarioStream(s, settings, with_instant) for s in scenarios]
+    needs_sessions = any(run.router.needs_sessions for run in runs)
+    sessions = _Sessions(chunks, latency_model) if needs_sessions else None
+    namespaces = {iso: _Namespaces(iso) for iso in (False, True)}
     totals = _Totals()
     start = 0
-    n_chunks = 0
-    distinct = 0
-    threads = ThreadPoolExecutor(1) if len(replays) > 1 and (os.cpu_count() or 1) > 1 else None
+    threads = ThreadPoolExecutor(1) if (os.cpu_count() or 1) > 1 else None
     try:
         for chunk in _flattened(chunks, latency_model, max_rows):
-            n = chunk.n
-            n_chunks += 1
             totals.add(chunk)
-            offsets, hashes = chunk.chains(scenario.block_size)
-            lengths = np.diff(offsets)
-            prompt_blocks, missing, hit_limit = chunk.request_blocks(scenario.block_size, lengths)
-            per_block_ns = np.repeat(namespaces.codes(chunk), lengths)
-            ids, n_ids = _pair_ids(hashes, per_block_ns)
-            distinct += n_ids
-            keys = _Keys.of(ids, n_ids, hashes, per_block_ns)
-            home = sessions.hashes(start, n, chunk) if sessions is not None else None
-            chosen = router.assign(start, chunk, home)
-            work = _ChunkWork(
-                offsets,
-                ids,
-                keys,
-                prompt_blocks,
-                missing,
-                hit_limit,
-                chunk.prompt_tokens,
-                chunk.arrival_us,
-                chunk.duration_us,
-                chosen,
-            )
-            if threads is not None:
-                other = threads.submit(replays[1].step, work)
-                hits = replays[0].step(work)
-                instant_hits = other.result()
-            else:
-                hits = replays[0].step(work)
-                instant_hits = replays[1].step(work) if len(replays) > 1 else hits
-            replica = replays[0].last_chosen
-            content = np.where(chunk.hashes_known, chunk.prompt_tokens, 0)
-            for row, values in enumerate(
-                (None, chunk.prompt_tokens, content, chunk.output_tokens, hits)
-            ):
-                if values is None:
-                    sums[row] += np.bincount(replica, minlength=replicas)
-                else:
-                    np.add.at(sums[row], replica, values)
-            totals.hit_tokens += int(hits.sum())
-            totals.hit_tokens_instant += int(instant_hits.sum())
-            start += n
+            blocks: dict[tuple[int, bool], _ChunkBlocks] = {}
+            home = sessions.hashes(start, chunk.n, chunk) if sessions is not None else None
+            for run in runs:
+                key = (run.scenario.block_size, run.scenario.tenant_isolation)
+                if key not in blocks:
+                    blocks[key] = _ChunkBlocks.of(chunk, *key, namespaces[key[1]])
+                run.feed(chunk, start, blocks[key], home, threads)
+            start += chunk.n
     finally:
         if threads is not None:
             threads.shutdown()
-    if n_chunks == 0:
+    if totals.requests == 0:
         raise SimulationInputError("request table is empty: nothing to replay")
     workload = totals.workload(latency_model)
-    primary = replays[0]
-    instant_total: int | None = totals.hit_tokens_instant
-    if lifetime == "durations" and not with_instant:
-        instant_total = None
-    replica_sums = pl.DataFrame(
-        {
-            "replica": np.arange(replicas, dtype=np.int64),
-            **{name: sums[row] for row, name in enumerate(REPLICA_SUMS)},
-        }
-    )
-    run = RunTotals(
-        scenario=scenario,
-        capacity_blocks=capacity,
-        replica_sums=replica_sums,
-        hit_tokens=totals.hit_tokens,
-        hit_tokens_instant=instant_total,
-        spills=router.spills,
-        balance_routed=primary.balance_routed,
-        request_lifetime=lifetime,
-        replica_slots=settings.replica_slots,
-        peak_pinned_blocks=primary.queue[:, kernels._PEAK].copy(),
-        cache_aware=settings.cache_aware if routing == kernels.CACHE_AWARE else None,
-    )
-    summary = summarise_totals(
-        workload, run, lambda: sessions.inferred if sessions is not None else 0
-    )
-    return StreamedRun(
-        summary=summary,
-        chunks=n_chunks,
-        peak_live_blocks=max(r.peak_live for r in replays),
-        peak_state_rows=max(r.peak_rows for r in replays),
-        distinct_blocks=distinct,
-        peak_pinned_total=max(r.peak_pinned_total for r in replays),
-    )
+    inferred = sessions.inferred if sessions is not None else 0
+    return [run.finish(workload, inferred, totals.chunks) for run in runs]
+
+
+@dataclass(frozen=True)
+class _ChunkBlocks:
+    """A chunk's requests at one block size (and isolation), numbered within the chunk."""
+
+    offsets: I64
+    ids: Any  # chunk-dense ids of (namespace, block hash)
+    n_ids: int
+    keys: _Keys  # key of each chunk id
+    prompt_blocks: I64
+    missing: I64
+    hit_limit: I64
+
+    @classmethod
+    def of(
+        cls, chunk: SimInputs, block_size: int, isolation: bool, namespaces: _Namespaces
+    ) -> _ChunkBlocks:
+        offsets, hashes = chunk.chains(block_size)
+        lengths = np.diff(offsets)
+        prompt_blocks, missing, hit_limit = chunk.request_blocks(block_size, lengths)
+        per_block_ns = np.repeat(namespaces.codes(chunk), lengths)
+        ids, n_ids = _pair_ids(hashes, per_block_ns)
+        keys = _Keys.of(ids, n_ids, hashes, per_block_ns)
+        return cls(offsets, ids, n_ids, keys, prompt_blocks, missing, hit_limit)
+
+
+class _ScenarioStream:
+    """One scenario's replays (its lifetime's, and the instant one beside durations), router
+    and per-replica sums, fed a chunk at a time."""
+
+    def __init__(self, scenario: Scenario, settings: SimConfig, with_instant: bool) -> None:
+        self.scenario = scenario
+        self.settings = settings
+        self.with_instant = with_instant
+        replicas = scenario.replicas
+        self.capacity = scenario.cache_tokens // scenario.block_size
+        self.lifetime = settings.request_lifetime
+        self.routing = kernels.FIXED
+        if replicas > 1 and scenario.routing == "least-loaded":
+            self.routing = kernels.LEAST_LOADED
+        elif replicas > 1 and scenario.routing == "cache-aware":
+            self.routing = kernels.CACHE_AWARE
+        lifetimes = [self.lifetime]
+        if self.lifetime == "durations" and with_instant:
+            lifetimes.append("instant")
+        self.replays = [
+            _Replay(replicas, self.capacity, self.routing, life == "instant", scenario, settings)
+            for life in lifetimes
+        ]
+        self.router = _Router(scenario, settings)
+        self.sums = np.zeros((len(REPLICA_SUMS), replicas), np.int64)
+        self.hit_tokens = 0
+        self.hit_tokens_instant = 0
+        self.distinct = 0
+
+    def feed(
+        self,
+        chunk: SimInputs,
+        start: int,
+        blocks: _ChunkBlocks,
+        home: U64 | None,
+        threads: ThreadPoolExecutor | None,
+    ) -> None:
+        self.distinct += blocks.n_ids
+        work = _ChunkWork(
+            blocks.offsets,
+            blocks.ids,
+            blocks.keys,
+            blocks.prompt_blocks,
+            blocks.missing,
+            blocks.hit_limit,
+            chunk.prompt_tokens,
+            chunk.arrival_us,
+            chunk.duration_us,
+            self.router.assign(start, chunk, home),
+        )
+        replays = self.replays
+        if threads is not None and len(replays) > 1:
+            other = threads.submit(replays[1].step, work)
+            hits = replays[0].step(work)
+            instant_hits = other.result()
+        else:
+            hits = replays[0].step(work)
+            instant_hits = replays[1].step(work) if len(replays) > 1 else hits
+        replica = replays[0].last_chosen
+        content = np.where(chunk.hashes_known, chunk.prompt_tokens, 0)
+        self.sums[0] += np.bincount(replica, minlength=self.scenario.replicas)
+        for row, values in enumerate((chunk.prompt_tokens, content, chunk.output_tokens, hits), 1):
+            np.add.at(self.sums[row], replica, values)
+        self.hit_tokens += int(hits.sum())
+        self.hit_tokens_instant += int(instant_hits.sum())
+
+    def finish(self, workload: WorkloadTotals, sessions_inferred: int, chunks: int) -> StreamedRun:
+        replicas, replays = self.scenario.replicas, self.replays
+        instant_total: int | None = self.hit_tokens_instant
+        if self.lifetime == "durations" and not self.with_instant:
+            instant_total = None
+        replica_sums = pl.DataFrame(
+            {
+                "replica": np.arange(replicas, dtype=np.int64),
+                **{name: self.sums[row] for row, name in enumerate(REPLICA_SUMS)},
+            }
+        )
+        run = RunTotals(
+            scenario=self.scenario,
+            capacity_blocks=self.capacity,
+            replica_sums=replica_sums,
+            hit_tokens=self.hit_tokens,
+            hit_tokens_instant=instant_total,
+            spills=self.router.spills,
+            balance_routed=replays[0].balance_routed,
+            request_lifetime=self.lifetime,
+            replica_slots=self.settings.replica_slots,
+            peak_pinned_blocks=replays[0].queue[:, kernels._PEAK].copy(),
+            cache_aware=(
+                self.settings.cache_aware if self.routing == kernels.CACHE_AWARE else None
+            ),
+        )
+        return StreamedRun(
+            summary=summarise_totals(workload, run, lambda: sessions_inferred),
+            chunks=chunks,
+            peak_live_blocks=max(r.peak_live for r in replays),
+            peak_state_rows=max(r.peak_rows for r in replays),
+            distinct_blocks=self.distinct,
+            peak_pinned_total=max(r.peak_pinned_total for r in replays),
+            peak_running=max(r.peak_running for r in replays),
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -255,16 +355,16 @@ def _flattened(
 class _Totals:
     """The workload's counts and sums, chunk by chunk (:class:`WorkloadTotals` at the end)."""
 
+    chunks: int = 0
     requests: int = 0
     prompt_tokens: int = 0
     output_tokens: int = 0
     content_requests: int = 0
     content_prompt_tokens: int = 0
     durations_estimated: int = 0
-    hit_tokens: int = 0
-    hit_tokens_instant: int = 0
 
     def add(self, chunk: SimInputs) -> None:
+        self.chunks += 1
         self.requests += chunk.n
         self.prompt_tokens += int(chunk.prompt_tokens.sum())
         self.output_tokens += int(chunk.output_tokens.sum())
@@ -466,6 +566,7 @@ class _Replay:
     peak_live: int = 0
     peak_rows: int = 0
     peak_pinned_total: int = 0
+    peak_running: int = 0
 
     def __post_init__(self) -> None:
         r = self.replicas
@@ -567,6 +668,7 @@ class _Replay:
         running = np.sort(finishing[:n_running])
         finishing[:n_running] = np.searchsorted(running, finishing[:n_running])
         self.finish, self.finishing, self.n_running = finish, finishing, n_running
+        self.peak_running = max(self.peak_running, n_running)
         kernels.compact_queues(state, self.buf, self.queue)
         keep = np.flatnonzero((state != kernels.NOT_CACHED).any(axis=1))
         renumber = np.full(state.shape[0], -1, np.int32)
