@@ -49,7 +49,7 @@ def sim_scenario(store: EnginefitStore, scenario: dict[str, Any]) -> ScenarioSum
     """Replay one scenario and write its summary JSON under simulation/scenarios/."""
     config = store.config()
     layout = config.layout()
-    inputs = stage.read_stream(layout, config.simulation.latency(config.shape.latency))
+    inputs = stage.read_inputs(layout, config.simulation.latency(config.shape.latency))
     summary = compute.scenario_summary(inputs, Scenario(**scenario), config.simulation)
     stage.write_scenario(summary, layout)
     return summary

@@ -933,6 +933,24 @@ def _compact_queues(state: Any, buf: Any, queue: I64) -> None:
         queue[k, _HEAD] = 0
 
 
+@nb.njit(cache=True)
+def _live_rows(state: Any) -> tuple[I64, Any]:
+    """The blocks cached on some replica (a row of ``state`` not all ``NOT_CACHED``), in
+    order, and every block's new id among them (-1: cached nowhere)."""
+    rows, replicas = state.shape
+    renumber = np.full(rows, -1, np.int32)
+    keep = np.empty(rows, np.int64)
+    live = 0
+    for b in range(rows):
+        for k in range(replicas):
+            if state[b, k] != NOT_CACHED:
+                renumber[b] = live
+                keep[live] = b
+                live += 1
+                break
+    return keep[:live], renumber
+
+
 # ---------------------------------------------------------------------------------------------
 # Entry points: each kernel behind its check
 # ---------------------------------------------------------------------------------------------
@@ -1093,6 +1111,10 @@ def _check_compact_queues(kernel: str, a: dict[str, Any]) -> None:
     check_replica_state(kernel, a["state"], a["buf"], a["queue"])
 
 
+def _check_live_rows(kernel: str, a: dict[str, Any]) -> None:
+    require(a["state"].ndim == 2, kernel, "state must be 2-D (blocks × replicas)")
+
+
 def _check_replay_chunk(kernel: str, a: dict[str, Any]) -> None:
     state, buf, queue = a["state"], a["buf"], a["queue"]
     check_replica_state(kernel, state, buf, queue)
@@ -1169,6 +1191,7 @@ least_served_from = guarded(_least_served_from, _check_least_served_from)
 bounded_affinity_from = guarded(_bounded_affinity_from, _check_bounded_affinity_from)
 replay_chunk = guarded(_replay_chunk, _check_replay_chunk)
 compact_queues = guarded(_compact_queues, _check_compact_queues)
+live_rows = guarded(_live_rows, _check_live_rows)
 _REPLAY_SIGNATURE = inspect.signature(_replay.py_func)
 _REPLAY_PARAMETERS = _REPLAY_SIGNATURE.replace(
     parameters=list(_REPLAY_SIGNATURE.parameters.values())[:-2]  # all but the scratch

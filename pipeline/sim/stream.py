@@ -670,9 +670,7 @@ class _Replay:
         self.finish, self.finishing, self.n_running = finish, finishing, n_running
         self.peak_running = max(self.peak_running, n_running)
         kernels.compact_queues(state, self.buf, self.queue)
-        keep = np.flatnonzero((state != kernels.NOT_CACHED).any(axis=1))
-        renumber = np.full(state.shape[0], -1, np.int32)
-        renumber[keep] = np.arange(keep.size, dtype=np.int32)
+        keep, renumber = kernels.live_rows(state)
         self.state = state[keep] if keep.size else state[:1].copy()
         for k in range(self.replicas):
             entries = self.buf[k, : self.queue[k, kernels._TAIL]]
