@@ -41,11 +41,11 @@ def _workload(sessions_logged: str) -> pl.DataFrame:
     return frame
 
 
-def _parts(frame: pl.DataFrame, folder: Path) -> RequestChunks:
-    """``frame`` written as PARTS Parquet parts in arrival order, scanned one at a time."""
+def _parts(frame: pl.DataFrame, folder: Path, parts: int = PARTS) -> RequestChunks:
+    """``frame`` written as ``parts`` Parquet parts in arrival order, scanned one at a time."""
     files = []
-    rows = -(-frame.height // PARTS)
-    for i in range(PARTS):
+    rows = -(-frame.height // parts)
+    for i in range(parts):
         path = folder / f"part-{i:05d}.parquet"
         frame.slice(i * rows, rows).write_parquet(path)
         files.append(path)
@@ -148,6 +148,28 @@ def test_block_state_is_bounded_by_the_caches_not_the_distinct_blocks() -> None:
             assert run.peak_pinned_total == 0
         assert run.distinct_blocks > 20 * bound
         assert run.peak_state_rows < run.distinct_blocks / 10
+
+
+def test_a_part_without_prompt_content_takes_the_tables_block_size(tmp_path: Path) -> None:
+    """A middle part of count-only requests (no block size, no chains: they occupy the caches,
+    never match) between parts with content: as the one-pass replay of the whole table."""
+    frame = _workload("all").head(900)
+    count_only = frame.slice(300, 300).with_columns(
+        pl.lit(None, pl.Int32).alias("block_size"),
+        pl.lit(None, pl.List(pl.UInt64)).alias("prefix_hashes"),
+        pl.lit(None, pl.Int32).alias("prompt_blocks"),
+        pl.lit(False).alias("hashes_known"),
+    )
+    table = pl.concat([frame.head(300), count_only, frame.slice(600)])
+    inp = sim_input(table, latency_model=LATENCY)
+    settings = sim_settings(request_lifetime="durations", replica_slots=4)
+    scenario = Scenario(block_size=16, replicas=4, cache_tokens=1600, routing="least-loaded")
+    one_pass = summarise(inp, simulate(inp, scenario, settings))
+    assert 0 < one_pass["content_share"] < 1
+    streamed = simulate_streamed(
+        _parts(table, tmp_path, 3), scenario, settings, latency_model=LATENCY
+    )
+    _assert_same(one_pass, streamed)
 
 
 def test_chunks_out_of_arrival_order_are_refused() -> None:

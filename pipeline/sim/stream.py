@@ -319,33 +319,49 @@ def _collected(chunk: pl.LazyFrame, columns: Iterable[str]) -> pl.DataFrame:
     return chunk.select(c for c in columns if c in present).collect()
 
 
+def _table_block_size(chunks: RequestChunks) -> int | None:
+    """The one stored block size of the whole table (None: it has no ``block_size`` at all,
+    which :func:`sim_input` then reports), as :func:`sim_input` checks it on a whole table."""
+    sizes: set[int] = set()
+    for chunk in chunks():
+        if "block_size" in chunk.collect_schema().names():
+            column = chunk.select(pl.col("block_size").drop_nulls().unique()).collect()
+            sizes.update(int(v) for v in column["block_size"])
+    if len(sizes) > 1:
+        raise SimulationInputError(
+            f"block_size must be one value for the whole table, found {sorted(sizes)}"
+        )
+    return sizes.pop() if sizes else None
+
+
 def _flattened(
     chunks: RequestChunks, latency_model: LatencyModel, max_rows: int | None
 ) -> Iterator[SimInputs]:
     """Each non-empty chunk flattened (:func:`sim_input`), in arrival order across chunks: a
-    chunk whose requests arrive before the previous chunk's last is an error."""
-    stored: int | None = None
+    chunk whose requests arrive before the previous chunk's last is an error. A chunk of
+    requests without content (no block size of their own) takes the table's block size."""
+    stored = _table_block_size(chunks)
     last_arrival: int | None = None
     for number, chunk in enumerate(chunks()):
         frame = _collected(chunk, FLATTENED_COLUMNS)
         if frame.height == 0:
             continue
+        if stored is not None:
+            frame = frame.with_columns(
+                pl.col("block_size").fill_null(stored)
+                if "block_size" in frame.columns
+                else pl.lit(stored, pl.Int32).alias("block_size")
+            )
         if frame["arrival"].null_count() == 0 and not frame["arrival"].is_sorted():
             frame = frame.sort("arrival", maintain_order=True)
         rows = max_rows or frame.height
         for lo in range(0, frame.height, rows):
             part = sim_input(frame.slice(lo, rows), latency_model=latency_model)
-            if stored is not None and part.stored_block_size != stored:
-                raise SimulationInputError(
-                    "block_size must be one value for the whole table, found "
-                    f"{sorted({stored, part.stored_block_size})}"
-                )
             if last_arrival is not None and int(part.arrival_us[0]) < last_arrival:
                 raise SimulationInputError(
                     f"requests chunk {number} arrives before the end of the previous one: the "
                     "canonical table's parts must be in arrival order (ingest the trace again)"
                 )
-            stored = part.stored_block_size
             last_arrival = int(part.arrival_us[-1])
             yield part
         del frame
