@@ -6,7 +6,8 @@ A ``perf.workload`` trace (short profile, block size 16, answers in the chain; `
 logs the conversation as session id, else affinity infers the sessions over the whole table)
 is written as ``P`` canonical Parquet parts in arrival order, as ingest leaves a multi-day
 table. Each mode then runs every scenario of the default grid (``simulation`` defaults:
-durations lifetime with the instant figures beside) in a child process of its own:
+durations lifetime with the instant figures beside; ``--lifetime instant`` for the instant
+lifetime alone) in a child process of its own:
 
 * ``flat``: today's one-pass path, ``sim_input`` of the whole table then ``simulate`` +
   ``summarise`` per scenario (the table flattened once, shared by the scenarios);
@@ -44,7 +45,7 @@ def generate(requests: int, parts: int, folder: Path, sessions: bool) -> list[Pa
     return files
 
 
-def child(mode: str, folder: Path, max_rows: int | None) -> dict[str, Any]:
+def child(mode: str, folder: Path, max_rows: int | None, lifetime: str | None) -> dict[str, Any]:
     from pipeline.config import default_config
     from pipeline.sim.blocks import sim_input
     from pipeline.sim.replay import simulate, summarise
@@ -53,6 +54,8 @@ def child(mode: str, folder: Path, max_rows: int | None) -> dict[str, Any]:
 
     config = default_config()
     settings = config.simulation
+    if lifetime is not None:
+        settings = settings.replace(request_lifetime=lifetime)
     latency = settings.latency(config.shape.latency)
     files = sorted(folder.glob("part-*.parquet"))
     out: dict[str, Any] = {"mode": mode, "seconds": {}, "summaries": {}}
@@ -90,11 +93,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-rows", type=int, default=None)
     parser.add_argument("--sessions", action="store_true")
     parser.add_argument("--modes", default="flat,stream,stream-all")
+    parser.add_argument("--lifetime", choices=("durations", "instant"), default=None)
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--folder", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(child(args.child, args.folder, args.max_rows)))
+        print(json.dumps(child(args.child, args.folder, args.max_rows, args.lifetime)))
         return
     with tempfile.TemporaryDirectory(prefix="sim_stream_") as tmp:
         folder = Path(tmp)
@@ -118,6 +122,8 @@ def main(argv: list[str] | None = None) -> None:
             ]
             if args.max_rows:
                 command += ["--max-rows", str(args.max_rows)]
+            if args.lifetime:
+                command += ["--lifetime", args.lifetime]
             done = subprocess.run(command, check=True, capture_output=True, text=True)
             results[mode] = json.loads(done.stdout.strip().splitlines()[-1])
             r = results[mode]
