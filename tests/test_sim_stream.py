@@ -15,12 +15,18 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from perf.workload import canonical_frame, conversations, spec
-from pipeline.sim import kernels
+from pipeline.sim import compute, kernels, stage
 from pipeline.sim.blocks import SimInputs, SimulationInputError, sim_input
 from pipeline.sim.config import ROUTINGS, Scenario
 from pipeline.sim.replay import simulate, summarise
 from pipeline.sim.result import ScenarioSummary, replica_frame, scenario_frame
-from pipeline.sim.stream import RequestChunks, StreamedRun, frame_chunks, simulate_streamed
+from pipeline.sim.stream import (
+    RequestChunks,
+    RequestStream,
+    StreamedRun,
+    frame_chunks,
+    simulate_streamed,
+)
 from pipeline.store import scan_requests
 from tests.conftest import DEFAULTS, sim_settings
 
@@ -170,6 +176,25 @@ def test_a_part_without_prompt_content_takes_the_tables_block_size(tmp_path: Pat
         _parts(table, tmp_path, 3), scenario, settings, latency_model=LATENCY
     )
     _assert_same(one_pass, streamed)
+
+
+def test_the_stage_runs_every_scenario_streamed_in_one_pass(
+    workloads: dict[str, tuple[SimInputs, Any]],
+) -> None:
+    """``stage.run`` on a :class:`RequestStream` (every configured scenario in one pass over the
+    parts, the curves from the flattened table) writes what it writes from the flattened table."""
+    inp, parts = workloads["all"]
+    settings = sim_settings()
+    flat = stage.run(inp, settings)
+    streamed = stage.run(RequestStream(parts, LATENCY, 150), settings, curve_inputs=lambda: inp)
+    assert len(flat.summaries) == 8
+    assert_frame_equal(scenario_frame(streamed.summaries), scenario_frame(flat.summaries))
+    assert_frame_equal(replica_frame(streamed.summaries), replica_frame(flat.summaries))
+    assert streamed.curve_points == flat.curve_points
+    one = settings.scenarios()[3]
+    assert compute.scenario_summary(RequestStream(parts, LATENCY), one, settings) == (
+        compute.scenario_summary(inp, one, settings)
+    )
 
 
 def test_chunks_out_of_arrival_order_are_refused() -> None:

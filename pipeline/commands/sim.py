@@ -250,11 +250,7 @@ def _run_configured(args: argparse.Namespace, config: Config) -> int:
     layout = config.layout()
     settings = config.simulation
     latency = settings.latency(config.shape.latency)
-    result = stage.run(
-        stage.read_stream(layout, latency),
-        settings,
-        curve_inputs=lambda: stage.read_inputs(layout, latency),
-    )
+    result = stage.run(stage.read_inputs(layout, latency), settings)
     stage.write(result, layout)
     points = result.curve_points
     if args.json:

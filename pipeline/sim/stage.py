@@ -15,12 +15,12 @@ once a scenario has asked for them. So a Dagster run whose steps share a process
 report``'s default in-process executor) flattens the table, numbers its blocks and infers its
 sessions once for the curves, not once per step.
 
-The command's scenarios do not flatten the table: :func:`read_stream` hands them its part
-files, which every scenario replays in one pass, a chunk at a time (:mod:`pipeline.sim.stream`),
-holding block state in proportion to its caches rather than to the table (the same summaries);
-the curves then flatten it. A Dagster run's scenario steps still share the flattened table the
-curve step reads in the same process (:func:`read_inputs`); :func:`read_stream` serves them
-alike (:func:`pipeline.sim.compute.scenario_summary` takes either) once the curves stream too.
+:func:`read_stream` hands the scenarios the table's part files instead, which every scenario
+replays in one pass, a chunk at a time (:mod:`pipeline.sim.stream`), holding block state in
+proportion to its caches rather than to the table (the same summaries;
+:func:`pipeline.sim.compute.scenario_summary` and :func:`run` take either). The command and the
+Dagster steps still read the flattened table: the curves flatten it in the same process, so
+streaming the scenarios there would not lower the peak yet.
 """
 
 from __future__ import annotations
