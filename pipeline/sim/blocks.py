@@ -224,7 +224,9 @@ class SimInputs:
             self._views[key] = self._derive(block_size, tenant_isolation)
         return self._views[key]
 
-    def _derive(self, block_size: int, tenant_isolation: bool) -> BlockView:
+    def chains(self, block_size: int) -> tuple[I64, U64]:
+        """CSR offsets and chained hashes of every request at ``block_size`` (a multiple of
+        the stored size): the keys of its blocks, before numbering and namespaces."""
         stored = self.stored_block_size
         if block_size <= 0 or block_size % stored:
             raise SimulationInputError(
@@ -242,13 +244,23 @@ class SimInputs:
             lens = lens // m
         offsets = np.zeros(lens.size + 1, np.int64)
         np.cumsum(lens, out=offsets[1:])
+        return offsets, hashes
+
+    def request_blocks(self, block_size: int, lengths: I64) -> tuple[I64, I64, I64]:
+        """Prompt blocks, unknown output blocks and blocks that may hit of every request at
+        ``block_size``, given its chain ``lengths`` (:meth:`chains`)."""
+        prompt_blocks = self.prompt_blocks // (block_size // self.stored_block_size)
+        full = (self.prompt_tokens + self.output_tokens) // block_size
+        missing = np.maximum(full - lengths, 0)
+        hit_limit = np.minimum(hit_limit_blocks(self.prompt_tokens, block_size), prompt_blocks)
+        return prompt_blocks, missing, hit_limit
+
+    def _derive(self, block_size: int, tenant_isolation: bool) -> BlockView:
+        offsets, hashes = self.chains(block_size)
         ids, n_ids = dense_ids(hashes)
         namespace = self.namespace_isolated if tenant_isolation else self.namespace
         ids, n_ids = namespaced_ids(ids, offsets, namespace, n_ids)
-        prompt_blocks = self.prompt_blocks // m
-        full = (self.prompt_tokens + self.output_tokens) // block_size
-        missing = np.maximum(full - lens, 0)
-        hit_limit = np.minimum(hit_limit_blocks(self.prompt_tokens, block_size), prompt_blocks)
+        prompt_blocks, missing, hit_limit = self.request_blocks(block_size, np.diff(offsets))
         return BlockView(block_size, offsets, ids, n_ids, prompt_blocks, missing, hit_limit)
 
 

@@ -1,5 +1,7 @@
 """The simulation's pure computation: a scenario's summary and the capacity curves, from the
-flattened workload (:class:`pipeline.sim.blocks.SimInputs`) and the stage's settings; no I/O."""
+flattened workload (:class:`pipeline.sim.blocks.SimInputs`) or, for scenarios, the workload
+streamed chunk by chunk (:class:`pipeline.sim.stream.RequestStream`), and the stage's
+settings; no I/O of its own."""
 
 from __future__ import annotations
 
@@ -10,10 +12,16 @@ from pipeline.sim.config import CACHE_INDEPENDENT, Scenario, SimConfig
 from pipeline.sim.curve import Curve, capacity_curve
 from pipeline.sim.replay import simulate, summarise
 from pipeline.sim.result import ScenarioSummary
+from pipeline.sim.stream import RequestStream
 
 
-def scenario_summary(inputs: SimInputs, scenario: Scenario, settings: SimConfig) -> ScenarioSummary:
-    """One scenario's replay, summarised."""
+def scenario_summary(
+    inputs: SimInputs | RequestStream, scenario: Scenario, settings: SimConfig
+) -> ScenarioSummary:
+    """One scenario's replay, summarised: of the flattened table, or streamed through it chunk
+    by chunk (:mod:`pipeline.sim.stream`; the same summary, in memory bounded by the caches)."""
+    if isinstance(inputs, RequestStream):
+        return ScenarioSummary.from_json(inputs.simulate(scenario, settings).summary)
     return ScenarioSummary.from_json(summarise(inputs, simulate(inputs, scenario, settings)))
 
 

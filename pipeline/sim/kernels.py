@@ -240,9 +240,14 @@ def _argmin(values: I64) -> int:
 @nb.njit(cache=True)
 def _least_served(tokens: I64, replicas: int) -> I64:
     """Each request goes to the replica that has served the fewest tokens so far (ties: lowest)."""
+    return _least_served_from(tokens, np.zeros(replicas, np.int64))
+
+
+@nb.njit(cache=True)
+def _least_served_from(tokens: I64, served: I64) -> I64:
+    """:func:`_least_served` continuing from the tokens each replica has ``served`` (updated)."""
     n = tokens.size
     out = np.empty(n, np.int64)
-    served = np.zeros(replicas, np.int64)
     for r in range(n):
         k = _argmin(served)
         out[r] = k
@@ -258,13 +263,20 @@ def _bounded_affinity(home: I64, replicas: int, margin: float) -> tuple[I64, int
     of served requests above ``ceil((1 + margin) × (i + 1) / R)``; then it spills to the replica
     that has served the fewest requests (ties: lowest index).
     """
+    return _bounded_affinity_from(home, np.zeros(replicas, np.int64), 0, margin)
+
+
+@nb.njit(cache=True)
+def _bounded_affinity_from(home: I64, served: I64, start: int, margin: float) -> tuple[I64, int]:
+    """:func:`_bounded_affinity` of requests ``start``, ``start + 1``, ... continuing from the
+    requests each replica has ``served`` (updated)."""
     n = home.size
+    replicas = served.size
     out = np.empty(n, np.int64)
-    served = np.zeros(replicas, np.int64)
     spills = 0
     for i in range(n):
         k = home[i]
-        bound = np.ceil((1.0 + margin) * (i + 1) / replicas - 1e-9)
+        bound = np.ceil((1.0 + margin) * (start + i + 1) / replicas - 1e-9)
         if served[k] + 1 > bound:
             k = _argmin(served)
             spills += 1
@@ -489,20 +501,23 @@ def _instant_stream(
     hit_limit: I64,
     block_size: int,
     order: I64,
+    chosen: I64,
     capacity: int,
     state: Any,
     buf: Any,
     queue: I64,
     hits: I64,
 ) -> None:
-    """The event loop of one fixed stream in the instant lifetime: nothing is ever pinned past
+    """The event loop of fixed streams in the instant lifetime: nothing is ever pinned past
     its own arrival and no routing reads the requests in flight, so each request is a lookup
-    and a :func:`_refresh`, in arrival order (no finish heap)."""
+    and a :func:`_refresh` on its replica ``chosen[r]`` (a column of ``state``, a row of
+    ``buf`` and ``queue``), in arrival order (no finish heap)."""
     for i in range(order.size):
         r = order[i]
+        k = chosen[r]
         lo = offsets[r]
-        hits[r] = _lookup(state, ids, lo, hit_limit[r]) * block_size
-        _refresh(state, buf, queue, ids, lo, offsets[r + 1], missing[r], capacity)
+        hits[r] = _lookup(state[:, k], ids, lo, hit_limit[r]) * block_size
+        _refresh(state[:, k], buf[k], queue[k], ids, lo, offsets[r + 1], missing[r], capacity)
 
 
 @nb.njit(cache=True, inline="always")
@@ -588,14 +603,81 @@ def _event_loop(
     hits: I64,
     chosen: I64,
 ) -> int:
-    """Replay requests ``order`` (arrival order) on ``state.shape[1]`` replicas; fills ``hits``
-    and ``chosen`` (replica row) per request and returns how many the imbalance rule routed."""
+    """Replay requests ``order`` (arrival order) on ``state.shape[1]`` replicas from an empty
+    heap (:func:`_event_steps`); returns how many requests the imbalance rule routed."""
     n = order.size
     replicas = state.shape[1]
     finish = np.empty(n, np.int64)
     finishing = np.empty(n, np.int64)
-    n_running = 0
     in_flight = np.zeros(replicas, np.int64)
+    balance_routed, _ = _event_steps(
+        offsets,
+        ids,
+        prompt_blocks,
+        missing,
+        hit_limit,
+        prompt_tokens,
+        block_size,
+        arrival,
+        base_duration,
+        order,
+        routing,
+        capacity,
+        instant,
+        replica_slots,
+        cache_threshold,
+        balance_abs,
+        balance_rel,
+        state,
+        buf,
+        queue,
+        hits,
+        chosen,
+        finish,
+        finishing,
+        0,
+        in_flight,
+    )
+    return balance_routed
+
+
+@nb.njit(cache=True)
+def _event_steps(
+    offsets: I64,
+    ids: Any,
+    prompt_blocks: I64,
+    missing: I64,
+    hit_limit: I64,
+    prompt_tokens: I64,
+    block_size: int,
+    arrival: I64,
+    base_duration: I64,
+    order: I64,
+    routing: int,
+    capacity: int,
+    instant: bool,
+    replica_slots: int,
+    cache_threshold: float,
+    balance_abs: int,
+    balance_rel: float,
+    state: Any,
+    buf: Any,
+    queue: I64,
+    hits: I64,
+    chosen: I64,
+    finish: I64,
+    finishing: I64,
+    n_running: int,
+    in_flight: I64,
+) -> tuple[int, int]:
+    """Replay requests ``order`` (arrival order) on ``state.shape[1]`` replicas, continuing
+    from the requests already running: the heap ``finish``/``finishing`` (finish time, request
+    index; ``n_running`` entries, room for ``order.size`` more) and ``in_flight`` per replica.
+    ``FIXED`` serves request ``r`` on replica ``chosen[r]``; the routers fill ``chosen``. Fills
+    ``hits`` per request; returns how many the imbalance rule routed and the requests still
+    running (the heap's new size)."""
+    n = order.size
+    replicas = state.shape[1]
     matched = np.zeros(replicas, np.int64)
     alive = np.zeros(replicas, np.int64)
     balance_routed = 0
@@ -620,7 +702,7 @@ def _event_loop(
                 )
         lo = offsets[r]
         hi = offsets[r + 1]
-        k = 0
+        k = chosen[r]
         if routing == LEAST_LOADED:
             k = _argmin(in_flight)
         elif routing == CACHE_AWARE:
@@ -655,7 +737,7 @@ def _event_loop(
             else:
                 duration = duration * in_flight[k] // replica_slots
         n_running = _heap_push(finish, finishing, n_running, t + duration, r)
-    return balance_routed
+    return balance_routed, n_running
 
 
 @nb.njit(cache=True, nogil=True)  # releases the GIL: replays can run in threads side by side
@@ -716,10 +798,11 @@ def _replay(
                 hit_limit,
                 block_size,
                 order[starts[stream] : starts[stream + 1]],
+                chosen,
                 capacity,
-                state[:, 0],
-                buf[0],
-                queue[0],
+                state,
+                buf,
+                queue,
                 hits,
             )
             continue
@@ -752,6 +835,120 @@ def _replay(
         else:
             peak[:] = queue[:, _PEAK]
     return hits, chosen, balance_routed, peak
+
+
+@nb.njit(cache=True, nogil=True)  # releases the GIL: replays can run in threads side by side
+def _replay_chunk(
+    offsets: I64,
+    ids: Any,
+    prompt_blocks: I64,
+    missing: I64,
+    hit_limit: I64,
+    prompt_tokens: I64,
+    block_size: int,
+    arrival: I64,
+    base_duration: I64,
+    first: int,
+    routing: int,
+    capacity: int,
+    instant: bool,
+    replica_slots: int,
+    cache_threshold: float,
+    balance_abs: int,
+    balance_rel: float,
+    state: Any,
+    buf: Any,
+    queue: I64,
+    chosen: I64,
+    finish: I64,
+    finishing: I64,
+    n_running: int,
+    in_flight: I64,
+) -> tuple[I64, int, int]:
+    """One chunk of a replay that streams the workload, every replica's state live at once.
+
+    Requests ``0..first-1`` are the ones still running from earlier chunks (their chains and
+    replica ``chosen``: only their release is left; the heap ``finish``/``finishing`` holds
+    them), requests ``first..`` the chunk's, replayed in order from the carried ``state``
+    (``n_ids × replicas`` int32), free queues ``buf``/``queue`` and ``in_flight``, all updated
+    in place: as :func:`_replay` would go on past the previous chunk. ``FIXED`` serves request
+    ``r`` on replica ``chosen[r]``; the routers fill it. Returns per-request hit tokens, how
+    many requests the imbalance rule routed and the requests still running.
+    """
+    n = offsets.size - 1
+    hits = np.zeros(n, np.int64)
+    order = np.arange(first, n)
+    if routing == FIXED and instant:
+        _instant_stream(
+            offsets,
+            ids,
+            missing,
+            hit_limit,
+            block_size,
+            order,
+            chosen,
+            capacity,
+            state,
+            buf,
+            queue,
+            hits,
+        )
+        return hits, 0, n_running
+    balance_routed, n_running = _event_steps(
+        offsets,
+        ids,
+        prompt_blocks,
+        missing,
+        hit_limit,
+        prompt_tokens,
+        block_size,
+        arrival,
+        base_duration,
+        order,
+        routing,
+        capacity,
+        instant,
+        replica_slots,
+        cache_threshold,
+        balance_abs,
+        balance_rel,
+        state,
+        buf,
+        queue,
+        hits,
+        chosen,
+        finish,
+        finishing,
+        n_running,
+        in_flight,
+    )
+    return hits, balance_routed, n_running
+
+
+@nb.njit(cache=True)
+def _compact_queues(state: Any, buf: Any, queue: I64) -> None:
+    """Every replica's free queue compacted to its live entries (:func:`_compact`), from 0."""
+    for k in range(buf.shape[0]):
+        queue[k, _TAIL] = _compact(buf[k], state[:, k], queue[k, _HEAD], queue[k, _TAIL])
+        queue[k, _HEAD] = 0
+
+
+@nb.njit(cache=True)
+def _live_rows(state: Any) -> tuple[I64, Any]:
+    """The blocks cached on some replica (a row of ``state`` not all ``NOT_CACHED``), in
+    order, and every block's new id among them (-1: cached nowhere)."""
+    rows, replicas = state.shape
+    renumber = np.full(rows, -1, np.int32)
+    keep = np.empty(rows, np.int64)
+    live = 0
+    for b in range(rows):
+        for k in range(replicas):
+            if state[b, k] != NOT_CACHED:
+                renumber[b] = live
+                keep[live] = b
+                live += 1
+                break
+    return keep[:live], renumber
 
 
 # ---------------------------------------------------------------------------------------------
@@ -860,11 +1057,141 @@ def _check_replay(kernel: str, a: dict[str, Any]) -> None:
         )
 
 
+def _check_least_served_from(kernel: str, a: dict[str, Any]) -> None:
+    served = a["served"]
+    require(served.ndim == 1 and served.size >= 1, kernel, "served needs one count a replica")
+
+
+def _check_bounded_affinity_from(kernel: str, a: dict[str, Any]) -> None:
+    _check_least_served_from(kernel, a)
+    _check_bounded_affinity(kernel, {**a, "replicas": a["served"].size})
+    require(a["start"] >= 0, kernel, f"start must be ≥ 0, got {a['start']}")
+
+
+def check_replica_state(kernel: str, state: Any, buf: Any, queue: Any) -> None:
+    """Carried block state (``n_ids × replicas`` int32), free queues (``replicas × size``
+    int32) and queue records (``replicas × 5``): shapes agree, every queue's live window lies
+    in its buffer and every block entry in it names a block of ``state``."""
+    require(
+        state.ndim == 2 and buf.ndim == 2 and state.dtype == np.int32 and buf.dtype == np.int32,
+        kernel,
+        "state and buf must be 2-D int32",
+    )
+    replicas = state.shape[1]
+    require(
+        replicas >= 1
+        and buf.shape[0] == replicas
+        and buf.shape[1] >= 1
+        and queue.shape == (replicas, _QUEUE_FIELDS),
+        kernel,
+        f"state ({state.shape}), buf ({buf.shape}) and queue ({queue.shape}) disagree on replicas",
+    )
+    require(1 <= state.shape[0] <= INT32_LIMIT, kernel, "state needs 1..2^31-1 block rows")
+    head, tail = queue[:, _HEAD], queue[:, _TAIL]
+    require(
+        bool(((head >= 0) & (head <= tail) & (tail <= buf.shape[1])).all()),
+        kernel,
+        "queue head and tail must lie within the free queue",
+    )
+    for k in range(replicas):
+        live = buf[k, head[k] : tail[k]]
+        require(
+            not live.size or int(live.max()) < state.shape[0],
+            kernel,
+            f"free queue {k} names a block past the {state.shape[0]} of state",
+        )
+    require(
+        not state.size or int(state.max()) < buf.shape[1],
+        kernel,
+        "a free block's queue position lies past the free queue",
+    )
+
+
+def _check_compact_queues(kernel: str, a: dict[str, Any]) -> None:
+    check_replica_state(kernel, a["state"], a["buf"], a["queue"])
+
+
+def _check_live_rows(kernel: str, a: dict[str, Any]) -> None:
+    require(a["state"].ndim == 2, kernel, "state must be 2-D (blocks × replicas)")
+
+
+def _check_replay_chunk(kernel: str, a: dict[str, Any]) -> None:
+    state, buf, queue = a["state"], a["buf"], a["queue"]
+    check_replica_state(kernel, state, buf, queue)
+    per_request = ("prompt_blocks", "missing", "hit_limit", "prompt_tokens", "arrival", "chosen")
+    lengths = check_chains(
+        kernel,
+        a["offsets"],
+        a["ids"],
+        state.shape[0],
+        **{name: a[name] for name in per_request},
+        base_duration=a["base_duration"],
+    )
+    check_blocks(kernel, lengths, a["missing"], a["hit_limit"])
+    prompt_blocks = a["prompt_blocks"]
+    require(
+        bool(((prompt_blocks >= 0) & (prompt_blocks <= lengths)).all()),
+        kernel,
+        "prompt_blocks must lie between 0 and each request's chain length",
+    )
+    routing, replicas = a["routing"], state.shape[1]
+    require(routing in (FIXED, LEAST_LOADED, CACHE_AWARE), kernel, f"unknown routing {routing}")
+    check_replica_indices(kernel, a["chosen"], replicas)
+    n, first, n_running = lengths.size, a["first"], a["n_running"]
+    require(0 <= first <= n, kernel, f"first must lie in 0..{n}, got {first}")
+    finish, finishing, in_flight = a["finish"], a["finishing"], a["in_flight"]
+    require(
+        finish.shape == finishing.shape
+        and finish.ndim == 1
+        and 0 <= n_running <= first
+        and finish.size >= n_running + n - first,
+        kernel,
+        f"the heap needs room for its {n_running} running and {n - first} new requests",
+    )
+    running = finishing[:n_running]
+    require(
+        not running.size or (int(running.min()) >= 0 and int(running.max()) < first),
+        kernel,
+        f"running requests must be among the first {first}",
+    )
+    require(in_flight.shape == (replicas,), kernel, "in_flight needs one count a replica")
+    for name, low, high in (
+        ("block_size", 1, INT32_LIMIT),
+        ("capacity", 0, 2**62),
+        ("replica_slots", 0, INT32_LIMIT),
+    ):
+        value = a[name]
+        require(low <= value <= high, kernel, f"{name} must lie in {low:,}..{high:,}, got {value}")
+    state_bytes = (state.size + buf.size) * 4
+    require(
+        state_bytes <= MAX_STATE_BYTES,
+        kernel,
+        f"{state_bytes / 2**30:.1f} GiB of block state is above MAX_STATE_BYTES",
+    )
+    if n:
+        durations, arrival = a["base_duration"], a["arrival"]
+        require(
+            int(durations.min()) >= 0 and int(durations.max()) <= MAX_DURATION_US,
+            kernel,
+            "durations must lie in 0..2^61 µs",
+        )
+        require(
+            int(np.abs(arrival).max()) <= MAX_DURATION_US,
+            kernel,
+            "arrivals must lie within ±2^61 µs",
+        )
+
+
 is_chained = guarded(_is_chained, _check_is_chained)
 fnv1a_strings = guarded(_fnv1a_strings, _check_fnv1a_strings)
 least_served = guarded(_least_served, _check_least_served)
 bounded_affinity = guarded(_bounded_affinity, _check_bounded_affinity)
 group_by_replica = guarded(_group_by_replica, _check_group_by_replica)
+least_served_from = guarded(_least_served_from, _check_least_served_from)
+bounded_affinity_from = guarded(_bounded_affinity_from, _check_bounded_affinity_from)
+replay_chunk = guarded(_replay_chunk, _check_replay_chunk)
+compact_queues = guarded(_compact_queues, _check_compact_queues)
+live_rows = guarded(_live_rows, _check_live_rows)
 _REPLAY_SIGNATURE = inspect.signature(_replay.py_func)
 _REPLAY_PARAMETERS = _REPLAY_SIGNATURE.replace(
     parameters=list(_REPLAY_SIGNATURE.parameters.values())[:-2]  # all but the scratch

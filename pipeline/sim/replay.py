@@ -11,6 +11,7 @@ per-request hits into the scenario's statistics.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,8 +20,9 @@ import numpy as np
 import polars as pl
 from numpy.typing import NDArray
 
+from pipeline.shape.facts import LatencyModel
 from pipeline.sim import kernels
-from pipeline.sim.blocks import BlockView, SimInputs, SimulationInputError
+from pipeline.sim.blocks import BlockView, ContentCoverage, SimInputs, SimulationInputError
 from pipeline.sim.config import (
     CACHE_INDEPENDENT,
     MAX_REPLICAS,
@@ -172,6 +174,22 @@ def routed_state_bytes(view: BlockView, replicas: int, capacity: int) -> int:
     return replicas * (max(view.n_ids, 1) + _queue_size(view, capacity)) * 4
 
 
+def check_scenario(scenario: Scenario, settings: SimConfig) -> None:
+    """What a replay of ``scenario`` with ``settings`` requires of them."""
+    request_lifetime, replica_slots = settings.request_lifetime, settings.replica_slots
+    if request_lifetime not in REQUEST_LIFETIMES:
+        raise SimulationInputError(
+            f"unknown request lifetime {request_lifetime!r}; choose from {list(REQUEST_LIFETIMES)}"
+        )
+    if replica_slots is not None and replica_slots < 1:
+        raise SimulationInputError(f"replica_slots must be positive or None, got {replica_slots}")
+    if not 1 <= scenario.replicas <= MAX_REPLICAS or scenario.cache_tokens < 0:
+        raise SimulationInputError(
+            f"scenario {scenario.key}: replicas must lie in 1..{MAX_REPLICAS} and cache tokens "
+            "be ≥ 0"
+        )
+
+
 def simulate(
     inp: SimInputs,
     scenario: Scenario,
@@ -189,18 +207,8 @@ def simulate(
     ``durations`` and ``with_instant`` the instant replay runs too (``hit_tokens_instant``), in
     a thread beside the durations replay when the machine has more than one core. The cache-aware router runs with ``settings.cache_aware``.
     """
+    check_scenario(scenario, settings)
     request_lifetime, replica_slots = settings.request_lifetime, settings.replica_slots
-    if request_lifetime not in REQUEST_LIFETIMES:
-        raise SimulationInputError(
-            f"unknown request lifetime {request_lifetime!r}; choose from {list(REQUEST_LIFETIMES)}"
-        )
-    if replica_slots is not None and replica_slots < 1:
-        raise SimulationInputError(f"replica_slots must be positive or None, got {replica_slots}")
-    if not 1 <= scenario.replicas <= MAX_REPLICAS or scenario.cache_tokens < 0:
-        raise SimulationInputError(
-            f"scenario {scenario.key}: replicas must lie in 1..{MAX_REPLICAS} and cache tokens "
-            "be ≥ 0"
-        )
     view = inp.blocks(scenario.block_size, scenario.tenant_isolation)
     capacity = scenario.cache_tokens // scenario.block_size
     replicas = scenario.replicas
@@ -291,7 +299,15 @@ def per_replica_frame(inp: SimInputs, run: ScenarioRun) -> pl.DataFrame:
     hit ratio is over their prompt tokens (null when it got none), and every hit figure is
     null when the trace has no content at all.
     """
-    frame = pl.DataFrame(
+    return replica_rows(
+        replica_sums(_per_request(inp, run)),
+        run.scenario.replicas,
+        known=inp.coverage().reason is None,
+    )
+
+
+def _per_request(inp: SimInputs, run: ScenarioRun) -> pl.DataFrame:
+    return pl.DataFrame(
         {
             "replica": run.replica,
             "prompt_tokens": inp.prompt_tokens,
@@ -300,27 +316,37 @@ def per_replica_frame(inp: SimInputs, run: ScenarioRun) -> pl.DataFrame:
             "hit_tokens": run.hit_tokens,
         }
     )
-    return replica_load(frame, run.scenario.replicas, known=inp.coverage().reason is None)
 
 
 def replica_load(frame: pl.DataFrame, replicas: int, *, known: bool = True) -> pl.DataFrame:
     """Aggregate per-request ``replica, prompt_tokens, content_prompt_tokens, output_tokens,
     hit_tokens`` by replica; ``known`` false makes every hit figure null."""
+    return replica_rows(replica_sums(frame), replicas, known=known)
+
+
+# The per-replica sums a replica's row is made of (:func:`replica_sums`), in this order.
+REPLICA_SUMS = ("requests", "prompt_tokens", "content_prompt_tokens", "output_tokens", "hit_tokens")
+
+
+def replica_sums(frame: pl.DataFrame) -> pl.DataFrame:
+    """``replica`` and the :data:`REPLICA_SUMS` of the replicas that got requests."""
+    return frame.group_by("replica").agg(
+        pl.len().cast(pl.Int64).alias("requests"),
+        pl.col("prompt_tokens").sum(),
+        pl.col("content_prompt_tokens").sum(),
+        pl.col("output_tokens").sum(),
+        pl.col("hit_tokens").sum(),
+    )
+
+
+def replica_rows(sums: pl.DataFrame, replicas: int, *, known: bool = True) -> pl.DataFrame:
+    """Every replica's row from its sums (:func:`replica_sums`; a replica absent gets zeros):
+    prefill, tokens and hit ratio beside them; ``known`` false makes every hit figure null."""
     all_replicas = pl.DataFrame({"replica": np.arange(replicas, dtype=np.int64)})
     content = pl.col("content_prompt_tokens")
     hits = pl.col("hit_tokens")
     return (
-        all_replicas.join(
-            frame.group_by("replica").agg(
-                pl.len().cast(pl.Int64).alias("requests"),
-                pl.col("prompt_tokens").sum(),
-                content.sum(),
-                pl.col("output_tokens").sum(),
-                hits.sum(),
-            ),
-            on="replica",
-            how="left",
-        )
+        all_replicas.join(sums, on="replica", how="left")
         .fill_null(0)
         .with_columns(
             (content - hits).alias("prefill_tokens"),
@@ -351,6 +377,64 @@ def _imbalance(values: pl.Series) -> float | None:
     return float(values.max()) / mean if mean > 0 else 1.0  # type: ignore[arg-type]
 
 
+@dataclass(frozen=True)
+class WorkloadTotals:
+    """What a scenario's summary reads of the workload itself: counts and sums, no arrays."""
+
+    requests: int
+    prompt_tokens: int
+    output_tokens: int
+    coverage: ContentCoverage
+    durations_estimated: int
+    latency_model: LatencyModel
+
+    @classmethod
+    def of(cls, inp: SimInputs) -> WorkloadTotals:
+        return cls(
+            inp.n,
+            int(inp.prompt_tokens.sum()),
+            int(inp.output_tokens.sum()),
+            inp.coverage(),
+            inp.durations_estimated,
+            inp.latency_model,
+        )
+
+
+@dataclass(frozen=True)
+class RunTotals:
+    """A scenario's replay reduced to what its summary reads: per-replica sums
+    (:func:`replica_sums`), hit totals and the router's counters; nothing per request."""
+
+    scenario: Scenario
+    capacity_blocks: int
+    replica_sums: pl.DataFrame
+    hit_tokens: int
+    hit_tokens_instant: int | None
+    spills: int
+    balance_routed: int
+    request_lifetime: str
+    replica_slots: int | None
+    peak_pinned_blocks: I64
+    cache_aware: CacheAwareConfig | None
+
+    @classmethod
+    def of(cls, inp: SimInputs, run: ScenarioRun) -> RunTotals:
+        instant = run.hit_tokens_instant
+        return cls(
+            run.scenario,
+            run.capacity_blocks,
+            replica_sums(_per_request(inp, run)),
+            int(run.hit_tokens.sum()),
+            int(instant.sum()) if instant is not None else None,
+            run.spills,
+            run.balance_routed,
+            run.request_lifetime,
+            run.replica_slots,
+            run.peak_pinned_blocks,
+            run.cache_aware,
+        )
+
+
 def summarise(inp: SimInputs, run: ScenarioRun) -> dict[str, Any]:
     """The scenario's statistics as a JSON-ready dict (per-replica rows sorted by replica).
 
@@ -360,18 +444,28 @@ def summarise(inp: SimInputs, run: ScenarioRun) -> dict[str, Any]:
     content (:class:`~pipeline.sim.blocks.ContentCoverage`); with none they are null and
     ``hit_unknown_reason`` says why.
     """
+    return summarise_totals(
+        WorkloadTotals.of(inp), RunTotals.of(inp, run), lambda: inp.sessions_inferred
+    )
+
+
+def summarise_totals(
+    inp: WorkloadTotals, run: RunTotals, sessions_inferred: Callable[[], int]
+) -> dict[str, Any]:
+    """:func:`summarise` from the workload's and the replay's totals (``sessions_inferred``
+    is asked only for the affinity routings)."""
     sc = run.scenario
-    replicas = per_replica_frame(inp, run)
+    coverage = inp.coverage
+    known = coverage.reason is None
+    replicas = replica_rows(run.replica_sums, sc.replicas, known=known)
     peak = np.zeros(sc.replicas, np.int64)
     peak[: run.peak_pinned_blocks.size] = run.peak_pinned_blocks
     replicas = replicas.with_columns(
         pl.Series("peak_pinned_blocks", peak, pl.Int64),
         pl.Series("peak_pinned_tokens", peak * sc.block_size, pl.Int64),
     )
-    prompt = int(inp.prompt_tokens.sum())
-    coverage = inp.coverage()
-    known = coverage.reason is None
-    hit = int(run.hit_tokens.sum())
+    prompt = inp.prompt_tokens
+    hit = run.hit_tokens
     durations = run.request_lifetime == "durations"
     durations_used = durations or (sc.routing in USES_DURATIONS and sc.replicas > 1)
     estimated = {
@@ -383,7 +477,7 @@ def summarise(inp: SimInputs, run: ScenarioRun) -> dict[str, Any]:
     if durations:
         lifetime = {
             "mode": "durations",
-            "durations_logged": inp.n - inp.durations_estimated,
+            "durations_logged": inp.requests - inp.durations_estimated,
             "durations_estimated": inp.durations_estimated,
             "latency_model": estimated["latency_model"],
             "replica_slots": run.replica_slots,
@@ -397,10 +491,10 @@ def summarise(inp: SimInputs, run: ScenarioRun) -> dict[str, Any]:
             f"tokens pinned by running requests at peak reach "
             f"{100 * peak_tokens / sc.cache_tokens:.0f} % of the cache capacity"
         )
-    partial = coverage.partial_warning(inp.n)
+    partial = coverage.partial_warning(inp.requests)
     if partial is not None:
         warnings.append(partial)
-    instant_hit = int(run.hit_tokens_instant.sum()) if run.hit_tokens_instant is not None else None
+    instant_hit = run.hit_tokens_instant
     if not known:
         instant_hit = None
     out: dict[str, Any] = {
@@ -411,9 +505,9 @@ def summarise(inp: SimInputs, run: ScenarioRun) -> dict[str, Any]:
         "capacity_blocks": run.capacity_blocks,
         "routing": sc.routing,
         "tenant_isolation": sc.tenant_isolation,
-        "requests": inp.n,
+        "requests": inp.requests,
         "prompt_tokens": prompt,
-        "output_tokens": int(inp.output_tokens.sum()),
+        "output_tokens": inp.output_tokens,
         **coverage.as_dict(),
         "hit_tokens": hit if known else None,
         "hit_ratio": coverage.hit_ratio(hit),
@@ -434,7 +528,7 @@ def summarise(inp: SimInputs, run: ScenarioRun) -> dict[str, Any]:
         "token_imbalance": _imbalance(replicas["tokens"]),
         "prefill_imbalance": _imbalance(replicas["prefill_tokens"]),
         "per_replica": replicas.to_dicts(),
-        "sessions_inferred": inp.sessions_inferred if sc.routing.endswith("affinity") else 0,
+        "sessions_inferred": sessions_inferred() if sc.routing.endswith("affinity") else 0,
         "durations": estimated if durations_used else None,
     }
     return out

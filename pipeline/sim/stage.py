@@ -11,13 +11,21 @@ What every scenario and curve of a workload needs is worked out once per process
 :func:`read_inputs` keeps the last workload it flattened (keyed by the canonical table's files
 and the latency model, :func:`pipeline.store.reuse_input`; let go of by a later stage's large
 read), and that :class:`SimInputs` keeps its dense block ids per block size and its sessions
-once a scenario has asked for them. So the command, and a Dagster run whose steps share a
-process (``enginefit report``'s default in-process executor), flatten the table, number its
-blocks and infer its sessions once, not once per scenario step.
+once a scenario has asked for them. So a Dagster run whose steps share a process (``enginefit
+report``'s default in-process executor) flattens the table, numbers its blocks and infers its
+sessions once for the curves, not once per step.
+
+:func:`read_stream` hands the scenarios the table's part files instead, which every scenario
+replays in one pass, a chunk at a time (:mod:`pipeline.sim.stream`), holding block state in
+proportion to its caches rather than to the table (the same summaries;
+:func:`pipeline.sim.compute.scenario_summary` and :func:`run` take either). The command and the
+Dagster steps still read the flattened table: the curves flatten it in the same process, so
+streaming the scenarios there would not lower the peak yet.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,10 +54,13 @@ from pipeline.sim.result import (
     replica_frame,
     scenario_frame,
 )
+from pipeline.sim.stream import RequestStream
 from pipeline.store import (
+    canonical_files,
     open_stage_output,
     read_requests,
     reuse_input,
+    scan_requests,
     write_bytes_atomic,
     write_json_atomic,
     write_parquet_atomic,
@@ -108,6 +119,15 @@ def curves(layout: WorkloadLayout, settings: SimConfig, latency: LatencyModel) -
     )
 
 
+def read_stream(layout: WorkloadLayout, latency: LatencyModel) -> RequestStream:
+    """The canonical table as the scenarios stream it: its part files in order (arrival order),
+    one at a time, with the latency model durations come from (checked against the ingest
+    manifest here, each part's schema as it is read)."""
+    read_requests(layout)  # checks the table against its ingest manifest
+    files = canonical_files(layout.ingest.requests)
+    return RequestStream(lambda: (scan_requests(part) for part in files), latency)
+
+
 def write_scenario(summary: ScenarioSummary, layout: WorkloadLayout) -> Path:
     open_stage_output(layout)
     path = layout.simulation.scenario(summary.scenario)
@@ -155,12 +175,33 @@ def write_figures(layout: WorkloadLayout) -> dict[str, Path]:
     return written
 
 
-def run(inputs: SimInputs, settings: SimConfig, curved: list[Curve] | None = None) -> SimResult:
-    """Every configured scenario and curve, one after another (the command's path); ``curved``
-    are the curves when already worked out (:func:`curves`), else the exact ones of ``inputs``."""
-    summaries = [scenario_summary(inputs, s, settings) for s in settings.scenarios()]
+def run(
+    inputs: SimInputs | RequestStream,
+    settings: SimConfig,
+    curved: list[Curve] | None = None,
+    *,
+    curve_inputs: Callable[[], SimInputs] | None = None,
+) -> SimResult:
+    """Every configured scenario and curve, one after another (the command's path). ``curved``
+    are the curves when already worked out (:func:`curves`), else the exact ones of the
+    flattened table. Streamed scenarios (``inputs`` a :class:`RequestStream`) share one pass
+    over the table, and leave the curves to ``curve_inputs``, the flattened table, read once
+    the scenarios are done."""
+    scenarios = settings.scenarios()
+    if isinstance(inputs, RequestStream):
+        # one pass over the table for every scenario (each chunk read and flattened once)
+        runs = inputs.simulate_many(scenarios, settings)
+        summaries = [ScenarioSummary.from_json(run.summary) for run in runs]
+    else:
+        summaries = [scenario_summary(inputs, s, settings) for s in scenarios]
     if curved is None:
-        curved = capacity_curves(inputs, settings)
+        if isinstance(inputs, SimInputs):
+            flat = inputs
+        elif curve_inputs is not None:
+            flat = curve_inputs()
+        else:
+            raise ValueError("streamed scenarios need curve_inputs for the capacity curves")
+        curved = capacity_curves(flat, settings)
     return SimResult(summaries, curved, curve_points(curved))
 
 

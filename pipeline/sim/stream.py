@@ -1,0 +1,710 @@
+"""A scenario replayed by streaming the request table in arrival order, chunk by chunk.
+
+:func:`simulate_streamed` gives the summary :func:`pipeline.sim.replay.summarise` gives for
+:func:`pipeline.sim.replay.simulate` on the whole table, field for field, without holding the
+whole table: each chunk (a part of the canonical table, or a slice of one) is flattened on its
+own (:func:`pipeline.sim.blocks.sim_input`), its blocks numbered together with the blocks
+cached on some replica, and replayed from the state the previous chunk left
+(:func:`pipeline.sim.kernels.replay_chunk`). Between chunks the state is compacted: blocks
+cached nowhere are dropped and the rest renumbered, so it holds at most ``replicas ×
+capacity`` blocks plus the ones running requests pin (:attr:`StreamedRun.peak_live_blocks`),
+however many distinct blocks the quarter has. What carries over: every replica's block state
+and free queue, the requests still running (their chains, replica and finish time: their
+release is still to come), the requests in flight per replica, and the routers' counters
+(round-robin position, tokens or requests served, the random generator). Per-request outcomes
+are summed per replica chunk by chunk.
+
+The affinity routings need each request's session; when the table logs every session id it is
+read chunk by chunk, otherwise the sessions are inferred over the whole table first
+(:func:`pipeline.prefix.sessions.infer_sessions` needs every request at once), which holds one
+hash per request and, while inferring, the columns that takes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import polars as pl
+from numpy.typing import NDArray
+
+from pipeline.prefix.cache_rules import NAMESPACE_COLUMNS, namespace_codes
+from pipeline.prefix.hashmap import dense_ids
+from pipeline.shape.facts import LatencyModel
+from pipeline.sim import kernels
+from pipeline.sim.blocks import (
+    _REQUIRED,
+    FLATTENED_COLUMNS,
+    SESSION_COLUMNS,
+    ContentCoverage,
+    SimInputs,
+    SimulationInputError,
+    sim_input,
+)
+from pipeline.sim.config import ROUTINGS, Scenario, SimConfig
+from pipeline.sim.replay import (
+    REPLICA_SUMS,
+    RunTotals,
+    WorkloadTotals,
+    check_scenario,
+    summarise_totals,
+)
+
+I64 = NDArray[np.int64]
+U64 = NDArray[np.uint64]
+
+# The request table in arrival order, as a fresh iterator of chunks each time it is called
+# (each a lazy frame: only the columns a replay reads are loaded).
+RequestChunks = Callable[[], Iterable[pl.LazyFrame]]
+
+
+def frame_chunks(frame: pl.DataFrame, rows: int) -> RequestChunks:
+    """``frame`` (in arrival order) as chunks of ``rows`` requests."""
+    if rows < 1:
+        raise SimulationInputError(f"chunk rows must be positive, got {rows}")
+    return lambda: (frame.slice(lo, rows).lazy() for lo in range(0, frame.height, rows))
+
+
+@dataclass(frozen=True)
+class RequestStream:
+    """A request table to stream (:func:`simulate_streamed`): its chunks, the latency model of
+    its durations, and the most requests flattened at once (None: a chunk at a time)."""
+
+    chunks: RequestChunks
+    latency_model: LatencyModel
+    max_rows: int | None = None
+
+    def simulate(
+        self, scenario: Scenario, settings: SimConfig, *, with_instant: bool = True
+    ) -> StreamedRun:
+        return simulate_streamed(
+            self.chunks,
+            scenario,
+            settings,
+            latency_model=self.latency_model,
+            max_rows=self.max_rows,
+            with_instant=with_instant,
+        )
+
+    def simulate_many(self, scenarios: list[Scenario], settings: SimConfig) -> list[StreamedRun]:
+        return simulate_many(
+            self.chunks,
+            scenarios,
+            settings,
+            latency_model=self.latency_model,
+            max_rows=self.max_rows,
+        )
+
+
+@dataclass(frozen=True)
+class StreamedRun:
+    """One scenario's summary document and how much block state the streamed replay held."""
+
+    summary: dict[str, Any]
+    chunks: int
+    peak_live_blocks: int  # most blocks cached on some replica after a chunk (any lifetime)
+    peak_state_rows: int  # most block rows held during a chunk (live + the chunk's new blocks)
+    distinct_blocks: int  # blocks numbered over all chunks (counting a block once a chunk)
+    peak_pinned_total: int  # most blocks pinned on all replicas together at a chunk's end
+    peak_running: int  # most requests still running at a chunk's end (carried to the next)
+
+
+def simulate_streamed(
+    chunks: RequestChunks,
+    scenario: Scenario,
+    settings: SimConfig,
+    *,
+    latency_model: LatencyModel,
+    max_rows: int | None = None,
+    with_instant: bool = True,
+) -> StreamedRun:
+    """Replay ``scenario`` over ``chunks`` (the table in arrival order), each cut into slices
+    of at most ``max_rows`` requests; the summary is :func:`pipeline.sim.replay.summarise`'s
+    of :func:`pipeline.sim.replay.simulate` on the whole table."""
+    return simulate_many(
+        chunks,
+        [scenario],
+        settings,
+        latency_model=latency_model,
+        max_rows=max_rows,
+        with_instant=with_instant,
+    )[0]
+
+
+def simulate_many(
+    chunks: RequestChunks,
+    scenarios: list[Scenario],
+    settings: SimConfig,
+    *,
+    latency_model: LatencyModel,
+    max_rows: int | None = None,
+    with_instant: bool = True,
+) -> list[StreamedRun]:
+    """:func:`simulate_streamed` of every scenario in one pass over the chunks: each chunk is
+    read and flattened once for all of them (their block states side by side, each bounded
+    by its caches)."""
+    for scenario in scenarios:
+        check_scenario(scenario, settings)
+        if scenario.routing not in ROUTINGS:
+            raise SimulationInputError(
+                f"unknown routing {scenario.routing!r}; choose from {list(ROUTINGS)}"
+            )
+    runs = [_ScenarioStream(s, settings, with_instant) for s in scenarios]
+    needs_sessions = any(run.router.needs_sessions for run in runs)
+    sessions = _Sessions(chunks, latency_model) if needs_sessions else None
+    namespaces = {iso: _Namespaces(iso) for iso in (False, True)}
+    totals = _Totals()
+    start = 0
+    threads = ThreadPoolExecutor(1) if (os.cpu_count() or 1) > 1 else None
+    try:
+        for chunk in _flattened(chunks, latency_model, max_rows):
+            totals.add(chunk)
+            blocks: dict[tuple[int, bool], _ChunkBlocks] = {}
+            home = sessions.hashes(start, chunk.n, chunk) if sessions is not None else None
+            for run in runs:
+                key = (run.scenario.block_size, run.scenario.tenant_isolation)
+                if key not in blocks:
+                    blocks[key] = _ChunkBlocks.of(chunk, *key, namespaces[key[1]])
+                run.feed(chunk, start, blocks[key], home, threads)
+            start += chunk.n
+    finally:
+        if threads is not None:
+            threads.shutdown()
+    if totals.requests == 0:
+        raise SimulationInputError("request table is empty: nothing to replay")
+    workload = totals.workload(latency_model)
+    inferred = sessions.inferred if sessions is not None else 0
+    return [run.finish(workload, inferred, totals.chunks) for run in runs]
+
+
+@dataclass(frozen=True)
+class _ChunkBlocks:
+    """A chunk's requests at one block size (and isolation), numbered within the chunk."""
+
+    offsets: I64
+    ids: Any  # chunk-dense ids of (namespace, block hash)
+    n_ids: int
+    keys: _Keys  # key of each chunk id
+    prompt_blocks: I64
+    missing: I64
+    hit_limit: I64
+
+    @classmethod
+    def of(
+        cls, chunk: SimInputs, block_size: int, isolation: bool, namespaces: _Namespaces
+    ) -> _ChunkBlocks:
+        offsets, hashes = chunk.chains(block_size)
+        lengths = np.diff(offsets)
+        prompt_blocks, missing, hit_limit = chunk.request_blocks(block_size, lengths)
+        per_block_ns = np.repeat(namespaces.codes(chunk), lengths)
+        ids, n_ids = _pair_ids(hashes, per_block_ns)
+        keys = _Keys.of(ids, n_ids, hashes, per_block_ns)
+        return cls(offsets, ids, n_ids, keys, prompt_blocks, missing, hit_limit)
+
+
+class _ScenarioStream:
+    """One scenario's replays (its lifetime's, and the instant one beside durations), router
+    and per-replica sums, fed a chunk at a time."""
+
+    def __init__(self, scenario: Scenario, settings: SimConfig, with_instant: bool) -> None:
+        self.scenario = scenario
+        self.settings = settings
+        self.with_instant = with_instant
+        replicas = scenario.replicas
+        self.capacity = scenario.cache_tokens // scenario.block_size
+        self.lifetime = settings.request_lifetime
+        self.routing = kernels.FIXED
+        if replicas > 1 and scenario.routing == "least-loaded":
+            self.routing = kernels.LEAST_LOADED
+        elif replicas > 1 and scenario.routing == "cache-aware":
+            self.routing = kernels.CACHE_AWARE
+        lifetimes = [self.lifetime]
+        if self.lifetime == "durations" and with_instant:
+            lifetimes.append("instant")
+        self.replays = [
+            _Replay(replicas, self.capacity, self.routing, life == "instant", scenario, settings)
+            for life in lifetimes
+        ]
+        self.router = _Router(scenario, settings)
+        self.sums = np.zeros((len(REPLICA_SUMS), replicas), np.int64)
+        self.hit_tokens = 0
+        self.hit_tokens_instant = 0
+        self.distinct = 0
+
+    def feed(
+        self,
+        chunk: SimInputs,
+        start: int,
+        blocks: _ChunkBlocks,
+        home: U64 | None,
+        threads: ThreadPoolExecutor | None,
+    ) -> None:
+        self.distinct += blocks.n_ids
+        work = _ChunkWork(
+            blocks.offsets,
+            blocks.ids,
+            blocks.keys,
+            blocks.prompt_blocks,
+            blocks.missing,
+            blocks.hit_limit,
+            chunk.prompt_tokens,
+            chunk.arrival_us,
+            chunk.duration_us,
+            self.router.assign(start, chunk, home),
+        )
+        replays = self.replays
+        if threads is not None and len(replays) > 1:
+            other = threads.submit(replays[1].step, work)
+            hits = replays[0].step(work)
+            instant_hits = other.result()
+        else:
+            hits = replays[0].step(work)
+            instant_hits = replays[1].step(work) if len(replays) > 1 else hits
+        replica = replays[0].last_chosen
+        content = np.where(chunk.hashes_known, chunk.prompt_tokens, 0)
+        self.sums[0] += np.bincount(replica, minlength=self.scenario.replicas)
+        for row, values in enumerate((chunk.prompt_tokens, content, chunk.output_tokens, hits), 1):
+            np.add.at(self.sums[row], replica, values)
+        self.hit_tokens += int(hits.sum())
+        self.hit_tokens_instant += int(instant_hits.sum())
+
+    def finish(self, workload: WorkloadTotals, sessions_inferred: int, chunks: int) -> StreamedRun:
+        replicas, replays = self.scenario.replicas, self.replays
+        instant_total: int | None = self.hit_tokens_instant
+        if self.lifetime == "durations" and not self.with_instant:
+            instant_total = None
+        replica_sums = pl.DataFrame(
+            {
+                "replica": np.arange(replicas, dtype=np.int64),
+                **{name: self.sums[row] for row, name in enumerate(REPLICA_SUMS)},
+            }
+        )
+        run = RunTotals(
+            scenario=self.scenario,
+            capacity_blocks=self.capacity,
+            replica_sums=replica_sums,
+            hit_tokens=self.hit_tokens,
+            hit_tokens_instant=instant_total,
+            spills=self.router.spills,
+            balance_routed=replays[0].balance_routed,
+            request_lifetime=self.lifetime,
+            replica_slots=self.settings.replica_slots,
+            peak_pinned_blocks=replays[0].queue[:, kernels._PEAK].copy(),
+            cache_aware=(
+                self.settings.cache_aware if self.routing == kernels.CACHE_AWARE else None
+            ),
+        )
+        return StreamedRun(
+            summary=summarise_totals(workload, run, lambda: sessions_inferred),
+            chunks=chunks,
+            peak_live_blocks=max(r.peak_live for r in replays),
+            peak_state_rows=max(r.peak_rows for r in replays),
+            distinct_blocks=self.distinct,
+            peak_pinned_total=max(r.peak_pinned_total for r in replays),
+            peak_running=max(r.peak_running for r in replays),
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Chunks
+# ---------------------------------------------------------------------------------------------
+
+
+def _collected(chunk: pl.LazyFrame, columns: Iterable[str]) -> pl.DataFrame:
+    present = chunk.collect_schema().names()
+    return chunk.select(c for c in columns if c in present).collect()
+
+
+def _table_block_size(chunks: RequestChunks) -> int | None:
+    """The one stored block size of the whole table (None: it has no ``block_size`` at all,
+    which :func:`sim_input` then reports), as :func:`sim_input` checks it on a whole table."""
+    sizes: set[int] = set()
+    for chunk in chunks():
+        if "block_size" in chunk.collect_schema().names():
+            column = chunk.select(pl.col("block_size").drop_nulls().unique()).collect()
+            sizes.update(int(v) for v in column["block_size"])
+    if len(sizes) > 1:
+        raise SimulationInputError(
+            f"block_size must be one value for the whole table, found {sorted(sizes)}"
+        )
+    return sizes.pop() if sizes else None
+
+
+def _flattened(
+    chunks: RequestChunks, latency_model: LatencyModel, max_rows: int | None
+) -> Iterator[SimInputs]:
+    """Each non-empty chunk flattened (:func:`sim_input`), in arrival order across chunks: a
+    chunk whose requests arrive before the previous chunk's last is an error. A chunk of
+    requests without content (no block size of their own) takes the table's block size."""
+    stored = _table_block_size(chunks)
+    last_arrival: int | None = None
+    for number, chunk in enumerate(chunks()):
+        frame = _collected(chunk, FLATTENED_COLUMNS)
+        if frame.height == 0:
+            continue
+        if stored is not None:
+            frame = frame.with_columns(
+                pl.col("block_size").fill_null(stored)
+                if "block_size" in frame.columns
+                else pl.lit(stored, pl.Int32).alias("block_size")
+            )
+        if frame["arrival"].null_count() == 0 and not frame["arrival"].is_sorted():
+            frame = frame.sort("arrival", maintain_order=True)
+        rows = max_rows or frame.height
+        for lo in range(0, frame.height, rows):
+            part = sim_input(frame.slice(lo, rows), latency_model=latency_model)
+            if last_arrival is not None and int(part.arrival_us[0]) < last_arrival:
+                raise SimulationInputError(
+                    f"requests chunk {number} arrives before the end of the previous one: the "
+                    "canonical table's parts must be in arrival order (ingest the trace again)"
+                )
+            last_arrival = int(part.arrival_us[-1])
+            yield part
+        del frame
+
+
+@dataclass
+class _Totals:
+    """The workload's counts and sums, chunk by chunk (:class:`WorkloadTotals` at the end)."""
+
+    chunks: int = 0
+    requests: int = 0
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    content_requests: int = 0
+    content_prompt_tokens: int = 0
+    durations_estimated: int = 0
+
+    def add(self, chunk: SimInputs) -> None:
+        self.chunks += 1
+        self.requests += chunk.n
+        self.prompt_tokens += int(chunk.prompt_tokens.sum())
+        self.output_tokens += int(chunk.output_tokens.sum())
+        self.content_requests += int(chunk.hashes_known.sum())
+        self.content_prompt_tokens += int(chunk.prompt_tokens[chunk.hashes_known].sum())
+        self.durations_estimated += chunk.durations_estimated
+
+    def workload(self, latency_model: LatencyModel) -> WorkloadTotals:
+        total = self.prompt_tokens
+        share = self.content_prompt_tokens / total if total else None
+        coverage = ContentCoverage(self.content_requests, self.content_prompt_tokens, share)
+        return WorkloadTotals(
+            self.requests,
+            self.prompt_tokens,
+            self.output_tokens,
+            coverage,
+            self.durations_estimated,
+            latency_model,
+        )
+
+
+class _Namespaces:
+    """Cache namespace codes that agree across chunks: (model, lora_adapter[, tenant]) numbered
+    in order of first appearance over the whole table."""
+
+    def __init__(self, tenant_isolation: bool) -> None:
+        self.isolation = tenant_isolation
+        self.names = [*NAMESPACE_COLUMNS, *(("tenant",) if tenant_isolation else ())]
+        self.known: dict[tuple[Any, ...], int] = {}
+
+    def codes(self, chunk: SimInputs) -> I64:
+        frame = chunk.tenant_source
+        if frame is None:
+            raise SimulationInputError("the namespaces of this chunk are not available")
+        local = namespace_codes(frame, tenant_isolation=self.isolation)
+        keys = frame.select(pl.col(c).cast(pl.String) for c in self.names)
+        distinct = keys.unique(maintain_order=True).rows()
+        mapping = np.array(
+            [self.known.setdefault(row, len(self.known)) for row in distinct], np.int64
+        )
+        codes: I64 = mapping[local]
+        return codes
+
+
+def _pair_ids(hashes: U64, namespace: U64 | I64) -> tuple[Any, int]:
+    """Dense ids of (namespace, hash) per block, in order of first appearance (ids of
+    :func:`pipeline.prefix.cache_rules.namespaced_ids`, per block instead of per request)."""
+    ids, n_ids = dense_ids(hashes)
+    if namespace.size == 0 or int(namespace.max()) == int(namespace.min()):
+        return ids, n_ids
+    return dense_ids(namespace.astype(np.uint64) * np.uint64(max(n_ids, 1)) + ids.astype(np.uint64))
+
+
+@dataclass(frozen=True)
+class _Keys:
+    """The (hash, namespace) key of every dense id."""
+
+    hashes: U64
+    namespace: I64
+
+    @classmethod
+    def of(cls, ids: Any, n_ids: int, hashes: U64, namespace: I64) -> _Keys:
+        by_id = np.zeros(n_ids, np.uint64)
+        ns = np.zeros(n_ids, np.int64)
+        by_id[ids] = hashes  # every occurrence of an id carries the same key
+        ns[ids] = namespace
+        return cls(by_id, ns)
+
+    def __len__(self) -> int:
+        return int(self.hashes.size)
+
+    def joined(self, other: _Keys) -> _Keys:
+        return _Keys(
+            np.concatenate([self.hashes, other.hashes]),
+            np.concatenate([self.namespace, other.namespace]),
+        )
+
+    def taken(self, rows: I64) -> _Keys:
+        return _Keys(self.hashes[rows], self.namespace[rows])
+
+
+@dataclass(frozen=True)
+class _ChunkWork:
+    """A chunk's requests at the scenario's block size, numbered within the chunk."""
+
+    offsets: I64
+    ids: Any  # chunk-dense ids
+    keys: _Keys  # key of each chunk id
+    prompt_blocks: I64
+    missing: I64
+    hit_limit: I64
+    prompt_tokens: I64
+    arrival: I64
+    duration: I64
+    chosen: I64  # replica per request (FIXED routing; 0 for the routers)
+
+
+# ---------------------------------------------------------------------------------------------
+# Routing decided before the replay, chunk by chunk
+# ---------------------------------------------------------------------------------------------
+
+
+class _Router:
+    """The replica of every request for the routings that read no cache state or load
+    (:func:`pipeline.sim.replay.assign`), decided a chunk at a time with its counters carried."""
+
+    def __init__(self, scenario: Scenario, settings: SimConfig) -> None:
+        self.routing = scenario.routing
+        self.replicas = scenario.replicas
+        self.margin = settings.bounded_affinity_margin
+        self.rng = np.random.default_rng(settings.random_seed)
+        self.served = np.zeros(self.replicas, np.int64)
+        self.spills = 0
+        # the summary counts the inferred sessions of an affinity routing, one replica or more
+        self.needs_sessions = self.routing.endswith("affinity")
+
+    def assign(self, start: int, chunk: SimInputs, session: U64 | None) -> I64:
+        n, replicas = chunk.n, self.replicas
+        if replicas == 1 or self.routing in ("least-loaded", "cache-aware"):
+            return np.zeros(n, np.int64)
+        if self.routing == "round-robin":
+            return np.arange(start, start + n, dtype=np.int64) % replicas
+        if self.routing == "random":
+            # the generator carries its position: chunk draws continue one draw of them all
+            return self.rng.integers(0, replicas, size=n, dtype=np.int64)
+        if self.routing == "least-served":
+            tokens = chunk.prompt_tokens + chunk.output_tokens
+            out: I64 = kernels.least_served_from(tokens, self.served)
+            return out
+        if session is None:
+            raise SimulationInputError(f"routing {self.routing!r} needs the sessions")
+        home = (session % np.uint64(replicas)).astype(np.int64)
+        if self.routing == "affinity":
+            return home
+        if self.routing == "bounded-affinity":
+            replica, spills = kernels.bounded_affinity_from(home, self.served, start, self.margin)
+            self.spills += int(spills)
+            return replica  # type: ignore[no-any-return]
+        raise SimulationInputError(f"unknown routing {self.routing!r}")
+
+
+class _Sessions:
+    """Each request's session hash (:attr:`SimInputs.session_hash`): per chunk when the table
+    logs every session id, else inferred over the whole table once (module docstring)."""
+
+    def __init__(self, chunks: RequestChunks, latency_model: LatencyModel) -> None:
+        missing = sum(
+            int(c.select(pl.col("session_id").null_count()).collect().item())
+            if "session_id" in c.collect_schema().names()
+            else int(c.select(pl.len()).collect().item())
+            for c in chunks()
+        )
+        self.whole: U64 | None = None
+        self.inferred = 0
+        if missing:
+            columns = tuple(dict.fromkeys((*_REQUIRED, *SESSION_COLUMNS)))
+            frame = pl.concat([_collected(c, columns) for c in chunks()], how="diagonal_relaxed")
+            table = sim_input(frame, latency_model=latency_model)
+            del frame
+            self.whole = table.session_hash
+            self.inferred = table.sessions_inferred
+
+    def hashes(self, start: int, n: int, chunk: SimInputs) -> U64:
+        if self.whole is not None:
+            return self.whole[start : start + n]
+        return chunk.session_hash
+
+
+# ---------------------------------------------------------------------------------------------
+# One lifetime's replay, carried from chunk to chunk
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Replay:
+    replicas: int
+    capacity: int
+    routing: int
+    instant: bool
+    scenario: Scenario
+    settings: SimConfig
+    live: _Keys = field(
+        default_factory=lambda: _Keys(np.zeros(0, np.uint64), np.zeros(0, np.int64))
+    )
+    state: Any = None  # live blocks × replicas int32
+    buf: Any = None  # replicas × queue size int32
+    queue: I64 = field(default_factory=lambda: np.zeros((0, 0), np.int64))
+    in_flight: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
+    finish: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
+    finishing: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
+    n_running: int = 0
+    # the running requests' chains (live ids), unknown blocks and replicas
+    run_offsets: I64 = field(default_factory=lambda: np.zeros(1, np.int64))
+    run_ids: Any = field(default_factory=lambda: np.zeros(0, np.int32))
+    run_missing: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
+    run_replica: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
+    balance_routed: int = 0
+    last_chosen: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
+    peak_live: int = 0
+    peak_rows: int = 0
+    peak_pinned_total: int = 0
+    peak_running: int = 0
+
+    def __post_init__(self) -> None:
+        r = self.replicas
+        self.state = np.full((1, r), kernels.NOT_CACHED, np.int32)
+        self.buf = np.zeros((r, 64), np.int32)
+        self.queue = np.zeros((r, kernels._QUEUE_FIELDS), np.int64)
+        self.in_flight = np.zeros(r, np.int64)
+
+    def _queue_room(self, rows: int, per_request: int) -> None:
+        """Free queues long enough for their live entries (at most min(capacity, blocks) plus
+        one request's entries), four times over so compaction stays rare; grown, never shrunk."""
+        need = 4 * (min(self.capacity, rows) + per_request) + 64
+        if need >= 2**31 - 1:
+            raise SimulationInputError(f"cache queue of {need:,} entries exceeds the 2^31 limit")
+        if self.buf.shape[1] < need:
+            grown = np.zeros((self.replicas, max(need, 2 * self.buf.shape[1])), np.int32)
+            grown[:, : self.buf.shape[1]] = self.buf
+            self.buf = grown
+
+    def step(self, work: _ChunkWork) -> I64:
+        """Replay one chunk; returns its requests' hit tokens (``last_chosen``: their replicas)."""
+        live = len(self.live)
+        keys = self.live.joined(work.keys)
+        # live keys first: distinct, so they keep ids 0..live-1
+        renumber, n_ids = _pair_ids(keys.hashes, keys.namespace)
+        rows = max(n_ids, 1)
+        if rows > kernels.INT32_LIMIT:
+            raise SimulationInputError(f"{rows:,} blocks in one chunk exceed the 2^31 limit")
+        state = np.full((rows, self.replicas), kernels.NOT_CACHED, np.int32)
+        state[:live] = self.state[:live]
+        by_id = _Keys(np.zeros(rows, np.uint64), np.zeros(rows, np.int64))
+        by_id.hashes[renumber] = keys.hashes
+        by_id.namespace[renumber] = keys.namespace
+        chunk_ids = renumber[live:][work.ids].astype(np.int32)
+        carried = self.run_replica.size
+        n = work.chosen.size
+        offsets = np.concatenate([self.run_offsets[:-1], work.offsets + self.run_offsets[-1]])
+        ids = np.concatenate([self.run_ids.astype(np.int32), chunk_ids])
+        lengths = np.diff(offsets)
+        per_request = int(lengths.max(initial=0)) + 1
+        self._queue_room(rows, per_request)
+        zeros = np.zeros(carried, np.int64)
+        chosen = np.concatenate([self.run_replica, work.chosen])
+        finish = np.empty(self.n_running + n, np.int64)
+        finishing = np.empty(self.n_running + n, np.int64)
+        finish[: self.n_running] = self.finish[: self.n_running]
+        finishing[: self.n_running] = self.finishing[: self.n_running]
+        knobs = self.settings.cache_aware
+        missing = np.concatenate([self.run_missing, work.missing])
+        hits, balance, n_running = kernels.replay_chunk(
+            offsets,
+            ids,
+            np.concatenate([zeros, work.prompt_blocks]),
+            missing,
+            np.concatenate([zeros, work.hit_limit]),
+            np.concatenate([zeros, work.prompt_tokens]),
+            self.scenario.block_size,
+            np.concatenate([zeros, work.arrival]),
+            np.concatenate([zeros, work.duration]),
+            carried,
+            self.routing,
+            self.capacity,
+            self.instant,
+            self.settings.replica_slots or 0,
+            knobs.cache_threshold,
+            knobs.balance_abs_threshold,
+            knobs.balance_rel_threshold,
+            state,
+            self.buf,
+            self.queue,
+            chosen,
+            finish,
+            finishing,
+            self.n_running,
+            self.in_flight,
+        )
+        self.balance_routed += int(balance)
+        self.last_chosen = chosen[carried:]
+        self.peak_rows = max(self.peak_rows, rows)
+        self._carry(state, by_id, offsets, ids, missing, chosen, finish, finishing, int(n_running))
+        out: I64 = hits[carried:]
+        return out
+
+    def _carry(
+        self,
+        state: Any,
+        by_id: _Keys,
+        offsets: I64,
+        ids: Any,
+        missing: I64,
+        chosen: I64,
+        finish: I64,
+        finishing: I64,
+        n_running: int,
+    ) -> None:
+        """Keep what the next chunk needs: the blocks cached on some replica (renumbered
+        0..live-1, free queues compacted and renumbered alike) and the running requests
+        (renumbered in request order, which keeps the heap's order)."""
+        running = np.sort(finishing[:n_running])
+        finishing[:n_running] = np.searchsorted(running, finishing[:n_running])
+        self.finish, self.finishing, self.n_running = finish, finishing, n_running
+        self.peak_running = max(self.peak_running, n_running)
+        kernels.compact_queues(state, self.buf, self.queue)
+        keep, renumber = kernels.live_rows(state)
+        self.state = state[keep] if keep.size else state[:1].copy()
+        for k in range(self.replicas):
+            entries = self.buf[k, : self.queue[k, kernels._TAIL]]
+            blocks = entries >= 0
+            entries[blocks] = renumber[entries[blocks]]
+        self.live = by_id.taken(keep)
+        self.peak_live = max(self.peak_live, int(keep.size))
+        starts, ends = offsets[running], offsets[running + 1]
+        # an instant request pins nothing: only its replica's count of requests in flight waits
+        lengths = np.zeros(running.size, np.int64) if self.instant else ends - starts
+        self.run_offsets = np.zeros(running.size + 1, np.int64)
+        np.cumsum(lengths, out=self.run_offsets[1:])
+        gather = np.repeat(starts - self.run_offsets[:-1], lengths) + np.arange(
+            self.run_offsets[-1], dtype=np.int64
+        )
+        self.run_ids = renumber[ids[gather]]
+        self.run_missing = np.zeros(running.size, np.int64) if self.instant else missing[running]
+        self.run_replica = chosen[running]
+        if not self.instant:
+            pinned = int(self.queue[:, kernels._PINNED].sum())
+            self.peak_pinned_total = max(self.peak_pinned_total, pinned)
