@@ -234,8 +234,9 @@ def _curve_sample_chunk(
     window_of: npt.NDArray[np.int64],
 ) -> int:
     """:func:`_curve_chunk` keeping only the hashes whose ``splitmix64`` falls below
-    ``threshold`` (every entry of a hash or none; nulls never share and are left out): their
-    hash, row and window go to ``hashes``, ``rows``, ``window_of``. Returns how many."""
+    ``threshold`` (every entry of a hash or none): their hash, row and window go to
+    ``hashes``, ``rows``, ``window_of``; null hashes (they never share) are all kept, with
+    window ``-1 - w``. Returns how many."""
     m = 0
     for i in range(offsets.shape[0] - 1):
         r = row0 + i
@@ -248,8 +249,11 @@ def _curve_sample_chunk(
                 break
             at = offsets[i] + k - 1
             if nulls.shape[0] and nulls[at]:
-                continue
-            if splitmix64(values[at]) < threshold:
+                hashes[m] = 0
+                rows[m] = r
+                window_of[m] = -1 - w
+                m += 1
+            elif splitmix64(values[at]) < threshold:
                 hashes[m] = values[at]
                 rows[m] = r
                 window_of[m] = w
@@ -269,10 +273,9 @@ class CurveCounter:
     is kept when ``splitmix64(hash) < rate · 2^64`` with ``rate`` = budget / 2 over the hashes
     (hash and row kept: 16 bytes each, the budget's 8 bytes a hash), so every request holding
     a kept hash is kept with it and "another request holds it too" is decided exactly among the
-    kept ones. ``sharing`` and ``prompt_tokens_sharing`` are then the kept counts / rate
-    (unbiased); ``standard_errors`` holds each window's standard error of ``sharing``,
-    √((1 − rate) · Σ c²) / rate over the kept hashes held by c ≥ 2 requests (the variance
-    of a sum of independently kept classes). ``rate`` is 1.0 when exact.
+    kept ones. ``sharing`` and ``prompt_tokens_sharing`` are then the kept shares times the
+    exact eligible counts (:meth:`_ratio_estimate`); ``standard_errors`` holds each window's
+    standard error of ``sharing``. ``rate`` is 1.0 when exact.
     """
 
     def __init__(
@@ -387,35 +390,67 @@ class CurveCounter:
         self._kept = []
         order = np.argsort(window_of, kind="stable")
         hashes, rows_of, window_of = hashes[order], rows_of[order], window_of[order]
-        cuts = np.searchsorted(window_of, np.arange(len(self.grid) + 1))
+        n_windows = len(self.grid)
+        cuts = np.searchsorted(window_of, np.arange(n_windows + 1))
+        null_cuts = np.searchsorted(window_of, -1 - np.arange(n_windows + 1), side="right")
         known_tokens = prompt_tokens[self.known]
         rows = []
         for w, (window, k) in enumerate(zip(self.grid, self.windows.tolist(), strict=True)):
-            kept = hashes[cuts[w] : cuts[w + 1]]
-            repeated = _repeated(kept, np.zeros(0, np.bool_), row_bits(kept.shape[0]))
-            _, sizes = np.unique(kept[repeated], return_counts=True)
-            self.standard_errors[w] = (
-                math.sqrt((1.0 - self.rate) * float(np.sum(sizes.astype(np.float64) ** 2)))
-                / self.rate
-            )
             eligible = self.known & (chain_blocks >= k)
             n_eligible = int(np.count_nonzero(eligible))
             eligible_tokens = int(prompt_tokens[eligible].sum())
-            sharing_tokens = prompt_tokens[rows_of[cuts[w] : cuts[w + 1]][repeated]]
-            # an estimate never exceeds what it is a share of
+            null_rows = rows_of[null_cuts[w + 1] : null_cuts[w]]
+            sharing, sharing_tokens, error = self._ratio_estimate(
+                hashes[cuts[w] : cuts[w + 1]],
+                prompt_tokens[rows_of[cuts[w] : cuts[w + 1]]],
+                n_eligible - null_rows.shape[0],
+                eligible_tokens - int(prompt_tokens[null_rows].sum()),
+            )
+            self.standard_errors[w] = error
             rows.append(
                 (
                     window,
                     k,
                     known_tokens.shape[0],
                     n_eligible,
-                    min(round(int(np.count_nonzero(repeated)) / self.rate), n_eligible),
+                    sharing,
                     int(known_tokens.sum()),
                     eligible_tokens,
-                    min(round(int(sharing_tokens.sum()) / self.rate), eligible_tokens),
+                    sharing_tokens,
                 )
             )
         return curve_frame(rows)
+
+    def _ratio_estimate(
+        self,
+        kept: npt.NDArray[np.uint64],
+        kept_tokens: npt.NDArray[np.int64],
+        population: int,
+        population_tokens: int,
+    ) -> tuple[int, int, float]:
+        """Sharing requests and their prompt tokens among ``population`` non-null entries (of
+        ``population_tokens``) from the kept ones, and the standard error of the first.
+
+        The share among the kept entries (a ratio over kept hash classes) scales to the known
+        population: SHARDS's adjustment to the sampled count (Waldspurger et al., FAST '15,
+        "SHARDS_adj"), which is exact when every kept class shares (a window where everyone
+        starts with one of a few system prompts). Its standard error is the cluster-sampling
+        ratio estimator's (Cochran, *Sampling Techniques*, 3rd ed., §6.7 and §11.8):
+        √((1 − rate) · Σ c² (s_c − ρ)²) / rate over the kept classes of c entries, s_c = 1
+        when c ≥ 2, ρ the kept share."""
+        if kept.shape[0] == 0 or population <= 0:
+            return 0, 0, 0.0
+        _, inverse, sizes = np.unique(kept, return_inverse=True, return_counts=True)
+        shares = sizes >= 2
+        sharing_entries = int(sizes[shares].sum())
+        share = sharing_entries / kept.shape[0]
+        tokens = int(kept_tokens.sum())
+        sharing_tokens = int(kept_tokens[shares[inverse]].sum())
+        token_share = sharing_tokens / tokens if tokens else 0.0
+        c = sizes.astype(np.float64)
+        spread = float(np.sum(c * c * (shares - share) ** 2))
+        error = math.sqrt((1.0 - self.rate) * spread) / self.rate
+        return round(share * population), round(token_share * population_tokens), error
 
 
 def curve_frame(rows: Sequence[tuple[Any, ...]]) -> pl.DataFrame:
