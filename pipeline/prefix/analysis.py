@@ -1,11 +1,12 @@
 """The prefix-sharing analysis end to end: curve, classification, reuse and sessions.
 
 Out of core: the request table is never held whole. One scan reads the per-request numbers
-(arrival, prompt tokens and blocks, whether hashes are known, the ids that group caches and
-sessions); then the hash chains stream by in arrival-order chunks through the session search,
-the curve's per-window hashes and the reuse replays, which keep only their tables (one entry
-per distinct block, per registered request) and a few numbers per request; a last scan reads
-the ids the sessions table needs. When tenants are logged the same-tenant replay reads the
+(arrival, prompt tokens and blocks, whether hashes are known, the ids that group caches);
+then the hash chains stream by in arrival-order chunks, with the ids session inference reads,
+through the session stream (:class:`pipeline.prefix.sessions.SessionStream`: the chunk's
+sessions, and state carried to the next chunk), the curve's per-window hashes (exact under
+``curve_hash_budget``, sampled past it) and the reuse replays, which keep only their tables (one
+entry per distinct block) and a few numbers per request. When tenants are logged the same-tenant replay reads the
 chains once more, after the shared replay's table is gone. Peak memory grows with the requests
 and the distinct blocks, not with the blocks.
 """

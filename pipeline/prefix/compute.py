@@ -215,7 +215,7 @@ def _repeated(
 
 
 # Per-window hashes the curve keeps exactly (8 bytes each: 1 GiB). A generated 10M-request trace
-# at 16-token blocks needs about 53M; past the budget the curve is a SHARDS-style estimate.
+# at 16-token blocks needs 58.2M; past the budget the curve is a SHARDS-style estimate.
 DEFAULT_CURVE_HASH_BUDGET = 1 << 27
 
 
