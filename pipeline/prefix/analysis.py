@@ -238,7 +238,10 @@ def analyse(requests: pl.DataFrame | pl.LazyFrame, config: PrefixConfig) -> Pref
     del table
 
     sessions = SessionStream(
-        min_blocks, gap_s=config.session_gap_s, budget=config.session_state_budget
+        min_blocks,
+        gap_s=config.session_gap_s,
+        budget=config.session_state_budget,
+        expected=int(np.count_nonzero(known & (native_blocks >= min_blocks))),
     )
     max_prompt = int(prompt_tokens[known].max()) if n_known else 0
     counter = (

@@ -497,6 +497,9 @@ class SessionStream:
     min_blocks: int = DEFAULT_MIN_SESSION_MATCH_BLOCKS
     gap_s: float | None = None
     budget: int = DEFAULT_SESSION_STATE_BUDGET
+    # requests that will register (known, at least min_blocks full prompt blocks), when the
+    # caller knows: the table and entries are sized once (up to the budget) instead of grown
+    expected: int = 0
     _table: npt.NDArray[np.uint64] = field(default_factory=lambda: new_table(0))
     _used: int = 0
     _ent_k: npt.NDArray[np.int32] = field(default_factory=lambda: np.zeros(0, np.int32))
@@ -529,6 +532,12 @@ class SessionStream:
             raise SessionInputError(f"session_gap_s must be positive, got {self.gap_s}")
         if self.budget < 1:
             raise SessionInputError(f"session_state_budget must be >= 1, got {self.budget}")
+        size = min(self.expected, self.budget)
+        if size:
+            self._table = new_table(size)
+            self._ent_k = np.zeros(size, np.int32)
+            self._ent_sess = np.zeros(size, np.int64)
+            self._ent_us = np.zeros(size, np.int64)
 
     def feed(self, chunk: pl.DataFrame, flat: FlatLists | None = None) -> pl.DataFrame:
         """The sessions (SESSIONS_SCHEMA) of the next chunk's requests, in its order (it needs
@@ -548,8 +557,12 @@ class SessionStream:
         logged = chunk["session_id"].is_not_null().to_numpy()
         if flat is None:
             flat = flat_lists(chunk["prefix_hashes"])
-        if self._ent_k.shape[0] < self._n_ent + n:
-            size = max(self._n_ent + n, self._ent_k.shape[0] * 3 // 2)
+        blocks = chunk["prompt_blocks"].fill_null(0).cast(pl.Int32).to_numpy()
+        known = chunk["hashes_known"].fill_null(False).to_numpy().astype(np.bool_)
+        # at most one new entry per request that registers
+        need = self._n_ent + int(np.count_nonzero(known & (blocks >= self.min_blocks)))
+        if self._ent_k.shape[0] < need:
+            size = max(need, self._ent_k.shape[0] * 3 // 2)
             self._ent_k = np.resize(self._ent_k, size)
             self._ent_sess = np.resize(self._ent_sess, size)
             self._ent_us = np.resize(self._ent_us, size)
@@ -560,8 +573,8 @@ class SessionStream:
             self._used,
             flat.offsets,
             flat.values,
-            chunk["prompt_blocks"].fill_null(0).cast(pl.Int32).to_numpy(),
-            chunk["hashes_known"].fill_null(False).to_numpy().astype(np.bool_),
+            blocks,
+            known,
             logged,
             logged_sess,
             arrival_us,
