@@ -118,7 +118,6 @@ def _per_request(requests: pl.LazyFrame) -> pl.DataFrame:
 
 # What session inference reads of a chunk beside its hash chains.
 SESSION_COLUMNS = (
-    "request_id",
     "arrival",
     "session_id",
     "turn",
@@ -172,12 +171,12 @@ def _stream(
     """Feed the hash chains, in arrival-order chunks, to session inference (at the table's
     block size), and at the analysis block size (``factor`` times it) to the curve and the
     shared replay; ``chain_blocks`` becomes exact chunk by chunk. Returns the chunks'
-    sessions."""
+    sessions as codes (:meth:`SessionStream.feed_codes`)."""
     found: list[pl.DataFrame] = []
 
     def side(native: FlatLists, chunk: pl.DataFrame, row0: int, flat: FlatLists) -> None:
         """The chunk's work beside the shared replay (its own tables and arrays only)."""
-        found.append(sessions.feed(chunk, native))
+        found.append(sessions.feed_codes(chunk, native))
         if counter is not None:
             counter.feed(row0, flat.offsets, flat.values, flat.nulls, chain_blocks)
 
@@ -256,7 +255,6 @@ def analyse(requests: pl.DataFrame | pl.LazyFrame, config: PrefixConfig) -> Pref
 
     parts = _stream(lazy, n, factor, known, chain_blocks, sessions, counter, shared)
     totals = sessions.finish()
-    del sessions
     shared.close()
     if same is not None:
         # The same-tenant replay's table (one entry per distinct (block, tenant)) is about as
@@ -310,8 +308,13 @@ def analyse(requests: pl.DataFrame | pl.LazyFrame, config: PrefixConfig) -> Pref
             counter_rate,
             [round(e) for e in counter_errors],
         )
-    sessions_frame = pl.concat(parts) if parts else pl.DataFrame(schema=SESSIONS_SCHEMA)
-    del parts
+    # named now, after the replays' tables are gone (the codes are 13 bytes a request)
+    sessions_frame = (
+        sessions.frame(lazy.select("request_id").collect()["request_id"], pl.concat(parts))
+        if parts
+        else pl.DataFrame(schema=SESSIONS_SCHEMA)
+    )
+    del parts, sessions
     stats = session_stats_of(totals.turns, n, totals.inferred_requests, min_blocks)
     summary = {
         "schema_version": SCHEMA_VERSION,

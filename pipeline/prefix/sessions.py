@@ -518,6 +518,8 @@ class SessionStream:
     _names: pl.DataFrame = field(
         default_factory=lambda: pl.DataFrame(schema={"name": pl.String, "sess": pl.Int64})
     )
+    # every logged id by handle (the names of closed sessions too, for :meth:`frame`)
+    _all_names: pl.Series = field(default_factory=lambda: pl.Series("name", [], pl.String))
     _closed: list[pl.Series] = field(default_factory=list)
     _requests: int = 0
     _inferred: int = 0
@@ -539,12 +541,15 @@ class SessionStream:
             self._ent_sess = np.zeros(size, np.int64)
             self._ent_us = np.zeros(size, np.int64)
 
-    def feed(self, chunk: pl.DataFrame, flat: FlatLists | None = None) -> pl.DataFrame:
-        """The sessions (SESSIONS_SCHEMA) of the next chunk's requests, in its order (it needs
-        the columns :func:`infer_sessions` reads; ``flat``: its ``prefix_hashes`` already
-        flattened, which are then not read from ``chunk``)."""
+    def feed_codes(self, chunk: pl.DataFrame, flat: FlatLists | None = None) -> pl.DataFrame:
+        """The next chunk's sessions as codes (``sess``: a logged id's handle >= 0, or -(1 + m)
+        for ``inferred-<m>``), ``session_inferred`` and ``turn``, in its order (it reads the
+        columns :func:`infer_sessions` reads but ``request_id``; ``flat``: its
+        ``prefix_hashes`` already flattened, which are then not read from ``chunk``)."""
         if chunk.height == 0:
-            return pl.DataFrame(schema=SESSIONS_SCHEMA)
+            return pl.DataFrame(
+                schema={"sess": pl.Int64, "session_inferred": pl.Boolean, "turn": pl.Int32}
+            )
         check_arrivals(chunk["arrival"])
         arrival_us = chunk["arrival"].dt.epoch("us").to_numpy()
         if self._last_us is not None and int(arrival_us[0]) < self._last_us:
@@ -590,7 +595,6 @@ class SessionStream:
         del flat
         rows = pl.DataFrame(
             {
-                "request_id": chunk["request_id"],
                 "sess": sess,
                 "session_inferred": ~logged,
                 "_logged_session": chunk["session_id"],
@@ -617,12 +621,8 @@ class SessionStream:
             (pl.col("count").fill_null(0) + pl.col("count_right").fill_null(0)).alias("count"),
             pl.max_horizontal("last_us", "last_us_right").alias("last_us"),
         )
-        frame = rows.join(self._names, on="sess", how="left", maintain_order="left").select(
-            "request_id",
-            pl.when(pl.col("sess") >= 0)
-            .then(pl.col("name"))
-            .otherwise(pl.lit("inferred-") + (-pl.col("sess") - 1).cast(pl.String))
-            .alias("session_id"),
+        codes = rows.select(
+            "sess",
             "session_inferred",
             pl.when(pl.col("_logged_session").is_not_null() & pl.col("_logged_turn").is_not_null())
             .then(pl.col("_logged_turn"))
@@ -634,7 +634,28 @@ class SessionStream:
         self._inferred += int(n - logged.sum())
         self._last_us = int(arrival_us[-1])
         self._prune(self._last_us)
-        return frame
+        return codes
+
+    def feed(self, chunk: pl.DataFrame, flat: FlatLists | None = None) -> pl.DataFrame:
+        """The sessions (SESSIONS_SCHEMA) of the next chunk's requests, in its order (it needs
+        the columns :func:`infer_sessions` reads; ``flat``: its ``prefix_hashes`` already
+        flattened, which are then not read from ``chunk``)."""
+        return self.frame(chunk["request_id"], self.feed_codes(chunk, flat))
+
+    def frame(self, request_id: pl.Series, codes: pl.DataFrame) -> pl.DataFrame:
+        """SESSIONS_SCHEMA rows from :meth:`feed_codes`'s (the names are built only now, so a
+        caller may keep the compact codes of every chunk and name them at the end)."""
+        names = self._all_names
+        named = pl.col("sess").clip(0)
+        return pl.DataFrame({"request_id": request_id, **codes.to_dict()}).select(
+            "request_id",
+            pl.when(pl.col("sess") >= 0)
+            .then(pl.lit(names, dtype=pl.String).gather(named) if names.len() else None)
+            .otherwise(pl.lit("inferred-") + (-pl.col("sess") - 1).cast(pl.String))
+            .alias("session_id"),
+            "session_inferred",
+            "turn",
+        )
 
     def _logged_codes(self, logged: pl.Series) -> npt.NDArray[np.int64]:
         """Per row: the code of its logged id (new ids get new handles; an id reading
@@ -657,6 +678,7 @@ class SessionStream:
             )
             self._next_handle += new.height
             self._names = pl.concat([self._names, new])
+            self._all_names = pl.concat([self._all_names, new["name"]])
         return (
             ids.join(self._names, on="name", how="left", maintain_order="left")["sess"]
             .fill_null(-1)
