@@ -62,7 +62,7 @@ def pieces(parts: Path) -> dict[str, float]:
                 + sessions._open.estimated_size()
                 + sessions._names.estimated_size()
             ) / MIB
-            held["sessions found so far"] = sum(f.estimated_size() for f in found) / MIB
+            held["session codes so far"] = sum(f.estimated_size() for f in found) / MIB
             held["chain blocks"] = chain_blocks.nbytes / MIB
         held["curve per-window hashes"] = counter.buf.nbytes / MIB if counter else 0.0
         held["shared replay table"] = sum(t.nbytes for t in shared.table.owners) / MIB
