@@ -24,6 +24,7 @@ from pipeline.prefix.sessions import (
     utc_days,
 )
 from pipeline.settings import default_mapping
+from tests.prefix_oracles import infer_parents
 
 GAP_S = 3_600.0
 
@@ -71,6 +72,16 @@ def test_chunked_equals_one_pass(trace: pl.DataFrame, chunking: str) -> None:
     assert session_stats_of(
         totals.turns, totals.requests, totals.inferred_requests, 2
     ) == session_stats(one, 2)
+    # against the whole-table parent search: an unlogged request joins its parent's session,
+    # and one without a parent starts a session of its own
+    parent = infer_parents(trace).to_numpy()
+    ids = got["session_id"].to_numpy()
+    unlogged = trace["session_id"].is_null().to_numpy()
+    has = unlogged & ~np.isnan(parent)
+    assert has.sum() > 1000
+    assert (ids[has] == ids[parent[has].astype(np.int64)]).all()
+    starts = unlogged & np.isnan(parent)
+    assert len(set(ids[starts])) == int(starts.sum())
     # the literal id names the same session as inferred conversation 2
     assert one.filter(pl.col("session_id") == "inferred-2")["session_inferred"].n_unique() == 2
 

@@ -204,125 +204,6 @@ class ParentSearch:
         return self.parent
 
 
-@numba.njit(cache=True)  # type: ignore[misc]
-def _assign_sessions(
-    parent: npt.NDArray[np.int64], logged_code: npt.NDArray[np.int64]
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_], int]:
-    """Per row: session code (logged code >= 0, or -(1 + n) for inferred conversation n) and
-    whether the row's session is inferred; and the count of inferred conversations."""
-    n = parent.shape[0]
-    code = np.empty(n, dtype=np.int64)
-    inferred = np.zeros(n, dtype=np.bool_)
-    counter = 0
-    for r in range(n):
-        if logged_code[r] >= 0:
-            code[r] = logged_code[r]
-        elif parent[r] >= 0:
-            code[r] = code[parent[r]]
-            inferred[r] = True
-        else:
-            code[r] = -(1 + counter)
-            counter += 1
-            inferred[r] = True
-    return code, inferred, counter
-
-
-@numba.njit(cache=True)  # type: ignore[misc]
-def _ranks(
-    code: npt.NDArray[np.int64], logged_key: npt.NDArray[np.int64], n_inferred: int
-) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """0-based arrival rank of each row within its session, and the rows per session (logged
-    codes, inferred conversations). ``logged_key[c]`` is the logged code ``c``'s session: ``c``
-    itself, or -(1 + m) when its id is literally ``inferred-<m>`` (one session by name)."""
-    n_logged = logged_key.shape[0]
-    logged_count = np.zeros(n_logged, dtype=np.int64)
-    inferred_count = np.zeros(n_inferred, dtype=np.int64)
-    rank = np.empty(code.shape[0], dtype=np.int32)
-    for r in range(code.shape[0]):
-        key = logged_key[code[r]] if code[r] >= 0 else code[r]
-        if key >= 0:
-            rank[r] = logged_count[key]
-            logged_count[key] += 1
-        else:
-            rank[r] = inferred_count[-key - 1]
-            inferred_count[-key - 1] += 1
-    return rank, logged_count, inferred_count
-
-
-def logged_codes(logged: pl.Series) -> npt.NDArray[np.int64]:
-    """Dense codes of the logged session ids (-1 where none is logged)."""
-    if logged.null_count() == logged.len():
-        return np.full(logged.len(), -1, dtype=np.int64)
-    return logged.rank("dense").cast(pl.Int64).fill_null(0).to_numpy() - 1
-
-
-@dataclass(frozen=True)
-class Sessions:
-    """Session ids, inferred flags and turns of every request, and the requests per session."""
-
-    frame: pl.DataFrame  # SESSIONS_SCHEMA, one row per request in arrival order
-    turns: pl.Series  # requests per session, one entry per session (in no particular order)
-
-
-def assign_sessions(
-    parent: npt.NDArray[np.int64],
-    codes: npt.NDArray[np.int64],
-    request_id: pl.Series,
-    logged: pl.Series,
-    logged_turn: pl.Series,
-) -> Sessions:
-    """The sessions of requests whose parents are known (``codes``: :func:`logged_codes`)."""
-    code, inferred, n_inferred = _assign_sessions(parent, codes)
-    n_codes = int(codes.max()) + 1 if codes.size else 0
-    # A logged code's id: the id of the first row logging it.
-    first_row = np.full(n_codes, -1, dtype=np.int64)
-    logged_rows = np.flatnonzero(codes >= 0)
-    first_row[codes[logged_rows][::-1]] = logged_rows[::-1]
-    names = logged.gather(first_row) if n_codes else pl.Series(dtype=pl.String)
-    # A logged id that reads "inferred-<m>" names the same session as inferred conversation m.
-    literal = (
-        names.str.extract(r"^inferred-(0|[1-9][0-9]{0,17})$", 1).cast(pl.Int64).to_numpy()
-        if n_codes
-        else np.zeros(0, np.float64)
-    )
-    logged_key = np.arange(n_codes, dtype=np.int64)
-    clash = np.isfinite(literal) & (np.nan_to_num(literal, nan=-1) < n_inferred)
-    if clash.any():
-        logged_key[clash] = -(1 + literal[clash].astype(np.int64))
-    rank, logged_count, inferred_count = _ranks(code, logged_key, n_inferred)
-    del first_row, logged_rows
-    frame = pl.DataFrame(
-        {
-            "request_id": request_id,
-            "_code": code,
-            "session_inferred": inferred,
-            "_rank": rank,
-            "_logged_session": logged,
-            "_logged_turn": logged_turn,
-        }
-    )
-    del code, inferred, rank
-    session_id = (
-        pl.when(pl.col("_code") >= 0)
-        .then(pl.lit(names, dtype=pl.String).gather(pl.col("_code").clip(0)))
-        .otherwise(pl.lit("inferred-") + (-pl.col("_code") - 1).cast(pl.String))
-        if n_codes
-        else pl.lit("inferred-") + (-pl.col("_code") - 1).cast(pl.String)
-    )
-    frame = frame.select(
-        "request_id",
-        session_id.alias("session_id"),
-        "session_inferred",
-        pl.when(pl.col("_logged_session").is_not_null() & pl.col("_logged_turn").is_not_null())
-        .then(pl.col("_logged_turn"))
-        .otherwise(pl.col("_rank"))
-        .cast(pl.Int32)
-        .alias("turn"),
-    )
-    turns = np.concatenate([logged_count[logged_key == np.arange(n_codes)], inferred_count])
-    return Sessions(frame=frame, turns=pl.Series("turns", turns[turns > 0], dtype=pl.UInt32))
-
-
 def infer_sessions(
     requests: pl.DataFrame, *, min_blocks: int = DEFAULT_MIN_SESSION_MATCH_BLOCKS
 ) -> pl.DataFrame:
@@ -334,20 +215,12 @@ def infer_sessions(
     ``request_id`` (String), ``session_id`` (String), ``session_inferred`` (Boolean) and
     ``turn`` (Int32). The rule is in this module's docstring.
     """
-    check_min_blocks(min_blocks)
     if requests.height == 0:
+        check_min_blocks(min_blocks)
         return pl.DataFrame(schema=SESSIONS_SCHEMA)
     _check_sorted(requests)
-    logged = requests["session_id"]
-    codes = logged_codes(logged)
-    known = requests["hashes_known"].fill_null(False).to_numpy().astype(np.bool_)
-    pb = requests["prompt_blocks"].fill_null(0).cast(pl.Int32).to_numpy()
-    search = ParentSearch(pb, known & (codes < 0), known, min_blocks)
-    flat = flat_lists(requests["prefix_hashes"])
-    search.feed(0, flat.offsets, flat.values)
-    return assign_sessions(
-        search.close(), codes, requests["request_id"], logged, requests["turn"]
-    ).frame
+    frame, _ = infer_sessions_chunked([requests], SessionStream(min_blocks))
+    return frame
 
 
 def check_min_blocks(min_blocks: int) -> None:
