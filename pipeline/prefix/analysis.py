@@ -1,17 +1,19 @@
 """The prefix-sharing analysis end to end: curve, classification, reuse and sessions.
 
 Out of core: the request table is never held whole. One scan reads the per-request numbers
-(arrival, prompt tokens and blocks, whether hashes are known, the ids that group caches and
-sessions); then the hash chains stream by in arrival-order chunks through the session search,
-the curve's per-window hashes and the reuse replays, which keep only their tables (one entry
-per distinct block, per registered request) and a few numbers per request; a last scan reads
-the ids the sessions table needs. When tenants are logged the same-tenant replay reads the
+(arrival, prompt tokens and blocks, whether hashes are known, the ids that group caches);
+then the hash chains stream by in arrival-order chunks, with the ids session inference reads,
+through the session stream (:class:`pipeline.prefix.sessions.SessionStream`: the chunk's
+sessions, and state carried to the next chunk), the curve's per-window hashes (exact under
+``curve_hash_budget``, sampled past it) and the reuse replays, which keep only their tables (one
+entry per distinct block) and a few numbers per request. When tenants are logged the same-tenant replay reads the
 chains once more, after the shared replay's table is gone. Peak memory grows with the requests
 and the distinct blocks, not with the blocks.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -40,15 +42,14 @@ from pipeline.prefix.result import PrefixResult
 from pipeline.prefix.sessions import (
     SESSIONS_SCHEMA,
     FlatLists,
-    ParentSearch,
-    assign_sessions,
+    SessionStream,
     check_arrivals,
     check_min_blocks,
     flat_lists,
-    logged_codes,
 )
 
 SCHEMA_VERSION = 1
+log = logging.getLogger(__name__)
 
 # Hashes per streamed chunk of chains (16 MB; the rows per chunk follow from the mean prompt
 # blocks, between MIN_ and MAX_CHUNK_ROWS).
@@ -104,36 +105,47 @@ def _per_request(requests: pl.LazyFrame) -> pl.DataFrame:
     Id columns that are null throughout (the usual case for tenant, model and adapter, and for
     session ids of traces that do not log them) are not read: a null string still takes 16
     bytes a row in memory, and they group nothing."""
-    ids = ["session_id", "tenant", "model", "lora_adapter"]
+    ids = ["tenant", "model", "lora_adapter"]
     logged = requests.select(pl.col(ids).is_not_null().any()).collect().row(0, named=True)
     return requests.select(
         "arrival",
         pl.col("hashes_known").fill_null(False),
         "prompt_tokens",
         pl.col("prompt_blocks").fill_null(0).cast(pl.Int32),
-        pl.col("session_id").is_not_null().alias("_session_logged"),
-        *[c for c in ids[1:] if logged[c]],
+        *[c for c in ids if logged[c]],
     ).collect()
 
 
-def _chunks(requests: pl.LazyFrame, n: int, rows: int) -> Iterator[tuple[int, FlatLists]]:
-    """The hash chains in arrival order, ``rows`` requests at a time (with the first row of
-    each chunk), the next chunk read while the caller works on this one."""
+# What session inference reads of a chunk beside its hash chains.
+SESSION_COLUMNS = (
+    "arrival",
+    "session_id",
+    "turn",
+    "prompt_blocks",
+    "hashes_known",
+)
 
-    def read(start: int) -> FlatLists:
+
+def _chunks(
+    requests: pl.LazyFrame, n: int, rows: int, columns: tuple[str, ...] = ()
+) -> Iterator[tuple[int, FlatLists, pl.DataFrame]]:
+    """The hash chains in arrival order, ``rows`` requests at a time (with the first row of
+    each chunk and its ``columns``), the next chunk read while the caller works on this one."""
+
+    def read(start: int) -> tuple[FlatLists, pl.DataFrame]:
         # A slice of the scan reads only the row groups it overlaps (a streaming collect would
         # read ahead of the kernels without bound).
-        chunk = requests.slice(start, rows).select("prefix_hashes").collect()
-        return flat_lists(chunk["prefix_hashes"])
+        chunk = requests.slice(start, rows).select("prefix_hashes", *columns).collect()
+        return flat_lists(chunk["prefix_hashes"]), chunk.drop("prefix_hashes")
 
     row0 = 0
     with ThreadPoolExecutor(1) as reader:
         ahead = reader.submit(read, 0) if n else None
         while ahead is not None:
-            native = ahead.result()
+            native, chunk = ahead.result()
             stop = row0 + native.offsets.shape[0] - 1
             ahead = reader.submit(read, stop) if row0 < stop < n else None
-            yield row0, native
+            yield row0, native, chunk
             row0 = stop
     if row0 != n:
         raise RuntimeError(f"read {row0} hash chains for {n} requests")
@@ -152,17 +164,19 @@ def _stream(
     factor: int,
     known: npt.NDArray[np.bool_],
     chain_blocks: npt.NDArray[np.int32],
-    search: ParentSearch,
+    sessions: SessionStream,
     counter: CurveCounter | None,
     shared: Replay,
-) -> None:
-    """Feed the hash chains, in arrival-order chunks, to the session search (at the table's
+) -> list[pl.DataFrame]:
+    """Feed the hash chains, in arrival-order chunks, to session inference (at the table's
     block size), and at the analysis block size (``factor`` times it) to the curve and the
-    shared replay; ``chain_blocks`` becomes exact chunk by chunk."""
+    shared replay; ``chain_blocks`` becomes exact chunk by chunk. Returns the chunks'
+    sessions as codes (:meth:`SessionStream.feed_codes`)."""
+    found: list[pl.DataFrame] = []
 
-    def side(row0: int, native: FlatLists, flat: FlatLists) -> None:
+    def side(native: FlatLists, chunk: pl.DataFrame, row0: int, flat: FlatLists) -> None:
         """The chunk's work beside the shared replay (its own tables and arrays only)."""
-        search.feed(row0, native.offsets, native.values)
+        found.append(sessions.feed_codes(chunk, native))
         if counter is not None:
             counter.feed(row0, flat.offsets, flat.values, flat.nulls, chain_blocks)
 
@@ -170,25 +184,27 @@ def _stream(
     # side work done, beside the shared replay (one chunk ahead at most).
     parallel = (os.cpu_count() or 1) > 1
     with ThreadPoolExecutor(1) as worker:
-        for row0, native in _chunks(requests, n, _chunk_rows(chain_blocks, factor)):
+        chunks = _chunks(requests, n, _chunk_rows(chain_blocks, factor), SESSION_COLUMNS)
+        for row0, native, chunk in chunks:
             flat = stride_chains(native, factor)
             part = chain_blocks[row0 : row0 + flat.offsets.shape[0] - 1]
             np.minimum(part, np.diff(flat.offsets).astype(np.int32), out=part)
             part[~known[row0 : row0 + part.shape[0]]] = 0
-            pending = worker.submit(side, row0, native, flat) if parallel else None
+            pending = worker.submit(side, native, chunk, row0, flat) if parallel else None
             if pending is None:
-                side(row0, native, flat)
+                side(native, chunk, row0, flat)
             shared.feed(row0, flat.offsets, flat.values)
             if pending is not None:
                 pending.result()
-            del native, flat, pending
+            del native, flat, pending, chunk
+    return found
 
 
 def _replay_again(
     requests: pl.LazyFrame, n: int, factor: int, blocks: npt.NDArray[np.int32], replay: Replay
 ) -> None:
     """A second pass over the chains for one more replay (its table alone in memory)."""
-    for row0, native in _chunks(requests, n, _chunk_rows(blocks, factor)):
+    for row0, native, _ in _chunks(requests, n, _chunk_rows(blocks, factor)):
         flat = stride_chains(native, factor)
         replay.feed(row0, flat.offsets, flat.values)
 
@@ -217,22 +233,28 @@ def analyse(requests: pl.DataFrame | pl.LazyFrame, config: PrefixConfig) -> Pref
     # full prompt blocks at the analysis block size: an upper bound until a chunk's chains
     # are read, then min(that, the chain's length), 0 for rows without known hashes
     chain_blocks = native_blocks // factor
-    searchable = known & ~table["_session_logged"].to_numpy()
     groups = reuse_groups(table, n, shift)
     del table
 
-    search = ParentSearch(native_blocks, searchable, known, min_blocks)
-    del searchable
+    sessions = SessionStream(
+        min_blocks,
+        gap_s=config.session_gap_s,
+        budget=config.session_state_budget,
+        expected=int(np.count_nonzero(known & (native_blocks >= min_blocks))),
+    )
     max_prompt = int(prompt_tokens[known].max()) if n_known else 0
-    counter = CurveCounter(block_size, max_prompt, known, chain_blocks) if n_known else None
+    counter = (
+        CurveCounter(block_size, max_prompt, known, chain_blocks, config.curve_hash_budget)
+        if n_known
+        else None
+    )
     shared, same = new_replays(
         arrival_us, known, chain_blocks, groups, shift, config.reuse_age_buckets_s
     )
     del groups
 
-    _stream(lazy, n, factor, known, chain_blocks, search, counter, shared)
-    parent = search.close()
-    del search
+    parts = _stream(lazy, n, factor, known, chain_blocks, sessions, counter, shared)
+    totals = sessions.finish()
     shared.close()
     if same is not None:
         # The same-tenant replay's table (one entry per distinct (block, tenant)) is about as
@@ -247,6 +269,9 @@ def analyse(requests: pl.DataFrame | pl.LazyFrame, config: PrefixConfig) -> Pref
         if counter is not None
         else pl.DataFrame(schema=CURVE_SCHEMA)
     )
+    counter_rate = counter.rate if counter is not None else 1.0
+    counter_errors = counter.standard_errors if counter is not None else []
+    n_curve_hashes = counter.hashes if counter is not None else 0
     del counter
     classification = classify_curve(
         curve,
@@ -266,18 +291,31 @@ def analyse(requests: pl.DataFrame | pl.LazyFrame, config: PrefixConfig) -> Pref
     )
     del shared, same, prompt_tokens, chain_blocks, arrival_us, native_blocks, known
 
-    if n:
-        ids = lazy.select("request_id", "session_id", "turn").collect()
-        codes = logged_codes(ids["session_id"])
-        found = assign_sessions(parent, codes, ids["request_id"], ids["session_id"], ids["turn"])
-        del ids, parent, codes
-        sessions = found.frame
-        stats = session_stats_of(
-            found.turns, n, int(sessions["session_inferred"].sum()), min_blocks
+    if totals.closed_early or totals.reopened:
+        log.warning(
+            "prefix sessions: %d sessions closed early by session_state_budget %d, %d met "
+            "again after closing: their turns are approximate",
+            totals.closed_early,
+            config.session_state_budget,
+            totals.reopened,
         )
-    else:
-        sessions = pl.DataFrame(schema=SESSIONS_SCHEMA)
-        stats = session_stats(sessions, min_blocks)
+    if counter_rate < 1.0:
+        log.warning(
+            "prefix curve: %d per-window hashes exceed curve_hash_budget %d; the curve's "
+            "sharing counts are a sampled estimate (rate %.4g, standard errors %s)",
+            n_curve_hashes,
+            config.curve_hash_budget,
+            counter_rate,
+            [round(e) for e in counter_errors],
+        )
+    # named now, after the replays' tables are gone (the codes are 13 bytes a request)
+    sessions_frame = (
+        sessions.frame(lazy.select("request_id").collect()["request_id"], pl.concat(parts))
+        if parts
+        else pl.DataFrame(schema=SESSIONS_SCHEMA)
+    )
+    del parts, sessions
+    stats = session_stats_of(totals.turns, n, totals.inferred_requests, min_blocks)
     summary = {
         "schema_version": SCHEMA_VERSION,
         "block_size": block_size if n_known else None,
@@ -294,4 +332,4 @@ def analyse(requests: pl.DataFrame | pl.LazyFrame, config: PrefixConfig) -> Pref
             "reuse_age_buckets_s": list(config.reuse_age_buckets_s),
         },
     }
-    return PrefixResult.from_json(summary, curve, sessions)
+    return PrefixResult.from_json(summary, curve, sessions_frame)

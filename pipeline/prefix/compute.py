@@ -63,7 +63,14 @@ import polars as pl
 
 from pipeline.errors import EnginefitError
 from pipeline.prefix.cache_rules import hit_limit_blocks, namespace_codes
-from pipeline.prefix.hashmap import new_table, row_bits, table_find, table_row, table_set
+from pipeline.prefix.hashmap import (
+    new_table,
+    row_bits,
+    splitmix64,
+    table_find,
+    table_row,
+    table_set,
+)
 from pipeline.prefix.replay import Replay
 from pipeline.prefix.sessions import FlatLists
 from pipeline.thresholds import (
@@ -207,12 +214,69 @@ def _repeated(
     return repeated
 
 
+# Per-window hashes the curve keeps exactly (8 bytes each: 1 GiB). A generated 10M-request trace
+# at 16-token blocks needs 58.2M; past the budget the curve is a SHARDS-style estimate.
+DEFAULT_CURVE_HASH_BUDGET = 1 << 27
+
+
+@numba.njit(cache=True, nogil=True)  # type: ignore[misc]
+def _curve_sample_chunk(
+    offsets: npt.NDArray[np.int64],
+    values: npt.NDArray[np.uint64],
+    nulls: npt.NDArray[np.bool_],
+    row0: int,
+    chain_blocks: npt.NDArray[np.int32],
+    known: npt.NDArray[np.bool_],
+    windows: npt.NDArray[np.int64],
+    threshold: np.uint64,
+    hashes: npt.NDArray[np.uint64],
+    rows: npt.NDArray[np.int64],
+    window_of: npt.NDArray[np.int64],
+) -> int:
+    """:func:`_curve_chunk` keeping only the hashes whose ``splitmix64`` falls below
+    ``threshold`` (every entry of a hash or none): their hash, row and window go to
+    ``hashes``, ``rows``, ``window_of``; null hashes (they never share) are all kept, with
+    window ``-1 - w``. Returns how many."""
+    m = 0
+    for i in range(offsets.shape[0] - 1):
+        r = row0 + i
+        if not known[r]:
+            continue
+        p = chain_blocks[r]
+        for w in range(windows.shape[0]):
+            k = windows[w]
+            if p < k:
+                break
+            at = offsets[i] + k - 1
+            if nulls.shape[0] and nulls[at]:
+                hashes[m] = 0
+                rows[m] = r
+                window_of[m] = -1 - w
+                m += 1
+            elif splitmix64(values[at]) < threshold:
+                hashes[m] = values[at]
+                rows[m] = r
+                window_of[m] = w
+                m += 1
+    return m
+
+
 class CurveCounter:
     """The shared-prefix curve fed chunk by chunk (rows in order, each once).
 
     ``chain_blocks`` (per request: full prompt blocks its chain holds) must be final for a
     chunk's rows when the chunk is fed; ``upper_blocks`` bounds it from above before the pass
-    (it sizes the buffers)."""
+    (it sizes the buffers).
+
+    Exact while the per-window hashes (one per request and window it reaches) number at most
+    ``budget``. Past it, SHARDS-style spatial sampling (Waldspurger et al., FAST '15): a hash
+    is kept when ``splitmix64(hash) < rate · 2^64`` with ``rate`` = budget / 2 over the hashes
+    (hash and row kept: 16 bytes each, the budget's 8 bytes a hash), so every request holding
+    a kept hash is kept with it and "another request holds it too" is decided exactly among the
+    kept ones. ``sharing`` and ``prompt_tokens_sharing`` are then the kept shares times the
+    exact eligible counts (:meth:`_ratio_estimate`); ``standard_errors`` holds each window's
+    standard error of ``sharing``. ``rate`` is 1.0 when exact.
+    """
 
     def __init__(
         self,
@@ -220,12 +284,23 @@ class CurveCounter:
         max_prompt_tokens: int,
         known: npt.NDArray[np.bool_],
         upper_blocks: npt.NDArray[np.int32],
+        budget: int = DEFAULT_CURVE_HASH_BUDGET,
     ) -> None:
         self.block_size = block_size
         self.grid = window_grid(block_size, max_prompt_tokens)
         self.windows = np.array([w // block_size for w in self.grid], dtype=np.int64)
         self.known = known
         bounds = [int(np.count_nonzero(known & (upper_blocks >= k))) for k in self.windows]
+        total = int(sum(bounds))
+        self.hashes = total
+        self.rate = 1.0 if total <= budget else max(budget // 2, 1) / total
+        self.standard_errors = [0.0] * len(self.grid)
+        self._threshold = np.uint64(min(int(self.rate * 2.0**64), 2**64 - 1))
+        self._kept: list[
+            tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64], npt.NDArray[np.int64]]
+        ] = []
+        if self.rate < 1.0:
+            bounds = [0] * len(bounds)
         self.starts = np.concatenate([[0], np.cumsum(bounds)]).astype(np.int64)
         self.fill = np.zeros(self.windows.shape[0], dtype=np.int64)
         self.buf = np.empty(int(self.starts[-1]), dtype=np.uint64)
@@ -239,6 +314,27 @@ class CurveCounter:
         nulls: npt.NDArray[np.bool_],
         chain_blocks: npt.NDArray[np.int32],
     ) -> None:
+        if self.rate < 1.0:
+            rows = offsets.shape[0] - 1
+            size = rows * self.windows.shape[0]
+            hashes = np.empty(size, dtype=np.uint64)
+            kept_rows = np.empty(size, dtype=np.int64)
+            window_of = np.empty(size, dtype=np.int64)
+            m = _curve_sample_chunk(
+                offsets,
+                values,
+                nulls,
+                row0,
+                chain_blocks,
+                self.known,
+                self.windows,
+                self._threshold,
+                hashes,
+                kept_rows,
+                window_of,
+            )
+            self._kept.append((hashes[:m].copy(), kept_rows[:m].copy(), window_of[:m].copy()))
+            return
         if nulls.shape[0] and self.null_buf.shape[0] == 0:
             self.null_buf = np.zeros(self.buf.shape[0], dtype=np.bool_)
         _curve_chunk(
@@ -259,6 +355,8 @@ class CurveCounter:
         self, prompt_tokens: npt.NDArray[np.int64], chain_blocks: npt.NDArray[np.int32]
     ) -> pl.DataFrame:
         """The curve (one row per window); the buffers are released window by window."""
+        if self.rate < 1.0:
+            return self._finish_sampled(prompt_tokens, chain_blocks)
         known_tokens = prompt_tokens[self.known]
         rows = []
         for w, (window, k) in enumerate(zip(self.grid, self.windows.tolist(), strict=True)):
@@ -282,6 +380,77 @@ class CurveCounter:
         self.buf = np.empty(0, dtype=np.uint64)
         self.null_buf = np.zeros(0, dtype=np.bool_)
         return curve_frame(rows)
+
+    def _finish_sampled(
+        self, prompt_tokens: npt.NDArray[np.int64], chain_blocks: npt.NDArray[np.int32]
+    ) -> pl.DataFrame:
+        hashes = np.concatenate([h for h, _, _ in self._kept] or [np.zeros(0, np.uint64)])
+        rows_of = np.concatenate([r for _, r, _ in self._kept] or [np.zeros(0, np.int64)])
+        window_of = np.concatenate([w for _, _, w in self._kept] or [np.zeros(0, np.int64)])
+        self._kept = []
+        order = np.argsort(window_of, kind="stable")
+        hashes, rows_of, window_of = hashes[order], rows_of[order], window_of[order]
+        n_windows = len(self.grid)
+        cuts = np.searchsorted(window_of, np.arange(n_windows + 1))
+        null_cuts = np.searchsorted(window_of, -1 - np.arange(n_windows + 1), side="right")
+        known_tokens = prompt_tokens[self.known]
+        rows = []
+        for w, (window, k) in enumerate(zip(self.grid, self.windows.tolist(), strict=True)):
+            eligible = self.known & (chain_blocks >= k)
+            n_eligible = int(np.count_nonzero(eligible))
+            eligible_tokens = int(prompt_tokens[eligible].sum())
+            null_rows = rows_of[null_cuts[w + 1] : null_cuts[w]]
+            sharing, sharing_tokens, error = self._ratio_estimate(
+                hashes[cuts[w] : cuts[w + 1]],
+                prompt_tokens[rows_of[cuts[w] : cuts[w + 1]]],
+                n_eligible - null_rows.shape[0],
+                eligible_tokens - int(prompt_tokens[null_rows].sum()),
+            )
+            self.standard_errors[w] = error
+            rows.append(
+                (
+                    window,
+                    k,
+                    known_tokens.shape[0],
+                    n_eligible,
+                    sharing,
+                    int(known_tokens.sum()),
+                    eligible_tokens,
+                    sharing_tokens,
+                )
+            )
+        return curve_frame(rows)
+
+    def _ratio_estimate(
+        self,
+        kept: npt.NDArray[np.uint64],
+        kept_tokens: npt.NDArray[np.int64],
+        population: int,
+        population_tokens: int,
+    ) -> tuple[int, int, float]:
+        """Sharing requests and their prompt tokens among ``population`` non-null entries (of
+        ``population_tokens``) from the kept ones, and the standard error of the first.
+
+        The share among the kept entries (a ratio over kept hash classes) scales to the known
+        population: SHARDS's adjustment to the sampled count (Waldspurger et al., FAST '15,
+        "SHARDS_adj"), which is exact when every kept class shares (a window where everyone
+        starts with one of a few system prompts). Its standard error is the cluster-sampling
+        ratio estimator's (Cochran, *Sampling Techniques*, 3rd ed., §6.7 and §11.8):
+        √((1 − rate) · Σ c² (s_c − ρ)²) / rate over the kept classes of c entries, s_c = 1
+        when c ≥ 2, ρ the kept share."""
+        if kept.shape[0] == 0 or population <= 0:
+            return 0, 0, 0.0
+        _, inverse, sizes = np.unique(kept, return_inverse=True, return_counts=True)
+        shares = sizes >= 2
+        sharing_entries = int(sizes[shares].sum())
+        share = sharing_entries / kept.shape[0]
+        tokens = int(kept_tokens.sum())
+        sharing_tokens = int(kept_tokens[shares[inverse]].sum())
+        token_share = sharing_tokens / tokens if tokens else 0.0
+        c = sizes.astype(np.float64)
+        spread = float(np.sum(c * c * (shares - share) ** 2))
+        error = math.sqrt((1.0 - self.rate) * spread) / self.rate
+        return round(share * population), round(token_share * population_tokens), error
 
 
 def curve_frame(rows: Sequence[tuple[Any, ...]]) -> pl.DataFrame:

@@ -39,6 +39,7 @@ linear in the number of prompt blocks.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numba
@@ -203,125 +204,6 @@ class ParentSearch:
         return self.parent
 
 
-@numba.njit(cache=True)  # type: ignore[misc]
-def _assign_sessions(
-    parent: npt.NDArray[np.int64], logged_code: npt.NDArray[np.int64]
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_], int]:
-    """Per row: session code (logged code >= 0, or -(1 + n) for inferred conversation n) and
-    whether the row's session is inferred; and the count of inferred conversations."""
-    n = parent.shape[0]
-    code = np.empty(n, dtype=np.int64)
-    inferred = np.zeros(n, dtype=np.bool_)
-    counter = 0
-    for r in range(n):
-        if logged_code[r] >= 0:
-            code[r] = logged_code[r]
-        elif parent[r] >= 0:
-            code[r] = code[parent[r]]
-            inferred[r] = True
-        else:
-            code[r] = -(1 + counter)
-            counter += 1
-            inferred[r] = True
-    return code, inferred, counter
-
-
-@numba.njit(cache=True)  # type: ignore[misc]
-def _ranks(
-    code: npt.NDArray[np.int64], logged_key: npt.NDArray[np.int64], n_inferred: int
-) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """0-based arrival rank of each row within its session, and the rows per session (logged
-    codes, inferred conversations). ``logged_key[c]`` is the logged code ``c``'s session: ``c``
-    itself, or -(1 + m) when its id is literally ``inferred-<m>`` (one session by name)."""
-    n_logged = logged_key.shape[0]
-    logged_count = np.zeros(n_logged, dtype=np.int64)
-    inferred_count = np.zeros(n_inferred, dtype=np.int64)
-    rank = np.empty(code.shape[0], dtype=np.int32)
-    for r in range(code.shape[0]):
-        key = logged_key[code[r]] if code[r] >= 0 else code[r]
-        if key >= 0:
-            rank[r] = logged_count[key]
-            logged_count[key] += 1
-        else:
-            rank[r] = inferred_count[-key - 1]
-            inferred_count[-key - 1] += 1
-    return rank, logged_count, inferred_count
-
-
-def logged_codes(logged: pl.Series) -> npt.NDArray[np.int64]:
-    """Dense codes of the logged session ids (-1 where none is logged)."""
-    if logged.null_count() == logged.len():
-        return np.full(logged.len(), -1, dtype=np.int64)
-    return logged.rank("dense").cast(pl.Int64).fill_null(0).to_numpy() - 1
-
-
-@dataclass(frozen=True)
-class Sessions:
-    """Session ids, inferred flags and turns of every request, and the requests per session."""
-
-    frame: pl.DataFrame  # SESSIONS_SCHEMA, one row per request in arrival order
-    turns: pl.Series  # requests per session, one entry per session (in no particular order)
-
-
-def assign_sessions(
-    parent: npt.NDArray[np.int64],
-    codes: npt.NDArray[np.int64],
-    request_id: pl.Series,
-    logged: pl.Series,
-    logged_turn: pl.Series,
-) -> Sessions:
-    """The sessions of requests whose parents are known (``codes``: :func:`logged_codes`)."""
-    code, inferred, n_inferred = _assign_sessions(parent, codes)
-    n_codes = int(codes.max()) + 1 if codes.size else 0
-    # A logged code's id: the id of the first row logging it.
-    first_row = np.full(n_codes, -1, dtype=np.int64)
-    logged_rows = np.flatnonzero(codes >= 0)
-    first_row[codes[logged_rows][::-1]] = logged_rows[::-1]
-    names = logged.gather(first_row) if n_codes else pl.Series(dtype=pl.String)
-    # A logged id that reads "inferred-<m>" names the same session as inferred conversation m.
-    literal = (
-        names.str.extract(r"^inferred-(0|[1-9][0-9]{0,17})$", 1).cast(pl.Int64).to_numpy()
-        if n_codes
-        else np.zeros(0, np.float64)
-    )
-    logged_key = np.arange(n_codes, dtype=np.int64)
-    clash = np.isfinite(literal) & (np.nan_to_num(literal, nan=-1) < n_inferred)
-    if clash.any():
-        logged_key[clash] = -(1 + literal[clash].astype(np.int64))
-    rank, logged_count, inferred_count = _ranks(code, logged_key, n_inferred)
-    del first_row, logged_rows
-    frame = pl.DataFrame(
-        {
-            "request_id": request_id,
-            "_code": code,
-            "session_inferred": inferred,
-            "_rank": rank,
-            "_logged_session": logged,
-            "_logged_turn": logged_turn,
-        }
-    )
-    del code, inferred, rank
-    session_id = (
-        pl.when(pl.col("_code") >= 0)
-        .then(pl.lit(names, dtype=pl.String).gather(pl.col("_code").clip(0)))
-        .otherwise(pl.lit("inferred-") + (-pl.col("_code") - 1).cast(pl.String))
-        if n_codes
-        else pl.lit("inferred-") + (-pl.col("_code") - 1).cast(pl.String)
-    )
-    frame = frame.select(
-        "request_id",
-        session_id.alias("session_id"),
-        "session_inferred",
-        pl.when(pl.col("_logged_session").is_not_null() & pl.col("_logged_turn").is_not_null())
-        .then(pl.col("_logged_turn"))
-        .otherwise(pl.col("_rank"))
-        .cast(pl.Int32)
-        .alias("turn"),
-    )
-    turns = np.concatenate([logged_count[logged_key == np.arange(n_codes)], inferred_count])
-    return Sessions(frame=frame, turns=pl.Series("turns", turns[turns > 0], dtype=pl.UInt32))
-
-
 def infer_sessions(
     requests: pl.DataFrame, *, min_blocks: int = DEFAULT_MIN_SESSION_MATCH_BLOCKS
 ) -> pl.DataFrame:
@@ -333,20 +215,12 @@ def infer_sessions(
     ``request_id`` (String), ``session_id`` (String), ``session_inferred`` (Boolean) and
     ``turn`` (Int32). The rule is in this module's docstring.
     """
-    check_min_blocks(min_blocks)
     if requests.height == 0:
+        check_min_blocks(min_blocks)
         return pl.DataFrame(schema=SESSIONS_SCHEMA)
     _check_sorted(requests)
-    logged = requests["session_id"]
-    codes = logged_codes(logged)
-    known = requests["hashes_known"].fill_null(False).to_numpy().astype(np.bool_)
-    pb = requests["prompt_blocks"].fill_null(0).cast(pl.Int32).to_numpy()
-    search = ParentSearch(pb, known & (codes < 0), known, min_blocks)
-    flat = flat_lists(requests["prefix_hashes"])
-    search.feed(0, flat.offsets, flat.values)
-    return assign_sessions(
-        search.close(), codes, requests["request_id"], logged, requests["turn"]
-    ).frame
+    frame, _ = infer_sessions_chunked([requests], SessionStream(min_blocks))
+    return frame
 
 
 def check_min_blocks(min_blocks: int) -> None:
@@ -368,3 +242,405 @@ def check_arrivals(arrival: pl.Series) -> None:
         raise SessionInputError(
             "requests: not sorted by 'arrival'; session inference needs the canonical arrival order"
         )
+
+
+# Carried entries (parent-table keys + open sessions) the chunked inference keeps before it
+# closes the least recently active sessions early: 32M entries, ~1.6 GB. 10M requests (at most
+# 10M keys and 10M sessions) stay exact; past it the counter ``closed_early`` says how many
+# sessions were cut.
+DEFAULT_SESSION_STATE_BUDGET = 1 << 25
+# Bits of a carried parent-table entry's index (the packed table's row field).
+_ENTRY_BITS = 40
+_LITERAL = r"^inferred-(0|[1-9][0-9]{0,17})$"
+
+
+@numba.njit(cache=True, nogil=True)  # type: ignore[misc]
+def _stream_chunk(
+    table: npt.NDArray[np.uint64],
+    used: int,
+    offsets: npt.NDArray[np.int64],
+    values: npt.NDArray[np.uint64],
+    prompt_blocks: npt.NDArray[np.int32],
+    known: npt.NDArray[np.bool_],
+    logged: npt.NDArray[np.bool_],
+    logged_sess: npt.NDArray[np.int64],
+    arrival_us: npt.NDArray[np.int64],
+    min_blocks: int,
+    gap_us: int,
+    ent_k: npt.NDArray[np.int32],
+    ent_sess: npt.NDArray[np.int64],
+    ent_us: npt.NDArray[np.int64],
+    n_ent: int,
+    counter: int,
+    sess: npt.NDArray[np.int64],
+) -> tuple[npt.NDArray[np.uint64], int, int, int]:
+    """:func:`_parents_chunk` and :func:`_assign_sessions` for one chunk with carried state:
+    the table maps a registered request's last full prompt block hash to an entry (its full
+    prompt blocks, session code, arrival); a parent further back than ``gap_us`` (< 0: no
+    limit) does not count. Session codes: logged handle >= 0, or -(1 + m) for conversation m."""
+    for i in range(offsets.shape[0] - 1):
+        start = offsets[i]
+        pb = min(prompt_blocks[i], offsets[i + 1] - start)
+        found = False
+        if logged[i]:
+            sess[i] = logged_sess[i]
+            found = True
+        elif known[i]:
+            k = pb
+            while k >= min_blocks:
+                slot = table_find(table, values[start + k - 1], 0, _ENTRY_BITS)
+                if table[2 * slot + 1] != 0:
+                    e = table_row(table, slot, _ENTRY_BITS)
+                    if ent_k[e] == k and (gap_us < 0 or arrival_us[i] - ent_us[e] <= gap_us):
+                        sess[i] = ent_sess[e]
+                        found = True
+                        break
+                k -= 1
+        if not found:
+            sess[i] = -(1 + counter)
+            counter += 1
+        if known[i] and pb >= min_blocks:
+            key = values[start + pb - 1]
+            slot = table_find(table, key, 0, _ENTRY_BITS)
+            if table[2 * slot + 1] != 0:
+                e = table_row(table, slot, _ENTRY_BITS)
+            else:
+                e = n_ent
+                n_ent += 1
+                table_set(table, slot, key, 0, e, _ENTRY_BITS)
+                used += 1
+                table = table_grow_if_full(table, used, _ENTRY_BITS)
+            ent_k[e] = pb
+            ent_sess[e] = sess[i]
+            ent_us[e] = arrival_us[i]
+    return table, used, n_ent, counter
+
+
+@numba.njit(cache=True)  # type: ignore[misc]
+def _rebuilt(
+    table: npt.NDArray[np.uint64], keep: npt.NDArray[np.bool_], n_keep: int
+) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]:
+    """The table of the kept entries, renumbered in order (``new[e]`` = new index or -1)."""
+    new = np.full(keep.shape[0], -1, dtype=np.int64)
+    j = 0
+    for e in range(keep.shape[0]):
+        if keep[e]:
+            new[e] = j
+            j += 1
+    rebuilt = new_table(n_keep)
+    size = table.size >> 1
+    for s in range(size):
+        if table[2 * s + 1] != 0:
+            e = table_row(table, s, _ENTRY_BITS)
+            if new[e] >= 0:
+                slot = table_find(rebuilt, table[2 * s], 0, _ENTRY_BITS)
+                table_set(rebuilt, slot, table[2 * s], 0, new[e], _ENTRY_BITS)
+    return rebuilt, new
+
+
+@dataclass
+class SessionTotals:
+    """What :class:`SessionStream` found over every chunk: the requests, the requests per
+    session (``turns``, one entry a session), and what it carried from chunk to chunk."""
+
+    requests: int
+    inferred_requests: int
+    turns: pl.Series
+    carried_max: int  # most entries (parent keys + open sessions) carried over a chunk boundary
+    closed_early: int  # sessions closed by the state budget (0: the result is exact)
+    reopened: int  # rows joining a session already closed (a logged ``inferred-<m>`` id)
+
+
+@dataclass
+class SessionStream:
+    """Session inference (the rule of this module) over the canonical table in arrival-order
+    chunks — parts of the table, or UTC days — with state carried from chunk to chunk.
+
+    What is carried over a boundary is the parent table's entries that a later request can
+    still match, and the sessions still open (their name and requests so far). With
+    ``gap_s`` set, a request continues an earlier one only within ``gap_s`` seconds of it, so
+    an inferred conversation with no request for ``gap_s`` is closed and its entries dropped:
+    the state is bounded by what is open at the boundary. Without it (the default, the rule of
+    :func:`infer_sessions`), every entry stays. ``budget`` bounds the carried entries in either
+    case: past it, the least recently active sessions are closed early (counted in
+    ``closed_early``; 0 means the result equals one pass over the whole table). Logged
+    sessions stay open until the end or the budget (their id may come back at any time).
+    """
+
+    min_blocks: int = DEFAULT_MIN_SESSION_MATCH_BLOCKS
+    gap_s: float | None = None
+    budget: int = DEFAULT_SESSION_STATE_BUDGET
+    # requests that will register (known, at least min_blocks full prompt blocks), when the
+    # caller knows: the table and entries are sized once (up to the budget) instead of grown
+    expected: int = 0
+    _table: npt.NDArray[np.uint64] = field(default_factory=lambda: new_table(0))
+    _used: int = 0
+    _ent_k: npt.NDArray[np.int32] = field(default_factory=lambda: np.zeros(0, np.int32))
+    _ent_sess: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
+    _ent_us: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
+    _n_ent: int = 0
+    _counter: int = 0
+    _next_handle: int = 0
+    # open sessions: code, requests so far, last arrival (µs)
+    _open: pl.DataFrame = field(
+        default_factory=lambda: pl.DataFrame(
+            schema={"sess": pl.Int64, "count": pl.Int64, "last_us": pl.Int64}
+        )
+    )
+    # logged ids of open sessions and their codes
+    _names: pl.DataFrame = field(
+        default_factory=lambda: pl.DataFrame(schema={"name": pl.String, "sess": pl.Int64})
+    )
+    # every logged id by handle (the names of closed sessions too, for :meth:`frame`)
+    _all_names: pl.Series = field(default_factory=lambda: pl.Series("name", [], pl.String))
+    _closed: list[pl.Series] = field(default_factory=list)
+    _requests: int = 0
+    _inferred: int = 0
+    _last_us: int | None = None
+    carried_max: int = 0
+    closed_early: int = 0
+    reopened: int = 0
+
+    def __post_init__(self) -> None:
+        check_min_blocks(self.min_blocks)
+        if self.gap_s is not None and not self.gap_s > 0:
+            raise SessionInputError(f"session_gap_s must be positive, got {self.gap_s}")
+        if self.budget < 1:
+            raise SessionInputError(f"session_state_budget must be >= 1, got {self.budget}")
+        size = min(self.expected, self.budget)
+        if size:
+            self._table = new_table(size)
+            self._ent_k = np.zeros(size, np.int32)
+            self._ent_sess = np.zeros(size, np.int64)
+            self._ent_us = np.zeros(size, np.int64)
+
+    def feed_codes(self, chunk: pl.DataFrame, flat: FlatLists | None = None) -> pl.DataFrame:
+        """The next chunk's sessions as codes (``sess``: a logged id's handle >= 0, or -(1 + m)
+        for ``inferred-<m>``), ``session_inferred`` and ``turn``, in its order (it reads the
+        columns :func:`infer_sessions` reads but ``request_id``; ``flat``: its
+        ``prefix_hashes`` already flattened, which are then not read from ``chunk``)."""
+        if chunk.height == 0:
+            return pl.DataFrame(
+                schema={"sess": pl.Int64, "session_inferred": pl.Boolean, "turn": pl.Int32}
+            )
+        check_arrivals(chunk["arrival"])
+        arrival_us = chunk["arrival"].dt.epoch("us").to_numpy()
+        if self._last_us is not None and int(arrival_us[0]) < self._last_us:
+            raise SessionInputError(
+                "requests: a chunk starts before the previous one ends; feed the chunks in "
+                "arrival order"
+            )
+        n = chunk.height
+        logged_sess = self._logged_codes(chunk["session_id"])
+        logged = chunk["session_id"].is_not_null().to_numpy()
+        if flat is None:
+            flat = flat_lists(chunk["prefix_hashes"])
+        blocks = chunk["prompt_blocks"].fill_null(0).cast(pl.Int32).to_numpy()
+        known = chunk["hashes_known"].fill_null(False).to_numpy().astype(np.bool_)
+        # at most one new entry per request that registers
+        need = self._n_ent + int(np.count_nonzero(known & (blocks >= self.min_blocks)))
+        if self._ent_k.shape[0] < need:
+            size = max(need, self._ent_k.shape[0] * 3 // 2)
+            self._ent_k = np.resize(self._ent_k, size)
+            self._ent_sess = np.resize(self._ent_sess, size)
+            self._ent_us = np.resize(self._ent_us, size)
+        sess = np.empty(n, dtype=np.int64)
+        counter0 = self._counter
+        self._table, self._used, self._n_ent, self._counter = _stream_chunk(
+            self._table,
+            self._used,
+            flat.offsets,
+            flat.values,
+            blocks,
+            known,
+            logged,
+            logged_sess,
+            arrival_us,
+            self.min_blocks,
+            -1 if self.gap_s is None else round(self.gap_s * 1_000_000),
+            self._ent_k,
+            self._ent_sess,
+            self._ent_us,
+            self._n_ent,
+            self._counter,
+            sess,
+        )
+        del flat
+        rows = pl.DataFrame(
+            {
+                "sess": sess,
+                "session_inferred": ~logged,
+                "_logged_session": chunk["session_id"],
+                "_logged_turn": chunk["turn"],
+                "_us": arrival_us,
+            }
+        ).with_columns(pl.int_range(pl.len(), dtype=pl.Int64).over("sess").alias("_rank"))
+        counts = rows.group_by("sess").agg(
+            pl.len().cast(pl.Int64).alias("count"), pl.col("_us").max().alias("last_us")
+        )
+        merged = self._open.join(counts, on="sess", how="full", coalesce=True)
+        # a conversation closed in an earlier chunk met again (only a logged "inferred-<m>")
+        self.reopened += merged.filter(
+            pl.col("count").is_null() & (pl.col("sess") < 0) & (-pl.col("sess") - 1 < counter0)
+        ).height
+        rows = rows.join(
+            self._open.select("sess", pl.col("count").alias("_before")),
+            on="sess",
+            how="left",
+            maintain_order="left",
+        )
+        self._open = merged.select(
+            "sess",
+            (pl.col("count").fill_null(0) + pl.col("count_right").fill_null(0)).alias("count"),
+            pl.max_horizontal("last_us", "last_us_right").alias("last_us"),
+        )
+        codes = rows.select(
+            "sess",
+            "session_inferred",
+            pl.when(pl.col("_logged_session").is_not_null() & pl.col("_logged_turn").is_not_null())
+            .then(pl.col("_logged_turn"))
+            .otherwise(pl.col("_rank") + pl.col("_before").fill_null(0))
+            .cast(pl.Int32)
+            .alias("turn"),
+        )
+        self._requests += n
+        self._inferred += int(n - logged.sum())
+        self._last_us = int(arrival_us[-1])
+        self._prune(self._last_us)
+        return codes
+
+    def feed(self, chunk: pl.DataFrame, flat: FlatLists | None = None) -> pl.DataFrame:
+        """The sessions (SESSIONS_SCHEMA) of the next chunk's requests, in its order (it needs
+        the columns :func:`infer_sessions` reads; ``flat``: its ``prefix_hashes`` already
+        flattened, which are then not read from ``chunk``)."""
+        return self.frame(chunk["request_id"], self.feed_codes(chunk, flat))
+
+    def frame(self, request_id: pl.Series, codes: pl.DataFrame) -> pl.DataFrame:
+        """SESSIONS_SCHEMA rows from :meth:`feed_codes`'s (the names are built only now, so a
+        caller may keep the compact codes of every chunk and name them at the end)."""
+        names = self._all_names
+        named = pl.col("sess").clip(0)
+        return pl.DataFrame({"request_id": request_id, **codes.to_dict()}).select(
+            "request_id",
+            pl.when(pl.col("sess") >= 0)
+            .then(pl.lit(names, dtype=pl.String).gather(named) if names.len() else None)
+            .otherwise(pl.lit("inferred-") + (-pl.col("sess") - 1).cast(pl.String))
+            .alias("session_id"),
+            "session_inferred",
+            "turn",
+        )
+
+    def _logged_codes(self, logged: pl.Series) -> npt.NDArray[np.int64]:
+        """Per row: the code of its logged id (new ids get new handles; an id reading
+        ``inferred-<m>`` is inferred conversation m's code), -1 where none is logged."""
+        ids = pl.DataFrame({"name": logged})
+        new = (
+            ids.filter(pl.col("name").is_not_null())
+            .unique("name", maintain_order=True)
+            .join(self._names, on="name", how="anti")
+        )
+        if new.height:
+            literal = new["name"].str.extract(_LITERAL, 1).cast(pl.Int64)
+            handles = pl.int_range(self._next_handle, self._next_handle + new.height, eager=True)
+            new = new.with_columns(
+                pl.when(literal.is_not_null())
+                .then(-1 - literal)
+                .otherwise(handles)
+                .cast(pl.Int64)
+                .alias("sess")
+            )
+            self._next_handle += new.height
+            self._names = pl.concat([self._names, new])
+            self._all_names = pl.concat([self._all_names, new["name"]])
+        return (
+            ids.join(self._names, on="name", how="left", maintain_order="left")["sess"]
+            .fill_null(-1)
+            .to_numpy()
+        )
+
+    def _close(self, closing: pl.Expr) -> None:
+        """Close the open sessions ``closing`` selects: their turns are final."""
+        done = self._open.filter(closing)
+        if done.height == 0:
+            return
+        self._closed.append(done["count"])
+        self._open = self._open.filter(~closing)
+        self._names = self._names.join(done.select("sess"), on="sess", how="anti")
+
+    def _prune(self, now_us: int) -> None:
+        """Drop the entries no later request can match and close the sessions no later request
+        can join; then keep the carried state within the budget."""
+        keep = np.ones(self._n_ent, dtype=np.bool_)
+        if self.gap_s is not None:
+            cutoff = now_us - round(self.gap_s * 1_000_000)
+            keep &= self._ent_us[: self._n_ent] >= cutoff
+            # an inferred conversation grows only through its entries
+            self._close((pl.col("sess") < 0) & (pl.col("last_us") < cutoff))
+        over = int(keep.sum()) + self._open.height - self.budget
+        if over > 0:
+            # the least recently active sessions, oldest first, until the state fits
+            order = self._open.sort("last_us", "sess")
+            cut = order.head(min(order.height, over))
+            self.closed_early += cut.height
+            limit = int(cut["last_us"].max())  # type: ignore[arg-type]
+            self._close(pl.col("sess").is_in(cut["sess"].implode()))
+            keep &= self._ent_us[: self._n_ent] > limit
+            keep &= ~np.isin(self._ent_sess[: self._n_ent], cut["sess"].to_numpy())
+        n_keep = int(keep.sum())
+        if n_keep < self._n_ent:
+            self._table, new = _rebuilt(self._table, keep, n_keep)
+            self._used = n_keep
+            self._ent_k = self._ent_k[: self._n_ent][keep].copy()
+            self._ent_sess = self._ent_sess[: self._n_ent][keep].copy()
+            self._ent_us = self._ent_us[: self._n_ent][keep].copy()
+            self._n_ent = n_keep
+            del new
+        self.carried_max = max(self.carried_max, self._n_ent + self._open.height)
+
+    def finish(self) -> SessionTotals:
+        """Close every session: the totals over all chunks (the state is released)."""
+        self._close(pl.lit(True))
+        turns = (
+            pl.concat(self._closed).cast(pl.UInt32).rename("turns")
+            if self._closed
+            else pl.Series("turns", [], dtype=pl.UInt32)
+        )
+        self._closed = []
+        self._table = new_table(0)
+        self._ent_k, self._ent_sess, self._ent_us = (
+            np.zeros(0, np.int32),
+            np.zeros(0, np.int64),
+            np.zeros(0, np.int64),
+        )
+        self._n_ent = 0
+        return SessionTotals(
+            requests=self._requests,
+            inferred_requests=self._inferred,
+            turns=turns,
+            carried_max=self.carried_max,
+            closed_early=self.closed_early,
+            reopened=self.reopened,
+        )
+
+
+def infer_sessions_chunked(
+    chunks: Iterable[pl.DataFrame], stream: SessionStream | None = None
+) -> tuple[pl.DataFrame, SessionTotals]:
+    """:func:`infer_sessions` over arrival-order chunks (e.g. :func:`utc_days`): the sessions
+    of every chunk, concatenated, and the totals (``stream`` sets the gap and the budget)."""
+    stream = stream or SessionStream()
+    frames = [stream.feed(chunk) for chunk in chunks]
+    frame = pl.concat(frames) if frames else pl.DataFrame(schema=SESSIONS_SCHEMA)
+    return frame, stream.finish()
+
+
+def utc_days(requests: pl.LazyFrame | pl.DataFrame) -> Iterator[pl.DataFrame]:
+    """The canonical table (sorted by arrival) one UTC day at a time, each collected alone."""
+    lazy = requests.lazy()
+    days = (
+        lazy.select(pl.col("arrival").dt.convert_time_zone("UTC").dt.date().unique().sort())
+        .collect()
+        .to_series()
+    )
+    for day in days:
+        yield lazy.filter(pl.col("arrival").dt.convert_time_zone("UTC").dt.date() == day).collect()
