@@ -233,20 +233,50 @@ def pdf_as_its_html(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="session")
 def bundled_graph_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[GraphRun, Path]:
-    """The whole asset graph run once per run on the bundled configuration (an ephemeral
-    instance; shared by the xdist workers), and the data folder it wrote: tests compare other
-    paths' outputs with it and must not change it."""
+    """The whole asset graph run once per run on the bundled configuration, as `make report`
+    runs it: `enginefit report` from an empty folder with no ``DAGSTER_HOME`` (shared by the
+    xdist workers), and the data folder it wrote: tests compare other paths' outputs with it
+    and must not change it. What the command printed is in :func:`bundled_report_output`."""
 
-    def run_the_graph(root: Path) -> tuple[GraphRun, Path]:
-        import dagster as dg
+    def run_the_command(root: Path) -> tuple[GraphRun, Path]:
+        import contextlib
+        import io
 
-        from assets.definitions import run_full_graph
+        from assets import definitions
+        from assets.cli import main
 
-        with dg.DagsterInstance.ephemeral() as instance:
-            run = run_full_graph(bundled_config(root, "asset"), instance)
-        return run, root / "asset" / "data"
+        runs: list[GraphRun] = []
+        graph = definitions.run_full_graph
 
-    return _built_once(_shared_folder(tmp_path_factory), "bundled-graph", run_the_graph)
+        def kept(*args: object, **kwargs: object) -> GraphRun:
+            runs.append(graph(*args, **kwargs))  # type: ignore[arg-type]
+            return runs[-1]
+
+        elsewhere = root / "elsewhere"
+        elsewhere.mkdir()
+        out, err = io.StringIO(), io.StringIO()
+        with pytest.MonkeyPatch.context() as patch:
+            patch.chdir(elsewhere)
+            # Recorded as absent, so the home the command sets for itself is removed after it.
+            patch.setenv("DAGSTER_HOME", "")
+            patch.delenv("DAGSTER_HOME")
+            patch.setattr(definitions, "run_full_graph", kept)
+            config = bundled_config(root, "asset")
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                code = main(["report", "--config", str(config)])
+        (root / "command.out").write_text(f"{code}\n{out.getvalue()}")
+        (root / "command.err").write_text(err.getvalue())
+        return runs[0], root / "asset" / "data"
+
+    return _built_once(_shared_folder(tmp_path_factory), "bundled-graph", run_the_command)
+
+
+def bundled_report_output(graph_data: Path) -> tuple[int, str, str]:
+    """The exit code, standard output and standard error of :func:`bundled_graph_run`'s
+    command, given the data folder it returned."""
+    root = graph_data.parents[1]
+    code, out = (root / "command.out").read_text().split("\n", 1)
+    return int(code), out, (root / "command.err").read_text()
 
 
 def write_requests(frame: pl.DataFrame, workload_dir: Path) -> None:
