@@ -229,11 +229,16 @@ class StagedRead:
     twice in memory and written twice to the run storage)."""
 
     read: SourceRead  # its result's requests emptied (their count kept in ``rows``)
-    rows: tuple[Path, ...]  # the rows in file order, a chunk of the file each (one at least)
+    rows: Path  # the rows (of a file read in chunks, the first chunk's)
+    more: tuple[Path, ...] = ()  # the later chunks' rows, in file order
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        return (self.rows, *self.more)
 
     @property
     def folder(self) -> Path:
-        return self.rows[0].parent
+        return self.rows.parent
 
 
 def stage_read(read: SourceRead, layout: WorkloadLayout) -> StagedRead:
@@ -252,11 +257,12 @@ def read_stage(
     planned: PlannedSource,
     layout: WorkloadLayout,
     *,
-    records: int = CHUNK_RECORDS,
+    records: int | None = None,
 ) -> StagedRead:
     """:func:`read_one` then :func:`stage_read`, with memory bounded by ``records``, not by the
     file: a format read line by line (:meth:`~pipeline.ingest.readers.base.Reader.read_chunks`)
-    hands on its rows every ``records`` records, each chunk staged as a file of its own."""
+    hands on its rows every ``records`` records (default :data:`CHUNK_RECORDS`), each chunk
+    staged as a file of its own."""
     stager = _Stager(planned.digest, planned.position, layout)
     with stager:
         read = read_source_chunks(
@@ -266,7 +272,7 @@ def read_stage(
             stager.write,
             digest=planned.digest,
             position=planned.position,
-            records=records,
+            records=records or CHUNK_RECORDS,
         )
         if not stager.rows:  # no rows at all: one empty file gives the merge their columns
             stager.write(empty_canonical())
@@ -279,7 +285,6 @@ class _Stager:
 
     def __init__(self, digest: str, position: int, layout: WorkloadLayout) -> None:
         self.layout = layout
-        self.position = position
         self.target = layout.root / f"{STAGED_READS_PREFIX}{digest[:16] or f'{position:016x}'}"
         self.rows: list[Path] = []
 
@@ -295,8 +300,8 @@ class _Stager:
     def write(self, rows: pl.DataFrame) -> None:
         if self.rows and not rows.height:
             return
-        name = f"part-{self.position:05d}" + (f"-{len(self.rows):05d}" if self.rows else "")
-        path = self.target / f"{name}.parquet"
+        # Named as request parts are, so the cleanup of staging folders knows them as its own.
+        path = self.target / f"part-{len(self.rows):05d}.parquet"
         # An error names the request table's first part, what is being written, not the
         # staging folder's hidden name.
         write_parquet_atomic(rows, path, shown=self.layout.ingest.part(0))
@@ -311,11 +316,12 @@ class _Stager:
             prompt_blocks_capped=result.prompt_blocks_capped,
             notes=result.notes,
         )
-        return StagedRead(replace(read, result=emptied), tuple(self.rows))
+        first, *more = self.rows
+        return StagedRead(replace(read, result=emptied), first, tuple(more))
 
 
 def _require_rows(staged: StagedRead) -> None:
-    gone = next((path for path in staged.rows if not path.is_file()), None)
+    gone = next((path for path in staged.files if not path.is_file()), None)
     if gone is not None:
         raise OutputError(
             f"{gone}: the rows read from {staged.read.source.label} are gone (another "
@@ -326,7 +332,7 @@ def _require_rows(staged: StagedRead) -> None:
 def unstage(staged: StagedRead) -> SourceRead:
     """The source read back whole from its staged rows."""
     _require_rows(staged)
-    requests = pl.concat([pl.read_parquet(path) for path in staged.rows])
+    requests = pl.concat([pl.read_parquet(path) for path in staged.files])
     result = staged.read.result
     return replace(
         staged.read,
@@ -380,7 +386,7 @@ def merge_publish(
             _require_rows(staged)
         streamed = (
             merge_staged(
-                [(staged.read, staged.rows) for staged in reads],
+                [(staged.read, staged.files) for staged in reads],
                 inputs.context,
                 skipped=skipped,
                 anchor_is_default=inputs.anchor_is_default,
