@@ -167,3 +167,19 @@ def test_bundled_samples_in_small_chunks_publish_the_same_bytes(
     stage.write(stage.run(inputs), whole)
     stage.run_publish(inputs, chunked)
     assert _published(chunked) == _published(whole)
+
+
+def test_chunks_of_decoded_and_of_scanned_rows_merge_alike(tmp_path: Path) -> None:
+    """Mooncake lines the scanner leaves to ``json`` (an escaped key) fill the first chunk, clean
+    ones the second: the staged files of both kinds are one table to the merge."""
+    clean = {"timestamp": 5, "input_length": 1024, "output_length": 3, "hash_ids": [1, 2]}
+    escaped = json.dumps(clean).replace('"timestamp"', '"time\\u0073tamp"')
+    lines = [escaped] * 3 + [json.dumps({**clean, "timestamp": 6 + i}) for i in range(3)]
+    path = tmp_path / "mooncake.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    inputs = _inputs([path])
+    whole, chunked = WorkloadLayout(tmp_path / "whole"), WorkloadLayout(tmp_path / "chunked")
+    stage.write(stage.run(inputs), whole)
+    _publish_chunked(inputs, chunked, 3)
+    assert _published(chunked) == _published(whole)
+    assert json.loads(chunked.ingest.summary.read_text())["ingested"] == 6
