@@ -80,11 +80,10 @@ def ingest_plan(store: EnginefitStore, **upstream: Any) -> Any:
 @dg.op(tags=INGEST_PRIORITY)
 def ingest_file(store: EnginefitStore, planned: stage.PlannedSource) -> stage.StagedRead:
     """One trace file read (format detected by content, or as configured) into canonical rows
-    and its quarantine; the files of a workload are read side by side. The rows go to a
-    staging file of the workload folder, which the merge reads."""
+    and its quarantine; the files of a workload are read side by side. The rows go to
+    staging files of the workload folder, a chunk of the file each, which the merge reads."""
     config = store.config()
-    read = stage.read_one(configured_inputs(config), planned)
-    return stage.stage_read(read, config.layout())
+    return stage.read_stage(configured_inputs(config), planned, config.layout())
 
 
 @dg.op

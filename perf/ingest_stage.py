@@ -1,8 +1,8 @@
 """The ``workload`` asset's ingest steps at scale, eager merge against out-of-core merge.
 
 The steps run in one child process as the in-process executor runs them: the trace files
-planned, each read and staged (:func:`pipeline.ingest.stage.read_one`,
-:func:`~pipeline.ingest.stage.stage_read`), then merged and published, either as before (every
+planned, each read and staged in chunks of records (:func:`pipeline.ingest.stage.read_stage`;
+on a ``--code`` checkout from before it, read whole then staged), then merged and published, either as before (every
 staged read back whole, :func:`~pipeline.ingest.stage.merge` then
 :func:`~pipeline.ingest.stage.write`) or out of core
 (:func:`~pipeline.ingest.stage.merge_publish`). While it runs, the memory of the child is
@@ -55,7 +55,10 @@ mark("start")
 sources = tuple(expand_paths(traces))
 inputs = stage.IngestInputs(sources, tuple("auto" for _ in sources), ReadContext(salt=b"bench"))
 planned, skipped = stage.plan(inputs)
-staged = [stage.stage_read(stage.read_one(inputs, p), layout) for p in planned]
+if hasattr(stage, "read_stage"):  # each file read and staged in chunks of records
+    staged = [stage.read_stage(inputs, p, layout) for p in planned]
+else:  # a checkout from before: each file read whole, then staged
+    staged = [stage.stage_read(stage.read_one(inputs, p), layout) for p in planned]
 mark("read")
 if how == "eager":
     result = stage.merge(inputs, staged, skipped)

@@ -22,7 +22,7 @@ from pipeline.errors import ConfigError, InputFormatError
 from pipeline.hashing import SAMPLE_SALT, salt_fingerprint
 from pipeline.ingest.config import SALT_ENV_VAR
 from pipeline.ingest.readers import ReadContext, Reader, SourceFile, detect_reader, reader_named
-from pipeline.ingest.readers.base import DEFAULT_ANCHOR, EPOCH_SECONDS_MIN, ReadResult
+from pipeline.ingest.readers.base import DEFAULT_ANCHOR, EPOCH_SECONDS_MIN, ReadResult, drain
 from pipeline.ingest.result import FileSummary, IngestResult, IngestSummary, SkippedFile
 from pipeline.ingest.tokenize import Tokenizer, make_tokenizer
 from pipeline.schema import QUARANTINE_SCHEMA, empty_canonical, empty_quarantine
@@ -180,14 +180,56 @@ def read_source(
     source: SourceFile, fmt: TraceFormat, ctx: ReadContext, *, digest: str, position: int
 ) -> SourceRead:
     """Read one source with the reader ``fmt`` is or names (``auto``: detected by content)."""
-    if isinstance(fmt, Reader):
-        reader = fmt
-    else:
-        reader = detect_reader(source) if fmt == "auto" else reader_named(fmt)
+    reader = _reader(source, fmt)
     result = reader.read(source, ctx)
+    return _source_read(
+        source, reader, ctx, digest, position, result, bool(result.requests["hashes_known"].any())
+    )
+
+
+def read_source_chunks(
+    source: SourceFile,
+    fmt: TraceFormat,
+    ctx: ReadContext,
+    sink: Callable[[pl.DataFrame], None],
+    *,
+    digest: str,
+    position: int,
+    records: int,
+) -> SourceRead:
+    """:func:`read_source` with the rows handed to ``sink`` in chunks of about ``records``
+    records (:meth:`Reader.read_chunks`) instead of held: the read returned has no rows (its
+    ``records_read`` counts the quarantined records only)."""
+    reader = _reader(source, fmt)
+    hashed = False
+
+    def seen(rows: pl.DataFrame) -> None:
+        nonlocal hashed
+        hashed = hashed or bool(rows["hashes_known"].any())
+        sink(rows)
+
+    rest = drain(reader.read_chunks(source, ctx, records), seen)
+    return _source_read(source, reader, ctx, digest, position, rest, hashed)
+
+
+def _reader(source: SourceFile, fmt: TraceFormat) -> Reader:
+    if isinstance(fmt, Reader):
+        return fmt
+    return detect_reader(source) if fmt == "auto" else reader_named(fmt)
+
+
+def _source_read(
+    source: SourceFile,
+    reader: Reader,
+    ctx: ReadContext,
+    digest: str,
+    position: int,
+    result: ReadResult,
+    any_hashed: bool,
+) -> SourceRead:
     # Canonical Parquet carries hashes made at its own ingest; every other reader hashed
     # this file's content (or block ids) with ctx.salt just now.
-    hashed = reader.name != CANONICAL_FORMAT and bool(result.requests["hashes_known"].any())
+    hashed = reader.name != CANONICAL_FORMAT and any_hashed
     if hashed and not ctx.salt:
         raise ConfigError(
             f"{source.label}: no hash salt, and this trace's prompt content (or block ids) "

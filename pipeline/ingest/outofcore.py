@@ -1,7 +1,7 @@
 """The merge of staged reads out of core: what :func:`pipeline.ingest.compute.merge_reads` makes
 of the same sources, part by part, never the whole table in memory.
 
-Each source's rows wait in a Parquet file (:func:`pipeline.ingest.stage.stage_read`). The merge
+Each source's rows wait in Parquet files (:func:`pipeline.ingest.stage.read_stage`). The merge
 reads them back a few columns at a time:
 
 * repeated request ids: a 64-bit hash per row (8 bytes a row); only the rows whose hash repeats
@@ -51,14 +51,14 @@ ARRIVAL = pl.Datetime("us", "UTC")
 @dataclass(frozen=True)
 class _Source:
     position: int  # among the sources merged, in position order
-    rows: Path
+    rows: tuple[Path, ...]  # its staged rows, in file order
     height: int
     duplicates: tuple[int, ...]  # rows (in file order) dropped as repeated ids
 
     def scan(self) -> pl.LazyFrame:
         """The staged rows with their file and row in it: the eager merge's concatenation
         order, which breaks ties of its stable sort."""
-        return pl.scan_parquet(self.rows, row_index_name=ROW).with_columns(
+        return pl.scan_parquet(list(self.rows), row_index_name=ROW).with_columns(
             pl.lit(self.position, pl.Int32).alias(FILE)
         )
 
@@ -174,20 +174,22 @@ def _schema(source: _Source) -> pl.Schema:
 
 
 def merge_staged(
-    staged: Sequence[tuple[SourceRead, Path]],
+    staged: Sequence[tuple[SourceRead, Sequence[Path]]],
     ctx: ReadContext,
     *,
     skipped: Sequence[SkippedFile] = (),
     anchor_is_default: bool = False,
     rows_per_part: int,
 ) -> StreamedMerge | None:
-    """The merge of ``staged`` (each read, its requests emptied, and the Parquet file of its
+    """The merge of ``staged`` (each read, its requests emptied, and the Parquet files of its
     rows; in any order, merged in ``position`` order). None when some arrival is missing:
     the eager merge (which sorts those first) is left to do it."""
     ordered = sorted(staged, key=lambda pair: pair[0].position)
-    heights = [int(pl.scan_parquet(rows).select(pl.len()).collect().item()) for _, rows in ordered]
+    heights = [
+        int(pl.scan_parquet(list(rows)).select(pl.len()).collect().item()) for _, rows in ordered
+    ]
     bare = [
-        _Source(position, rows, height, ())
+        _Source(position, tuple(rows), height, ())
         for position, ((_, rows), height) in enumerate(zip(ordered, heights, strict=True))
     ]
     dup_frame = _duplicates(bare)

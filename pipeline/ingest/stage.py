@@ -39,6 +39,7 @@ from pipeline.ingest.compute import (
     ingest_sources,
     merge_reads,
     read_source,
+    read_source_chunks,
 )
 from pipeline.ingest.config import (
     SALT_ENV_VAR,
@@ -55,6 +56,7 @@ from pipeline.ingest.result import IngestResult, IngestSummary, SkippedFile
 from pipeline.ingest.tokenize import make_tokenizer
 from pipeline.layout import WorkloadLayout
 from pipeline.safe_read import read_json
+from pipeline.schema import empty_canonical
 from pipeline.settings import with_flags
 from pipeline.store import (
     STAGED_READS_PREFIX,
@@ -70,6 +72,8 @@ from pipeline.store import (
 STEP = results.Step(results.REQUESTS, sections=("workload",))
 
 ROWS_PER_PART = 1_000_000
+# Records of a trace file read (and staged) at a time: what bounds a large file's memory.
+CHUNK_RECORDS = 1_000_000
 # Ad-hoc analyses never persist hashes, so without a configured salt any fixed one will do.
 ADHOC_SALT = b"enginefit-adhoc"
 
@@ -225,7 +229,16 @@ class StagedRead:
     twice in memory and written twice to the run storage)."""
 
     read: SourceRead  # its result's requests emptied (their count kept in ``rows``)
-    rows: Path
+    rows: Path  # the rows (of a file read in chunks, the first chunk's)
+    more: tuple[Path, ...] = ()  # the later chunks' rows, in file order
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        return (self.rows, *self.more)
+
+    @property
+    def folder(self) -> Path:
+        return self.rows.parent
 
 
 def stage_read(read: SourceRead, layout: WorkloadLayout) -> StagedRead:
@@ -233,32 +246,85 @@ def stage_read(read: SourceRead, layout: WorkloadLayout) -> StagedRead:
     back before it publishes the set, and publishing clears the workload's staging folders
     (:func:`pipeline.store.claim_workload`), so this one goes then, or with a killed run's
     leftovers at the next ingest."""
-    open_stage_output(layout)
-    target = layout.root / f"{STAGED_READS_PREFIX}{read.digest[:16] or f'{read.position:016x}'}"
-    rows = target / f"part-{read.position:05d}.parquet"
-    target.mkdir(exist_ok=True)
-    try:
+    stager = _Stager(read.digest, read.position, layout)
+    with stager:
+        stager.write(read.result.requests)
+    return stager.staged(read)
+
+
+def read_stage(
+    inputs: IngestInputs,
+    planned: PlannedSource,
+    layout: WorkloadLayout,
+    *,
+    records: int | None = None,
+) -> StagedRead:
+    """:func:`read_one` then :func:`stage_read`, with memory bounded by ``records``, not by the
+    file: a format read line by line (:meth:`~pipeline.ingest.readers.base.Reader.read_chunks`)
+    hands on its rows every ``records`` records (default :data:`CHUNK_RECORDS`), each chunk
+    staged as a file of its own."""
+    stager = _Stager(planned.digest, planned.position, layout)
+    with stager:
+        read = read_source_chunks(
+            inputs.sources[planned.index],
+            inputs.formats[planned.index],
+            inputs.context,
+            stager.write,
+            digest=planned.digest,
+            position=planned.position,
+            records=records or CHUNK_RECORDS,
+        )
+        if not stager.rows:  # no rows at all: one empty file gives the merge their columns
+            stager.write(empty_canonical())
+    return stager.staged(read)
+
+
+class _Stager:
+    """The staged rows of one source, written chunk by chunk into its staging folder; all of
+    them removed if the read or a write fails."""
+
+    def __init__(self, digest: str, position: int, layout: WorkloadLayout) -> None:
+        self.layout = layout
+        self.target = layout.root / f"{STAGED_READS_PREFIX}{digest[:16] or f'{position:016x}'}"
+        self.rows: list[Path] = []
+
+    def __enter__(self) -> _Stager:
+        open_stage_output(self.layout)
+        self.target.mkdir(exist_ok=True)
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        if kind is not None:
+            remove_staged_reads(self.target)
+
+    def write(self, rows: pl.DataFrame) -> None:
+        if self.rows and not rows.height:
+            return
+        # Named as request parts are, so the cleanup of staging folders knows them as its own.
+        path = self.target / f"part-{len(self.rows):05d}.parquet"
         # An error names the request table's first part, what is being written, not the
         # staging folder's hidden name.
-        write_parquet_atomic(read.result.requests, rows, shown=layout.ingest.part(0))
-    except BaseException:
-        remove_staged_reads(target)
-        raise
-    result = read.result
-    emptied = ReadResult(
-        result.requests.clear(),
-        result.quarantine,
-        records_read=result.quarantine.height,  # the rows' own count is in the file
-        prompt_blocks_capped=result.prompt_blocks_capped,
-        notes=result.notes,
-    )
-    return StagedRead(replace(read, result=emptied), rows)
+        write_parquet_atomic(rows, path, shown=self.layout.ingest.part(0))
+        self.rows.append(path)
+
+    def staged(self, read: SourceRead) -> StagedRead:
+        result = read.result
+        emptied = ReadResult(
+            result.requests.clear(),
+            result.quarantine,
+            records_read=result.quarantine.height,  # the rows' own count is in the files
+            prompt_blocks_capped=result.prompt_blocks_capped,
+            notes=result.notes,
+        )
+        first, *more = self.rows
+        return StagedRead(replace(read, result=emptied), first, tuple(more))
 
 
 def _require_rows(staged: StagedRead) -> None:
-    if not staged.rows.is_file():
+    gone = next((path for path in staged.files if not path.is_file()), None)
+    if gone is not None:
         raise OutputError(
-            f"{staged.rows}: the rows read from {staged.read.source.label} are gone (another "
+            f"{gone}: the rows read from {staged.read.source.label} are gone (another "
             "ingest of this workload ran in between and cleared them); run the ingest again"
         )
 
@@ -266,7 +332,7 @@ def _require_rows(staged: StagedRead) -> None:
 def unstage(staged: StagedRead) -> SourceRead:
     """The source read back whole from its staged rows."""
     _require_rows(staged)
-    requests = pl.read_parquet(staged.rows)
+    requests = pl.concat([pl.read_parquet(path) for path in staged.files])
     result = staged.read.result
     return replace(
         staged.read,
@@ -314,13 +380,13 @@ def merge_publish(
     """:func:`merge` then :func:`write`, byte for byte, out of core: the staged rows are read
     back a few columns at a time and the request parts made one by one
     (:mod:`pipeline.ingest.outofcore`), so memory holds one part, not the workload."""
-    folders = {staged.rows.parent for staged in reads}
+    folders = {staged.folder for staged in reads}
     with claim_workload(layout, keep=folders):  # the staged rows are read while it is held
         for staged in reads:
             _require_rows(staged)
         streamed = (
             merge_staged(
-                [(staged.read, staged.rows) for staged in reads],
+                [(staged.read, staged.files) for staged in reads],
                 inputs.context,
                 skipped=skipped,
                 anchor_is_default=inputs.anchor_is_default,
@@ -360,10 +426,10 @@ def run_publish(inputs: IngestInputs, layout: WorkloadLayout) -> Merged:
         staged: list[StagedRead] = []
         try:
             for source in planned:
-                staged.append(stage_read(read_one(inputs, source), layout))
+                staged.append(read_stage(inputs, source, layout))
             return merge_publish(inputs, staged, skipped, layout)
         except BaseException:
-            for folder in {s.rows.parent for s in staged}:
+            for folder in {s.folder for s in staged}:
                 remove_staged_reads(folder)
             raise
 

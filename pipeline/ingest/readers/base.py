@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -105,6 +105,48 @@ class Reader(ABC):
 
     @abstractmethod
     def read(self, source: SourceFile, ctx: ReadContext) -> ReadResult: ...
+
+    def read_chunks(self, source: SourceFile, ctx: ReadContext, records: int | None) -> Chunks:
+        """:meth:`read`'s rows in chunks of about ``records`` records each (None: one chunk),
+        so a large file need not be held whole; this one reads whole (a format that cannot be
+        cut into lines). The generator returns the rest of the read: its quarantine, notes
+        and capped count, with no rows (``records_read`` counts the quarantined records)."""
+        result = self.read(source, ctx)
+        yield result.requests
+        return ReadResult(
+            empty_canonical(),
+            result.quarantine,
+            result.quarantine.height,
+            result.prompt_blocks_capped,
+            result.notes,
+        )
+
+
+# A read in chunks of rows (:meth:`Reader.read_chunks`), returning the read's rest.
+Chunks = Generator[pl.DataFrame, None, ReadResult]
+
+
+def drain(chunks: Chunks, sink: Callable[[pl.DataFrame], None]) -> ReadResult:
+    """Every chunk handed to ``sink`` in turn; the read's rest (quarantine, notes, no rows)."""
+    while True:
+        try:
+            sink(next(chunks))
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+
+def whole(chunks: Chunks) -> ReadResult:
+    """The read the chunks make, rows and all, as :meth:`Reader.read` returns it."""
+    frames: list[pl.DataFrame] = []
+    rest = drain(chunks, frames.append)
+    requests = frames[0] if len(frames) == 1 else pl.concat(frames) if frames else empty_canonical()
+    return ReadResult(
+        requests,
+        rest.quarantine,
+        requests.height + rest.records_read,
+        rest.prompt_blocks_capped,
+        rest.notes,
+    )
 
 
 class Quarantine:
@@ -324,18 +366,33 @@ class JsonLinesReader(Reader):
     def detect_object(self, obj: dict[str, Any]) -> bool: ...
 
     def read(self, source: SourceFile, ctx: ReadContext) -> ReadResult:
+        return whole(self._line_chunks(source, ctx, None))
+
+    def read_chunks(self, source: SourceFile, ctx: ReadContext, records: int | None) -> Chunks:
+        """:meth:`read` line by line, its rows yielded every ``records`` records (None: once);
+        a subclass that sets up state around :meth:`read` reads whole (:class:`Reader`)."""
+        if type(self).read is not JsonLinesReader.read:
+            return super().read_chunks(source, ctx, records)
+        return self._line_chunks(source, ctx, records)
+
+    def _line_chunks(self, source: SourceFile, ctx: ReadContext, records: int | None) -> Chunks:
         rows: list[dict[str, Any]] = []
         quarantine = Quarantine(source)
-        read = capped = 0
+        read = capped = pending = kept = 0
         for line_no, obj in iter_json_objects(source, quarantine, ctx):
-            read += 1
-            if obj is None:
-                continue
-            row = self.record_row(obj, source, line_no, ctx, quarantine)
-            if row is not None:
-                capped += bool(row.pop(PROMPT_BLOCKS_CAPPED, False))
-                rows.append(row)
-        return ReadResult(canonical_rows(rows), quarantine.frame(), read, capped)
+            pending += 1
+            if obj is not None:
+                row = self.record_row(obj, source, line_no, ctx, quarantine)
+                if row is not None:
+                    capped += bool(row.pop(PROMPT_BLOCKS_CAPPED, False))
+                    rows.append(row)
+            if records is not None and pending >= records:
+                read, kept, pending = read + pending, kept + len(rows), 0
+                yield canonical_rows(rows)
+                rows = []
+        if rows or records is None:
+            yield canonical_rows(rows)
+        return _rest(read + pending, kept + len(rows), quarantine.frame(), capped)
 
     def read_scanned(
         self, source: SourceFile, ctx: ReadContext, scan: Callable[[bytes], ScannedBlock]
@@ -343,34 +400,59 @@ class JsonLinesReader(Reader):
         """What :meth:`read` returns (the same rows, the same quarantine), block of lines by
         block: the lines ``scan`` read with certainty become columns at once, the others are
         decoded with ``json`` and go through :meth:`record_row` as in :meth:`read`."""
+        return whole(self.scanned_chunks(source, ctx, scan, None))
+
+    def scanned_chunks(
+        self,
+        source: SourceFile,
+        ctx: ReadContext,
+        scan: Callable[[bytes], ScannedBlock],
+        records: int | None,
+    ) -> Chunks:
+        """:meth:`read_scanned`'s rows, yielded every ``records`` records (blank lines do not
+        count; None: once, at the end), each chunk in line order."""
         quarantine = Quarantine(source)
         frames: list[pl.DataFrame] = []
         decoded: list[dict[str, Any]] = []
-        read = 0
+        read = pending = kept = 0
         first_line = 1
         for block, terminated in source.iter_line_blocks(ctx.progress):
             scanned = scan(block)
-            read += int(np.count_nonzero(~scanned.blank))
-            for row in np.flatnonzero(~scanned.blank & ~scanned.clean).tolist():
-                line_no = first_line + row
-                raw = block[scanned.bounds[row, 0] : scanned.bounds[row, 1]]
-                obj = json_line_object(raw, terminated, line_no, quarantine)
-                if obj is not None:
-                    converted = self.record_row(obj, source, line_no, ctx, quarantine)
-                    if converted is not None:
-                        decoded.append(converted)
-            if scanned.clean.any():
-                lines = np.flatnonzero(scanned.clean) + first_line
-                frames.append(scanned.columns(scanned.clean, lines))
+            used = ~scanned.blank
+            read += int(np.count_nonzero(used))
+            counted = np.cumsum(used)
+            start = 0
+            while start < used.size:
+                stop = used.size
+                if records is not None:
+                    before = int(counted[start - 1]) if start else 0
+                    stop = min(stop, int(np.searchsorted(counted, before + records - pending)) + 1)
+                part = np.zeros(used.size, dtype=np.bool_)
+                part[start:stop] = True
+                for row in np.flatnonzero(part & used & ~scanned.clean).tolist():
+                    line_no = first_line + row
+                    raw = block[scanned.bounds[row, 0] : scanned.bounds[row, 1]]
+                    obj = json_line_object(raw, terminated, line_no, quarantine)
+                    if obj is not None:
+                        converted = self.record_row(obj, source, line_no, ctx, quarantine)
+                        if converted is not None:
+                            decoded.append(converted)
+                clean = part & scanned.clean
+                if clean.any():
+                    frames.append(scanned.columns(clean, np.flatnonzero(clean) + first_line))
+                pending += int(np.count_nonzero(part & used))
+                if records is not None and pending >= records:
+                    chunk = _in_line_order(frames, decoded)
+                    kept += chunk.height
+                    yield chunk
+                    frames, decoded, pending = [], [], 0
+                start = stop
             first_line += scanned.blank.size
-        if decoded:
-            frames.append(canonical_rows(decoded))
-        if not frames:
-            return ReadResult(canonical_rows([]), quarantine.frame(), read)
-        requests = pl.concat(frames, rechunk=False)
-        if decoded and len(frames) > 1:
-            requests = requests.sort("source_line", maintain_order=True)
-        return ReadResult(requests.rechunk(), quarantine.frame(), read)
+        if frames or decoded or records is None:
+            chunk = _in_line_order(frames, decoded)
+            kept += chunk.height
+            yield chunk
+        return _rest(read, kept, quarantine.frame())
 
     def record_row(
         self,
@@ -409,6 +491,29 @@ class ScannedBlock:
     clean: npt.NDArray[np.bool_]
     bounds: npt.NDArray[np.int64]
     columns: Callable[[npt.NDArray[np.bool_], npt.NDArray[np.int64]], pl.DataFrame]
+
+
+def _rest(read: int, kept: int, quarantine: pl.DataFrame, capped: int = 0) -> ReadResult:
+    """What a read in chunks returns once its rows are yielded: ``read`` records, ``kept`` of
+    them yielded as rows, the others in ``quarantine``."""
+    if read != kept + quarantine.height:  # a reader bug, never user input
+        raise AssertionError(
+            f"counts do not reconcile: read {read} != ingested {kept} + "
+            f"quarantined {quarantine.height}"
+        )
+    return ReadResult(empty_canonical(), quarantine, quarantine.height, capped)
+
+
+def _in_line_order(frames: list[pl.DataFrame], decoded: list[dict[str, Any]]) -> pl.DataFrame:
+    """A chunk's rows: the scanned ``frames`` and the ``decoded`` rows, in line order."""
+    if decoded:
+        frames = [*frames, canonical_rows(decoded)]
+    if not frames:
+        return canonical_rows([])
+    requests = pl.concat(frames, rechunk=False)
+    if decoded and len(frames) > 1:
+        requests = requests.sort("source_line", maintain_order=True)
+    return requests.rechunk()
 
 
 def chain_column(blocks: npt.NDArray[np.int64], hashes: npt.NDArray[np.uint64]) -> pl.Series:

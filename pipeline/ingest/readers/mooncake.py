@@ -40,6 +40,7 @@ from pipeline.ingest.readers.base import (
     EARLIEST_ARRIVAL,
     EPOCH_SECONDS_MIN,
     LATEST_ARRIVAL,
+    Chunks,
     JsonLinesReader,
     ReadContext,
     ReadResult,
@@ -83,6 +84,11 @@ class MooncakeReader(JsonLinesReader):
         """Every line, block by block: the scanner's clean records as columns, the rest
         through :meth:`record_row` (same rows, same quarantine as the line-by-line reader)."""
         return self.read_scanned(source, ctx, lambda block: self._scan(block, source, ctx))
+
+    def read_chunks(self, source: SourceFile, ctx: ReadContext, records: int | None) -> Chunks:
+        return self.scanned_chunks(
+            source, ctx, lambda block: self._scan(block, source, ctx), records
+        )
 
     def _scan(self, block: bytes, source: SourceFile, ctx: ReadContext) -> ScannedBlock:
         kinds, bounds, ts_int, ts_span, lengths, ids, id_runs = scan_lines(

@@ -50,6 +50,7 @@ import pyarrow as pa
 
 from pipeline.ingest.blockhash import chain_hash_token_runs
 from pipeline.ingest.readers.base import (
+    Chunks,
     JsonLinesReader,
     ReadContext,
     ReadResult,
@@ -84,6 +85,11 @@ class TokenIdsReader(JsonLinesReader):
         """Every line, block by block: the scanner's clean records as columns, the rest
         through :meth:`record_row` (same rows, same quarantine as the line-by-line reader)."""
         return self.read_scanned(source, ctx, lambda block: self._scan(block, source, ctx))
+
+    def read_chunks(self, source: SourceFile, ctx: ReadContext, records: int | None) -> Chunks:
+        return self.scanned_chunks(
+            source, ctx, lambda block: self._scan(block, source, ctx), records
+        )
 
     def _scan(self, block: bytes, source: SourceFile, ctx: ReadContext) -> ScannedBlock:
         buf, kinds, bounds, ts_int, spans, counts, texts, ids = scan_lines(block)
