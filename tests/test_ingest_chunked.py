@@ -5,7 +5,6 @@ chunk boundary are counted; and each chunk's rows are staged as a file of their 
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
@@ -15,27 +14,14 @@ from polars.testing import assert_frame_equal
 
 from pipeline.hashing import SAMPLE_SALT
 from pipeline.ingest import stage
-from pipeline.ingest.compute import expand_paths
 from pipeline.ingest.readers import ReadContext, SourceFile, detect_reader
 from pipeline.ingest.readers import source as source_module
 from pipeline.ingest.readers.base import drain
 from pipeline.layout import WorkloadLayout
 from pipeline.store import STAGED_READS_PREFIX
+from tests.test_ingest_outofcore import _inputs, _published
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _inputs(paths: list[Path], salt: bytes = b"s") -> stage.IngestInputs:
-    sources = tuple(expand_paths(paths))
-    return stage.IngestInputs(
-        sources, tuple("auto" for _ in sources), ReadContext(salt=salt), anchor_is_default=True
-    )
-
-
-def _published(layout: WorkloadLayout) -> dict[str, str]:
-    files = [*layout.ingest.parts(), layout.ingest.quarantine, layout.ingest.summary]
-    files.append(layout.ingest.manifest)
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
 
 
 def _token_ids(ts: int, request_id: str) -> str:
