@@ -40,15 +40,12 @@ from numpy.typing import NDArray
 
 from pipeline.prefix.cache_rules import NAMESPACE_COLUMNS, hit_limit_blocks
 from pipeline.prefix.hashmap import dense_ids, splitmix64
-from pipeline.schema import CANONICAL_SCHEMA
 from pipeline.shape.facts import LatencyModel
 from pipeline.sim import curve_kernels
 from pipeline.sim.blocks import (
-    FLATTENED_COLUMNS,
     ContentCoverage,
     SimInputs,
     SimulationInputError,
-    sim_input,
 )
 from pipeline.sim.config import MIN_SAMPLE_RATE, SimConfig
 from pipeline.sim.curve import (
@@ -58,6 +55,7 @@ from pipeline.sim.curve import (
     sampled_steps,
 )
 from pipeline.sim.replay import assign, replica_streams
+from pipeline.sim.stream import flattened_chunks, part_chunks
 
 I64 = NDArray[np.int64]
 U64 = NDArray[np.uint64]
@@ -120,7 +118,6 @@ class _Gathered:
     content_tokens: int = 0
     prompt_tokens: int = 0
     namespaces: dict[tuple[object, ...], int] = field(default_factory=dict)
-    last_arrival: int | None = None
 
 
 class CurveSampler:
@@ -176,13 +173,6 @@ class CurveSampler:
         """Sample one part (the next requests in arrival order); ``assignments`` gives each
         curve's replica per request of the part when they are not drawn here."""
         seen = self.seen
-        if part.n and seen.last_arrival is not None and part.arrival_us[0] < seen.last_arrival:
-            raise SimulationInputError(
-                "the request parts are not in arrival order (a part starts before the previous "
-                "one ends); rewrite the workload with `enginefit ingest`"
-            )
-        if part.n:
-            seen.last_arrival = int(part.arrival_us[-1])
         mix = self._namespace_mix(part, whole=assignments is not None)
         base = seen.n
         stored_lengths = np.diff(part.offsets)
@@ -427,10 +417,9 @@ def streamed_curves(
         require_single_pass(routing, replicas)
     sampler = CurveSampler(settings, combinations, rate)
     if streamable(combinations):
-        for path in parts:
-            if pq.ParquetFile(path).metadata.num_rows:
-                scan = pl.scan_parquet(path, schema=CANONICAL_SCHEMA)
-                sampler.add(sim_input(scan.select(FLATTENED_COLUMNS), latency_model=latency))
+        # checked in arrival order, each part flattened as the streamed scenarios flatten it
+        for part in flattened_chunks(part_chunks(parts), latency, None):
+            sampler.add(part)
         if sampler.seen.n == 0:
             raise SimulationInputError("request table is empty: nothing to replay")
     else:

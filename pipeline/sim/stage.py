@@ -54,13 +54,12 @@ from pipeline.sim.result import (
     replica_frame,
     scenario_frame,
 )
-from pipeline.sim.stream import RequestStream
+from pipeline.sim.stream import RequestStream, part_chunks
 from pipeline.store import (
     canonical_files,
     open_stage_output,
     read_requests,
     reuse_input,
-    scan_requests,
     write_bytes_atomic,
     write_json_atomic,
     write_parquet_atomic,
@@ -124,8 +123,7 @@ def read_stream(layout: WorkloadLayout, latency: LatencyModel) -> RequestStream:
     one at a time, with the latency model durations come from (checked against the ingest
     manifest here, each part's schema as it is read)."""
     read_requests(layout)  # checks the table against its ingest manifest
-    files = canonical_files(layout.ingest.requests)
-    return RequestStream(lambda: (scan_requests(part) for part in files), latency)
+    return RequestStream(part_chunks(canonical_files(layout.ingest.requests)), latency)
 
 
 def write_scenario(summary: ScenarioSummary, layout: WorkloadLayout) -> Path:

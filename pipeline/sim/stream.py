@@ -23,9 +23,10 @@ hash per request and, while inferring, the columns that takes.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -53,6 +54,7 @@ from pipeline.sim.replay import (
     check_scenario,
     summarise_totals,
 )
+from pipeline.store import scan_requests
 
 I64 = NDArray[np.int64]
 U64 = NDArray[np.uint64]
@@ -60,6 +62,11 @@ U64 = NDArray[np.uint64]
 # The request table in arrival order, as a fresh iterator of chunks each time it is called
 # (each a lazy frame: only the columns a replay reads are loaded).
 RequestChunks = Callable[[], Iterable[pl.LazyFrame]]
+
+
+def part_chunks(parts: Sequence[Path]) -> RequestChunks:
+    """The canonical table's part files (in arrival order) as chunks, one part each."""
+    return lambda: (scan_requests(part) for part in parts)
 
 
 def frame_chunks(frame: pl.DataFrame, rows: int) -> RequestChunks:
@@ -161,7 +168,7 @@ def simulate_many(
     start = 0
     threads = ThreadPoolExecutor(1) if (os.cpu_count() or 1) > 1 else None
     try:
-        for chunk in _flattened(chunks, latency_model, max_rows):
+        for chunk in flattened_chunks(chunks, latency_model, max_rows):
             totals.add(chunk)
             blocks: dict[tuple[int, bool], _ChunkBlocks] = {}
             home = sessions.hashes(start, chunk.n, chunk) if sessions is not None else None
@@ -334,7 +341,7 @@ def _table_block_size(chunks: RequestChunks) -> int | None:
     return sizes.pop() if sizes else None
 
 
-def _flattened(
+def flattened_chunks(
     chunks: RequestChunks, latency_model: LatencyModel, max_rows: int | None
 ) -> Iterator[SimInputs]:
     """Each non-empty chunk flattened (:func:`sim_input`), in arrival order across chunks: a
@@ -360,7 +367,7 @@ def _flattened(
             if last_arrival is not None and int(part.arrival_us[0]) < last_arrival:
                 raise SimulationInputError(
                     f"requests chunk {number} arrives before the end of the previous one: the "
-                    "canonical table's parts must be in arrival order (ingest the trace again)"
+                    "canonical table's parts are not in arrival order (ingest the trace again)"
                 )
             last_arrival = int(part.arrival_us[-1])
             yield part
