@@ -211,3 +211,23 @@ def test_parts_out_of_arrival_order_are_refused(layout: WorkloadLayout, tmp_path
             lambda: pytest.fail(),
             0.1,
         )
+
+
+@pytest.mark.parametrize("routings", [("round-robin",), ("affinity",)])
+def test_a_block_size_finer_than_the_stored_one_is_the_exact_paths_error(
+    layout: WorkloadLayout, routings: tuple[str, ...]
+) -> None:
+    """Streamed parts and the whole table (a routing that needs it) alike: one line naming
+    the block size, not a division by zero."""
+    from pipeline.sim.blocks import SimulationInputError
+
+    settings = _settings(block_sizes=(BLOCK // 2,), routings=routings)
+    with pytest.raises(SimulationInputError, match="block size 8 is not a positive multiple"):
+        streamed_curves(
+            layout.ingest.parts(),
+            settings,
+            LATENCY,
+            curve_combinations(settings),
+            lambda: sim_input(pl.scan_parquet(layout.ingest.parts()), latency_model=LATENCY),
+            0.1,
+        )

@@ -224,16 +224,21 @@ class SimInputs:
             self._views[key] = self._derive(block_size, tenant_isolation)
         return self._views[key]
 
-    def chains(self, block_size: int) -> tuple[I64, U64]:
-        """CSR offsets and chained hashes of every request at ``block_size`` (a multiple of
-        the stored size): the keys of its blocks, before numbering and namespaces."""
+    def stride(self, block_size: int) -> int:
+        """Stored blocks per block of ``block_size``, which must be a multiple of the stored
+        size."""
         stored = self.stored_block_size
         if block_size <= 0 or block_size % stored:
             raise SimulationInputError(
                 f"block size {block_size} is not a positive multiple of the trace's stored block "
                 f"size {stored}; coarser blocks are derived by striding the hash chain"
             )
-        m = block_size // stored
+        return block_size // stored
+
+    def chains(self, block_size: int) -> tuple[I64, U64]:
+        """CSR offsets and chained hashes of every request at ``block_size`` (a multiple of
+        the stored size): the keys of its blocks, before numbering and namespaces."""
+        m = self.stride(block_size)
         lens = np.diff(self.offsets)
         hashes = self.hashes
         if m > 1:
@@ -249,7 +254,7 @@ class SimInputs:
     def request_blocks(self, block_size: int, lengths: I64) -> tuple[I64, I64, I64]:
         """Prompt blocks, unknown output blocks and blocks that may hit of every request at
         ``block_size``, given its chain ``lengths`` (:meth:`chains`)."""
-        prompt_blocks = self.prompt_blocks // (block_size // self.stored_block_size)
+        prompt_blocks = self.prompt_blocks // self.stride(block_size)
         full = (self.prompt_tokens + self.output_tokens) // block_size
         missing = np.maximum(full - lengths, 0)
         hit_limit = np.minimum(hit_limit_blocks(self.prompt_tokens, block_size), prompt_blocks)

@@ -38,7 +38,7 @@ import polars as pl
 import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
-from pipeline.prefix.cache_rules import NAMESPACE_COLUMNS, hit_limit_blocks
+from pipeline.prefix.cache_rules import NAMESPACE_COLUMNS
 from pipeline.prefix.hashmap import dense_ids, splitmix64
 from pipeline.shape.facts import LatencyModel
 from pipeline.sim import curve_kernels
@@ -177,13 +177,8 @@ class CurveSampler:
         base = seen.n
         stored_lengths = np.diff(part.offsets)
         for bs, sample in self.samples.items():
-            m = bs // part.stored_block_size
-            lens = stored_lengths // m
-            hit_limit = np.minimum(
-                hit_limit_blocks(part.prompt_tokens, bs), part.prompt_blocks // m
-            )
-            full = (part.prompt_tokens + part.output_tokens) // bs
-            missing = np.maximum(full - lens, 0)
+            m = part.stride(bs)
+            _, missing, hit_limit = part.request_blocks(bs, stored_lengths // m)
             keys, in_half, length, limit, missing_s, missing_h, sample.anon = (
                 curve_kernels.sample_chains(
                     part.offsets,
