@@ -231,3 +231,20 @@ def test_a_block_size_finer_than_the_stored_one_is_the_exact_paths_error(
             lambda: sim_input(pl.scan_parquet(layout.ingest.parts()), latency_model=LATENCY),
             0.1,
         )
+
+
+def test_the_command_says_its_curves_are_sampled(
+    layout: WorkloadLayout, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pipeline.cli import main
+
+    config = tmp_path / "enginefit.yaml"
+    config.write_text(
+        f"workload: {{name: {layout.root.name}, traces: [unused.jsonl], hash_salt: s}}\n"
+        f"paths: {{data_dir: {layout.root.parent}, reports_dir: {tmp_path / 'reports'}}}\n"
+        f"simulation: {{block_sizes: [{BLOCK}], replicas: [1], routings: [round-robin], "
+        "curve_exact_max_blocks: 1000, request_lifetime: instant}\n"
+    )
+    assert main(["simulate", "--config", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert "spatial sample of cache blocks (SHARDS, Waldspurger et al., FAST 2015)" in out

@@ -25,8 +25,9 @@ from pipeline.sim.config import (
     SimConfig,
 )
 from pipeline.sim.curve import CURVE_POINTS, capacity_curve, require_single_pass
-from pipeline.sim.present import curves_table, scenarios_table
+from pipeline.sim.present import curve_sampling_note, curves_table, scenarios_table
 from pipeline.sim.replay import simulate, summarise
+from pipeline.sim.result import curves_frame
 
 # What one ad-hoc scenario is when a flag is not given (the configured grid never reads these).
 ADHOC_REPLICAS = 1
@@ -267,6 +268,8 @@ def _run_configured(args: argparse.Namespace, config: Config) -> int:
                     scenarios_table(scenarios),
                     "## Capacity curves (instant lifetime)",
                     curves_table(points),
+                    # said only of sampled curves, as in the document
+                    *filter(None, [curve_sampling_note(curves_frame(result.curves))]),
                     f"wrote {layout.simulation.dir}",
                 ]
             ),
