@@ -46,6 +46,7 @@ import polars as pl
 
 from pipeline.bench.cost import workload_rates
 from pipeline.bench.keepup import send_rate_expr
+from pipeline.bench.manifest import TRACE_DATASET
 from pipeline.bench.slo import PERCENTILE_SHARES, candidate_keys, order_statistic_interval
 from pipeline.errors import InputFormatError, os_reason
 from pipeline.present.text import decimal_expr
@@ -65,8 +66,6 @@ if TYPE_CHECKING:
 
 ALL_CANDIDATES = "(all candidates)"
 UNIQUE_DATASETS = ("random", "random-ids", "sharegpt", "synthetic", "sonnet")
-# What `enginefit loadtest` writes into its sidecar manifest: the workload's own prompts.
-TRACE_DATASET = "enginefit-trace"
 # Settings that must match for two candidates' costs to be ranked against each other.
 COMPARABILITY_FIELDS = (
     "model",
@@ -195,9 +194,7 @@ def candidate_label_expr(frame: pl.DataFrame) -> pl.Expr:
     skipped)."""
 
     def part(name: str) -> pl.Expr:
-        if name not in frame.columns:
-            return pl.lit(None, dtype=pl.String)
-        return pl.col(name).cast(pl.String)
+        return _opt(frame, name, pl.String())
 
     gpu = (
         pl.format("{}×{}", part("gpu_count"), part("gpu_type"))
@@ -305,29 +302,16 @@ def _finding(
 
 
 def _unknown(profile: pl.DataFrame, check: str, message: str) -> pl.DataFrame:
-    return _finding(
-        profile,
-        check,
-        pl.lit("unknown"),
-        pl.lit(message),
-        pl.lit(None, dtype=pl.Float64),
-        None,
-        None,
-    )
+    nothing = pl.lit(None, dtype=pl.Float64)
+    return _finding(profile, check, pl.lit("unknown"), pl.lit(message), nothing, None, None)
 
 
 def _no_facts(profile: pl.DataFrame, check: str, what: str) -> pl.DataFrame:
-    return _finding(
+    return _unknown(
         profile,
         check,
-        pl.lit("unknown"),
-        pl.lit(
-            f"{what} unknown: no workload facts (give --workload-facts FILE|DIR, or run "
-            "`enginefit shape` for the configured workload)"
-        ),
-        pl.lit(None, dtype=pl.Float64),
-        None,
-        None,
+        f"{what} unknown: no workload facts (give --workload-facts FILE|DIR, or run "
+        "`enginefit shape` for the configured workload)",
     )
 
 
