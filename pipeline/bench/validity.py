@@ -301,9 +301,13 @@ def _finding(
     )
 
 
-def _unknown(profile: pl.DataFrame, check: str, message: str) -> pl.DataFrame:
+def _unknown(
+    profile: pl.DataFrame, check: str, message: str | pl.Expr, threshold: float | None = None
+) -> pl.DataFrame:
+    """Every candidate's ``check`` unknown, with why (text, or per candidate)."""
+    why = pl.lit(message) if isinstance(message, str) else message
     nothing = pl.lit(None, dtype=pl.Float64)
-    return _finding(profile, check, pl.lit("unknown"), pl.lit(message), nothing, None, None)
+    return _finding(profile, check, pl.lit("unknown"), why, nothing, None, threshold)
 
 
 def _no_facts(profile: pl.DataFrame, check: str, what: str) -> pl.DataFrame:
@@ -444,18 +448,14 @@ def check_prefix(profile: pl.DataFrame, facts: WorkloadFacts | None) -> pl.DataF
     )
     bench_text = pl.format("benchmark dataset {}", pl.coalesce(pl.col("datasets"), pl.lit("?")))
     if sharing is None:
-        return _finding(
+        return _unknown(
             profile,
             check,
-            pl.lit("unknown"),
             pl.format(
                 "{}; production shared-prefix ratio unknown (the trace has no prompt content "
                 "or `enginefit prefix` has not run), so prefix structure cannot be compared",
                 bench_text,
             ),
-            pl.lit(None, dtype=pl.Float64),
-            None,
-            None,
         )
     window, ratio = sharing
     curve = ", ".join(
@@ -630,16 +630,11 @@ def check_stale(profile: pl.DataFrame, as_of: dt.date | None, max_age_days: int)
     check = "stale"
     run = pl.col("oldest_run")
     if as_of is None:
-        return _finding(
+        return _unknown(
             profile,
             check,
-            pl.lit("unknown"),
-            pl.lit(
-                "no report date given (bench.as_of, --as-of or ENGINEFIT_RUN_DATE): the decision "
-                "measures this age from its own date"
-            ),
-            pl.lit(None, dtype=pl.Float64),
-            None,
+            "no report date given (bench.as_of, --as-of or ENGINEFIT_RUN_DATE): the decision "
+            "measures this age from its own date",
             float(max_age_days),
         )
     age = (pl.lit(as_of) - run).dt.total_days()
