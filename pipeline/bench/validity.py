@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from pipeline.bench.cost import workload_rates
+from pipeline.bench.frames import column_or_null
 from pipeline.bench.keepup import send_rate_expr
 from pipeline.bench.manifest import TRACE_DATASET
 from pipeline.bench.slo import PERCENTILE_SHARES, candidate_keys, order_statistic_interval
@@ -194,7 +195,7 @@ def candidate_label_expr(frame: pl.DataFrame) -> pl.Expr:
     skipped)."""
 
     def part(name: str) -> pl.Expr:
-        return _opt(frame, name, pl.String())
+        return column_or_null(frame, name, pl.String())
 
     gpu = (
         pl.format("{}×{}", part("gpu_count"), part("gpu_type"))
@@ -211,12 +212,6 @@ def candidate_label_expr(frame: pl.DataFrame) -> pl.Expr:
     )
 
 
-def _opt(frame: pl.DataFrame, name: str, dtype: pl.DataType) -> pl.Expr:
-    if name in frame.columns:
-        return pl.col(name).cast(dtype)
-    return pl.lit(None, dtype=dtype)
-
-
 def candidate_profile(evaluated: pl.DataFrame) -> pl.DataFrame:
     """One row per candidate: what the validity checks compare (from :func:`evaluate_slo` rows)."""
     keys = candidate_keys(evaluated)
@@ -224,18 +219,20 @@ def candidate_profile(evaluated: pl.DataFrame) -> pl.DataFrame:
     frame = evaluated.with_columns(
         candidate=candidate_label_expr(evaluated),
         _in_p50=pl.coalesce(
-            _opt(evaluated, "input_tokens_p50", f64), _opt(evaluated, "input_tokens_mean", f64)
+            column_or_null(evaluated, "input_tokens_p50", f64),
+            column_or_null(evaluated, "input_tokens_mean", f64),
         ),
-        _in_p99=_opt(evaluated, "input_tokens_p99", f64),
+        _in_p99=column_or_null(evaluated, "input_tokens_p99", f64),
         _out_p50=pl.coalesce(
-            _opt(evaluated, "output_tokens_p50", f64), _opt(evaluated, "output_tokens_mean", f64)
+            column_or_null(evaluated, "output_tokens_p50", f64),
+            column_or_null(evaluated, "output_tokens_mean", f64),
         ),
-        _in_fixed=_opt(evaluated, "input_len_fixed", pl.Boolean()),
-        _dataset=_opt(evaluated, "dataset", pl.String()),
-        _workload=_opt(evaluated, "workload", pl.String()),
-        _run_date=_opt(evaluated, "run_date", pl.Date()),
+        _in_fixed=column_or_null(evaluated, "input_len_fixed", pl.Boolean()),
+        _dataset=column_or_null(evaluated, "dataset", pl.String()),
+        _workload=column_or_null(evaluated, "workload", pl.String()),
+        _run_date=column_or_null(evaluated, "run_date", pl.Date()),
         _sustained=pl.min_horizontal(pl.col("load"), send_rate_expr(evaluated)),
-        _completed=_opt(evaluated, "completed", f64),
+        _completed=column_or_null(evaluated, "completed", f64),
     )
     passing = (pl.col("sweep") == "open") & (pl.col("slo_status") == "pass")
     sweep = pl.col("sweep")
