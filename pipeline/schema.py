@@ -58,7 +58,7 @@ source_format, source_file, source_line
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import polars as pl
 
@@ -106,22 +106,23 @@ QUARANTINE_SCHEMA: pl.Schema = pl.Schema(
 MAX_PLAUSIBLE_TOKENS = 10_000_000
 
 
-def conform(frame: pl.DataFrame, columns: Sequence[str] | None = None) -> pl.DataFrame:
-    """Add any missing canonical column as nulls and cast to the canonical schema and order
-    (``columns``: only those canonical columns, in canonical order)."""
-    wanted = {
-        name: dtype
-        for name, dtype in CANONICAL_SCHEMA.items()
-        if columns is None or name in columns
-    }
+def conform_to(frame: pl.DataFrame, schema: Mapping[str, pl.DataType]) -> pl.DataFrame:
+    """Add any missing column of ``schema`` as nulls, cast to it and put it in its order."""
     missing = [
         pl.lit(None, dtype=dtype).alias(name)
-        for name, dtype in wanted.items()
+        for name, dtype in schema.items()
         if name not in frame.columns
     ]
     return frame.with_columns(missing).select(
-        pl.col(name).cast(dtype) for name, dtype in wanted.items()
+        pl.col(name).cast(dtype) for name, dtype in schema.items()
     )
+
+
+def conform(frame: pl.DataFrame, columns: Sequence[str] | None = None) -> pl.DataFrame:
+    """:func:`conform_to` the canonical schema (``columns``: only those canonical columns, in
+    canonical order)."""
+    wanted = {n: t for n, t in CANONICAL_SCHEMA.items() if columns is None or n in columns}
+    return conform_to(frame, wanted)
 
 
 def empty_canonical() -> pl.DataFrame:

@@ -12,7 +12,6 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-DECISION_RULES = "docs/decision-rules.md"
 # A repository document (optionally at a heading anchor), or an http(s) URL up to whitespace.
 CITE = re.compile(r"\bdocs/[\w.-]+\.md(?:#[\w-]+)?|https?://[^\s<>\"')]+")
 # Punctuation that ends a sentence after a URL rather than belonging to it.

@@ -38,6 +38,7 @@ from typing import Any
 
 import polars as pl
 
+from pipeline.bench.frames import column_or_null, float_column
 from pipeline.bench.slo import candidate_keys
 from pipeline.bench.validity import candidate_label_expr
 from pipeline.present.tables import markdown_table
@@ -100,17 +101,8 @@ CONCURRENCY_SCHEMA: dict[str, pl.DataType] = {
 }
 
 
-def _num(frame: pl.DataFrame, name: str) -> pl.Expr:
-    """A float column with NaN as null, or typed nulls when the frame lacks it."""
-    if name not in frame.columns:
-        return pl.lit(None, dtype=pl.Float64)
-    return pl.col(name).cast(pl.Float64).fill_nan(None)
-
-
 def _str(frame: pl.DataFrame, name: str) -> pl.Expr:
-    if name not in frame.columns:
-        return pl.lit(None, dtype=pl.String)
-    return pl.col(name).cast(pl.String)
+    return column_or_null(frame, name, pl.String())
 
 
 def empty_fits() -> pl.DataFrame:
@@ -135,13 +127,13 @@ def fit_latency_models(evaluated: pl.DataFrame, capacity: pl.DataFrame) -> pl.Da
         point_id=_str(capacity, "capacity_point_id"),
         sweep=_str(capacity, "sweep"),
         capacity_status=_str(capacity, "capacity_status"),
-        capacity_load=_num(capacity, "capacity_load"),
+        capacity_load=float_column(capacity, "capacity_load"),
     ).select(*keys, "candidate", "sweep", "capacity_status", "capacity_load", "point_id")
     measures = ("ttft_p50_ms", "tpot_p50_ms", "itl_mean_ms", "input_tokens_mean")
     points = (
         evaluated.select(
             _str(evaluated, "point_id").alias("point_id"),
-            *(_num(evaluated, c).alias(c) for c in (*measures, "output_tokens_mean")),
+            *(float_column(evaluated, c).alias(c) for c in (*measures, "output_tokens_mean")),
         )
         .filter(pl.col("point_id").is_not_null())
         .unique(subset="point_id", keep="first", maintain_order=True)

@@ -68,6 +68,8 @@ from pipeline.settings import load_yaml
 DIR_MANIFEST_NAME = "enginefit-bench.yaml"
 FILE_MANIFEST_SUFFIX = ".manifest.yaml"
 MAX_PARENT_LEVELS = 3
+#: The ``dataset`` `enginefit loadtest` writes: the workload's own trace, replayed.
+TRACE_DATASET = "enginefit-trace"
 #: No benchmarked deployment is larger: a count above this is a typo (or 10^21), not a fleet.
 MAX_GPU_COUNT = 100_000
 REQUIRED_KEYS: tuple[str, ...] = ("engine", "gpu_type", "gpu_count")

@@ -25,7 +25,6 @@ from pipeline.present.tables import cell, markdown_table, text_table, wrapped
 
 _STYLES: dict[str, Any] = {"p50": ":", "p95": "-", "p99": "--"}
 _MARKERS = {"pass": "o", "fail": "X", "unknown": "s"}
-_COLORS = COLORS
 
 
 def _panels(slo: SloSpec) -> list[tuple[str, str]]:
@@ -50,7 +49,7 @@ def latency_vs_load_svg(evaluated: pl.DataFrame, slo: SloSpec) -> bytes:
             plotted = False
             for i, cand in enumerate(candidates):
                 rows = points.filter(pl.col("candidate") == cand)
-                color = _COLORS[i % len(_COLORS)]
+                color = COLORS[i % len(COLORS)]
                 for stat, style in _STYLES.items():
                     col = f"{family}_{stat}_ms"
                     if col not in rows.columns:
@@ -100,7 +99,7 @@ def latency_vs_load_svg(evaluated: pl.DataFrame, slo: SloSpec) -> bytes:
         handles = [
             # A long candidate label wrapped: the legend would widen the saved figure otherwise.
             Line2D(
-                [], [], color=_COLORS[i % len(_COLORS)], linewidth=2, label=textwrap.fill(cand, 44)
+                [], [], color=COLORS[i % len(COLORS)], linewidth=2, label=textwrap.fill(cand, 44)
             )
             for i, cand in enumerate(candidates)
         ]

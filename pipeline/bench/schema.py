@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from pipeline.schema import conform_to
+
 LATENCY_METRICS: tuple[str, ...] = ("ttft", "tpot", "itl", "e2e")
 LATENCY_STATS: tuple[str, ...] = ("mean", "p50", "p90", "p95", "p99", "max")
 # percentile name -> q in [0, 1]
@@ -144,27 +146,11 @@ class BenchReadResult:
 
 
 def conform_load_points(frame: pl.DataFrame) -> pl.DataFrame:
-    """Add any missing column as nulls, cast to ``LOAD_POINT_SCHEMA`` and put it in order."""
-    missing = [
-        pl.lit(None, dtype=dtype).alias(name)
-        for name, dtype in LOAD_POINT_SCHEMA.items()
-        if name not in frame.columns
-    ]
-    return frame.with_columns(missing).select(
-        pl.col(name).cast(dtype) for name, dtype in LOAD_POINT_SCHEMA.items()
-    )
+    return conform_to(frame, LOAD_POINT_SCHEMA)
 
 
 def conform_per_request(frame: pl.DataFrame) -> pl.DataFrame:
-    """Add any missing column as nulls, cast to ``PER_REQUEST_SCHEMA`` and put it in order."""
-    missing = [
-        pl.lit(None, dtype=dtype).alias(name)
-        for name, dtype in PER_REQUEST_SCHEMA.items()
-        if name not in frame.columns
-    ]
-    return frame.with_columns(missing).select(
-        pl.col(name).cast(dtype) for name, dtype in PER_REQUEST_SCHEMA.items()
-    )
+    return conform_to(frame, PER_REQUEST_SCHEMA)
 
 
 #: Measured columns that no run can make negative, NaN or infinite (``offered_rate_rps`` may

@@ -45,7 +45,9 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from pipeline.bench.cost import workload_rates
+from pipeline.bench.frames import column_or_null
 from pipeline.bench.keepup import send_rate_expr
+from pipeline.bench.manifest import TRACE_DATASET
 from pipeline.bench.slo import PERCENTILE_SHARES, candidate_keys, order_statistic_interval
 from pipeline.errors import InputFormatError, os_reason
 from pipeline.present.text import decimal_expr
@@ -65,8 +67,6 @@ if TYPE_CHECKING:
 
 ALL_CANDIDATES = "(all candidates)"
 UNIQUE_DATASETS = ("random", "random-ids", "sharegpt", "synthetic", "sonnet")
-# What `enginefit loadtest` writes into its sidecar manifest: the workload's own prompts.
-TRACE_DATASET = "enginefit-trace"
 # Settings that must match for two candidates' costs to be ranked against each other.
 COMPARABILITY_FIELDS = (
     "model",
@@ -195,9 +195,7 @@ def candidate_label_expr(frame: pl.DataFrame) -> pl.Expr:
     skipped)."""
 
     def part(name: str) -> pl.Expr:
-        if name not in frame.columns:
-            return pl.lit(None, dtype=pl.String)
-        return pl.col(name).cast(pl.String)
+        return column_or_null(frame, name, pl.String())
 
     gpu = (
         pl.format("{}×{}", part("gpu_count"), part("gpu_type"))
@@ -214,12 +212,6 @@ def candidate_label_expr(frame: pl.DataFrame) -> pl.Expr:
     )
 
 
-def _opt(frame: pl.DataFrame, name: str, dtype: pl.DataType) -> pl.Expr:
-    if name in frame.columns:
-        return pl.col(name).cast(dtype)
-    return pl.lit(None, dtype=dtype)
-
-
 def candidate_profile(evaluated: pl.DataFrame) -> pl.DataFrame:
     """One row per candidate: what the validity checks compare (from :func:`evaluate_slo` rows)."""
     keys = candidate_keys(evaluated)
@@ -227,18 +219,20 @@ def candidate_profile(evaluated: pl.DataFrame) -> pl.DataFrame:
     frame = evaluated.with_columns(
         candidate=candidate_label_expr(evaluated),
         _in_p50=pl.coalesce(
-            _opt(evaluated, "input_tokens_p50", f64), _opt(evaluated, "input_tokens_mean", f64)
+            column_or_null(evaluated, "input_tokens_p50", f64),
+            column_or_null(evaluated, "input_tokens_mean", f64),
         ),
-        _in_p99=_opt(evaluated, "input_tokens_p99", f64),
+        _in_p99=column_or_null(evaluated, "input_tokens_p99", f64),
         _out_p50=pl.coalesce(
-            _opt(evaluated, "output_tokens_p50", f64), _opt(evaluated, "output_tokens_mean", f64)
+            column_or_null(evaluated, "output_tokens_p50", f64),
+            column_or_null(evaluated, "output_tokens_mean", f64),
         ),
-        _in_fixed=_opt(evaluated, "input_len_fixed", pl.Boolean()),
-        _dataset=_opt(evaluated, "dataset", pl.String()),
-        _workload=_opt(evaluated, "workload", pl.String()),
-        _run_date=_opt(evaluated, "run_date", pl.Date()),
+        _in_fixed=column_or_null(evaluated, "input_len_fixed", pl.Boolean()),
+        _dataset=column_or_null(evaluated, "dataset", pl.String()),
+        _workload=column_or_null(evaluated, "workload", pl.String()),
+        _run_date=column_or_null(evaluated, "run_date", pl.Date()),
         _sustained=pl.min_horizontal(pl.col("load"), send_rate_expr(evaluated)),
-        _completed=_opt(evaluated, "completed", f64),
+        _completed=column_or_null(evaluated, "completed", f64),
     )
     passing = (pl.col("sweep") == "open") & (pl.col("slo_status") == "pass")
     sweep = pl.col("sweep")
@@ -304,30 +298,21 @@ def _finding(
     )
 
 
-def _unknown(profile: pl.DataFrame, check: str, message: str) -> pl.DataFrame:
-    return _finding(
-        profile,
-        check,
-        pl.lit("unknown"),
-        pl.lit(message),
-        pl.lit(None, dtype=pl.Float64),
-        None,
-        None,
-    )
+def _unknown(
+    profile: pl.DataFrame, check: str, message: str | pl.Expr, threshold: float | None = None
+) -> pl.DataFrame:
+    """Every candidate's ``check`` unknown, with why (text, or per candidate)."""
+    why = pl.lit(message) if isinstance(message, str) else message
+    nothing = pl.lit(None, dtype=pl.Float64)
+    return _finding(profile, check, pl.lit("unknown"), why, nothing, None, threshold)
 
 
 def _no_facts(profile: pl.DataFrame, check: str, what: str) -> pl.DataFrame:
-    return _finding(
+    return _unknown(
         profile,
         check,
-        pl.lit("unknown"),
-        pl.lit(
-            f"{what} unknown: no workload facts (give --workload-facts FILE|DIR, or run "
-            "`enginefit shape` for the configured workload)"
-        ),
-        pl.lit(None, dtype=pl.Float64),
-        None,
-        None,
+        f"{what} unknown: no workload facts (give --workload-facts FILE|DIR, or run "
+        "`enginefit shape` for the configured workload)",
     )
 
 
@@ -460,18 +445,14 @@ def check_prefix(profile: pl.DataFrame, facts: WorkloadFacts | None) -> pl.DataF
     )
     bench_text = pl.format("benchmark dataset {}", pl.coalesce(pl.col("datasets"), pl.lit("?")))
     if sharing is None:
-        return _finding(
+        return _unknown(
             profile,
             check,
-            pl.lit("unknown"),
             pl.format(
                 "{}; production shared-prefix ratio unknown (the trace has no prompt content "
                 "or `enginefit prefix` has not run), so prefix structure cannot be compared",
                 bench_text,
             ),
-            pl.lit(None, dtype=pl.Float64),
-            None,
-            None,
         )
     window, ratio = sharing
     curve = ", ".join(
@@ -646,16 +627,11 @@ def check_stale(profile: pl.DataFrame, as_of: dt.date | None, max_age_days: int)
     check = "stale"
     run = pl.col("oldest_run")
     if as_of is None:
-        return _finding(
+        return _unknown(
             profile,
             check,
-            pl.lit("unknown"),
-            pl.lit(
-                "no report date given (bench.as_of, --as-of or ENGINEFIT_RUN_DATE): the decision "
-                "measures this age from its own date"
-            ),
-            pl.lit(None, dtype=pl.Float64),
-            None,
+            "no report date given (bench.as_of, --as-of or ENGINEFIT_RUN_DATE): the decision "
+            "measures this age from its own date",
             float(max_age_days),
         )
     age = (pl.lit(as_of) - run).dt.total_days()

@@ -67,15 +67,3 @@ def far_transfers_are_provisional(result: CapacityResult) -> list[str]:
         for c in result.candidates
         if not isinstance(c.transfer, Unknown) and c.transfer.far and not c.provisional_reason
     ]
-
-
-ALL_CHECKS = (
-    capacity_within_band,
-    no_zero_stands_for_unknown,
-    fit_errors_reported,
-    far_transfers_are_provisional,
-)
-
-
-def run_checks(result: CapacityResult) -> list[str]:
-    return [problem for check in ALL_CHECKS for problem in check(result)]

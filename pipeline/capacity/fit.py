@@ -727,16 +727,12 @@ def _replay_error(
     return float(np.sqrt(np.mean(np.square(errors))))
 
 
-def _at_budget(limits: SchedulingLimits, budget: int) -> SchedulingLimits:
-    return limits.moved(budget=budget)
-
-
 def _most_prefill_per_step(
     coefficients: StepCoefficients, points: list[_Point], limits: SchedulingLimits
 ) -> int:
     """The most prompt tokens any step takes when the budget does not bound them: budgets
     above it replay alike."""
-    unbounded = _at_budget(limits, 2**40)
+    unbounded = limits.moved(budget=2**40)
     most = 1
     for p in points:
         run = simulate_at(coefficients, p.replay, 1.0, limits=unbounded, kv_tokens=UNBOUNDED_KV)
@@ -801,7 +797,7 @@ def _choose_budget(
     def score(budget: int) -> float:
         key = min(budget, top)
         if key not in tried:
-            at = _at_budget(limits, key)
+            at = limits.moved(budget=key)
             moved = (
                 fitted.coefficients
                 if key == limits.budget
@@ -828,7 +824,7 @@ def _choose_budget(
     for budget in [] if kept else ranked[:REFIT_BUDGETS]:
         if budget == min(limits.budget, top):
             continue
-        at = _at_budget(limits, budget)
+        at = limits.moved(budget=budget)
         again = refit(at)
         if not isinstance(again, Unknown):
             refits[budget] = again

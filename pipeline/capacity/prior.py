@@ -136,108 +136,32 @@ class PriorStep(ResultModel):
 
 
 _NVIDIA = "https://www.nvidia.com/en-us/data-center"
+_AMD_MI300X = "https://www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html"
 #: (pattern on the normalised GPU name, peaks). First match wins, so variants come first.
-GPU_TABLE: tuple[tuple[str, GpuPeaks], ...] = (
+GPU_TABLE: tuple[tuple[str, GpuPeaks], ...] = tuple(
     (
-        r"H100(PCIE|PCI)",
+        pattern,
         GpuPeaks(
-            name="H100 PCIe",
-            memory_gib=80,
-            bf16_dense_tflops=756.0,
-            memory_bandwidth_tb_s=2.0,
-            source_url=f"{_NVIDIA}/h100/",
+            name=name,
+            memory_gib=memory_gib,
+            bf16_dense_tflops=tflops,
+            memory_bandwidth_tb_s=tb_s,
+            source_url=url,
         ),
-    ),
-    (
-        r"H100NVL",
-        GpuPeaks(
-            name="H100 NVL",
-            memory_gib=94,
-            bf16_dense_tflops=835.0,
-            memory_bandwidth_tb_s=3.9,
-            source_url=f"{_NVIDIA}/h100/",
-        ),
-    ),
-    (
-        r"H100",
-        GpuPeaks(
-            name="H100 SXM",
-            memory_gib=80,
-            bf16_dense_tflops=989.0,
-            memory_bandwidth_tb_s=3.35,
-            source_url=f"{_NVIDIA}/h100/",
-        ),
-    ),
-    (
-        r"H200",
-        GpuPeaks(
-            name="H200 SXM",
-            memory_gib=141,
-            bf16_dense_tflops=989.0,
-            memory_bandwidth_tb_s=4.8,
-            source_url=f"{_NVIDIA}/h200/",
-        ),
-    ),
-    (
-        r"A10040",
-        GpuPeaks(
-            name="A100 40GB SXM",
-            memory_gib=40,
-            bf16_dense_tflops=312.0,
-            memory_bandwidth_tb_s=1.555,
-            source_url=f"{_NVIDIA}/a100/",
-        ),
-    ),
-    (
-        r"A100",
-        GpuPeaks(
-            name="A100 80GB SXM",
-            memory_gib=80,
-            bf16_dense_tflops=312.0,
-            memory_bandwidth_tb_s=2.039,
-            source_url=f"{_NVIDIA}/a100/",
-        ),
-    ),
-    (
-        r"L40S",
-        GpuPeaks(
-            name="L40S",
-            memory_gib=48,
-            bf16_dense_tflops=362.05,
-            memory_bandwidth_tb_s=0.864,
-            source_url=f"{_NVIDIA}/l40s/",
-        ),
-    ),
-    (
-        r"L4(?!0)",
-        GpuPeaks(
-            name="L4",
-            memory_gib=24,
-            bf16_dense_tflops=121.0,
-            memory_bandwidth_tb_s=0.3,
-            source_url=f"{_NVIDIA}/l4/",
-        ),
-    ),
-    (
-        r"MI300X",
-        GpuPeaks(
-            name="MI300X",
-            memory_gib=192,
-            bf16_dense_tflops=1307.4,
-            memory_bandwidth_tb_s=5.3,
-            source_url="https://www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html",
-        ),
-    ),
-    (
-        r"B200",
-        GpuPeaks(
-            name="B200 (HGX B200, per GPU)",
-            memory_gib=180,
-            bf16_dense_tflops=2250.0,
-            memory_bandwidth_tb_s=8.0,
-            source_url=f"{_NVIDIA}/hgx/",
-        ),
-    ),
+    )
+    for pattern, name, memory_gib, tflops, tb_s, url in (
+        # pattern, name, memory GiB, dense BF16 TFLOPS, HBM TB/s, datasheet
+        (r"H100(PCIE|PCI)", "H100 PCIe", 80, 756.0, 2.0, f"{_NVIDIA}/h100/"),
+        (r"H100NVL", "H100 NVL", 94, 835.0, 3.9, f"{_NVIDIA}/h100/"),
+        (r"H100", "H100 SXM", 80, 989.0, 3.35, f"{_NVIDIA}/h100/"),
+        (r"H200", "H200 SXM", 141, 989.0, 4.8, f"{_NVIDIA}/h200/"),
+        (r"A10040", "A100 40GB SXM", 40, 312.0, 1.555, f"{_NVIDIA}/a100/"),
+        (r"A100", "A100 80GB SXM", 80, 312.0, 2.039, f"{_NVIDIA}/a100/"),
+        (r"L40S", "L40S", 48, 362.05, 0.864, f"{_NVIDIA}/l40s/"),
+        (r"L4(?!0)", "L4", 24, 121.0, 0.3, f"{_NVIDIA}/l4/"),
+        (r"MI300X", "MI300X", 192, 1307.4, 5.3, _AMD_MI300X),
+        (r"B200", "B200 (HGX B200, per GPU)", 180, 2250.0, 8.0, f"{_NVIDIA}/hgx/"),
+    )
 )
 
 

@@ -20,7 +20,6 @@ from pipeline.settings import versioned
 from pipeline.unknown import ResultModel, Unknown
 
 SCHEMA_VERSION: Literal[3] = 3
-SplitBasis = Literal["fitted", "prior"]
 ContextBasis = Literal["fitted", "prior", "assumed_zero"]
 CapacityBasis = Literal["measured", "transferred"]
 ArrivalKind = Literal["trace", "gamma", "poisson"]

@@ -40,6 +40,7 @@ import polars as pl
 from pipeline import results
 from pipeline.bench import stage as bench_stage
 from pipeline.bench.config import SloSpec
+from pipeline.bench.manifest import TRACE_DATASET
 from pipeline.bench.result import BenchResult
 from pipeline.capacity.compute import (
     WorkloadRequests,
@@ -108,8 +109,6 @@ DEPLOYMENT_KEYS = (
     "model",
     "label",
 )
-#: A load point's ``dataset`` when ``enginefit loadtest`` replayed a workload's own trace.
-TRACE_DATASET = "enginefit-trace"
 
 
 @dataclass(frozen=True)

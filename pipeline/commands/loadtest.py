@@ -36,24 +36,11 @@ from pipeline.loadtest.result import Deployment
 from pipeline.store import read_requests
 
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
-#: Flags that override a ``loadtest`` key of the configuration (flag dest → key).
-SETTING_FLAGS = {
-    "endpoint": "endpoint",
-    "model": "model",
-    "api": "api",
-    "rates": "rates",
-    "duration": "duration",
-    "warmup": "warmup",
-    "arrivals": "arrivals",
-    "burstiness": "burstiness",
-    "max_in_flight": "max_in_flight",
-    "on_cap": "on_cap",
-    "length_control": "length_control",
-    "connect_timeout": "connect_timeout",
-    "read_timeout": "read_timeout",
-    "request_timeout": "request_timeout",
-    "seed": "seed",
-}
+#: The ``loadtest`` keys a flag of the same name overrides (``include_usage`` is --no-usage;
+#: --out names the run's own folder, not ``out_dir``).
+SETTING_FLAGS = tuple(
+    k for k in LoadtestConfig.model_fields if k not in ("include_usage", "out_dir")
+)
 
 
 def register(subparsers: Any) -> None:
@@ -150,7 +137,7 @@ def _flag(key: str) -> str:
 def resolve_settings(args: argparse.Namespace, configured: LoadtestConfig) -> LoadtestConfig:
     """The configuration's ``loadtest`` section with the flags given applied, each validated as
     the file's values are; a bad value is one line naming its flag."""
-    changes = {key: getattr(args, dest) for dest, key in SETTING_FLAGS.items()}
+    changes = {key: getattr(args, key) for key in SETTING_FLAGS}
     changes = {key: value for key, value in changes.items() if value is not None}
     if args.no_usage:
         changes["include_usage"] = False

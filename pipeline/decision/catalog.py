@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Literal, Self, cast, get_args
+from typing import Annotated, Any, Literal, Protocol, Self, cast, get_args
 
 from pydantic import BeforeValidator, Field, PrivateAttr, Strict, ValidationError, model_validator
 
@@ -347,6 +347,20 @@ class FactRecord:
     evidence_date: dt.date | None
 
 
+class _Evidenced(Protocol):
+    """A catalog entry that cites its sources and dates its evidence."""
+
+    @property
+    def sources(self) -> tuple[str, ...]: ...
+
+    @property
+    def evidence_date(self) -> dt.date | None: ...
+
+
+def _record(key: str, fact: _Evidenced) -> FactRecord:
+    return FactRecord(key, fact.sources, fact.evidence_date)
+
+
 class Engine(Section):
     name: Text
     aliases: Sources
@@ -458,56 +472,29 @@ class Engine(Section):
     def fact_records(self, key: str) -> list[FactRecord]:
         """Every fact of this engine (catalog key ``key``) with its sources and evidence date:
         what validation checks and a catalog's completeness test reads."""
-        at = f"engines.{key}"
-        out = [
-            FactRecord(
-                f"{at}.prefix_cache", self.prefix_cache.sources, self.prefix_cache.evidence_date
+        at = f"engines.{key}."
+        optional_steps = enumerate(self.change.optional_steps)
+        return [
+            _record(at + "prefix_cache", self.prefix_cache),
+            FactRecord(at + "hardware", self.hardware_sources, self.hardware_evidence_date),
+            _record(at + "status", self.status),
+            _record(at + "releases_last_6_months", self.releases_last_6_months),
+            _record(at + "migration_engineer_weeks", self.migration_engineer_weeks),
+            _record(at + "change", self.change),
+            *(_record(f"{at}hardware_notes.{t}", n) for t, n in self.hardware_notes.items()),
+            *(
+                FactRecord(f"{at}features.{f}", s.sources or self.feature_sources, s.evidence_date)
+                for f, s in self.features.items()
             ),
-            FactRecord(f"{at}.hardware", self.hardware_sources, self.hardware_evidence_date),
-            FactRecord(f"{at}.status", self.status.sources, self.status.evidence_date),
-            FactRecord(
-                f"{at}.releases_last_6_months",
-                self.releases_last_6_months.sources,
-                self.releases_last_6_months.evidence_date,
+            *(_record(f"{at}change.optional_steps[{i}]", step) for i, step in optional_steps),
+            *(_record(f"{at}removed_backends.{b}", r) for b, r in self.removed_backends.items()),
+            *(_record(f"{at}cuda[{i}]", c) for i, c in enumerate(self.cuda)),
+            *(
+                _record(f"{at}secondary_figures[{i}]", f)
+                for i, f in enumerate(self.secondary_figures)
             ),
-            FactRecord(
-                f"{at}.migration_engineer_weeks",
-                self.migration_engineer_weeks.sources,
-                self.migration_engineer_weeks.evidence_date,
-            ),
-            FactRecord(f"{at}.change", self.change.sources, self.change.evidence_date),
+            *([_record(at + "scheduling", self.scheduling)] if self.scheduling is not None else []),
         ]
-        out += [
-            FactRecord(f"{at}.hardware_notes.{t}", n.sources, n.evidence_date)
-            for t, n in self.hardware_notes.items()
-        ]
-        out += [
-            FactRecord(f"{at}.features.{f}", s.sources or self.feature_sources, s.evidence_date)
-            for f, s in self.features.items()
-        ]
-        out += [
-            FactRecord(f"{at}.change.optional_steps[{i}]", step.sources, step.evidence_date)
-            for i, step in enumerate(self.change.optional_steps)
-        ]
-        out += [
-            FactRecord(f"{at}.removed_backends.{b}", r.sources, r.evidence_date)
-            for b, r in self.removed_backends.items()
-        ]
-        out += [
-            FactRecord(f"{at}.cuda[{i}]", c.sources, c.evidence_date)
-            for i, c in enumerate(self.cuda)
-        ]
-        out += [
-            FactRecord(f"{at}.secondary_figures[{i}]", f.sources, f.evidence_date)
-            for i, f in enumerate(self.secondary_figures)
-        ]
-        if self.scheduling is not None:
-            out.append(
-                FactRecord(
-                    f"{at}.scheduling", self.scheduling.sources, self.scheduling.evidence_date
-                )
-            )
-        return out
 
 
 class Layer(Section):
@@ -538,10 +525,7 @@ class Layer(Section):
 
     def fact_records(self, key: str) -> list[FactRecord]:
         at = f"layers.{key}"
-        return [
-            FactRecord(at, self.sources, self.evidence_date),
-            FactRecord(f"{at}.status", self.status.sources, self.status.evidence_date),
-        ]
+        return [_record(at, self), _record(f"{at}.status", self.status)]
 
 
 def _normalised(name: str) -> str:

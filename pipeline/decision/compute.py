@@ -56,6 +56,7 @@ from pipeline.decision.context import (
     EngineState,
     RuleContext,
     current_engine,
+    known_plain,
     plain,
 )
 from pipeline.decision.costing import (
@@ -821,19 +822,15 @@ def _workload_figures(bench: EngineBench | None) -> dict[str, Any]:
     if cost is not None:
         out |= {
             "cost_per_1m_output_decode_usd": plain(cost.cost_per_1m_output_usd),
-            "cost_per_1m_input_usd": _known(cost.cost_per_1m_input_usd),
-            "cost_per_1m_cached_input_usd": _known(cost.cost_per_1m_cached_input_usd),
-            "fleet_cost_per_1m_output_usd": _known(cost.fleet_cost_per_1m_output_usd),
+            "cost_per_1m_input_usd": known_plain(cost.cost_per_1m_input_usd),
+            "cost_per_1m_cached_input_usd": known_plain(cost.cost_per_1m_cached_input_usd),
+            "fleet_cost_per_1m_output_usd": known_plain(cost.fleet_cost_per_1m_output_usd),
         }
     return out
 
 
 def _band(band: tuple[float, float] | None) -> list[float] | None:
     return None if band is None else plain(list(band))
-
-
-def _known(value: float | Unknown) -> float | None:
-    return None if isinstance(value, Unknown) else plain(value)
 
 
 def _unmet_slo(ctx: RuleContext) -> str:

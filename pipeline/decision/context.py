@@ -21,6 +21,7 @@ from pipeline.decision.result import DecisionRecord, Rule
 from pipeline.prefix.result import PrefixSummary
 from pipeline.shape.result import ShapeMetrics
 from pipeline.sim.result import ScenarioSummary
+from pipeline.unknown import Unknown
 
 
 @dataclass(frozen=True)
@@ -145,6 +146,11 @@ def plain(value: Any) -> Any:
     if isinstance(value, dt.date):
         return value.isoformat()
     return value
+
+
+def known_plain(value: float | Unknown) -> float | None:
+    """:func:`plain` of a known value; None for an unknown one."""
+    return None if isinstance(value, Unknown) else plain(value)
 
 
 def current_engine(ctx: RuleContext) -> str | None:

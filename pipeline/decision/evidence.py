@@ -419,10 +419,10 @@ def engine_benches(
             gpu_type=row.gpu_type,
             gpu_count=row.gpu_count,
             gpu_hour_usd=row.gpu_hour_usd,
-            monthly_gpu_usd=_fleet(bench.fleet, row, peak=True),
-            monthly_gpu_usd_mean_rate=_fleet(bench.fleet, row, peak=False),
-            replicas_at_peak=_fleet_replicas(bench.fleet, row),
-            sizing_rate_rps=_fleet_rate(bench.fleet, row),
+            monthly_gpu_usd=_fleet(bench.fleet, row, "monthly_usd"),
+            monthly_gpu_usd_mean_rate=_fleet(bench.fleet, row, "monthly_usd", peak=False),
+            replicas_at_peak=_fleet(bench.fleet, row, "replicas"),
+            sizing_rate_rps=_fleet(bench.fleet, row, "rate_rps"),
             noise_share=row.cost_spread,
             repeats=row.repeats,
             flags=flags,
@@ -588,20 +588,11 @@ def _fleet_rows(fleet: pl.DataFrame, row: CapacityRow, peak: bool) -> pl.DataFra
     return fleet.filter(keys & chosen)
 
 
-def _fleet(fleet: pl.DataFrame, row: CapacityRow, peak: bool) -> float | None:
-    rows = _fleet_rows(fleet, row, peak).get_column("monthly_usd").drop_nulls()
-    return float(rows.max()) if rows.len() else None  # type: ignore[arg-type]
-
-
-def _fleet_replicas(fleet: pl.DataFrame, row: CapacityRow) -> int | None:
-    rows = _fleet_rows(fleet, row, peak=True).get_column("replicas").drop_nulls()
-    return int(rows.max()) if rows.len() else None  # type: ignore[arg-type]
-
-
-def _fleet_rate(fleet: pl.DataFrame, row: CapacityRow) -> float | None:
-    """The peak rate the bench stage's fleet is sized for (the largest peak window's)."""
-    rows = _fleet_rows(fleet, row, peak=True).get_column("rate_rps").drop_nulls()
-    return float(rows.max()) if rows.len() else None  # type: ignore[arg-type]
+def _fleet(fleet: pl.DataFrame, row: CapacityRow, column: str, peak: bool = True) -> Any:
+    """The largest ``column`` of the bench stage's fleet for ``row`` at the peak rates (the
+    largest peak window's), else at the mean rate; None when there is none."""
+    values = _fleet_rows(fleet, row, peak).get_column(column).drop_nulls()
+    return values.max() if values.len() else None
 
 
 def _flags(findings: pl.DataFrame, candidate: str) -> tuple[str, ...]:

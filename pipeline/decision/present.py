@@ -19,6 +19,7 @@ from pipeline.decision.result import (
     Payback,
     Ranking,
     Trigger,
+    TriggerCheck,
 )
 from pipeline.present.tables import cell, markdown_table
 from pipeline.present.text import (
@@ -278,10 +279,6 @@ def _format_with(unit: str) -> Callable[[object], str]:
     return lambda value: _axis_value(unit, value)
 
 
-def _plain(value: object) -> str:
-    return measurement(value)
-
-
 def _days(value: object) -> str:
     return f"{measurement(value)} days" if isinstance(value, int | float) else UNKNOWN
 
@@ -304,7 +301,7 @@ def _setting(value: object) -> str:
 
 _METRIC_SUBJECTS.update(
     {
-        measures.PEAK_CONCURRENCY.name: ("peak concurrency", _plain),
+        measures.PEAK_CONCURRENCY.name: ("peak concurrency", measurement),
         measures.PEAK_RATE.name: (
             "the peak arrival rate",
             lambda v: f"{measurement(v)} req/s" if isinstance(v, int | float) else UNKNOWN,
@@ -324,11 +321,14 @@ _METRIC_SUBJECTS.update(
         ),
         measures.MIN_CUDA_MAJOR.name: (
             "the CUDA major release {engine}'s current release needs",
-            _plain,
+            measurement,
         ),
         measures.BENCH_AGE_DAYS.name: ("{engine}'s benchmark's age", _days),
-        measures.ENGINE_STATUS.name: ("{engine}'s status in the catalog", _plain),
-        measures.MISSING_FEATURES.name: ("the number of required features {engine} lacks", _plain),
+        measures.ENGINE_STATUS.name: ("{engine}'s status in the catalog", measurement),
+        measures.MISSING_FEATURES.name: (
+            "the number of required features {engine} lacks",
+            measurement,
+        ),
         measures.COST_PER_1M_OUTPUT.name: (
             "{engine}'s cost per 1M output tokens",
             _format_with("$ per 1M output tokens"),
@@ -370,7 +370,7 @@ _VERBS = {
 
 def _metric_subject(metric: str, name: Callable[[str], str]) -> tuple[str, Callable[[object], str]]:
     key, _, arg = metric.partition("[")
-    subject, fmt = _METRIC_SUBJECTS.get(key, (key, _plain))
+    subject, fmt = _METRIC_SUBJECTS.get(key, (key, measurement))
     arg = arg.rstrip("]")
     engine = arg if key == measures.SETTING.name else name(arg)
     return subject.format(engine=engine), fmt
@@ -459,52 +459,43 @@ def candidate_details(c: Candidate) -> list[str]:
     return out
 
 
+#: The triggers table: every column text (a measurement in words).
+TRIGGER_COLUMNS = [
+    "record",
+    "id",
+    "metric",
+    "comparator",
+    "threshold",
+    "previous_value",
+    "value",
+    "status",
+    "why",
+]
+
+
 def triggers_frame(record: DecisionRecord) -> pl.DataFrame:
     """One row per trigger (this record's, then the previous record's evaluated now)."""
-    rows = [
-        {
-            "record": "current",
-            "id": t.id,
-            "metric": t.metric,
-            "comparator": t.comparator,
-            "threshold": measurement(t.threshold),
-            "previous_value": None,
-            "value": measurement(t.value.value),
-            "status": t.status,
-            "why": t.why,
-        }
-        for t in record.triggers
-    ]
+    checks: list[tuple[str, Trigger | TriggerCheck, str | None]]
+    checks = [("current", t, None) for t in record.triggers]
     if record.previous is not None:
-        rows += [
-            {
-                "record": "previous",
-                "id": c.id,
-                "metric": c.metric,
-                "comparator": c.comparator,
-                "threshold": measurement(c.threshold),
-                "previous_value": measurement(c.previous_value.value),
-                "value": measurement(c.value.value),
-                "status": c.status,
-                "why": c.why,
-            }
-            for c in record.previous.triggers
+        checks += [
+            ("previous", c, measurement(c.previous_value.value)) for c in record.previous.triggers
         ]
-    schema = {
-        k: pl.String
-        for k in (
-            "record",
-            "id",
-            "metric",
-            "comparator",
-            "threshold",
-            "previous_value",
-            "value",
-            "status",
-            "why",
+    rows = [
+        (
+            which,
+            t.id,
+            t.metric,
+            t.comparator,
+            measurement(t.threshold),
+            previous,
+            measurement(t.value.value),
+            t.status,
+            t.why,
         )
-    }
-    return pl.DataFrame(rows, schema=schema)
+        for which, t, previous in checks
+    ]
+    return pl.DataFrame(rows, schema=dict.fromkeys(TRIGGER_COLUMNS, pl.String), orient="row")
 
 
 def _band_cell(band: tuple[float, float] | None) -> str | None:
@@ -513,42 +504,24 @@ def _band_cell(band: tuple[float, float] | None) -> str | None:
 
 
 def candidates_table(record: DecisionRecord) -> str:
-    frame = pl.DataFrame(
-        [
-            {
-                "engine": c.name,
-                "status": c.status,
-                "$/1M out": c.cost_per_1m_output_usd,
-                "$/1M out band": _band_cell(c.cost_per_1m_output_band_usd),
-                "benchmark $/1M out": c.benchmark_cost_per_1m_output_usd,
-                "basis": c.cost_basis,
-                "req/s per replica": c.workload_capacity_rps,
-                "replicas": c.replicas,
-                "$/month (GPUs + changes)": c.monthly_total_usd
-                if c.monthly_total_usd is not None
-                else c.monthly_cost_usd,
-                "$/month band": _band_cell(c.monthly_bill_band()),
-                "payback": payback_cell(c.payback),
-                "why": "; ".join(c.reasons[:2]),
-            }
-            for c in record.candidates
-        ],
-        schema={
-            "engine": pl.String,
-            "status": pl.String,
-            "$/1M out": pl.Float64,
-            "$/1M out band": pl.String,
-            "benchmark $/1M out": pl.Float64,
-            "basis": pl.String,
-            "req/s per replica": pl.Float64,
-            "replicas": pl.Int64,
-            "$/month (GPUs + changes)": pl.Float64,
-            "$/month band": pl.String,
-            "payback": pl.String,
-            "why": pl.String,
-        },
-    )
-    return markdown_table(frame)
+    rows = [
+        {
+            "engine": c.name,
+            "status": c.status,
+            "$/1M out": c.cost_per_1m_output_usd,
+            "$/1M out band": _band_cell(c.cost_per_1m_output_band_usd),
+            "benchmark $/1M out": c.benchmark_cost_per_1m_output_usd,
+            "basis": c.cost_basis,
+            "req/s per replica": c.workload_capacity_rps,
+            "replicas": c.replicas,
+            "$/month (GPUs + changes)": c.monthly_bill(),
+            "$/month band": _band_cell(c.monthly_bill_band()),
+            "payback": payback_cell(c.payback),
+            "why": "; ".join(c.reasons[:2]),
+        }
+        for c in record.candidates
+    ]
+    return markdown_table(rows)
 
 
 BASIS_WORDS = {
@@ -624,14 +597,6 @@ TIE_EQUAL_WORDS = {
 }
 NO_CANDIDATE = "no engine the decision tree points to meets the requirements"
 NO_PRICED_BENCHMARK = "no benchmark with a cost at the SLO for a viable engine on your deployment"
-
-
-def _on_basis(basis: str, value: float) -> str:
-    return (
-        usd(value) + " per 1M output tokens"
-        if basis == "cost_per_1m_output_usd"
-        else money(value) + " a month"
-    )
 
 
 def finding_text(finding: Finding, name: Callable[[str], str]) -> str:

@@ -20,7 +20,7 @@ from pipeline.capacity.config import CapacityConfig
 from pipeline.capacity.result import RoutingValue, ServingModel
 from pipeline.costing import SECONDS_PER_HOUR, SECONDS_PER_MONTH
 from pipeline.decision.catalog import Layer
-from pipeline.decision.context import RuleContext, plain
+from pipeline.decision.context import RuleContext, known_plain, plain
 from pipeline.decision.evidence import EngineBench
 from pipeline.decision.result import Isolation, IsolationAdvice, Routing
 from pipeline.present.text import money, quantity
@@ -65,6 +65,11 @@ def routing_value(ctx: RuleContext, engine: str | None, runner_up: str | None = 
     )
     title = "Prefix-aware routing"
     rule_source = "docs/decision-rules.md#routing-layer"
+
+    def unknown(reason: str, **update: Any) -> Routing:
+        ctx.rule("routing", title, rule_source, None, f"unknown: {reason}")
+        return empty.model_copy(update={"reason": f"unknown: {reason}", **update})
+
     if ctx.requirements.deployment == "local":
         reason = (
             "a local deployment runs one replica on one machine: there is nothing to route between"
@@ -72,12 +77,10 @@ def routing_value(ctx: RuleContext, engine: str | None, runner_up: str | None = 
         ctx.rule("routing", title, rule_source, False, reason)
         return empty.model_copy(update={"recommended": False, "reason": reason})
     if not multi or capacity is None:
-        reason = (
+        return unknown(
             ctx.inputs.missing.get("simulation")
             or "no multi-replica scenario simulated (simulation.replicas)"
         )
-        ctx.rule("routing", title, rule_source, None, f"unknown: {reason}")
-        return empty.model_copy(update={"reason": f"unknown: {reason}"})
     bench = ctx.benches.get(engine) if engine else None
     fleet = bench.replicas_at_peak if bench else None
     fleet_source = _fleet_source(bench)
@@ -104,22 +107,19 @@ def routing_value(ctx: RuleContext, engine: str | None, runner_up: str | None = 
     hits, prompt, method = _hits_at(ctx, multi, replicas, capacity, configured)
     at = [s for s in multi if s.replicas == replicas]
     if not hits or hits.get("round-robin") is None or not prompt:
-        unknown = next((s.hit_ratio.reason for s in at if isinstance(s.hit_ratio, Unknown)), None)
-        reason = unknown or (
+        unknown_hits = next(
+            (s.hit_ratio.reason for s in at if isinstance(s.hit_ratio, Unknown)), None
+        )
+        reason = unknown_hits or (
             f"no round-robin scenario at {replicas} replicas to compare with (simulation.routings)"
         )
-        ctx.rule("routing", title, rule_source, None, f"unknown: {reason}")
-        return empty.model_copy(
-            update={"replicas": replicas, "reason": f"unknown: {reason}", "method": method}
-        )
+        return unknown(reason, replicas=replicas, method=method)
     saving = _saving(hits, prompt)
     if saving is None:
-        reason = (
-            "no prefix-aware routing simulated (add affinity or cache-aware to simulation.routings)"
-        )
-        ctx.rule("routing", title, rule_source, None, f"unknown: {reason}")
-        return empty.model_copy(
-            update={"replicas": replicas, "reason": f"unknown: {reason}", "method": method}
+        return unknown(
+            "no prefix-aware routing simulated (add affinity or cache-aware to simulation.routings)",
+            replicas=replicas,
+            method=method,
         )
     best, share = saving
     # With the fleet unknown, the saving at every simulated replica count bounds what routing
@@ -221,7 +221,7 @@ def routing_value(ctx: RuleContext, engine: str | None, runner_up: str | None = 
         prefill_gpu_hours_saved_per_month=plain(value.prefill_gpu_hours_saved_per_month)
         if value
         else None,
-        ttft_p95_ms_saved=_plain_known(value.ttft_p95_ms_saved) if value else None,
+        ttft_p95_ms_saved=known_plain(value.ttft_p95_ms_saved) if value else None,
     )
 
 
@@ -278,10 +278,6 @@ def _range_words(
     assert bounds is not None
     low, high = (form(b) for b in bounds if b is not None)
     return low if low == high else f"{low}–{high}"
-
-
-def _plain_known(value: float | Unknown) -> float | None:
-    return None if isinstance(value, Unknown) else plain(value)
 
 
 def _fleet_source(bench: EngineBench | None) -> str:
@@ -617,7 +613,7 @@ def _isolation_money(
         value, method = priced
         return {
             "monthly_usd_cost": value.monthly_usd_saved,
-            "ttft_p95_ms_cost": _plain_known(value.ttft_p95_ms_saved),
+            "ttft_p95_ms_cost": known_plain(value.ttft_p95_ms_saved),
             "method": method,
         }
     _, usd, method = _routing_money(ctx, engine, shared - isolated)

@@ -24,7 +24,7 @@ from pipeline.capacity import stage as capacity_stage
 from pipeline.dates import refuse_future, refuse_runs_after
 from pipeline.decision.catalog import Catalog, load_catalog
 from pipeline.decision.compute import decide
-from pipeline.decision.config import DecisionConfig, Requirements
+from pipeline.decision.config import DecisionConfig
 from pipeline.decision.context import DecisionInputs
 from pipeline.decision.present import rationale_text, triggers_frame
 from pipeline.decision.result import DecisionRecord, record_schema
@@ -67,22 +67,6 @@ TRIGGERS_STEP = results.Step(results.TRIGGERS, upstream=(results.DECISION,))
 STEPS = (STEP, TRIGGERS_STEP)
 
 T = TypeVar("T")
-
-
-def _optional(
-    result: results.Result,
-    layout: WorkloadLayout,
-    read: Callable[[], T],
-    stage: str,
-    missing: dict[str, str],
-) -> T | None:
-    """``read()``, or None with the reason when its stage has not run; an output that exists
-    but cannot be read is an error (a different decision must never follow from damage)."""
-    try:
-        return result.read(layout, read)
-    except StageOutputMissingError as exc:
-        missing[stage] = str(exc)
-        return None
 
 
 def read_previous(path: Path) -> DecisionRecord:
@@ -152,7 +136,14 @@ def read_inputs(
     missing: dict[str, str] = {}
 
     def optional(result: results.Result, read: Callable[[], T], stage: str) -> T | None:
-        return _optional(result, layout, read, stage, missing)
+        """``read()``, or None with the reason when its stage has not run; an output that
+        exists but cannot be read is an error (a different decision must never follow from
+        damage)."""
+        try:
+            return result.read(layout, read)
+        except StageOutputMissingError as exc:
+            missing[stage] = str(exc)
+            return None
 
     shape = optional(results.SHAPE, lambda: shape_stage.read_result(layout).metrics, "shape")
     prefix = optional(results.PREFIX, lambda: prefix_stage.read_result(layout).summary, "prefix")
@@ -229,10 +220,8 @@ def _lengths(layout: WorkloadLayout) -> pl.DataFrame:
     return read_requests(layout).select("prompt_tokens", "output_tokens").collect()
 
 
-def run(
-    inputs: DecisionInputs, requirements: Requirements, settings: DecisionConfig
-) -> DecisionRecord:
-    return decide(inputs, requirements, settings)
+#: The stage's pure step (every stage has read_inputs → run → write).
+run = decide
 
 
 def write_record(record: DecisionRecord, layout: WorkloadLayout) -> dict[str, Path]:

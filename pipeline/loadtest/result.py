@@ -10,12 +10,10 @@ from typing import Any
 
 import polars as pl
 
-from pipeline.bench.manifest import BenchManifest
+from pipeline.bench.manifest import TRACE_DATASET, BenchManifest
 from pipeline.loadtest.compute import LoadtestInputs, public_url
 from pipeline.loadtest.config import LoadtestConfig
 from pipeline.loadtest.plan import RatePlan
-
-DATASET = "enginefit-trace"
 
 #: What served the requests: exactly what a sidecar manifest says (engine, GPUs, price…),
 #: validated by its rules (docs/bench.md#the-sidecar-manifest).
@@ -61,7 +59,7 @@ def manifest(run: LoadtestResult) -> dict[str, Any]:
         "run_date": run.started.date().isoformat(),
         "model": run.settings.model,
         "workload": run.workload.name or run.workload.label,
-        "dataset": DATASET,
+        "dataset": TRACE_DATASET,
         "label": f"loadtest-{run.deployment.engine}",
         "tool_version": _version(),
     }

@@ -33,7 +33,7 @@ workload replaces them, so a difference there is reported but does not fail the 
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -65,9 +65,6 @@ class Difference:
     expected_sha256: str | None
     actual_sha256: str | None
 
-    def as_dict(self) -> JsonDocument:
-        return dict(self.__dict__)
-
 
 @dataclass
 class AuditResult:
@@ -85,16 +82,7 @@ class AuditResult:
         return not self.differences and not self.problems
 
     def as_dict(self) -> JsonDocument:
-        return {
-            "ok": self.ok,
-            "manifest": str(self.manifest),
-            "checked": self.checked,
-            "differences": [d.as_dict() for d in self.differences],
-            "derived_changed": [d.as_dict() for d in self.derived_changed],
-            "problems": list(self.problems),
-            "chain_head": self.chain_head,
-            "signature": self.signature,
-        }
+        return {"ok": self.ok, **asdict(self), "manifest": str(self.manifest)}
 
 
 @dataclass(frozen=True)

@@ -174,19 +174,15 @@ def serving_per_request(ctx: Ctx, container: Mapping[str, Any]) -> pl.DataFrame 
                 if starts is not None
                 else None
             ),
-            "input_tokens": [_to_int(ctx, v, "input_lens") for v in in_lens] if in_lens else None,
+            "input_tokens": [ctx.to_int(v, "input_lens") for v in in_lens] if in_lens else None,
             "output_tokens": (
-                [_to_int(ctx, v, "output_lens") for v in out_lens] if out_lens else None
+                [ctx.to_int(v, "output_lens") for v in out_lens] if out_lens else None
             ),
         },
         n,
     )
     frame = frame.with_columns(pl.col("itl_ms").list.eval(pl.element() * 1000.0))
     return with_tpot(frame)
-
-
-def _to_int(ctx: Ctx, v: float | None, label: str) -> int | None:
-    return ctx.to_int(v, label)
 
 
 def send_rate(frame: pl.DataFrame) -> float | None:
