@@ -18,6 +18,10 @@ manifest; a report version by its ``manifest.json``.
   replaced by the older remote one.
 * **Report versions** are uploaded with a conditional put (``If-None-Match: *``): a version
   another run published under the same key is refused, never overwritten.
+* **Writers on two machines** of the same ingest set (a day's, the workload's union) take
+  turns: the writer holds a lease on the folder in the bucket (:class:`~pipeline.remote.Lease`,
+  taken in :func:`pipeline.store.claim_workload`) and confirms it before it touches the set and
+  again before it commits the manifest.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import StageOutputUnreadableError
-from pipeline.remote import Mirror, StorageError
+from pipeline.remote import Lease, Mirror, StorageError
 
 _SEAL = re.compile(r"^\.[A-Za-z0-9_]+\.sha256\.json$")
 INGEST_MANIFEST = "ingest_manifest.json"
@@ -106,17 +110,23 @@ def push_file(mirror: Mirror, path: Path) -> None:
     mirror.remote.put(_relative(mirror, path), path)
 
 
-def push_ingest(mirror: Mirror, manifest: Path, files: Iterable[Path]) -> None:
+def push_ingest(mirror: Mirror, manifest: Path, files: Iterable[Path], lease: Lease | None) -> None:
     """Upload an ingest set as the local publication does it: the old manifest removed first
     (the set reads as incomplete meanwhile), the files, the new manifest, then the request
-    parts of an older set that the new one does not name."""
+    parts of an older set that the new one does not name. ``lease``: this machine's on the
+    folder (:func:`pipeline.store.claim_workload`), confirmed before the set is touched and
+    again before it is committed, so a writer that lost it to another machine commits nothing."""
     marker = _relative(mirror, manifest)
     folder = marker.rsplit("/", 1)[0] + "/" if "/" in marker else ""
+    if lease is not None:
+        lease.confirm()
     mirror.remote.delete(marker)
     wanted = {_relative(mirror, p) for p in files}
     for path in sorted(files):
         mirror.remote.put(_relative(mirror, path), path)
     data = manifest.read_bytes()
+    if lease is not None:
+        lease.confirm()
     mirror.remote.put(marker, data)
     _saw(mirror, marker, _sha256_bytes(data))
     for name in mirror.remote.list(f"{folder}requests"):
