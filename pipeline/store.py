@@ -452,8 +452,10 @@ def _inconsistent(layout: WorkloadLayout, problem: str) -> InputFormatError:
     )
 
 
-def verify_ingest(layout: WorkloadLayout) -> None:
-    """Check the workload's ingest outputs against their manifest (one error naming what is off)."""
+def verify_ingest(layout: WorkloadLayout, *, summary_only: bool = False) -> None:
+    """Check the workload's ingest outputs against their manifest (one error naming what is off);
+    ``summary_only``: the summary alone, for a reader of nothing else (the set's other files
+    need not be on this machine)."""
     paths = layout.ingest
     if not paths.manifest.exists():
         if not (paths.requests.exists() or paths.summary.exists()):
@@ -464,12 +466,12 @@ def verify_ingest(layout: WorkloadLayout) -> None:
         expected_parts = dict(manifest["parts"])
     except (InputFormatError, ValueError, KeyError, TypeError) as exc:
         raise _inconsistent(layout, f"{paths.manifest.name} unreadable") from exc
-    found_parts = {p.name: p.stat().st_size for p in paths.parts()}
-    if found_parts != expected_parts:
+    found_parts = {} if summary_only else {p.name: p.stat().st_size for p in paths.parts()}
+    if found_parts != expected_parts and not summary_only:
         differ = {name for name, _ in set(found_parts.items()) ^ set(expected_parts.items())}
         names = ", ".join(f"{paths.requests.name}/{name}" for name in sorted(differ))
         raise _inconsistent(layout, f"request parts differ from the manifest: {names}")
-    for name in ("quarantine", "summary"):
+    for name in ("summary",) if summary_only else ("quarantine", "summary"):
         path: Path = getattr(paths, name)
         entry = manifest.get(name)
         if entry is None:

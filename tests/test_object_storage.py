@@ -25,10 +25,13 @@ import yaml
 
 from assets.cli import main as enginefit
 from assets.days import day_assets, quarter_partitions
+from assets.report import engine_selection_report as report_asset
 from assets.resources import EnginefitStore
+from assets.shape import workload_shape as shape_asset
 from pipeline import results
 from pipeline.config import load_config
 from pipeline.errors import ConfigError, StageOutputUnreadableError
+from pipeline.layout import WORKLOAD_LOCK
 from pipeline.ledger import MANIFEST, RECORD
 from pipeline.mirror import pull, pull_reports
 from pipeline.remote import Remote, StorageError
@@ -39,6 +42,7 @@ from tests.conftest import REPO, _built_once, _shared_folder, bundled_config
 from tests.test_daily_partitions import DAYS, _assert_union_is_whole, _config, _day_file, _sample
 
 BUCKET = "enginefit-test"
+WORKLOAD = "mooncake-conversation"  # the bundled configuration's workload name
 # The first requests of the bundled trace: every stage runs, in a fraction of the whole's time.
 SLICE = 600
 
@@ -451,3 +455,86 @@ def test_bad_object_storage_settings_are_configuration_errors(
     config.write_text(yaml.safe_dump(raw))
     with pytest.raises(ConfigError, match=said):
         load_config(config)
+
+
+# ---------------------------------------------------------------------------------------------
+# Each step fetches what it reads.
+
+
+@pytest.fixture
+def fetched(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Every object fetched from the bucket from now on: its key below the workload or report
+    folder's parent (``data/...``, ``reports/...``) → its size."""
+    seen: dict[str, int] = {}
+    real_get, real_download = Remote.get, Remote.download
+
+    def name(remote: Remote, relative: str) -> str:
+        return remote.where(relative).split("/team/", 1)[1]
+
+    def get(self: Remote, relative: str) -> bytes | None:
+        data = real_get(self, relative)
+        if data is not None:
+            seen[name(self, relative)] = len(data)
+        return data
+
+    def download(self: Remote, relative: str, target: Path) -> None:
+        real_download(self, relative, target)
+        seen[name(self, relative)] = target.stat().st_size
+
+    monkeypatch.setattr(Remote, "get", get)
+    monkeypatch.setattr(Remote, "download", download)
+    return seen
+
+
+def _step_on_a_machine_of_its_own(
+    runs: Runs, bucket: str, folder: Path, asset: dg.AssetsDefinition, **run: Any
+) -> None:
+    """``asset`` materialised alone, on a machine that has never seen the workload."""
+    folder.mkdir()
+    store = EnginefitStore(config_path=str(_in(bucket, runs.remote, folder)))
+    with dg.DagsterInstance.ephemeral() as instance:
+        result = dg.materialize(
+            [asset], resources={"store": store}, instance=instance, raise_on_error=False, **run
+        )
+    assert result.success, [e.message for e in result.all_events if e.is_failure]
+
+
+def test_each_step_fetches_what_it_reads_not_the_workload(
+    runs: Runs, bucket: str, fetched: dict[str, int], tmp_path: Path
+) -> None:
+    """On a machine of its own (a pod), a day's step fetches nothing, the union of the days
+    fetches the days' sets, the shape step the request table, and the report every stage's
+    sealed results, the ingest summary (with the manifest it is checked against) and the
+    published versions, never a request part nor a day: each less than the pull of the whole
+    workload that every step made before."""
+    uploaded = runs.bucket / "team"
+    whole = {
+        path.relative_to(uploaded).as_posix(): path.stat().st_size
+        for path in uploaded.rglob("*")
+        if path.is_file() and path.name != WORKLOAD_LOCK  # the writers' leases
+    }  # what a pull of everything fetches: every other object is a committed set's
+
+    def step(name: str, asset: dg.AssetsDefinition, **run: Any) -> dict[str, int]:
+        fetched.clear()
+        _step_on_a_machine_of_its_own(runs, bucket, tmp_path / name, asset, **run)
+        return dict(fetched)
+
+    day, union = day_assets(quarter_partitions("2025-Q1"))
+    assert step("day", day, partition_key=DAYS[0]) == {}
+
+    days = step("union", union)
+    data = f"data/{WORKLOAD}/"
+    assert sorted(days) == sorted(k for k in whole if k.startswith(f"{data}days/"))
+
+    shape = step("shape", shape_asset)
+    ingest_set = {k for k in whole if k.startswith(data) and "/" not in k[len(data) :]}
+    ingest_set |= {k for k in whole if k.startswith(f"{data}requests/")}
+    assert set(shape) == ingest_set
+
+    report = step("report", report_asset)
+    parts = [k for k in whole if "/requests/" in k or "/days/" in k]
+    unread = [f"{data}quarantine.parquet", *(k for k in whole if "/scenarios/" in k)]
+    assert sorted(report) == sorted(set(whole) - {*parts, *unread})
+    assert f"{data}ingest_summary.json" in report and f"{data}ingest_manifest.json" in report
+    for fetched_by_step in (days, shape, report):
+        assert sum(fetched_by_step.values()) < sum(whole.values())

@@ -405,7 +405,9 @@ def write_union(layout: WorkloadLayout, days: Sequence[str]) -> Union:
 
 def _write_union(layout: WorkloadLayout, days: Sequence[str]) -> Union:
     layouts = [layout.day(day) for day in days]
-    summaries = [stage.read_summary(day_layout) for day_layout in layouts]  # checked first
+    for day_layout in layouts:  # each set whole before any of it is linked
+        verify_ingest(day_layout)
+    summaries = [stage.read_summary(day_layout) for day_layout in layouts]
     lineage = {day: sha256_file(d.ingest.manifest) for day, d in zip(days, layouts, strict=True)}
     hashes = [
         day_id_hashes(layout, day, summary.ingested)
