@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import warnings
-from collections.abc import Iterator
+from collections.abc import Collection, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +29,11 @@ from pipeline.config import Config
 from pipeline.decision import stage as decision
 from pipeline.ingest import stage as ingest
 from pipeline.ingest.compute import expand_paths as trace_files
+from pipeline.layout import WorkloadLayout
+from pipeline.mirror import Wanted
 from pipeline.prefix import stage as prefix
 from pipeline.report import stage as report
-from pipeline.results import Step
+from pipeline.results import Step, markers
 from pipeline.settings import SECTIONS
 from pipeline.shape import stage as shape
 from pipeline.sim import stage as sim
@@ -67,6 +69,28 @@ def step_deps(step: Step, *outside: str) -> list[str]:
     """The keys of what ``step``'s asset depends on: the assets that write the results it reads,
     the configuration sections it takes, and ``outside`` inputs (the files it reads itself)."""
     return [*step.upstream_assets(), *(config_key(name) for name in step.sections), *outside]
+
+
+_BY_ASSET = {step.asset: step for step in STEPS}
+# The steps that read the published report versions as well: the decision (the previous
+# version's record) and the report (the ledger it files the next version in).
+_READ_VERSIONS = frozenset({decision.STEP.asset, report.STEP.asset})
+
+
+def step_reads(
+    layout: WorkloadLayout, assets: Iterable[str], checked: Iterable[str], *, daily: bool
+) -> tuple[Wanted, bool]:
+    """What a step materialising ``assets`` and checking ``checked`` (asset names) reads of the
+    workload folder ``layout`` (as :func:`pipeline.mirror.pull` takes it), and whether it reads
+    the published versions: each asset's declared upstream results, each checked asset's own
+    result; the union of a ``daily`` workload's days reads the days."""
+    assets = list(assets)
+    read = [result for name in assets if name in _BY_ASSET for result in _BY_ASSET[name].upstream]
+    read += [_BY_ASSET[name].writes for name in checked if name in _BY_ASSET]
+    wanted: dict[str, Collection[str] | None] = dict(markers(read, layout))
+    if daily and ingest.STEP.asset in assets:
+        wanted[layout.days_dir.relative_to(layout.root).as_posix() + "/"] = None
+    return wanted, bool(_READ_VERSIONS.intersection(assets))
 
 
 def digest(*parts: Any) -> str:

@@ -3,7 +3,8 @@
 A workload folder (``<paths.data_dir>/<workload.name>/``)::
 
     .enginefit-workload               marker: enginefit made this folder and may replace its files
-    .enginefit.lock                   advisory lock held while a command writes the workload
+    .enginefit.lock                   advisory lock held while a command writes the workload (on
+                                      object storage: the lease of the machine writing it)
     requests/part-00000.parquet ...   canonical request table (ingest)
     quarantine.parquet                records not ingested, with file, line, field, reason
     ingest_summary.json               counts that reconcile: read = ingested + quarantined

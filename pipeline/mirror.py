@@ -10,14 +10,20 @@ manifest; a report version by its ``manifest.json``.
 * **Push** (after a stage seals, after ingest publishes): the set's data files are uploaded
   first and its marker last, so a reader on another machine never takes a half-uploaded set for
   a whole one (the ingest manifest is deleted first, as the local publication removes it).
-* **Pull** (when a process starts working on the workload, :func:`pull`): every marker on the
-  remote that differs from the one this machine last saw is fetched with the files it names,
-  each checked against the digest (or size) the marker records, then the marker is written;
-  a file the local copy already holds is not fetched again. What this machine last saw of each
-  marker is kept outside the mirror, so a local set written but not yet pushed is never
-  replaced by the older remote one.
+* **Pull** (when a step starts working on the workload, :func:`pull`): every marker on the
+  remote that the step reads (:data:`Wanted`; a command: every marker) and that differs from
+  the one this machine last saw is fetched with the files it names (or of them, those the step
+  reads: the ingest summary without the request parts), each checked against the digest (or
+  size) the marker records, then the marker is written; a file the local copy already holds is
+  not fetched again. What this machine last saw of each marker is kept outside the mirror, so
+  a local set written but not yet pushed is never replaced by the older remote one; a set
+  fetched in part is not recorded as seen, so a step that reads the rest fetches it.
 * **Report versions** are uploaded with a conditional put (``If-None-Match: *``): a version
   another run published under the same key is refused, never overwritten.
+* **Writers on two machines** of the same ingest set (a day's, the workload's union) take
+  turns: the writer holds a lease on the folder in the bucket (:class:`~pipeline.remote.Lease`,
+  taken in :func:`pipeline.store.claim_workload`) and confirms it before it touches the set and
+  again before it commits the manifest.
 """
 
 from __future__ import annotations
@@ -27,12 +33,12 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from pipeline.errors import StageOutputUnreadableError
-from pipeline.remote import Mirror, StorageError
+from pipeline.remote import Lease, Mirror, StorageError
 
 _SEAL = re.compile(r"^\.[A-Za-z0-9_]+\.sha256\.json$")
 INGEST_MANIFEST = "ingest_manifest.json"
@@ -106,17 +112,23 @@ def push_file(mirror: Mirror, path: Path) -> None:
     mirror.remote.put(_relative(mirror, path), path)
 
 
-def push_ingest(mirror: Mirror, manifest: Path, files: Iterable[Path]) -> None:
+def push_ingest(mirror: Mirror, manifest: Path, files: Iterable[Path], lease: Lease | None) -> None:
     """Upload an ingest set as the local publication does it: the old manifest removed first
     (the set reads as incomplete meanwhile), the files, the new manifest, then the request
-    parts of an older set that the new one does not name."""
+    parts of an older set that the new one does not name. ``lease``: this machine's on the
+    folder (:func:`pipeline.store.claim_workload`), confirmed before the set is touched and
+    again before it is committed, so a writer that lost it to another machine commits nothing."""
     marker = _relative(mirror, manifest)
     folder = marker.rsplit("/", 1)[0] + "/" if "/" in marker else ""
+    if lease is not None:
+        lease.confirm()
     mirror.remote.delete(marker)
     wanted = {_relative(mirror, p) for p in files}
     for path in sorted(files):
         mirror.remote.put(_relative(mirror, path), path)
     data = manifest.read_bytes()
+    if lease is not None:
+        lease.confirm()
     mirror.remote.put(marker, data)
     _saw(mirror, marker, _sha256_bytes(data))
     for name in mirror.remote.list(f"{folder}requests"):
@@ -150,24 +162,43 @@ def push_ledger(mirror: Mirror, ledger: Path) -> None:
 # Pull: markers that changed, with what they name.
 
 
-def pull_workload(mirror: Mirror) -> None:
-    """Bring the local workload folder up to the remote one's committed sets."""
-    listing = mirror.remote.list()
-    if not listing:
-        return
-    mirror.local.mkdir(parents=True, exist_ok=True)
+#: What a step reads of a workload folder: each committed set by its marker (relative to the
+#: folder; a folder ending in '/' stands for every marker below it), with the files of the set
+#: it reads (None: every one).
+Wanted = Mapping[str, Collection[str] | None]
+
+
+def _is_marker(relative: str) -> bool:
+    name = relative.rsplit("/", 1)[-1]
+    return bool(_SEAL.match(name)) or name == INGEST_MANIFEST
+
+
+def pull_workload(mirror: Mirror, wanted: Wanted | None = None) -> None:
+    """Bring the local workload folder up to the remote one's committed sets: every one, or
+    those ``wanted`` names (and of each, the files it names)."""
+    markers: dict[str, Collection[str] | None] = {}
+    for key, files in ({"": None} if wanted is None else wanted).items():
+        if key and not key.endswith("/"):
+            markers[key] = files
+            continue
+        below = mirror.remote.list(key.rstrip("/"))
+        markers |= {relative: files for relative in sorted(below) if _is_marker(relative)}
+    for relative, files in markers.items():
+        named = _ingest_files if relative.endswith(INGEST_MANIFEST) else _sealed_files
+        _pull_marker(mirror, relative, named, files)
+
+
+def _mark_mirror(mirror: Mirror) -> None:
     marker = mirror.local / WORKLOAD_MARKER
     if not marker.exists():
         _write_atomic(marker, b"enginefit workload: enginefit wrote this folder's outputs\n")
-    for relative in sorted(listing):
-        name = relative.rsplit("/", 1)[-1]
-        if _SEAL.match(name):
-            _pull_marker(mirror, relative, _sealed_files)
-        elif name == INGEST_MANIFEST:
-            _pull_marker(mirror, relative, _ingest_files)
 
 
-def _pull_marker(mirror: Mirror, relative: str, named: Any) -> None:
+def _pull_marker(
+    mirror: Mirror, relative: str, named: Any, files: Collection[str] | None = None
+) -> None:
+    """The set ``relative`` commits, or of it the ``files`` named (and its marker, which they
+    are checked against here: the set is not recorded as seen, as it is not whole here)."""
     for _ in range(3):  # a set being pushed again meanwhile: its marker moves; fetch again
         data = mirror.remote.get(relative)
         if data is None:
@@ -184,12 +215,16 @@ def _pull_marker(mirror: Mirror, relative: str, named: Any) -> None:
                 f"{mirror.remote.where(relative)}: not a seal or manifest enginefit wrote; "
                 "re-run the stage that writes it"
             ) from exc
+        if files is not None:
+            expected = {name: check for name, check in expected.items() if name in files}
         if not all(_fetch(mirror, folder + name, check) for name, check in expected.items()):
             continue
-        if relative.endswith(INGEST_MANIFEST):
+        _mark_mirror(mirror)
+        if files is None and relative.endswith(INGEST_MANIFEST):
             _drop_other_parts(mirror.local / folder / "requests", expected)
         _write_atomic(local, data)
-        _saw(mirror, relative, digest)
+        if files is None:
+            _saw(mirror, relative, digest)
         return
     raise StageOutputUnreadableError(
         f"{mirror.remote.where(relative)}: the files it names do not match it (another "
@@ -264,11 +299,13 @@ def forget_version(version: Path) -> None:
     shutil.rmtree(version, ignore_errors=True)
 
 
-def pull(layout: Any, tree: Any) -> None:
-    """Before a process works on a workload: its workload folder and its report folder brought
-    up to what object storage holds (nothing for a folder on this machine). ``layout``: a
-    :class:`~pipeline.layout.WorkloadLayout`; ``tree``: a :class:`~pipeline.ledger.ReportTree`."""
-    if layout.remote is not None:
-        pull_workload(layout.remote)
-    if tree.remote is not None:
+def pull(layout: Any, tree: Any, wanted: Wanted | None = None, *, reports: bool = True) -> None:
+    """Before a process works on a workload: its workload folder, and its report folder unless
+    not ``reports``, brought up to what object storage holds (nothing for a folder on this
+    machine). ``wanted``: only these sets of the workload (:data:`Wanted`; None: every one).
+    ``layout``: a :class:`~pipeline.layout.WorkloadLayout`; ``tree``: a
+    :class:`~pipeline.ledger.ReportTree`."""
+    if layout.remote is not None and wanted != {}:
+        pull_workload(layout.remote, wanted)
+    if reports and tree.remote is not None:
         pull_reports(tree.remote)

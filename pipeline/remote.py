@@ -13,10 +13,15 @@ naming the URL and what to do.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import re
+import secrets
+import socket
+import threading
+import time
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -136,18 +141,32 @@ class Remote:
 
     def put_new(self, relative: str, data: bytes) -> bool:
         """Write the object only if none exists (``If-None-Match: *``): False when one does."""
+        return self.swap(relative, data, None) is not None
+
+    def get_version(self, relative: str) -> tuple[bytes, str] | None:
+        """The object's bytes and its version (ETag); None when there is no such object."""
         with self._errors(relative):
             try:
-                obstore.put(
-                    self._client(),
-                    self._key(relative),
-                    data,
-                    mode="create",
-                    use_multipart=False,
+                result = obstore.get(self._client(), self._key(relative))
+                return bytes(result.bytes()), str(result.meta["e_tag"])
+            except FileNotFoundError:
+                if not self._bucket_exists():
+                    raise
+                return None
+
+    def swap(self, relative: str, data: bytes, version: str | None) -> str | None:
+        """Write the object only if it is still at ``version`` (``If-Match``), or, ``version``
+        None, only if there is none (``If-None-Match: *``): the new version, else None (another
+        writer changed it first)."""
+        mode: Any = {"e_tag": version} if version is not None else "create"
+        with self._errors(relative):
+            try:
+                put = obstore.put(
+                    self._client(), self._key(relative), data, mode=mode, use_multipart=False
                 )
             except (AlreadyExistsError, PreconditionError):
-                return False
-        return True
+                return None
+        return str(put["e_tag"])
 
     def delete(self, relative: str) -> None:
 
@@ -199,6 +218,128 @@ class Remote:
             if "NoSuchBucket" in str(exc):
                 raise self._error(relative, _NO_BUCKET) from exc
             raise self._error(relative, _problem(exc, _UNREACHABLE)) from exc
+
+
+# A lease on a folder (:class:`Lease`): how long a hold lasts unless renewed (its holder renews
+# it every third of that), and how long a writer waits for another machine's to end.
+LEASE_TTL_S = 60.0
+LEASE_WAIT_S = 600.0
+_LEASE_POLL_S = 0.5
+
+
+class Lease:
+    """One machine's hold on a folder of the object store that several machines write: the
+    object ``relative`` names its holder and when the hold ends. It is taken, renewed and
+    given back only by conditional writes (``If-None-Match: *`` where there is none,
+    ``If-Match`` the version read where it ended), so two machines never both hold it; a
+    machine that stops renewing (killed, cut off) loses it :data:`LEASE_TTL_S` seconds after
+    its last renewal. Machines' clocks are taken to agree within seconds (NTP)."""
+
+    def __init__(self, remote: Remote, relative: str) -> None:
+        self.remote, self.relative = remote, relative
+        self.holder = f"{socket.gethostname()} pid {os.getpid()} ({secrets.token_hex(4)})"
+        self.since = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        self._version: str | None = None
+        self._lost: str | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._renewer: threading.Thread | None = None
+
+    def _body(self, ends: float) -> bytes:
+        fields = {"holder": self.holder, "since": self.since, "ends": ends}
+        return (json.dumps(fields, sort_keys=True) + "\n").encode()
+
+    def _held(self, data: bytes) -> tuple[str, str, float]:
+        """Who holds the lease ``data`` records, since when, and until when (epoch seconds)."""
+        try:
+            fields = json.loads(data)
+            return str(fields["holder"]), str(fields["since"]), float(fields["ends"])
+        except (ValueError, TypeError, KeyError) as exc:
+            raise StorageError(
+                f"{self.remote.where(self.relative)}: not a lease enginefit wrote; remove it "
+                "if no enginefit run is writing this folder"
+            ) from exc
+
+    def acquire(self, wait: float | None = None) -> None:
+        """Take the lease, waiting up to ``wait`` seconds (:data:`LEASE_WAIT_S`) while another
+        machine holds it; then a :class:`StorageError` naming the holder."""
+        patience = LEASE_WAIT_S if wait is None else wait
+        deadline = time.monotonic() + patience
+        holder, since = "unknown", "a moment ago"
+        while True:
+            current = self.remote.get_version(self.relative)
+            if current is None:
+                self._version = self.remote.swap(self.relative, self._body(self._ends()), None)
+            else:
+                holder, since, ends = self._held(current[0])
+                if ends <= time.time():  # given back, or its holder stopped renewing it
+                    body = self._body(self._ends())
+                    self._version = self.remote.swap(self.relative, body, current[1])
+            if self._version is not None:
+                break
+            if time.monotonic() >= deadline:
+                raise StorageError(
+                    f"{self.remote.where(self.relative)}: another machine ({holder}) has been "
+                    f"writing this folder since {since} and still was after {patience:.0f} s; "
+                    "run again once it has finished (a machine that stopped gives the folder "
+                    f"up {LEASE_TTL_S:.0f} s after its last renewal)"
+                )
+            time.sleep(_LEASE_POLL_S)
+        self._renewer = threading.Thread(target=self._keep, name="enginefit-lease", daemon=True)
+        self._renewer.start()
+
+    @staticmethod
+    def _ends() -> float:
+        return time.time() + LEASE_TTL_S
+
+    def _keep(self) -> None:
+        while not self._stop.wait(LEASE_TTL_S / 3):
+            try:
+                self.renew()
+            except StorageError:
+                return  # lost (said by confirm), or the store is unreachable: retried by confirm
+
+    def renew(self) -> None:
+        """Extend the hold; a :class:`StorageError` when another machine has taken it."""
+        with self._lock:
+            if self._lost is None and self._version is not None:
+                version = self.remote.swap(self.relative, self._body(self._ends()), self._version)
+                if version is None:
+                    current = self.remote.get_version(self.relative)
+                    self._lost = self._held(current[0])[0] if current else "nobody"
+                self._version = version
+            if self._lost is not None:
+                raise StorageError(
+                    f"{self.remote.where(self.relative)}: this machine's hold on the folder "
+                    f"lapsed and another machine ({self._lost}) took it; what this run was "
+                    "writing there was not committed: run again"
+                )
+
+    def confirm(self) -> None:
+        """Before a commit (a marker written): still held, for another full term."""
+        self.renew()
+
+    def release(self) -> None:
+        """Give the lease back (its hold ends now), if still held."""
+        self._stop.set()
+        if self._renewer is not None:
+            self._renewer.join()
+        with self._lock:
+            if self._lost is None and self._version is not None:
+                with suppress(StorageError):  # unreachable: the hold ends with its term anyway
+                    self.remote.swap(self.relative, self._body(0.0), self._version)
+            self._version = None
+
+
+@contextmanager
+def leased(remote: Remote, relative: str) -> Iterator[Lease]:
+    """Hold the lease ``relative`` of ``remote`` for the body (:class:`Lease`)."""
+    lease = Lease(remote, relative)
+    lease.acquire()
+    try:
+        yield lease
+    finally:
+        lease.release()
 
 
 _NO_BUCKET = (

@@ -247,6 +247,28 @@ class Step:
         return list(dict.fromkeys(result.asset for result in self.upstream))
 
 
+def markers(results: Iterable[Result], layout: WorkloadLayout) -> dict[str, frozenset[str] | None]:
+    """Where the sets holding ``results`` are committed, each marker relative to the workload
+    folder, with the files of the set read (None: every one): what a step reading them pulls
+    from object storage (:func:`pipeline.mirror.pull`). The ingest summary read alone is that
+    file of the ingest set, not its request parts."""
+    wanted: dict[str, frozenset[str] | None] = {}
+    for result in results:
+        if not result.folder:  # published outside the workload folder
+            continue
+        files: frozenset[str] | None = None
+        if result.folder != REQUESTS.folder:
+            marker = result.seal_path(layout)
+        else:
+            marker = layout.ingest.manifest
+            if result.what != REQUESTS.what:
+                files = frozenset({layout.ingest.summary.name})
+        key = marker.relative_to(layout.root).as_posix()
+        before = wanted.get(key, frozenset())
+        wanted[key] = None if files is None or before is None else before | files
+    return wanted
+
+
 def fingerprints(step: Step, layout: WorkloadLayout) -> Iterable[Path]:
     """The upstream files ``step`` fingerprints, in declaration order (those written or not)."""
     for result in step.upstream:

@@ -7,7 +7,9 @@ naming the path, with nothing half-written left published.
 
 A workload folder carries a marker (:attr:`WorkloadLayout.marker`): enginefit writes only into a
 new or empty folder or one with its marker, and removes only files it wrote. While a command
-writes a workload it holds an advisory lock, so two writers never interleave.
+writes a workload it holds an advisory lock, so two writers never interleave; where the folder
+mirrors one on object storage, also a lease on that one (:class:`pipeline.remote.Lease`), so two
+machines' writers take turns too.
 
 The ingest outputs (request parts, quarantine, summary) are one set: they are staged, the old
 manifest is removed, they are renamed into place, and the manifest naming every file with its
@@ -32,7 +34,7 @@ import re
 import secrets
 import shutil
 from collections.abc import Callable, Collection, Hashable, Iterable, Iterator
-from contextlib import ExitStack, contextmanager, suppress
+from contextlib import ExitStack, contextmanager, nullcontext, suppress
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -41,6 +43,7 @@ import polars as pl
 from pipeline.errors import EnginefitError, InputFormatError
 from pipeline.layout import PART_NAME, WorkloadLayout, require_output
 from pipeline.mirror import push_ingest
+from pipeline.remote import Lease, leased
 from pipeline.safe_read import read_json
 from pipeline.schema import CANONICAL_SCHEMA
 
@@ -161,7 +164,9 @@ def sha256_file(path: Path) -> str:
 # ---------------------------------------------------------------------------------------------
 # The workload folder: marker, lock, leftovers.
 
-_HELD: set[Path] = set()  # workload folders this process holds the lock of (claims nest)
+# Workload folders this process holds the lock of (claims nest), with the lease on the folder
+# on object storage that it mirrors, if it does.
+_HELD: dict[Path, Lease | None] = {}
 _LEFTOVER_FILE = re.compile(
     r"^\.(quarantine\.parquet|ingest_summary\.json|ingest_manifest\.json|enginefit-workload)\.[0-9a-f]+$"
 )
@@ -281,15 +286,18 @@ def claim_workload(layout: WorkloadLayout, keep: Collection[Path] = ()) -> Itera
         check_output_folder(layout)  # again, now that no other writer can change it
         _mark(layout)
         _remove_leftovers(layout, keep)
-        _HELD.add(key)
-        try:
-            yield
-        except BaseException:
-            if created:
-                _remove_if_unused(layout, created)
-            raise
-        finally:
-            _HELD.discard(key)
+        # Another machine's writer of the same folder on object storage: waited for.
+        remote = leased(layout.remote.remote, layout.lock.name) if layout.remote else nullcontext()
+        with remote as lease:
+            _HELD[key] = lease
+            try:
+                yield
+            except BaseException:
+                if created:
+                    _remove_if_unused(layout, created)
+                raise
+            finally:
+                del _HELD[key]
     finally:
         os.close(fd)
 
@@ -432,7 +440,8 @@ def publish_ingest(
             _remove_parts(old)
         if layout.remote is not None:
             written = [getattr(paths, n) for n in ("quarantine", "summary") if manifest[n]]
-            push_ingest(layout.remote, paths.manifest, [*paths.parts(), *written])
+            lease = _HELD[layout.root.absolute()]
+            push_ingest(layout.remote, paths.manifest, [*paths.parts(), *written], lease)
     return paths.parts()
 
 
@@ -443,8 +452,10 @@ def _inconsistent(layout: WorkloadLayout, problem: str) -> InputFormatError:
     )
 
 
-def verify_ingest(layout: WorkloadLayout) -> None:
-    """Check the workload's ingest outputs against their manifest (one error naming what is off)."""
+def verify_ingest(layout: WorkloadLayout, *, summary_only: bool = False) -> None:
+    """Check the workload's ingest outputs against their manifest (one error naming what is off);
+    ``summary_only``: the summary alone, for a reader of nothing else (the set's other files
+    need not be on this machine)."""
     paths = layout.ingest
     if not paths.manifest.exists():
         if not (paths.requests.exists() or paths.summary.exists()):
@@ -455,12 +466,12 @@ def verify_ingest(layout: WorkloadLayout) -> None:
         expected_parts = dict(manifest["parts"])
     except (InputFormatError, ValueError, KeyError, TypeError) as exc:
         raise _inconsistent(layout, f"{paths.manifest.name} unreadable") from exc
-    found_parts = {p.name: p.stat().st_size for p in paths.parts()}
-    if found_parts != expected_parts:
+    found_parts = {} if summary_only else {p.name: p.stat().st_size for p in paths.parts()}
+    if found_parts != expected_parts and not summary_only:
         differ = {name for name, _ in set(found_parts.items()) ^ set(expected_parts.items())}
         names = ", ".join(f"{paths.requests.name}/{name}" for name in sorted(differ))
         raise _inconsistent(layout, f"request parts differ from the manifest: {names}")
-    for name in ("quarantine", "summary"):
+    for name in ("summary",) if summary_only else ("quarantine", "summary"):
         path: Path = getattr(paths, name)
         entry = manifest.get(name)
         if entry is None:

@@ -8,22 +8,30 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import multiprocessing
 import secrets
 import socket
 from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import boto3
+import dagster as dg
 import moto.server as moto_server
 import pytest
 import yaml
 
 from assets.cli import main as enginefit
+from assets.days import day_assets, quarter_partitions
+from assets.report import engine_selection_report as report_asset
+from assets.resources import EnginefitStore
+from assets.shape import workload_shape as shape_asset
 from pipeline import results
 from pipeline.config import load_config
 from pipeline.errors import ConfigError, StageOutputUnreadableError
+from pipeline.layout import WORKLOAD_LOCK
 from pipeline.ledger import MANIFEST, RECORD
 from pipeline.mirror import pull, pull_reports
 from pipeline.remote import Remote, StorageError
@@ -31,8 +39,10 @@ from pipeline.report import present
 from pipeline.store import read_requests
 from tests.bundled_report import render_the_html_as_the_pdf
 from tests.conftest import REPO, _built_once, _shared_folder, bundled_config
+from tests.test_daily_partitions import DAYS, _assert_union_is_whole, _config, _day_file, _sample
 
 BUCKET = "enginefit-test"
+WORKLOAD = "mooncake-conversation"  # the bundled configuration's workload name
 # The first requests of the bundled trace: every stage runs, in a fraction of the whole's time.
 SLICE = 600
 
@@ -106,10 +116,69 @@ def sliced_config(root: Path, name: str, paths: dict[str, str] | None = None) ->
     return path
 
 
+def day_files(root: Path) -> Path:
+    """The first :data:`SLICE` requests of the bundled trace as three days of it (a third each,
+    moved to its day), one file a day as a quarter is exported."""
+    folder = root / "traces"
+    folder.mkdir(exist_ok=True)
+    sample, third = _sample(SLICE), SLICE // len(DAYS)
+    for k in range(len(DAYS)):
+        _day_file(folder, k, sample[k * third : (k + 1) * third])
+    return folder
+
+
+def bucket_paths(cache: Path, bucket: str = BUCKET) -> dict[str, str]:
+    """``paths`` on ``bucket``, as one machine (its own ``cache``) sees them."""
+    return {
+        "data_dir": f"s3://{bucket}/team/data",
+        "reports_dir": f"s3://{bucket}/team/reports",
+        "cache_dir": str(cache),
+    }
+
+
+def daily_config(root: Path, name: str, traces: Path, paths: dict[str, str]) -> Path:
+    """The bundled configuration ingesting ``traces``' files day by day, with ``paths``."""
+    config = _config(root, name, [str(traces / "mooncake-{day}.jsonl")])
+    raw = yaml.safe_load(config.read_text())
+    raw["paths"] = paths
+    config.write_text(yaml.safe_dump(raw))
+    return config
+
+
+def ingest_day(config: str, day: str) -> None:
+    """One day's partition, materialised as a backfill's run of it does (its own process)."""
+    workload_day, _ = day_assets(quarter_partitions("2025-Q1"))
+    store = EnginefitStore(config_path=config)
+    with dg.DagsterInstance.ephemeral() as instance:
+        run = dg.materialize(
+            [workload_day],
+            partition_key=day,
+            resources={"store": store},
+            instance=instance,
+            raise_on_error=False,
+        )
+    assert run.success, [e.message for e in run.all_events if e.is_failure]
+
+
+def ingest_days_side_by_side(root: Path, traces: Path) -> None:
+    """Each day by a process of its own with a cache of its own (another machine each), all
+    writing the same folder in the bucket at once."""
+    spawn = multiprocessing.get_context("spawn")
+    configs = [
+        str(daily_config(root, f"day-{day}", traces, bucket_paths(root / f"cache-{day}")))
+        for day in DAYS
+    ]
+    with ProcessPoolExecutor(len(DAYS), mp_context=spawn) as pool:
+        for done in [pool.submit(ingest_day, c, d) for c, d in zip(configs, DAYS, strict=True)]:
+            done.result()
+
+
 @dataclass(frozen=True)
 class Runs:
-    """The same report made on local disk (``local``) and in the bucket (``remote``, with a
-    cache of its own); ``bucket``: every object the server held afterwards, as files."""
+    """The same quarter reported by one machine reading every day's file at once on local disk
+    (``local``), and in the bucket (``remote``: its days ingested side by side by three
+    machines, then the report made on a fourth); ``bucket``: every object the server held
+    afterwards, as files."""
 
     local: Path
     remote: Path
@@ -117,22 +186,16 @@ class Runs:
 
 
 def _make_both(root: Path) -> Runs:
-    local = sliced_config(root, "local")
-    remote = sliced_config(
-        root,
-        "remote",
-        {
-            "data_dir": f"s3://{BUCKET}/team/data",
-            "reports_dir": f"s3://{BUCKET}/team/reports",
-            "cache_dir": str(root / "cache"),
-        },
-    )
+    traces = day_files(root)
+    local = _config(root, "local", [str(traces / f"mooncake-{day}.jsonl") for day in DAYS])
+    remote = daily_config(root, "remote", traces, bucket_paths(root / "cache"))
     snapshot = root / "bucket"
     with _server() as env, pytest.MonkeyPatch.context() as patch:
         patch.setenv("DAGSTER_HOME", str(root / "dagster"))
         # The PDF's stand-in (its HTML): what is compared is where the bytes go, not the PDF,
         # which tests/test_report.py renders for real.
         patch.setattr(present, "render_pdf", render_the_html_as_the_pdf)
+        ingest_days_side_by_side(root, traces)
         for config in (local, remote):
             assert enginefit(["report", "--config", str(config)]) == 0
         for key in keys(env, ""):
@@ -169,45 +232,69 @@ def _published(config: Path) -> Path:
 # What a manifest records of where it was made (paths, the configuration file, the folders it
 # read), which differs between a local run and one on object storage by design.
 _WHERE = {"base", "roots", "workload_folder", "configuration_sha256", "identity", "inputs"}
+# The ingest set's own files: a union of days names its parts and its notes by day where one
+# ingest of every file does not; its table, quarantine and counts are compared instead.
+_INGEST_SET = {"ingest_manifest.json", "ingest_summary.json", "requests", "days"}
+# This machine's own: the folder's marker and lock, never uploaded.
+_MACHINE = {".enginefit-workload", ".enginefit.lock"}
+
+
+def stage_files(workload: Path) -> dict[str, bytes]:
+    """Every file the stages after ingest wrote in ``workload``, by path below it."""
+    return {
+        path.relative_to(workload).as_posix(): path.read_bytes()
+        for path in sorted(workload.rglob("*"))
+        if path.is_file() and path.relative_to(workload).parts[0] not in _INGEST_SET | _MACHINE
+    }
 
 
 def _in(bucket: str, config: Path, folder: Path) -> Path:
     """``config`` (the one made on object storage) on ``bucket`` with a cache in ``folder``:
     another machine's view of the same folders."""
     raw = yaml.safe_load(config.read_text())
-    for key in ("data_dir", "reports_dir"):
-        raw["paths"][key] = raw["paths"][key].replace(f"s3://{BUCKET}/", f"s3://{bucket}/")
-    raw["paths"]["cache_dir"] = str(folder / "cache")
+    raw["paths"] = bucket_paths(folder / "cache", bucket)
     path = folder / "elsewhere.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path
 
 
-def test_a_report_on_object_storage_equals_the_one_made_on_local_disk(runs: Runs) -> None:
-    local, remote = _published(runs.local), _published(runs.remote)
-    assert (local / RECORD).read_bytes() == (remote / RECORD).read_bytes()
-    mine, theirs = (json.loads((folder / MANIFEST).read_text()) for folder in (local, remote))
-    # Every derived table, figure and summary the report was made from: the same bytes.
-    assert mine["derived"] == theirs["derived"] and len(mine["derived"]) > 20
-    assert mine["decision_sha256"] == theirs["decision_sha256"]
-    assert mine["outputs"][RECORD] == theirs["outputs"][RECORD]
-    assert theirs["configuration"]["paths"]["data_dir"] == f"s3://{BUCKET}/team/data"
+def test_days_ingested_side_by_side_in_the_bucket_report_as_one_machine_does(runs: Runs) -> None:
+    """Every table, figure and summary of every stage, the decision record and what the report
+    says it was made from: the same bytes on the machine that made the report from the bucket,
+    in the bucket, and on the one machine that read every day's file at once on its disk; the
+    request table, quarantine and counts the same too."""
+    local, remote = load_config(runs.local).layout(), load_config(runs.remote).layout()
+    mine, theirs = stage_files(local.root), stage_files(remote.root)
+    assert mine.keys() == theirs.keys() and len(mine) > 50
+    assert [name for name in mine if mine[name] != theirs[name]] == []
+    uploaded = runs.bucket / "team" / "data" / local.name
+    assert [name for name in mine if (uploaded / name).read_bytes() != mine[name]] == []
+    _assert_union_is_whole(remote, local)
+    assert sorted(json.loads(remote.ingest.manifest.read_text())["days"]) == list(DAYS)
+
+    published = _published(runs.local), _published(runs.remote)
+    assert (published[0] / RECORD).read_bytes() == (published[1] / RECORD).read_bytes()
+    manifests = [json.loads((folder / MANIFEST).read_text()) for folder in published]
+    for manifest in manifests:
+        manifest["derived"].pop("ingest_summary.json")  # its notes and warnings name the days
+    ours, other = manifests
+    assert ours["derived"] == other["derived"] and len(ours["derived"]) > 20
+    assert ours["decision_sha256"] == other["decision_sha256"]
+    assert ours["outputs"][RECORD] == other["outputs"][RECORD]
+    assert other["configuration"]["paths"]["data_dir"] == f"s3://{BUCKET}/team/data"
     read = [
-        {k: v for k, v in m["inputs"].items() if not k.startswith("config:")}
-        for m in (mine, theirs)
+        {k: v for k, v in m["inputs"].items() if not k.startswith("config:")} for m in manifests
     ]
     assert read[0] == read[1]
-    for manifest in (mine, theirs):
-        manifest["configuration"].pop("paths")
-        manifest["configuration"].pop("source")
+    for manifest in manifests:
+        configuration = manifest["configuration"]
+        for key in ("paths", "source"):
+            configuration.pop(key)
+        for key in ("traces", "daily_quarter"):  # three files, or one a day
+            configuration["workload"].pop(key)
         for key in (*_WHERE, "outputs"):
             manifest.pop(key)
-    assert mine == theirs
-    for table in ("result", "candidates"):
-        assert (
-            getattr(load_config(runs.local).layout().capacity, table).read_bytes()
-            == getattr(load_config(runs.remote).layout().capacity, table).read_bytes()
-        )
+    assert ours == other
 
 
 def test_the_outputs_are_objects_in_the_bucket(runs: Runs) -> None:
@@ -368,3 +455,86 @@ def test_bad_object_storage_settings_are_configuration_errors(
     config.write_text(yaml.safe_dump(raw))
     with pytest.raises(ConfigError, match=said):
         load_config(config)
+
+
+# ---------------------------------------------------------------------------------------------
+# Each step fetches what it reads.
+
+
+@pytest.fixture
+def fetched(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Every object fetched from the bucket from now on: its key below the workload or report
+    folder's parent (``data/...``, ``reports/...``) → its size."""
+    seen: dict[str, int] = {}
+    real_get, real_download = Remote.get, Remote.download
+
+    def name(remote: Remote, relative: str) -> str:
+        return remote.where(relative).split("/team/", 1)[1]
+
+    def get(self: Remote, relative: str) -> bytes | None:
+        data = real_get(self, relative)
+        if data is not None:
+            seen[name(self, relative)] = len(data)
+        return data
+
+    def download(self: Remote, relative: str, target: Path) -> None:
+        real_download(self, relative, target)
+        seen[name(self, relative)] = target.stat().st_size
+
+    monkeypatch.setattr(Remote, "get", get)
+    monkeypatch.setattr(Remote, "download", download)
+    return seen
+
+
+def _step_on_a_machine_of_its_own(
+    runs: Runs, bucket: str, folder: Path, asset: dg.AssetsDefinition, **run: Any
+) -> None:
+    """``asset`` materialised alone, on a machine that has never seen the workload."""
+    folder.mkdir()
+    store = EnginefitStore(config_path=str(_in(bucket, runs.remote, folder)))
+    with dg.DagsterInstance.ephemeral() as instance:
+        result = dg.materialize(
+            [asset], resources={"store": store}, instance=instance, raise_on_error=False, **run
+        )
+    assert result.success, [e.message for e in result.all_events if e.is_failure]
+
+
+def test_each_step_fetches_what_it_reads_not_the_workload(
+    runs: Runs, bucket: str, fetched: dict[str, int], tmp_path: Path
+) -> None:
+    """On a machine of its own (a pod), a day's step fetches nothing, the union of the days
+    fetches the days' sets, the shape step the request table, and the report every stage's
+    sealed results, the ingest summary (with the manifest it is checked against) and the
+    published versions, never a request part nor a day: each less than the pull of the whole
+    workload that every step made before."""
+    uploaded = runs.bucket / "team"
+    whole = {
+        path.relative_to(uploaded).as_posix(): path.stat().st_size
+        for path in uploaded.rglob("*")
+        if path.is_file() and path.name != WORKLOAD_LOCK  # the writers' leases
+    }  # what a pull of everything fetches: every other object is a committed set's
+
+    def step(name: str, asset: dg.AssetsDefinition, **run: Any) -> dict[str, int]:
+        fetched.clear()
+        _step_on_a_machine_of_its_own(runs, bucket, tmp_path / name, asset, **run)
+        return dict(fetched)
+
+    day, union = day_assets(quarter_partitions("2025-Q1"))
+    assert step("day", day, partition_key=DAYS[0]) == {}
+
+    days = step("union", union)
+    data = f"data/{WORKLOAD}/"
+    assert sorted(days) == sorted(k for k in whole if k.startswith(f"{data}days/"))
+
+    shape = step("shape", shape_asset)
+    ingest_set = {k for k in whole if k.startswith(data) and "/" not in k[len(data) :]}
+    ingest_set |= {k for k in whole if k.startswith(f"{data}requests/")}
+    assert set(shape) == ingest_set
+
+    report = step("report", report_asset)
+    parts = [k for k in whole if "/requests/" in k or "/days/" in k]
+    unread = [f"{data}quarantine.parquet", *(k for k in whole if "/scenarios/" in k)]
+    assert sorted(report) == sorted(set(whole) - {*parts, *unread})
+    assert f"{data}ingest_summary.json" in report and f"{data}ingest_manifest.json" in report
+    for fetched_by_step in (days, shape, report):
+        assert sum(fetched_by_step.values()) < sum(whole.values())

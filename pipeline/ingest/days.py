@@ -56,6 +56,7 @@ from pipeline.safe_read import read_json
 from pipeline.schema import empty_quarantine
 from pipeline.settings import QUARTER
 from pipeline.store import (
+    claim_workload,
     open_stage_output,
     read_requests,
     remove_ingest_set,
@@ -202,10 +203,12 @@ def run_day(workload: IngestConfig, base: Path, day: str, *, where: str) -> Inge
 
 def write_day(result: IngestResult, layout: WorkloadLayout, day: str) -> dict[str, Path]:
     """Publish one day's set under ``days/<day>/`` (the workload folder marked as enginefit's
-    first, so the days may be written side by side). Only that day's folder changes."""
+    first, so the days may be written side by side). Only that day's folder changes, held by
+    this writer (on object storage, by this machine: another writer of the day waits)."""
     open_stage_output(layout)
-    paths = stage.write(result, layout.day(day))
-    _write_id_hashes(layout, day, id_hashes(result.requests.lazy()).collect())
+    with claim_workload(layout.day(day)):
+        paths = stage.write(result, layout.day(day))
+        _write_id_hashes(layout, day, id_hashes(result.requests.lazy()).collect())
     return paths
 
 
@@ -390,13 +393,21 @@ def write_union(layout: WorkloadLayout, days: Sequence[str]) -> Union:
     """Publish the workload's ingest set as the union of ``days`` (each checked against its
     manifest first): their parts linked in day order, a request whose id an earlier day has
     quarantined (``duplicate_request_id``), their quarantines and summaries joined, and the
-    days' manifest digests recorded in the workload's manifest."""
+    days' manifest digests recorded in the workload's manifest. The workload folder is held
+    throughout (on object storage, by this machine: another union's writer waits)."""
     if not days:
         raise ConfigError(
             f"{layout.days_dir}: no day ingested yet; materialise partitions of workload_day first"
         )
+    with claim_workload(layout):
+        return _write_union(layout, days)
+
+
+def _write_union(layout: WorkloadLayout, days: Sequence[str]) -> Union:
     layouts = [layout.day(day) for day in days]
-    summaries = [stage.read_summary(day_layout) for day_layout in layouts]  # checked first
+    for day_layout in layouts:  # each set whole before any of it is linked
+        verify_ingest(day_layout)
+    summaries = [stage.read_summary(day_layout) for day_layout in layouts]
     lineage = {day: sha256_file(d.ingest.manifest) for day, d in zip(days, layouts, strict=True)}
     hashes = [
         day_id_hashes(layout, day, summary.ingested)

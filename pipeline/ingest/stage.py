@@ -468,5 +468,7 @@ def publish(
 
 
 def read_summary(layout: WorkloadLayout) -> IngestSummary:
-    verify_ingest(layout)
+    """The ingest summary, checked against the set's manifest (its request parts are checked
+    by whoever reads them, :func:`~pipeline.store.read_requests`)."""
+    verify_ingest(layout, summary_only=True)
     return IngestSummary.from_json(read_json(results.INGEST_SUMMARY.require(layout)))
