@@ -64,6 +64,9 @@ def _both(inputs: stage.IngestInputs, root: Path, *, reverse: bool = False) -> N
     )
     assert merged.summary == eager.summary
     assert_frame_equal(merged.preview, eager.requests.head(stage.PREVIEW_ROWS))
+    # The preview holds its own rows, not the first part's buffers to the end of the merge.
+    chains = merged.preview["prefix_hashes"]
+    assert len(chains.to_arrow().values) == chains.list.len().sum()
     assert_frame_equal(read_requests(streamed_layout).collect(), eager.requests)
     assert_frame_equal(pl.read_parquet(streamed_layout.ingest.quarantine), eager.quarantine)
     assert _published(streamed_layout) == _published(eager_layout)
