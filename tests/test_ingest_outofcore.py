@@ -5,17 +5,22 @@ multi-file traces with quarantined records, repeated ids and arrivals out of ord
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import random
+import sys
 from pathlib import Path
 
+import numpy as np
 import polars as pl
+import pyarrow as pa
 import pytest
 from polars.testing import assert_frame_equal
 
 from pipeline.hashing import SAMPLE_SALT
 from pipeline.ingest import stage
 from pipeline.ingest.compute import expand_paths, merge_reads
+from pipeline.ingest.outofcore import _as_sliced
 from pipeline.ingest.readers import ReadContext
 from pipeline.layout import WorkloadLayout
 from pipeline.store import STAGED_READS_PREFIX, read_requests
@@ -59,6 +64,9 @@ def _both(inputs: stage.IngestInputs, root: Path, *, reverse: bool = False) -> N
     )
     assert merged.summary == eager.summary
     assert_frame_equal(merged.preview, eager.requests.head(stage.PREVIEW_ROWS))
+    # The preview holds its own rows, not the first part's buffers to the end of the merge.
+    chains = merged.preview["prefix_hashes"]
+    assert len(chains.to_arrow().values) == chains.list.len().sum()
     assert_frame_equal(read_requests(streamed_layout).collect(), eager.requests)
     assert_frame_equal(pl.read_parquet(streamed_layout.ingest.quarantine), eager.quarantine)
     assert _published(streamed_layout) == _published(eager_layout)
@@ -156,3 +164,46 @@ def test_nothing_ingested_publishes_one_empty_part(tmp_path: Path) -> None:
     path = tmp_path / "bad.jsonl"
     path.write_text('{"ts": "soon", "prompt_token_ids": [1], "output_tokens": 1}\n')
     _both(_inputs([path]), tmp_path / "out")
+
+
+def _parquet(frame: pl.DataFrame) -> bytes:
+    buffer = io.BytesIO()
+    frame.write_parquet(buffer, compression="zstd", statistics=True)
+    return buffer.getvalue()
+
+
+def test_a_part_laid_out_as_a_slice_writes_the_whole_tables_bytes() -> None:
+    """Pages of a list column follow the length of the values array its rows are a slice of:
+    at 300,000 hashes the whole table's slices are cut into several pages where the parts'
+    own hashes would make one, and the layout gives back the slices' bytes."""
+    rows, chain, part_rows = 4_000, 75, 1_000
+    hashes = np.arange(rows * chain, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+
+    def table(first: int, height: int) -> pl.DataFrame:
+        """Rows ``first`` on, their hashes a values array of their own."""
+        offsets = pa.array(np.arange(0, height * chain + 1, chain, dtype=np.int64))
+        values = pa.array(hashes[first * chain : (first + height) * chain])
+        chains = pl.Series("prefix_hashes", pa.LargeListArray.from_arrays(offsets, values))
+        return pl.DataFrame([chains, pl.Series("row", np.arange(first, first + height))])
+
+    whole = table(0, rows)
+    for start in range(0, rows, part_rows):
+        sliced = whole.slice(start, part_rows)
+        own = table(start, part_rows)
+        laid_out = own.with_columns(_as_sliced(own["prefix_hashes"], rows * chain))
+        assert _parquet(laid_out) == _parquet(sliced)
+        assert _parquet(own) != _parquet(sliced)
+
+
+@pytest.mark.skipif(
+    sys.platform != "linux" or Path("/proc/sys/vm/overcommit_memory").read_text().strip() == "2",
+    reason="Linux with overcommit: mapped without reserve, untouched zeros are not committed",
+)
+def test_the_whole_tables_zeros_cost_no_memory() -> None:
+    """A part of a workload of 2**37 hashes (1 TiB of values, more than any machine here has
+    RAM and swap) is laid out and written: the values past its own are never allocated.
+    (A null chain would make the writer build a validity bit for each of them: 16 GiB.)"""
+    hashes = pl.Series("prefix_hashes", [[1, 2, 3], [], [4]], dtype=pl.List(pl.UInt64))
+    laid_out = _as_sliced(hashes, 2**37)
+    written = pl.read_parquet(_parquet(laid_out.to_frame()))
+    assert_frame_equal(written, hashes.to_frame())

@@ -19,6 +19,9 @@ last arrival) and the quarantine; never the prefix hashes of more than one part.
 
 from __future__ import annotations
 
+import mmap
+import platform
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -117,10 +120,13 @@ class StreamedMerge:
 def _as_sliced(hashes: pl.Series, total: int) -> pl.Series:
     """``hashes`` laid out as a slice of the whole table's column, whose values array holds
     ``total`` hashes: the eager merge writes such slices (its table is one chunk, sorted or
-    not, once the block size column is set), and Polars' Parquet writer sizes a list column's
-    pages by its whole values array, so the bytes written follow it.
-    The values past this part's are zeros never touched (calloc'd pages stay unmapped), so
-    they cost address space, not memory."""
+    not, once the block size column is set), and the bytes written follow them: Polars'
+    Parquet writer cuts a list column into pages of ``1 MiB // (bytes per row + 1)`` rows,
+    its bytes per row the whole values array's size over the row group's rows, and takes no
+    page size for one column alone. So the values array is ``total`` long; past this part's
+    hashes it is zeros that are never written nor read (:func:`_unwritten_zeros`). Only a
+    null chain (a canonical input's) costs more: the writer then spreads the chains'
+    validity over the whole values array, a bit per hash of the workload."""
     column = hashes.to_arrow()
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
@@ -128,7 +134,7 @@ def _as_sliced(hashes: pl.Series, total: int) -> pl.Series:
     offsets = np.zeros(lengths.size + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
     used = int(offsets[-1])
-    values = np.zeros(max(total, used), np.uint64)
+    values = _unwritten_zeros(max(total, used))
     values[:used] = column.flatten().to_numpy(zero_copy_only=False)
     mask = column.is_null() if column.null_count else None
     laid_out = pa.LargeListArray.from_arrays(
@@ -137,6 +143,25 @@ def _as_sliced(hashes: pl.Series, total: int) -> pl.Series:
     series = pl.from_arrow(laid_out)
     assert isinstance(series, pl.Series)
     return series.alias(hashes.name)
+
+
+# Linux charges a private writable mapping's whole length against its commit limit, written
+# or not, unless MAP_NORESERVE is set (Python names it from 3.13; 0x4000 on x86-64 and arm64).
+_NORESERVE: int = getattr(
+    mmap, "MAP_NORESERVE", 0x4000 if platform.machine() in ("x86_64", "aarch64") else 0
+)
+
+
+def _unwritten_zeros(size: int) -> npt.NDArray[np.uint64]:
+    """``size`` zeros that cost memory only where written. ``np.zeros`` takes pages only where
+    written too, but Linux counts all of them committed, so one allocation larger than RAM
+    and swap fails (at 100M requests of 16-token blocks, a values array of hundreds of GB).
+    Mapped without reserve, the zeros cost address space only (unless the machine sets a
+    strict commit limit, which counts them whatever the flags)."""
+    if sys.platform != "linux" or not _NORESERVE or not size:
+        return np.zeros(size, np.uint64)
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _NORESERVE
+    return np.frombuffer(mmap.mmap(-1, size * 8, flags=flags), np.uint64)
 
 
 def _instant(microseconds: int) -> pl.Expr:

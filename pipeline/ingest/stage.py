@@ -405,8 +405,9 @@ def merge_publish(
 
             def parts() -> Iterator[pl.DataFrame]:
                 for part in streamed.parts():
-                    if not heads:
-                        heads.append(part.head(PREVIEW_ROWS))
+                    if not heads:  # copied: a slice would hold the part's buffers to the end
+                        head = part.head(PREVIEW_ROWS).to_dicts()
+                        heads.append(pl.from_dicts(head, schema=part.schema))
                     yield part
 
             paths = publish(layout, parts(), streamed.quarantine, streamed.summary)

@@ -392,7 +392,7 @@ class JsonLinesReader(Reader):
                 rows = []
         if rows or records is None:
             yield canonical_rows(rows)
-        return _rest(read + pending, kept + len(rows), quarantine.frame(), capped)
+        return rest_of_read(read + pending, kept + len(rows), quarantine.frame(), capped)
 
     def read_scanned(
         self, source: SourceFile, ctx: ReadContext, scan: Callable[[bytes], ScannedBlock]
@@ -452,7 +452,7 @@ class JsonLinesReader(Reader):
             chunk = _in_line_order(frames, decoded)
             kept += chunk.height
             yield chunk
-        return _rest(read, kept, quarantine.frame())
+        return rest_of_read(read, kept, quarantine.frame())
 
     def record_row(
         self,
@@ -493,7 +493,13 @@ class ScannedBlock:
     columns: Callable[[npt.NDArray[np.bool_], npt.NDArray[np.int64]], pl.DataFrame]
 
 
-def _rest(read: int, kept: int, quarantine: pl.DataFrame, capped: int = 0) -> ReadResult:
+def rest_of_read(
+    read: int,
+    kept: int,
+    quarantine: pl.DataFrame,
+    capped: int = 0,
+    notes: tuple[str, ...] = (),
+) -> ReadResult:
     """What a read in chunks returns once its rows are yielded: ``read`` records, ``kept`` of
     them yielded as rows, the others in ``quarantine``."""
     if read != kept + quarantine.height:  # a reader bug, never user input
@@ -501,7 +507,7 @@ def _rest(read: int, kept: int, quarantine: pl.DataFrame, capped: int = 0) -> Re
             f"counts do not reconcile: read {read} != ingested {kept} + "
             f"quarantined {quarantine.height}"
         )
-    return ReadResult(empty_canonical(), quarantine, quarantine.height, capped)
+    return ReadResult(empty_canonical(), quarantine, quarantine.height, capped, notes)
 
 
 def _in_line_order(frames: list[pl.DataFrame], decoded: list[dict[str, Any]]) -> pl.DataFrame:

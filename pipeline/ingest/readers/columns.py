@@ -16,6 +16,7 @@ from typing import Any
 from pipeline.errors import InputFormatError
 from pipeline.ingest.config import COLUMNS_FORMAT, TraceColumns
 from pipeline.ingest.readers.base import (
+    Chunks,
     JsonLinesReader,
     ReadContext,
     Reader,
@@ -196,10 +197,15 @@ class ColumnsReader(Reader):
         return False  # never detected: only a trace entry's mapping says what the columns hold
 
     def read(self, source: SourceFile, ctx: ReadContext) -> ReadResult:
+        return self._form(source).read(source, ctx)
+
+    def read_chunks(self, source: SourceFile, ctx: ReadContext, records: int | None) -> Chunks:
+        return self._form(source).read_chunks(source, ctx, records)
+
+    def _form(self, source: SourceFile) -> Reader:
         first = first_nonblank_line(source.head())
         if not first:
             raise InputFormatError(f"{source.label}: file is empty")
-        form: Reader = (
-            _MappedJsonLines(self.mapping) if first.startswith(b"{") else _MappedCsv(self.mapping)
-        )
-        return form.read(source, ctx)
+        if first.startswith(b"{"):
+            return _MappedJsonLines(self.mapping)
+        return _MappedCsv(self.mapping)

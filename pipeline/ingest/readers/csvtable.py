@@ -9,6 +9,8 @@ quarantined with the first failing field and the reason.
 from __future__ import annotations
 
 import csv
+import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -20,12 +22,15 @@ from pipeline.ingest.readers.base import (
     EPOCH_SECONDS_MIN,
     LATEST_ARRIVAL,
     TIME_UNITS,
+    Chunks,
     ReadContext,
     Reader,
     ReadResult,
+    rest_of_read,
+    whole,
 )
 from pipeline.ingest.readers.source import SourceFile, first_nonblank_line
-from pipeline.schema import MAX_PLAUSIBLE_TOKENS, QUARANTINE_SCHEMA, conform
+from pipeline.schema import MAX_PLAUSIBLE_TOKENS, QUARANTINE_SCHEMA, conform, empty_quarantine
 
 # epoch_or_relative: a number of ``unit`` (epoch time when at least EPOCH_SECONDS_MIN seconds,
 # else an offset from the anchor); duration: a number of ``unit``, stored in ms; datetime: text.
@@ -34,6 +39,8 @@ Kind = Literal["tokens", "text", "epoch_or_relative", "datetime", "duration"]
 _DATETIME_FORMATS = ("%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S")
 # ISO 8601 with a zone (``Z`` or ``+02:00``), tried on what the naive formats leave unparsed.
 _ZONED_DATETIME_FORMATS = ("%Y-%m-%dT%H:%M:%S%.f%#z", "%Y-%m-%d %H:%M:%S%.f%#z")
+# The body's non-blank lines with their 1-based numbers, before they are split into fields.
+_LINES = {"line": pl.Int64, "raw": pl.String}
 
 
 @dataclass(frozen=True)
@@ -78,19 +85,57 @@ class CsvReader(Reader):
         return {c.header for c in self.columns} <= names
 
     def read(self, source: SourceFile, ctx: ReadContext) -> ReadResult:
-        data = source.read_all()
-        if ctx.progress:
-            ctx.progress(len(data))
-        stripped = data.lstrip(b"\r\n \t")  # blank lines before the header are not records
-        header_line = 1 + data[: len(data) - len(stripped)].count(b"\n")
-        header_end = stripped.find(b"\n")
-        header = self._header(stripped if header_end < 0 else stripped[:header_end])
-        body = b"" if header_end < 0 else stripped[header_end + 1 :]
+        return whole(self.read_chunks(source, ctx, None))
+
+    def read_chunks(self, source: SourceFile, ctx: ReadContext, records: int | None) -> Chunks:
+        """:meth:`read`'s rows, yielded every ``records`` records (None: once), the file's
+        lines read a block at a time (:meth:`SourceFile.iter_line_blocks`)."""
+        blocks = source.iter_line_blocks(ctx.progress)
+        header_bytes, body, first_line = _header_and_body(blocks)
+        header = self._header(header_bytes)
         missing = [c for c in self.columns if c.header not in header]
         if missing:  # only when the format was forced: detection requires these columns
             raise InputFormatError(self.missing_columns_message(source, missing))
         present = [c for c in (*self.columns, *self.optional_columns) if c.header in header]
-        lines, quarantine = _split_lines(body, source.label, first_line=header_line + 1)
+        quarantines: list[pl.DataFrame] = []
+        pending: list[pl.DataFrame] = []  # lines not yet made rows
+        read = kept = waiting = 0
+        for block in itertools.chain([body], (block for block, _ in blocks)):
+            if not block:
+                continue
+            lines, unreadable = _split_lines(block, source.label, first_line)
+            first_line += block.count(b"\n") + (0 if block.endswith(b"\n") else 1)
+            quarantines.append(unreadable)
+            read += unreadable.height
+            pending.append(lines)
+            waiting += lines.height
+            while records is not None and waiting >= records:
+                ready = pl.concat(pending)
+                requests, bad = self._rows(ready.head(records), header, present, source, ctx)
+                pending, waiting = [ready.slice(records)], waiting - records
+                quarantines.append(bad)
+                read, kept = read + records, kept + requests.height
+                yield requests
+        if waiting or records is None:
+            ready = pl.concat([pl.DataFrame(schema=_LINES), *pending])
+            requests, bad = self._rows(ready, header, present, source, ctx)
+            quarantines.append(bad)
+            read, kept = read + ready.height, kept + requests.height
+            yield requests
+        quarantined = pl.concat([empty_quarantine(), *quarantines]).sort("source_line")
+        notes = () if read else (f"{source.label}: the file has a header and no records",)
+        return rest_of_read(read, kept, quarantined, notes=notes)
+
+    def _rows(
+        self,
+        lines: pl.DataFrame,
+        header: list[str],
+        present: list[Column],
+        source: SourceFile,
+        ctx: ReadContext,
+    ) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """Non-blank body lines (``line``, ``raw``) as canonical rows, and the quarantine of
+        those that are not records."""
         fields = _split_fields(lines, len(header))
         complete = pl.col("n_fields") == len(header)
         records = fields if fields.select(complete.all()).item() else fields.filter(complete)
@@ -140,12 +185,7 @@ class CsvReader(Reader):
                 pl.lit(False).alias("tokens_approximate"),
             )
         )
-        quarantined = pl.concat(
-            [quarantine, wrong.cast(QUARANTINE_SCHEMA), bad.cast(QUARANTINE_SCHEMA)]
-        ).sort("source_line")
-        read = requests.height + quarantined.height
-        notes = () if read else (f"{source.label}: the file has a header and no records",)
-        return ReadResult(requests, quarantined, read, notes=notes)
+        return requests, pl.concat([wrong.cast(QUARANTINE_SCHEMA), bad.cast(QUARANTINE_SCHEMA)])
 
     def missing_columns_message(self, source: SourceFile, missing: list[Column]) -> str:
         headers = ", ".join(c.header for c in missing)
@@ -154,6 +194,22 @@ class CsvReader(Reader):
     @property
     def needs(self) -> str:
         return f"CSV, header with {', '.join(c.header for c in self.columns)}"
+
+
+def _header_and_body(blocks: Iterator[tuple[bytes, bool]]) -> tuple[bytes, bytes, int]:
+    """From blocks of whole lines: the header (the first line that is not blank; blank lines
+    before it are not records), the rest of its block and the number of that rest's first
+    line. Later blocks are left in ``blocks``."""
+    line = 1
+    for block, _ in blocks:
+        stripped = block.lstrip(b"\r\n \t")
+        line += block[: len(block) - len(stripped)].count(b"\n")
+        if stripped:
+            end = stripped.find(b"\n")
+            if end < 0:
+                return stripped, b"", line + 1
+            return stripped[:end], stripped[end + 1 :], line + 1
+    return b"", b"", line + 1
 
 
 def _split_lines(body: bytes, label: str, first_line: int) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -166,7 +222,7 @@ def _split_lines(body: bytes, label: str, first_line: int) -> tuple[pl.DataFrame
         texts, bad_lines = _lines_by_python(body, first_line)
     lines = pl.DataFrame(
         {"line": pl.int_range(first_line, first_line + len(texts), eager=True), "raw": texts},
-        schema={"line": pl.Int64, "raw": pl.String},
+        schema=_LINES,
     ).filter(pl.col("raw").is_not_null() & (pl.col("raw").str.strip_chars() != ""))
     quarantine = pl.DataFrame(
         {
