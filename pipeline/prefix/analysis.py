@@ -47,6 +47,7 @@ from pipeline.prefix.result import PrefixResult
 from pipeline.prefix.reuse import (
     HitTotals,
     PromptTotals,
+    RetentionAges,
     ReuseGroups,
     estimate_hits,
     estimate_same_tenant,
@@ -403,7 +404,9 @@ def _first_pass(
                     flat.offsets, flat.values, c.chain_blocks, c.known, c.time_us, c.namespace
                 )
                 if shared.overflowed:
+                    # its sums are replaced by the sampled replay's: let the ages go now
                     stopped_at = seen
+                    hits.retention = RetentionAges()
                 else:
                     hits.add(
                         reuse_frame(
