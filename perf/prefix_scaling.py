@@ -4,9 +4,9 @@ For each size (default 1M, 3M and 10M requests of ``perf.prefix``'s generated tr
 size 16) the canonical parts are written once (kept under ``--keep DIR`` to rerun), then
 ``enginefit prefix PARTS --out DIR`` runs as a child process (wall time, peak RSS). With
 ``--pieces`` the analysis also runs in this process, and the state each piece holds when the
-chains have streamed by is printed: the session search's table, the curve's per-window hashes,
-the shared replay's table of distinct blocks and the per-request arrays, in MiB, so what grows
-with the requests and what with the distinct blocks can be read off.
+chains have streamed by is printed: the session stream's carried state and codes, the curve's
+per-window hashes, the shared replay's table of distinct blocks and the retention ages, in MiB,
+so what grows with the requests and what with the distinct blocks can be read off.
 
 Run: ``python -m perf.prefix_scaling [--requests 1M,3M,10M] [--keep DIR] [--pieces]``.
 """
@@ -43,40 +43,32 @@ def pieces(parts: Path) -> dict[str, float]:
     from pipeline.settings import default_mapping
 
     held: dict[str, float] = {}
-    original = analysis._stream
+    original = analysis._first_pass
 
     def measured(*args: Any) -> Any:
-        found = original(*args)
-        _, _, _, _, chain_blocks, sessions, counter, shared = args
-        if hasattr(sessions, "table"):  # the whole-table parent search
-            held["session search table"] = sessions.table.nbytes / MIB
-            held["session parents + chain blocks"] = (
-                sessions.parent.nbytes + sessions.chain_blocks.nbytes + chain_blocks.nbytes
-            ) / MIB
-        else:  # the chunked session stream: what it carries
-            held["session carried state"] = (
-                sessions._table.nbytes
-                + sessions._ent_k.nbytes
-                + sessions._ent_sess.nbytes
-                + sessions._ent_us.nbytes
-                + sessions._open.estimated_size()
-                + sessions._names.estimated_size()
-            ) / MIB
-            held["session codes so far"] = sum(f.estimated_size() for f in found) / MIB
-            held["chain blocks"] = chain_blocks.nbytes / MIB
-        held["curve per-window hashes"] = counter.buf.nbytes / MIB if counter else 0.0
-        held["shared replay table"] = sum(t.nbytes for t in shared.table.owners) / MIB
-        held["shared replay per-request"] = (
-            shared.hit.nbytes + shared.age.nbytes + shared.within.nbytes
+        stopped = original(*args)
+        _, _, sessions, counter, shared, _, hits = args
+        stream = sessions.stream
+        held["session carried state"] = (
+            stream._table.nbytes()
+            + stream._ent_k.nbytes
+            + stream._ent_sess.nbytes
+            + stream._ent_us.nbytes
+            + stream._open.estimated_size()
+            + stream._names.estimated_size()
         ) / MIB
-        return found
+        held["session codes so far"] = sum(f.estimated_size() for f in sessions.codes) / MIB
+        held["curve per-window hashes (or kept classes)"] = counter.nbytes() / MIB if counter else 0
+        held["shared replay table"] = shared.table.nbytes() / MIB
+        held["retention ages kept"] = hits.retention._n * 16 / MIB
+        return stopped
 
-    analysis._stream = measured  # type: ignore[assignment]
+    analysis._first_pass = measured  # type: ignore[assignment]
     try:
         config = PrefixConfig.model_validate(default_mapping()["prefix"])
         analysis.analyse(pl.scan_parquet(parts / "*.parquet"), config)
     finally:
-        analysis._stream = original  # type: ignore[assignment]
+        analysis._first_pass = original  # type: ignore[assignment]
     return held
 
 

@@ -107,12 +107,18 @@ def _reserve(folder: Path, prefix: str, *, directory: bool = False) -> Path:
         return path
 
 
+def reserve_beside(target: Path) -> Path:
+    """A new, empty temporary file beside ``target`` (named as :func:`staged_path`'s are, so
+    the workload folder's checks know it); the caller removes it."""
+    with output_errors(target):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        return _reserve(target.parent, f".{target.name}.")
+
+
 @contextmanager
 def staged_path(target: Path) -> Iterator[Path]:
     """A temporary path beside ``target``; removed on exit unless the caller renamed it."""
-    with output_errors(target):
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = _reserve(target.parent, f".{target.name}.")
+    tmp = reserve_beside(target)
     try:
         yield tmp
     finally:
@@ -151,6 +157,17 @@ def write_parquet_atomic(frame: pl.DataFrame, target: Path, shown: Path | None =
     """``frame`` to ``target`` at once; an error names ``shown`` (default: ``target``)."""
     with atomic_path(target) as tmp:
         _write_parquet(frame, tmp, shown or target)
+
+
+def copy_parquet_atomic(source: Path, target: Path) -> None:
+    """A Parquet file to ``target`` at once, one row group in memory at a time."""
+    import pyarrow.parquet as pq
+
+    with atomic_path(target) as tmp, output_errors(target):
+        found = pq.ParquetFile(source)
+        with pq.ParquetWriter(tmp, found.schema_arrow, compression="zstd") as writer:
+            for group in range(found.num_row_groups):
+                writer.write_table(found.read_row_group(group))
 
 
 def sha256_file(path: Path) -> str:

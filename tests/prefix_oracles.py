@@ -17,12 +17,10 @@ import polars as pl
 from pipeline.prefix.compute import (
     CurveCounter,
     analysis_block_size,
-    new_replays,
-    reuse_frame,
-    reuse_groups,
     table_block_size,
 )
-from pipeline.prefix.hashmap import row_bits
+from pipeline.prefix.replay import Replay
+from pipeline.prefix.reuse import ReuseGroups, reuse_frame
 from pipeline.prefix.sessions import (
     DEFAULT_MIN_SESSION_MATCH_BLOCKS,
     ParentSearch,
@@ -82,9 +80,17 @@ def sharing_curve(requests: pl.DataFrame, block_size: int) -> pl.DataFrame:
     """The shared-prefix ratio at every window of the grid (one row per window)."""
     chains = _chains(requests)
     max_prompt = int(chains.prompt_tokens[chains.known].max()) if chains.known.any() else 0
-    counter = CurveCounter(block_size, max_prompt, chains.known, chains.chain_blocks)
-    counter.feed(0, chains.offsets, chains.values, chains.nulls, chains.chain_blocks)
-    return counter.finish(chains.prompt_tokens, chains.chain_blocks)
+    reach = np.unique(chains.chain_blocks[chains.known].astype(np.int64), return_counts=True)
+    counter = CurveCounter(block_size, max_prompt, reach)
+    counter.feed(
+        chains.offsets,
+        chains.values,
+        chains.nulls,
+        chains.known,
+        chains.chain_blocks,
+        chains.prompt_tokens,
+    )
+    return counter.finish()
 
 
 def reuse_per_request(
@@ -93,29 +99,31 @@ def reuse_per_request(
     age_buckets_s: tuple[float, ...] = (60.0, 600.0, 3600.0),
 ) -> pl.DataFrame:
     """Per request (in input order, which must be arrival order): the columns of
-    :func:`pipeline.prefix.compute.reuse_frame`."""
-    n = requests.height
-    shift = row_bits(n)
+    :func:`pipeline.prefix.reuse.reuse_frame`, from one exact replay of the whole table."""
     chains = _chains(requests)
     arrival_us = requests["arrival"].dt.epoch("us").to_numpy()
-    shared, same = new_replays(
-        arrival_us,
-        chains.known,
-        chains.chain_blocks,
-        reuse_groups(requests, n, shift),
-        shift,
-        age_buckets_s,
+    time_us = arrival_us - (arrival_us.min() if arrival_us.size else 0)
+    shift = max(1, int(time_us.max() if time_us.size else 0).bit_length())
+    namespace, tenant = ReuseGroups.of_table(requests).codes(requests)
+    buckets_us = np.array([t * 1e6 for t in age_buckets_s], dtype=np.float64)
+    shared = Replay(shift, buckets_us, with_age=True)
+    hit, age, within = shared.feed(
+        chains.offsets, chains.values, chains.chain_blocks, chains.known, time_us, namespace
     )
-    for replay in (shared, same):
-        if replay is not None:
-            replay.feed(0, chains.offsets, chains.values)
-            replay.close()
+    same_hit = None
+    if tenant is not None:
+        same = Replay(1, np.zeros(0, np.float64), with_age=False)
+        same_hit, _, _ = same.feed(
+            chains.offsets, chains.values, chains.chain_blocks, chains.known, time_us, tenant
+        )
     return reuse_frame(
         chains.known,
         chains.prompt_tokens,
         chains.chain_blocks,
-        shared,
-        same,
+        hit,
+        age,
+        within,
+        same_hit,
         block_size,
         age_buckets_s,
     )

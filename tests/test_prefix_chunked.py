@@ -141,20 +141,28 @@ def test_the_budget_closes_sessions_early_and_says_so(trace: pl.DataFrame) -> No
 
 def _curve(trace: pl.DataFrame, budget: int) -> tuple[pl.DataFrame, CurveCounter]:
     known = trace["hashes_known"].to_numpy().astype(np.bool_)
-    blocks = trace["prompt_blocks"].to_numpy().astype(np.int32)
+    blocks = trace["prompt_blocks"].to_numpy().astype(np.int64)
     tokens = trace["prompt_tokens"].cast(pl.Int64).to_numpy()
-    counter = CurveCounter(16, int(tokens.max()), known, blocks, budget)
+    reach = np.unique(blocks[known], return_counts=True)
+    counter = CurveCounter(16, int(tokens.max()), reach, budget)
     for part in _slices(trace, 500):
-        row0 = int(part["request_id"].cast(pl.Int64)[0])
         flat = flat_lists(part["prefix_hashes"])
-        counter.feed(row0, flat.offsets, flat.values, flat.nulls, blocks)
-    return counter.finish(tokens, blocks), counter
+        counter.feed(
+            flat.offsets,
+            flat.values,
+            flat.nulls,
+            part["hashes_known"].to_numpy().astype(np.bool_),
+            part["prompt_blocks"].to_numpy().astype(np.int32),
+            part["prompt_tokens"].cast(pl.Int64).to_numpy(),
+        )
+    return counter.finish(), counter
 
 
 def test_the_curve_estimate_is_within_its_standard_error(trace: pl.DataFrame) -> None:
     exact, exact_counter = _curve(trace, DEFAULT_CURVE_HASH_BUDGET)
     assert exact_counter.rate == 1.0
-    estimate, counter = _curve(trace, exact_counter.hashes // 4)
+    # one hash over the budget: about 1/8 of them kept
+    estimate, counter = _curve(trace, exact_counter.hashes - 1)
     assert 0.1 < counter.rate < 0.2
     assert_frame_equal(
         estimate.drop(

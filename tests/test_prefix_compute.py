@@ -14,10 +14,10 @@ from pipeline.prefix.analysis import analyse
 from pipeline.prefix.compute import (
     PrefixInputError,
     classify_curve,
-    reuse_summary,
     window_grid,
 )
 from pipeline.prefix.present import curve_svg
+from pipeline.prefix.reuse import reuse_summary
 from pipeline.schema import conform
 from tests.conftest import DEFAULTS
 from tests.prefix_oracles import at_block_size, reuse_per_request, sharing_curve
@@ -327,7 +327,7 @@ def test_analyse_summary_keys() -> None:
     assert summary.reuse.hit_tokens == 16
     assert summary.sessions.inferred is True
     # r1 continues r0 and r4 continues r1 (latest of the equal matches r0, r1); r2, r3 start anew.
-    assert result.sessions["session_id"].to_list() == [
+    assert result.sessions.collect()["session_id"].to_list() == [
         "inferred-0",
         "inferred-0",
         "inferred-1",
@@ -348,7 +348,7 @@ def test_count_only_trace_has_no_curve() -> None:
     assert result.summary.block_size is None
     assert result.summary.classification.shape == "unknown"
     assert result.summary.reuse.hit_share is None
-    assert result.sessions["session_id"].to_list() == ["inferred-0", "inferred-1"]
+    assert result.sessions.collect()["session_id"].to_list() == ["inferred-0", "inferred-1"]
     assert curve_svg(result.curve).startswith(b"<?xml")
 
 

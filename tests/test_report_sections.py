@@ -13,6 +13,7 @@ from typing import Any, cast
 import polars as pl
 from polars.testing import assert_frame_equal
 
+from perf.workload import canonical_frame, conversations, spec
 from pipeline.decision.measures import (
     DECISION,
     GPU_HOUR_USD,
@@ -21,11 +22,14 @@ from pipeline.decision.measures import (
     Measurement,
 )
 from pipeline.decision.result import DecisionRecord
+from pipeline.prefix.analysis import analyse
+from pipeline.prefix.config import PrefixConfig
 from pipeline.report.sections.content import ReportContent
 from pipeline.report.sections.prefix import NO_CONTENT, prefix
 from pipeline.report.sections.rationale import ExcludedCandidate, Flip, RuleOutcome, rationale
 from pipeline.report.sections.summary import CandidateRow, candidate_row
 from pipeline.report.sections.triggers import Checked, Watched, triggers
+from pipeline.settings import default_mapping
 
 REPORT = Path(__file__).resolve().parents[1] / "pipeline" / "report"
 UNTYPED = re.compile(r"\b(?:dict|Dict|Mapping)\[str,\s*Any\]")
@@ -315,3 +319,23 @@ def test_the_prefix_section_without_prompt_content_lists_the_scenarios_in_order(
     assert_frame_equal(shown, expected)
     assert section.no_content == NO_CONTENT and section.figures == []
     assert (section.classification, section.reuse) == ("unknown", "unknown")
+
+
+def test_the_prefix_section_says_when_its_figures_are_sampled() -> None:
+    """A sampled prefix result puts its sentence under the curve's paragraph (rate and error),
+    an exact one none; the template shows it."""
+    trace = canonical_frame(conversations(spec(600, "short", seed=3)), 16)
+    settings = PrefixConfig.model_validate(default_mapping()["prefix"])
+    record = DecisionRecord.from_json(_record(), "d.json")
+    notes = []
+    for budgets in ({}, {"curve_hash_budget": 500, "reuse_block_budget": 600}):
+        found = analyse(trace, settings.replace(**budgets)).summary
+        inputs = SimpleNamespace(
+            record=record, prefix=found, scenarios=[], figures={}, curve_note=None
+        )
+        notes.append(prefix(cast(ReportContent, inputs)).estimate_note)
+    exact, sampled = notes
+    assert exact is None
+    assert sampled is not None and sampled.count("spatial sample") == 2 and "±" in sampled
+    template = (REPORT.parents[1] / "templates" / "engine-selection.html.j2").read_text()
+    assert "{{ doc.prefix.estimate_note }}" in template

@@ -43,13 +43,16 @@ def run_prefix(args: argparse.Namespace) -> int:
     config = command_config(args, paths=args.paths)
     settings = config.prefix
     if args.paths:
-        inputs = stage.inputs_from(adhoc_requests(args, config))
+        # ad hoc: the --out folder, if any (a large table's sessions are written beside it)
+        layout = output_layout(args, config)
+        inputs = stage.inputs_from(adhoc_requests(args, config), layout)
         if args.block_size is not None:
             settings = with_flags(settings, {"block_size": ("--block-size", args.block_size)})
     else:
         inputs = stage.read_inputs(config.layout())
     result = stage.run(inputs, settings)
-    layout = output_layout(args, config)
+    if not args.paths:
+        layout = output_layout(args, config)
     if layout is not None:
         stage.write(result, layout)
     if args.json:

@@ -5,22 +5,27 @@ from __future__ import annotations
 import polars as pl
 
 
-def sessions_consistent(sessions: pl.DataFrame, n_requests: int) -> list[str]:
+def sessions_consistent(sessions: pl.LazyFrame | pl.DataFrame, n_requests: int) -> list[str]:
     """One row per request, ids never null, and in every session whose ids were all inferred
-    the turns are exactly 0 .. n-1."""
+    the turns are exactly 0 .. n-1 (a query is read for these alone)."""
     problems = []
-    if sessions.height != n_requests:
-        problems.append(f"sessions: {sessions.height} rows for {n_requests} requests")
-    nulls = sessions["session_id"].null_count()
+    lazy = sessions.lazy()
+    rows, nulls = (
+        lazy.select(pl.len(), pl.col("session_id").null_count()).collect(engine="streaming").row(0)
+    )
+    if rows != n_requests:
+        problems.append(f"sessions: {rows} rows for {n_requests} requests")
     if nulls:
         problems.append(f"sessions: {nulls} rows without a session_id")
     bad = (
-        sessions.group_by("session_id")
+        lazy.select("session_id", "session_inferred", "turn")
+        .group_by("session_id")
         .agg(
             pl.col("session_inferred").all().alias("inferred"),
             (pl.col("turn").sort() == pl.int_range(pl.len())).all().alias("dense"),
         )
         .filter(pl.col("inferred") & ~pl.col("dense"))
+        .collect()
     )
     if bad.height:
         problems.append(

@@ -62,16 +62,18 @@ import numpy.typing as npt
 import polars as pl
 
 from pipeline.errors import EnginefitError
-from pipeline.prefix.cache_rules import hit_limit_blocks, namespace_codes
 from pipeline.prefix.hashmap import (
+    TableParts,
     new_table,
+    parts_find,
+    parts_grow_if_full,
     row_bits,
     splitmix64,
     table_find,
     table_row,
     table_set,
 )
-from pipeline.prefix.replay import Replay
+from pipeline.prefix.replay import rate_threshold
 from pipeline.prefix.sessions import FlatLists
 from pipeline.thresholds import (
     CLASSIFY_LONG_WINDOW_TOKENS,
@@ -103,15 +105,20 @@ CURVE_SCHEMA: pl.Schema = pl.Schema(
 )
 
 
+# The distinct block sizes of the requests with known hashes (a column "block_size").
+KNOWN_BLOCK_SIZES = (
+    pl.col("block_size").filter(pl.col("hashes_known").fill_null(False)).drop_nulls().unique()
+)
+
+
 def table_block_size(requests: pl.DataFrame | pl.LazyFrame) -> int | None:
     """The one block size of the requests with known hashes (None when there are none)."""
-    sizes = (
-        requests.lazy()
-        .filter(pl.col("hashes_known").fill_null(False))
-        .select(pl.col("block_size").drop_nulls().unique().sort())
-        .collect()["block_size"]
-        .to_list()
-    )
+    return one_block_size(requests.lazy().select(KNOWN_BLOCK_SIZES).collect()["block_size"])
+
+
+def one_block_size(found: pl.Series) -> int | None:
+    """The one block size of :data:`KNOWN_BLOCK_SIZES` (None when there is none)."""
+    sizes = found.unique().sort().to_list()
     if not sizes:
         return None
     if len(sizes) > 1:
@@ -165,30 +172,31 @@ def _curve_chunk(
     offsets: npt.NDArray[np.int64],
     values: npt.NDArray[np.uint64],
     nulls: npt.NDArray[np.bool_],
-    row0: int,
     chain_blocks: npt.NDArray[np.int32],
     known: npt.NDArray[np.bool_],
+    prompt_tokens: npt.NDArray[np.int64],
     windows: npt.NDArray[np.int64],
     starts: npt.NDArray[np.int64],
     fill: npt.NDArray[np.int64],
     buf: npt.NDArray[np.uint64],
+    tokens: Any,
     null_buf: npt.NDArray[np.bool_],
 ) -> None:
-    """Append, per window ``k`` (ascending), the hash at block ``k - 1`` of every known row of
-    the chunk with at least ``k`` full prompt blocks to window ``w``'s part of ``buf``
-    (``starts[w] + fill[w]``). ``nulls`` (empty = none) marks null hashes, copied to
-    ``null_buf``."""
+    """Append, per window ``k`` (ascending), the hash at block ``k - 1`` and the prompt tokens
+    of every known row of the chunk with at least ``k`` full prompt blocks to window ``w``'s part
+    of ``buf`` and ``tokens`` (``starts[w] + fill[w]``). ``nulls`` (empty = none) marks null
+    hashes, copied to ``null_buf``."""
     for i in range(offsets.shape[0] - 1):
-        r = row0 + i
-        if not known[r]:
+        if not known[i]:
             continue
-        p = chain_blocks[r]
+        p = chain_blocks[i]
         for w in range(windows.shape[0]):
             k = windows[w]
             if p < k:
                 break
             pos = starts[w] + fill[w]
             buf[pos] = values[offsets[i] + k - 1]
+            tokens[pos] = prompt_tokens[i]
             if nulls.shape[0]:
                 null_buf[pos] = nulls[offsets[i] + k - 1]
             fill[w] += 1
@@ -214,9 +222,16 @@ def _repeated(
     return repeated
 
 
-# Per-window hashes the curve keeps exactly (8 bytes each: 1 GiB). A generated 10M-request trace
-# at 16-token blocks needs 58.2M; past the budget the curve is a SHARDS-style estimate.
-DEFAULT_CURVE_HASH_BUDGET = 1 << 27
+# Per-window hashes the curve keeps exactly (12 bytes each with the request's prompt tokens:
+# 805 MB). A generated 10M-request trace needs 31.5M (Mooncake form, 512-token blocks) or 58.2M
+# (16-token blocks); past the budget the curve is a SHARDS-style estimate.
+DEFAULT_CURVE_HASH_BUDGET = 1 << 26
+# A sampled curve keeps about budget / SAMPLED_SHARE hashes: each distinct kept (window, hash)
+# costs ~45 bytes (a table entry, its count and tokens), so the sample's memory stays under the
+# exact curve's at the budget.
+SAMPLED_SHARE = 8
+# Bits of a sampled class's index in the kept-classes table (its window is the group).
+_CLASS_BITS = 40
 
 
 @numba.njit(cache=True, nogil=True)  # type: ignore[misc]
@@ -224,116 +239,163 @@ def _curve_sample_chunk(
     offsets: npt.NDArray[np.int64],
     values: npt.NDArray[np.uint64],
     nulls: npt.NDArray[np.bool_],
-    row0: int,
     chain_blocks: npt.NDArray[np.int32],
     known: npt.NDArray[np.bool_],
+    prompt_tokens: npt.NDArray[np.int64],
     windows: npt.NDArray[np.int64],
     threshold: np.uint64,
-    hashes: npt.NDArray[np.uint64],
-    rows: npt.NDArray[np.int64],
-    window_of: npt.NDArray[np.int64],
+    owners: Any,
+    addresses: npt.NDArray[np.int64],
+    lengths: npt.NDArray[np.int64],
+    used: npt.NDArray[np.int64],
+    class_count: npt.NDArray[np.int64],
+    class_tokens: npt.NDArray[np.int64],
+    class_window: npt.NDArray[np.int32],
+    n_classes: int,
+    null_count: npt.NDArray[np.int64],
+    null_tokens: npt.NDArray[np.int64],
 ) -> int:
-    """:func:`_curve_chunk` keeping only the hashes whose ``splitmix64`` falls below
-    ``threshold`` (every entry of a hash or none): their hash, row and window go to
-    ``hashes``, ``rows``, ``window_of``; null hashes (they never share) are all kept, with
-    window ``-1 - w``. Returns how many."""
-    m = 0
+    """:func:`_curve_chunk` counting only the hashes whose ``splitmix64`` falls below
+    ``threshold`` (every entry of a hash or none), per (window, hash) class: its entries and
+    their prompt tokens (``class_*``, the class found in a table in parts keyed by the hash with
+    the window as group); null hashes (they never share) are counted per window. Returns the
+    classes so far."""
     for i in range(offsets.shape[0] - 1):
-        r = row0 + i
-        if not known[r]:
+        if not known[i]:
             continue
-        p = chain_blocks[r]
+        p = chain_blocks[i]
         for w in range(windows.shape[0]):
             k = windows[w]
             if p < k:
                 break
             at = offsets[i] + k - 1
             if nulls.shape[0] and nulls[at]:
-                hashes[m] = 0
-                rows[m] = r
-                window_of[m] = -1 - w
-                m += 1
-            elif splitmix64(values[at]) < threshold:
-                hashes[m] = values[at]
-                rows[m] = r
-                window_of[m] = w
-                m += 1
-    return m
+                null_count[w] += 1
+                null_tokens[w] += prompt_tokens[i]
+                continue
+            key = values[at]
+            if splitmix64(key) >= threshold:
+                continue
+            part, table, slot = parts_find(addresses, lengths, key, w, _CLASS_BITS)
+            if table[2 * slot + 1] == 0:
+                c = n_classes
+                n_classes += 1
+                class_window[c] = w
+                table_set(table, slot, key, w, c, _CLASS_BITS)
+                used[part] += 1
+                parts_grow_if_full(owners, addresses, lengths, used, part, _CLASS_BITS)
+            else:
+                c = table_row(table, slot, _CLASS_BITS)
+            class_count[c] += 1
+            class_tokens[c] += prompt_tokens[i]
+    return n_classes
 
 
 class CurveCounter:
-    """The shared-prefix curve fed chunk by chunk (rows in order, each once).
+    """The shared-prefix curve fed chunk by chunk (each chunk's rows in order, each row once).
 
-    ``chain_blocks`` (per request: full prompt blocks its chain holds) must be final for a
-    chunk's rows when the chunk is fed; ``upper_blocks`` bounds it from above before the pass
-    (it sizes the buffers).
+    ``reach`` (distinct full prompt blocks and how many known requests have each, as the table
+    states them before the chains are read: an upper bound of what the chains hold) sizes the
+    buffers and decides exact or sampled; each chunk's ``chain_blocks`` (the blocks its chains
+    hold) must be final when it is fed.
 
     Exact while the per-window hashes (one per request and window it reaches) number at most
-    ``budget``. Past it, SHARDS-style spatial sampling (Waldspurger et al., FAST '15): a hash
-    is kept when ``splitmix64(hash) < rate · 2^64`` with ``rate`` = budget / 2 over the hashes
-    (hash and row kept: 16 bytes each, the budget's 8 bytes a hash), so every request holding
-    a kept hash is kept with it and "another request holds it too" is decided exactly among the
-    kept ones. ``sharing`` and ``prompt_tokens_sharing`` are then the kept shares times the
-    exact eligible counts (:meth:`_ratio_estimate`); ``standard_errors`` holds each window's
-    standard error of ``sharing``. ``rate`` is 1.0 when exact.
+    ``budget``: each with its request's prompt tokens, and the repeats counted at the end.
+    Past it, SHARDS-style spatial sampling (Waldspurger et al., FAST '15): a hash is kept when
+    ``splitmix64(hash) < rate · 2^64`` with ``rate`` = budget / (SAMPLED_SHARE × hashes), so
+    every request holding a kept hash is kept with it and "another request holds it too" is
+    decided exactly among the kept ones; the kept hashes are counted per (window, hash) class,
+    so memory follows the kept classes, however many requests share one. ``sharing`` and
+    ``prompt_tokens_sharing`` are then the kept shares times the exact eligible counts
+    (:meth:`_ratio_estimate`); ``standard_errors`` holds each window's standard error of
+    ``sharing``. ``rate`` is 1.0 when exact.
     """
 
     def __init__(
         self,
         block_size: int,
         max_prompt_tokens: int,
-        known: npt.NDArray[np.bool_],
-        upper_blocks: npt.NDArray[np.int32],
+        reach: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]],
         budget: int = DEFAULT_CURVE_HASH_BUDGET,
     ) -> None:
         self.block_size = block_size
         self.grid = window_grid(block_size, max_prompt_tokens)
         self.windows = np.array([w // block_size for w in self.grid], dtype=np.int64)
-        self.known = known
-        bounds = [int(np.count_nonzero(known & (upper_blocks >= k))) for k in self.windows]
+        blocks, counts = reach
+        bounds = [int(counts[blocks >= k].sum()) for k in self.windows]
         total = int(sum(bounds))
         self.hashes = total
-        self.rate = 1.0 if total <= budget else max(budget // 2, 1) / total
+        self.rate = 1.0 if total <= budget else max(budget // SAMPLED_SHARE, 1) / total
         self.standard_errors = [0.0] * len(self.grid)
-        self._threshold = np.uint64(min(int(self.rate * 2.0**64), 2**64 - 1))
-        self._kept: list[
-            tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64], npt.NDArray[np.int64]]
-        ] = []
+        n_windows = len(self.grid)
+        # exact per-window totals, fed chunk by chunk in either mode
+        self.requests = 0
+        self.tokens = 0
+        self.eligible = np.zeros(n_windows, np.int64)
+        self.eligible_tokens = np.zeros(n_windows, np.int64)
         if self.rate < 1.0:
-            bounds = [0] * len(bounds)
+            self._threshold = rate_threshold(self.rate)
+            self._classes = TableParts(64)
+            self._n_classes = 0
+            self._class_count = np.zeros(0, np.int64)
+            self._class_tokens = np.zeros(0, np.int64)
+            self._class_window = np.zeros(0, np.int32)
+            self._null_count = np.zeros(n_windows, np.int64)
+            self._null_tokens = np.zeros(n_windows, np.int64)
+            bounds = [0] * n_windows
         self.starts = np.concatenate([[0], np.cumsum(bounds)]).astype(np.int64)
-        self.fill = np.zeros(self.windows.shape[0], dtype=np.int64)
+        self.fill = np.zeros(n_windows, dtype=np.int64)
         self.buf = np.empty(int(self.starts[-1]), dtype=np.uint64)
+        # prompts of at most 2^31 - 1 tokens (every trace's) take 4 bytes an entry
+        small = max_prompt_tokens < 2**31
+        self.buf_tokens = np.empty(self.buf.shape[0], dtype=np.int32 if small else np.int64)
         self.null_buf = np.zeros(0, dtype=np.bool_)
 
     def feed(
         self,
-        row0: int,
         offsets: npt.NDArray[np.int64],
         values: npt.NDArray[np.uint64],
         nulls: npt.NDArray[np.bool_],
+        known: npt.NDArray[np.bool_],
         chain_blocks: npt.NDArray[np.int32],
+        prompt_tokens: npt.NDArray[np.int64],
     ) -> None:
+        """A chunk's rows: their chains (``offsets``, ``values``, ``nulls``) and per row whether
+        its hashes are known, its full prompt blocks in the chain and its prompt tokens."""
+        self.requests += int(np.count_nonzero(known))
+        self.tokens += int(prompt_tokens[known].sum())
+        for w, k in enumerate(self.windows.tolist()):
+            reaching = known & (chain_blocks >= k)
+            self.eligible[w] += int(np.count_nonzero(reaching))
+            self.eligible_tokens[w] += int(prompt_tokens[reaching].sum())
         if self.rate < 1.0:
-            rows = offsets.shape[0] - 1
-            size = rows * self.windows.shape[0]
-            hashes = np.empty(size, dtype=np.uint64)
-            kept_rows = np.empty(size, dtype=np.int64)
-            window_of = np.empty(size, dtype=np.int64)
-            m = _curve_sample_chunk(
+            # room for a new class per entry the chunk can add
+            need = self._n_classes + (offsets.shape[0] - 1) * self.windows.shape[0]
+            if self._class_count.shape[0] < need:
+                size = max(need, self._class_count.shape[0] * 3 // 2)
+                self._class_count = _grown(self._class_count, size)
+                self._class_tokens = _grown(self._class_tokens, size)
+                self._class_window = _grown(self._class_window, size)
+            self._n_classes = _curve_sample_chunk(
                 offsets,
                 values,
                 nulls,
-                row0,
                 chain_blocks,
-                self.known,
+                known,
+                prompt_tokens,
                 self.windows,
                 self._threshold,
-                hashes,
-                kept_rows,
-                window_of,
+                self._classes.owners,
+                self._classes.addresses,
+                self._classes.lengths,
+                self._classes.used,
+                self._class_count,
+                self._class_tokens,
+                self._class_window,
+                self._n_classes,
+                self._null_count,
+                self._null_tokens,
             )
-            self._kept.append((hashes[:m].copy(), kept_rows[:m].copy(), window_of[:m].copy()))
             return
         if nulls.shape[0] and self.null_buf.shape[0] == 0:
             self.null_buf = np.zeros(self.buf.shape[0], dtype=np.bool_)
@@ -341,81 +403,77 @@ class CurveCounter:
             offsets,
             values,
             nulls,
-            row0,
             chain_blocks,
-            self.known,
+            known,
+            prompt_tokens,
             self.windows,
             self.starts,
             self.fill,
             self.buf,
+            self.buf_tokens,
             self.null_buf,
         )
 
-    def finish(
-        self, prompt_tokens: npt.NDArray[np.int64], chain_blocks: npt.NDArray[np.int32]
-    ) -> pl.DataFrame:
+    def nbytes(self) -> int:
+        """Bytes its buffers or kept classes hold."""
+        if self.rate < 1.0:
+            arrays = (self._class_count, self._class_tokens, self._class_window)
+            return self._classes.nbytes() + sum(a.nbytes for a in arrays)
+        return self.buf.nbytes + self.buf_tokens.nbytes + self.null_buf.nbytes
+
+    def finish(self) -> pl.DataFrame:
         """The curve (one row per window); the buffers are released window by window."""
         if self.rate < 1.0:
-            return self._finish_sampled(prompt_tokens, chain_blocks)
-        known_tokens = prompt_tokens[self.known]
+            return self._finish_sampled()
         rows = []
         for w, (window, k) in enumerate(zip(self.grid, self.windows.tolist(), strict=True)):
             lo, hi = int(self.starts[w]), int(self.starts[w]) + int(self.fill[w])
             nulls = self.null_buf[lo:hi] if self.null_buf.shape[0] else self.null_buf
             repeated = _repeated(self.buf[lo:hi], nulls, row_bits(hi - lo))
-            eligible_tokens = prompt_tokens[self.known & (chain_blocks >= k)]
+            tokens = self.buf_tokens[lo:hi]
             rows.append(
                 (
                     window,
                     k,
-                    known_tokens.shape[0],
+                    self.requests,
                     hi - lo,
                     int(np.count_nonzero(repeated)),
-                    int(known_tokens.sum()),
-                    int(eligible_tokens.sum()),
-                    int(eligible_tokens[repeated].sum()),
+                    self.tokens,
+                    int(tokens.sum(dtype=np.int64)),
+                    int(tokens[repeated].sum(dtype=np.int64)),
                 )
             )
-            del repeated, eligible_tokens
+            del repeated
         self.buf = np.empty(0, dtype=np.uint64)
+        self.buf_tokens = np.empty(0, dtype=np.int32)
         self.null_buf = np.zeros(0, dtype=np.bool_)
         return curve_frame(rows)
 
-    def _finish_sampled(
-        self, prompt_tokens: npt.NDArray[np.int64], chain_blocks: npt.NDArray[np.int32]
-    ) -> pl.DataFrame:
-        hashes = np.concatenate([h for h, _, _ in self._kept] or [np.zeros(0, np.uint64)])
-        rows_of = np.concatenate([r for _, r, _ in self._kept] or [np.zeros(0, np.int64)])
-        window_of = np.concatenate([w for _, _, w in self._kept] or [np.zeros(0, np.int64)])
-        self._kept = []
+    def _finish_sampled(self) -> pl.DataFrame:
+        n = self._n_classes
+        window_of = self._class_window[:n]
         order = np.argsort(window_of, kind="stable")
-        hashes, rows_of, window_of = hashes[order], rows_of[order], window_of[order]
-        n_windows = len(self.grid)
-        cuts = np.searchsorted(window_of, np.arange(n_windows + 1))
-        null_cuts = np.searchsorted(window_of, -1 - np.arange(n_windows + 1), side="right")
-        known_tokens = prompt_tokens[self.known]
+        cuts = np.searchsorted(window_of[order], np.arange(len(self.grid) + 1))
+        counts, tokens = self._class_count[:n][order], self._class_tokens[:n][order]
+        self._classes = TableParts(1)
         rows = []
         for w, (window, k) in enumerate(zip(self.grid, self.windows.tolist(), strict=True)):
-            eligible = self.known & (chain_blocks >= k)
-            n_eligible = int(np.count_nonzero(eligible))
-            eligible_tokens = int(prompt_tokens[eligible].sum())
-            null_rows = rows_of[null_cuts[w + 1] : null_cuts[w]]
             sharing, sharing_tokens, error = self._ratio_estimate(
-                hashes[cuts[w] : cuts[w + 1]],
-                prompt_tokens[rows_of[cuts[w] : cuts[w + 1]]],
-                n_eligible - null_rows.shape[0],
-                eligible_tokens - int(prompt_tokens[null_rows].sum()),
+                counts[cuts[w] : cuts[w + 1]],
+                tokens[cuts[w] : cuts[w + 1]],
+                int(self.eligible[w] - self._null_count[w]),
+                int(self.eligible_tokens[w] - self._null_tokens[w]),
             )
             self.standard_errors[w] = error
             rows.append(
                 (
                     window,
                     k,
-                    known_tokens.shape[0],
-                    n_eligible,
+                    self.requests,
+                    int(self.eligible[w]),
                     sharing,
-                    int(known_tokens.sum()),
-                    eligible_tokens,
+                    self.tokens,
+                    int(self.eligible_tokens[w]),
                     sharing_tokens,
                 )
             )
@@ -423,13 +481,14 @@ class CurveCounter:
 
     def _ratio_estimate(
         self,
-        kept: npt.NDArray[np.uint64],
-        kept_tokens: npt.NDArray[np.int64],
+        sizes: npt.NDArray[np.int64],
+        class_tokens: npt.NDArray[np.int64],
         population: int,
         population_tokens: int,
     ) -> tuple[int, int, float]:
         """Sharing requests and their prompt tokens among ``population`` non-null entries (of
-        ``population_tokens``) from the kept ones, and the standard error of the first.
+        ``population_tokens``) from the kept classes (entries and prompt tokens per kept hash),
+        and the standard error of the first.
 
         The share among the kept entries (a ratio over kept hash classes) scales to the known
         population: SHARDS's adjustment to the sampled count (Waldspurger et al., FAST '15,
@@ -438,19 +497,24 @@ class CurveCounter:
         ratio estimator's (Cochran, *Sampling Techniques*, 3rd ed., §6.7 and §11.8):
         √((1 − rate) · Σ c² (s_c − ρ)²) / rate over the kept classes of c entries, s_c = 1
         when c ≥ 2, ρ the kept share."""
-        if kept.shape[0] == 0 or population <= 0:
+        kept = int(sizes.sum())
+        if kept == 0 or population <= 0:
             return 0, 0, 0.0
-        _, inverse, sizes = np.unique(kept, return_inverse=True, return_counts=True)
         shares = sizes >= 2
-        sharing_entries = int(sizes[shares].sum())
-        share = sharing_entries / kept.shape[0]
-        tokens = int(kept_tokens.sum())
-        sharing_tokens = int(kept_tokens[shares[inverse]].sum())
+        share = int(sizes[shares].sum()) / kept
+        tokens = int(class_tokens.sum())
+        sharing_tokens = int(class_tokens[shares].sum())
         token_share = sharing_tokens / tokens if tokens else 0.0
         c = sizes.astype(np.float64)
         spread = float(np.sum(c * c * (shares - share) ** 2))
         error = math.sqrt((1.0 - self.rate) * spread) / self.rate
         return round(share * population), round(token_share * population_tokens), error
+
+
+def _grown(array: npt.NDArray[Any], size: int) -> npt.NDArray[Any]:
+    grown = np.zeros(size, dtype=array.dtype)
+    grown[: array.shape[0]] = array
+    return grown
 
 
 def curve_frame(rows: Sequence[tuple[Any, ...]]) -> pl.DataFrame:
@@ -482,201 +546,6 @@ def curve_frame(rows: Sequence[tuple[Any, ...]]) -> pl.DataFrame:
 
 def _ratio(num: str, den: str) -> pl.Expr:
     return pl.when(pl.col(den) > 0).then(pl.col(num) / pl.col(den)).otherwise(None)
-
-
-def _bucket_col(seconds: float) -> str:
-    return f"hit_tokens_within_{seconds:g}s"
-
-
-def reuse_groups(
-    requests: pl.DataFrame, n: int, shift: int
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64] | None]:
-    """The replays' groups of ``requests`` (``model``, ``lora_adapter``, ``tenant``; other
-    columns ignored): the shared replay's (model, LoRA adapter) namespace (empty when there is
-    one), and the same-tenant replay's (namespace, tenant) (None when no tenant is logged;
-    a null tenant is the tenant "")."""
-    namespace = namespace_codes(requests) if n else np.zeros(0, np.int64)
-    several = namespace.size > 0 and int(namespace.max()) > 0
-    tenant: npt.NDArray[np.int64] | None = None
-    if "tenant" in requests.columns and requests["tenant"].null_count() < n:
-        code = requests["tenant"].fill_null("").rank("dense").cast(pl.Int64).to_numpy()
-        if several:
-            code = namespace * (int(code.max()) + 1) + code
-            code = pl.Series(code).rank("dense").cast(pl.Int64).to_numpy()
-        tenant = code - 1
-    groups = [g for g in (namespace if several else None, tenant) if g is not None]
-    if groups and max(int(g.max()) for g in groups) >= 1 << (63 - shift):
-        raise PrefixInputError(f"{n} requests: too many for the prefix replay's packed table")
-    return (namespace if several else np.zeros(0, np.int64)), tenant
-
-
-def reuse_frame(
-    known: npt.NDArray[np.bool_],
-    prompt_tokens: npt.NDArray[np.int64],
-    chain_blocks: npt.NDArray[np.int32],
-    shared: Replay,
-    same_tenant: Replay | None,
-    block_size: int,
-    age_buckets_s: tuple[float, ...],
-) -> pl.DataFrame:
-    """Per request (in arrival order), from finished replays: what an unbounded prefix cache
-    could serve, how long ago the hit prefix was last seen, and the same-tenant part.
-
-    Columns: ``row`` (input row), ``hashes_known``, ``prompt_tokens``, ``prompt_blocks``, ``hit_blocks``,
-    ``hit_tokens``, ``hit_tokens_within_<T>s`` for each retention ``T``, ``last_seen_age_s``
-    (age of the deepest hit block; null without a hit), ``hit_tokens_same_tenant`` (null when
-    no tenant is logged).
-    """
-    n = known.shape[0]
-    columns: dict[str, object] = {
-        "row": np.arange(n, dtype=np.int64),
-        "hashes_known": known,
-        "prompt_tokens": prompt_tokens,
-        "prompt_blocks": chain_blocks.astype(np.int64),
-        "hit_blocks": shared.hit.astype(np.int64),
-        "last_seen_age_s": np.where(shared.age >= 0, shared.age / 1e6, np.nan),
-    }
-    for i in range(len(age_buckets_s)):
-        columns[f"_blocks_{i}"] = shared.within[:, i]
-    if same_tenant is not None:
-        columns["_blocks_same"] = same_tenant.hit
-    else:
-        columns["_blocks_same"] = pl.Series([None] * n, dtype=pl.Int64)
-    columns["_limit"] = hit_limit_blocks(prompt_tokens, block_size)
-    base = pl.DataFrame(columns).with_columns(pl.col("last_seen_age_s").fill_nan(None))
-    del columns
-
-    def tokens(blocks_col: str) -> pl.Expr:
-        return pl.min_horizontal(pl.col(blocks_col).fill_null(0), pl.col("_limit")) * block_size
-
-    return base.select(
-        pl.col("row").cast(pl.Int64),
-        "hashes_known",
-        "prompt_tokens",
-        "prompt_blocks",
-        "hit_blocks",
-        tokens("hit_blocks").alias("hit_tokens"),
-        *[tokens(f"_blocks_{i}").alias(_bucket_col(t)) for i, t in enumerate(age_buckets_s)],
-        "last_seen_age_s",
-        pl.when(pl.lit(same_tenant is not None))
-        .then(tokens("_blocks_same"))
-        .otherwise(None)
-        .cast(pl.Int64)
-        .alias("hit_tokens_same_tenant"),
-    )
-
-
-def new_replays(
-    arrival_us: npt.NDArray[np.int64],
-    known: npt.NDArray[np.bool_],
-    chain_blocks: npt.NDArray[np.int32],
-    groups: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64] | None],
-    shift: int,
-    age_buckets_s: tuple[float, ...],
-) -> tuple[Replay, Replay | None]:
-    """The shared replay (with ages) and, when tenants are logged, the same-tenant one."""
-    n = known.shape[0]
-    buckets_us = np.array([t * 1e6 for t in age_buckets_s], dtype=np.float64)
-    namespace, tenant = groups
-    shared = Replay(n, shift, chain_blocks, known, arrival_us, namespace, buckets_us, with_age=True)
-    same = (
-        Replay(n, shift, chain_blocks, known, arrival_us, tenant, buckets_us, with_age=False)
-        if tenant is not None
-        else None
-    )
-    return shared, same
-
-
-def reuse_summary(per_request: pl.DataFrame, age_buckets_s: tuple[float, ...]) -> dict[str, Any]:
-    """Totals of :func:`reuse_frame` over the requests with known hashes: hit tokens and
-    shares, by retention and tenant."""
-    sums = (
-        per_request.filter(pl.col("hashes_known"))
-        .select(
-            pl.len().alias("requests"),
-            pl.col("prompt_tokens").sum(),
-            pl.col("prompt_blocks").sum(),
-            pl.col("hit_blocks").sum(),
-            pl.col("hit_tokens").sum(),
-            (pl.col("hit_blocks") > 0).sum().alias("requests_with_hit"),
-            *[pl.col(_bucket_col(t)).sum() for t in age_buckets_s],
-            pl.col("hit_tokens_same_tenant").sum(),
-            pl.col("hit_tokens_same_tenant").is_not_null().any().alias("tenants_logged"),
-        )
-        .row(0, named=True)
-    )
-    prompt_tokens = int(sums["prompt_tokens"] or 0)
-    hit_tokens = int(sums["hit_tokens"] or 0)
-
-    def share(x: int, of: int) -> float | None:
-        return x / of if of else None
-
-    by_retention: list[dict[str, Any]] = [
-        {
-            "max_age_s": t,
-            "hit_tokens": int(sums[_bucket_col(t)] or 0),
-            "hit_share": share(int(sums[_bucket_col(t)] or 0), prompt_tokens),
-        }
-        for t in age_buckets_s
-    ] + [
-        {"max_age_s": None, "hit_tokens": hit_tokens, "hit_share": share(hit_tokens, prompt_tokens)}
-    ]
-    bins = []
-    lower: float = 0.0
-    previous = 0
-    for entry in by_retention:
-        tokens = int(entry["hit_tokens"])
-        upper = entry["max_age_s"]
-        bins.append(
-            {
-                "from_s": lower,
-                "to_s": upper,
-                "hit_tokens": tokens - previous,
-                "share_of_hits": share(tokens - previous, hit_tokens),
-            }
-        )
-        previous = tokens
-        lower = float(upper) if upper is not None else math.inf
-    cross: dict[str, Any] | None = None
-    if sums["tenants_logged"]:
-        same = int(sums["hit_tokens_same_tenant"] or 0)
-        cross = {
-            "hit_tokens_same_tenant": same,
-            "hit_tokens_cross_tenant": hit_tokens - same,
-            "cross_tenant_share_of_hits": share(hit_tokens - same, hit_tokens),
-            "isolated_hit_share": share(same, prompt_tokens),
-        }
-    return {
-        "requests": int(sums["requests"]),
-        "requests_with_hit": int(sums["requests_with_hit"]),
-        "prompt_tokens": prompt_tokens,
-        "hit_tokens": hit_tokens,
-        "hit_share": share(hit_tokens, prompt_tokens),
-        "prompt_blocks": int(sums["prompt_blocks"] or 0),
-        "hit_blocks": int(sums["hit_blocks"] or 0),
-        "block_hit_share": share(int(sums["hit_blocks"] or 0), int(sums["prompt_blocks"] or 0)),
-        "by_retention": by_retention,
-        "age_bins": bins,
-        "cross_tenant": cross,
-        "retention_needed_s": _retention_needed(per_request),
-    }
-
-
-def _retention_needed(per_request: pl.DataFrame) -> dict[str, float | None]:
-    """Cache retention (seconds after last use) that serves 50 / 90 / 99 % of the unbounded hit
-    tokens, conservatively: a request counts only when its deepest hit block is within it
-    (shallower blocks are younger, so the true share at that retention is at least this)."""
-    hits = (
-        per_request.filter(pl.col("hashes_known") & (pl.col("hit_tokens") > 0))
-        .select("last_seen_age_s", "hit_tokens")
-        .sort("last_seen_age_s")
-        .with_columns((pl.col("hit_tokens").cum_sum() / pl.col("hit_tokens").sum()).alias("cum"))
-    )
-    result: dict[str, float | None] = {}
-    for name, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99)):
-        reached = hits.filter(pl.col("cum") >= q - 1e-12)
-        result[name] = float(reached["last_seen_age_s"][0]) if reached.height else None
-    return result
 
 
 def classify_curve(curve: pl.DataFrame, median_prompt_tokens: float | None) -> dict[str, Any]:

@@ -42,6 +42,9 @@ class PrefixConfig(Section):
     curve_hash_budget
         Per-window hashes the sharing curve keeps exactly; past it the curve is a sampled
         estimate (``docs/prefix.md``).
+    reuse_block_budget
+        Distinct blocks the reuse replay keeps exactly; past it the reuse potential is a
+        sampled estimate (``docs/prefix.md``).
     """
 
     min_session_match_blocks: Annotated[int, between(1, MAX_SESSION_MATCH_BLOCKS)]
@@ -50,6 +53,7 @@ class PrefixConfig(Section):
     session_gap_s: Annotated[float, between(0, SECONDS_PER_YEAR, low_open=True)] | None
     session_state_budget: Annotated[int, between(1, MAX_BUDGET)]
     curve_hash_budget: Annotated[int, between(1, MAX_BUDGET)]
+    reuse_block_budget: Annotated[int, between(1, MAX_BUDGET)]
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:

@@ -22,8 +22,9 @@ half (``table_grow_if_full``), it needs 23-34 bytes per key:
 - ``table_row(table, slot, shift)``, ``table_set(table, slot, key, group, row, shift)``;
 - ``table_grow_if_full(table, used, shift)``;
 - :class:`TableParts`, ``part_of``, ``table_part``, ``parts_grow_if_full``, ``table_hash``,
-  ``table_probe(..., h)``: a table in parts that grow one at a time (growth then never holds
-  two copies of the whole table).
+  ``table_probe(..., h)``, ``parts_find``: a table in parts that grow one at a time (growth then
+  never holds two copies of the whole table); ``parts_rebuilt`` thins or renumbers it part by
+  part.
 
 Used by the session inference (``pipeline.prefix.sessions``), the unbounded reuse replay
 (``pipeline.prefix.replay``) and the dense block ids of the simulation (``pipeline.sim.blocks``).
@@ -54,6 +55,8 @@ _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 _ONE = np.uint64(1)
+# A threshold that keeps every key (parts_rebuilt).
+KEEP_ALL = np.uint64(2**64 - 1)
 
 
 # LLVM names the prefetch intrinsic by its pointer type: opaque pointers from LLVM 15.
@@ -224,13 +227,21 @@ class TableParts:
     list) holds the parts' arrays and is touched only when a part grows
     (:func:`parts_grow_if_full`)."""
 
-    def __init__(self, parts: int) -> None:
+    def __init__(self, parts: int, expected: int = 0) -> None:
+        # ``expected`` keys in all: each part sized for its share, with room for the spread
+        each = expected // parts + 4 * int(np.sqrt(expected / parts)) if expected else 0
         self.owners = List()
         for _ in range(parts):
-            self.owners.append(new_table(0))
+            self.owners.append(new_table(each))
         self.addresses = np.array([t.ctypes.data for t in self.owners], dtype=np.int64)
         self.lengths = np.array([t.size for t in self.owners], dtype=np.int64)
         self.used = np.zeros(parts, dtype=np.int64)
+
+    def keys(self) -> int:
+        return int(self.used.sum())
+
+    def nbytes(self) -> int:
+        return int(self.lengths.sum()) * 8
 
 
 @nb.njit(cache=True, inline="always")
@@ -245,6 +256,18 @@ def part_of(h: np.uint64, mask: np.uint64) -> int:
     return np.int64(h & mask)  # type: ignore[return-value]
 
 
+@nb.njit(cache=True, inline="always")
+def parts_find(
+    addresses: I64, lengths: I64, key: np.uint64, group: int, shift: int
+) -> tuple[int, U64, int]:
+    """The part of a :class:`TableParts` that holds (key, group), the part as an array view and
+    the slot holding it, or the free slot where it would be inserted."""
+    h = table_hash(key, group)
+    part = part_of(h, np.uint64(addresses.shape[0] - 1))
+    table = table_part(addresses, lengths, part)
+    return part, table, table_probe(table, key, group, shift, h)
+
+
 @nb.njit(cache=True)
 def parts_grow_if_full(
     owners: Any, addresses: I64, lengths: I64, used: I64, part: int, shift: int
@@ -256,6 +279,54 @@ def parts_grow_if_full(
         owners[part] = grown
         addresses[part] = grown.ctypes.data
         lengths[part] = grown.size
+
+
+@nb.njit(cache=True)
+def parts_rebuilt(
+    owners: Any,
+    addresses: I64,
+    lengths: I64,
+    used: I64,
+    shift: int,
+    threshold: np.uint64,
+    new_row: I64,
+) -> None:
+    """Rebuild a :class:`TableParts` part by part (one part's copy at a time), keeping the keys
+    whose ``splitmix64`` is below ``threshold`` (every key at ``2^64 - 1``) and, when
+    ``new_row`` is not empty, whose row ``r`` has ``new_row[r] >= 0``, stored with that row
+    instead (the carried state renumbered)."""
+    s = np.uint64(shift)
+    renumber = new_row.shape[0] > 0
+    every = threshold == KEEP_ALL
+    for part in range(addresses.shape[0]):
+        table = owners[part]
+        size = table.size >> 1
+        kept = 0
+        for i in range(size):
+            stored = table[2 * i + 1]
+            if (
+                stored != 0
+                and (every or splitmix64(table[2 * i]) < threshold)
+                and (not renumber or new_row[table_row(table, i, shift)] >= 0)
+            ):
+                kept += 1
+        fresh = new_table(kept)
+        for i in range(size):
+            stored = table[2 * i + 1]
+            if stored == 0 or not (every or splitmix64(table[2 * i]) < threshold):
+                continue
+            group = int((stored - _ONE) >> s)
+            row = table_row(table, i, shift)
+            if renumber:
+                row = new_row[row]
+                if row < 0:
+                    continue
+            slot = table_find(fresh, table[2 * i], group, shift)
+            table_set(fresh, slot, table[2 * i], group, row, shift)
+        owners[part] = fresh
+        addresses[part] = fresh.ctypes.data
+        lengths[part] = fresh.size
+        used[part] = kept
 
 
 @nb.njit(cache=True, nogil=True)

@@ -74,6 +74,38 @@ def reuse_markdown(summary: PrefixSummary) -> str:
     return "\n\n".join(parts)
 
 
+def estimate_note(summary: PrefixSummary) -> str | None:
+    """The sentence that says which of the figures the document shows (the curve, the
+    unbounded cache's share of prompt tokens) are sampled, at what rate and within what
+    standard error; None when both are exact."""
+    estimate = summary.estimate
+    if estimate is None:
+        return None
+    parts = []
+    if estimate.curve is not None:
+        errors = estimate.curve.sharing_standard_errors
+        worst = max(
+            (e / p.requests for e, p in zip(errors, summary.curve, strict=True) if p.requests),
+            default=0.0,
+        )
+        parts.append(
+            f"the shared-prefix curve from a {estimate.curve.rate:.2%} spatial sample of its "
+            f"prefix hashes (shares within ±{worst:.3f}, one standard error)"
+        )
+    reuse = estimate.reuse
+    if reuse is not None and reuse.shared is not None:
+        parts.append(
+            f"the unbounded cache's share of prompt tokens from a {reuse.shared.rate:.2%} "
+            f"spatial sample of cache blocks (within ±{reuse.hit_share_standard_error or 0:.3f})"
+        )
+    if not parts:
+        return None
+    return (
+        f"Estimated, the trace being too large to hold every prefix hash or block in memory: "
+        f"{' and '.join(parts)} (SHARDS, Waldspurger et al., FAST 2015)."
+    )
+
+
 def summary_text(summary: PrefixSummary) -> str:
     """The summary for a terminal: counts, the curve table, reuse and sessions."""
     size = summary.block_size
@@ -89,7 +121,17 @@ def summary_text(summary: PrefixSummary) -> str:
         f"{reuse.prompt_tokens:,} prompt tokens"
         + (f" ({_pct(share)})" if share is not None else f" ({UNKNOWN}: no prompt content)")
     )
-    return "\n\n".join([head, curve_markdown(summary), reuse_line, reuse_markdown(summary)])
+    parts = [head, curve_markdown(summary), reuse_line, reuse_markdown(summary)]
+    note = estimate_note(summary)
+    closed = summary.estimate.sessions if summary.estimate is not None else None
+    if note is not None:
+        parts.append(note)
+    if closed is not None:
+        parts.append(
+            f"Sessions: {closed.closed_early:,} closed early by session_state_budget "
+            f"{closed.state_budget:,} (their turns are approximate)."
+        )
+    return "\n\n".join(parts)
 
 
 def curve_svg(curve: pl.DataFrame, title: str = "Shared-prefix ratio by window") -> bytes:

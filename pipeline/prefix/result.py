@@ -2,12 +2,14 @@
 
 :class:`PrefixSummary` is ``prefix_sharing.json`` as a typed model; it round-trips through JSON
 (:meth:`PrefixResult.to_json` / :meth:`PrefixResult.from_json`) and the frames are written as
-Parquet. The per-request replay is not kept: the summary holds its totals.
+Parquet. The per-request replay is not kept: the summary holds its totals. The sessions (one
+row per request) are a query, read only by whoever needs the rows.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -115,6 +117,64 @@ class PrefixSettingsUsed(ResultModel):
     reuse_age_buckets_s: list[float]
 
 
+class CurveEstimate(ResultModel):
+    """The sharing curve sampled (``curve_hash_budget`` passed): the share of per-window
+    hashes kept, how many there were, and each window's standard error of ``sharing``."""
+
+    rate: float
+    hashes: int
+    hash_budget: int
+    sharing_standard_errors: list[float]
+
+
+class ReplayEstimate(ResultModel):
+    """A replay sampled (``reuse_block_budget`` passed): the share of blocks kept at the end,
+    the budget and the most distinct blocks it held."""
+
+    rate: float
+    blocks_budget: int
+    blocks_kept: int
+
+
+class ReuseEstimate(ResultModel):
+    """The reuse potential estimated from sampled replays, with standard errors (shares, and
+    requests for ``requests_with_hit``); ``by_retention`` follows ``reuse.by_retention``."""
+
+    shared: ReplayEstimate | None
+    same_tenant: ReplayEstimate | None
+    hit_share_standard_error: float | None
+    block_hit_share_standard_error: float | None
+    requests_with_hit_standard_error: float | None
+    by_retention_standard_errors: list[float] | None
+    isolated_hit_share_standard_error: float | None
+
+
+class RetentionEstimate(ResultModel):
+    """How ``retention_needed_s`` was found when not exactly per request: ``basis`` "blocks"
+    (each sampled hit block at its own age) or "requests" (each request at its deepest hit
+    block's age), within ``relative_error`` (a sketch; 0 when every age was kept)."""
+
+    basis: str
+    relative_error: float
+
+
+class SessionsEstimate(ResultModel):
+    """Sessions closed early by the state budget (their turns are approximate)."""
+
+    state_budget: int
+    closed_early: int
+    reopened: int
+
+
+class PrefixEstimate(ResultModel):
+    """What is estimated and how well; absent from the summary when every figure is exact."""
+
+    curve: CurveEstimate | None = None
+    reuse: ReuseEstimate | None = None
+    retention_needed: RetentionEstimate | None = None
+    sessions: SessionsEstimate | None = None
+
+
 class PrefixSummary(ResultModel):
     schema_version: int
     block_size: int | None  # None: no request carries prefix hashes
@@ -127,20 +187,32 @@ class PrefixSummary(ResultModel):
     reuse: Reuse
     sessions: SessionStats
     config: PrefixSettingsUsed
+    estimate: PrefixEstimate | None = None
 
 
 @dataclass(frozen=True)
 class PrefixResult:
     summary: PrefixSummary
     curve: pl.DataFrame
-    sessions: pl.DataFrame
+    sessions: pl.LazyFrame
+    # the file ``sessions`` reads when a large table's sessions were written as they were found
+    # (the result's own: removed with it)
+    sessions_file: Path | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return self.summary.model_dump()
+        # an exact result's file is the one it always was: no estimate key
+        exact = self.summary.estimate is None
+        return self.summary.model_dump(exclude={"estimate"} if exact else None)
 
     @classmethod
-    def from_json(cls, summary: Any, curve: pl.DataFrame, sessions: pl.DataFrame) -> PrefixResult:
-        return cls(summary=PrefixSummary.model_validate(summary), curve=curve, sessions=sessions)
+    def from_json(
+        cls,
+        summary: Any,
+        curve: pl.DataFrame,
+        sessions: pl.LazyFrame,
+        sessions_file: Path | None = None,
+    ) -> PrefixResult:
+        return cls(PrefixSummary.model_validate(summary), curve, sessions, sessions_file)
 
     def shared_prefix_ratio(self) -> dict[int, float]:
         """The shared-prefix ratio (docs/decision-rules.md#prefix-sharing) per window W (tokens): the

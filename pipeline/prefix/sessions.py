@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import numba
 import numpy as np
@@ -50,7 +51,12 @@ import pyarrow as pa
 
 from pipeline.errors import EnginefitError
 from pipeline.prefix.hashmap import (
+    KEEP_ALL,
+    TableParts,
     new_table,
+    parts_find,
+    parts_grow_if_full,
+    parts_rebuilt,
     row_bits,
     table_find,
     table_grow_if_full,
@@ -232,23 +238,30 @@ def _check_sorted(requests: pl.DataFrame) -> None:
     check_arrivals(requests["arrival"])
 
 
-def check_arrivals(arrival: pl.Series) -> None:
-    """Raise unless the arrivals are complete and ascending (the canonical row order)."""
+def check_arrivals(arrival: pl.Series, after_us: int | None = None) -> None:
+    """Raise unless the arrivals are complete and ascending (the canonical row order), and
+    none is before ``after_us`` (the previous chunk's last arrival, µs since the epoch)."""
     if arrival.null_count():
         raise SessionInputError(
             "requests: 'arrival' has nulls; the canonical table needs every arrival"
         )
-    if not arrival.is_sorted():
+    first = arrival.head(1).dt.epoch("us").to_list() if after_us is not None else []
+    if not arrival.is_sorted() or (first and first[0] < after_us):
         raise SessionInputError(
             "requests: not sorted by 'arrival'; session inference needs the canonical arrival order"
         )
 
 
 # Carried entries (parent-table keys + open sessions) the chunked inference keeps before it
-# closes the least recently active sessions early: 32M entries, ~1.6 GB. 10M requests (at most
-# 10M keys and 10M sessions) stay exact; past it the counter ``closed_early`` says how many
-# sessions were cut.
-DEFAULT_SESSION_STATE_BUDGET = 1 << 25
+# closes the least recently active sessions early: 12M entries, ~0.55 GB. A generated
+# 10M-request trace (Mooncake form) carries 8.8M and stays exact; past the budget the counter
+# ``closed_early`` says how many sessions were cut.
+DEFAULT_SESSION_STATE_BUDGET = 12_000_000
+# Past the budget the state is cut to this share of it, so that it is cut (and the table
+# rebuilt) once every several chunks, not at every one.
+_CUT_TO = 0.75
+# Parts of the carried table (each grows and is rebuilt on its own).
+_PARTS = 64
 # Bits of a carried parent-table entry's index (the packed table's row field).
 _ENTRY_BITS = 40
 _LITERAL = r"^inferred-(0|[1-9][0-9]{0,17})$"
@@ -256,8 +269,10 @@ _LITERAL = r"^inferred-(0|[1-9][0-9]{0,17})$"
 
 @numba.njit(cache=True, nogil=True)  # type: ignore[misc]
 def _stream_chunk(
-    table: npt.NDArray[np.uint64],
-    used: int,
+    owners: Any,
+    addresses: npt.NDArray[np.int64],
+    lengths: npt.NDArray[np.int64],
+    used: npt.NDArray[np.int64],
     offsets: npt.NDArray[np.int64],
     values: npt.NDArray[np.uint64],
     prompt_blocks: npt.NDArray[np.int32],
@@ -273,11 +288,12 @@ def _stream_chunk(
     n_ent: int,
     counter: int,
     sess: npt.NDArray[np.int64],
-) -> tuple[npt.NDArray[np.uint64], int, int, int]:
-    """:func:`_parents_chunk` and :func:`_assign_sessions` for one chunk with carried state:
-    the table maps a registered request's last full prompt block hash to an entry (its full
-    prompt blocks, session code, arrival); a parent further back than ``gap_us`` (< 0: no
-    limit) does not count. Session codes: logged handle >= 0, or -(1 + m) for conversation m."""
+) -> tuple[int, int]:
+    """:func:`_parents_chunk` and the session assignment for one chunk with carried state: the
+    table (in parts, ``pipeline.prefix.hashmap.TableParts``) maps a registered request's last
+    full prompt block hash to an entry (its full prompt blocks, session code, arrival); a parent
+    further back than ``gap_us`` (< 0: no limit) does not count. Session codes: logged handle
+    >= 0, or -(1 + m) for conversation m. Returns the entries and conversations so far."""
     for i in range(offsets.shape[0] - 1):
         start = offsets[i]
         pb = min(prompt_blocks[i], offsets[i + 1] - start)
@@ -288,7 +304,9 @@ def _stream_chunk(
         elif known[i]:
             k = pb
             while k >= min_blocks:
-                slot = table_find(table, values[start + k - 1], 0, _ENTRY_BITS)
+                _, table, slot = parts_find(
+                    addresses, lengths, values[start + k - 1], 0, _ENTRY_BITS
+                )
                 if table[2 * slot + 1] != 0:
                     e = table_row(table, slot, _ENTRY_BITS)
                     if ent_k[e] == k and (gap_us < 0 or arrival_us[i] - ent_us[e] <= gap_us):
@@ -301,41 +319,40 @@ def _stream_chunk(
             counter += 1
         if known[i] and pb >= min_blocks:
             key = values[start + pb - 1]
-            slot = table_find(table, key, 0, _ENTRY_BITS)
+            part, table, slot = parts_find(addresses, lengths, key, 0, _ENTRY_BITS)
             if table[2 * slot + 1] != 0:
                 e = table_row(table, slot, _ENTRY_BITS)
             else:
                 e = n_ent
                 n_ent += 1
                 table_set(table, slot, key, 0, e, _ENTRY_BITS)
-                used += 1
-                table = table_grow_if_full(table, used, _ENTRY_BITS)
+                used[part] += 1
+                parts_grow_if_full(owners, addresses, lengths, used, part, _ENTRY_BITS)
             ent_k[e] = pb
             ent_sess[e] = sess[i]
             ent_us[e] = arrival_us[i]
-    return table, used, n_ent, counter
+    return n_ent, counter
 
 
 @numba.njit(cache=True)  # type: ignore[misc]
-def _rebuilt(
-    table: npt.NDArray[np.uint64], keep: npt.NDArray[np.bool_], n_keep: int
-) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]:
-    """The table of the kept entries, renumbered in order (``new[e]`` = new index or -1)."""
+def _compacted(
+    keep: npt.NDArray[np.bool_],
+    ent_k: npt.NDArray[np.int32],
+    ent_sess: npt.NDArray[np.int64],
+    ent_us: npt.NDArray[np.int64],
+) -> tuple[npt.NDArray[np.int64], int]:
+    """Move the kept entries to the front in order (in place); returns each entry's new index
+    (-1 = dropped) and how many are kept."""
     new = np.full(keep.shape[0], -1, dtype=np.int64)
     j = 0
     for e in range(keep.shape[0]):
         if keep[e]:
             new[e] = j
+            ent_k[j] = ent_k[e]
+            ent_sess[j] = ent_sess[e]
+            ent_us[j] = ent_us[e]
             j += 1
-    rebuilt = new_table(n_keep)
-    size = table.size >> 1
-    for s in range(size):
-        if table[2 * s + 1] != 0:
-            e = table_row(table, s, _ENTRY_BITS)
-            if new[e] >= 0:
-                slot = table_find(rebuilt, table[2 * s], 0, _ENTRY_BITS)
-                table_set(rebuilt, slot, table[2 * s], 0, new[e], _ENTRY_BITS)
-    return rebuilt, new
+    return new, j
 
 
 @dataclass
@@ -373,8 +390,7 @@ class SessionStream:
     # requests that will register (known, at least min_blocks full prompt blocks), when the
     # caller knows: the table and entries are sized once (up to the budget) instead of grown
     expected: int = 0
-    _table: npt.NDArray[np.uint64] = field(default_factory=lambda: new_table(0))
-    _used: int = 0
+    _table: TableParts = field(default_factory=lambda: TableParts(_PARTS))
     _ent_k: npt.NDArray[np.int32] = field(default_factory=lambda: np.zeros(0, np.int32))
     _ent_sess: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
     _ent_us: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
@@ -409,7 +425,7 @@ class SessionStream:
             raise SessionInputError(f"session_state_budget must be >= 1, got {self.budget}")
         size = min(self.expected, self.budget)
         if size:
-            self._table = new_table(size)
+            self._table = TableParts(_PARTS, size)
             self._ent_k = np.zeros(size, np.int32)
             self._ent_sess = np.zeros(size, np.int64)
             self._ent_us = np.zeros(size, np.int64)
@@ -446,9 +462,11 @@ class SessionStream:
             self._ent_us = np.resize(self._ent_us, size)
         sess = np.empty(n, dtype=np.int64)
         counter0 = self._counter
-        self._table, self._used, self._n_ent, self._counter = _stream_chunk(
-            self._table,
-            self._used,
+        self._n_ent, self._counter = _stream_chunk(
+            self._table.owners,
+            self._table.addresses,
+            self._table.lengths,
+            self._table.used,
             flat.offsets,
             flat.values,
             blocks,
@@ -576,9 +594,9 @@ class SessionStream:
             keep &= self._ent_us[: self._n_ent] >= cutoff
             # an inferred conversation grows only through its entries
             self._close((pl.col("sess") < 0) & (pl.col("last_us") < cutoff))
-        over = int(keep.sum()) + self._open.height - self.budget
-        if over > 0:
-            # the least recently active sessions, oldest first, until the state fits
+        if int(keep.sum()) + self._open.height > self.budget:
+            # the least recently active sessions, oldest first, until the state is cut
+            over = int(keep.sum()) + self._open.height - int(self.budget * _CUT_TO)
             order = self._open.sort("last_us", "sess")
             cut = order.head(min(order.height, over))
             self.closed_early += cut.height
@@ -586,14 +604,18 @@ class SessionStream:
             self._close(pl.col("sess").is_in(cut["sess"].implode()))
             keep &= self._ent_us[: self._n_ent] > limit
             keep &= ~np.isin(self._ent_sess[: self._n_ent], cut["sess"].to_numpy())
-        n_keep = int(keep.sum())
-        if n_keep < self._n_ent:
-            self._table, new = _rebuilt(self._table, keep, n_keep)
-            self._used = n_keep
-            self._ent_k = self._ent_k[: self._n_ent][keep].copy()
-            self._ent_sess = self._ent_sess[: self._n_ent][keep].copy()
-            self._ent_us = self._ent_us[: self._n_ent][keep].copy()
-            self._n_ent = n_keep
+        if not keep.all():
+            new, self._n_ent = _compacted(keep, self._ent_k, self._ent_sess, self._ent_us)
+            table = self._table
+            parts_rebuilt(
+                table.owners,
+                table.addresses,
+                table.lengths,
+                table.used,
+                _ENTRY_BITS,
+                KEEP_ALL,
+                new,
+            )
             del new
         self.carried_max = max(self.carried_max, self._n_ent + self._open.height)
 
@@ -606,7 +628,7 @@ class SessionStream:
             else pl.Series("turns", [], dtype=pl.UInt32)
         )
         self._closed = []
-        self._table = new_table(0)
+        self._table = TableParts(1)
         self._ent_k, self._ent_sess, self._ent_us = (
             np.zeros(0, np.int32),
             np.zeros(0, np.int64),

@@ -14,12 +14,13 @@ import polars as pl
 
 from pipeline import results
 from pipeline.layout import WorkloadLayout
-from pipeline.prefix.analysis import analyse
+from pipeline.prefix.analysis import analyse, slices
 from pipeline.prefix.config import PrefixConfig
 from pipeline.prefix.present import curve_svg
 from pipeline.prefix.result import PrefixResult
 from pipeline.safe_read import read_json
 from pipeline.store import (
+    copy_parquet_atomic,
     open_stage_output,
     read_requests,
     release_input,
@@ -34,33 +35,52 @@ STEP = results.Step(results.PREFIX, upstream=(results.REQUESTS,), sections=("pre
 @dataclass(frozen=True)
 class PrefixInputs:
     """The canonical table, sorted by arrival, as a query: ``run`` reads it in chunks (the
-    columns each step needs), so the table is never in memory whole."""
+    columns each step needs), so the table is never in memory whole. ``sessions_to``: the
+    sessions file the result will be written to, beside which a large table's sessions are
+    written as they are found (None: kept in memory)."""
 
     requests: pl.LazyFrame
+    sessions_to: Path | None = None
 
 
-def inputs_from(requests: pl.LazyFrame | pl.DataFrame) -> PrefixInputs:
+def inputs_from(
+    requests: pl.LazyFrame | pl.DataFrame, layout: WorkloadLayout | None = None
+) -> PrefixInputs:
     """The inputs of a table (scanned or in memory), sorted by arrival when it is not (the
-    check reads the arrivals alone; canonical tables are sorted at ingest)."""
+    check reads the arrivals alone; canonical tables are sorted at ingest), for results
+    written to ``layout`` (if any)."""
+    sessions_to = layout.prefix.sessions if layout is not None else None
     if isinstance(requests, pl.DataFrame):
         if not requests["arrival"].is_sorted():
             requests = requests.sort("arrival", maintain_order=True)
-        return PrefixInputs(requests.lazy())
-    backwards = requests.select((pl.col("arrival").diff() < pl.duration(microseconds=0)).any())
-    if backwards.collect().item():
+        return PrefixInputs(requests.lazy(), sessions_to)
+    if _backwards(requests):
         requests = requests.sort("arrival", maintain_order=True)
-    return PrefixInputs(requests)
+    return PrefixInputs(requests, sessions_to)
+
+
+def _backwards(requests: pl.LazyFrame) -> bool:
+    """Some arrival comes before the one above it (the arrivals read a slice at a time)."""
+    last = None
+    for part in slices(requests, ("arrival",)):
+        arrival = part["arrival"].dt.epoch("us").drop_nulls()
+        if arrival.len() == 0:
+            continue
+        if not arrival.is_sorted() or (last is not None and arrival[0] < last):
+            return True
+        last = arrival[-1]
+    return False
 
 
 def read_inputs(layout: WorkloadLayout) -> PrefixInputs:
-    return inputs_from(read_requests(layout))
+    return inputs_from(read_requests(layout), layout)
 
 
 def run(inputs: PrefixInputs, settings: PrefixConfig) -> PrefixResult:
     # What an earlier stage of this process kept (the simulation's flattened workload, in an
     # in-process Dagster run) is let go of, not held beside this stage's tables.
     release_input()
-    return analyse(inputs.requests, settings)
+    return analyse(inputs.requests, settings, inputs.sessions_to)
 
 
 def write(result: PrefixResult, layout: WorkloadLayout) -> dict[str, Path]:
@@ -69,16 +89,20 @@ def write(result: PrefixResult, layout: WorkloadLayout) -> dict[str, Path]:
     paths = layout.prefix
     write_json_atomic(paths.summary, result.to_json())
     write_parquet_atomic(result.curve, paths.curve)
-    write_parquet_atomic(result.sessions, paths.sessions)
+    if result.sessions_file is not None:
+        copy_parquet_atomic(result.sessions_file, paths.sessions)
+    else:
+        write_parquet_atomic(result.sessions.collect(), paths.sessions)
     write_bytes_atomic(paths.curve_svg, curve_svg(result.curve))
     results.PREFIX.seal(layout, paths.files().values())
     return paths.files()
 
 
 def read_result(layout: WorkloadLayout) -> PrefixResult:
+    """The result as written; its sessions a scan of the file (nothing of it read yet)."""
     paths = layout.prefix
     return PrefixResult.from_json(
         read_json(results.PREFIX.require(layout)),
         pl.read_parquet(paths.curve),
-        pl.read_parquet(paths.sessions),
+        pl.scan_parquet(paths.sessions),
     )

@@ -49,9 +49,12 @@ def _shape(layout: WorkloadLayout) -> str:
 
 def _prefix(layout: WorkloadLayout) -> str:
     summary = prefix_stage.read_result(layout).summary
+    estimate = summary.estimate
+    sampled = estimate is not None and estimate.reuse is not None and estimate.reuse.shared
     return (
         f"curve shape: {summary.classification.shape}; an unbounded prefix cache could "
         f"serve {share(summary.reuse.hit_share)} of prompt tokens"
+        + (" (estimated)" if sampled else "")
     )
 
 

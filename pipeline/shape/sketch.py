@@ -67,22 +67,27 @@ class QuantileSketch:
     def _index(self, magnitudes: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
         return np.ceil(np.log(magnitudes) / math.log(self.gamma)).astype(np.int64)
 
-    def add(self, values: npt.ArrayLike) -> QuantileSketch:
-        """Count ``values`` (nulls must be dropped first; NaN and infinity are refused)."""
+    def add(self, values: npt.ArrayLike, weights: npt.ArrayLike | None = None) -> QuantileSketch:
+        """Count ``values`` (nulls must be dropped first; NaN and infinity are refused), each
+        once or ``weights`` times (non-negative integers, one per value)."""
         x = np.asarray(values, dtype=np.float64).ravel()
         if x.size == 0:
             return self
         if not np.isfinite(x).all():
             raise ValueError("QuantileSketch.add: values must be finite (drop nulls and NaN)")
-        self.count += int(x.size)
+        w = np.ones(x.size, np.int64) if weights is None else np.asarray(weights, np.int64)
+        self.count += int(w.sum())
         self.min = min(self.min, float(x.min()))
         self.max = max(self.max, float(x.max()))
-        self.zeros += int(np.count_nonzero(x == 0))
+        self.zeros += int(w[x == 0].sum())
         for sign in (1, -1):
-            part = x[x > 0] if sign > 0 else -x[x < 0]
+            chosen = x > 0 if sign > 0 else x < 0
+            part = np.abs(x[chosen])
             if part.size == 0:
                 continue
-            idx, n = np.unique(self._index(part), return_counts=True)
+            idx, inverse = np.unique(self._index(part), return_inverse=True)
+            n = np.bincount(inverse, weights=w[chosen], minlength=idx.size)
+            n = np.rint(n).astype(np.int64)
             if sign > 0:
                 self.pos_idx, self.pos_n = _merge_counts(self.pos_idx, self.pos_n, idx, n)
             else:
@@ -108,6 +113,26 @@ class QuantileSketch:
     def buckets(self) -> int:
         """Occupied buckets (the sketch's size)."""
         return int(self.pos_idx.size + self.neg_idx.size + (self.zeros > 0))
+
+    def first_reaching(self, share: float) -> float | None:
+        """The smallest value whose count with every smaller one's reaches ``share`` of the
+        total (the weighted quantile; within relative error ``alpha``); None when empty."""
+        if self.count == 0:
+            return None
+        gamma = self.gamma
+        values = np.concatenate(
+            [
+                -2 * gamma ** self.neg_idx[::-1].astype(np.float64) / (gamma + 1),
+                np.zeros(1 if self.zeros else 0),
+                2 * gamma ** self.pos_idx.astype(np.float64) / (gamma + 1),
+            ]
+        )
+        counts = np.concatenate(
+            [self.neg_n[::-1], np.array([self.zeros] if self.zeros else [], np.int64), self.pos_n]
+        )
+        reached = np.cumsum(counts) / self.count
+        at = min(int(np.searchsorted(reached, share - 1e-12, side="left")), values.size - 1)
+        return min(max(float(values[at]), self.min), self.max)
 
     def quantile(self, q: float) -> float | None:
         """The value at rank floor((n − 1)·q + 0.5), within relative error ``alpha``; None when

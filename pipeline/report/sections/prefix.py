@@ -3,6 +3,7 @@ cache and routing would hit, what prefix-aware routing buys and whether tenants 
 
 from __future__ import annotations
 
+from pipeline.prefix.present import estimate_note
 from pipeline.present.text import UNKNOWN, money, number, share
 from pipeline.report.sections.content import Figure, ReportContent, figures
 from pipeline.unknown import ResultModel, is_known
@@ -41,6 +42,7 @@ class Prefix(ResultModel):
     no_content: str | None  # without prompt content there is no curve: say so, no empty axes
     figures: list[Figure]
     curve_note: str | None = None  # a sampled capacity curve's rate and error
+    estimate_note: str | None = None  # a sampled prefix curve's or reuse share's rate and error
 
 
 def prefix(inputs: ReportContent) -> Prefix:
@@ -78,4 +80,5 @@ def prefix(inputs: ReportContent) -> Prefix:
         no_content=NO_CONTENT if content_free else None,
         figures=[] if content_free else figures(inputs, ("prefix_curve", "hit_ratio", "imbalance")),
         curve_note=None if content_free else inputs.curve_note,
+        estimate_note=estimate_note(found) if found is not None and not content_free else None,
     )
