@@ -46,14 +46,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from perf.e2e import GIB, Limits, run_watched
 from perf.workload import conversations, iter_frames, spec
 
 
@@ -117,6 +118,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sessions", action="store_true")
     parser.add_argument("--modes", default="flat,stream,stream-all")
     parser.add_argument("--lifetime", choices=("durations", "instant"), default=None)
+    parser.add_argument("--memory-limit", type=float, default=5.0, help="GiB (the guard)")
+    parser.add_argument("--keep", type=Path, default=None, help="generate into (or reuse) DIR")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--folder", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -124,33 +127,37 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(child(args.child, args.folder, args.max_rows, args.lifetime)))
         return
     with tempfile.TemporaryDirectory(prefix="sim_stream_") as tmp:
-        folder = Path(tmp)
-        t = time.perf_counter()
-        files = generate(args.requests, args.parts, folder, args.sessions)
-        print(
-            f"generated {args.requests:,} requests in {len(files)} parts "
-            f"({time.perf_counter() - t:.1f} s)",
-            flush=True,
-        )
+        folder = args.keep or Path(tmp)
+        folder.mkdir(parents=True, exist_ok=True)
+        if not list(folder.glob("part-*.parquet")):
+            t = time.perf_counter()
+            files = generate(args.requests, args.parts, folder, args.sessions)
+            print(
+                f"generated {args.requests:,} requests in {len(files)} parts "
+                f"({time.perf_counter() - t:.1f} s)",
+                flush=True,
+            )
+        limits = Limits(int(args.memory_limit * GIB))
         results = {}
         for mode in args.modes.split(","):
-            command = [
-                sys.executable,
-                "-m",
-                "perf.sim_stream",
-                "--child",
-                mode,
-                "--folder",
-                str(folder),
-            ]
+            command = [sys.executable, "-m", "perf.sim_stream", "--child", mode]
+            command += ["--folder", str(folder)]
             if args.max_rows:
                 command += ["--max-rows", str(args.max_rows)]
             if args.lifetime:
                 command += ["--lifetime", args.lifetime]
-            done = subprocess.run(command, check=True, capture_output=True, text=True)
-            results[mode] = json.loads(done.stdout.strip().splitlines()[-1])
-            r = results[mode]
-            print(f"{mode}: peak RSS {r['peak_rss_mib']:,} MiB, seconds {r['seconds']}", flush=True)
+            log = Path(tmp) / f"{mode}.log"
+            watched = run_watched(command, log, dict(os.environ), Path.cwd(), limits)
+            if watched.stopped or watched.code != 0:
+                print(f"{mode}: {watched.stopped or f'failed ({watched.code})'}", flush=True)
+                print(log.read_text()[-2000:])
+                continue
+            results[mode] = r = json.loads(log.read_text().strip().splitlines()[-1])
+            print(
+                f"{mode}: peak memory (PSS) {watched.peak / 2**20:,.0f} MiB, wall "
+                f"{watched.wall_s:.1f} s, CPU {watched.cpu_s:.1f} s, seconds {r['seconds']}",
+                flush=True,
+            )
             if "peak_live_blocks" in r:
                 print(f"  peak live blocks {r['peak_live_blocks']}")
                 print(f"  peak state rows {r['peak_state_rows']}")

@@ -926,29 +926,20 @@ def _replay_chunk(
 
 
 @nb.njit(cache=True)
-def _compact_queues(state: Any, buf: Any, queue: I64) -> None:
-    """Every replica's free queue compacted to its live entries (:func:`_compact`), from 0."""
-    for k in range(buf.shape[0]):
-        queue[k, _TAIL] = _compact(buf[k], state[:, k], queue[k, _HEAD], queue[k, _TAIL])
-        queue[k, _HEAD] = 0
-
-
-@nb.njit(cache=True)
-def _live_rows(state: Any) -> tuple[I64, Any]:
-    """The blocks cached on some replica (a row of ``state`` not all ``NOT_CACHED``), in
-    order, and every block's new id among them (-1: cached nowhere)."""
-    rows, replicas = state.shape
-    renumber = np.full(rows, -1, np.int32)
-    keep = np.empty(rows, np.int64)
-    live = 0
-    for b in range(rows):
-        for k in range(replicas):
-            if state[b, k] != NOT_CACHED:
-                renumber[b] = live
-                keep[live] = b
-                live += 1
-                break
-    return keep[:live], renumber
+def _gather_chains(offsets: I64, ids: Any, running: I64, pinned: bool) -> tuple[I64, Any]:
+    """The chains of requests ``running`` (in that order) as CSR offsets and ids; empty chains
+    when nothing is ``pinned`` (the instant lifetime: only their count in flight waits)."""
+    out_offsets = np.zeros(running.size + 1, np.int64)
+    if pinned:
+        for i in range(running.size):
+            r = running[i]
+            out_offsets[i + 1] = out_offsets[i] + offsets[r + 1] - offsets[r]
+    out = np.empty(out_offsets[-1], ids.dtype)
+    for i in range(running.size):
+        lo = offsets[running[i]]
+        for j in range(out_offsets[i + 1] - out_offsets[i]):
+            out[out_offsets[i] + j] = ids[lo + j]
+    return out_offsets, out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1071,7 +1062,9 @@ def _check_bounded_affinity_from(kernel: str, a: dict[str, Any]) -> None:
 def check_replica_state(kernel: str, state: Any, buf: Any, queue: Any) -> None:
     """Carried block state (``n_ids × replicas`` int32), free queues (``replicas × size``
     int32) and queue records (``replicas × 5``): shapes agree, every queue's live window lies
-    in its buffer and every block entry in it names a block of ``state``."""
+    in its buffer and every block entry in it names a block of ``state``. The states
+    themselves are not scanned (a pass over every block a chunk): the kernels compare a free
+    block's queue position, never index with it."""
     require(
         state.ndim == 2 and buf.ndim == 2 and state.dtype == np.int32 and buf.dtype == np.int32,
         kernel,
@@ -1100,19 +1093,18 @@ def check_replica_state(kernel: str, state: Any, buf: Any, queue: Any) -> None:
             kernel,
             f"free queue {k} names a block past the {state.shape[0]} of state",
         )
-    require(
-        not state.size or int(state.max()) < buf.shape[1],
-        kernel,
-        "a free block's queue position lies past the free queue",
-    )
 
 
-def _check_compact_queues(kernel: str, a: dict[str, Any]) -> None:
-    check_replica_state(kernel, a["state"], a["buf"], a["queue"])
-
-
-def _check_live_rows(kernel: str, a: dict[str, Any]) -> None:
-    require(a["state"].ndim == 2, kernel, "state must be 2-D (blocks × replicas)")
+def _check_gather_chains(kernel: str, a: dict[str, Any]) -> None:
+    offsets, running = a["offsets"], a["running"]
+    check_chains(kernel, offsets, a["ids"], INT32_LIMIT)
+    if running.size:
+        n = offsets.size - 1
+        require(
+            int(running.min()) >= 0 and int(running.max()) < n,
+            kernel,
+            f"running must hold request indices 0..{n - 1}",
+        )
 
 
 def _check_replay_chunk(kernel: str, a: dict[str, Any]) -> None:
@@ -1190,8 +1182,7 @@ group_by_replica = guarded(_group_by_replica, _check_group_by_replica)
 least_served_from = guarded(_least_served_from, _check_least_served_from)
 bounded_affinity_from = guarded(_bounded_affinity_from, _check_bounded_affinity_from)
 replay_chunk = guarded(_replay_chunk, _check_replay_chunk)
-compact_queues = guarded(_compact_queues, _check_compact_queues)
-live_rows = guarded(_live_rows, _check_live_rows)
+gather_chains = guarded(_gather_chains, _check_gather_chains)
 _REPLAY_SIGNATURE = inspect.signature(_replay.py_func)
 _REPLAY_PARAMETERS = _REPLAY_SIGNATURE.replace(
     parameters=list(_REPLAY_SIGNATURE.parameters.values())[:-2]  # all but the scratch
