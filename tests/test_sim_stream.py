@@ -289,9 +289,9 @@ def test_a_block_evicted_at_a_chunk_boundary_and_seen_again_takes_a_fresh_slot(
     reclaimed: list[tuple[int, int]] = []
     reclaim = slots.reclaim
 
-    def counted(index: Any, hashes: Any, spaces: Any, cursor: Any, state: Any) -> int:
+    def counted(index: Any, hashes: Any, spaces: Any, cursor: Any, state: Any, keys: int) -> int:
         used = int(cursor[2])
-        live = int(reclaim(index, hashes, spaces, cursor, state))
+        live = int(reclaim(index, hashes, spaces, cursor, state, keys))
         reclaimed.append((used, live))
         return live
 

@@ -91,54 +91,73 @@ def _find_or_add(
         out[i] = slot
 
 
-@nb.njit(cache=True, nogil=True)
-def _reclaim(index: I32, hashes: U64, spaces: I32, cursor: I64, state: Any) -> int:
-    """Free every slot in use whose block is cached on no replica of any replay (its rows all
-    ``NOT_CACHED``): its index entry goes (followers shifted back) and it joins the free
-    chain. Returns the slots still in use."""
+@nb.njit(cache=True, inline="always")
+def _cached(state: Any, slot: int) -> bool:
+    """Whether any replica of any replay caches the block in ``slot``."""
+    for replay in range(state.shape[0]):
+        row = state[replay, slot]
+        for k in range(row.size):
+            if row[k] != NOT_CACHED:
+                return True
+    return False
+
+
+@nb.njit(cache=True, inline="always")
+def _delete(index: I32, hashes: U64, spaces: I32, slot: int) -> None:
+    """Take ``slot``'s entry out of the index, shifting its followers back."""
     size = index.size
-    for slot in range(cursor[_TOP]):
-        if spaces[slot] < 0:
+    hole = _home(index, table_hash(hashes[slot], spaces[slot]))
+    while index[hole] != slot + 1:
+        hole += 1
+        if hole == size:
+            hole = 0
+    # A follower moves into the hole unless its home lies cyclically in (hole, position],
+    # where the hole would put it before its home.
+    position = hole
+    while True:
+        position += 1
+        if position == size:
+            position = 0
+        entry = index[position]
+        if entry == 0:
+            break
+        other = entry - 1
+        home = _home(index, table_hash(hashes[other], spaces[other]))
+        wrapped = hole > position
+        stays = (home > hole or home <= position) if wrapped else hole < home <= position
+        if not stays:
+            index[hole] = entry
+            hole = position
+    index[hole] = 0
+
+
+@nb.njit(cache=True, nogil=True)
+def _reclaim(index: I32, hashes: U64, spaces: I32, cursor: I64, state: Any, keys: int) -> int:
+    """Free every slot in use whose block no replica of any replay caches (its rows all
+    ``NOT_CACHED``) into the free chain, making room for ``keys`` new ones; returns the slots
+    still in use. Their index entries go one by one (followers shifted back) when few are
+    freed; when most are, the index is built again from the rest, and when the table must
+    grow (:meth:`BlockSlots.reserve`) it is left to the growth, which builds a new one."""
+    top = cursor[_TOP]
+    live = 0
+    for slot in range(top):
+        if spaces[slot] >= 0 and _cached(state, slot):
+            live += 1
+    grows = 3 * (live + keys) > 2 * hashes.size
+    one_by_one = not grows and cursor[_USED] - live <= live
+    for slot in range(top):
+        if spaces[slot] < 0 or _cached(state, slot):
             continue
-        cached = False
-        for replay in range(state.shape[0]):
-            row = state[replay, slot]
-            for k in range(row.size):
-                if row[k] != NOT_CACHED:
-                    cached = True
-                    break
-            if cached:
-                break
-        if cached:
-            continue
-        hole = _home(index, table_hash(hashes[slot], spaces[slot]))
-        while index[hole] != slot + 1:
-            hole += 1
-            if hole == size:
-                hole = 0
-        # Backward shift: a follower moves into the hole unless its home lies cyclically in
-        # (hole, position], where the hole would put it before its home.
-        position = hole
-        while True:
-            position += 1
-            if position == size:
-                position = 0
-            entry = index[position]
-            if entry == 0:
-                break
-            other = entry - 1
-            home = _home(index, table_hash(hashes[other], spaces[other]))
-            wrapped = hole > position
-            stays = (home > hole or home <= position) if wrapped else hole < home <= position
-            if not stays:
-                index[hole] = entry
-                hole = position
-        index[hole] = 0
+        if one_by_one:
+            _delete(index, hashes, spaces, slot)
         spaces[slot] = -1
         hashes[slot] = np.uint64(cursor[_FREE] + 1)
         cursor[_FREE] = slot
-        cursor[_USED] -= 1
-    return cursor[_USED]  # type: ignore[no-any-return]
+    cursor[_USED] = live
+    if not grows and not one_by_one:
+        index[:] = 0
+        _reindex(index, hashes, spaces, top)
+    return live
 
 
 @nb.njit(cache=True, nogil=True)
@@ -220,7 +239,7 @@ class BlockSlots:
         still be more than two thirds full (so reclaiming stays rare: amortised O(1) a key)."""
         if self.slots - self.used >= keys:
             return
-        live = int(reclaim(self.index, self.hashes, self.spaces, self.cursor, self.state))
+        live = int(reclaim(self.index, self.hashes, self.spaces, self.cursor, self.state, keys))
         self.peak_live = max(self.peak_live, live)
         if 3 * (live + keys) > 2 * self.slots:
             self._grow(3 * (live + keys) // 2)
@@ -232,13 +251,17 @@ class BlockSlots:
             )
         old = self.slots
         top = int(self.cursor[_TOP])
-        hashes = np.zeros(slots, np.uint64)
+        # each new array written once: the old rows copied, the new ones set
+        hashes = np.empty(slots, np.uint64)
         hashes[:old] = self.hashes
-        spaces = np.full(slots, -1, np.int32)
+        hashes[old:] = 0
+        spaces = np.empty(slots, np.int32)
         spaces[:old] = self.spaces
+        spaces[old:] = -1
         replays, _, replicas = self.state.shape
-        state = np.full((replays, slots, replicas), NOT_CACHED, np.int32)
+        state = np.empty((replays, slots, replicas), np.int32)
         state[:, :old] = self.state
+        state[:, old:] = NOT_CACHED
         self.hashes, self.spaces, self.state = hashes, spaces, state
         self.index = np.zeros(2 * slots, np.int32)
         _reindex(self.index, self.hashes, self.spaces, top)
