@@ -109,10 +109,16 @@ def require(ok: bool, kernel: str, what: str) -> None:
 
 
 def check_chains(
-    kernel: str, offsets: I64, ids: Any, n_ids: int, **per_request: NDArray[Any]
+    kernel: str,
+    offsets: I64,
+    ids: Any,
+    n_ids: int,
+    checked: int = 0,
+    **per_request: NDArray[Any],
 ) -> I64:
-    """Check the CSR chains (``offsets`` from 0 to ``ids.size``, ids in ``0..n_ids-1``) and that
-    each array of ``per_request`` holds one value per request; returns each request's length."""
+    """Check the CSR chains (``offsets`` from 0 to ``ids.size``, ids in ``0..n_ids-1``; the
+    first ``checked`` ids were checked before, by an earlier call) and that each array of
+    ``per_request`` holds one value per request; returns each request's length."""
     require(offsets.ndim == 1 and offsets.size >= 1, kernel, "offsets needs n + 1 entries")
     lengths = np.diff(offsets)
     require(
@@ -121,9 +127,10 @@ def check_chains(
         f"offsets must rise from 0 to the {ids.size} block ids",
     )
     require(1 <= n_ids <= INT32_LIMIT, kernel, f"n_ids must lie in 1..2^31-1, got {n_ids}")
-    if ids.size:
+    unchecked = ids[checked:]
+    if unchecked.size:
         require(
-            int(ids.min()) >= 0 and int(ids.max()) < n_ids,
+            int(unchecked.min()) >= 0 and int(unchecked.max()) < n_ids,
             kernel,
             f"block ids must lie in 0..{n_ids - 1}",
         )
@@ -1111,11 +1118,16 @@ def _check_replay_chunk(kernel: str, a: dict[str, Any]) -> None:
     state, buf, queue = a["state"], a["buf"], a["queue"]
     check_replica_state(kernel, state, buf, queue)
     per_request = ("prompt_blocks", "missing", "hit_limit", "prompt_tokens", "arrival", "chosen")
+    offsets, first = a["offsets"], a["first"]
+    require(0 <= first < offsets.size, kernel, f"first must lie in 0..{offsets.size - 1}")
+    # the carried requests' blocks were checked in the chunk they came with (and the state
+    # only gains rows): a chunk checks its own, not every running request's again
     lengths = check_chains(
         kernel,
-        a["offsets"],
+        offsets,
         a["ids"],
         state.shape[0],
+        int(offsets[first]),
         **{name: a[name] for name in per_request},
         base_duration=a["base_duration"],
     )
@@ -1129,8 +1141,7 @@ def _check_replay_chunk(kernel: str, a: dict[str, Any]) -> None:
     routing, replicas = a["routing"], state.shape[1]
     require(routing in (FIXED, LEAST_LOADED, CACHE_AWARE), kernel, f"unknown routing {routing}")
     check_replica_indices(kernel, a["chosen"], replicas)
-    n, first, n_running = lengths.size, a["first"], a["n_running"]
-    require(0 <= first <= n, kernel, f"first must lie in 0..{n}, got {first}")
+    n, n_running = lengths.size, a["n_running"]
     finish, finishing, in_flight = a["finish"], a["finishing"], a["in_flight"]
     require(
         finish.shape == finishing.shape

@@ -3,17 +3,19 @@
 :func:`simulate_streamed` gives the summary :func:`pipeline.sim.replay.summarise` gives for
 :func:`pipeline.sim.replay.simulate` on the whole table, field for field, without holding the
 whole table: each chunk (a part of the canonical table, or a slice of one) is flattened on its
-own (:func:`pipeline.sim.blocks.sim_input`), its blocks looked up in the slots each replay
-keeps from chunk to chunk (:class:`pipeline.sim.slots.BlockSlots`: a block holds a slot, a row
-of state, while it is cached on some replica; a block new to them takes a free one), and
-replayed from the state the previous chunk left (:func:`pipeline.sim.kernels.replay_chunk`).
-The slots of blocks cached nowhere are reclaimed when more are needed, so the state follows
-``replicas × capacity`` blocks plus the ones running requests pin
-(:attr:`StreamedRun.peak_state_rows`), however many distinct blocks the quarter has. What
-carries over: every replica's block state and free queue, the requests still running (their
-chains, replica and finish time: their release is still to come), the requests in flight per
-replica, and the routers' counters (round-robin position, tokens or requests served, the random
-generator). Per-request outcomes are summed per replica chunk by chunk.
+own (:func:`pipeline.sim.blocks.sim_input`), its blocks looked up in slot tables kept from
+chunk to chunk (:class:`pipeline.sim.slots.BlockSlots`: a block holds a slot, a row of state,
+while it is cached on some replica; a block new to the table takes a free one), and replayed
+from the state the previous chunk left (:func:`pipeline.sim.kernels.replay_chunk`). The
+replays of one block size, isolation, lifetime and replica count share a table (one lookup a
+chunk, one slot a block), each with its own state in it. The slots of blocks cached nowhere are
+reclaimed when more are needed, so a table follows the blocks its replays cache or pin, plus
+one chunk's (:attr:`StreamedRun.peak_state_rows`), however many distinct blocks the quarter
+has. What carries over: every replica's block state and free queue, the requests still running
+(their chains, replica and finish time: their release is still to come; they keep their place,
+the finished ones dropped now and then), the requests in flight per replica, and the routers'
+counters (round-robin position, tokens or requests served, the random generator). Per-request
+outcomes are summed per replica chunk by chunk.
 
 The affinity routings need each request's session; when the table logs every session id it is
 read chunk by chunk, otherwise the sessions are inferred over the whole table first
@@ -115,6 +117,7 @@ class StreamedRun:
 
     summary: dict[str, Any]
     chunks: int
+    # of the slot tables its replays share with like ones (their lifetime and replica count):
     peak_live_blocks: int  # most blocks cached on some replica when slots were reclaimed
     peak_state_rows: int  # most block rows (slots) held: cached blocks, new ones, spare room
     distinct_blocks: int  # blocks numbered over all chunks (counting a block once a chunk)
@@ -557,6 +560,64 @@ class _Sessions:
 # ---------------------------------------------------------------------------------------------
 
 
+def _room(array: Any, size: int) -> Any:
+    """``array``, or a copy twice as long (or ``size``) when it is shorter than ``size``."""
+    if array.shape[0] >= size:
+        return array
+    grown = np.empty((max(size, 2 * array.shape[0]), *array.shape[1:]), array.dtype)
+    grown[: array.shape[0]] = array
+    return grown
+
+
+class _Requests:
+    """A replay's requests as the chunk kernel reads them (CSR chains of slots and one value a
+    request), kept from chunk to chunk: a chunk's requests are appended after the ones carried,
+    so a request still running keeps its place and its chain is not copied again each chunk.
+    The finished ones are dropped (:meth:`keep`) once they outnumber the running ones."""
+
+    FIELDS = ("prompt_blocks", "missing", "hit_limit", "prompt_tokens", "arrival", "duration")
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.offsets = np.zeros(1, np.int64)
+        self.ids = np.zeros(0, np.int32)
+        self.chosen = np.zeros(0, np.int64)
+        self.values = {name: np.zeros(0, np.int64) for name in self.FIELDS}
+
+    def append(self, work: _ChunkWork, chunk_ids: Any) -> None:
+        first, n = self.n, work.chosen.size
+        start = int(self.offsets[first])
+        end = start + chunk_ids.size
+        self.offsets = _room(self.offsets, first + n + 1)
+        self.offsets[first + 1 : first + n + 1] = work.offsets[1:] + start
+        self.ids = _room(self.ids, end)
+        self.ids[start:end] = chunk_ids
+        self.chosen = _room(self.chosen, first + n)
+        self.chosen[first : first + n] = work.chosen
+        for name in self.FIELDS:
+            self.values[name] = _room(self.values[name], first + n)
+            self.values[name][first : first + n] = getattr(work, name)
+        self.n = first + n
+
+    def view(self, name: str) -> I64:
+        out: I64 = self.values[name][: self.n]
+        return out
+
+    def keep(self, running: I64, pinned: bool) -> None:
+        """Keep only requests ``running`` (ascending), renumbered 0.. in that order: their
+        chains (none when nothing is ``pinned``), unknown blocks and replicas; the other
+        values are read only on arrival, so they are zeroed."""
+        offsets, ids = kernels.gather_chains(
+            self.offsets[: self.n + 1], self.ids[: self.offsets[self.n]], running, pinned
+        )
+        missing = self.values["missing"][running] if pinned else np.zeros(running.size, np.int64)
+        chosen = self.chosen[running]
+        self.n = running.size
+        self.offsets, self.ids, self.chosen = offsets, ids, chosen
+        self.values = {name: np.zeros(self.n, np.int64) for name in self.FIELDS}
+        self.values["missing"] = missing
+
+
 @dataclass
 class _Replay:
     replicas: int
@@ -571,14 +632,11 @@ class _Replay:
     buf: Any = None  # replicas × queue size int32
     queue: I64 = field(default_factory=lambda: np.zeros((0, 0), np.int64))
     in_flight: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
+    # the requests carried and the heap of the running ones (finish time, request)
+    requests: _Requests = field(default_factory=_Requests)
     finish: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
     finishing: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
     n_running: int = 0
-    # the running requests' chains (slots), unknown blocks and replicas
-    run_offsets: I64 = field(default_factory=lambda: np.zeros(1, np.int64))
-    run_ids: Any = field(default_factory=lambda: np.zeros(0, np.int32))
-    run_missing: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
-    run_replica: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
     balance_routed: int = 0
     last_chosen: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
     peak_rows: int = 0
@@ -612,33 +670,27 @@ class _Replay:
         """Replay one chunk (``chunk_ids``: its blocks' slots); returns its requests' hit
         tokens (``last_chosen``: their replicas)."""
         state = self.table.state[self.member]
-        rows = state.shape[0]
-        carried = self.run_replica.size
-        n = work.chosen.size
-        offsets = np.concatenate([self.run_offsets[:-1], work.offsets + self.run_offsets[-1]])
-        ids = np.concatenate([self.run_ids, chunk_ids])
-        lengths = np.diff(offsets)
-        per_request = int(lengths.max(initial=0)) + 1
+        requests = self.requests
+        first = requests.n
+        requests.append(work, chunk_ids)
+        n = requests.n
+        per_request = int(np.diff(work.offsets).max(initial=0)) + 1
         self._queue_room(self.table.used, per_request)
-        zeros = np.zeros(carried, np.int64)
-        chosen = np.concatenate([self.run_replica, work.chosen])
-        finish = np.empty(self.n_running + n, np.int64)
-        finishing = np.empty(self.n_running + n, np.int64)
-        finish[: self.n_running] = self.finish[: self.n_running]
-        finishing[: self.n_running] = self.finishing[: self.n_running]
+        self.finish = _room(self.finish, self.n_running + work.chosen.size)
+        self.finishing = _room(self.finishing, self.n_running + work.chosen.size)
         knobs = self.settings.cache_aware
-        missing = np.concatenate([self.run_missing, work.missing])
+        chosen = requests.chosen[:n]
         hits, balance, n_running = kernels.replay_chunk(
-            offsets,
-            ids,
-            np.concatenate([zeros, work.prompt_blocks]),
-            missing,
-            np.concatenate([zeros, work.hit_limit]),
-            np.concatenate([zeros, work.prompt_tokens]),
+            requests.offsets[: n + 1],
+            requests.ids[: requests.offsets[n]],
+            requests.view("prompt_blocks"),
+            requests.view("missing"),
+            requests.view("hit_limit"),
+            requests.view("prompt_tokens"),
             self.scenario.block_size,
-            np.concatenate([zeros, work.arrival]),
-            np.concatenate([zeros, work.duration]),
-            carried,
+            requests.view("arrival"),
+            requests.view("duration"),
+            first,
             self.routing,
             self.capacity,
             self.instant,
@@ -650,44 +702,26 @@ class _Replay:
             self.buf,
             self.queue,
             chosen,
-            finish,
-            finishing,
+            self.finish,
+            self.finishing,
             self.n_running,
             self.in_flight,
         )
+        self.n_running = n_running = int(n_running)
         self.balance_routed += int(balance)
-        self.last_chosen = chosen[carried:]
-        self.peak_rows = max(self.peak_rows, rows)
-        self._carry(offsets, ids, missing, chosen, finish, finishing, int(n_running))
-        out: I64 = hits[carried:]
-        return out
-
-    def _carry(
-        self,
-        offsets: I64,
-        ids: Any,
-        missing: I64,
-        chosen: I64,
-        finish: I64,
-        finishing: I64,
-        n_running: int,
-    ) -> None:
-        """Keep what the next chunk needs besides the block state (kept by slot): the running
-        requests, renumbered in request order (which keeps the heap's order), and their chains
-        (pinned blocks: their slots stay theirs)."""
-        running = np.sort(finishing[:n_running])
-        finishing[:n_running] = np.searchsorted(running, finishing[:n_running])
-        self.finish, self.finishing, self.n_running = finish, finishing, n_running
+        self.last_chosen = chosen[first:].copy()
+        self.peak_rows = max(self.peak_rows, state.shape[0])
         self.peak_running = max(self.peak_running, n_running)
-        # an instant request pins nothing: only its replica's count of requests in flight waits
-        self.run_offsets, self.run_ids = kernels.gather_chains(
-            offsets, ids, running, not self.instant
-        )
-        self.run_missing = np.zeros(running.size, np.int64) if self.instant else missing[running]
-        self.run_replica = chosen[running]
         if not self.instant:
             pinned = int(self.queue[:, kernels._PINNED].sum())
             self.peak_pinned_total = max(self.peak_pinned_total, pinned)
+        if n - n_running > n_running:
+            # drop the finished requests (amortised: at least as many came since the last time)
+            running = np.sort(self.finishing[:n_running])
+            self.finishing[:n_running] = np.searchsorted(running, self.finishing[:n_running])
+            requests.keep(running, not self.instant)
+        out: I64 = hits[first:]
+        return out
 
 
 _TableKey = tuple[int, bool, bool, int]  # block size, isolation, instant, replicas
