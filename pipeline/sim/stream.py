@@ -561,10 +561,10 @@ class _Sessions:
 
 
 def _room(array: Any, size: int) -> Any:
-    """``array``, or a copy twice as long (or ``size``) when it is shorter than ``size``."""
+    """``array``, or a copy half as long again (or ``size``) when it is shorter than ``size``."""
     if array.shape[0] >= size:
         return array
-    grown = np.empty((max(size, 2 * array.shape[0]), *array.shape[1:]), array.dtype)
+    grown = np.empty((max(size, 3 * array.shape[0] // 2), *array.shape[1:]), array.dtype)
     grown[: array.shape[0]] = array
     return grown
 
@@ -573,7 +573,8 @@ class _Requests:
     """A replay's requests as the chunk kernel reads them (CSR chains of slots and one value a
     request), kept from chunk to chunk: a chunk's requests are appended after the ones carried,
     so a request still running keeps its place and its chain is not copied again each chunk.
-    The finished ones are dropped (:meth:`keep`) once they outnumber the running ones."""
+    The finished ones are dropped (:meth:`keep`) once they are half as many as the running
+    ones: amortised, as at least that many came since the last time."""
 
     FIELDS = ("prompt_blocks", "missing", "hit_limit", "prompt_tokens", "arrival", "duration")
 
@@ -715,8 +716,7 @@ class _Replay:
         if not self.instant:
             pinned = int(self.queue[:, kernels._PINNED].sum())
             self.peak_pinned_total = max(self.peak_pinned_total, pinned)
-        if n - n_running > n_running:
-            # drop the finished requests (amortised: at least as many came since the last time)
+        if 2 * (n - n_running) > n_running:
             running = np.sort(self.finishing[:n_running])
             self.finishing[:n_running] = np.searchsorted(running, self.finishing[:n_running])
             requests.keep(running, not self.instant)
