@@ -1,64 +1,73 @@
 """Scenario replay: the whole table flattened at once against the streamed replay, chunk by chunk.
 
-Run: ``.venv/bin/python -m perf.sim_stream [--requests N] [--parts P] [--sessions]``.
+Run: ``.venv/bin/python -m perf.sim_stream [--requests N] [--parts P] [--sessions] [--rate R]
+[--max-rows N] [--lifetime L] [--keep DIR] [--memory-limit GiB]``.
 
-A ``perf.workload`` trace (short profile, block size 16, answers in the chain; ``--sessions``
-logs the conversation as session id, else affinity infers the sessions over the whole table)
-is written as ``P`` canonical Parquet parts in arrival order, as ingest leaves a multi-day
-table. Each mode then runs every scenario of the default grid (``simulation`` defaults:
-durations lifetime with the instant figures beside; ``--lifetime instant`` for the instant
-lifetime alone) in a child process of its own:
+A ``perf.workload`` trace (short profile, block size 16, answers in the chain, ``--rate``
+requests a second, default 100; ``--sessions`` logs the conversation as session id, else
+affinity infers the sessions over the whole table) is written as ``P`` canonical Parquet parts
+in arrival order (into ``--keep DIR`` to be reused). Each mode then runs every scenario of the
+default grid (``simulation`` defaults: durations lifetime with the instant figures beside;
+``--lifetime instant`` for the instant lifetime alone) in a child process of its own, under
+``perf.e2e``'s guard (summed PSS sampled every 50 ms, the child killed past
+``--memory-limit``):
 
 * ``flat``: today's one-pass path, ``sim_input`` of the whole table then ``simulate`` +
   ``summarise`` per scenario (the table flattened once, shared by the scenarios);
 * ``stream``: ``pipeline.sim.stream`` over the parts, a part at a time (``--max-rows`` cuts
-  parts into slices), one pass per scenario (as the Dagster steps run them);
-* ``stream-all``: one pass over the parts for every scenario (``enginefit simulate``).
+  parts into slices), one pass per scenario (as the Dagster steps would run them);
+* ``stream-all``: one pass over the parts for every scenario (as ``enginefit simulate`` would).
 
-Printed per mode: seconds (flatten and each scenario), peak RSS of the child (ru_maxrss), and
-whether every summary equals the other mode's, field for field.
+Printed per mode: peak memory (summed PSS), wall and CPU seconds, seconds per scenario, and
+whether every summary equals the other modes', field for field.
 
-Measured 2026-12-02 on the project machine, 2 cores / 24 GiB, under a load average of 23-26
-(other jobs: wall times are 3-5x a quiet machine's; compare the modes, not the seconds), default
-grid (8 scenarios: block 16, 1 and 4 replicas, 1M and 4M cache tokens, round-robin, affinity,
-cache-aware), parts of 100k requests. Every run: summaries identical across modes.
+Measured 2026-12-02 on the project machine (2 cores / 24 GiB, load average 1-4 from other
+jobs), default grid (8 scenarios: block 16, 1 and 4 replicas, 1M and 4M cache tokens,
+round-robin, affinity, cache-aware), 1M requests, sessions logged, 10 parts of 100k, streamed
+in slices of 25k (``pipeline.sim.stage.STREAM_ROWS``). Every run: summaries identical.
 
-| trace | lifetime | flat (today) | stream-all |
-|---|---|---|---|
-| 300k, sessions logged | instant | 595 MiB, 68 s | 912 MiB, 129 s |
-| 1M, sessions logged | instant | 1,415 MiB, 53 s (load had dropped) | 1,165 MiB, 256 s |
-| 300k, no session ids | instant | 616 MiB, 79 s | 944 MiB, 136 s |
-| 1M, no session ids | instant | 1,415 MiB, 259 s | 1,336 MiB, 421 s |
-| 1M, sessions logged | durations (+ instant) | 1,533 MiB, 255 s | 4,969 MiB, 1,538 s |
+| trace | lifetime | flat | stream-all | stream (a pass a scenario) |
+|---|---|---|---|---|
+| 100 req/s | durations | 1,772 MiB, 29 s CPU | 4,313 MiB, 45 s | 1,698 MiB, 84 s (parts) |
+| 100 req/s | instant | 1,428 MiB, 16 s | 1,148 MiB, 20 s | 1,273 MiB, 54 s (parts) |
+| 10 req/s | durations | 1,992 MiB, 22 s | 1,406 MiB, 29 s | 912 MiB, 57 s |
+| 10 req/s | instant | 1,424 MiB, 12 s | 1,004 MiB, 16 s | 679 MiB, 41 s |
 
-Instant lifetime: the streamed block state is the caches' (peak live blocks = replicas ×
-capacity, the same at 300k and 1M; peak rows = that plus one part's new blocks), so the stream
-grows by one part's flattening and its fixed 8-scenario state, while the flat path grows with the
-table (+820 MiB from 300k to 1M, against +253 MiB streamed); without session ids the affinity scenarios infer sessions over
-the whole table first, which grows with it. Durations: this generated trace sends 100 requests a
-second to one replica of 64 slots, more than it serves, so requests in flight (and the blocks
-they pin) grow with the trace: 10.6M live blocks at 1M requests on one replica, 4.6M on four.
-Pinned blocks are carried (and renumbered each part) per scenario and lifetime, side by side
-for the 8 scenarios, which costs more than the one flattened table.
+Whole 100k parts instead of slices: stream-all 4,820 MiB, 37 s (durations) and 1,526 MiB,
+20 s (instant) at 100 req/s. The replay streamed before the slot tables (every cached block
+renumbered each chunk), 300k requests at 100 req/s, durations: 2,171 MiB, 26.5 s CPU in
+slices of 25k against 1,904 MiB, 13.8 s now (flat: 817 MiB, 8.5 s).
+
+At 10 requests a second the streamed block state is the caches' (peak live blocks = replicas ×
+capacity; peak rows = that plus one slice's blocks, half as much again to spare) and a pass over
+every scenario costs 1.3-1.4 times the CPU of the flattened table for 30% less memory. At 100
+requests a second one replica of 64 slots is sent more than it serves: the requests in flight
+and the blocks they pin grow with the trace (10.6M pinned blocks at 1M requests on one replica,
+4.6M on four, 780k and 260k requests running), and every scenario's pinned blocks and running
+chains are held side by side. A pass a scenario holds one scenario's, but reads and flattens
+the table again each time, where the flat path flattens it once for all.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from perf.e2e import GIB, Limits, run_watched
 from perf.workload import conversations, iter_frames, spec
 
 
-def generate(requests: int, parts: int, folder: Path, sessions: bool) -> list[Path]:
-    c = conversations(spec(requests, "short"))
+def generate(
+    requests: int, parts: int, folder: Path, sessions: bool, rate: float | None = None
+) -> list[Path]:
+    c = conversations(spec(requests, "short", **({"rate_rps": rate} if rate else {})))
     files = []
     rows = -(-requests // parts)
     for i, frame in enumerate(iter_frames(c, 16, sessions=sessions, chunk=rows)):
@@ -115,8 +124,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--parts", type=int, default=10)
     parser.add_argument("--max-rows", type=int, default=None)
     parser.add_argument("--sessions", action="store_true")
+    parser.add_argument("--rate", type=float, default=None, help="requests a second")
     parser.add_argument("--modes", default="flat,stream,stream-all")
     parser.add_argument("--lifetime", choices=("durations", "instant"), default=None)
+    parser.add_argument("--memory-limit", type=float, default=5.0, help="GiB (the guard)")
+    parser.add_argument("--keep", type=Path, default=None, help="generate into (or reuse) DIR")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--folder", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -124,33 +136,37 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(child(args.child, args.folder, args.max_rows, args.lifetime)))
         return
     with tempfile.TemporaryDirectory(prefix="sim_stream_") as tmp:
-        folder = Path(tmp)
-        t = time.perf_counter()
-        files = generate(args.requests, args.parts, folder, args.sessions)
-        print(
-            f"generated {args.requests:,} requests in {len(files)} parts "
-            f"({time.perf_counter() - t:.1f} s)",
-            flush=True,
-        )
+        folder = args.keep or Path(tmp)
+        folder.mkdir(parents=True, exist_ok=True)
+        if not list(folder.glob("part-*.parquet")):
+            t = time.perf_counter()
+            files = generate(args.requests, args.parts, folder, args.sessions, args.rate)
+            print(
+                f"generated {args.requests:,} requests in {len(files)} parts "
+                f"({time.perf_counter() - t:.1f} s)",
+                flush=True,
+            )
+        limits = Limits(int(args.memory_limit * GIB))
         results = {}
         for mode in args.modes.split(","):
-            command = [
-                sys.executable,
-                "-m",
-                "perf.sim_stream",
-                "--child",
-                mode,
-                "--folder",
-                str(folder),
-            ]
+            command = [sys.executable, "-m", "perf.sim_stream", "--child", mode]
+            command += ["--folder", str(folder)]
             if args.max_rows:
                 command += ["--max-rows", str(args.max_rows)]
             if args.lifetime:
                 command += ["--lifetime", args.lifetime]
-            done = subprocess.run(command, check=True, capture_output=True, text=True)
-            results[mode] = json.loads(done.stdout.strip().splitlines()[-1])
-            r = results[mode]
-            print(f"{mode}: peak RSS {r['peak_rss_mib']:,} MiB, seconds {r['seconds']}", flush=True)
+            log = Path(tmp) / f"{mode}.log"
+            watched = run_watched(command, log, dict(os.environ), Path.cwd(), limits)
+            if watched.stopped or watched.code != 0:
+                print(f"{mode}: {watched.stopped or f'failed ({watched.code})'}", flush=True)
+                print(log.read_text()[-2000:])
+                continue
+            results[mode] = r = json.loads(log.read_text().strip().splitlines()[-1])
+            print(
+                f"{mode}: peak memory (PSS) {watched.peak / 2**20:,.0f} MiB, wall "
+                f"{watched.wall_s:.1f} s, CPU {watched.cpu_s:.1f} s, seconds {r['seconds']}",
+                flush=True,
+            )
             if "peak_live_blocks" in r:
                 print(f"  peak live blocks {r['peak_live_blocks']}")
                 print(f"  peak state rows {r['peak_state_rows']}")

@@ -15,7 +15,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from perf.workload import canonical_frame, conversations, spec
-from pipeline.sim import compute, kernels, stage
+from pipeline.sim import compute, kernels, slots, stage
 from pipeline.sim.blocks import SimInputs, SimulationInputError, sim_input
 from pipeline.sim.config import ROUTINGS, Scenario
 from pipeline.sim.replay import simulate, summarise
@@ -29,6 +29,7 @@ from pipeline.sim.stream import (
 )
 from pipeline.store import scan_requests
 from tests.conftest import DEFAULTS, sim_settings
+from tests.test_sim_lifetimes import B, canonical
 
 LATENCY = DEFAULTS.simulation.latency(DEFAULTS.shape.latency)
 PARTS = 4
@@ -86,7 +87,11 @@ CASES = [
 
 @pytest.mark.parametrize(("routing", "replicas", "lifetime"), CASES)
 def test_streamed_scenario_equals_the_one_pass_replay(
-    workloads: dict[str, tuple[SimInputs, Any]], routing: str, replicas: int, lifetime: str
+    workloads: dict[str, tuple[SimInputs, Any]],
+    routing: str,
+    replicas: int,
+    lifetime: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     inp, parts = workloads["half"]
     settings = sim_settings(request_lifetime=lifetime, replica_slots=4)
@@ -100,6 +105,8 @@ def test_streamed_scenario_equals_the_one_pass_replay(
     one_pass = summarise(inp, simulate(inp, scenario, settings))
     assert one_pass["hit_tokens"] > 0
     by_part = simulate_streamed(parts, scenario, settings, latency_model=LATENCY)
+    # slices on tables that start tiny: slots reclaimed and tables grown again and again
+    monkeypatch.setattr(slots, "MIN_SLOTS", 8)
     sliced = simulate_streamed(parts, scenario, settings, latency_model=LATENCY, max_rows=SLICE)
     assert (by_part.chunks, sliced.chunks) == (PARTS, PARTS * -(-400 // SLICE))
     if lifetime == "durations" or (replicas > 1 and routing in ("least-loaded", "cache-aware")):
@@ -153,7 +160,9 @@ def test_block_state_is_bounded_by_the_caches_not_the_distinct_blocks() -> None:
         if lifetime == "instant":
             assert run.peak_pinned_total == 0
         assert run.distinct_blocks > 20 * bound
-        assert run.peak_state_rows < run.distinct_blocks / 10
+        # rows: the cached and pinned blocks and one chunk's, half as much again to spare
+        assert run.peak_state_rows <= 1.5 * (bound + run.peak_chunk_blocks) + slots.MIN_SLOTS
+        assert run.peak_state_rows < run.distinct_blocks / 5
 
 
 def test_a_part_without_prompt_content_takes_the_tables_block_size(tmp_path: Path) -> None:
@@ -179,13 +188,15 @@ def test_a_part_without_prompt_content_takes_the_tables_block_size(tmp_path: Pat
 
 
 def test_the_stage_runs_every_scenario_streamed_in_one_pass(
-    workloads: dict[str, tuple[SimInputs, Any]],
+    workloads: dict[str, tuple[SimInputs, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``stage.run`` on a :class:`RequestStream` (every configured scenario in one pass over the
-    parts, the curves from the flattened table) writes what it writes from the flattened table."""
+    parts, the curves from the flattened table) writes what it writes from the flattened table;
+    the scenarios of one replica count share slot tables (started tiny: reclaimed and grown)."""
     inp, parts = workloads["all"]
     settings = sim_settings()
     flat = stage.run(inp, settings)
+    monkeypatch.setattr(slots, "MIN_SLOTS", 8)
     streamed = stage.run(RequestStream(parts, LATENCY, 150), settings, curve_inputs=lambda: inp)
     assert len(flat.summaries) == 8
     assert_frame_equal(scenario_frame(streamed.summaries), scenario_frame(flat.summaries))
@@ -260,3 +271,73 @@ def test_replay_chunk_checks_its_block_ids_and_heap() -> None:
         call([0, 1], [1], 1, 1)
     hits, balance, running = call([0, 1], [], 0, 0)
     assert (hits.tolist(), balance, running) == ([0], 0, 1)
+
+
+def test_a_block_evicted_at_a_chunk_boundary_and_seen_again_takes_a_fresh_slot(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A 2-block cache, one request a chunk, tables of 4 slots: r1 evicts r0's blocks [1, 2];
+    the next chunk's r2 finds no room, so their slots are reclaimed (the table grows too), and
+    [1, 2] come back in them uncached (r2 misses); r3 then hits them."""
+    frame = canonical(
+        [
+            {"t_ms": t, "hashes": hashes, "e2e_ms": 0.5}  # each done before the next
+            for t, hashes in enumerate([[1, 2], [3, 4], [1, 2], [1, 2, 5]])
+        ]
+    )
+    inp = sim_input(frame, latency_model=LATENCY)
+    reclaimed: list[tuple[int, int]] = []
+    reclaim = slots.reclaim
+
+    def counted(index: Any, hashes: Any, spaces: Any, cursor: Any, state: Any, keys: int) -> int:
+        used = int(cursor[2])
+        live = int(reclaim(index, hashes, spaces, cursor, state, keys))
+        reclaimed.append((used, live))
+        return live
+
+    monkeypatch.setattr(slots, "MIN_SLOTS", 4)
+    monkeypatch.setattr(slots, "reclaim", counted)
+    for lifetime in ("instant", "durations"):
+        settings = sim_settings(request_lifetime=lifetime)
+        scenario = Scenario(block_size=B, replicas=1, cache_tokens=2 * B, routing="round-robin")
+        one_pass = simulate(inp, scenario, settings)
+        assert one_pass.hit_tokens.tolist() == [0, 0, 0, 2 * B]
+        reclaimed.clear()
+        streamed = simulate_streamed(
+            frame_chunks(frame, 2), scenario, settings, latency_model=LATENCY
+        )
+        _assert_same(summarise(inp, one_pass), streamed)
+        assert reclaimed[0] == (4, 2)  # [1, 2] were cached nowhere: their slots freed
+        assert streamed.peak_state_rows > 4  # and the table grew
+
+
+def test_block_slots_keep_a_cached_block_in_its_slot_and_free_the_others() -> None:
+    """Random keys (two namespaces sharing hashes), random caching: a key keeps its slot while
+    its block is cached somewhere, no two keys ever hold one slot, a key found again after its
+    block went uncached everywhere comes back uncached, and the table grows from 4 slots."""
+    rng = np.random.default_rng(5)
+    table = slots.BlockSlots(replicas=2, replays=2, slots=4)
+    held: dict[tuple[int, int], int] = {}
+    for _ in range(300):
+        n = int(rng.integers(1, 40))
+        keys = rng.integers(1, 200, n).astype(np.uint64)
+        spaces = rng.integers(0, 2, n).astype(np.int64)
+        pairs = list(dict.fromkeys(zip(keys.tolist(), spaces.tolist(), strict=True)))
+        keys = np.array([k for k, _ in pairs], np.uint64)
+        spaces = np.array([s for _, s in pairs], np.int64)
+        found = table.find(keys, spaces)
+        assert len(set(found.tolist())) == len(pairs)
+        for pair, slot in zip(pairs, found.tolist(), strict=True):
+            if pair in held:
+                assert held[pair] == slot
+            else:
+                assert (table.state[:, slot] == kernels.NOT_CACHED).all()
+        # every key of this batch is cached somewhere now; some of the rest go uncached
+        for pair, slot in zip(pairs, found.tolist(), strict=True):
+            held[pair] = slot
+            table.state[int(rng.integers(0, 2)), slot, int(rng.integers(0, 2))] = 0
+        for pair in [p for p in held if p not in pairs and rng.random() < 0.3]:
+            table.state[:, held.pop(pair)] = kernels.NOT_CACHED
+        assert len(set(held.values())) == len(held)
+    assert table.slots > 40
+    assert table.used >= len(held)

@@ -109,10 +109,16 @@ def require(ok: bool, kernel: str, what: str) -> None:
 
 
 def check_chains(
-    kernel: str, offsets: I64, ids: Any, n_ids: int, **per_request: NDArray[Any]
+    kernel: str,
+    offsets: I64,
+    ids: Any,
+    n_ids: int,
+    checked: int = 0,
+    **per_request: NDArray[Any],
 ) -> I64:
-    """Check the CSR chains (``offsets`` from 0 to ``ids.size``, ids in ``0..n_ids-1``) and that
-    each array of ``per_request`` holds one value per request; returns each request's length."""
+    """Check the CSR chains (``offsets`` from 0 to ``ids.size``, ids in ``0..n_ids-1``; the
+    first ``checked`` ids were checked before, by an earlier call) and that each array of
+    ``per_request`` holds one value per request; returns each request's length."""
     require(offsets.ndim == 1 and offsets.size >= 1, kernel, "offsets needs n + 1 entries")
     lengths = np.diff(offsets)
     require(
@@ -121,9 +127,10 @@ def check_chains(
         f"offsets must rise from 0 to the {ids.size} block ids",
     )
     require(1 <= n_ids <= INT32_LIMIT, kernel, f"n_ids must lie in 1..2^31-1, got {n_ids}")
-    if ids.size:
+    unchecked = ids[checked:]
+    if unchecked.size:
         require(
-            int(ids.min()) >= 0 and int(ids.max()) < n_ids,
+            int(unchecked.min()) >= 0 and int(unchecked.max()) < n_ids,
             kernel,
             f"block ids must lie in 0..{n_ids - 1}",
         )
@@ -926,29 +933,20 @@ def _replay_chunk(
 
 
 @nb.njit(cache=True)
-def _compact_queues(state: Any, buf: Any, queue: I64) -> None:
-    """Every replica's free queue compacted to its live entries (:func:`_compact`), from 0."""
-    for k in range(buf.shape[0]):
-        queue[k, _TAIL] = _compact(buf[k], state[:, k], queue[k, _HEAD], queue[k, _TAIL])
-        queue[k, _HEAD] = 0
-
-
-@nb.njit(cache=True)
-def _live_rows(state: Any) -> tuple[I64, Any]:
-    """The blocks cached on some replica (a row of ``state`` not all ``NOT_CACHED``), in
-    order, and every block's new id among them (-1: cached nowhere)."""
-    rows, replicas = state.shape
-    renumber = np.full(rows, -1, np.int32)
-    keep = np.empty(rows, np.int64)
-    live = 0
-    for b in range(rows):
-        for k in range(replicas):
-            if state[b, k] != NOT_CACHED:
-                renumber[b] = live
-                keep[live] = b
-                live += 1
-                break
-    return keep[:live], renumber
+def _gather_chains(offsets: I64, ids: Any, running: I64, pinned: bool) -> tuple[I64, Any]:
+    """The chains of requests ``running`` (in that order) as CSR offsets and ids; empty chains
+    when nothing is ``pinned`` (the instant lifetime: only their count in flight waits)."""
+    out_offsets = np.zeros(running.size + 1, np.int64)
+    if pinned:
+        for i in range(running.size):
+            r = running[i]
+            out_offsets[i + 1] = out_offsets[i] + offsets[r + 1] - offsets[r]
+    out = np.empty(out_offsets[-1], ids.dtype)
+    for i in range(running.size):
+        lo = offsets[running[i]]
+        for j in range(out_offsets[i + 1] - out_offsets[i]):
+            out[out_offsets[i] + j] = ids[lo + j]
+    return out_offsets, out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1071,7 +1069,9 @@ def _check_bounded_affinity_from(kernel: str, a: dict[str, Any]) -> None:
 def check_replica_state(kernel: str, state: Any, buf: Any, queue: Any) -> None:
     """Carried block state (``n_ids × replicas`` int32), free queues (``replicas × size``
     int32) and queue records (``replicas × 5``): shapes agree, every queue's live window lies
-    in its buffer and every block entry in it names a block of ``state``."""
+    in its buffer and every block entry in it names a block of ``state``. The states
+    themselves are not scanned (a pass over every block a chunk): the kernels compare a free
+    block's queue position, never index with it."""
     require(
         state.ndim == 2 and buf.ndim == 2 and state.dtype == np.int32 and buf.dtype == np.int32,
         kernel,
@@ -1100,30 +1100,34 @@ def check_replica_state(kernel: str, state: Any, buf: Any, queue: Any) -> None:
             kernel,
             f"free queue {k} names a block past the {state.shape[0]} of state",
         )
-    require(
-        not state.size or int(state.max()) < buf.shape[1],
-        kernel,
-        "a free block's queue position lies past the free queue",
-    )
 
 
-def _check_compact_queues(kernel: str, a: dict[str, Any]) -> None:
-    check_replica_state(kernel, a["state"], a["buf"], a["queue"])
-
-
-def _check_live_rows(kernel: str, a: dict[str, Any]) -> None:
-    require(a["state"].ndim == 2, kernel, "state must be 2-D (blocks × replicas)")
+def _check_gather_chains(kernel: str, a: dict[str, Any]) -> None:
+    offsets, running = a["offsets"], a["running"]
+    check_chains(kernel, offsets, a["ids"], INT32_LIMIT)
+    if running.size:
+        n = offsets.size - 1
+        require(
+            int(running.min()) >= 0 and int(running.max()) < n,
+            kernel,
+            f"running must hold request indices 0..{n - 1}",
+        )
 
 
 def _check_replay_chunk(kernel: str, a: dict[str, Any]) -> None:
     state, buf, queue = a["state"], a["buf"], a["queue"]
     check_replica_state(kernel, state, buf, queue)
     per_request = ("prompt_blocks", "missing", "hit_limit", "prompt_tokens", "arrival", "chosen")
+    offsets, first = a["offsets"], a["first"]
+    require(0 <= first < offsets.size, kernel, f"first must lie in 0..{offsets.size - 1}")
+    # the carried requests' blocks were checked in the chunk they came with (and the state
+    # only gains rows): a chunk checks its own, not every running request's again
     lengths = check_chains(
         kernel,
-        a["offsets"],
+        offsets,
         a["ids"],
         state.shape[0],
+        int(offsets[first]),
         **{name: a[name] for name in per_request},
         base_duration=a["base_duration"],
     )
@@ -1137,8 +1141,7 @@ def _check_replay_chunk(kernel: str, a: dict[str, Any]) -> None:
     routing, replicas = a["routing"], state.shape[1]
     require(routing in (FIXED, LEAST_LOADED, CACHE_AWARE), kernel, f"unknown routing {routing}")
     check_replica_indices(kernel, a["chosen"], replicas)
-    n, first, n_running = lengths.size, a["first"], a["n_running"]
-    require(0 <= first <= n, kernel, f"first must lie in 0..{n}, got {first}")
+    n, n_running = lengths.size, a["n_running"]
     finish, finishing, in_flight = a["finish"], a["finishing"], a["in_flight"]
     require(
         finish.shape == finishing.shape
@@ -1190,8 +1193,7 @@ group_by_replica = guarded(_group_by_replica, _check_group_by_replica)
 least_served_from = guarded(_least_served_from, _check_least_served_from)
 bounded_affinity_from = guarded(_bounded_affinity_from, _check_bounded_affinity_from)
 replay_chunk = guarded(_replay_chunk, _check_replay_chunk)
-compact_queues = guarded(_compact_queues, _check_compact_queues)
-live_rows = guarded(_live_rows, _check_live_rows)
+gather_chains = guarded(_gather_chains, _check_gather_chains)
 _REPLAY_SIGNATURE = inspect.signature(_replay.py_func)
 _REPLAY_PARAMETERS = _REPLAY_SIGNATURE.replace(
     parameters=list(_REPLAY_SIGNATURE.parameters.values())[:-2]  # all but the scratch

@@ -17,10 +17,13 @@ sessions once for the curves, not once per step.
 
 :func:`read_stream` hands the scenarios the table's part files instead, which every scenario
 replays in one pass, a chunk at a time (:mod:`pipeline.sim.stream`), holding block state in
-proportion to its caches rather than to the table (the same summaries;
-:func:`pipeline.sim.compute.scenario_summary` and :func:`run` take either). The command and the
-Dagster steps still read the flattened table: the curves flatten it in the same process, so
-streaming the scenarios there would not lower the peak yet.
+proportion to its caches and the blocks running requests pin rather than to the table (the same
+summaries; :func:`pipeline.sim.compute.scenario_summary` and :func:`run` take either). The
+command and the Dagster steps still read the flattened table: the curves flatten it in the same
+process, a step streaming its one scenario reads and flattens the table again (2.6-3.4 times
+the CPU of the shared flattening at 1M requests, ``perf/sim_stream.py``), and when requests
+outrun a replica the blocks they pin grow with the table, once for every scenario replayed side
+by side (2.4 times the flattened path's memory on the generated 100-requests-a-second trace).
 """
 
 from __future__ import annotations
@@ -118,12 +121,20 @@ def curves(layout: WorkloadLayout, settings: SimConfig, latency: LatencyModel) -
     )
 
 
+# Requests a streamed replay flattens and replays at once (a part holds up to a million): every
+# slot table keeps a slot for each distinct block of the chunk in hand, so smaller chunks hold
+# less (at 1M requests, 25k against 100k: 1.15 against 1.53 GiB for the default grid, instant
+# lifetime) for about the same time, the tables' cost not growing with the number of chunks.
+STREAM_ROWS = 25_000
+
+
 def read_stream(layout: WorkloadLayout, latency: LatencyModel) -> RequestStream:
     """The canonical table as the scenarios stream it: its part files in order (arrival order),
-    one at a time, with the latency model durations come from (checked against the ingest
-    manifest here, each part's schema as it is read)."""
+    in slices of :data:`STREAM_ROWS` requests, with the latency model durations come from
+    (checked against the ingest manifest here, each part's schema as it is read)."""
     read_requests(layout)  # checks the table against its ingest manifest
-    return RequestStream(part_chunks(canonical_files(layout.ingest.requests)), latency)
+    chunks = part_chunks(canonical_files(layout.ingest.requests))
+    return RequestStream(chunks, latency, STREAM_ROWS)
 
 
 def write_scenario(summary: ScenarioSummary, layout: WorkloadLayout) -> Path:

@@ -3,16 +3,19 @@
 :func:`simulate_streamed` gives the summary :func:`pipeline.sim.replay.summarise` gives for
 :func:`pipeline.sim.replay.simulate` on the whole table, field for field, without holding the
 whole table: each chunk (a part of the canonical table, or a slice of one) is flattened on its
-own (:func:`pipeline.sim.blocks.sim_input`), its blocks numbered together with the blocks
-cached on some replica, and replayed from the state the previous chunk left
-(:func:`pipeline.sim.kernels.replay_chunk`). Between chunks the state is compacted: blocks
-cached nowhere are dropped and the rest renumbered, so it holds at most ``replicas ×
-capacity`` blocks plus the ones running requests pin (:attr:`StreamedRun.peak_live_blocks`),
-however many distinct blocks the quarter has. What carries over: every replica's block state
-and free queue, the requests still running (their chains, replica and finish time: their
-release is still to come), the requests in flight per replica, and the routers' counters
-(round-robin position, tokens or requests served, the random generator). Per-request outcomes
-are summed per replica chunk by chunk.
+own (:func:`pipeline.sim.blocks.sim_input`), its blocks looked up in slot tables kept from
+chunk to chunk (:class:`pipeline.sim.slots.BlockSlots`: a block holds a slot, a row of state,
+while it is cached on some replica; a block new to the table takes a free one), and replayed
+from the state the previous chunk left (:func:`pipeline.sim.kernels.replay_chunk`). The
+replays of one block size, isolation, lifetime and replica count share a table (one lookup a
+chunk, one slot a block), each with its own state in it. The slots of blocks cached nowhere are
+reclaimed when more are needed, so a table follows the blocks its replays cache or pin, plus
+one chunk's (:attr:`StreamedRun.peak_state_rows`), however many distinct blocks the quarter
+has. What carries over: every replica's block state and free queue, the requests still running
+(their chains, replica and finish time: their release is still to come; they keep their place,
+the finished ones dropped now and then), the requests in flight per replica, and the routers'
+counters (round-robin position, tokens or requests served, the random generator). Per-request
+outcomes are summed per replica chunk by chunk.
 
 The affinity routings need each request's session; when the table logs every session id it is
 read chunk by chunk, otherwise the sessions are inferred over the whole table first
@@ -54,6 +57,7 @@ from pipeline.sim.replay import (
     check_scenario,
     summarise_totals,
 )
+from pipeline.sim.slots import BlockSlots
 from pipeline.store import scan_requests
 
 I64 = NDArray[np.int64]
@@ -113,9 +117,11 @@ class StreamedRun:
 
     summary: dict[str, Any]
     chunks: int
-    peak_live_blocks: int  # most blocks cached on some replica after a chunk (any lifetime)
-    peak_state_rows: int  # most block rows held during a chunk (live + the chunk's new blocks)
+    # of the slot tables its replays share with like ones (their lifetime and replica count):
+    peak_live_blocks: int  # most blocks cached on some replica when slots were reclaimed
+    peak_state_rows: int  # most block rows (slots) held: cached blocks, new ones, spare room
     distinct_blocks: int  # blocks numbered over all chunks (counting a block once a chunk)
+    peak_chunk_blocks: int  # most distinct blocks in one chunk
     peak_pinned_total: int  # most blocks pinned on all replicas together at a chunk's end
     peak_running: int  # most requests still running at a chunk's end (carried to the next)
 
@@ -161,6 +167,7 @@ def simulate_many(
                 f"unknown routing {scenario.routing!r}; choose from {list(ROUTINGS)}"
             )
     runs = [_ScenarioStream(s, settings, with_instant) for s in scenarios]
+    tables = _SlotTables([replay for run in runs for replay in run.replays])
     needs_sessions = any(run.router.needs_sessions for run in runs)
     sessions = _Sessions(chunks, latency_model) if needs_sessions else None
     namespaces = {iso: _Namespaces(iso) for iso in (False, True)}
@@ -170,13 +177,14 @@ def simulate_many(
     try:
         for chunk in flattened_chunks(chunks, latency_model, max_rows):
             totals.add(chunk)
-            blocks: dict[tuple[int, bool], _ChunkBlocks] = {}
+            blocks = {
+                key: _ChunkBlocks.of(chunk, *key, namespaces[key[1]])
+                for key in dict.fromkeys(run.blocks_key for run in runs)
+            }
+            slots = tables.find(blocks)
             home = sessions.hashes(start, chunk.n, chunk) if sessions is not None else None
             for run in runs:
-                key = (run.scenario.block_size, run.scenario.tenant_isolation)
-                if key not in blocks:
-                    blocks[key] = _ChunkBlocks.of(chunk, *key, namespaces[key[1]])
-                run.feed(chunk, start, blocks[key], home, threads)
+                run.feed(chunk, start, blocks[run.blocks_key], slots, home, threads)
             start += chunk.n
     finally:
         if threads is not None:
@@ -236,25 +244,27 @@ class _ScenarioStream:
             _Replay(replicas, self.capacity, self.routing, life == "instant", scenario, settings)
             for life in lifetimes
         ]
+        self.blocks_key = (scenario.block_size, scenario.tenant_isolation)
         self.router = _Router(scenario, settings)
         self.sums = np.zeros((len(REPLICA_SUMS), replicas), np.int64)
         self.hit_tokens = 0
         self.hit_tokens_instant = 0
         self.distinct = 0
+        self.peak_chunk = 0
 
     def feed(
         self,
         chunk: SimInputs,
         start: int,
         blocks: _ChunkBlocks,
+        slots: dict[_TableKey, Any],
         home: U64 | None,
         threads: ThreadPoolExecutor | None,
     ) -> None:
         self.distinct += blocks.n_ids
+        self.peak_chunk = max(self.peak_chunk, blocks.n_ids)
         work = _ChunkWork(
             blocks.offsets,
-            blocks.ids,
-            blocks.keys,
             blocks.prompt_blocks,
             blocks.missing,
             blocks.hit_limit,
@@ -264,13 +274,14 @@ class _ScenarioStream:
             self.router.assign(start, chunk, home),
         )
         replays = self.replays
+        ids = [slots[replay.table_key] for replay in replays]
         if threads is not None and len(replays) > 1:
-            other = threads.submit(replays[1].step, work)
-            hits = replays[0].step(work)
+            other = threads.submit(replays[1].step, work, ids[1])
+            hits = replays[0].step(work, ids[0])
             instant_hits = other.result()
         else:
-            hits = replays[0].step(work)
-            instant_hits = replays[1].step(work) if len(replays) > 1 else hits
+            hits = replays[0].step(work, ids[0])
+            instant_hits = replays[1].step(work, ids[1]) if len(replays) > 1 else hits
         replica = replays[0].last_chosen
         content = np.where(chunk.hashes_known, chunk.prompt_tokens, 0)
         self.sums[0] += np.bincount(replica, minlength=self.scenario.replicas)
@@ -308,9 +319,10 @@ class _ScenarioStream:
         return StreamedRun(
             summary=summarise_totals(workload, run, lambda: sessions_inferred),
             chunks=chunks,
-            peak_live_blocks=max(r.peak_live for r in replays),
+            peak_live_blocks=max(r.table.peak_live for r in replays),
             peak_state_rows=max(r.peak_rows for r in replays),
             distinct_blocks=self.distinct,
+            peak_chunk_blocks=self.peak_chunk,
             peak_pinned_total=max(r.peak_pinned_total for r in replays),
             peak_running=max(r.peak_running for r in replays),
         )
@@ -456,26 +468,13 @@ class _Keys:
         ns[ids] = namespace
         return cls(by_id, ns)
 
-    def __len__(self) -> int:
-        return int(self.hashes.size)
-
-    def joined(self, other: _Keys) -> _Keys:
-        return _Keys(
-            np.concatenate([self.hashes, other.hashes]),
-            np.concatenate([self.namespace, other.namespace]),
-        )
-
-    def taken(self, rows: I64) -> _Keys:
-        return _Keys(self.hashes[rows], self.namespace[rows])
-
 
 @dataclass(frozen=True)
 class _ChunkWork:
-    """A chunk's requests at the scenario's block size, numbered within the chunk."""
+    """A chunk's requests at the scenario's block size (their blocks' slots: each replay's
+    table's)."""
 
     offsets: I64
-    ids: Any  # chunk-dense ids
-    keys: _Keys  # key of each chunk id
     prompt_blocks: I64
     missing: I64
     hit_limit: I64
@@ -561,6 +560,65 @@ class _Sessions:
 # ---------------------------------------------------------------------------------------------
 
 
+def _room(array: Any, size: int) -> Any:
+    """``array``, or a copy half as long again (or ``size``) when it is shorter than ``size``."""
+    if array.shape[0] >= size:
+        return array
+    grown = np.empty((max(size, 3 * array.shape[0] // 2), *array.shape[1:]), array.dtype)
+    grown[: array.shape[0]] = array
+    return grown
+
+
+class _Requests:
+    """A replay's requests as the chunk kernel reads them (CSR chains of slots and one value a
+    request), kept from chunk to chunk: a chunk's requests are appended after the ones carried,
+    so a request still running keeps its place and its chain is not copied again each chunk.
+    The finished ones are dropped (:meth:`keep`) once they are half as many as the running
+    ones: amortised, as at least that many came since the last time."""
+
+    FIELDS = ("prompt_blocks", "missing", "hit_limit", "prompt_tokens", "arrival", "duration")
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.offsets = np.zeros(1, np.int64)
+        self.ids = np.zeros(0, np.int32)
+        self.chosen = np.zeros(0, np.int64)
+        self.values = {name: np.zeros(0, np.int64) for name in self.FIELDS}
+
+    def append(self, work: _ChunkWork, chunk_ids: Any) -> None:
+        first, n = self.n, work.chosen.size
+        start = int(self.offsets[first])
+        end = start + chunk_ids.size
+        self.offsets = _room(self.offsets, first + n + 1)
+        self.offsets[first + 1 : first + n + 1] = work.offsets[1:] + start
+        self.ids = _room(self.ids, end)
+        self.ids[start:end] = chunk_ids
+        self.chosen = _room(self.chosen, first + n)
+        self.chosen[first : first + n] = work.chosen
+        for name in self.FIELDS:
+            self.values[name] = _room(self.values[name], first + n)
+            self.values[name][first : first + n] = getattr(work, name)
+        self.n = first + n
+
+    def view(self, name: str) -> I64:
+        out: I64 = self.values[name][: self.n]
+        return out
+
+    def keep(self, running: I64, pinned: bool) -> None:
+        """Keep only requests ``running`` (ascending), renumbered 0.. in that order: their
+        chains (none when nothing is ``pinned``), unknown blocks and replicas; the other
+        values are read only on arrival, so they are zeroed."""
+        offsets, ids = kernels.gather_chains(
+            self.offsets[: self.n + 1], self.ids[: self.offsets[self.n]], running, pinned
+        )
+        missing = self.values["missing"][running] if pinned else np.zeros(running.size, np.int64)
+        chosen = self.chosen[running]
+        self.n = running.size
+        self.offsets, self.ids, self.chosen = offsets, ids, chosen
+        self.values = {name: np.zeros(self.n, np.int64) for name in self.FIELDS}
+        self.values["missing"] = missing
+
+
 @dataclass
 class _Replay:
     replicas: int
@@ -569,31 +627,25 @@ class _Replay:
     instant: bool
     scenario: Scenario
     settings: SimConfig
-    live: _Keys = field(
-        default_factory=lambda: _Keys(np.zeros(0, np.uint64), np.zeros(0, np.int64))
-    )
-    state: Any = None  # live blocks × replicas int32
+    # the slot table (shared with like replays: _SlotTables) and this replay's state in it
+    table: BlockSlots = field(init=False)
+    member: int = field(init=False)
     buf: Any = None  # replicas × queue size int32
     queue: I64 = field(default_factory=lambda: np.zeros((0, 0), np.int64))
     in_flight: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
+    # the requests carried and the heap of the running ones (finish time, request)
+    requests: _Requests = field(default_factory=_Requests)
     finish: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
     finishing: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
     n_running: int = 0
-    # the running requests' chains (live ids), unknown blocks and replicas
-    run_offsets: I64 = field(default_factory=lambda: np.zeros(1, np.int64))
-    run_ids: Any = field(default_factory=lambda: np.zeros(0, np.int32))
-    run_missing: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
-    run_replica: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
     balance_routed: int = 0
     last_chosen: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
-    peak_live: int = 0
     peak_rows: int = 0
     peak_pinned_total: int = 0
     peak_running: int = 0
 
     def __post_init__(self) -> None:
         r = self.replicas
-        self.state = np.full((1, r), kernels.NOT_CACHED, np.int32)
         self.buf = np.zeros((r, 64), np.int32)
         self.queue = np.zeros((r, kernels._QUEUE_FIELDS), np.int64)
         self.in_flight = np.zeros(r, np.int64)
@@ -609,47 +661,37 @@ class _Replay:
             grown[:, : self.buf.shape[1]] = self.buf
             self.buf = grown
 
-    def step(self, work: _ChunkWork) -> I64:
-        """Replay one chunk; returns its requests' hit tokens (``last_chosen``: their replicas)."""
-        live = len(self.live)
-        keys = self.live.joined(work.keys)
-        # live keys first: distinct, so they keep ids 0..live-1
-        renumber, n_ids = _pair_ids(keys.hashes, keys.namespace)
-        rows = max(n_ids, 1)
-        if rows > kernels.INT32_LIMIT:
-            raise SimulationInputError(f"{rows:,} blocks in one chunk exceed the 2^31 limit")
-        state = np.full((rows, self.replicas), kernels.NOT_CACHED, np.int32)
-        state[:live] = self.state[:live]
-        by_id = _Keys(np.zeros(rows, np.uint64), np.zeros(rows, np.int64))
-        by_id.hashes[renumber] = keys.hashes
-        by_id.namespace[renumber] = keys.namespace
-        chunk_ids = renumber[live:][work.ids].astype(np.int32)
-        carried = self.run_replica.size
-        n = work.chosen.size
-        offsets = np.concatenate([self.run_offsets[:-1], work.offsets + self.run_offsets[-1]])
-        ids = np.concatenate([self.run_ids.astype(np.int32), chunk_ids])
-        lengths = np.diff(offsets)
-        per_request = int(lengths.max(initial=0)) + 1
-        self._queue_room(rows, per_request)
-        zeros = np.zeros(carried, np.int64)
-        chosen = np.concatenate([self.run_replica, work.chosen])
-        finish = np.empty(self.n_running + n, np.int64)
-        finishing = np.empty(self.n_running + n, np.int64)
-        finish[: self.n_running] = self.finish[: self.n_running]
-        finishing[: self.n_running] = self.finishing[: self.n_running]
+    @property
+    def table_key(self) -> _TableKey:
+        """Replays with the same key hold like blocks (about as many) and share a table."""
+        s = self.scenario
+        return (s.block_size, s.tenant_isolation, self.instant, self.replicas)
+
+    def step(self, work: _ChunkWork, chunk_ids: Any) -> I64:
+        """Replay one chunk (``chunk_ids``: its blocks' slots); returns its requests' hit
+        tokens (``last_chosen``: their replicas)."""
+        state = self.table.state[self.member]
+        requests = self.requests
+        first = requests.n
+        requests.append(work, chunk_ids)
+        n = requests.n
+        per_request = int(np.diff(work.offsets).max(initial=0)) + 1
+        self._queue_room(self.table.used, per_request)
+        self.finish = _room(self.finish, self.n_running + work.chosen.size)
+        self.finishing = _room(self.finishing, self.n_running + work.chosen.size)
         knobs = self.settings.cache_aware
-        missing = np.concatenate([self.run_missing, work.missing])
+        chosen = requests.chosen[:n]
         hits, balance, n_running = kernels.replay_chunk(
-            offsets,
-            ids,
-            np.concatenate([zeros, work.prompt_blocks]),
-            missing,
-            np.concatenate([zeros, work.hit_limit]),
-            np.concatenate([zeros, work.prompt_tokens]),
+            requests.offsets[: n + 1],
+            requests.ids[: requests.offsets[n]],
+            requests.view("prompt_blocks"),
+            requests.view("missing"),
+            requests.view("hit_limit"),
+            requests.view("prompt_tokens"),
             self.scenario.block_size,
-            np.concatenate([zeros, work.arrival]),
-            np.concatenate([zeros, work.duration]),
-            carried,
+            requests.view("arrival"),
+            requests.view("duration"),
+            first,
             self.routing,
             self.capacity,
             self.instant,
@@ -661,57 +703,49 @@ class _Replay:
             self.buf,
             self.queue,
             chosen,
-            finish,
-            finishing,
+            self.finish,
+            self.finishing,
             self.n_running,
             self.in_flight,
         )
+        self.n_running = n_running = int(n_running)
         self.balance_routed += int(balance)
-        self.last_chosen = chosen[carried:]
-        self.peak_rows = max(self.peak_rows, rows)
-        self._carry(state, by_id, offsets, ids, missing, chosen, finish, finishing, int(n_running))
-        out: I64 = hits[carried:]
-        return out
-
-    def _carry(
-        self,
-        state: Any,
-        by_id: _Keys,
-        offsets: I64,
-        ids: Any,
-        missing: I64,
-        chosen: I64,
-        finish: I64,
-        finishing: I64,
-        n_running: int,
-    ) -> None:
-        """Keep what the next chunk needs: the blocks cached on some replica (renumbered
-        0..live-1, free queues compacted and renumbered alike) and the running requests
-        (renumbered in request order, which keeps the heap's order)."""
-        running = np.sort(finishing[:n_running])
-        finishing[:n_running] = np.searchsorted(running, finishing[:n_running])
-        self.finish, self.finishing, self.n_running = finish, finishing, n_running
+        self.last_chosen = chosen[first:].copy()
+        self.peak_rows = max(self.peak_rows, state.shape[0])
         self.peak_running = max(self.peak_running, n_running)
-        kernels.compact_queues(state, self.buf, self.queue)
-        keep, renumber = kernels.live_rows(state)
-        self.state = state[keep] if keep.size else state[:1].copy()
-        for k in range(self.replicas):
-            entries = self.buf[k, : self.queue[k, kernels._TAIL]]
-            blocks = entries >= 0
-            entries[blocks] = renumber[entries[blocks]]
-        self.live = by_id.taken(keep)
-        self.peak_live = max(self.peak_live, int(keep.size))
-        starts, ends = offsets[running], offsets[running + 1]
-        # an instant request pins nothing: only its replica's count of requests in flight waits
-        lengths = np.zeros(running.size, np.int64) if self.instant else ends - starts
-        self.run_offsets = np.zeros(running.size + 1, np.int64)
-        np.cumsum(lengths, out=self.run_offsets[1:])
-        gather = np.repeat(starts - self.run_offsets[:-1], lengths) + np.arange(
-            self.run_offsets[-1], dtype=np.int64
-        )
-        self.run_ids = renumber[ids[gather]]
-        self.run_missing = np.zeros(running.size, np.int64) if self.instant else missing[running]
-        self.run_replica = chosen[running]
         if not self.instant:
             pinned = int(self.queue[:, kernels._PINNED].sum())
             self.peak_pinned_total = max(self.peak_pinned_total, pinned)
+        if 2 * (n - n_running) > n_running:
+            running = np.sort(self.finishing[:n_running])
+            self.finishing[:n_running] = np.searchsorted(running, self.finishing[:n_running])
+            requests.keep(running, not self.instant)
+        out: I64 = hits[first:]
+        return out
+
+
+_TableKey = tuple[int, bool, bool, int]  # block size, isolation, instant, replicas
+
+
+class _SlotTables:
+    """The slot tables of one pass (:class:`BlockSlots`), one for the replays of a
+    :attr:`_Replay.table_key`, each with a state of its own in it: a chunk's blocks are looked
+    up once a table, not once a replay, and a block cached by several of them holds one slot
+    (freed once none caches it)."""
+
+    def __init__(self, replays: list[_Replay]) -> None:
+        members: dict[_TableKey, int] = {}
+        for replay in replays:
+            replay.member = members.get(replay.table_key, 0)
+            members[replay.table_key] = replay.member + 1
+        self.tables = {key: BlockSlots(key[3], replays=count) for key, count in members.items()}
+        for replay in replays:
+            replay.table = self.tables[replay.table_key]
+
+    def find(self, blocks: dict[tuple[int, bool], _ChunkBlocks]) -> dict[_TableKey, Any]:
+        """Every table's slots of the chunk's blocks, block by block (its ``ids``)."""
+        out = {}
+        for key, table in self.tables.items():
+            chunk = blocks[key[:2]]
+            out[key] = table.find(chunk.keys.hashes, chunk.keys.namespace)[chunk.ids]
+        return out
