@@ -14,7 +14,7 @@ import dagster as dg
 from assets import bench as bench_stage
 from assets import capacity as capacity_stage
 from assets import decision as decision_stage
-from assets import ingest, inputs
+from assets import ingest, inputs, observed_inputs
 from assets import prefix as prefix_stage
 from assets import report as report_stage
 from assets import shape as shape_stage
@@ -37,7 +37,7 @@ from pipeline.layout import WorkloadLayout
 
 # One module per stage; each exposes ASSETS and CHECKS lists. Keep one line per stage.
 _STAGES = [
-    inputs,
+    observed_inputs,
     ingest,
     prefix_stage,
     shape_stage,

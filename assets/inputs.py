@@ -14,14 +14,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import warnings
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Any
 
-import dagster as dg
-
-from assets.resources import EnginefitStore
 from pipeline.bench import stage as bench
 from pipeline.bench.readers import expand_paths as bench_files
 from pipeline.capacity import stage as capacity
@@ -127,35 +123,15 @@ def input_versions(config: Config) -> dict[str, str]:
     return versions
 
 
-def observe_inputs(store: EnginefitStore) -> Iterator[dg.ObserveResult]:
-    """Each outside input's data version: its files' stat, or its settings, hashed."""
-    for key, version in input_versions(store.config()).items():
-        yield dg.ObserveResult(asset_key=key, data_version=dg.DataVersion(version))
-
-
 INPUT_KEYS = [
     TRACE_FILES,
     BENCH_RESULT_FILES,
     WORKLOAD_FOLDER,
     *(config_key(name) for name in CONFIG_SECTIONS),
 ]
-_DESCRIPTIONS = {
+DESCRIPTIONS = {
     TRACE_FILES: "The configured trace files.",
     BENCH_RESULT_FILES: "The configured benchmark result files.",
     WORKLOAD_FOLDER: "The folder the stages write this workload's outputs to.",
     **{config_key(name): f"The {name} section of the configuration." for name in CONFIG_SECTIONS},
 }
-
-with warnings.catch_warnings():
-    # Dagster calls the decorator beta; the data versions it records are the stable part.
-    warnings.simplefilter("ignore", dg.BetaWarning)
-    enginefit_inputs = dg.multi_observable_source_asset(
-        name="enginefit_inputs",
-        specs=[
-            dg.AssetSpec(key, group_name="inputs", description=_DESCRIPTIONS[key])
-            for key in INPUT_KEYS
-        ],
-    )(observe_inputs)
-
-ASSETS = [enginefit_inputs]
-CHECKS: list[dg.AssetChecksDefinition] = []

@@ -6,6 +6,7 @@ import dataclasses
 
 import dagster as dg
 
+from assets.inputs import step_reads
 from pipeline.commands.common import DEFAULT_CONFIG
 from pipeline.config import Config, load_config
 from pipeline.layout import WorkloadLayout
@@ -55,8 +56,6 @@ def _pull_what_the_step_reads(config: Config) -> None:
     step = (context.run_id, str(context.node_handle))
     if step in _PULLED:
         return
-    from assets.inputs import step_reads  # the assets' steps, which import this module
-
     layout = config.layout()
     wanted, versions = step_reads(
         layout,

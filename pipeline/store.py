@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import polars as pl
+import pyarrow.parquet as pq
 
 from pipeline.errors import EnginefitError, InputFormatError
 from pipeline.layout import PART_NAME, WorkloadLayout, require_output
@@ -161,8 +162,6 @@ def write_parquet_atomic(frame: pl.DataFrame, target: Path, shown: Path | None =
 
 def copy_parquet_atomic(source: Path, target: Path) -> None:
     """A Parquet file to ``target`` at once, one row group in memory at a time."""
-    import pyarrow.parquet as pq
-
     with atomic_path(target) as tmp, output_errors(target):
         found = pq.ParquetFile(source)
         with pq.ParquetWriter(tmp, found.schema_arrow, compression="zstd") as writer:
