@@ -115,3 +115,39 @@ def test_round_robin_never_infers_sessions(tmp_path: Path, monkeypatch: pytest.M
 
 def _never(*args: Any) -> Any:
     raise AssertionError("sessions were inferred")
+
+
+def test_a_table_past_the_flattening_limit_streams_every_scenario_in_one_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past ``curve_exact_max_blocks`` the scenarios stream in one step and the curves are
+    sampled part by part: nothing flattens the whole table, and the scenario tables are the
+    flattened run's to the byte."""
+    flat_config = _setup(tmp_path / "flat")
+    assert dg.materialize(
+        ASSETS, resources={"store": EnginefitStore(config_path=str(flat_config))}
+    ).success
+    config = _setup(tmp_path / "streamed")
+    config.write_text(config.read_text() + "  curve_exact_max_blocks: 0\n")
+    flattened: list[object] = []
+    monkeypatch.setattr(stage, "sim_input", lambda *a, **k: flattened.append(a))
+    result = dg.materialize(
+        [*ASSETS, *CHECKS], resources={"store": EnginefitStore(config_path=str(config))}
+    )
+    assert result.success and flattened == []
+    # the replays agree with the sampled curves within their stated error
+    assert [c.passed for c in result.get_asset_check_evaluations()] == [True]
+    steps = {e.step_key for e in result.all_events if e.step_key}
+    assert [k for k in steps if k.startswith("simulation_scenarios.sim_scenario")] == [
+        "simulation_scenarios.sim_scenario[every_scenario]"
+    ]
+    flat, streamed = (
+        p / "data" / "t" / "simulation" for p in (tmp_path / "flat", tmp_path / "streamed")
+    )
+    for name in ("scenarios.parquet", "replicas.parquet", "scenarios.json"):
+        assert (streamed / name).read_bytes() == (flat / name).read_bytes(), name
+    assert sorted(p.name for p in (streamed / "scenarios").glob("*.json")) == sorted(
+        p.name for p in (flat / "scenarios").glob("*.json")
+    )
+    sampled = json.loads((streamed / "curves.json").read_text())
+    assert sampled and not any(point["exact"] for point in sampled)

@@ -353,3 +353,15 @@ def test_curve_check_compares_the_instant_figures() -> None:
     assert curve_matches_replay(curves, tampered)[1] == (
         f"{scenarios['scenario'][1]}: replay 9 hit tokens, curve 8 at 2 blocks"
     )
+    # a sampled curve agrees within its stated error, a share of the scenario's prompt tokens
+    prompt = scenarios["prompt_tokens"].to_list()
+    off_by = [int(0.1 * p) + 1 for p in prompt]
+    shifted = scenarios.with_columns(pl.col("hit_tokens_instant") + pl.Series(off_by))
+    sampled = curves.with_columns(sample_rate=pl.lit(0.5), hit_ratio_error=pl.lit(0.1))
+    assert curve_disagreements(sampled, tampered).height == 0
+    assert (
+        curve_disagreements(sampled, shifted)["scenario"].to_list()
+        == scenarios["scenario"].to_list()
+    )
+    wider = sampled.with_columns(hit_ratio_error=pl.lit(0.1 + 2 / min(prompt)))
+    assert curve_disagreements(wider, shifted).height == 0

@@ -251,7 +251,7 @@ def _run_configured(args: argparse.Namespace, config: Config) -> int:
     layout = config.layout()
     settings = config.simulation
     latency = settings.latency(config.shape.latency)
-    inputs = stage.read_inputs(layout, latency)
+    inputs = stage.scenario_inputs(layout, settings, latency)
     result = stage.run(inputs, settings, stage.curves(layout, settings, latency))
     stage.write(result, layout)
     points = result.curve_points

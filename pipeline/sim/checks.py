@@ -18,7 +18,9 @@ def curve_disagreements(
     capacity: the last row at or below it (none: 0 hits). Unknown hits (a trace without prompt
     content: a null curve row and null scenario hits) agree only with unknown. ``isolated`` is
     the curves' tenant isolation (``simulation.tenant_isolation``): only scenarios replayed the
-    same way are compared. Empty when every scenario agrees (the one-pass curve is exact).
+    same way are compared. Empty when every scenario agrees: to the token with an exact curve,
+    within its stated ``hit_ratio_error`` (a share of the scenario's prompt tokens) with a
+    sampled one.
     """
     key = ["block_size", "replicas", "routing"]
     curve_rows = curves.with_columns(
@@ -56,10 +58,23 @@ def curve_disagreements(
         .otherwise(pl.col("curve_hit_tokens"))
         .alias("curve_hit_tokens")
     )
-    has_curve = curve_rows.select(["block_size", "replicas", "_r"]).unique()
+    # each curve's sample rate and stated error (a sampled curve agrees within its error; an
+    # exact curves table has neither column)
+    sampling = [
+        pl.col(c) if c in curves.columns else pl.lit(None, pl.Float64).alias(c)
+        for c in ("sample_rate", "hit_ratio_error")
+    ]
+    has_curve = curve_rows.select("block_size", "replicas", "_r", *sampling).unique(
+        ["block_size", "replicas", "_r"]
+    )
+    gap = (pl.col("curve_hit_tokens") - pl.col("hit_tokens_instant")).abs()
+    within_sampling = (
+        (pl.col("sample_rate") < 1) & (gap <= pl.col("hit_ratio_error") * pl.col("prompt_tokens"))
+    ).fill_null(False)
     return (
-        joined.join(has_curve, on=["block_size", "replicas", "_r"], how="semi")
+        joined.join(has_curve, on=["block_size", "replicas", "_r"], how="inner")
         .filter(pl.col("curve_hit_tokens").ne_missing(pl.col("hit_tokens_instant")))
+        .filter(~within_sampling)
         .select("scenario", *key, "capacity_blocks", "hit_tokens_instant", "curve_hit_tokens")
         .sort("scenario")
     )

@@ -20,10 +20,13 @@ few hot blocks carrying most hits shows it there, where the halves agree). It is
 not a bound; ``tests/test_sim_curve_sampled.py`` checks the sampled curve and the estimate
 against the exact curve on a generated several-day workload (docs/simulation-curves.md).
 
-Assignments a request's own position decides (one replica, round-robin, random) are drawn
-while reading; the others (least-loaded, least-served, affinity, bounded-affinity) need the
-whole table's sessions or event loop, so with such a curve configured the table is flattened
-once (:func:`pipeline.sim.replay.assign`) and sampled from memory, with the same sample.
+Each curve's replicas are assigned while reading, a part at a time, by the router the streamed
+scenarios use (:class:`pipeline.sim.stream.Router`: round-robin, random, least-served, affinity,
+bounded-affinity, their counters carried; the affinities' sessions read per part when every
+request logs its session id, else inferred over the whole table once). Least-loaded needs the
+replay's event loop over the whole table, so with such a curve configured the table is
+flattened once (:func:`pipeline.sim.replay.assign`) and sampled from memory, with the same
+sample.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ from pipeline.sim.blocks import (
     SimInputs,
     SimulationInputError,
 )
-from pipeline.sim.config import MIN_SAMPLE_RATE, SimConfig
+from pipeline.sim.config import CACHE_INDEPENDENT, MIN_SAMPLE_RATE, SimConfig
 from pipeline.sim.curve import (
     Curve,
     require_single_pass,
@@ -55,15 +58,16 @@ from pipeline.sim.curve import (
     sampled_steps,
 )
 from pipeline.sim.replay import assign, replica_streams
-from pipeline.sim.stream import flattened_chunks, part_chunks
+from pipeline.sim.stream import Router, Sessions, flattened_chunks, part_chunks
 
 I64 = NDArray[np.int64]
 U64 = NDArray[np.uint64]
 
 # The SHARDS filter's salt: fixed, so the same table gives the same sampled curve.
 SAMPLE_SALT = 0x5EED_C0DE_5A3D_5A17
-# Routings whose replica of a request is decided by its position in arrival order alone.
-STREAMED_ROUTINGS = frozenset({"round-robin", "random"})
+# Routings a curve assigns while the table is read (:class:`pipeline.sim.stream.Router`, as the
+# streamed scenarios do); least-loaded needs the replay's event loop over the whole table.
+STREAMED_ROUTINGS = CACHE_INDEPENDENT - {"least-loaded"}
 
 Combination = tuple[int, int, str]  # block size, replicas, routing
 
@@ -139,11 +143,6 @@ class CurveSampler:
         self.replicas: dict[Combination, list[NDArray[np.int32]]] = {
             c: [] for c in self.combinations
         }
-        self.rngs = {
-            c: np.random.default_rng(settings.random_seed)
-            for c in self.combinations
-            if c[1] > 1 and c[2] == "random"
-        }
         self.seen = _Gathered()
 
     def _namespace_mix(self, part: SimInputs, whole: bool) -> U64:
@@ -169,12 +168,11 @@ class CurveSampler:
         )
         return _mixed(global_codes)[codes]
 
-    def add(self, part: SimInputs, assignments: dict[Combination, I64] | None = None) -> None:
-        """Sample one part (the next requests in arrival order); ``assignments`` gives each
-        curve's replica per request of the part when they are not drawn here."""
+    def add(self, part: SimInputs, assignments: dict[Combination, I64], *, whole: bool) -> None:
+        """Sample one part (the next requests in arrival order, or the ``whole`` table);
+        ``assignments`` gives each multi-replica curve's replica per request of the part."""
         seen = self.seen
-        mix = self._namespace_mix(part, whole=assignments is not None)
-        base = seen.n
+        mix = self._namespace_mix(part, whole=whole)
         stored_lengths = np.diff(part.offsets)
         for bs, sample in self.samples.items():
             m = part.stride(bs)
@@ -205,27 +203,13 @@ class CurveSampler:
             for combo in self.combinations:
                 if combo[0] != bs:
                     continue
-                replica = self._replica(combo, part.n, base, assignments)[kept]
+                replica = (assignments[combo] if combo[1] > 1 else np.zeros(part.n, np.int64))[kept]
                 self.replicas[combo].append(replica.astype(np.int32))
         seen.n += part.n
         coverage = part.coverage()
         seen.content_requests += coverage.requests
         seen.content_tokens += coverage.prompt_tokens
         seen.prompt_tokens += int(part.prompt_tokens.sum())
-
-    def _replica(
-        self, combo: Combination, n: int, base: int, assignments: dict[Combination, I64] | None
-    ) -> I64:
-        _, replicas, routing = combo
-        if replicas == 1:
-            return np.zeros(n, np.int64)
-        if assignments is not None:
-            return assignments[combo]
-        if routing == "round-robin":
-            return (np.arange(base, base + n, dtype=np.int64)) % replicas
-        if routing == "random":
-            return self.rngs[combo].integers(0, replicas, size=n, dtype=np.int64)
-        raise ValueError(f"routing {routing!r} cannot be assigned part by part")
 
     def coverage(self) -> ContentCoverage:
         seen = self.seen
@@ -412,9 +396,16 @@ def streamed_curves(
         require_single_pass(routing, replicas)
     sampler = CurveSampler(settings, combinations, rate)
     if streamable(combinations):
+        chunks = part_chunks(parts)
+        routers = {c: Router(c[2], c[1], settings) for c in combinations if c[1] > 1}
+        needs_sessions = any(router.needs_sessions for router in routers.values())
+        sessions = Sessions(chunks, latency) if needs_sessions else None
         # checked in arrival order, each part flattened as the streamed scenarios flatten it
-        for part in flattened_chunks(part_chunks(parts), latency, None):
-            sampler.add(part)
+        for part in flattened_chunks(chunks, latency, None):
+            start = sampler.seen.n
+            home = sessions.hashes(start, part.n, part) if sessions is not None else None
+            assigned = {c: router.assign(start, part, home) for c, router in routers.items()}
+            sampler.add(part, assigned, whole=False)
         if sampler.seen.n == 0:
             raise SimulationInputError("request table is empty: nothing to replay")
     else:
@@ -422,5 +413,5 @@ def streamed_curves(
         assignments = {
             c: assign(whole, c[2], c[1], settings).replica for c in combinations if c[1] > 1
         }
-        sampler.add(whole, assignments)
+        sampler.add(whole, assignments, whole=True)
     return sampler.curves()

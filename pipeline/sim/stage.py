@@ -19,11 +19,14 @@ sessions once for the curves, not once per step.
 replays in one pass, a chunk at a time (:mod:`pipeline.sim.stream`), holding block state in
 proportion to its caches and the blocks running requests pin rather than to the table (the same
 summaries; :func:`pipeline.sim.compute.scenario_summary` and :func:`run` take either). The
-command and the Dagster steps still read the flattened table: the curves flatten it in the same
-process, a step streaming its one scenario reads and flattens the table again (2.6-3.4 times
-the CPU of the shared flattening at 1M requests, ``perf/sim_stream.py``), and when requests
-outrun a replica the blocks they pin grow with the table, once for every scenario replayed side
-by side (2.4 times the flattened path's memory on the generated 100-requests-a-second trace).
+scenarios stream past ``simulation.curve_exact_max_blocks`` stored blocks (:func:`streams`),
+where the curves are sampled part by part too, so nothing flattens the table; below it they
+share the flattened table with the curves, which is faster: streaming reads and flattens the
+table again (a pass a scenario costs 2.6-3.4 times the CPU of the shared flattening at 1M
+requests, ``perf/sim_stream.py``, so a streamed table is one step for every scenario), and
+when requests outrun a replica the blocks they pin grow with the table, once for every
+scenario replayed side by side (2.4 times the flattened path's memory on the generated
+100-requests-a-second trace).
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ from pipeline.sim.compute import (
     curve_points,
     scenario_summary,
 )
-from pipeline.sim.config import SimConfig
+from pipeline.sim.config import Scenario, SimConfig
 from pipeline.sim.curve import Curve
 from pipeline.sim.curve_stream import sample_rate, stored_blocks, streamed_curves
 from pipeline.sim.present import hit_ratio_vs_capacity_svg, imbalance_vs_hit_ratio_svg
@@ -137,6 +140,42 @@ def read_stream(layout: WorkloadLayout, latency: LatencyModel) -> RequestStream:
     return RequestStream(chunks, latency, STREAM_ROWS)
 
 
+def streams(layout: WorkloadLayout, settings: SimConfig) -> bool:
+    """Whether the scenarios stream the table instead of flattening it: past
+    ``simulation.curve_exact_max_blocks`` stored blocks, where the curves are sampled part by
+    part too, so nothing holds the flattened table."""
+    return stored_blocks(layout.ingest.parts()) > settings.curve_exact_max_blocks
+
+
+def scenario_inputs(
+    layout: WorkloadLayout, settings: SimConfig, latency: LatencyModel
+) -> SimInputs | RequestStream:
+    """What the scenarios replay: the table streamed (:func:`read_stream`) past the flattening
+    limit (:func:`streams`), else flattened and shared with the curves (:func:`read_inputs`)."""
+    if streams(layout, settings):
+        return read_stream(layout, latency)
+    return read_inputs(layout, latency)
+
+
+def scenario_groups(layout: WorkloadLayout, settings: SimConfig) -> list[list[Scenario]]:
+    """The scenarios a step replays together: one each over the flattened table (the steps run
+    side by side), all of them in one pass over a streamed table (each chunk read and flattened
+    once for all: a pass a scenario costs 2.6-3.4 times the CPU, ``perf/sim_stream.py``)."""
+    scenarios = settings.scenarios()
+    return [scenarios] if streams(layout, settings) else [[s] for s in scenarios]
+
+
+def replay(
+    inputs: SimInputs | RequestStream, scenarios: list[Scenario], settings: SimConfig
+) -> list[ScenarioSummary]:
+    """The summaries of ``scenarios``: each replayed over the flattened table, or all in one
+    pass over the streamed one."""
+    if isinstance(inputs, RequestStream):
+        runs = inputs.simulate_many(scenarios, settings)
+        return [ScenarioSummary.from_json(run.summary) for run in runs]
+    return [scenario_summary(inputs, s, settings) for s in scenarios]
+
+
 def write_scenario(summary: ScenarioSummary, layout: WorkloadLayout) -> Path:
     open_stage_output(layout)
     path = layout.simulation.scenario(summary.scenario)
@@ -196,13 +235,7 @@ def run(
     flattened table. Streamed scenarios (``inputs`` a :class:`RequestStream`) share one pass
     over the table, and leave the curves to ``curve_inputs``, the flattened table, read once
     the scenarios are done."""
-    scenarios = settings.scenarios()
-    if isinstance(inputs, RequestStream):
-        # one pass over the table for every scenario (each chunk read and flattened once)
-        runs = inputs.simulate_many(scenarios, settings)
-        summaries = [ScenarioSummary.from_json(run.summary) for run in runs]
-    else:
-        summaries = [scenario_summary(inputs, s, settings) for s in scenarios]
+    summaries = replay(inputs, settings.scenarios(), settings)
     if curved is None:
         if isinstance(inputs, SimInputs):
             flat = inputs

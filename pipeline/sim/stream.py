@@ -169,7 +169,7 @@ def simulate_many(
     runs = [_ScenarioStream(s, settings, with_instant) for s in scenarios]
     tables = _SlotTables([replay for run in runs for replay in run.replays])
     needs_sessions = any(run.router.needs_sessions for run in runs)
-    sessions = _Sessions(chunks, latency_model) if needs_sessions else None
+    sessions = Sessions(chunks, latency_model) if needs_sessions else None
     namespaces = {iso: _Namespaces(iso) for iso in (False, True)}
     totals = _Totals()
     start = 0
@@ -245,7 +245,7 @@ class _ScenarioStream:
             for life in lifetimes
         ]
         self.blocks_key = (scenario.block_size, scenario.tenant_isolation)
-        self.router = _Router(scenario, settings)
+        self.router = Router(scenario.routing, scenario.replicas, settings)
         self.sums = np.zeros((len(REPLICA_SUMS), replicas), np.int64)
         self.hit_tokens = 0
         self.hit_tokens_instant = 0
@@ -489,13 +489,14 @@ class _ChunkWork:
 # ---------------------------------------------------------------------------------------------
 
 
-class _Router:
+class Router:
     """The replica of every request for the routings that read no cache state or load
-    (:func:`pipeline.sim.replay.assign`), decided a chunk at a time with its counters carried."""
+    (:func:`pipeline.sim.replay.assign`), decided a chunk at a time with its counters carried
+    (the streamed scenarios and the sampled curves)."""
 
-    def __init__(self, scenario: Scenario, settings: SimConfig) -> None:
-        self.routing = scenario.routing
-        self.replicas = scenario.replicas
+    def __init__(self, routing: str, replicas: int, settings: SimConfig) -> None:
+        self.routing = routing
+        self.replicas = replicas
         self.margin = settings.bounded_affinity_margin
         self.rng = np.random.default_rng(settings.random_seed)
         self.served = np.zeros(self.replicas, np.int64)
@@ -528,7 +529,7 @@ class _Router:
         raise SimulationInputError(f"unknown routing {self.routing!r}")
 
 
-class _Sessions:
+class Sessions:
     """Each request's session hash (:attr:`SimInputs.session_hash`): per chunk when the table
     logs every session id, else inferred over the whole table once (module docstring)."""
 
