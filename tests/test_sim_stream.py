@@ -15,7 +15,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from perf.workload import canonical_frame, conversations, spec
-from pipeline.sim import compute, kernels, slots, stage
+from pipeline.sim import blocks, compute, kernels, slots, stage
 from pipeline.sim.blocks import SimInputs, SimulationInputError, sim_input
 from pipeline.sim.config import ROUTINGS, Scenario
 from pipeline.sim.replay import simulate, summarise
@@ -127,14 +127,16 @@ def test_logged_sessions_are_read_chunk_by_chunk(
     _assert_same(one_pass, simulate_streamed(parts, scenario, settings, latency_model=LATENCY))
 
 
-def test_half_the_sessions_are_inferred_over_the_whole_table(
-    workloads: dict[str, tuple[SimInputs, Any]],
+def test_half_the_sessions_are_inferred_chunk_by_chunk_as_over_the_whole_table(
+    workloads: dict[str, tuple[SimInputs, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     inp, parts = workloads["half"]
     settings = sim_settings(request_lifetime="instant")
     scenario = Scenario(block_size=16, replicas=4, cache_tokens=16 * 100, routing="affinity")
     one_pass = summarise(inp, simulate(inp, scenario, settings))
     assert one_pass["sessions_inferred"] > 0
+    # the streamed replay never infers over a whole table: the inference's state is carried
+    monkeypatch.setattr(blocks, "infer_sessions", lambda frame: pytest.fail("whole table"))
     streamed = simulate_streamed(parts, scenario, settings, latency_model=LATENCY, max_rows=SLICE)
     _assert_same(one_pass, streamed)
 

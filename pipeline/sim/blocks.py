@@ -11,6 +11,7 @@ block. Nothing here depends on a cache capacity or a routing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -36,6 +37,8 @@ from pipeline.sim import kernels
 I64 = NDArray[np.int64]
 U64 = NDArray[np.uint64]
 
+# The sessions (SESSIONS_SCHEMA) of a table's requests, read from SESSION_COLUMNS and the chains.
+InferSessions = Callable[[pl.DataFrame], pl.DataFrame]
 _REQUIRED = ("prefix_hashes", "prompt_blocks", "prompt_tokens", "block_size")
 # What the session inference (pipeline.prefix.sessions.infer_sessions) reads, kept until it runs
 # (the chains not among them: rebuilt then from the flat arrays, not held twice).
@@ -185,14 +188,18 @@ class SimInputs:
     @property
     def session_hash(self) -> U64:
         """Stable hash of each request's session (logged, else inferred, else the request)."""
-        return self._session_info()[0]
+        return self.sessions_by(infer_sessions)[0]
 
     @property
     def sessions_inferred(self) -> int:
         """Requests whose session came from ``pipeline.prefix.sessions``."""
-        return self._session_info()[1]
+        return self.sessions_by(infer_sessions)[1]
 
-    def _session_info(self) -> tuple[U64, int]:
+    def sessions_by(self, infer: InferSessions) -> tuple[U64, int]:
+        """:attr:`session_hash` and :attr:`sessions_inferred`, the requests logging no session
+        id given one by ``infer`` (:func:`pipeline.prefix.sessions.infer_sessions` of this
+        table alone, or a chunk's sessions carried on from the chunks before it: a
+        :meth:`pipeline.prefix.sessions.SessionStream.feed`); worked out once."""
         if self._session_cache is None:
             if self.session_source is None:
                 raise SimulationInputError("the sessions of this input are not available")
@@ -200,7 +207,7 @@ class SimInputs:
                 "prefix_hashes",
                 pa.LargeListArray.from_arrays(pa.array(self.offsets), pa.array(self.hashes)),
             )
-            session, inferred = _sessions(self.session_source.with_columns(chains))
+            session, inferred = _sessions(self.session_source.with_columns(chains), infer)
             self._session_cache = (_stable_string_hash(session), inferred)
             self.session_source = None  # its columns are no longer needed
         return self._session_cache
@@ -286,7 +293,7 @@ def _stable_string_hash(series: pl.Series) -> U64:
     return hashes
 
 
-def _sessions(frame: pl.DataFrame) -> tuple[pl.Series, int]:
+def _sessions(frame: pl.DataFrame, infer: InferSessions) -> tuple[pl.Series, int]:
     """Session per request: logged id, else ``pipeline.prefix.sessions.infer_sessions``, else the request."""
     logged = frame["session_id"]
     n_missing = int(logged.null_count())
@@ -296,7 +303,7 @@ def _sessions(frame: pl.DataFrame) -> tuple[pl.Series, int]:
     fallback = pl.concat_str(pl.lit("request:"), pl.col("request_id").fill_null(""))
     session = frame.select(pl.col("session_id").fill_null(fallback)).to_series()
 
-    inferred = infer_sessions(frame)
+    inferred = infer(frame)
     joined = frame.select("request_id", "session_id").join(
         inferred.select("request_id", pl.col("session_id").alias("_inferred")),
         on="request_id",

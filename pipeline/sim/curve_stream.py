@@ -399,11 +399,11 @@ def streamed_curves(
         chunks = part_chunks(parts)
         routers = {c: Router(c[2], c[1], settings) for c in combinations if c[1] > 1}
         needs_sessions = any(router.needs_sessions for router in routers.values())
-        sessions = Sessions(chunks, latency) if needs_sessions else None
+        sessions = Sessions(chunks) if needs_sessions else None
         # checked in arrival order, each part flattened as the streamed scenarios flatten it
         for part in flattened_chunks(chunks, latency, None):
             start = sampler.seen.n
-            home = sessions.hashes(start, part.n, part) if sessions is not None else None
+            home = sessions.hashes(part) if sessions is not None else None
             assigned = {c: router.assign(start, part, home) for c, router in routers.items()}
             sampler.add(part, assigned, whole=False)
         if sampler.seen.n == 0:

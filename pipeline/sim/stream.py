@@ -17,10 +17,10 @@ the finished ones dropped now and then), the requests in flight per replica, and
 counters (round-robin position, tokens or requests served, the random generator). Per-request
 outcomes are summed per replica chunk by chunk.
 
-The affinity routings need each request's session; when the table logs every session id it is
-read chunk by chunk, otherwise the sessions are inferred over the whole table first
-(:func:`pipeline.prefix.sessions.infer_sessions` needs every request at once), which holds one
-hash per request and, while inferring, the columns that takes.
+The affinity routings need each request's session: the logged id, read chunk by chunk, else
+inferred chunk by chunk with the inference's state carried from chunk to chunk
+(:class:`pipeline.prefix.sessions.SessionStream`, the whole table's sessions while its state
+budget holds; past it the least recently active sessions close early, as in the prefix stage).
 """
 
 from __future__ import annotations
@@ -38,12 +38,11 @@ from numpy.typing import NDArray
 
 from pipeline.prefix.cache_rules import NAMESPACE_COLUMNS, namespace_codes
 from pipeline.prefix.hashmap import dense_ids
+from pipeline.prefix.sessions import SessionStream
 from pipeline.shape.facts import LatencyModel
 from pipeline.sim import kernels
 from pipeline.sim.blocks import (
-    _REQUIRED,
     FLATTENED_COLUMNS,
-    SESSION_COLUMNS,
     ContentCoverage,
     SimInputs,
     SimulationInputError,
@@ -169,7 +168,7 @@ def simulate_many(
     runs = [_ScenarioStream(s, settings, with_instant) for s in scenarios]
     tables = _SlotTables([replay for run in runs for replay in run.replays])
     needs_sessions = any(run.router.needs_sessions for run in runs)
-    sessions = Sessions(chunks, latency_model) if needs_sessions else None
+    sessions = Sessions(chunks) if needs_sessions else None
     namespaces = {iso: _Namespaces(iso) for iso in (False, True)}
     totals = _Totals()
     start = 0
@@ -182,7 +181,7 @@ def simulate_many(
                 for key in dict.fromkeys(run.blocks_key for run in runs)
             }
             slots = tables.find(blocks)
-            home = sessions.hashes(start, chunk.n, chunk) if sessions is not None else None
+            home = sessions.hashes(chunk) if sessions is not None else None
             for run in runs:
                 run.feed(chunk, start, blocks[run.blocks_key], slots, home, threads)
             start += chunk.n
@@ -530,30 +529,28 @@ class Router:
 
 
 class Sessions:
-    """Each request's session hash (:attr:`SimInputs.session_hash`): per chunk when the table
-    logs every session id, else inferred over the whole table once (module docstring)."""
+    """Each request's session hash (:attr:`SimInputs.session_hash`), chunk by chunk: the logged
+    id, else inferred with the state of the chunks before carried over
+    (:class:`pipeline.prefix.sessions.SessionStream`: the whole table's sessions, until its
+    state budget closes the least recently active early on a table of many millions)."""
 
-    def __init__(self, chunks: RequestChunks, latency_model: LatencyModel) -> None:
+    def __init__(self, chunks: RequestChunks) -> None:
         missing = sum(
             int(c.select(pl.col("session_id").null_count()).collect().item())
             if "session_id" in c.collect_schema().names()
             else int(c.select(pl.len()).collect().item())
             for c in chunks()
         )
-        self.whole: U64 | None = None
+        self.stream = SessionStream() if missing else None
         self.inferred = 0
-        if missing:
-            columns = tuple(dict.fromkeys((*_REQUIRED, *SESSION_COLUMNS)))
-            frame = pl.concat([_collected(c, columns) for c in chunks()], how="diagonal_relaxed")
-            table = sim_input(frame, latency_model=latency_model)
-            del frame
-            self.whole = table.session_hash
-            self.inferred = table.sessions_inferred
 
-    def hashes(self, start: int, n: int, chunk: SimInputs) -> U64:
-        if self.whole is not None:
-            return self.whole[start : start + n]
-        return chunk.session_hash
+    def hashes(self, chunk: SimInputs) -> U64:
+        """The next chunk's sessions (every chunk in arrival order, each once)."""
+        if self.stream is None:
+            return chunk.session_hash
+        hashes, inferred = chunk.sessions_by(self.stream.feed)
+        self.inferred += inferred
+        return hashes
 
 
 # ---------------------------------------------------------------------------------------------
