@@ -22,8 +22,8 @@ against the exact curve on a generated several-day workload (docs/simulation-cur
 
 Each curve's replicas are assigned while reading, a part at a time, by the router the streamed
 scenarios use (:class:`pipeline.sim.stream.Router`: round-robin, random, least-served, affinity,
-bounded-affinity, their counters carried; the affinities' sessions read per part when every
-request logs its session id, else inferred over the whole table once). Least-loaded needs the
+bounded-affinity, their counters carried; the affinities' sessions logged or inferred per
+part, :class:`pipeline.sim.stream.Sessions`). Least-loaded needs the
 replay's event loop over the whole table, so with such a curve configured the table is
 flattened once (:func:`pipeline.sim.replay.assign`) and sampled from memory, with the same
 sample.
