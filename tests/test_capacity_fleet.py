@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 
 import numpy as np
@@ -44,10 +44,12 @@ from pipeline.capacity.search import (
     search_capacity,
 )
 from pipeline.decision.config import KvCacheSizing
+from pipeline.errors import InputFormatError
 from pipeline.sim.blocks import NO_CONTENT, sim_input
 from pipeline.sim.config import Scenario
 from pipeline.sim.replay import simulate
 from pipeline.sim.result import ScenarioSummary
+from pipeline.sim.stream import RequestStream, frame_chunks
 from pipeline.unknown import Unknown
 from tests.capacity_scenarios import CONFIG, KV_TOKENS, PRICE, SLO, fitted, workload
 from tests.conftest import DEFAULTS
@@ -430,6 +432,28 @@ def test_replays_are_kept_per_replicas_pool_and_routing_and_match_the_simulation
     rows = np.arange(0, inputs.n, 3, dtype=np.int64)
     subset = CacheReplays(inputs, replays.settings, [], rows).at(2, 20_000)
     assert isinstance(subset, CacheReplay) and np.array_equal(subset.cached, hits[rows])
+
+
+def test_a_streamed_table_replays_the_fleet_as_the_flattened_one_does() -> None:
+    """A table too large to flatten replays the fleet chunk by chunk: the same cached tokens,
+    share and description; a table that changed under the stage is the one-line error."""
+    flat = _replays()
+    frame = canonical_frame(conversations(spec(3000, "short", rate_rps=5.0)), 16)
+    stream = RequestStream(frame_chunks(frame, 700), DEFAULTS.shape.latency, max_rows=250)
+    rows = np.arange(1, flat.inputs.n, 2, dtype=np.int64)
+    prompt = frame["prompt_tokens"].to_numpy().astype(np.int64)
+    streamed = CacheReplays(stream, flat.settings, [], rows, expected_prompt=prompt)
+    for replicas, pool in ((1, 20_000), (2, 20_000), (2, 2_000_000)):
+        want = CacheReplays(flat.inputs, flat.settings, [], rows).at(replicas, pool)
+        got = streamed.at(replicas, pool)
+        assert isinstance(got, CacheReplay) and isinstance(want, CacheReplay)
+        assert np.array_equal(got.cached, want.cached) and got.cached.sum() > 0
+        assert replace(got, cached=want.cached) == replace(want, cached=want.cached)
+    changed = CacheReplays(
+        stream, flat.settings, [], rows, expected_prompt=prompt + 1, source="requests/"
+    )
+    with pytest.raises(InputFormatError, match=r"^requests/: the streamed requests differ"):
+        changed.at(2, 20_000)
 
 
 def test_a_trace_without_content_has_no_replay() -> None:

@@ -305,3 +305,27 @@ def test_two_backends_of_one_engine_are_two_deployments() -> None:
         "tensorrt-llm 1.0 (pytorch backend) / m / 1×H100",
         "tensorrt-llm 1.0 (tensorrt backend) / m / 1×H100",
     ]
+
+
+def test_a_table_too_large_to_flatten_is_priced_as_the_flattened_one(
+    tmp_path: Path, mooncake_run: Path
+) -> None:
+    """Past ``simulation.curve_exact_max_blocks`` the simulation streams and the fleet's cache
+    replays stream the parts too: the capacity stage writes the same files to the byte."""
+    config = _mooncake_copy(mooncake_run, tmp_path, "streamed")
+    raw = yaml.safe_load(config.read_text())
+    raw["simulation"]["curve_exact_max_blocks"] = 0
+    config.write_text(yaml.safe_dump(raw))
+    flattened: list[object] = []
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(sim_stage, "sim_input", lambda *a, **k: flattened.append(a))
+        _run_stages(config, None, ("simulate", "capacity"))
+    assert flattened == []
+    layout = load_config(config).layout()
+    shared = load_config(mooncake_run / "mooncake.yaml").layout()
+    written = sorted(p.relative_to(layout.capacity.dir) for p in layout.capacity.dir.rglob("*.*"))
+    assert written
+    for name in written:
+        assert (layout.capacity.dir / name).read_bytes() == (
+            shared.capacity.dir / name
+        ).read_bytes(), name

@@ -16,7 +16,9 @@ the routing the recommendation includes (docs/capacity.md, "The fleet's own cach
   that asks for the same one. A vLLM replica's prefix cache is its KV pool (cached blocks are
   the free ones, reclaimed when running requests need them), so the pool is the cache's size.
 
-Pure: the replays run on the flattened workload in memory; nothing is read or written here.
+Pure: the replays run on the flattened workload in memory, or stream a table too large to
+flatten through the same kernels a chunk at a time (:class:`pipeline.sim.stream.RequestStream`,
+each replay a pass over its parts, keeping 8 bytes a request); nothing is written here.
 """
 
 from __future__ import annotations
@@ -31,10 +33,12 @@ from pipeline.capacity.config import ReplicaMemory
 from pipeline.capacity.kernels import I64
 from pipeline.capacity.limits import SchedulingLimits
 from pipeline.capacity.prior import ModelShape, gpu_peaks
-from pipeline.sim.blocks import SimInputs, SimulationInputError
+from pipeline.errors import InputFormatError
+from pipeline.sim.blocks import ContentCoverage, SimInputs, SimulationInputError
 from pipeline.sim.config import MAX_REPLICAS, PREFIX_ROUTINGS, Scenario, SimConfig
 from pipeline.sim.replay import simulate
 from pipeline.sim.result import ScenarioSummary
+from pipeline.sim.stream import RequestStream
 from pipeline.thresholds import ROUTING_GAIN_MIN
 from pipeline.unknown import Unknown
 
@@ -163,12 +167,16 @@ class CacheReplays:
     """Replays of the workload's prefix cache, one per (replicas, KV pool, routing), on demand.
 
     ``rows``: the simulation input's row of each of the capacity stage's requests (None: the
-    same requests in the same order); their prompt lengths must agree."""
+    same requests in the same order); their prompt lengths must agree: ``expected_prompt`` (the
+    capacity stage's, by input row) is checked against a streamed table's at every replay (a
+    flattened one is checked once, by the caller)."""
 
-    inputs: SimInputs
+    inputs: SimInputs | RequestStream
     settings: SimConfig
     summaries: Sequence[ScenarioSummary]
     rows: I64 | None = None
+    expected_prompt: I64 | None = None
+    source: str = "the request table"  # what an error names
     _replays: dict[tuple[int, int, str], CacheReplay | Unknown] = field(
         default_factory=dict, repr=False
     )
@@ -219,10 +227,10 @@ class CacheReplays:
     def _replay(
         self, replicas: int, kv_tokens: int, routing: str, why: str
     ) -> CacheReplay | Unknown:
-        inp = self.inputs
-        reason = inp.coverage().reason
-        if reason is not None:
-            return Unknown(reason=reason)
+        if isinstance(self.inputs, SimInputs):
+            reason = self.inputs.coverage().reason
+            if reason is not None:
+                return Unknown(reason=reason)
         if replicas > MAX_REPLICAS:
             return Unknown(
                 reason=f"a fleet of {replicas:,} replicas is more than the replay simulates "
@@ -232,16 +240,18 @@ class CacheReplays:
             self.block_size, replicas, kv_tokens, routing, self.settings.tenant_isolation
         )
         try:
-            run = simulate(inp, scenario, self.settings, with_instant=False)
+            every_hit, every_prompt, coverage = self._hits(scenario)
         except SimulationInputError as exc:
             return Unknown(reason=f"the cache replay cannot run: {exc}")
-        hits = run.hit_tokens if self.rows is None else run.hit_tokens[self.rows]
-        prompt = inp.prompt_tokens if self.rows is None else inp.prompt_tokens[self.rows]
+        if coverage.reason is not None:
+            return Unknown(reason=coverage.reason)
+        hits = every_hit if self.rows is None else every_hit[self.rows]
+        prompt = every_prompt if self.rows is None else every_prompt[self.rows]
         total = int(prompt.sum())
         share = float(hits.sum()) / total if total else 0.0
-        coverage = inp.coverage()
         partial = (
-            f"; the {inp.n - coverage.requests:,} requests without prompt content count as uncached"
+            f"; the {every_prompt.size - coverage.requests:,} requests without prompt content "
+            "count as uncached"
             if coverage.partial
             else ""
         )
@@ -261,3 +271,21 @@ class CacheReplays:
             share=share,
             description=description,
         )
+
+    def _hits(self, scenario: Scenario) -> tuple[I64, I64, ContentCoverage]:
+        """Every request's hit and prompt tokens of one replay (input order), with the
+        table's prompt-content coverage."""
+        inp = self.inputs
+        if isinstance(inp, SimInputs):
+            run = simulate(inp, scenario, self.settings, with_instant=False)
+            return run.hit_tokens, inp.prompt_tokens, inp.coverage()
+        streamed = inp.simulate(scenario, self.settings, with_instant=False, per_request=True)
+        found = streamed.per_request
+        assert found is not None  # asked for
+        expected = self.expected_prompt
+        if expected is not None and not np.array_equal(found.prompt_tokens, expected):
+            raise InputFormatError(
+                f"{self.source}: the streamed requests differ from the capacity stage's (the "
+                "table changed while the stage ran); run the stage again"
+            )
+        return found.hit_tokens, found.prompt_tokens, found.coverage

@@ -372,7 +372,6 @@ def _cache_replays(
     unknown = [s.hit_ratio for s in summaries if isinstance(s.hit_ratio, Unknown)]
     if len(unknown) == len(summaries):
         return unknown[0] if unknown else Unknown(reason="no simulated scenario")
-    inputs = sim_stage.read_inputs(layout, replay.latency)
     rows = (
         requests.with_row_index("row")
         .drop_nulls(["prompt_tokens", "output_tokens"])
@@ -380,6 +379,18 @@ def _cache_replays(
         .to_numpy()
         .astype(np.int64)
     )
+    if sim_stage.streams(layout, replay.simulation):
+        # too large to flatten: each fleet replay streams the parts, checked as it goes
+        prompt = requests.get_column("prompt_tokens").fill_null(0).to_numpy().astype(np.int64)
+        return CacheReplays(
+            sim_stage.read_stream(layout, replay.latency),
+            replay.simulation,
+            summaries,
+            rows,
+            expected_prompt=prompt,
+            source=str(layout.ingest.requests),
+        )
+    inputs = sim_stage.read_inputs(layout, replay.latency)
     if inputs.n != requests.height or not np.array_equal(
         inputs.prompt_tokens[rows],
         requests.get_column("prompt_tokens").to_numpy()[rows].astype(np.int64),

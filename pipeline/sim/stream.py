@@ -89,16 +89,22 @@ class RequestStream:
     max_rows: int | None = None
 
     def simulate(
-        self, scenario: Scenario, settings: SimConfig, *, with_instant: bool = True
+        self,
+        scenario: Scenario,
+        settings: SimConfig,
+        *,
+        with_instant: bool = True,
+        per_request: bool = False,
     ) -> StreamedRun:
-        return simulate_streamed(
+        return simulate_many(
             self.chunks,
-            scenario,
+            [scenario],
             settings,
             latency_model=self.latency_model,
             max_rows=self.max_rows,
             with_instant=with_instant,
-        )
+            per_request=per_request,
+        )[0]
 
     def simulate_many(self, scenarios: list[Scenario], settings: SimConfig) -> list[StreamedRun]:
         return simulate_many(
@@ -123,6 +129,18 @@ class StreamedRun:
     peak_chunk_blocks: int  # most distinct blocks in one chunk
     peak_pinned_total: int  # most blocks pinned on all replicas together at a chunk's end
     peak_running: int  # most requests still running at a chunk's end (carried to the next)
+    # each request's prompt and hit tokens (its lifetime's), in arrival order, when asked for
+    per_request: PerRequest | None = None
+
+
+@dataclass(frozen=True)
+class PerRequest:
+    """Every request's prompt tokens and the prompt tokens it found cached, in arrival order,
+    with the table's prompt-content coverage (what the capacity stage's fleet replay reads)."""
+
+    prompt_tokens: I64
+    hit_tokens: I64
+    coverage: ContentCoverage
 
 
 def simulate_streamed(
@@ -155,17 +173,19 @@ def simulate_many(
     latency_model: LatencyModel,
     max_rows: int | None = None,
     with_instant: bool = True,
+    per_request: bool = False,
 ) -> list[StreamedRun]:
     """:func:`simulate_streamed` of every scenario in one pass over the chunks: each chunk is
     read and flattened once for all of them (their block states side by side, each bounded
-    by its caches)."""
+    by its caches). ``per_request``: each run keeps every request's hit tokens too (8 bytes a
+    request and one a scenario)."""
     for scenario in scenarios:
         check_scenario(scenario, settings)
         if scenario.routing not in ROUTINGS:
             raise SimulationInputError(
                 f"unknown routing {scenario.routing!r}; choose from {list(ROUTINGS)}"
             )
-    runs = [_ScenarioStream(s, settings, with_instant) for s in scenarios]
+    runs = [_ScenarioStream(s, settings, with_instant, per_request) for s in scenarios]
     tables = _SlotTables([replay for run in runs for replay in run.replays])
     needs_sessions = any(run.router.needs_sessions for run in runs)
     sessions = Sessions(chunks) if needs_sessions else None
@@ -224,7 +244,9 @@ class _ScenarioStream:
     """One scenario's replays (its lifetime's, and the instant one beside durations), router
     and per-replica sums, fed a chunk at a time."""
 
-    def __init__(self, scenario: Scenario, settings: SimConfig, with_instant: bool) -> None:
+    def __init__(
+        self, scenario: Scenario, settings: SimConfig, with_instant: bool, per_request: bool
+    ) -> None:
         self.scenario = scenario
         self.settings = settings
         self.with_instant = with_instant
@@ -250,6 +272,8 @@ class _ScenarioStream:
         self.hit_tokens_instant = 0
         self.distinct = 0
         self.peak_chunk = 0
+        # per chunk: its prompt and hit tokens (kept only when per_request is asked for)
+        self.kept: list[tuple[I64, I64]] | None = [] if per_request else None
 
     def feed(
         self,
@@ -288,6 +312,8 @@ class _ScenarioStream:
             np.add.at(self.sums[row], replica, values)
         self.hit_tokens += int(hits.sum())
         self.hit_tokens_instant += int(instant_hits.sum())
+        if self.kept is not None:
+            self.kept.append((chunk.prompt_tokens, np.asarray(hits, np.int64)))
 
     def finish(self, workload: WorkloadTotals, sessions_inferred: int, chunks: int) -> StreamedRun:
         replicas, replays = self.scenario.replicas, self.replays
@@ -324,7 +350,15 @@ class _ScenarioStream:
             peak_chunk_blocks=self.peak_chunk,
             peak_pinned_total=max(r.peak_pinned_total for r in replays),
             peak_running=max(r.peak_running for r in replays),
+            per_request=None if self.kept is None else self._per_request(workload),
         )
+
+    def _per_request(self, workload: WorkloadTotals) -> PerRequest:
+        kept, self.kept = self.kept or [], None
+        empty = np.zeros(0, np.int64)
+        prompt = np.concatenate([p for p, _ in kept]) if kept else empty
+        hits = np.concatenate([h for _, h in kept]) if kept else empty
+        return PerRequest(prompt.astype(np.int64, copy=False), hits, workload.coverage)
 
 
 # ---------------------------------------------------------------------------------------------
