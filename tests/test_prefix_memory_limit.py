@@ -78,10 +78,11 @@ frame = scan_requests(Path(workload)).collect()  # the whole table, every column
 stage.write(stage.run(stage.inputs_from(frame), settings), WorkloadLayout(Path(out)))
 """
 
-# How an allocation failure shows: Python's MemoryError (numpy, numba) or the Rust allocator's
-# abort (polars).
+# How an allocation failure shows: Python's MemoryError (numpy, numba), the Rust allocator's
+# abort (polars), or a thread whose stack (a private mapping the limit counts) cannot be mapped.
 OUT_OF_MEMORY = re.compile(
-    r"MemoryError|memory allocation of \d+ bytes failed|Cannot allocate memory|out of memory",
+    r"MemoryError|memory allocation of \d+ bytes failed|Cannot allocate memory|out of memory"
+    r"|can't start new thread",
     re.IGNORECASE,
 )
 
