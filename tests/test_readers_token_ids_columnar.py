@@ -498,7 +498,7 @@ def records(draw: st.DrawFn) -> bytes:
 
 
 @settings(
-    max_examples=200,
+    max_examples=100,
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
