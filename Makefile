@@ -38,16 +38,10 @@ $(DAGSTER_HOME)/dagster.yaml:
 report: $(STAMP) $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/enginefit report --config enginefit.yaml
 
-# The tests' folders in memory where the machine has a tmpfs: Dagster's SQLite run history
-# syncs to disk at every event, which on a disk left the cores idle for about a third of the
-# decision tests' time. Only the last run's folders are kept (pyproject.toml: about 0.5 GiB).
-TEST_TMPDIR ?= $(shell test -d /dev/shm -a -w /dev/shm && echo /dev/shm)
-
 # One pytest worker per core; a worker that runs out of tests takes some of another's queue
 # (the report tests share a published version per worker, so they had best stay together).
 test: $(STAMP) $(ENGINE_STAMP)
-	$(if $(TEST_TMPDIR),TMPDIR=$(TEST_TMPDIR)) ENGINEFIT_REQUIRE_ENGINE=1 \
-	  $(BIN)/python -m pytest -q -n auto --dist worksteal
+	ENGINEFIT_REQUIRE_ENGINE=1 $(BIN)/python -m pytest -q -n auto --dist worksteal
 	$(BIN)/ruff check pipeline assets tests perf
 	$(BIN)/mypy
 
