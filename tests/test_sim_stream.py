@@ -199,7 +199,8 @@ def test_the_stage_runs_every_scenario_streamed_in_one_pass(
     settings = sim_settings()
     flat = stage.run(inp, settings)
     monkeypatch.setattr(slots, "MIN_SLOTS", 8)
-    streamed = stage.run(RequestStream(parts, LATENCY, 150), settings, curve_inputs=lambda: inp)
+    curved = stage.capacity_curves(inp, settings)  # the curves from the flattened table
+    streamed = stage.run(RequestStream(parts, LATENCY, 150), settings, curved)
     assert len(flat.summaries) == 8
     assert_frame_equal(scenario_frame(streamed.summaries), scenario_frame(flat.summaries))
     assert_frame_equal(replica_frame(streamed.summaries), replica_frame(flat.summaries))

@@ -31,7 +31,6 @@ scenario replayed side by side (2.4 times the flattened path's memory on the gen
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -110,17 +109,16 @@ def curves(layout: WorkloadLayout, settings: SimConfig, latency: LatencyModel) -
     (:func:`pipeline.sim.curve_stream.sample_rate`) taken while the parts are read one at a time
     (:mod:`pipeline.sim.curve_stream`)."""
     read_requests(layout)  # checks the table against its ingest manifest
-    parts = layout.ingest.parts()
-    blocks = stored_blocks(parts)
-    if blocks <= settings.curve_exact_max_blocks:
+    if not streams(layout, settings):
         return capacity_curves(read_inputs(layout, latency), settings)
+    parts = layout.ingest.parts()
     return streamed_curves(
         parts,
         settings,
         latency,
         curve_combinations(settings),
         lambda: read_inputs(layout, latency),
-        sample_rate(settings, blocks),
+        sample_rate(settings, stored_blocks(parts)),
     )
 
 
@@ -224,26 +222,17 @@ def write_figures(layout: WorkloadLayout) -> dict[str, Path]:
 
 
 def run(
-    inputs: SimInputs | RequestStream,
-    settings: SimConfig,
-    curved: list[Curve] | None = None,
-    *,
-    curve_inputs: Callable[[], SimInputs] | None = None,
+    inputs: SimInputs | RequestStream, settings: SimConfig, curved: list[Curve] | None = None
 ) -> SimResult:
     """Every configured scenario and curve, one after another (the command's path). ``curved``
     are the curves when already worked out (:func:`curves`), else the exact ones of the
-    flattened table. Streamed scenarios (``inputs`` a :class:`RequestStream`) share one pass
-    over the table, and leave the curves to ``curve_inputs``, the flattened table, read once
-    the scenarios are done."""
+    flattened table, which streamed scenarios (``inputs`` a :class:`RequestStream`, every
+    scenario in one pass over the table) do not have."""
     summaries = replay(inputs, settings.scenarios(), settings)
     if curved is None:
-        if isinstance(inputs, SimInputs):
-            flat = inputs
-        elif curve_inputs is not None:
-            flat = curve_inputs()
-        else:
-            raise ValueError("streamed scenarios need curve_inputs for the capacity curves")
-        curved = capacity_curves(flat, settings)
+        if not isinstance(inputs, SimInputs):
+            raise ValueError("streamed scenarios need their curves given (stage.curves)")
+        curved = capacity_curves(inputs, settings)
     return SimResult(summaries, curved, curve_points(curved))
 
 
