@@ -96,15 +96,15 @@ class RequestStream:
         with_instant: bool = True,
         per_request: bool = False,
     ) -> StreamedRun:
-        return simulate_many(
+        return simulate_streamed(
             self.chunks,
-            [scenario],
+            scenario,
             settings,
             latency_model=self.latency_model,
             max_rows=self.max_rows,
             with_instant=with_instant,
             per_request=per_request,
-        )[0]
+        )
 
     def simulate_many(self, scenarios: list[Scenario], settings: SimConfig) -> list[StreamedRun]:
         return simulate_many(
@@ -151,6 +151,7 @@ def simulate_streamed(
     latency_model: LatencyModel,
     max_rows: int | None = None,
     with_instant: bool = True,
+    per_request: bool = False,
 ) -> StreamedRun:
     """Replay ``scenario`` over ``chunks`` (the table in arrival order), each cut into slices
     of at most ``max_rows`` requests; the summary is :func:`pipeline.sim.replay.summarise`'s
@@ -162,6 +163,7 @@ def simulate_streamed(
         latency_model=latency_model,
         max_rows=max_rows,
         with_instant=with_instant,
+        per_request=per_request,
     )[0]
 
 
@@ -358,7 +360,7 @@ class _ScenarioStream:
         empty = np.zeros(0, np.int64)
         prompt = np.concatenate([p for p, _ in kept]) if kept else empty
         hits = np.concatenate([h for _, h in kept]) if kept else empty
-        return PerRequest(prompt.astype(np.int64, copy=False), hits, workload.coverage)
+        return PerRequest(prompt, hits, workload.coverage)
 
 
 # ---------------------------------------------------------------------------------------------
