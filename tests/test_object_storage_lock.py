@@ -205,7 +205,8 @@ def test_a_lease_held_past_the_wait_is_one_line_naming_its_holder(
     started = time.monotonic()
     with pytest.raises(StorageError) as raised:
         days.write_day(result, config.layout(), DAYS[0])
-    assert 1.0 <= time.monotonic() - started < 10
+    # waited its whole patience (the message below says which: 1 s), however busy the machine
+    assert time.monotonic() - started >= 1.0
     assert str(raised.value) == (
         f"s3://{BUCKET}/{key}: another machine (elsewhere pid 7 (0000)) has been writing this "
         "folder since 2025-02-21T05:00:00+00:00 and still was after 1 s; run again once it has "
@@ -263,7 +264,6 @@ def test_a_held_lease_is_renewed_until_given_back(
         mine.confirm()
     finally:
         mine.release()
-    started = time.monotonic()
-    theirs.acquire(wait=1.0)
-    assert time.monotonic() - started < 0.5
+    # no patience at all: taken at the first look, or the one-line error
+    theirs.acquire(wait=0.0)
     theirs.release()
