@@ -128,7 +128,10 @@ def test_a_table_past_the_flattening_limit_streams_every_scenario_in_one_step(
         ASSETS, resources={"store": EnginefitStore(config_path=str(flat_config))}
     ).success
     config = _setup(tmp_path / "streamed")
-    config.write_text(config.read_text() + "  curve_exact_max_blocks: 0\n")
+    # past the limit at once, sampled at half (a sample that keeps blocks, to check against)
+    config.write_text(
+        config.read_text() + "  curve_exact_max_blocks: 0\n  curve_sample_rate: 0.5\n"
+    )
     flattened: list[object] = []
     monkeypatch.setattr(stage, "sim_input", lambda *a, **k: flattened.append(a))
     result = dg.materialize(

@@ -266,3 +266,27 @@ def test_the_command_says_its_curves_are_sampled(
     written = stage.read_summaries(layout)
     assert [s.to_json() for s in written] == [s.to_json() for s in flat]
     assert all(isinstance(s, ScenarioSummary) for s in written)
+
+
+def test_a_sample_that_kept_no_block_is_unknown_not_zero(layout: WorkloadLayout) -> None:
+    """The thinnest rate on a quarter of this table keeps none of its blocks: every curve is
+    unknown with the reason and the remedy, and still says it was sampled."""
+    from pipeline.sim.config import MIN_SAMPLE_RATE
+
+    parts = layout.ingest.parts()[:1]
+    settings = _settings()
+    curves = streamed_curves(
+        parts, settings, LATENCY, curve_combinations(settings), pytest.fail, MIN_SAMPLE_RATE
+    )
+    for curve in curves:
+        assert curve.unknown_reason is not None
+        assert curve.unknown_reason.startswith("the 0.0001% sample of blocks kept none")
+        assert curve.unknown_reason.endswith(
+            "raise simulation.curve_sample_rate (or curve_exact_max_blocks)"
+        )
+        shown = curve.as_dict()
+        assert shown["max_hit_ratio"] is None and shown["points"] == []
+        assert shown["hit_unknown_reason"] == curve.unknown_reason
+    frame = curves_frame(curves)
+    assert frame["hit_tokens"].null_count() == frame.height == len(curves)
+    assert curve_sampling_note(frame) is not None  # the document still says it is sampled

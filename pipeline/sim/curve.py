@@ -54,10 +54,13 @@ class Curve:
     # Largest hit-ratio gap between the sample's two independent halves (pipeline.sim.
     # curve_stream): the sampled curve's estimated error; 0 when exact, None when not estimated.
     hit_ratio_error: float | None = 0.0
+    # why a sampled curve knows nothing although the trace has prompt content (its sample kept
+    # no block): its hits are then unknown, not 0
+    sample_reason: str | None = None
 
     @property
     def unknown_reason(self) -> str | None:
-        return self.coverage.reason
+        return self.coverage.reason or self.sample_reason
 
     def hit_tokens_at(self, cache_tokens: int) -> int:
         capacity = cache_tokens // self.block_size
@@ -128,8 +131,9 @@ class Curve:
             "tenant_isolation": self.tenant_isolation,
             "prompt_tokens": self.prompt_tokens,
             **self.coverage.as_dict(),
+            "hit_unknown_reason": self.unknown_reason,
             "max_hit_tokens": self.max_hit_tokens if known else None,
-            "max_hit_ratio": self.coverage.hit_ratio(self.max_hit_tokens),
+            "max_hit_ratio": self.coverage.hit_ratio(self.max_hit_tokens) if known else None,
             "saturation_cache_tokens": self.saturation_cache_tokens if known else None,
             "sample_rate": self.sample_rate,
             "exact": self.sample_rate >= 1.0,

@@ -263,7 +263,13 @@ class CurveSampler:
                     )
                     for arrays, rate in zip((full, first, second), rates, strict=True)
                 ]
-                known = coverage.reason is None
+                empty = None
+                if n_ids == 0 and coverage.reason is None:
+                    empty = (
+                        f"the {self.rate:.4%} sample of blocks kept none of the trace's blocks; "
+                        "raise simulation.curve_sample_rate (or curve_exact_max_blocks)"
+                    )
+                known = coverage.reason is None and empty is None
                 gaps = [
                     _largest_gap(steps[0][:2], h[:2], coverage.prompt_tokens) for h in steps[1:]
                 ]
@@ -280,6 +286,7 @@ class CurveSampler:
                         coverage=coverage,
                         sample_rate=float(self.rate),
                         hit_ratio_error=error,
+                        sample_reason=empty,
                     )
                 )
         return out
