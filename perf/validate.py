@@ -70,7 +70,11 @@ from pipeline.bench import stage as bench_stage
 from pipeline.bench.config import BenchConfig, parse_slo_spec
 from pipeline.bench.manifest import DIR_MANIFEST_NAME
 from pipeline.capacity import stage as capacity_stage
-from pipeline.capacity.compute import carry_to_workload, workload_requests
+from pipeline.capacity.compute import (
+    carry_to_workload,
+    unidentified_context,
+    workload_requests,
+)
 from pipeline.capacity.config import CapacityConfig, ServedModel
 from pipeline.capacity.fleet_cache import CacheReplays
 from pipeline.capacity.prior import ModelShape
@@ -190,8 +194,15 @@ MIXES = (
     Mix("long", prompt=(512, 1536), output=(24, 40)),
     Mix("prefix", prompt=(896, 1152), output=(24, 40), prefix_groups=2, prefix_tokens=768),
 )
-#: fit on → predict: both directions between the lengths, and both onto the shared prefixes.
-DIRECTIONS = (("short", "long"), ("long", "short"), ("short", "prefix"), ("long", "prefix"))
+#: fit on → predict: both directions between the lengths, both onto the shared prefixes, and
+#: both lengths together onto them (two mixes tell the context's cost from a request's).
+DIRECTIONS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("short",), "long"),
+    (("long",), "short"),
+    (("short",), "prefix"),
+    (("long",), "prefix"),
+    (("short", "long"), "prefix"),
+)
 #: Requests of each mix's trace: the capacity search's own sample size (``capacity.
 #: sample_requests``), so the prediction is the stage's steady-state figure. A probe replays
 #: the pattern's first few hundred. (The search on this mix's 250 requests gave 6.4–11.5 req/s
@@ -371,11 +382,14 @@ def verdict(
     speed_change: float | None,
     noise_limit: float,
     aim: float = AIM,
+    withheld: dict[str, str] | None = None,
 ) -> Verdict:
-    """Pass when every direction has an error within the bound; otherwise fail on a quiet
-    machine and not judged on a noisy one. A direction without a number (a capacity that was
-    not measured or not predicted) is a failure: a check that did not measure never passes.
-    How many are within ``aim`` is said either way."""
+    """Pass when every judged direction has an error within the bound; otherwise fail on a
+    quiet machine and not judged on a noisy one. A direction without a number (a capacity that
+    was not measured or not predicted) is a failure: a check that did not measure never passes.
+    How many are within ``aim`` is said either way. ``withheld``: directions the stage carries
+    nothing to because its model cannot price the target's context (each with what the model
+    would have been off by): said, not judged; they do not make a check pass on their own."""
     missing = {k: v for k, v in errors.items() if isinstance(v, str)}
     numbers = {k: v for k, v in errors.items() if not isinstance(v, str)}
     outside = {k: v for k, v in numbers.items() if abs(v) > bound}
@@ -390,6 +404,10 @@ def verdict(
         return Verdict(1, "FAIL: nothing was measured")
     aimed = sum(1 for v in numbers.values() if abs(v) <= aim)
     gauge += f"; {aimed} of {len(errors)} within the ±{aim:.0%} aim"
+    if withheld:
+        gauge += "; withheld by enginefit (one mix cannot price their context): " + ", ".join(
+            f"{k} ({v})" for k, v in withheld.items()
+        )
     if not missing and not outside:
         worst = max(abs(v) for v in numbers.values())
         return Verdict(
@@ -667,6 +685,9 @@ class Prediction:
     capacity_rps: float | Unknown
     model_rps: float | Unknown
     candidate: CandidateCapacity
+    #: Why the stage carries nothing because its model cannot price the target's context
+    #: (None: it can): such a direction is not judged on ``model_rps``.
+    unidentified: str | None = None
 
 
 def served_model_shape() -> ModelShape:
@@ -727,9 +748,8 @@ def predict(
             f"expected one deployment, the capacity stage found {len(result.candidates)}"
         )
     candidate = result.candidates[0]
-    return Prediction(
-        candidate.workload_capacity_rps, unchecked_capacity(inputs, config, candidate), candidate
-    )
+    model_rps, unidentified = unchecked_capacity(inputs, config, candidate)
+    return Prediction(candidate.workload_capacity_rps, model_rps, candidate, unidentified)
 
 
 def fleet_cache(mix: Mix, trace: pl.DataFrame) -> CacheReplays | Unknown:
@@ -748,14 +768,15 @@ def fleet_cache(mix: Mix, trace: pl.DataFrame) -> CacheReplays | Unknown:
 
 def unchecked_capacity(
     inputs: capacity_stage.CapacityInputs, config: CapacityConfig, candidate: CandidateCapacity
-) -> float | Unknown:
-    """The fitted model's capacity on the target mix whatever its self-check said: the number
-    the stage carried, else the stage's own carrying of the same model with the check marked
-    passed (the same sample, arrivals, cache and KV pool as the stage's): how far the model's
-    form is from the engine."""
+) -> tuple[float | Unknown, str | None]:
+    """The fitted model's capacity on the target mix whatever its self-check said and whether
+    or not it can price the target's context: the number the stage carried, else the stage's
+    own carrying of the same model with the check marked passed and its context trusted (the
+    same sample, arrivals, cache and KV pool as the stage's): how far the model's form is from
+    the engine. Second: why the stage withheld it for the context (None: it did not)."""
     model = candidate.serving_model
-    if isinstance(model, Unknown) or model.self_check.passed:
-        return candidate.workload_capacity_rps
+    if isinstance(model, Unknown) or not isinstance(candidate.workload_capacity_rps, Unknown):
+        return candidate.workload_capacity_rps, None
     passed = model.self_check.model_copy(update={"passed": True, "reason": None})
     workload = workload_requests(inputs.requests)
     pattern = capacity_stage.arrival_pattern(
@@ -764,9 +785,12 @@ def unchecked_capacity(
     sample = sample_requests(
         workload.prompt, workload.output, workload.cached, config, pattern, workload.arrival_s
     )
+    unidentified = unidentified_context(model, sample)
+    # Only the withholding reads the context's basis; the coefficients stay the fit's.
+    trusted = "prior" if unidentified else model.context_basis
     again = carry_to_workload(
         candidate.candidate,
-        model.model_copy(update={"self_check": passed}),
+        model.model_copy(update={"self_check": passed, "context_basis": trusted}),
         workload,
         inputs.slo,
         kv_tokens=inputs.kv_tokens,
@@ -780,7 +804,7 @@ def unchecked_capacity(
         deployment_gpus=1,
         sample=sample,
     )
-    return again.workload_capacity_rps
+    return again.workload_capacity_rps, unidentified
 
 
 def model_summary(candidate: CandidateCapacity) -> dict[str, Any]:
@@ -831,7 +855,7 @@ def sweep_order(scale: dict[str, float], timing: Timing) -> list[tuple[str, floa
     """The sweeps' (mix, rate) probes, one rate of each mix in turn, lightest first: the fitted
     mixes at ``timing.sweep``, a mix only measured at ``timing.measured_sweep``, × its first
     guess of the capacity (:data:`GUESS_SHARE` × the slots' back-to-back rate)."""
-    fitted = {fit for fit, _ in DIRECTIONS}
+    fitted = {name for fit, _ in DIRECTIONS for name in fit}
     plans = {
         mix.name: [
             scale[mix.name] * GUESS_SHARE * share
@@ -941,11 +965,13 @@ def run(out: Path, timing: Timing, *, seed: int = 0) -> tuple[dict[str, Any], Ve
             "probes": [p.__dict__ for p in sorted(b.probes, key=lambda p: p.rate_rps)],
         }
     with _phase("fit and predict", phases):
-        record["directions"], errors = predict_directions(folders, traces, measured, settings)
+        record["directions"], errors, withheld = predict_directions(
+            folders, traces, measured, settings
+        )
     change = (max(speeds) / min(speeds) - 1.0) if speeds and min(speeds) > 0 else None
     record["reference_ms"] = [round(s, 2) for s in speeds]
     record["speed_change"] = change
-    result = verdict(errors, BOUND, change, NOISE_LIMIT)
+    result = verdict(errors, BOUND, change, NOISE_LIMIT, withheld=withheld)
     record["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     record["phases"] = phases
     record["seconds"] = round(time.monotonic() - started, 1)
@@ -958,15 +984,20 @@ def predict_directions(
     traces: dict[str, pl.DataFrame],
     measured: dict[str, float | str],
     settings: BenchConfig,
-) -> tuple[dict[str, dict[str, Any]], dict[str, float | str]]:
+) -> tuple[dict[str, dict[str, Any]], dict[str, float | str], dict[str, str]]:
     """Each direction's prediction against the other mix's measured capacity: the record's
-    entries and the signed errors the verdict judges (a string: why there is no number)."""
+    entries, the signed errors the verdict judges (a string: why there is no number), and the
+    directions the stage withholds because one mix cannot price the target's context (what the
+    model would have been off by, said, not judged)."""
     entries: dict[str, dict[str, Any]] = {}
     errors: dict[str, float | str] = {}
+    withheld: dict[str, str] = {}
     for fit, target in DIRECTIONS:
-        key = f"{fit} → {target}"
+        key = f"{'+'.join(fit)} → {target}"
         mix = next(m for m in MIXES if m.name == target)
-        prediction = predict(folders[fit], mix, traces[target], settings)
+        prediction = predict(
+            [f for name in fit for f in folders[name]], mix, traces[target], settings
+        )
         got, carried = prediction.model_rps, prediction.capacity_rps
         truth = measured[target]
         entry: dict[str, Any] = {
@@ -976,14 +1007,18 @@ def predict_directions(
             "model": model_summary(prediction.candidate),
         }
         if isinstance(got, Unknown):
-            errors[key] = f"no prediction ({got.reason})"
+            error: float | str = f"no prediction ({got.reason})"
         elif isinstance(truth, str):
-            errors[key] = f"not measured ({truth})"
+            error = f"not measured ({truth})"
         else:
-            errors[key] = signed_error(got, truth)
-            entry["signed_error"] = errors[key]
+            error = entry["signed_error"] = signed_error(got, truth)
+        if prediction.unidentified is not None:
+            entry["withheld"] = prediction.unidentified
+            withheld[key] = f"model {error:+.1%}" if isinstance(error, float) else error
+        else:
+            errors[key] = error
         entries[key] = entry
-    return entries, errors
+    return entries, errors, withheld
 
 
 def server_cache_share(folders: Sequence[Path]) -> float | None:
@@ -1053,7 +1088,7 @@ def report_lines(record: dict[str, Any]) -> list[str]:
             f"{key:18} {'unknown' if isinstance(got, str) else f'{got:.2f}':>7} "
             f"{'unknown' if isinstance(truth, str) else f'{truth:.2f}':>9} "
             f"{'—' if error is None else f'{error:+.1%}':>13} "
-            f"{load_range([record['mixes'][n] for n in key.split(' → ')]):>10} "
+            f"{load_range([record['mixes'][n] for n in key.replace(' → ', '+').split('+')]):>10} "
             f"{'nothing' if isinstance(carried, str) else f'{carried:.2f}':>18}"
         )
         if isinstance(got, str):
@@ -1061,6 +1096,8 @@ def report_lines(record: dict[str, Any]) -> list[str]:
         if isinstance(truth, str):
             notes.append(f"{key}: not measured: {truth}")
         fits.setdefault(key.split(" → ")[0], entry["model"])
+        if "withheld" in entry:
+            notes.append(f"{key}: not judged, enginefit carries nothing: {entry['withheld']}")
     lines += ["", *notes] if notes else []
     for name, model in fits.items():
         lines.append(f"fitted on {name}: {describe_fit(model)}")
@@ -1108,8 +1145,10 @@ def refit(out: Path) -> tuple[dict[str, Any], Verdict]:
     measured: dict[str, float | str] = {
         name: mix["capacity_rps"] for name, mix in record["mixes"].items()
     }
-    record["directions"], errors = predict_directions(folders, traces, measured, bench_settings())
-    result = verdict(errors, BOUND, record["speed_change"], NOISE_LIMIT)
+    record["directions"], errors, withheld = predict_directions(
+        folders, traces, measured, bench_settings()
+    )
+    result = verdict(errors, BOUND, record["speed_change"], NOISE_LIMIT, withheld=withheld)
     record["verdict"] = {"code": result.code, "text": f"(refit) {result.text}"}
     return record, result
 

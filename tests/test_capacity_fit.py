@@ -5,15 +5,17 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+import numpy as np
 import polars as pl
 import pytest
 
 from pipeline.bench.readers import read_bench_files
-from pipeline.capacity.compute import carry_to_workload
+from pipeline.capacity.compute import carry_to_workload, unidentified_context
 from pipeline.capacity.fit import CHUNKED_ITL_SHARE, deployment_of, fit_serving_model
 from pipeline.capacity.present import model_errors_table
 from pipeline.capacity.prior import gpu_peaks, roofline_prior
 from pipeline.capacity.result import ServingModel
+from pipeline.capacity.search import RequestSample
 from pipeline.config import default_config
 from pipeline.unknown import Unknown
 from tests import batching_server_sim as sim
@@ -161,6 +163,61 @@ def test_unknown_gpu_with_per_request_data_still_fits_but_context_is_assumed() -
     assert model.prefill_split_basis == "fitted"
     assert model.context_basis == "assumed_zero"
     assert isinstance(model.prior, Unknown)
+
+
+def test_one_mix_without_a_prior_carries_no_capacity_to_another_context() -> None:
+    """One mix and no prior cannot price reading a longer context: the 4,000-token workload
+    gets the reason and the remedy, no number; a workload of the benchmark's own lengths still
+    gets its capacity."""
+    model = fitted("short", per_request=True, gpu_type="Gaudi3")
+    assert isinstance(model, ServingModel) and model.self_check.passed, model
+
+    def carried(mix: str) -> float | Unknown:
+        return carry_to_workload(
+            "vllm",
+            model,
+            workload(mix),
+            SLO,
+            kv_tokens=KV_TOKENS,
+            gpu_hour_usd=PRICE,
+            peak_rate_rps=5.0,
+            mean_rate_rps=2.0,
+            config=CONFIG,
+        ).workload_capacity_rps
+
+    far = carried("long")
+    assert isinstance(far, Unknown)
+    assert far.reason.startswith("the workload's decodes read contexts ")
+    assert "longer than the benchmark's" in far.reason
+    assert "no roofline prior (GPU 'Gaudi3' is not in the roofline table)" in far.reason
+    assert far.reason.endswith(
+        "no capacity is carried to this workload (a benchmark at two prompt lengths 1.5× apart "
+        "tells them apart); benchmark this deployment on your own traffic (enginefit loadtest)"
+    )
+    assert isinstance(carried("short"), float)
+
+
+def test_the_context_a_workload_reads_is_weighted_by_its_decodes() -> None:
+    """Two requests, prompts 100 and 300, answers 11 and 21 tokens: 10 and 20 decodes reading
+    100 + 5.5 and 300 + 10.5 tokens, (10 × 105.5 + 20 × 310.5) ÷ 30 = 242.2 tokens on average;
+    against a benchmark of 60-token prompts and 20-token answers (70 tokens) that is 3.46×."""
+    model = fitted("short", per_request=True, gpu_type="Gaudi3")
+    assert isinstance(model, ServingModel), model
+    sample = RequestSample(
+        prompt=np.array([100, 300]),
+        uncached=np.array([100, 300]),
+        output=np.array([11, 21]),
+        unit_arrivals=np.array([0.0, 1.0]),
+    )
+    bench = {"bench_prompt_tokens_mean": 60.0, "bench_output_tokens_mean": 20.0}
+    reason = unidentified_context(model.model_copy(update=bench), sample)
+    assert reason is not None
+    assert "contexts 3.46× longer than the benchmark's (242 against 70 tokens)" in reason
+    # Within 1.5× of a 210-token benchmark (242 ÷ 210 = 1.15), or with a prior: priced.
+    near = {"bench_prompt_tokens_mean": 200.0, "bench_output_tokens_mean": 20.0}
+    assert unidentified_context(model.model_copy(update=near), sample) is None
+    prior = {**bench, "context_basis": "prior"}
+    assert unidentified_context(model.model_copy(update=prior), sample) is None
 
 
 def test_table_of_gpus_known() -> None:

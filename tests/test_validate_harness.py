@@ -152,6 +152,20 @@ def test_verdict_never_passes_what_was_not_measured() -> None:
     assert verdict({}, 0.15, 0.0, 0.15).code == 1
 
 
+def test_verdict_says_but_does_not_judge_what_enginefit_withholds() -> None:
+    """A direction the stage carries nothing to (one mix cannot price its context) is said
+    with the model's error, neither judged against the bound nor enough to pass alone."""
+    withheld = {"a → c": "model +66.4%"}
+    ok = verdict({"a+b → c": 0.21}, 0.4, 0.05, 0.15, withheld=withheld)
+    assert ok.code == 0
+    assert ok.text.endswith(
+        "0 of 1 within the ±15% aim; withheld by enginefit (one mix cannot price their "
+        "context): a → c (model +66.4%)"
+    )
+    assert verdict({"a+b → c": 0.5}, 0.4, 0.05, 0.15, withheld=withheld).code == 1
+    assert verdict({}, 0.4, 0.05, 0.15, withheld=withheld).code == 1
+
+
 def test_mix_trace_has_its_lengths_and_shared_prefixes() -> None:
     mix = Mix("p", prompt=(100, 120), output=(5, 7), prefix_groups=2, prefix_tokens=64)
     trace = mix.trace(1, poisson_arrivals(500, seed=0))

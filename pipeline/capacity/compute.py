@@ -36,6 +36,7 @@ import polars as pl
 
 from pipeline.capacity.binding import binding_limit
 from pipeline.capacity.config import CapacityConfig
+from pipeline.capacity.fit import CONTEXT_SPREAD
 from pipeline.capacity.fleet_cache import CacheReplay
 from pipeline.capacity.kernels import F64, I64
 from pipeline.capacity.limits import SchedulingLimits
@@ -809,6 +810,35 @@ def band_basis(
     )
 
 
+def unidentified_context(model: ServingModel, drawn: RequestSample) -> str | None:
+    """Why ``model`` cannot price the context the sampled requests read, or None.
+
+    With one request mix and no roofline prior the fit cannot tell the cost of reading context
+    from the cost of a decoding request (``context_basis`` ``assumed_zero``): both grow with
+    every decode alike at one context length. Past ``CONTEXT_SPREAD`` from the benchmark's mean
+    context either way, the carried capacity would rest on that guess (on llama.cpp on a CPU
+    it put a 4.6× longer context's capacity 46-66 % too high, docs/capacity.md), so none is
+    carried."""
+    if model.context_basis != "assumed_zero":
+        return None
+    bench = model.bench_prompt_tokens_mean + model.bench_output_tokens_mean / 2.0
+    decoding = np.maximum(drawn.output - 1, 0).astype(np.float64)
+    read = drawn.prompt + drawn.output / 2.0
+    workload = float((decoding * read).sum() / decoding.sum()) if decoding.sum() > 0 else bench
+    ratio = workload / max(bench, 1.0)
+    if 1.0 / CONTEXT_SPREAD < ratio < CONTEXT_SPREAD:
+        return None
+    # The prior's reason without its list of known GPUs: the sentence is long enough.
+    prior = model.prior.reason.split(" (")[0] if isinstance(model.prior, Unknown) else "none"
+    return (
+        f"the workload's decodes read contexts {_times(ratio)} than the benchmark's "
+        f"({workload:,.0f} against {bench:,.0f} tokens), and one request mix with no roofline "
+        f"prior ({prior}) cannot tell the cost of reading context from the cost of a decoding "
+        "request: no capacity is carried to this workload (a benchmark at two prompt lengths "
+        f"{CONTEXT_SPREAD:g}× apart tells them apart)"
+    )
+
+
 def _carried_capacity(
     model: ServingModel,
     drawn: RequestSample,
@@ -826,18 +856,24 @@ def _carried_capacity(
     fleet's cache to a fixed point, then withheld when it rests on a prefill budget the
     benchmark does not pin. Returns the settled fleet, the capacity and what the budget's
     sensitivity says (None: nothing)."""
-    settled = (
+    unidentified = None if measured_on_workload else unidentified_context(model, drawn)
+    withheld = (
         # A model that does not reproduce its own benchmark carries no capacity anywhere.
+        f"{model.self_check.reason}: no capacity is carried to this workload"
+        if not model.self_check.passed and not measured_on_workload
+        else unidentified
+    )
+    settled = (
         SettledFleet(
             Unknown(
-                reason=f"{model.self_check.reason}: no capacity is carried to this workload; "
-                "benchmark this deployment on your own traffic (enginefit loadtest)"
+                reason=f"{withheld}; benchmark this deployment on your own traffic "
+                "(enginefit loadtest)"
             ),
             drawn,
             None,
             None,
         )
-        if not model.self_check.passed and not measured_on_workload
+        if withheld is not None
         else settle_fleet(
             model.coefficients,
             drawn,
