@@ -110,6 +110,7 @@ class ReferenceRun:
     replica: list[int]
     balance_routed: int
     peak_pinned_blocks: list[int]
+    shed: list[bool]
 
 
 def event_reference(
@@ -127,18 +128,21 @@ def event_reference(
     routing: str = "fixed",
     lifetime: str = "durations",
     replica_slots: int | None = None,
+    timeout: int = 0,
     cache_aware: tuple[float, int, float] = (0.5, 32, 1.1),
 ) -> ReferenceRun:
     """The event-driven replay, read literally (see pipeline/sim/kernels.py for the rules).
 
     ``routing``: ``fixed`` (``replica`` given), ``least-loaded`` or ``cache-aware``;
-    ``lifetime``: ``durations`` or ``instant``. Requests must be in arrival order.
+    ``lifetime``: ``durations`` or ``instant``; ``timeout`` > 0 sheds a request whose
+    duration, stretched past the slots, exceeds it. Requests must be in arrival order.
     """
     caches = [_Replica(capacity) for _ in range(replicas)]
     running: list[tuple[int, int]] = []  # (finish, request): ties go to the lower index
     in_flight = [0] * replicas
     chosen: list[int] = []
     hits: list[int] = []
+    shed: list[bool] = []
     balance_routed = 0
     threshold, balance_abs, balance_rel = cache_aware
 
@@ -175,6 +179,14 @@ def event_reference(
                 rate = matched[best] * block_size / prompt_tokens[i] if prompt_tokens[i] else 0.0
                 k = best if rate > threshold else lightest()
         chosen.append(k)
+        d = duration[i]
+        if replica_slots and in_flight[k] + 1 > replica_slots:
+            d = d * (in_flight[k] + 1) // replica_slots
+            if timeout and d > timeout:
+                shed.append(True)
+                hits.append(0)
+                continue
+        shed.append(False)
         cache = caches[k]
         h = cache.leading(chains[i], prompt_blocks[i])
         hits.append(min(h, hit_limit(prompt_tokens[i], block_size)) * block_size)
@@ -184,11 +196,8 @@ def event_reference(
             cache.release(tail_first(i))
         else:
             cache.peak = max(cache.peak, len(cache.ref))
-        d = duration[i]
-        if replica_slots and in_flight[k] > replica_slots:
-            d = d * in_flight[k] // replica_slots
         heapq.heappush(running, (arrival[i] + d, i))
-    return ReferenceRun(hits, chosen, balance_routed, [c.peak for c in caches])
+    return ReferenceRun(hits, chosen, balance_routed, [c.peak for c in caches], shed)
 
 
 @nb.njit(cache=True)

@@ -222,6 +222,7 @@ def _replay_args(**changes: object) -> dict[str, object]:
         "queue_size": 16,
         "instant": True,
         "replica_slots": 0,
+        "timeout": 0,
         "cache_threshold": 0.5,
         "balance_abs": 32,
         "balance_rel": 1.1,
@@ -230,10 +231,10 @@ def _replay_args(**changes: object) -> dict[str, object]:
 
 
 def test_the_replay_kernel_runs_on_valid_input() -> None:
-    hits, chosen, balance, peak = kernels.replay(**_replay_args())  # type: ignore[arg-type]
+    hits, chosen, balance, peak, shed = kernels.replay(**_replay_args())  # type: ignore[arg-type]
     # request 1 finds block 0 cached: one 16-token block, within its hit limit of 1
     assert hits.tolist() == [0, 16] and chosen.tolist() == [0, 0] and balance == 0
-    assert peak.tolist() == [0]
+    assert peak.tolist() == [0] and shed.tolist() == [False, False]
 
 
 @pytest.mark.parametrize(
@@ -365,7 +366,7 @@ def test_a_stretched_duration_saturates_instead_of_overflowing() -> None:
         instant=False,
         replica_slots=1,
     )
-    hits, _, _, peak = kernels.replay(**args)  # type: ignore[arg-type]
+    hits, _, _, peak, _ = kernels.replay(**args)  # type: ignore[arg-type]
     assert hits.tolist() == [0, 16, 16, 16, 16]
     assert peak.tolist() == [1 + n]
     with pytest.raises(KernelArgumentError, match=r"durations must lie in 0\.\.2\^61 µs"):

@@ -99,7 +99,7 @@ def fixed(
     w: Workload, order: I64, starts: I64, capacity: int, instant: bool, slots: int = 0
 ) -> tuple[I64, I64]:
     """The kernel on a fixed assignment: per-request hit tokens, per-replica peak pinned."""
-    hits, _, balance, peak = kernels.replay(
+    hits, _, balance, peak, _ = kernels.replay(
         *w.common(),
         order,
         starts,
@@ -109,6 +109,7 @@ def fixed(
         w.queue(capacity),
         instant,
         slots,
+        0,
         0.0,
         0,
         1.0,
@@ -170,7 +171,7 @@ def test_routed_replay_matches_the_event_reference(seed: int, lifetime: str, rou
     w = Workload(seed, 200)
     replicas = 3
     for capacity, knobs in [(4, (0.5, 2, 1.1)), (30, (0.3, 1, 1.5)), (10_000, (0.5, 32, 1.1))]:
-        hits, chosen, balance, peak = kernels.replay(
+        hits, chosen, balance, peak, _ = kernels.replay(
             *w.common(),
             np.arange(w.n, dtype=np.int64),
             np.array([0, w.n], np.int64),
@@ -180,6 +181,7 @@ def test_routed_replay_matches_the_event_reference(seed: int, lifetime: str, rou
             w.queue(capacity),
             lifetime == "instant",
             2,
+            0,
             *knobs,
         )
         want = w.event_reference(
@@ -195,6 +197,54 @@ def test_routed_replay_matches_the_event_reference(seed: int, lifetime: str, rou
         assert balance == want.balance_routed
         if lifetime == "durations":
             assert peak.tolist() == want.peak_pinned_blocks
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("routing", [kernels.FIXED, kernels.LEAST_LOADED, kernels.CACHE_AWARE])
+def test_requests_past_the_timeout_are_shed_as_the_reference_sheds_them(
+    seed: int, routing: int
+) -> None:
+    """One slot a replica and a timeout of 30 µs against durations of 0-24 µs two apart: a
+    request its replica would stretch past 30 is shed (no hits, no pinning, not in flight)."""
+    w = Workload(seed, 200)
+    replicas, capacity, timeout = 3, 13, 30
+    replica = np.random.default_rng(seed).integers(0, replicas, w.n).astype(np.int64)
+    order, starts = (
+        streams(replica, replicas)
+        if routing == kernels.FIXED
+        else (np.arange(w.n, dtype=np.int64), np.array([0, w.n], np.int64))
+    )
+    hits, chosen, balance, peak, shed = kernels.replay(
+        *w.common(),
+        order,
+        starts,
+        routing,
+        replicas,
+        capacity,
+        w.queue(capacity),
+        False,
+        1,
+        timeout,
+        0.5,
+        2,
+        1.1,
+    )
+    names = {kernels.FIXED: "fixed", kernels.LEAST_LOADED: "least-loaded"}
+    want = w.event_reference(
+        capacity,
+        replicas=replicas,
+        replica=replica.tolist(),
+        routing=names.get(routing, "cache-aware"),
+        replica_slots=1,
+        timeout=timeout,
+        cache_aware=(0.5, 2, 1.1),
+    )
+    assert shed.tolist() == want.shed
+    assert 0 < shed.sum() < w.n
+    assert hits.tolist() == want.hit_tokens and not hits[shed].any()
+    assert peak.tolist() == want.peak_pinned_blocks
+    if routing != kernels.FIXED:
+        assert chosen.tolist() == want.replica and balance == want.balance_routed
 
 
 def test_the_references_agree_with_each_other_in_the_instant_lifetime() -> None:

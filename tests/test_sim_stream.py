@@ -255,6 +255,7 @@ def test_replay_chunk_checks_its_block_ids_and_heap() -> None:
             2,
             False,
             0,
+            0,
             0.5,
             32,
             1.5,
@@ -272,8 +273,8 @@ def test_replay_chunk_checks_its_block_ids_and_heap() -> None:
         call([0, 3], [], 0, 0)
     with pytest.raises(kernels.KernelArgumentError, match="running requests must be among"):
         call([0, 1], [1], 1, 1)
-    hits, balance, running = call([0, 1], [], 0, 0)
-    assert (hits.tolist(), balance, running) == ([0], 0, 1)
+    hits, shed, balance, running = call([0, 1], [], 0, 0)
+    assert (hits.tolist(), shed.tolist(), balance, running) == ([0], [False], 0, 1)
 
 
 def test_a_block_evicted_at_a_chunk_boundary_and_seen_again_takes_a_fresh_slot(

@@ -66,6 +66,11 @@ MAX_CACHE_TOKENS = 10**15
 # Requests in flight (replica_slots, balance_abs_threshold): the kernels count them in int64,
 # and no replica runs 2^31 requests at once.
 MAX_IN_FLIGHT = 2**31 - 1
+# A client's timeout (request_timeout_s): a millisecond to a year, whose microseconds stay far
+# inside the kernels' durations (below 2^61 µs).
+MIN_REQUEST_TIMEOUT_S = 0.001
+MAX_REQUEST_TIMEOUT_S = 365 * 86_400.0
+RequestTimeout = Annotated[float, between(MIN_REQUEST_TIMEOUT_S, MAX_REQUEST_TIMEOUT_S)]
 # Log-spaced curve points printed and written to curves.json (curves.parquet has every step).
 MAX_CURVE_POINTS = 10_000
 # SHARDS sampling rate: below one block in a million the sample of any trace is too thin to
@@ -228,6 +233,7 @@ class SimConfig(Section):
     cache_aware: Annotated[CacheAwareConfig, BeforeValidator(collected(_cache_aware))]
     request_lifetime: RequestLifetime
     replica_slots: Annotated[InFlight, Field(gt=0)] | None
+    request_timeout_s: RequestTimeout | None
     latency_model: LatencyModelConfig | None
     curve_exact_max_blocks: CurveBlocks
     curve_sample_rate: Annotated[SampleRate, Field(lt=1)] | None
@@ -236,6 +242,13 @@ class SimConfig(Section):
         """The latency model durations come from: this section's, else ``fallback`` (the
         shape section's)."""
         return self.latency_model.as_model() if self.latency_model is not None else fallback
+
+    def timeout_us(self, lifetime: str) -> int:
+        """The replay kernels' ``timeout`` for ``lifetime``: ``request_timeout_s`` in µs under
+        the durations lifetime, 0 (nothing shed) under the instant one or without a timeout."""
+        if lifetime != "durations" or self.request_timeout_s is None:
+            return 0
+        return round(self.request_timeout_s * 1_000_000)
 
     def scenarios(self) -> list[Scenario]:
         """The grid, in a fixed order; replicas=1 runs only one routing (they are all equal).

@@ -31,6 +31,13 @@ Rules implemented (vLLM 0.33.0 automatic prefix caching, ``vllm/v1/core`` of its
   ``base × max(1, n / replica_slots)`` µs, rounded down (processor sharing past
   ``replica_slots``; 0 disables). Requests in flight (for routing) always follow the durations,
   whatever the lifetime.
+- Shedding (``timeout`` µs, 0 disables): a request its replica would stretch past the timeout
+  (admitted past ``replica_slots`` with a stretched duration above ``timeout``) is shed on
+  arrival: it is routed (the router's counters count it) but looked up, admitted and counted
+  in flight nowhere, and its hit tokens are 0. Its client would have given up on it; a
+  replica that overloaded holds it in vLLM's waiting queue, which pins no blocks. So a
+  replica runs at most ``replica_slots`` requests admitted at or under its slots plus those of
+  the last ``timeout`` µs, however far the arrivals outrun it.
 - Routing: ``FIXED`` replays one replica's stream (the caller assigned it); ``LEAST_LOADED`` sends
   a request to the replica with the fewest requests in flight (ties: lowest index; it reads no
   cache state, so ``replay.assign`` runs this loop without blocks and the replicas' streams are
@@ -67,6 +74,7 @@ from pipeline.errors import EnginefitError
 from pipeline.prefix.hashmap import splitmix64
 
 I64 = NDArray[np.int64]
+Flags = NDArray[np.bool_]
 
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 _FNV_PRIME = np.uint64(0x100000001B3)
@@ -601,6 +609,7 @@ def _event_loop(
     capacity: int,
     instant: bool,
     replica_slots: int,
+    timeout: int,
     cache_threshold: float,
     balance_abs: int,
     balance_rel: float,
@@ -609,6 +618,7 @@ def _event_loop(
     queue: I64,
     hits: I64,
     chosen: I64,
+    shed: Any,
 ) -> int:
     """Replay requests ``order`` (arrival order) on ``state.shape[1]`` replicas from an empty
     heap (:func:`_event_steps`); returns how many requests the imbalance rule routed."""
@@ -632,6 +642,7 @@ def _event_loop(
         capacity,
         instant,
         replica_slots,
+        timeout,
         cache_threshold,
         balance_abs,
         balance_rel,
@@ -640,6 +651,7 @@ def _event_loop(
         queue,
         hits,
         chosen,
+        shed,
         finish,
         finishing,
         0,
@@ -664,6 +676,7 @@ def _event_steps(
     capacity: int,
     instant: bool,
     replica_slots: int,
+    timeout: int,
     cache_threshold: float,
     balance_abs: int,
     balance_rel: float,
@@ -672,6 +685,7 @@ def _event_steps(
     queue: I64,
     hits: I64,
     chosen: I64,
+    shed: Any,
     finish: I64,
     finishing: I64,
     n_running: int,
@@ -681,8 +695,8 @@ def _event_steps(
     from the requests already running: the heap ``finish``/``finishing`` (finish time, request
     index; ``n_running`` entries, room for ``order.size`` more) and ``in_flight`` per replica.
     ``FIXED`` serves request ``r`` on replica ``chosen[r]``; the routers fill ``chosen``. Fills
-    ``hits`` per request; returns how many the imbalance rule routed and the requests still
-    running (the heap's new size)."""
+    ``hits`` per request and sets ``shed[r]`` for the requests ``timeout`` sheds; returns how
+    many the imbalance rule routed and the requests still running (the heap's new size)."""
     n = order.size
     replicas = state.shape[1]
     matched = np.zeros(replicas, np.int64)
@@ -730,19 +744,24 @@ def _event_steps(
             if by_balance:
                 balance_routed += 1
         chosen[r] = k
+        # its duration with itself in flight: stretched past the slots, maybe past the timeout
+        running = in_flight[k] + 1
+        duration = base_duration[r]
+        if replica_slots > 0 and running > replica_slots:
+            if duration > MAX_DURATION_US // running:
+                duration = MAX_DURATION_US  # never finishes within any trace; no overflow
+            else:
+                duration = duration * running // replica_slots
+            if 0 < timeout < duration:
+                shed[r] = True
+                continue
         hits[r] = _lookup(state[:, k], ids, lo, hit_limit[r]) * block_size
         _admit(state[:, k], buf[k], queue[k], ids, lo, hi, missing[r], capacity)
-        in_flight[k] += 1
+        in_flight[k] = running
         if instant:
             _release(state[:, k], buf[k], queue[k], ids, lo, hi, missing[r], capacity)
         elif queue[k, _PINNED] > queue[k, _PEAK]:
             queue[k, _PEAK] = queue[k, _PINNED]
-        duration = base_duration[r]
-        if replica_slots > 0 and in_flight[k] > replica_slots:
-            if duration > MAX_DURATION_US // in_flight[k]:
-                duration = MAX_DURATION_US  # never finishes within any trace; no overflow
-            else:
-                duration = duration * in_flight[k] // replica_slots
         n_running = _heap_push(finish, finishing, n_running, t + duration, r)
     return balance_routed, n_running
 
@@ -767,12 +786,13 @@ def _replay(
     queue_size: int,
     instant: bool,
     replica_slots: int,
+    timeout: int,
     cache_threshold: float,
     balance_abs: int,
     balance_rel: float,
     state: Any,
     buf: Any,
-) -> tuple[I64, I64, int, I64]:
+) -> tuple[I64, I64, int, I64, Any]:
     """Replay the streams ``order[starts[s]:starts[s+1]]``, each on fresh caches.
 
     ``FIXED``: stream k is replica k's (the caller assigned it); the replicas are independent
@@ -785,11 +805,13 @@ def _replay(
     scratch, ``rows`` 1 for ``FIXED`` and ``replicas`` otherwise: :func:`replay` allocates them.
 
     Returns per-request hit tokens and replica row chosen by the router (0 for ``FIXED``), how
-    many requests the imbalance rule routed, and per-replica peak pinned blocks.
+    many requests the imbalance rule routed, per-replica peak pinned blocks and which requests
+    ``timeout`` shed (the event loop's; the ``FIXED`` instant stream sheds none).
     """
     n = prompt_blocks.size
     hits = np.zeros(n, np.int64)
     chosen = np.zeros(n, np.int64)
+    shed = np.zeros(n, np.bool_)
     rows = 1 if routing == FIXED else replicas
     queue = np.zeros((rows, _QUEUE_FIELDS), np.int64)
     peak = np.zeros(replicas, np.int64)
@@ -828,6 +850,7 @@ def _replay(
             capacity,
             instant,
             replica_slots,
+            timeout,
             cache_threshold,
             balance_abs,
             balance_rel,
@@ -836,12 +859,13 @@ def _replay(
             queue,
             hits,
             chosen,
+            shed,
         )
         if routing == FIXED:
             peak[stream] = queue[0, _PEAK]
         else:
             peak[:] = queue[:, _PEAK]
-    return hits, chosen, balance_routed, peak
+    return hits, chosen, balance_routed, peak, shed
 
 
 @nb.njit(cache=True, nogil=True)  # releases the GIL: replays can run in threads side by side
@@ -860,6 +884,7 @@ def _replay_chunk(
     capacity: int,
     instant: bool,
     replica_slots: int,
+    timeout: int,
     cache_threshold: float,
     balance_abs: int,
     balance_rel: float,
@@ -871,7 +896,7 @@ def _replay_chunk(
     finishing: I64,
     n_running: int,
     in_flight: I64,
-) -> tuple[I64, int, int]:
+) -> tuple[I64, Any, int, int]:
     """One chunk of a replay that streams the workload, every replica's state live at once.
 
     Requests ``0..first-1`` are the ones still running from earlier chunks (their chains and
@@ -879,11 +904,13 @@ def _replay_chunk(
     them), requests ``first..`` the chunk's, replayed in order from the carried ``state``
     (``n_ids × replicas`` int32), free queues ``buf``/``queue`` and ``in_flight``, all updated
     in place: as :func:`_replay` would go on past the previous chunk. ``FIXED`` serves request
-    ``r`` on replica ``chosen[r]``; the routers fill it. Returns per-request hit tokens, how
-    many requests the imbalance rule routed and the requests still running.
+    ``r`` on replica ``chosen[r]``; the routers fill it. Returns per-request hit tokens and
+    which requests ``timeout`` shed, how many the imbalance rule routed and the requests still
+    running.
     """
     n = offsets.size - 1
     hits = np.zeros(n, np.int64)
+    shed = np.zeros(n, np.bool_)
     order = np.arange(first, n)
     if routing == FIXED and instant:
         _instant_stream(
@@ -900,7 +927,7 @@ def _replay_chunk(
             queue,
             hits,
         )
-        return hits, 0, n_running
+        return hits, shed, 0, n_running
     balance_routed, n_running = _event_steps(
         offsets,
         ids,
@@ -916,6 +943,7 @@ def _replay_chunk(
         capacity,
         instant,
         replica_slots,
+        timeout,
         cache_threshold,
         balance_abs,
         balance_rel,
@@ -924,12 +952,13 @@ def _replay_chunk(
         queue,
         hits,
         chosen,
+        shed,
         finish,
         finishing,
         n_running,
         in_flight,
     )
-    return hits, balance_routed, n_running
+    return hits, shed, balance_routed, n_running
 
 
 @nb.njit(cache=True)
@@ -1029,6 +1058,7 @@ def _check_replay(kernel: str, a: dict[str, Any]) -> None:
         ("capacity", 0, 2**62, " blocks"),
         ("queue_size", 1, INT32_LIMIT, ""),
         ("replica_slots", 0, INT32_LIMIT, ""),
+        ("timeout", 0, MAX_DURATION_US, " µs"),
     ):
         value = a[name]
         require(
@@ -1162,6 +1192,7 @@ def _check_replay_chunk(kernel: str, a: dict[str, Any]) -> None:
         ("block_size", 1, INT32_LIMIT),
         ("capacity", 0, 2**62),
         ("replica_slots", 0, INT32_LIMIT),
+        ("timeout", 0, MAX_DURATION_US),
     ):
         value = a[name]
         require(low <= value <= high, kernel, f"{name} must lie in {low:,}..{high:,}, got {value}")
@@ -1200,7 +1231,7 @@ _REPLAY_PARAMETERS = _REPLAY_SIGNATURE.replace(
 )
 
 
-def replay(*args: Any, **kwargs: Any) -> tuple[I64, I64, int, I64]:
+def replay(*args: Any, **kwargs: Any) -> tuple[I64, I64, int, I64, Flags]:
     """:func:`_replay` behind its check, its scratch allocated here by numpy: numpy asks for
     transparent huge pages on large arrays (numba's allocator does not), and the replay reads
     and writes its block state at random, where huge pages save TLB misses."""
@@ -1209,7 +1240,7 @@ def replay(*args: Any, **kwargs: Any) -> tuple[I64, I64, int, I64]:
     rows = 1 if a["routing"] == FIXED else a["replicas"]
     state = np.empty((a["n_ids"], rows), np.int32)
     buf = np.empty((rows, a["queue_size"]), np.int32)
-    result: tuple[I64, I64, int, I64] = _replay(*a.values(), state, buf)  # type: ignore[call-arg]
+    result: tuple[I64, I64, int, I64, Flags] = _replay(*a.values(), state, buf)  # type: ignore[call-arg]
     return result
 
 

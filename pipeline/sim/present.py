@@ -63,6 +63,7 @@ SCENARIO_VIEW = (
     "replicas",
     "cache_tokens",
     "request_lifetime",
+    "shed_requests",  # only when the timeout shed some
     "hit_ratio",
     "hit_ratio_instant",
     "content_share",

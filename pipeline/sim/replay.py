@@ -56,6 +56,7 @@ ROUTER_VIEW_NOTE = (
 class Assignment:
     replica: I64
     spills: int = 0
+    shed: int = 0  # requests least-loaded's loop shed (they leave no load behind)
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,9 @@ class ScenarioRun:
     request_lifetime: str = "instant"
     replica_slots: int | None = None
     peak_pinned_blocks: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
+    # per request: shed by request_timeout_s (the durations lifetime's; their hit tokens are 0)
+    shed: kernels.Flags = field(default_factory=lambda: np.zeros(0, np.bool_))
+    request_timeout_s: float | None = None
     hit_tokens_instant: I64 | None = None
     cache_aware: CacheAwareConfig | None = None
 
@@ -85,14 +89,21 @@ def affinity_home(inp: SimInputs, replicas: int) -> I64:
     return (inp.session_hash % np.uint64(replicas)).astype(np.int64)
 
 
-def assign(inp: SimInputs, routing: str, replicas: int, settings: SimConfig) -> Assignment:
+def assign(
+    inp: SimInputs,
+    routing: str,
+    replicas: int,
+    settings: SimConfig,
+    *,
+    lifetime: str = "instant",
+) -> Assignment:
     """Replica per request for a routing that does not read cache state.
 
     ``random`` draws with ``settings.random_seed``; ``bounded-affinity`` spills past
     ``settings.bounded_affinity_margin``. ``least-loaded`` runs the replay's event loop without
-    blocks (requests in flight per replica, durations stretched past ``replica_slots``), so its
-    assignment is exactly what the replay would decide; the replay then serves each replica's
-    stream on its own.
+    blocks (requests in flight per replica, durations stretched past ``replica_slots``, the
+    requests ``lifetime``'s replay sheds taking no load), so its assignment is exactly what
+    that replay would decide; the replay then serves each replica's stream on its own.
     """
     seed, margin = settings.random_seed, settings.bounded_affinity_margin
     replica_slots = settings.replica_slots
@@ -112,7 +123,7 @@ def assign(inp: SimInputs, routing: str, replicas: int, settings: SimConfig) -> 
         return Assignment(rng.integers(0, replicas, size=n, dtype=np.int64))
     if routing == "least-loaded":
         no_blocks = np.zeros(n, np.int64)
-        _, replica, _, _ = kernels.replay(
+        _, replica, _, _, shed = kernels.replay(
             np.zeros(n + 1, np.int64),
             np.zeros(0, np.int32),
             no_blocks,
@@ -131,11 +142,12 @@ def assign(inp: SimInputs, routing: str, replicas: int, settings: SimConfig) -> 
             1,
             True,
             replica_slots or 0,
+            settings.timeout_us(lifetime),
             0.0,
             0,
             1.0,
         )
-        return Assignment(replica)
+        return Assignment(replica, shed=int(shed.sum()))
     if routing == "least-served":
         return Assignment(kernels.least_served(inp.prompt_tokens + inp.output_tokens, replicas))
     home = affinity_home(inp, replicas)
@@ -203,9 +215,11 @@ def simulate(
     ``settings.request_lifetime``: ``durations`` pins a request's blocks from arrival until
     arrival + duration (logged ``e2e_ms``, else the latency model), stretched by ``max(1, n /
     replica_slots)`` for a request admitted with n requests in flight on its replica
-    (``replica_slots`` None: never stretched); ``instant`` releases them at arrival. With
-    ``durations`` and ``with_instant`` the instant replay runs too (``hit_tokens_instant``), in
-    a thread beside the durations replay when the machine has more than one core. The cache-aware router runs with ``settings.cache_aware``.
+    (``replica_slots`` None: never stretched), and a request stretched past
+    ``request_timeout_s`` is shed (``shed``: no blocks, no hits); ``instant`` releases them at
+    arrival and sheds nothing. With ``durations`` and ``with_instant`` the instant replay runs
+    too (``hit_tokens_instant``), in a thread beside the durations replay when the machine has
+    more than one core. The cache-aware router runs with ``settings.cache_aware``.
     """
     check_scenario(scenario, settings)
     request_lifetime, replica_slots = settings.request_lifetime, settings.replica_slots
@@ -232,15 +246,22 @@ def simulate(
             if replicas == 1:
                 assignment = Assignment(np.zeros(inp.n, np.int64))
             else:
-                assignment = assign(inp, scenario.routing, replicas, settings)
+                assignment = assign(
+                    inp, scenario.routing, replicas, settings, lifetime=request_lifetime
+                )
         if assignment.replica.size != inp.n:
             raise SimulationInputError("assignment length differs from the number of requests")
         routing = kernels.FIXED
         order, starts = replica_streams(assignment.replica, replicas)
     knobs = settings.cache_aware
+    streams = dict.fromkeys(REQUEST_LIFETIMES, (order, starts))
+    if assignment is not None and assignment.shed:
+        # least-loaded routes the instant replay by a load that includes what durations shed
+        unshed = assign(inp, scenario.routing, replicas, settings)
+        streams["instant"] = replica_streams(unshed.replica, replicas)
 
-    def run(lifetime: str) -> tuple[I64, I64, int, I64]:
-        hits, chosen, balance, peak = kernels.replay(
+    def run(lifetime: str) -> tuple[I64, I64, int, I64, kernels.Flags]:
+        hits, chosen, balance, peak, shed = kernels.replay(
             view.offsets,
             view.ids,
             view.prompt_blocks,
@@ -251,29 +272,30 @@ def simulate(
             max(view.n_ids, 1),
             inp.arrival_us,
             inp.duration_us,
-            order,
-            starts,
+            *streams[lifetime],
             routing,
             replicas,
             capacity,
             _queue_size(view, capacity),
             lifetime == "instant",
             slots,
+            settings.timeout_us(lifetime),
             knobs.cache_threshold,
             knobs.balance_abs_threshold,
             knobs.balance_rel_threshold,
         )
-        return hits, (assignment.replica if assignment is not None else chosen), balance, peak
+        replica = assignment.replica if assignment is not None else chosen
+        return hits, replica, balance, peak, shed
 
     instant_hits: I64 | None
     if request_lifetime == "durations" and with_instant and (os.cpu_count() or 1) > 1:
         # the two replays are independent and release the GIL: one per core
         with ThreadPoolExecutor(1) as pool:
             instant = pool.submit(run, "instant")
-            hits, replica, balance, peak = run(request_lifetime)
+            hits, replica, balance, peak, shed = run(request_lifetime)
             instant_hits = instant.result()[0]
     else:
-        hits, replica, balance, peak = run(request_lifetime)
+        hits, replica, balance, peak, shed = run(request_lifetime)
         instant_hits = hits
         if request_lifetime == "durations":
             instant_hits = run("instant")[0] if with_instant else None
@@ -287,6 +309,8 @@ def simulate(
         request_lifetime=request_lifetime,
         replica_slots=replica_slots,
         peak_pinned_blocks=peak,
+        shed=shed,
+        request_timeout_s=settings.request_timeout_s,
         hit_tokens_instant=instant_hits,
         cache_aware=ca,
     )
@@ -416,6 +440,8 @@ class RunTotals:
     replica_slots: int | None
     peak_pinned_blocks: I64
     cache_aware: CacheAwareConfig | None
+    shed_requests: int = 0
+    request_timeout_s: float | None = None  # what shed them
 
     @classmethod
     def of(cls, inp: SimInputs, run: ScenarioRun) -> RunTotals:
@@ -432,15 +458,18 @@ class RunTotals:
             run.replica_slots,
             run.peak_pinned_blocks,
             run.cache_aware,
+            int(run.shed.sum()),
+            run.request_timeout_s,
         )
 
 
 def summarise(inp: SimInputs, run: ScenarioRun) -> dict[str, Any]:
     """The scenario's statistics as a JSON-ready dict (per-replica rows sorted by replica).
 
-    ``warnings`` says when tokens pinned by running requests at their peak reach
-    ``PINNED_WARN_SHARE`` of a replica's cache capacity, and what the hit figures
-    cover when only some requests carry prompt content. Hit figures cover the requests with
+    ``warnings`` says when the timeout shed requests (``shed_requests``, present only then),
+    when tokens pinned by running requests at their peak reach ``PINNED_WARN_SHARE`` of a
+    replica's cache capacity, and what the hit figures cover when only some requests carry
+    prompt content. Hit figures cover the requests with
     content (:class:`~pipeline.sim.blocks.ContentCoverage`); with none they are null and
     ``hit_unknown_reason`` says why.
     """
@@ -485,6 +514,14 @@ def summarise_totals(
     else:
         lifetime = {"mode": "instant", "note": INSTANT_NOTE}
     warnings: list[str] = []
+    shed = run.shed_requests
+    if shed:
+        warnings.append(
+            f"{sc.replicas} replica(s) cannot carry this traffic: {shed:,} of {inp.requests:,} "
+            "requests shed, each one its overloaded replica would have finished more than "
+            f"{run.request_timeout_s:g} s after it arrived (simulation.request_timeout_s); "
+            "their prompt tokens count as not cached"
+        )
     peak_tokens = int(peak.max(initial=0)) * sc.block_size
     if sc.cache_tokens > 0 and durations and peak_tokens >= PINNED_WARN_SHARE * sc.cache_tokens:
         warnings.append(
@@ -506,6 +543,8 @@ def summarise_totals(
         "routing": sc.routing,
         "tenant_isolation": sc.tenant_isolation,
         "requests": inp.requests,
+        # said only when some were: a replay that kept up writes what it always wrote
+        **({"shed_requests": shed} if shed else {}),
         "prompt_tokens": prompt,
         "output_tokens": inp.output_tokens,
         **coverage.as_dict(),

@@ -81,6 +81,9 @@ class ScenarioSummary(ResultModel):
     routing: str
     tenant_isolation: bool
     requests: int
+    # requests simulation.request_timeout_s shed (an overloaded replica's); on disk only when
+    # some were, so a replay that kept up writes what it always wrote
+    shed_requests: int = 0
     prompt_tokens: int
     output_tokens: int
     content_requests: int
@@ -118,6 +121,8 @@ class ScenarioSummary(ResultModel):
     @model_serializer(mode="wrap")
     def _reason_beside_hits(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         out: dict[str, Any] = handler(self)
+        if not self.shed_requests:
+            del out["shed_requests"]
         out["hit_unknown_reason"] = (
             self.hit_ratio.reason if isinstance(self.hit_ratio, Unknown) else None
         )
@@ -174,16 +179,23 @@ SCENARIO_SCHEMA = pl.Schema(
 
 
 def scenario_frame(summaries: list[ScenarioSummary]) -> pl.DataFrame:
-    """One row per scenario (per-replica detail dropped), sorted by scenario key."""
+    """One row per scenario (per-replica detail dropped), sorted by scenario key;
+    ``shed_requests`` after ``requests`` when some scenario shed any."""
+    schema = SCENARIO_SCHEMA
+    if any(s.shed_requests for s in summaries):
+        columns = list(SCENARIO_SCHEMA.items())
+        at = list(SCENARIO_SCHEMA).index("requests") + 1
+        schema = pl.Schema([*columns[:at], ("shed_requests", pl.Int64), *columns[at:]])
     rows = [
         {
-            **{k: v for k, v in s.to_json().items() if k in SCENARIO_SCHEMA},
+            **{k: v for k, v in s.to_json().items() if k in schema},
+            **({"shed_requests": s.shed_requests} if "shed_requests" in schema else {}),
             "request_lifetime": s.request_lifetime.mode,
             "durations_estimated": s.durations is not None and s.durations.estimated,
         }
         for s in summaries
     ]
-    return pl.DataFrame(rows, schema=SCENARIO_SCHEMA).sort("scenario")
+    return pl.DataFrame(rows, schema=schema).sort("scenario")
 
 
 def replica_frame(summaries: list[ScenarioSummary]) -> pl.DataFrame:

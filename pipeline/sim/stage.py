@@ -24,9 +24,10 @@ where the curves are sampled part by part too, so nothing flattens the table; be
 share the flattened table with the curves, which is faster: streaming reads and flattens the
 table again (a pass a scenario costs 2.6-3.4 times the CPU of the shared flattening at 1M
 requests, ``perf/sim_stream.py``, so a streamed table is one step for every scenario), and
-when requests outrun a replica the blocks they pin grow with the table, once for every
-scenario replayed side by side (2.4 times the flattened path's memory on the generated
-100-requests-a-second trace).
+when requests outrun a replica the blocks they pin grow, up to those of the requests of the
+last ``simulation.request_timeout_s``, once for every scenario replayed side by side (2.4
+times the flattened path's memory on the generated 100-requests-a-second trace, measured
+before that bound).
 """
 
 from __future__ import annotations

@@ -342,6 +342,8 @@ class _ScenarioStream:
             cache_aware=(
                 self.settings.cache_aware if self.routing == kernels.CACHE_AWARE else None
             ),
+            shed_requests=replays[0].shed,
+            request_timeout_s=self.settings.request_timeout_s,
         )
         return StreamedRun(
             summary=summarise_totals(workload, run, lambda: sessions_inferred),
@@ -673,6 +675,7 @@ class _Replay:
     finishing: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
     n_running: int = 0
     balance_routed: int = 0
+    shed: int = 0  # requests request_timeout_s shed (never pinned: not carried)
     last_chosen: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
     peak_rows: int = 0
     peak_pinned_total: int = 0
@@ -715,7 +718,7 @@ class _Replay:
         self.finishing = _room(self.finishing, self.n_running + work.chosen.size)
         knobs = self.settings.cache_aware
         chosen = requests.chosen[:n]
-        hits, balance, n_running = kernels.replay_chunk(
+        hits, shed, balance, n_running = kernels.replay_chunk(
             requests.offsets[: n + 1],
             requests.ids[: requests.offsets[n]],
             requests.view("prompt_blocks"),
@@ -730,6 +733,7 @@ class _Replay:
             self.capacity,
             self.instant,
             self.settings.replica_slots or 0,
+            self.settings.timeout_us("instant" if self.instant else "durations"),
             knobs.cache_threshold,
             knobs.balance_abs_threshold,
             knobs.balance_rel_threshold,
@@ -744,6 +748,7 @@ class _Replay:
         )
         self.n_running = n_running = int(n_running)
         self.balance_routed += int(balance)
+        self.shed += int(shed[first:].sum())
         self.last_chosen = chosen[first:].copy()
         self.peak_rows = max(self.peak_rows, state.shape[0])
         self.peak_running = max(self.peak_running, n_running)
