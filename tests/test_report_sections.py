@@ -25,7 +25,7 @@ from pipeline.decision.result import DecisionRecord
 from pipeline.prefix.analysis import analyse
 from pipeline.prefix.config import PrefixConfig
 from pipeline.report.sections.content import ReportContent
-from pipeline.report.sections.prefix import NO_CONTENT, prefix
+from pipeline.report.sections.prefix import NO_CONTENT, prefix, shed_note
 from pipeline.report.sections.rationale import ExcludedCandidate, Flip, RuleOutcome, rationale
 from pipeline.report.sections.summary import CandidateRow, candidate_row
 from pipeline.report.sections.triggers import Checked, Watched, triggers
@@ -339,3 +339,28 @@ def test_the_prefix_section_says_when_its_figures_are_sampled() -> None:
     assert sampled is not None and sampled.count("spatial sample") == 2 and "±" in sampled
     template = (REPORT.parents[1] / "templates" / "engine-selection.html.j2").read_text()
     assert "{{ doc.prefix.estimate_note }}" in template
+
+
+def test_the_prefix_section_names_the_fleets_that_shed_requests() -> None:
+    """Only the scenarios whose overloaded replica shed requests are named, each with its
+    count and share (35,152 of 100,000 = 35.2 %); with none shed there is no note, and the
+    template shows it under the scenarios."""
+    rows = [
+        {
+            "replicas": 1,
+            "routing": "round-robin",
+            "cache_tokens": 1_000_000,
+            "shed_requests": 35_152,
+        },
+        {"replicas": 4, "routing": "round-robin", "cache_tokens": 1_000_000, "shed_requests": 0},
+    ]
+    scenarios = [cast(Any, SimpleNamespace(requests=100_000, **row)) for row in rows]
+    note = shed_note(scenarios)
+    assert note is not None
+    assert note.endswith(
+        "Shed: 1 replica(s), round-robin, 1,000,000 tokens: 35,152 of 100,000 (35.2%)."
+    )
+    assert "4 replica(s)" not in note
+    assert shed_note(scenarios[1:]) is None
+    template = (REPORT.parents[1] / "templates" / "engine-selection.html.j2").read_text()
+    assert "{{ doc.prefix.shed_note }}" in template

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pipeline.prefix.present import estimate_note
 from pipeline.present.text import UNKNOWN, money, number, share
 from pipeline.report.sections.content import Figure, ReportContent, figures
+from pipeline.sim.result import ScenarioSummary
 from pipeline.unknown import ResultModel, is_known
 
 NO_CONTENT = (
@@ -43,6 +44,26 @@ class Prefix(ResultModel):
     figures: list[Figure]
     curve_note: str | None = None  # a sampled capacity curve's rate and error
     estimate_note: str | None = None  # a sampled prefix curve's or reuse share's rate and error
+    shed_note: str | None = None  # the scenarios whose replicas could not carry the traffic
+
+
+def shed_note(ordered: list[ScenarioSummary]) -> str | None:
+    """Which scenarios shed requests (an overloaded replica's, past the request timeout), so a
+    reader knows their hit ratio is the served traffic's."""
+    shed = [s for s in ordered if s.shed_requests]
+    if not shed:
+        return None
+    where = "; ".join(
+        f"{s.replicas} replica(s), {s.routing}, {number(s.cache_tokens, unit='tokens')}: "
+        f"{number(s.shed_requests)} of {number(s.requests)} ({share(s.shed_requests / s.requests)})"
+        for s in shed
+    )
+    return (
+        "Some simulated fleets cannot carry this traffic: requests their overloaded replica "
+        "would have finished later than the request timeout (simulation.request_timeout_s) "
+        "after they arrived are shed, and their prompt tokens count as not cached. Shed: "
+        f"{where}."
+    )
 
 
 def prefix(inputs: ReportContent) -> Prefix:
@@ -81,4 +102,5 @@ def prefix(inputs: ReportContent) -> Prefix:
         figures=[] if content_free else figures(inputs, ("prefix_curve", "hit_ratio", "imbalance")),
         curve_note=None if content_free else inputs.curve_note,
         estimate_note=estimate_note(found) if found is not None and not content_free else None,
+        shed_note=None if content_free else shed_note(ordered),
     )
