@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline.present.figures import MAX_WIDTH_IN, SMALL_FONT, drawing
-from pipeline.present.text import measurement, quantity
+from pipeline.present.text import measurement, quantity, sample_rate
 from pipeline.report.sections.bench import load_points_text
 from pipeline.report.sections.requirements import requirement_value
 from tests.decision_fixtures import LLAMA_8B_ON_H100
@@ -66,3 +66,17 @@ def test_no_figure_is_wider_than_its_small_text_allows() -> None:
     assert SMALL_FONT * 176 / (MAX_WIDTH_IN * 25.4) >= 7.0
     with pytest.raises(ValueError, match="prints its small text below 7 pt"), drawing(9, 3):
         pass
+
+
+@pytest.mark.parametrize(
+    ("rate", "text"),
+    [
+        (0.3912, "39.12%"),
+        (0.01, "1.00%"),
+        (0.0098765, "0.99%"),
+        (0.000034, "0.0034%"),
+        (0.0, "0.00%"),
+    ],
+)
+def test_a_tiny_sample_rate_never_reads_as_zero(rate: float, text: str) -> None:
+    assert sample_rate(rate) == text

@@ -7,7 +7,7 @@ import polars as pl
 from pipeline.prefix.result import PrefixSummary
 from pipeline.present.figures import COLORS, LINESTYLES, MARKERS, SMALL_FONT, drawing, svg_bytes
 from pipeline.present.tables import markdown_table
-from pipeline.present.text import UNKNOWN, number
+from pipeline.present.text import UNKNOWN, number, sample_rate
 
 
 def _pct(value: float | None) -> str:
@@ -89,13 +89,13 @@ def estimate_note(summary: PrefixSummary) -> str | None:
             default=0.0,
         )
         parts.append(
-            f"the shared-prefix curve from a {estimate.curve.rate:.2%} spatial sample of its "
+            f"the shared-prefix curve from a {sample_rate(estimate.curve.rate)} spatial sample of its "
             f"prefix hashes (shares within ±{worst:.3f}, one standard error)"
         )
     reuse = estimate.reuse
     if reuse is not None and reuse.shared is not None:
         parts.append(
-            f"the unbounded cache's share of prompt tokens from a {reuse.shared.rate:.2%} "
+            f"the unbounded cache's share of prompt tokens from a {sample_rate(reuse.shared.rate)} "
             f"spatial sample of cache blocks (within ±{reuse.hit_share_standard_error or 0:.3f})"
         )
     if not parts:

@@ -53,6 +53,12 @@ def share(value: float | Unknown | None, digits: int = 1) -> str:
     return UNKNOWN if value is None or isinstance(value, Unknown) else f"{value:.{digits}%}"
 
 
+def sample_rate(rate: float) -> str:
+    """A sampling rate as a percentage with two decimals, and two significant figures below 1 %
+    so that a tiny rate never reads as 0 (0.3912 → ``39.12%``, 0.000034 → ``0.0034%``)."""
+    return f"{rate:.2%}" if rate >= 0.01 or rate == 0 else f"{significant(rate * 100, 2)}%"
+
+
 def months(value: float | Unknown | None) -> str:
     """A payback time: ``never`` when it never pays back."""
     if value is None or isinstance(value, Unknown):

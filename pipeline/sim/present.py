@@ -9,6 +9,7 @@ import polars as pl
 
 from pipeline.present.figures import COLORS, LINESTYLES, MARKERS, SMALL_FONT, drawing, svg_bytes
 from pipeline.present.tables import markdown_table
+from pipeline.present.text import sample_rate
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -33,7 +34,7 @@ def curve_sampling_brief(curves: pl.DataFrame) -> str | None:
         return None
     rate, error = found
     within = f", estimated within ±{error:.3f} hit ratio" if error is not None else ""
-    return f"from a {rate:.2%} SHARDS spatial sample of blocks{within}"
+    return f"from a {sample_rate(rate)} SHARDS spatial sample of blocks{within}"
 
 
 def curve_sampling_note(curves: pl.DataFrame) -> str | None:
@@ -50,7 +51,7 @@ def curve_sampling_note(curves: pl.DataFrame) -> str | None:
         else "its error is unknown"
     )
     return (
-        f"The capacity curves' hit ratios come from a {rate:.2%} spatial sample of cache blocks "
+        f"The capacity curves' hit ratios come from a {sample_rate(rate)} spatial sample of cache blocks "
         "(SHARDS, Waldspurger et al., FAST 2015), the trace being too large to replay every "
         f"block in memory: {within}. The simulated scenarios' figures are exact."
     )
