@@ -14,7 +14,7 @@ from pipeline.capacity.compute import carry_to_workload, unidentified_context
 from pipeline.capacity.fit import CHUNKED_ITL_SHARE, deployment_of, fit_serving_model
 from pipeline.capacity.present import model_errors_table
 from pipeline.capacity.prior import gpu_peaks, roofline_prior
-from pipeline.capacity.result import ServingModel
+from pipeline.capacity.result import CandidateCapacity, ServingModel
 from pipeline.capacity.search import RequestSample
 from pipeline.config import default_config
 from pipeline.unknown import Unknown
@@ -38,6 +38,21 @@ THREE_MIXES = {
     "mid": ((1000, 1600), (100, 300), (3.0, 8.0, 14.0)),
     "long": ((3000, 5000), (100, 300), (0.5, 1.5, 3.0)),
 }
+
+
+def _carried(model: ServingModel, mix: str) -> CandidateCapacity:
+    """``model`` carried to a workload of ``mix`` at 5 req/s peak, 2 mean."""
+    return carry_to_workload(
+        "vllm",
+        model,
+        workload(mix),
+        SLO,
+        kv_tokens=KV_TOKENS,
+        gpu_hour_usd=PRICE,
+        peak_rate_rps=5.0,
+        mean_rate_rps=2.0,
+        config=CONFIG,
+    )
 
 
 @lru_cache(maxsize=1)
@@ -121,17 +136,7 @@ def test_sweep_without_per_request_data_uses_the_prior_and_says_so() -> None:
     assert any("roofline prior" in note for note in model.notes)
     assert not any(p.replayed for p in model.point_errors)
     assert isinstance(model.point_errors[0].measured["ttft_p95"], Unknown)  # vLLM wrote p99 only
-    candidate = carry_to_workload(
-        "vllm",
-        model,
-        workload("long"),
-        SLO,
-        kv_tokens=KV_TOKENS,
-        gpu_hour_usd=PRICE,
-        peak_rate_rps=5.0,
-        mean_rate_rps=2.0,
-        config=CONFIG,
-    )
+    candidate = _carried(model, "long")
     assert candidate.provisional_reason and "roofline prior" in candidate.provisional_reason
 
 
@@ -141,17 +146,7 @@ def test_unknown_gpu_gives_unknown_not_zero() -> None:
     model = fitted("short", per_request=False, gpu_type="Gaudi3")
     assert isinstance(model, Unknown)
     assert "Gaudi3" in model.reason
-    candidate = carry_to_workload(
-        "vllm",
-        model,
-        workload("long"),
-        SLO,
-        kv_tokens=KV_TOKENS,
-        gpu_hour_usd=PRICE,
-        peak_rate_rps=5.0,
-        mean_rate_rps=2.0,
-        config=CONFIG,
-    )
+    candidate = _carried(model, "long")
     assert isinstance(candidate.workload_capacity_rps, Unknown)
     assert isinstance(candidate.cost, Unknown)
     assert isinstance(candidate.workload_capacity_band_rps, Unknown)
@@ -172,20 +167,7 @@ def test_one_mix_without_a_prior_carries_no_capacity_to_another_context() -> Non
     model = fitted("short", per_request=True, gpu_type="Gaudi3")
     assert isinstance(model, ServingModel) and model.self_check.passed, model
 
-    def carried(mix: str) -> float | Unknown:
-        return carry_to_workload(
-            "vllm",
-            model,
-            workload(mix),
-            SLO,
-            kv_tokens=KV_TOKENS,
-            gpu_hour_usd=PRICE,
-            peak_rate_rps=5.0,
-            mean_rate_rps=2.0,
-            config=CONFIG,
-        ).workload_capacity_rps
-
-    far = carried("long")
+    far = _carried(model, "long").workload_capacity_rps
     assert isinstance(far, Unknown)
     assert far.reason.startswith("the workload's decodes read contexts ")
     assert "longer than the benchmark's" in far.reason
@@ -194,7 +176,7 @@ def test_one_mix_without_a_prior_carries_no_capacity_to_another_context() -> Non
         "no capacity is carried to this workload (a benchmark at two prompt lengths 1.5× apart "
         "tells them apart); benchmark this deployment on your own traffic (enginefit loadtest)"
     )
-    assert isinstance(carried("short"), float)
+    assert isinstance(_carried(model, "short").workload_capacity_rps, float)
 
 
 def test_the_context_a_workload_reads_is_weighted_by_its_decodes() -> None:
@@ -323,17 +305,7 @@ def test_a_sweep_the_model_cannot_reproduce_has_no_transferred_capacity() -> Non
     )
     assert "(45" in check.reason and "beyond ±25%" in check.reason
     assert check.worst_error is not None and check.worst_error < -0.25
-    candidate = carry_to_workload(
-        "vllm",
-        model,
-        workload("long"),
-        SLO,
-        kv_tokens=KV_TOKENS,
-        gpu_hour_usd=PRICE,
-        peak_rate_rps=5.0,
-        mean_rate_rps=2.0,
-        config=CONFIG,
-    )
+    candidate = _carried(model, "long")
     capacity = candidate.workload_capacity_rps
     assert isinstance(capacity, Unknown)
     assert capacity.reason.startswith(check.reason)
