@@ -259,7 +259,7 @@ def test_explain_prints_the_workloads_figures_beside_the_benchmarks(
     assert "per 1M tokens of this workload: output $" in words
     # The band: what it is made of, and the fleet, bill and price at its ends.
     assert "the band: the fit's residuals (steps ± " in words
-    assert "combined with the validation error of a transferred capacity (± 29%" in words
+    assert "combined with the validation error of a transferred capacity (± 30%" in words
     fewest, most = c.replicas_band
     low, high = c.monthly_cost_band_usd
     assert f"over the band: {fewest}–{most} replicas at peak, ${low:,.0f}–${high:,.0f}/month" in (
