@@ -81,7 +81,8 @@ def test_full_graph_on_the_bundled_sample_is_complete(
     head = chain_head(ReportTree(pdf.parents[2]).read_ledger())
     assert out.splitlines()[-2].startswith(f"ledger chain head: {head} (keep a copy elsewhere")
     # Dagster's history lives beside the configuration, not in the folder the command ran from.
-    assert (root / ".dagster_home").is_dir() and list((root / "elsewhere").iterdir()) == []
+    assert (root / ".dagster_home" / "history" / "runs.db").is_file()
+    assert list((root / "elsewhere").iterdir()) == []
 
 
 def test_report_command_refuses_a_bad_configuration_before_starting_dagster(
