@@ -98,10 +98,9 @@ def test_report_command_refuses_a_bad_configuration_before_starting_dagster(
 
 
 def test_report_command_names_the_failed_step_in_one_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A stage that raises is one line naming the step and the input, exit 2, no traceback."""
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
     config = bundled_config(tmp_path, "missing")
     raw = yaml.safe_load(config.read_text())
     raw["workload"]["traces"] = [{"path": str(tmp_path / "gone.jsonl"), "format": "auto"}]
