@@ -122,27 +122,35 @@ def shared_if_present(*parts: str) -> list[Path]:
 def dagster_history() -> Iterator[Path]:
     """A new folder for a Dagster run history, on the machine's RAM disk where it has one, and
     removed afterwards. Dagster's SQLite syncs the disk at each event it stores, thousands a
-    run: on a busy disk most of a command's time; no test reads the history from the disk, and
-    nothing the product records names it."""
+    run: on a busy disk most of a command's time. Nothing the product records names it."""
     ram = Path("/dev/shm")
-    folder = Path(tempfile.mkdtemp(prefix="enginefit-dagster-", dir=ram if ram.is_dir() else None))
+    writable = ram.is_dir() and os.access(ram, os.W_OK)
+    folder = Path(tempfile.mkdtemp(prefix="enginefit-dagster-", dir=ram if writable else None))
     try:
         yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+@pytest.fixture
+def _dagster_home() -> Iterator[Path]:
+    """The test's run history folder. Set up before ``monkeypatch``, it is removed after the
+    test's patches are undone (one of ``os.open`` would stop the removal)."""
+    with dagster_history() as home:
+        yield home
+
+
 @pytest.fixture(autouse=True)
-def _run_outside_the_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def _run_outside_the_repo(
+    _dagster_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Commands read ./enginefit.yaml when present: tests run in an empty folder so the bundled
     configuration never leaks into them (a test that wants one passes --config)."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("ENGINEFIT_HASH_SALT", raising=False)
     # `report` and `decide` set DAGSTER_HOME for the rest of the process (assets/cli.py); set
     # here first, it is restored after the test, so one test's instance never serves the next.
-    with dagster_history() as home:
-        monkeypatch.setenv("DAGSTER_HOME", str(home))
-        yield
+    monkeypatch.setenv("DAGSTER_HOME", str(_dagster_home))
 
 
 @pytest.fixture(autouse=True, scope="session")
