@@ -40,7 +40,11 @@ report: $(STAMP) $(DAGSTER_HOME)/dagster.yaml
 
 # One pytest worker per core; a worker that runs out of tests takes some of another's queue
 # (the report tests share a published version per worker, so they had best stay together).
+# Python's bytecode is kept per machine outside the checkout, as numba's kernels are, even where
+# PYTHONDONTWRITEBYTECODE is set: each worker and each command a test starts would otherwise
+# compile the project and rewrite the tests' asserts again (seconds a process).
 test: $(STAMP) $(ENGINE_STAMP)
+	PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(HOME)/.cache/enginefit/pycache \
 	ENGINEFIT_REQUIRE_ENGINE=1 $(BIN)/python -m pytest -q -n auto --dist worksteal
 	$(BIN)/ruff check pipeline assets tests perf
 	$(BIN)/mypy

@@ -9,6 +9,7 @@ import math
 import os
 import pickle
 import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
@@ -117,16 +118,39 @@ def shared_if_present(*parts: str) -> list[Path]:
     return [path] if path.exists() else []
 
 
+@contextlib.contextmanager
+def dagster_history() -> Iterator[Path]:
+    """A new folder for a Dagster run history, on the machine's RAM disk where it has one, and
+    removed afterwards. Dagster's SQLite syncs the disk at each event it stores, thousands a
+    run: on a busy disk most of a command's time. Nothing the product records names it."""
+    ram = Path("/dev/shm")
+    writable = ram.is_dir() and os.access(ram, os.W_OK)
+    folder = Path(tempfile.mkdtemp(prefix="enginefit-dagster-", dir=ram if writable else None))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def _dagster_home() -> Iterator[Path]:
+    """The test's run history folder. Set up before ``monkeypatch``, it is removed after the
+    test's patches are undone (one of ``os.open`` would stop the removal)."""
+    with dagster_history() as home:
+        yield home
+
+
 @pytest.fixture(autouse=True)
-def _run_outside_the_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _run_outside_the_repo(
+    _dagster_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Commands read ./enginefit.yaml when present: tests run in an empty folder so the bundled
     configuration never leaks into them (a test that wants one passes --config)."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("ENGINEFIT_HASH_SALT", raising=False)
     # `report` and `decide` set DAGSTER_HOME for the rest of the process (assets/cli.py); set
     # here first, it is restored after the test, so one test's instance never serves the next.
-    monkeypatch.setenv("DAGSTER_HOME", "")
-    monkeypatch.delenv("DAGSTER_HOME")
+    monkeypatch.setenv("DAGSTER_HOME", str(_dagster_home))
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -255,15 +279,21 @@ def bundled_graph_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[GraphRu
         elsewhere = root / "elsewhere"
         elsewhere.mkdir()
         out, err = io.StringIO(), io.StringIO()
-        with pytest.MonkeyPatch.context() as patch:
+        home = root / ".dagster_home"  # where the command keeps its history: beside the config
+        with pytest.MonkeyPatch.context() as patch, dagster_history() as history:
             patch.chdir(elsewhere)
             # Recorded as absent, so the home the command sets for itself is removed after it.
             patch.setenv("DAGSTER_HOME", "")
             patch.delenv("DAGSTER_HOME")
             patch.setattr(definitions, "run_full_graph", kept)
             config = bundled_config(root, "asset")
+            # The command writes its history through that name to the RAM disk (dagster_history
+            # says why); afterwards the history is copied to that name on the disk.
+            home.symlink_to(history, target_is_directory=True)
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
                 code = main(["report", "--config", str(config)])
+            home.unlink()
+            shutil.copytree(history, home)
         (root / "command.out").write_text(f"{code}\n{out.getvalue()}")
         (root / "command.err").write_text(err.getvalue())
         return runs[0], root / "asset" / "data"

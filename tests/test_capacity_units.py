@@ -359,7 +359,20 @@ def test_the_replica_counts_what_held_requests_back() -> None:
     )
     assert by_batch.batch_blocked_steps > 0 and by_batch.kv_blocked_steps == 0
     # Each request's two gaps ended in steps with no prompt tokens (one request at a time).
-    assert by_batch.gap_prefill_tokens.tolist() == [0] * 6
+    assert by_batch.gaps_s.size == 6 and by_batch.gap_prefill_max == 0
+    # Two 600-token prompts, a 1,000-token budget: r0's one gap ends in the step that
+    # prefills r1's last 200 tokens.
+    shared = simulate_replica(
+        np.zeros(2),
+        tokens[:2],
+        tokens[:2],
+        np.array([2, 2]),
+        token_budget=1000,
+        max_batch=8,
+        kv_tokens=10_000,
+        **STEP,
+    )
+    assert shared.gap_prefill_max == 200
     small_budget = simulate_replica(
         np.zeros(1),
         np.array([2500]),

@@ -188,8 +188,10 @@ def test_a_full_disk_under_dagster_home_is_one_line_naming_it(tmp_path: Path) ->
     trace.write_text('{"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": [0]}\n')
     config = write_config(tmp_path, [str(trace)])
     limit = (
-        "import resource, signal\n"
+        "import resource, signal, sys\n"
         "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails instead\n"
+        # Python keeps a bytecode file cut at the limit, and every later import of it fails.
+        "sys.dont_write_bytecode = True\n"
         "resource.setrlimit(resource.RLIMIT_FSIZE, (8192, 8192))"
     )
     proc = _enginefit(["decide", "--config", str(config)], tmp_path, prelude=limit)

@@ -81,7 +81,8 @@ def test_full_graph_on_the_bundled_sample_is_complete(
     head = chain_head(ReportTree(pdf.parents[2]).read_ledger())
     assert out.splitlines()[-2].startswith(f"ledger chain head: {head} (keep a copy elsewhere")
     # Dagster's history lives beside the configuration, not in the folder the command ran from.
-    assert (root / ".dagster_home").is_dir() and list((root / "elsewhere").iterdir()) == []
+    assert (root / ".dagster_home" / "history" / "runs.db").is_file()
+    assert list((root / "elsewhere").iterdir()) == []
 
 
 def test_report_command_refuses_a_bad_configuration_before_starting_dagster(
@@ -97,10 +98,9 @@ def test_report_command_refuses_a_bad_configuration_before_starting_dagster(
 
 
 def test_report_command_names_the_failed_step_in_one_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A stage that raises is one line naming the step and the input, exit 2, no traceback."""
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
     config = bundled_config(tmp_path, "missing")
     raw = yaml.safe_load(config.read_text())
     raw["workload"]["traces"] = [{"path": str(tmp_path / "gone.jsonl"), "format": "auto"}]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
+from functools import cache
 from pathlib import Path
 
 from tests.conftest import REPO
@@ -23,6 +24,13 @@ def _modules() -> dict[str, Path]:
                 parts.pop()
             modules[".".join(parts)] = path
     return modules
+
+
+@cache
+def _parsed(path: Path) -> tuple[str, ast.Module]:
+    """A module's text and syntax tree, read once for all the tests here (none changes them)."""
+    source = path.read_text(encoding="utf-8")
+    return source, ast.parse(source)
 
 
 def _imported(
@@ -68,9 +76,8 @@ def _graph() -> tuple[dict[str, set[str]], list[str]]:
     edges: dict[str, set[str]] = {}
     unexplained = []
     for name, path in modules.items():
-        source = path.read_text(encoding="utf-8")
+        source, tree = _parsed(path)
         lines = source.splitlines()
-        tree = ast.parse(source)
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         explained = set()
         for node in _function_imports(tree):
@@ -168,7 +175,7 @@ def _imports_by_module() -> dict[str, set[str]]:
         if not name.startswith("pipeline."):
             continue
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        _, tree = _parsed(path)
         found[name] = {t for node in _every_import(tree) for t in _imported(node, package, modules)}
     return found
 

@@ -38,7 +38,7 @@ from pipeline.remote import Remote, StorageError
 from pipeline.report import present
 from pipeline.store import read_requests
 from tests.bundled_report import render_the_html_as_the_pdf
-from tests.conftest import REPO, _built_once, _shared_folder, bundled_config
+from tests.conftest import REPO, _built_once, _shared_folder, bundled_config, dagster_history
 from tests.test_daily_partitions import DAYS, _assert_union_is_whole, _config, _day_file, _sample
 
 BUCKET = "enginefit-test"
@@ -194,8 +194,8 @@ def _make_both(root: Path) -> Runs:
     local = _config(root, "local", [str(traces / f"mooncake-{day}.jsonl") for day in QUARTER_DAYS])
     remote = daily_config(root, "remote", traces, bucket_paths(root / "cache"))
     snapshot = root / "bucket"
-    with _server() as env, pytest.MonkeyPatch.context() as patch:
-        patch.setenv("DAGSTER_HOME", str(root / "dagster"))
+    with _server() as env, dagster_history() as home, pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DAGSTER_HOME", str(home))
         # The PDF's stand-in (its HTML): what is compared is where the bytes go, not the PDF,
         # which tests/test_report.py renders for real.
         patch.setattr(present, "render_pdf", render_the_html_as_the_pdf)
@@ -503,6 +503,9 @@ def _step_on_a_machine_of_its_own(
     assert result.success, [e.message for e in result.all_events if e.is_failure]
 
 
+# The report's document as its HTML, as the bucket's runs made it: what is fetched does not
+# depend on the PDF's rendering.
+@pytest.mark.usefixtures("pdf_as_its_html")
 def test_each_step_fetches_what_it_reads_not_the_workload(
     runs: Runs, bucket: str, fetched: dict[str, int], tmp_path: Path
 ) -> None:

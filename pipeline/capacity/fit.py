@@ -736,8 +736,7 @@ def _most_prefill_per_step(
     most = 1
     for p in points:
         run = simulate_at(coefficients, p.replay, 1.0, limits=unbounded, kv_tokens=UNBOUNDED_KV)
-        if run.gap_prefill_tokens.size:
-            most = max(most, int(run.gap_prefill_tokens.max()))
+        most = max(most, run.gap_prefill_max)
         most = max(most, int(p.replay.uncached.max()))
     return most
 

@@ -26,8 +26,8 @@ Prefix-cache hits are removed from the prompt's prefill work before the simulati
 
 What held the server back is counted for the binding limit (``pipeline.capacity.binding``):
 steps in which an arrived request could not be admitted for KV memory or for ``max_batch``,
-steps whose prefill budget ran out while prompt tokens were still waiting, and, per
-inter-token gap, the prompt tokens prefilled in the step that ended it.
+steps whose prefill budget ran out while prompt tokens were still waiting, and the most prompt
+tokens prefilled in a step that ended an inter-token gap.
 
 Nothing here allocates per step, and a step's work does not grow with the decoding batch: the
 prefilling requests are a range of the admission order, the decodes a count (with their context
@@ -55,7 +55,8 @@ class SimulatedRun(NamedTuple):
     e2e_s: F64  # arrival → last token
     wait_s: F64  # arrival → admission (queueing for a batch slot or KV memory)
     gaps_s: F64  # every inter-token gap, pooled (request order, then token order)
-    gap_owner: I64  # the request each gap belongs to (to drop warm-up requests)
+    #: request r's gaps are ``gaps_s[gap_start[r] : gap_start[r + 1]]`` (to drop warm-up ones)
+    gap_start: I64
     busy_s: float  # sum of step lengths
     prefill_s: float  # prefill work + the overhead share of prefill tokens
     cached_context_s: float  # context reads of prefix-cached prompt tokens
@@ -64,8 +65,8 @@ class SimulatedRun(NamedTuple):
     kv_blocked_steps: int = 0  # an arrived request waited for KV memory
     batch_blocked_steps: int = 0  # an arrived request waited for a max_batch slot
     budget_full_steps: int = 0  # prompt tokens waited for the next step's budget
-    #: prompt tokens prefilled in the step that ended each gap (as ``gaps_s``)
-    gap_prefill_tokens: I64 = np.zeros(0, dtype=np.int64)
+    #: the most prompt tokens prefilled in a step that ended a gap (0 without gaps)
+    gap_prefill_max: int = 0
 
 
 @nb.njit(cache=True, inline="always")
@@ -118,25 +119,22 @@ def _simulate(
     chunked_prefill: bool,
     gap_start: I64,
     gaps: F64,
-    owner: I64,
-    gap_prefill: I64,
 ) -> tuple[F64, F64, F64, float, float, float, float, I64]:
     n = arrivals.shape[0]
     ttft = np.full(n, np.nan)
     e2e = np.full(n, np.nan)
     wait = np.full(n, np.nan)
-    # steps, KV-blocked, batch-blocked, budget-full
-    counters = np.zeros(4, dtype=np.int64)
+    # steps, KV-blocked, batch-blocked, budget-full, most prefill tokens in a gap-ending step
+    counters = np.zeros(5, dtype=np.int64)
     remaining_prefill = uncached.copy()
     chunk = np.zeros(n, dtype=np.int64)
     # A decoding request emits one token every step until its last, so its gaps are the
-    # lengths of the steps after its first token's: the steps' end times and prefill tokens
-    # are kept (``step_end``, ``step_prefill``; grown as needed) and the gaps written from them
-    # at the end, and the step each request ends in is known when its first token comes
-    # (``ending``: a min-heap of step × n + request).
+    # lengths of the steps after its first token's: the steps' end times are kept
+    # (``step_end``, grown as needed) and the gaps written from them at the end, and the step
+    # each request ends in is known when its first token comes (``ending``: a min-heap of
+    # step × n + request).
     first_step = np.full(n, -1, dtype=np.int64)
     step_end = np.empty(n + 1024)
-    step_prefill = np.empty(n + 1024, dtype=np.int64)
     ending = np.empty(n, dtype=np.int64)
     n_ending = 0
     # The running set: ``n_decode`` decoding requests and the prefilling ones, requests
@@ -214,9 +212,9 @@ def _simulate(
         cached_time += context_s * cached_context
         if steps == step_end.size:
             step_end = np.concatenate((step_end, np.empty(steps)))
-            step_prefill = np.concatenate((step_prefill, np.empty(steps, dtype=np.int64)))
         step_end[steps] = t
-        step_prefill[steps] = prefill_tokens
+        if n_decode > 0 and prefill_tokens > counters[4]:  # a step with decodes ends gaps
+            counters[4] = prefill_tokens
         kept = n_decode
         while n_ending > 0 and ending[0] // n == steps:  # decodes whose last token this was
             r = ending[0] % n
@@ -251,13 +249,11 @@ def _simulate(
     for r in range(n):
         s = first_step[r]
         k = gap_start[r]
-        owner[k : gap_start[r + 1]] = r
         if s < 0:
             continue
         for j in range(gap_start[r + 1] - k):
             # t - the previous token's time, as the step that ended the gap measured it
             gaps[k + j] = step_end[s + 1 + j] - step_end[s + j]
-            gap_prefill[k + j] = step_prefill[s + 1 + j]
     return ttft, e2e, wait, busy, prefill_time, cached_time, t, counters
 
 
@@ -306,8 +302,6 @@ def simulate_replica(
     # not): fresh 4 KiB pages, one fault each, cost more than the whole simulation.
     total = int(gap_start[n])
     gaps = np.empty(total)
-    owner = np.empty(total, dtype=np.int64)
-    gap_prefill = np.empty(total, dtype=np.int64)
     result = _simulate(
         np.ascontiguousarray(arrivals_s, dtype=np.float64),
         np.ascontiguousarray(prompt_tokens, dtype=np.int64),
@@ -324,8 +318,6 @@ def simulate_replica(
         bool(chunked_prefill),
         gap_start,
         gaps,
-        owner,
-        gap_prefill,
     )
     ttft, e2e, wait, busy, prefill_time, cached_time, end, counts = result
     return SimulatedRun(
@@ -333,7 +325,7 @@ def simulate_replica(
         e2e_s=e2e,
         wait_s=wait,
         gaps_s=gaps,
-        gap_owner=owner,
+        gap_start=gap_start,
         busy_s=float(busy),
         prefill_s=float(prefill_time),
         cached_context_s=float(cached_time),
@@ -342,5 +334,5 @@ def simulate_replica(
         kv_blocked_steps=int(counts[1]),
         batch_blocked_steps=int(counts[2]),
         budget_full_steps=int(counts[3]),
-        gap_prefill_tokens=gap_prefill,
+        gap_prefill_max=int(counts[4]),
     )

@@ -249,7 +249,7 @@ def run_stats(
     n = run.ttft_s.shape[0]
     warm = int(n * config.warmup_share)
     ttft = run.ttft_s[warm:] + request_latency_s
-    gaps = run.gaps_s[run.gap_owner >= warm]
+    gaps = run.gaps_s[run.gap_start[warm] :]
     multi = sample_output[warm:] > 1
     tpot = (
         (run.e2e_s[warm:] + request_latency_s - ttft) / np.maximum(sample_output[warm:] - 1, 1)
@@ -364,7 +364,7 @@ def slo_met(
         return False
     if slo.itl_definition == "per-gap":
         # Gaps are pooled in request order: the warm-up's are a prefix.
-        gaps = run.gaps_s[int(np.searchsorted(run.gap_owner, warm)) :]
+        gaps = run.gaps_s[run.gap_start[warm] :]
     else:
         multi = sample_output[warm:] > 1
         gaps = ((run.e2e_s[warm:] - run.ttft_s[warm:]) / np.maximum(sample_output[warm:] - 1, 1))[
