@@ -38,7 +38,7 @@ from pipeline.capacity.binding import binding_limit
 from pipeline.capacity.config import CapacityConfig
 from pipeline.capacity.fit import CONTEXT_SPREAD
 from pipeline.capacity.fleet_cache import CacheReplay
-from pipeline.capacity.kernels import F64, I64
+from pipeline.capacity.kernels import F64, I64, Tokens
 from pipeline.capacity.limits import SchedulingLimits
 from pipeline.capacity.prior import ModelShape
 from pipeline.capacity.result import (
@@ -114,7 +114,7 @@ class WorkloadRequests:
 
     prompt: I64
     output: I64
-    cached: I64
+    cached: Tokens
     arrival_s: F64 | None = None
 
     def __post_init__(self) -> None:
@@ -128,7 +128,7 @@ class WorkloadRequests:
         ):
             raise ValueError("arrival times must be one per request, ascending")
 
-    def with_cached(self, cached: I64) -> WorkloadRequests:
+    def with_cached(self, cached: Tokens) -> WorkloadRequests:
         return replace(self, cached=cached)
 
     @property
@@ -303,7 +303,7 @@ class SettledFleet:
 
     found: CapacitySearch | Unknown
     sample: RequestSample
-    cached: I64 | None
+    cached: Tokens | None
     record: FleetCache | Unknown | None
 
 

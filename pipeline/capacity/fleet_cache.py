@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pipeline.capacity.config import ReplicaMemory
-from pipeline.capacity.kernels import I64
+from pipeline.capacity.kernels import I64, Tokens
 from pipeline.capacity.limits import SchedulingLimits
 from pipeline.capacity.prior import ModelShape, gpu_peaks
 from pipeline.errors import InputFormatError
@@ -149,15 +149,27 @@ def recommended_routing(
     return "round-robin", f"{verdict}, under {ROUTING_GAIN_MIN:.0%}: no routing layer"
 
 
+def narrow(values: I64) -> Tokens:
+    """``values`` as int32 when every one fits (half the memory of a per-request array held
+    for a whole trace; numpy sums int32 into int64 and means it in float64, as int64), else
+    unchanged."""
+    info = np.iinfo(np.int32)
+    if values.size and (int(values.min()) < info.min or int(values.max()) > info.max):
+        return values
+    return values.astype(np.int32)
+
+
 @dataclass(frozen=True)
 class CacheReplay:
-    """Per-request cached prompt tokens of one replay, in the workload's request order."""
+    """Per-request cached prompt tokens of one replay, in the workload's request order (int32
+    where they fit: a replay is kept per fleet size the fixed point tries, each one as long as
+    the trace)."""
 
     replicas: int
     kv_tokens: int
     routing: str
     block_size: int
-    cached: I64
+    cached: Tokens
     share: float  # cached ÷ prompt tokens
     description: str
 
@@ -175,7 +187,7 @@ class CacheReplays:
     settings: SimConfig
     summaries: Sequence[ScenarioSummary]
     rows: I64 | None = None
-    expected_prompt: I64 | None = None
+    expected_prompt: Tokens | None = None
     source: str = "the request table"  # what an error names
     _replays: dict[tuple[int, int, str], CacheReplay | Unknown] = field(
         default_factory=dict, repr=False
@@ -267,7 +279,7 @@ class CacheReplays:
             kv_tokens=kv_tokens,
             routing=routing,
             block_size=self.block_size,
-            cached=np.ascontiguousarray(hits, dtype=np.int64),
+            cached=narrow(np.ascontiguousarray(hits, dtype=np.int64)),
             share=share,
             description=description,
         )

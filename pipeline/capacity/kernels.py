@@ -46,6 +46,8 @@ from numpy.typing import NDArray
 
 F64 = NDArray[np.float64]
 I64 = NDArray[np.int64]
+#: Token counts per request held for a whole trace: int32 where they fit (:func:`narrow`).
+Tokens = NDArray[np.int32] | NDArray[np.int64]
 
 
 class SimulatedRun(NamedTuple):
