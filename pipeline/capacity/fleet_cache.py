@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pipeline.capacity.config import ReplicaMemory
-from pipeline.capacity.kernels import I64, Tokens
+from pipeline.capacity.kernels import I64, Tokens, narrow
 from pipeline.capacity.limits import SchedulingLimits
 from pipeline.capacity.prior import ModelShape, gpu_peaks
 from pipeline.errors import InputFormatError
@@ -147,16 +147,6 @@ def recommended_routing(
     if gain >= ROUTING_GAIN_MIN:
         return best, f"{verdict}: the routing layer the decision recommends"
     return "round-robin", f"{verdict}, under {ROUTING_GAIN_MIN:.0%}: no routing layer"
-
-
-def narrow(values: I64) -> Tokens:
-    """``values`` as int32 when every one fits (half the memory of a per-request array held
-    for a whole trace; numpy sums int32 into int64 and means it in float64, as int64), else
-    unchanged."""
-    info = np.iinfo(np.int32)
-    if values.size and (int(values.min()) < info.min or int(values.max()) > info.max):
-        return values
-    return values.astype(np.int32)
 
 
 @dataclass(frozen=True)

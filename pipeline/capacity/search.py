@@ -187,8 +187,8 @@ def trace_windows(
 
 
 def sample_requests(
-    prompt: I64,
-    output: I64,
+    prompt: Tokens,
+    output: Tokens,
     cached: Tokens,
     config: CapacityConfig,
     arrivals: Arrivals = POISSON,

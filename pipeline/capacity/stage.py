@@ -53,7 +53,8 @@ from pipeline.capacity.compute import (
 )
 from pipeline.capacity.config import CapacityConfig, ReplayBasis, ServedModel
 from pipeline.capacity.fit import deployment_of, fit_serving_model
-from pipeline.capacity.fleet_cache import CacheReplays, deployment_kv_tokens, narrow
+from pipeline.capacity.fleet_cache import CacheReplays, deployment_kv_tokens
+from pipeline.capacity.kernels import narrow
 from pipeline.capacity.limits import (
     SchedulingCatalog,
     SchedulingLimits,
