@@ -16,7 +16,7 @@ from pipeline.capacity.compute import (
     routing_value,
     workload_requests,
 )
-from pipeline.capacity.kernels import simulate_replica
+from pipeline.capacity.kernels import narrow, simulate_replica
 from pipeline.capacity.present import (
     BINDING_WORDS,
     candidates_table,
@@ -243,6 +243,18 @@ def test_routing_saves_prefill_time_and_ttft() -> None:
         )
 
 
+def test_a_whole_trace_s_token_counts_are_held_as_int32_only_where_they_fit() -> None:
+    """A per-request array held for the whole trace halves as int32, its sums and means those of
+    the int64 it came from; a value past int32 keeps the array int64."""
+    rng = np.random.default_rng(7)
+    wide = rng.integers(1, 2**31 - 1, 100_003, dtype=np.int64)
+    small = narrow(wide)
+    assert small.dtype == np.int32 and np.array_equal(small, wide)
+    assert int(small.sum()) == int(wide.sum()) and float(small.mean()) == float(wide.mean())
+    past = np.array([1, 2**31], dtype=np.int64)
+    assert narrow(past) is past
+
+
 def test_workload_requests_from_the_canonical_frame() -> None:
     import polars as pl
 
@@ -251,6 +263,7 @@ def test_workload_requests_from_the_canonical_frame() -> None:
     )
     by_share = workload_requests(frame, cached_share=0.5)
     assert by_share.prompt.tolist() == [100, 1000] and by_share.cached.tolist() == [50, 500]
+    assert by_share.prompt.dtype == by_share.output.dtype == by_share.cached.dtype == np.int32
     by_column = workload_requests(frame, cached_column="hits")
     assert by_column.cached.tolist() == [0, 512]
     with pytest.raises(ValueError, match="cached_share"):

@@ -38,7 +38,7 @@ from pipeline.capacity.binding import binding_limit
 from pipeline.capacity.config import CapacityConfig
 from pipeline.capacity.fit import CONTEXT_SPREAD
 from pipeline.capacity.fleet_cache import CacheReplay
-from pipeline.capacity.kernels import F64, I64
+from pipeline.capacity.kernels import F64, Tokens, narrow
 from pipeline.capacity.limits import SchedulingLimits
 from pipeline.capacity.prior import ModelShape
 from pipeline.capacity.result import (
@@ -109,12 +109,13 @@ MAX_RESIDUAL_SPREAD = 0.5
 
 @dataclass(frozen=True)
 class WorkloadRequests:
-    """The workload's requests: prompt, output and prefix-cached prompt tokens per request, and
-    (when known) their arrival times in seconds, ascending."""
+    """The workload's requests: prompt, output and prefix-cached prompt tokens per request
+    (int32 where they fit: one of each per request of the whole trace), and (when known) their
+    arrival times in seconds, ascending."""
 
-    prompt: I64
-    output: I64
-    cached: I64
+    prompt: Tokens
+    output: Tokens
+    cached: Tokens
     arrival_s: F64 | None = None
 
     def __post_init__(self) -> None:
@@ -128,7 +129,7 @@ class WorkloadRequests:
         ):
             raise ValueError("arrival times must be one per request, ascending")
 
-    def with_cached(self, cached: I64) -> WorkloadRequests:
+    def with_cached(self, cached: Tokens) -> WorkloadRequests:
         return replace(self, cached=cached)
 
     @property
@@ -176,9 +177,9 @@ def workload_requests(
         micros = frame.get_column("arrival").dt.epoch("us").to_numpy().astype(np.int64)
         arrival_s = (micros - micros[0]) / 1e6
     return WorkloadRequests(
-        prompt=np.maximum(prompt, 1),
-        output=np.maximum(output, 1),
-        cached=cached,
+        prompt=narrow(np.maximum(prompt, 1)),
+        output=narrow(np.maximum(output, 1)),
+        cached=narrow(cached),
         arrival_s=arrival_s,
     )
 
@@ -303,7 +304,7 @@ class SettledFleet:
 
     found: CapacitySearch | Unknown
     sample: RequestSample
-    cached: I64 | None
+    cached: Tokens | None
     record: FleetCache | Unknown | None
 
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pipeline.capacity.config import ReplicaMemory
-from pipeline.capacity.kernels import I64
+from pipeline.capacity.kernels import I64, Tokens, narrow
 from pipeline.capacity.limits import SchedulingLimits
 from pipeline.capacity.prior import ModelShape, gpu_peaks
 from pipeline.errors import InputFormatError
@@ -151,13 +151,15 @@ def recommended_routing(
 
 @dataclass(frozen=True)
 class CacheReplay:
-    """Per-request cached prompt tokens of one replay, in the workload's request order."""
+    """Per-request cached prompt tokens of one replay, in the workload's request order (int32
+    where they fit: a replay is kept per fleet size the fixed point tries, each one as long as
+    the trace)."""
 
     replicas: int
     kv_tokens: int
     routing: str
     block_size: int
-    cached: I64
+    cached: Tokens
     share: float  # cached ÷ prompt tokens
     description: str
 
@@ -175,7 +177,7 @@ class CacheReplays:
     settings: SimConfig
     summaries: Sequence[ScenarioSummary]
     rows: I64 | None = None
-    expected_prompt: I64 | None = None
+    expected_prompt: Tokens | None = None
     source: str = "the request table"  # what an error names
     _replays: dict[tuple[int, int, str], CacheReplay | Unknown] = field(
         default_factory=dict, repr=False
@@ -267,7 +269,7 @@ class CacheReplays:
             kv_tokens=kv_tokens,
             routing=routing,
             block_size=self.block_size,
-            cached=np.ascontiguousarray(hits, dtype=np.int64),
+            cached=narrow(np.ascontiguousarray(hits, dtype=np.int64)),
             share=share,
             description=description,
         )

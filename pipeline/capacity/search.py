@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.capacity.config import CapacityConfig
-from pipeline.capacity.kernels import F64, I64, SimulatedRun, simulate_replica
+from pipeline.capacity.kernels import F64, I64, SimulatedRun, Tokens, simulate_replica
 from pipeline.capacity.limits import SchedulingLimits
 from pipeline.capacity.result import Arrivals, Slo, StepCoefficients
 from pipeline.unknown import Unknown
@@ -93,14 +93,14 @@ class RequestSample:
     def cached(self) -> I64:
         return self.prompt - self.uncached
 
-    def with_cached(self, cached: I64) -> RequestSample:
+    def with_cached(self, cached: Tokens) -> RequestSample:
         """The same requests with ``cached`` prompt tokens each (one per sampled request), capped
         at prompt − 1: the last prompt token is always recomputed
         (pipeline/prefix/cache_rules.py: hits cap at prompt − 1)."""
         c = np.clip(cached.astype(np.int64), 0, self.prompt - 1)
         return replace(self, uncached=self.prompt - c)
 
-    def with_workload_cached(self, cached: I64) -> RequestSample:
+    def with_workload_cached(self, cached: Tokens) -> RequestSample:
         """The same requests with their rows' cached tokens out of ``cached`` (one per workload
         request)."""
         if self.index is None:
@@ -187,9 +187,9 @@ def trace_windows(
 
 
 def sample_requests(
-    prompt: I64,
-    output: I64,
-    cached: I64,
+    prompt: Tokens,
+    output: Tokens,
+    cached: Tokens,
     config: CapacityConfig,
     arrivals: Arrivals = POISSON,
     arrival_s: F64 | None = None,

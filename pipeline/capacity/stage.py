@@ -54,6 +54,7 @@ from pipeline.capacity.compute import (
 from pipeline.capacity.config import CapacityConfig, ReplayBasis, ServedModel
 from pipeline.capacity.fit import deployment_of, fit_serving_model
 from pipeline.capacity.fleet_cache import CacheReplays, deployment_kv_tokens
+from pipeline.capacity.kernels import narrow
 from pipeline.capacity.limits import (
     SchedulingCatalog,
     SchedulingLimits,
@@ -372,16 +373,20 @@ def _cache_replays(
     unknown = [s.hit_ratio for s in summaries if isinstance(s.hit_ratio, Unknown)]
     if len(unknown) == len(summaries):
         return unknown[0] if unknown else Unknown(reason="no simulated scenario")
+    lengths = ["prompt_tokens", "output_tokens"]
+    # None: every request has both lengths, so the input rows are the capacity's, in order
     rows = (
-        requests.with_row_index("row")
-        .drop_nulls(["prompt_tokens", "output_tokens"])
+        None
+        if not any(requests.get_column(c).null_count() for c in lengths)
+        else requests.with_row_index("row")
+        .drop_nulls(lengths)
         .get_column("row")
         .to_numpy()
         .astype(np.int64)
     )
     if sim_stage.streams(layout, replay.simulation):
         # too large to flatten: each fleet replay streams the parts, checked as it goes
-        prompt = requests.get_column("prompt_tokens").fill_null(0).to_numpy().astype(np.int64)
+        prompt = narrow(requests.get_column("prompt_tokens").fill_null(0).to_numpy())
         return CacheReplays(
             sim_stage.read_stream(layout, replay.latency),
             replay.simulation,
@@ -391,9 +396,10 @@ def _cache_replays(
             source=str(layout.ingest.requests),
         )
     inputs = sim_stage.read_inputs(layout, replay.latency)
+    table = requests.get_column("prompt_tokens").to_numpy()
     if inputs.n != requests.height or not np.array_equal(
-        inputs.prompt_tokens[rows],
-        requests.get_column("prompt_tokens").to_numpy()[rows].astype(np.int64),
+        inputs.prompt_tokens if rows is None else inputs.prompt_tokens[rows],
+        (table if rows is None else table[rows]).astype(np.int64),
     ):
         raise InputFormatError(
             f"{layout.ingest.requests}: the simulation's flattened requests differ from the "
