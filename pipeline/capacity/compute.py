@@ -36,7 +36,7 @@ import polars as pl
 
 from pipeline.capacity.binding import binding_limit
 from pipeline.capacity.config import CapacityConfig
-from pipeline.capacity.fit import CONTEXT_SPREAD
+from pipeline.capacity.fit import CONTEXT_SPREAD, mean_decode_context
 from pipeline.capacity.fleet_cache import CacheReplay
 from pipeline.capacity.kernels import F64, Tokens, narrow
 from pipeline.capacity.limits import SchedulingLimits
@@ -823,9 +823,7 @@ def unidentified_context(model: ServingModel, drawn: RequestSample) -> str | Non
     if model.context_basis != "assumed_zero":
         return None
     bench = model.bench_prompt_tokens_mean + model.bench_output_tokens_mean / 2.0
-    decoding = np.maximum(drawn.output - 1, 0).astype(np.float64)
-    read = drawn.prompt + drawn.output / 2.0
-    workload = float((decoding * read).sum() / decoding.sum()) if decoding.sum() > 0 else bench
+    workload = mean_decode_context(drawn.prompt, drawn.output) or bench
     ratio = workload / max(bench, 1.0)
     if 1.0 / CONTEXT_SPREAD < ratio < CONTEXT_SPREAD:
         return None

@@ -76,7 +76,7 @@ import numpy as np
 import polars as pl
 
 from pipeline.capacity.config import CapacityConfig
-from pipeline.capacity.kernels import F64
+from pipeline.capacity.kernels import F64, I64
 from pipeline.capacity.limits import SchedulingLimits, resolve_limits
 from pipeline.capacity.prior import (
     NO_SHAPE,
@@ -281,6 +281,16 @@ def _point(row: dict[str, object], requests: pl.DataFrame | None, seed: int) -> 
     )
 
 
+def mean_decode_context(prompt: I64, output: I64) -> float | None:
+    """The mean context a decode reads, Σ(out − 1)(prompt + out/2) ÷ Σ(out − 1), over requests
+    of these lengths (None: none decodes)."""
+    decode_tokens = np.maximum(output.astype(np.int64) - 1, 0)
+    weight = float(decode_tokens.sum())
+    if weight <= 0:
+        return None
+    return float(np.sum(decode_tokens * (prompt + output / 2.0)) / weight)
+
+
 def _point_from_requests(
     point_id: str,
     rate: float,
@@ -299,7 +309,7 @@ def _point_from_requests(
     decode_time = np.maximum(e2e_s - ttft_s, 0.0)
     weight = float(decode_tokens.sum())
     gap_s = float(decode_time.sum() / weight) if weight > 0 else math.nan
-    context = float(np.sum(decode_tokens * (prompt + output / 2.0)) / weight) if weight > 0 else 0.0
+    context = mean_decode_context(prompt, output) or 0.0
     if has_starts:
         starts = ok.get_column("start_s").to_numpy().astype(np.float64)
         arrivals = starts - starts[0]
