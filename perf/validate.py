@@ -1168,7 +1168,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.refit is not None:
-        record, result = refit(args.refit)
+        if not (args.refit / "validate.json").is_file():
+            print(
+                f"--refit {args.refit}: no validate.json there; give the folder a run kept with "
+                "--out DIR",
+                file=sys.stderr,
+            )
+            return 2
+        try:
+            record, result = refit(args.refit)
+        except (OSError, ValueError, KeyError) as exc:
+            print(
+                f"--refit {args.refit}: the kept run cannot be fitted again "
+                f"({type(exc).__name__}: {exc}); run make validate with --out DIR again",
+                file=sys.stderr,
+            )
+            return 2
         print("\n".join(report_lines(record)))
         return result.code
     timing = QUICK if args.quick else Timing()

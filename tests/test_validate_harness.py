@@ -19,6 +19,7 @@ from perf.validate import (
     ProbeResult,
     Timing,
     engine_limits,
+    main,
     poisson_arrivals,
     probe_outcome,
     record_engine_args,
@@ -263,3 +264,21 @@ def test_every_mix_replays_one_poisson_arrival_pattern() -> None:
     offsets = (first - first[0]).dt.total_microseconds().to_numpy() / 1e6
     assert offsets == pytest.approx(arrivals - arrivals[0], abs=1e-6)
     assert all(t.get_column("arrival").equals(first) for t in traces[1:])
+
+
+def test_refit_of_a_folder_without_a_kept_run_is_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--refit", str(tmp_path)]) == 2
+    missing = capsys.readouterr().err
+    assert (
+        missing
+        == f"--refit {tmp_path}: no validate.json there; give the folder a run kept with --out DIR\n"
+    )
+    (tmp_path / "validate.json").write_text("{not json", encoding="utf-8")
+    assert main(["--refit", str(tmp_path)]) == 2
+    broken = capsys.readouterr().err
+    assert broken.startswith(
+        f"--refit {tmp_path}: the kept run cannot be fitted again (JSONDecodeError"
+    )
+    assert broken.count("\n") == 1
