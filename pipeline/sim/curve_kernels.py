@@ -515,6 +515,10 @@ stack_depth_histogram = guarded(_stack_depth_histogram, _check_curve_inputs)
 # ---------------------------------------------------------------------------------------------
 
 
+# Columns of sample_chains' per-request counts (int32: a request's blocks fit).
+SAMPLED, SAMPLED_HITTABLE, HALF, HALF_HITTABLE, MISSING, MISSING_HALF = range(6)
+
+
 @nb.njit(cache=True)
 def sample_chains(
     offsets: I64,
@@ -527,16 +531,18 @@ def sample_chains(
     half: np.uint64,
     salt: np.uint64,
     anon: np.uint64,
-) -> tuple[NDArray[np.uint64], NDArray[np.bool_], I64, I64, I64, I64, np.uint64]:
+) -> tuple[NDArray[np.uint64], NDArray[np.bool_], NDArray[np.int32], np.uint64]:
     """The blocks of each request's chain (stored hashes, every ``stride``-th: block k of the
     coarser size ends where stored block ``stride·k + stride − 1`` ends) whose namespaced key
     ``hash ^ namespace_mix[r]`` passes the SHARDS filter ``splitmix64(key ^ salt) ≤ threshold``.
 
     Returns the sampled keys in request and chain order, whether each falls in the first half
-    sample (``≤ half``), and per request: sampled blocks, sampled blocks below its hit limit
-    (a prefix of its sampled blocks), sampled unknown output blocks (``missing[r]`` anonymous
-    blocks numbered on from ``anon``, filtered on ``~salt``) and those of the first half; then
-    the anonymous counter after the last request.
+    sample (``≤ half``), and per request (a row, columns ``SAMPLED`` …): sampled blocks,
+    sampled blocks below its hit limit (a prefix of its sampled blocks), the same two of the
+    first half, sampled unknown output blocks (``missing[r]`` anonymous blocks numbered on from
+    ``anon``, filtered on ``~salt``) and those of the first half; then the anonymous counter
+    after the last request. The halves' counts are what lets the caller split the sample
+    without a per-block owner array.
     """
     n = offsets.size - 1
     total = 0
@@ -548,10 +554,7 @@ def sample_chains(
                 total += 1
     keys = np.empty(total, np.uint64)
     in_half = np.empty(total, np.bool_)
-    length = np.zeros(n, np.int64)
-    limit = np.zeros(n, np.int64)
-    missing_sampled = np.zeros(n, np.int64)
-    missing_half = np.zeros(n, np.int64)
+    counts = np.zeros((n, 6), np.int32)
     t = 0
     for r in range(n):
         lo = offsets[r]
@@ -559,17 +562,23 @@ def sample_chains(
             key = hashes[lo + k * stride + stride - 1] ^ namespace_mix[r]
             v = splitmix64(key ^ salt)
             if v <= threshold:
+                first = v <= half
                 keys[t] = key
-                in_half[t] = v <= half
+                in_half[t] = first
                 t += 1
-                length[r] += 1
-                if k < hit_limit[r]:
-                    limit[r] += 1
+                counts[r, SAMPLED] += 1
+                hittable = k < hit_limit[r]
+                if hittable:
+                    counts[r, SAMPLED_HITTABLE] += 1
+                if first:
+                    counts[r, HALF] += 1
+                    if hittable:
+                        counts[r, HALF_HITTABLE] += 1
         for _ in range(missing[r]):
             anon += _ONE
             v = splitmix64(anon ^ ~salt)
             if v <= threshold:
-                missing_sampled[r] += 1
+                counts[r, MISSING] += 1
                 if v <= half:
-                    missing_half[r] += 1
-    return keys, in_half, length, limit, missing_sampled, missing_half, anon
+                    counts[r, MISSING_HALF] += 1
+    return keys, in_half, counts, anon

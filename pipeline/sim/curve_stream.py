@@ -34,7 +34,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import polars as pl
@@ -102,15 +101,13 @@ def streamable(combinations: Sequence[Combination]) -> bool:
 @dataclass
 class _Sample:
     """One block size's sample, gathered part by part: the sampled keys and, per kept request
-    (one with a sampled block or unknown output block, in arrival order), its counts."""
+    (one with a sampled block or unknown output block, in arrival order), its counts (a row of
+    :func:`pipeline.sim.curve_kernels.sample_chains`' columns)."""
 
     block_size: int
     keys: list[U64] = field(default_factory=list)
     in_half: list[NDArray[np.bool_]] = field(default_factory=list)
-    length: list[NDArray[np.int32]] = field(default_factory=list)
-    limit: list[NDArray[np.int32]] = field(default_factory=list)
-    missing: list[NDArray[np.int32]] = field(default_factory=list)
-    missing_half: list[NDArray[np.int32]] = field(default_factory=list)
+    counts: list[NDArray[np.int32]] = field(default_factory=list)
     prompt_weight: int = 0  # every request's hit-limit blocks × block size
     anon: np.uint64 = field(default_factory=lambda: np.uint64(0))
 
@@ -177,34 +174,28 @@ class CurveSampler:
         for bs, sample in self.samples.items():
             m = part.stride(bs)
             _, missing, hit_limit = part.request_blocks(bs, stored_lengths // m)
-            keys, in_half, length, limit, missing_s, missing_h, sample.anon = (
-                curve_kernels.sample_chains(
-                    part.offsets,
-                    part.hashes,
-                    m,
-                    mix,
-                    hit_limit,
-                    missing,
-                    self.threshold,
-                    self.half,
-                    self.salt,
-                    sample.anon,
-                )
+            keys, in_half, counts, sample.anon = curve_kernels.sample_chains(
+                part.offsets,
+                part.hashes,
+                m,
+                mix,
+                hit_limit,
+                missing,
+                self.threshold,
+                self.half,
+                self.salt,
+                sample.anon,
             )
-            kept = np.flatnonzero((length + missing_s) > 0)
+            kept = np.flatnonzero(
+                counts[:, curve_kernels.SAMPLED] + counts[:, curve_kernels.MISSING] > 0
+            )
             sample.keys.append(keys)
             sample.in_half.append(in_half)
-            # per kept request, held as int32 until the curves (a request's counts fit)
-            sample.length.append(length[kept].astype(np.int32))
-            sample.limit.append(limit[kept].astype(np.int32))
-            sample.missing.append(missing_s[kept].astype(np.int32))
-            sample.missing_half.append(missing_h[kept].astype(np.int32))
+            sample.counts.append(counts[kept])
             sample.prompt_weight += int(hit_limit.sum()) * bs
             for combo in self.combinations:
-                if combo[0] != bs:
-                    continue
-                replica = (assignments[combo] if combo[1] > 1 else np.zeros(part.n, np.int64))[kept]
-                self.replicas[combo].append(replica.astype(np.int32))
+                if combo[0] == bs and combo[1] > 1:  # one replica needs no assignment
+                    self.replicas[combo].append(assignments[combo][kept].astype(np.int32))
         seen.n += part.n
         coverage = part.coverage()
         seen.content_requests += coverage.requests
@@ -222,74 +213,64 @@ class CurveSampler:
         for bs, sample in self.samples.items():
             keys = np.concatenate(sample.keys) if sample.keys else np.zeros(0, np.uint64)
             in_half = np.concatenate(sample.in_half) if sample.in_half else np.zeros(0, bool)
-            sample.keys, sample.in_half = [], []
+            counts = np.concatenate(sample.counts) if sample.counts else np.zeros((0, 6), np.int32)
+            sample.keys, sample.in_half, sample.counts = [], [], []
             ids, n_ids = dense_ids(keys)
             del keys
-            length = _joined(sample.length)
-            limit = _joined(sample.limit)
-            missing = _joined(sample.missing)
-            missing_half = _joined(sample.missing_half)
-            # each sampled block's rank in its request: the first ``limit`` of them may hit
-            offsets = np.zeros(length.size + 1, np.int64)
-            np.cumsum(length, out=offsets[1:])
-            owner = np.repeat(np.arange(length.size, dtype=np.int64), length)
-            hittable = (np.arange(ids.size, dtype=np.int64) - offsets[owner]) < limit[owner]
-            full = (offsets, ids, missing, limit)
-            first = _subset(ids, owner, hittable, in_half, missing_half, length.size)
-            second = _subset(ids, owner, hittable, ~in_half, missing - missing_half, length.size)
-            del owner, hittable
+            combos = [c for c in self.combinations if c[0] == bs]
+            replicas = {c: _joined(self.replicas.pop(c, [])) for c in combos if c[1] > 1}
             rates = (
                 self.rate,
                 (float(self.half) + 1.0) / 2.0**64,
                 (float(self.threshold) - float(self.half)) / 2.0**64,
             )
-            for combo in self.combinations:
-                if combo[0] != bs:
-                    continue
-                _, replicas, routing = combo
-                replica = _joined(self.replicas.pop(combo))
-                order, starts = replica_streams(replica, replicas)
-                steps = [
-                    _steps(
-                        arrays,
-                        max(n_ids, 1),
-                        bs,
-                        order,
-                        starts,
-                        replica,
-                        replicas,
-                        rate,
-                        sample.prompt_weight,
+            # one sample's arrays at a time (the whole, then each half), the curves of every
+            # combination from it: the halves are copies of part of the whole's blocks
+            steps: dict[Combination, list[tuple[I64, I64, float]]] = {c: [] for c in combos}
+            for which, rate in enumerate(rates):
+                arrays = _sample_arrays(ids, in_half, counts, which)
+                for combo in combos:
+                    replica = replicas.get(combo)
+                    weight = sample.prompt_weight
+                    steps[combo].append(
+                        _steps(arrays, max(n_ids, 1), bs, replica, combo[1], rate, weight)
                     )
-                    for arrays, rate in zip((full, first, second), rates, strict=True)
-                ]
-                empty = None
-                if n_ids == 0 and coverage.reason is None:
-                    empty = (
-                        f"the {self.rate:.4%} sample of blocks kept none of the trace's blocks; "
-                        "raise simulation.curve_sample_rate (or curve_exact_max_blocks)"
-                    )
-                known = coverage.reason is None and empty is None
-                gaps = [
-                    _largest_gap(steps[0][:2], h[:2], coverage.prompt_tokens) for h in steps[1:]
-                ]
-                error = max(*gaps, steps[0][2]) if known else None
-                out.append(
-                    Curve(
-                        block_size=bs,
-                        replicas=replicas,
-                        routing=routing if replicas > 1 else "single",
-                        tenant_isolation=self.settings.tenant_isolation,
-                        prompt_tokens=self.seen.prompt_tokens,
-                        capacity_blocks=steps[0][0],
-                        hit_tokens=steps[0][1],
-                        coverage=coverage,
-                        sample_rate=float(self.rate),
-                        hit_ratio_error=error,
-                        sample_reason=empty,
-                    )
-                )
+                del arrays
+            for combo in combos:
+                out.append(self._curve(combo, steps[combo], coverage, n_ids))
         return out
+
+    def _curve(
+        self,
+        combo: Combination,
+        steps: list[tuple[I64, I64, float]],
+        coverage: ContentCoverage,
+        n_ids: int,
+    ) -> Curve:
+        """The curve of ``combo`` from its three samples' steps (the whole, each half)."""
+        bs, replicas, routing = combo
+        empty = None
+        if n_ids == 0 and coverage.reason is None:
+            empty = (
+                f"the {self.rate:.4%} sample of blocks kept none of the trace's blocks; "
+                "raise simulation.curve_sample_rate (or curve_exact_max_blocks)"
+            )
+        known = coverage.reason is None and empty is None
+        gaps = [_largest_gap(steps[0][:2], h[:2], coverage.prompt_tokens) for h in steps[1:]]
+        error = max(*gaps, steps[0][2]) if known else None
+        return Curve(
+            block_size=bs,
+            replicas=replicas,
+            routing=routing if replicas > 1 else "single",
+            tenant_isolation=self.settings.tenant_isolation,
+            prompt_tokens=self.seen.prompt_tokens,
+            capacity_blocks=steps[0][0],
+            hit_tokens=steps[0][1],
+            coverage=coverage,
+            sample_rate=float(self.rate),
+            hit_ratio_error=error,
+            sample_reason=empty,
+        )
 
 
 def _mixed(codes: U64) -> U64:
@@ -299,48 +280,67 @@ def _mixed(codes: U64) -> U64:
     )
 
 
-def _joined(arrays: Sequence[NDArray[Any]]) -> I64:
-    return np.concatenate(arrays).astype(np.int64) if arrays else np.zeros(0, np.int64)
+def _joined(arrays: Sequence[NDArray[np.int32]]) -> NDArray[np.int32]:
+    return np.concatenate(arrays) if arrays else np.zeros(0, np.int32)
 
 
-Arrays = tuple[I64, NDArray[np.integer], I64, I64]  # offsets, ids, missing, hit limit
+Arrays = tuple[I64, NDArray[np.integer], NDArray[np.int32], NDArray[np.int32]]
+# offsets, ids, missing, hit limit
 
 
-def _subset(
-    ids: NDArray[np.integer],
-    owner: I64,
-    hittable: NDArray[np.bool_],
-    keep: NDArray[np.bool_],
-    missing: I64,
-    n: int,
+def _sample_arrays(
+    ids: NDArray[np.integer], in_half: NDArray[np.bool_], counts: NDArray[np.int32], which: int
 ) -> Arrays:
-    """The requests' arrays restricted to the sampled blocks ``keep`` selects."""
-    length = np.bincount(owner[keep], minlength=n).astype(np.int64)
-    limit = np.bincount(owner[keep & hittable], minlength=n).astype(np.int64)
-    offsets = np.zeros(n + 1, np.int64)
+    """The kept requests' chains of the whole sample (``which`` 0) or of its first (1) or
+    second (2) half, from :func:`curve_kernels.sample_chains`' per-request counts."""
+
+    def column(j: int) -> NDArray[np.int32]:
+        return np.ascontiguousarray(counts[:, j])
+
+    if which == 0:
+        length, limit = column(curve_kernels.SAMPLED), column(curve_kernels.SAMPLED_HITTABLE)
+        missing, chosen = column(curve_kernels.MISSING), ids
+    elif which == 1:
+        length, limit = column(curve_kernels.HALF), column(curve_kernels.HALF_HITTABLE)
+        missing, chosen = column(curve_kernels.MISSING_HALF), ids[in_half]
+    else:
+        length = column(curve_kernels.SAMPLED) - column(curve_kernels.HALF)
+        limit = column(curve_kernels.SAMPLED_HITTABLE) - column(curve_kernels.HALF_HITTABLE)
+        missing, chosen = (
+            column(curve_kernels.MISSING) - column(curve_kernels.MISSING_HALF),
+            ids[~in_half],
+        )
+    offsets = np.zeros(length.size + 1, np.int64)
     np.cumsum(length, out=offsets[1:])
-    return offsets, ids[keep], missing, limit
+    return offsets, chosen, missing, limit
 
 
 def _steps(
     arrays: Arrays,
     n_ids: int,
     block_size: int,
-    order: I64,
-    starts: I64,
-    replica: I64,
+    replica: NDArray[np.int32] | None,
     replicas: int,
     rate: float,
     prompt_weight: int,
 ) -> tuple[I64, I64, float]:
     """The curve's steps from one sample: the depth histogram of the sampled blocks (every one
-    kept, the filter already applied), depths scaled by 1/rate as the in-memory SHARDS kernel
-    scales them, then the ratio estimator; and the relative gap between the sampled lookups'
-    weight (scaled by 1/rate) and every prompt block's."""
+    kept, the filter already applied) on each replica's requests (``replica`` per request;
+    None for one replica), depths scaled by 1/rate as the in-memory SHARDS kernel scales them,
+    then the ratio estimator; and the relative gap between the sampled lookups' weight (scaled
+    by 1/rate) and every prompt block's."""
     offsets, ids, missing, limit = arrays
+    n = offsets.size - 1
     per_request = np.diff(offsets) + missing
-    accesses = np.bincount(replica, weights=per_request, minlength=replicas)
-    unknown = np.bincount(replica, weights=missing, minlength=replicas)
+    if replica is None:
+        order, starts = np.arange(n, dtype=np.int64), np.array([0, n], np.int64)
+        accesses = np.array([per_request.sum()], np.float64)
+        unknown = np.array([missing.sum()], np.float64)
+    else:
+        order, starts = replica_streams(replica, replicas)
+        accesses = np.bincount(replica, per_request, replicas).astype(np.float64, copy=False)
+        unknown = np.bincount(replica, missing, replicas).astype(np.float64, copy=False)
+    del per_request
     bound = np.minimum(accesses, n_ids + unknown)
     hist_size = max(2, int(bound.max()) + 2 if bound.size else 2)
     every = np.uint64(0xFFFF_FFFF_FFFF_FFFF)

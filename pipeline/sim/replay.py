@@ -170,7 +170,7 @@ def _queue_size(view: BlockView, capacity: int) -> int:
     return size
 
 
-def replica_streams(replica: I64, replicas: int) -> tuple[I64, I64]:
+def replica_streams(replica: NDArray[np.integer], replicas: int) -> tuple[I64, I64]:
     """Request indices grouped by replica (arrival order kept) and each group's start."""
     replica = np.ascontiguousarray(replica, dtype=np.int64)
     if replica.size and (int(replica.min()) < 0 or int(replica.max()) >= replicas):
