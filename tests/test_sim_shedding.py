@@ -5,6 +5,8 @@ requests a replica holds running however far the arrivals outrun it."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import polars as pl
 import pytest
@@ -12,11 +14,14 @@ import pytest
 from perf.workload import canonical_frame, conversations, spec
 from pipeline.config import config_from_mapping
 from pipeline.errors import ConfigError
+from pipeline.layout import WorkloadLayout
+from pipeline.sim import stage
 from pipeline.sim.blocks import sim_input
 from pipeline.sim.config import Scenario
 from pipeline.sim.replay import simulate, summarise
 from pipeline.sim.result import SCENARIO_SCHEMA, ScenarioSummary, scenario_frame
 from pipeline.sim.stream import frame_chunks, simulate_streamed
+from pipeline.store import publish_ingest
 from tests.conftest import DEFAULTS, sim_settings
 from tests.test_sim_lifetimes import B, canonical
 
@@ -141,3 +146,32 @@ def test_the_timeout_is_a_documented_bounded_key() -> None:
     for value in (0, -1, 1e12, "long"):
         with pytest.raises(ConfigError, match=r"simulation\.request_timeout_s"):
             config_from_mapping({"simulation": {"request_timeout_s": value}})
+
+
+def test_the_configured_command_prints_which_scenarios_shed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The scenario table has a count; the command also says what it means, naming the
+    scenarios, as the document does: one replica of eight slots sheds, four replicas do not."""
+    from pipeline.cli import main
+
+    layout = WorkloadLayout(tmp_path / "data" / "overloaded")
+    publish_ingest(layout, [_overloaded(600)])
+    config = tmp_path / "enginefit.yaml"
+    config.write_text(
+        "workload: {name: overloaded, traces: [unused.jsonl], hash_salt: s}\n"
+        f"paths: {{data_dir: {tmp_path / 'data'}, reports_dir: {tmp_path / 'reports'}}}\n"
+        "simulation: {block_sizes: [16], replicas: [1, 4], routings: [round-robin], "
+        "cache_tokens: [1280], replica_slots: 8, request_timeout_s: 10}\n"
+    )
+    assert main(["simulate", "--config", str(config)]) == 0
+    out = capsys.readouterr().out
+    written = {s.scenario: s for s in stage.read_summaries(layout)}
+    shed = [name for name, s in written.items() if s.shed_requests]
+    assert shed and len(shed) < len(written)  # one replica sheds, four keep up
+    lines = [line for line in out.splitlines() if "cannot carry this traffic" in line]
+    assert len(lines) == len(shed)
+    for name, line in zip(shed, lines, strict=True):
+        count = written[name].shed_requests
+        assert line.startswith(f"warning ({name}): 1 replica(s) cannot carry this traffic: ")
+        assert f"{count:,} of 600 requests shed" in line

@@ -25,7 +25,12 @@ from pipeline.sim.config import (
     SimConfig,
 )
 from pipeline.sim.curve import CURVE_POINTS, capacity_curve, require_single_pass
-from pipeline.sim.present import curve_sampling_note, curves_table, scenarios_table
+from pipeline.sim.present import (
+    curve_sampling_note,
+    curves_table,
+    scenario_warnings,
+    scenarios_table,
+)
 from pipeline.sim.replay import simulate, summarise
 from pipeline.sim.result import curves_frame
 
@@ -266,6 +271,8 @@ def _run_configured(args: argparse.Namespace, config: Config) -> int:
                 [
                     f"## Scenarios ({scenarios.height})",
                     scenarios_table(scenarios),
+                    # what the table cannot say: shed requests, pinned blocks, estimates
+                    *filter(None, ["\n".join(scenario_warnings(scenarios))]),
                     "## Capacity curves (instant lifetime)",
                     curves_table(points),
                     # said only of sampled curves, as in the document

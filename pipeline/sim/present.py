@@ -78,6 +78,18 @@ def scenarios_table(scenarios: pl.DataFrame) -> str:
     return markdown_table(scenarios, [c for c in SCENARIO_VIEW if c in scenarios.columns])
 
 
+def scenario_warnings(scenarios: pl.DataFrame) -> list[str]:
+    """Each scenario's warnings (shed requests, blocks pinned past the cache, estimated
+    durations) as lines naming the scenario, in table order; each sentence said once."""
+    if "warnings" not in scenarios.columns:
+        return []
+    said: dict[str, list[str]] = {}
+    for name, warnings in scenarios.select("scenario", "warnings").iter_rows():
+        for warning in warnings or []:
+            said.setdefault(warning, []).append(name)
+    return [f"warning ({', '.join(names)}): {warning}" for warning, names in said.items()]
+
+
 def curves_table(points: list[dict[str, Any]]) -> str:
     """One row per curve: where it saturates and at what hit ratio."""
     return markdown_table(
