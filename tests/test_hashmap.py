@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from pipeline.prefix.hashmap import (
+    DenseNumbering,
     _dense_halves,
     _dense_ids,
     dense_ids,
@@ -61,6 +64,22 @@ def test_two_halves_number_keys_as_one_pass() -> None:
         out = np.empty(keys.size, np.int32)
         assert _dense_halves(keys, out) == len(first)
         assert out.tolist() == want
+
+
+def test_numbering_batch_by_batch_gives_the_ids_of_the_whole() -> None:
+    """Keys handed over a batch at a time (the sampled curve's parts): every batch's ids are
+    the ones a dict gives the concatenation, across the table's growth, an empty batch and
+    keys first seen in a later batch."""
+    rng = np.random.default_rng(5)
+    keys = rng.integers(0, 60_000, 250_000).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    first: dict[int, int] = {}
+    want = [first.setdefault(k, len(first)) for k in keys.tolist()]
+    numbering = DenseNumbering()
+    cuts = [0, 0, 1, 17, 5_000, 5_000, 120_000, keys.size]
+    got = [numbering.number(keys[a:b]) for a, b in itertools.pairwise(cuts)]
+    assert all(ids.dtype == np.int32 for ids in got)
+    assert np.concatenate(got).tolist() == want
+    assert numbering.count == len(first)
 
 
 def test_packed_table_keeps_groups_apart_across_growth() -> None:

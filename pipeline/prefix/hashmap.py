@@ -517,3 +517,26 @@ def _dense_halves(keys: U64, out: Any) -> int:
     del table
     _relabel(out[mid:], local_first)
     return n
+
+
+class DenseNumbering:
+    """:func:`dense_ids` of keys handed over a batch at a time: the ids of each batch in order
+    of first appearance over every batch so far, the same as :func:`dense_ids` gives their
+    concatenation, while only the table of distinct keys is kept (not the keys)."""
+
+    def __init__(self) -> None:
+        self.table = np.zeros(2 * _MIN_SIZE, np.uint64)
+        self.count = 0
+        self._no_firsts = np.empty(0, np.int32)
+
+    def number(self, keys: U64) -> NDArray[np.int32]:
+        """The ids of ``keys`` (int32: at most 2^31 - 1 distinct keys in all, else ValueError)."""
+        keys = np.ascontiguousarray(keys, dtype=np.uint64)
+        out = np.empty(keys.size, np.int32)
+        done, self.count = _dense_run(keys, out, self.table, self._no_firsts, 0, self.count)
+        while done < keys.size:  # stopped two thirds full: grown, then on from there
+            if self.count >= 2**31 - 1:
+                raise ValueError("more than 2^31 - 1 distinct keys to number")
+            self.table = _pair_grown(self.table)
+            done, self.count = _dense_run(keys, out, self.table, self._no_firsts, done, self.count)
+        return out

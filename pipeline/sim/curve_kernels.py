@@ -488,6 +488,18 @@ def _stack_depth_histogram(
 # ---------------------------------------------------------------------------------------------
 
 
+@nb.njit(cache=True)
+def _stream_accesses(lengths: I64, missing: Any, order: I64, starts: I64) -> I64:
+    """Block accesses (chain blocks and unknown output blocks) of each stream's requests,
+    summed without an array per request (the streams of a sampled quarter are long)."""
+    out = np.zeros(starts.size - 1, np.int64)
+    for k in range(starts.size - 1):
+        for i in range(starts[k], starts[k + 1]):
+            r = order[i]
+            out[k] += lengths[r] + missing[r]
+    return out
+
+
 def _check_curve_inputs(kernel: str, a: dict[str, Any]) -> None:
     """Sizes both curve kernels rely on: chains and streams in range, depths, positions and
     the block size within the int32 fields they are packed into."""
@@ -498,11 +510,11 @@ def _check_curve_inputs(kernel: str, a: dict[str, Any]) -> None:
     check_blocks(kernel, lengths, missing, a["hit_limit"])
     check_streams(kernel, order, starts, lengths.size, 2**62)
     require(1 <= a["block_size"] <= INT32_LIMIT, kernel, "block_size must lie in 1..2^31-1")
-    accesses = np.concatenate([[0], np.cumsum((lengths + missing)[order])])
-    most = int((accesses[starts[1:]] - accesses[starts[:-1]]).max(initial=0))
+    accesses = _stream_accesses(lengths, missing, order, starts)
+    most = int(accesses.max(initial=0))
     require(most < INT32_LIMIT, kernel, "more than 2^31 block accesses in one stream")
     # a depth never exceeds the accesses, so a larger histogram is only wasted memory
-    top, hist_size = int(accesses[-1]) + 2, a["hist_size"]
+    top, hist_size = int(accesses.sum()) + 2, a["hist_size"]
     require(1 <= hist_size <= top, kernel, f"hist_size must lie in 1..{top}, got {hist_size}")
 
 

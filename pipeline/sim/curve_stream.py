@@ -34,6 +34,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -41,7 +42,7 @@ import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
 from pipeline.prefix.cache_rules import NAMESPACE_COLUMNS
-from pipeline.prefix.hashmap import dense_ids, splitmix64
+from pipeline.prefix.hashmap import DenseNumbering, splitmix64
 from pipeline.shape.facts import LatencyModel
 from pipeline.sim import curve_kernels
 from pipeline.sim.blocks import (
@@ -105,7 +106,8 @@ class _Sample:
     :func:`pipeline.sim.curve_kernels.sample_chains`' columns)."""
 
     block_size: int
-    keys: list[U64] = field(default_factory=list)
+    numbering: DenseNumbering = field(default_factory=DenseNumbering)
+    ids: list[NDArray[np.int32]] = field(default_factory=list)  # the sampled keys, numbered
     in_half: list[NDArray[np.bool_]] = field(default_factory=list)
     counts: list[NDArray[np.int32]] = field(default_factory=list)
     prompt_weight: int = 0  # every request's hit-limit blocks × block size
@@ -189,7 +191,8 @@ class CurveSampler:
             kept = np.flatnonzero(
                 counts[:, curve_kernels.SAMPLED] + counts[:, curve_kernels.MISSING] > 0
             )
-            sample.keys.append(keys)
+            sample.ids.append(sample.numbering.number(keys))
+            del keys
             sample.in_half.append(in_half)
             sample.counts.append(counts[kept])
             sample.prompt_weight += int(hit_limit.sum()) * bs
@@ -211,14 +214,13 @@ class CurveSampler:
         coverage = self.coverage()
         out = []
         for bs, sample in self.samples.items():
-            keys = np.concatenate(sample.keys) if sample.keys else np.zeros(0, np.uint64)
-            in_half = np.concatenate(sample.in_half) if sample.in_half else np.zeros(0, bool)
-            counts = np.concatenate(sample.counts) if sample.counts else np.zeros((0, 6), np.int32)
-            sample.keys, sample.in_half, sample.counts = [], [], []
-            ids, n_ids = dense_ids(keys)
-            del keys
+            ids = _drained(sample.ids, np.int32)
+            in_half = _drained(sample.in_half, np.bool_)
+            counts = _drained(sample.counts, np.int32, (6,))
+            n_ids = sample.numbering.count
+            sample.numbering = DenseNumbering()  # its table let go of
             combos = [c for c in self.combinations if c[0] == bs]
-            replicas = {c: _joined(self.replicas.pop(c, [])) for c in combos if c[1] > 1}
+            replicas = {c: _drained(self.replicas.pop(c), np.int32) for c in combos if c[1] > 1}
             rates = (
                 self.rate,
                 (float(self.half) + 1.0) / 2.0**64,
@@ -280,8 +282,16 @@ def _mixed(codes: U64) -> U64:
     )
 
 
-def _joined(arrays: Sequence[NDArray[np.int32]]) -> NDArray[np.int32]:
-    return np.concatenate(arrays) if arrays else np.zeros(0, np.int32)
+def _drained(arrays: list[NDArray[Any]], dtype: type, row: tuple[int, ...] = ()) -> NDArray[Any]:
+    """``arrays`` concatenated, each let go of once copied (the list is emptied), so the
+    whole is held once, not twice."""
+    out: NDArray[Any] = np.empty((sum(len(a) for a in arrays), *row), dtype)
+    at = 0
+    while arrays:
+        piece = arrays.pop(0)
+        out[at : at + len(piece)] = piece
+        at += len(piece)
+    return out
 
 
 Arrays = tuple[I64, NDArray[np.integer], NDArray[np.int32], NDArray[np.int32]]
