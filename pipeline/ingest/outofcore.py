@@ -171,9 +171,15 @@ def _instant(microseconds: int) -> pl.Expr:
 def _duplicates(sources: Sequence[_Source]) -> pl.DataFrame:
     """The rows of a repeated request id after its first (in concatenation order): ``_file``,
     ``_row``, ``source_file``, ``source_line``."""
+    # streamed: the ids' strings are read a morsel at a time, only their 8-byte hashes kept
+    # (their order does not matter: they are sorted next)
     hashed = np.concatenate(
         [
-            s.scan().select(pl.col("request_id").hash()).collect().to_series().to_numpy()
+            s.scan()
+            .select(pl.col("request_id").hash())
+            .collect(engine="streaming")
+            .to_series()
+            .to_numpy()
             for s in sources
         ]
     )
