@@ -411,6 +411,19 @@ def streamed_curves(
     gives it and the same sample is taken from it."""
     for _, replicas, routing in combinations:
         require_single_pass(routing, replicas)
+    # sampled in a function of its own: the routers' and the session inference's state and the
+    # last part are let go of before the curves are computed
+    return _sampled(parts, settings, latency, combinations, flattened, rate).curves()
+
+
+def _sampled(
+    parts: Sequence[Path],
+    settings: SimConfig,
+    latency: LatencyModel,
+    combinations: Sequence[Combination],
+    flattened: Callable[[], SimInputs],
+    rate: float,
+) -> CurveSampler:
     sampler = CurveSampler(settings, combinations, rate)
     if streamable(combinations):
         chunks = part_chunks(parts)
@@ -431,4 +444,4 @@ def streamed_curves(
             c: assign(whole, c[2], c[1], settings).replica for c in combinations if c[1] > 1
         }
         sampler.add(whole, assignments, whole=True)
-    return sampler.curves()
+    return sampler
