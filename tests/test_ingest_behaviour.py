@@ -187,6 +187,22 @@ def test_mixed_block_sizes_are_an_error_but_count_only_traces_join(tmp_path: Pat
     assert result.requests["block_size"].unique().to_list() == [512]
 
 
+def test_hashed_traces_of_two_block_sizes_are_one_error_naming_each(tmp_path: Path) -> None:
+    """Mooncake's 512-token blocks beside token ids hashed in 16-token blocks: which size each
+    file has, not a table whose hashes cannot be compared."""
+    mooncake = tmp_path / "m.jsonl"
+    mooncake.write_text(_mooncake_line(0, 1024, [0, 1]) + "\n")
+    tokens = tmp_path / "t.jsonl"
+    ids = ", ".join(str(i) for i in range(32))
+    tokens.write_text(
+        f'{{"ts": 1, "request_id": "x", "prompt_token_ids": [{ids}], "output_tokens": 1}}\n'
+    )
+    with pytest.raises(
+        InputFormatError, match=r"different block sizes \(16 in \S*t\.jsonl; 512 in \S*m\.jsonl\)"
+    ):
+        ingest_paths([mooncake, tokens], salt=SALT)
+
+
 def test_written_workload_is_deterministic_and_scannable(tmp_path: Path) -> None:
     """Same inputs and settings give byte-identical Parquet; the dataset scans lazily."""
     path = _azure(tmp_path, "2023-11-16 18:00:01.0,1,1\n2023-11-16 18:00:02.0,-1,1\n")

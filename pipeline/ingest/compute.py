@@ -460,15 +460,17 @@ def short_prompt_counts(requests: pl.DataFrame | pl.LazyFrame, block_size: int) 
 
 def workload_block_size(requests: pl.DataFrame | pl.LazyFrame, configured: int) -> int:
     """The one block size of the hashed rows (count-only rows follow it); mixed sizes are an error."""
-    sizes = (
-        requests.lazy()  # lazy, so only the three columns used are read, never the hashes
-        .filter(pl.col("hashes_known"))
-        .group_by("block_size")
-        .agg(pl.col("source_file").unique().sort().head(3))
-        .sort("block_size")
-        .collect(engine="streaming")
-    )
-    if sizes.height > 1:
+    hashed = requests.lazy().filter(pl.col("hashes_known"))  # lazy: the hashes never read
+    # the sizes alone first: grouping every row's source file by size holds the strings
+    # (about 5 GB at 100M requests), needed only to name the files when sizes are mixed
+    distinct = hashed.select(pl.col("block_size").unique()).collect(engine="streaming")
+    if distinct.height > 1:
+        sizes = (
+            hashed.group_by("block_size")
+            .agg(pl.col("source_file").unique().sort().head(3))
+            .sort("block_size")
+            .collect(engine="streaming")
+        )
         detail = "; ".join(
             f"{row['block_size']} in {', '.join(row['source_file'])}"
             for row in sizes.iter_rows(named=True)
@@ -477,7 +479,7 @@ def workload_block_size(requests: pl.DataFrame | pl.LazyFrame, configured: int) 
             f"traces in one workload use different block sizes ({detail}); ingest them as separate "
             "workloads or use a block size that divides both"
         )
-    return int(sizes["block_size"][0]) if sizes.height else configured
+    return int(distinct["block_size"][0]) if distinct.height else configured
 
 
 def ingest_paths(
