@@ -60,3 +60,22 @@ def test_sessions_consistent_flags_problems() -> None:
         "sessions: 2 rows for 3 requests",
         "sessions: 1 inferred sessions whose turns are not 0..n-1 (e.g. ['inferred-0'])",
     ]
+    # turns in any order are fine; a repeat, a gap or a start past 0 is not, whatever the
+    # sum; a logged session's turns are its own
+    turns = {
+        "in-order": [2, 0, 1],
+        "repeat": [0, 0, 2],
+        "gap": [0, 1, 3],
+        "late": [1, 2, 3],
+        "null": [0, None, 2],
+    }
+    frame = pl.DataFrame(
+        {
+            "session_id": [name for name, t in turns.items() for _ in t] + ["logged"] * 2,
+            "session_inferred": [True] * 15 + [False] * 2,
+            "turn": [x for t in turns.values() for x in t] + [5, 5],
+        }
+    )
+    assert sessions_consistent(frame, 17) == [
+        "sessions: 4 inferred sessions whose turns are not 0..n-1 (e.g. ['gap', 'late', 'null'])"
+    ]
