@@ -411,37 +411,37 @@ def streamed_curves(
     gives it and the same sample is taken from it."""
     for _, replicas, routing in combinations:
         require_single_pass(routing, replicas)
-    # sampled in a function of its own: the routers' and the session inference's state and the
-    # last part are let go of before the curves are computed
-    return _sampled(parts, settings, latency, combinations, flattened, rate).curves()
-
-
-def _sampled(
-    parts: Sequence[Path],
-    settings: SimConfig,
-    latency: LatencyModel,
-    combinations: Sequence[Combination],
-    flattened: Callable[[], SimInputs],
-    rate: float,
-) -> CurveSampler:
     sampler = CurveSampler(settings, combinations, rate)
+    # each way of sampling in a function of its own: the routers' and the session inference's
+    # state and the last part (or the flattened table) are let go of before the curves
     if streamable(combinations):
-        chunks = part_chunks(parts)
-        routers = {c: Router(c[2], c[1], settings) for c in combinations if c[1] > 1}
-        needs_sessions = any(router.needs_sessions for router in routers.values())
-        sessions = Sessions(chunks) if needs_sessions else None
-        # checked in arrival order, each part flattened as the streamed scenarios flatten it
-        for part in flattened_chunks(chunks, latency, None):
-            start = sampler.seen.n
-            home = sessions.hashes(part) if sessions is not None else None
-            assigned = {c: router.assign(start, part, home) for c, router in routers.items()}
-            sampler.add(part, assigned, whole=False)
-        if sampler.seen.n == 0:
-            raise SimulationInputError("request table is empty: nothing to replay")
+        _sample_parts(sampler, parts, latency)
     else:
-        whole = flattened()
-        assignments = {
-            c: assign(whole, c[2], c[1], settings).replica for c in combinations if c[1] > 1
-        }
-        sampler.add(whole, assignments, whole=True)
-    return sampler
+        _sample_whole(sampler, flattened())
+    return sampler.curves()
+
+
+def _sample_parts(sampler: CurveSampler, parts: Sequence[Path], latency: LatencyModel) -> None:
+    """Sample the parts in arrival order, each flattened as the streamed scenarios flatten it,
+    each curve's replicas assigned by its router as the parts come."""
+    settings, combinations = sampler.settings, sampler.combinations
+    chunks = part_chunks(parts)
+    routers = {c: Router(c[2], c[1], settings) for c in combinations if c[1] > 1}
+    needs_sessions = any(router.needs_sessions for router in routers.values())
+    sessions = Sessions(chunks) if needs_sessions else None
+    for part in flattened_chunks(chunks, latency, None):
+        start = sampler.seen.n
+        home = sessions.hashes(part) if sessions is not None else None
+        assigned = {c: router.assign(start, part, home) for c, router in routers.items()}
+        sampler.add(part, assigned, whole=False)
+    if sampler.seen.n == 0:
+        raise SimulationInputError("request table is empty: nothing to replay")
+
+
+def _sample_whole(sampler: CurveSampler, whole: SimInputs) -> None:
+    """Sample the flattened table, each curve's replicas assigned on the whole of it."""
+    settings = sampler.settings
+    assignments = {
+        c: assign(whole, c[2], c[1], settings).replica for c in sampler.combinations if c[1] > 1
+    }
+    sampler.add(whole, assignments, whole=True)
