@@ -139,8 +139,9 @@ class CurveSampler:
         self.half = self.threshold // np.uint64(2)
         self.salt = np.uint64(SAMPLE_SALT)
         self.samples = {bs: _Sample(bs) for bs in dict.fromkeys(c[0] for c in combinations)}
+        # each multi-replica curve's replica per kept request (one replica needs none)
         self.replicas: dict[Combination, list[NDArray[np.int32]]] = {
-            c: [] for c in self.combinations
+            c: [] for c in self.combinations if c[1] > 1
         }
         self.seen = _Gathered()
 
@@ -196,9 +197,9 @@ class CurveSampler:
             sample.in_half.append(in_half)
             sample.counts.append(counts[kept])
             sample.prompt_weight += int(hit_limit.sum()) * bs
-            for combo in self.combinations:
-                if combo[0] == bs and combo[1] > 1:  # one replica needs no assignment
-                    self.replicas[combo].append(assignments[combo][kept].astype(np.int32))
+            for combo, replicas in self.replicas.items():
+                if combo[0] == bs:
+                    replicas.append(assignments[combo][kept].astype(np.int32))
         seen.n += part.n
         coverage = part.coverage()
         seen.content_requests += coverage.requests
@@ -220,7 +221,9 @@ class CurveSampler:
             n_ids = sample.numbering.count
             sample.numbering = DenseNumbering()  # its table let go of
             combos = [c for c in self.combinations if c[0] == bs]
-            replicas = {c: _drained(self.replicas.pop(c), np.int32) for c in combos if c[1] > 1}
+            replicas = {
+                c: _drained(self.replicas.pop(c), np.int32) for c in combos if c in self.replicas
+            }
             rates = (
                 self.rate,
                 (float(self.half) + 1.0) / 2.0**64,
