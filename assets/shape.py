@@ -22,7 +22,8 @@ def workload_shape(store: EnginefitStore) -> dg.MaterializeResult:  # type: igno
     mix, and the findings that place the workload on the axes of docs/decision-rules.md."""
     config = store.config()
     layout = config.layout()
-    result = stage.run(stage.read_inputs(layout), config.shape)
+    inputs = stage.read_inputs(layout)
+    result = stage.run(inputs, config.shape)
     paths = stage.write(result, layout)
     metrics = result.metrics
     return dg.MaterializeResult(
@@ -35,6 +36,7 @@ def workload_shape(store: EnginefitStore) -> dg.MaterializeResult:  # type: igno
             **{
                 f"{name}_table": md(text) for name, text in summary_tables(result.to_json()).items()
             },
+            "day_parts": md(stage.days_note(inputs) or "none: the table was measured whole"),
             **path_entries(paths),
         }
     )

@@ -262,6 +262,12 @@ class WorkloadLayout:
         return ShapePaths(self.root / "shape")
 
     @property
+    def shape_day_parts(self) -> Path:
+        """The shape's per-day parts of a workload published from days
+        (:mod:`pipeline.shape.daily`), kept between runs."""
+        return self.shape.dir / "days"
+
+    @property
     def prefix(self) -> PrefixPaths:
         return PrefixPaths(self.root / "prefix")
 

@@ -53,4 +53,7 @@ def run_shape(args: argparse.Namespace) -> int:
     else:
         title = ", ".join(args.paths) if args.paths else config.require_workload().name
         print(render_text(shape, title=f"Workload shape: {title}"))
+        note = stage.days_note(inputs)
+        if note:
+            print(note)
     return 0

@@ -252,6 +252,15 @@ def day_id_hashes(layout: WorkloadLayout, day: str, ingested: int) -> Path:
     return _write_id_hashes(layout, day, hashes)
 
 
+def union_day_sets(layout: WorkloadLayout) -> dict[str, str] | None:
+    """The days the workload's table unites, each with the digest of the set it holds of it
+    (its requests as the union has them: a later stage may keep what it computed from a day
+    under it); None for a workload not published from days."""
+    manifest = read_json(layout.ingest.manifest)
+    held = manifest.get("day_sets") if isinstance(manifest, dict) else None
+    return dict(held) if isinstance(held, dict) else None
+
+
 def ingested_days(layout: WorkloadLayout, days: Sequence[str] | None = None) -> list[str]:
     """The days with an ingest set on disk (of ``days`` when given), in order."""
     if not layout.days_dir.is_dir():
@@ -415,6 +424,7 @@ def _write_union(layout: WorkloadLayout, days: Sequence[str]) -> Union:
     ]
     repeated = repeated_ids(hashes)
     united, quarantines = [], []
+    held_sets: dict[str, str] = {}
     parts: list[pl.DataFrame | Path] = []
     for index, (day, day_layout) in enumerate(zip(days, layouts, strict=True)):
         held = day_layout
@@ -425,9 +435,11 @@ def _write_union(layout: WorkloadLayout, days: Sequence[str]) -> Union:
         path = held.ingest.quarantine
         quarantines.append(pl.read_parquet(path) if path.exists() else empty_quarantine())
         united.append((day, summaries[index] if held is day_layout else stage.read_summary(held)))
+        held_sets[day] = sha256_file(held.ingest.manifest)
         parts += held.ingest.parts()
     joined = pl.concat(quarantines).sort(["source_file", "source_line"])
-    paths = stage.publish(layout, parts, joined, union_summary(united), extra={"days": lineage})
+    extra = {"days": lineage, "day_sets": held_sets}
+    paths = stage.publish(layout, parts, joined, union_summary(united), extra=extra)
     return Union(
         paths,
         sum(ids.height for ids in repeated.values()),

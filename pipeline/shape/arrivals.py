@@ -33,7 +33,7 @@ import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import polars as pl
 
@@ -139,16 +139,63 @@ def arrival_basics(frame: pl.LazyFrame) -> dict[str, Any]:
         raise ShapeError("request table is empty: nothing to measure")
     if row["nulls"]:
         raise ShapeError(f"request table: {row['nulls']} rows have a null 'arrival'")
-    first: datetime = row["first"]
-    last: datetime = row["last"]
+    return basics_of(int(row["requests"]), row["first"], row["last"])
+
+
+def basics_of(requests: int, first: datetime, last: datetime) -> dict[str, Any]:
+    """:func:`arrival_basics` from the count and the first and last arrivals."""
     span_s = (last - first).total_seconds()
     return {
-        "requests": int(row["requests"]),
+        "requests": requests,
         "first": first.isoformat(),
         "last": last.isoformat(),
         "span_s": span_s,
-        "mean_rate_rps": row["requests"] / span_s if span_s > 0 else None,
+        "mean_rate_rps": requests / span_s if span_s > 0 else None,
     }
+
+
+def at_us(us: int) -> datetime:
+    """The UTC instant ``us`` microseconds after the epoch (exactly, as polars reads it)."""
+    return _EPOCH + us * _ONE_US
+
+
+class ArrivalCounts(Protocol):
+    """Requests counted by time: per epoch-aligned bucket, and per hour of day or day of week.
+    From the request table (:class:`RequestArrivals`) or from per-second counts."""
+
+    def per_bucket(self, bucket_us: int, lo: int, hi: int) -> pl.LazyFrame:
+        """Columns ``b`` (floor(arrival_us / bucket_us), in [lo, hi]) and ``c`` (requests),
+        one row per non-empty bucket."""
+        ...
+
+    def per_calendar(self, unit: str, start_us: int, end_us: int) -> pl.DataFrame:
+        """Columns ``unit`` (``hour`` 0-23 or ``weekday`` 1-7, UTC) and ``n`` (requests)
+        over the arrivals in [start_us, end_us)."""
+        ...
+
+
+@dataclass(frozen=True)
+class RequestArrivals:
+    """:class:`ArrivalCounts` of a request table."""
+
+    frame: pl.LazyFrame
+
+    def per_bucket(self, bucket_us: int, lo: int, hi: int) -> pl.LazyFrame:
+        return (
+            self.frame.select((arrival_us() // bucket_us).alias("b"))
+            .filter(pl.col("b").is_between(lo, hi))
+            .group_by("b")
+            .agg(pl.len().alias("c"))
+        )
+
+    def per_calendar(self, unit: str, start_us: int, end_us: int) -> pl.DataFrame:
+        expr = pl.col("arrival").dt.hour() if unit == "hour" else pl.col("arrival").dt.weekday()
+        return collect(
+            self.frame.filter(arrival_us().is_between(start_us, end_us, closed="left"))
+            .select(expr.cast(pl.Int32).alias(unit))
+            .group_by(unit)
+            .agg(pl.len().alias("n"))
+        )
 
 
 def distinct_arrivals(frame: pl.LazyFrame) -> pl.DataFrame:
@@ -225,7 +272,7 @@ def quantisation(n: int, k: int, tie_rows: int, fit: GridFit | None) -> Quantisa
 
 
 def window_counts_stats(
-    frame: pl.LazyFrame, window_s: float, span: ObservedSpan
+    counts_of: ArrivalCounts | pl.LazyFrame, window_s: float, span: ObservedSpan
 ) -> dict[str, Any] | str:
     """Peak count, peak rate, mean count and index of dispersion over the complete
     ``window_s`` windows of ``span``, or why there are too few of them.
@@ -241,12 +288,7 @@ def window_counts_stats(
             f">= {MIN_COMPLETE_WINDOWS} (a partial window's count is not a {window_s:g} s count)"
         )
     w_us = round(window_s * US_PER_S)
-    counts = (
-        frame.select((arrival_us() // w_us).alias("b"))
-        .filter(pl.col("b").is_between(lo, hi))
-        .group_by("b")
-        .agg(pl.len().alias("c"))
-    )
+    counts = counted(counts_of).per_bucket(w_us, lo, hi)
     row = collect(
         counts.select(
             pl.col("c").sum().alias("n"),
@@ -316,7 +358,7 @@ def gap_stats(
     return out
 
 
-def time_profile(frame: pl.LazyFrame, span: ObservedSpan) -> dict[str, Any]:
+def time_profile(counts_of: ArrivalCounts | pl.LazyFrame, span: ObservedSpan) -> dict[str, Any]:
     """Hour-of-day and day-of-week shares of requests (UTC) over the complete days of ``span``
     (hour of day: at least one; day of week: the first whole number of weeks, at least one).
 
@@ -328,15 +370,10 @@ def time_profile(frame: pl.LazyFrame, span: ObservedSpan) -> dict[str, Any]:
     first_day, last_day = span.complete_windows(DAY_S)
     whole_days = max(last_day - first_day + 1, 0)
     day_us = DAY_S * US_PER_S
-    for key, unit, days, expr, keys in (
-        ("hour_of_day", "hour", whole_days, pl.col("arrival").dt.hour(), range(24)),
-        (
-            "day_of_week",
-            "weekday",
-            whole_days // 7 * 7,
-            pl.col("arrival").dt.weekday(),
-            range(1, 8),
-        ),
+    source = counted(counts_of)
+    for key, unit, days, keys in (
+        ("hour_of_day", "hour", whole_days, range(24)),
+        ("day_of_week", "weekday", whole_days // 7 * 7, range(1, 8)),
     ):
         if days == 0:
             need = "one complete UTC day" if unit == "hour" else "seven complete UTC days"
@@ -346,16 +383,7 @@ def time_profile(frame: pl.LazyFrame, span: ObservedSpan) -> dict[str, Any]:
                 "(partial days would weigh their hours more)",
             }
             continue
-        counts = collect(
-            frame.filter(
-                arrival_us().is_between(
-                    first_day * day_us, (first_day + days) * day_us, closed="left"
-                )
-            )
-            .select(expr.cast(pl.Int32).alias(unit))
-            .group_by(unit)
-            .agg(pl.len().alias("n"))
-        )
+        counts = source.per_calendar(unit, first_day * day_us, (first_day + days) * day_us)
         got = dict(zip(counts[unit].to_list(), counts["n"].to_list(), strict=True))
         total = sum(got.values())
         rows = [
@@ -373,17 +401,14 @@ def time_profile(frame: pl.LazyFrame, span: ObservedSpan) -> dict[str, Any]:
     return out
 
 
-def arrival_series(frame: pl.LazyFrame, bucket_s: float, span: ObservedSpan) -> pl.DataFrame:
+def arrival_series(
+    counts_of: ArrivalCounts | pl.LazyFrame, bucket_s: float, span: ObservedSpan
+) -> pl.DataFrame:
     """Requests per complete ``bucket_s`` bucket of ``span`` (epoch-aligned), empty buckets
     included, for plotting (a partial edge bucket would draw a lull that did not happen)."""
     b_us = round(bucket_s * US_PER_S)
     lo, hi = span.complete_windows(bucket_s)
-    counts = collect(
-        frame.select((arrival_us() // b_us).alias("b"))
-        .filter(pl.col("b").is_between(lo, hi))
-        .group_by("b")
-        .agg(pl.len().alias("n"))
-    )
+    counts = collect(counted(counts_of).per_bucket(b_us, lo, hi).rename({"c": "n"}))
     grid = pl.DataFrame({"b": pl.int_range(lo, max(lo, hi + 1), eager=True)})
     return (
         grid.join(counts, on="b", how="left")
@@ -428,12 +453,20 @@ def arrival_metrics(
     of the distinct instants when computed otherwise than from the whole column)."""
     basics = arrival_basics(frame)
     figures = timestamp_figures(frame) if timestamps is None else timestamps
+    return arrival_metrics_of(basics, figures, RequestArrivals(frame), min_quanta)
+
+
+def arrival_metrics_of(
+    basics: dict[str, Any], figures: TimestampFigures, counts: ArrivalCounts, min_quanta: float
+) -> dict[str, Any]:
+    """:func:`arrival_metrics` from its parts: the basics, the distinct instants' figures and
+    the requests counted by time."""
     quant = figures.quantisation
     span = observed_span(basics["first"], basics["last"], quant.quantum_s)
     windows: dict[str, Any] = {}
     for w in WINDOWS_S:
         ok, reason = quant.window_support(w, min_quanta)
-        stats = window_counts_stats(frame, w, span) if ok else reason
+        stats = window_counts_stats(counts, w, span) if ok else reason
         windows[window_label(w)] = (
             {"supported": True, **stats}
             if isinstance(stats, dict)
@@ -452,5 +485,10 @@ def arrival_metrics(
         "quantisation": quant.as_dict(),
         "windows": windows,
         "inter_arrival": inter,
-        **time_profile(frame, span),
+        **time_profile(counts, span),
     }
+
+
+def counted(source: ArrivalCounts | pl.LazyFrame) -> ArrivalCounts:
+    """``source`` as :class:`ArrivalCounts` (a request table is counted as it is read)."""
+    return RequestArrivals(source) if isinstance(source, pl.LazyFrame) else source

@@ -38,8 +38,9 @@ from pipeline.shape.arrivals import (
     quantisation,
     unit_gap,
 )
-from pipeline.shape.common import QUANTILES, US_PER_S, ShapeError, arrival_us, collect, finite
+from pipeline.shape.common import QUANTILES, ShapeError, arrival_us, collect, finite
 from pipeline.shape.facts import Percentiles
+from pipeline.shape.mix import session_steps
 from pipeline.shape.sketch import RELATIVE_ERROR, QuantileSketch
 
 # Fixed so the split of sessions into groups, and so every figure, is the same on every run.
@@ -151,7 +152,7 @@ def timestamp_figures_chunked(chunks: Sequence[pl.LazyFrame]) -> TimestampFigure
         raise ShapeError("request table is empty: nothing to measure")
     if q0 is None:
         quant = quantisation(n, k, tie_rows, None)
-        return TimestampFigures(quant, lambda: _inter(n, k, first, last, 0.0, None, None))
+        return TimestampFigures(quant, lambda: inter_arrival_of(n, k, first, last, 0.0, None, None))
     mean = (last - first) / (n - 1)
     on_grid, grid, ss = True, 0, 0.0
     gmax, gmax_at = -1, 0
@@ -173,12 +174,12 @@ def timestamp_figures_chunked(chunks: Sequence[pl.LazyFrame]) -> TimestampFigure
         if int(row["max"]) > gmax:
             gmax, gmax_at = int(row["max"]), int(row["at"])
         units.append(gaps.filter(unit_gap(q0)).group_by("g").agg(pl.len().alias("n")))
-    fit = GridFit(q0, gmax, grid / (k - 1), _median(units), on_grid)
+    fit = GridFit(q0, gmax, grid / (k - 1), median_of_counts(units), on_grid)
     quant = quantisation(n, k, tie_rows, fit)
-    return TimestampFigures(quant, lambda: _inter(n, k, first, last, ss, gmax, gmax_at))
+    return TimestampFigures(quant, lambda: inter_arrival_of(n, k, first, last, ss, gmax, gmax_at))
 
 
-def _inter(
+def inter_arrival_of(
     n: int, k: int, first: int, last: int, ss: float, gmax: int | None, at: int | None
 ) -> dict[str, Any]:
     if n < 2:
@@ -186,7 +187,7 @@ def _inter(
     return gap_stats(n, k, (last - first) / (n - 1), ss, gmax, at)
 
 
-def _median(counts: list[pl.DataFrame]) -> float:
+def median_of_counts(counts: list[pl.DataFrame]) -> float:
     """polars' median of the values ``g`` counted ``n`` times across ``counts``."""
     table = pl.concat(counts).group_by("g").agg(pl.col("n").sum()).sort("g")
     total = int(table["n"].sum())
@@ -211,14 +212,13 @@ def session_metrics_chunked(chunks: Sequence[pl.LazyFrame], chunk_rows: int) -> 
     groups = max(1, math.ceil(rows / chunk_rows))
     turns, gaps, growth = SketchedDistribution(), SketchedDistribution(), SketchedDistribution()
     sessions = multi = negative = 0
-    same = pl.col("session_id") == pl.col("session_id").shift()
     with tempfile.TemporaryDirectory(prefix="enginefit-sessions-") as tmp:
         folder = Path(tmp)
         for c, chunk in enumerate(chunks):
             logged = collect(
                 chunk.filter(pl.col("session_id").is_not_null()).select(
                     "session_id",
-                    arrival_us().alias("t"),
+                    "arrival",
                     "turn",
                     "prompt_tokens",
                     (pl.col("session_id").hash(SESSION_HASH_SEED) % groups).alias("group"),
@@ -235,14 +235,7 @@ def session_metrics_chunked(chunks: Sequence[pl.LazyFrame], chunk_rows: int) -> 
             sessions += counts.len()
             multi += int((counts > 1).sum())
             turns.add(counts)
-            steps = collect(
-                members.sort(
-                    ["session_id", "t", "turn"], nulls_last=True, maintain_order=True
-                ).select(
-                    pl.when(same).then(pl.col("t").diff() / US_PER_S).alias("gap_s"),
-                    pl.when(same).then(pl.col("prompt_tokens").diff()).alias("growth"),
-                )
-            )
+            steps = collect(session_steps(members))
             gaps.add(steps["gap_s"])
             growth.add(steps["growth"])
             negative += int((steps["growth"] < 0).sum())
@@ -257,11 +250,12 @@ def session_metrics_chunked(chunks: Sequence[pl.LazyFrame], chunk_rows: int) -> 
     }
 
 
-def sketch_note(requests: int, exact_max_requests: int) -> dict[str, Any]:
-    """What ``workload_shape.json`` records under ``percentiles_sketched``."""
+def sketch_note(requests: int, exact_max_requests: int, merged: str = "chunks") -> dict[str, Any]:
+    """What ``workload_shape.json`` records under ``percentiles_sketched`` (``merged``: what
+    the sketches were merged across, ``chunks`` or ``days``)."""
     return {
         "relative_error": RELATIVE_ERROR,
-        "method": "DDSketch log-spaced buckets merged across chunks (Masson et al., PVLDB 2019)",
+        "method": f"DDSketch log-spaced buckets merged across {merged} (Masson et al., PVLDB 2019)",
         "requests": requests,
         "exact_max_requests": exact_max_requests,
     }

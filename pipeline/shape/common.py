@@ -105,6 +105,34 @@ def distribution(frame: pl.LazyFrame, column: str) -> dict[str, Any]:
     }
 
 
+def distribution_of_counts(counts: pl.DataFrame) -> dict[str, Any]:
+    """:func:`distribution` of an integer column from its value counts (columns ``value``,
+    ``n``; as :func:`pipeline.shape.lengths.value_counts` gives them): the same figures,
+    exactly, from tables that merge by adding counts."""
+    table = counts.filter(pl.col("n") > 0).sort("value")
+    n = int(table["n"].sum()) if table.height else 0
+    if n == 0:
+        empty: dict[str, Any] = {name: None for name, _ in QUANTILES}
+        return {"count": 0, "min": None, "mean": None, **empty, "max": None, "p99_over_p50": None}
+    ends = table["n"].cum_sum()
+    values = table["value"]
+    row: dict[str, Any] = {
+        name: float(values[int(ends.search_sorted(math.floor((n - 1) * q + 0.5), side="right"))])
+        for name, q in QUANTILES
+    }
+    row["max"] = float(values[-1])
+    total = int(table.select((pl.col("value").cast(pl.Int64) * pl.col("n")).sum()).item())
+    pct = percentiles_from_row(row)
+    return {
+        "count": n,
+        "min": float(values[0]),
+        "mean": finite(total / n),
+        **{name: finite(row[name]) for name, _ in QUANTILES},
+        "max": finite(row["max"]),
+        "p99_over_p50": None if pct is None else finite(pct.tail_ratio),
+    }
+
+
 def finite(value: Any) -> Any:
     """JSON-safe number: NaN and ±inf become None (JSON has neither)."""
     if isinstance(value, float) and not math.isfinite(value):

@@ -12,6 +12,7 @@ from typing import Any
 import polars as pl
 
 from pipeline.shape.arrivals import (
+    ArrivalCounts,
     arrival_basics,
     arrival_metrics,
     arrival_series,
@@ -27,6 +28,7 @@ from pipeline.shape.chunked import (
 from pipeline.shape.common import (
     PERCENTILE_METHOD_DOC,
     SKETCHED_PERCENTILE_METHOD_DOC,
+    US_PER_S,
     as_lazy,
     json_safe,
     row_chunks,
@@ -40,9 +42,11 @@ from pipeline.shape.config import (
     PLOT_POINTS,
     ShapeConfig,
 )
+from pipeline.shape.daily import DailyParts, merged_figures, plot_cdfs
 from pipeline.shape.findings import place_on_axes
 from pipeline.shape.lengths import cdf_points, length_metrics
 from pipeline.shape.mix import (
+    MAX_MODELS_LISTED,
     category_metrics,
     feature_metrics,
     provider_cache_metrics,
@@ -51,8 +55,6 @@ from pipeline.shape.mix import (
 from pipeline.shape.result import ShapeMetrics, ShapePlotData, ShapeResult
 
 SCHEMA_VERSION = 2
-# Every model is listed (WorkloadFacts.models reads the list); tenants keep the top 20.
-MAX_MODELS_LISTED = 1000
 
 
 def quantisation_effect(arrivals: dict[str, Any], estimated: bool) -> dict[str, Any]:
@@ -81,20 +83,32 @@ def compute_shape(
     requests: pl.LazyFrame | pl.DataFrame,
     cfg: ShapeConfig,
     *,
-    exact_max_requests: int = EXACT_MAX_REQUESTS,
+    exact_max_requests: int | None = None,
     chunk_rows: int = CHUNK_ROWS,
+    days: DailyParts | None = None,
 ) -> ShapeResult:
     """Every workload-shape metric of a canonical request table (keys: docs/shape.md).
 
-    Up to ``exact_max_requests`` rows every figure comes from the whole table; above, the
-    table (sorted by arrival, as ingest writes it) is read in chunks of ``chunk_rows`` rows
-    (:mod:`pipeline.shape.chunked`) and the percentiles are sketched, which the result records
-    under ``percentiles_sketched``.
+    Up to ``exact_max_requests`` rows (default ``config.EXACT_MAX_REQUESTS``) every figure comes from the whole table. Above, a
+    workload ingested as days (``days``: the table's UTC days, and where their parts are
+    kept) is measured from per-day parts (:mod:`pipeline.shape.daily`), and any other table
+    (sorted by arrival, as ingest writes it) in chunks of ``chunk_rows`` rows
+    (:mod:`pipeline.shape.chunked`); either way some percentiles are sketched, which the
+    result records under ``percentiles_sketched``.
     """
     frame = as_lazy(requests)
+    if exact_max_requests is None:
+        exact_max_requests = EXACT_MAX_REQUESTS
     metrics: dict[str, Any] = {"schema_version": SCHEMA_VERSION}
     chunked = sketched(frame, exact_max_requests)
-    if not chunked:
+    daily = None
+    if chunked and days is not None:
+        daily = merged_figures(days.sources, cfg.latency, days.store, PLOT_POINTS)
+    if daily is not None:
+        metrics["percentile_method"] = SKETCHED_PERCENTILE_METHOD_DOC
+        arrivals, conc = daily.arrivals, daily.concurrency
+        lengths, sessions = daily.lengths, daily.sessions
+    elif not chunked:
         metrics["percentile_method"] = PERCENTILE_METHOD_DOC
         arrivals = arrival_metrics(frame, MIN_QUANTA_PER_WINDOW)
         conc = peak_concurrency(frame, cfg.latency, PLOT_POINTS)
@@ -119,36 +133,64 @@ def compute_shape(
                 "quantisation": quantisation_effect(arrivals, conc.estimated),
             },
             "sessions": sessions,
-            "tenants": category_metrics(frame, "tenant"),
-            "models": category_metrics(frame, "model", top=MAX_MODELS_LISTED),
-            "features": feature_metrics(frame),
-            "provider_cache": provider_cache_metrics(frame),
+            **(
+                daily.mix
+                if daily is not None
+                else {
+                    "tenants": category_metrics(frame, "tenant"),
+                    "models": category_metrics(frame, "model", top=MAX_MODELS_LISTED),
+                    "features": feature_metrics(frame),
+                    "provider_cache": provider_cache_metrics(frame),
+                }
+            ),
             "config": cfg.recorded(),
         }
     )
     if chunked:
-        metrics["percentiles_sketched"] = sketch_note(arrivals["requests"], exact_max_requests)
+        merged = "days" if daily is not None else "chunks"
+        metrics["percentiles_sketched"] = sketch_note(
+            arrivals["requests"], exact_max_requests, merged
+        )
     metrics["findings"] = [f.as_dict() for f in place_on_axes(metrics, cfg)]
+    if daily is not None:
+        plots = plot_data(daily.seconds, metrics, PLOT_POINTS, plot_cdfs(daily, PLOT_POINTS), frame)
+    else:
+        plots = plot_data(frame, metrics, PLOT_POINTS)
     return ShapeResult(
         metrics=ShapeMetrics.model_validate(json_safe(metrics)),
         concurrency_series=conc.series,
-        plots=plot_data(frame, metrics, PLOT_POINTS),
+        plots=plots,
     )
 
 
-def plot_data(frame: pl.LazyFrame, metrics: dict[str, Any], plot_points: int) -> ShapePlotData:
-    """The length CDFs and the arrival series at a bucket the timestamps support."""
+def plot_data(
+    counts: pl.LazyFrame | ArrivalCounts,
+    metrics: dict[str, Any],
+    plot_points: int,
+    cdfs: dict[str, pl.DataFrame] | None = None,
+    frame: pl.LazyFrame | None = None,
+) -> ShapePlotData:
+    """The length CDFs and the arrival series at a bucket the timestamps support (``counts``:
+    the request table, or the requests counted per second with ``cdfs`` the CDFs and
+    ``frame`` the table, read when the bucket is not a whole number of seconds)."""
     arrivals = metrics["arrivals"]
     supported = [w["window_s"] for w in arrivals["windows"].values() if w["supported"]]
     quantum = arrivals["quantisation"]["quantum_s"]
     finest = min(supported) if supported else max(float(quantum or 1.0) * 3, 60.0)
     bucket = plot_bucket_s(arrivals["span_s"], finest, plot_points)
     span = observed_span(arrivals["first"], arrivals["last"], quantum)
-    return ShapePlotData(
-        length_cdfs={
+    if isinstance(counts, pl.LazyFrame):
+        frame = counts
+    if cdfs is None:
+        assert frame is not None
+        cdfs = {
             name: cdf_points(frame, column, plot_points)
             for name, column in (("prompt", "prompt_tokens"), ("output", "output_tokens"))
-        },
-        arrival_series=arrival_series(frame, bucket, span),
+        }
+    if frame is not None and round(bucket * US_PER_S) % US_PER_S:
+        counts = frame
+    return ShapePlotData(
+        length_cdfs=cdfs,
+        arrival_series=arrival_series(counts, bucket, span),
         arrival_bucket_s=bucket,
     )

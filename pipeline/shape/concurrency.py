@@ -15,7 +15,7 @@ whole microseconds.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -293,6 +293,99 @@ def _fold(
     target[at] = op(target[at], op.reduceat(levels, firsts))
 
 
+@dataclass
+class EnvelopeGrid:
+    """Max and min concurrency per bucket of ``width`` µs from ``origin`` (a multiple of
+    ``width``), ``buckets`` of them, filled part by part by :func:`sweep_part`."""
+
+    origin: int
+    width: int
+    buckets: int
+    hi: npt.NDArray[np.int64] = field(init=False)
+    lo: npt.NDArray[np.int64] = field(init=False)
+    next_edge: int = 0  # the first bucket whose left edge no part has evaluated yet
+
+    def __post_init__(self) -> None:
+        self.hi = np.full(self.buckets, np.iinfo(np.int64).min, dtype=np.int64)
+        self.lo = np.full(self.buckets, np.iinfo(np.int64).max, dtype=np.int64)
+
+    def edges_before(self, until: int | None) -> npt.NDArray[np.int64]:
+        """The left edges not evaluated yet that lie before ``until`` (all when None)."""
+        stop = self.buckets
+        if until is not None:
+            stop = min(stop, max(self.next_edge, -(-(until - self.origin) // self.width)))
+        edges = self.origin + self.width * np.arange(self.next_edge, stop, dtype=np.int64)
+        self.next_edge = stop
+        return edges
+
+    def fold(
+        self, times: npt.NDArray[np.int64], levels: npt.NDArray[np.int64], op: np.ufunc
+    ) -> None:
+        _fold(
+            self.hi if op is np.maximum else self.lo,
+            (times - self.origin) // self.width,
+            levels,
+            op,
+        )
+
+
+@dataclass(frozen=True)
+class PartPeak:
+    """The highest level a part's starts reach and the first start reaching it (level
+    ``np.iinfo(np.int64).min`` when the part has no start)."""
+
+    level: int
+    at: int
+
+
+def sweep_part(
+    starts: npt.NDArray[np.int64],
+    ends: npt.NDArray[np.int64],
+    pending: npt.NDArray[np.int64],
+    until: int | None,
+    grid: EnvelopeGrid,
+) -> tuple[PartPeak, npt.NDArray[np.int64]]:
+    """One part of the sweep: the requests starting in it (``starts`` sorted, ``ends`` theirs)
+    and the ends still ``pending`` from earlier parts (the requests in flight as it begins).
+
+    Every time before ``until`` (all, when None) is evaluated here: no later request starts
+    before it. The levels at the grid's edges and at the starts fold into its maxima, those at
+    the edges and after the ends into its minima; the ends at or after ``until`` are returned,
+    carried into the next part (starts tied with ``until`` are that part's)."""
+    ends = np.sort(np.concatenate([pending, ends]), kind="stable")
+    at_edges = grid.edges_before(until)
+    at_starts = starts if until is None else starts[starts < until]
+    done = ends.size if until is None else int(np.searchsorted(ends, until, side="left"))
+    at_ends = ends[:done]
+    in_flight = pending.size
+    lv_edges, lv_starts, lv_ends = (
+        _levels(times, in_flight, starts, 0, ends) for times in (at_edges, at_starts, at_ends)
+    )
+    peak = PartPeak(np.iinfo(np.int64).min, 0)
+    if lv_starts.size:
+        top = int(np.argmax(lv_starts))
+        peak = PartPeak(int(lv_starts[top]), int(at_starts[top]))
+    for times, levels in ((at_edges, lv_edges), (at_starts, lv_starts)):
+        grid.fold(times, levels, np.maximum)
+    for times, levels in ((at_edges, lv_edges), (at_ends, lv_ends)):
+        grid.fold(times, levels, np.minimum)
+    return peak, ends[done:]
+
+
+def envelope_frame(grid: EnvelopeGrid, estimated: bool) -> pl.DataFrame:
+    """``concurrency.parquet``'s rows from a filled grid."""
+    edges = grid.origin + grid.width * np.arange(grid.buckets, dtype=np.int64)
+    return pl.DataFrame(
+        {
+            "bucket_start": pl.Series(edges).cast(pl.Datetime("us", "UTC")),
+            "bucket_s": pl.Series([grid.width / US_PER_S] * grid.buckets, dtype=pl.Float64),
+            "concurrency_max": pl.Series(grid.hi, dtype=pl.Int64),
+            "concurrency_min": pl.Series(grid.lo, dtype=pl.Int64),
+            "estimated": pl.Series([estimated] * grid.buckets, dtype=pl.Boolean),
+        }
+    )
+
+
 def peak_concurrency_chunked(
     chunks: Sequence[pl.LazyFrame], latency_model: LatencyModel, max_points: int = 2000
 ) -> ConcurrencyResult:
@@ -300,66 +393,48 @@ def peak_concurrency_chunked(
     arrival, holding one chunk and the requests still in flight at its end.
 
     The level at t is #(starts ≤ t) − #(ends ≤ t). Chunk c evaluates the times t before the next
-    chunk's first start a: every start ≤ t lies in chunks ≤ c and every end ≤ t belongs to a
-    request of those chunks (a later request starts at ≥ a > t). Ends ≥ a are carried into the
-    next chunk (a request in flight across the boundary is carried), and starts tied with a are
-    evaluated there. Peak, its time and the envelope equal the whole-table sweep's; the mean
-    uses the exact integer sum of durations.
+    chunk's first start a (:func:`sweep_part`): every start ≤ t lies in chunks ≤ c and every
+    end ≤ t belongs to a request of those chunks (a later request starts at ≥ a > t). Peak,
+    its time and the envelope equal the whole-table sweep's; the mean uses the exact integer
+    sum of durations.
     """
     kept = list(chunks)
     b = _bounds(kept, latency_model)
     width = nice_width_us(b.t1 - b.t0 + 1, max_points)
     g0 = b.t0 // width * width
-    n_buckets = (b.t1 - g0) // width + 1
-    edges = g0 + width * np.arange(n_buckets, dtype=np.int64)
-    hi = np.full(n_buckets, np.iinfo(np.int64).min, dtype=np.int64)
-    lo = np.full(n_buckets, np.iinfo(np.int64).max, dtype=np.int64)
-    peak, peak_at = np.iinfo(np.int64).min, 0
-    started, ended, pending = 0, 0, np.zeros(0, dtype=np.int64)
+    grid = EnvelopeGrid(g0, width, (b.t1 - g0) // width + 1)
+    peak = PartPeak(np.iinfo(np.int64).min, 0)
+    pending = np.zeros(0, dtype=np.int64)
     firsts = iter(b.firsts[1:])
-    edge_at = 0
     for chunk in kept:
         s, e = _chunk_arrays(chunk, latency_model)
         if s.size == 0:
             continue
-        nxt = next(firsts, None)
-        ends = np.sort(np.concatenate([pending, e]), kind="stable")
-
-        until = len(edges) if nxt is None else int(np.searchsorted(edges, nxt, side="left"))
-        at_edges = edges[edge_at:until]
-        at_starts = s if nxt is None else s[s < nxt]
-        done = ends.size if nxt is None else int(np.searchsorted(ends, nxt, side="left"))
-        at_ends = ends[:done]
-        lv_edges, lv_starts, lv_ends = (
-            _levels(times, started, s, ended, ends) for times in (at_edges, at_starts, at_ends)
-        )
-        if lv_starts.size and int(lv_starts.max()) > peak:
-            peak = int(lv_starts.max())
-            peak_at = int(at_starts[int(np.argmax(lv_starts))])
-        for times, levels in ((at_edges, lv_edges), (at_starts, lv_starts)):
-            _fold(hi, (times - g0) // width, levels, np.maximum)
-        for times, levels in ((at_edges, lv_edges), (at_ends, lv_ends)):
-            _fold(lo, (times - g0) // width, levels, np.minimum)
-        started += s.size
-        ended += done
-        pending = ends[done:]
-        edge_at = until
-    series = pl.DataFrame(
-        {
-            "bucket_start": pl.Series(edges).cast(pl.Datetime("us", "UTC")),
-            "bucket_s": pl.Series([width / US_PER_S] * n_buckets, dtype=pl.Float64),
-            "concurrency_max": pl.Series(hi, dtype=pl.Int64),
-            "concurrency_min": pl.Series(lo, dtype=pl.Int64),
-        }
+        got, pending = sweep_part(s, e, pending, next(firsts, None), grid)
+        peak = got if got.level > peak.level else peak
+    return concurrency_result(
+        peak, b.busy_us, b.t0, b.t1, b.logged, b.estimated, latency_model, grid
     )
-    estimated = b.estimated > 0
+
+
+def concurrency_result(
+    peak: PartPeak,
+    busy_us: int,
+    t0: int,
+    t1: int,
+    logged: int,
+    estimated: int,
+    latency_model: LatencyModel,
+    grid: EnvelopeGrid,
+) -> ConcurrencyResult:
+    """The figures of a sweep done part by part (``busy_us``: Σ durations, exact)."""
     return ConcurrencyResult(
-        peak=peak,
-        peak_at=datetime.fromtimestamp(peak_at / US_PER_S, tz=UTC) if peak > 0 else None,
-        mean=float(b.busy_us) / (b.t1 - b.t0) if b.t1 > b.t0 else None,
-        estimated=estimated,
-        durations_logged=b.logged,
-        durations_estimated=b.estimated,
-        latency_model=latency_model if estimated else None,
-        series=series.with_columns(pl.lit(estimated).alias("estimated")),
+        peak=peak.level,
+        peak_at=datetime.fromtimestamp(peak.at / US_PER_S, tz=UTC) if peak.level > 0 else None,
+        mean=float(busy_us) / (t1 - t0) if t1 > t0 else None,
+        estimated=estimated > 0,
+        durations_logged=logged,
+        durations_estimated=estimated,
+        latency_model=latency_model if estimated > 0 else None,
+        series=envelope_frame(grid, estimated > 0),
     )

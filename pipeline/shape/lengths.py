@@ -20,17 +20,30 @@ LONG_CONTEXT_SIZES: tuple[int, ...] = (8_192, LONG_CONTEXT_TOKENS, 131_072)
 
 def long_context_shares(frame: pl.LazyFrame) -> dict[str, Any]:
     """Share of requests whose prompt is at least each of ``LONG_CONTEXT_SIZES`` tokens."""
-    row = collect(
-        frame.select(
-            pl.col("prompt_tokens").count().alias("n"),
-            *[(pl.col("prompt_tokens") >= t).sum().alias(str(t)) for t in LONG_CONTEXT_SIZES],
-        )
+    return long_context_of(collect(value_counts(frame, "prompt_tokens")))
+
+
+def long_context_of(prompt_counts: pl.DataFrame) -> dict[str, Any]:
+    """:func:`long_context_shares` from the prompt lengths' ``value_counts``."""
+    row = prompt_counts.select(
+        pl.col("n").sum().alias("n"),
+        *[pl.col("n").filter(pl.col("value") >= t).sum().alias(str(t)) for t in LONG_CONTEXT_SIZES],
     ).row(0, named=True)
     n = int(row["n"])
     return {
         f">={t}": {"requests": int(row[str(t)]), "share": row[str(t)] / n if n else None}
         for t in LONG_CONTEXT_SIZES
     }
+
+
+def value_counts(frame: pl.LazyFrame, column: str) -> pl.LazyFrame:
+    """The distinct non-null values of ``column`` (``value``) and how many rows hold each
+    (``n``), in no particular order."""
+    return (
+        frame.select(pl.col(column).drop_nulls().alias("value"))
+        .group_by("value")
+        .agg(pl.len().alias("n"))
+    )
 
 
 def length_metrics(
@@ -58,13 +71,13 @@ def cdf_points(
     Exact at every returned point; thinned to about ``max_points`` points by keeping the last
     distinct value in each 1/max_points band of cumulative share (the maximum is always kept).
     """
-    counts = collect(
-        as_lazy(frame)
-        .select(pl.col(column).drop_nulls().alias("value"))
-        .group_by("value")
-        .agg(pl.len().alias("n"))
-        .sort("value")
-        .select("value", (pl.col("n").cum_sum() / pl.col("n").sum()).alias("share"))
+    return cdf_of_counts(collect(value_counts(as_lazy(frame), column)), max_points)
+
+
+def cdf_of_counts(counts: pl.DataFrame, max_points: int = 2000) -> pl.DataFrame:
+    """:func:`cdf_points` from a column's ``value_counts``."""
+    counts = counts.sort("value").select(
+        "value", (pl.col("n").cum_sum() / pl.col("n").sum()).alias("share")
     )
     if counts.height <= max_points:
         return counts

@@ -19,6 +19,25 @@ import polars as pl
 from pipeline.shape.common import US_PER_S, arrival_us, collect, distribution
 
 TOP_CATEGORIES = 20
+# Every model is listed (WorkloadFacts.models reads the list); tenants keep the top 20.
+MAX_MODELS_LISTED = 1000
+
+
+def session_steps(logged: pl.LazyFrame) -> pl.LazyFrame:
+    """One row per pair of consecutive turns of a session (the first turn of each: nulls):
+    ``gap_s`` and ``growth`` (module docstring). One stable sort, so input order breaks the
+    ties (session, arrival, turn) leave."""
+    same = pl.col("session_id") == pl.col("session_id").shift()
+    return (
+        logged.select(
+            "session_id", arrival_us().alias("t"), pl.col("turn"), pl.col("prompt_tokens")
+        )
+        .sort(["session_id", "t", "turn"], nulls_last=True, maintain_order=True)
+        .select(
+            pl.when(same).then(pl.col("t").diff() / US_PER_S).alias("gap_s"),
+            pl.when(same).then(pl.col("prompt_tokens").diff()).alias("growth"),
+        )
+    )
 
 
 def session_metrics(frame: pl.LazyFrame) -> dict[str, Any]:
@@ -30,19 +49,8 @@ def session_metrics(frame: pl.LazyFrame) -> dict[str, Any]:
     if head["rows"] == 0:
         return {"known": False, "reason": "no session_id logged"}
     turns = collect(logged.group_by("session_id").agg(pl.len().alias("turns"))).lazy()
-    same = pl.col("session_id") == pl.col("session_id").shift()
-    # One stable sort (input order breaks remaining ties); consecutive rows of one session
-    # give a step. Materialised once: the distributions below read it several times.
-    steps = collect(
-        logged.select(
-            "session_id", arrival_us().alias("t"), pl.col("turn"), pl.col("prompt_tokens")
-        )
-        .sort(["session_id", "t", "turn"], nulls_last=True, maintain_order=True)
-        .select(
-            pl.when(same).then(pl.col("t").diff() / US_PER_S).alias("gap_s"),
-            pl.when(same).then(pl.col("prompt_tokens").diff()).alias("growth"),
-        )
-    ).lazy()
+    # Materialised once: the distributions below read it several times.
+    steps = collect(session_steps(logged)).lazy()
     growth = distribution(steps, "growth")
     negative = collect(steps.select((pl.col("growth") < 0).sum())).item()
     return {
@@ -65,13 +73,15 @@ def category_metrics(frame: pl.LazyFrame, column: str, top: int = TOP_CATEGORIES
     Shares are over all requests; requests where the column is null are ``unlogged``.
     """
     counts = collect(
-        frame.select(pl.col(column))
-        .drop_nulls()
-        .group_by(column)
-        .agg(pl.len().alias("requests"))
-        .sort(["requests", column], descending=[True, False])
+        frame.select(pl.col(column)).drop_nulls().group_by(column).agg(pl.len().alias("requests"))
     )
-    total = collect(frame.select(pl.len())).item()
+    return category_of(counts, column, collect(frame.select(pl.len())).item(), top)
+
+
+def category_of(counts: pl.DataFrame, column: str, total: int, top: int) -> dict[str, Any]:
+    """:func:`category_metrics` from the requests per logged value (columns ``column``,
+    ``requests``) and the number of requests."""
+    counts = counts.sort(["requests", column], descending=[True, False])
     logged = int(counts["requests"].sum()) if counts.height else 0
     return {
         "logged": counts.height > 0,
@@ -85,6 +95,26 @@ def category_metrics(frame: pl.LazyFrame, column: str, top: int = TOP_CATEGORIES
     }
 
 
+FEATURE_FLAGS = ("structured_output", "tools")
+
+
+def feature_sums() -> list[pl.Expr]:
+    """The counts :func:`features_of` reads: rows, each flag's logged and true rows, rows with
+    a LoRA adapter."""
+    return [
+        pl.len().alias("n"),
+        *[
+            expr
+            for flag in FEATURE_FLAGS
+            for expr in (
+                pl.col(flag).count().alias(f"{flag}_logged"),
+                pl.col(flag).sum().alias(f"{flag}_true"),
+            )
+        ],
+        pl.col("lora_adapter").count().alias("lora_rows"),
+    ]
+
+
 def feature_metrics(frame: pl.LazyFrame) -> dict[str, Any]:
     """Shares of structured output and tools (among rows that log the flag) and LoRA adapters.
 
@@ -92,21 +122,17 @@ def feature_metrics(frame: pl.LazyFrame) -> dict[str, Any]:
     """
     row = collect(
         frame.select(
-            pl.len().alias("n"),
-            *[
-                expr
-                for flag in ("structured_output", "tools")
-                for expr in (
-                    pl.col(flag).count().alias(f"{flag}_logged"),
-                    pl.col(flag).sum().alias(f"{flag}_true"),
-                )
-            ],
-            pl.col("lora_adapter").count().alias("lora_rows"),
+            *feature_sums(),
             pl.col("lora_adapter").drop_nulls().n_unique().alias("lora_distinct"),
         )
     ).row(0, named=True)
+    return features_of(row)
+
+
+def features_of(row: dict[str, Any]) -> dict[str, Any]:
+    """:func:`feature_metrics` from the ``feature_sums`` and ``lora_distinct``."""
     out: dict[str, Any] = {}
-    for flag in ("structured_output", "tools"):
+    for flag in FEATURE_FLAGS:
         logged, true = int(row[f"{flag}_logged"]), int(row[f"{flag}_true"] or 0)
         out[flag] = {
             "logged_rows": logged,
@@ -122,15 +148,22 @@ def feature_metrics(frame: pl.LazyFrame) -> dict[str, Any]:
     return out
 
 
+def provider_cache_sums(frame: pl.LazyFrame) -> pl.LazyFrame:
+    """The rows that log cached tokens, their cached and their prompt tokens (one row)."""
+    return frame.filter(pl.col("cached_tokens").is_not_null()).select(
+        pl.len().alias("rows"),
+        pl.col("cached_tokens").sum().alias("cached"),
+        pl.col("prompt_tokens").sum().alias("prompt"),
+    )
+
+
 def provider_cache_metrics(frame: pl.LazyFrame) -> dict[str, Any]:
     """Σ cached_tokens / Σ prompt_tokens over the rows where the provider logged cached tokens."""
-    row = collect(
-        frame.filter(pl.col("cached_tokens").is_not_null()).select(
-            pl.len().alias("rows"),
-            pl.col("cached_tokens").sum().alias("cached"),
-            pl.col("prompt_tokens").sum().alias("prompt"),
-        )
-    ).row(0, named=True)
+    return provider_cache_of(collect(provider_cache_sums(frame)).row(0, named=True))
+
+
+def provider_cache_of(row: dict[str, Any]) -> dict[str, Any]:
+    """:func:`provider_cache_metrics` from the ``provider_cache_sums``."""
     rows = int(row["rows"])
     if rows == 0:
         return {"logged": False, "reason": "no cached_tokens logged"}

@@ -7,17 +7,20 @@ the downsampled concurrency envelope and three figures.
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 
 from pipeline import results
+from pipeline.ingest.days import union_day_sets
 from pipeline.layout import WorkloadLayout
 from pipeline.safe_read import read_json
 from pipeline.shape.common import json_safe
 from pipeline.shape.compute import compute_shape
 from pipeline.shape.config import ShapeConfig
+from pipeline.shape.daily import DailyParts, DaySource, PartStore
 from pipeline.shape.present import figures
 from pipeline.shape.result import ShapeResult
 from pipeline.store import (
@@ -33,15 +36,40 @@ STEP = results.Step(results.SHAPE, upstream=(results.REQUESTS,), sections=("shap
 
 @dataclass(frozen=True)
 class ShapeInputs:
+    """The request table and, for a workload published from days, its days and where their
+    parts are kept (``<workload>/shape/days/``, :mod:`pipeline.shape.daily`)."""
+
     requests: pl.LazyFrame
+    days: DailyParts | None = None
 
 
 def read_inputs(layout: WorkloadLayout) -> ShapeInputs:
-    return ShapeInputs(read_requests(layout))
+    requests = read_requests(layout)
+    held = union_day_sets(layout)
+    if held is None:
+        return ShapeInputs(requests)
+    sources = [
+        DaySource(day, _day_of(requests, day), digest) for day, digest in sorted(held.items())
+    ]
+    return ShapeInputs(requests, DailyParts(sources, PartStore(layout.shape_day_parts)))
+
+
+def _day_of(requests: pl.LazyFrame, day: str) -> pl.LazyFrame:
+    """The requests of one UTC day (the union's parts are days: the scan reads that day's)."""
+    start = dt.datetime.combine(dt.date.fromisoformat(day), dt.time(), tzinfo=dt.UTC)
+    return requests.filter(
+        pl.col("arrival").is_between(start, start + dt.timedelta(days=1), closed="left")
+    )
 
 
 def run(inputs: ShapeInputs, settings: ShapeConfig) -> ShapeResult:
-    return compute_shape(inputs.requests, settings)
+    return compute_shape(inputs.requests, settings, days=inputs.days)
+
+
+def days_note(inputs: ShapeInputs) -> str | None:
+    """After :func:`run`: how many per-day parts it computed and read back (None when it
+    measured the table whole)."""
+    return inputs.days.store.summary() if inputs.days is not None else None
 
 
 def write(result: ShapeResult, layout: WorkloadLayout) -> dict[str, Path]:

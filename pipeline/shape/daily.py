@@ -1,0 +1,710 @@
+"""The shape figures of a quarter from per-day parts (a workload ingested as daily partitions,
+above ``config.EXACT_MAX_REQUESTS`` requests).
+
+Each UTC day is summarised on its own into a :class:`DayPart`, a handful of small tables that
+merge by adding counts; the quarter's figures are computed from the merged tables. A part is
+kept on disk (:class:`PartStore`) under a key naming what it was computed from (the digest of
+the day's ingest set, and what it depends on beyond its day), so a day ingested later, or
+ingested again, costs that day's work: the other days' parts are read back.
+
+What a part holds, and how the quarter is put together:
+
+* **Counts** (``DayCounts``, from the day alone): requests per epoch second (count windows,
+  hour-of-day and day-of-week profiles, the arrival figure; every window and plot bucket is a
+  whole number of seconds), the distinct prompt and output lengths with their counts (the length
+  percentiles, long-context shares and CDFs, exactly), requests per tenant and model, the
+  feature and provider-cache counts, the distinct LoRA adapters, and the distinct arrival
+  instants' counts (requests, distinct instants, tied rows, first, last, smallest gap).
+* **Gaps** (``DayGaps``, from the day and the quarter's smallest gap q0 between distinct
+  instants): the gaps on q0's grid, the one-step gaps' counts, the largest gap and where it
+  starts, whether every instant is on the grid, and Σ of the gaps with Σ (g − day mean)²; the
+  gaps across midnight (last instant of a day to the first of the next) are added when merging,
+  and Σ (g − quarter mean)² follows exactly from the days' sums (Chan, Golub and LeVeque,
+  "Algorithms for computing the sample variance", The American Statistician 37(3), 1983).
+  Kept per q0: the parts stay valid while no new day brings a smaller gap.
+* **Sweep** (``DaySweep``, from the day and the requests still in flight at its start): the
+  concurrency sweep over the times of the day (:func:`pipeline.shape.concurrency.sweep_part`),
+  max and min per ``FINE_US`` bucket, the peak and its start, Σ durations, and the ends carried
+  past midnight. A day's sweep is reused while the requests carried into it are the same; the
+  buckets fold exactly into the quarter's (every plot width at least ``FINE_US`` is a multiple
+  of it). The ends after the last day are swept when merging.
+* **Sessions** (logged ``session_id``): per session of the day its turns and its first and last
+  turn (arrival, prompt tokens), the day's inter-turn gaps (sketched, ``sketch.RELATIVE_ERROR``)
+  and history growth (counted exactly); a session that continues on a later day adds the step
+  from its last turn there to its first turn here when merging, so a conversation that spans
+  midnight is carried across.
+
+The figures equal the whole-table ones (``tests/test_shape_daily.py``): exactly, but the
+inter-turn gap percentiles (sketched) and float sums in another order (their last digits).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from functools import partial
+from itertools import pairwise
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from pipeline.shape.arrivals import (
+    GridFit,
+    TimestampFigures,
+    arrival_metrics_of,
+    at_us,
+    basics_of,
+    distinct_arrivals,
+    grid_fit,
+    quantisation,
+    unit_gap,
+)
+from pipeline.shape.chunked import SketchedDistribution, inter_arrival_of, median_of_counts
+from pipeline.shape.common import (
+    US_PER_S,
+    ShapeError,
+    arrival_us,
+    collect,
+    distribution_of_counts,
+)
+from pipeline.shape.concurrency import (
+    ConcurrencyResult,
+    EnvelopeGrid,
+    PartPeak,
+    _validate,
+    concurrency_result,
+    intervals,
+    nice_width_us,
+    sweep_part,
+)
+from pipeline.shape.config import MIN_QUANTA_PER_WINDOW
+from pipeline.shape.facts import LatencyModel
+from pipeline.shape.lengths import cdf_of_counts, long_context_of, value_counts
+from pipeline.shape.mix import (
+    MAX_MODELS_LISTED,
+    TOP_CATEGORIES,
+    category_of,
+    feature_sums,
+    features_of,
+    provider_cache_of,
+    provider_cache_sums,
+    session_steps,
+)
+from pipeline.shape.sketch import QuantileSketch
+from pipeline.store import write_json_atomic, write_parquet_atomic
+
+# A day's envelope resolution (µs): it divides every 1/2/5 × 10^k µs plot width at least as
+# wide, so the days' buckets fold exactly into the quarter's (whose width is at least 50 s for
+# two days or more at 2,000 points).
+FINE_US = 10_000_000
+DAY_US = 86_400 * US_PER_S
+# Bumped whenever what a part holds changes, so parts written before are computed again.
+PART_VERSION = 1
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class DaySource:
+    """One UTC day of the workload: its name, its requests (sorted by arrival) and the digest
+    of the ingest set they come from (None: not known, so its parts are never kept)."""
+
+    day: str
+    requests: pl.LazyFrame
+    digest: str | None
+
+    @property
+    def start_us(self) -> int:
+        """Its midnight (UTC), in µs since the epoch."""
+        return (dt.date.fromisoformat(self.day) - dt.date(1970, 1, 1)).days * DAY_US
+
+
+# -- the parts ---------------------------------------------------------------------------------
+
+
+@dataclass
+class DayCounts:
+    """Everything of a day that depends on its requests alone (module docstring)."""
+
+    requests: int
+    first_us: int
+    last_us: int
+    distinct: int
+    tie_rows: int
+    min_gap: int | None
+    features: dict[str, int]
+    provider: dict[str, int]
+    session_rows: int
+    negative_steps: int
+    gap_total: float
+    seconds: pl.DataFrame  # s, n
+    prompt_tokens: pl.DataFrame  # value, n
+    output_tokens: pl.DataFrame  # value, n
+    tenant: pl.DataFrame  # tenant, requests
+    model: pl.DataFrame  # model, requests
+    lora: pl.DataFrame  # value (distinct adapters)
+    sessions: pl.DataFrame  # session_id, turns, first_t, first_prompt, last_t, last_prompt
+    growth: pl.DataFrame  # value, n (history growth within the day)
+    gap_sketch: pl.DataFrame  # the inter-turn gaps' sketch (sketch_table)
+
+
+@dataclass
+class DayGaps:
+    """The gaps between a day's distinct instants, measured against the quarter's q0."""
+
+    q0: int
+    grid: int
+    gaps: int
+    sum_g: int
+    m2: float
+    gmax: int | None
+    gmax_at: int | None
+    on_grid: bool
+    units: pl.DataFrame  # g, n
+
+
+@dataclass
+class DaySweep:
+    """A day's part of the concurrency sweep (module docstring)."""
+
+    carry_in: str
+    from_us: int
+    until_us: int
+    logged: int
+    estimated: int
+    busy_us: int
+    t1: int
+    peak_level: int
+    peak_at: int
+    fine: pl.DataFrame  # hi, lo per FINE_US bucket from from_us
+    carried: pl.DataFrame  # end_us of the requests still in flight at until_us
+
+
+def _scalars(part: Any) -> dict[str, Any]:
+    return {f.name: getattr(part, f.name) for f in fields(part) if not _is_table(part, f.name)}
+
+
+def _is_table(part: Any, name: str) -> bool:
+    return isinstance(getattr(part, name), pl.DataFrame)
+
+
+def sketch_table(sketch: QuantileSketch) -> pl.DataFrame:
+    """A sketch as rows (``sign``: 1, -1 or 0 for zeros; ``idx``; ``n``) and one header row
+    (``sign`` 2: count in ``n``; min and max in ``lo``/``hi``)."""
+    rows = pl.DataFrame(
+        {
+            "sign": [1] * sketch.pos_idx.size + [-1] * sketch.neg_idx.size + [0],
+            "idx": [*sketch.pos_idx.tolist(), *sketch.neg_idx.tolist(), 0],
+            "n": [*sketch.pos_n.tolist(), *sketch.neg_n.tolist(), sketch.zeros],
+        },
+        schema={"sign": pl.Int8, "idx": pl.Int64, "n": pl.Int64},
+    )
+    head = pl.DataFrame(
+        {"sign": [2], "idx": [0], "n": [sketch.count]},
+        schema={"sign": pl.Int8, "idx": pl.Int64, "n": pl.Int64},
+    )
+    return pl.concat([head, rows]).with_columns(
+        pl.lit(sketch.min).alias("lo"), pl.lit(sketch.max).alias("hi")
+    )
+
+
+def sketch_of(table: pl.DataFrame) -> QuantileSketch:
+    """The sketch :func:`sketch_table` wrote."""
+    by = {sign: table.filter(pl.col("sign") == sign) for sign in (2, 1, -1, 0)}
+    out = QuantileSketch()
+    out.count = int(by[2]["n"][0])
+    out.min, out.max = float(table["lo"][0]), float(table["hi"][0])
+    out.zeros = int(by[0]["n"][0])
+    out.pos_idx, out.pos_n = by[1]["idx"].to_numpy().copy(), by[1]["n"].to_numpy().copy()
+    out.neg_idx, out.neg_n = by[-1]["idx"].to_numpy().copy(), by[-1]["n"].to_numpy().copy()
+    return out
+
+
+# What the parts read of a day: it is read once per part and measured in memory.
+_COUNTED = (
+    "arrival",
+    "prompt_tokens",
+    "output_tokens",
+    "session_id",
+    "turn",
+    "tenant",
+    "model",
+    "lora_adapter",
+    "structured_output",
+    "tools",
+    "cached_tokens",
+)
+_SWEPT = (
+    "arrival",
+    "prompt_tokens",
+    "output_tokens",
+    "e2e_ms",
+    "request_id",
+    "source_file",
+    "source_line",
+)
+
+
+def day_counts(day: pl.LazyFrame) -> DayCounts | None:
+    """:class:`DayCounts` of one day's requests (None for a day without any)."""
+    frame = collect(day.select(_COUNTED)).lazy()
+    head = collect(
+        frame.select(pl.len().alias("n"), pl.col("arrival").null_count().alias("nulls"))
+    ).row(0, named=True)
+    if head["n"] == 0:
+        return None
+    if head["nulls"]:
+        raise ShapeError(f"request table: {head['nulls']} rows have a null 'arrival'")
+    distinct = distinct_arrivals(frame)
+    gaps = distinct["t"].diff().drop_nulls()
+    logged = frame.filter(pl.col("session_id").is_not_null())
+    sessions = collect(
+        logged.select(
+            "session_id", arrival_us().alias("t"), "turn", pl.col("prompt_tokens").alias("p")
+        )
+        .sort(["session_id", "t", "turn"], nulls_last=True, maintain_order=True)
+        .group_by("session_id", maintain_order=True)
+        .agg(
+            pl.len().alias("turns"),
+            pl.col("t").first().alias("first_t"),
+            pl.col("p").first().alias("first_prompt"),
+            pl.col("t").last().alias("last_t"),
+            pl.col("p").last().alias("last_prompt"),
+        )
+    )
+    steps = collect(session_steps(logged))
+    gap = SketchedDistribution()
+    gap.add(steps["gap_s"])
+    growth = steps.select(pl.col("growth").drop_nulls().alias("value")).group_by("value").len("n")
+    features = collect(frame.select(*feature_sums())).row(0, named=True)
+    provider = collect(provider_cache_sums(frame)).row(0, named=True)
+    return DayCounts(
+        requests=int(head["n"]),
+        first_us=int(distinct["t"][0]),
+        last_us=int(distinct["t"][-1]),
+        distinct=distinct.height,
+        tie_rows=int(distinct.filter(pl.col("c") > 1)["c"].sum()),
+        min_gap=int(gaps.min()) if gaps.len() else None,  # type: ignore[arg-type]
+        features={k: int(v or 0) for k, v in features.items()},
+        provider={k: int(v or 0) for k, v in provider.items()},
+        session_rows=int(sessions["turns"].sum()) if sessions.height else 0,
+        negative_steps=int((steps["growth"] < 0).sum()),
+        gap_total=float(gap.total),
+        seconds=collect(frame.select((arrival_us() // US_PER_S).alias("s")).group_by("s").len("n")),
+        prompt_tokens=collect(value_counts(frame, "prompt_tokens")),
+        output_tokens=collect(value_counts(frame, "output_tokens")),
+        tenant=_category_counts(frame, "tenant"),
+        model=_category_counts(frame, "model"),
+        lora=collect(frame.select(pl.col("lora_adapter").drop_nulls().unique().alias("value"))),
+        sessions=sessions,
+        growth=growth,
+        gap_sketch=sketch_table(gap.sketch),
+    )
+
+
+def _category_counts(frame: pl.LazyFrame, column: str) -> pl.DataFrame:
+    return collect(
+        frame.select(pl.col(column)).drop_nulls().group_by(column).agg(pl.len().alias("requests"))
+    )
+
+
+def day_gaps(frame: pl.LazyFrame, q0: int) -> DayGaps:
+    """:class:`DayGaps` of one day's distinct instants against the quarter's ``q0``."""
+    distinct = distinct_arrivals(frame)
+    gaps = distinct.select(pl.col("t").shift().alias("at"), pl.col("t").diff().alias("g"))
+    gaps = gaps.drop_nulls()
+    on_grid = bool(distinct.select(((pl.col("t") % q0) == 0).all()).item())
+    if gaps.height == 0:
+        empty = pl.DataFrame(schema={"g": pl.Int64, "n": pl.UInt32})
+        return DayGaps(q0, 0, 0, 0, 0.0, None, None, on_grid, empty)
+    sum_g = int(distinct["t"][-1]) - int(distinct["t"][0])
+    mean = sum_g / gaps.height
+    row = gaps.select(
+        grid_fit(q0).sum().alias("grid"),
+        ((pl.col("g").cast(pl.Float64) - mean) ** 2).sum().alias("m2"),
+        pl.col("g").max().alias("max"),
+        pl.col("at").filter(pl.col("g") == pl.col("g").max()).min().alias("at"),
+    ).row(0, named=True)
+    units = gaps.filter(unit_gap(q0)).group_by("g").agg(pl.len().alias("n"))
+    return DayGaps(
+        q0=q0,
+        grid=int(row["grid"]),
+        gaps=gaps.height,
+        sum_g=sum_g,
+        m2=float(row["m2"]),
+        gmax=int(row["max"]),
+        gmax_at=int(row["at"]),
+        on_grid=on_grid,
+        units=units,
+    )
+
+
+def carry_key(from_us: int, carried: npt.NDArray[np.int64]) -> str:
+    """What a day's sweep depends on beyond the day: where it starts and the ends carried in."""
+    digest = hashlib.sha256(np.int64(from_us).tobytes())
+    digest.update(np.ascontiguousarray(carried, dtype=np.int64).tobytes())
+    return digest.hexdigest()
+
+
+def day_sweep(
+    frame: pl.LazyFrame,
+    latency: LatencyModel,
+    from_us: int,
+    until_us: int,
+    carried: npt.NDArray[np.int64],
+) -> DaySweep:
+    """The sweep over [from_us, until_us) of one day's requests, with ``carried`` (sorted) the
+    ends of earlier requests still in flight at ``from_us`` (a multiple of ``FINE_US``)."""
+    frame = collect(frame.select(_SWEPT)).lazy()
+    logged, estimated = _validate(frame, latency)
+    iv = collect(intervals(frame, latency).select("start_us", "end_us"))
+    s, e = iv["start_us"].to_numpy(), iv["end_us"].to_numpy()
+    grid = EnvelopeGrid(from_us, FINE_US, (until_us - from_us) // FINE_US)
+    peak, pending = sweep_part(s, e, carried, until_us, grid)
+    return DaySweep(
+        carry_in=carry_key(from_us, carried),
+        from_us=from_us,
+        until_us=until_us,
+        logged=logged,
+        estimated=estimated,
+        busy_us=int((e - s).sum()),
+        t1=int(e.max()) if e.size else from_us,
+        peak_level=peak.level,
+        peak_at=peak.at,
+        fine=pl.DataFrame({"hi": grid.hi, "lo": grid.lo}),
+        carried=pl.DataFrame({"end_us": pending}, schema={"end_us": pl.Int64}),
+    )
+
+
+# -- keeping parts on disk ---------------------------------------------------------------------
+
+
+@dataclass
+class PartStore:
+    """Parts kept under ``root`` (``<workload>/shape/days/``): one folder per day, kind and key
+    (``<day>/<kind>-<key>/``), its tables as Parquet and the rest in ``part.json``, written
+    last. Writing a day's part of one kind removes that day's older parts of that kind (all
+    written here). ``computed`` and ``read`` count the parts computed and read back, by kind."""
+
+    root: Path
+    computed: dict[str, int] = field(default_factory=dict)
+    read: dict[str, int] = field(default_factory=dict)
+
+    def summary(self) -> str | None:
+        """One line on the parts used (None when none was: the table was measured whole)."""
+        if not self.computed and not self.read:
+            return None
+        made, kept = sum(self.computed.values()), sum(self.read.values())
+        return f"per-day parts: {made} computed, {kept} read back (kept in {self.root})"
+
+    def get(
+        self, kind: type[T], source: DaySource, key: str, make: Callable[[], T | None]
+    ) -> T | None:
+        """The part of ``kind`` for ``source`` and ``key``: read back, or made and kept (a
+        day without requests has none: None, made again each time, as cheap as reading)."""
+        name = kind.__name__
+        if source.digest is None:
+            self.computed[name] = self.computed.get(name, 0) + 1
+            return make()
+        full = hashlib.sha256(
+            f"{PART_VERSION}|{pl.__version__}|{source.digest}|{key}".encode()
+        ).hexdigest()[:24]
+        folder = self.root / source.day / f"{name}-{full}"
+        if (folder / "part.json").is_file():
+            self.read[name] = self.read.get(name, 0) + 1
+            return _read_part(kind, folder)
+        self.computed[name] = self.computed.get(name, 0) + 1
+        part = make()
+        if part is None:
+            return None
+        _write_part(part, folder)
+        for older in (self.root / source.day).glob(f"{name}-*"):
+            if older != folder and older.is_dir():
+                shutil.rmtree(older, ignore_errors=True)
+        return part
+
+
+def _present(part: T | None) -> T:
+    """A part only a day with requests has (they have been counted, so it has some)."""
+    if part is None:
+        raise ShapeError("a day's requests changed while the shape stage read them")
+    return part
+
+
+def _write_part(part: Any, folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for f in fields(part):
+        if _is_table(part, f.name):
+            write_parquet_atomic(getattr(part, f.name), folder / f"{f.name}.parquet")
+    write_json_atomic(folder / "part.json", _scalars(part))
+
+
+def _read_part(kind: type[T], folder: Path) -> T:
+    values: dict[str, Any] = json.loads((folder / "part.json").read_text())
+    for f in fields(kind):  # type: ignore[arg-type]
+        if f.name not in values:
+            values[f.name] = pl.read_parquet(folder / f"{f.name}.parquet")
+    return kind(**values)
+
+
+# -- the quarter from its days -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DailyParts:
+    """A workload's days, in order, and where their parts are kept."""
+
+    sources: Sequence[DaySource]
+    store: PartStore
+
+
+@dataclass
+class DailyFigures:
+    """What :func:`merged_figures` gives ``compute_shape``: the sections of
+    ``workload_shape.json`` it measures (``mix``: tenants, models, features, provider cache),
+    and the merged counts the plots read."""
+
+    arrivals: dict[str, Any]
+    lengths: dict[str, Any]
+    concurrency: ConcurrencyResult
+    sessions: dict[str, Any]
+    mix: dict[str, Any]
+    length_counts: dict[str, pl.DataFrame]
+    seconds: SecondCounts
+
+
+@dataclass(frozen=True)
+class SecondCounts:
+    """:class:`~pipeline.shape.arrivals.ArrivalCounts` from requests per epoch second."""
+
+    seconds: pl.DataFrame  # s, n
+
+    def per_bucket(self, bucket_us: int, lo: int, hi: int) -> pl.LazyFrame:
+        if bucket_us % US_PER_S:
+            raise ValueError(f"SecondCounts: a {bucket_us} µs bucket is not whole seconds")
+        return (
+            self.seconds.lazy()
+            .select((pl.col("s") // (bucket_us // US_PER_S)).alias("b"), "n")
+            .filter(pl.col("b").is_between(lo, hi))
+            .group_by("b")
+            .agg(pl.col("n").sum().cast(pl.UInt32).alias("c"))
+        )
+
+    def per_calendar(self, unit: str, start_us: int, end_us: int) -> pl.DataFrame:
+        day = pl.col("s") // 86_400
+        # 1970-01-01 was a Thursday (ISO weekday 4).
+        expr = (pl.col("s") // 3_600) % 24 if unit == "hour" else (day + 3) % 7 + 1
+        return (
+            self.seconds.filter(
+                pl.col("s").is_between(start_us // US_PER_S, end_us // US_PER_S, closed="left")
+            )
+            .group_by(expr.cast(pl.Int32).alias(unit))
+            .agg(pl.col("n").sum().cast(pl.UInt32).alias("n"))
+        )
+
+
+def _summed(tables: Sequence[pl.DataFrame], key: str, value: str) -> pl.DataFrame:
+    return pl.concat(tables).group_by(key).agg(pl.col(value).sum())
+
+
+def merged_figures(
+    sources: Sequence[DaySource], latency: LatencyModel, store: PartStore, plot_points: int
+) -> DailyFigures | None:
+    """The quarter's figures from its days' parts (read back or computed; see the module
+    docstring); None when the quarter cannot be put together from days (its plot width is
+    finer than ``FINE_US``), for the caller to measure it otherwise."""
+    days = [(s, store.get(DayCounts, s, "", partial(day_counts, s.requests))) for s in sources]
+    kept = [(s, c) for s, c in days if c is not None]
+    if not kept:
+        raise ShapeError("request table is empty: nothing to measure")
+    counts = [c for _, c in kept]
+    timestamps = _timestamps(kept, store)
+    sweep = _concurrency(kept, latency, store, plot_points)
+    if sweep is None:
+        return None
+    first, last = counts[0], counts[-1]
+    n = sum(c.requests for c in counts)
+    seconds = SecondCounts(_summed([c.seconds for c in counts], "s", "n").sort("s"))
+    basics = basics_of(n, at_us(first.first_us), at_us(last.last_us))
+    lengths_by = {
+        col: _summed([getattr(c, col) for c in counts], "value", "n")
+        for col in ("prompt_tokens", "output_tokens")
+    }
+    output = distribution_of_counts(lengths_by["output_tokens"])
+    features = _added([c.features for c in counts])
+    features["lora_distinct"] = pl.concat([c.lora for c in counts]).n_unique()
+    return DailyFigures(
+        arrivals=arrival_metrics_of(basics, timestamps, seconds, MIN_QUANTA_PER_WINDOW),
+        lengths={
+            "prompt_tokens": distribution_of_counts(lengths_by["prompt_tokens"]),
+            "output_tokens": {**output, "logged": output["count"] > 0},
+            "long_context": long_context_of(lengths_by["prompt_tokens"]),
+        },
+        concurrency=sweep,
+        sessions=_sessions(counts),
+        mix={
+            "tenants": _category(counts, "tenant", n, TOP_CATEGORIES),
+            "models": _category(counts, "model", n, MAX_MODELS_LISTED),
+            "features": features_of(features),
+            "provider_cache": provider_cache_of(_added([c.provider for c in counts])),
+        },
+        length_counts=lengths_by,
+        seconds=seconds,
+    )
+
+
+def _added(rows: Sequence[dict[str, int]]) -> dict[str, int]:
+    return {k: sum(r[k] for r in rows) for k in rows[0]}
+
+
+def _category(counts: Sequence[DayCounts], column: str, n: int, top: int) -> dict[str, Any]:
+    tables = [getattr(c, column) for c in counts]
+    return category_of(_summed(tables, column, "requests"), column, n, top)
+
+
+def _timestamps(kept: Sequence[tuple[DaySource, DayCounts]], store: PartStore) -> TimestampFigures:
+    """:class:`TimestampFigures` from the days' distinct instants (and the gaps across each
+    midnight, from one day's last instant to the next day's first)."""
+    counts = [c for _, c in kept]
+    n = sum(c.requests for c in counts)
+    k = sum(c.distinct for c in counts)
+    tie_rows = sum(c.tie_rows for c in counts)
+    across = [b.first_us - a.last_us for a, b in pairwise(counts)]
+    inside = [c.min_gap for c in counts if c.min_gap is not None]
+    first, last = counts[0].first_us, counts[-1].last_us
+    if not across and not inside:
+        quant = quantisation(n, k, tie_rows, None)
+        return TimestampFigures(quant, lambda: inter_arrival_of(n, k, first, last, 0.0, None, None))
+    q0 = min(across + inside)
+    gaps = [
+        _present(store.get(DayGaps, s, str(q0), partial(day_gaps, s.requests, q0))) for s, _ in kept
+    ]
+    mean = (last - first) / (n - 1)
+    # Σ (g − mean)² over the distinct gaps: each day's about its own mean, moved to the
+    # quarter's (Chan et al.), and the gaps across midnight.
+    ss = 0.0
+    for g in gaps:
+        if g.gaps:
+            ss += g.m2 + g.gaps * (g.sum_g / g.gaps - mean) ** 2
+    ss += sum((a - mean) ** 2 for a in across)
+    across_gaps = pl.DataFrame({"g": across}, schema={"g": pl.Int64})
+    grid = sum(g.grid for g in gaps) + int(across_gaps.select(grid_fit(q0).sum()).item())
+    biggest = [(g.gmax, -g.gmax_at) for g in gaps if g.gmax is not None and g.gmax_at is not None]
+    biggest += [(a, -prev.last_us) for a, prev in zip(across, counts, strict=False)]
+    gmax, neg_at = max(biggest)
+    units = [g.units.cast({"n": pl.UInt32}) for g in gaps]
+    units.append(across_gaps.filter(unit_gap(q0)).group_by("g").agg(pl.len().alias("n")))
+    fit = GridFit(q0, gmax, grid / (k - 1), median_of_counts(units), all(g.on_grid for g in gaps))
+    quant = quantisation(n, k, tie_rows, fit)
+    return TimestampFigures(quant, lambda: inter_arrival_of(n, k, first, last, ss, gmax, -neg_at))
+
+
+def _concurrency(
+    kept: Sequence[tuple[DaySource, DayCounts]],
+    latency: LatencyModel,
+    store: PartStore,
+    plot_points: int,
+) -> ConcurrencyResult | None:
+    """The quarter's sweep from the days' (each from the ends carried into it), the ends
+    carried past the last day swept at the end; None when the plot width is finer than
+    ``FINE_US``."""
+    sweeps: list[DaySweep] = []
+    carried = np.zeros(0, dtype=np.int64)
+    from_us = kept[0][0].start_us
+    for source, _ in kept:
+        until = source.start_us + DAY_US
+        key = f"{asdict(latency)}|{carry_key(from_us, carried)}"
+        make = partial(day_sweep, source.requests, latency, from_us, until, carried)
+        sweep = _present(store.get(DaySweep, source, key, make))
+        sweeps.append(sweep)
+        carried = sweep.carried["end_us"].to_numpy()
+        from_us = until
+    t0 = kept[0][1].first_us
+    t1 = max(s.t1 for s in sweeps)
+    width = nice_width_us(t1 - t0 + 1, plot_points)
+    if width % FINE_US:
+        return None
+    g0 = t0 // width * width
+    grid = EnvelopeGrid(g0, width, (t1 - g0) // width + 1)
+    peak = PartPeak(np.iinfo(np.int64).min, 0)
+    for s in sweeps:
+        _fold_fine(grid, s.from_us, s.fine["hi"].to_numpy(), s.fine["lo"].to_numpy())
+        if s.peak_level > peak.level:
+            peak = PartPeak(s.peak_level, s.peak_at)
+    if g0 < sweeps[0].from_us:  # before the first day: nothing in flight
+        zero = np.zeros(1, dtype=np.int64)
+        _fold_fine(grid, g0, zero, zero)
+    if carried.size:
+        tail = EnvelopeGrid(from_us, FINE_US, (t1 - from_us) // FINE_US + 1)
+        empty = np.zeros(0, dtype=np.int64)
+        sweep_part(empty, empty, carried, None, tail)
+        _fold_fine(grid, from_us, tail.hi, tail.lo)
+    logged = sum(s.logged for s in sweeps)
+    estimated = sum(s.estimated for s in sweeps)
+    busy = sum(s.busy_us for s in sweeps)
+    return concurrency_result(peak, busy, t0, t1, logged, estimated, latency, grid)
+
+
+def _fold_fine(
+    grid: EnvelopeGrid, origin: int, hi: npt.NDArray[np.int64], lo: npt.NDArray[np.int64]
+) -> None:
+    """Fold buckets of ``FINE_US`` from ``origin`` into ``grid`` (those it covers)."""
+    starts = origin + FINE_US * np.arange(hi.size, dtype=np.int64)
+    inside = (starts >= grid.origin) & (starts < grid.origin + grid.width * grid.buckets)
+    grid.fold(starts[inside], hi[inside], np.maximum)
+    grid.fold(starts[inside], lo[inside], np.minimum)
+
+
+def _sessions(counts: Sequence[DayCounts]) -> dict[str, Any]:
+    """``sessions`` of ``workload_shape.json`` from the days' sessions: the steps from a
+    session's last turn on one day to its first on a later day are added here."""
+    rows = sum(c.session_rows for c in counts)
+    if rows == 0:
+        return {"known": False, "reason": "no session_id logged"}
+    per_day = pl.concat(
+        [c.sessions.with_columns(pl.lit(i).alias("day")) for i, c in enumerate(counts)]
+    ).sort(["session_id", "day"], maintain_order=True)
+    same = pl.col("session_id") == pl.col("session_id").shift()
+    across = per_day.select(
+        pl.when(same)
+        .then((pl.col("first_t") - pl.col("last_t").shift()) / US_PER_S)
+        .alias("gap_s"),
+        pl.when(same).then(pl.col("first_prompt") - pl.col("last_prompt").shift()).alias("growth"),
+    )
+    turns = per_day.group_by("session_id").agg(pl.col("turns").sum())
+    gaps = SketchedDistribution(QuantileSketch(), 0.0)
+    for c in counts:
+        gaps.sketch.merge(sketch_of(c.gap_sketch))
+        gaps.total += c.gap_total
+    gaps.add(across["gap_s"])
+    growth_across = (
+        across.select(pl.col("growth").drop_nulls().alias("value")).group_by("value").len("n")
+    )
+    growth = _summed([*(c.growth for c in counts), growth_across], "value", "n")
+    negative = sum(c.negative_steps for c in counts) + int((across["growth"] < 0).sum())
+    return {
+        "known": True,
+        "rows_with_session": rows,
+        "sessions": turns.height,
+        "turns_per_session": distribution_of_counts(
+            turns.group_by(pl.col("turns").alias("value")).len("n")
+        ),
+        "multi_turn_sessions": int((turns["turns"] > 1).sum()),
+        "inter_turn_gap_s": gaps.as_dict(),
+        "history_growth_tokens": {**distribution_of_counts(growth), "negative_steps": negative},
+    }
+
+
+def plot_cdfs(figures: DailyFigures, plot_points: int) -> dict[str, pl.DataFrame]:
+    """The length CDFs from the merged counts."""
+    return {
+        name: cdf_of_counts(figures.length_counts[column], plot_points)
+        for name, column in (("prompt", "prompt_tokens"), ("output", "output_tokens"))
+    }
