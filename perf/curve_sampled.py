@@ -5,7 +5,7 @@ resident memory and the sampled curve's largest hit-ratio error against the exac
 Each size's trace is ``perf.workload``'s model (long profile, 512-token blocks with the prompt's
 blocks in the chain, as the Mooncake form the end-to-end benchmark ingests), written as canonical
 Parquet parts of 1M requests; every measurement runs in a child process of its own, so its
-``ru_maxrss`` is the step's peak (imports and the part it reads included). The curves are the
+``VmHWM`` is the step's peak (imports and the part it reads included; :mod:`perf.peak`). The curves are the
 bundled grid's single-pass ones without affinity (one replica; four replicas round-robin), so
 the sampled path never flattens the table. Generation is not counted.
 
@@ -25,9 +25,10 @@ from pathlib import Path
 from perf import workload
 
 _CHILD = r"""
-import json, resource, sys, time
+import json, sys, time
 from pathlib import Path
 import numpy as np
+from perf.peak import peak_rss_bytes
 import polars as pl
 from pipeline.config import default_config
 from pipeline.sim.blocks import sim_input
@@ -53,7 +54,7 @@ np.savez(out, **{f"c{i}": c.capacity_blocks for i, c in enumerate(curves)},
          **{f"h{i}": c.hit_tokens for i, c in enumerate(curves)})
 print(json.dumps({
     "seconds": seconds,
-    "peak_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+    "peak_gib": peak_rss_bytes() / 2**30,
     "errors": [c.hit_ratio_error for c in curves],
     "prompt_tokens": curves[0].coverage.prompt_tokens,
 }))

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import sys
 import tempfile
 import time
@@ -22,6 +21,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from perf.peak import peak_rss_bytes
 from pipeline.bench.readers import read_bench_files
 
 
@@ -75,7 +75,7 @@ def main() -> None:
     gaps = 0
     if result.per_request is not None:
         gaps = int(result.per_request.get_column("itl_ms").list.len().sum())
-    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss_mb = peak_rss_bytes() / 2**20
     print(
         json.dumps(
             {

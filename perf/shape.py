@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import tempfile
@@ -35,6 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from perf.peak import peak_rss_bytes
 from perf.shape_baseline import disagreements, stage_figures
 from perf.workload import conversations, count, counts, iter_frames, spec, write_csv
 
@@ -88,7 +88,7 @@ def measure(workload: Path, exact_max: int | None = None) -> dict[str, object]:
         start = time.perf_counter()
         value = fn()  # type: ignore[operator]
         timings[name] = round(time.perf_counter() - start, 2)
-        rss[name] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+        rss[name] = round(peak_rss_bytes() / 2**20, 1)
         return value
 
     limit = EXACT_MAX_REQUESTS if exact_max is None else exact_max

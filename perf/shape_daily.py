@@ -28,6 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from perf.peak import peak_rss_bytes
 from perf.workload import DAY_S, conversations, count, iter_frames, spec
 
 
@@ -77,7 +78,7 @@ def measure(workload: Path, mode: str, parts: Path) -> dict[str, Any]:
         "mode": mode,
         "seconds": round(seconds, 2),
         "cpu_s": round(resource.getrusage(resource.RUSAGE_SELF).ru_utime, 1),
-        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "peak_rss_mib": round(peak_rss_bytes() / 2**20, 1),
         "computed": store.computed,
         "read": store.read,
         "requests": shape["requests"],

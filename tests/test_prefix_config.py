@@ -45,7 +45,7 @@ def test_bad_values_name_the_key(raw: dict[str, object], message: str) -> None:
     assert message in str(caught.value)
 
 
-def test_sessions_consistent_flags_problems() -> None:
+def test_sessions_consistent_flags_problems(monkeypatch: pytest.MonkeyPatch) -> None:
     good = pl.DataFrame(
         {
             "request_id": ["a", "b", "c"],
@@ -76,6 +76,12 @@ def test_sessions_consistent_flags_problems() -> None:
             "turn": [x for t in turns.values() for x in t] + [5, 5],
         }
     )
-    assert sessions_consistent(frame, 17) == [
+    expected = [
         "sessions: 4 inferred sessions whose turns are not 0..n-1 (e.g. ['gap', 'late', 'null'])"
     ]
+    assert sessions_consistent(frame, 17) == expected
+    # Read 3 rows at a time into 6 groups of sessions: a session split across the reads is
+    # still judged whole (the in-order one spans two of them).
+    monkeypatch.setattr("pipeline.prefix.checks.CHECK_ROWS", 3)
+    assert sessions_consistent(frame, 17) == expected
+    assert sessions_consistent(frame.filter(pl.col("session_id") != "repeat").head(0), 0) == []

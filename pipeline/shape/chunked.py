@@ -22,10 +22,8 @@ Everything else the stage measures is a streaming aggregation of the whole table
 from __future__ import annotations
 
 import math
-import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -42,9 +40,7 @@ from pipeline.shape.common import QUANTILES, ShapeError, arrival_us, collect, fi
 from pipeline.shape.facts import Percentiles
 from pipeline.shape.mix import session_steps
 from pipeline.shape.sketch import RELATIVE_ERROR, QuantileSketch
-
-# Fixed so the split of sessions into groups, and so every figure, is the same on every run.
-SESSION_HASH_SEED = 20_191_219
+from pipeline.spill import hash_groups
 
 
 @dataclass
@@ -201,8 +197,8 @@ def session_metrics_chunked(chunks: Sequence[pl.LazyFrame], chunk_rows: int) -> 
     """:func:`pipeline.shape.mix.session_metrics`, one hash group of sessions at a time.
 
     One pass over the chunks writes each chunk's logged rows, split by group, to a temporary
-    folder (chunk order kept, so table order breaks ties as in the whole table); then each
-    group is read back and measured alone.
+    folder (:func:`pipeline.spill.hash_groups`; chunk order kept, so table order breaks ties
+    as in the whole table); then each group is read back and measured alone.
     """
     rows = 0
     for chunk in chunks:
@@ -212,26 +208,17 @@ def session_metrics_chunked(chunks: Sequence[pl.LazyFrame], chunk_rows: int) -> 
     groups = max(1, math.ceil(rows / chunk_rows))
     turns, gaps, growth = SketchedDistribution(), SketchedDistribution(), SketchedDistribution()
     sessions = multi = negative = 0
-    with tempfile.TemporaryDirectory(prefix="enginefit-sessions-") as tmp:
-        folder = Path(tmp)
-        for c, chunk in enumerate(chunks):
-            logged = collect(
-                chunk.filter(pl.col("session_id").is_not_null()).select(
-                    "session_id",
-                    "arrival",
-                    "turn",
-                    "prompt_tokens",
-                    (pl.col("session_id").hash(SESSION_HASH_SEED) % groups).alias("group"),
-                )
-            )
-            for (group,), part in logged.partition_by("group", as_dict=True).items():
-                part.drop("group").write_parquet(folder / f"g{group:06d}-c{c:06d}.parquet")
-        for group in range(groups):
-            files = sorted(folder.glob(f"g{group:06d}-c*.parquet"))
-            if not files:
-                continue
-            members = pl.scan_parquet(files)
+    logged = [
+        chunk.filter(pl.col("session_id").is_not_null()).select(
+            "session_id", "arrival", "turn", "prompt_tokens"
+        )
+        for chunk in chunks
+    ]
+    with hash_groups(logged, "session_id", groups, "enginefit-sessions-") as members_by_group:
+        for members in members_by_group:
             counts = collect(members.group_by("session_id").agg(pl.len().alias("turns")))["turns"]
+            if counts.len() == 0:
+                continue
             sessions += counts.len()
             multi += int((counts > 1).sum())
             turns.add(counts)
