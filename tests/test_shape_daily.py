@@ -15,6 +15,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from perf.workload import canonical_frame, conversations, spec
+from pipeline.cli import main as enginefit
 from pipeline.config import load_config
 from pipeline.ingest import days as ingest_days
 from pipeline.schema import conform
@@ -65,7 +66,11 @@ def daily_result(
 
 
 @pytest.mark.parametrize("name", ["days", "quantised"])
-def test_days_merged_equal_the_whole_table(name: str, tmp_path: Path) -> None:
+def test_days_merged_equal_the_whole_table(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The sessions' days merged in hash groups of about 700 rows (about ten groups).
+    monkeypatch.setattr("pipeline.shape.daily.SESSION_GROUP_ROWS", 700)
     frame = _frame(name)
     exact = compute_shape(frame, CFG)
     daily = daily_result(frame, PartStore(tmp_path))
@@ -199,7 +204,10 @@ def test_without_a_digest_nothing_is_kept(tmp_path: Path) -> None:
 
 
 def test_the_stage_measures_a_union_of_days_from_its_days(
-    three_days: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    three_days: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Three days of the Mooncake sample ingested as partitions: the shape stage reads them
     from per-day parts (its limit lowered), the figures are the whole table's; one day
@@ -233,3 +241,9 @@ def test_the_stage_measures_a_union_of_days_from_its_days(
         compute_shape(read_requests(layout), CFG, exact_max_requests=100, days=fresh)
     )
     assert result.metrics.requests == 3 * LINES - 200
+    # The command says what it did: every part read back now.
+    assert enginefit(["shape", "--config", str(tmp_path / "daily.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert out.rstrip().endswith(
+        f"per-day parts: 0 computed, 9 read back (kept in {layout.shape_day_parts})"
+    )

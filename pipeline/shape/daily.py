@@ -98,6 +98,7 @@ from pipeline.shape.mix import (
     session_steps,
 )
 from pipeline.shape.sketch import QuantileSketch
+from pipeline.spill import hash_groups
 from pipeline.store import write_json_atomic, write_parquet_atomic
 
 # A day's envelope resolution (µs): it divides every 1/2/5 × 10^k µs plot width at least as
@@ -150,7 +151,9 @@ class DayCounts:
     tenant: pl.DataFrame  # tenant, requests
     model: pl.DataFrame  # model, requests
     lora: pl.DataFrame  # value (distinct adapters)
-    sessions: pl.DataFrame  # session_id, turns, first_t, first_prompt, last_t, last_prompt
+    # session_id, turns, first_t, first_prompt, last_t, last_prompt: scanned when read back
+    # (a quarter's are about as many rows as its sessions; merged a hash group at a time)
+    sessions: pl.LazyFrame
     growth: pl.DataFrame  # value, n (history growth within the day)
     gap_sketch: pl.DataFrame  # the inter-turn gaps' sketch (sketch_table)
 
@@ -192,7 +195,7 @@ def _scalars(part: Any) -> dict[str, Any]:
 
 
 def _is_table(part: Any, name: str) -> bool:
-    return isinstance(getattr(part, name), pl.DataFrame)
+    return isinstance(getattr(part, name), pl.DataFrame | pl.LazyFrame)
 
 
 def sketch_table(sketch: QuantileSketch) -> pl.DataFrame:
@@ -303,7 +306,7 @@ def day_counts(day: pl.LazyFrame) -> DayCounts | None:
         tenant=_category_counts(frame, "tenant"),
         model=_category_counts(frame, "model"),
         lora=collect(frame.select(pl.col("lora_adapter").drop_nulls().unique().alias("value"))),
-        sessions=sessions,
+        sessions=sessions.lazy(),
         growth=growth,
         gap_sketch=sketch_table(gap.sketch),
     )
@@ -428,7 +431,7 @@ class PartStore:
         for older in (self.root / source.day).glob(f"{name}-*"):
             if older != folder and older.is_dir():
                 shutil.rmtree(older, ignore_errors=True)
-        return part
+        return _read_part(kind, folder)  # as kept: its large tables scanned, not held
 
 
 def _present(part: T | None) -> T:
@@ -442,7 +445,9 @@ def _write_part(part: Any, folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     for f in fields(part):
         if _is_table(part, f.name):
-            write_parquet_atomic(getattr(part, f.name), folder / f"{f.name}.parquet")
+            table = getattr(part, f.name)
+            table = table.collect() if isinstance(table, pl.LazyFrame) else table
+            write_parquet_atomic(table, folder / f"{f.name}.parquet")
     write_json_atomic(folder / "part.json", _scalars(part))
 
 
@@ -450,7 +455,9 @@ def _read_part(kind: type[T], folder: Path) -> T:
     values: dict[str, Any] = json.loads((folder / "part.json").read_text())
     for f in fields(kind):  # type: ignore[arg-type]
         if f.name not in values:
-            values[f.name] = pl.read_parquet(folder / f"{f.name}.parquet")
+            path = folder / f"{f.name}.parquet"
+            lazy = "LazyFrame" in str(f.type)
+            values[f.name] = pl.scan_parquet(path) if lazy else pl.read_parquet(path)
     return kind(**values)
 
 
@@ -662,43 +669,63 @@ def _fold_fine(
     grid.fold(starts[inside], lo[inside], np.minimum)
 
 
+# Session-day rows merged at once (a hash group of sessions: every day of a session in one).
+SESSION_GROUP_ROWS = 4_000_000
+
+
 def _sessions(counts: Sequence[DayCounts]) -> dict[str, Any]:
     """``sessions`` of ``workload_shape.json`` from the days' sessions: the steps from a
-    session's last turn on one day to its first on a later day are added here."""
+    session's last turn on one day to its first on a later day are added here, a hash group
+    of sessions at a time (:func:`pipeline.spill.hash_groups`)."""
     rows = sum(c.session_rows for c in counts)
     if rows == 0:
         return {"known": False, "reason": "no session_id logged"}
-    per_day = pl.concat(
-        [c.sessions.with_columns(pl.lit(i).alias("day")) for i, c in enumerate(counts)]
-    ).sort(["session_id", "day"], maintain_order=True)
-    same = pl.col("session_id") == pl.col("session_id").shift()
-    across = per_day.select(
-        pl.when(same)
-        .then((pl.col("first_t") - pl.col("last_t").shift()) / US_PER_S)
-        .alias("gap_s"),
-        pl.when(same).then(pl.col("first_prompt") - pl.col("last_prompt").shift()).alias("growth"),
-    )
-    turns = per_day.group_by("session_id").agg(pl.col("turns").sum())
     gaps = SketchedDistribution(QuantileSketch(), 0.0)
     for c in counts:
         gaps.sketch.merge(sketch_of(c.gap_sketch))
         gaps.total += c.gap_total
-    gaps.add(across["gap_s"])
-    growth_across = (
-        across.select(pl.col("growth").drop_nulls().alias("value")).group_by("value").len("n")
-    )
-    growth = _summed([*(c.growth for c in counts), growth_across], "value", "n")
-    negative = sum(c.negative_steps for c in counts) + int((across["growth"] < 0).sum())
+    growths = [c.growth for c in counts]
+    negative = sum(c.negative_steps for c in counts)
+    turn_counts, sessions, multi = [], 0, 0
+    same = pl.col("session_id") == pl.col("session_id").shift()
+    by_day = [c.sessions.with_columns(pl.lit(i).alias("day")) for i, c in enumerate(counts)]
+    session_days = sum(collect(c.sessions.select(pl.len())).item() for c in counts)
+    groups = max(1, -(-session_days // SESSION_GROUP_ROWS))
+    with hash_groups(by_day, "session_id", groups, "enginefit-sessions-") as members_by_group:
+        for members in members_by_group:
+            per_day = collect(members.sort(["session_id", "day"], maintain_order=True))
+            if per_day.height == 0:
+                continue
+            across = per_day.select(
+                pl.when(same)
+                .then((pl.col("first_t") - pl.col("last_t").shift()) / US_PER_S)
+                .alias("gap_s"),
+                pl.when(same)
+                .then(pl.col("first_prompt") - pl.col("last_prompt").shift())
+                .alias("growth"),
+            )
+            turns = per_day.group_by("session_id").agg(pl.col("turns").sum())["turns"]
+            sessions += turns.len()
+            multi += int((turns > 1).sum())
+            turn_counts.append(turns.value_counts().rename({"turns": "value", "count": "n"}))
+            gaps.add(across["gap_s"])
+            growths.append(
+                across.select(pl.col("growth").drop_nulls().alias("value"))
+                .group_by("value")
+                .len("n")
+            )
+            negative += int((across["growth"] < 0).sum())
     return {
         "known": True,
         "rows_with_session": rows,
-        "sessions": turns.height,
-        "turns_per_session": distribution_of_counts(
-            turns.group_by(pl.col("turns").alias("value")).len("n")
-        ),
-        "multi_turn_sessions": int((turns["turns"] > 1).sum()),
+        "sessions": sessions,
+        "turns_per_session": distribution_of_counts(_summed(turn_counts, "value", "n")),
+        "multi_turn_sessions": multi,
         "inter_turn_gap_s": gaps.as_dict(),
-        "history_growth_tokens": {**distribution_of_counts(growth), "negative_steps": negative},
+        "history_growth_tokens": {
+            **distribution_of_counts(_summed(growths, "value", "n")),
+            "negative_steps": negative,
+        },
     }
 
 
