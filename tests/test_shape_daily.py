@@ -20,6 +20,7 @@ from pipeline.config import load_config
 from pipeline.ingest import days as ingest_days
 from pipeline.schema import conform
 from pipeline.shape import stage as shape_stage
+from pipeline.shape.common import ShapeError
 from pipeline.shape.compute import compute_shape
 from pipeline.shape.daily import DailyParts, DaySource, PartStore
 from pipeline.shape.result import ShapeResult
@@ -247,3 +248,10 @@ def test_the_stage_measures_a_union_of_days_from_its_days(
     assert out.rstrip().endswith(
         f"per-day parts: 0 computed, 9 read back (kept in {layout.shape_day_parts})"
     )
+
+
+def test_days_out_of_order_are_refused_by_name(tmp_path: Path) -> None:
+    frame = _workloads()["days"]
+    shuffled = frame.sample(fraction=1.0, shuffle=True, seed=3)
+    with pytest.raises(ShapeError, match="per-day concurrency sweep needs them in order"):
+        daily_result(shuffled, PartStore(tmp_path))

@@ -9,7 +9,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline.shape.sketch import RELATIVE_ERROR, QuantileSketch, merged
+from pipeline.shape.sketch import RELATIVE_ERROR, QuantileSketch, merged, sketch_of, sketch_table
 
 
 def _rep(alpha: float, value: float) -> float:
@@ -116,3 +116,26 @@ def test_refuses_what_it_cannot_count() -> None:
         QuantileSketch(0.01).merge(QuantileSketch(0.02))
     with pytest.raises(ValueError, match="alpha"):
         QuantileSketch(1.0)
+
+
+def test_a_sketch_kept_as_a_table_is_the_same_sketch() -> None:
+    """What a day part keeps of its sketch reads back to equal counts and quantiles."""
+    values = np.concatenate([np.linspace(-50, -0.5, 40), np.zeros(7), np.geomspace(0.01, 9e5, 300)])
+    sketch = QuantileSketch().add(values)
+    again = sketch_of(sketch_table(sketch))
+    assert (again.count, again.zeros, again.min, again.max) == (
+        sketch.count,
+        sketch.zeros,
+        sketch.min,
+        sketch.max,
+    )
+    for a, b in ((again.pos_idx, sketch.pos_idx), (again.pos_n, sketch.pos_n)):
+        assert np.array_equal(a, b)
+    assert np.array_equal(again.neg_idx, sketch.neg_idx) and np.array_equal(
+        again.neg_n, sketch.neg_n
+    )
+    assert [again.quantile(q) for q in (0.01, 0.2, 0.5, 0.99)] == [
+        sketch.quantile(q) for q in (0.01, 0.2, 0.5, 0.99)
+    ]
+    empty = sketch_of(sketch_table(QuantileSketch()))
+    assert empty.count == 0 and empty.quantile(0.5) is None and empty.buckets() == 0

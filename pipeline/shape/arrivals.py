@@ -234,6 +234,18 @@ def grid_fit(q0: int) -> pl.Expr:
     return (pl.col("g") - (pl.col("g") / q0).round() * q0).abs() <= tol
 
 
+def gap_sums(gaps: pl.DataFrame, q0: int, mean: float) -> dict[str, Any]:
+    """Over ``gaps`` (columns ``at``, the instant a gap starts, and ``g``): how many lie on
+    ``q0``'s grid (``grid``), Σ (g − mean)² (``ss``), the largest (``max``) and the earliest
+    instant one that large starts (``at``)."""
+    return gaps.select(
+        grid_fit(q0).sum().alias("grid"),
+        ((pl.col("g").cast(pl.Float64) - mean) ** 2).sum().alias("ss"),
+        pl.col("g").max().alias("max"),
+        pl.col("at").filter(pl.col("g") == pl.col("g").max()).min().alias("at"),
+    ).row(0, named=True)
+
+
 def unit_gap(q0: int) -> pl.Expr:
     """Whether each gap ``g`` rounds to one ``q0`` (the gaps whose median is the quantum)."""
     return (pl.col("g") / q0).round() == 1

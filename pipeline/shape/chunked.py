@@ -32,7 +32,7 @@ from pipeline.shape.arrivals import (
     GridFit,
     TimestampFigures,
     gap_stats,
-    grid_fit,
+    gap_sums,
     quantisation,
     unit_gap,
 )
@@ -159,12 +159,7 @@ def timestamp_figures_chunked(chunks: Sequence[pl.LazyFrame]) -> TimestampFigure
         on_grid = on_grid and bool(runs.select(((pl.col("t") % q0) == 0).all()).item())
         gaps = runs.select(pl.col("t").shift().alias("at"), pl.col("t").diff().alias("g"))
         gaps = gaps.drop_nulls()
-        row = gaps.select(
-            grid_fit(q0).sum().alias("grid"),
-            ((pl.col("g").cast(pl.Float64) - mean) ** 2).sum().alias("ss"),
-            pl.col("g").max().alias("max"),
-            pl.col("at").filter(pl.col("g") == pl.col("g").max()).min().alias("at"),
-        ).row(0, named=True)
+        row = gap_sums(gaps, q0, mean)
         grid += int(row["grid"])
         ss += float(row["ss"])
         if int(row["max"]) > gmax:

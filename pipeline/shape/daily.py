@@ -62,6 +62,7 @@ from pipeline.shape.arrivals import (
     at_us,
     basics_of,
     distinct_arrivals,
+    gap_sums,
     grid_fit,
     quantisation,
     unit_gap,
@@ -97,7 +98,7 @@ from pipeline.shape.mix import (
     provider_cache_sums,
     session_steps,
 )
-from pipeline.shape.sketch import QuantileSketch
+from pipeline.shape.sketch import QuantileSketch, sketch_of, sketch_table
 from pipeline.spill import hash_groups
 from pipeline.store import write_json_atomic, write_parquet_atomic
 
@@ -198,38 +199,6 @@ def _is_table(part: Any, name: str) -> bool:
     return isinstance(getattr(part, name), pl.DataFrame | pl.LazyFrame)
 
 
-def sketch_table(sketch: QuantileSketch) -> pl.DataFrame:
-    """A sketch as rows (``sign``: 1, -1 or 0 for zeros; ``idx``; ``n``) and one header row
-    (``sign`` 2: count in ``n``; min and max in ``lo``/``hi``)."""
-    rows = pl.DataFrame(
-        {
-            "sign": [1] * sketch.pos_idx.size + [-1] * sketch.neg_idx.size + [0],
-            "idx": [*sketch.pos_idx.tolist(), *sketch.neg_idx.tolist(), 0],
-            "n": [*sketch.pos_n.tolist(), *sketch.neg_n.tolist(), sketch.zeros],
-        },
-        schema={"sign": pl.Int8, "idx": pl.Int64, "n": pl.Int64},
-    )
-    head = pl.DataFrame(
-        {"sign": [2], "idx": [0], "n": [sketch.count]},
-        schema={"sign": pl.Int8, "idx": pl.Int64, "n": pl.Int64},
-    )
-    return pl.concat([head, rows]).with_columns(
-        pl.lit(sketch.min).alias("lo"), pl.lit(sketch.max).alias("hi")
-    )
-
-
-def sketch_of(table: pl.DataFrame) -> QuantileSketch:
-    """The sketch :func:`sketch_table` wrote."""
-    by = {sign: table.filter(pl.col("sign") == sign) for sign in (2, 1, -1, 0)}
-    out = QuantileSketch()
-    out.count = int(by[2]["n"][0])
-    out.min, out.max = float(table["lo"][0]), float(table["hi"][0])
-    out.zeros = int(by[0]["n"][0])
-    out.pos_idx, out.pos_n = by[1]["idx"].to_numpy().copy(), by[1]["n"].to_numpy().copy()
-    out.neg_idx, out.neg_n = by[-1]["idx"].to_numpy().copy(), by[-1]["n"].to_numpy().copy()
-    return out
-
-
 # What the parts read of a day: it is read once per part and measured in memory.
 _COUNTED = (
     "arrival",
@@ -328,20 +297,14 @@ def day_gaps(frame: pl.LazyFrame, q0: int) -> DayGaps:
         empty = pl.DataFrame(schema={"g": pl.Int64, "n": pl.UInt32})
         return DayGaps(q0, 0, 0, 0, 0.0, None, None, on_grid, empty)
     sum_g = int(distinct["t"][-1]) - int(distinct["t"][0])
-    mean = sum_g / gaps.height
-    row = gaps.select(
-        grid_fit(q0).sum().alias("grid"),
-        ((pl.col("g").cast(pl.Float64) - mean) ** 2).sum().alias("m2"),
-        pl.col("g").max().alias("max"),
-        pl.col("at").filter(pl.col("g") == pl.col("g").max()).min().alias("at"),
-    ).row(0, named=True)
+    row = gap_sums(gaps, q0, sum_g / gaps.height)
     units = gaps.filter(unit_gap(q0)).group_by("g").agg(pl.len().alias("n"))
     return DayGaps(
         q0=q0,
         grid=int(row["grid"]),
         gaps=gaps.height,
         sum_g=sum_g,
-        m2=float(row["m2"]),
+        m2=float(row["ss"]),
         gmax=int(row["max"]),
         gmax_at=int(row["at"]),
         on_grid=on_grid,
@@ -369,6 +332,11 @@ def day_sweep(
     logged, estimated = _validate(frame, latency)
     iv = collect(intervals(frame, latency).select("start_us", "end_us"))
     s, e = iv["start_us"].to_numpy(), iv["end_us"].to_numpy()
+    if np.any(s[1:] < s[:-1]):
+        raise ShapeError(
+            "request table: arrivals are not sorted, and the per-day concurrency sweep needs "
+            "them in order (sort by arrival, as ingest writes the canonical table)"
+        )
     grid = EnvelopeGrid(from_us, FINE_US, (until_us - from_us) // FINE_US)
     peak, pending = sweep_part(s, e, carried, until_us, grid)
     return DaySweep(

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
+import polars as pl
 
 # The relative error of every sketched percentile the shape stage reports.
 RELATIVE_ERROR = 0.001
@@ -162,4 +163,36 @@ def merged(sketches: Iterable[QuantileSketch], alpha: float = RELATIVE_ERROR) ->
     out = QuantileSketch(alpha)
     for sketch in sketches:
         out.merge(sketch)
+    return out
+
+
+def sketch_table(sketch: QuantileSketch) -> pl.DataFrame:
+    """A sketch as rows (``sign``: 1, -1 or 0 for zeros; ``idx``; ``n``) and one header row
+    (``sign`` 2: count in ``n``; min and max in ``lo``/``hi``)."""
+    rows = pl.DataFrame(
+        {
+            "sign": [1] * sketch.pos_idx.size + [-1] * sketch.neg_idx.size + [0],
+            "idx": [*sketch.pos_idx.tolist(), *sketch.neg_idx.tolist(), 0],
+            "n": [*sketch.pos_n.tolist(), *sketch.neg_n.tolist(), sketch.zeros],
+        },
+        schema={"sign": pl.Int8, "idx": pl.Int64, "n": pl.Int64},
+    )
+    head = pl.DataFrame(
+        {"sign": [2], "idx": [0], "n": [sketch.count]},
+        schema={"sign": pl.Int8, "idx": pl.Int64, "n": pl.Int64},
+    )
+    return pl.concat([head, rows]).with_columns(
+        pl.lit(sketch.min).alias("lo"), pl.lit(sketch.max).alias("hi")
+    )
+
+
+def sketch_of(table: pl.DataFrame) -> QuantileSketch:
+    """The sketch :func:`sketch_table` wrote."""
+    by = {sign: table.filter(pl.col("sign") == sign) for sign in (2, 1, -1, 0)}
+    out = QuantileSketch()
+    out.count = int(by[2]["n"][0])
+    out.min, out.max = float(table["lo"][0]), float(table["hi"][0])
+    out.zeros = int(by[0]["n"][0])
+    out.pos_idx, out.pos_n = by[1]["idx"].to_numpy().copy(), by[1]["n"].to_numpy().copy()
+    out.neg_idx, out.neg_n = by[-1]["idx"].to_numpy().copy(), by[-1]["n"].to_numpy().copy()
     return out
