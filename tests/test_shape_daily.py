@@ -255,3 +255,16 @@ def test_days_out_of_order_are_refused_by_name(tmp_path: Path) -> None:
     shuffled = frame.sample(fraction=1.0, shuffle=True, seed=3)
     with pytest.raises(ShapeError, match="per-day concurrency sweep needs them in order"):
         daily_result(shuffled, PartStore(tmp_path))
+
+
+def test_a_damaged_part_is_made_again(tmp_path: Path) -> None:
+    frame = _workloads()["days"]
+    first = daily_result(frame, PartStore(tmp_path))
+    day = day_sources(frame)[2].day
+    (counts,) = (tmp_path / day).glob("DayCounts-*")
+    (counts / "sessions.parquet").unlink()
+    (sweep,) = (tmp_path / day).glob("DaySweep-*")
+    (sweep / "part.json").write_text("{not json")
+    again = PartStore(tmp_path)
+    assert _json(daily_result(frame, again)) == _json(first)
+    assert again.computed == {"DayCounts": 1, "DaySweep": 1}

@@ -362,7 +362,8 @@ class PartStore:
     """Parts kept under ``root`` (``<workload>/shape/days/``): one folder per day, kind and key
     (``<day>/<kind>-<key>/``), its tables as Parquet and the rest in ``part.json``, written
     last. Writing a day's part of one kind removes that day's older parts of that kind (all
-    written here). ``computed`` and ``read`` count the parts computed and read back, by kind."""
+    written here); a part that cannot be read back (a file of it removed or damaged) is made
+    again. ``computed`` and ``read`` count the parts computed and read back, by kind."""
 
     root: Path
     computed: dict[str, int] = field(default_factory=dict)
@@ -389,13 +390,18 @@ class PartStore:
         ).hexdigest()[:24]
         folder = self.root / source.day / f"{name}-{full}"
         if (folder / "part.json").is_file():
-            self.read[name] = self.read.get(name, 0) + 1
-            return _read_part(kind, folder)
+            try:
+                part = _read_part(kind, folder)
+            except (OSError, ValueError, TypeError, pl.exceptions.PolarsError):
+                shutil.rmtree(folder, ignore_errors=True)  # damaged: made again below
+            else:
+                self.read[name] = self.read.get(name, 0) + 1
+                return part
         self.computed[name] = self.computed.get(name, 0) + 1
-        part = make()
-        if part is None:
+        made = make()
+        if made is None:
             return None
-        _write_part(part, folder)
+        _write_part(made, folder)
         for older in (self.root / source.day).glob(f"{name}-*"):
             if older != folder and older.is_dir():
                 shutil.rmtree(older, ignore_errors=True)
@@ -424,8 +430,11 @@ def _read_part(kind: type[T], folder: Path) -> T:
     for f in fields(kind):  # type: ignore[arg-type]
         if f.name not in values:
             path = folder / f"{f.name}.parquet"
-            lazy = "LazyFrame" in str(f.type)
-            values[f.name] = pl.scan_parquet(path) if lazy else pl.read_parquet(path)
+            if "LazyFrame" in str(f.type):
+                pl.read_parquet_schema(path)  # there and whole, read when merged
+                values[f.name] = pl.scan_parquet(path)
+            else:
+                values[f.name] = pl.read_parquet(path)
     return kind(**values)
 
 
