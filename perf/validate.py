@@ -728,7 +728,8 @@ def predict(
         points=analysis.evaluated,
         per_request=results.per_request,
         bench_capacity=analysis.capacity,
-        requests=trace.select("prompt_tokens", "output_tokens", "arrival"),
+        requests=workload_requests(trace),
+        table_rows=trace.height,
         peak_rate_rps=1.0,  # one replica: the server measured
         mean_rate_rps=None,
         kv_tokens=kv_tokens,
@@ -778,10 +779,8 @@ def unchecked_capacity(
     if isinstance(model, Unknown) or not isinstance(candidate.workload_capacity_rps, Unknown):
         return candidate.workload_capacity_rps, None
     passed = model.self_check.model_copy(update={"passed": True, "reason": None})
-    workload = workload_requests(inputs.requests)
-    pattern = capacity_stage.arrival_pattern(
-        inputs.measured_arrivals, config, inputs.requests.height
-    )
+    workload = inputs.requests
+    pattern = capacity_stage.arrival_pattern(inputs.measured_arrivals, config, inputs.table_rows)
     sample = sample_requests(
         workload.prompt, workload.output, workload.cached, config, pattern, workload.arrival_s
     )

@@ -27,7 +27,7 @@ import pytest
 from perf.capacity import LLAMA_8B
 from pipeline.bench import stage as bench_stage
 from pipeline.capacity import stage
-from pipeline.capacity.compute import prediction_check
+from pipeline.capacity.compute import prediction_check, workload_requests
 from pipeline.capacity.config import ServedModel
 from pipeline.capacity.present import prediction_sentence, render_text
 from pipeline.capacity.result import CandidateCapacity, CapacityResult, PredictionCheck
@@ -132,7 +132,8 @@ def capacity_of(folders: list[Path]) -> CapacityResult:
         points=analysis.evaluated,
         per_request=results.per_request,
         bench_capacity=analysis.capacity,
-        requests=trace.select("prompt_tokens", "output_tokens", "arrival"),
+        requests=workload_requests(trace),
+        table_rows=trace.height,
         peak_rate_rps=40.0,
         mean_rate_rps=10.0,
         kv_tokens=KV_TOKENS,

@@ -120,7 +120,10 @@ class CapacityInputs:
     points: pl.DataFrame  # the bench stage's evaluated load points
     per_request: pl.DataFrame | None
     bench_capacity: pl.DataFrame  # the bench stage's SLO capacity per candidate and sweep
-    requests: pl.DataFrame  # prompt_tokens, output_tokens, arrival, in arrival order
+    # The requests with both lengths, in arrival order (their arrays, not the table: at 100M
+    # requests the table beside them was another 1.6 GB), and the table's rows with or without.
+    requests: WorkloadRequests
+    table_rows: int
     peak_rate_rps: float
     mean_rate_rps: float | None
     kv_tokens: int
@@ -309,7 +312,8 @@ def inputs_from(
         points=analysis.evaluated,
         per_request=per_request,
         bench_capacity=analysis.capacity,
-        requests=requests,
+        requests=workload_requests(requests),
+        table_rows=requests.height,
         peak_rate_rps=peak,
         mean_rate_rps=mean,
         kv_tokens=kv_tokens,
@@ -439,11 +443,11 @@ def run(inputs: CapacityInputs, settings: CapacityConfig) -> CapacityResult:
     """One candidate per benchmarked deployment, its serving model carried to the workload, and
     (once any deployment replayed the workload's own traffic) each one's predicted capacity
     against the measured one."""
-    workload: WorkloadRequests = workload_requests(inputs.requests)
+    workload = inputs.requests
     notes = list(inputs.notes)
     # Each candidate replays its own fleet's cache (a trace without prompt content has none).
     cache = inputs.cache if isinstance(inputs.cache, CacheReplays) else None
-    pattern = arrival_pattern(inputs.measured_arrivals, settings, inputs.requests.height)
+    pattern = arrival_pattern(inputs.measured_arrivals, settings, inputs.table_rows)
     points = inputs.points
     candidates = []
     keys = [k for k in DEPLOYMENT_KEYS if k in points.columns]
