@@ -36,7 +36,9 @@ def workload_shape(store: EnginefitStore) -> dg.MaterializeResult:  # type: igno
             **{
                 f"{name}_table": md(text) for name, text in summary_tables(result.to_json()).items()
             },
-            "day_parts": md(stage.days_note(inputs) or "none: the table was measured whole"),
+            "day_parts": md(
+                stage.days_note(inputs) or "none: measured as one table, not day by day"
+            ),
             **path_entries(paths),
         }
     )

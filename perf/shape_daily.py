@@ -56,7 +56,7 @@ def measure(workload: Path, mode: str, parts: Path) -> dict[str, Any]:
     from pipeline.config import default_config
     from pipeline.shape.compute import compute_shape
     from pipeline.shape.daily import DailyParts, DaySource, PartStore
-    from pipeline.shape.stage import _day_of
+    from pipeline.shape.stage import day_of
     from pipeline.store import scan_requests
 
     cfg = default_config().shape
@@ -70,7 +70,7 @@ def measure(workload: Path, mode: str, parts: Path) -> dict[str, Any]:
         names = [d.isoformat() for d in days]
         middle = names[len(names) // 2]
         digest = {d: ("v2" if mode == "one day again" and d == middle else "v1") for d in names}
-        sources = [DaySource(d, _day_of(lf, d), digest[d]) for d in names]
+        sources = [DaySource(d, day_of(lf, d), digest[d]) for d in names]
         result = compute_shape(lf, cfg, exact_max_requests=0, days=DailyParts(sources, store))
     seconds = time.perf_counter() - start
     shape = result.to_json()

@@ -42,7 +42,7 @@ from pipeline.shape.config import (
     PLOT_POINTS,
     ShapeConfig,
 )
-from pipeline.shape.daily import DailyParts, merged_figures, plot_cdfs
+from pipeline.shape.daily import DailyFigures, DailyParts, merged_figures, plot_cdfs
 from pipeline.shape.findings import place_on_axes
 from pipeline.shape.lengths import cdf_points, length_metrics
 from pipeline.shape.mix import (
@@ -89,12 +89,12 @@ def compute_shape(
 ) -> ShapeResult:
     """Every workload-shape metric of a canonical request table (keys: docs/shape.md).
 
-    Up to ``exact_max_requests`` rows (default ``config.EXACT_MAX_REQUESTS``) every figure comes from the whole table. Above, a
-    workload ingested as days (``days``: the table's UTC days, and where their parts are
-    kept) is measured from per-day parts (:mod:`pipeline.shape.daily`), and any other table
-    (sorted by arrival, as ingest writes it) in chunks of ``chunk_rows`` rows
-    (:mod:`pipeline.shape.chunked`); either way some percentiles are sketched, which the
-    result records under ``percentiles_sketched``.
+    Up to ``exact_max_requests`` rows (default ``config.EXACT_MAX_REQUESTS``) every figure
+    comes from the whole table. Above, a workload ingested as days (``days``: the table's UTC
+    days, and where their parts are kept) is measured from per-day parts
+    (:mod:`pipeline.shape.daily`), and any other table (sorted by arrival, as ingest writes
+    it) in chunks of ``chunk_rows`` rows (:mod:`pipeline.shape.chunked`); either way some
+    percentiles are sketched, which the result records under ``percentiles_sketched``.
     """
     frame = as_lazy(requests)
     if exact_max_requests is None:
@@ -152,45 +152,37 @@ def compute_shape(
             arrivals["requests"], exact_max_requests, merged
         )
     metrics["findings"] = [f.as_dict() for f in place_on_axes(metrics, cfg)]
-    if daily is not None:
-        plots = plot_data(daily.seconds, metrics, PLOT_POINTS, plot_cdfs(daily, PLOT_POINTS), frame)
-    else:
-        plots = plot_data(frame, metrics, PLOT_POINTS)
     return ShapeResult(
         metrics=ShapeMetrics.model_validate(json_safe(metrics)),
         concurrency_series=conc.series,
-        plots=plots,
+        plots=plot_data(frame, metrics, PLOT_POINTS, daily),
     )
 
 
 def plot_data(
-    counts: pl.LazyFrame | ArrivalCounts,
+    frame: pl.LazyFrame,
     metrics: dict[str, Any],
     plot_points: int,
-    cdfs: dict[str, pl.DataFrame] | None = None,
-    frame: pl.LazyFrame | None = None,
+    daily: DailyFigures | None = None,
 ) -> ShapePlotData:
-    """The length CDFs and the arrival series at a bucket the timestamps support (``counts``:
-    the request table, or the requests counted per second with ``cdfs`` the CDFs and
-    ``frame`` the table, read when the bucket is not a whole number of seconds)."""
+    """The length CDFs and the arrival series at a bucket the timestamps support (from the
+    days' merged counts when measured from days, but a bucket of a fraction of a second)."""
     arrivals = metrics["arrivals"]
     supported = [w["window_s"] for w in arrivals["windows"].values() if w["supported"]]
     quantum = arrivals["quantisation"]["quantum_s"]
     finest = min(supported) if supported else max(float(quantum or 1.0) * 3, 60.0)
     bucket = plot_bucket_s(arrivals["span_s"], finest, plot_points)
     span = observed_span(arrivals["first"], arrivals["last"], quantum)
-    if isinstance(counts, pl.LazyFrame):
-        frame = counts
-    if cdfs is None:
-        assert frame is not None
-        cdfs = {
+    counts: pl.LazyFrame | ArrivalCounts = frame
+    if daily is not None and round(bucket * US_PER_S) % US_PER_S == 0:
+        counts = daily.seconds
+    return ShapePlotData(
+        length_cdfs=plot_cdfs(daily, plot_points)
+        if daily is not None
+        else {
             name: cdf_points(frame, column, plot_points)
             for name, column in (("prompt", "prompt_tokens"), ("output", "output_tokens"))
-        }
-    if frame is not None and round(bucket * US_PER_S) % US_PER_S:
-        counts = frame
-    return ShapePlotData(
-        length_cdfs=cdfs,
+        },
         arrival_series=arrival_series(counts, bucket, span),
         arrival_bucket_s=bucket,
     )

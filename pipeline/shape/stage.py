@@ -49,12 +49,12 @@ def read_inputs(layout: WorkloadLayout) -> ShapeInputs:
     if held is None:
         return ShapeInputs(requests)
     sources = [
-        DaySource(day, _day_of(requests, day), digest) for day, digest in sorted(held.items())
+        DaySource(day, day_of(requests, day), digest) for day, digest in sorted(held.items())
     ]
     return ShapeInputs(requests, DailyParts(sources, PartStore(layout.shape_day_parts)))
 
 
-def _day_of(requests: pl.LazyFrame, day: str) -> pl.LazyFrame:
+def day_of(requests: pl.LazyFrame, day: str) -> pl.LazyFrame:
     """The requests of one UTC day (the union's parts are days: the scan reads that day's)."""
     start = dt.datetime.combine(dt.date.fromisoformat(day), dt.time(), tzinfo=dt.UTC)
     return requests.filter(
