@@ -383,12 +383,14 @@ def test_a_quarter_is_its_days(quarter: str, bounds: tuple[str, str]) -> None:
 
 
 def test_dagster_ingests_day_by_day_and_reprocesses_one_day(
-    three_days: Path, tmp_path: Path
+    three_days: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With daily partitions: each day is a partition run (a day without a file materialises
     as an empty day, with a note); the workload (union) and a later stage run on the days
     ingested, with the ingest checks; re-running one day after its file changed replaces that
-    day only."""
+    day only, and the shape (its exact limit lowered, so it measures day by day) measures
+    that day alone again."""
+    monkeypatch.setattr("pipeline.shape.compute.EXACT_MAX_REQUESTS", 100)
     config = _config(tmp_path, "dagster", [str(three_days / "mooncake-{day}.jsonl")])
     day_asset, union = day_assets(quarter_partitions("2025-Q1"))
     workload_checks = ingest_assets.CHECKS
@@ -431,17 +433,31 @@ def test_dagster_ingests_day_by_day_and_reprocesses_one_day(
         assert metadata["days_empty"].value == "2025-02-24"
         assert metadata["request_ids_repeated_across_days"].value == 0
         assert metadata["dagster/row_count"].value == 3 * LINES
+        assert _day_parts_note(result) == "per-day parts: 9 computed, 0 read back"
 
         first_day = layout.day(DAYS[0]).ingest.parts()[0].stat().st_ino
         _day_file(three_days, 1, _sample(LINES - 500))
         assert dg.materialize(
             [day_asset], partition_key=DAYS[1], resources=resources, instance=instance
         ).success
-        assert unite().success
+        again = unite()
+        assert again.success
+        assert _day_parts_note(again) == "per-day parts: 3 computed, 6 read back"
     assert stage.read_summary(layout).ingested == 3 * LINES - 500
     assert layout.day(DAYS[0]).ingest.parts()[0].stat().st_ino == first_day
     counts = pl.read_parquet(layout.shape.concurrency).height
     assert counts > 0
+
+
+def _day_parts_note(result: dg.ExecuteInProcessResult) -> str:
+    """The shape asset's ``day_parts`` metadata, without the folder it names."""
+    (event,) = [
+        e
+        for e in result.get_asset_materialization_events()
+        if e.asset_key == dg.AssetKey("workload_shape")
+    ]
+    text = str(event.step_materialization_data.materialization.metadata["day_parts"].value)
+    return text.split(" (kept in ")[0]
 
 
 @pytest.mark.usefixtures("pdf_as_its_html")

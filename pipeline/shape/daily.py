@@ -363,7 +363,8 @@ class PartStore:
     (``<day>/<kind>-<key>/``), its tables as Parquet and the rest in ``part.json``, written
     last. Writing a day's part of one kind removes that day's older parts of that kind (all
     written here); a part that cannot be read back (a file of it removed or damaged) is made
-    again. ``computed`` and ``read`` count the parts computed and read back, by kind."""
+    again. ``computed`` and ``read`` count the parts computed and read back, by kind (a day
+    without requests has no part: it counts in neither)."""
 
     root: Path
     computed: dict[str, int] = field(default_factory=dict)
@@ -383,8 +384,10 @@ class PartStore:
         day without requests has none: None, made again each time, as cheap as reading)."""
         name = kind.__name__
         if source.digest is None:
-            self.computed[name] = self.computed.get(name, 0) + 1
-            return make()
+            made = make()
+            if made is not None:
+                self.computed[name] = self.computed.get(name, 0) + 1
+            return made
         full = hashlib.sha256(
             f"{PART_VERSION}|{pl.__version__}|{source.digest}|{key}".encode()
         ).hexdigest()[:24]
@@ -397,10 +400,10 @@ class PartStore:
             else:
                 self.read[name] = self.read.get(name, 0) + 1
                 return part
-        self.computed[name] = self.computed.get(name, 0) + 1
         made = make()
         if made is None:
             return None
+        self.computed[name] = self.computed.get(name, 0) + 1
         _write_part(made, folder)
         for older in (self.root / source.day).glob(f"{name}-*"):
             if older != folder and older.is_dir():
