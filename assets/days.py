@@ -12,6 +12,9 @@ over that quarter's UTC days, and then
   ingested so far, published by linking their parts (no copy) and with request ids repeated
   across days quarantined, so everything after it is as before and reads the quarter lazily.
 
+- ``workload_shape_day`` (partitioned, optional): one day's shape counts ahead of the shape
+  stage (a backfill counts the days side by side; ``workload_shape`` reads them back).
+
 Unset, the graph is the single ``workload`` asset of :mod:`assets.ingest`.
 """
 
@@ -26,6 +29,7 @@ from assets.resources import EnginefitStore
 from pipeline.commands.common import DEFAULT_CONFIG
 from pipeline.config import load_config
 from pipeline.ingest import days, stage
+from pipeline.shape import stage as shape_stage
 from pipeline.store import read_requests
 
 
@@ -90,3 +94,27 @@ def day_assets(partitions: dg.DailyPartitionsDefinition) -> list[dg.AssetsDefini
         return dg.MaterializeResult(metadata=metadata)
 
     return [workload_day, workload]
+
+
+def shape_day_asset(partitions: dg.DailyPartitionsDefinition) -> dg.AssetsDefinition:
+    """``workload_shape_day``: one day's shape counts computed ahead of ``workload_shape``,
+    which reads them back (:func:`pipeline.shape.stage.count_day`); a backfill of its
+    partitions runs the days side by side. Optional: the shape computes what is missing."""
+
+    @dg.asset(
+        name="workload_shape_day",
+        partitions_def=partitions,
+        deps=["workload"],
+        group_name="shape",
+        kinds={"polars", "parquet"},
+    )
+    def workload_shape_day(
+        context: AssetExecutionContext, store: EnginefitStore
+    ) -> dg.MaterializeResult:  # type: ignore[type-arg]
+        """One UTC day of the workload counted for the shape (requests per second, lengths,
+        tenants, models, sessions, …), kept under shape/days/<day>/ by the digest of the day's
+        set in the union; nothing when the quarter is small enough to measure whole."""
+        note = shape_stage.count_day(store.layout(), context.partition_key)
+        return dg.MaterializeResult(metadata={"day_parts": md(note)})
+
+    return workload_shape_day

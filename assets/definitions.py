@@ -20,7 +20,7 @@ from assets import report as report_stage
 from assets import shape as shape_stage
 from assets import sim as sim_stage
 from assets import whatif as whatif_stage
-from assets.days import configured_quarter, day_assets, quarter_partitions
+from assets.days import configured_quarter, day_assets, quarter_partitions, shape_day_asset
 from assets.executors import (
     EXECUTOR_ENV,
     Executor,
@@ -72,10 +72,16 @@ def build_definitions(
     if quarter is not None:
         partitions = quarter_partitions(quarter)
         workload_day, union = day_assets(partitions)
-        assets = [workload_day, union, *(a for a in all_assets if a is not ingest.workload)]
-        selection = selection - dg.AssetSelection.assets(workload_day)
+        shape_day = shape_day_asset(partitions)
+        assets = [
+            workload_day,
+            union,
+            shape_day,
+            *(a for a in all_assets if a is not ingest.workload),
+        ]
+        selection = selection - dg.AssetSelection.assets(workload_day, shape_day)
         ingest_days = dg.define_asset_job("ingest_days", selection=[workload_day])
-        jobs.append(ingest_days)
+        jobs += [ingest_days, dg.define_asset_job("shape_days", selection=[shape_day])]
         schedules.append(
             dg.build_schedule_from_partitioned_job(
                 ingest_days, name="ingest_days_schedule", hour_of_day=5

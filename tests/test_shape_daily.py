@@ -9,15 +9,21 @@ import datetime as dt
 from functools import cache
 from pathlib import Path
 
+import dagster as dg
 import numpy as np
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
+from assets.days import quarter_partitions, shape_day_asset
+from assets.resources import EnginefitStore
 from perf.workload import canonical_frame, conversations, spec
 from pipeline.cli import main as enginefit
+from pipeline.commands.ingest import configured_inputs as ingest_inputs
 from pipeline.config import load_config
+from pipeline.errors import ConfigError
 from pipeline.ingest import days as ingest_days
+from pipeline.ingest import stage as ingest_stage
 from pipeline.schema import conform
 from pipeline.shape import stage as shape_stage
 from pipeline.shape.common import ShapeError
@@ -25,6 +31,7 @@ from pipeline.shape.compute import compute_shape
 from pipeline.shape.daily import DailyParts, DaySource, PartStore
 from pipeline.shape.result import ShapeResult
 from pipeline.store import read_requests
+from tests.conftest import bundled_config
 from tests.test_daily_partitions import DAYS, LINES, _daily_union, _run_day, three_days
 from tests.test_shape_chunked import CFG, _compare, _workloads
 
@@ -268,3 +275,40 @@ def test_a_damaged_part_is_made_again(tmp_path: Path) -> None:
     again = PartStore(tmp_path)
     assert _json(daily_result(frame, again)) == _json(first)
     assert again.computed == {"DayCounts": 1, "DaySweep": 1}
+
+
+def test_a_backfill_of_shape_days_counts_them_ahead_of_the_stage(
+    three_days: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``workload_shape_day`` partitions count their days (each in a run of its own, as a
+    backfill runs them side by side); the stage then reads those counts back and computes
+    only the gaps and the sweeps. Below the limit the partitions say they are not needed."""
+    layout = _daily_union(three_days, tmp_path)
+    config = tmp_path / "daily.yaml"
+    asset = shape_day_asset(quarter_partitions("2025-Q1"))
+    resources = {"store": EnginefitStore(config_path=str(config))}
+
+    def materialise(day: str) -> str:
+        result = dg.materialize([asset], partition_key=day, resources=resources)
+        (event,) = result.get_asset_materialization_events()
+        return str(event.step_materialization_data.materialization.metadata["day_parts"].value)
+
+    assert materialise(DAYS[0]) == (
+        f"not needed: {3 * LINES:,} requests are measured as one table (up to 20,000,000)"
+    )
+    monkeypatch.setattr("pipeline.shape.compute.EXACT_MAX_REQUESTS", 100)
+    for day in DAYS:
+        assert materialise(day).startswith("per-day parts: 1 computed, 0 read back")
+    assert materialise("2025-03-01") == "2025-03-01: not in the workload's union (not ingested yet)"
+    inputs = shape_stage.read_inputs(layout)
+    shape_stage.run(inputs, CFG)
+    assert inputs.days is not None
+    assert inputs.days.store.computed == {"DayGaps": 3, "DaySweep": 3}
+    assert inputs.days.store.read == {"DayCounts": 3}
+
+
+def test_counting_a_day_of_a_workload_not_of_days_is_refused(tmp_path: Path) -> None:
+    config = load_config(bundled_config(tmp_path, "plain"))
+    ingest_stage.write(ingest_stage.run(ingest_inputs(config)), config.layout())
+    with pytest.raises(ConfigError, match="the workload was not published from days"):
+        shape_stage.count_day(config.layout(), "2025-02-21")

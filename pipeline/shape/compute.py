@@ -79,6 +79,12 @@ def quantisation_effect(arrivals: dict[str, Any], estimated: bool) -> dict[str, 
     }
 
 
+def exact_limit() -> int:
+    """The most requests measured as one table (``config.EXACT_MAX_REQUESTS``; read when
+    called, so a test may lower it for a small trace)."""
+    return EXACT_MAX_REQUESTS
+
+
 def compute_shape(
     requests: pl.LazyFrame | pl.DataFrame,
     cfg: ShapeConfig,
@@ -98,7 +104,7 @@ def compute_shape(
     """
     frame = as_lazy(requests)
     if exact_max_requests is None:
-        exact_max_requests = EXACT_MAX_REQUESTS
+        exact_max_requests = exact_limit()
     metrics: dict[str, Any] = {"schema_version": SCHEMA_VERSION}
     chunked = sketched(frame, exact_max_requests)
     daily = None

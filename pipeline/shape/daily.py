@@ -411,6 +411,11 @@ class PartStore:
         return _read_part(kind, folder)  # as kept: its large tables scanned, not held
 
 
+def counted_day(source: DaySource, store: PartStore) -> DayCounts | None:
+    """The day's :class:`DayCounts`, read back or computed and kept (None: no request)."""
+    return store.get(DayCounts, source, "", partial(day_counts, source.requests))
+
+
 def _present(part: T | None) -> T:
     """A part only a day with requests has (they have been counted, so it has some)."""
     if part is None:
@@ -507,7 +512,7 @@ def merged_figures(
     """The quarter's figures from its days' parts (read back or computed; see the module
     docstring); None when the quarter cannot be put together from days (its plot width is
     finer than ``FINE_US``), for the caller to measure it otherwise."""
-    days = [(s, store.get(DayCounts, s, "", partial(day_counts, s.requests))) for s in sources]
+    days = [(s, counted_day(s, store)) for s in sources]
     kept = [(s, c) for s, c in days if c is not None]
     if not kept:
         raise ShapeError("request table is empty: nothing to measure")

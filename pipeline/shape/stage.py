@@ -14,13 +14,14 @@ from pathlib import Path
 import polars as pl
 
 from pipeline import results
+from pipeline.errors import ConfigError
 from pipeline.ingest.days import union_day_sets
 from pipeline.layout import WorkloadLayout
 from pipeline.safe_read import read_json
 from pipeline.shape.common import json_safe
-from pipeline.shape.compute import compute_shape
+from pipeline.shape.compute import compute_shape, exact_limit
 from pipeline.shape.config import ShapeConfig
-from pipeline.shape.daily import DailyParts, DaySource, PartStore
+from pipeline.shape.daily import DailyParts, DaySource, PartStore, counted_day
 from pipeline.shape.present import figures
 from pipeline.shape.result import ShapeResult
 from pipeline.store import (
@@ -60,6 +61,27 @@ def day_of(requests: pl.LazyFrame, day: str) -> pl.LazyFrame:
     return requests.filter(
         pl.col("arrival").is_between(start, start + dt.timedelta(days=1), closed="left")
     )
+
+
+def count_day(layout: WorkloadLayout, day: str) -> str:
+    """One day's counts (the bulk of a day's part, :func:`pipeline.shape.daily.counted_day`)
+    computed and kept ahead of the stage, which reads them back: the step a backfill of the
+    ``workload_shape_day`` partitions runs side by side. Returns what it did, in a line."""
+    inputs = read_inputs(layout)
+    if inputs.days is None:
+        raise ConfigError(
+            f"{layout.ingest.manifest}: the workload was not published from days; the shape "
+            "is measured by `enginefit shape` (the workload_shape asset) alone"
+        )
+    rows, limit = int(inputs.requests.select(pl.len()).collect().item()), exact_limit()
+    if rows <= limit:
+        return f"not needed: {rows:,} requests are measured as one table (up to {limit:,})"
+    source = next((s for s in inputs.days.sources if s.day == day), None)
+    if source is None:
+        return f"{day}: not in the workload's union (not ingested yet)"
+    if counted_day(source, inputs.days.store) is None:
+        return f"{day}: no request"
+    return inputs.days.store.summary() or ""
 
 
 def run(inputs: ShapeInputs, settings: ShapeConfig) -> ShapeResult:
