@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 
+from pipeline.arrays import narrow
 from pipeline.capacity import checks
 from pipeline.capacity.compute import (
     WorkloadRequests,
@@ -16,7 +17,7 @@ from pipeline.capacity.compute import (
     routing_value,
     workload_requests,
 )
-from pipeline.capacity.kernels import narrow, simulate_replica
+from pipeline.capacity.kernels import simulate_replica
 from pipeline.capacity.present import (
     BINDING_WORDS,
     candidates_table,

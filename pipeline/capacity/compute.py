@@ -34,11 +34,12 @@ from typing import Any, Protocol
 import numpy as np
 import polars as pl
 
+from pipeline.arrays import Tokens, narrow
 from pipeline.capacity.binding import binding_limit
 from pipeline.capacity.config import CapacityConfig
 from pipeline.capacity.fit import CONTEXT_SPREAD, mean_decode_context
 from pipeline.capacity.fleet_cache import CacheReplay
-from pipeline.capacity.kernels import F64, Tokens, narrow
+from pipeline.capacity.kernels import F64
 from pipeline.capacity.limits import SchedulingLimits
 from pipeline.capacity.prior import ModelShape
 from pipeline.capacity.result import (

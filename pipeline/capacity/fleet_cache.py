@@ -29,8 +29,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from pipeline.arrays import Tokens, narrow
 from pipeline.capacity.config import ReplicaMemory
-from pipeline.capacity.kernels import I64, Tokens, narrow
+from pipeline.capacity.kernels import I64
 from pipeline.capacity.limits import SchedulingLimits
 from pipeline.capacity.prior import ModelShape, gpu_peaks
 from pipeline.errors import InputFormatError
@@ -269,12 +270,12 @@ class CacheReplays:
             kv_tokens=kv_tokens,
             routing=routing,
             block_size=self.block_size,
-            cached=narrow(np.ascontiguousarray(hits, dtype=np.int64)),
+            cached=narrow(np.ascontiguousarray(hits)),
             share=share,
             description=description,
         )
 
-    def _hits(self, scenario: Scenario) -> tuple[I64, I64, ContentCoverage]:
+    def _hits(self, scenario: Scenario) -> tuple[Tokens, Tokens, ContentCoverage]:
         """Every request's hit and prompt tokens of one replay (input order), with the
         table's prompt-content coverage."""
         inp = self.inputs

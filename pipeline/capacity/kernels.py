@@ -47,7 +47,6 @@ from numpy.typing import NDArray
 F64 = NDArray[np.float64]
 I64 = NDArray[np.int64]
 #: Token counts per request held for a whole trace: int32 where they fit (:func:`narrow`).
-Tokens = NDArray[np.int32] | NDArray[np.int64]
 
 
 class SimulatedRun(NamedTuple):
@@ -69,16 +68,6 @@ class SimulatedRun(NamedTuple):
     budget_full_steps: int = 0  # prompt tokens waited for the next step's budget
     #: the most prompt tokens prefilled in a step that ended a gap (0 without gaps)
     gap_prefill_max: int = 0
-
-
-def narrow(values: I64) -> Tokens:
-    """``values`` as int32 when every one fits (half the memory of a per-request array held
-    for a whole trace; numpy sums int32 into int64 and means it in float64, as int64), else
-    unchanged."""
-    info = np.iinfo(np.int32)
-    if values.size and (int(values.min()) < info.min or int(values.max()) > info.max):
-        return values
-    return values.astype(np.int32)
 
 
 @nb.njit(cache=True, inline="always")

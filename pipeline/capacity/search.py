@@ -51,8 +51,9 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.arrays import Tokens
 from pipeline.capacity.config import CapacityConfig
-from pipeline.capacity.kernels import F64, I64, SimulatedRun, Tokens, simulate_replica
+from pipeline.capacity.kernels import F64, I64, SimulatedRun, simulate_replica
 from pipeline.capacity.limits import SchedulingLimits
 from pipeline.capacity.result import Arrivals, Slo, StepCoefficients
 from pipeline.unknown import Unknown

@@ -38,6 +38,7 @@ import numpy as np
 import polars as pl
 
 from pipeline import results
+from pipeline.arrays import narrow
 from pipeline.bench import stage as bench_stage
 from pipeline.bench.config import SloSpec
 from pipeline.bench.manifest import TRACE_DATASET
@@ -54,7 +55,6 @@ from pipeline.capacity.compute import (
 from pipeline.capacity.config import CapacityConfig, ReplayBasis, ServedModel
 from pipeline.capacity.fit import deployment_of, fit_serving_model
 from pipeline.capacity.fleet_cache import CacheReplays, deployment_kv_tokens
-from pipeline.capacity.kernels import narrow
 from pipeline.capacity.limits import (
     SchedulingCatalog,
     SchedulingLimits,

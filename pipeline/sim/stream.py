@@ -36,6 +36,7 @@ import numpy as np
 import polars as pl
 from numpy.typing import NDArray
 
+from pipeline.arrays import Tokens, narrow
 from pipeline.prefix.cache_rules import NAMESPACE_COLUMNS, namespace_codes
 from pipeline.prefix.hashmap import dense_ids
 from pipeline.prefix.sessions import SessionStream
@@ -135,11 +136,12 @@ class StreamedRun:
 
 @dataclass(frozen=True)
 class PerRequest:
-    """Every request's prompt tokens and the prompt tokens it found cached, in arrival order,
-    with the table's prompt-content coverage (what the capacity stage's fleet replay reads)."""
+    """Every request's prompt tokens and the prompt tokens it found cached, in arrival order
+    (int32 where they fit: :mod:`pipeline.arrays`), with the table's prompt-content coverage
+    (what the capacity stage's fleet replay reads)."""
 
-    prompt_tokens: I64
-    hit_tokens: I64
+    prompt_tokens: Tokens
+    hit_tokens: Tokens
     coverage: ContentCoverage
 
 
@@ -275,7 +277,7 @@ class _ScenarioStream:
         self.distinct = 0
         self.peak_chunk = 0
         # per chunk: its prompt and hit tokens (kept only when per_request is asked for)
-        self.kept: list[tuple[I64, I64]] | None = [] if per_request else None
+        self.kept: list[tuple[Tokens, Tokens]] | None = [] if per_request else None
 
     def feed(
         self,
@@ -315,7 +317,8 @@ class _ScenarioStream:
         self.hit_tokens += int(hits.sum())
         self.hit_tokens_instant += int(instant_hits.sum())
         if self.kept is not None:
-            self.kept.append((chunk.prompt_tokens, np.asarray(hits, np.int64)))
+            # int32 where they fit: at 100M requests the two columns held 1.6 GB as int64
+            self.kept.append((narrow(chunk.prompt_tokens), narrow(np.asarray(hits))))
 
     def finish(self, workload: WorkloadTotals, sessions_inferred: int, chunks: int) -> StreamedRun:
         replicas, replays = self.scenario.replicas, self.replays
@@ -365,9 +368,9 @@ class _ScenarioStream:
         return PerRequest(_joined(prompts), _joined(hits), workload.coverage)
 
 
-def _joined(parts: list[I64]) -> I64:
-    """``parts`` end to end (emptied as they are joined)."""
-    joined = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+def _joined(parts: list[Tokens]) -> Tokens:
+    """``parts`` end to end (emptied as they are joined; int64 if any part is)."""
+    joined = narrow(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
     parts.clear()
     return joined
 
