@@ -291,7 +291,8 @@ def inputs_from(
     peak = rates[peak_label] if peak_label is not None else float(mean)  # type: ignore[arg-type]
     summaries = sim_stage.read_summaries(layout)
     kv_tokens, kv_source = _kv_tokens(served, summaries, layout.simulation.summary)
-    cache = _cache_replays(layout, replay, summaries, requests)
+    workload = workload_requests(requests)
+    cache = _cache_replays(layout, replay, summaries, requests, workload)
     if isinstance(cache, Unknown):
         notes.append(f"cached tokens taken as 0: {cache.reason}")
     sources = {
@@ -312,7 +313,7 @@ def inputs_from(
         points=analysis.evaluated,
         per_request=per_request,
         bench_capacity=analysis.capacity,
-        requests=workload_requests(requests),
+        requests=workload,
         table_rows=requests.height,
         peak_rate_rps=peak,
         mean_rate_rps=mean,
@@ -368,6 +369,7 @@ def _cache_replays(
     replay: ReplayBasis,
     summaries: list[ScenarioSummary],
     requests: pl.DataFrame,
+    workload: WorkloadRequests,
 ) -> CacheReplays | Unknown:
     """The workload as the simulation's replay kernels read it, its scenarios (the routing),
     and each capacity request's row in it (requests without lengths are left out of both);
@@ -389,7 +391,12 @@ def _cache_replays(
     )
     if sim_stage.streams(layout, replay.simulation):
         # too large to flatten: each fleet replay streams the parts, checked as it goes
-        prompt = narrow(requests.get_column("prompt_tokens").fill_null(0).to_numpy())
+        # by input row: the workload's own array when every request has its lengths
+        prompt = (
+            workload.prompt
+            if rows is None
+            else narrow(requests.get_column("prompt_tokens").fill_null(0).to_numpy())
+        )
         return CacheReplays(
             sim_stage.read_stream(layout, replay.latency),
             replay.simulation,
