@@ -1,8 +1,8 @@
 """The shape figures of a quarter from per-day parts (a workload ingested as daily partitions,
 above ``config.EXACT_MAX_REQUESTS`` requests).
 
-Each UTC day is summarised on its own into a :class:`DayPart`, a handful of small tables that
-merge by adding counts; the quarter's figures are computed from the merged tables. A part is
+Each UTC day is summarised on its own into parts (:class:`DayCounts`, :class:`DayGaps`,
+:class:`DaySweep`), a handful of small tables that merge by adding counts; the quarter's figures are computed from the merged tables. A part is
 kept on disk (:class:`PartStore`) under a key naming what it was computed from (the digest of
 the day's ingest set, and what it depends on beyond its day), so a day ingested later, or
 ingested again, costs that day's work: the other days' parts are read back.
@@ -30,12 +30,16 @@ What a part holds, and how the quarter is put together:
   of it). The ends after the last day are swept when merging.
 * **Sessions** (logged ``session_id``): per session of the day its turns and its first and last
   turn (arrival, prompt tokens), the day's inter-turn gaps (sketched, ``sketch.RELATIVE_ERROR``)
-  and history growth (counted exactly); a session that continues on a later day adds the step
-  from its last turn there to its first turn here when merging, so a conversation that spans
-  midnight is carried across.
+  and history growth (counted exactly), part of the counts; a session that continues on a
+  later day adds the step from its last turn there to its first turn here when merging, so a
+  conversation that spans midnight is carried across. The sessions' days are merged a hash
+  group of sessions at a time (``SESSION_GROUP_ROWS``), read back lazily, so the merge holds
+  a group, not the quarter's sessions.
 
 The figures equal the whole-table ones (``tests/test_shape_daily.py``): exactly, but the
-inter-turn gap percentiles (sketched) and float sums in another order (their last digits).
+inter-turn gap percentiles (sketched) and float sums in another order (their last digits). A
+part that cannot be read back is made again; a day's counts may be made ahead, side by side
+(``workload_shape_day``, :func:`pipeline.shape.stage.count_day`).
 """
 
 from __future__ import annotations
