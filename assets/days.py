@@ -24,6 +24,7 @@ import dagster as dg
 from dagster import AssetExecutionContext
 
 from assets.ingest import ingest_metadata
+from assets.inputs import SHAPE_DAY
 from assets.metadata import md
 from assets.resources import EnginefitStore
 from pipeline.commands.common import DEFAULT_CONFIG
@@ -102,7 +103,7 @@ def shape_day_asset(partitions: dg.DailyPartitionsDefinition) -> dg.AssetsDefini
     partitions runs the days side by side. Optional: the shape computes what is missing."""
 
     @dg.asset(
-        name="workload_shape_day",
+        name=SHAPE_DAY,
         partitions_def=partitions,
         deps=["workload"],
         group_name="shape",

@@ -73,19 +73,31 @@ _BY_ASSET = {step.asset: step for step in STEPS}
 _READ_VERSIONS = frozenset({decision.STEP.asset, report.STEP.asset})
 
 
+#: A day's shape counts (``assets.days.shape_day_asset``), made ahead of the shape.
+SHAPE_DAY = "workload_shape_day"
+
+
 def step_reads(
-    layout: WorkloadLayout, assets: Iterable[str], checked: Iterable[str], *, daily: bool
+    layout: WorkloadLayout,
+    assets: Iterable[str],
+    checked: Iterable[str],
+    *,
+    daily: bool,
+    partition: str | None = None,
 ) -> tuple[Wanted, bool]:
     """What a step materialising ``assets`` and checking ``checked`` (asset names) reads of the
     workload folder ``layout`` (as :func:`pipeline.mirror.pull` takes it), and whether it reads
     the published versions: each asset's declared upstream results, each checked asset's own
-    result; the union of a ``daily`` workload's days reads the days."""
+    result; the union of a ``daily`` workload's days reads the days, and a day's shape counts
+    (its ``partition``) that day's set (:func:`pipeline.shape.stage.day_reads`)."""
     assets = list(assets)
     read = [result for name in assets if name in _BY_ASSET for result in _BY_ASSET[name].upstream]
     read += [_BY_ASSET[name].writes for name in checked if name in _BY_ASSET]
     wanted: dict[str, Collection[str] | None] = dict(markers(read, layout))
     if daily and ingest.STEP.asset in assets:
         wanted[layout.days_dir.relative_to(layout.root).as_posix() + "/"] = None
+    if SHAPE_DAY in assets and partition is not None:
+        wanted |= shape.day_reads(layout, partition)
     return wanted, bool(_READ_VERSIONS.intersection(assets))
 
 

@@ -62,6 +62,7 @@ def _pull_what_the_step_reads(config: Config) -> None:
         (key.to_user_string() for key in context.selected_asset_keys),
         (key.asset_key.to_user_string() for key in context.selected_asset_check_keys),
         daily=config.workload.daily_quarter is not None,
+        partition=context.partition_key if context.has_partition_key else None,
     )
     pull(layout, config.filing().tree, wanted, reports=versions)
     _PULLED.add(step)

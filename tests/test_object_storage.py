@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from assets.cli import main as enginefit
-from assets.days import day_assets, quarter_partitions
+from assets.days import day_assets, quarter_partitions, shape_day_asset
 from assets.report import engine_selection_report as report_asset
 from assets.resources import EnginefitStore
 from assets.shape import workload_shape as shape_asset
@@ -492,8 +492,9 @@ def fetched(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
 
 def _step_on_a_machine_of_its_own(
     runs: Runs, bucket: str, folder: Path, asset: dg.AssetsDefinition, **run: Any
-) -> None:
-    """``asset`` materialised alone, on a machine that has never seen the workload."""
+) -> dict[str, Any]:
+    """``asset`` materialised alone, on a machine that has never seen the workload; returns
+    its materialisation's metadata values."""
     folder.mkdir()
     store = EnginefitStore(config_path=str(_in(bucket, runs.remote, folder)))
     with dg.DagsterInstance.ephemeral() as instance:
@@ -501,6 +502,9 @@ def _step_on_a_machine_of_its_own(
             [asset], resources={"store": store}, instance=instance, raise_on_error=False, **run
         )
     assert result.success, [e.message for e in result.all_events if e.is_failure]
+    (event,) = result.get_asset_materialization_events()
+    metadata = event.step_materialization_data.materialization.metadata
+    return {key: value.value for key, value in metadata.items()}
 
 
 # The report's document as its HTML, as the bucket's runs made it: what is fetched does not
@@ -545,3 +549,57 @@ def test_each_step_fetches_what_it_reads_not_the_workload(
     assert f"{data}ingest_summary.json" in report and f"{data}ingest_manifest.json" in report
     for fetched_by_step in (days, shape, report):
         assert sum(fetched_by_step.values()) < sum(whole.values())
+
+
+def test_days_counted_for_the_shape_on_machines_of_their_own_are_read_back(
+    runs: Runs,
+    bucket: str,
+    s3: dict[str, str],
+    fetched: dict[str, int],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The quarter measured day by day (the exact limit lowered): each day's shape counts, made
+    on a machine of its own, fetch the union's manifest and summary and that day's set, not
+    the quarter, and are uploaded; the shape on another machine reads them back (it makes only
+    the parts that need the quarter's other days) and writes the bytes that a machine making
+    every part itself writes."""
+    monkeypatch.setattr("pipeline.shape.compute.EXACT_MAX_REQUESTS", 100)
+    uploaded, data = runs.bucket / "team", f"data/{WORKLOAD}/"
+    whole = {
+        p.relative_to(uploaded).as_posix()
+        for p in uploaded.rglob("*")
+        if p.is_file() and p.name != WORKLOAD_LOCK  # the writers' leases
+    }
+    union = {f"{data}ingest_manifest.json", f"{data}ingest_summary.json"}
+    shape_day = shape_day_asset(quarter_partitions("2025-Q1"))
+    for day in QUARTER_DAYS:
+        fetched.clear()
+        made = _step_on_a_machine_of_its_own(
+            runs, bucket, tmp_path / f"day-{day}", shape_day, partition_key=day
+        )
+        assert made["day_parts"].startswith("per-day parts: 1 computed, 0 read back")
+        day_set = {k for k in whole if k.startswith(f"{data}days/{day}/")}
+        assert set(fetched) == union | day_set and len(day_set) >= 3
+    parts = f"team/{data}shape/days/"
+    counted = sorted(k[len(parts) :] for k in keys(s3, parts, bucket) if k.endswith("part.json"))
+    assert [(k.split("/")[0], k.split("/")[1].split("-")[0]) for k in counted] == [
+        (day, "DayCounts") for day in QUARTER_DAYS
+    ]
+
+    def shape_files(machine: str) -> dict[str, bytes]:
+        folder = tmp_path / machine / "cache" / bucket / "team" / "data" / WORKLOAD / "shape"
+        return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+
+    fetched.clear()
+    read_back = _step_on_a_machine_of_its_own(runs, bucket, tmp_path / "shape", shape_asset)
+    days = len(QUARTER_DAYS)
+    assert read_back["day_parts"].startswith(f"per-day parts: {2 * days} computed, {days} read")
+    assert {k for k in fetched if k.endswith("/part.json")} == {
+        f"{data}shape/days/{k}" for k in counted
+    }
+    for key in keys(s3, parts, bucket):
+        client(s3).delete_object(Bucket=bucket, Key=key)
+    made_here = _step_on_a_machine_of_its_own(runs, bucket, tmp_path / "alone", shape_asset)
+    assert made_here["day_parts"].startswith(f"per-day parts: {3 * days} computed, 0 read")
+    assert shape_files("shape") == shape_files("alone") and len(shape_files("alone")) >= 3

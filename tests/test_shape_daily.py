@@ -32,7 +32,15 @@ from pipeline.shape.daily import DailyParts, DaySource, PartStore
 from pipeline.shape.result import ShapeResult
 from pipeline.store import read_requests
 from tests.conftest import bundled_config
-from tests.test_daily_partitions import DAYS, LINES, _daily_union, _run_day, three_days
+from tests.test_daily_partitions import (
+    DAYS,
+    LINES,
+    _config,
+    _daily_union,
+    _prompt_days,
+    _run_day,
+    three_days,
+)
 from tests.test_shape_chunked import CFG, _compare, _workloads
 
 __all__ = ["three_days"]  # a fixture
@@ -305,6 +313,40 @@ def test_a_backfill_of_shape_days_counts_them_ahead_of_the_stage(
     assert inputs.days is not None
     assert inputs.days.store.computed == {"DayGaps": 3, "DaySweep": 3}
     assert inputs.days.store.read == {"DayCounts": 3}
+
+
+def test_a_day_counted_ahead_reads_the_set_the_union_holds_of_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Days whose requests repeat an earlier day's ids are held by the union without them (a
+    copy): counting a day ahead reads the set the union holds, and the stage reads every
+    count back. A day ingested again after the union was written is refused by its manifest
+    until the union is written again."""
+    monkeypatch.setattr("pipeline.shape.compute.EXACT_MAX_REQUESTS", 10)
+    folder = _prompt_days(tmp_path / "prompts")
+    daily = load_config(
+        _config(tmp_path, "daily", [str(folder / "prompts-{day}.jsonl")], fmt="prompt-text")
+    )
+    layout = daily.layout()
+    for day in DAYS:
+        ingest_days.write_day(_run_day(daily, day), layout, day)
+    ingest_days.write_union(layout, ingest_days.ingested_days(layout))
+    held = [ingest_days.held_day_set(layout, day) for day in DAYS]
+    assert [h == layout.day(d) for h, d in zip(held, DAYS, strict=True)] == [True, False, False]
+    for day in DAYS:
+        assert shape_stage.count_day(layout, day).startswith("per-day parts: 1 computed, 0 read")
+    inputs = shape_stage.read_inputs(layout)
+    counted = shape_stage.run(inputs, CFG)
+    assert inputs.days is not None and inputs.days.store.read == {"DayCounts": 3}
+    fresh = compute_shape(read_requests(layout), CFG, exact_max_requests=10**9)
+    assert counted.metrics.requests == fresh.metrics.requests == 3 * 40
+
+    path = folder / f"prompts-{DAYS[0]}.jsonl"
+    path.write_text("".join(line + "\n" for line in path.read_text().splitlines()[:-1]))
+    ingest_days.write_day(_run_day(daily, DAYS[0]), layout, DAYS[0])
+    changed = layout.day(DAYS[0]).ingest.manifest
+    with pytest.raises(ConfigError, match=f"{changed}: the day's set changed after the"):
+        shape_stage.count_day(layout, DAYS[0])
 
 
 def test_counting_a_day_of_a_workload_not_of_days_is_refused(tmp_path: Path) -> None:

@@ -261,6 +261,19 @@ def union_day_sets(layout: WorkloadLayout) -> dict[str, str] | None:
     return dict(held) if isinstance(held, dict) else None
 
 
+def held_day_set(layout: WorkloadLayout, day: str) -> WorkloadLayout:
+    """The set the workload's union holds of ``day``: the day's own, unless the union recorded
+    a digest for it other than its own manifest's (its copy without the requests an earlier day
+    has, :meth:`~pipeline.layout.WorkloadLayout.day_in_union`, which stays on the machine that
+    wrote the union)."""
+    manifest = read_json(layout.ingest.manifest)
+    held = manifest.get("day_sets") if isinstance(manifest, dict) else None
+    lineage = manifest.get("days") if isinstance(manifest, dict) else None
+    if isinstance(held, dict) and isinstance(lineage, dict) and held.get(day) != lineage.get(day):
+        return layout.day_in_union(day)
+    return layout.day(day)
+
+
 def ingested_days(layout: WorkloadLayout, days: Sequence[str] | None = None) -> list[str]:
     """The days with an ingest set on disk (of ``days`` when given), in order."""
     if not layout.days_dir.is_dir():

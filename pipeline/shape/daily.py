@@ -47,6 +47,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import re
 import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields
@@ -59,6 +60,8 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from pipeline.mirror import push_set
+from pipeline.remote import Mirror
 from pipeline.shape.arrivals import (
     GridFit,
     TimestampFigures,
@@ -104,7 +107,7 @@ from pipeline.shape.mix import (
 )
 from pipeline.shape.sketch import QuantileSketch, sketch_of, sketch_table
 from pipeline.spill import hash_groups
-from pipeline.store import write_json_atomic, write_parquet_atomic
+from pipeline.store import write_bytes_atomic, write_json_atomic, write_parquet_atomic
 
 # A day's envelope resolution (µs): it divides every 1/2/5 × 10^k µs plot width at least as
 # wide, so the days' buckets fold exactly into the quarter's (whose width is at least 50 s for
@@ -368,9 +371,16 @@ class PartStore:
     last. Writing a day's part of one kind removes that day's older parts of that kind (all
     written here); a part that cannot be read back (a file of it removed or damaged) is made
     again. ``computed`` and ``read`` count the parts computed and read back, by kind (a day
-    without requests has no part: it counts in neither)."""
+    without requests has no part: it counts in neither).
+
+    ``remote``: the workload's folder on object storage, when ``root`` is in its mirror
+    (:mod:`pipeline.mirror`). A part made here is uploaded (its tables, then ``part.json``,
+    which commits it) and the day's older parts of its kind deleted there too; a part this
+    machine lacks is fetched from there before it is made. So the days counted side by side
+    on machines of their own are read back by the one that measures the quarter."""
 
     root: Path
+    remote: Mirror | None = None
     computed: dict[str, int] = field(default_factory=dict)
     read: dict[str, int] = field(default_factory=dict)
 
@@ -396,6 +406,8 @@ class PartStore:
             f"{PART_VERSION}|{pl.__version__}|{source.digest}|{key}".encode()
         ).hexdigest()[:24]
         folder = self.root / source.day / f"{name}-{full}"
+        if self.remote is not None and not (folder / "part.json").is_file():
+            fetch_part(self.remote, folder)
         if (folder / "part.json").is_file():
             try:
                 part = _read_part(kind, folder)
@@ -412,6 +424,8 @@ class PartStore:
         for older in (self.root / source.day).glob(f"{name}-*"):
             if older != folder and older.is_dir():
                 shutil.rmtree(older, ignore_errors=True)
+        if self.remote is not None:
+            upload_part(self.remote, folder)
         return _read_part(kind, folder)  # as kept: its large tables scanned, not held
 
 
@@ -434,7 +448,39 @@ def _write_part(part: Any, folder: Path) -> None:
             table = getattr(part, f.name)
             table = table.collect() if isinstance(table, pl.LazyFrame) else table
             write_parquet_atomic(table, folder / f"{f.name}.parquet")
-    write_json_atomic(folder / "part.json", _scalars(part))
+    write_json_atomic(folder / _PART_MARKER, _scalars(part))
+
+
+# A part's folder below its day's: its kind and key (only such folders are replaced remotely).
+_PART_FOLDER = re.compile(r"^[A-Z][A-Za-z]+-[0-9a-f]{24}$")
+_PART_MARKER = "part.json"
+
+
+def upload_part(mirror: Mirror, folder: Path) -> None:
+    """``folder`` (a part in the mirror) uploaded, ``part.json`` last; the older parts of its
+    day and kind that the bucket holds are deleted (a part folder is only ever this module's)."""
+    push_set(mirror, folder.iterdir(), folder / _PART_MARKER)
+    day = folder.parent.relative_to(mirror.local).as_posix()
+    kind = folder.name.split("-", 1)[0]
+    for relative in mirror.remote.list(day):
+        name = relative[len(day) + 1 :].split("/", 1)[0]
+        if name != folder.name and name.startswith(f"{kind}-") and _PART_FOLDER.match(name):
+            mirror.remote.delete(relative)
+
+
+def fetch_part(mirror: Mirror, folder: Path) -> None:
+    """The part ``folder`` from the bucket, when it holds one: its files, then ``part.json``
+    (a part uploaded in full: its marker is put last). What is fetched is read back as any
+    kept part is (a damaged one is made again)."""
+    relative = folder.relative_to(mirror.local).as_posix()
+    marker = mirror.remote.get(f"{relative}/{_PART_MARKER}")
+    if marker is None:
+        return
+    for key in sorted(mirror.remote.list(relative)):
+        name = key[len(relative) + 1 :]
+        if name != _PART_MARKER and "/" not in name:
+            mirror.remote.download(key, folder / name)
+    write_bytes_atomic(folder / _PART_MARKER, marker)
 
 
 def _read_part(kind: type[T], folder: Path) -> T:

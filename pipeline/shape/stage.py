@@ -15,7 +15,8 @@ import polars as pl
 
 from pipeline import results
 from pipeline.errors import ConfigError
-from pipeline.ingest.days import union_day_sets
+from pipeline.ingest.days import held_day_set, union_day_sets
+from pipeline.ingest.stage import read_summary
 from pipeline.layout import WorkloadLayout
 from pipeline.safe_read import read_json
 from pipeline.shape.common import json_safe
@@ -27,6 +28,7 @@ from pipeline.shape.result import ShapeResult
 from pipeline.store import (
     open_stage_output,
     read_requests,
+    sha256_file,
     write_bytes_atomic,
     write_json_atomic,
     write_parquet_atomic,
@@ -52,7 +54,9 @@ def read_inputs(layout: WorkloadLayout) -> ShapeInputs:
     sources = [
         DaySource(day, day_of(requests, day), digest) for day, digest in sorted(held.items())
     ]
-    return ShapeInputs(requests, DailyParts(sources, PartStore(layout.shape_day_parts)))
+    return ShapeInputs(
+        requests, DailyParts(sources, PartStore(layout.shape_day_parts, layout.remote))
+    )
 
 
 def day_of(requests: pl.LazyFrame, day: str) -> pl.LazyFrame:
@@ -66,22 +70,48 @@ def day_of(requests: pl.LazyFrame, day: str) -> pl.LazyFrame:
 def count_day(layout: WorkloadLayout, day: str) -> str:
     """One day's counts (the bulk of a day's part, :func:`pipeline.shape.daily.counted_day`)
     computed and kept ahead of the stage, which reads them back: the step a backfill of the
-    ``workload_shape_day`` partitions runs side by side. Returns what it did, in a line."""
-    inputs = read_inputs(layout)
-    if inputs.days is None:
+    ``workload_shape_day`` partitions runs side by side. It reads the union's manifest and
+    summary, and the day's requests from the set the union holds of it (the day's own, or
+    its copy without the requests an earlier day has), not the quarter's table: on object
+    storage a machine fetches that day alone (:func:`day_reads`). Returns what it did, in a
+    line."""
+    held = union_day_sets(layout)
+    if held is None:
         raise ConfigError(
             f"{layout.ingest.manifest}: the workload was not published from days; the shape "
             "is measured by `enginefit shape` (the workload_shape asset) alone"
         )
-    rows, limit = int(inputs.requests.select(pl.len()).collect().item()), exact_limit()
+    rows, limit = read_summary(layout).ingested, exact_limit()
     if rows <= limit:
         return f"not needed: {rows:,} requests are measured as one table (up to {limit:,})"
-    source = next((s for s in inputs.days.sources if s.day == day), None)
-    if source is None:
+    if day not in held:
         return f"{day}: not in the workload's union (not ingested yet)"
-    if counted_day(source, inputs.days.store) is None:
+    source = held_day_set(layout, day)
+    if not source.ingest.manifest.is_file():
+        return (
+            f"{day}: the set the union holds of it ({source.root}) is not on this machine; "
+            "the workload_shape step counts it"
+        )
+    if sha256_file(source.ingest.manifest) != held[day]:
+        raise ConfigError(
+            f"{source.ingest.manifest}: the day's set changed after the workload's union was "
+            "written; materialise `workload` first, then this day"
+        )
+    store = PartStore(layout.shape_day_parts, layout.remote)
+    if counted_day(DaySource(day, read_requests(source), held[day]), store) is None:
         return f"{day}: no request"
-    return inputs.days.store.summary() or ""
+    return store.summary() or ""
+
+
+def day_reads(layout: WorkloadLayout, day: str) -> dict[str, frozenset[str] | None]:
+    """What :func:`count_day` reads of the workload folder, by commit marker (as
+    :func:`pipeline.mirror.pull` takes it): the union's manifest and summary, and the day's
+    own set whole."""
+    union = layout.ingest
+    return {
+        union.manifest.relative_to(layout.root).as_posix(): frozenset({union.summary.name}),
+        layout.day(day).ingest.manifest.relative_to(layout.root).as_posix(): None,
+    }
 
 
 def run(inputs: ShapeInputs, settings: ShapeConfig) -> ShapeResult:
