@@ -271,6 +271,19 @@ def test_a_day_whose_records_all_arrive_elsewhere_is_empty(
 T0 = 1_740_096_000  # 2025-02-21T00:00:00Z, epoch seconds
 
 
+def _prompt_days_united(tmp_path: Path) -> tuple[Path, Config, WorkloadLayout, days.Union]:
+    """:func:`_prompt_days` ingested day by day and united: their folder, the configuration,
+    the workload and its union."""
+    folder = _prompt_days(tmp_path / "prompts")
+    daily = load_config(
+        _config(tmp_path, "daily", [str(folder / "prompts-{day}.jsonl")], fmt="prompt-text")
+    )
+    layout = daily.layout()
+    for day in DAYS:
+        days.write_day(_run_day(daily, day), layout, day)
+    return folder, daily, layout, days.write_union(layout, days.ingested_days(layout))
+
+
 def _prompt_days(folder: Path) -> Path:
     """Three days of prompt-text records with their own ids, where the 22nd repeats an id of
     the 21st (logged late in its file, so dropping it changes the out-of-order count), the 23rd
@@ -309,14 +322,7 @@ def test_request_ids_repeated_across_days_are_quarantined_as_in_one_ingest(
     """The union keeps the earliest day's record of a repeated id and quarantines the later
     ones as duplicate_request_id, per file and in total, with every count reconciled: the same
     table, quarantine and summary as one ingest of every file (whose first file wins)."""
-    folder = _prompt_days(tmp_path / "prompts")
-    daily = load_config(
-        _config(tmp_path, "daily", [str(folder / "prompts-{day}.jsonl")], fmt="prompt-text")
-    )
-    layout = daily.layout()
-    for day in DAYS:
-        days.write_day(_run_day(daily, day), layout, day)
-    union = days.write_union(layout, days.ingested_days(layout))
+    folder, _, layout, union = _prompt_days_united(tmp_path)
     whole = _whole(folder, tmp_path, "prompts-{day}.jsonl", "prompt-text")
 
     _assert_union_is_whole(layout, whole)

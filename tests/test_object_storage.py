@@ -31,11 +31,12 @@ from assets.shape import workload_shape as shape_asset
 from pipeline import results
 from pipeline.config import load_config
 from pipeline.errors import ConfigError, StageOutputUnreadableError
-from pipeline.layout import WORKLOAD_LOCK
+from pipeline.layout import WORKLOAD_LOCK, WorkloadLayout
 from pipeline.ledger import MANIFEST, RECORD
 from pipeline.mirror import pull, pull_reports
 from pipeline.remote import Remote, StorageError
 from pipeline.report import present
+from pipeline.shape import stage as shape_stage
 from pipeline.store import read_requests
 from tests.bundled_report import render_the_html_as_the_pdf
 from tests.conftest import REPO, _built_once, _shared_folder, bundled_config, dagster_history
@@ -603,3 +604,49 @@ def test_days_counted_for_the_shape_on_machines_of_their_own_are_read_back(
     made_here = _step_on_a_machine_of_its_own(runs, bucket, tmp_path / "alone", shape_asset)
     assert made_here["day_parts"].startswith(f"per-day parts: {3 * days} computed, 0 read")
     assert shape_files("shape") == shape_files("alone") and len(shape_files("alone")) >= 3
+
+
+def test_a_day_part_is_uploaded_whole_or_made_again(
+    runs: Runs,
+    bucket: str,
+    s3: dict[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A day's part whose upload failed is not kept here either, so counting the day again
+    uploads it; a part the bucket holds without its tables (another machine replacing it) is
+    made again, not a failure."""
+    monkeypatch.setattr("pipeline.shape.compute.EXACT_MAX_REQUESTS", 100)
+    day, parts = QUARTER_DAYS[0], f"team/data/{WORKLOAD}/shape/days/{QUARTER_DAYS[0]}/"
+
+    def machine(name: str) -> WorkloadLayout:
+        (tmp_path / name).mkdir()
+        config = load_config(_in(bucket, runs.remote, tmp_path / name))
+        layout = config.layout()
+        pull(layout, config.filing().tree, shape_stage.day_reads(layout, day), reports=False)
+        return layout
+
+    layout = machine("first")
+    real_put = Remote.put
+
+    def refused(self: Remote, relative: str, data: bytes | Path) -> None:
+        if relative.endswith("/part.json"):
+            raise StorageError(f"{self.where(relative)}: refused")
+        real_put(self, relative, data)
+
+    with monkeypatch.context() as failing:
+        failing.setattr(Remote, "put", refused)
+        with pytest.raises(StorageError, match=r"part\.json: refused"):
+            shape_stage.count_day(layout, day)
+    assert list(layout.shape_day_parts.rglob("part.json")) == []
+    assert not any(k.endswith("part.json") for k in keys(s3, parts, bucket))
+    assert shape_stage.count_day(layout, day).startswith("per-day parts: 1 computed, 0 read")
+    uploaded = keys(s3, parts, bucket)
+    assert sum(k.endswith("/part.json") for k in uploaded) == 1
+
+    assert shape_stage.count_day(machine("second"), day).startswith("per-day parts: 0 computed")
+    for key in uploaded:
+        if key.endswith(".parquet"):
+            client(s3).delete_object(Bucket=bucket, Key=key)
+    assert shape_stage.count_day(machine("third"), day).startswith("per-day parts: 1 computed")
+    assert keys(s3, parts, bucket).keys() == uploaded.keys()

@@ -5,6 +5,7 @@ and parts kept on disk are read back, so a day ingested again costs that day alo
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from functools import cache
 from pathlib import Path
@@ -28,16 +29,15 @@ from pipeline.schema import conform
 from pipeline.shape import stage as shape_stage
 from pipeline.shape.common import ShapeError
 from pipeline.shape.compute import compute_shape
-from pipeline.shape.daily import DailyParts, DaySource, PartStore
+from pipeline.shape.daily import DailyParts, DaySource, PartStore, counted_day
 from pipeline.shape.result import ShapeResult
 from pipeline.store import read_requests
 from tests.conftest import bundled_config
 from tests.test_daily_partitions import (
     DAYS,
     LINES,
-    _config,
     _daily_union,
-    _prompt_days,
+    _prompt_days_united,
     _run_day,
     three_days,
 )
@@ -285,6 +285,18 @@ def test_a_damaged_part_is_made_again(tmp_path: Path) -> None:
     assert again.computed == {"DayCounts": 1, "DaySweep": 1}
 
 
+def test_a_day_ingested_again_while_it_was_counted_is_not_kept(tmp_path: Path) -> None:
+    """A part is kept only if the day's set is still the one its key names once it is made."""
+    (source, *_) = day_sources(_workloads()["days"])
+    changed = dataclasses.replace(source, unchanged=lambda: False)
+    store = PartStore(tmp_path)
+    with pytest.raises(ShapeError, match=f"{source.day}: the day's requests were ingested again"):
+        counted_day(changed, store)
+    assert list(tmp_path.rglob("part.json")) == [] and store.computed == {}
+    assert counted_day(dataclasses.replace(source, unchanged=lambda: True), store) is not None
+    assert [p.parent.name.split("-")[0] for p in tmp_path.rglob("part.json")] == ["DayCounts"]
+
+
 def test_a_backfill_of_shape_days_counts_them_ahead_of_the_stage(
     three_days: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -323,14 +335,7 @@ def test_a_day_counted_ahead_reads_the_set_the_union_holds_of_it(
     count back. A day ingested again after the union was written is refused by its manifest
     until the union is written again."""
     monkeypatch.setattr("pipeline.shape.compute.EXACT_MAX_REQUESTS", 10)
-    folder = _prompt_days(tmp_path / "prompts")
-    daily = load_config(
-        _config(tmp_path, "daily", [str(folder / "prompts-{day}.jsonl")], fmt="prompt-text")
-    )
-    layout = daily.layout()
-    for day in DAYS:
-        ingest_days.write_day(_run_day(daily, day), layout, day)
-    ingest_days.write_union(layout, ingest_days.ingested_days(layout))
+    folder, daily, layout, _ = _prompt_days_united(tmp_path)
     held = [ingest_days.held_day_set(layout, day) for day in DAYS]
     assert [h == layout.day(d) for h, d in zip(held, DAYS, strict=True)] == [True, False, False]
     for day in DAYS:

@@ -60,7 +60,6 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from pipeline.mirror import push_set
 from pipeline.remote import Mirror
 from pipeline.shape.arrivals import (
     GridFit,
@@ -105,9 +104,9 @@ from pipeline.shape.mix import (
     provider_cache_sums,
     session_steps,
 )
-from pipeline.shape.sketch import QuantileSketch, sketch_of, sketch_table
+from pipeline.shape.sketch import RELATIVE_ERROR, QuantileSketch, sketch_of, sketch_table
 from pipeline.spill import hash_groups
-from pipeline.store import write_bytes_atomic, write_json_atomic, write_parquet_atomic
+from pipeline.store import json_bytes, write_bytes_atomic, write_parquet_atomic
 
 # A day's envelope resolution (µs): it divides every 1/2/5 × 10^k µs plot width at least as
 # wide, so the days' buckets fold exactly into the quarter's (whose width is at least 50 s for
@@ -123,11 +122,14 @@ T = TypeVar("T")
 @dataclass(frozen=True)
 class DaySource:
     """One UTC day of the workload: its name, its requests (sorted by arrival) and the digest
-    of the ingest set they come from (None: not known, so its parts are never kept)."""
+    of the ingest set they come from (None: not known, so its parts are never kept).
+    ``unchanged``: whether that set is still the one of ``digest``, asked after a part is made
+    and before it is kept (None: not asked; the reader holds the set)."""
 
     day: str
     requests: pl.LazyFrame
     digest: str | None
+    unchanged: Callable[[], bool] | None = None
 
     @property
     def start_us(self) -> int:
@@ -402,30 +404,37 @@ class PartStore:
             if made is not None:
                 self.computed[name] = self.computed.get(name, 0) + 1
             return made
-        full = hashlib.sha256(
-            f"{PART_VERSION}|{pl.__version__}|{source.digest}|{key}".encode()
-        ).hexdigest()[:24]
+        # What a part's bytes mean beyond the day: this module's version of them, polars' (the
+        # Parquet it reads back) and the sketches' relative error (their bucket indices).
+        made_by = f"{PART_VERSION}|{pl.__version__}|{RELATIVE_ERROR!r}"
+        full = hashlib.sha256(f"{made_by}|{source.digest}|{key}".encode()).hexdigest()[:24]
         folder = self.root / source.day / f"{name}-{full}"
-        if self.remote is not None and not (folder / "part.json").is_file():
-            fetch_part(self.remote, folder)
-        if (folder / "part.json").is_file():
+        marker = folder / _PART_MARKER
+        if self.remote is not None and not marker.is_file():
+            fetch_part(self.remote, kind, folder)
+        if marker.is_file():
             try:
                 part = _read_part(kind, folder)
             except (OSError, ValueError, TypeError, pl.exceptions.PolarsError):
                 shutil.rmtree(folder, ignore_errors=True)  # damaged: made again below
             else:
                 self.read[name] = self.read.get(name, 0) + 1
+                _drop_older(folder)
                 return part
         made = make()
         if made is None:
             return None
+        if source.unchanged is not None and not source.unchanged():
+            raise ShapeError(
+                f"{source.day}: the day's requests were ingested again while they were counted; "
+                "run this step again"
+            )
         self.computed[name] = self.computed.get(name, 0) + 1
-        _write_part(made, folder)
-        for older in (self.root / source.day).glob(f"{name}-*"):
-            if older != folder and older.is_dir():
-                shutil.rmtree(older, ignore_errors=True)
-        if self.remote is not None:
-            upload_part(self.remote, folder)
+        tables, scalars = _write_tables(made, folder)
+        if self.remote is not None:  # uploaded before it is kept: a failed upload is retried
+            upload_part(self.remote, folder, tables, scalars)
+        write_bytes_atomic(marker, scalars)
+        _drop_older(folder)
         return _read_part(kind, folder)  # as kept: its large tables scanned, not held
 
 
@@ -441,14 +450,26 @@ def _present(part: T | None) -> T:
     return part
 
 
-def _write_part(part: Any, folder: Path) -> None:
+def _write_tables(part: Any, folder: Path) -> tuple[list[Path], bytes]:
+    """The part's tables written to ``folder``, and the bytes of its ``part.json`` (the rest),
+    which the caller writes last: it commits the part."""
     folder.mkdir(parents=True, exist_ok=True)
+    written = []
     for f in fields(part):
         if _is_table(part, f.name):
             table = getattr(part, f.name)
             table = table.collect() if isinstance(table, pl.LazyFrame) else table
             write_parquet_atomic(table, folder / f"{f.name}.parquet")
-    write_json_atomic(folder / _PART_MARKER, _scalars(part))
+            written.append(folder / f"{f.name}.parquet")
+    return written, json_bytes(_scalars(part))
+
+
+def _drop_older(folder: Path) -> None:
+    """The other parts of ``folder``'s day and kind (older ones: written here or fetched)."""
+    kind = folder.name.split("-", 1)[0]
+    for older in folder.parent.glob(f"{kind}-*"):
+        if older != folder and older.is_dir() and _PART_FOLDER.match(older.name):
+            shutil.rmtree(older, ignore_errors=True)
 
 
 # A part's folder below its day's: its kind and key (only such folders are replaced remotely).
@@ -456,30 +477,50 @@ _PART_FOLDER = re.compile(r"^[A-Z][A-Za-z]+-[0-9a-f]{24}$")
 _PART_MARKER = "part.json"
 
 
-def upload_part(mirror: Mirror, folder: Path) -> None:
-    """``folder`` (a part in the mirror) uploaded, ``part.json`` last; the older parts of its
-    day and kind that the bucket holds are deleted (a part folder is only ever this module's)."""
-    push_set(mirror, folder.iterdir(), folder / _PART_MARKER)
+def upload_part(mirror: Mirror, folder: Path, tables: Sequence[Path], marker: bytes) -> None:
+    """A part made in the mirror's ``folder`` uploaded: its ``tables``, then its ``part.json``
+    (``marker``), which commits it; then the older parts of its day and kind that the bucket
+    holds are deleted, each ``part.json`` first (a part folder is only ever this module's)."""
+    relative = folder.relative_to(mirror.local).as_posix()
+    for table in tables:
+        mirror.remote.put(f"{relative}/{table.name}", table)
+    mirror.remote.put(f"{relative}/{_PART_MARKER}", marker)
     day = folder.parent.relative_to(mirror.local).as_posix()
     kind = folder.name.split("-", 1)[0]
-    for relative in mirror.remote.list(day):
-        name = relative[len(day) + 1 :].split("/", 1)[0]
-        if name != folder.name and name.startswith(f"{kind}-") and _PART_FOLDER.match(name):
-            mirror.remote.delete(relative)
+    older = [
+        key
+        for key in mirror.remote.list(day)
+        if (name := key[len(day) + 1 :].split("/", 1)[0]) != folder.name
+        and name.startswith(f"{kind}-")
+        and _PART_FOLDER.match(name)
+    ]
+    for key in sorted(older, key=lambda k: (k.rsplit("/", 1)[0], k.endswith(_PART_MARKER)))[::-1]:
+        mirror.remote.delete(key)
 
 
-def fetch_part(mirror: Mirror, folder: Path) -> None:
-    """The part ``folder`` from the bucket, when it holds one: its files, then ``part.json``
-    (a part uploaded in full: its marker is put last). What is fetched is read back as any
-    kept part is (a damaged one is made again)."""
+def fetch_part(mirror: Mirror, kind: type[Any], folder: Path) -> None:
+    """The part of ``kind`` in ``folder`` from the bucket, when it holds one whole: its
+    ``part.json`` (put last), then the tables it does not hold, then ``part.json`` here. A part
+    the bucket lost meanwhile (another machine replaced it) is left to be made here."""
     relative = folder.relative_to(mirror.local).as_posix()
     marker = mirror.remote.get(f"{relative}/{_PART_MARKER}")
     if marker is None:
         return
-    for key in sorted(mirror.remote.list(relative)):
-        name = key[len(relative) + 1 :]
-        if name != _PART_MARKER and "/" not in name:
-            mirror.remote.download(key, folder / name)
+    try:
+        held = set(json.loads(marker))
+        tables = [f.name for f in fields(kind) if f.name not in held]
+    except (ValueError, TypeError):
+        return  # not a part this module wrote: made here, and uploaded over it
+    listed = mirror.remote.list(relative)
+    names = [f"{name}.parquet" for name in tables]
+    if any(f"{relative}/{name}" not in listed for name in names):
+        return
+    try:
+        for name in names:
+            mirror.remote.download(f"{relative}/{name}", folder / name)
+    except FileNotFoundError:  # replaced meanwhile (a store that cannot be reached: said)
+        shutil.rmtree(folder, ignore_errors=True)
+        return
     write_bytes_atomic(folder / _PART_MARKER, marker)
 
 

@@ -75,11 +75,17 @@ def count_day(layout: WorkloadLayout, day: str) -> str:
     its copy without the requests an earlier day has), not the quarter's table: on object
     storage a machine fetches that day alone (:func:`day_reads`). Returns what it did, in a
     line."""
+    if not layout.ingest.manifest.is_file():
+        raise ConfigError(
+            f"{layout.ingest.manifest}: the workload's union of days is not written yet; "
+            "materialise `workload` first"
+        )
     held = union_day_sets(layout)
     if held is None:
         raise ConfigError(
-            f"{layout.ingest.manifest}: the workload was not published from days; the shape "
-            "is measured by `enginefit shape` (the workload_shape asset) alone"
+            f"{layout.ingest.manifest}: the workload was not published from days (or by an "
+            "enginefit before unions recorded their days' sets: materialise `workload` again); "
+            "otherwise the shape is measured by `enginefit shape` (the workload_shape asset)"
         )
     rows, limit = read_summary(layout).ingested, exact_limit()
     if rows <= limit:
@@ -98,7 +104,11 @@ def count_day(layout: WorkloadLayout, day: str) -> str:
             "written; materialise `workload` first, then this day"
         )
     store = PartStore(layout.shape_day_parts, layout.remote)
-    if counted_day(DaySource(day, read_requests(source), held[day]), store) is None:
+    manifest, digest = source.ingest.manifest, held[day]
+    day_source = DaySource(
+        day, read_requests(source), digest, lambda: sha256_file(manifest) == digest
+    )
+    if counted_day(day_source, store) is None:
         return f"{day}: no request"
     return store.summary() or ""
 
