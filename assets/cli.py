@@ -1,8 +1,9 @@
 """The ``enginefit`` console script: the pipeline's ad-hoc commands plus ``report`` and ``decide``.
 
 ``report`` runs the whole Dagster asset graph on a configuration as one run on the instance
-(in process by default; ``--executor multiprocess`` puts independent steps side by side) and
-prints where every output went. ``decide`` has Dagster materialise what the decision needs that
+(``--executor auto``, the default: in process, or independent steps side by side in processes
+of their own for a quarter far past the flattening limit, :func:`assets.executors.auto_executor`)
+and prints where every output went. ``decide`` has Dagster materialise what the decision needs that
 is missing or stale (:func:`assets.definitions.materialise_stale`), then decides. They live here,
 not in ``pipeline/``, because they drive Dagster.
 """
@@ -84,11 +85,12 @@ def register(subparsers: Any) -> None:
     add_config_argument(parser)
     parser.add_argument(
         "--executor",
-        choices=["in_process", "multiprocess"],
-        default="in_process",
-        help="in_process (default; the faster on a few cores): one step at a time in this "
-        "process; multiprocess: independent steps (file reads, scenarios, checks) side by side, "
-        "one process per step (the path a cluster executor takes)",
+        choices=["auto", "in_process", "multiprocess"],
+        default="auto",
+        help="in_process (the faster on a few cores): one step at a time in this process; "
+        "multiprocess: independent steps (file reads, scenarios, checks) side by side, one "
+        "process per step (the path a cluster executor takes); auto (default): multiprocess "
+        "past 4 × simulation.curve_exact_max_blocks stored blocks, else in_process",
     )
     parser.add_argument(
         "--max-concurrent",
@@ -218,13 +220,21 @@ def run_report(args: argparse.Namespace) -> int:
     # The seconds before the first step ends (Dagster loading, the run starting) are not silent.
     print(f"enginefit report: starting the run on the Dagster instance in {home}", file=sys.stderr)
     from assets.definitions import run_full_graph  # import here: it loads Dagster
+    from assets.executors import auto_executor  # import here: it loads Dagster
     from assets.progress import command_progress  # import here: it loads Dagster
+
+    if args.executor == "auto":
+        choice = auto_executor(config)
+        executor, why = choice.executor, f"auto: {choice.reason}; --executor sets it"
+    else:
+        executor, why = args.executor, "--executor"
+    print(f"enginefit report: executor {executor} ({why})", file=sys.stderr)
 
     with _instance(home) as instance:
         run = run_full_graph(
             config_path,
             instance,
-            executor=args.executor,
+            executor=executor,
             max_concurrent=args.max_concurrent,
             progress=command_progress("report"),
         )

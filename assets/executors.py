@@ -19,12 +19,18 @@ from __future__ import annotations
 
 import importlib
 import os
+from dataclasses import dataclass
 from multiprocessing import forkserver
+from pathlib import Path
 from typing import Any, Literal
 
 import dagster as dg
 
+from pipeline.config import Config
 from pipeline.errors import ConfigError
+from pipeline.ingest.compute import expand_paths as trace_files
+from pipeline.ingest.days import ingested_days
+from pipeline.sim.curve_stream import stored_blocks
 
 EXECUTOR_ENV = "ENGINEFIT_EXECUTOR"
 # name → (module, executor); both come from the `cluster` extra.
@@ -60,6 +66,81 @@ def configured_executor() -> dg.ExecutorDefinition | None:
 
 Executor = Literal["multiprocess", "in_process"]
 EXECUTORS: tuple[Executor, ...] = ("multiprocess", "in_process")
+#: How many times ``simulation.curve_exact_max_blocks`` stored blocks a table holds before
+#: ``--executor auto`` runs its steps in processes of their own. Measured on 2 cores, 24 GiB
+#: (README, "A quarter at 10M, 30M and 100M requests"): in one process 30M generated requests
+#: (256M blocks, 2.6 times the default limit) peaked at 4.5 GiB and ran fastest, while 100M
+#: (855M, 8.6 times) went past 12 GiB where multiprocess peaked at 8.8 GiB.
+MULTIPROCESS_PAST_LIMIT = 4
+#: Bytes of trace a stored block takes in the densest trace at hand, Mooncake's conversation
+#: trace (traces/mooncake/: 3,029,533 bytes for 276,491 blocks; the generated 100M quarter
+#: takes 18). Before the first ingest a trace is taken to hold its bytes over this many blocks;
+#: once its table is ingested, the table decides.
+TRACE_BYTES_PER_BLOCK = 11
+
+
+@dataclass(frozen=True)
+class ExecutorChoice:
+    """The executor ``enginefit report --executor auto`` runs, and why, in a phrase."""
+
+    executor: Executor
+    reason: str
+
+
+def auto_executor(config: Config) -> ExecutorChoice:
+    """``multiprocess`` past :data:`MULTIPROCESS_PAST_LIMIT` times
+    ``simulation.curve_exact_max_blocks`` stored blocks, else ``in_process`` (the faster on a
+    few cores, and below the limit the one that flattens the table once for every stage).
+    Past the limit no stage shares a flattened table, so a step in a process of its own loses
+    little, gives its memory back when it ends, and runs beside another. The size is the
+    ingested table's (a daily workload's: its days'), else the trace files' bytes over
+    :data:`TRACE_BYTES_PER_BLOCK`."""
+    limit = config.simulation.curve_exact_max_blocks
+    parts = _ingested_parts(config)
+    if parts:
+        blocks = stored_blocks(parts)
+        seen = f"the ingested table holds {blocks:,} stored blocks"
+    elif config.require_workload().daily_quarter is not None:
+        return ExecutorChoice("in_process", "no day of the workload is ingested yet")
+    else:
+        size = sum(
+            _size(Path(source.path))
+            for trace in config.require_workload().traces
+            for source in trace_files([trace.path])
+        )
+        blocks = size // TRACE_BYTES_PER_BLOCK
+        seen = f"the trace files ({size / 2**20:,.1f} MiB) may hold {blocks:,} stored blocks"
+    bound = MULTIPROCESS_PAST_LIMIT * limit
+    if blocks > bound:
+        return ExecutorChoice(
+            "multiprocess",
+            f"{seen}, more than {MULTIPROCESS_PAST_LIMIT} × simulation.curve_exact_max_blocks "
+            f"({bound:,}): each step in a process of its own",
+        )
+    return ExecutorChoice(
+        "in_process",
+        f"{seen}, at most {MULTIPROCESS_PAST_LIMIT} × simulation.curve_exact_max_blocks "
+        f"({bound:,})",
+    )
+
+
+def _size(path: Path) -> int:
+    """A trace file's bytes (0 when it cannot be read: the ingest step says so, by name)."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _ingested_parts(config: Config) -> list[Path]:
+    """The request parts of the workload's table as ingested (of each ingested day, for a
+    workload ingested by day); none before the first ingest."""
+    layout = config.layout()
+    if config.require_workload().daily_quarter is not None:
+        return [p for day in ingested_days(layout) for p in layout.day(day).ingest.parts()]
+    return layout.ingest.parts() if layout.ingest.manifest.is_file() else []
+
+
 # The fork server imports these once; each step's process is forked from it (assets/worker.py).
 WORKER_PRELOAD = ["assets.worker"]
 

@@ -42,6 +42,13 @@ def test_full_graph_on_the_bundled_sample_is_complete(
     code, out, err = bundled_report_output(graph_data)
     assert code == 0
     assert "enginefit report: workload done (" in err
+    # Before the first ingest the trace's bytes size the run: 3,029,533 ÷ 11 bytes a block,
+    # far within four times the flattening limit, so one process.
+    assert (
+        "enginefit report: executor in_process (auto: the trace files (2.9 MiB) may hold "
+        "275,412 stored blocks, at most 4 × simulation.curve_exact_max_blocks (400,000,000); "
+        "--executor sets it)"
+    ) in err.splitlines()
     assert "enginefit report: simulation_plots done (" in err
     assert "Traceback" not in out + err
     summary = out[out.index("summary:") :].splitlines()
