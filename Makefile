@@ -69,8 +69,7 @@ bench: $(STAMP)
 SCALE_ARGS := --span-days 91 --memory-limit 12 --traces /tmp/scale/traces
 bench-scale: $(STAMP)
 	$(BIN)/python -m perf.e2e --requests 10M,30M $(SCALE_ARGS) --json /tmp/scale/e2e.json
-	$(BIN)/python -m perf.e2e --requests 100M $(SCALE_ARGS) --executors multiprocess \
-	  --json /tmp/scale/e2e-100M.json
+	$(BIN)/python -m perf.e2e --requests 100M $(SCALE_ARGS) --json /tmp/scale/e2e-100M.json
 
 # The capacity model against llama.cpp's llama-server (perf/validate.py; docs/capacity.md):
 # prints the signed errors. Exit 3 is "not judged: the machine was too noisy", said, not failed.

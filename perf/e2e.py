@@ -23,7 +23,7 @@ disk space, the report's wall and CPU time (the command and all its children), p
 and the disk its outputs take (data dir, reports, Dagster home); printed as tables and written
 as JSON (``--json``).
 
-Run: ``python -m perf.e2e [--requests 1M,10M] [--executors in_process,multiprocess]
+Run: ``python -m perf.e2e [--requests 1M,10M] [--executors auto,in_process,multiprocess]
 [--span-days 91] [--memory-limit 14] [--wall-limit S] [--keep DIR] [--traces DIR] [--json
 FILE]``; under ``make bench`` (which passes no arguments) the environment variable
 ``ENGINEFIT_E2E_ARGS`` gives them (``make bench-scale``: 10M, 30M and 100M over a quarter).
@@ -554,11 +554,16 @@ def summary(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+# `enginefit report --executor`'s choices: auto (its default) or one of the two.
+EXECUTOR_CHOICES = ("auto", *EXECUTORS)
+
+
 def _executors(text: str) -> list[str]:
     names = text.split(",")
-    unknown = [name for name in names if name not in EXECUTORS]
+    unknown = [name for name in names if name not in EXECUTOR_CHOICES]
     if unknown:
-        raise argparse.ArgumentTypeError(f"{unknown[0]!r}: choose from {', '.join(EXECUTORS)}")
+        choices = ", ".join(EXECUTOR_CHOICES)
+        raise argparse.ArgumentTypeError(f"{unknown[0]!r}: choose from {choices}")
     return names
 
 
@@ -590,8 +595,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--executors",
         type=_executors,
-        default=["in_process"],
-        help="executors to run each size with, comma-separated (in_process, multiprocess)",
+        default=["auto"],
+        help="executors to run each size with, comma-separated (auto, the command's default; "
+        "in_process; multiprocess)",
     )
     parser.add_argument(
         "--span-days",
