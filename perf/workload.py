@@ -881,6 +881,36 @@ def main(argv: list[str] | None = None) -> None:
         rate_rps=args.rate,
         diurnal=args.diurnal,
     )
+    # Written beside its name and renamed when whole: a generation stopped half way leaves no
+    # trace that perf.e2e --traces would take for a finished one.
+    target = args.out
+    args.out = target.with_name(f".{target.name}.partial")
+    try:
+        written, n_conversations, span_s, drawing = _write(args, chosen, start)
+        args.out.replace(target)
+    finally:
+        args.out.unlink(missing_ok=True)
+    elapsed = time.perf_counter() - start
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(
+        f"wrote {target} ({args.form}, seed {args.seed}, {args.profile} profile): "
+        f"{written.requests:,} requests in {n_conversations:,} conversations over "
+        f"{span_s / 3600:.1f} h; mean prompt {written.mean_prompt:,.0f} tokens, mean output "
+        f"{written.mean_output:,.0f} tokens"
+    )
+    if written.block_size:
+        print(
+            f"  {written.blocks:,} blocks of {written.block_size} tokens, "
+            f"{written.distinct_blocks:,} distinct full blocks; {written.note}"
+        )
+    print(
+        f"  {written.bytes / 2**20:,.0f} MiB in {elapsed:.1f} s{drawing}; peak RSS {peak:,.0f} MiB"
+    )
+
+
+def _write(args: argparse.Namespace, chosen: Any, start: float) -> tuple[Written, int, float, str]:
+    """The trace ``args`` asks for written to ``args.out``: what was written, its conversations,
+    its span in seconds, and the drawing time as said."""
     drawing = ""
     if args.form == "hash":  # drawn a round at a time: bounded memory at any size
         streamed = write_mooncake_streamed(chosen, args.out)
@@ -908,22 +938,7 @@ def main(argv: list[str] | None = None) -> None:
             written = write_token_ids(drawn, args.out, sessions=args.sessions)
         n_conversations = drawn.n_conversations
         span_s = (int(drawn.arrival_us.max()) - int(drawn.arrival_us.min())) / 1e6
-    elapsed = time.perf_counter() - start
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(
-        f"wrote {written.path} ({args.form}, seed {args.seed}, {args.profile} profile): "
-        f"{written.requests:,} requests in {n_conversations:,} conversations over "
-        f"{span_s / 3600:.1f} h; mean prompt {written.mean_prompt:,.0f} tokens, mean output "
-        f"{written.mean_output:,.0f} tokens"
-    )
-    if written.block_size:
-        print(
-            f"  {written.blocks:,} blocks of {written.block_size} tokens, "
-            f"{written.distinct_blocks:,} distinct full blocks; {written.note}"
-        )
-    print(
-        f"  {written.bytes / 2**20:,.0f} MiB in {elapsed:.1f} s{drawing}; peak RSS {peak:,.0f} MiB"
-    )
+    return written, n_conversations, span_s, drawing
 
 
 if __name__ == "__main__":

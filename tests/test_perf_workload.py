@@ -107,6 +107,24 @@ def test_span_days_spreads_the_sessions_over_that_many_days(tmp_path: Path) -> N
     assert default.read_bytes() == (tmp_path / "expected.jsonl").read_bytes()
 
 
+def test_a_generation_stopped_half_way_leaves_no_trace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A trace is written beside its name and renamed when whole: stopped half way (here, an
+    error after the first bytes), neither the name nor the part written stays, so a later
+    ``perf.e2e --traces`` cannot take it for a finished trace."""
+    target = tmp_path / "trace.jsonl"
+
+    def stopped(chosen: Any, path: Path) -> Any:
+        path.write_text('{"timestamp": 0}\n')
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("perf.workload.write_mooncake_streamed", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        main(["--requests", "2000", "--out", str(target)])
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_hash_form_ingests_cleanly(hash_form: Path, drawn: Conversations) -> None:
     """The project's reader takes the hash form as Mooncake: every request, none quarantined,
     the lengths as drawn."""
