@@ -103,11 +103,17 @@ def auto_executor(config: Config) -> ExecutorChoice:
     elif config.require_workload().daily_quarter is not None:
         return ExecutorChoice("in_process", "no day of the workload is ingested yet")
     else:
-        size = sum(
-            _size(Path(source.path))
+        files = [
+            Path(source.path)
             for trace in config.require_workload().traces
             for source in trace_files([trace.path])
-        )
+        ]
+        unreadable = next((path for path in files if not path.is_file()), None)
+        if unreadable is not None:
+            return ExecutorChoice(
+                "in_process", f"{unreadable} is not a file to size the run by (ingest says why)"
+            )
+        size = sum(path.stat().st_size for path in files)
         blocks = size // TRACE_BYTES_PER_BLOCK
         seen = f"the trace files ({size / 2**20:,.1f} MiB) may hold {blocks:,} stored blocks"
     bound = MULTIPROCESS_PAST_LIMIT * limit
@@ -122,14 +128,6 @@ def auto_executor(config: Config) -> ExecutorChoice:
         f"{seen}, at most {MULTIPROCESS_PAST_LIMIT} × simulation.curve_exact_max_blocks "
         f"({bound:,})",
     )
-
-
-def _size(path: Path) -> int:
-    """A trace file's bytes (0 when it cannot be read: the ingest step says so, by name)."""
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
 
 
 def _ingested_parts(config: Config) -> list[Path]:

@@ -83,3 +83,16 @@ def test_a_daily_workload_is_sized_by_its_days(three_days: Path, tmp_path: Path)
     )
     assert auto_executor(_with_limit(path, below)).executor == "multiprocess"
     assert days.ingested_days(layout) == list(DAYS)
+
+
+def test_a_trace_that_is_not_there_sizes_nothing(tmp_path: Path) -> None:
+    path = bundled_config(tmp_path, "auto")
+    raw = yaml.safe_load(path.read_text())
+    missing = tmp_path / "missing.jsonl"
+    raw["workload"]["traces"] = [{"path": str(missing), "format": "auto"}]
+    path.write_text(yaml.safe_dump(raw))
+    choice = auto_executor(load_config(path))
+    assert (choice.executor, choice.reason) == (
+        "in_process",
+        f"{missing} is not a file to size the run by (ingest says why)",
+    )
