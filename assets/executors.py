@@ -115,7 +115,8 @@ def auto_executor(config: Config) -> ExecutorChoice:
             )
         size = sum(path.stat().st_size for path in files)
         blocks = size // TRACE_BYTES_PER_BLOCK
-        seen = f"the trace files ({size / 2**20:,.1f} MiB) may hold {blocks:,} stored blocks"
+        shown = f"{size / 2**30:,.2f} GiB" if size >= 2**30 else f"{size / 2**20:,.1f} MiB"
+        seen = f"the trace files ({shown}) may hold {blocks:,} stored blocks"
     bound = MULTIPROCESS_PAST_LIMIT * limit
     if blocks > bound:
         return ExecutorChoice(
