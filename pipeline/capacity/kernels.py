@@ -46,7 +46,6 @@ from numpy.typing import NDArray
 
 F64 = NDArray[np.float64]
 I64 = NDArray[np.int64]
-#: Token counts per request held for a whole trace: int32 where they fit (:func:`narrow`).
 
 
 class SimulatedRun(NamedTuple):

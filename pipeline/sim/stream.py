@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import polars as pl
@@ -369,8 +369,9 @@ class _ScenarioStream:
 
 
 def _joined(parts: list[Tokens]) -> Tokens:
-    """``parts`` end to end (emptied as they are joined; int64 if any part is)."""
-    joined = narrow(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
+    """``parts`` end to end (emptied as they are joined; int64 if any part is: each was
+    narrowed as it was kept)."""
+    joined = cast(Tokens, np.concatenate(parts)) if parts else np.zeros(0, np.int64)
     parts.clear()
     return joined
 
