@@ -53,7 +53,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import sys
 import tempfile
 import time
@@ -61,6 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from perf.e2e import GIB, Limits, run_watched
+from perf.peak import peak_rss_bytes
 from perf.workload import conversations, iter_frames, spec
 
 
@@ -114,7 +114,7 @@ def child(mode: str, folder: Path, max_rows: int | None, lifetime: str | None) -
         out["seconds"][scenario.key] = round(time.perf_counter() - t, 2)
         out["summaries"][scenario.key] = summary
     out["seconds"]["total"] = round(time.perf_counter() - t0, 2)
-    out["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    out["peak_rss_mib"] = round(peak_rss_bytes() / 2**20)
     return out
 
 

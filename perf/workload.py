@@ -50,7 +50,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import math
-import resource
 import sys
 import time
 from collections.abc import Iterator
@@ -64,6 +63,7 @@ import numpy.typing as npt
 import polars as pl
 import pyarrow as pa
 
+from perf.peak import peak_rss_bytes
 from pipeline.schema import conform
 
 I64 = npt.NDArray[np.int64]
@@ -891,7 +891,7 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         args.out.unlink(missing_ok=True)
     elapsed = time.perf_counter() - start
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = peak_rss_bytes() / 2**20
     print(
         f"wrote {target} ({args.form}, seed {args.seed}, {args.profile} profile): "
         f"{written.requests:,} requests in {n_conversations:,} conversations over "
