@@ -36,6 +36,7 @@ from tests.conftest import bundled_config
 from tests.test_daily_partitions import (
     DAYS,
     LINES,
+    _config,
     _daily_union,
     _prompt_days_united,
     _run_day,
@@ -351,6 +352,18 @@ def test_a_day_counted_ahead_reads_the_set_the_union_holds_of_it(
     ingest_days.write_day(_run_day(daily, DAYS[0]), layout, DAYS[0])
     changed = layout.day(DAYS[0]).ingest.manifest
     with pytest.raises(ConfigError, match=f"{changed}: the day's set changed after the"):
+        shape_stage.count_day(layout, DAYS[0])
+
+
+def test_counting_a_day_before_the_union_is_written_names_what_to_materialise(
+    three_days: Path, tmp_path: Path
+) -> None:
+    daily = load_config(_config(tmp_path, "daily", [str(three_days / "mooncake-{day}.jsonl")]))
+    layout = daily.layout()
+    ingest_days.write_day(_run_day(daily, DAYS[0]), layout, DAYS[0])
+    with pytest.raises(
+        ConfigError, match="union of days is not written yet; materialise `workload`"
+    ):
         shape_stage.count_day(layout, DAYS[0])
 
 
