@@ -8,7 +8,7 @@
 - ``simulation_plots``: hit ratio vs capacity per routing, and load imbalance vs hit ratio.
 """
 
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import dagster as dg
@@ -48,9 +48,18 @@ def sim_plan(store: EnginefitStore, **upstream: Any) -> Any:
         yield dg.DynamicOutput([asdict(s) for s in group], mapping_key=key)
 
 
+@dataclass(frozen=True)
+class ReplayedGroup:
+    """A group's summaries, and what its replay resumed (:func:`stage.resume_note`)."""
+
+    summaries: list[ScenarioSummary]
+    resumed: str | None
+
+
 @dg.op(tags=SCENARIO_PRIORITY)
-def sim_scenario(store: EnginefitStore, group: list[dict[str, Any]]) -> list[ScenarioSummary]:
-    """Replay a group of scenarios and write each summary JSON under simulation/scenarios/."""
+def sim_scenario(store: EnginefitStore, group: list[dict[str, Any]]) -> ReplayedGroup:
+    """Replay a group of scenarios and write each summary JSON under simulation/scenarios/
+    (a quarter streamed by days resumes after the days replayed before)."""
     config = store.config()
     layout = config.layout()
     settings = config.simulation
@@ -58,20 +67,22 @@ def sim_scenario(store: EnginefitStore, group: list[dict[str, Any]]) -> list[Sce
     summaries = stage.replay(inputs, [Scenario(**s) for s in group], settings)
     for summary in summaries:
         stage.write_scenario(summary, layout)
-    return summaries
+    return ReplayedGroup(summaries, stage.resume_note(inputs))
 
 
 @dg.op
 def sim_collect(
-    context: OpExecutionContext, store: EnginefitStore, groups: list[list[ScenarioSummary]]
+    context: OpExecutionContext, store: EnginefitStore, groups: list[ReplayedGroup]
 ) -> dict[str, Any]:
     """Gather every scenario into one table (sorted by scenario key) plus per-replica rows."""
-    paths = stage.write_scenarios([s for group in groups for s in group], store.layout())
+    paths = stage.write_scenarios([s for g in groups for s in g.summaries], store.layout())
     scenarios = pl.read_parquet(paths["scenarios"])
+    resumed = [g.resumed for g in groups if g.resumed is not None]
     context.add_output_metadata(
         {
             "dagster/row_count": scenarios.height,
             "scenarios": md(scenarios_table(scenarios)),
+            **({"resumed": resumed[0]} if resumed else {}),
             **path_entries(paths),
         }
     )

@@ -28,6 +28,7 @@ from assets.days import day_assets, quarter_partitions, shape_day_asset
 from assets.report import engine_selection_report as report_asset
 from assets.resources import EnginefitStore
 from assets.shape import workload_shape as shape_asset
+from assets.sim import simulation_scenarios as scenarios_asset
 from pipeline import results
 from pipeline.config import load_config
 from pipeline.errors import ConfigError, StageOutputUnreadableError
@@ -253,11 +254,12 @@ def stage_files(workload: Path) -> dict[str, bytes]:
     }
 
 
-def _in(bucket: str, config: Path, folder: Path) -> Path:
+def _in(bucket: str, config: Path, folder: Path, simulation: dict[str, Any] | None = None) -> Path:
     """``config`` (the one made on object storage) on ``bucket`` with a cache in ``folder``:
-    another machine's view of the same folders."""
+    another machine's view of the same folders (``simulation``: keys of that section set)."""
     raw = yaml.safe_load(config.read_text())
     raw["paths"] = bucket_paths(folder / "cache", bucket)
+    raw["simulation"] = {**raw.get("simulation", {}), **(simulation or {})}
     path = folder / "elsewhere.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path
@@ -492,12 +494,17 @@ def fetched(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
 
 
 def _step_on_a_machine_of_its_own(
-    runs: Runs, bucket: str, folder: Path, asset: dg.AssetsDefinition, **run: Any
+    runs: Runs,
+    bucket: str,
+    folder: Path,
+    asset: dg.AssetsDefinition,
+    simulation: dict[str, Any] | None = None,
+    **run: Any,
 ) -> dict[str, Any]:
     """``asset`` materialised alone, on a machine that has never seen the workload; returns
     its materialisation's metadata values."""
     folder.mkdir()
-    store = EnginefitStore(config_path=str(_in(bucket, runs.remote, folder)))
+    store = EnginefitStore(config_path=str(_in(bucket, runs.remote, folder, simulation)))
     with dg.DagsterInstance.ephemeral() as instance:
         result = dg.materialize(
             [asset], resources={"store": store}, instance=instance, raise_on_error=False, **run
@@ -650,3 +657,33 @@ def test_a_day_part_is_uploaded_whole_or_made_again(
             client(s3).delete_object(Bucket=bucket, Key=key)
     assert shape_stage.count_day(machine("third"), day).startswith("per-day parts: 1 computed")
     assert keys(s3, parts, bucket).keys() == uploaded.keys()
+
+
+def test_the_scenarios_pass_kept_by_one_machine_is_resumed_by_another(
+    runs: Runs, bucket: str, s3: dict[str, str], fetched: dict[str, int], tmp_path: Path
+) -> None:
+    """The scenarios streamed over the union of days (the flattening limit lowered) on a
+    machine of its own keep their pass in the bucket; another machine reads it back, replays
+    no day and writes the same summaries."""
+    streamed = {"curve_exact_max_blocks": 1}
+    first = _step_on_a_machine_of_its_own(
+        runs, bucket, tmp_path / "first", scenarios_asset, streamed
+    )
+    days = len(QUARTER_DAYS)
+    assert first["resumed"].startswith(f"scenario replay: {days} day(s) replayed (no pass kept")
+    kept = f"team/data/{WORKLOAD}/simulation/resume/"
+    assert sorted(k[len(kept) :] for k in keys(s3, kept, bucket)) == ["resume.json", "state.pickle"]
+
+    fetched.clear()
+    second = _step_on_a_machine_of_its_own(
+        runs, bucket, tmp_path / "second", scenarios_asset, streamed
+    )
+    assert second["resumed"].startswith(f"scenario replay: 0 day(s) replayed ({days} of {days}")
+    assert f"data/{WORKLOAD}/simulation/resume/state.pickle" in fetched
+
+    def summaries(machine: str) -> bytes:
+        folder = tmp_path / machine / "cache" / bucket / "team" / "data" / WORKLOAD
+        return (folder / "simulation" / "scenarios.json").read_bytes()
+
+    assert summaries("first") == summaries("second")
+    assert len(json.loads(summaries("first"))) == 8

@@ -277,6 +277,7 @@ def _run_configured(args: argparse.Namespace, config: Config) -> int:
                     curves_table(points),
                     # said only of sampled curves, as in the document
                     *filter(None, [curve_sampling_note(curves_frame(result.curves))]),
+                    *filter(None, [stage.resume_note(inputs)]),
                     f"wrote {layout.simulation.dir}",
                 ]
             ),

@@ -261,6 +261,28 @@ def union_day_sets(layout: WorkloadLayout) -> dict[str, str] | None:
     return dict(held) if isinstance(held, dict) else None
 
 
+@dataclass(frozen=True)
+class UnitedDay:
+    """A day of the union: the digest of the set the union holds of it and how many of the
+    union's parts (in order, after the earlier days') are that set's."""
+
+    day: str
+    digest: str
+    parts: int
+
+
+def united_days(layout: WorkloadLayout) -> list[UnitedDay] | None:
+    """The union's days in order, each with its set's digest and parts; None for a workload
+    not published from days, or by a version that did not record its days' parts."""
+    manifest = read_json(layout.ingest.manifest)
+    if not isinstance(manifest, dict):
+        return None
+    held, counts = manifest.get("day_sets"), manifest.get("day_parts")
+    if not isinstance(held, dict) or not isinstance(counts, dict) or held.keys() != counts.keys():
+        return None
+    return [UnitedDay(day, str(held[day]), int(counts[day])) for day in sorted(held)]
+
+
 def held_day_set(layout: WorkloadLayout, day: str) -> WorkloadLayout:
     """The set the workload's union holds of ``day``: the day's own, unless the union recorded
     a digest for it other than its own manifest's (its copy without the requests an earlier day
@@ -438,6 +460,7 @@ def _write_union(layout: WorkloadLayout, days: Sequence[str]) -> Union:
     repeated = repeated_ids(hashes)
     united, quarantines = [], []
     held_sets: dict[str, str] = {}
+    day_parts: dict[str, int] = {}
     parts: list[pl.DataFrame | Path] = []
     for index, (day, day_layout) in enumerate(zip(days, layouts, strict=True)):
         held = day_layout
@@ -449,9 +472,10 @@ def _write_union(layout: WorkloadLayout, days: Sequence[str]) -> Union:
         quarantines.append(pl.read_parquet(path) if path.exists() else empty_quarantine())
         united.append((day, summaries[index] if held is day_layout else stage.read_summary(held)))
         held_sets[day] = sha256_file(held.ingest.manifest)
+        day_parts[day] = len(held.ingest.parts())
         parts += held.ingest.parts()
     joined = pl.concat(quarantines).sort(["source_file", "source_line"])
-    extra = {"days": lineage, "day_sets": held_sets}
+    extra = {"days": lineage, "day_sets": held_sets, "day_parts": day_parts}
     paths = stage.publish(layout, parts, joined, union_summary(united), extra=extra)
     return Union(
         paths,

@@ -237,6 +237,18 @@ class TableParts:
         self.lengths = np.array([t.size for t in self.owners], dtype=np.int64)
         self.used = np.zeros(parts, dtype=np.int64)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # the typed list and the raw addresses cannot be pickled: the parts' arrays are
+        return {"tables": [np.asarray(t) for t in self.owners], "used": self.used}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.owners = List()
+        for table in state["tables"]:
+            self.owners.append(table)
+        self.addresses = np.array([t.ctypes.data for t in self.owners], dtype=np.int64)
+        self.lengths = np.array([t.size for t in self.owners], dtype=np.int64)
+        self.used = state["used"]
+
     def keys(self) -> int:
         return int(self.used.sum())
 

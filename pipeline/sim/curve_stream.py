@@ -431,7 +431,7 @@ def _sample_parts(sampler: CurveSampler, parts: Sequence[Path], latency: Latency
     chunks = part_chunks(parts)
     routers = {c: Router(c[2], c[1], settings) for c in combinations if c[1] > 1}
     needs_sessions = any(router.needs_sessions for router in routers.values())
-    sessions = Sessions(chunks) if needs_sessions else None
+    sessions = Sessions.of(chunks) if needs_sessions else None
     for part in flattened_chunks(chunks, latency, None):
         start = sampler.seen.n
         home = sessions.hashes(part) if sessions is not None else None

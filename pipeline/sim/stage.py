@@ -60,6 +60,7 @@ from pipeline.sim.result import (
     replica_frame,
     scenario_frame,
 )
+from pipeline.sim.resume import DailyStream
 from pipeline.sim.stream import RequestStream, part_chunks
 from pipeline.store import (
     canonical_files,
@@ -146,14 +147,25 @@ def streams(layout: WorkloadLayout, settings: SimConfig) -> bool:
     return stored_blocks(layout.ingest.parts()) > settings.curve_exact_max_blocks
 
 
+ScenarioInputs = SimInputs | RequestStream | DailyStream
+
+
 def scenario_inputs(
     layout: WorkloadLayout, settings: SimConfig, latency: LatencyModel
-) -> SimInputs | RequestStream:
+) -> ScenarioInputs:
     """What the scenarios replay: the table streamed (:func:`read_stream`) past the flattening
-    limit (:func:`streams`), else flattened and shared with the curves (:func:`read_inputs`)."""
+    limit (:func:`streams`), resumed after the days replayed before when it is a union of days
+    (:mod:`pipeline.sim.resume`), else flattened and shared with the curves
+    (:func:`read_inputs`)."""
     if streams(layout, settings):
-        return read_stream(layout, latency)
+        stream = read_stream(layout, latency)
+        return DailyStream.of(layout, stream) or stream
     return read_inputs(layout, latency)
+
+
+def resume_note(inputs: ScenarioInputs) -> str | None:
+    """What the last replay of ``inputs`` resumed (None: a table not streamed by days)."""
+    return inputs.said[-1] if isinstance(inputs, DailyStream) and inputs.said else None
 
 
 def scenario_groups(layout: WorkloadLayout, settings: SimConfig) -> list[list[Scenario]]:
@@ -165,11 +177,11 @@ def scenario_groups(layout: WorkloadLayout, settings: SimConfig) -> list[list[Sc
 
 
 def replay(
-    inputs: SimInputs | RequestStream, scenarios: list[Scenario], settings: SimConfig
+    inputs: ScenarioInputs, scenarios: list[Scenario], settings: SimConfig
 ) -> list[ScenarioSummary]:
     """The summaries of ``scenarios``: each replayed over the flattened table, or all in one
-    pass over the streamed one."""
-    if isinstance(inputs, RequestStream):
+    pass over the streamed one (resumed where it is kept by days)."""
+    if isinstance(inputs, RequestStream | DailyStream):
         runs = inputs.simulate_many(scenarios, settings)
         return [ScenarioSummary.from_json(run.summary) for run in runs]
     return [scenario_summary(inputs, s, settings) for s in scenarios]
@@ -223,7 +235,7 @@ def write_figures(layout: WorkloadLayout) -> dict[str, Path]:
 
 
 def run(
-    inputs: SimInputs | RequestStream, settings: SimConfig, curved: list[Curve] | None = None
+    inputs: ScenarioInputs, settings: SimConfig, curved: list[Curve] | None = None
 ) -> SimResult:
     """Every configured scenario and curve, one after another (the command's path). ``curved``
     are the curves when already worked out (:func:`curves`), else the exact ones of the

@@ -183,40 +183,108 @@ def simulate_many(
     read and flattened once for all of them (their block states side by side, each bounded
     by its caches). ``per_request``: each run keeps every request's hit tokens too (8 bytes a
     request and one a scenario)."""
-    for scenario in scenarios:
-        check_scenario(scenario, settings)
-        if scenario.routing not in ROUTINGS:
-            raise SimulationInputError(
-                f"unknown routing {scenario.routing!r}; choose from {list(ROUTINGS)}"
-            )
-    runs = [_ScenarioStream(s, settings, with_instant, per_request) for s in scenarios]
-    tables = _SlotTables([replay for run in runs for replay in run.replays])
-    needs_sessions = any(run.router.needs_sessions for run in runs)
-    sessions = Sessions(chunks) if needs_sessions else None
-    namespaces = {iso: _Namespaces(iso) for iso in (False, True)}
-    totals = _Totals()
-    start = 0
-    threads = ThreadPoolExecutor(1) if (os.cpu_count() or 1) > 1 else None
-    try:
-        for chunk in flattened_chunks(chunks, latency_model, max_rows):
-            totals.add(chunk)
-            blocks = {
-                key: _ChunkBlocks.of(chunk, *key, namespaces[key[1]])
-                for key in dict.fromkeys(run.blocks_key for run in runs)
-            }
-            slots = tables.find(blocks)
-            home = sessions.hashes(chunk) if sessions is not None else None
-            for run in runs:
-                run.feed(chunk, start, blocks[run.blocks_key], slots, home, threads)
-            start += chunk.n
-    finally:
-        if threads is not None:
-            threads.shutdown()
-    if totals.requests == 0:
-        raise SimulationInputError("request table is empty: nothing to replay")
-    workload = totals.workload(latency_model)
-    inferred = sessions.inferred if sessions is not None else 0
-    return [run.finish(workload, inferred, totals.chunks) for run in runs]
+    needs_sessions = any(routes_by_session(s.routing) for s in scenarios)
+    streamed = StreamPass(
+        scenarios,
+        settings,
+        TableFacts.of(chunks, needs_sessions),
+        latency_model=latency_model,
+        max_rows=max_rows,
+        with_instant=with_instant,
+        per_request=per_request,
+    )
+    streamed.feed(chunks)
+    return streamed.finish()
+
+
+def routes_by_session(routing: str) -> bool:
+    """Whether ``routing`` reads each request's session (the summary counts the inferred
+    sessions of an affinity routing, one replica or more)."""
+    return routing.endswith("affinity")
+
+
+@dataclass(frozen=True)
+class TableFacts:
+    """What a pass reads of the whole table before its first chunk: the one stored block size
+    (a chunk without content takes it) and whether any request lacks a logged session an
+    affinity routing needs (then every request's session comes from the inference's stream).
+    A pass carried to more chunks (:class:`StreamPass`) needs the same facts of the longer
+    table."""
+
+    block_size: int | None
+    infer_sessions: bool
+
+    @classmethod
+    def of(cls, chunks: RequestChunks, needs_sessions: bool) -> TableFacts:
+        return cls(_table_block_size(chunks), needs_sessions and Sessions.missing(chunks))
+
+
+class StreamPass:
+    """:func:`simulate_many`'s pass, fed chunks in arrival order (:meth:`feed`, as often as
+    more of the table comes) and summed up at the end (:meth:`finish`). Between feeds it holds
+    only what the replays carry from chunk to chunk (bounded by the caches, the module
+    docstring), so it can be kept (pickled) at the end of one day and fed the next days later:
+    the summaries are those of one pass over all of them (:mod:`pipeline.sim.resume`)."""
+
+    def __init__(
+        self,
+        scenarios: list[Scenario],
+        settings: SimConfig,
+        facts: TableFacts,
+        *,
+        latency_model: LatencyModel,
+        max_rows: int | None = None,
+        with_instant: bool = True,
+        per_request: bool = False,
+    ) -> None:
+        for scenario in scenarios:
+            check_scenario(scenario, settings)
+            if scenario.routing not in ROUTINGS:
+                raise SimulationInputError(
+                    f"unknown routing {scenario.routing!r}; choose from {list(ROUTINGS)}"
+                )
+        self.facts = facts
+        self.latency_model = latency_model
+        self.max_rows = max_rows
+        self.runs = [_ScenarioStream(s, settings, with_instant, per_request) for s in scenarios]
+        self.tables = _SlotTables([replay for run in self.runs for replay in run.replays])
+        needs_sessions = any(run.router.needs_sessions for run in self.runs)
+        self.sessions = Sessions(facts.infer_sessions) if needs_sessions else None
+        self.namespaces = {iso: _Namespaces(iso) for iso in (False, True)}
+        self.totals = _Totals()
+        self.order = _Order()
+
+    def feed(self, chunks: RequestChunks) -> None:
+        """Replay ``chunks``, the next of the table (after every chunk fed before)."""
+        runs, totals, tables = self.runs, self.totals, self.tables
+        sessions, namespaces = self.sessions, self.namespaces
+        threads = ThreadPoolExecutor(1) if (os.cpu_count() or 1) > 1 else None
+        try:
+            for chunk in _flattened(
+                chunks, self.latency_model, self.max_rows, self.facts.block_size, self.order
+            ):
+                totals.add(chunk)
+                blocks = {
+                    key: _ChunkBlocks.of(chunk, *key, namespaces[key[1]])
+                    for key in dict.fromkeys(run.blocks_key for run in runs)
+                }
+                slots = tables.find(blocks)
+                home = sessions.hashes(chunk) if sessions is not None else None
+                for run in runs:
+                    run.feed(chunk, self.order.start, blocks[run.blocks_key], slots, home, threads)
+                self.order.start += chunk.n
+        finally:
+            if threads is not None:
+                threads.shutdown()
+
+    def finish(self) -> list[StreamedRun]:
+        """Every scenario's run over the chunks fed so far."""
+        totals = self.totals
+        if totals.requests == 0:
+            raise SimulationInputError("request table is empty: nothing to replay")
+        workload = totals.workload(self.latency_model)
+        inferred = self.sessions.inferred if self.sessions is not None else 0
+        return [run.finish(workload, inferred, totals.chunks) for run in self.runs]
 
 
 @dataclass(frozen=True)
@@ -407,9 +475,31 @@ def flattened_chunks(
     """Each non-empty chunk flattened (:func:`sim_input`), in arrival order across chunks: a
     chunk whose requests arrive before the previous chunk's last is an error. A chunk of
     requests without content (no block size of their own) takes the table's block size."""
-    stored = _table_block_size(chunks)
+    return _flattened(chunks, latency_model, max_rows, _table_block_size(chunks), _Order())
+
+
+@dataclass
+class _Order:
+    """Where a stream is: the parts read, the requests replayed and the last one's arrival
+    (each part must arrive after the parts before it)."""
+
+    parts: int = 0
+    start: int = 0
     last_arrival: int | None = None
-    for number, chunk in enumerate(chunks()):
+
+
+def _flattened(
+    chunks: RequestChunks,
+    latency_model: LatencyModel,
+    max_rows: int | None,
+    stored: int | None,
+    order: _Order,
+) -> Iterator[SimInputs]:
+    """:func:`flattened_chunks` of the chunks after ``order``'s (``stored``: the table's
+    block size), ``order`` carried along."""
+    for chunk in chunks():
+        number = order.parts
+        order.parts += 1
         frame = _collected(chunk, FLATTENED_COLUMNS)
         if frame.height == 0:
             continue
@@ -424,12 +514,12 @@ def flattened_chunks(
         rows = max_rows or frame.height
         for lo in range(0, frame.height, rows):
             part = sim_input(frame.slice(lo, rows), latency_model=latency_model)
-            if last_arrival is not None and int(part.arrival_us[0]) < last_arrival:
+            if order.last_arrival is not None and int(part.arrival_us[0]) < order.last_arrival:
                 raise SimulationInputError(
                     f"requests chunk {number} arrives before the end of the previous one: the "
                     "canonical table's parts are not in arrival order (ingest the trace again)"
                 )
-            last_arrival = int(part.arrival_us[-1])
+            order.last_arrival = int(part.arrival_us[-1])
             yield part
         del frame
 
@@ -549,8 +639,7 @@ class Router:
         self.rng = np.random.default_rng(settings.random_seed)
         self.served = np.zeros(self.replicas, np.int64)
         self.spills = 0
-        # the summary counts the inferred sessions of an affinity routing, one replica or more
-        self.needs_sessions = self.routing.endswith("affinity")
+        self.needs_sessions = routes_by_session(routing)
 
     def assign(self, start: int, chunk: SimInputs, session: U64 | None) -> I64:
         n, replicas = chunk.n, self.replicas
@@ -579,19 +668,28 @@ class Router:
 
 class Sessions:
     """Each request's session hash (:attr:`SimInputs.session_hash`), chunk by chunk: the logged
-    id, else inferred with the state of the chunks before carried over
-    (:class:`pipeline.prefix.sessions.SessionStream`: the whole table's sessions, until its
-    state budget closes the least recently active early on a table of many millions)."""
+    id, else (``infer``: some request of the table has none, :meth:`missing`) inferred with the
+    state of the chunks before carried over (:class:`pipeline.prefix.sessions.SessionStream`:
+    the whole table's sessions, until its state budget closes the least recently active early
+    on a table of many millions)."""
 
-    def __init__(self, chunks: RequestChunks) -> None:
-        missing = sum(
+    def __init__(self, infer: bool) -> None:
+        self.stream = SessionStream() if infer else None
+        self.inferred = 0
+
+    @classmethod
+    def of(cls, chunks: RequestChunks) -> Sessions:
+        return cls(cls.missing(chunks))
+
+    @staticmethod
+    def missing(chunks: RequestChunks) -> bool:
+        """Whether a request of the table has no logged session."""
+        return any(
             int(c.select(pl.col("session_id").null_count()).collect().item())
             if "session_id" in c.collect_schema().names()
             else int(c.select(pl.len()).collect().item())
             for c in chunks()
         )
-        self.stream = SessionStream() if missing else None
-        self.inferred = 0
 
     def hashes(self, chunk: SimInputs) -> U64:
         """The next chunk's sessions (every chunk in arrival order, each once)."""

@@ -1,0 +1,200 @@
+"""The scenarios' streamed pass kept at the end of the last day and resumed on the days after
+(pipeline.sim.resume): the pass pickled between any two chunks and fed the rest gives the
+summaries of one pass; a day appended to a union of days replays that day alone and writes
+what a replay of every day writes; a day it covers ingested again, other settings or a damaged
+file replay the whole table, each saying why."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pickle
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipeline.config import Config, load_config
+from pipeline.ingest import days
+from pipeline.layout import WorkloadLayout
+from pipeline.sim import stage
+from pipeline.sim.config import Scenario
+from pipeline.sim.result import ScenarioSummary
+from pipeline.sim.resume import MARKER, STATE, DailyStream
+from pipeline.sim.stream import (
+    RequestChunks,
+    StreamPass,
+    TableFacts,
+    routes_by_session,
+    simulate_many,
+)
+from tests.conftest import sim_settings
+from tests.test_daily_partitions import DAYS, _config, _run_day, three_days
+from tests.test_sim_stream import LATENCY, _parts, _workload
+
+__all__ = ["three_days"]  # a fixture
+
+# Every kind of state a pass carries: the random generator, the routers' counters, the
+# sessions inferred (half the ids missing), requests running across the cut (durations, 4
+# slots), the cache-aware router's load, isolation's namespaces, both lifetimes' tables.
+SCENARIOS = [
+    Scenario(16, 1, 16 * 80, "round-robin", True),
+    Scenario(16, 4, 16 * 60, "random"),
+    Scenario(16, 4, 16 * 60, "bounded-affinity"),
+    Scenario(16, 4, 16 * 60, "cache-aware"),
+    Scenario(32, 4, 32 * 40, "least-served", True),
+    Scenario(32, 2, 32 * 40, "least-loaded"),
+]
+
+
+def _chunks(parts: RequestChunks, first: int, last: int | None = None) -> RequestChunks:
+    return lambda: list(parts())[first:last]
+
+
+@pytest.mark.parametrize("cut", [1, 3, 5])
+def test_a_pass_pickled_between_chunks_and_fed_the_rest_is_one_pass(
+    tmp_path: Path, cut: int
+) -> None:
+    parts = _parts(_workload("half"), tmp_path, 6)
+    settings = sim_settings(request_lifetime="durations", replica_slots=4)
+    one_pass = simulate_many(parts, SCENARIOS, settings, latency_model=LATENCY, max_rows=97)
+    facts = TableFacts.of(parts, any(routes_by_session(s.routing) for s in SCENARIOS))
+    assert facts.infer_sessions
+    first = StreamPass(SCENARIOS, settings, facts, latency_model=LATENCY, max_rows=97)
+    first.feed(_chunks(parts, 0, cut))
+    assert any(r.n_running for run in first.runs for r in run.replays)  # carried across
+    resumed: StreamPass = pickle.loads(pickle.dumps(first))
+    del first
+    resumed.feed(_chunks(parts, cut))
+    runs = resumed.finish()
+    for a, b in zip(one_pass, runs, strict=True):
+        assert json.dumps(b.summary, sort_keys=True) == json.dumps(a.summary, sort_keys=True)
+        assert (b.chunks, b.peak_running, b.distinct_blocks) == (
+            a.chunks,
+            a.peak_running,
+            a.distinct_blocks,
+        )
+    assert sum(s["sessions_inferred"] for s in (r.summary for r in runs)) > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# A union of days, streamed by the stage
+
+
+def _streamed_config(tmp_path: Path, traces: Path) -> Config:
+    """The daily configuration with every scenario streamed (a 1-block flattening limit)."""
+    config = load_config(_config(tmp_path, "daily", [str(traces / "mooncake-{day}.jsonl")]))
+    settings = config.simulation.replace(curve_exact_max_blocks=1, request_timeout_s=600.0)
+    return dataclasses.replace(config, simulation=settings)
+
+
+def _unite(config: Config, upto: int) -> WorkloadLayout:
+    layout = config.layout()
+    for day in DAYS[:upto]:
+        if not layout.day(day).ingest.manifest.is_file():
+            days.write_day(_run_day(config, day), layout, day)
+    days.write_union(layout, list(DAYS[:upto]))
+    return layout
+
+
+def _replayed(config: Config) -> tuple[list[dict[str, Any]], str | None]:
+    """The scenarios as the stage replays them, and what it said of the kept pass."""
+    layout, settings = config.layout(), config.simulation
+    inputs = stage.scenario_inputs(layout, settings, settings.latency(config.shape.latency))
+    assert isinstance(inputs, DailyStream)
+    summaries = stage.replay(inputs, settings.scenarios(), settings)
+    return [s.to_json() for s in summaries], stage.resume_note(inputs)
+
+
+def _from_scratch(config: Config) -> list[dict[str, Any]]:
+    """Every day replayed, nothing kept read (the kept pass moved aside meanwhile)."""
+    folder = config.layout().simulation.dir / "resume"
+    aside = folder.with_name("resume-aside")
+    folder.rename(aside)
+    try:
+        summaries, note = _replayed(config)
+        assert note is not None and "no pass kept yet" in note
+    finally:
+        if folder.exists():
+            for f in folder.iterdir():
+                f.unlink()
+            folder.rmdir()
+        aside.rename(folder)
+    return summaries
+
+
+def test_a_day_appended_replays_that_day_alone(three_days: Path, tmp_path: Path) -> None:
+    config = _streamed_config(tmp_path, three_days)
+    _unite(config, 2)
+    first, note = _replayed(config)
+    assert note is not None and note.startswith("scenario replay: 2 day(s) replayed (no pass kept")
+    assert "the pass at the end of 2025-02-22 kept in" in note
+    folder = config.layout().simulation.dir / "resume"
+    kept = json.loads((folder / MARKER).read_text())
+    assert [d["day"] for d in kept["days"]] == list(DAYS[:2]) and kept["requests"] > 0
+
+    _unite(config, 3)
+    appended, note = _replayed(config)
+    assert note is not None
+    assert note.startswith("scenario replay: 1 day(s) replayed (2 of 3 days read back)")
+    assert appended == _from_scratch(config)
+    assert appended != first  # the third day is in it
+    sums = [ScenarioSummary.from_json(s).requests for s in appended]
+    assert sums == [ScenarioSummary.from_json(s).requests + 1500 for s in first]
+
+    again, note = _replayed(config)  # nothing new: every day read back
+    assert note is not None and "0 day(s) replayed (3 of 3 days read back)" in note
+    assert again == appended
+
+
+def test_what_the_kept_pass_does_not_cover_is_replayed_whole_and_said(
+    three_days: Path, tmp_path: Path
+) -> None:
+    config = _streamed_config(tmp_path, three_days)
+    _unite(config, 3)
+    whole, _ = _replayed(config)
+    folder = config.layout().simulation.dir / "resume"
+
+    # other settings: a cache size of the grid changed
+    other = dataclasses.replace(
+        config, simulation=config.simulation.replace(cache_tokens=(4096, 65536))
+    )
+    _, note = _replayed(other)
+    assert note is not None and "made with other scenarios, settings or code" in note
+    _replayed(config)  # kept again with the configured grid
+
+    # a damaged state: its digest no longer matches the marker
+    with (folder / STATE).open("r+b") as handle:
+        handle.seek(100)
+        handle.write(b"\x00\x01\x02")
+    replayed, note = _replayed(config)
+    assert note is not None and f"{folder / STATE} does not match" in note
+    assert replayed == whole
+
+    # a day it covers ingested again (one record fewer): that day is named, all replayed
+    trace = three_days / f"mooncake-{DAYS[0]}.jsonl"
+    trace.write_text("".join(trace.read_text().splitlines(keepends=True)[:-1]))
+    layout = config.layout()
+    days.write_day(_run_day(config, DAYS[0]), layout, DAYS[0])
+    days.write_union(layout, list(DAYS))
+    changed, note = _replayed(config)
+    assert note is not None and f"day {DAYS[0]}, which the kept pass covers, changed" in note
+    assert note.startswith("scenario replay: 3 day(s) replayed")
+    assert [ScenarioSummary.from_json(s).requests for s in changed] == [
+        ScenarioSummary.from_json(s).requests - 1 for s in whole
+    ]
+
+
+def test_a_union_written_before_its_days_parts_were_recorded_is_streamed_whole(
+    three_days: Path, tmp_path: Path
+) -> None:
+    config = _streamed_config(tmp_path, three_days)
+    layout = _unite(config, 3)
+    assert [d.parts for d in days.united_days(layout) or []] == [1, 1, 1]
+    manifest = json.loads(layout.ingest.manifest.read_text())
+    del manifest["day_parts"]
+    layout.ingest.manifest.write_text(json.dumps(manifest))
+    assert days.united_days(layout) is None
+    settings = config.simulation
+    inputs = stage.scenario_inputs(layout, settings, settings.latency(config.shape.latency))
+    assert not isinstance(inputs, DailyStream)
