@@ -37,6 +37,11 @@ def workload_capacity(store: EnginefitStore) -> dg.MaterializeResult:  # type: i
             "candidates": md(candidates_table(result)),
             "sources": md(bullet_list([f"{k}: {v}" for k, v in sorted(result.sources.items())])),
             "notes": md(bullet_list(result.notes)),
+            **(
+                {"resumed": md(bullet_list(resumed))}
+                if (resumed := stage.resume_notes(inputs))
+                else {}
+            ),
             **path_entries(paths),
         }
     )

@@ -38,9 +38,18 @@ from pipeline.mirror import pull, pull_reports
 from pipeline.remote import Remote, StorageError
 from pipeline.report import present
 from pipeline.shape import stage as shape_stage
+from pipeline.sim.resume import DailyStream
+from pipeline.sim.stream import RequestStream
 from pipeline.store import read_requests
 from tests.bundled_report import render_the_html_as_the_pdf
-from tests.conftest import REPO, _built_once, _shared_folder, bundled_config, dagster_history
+from tests.conftest import (
+    DEFAULTS,
+    REPO,
+    _built_once,
+    _shared_folder,
+    bundled_config,
+    dagster_history,
+)
 from tests.test_daily_partitions import DAYS, _assert_union_is_whole, _config, _day_file, _sample
 
 BUCKET = "enginefit-test"
@@ -671,7 +680,7 @@ def test_the_scenarios_pass_kept_by_one_machine_is_resumed_by_another(
     )
     days = len(QUARTER_DAYS)
     assert first["resumed"].startswith(f"scenario replay: {days} day(s) replayed (no pass kept")
-    kept = f"team/data/{WORKLOAD}/simulation/resume/"
+    kept = f"team/data/{WORKLOAD}/simulation/resume/scenarios/"
     assert sorted(k[len(kept) :] for k in keys(s3, kept, bucket)) == ["resume.json", "state.pickle"]
 
     fetched.clear()
@@ -679,7 +688,7 @@ def test_the_scenarios_pass_kept_by_one_machine_is_resumed_by_another(
         runs, bucket, tmp_path / "second", scenarios_asset, streamed
     )
     assert second["resumed"].startswith(f"scenario replay: 0 day(s) replayed ({days} of {days}")
-    assert f"data/{WORKLOAD}/simulation/resume/state.pickle" in fetched
+    assert f"data/{WORKLOAD}/simulation/resume/scenarios/state.pickle" in fetched
 
     def summaries(machine: str) -> bytes:
         folder = tmp_path / machine / "cache" / bucket / "team" / "data" / WORKLOAD
@@ -687,3 +696,24 @@ def test_the_scenarios_pass_kept_by_one_machine_is_resumed_by_another(
 
     assert summaries("first") == summaries("second")
     assert len(json.loads(summaries("first"))) == 8
+
+
+def test_kept_passes_no_longer_asked_for_are_removed_from_the_bucket_too(
+    runs: Runs, bucket: str, s3: dict[str, str], tmp_path: Path
+) -> None:
+    """A fleet replay's kept pass that another machine uploaded and this run did not ask for
+    is deleted from the bucket (its marker first); a folder not named as a kept pass stays."""
+    (tmp_path / "here").mkdir()
+    layout = load_config(_in(bucket, runs.remote, tmp_path / "here")).layout()
+    prefix = f"team/data/{WORKLOAD}/capacity/resume/"
+    ours, other = "b512_r2_c4096_round_robin-alone-per-request", "notes-of-the-team"
+    for name in (ours, other):
+        for file in ("resume.json", "state.pickle"):
+            client(s3).put_object(Bucket=bucket, Key=f"{prefix}{name}/{file}", Body=b"{}")
+    stream = RequestStream(lambda: [], DEFAULTS.shape.latency)
+    daily = DailyStream(stream, (), (), layout.capacity.dir / "resume", layout.remote)
+    daily.forget_unused()
+    assert daily.forgotten == [ours]
+    assert sorted(keys(s3, prefix, bucket)) == [
+        f"{prefix}{other}/{f}" for f in ("resume.json", "state.pickle")
+    ]

@@ -7,13 +7,17 @@ file replay the whole table, each saying why."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import pickle
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from pipeline.cli import main as enginefit
 from pipeline.config import Config, load_config
 from pipeline.ingest import days
 from pipeline.layout import WorkloadLayout
@@ -115,10 +119,7 @@ def _from_scratch(config: Config) -> list[dict[str, Any]]:
         summaries, note = _replayed(config)
         assert note is not None and "no pass kept yet" in note
     finally:
-        if folder.exists():
-            for f in folder.iterdir():
-                f.unlink()
-            folder.rmdir()
+        shutil.rmtree(folder, ignore_errors=True)
         aside.rename(folder)
     return summaries
 
@@ -129,7 +130,7 @@ def test_a_day_appended_replays_that_day_alone(three_days: Path, tmp_path: Path)
     first, note = _replayed(config)
     assert note is not None and note.startswith("scenario replay: 2 day(s) replayed (no pass kept")
     assert "the pass at the end of 2025-02-22 kept in" in note
-    folder = config.layout().simulation.dir / "resume"
+    folder = config.layout().simulation.dir / "resume" / "scenarios"
     kept = json.loads((folder / MARKER).read_text())
     assert [d["day"] for d in kept["days"]] == list(DAYS[:2]) and kept["requests"] > 0
 
@@ -153,7 +154,7 @@ def test_what_the_kept_pass_does_not_cover_is_replayed_whole_and_said(
     config = _streamed_config(tmp_path, three_days)
     _unite(config, 3)
     whole, _ = _replayed(config)
-    folder = config.layout().simulation.dir / "resume"
+    folder = config.layout().simulation.dir / "resume" / "scenarios"
 
     # other settings: a cache size of the grid changed
     other = dataclasses.replace(
@@ -169,6 +170,15 @@ def test_what_the_kept_pass_does_not_cover_is_replayed_whole_and_said(
         handle.write(b"\x00\x01\x02")
     replayed, note = _replayed(config)
     assert note is not None and f"{folder / STATE} does not match" in note
+    assert replayed == whole
+
+    # a state its marker names that is not a kept pass (its digest matching)
+    (folder / STATE).write_bytes(b"not a pass")
+    marker = json.loads((folder / MARKER).read_text())
+    marker["state_sha256"] = hashlib.sha256(b"not a pass").hexdigest()
+    (folder / MARKER).write_text(json.dumps(marker))
+    replayed, note = _replayed(config)
+    assert note is not None and f"{folder / STATE} cannot be read back" in note
     assert replayed == whole
 
     # a day it covers ingested again (one record fewer): that day is named, all replayed
@@ -198,3 +208,51 @@ def test_a_union_written_before_its_days_parts_were_recorded_is_streamed_whole(
     settings = config.simulation
     inputs = stage.scenario_inputs(layout, settings, settings.latency(config.shape.latency))
     assert not isinstance(inputs, DailyStream)
+
+
+def test_the_fleet_replays_resume_too_and_price_the_quarter_as_from_scratch(
+    three_days: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The capacity stage's streamed fleet replays over a union of days keep their passes
+    (every request's hit tokens with them): after a day is appended each replay it asks for
+    again replays that day alone, a replay no longer asked for has its pass removed, and the
+    capacity files are those of a run with nothing kept."""
+    path = _config(tmp_path, "daily", [str(three_days / "mooncake-{day}.jsonl")])
+    raw = yaml.safe_load(path.read_text())
+    raw["simulation"]["curve_exact_max_blocks"] = 0
+    path.write_text(yaml.safe_dump(raw))
+    config = load_config(path)
+    layout = config.layout()
+    kept = layout.capacity.dir / "resume"
+
+    def stages() -> list[str]:
+        """The stages to the capacity, and what the capacity command said it resumed."""
+        for command in ("shape", "simulate", "bench", "capacity"):
+            capsys.readouterr()
+            assert enginefit([command, "--config", str(path)]) == 0, capsys.readouterr().err
+        return [line for line in capsys.readouterr().out.splitlines() if "day(s) replayed" in line]
+
+    _unite(config, 2)
+    before = stages()
+    assert before and all("(no pass kept yet)" in line for line in before)
+    assert all(line.startswith("replay b") and "-alone-per-request" in line for line in before)
+    (kept / "b16_r1_c1_round_robin-alone-per-request").mkdir()  # a replay no longer asked for
+    (kept / "b16_r1_c1_round_robin-alone-per-request" / MARKER).write_text("{}")
+
+    _unite(config, 3)
+    after = stages()
+    assert any("1 day(s) replayed (2 of 3 days read back)" in line for line in after), after
+    assert not (kept / "b16_r1_c1_round_robin-alone-per-request").exists()
+    assert {p.name for p in kept.iterdir()} == {
+        line.split(":")[0][len("replay ") :] for line in after
+    }
+    resumed = {p.name: p.read_bytes() for p in layout.capacity.dir.glob("*.*")}
+    shutil.rmtree(kept)
+    capsys.readouterr()
+    assert enginefit(["capacity", "--config", str(path)]) == 0
+    assert all(
+        "(no pass kept yet)" in line
+        for line in capsys.readouterr().out.splitlines()
+        if "day(s)" in line
+    )
+    assert {p.name: p.read_bytes() for p in layout.capacity.dir.glob("*.*")} == resumed

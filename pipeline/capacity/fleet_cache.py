@@ -16,9 +16,11 @@ the routing the recommendation includes (docs/capacity.md, "The fleet's own cach
   that asks for the same one. A vLLM replica's prefix cache is its KV pool (cached blocks are
   the free ones, reclaimed when running requests need them), so the pool is the cache's size.
 
-Pure: the replays run on the flattened workload in memory, or stream a table too large to
-flatten through the same kernels a chunk at a time (:class:`pipeline.sim.stream.RequestStream`,
-each replay a pass over its parts, keeping 8 bytes a request); nothing is written here.
+The replays run on the flattened workload in memory, or stream a table too large to flatten
+through the same kernels a chunk at a time (:class:`pipeline.sim.stream.RequestStream`, each
+replay a pass over its parts, keeping 8 bytes a request); over a union of days each streamed
+pass is kept at the last day's end and resumed by the next run
+(:class:`pipeline.sim.resume.DailyStream`), the only thing written here.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from pipeline.sim.blocks import ContentCoverage, SimInputs, SimulationInputError
 from pipeline.sim.config import MAX_REPLICAS, PREFIX_ROUTINGS, Scenario, SimConfig
 from pipeline.sim.replay import simulate
 from pipeline.sim.result import ScenarioSummary
+from pipeline.sim.resume import DailyStream
 from pipeline.sim.stream import RequestStream
 from pipeline.thresholds import ROUTING_GAIN_MIN
 from pipeline.unknown import Unknown
@@ -174,7 +177,7 @@ class CacheReplays:
     capacity stage's, by input row) is checked against a streamed table's at every replay (a
     flattened one is checked once, by the caller)."""
 
-    inputs: SimInputs | RequestStream
+    inputs: SimInputs | RequestStream | DailyStream
     settings: SimConfig
     summaries: Sequence[ScenarioSummary]
     rows: I64 | None = None

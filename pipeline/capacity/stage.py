@@ -82,6 +82,7 @@ from pipeline.shape import stage as shape_stage
 from pipeline.shape.result import Arrivals as ShapeArrivals
 from pipeline.sim import stage as sim_stage
 from pipeline.sim.result import ScenarioSummary
+from pipeline.sim.resume import DailyStream
 from pipeline.store import open_stage_output, read_requests, write_json_atomic, write_parquet_atomic
 from pipeline.unknown import Unknown
 
@@ -397,8 +398,10 @@ def _cache_replays(
             if rows is None
             else narrow(requests.get_column("prompt_tokens").fill_null(0).to_numpy())
         )
+        stream = sim_stage.read_stream(layout, replay.latency)
         return CacheReplays(
-            sim_stage.read_stream(layout, replay.latency),
+            # a union of days: each replay resumes after the days replayed before
+            DailyStream.of(layout, stream, layout.capacity.dir / "resume") or stream,
             replay.simulation,
             summaries,
             rows,
@@ -446,10 +449,20 @@ def _deployment_filter(frame: pl.DataFrame, key: dict[str, object]) -> pl.DataFr
     return frame.filter(expr)
 
 
+def resume_notes(inputs: CapacityInputs) -> list[str]:
+    """What the fleet replays of a quarter streamed by days resumed, one line a replay, and
+    the kept passes of replays no longer asked for, removed (:func:`run` removes them)."""
+    cache = inputs.cache
+    if not isinstance(cache, CacheReplays) or not isinstance(cache.inputs, DailyStream):
+        return []
+    return [*cache.inputs.said, *(f"kept pass of {n} removed" for n in cache.inputs.forgotten)]
+
+
 def run(inputs: CapacityInputs, settings: CapacityConfig) -> CapacityResult:
     """One candidate per benchmarked deployment, its serving model carried to the workload, and
     (once any deployment replayed the workload's own traffic) each one's predicted capacity
-    against the measured one."""
+    against the measured one. A quarter streamed by days keeps each fleet replay's pass for
+    the next day's run and removes those of replays no longer asked for."""
     workload = inputs.requests
     notes = list(inputs.notes)
     # Each candidate replays its own fleet's cache (a trace without prompt content has none).
@@ -533,6 +546,8 @@ def run(inputs: CapacityInputs, settings: CapacityConfig) -> CapacityResult:
         candidates.append(candidate.model_copy(update=update))
     if not groups:
         notes.append("no benchmark load points: no deployment to carry to this workload")
+    if cache is not None and isinstance(cache.inputs, DailyStream):
+        cache.inputs.forget_unused()
     return capacity_result(
         inputs.workload,
         inputs.slo,
