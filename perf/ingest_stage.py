@@ -13,7 +13,7 @@ the machine adds time, not memory).
 
 ``--merge command`` runs ``enginefit ingest TRACE... --out DIR`` instead, the whole command in
 its child process (start, imports, read, merge, publish, print), sampled the same way; printed:
-its wall and CPU seconds, the peak of the samples and the child's peak RSS (``ru_maxrss``).
+its wall and CPU seconds, the peak of the samples and the child's own peak RSS (``VmHWM``).
 ``--code DIR`` runs the child on another checkout of the project (e.g. ``git archive`` of an
 earlier commit), to measure before and after a change on the same traces.
 
@@ -74,7 +74,13 @@ print(json.dumps(["ingested", ingested]), flush=True)
 
 def measure_command(traces: list[str], out: Path, code: Path) -> dict[str, float]:
     """``enginefit ingest TRACE... --out OUT`` as a whole command, run from ``code``."""
-    env = {**os.environ, "PYTHONPATH": str(code), "ENGINEFIT_HASH_SALT": "bench"}
+    peak_to = out.parent / f".{out.name}.peak"
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(code),
+        "ENGINEFIT_HASH_SALT": "bench",
+        "ENGINEFIT_PEAK_TO": str(peak_to),
+    }
     command = [sys.executable, "-c", _COMMAND, "ingest", *traces, "--out", str(out)]
     start = time.time()
     child = subprocess.Popen(command, stdout=subprocess.DEVNULL, env=env, cwd=out.parent)
@@ -84,18 +90,32 @@ def measure_command(traces: list[str], out: Path, code: Path) -> dict[str, float
     if status != 0:
         raise SystemExit(f"enginefit ingest failed ({status})")
     summary = json.loads((out / "ingest_summary.json").read_text())
+    peak_kib = int(peak_to.read_text())
+    peak_to.unlink()
     return {
         "requests": summary["ingested"],
         "wall_s": wall,
         "cpu_s": usage.ru_utime + usage.ru_stime,
         "peak_gib": max((m for _, m in samples), default=0) / GIB,
-        "max_rss_gib": usage.ru_maxrss * 1024 / GIB,
+        "max_rss_gib": peak_kib * 1024 / GIB,
         "load_average_1m": os.getloadavg()[0],
     }
 
 
-# The command's child: ``enginefit`` with the arguments given (its exit status is the child's).
-_COMMAND = "import sys; from assets.cli import main; sys.exit(main(sys.argv[1:]))"
+# The command's child: ``enginefit`` with the arguments given (its exit status is the child's),
+# writing its own peak resident memory (``VmHWM``, :mod:`perf.peak`; inline, as an older
+# ``--code`` checkout has no perf.peak) to the file ``ENGINEFIT_PEAK_TO`` names as it exits:
+# the waited-for ``ru_maxrss`` would carry this benchmark's own peak across the exec.
+_COMMAND = """
+import atexit, os, sys
+def _peak():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            open(os.environ["ENGINEFIT_PEAK_TO"], "w").write(line.split()[1])
+atexit.register(_peak)
+from assets.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
 
 
 def measure(how: str, traces: list[str], out: Path, code: Path = REPO) -> dict[str, float]:
