@@ -56,7 +56,7 @@ def generate(folder: Path, requests: int, days: int) -> None:
 def child(mode: str, folder: Path, days: int) -> dict[str, Any]:
     from pipeline.config import default_config
     from pipeline.ingest.days import UnitedDay
-    from pipeline.sim.resume import STATE, DailyStream
+    from pipeline.sim.resume import SCENARIOS, STATE, DailyStream
     from pipeline.sim.stage import STREAM_ROWS
     from pipeline.sim.stream import RequestStream, part_chunks
 
@@ -80,7 +80,7 @@ def child(mode: str, folder: Path, days: int) -> dict[str, Any]:
         "mode": mode,
         "seconds": round(time.perf_counter() - t0, 2),
         "said": daily.said[-1],
-        "kept_mib": round((kept / STATE).stat().st_size / 2**20, 1),
+        "kept_mib": round((kept / SCENARIOS / STATE).stat().st_size / 2**20, 1),
         "requests": runs[0].summary["requests"],
         "summaries": {run.summary["scenario"]: run.summary for run in runs},
     }
