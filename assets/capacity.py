@@ -39,7 +39,7 @@ def workload_capacity(store: EnginefitStore) -> dg.MaterializeResult:  # type: i
             "notes": md(bullet_list(result.notes)),
             **(
                 {"resumed": md(bullet_list(resumed))}
-                if (resumed := stage.resume_notes(inputs))
+                if (resumed := stage.settle_replays(inputs))
                 else {}
             ),
             **path_entries(paths),

@@ -712,8 +712,18 @@ def test_kept_passes_no_longer_asked_for_are_removed_from_the_bucket_too(
             client(s3).put_object(Bucket=bucket, Key=f"{prefix}{name}/{file}", Body=b"{}")
     stream = RequestStream(lambda: [], DEFAULTS.shape.latency)
     daily = DailyStream(stream, (), (), layout.capacity.dir / "resume", layout.remote)
-    daily.forget_unused()
+    deleted: list[str] = []
+    real_delete = Remote.delete
+
+    def delete(self: Remote, relative: str) -> None:
+        deleted.append(relative.rsplit("/", 1)[1])
+        real_delete(self, relative)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Remote, "delete", delete)
+        daily.forget_unused()
     assert daily.forgotten == [ours]
+    assert deleted == ["resume.json", "state.pickle"]
     assert sorted(keys(s3, prefix, bucket)) == [
         f"{prefix}{other}/{f}" for f in ("resume.json", "state.pickle")
     ]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import pickle
 import shutil
 from pathlib import Path
 from typing import Any
@@ -17,14 +16,18 @@ from typing import Any
 import pytest
 import yaml
 
+from pipeline.bench import stage as bench_stage
+from pipeline.capacity import stage as capacity_stage
+from pipeline.capacity.fleet_cache import CacheReplays
 from pipeline.cli import main as enginefit
 from pipeline.config import Config, load_config
 from pipeline.ingest import days
+from pipeline.ingest.days import UnitedDay
 from pipeline.layout import WorkloadLayout
 from pipeline.sim import stage
 from pipeline.sim.config import Scenario
 from pipeline.sim.result import ScenarioSummary
-from pipeline.sim.resume import MARKER, STATE, DailyStream
+from pipeline.sim.resume import MARKER, STATE, DailyStream, _KeptPass
 from pipeline.sim.stream import (
     RequestChunks,
     StreamPass,
@@ -56,9 +59,7 @@ def _chunks(parts: RequestChunks, first: int, last: int | None = None) -> Reques
 
 
 @pytest.mark.parametrize("cut", [1, 3, 5])
-def test_a_pass_pickled_between_chunks_and_fed_the_rest_is_one_pass(
-    tmp_path: Path, cut: int
-) -> None:
+def test_a_pass_kept_between_chunks_and_fed_the_rest_is_one_pass(tmp_path: Path, cut: int) -> None:
     parts = _parts(_workload("half"), tmp_path, 6)
     settings = sim_settings(request_lifetime="durations", replica_slots=4)
     one_pass = simulate_many(parts, SCENARIOS, settings, latency_model=LATENCY, max_rows=97)
@@ -67,8 +68,15 @@ def test_a_pass_pickled_between_chunks_and_fed_the_rest_is_one_pass(
     first = StreamPass(SCENARIOS, settings, facts, latency_model=LATENCY, max_rows=97)
     first.feed(_chunks(parts, 0, cut))
     assert any(r.n_running for run in first.runs for r in run.replays)  # carried across
-    resumed: StreamPass = pickle.loads(pickle.dumps(first))
+    # kept and read back as the stage does (pickled, zstd-compressed, its digest checked)
+    kept = _KeptPass(tmp_path / "kept", None)
+    days = (UnitedDay("first", "a", cut),)
+    kept.keep(first, "key", days)
     del first
+    back, why = kept.read_back("key", (*days, UnitedDay("then", "b", 6 - cut)))
+    assert back is not None, why
+    resumed, covered = back
+    assert covered == 1
     resumed.feed(_chunks(parts, cut))
     runs = resumed.finish()
     for a, b in zip(one_pass, runs, strict=True):
@@ -143,9 +151,12 @@ def test_a_day_appended_replays_that_day_alone(three_days: Path, tmp_path: Path)
     sums = [ScenarioSummary.from_json(s).requests for s in appended]
     assert sums == [ScenarioSummary.from_json(s).requests + 1500 for s in first]
 
-    again, note = _replayed(config)  # nothing new: every day read back
+    state = (folder / STATE).stat()
+    again, note = _replayed(config)  # nothing new: every day read back, nothing rewritten
     assert note is not None and "0 day(s) replayed (3 of 3 days read back)" in note
+    assert note.endswith(f"the pass at the end of {DAYS[2]} unchanged in {folder}")
     assert again == appended
+    assert (folder / STATE).stat().st_mtime_ns == state.st_mtime_ns
 
 
 def test_what_the_kept_pass_does_not_cover_is_replayed_whole_and_said(
@@ -162,7 +173,29 @@ def test_what_the_kept_pass_does_not_cover_is_replayed_whole_and_said(
     )
     _, note = _replayed(other)
     assert note is not None and "made with other scenarios, settings or code" in note
+    others = (folder / STATE).read_bytes()
     _replayed(config)  # kept again with the configured grid
+
+    # the state of another run renamed in under this marker (its digest made to match)
+    (folder / STATE).write_bytes(others)
+    marker = json.loads((folder / MARKER).read_text())
+    marker["state_sha256"] = hashlib.sha256(others).hexdigest()
+    (folder / MARKER).write_text(json.dumps(marker))
+    replayed, note = _replayed(config)
+    assert note is not None and f"{folder / STATE} is not the pass {folder / MARKER} names" in note
+    assert replayed == whole
+
+    # a pass that cannot be kept (a full disk): the replay's results stand, and it is said
+    def full(*args: object) -> int:
+        raise OSError("No space left on device")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_KeptPass, "keep", full)
+        (folder / MARKER).unlink()
+        replayed, note = _replayed(config)
+    assert note is not None and "the pass was not kept (No space left on device)" in note
+    assert replayed == whole
+    _replayed(config)
 
     # a damaged state: its digest no longer matches the marker
     with (folder / STATE).open("r+b") as handle:
@@ -241,12 +274,30 @@ def test_the_fleet_replays_resume_too_and_price_the_quarter_as_from_scratch(
 
     _unite(config, 3)
     after = stages()
-    assert any("1 day(s) replayed (2 of 3 days read back)" in line for line in after), after
+    assert after and all("1 day(s) replayed (2 of 3 days read back)" in line for line in after)
     assert not (kept / "b16_r1_c1_round_robin-alone-per-request").exists()
     assert {p.name for p in kept.iterdir()} == {
         line.split(":")[0][len("replay ") :] for line in after
     }
     resumed = {p.name: p.read_bytes() for p in layout.capacity.dir.glob("*.*")}
+
+    # a what-if's capacity search (another SLO) reads the passes back and keeps none
+    passes = {p: p.read_bytes() for p in kept.rglob("*") if p.is_file()}
+    (kept / "b16_r1_c1_round_robin-alone-per-request").mkdir()
+    what_if = capacity_stage.inputs_from(
+        layout,
+        bench_stage.read_analysis(layout),
+        config.requirements.served_model(),
+        config.catalog(),
+        config.cache_replay(),
+        keep_passes=False,
+    )
+    capacity_stage.run(what_if, config.capacity)
+    assert isinstance(what_if.cache, CacheReplays) and isinstance(what_if.cache.inputs, DailyStream)
+    said = what_if.cache.inputs.said
+    assert said and all("(3 of 3 days read back); not kept (read only)" in line for line in said)
+    assert {p: p.read_bytes() for p in kept.rglob("*") if p.is_file()} == passes
+    assert (kept / "b16_r1_c1_round_robin-alone-per-request").is_dir()
     shutil.rmtree(kept)
     capsys.readouterr()
     assert enginefit(["capacity", "--config", str(path)]) == 0

@@ -265,9 +265,12 @@ def inputs_from(
     served: ServedModel,
     catalog: SchedulingCatalog | None,
     replay: ReplayBasis,
+    *,
+    keep_passes: bool = True,
 ) -> CapacityInputs:
     """:func:`read_inputs` with ``analysis`` the bench analysis the fleet is sized from: the
-    written one, or one re-run in memory at another SLO (what-if)."""
+    written one, or one re-run in memory at another SLO (a what-if: ``keep_passes`` False,
+    so its fleet replays read the stage's kept passes back but keep none)."""
     slo = capacity_slo(analysis.settings.slo)
     per_request = bench_stage.read_written_results(layout).per_request
     requests = read_requests(layout).select("prompt_tokens", "output_tokens", "arrival").collect()
@@ -293,7 +296,7 @@ def inputs_from(
     summaries = sim_stage.read_summaries(layout)
     kv_tokens, kv_source = _kv_tokens(served, summaries, layout.simulation.summary)
     workload = workload_requests(requests)
-    cache = _cache_replays(layout, replay, summaries, requests, workload)
+    cache = _cache_replays(layout, replay, summaries, requests, workload, keep_passes)
     if isinstance(cache, Unknown):
         notes.append(f"cached tokens taken as 0: {cache.reason}")
     sources = {
@@ -371,6 +374,7 @@ def _cache_replays(
     summaries: list[ScenarioSummary],
     requests: pl.DataFrame,
     workload: WorkloadRequests,
+    keep_passes: bool,
 ) -> CacheReplays | Unknown:
     """The workload as the simulation's replay kernels read it, its scenarios (the routing),
     and each capacity request's row in it (requests without lengths are left out of both);
@@ -401,7 +405,8 @@ def _cache_replays(
         stream = sim_stage.read_stream(layout, replay.latency)
         return CacheReplays(
             # a union of days: each replay resumes after the days replayed before
-            DailyStream.of(layout, stream, layout.capacity.dir / "resume") or stream,
+            DailyStream.of(layout, stream, layout.capacity.dir / "resume", keeps=keep_passes)
+            or stream,
             replay.simulation,
             summaries,
             rows,
@@ -449,12 +454,14 @@ def _deployment_filter(frame: pl.DataFrame, key: dict[str, object]) -> pl.DataFr
     return frame.filter(expr)
 
 
-def resume_notes(inputs: CapacityInputs) -> list[str]:
-    """What the fleet replays of a quarter streamed by days resumed, one line a replay, and
-    the kept passes of replays no longer asked for, removed (:func:`run` removes them)."""
+def settle_replays(inputs: CapacityInputs) -> list[str]:
+    """After :func:`run` (the stage's, not a what-if's): the kept passes of the fleet replays
+    of a quarter streamed by days that it no longer asked for, removed; and what each replay
+    resumed and what was removed, one line each."""
     cache = inputs.cache
     if not isinstance(cache, CacheReplays) or not isinstance(cache.inputs, DailyStream):
         return []
+    cache.inputs.forget_unused()
     return [*cache.inputs.said, *(f"kept pass of {n} removed" for n in cache.inputs.forgotten)]
 
 
@@ -462,7 +469,7 @@ def run(inputs: CapacityInputs, settings: CapacityConfig) -> CapacityResult:
     """One candidate per benchmarked deployment, its serving model carried to the workload, and
     (once any deployment replayed the workload's own traffic) each one's predicted capacity
     against the measured one. A quarter streamed by days keeps each fleet replay's pass for
-    the next day's run and removes those of replays no longer asked for."""
+    the next day's run (:func:`settle_replays` removes those no longer asked for)."""
     workload = inputs.requests
     notes = list(inputs.notes)
     # Each candidate replays its own fleet's cache (a trace without prompt content has none).
@@ -546,8 +553,6 @@ def run(inputs: CapacityInputs, settings: CapacityConfig) -> CapacityResult:
         candidates.append(candidate.model_copy(update=update))
     if not groups:
         notes.append("no benchmark load points: no deployment to carry to this workload")
-    if cache is not None and isinstance(cache.inputs, DailyStream):
-        cache.inputs.forget_unused()
     return capacity_result(
         inputs.workload,
         inputs.slo,

@@ -53,6 +53,6 @@ def run_capacity(args: argparse.Namespace) -> int:
         print(json.dumps(result.to_json(), indent=2, sort_keys=True))
     else:
         print(render_text(result))
-        for note in stage.resume_notes(inputs):
+        for note in stage.settle_replays(inputs):
             print(note)
     return 0

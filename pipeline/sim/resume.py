@@ -1,32 +1,37 @@
-"""The scenarios' streamed pass over a workload published from days, resumed where it ended.
+"""The streamed replays of a workload published from days, resumed where they ended.
 
-Streaming the scenarios (:mod:`pipeline.sim.stream`) carries every cache's state through the
-quarter in time order, so a day cannot be replayed on its own. What can be kept is where the
-pass stood: after the last day it read, the pass (:class:`~pipeline.sim.stream.StreamPass`:
-the slot tables, the replicas' queues, the requests still running, the routers' counters and
-random generator, the session inference, the sums) is kept under ``simulation/resume/`` with
-the days it covers, each with the digest of the set the union held of it
-(:func:`pipeline.ingest.days.united_days`). The next time the scenarios run, if the union still
-starts with exactly those days, the pass is read back and fed only the parts of the days after
-them; its summaries are those of one pass over every day (``tests/test_sim_resume.py``). So a
-day appended to the quarter replays that day, not the quarter.
+Streaming a replay (:mod:`pipeline.sim.stream`) carries every cache's state through the quarter
+in time order, so a day cannot be replayed on its own. What can be kept is where the pass
+stood: after the last day it read, the pass (:class:`~pipeline.sim.stream.StreamPass`: the
+slot tables, the replicas' queues, the requests still running, the routers' counters and random
+generator, the session inference, the sums, and each request's hit tokens when they are asked
+for) is kept with the days it covers, each with the digest of the set the union held of it
+(:func:`pipeline.ingest.days.united_days`): the scenario grid's under ``simulation/resume/``,
+each of the capacity stage's fleet replays under ``capacity/resume/``. The next time it runs,
+if the union still starts with exactly those days, the pass is read back and fed only the parts
+of the days after them; its summaries are those of one pass over every day
+(``tests/test_sim_resume.py``). So a day appended to the quarter replays that day, not the
+quarter.
 
 It is not resumed, and the whole table is replayed (and the pass kept again), when a day it
 covers was ingested again, removed or put before its last one; when the scenarios, the
-replay's settings, the latency model or the code of the replay changed; when the whole table's
-facts changed (its block size, or a request without a logged session where there was none);
-or when the kept files are missing or damaged. Each time, one line says which.
+replay's settings, the latency model or enginefit's code changed; when the whole table's facts
+changed (its block size, or a request without a logged session where there was none); or when
+the kept files are missing, damaged or another run's. Each time, one line says which. A pass
+that cannot be kept (a full disk, a bucket that refuses it) is said too, and the replay's
+results stand.
 
 The pass is kept with :mod:`pickle` (its state is numpy arrays, polars frames and the
-generator's state), compressed with zstd, keyed by the digest of the modules that define it and by the numpy, polars
-and Python versions, and checked against the SHA-256 its ``resume.json`` records before it is
-read. It is only ever read from the workload's own folder (or its bucket), which enginefit
-writes. On object storage the pass is uploaded (``state.pickle``, then ``resume.json``, which
-commits it) so another machine resumes from it.
+generator's state), compressed with zstd, with its key and days inside, keyed by the digest of
+the ``pipeline`` package's source and by the numpy, polars and Python versions, and checked
+against the SHA-256 its ``resume.json`` records as it is read. It is only ever read from the
+workload's own folder (or its bucket), which enginefit writes. On object storage the pass is
+uploaded (``state.pickle``, then ``resume.json``, which commits it) so another machine resumes
+from it.
 
-Disk: the kept pass is about the size of the scenarios' block state (at 100M requests over a
-quarter with the default grid, the step's process holds 1.5 GiB); one pass is kept, replaced
-each time.
+Disk: a kept pass is about the size of its caches' block state (139.5 MiB for the default grid
+over a generated 10M-request quarter), plus 8 bytes a request before compression for a fleet
+replay's hit tokens; one pass a replay, replaced each time a day is added.
 """
 
 from __future__ import annotations
@@ -40,20 +45,16 @@ import platform
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import IO, Any, BinaryIO, cast
 
 import numpy as np
 import polars as pl
-from zstandard import ZstdCompressor, ZstdDecompressor, ZstdError
+from zstandard import ZstdCompressor, ZstdDecompressor
 
-from pipeline import arrays
+from pipeline.errors import EnginefitError
 from pipeline.ingest.days import UnitedDay, united_days
 from pipeline.layout import WorkloadLayout
-from pipeline.prefix import cache_rules, hashmap, sessions
-from pipeline.remote import Mirror
-from pipeline.sim import blocks, kernels, replay, slots, stream
-from pipeline.sim import config as sim_config
+from pipeline.remote import Mirror, StorageError
 from pipeline.sim.config import Scenario, SimConfig
 from pipeline.sim.stream import (
     RequestStream,
@@ -63,34 +64,36 @@ from pipeline.sim.stream import (
     part_chunks,
     routes_by_session,
 )
-from pipeline.store import atomic_path, sha256_file, write_bytes_atomic
+from pipeline.store import atomic_path, write_bytes_atomic
 
-RESUME_VERSION = 1
+RESUME_VERSION = 2
 STATE = "state.pickle"
 MARKER = "resume.json"
-# The modules whose objects the kept pass is made of, or whose rules its state follows.
-_CODE: tuple[ModuleType, ...] = (
-    arrays,
-    blocks,
-    cache_rules,
-    hashmap,
-    kernels,
-    replay,
-    sessions,
-    sim_config,
-    slots,
-    stream,
+# The package whose source a kept pass depends on: all of it, not only the modules its objects
+# come from (how a chunk is read, conformed and timed reaches the state too), so a pass kept
+# by another version of enginefit is never read (an upgrade replays the quarter once).
+_PACKAGE = Path(__file__).resolve().parents[1]
+# Settings that a replay does not read: the curves', and the grid (the replay's scenarios are
+# in the key themselves, so a fleet replay's pass outlives a change to the grid).
+_NOT_REPLAYED = frozenset(
+    {
+        "curve_exact_max_blocks",
+        "curve_sample_rate",
+        "block_sizes",
+        "replicas",
+        "cache_tokens",
+        "routings",
+        "compare_isolation",
+    }
 )
-# Settings that the scenarios' replay does not read (the curves').
-_NOT_REPLAYED = frozenset({"curve_exact_max_blocks", "curve_sample_rate"})
 
 
 def code_digest() -> str:
-    """SHA-256 of the source of the modules a kept pass depends on (:data:`_CODE`)."""
+    """SHA-256 of the source of every module of the ``pipeline`` package."""
     digest = hashlib.sha256()
-    for module in sorted(_CODE, key=lambda m: m.__name__):
-        digest.update(module.__name__.encode())
-        digest.update(Path(str(module.__file__)).read_bytes())
+    for path in sorted(_PACKAGE.rglob("*.py")):
+        digest.update(path.relative_to(_PACKAGE).as_posix().encode())
+        digest.update(path.read_bytes())
     return digest.hexdigest()
 
 
@@ -107,12 +110,15 @@ class DailyStream:
     parts: tuple[Path, ...]
     folder: Path
     remote: Mirror | None = None
+    keeps: bool = True  # False: passes read back, never kept nor removed (a what-if)
     said: list[str] = field(default_factory=list, compare=False)
     used: set[str] = field(default_factory=set, compare=False)
     forgotten: list[str] = field(default_factory=list, compare=False)
 
     @classmethod
-    def of(cls, layout: WorkloadLayout, stream: RequestStream, folder: Path) -> DailyStream | None:
+    def of(
+        cls, layout: WorkloadLayout, stream: RequestStream, folder: Path, *, keeps: bool = True
+    ) -> DailyStream | None:
         """``stream`` with the union's days, its passes kept in ``folder`` (in ``layout``),
         when the workload is a union of days that records their parts and those add up to the
         table's parts (else None: streamed whole)."""
@@ -120,7 +126,7 @@ class DailyStream:
         parts = layout.ingest.parts()
         if days is None or sum(d.parts for d in days) != len(parts):
             return None
-        return cls(stream, tuple(days), tuple(parts), folder, layout.remote)
+        return cls(stream, tuple(days), tuple(parts), folder, layout.remote, keeps)
 
     def simulate_many(self, scenarios: list[Scenario], settings: SimConfig) -> list[StreamedRun]:
         """:meth:`RequestStream.simulate_many`, resumed (:meth:`_resumed`) as ``scenarios``."""
@@ -177,20 +183,32 @@ class DailyStream:
         else:
             streamed, done = resumed
         streamed.feed(part_chunks(self.parts[sum(d.parts for d in self.days[:done]) :]))
-        size = kept.keep(streamed, key, self.days)
         self.used.add(name)
         last = self.days[-1].day if self.days else "none"
+        if not self.keeps:
+            ending = "not kept (read only)"
+        elif done == len(self.days):
+            ending = f"the pass at the end of {last} unchanged in {kept.folder}"
+        else:
+            try:
+                size = kept.keep(streamed, key, self.days)
+            except (OSError, EnginefitError) as exc:  # the replay's results stand without it
+                ending = f"the pass was not kept ({exc}): the next run replays every day"
+            else:
+                ending = f"the pass at the end of {last} kept in {kept.folder}"
+                ending += f" ({size / 2**20:,.1f} MiB)"
         read = f"{done} of {len(self.days)} days read back" if done else why
         self.said.append(
             f"{'scenario replay' if name == SCENARIOS else f'replay {name}'}: "
-            f"{len(self.days) - done} day(s) replayed ({read}); the pass at the end of {last} "
-            f"kept in {kept.folder} ({size / 2**20:,.1f} MiB)"
+            f"{len(self.days) - done} day(s) replayed ({read}); {ending}"
         )
         return streamed.finish()
 
     def forget_unused(self) -> None:
         """Remove the kept passes of replays this process did not make (a fleet replay the
         capacity stage no longer asks for), here and in the bucket (named in ``forgotten``)."""
+        if not self.keeps:
+            return
         names = set()
         if self.folder.is_dir():
             names = {f.name for f in self.folder.iterdir() if f.is_dir()}
@@ -259,7 +277,9 @@ class _KeptPass:
     ) -> tuple[tuple[StreamPass, int] | None, str]:
         """The kept pass and how many of ``days`` (the table's, in order) it covers, or None
         and why not (the whole table is replayed)."""
-        self._fetch()
+        unfetched = self._fetch()
+        if unfetched is not None:
+            return None, unfetched
         marker = self.folder / MARKER
         if not marker.is_file():
             return None, "no pass kept yet"
@@ -280,25 +300,26 @@ class _KeptPass:
             return None, f"day {changed}, which the kept pass covers, changed"
         state = self.folder / STATE
         try:
-            if sha256_file(state) != state_sha:
-                return None, f"{state} does not match {marker}"
-            # written by keep and its digest checked: the workload folder's own file
-            with state.open("rb") as handle, ZstdDecompressor().stream_reader(handle) as raw:
-                streamed = pickle.load(raw)
-        except OSError:
+            with state.open("rb") as handle:
+                if _sha256_of(handle) != state_sha:
+                    return None, f"{state} does not match {marker}"
+                handle.seek(0)
+                # written by keep and its digest checked, read from the same handle: the
+                # workload folder's own file; whatever it holds, a wrong one replays whole
+                with ZstdDecompressor().stream_reader(handle, closefd=False) as raw:
+                    inside = pickle.load(raw)
+        except FileNotFoundError:
             return None, f"{state} is missing"
-        except (
-            pickle.UnpicklingError,
-            EOFError,
-            AttributeError,
-            ImportError,
-            TypeError,
-            ZstdError,
+        except Exception as exc:  # noqa: BLE001 -- any failure to read it back replays whole
+            return None, f"{state} cannot be read back ({type(exc).__name__})"
+        if (
+            not isinstance(inside, tuple)
+            or len(inside) != 3
+            or inside[:2] != (key, tuple(covered))
+            or not isinstance(inside[2], StreamPass)
         ):
-            return None, f"{state} cannot be read back"
-        if not isinstance(streamed, StreamPass):
-            return None, f"{state} is not a kept pass"
-        return (streamed, len(covered)), ""
+            return None, f"{state} is not the pass {marker} names (another run replaced it)"
+        return (inside[2], len(covered)), ""
 
     def keep(self, streamed: StreamPass, key: str, days: tuple[UnitedDay, ...]) -> int:
         """Keep ``streamed`` (at the end of the last of ``days``) with the days it covers:
@@ -313,7 +334,9 @@ class _KeptPass:
             with ZstdCompressor(level=1).stream_writer(
                 cast(IO[bytes], writer), closefd=False
             ) as packed:
-                pickle.dump(streamed, packed, protocol=pickle.HIGHEST_PROTOCOL)
+                # the key and days inside too: the marker only commits, the state says what
+                # it is (a concurrent run's state renamed over this one is then refused)
+                pickle.dump((key, days, streamed), packed, protocol=pickle.HIGHEST_PROTOCOL)
         marker = json.dumps(
             {
                 "version": RESUME_VERSION,
@@ -341,21 +364,25 @@ class _KeptPass:
         with contextlib.suppress(OSError):
             self.folder.rmdir()  # only when empty: nothing else is removed
 
-    def _fetch(self) -> None:
-        """The bucket's kept pass, when it holds one this machine lacks (another machine's)."""
+    def _fetch(self) -> str | None:
+        """The bucket's kept pass, when it holds one this machine lacks (another machine's);
+        why it could not be fetched (None: fetched, or nothing to fetch)."""
         if self.remote is None:
-            return
-        remote_marker = self.remote.remote.get(f"{self._relative}/{MARKER}")
+            return None
         local = self.folder / MARKER
-        if remote_marker is None or (local.is_file() and local.read_bytes() == remote_marker):
-            return
         try:
+            remote_marker = self.remote.remote.get(f"{self._relative}/{MARKER}")
+            if remote_marker is None or (local.is_file() and local.read_bytes() == remote_marker):
+                return None
             self.folder.mkdir(parents=True, exist_ok=True)
             local.unlink(missing_ok=True)
             self.remote.remote.download(f"{self._relative}/{STATE}", self.folder / STATE)
         except FileNotFoundError:  # replaced meanwhile: replayed whole
-            return
+            return "the bucket's pass was replaced while it was fetched"
+        except StorageError as exc:  # the replay does not need it: replayed whole
+            return f"the bucket's pass could not be fetched ({exc})"
         write_bytes_atomic(local, remote_marker)
+        return None
 
 
 class _Hashing:
@@ -372,3 +399,10 @@ class _Hashing:
         self.digest.update(view)
         self.size += view.nbytes
         return self.handle.write(view)
+
+
+def _sha256_of(handle: BinaryIO) -> str:
+    digest = hashlib.sha256()
+    while chunk := handle.read(1 << 20):
+        digest.update(chunk)
+    return digest.hexdigest()

@@ -88,7 +88,9 @@ def at_another_slo(
     capacity = None
     if inputs.capacity is not None:
         settings = CapacityConfig.model_validate(inputs.capacity.settings)
-        searched = capacity_stage.inputs_from(layout, analysis, served, inputs.catalog, replay)
+        searched = capacity_stage.inputs_from(
+            layout, analysis, served, inputs.catalog, replay, keep_passes=False
+        )
         capacity = capacity_stage.run(searched, settings)
     return replace(inputs, bench=analysis, capacity=capacity)
 
