@@ -13,7 +13,8 @@ process of its own under ``perf.e2e``'s guard (summed PSS every 50 ms):
 
 Printed per mode: peak memory, wall and CPU seconds, the size of the kept pass, and whether
 ``append`` and ``whole`` wrote the same summaries. Run:
-``.venv/bin/python -m perf.sim_resume [--requests 10M] [--days 91] [--keep DIR]``.
+``.venv/bin/python -m perf.sim_resume [--requests 10M] [--days 91] [--keep DIR]
+[--modes cold,append,whole]``.
 """
 
 from __future__ import annotations
@@ -92,6 +93,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--days", type=int, default=91, help="days before the appended one")
     parser.add_argument("--memory-limit", type=float, default=8.0, help="GiB (the guard)")
     parser.add_argument("--keep", type=Path, default=None, help="generate into (or reuse) DIR")
+    parser.add_argument("--modes", default=",".join(MODES), help="of " + ", ".join(MODES))
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--folder", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -108,7 +110,9 @@ def main(argv: list[str] | None = None) -> None:
         shutil.rmtree(folder / "resume", ignore_errors=True)
         limits = Limits(int(args.memory_limit * GIB))
         results = {}
-        for mode in MODES:
+        for mode in args.modes.split(","):
+            if mode not in MODES:
+                raise SystemExit(f"--modes: {mode!r} is not one of {', '.join(MODES)}")
             command = [sys.executable, "-m", "perf.sim_resume", "--child", mode]
             command += ["--folder", str(folder), "--days", str(args.days)]
             log = Path(tmp) / f"{mode}.log"
