@@ -35,6 +35,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -256,9 +257,16 @@ def union_day_sets(layout: WorkloadLayout) -> dict[str, str] | None:
     """The days the workload's table unites, each with the digest of the set it holds of it
     (its requests as the union has them: a later stage may keep what it computed from a day
     under it); None for a workload not published from days."""
+    (held,) = _union_entries(layout, "day_sets")
+    return held
+
+
+def _union_entries(layout: WorkloadLayout, *keys: str) -> list[dict[str, Any] | None]:
+    """The union manifest's mappings ``keys`` (each None where it has none: a workload not
+    published from days, or by a version that did not record it)."""
     manifest = read_json(layout.ingest.manifest)
-    held = manifest.get("day_sets") if isinstance(manifest, dict) else None
-    return dict(held) if isinstance(held, dict) else None
+    found = [manifest.get(key) if isinstance(manifest, dict) else None for key in keys]
+    return [dict(value) if isinstance(value, dict) else None for value in found]
 
 
 @dataclass(frozen=True)
@@ -274,11 +282,8 @@ class UnitedDay:
 def united_days(layout: WorkloadLayout) -> list[UnitedDay] | None:
     """The union's days in order, each with its set's digest and parts; None for a workload
     not published from days, or by a version that did not record its days' parts."""
-    manifest = read_json(layout.ingest.manifest)
-    if not isinstance(manifest, dict):
-        return None
-    held, counts = manifest.get("day_sets"), manifest.get("day_parts")
-    if not isinstance(held, dict) or not isinstance(counts, dict) or held.keys() != counts.keys():
+    held, counts = _union_entries(layout, "day_sets", "day_parts")
+    if held is None or counts is None or held.keys() != counts.keys():
         return None
     return [UnitedDay(day, str(held[day]), int(counts[day])) for day in sorted(held)]
 
@@ -288,10 +293,8 @@ def held_day_set(layout: WorkloadLayout, day: str) -> WorkloadLayout:
     a digest for it other than its own manifest's (its copy without the requests an earlier day
     has, :meth:`~pipeline.layout.WorkloadLayout.day_in_union`, which stays on the machine that
     wrote the union)."""
-    manifest = read_json(layout.ingest.manifest)
-    held = manifest.get("day_sets") if isinstance(manifest, dict) else None
-    lineage = manifest.get("days") if isinstance(manifest, dict) else None
-    if isinstance(held, dict) and isinstance(lineage, dict) and held.get(day) != lineage.get(day):
+    held, lineage = _union_entries(layout, "day_sets", "days")
+    if held is not None and lineage is not None and held.get(day) != lineage.get(day):
         return layout.day_in_union(day)
     return layout.day(day)
 
