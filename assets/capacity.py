@@ -38,9 +38,7 @@ def workload_capacity(store: EnginefitStore) -> dg.MaterializeResult:  # type: i
             "sources": md(bullet_list([f"{k}: {v}" for k, v in sorted(result.sources.items())])),
             "notes": md(bullet_list(result.notes)),
             **(
-                {"resumed": md(bullet_list(resumed))}
-                if (resumed := stage.settle_replays(inputs))
-                else {}
+                {"resumed": "\n".join(resumed)} if (resumed := stage.settle_replays(inputs)) else {}
             ),
             **path_entries(paths),
         }

@@ -247,6 +247,10 @@ def run_report(args: argparse.Namespace) -> int:
             else path
         )
         print(f"  {shown}  ({asset_key})")
+    if run.resumed:
+        print("replays of the quarter's days (docs/resume.md):")
+        for line in run.resumed:
+            print(f"  {line}")
     print("summary:")
     # import here: a command line loads only its own area (tests/test_cli_areas.py)
     from pipeline.report.headline import headline_table, headlines

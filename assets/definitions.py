@@ -141,6 +141,8 @@ class GraphRun:
     checks_failed: list[tuple[str, str, str]]  # (asset/check, severity, problems)
     success: bool
     unchanged_report: bool = False  # the report matched its latest version: nothing published
+    # what the streamed replays of a quarter of days resumed, one line a replay (docs/resume.md)
+    resumed: tuple[str, ...] = ()
 
 
 def _error_line(error: Any) -> str:
@@ -205,9 +207,13 @@ def run_full_graph(
             stop_fork_server()
     outputs = []
     unchanged_report = False
+    resumed: list[str] = []
     storage = Path(instance.root_directory).resolve()
     for event in result.get_asset_materialization_events():
         materialization = event.step_materialization_data.materialization
+        said = materialization.metadata.get("resumed")
+        if isinstance(said, dg.TextMetadataValue) and said.value:
+            resumed += said.value.splitlines()
         new_version = materialization.metadata.get("new_version")
         if isinstance(new_version, dg.BoolMetadataValue) and new_version.value is False:
             unchanged_report = True
@@ -238,7 +244,9 @@ def run_full_graph(
                 str(problems.value).replace("\n", " ") if problems is not None else "",
             )
         )
-    return GraphRun(outputs, failures, passed, failed, result.success, unchanged_report)
+    return GraphRun(
+        outputs, failures, passed, failed, result.success, unchanged_report, tuple(resumed)
+    )
 
 
 def _raise_failure(run: GraphRun) -> None:

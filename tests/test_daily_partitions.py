@@ -472,8 +472,11 @@ def test_the_report_of_a_daily_configuration_runs_on_the_union(
 ) -> None:
     """``enginefit report --config FILE`` runs the job of FILE's definitions: with
     workload.daily_quarter, every asset but workload_day, the workload being the union of the
-    days ingested (not an ingest of the {day} paths)."""
+    days ingested (not an ingest of the {day} paths); its streamed replays say what they kept."""
     config = _config(tmp_path, "report", [str(three_days / "mooncake-{day}.jsonl")])
+    raw = yaml.safe_load(config.read_text())
+    raw["simulation"]["curve_exact_max_blocks"] = 1_000  # streamed: the replays keep passes
+    config.write_text(yaml.safe_dump(raw))
     loaded = load_config(config)
     layout = loaded.layout()
     for day in DAYS:
@@ -481,6 +484,9 @@ def test_the_report_of_a_daily_configuration_runs_on_the_union(
     with dg.DagsterInstance.ephemeral() as instance:
         run = run_full_graph(config, instance)
     assert run.success, run.failures
+    assert run.resumed[0].startswith("scenario replay: 3 day(s) replayed (no pass kept yet)")
+    assert run.resumed[1].startswith("replay b512_r1_")
+    assert len(run.resumed) == 2
     assets = {asset for asset, _, _ in run.outputs}
     assert "workload" in assets and "workload_day" not in assets
     assert json.loads(layout.ingest.manifest.read_text())["days"].keys() == set(DAYS)
