@@ -286,6 +286,20 @@ class Watched:
         return max((memory for _, memory, _ in self.samples), default=0)
 
 
+def child_result(
+    name: str, command: list[str], log: Path, limits: Limits
+) -> tuple[Watched, dict[str, Any]] | None:
+    """A benchmark's child ``command`` (its result as JSON on its last line) run under the
+    guard from this folder: its run and result, or None when it was stopped or failed (said,
+    with the tail of its ``log``)."""
+    watched = run_watched(command, log, dict(os.environ), Path.cwd(), limits)
+    if watched.stopped or watched.code != 0:
+        print(f"{name}: {watched.stopped or f'failed ({watched.code})'}", flush=True)
+        print(log.read_text()[-2000:])
+        return None
+    return watched, json.loads(log.read_text().strip().splitlines()[-1])
+
+
 def run_watched(
     command: list[str], log: Path, env: dict[str, str], cwd: Path, limits: Limits
 ) -> Watched:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -31,7 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from perf.e2e import GIB, Limits, run_watched
+from perf.e2e import GIB, Limits, child_result
 from perf.workload import DAY_S, conversations, iter_frames, spec
 
 MODES = ("cold", "append", "whole")
@@ -115,13 +114,11 @@ def main(argv: list[str] | None = None) -> None:
                 raise SystemExit(f"--modes: {mode!r} is not one of {', '.join(MODES)}")
             command = [sys.executable, "-m", "perf.sim_resume", "--child", mode]
             command += ["--folder", str(folder), "--days", str(args.days)]
-            log = Path(tmp) / f"{mode}.log"
-            watched = run_watched(command, log, dict(os.environ), Path.cwd(), limits)
-            if watched.stopped or watched.code != 0:
-                print(f"{mode}: {watched.stopped or f'failed ({watched.code})'}", flush=True)
-                print(log.read_text()[-2000:])
+            ran = child_result(mode, command, Path(tmp) / f"{mode}.log", limits)
+            if ran is None:
                 continue
-            results[mode] = r = json.loads(log.read_text().strip().splitlines()[-1])
+            watched, r = ran
+            results[mode] = r
             print(
                 f"{mode}: {r['requests']:,} requests, peak memory (PSS) "
                 f"{watched.peak / 2**20:,.0f} MiB, wall {watched.wall_s:.1f} s, CPU "

@@ -52,14 +52,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from perf.e2e import GIB, Limits, run_watched
+from perf.e2e import GIB, Limits, child_result
 from perf.peak import peak_rss_bytes
 from perf.workload import conversations, iter_frames, spec
 
@@ -155,13 +154,11 @@ def main(argv: list[str] | None = None) -> None:
                 command += ["--max-rows", str(args.max_rows)]
             if args.lifetime:
                 command += ["--lifetime", args.lifetime]
-            log = Path(tmp) / f"{mode}.log"
-            watched = run_watched(command, log, dict(os.environ), Path.cwd(), limits)
-            if watched.stopped or watched.code != 0:
-                print(f"{mode}: {watched.stopped or f'failed ({watched.code})'}", flush=True)
-                print(log.read_text()[-2000:])
+            ran = child_result(mode, command, Path(tmp) / f"{mode}.log", limits)
+            if ran is None:
                 continue
-            results[mode] = r = json.loads(log.read_text().strip().splitlines()[-1])
+            watched, r = ran
+            results[mode] = r
             print(
                 f"{mode}: peak memory (PSS) {watched.peak / 2**20:,.0f} MiB, wall "
                 f"{watched.wall_s:.1f} s, CPU {watched.cpu_s:.1f} s, seconds {r['seconds']}",
