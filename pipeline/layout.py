@@ -268,6 +268,18 @@ class WorkloadLayout:
         return self.shape.dir / "days"
 
     @property
+    def scenario_passes(self) -> Path:
+        """The streamed scenario replay's kept pass of a workload published from days
+        (:mod:`pipeline.sim.resume`), kept between runs."""
+        return self.simulation.dir / "resume"
+
+    @property
+    def fleet_passes(self) -> Path:
+        """The capacity stage's fleet replays' kept passes of a workload published from days
+        (:mod:`pipeline.sim.resume`), kept between runs."""
+        return self.capacity.dir / "resume"
+
+    @property
     def prefix(self) -> PrefixPaths:
         return PrefixPaths(self.root / "prefix")
 

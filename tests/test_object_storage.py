@@ -711,7 +711,7 @@ def test_kept_passes_no_longer_asked_for_are_removed_from_the_bucket_too(
         for file in ("resume.json", "state.pickle"):
             client(s3).put_object(Bucket=bucket, Key=f"{prefix}{name}/{file}", Body=b"{}")
     stream = RequestStream(lambda: [], DEFAULTS.shape.latency)
-    daily = DailyStream(stream, (), (), layout.capacity.dir / "resume", layout.remote)
+    daily = DailyStream(stream, (), (), layout.fleet_passes, layout.remote)
     deleted: list[str] = []
     real_delete = Remote.delete
 

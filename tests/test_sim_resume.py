@@ -120,7 +120,7 @@ def _replayed(config: Config) -> tuple[list[dict[str, Any]], str | None]:
 
 def _from_scratch(config: Config) -> list[dict[str, Any]]:
     """Every day replayed, nothing kept read (the kept pass moved aside meanwhile)."""
-    folder = config.layout().simulation.dir / "resume"
+    folder = config.layout().scenario_passes
     aside = folder.with_name("resume-aside")
     folder.rename(aside)
     try:
@@ -138,7 +138,7 @@ def test_a_day_appended_replays_that_day_alone(three_days: Path, tmp_path: Path)
     first, note = _replayed(config)
     assert note is not None and note.startswith("scenario replay: 2 day(s) replayed (no pass kept")
     assert "the pass at the end of 2025-02-22 kept in" in note
-    folder = config.layout().simulation.dir / "resume" / "scenarios"
+    folder = config.layout().scenario_passes / "scenarios"
     kept = json.loads((folder / MARKER).read_text())
     assert [d["day"] for d in kept["days"]] == list(DAYS[:2]) and kept["requests"] > 0
 
@@ -165,7 +165,7 @@ def test_what_the_kept_pass_does_not_cover_is_replayed_whole_and_said(
     config = _streamed_config(tmp_path, three_days)
     _unite(config, 3)
     whole, _ = _replayed(config)
-    folder = config.layout().simulation.dir / "resume" / "scenarios"
+    folder = config.layout().scenario_passes / "scenarios"
 
     # other settings: a cache size of the grid changed
     other = dataclasses.replace(
@@ -256,7 +256,7 @@ def test_the_fleet_replays_resume_too_and_price_the_quarter_as_from_scratch(
     path.write_text(yaml.safe_dump(raw))
     config = load_config(path)
     layout = config.layout()
-    kept = layout.capacity.dir / "resume"
+    kept = layout.fleet_passes
 
     def stages() -> list[str]:
         """The stages to the capacity, and what the capacity command said it resumed."""

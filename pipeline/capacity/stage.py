@@ -405,8 +405,7 @@ def _cache_replays(
         stream = sim_stage.read_stream(layout, replay.latency)
         return CacheReplays(
             # a union of days: each replay resumes after the days replayed before
-            DailyStream.of(layout, stream, layout.capacity.dir / "resume", keeps=keep_passes)
-            or stream,
+            DailyStream.of(layout, stream, layout.fleet_passes, keeps=keep_passes) or stream,
             replay.simulation,
             summaries,
             rows,

@@ -159,7 +159,7 @@ def scenario_inputs(
     (:func:`read_inputs`)."""
     if streams(layout, settings):
         stream = read_stream(layout, latency)
-        return DailyStream.of(layout, stream, layout.simulation.dir / "resume") or stream
+        return DailyStream.of(layout, stream, layout.scenario_passes) or stream
     return read_inputs(layout, latency)
 
 
