@@ -37,6 +37,7 @@ from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from pipeline.digests import sha256_file
 from pipeline.errors import StageOutputUnreadableError
 from pipeline.remote import Lease, Mirror, StorageError
 
@@ -54,13 +55,7 @@ def _sha256_bytes(data: bytes) -> str:
 
 
 def _sha256_file(path: Path) -> str | None:
-    if not path.is_file():
-        return None
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
+    return sha256_file(path) if path.is_file() else None
 
 
 def _write_atomic(target: Path, data: bytes) -> None:
@@ -99,12 +94,18 @@ def _relative(mirror: Mirror, path: Path) -> str:
 
 def push_set(mirror: Mirror, files: Iterable[Path], marker: Path) -> None:
     """Upload ``files`` (in the mirror), then the ``marker`` that commits them."""
-    for path in sorted(set(files) - {marker}):
-        if path.is_file():
-            mirror.remote.put(_relative(mirror, path), path)
     data = marker.read_bytes()
-    mirror.remote.put(_relative(mirror, marker), data)
+    push_committed(mirror, [p for p in sorted(set(files) - {marker}) if p.is_file()], marker, data)
     _saw(mirror, _relative(mirror, marker), _sha256_bytes(data))
+
+
+def push_committed(mirror: Mirror, files: Iterable[Path], marker: Path, data: bytes) -> None:
+    """Upload ``files`` (in the mirror), then ``data`` as ``marker``, which commits them. A
+    caller that writes ``marker`` here only afterwards keeps nothing committed here whose
+    upload failed, so making it again uploads it."""
+    for path in files:
+        mirror.remote.put(_relative(mirror, path), path)
+    mirror.remote.put(_relative(mirror, marker), data)
 
 
 def push_file(mirror: Mirror, path: Path) -> None:

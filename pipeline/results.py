@@ -19,6 +19,7 @@ from typing import TypeVar
 
 import polars as pl
 
+from pipeline.digests import sha256_file
 from pipeline.errors import (
     InputFormatError,
     StageOutputMissingError,
@@ -28,7 +29,7 @@ from pipeline.errors import (
 from pipeline.layout import WorkloadLayout, require_output
 from pipeline.mirror import push_set
 from pipeline.safe_read import read_json
-from pipeline.store import sha256_file, write_json_atomic
+from pipeline.store import write_json_atomic
 
 T = TypeVar("T")
 

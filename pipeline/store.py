@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import hashlib
 import json
 import os
 import re
@@ -41,6 +40,7 @@ from typing import Any, TypeVar
 import polars as pl
 import pyarrow.parquet as pq
 
+from pipeline.digests import sha256_file
 from pipeline.errors import EnginefitError, InputFormatError
 from pipeline.layout import PART_NAME, WorkloadLayout, require_output
 from pipeline.mirror import push_ingest
@@ -167,14 +167,6 @@ def copy_parquet_atomic(source: Path, target: Path) -> None:
         with pq.ParquetWriter(tmp, found.schema_arrow, compression="zstd") as writer:
             for group in range(found.num_row_groups):
                 writer.write_table(found.read_row_group(group))
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -42,6 +42,7 @@ from pipeline.bench.readers import read_bench_files
 from pipeline.bench.result import AnalysisBasis, BenchResult, analysis_payload
 from pipeline.bench.schema import BenchReadResult, empty_load_points
 from pipeline.dates import refuse_runs_after
+from pipeline.digests import sha256_file
 from pipeline.errors import InputFormatError, StageOutputMissingError
 from pipeline.layout import WorkloadLayout
 from pipeline.prefix import stage as prefix_stage
@@ -51,7 +52,6 @@ from pipeline.shape.facts import LatencyModel, WorkloadFacts
 from pipeline.store import (
     open_stage_output,
     read_requests,
-    sha256_file,
     write_bytes_atomic,
     write_json_atomic,
     write_parquet_atomic,

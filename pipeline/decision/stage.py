@@ -29,6 +29,7 @@ from pipeline.decision.context import DecisionInputs
 from pipeline.decision.present import rationale_text, triggers_frame
 from pipeline.decision.result import DecisionRecord, record_schema
 from pipeline.decision.triggers import refuse_unordered_triggers
+from pipeline.digests import sha256_file
 from pipeline.errors import InputFormatError, StageOutputMissingError
 from pipeline.ingest.stage import read_summary
 from pipeline.layout import WorkloadLayout
@@ -40,7 +41,6 @@ from pipeline.sim import stage as sim_stage
 from pipeline.store import (
     open_stage_output,
     read_requests,
-    sha256_file,
     write_bytes_atomic,
     write_json_atomic,
     write_parquet_atomic,

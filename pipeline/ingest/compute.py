@@ -18,6 +18,7 @@ from pathlib import Path
 
 import polars as pl
 
+from pipeline.digests import sha256_file
 from pipeline.errors import ConfigError, InputFormatError
 from pipeline.hashing import SAMPLE_SALT, salt_fingerprint
 from pipeline.ingest.config import SALT_ENV_VAR
@@ -26,7 +27,7 @@ from pipeline.ingest.readers.base import DEFAULT_ANCHOR, EPOCH_SECONDS_MIN, Read
 from pipeline.ingest.result import FileSummary, IngestResult, IngestSummary, SkippedFile
 from pipeline.ingest.tokenize import Tokenizer, make_tokenizer
 from pipeline.schema import QUARANTINE_SCHEMA, empty_canonical, empty_quarantine
-from pipeline.store import canonical_files, is_canonical_parquet, scan_requests, sha256_file
+from pipeline.store import canonical_files, is_canonical_parquet, scan_requests
 
 # The traces bundled as samples (traces/, see traces/NOTICE), by content: the only ones the
 # bundled sample salt may protect without a warning.

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from pipeline.digests import sha256_file
 from pipeline.errors import ConfigError, InputFormatError
 from pipeline.ingest import stage
 from pipeline.ingest.compute import (
@@ -61,7 +62,6 @@ from pipeline.store import (
     open_stage_output,
     read_requests,
     remove_ingest_set,
-    sha256_file,
     verify_ingest,
     write_parquet_atomic,
 )

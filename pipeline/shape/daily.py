@@ -60,6 +60,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from pipeline.mirror import push_committed
 from pipeline.remote import Mirror
 from pipeline.shape.arrivals import (
     GridFit,
@@ -481,10 +482,7 @@ def upload_part(mirror: Mirror, folder: Path, tables: Sequence[Path], marker: by
     """A part made in the mirror's ``folder`` uploaded: its ``tables``, then its ``part.json``
     (``marker``), which commits it; then the older parts of its day and kind that the bucket
     holds are deleted, each ``part.json`` first (a part folder is only ever this module's)."""
-    relative = folder.relative_to(mirror.local).as_posix()
-    for table in tables:
-        mirror.remote.put(f"{relative}/{table.name}", table)
-    mirror.remote.put(f"{relative}/{_PART_MARKER}", marker)
+    push_committed(mirror, tables, folder / _PART_MARKER, marker)
     day = folder.parent.relative_to(mirror.local).as_posix()
     kind = folder.name.split("-", 1)[0]
     older = [

@@ -14,6 +14,7 @@ from pathlib import Path
 import polars as pl
 
 from pipeline import results
+from pipeline.digests import sha256_file
 from pipeline.errors import ConfigError
 from pipeline.ingest.days import held_day_set, union_day_sets
 from pipeline.ingest.stage import read_summary
@@ -28,7 +29,6 @@ from pipeline.shape.result import ShapeResult
 from pipeline.store import (
     open_stage_output,
     read_requests,
-    sha256_file,
     write_bytes_atomic,
     write_json_atomic,
     write_parquet_atomic,

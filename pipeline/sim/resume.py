@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import pickle
@@ -51,9 +52,11 @@ import numpy as np
 import polars as pl
 from zstandard import ZstdCompressor, ZstdDecompressor
 
+from pipeline.digests import sha256_of
 from pipeline.errors import EnginefitError
 from pipeline.ingest.days import UnitedDay, united_days
 from pipeline.layout import WorkloadLayout
+from pipeline.mirror import push_committed
 from pipeline.remote import Mirror, StorageError
 from pipeline.sim.config import Scenario, SimConfig
 from pipeline.sim.stream import (
@@ -88,8 +91,10 @@ _NOT_REPLAYED = frozenset(
 )
 
 
+@functools.cache
 def code_digest() -> str:
-    """SHA-256 of the source of every module of the ``pipeline`` package."""
+    """SHA-256 of the source of every module of the ``pipeline`` package (read once a
+    process: every replay it keeps or reads back is keyed by the code it runs)."""
     digest = hashlib.sha256()
     for path in sorted(_PACKAGE.rglob("*.py")):
         digest.update(path.relative_to(_PACKAGE).as_posix().encode())
@@ -301,7 +306,7 @@ class _KeptPass:
         state = self.folder / STATE
         try:
             with state.open("rb") as handle:
-                if _sha256_of(handle) != state_sha:
+                if sha256_of(handle) != state_sha:
                     return None, f"{state} does not match {marker}"
                 handle.seek(0)
                 # written by keep and its digest checked, read from the same handle: the
@@ -349,8 +354,7 @@ class _KeptPass:
             sort_keys=True,
         ).encode()
         if self.remote is not None:
-            self.remote.remote.put(f"{self._relative}/{STATE}", state)
-            self.remote.remote.put(f"{self._relative}/{MARKER}", marker)
+            push_committed(self.remote, [state], self.folder / MARKER, marker)
         write_bytes_atomic(self.folder / MARKER, marker)
         return writer.size
 
@@ -399,10 +403,3 @@ class _Hashing:
         self.digest.update(view)
         self.size += view.nbytes
         return self.handle.write(view)
-
-
-def _sha256_of(handle: BinaryIO) -> str:
-    digest = hashlib.sha256()
-    while chunk := handle.read(1 << 20):
-        digest.update(chunk)
-    return digest.hexdigest()
