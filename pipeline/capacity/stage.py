@@ -402,10 +402,11 @@ def _cache_replays(
             if rows is None
             else narrow(requests.get_column("prompt_tokens").fill_null(0).to_numpy())
         )
-        stream = sim_stage.read_stream(layout, replay.latency)
         return CacheReplays(
             # a union of days: each replay resumes after the days replayed before
-            DailyStream.of(layout, stream, layout.fleet_passes, keeps=keep_passes) or stream,
+            sim_stage.resumable_stream(
+                layout, replay.latency, layout.fleet_passes, keeps=keep_passes
+            ),
             replay.simulation,
             summaries,
             rows,

@@ -158,9 +158,17 @@ def scenario_inputs(
     (:mod:`pipeline.sim.resume`), else flattened and shared with the curves
     (:func:`read_inputs`)."""
     if streams(layout, settings):
-        stream = read_stream(layout, latency)
-        return DailyStream.of(layout, stream, layout.scenario_passes) or stream
+        return resumable_stream(layout, latency, layout.scenario_passes)
     return read_inputs(layout, latency)
+
+
+def resumable_stream(
+    layout: WorkloadLayout, latency: LatencyModel, passes: Path, *, keeps: bool = True
+) -> RequestStream | DailyStream:
+    """:func:`read_stream`, its passes kept in ``passes`` and resumed after the days replayed
+    before when the table is a union of days (``keeps`` False: read back, never kept)."""
+    stream = read_stream(layout, latency)
+    return DailyStream.of(layout, stream, passes, keeps=keeps) or stream
 
 
 def resume_note(inputs: ScenarioInputs) -> str | None:
