@@ -298,6 +298,14 @@ def test_the_fleet_replays_resume_too_and_price_the_quarter_as_from_scratch(
     assert said and all("(3 of 3 days read back); not kept (read only)" in line for line in said)
     assert {p: p.read_bytes() for p in kept.rglob("*") if p.is_file()} == passes
     assert (kept / "b16_r1_c1_round_robin-alone-per-request").is_dir()
+
+    # the command with --json settles the passes too, and says so beside the JSON, not in it
+    capsys.readouterr()
+    assert enginefit(["capacity", "--config", str(path), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["candidates"]
+    assert "kept pass of b16_r1_c1_round_robin-alone-per-request removed" in err
+    assert not (kept / "b16_r1_c1_round_robin-alone-per-request").exists()
     shutil.rmtree(kept)
     capsys.readouterr()
     assert enginefit(["capacity", "--config", str(path)]) == 0

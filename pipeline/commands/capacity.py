@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from pipeline.bench import stage as bench_stage
@@ -49,10 +50,11 @@ def run_capacity(args: argparse.Namespace) -> int:
     inputs = configured_inputs(config)
     result = stage.run(inputs, config.capacity)
     stage.write(result, layout)
+    resumed = stage.settle_replays(inputs)  # with --json too: the stale passes go either way
     if args.json:
         print(json.dumps(result.to_json(), indent=2, sort_keys=True))
     else:
         print(render_text(result))
-        for note in stage.settle_replays(inputs):
-            print(note)
+    for note in resumed:  # beside the JSON, not in it
+        print(note, file=sys.stderr if args.json else sys.stdout)
     return 0
