@@ -99,6 +99,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.child:
         print(json.dumps(child(args.child, args.folder, args.days)))
         return
+    modes = args.modes.split(",")
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:  # before any trace is generated
+        parser.error(f"--modes: {', '.join(unknown)} not one of {', '.join(MODES)}")
     with tempfile.TemporaryDirectory(prefix="sim_resume_") as tmp:
         folder = args.keep or Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
@@ -109,9 +113,7 @@ def main(argv: list[str] | None = None) -> None:
         shutil.rmtree(folder / "resume", ignore_errors=True)
         limits = Limits(int(args.memory_limit * GIB))
         results = {}
-        for mode in args.modes.split(","):
-            if mode not in MODES:
-                raise SystemExit(f"--modes: {mode!r} is not one of {', '.join(MODES)}")
+        for mode in modes:
             command = [sys.executable, "-m", "perf.sim_resume", "--child", mode]
             command += ["--folder", str(folder), "--days", str(args.days)]
             ran = child_result(mode, command, Path(tmp) / f"{mode}.log", limits)
