@@ -115,13 +115,14 @@ def simulation_curves(store: EnginefitStore) -> dg.MaterializeResult:  # type: i
     config = store.config()
     layout = config.layout()
     settings = config.simulation
-    curves = stage.curves(layout, settings, settings.latency(config.shape.latency))
-    points = compute.curve_points(curves)
-    paths = stage.write_curves(curves, points, layout)
+    curved = stage.curves(layout, settings, settings.latency(config.shape.latency))
+    points = compute.curve_points(curved.curves)
+    paths = stage.write_curves(curved.curves, points, layout)
     return dg.MaterializeResult(
         metadata={
             "dagster/row_count": pl.read_parquet(paths["curves"]).height,
             "curves": md(curves_table(points)),
+            **({"resumed": curved.resumed} if curved.resumed else {}),
             **path_entries(paths),
         }
     )

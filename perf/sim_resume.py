@@ -1,5 +1,6 @@
-"""Benchmark: the scenarios' streamed pass over a quarter of days, kept and resumed when a day
-is appended (:mod:`pipeline.sim.resume`), against replaying every day again.
+"""Benchmark: the scenarios' streamed pass (or the sampled curves' gathering) over a quarter of
+days, kept and resumed when a day is appended (:mod:`pipeline.sim.resume`), against replaying
+every day again.
 
 A ``perf.workload`` trace (short profile, block size 16, answers in the chain, sessions
 logged) spread over ``--days`` + 1 days is written as canonical Parquet parts, each within
@@ -11,10 +12,14 @@ process of its own under ``perf.e2e``'s guard (summed PSS every 50 ms):
 * ``append``: the day after them appended, the kept pass resumed;
 * ``whole``: every day replayed from the start (no pass kept).
 
+With ``--pass curves`` each mode reads the days for the default configuration's capacity
+curves instead, sampled (SHARDS) at the rate the stage derives for the whole table
+(:func:`pipeline.sim.curve_stream.sample_rate`), or ``--budget`` blocks' worth.
+
 Printed per mode: peak memory, wall and CPU seconds, the size of the kept pass, and whether
-``append`` and ``whole`` wrote the same summaries. Run:
+``append`` and ``whole`` wrote the same summaries (curves). Run:
 ``.venv/bin/python -m perf.sim_resume [--requests 10M] [--days 91] [--keep DIR]
-[--modes cold,append,whole]``.
+[--modes cold,append,whole] [--pass scenarios|curves] [--budget BLOCKS]``.
 """
 
 from __future__ import annotations
@@ -53,15 +58,21 @@ def generate(folder: Path, requests: int, days: int) -> None:
     (folder / "days.json").write_text(json.dumps(day_of_part))
 
 
-def child(mode: str, folder: Path, days: int) -> dict[str, Any]:
+def child(mode: str, folder: Path, days: int, which: str, budget: int | None) -> dict[str, Any]:
+    import pyarrow.parquet as pq
+
     from pipeline.config import default_config
     from pipeline.ingest.days import UnitedDay
-    from pipeline.sim.resume import SCENARIOS, STATE, DailyStream
+    from pipeline.sim.compute import curve_combinations, curve_points
+    from pipeline.sim.curve_stream import sample_rate, stored_blocks
+    from pipeline.sim.resume import CURVES, SCENARIOS, STATE, DailyStream
     from pipeline.sim.stage import STREAM_ROWS
     from pipeline.sim.stream import RequestStream, part_chunks
 
     config = default_config()
     settings = config.simulation
+    if budget is not None:
+        settings = settings.replace(curve_exact_max_blocks=budget)
     latency = settings.latency(config.shape.latency)
     day_of_part = json.loads((folder / "days.json").read_text())
     order = list(dict.fromkeys(day_of_part))
@@ -71,10 +82,26 @@ def child(mode: str, folder: Path, days: int) -> dict[str, Any]:
     kept = folder / ("resume-whole" if mode == "whole" else "resume")
     if mode == "whole":
         shutil.rmtree(kept, ignore_errors=True)
+    rows = None if which == CURVES else STREAM_ROWS
     daily = DailyStream(
-        RequestStream(part_chunks(files), latency, STREAM_ROWS), united, tuple(files), kept
+        RequestStream(part_chunks(files), latency, rows), united, tuple(files), kept
     )
     t0 = time.perf_counter()
+    if which == CURVES:
+        rate = sample_rate(settings, stored_blocks(files))
+        curves = daily.gathered_curves(settings, curve_combinations(settings), rate)
+        return {
+            "mode": mode,
+            "seconds": round(time.perf_counter() - t0, 2),
+            "said": daily.said[-1],
+            "kept_mib": round((kept / CURVES / STATE).stat().st_size / 2**20, 1),
+            "requests": sum(pq.ParquetFile(f).metadata.num_rows for f in files),
+            "rate": rate,
+            "summaries": [
+                curve_points(curves),
+                [(c.block_size, c.replicas, c.routing, c.hit_ratio_error) for c in curves],
+            ],
+        }
     runs = daily.simulate_many(settings.scenarios(), settings)
     return {
         "mode": mode,
@@ -93,11 +120,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--memory-limit", type=float, default=8.0, help="GiB (the guard)")
     parser.add_argument("--keep", type=Path, default=None, help="generate into (or reuse) DIR")
     parser.add_argument("--modes", default=",".join(MODES), help="of " + ", ".join(MODES))
+    parser.add_argument(
+        "--pass", dest="which", choices=("scenarios", "curves"), default="scenarios"
+    )
+    parser.add_argument("--budget", type=int, default=None, help="curve_exact_max_blocks")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--folder", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(child(args.child, args.folder, args.days)))
+        print(json.dumps(child(args.child, args.folder, args.days, args.which, args.budget)))
         return
     modes = args.modes.split(",")
     unknown = [m for m in modes if m not in MODES]
@@ -115,7 +146,8 @@ def main(argv: list[str] | None = None) -> None:
         results = {}
         for mode in modes:
             command = [sys.executable, "-m", "perf.sim_resume", "--child", mode]
-            command += ["--folder", str(folder), "--days", str(args.days)]
+            command += ["--folder", str(folder), "--days", str(args.days), "--pass", args.which]
+            command += [] if args.budget is None else ["--budget", str(args.budget)]
             ran = child_result(mode, command, Path(tmp) / f"{mode}.log", limits)
             if ran is None:
                 continue
@@ -125,12 +157,12 @@ def main(argv: list[str] | None = None) -> None:
                 f"{mode}: {r['requests']:,} requests, peak memory (PSS) "
                 f"{watched.peak / 2**20:,.0f} MiB, wall {watched.wall_s:.1f} s, CPU "
                 f"{watched.cpu_s:.1f} s (the pass {r['seconds']} s), kept {r['kept_mib']} MiB\n"
-                f"  {r['said']}",
+                f"  {r['said']}" + (f" (sample rate {r['rate']})" if "rate" in r else ""),
                 flush=True,
             )
         if "append" in results and "whole" in results:
             same = results["append"]["summaries"] == results["whole"]["summaries"]
-            print(f"append and whole wrote the same summaries: {same}")
+            print(f"append and whole wrote the same {args.which}: {same}")
 
 
 if __name__ == "__main__":

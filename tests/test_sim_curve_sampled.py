@@ -16,6 +16,7 @@ import pytest
 
 from perf import workload
 from pipeline.config import default_config
+from pipeline.ingest.days import UnitedDay
 from pipeline.layout import WorkloadLayout
 from pipeline.sim import stage
 from pipeline.sim.blocks import sim_input
@@ -23,13 +24,17 @@ from pipeline.sim.compute import capacity_curves, curve_combinations
 from pipeline.sim.config import SimConfig
 from pipeline.sim.curve import CURVE_SCHEMA, Curve
 from pipeline.sim.curve_stream import (
+    CurveGathering,
     _largest_gap,
+    gathering_facts,
     sample_rate,
     stored_blocks,
     streamed_curves,
 )
 from pipeline.sim.present import curve_sampling_brief, curve_sampling_note
 from pipeline.sim.result import curves_frame
+from pipeline.sim.resume import _KeptPass
+from pipeline.sim.stream import StreamPass, part_chunks
 from pipeline.store import publish_ingest
 
 BLOCK = 16
@@ -162,18 +167,33 @@ def test_the_stage_samples_only_above_the_configured_size(
     layout: WorkloadLayout, exact: list[Curve]
 ) -> None:
     blocks = stored_blocks(layout.ingest.parts())
-    at_the_limit = stage.curves(layout, _settings(curve_exact_max_blocks=blocks), LATENCY)
+    at_the_limit = stage.curves(layout, _settings(curve_exact_max_blocks=blocks), LATENCY).curves
     for got, want in zip(at_the_limit, exact, strict=True):
         assert got.sample_rate == 1.0 and got.hit_ratio_error == 0.0
         np.testing.assert_array_equal(got.hit_tokens, want.hit_tokens)
     assert curves_frame(at_the_limit).equals(curves_frame(exact))
     over = stage.curves(layout, _settings(curve_exact_max_blocks=blocks - 1), LATENCY)
-    assert {c.sample_rate for c in over} == {(blocks - 1) / blocks}  # null rate: the budget's
+    # null rate: the power of two nearest the budget's share, below one
+    assert over.resumed is None and {c.sample_rate for c in over.curves} == {0.5}
     thin = _settings(curve_exact_max_blocks=blocks // 4, curve_sample_rate=0.02)
     assert sample_rate(thin, blocks) == 0.02
-    assert sample_rate(_settings(curve_exact_max_blocks=blocks // 4), blocks) == pytest.approx(
-        0.25, rel=1e-5
-    )
+
+
+@pytest.mark.parametrize(
+    ("budget", "blocks", "rate"),
+    [
+        (100, 101, 0.5),  # just over: the largest rate below one
+        (100, 282, 0.5),  # share 1/2.82: log2 1.496, nearer 1/2
+        (100, 283, 0.25),  # share 1/2.83: log2 1.501, nearer 1/4
+        (100, 400, 0.25),
+        (100_000_000, 855_000_000, 0.125),  # 100M generated requests: 11.7 %, nearest 1/8
+        (100_000_000, 1_200_000_000, 0.0625),  # log2 12 = 3.58
+        (0, 10, 2.0**-19),  # no budget: the smallest power of two above MIN_SAMPLE_RATE
+        (1, 10**12, 2.0**-19),
+    ],
+)
+def test_the_budget_rate_is_a_power_of_two(budget: int, blocks: int, rate: float) -> None:
+    assert sample_rate(_settings(curve_exact_max_blocks=budget), blocks) == rate
 
 
 def test_the_record_and_the_document_state_the_sample(
@@ -290,3 +310,40 @@ def test_a_sample_that_kept_no_block_is_unknown_not_zero(layout: WorkloadLayout)
     frame = curves_frame(curves)
     assert frame["hit_tokens"].null_count() == frame.height == len(curves)
     assert curve_sampling_note(frame) is not None  # the document still says it is sampled
+
+
+@pytest.mark.parametrize("cut", [1, 3])
+def test_a_gathering_kept_between_parts_and_fed_the_rest_gives_one_readings_curves(
+    layout: WorkloadLayout, tmp_path: Path, cut: int
+) -> None:
+    # Every state the gathering carries: the sample's numbering and per-request rows, the
+    # namespaces (tenants isolated) numbered across parts, the random generator, least-served's
+    # and bounded-affinity's counters, the sessions inferred (the trace logs none).
+    settings = _settings(
+        block_sizes=(BLOCK, 2 * BLOCK),
+        tenant_isolation=True,
+        routings=("round-robin", "random", "least-served", "bounded-affinity"),
+    )
+    parts = layout.ingest.parts()
+    combinations = curve_combinations(settings)
+    whole = streamed_curves(parts, settings, LATENCY, combinations, lambda: pytest.fail(), 0.25)
+    facts = gathering_facts(part_chunks(parts), combinations)
+    assert facts.infer_sessions
+    first = CurveGathering(settings, combinations, 0.25, facts, LATENCY)
+    first.feed(part_chunks(parts[:cut]))
+    # kept and read back as the stage does (pickled, zstd-compressed, its digest checked)
+    kept = _KeptPass(tmp_path / "kept", None)
+    days = (UnitedDay("first", "a", cut), UnitedDay("then", "b", len(parts) - cut))
+    kept.keep(first, "key", days[:1], {"sample rate": "25.00%"})
+    del first
+    wrong, why = kept.read_back("key", days, StreamPass, {})
+    assert wrong is None and "is not the pass" in why  # a gathering is no scenario replay
+    back, why = kept.read_back("key", days, CurveGathering, {"sample rate": "25.00%"})
+    assert back is not None, why
+    resumed, covered = back
+    assert covered == 1 and resumed.requests > 0
+    resumed.feed(part_chunks(parts[cut:]))
+    got = resumed.finish()
+    assert curves_frame(got).equals(curves_frame(whole))
+    assert [c.hit_ratio_error for c in got] == [c.hit_ratio_error for c in whole]
+    assert {c.routing for c in got} == {"single", *settings.routings}

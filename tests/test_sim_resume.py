@@ -26,7 +26,8 @@ from pipeline.ingest.days import UnitedDay
 from pipeline.layout import WorkloadLayout
 from pipeline.sim import stage
 from pipeline.sim.config import Scenario
-from pipeline.sim.result import ScenarioSummary
+from pipeline.sim.curve_stream import stored_blocks
+from pipeline.sim.result import ScenarioSummary, curves_frame
 from pipeline.sim.resume import MARKER, STATE, DailyStream, _KeptPass
 from pipeline.sim.stream import (
     RequestChunks,
@@ -71,9 +72,9 @@ def test_a_pass_kept_between_chunks_and_fed_the_rest_is_one_pass(tmp_path: Path,
     # kept and read back as the stage does (pickled, zstd-compressed, its digest checked)
     kept = _KeptPass(tmp_path / "kept", None)
     days = (UnitedDay("first", "a", cut),)
-    kept.keep(first, "key", days)
+    kept.keep(first, "key", days, {})
     del first
-    back, why = kept.read_back("key", (*days, UnitedDay("then", "b", 6 - cut)))
+    back, why = kept.read_back("key", (*days, UnitedDay("then", "b", 6 - cut)), StreamPass, {})
     assert back is not None, why
     resumed, covered = back
     assert covered == 1
@@ -315,3 +316,62 @@ def test_the_fleet_replays_resume_too_and_price_the_quarter_as_from_scratch(
         if "day(s)" in line
     )
     assert {p.name: p.read_bytes() for p in layout.capacity.dir.glob("*.*")} == resumed
+
+
+def test_the_sampled_curves_carry_their_gathering_on_while_the_rate_stays(
+    three_days: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The curves' SHARDS sample of a union of days is kept at the end of the last day: a day
+    appended is read alone and the curves are those of a reading of every day; another rate
+    (the derived one halves as the table doubles) gathers every day again and says so."""
+    path = _config(tmp_path, "daily", [str(three_days / "mooncake-{day}.jsonl")])
+    raw = yaml.safe_load(path.read_text())
+    raw["simulation"] |= {"curve_exact_max_blocks": 1, "curve_sample_rate": 0.5}
+    path.write_text(yaml.safe_dump(raw))
+    config = load_config(path)
+    layout = config.layout()
+    folder = layout.scenario_passes / "curves"
+
+    def simulate() -> tuple[list[str], bytes]:
+        capsys.readouterr()
+        assert enginefit(["simulate", "--config", str(path)]) == 0, capsys.readouterr().err
+        out = capsys.readouterr().out.splitlines()
+        return [line for line in out if line.startswith("sampled curves:")], (
+            layout.simulation.curves.read_bytes()
+        )
+
+    _unite(config, 2)
+    said, _ = simulate()
+    assert said == [
+        f"sampled curves: 2 day(s) replayed (no pass kept yet); the pass at the end of {DAYS[1]} "
+        f"kept in {folder} ({(folder / STATE).stat().st_size / 2**20:,.1f} MiB)"
+    ]
+    assert json.loads((folder / MARKER).read_text())["about"] == {"sample rate": "50.00%"}
+    _unite(config, 3)
+    said, resumed = simulate()
+    assert len(said) == 1 and said[0].startswith(
+        "sampled curves: 1 day(s) replayed (2 of 3 days read back)"
+    )
+    folder.rename(folder.with_name("curves-aside"))
+    said, from_scratch = simulate()
+    assert len(said) == 1 and "3 day(s) replayed (no pass kept yet)" in said[0]
+    assert resumed == from_scratch
+
+    # the derived rate: 3 days' stored blocks 2.9 times the budget, so a quarter (log2 2.9 =
+    # 1.54 rounds to 2 halvings), not the half the kept pass was gathered at
+    blocks = stored_blocks(layout.ingest.parts())
+    derived = config.simulation.replace(
+        curve_sample_rate=None, curve_exact_max_blocks=int(blocks / 2.9)
+    )
+    latency = derived.latency(config.shape.latency)
+    curved = stage.curves(layout, derived, latency)
+    assert {c.sample_rate for c in curved.curves} == {0.25}
+    assert curved.resumed is not None and curved.resumed.startswith(
+        "sampled curves: 3 day(s) replayed (the kept pass was made with sample rate 50.00%, "
+        "now 25.00%)"
+    )
+    again = stage.curves(layout, derived, latency)
+    assert (
+        again.resumed is not None and "0 day(s) replayed (3 of 3 days read back)" in again.resumed
+    )
+    assert curves_frame(again.curves).equals(curves_frame(curved.curves))

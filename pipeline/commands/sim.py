@@ -257,7 +257,8 @@ def _run_configured(args: argparse.Namespace, config: Config) -> int:
     settings = config.simulation
     latency = settings.latency(config.shape.latency)
     inputs = stage.scenario_inputs(layout, settings, latency)
-    result = stage.run(inputs, settings, stage.curves(layout, settings, latency))
+    curved = stage.curves(layout, settings, latency)
+    result = stage.run(inputs, settings, curved.curves)
     stage.write(result, layout)
     points = result.curve_points
     if args.json:
@@ -277,7 +278,7 @@ def _run_configured(args: argparse.Namespace, config: Config) -> int:
                     curves_table(points),
                     # said only of sampled curves, as in the document
                     *filter(None, [curve_sampling_note(curves_frame(result.curves))]),
-                    *filter(None, [stage.resume_note(inputs)]),
+                    *filter(None, [stage.resume_note(inputs), curved.resumed]),
                     f"wrote {layout.simulation.dir}",
                 ]
             ),

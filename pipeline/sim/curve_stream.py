@@ -31,6 +31,7 @@ sample.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,7 +59,16 @@ from pipeline.sim.curve import (
     sampled_steps,
 )
 from pipeline.sim.replay import assign, replica_streams
-from pipeline.sim.stream import Router, Sessions, flattened_chunks, part_chunks
+from pipeline.sim.stream import (
+    RequestChunks,
+    Router,
+    Sessions,
+    StreamOrder,
+    TableFacts,
+    flattened_after,
+    part_chunks,
+    routes_by_session,
+)
 
 I64 = NDArray[np.int64]
 U64 = NDArray[np.uint64]
@@ -395,10 +405,74 @@ def _largest_gap(a: tuple[I64, I64], b: tuple[I64, I64], prompt_tokens: int) -> 
 
 def sample_rate(settings: SimConfig, blocks: int) -> float:
     """The rate of a table of ``blocks`` stored blocks: ``simulation.curve_sample_rate``, else
-    as many blocks as ``simulation.curve_exact_max_blocks`` (at least the smallest rate)."""
+    the power of two (1/2, 1/4, …) nearest, on a log scale, to the share of them
+    ``simulation.curve_exact_max_blocks`` is (at least the smallest rate): a sample of 0.71-1.41
+    times that many blocks. A power of two so that the rate stays put while a quarter's days
+    are added, until the table has doubled: the sample gathered over the days before is then
+    kept and carried on (:func:`gathered_curves`), not gathered again every day."""
     if settings.curve_sample_rate is not None:
         return settings.curve_sample_rate
-    return max(settings.curve_exact_max_blocks / max(blocks, 1), MIN_SAMPLE_RATE)
+    share = settings.curve_exact_max_blocks / max(blocks, 1)
+    halvings = math.floor(-math.log2(share) + 0.5) if share > 0 else MAX_HALVINGS
+    return 2.0 ** -min(max(halvings, 1), MAX_HALVINGS)
+
+
+# The most a derived rate is halved: 2^-19 is the smallest power of two above MIN_SAMPLE_RATE.
+MAX_HALVINGS = math.floor(-math.log2(MIN_SAMPLE_RATE))
+
+
+class CurveGathering:
+    """The sampled curves' reading of the table (:class:`CurveSampler` with each curve's router
+    and the sessions they route by), fed the request parts in arrival order (:meth:`feed`, as
+    often as more of the table comes), the curves at the end (:meth:`finish`). Between feeds
+    it holds the sample and the routers' counters, so it can be kept (pickled) at the end of
+    one day and fed the next days later (:mod:`pipeline.sim.resume`): the curves are those of
+    one reading of all of them."""
+
+    def __init__(
+        self,
+        settings: SimConfig,
+        combinations: Sequence[Combination],
+        rate: float,
+        facts: TableFacts,
+        latency_model: LatencyModel,
+    ) -> None:
+        self.sampler = CurveSampler(settings, combinations, rate)
+        self.routers = {c: Router(c[2], c[1], settings) for c in combinations if c[1] > 1}
+        needs_sessions = any(router.needs_sessions for router in self.routers.values())
+        self.sessions = Sessions(facts.infer_sessions) if needs_sessions else None
+        self.facts = facts
+        self.latency_model = latency_model
+        self.order = StreamOrder()
+
+    @property
+    def requests(self) -> int:
+        """The requests read so far."""
+        return self.sampler.seen.n
+
+    def feed(self, chunks: RequestChunks) -> None:
+        """Sample ``chunks`` (whole parts, the next of the table), each flattened as the
+        streamed scenarios flatten it, each curve's replicas assigned by its router."""
+        sampler, sessions = self.sampler, self.sessions
+        stored = self.facts.block_size
+        for part in flattened_after(chunks, self.latency_model, None, stored, self.order):
+            start = sampler.seen.n
+            home = sessions.hashes(part) if sessions is not None else None
+            assigned = {c: r.assign(start, part, home) for c, r in self.routers.items()}
+            sampler.add(part, assigned, whole=False)
+
+    def finish(self) -> list[Curve]:
+        """The curves of every part fed (the gathering is used up: its sample is drained)."""
+        if self.sampler.seen.n == 0:
+            raise SimulationInputError("request table is empty: nothing to replay")
+        # the routers' and the session inference's state let go of before the depth passes
+        self.routers, self.sessions = {}, None
+        return self.sampler.curves()
+
+
+def gathering_facts(chunks: RequestChunks, combinations: Sequence[Combination]) -> TableFacts:
+    """What :class:`CurveGathering` reads of the whole table before its first part."""
+    return TableFacts.of(chunks, any(r > 1 and routes_by_session(p) for _, r, p in combinations))
 
 
 def streamed_curves(
@@ -414,31 +488,15 @@ def streamed_curves(
     gives it and the same sample is taken from it."""
     for _, replicas, routing in combinations:
         require_single_pass(routing, replicas)
-    sampler = CurveSampler(settings, combinations, rate)
-    # each way of sampling in a function of its own: the routers' and the session inference's
-    # state and the last part (or the flattened table) are let go of before the curves
-    if streamable(combinations):
-        _sample_parts(sampler, parts, latency)
-    else:
+    if not streamable(combinations):
+        sampler = CurveSampler(settings, combinations, rate)
         _sample_whole(sampler, flattened())
-    return sampler.curves()
-
-
-def _sample_parts(sampler: CurveSampler, parts: Sequence[Path], latency: LatencyModel) -> None:
-    """Sample the parts in arrival order, each flattened as the streamed scenarios flatten it,
-    each curve's replicas assigned by its router as the parts come."""
-    settings, combinations = sampler.settings, sampler.combinations
+        return sampler.curves()
     chunks = part_chunks(parts)
-    routers = {c: Router(c[2], c[1], settings) for c in combinations if c[1] > 1}
-    needs_sessions = any(router.needs_sessions for router in routers.values())
-    sessions = Sessions.of(chunks) if needs_sessions else None
-    for part in flattened_chunks(chunks, latency, None):
-        start = sampler.seen.n
-        home = sessions.hashes(part) if sessions is not None else None
-        assigned = {c: router.assign(start, part, home) for c, router in routers.items()}
-        sampler.add(part, assigned, whole=False)
-    if sampler.seen.n == 0:
-        raise SimulationInputError("request table is empty: nothing to replay")
+    facts = gathering_facts(chunks, combinations)
+    gathering = CurveGathering(settings, combinations, rate, facts, latency)
+    gathering.feed(chunks)
+    return gathering.finish()
 
 
 def _sample_whole(sampler: CurveSampler, whole: SimInputs) -> None:

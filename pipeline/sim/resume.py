@@ -44,9 +44,10 @@ import json
 import pickle
 import platform
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, BinaryIO, cast
+from typing import IO, Any, BinaryIO, Protocol, TypeVar, cast
 
 import numpy as np
 import polars as pl
@@ -57,9 +58,13 @@ from pipeline.errors import EnginefitError
 from pipeline.ingest.days import UnitedDay, united_days
 from pipeline.layout import WorkloadLayout
 from pipeline.mirror import push_committed
+from pipeline.present.text import sample_rate as sample_rate_text
 from pipeline.remote import Mirror, StorageError
 from pipeline.sim.config import Scenario, SimConfig
+from pipeline.sim.curve import Curve
+from pipeline.sim.curve_stream import Combination, CurveGathering, gathering_facts
 from pipeline.sim.stream import (
+    RequestChunks,
     RequestStream,
     StreamedRun,
     StreamPass,
@@ -70,6 +75,18 @@ from pipeline.sim.stream import (
 from pipeline.store import atomic_path, write_bytes_atomic
 
 RESUME_VERSION = 2
+
+
+class Feedable(Protocol):
+    """A pass over the table that can be kept between days: fed the next chunks."""
+
+    @property
+    def requests(self) -> int: ...
+
+    def feed(self, chunks: RequestChunks) -> None: ...
+
+
+Pass = TypeVar("Pass", bound=Feedable)
 STATE = "state.pickle"
 MARKER = "resume.json"
 # The package whose source a kept pass depends on: all of it, not only the modules its objects
@@ -164,18 +181,26 @@ class DailyStream:
         with_instant: bool,
         per_request: bool,
     ) -> list[StreamedRun]:
-        """The runs of one pass over the table: the pass kept as ``name`` read back when it
-        covers the first days of the table (then only the later days' parts are read), and
-        kept again at the end of the last day."""
-        kept = _KeptPass(self.folder / name, self.remote)
+        """The runs of one pass over the table (:meth:`carried` as ``name``)."""
         facts = TableFacts.of(
             self.stream.chunks, any(routes_by_session(s.routing) for s in scenarios)
         )
-        key = self._key(scenarios, settings, facts, with_instant, per_request)
-        resumed, why = kept.read_back(key, self.days)
-        if resumed is None:
-            s = self.stream
-            streamed = StreamPass(
+        replayed = settings.model_dump(mode="json", exclude=set(_NOT_REPLAYED))
+        made_of = {
+            "scenarios": [dataclasses.asdict(s) for s in scenarios],
+            "settings": replayed,
+            "facts": dataclasses.asdict(facts),
+            "with_instant": with_instant,
+            "per_request": per_request,
+        }
+        s = self.stream
+        streamed = self.carried(
+            name,
+            "scenario replay" if name == SCENARIOS else f"replay {name}",
+            made_of,
+            {},
+            StreamPass,
+            lambda: StreamPass(
                 scenarios,
                 settings,
                 facts,
@@ -183,8 +208,58 @@ class DailyStream:
                 max_rows=s.max_rows,
                 with_instant=with_instant,
                 per_request=per_request,
-            )
-            done = 0
+            ),
+        )
+        return streamed.finish()
+
+    def gathered_curves(
+        self, settings: SimConfig, combinations: list[Combination], rate: float
+    ) -> list[Curve]:
+        """:func:`pipeline.sim.curve_stream.streamed_curves` of every day, its gathering
+        (:class:`CurveGathering`) carried on from the days read before (:meth:`carried` as
+        ``curves``) while the rate stays put (it halves each time the table doubles,
+        :func:`pipeline.sim.curve_stream.sample_rate`)."""
+        chunks = self.stream.chunks
+        facts = gathering_facts(chunks, combinations)
+        # every setting but those the gathering does not read (its rate is named instead)
+        read = settings.model_dump(mode="json", exclude=set(_NOT_GATHERED))
+        made_of = {
+            "pass": CURVES,
+            "combinations": combinations,
+            "rate": rate,
+            "settings": read,
+            "facts": dataclasses.asdict(facts),
+        }
+        latency = self.stream.latency_model
+        gathering = self.carried(
+            CURVES,
+            "sampled curves",
+            made_of,
+            {"sample rate": sample_rate_text(rate)},
+            CurveGathering,
+            lambda: CurveGathering(settings, combinations, rate, facts, latency),
+        )
+        return gathering.finish()
+
+    def carried(
+        self,
+        name: str,
+        label: str,
+        made_of: dict[str, Any],
+        about: dict[str, Any],
+        kind: type[Pass],
+        start: Callable[[], Pass],
+    ) -> Pass:
+        """A pass over the table fed every day: the pass kept as ``name`` read back when it
+        covers the first days of the table and was ``made_of`` the same inputs (then only the
+        later days' parts are read), else ``start()`` fed every day; kept again at the end of
+        the last day. One line (``label``: what it is) says which, with how the kept pass's
+        ``about`` (the inputs worth naming, e.g. a sample rate) differs when that is why."""
+        kept = _KeptPass(self.folder / name, self.remote)
+        key = self._key(made_of)
+        resumed, why = kept.read_back(key, self.days, kind, about)
+        if resumed is None:
+            streamed, done = start(), 0
         else:
             streamed, done = resumed
         streamed.feed(part_chunks(self.parts[sum(d.parts for d in self.days[:done]) :]))
@@ -196,18 +271,15 @@ class DailyStream:
             ending = f"the pass at the end of {last} unchanged in {kept.folder}"
         else:
             try:
-                size = kept.keep(streamed, key, self.days)
+                size = kept.keep(streamed, key, self.days, about)
             except (OSError, EnginefitError) as exc:  # the replay's results stand without it
                 ending = f"the pass was not kept ({exc}): the next run replays every day"
             else:
                 ending = f"the pass at the end of {last} kept in {kept.folder}"
                 ending += f" ({size / 2**20:,.1f} MiB)"
         read = f"{done} of {len(self.days)} days read back" if done else why
-        self.said.append(
-            f"{'scenario replay' if name == SCENARIOS else f'replay {name}'}: "
-            f"{len(self.days) - done} day(s) replayed ({read}); {ending}"
-        )
-        return streamed.finish()
+        self.said.append(f"{label}: {len(self.days) - done} day(s) replayed ({read}); {ending}")
+        return streamed
 
     def forget_unused(self) -> None:
         """Remove the kept passes of replays this process did not make (a fleet replay the
@@ -227,37 +299,29 @@ class DailyStream:
             _KeptPass(self.folder / name, self.remote).forget()
         self.forgotten.extend(gone)
 
-    def _key(
-        self,
-        scenarios: list[Scenario],
-        settings: SimConfig,
-        facts: TableFacts,
-        with_instant: bool,
-        per_request: bool,
-    ) -> str:
-        """What a kept pass means beyond its days: the replay's inputs other than the table,
-        the code that made it and the versions its pickle depends on."""
-        replayed = settings.model_dump(mode="json", exclude=set(_NOT_REPLAYED))
-        made_of = {
+    def _key(self, made_of: dict[str, Any]) -> str:
+        """What a kept pass means beyond its days: the pass's inputs other than the table
+        (``made_of``), the code that made it and the versions its pickle depends on."""
+        whole = {
             "version": RESUME_VERSION,
             "code": code_digest(),
             "python": platform.python_version(),
             "numpy": np.__version__,
             "polars": pl.__version__,
-            "scenarios": [dataclasses.asdict(s) for s in scenarios],
-            "settings": replayed,
             "latency_model": dataclasses.asdict(self.stream.latency_model),
             "max_rows": self.stream.max_rows,
-            "facts": dataclasses.asdict(facts),
-            "with_instant": with_instant,
-            "per_request": per_request,
+            **made_of,
         }
-        text = json.dumps(made_of, sort_keys=True, default=str)
+        text = json.dumps(whole, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()
 
 
-# The kept passes' folder names: the scenario grid's, and one scenario's (its key, with or
+# Settings the curves' gathering does not read: the rate's own (the rate is in the key) and the
+# scenarios' cache sizes.
+_NOT_GATHERED = frozenset({"curve_exact_max_blocks", "curve_sample_rate", "cache_tokens"})
+# The kept passes' folder names: the curves' gathering, the scenario grid's, and one scenario's (its key, with or
 # without the instant replay beside it, with or without every request's hit tokens).
+CURVES = "curves"
 SCENARIOS = "scenarios"
 _ALONE = "-alone"
 _PER_REQUEST = "-per-request"
@@ -278,10 +342,10 @@ class _KeptPass:
         return self.folder.relative_to(self.remote.local).as_posix()
 
     def read_back(
-        self, key: str, days: tuple[UnitedDay, ...]
-    ) -> tuple[tuple[StreamPass, int] | None, str]:
-        """The kept pass and how many of ``days`` (the table's, in order) it covers, or None
-        and why not (the whole table is replayed)."""
+        self, key: str, days: tuple[UnitedDay, ...], kind: type[Pass], about: dict[str, Any]
+    ) -> tuple[tuple[Pass, int] | None, str]:
+        """The kept pass (a ``kind``) and how many of ``days`` (the table's, in order) it
+        covers, or None and why not (the whole table is replayed)."""
         unfetched = self._fetch()
         if unfetched is not None:
             return None, unfetched
@@ -293,10 +357,18 @@ class _KeptPass:
             covered = [UnitedDay(d["day"], d["digest"], int(d["parts"])) for d in kept["days"]]
             state_sha = str(kept["state_sha256"])
             kept_key = str(kept["key"])
+            kept_about = dict(kept.get("about", {}))
         except (OSError, ValueError, TypeError, KeyError):
             return None, f"{marker} is damaged"
         if kept_key != key:
-            return None, "the kept pass was made with other scenarios, settings or code"
+            differs = [
+                f"{name} {kept_about.get(name)}, now {value}"
+                for name, value in about.items()
+                if kept_about.get(name) != value
+            ]
+            return None, "the kept pass was made with " + (
+                "; ".join(differs) if differs else "other scenarios, settings or code"
+            )
         if tuple(covered) != days[: len(covered)]:
             changed = next(
                 (c.day for c, d in zip(covered, days, strict=False) if c != d),
@@ -321,12 +393,14 @@ class _KeptPass:
             not isinstance(inside, tuple)
             or len(inside) != 3
             or inside[:2] != (key, tuple(covered))
-            or not isinstance(inside[2], StreamPass)
+            or not isinstance(inside[2], kind)
         ):
             return None, f"{state} is not the pass {marker} names (another run replaced it)"
         return (inside[2], len(covered)), ""
 
-    def keep(self, streamed: StreamPass, key: str, days: tuple[UnitedDay, ...]) -> int:
+    def keep(
+        self, streamed: Feedable, key: str, days: tuple[UnitedDay, ...], about: dict[str, Any]
+    ) -> int:
         """Keep ``streamed`` (at the end of the last of ``days``) with the days it covers:
         ``state.pickle`` first, then ``resume.json`` naming its digest, which commits it."""
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -347,7 +421,8 @@ class _KeptPass:
                 "version": RESUME_VERSION,
                 "key": key,
                 "days": [dataclasses.asdict(d) for d in days],
-                "requests": streamed.totals.requests,
+                "requests": streamed.requests,
+                "about": about,
                 "state_sha256": writer.digest.hexdigest(),
             },
             indent=1,

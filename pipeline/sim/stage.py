@@ -32,6 +32,7 @@ before that bound).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,7 @@ from pipeline.sim.compute import (
 )
 from pipeline.sim.config import Scenario, SimConfig
 from pipeline.sim.curve import Curve
-from pipeline.sim.curve_stream import sample_rate, stored_blocks, streamed_curves
+from pipeline.sim.curve_stream import sample_rate, stored_blocks, streamable, streamed_curves
 from pipeline.sim.present import hit_ratio_vs_capacity_svg, imbalance_vs_hit_ratio_svg
 from pipeline.sim.result import (
     ScenarioSummary,
@@ -105,22 +106,36 @@ def read_inputs(layout: WorkloadLayout, latency: LatencyModel) -> SimInputs:
     return reuse_input(key, lambda: sim_input(requests, latency_model=latency))
 
 
-def curves(layout: WorkloadLayout, settings: SimConfig, latency: LatencyModel) -> list[Curve]:
+@dataclass(frozen=True)
+class CurvesRun:
+    """The capacity curves, and what their sample's gathering resumed (None: not a sample
+    gathered by days)."""
+
+    curves: list[Curve]
+    resumed: str | None = None
+
+
+def curves(layout: WorkloadLayout, settings: SimConfig, latency: LatencyModel) -> CurvesRun:
     """The capacity curves: exact from the flattened table (:func:`read_inputs`) up to
     ``simulation.curve_exact_max_blocks`` stored blocks, else a SHARDS sample
     (:func:`pipeline.sim.curve_stream.sample_rate`) taken while the parts are read one at a time
-    (:mod:`pipeline.sim.curve_stream`)."""
+    (:mod:`pipeline.sim.curve_stream`), carried on from the days read before when the table is
+    a union of days (:meth:`pipeline.sim.resume.DailyStream.gathered_curves`)."""
     read_requests(layout)  # checks the table against its ingest manifest
     if not streams(layout, settings):
-        return capacity_curves(read_inputs(layout, latency), settings)
+        return CurvesRun(capacity_curves(read_inputs(layout, latency), settings))
     parts = layout.ingest.parts()
-    return streamed_curves(
-        parts,
-        settings,
-        latency,
-        curve_combinations(settings),
-        lambda: read_inputs(layout, latency),
-        sample_rate(settings, stored_blocks(parts)),
+    combinations = curve_combinations(settings)
+    rate = sample_rate(settings, stored_blocks(parts))
+    if streamable(combinations):
+        whole_parts = RequestStream(part_chunks(parts), latency, None)
+        daily = DailyStream.of(layout, whole_parts, layout.scenario_passes)
+        if daily is not None:
+            return CurvesRun(daily.gathered_curves(settings, combinations, rate), daily.said[-1])
+    return CurvesRun(
+        streamed_curves(
+            parts, settings, latency, combinations, lambda: read_inputs(layout, latency), rate
+        )
     )
 
 

@@ -252,7 +252,7 @@ class StreamPass:
         self.sessions = Sessions(facts.infer_sessions) if needs_sessions else None
         self.namespaces = {iso: _Namespaces(iso) for iso in (False, True)}
         self.totals = _Totals()
-        self.order = _Order()
+        self.order = StreamOrder()
 
     def feed(self, chunks: RequestChunks) -> None:
         """Replay ``chunks``, the next of the table (after every chunk fed before)."""
@@ -260,7 +260,7 @@ class StreamPass:
         sessions, namespaces = self.sessions, self.namespaces
         threads = ThreadPoolExecutor(1) if (os.cpu_count() or 1) > 1 else None
         try:
-            for chunk in _flattened(
+            for chunk in flattened_after(
                 chunks, self.latency_model, self.max_rows, self.facts.block_size, self.order
             ):
                 totals.add(chunk)
@@ -276,6 +276,11 @@ class StreamPass:
         finally:
             if threads is not None:
                 threads.shutdown()
+
+    @property
+    def requests(self) -> int:
+        """The requests fed so far."""
+        return self.totals.requests
 
     def finish(self) -> list[StreamedRun]:
         """Every scenario's run over the chunks fed so far."""
@@ -469,17 +474,8 @@ def _table_block_size(chunks: RequestChunks) -> int | None:
     return sizes.pop() if sizes else None
 
 
-def flattened_chunks(
-    chunks: RequestChunks, latency_model: LatencyModel, max_rows: int | None
-) -> Iterator[SimInputs]:
-    """Each non-empty chunk flattened (:func:`sim_input`), in arrival order across chunks: a
-    chunk whose requests arrive before the previous chunk's last is an error. A chunk of
-    requests without content (no block size of their own) takes the table's block size."""
-    return _flattened(chunks, latency_model, max_rows, _table_block_size(chunks), _Order())
-
-
 @dataclass
-class _Order:
+class StreamOrder:
     """Where a stream is: the parts read, the requests replayed and the last one's arrival
     (each part must arrive after the parts before it)."""
 
@@ -488,15 +484,18 @@ class _Order:
     last_arrival: int | None = None
 
 
-def _flattened(
+def flattened_after(
     chunks: RequestChunks,
     latency_model: LatencyModel,
     max_rows: int | None,
     stored: int | None,
-    order: _Order,
+    order: StreamOrder,
 ) -> Iterator[SimInputs]:
-    """:func:`flattened_chunks` of the chunks after ``order``'s (``stored``: the table's
-    block size), ``order`` carried along."""
+    """Each non-empty chunk of ``chunks`` (the next of the table, after those ``order`` has
+    seen) flattened (:func:`sim_input`), in slices of ``max_rows``, in arrival order across
+    chunks (a chunk whose requests arrive before the previous chunk's last is an error);
+    ``order`` carried along. A chunk of requests without content (no block size of its own)
+    takes the table's, ``stored`` (:attr:`TableFacts.block_size`)."""
     for chunk in chunks():
         number = order.parts
         order.parts += 1
