@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pytest
 import yaml
 
@@ -25,6 +26,7 @@ from pipeline.ingest import days
 from pipeline.ingest.days import UnitedDay
 from pipeline.layout import WorkloadLayout
 from pipeline.sim import stage
+from pipeline.sim.blocks import SimulationInputError
 from pipeline.sim.config import Scenario
 from pipeline.sim.curve_stream import stored_blocks
 from pipeline.sim.result import ScenarioSummary, curves_frame
@@ -33,6 +35,8 @@ from pipeline.sim.stream import (
     RequestChunks,
     StreamPass,
     TableFacts,
+    _settled_facts,
+    part_chunks,
     routes_by_session,
     simulate_many,
 )
@@ -375,3 +379,47 @@ def test_the_sampled_curves_carry_their_gathering_on_while_the_rate_stays(
         again.resumed is not None and "0 day(s) replayed (3 of 3 days read back)" in again.resumed
     )
     assert curves_frame(again.curves).equals(curves_frame(curved.curves))
+
+
+@pytest.mark.parametrize(
+    ("case", "settled"),
+    [
+        ("logged", True),
+        ("a session missing", True),
+        ("block sizes null in a part", True),
+        ("no statistics", False),
+        ("two block sizes", False),
+    ],
+)
+def test_the_table_facts_from_the_parts_statistics_are_the_facts_read(
+    tmp_path: Path, case: str, settled: bool
+) -> None:
+    """A resumed pass takes the whole table's facts from its parts' Parquet statistics (no
+    value read) where they settle them, and the same facts as reading the columns; else it
+    reads them (two block sizes: the same error, naming both)."""
+    frames = [
+        pl.DataFrame({"block_size": [16, 16, None], "session_id": ["a", "b", "c"]}),
+        pl.DataFrame({"block_size": [16, 16], "session_id": ["d", "e"]}),
+    ]
+    frames = [f.with_columns(pl.col("block_size").cast(pl.Int32)) for f in frames]
+    if case == "a session missing":
+        frames[1] = frames[1].with_columns(session_id=pl.Series([None, "e"], dtype=pl.String))
+    elif case == "block sizes null in a part":
+        frames[0] = frames[0].with_columns(block_size=pl.lit(None, pl.Int32))
+    elif case == "two block sizes":
+        frames[1] = frames[1].with_columns(block_size=pl.Series([16, 32], dtype=pl.Int32))
+    parts = []
+    for i, frame in enumerate(frames):
+        parts.append(tmp_path / f"part-{i}.parquet")
+        frame.write_parquet(parts[-1], statistics=case != "no statistics")
+    assert (_settled_facts(parts, True) is not None) == settled
+    for needs_sessions in (False, True):
+        if case == "two block sizes":
+            for given in ((), parts):
+                with pytest.raises(SimulationInputError, match=r"found \[16, 32\]"):
+                    TableFacts.of(part_chunks(parts), needs_sessions, given)
+            continue
+        read = TableFacts.of(part_chunks(parts), needs_sessions)
+        assert TableFacts.of(part_chunks(parts), needs_sessions, parts) == read
+        assert read.infer_sessions == (needs_sessions and case == "a session missing")
+        assert read.block_size == 16

@@ -409,7 +409,8 @@ def sample_rate(settings: SimConfig, blocks: int) -> float:
     ``simulation.curve_exact_max_blocks`` is (at least the smallest rate): a sample of 0.71-1.41
     times that many blocks. A power of two so that the rate stays put while a quarter's days
     are added, until the table has doubled: the sample gathered over the days before is then
-    kept and carried on (:func:`gathered_curves`), not gathered again every day."""
+    kept and carried on (:meth:`pipeline.sim.resume.DailyStream.gathered_curves`), not gathered
+    again every day."""
     if settings.curve_sample_rate is not None:
         return settings.curve_sample_rate
     share = settings.curve_exact_max_blocks / max(blocks, 1)
@@ -437,6 +438,10 @@ class CurveGathering:
         facts: TableFacts,
         latency_model: LatencyModel,
     ) -> None:
+        for _, replicas, routing in combinations:
+            require_single_pass(routing, replicas)
+        if not streamable(combinations):  # least-loaded: streamed_curves flattens the table
+            raise ValueError("a least-loaded curve is assigned on the whole table, not by part")
         self.sampler = CurveSampler(settings, combinations, rate)
         self.routers = {c: Router(c[2], c[1], settings) for c in combinations if c[1] > 1}
         needs_sessions = any(router.needs_sessions for router in self.routers.values())
@@ -470,9 +475,13 @@ class CurveGathering:
         return self.sampler.curves()
 
 
-def gathering_facts(chunks: RequestChunks, combinations: Sequence[Combination]) -> TableFacts:
-    """What :class:`CurveGathering` reads of the whole table before its first part."""
-    return TableFacts.of(chunks, any(r > 1 and routes_by_session(p) for _, r, p in combinations))
+def gathering_facts(
+    chunks: RequestChunks, combinations: Sequence[Combination], parts: Sequence[Path] = ()
+) -> TableFacts:
+    """What :class:`CurveGathering` reads of the whole table before its first part
+    (:meth:`TableFacts.of`)."""
+    needs_sessions = any(r > 1 and routes_by_session(p) for _, r, p in combinations)
+    return TableFacts.of(chunks, needs_sessions, parts)
 
 
 def streamed_curves(
@@ -486,14 +495,14 @@ def streamed_curves(
     """The curves of the table in ``parts`` (arrival order) from a SHARDS sample of ``rate``,
     one part in memory at a time; when a curve's routing needs the whole table, ``flattened()``
     gives it and the same sample is taken from it."""
-    for _, replicas, routing in combinations:
-        require_single_pass(routing, replicas)
     if not streamable(combinations):
+        for _, replicas, routing in combinations:
+            require_single_pass(routing, replicas)
         sampler = CurveSampler(settings, combinations, rate)
         _sample_whole(sampler, flattened())
         return sampler.curves()
     chunks = part_chunks(parts)
-    facts = gathering_facts(chunks, combinations)
+    facts = gathering_facts(chunks, combinations, parts)
     gathering = CurveGathering(settings, combinations, rate, facts, latency)
     gathering.feed(chunks)
     return gathering.finish()

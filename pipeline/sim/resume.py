@@ -7,11 +7,13 @@ slot tables, the replicas' queues, the requests still running, the routers' coun
 generator, the session inference, the sums, and each request's hit tokens when they are asked
 for) is kept with the days it covers, each with the digest of the set the union held of it
 (:func:`pipeline.ingest.days.united_days`): the scenario grid's under ``simulation/resume/``,
-each of the capacity stage's fleet replays under ``capacity/resume/``. The next time it runs,
-if the union still starts with exactly those days, the pass is read back and fed only the parts
-of the days after them; its summaries are those of one pass over every day
-(``tests/test_sim_resume.py``). So a day appended to the quarter replays that day, not the
-quarter.
+each of the capacity stage's fleet replays under ``capacity/resume/``. The sampled capacity
+curves' gathering (:class:`~pipeline.sim.curve_stream.CurveGathering`: the SHARDS sample and
+the curves' routers) is kept the same way, under ``simulation/resume/curves/``, while its rate
+stays put (a power of two: until the table doubles). The next time it runs, if the union still
+starts with exactly those days, the pass is read back and fed only the parts of the days after
+them; its summaries are those of one pass over every day (``tests/test_sim_resume.py``). So a
+day appended to the quarter replays that day, not the quarter.
 
 It is not resumed, and the whole table is replayed (and the pass kept again), when a day it
 covers was ingested again, removed or put before its last one; when the scenarios, the
@@ -183,7 +185,7 @@ class DailyStream:
     ) -> list[StreamedRun]:
         """The runs of one pass over the table (:meth:`carried` as ``name``)."""
         facts = TableFacts.of(
-            self.stream.chunks, any(routes_by_session(s.routing) for s in scenarios)
+            self.stream.chunks, any(routes_by_session(s.routing) for s in scenarios), self.parts
         )
         replayed = settings.model_dump(mode="json", exclude=set(_NOT_REPLAYED))
         made_of = {
@@ -220,7 +222,7 @@ class DailyStream:
         ``curves``) while the rate stays put (it halves each time the table doubles,
         :func:`pipeline.sim.curve_stream.sample_rate`)."""
         chunks = self.stream.chunks
-        facts = gathering_facts(chunks, combinations)
+        facts = gathering_facts(chunks, combinations, self.parts)
         # every setting but those the gathering does not read (its rate is named instead)
         read = settings.model_dump(mode="json", exclude=set(_NOT_GATHERED))
         made_of = {
