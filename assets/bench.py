@@ -143,6 +143,7 @@ def concurrency_by_engine(store: EnginefitStore) -> dg.MaterializeResult:  # typ
         "method": METHOD,
         "fitted_models": fitted.height,
         "concurrency": md(summary_markdown(table)),
+        **({"days": result.days} if result.days else {}),
         **path_entries(paths),
     }
     configured = table.filter(pl.col("model") == "config")

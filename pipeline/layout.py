@@ -268,6 +268,13 @@ class WorkloadLayout:
         return self.shape.dir / "days"
 
     @property
+    def concurrency_day_parts(self) -> Path:
+        """The per-day concurrency sweeps under each benchmark's fitted latency model of a
+        workload published from days (:class:`pipeline.shape.stage.ModelSweeps`), one folder a
+        model, kept between runs."""
+        return self.bench.dir / "days"
+
+    @property
     def scenario_passes(self) -> Path:
         """The streamed scenario replay's kept pass of a workload published from days
         (:mod:`pipeline.sim.resume`), kept between runs."""

@@ -20,6 +20,7 @@ from typing import Any
 import boto3
 import dagster as dg
 import moto.server as moto_server
+import polars as pl
 import pytest
 import yaml
 
@@ -38,6 +39,8 @@ from pipeline.mirror import pull, pull_reports
 from pipeline.remote import Remote, StorageError
 from pipeline.report import present
 from pipeline.shape import stage as shape_stage
+from pipeline.shape.daily import DailyParts, PartStore
+from pipeline.shape.stage import ModelSweeps
 from pipeline.sim.resume import DailyStream
 from pipeline.sim.stream import RequestStream
 from pipeline.store import read_requests
@@ -727,3 +730,31 @@ def test_kept_passes_no_longer_asked_for_are_removed_from_the_bucket_too(
     assert sorted(keys(s3, prefix, bucket)) == [
         f"{prefix}{other}/{f}" for f in ("resume.json", "state.pickle")
     ]
+
+
+def test_the_sweeps_of_a_model_no_longer_fitted_are_removed_from_the_bucket_too(
+    runs: Runs, bucket: str, s3: dict[str, str], tmp_path: Path
+) -> None:
+    """The concurrency sweeps another machine kept for a latency model this run no longer
+    fits are deleted from the bucket (each part's marker first); what is not a part stays."""
+    (tmp_path / "here").mkdir()
+    layout = load_config(_in(bucket, runs.remote, tmp_path / "here")).layout()
+    prefix = f"team/data/{WORKLOAD}/bench/days/"
+    part = f"{'a' * 16}/2025-02-21/DaySweep-{'0' * 24}"
+    for key in (f"{part}/fine.parquet", f"{part}/part.json", f"{'a' * 16}/notes.txt"):
+        client(s3).put_object(Bucket=bucket, Key=prefix + key, Body=b"{}")
+    deleted: list[str] = []
+    real_delete = Remote.delete
+
+    def delete(self: Remote, relative: str) -> None:
+        deleted.append(relative.rsplit("/", 1)[1])
+        real_delete(self, relative)
+
+    days = DailyParts([], PartStore(tmp_path / "unused"))  # as after a run that fitted none
+    sweeps = ModelSweeps(pl.LazyFrame(), 10, days, layout.concurrency_day_parts, layout.remote)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Remote, "delete", delete)
+        said = sweeps.settle()
+    assert said is not None and said.startswith("per-day sweeps of 0 latency model(s)")
+    assert deleted == ["part.json", "fine.parquet"]
+    assert sorted(keys(s3, prefix, bucket)) == [f"{prefix}{'a' * 16}/notes.txt"]

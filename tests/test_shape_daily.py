@@ -19,6 +19,8 @@ from polars.testing import assert_frame_equal
 from assets.days import quarter_partitions, shape_day_asset
 from assets.resources import EnginefitStore
 from perf.workload import canonical_frame, conversations, spec
+from pipeline.bench.latency_fit import estimate_concurrency
+from pipeline.bench.stage import CONCURRENCY_POINTS
 from pipeline.cli import main as enginefit
 from pipeline.commands.ingest import configured_inputs as ingest_inputs
 from pipeline.config import load_config
@@ -31,8 +33,10 @@ from pipeline.shape.common import ShapeError
 from pipeline.shape.compute import compute_shape
 from pipeline.shape.daily import DailyParts, DaySource, PartStore, counted_day
 from pipeline.shape.result import ShapeResult
+from pipeline.shape.stage import ModelSweeps
 from pipeline.store import read_requests
 from tests.conftest import bundled_config
+from tests.test_bench_latency_fit import fits_of, point
 from tests.test_daily_partitions import (
     DAYS,
     LINES,
@@ -372,3 +376,51 @@ def test_counting_a_day_of_a_workload_not_of_days_is_refused(tmp_path: Path) -> 
     ingest_stage.write(ingest_stage.run(ingest_inputs(config)), config.layout())
     with pytest.raises(ConfigError, match="the workload was not published from days"):
         shape_stage.count_day(config.layout(), "2025-02-21")
+
+
+def test_the_concurrency_by_engine_of_a_union_of_days_is_swept_day_by_day(
+    three_days: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The configured and each fitted latency model's concurrency of a union of days (above
+    the shape's exact limit) are merged from the days' sweeps, kept per model, and equal the
+    whole table's sweep; a day ingested again is swept again alone, under each model; a
+    model no longer fitted has its sweeps removed."""
+    monkeypatch.setattr("pipeline.shape.compute.EXACT_MAX_REQUESTS", 100)
+    layout = _daily_union(three_days, tmp_path)
+    # two fitted models (TPOT 5 and 8 ms) and a candidate without one
+    fits = fits_of(
+        [point("a", 2.0, True), point("b", 2.0, True, tpot_p50_ms=8.0), point("z", 1.0, False)]
+    )
+    model = CFG.latency
+
+    def by_days() -> tuple[pl.DataFrame, ModelSweeps]:
+        sweeps = ModelSweeps.of(layout, read_requests(layout), CONCURRENCY_POINTS)
+        return estimate_concurrency(read_requests(layout), fits, model, sweep=sweeps), sweeps
+
+    table, sweeps = by_days()
+    whole = estimate_concurrency(read_requests(layout), fits, model, max_points=10)
+    assert_frame_equal(table, whole)
+    assert table["peak_concurrency"].null_count() == 1  # z: no model
+    root = layout.concurrency_day_parts
+    assert sweeps.settle() == (
+        f"per-day sweeps of 3 latency model(s): 9 computed, 0 read back (kept in {root})"
+    )
+    stale = root / ("0" * 16) / DAYS[0] / f"DaySweep-{'0' * 24}"
+    stale.mkdir(parents=True)
+    (stale / "part.json").write_text("{}")
+    (root / "notes").mkdir()  # not a model's folder: left alone
+
+    # The 22nd again, 200 records fewer: that day's sweep alone is made again, under each
+    # model (the 23rd's is read back: the requests carried into it are the same).
+    path = three_days / f"mooncake-{DAYS[1]}.jsonl"
+    path.write_text("".join(line + "\n" for line in path.read_text().splitlines()[:-200]))
+    config = load_config(tmp_path / "daily.yaml")
+    ingest_days.write_day(_run_day(config, DAYS[1]), layout, DAYS[1])
+    ingest_days.write_union(layout, ingest_days.ingested_days(layout))
+    again, sweeps = by_days()
+    assert_frame_equal(again, estimate_concurrency(read_requests(layout), fits, model))
+    assert [(s.computed, s.read) for s in sweeps.stores.values()] == [
+        ({"DaySweep": 1}, {"DaySweep": 2})
+    ] * 3
+    assert sweeps.settle() is not None
+    assert {p.name for p in root.iterdir()} == {*sweeps.stores, "notes"}

@@ -34,6 +34,8 @@ model's parameters and ``source`` (``benchmark:<candidate> at <load> req/s``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import polars as pl
@@ -248,6 +250,7 @@ def estimate_concurrency(
     config_model: LatencyModel,
     *,
     max_points: int = 10,
+    sweep: Callable[[LatencyModel], ConcurrencyResult] | None = None,
 ) -> pl.DataFrame:
     """The trace's peak and mean concurrency under the config model and each fitted model.
 
@@ -256,11 +259,15 @@ def estimate_concurrency(
     ``peak_vs_config``; rows without a model carry the fit's ``reason`` and no figures.
     ``estimated`` is the sweep's own flag: True whenever any request's duration came from the
     model (always, for traces without ``e2e_ms``). ``note`` says how far the trace's lengths lie
-    outside the benchmark's. Columns: :data:`CONCURRENCY_SCHEMA`.
+    outside the benchmark's. Columns: :data:`CONCURRENCY_SCHEMA`. ``sweep``: the concurrency
+    under a model (default: the whole table's sweep at ``max_points``; a quarter of days is
+    swept day by day, :class:`pipeline.shape.stage.ModelSweeps`).
     """
     lf = requests.lazy() if isinstance(requests, pl.DataFrame) else requests
+    if sweep is None:
+        sweep = partial(peak_concurrency, lf, max_points=max_points)
     prompt_mean, output_mean = _trace_means(lf)
-    base = peak_concurrency(lf, config_model, max_points=max_points)
+    base = sweep(config_model)
     rows: list[dict[str, Any]] = [_row("config", CONFIG_LABEL, None, config_model, base, None)]
     for fit in fits.to_dicts():
         model = fitted_model(fit)
@@ -275,7 +282,7 @@ def estimate_concurrency(
                 }
             )
             continue
-        result = peak_concurrency(lf, model, max_points=max_points)
+        result = sweep(model)
         notes = [
             _extrapolation_note(
                 prompt_mean,

@@ -65,6 +65,8 @@ ANALYSIS_STEP = results.Step(
     upstream=(results.LOAD_POINTS, results.SHAPE, results.PREFIX),
     sections=("bench",),
 )
+# The envelope's points the sweeps are made at (only the peak and mean are written).
+CONCURRENCY_POINTS = 10
 CONCURRENCY_STEP = results.Step(
     results.LATENCY_FITS, upstream=(results.BENCH, results.REQUESTS), sections=("shape",)
 )
@@ -289,6 +291,8 @@ class ConcurrencyByEngine:
     fits: pl.DataFrame
     table: pl.DataFrame
     notes: list[str]
+    # what the days' sweeps cost (None: the table was swept whole); said, never written
+    days: str | None = None
 
 
 def run_concurrency(
@@ -313,12 +317,12 @@ def run_concurrency(
     except InputFormatError as exc:
         requests = None
         notes.append(f"no canonical request table ({exc}): no concurrency computed")
-    table = (
-        estimate_concurrency(requests, fits, config_model, max_points=10)
-        if requests is not None
-        else pl.DataFrame(schema=CONCURRENCY_SCHEMA)
-    )
-    return ConcurrencyByEngine(fits, table, notes)
+    if requests is None:
+        return ConcurrencyByEngine(fits, pl.DataFrame(schema=CONCURRENCY_SCHEMA), notes)
+    # a quarter of days is swept day by day under each model, each day's sweep kept
+    sweeps = shape_stage.ModelSweeps.of(layout, requests, CONCURRENCY_POINTS)
+    table = estimate_concurrency(requests, fits, config_model, sweep=sweeps)
+    return ConcurrencyByEngine(fits, table, notes, sweeps.settle())
 
 
 def write_concurrency(result: ConcurrencyByEngine, layout: WorkloadLayout) -> dict[str, Path]:
@@ -341,11 +345,13 @@ def read_latency_fits(layout: WorkloadLayout) -> pl.DataFrame:
 
 def run_configured(
     layout: WorkloadLayout, settings: BenchConfig, config_model: LatencyModel
-) -> BenchResult:
-    """The configured workload's whole bench stage, written: results, analysis, concurrency."""
+) -> tuple[BenchResult, str | None]:
+    """The configured workload's whole bench stage, written: results, analysis, concurrency;
+    and what the concurrency's days' sweeps cost (:attr:`ConcurrencyByEngine.days`)."""
     inputs = bench_inputs(settings)
     write_results(read_results(settings), layout, inputs)
     analysis = run(read_inputs(layout, settings.as_of), settings)
     write(analysis, layout, inputs)
-    write_concurrency(run_concurrency(layout, analysis, config_model), layout)
-    return analysis
+    concurrency = run_concurrency(layout, analysis, config_model)
+    write_concurrency(concurrency, layout)
+    return analysis, concurrency.days

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -141,6 +142,7 @@ def adhoc_facts(path: Path | None, config: Config) -> tuple[WorkloadFacts | None
 def run_bench(args: argparse.Namespace) -> int:
     config = command_config(args, paths=args.paths)
     settings = resolve_settings(args, config)
+    days = None
     if args.paths:
         results = stage.read_results(settings, [Path(p) for p in args.paths])
         facts, source = adhoc_facts(args.workload_facts, config)
@@ -154,9 +156,13 @@ def run_bench(args: argparse.Namespace) -> int:
                 "--workload-facts applies to PATH results; the configured workload's facts "
                 "come from its shape and prefix outputs"
             )
-        analysis = stage.run_configured(config.layout(), settings, config.shape.latency)
+        analysis, days = stage.run_configured(config.layout(), settings, config.shape.latency)
     if args.json:
         print(json.dumps(analysis_payload(analysis), indent=2, sort_keys=True, default=str))
+        if days is not None:  # beside the JSON, not in it
+            print(days, file=sys.stderr)
     else:
         print(render_text(analysis))
+        if days is not None:
+            print(f"concurrency by engine: {days}")
     return 0

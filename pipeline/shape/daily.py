@@ -44,6 +44,7 @@ part that cannot be read back is made again; a day's counts may be made ahead, s
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import json
@@ -496,6 +497,31 @@ def upload_part(mirror: Mirror, folder: Path, tables: Sequence[Path], marker: by
         mirror.remote.delete(key)
 
 
+def forget_parts(root: Path, mirror: Mirror | None) -> None:
+    """Every part of the store at ``root`` removed (a store no longer used), in the bucket too,
+    each ``part.json`` first; only part folders (``<day>/<Kind>-<key>/``) and the folders they
+    leave empty go."""
+    if mirror is not None:
+        relative = root.relative_to(mirror.local).as_posix()
+        keys = [
+            key
+            for key in mirror.remote.list(relative)
+            if len(parts := key[len(relative) + 1 :].split("/")) == 3
+            and _PART_FOLDER.match(parts[1])
+        ]
+        for key in sorted(keys, key=lambda k: (k.rsplit("/", 1)[0], k.endswith(_PART_MARKER)))[
+            ::-1
+        ]:
+            mirror.remote.delete(key)
+    for folder in sorted(root.glob("*/*")):
+        if folder.is_dir() and _PART_FOLDER.match(folder.name):
+            (folder / _PART_MARKER).unlink(missing_ok=True)
+            shutil.rmtree(folder, ignore_errors=True)
+    for folder in [*sorted(root.glob("*")), root]:
+        with contextlib.suppress(OSError):
+            folder.rmdir()  # only when empty: nothing else is removed
+
+
 def fetch_part(mirror: Mirror, kind: type[Any], folder: Path) -> None:
     """The part of ``kind`` in ``folder`` from the bucket, when it holds one whole: its
     ``part.json`` (put last), then the tables it does not hold, then ``part.json`` here. A part
@@ -601,10 +627,7 @@ def merged_figures(
     """The quarter's figures from its days' parts (read back or computed; see the module
     docstring); None when the quarter cannot be put together from days (its plot width is
     finer than ``FINE_US``), for the caller to measure it otherwise."""
-    days = [(s, counted_day(s, store)) for s in sources]
-    kept = [(s, c) for s, c in days if c is not None]
-    if not kept:
-        raise ShapeError("request table is empty: nothing to measure")
+    kept = _counted_days(sources, store)
     counts = [c for _, c in kept]
     timestamps = _timestamps(kept, store)
     sweep = _concurrency(kept, latency, store, plot_points)
@@ -639,6 +662,31 @@ def merged_figures(
         length_counts=lengths_by,
         seconds=seconds,
     )
+
+
+def merged_concurrency(
+    sources: Sequence[DaySource],
+    latency: LatencyModel,
+    counts: PartStore,
+    sweeps: PartStore,
+    plot_points: int,
+) -> ConcurrencyResult | None:
+    """The quarter's concurrency sweep under ``latency`` from its days' (each day's sweep kept
+    in ``sweeps``, one latency model's store; the days' counts read from ``counts``, the
+    shape's), as :func:`merged_figures` puts it together; None when the plot width is finer
+    than ``FINE_US``."""
+    return _concurrency(_counted_days(sources, counts), latency, sweeps, plot_points)
+
+
+def _counted_days(
+    sources: Sequence[DaySource], store: PartStore
+) -> list[tuple[DaySource, DayCounts]]:
+    """The days with requests, each with its counts (read back or computed and kept)."""
+    days = [(s, counted_day(s, store)) for s in sources]
+    kept = [(s, c) for s, c in days if c is not None]
+    if not kept:
+        raise ShapeError("request table is empty: nothing to measure")
+    return kept
 
 
 def _added(rows: Sequence[dict[str, int]]) -> dict[str, int]:

@@ -7,8 +7,11 @@ the downsampled concurrency envelope and three figures.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
-from dataclasses import dataclass
+import hashlib
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import polars as pl
@@ -19,11 +22,21 @@ from pipeline.errors import ConfigError
 from pipeline.ingest.days import held_day_set, union_day_sets
 from pipeline.ingest.stage import read_summary
 from pipeline.layout import WorkloadLayout
+from pipeline.remote import Mirror
 from pipeline.safe_read import read_json
-from pipeline.shape.common import json_safe
+from pipeline.shape.common import json_safe, sketched
 from pipeline.shape.compute import compute_shape, exact_limit
+from pipeline.shape.concurrency import ConcurrencyResult, peak_concurrency
 from pipeline.shape.config import ShapeConfig
-from pipeline.shape.daily import DailyParts, DaySource, PartStore, counted_day
+from pipeline.shape.daily import (
+    DailyParts,
+    DaySource,
+    PartStore,
+    counted_day,
+    forget_parts,
+    merged_concurrency,
+)
+from pipeline.shape.facts import LatencyModel
 from pipeline.shape.present import figures
 from pipeline.shape.result import ShapeResult
 from pipeline.store import (
@@ -126,6 +139,63 @@ def day_reads(layout: WorkloadLayout, day: str) -> dict[str, frozenset[str] | No
 
 def run(inputs: ShapeInputs, settings: ShapeConfig) -> ShapeResult:
     return compute_shape(inputs.requests, settings, days=inputs.days)
+
+
+@dataclass
+class ModelSweeps:
+    """The trace's concurrency under one latency model after another (the configured one and
+    each benchmark's fitted one, :mod:`pipeline.bench.latency_fit`). For a workload published
+    from days, above the shape's exact limit, each model's figure is merged from the days'
+    sweeps (:func:`pipeline.shape.daily.merged_concurrency`), each model's kept under
+    ``<workload>/bench/days/<model digest>/`` and the days' counts read from the shape's parts:
+    a day appended later is swept alone under each model. Otherwise the whole table is swept
+    (:func:`pipeline.shape.concurrency.peak_concurrency`)."""
+
+    requests: pl.LazyFrame
+    max_points: int
+    days: DailyParts | None  # the union's days and the shape's parts (None: swept whole)
+    root: Path  # a folder of sweeps a model
+    remote: Mirror | None = None
+    stores: dict[str, PartStore] = field(default_factory=dict)  # the models' asked for
+
+    @classmethod
+    def of(cls, layout: WorkloadLayout, requests: pl.LazyFrame, max_points: int) -> ModelSweeps:
+        days = read_inputs(layout).days if sketched(requests, exact_limit()) else None
+        return cls(requests, max_points, days, layout.concurrency_day_parts, layout.remote)
+
+    def __call__(self, model: LatencyModel) -> ConcurrencyResult:
+        if self.days is not None:
+            name = hashlib.sha256(repr(dataclasses.astuple(model)).encode()).hexdigest()[:16]
+            store = self.stores.setdefault(name, PartStore(self.root / name, self.remote))
+            merged = merged_concurrency(
+                self.days.sources, model, self.days.store, store, self.max_points
+            )
+            if merged is not None:
+                return merged
+        return peak_concurrency(self.requests, model, max_points=self.max_points)
+
+    def settle(self) -> str | None:
+        """Remove the sweeps of the models no longer asked for (here and in the bucket), and
+        say in a line what was computed and read back (None: the table was swept whole)."""
+        if self.days is None:
+            return None
+        local = {p.name for p in self.root.iterdir()} if self.root.is_dir() else set()
+        if self.remote is not None:
+            relative = self.root.relative_to(self.remote.local).as_posix()
+            listed = self.remote.remote.list(relative)
+            local |= {key[len(relative) + 1 :].split("/", 1)[0] for key in listed}
+        for name in sorted(n for n in local if _MODEL_FOLDER.match(n) and n not in self.stores):
+            forget_parts(self.root / name, self.remote)
+        computed = sum(sum(s.computed.values()) for s in self.stores.values())
+        read = sum(sum(s.read.values()) for s in self.stores.values())
+        return (
+            f"per-day sweeps of {len(self.stores)} latency model(s): {computed} computed, "
+            f"{read} read back (kept in {self.root})"
+        )
+
+
+# A model's folder of sweeps (only such folders are removed).
+_MODEL_FOLDER = re.compile(r"^[0-9a-f]{16}$")
 
 
 def days_note(inputs: ShapeInputs) -> str | None:
