@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 from functools import cache
 from pathlib import Path
 
@@ -379,7 +380,10 @@ def test_counting_a_day_of_a_workload_not_of_days_is_refused(tmp_path: Path) -> 
 
 
 def test_the_concurrency_by_engine_of_a_union_of_days_is_swept_day_by_day(
-    three_days: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    three_days: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """The configured and each fitted latency model's concurrency of a union of days (above
     the shape's exact limit) are merged from the days' sweeps, kept per model, and equal the
@@ -424,3 +428,10 @@ def test_the_concurrency_by_engine_of_a_union_of_days_is_swept_day_by_day(
     ] * 3
     assert sweeps.settle() is not None
     assert {p.name for p in root.iterdir()} == {*sweeps.stores, "notes"}
+
+    # The command, with the benchmark's own fits: it says what the sweeps cost, beside the JSON
+    assert enginefit(["bench", "--config", str(tmp_path / "daily.yaml"), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["points"] and "per-day sweeps" not in out
+    said = [line for line in err.splitlines() if line.startswith("concurrency by engine:")]
+    assert len(said) == 1 and f"read back (kept in {root})" in said[0]

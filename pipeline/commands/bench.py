@@ -160,7 +160,7 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(analysis_payload(analysis), indent=2, sort_keys=True, default=str))
         if days is not None:  # beside the JSON, not in it
-            print(days, file=sys.stderr)
+            print(f"concurrency by engine: {days}", file=sys.stderr)
     else:
         print(render_text(analysis))
         if days is not None:
