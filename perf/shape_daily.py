@@ -12,8 +12,7 @@ parts. Each measurement runs in a fresh subprocess (its peak RSS is its own):
 
 With ``--models N`` the same four measure the ``concurrency_by_engine`` step instead: the
 concurrency under N latency models (TPOT 5, 10, … ms), swept in chunks, or merged from the
-days' sweeps (:class:`pipeline.shape.stage.ModelSweeps`: kept per model, the days' counts
-read from the shape's parts, which the first run makes).
+days' sweeps (:class:`pipeline.shape.stage.ModelSweeps`: kept per model).
 
 The exact limit is forced to 0 so every size takes the large-table paths. Run:
 ``.venv/bin/python -m perf.shape_daily [--requests 10M] [--days 91] [--keep DIR]
@@ -84,7 +83,7 @@ def measure(workload: Path, mode: str, parts: Path, models: int) -> dict[str, An
         if mode == "chunked":
             peaks = [peak_concurrency(lf, m, 10, exact_max_requests=0).peak for m in latencies]
         else:
-            sweeps = ModelSweeps(lf, 10, DailyParts(sources, store), parts / "engines")
+            sweeps = ModelSweeps(lf, 10, sources, parts / "engines")
             peaks = [sweeps(m).peak for m in latencies]
             store.computed, store.read = _summed(sweeps.stores.values())
         return {

@@ -96,8 +96,15 @@ def test_two_slots_decode_at_the_same_time(server: LlamaServer) -> None:
     # the long one ends; with one slot it would wait for the long one's 1,900 tokens. Decided
     # by which ends first, not by a clock, so a busy machine slows both alike.
     streaming, long_ended, let_go = threading.Event(), threading.Event(), threading.Event()
+    failed: list[BaseException] = []
 
     def stream_long() -> None:
+        try:
+            read_long()
+        except BaseException as exc:  # noqa: BLE001 -- re-raised below, in the test's thread
+            failed.append(exc)
+
+    def read_long() -> None:
         body = {
             "model": server.model,
             "prompt": "request long " + " ".join(WORDS[:50]),
@@ -125,6 +132,7 @@ def test_two_slots_decode_at_the_same_time(server: LlamaServer) -> None:
     finally:
         let_go.set()
         long.join(300)
+    assert not failed, f"the long request failed: {failed[0]!r}"
     assert short["usage"]["completion_tokens"] == 8
     assert answered_first, "the short request waited for the long one: one slot at a time"
 

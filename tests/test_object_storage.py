@@ -12,7 +12,7 @@ import multiprocessing
 import secrets
 import socket
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,7 +39,6 @@ from pipeline.mirror import pull, pull_reports
 from pipeline.remote import Remote, StorageError
 from pipeline.report import present
 from pipeline.shape import stage as shape_stage
-from pipeline.shape.daily import DailyParts, PartStore
 from pipeline.shape.stage import ModelSweeps
 from pipeline.sim.resume import DailyStream
 from pipeline.sim.stream import RequestStream
@@ -230,13 +229,28 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
 
 
 @pytest.fixture
-def bucket(s3: dict[str, str], runs: Runs) -> str:
-    """A new bucket on this worker's server holding what the run's bucket held."""
+def bucket(empty_bucket: str, s3: dict[str, str], runs: Runs) -> str:
+    """A new bucket on this worker's server holding what the run's bucket held (put a few
+    objects at a time: the server answers each on a thread of its own)."""
+    put = client(s3).put_object
+
+    def upload(path: Path) -> None:
+        put(
+            Bucket=empty_bucket,
+            Key=path.relative_to(runs.bucket).as_posix(),
+            Body=path.read_bytes(),
+        )
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(upload, sorted(p for p in runs.bucket.rglob("*") if p.is_file())))
+    return empty_bucket
+
+
+@pytest.fixture
+def empty_bucket(s3: dict[str, str]) -> str:
+    """A new, empty bucket on this worker's server."""
     name = f"enginefit-{secrets.token_hex(4)}"
     client(s3).create_bucket(Bucket=name)
-    for path in sorted(p for p in runs.bucket.rglob("*") if p.is_file()):
-        key = path.relative_to(runs.bucket).as_posix()
-        client(s3).put_object(Bucket=name, Key=key, Body=path.read_bytes())
     return name
 
 
@@ -702,17 +716,17 @@ def test_the_scenarios_pass_kept_by_one_machine_is_resumed_by_another(
 
 
 def test_kept_passes_no_longer_asked_for_are_removed_from_the_bucket_too(
-    runs: Runs, bucket: str, s3: dict[str, str], tmp_path: Path
+    runs: Runs, empty_bucket: str, s3: dict[str, str], tmp_path: Path
 ) -> None:
     """A fleet replay's kept pass that another machine uploaded and this run did not ask for
     is deleted from the bucket (its marker first); a folder not named as a kept pass stays."""
     (tmp_path / "here").mkdir()
-    layout = load_config(_in(bucket, runs.remote, tmp_path / "here")).layout()
+    layout = load_config(_in(empty_bucket, runs.remote, tmp_path / "here")).layout()
     prefix = f"team/data/{WORKLOAD}/capacity/resume/"
     ours, other = "b512_r2_c4096_round_robin-alone-per-request", "notes-of-the-team"
     for name in (ours, other):
         for file in ("resume.json", "state.pickle"):
-            client(s3).put_object(Bucket=bucket, Key=f"{prefix}{name}/{file}", Body=b"{}")
+            client(s3).put_object(Bucket=empty_bucket, Key=f"{prefix}{name}/{file}", Body=b"{}")
     stream = RequestStream(lambda: [], DEFAULTS.shape.latency)
     daily = DailyStream(stream, (), (), layout.fleet_passes, layout.remote)
     deleted: list[str] = []
@@ -727,22 +741,22 @@ def test_kept_passes_no_longer_asked_for_are_removed_from_the_bucket_too(
         daily.forget_unused()
     assert daily.forgotten == [ours]
     assert deleted == ["resume.json", "state.pickle"]
-    assert sorted(keys(s3, prefix, bucket)) == [
+    assert sorted(keys(s3, prefix, empty_bucket)) == [
         f"{prefix}{other}/{f}" for f in ("resume.json", "state.pickle")
     ]
 
 
 def test_the_sweeps_of_a_model_no_longer_fitted_are_removed_from_the_bucket_too(
-    runs: Runs, bucket: str, s3: dict[str, str], tmp_path: Path
+    runs: Runs, empty_bucket: str, s3: dict[str, str], tmp_path: Path
 ) -> None:
     """The concurrency sweeps another machine kept for a latency model this run no longer
     fits are deleted from the bucket (each part's marker first); what is not a part stays."""
     (tmp_path / "here").mkdir()
-    layout = load_config(_in(bucket, runs.remote, tmp_path / "here")).layout()
+    layout = load_config(_in(empty_bucket, runs.remote, tmp_path / "here")).layout()
     prefix = f"team/data/{WORKLOAD}/bench/days/"
     part = f"{'a' * 16}/2025-02-21/DaySweep-{'0' * 24}"
     for key in (f"{part}/fine.parquet", f"{part}/part.json", f"{'a' * 16}/notes.txt"):
-        client(s3).put_object(Bucket=bucket, Key=prefix + key, Body=b"{}")
+        client(s3).put_object(Bucket=empty_bucket, Key=prefix + key, Body=b"{}")
     deleted: list[str] = []
     real_delete = Remote.delete
 
@@ -750,11 +764,11 @@ def test_the_sweeps_of_a_model_no_longer_fitted_are_removed_from_the_bucket_too(
         deleted.append(relative.rsplit("/", 1)[1])
         real_delete(self, relative)
 
-    days = DailyParts([], PartStore(tmp_path / "unused"))  # as after a run that fitted none
-    sweeps = ModelSweeps(pl.LazyFrame(), 10, days, layout.concurrency_day_parts, layout.remote)
+    # as after a run over days that fitted no model
+    sweeps = ModelSweeps(pl.LazyFrame(), 10, [], layout.concurrency_day_parts, layout.remote)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(Remote, "delete", delete)
         said = sweeps.settle()
     assert said is not None and said.startswith("per-day sweeps of 0 latency model(s)")
     assert deleted == ["part.json", "fine.parquet"]
-    assert sorted(keys(s3, prefix, bucket)) == [f"{prefix}{'a' * 16}/notes.txt"]
+    assert sorted(keys(s3, prefix, empty_bucket)) == [f"{prefix}{'a' * 16}/notes.txt"]

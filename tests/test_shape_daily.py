@@ -402,6 +402,7 @@ def test_the_concurrency_by_engine_of_a_union_of_days_is_swept_day_by_day(
         return estimate_concurrency(read_requests(layout), fits, model, sweep=sweeps), sweeps
 
     table, sweeps = by_days()
+    assert not layout.shape_day_parts.exists()  # the days' counts are the shape stage's to make
     whole = estimate_concurrency(read_requests(layout), fits, model, max_points=10)
     assert_frame_equal(table, whole)
     assert table["peak_concurrency"].null_count() == 1  # z: no model

@@ -186,7 +186,7 @@ def test_the_stage_samples_only_above_the_configured_size(
         (100, 282, 0.5),  # share 1/2.82: log2 1.496, nearer 1/2
         (100, 283, 0.25),  # share 1/2.83: log2 1.501, nearer 1/4
         (100, 400, 0.25),
-        (100_000_000, 855_000_000, 0.125),  # 100M generated requests: 11.7 %, nearest 1/8
+        (100_000_000, 855_000_000, 0.125),  # 100M requests of perf.e2e's workload: 11.7 %
         (100_000_000, 1_200_000_000, 0.0625),  # log2 12 = 3.58
         (0, 10, 2.0**-19),  # no budget: the smallest power of two above MIN_SAMPLE_RATE
         (1, 10**12, 2.0**-19),
@@ -338,6 +338,15 @@ def test_a_gathering_kept_between_parts_and_fed_the_rest_gives_one_readings_curv
     del first
     wrong, why = kept.read_back("key", days, StreamPass, {})
     assert wrong is None and "is not the pass" in why  # a gathering is no scenario replay
+    # another key: what changed among the inputs the line names is named
+    about = {"sample rate": "12.50%", "sessions inferred": True}
+    other, why = kept.read_back("other", days, CurveGathering, about)
+    assert other is None and why == (
+        "the kept pass was made with sample rate 25.00%, now 12.50%; sessions inferred None, "
+        "now True"
+    )
+    other, why = kept.read_back("other", days, CurveGathering, {"sample rate": "25.00%"})
+    assert other is None and why == "the kept pass was made with other settings or code"
     back, why = kept.read_back("key", days, CurveGathering, {"sample rate": "25.00%"})
     assert back is not None, why
     resumed, covered = back

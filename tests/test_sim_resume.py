@@ -177,7 +177,7 @@ def test_what_the_kept_pass_does_not_cover_is_replayed_whole_and_said(
         config, simulation=config.simulation.replace(cache_tokens=(4096, 65536))
     )
     _, note = _replayed(other)
-    assert note is not None and "made with other scenarios, settings or code" in note
+    assert note is not None and "made with other settings or code" in note
     others = (folder / STATE).read_bytes()
     _replayed(config)  # kept again with the configured grid
 
@@ -350,7 +350,11 @@ def test_the_sampled_curves_carry_their_gathering_on_while_the_rate_stays(
         f"sampled curves: 2 day(s) replayed (no pass kept yet); the pass at the end of {DAYS[1]} "
         f"kept in {folder} ({(folder / STATE).stat().st_size / 2**20:,.1f} MiB)"
     ]
-    assert json.loads((folder / MARKER).read_text())["about"] == {"sample rate": "50.00%"}
+    assert json.loads((folder / MARKER).read_text())["about"] == {
+        "sample rate": "50.00%",
+        "block size": 512,
+        "sessions inferred": True,  # the Mooncake sample logs no session; affinity curves
+    }
     _unite(config, 3)
     said, resumed = simulate()
     assert len(said) == 1 and said[0].startswith(
@@ -379,6 +383,20 @@ def test_the_sampled_curves_carry_their_gathering_on_while_the_rate_stays(
         again.resumed is not None and "0 day(s) replayed (3 of 3 days read back)" in again.resumed
     )
     assert curves_frame(again.curves).equals(curves_frame(curved.curves))
+
+    # the curves exact again (the limit raised): the kept sample is removed, and it is said
+    exact = derived.replace(curve_exact_max_blocks=blocks)
+    removed = stage.curves(layout, exact, latency)
+    assert {c.sample_rate for c in removed.curves} == {1.0}
+    assert removed.resumed == (
+        f"sampled curves: the pass kept in {folder} removed (not gathered by days)"
+    )
+    assert not folder.exists() and folder.with_name("curves-aside").is_dir()
+    assert stage.curves(layout, exact, latency).resumed is None
+    # the scenarios flattened too: their kept pass is removed as well
+    assert (layout.scenario_passes / "scenarios" / MARKER).is_file()
+    assert not isinstance(stage.scenario_inputs(layout, exact, latency), DailyStream)
+    assert not (layout.scenario_passes / "scenarios").exists()
 
 
 @pytest.mark.parametrize(

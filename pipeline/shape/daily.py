@@ -630,7 +630,7 @@ def merged_figures(
     kept = _counted_days(sources, store)
     counts = [c for _, c in kept]
     timestamps = _timestamps(kept, store)
-    sweep = _concurrency(kept, latency, store, plot_points)
+    sweep = _concurrency([s for s, _ in kept], counts[0].first_us, latency, store, plot_points)
     if sweep is None:
         return None
     first, last = counts[0], counts[-1]
@@ -664,18 +664,41 @@ def merged_figures(
     )
 
 
+@dataclass(frozen=True)
+class SweptDays:
+    """The days a quarter's sweep reads: those with requests, and the first one's arrival
+    (µs), found with one small query a day (:meth:`of`), not from the days' counts: the
+    concurrency by engine runs beside the shape stage, which makes those."""
+
+    sources: Sequence[DaySource]
+    t0: int
+
+    @classmethod
+    def of(cls, sources: Sequence[DaySource]) -> SweptDays:
+        found, t0 = [], None
+        for source in sources:
+            n, nulls, first = collect(
+                source.requests.select(
+                    pl.len(), pl.col("arrival").null_count().alias("nulls"), arrival_us().min()
+                )
+            ).row(0)
+            if nulls:
+                raise ShapeError(f"request table: {nulls} rows have a null 'arrival'")
+            if n:
+                found.append(source)
+                t0 = first if t0 is None else t0
+        if t0 is None:
+            raise ShapeError("request table is empty: nothing to measure")
+        return cls(found, int(t0))
+
+
 def merged_concurrency(
-    sources: Sequence[DaySource],
-    latency: LatencyModel,
-    counts: PartStore,
-    sweeps: PartStore,
-    plot_points: int,
+    days: SweptDays, latency: LatencyModel, sweeps: PartStore, plot_points: int
 ) -> ConcurrencyResult | None:
-    """The quarter's concurrency sweep under ``latency`` from its days' (each day's sweep kept
-    in ``sweeps``, one latency model's store; the days' counts read from ``counts``, the
-    shape's), as :func:`merged_figures` puts it together; None when the plot width is finer
-    than ``FINE_US``."""
-    return _concurrency(_counted_days(sources, counts), latency, sweeps, plot_points)
+    """The quarter's concurrency sweep under ``latency`` from its ``days``' (each day's sweep
+    kept in ``sweeps``, one latency model's store), as :func:`merged_figures` puts it
+    together; None when the plot width is finer than ``FINE_US``."""
+    return _concurrency(days.sources, days.t0, latency, sweeps, plot_points)
 
 
 def _counted_days(
@@ -736,18 +759,19 @@ def _timestamps(kept: Sequence[tuple[DaySource, DayCounts]], store: PartStore) -
 
 
 def _concurrency(
-    kept: Sequence[tuple[DaySource, DayCounts]],
+    sources: Sequence[DaySource],
+    t0: int,
     latency: LatencyModel,
     store: PartStore,
     plot_points: int,
 ) -> ConcurrencyResult | None:
-    """The quarter's sweep from the days' (each from the ends carried into it), the ends
-    carried past the last day swept at the end; None when the plot width is finer than
-    ``FINE_US``."""
+    """The quarter's sweep from the days' (``sources``: the days with requests, the first
+    arriving at ``t0`` µs; each day swept from the ends carried into it), the ends carried
+    past the last day swept at the end; None when the plot width is finer than ``FINE_US``."""
     sweeps: list[DaySweep] = []
     carried = np.zeros(0, dtype=np.int64)
-    from_us = kept[0][0].start_us
-    for source, _ in kept:
+    from_us = sources[0].start_us
+    for source in sources:
         until = source.start_us + DAY_US
         key = f"{asdict(latency)}|{carry_key(from_us, carried)}"
         make = partial(day_sweep, source.requests, latency, from_us, until, carried)
@@ -755,7 +779,6 @@ def _concurrency(
         sweeps.append(sweep)
         carried = sweep.carried["end_us"].to_numpy()
         from_us = until
-    t0 = kept[0][1].first_us
     t1 = max(s.t1 for s in sweeps)
     width = nice_width_us(t1 - t0 + 1, plot_points)
     if width % FINE_US:

@@ -11,6 +11,7 @@ import dataclasses
 import datetime as dt
 import hashlib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from pipeline.shape.daily import (
     DailyParts,
     DaySource,
     PartStore,
+    SweptDays,
     counted_day,
     forget_parts,
     merged_concurrency,
@@ -61,15 +63,21 @@ class ShapeInputs:
 
 def read_inputs(layout: WorkloadLayout) -> ShapeInputs:
     requests = read_requests(layout)
-    held = union_day_sets(layout)
-    if held is None:
+    sources = union_days(layout, requests)
+    if sources is None:
         return ShapeInputs(requests)
-    sources = [
-        DaySource(day, day_of(requests, day), digest) for day, digest in sorted(held.items())
-    ]
     return ShapeInputs(
         requests, DailyParts(sources, PartStore(layout.shape_day_parts, layout.remote))
     )
+
+
+def union_days(layout: WorkloadLayout, requests: pl.LazyFrame) -> list[DaySource] | None:
+    """The days of a workload published from days, in order, each with the digest of the set
+    the union holds of it (None: not a union of days)."""
+    held = union_day_sets(layout)
+    if held is None:
+        return None
+    return [DaySource(day, day_of(requests, day), digest) for day, digest in sorted(held.items())]
 
 
 def day_of(requests: pl.LazyFrame, day: str) -> pl.LazyFrame:
@@ -147,29 +155,30 @@ class ModelSweeps:
     each benchmark's fitted one, :mod:`pipeline.bench.latency_fit`). For a workload published
     from days, above the shape's exact limit, each model's figure is merged from the days'
     sweeps (:func:`pipeline.shape.daily.merged_concurrency`), each model's kept under
-    ``<workload>/bench/days/<model digest>/`` and the days' counts read from the shape's parts:
-    a day appended later is swept alone under each model. Otherwise the whole table is swept
+    ``<workload>/bench/days/<model digest>/``: a day appended later is swept alone under each
+    model. Otherwise the whole table is swept
     (:func:`pipeline.shape.concurrency.peak_concurrency`)."""
 
     requests: pl.LazyFrame
     max_points: int
-    days: DailyParts | None  # the union's days and the shape's parts (None: swept whole)
+    days: Sequence[DaySource] | None  # the union's days (None: swept whole)
     root: Path  # a folder of sweeps a model
     remote: Mirror | None = None
     stores: dict[str, PartStore] = field(default_factory=dict)  # the models' asked for
+    swept: SweptDays | None = None  # the days with requests, found at the first model
 
     @classmethod
     def of(cls, layout: WorkloadLayout, requests: pl.LazyFrame, max_points: int) -> ModelSweeps:
-        days = read_inputs(layout).days if sketched(requests, exact_limit()) else None
+        days = union_days(layout, requests) if sketched(requests, exact_limit()) else None
         return cls(requests, max_points, days, layout.concurrency_day_parts, layout.remote)
 
     def __call__(self, model: LatencyModel) -> ConcurrencyResult:
         if self.days is not None:
             name = hashlib.sha256(repr(dataclasses.astuple(model)).encode()).hexdigest()[:16]
             store = self.stores.setdefault(name, PartStore(self.root / name, self.remote))
-            merged = merged_concurrency(
-                self.days.sources, model, self.days.store, store, self.max_points
-            )
+            if self.swept is None:
+                self.swept = SweptDays.of(self.days)
+            merged = merged_concurrency(self.swept, model, store, self.max_points)
             if merged is not None:
                 return merged
         return peak_concurrency(self.requests, model, max_points=self.max_points)

@@ -407,7 +407,8 @@ def sample_rate(settings: SimConfig, blocks: int) -> float:
     """The rate of a table of ``blocks`` stored blocks: ``simulation.curve_sample_rate``, else
     the power of two (1/2, 1/4, …) nearest, on a log scale, to the share of them
     ``simulation.curve_exact_max_blocks`` is (at least the smallest rate): a sample of 0.71-1.41
-    times that many blocks. A power of two so that the rate stays put while a quarter's days
+    times that many blocks (0.5-0.71 times it for a table under 1.41 times the limit, which is
+    sampled at 1/2, never whole). A power of two so that the rate stays put while a quarter's days
     are added, until the table has doubled: the sample gathered over the days before is then
     kept and carried on (:meth:`pipeline.sim.resume.DailyStream.gathered_curves`), not gathered
     again every day."""

@@ -200,7 +200,7 @@ class DailyStream:
             name,
             "scenario replay" if name == SCENARIOS else f"replay {name}",
             made_of,
-            {},
+            _facts_named(facts),
             StreamPass,
             lambda: StreamPass(
                 scenarios,
@@ -237,7 +237,7 @@ class DailyStream:
             CURVES,
             "sampled curves",
             made_of,
-            {"sample rate": sample_rate_text(rate)},
+            {"sample rate": sample_rate_text(rate), **_facts_named(facts)},
             CurveGathering,
             lambda: CurveGathering(settings, combinations, rate, facts, latency),
         )
@@ -318,9 +318,39 @@ class DailyStream:
         return hashlib.sha256(text.encode()).hexdigest()
 
 
+def _facts_named(facts: TableFacts) -> dict[str, Any]:
+    """The whole table's facts a kept pass depends on, as its line names them when they
+    changed (a new day with another block size, or the first request without a session)."""
+    return {"block size": facts.block_size, "sessions inferred": facts.infer_sessions}
+
+
 # Settings the curves' gathering does not read: the rate's own (the rate is in the key) and the
-# scenarios' cache sizes.
-_NOT_GATHERED = frozenset({"curve_exact_max_blocks", "curve_sample_rate", "cache_tokens"})
+# scenarios' replay (cache sizes, isolation compared, the cache-aware router, lifetimes, slots,
+# the request timeout); its routers read the seed and the affinity margin, its keys isolation.
+_NOT_GATHERED = frozenset(
+    {
+        "curve_exact_max_blocks",
+        "curve_sample_rate",
+        "cache_tokens",
+        "compare_isolation",
+        "cache_aware",
+        "request_lifetime",
+        "replica_slots",
+        "request_timeout_s",
+    }
+)
+
+
+def forget_kept(folder: Path, remote: Mirror | None) -> bool:
+    """The pass kept in ``folder`` removed, here and in the bucket (its marker first): a
+    replay that no longer resumes by days (the table went back under the streaming limit,
+    or is no longer a union of days). Whether this machine held one."""
+    held = (folder / MARKER).is_file() or (folder / STATE).is_file()
+    if held or remote is not None:
+        _KeptPass(folder, remote).forget()
+    return held
+
+
 # The kept passes' folder names: the curves' gathering, the scenario grid's, and one scenario's (its key, with or
 # without the instant replay beside it, with or without every request's hit tokens).
 CURVES = "curves"
@@ -369,7 +399,7 @@ class _KeptPass:
                 if kept_about.get(name) != value
             ]
             return None, "the kept pass was made with " + (
-                "; ".join(differs) if differs else "other scenarios, settings or code"
+                "; ".join(differs) if differs else "other settings or code"
             )
         if tuple(covered) != days[: len(covered)]:
             changed = next(

@@ -61,7 +61,7 @@ from pipeline.sim.result import (
     replica_frame,
     scenario_frame,
 )
-from pipeline.sim.resume import DailyStream
+from pipeline.sim.resume import CURVES, SCENARIOS, DailyStream, forget_kept
 from pipeline.sim.stream import RequestStream, part_chunks
 from pipeline.store import (
     canonical_files,
@@ -122,21 +122,26 @@ def curves(layout: WorkloadLayout, settings: SimConfig, latency: LatencyModel) -
     (:mod:`pipeline.sim.curve_stream`), carried on from the days read before when the table is
     a union of days (:meth:`pipeline.sim.resume.DailyStream.gathered_curves`)."""
     read_requests(layout)  # checks the table against its ingest manifest
-    if not streams(layout, settings):
-        return CurvesRun(capacity_curves(read_inputs(layout, latency), settings))
     parts = layout.ingest.parts()
     combinations = curve_combinations(settings)
-    rate = sample_rate(settings, stored_blocks(parts))
-    if streamable(combinations):
+    if streams(layout, settings) and streamable(combinations):
         whole_parts = RequestStream(part_chunks(parts), latency, None)
         daily = DailyStream.of(layout, whole_parts, layout.scenario_passes)
         if daily is not None:
+            rate = sample_rate(settings, stored_blocks(parts))
             return CurvesRun(daily.gathered_curves(settings, combinations, rate), daily.said[-1])
-    return CurvesRun(
-        streamed_curves(
-            parts, settings, latency, combinations, lambda: read_inputs(layout, latency), rate
+    kept = layout.scenario_passes / CURVES
+    gone = forget_kept(kept, layout.remote)  # sampled by days no more
+    said = f"sampled curves: the pass kept in {kept} removed (not gathered by days)"
+    if not streams(layout, settings):
+        return CurvesRun(
+            capacity_curves(read_inputs(layout, latency), settings), said if gone else None
         )
+    rate = sample_rate(settings, stored_blocks(parts))
+    curved = streamed_curves(
+        parts, settings, latency, combinations, lambda: read_inputs(layout, latency), rate
     )
+    return CurvesRun(curved, said if gone else None)
 
 
 # Requests a streamed replay flattens and replays at once (a part holds up to a million): every
@@ -172,9 +177,14 @@ def scenario_inputs(
     limit (:func:`streams`), resumed after the days replayed before when it is a union of days
     (:mod:`pipeline.sim.resume`), else flattened and shared with the curves
     (:func:`read_inputs`)."""
-    if streams(layout, settings):
-        return resumable_stream(layout, latency, layout.scenario_passes)
-    return read_inputs(layout, latency)
+    inputs: ScenarioInputs = (
+        resumable_stream(layout, latency, layout.scenario_passes)
+        if streams(layout, settings)
+        else read_inputs(layout, latency)
+    )
+    if not isinstance(inputs, DailyStream):  # a pass kept before is not read again: removed
+        forget_kept(layout.scenario_passes / SCENARIOS, layout.remote)
+    return inputs
 
 
 def resumable_stream(
