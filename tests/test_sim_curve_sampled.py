@@ -312,9 +312,8 @@ def test_a_sample_that_kept_no_block_is_unknown_not_zero(layout: WorkloadLayout)
     assert curve_sampling_note(frame) is not None  # the document still says it is sampled
 
 
-@pytest.mark.parametrize("cut", [1, 3])
 def test_a_gathering_kept_between_parts_and_fed_the_rest_gives_one_readings_curves(
-    layout: WorkloadLayout, tmp_path: Path, cut: int
+    layout: WorkloadLayout, tmp_path: Path
 ) -> None:
     # Every state the gathering carries: the sample's numbering and per-request rows, the
     # namespaces (tenants isolated) numbered across parts, the random generator, least-served's
@@ -329,30 +328,33 @@ def test_a_gathering_kept_between_parts_and_fed_the_rest_gives_one_readings_curv
     whole = streamed_curves(parts, settings, LATENCY, combinations, lambda: pytest.fail(), 0.25)
     facts = gathering_facts(part_chunks(parts), combinations)
     assert facts.infer_sessions
-    first = CurveGathering(settings, combinations, 0.25, facts, LATENCY)
-    first.feed(part_chunks(parts[:cut]))
-    # kept and read back as the stage does (pickled, zstd-compressed, its digest checked)
-    kept = _KeptPass(tmp_path / "kept", None)
-    days = (UnitedDay("first", "a", cut), UnitedDay("then", "b", len(parts) - cut))
-    kept.keep(first, "key", days[:1], {"sample rate": "25.00%"})
-    del first
+    about = {"sample rate": "25.00%"}
+    for cut in (1, 3):  # kept after one part, then after three of the four
+        first = CurveGathering(settings, combinations, 0.25, facts, LATENCY)
+        first.feed(part_chunks(parts[:cut]))
+        # kept and read back as the stage does (pickled, zstd-compressed, its digest checked)
+        kept = _KeptPass(tmp_path / f"kept-{cut}", None)
+        days = (UnitedDay("first", "a", cut), UnitedDay("then", "b", len(parts) - cut))
+        kept.keep(first, "key", days[:1], about)
+        del first
+        back, why = kept.read_back("key", days, CurveGathering, about)
+        assert back is not None, why
+        resumed, covered = back
+        assert covered == 1 and resumed.requests > 0
+        resumed.feed(part_chunks(parts[cut:]))
+        got = resumed.finish()
+        assert curves_frame(got).equals(curves_frame(whole))
+        assert [c.hit_ratio_error for c in got] == [c.hit_ratio_error for c in whole]
+        assert {c.routing for c in got} == {"single", *settings.routings}
+
     wrong, why = kept.read_back("key", days, StreamPass, {})
     assert wrong is None and "is not the pass" in why  # a gathering is no scenario replay
     # another key: what changed among the inputs the line names is named
-    about = {"sample rate": "12.50%", "sessions inferred": True}
-    other, why = kept.read_back("other", days, CurveGathering, about)
+    changed = {"sample rate": "12.50%", "sessions inferred": True}
+    other, why = kept.read_back("other", days, CurveGathering, changed)
     assert other is None and why == (
         "the kept pass was made with sample rate 25.00%, now 12.50%; sessions inferred None, "
         "now True"
     )
-    other, why = kept.read_back("other", days, CurveGathering, {"sample rate": "25.00%"})
+    other, why = kept.read_back("other", days, CurveGathering, about)
     assert other is None and why == "the kept pass was made with other settings or code"
-    back, why = kept.read_back("key", days, CurveGathering, {"sample rate": "25.00%"})
-    assert back is not None, why
-    resumed, covered = back
-    assert covered == 1 and resumed.requests > 0
-    resumed.feed(part_chunks(parts[cut:]))
-    got = resumed.finish()
-    assert curves_frame(got).equals(curves_frame(whole))
-    assert [c.hit_ratio_error for c in got] == [c.hit_ratio_error for c in whole]
-    assert {c.routing for c in got} == {"single", *settings.routings}
