@@ -28,6 +28,8 @@ from pipeline.ledger import chain_head
 if TYPE_CHECKING:
     import dagster as dg
 
+    from pipeline.config import Config
+
 
 def _at_least_one(text: str) -> int:
     try:
@@ -215,6 +217,7 @@ def run_report(args: argparse.Namespace) -> int:
     # Validate before starting Dagster, so a bad file is one line, not a failed run per asset.
     args.config = str(Path(args.config or DEFAULT_CONFIG).resolve())
     config = command_config(args)
+    _benchmark_files_readable(config)
     config_path = Path(args.config)
     home = _ensure_dagster_home(config_path.parent)
     # The seconds before the first step ends (Dagster loading, the run starting) are not silent.
@@ -280,12 +283,22 @@ def run_report(args: argparse.Namespace) -> int:
     return 0 if run.success else 2
 
 
+def _benchmark_files_readable(config: Config) -> None:
+    """The configured benchmark files and their manifests read before the graph starts: a bad
+    one (an impossible run date, a missing folder) is one line at once, not an error after
+    the ingest, shape and simulation steps have run (the bench step reads them again)."""
+    from pipeline.bench.stage import read_results  # import here: only these commands need it
+
+    read_results(config.bench)
+
+
 def run_decide(args: argparse.Namespace) -> int:
     args.config = str(Path(args.config or DEFAULT_CONFIG).resolve())
     # import here: a command line loads only its own area (tests/test_cli_areas.py)
     from pipeline.commands.decision import decide, decide_config
 
     config = decide_config(args, command_config(args))
+    _benchmark_files_readable(config)
     config_path = Path(args.config)
     home = _ensure_dagster_home(config_path.parent)
     from assets.definitions import materialise_stale  # import here: it loads Dagster
