@@ -88,6 +88,17 @@ def _relative(mirror: Mirror, path: Path) -> str:
     return path.relative_to(mirror.local).as_posix()
 
 
+def folders_below(folder: Path, mirror: Mirror | None) -> set[str]:
+    """The names of the folders right below ``folder`` on this machine and, when ``mirror``
+    holds it, in the bucket (each key's first part below it; the caller matches the names it
+    wrote)."""
+    names = {f.name for f in folder.iterdir() if f.is_dir()} if folder.is_dir() else set()
+    if mirror is not None:
+        relative = _relative(mirror, folder)
+        names |= {key[len(relative) + 1 :].split("/", 1)[0] for key in mirror.remote.list(relative)}
+    return names
+
+
 # ---------------------------------------------------------------------------------------------
 # Push: data files first, the marker last.
 

@@ -493,7 +493,13 @@ def upload_part(mirror: Mirror, folder: Path, tables: Sequence[Path], marker: by
         and name.startswith(f"{kind}-")
         and _PART_FOLDER.match(name)
     ]
-    for key in sorted(older, key=lambda k: (k.rsplit("/", 1)[0], k.endswith(_PART_MARKER)))[::-1]:
+    _delete_marker_first(mirror, older)
+
+
+def _delete_marker_first(mirror: Mirror, keys: Sequence[str]) -> None:
+    """Delete ``keys`` from the bucket, folder by folder, each folder's ``part.json`` first (a
+    part without it is not one: a reader never takes a half-deleted part)."""
+    for key in sorted(keys, key=lambda k: (k.rsplit("/", 1)[0], k.endswith(_PART_MARKER)))[::-1]:
         mirror.remote.delete(key)
 
 
@@ -509,10 +515,7 @@ def forget_parts(root: Path, mirror: Mirror | None) -> None:
             if len(parts := key[len(relative) + 1 :].split("/")) == 3
             and _PART_FOLDER.match(parts[1])
         ]
-        for key in sorted(keys, key=lambda k: (k.rsplit("/", 1)[0], k.endswith(_PART_MARKER)))[
-            ::-1
-        ]:
-            mirror.remote.delete(key)
+        _delete_marker_first(mirror, keys)
     for folder in sorted(root.glob("*/*")):
         if folder.is_dir() and _PART_FOLDER.match(folder.name):
             (folder / _PART_MARKER).unlink(missing_ok=True)
@@ -627,7 +630,10 @@ def merged_figures(
     """The quarter's figures from its days' parts (read back or computed; see the module
     docstring); None when the quarter cannot be put together from days (its plot width is
     finer than ``FINE_US``), for the caller to measure it otherwise."""
-    kept = _counted_days(sources, store)
+    days = [(s, counted_day(s, store)) for s in sources]
+    kept = [(s, c) for s, c in days if c is not None]
+    if not kept:
+        raise ShapeError("request table is empty: nothing to measure")
     counts = [c for _, c in kept]
     timestamps = _timestamps(kept, store)
     sweep = _concurrency([s for s, _ in kept], counts[0].first_us, latency, store, plot_points)
@@ -699,17 +705,6 @@ def merged_concurrency(
     kept in ``sweeps``, one latency model's store), as :func:`merged_figures` puts it
     together; None when the plot width is finer than ``FINE_US``."""
     return _concurrency(days.sources, days.t0, latency, sweeps, plot_points)
-
-
-def _counted_days(
-    sources: Sequence[DaySource], store: PartStore
-) -> list[tuple[DaySource, DayCounts]]:
-    """The days with requests, each with its counts (read back or computed and kept)."""
-    days = [(s, counted_day(s, store)) for s in sources]
-    kept = [(s, c) for s, c in days if c is not None]
-    if not kept:
-        raise ShapeError("request table is empty: nothing to measure")
-    return kept
 
 
 def _added(rows: Sequence[dict[str, int]]) -> dict[str, int]:

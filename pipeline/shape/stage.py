@@ -23,6 +23,7 @@ from pipeline.errors import ConfigError
 from pipeline.ingest.days import held_day_set, union_day_sets
 from pipeline.ingest.stage import read_summary
 from pipeline.layout import WorkloadLayout
+from pipeline.mirror import folders_below
 from pipeline.remote import Mirror
 from pipeline.safe_read import read_json
 from pipeline.shape.common import json_safe, sketched
@@ -188,12 +189,8 @@ class ModelSweeps:
         say in a line what was computed and read back (None: the table was swept whole)."""
         if self.days is None:
             return None
-        local = {p.name for p in self.root.iterdir()} if self.root.is_dir() else set()
-        if self.remote is not None:
-            relative = self.root.relative_to(self.remote.local).as_posix()
-            listed = self.remote.remote.list(relative)
-            local |= {key[len(relative) + 1 :].split("/", 1)[0] for key in listed}
-        for name in sorted(n for n in local if _MODEL_FOLDER.match(n) and n not in self.stores):
+        names = folders_below(self.root, self.remote)
+        for name in sorted(n for n in names if _MODEL_FOLDER.match(n) and n not in self.stores):
             forget_parts(self.root / name, self.remote)
         computed = sum(sum(s.computed.values()) for s in self.stores.values())
         read = sum(sum(s.read.values()) for s in self.stores.values())

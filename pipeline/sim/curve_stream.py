@@ -439,8 +439,7 @@ class CurveGathering:
         facts: TableFacts,
         latency_model: LatencyModel,
     ) -> None:
-        for _, replicas, routing in combinations:
-            require_single_pass(routing, replicas)
+        _require_single_passes(combinations)
         if not streamable(combinations):  # least-loaded: streamed_curves flattens the table
             raise ValueError("a least-loaded curve is assigned on the whole table, not by part")
         self.sampler = CurveSampler(settings, combinations, rate)
@@ -476,6 +475,12 @@ class CurveGathering:
         return self.sampler.curves()
 
 
+def _require_single_passes(combinations: Sequence[Combination]) -> None:
+    """Refuse a curve whose routing reads cache state (:func:`require_single_pass`)."""
+    for _, replicas, routing in combinations:
+        require_single_pass(routing, replicas)
+
+
 def gathering_facts(
     chunks: RequestChunks, combinations: Sequence[Combination], parts: Sequence[Path] = ()
 ) -> TableFacts:
@@ -497,8 +502,7 @@ def streamed_curves(
     one part in memory at a time; when a curve's routing needs the whole table, ``flattened()``
     gives it and the same sample is taken from it."""
     if not streamable(combinations):
-        for _, replicas, routing in combinations:
-            require_single_pass(routing, replicas)
+        _require_single_passes(combinations)
         sampler = CurveSampler(settings, combinations, rate)
         _sample_whole(sampler, flattened())
         return sampler.curves()

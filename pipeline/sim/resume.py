@@ -59,7 +59,7 @@ from pipeline.digests import sha256_of
 from pipeline.errors import EnginefitError
 from pipeline.ingest.days import UnitedDay, united_days
 from pipeline.layout import WorkloadLayout
-from pipeline.mirror import push_committed
+from pipeline.mirror import folders_below, push_committed
 from pipeline.present.text import sample_rate as sample_rate_text
 from pipeline.remote import Mirror, StorageError
 from pipeline.sim.config import Scenario, SimConfig
@@ -77,18 +77,6 @@ from pipeline.sim.stream import (
 from pipeline.store import atomic_path, write_bytes_atomic
 
 RESUME_VERSION = 2
-
-
-class Feedable(Protocol):
-    """A pass over the table that can be kept between days: fed the next chunks."""
-
-    @property
-    def requests(self) -> int: ...
-
-    def feed(self, chunks: RequestChunks) -> None: ...
-
-
-Pass = TypeVar("Pass", bound=Feedable)
 STATE = "state.pickle"
 MARKER = "resume.json"
 # The package whose source a kept pass depends on: all of it, not only the modules its objects
@@ -108,6 +96,18 @@ _NOT_REPLAYED = frozenset(
         "compare_isolation",
     }
 )
+
+
+class Feedable(Protocol):
+    """A pass over the table that can be kept between days: fed the next chunks."""
+
+    @property
+    def requests(self) -> int: ...
+
+    def feed(self, chunks: RequestChunks) -> None: ...
+
+
+Pass = TypeVar("Pass", bound=Feedable)
 
 
 @functools.cache
@@ -288,14 +288,7 @@ class DailyStream:
         capacity stage no longer asks for), here and in the bucket (named in ``forgotten``)."""
         if not self.keeps:
             return
-        names = set()
-        if self.folder.is_dir():
-            names = {f.name for f in self.folder.iterdir() if f.is_dir()}
-        if self.remote is not None:
-            relative = self.folder.relative_to(self.remote.local).as_posix()
-            names |= {
-                k[len(relative) + 1 :].split("/")[0] for k in self.remote.remote.list(relative)
-            }
+        names = folders_below(self.folder, self.remote)
         gone = sorted(n for n in names if _PASS_NAME.match(n) and n not in self.used)
         for name in gone:
             _KeptPass(self.folder / name, self.remote).forget()
@@ -351,8 +344,9 @@ def forget_kept(folder: Path, remote: Mirror | None) -> bool:
     return held
 
 
-# The kept passes' folder names: the curves' gathering, the scenario grid's, and one scenario's (its key, with or
-# without the instant replay beside it, with or without every request's hit tokens).
+# The kept passes' folder names: the curves' gathering, the scenario grid's, and one scenario's
+# (its key, with or without the instant replay beside it, with or without every request's hit
+# tokens).
 CURVES = "curves"
 SCENARIOS = "scenarios"
 _ALONE = "-alone"

@@ -123,25 +123,32 @@ def curves(layout: WorkloadLayout, settings: SimConfig, latency: LatencyModel) -
     a union of days (:meth:`pipeline.sim.resume.DailyStream.gathered_curves`)."""
     read_requests(layout)  # checks the table against its ingest manifest
     parts = layout.ingest.parts()
+    blocks = stored_blocks(parts)  # counted once: whether it streams, and the rate
+    sampled = past_exact_limit(blocks, settings)
     combinations = curve_combinations(settings)
-    if streams(layout, settings) and streamable(combinations):
+    if sampled and streamable(combinations):
         whole_parts = RequestStream(part_chunks(parts), latency, None)
         daily = DailyStream.of(layout, whole_parts, layout.scenario_passes)
         if daily is not None:
-            rate = sample_rate(settings, stored_blocks(parts))
+            rate = sample_rate(settings, blocks)
             return CurvesRun(daily.gathered_curves(settings, combinations, rate), daily.said[-1])
     kept = layout.scenario_passes / CURVES
-    gone = forget_kept(kept, layout.remote)  # sampled by days no more
-    said = f"sampled curves: the pass kept in {kept} removed (not gathered by days)"
-    if not streams(layout, settings):
-        return CurvesRun(
-            capacity_curves(read_inputs(layout, latency), settings), said if gone else None
-        )
-    rate = sample_rate(settings, stored_blocks(parts))
-    curved = streamed_curves(
-        parts, settings, latency, combinations, lambda: read_inputs(layout, latency), rate
+    removed = (  # sampled by days no more
+        f"sampled curves: the pass kept in {kept} removed (not gathered by days)"
+        if forget_kept(kept, layout.remote)
+        else None
     )
-    return CurvesRun(curved, said if gone else None)
+    if not sampled:
+        return CurvesRun(capacity_curves(read_inputs(layout, latency), settings), removed)
+    curved = streamed_curves(
+        parts,
+        settings,
+        latency,
+        combinations,
+        lambda: read_inputs(layout, latency),
+        sample_rate(settings, blocks),
+    )
+    return CurvesRun(curved, removed)
 
 
 # Requests a streamed replay flattens and replays at once (a part holds up to a million): every
@@ -164,7 +171,13 @@ def streams(layout: WorkloadLayout, settings: SimConfig) -> bool:
     """Whether the scenarios stream the table instead of flattening it: past
     ``simulation.curve_exact_max_blocks`` stored blocks, where the curves are sampled part by
     part too, so nothing holds the flattened table."""
-    return stored_blocks(layout.ingest.parts()) > settings.curve_exact_max_blocks
+    return past_exact_limit(stored_blocks(layout.ingest.parts()), settings)
+
+
+def past_exact_limit(blocks: int, settings: SimConfig) -> bool:
+    """Whether a table of ``blocks`` stored blocks is past ``simulation.curve_exact_max_blocks``
+    (streamed, and its curves sampled)."""
+    return blocks > settings.curve_exact_max_blocks
 
 
 ScenarioInputs = SimInputs | RequestStream | DailyStream

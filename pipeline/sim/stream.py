@@ -716,10 +716,6 @@ class Sessions:
         self.stream = SessionStream() if infer else None
         self.inferred = 0
 
-    @classmethod
-    def of(cls, chunks: RequestChunks) -> Sessions:
-        return cls(cls.missing(chunks))
-
     @staticmethod
     def missing(chunks: RequestChunks) -> bool:
         """Whether a request of the table has no logged session."""
