@@ -133,6 +133,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--models", type=int, default=0, help="concurrency_by_engine's step")
     parser.add_argument("--measure", nargs=3, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv if argv is not None else sys.argv[1:])
+    if args.models < 0:  # before any trace is generated
+        parser.error(f"--models: a count of latency models, 0 or more (got {args.models})")
     if args.measure is not None:
         workload, mode, parts = args.measure
         print(json.dumps(measure(Path(workload), mode, Path(parts), args.models)))
