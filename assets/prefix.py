@@ -25,7 +25,8 @@ def prefix_sharing(store: EnginefitStore) -> dg.MaterializeResult:  # type: igno
     seen, and across tenants), and conversation ids (logged or inferred from the hash chains)."""
     config = store.config()
     layout = config.layout()
-    result = stage.run(stage.read_inputs(layout), config.prefix)
+    inputs = stage.read_inputs(layout)
+    result = stage.run(inputs, config.prefix)
     paths = stage.write(result, layout)
     summary = result.summary
     hit_share = summary.reuse.hit_share
@@ -40,6 +41,8 @@ def prefix_sharing(store: EnginefitStore) -> dg.MaterializeResult:  # type: igno
             "sessions_inferred": summary.sessions.inferred,
             "curve": md(curve_markdown(summary)),
             "reuse": md(reuse_markdown(summary)),
+            # what was carried on from the days read before (a union of days only)
+            **({"resumed": "\n".join(inputs.said)} if inputs.said else {}),
             **path_entries(paths),
         }
     )

@@ -43,12 +43,11 @@ def pieces(parts: Path) -> dict[str, float]:
     from pipeline.settings import default_mapping
 
     held: dict[str, float] = {}
-    original = analysis._first_pass
+    original = analysis._FirstPass.feed
 
-    def measured(*args: Any) -> Any:
-        stopped = original(*args)
-        _, _, sessions, counter, shared, _, hits = args
-        stream = sessions.stream
+    def measured(first: Any, chunks: Any) -> None:
+        original(first, chunks)
+        stream, sessions, counter = first.stream, first.sessions, first.counter
         held["session carried state"] = (
             stream._table.nbytes()
             + stream._ent_k.nbytes
@@ -59,16 +58,15 @@ def pieces(parts: Path) -> dict[str, float]:
         ) / MIB
         held["session codes so far"] = sum(f.estimated_size() for f in sessions.codes) / MIB
         held["curve per-window hashes (or kept classes)"] = counter.nbytes() / MIB if counter else 0
-        held["shared replay table"] = shared.table.nbytes() / MIB
-        held["retention ages kept"] = hits.retention._n * 16 / MIB
-        return stopped
+        held["shared replay table"] = first.shared.table.nbytes() / MIB
+        held["retention ages kept"] = first.hits.retention._n * 16 / MIB
 
-    analysis._first_pass = measured  # type: ignore[assignment]
+    analysis._FirstPass.feed = measured  # type: ignore[method-assign,assignment]
     try:
         config = PrefixConfig.model_validate(default_mapping()["prefix"])
         analysis.analyse(pl.scan_parquet(parts / "*.parquet"), config)
     finally:
-        analysis._first_pass = original  # type: ignore[assignment]
+        analysis._FirstPass.feed = original  # type: ignore[method-assign,assignment]
     return held
 
 

@@ -14,12 +14,15 @@ process of its own under ``perf.e2e``'s guard (summed PSS every 50 ms):
 
 With ``--pass curves`` each mode reads the days for the default configuration's capacity
 curves instead, sampled (SHARDS) at the rate the stage derives for the whole table
-(:func:`pipeline.sim.curve_stream.sample_rate`), or ``--budget`` blocks' worth.
+(:func:`pipeline.sim.curve_stream.sample_rate`), or ``--budget`` blocks' worth. With ``--pass
+prefix`` each mode runs the prefix stage's analysis of the days (:mod:`pipeline.prefix.days`:
+its day summaries and passes kept), and ``append`` and ``whole`` are compared by the summary's
+JSON and the bytes of the sessions file as the stage writes it.
 
 Printed per mode: peak memory, wall and CPU seconds, the size of the kept pass, and whether
 ``append`` and ``whole`` wrote the same summaries (curves). Run:
 ``.venv/bin/python -m perf.sim_resume [--requests 10M] [--days 91] [--keep DIR]
-[--modes cold,append,whole] [--pass scenarios|curves] [--budget BLOCKS]``.
+[--modes cold,append,whole] [--pass scenarios|curves|prefix] [--budget BLOCKS]``.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from perf.e2e import GIB, Limits, child_result
 from perf.workload import DAY_S, conversations, iter_frames, spec
 
 MODES = ("cold", "append", "whole")
+PREFIX = "prefix"
 
 
 def generate(folder: Path, requests: int, days: int) -> None:
@@ -63,9 +67,10 @@ def child(mode: str, folder: Path, days: int, which: str, budget: int | None) ->
 
     from pipeline.config import default_config
     from pipeline.ingest.days import UnitedDay
+    from pipeline.resume import STATE, DayPasses
     from pipeline.sim.compute import curve_combinations, curve_points
     from pipeline.sim.curve_stream import sample_rate, stored_blocks
-    from pipeline.sim.resume import CURVES, SCENARIOS, STATE, DailyStream
+    from pipeline.sim.resume import CURVES, SCENARIOS, DailyStream
     from pipeline.sim.stage import STREAM_ROWS
     from pipeline.sim.stream import RequestStream, part_chunks
 
@@ -82,11 +87,13 @@ def child(mode: str, folder: Path, days: int, which: str, budget: int | None) ->
     kept = folder / ("resume-whole" if mode == "whole" else "resume")
     if mode == "whole":
         shutil.rmtree(kept, ignore_errors=True)
+    t0 = time.perf_counter()
+    if which == PREFIX:
+        return _prefix(mode, DayPasses(united, tuple(files), kept), folder, t0)
     rows = None if which == CURVES else STREAM_ROWS
     daily = DailyStream(
-        RequestStream(part_chunks(files), latency, rows), united, tuple(files), kept
+        united, tuple(files), kept, stream=RequestStream(part_chunks(files), latency, rows)
     )
-    t0 = time.perf_counter()
     if which == CURVES:
         rate = sample_rate(settings, stored_blocks(files))
         curves = daily.gathered_curves(settings, curve_combinations(settings), rate)
@@ -113,6 +120,35 @@ def child(mode: str, folder: Path, days: int, which: str, budget: int | None) ->
     }
 
 
+def _prefix(mode: str, daily: Any, folder: Path, t0: float) -> dict[str, Any]:
+    """The prefix analysis of ``daily``'s days, as :func:`child` reports it."""
+    import hashlib
+
+    from pipeline.config import default_config
+    from pipeline.prefix.days import analyse_days
+    from pipeline.store import copy_parquet_atomic, write_parquet_atomic
+
+    sessions = folder / f"sessions-{mode}.parquet"
+    result = analyse_days(daily, default_config().prefix)
+    seconds = time.perf_counter() - t0
+    if result.sessions_files:
+        copy_parquet_atomic(result.sessions_files, sessions)
+    else:
+        write_parquet_atomic(result.sessions.collect(), sessions)
+    kept = sum(f.stat().st_size for f in daily.folder.rglob("*") if f.is_file())
+    return {
+        "mode": mode,
+        "seconds": round(seconds, 2),
+        "said": "\n  ".join(daily.said),
+        "kept_mib": round(kept / 2**20, 1),
+        "requests": result.summary.requests,
+        "summaries": [
+            json.dumps(result.to_json(), sort_keys=True),
+            hashlib.sha256(sessions.read_bytes()).hexdigest(),
+        ],
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=10_000_000)
@@ -121,7 +157,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--keep", type=Path, default=None, help="generate into (or reuse) DIR")
     parser.add_argument("--modes", default=",".join(MODES), help="of " + ", ".join(MODES))
     parser.add_argument(
-        "--pass", dest="which", choices=("scenarios", "curves"), default="scenarios"
+        "--pass", dest="which", choices=("scenarios", "curves", PREFIX), default="scenarios"
     )
     parser.add_argument("--budget", type=int, default=None, help="curve_exact_max_blocks")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)

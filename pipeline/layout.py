@@ -281,6 +281,12 @@ class WorkloadLayout:
         return self.simulation.dir / "resume"
 
     @property
+    def prefix_passes(self) -> Path:
+        """The prefix stage's kept passes and day summaries of a workload published from days
+        (:mod:`pipeline.prefix.days`), kept between runs."""
+        return self.prefix.dir / "resume"
+
+    @property
     def fleet_passes(self) -> Path:
         """The capacity stage's fleet replays' kept passes of a workload published from days
         (:mod:`pipeline.sim.resume`), kept between runs."""

@@ -32,7 +32,7 @@ import os
 import re
 import secrets
 import shutil
-from collections.abc import Callable, Collection, Hashable, Iterable, Iterator
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager, nullcontext, suppress
 from pathlib import Path
 from typing import Any, TypeVar
@@ -160,13 +160,17 @@ def write_parquet_atomic(frame: pl.DataFrame, target: Path, shown: Path | None =
         _write_parquet(frame, tmp, shown or target)
 
 
-def copy_parquet_atomic(source: Path, target: Path) -> None:
-    """A Parquet file to ``target`` at once, one row group in memory at a time."""
+def copy_parquet_atomic(source: Path | Sequence[Path], target: Path) -> None:
+    """A Parquet file, or several of one schema one after the other, to ``target`` at once,
+    one row group in memory at a time."""
+    sources = [source] if isinstance(source, Path) else list(source)
     with atomic_path(target) as tmp, output_errors(target):
-        found = pq.ParquetFile(source)
-        with pq.ParquetWriter(tmp, found.schema_arrow, compression="zstd") as writer:
-            for group in range(found.num_row_groups):
-                writer.write_table(found.read_row_group(group))
+        schema = pq.ParquetFile(sources[0]).schema_arrow
+        with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
+            for path in sources:
+                found = pq.ParquetFile(path)
+                for group in range(found.num_row_groups):
+                    writer.write_table(found.read_row_group(group))
 
 
 # ---------------------------------------------------------------------------------------------

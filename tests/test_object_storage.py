@@ -26,6 +26,7 @@ import yaml
 
 from assets.cli import main as enginefit
 from assets.days import day_assets, quarter_partitions, shape_day_asset
+from assets.prefix import prefix_sharing as prefix_asset
 from assets.report import engine_selection_report as report_asset
 from assets.resources import EnginefitStore
 from assets.shape import workload_shape as shape_asset
@@ -272,11 +273,14 @@ _MACHINE = {".enginefit-workload", ".enginefit.lock"}
 
 
 def stage_files(workload: Path) -> dict[str, bytes]:
-    """Every file the stages after ingest wrote in ``workload``, by path below it."""
+    """Every file the stages after ingest wrote in ``workload``, by path below it (not the
+    passes kept between days: what a union of days keeps, never a result)."""
     return {
         path.relative_to(workload).as_posix(): path.read_bytes()
         for path in sorted(workload.rglob("*"))
-        if path.is_file() and path.relative_to(workload).parts[0] not in _INGEST_SET | _MACHINE
+        if path.is_file()
+        and path.relative_to(workload).parts[0] not in _INGEST_SET | _MACHINE
+        and "resume" not in path.relative_to(workload).parts
     }
 
 
@@ -578,7 +582,10 @@ def test_each_step_fetches_what_it_reads_not_the_workload(
 
     report = step("report", report_asset)
     parts = [k for k in whole if "/requests/" in k or "/days/" in k]
-    unread = [f"{data}quarantine.parquet", *(k for k in whole if "/scenarios/" in k)]
+    unread = [
+        f"{data}quarantine.parquet",
+        *(k for k in whole if "/scenarios/" in k or "/prefix/resume/" in k),
+    ]
     assert sorted(report) == sorted(set(whole) - {*parts, *unread})
     assert f"{data}ingest_summary.json" in report and f"{data}ingest_manifest.json" in report
     for fetched_by_step in (days, shape, report):
@@ -715,6 +722,26 @@ def test_the_scenarios_pass_kept_by_one_machine_is_resumed_by_another(
     assert len(json.loads(summaries("first"))) == 8
 
 
+def test_the_prefix_passes_kept_in_the_bucket_are_resumed_by_another_machine(
+    runs: Runs, bucket: str, fetched: dict[str, int], tmp_path: Path
+) -> None:
+    """The prefix stage of the union on a machine that has never seen the workload reads back
+    the passes the bucket's run kept (the state and each part's sessions file fetched), reads
+    no day and writes the files that run wrote."""
+    got = _step_on_a_machine_of_its_own(runs, bucket, tmp_path / "pod", prefix_asset)
+    days = len(QUARTER_DAYS)
+    assert got["resumed"].startswith(f"prefix sharing: 0 day(s) replayed ({days} of {days}")
+    kept = f"data/{WORKLOAD}/prefix/resume/first/"
+    assert f"{kept}state.pickle" in fetched
+    assert sum(k.startswith(f"{kept}sessions/") for k in fetched) == days
+    mine = tmp_path / "pod" / "cache" / bucket / "team" / "data" / WORKLOAD / "prefix"
+    theirs = load_config(runs.remote).layout().prefix
+    for name in ("summary", "curve", "sessions"):
+        assert (mine / getattr(theirs, name).name).read_bytes() == getattr(
+            theirs, name
+        ).read_bytes()
+
+
 def test_kept_passes_no_longer_asked_for_are_removed_from_the_bucket_too(
     runs: Runs, empty_bucket: str, s3: dict[str, str], tmp_path: Path
 ) -> None:
@@ -728,7 +755,7 @@ def test_kept_passes_no_longer_asked_for_are_removed_from_the_bucket_too(
         for file in ("resume.json", "state.pickle"):
             client(s3).put_object(Bucket=empty_bucket, Key=f"{prefix}{name}/{file}", Body=b"{}")
     stream = RequestStream(lambda: [], DEFAULTS.shape.latency)
-    daily = DailyStream(stream, (), (), layout.fleet_passes, layout.remote)
+    daily = DailyStream((), (), layout.fleet_passes, layout.remote, stream=stream)
     deleted: list[str] = []
     real_delete = Remote.delete
 

@@ -14,6 +14,7 @@ from pipeline.prefix.analysis import analyse
 from pipeline.prefix.compute import (
     PrefixInputError,
     classify_curve,
+    curve_rate,
     window_grid,
 )
 from pipeline.prefix.present import curve_svg
@@ -64,6 +65,18 @@ def test_window_grid() -> None:
     assert window_grid(16, 16) == [16]
     assert window_grid(16, 3) == [16]  # W larger than every prompt: one window, nobody eligible
     assert window_grid(10, 45) == [10, 20, 40]  # B·2^j when B is not a power of two
+
+
+def test_curve_rate_is_the_nearest_power_of_two_to_the_budgets_share() -> None:
+    # exact while the hashes fit; past them the 2^-k nearest (log scale) to (budget // 8) / hashes
+    assert curve_rate(800, 800) == 1.0
+    assert curve_rate(801, 800) == 1 / 8  # 100 / 801 is just under 1/8
+    assert curve_rate(1131, 800) == 1 / 8  # 100 / 1131 > 2^-3.5
+    assert curve_rate(1132, 800) == 1 / 16  # 100 / 1132 < 2^-3.5
+    # a table growing by days keeps its rate until its hashes double
+    assert curve_rate(5656, 1000) == 1 / 32
+    assert curve_rate(5657, 1000) == curve_rate(11313, 1000) == 1 / 64
+    assert curve_rate(11314, 1000) == 1 / 128
 
 
 def test_sharing_curve_hand_computed() -> None:

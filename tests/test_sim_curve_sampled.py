@@ -18,6 +18,7 @@ from perf import workload
 from pipeline.config import default_config
 from pipeline.ingest.days import UnitedDay
 from pipeline.layout import WorkloadLayout
+from pipeline.resume import KeptPass
 from pipeline.sim import stage
 from pipeline.sim.blocks import sim_input
 from pipeline.sim.compute import capacity_curves, curve_combinations
@@ -33,7 +34,6 @@ from pipeline.sim.curve_stream import (
 )
 from pipeline.sim.present import curve_sampling_brief, curve_sampling_note
 from pipeline.sim.result import curves_frame
-from pipeline.sim.resume import _KeptPass
 from pipeline.sim.stream import StreamPass, part_chunks
 from pipeline.store import publish_ingest
 
@@ -333,7 +333,7 @@ def test_a_gathering_kept_between_parts_and_fed_the_rest_gives_one_readings_curv
         first = CurveGathering(settings, combinations, 0.25, facts, LATENCY)
         first.feed(part_chunks(parts[:cut]))
         # kept and read back as the stage does (pickled, zstd-compressed, its digest checked)
-        kept = _KeptPass(tmp_path / f"kept-{cut}", None)
+        kept = KeptPass(tmp_path / f"kept-{cut}", None)
         days = (UnitedDay("first", "a", cut), UnitedDay("then", "b", len(parts) - cut))
         kept.keep(first, "key", days[:1], about)
         del first

@@ -25,13 +25,14 @@ from pipeline.config import Config, load_config
 from pipeline.ingest import days
 from pipeline.ingest.days import UnitedDay
 from pipeline.layout import WorkloadLayout
+from pipeline.resume import MARKER, STATE, KeptPass
 from pipeline.sim import stage
 from pipeline.sim.blocks import SimulationInputError
 from pipeline.sim.compute import curve_points
 from pipeline.sim.config import Scenario
 from pipeline.sim.curve_stream import stored_blocks
 from pipeline.sim.result import ScenarioSummary, curves_frame
-from pipeline.sim.resume import MARKER, STATE, DailyStream, _KeptPass
+from pipeline.sim.resume import DailyStream
 from pipeline.sim.stream import (
     RequestChunks,
     StreamPass,
@@ -75,7 +76,7 @@ def test_a_pass_kept_between_chunks_and_fed_the_rest_is_one_pass(tmp_path: Path,
     first.feed(_chunks(parts, 0, cut))
     assert any(r.n_running for run in first.runs for r in run.replays)  # carried across
     # kept and read back as the stage does (pickled, zstd-compressed, its digest checked)
-    kept = _KeptPass(tmp_path / "kept", None)
+    kept = KeptPass(tmp_path / "kept", None)
     days = (UnitedDay("first", "a", cut),)
     kept.keep(first, "key", days, {})
     del first
@@ -196,7 +197,7 @@ def test_what_the_kept_pass_does_not_cover_is_replayed_whole_and_said(
         raise OSError("No space left on device")
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_KeptPass, "keep", full)
+        patch.setattr(KeptPass, "keep", full)
         (folder / MARKER).unlink()
         replayed, note = _replayed(config)
     assert note is not None and "the pass was not kept (No space left on device)" in note

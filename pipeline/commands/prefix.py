@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from pipeline.commands.common import (
@@ -57,6 +58,10 @@ def run_prefix(args: argparse.Namespace) -> int:
         stage.write(result, layout)
     if args.json:
         print(json.dumps(result.to_json(), indent=2, sort_keys=True, default=str))
+        for line in inputs.said:  # what was read back: never part of the result
+            print(line, file=sys.stderr)
     else:
         print(summary_text(result.summary))
+        for line in inputs.said:
+            print(line)
     return 0

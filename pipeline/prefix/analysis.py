@@ -20,11 +20,11 @@ from __future__ import annotations
 import logging
 import os
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -38,11 +38,13 @@ from pipeline.prefix.compute import (
     CurveCounter,
     analysis_block_size,
     classify_curve,
+    curve_rate,
     one_block_size,
     stride_chains,
+    window_grid,
 )
 from pipeline.prefix.config import PrefixConfig
-from pipeline.prefix.replay import Replay
+from pipeline.prefix.replay import Replay, power_of_two_rate
 from pipeline.prefix.result import PrefixResult
 from pipeline.prefix.reuse import (
     HitTotals,
@@ -62,6 +64,8 @@ from pipeline.prefix.sessions import (
     check_min_blocks,
     flat_lists,
 )
+from pipeline.present.text import sample_rate as sample_rate_text
+from pipeline.resume import DayPasses, Pass, RequestChunks
 from pipeline.shape.sketch import RELATIVE_ERROR
 from pipeline.store import reserve_beside
 
@@ -137,8 +141,94 @@ REPLAY_COLUMNS = ("arrival", "prompt_blocks", "hashes_known", "prompt_tokens")
 
 
 @dataclass(frozen=True)
+class TableSummary:
+    """What the passes must know before the chains are read, of a table or of a part of one
+    (a day's: summaries merge, :meth:`merged`): row and known counts, the arrival span, the
+    longest known prompt, how many requests have each count of full prompt blocks and each
+    prompt length, and the distinct block sizes, (model, adapter) pairs and tenants."""
+
+    n: int
+    known: int
+    t0_us: int | None
+    t1_us: int | None
+    max_prompt: int
+    blocks: pl.DataFrame  # prompt_blocks (0 for null), known, n
+    tokens: pl.DataFrame  # prompt_tokens of known requests, n
+    sizes: pl.Series  # the known requests' block sizes
+    pairs: pl.DataFrame  # distinct (model, lora_adapter)
+    tenants: pl.Series  # distinct tenants
+
+    @classmethod
+    def of(cls, lazy: pl.LazyFrame) -> TableSummary:
+        """The summary of a table read in slices (a null arrival is refused, naming it)."""
+        known = pl.col("hashes_known").fill_null(False)
+        found = []
+        for part in slices(lazy, _PLAN_COLUMNS):
+            head = part.select(
+                pl.len().alias("n"),
+                known.sum().cast(pl.Int64).alias("known"),
+                pl.col("arrival").null_count().alias("nulls"),
+                pl.col("arrival").min().dt.epoch("us").alias("t0"),
+                pl.col("arrival").max().dt.epoch("us").alias("t1"),
+                pl.col("prompt_tokens").filter(known).max().cast(pl.Int64).alias("max_prompt"),
+            ).row(0, named=True)
+            if head["nulls"]:
+                check_arrivals(
+                    lazy.select("arrival").filter(pl.col("arrival").is_null()).collect()["arrival"]
+                )
+            found.append(
+                cls(
+                    n=int(head["n"]),
+                    known=int(head["known"] or 0),
+                    t0_us=head["t0"],
+                    t1_us=head["t1"],
+                    max_prompt=int(head["max_prompt"] or 0),
+                    blocks=part.group_by(
+                        pl.col("prompt_blocks").fill_null(0).cast(pl.Int64), known.alias("known")
+                    ).agg(pl.len().cast(pl.Int64).alias("n")),
+                    tokens=part.filter(known & pl.col("prompt_tokens").is_not_null())
+                    .group_by(pl.col("prompt_tokens").cast(pl.Int64))
+                    .agg(pl.len().cast(pl.Int64).alias("n")),
+                    sizes=part.select(KNOWN_BLOCK_SIZES)["block_size"],
+                    pairs=part.select(NAMESPACE_COLUMNS).unique(),
+                    tenants=part["tenant"].unique(),
+                )
+            )
+            del part
+        return cls.merged(found)
+
+    @classmethod
+    def merged(cls, summaries: list[TableSummary]) -> TableSummary:
+        """One summary of the tables (or parts) ``summaries`` summarise (at least one)."""
+        starts = [s.t0_us for s in summaries if s.t0_us is not None]
+        ends = [s.t1_us for s in summaries if s.t1_us is not None]
+        return cls(
+            n=sum(s.n for s in summaries),
+            known=sum(s.known for s in summaries),
+            t0_us=min(starts) if starts else None,
+            t1_us=max(ends) if ends else None,
+            max_prompt=max(s.max_prompt for s in summaries),
+            blocks=pl.concat([s.blocks for s in summaries])
+            .group_by("prompt_blocks", "known")
+            .agg(pl.col("n").sum()),
+            tokens=pl.concat([s.tokens for s in summaries])
+            .group_by("prompt_tokens")
+            .agg(pl.col("n").sum()),
+            sizes=pl.concat([s.sizes for s in summaries]).unique(),
+            pairs=pl.concat([s.pairs for s in summaries]).unique(),
+            tenants=pl.concat([s.tenants for s in summaries]).unique(),
+        )
+
+
+# Bits of arrival time the shared replay stores at least (2^44 µs: 203 days), so that a quarter
+# growing by days keeps its packed table's layout (the key of a pass kept between days); the
+# (model, adapter) namespaces then have 19 bits (``ReuseGroups.check``).
+MIN_TIME_BITS = 44
+
+
+@dataclass(frozen=True)
 class _Plan:
-    """What the passes need to know before the chains are read (aggregate queries only)."""
+    """What the passes need to know before the chains are read (a :class:`TableSummary`)."""
 
     n: int
     n_known: int
@@ -152,8 +242,44 @@ class _Plan:
     # known requests have each
     reach: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]
     registering: int  # known requests with at least min_session_match_blocks table blocks
-    chunk_rows: int
+    chunk_rows: int | None  # None: each part's own (from its mean prompt)
     groups: ReuseGroups
+
+    def rows_of(self, part: pl.LazyFrame) -> int:
+        """Rows per chunk of ``part`` (:attr:`chunk_rows`, or from the part's mean prompt)."""
+        if self.chunk_rows is not None:
+            return self.chunk_rows
+        strided = pl.col("prompt_blocks").fill_null(0).cast(pl.Int64) // self.factor
+        mean = part.select(strided.mean()).collect().item()
+        return _chunk_rows(float(mean or 0.0) * self.factor)
+
+    def pass_facts(self, config: PrefixConfig) -> dict[str, Any]:
+        """What a pass kept between days depends on beyond its days (the key of
+        :meth:`pipeline.resume.DayPasses.carried`): the settings, the block sizes, the
+        first arrival, the time bits and the groups' numbering (the first pass's curve adds
+        its rate; its windows are widened as longer prompts come, :meth:`CurveCounter.widen`)."""
+        return {
+            "settings": config.model_dump(mode="json"),
+            "block_size": self.block_size,
+            "factor": self.factor,
+            "t0_us": self.t0_us,
+            "time_bits": self.time_bits,
+            "groups": self.groups.digest(),
+            "wide_prompts": self.max_prompt >= 2**31,
+            "hashes_known": self.n_known > 0,  # a curve is counted
+        }
+
+    def about(self) -> dict[str, Any]:
+        """The facts a kept pass's line names when they changed."""
+        return {
+            "namespaces": self.groups.namespace_count,
+            "tenants": self.groups.tenant_count,
+            "arrival time bits": self.time_bits,
+        }
+
+
+def _chunk_rows(mean_blocks: float) -> int:
+    return min(MAX_CHUNK_ROWS, max(MIN_CHUNK_ROWS, int(CHUNK_HASHES / max(mean_blocks, 1.0))))
 
 
 def _median(values: npt.NDArray[np.int64], counts: npt.NDArray[np.int64]) -> float | None:
@@ -193,72 +319,35 @@ def slices(
         yield lazy.slice(start, rows).select(columns).collect()
 
 
-def _plan(lazy: pl.LazyFrame, config: PrefixConfig) -> _Plan:
-    known = pl.col("hashes_known").fill_null(False)
-    heads, by_blocks, by_tokens, sizes, pairs, tenants = [], [], [], [], [], []
-    for part in slices(lazy, _PLAN_COLUMNS):
-        heads.append(
-            part.select(
-                pl.len().alias("n"),
-                known.sum().cast(pl.Int64).alias("known"),
-                pl.col("arrival").null_count().alias("nulls"),
-                pl.col("arrival").min().dt.epoch("us").alias("t0"),
-                pl.col("arrival").max().dt.epoch("us").alias("t1"),
-                pl.col("prompt_tokens").filter(known).max().cast(pl.Int64).alias("max_prompt"),
-            )
-        )
-        by_blocks.append(
-            part.group_by(
-                pl.col("prompt_blocks").fill_null(0).cast(pl.Int64), known.alias("known")
-            ).agg(pl.len().cast(pl.Int64).alias("n"))
-        )
-        by_tokens.append(
-            part.filter(known & pl.col("prompt_tokens").is_not_null())
-            .group_by(pl.col("prompt_tokens").cast(pl.Int64))
-            .agg(pl.len().cast(pl.Int64).alias("n"))
-        )
-        sizes.append(part.select(KNOWN_BLOCK_SIZES)["block_size"])
-        pairs.append(part.select(NAMESPACE_COLUMNS).unique())
-        tenants.append(part["tenant"].unique())
-        del part
-    head = (
-        pl.concat(heads)
-        .select(
-            pl.col("n", "known", "nulls").sum(),
-            pl.col("t0").min(),
-            pl.col("t1", "max_prompt").max(),
-        )
-        .row(0, named=True)
-    )
-    if head["nulls"]:
-        check_arrivals(
-            lazy.select("arrival").filter(pl.col("arrival").is_null()).collect()["arrival"]
-        )
-    block_size, factor = analysis_block_size(one_block_size(pl.concat(sizes)), config.block_size)
-    counts = pl.concat(by_blocks).group_by("prompt_blocks", "known").agg(pl.col("n").sum())
-    tokens = pl.concat(by_tokens).group_by("prompt_tokens").agg(pl.col("n").sum())
-    n = int(head["n"])
-    t0, t1 = head["t0"] or 0, head["t1"] or 0
-    groups = ReuseGroups.of(pl.concat(pairs).unique(), pl.concat(tenants))
-    time_bits = max(1, int(t1 - t0).bit_length())
+def plan_of(summary: TableSummary, config: PrefixConfig, *, by_parts: bool = False) -> _Plan:
+    """The passes' plan of a table ``summary`` summarises; ``by_parts``: its parts are read
+    as days (each part chunked by its own mean prompt, so a day's chunks never depend on the
+    others)."""
+    block_size, factor = analysis_block_size(one_block_size(summary.sizes), config.block_size)
+    counts = summary.blocks
+    n = summary.n
+    t0, t1 = summary.t0_us or 0, summary.t1_us or 0
+    groups = ReuseGroups.of(summary.pairs, summary.tenants)
+    time_bits = max(MIN_TIME_BITS, int(t1 - t0).bit_length())
     groups.check(time_bits)
     reached = counts.filter(pl.col("known"))
     values, how_many = reached["prompt_blocks"].to_numpy(), reached["n"].to_numpy()
     # mean full prompt blocks over every row, at the analysis block size (times the factor)
     strided = int(((counts["prompt_blocks"] // factor) * counts["n"]).sum())
     mean = strided * factor / n if n else 0.0
+    tokens = summary.tokens
     return _Plan(
         n=n,
-        n_known=int(head["known"] or 0),
+        n_known=summary.known,
         block_size=block_size,
         factor=factor,
         t0_us=int(t0),
         time_bits=time_bits,
-        max_prompt=int(head["max_prompt"] or 0),
+        max_prompt=summary.max_prompt,
         median_prompt=_median(tokens["prompt_tokens"].to_numpy(), tokens["n"].to_numpy()),
         reach=(values // factor, how_many),
         registering=int(how_many[values >= config.min_session_match_blocks].sum()),
-        chunk_rows=min(MAX_CHUNK_ROWS, max(MIN_CHUNK_ROWS, int(CHUNK_HASHES / max(mean, 1.0)))),
+        chunk_rows=None if by_parts else _chunk_rows(mean),
         groups=groups,
     )
 
@@ -297,58 +386,82 @@ def _arrays(chunk: pl.DataFrame, native: FlatLists, plan: _Plan) -> _Arrays:
     )
 
 
+@dataclass
+class _Order:
+    """The last arrival a pass has read (µs), so that its next chunk, or day, is checked to
+    come after it."""
+
+    last_us: int | None = None
+
+    def check(self, arrival: pl.Series) -> None:
+        check_arrivals(arrival, self.last_us)
+        self.last_us = int(arrival.dt.epoch("us")[-1])
+
+
 def _chunks(
-    requests: pl.LazyFrame, plan: _Plan, columns: tuple[str, ...]
-) -> Iterator[tuple[FlatLists, pl.DataFrame, _Arrays]]:
-    """The requests in arrival order, ``plan.chunk_rows`` at a time: the hash chains (at the
-    table's block size), the chunk's ``columns`` and its arrays (the next chunk read while the
+    parts: Iterable[pl.LazyFrame], plan: _Plan, columns: tuple[str, ...], order: _Order
+) -> Iterator[tuple[FlatLists, pl.DataFrame, _Arrays, bool]]:
+    """The requests of ``parts`` (each a table or part of one, in arrival order) in chunks
+    (:meth:`_Plan.rows_of`): the hash chains (at the table's block size), the chunk's
+    ``columns``, its arrays and whether it ends its part (the next chunk read while the
     caller works on this one)."""
-    n, rows = plan.n, plan.chunk_rows
     wanted = tuple(dict.fromkeys((*columns, *REPLAY_COLUMNS, *plan.groups.columns)))
 
-    def read(start: int) -> tuple[FlatLists, pl.DataFrame]:
+    def spans() -> Iterator[tuple[pl.LazyFrame, int, int, bool]]:
+        for part in parts:
+            n = int(part.select(pl.len()).collect().item())
+            rows = plan.rows_of(part) if n else 1
+            for start in range(0, n, rows):
+                yield part, start, min(rows, n - start), start + rows >= n
+
+    def read(part: pl.LazyFrame, start: int, rows: int) -> tuple[FlatLists, pl.DataFrame]:
         # A slice of the scan reads only the row groups it overlaps (a streaming collect would
         # read ahead of the kernels without bound).
-        chunk = requests.slice(start, rows).select("prefix_hashes", *wanted).collect()
+        chunk = part.slice(start, rows).select("prefix_hashes", *wanted).collect()
+        if chunk.height != rows:
+            raise RuntimeError(f"read {chunk.height} hash chains for {rows} requests")
         return flat_lists(chunk["prefix_hashes"]), chunk.drop("prefix_hashes")
 
-    row0 = 0
-    last_us: int | None = None
+    todo = spans()
     with ThreadPoolExecutor(1) as reader:
-        ahead = reader.submit(read, 0) if n else None
-        while ahead is not None:
+        span = next(todo, None)
+        ahead = reader.submit(read, *span[:3]) if span is not None else None
+        while ahead is not None and span is not None:
             native, chunk = ahead.result()
-            stop = row0 + native.offsets.shape[0] - 1
-            ahead = reader.submit(read, stop) if row0 < stop < n else None
-            check_arrivals(chunk["arrival"], last_us)
-            last_us = int(chunk["arrival"].dt.epoch("us")[-1])
-            yield native, chunk, _arrays(chunk, native, plan)
-            row0 = stop
-    if row0 != n:
-        raise RuntimeError(f"read {row0} hash chains for {n} requests")
+            ends = span[3]
+            span = next(todo, None)
+            ahead = reader.submit(read, *span[:3]) if span is not None else None
+            order.check(chunk["arrival"])
+            yield native, chunk, _arrays(chunk, native, plan), ends
 
 
 class _Sessions:
     """Each chunk's sessions: kept as codes and named at the end, or, with a ``path``, named and
     written there chunk by chunk (``request_id`` then comes with each chunk)."""
 
-    def __init__(self, stream: SessionStream, path: Path | None) -> None:
-        self.stream = stream
+    def __init__(self, path: Path | None) -> None:
         self.path = path
         self.codes: list[pl.DataFrame] = []
         self.writer: pq.ParquetWriter | None = None
 
-    def feed(self, chunk: pl.DataFrame, native: FlatLists) -> None:
-        codes = self.stream.feed_codes(chunk, native)
+    @property
+    def wants_ids(self) -> bool:
+        return self.path is not None
+
+    def feed(self, stream: SessionStream, chunk: pl.DataFrame, native: FlatLists) -> None:
+        codes = stream.feed_codes(chunk, native)
         if self.path is None:
             self.codes.append(codes)
             return
-        table = self.stream.frame(chunk["request_id"], codes).to_arrow()
+        table = stream.frame(chunk["request_id"], codes).to_arrow()
         if self.writer is None:
             self.writer = pq.ParquetWriter(self.path, table.schema, compression="zstd")
         self.writer.write_table(table)
 
-    def frame(self, requests: pl.LazyFrame) -> pl.LazyFrame:
+    def part_done(self) -> None:
+        """A part of the table read (nothing to do: one file, or codes, for the table)."""
+
+    def frame(self, stream: SessionStream, requests: pl.LazyFrame) -> pl.LazyFrame:
         """Every chunk's sessions, in arrival order (named now when kept as codes)."""
         if self.path is not None:
             if self.writer is not None:
@@ -357,122 +470,193 @@ class _Sessions:
         if not self.codes:
             return pl.DataFrame(schema=SESSIONS_SCHEMA).lazy()
         ids = requests.select("request_id").collect()["request_id"]
-        frame = self.stream.frame(ids, pl.concat(self.codes))
+        frame = stream.frame(ids, pl.concat(self.codes))
         self.codes = []
         return frame.lazy()
 
 
-def _first_pass(
-    lazy: pl.LazyFrame,
-    plan: _Plan,
-    sessions: _Sessions,
-    counter: CurveCounter | None,
-    shared: Replay,
-    prompt: PromptTotals,
-    hits: HitTotals,
-) -> int:
-    """The chains in arrival-order chunks through the sessions (at the table's block size), the
-    curve and the shared replay (at the analysis block size), their totals summed; returns the
-    requests the replay had seen when it stopped over its budget (0: it did not)."""
-    columns = (*SESSION_COLUMNS, *(("request_id",) if sessions.path else ()))
-    buckets = hits.age_buckets_s
-    stopped_at = 0
-    seen = 0
+class SessionSink(Protocol):
+    """Where the first pass's sessions go, chunk by chunk (:class:`_Sessions`, or a day's
+    parts' files, :class:`pipeline.prefix.days.DaySessions`)."""
 
-    def side(native: FlatLists, chunk: pl.DataFrame, c: _Arrays) -> None:
-        """The chunk's work beside the shared replay (its own state only)."""
-        sessions.feed(chunk, native)
-        if counter is not None:
-            flat = c.flat
-            counter.feed(
-                flat.offsets, flat.values, flat.nulls, c.known, c.chain_blocks, c.prompt_tokens
-            )
+    @property
+    def wants_ids(self) -> bool: ...
 
-    # The kernels and polars release the GIL: with two cores the next chunk is read, and the
-    # side work done, beside the shared replay (one chunk ahead at most).
-    parallel = (os.cpu_count() or 1) > 1
-    with ThreadPoolExecutor(1) as worker:
-        for native, chunk, c in _chunks(lazy, plan, columns):
-            pending = worker.submit(side, native, chunk, c) if parallel else None
-            if pending is None:
-                side(native, chunk, c)
-            prompt.add(c.known, c.prompt_tokens, c.chain_blocks, c.limit)
-            seen += int(c.known.shape[0])
-            if not shared.overflowed:
+    def feed(self, stream: SessionStream, chunk: pl.DataFrame, native: FlatLists) -> None: ...
+
+    def part_done(self) -> None: ...
+
+
+class _FirstPass:
+    """The chains in arrival-order chunks through the sessions (at the table's block size),
+    the curve and the shared replay (at the analysis block size), their totals summed. Past
+    its budget the shared replay stops (:attr:`stopped_at`: the requests it had seen) and the
+    rest goes on. A pass that can be kept between days (:class:`pipeline.resume.Feedable`:
+    what it reads of ``plan`` is in its key, :meth:`_Plan.pass_facts`)."""
+
+    def __init__(self, plan: _Plan, config: PrefixConfig, sessions: SessionSink) -> None:
+        self.plan = plan
+        self.stream = SessionStream(
+            config.min_session_match_blocks,
+            gap_s=config.session_gap_s,
+            budget=config.session_state_budget,
+            expected=plan.registering,
+        )
+        self.sessions = sessions
+        self.counter = (
+            CurveCounter(plan.block_size, plan.max_prompt, plan.reach, config.curve_hash_budget)
+            if plan.n_known
+            else None
+        )
+        buckets = config.reuse_age_buckets_s
+        buckets_us = np.array([t * 1e6 for t in buckets], dtype=np.float64)
+        self.shared = Replay(
+            plan.time_bits, buckets_us, with_age=True, budget=config.reuse_block_budget
+        )
+        self.prompt = PromptTotals()
+        self.hits = HitTotals(buckets)
+        self.stopped_at = 0
+        self.seen = 0
+        self.order = _Order()
+
+    @property
+    def requests(self) -> int:
+        return self.seen
+
+    @property
+    def kept_files(self) -> tuple[str, ...]:
+        return tuple(getattr(self.sessions, "kept_files", ()))
+
+    @property
+    def fresh_files(self) -> tuple[str, ...]:
+        return tuple(getattr(self.sessions, "fresh_files", ()))
+
+    def feed(self, chunks: RequestChunks) -> None:
+        plan, counter, shared, hits = self.plan, self.counter, self.shared, self.hits
+        columns = (*SESSION_COLUMNS, *(("request_id",) if self.sessions.wants_ids else ()))
+        buckets = hits.age_buckets_s
+
+        def side(native: FlatLists, chunk: pl.DataFrame, c: _Arrays, ends: bool) -> None:
+            """The chunk's work beside the shared replay (its own state only)."""
+            self.sessions.feed(self.stream, chunk, native)
+            if ends:
+                self.sessions.part_done()
+            if counter is not None:
                 flat = c.flat
-                hit, age, within = shared.feed(
-                    flat.offsets, flat.values, c.chain_blocks, c.known, c.time_us, c.namespace
+                counter.feed(
+                    flat.offsets, flat.values, flat.nulls, c.known, c.chain_blocks, c.prompt_tokens
                 )
-                if shared.overflowed:
-                    # its sums are replaced by the sampled replay's: let the ages go now
-                    stopped_at = seen
-                    hits.retention = RetentionAges()
-                else:
-                    hits.add(
-                        reuse_frame(
-                            c.known,
-                            c.prompt_tokens,
-                            c.chain_blocks,
-                            hit,
-                            age,
-                            within,
-                            None,
-                            plan.block_size,
-                            buckets,
-                        )
+
+        # The kernels and polars release the GIL: with two cores the next chunk is read, and
+        # the side work done, beside the shared replay (one chunk ahead at most).
+        parallel = (os.cpu_count() or 1) > 1
+        with ThreadPoolExecutor(1) as worker:
+            for native, chunk, c, ends in _chunks(chunks(), plan, columns, self.order):
+                pending = worker.submit(side, native, chunk, c, ends) if parallel else None
+                if pending is None:
+                    side(native, chunk, c, ends)
+                self.prompt.add(c.known, c.prompt_tokens, c.chain_blocks, c.limit)
+                self.seen += int(c.known.shape[0])
+                if not shared.overflowed:
+                    flat = c.flat
+                    hit, age, within = shared.feed(
+                        flat.offsets, flat.values, c.chain_blocks, c.known, c.time_us, c.namespace
                     )
-            if pending is not None:
-                pending.result()
-            del native, chunk, c, pending
-    return stopped_at
+                    if shared.overflowed:
+                        # its sums are replaced by the sampled replay's: let the ages go now
+                        self.stopped_at = self.seen
+                        hits.retention = RetentionAges()
+                    else:
+                        hits.add(
+                            reuse_frame(
+                                c.known,
+                                c.prompt_tokens,
+                                c.chain_blocks,
+                                hit,
+                                age,
+                                within,
+                                None,
+                                plan.block_size,
+                                buckets,
+                            )
+                        )
+                if pending is not None:
+                    pending.result()
+                del native, chunk, c, pending
 
 
 def _sampled_rate(replay: Replay, stopped_at: int, n: int) -> float:
     """The rate a sampled replay starts at after ``replay`` stopped over its budget having seen
-    ``stopped_at`` of ``n`` requests: the distinct blocks projected to the whole table."""
+    ``stopped_at`` of ``n`` requests: the power of two nearest to the share that fills
+    SAMPLED_FILL of the budget with the distinct blocks projected to the whole table (at most
+    1/2; a power of two, so that a table growing by days keeps it until the table doubles; a
+    rate whose sample does not fit halves as it goes)."""
     assert replay.budget is not None
     projected = replay.keys_max * n / max(stopped_at, 1)
-    return min(0.5, SAMPLED_FILL * replay.budget / max(projected, 1.0))
+    return power_of_two_rate(SAMPLED_FILL * replay.budget / max(projected, 1.0))
 
 
-def _sampled_pass(
-    lazy: pl.LazyFrame,
-    plan: _Plan,
-    replay: Replay,
-    group: Callable[[_Arrays], npt.NDArray[np.int64]],
-    hits: HitTotals | None,
-) -> None:
-    """A sampled replay over the chains; the ages of its held blocks to ``hits.retention``."""
-    for _, _, c in _chunks(lazy, plan, ()):
-        flat = c.flat
-        ages, weight = replay.feed_sampled(
-            flat.offsets, flat.values, c.chain_blocks, c.limit, c.known, c.time_us, group(c)
-        )
-        if hits is not None and ages.shape[0]:
-            weights = np.full(ages.shape[0], round(_AGE_WEIGHT * weight), np.int64)
-            hits.retention.add(ages / 1e6, weights)
-    replay.close()
+class _SampledPass:
+    """A sampled replay over the chains (:meth:`Replay.feed_sampled`), grouped by namespace
+    or by (namespace, tenant); with ``hits``, the ages of its held blocks to their
+    ``retention``. A pass that can be kept between days."""
+
+    def __init__(self, plan: _Plan, replay: Replay, *, tenant: bool, hits: HitTotals | None):
+        self.plan = plan
+        self.replay = replay
+        self.tenant = tenant
+        self.hits = hits
+        self.seen = 0
+        self.order = _Order()
+
+    @property
+    def requests(self) -> int:
+        return self.seen
+
+    def feed(self, chunks: RequestChunks) -> None:
+        for _, _, c, _ in _chunks(chunks(), self.plan, (), self.order):
+            flat = c.flat
+            group = _tenant_codes(c) if self.tenant else c.namespace
+            ages, weight = self.replay.feed_sampled(
+                flat.offsets, flat.values, c.chain_blocks, c.limit, c.known, c.time_us, group
+            )
+            self.seen += int(c.known.shape[0])
+            if self.hits is not None and ages.shape[0]:
+                weights = np.full(ages.shape[0], round(_AGE_WEIGHT * weight), np.int64)
+                self.hits.retention.add(ages / 1e6, weights)
 
 
-def _same_tenant_pass(lazy: pl.LazyFrame, plan: _Plan, replay: Replay, hits: HitTotals) -> int:
-    """The same-tenant replay, exact: its hit tokens to ``hits``; returns the requests it had
-    seen when it stopped over its budget (0: it did not)."""
-    total = 0
-    seen = 0
-    for _, _, c in _chunks(lazy, plan, ()):
-        assert c.tenant is not None
-        flat = c.flat
-        hit, _, _ = replay.feed(
-            flat.offsets, flat.values, c.chain_blocks, c.known, c.time_us, c.tenant
-        )
-        seen += int(c.known.shape[0])
-        if replay.overflowed:
-            return seen
-        tokens = np.minimum(hit.astype(np.int64), c.limit) * plan.block_size
-        total += int(tokens[c.known].sum())
-    replay.close()
-    hits.add_same_tenant(total)
-    return 0
+class _SameTenantPass:
+    """The same-tenant replay, exact: its hit tokens in :attr:`total`; past its budget it
+    stops (:attr:`stopped_at`: the requests it had seen). A pass that can be kept between
+    days."""
+
+    def __init__(self, plan: _Plan, replay: Replay) -> None:
+        self.plan = plan
+        self.replay = replay
+        self.total = 0
+        self.seen = 0
+        self.stopped_at = 0
+        self.order = _Order()
+
+    @property
+    def requests(self) -> int:
+        return self.seen
+
+    def feed(self, chunks: RequestChunks) -> None:
+        if self.replay.overflowed:
+            return
+        for _, _, c, _ in _chunks(chunks(), self.plan, (), self.order):
+            flat = c.flat
+            hit, _, _ = self.replay.feed(
+                flat.offsets, flat.values, c.chain_blocks, c.known, c.time_us, _tenant_codes(c)
+            )
+            self.seen += int(c.known.shape[0])
+            if self.replay.overflowed:
+                self.stopped_at = self.seen
+                return
+            tokens = np.minimum(hit.astype(np.int64), c.limit) * self.plan.block_size
+            self.total += int(tokens[c.known].sum())
 
 
 def _replay_estimate(replay: Replay) -> dict[str, Any] | None:
@@ -480,6 +664,38 @@ def _replay_estimate(replay: Replay) -> dict[str, Any] | None:
         return None
     assert replay.budget is not None
     return {"rate": replay.rate, "blocks_budget": replay.budget, "blocks_kept": replay.keys_max}
+
+
+@dataclass(frozen=True)
+class _WholeTable:
+    """Every pass started and fed the whole table (nothing kept): what
+    :meth:`pipeline.resume.DayPasses.carried` does with nothing to carry on."""
+
+    chunks: RequestChunks
+
+    def carried(
+        self,
+        name: str,
+        label: str,
+        made_of: dict[str, Any],
+        about: dict[str, Any],
+        kind: type[Pass],
+        start: Callable[[Path], Pass],
+        placed: Callable[[Pass, Path], None] | None = None,
+    ) -> Pass:
+        streamed = start(Path())
+        streamed.feed(self.chunks)
+        return streamed
+
+
+# The passes' names where they are kept between days (pipeline.prefix.days).
+FIRST, SHARED_SAMPLED, SAME_TENANT, SAME_TENANT_SAMPLED = (
+    "first",
+    "shared-sampled",
+    "same-tenant",
+    "same-tenant-sampled",
+)
+PASS_NAMES = (FIRST, SHARED_SAMPLED, SAME_TENANT, SAME_TENANT_SAMPLED)
 
 
 def analyse(
@@ -493,55 +709,122 @@ def analyse(
     file of more than ``SESSIONS_IN_MEMORY_MAX`` requests may be written as it is made (a path
     beside it is used; None: kept in memory).
     """
-    min_blocks = config.min_session_match_blocks
-    check_min_blocks(min_blocks)
+    check_min_blocks(config.min_session_match_blocks)
     lazy = requests.lazy()
-    plan = _plan(lazy, config)
+    plan = plan_of(TableSummary.of(lazy), config)
+    spilled = (
+        reserve_beside(spill) if spill is not None and plan.n > SESSIONS_IN_MEMORY_MAX else None
+    )
+    sink = _Sessions(spilled)
+    summary, curve, first = analysed(plan, config, _WholeTable(lambda: [lazy]), lambda _: sink)
+    sessions_frame = sink.frame(first.stream, lazy)
+    result = PrefixResult.from_json(
+        summary, curve, sessions_frame, () if spilled is None else (spilled,)
+    )
+    if spilled is not None:
+        # the file goes with the result (stage.write copies it into place)
+        weakref.finalize(result, spilled.unlink, missing_ok=True)
+    return result
+
+
+def analysed(
+    plan: _Plan,
+    config: PrefixConfig,
+    passes: DayPasses | _WholeTable,
+    sink: Callable[[Path], SessionSink],
+    placed: Callable[[_FirstPass, Path], None] | None = None,
+) -> tuple[dict[str, Any], pl.DataFrame, _FirstPass]:
+    """The summary (but the sessions file) and the curve of the table ``plan`` plans, its
+    passes run by ``passes`` (``sink``: where the first pass, started in a folder, writes the
+    sessions; ``placed``: a first pass read back told its folder); returns the first pass
+    too, whose sink holds the sessions (its other state released)."""
+    min_blocks = config.min_session_match_blocks
     n, n_known, block_size = plan.n, plan.n_known, plan.block_size
     buckets = config.reuse_age_buckets_s
     buckets_us = np.array([t * 1e6 for t in buckets], dtype=np.float64)
-
-    stream = SessionStream(
-        min_blocks,
-        gap_s=config.session_gap_s,
-        budget=config.session_state_budget,
-        expected=plan.registering,
-    )
-    spilled = reserve_beside(spill) if spill is not None and n > SESSIONS_IN_MEMORY_MAX else None
-    sessions = _Sessions(stream, spilled)
-    counter = (
-        CurveCounter(block_size, plan.max_prompt, plan.reach, config.curve_hash_budget)
-        if n_known
-        else None
-    )
     budget = config.reuse_block_budget
-    shared = Replay(plan.time_bits, buckets_us, with_age=True, budget=budget)
-    prompt = PromptTotals()
-    hits = HitTotals(buckets)
-    stopped_at = _first_pass(lazy, plan, sessions, counter, shared, prompt, hits)
-    totals = stream.finish()
+    hashes = _curve_hashes(plan)
+    rate_now = curve_rate(hashes, config.curve_hash_budget)
+    facts, about = plan.pass_facts(config), plan.about()
+
+    first = passes.carried(
+        FIRST,
+        "prefix sharing",
+        {**facts, "pass": FIRST, "curve_rate": rate_now},
+        {"curve sample rate": sample_rate_text(rate_now), **about},
+        _FirstPass,
+        lambda folder: _FirstPass(plan, config, sink(folder)),
+        placed,
+    )
+    totals = first.stream.finish()
+    counter, shared, hits = first.counter, first.shared, first.hits
     shared.close()
     errors: dict[str, Any] = {}
-    if stopped_at:
+    if first.stopped_at:
         # Over its budget: the chains again, for a sampled replay sized from what it had seen.
-        rate = _sampled_rate(shared, stopped_at, n)
-        shared = Replay(plan.time_bits, buckets_us, with_age=True, budget=budget, rate=rate)
-        hits = HitTotals(buckets)
-        _sampled_pass(lazy, plan, shared, lambda c: c.namespace, hits)
-        errors = estimate_hits(hits, prompt, shared, block_size)
+        rate = _sampled_rate(shared, first.stopped_at, n)
+        sampled = passes.carried(
+            SHARED_SAMPLED,
+            "prefix sharing's sampled replay",
+            {**facts, "pass": SHARED_SAMPLED, "rate": rate},
+            {**about, "reuse sample rate": sample_rate_text(rate)},
+            _SampledPass,
+            lambda _: _SampledPass(
+                plan,
+                Replay(plan.time_bits, buckets_us, with_age=True, budget=budget, rate=rate),
+                tenant=False,
+                hits=HitTotals(buckets),
+            ),
+        )
+        shared = sampled.replay
+        shared.close()
+        assert sampled.hits is not None
+        hits = sampled.hits
+        errors = estimate_hits(hits, first.prompt, shared, block_size)
+    prompt = first.prompt
     same: Replay | None = None
     if plan.groups.tenants is not None:
         # The same-tenant replay's table (one entry per distinct (block, tenant)) is about as
         # large as the shared one: a pass of its own, after the shared table is gone, keeps the
         # peak at one of them. Sampled from the start when the shared one had to be.
         no_buckets = np.zeros(0, np.float64)
-        same = Replay(1, no_buckets, with_age=False, budget=budget, rate=min(1.0, shared.rate))
-        stopped = 0 if same.sampled else _same_tenant_pass(lazy, plan, same, hits)
-        if stopped:
-            rate = _sampled_rate(same, stopped, n)
-            same = Replay(1, no_buckets, with_age=False, budget=budget, rate=rate)
-        if same.sampled:
-            _sampled_pass(lazy, plan, same, _tenant_codes, None)
+        start_rate = min(1.0, shared.rate)
+        tenant_facts = {**facts, "rate": start_rate}
+        tenant_about = {**about, "isolated sample rate": sample_rate_text(start_rate)}
+        stopped = 0
+        if start_rate >= 1.0:
+            exact = passes.carried(
+                SAME_TENANT,
+                "prefix sharing's same-tenant replay",
+                {**tenant_facts, "pass": SAME_TENANT},
+                tenant_about,
+                _SameTenantPass,
+                lambda _: _SameTenantPass(
+                    plan, Replay(1, no_buckets, with_age=False, budget=budget)
+                ),
+            )
+            exact.replay.close()
+            same, stopped = exact.replay, exact.stopped_at
+            if not stopped:
+                hits.add_same_tenant(exact.total)
+        if start_rate < 1.0 or stopped:
+            assert same is not None or start_rate < 1.0
+            rate = start_rate if start_rate < 1.0 else _sampled_rate(same, stopped, n)  # type: ignore[arg-type]
+            isolated = passes.carried(
+                SAME_TENANT_SAMPLED,
+                "prefix sharing's sampled same-tenant replay",
+                {**tenant_facts, "pass": SAME_TENANT_SAMPLED, "sampled_rate": rate},
+                {**tenant_about, "isolated sample rate": sample_rate_text(rate)},
+                _SampledPass,
+                lambda _: _SampledPass(
+                    plan,
+                    Replay(1, no_buckets, with_age=False, budget=budget, rate=rate),
+                    tenant=True,
+                    hits=None,
+                ),
+            )
+            same = isolated.replay
+            same.close()
             errors["isolated_hit_share_standard_error"] = estimate_same_tenant(
                 hits, prompt, same, block_size
             )
@@ -550,10 +833,11 @@ def analyse(
     curve = counter.finish() if counter is not None else pl.DataFrame(schema=CURVE_SCHEMA)
     classification = classify_curve(curve, plan.median_prompt)
     reuse = summary_of(prompt, hits)
-    estimate = _estimate(config, counter, shared, same, hits, errors, totals)
-    # named now, with only the summaries left (the names are the largest thing kept in memory)
+    estimate = _estimate(config, counter, hashes, shared, same, hits, errors, totals)
+    # let the tables go before the sessions are named (the largest thing then kept in memory)
+    first.counter = None
+    first.shared = Replay(1, np.zeros(0), with_age=False)
     del hits, counter, shared, same
-    sessions_frame = sessions.frame(lazy)
     stats = session_stats_of(totals.turns, n, totals.inferred_requests, min_blocks)
     summary = {
         "schema_version": SCHEMA_VERSION,
@@ -572,11 +856,15 @@ def analyse(
         },
         **({"estimate": estimate} if estimate else {}),
     }
-    result = PrefixResult.from_json(summary, curve, sessions_frame, spilled)
-    if spilled is not None:
-        # the file goes with the result (stage.write copies it into place)
-        weakref.finalize(result, spilled.unlink, missing_ok=True)
-    return result
+    return summary, curve, first
+
+
+def _curve_hashes(plan: _Plan) -> int:
+    """The per-window hashes the table's known requests reach (an upper bound of the chains'):
+    what decides the curve's sample rate."""
+    blocks, counts = plan.reach
+    windows = [w // plan.block_size for w in window_grid(plan.block_size, plan.max_prompt)]
+    return int(sum(int(counts[blocks >= k].sum()) for k in windows))
 
 
 def _tenant_codes(c: _Arrays) -> npt.NDArray[np.int64]:
@@ -587,6 +875,7 @@ def _tenant_codes(c: _Arrays) -> npt.NDArray[np.int64]:
 def _estimate(
     config: PrefixConfig,
     counter: CurveCounter | None,
+    hashes: int,
     shared: Replay,
     same: Replay | None,
     hits: HitTotals,
@@ -599,14 +888,14 @@ def _estimate(
     if counter is not None and counter.rate < 1.0:
         estimate["curve"] = {
             "rate": counter.rate,
-            "hashes": counter.hashes,
+            "hashes": hashes,
             "hash_budget": config.curve_hash_budget,
             "sharing_standard_errors": counter.standard_errors,
         }
         log.warning(
             "prefix curve: %d per-window hashes exceed curve_hash_budget %d; the curve's "
             "sharing counts are a sampled estimate (rate %.4g, standard errors %s)",
-            counter.hashes,
+            hashes,
             config.curve_hash_budget,
             counter.rate,
             [round(e) for e in counter.standard_errors],

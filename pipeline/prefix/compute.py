@@ -73,7 +73,7 @@ from pipeline.prefix.hashmap import (
     table_row,
     table_set,
 )
-from pipeline.prefix.replay import rate_threshold
+from pipeline.prefix.replay import power_of_two_rate, rate_threshold
 from pipeline.prefix.sessions import FlatLists
 from pipeline.thresholds import (
     CLASSIFY_LONG_WINDOW_TOKENS,
@@ -302,7 +302,8 @@ class CurveCounter:
     Exact while the per-window hashes (one per request and window it reaches) number at most
     ``budget``: each with its request's prompt tokens, and the repeats counted at the end.
     Past it, SHARDS-style spatial sampling (Waldspurger et al., FAST '15): a hash is kept when
-    ``splitmix64(hash) < rate · 2^64`` with ``rate`` = budget / (SAMPLED_SHARE × hashes), so
+    ``splitmix64(hash) < rate · 2^64`` with ``rate`` the power of two nearest to budget /
+    (SAMPLED_SHARE × hashes) (:func:`curve_rate`: it stays put while the table grows by days), so
     every request holding a kept hash is kept with it and "another request holds it too" is
     decided exactly among the kept ones; the kept hashes are counted per (window, hash) class,
     so memory follows the kept classes, however many requests share one. ``sharing`` and
@@ -325,7 +326,7 @@ class CurveCounter:
         bounds = [int(counts[blocks >= k].sum()) for k in self.windows]
         total = int(sum(bounds))
         self.hashes = total
-        self.rate = 1.0 if total <= budget else max(budget // SAMPLED_SHARE, 1) / total
+        self.rate = curve_rate(total, budget)
         self.standard_errors = [0.0] * len(self.grid)
         n_windows = len(self.grid)
         # exact per-window totals, fed chunk by chunk in either mode
@@ -364,9 +365,11 @@ class CurveCounter:
         its hashes are known, its full prompt blocks in the chain and its prompt tokens."""
         self.requests += int(np.count_nonzero(known))
         self.tokens += int(prompt_tokens[known].sum())
+        reach = np.zeros(self.windows.shape[0], np.int64)
         for w, k in enumerate(self.windows.tolist()):
             reaching = known & (chain_blocks >= k)
-            self.eligible[w] += int(np.count_nonzero(reaching))
+            reach[w] = np.count_nonzero(reaching)
+            self.eligible[w] += int(reach[w])
             self.eligible_tokens[w] += int(prompt_tokens[reaching].sum())
         if self.rate < 1.0:
             # room for a new class per entry the chunk can add
@@ -397,6 +400,7 @@ class CurveCounter:
                 self._null_tokens,
             )
             return
+        self._make_room(reach)
         if nulls.shape[0] and self.null_buf.shape[0] == 0:
             self.null_buf = np.zeros(self.buf.shape[0], dtype=np.bool_)
         _curve_chunk(
@@ -413,6 +417,47 @@ class CurveCounter:
             self.buf_tokens,
             self.null_buf,
         )
+
+    def widen(self, max_prompt_tokens: int) -> None:
+        """The windows of a table whose longest prompt is now ``max_prompt_tokens``: a pass
+        carried on to later days (:mod:`pipeline.prefix.days`) that meets a longer prompt.
+        Exact: every request fed before was shorter than each new window, so reached none."""
+        grid = window_grid(self.block_size, max_prompt_tokens)
+        added = len(grid) - len(self.grid)
+        if added <= 0:
+            return
+        self.grid = grid
+        self.windows = np.array([w // self.block_size for w in grid], dtype=np.int64)
+        self.standard_errors += [0.0] * added
+        self.eligible = np.concatenate([self.eligible, np.zeros(added, np.int64)])
+        self.eligible_tokens = np.concatenate([self.eligible_tokens, np.zeros(added, np.int64)])
+        self.fill = np.concatenate([self.fill, np.zeros(added, np.int64)])
+        self.starts = np.concatenate([self.starts, np.full(added, self.starts[-1], np.int64)])
+        if self.rate < 1.0:
+            self._null_count = np.concatenate([self._null_count, np.zeros(added, np.int64)])
+            self._null_tokens = np.concatenate([self._null_tokens, np.zeros(added, np.int64)])
+
+    def _make_room(self, adding: npt.NDArray[np.int64]) -> None:
+        """Room for ``adding`` more entries of each window: the buffers sized from ``reach``
+        hold every chunk of the table they were sized for; a pass carried on to later days
+        (:mod:`pipeline.prefix.days`) grows them, each full window by half or what it needs."""
+        room = np.diff(self.starts) - self.fill
+        if bool((adding <= room).all()):
+            return
+        size = np.diff(self.starts)
+        short = adding > room
+        size[short] = np.maximum(self.fill[short] + adding[short], size[short] * 3 // 2)
+        starts = np.concatenate([[0], np.cumsum(size)]).astype(np.int64)
+        buf = np.empty(int(starts[-1]), dtype=self.buf.dtype)
+        tokens = np.empty(buf.shape[0], dtype=self.buf_tokens.dtype)
+        nulls = np.zeros(buf.shape[0] if self.null_buf.shape[0] else 0, dtype=np.bool_)
+        for w in range(size.shape[0]):
+            old, new, used = int(self.starts[w]), int(starts[w]), int(self.fill[w])
+            buf[new : new + used] = self.buf[old : old + used]
+            tokens[new : new + used] = self.buf_tokens[old : old + used]
+            if nulls.shape[0]:
+                nulls[new : new + used] = self.null_buf[old : old + used]
+        self.starts, self.buf, self.buf_tokens, self.null_buf = starts, buf, tokens, nulls
 
     def nbytes(self) -> int:
         """Bytes its buffers or kept classes hold."""
@@ -509,6 +554,16 @@ class CurveCounter:
         spread = float(np.sum(c * c * (shares - share) ** 2))
         error = math.sqrt((1.0 - self.rate) * spread) / self.rate
         return round(share * population), round(token_share * population_tokens), error
+
+
+def curve_rate(hashes: int, budget: int) -> float:
+    """The curve's sample rate for ``hashes`` per-window hashes under ``budget``: 1.0 when they
+    fit, else the power of two nearest to budget / (SAMPLED_SHARE × hashes)
+    (:func:`pipeline.prefix.replay.power_of_two_rate`), so a table growing by days keeps its
+    rate until its hashes double."""
+    if hashes <= budget:
+        return 1.0
+    return power_of_two_rate(max(budget // SAMPLED_SHARE, 1) / hashes)
 
 
 def _grown(array: npt.NDArray[Any], size: int) -> npt.NDArray[Any]:

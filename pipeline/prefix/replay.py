@@ -28,6 +28,7 @@ in the blocks (docs/prefix.md, "Memory: out of core", has the measurement).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numba
@@ -242,6 +243,15 @@ def replay_sampled_chunk(
                 used[part] += 1
                 parts_grow_if_full(owners, addresses, lengths, used, part, shift)
     return m
+
+
+def power_of_two_rate(share: float, most_halvings: int = 62) -> float:
+    """The power of two (1/2, 1/4, … down to 2^-``most_halvings``) nearest to ``share`` on a log
+    scale: a SHARDS rate that keeps a sample 0.71-1.41 times the one asked for and stays put
+    while a table grows by days, until the table has doubled (a pass kept between days is then
+    carried on, not made again every day)."""
+    halvings = math.floor(-math.log2(share) + 0.5) if share > 0 else most_halvings
+    return float(2.0 ** -min(max(halvings, 1), most_halvings))
 
 
 def rate_threshold(rate: float) -> np.uint64:

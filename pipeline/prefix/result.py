@@ -195,9 +195,10 @@ class PrefixResult:
     summary: PrefixSummary
     curve: pl.DataFrame
     sessions: pl.LazyFrame
-    # the file ``sessions`` reads when a large table's sessions were written as they were found
-    # (the result's own: removed with it)
-    sessions_file: Path | None = None
+    # the files ``sessions`` reads, in order, when a large table's sessions were written as
+    # they were found (the result's own file, removed with it, or a day-by-day analysis's kept
+    # files, one a part): the stage copies them into place a row group at a time
+    sessions_files: tuple[Path, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         # an exact result's file is the one it always was: no estimate key
@@ -210,9 +211,9 @@ class PrefixResult:
         summary: Any,
         curve: pl.DataFrame,
         sessions: pl.LazyFrame,
-        sessions_file: Path | None = None,
+        sessions_files: tuple[Path, ...] = (),
     ) -> PrefixResult:
-        return cls(PrefixSummary.model_validate(summary), curve, sessions, sessions_file)
+        return cls(PrefixSummary.model_validate(summary), curve, sessions, sessions_files)
 
     def shared_prefix_ratio(self) -> dict[int, float]:
         """The shared-prefix ratio (docs/decision-rules.md#prefix-sharing) per window W (tokens): the

@@ -24,6 +24,7 @@ sampled (0 at rate 1).
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -112,6 +113,22 @@ class ReuseGroups:
             else []
         )
         return (*names, *(("tenant",) if self.tenants is not None else ()))
+
+    @property
+    def namespace_count(self) -> int:
+        return self.namespaces.height if self.namespaces is not None else 1
+
+    @property
+    def tenant_count(self) -> int:
+        return self.tenants.height if self.tenants is not None else 0
+
+    def digest(self) -> str:
+        """SHA-256 of the numbering (what a replay's table keys mean: a pass kept between
+        days is read back only under the same)."""
+        digest = hashlib.sha256()
+        for frame in (self.namespaces, self.tenants):
+            digest.update(b"-" if frame is None else frame.write_csv().encode())
+        return digest.hexdigest()
 
     def check(self, shift: int) -> None:
         """Refuse groups the packed tables cannot hold beside ``shift`` bits of arrival time

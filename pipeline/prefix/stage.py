@@ -7,17 +7,19 @@ Outputs (paths: :class:`pipeline.layout.PrefixPaths`): the summary (keys in
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import polars as pl
 
 from pipeline import results
 from pipeline.layout import WorkloadLayout
-from pipeline.prefix.analysis import analyse, slices
+from pipeline.prefix.analysis import PASS_NAMES, analyse, slices
 from pipeline.prefix.config import PrefixConfig
+from pipeline.prefix.days import analyse_days
 from pipeline.prefix.present import curve_svg
 from pipeline.prefix.result import PrefixResult
+from pipeline.resume import DayPasses, forget_kept
 from pipeline.safe_read import read_json
 from pipeline.store import (
     copy_parquet_atomic,
@@ -37,10 +39,14 @@ class PrefixInputs:
     """The canonical table, sorted by arrival, as a query: ``run`` reads it in chunks (the
     columns each step needs), so the table is never in memory whole. ``sessions_to``: the
     sessions file the result will be written to, beside which a large table's sessions are
-    written as they are found (None: kept in memory)."""
+    written as they are found (None: kept in memory). ``daily``: the workload's days, when it
+    is a union of them (each pass is then carried on from the days read before,
+    :mod:`pipeline.prefix.days`); ``said`` gets one line a pass on what was carried on."""
 
     requests: pl.LazyFrame
     sessions_to: Path | None = None
+    daily: DayPasses | None = None
+    said: list[str] = field(default_factory=list, compare=False)
 
 
 def inputs_from(
@@ -73,13 +79,25 @@ def _backwards(requests: pl.LazyFrame) -> bool:
 
 
 def read_inputs(layout: WorkloadLayout) -> PrefixInputs:
-    return inputs_from(read_requests(layout), layout)
+    """The workload's table; read day by day when it is a union of days (its parts in arrival
+    order), else whole (and the passes kept for its days before, if any, removed)."""
+    requests = read_requests(layout)  # none ingested yet: said here, naming what makes it
+    daily = DayPasses.of(layout, layout.prefix_passes)
+    if daily is None:
+        for name in PASS_NAMES:
+            forget_kept(layout.prefix_passes / name, layout.remote)
+        return inputs_from(requests, layout)
+    return PrefixInputs(requests, layout.prefix.sessions, daily)
 
 
 def run(inputs: PrefixInputs, settings: PrefixConfig) -> PrefixResult:
     # What an earlier stage of this process kept (the simulation's flattened workload, in an
     # in-process Dagster run) is let go of, not held beside this stage's tables.
     release_input()
+    if inputs.daily is not None:
+        result = analyse_days(inputs.daily, settings)
+        inputs.said.extend(inputs.daily.said)
+        return result
     return analyse(inputs.requests, settings, inputs.sessions_to)
 
 
@@ -89,8 +107,8 @@ def write(result: PrefixResult, layout: WorkloadLayout) -> dict[str, Path]:
     paths = layout.prefix
     write_json_atomic(paths.summary, result.to_json())
     write_parquet_atomic(result.curve, paths.curve)
-    if result.sessions_file is not None:
-        copy_parquet_atomic(result.sessions_file, paths.sessions)
+    if result.sessions_files:
+        copy_parquet_atomic(result.sessions_files, paths.sessions)
     else:
         write_parquet_atomic(result.sessions.collect(), paths.sessions)
     write_bytes_atomic(paths.curve_svg, curve_svg(result.curve))

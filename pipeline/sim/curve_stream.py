@@ -44,6 +44,7 @@ from numpy.typing import NDArray
 
 from pipeline.prefix.cache_rules import NAMESPACE_COLUMNS
 from pipeline.prefix.hashmap import DenseNumbering, splitmix64
+from pipeline.prefix.replay import power_of_two_rate
 from pipeline.shape.facts import LatencyModel
 from pipeline.sim import curve_kernels
 from pipeline.sim.blocks import (
@@ -414,9 +415,7 @@ def sample_rate(settings: SimConfig, blocks: int) -> float:
     again every day."""
     if settings.curve_sample_rate is not None:
         return settings.curve_sample_rate
-    share = settings.curve_exact_max_blocks / max(blocks, 1)
-    halvings = math.floor(-math.log2(share) + 0.5) if share > 0 else MAX_HALVINGS
-    return 2.0 ** -min(max(halvings, 1), MAX_HALVINGS)
+    return power_of_two_rate(settings.curve_exact_max_blocks / max(blocks, 1), MAX_HALVINGS)
 
 
 # The most a derived rate is halved: 2^-19 is the smallest power of two above MIN_SAMPLE_RATE.

@@ -41,6 +41,7 @@ import polars as pl
 from pipeline import results
 from pipeline.layout import WorkloadLayout
 from pipeline.mirror import push_file
+from pipeline.resume import forget_kept
 from pipeline.safe_read import read_json
 from pipeline.shape.facts import LatencyModel
 from pipeline.sim.blocks import SimInputs, sim_input
@@ -61,7 +62,7 @@ from pipeline.sim.result import (
     replica_frame,
     scenario_frame,
 )
-from pipeline.sim.resume import CURVES, SCENARIOS, DailyStream, forget_kept
+from pipeline.sim.resume import CURVES, SCENARIOS, DailyStream
 from pipeline.sim.stream import RequestStream, part_chunks
 from pipeline.store import (
     canonical_files,
@@ -128,7 +129,7 @@ def curves(layout: WorkloadLayout, settings: SimConfig, latency: LatencyModel) -
     combinations = curve_combinations(settings)
     if sampled and streamable(combinations):
         whole_parts = RequestStream(part_chunks(parts), latency, None)
-        daily = DailyStream.of(layout, whole_parts, layout.scenario_passes)
+        daily = DailyStream.streamed(layout, whole_parts, layout.scenario_passes)
         if daily is not None:
             rate = sample_rate(settings, blocks)
             return CurvesRun(daily.gathered_curves(settings, combinations, rate), daily.said[-1])
@@ -206,7 +207,7 @@ def resumable_stream(
     """:func:`read_stream`, its passes kept in ``passes`` and resumed after the days replayed
     before when the table is a union of days (``keeps`` False: read back, never kept)."""
     stream = read_stream(layout, latency)
-    return DailyStream.of(layout, stream, passes, keeps=keeps) or stream
+    return DailyStream.streamed(layout, stream, passes, keeps=keeps) or stream
 
 
 def resume_note(inputs: ScenarioInputs) -> str | None:

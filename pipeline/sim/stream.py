@@ -26,7 +26,7 @@ budget holds; past it the least recently active sessions close early, as in the 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +41,8 @@ from pipeline.arrays import Tokens, narrow
 from pipeline.prefix.cache_rules import NAMESPACE_COLUMNS, namespace_codes
 from pipeline.prefix.hashmap import dense_ids
 from pipeline.prefix.sessions import SessionStream
+from pipeline.resume import RequestChunks as RequestChunks
+from pipeline.resume import part_chunks as part_chunks
 from pipeline.shape.facts import LatencyModel
 from pipeline.sim import kernels
 from pipeline.sim.blocks import (
@@ -59,19 +61,9 @@ from pipeline.sim.replay import (
     summarise_totals,
 )
 from pipeline.sim.slots import BlockSlots
-from pipeline.store import scan_requests
 
 I64 = NDArray[np.int64]
 U64 = NDArray[np.uint64]
-
-# The request table in arrival order, as a fresh iterator of chunks each time it is called
-# (each a lazy frame: only the columns a replay reads are loaded).
-RequestChunks = Callable[[], Iterable[pl.LazyFrame]]
-
-
-def part_chunks(parts: Sequence[Path]) -> RequestChunks:
-    """The canonical table's part files (in arrival order) as chunks, one part each."""
-    return lambda: (scan_requests(part) for part in parts)
 
 
 def frame_chunks(frame: pl.DataFrame, rows: int) -> RequestChunks:
