@@ -99,6 +99,18 @@ def folders_below(folder: Path, mirror: Mirror | None) -> set[str]:
     return names
 
 
+def files_below(folder: Path, mirror: Mirror) -> dict[str, str]:
+    """The files anywhere below ``folder`` in the bucket: each one's path below it, by its key
+    (a caller removes what it wrote and no longer names)."""
+    relative = _relative(mirror, folder)
+    return {key[len(relative) + 1 :]: key for key in mirror.remote.list(relative)}
+
+
+def fetched_bytes(mirror: Mirror, path: Path) -> bytes | None:
+    """The bucket's copy of ``path`` (None when it holds none)."""
+    return mirror.remote.get(_relative(mirror, path))
+
+
 # ---------------------------------------------------------------------------------------------
 # Push: data files first, the marker last.
 

@@ -43,7 +43,7 @@ from pipeline.digests import sha256_of
 from pipeline.errors import EnginefitError
 from pipeline.ingest.days import UnitedDay, united_days
 from pipeline.layout import WorkloadLayout
-from pipeline.mirror import push_committed
+from pipeline.mirror import files_below, push_committed
 from pipeline.remote import Mirror, StorageError
 from pipeline.store import atomic_path, scan_requests, write_bytes_atomic
 
@@ -239,10 +239,9 @@ class KeptPass:
                 "; ".join(differs) if differs else "other settings or code"
             )
         if tuple(covered) != days[: len(covered)]:
-            changed = next(
-                (c.day for c, d in zip(covered, days, strict=False) if c != d),
-                covered[len(days)].day if len(covered) > len(days) else "?",
-            )
+            changed = next((c.day for c, d in zip(covered, days, strict=False) if c != d), None)
+            if changed is None:  # the table ends before the kept pass does
+                return None, f"day {covered[len(days)].day}, which the kept pass covers, is gone"
             return None, f"day {changed}, which the kept pass covers, changed"
         missing = next((f for f in files if not (self.folder / f).is_file()), None)
         if missing is not None:
@@ -310,12 +309,17 @@ class KeptPass:
         return writer.size
 
     def forget(self) -> None:
-        """Removed, its marker first, then its state and the files it names (in the bucket
-        too)."""
+        """Removed, its marker first, then its state and the files it names; in the bucket,
+        its marker first, then its state and every file of its own there (whichever machine
+        kept them)."""
         files = self._files_named()
         if self.remote is not None:
-            for name in (MARKER, STATE, *files):
-                self.remote.remote.delete(f"{self._relative}/{name}")
+            below = files_below(self.folder, self.remote)
+            if MARKER in below:
+                self.remote.remote.delete(below[MARKER])
+            for name, key in sorted(below.items()):
+                if name == STATE or _OWN_FILE.match(name):
+                    self.remote.remote.delete(key)
         for name in (MARKER, STATE, *files):
             (self.folder / name).unlink(missing_ok=True)
         for folder in sorted({(self.folder / f).parent for f in files}, reverse=True):
@@ -340,11 +344,14 @@ class KeptPass:
         local = self.folder / MARKER
         try:
             remote_marker = self.remote.remote.get(f"{self._relative}/{MARKER}")
-            if remote_marker is None or (local.is_file() and local.read_bytes() == remote_marker):
+            if remote_marker is None:
                 return None
-            self.folder.mkdir(parents=True, exist_ok=True)
-            local.unlink(missing_ok=True)
-            self.remote.remote.download(f"{self._relative}/{STATE}", self.folder / STATE)
+            same = local.is_file() and local.read_bytes() == remote_marker
+            if not same:
+                self.folder.mkdir(parents=True, exist_ok=True)
+                local.unlink(missing_ok=True)
+                self.remote.remote.download(f"{self._relative}/{STATE}", self.folder / STATE)
+            # its own files this machine lacks (all of them, or one removed here since)
             for name in json.loads(remote_marker).get("files", []):
                 if _OWN_FILE.match(str(name)) and not (self.folder / name).is_file():
                     (self.folder / name).parent.mkdir(parents=True, exist_ok=True)
@@ -355,7 +362,8 @@ class KeptPass:
             return f"the bucket's pass could not be fetched ({exc})"
         except (ValueError, AttributeError):  # a damaged marker: replayed whole
             return "the bucket's pass names no files it can fetch"
-        write_bytes_atomic(local, remote_marker)
+        if not same:
+            write_bytes_atomic(local, remote_marker)
         return None
 
 

@@ -31,14 +31,18 @@ from assets.report import engine_selection_report as report_asset
 from assets.resources import EnginefitStore
 from assets.shape import workload_shape as shape_asset
 from assets.sim import simulation_scenarios as scenarios_asset
+from perf.workload import canonical_frame, conversations, spec
 from pipeline import results
 from pipeline.config import load_config
 from pipeline.errors import ConfigError, StageOutputUnreadableError
+from pipeline.ingest.days import UnitedDay
 from pipeline.layout import WORKLOAD_LOCK, WorkloadLayout
 from pipeline.ledger import MANIFEST, RECORD
 from pipeline.mirror import pull, pull_reports
+from pipeline.prefix.days import analyse_days, forget_passes
 from pipeline.remote import Remote, StorageError
 from pipeline.report import present
+from pipeline.resume import DayPasses
 from pipeline.shape import stage as shape_stage
 from pipeline.shape.stage import ModelSweeps
 from pipeline.sim.resume import DailyStream
@@ -740,6 +744,42 @@ def test_the_prefix_passes_kept_in_the_bucket_are_resumed_by_another_machine(
         assert (mine / getattr(theirs, name).name).read_bytes() == getattr(
             theirs, name
         ).read_bytes()
+
+
+def test_the_prefix_passes_leave_nothing_in_the_bucket_they_do_not_name(
+    runs: Runs, empty_bucket: str, s3: dict[str, str], tmp_path: Path
+) -> None:
+    """A day changed: the first pass is made again and the sessions files of the old one are
+    removed from the bucket too. A machine that never held the passes, on a workload no
+    longer a union of days, removes them from the bucket: every pass's files and the day
+    summaries."""
+    from tests.test_prefix_days import _days
+
+    trace = canonical_frame(conversations(spec(3_000, "short", seed=7, tenants=3, models=2)), 16)
+    days, parts = _days(trace, tmp_path / "parts")
+
+    def layout_on(machine: str) -> WorkloadLayout:
+        (tmp_path / machine).mkdir()
+        return load_config(_in(empty_bucket, runs.remote, tmp_path / machine)).layout()
+
+    here = layout_on("here")
+    analyse_days(DayPasses(days, parts, here.prefix_passes, here.remote), DEFAULTS.prefix)
+    kept = f"team/data/{WORKLOAD}/prefix/resume/"
+    changed = (days[0], UnitedDay(days[1].day, "re-ingested", days[1].parts), *days[2:])
+    again = DayPasses(changed, parts, here.prefix_passes, here.remote)
+    analyse_days(again, DEFAULTS.prefix)
+    assert "changed" in again.said[0]
+    marker = client(s3).get_object(Bucket=empty_bucket, Key=f"{kept}first/resume.json")
+    named = json.loads(marker["Body"].read())["files"]
+    in_bucket = sorted(
+        k[len(f"{kept}first/") :] for k in keys(s3, f"{kept}first/sessions/", empty_bucket)
+    )
+    assert in_bucket == sorted(named) and len(named) == 5
+    assert len(keys(s3, f"{kept}days/", empty_bucket)) == 4
+
+    there = layout_on("there")
+    forget_passes(there.prefix_passes, there.remote)
+    assert keys(s3, kept, empty_bucket) == {}
 
 
 def test_kept_passes_no_longer_asked_for_are_removed_from_the_bucket_too(

@@ -210,3 +210,34 @@ def test_past_the_in_memory_limit_the_sessions_files_are_copied_into_place(
     whole = analyse(trace, DEFAULTS.prefix).sessions.collect()
     assert_frame_equal(pl.read_parquet(tmp_path / "sessions.parquet"), whole)
     assert_frame_equal(result.sessions.collect(), whole)
+
+
+def test_windows_widen_exactly_when_a_table_holds_more_blocks_than_tokens(
+    trace: pl.DataFrame, tmp_path: Path
+) -> None:
+    """A table that bypassed ingest: long requests of the first days without their prompt
+    tokens. The curve's windows reach their blocks from the start, so widening them when a
+    longer prompt comes later changes nothing an analysis of every day counts."""
+    first_days = pl.int_range(pl.len()) < 1_500
+    odd = trace.with_columns(
+        pl.when(first_days & (pl.col("prompt_tokens") >= 1_024))
+        .then(None)
+        .otherwise(pl.col("prompt_tokens"))
+        .alias("prompt_tokens")
+    )
+    days, parts = _days(odd, tmp_path)
+    kept = tmp_path / "kept"
+    analyse_days(_daily(days, parts, 2, kept), DEFAULTS.prefix)
+    resumed = analyse_days(_daily(days, parts, 4, kept), DEFAULTS.prefix)
+    scratch = analyse_days(_daily(days, parts, 4, tmp_path / "scratch"), DEFAULTS.prefix)
+    assert _bytes(resumed) == _bytes(scratch) == _bytes(analyse(odd, DEFAULTS.prefix))
+
+
+def test_a_day_gone_from_the_end_is_named(trace: pl.DataFrame, tmp_path: Path) -> None:
+    days, parts = _days(trace, tmp_path)
+    kept = tmp_path / "kept"
+    analyse_days(_daily(days, parts, 4, kept), DEFAULTS.prefix)
+    three = _daily(days, parts, 3, kept)
+    result = analyse_days(three, DEFAULTS.prefix)
+    assert "(day 2025-02-24, which the kept pass covers, is gone)" in three.said[0]
+    assert _bytes(result) == _bytes(analyse(trace.head(2_300), DEFAULTS.prefix))

@@ -17,6 +17,7 @@ file there as they come. What is estimated, and how well, is the summary's ``est
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import os
 import weakref
@@ -170,7 +171,15 @@ class TableSummary:
                 pl.col("arrival").null_count().alias("nulls"),
                 pl.col("arrival").min().dt.epoch("us").alias("t0"),
                 pl.col("arrival").max().dt.epoch("us").alias("t1"),
-                pl.col("prompt_tokens").filter(known).max().cast(pl.Int64).alias("max_prompt"),
+                # the longest prompt, at least its full blocks (a table that bypassed ingest may
+                # hold more blocks than tokens): every window a request reaches is on the grid
+                pl.max_horizontal(
+                    pl.col("prompt_tokens").cast(pl.Int64),
+                    pl.col("prompt_blocks").cast(pl.Int64) * pl.col("block_size").cast(pl.Int64),
+                )
+                .filter(known)
+                .max()
+                .alias("max_prompt"),
             ).row(0, named=True)
             if head["nulls"]:
                 check_arrivals(
@@ -272,6 +281,10 @@ class _Plan:
     def about(self) -> dict[str, Any]:
         """The facts a kept pass's line names when they changed."""
         return {
+            "block size": self.block_size,
+            "analysis block size factor": self.factor,
+            "first arrival": dt.datetime.fromtimestamp(self.t0_us / 1e6, dt.UTC).isoformat(),
+            "hashes known": self.n_known > 0,
             "namespaces": self.groups.namespace_count,
             "tenants": self.groups.tenant_count,
             "arrival time bits": self.time_bits,

@@ -27,7 +27,7 @@ import hashlib
 import io
 import pickle
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,7 @@ import polars as pl
 
 from pipeline.errors import EnginefitError
 from pipeline.ingest.days import UnitedDay
+from pipeline.mirror import fetched_bytes, files_below, folders_below, push_file
 from pipeline.prefix.analysis import (
     PASS_NAMES,
     SESSIONS_IN_MEMORY_MAX,
@@ -46,6 +47,7 @@ from pipeline.prefix.analysis import (
 from pipeline.prefix.config import PrefixConfig
 from pipeline.prefix.result import PrefixResult
 from pipeline.prefix.sessions import SESSIONS_SCHEMA, FlatLists, SessionStream, check_min_blocks
+from pipeline.remote import Mirror, StorageError
 from pipeline.resume import DayPasses, code_digest, forget_kept
 from pipeline.schema import empty_canonical
 from pipeline.store import scan_requests, write_bytes_atomic
@@ -110,14 +112,18 @@ class DaySessions:
             return pl.read_parquet(list(files)).lazy(), ()
         return pl.scan_parquet(list(files)), files
 
-    def tidy(self) -> None:
-        """Remove the sessions files of this folder that the pass does not name (another
-        run's, or the days before a day changed)."""
+    def tidy(self, remote: Mirror | None) -> None:
+        """Remove the sessions files that the pass does not name (another run's, or those of
+        the days before a day changed), here and in the bucket."""
         named = {Path(f).name for f in self.kept_files}
         folder = self.folder / SESSIONS
         for path in folder.iterdir() if folder.is_dir() else ():
             if _SESSIONS_FILE.match(path.name) and path.name not in named:
                 path.unlink(missing_ok=True)
+        if remote is not None and self.fresh_files:  # only a run that wrote some left others
+            for name, key in files_below(folder, remote).items():
+                if _SESSIONS_FILE.match(name) and name not in named:
+                    remote.remote.delete(key)
 
 
 def _placed(plan: Any) -> Callable[[Any, Path], None]:
@@ -143,48 +149,103 @@ def analyse_days(daily: DayPasses, config: PrefixConfig) -> PrefixResult:
     summary, curve, first = analysed(plan, config, daily, DaySessions, _placed(plan))
     sessions: DaySessions = first.sessions  # type: ignore[assignment]
     if daily.keeps:
-        sessions.tidy()
-        for name in PASS_NAMES:
-            if name not in daily.used:  # a pass this table no longer needs (e.g. now exact)
-                forget_kept(daily.folder / name, daily.remote)
+        sessions.tidy(daily.remote)
+        forget_passes(daily.folder, daily.remote, keep=daily.used)
     frame, files = sessions.frame(plan.n)
     return PrefixResult.from_json(summary, curve, frame, files)
 
 
+def forget_passes(folder: Path, remote: Mirror | None, keep: Collection[str] = ()) -> None:
+    """Remove the prefix passes kept in ``folder`` but those named in ``keep`` (a pass the
+    table no longer needs, e.g. the sampled replay when the shared one is exact again), here
+    and in the bucket; with nothing to keep (the workload no longer a union of days) the day
+    summaries too."""
+    held = folders_below(folder, remote)
+    for name in PASS_NAMES:
+        if name in held and name not in keep:
+            forget_kept(folder / name, remote)
+    if not keep:
+        _forget_summaries(folder / SUMMARIES, remote, wanted=set())
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+
+
+def _forget_summaries(folder: Path, remote: Mirror | None, wanted: set[str]) -> None:
+    """Remove the day summaries in ``folder`` not ``wanted`` (by file name), here and in the
+    bucket."""
+    for path in folder.iterdir() if folder.is_dir() else ():
+        if _SUMMARY_FILE.match(path.name) and path.name not in wanted:
+            path.unlink(missing_ok=True)
+    if remote is not None:
+        for name, key in files_below(folder, remote).items():
+            if _SUMMARY_FILE.match(name) and name not in wanted:
+                remote.remote.delete(key)
+    if not wanted:
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+
+
 def day_summaries(daily: DayPasses) -> list[TableSummary]:
-    """Each day's :class:`TableSummary`, read back from ``prefix/resume/days/`` when kept for
-    that day's set (same digest, same code), else made from the day's parts and kept. Days
-    no longer in the union have theirs removed."""
+    """Each day's :class:`TableSummary`, read back from ``prefix/resume/days/`` (here, else in
+    the bucket) when kept for that day's set (same digest, same code), else made from the
+    day's parts and kept. Days no longer in the union have theirs removed."""
     folder = daily.folder / SUMMARIES
     found: list[TableSummary] = []
     first = 0
     for day in daily.days:
         parts = daily.parts[first : first + day.parts]
         first += day.parts
-        found.append(_day_summary(folder, day, parts, daily.keeps))
-    if daily.keeps and folder.is_dir():
-        wanted = {f"{d.day}.pickle" for d in daily.days}
-        for path in folder.iterdir():
-            if _SUMMARY_FILE.match(path.name) and path.name not in wanted:
-                path.unlink(missing_ok=True)
+        found.append(_day_summary(folder / f"{day.day}.pickle", day, parts, daily))
+    if daily.keeps:
+        _forget_summaries(folder, daily.remote, {f"{d.day}.pickle" for d in daily.days})
     if not found:
         found.append(TableSummary.of(empty_canonical().lazy()))
     return found
 
 
 def _day_summary(
-    folder: Path, day: UnitedDay, parts: tuple[Path, ...], keeps: bool
+    path: Path, day: UnitedDay, parts: tuple[Path, ...], daily: DayPasses
 ) -> TableSummary:
-    path = folder / f"{day.day}.pickle"
+    """The day's summary kept in ``path``, else the bucket's (another machine's), else made
+    from its parts (and kept, here and in the bucket)."""
     key = (code_digest(), day.day, day.digest)
+    summary = _kept_summary(path.read_bytes() if path.is_file() else None, key)
+    if summary is not None:
+        return summary
+    remote = daily.remote
+    with contextlib.suppress(StorageError):  # not fetched: made here
+        data = fetched_bytes(remote, path) if remote is not None else None
+        summary = _kept_summary(data, key)
+        if summary is not None:
+            if daily.keeps:
+                _keep(path, data)  # type: ignore[arg-type]
+            return summary
+    summary = TableSummary.merged([TableSummary.of(scan_requests(p)) for p in parts])
+    if daily.keeps and _keep(path, pickle.dumps((key, summary), pickle.HIGHEST_PROTOCOL)):
+        with contextlib.suppress(StorageError):  # another machine makes its own
+            if remote is not None:
+                push_file(remote, path)
+    return summary
+
+
+def _kept_summary(data: bytes | None, key: tuple[str, str, str]) -> TableSummary | None:
+    """The summary ``data`` holds when it was kept under ``key`` (the day's set and code)."""
+    if data is None:
+        return None
     with contextlib.suppress(Exception):  # any file but this day's own is made again
-        # written below by this stage, read from the workload's own folder
-        kept_key, kept = pickle.loads(path.read_bytes())
+        # written by this stage, read from the workload's own folder or its bucket
+        kept_key, kept = pickle.loads(data)
         if kept_key == key and isinstance(kept, TableSummary):
             return kept
-    summary = TableSummary.merged([TableSummary.of(scan_requests(p)) for p in parts])
-    if keeps:
-        with contextlib.suppress(OSError, EnginefitError):  # a cache: the analysis stands
-            folder.mkdir(parents=True, exist_ok=True)
-            write_bytes_atomic(path, pickle.dumps((key, summary), pickle.HIGHEST_PROTOCOL))
-    return summary
+    return None
+
+
+def _keep(path: Path, data: bytes) -> bool:
+    """``data`` written to ``path`` (a cache: False when it could not be, the analysis
+    stands)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_bytes_atomic(path, data)
+    except (OSError, EnginefitError):
+        return False
+    return True

@@ -14,12 +14,12 @@ import polars as pl
 
 from pipeline import results
 from pipeline.layout import WorkloadLayout
-from pipeline.prefix.analysis import PASS_NAMES, analyse, slices
+from pipeline.prefix.analysis import analyse, slices
 from pipeline.prefix.config import PrefixConfig
-from pipeline.prefix.days import analyse_days
+from pipeline.prefix.days import analyse_days, forget_passes
 from pipeline.prefix.present import curve_svg
 from pipeline.prefix.result import PrefixResult
-from pipeline.resume import DayPasses, forget_kept
+from pipeline.resume import DayPasses
 from pipeline.safe_read import read_json
 from pipeline.store import (
     copy_parquet_atomic,
@@ -84,8 +84,7 @@ def read_inputs(layout: WorkloadLayout) -> PrefixInputs:
     requests = read_requests(layout)  # none ingested yet: said here, naming what makes it
     daily = DayPasses.of(layout, layout.prefix_passes)
     if daily is None:
-        for name in PASS_NAMES:
-            forget_kept(layout.prefix_passes / name, layout.remote)
+        forget_passes(layout.prefix_passes, layout.remote)
         return inputs_from(requests, layout)
     return PrefixInputs(requests, layout.prefix.sessions, daily)
 
