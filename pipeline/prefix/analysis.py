@@ -797,47 +797,8 @@ def analysed(
     prompt = first.prompt
     same: Replay | None = None
     if plan.groups.tenants is not None:
-        # The same-tenant replay's table (one entry per distinct (block, tenant)) is about as
-        # large as the shared one: a pass of its own, after the shared table is gone, keeps the
-        # peak at one of them. Sampled from the start when the shared one had to be.
-        no_buckets = np.zeros(0, np.float64)
-        start_rate = min(1.0, shared.rate)
-        tenant_facts = {**facts, "rate": start_rate}
-        tenant_about = {**about, "isolated sample rate": sample_rate_text(start_rate)}
-        stopped = 0
-        if start_rate >= 1.0:
-            exact = passes.carried(
-                SAME_TENANT,
-                "prefix sharing's same-tenant replay",
-                {**tenant_facts, "pass": SAME_TENANT},
-                tenant_about,
-                _SameTenantPass,
-                lambda _: _SameTenantPass(
-                    plan, Replay(1, no_buckets, with_age=False, budget=budget)
-                ),
-            )
-            exact.replay.close()
-            same, stopped = exact.replay, exact.stopped_at
-            if not stopped:
-                hits.add_same_tenant(exact.total)
-        if start_rate < 1.0 or stopped:
-            assert same is not None or start_rate < 1.0
-            rate = start_rate if start_rate < 1.0 else _sampled_rate(same, stopped, n)  # type: ignore[arg-type]
-            isolated = passes.carried(
-                SAME_TENANT_SAMPLED,
-                "prefix sharing's sampled same-tenant replay",
-                {**tenant_facts, "pass": SAME_TENANT_SAMPLED, "sampled_rate": rate},
-                {**tenant_about, "isolated sample rate": sample_rate_text(rate)},
-                _SampledPass,
-                lambda _: _SampledPass(
-                    plan,
-                    Replay(1, no_buckets, with_age=False, budget=budget, rate=rate),
-                    tenant=True,
-                    hits=None,
-                ),
-            )
-            same = isolated.replay
-            same.close()
+        same, sampled_same = _same_tenant(plan, config, passes, shared.rate, hits)
+        if sampled_same:
             errors["isolated_hit_share_standard_error"] = estimate_same_tenant(
                 hits, prompt, same, block_size
             )
@@ -870,6 +831,54 @@ def analysed(
         **({"estimate": estimate} if estimate else {}),
     }
     return summary, curve, first
+
+
+def _same_tenant(
+    plan: _Plan,
+    config: PrefixConfig,
+    passes: DayPasses | _WholeTable,
+    shared_rate: float,
+    hits: HitTotals,
+) -> tuple[Replay, bool]:
+    """The same-tenant replay (its exact hit tokens added to ``hits``), and whether it was
+    sampled (its estimate then to be made). Its table (one entry per distinct (block,
+    tenant)) is about as large as the shared one: a pass of its own, after the shared table is
+    gone, keeps the peak at one of them. Sampled from the start, at the shared replay's final
+    rate, when that one was; else exact, and sampled again from the start past its budget."""
+    budget, no_buckets = config.reuse_block_budget, np.zeros(0, np.float64)
+    start_rate = min(1.0, shared_rate)
+    facts = {**plan.pass_facts(config), "rate": start_rate}
+    about = {**plan.about(), "isolated sample rate": sample_rate_text(start_rate)}
+    rate = start_rate
+    if start_rate >= 1.0:
+        exact = passes.carried(
+            SAME_TENANT,
+            "prefix sharing's same-tenant replay",
+            {**facts, "pass": SAME_TENANT},
+            about,
+            _SameTenantPass,
+            lambda _: _SameTenantPass(plan, Replay(1, no_buckets, with_age=False, budget=budget)),
+        )
+        exact.replay.close()
+        if not exact.stopped_at:
+            hits.add_same_tenant(exact.total)
+            return exact.replay, False
+        rate = _sampled_rate(exact.replay, exact.stopped_at, plan.n)
+    isolated = passes.carried(
+        SAME_TENANT_SAMPLED,
+        "prefix sharing's sampled same-tenant replay",
+        {**facts, "pass": SAME_TENANT_SAMPLED, "sampled_rate": rate},
+        {**about, "isolated sample rate": sample_rate_text(rate)},
+        _SampledPass,
+        lambda _: _SampledPass(
+            plan,
+            Replay(1, no_buckets, with_age=False, budget=budget, rate=rate),
+            tenant=True,
+            hits=None,
+        ),
+    )
+    isolated.replay.close()
+    return isolated.replay, True
 
 
 def _curve_hashes(plan: _Plan) -> int:
