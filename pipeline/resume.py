@@ -194,6 +194,14 @@ def forget_kept(folder: Path, remote: Mirror | None) -> bool:
 _OWN_FILE = re.compile(r"^[a-z]+/[0-9a-f-]+\.parquet$")
 
 
+def _own_files(marker: Any) -> list[str]:
+    """The files of its own a kept pass's marker names (ValueError: one out of its folder)."""
+    files = [str(f) for f in marker.get("files", [])]
+    if not all(_OWN_FILE.match(f) for f in files):
+        raise ValueError("a file out of the pass's folder")
+    return files
+
+
 @dataclass(frozen=True)
 class KeptPass:
     """One replay's kept pass: ``state.pickle`` and ``resume.json`` in ``folder`` (and in the
@@ -224,9 +232,7 @@ class KeptPass:
             state_sha = str(kept["state_sha256"])
             kept_key = str(kept["key"])
             kept_about = dict(kept.get("about", {}))
-            files = [str(f) for f in kept.get("files", [])]
-            if not all(_OWN_FILE.match(f) for f in files):
-                raise ValueError("a file out of the pass's folder")
+            files = _own_files(kept)
         except (OSError, ValueError, TypeError, KeyError):
             return None, f"{marker} is damaged"
         if kept_key != key:
@@ -312,7 +318,6 @@ class KeptPass:
         """Removed, its marker first, then its state and the files it names; in the bucket,
         its marker first, then its state and every file of its own there (whichever machine
         kept them)."""
-        files = self._files_named()
         if self.remote is not None:
             below = files_below(self.folder, self.remote)
             if MARKER in below:
@@ -320,21 +325,17 @@ class KeptPass:
             for name, key in sorted(below.items()):
                 if name == STATE or _OWN_FILE.match(name):
                     self.remote.remote.delete(key)
-        for name in (MARKER, STATE, *files):
-            (self.folder / name).unlink(missing_ok=True)
-        for folder in sorted({(self.folder / f).parent for f in files}, reverse=True):
-            with contextlib.suppress(OSError):
-                folder.rmdir()
+        (self.folder / MARKER).unlink(missing_ok=True)
+        below_here = self.folder.rglob("*") if self.folder.is_dir() else iter(())
+        for path in sorted(below_here, reverse=True):  # a folder's files before the folder
+            name = path.relative_to(self.folder).as_posix()
+            if path.is_dir():
+                with contextlib.suppress(OSError):
+                    path.rmdir()  # only when empty: nothing else is removed
+            elif name == STATE or _OWN_FILE.match(name):
+                path.unlink(missing_ok=True)
         with contextlib.suppress(OSError):
-            self.folder.rmdir()  # only when empty: nothing else is removed
-
-    def _files_named(self) -> list[str]:
-        """The pass's own files its marker names (none when it cannot be read)."""
-        try:
-            kept = json.loads((self.folder / MARKER).read_bytes())
-            return [str(f) for f in kept.get("files", []) if _OWN_FILE.match(str(f))]
-        except (OSError, ValueError, TypeError, AttributeError):
-            return []
+            self.folder.rmdir()
 
     def _fetch(self) -> str | None:
         """The bucket's kept pass, when it holds one this machine lacks (another machine's);
@@ -352,8 +353,8 @@ class KeptPass:
                 local.unlink(missing_ok=True)
                 self.remote.remote.download(f"{self._relative}/{STATE}", self.folder / STATE)
             # its own files this machine lacks (all of them, or one removed here since)
-            for name in json.loads(remote_marker).get("files", []):
-                if _OWN_FILE.match(str(name)) and not (self.folder / name).is_file():
+            for name in _own_files(json.loads(remote_marker)):
+                if not (self.folder / name).is_file():
                     (self.folder / name).parent.mkdir(parents=True, exist_ok=True)
                     self.remote.remote.download(f"{self._relative}/{name}", self.folder / name)
         except FileNotFoundError:  # replaced meanwhile: replayed whole

@@ -66,6 +66,18 @@ def _daily(days: tuple[UnitedDay, ...], parts: tuple[Path, ...], upto: int, kept
     return DayPasses(days[:upto], parts[:count], kept)
 
 
+def _kept_then(
+    table: pl.DataFrame, tmp_path: Path, first: int, then: int
+) -> tuple[DayPasses, PrefixResult]:
+    """``table``'s first ``first`` days analysed and kept, then its first ``then`` days
+    analysed from what was kept: that run's days (with what it said) and result."""
+    days, parts = _days(table, tmp_path)
+    kept = tmp_path / "kept"
+    analyse_days(_daily(days, parts, first, kept), DEFAULTS.prefix)
+    daily = _daily(days, parts, then, kept)
+    return daily, analyse_days(daily, DEFAULTS.prefix)
+
+
 def _bytes(result: PrefixResult) -> tuple[bytes, bytes, bytes]:
     return (
         json_bytes(result.to_json()),
@@ -134,11 +146,7 @@ def test_a_new_tenant_on_an_appended_day_reads_every_day_and_says_why(
         .otherwise(pl.col("tenant"))
         .alias("tenant")
     )
-    days, parts = _days(newcomer, tmp_path)
-    kept = tmp_path / "kept"
-    analyse_days(_daily(days, parts, 3, kept), DEFAULTS.prefix)
-    four = _daily(days, parts, 4, kept)
-    result = analyse_days(four, DEFAULTS.prefix)
+    four, result = _kept_then(newcomer, tmp_path, 3, 4)
     assert "4 day(s) replayed (the kept pass was made with tenants 3, now 4)" in four.said[0]
     assert _bytes(result) == _bytes(analyse(newcomer, DEFAULTS.prefix))
 
@@ -225,19 +233,12 @@ def test_windows_widen_exactly_when_a_table_holds_more_blocks_than_tokens(
         .otherwise(pl.col("prompt_tokens"))
         .alias("prompt_tokens")
     )
-    days, parts = _days(odd, tmp_path)
-    kept = tmp_path / "kept"
-    analyse_days(_daily(days, parts, 2, kept), DEFAULTS.prefix)
-    resumed = analyse_days(_daily(days, parts, 4, kept), DEFAULTS.prefix)
-    scratch = analyse_days(_daily(days, parts, 4, tmp_path / "scratch"), DEFAULTS.prefix)
+    four, resumed = _kept_then(odd, tmp_path, 2, 4)
+    scratch = analyse_days(DayPasses(four.days, four.parts, tmp_path / "scratch"), DEFAULTS.prefix)
     assert _bytes(resumed) == _bytes(scratch) == _bytes(analyse(odd, DEFAULTS.prefix))
 
 
 def test_a_day_gone_from_the_end_is_named(trace: pl.DataFrame, tmp_path: Path) -> None:
-    days, parts = _days(trace, tmp_path)
-    kept = tmp_path / "kept"
-    analyse_days(_daily(days, parts, 4, kept), DEFAULTS.prefix)
-    three = _daily(days, parts, 3, kept)
-    result = analyse_days(three, DEFAULTS.prefix)
+    three, result = _kept_then(trace, tmp_path, 4, 3)
     assert "(day 2025-02-24, which the kept pass covers, is gone)" in three.said[0]
     assert _bytes(result) == _bytes(analyse(trace.head(2_300), DEFAULTS.prefix))

@@ -21,7 +21,7 @@ import datetime as dt
 import logging
 import os
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +43,7 @@ from pipeline.prefix.compute import (
     one_block_size,
     stride_chains,
     window_grid,
+    window_reach,
 )
 from pipeline.prefix.config import PrefixConfig
 from pipeline.prefix.replay import Replay, power_of_two_rate
@@ -262,24 +263,23 @@ class _Plan:
         mean = part.select(strided.mean()).collect().item()
         return _chunk_rows(float(mean or 0.0) * self.factor)
 
-    def pass_facts(self, config: PrefixConfig) -> dict[str, Any]:
+    def pass_facts(self, config: PrefixConfig, about: dict[str, Any]) -> dict[str, Any]:
         """What a pass kept between days depends on beyond its days (the key of
-        :meth:`pipeline.resume.DayPasses.carried`): the settings, the block sizes, the
-        first arrival, the time bits and the groups' numbering (the first pass's curve adds
-        its rate; its windows are widened as longer prompts come, :meth:`CurveCounter.widen`)."""
+        :meth:`pipeline.resume.DayPasses.carried`): the settings, the table's facts its line
+        names (:meth:`about`), the groups' numbering itself and the prompts' width (the first
+        pass's curve adds its rate; its windows are widened as longer prompts come,
+        :meth:`CurveCounter.widen`)."""
         return {
             "settings": config.model_dump(mode="json"),
-            "block_size": self.block_size,
-            "factor": self.factor,
-            "t0_us": self.t0_us,
-            "time_bits": self.time_bits,
             "groups": self.groups.digest(),
             "wide_prompts": self.max_prompt >= 2**31,
-            "hashes_known": self.n_known > 0,  # a curve is counted
+            **about,
         }
 
     def about(self) -> dict[str, Any]:
-        """The facts a kept pass's line names when they changed."""
+        """The whole table's facts a kept pass depends on, as its line names them when they
+        changed: block sizes, first arrival, whether a curve is counted, the groups, the
+        arrival bits."""
         return {
             "block size": self.block_size,
             "analysis block size factor": self.factor,
@@ -461,6 +461,10 @@ class _Sessions:
     def wants_ids(self) -> bool:
         return self.path is not None
 
+    # files kept beside a pass (none: the result's own file, or codes in memory)
+    kept_files: tuple[str, ...] = ()
+    fresh_files: tuple[str, ...] = ()
+
     def feed(self, stream: SessionStream, chunk: pl.DataFrame, native: FlatLists) -> None:
         codes = stream.feed_codes(chunk, native)
         if self.path is None:
@@ -495,20 +499,49 @@ class SessionSink(Protocol):
     @property
     def wants_ids(self) -> bool: ...
 
+    # the files kept beside the first pass (named relative to its folder), and those of them
+    # this process wrote
+    @property
+    def kept_files(self) -> Sequence[str]: ...
+
+    @property
+    def fresh_files(self) -> Sequence[str]: ...
+
     def feed(self, stream: SessionStream, chunk: pl.DataFrame, native: FlatLists) -> None: ...
 
     def part_done(self) -> None: ...
 
 
-class _FirstPass:
+class _Pass:
+    """What every pass over the chains carries: the plan it reads them by, the requests it
+    has seen and the last arrival it read (so that a later day is checked to come after it).
+    A pass that can be kept between days (:class:`pipeline.resume.Feedable`: what it reads of
+    ``plan`` is in its key, :meth:`_Plan.pass_facts`)."""
+
+    def __init__(self, plan: _Plan) -> None:
+        self.plan = plan
+        self.seen = 0
+        self.order = _Order()
+
+    @property
+    def requests(self) -> int:
+        return self.seen
+
+    def chunks(
+        self, chunks: RequestChunks, columns: tuple[str, ...] = ()
+    ) -> Iterator[tuple[FlatLists, pl.DataFrame, _Arrays, bool]]:
+        """:func:`_chunks` of ``chunks``' parts, in this pass's order."""
+        return _chunks(chunks(), self.plan, columns, self.order)
+
+
+class _FirstPass(_Pass):
     """The chains in arrival-order chunks through the sessions (at the table's block size),
     the curve and the shared replay (at the analysis block size), their totals summed. Past
     its budget the shared replay stops (:attr:`stopped_at`: the requests it had seen) and the
-    rest goes on. A pass that can be kept between days (:class:`pipeline.resume.Feedable`:
-    what it reads of ``plan`` is in its key, :meth:`_Plan.pass_facts`)."""
+    rest goes on."""
 
     def __init__(self, plan: _Plan, config: PrefixConfig, sessions: SessionSink) -> None:
-        self.plan = plan
+        super().__init__(plan)
         self.stream = SessionStream(
             config.min_session_match_blocks,
             gap_s=config.session_gap_s,
@@ -529,20 +562,14 @@ class _FirstPass:
         self.prompt = PromptTotals()
         self.hits = HitTotals(buckets)
         self.stopped_at = 0
-        self.seen = 0
-        self.order = _Order()
-
-    @property
-    def requests(self) -> int:
-        return self.seen
 
     @property
     def kept_files(self) -> tuple[str, ...]:
-        return tuple(getattr(self.sessions, "kept_files", ()))
+        return tuple(self.sessions.kept_files)
 
     @property
     def fresh_files(self) -> tuple[str, ...]:
-        return tuple(getattr(self.sessions, "fresh_files", ()))
+        return tuple(self.sessions.fresh_files)
 
     def feed(self, chunks: RequestChunks) -> None:
         plan, counter, shared, hits = self.plan, self.counter, self.shared, self.hits
@@ -564,7 +591,7 @@ class _FirstPass:
         # the side work done, beside the shared replay (one chunk ahead at most).
         parallel = (os.cpu_count() or 1) > 1
         with ThreadPoolExecutor(1) as worker:
-            for native, chunk, c, ends in _chunks(chunks(), plan, columns, self.order):
+            for native, chunk, c, ends in self.chunks(chunks, columns):
                 pending = worker.submit(side, native, chunk, c, ends) if parallel else None
                 if pending is None:
                     side(native, chunk, c, ends)
@@ -609,25 +636,19 @@ def _sampled_rate(replay: Replay, stopped_at: int, n: int) -> float:
     return power_of_two_rate(SAMPLED_FILL * replay.budget / max(projected, 1.0))
 
 
-class _SampledPass:
+class _SampledPass(_Pass):
     """A sampled replay over the chains (:meth:`Replay.feed_sampled`), grouped by namespace
     or by (namespace, tenant); with ``hits``, the ages of its held blocks to their
-    ``retention``. A pass that can be kept between days."""
+    ``retention``."""
 
     def __init__(self, plan: _Plan, replay: Replay, *, tenant: bool, hits: HitTotals | None):
-        self.plan = plan
+        super().__init__(plan)
         self.replay = replay
         self.tenant = tenant
         self.hits = hits
-        self.seen = 0
-        self.order = _Order()
-
-    @property
-    def requests(self) -> int:
-        return self.seen
 
     def feed(self, chunks: RequestChunks) -> None:
-        for _, _, c, _ in _chunks(chunks(), self.plan, (), self.order):
+        for _, _, c, _ in self.chunks(chunks):
             flat = c.flat
             group = _tenant_codes(c) if self.tenant else c.namespace
             ages, weight = self.replay.feed_sampled(
@@ -639,27 +660,20 @@ class _SampledPass:
                 self.hits.retention.add(ages / 1e6, weights)
 
 
-class _SameTenantPass:
+class _SameTenantPass(_Pass):
     """The same-tenant replay, exact: its hit tokens in :attr:`total`; past its budget it
-    stops (:attr:`stopped_at`: the requests it had seen). A pass that can be kept between
-    days."""
+    stops (:attr:`stopped_at`: the requests it had seen)."""
 
     def __init__(self, plan: _Plan, replay: Replay) -> None:
-        self.plan = plan
+        super().__init__(plan)
         self.replay = replay
         self.total = 0
-        self.seen = 0
         self.stopped_at = 0
-        self.order = _Order()
-
-    @property
-    def requests(self) -> int:
-        return self.seen
 
     def feed(self, chunks: RequestChunks) -> None:
         if self.replay.overflowed:
             return
-        for _, _, c, _ in _chunks(chunks(), self.plan, (), self.order):
+        for _, _, c, _ in self.chunks(chunks):
             flat = c.flat
             hit, _, _ = self.replay.feed(
                 flat.offsets, flat.values, c.chain_blocks, c.known, c.time_us, _tenant_codes(c)
@@ -756,9 +770,11 @@ def analysed(
     buckets = config.reuse_age_buckets_s
     buckets_us = np.array([t * 1e6 for t in buckets], dtype=np.float64)
     budget = config.reuse_block_budget
-    hashes = _curve_hashes(plan)
+    windows = np.array(window_grid(block_size, plan.max_prompt), np.int64) // block_size
+    hashes = sum(window_reach(windows, plan.reach))
     rate_now = curve_rate(hashes, config.curve_hash_budget)
-    facts, about = plan.pass_facts(config), plan.about()
+    about = plan.about()
+    facts = plan.pass_facts(config, about)
 
     first = passes.carried(
         FIRST,
@@ -797,7 +813,7 @@ def analysed(
     prompt = first.prompt
     same: Replay | None = None
     if plan.groups.tenants is not None:
-        same, sampled_same = _same_tenant(plan, config, passes, shared.rate, hits)
+        same, sampled_same = _same_tenant(plan, config, passes, facts, about, shared.rate, hits)
         if sampled_same:
             errors["isolated_hit_share_standard_error"] = estimate_same_tenant(
                 hits, prompt, same, block_size
@@ -837,6 +853,8 @@ def _same_tenant(
     plan: _Plan,
     config: PrefixConfig,
     passes: DayPasses | _WholeTable,
+    facts: dict[str, Any],
+    about: dict[str, Any],
     shared_rate: float,
     hits: HitTotals,
 ) -> tuple[Replay, bool]:
@@ -847,8 +865,8 @@ def _same_tenant(
     rate, when that one was; else exact, and sampled again from the start past its budget."""
     budget, no_buckets = config.reuse_block_budget, np.zeros(0, np.float64)
     start_rate = min(1.0, shared_rate)
-    facts = {**plan.pass_facts(config), "rate": start_rate}
-    about = {**plan.about(), "isolated sample rate": sample_rate_text(start_rate)}
+    facts = {**facts, "rate": start_rate}
+    about = {**about, "isolated sample rate": sample_rate_text(start_rate)}
     rate = start_rate
     if start_rate >= 1.0:
         exact = passes.carried(
@@ -879,14 +897,6 @@ def _same_tenant(
     )
     isolated.replay.close()
     return isolated.replay, True
-
-
-def _curve_hashes(plan: _Plan) -> int:
-    """The per-window hashes the table's known requests reach (an upper bound of the chains'):
-    what decides the curve's sample rate."""
-    blocks, counts = plan.reach
-    windows = [w // plan.block_size for w in window_grid(plan.block_size, plan.max_prompt)]
-    return int(sum(int(counts[blocks >= k].sum()) for k in windows))
 
 
 def _tenant_codes(c: _Arrays) -> npt.NDArray[np.int64]:

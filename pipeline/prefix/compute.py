@@ -322,8 +322,7 @@ class CurveCounter:
         self.block_size = block_size
         self.grid = window_grid(block_size, max_prompt_tokens)
         self.windows = np.array([w // block_size for w in self.grid], dtype=np.int64)
-        blocks, counts = reach
-        bounds = [int(counts[blocks >= k].sum()) for k in self.windows]
+        bounds = window_reach(self.windows, reach)
         total = int(sum(bounds))
         self.hashes = total
         self.rate = curve_rate(total, budget)
@@ -554,6 +553,15 @@ class CurveCounter:
         spread = float(np.sum(c * c * (shares - share) ** 2))
         error = math.sqrt((1.0 - self.rate) * spread) / self.rate
         return round(share * population), round(token_share * population_tokens), error
+
+
+def window_reach(
+    windows: npt.NDArray[np.int64], reach: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]
+) -> list[int]:
+    """Per window (in blocks), the known requests that reach it, from ``reach`` (distinct full
+    prompt blocks and how many requests have each): the curve's per-window hashes."""
+    blocks, counts = reach
+    return [int(counts[blocks >= k].sum()) for k in windows.tolist()]
 
 
 def curve_rate(hashes: int, budget: int) -> float:

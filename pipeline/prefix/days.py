@@ -116,14 +116,9 @@ class DaySessions:
         """Remove the sessions files that the pass does not name (another run's, or those of
         the days before a day changed), here and in the bucket."""
         named = {Path(f).name for f in self.kept_files}
-        folder = self.folder / SESSIONS
-        for path in folder.iterdir() if folder.is_dir() else ():
-            if _SESSIONS_FILE.match(path.name) and path.name not in named:
-                path.unlink(missing_ok=True)
-        if remote is not None and self.fresh_files:  # only a run that wrote some left others
-            for name, key in files_below(folder, remote).items():
-                if _SESSIONS_FILE.match(name) and name not in named:
-                    remote.remote.delete(key)
+        # in the bucket, only a run that wrote some can have left others
+        bucket = remote if self.fresh_files else None
+        _remove_unnamed(self.folder / SESSIONS, bucket, _SESSIONS_FILE, named)
 
 
 def _placed(plan: Any) -> Callable[[Any, Path], None]:
@@ -165,24 +160,24 @@ def forget_passes(folder: Path, remote: Mirror | None, keep: Collection[str] = (
         if name in held and name not in keep:
             forget_kept(folder / name, remote)
     if not keep:
-        _forget_summaries(folder / SUMMARIES, remote, wanted=set())
+        _remove_unnamed(folder / SUMMARIES, remote, _SUMMARY_FILE, set())
         with contextlib.suppress(OSError):
+            (folder / SUMMARIES).rmdir()
             folder.rmdir()
 
 
-def _forget_summaries(folder: Path, remote: Mirror | None, wanted: set[str]) -> None:
-    """Remove the day summaries in ``folder`` not ``wanted`` (by file name), here and in the
-    bucket."""
+def _remove_unnamed(
+    folder: Path, remote: Mirror | None, pattern: re.Pattern[str], named: set[str]
+) -> None:
+    """Remove the files of ``folder`` named as this module names them (``pattern``) but not
+    in ``named``, here and, with ``remote``, in the bucket."""
     for path in folder.iterdir() if folder.is_dir() else ():
-        if _SUMMARY_FILE.match(path.name) and path.name not in wanted:
+        if pattern.match(path.name) and path.name not in named:
             path.unlink(missing_ok=True)
     if remote is not None:
         for name, key in files_below(folder, remote).items():
-            if _SUMMARY_FILE.match(name) and name not in wanted:
+            if pattern.match(name) and name not in named:
                 remote.remote.delete(key)
-    if not wanted:
-        with contextlib.suppress(OSError):
-            folder.rmdir()
 
 
 def day_summaries(daily: DayPasses) -> list[TableSummary]:
@@ -197,7 +192,9 @@ def day_summaries(daily: DayPasses) -> list[TableSummary]:
         first += day.parts
         found.append(_day_summary(folder / f"{day.day}.pickle", day, parts, daily))
     if daily.keeps:
-        _forget_summaries(folder, daily.remote, {f"{d.day}.pickle" for d in daily.days})
+        _remove_unnamed(
+            folder, daily.remote, _SUMMARY_FILE, {f"{d.day}.pickle" for d in daily.days}
+        )
     if not found:
         found.append(TableSummary.of(empty_canonical().lazy()))
     return found
